@@ -1,0 +1,232 @@
+"""Instruction and micro-op types of the vdla ISA (VTA's, plus an optional ALU MUL)."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import operator
+
+from vdla.config import AluOp
+
+__all__ = ["Opcode", "MemoryType", "Module", "AluOp", "Insn", "Load", "Store", "Gemm",
+           "Alu", "Finish", "Uop", "DEP_FLAGS"]
+
+
+class Opcode(enum.IntEnum):
+    """Instruction opcodes, bits 2:0 of every instruction."""
+
+    LOAD = 0
+    STORE = 1
+    GEMM = 2
+    FINISH = 3
+    ALU = 4
+
+
+class MemoryType(enum.IntEnum):
+    """The SRAM a LOAD writes or a STORE reads (``memory_type``, bits 9:7)."""
+
+    UOP = 0
+    WGT = 1
+    INP = 2
+    ACC = 3
+    OUT = 4
+
+
+class Module(enum.Enum):
+    """The three decoupled modules; each instruction is routed to exactly one."""
+
+    LOAD = "load"
+    COMPUTE = "compute"
+    STORE = "store"
+
+
+#: Dependency flags every instruction carries, in bit order (bits 3 to 6).
+DEP_FLAGS = ("pop_prev", "pop_next", "push_prev", "push_next")
+
+
+def _check_int(kind: str, name: str, value, *, signed: bool = False) -> int:
+    # Anything integer-like (numpy integers too) is welcome; bools and floats are not.
+    if isinstance(value, bool) or not hasattr(type(value), "__index__"):
+        raise TypeError(f"{kind}.{name} must be an integer, not {value!r}")
+    value = operator.index(value)
+    if not signed and value < 0:
+        raise ValueError(f"{kind}.{name} must be non-negative, not {value}")
+    return value
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Insn:
+    """Fields shared by every instruction: the four dependency-token flags.
+
+    A module pops the named token queue(s) before it executes an instruction and pushes
+    after: ``prev`` is the module before it in load → compute → store, ``next`` the one after.
+    """
+
+    pop_prev: bool = False
+    pop_next: bool = False
+    push_prev: bool = False
+    push_next: bool = False
+
+    opcode = None  # set by each subclass
+    _signed_fields = ()  # fields holding two's-complement values
+
+    def __post_init__(self):
+        kind = type(self).__name__
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.type in ("bool", bool):
+                if value not in (0, 1) or isinstance(value, float):
+                    raise ValueError(f"{kind}.{f.name} is a flag (0/1 or bool), not {value!r}")
+                object.__setattr__(self, f.name, bool(value))
+            elif f.name not in ("memory_type", "alu_opcode"):
+                object.__setattr__(self, f.name, _check_int(
+                    kind, f.name, value, signed=f.name in self._signed_fields))
+
+    @property
+    def module(self) -> Module:
+        """The module this instruction is routed to."""
+        return Module.COMPUTE
+
+    def fields(self) -> dict:
+        """All fields as a plain dict (enums stay enums)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
+def _coerce_enum(kind: str, name: str, enum_type, value, allowed):
+    try:
+        member = enum_type[value.upper()] if isinstance(value, str) else enum_type(value)
+    except (KeyError, ValueError):
+        member = None
+    if member not in allowed:
+        names = ", ".join(f"{m.name} ({m.value})" for m in allowed)
+        raise ValueError(f"{kind}.{name} must be one of {names}, not {value!r}")
+    return member
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _MemInsn(Insn):
+    memory_type: MemoryType = MemoryType.INP
+    sram_base: int = 0
+    dram_base: int = 0
+    y_size: int = 0
+    x_size: int = 0
+    x_stride: int = 0
+    y_pad_0: int = 0
+    y_pad_1: int = 0
+    x_pad_0: int = 0
+    x_pad_1: int = 0
+
+    _memory_types = ()  # the memory types this instruction accepts
+
+    def __post_init__(self):
+        object.__setattr__(self, "memory_type", _coerce_enum(
+            type(self).__name__, "memory_type", MemoryType, self.memory_type, self._memory_types))
+        super().__post_init__()
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Load(_MemInsn):
+    """LOAD: copy a 2-D block from DRAM into an SRAM, adding zero padding.
+
+    Reads `y_size` rows of `x_size` elements, rows `x_stride` elements apart, starting at
+    element `dram_base` (elements of `memory_type`'s size); writes them densely from
+    `sram_base` with `y_pad_0`/`y_pad_1` zero rows above/below and `x_pad_0`/`x_pad_1`
+    zero elements left/right of each row. `x_size` 0 moves no data (a dependency-only
+    no-op). INP and WGT loads run on the load module; UOP and ACC loads on compute.
+    """
+
+    opcode = Opcode.LOAD
+    _memory_types = (MemoryType.UOP, MemoryType.WGT, MemoryType.INP, MemoryType.ACC)
+
+    @property
+    def module(self) -> Module:
+        if self.memory_type in (MemoryType.INP, MemoryType.WGT):
+            return Module.LOAD
+        return Module.COMPUTE
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Store(_MemInsn):
+    """STORE: copy `y_size` × `x_size` out-buffer elements from `sram_base` to DRAM.
+
+    Rows land `x_stride` elements apart from element `dram_base`; padding fields must be 0.
+    """
+
+    memory_type: MemoryType = MemoryType.OUT
+    opcode = Opcode.STORE
+    _memory_types = (MemoryType.OUT,)
+
+    @property
+    def module(self) -> Module:
+        return Module.STORE
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _LoopInsn(Insn):
+    reset_reg: bool = False
+    uop_bgn: int = 0
+    uop_end: int = 0
+    iter_out: int = 0
+    iter_in: int = 0
+    dst_factor_out: int = 0
+    dst_factor_in: int = 0
+    src_factor_out: int = 0
+    src_factor_in: int = 0
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Gemm(_LoopInsn):
+    """GEMM: ``for o < iter_out: for i < iter_in: for u in uop_bgn..uop_end-1``
+    ``acc[dst] += inp[src] · wgt[wgt]ᵀ`` (zero instead when `reset_reg`), where each
+    index is the micro-op's field + o·*_factor_out + i·*_factor_in. The result narrowed
+    to 8 bits is also written to the out buffer at dst.
+    """
+
+    wgt_factor_out: int = 0
+    wgt_factor_in: int = 0
+    opcode = Opcode.GEMM
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Alu(_LoopInsn):
+    """ALU: the GEMM loop nest, with ``acc[dst] = op(acc[dst], imm or acc[src])``.
+
+    `alu_opcode` is an `AluOp`; `imm` is a signed 16-bit immediate used when `use_imm`.
+    The result narrowed to 8 bits is also written to the out buffer at dst.
+    """
+
+    alu_opcode: AluOp = AluOp.MIN
+    use_imm: bool = False
+    imm: int = 0
+    opcode = Opcode.ALU
+    _signed_fields = ("imm",)
+
+    def __post_init__(self):
+        object.__setattr__(self, "alu_opcode", _coerce_enum(
+            "Alu", "alu_opcode", AluOp, self.alu_opcode, tuple(AluOp)))
+        super().__post_init__()
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Finish(Insn):
+    """FINISH: ends the program (runs on the compute module, then raises done)."""
+
+    opcode = Opcode.FINISH
+
+
+@dataclasses.dataclass(frozen=True)
+class Uop:
+    """A micro-op: indices into the acc (`dst`), inp or acc (`src`) and wgt (`wgt`) SRAMs."""
+
+    dst: int
+    src: int
+    wgt: int = 0
+
+    def __post_init__(self):
+        for name in ("dst", "src", "wgt"):
+            object.__setattr__(self, name, _check_int("Uop", name, getattr(self, name)))
+
+
+#: Instruction class of each opcode.
+INSN_TYPES = {Opcode.LOAD: Load, Opcode.STORE: Store, Opcode.GEMM: Gemm,
+              Opcode.FINISH: Finish, Opcode.ALU: Alu}

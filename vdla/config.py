@@ -1,0 +1,476 @@
+"""`HardwareConfig`: the one source of truth for the accelerator's parameters.
+
+Every other number in vdla (SRAM depths, ISA field widths, element sizes in DRAM, the
+name of a design) is derived here from a handful of parameters, the way VTA's
+``Environment`` derives its constants from ``vta_config.json``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+from vdla._fileio import atomic_write
+
+__all__ = ["AluOp", "HardwareConfig", "INSN_BITS", "ISA_FIXED_WIDTHS"]
+
+#: Every instruction is one 128-bit word, fetched as such by the hardware.
+INSN_BITS = 128
+
+#: ISA fields whose width does not depend on the configuration (VTA 0.0.2's ``hw_spec.h``).
+ISA_FIXED_WIDTHS = {
+    "opcode": 3,
+    "memory_type": 3,
+    "sram_base": 16,
+    "dram_base": 32,
+    "y_size": 16,
+    "x_size": 16,
+    "x_stride": 16,
+    "pad": 4,
+    "iter": 14,
+    "alu_opcode": 3,
+    "imm": 16,
+}
+
+
+class AluOp(enum.IntEnum):
+    """Vector ALU operations and their ``alu_opcode`` encodings.
+
+    MIN, MAX, ADD and SHR are VTA's; MUL is vdla's optional addition (a config enables it).
+    SHR is arithmetic and shifts left by the negated amount when the amount is negative.
+    """
+
+    MIN = 0
+    MAX = 1
+    ADD = 2
+    SHR = 3
+    MUL = 4
+
+
+#: ALU operations every configuration has; the others are optional.
+REQUIRED_ALU_OPS = frozenset({AluOp.MIN, AluOp.MAX, AluOp.ADD, AluOp.SHR})
+
+
+def _is_pow2(value: int) -> bool:
+    return value > 0 and value & (value - 1) == 0
+
+
+def _log2(value: int) -> int:
+    return value.bit_length() - 1
+
+
+@dataclasses.dataclass(frozen=True)
+class HardwareConfig:
+    """Parameters of one accelerator design; frozen and validated at construction.
+
+    Parameters (all keyword arguments; the defaults are VTA's default design):
+
+    batch : int, power of two
+        Rows of the GEMM core's input tile (the batch dimension of one micro-op).
+    block_in : int, power of two
+        Reduction length of the GEMM core (input channels per micro-op).
+    block_out : int, power of two
+        Output lanes of the GEMM core and of the vector ALU.
+    inp_width, wgt_width : int
+        Bits per input and weight element; 8 (int8) is supported.
+    acc_width : int
+        Bits per accumulator; 32 (int32) is supported.
+    uop_buff_size, inp_buff_size, wgt_buff_size, acc_buff_size : int, power of two
+        On-chip buffer sizes in bytes. The out buffer has the acc buffer's depth with
+        8-bit elements.
+    cmd_queue_depth : int
+        Entries of each of the load, compute and store command queues.
+    token_queue_depth : int
+        Tokens each of the four dependency queues can hold.
+    dram_bus_width : int
+        Width in bits of the AXI4 data bus to DRAM (32 to 1024, power of two).
+    alu_ops : frozenset of AluOp
+        ALU operations the hardware implements; MIN, MAX, ADD and SHR always, MUL optional.
+    clock_mhz : float
+        Clock frequency used to report time; does not change the hardware.
+    """
+
+    batch: int = 1
+    block_in: int = 16
+    block_out: int = 16
+    inp_width: int = 8
+    wgt_width: int = 8
+    acc_width: int = 32
+    uop_buff_size: int = 32 * 1024
+    inp_buff_size: int = 32 * 1024
+    wgt_buff_size: int = 256 * 1024
+    acc_buff_size: int = 128 * 1024
+    cmd_queue_depth: int = 512
+    token_queue_depth: int = 512
+    dram_bus_width: int = 64
+    alu_ops: frozenset = REQUIRED_ALU_OPS
+    clock_mhz: float = 100.0
+
+    # --- validation -------------------------------------------------------------------
+
+    def __post_init__(self):
+        self._normalize_alu_ops()
+        for field, low, high in (("batch", 1, 64), ("block_in", 1, 256), ("block_out", 1, 256)):
+            self._check_pow2(field, low, high)
+        for field, allowed in (("inp_width", (8,)), ("wgt_width", (8,)), ("acc_width", (32,))):
+            value = getattr(self, field)
+            if not isinstance(value, int) or isinstance(value, bool) or value not in allowed:
+                raise ValueError(
+                    f"HardwareConfig.{field} must be one of {allowed}, not {value!r} "
+                    "(the simulators and the GEMM core implement int8 inputs and weights "
+                    "with int32 accumulators)")
+        for field in ("uop_buff_size", "inp_buff_size", "wgt_buff_size", "acc_buff_size"):
+            self._check_pow2(field, 1, 1 << 26)
+        for field, elem_bytes in (("uop_buff_size", self.uop_bytes),
+                                  ("inp_buff_size", self.inp_elem_bytes),
+                                  ("wgt_buff_size", self.wgt_elem_bytes),
+                                  ("acc_buff_size", self.acc_elem_bytes)):
+            depth = getattr(self, field) // elem_bytes
+            if depth < 2:
+                raise ValueError(
+                    f"HardwareConfig.{field}={getattr(self, field)} holds {depth} element(s) "
+                    f"of {elem_bytes} bytes; at least 2 are needed")
+            if depth > 1 << ISA_FIXED_WIDTHS["sram_base"]:
+                raise ValueError(
+                    f"HardwareConfig.{field}={getattr(self, field)} gives a depth of {depth}, "
+                    f"more than the 16-bit sram_base field can address (at most "
+                    f"{1 << ISA_FIXED_WIDTHS['sram_base']} elements of {elem_bytes} bytes)")
+        for field in ("cmd_queue_depth", "token_queue_depth"):
+            value = getattr(self, field)
+            if not isinstance(value, int) or isinstance(value, bool) or not 2 <= value <= 65536:
+                raise ValueError(
+                    f"HardwareConfig.{field} must be an integer from 2 to 65536, not {value!r}")
+        self._check_pow2("dram_bus_width", 32, 1024)
+        if (not isinstance(self.clock_mhz, (int, float)) or isinstance(self.clock_mhz, bool)
+                or not math.isfinite(self.clock_mhz) or self.clock_mhz <= 0):
+            raise ValueError(
+                f"HardwareConfig.clock_mhz must be a positive number, not {self.clock_mhz!r}")
+        if self.uop_bits > 64:
+            raise ValueError(
+                f"HardwareConfig {self._sizes()}: a micro-op needs {self.uop_bits} bits "
+                "(dst + src + wgt index widths), more than 64; make the acc, inp or wgt "
+                "buffer smaller or the blocks larger")
+        self._check_isa_fits()
+
+    def _check_pow2(self, field: str, low: int, high: int):
+        value = getattr(self, field)
+        if (not isinstance(value, int) or isinstance(value, bool) or not _is_pow2(value)
+                or not low <= value <= high):
+            raise ValueError(
+                f"HardwareConfig.{field} must be a power of two from {low} to {high}, "
+                f"not {value!r}")
+
+    def _normalize_alu_ops(self):
+        ops = self.alu_ops
+        if isinstance(ops, (str, bytes)) or not hasattr(ops, "__iter__"):
+            raise ValueError(
+                f"HardwareConfig.alu_ops must be a collection of ALU operation names "
+                f"({', '.join(op.name for op in AluOp)}), not {ops!r}")
+        normalized = set()
+        for op in ops:
+            if isinstance(op, AluOp):
+                normalized.add(op)
+            elif isinstance(op, str) and op.upper() in AluOp.__members__:
+                normalized.add(AluOp[op.upper()])
+            else:
+                raise ValueError(
+                    f"HardwareConfig.alu_ops has unknown operation {op!r}; known: "
+                    f"{', '.join(op.name for op in AluOp)}")
+        missing = REQUIRED_ALU_OPS - normalized
+        if missing:
+            raise ValueError(
+                f"HardwareConfig.alu_ops must include {', '.join(sorted(op.name for op in REQUIRED_ALU_OPS))}; "
+                f"missing {', '.join(sorted(op.name for op in missing))}")
+        object.__setattr__(self, "alu_ops", frozenset(normalized))
+
+    def _check_isa_fits(self):
+        for layout_name, widths in self.insn_field_widths().items():
+            group_a, group_b = widths
+            a_bits = sum(w for _, w in group_a)
+            b_bits = sum(w for _, w in group_b)
+            total = max(64, a_bits) + b_bits
+            if total > INSN_BITS:
+                raise ValueError(
+                    f"HardwareConfig {self._sizes()}: the {layout_name} instruction needs "
+                    f"{total} bits with these buffer depths, more than {INSN_BITS}; "
+                    f"fields: {dict(group_a + group_b)}")
+
+    def _sizes(self) -> str:
+        return (f"(batch={self.batch}, block_in={self.block_in}, block_out={self.block_out}, "
+                f"uop/inp/wgt/acc buffers {self.uop_buff_size}/{self.inp_buff_size}/"
+                f"{self.wgt_buff_size}/{self.acc_buff_size} bytes)")
+
+    # --- element sizes (bytes of one SRAM element, also the unit of dram_base) ---------
+
+    @property
+    def inp_elem_bytes(self) -> int:
+        """Bytes of one inp element: a batch × block_in tile of inputs."""
+        return self.batch * self.block_in * self.inp_width // 8
+
+    @property
+    def wgt_elem_bytes(self) -> int:
+        """Bytes of one wgt element: a block_out × block_in tile of weights."""
+        return self.block_out * self.block_in * self.wgt_width // 8
+
+    @property
+    def acc_elem_bytes(self) -> int:
+        """Bytes of one acc element: a batch × block_out tile of accumulators."""
+        return self.batch * self.block_out * self.acc_width // 8
+
+    @property
+    def out_width(self) -> int:
+        """Bits per out-buffer element (results narrowed from the accumulators)."""
+        return self.inp_width
+
+    @property
+    def out_elem_bytes(self) -> int:
+        """Bytes of one out element: a batch × block_out tile narrowed to out_width."""
+        return self.batch * self.block_out * self.out_width // 8
+
+    # --- depths -------------------------------------------------------------------------
+
+    @property
+    def inp_depth(self) -> int:
+        return self.inp_buff_size // self.inp_elem_bytes
+
+    @property
+    def wgt_depth(self) -> int:
+        return self.wgt_buff_size // self.wgt_elem_bytes
+
+    @property
+    def acc_depth(self) -> int:
+        return self.acc_buff_size // self.acc_elem_bytes
+
+    @property
+    def out_depth(self) -> int:
+        """The out buffer mirrors the acc buffer, one narrowed element per accumulator."""
+        return self.acc_depth
+
+    @property
+    def out_buff_size(self) -> int:
+        return self.out_depth * self.out_elem_bytes
+
+    @property
+    def uop_depth(self) -> int:
+        return self.uop_buff_size // self.uop_bytes
+
+    @property
+    def log_inp_depth(self) -> int:
+        return _log2(self.inp_depth)
+
+    @property
+    def log_wgt_depth(self) -> int:
+        return _log2(self.wgt_depth)
+
+    @property
+    def log_acc_depth(self) -> int:
+        return _log2(self.acc_depth)
+
+    @property
+    def log_uop_depth(self) -> int:
+        return _log2(self.uop_depth)
+
+    # --- micro-op format ----------------------------------------------------------------
+
+    @property
+    def uop_dst_bits(self) -> int:
+        """Width of a micro-op's dst (an acc index)."""
+        return self.log_acc_depth
+
+    @property
+    def uop_src_bits(self) -> int:
+        """Width of a micro-op's src: an inp index for GEMM, an acc index for the ALU."""
+        return max(self.log_inp_depth, self.log_acc_depth)
+
+    @property
+    def uop_wgt_bits(self) -> int:
+        return self.log_wgt_depth
+
+    @property
+    def uop_bits(self) -> int:
+        """Bits of one micro-op as stored: 32 as in VTA, 64 when the indices need more."""
+        need = self.uop_dst_bits + self.uop_src_bits + self.uop_wgt_bits
+        return 32 if need <= 32 else 64 if need <= 64 else need
+
+    @property
+    def uop_bytes(self) -> int:
+        # Depends only on the acc/inp/wgt depths, so no circularity with uop_depth.
+        return self.uop_bits // 8
+
+    # --- instruction layouts ------------------------------------------------------------
+
+    def insn_field_widths(self) -> dict[str, tuple[list[tuple[str, int]], list[tuple[str, int]]]]:
+        """Field order and widths of each instruction layout, in two groups.
+
+        The first group packs from bit 0 (opcode first); the second starts at bit 64 when
+        the first fits in 64 bits (VTA's layout: the two halves are separate 64-bit words)
+        and right after the first group otherwise. `vdla.isa` turns this into bit ranges.
+        """
+        w = ISA_FIXED_WIDTHS
+        header = [("opcode", w["opcode"]), ("pop_prev", 1), ("pop_next", 1),
+                  ("push_prev", 1), ("push_next", 1)]
+        mem = (header + [("memory_type", w["memory_type"]), ("sram_base", w["sram_base"]),
+                         ("dram_base", w["dram_base"])],
+               [("y_size", w["y_size"]), ("x_size", w["x_size"]), ("x_stride", w["x_stride"]),
+                ("y_pad_0", w["pad"]), ("y_pad_1", w["pad"]), ("x_pad_0", w["pad"]),
+                ("x_pad_1", w["pad"])])
+        loop = header + [("reset_reg", 1), ("uop_bgn", self.log_uop_depth),
+                         ("uop_end", self.log_uop_depth + 1), ("iter_out", w["iter"]),
+                         ("iter_in", w["iter"])]
+        gemm = (loop, [("dst_factor_out", self.log_acc_depth), ("dst_factor_in", self.log_acc_depth),
+                       ("src_factor_out", self.log_inp_depth), ("src_factor_in", self.log_inp_depth),
+                       ("wgt_factor_out", self.log_wgt_depth), ("wgt_factor_in", self.log_wgt_depth)])
+        # The ALU's src is an acc index, so its src factors have the acc depth's width
+        # (VTA uses the inp depth's, which is the same number for its default config).
+        alu = (loop, [("dst_factor_out", self.log_acc_depth), ("dst_factor_in", self.log_acc_depth),
+                      ("src_factor_out", self.log_acc_depth), ("src_factor_in", self.log_acc_depth),
+                      ("alu_opcode", w["alu_opcode"]), ("use_imm", 1), ("imm", w["imm"])])
+        finish = (header, [])
+        return {"LOAD": mem, "STORE": mem, "GEMM": gemm, "ALU": alu, "FINISH": finish}
+
+    # --- names --------------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        """Short name, VTA-style: ``1x16x16_i8w8a32_15_15_18_17`` for the default.
+
+        Parameters outside VTA's name that change the hardware are appended when they
+        differ from the default (``-mul``, ``-cq64``, ``-tq16``, ``-bus128``); the clock
+        is not part of the hardware and never appears.
+        """
+        core = (f"{self.batch}x{self.block_in}x{self.block_out}_"
+                f"i{self.inp_width}w{self.wgt_width}a{self.acc_width}_"
+                f"{_log2(self.uop_buff_size)}_{_log2(self.inp_buff_size)}_"
+                f"{_log2(self.wgt_buff_size)}_{_log2(self.acc_buff_size)}")
+        default = _DEFAULT_EXTRAS
+        extras = []
+        if AluOp.MUL in self.alu_ops:
+            extras.append("mul")
+        if self.cmd_queue_depth != default["cmd_queue_depth"]:
+            extras.append(f"cq{self.cmd_queue_depth}")
+        if self.token_queue_depth != default["token_queue_depth"]:
+            extras.append(f"tq{self.token_queue_depth}")
+        if self.dram_bus_width != default["dram_bus_width"]:
+            extras.append(f"bus{self.dram_bus_width}")
+        return "-".join([core] + extras)
+
+    @property
+    def macs_per_cycle(self) -> int:
+        """Peak multiply-accumulates per cycle of the GEMM core."""
+        return self.batch * self.block_in * self.block_out
+
+    def derived(self) -> dict[str, Any]:
+        """Derived values, for display and for tools that should not recompute them."""
+        return {
+            "name": self.name,
+            "inp_elem_bytes": self.inp_elem_bytes,
+            "wgt_elem_bytes": self.wgt_elem_bytes,
+            "acc_elem_bytes": self.acc_elem_bytes,
+            "out_elem_bytes": self.out_elem_bytes,
+            "uop_bits": self.uop_bits,
+            "uop_depth": self.uop_depth,
+            "inp_depth": self.inp_depth,
+            "wgt_depth": self.wgt_depth,
+            "acc_depth": self.acc_depth,
+            "out_depth": self.out_depth,
+            "out_buff_size": self.out_buff_size,
+            "uop_fields": {"dst": self.uop_dst_bits, "src": self.uop_src_bits,
+                           "wgt": self.uop_wgt_bits},
+            "macs_per_cycle": self.macs_per_cycle,
+            "peak_gops": 2 * self.macs_per_cycle * self.clock_mhz / 1000,
+        }
+
+    # --- serialization ------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["alu_ops"] = sorted(op.name for op in self.alu_ops)
+        return data
+
+    def to_json(self, path: str | os.PathLike | None = None) -> str:
+        """Return the config as JSON; with `path`, also write it there atomically."""
+        text = json.dumps(self.to_dict(), indent=2) + "\n"
+        if path is not None:
+            atomic_write(path, text.encode())
+        return text
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "HardwareConfig":
+        """Build from vdla's own keys or from VTA's ``vta_config.json`` keys."""
+        if not isinstance(data, Mapping):
+            raise ValueError(f"a hardware config must be a JSON object, not {type(data).__name__}")
+        if any(key.startswith("LOG_") for key in data):
+            return cls._from_vta_dict(data)
+        fields = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - fields)
+        if unknown:
+            raise ValueError(
+                f"unknown hardware config key(s) {', '.join(map(repr, unknown))}; "
+                f"known: {', '.join(sorted(fields))} (or VTA's LOG_* keys)")
+        return cls(**data)
+
+    @classmethod
+    def _from_vta_dict(cls, data: Mapping[str, Any]) -> "HardwareConfig":
+        def exp2(key):
+            value = data[key]
+            if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 32:
+                raise ValueError(f"VTA config key {key} must be an integer from 0 to 31, "
+                                 f"not {value!r}")
+            return 1 << value
+
+        keys = {"LOG_INP_WIDTH": "inp_width", "LOG_WGT_WIDTH": "wgt_width",
+                "LOG_ACC_WIDTH": "acc_width", "LOG_BATCH": "batch",
+                "LOG_UOP_BUFF_SIZE": "uop_buff_size", "LOG_INP_BUFF_SIZE": "inp_buff_size",
+                "LOG_WGT_BUFF_SIZE": "wgt_buff_size", "LOG_ACC_BUFF_SIZE": "acc_buff_size",
+                "LOG_BLOCK_IN": "block_in", "LOG_BLOCK_OUT": "block_out"}
+        # Keys of vta_config.json that describe the target, not the design.
+        ignored = {"TARGET", "HW_VER", "LOG_OUT_WIDTH", "LOG_OUT_BUFF_SIZE"}
+        kwargs: dict[str, Any] = {}
+        for key in data:
+            if key in keys:
+                kwargs[keys[key]] = exp2(key)
+            elif key == "LOG_BLOCK":
+                kwargs.setdefault("block_in", exp2(key))
+                kwargs.setdefault("block_out", exp2(key))
+            elif key == "HW_FREQ":
+                kwargs["clock_mhz"] = data[key]
+            elif key not in ignored:
+                raise ValueError(
+                    f"unknown VTA config key {key!r}; known: "
+                    f"{', '.join(sorted(set(keys) | ignored | {'LOG_BLOCK', 'HW_FREQ'}))}")
+        return cls(**kwargs)
+
+    @classmethod
+    def from_json(cls, path_or_text: str | os.PathLike) -> "HardwareConfig":
+        """Read a config from a JSON file (vdla's keys or VTA's) or a JSON string."""
+        text = str(path_or_text)
+        if not text.lstrip().startswith("{"):
+            path = Path(path_or_text)
+            try:
+                text = path.read_text()
+            except OSError as exc:
+                raise ValueError(f"cannot read hardware config {str(path)!r}: {exc.strerror}") from None
+            where = f"hardware config {str(path)!r}"
+        else:
+            where = "hardware config JSON"
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{where} is not valid JSON: {exc}") from None
+        try:
+            return cls.from_dict(data)
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f"{where}: {exc}") from None
+
+    def replace(self, **changes) -> "HardwareConfig":
+        """A copy with some parameters changed (validated like a new config)."""
+        return dataclasses.replace(self, **changes)
+
+
+_DEFAULT_EXTRAS = {f.name: f.default for f in dataclasses.fields(HardwareConfig)}
+
