@@ -1,0 +1,163 @@
+"""The device API: one interface for every backend (functional now, Verilator and boards later).
+
+    dev = vdla.runtime.open(config, backend="functional")
+    a = dev.alloc(nbytes)            # DRAM byte address, aligned for every memory type
+    dev.write(a, array_or_bytes)
+    data = dev.read(a, nbytes)       # numpy uint8 array
+    stats = dev.run(insn_addr, insn_count)
+"""
+
+from __future__ import annotations
+
+import abc
+
+import numpy as np
+
+from vdla.config import HardwareConfig
+from vdla.isa import INSN_BYTES, Program
+from vdla.runtime.allocator import DramAllocator
+
+__all__ = ["Device", "FunctionalDevice", "open", "BACKENDS", "dram_alignment"]
+
+#: Default DRAM size of a simulated device.
+DEFAULT_DRAM_SIZE = 256 << 20
+
+
+def dram_alignment(config: HardwareConfig) -> int:
+    """Alignment of every allocation: a whole element of every memory type, a whole
+    instruction and a whole bus word, so any buffer can hold any of them."""
+    return max(config.uop_bytes, config.inp_elem_bytes, config.wgt_elem_bytes,
+               config.acc_elem_bytes, config.out_elem_bytes, INSN_BYTES,
+               config.dram_bus_width // 8)
+
+
+def _as_bytes(data) -> np.ndarray:
+    if isinstance(data, np.ndarray):
+        array = data
+        if array.dtype.byteorder == ">":
+            array = array.astype(array.dtype.newbyteorder("<"))
+        return np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+    try:
+        return np.frombuffer(memoryview(data).cast("B"), dtype=np.uint8)
+    except TypeError:
+        raise TypeError(f"write() takes a numpy array or a bytes-like object, not "
+                        f"{type(data).__name__}") from None
+
+
+class Device(abc.ABC):
+    """A (simulated or real) accelerator with its DRAM.
+
+    Memory is managed by the host: `alloc` returns byte addresses aligned to
+    `dram_alignment(config)`; reads and writes must stay inside allocated blocks.
+    """
+
+    backend: str = ""
+
+    def __init__(self, config: HardwareConfig, dram_size: int):
+        if not isinstance(config, HardwareConfig):
+            raise TypeError(f"config must be a vdla.HardwareConfig, not {type(config).__name__}")
+        if isinstance(dram_size, bool) or not isinstance(dram_size, int) or dram_size < (1 << 16):
+            raise ValueError(f"dram_size must be an integer of at least 65536 bytes, not {dram_size!r}")
+        self.config = config
+        self.dram_size = dram_size
+        self.allocator = DramAllocator(dram_size, alignment=dram_alignment(config))
+
+    def alloc(self, nbytes: int) -> int:
+        """Allocate `nbytes` of DRAM; returns the byte address."""
+        return self.allocator.alloc(nbytes)
+
+    def free(self, addr: int):
+        self.allocator.free(addr)
+
+    def _check_range(self, addr: int, nbytes: int, what: str):
+        if isinstance(addr, bool) or not isinstance(addr, (int, np.integer)):
+            raise TypeError(f"{what} address must be an integer, not {addr!r}")
+        if not self.allocator.owner(int(addr), nbytes):
+            raise ValueError(f"{what} of {nbytes} bytes at {int(addr):#x} is not inside one "
+                             "allocated DRAM block (use alloc() first)")
+
+    def write(self, addr: int, data) -> None:
+        """Copy a numpy array (any dtype, little-endian) or bytes into DRAM at `addr`."""
+        raw = _as_bytes(data)
+        self._check_range(addr, len(raw), "write")
+        self._write(int(addr), raw)
+
+    def read(self, addr: int, nbytes: int) -> np.ndarray:
+        """A copy of `nbytes` of DRAM at `addr`, as a uint8 array (use ``.view(dtype)``)."""
+        if isinstance(nbytes, bool) or not isinstance(nbytes, (int, np.integer)) or nbytes < 0:
+            raise ValueError(f"read size must be a non-negative integer, not {nbytes!r}")
+        self._check_range(addr, int(nbytes), "read")
+        return self._read(int(addr), int(nbytes))
+
+    def load_program(self, program: Program) -> tuple[int, int]:
+        """Allocate DRAM for `program`'s instructions and write them; returns
+        ``(insn_addr, insn_count)`` for `run`."""
+        if program.config != self.config:
+            raise ValueError(f"program is encoded for config {program.config.name}, the "
+                             f"device has {self.config.name}")
+        stream = program.to_bytes()
+        addr = self.alloc(len(stream))
+        self.write(addr, stream)
+        return addr, len(program)
+
+    @abc.abstractmethod
+    def run(self, insn_addr: int, insn_count: int) -> dict:
+        """Run `insn_count` instructions from DRAM byte address `insn_addr` to FINISH.
+
+        Returns statistics (a flat dict of numbers). Raises `vdla.sim.DeadlockError` or
+        `vdla.sim.ProgramError` for a program that cannot complete.
+        """
+
+    @abc.abstractmethod
+    def _write(self, addr: int, raw: np.ndarray): ...
+
+    @abc.abstractmethod
+    def _read(self, addr: int, nbytes: int) -> np.ndarray: ...
+
+    def close(self):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class FunctionalDevice(Device):
+    """Device backed by the functional simulator (`vdla.sim.FunctionalSimulator`)."""
+
+    backend = "functional"
+
+    def __init__(self, config: HardwareConfig, dram_size: int = DEFAULT_DRAM_SIZE):
+        super().__init__(config, dram_size)
+        from vdla.sim import FunctionalSimulator
+
+        self.dram = np.zeros(dram_size, dtype=np.uint8)
+        self.simulator = FunctionalSimulator(config, self.dram)
+
+    def _write(self, addr, raw):
+        self.dram[addr:addr + len(raw)] = raw
+
+    def _read(self, addr, nbytes):
+        return self.dram[addr:addr + nbytes].copy()
+
+    def run(self, insn_addr: int, insn_count: int) -> dict:
+        return self.simulator.run_from_dram(insn_addr, insn_count)
+
+
+BACKENDS = {"functional": FunctionalDevice}
+
+
+def open(config: HardwareConfig | None = None, backend: str = "functional", **options) -> Device:
+    """Open a device of `backend` for `config` (the default config when None).
+
+    Options go to the backend (``dram_size`` for the simulators).
+    """
+    config = HardwareConfig() if config is None else config
+    try:
+        cls = BACKENDS[backend]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown backend {backend!r}; available: "
+                         f"{', '.join(sorted(BACKENDS))}") from None
+    return cls(config, **options)

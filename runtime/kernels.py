@@ -1,0 +1,187 @@
+"""Hand-scheduled kernels: a blocked int8 GEMM with requantization.
+
+This is the main job of the foundation (``vdla demo``), the workload of
+``bench/functional_sim.py`` and a test of the token protocol with one and two virtual
+threads. The compiler's tensorizer (a later issue) generates such programs for any layer;
+this one is written by hand, the way VTA's own blocked-GEMM test is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from vdla.config import AluOp, HardwareConfig
+from vdla.isa import MemoryType, Program, Uop, encode_uops
+from vdla.runtime.builder import COMPUTE, LOAD, STORE, ProgramBuilder
+from vdla.runtime.device import Device
+
+__all__ = ["GemmSchedule", "blocked_gemm", "blocked_gemm_reference", "pack_rows", "unpack_rows"]
+
+
+def blocked_gemm_reference(a: np.ndarray, b: np.ndarray, shift: int) -> np.ndarray:
+    """What `blocked_gemm` computes, in plain numpy: int8(clip((a · bᵀ) >> shift))."""
+    acc = a.astype(np.int64) @ b.astype(np.int64).T
+    return np.clip(acc.astype(np.int32) >> shift, -128, 127).astype(np.int8)
+
+
+def pack_rows(x: np.ndarray, rows: int, cols: int) -> np.ndarray:
+    """(R, C) → (R/rows, C/cols, rows, cols): the DRAM layout of SRAM-element tiles."""
+    r, c = x.shape
+    return np.ascontiguousarray(x.reshape(r // rows, rows, c // cols, cols).transpose(0, 2, 1, 3))
+
+
+def unpack_rows(x: np.ndarray) -> np.ndarray:
+    """Inverse of `pack_rows`."""
+    rb, cb, rows, cols = x.shape
+    return x.transpose(0, 2, 1, 3).reshape(rb * rows, cb * cols)
+
+
+@dataclasses.dataclass(frozen=True)
+class GemmSchedule:
+    """Tiling of a blocked GEMM, in SRAM elements.
+
+    tile_m : rows of inp elements (each `batch` rows of A) per tile
+    tile_n : blocks of `block_out` output columns per tile
+    virtual_threads : 1, or 2 to split the inp, wgt and acc buffers into ping-pong
+        halves so one tile's loads overlap the previous tile's compute and store
+    """
+
+    tile_m: int
+    tile_n: int
+    virtual_threads: int = 1
+
+    @classmethod
+    def default(cls, config: HardwareConfig, mb: int, kb: int, nb: int,
+                virtual_threads: int = 1) -> "GemmSchedule":
+        """Largest tiles that fit each thread's share of the buffers."""
+        inp, wgt, acc = (d // virtual_threads for d in (config.inp_depth, config.wgt_depth,
+                                                        config.acc_depth))
+        tile_n = max(1, min(nb, wgt // kb))
+        tile_m = max(1, min(mb, inp // kb, acc // tile_n))
+        return cls(tile_m, tile_n, virtual_threads)
+
+
+def blocked_gemm(dev: Device, a: np.ndarray, b: np.ndarray, *, shift: int = 0,
+                 schedule: GemmSchedule | None = None,
+                 virtual_threads: int = 1) -> tuple[np.ndarray, dict, Program]:
+    """Run ``int8(clip((a · bᵀ) >> shift))`` on `dev` and return (result, stats, program).
+
+    `a` is int8 (M, K), `b` int8 (N, K); M, K and N are padded with zeros to multiples of
+    batch, block_in and block_out. The whole K dimension is reduced inside one tile.
+    """
+    c = dev.config
+    a, b = np.asarray(a), np.asarray(b)
+    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[1]:
+        raise ValueError(f"blocked_gemm needs a (M, K) and b (N, K); got {a.shape} and {b.shape}")
+    if a.dtype != np.int8 or b.dtype != np.int8:
+        raise ValueError(f"blocked_gemm takes int8 operands, not {a.dtype} and {b.dtype}")
+    if not 0 <= shift <= 31:
+        raise ValueError(f"shift must be in 0..31, not {shift}")
+    m, k = a.shape
+    n = b.shape[0]
+    mb, kb, nb = -(-m // c.batch), -(-k // c.block_in), -(-n // c.block_out)
+    a_pad = np.zeros((mb * c.batch, kb * c.block_in), np.int8)
+    a_pad[:m, :k] = a
+    b_pad = np.zeros((nb * c.block_out, kb * c.block_in), np.int8)
+    b_pad[:n, :k] = b
+    sched = schedule or GemmSchedule.default(c, mb, kb, nb, virtual_threads)
+    _check_fits(c, sched, kb)
+
+    # DRAM: A and B in SRAM-element tiles, C as out elements, and the micro-op table.
+    a_addr = dev.alloc(a_pad.nbytes)
+    b_addr = dev.alloc(b_pad.nbytes)
+    c_bytes = mb * nb * c.out_elem_bytes
+    c_addr = dev.alloc(c_bytes)
+    dev.write(a_addr, pack_rows(a_pad, c.batch, c.block_in))
+    dev.write(b_addr, pack_rows(b_pad, c.block_out, c.block_in))
+
+    threads = sched.virtual_threads
+    inp_half, wgt_half, acc_half = (d // threads for d in (c.inp_depth, c.wgt_depth, c.acc_depth))
+    uops, kernels = [], []
+    for t in range(threads):
+        # Per thread: kb GEMM micro-ops (one per K block), one reset, one ALU micro-op.
+        gemm_bgn = len(uops)
+        uops += [Uop(t * acc_half, t * inp_half + kk, t * wgt_half + kk) for kk in range(kb)]
+        reset = len(uops)
+        uops.append(Uop(t * acc_half, 0, 0))
+        alu = len(uops)
+        uops.append(Uop(t * acc_half, t * acc_half, 0))
+        kernels.append((gemm_bgn, reset, alu))
+    uop_bytes = encode_uops(uops, c)
+    uop_addr = dev.alloc(len(uop_bytes))
+    dev.write(uop_addr, uop_bytes)
+
+    p = ProgramBuilder(c)
+    p.load(MemoryType.UOP, sram_base=0, dram_base=uop_addr // c.uop_bytes, y_size=1,
+           x_size=len(uops), x_stride=len(uops))
+    tiles = [(m0, n0) for m0 in range(0, mb, sched.tile_m) for n0 in range(0, nb, sched.tile_n)]
+    for index, (m0, n0) in enumerate(tiles):
+        t = index % threads
+        reused = index >= threads                 # this thread's buffers held an earlier tile
+        reused_later = index + threads < len(tiles)
+        tm, tn = min(sched.tile_m, mb - m0), min(sched.tile_n, nb - n0)
+        gemm_bgn, reset, alu = kernels[t]
+
+        # Load: wait until compute is done with this thread's inp/wgt half (WAR).
+        if reused:
+            p.dep_pop(COMPUTE, LOAD)
+        p.load(MemoryType.INP, sram_base=t * inp_half, dram_base=a_addr // c.inp_elem_bytes + m0 * kb,
+               y_size=tm, x_size=kb, x_stride=kb)
+        p.load(MemoryType.WGT, sram_base=t * wgt_half, dram_base=b_addr // c.wgt_elem_bytes + n0 * kb,
+               y_size=tn, x_size=kb, x_stride=kb)
+        p.dep_push(LOAD, COMPUTE)
+
+        # Compute: wait for the loads (RAW) and for the store of this half's last tile (WAR).
+        p.dep_pop(LOAD, COMPUTE)
+        if reused:
+            p.dep_pop(STORE, COMPUTE)
+        loops = dict(iter_out=tm, iter_in=tn, dst_factor_out=tn, dst_factor_in=1)
+        p.gemm(reset_reg=True, uop_bgn=reset, uop_end=reset + 1, **loops)
+        p.gemm(uop_bgn=gemm_bgn, uop_end=gemm_bgn + kb, src_factor_out=kb, wgt_factor_in=kb, **loops)
+        if reused_later:
+            p.dep_push(COMPUTE, LOAD)
+        flat = dict(uop_bgn=alu, uop_end=alu + 1, iter_out=tm * tn, iter_in=1, dst_factor_out=1,
+                    src_factor_out=1, use_imm=True)
+        if shift:
+            p.alu(AluOp.SHR, imm=shift, **flat)
+        p.alu(AluOp.MIN, imm=127, **flat)
+        p.alu(AluOp.MAX, imm=-128, **flat)
+        p.dep_push(COMPUTE, STORE)
+
+        # Store: wait for the results (RAW); free the acc/out half when a later tile needs it.
+        p.dep_pop(COMPUTE, STORE)
+        p.store(sram_base=t * acc_half, dram_base=c_addr // c.out_elem_bytes + m0 * nb + n0,
+                y_size=tm, x_size=tn, x_stride=nb)
+        if reused_later:
+            p.dep_push(STORE, COMPUTE)
+    # FINISH waits for the last store; the store module runs in order, so for all of them.
+    p.dep_push(STORE, COMPUTE)
+    p.dep_pop(STORE, COMPUTE)
+    program = p.finish()
+
+    insn_addr, count = dev.load_program(program)
+    try:
+        stats = dev.run(insn_addr, count)
+        out = dev.read(c_addr, c_bytes).view(np.int8).reshape(mb, nb, c.batch, c.block_out)
+    finally:
+        for addr in (a_addr, b_addr, c_addr, uop_addr, insn_addr):
+            dev.free(addr)
+    return unpack_rows(out)[:m, :n], stats, program
+
+
+def _check_fits(c: HardwareConfig, s: GemmSchedule, kb: int):
+    if s.virtual_threads not in (1, 2):
+        raise ValueError(f"virtual_threads must be 1 or 2, not {s.virtual_threads}")
+    if s.tile_m < 1 or s.tile_n < 1:
+        raise ValueError(f"tile_m and tile_n must be positive, not {s.tile_m}, {s.tile_n}")
+    t = s.virtual_threads
+    needs = {"inp": (s.tile_m * kb, c.inp_depth // t), "wgt": (s.tile_n * kb, c.wgt_depth // t),
+             "acc": (s.tile_m * s.tile_n, c.acc_depth // t)}
+    over = {name: v for name, v in needs.items() if v[0] > v[1]}
+    if over:
+        detail = ", ".join(f"{name} needs {need} elements, {have} available per thread"
+                           for name, (need, have) in over.items())
+        raise ValueError(f"GEMM tile {s.tile_m}x{s.tile_n} (K = {kb} blocks) with "
+                         f"{t} virtual thread(s) does not fit config {c.name}: {detail}")

@@ -1,0 +1,63 @@
+"""Errors every vdla simulator raises, so callers handle one set whatever the backend."""
+
+from __future__ import annotations
+
+import dataclasses
+
+__all__ = ["SimError", "ProgramError", "DeadlockError", "Wait", "TOKEN_QUEUES"]
+
+#: The four dependency-token queues: name -> (producer module, consumer module).
+TOKEN_QUEUES = {
+    "load->compute": ("load", "compute"),
+    "compute->load": ("compute", "load"),
+    "compute->store": ("compute", "store"),
+    "store->compute": ("store", "compute"),
+}
+
+
+class SimError(RuntimeError):
+    """Base class of simulation errors."""
+
+
+class ProgramError(SimError):
+    """The program is invalid: an index or address out of range, a meaningless flag, ...
+
+    `insn_index` is the index of the offending instruction in the stream (or None).
+    """
+
+    def __init__(self, message: str, insn_index: int | None = None):
+        super().__init__(message)
+        self.insn_index = insn_index
+
+
+@dataclasses.dataclass(frozen=True)
+class Wait:
+    """What one blocked unit (fetch or a module) waits on when a program deadlocks.
+
+    `unit` is "fetch", "load", "compute" or "store"; `insn_index` the instruction it is
+    stuck at; `queue` the token queue (see `TOKEN_QUEUES`) or command queue it waits on;
+    `reason` is "token" (the queue is empty) or "space" (the queue is full).
+    """
+
+    unit: str
+    insn_index: int
+    queue: str
+    reason: str
+    insn_text: str = ""
+
+    def __str__(self) -> str:
+        what = ("a token on the" if self.reason == "token" else "space in the")
+        text = f" ({self.insn_text})" if self.insn_text else ""
+        return f"{self.unit} waits at instruction {self.insn_index}{text} for {what} {self.queue} queue"
+
+
+class DeadlockError(SimError):
+    """No unit can make progress and the program has not finished.
+
+    `waits` lists what each blocked unit waits on (module, instruction index, queue).
+    """
+
+    def __init__(self, waits: list[Wait], detail: str = ""):
+        self.waits = list(waits)
+        lines = "; ".join(str(w) for w in self.waits) or "no unit is blocked"
+        super().__init__(f"deadlock: {lines}{'. ' + detail if detail else ''}")

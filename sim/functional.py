@@ -1,0 +1,459 @@
+"""Functional simulator: bit-exact ISA semantics and the token protocol, in numpy.
+
+The golden model for every other backend. It models what decides *whether* and *what*
+a program computes, not how long it takes:
+
+- fetch routes instructions in order into the load, compute and store command queues
+  (``cmd_queue_depth`` entries each; fetch stalls on a full queue, as the hardware does);
+- each module executes its queue in order, popping the token queues its instruction
+  names before executing and pushing after (``token_queue_depth`` tokens each);
+- a state where nothing can move and FINISH has not run is a deadlock, reported with
+  what every blocked unit waits on.
+
+Work inside an instruction is vectorized over all its micro-ops: GEMM products come from
+one float32 matrix product over the distinct inputs and weights the instruction touches
+(exact: |int8·int8| sums stay far below 2**24) and are accumulated per destination with
+``np.bincount`` in float64 (exact) before the int32 wrap-around. ALU micro-ops are
+applied in conflict-free batches so read-after-write chains inside one instruction
+(pooling, reductions) keep their sequential meaning.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Sequence
+
+import numpy as np
+
+from vdla.config import AluOp, HardwareConfig
+from vdla.isa import (INSN_BYTES, Alu, DecodeError, Finish, Gemm, Insn, Load, MemoryType, Module, Store,
+                      decode_stream, format_insn)
+from vdla.sim.errors import DeadlockError, ProgramError, Wait
+
+__all__ = ["FunctionalSimulator"]
+
+# (module, flag) -> token queue; a flag with no queue (load's prev, store's next) is invalid.
+_FLAG_QUEUES = {
+    (Module.LOAD, "pop_next"): "compute->load",
+    (Module.LOAD, "push_next"): "load->compute",
+    (Module.COMPUTE, "pop_prev"): "load->compute",
+    (Module.COMPUTE, "pop_next"): "store->compute",
+    (Module.COMPUTE, "push_prev"): "compute->load",
+    (Module.COMPUTE, "push_next"): "compute->store",
+    (Module.STORE, "pop_prev"): "compute->store",
+    (Module.STORE, "push_prev"): "store->compute",
+}
+_MODULES = (Module.LOAD, Module.COMPUTE, Module.STORE)
+
+# Elements per float32 product batch: bounds temporary memory and keeps float64 sums exact.
+_CHUNK_ELEMS = 1 << 22
+
+
+def _unique_inverse(index: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct values of `index` (all in [0, depth)) and each element's position among them."""
+    present = np.zeros(depth, dtype=bool)
+    present[index] = True
+    uniq = np.flatnonzero(present)
+    remap = np.empty(depth, dtype=np.intp)
+    remap[uniq] = np.arange(len(uniq))
+    return uniq, remap[index]
+
+
+class FunctionalSimulator:
+    """Bit-exact simulator of one accelerator over a DRAM byte array.
+
+    Parameters
+    ----------
+    config : HardwareConfig
+    dram : numpy.ndarray of uint8
+        The DRAM the accelerator sees; shared with the caller (not copied).
+
+    The SRAMs keep their contents between runs, as on the hardware.
+    """
+
+    def __init__(self, config: HardwareConfig, dram: np.ndarray):
+        if not isinstance(dram, np.ndarray) or dram.dtype != np.uint8 or dram.ndim != 1:
+            raise TypeError("dram must be a 1-D numpy uint8 array")
+        self.config = config
+        self.dram = dram
+        c = config
+        self._elem_bytes = {MemoryType.UOP: c.uop_bytes, MemoryType.WGT: c.wgt_elem_bytes,
+                            MemoryType.INP: c.inp_elem_bytes, MemoryType.ACC: c.acc_elem_bytes,
+                            MemoryType.OUT: c.out_elem_bytes}
+        depths = {MemoryType.UOP: c.uop_depth, MemoryType.WGT: c.wgt_depth,
+                  MemoryType.INP: c.inp_depth, MemoryType.ACC: c.acc_depth,
+                  MemoryType.OUT: c.out_depth}
+        # Each SRAM is raw bytes (what DMA moves) with a typed view (what compute uses).
+        self.sram = {m: np.zeros((depths[m], self._elem_bytes[m]), dtype=np.uint8)
+                     for m in MemoryType}
+        self.inp = self.sram[MemoryType.INP].view(np.int8).reshape(-1, c.batch, c.block_in)
+        self.wgt = self.sram[MemoryType.WGT].view(np.int8).reshape(-1, c.block_out, c.block_in)
+        self.acc = self.sram[MemoryType.ACC].view("<i4").reshape(-1, c.batch, c.block_out)
+        self.out = self.sram[MemoryType.OUT].view(np.int8).reshape(-1, c.batch, c.block_out)
+        # Micro-ops decoded once when loaded, as index arrays.
+        self.uop_dst = np.zeros(c.uop_depth, dtype=np.int64)
+        self.uop_src = np.zeros(c.uop_depth, dtype=np.int64)
+        self.uop_wgt = np.zeros(c.uop_depth, dtype=np.int64)
+
+    # --- running ------------------------------------------------------------------------
+
+    def run_from_dram(self, insn_addr: int, insn_count: int) -> dict:
+        """Fetch `insn_count` instructions from DRAM byte address `insn_addr` and run them."""
+        if insn_addr % INSN_BYTES:
+            raise ProgramError(f"instruction address {insn_addr:#x} is not a multiple of "
+                               f"{INSN_BYTES} bytes")
+        end = insn_addr + insn_count * INSN_BYTES
+        if insn_addr < 0 or insn_count < 1 or end > len(self.dram):
+            raise ProgramError(f"instructions {insn_addr:#x}..{end:#x} ({insn_count} of them) "
+                               f"are not inside DRAM (0..{len(self.dram):#x})")
+        try:
+            insns = decode_stream(self.dram[insn_addr:end].tobytes(), self.config)
+        except DecodeError as exc:
+            raise ProgramError(f"fetch at {insn_addr:#x}: {exc}") from None
+        return self.run(insns)
+
+    def run(self, insns: Sequence[Insn]) -> dict:
+        """Run a program to FINISH and return its statistics.
+
+        Raises `DeadlockError` when no module can move before FINISH, and `ProgramError`
+        for an invalid instruction (naming its index), a program without FINISH, work
+        still pending when FINISH runs, or tokens left in a queue at the end.
+        """
+        c = self.config
+        insns = list(insns)
+        self.stats = stats = collections.Counter()
+        routes = [self._route(index, insn) for index, insn in enumerate(insns)]
+        queues = {m: collections.deque() for m in _MODULES}
+        tokens = dict.fromkeys(("load->compute", "compute->load", "compute->store",
+                                "store->compute"), 0)
+        fetched = 0
+        while True:
+            progress = False
+            while fetched < len(insns):
+                module = routes[fetched][0]
+                if len(queues[module]) >= c.cmd_queue_depth:
+                    break
+                queues[module].append(fetched)
+                fetched += 1
+                progress = True
+            for module in _MODULES:
+                queue = queues[module]
+                while queue:
+                    index = queue[0]
+                    _, pops, pushes = routes[index]
+                    if any(tokens[q] == 0 for q in pops) or any(
+                            tokens[q] >= c.token_queue_depth for q in pushes):
+                        break
+                    for q in pops:
+                        tokens[q] -= 1
+                    insn = insns[index]
+                    self._execute(index, insn)
+                    stats[f"{module.value}_insns"] += 1
+                    for q in pushes:
+                        tokens[q] += 1
+                    queue.popleft()
+                    progress = True
+                    if isinstance(insn, Finish):
+                        self._check_finished(index, insns, fetched, queues, tokens)
+                        stats["instructions"] = index + 1
+                        stats["fetch_bytes"] = (index + 1) * INSN_BYTES
+                        stats["dram_bytes_read"] += stats["fetch_bytes"]
+                        return dict(stats)
+            if not progress:
+                if fetched == len(insns) and not any(queues.values()):
+                    raise ProgramError(f"the program's {len(insns)} instructions ran without "
+                                       "a FINISH; end it with FINISH")
+                raise DeadlockError(self._waits(insns, routes, fetched, queues, tokens))
+
+    def _route(self, index: int, insn: Insn):
+        """(module, token queues popped, token queues pushed) of one instruction."""
+        module = insn.module
+        pops, pushes = [], []
+        for flag in ("pop_prev", "pop_next", "push_prev", "push_next"):
+            if getattr(insn, flag):
+                queue = _FLAG_QUEUES.get((module, flag))
+                if queue is None:
+                    side = "previous" if flag.endswith("prev") else "next"
+                    raise ProgramError(
+                        f"instruction {index} ({format_insn(insn)}) runs on the "
+                        f"{module.value} module, which has no {side} module, but sets {flag}",
+                        index)
+                (pops if flag.startswith("pop") else pushes).append(queue)
+        return module, tuple(pops), tuple(pushes)
+
+    def _check_finished(self, index, insns, fetched, queues, tokens):
+        pending = sorted(i for q in queues.values() for i in q)
+        if fetched < len(insns) or pending:
+            first = pending[0] if pending else fetched
+            raise ProgramError(
+                f"FINISH (instruction {index}) ran while instruction {first} "
+                f"({format_insn(insns[first])}) had not: the host would see done before "
+                "that work; order it before FINISH with dependency tokens", index)
+        left = {q: n for q, n in tokens.items() if n}
+        if left:
+            desc = ", ".join(f"{n} on {q}" for q, n in left.items())
+            raise ProgramError(
+                f"the program finished with tokens left in the queues ({desc}); the hardware "
+                "keeps them and the next program would pop them: every push needs a pop", index)
+
+    def _waits(self, insns, routes, fetched, queues, tokens) -> list[Wait]:
+        c = self.config
+        waits = []
+        for module in _MODULES:
+            if not queues[module]:
+                continue
+            index = queues[module][0]
+            _, pops, pushes = routes[index]
+            text = format_insn(insns[index])
+            for q in pops:
+                if tokens[q] == 0:
+                    waits.append(Wait(module.value, index, q, "token", text))
+            for q in pushes:
+                if tokens[q] >= c.token_queue_depth:
+                    waits.append(Wait(module.value, index, q, "space", text))
+        if fetched < len(insns):
+            module = routes[fetched][0]
+            waits.append(Wait("fetch", fetched, f"{module.value} command", "space",
+                              format_insn(insns[fetched])))
+        return waits
+
+    # --- instruction semantics ------------------------------------------------------------
+
+    def _execute(self, index: int, insn: Insn):
+        try:
+            if isinstance(insn, Load):
+                self._load(insn)
+            elif isinstance(insn, Store):
+                self._store(insn)
+            elif isinstance(insn, Gemm):
+                self._gemm(insn)
+            elif isinstance(insn, Alu):
+                self._alu(insn)
+        except _Invalid as exc:
+            raise ProgramError(f"instruction {index} ({format_insn(insn)}): {exc}", index) from None
+
+    def _dram_elements(self, insn, what: str) -> np.ndarray:
+        """Element indices (y_size × x_size) in DRAM of a 2-D LOAD or STORE, range-checked."""
+        elem = self._elem_bytes[insn.memory_type]
+        count = len(self.dram) // elem
+        last = insn.dram_base + (insn.y_size - 1) * insn.x_stride + insn.x_size - 1
+        if insn.y_size and last >= count:
+            raise _Invalid(
+                f"{what} DRAM elements {insn.dram_base}..{last} of {elem} bytes (byte "
+                f"{insn.dram_base * elem:#x}..{(last + 1) * elem - 1:#x}) past the end of "
+                f"DRAM ({len(self.dram):#x} bytes)")
+        rows = insn.dram_base + insn.x_stride * np.arange(insn.y_size, dtype=np.int64)
+        return rows[:, None] + np.arange(insn.x_size, dtype=np.int64)
+
+    def _dram_view(self, memory_type: MemoryType) -> np.ndarray:
+        elem = self._elem_bytes[memory_type]
+        return self.dram[:len(self.dram) // elem * elem].reshape(-1, elem)
+
+    def _load(self, insn: Load):
+        if insn.x_size == 0:
+            return  # a dependency-only no-op
+        mem = insn.memory_type
+        sram = self.sram[mem]
+        if mem == MemoryType.UOP and (insn.y_pad_0 or insn.y_pad_1 or insn.x_pad_0 or insn.x_pad_1):
+            raise _Invalid("a LOAD of UOP cannot pad (a zero micro-op is not padding)")
+        width = insn.x_pad_0 + insn.x_size + insn.x_pad_1
+        rows = insn.y_pad_0 + insn.y_size + insn.y_pad_1
+        end = insn.sram_base + rows * width
+        if end > len(sram):
+            raise _Invalid(f"writes {mem.name} SRAM elements {insn.sram_base}..{end - 1}, "
+                           f"past its depth {len(sram)}")
+        data = self._dram_view(mem)[self._dram_elements(insn, "reads")]
+        block = sram[insn.sram_base:end].reshape(rows, width, -1)
+        block[...] = 0
+        block[insn.y_pad_0:insn.y_pad_0 + insn.y_size, insn.x_pad_0:insn.x_pad_0 + insn.x_size] = data
+        if mem == MemoryType.UOP:
+            self._decode_uops(insn.sram_base, end)
+        key = mem.name.lower()
+        nbytes = insn.y_size * insn.x_size * self._elem_bytes[mem]
+        self.stats[f"load_bytes_{key}"] += nbytes
+        self.stats["dram_bytes_read"] += nbytes
+
+    def _decode_uops(self, begin: int, end: int):
+        c = self.config
+        raw = self.sram[MemoryType.UOP][begin:end]
+        words = raw.view("<u4")[:, 0].astype(np.int64) if c.uop_bytes == 4 else raw.view("<u8")[:, 0].astype(np.int64)
+        self.uop_dst[begin:end] = words & ((1 << c.uop_dst_bits) - 1)
+        self.uop_src[begin:end] = (words >> c.uop_dst_bits) & ((1 << c.uop_src_bits) - 1)
+        self.uop_wgt[begin:end] = (words >> (c.uop_dst_bits + c.uop_src_bits)) & ((1 << c.uop_wgt_bits) - 1)
+
+    def _store(self, insn: Store):
+        if insn.y_pad_0 or insn.y_pad_1 or insn.x_pad_0 or insn.x_pad_1:
+            raise _Invalid("a STORE cannot pad; padding fields must be 0")
+        if insn.x_size == 0:
+            return
+        if insn.y_size > 1 and insn.x_stride < insn.x_size:
+            raise _Invalid(f"x_stride {insn.x_stride} < x_size {insn.x_size}: stored rows "
+                           "would overlap in DRAM")
+        count = insn.y_size * insn.x_size
+        end = insn.sram_base + count
+        out = self.sram[MemoryType.OUT]
+        if end > len(out):
+            raise _Invalid(f"reads OUT SRAM elements {insn.sram_base}..{end - 1}, past its "
+                           f"depth {len(out)}")
+        index = self._dram_elements(insn, "writes")
+        self._dram_view(MemoryType.OUT)[index] = out[insn.sram_base:end].reshape(
+            insn.y_size, insn.x_size, -1)
+        nbytes = count * self._elem_bytes[MemoryType.OUT]
+        self.stats["store_bytes_out"] += nbytes
+        self.stats["dram_bytes_written"] += nbytes
+
+    def _loop_indices(self, insn, fields: dict[str, tuple[np.ndarray, str, int, str]]):
+        """Flattened (iter_out, iter_in, uop) indices for each of `fields`, range-checked.
+
+        `fields[name] = (uop field array, factor prefix, SRAM depth, SRAM name)`.
+        """
+        c = self.config
+        if insn.uop_end < insn.uop_bgn or insn.uop_end > c.uop_depth:
+            raise _Invalid(f"micro-op range {insn.uop_bgn}..{insn.uop_end} is not inside "
+                           f"the uop buffer (0..{c.uop_depth})")
+        result = {}
+        o = np.arange(insn.iter_out, dtype=np.int64)[:, None, None]
+        i = np.arange(insn.iter_in, dtype=np.int64)[None, :, None]
+        for name, (uop_field, prefix, depth, sram) in fields.items():
+            base = uop_field[insn.uop_bgn:insn.uop_end]
+            f_out = getattr(insn, f"{prefix}_factor_out")
+            f_in = getattr(insn, f"{prefix}_factor_in")
+            top = int(base.max()) + (insn.iter_out - 1) * f_out + (insn.iter_in - 1) * f_in
+            if top >= depth:
+                raise _Invalid(f"{name} index reaches {top}, past the {sram} depth {depth}")
+            result[name] = (base[None, None, :] + o * f_out + i * f_in).reshape(-1)
+        return result
+
+    def _gemm(self, insn: Gemm):
+        c = self.config
+        if not (insn.iter_out and insn.iter_in and insn.uop_end > insn.uop_bgn):
+            return
+        fields = {"dst": (self.uop_dst, "dst", c.acc_depth, "acc buffer")}
+        if not insn.reset_reg:
+            fields["src"] = (self.uop_src, "src", c.inp_depth, "inp buffer")
+            fields["wgt"] = (self.uop_wgt, "wgt", c.wgt_depth, "wgt buffer")
+        idx = self._loop_indices(insn, fields)
+        dst = idx["dst"]
+        self.stats["gemm_uops"] += len(dst)
+        if insn.reset_reg:
+            self.acc[dst] = 0
+            self.out[dst] = 0
+            return
+        self.stats["gemm_macs"] += len(dst) * c.macs_per_cycle
+        lanes = c.batch * c.block_out
+        uniq_dst, dst_pos = _unique_inverse(dst, c.acc_depth)
+        sums = np.zeros(len(uniq_dst) * lanes, dtype=np.float64)
+        step = max(1, _CHUNK_ELEMS // lanes)
+        for start in range(0, len(dst), step):
+            part = slice(start, start + step)
+            products = self._gemm_products(idx["src"][part], idx["wgt"][part])
+            keys = (dst_pos[part, None] * lanes + np.arange(lanes)).reshape(-1)
+            sums += np.bincount(keys, weights=products.reshape(-1), minlength=len(sums))
+        # Exact integer sums; adding them modulo 2**32 equals the sequential int32 wrap.
+        acc = self.acc[uniq_dst].astype(np.int64) + sums.astype(np.int64).reshape(
+            -1, c.batch, c.block_out)
+        self.acc[uniq_dst] = acc.astype(np.int32)
+        self.out[uniq_dst] = self.acc[uniq_dst].astype(np.int8)
+
+    def _gemm_products(self, src: np.ndarray, wgt: np.ndarray) -> np.ndarray:
+        """inp[src] · wgt[wgt]ᵀ for each micro-op, as float32 (n, batch, block_out)."""
+        c = self.config
+        uniq_src, src_pos = _unique_inverse(src, c.inp_depth)
+        uniq_wgt, wgt_pos = _unique_inverse(wgt, c.wgt_depth)
+        if len(uniq_src) * len(uniq_wgt) <= 4 * len(src):
+            # Blocked GEMMs reuse each input and weight many times: one BLAS product over
+            # the distinct operands, then pick each micro-op's tile.
+            a = self.inp[uniq_src].reshape(-1, c.block_in).astype(np.float32)
+            b = self.wgt[uniq_wgt].reshape(-1, c.block_in).astype(np.float32)
+            table = (a @ b.T).reshape(len(uniq_src), c.batch, len(uniq_wgt), c.block_out)
+            table = table.transpose(0, 2, 1, 3).reshape(-1, c.batch, c.block_out)
+            return table[src_pos * len(uniq_wgt) + wgt_pos]
+        a = self.inp[src].astype(np.float32)
+        b = self.wgt[wgt].astype(np.float32)
+        return np.matmul(a, b.transpose(0, 2, 1))
+
+    def _alu(self, insn: Alu):
+        c = self.config
+        if insn.alu_opcode not in c.alu_ops:
+            raise _Invalid(f"ALU {insn.alu_opcode.name} is not in this config's alu_ops "
+                           f"({', '.join(sorted(op.name for op in c.alu_ops))})")
+        if not (insn.iter_out and insn.iter_in and insn.uop_end > insn.uop_bgn):
+            return
+        fields = {"dst": (self.uop_dst, "dst", c.acc_depth, "acc buffer")}
+        vector = not insn.use_imm and not insn.reset_reg
+        if vector:
+            fields["src"] = (self.uop_src, "src", c.acc_depth, "acc buffer")
+        idx = self._loop_indices(insn, fields)
+        dst, src = idx["dst"], idx.get("src")
+        self.stats["alu_uops"] += len(dst)
+        for part in _conflict_free_batches(dst, src, c.acc_depth):
+            d = dst[part]
+            if insn.reset_reg:
+                result = np.zeros((len(d), c.batch, c.block_out), dtype=np.int32)
+            else:
+                operand = self.acc[src[part]] if vector else np.int64(insn.imm)
+                result = _alu_apply(insn.alu_opcode, self.acc[d], operand)
+            self.acc[d] = result
+            self.out[d] = result.astype(np.int8)
+
+
+class _Invalid(Exception):
+    """Raised inside an instruction's semantics; turned into a ProgramError naming it."""
+
+
+def _alu_apply(op: AluOp, a: np.ndarray, b) -> np.ndarray:
+    """One ALU operation on int32 lanes with the hardware's wrap-around."""
+    if op == AluOp.MIN:
+        return np.minimum(a, b).astype(np.int32)
+    if op == AluOp.MAX:
+        return np.maximum(a, b).astype(np.int32)
+    wide = a.astype(np.int64)
+    if op == AluOp.ADD:
+        return (wide + b).astype(np.int32)
+    if op == AluOp.MUL:
+        return (wide * b).astype(np.int32)  # low 32 bits of the product
+    # SHR: the amount is the operand's low 6 bits as a signed number (-32..31);
+    # negative amounts shift left, and the result keeps the low 32 bits.
+    amount = ((np.asarray(b, dtype=np.int64) & 63) ^ 32) - 32
+    right = wide >> np.clip(amount, 0, 31)
+    left = wide << np.clip(-amount, 0, 32)
+    return np.where(amount >= 0, right, left).astype(np.int32)
+
+
+def _conflict_free_batches(dst: np.ndarray, src: np.ndarray | None, depth: int) -> list[slice]:
+    """Split micro-ops into consecutive runs that can be applied at once.
+
+    A run must not write one acc element twice nor read an element an earlier micro-op
+    of the run wrote; within those limits a vectorized update equals sequential order.
+    """
+    n = len(dst)
+    written = np.zeros(depth, dtype=bool)
+    written[dst] = True
+    if np.count_nonzero(written) == n and (
+            src is None or np.array_equal(src, dst) or not written[src].any()):
+        return [slice(0, n)]  # the common case: distinct destinations, no chained reads
+    order = np.argsort(dst, kind="stable")
+    keys = dst[order] * n + order  # sorted by (dst, position)
+    # Latest earlier writer of the same dst / of each src, or -1.
+    barrier = _previous_writer(keys, dst, n)
+    if src is not None:
+        barrier = np.maximum(barrier, _previous_writer(keys, src, n))
+    if barrier.max(initial=-1) < 0:
+        return [slice(0, n)]
+    bounds, start = [0], 0
+    for position in np.flatnonzero(barrier >= 0).tolist():
+        if barrier[position] >= start:
+            bounds.append(position)
+            start = position
+    bounds.append(n)
+    return [slice(a, b) for a, b in zip(bounds, bounds[1:])]
+
+
+def _previous_writer(sorted_keys: np.ndarray, target: np.ndarray, n: int) -> np.ndarray:
+    """For each position p, the largest q < p with dst[q] == target[p], else -1."""
+    query = target * n + np.arange(n)
+    found = np.searchsorted(sorted_keys, query) - 1
+    ok = found >= 0
+    hit = np.where(ok, sorted_keys[np.maximum(found, 0)], -1)
+    same = ok & (hit // n == target)
+    return np.where(same, hit % n, -1)

@@ -1,0 +1,130 @@
+"""Helpers shared by the tests: programs that expose SRAM contents through the ISA, and
+a naive per-micro-op reference of GEMM and ALU semantics.
+
+Everything here drives a device only through the device API, so the same tests can run
+on every backend.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from vdla import AluOp, HardwareConfig
+from vdla.isa import Alu, Gemm, MemoryType, Uop, encode_uops
+from vdla.runtime import COMPUTE, STORE, Device, ProgramBuilder
+
+
+def put(dev: Device, array: np.ndarray) -> int:
+    """Allocate DRAM for `array`, write it, return the byte address."""
+    addr = dev.alloc(max(1, array.nbytes))
+    dev.write(addr, array)
+    return addr
+
+
+def run_acc_program(dev: Device, uops: list[Uop],
+                    body: Callable[[ProgramBuilder, int], None], n_out: int) -> np.ndarray:
+    """Run `body` on the compute module and return acc[0:n_out] as full int32 values.
+
+    `uops` are loaded into the uop buffer from index 0 before `body(p, uop_dram_elem)`
+    appends its instructions. Then the acc contents come out through the out buffer one
+    byte at a time: ALU SHR 0, STORE, then three times ALU SHR 8, STORE (the out buffer
+    keeps the low 8 bits of each accumulator), and the bytes are put back together.
+    """
+    c = dev.config
+    table = list(uops) + [Uop(0, 0, 0)]
+    read_uop = len(table) - 1
+    uop_addr = put(dev, np.frombuffer(encode_uops(table, c), np.uint8))
+    out_bytes = n_out * c.out_elem_bytes
+    out_addr = dev.alloc(4 * out_bytes)
+    p = ProgramBuilder(c)
+    p.load(MemoryType.UOP, sram_base=0, dram_base=uop_addr // c.uop_bytes, y_size=1,
+           x_size=len(table), x_stride=len(table))
+    body(p, uop_addr // c.uop_bytes)
+    for byte in range(4):
+        if byte:
+            p.dep_pop(STORE, COMPUTE)  # the store has read the out buffer
+        p.alu(AluOp.SHR, use_imm=True, imm=8 if byte else 0, uop_bgn=read_uop,
+              uop_end=read_uop + 1, iter_out=n_out, iter_in=1, dst_factor_out=1,
+              src_factor_out=1)
+        p.dep_push(COMPUTE, STORE)
+        p.dep_pop(COMPUTE, STORE)
+        p.store(sram_base=0, dram_base=(out_addr + byte * out_bytes) // c.out_elem_bytes,
+                y_size=1, x_size=n_out, x_stride=n_out)
+        p.dep_push(STORE, COMPUTE)
+    p.dep_pop(STORE, COMPUTE)
+    addr, count = dev.load_program(p.finish())
+    dev.run(addr, count)
+    raw = dev.read(out_addr, 4 * out_bytes).reshape(4, n_out, c.batch, c.block_out)
+    value = sum(raw[i].astype(np.uint32) << (8 * i) for i in range(4))
+    return value.astype(np.uint32).view(np.int32)
+
+
+def load_acc_insn(c: HardwareConfig, dram_addr: int, **fields) -> dict:
+    """Keyword arguments of a LOAD ACC from byte address `dram_addr`."""
+    return dict(memory_type=MemoryType.ACC, dram_base=dram_addr // c.acc_elem_bytes, **fields)
+
+
+# --- naive reference of the loop semantics ---------------------------------------------------
+
+def _indices(insn, uop: Uop, o: int, i: int, prefix: str, field: str) -> int:
+    return (getattr(uop, field) + o * getattr(insn, f"{prefix}_factor_out")
+            + i * getattr(insn, f"{prefix}_factor_in"))
+
+
+def reference_gemm(insn: Gemm, uops: list[Uop], inp, wgt, acc, out):
+    """Apply one GEMM to numpy SRAM arrays in place, one micro-op at a time."""
+    for o in range(insn.iter_out):
+        for i in range(insn.iter_in):
+            for uop in uops[insn.uop_bgn:insn.uop_end]:
+                d = _indices(insn, uop, o, i, "dst", "dst")
+                if insn.reset_reg:
+                    acc[d] = 0
+                else:
+                    s = _indices(insn, uop, o, i, "src", "src")
+                    w = _indices(insn, uop, o, i, "wgt", "wgt")
+                    prod = inp[s].astype(np.int64) @ wgt[w].astype(np.int64).T
+                    acc[d] = ((acc[d].astype(np.int64) + prod + 2**31) % 2**32 - 2**31)
+                out[d] = _narrow8(acc[d])
+
+
+def _narrow8(x: np.ndarray) -> np.ndarray:
+    """Low 8 bits as a signed value (two's-complement truncation)."""
+    return ((x.astype(np.int64) + 128) % 256 - 128).astype(np.int8)
+
+
+def _wrap32(x: np.ndarray) -> np.ndarray:
+    return ((x.astype(np.int64) + 2**31) % 2**32 - 2**31).astype(np.int32)
+
+
+def reference_alu_op(op: AluOp, a: int, b: int) -> int:
+    """One ALU lane, written from the ISA description with Python integers."""
+    if op == AluOp.MIN:
+        return min(a, b)
+    if op == AluOp.MAX:
+        return max(a, b)
+    if op == AluOp.ADD:
+        return int(_wrap32(np.array(a + b)))
+    if op == AluOp.MUL:
+        return int(_wrap32(np.array(a * b)))
+    amount = b & 0x3F
+    amount = amount - 64 if amount >= 32 else amount
+    return a >> amount if amount >= 0 else int(_wrap32(np.array((a << -amount) & 0xFFFFFFFF)))
+
+
+def reference_alu(insn: Alu, uops: list[Uop], acc, out):
+    """Apply one ALU instruction to numpy SRAM arrays in place, one micro-op at a time."""
+    op = np.vectorize(lambda a, b: reference_alu_op(insn.alu_opcode, int(a), int(b)),
+                      otypes=[np.int64])
+    for o in range(insn.iter_out):
+        for i in range(insn.iter_in):
+            for uop in uops[insn.uop_bgn:insn.uop_end]:
+                d = _indices(insn, uop, o, i, "dst", "dst")
+                if insn.reset_reg:
+                    acc[d] = 0
+                else:
+                    s = _indices(insn, uop, o, i, "src", "src")
+                    b = insn.imm if insn.use_imm else acc[s].copy()
+                    acc[d] = op(acc[d], b)
+                out[d] = _narrow8(acc[d])
