@@ -110,9 +110,13 @@ def assemble(text: str, config: HardwareConfig, *, source: str = "<asm>") -> lis
             continue
         try:
             if line.startswith("."):
-                directive, _, arg = line.partition(" ")
+                directive, *arg = line.split(None, 1)
+                arg = arg[0] if arg else ""
                 if directive != ".config":
                     raise AsmError(f"unknown directive {directive!r}; known: .config")
+                if not arg:
+                    raise AsmError(".config needs the name of a config, e.g. "
+                                   f".config {config.name}")
                 if arg.strip() != config.name:
                     raise AsmError(f"written for config {arg.strip()!r}, assembling for "
                                    f"{config.name!r} (pass --config with the matching file)")

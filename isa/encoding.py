@@ -37,6 +37,10 @@ def encode(insn: Insn, config: HardwareConfig) -> int:
     if not isinstance(insn, Insn) or insn.opcode is None:
         raise TypeError(f"encode() takes a Load, Store, Gemm, Alu or Finish, not {insn!r}")
     kind = insn.opcode.name
+    if isinstance(insn, Alu) and insn.alu_opcode not in config.alu_ops:
+        raise EncodeError(
+            f"ALU field alu_opcode={insn.alu_opcode.name} is not implemented by config "
+            f"{config.name} (allowed {', '.join(op.name for op in sorted(config.alu_ops))})")
     word = 0
     values = insn.fields()
     values["opcode"] = insn.opcode
@@ -83,9 +87,15 @@ def decode(word: int, config: HardwareConfig) -> Insn:
             raise DecodeError(f"{opcode.name} instruction word {word:#034x} has unknown "
                               f"memory_type {mem}; known: {known}")
     try:
-        return INSN_TYPES[opcode](**values)
+        insn = INSN_TYPES[opcode](**values)
     except ValueError as exc:
         raise DecodeError(f"instruction word {word:#034x}: {exc}") from None
+    if isinstance(insn, Alu) and insn.alu_opcode not in config.alu_ops:
+        raise DecodeError(
+            f"ALU instruction word {word:#034x} uses alu_opcode {insn.alu_opcode.name}, "
+            f"which config {config.name} does not implement "
+            f"(allowed {', '.join(op.name for op in sorted(config.alu_ops))})")
+    return insn
 
 
 def encode_stream(insns: Iterable[Insn], config: HardwareConfig) -> bytes:

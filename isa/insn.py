@@ -54,6 +54,16 @@ def _check_int(kind: str, name: str, value, *, signed: bool = False) -> int:
     return value
 
 
+def _check_flag(kind: str, name: str, value) -> bool:
+    # bools, numpy bools and the integers 0 and 1; not floats or strings.
+    if not (isinstance(value, bool) or hasattr(type(value), "__index__")
+            or type(value).__name__ in ("bool", "bool_")):
+        raise TypeError(f"{kind}.{name} is a flag (0/1 or bool), not {value!r}")
+    if value not in (0, 1):
+        raise ValueError(f"{kind}.{name} is a flag (0/1 or bool), not {value!r}")
+    return bool(value)
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Insn:
     """Fields shared by every instruction: the four dependency-token flags.
@@ -75,9 +85,7 @@ class Insn:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if f.type in ("bool", bool):
-                if value not in (0, 1) or isinstance(value, float):
-                    raise ValueError(f"{kind}.{f.name} is a flag (0/1 or bool), not {value!r}")
-                object.__setattr__(self, f.name, bool(value))
+                object.__setattr__(self, f.name, _check_flag(kind, f.name, value))
             elif f.name not in ("memory_type", "alu_opcode"):
                 object.__setattr__(self, f.name, _check_int(
                     kind, f.name, value, signed=f.name in self._signed_fields))
@@ -93,6 +101,11 @@ class Insn:
 
 
 def _coerce_enum(kind: str, name: str, enum_type, value, allowed):
+    # A name or an integer; a float or bool would otherwise match a value by equality.
+    if not isinstance(value, str) and (isinstance(value, bool)
+                                       or not hasattr(type(value), "__index__")):
+        raise TypeError(f"{kind}.{name} must be a {enum_type.__name__}, its name or its "
+                        f"integer value, not {value!r}")
     try:
         member = enum_type[value.upper()] if isinstance(value, str) else enum_type(value)
     except (KeyError, ValueError):
@@ -155,6 +168,13 @@ class Store(_MemInsn):
     memory_type: MemoryType = MemoryType.OUT
     opcode = Opcode.STORE
     _memory_types = (MemoryType.OUT,)
+
+    def __post_init__(self):
+        super().__post_init__()
+        for name in ("y_pad_0", "y_pad_1", "x_pad_0", "x_pad_1"):
+            if getattr(self, name):
+                raise ValueError(f"Store.{name} must be 0 (a store does not pad), "
+                                 f"not {getattr(self, name)}")
 
     @property
     def module(self) -> Module:

@@ -17,7 +17,7 @@ from vdla.isa import MemoryType, Program, Uop, encode_uops
 from vdla.runtime.builder import COMPUTE, LOAD, STORE, ProgramBuilder
 from vdla.runtime.device import Device
 
-__all__ = ["GemmSchedule", "blocked_gemm", "blocked_gemm_reference", "pack_rows", "unpack_rows"]
+__all__ = ["GemmSchedule", "BlockedGemm", "blocked_gemm", "blocked_gemm_reference", "pack_rows", "unpack_rows"]
 
 
 def blocked_gemm_reference(a: np.ndarray, b: np.ndarray, shift: int) -> np.ndarray:
@@ -63,112 +63,158 @@ class GemmSchedule:
         return cls(tile_m, tile_n, virtual_threads)
 
 
-def blocked_gemm(dev: Device, a: np.ndarray, b: np.ndarray, *, shift: int = 0,
-                 schedule: GemmSchedule | None = None,
-                 virtual_threads: int = 1) -> tuple[np.ndarray, dict, Program]:
-    """Run ``int8(clip((a · bᵀ) >> shift))`` on `dev` and return (result, stats, program).
+class BlockedGemm:
+    """``int8(clip((a · bᵀ) >> shift))`` as a program on `dev`, ready to run.
 
     `a` is int8 (M, K), `b` int8 (N, K); M, K and N are padded with zeros to multiples of
     batch, block_in and block_out. The whole K dimension is reduced inside one tile.
+    Construction writes the operands, micro-ops and program into the device's DRAM;
+    `run` executes it (as often as wanted), `result` reads C back, `free` releases DRAM.
     """
-    c = dev.config
-    a, b = np.asarray(a), np.asarray(b)
-    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[1]:
-        raise ValueError(f"blocked_gemm needs a (M, K) and b (N, K); got {a.shape} and {b.shape}")
-    if a.dtype != np.int8 or b.dtype != np.int8:
-        raise ValueError(f"blocked_gemm takes int8 operands, not {a.dtype} and {b.dtype}")
-    if not 0 <= shift <= 31:
-        raise ValueError(f"shift must be in 0..31, not {shift}")
-    m, k = a.shape
-    n = b.shape[0]
-    mb, kb, nb = -(-m // c.batch), -(-k // c.block_in), -(-n // c.block_out)
-    a_pad = np.zeros((mb * c.batch, kb * c.block_in), np.int8)
-    a_pad[:m, :k] = a
-    b_pad = np.zeros((nb * c.block_out, kb * c.block_in), np.int8)
-    b_pad[:n, :k] = b
-    sched = schedule or GemmSchedule.default(c, mb, kb, nb, virtual_threads)
-    _check_fits(c, sched, kb)
 
-    # DRAM: A and B in SRAM-element tiles, C as out elements, and the micro-op table.
-    a_addr = dev.alloc(a_pad.nbytes)
-    b_addr = dev.alloc(b_pad.nbytes)
-    c_bytes = mb * nb * c.out_elem_bytes
-    c_addr = dev.alloc(c_bytes)
-    dev.write(a_addr, pack_rows(a_pad, c.batch, c.block_in))
-    dev.write(b_addr, pack_rows(b_pad, c.block_out, c.block_in))
+    def __init__(self, dev: Device, a: np.ndarray, b: np.ndarray, *, shift: int = 0,
+                 schedule: GemmSchedule | None = None, virtual_threads: int = 1):
+        c = dev.config
+        a, b = np.asarray(a), np.asarray(b)
+        if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[1]:
+            raise ValueError(f"blocked GEMM needs a (M, K) and b (N, K); got {a.shape} and {b.shape}")
+        if a.dtype != np.int8 or b.dtype != np.int8:
+            raise ValueError(f"blocked GEMM takes int8 operands, not {a.dtype} and {b.dtype}")
+        if not 0 <= shift <= 31:
+            raise ValueError(f"shift must be in 0..31, not {shift}")
+        self.dev, self.shift, self.shape = dev, shift, (a.shape[0], b.shape[0])
+        m, k = a.shape
+        n = b.shape[0]
+        self.blocks = mb, kb, nb = -(-m // c.batch), -(-k // c.block_in), -(-n // c.block_out)
+        a_pad = np.zeros((mb * c.batch, kb * c.block_in), np.int8)
+        a_pad[:m, :k] = a
+        b_pad = np.zeros((nb * c.block_out, kb * c.block_in), np.int8)
+        b_pad[:n, :k] = b
+        self.schedule = schedule or GemmSchedule.default(c, mb, kb, nb, virtual_threads)
+        _check_fits(c, self.schedule, kb)
 
-    threads = sched.virtual_threads
-    inp_half, wgt_half, acc_half = (d // threads for d in (c.inp_depth, c.wgt_depth, c.acc_depth))
-    uops, kernels = [], []
-    for t in range(threads):
-        # Per thread: kb GEMM micro-ops (one per K block), one reset, one ALU micro-op.
-        gemm_bgn = len(uops)
-        uops += [Uop(t * acc_half, t * inp_half + kk, t * wgt_half + kk) for kk in range(kb)]
-        reset = len(uops)
-        uops.append(Uop(t * acc_half, 0, 0))
-        alu = len(uops)
-        uops.append(Uop(t * acc_half, t * acc_half, 0))
-        kernels.append((gemm_bgn, reset, alu))
-    uop_bytes = encode_uops(uops, c)
-    uop_addr = dev.alloc(len(uop_bytes))
-    dev.write(uop_addr, uop_bytes)
+        # DRAM: A and B in SRAM-element tiles, C as out elements, and the micro-op table.
+        self._addrs = []
+        a_addr = self._put(pack_rows(a_pad, c.batch, c.block_in))
+        b_addr = self._put(pack_rows(b_pad, c.block_out, c.block_in))
+        self._c_bytes = mb * nb * c.out_elem_bytes
+        self._c_addr = self._alloc(self._c_bytes)
+        uops, kernels = self._uop_kernels(kb)
+        uop_addr = self._put(np.frombuffer(encode_uops(uops, c), np.uint8))
+        self.program = self._build(a_addr, b_addr, uop_addr, len(uops), kernels)
+        self._insn_addr, self._insn_count = dev.load_program(self.program)
+        self._addrs.append(self._insn_addr)
 
-    p = ProgramBuilder(c)
-    p.load(MemoryType.UOP, sram_base=0, dram_base=uop_addr // c.uop_bytes, y_size=1,
-           x_size=len(uops), x_stride=len(uops))
-    tiles = [(m0, n0) for m0 in range(0, mb, sched.tile_m) for n0 in range(0, nb, sched.tile_n)]
-    for index, (m0, n0) in enumerate(tiles):
-        t = index % threads
-        reused = index >= threads                 # this thread's buffers held an earlier tile
-        reused_later = index + threads < len(tiles)
-        tm, tn = min(sched.tile_m, mb - m0), min(sched.tile_n, nb - n0)
-        gemm_bgn, reset, alu = kernels[t]
+    def _alloc(self, nbytes: int) -> int:
+        addr = self.dev.alloc(nbytes)
+        self._addrs.append(addr)
+        return addr
 
-        # Load: wait until compute is done with this thread's inp/wgt half (WAR).
-        if reused:
-            p.dep_pop(COMPUTE, LOAD)
-        p.load(MemoryType.INP, sram_base=t * inp_half, dram_base=a_addr // c.inp_elem_bytes + m0 * kb,
-               y_size=tm, x_size=kb, x_stride=kb)
-        p.load(MemoryType.WGT, sram_base=t * wgt_half, dram_base=b_addr // c.wgt_elem_bytes + n0 * kb,
-               y_size=tn, x_size=kb, x_stride=kb)
-        p.dep_push(LOAD, COMPUTE)
+    def _put(self, array: np.ndarray) -> int:
+        addr = self._alloc(array.nbytes)
+        self.dev.write(addr, array)
+        return addr
 
-        # Compute: wait for the loads (RAW) and for the store of this half's last tile (WAR).
-        p.dep_pop(LOAD, COMPUTE)
-        if reused:
-            p.dep_pop(STORE, COMPUTE)
-        loops = dict(iter_out=tm, iter_in=tn, dst_factor_out=tn, dst_factor_in=1)
-        p.gemm(reset_reg=True, uop_bgn=reset, uop_end=reset + 1, **loops)
-        p.gemm(uop_bgn=gemm_bgn, uop_end=gemm_bgn + kb, src_factor_out=kb, wgt_factor_in=kb, **loops)
-        if reused_later:
-            p.dep_push(COMPUTE, LOAD)
-        flat = dict(uop_bgn=alu, uop_end=alu + 1, iter_out=tm * tn, iter_in=1, dst_factor_out=1,
-                    src_factor_out=1, use_imm=True)
-        if shift:
-            p.alu(AluOp.SHR, imm=shift, **flat)
-        p.alu(AluOp.MIN, imm=127, **flat)
-        p.alu(AluOp.MAX, imm=-128, **flat)
-        p.dep_push(COMPUTE, STORE)
+    def _uop_kernels(self, kb: int):
+        c, threads = self.dev.config, self.schedule.virtual_threads
+        inp_half, wgt_half, acc_half = (d // threads for d in (c.inp_depth, c.wgt_depth, c.acc_depth))
+        uops, kernels = [], []
+        for t in range(threads):
+            # Per thread: kb GEMM micro-ops (one per K block), one reset, one ALU micro-op.
+            gemm_bgn = len(uops)
+            uops += [Uop(t * acc_half, t * inp_half + kk, t * wgt_half + kk) for kk in range(kb)]
+            reset = len(uops)
+            uops.append(Uop(t * acc_half, 0, 0))
+            alu = len(uops)
+            uops.append(Uop(t * acc_half, t * acc_half, 0))
+            kernels.append((gemm_bgn, reset, alu))
+        return uops, kernels
 
-        # Store: wait for the results (RAW); free the acc/out half when a later tile needs it.
-        p.dep_pop(COMPUTE, STORE)
-        p.store(sram_base=t * acc_half, dram_base=c_addr // c.out_elem_bytes + m0 * nb + n0,
-                y_size=tm, x_size=tn, x_stride=nb)
-        if reused_later:
-            p.dep_push(STORE, COMPUTE)
-    # FINISH waits for the last store; the store module runs in order, so for all of them.
-    p.dep_push(STORE, COMPUTE)
-    p.dep_pop(STORE, COMPUTE)
-    program = p.finish()
+    def _build(self, a_addr, b_addr, uop_addr, n_uops, kernels) -> Program:
+        c, sched = self.dev.config, self.schedule
+        mb, kb, nb = self.blocks
+        threads = sched.virtual_threads
+        inp_half, wgt_half, acc_half = (d // threads for d in (c.inp_depth, c.wgt_depth, c.acc_depth))
+        p = ProgramBuilder(c)
+        p.load(MemoryType.UOP, sram_base=0, dram_base=uop_addr // c.uop_bytes, y_size=1,
+               x_size=n_uops, x_stride=n_uops)
+        tiles = [(m0, n0) for m0 in range(0, mb, sched.tile_m) for n0 in range(0, nb, sched.tile_n)]
+        for index, (m0, n0) in enumerate(tiles):
+            t = index % threads
+            reused = index >= threads                 # this thread's buffers held an earlier tile
+            reused_later = index + threads < len(tiles)
+            tm, tn = min(sched.tile_m, mb - m0), min(sched.tile_n, nb - n0)
+            gemm_bgn, reset, alu = kernels[t]
 
-    insn_addr, count = dev.load_program(program)
-    try:
-        stats = dev.run(insn_addr, count)
-        out = dev.read(c_addr, c_bytes).view(np.int8).reshape(mb, nb, c.batch, c.block_out)
-    finally:
-        for addr in (a_addr, b_addr, c_addr, uop_addr, insn_addr):
-            dev.free(addr)
-    return unpack_rows(out)[:m, :n], stats, program
+            # Load: wait until compute is done with this thread's inp/wgt half (WAR).
+            if reused:
+                p.dep_pop(COMPUTE, LOAD)
+            p.load(MemoryType.INP, sram_base=t * inp_half,
+                   dram_base=a_addr // c.inp_elem_bytes + m0 * kb, y_size=tm, x_size=kb, x_stride=kb)
+            p.load(MemoryType.WGT, sram_base=t * wgt_half,
+                   dram_base=b_addr // c.wgt_elem_bytes + n0 * kb, y_size=tn, x_size=kb, x_stride=kb)
+            p.dep_push(LOAD, COMPUTE)
+
+            # Compute: wait for the loads (RAW) and for the store of this half's last tile (WAR).
+            p.dep_pop(LOAD, COMPUTE)
+            if reused:
+                p.dep_pop(STORE, COMPUTE)
+            loops = dict(iter_out=tm, iter_in=tn, dst_factor_out=tn, dst_factor_in=1)
+            p.gemm(reset_reg=True, uop_bgn=reset, uop_end=reset + 1, **loops)
+            p.gemm(uop_bgn=gemm_bgn, uop_end=gemm_bgn + kb, src_factor_out=kb, wgt_factor_in=kb,
+                   **loops)
+            if reused_later:
+                p.dep_push(COMPUTE, LOAD)
+            flat = dict(uop_bgn=alu, uop_end=alu + 1, iter_out=tm * tn, iter_in=1,
+                        dst_factor_out=1, src_factor_out=1, use_imm=True)
+            if self.shift:
+                p.alu(AluOp.SHR, imm=self.shift, **flat)
+            p.alu(AluOp.MIN, imm=127, **flat)
+            p.alu(AluOp.MAX, imm=-128, **flat)
+            p.dep_push(COMPUTE, STORE)
+
+            # Store: wait for the results (RAW); free the acc/out half for a later tile.
+            p.dep_pop(COMPUTE, STORE)
+            p.store(sram_base=t * acc_half, dram_base=self._c_addr // c.out_elem_bytes + m0 * nb + n0,
+                    y_size=tm, x_size=tn, x_stride=nb)
+            if reused_later:
+                p.dep_push(STORE, COMPUTE)
+        # FINISH waits for the last store; the store module runs in order, so for all of them.
+        p.dep_push(STORE, COMPUTE)
+        p.dep_pop(STORE, COMPUTE)
+        return p.finish()
+
+    def run(self) -> dict:
+        """Run the program; returns the device's statistics."""
+        return self.dev.run(self._insn_addr, self._insn_count)
+
+    def result(self) -> np.ndarray:
+        """C as int8 (M, N)."""
+        c = self.dev.config
+        mb, _, nb = self.blocks
+        raw = self.dev.read(self._c_addr, self._c_bytes).view(np.int8)
+        return unpack_rows(raw.reshape(mb, nb, c.batch, c.block_out))[:self.shape[0], :self.shape[1]]
+
+    def free(self):
+        for addr in self._addrs:
+            self.dev.free(addr)
+        self._addrs = []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.free()
+
+
+def blocked_gemm(dev: Device, a: np.ndarray, b: np.ndarray, *, shift: int = 0,
+                 schedule: GemmSchedule | None = None,
+                 virtual_threads: int = 1) -> tuple[np.ndarray, dict, Program]:
+    """Run ``int8(clip((a · bᵀ) >> shift))`` on `dev` once; returns (C, stats, program)."""
+    with BlockedGemm(dev, a, b, shift=shift, schedule=schedule,
+                     virtual_threads=virtual_threads) as gemm:
+        stats = gemm.run()
+        return gemm.result(), stats, gemm.program
 
 
 def _check_fits(c: HardwareConfig, s: GemmSchedule, kb: int):

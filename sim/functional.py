@@ -282,8 +282,6 @@ class FunctionalSimulator:
         self.uop_wgt[begin:end] = (words >> (c.uop_dst_bits + c.uop_src_bits)) & ((1 << c.uop_wgt_bits) - 1)
 
     def _store(self, insn: Store):
-        if insn.y_pad_0 or insn.y_pad_1 or insn.x_pad_0 or insn.x_pad_1:
-            raise _Invalid("a STORE cannot pad; padding fields must be 0")
         if insn.x_size == 0:
             return
         if insn.y_size > 1 and insn.x_stride < insn.x_size:
@@ -307,10 +305,6 @@ class FunctionalSimulator:
 
         `fields[name] = (uop field array, factor prefix, SRAM depth, SRAM name)`.
         """
-        c = self.config
-        if insn.uop_end < insn.uop_bgn or insn.uop_end > c.uop_depth:
-            raise _Invalid(f"micro-op range {insn.uop_bgn}..{insn.uop_end} is not inside "
-                           f"the uop buffer (0..{c.uop_depth})")
         result = {}
         o = np.arange(insn.iter_out, dtype=np.int64)[:, None, None]
         i = np.arange(insn.iter_in, dtype=np.int64)[None, :, None]
@@ -324,9 +318,16 @@ class FunctionalSimulator:
             result[name] = (base[None, None, :] + o * f_out + i * f_in).reshape(-1)
         return result
 
+    def _has_work(self, insn) -> bool:
+        """Whether a GEMM or ALU loop nest runs at least once (checking its uop range)."""
+        if insn.uop_end < insn.uop_bgn or insn.uop_end > self.config.uop_depth:
+            raise _Invalid(f"micro-op range {insn.uop_bgn}..{insn.uop_end} is not inside "
+                           f"the uop buffer (0..{self.config.uop_depth})")
+        return bool(insn.iter_out and insn.iter_in and insn.uop_end > insn.uop_bgn)
+
     def _gemm(self, insn: Gemm):
         c = self.config
-        if not (insn.iter_out and insn.iter_in and insn.uop_end > insn.uop_bgn):
+        if not self._has_work(insn):
             return
         fields = {"dst": (self.uop_dst, "dst", c.acc_depth, "acc buffer")}
         if not insn.reset_reg:
@@ -377,7 +378,7 @@ class FunctionalSimulator:
         if insn.alu_opcode not in c.alu_ops:
             raise _Invalid(f"ALU {insn.alu_opcode.name} is not in this config's alu_ops "
                            f"({', '.join(sorted(op.name for op in c.alu_ops))})")
-        if not (insn.iter_out and insn.iter_in and insn.uop_end > insn.uop_bgn):
+        if not self._has_work(insn):
             return
         fields = {"dst": (self.uop_dst, "dst", c.acc_depth, "acc buffer")}
         vector = not insn.use_imm and not insn.reset_reg

@@ -64,7 +64,7 @@ def _log2(value: int) -> int:
     return value.bit_length() - 1
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class HardwareConfig:
     """Parameters of one accelerator design; frozen and validated at construction.
 
@@ -198,12 +198,13 @@ class HardwareConfig:
                 raise ValueError(
                     f"HardwareConfig {self._sizes()}: the {layout_name} instruction needs "
                     f"{total} bits with these buffer depths, more than {INSN_BITS}; "
-                    f"fields: {dict(group_a + group_b)}")
+                    f"fields: {dict(group_a + group_b)}; make the acc, inp, wgt or uop "
+                    "buffer smaller or the blocks larger")
 
     def _sizes(self) -> str:
         return (f"(batch={self.batch}, block_in={self.block_in}, block_out={self.block_out}, "
-                f"uop/inp/wgt/acc buffers {self.uop_buff_size}/{self.inp_buff_size}/"
-                f"{self.wgt_buff_size}/{self.acc_buff_size} bytes)")
+                f"uop_buff_size={self.uop_buff_size}, inp_buff_size={self.inp_buff_size}, "
+                f"wgt_buff_size={self.wgt_buff_size}, acc_buff_size={self.acc_buff_size})")
 
     # --- element sizes (bytes of one SRAM element, also the unit of dram_base) ---------
 
@@ -404,10 +405,10 @@ class HardwareConfig:
         """Build from vdla's own keys or from VTA's ``vta_config.json`` keys."""
         if not isinstance(data, Mapping):
             raise ValueError(f"a hardware config must be a JSON object, not {type(data).__name__}")
-        if any(key.startswith("LOG_") for key in data):
+        if any(isinstance(key, str) and key.startswith("LOG_") for key in data):
             return cls._from_vta_dict(data)
         fields = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - fields)
+        unknown = sorted(set(data) - fields, key=str)
         if unknown:
             raise ValueError(
                 f"unknown hardware config key(s) {', '.join(map(repr, unknown))}; "
@@ -429,7 +430,7 @@ class HardwareConfig:
                 "LOG_WGT_BUFF_SIZE": "wgt_buff_size", "LOG_ACC_BUFF_SIZE": "acc_buff_size",
                 "LOG_BLOCK_IN": "block_in", "LOG_BLOCK_OUT": "block_out"}
         # Keys of vta_config.json that describe the target, not the design.
-        ignored = {"TARGET", "HW_VER", "LOG_OUT_WIDTH", "LOG_OUT_BUFF_SIZE"}
+        ignored = {"TARGET", "HW_VER", "HW_CLK_TARGET", "LOG_OUT_WIDTH", "LOG_OUT_BUFF_SIZE"}
         kwargs: dict[str, Any] = {}
         for key in data:
             if key in keys:
@@ -449,7 +450,7 @@ class HardwareConfig:
     def from_json(cls, path_or_text: str | os.PathLike) -> "HardwareConfig":
         """Read a config from a JSON file (vdla's keys or VTA's) or a JSON string."""
         text = str(path_or_text)
-        if not text.lstrip().startswith("{"):
+        if isinstance(path_or_text, os.PathLike) or not text.lstrip().startswith("{"):
             path = Path(path_or_text)
             try:
                 text = path.read_text()

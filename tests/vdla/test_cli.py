@@ -1,0 +1,82 @@
+"""The vdla command line: config show, asm/disasm, demo, and its errors."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import vdla
+from vdla.cli import main
+
+PROGRAM = """\
+# a tiny program
+LOAD UOP y_size=1 x_size=1 x_stride=1
+LOAD INP sram_base=0 dram_base=0x40 y_size=4 x_size=4 x_stride=4 y_pad_0=1 push_next
+GEMM reset_reg uop_bgn=0 uop_end=1 iter_out=16 iter_in=1 dst_factor_out=1 pop_prev
+ALU SHR use_imm imm=-2 uop_bgn=0 uop_end=1 iter_out=16 iter_in=1 dst_factor_out=1 ; left
+FINISH
+"""
+
+
+def test_config_show_text_and_json(capsys, tmp_path):
+    assert main(["config", "show"]) == 0
+    text = capsys.readouterr().out
+    assert "config 1x16x16_i8w8a32_15_15_18_17" in text and "acc_depth          2048" in text
+    path = tmp_path / "vta_config.json"
+    path.write_text(json.dumps({"LOG_BATCH": 1, "LOG_BLOCK": 4, "LOG_INP_WIDTH": 3}))
+    assert main(["config", "show", "--config", str(path), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["parameters"]["batch"] == 2
+    assert data["derived"]["name"] == "2x16x16_i8w8a32_15_15_18_17"
+    assert data["insn_layouts"]["GEMM"]["uop_bgn"] == "20:8"
+
+
+def test_config_errors(capsys, tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"block_in": 12}')
+    assert main(["config", "show", "--config", str(bad)]) == 1
+    err = capsys.readouterr().err
+    assert "vdla: error:" in err and "block_in" in err and "12" in err
+    assert main(["config", "show", "--config", str(tmp_path / "missing.json")]) == 1
+    assert "cannot read" in capsys.readouterr().err
+
+
+def test_asm_disasm_roundtrip(tmp_path, capsys):
+    src, binary, text = tmp_path / "p.s", tmp_path / "p.bin", tmp_path / "p2.s"
+    src.write_text(PROGRAM)
+    assert main(["asm", str(src), "-o", str(binary)]) == 0
+    assert binary.stat().st_size == 5 * 16
+    assert main(["disasm", str(binary), "-o", str(text)]) == 0
+    assert text.read_text().splitlines()[0] == ".config 1x16x16_i8w8a32_15_15_18_17"
+    again = tmp_path / "p2.bin"
+    assert main(["asm", str(text), "-o", str(again)]) == 0
+    assert again.read_bytes() == binary.read_bytes()
+    assert main(["disasm", str(binary)]) == 0
+    assert "ALU SHR" in capsys.readouterr().out
+
+
+def test_asm_errors_name_the_line(tmp_path, capsys):
+    src = tmp_path / "bad.s"
+    src.write_text("FINISH\nGEMM uop_end=70000\n")
+    out = tmp_path / "out.bin"
+    assert main(["asm", str(src), "-o", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert f"{src}:2:" in err and "uop_end=70000" in err
+    assert not out.exists()  # nothing half-written
+    (tmp_path / "odd.bin").write_bytes(b"\0" * 17)
+    assert main(["disasm", str(tmp_path / "odd.bin")]) == 1
+    assert "multiple of 16 bytes" in capsys.readouterr().err
+
+
+def test_demo_checks_against_numpy(capsys):
+    assert main(["demo", "--m", "64", "--n", "48", "--k", "40", "--threads", "2"]) == 0
+    assert "OK: all 3072 outputs match numpy bit-exactly" in capsys.readouterr().out
+    assert main(["demo", "--m", "0"]) == 1
+    assert "--m must be a positive integer" in capsys.readouterr().err
+
+
+def test_console_script_is_installed():
+    result = subprocess.run([sys.executable, "-m", "vdla", "config", "show", "--json"],
+                            capture_output=True, text=True, check=True)
+    assert json.loads(result.stdout)["derived"]["name"] == vdla.HardwareConfig().name
