@@ -17,14 +17,14 @@ class FieldLayout:
     kind: str
     fields: dict[str, tuple[int, int]]
 
-    @property
+    @functools.cached_property  # decode reads it for every instruction
     def used_mask(self) -> int:
         mask = 0
         for lsb, width in self.fields.values():
             mask |= ((1 << width) - 1) << lsb
         return mask
 
-    @property
+    @functools.cached_property
     def reserved_mask(self) -> int:
         """Bits no field uses; they must be zero in a valid instruction."""
         return ((1 << INSN_BITS) - 1) & ~self.used_mask

@@ -300,23 +300,26 @@ class FunctionalSimulator:
         self.stats["store_bytes_out"] += nbytes
         self.stats["dram_bytes_written"] += nbytes
 
-    def _loop_indices(self, insn, fields: dict[str, tuple[np.ndarray, str, int, str]]):
-        """Flattened (iter_out, iter_in, uop) indices for each of `fields`, range-checked.
+    def _check_reach(self, insn, fields: dict[str, tuple[np.ndarray, str, int, str]]):
+        """Check the largest index each field reaches, from the loop bounds.
 
         `fields[name] = (uop field array, factor prefix, SRAM depth, SRAM name)`.
         """
-        result = {}
-        o = np.arange(insn.iter_out, dtype=np.int64)[:, None, None]
-        i = np.arange(insn.iter_in, dtype=np.int64)[None, :, None]
         for name, (uop_field, prefix, depth, sram) in fields.items():
-            base = uop_field[insn.uop_bgn:insn.uop_end]
-            f_out = getattr(insn, f"{prefix}_factor_out")
-            f_in = getattr(insn, f"{prefix}_factor_in")
-            top = int(base.max()) + (insn.iter_out - 1) * f_out + (insn.iter_in - 1) * f_in
+            top = (int(uop_field[insn.uop_bgn:insn.uop_end].max())
+                   + (insn.iter_out - 1) * getattr(insn, f"{prefix}_factor_out")
+                   + (insn.iter_in - 1) * getattr(insn, f"{prefix}_factor_in"))
             if top >= depth:
                 raise _Invalid(f"{name} index reaches {top}, past the {sram} depth {depth}")
-            result[name] = (base[None, None, :] + o * f_out + i * f_in).reshape(-1)
-        return result
+
+    @staticmethod
+    def _indices(insn, uop_field: np.ndarray, prefix: str) -> np.ndarray:
+        """The field's index for every (iter_out, iter_in, micro-op), flattened in loop order."""
+        o = np.arange(insn.iter_out, dtype=np.int64)[:, None, None]
+        i = np.arange(insn.iter_in, dtype=np.int64)[None, :, None]
+        base = uop_field[insn.uop_bgn:insn.uop_end][None, None, :]
+        return (base + o * getattr(insn, f"{prefix}_factor_out")
+                + i * getattr(insn, f"{prefix}_factor_in")).reshape(-1)
 
     def _has_work(self, insn) -> bool:
         """Whether a GEMM or ALU loop nest runs at least once (checking its uop range)."""
@@ -333,28 +336,53 @@ class FunctionalSimulator:
         if not insn.reset_reg:
             fields["src"] = (self.uop_src, "src", c.inp_depth, "inp buffer")
             fields["wgt"] = (self.uop_wgt, "wgt", c.wgt_depth, "wgt buffer")
-        idx = self._loop_indices(insn, fields)
-        dst = idx["dst"]
-        self.stats["gemm_uops"] += len(dst)
+        self._check_reach(insn, fields)
+        count = insn.iter_out * insn.iter_in * (insn.uop_end - insn.uop_bgn)
+        self.stats["gemm_uops"] += count
         if insn.reset_reg:
+            dst = self._indices(insn, self.uop_dst, "dst")
             self.acc[dst] = 0
             self.out[dst] = 0
             return
-        self.stats["gemm_macs"] += len(dst) * c.macs_per_cycle
-        lanes = c.batch * c.block_out
-        uniq_dst, dst_pos = _unique_inverse(dst, c.acc_depth)
-        sums = np.zeros(len(uniq_dst) * lanes, dtype=np.float64)
-        step = max(1, _CHUNK_ELEMS // lanes)
+        self.stats["gemm_macs"] += count * c.macs_per_cycle
+        matmul = self._gemm_as_matmul(insn)
+        if matmul is not None:
+            self._accumulate(*matmul)
+            return
+        dst = self._indices(insn, self.uop_dst, "dst")
+        src = self._indices(insn, self.uop_src, "src")
+        wgt = self._indices(insn, self.uop_wgt, "wgt")
+        step = max(1, _CHUNK_ELEMS // (c.batch * c.block_out))
         for start in range(0, len(dst), step):
             part = slice(start, start + step)
-            products = self._gemm_products(idx["src"][part], idx["wgt"][part])
-            keys = (dst_pos[part, None] * lanes + np.arange(lanes)).reshape(-1)
-            sums += np.bincount(keys, weights=products.reshape(-1), minlength=len(sums))
-        # Exact integer sums; adding them modulo 2**32 equals the sequential int32 wrap.
-        acc = self.acc[uniq_dst].astype(np.int64) + sums.astype(np.int64).reshape(
-            -1, c.batch, c.block_out)
-        self.acc[uniq_dst] = acc.astype(np.int32)
-        self.out[uniq_dst] = self.acc[uniq_dst].astype(np.int8)
+            self._accumulate(dst[part], self._gemm_products(src[part], wgt[part]))
+
+    def _gemm_as_matmul(self, insn: Gemm):
+        """(dst, products) from one matrix product, when the loop nest is a matrix multiply.
+
+        That is the case when every micro-op of the range has the same dst, src moves only
+        with iter_out and wgt only with iter_in (the shape of blocked GEMMs and of
+        convolutions): each (o, i) then reduces over the micro-ops' K blocks. None otherwise.
+        """
+        c = self.config
+        uops = slice(insn.uop_bgn, insn.uop_end)
+        udst = self.uop_dst[uops]
+        n_out, n_in = insn.iter_out, insn.iter_in
+        if (insn.src_factor_in or insn.wgt_factor_out or (udst != udst[0]).any()
+                or n_out * n_in * c.batch * c.block_out > _CHUNK_ELEMS):
+            return None
+        o = np.arange(n_out, dtype=np.int64)[:, None]
+        i = np.arange(n_in, dtype=np.int64)[:, None]
+        src = self.uop_src[uops][None, :] + o * insn.src_factor_out   # (iter_out, uops)
+        wgt = self.uop_wgt[uops][None, :] + i * insn.wgt_factor_in    # (iter_in, uops)
+        k = (insn.uop_end - insn.uop_bgn) * c.block_in
+        # float32 is exact while every partial sum of int8 products stays below 2**24.
+        dtype = np.float32 if k * 2**14 < 2**24 else np.float64
+        a = self.inp[src].transpose(0, 2, 1, 3).reshape(n_out * c.batch, k).astype(dtype)
+        b = self.wgt[wgt].transpose(0, 2, 1, 3).reshape(n_in * c.block_out, k).astype(dtype)
+        products = (a @ b.T).reshape(n_out, c.batch, n_in, c.block_out).transpose(0, 2, 1, 3)
+        dst = udst[0] + o * insn.dst_factor_out + i.T * insn.dst_factor_in
+        return dst.reshape(-1), products.reshape(-1, c.batch, c.block_out)
 
     def _gemm_products(self, src: np.ndarray, wgt: np.ndarray) -> np.ndarray:
         """inp[src] · wgt[wgt]ᵀ for each micro-op, as float32 (n, batch, block_out)."""
@@ -362,16 +390,33 @@ class FunctionalSimulator:
         uniq_src, src_pos = _unique_inverse(src, c.inp_depth)
         uniq_wgt, wgt_pos = _unique_inverse(wgt, c.wgt_depth)
         if len(uniq_src) * len(uniq_wgt) <= 4 * len(src):
-            # Blocked GEMMs reuse each input and weight many times: one BLAS product over
-            # the distinct operands, then pick each micro-op's tile.
+            # Operands reused many times: one BLAS product over the distinct ones, then
+            # pick each micro-op's tile.
             a = self.inp[uniq_src].reshape(-1, c.block_in).astype(np.float32)
             b = self.wgt[uniq_wgt].reshape(-1, c.block_in).astype(np.float32)
             table = (a @ b.T).reshape(len(uniq_src), c.batch, len(uniq_wgt), c.block_out)
-            table = table.transpose(0, 2, 1, 3).reshape(-1, c.batch, c.block_out)
-            return table[src_pos * len(uniq_wgt) + wgt_pos]
+            return table[src_pos, :, wgt_pos, :]
         a = self.inp[src].astype(np.float32)
         b = self.wgt[wgt].astype(np.float32)
         return np.matmul(a, b.transpose(0, 2, 1))
+
+    def _accumulate(self, dst: np.ndarray, products: np.ndarray):
+        """acc[dst] += products (exact integers as floats), with int32 wrap-around; the
+        out buffer gets the narrowed results. Repeated destinations add up."""
+        c = self.config
+        uniq, pos = _unique_inverse(dst, c.acc_depth)
+        if len(uniq) == len(dst):
+            uniq, total = dst, products.astype(np.int64)
+        else:
+            lanes = c.batch * c.block_out
+            keys = (pos[:, None] * lanes + np.arange(lanes)).reshape(-1)
+            # float64 sums of these integers are exact (chunks keep them below 2**53).
+            total = np.bincount(keys, weights=products.reshape(-1), minlength=len(uniq) * lanes)
+            total = total.astype(np.int64).reshape(-1, c.batch, c.block_out)
+        # Adding exact sums modulo 2**32 equals the hardware's sequential int32 wrap.
+        result = (self.acc[uniq].astype(np.int64) + total).astype(np.int32)
+        self.acc[uniq] = result
+        self.out[uniq] = result.astype(np.int8)
 
     def _alu(self, insn: Alu):
         c = self.config
@@ -384,8 +429,9 @@ class FunctionalSimulator:
         vector = not insn.use_imm and not insn.reset_reg
         if vector:
             fields["src"] = (self.uop_src, "src", c.acc_depth, "acc buffer")
-        idx = self._loop_indices(insn, fields)
-        dst, src = idx["dst"], idx.get("src")
+        self._check_reach(insn, fields)
+        dst = self._indices(insn, self.uop_dst, "dst")
+        src = self._indices(insn, self.uop_src, "src") if vector else None
         self.stats["alu_uops"] += len(dst)
         for part in _conflict_free_batches(dst, src, c.acc_depth):
             d = dst[part]

@@ -71,3 +71,49 @@ def test_alu_matches_sequential_reference(nest, op, use_imm, imm, seed):
     reference_alu(insn, uops, state["acc"], state["out"])
     np.testing.assert_array_equal(sim.acc, state["acc"])
     np.testing.assert_array_equal(sim.out, state["out"])
+
+
+@st.composite
+def matmul_nests(draw):
+    """Loop nests of the matrix-multiply shape (one dst per micro-op range, src moving
+    with iter_out only, wgt with iter_in only), which the simulator runs as one BLAS
+    product; dst factors may be 0 so that (o, i) pairs add into the same accumulator."""
+    uops, loop, factors = draw(loop_nests())
+    dst = uops[0].dst
+    uops = [Uop(dst, u.src, u.wgt) for u in uops]
+    factors.update(src_factor_in=0, wgt_factor_out=0)
+    return uops, loop, factors
+
+
+@settings(max_examples=150, deadline=None)
+@given(matmul_nests(), st.integers(0, 2**32 - 1))
+def test_matmul_shaped_gemm_matches_sequential_reference(nest, seed):
+    uops, loop, factors = nest
+    insn = Gemm(**loop, **factors)
+    sim, state = _simulate(insn, uops, seed)
+    reference_gemm(insn, uops, state["inp"], state["wgt"], state["acc"], state["out"])
+    np.testing.assert_array_equal(sim.acc, state["acc"])
+    np.testing.assert_array_equal(sim.out, state["out"])
+
+
+def test_long_reductions_stay_exact():
+    """K = 128 blocks x 16 = 2048 products per output: sums pass 2**24, where float32
+    stops being exact (an odd sum there is not representable); the result must still
+    equal integer arithmetic."""
+    cfg = vdla.HardwareConfig()
+    blocks = 128
+    sim = FunctionalSimulator(cfg, np.zeros(1 << 16, np.uint8))
+    sim.inp[:blocks] = -127
+    sim.inp[0, 0, 0] = 1
+    sim.wgt[:blocks] = -128
+    sim.wgt[0, :, 0] = 1
+    sim.acc[:] = 0
+    uops = [Uop(0, k, k) for k in range(blocks)]
+    sim.dram[:blocks * 4] = np.frombuffer(encode_uops(uops, cfg), np.uint8)
+    load = Load(memory_type=MemoryType.UOP, y_size=1, x_size=blocks, x_stride=blocks)
+    sim.run([load, Gemm(uop_bgn=0, uop_end=blocks, iter_out=1, iter_in=1), Finish()])
+    a = sim.inp[:blocks].reshape(-1).astype(np.int64)
+    w = sim.wgt[:blocks].transpose(1, 0, 2).reshape(16, -1).astype(np.int64)
+    expected = w @ a
+    assert expected[0] == 2047 * 127 * 128 + 1 and expected[0] > 2**24
+    np.testing.assert_array_equal(sim.acc[0, 0], expected)
