@@ -1,0 +1,2 @@
+"""FPGA board definitions, wrappers, constraints and vendor project scripts. Arrives with
+the boards issue."""
