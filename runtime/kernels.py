@@ -95,15 +95,19 @@ class BlockedGemm:
 
         # DRAM: A and B in SRAM-element tiles, C as out elements, and the micro-op table.
         self._addrs = []
-        a_addr = self._put(pack_rows(a_pad, c.batch, c.block_in))
-        b_addr = self._put(pack_rows(b_pad, c.block_out, c.block_in))
-        self._c_bytes = mb * nb * c.out_elem_bytes
-        self._c_addr = self._alloc(self._c_bytes)
-        uops, kernels = self._uop_kernels(kb)
-        uop_addr = self._put(np.frombuffer(encode_uops(uops, c), np.uint8))
-        self.program = self._build(a_addr, b_addr, uop_addr, len(uops), kernels)
-        self._insn_addr, self._insn_count = dev.load_program(self.program)
-        self._addrs.append(self._insn_addr)
+        try:
+            a_addr = self._put(pack_rows(a_pad, c.batch, c.block_in))
+            b_addr = self._put(pack_rows(b_pad, c.block_out, c.block_in))
+            self._c_bytes = mb * nb * c.out_elem_bytes
+            self._c_addr = self._alloc(self._c_bytes)
+            uops, kernels = self._uop_kernels(kb)
+            uop_addr = self._put(np.frombuffer(encode_uops(uops, c), np.uint8))
+            self.program = self._build(a_addr, b_addr, uop_addr, len(uops), kernels)
+            self._insn_addr, self._insn_count = dev.load_program(self.program)
+            self._addrs.append(self._insn_addr)
+        except BaseException:
+            self.free()  # leave the device's DRAM as it was
+            raise
 
     def _alloc(self, nbytes: int) -> int:
         addr = self.dev.alloc(nbytes)

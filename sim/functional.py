@@ -115,6 +115,14 @@ class FunctionalSimulator:
     def run(self, insns: Sequence[Insn]) -> dict:
         """Run a program to FINISH and return its statistics.
 
+        Statistics (a dict of ints; counters that stayed 0 are left out):
+        ``instructions`` up to and including FINISH, ``fetch_bytes``;
+        ``load_insns``, ``compute_insns``, ``store_insns`` executed per module;
+        ``load_bytes_{uop,wgt,inp,acc}`` and ``store_bytes_out`` moved by DMA (padding
+        is not read); ``dram_bytes_read`` (fetch and loads) and ``dram_bytes_written``;
+        ``gemm_uops``, ``gemm_macs`` (batch·block_in·block_out per non-reset GEMM
+        micro-op) and ``alu_uops``.
+
         Raises `DeadlockError` when no module can move before FINISH, and `ProgramError`
         for an invalid instruction (naming its index), a program without FINISH, work
         still pending when FINISH runs, or tokens left in a queue at the end.

@@ -11,10 +11,48 @@ from typing import Callable
 
 import numpy as np
 
+from hypothesis import strategies as st
+
 from vdla import AluOp, HardwareConfig
-from vdla.isa import Alu, Gemm, MemoryType, Uop, encode_uops
+from vdla.isa import (DEP_FLAGS, Alu, Finish, Gemm, Load, MemoryType, Store, Uop, encode_uops,
+                      layouts_for)
 from vdla.runtime import COMPUTE, STORE, Device, ProgramBuilder
 
+
+# --- hypothesis strategies for instructions -------------------------------------------------
+
+FLAG_FIELDS = set(DEP_FLAGS) | {"reset_reg", "use_imm"}
+PAD_FIELDS = ("y_pad_0", "y_pad_1", "x_pad_0", "x_pad_1")
+
+
+def insn_fields(cfg: HardwareConfig, kind: str, skip=()) -> st.SearchStrategy:
+    """Keyword arguments for one instruction kind, each value within its field's width."""
+    strategies = {}
+    for name, (_, width) in layouts_for(cfg)[kind].fields.items():
+        if name in ("opcode", "memory_type", "alu_opcode") or name in skip:
+            continue
+        if name in FLAG_FIELDS:
+            strategies[name] = st.booleans()
+        elif name == "imm":
+            strategies[name] = st.integers(-(1 << (width - 1)), (1 << (width - 1)) - 1)
+        else:
+            strategies[name] = st.integers(0, (1 << width) - 1)
+    return st.fixed_dictionaries(strategies)
+
+
+def instructions(cfg: HardwareConfig) -> st.SearchStrategy:
+    """Any valid instruction for `cfg` (every kind, memory type and implemented ALU op)."""
+    return st.one_of(
+        st.builds(lambda mem, kw: Load(memory_type=mem, **kw),
+                  st.sampled_from(["UOP", "WGT", "INP", "ACC"]), insn_fields(cfg, "LOAD")),
+        insn_fields(cfg, "STORE", skip=PAD_FIELDS).map(lambda kw: Store(**kw)),
+        insn_fields(cfg, "GEMM").map(lambda kw: Gemm(**kw)),
+        st.builds(lambda op, kw: Alu(alu_opcode=op, **kw),
+                  st.sampled_from(sorted(cfg.alu_ops)), insn_fields(cfg, "ALU")),
+        insn_fields(cfg, "FINISH").map(lambda kw: Finish(**kw)))
+
+
+# --- programs over the device API -------------------------------------------------------------
 
 def put(dev: Device, array: np.ndarray) -> int:
     """Allocate DRAM for `array`, write it, return the byte address."""
@@ -68,25 +106,27 @@ def load_acc_insn(c: HardwareConfig, dram_addr: int, **fields) -> dict:
 
 # --- naive reference of the loop semantics ---------------------------------------------------
 
-def _indices(insn, uop: Uop, o: int, i: int, prefix: str, field: str) -> int:
-    return (getattr(uop, field) + o * getattr(insn, f"{prefix}_factor_out")
-            + i * getattr(insn, f"{prefix}_factor_in"))
+def _loop_nest(insn, uops: list[Uop]):
+    """(dst, src, wgt) of every micro-op execution of a GEMM or ALU, in order."""
+    def index(uop, o, i, field):
+        return (getattr(uop, field) + o * getattr(insn, f"{field}_factor_out", 0)
+                + i * getattr(insn, f"{field}_factor_in", 0))
+
+    for o in range(insn.iter_out):
+        for i in range(insn.iter_in):
+            for uop in uops[insn.uop_bgn:insn.uop_end]:
+                yield index(uop, o, i, "dst"), index(uop, o, i, "src"), index(uop, o, i, "wgt")
 
 
 def reference_gemm(insn: Gemm, uops: list[Uop], inp, wgt, acc, out):
     """Apply one GEMM to numpy SRAM arrays in place, one micro-op at a time."""
-    for o in range(insn.iter_out):
-        for i in range(insn.iter_in):
-            for uop in uops[insn.uop_bgn:insn.uop_end]:
-                d = _indices(insn, uop, o, i, "dst", "dst")
-                if insn.reset_reg:
-                    acc[d] = 0
-                else:
-                    s = _indices(insn, uop, o, i, "src", "src")
-                    w = _indices(insn, uop, o, i, "wgt", "wgt")
-                    prod = inp[s].astype(np.int64) @ wgt[w].astype(np.int64).T
-                    acc[d] = ((acc[d].astype(np.int64) + prod + 2**31) % 2**32 - 2**31)
-                out[d] = _narrow8(acc[d])
+    for d, s, w in _loop_nest(insn, uops):
+        if insn.reset_reg:
+            acc[d] = 0
+        else:
+            prod = inp[s].astype(np.int64) @ wgt[w].astype(np.int64).T
+            acc[d] = _wrap32(acc[d].astype(np.int64) + prod)
+        out[d] = _narrow8(acc[d])
 
 
 def _narrow8(x: np.ndarray) -> np.ndarray:
@@ -117,14 +157,9 @@ def reference_alu(insn: Alu, uops: list[Uop], acc, out):
     """Apply one ALU instruction to numpy SRAM arrays in place, one micro-op at a time."""
     op = np.vectorize(lambda a, b: reference_alu_op(insn.alu_opcode, int(a), int(b)),
                       otypes=[np.int64])
-    for o in range(insn.iter_out):
-        for i in range(insn.iter_in):
-            for uop in uops[insn.uop_bgn:insn.uop_end]:
-                d = _indices(insn, uop, o, i, "dst", "dst")
-                if insn.reset_reg:
-                    acc[d] = 0
-                else:
-                    s = _indices(insn, uop, o, i, "src", "src")
-                    b = insn.imm if insn.use_imm else acc[s].copy()
-                    acc[d] = op(acc[d], b)
-                out[d] = _narrow8(acc[d])
+    for d, s, _ in _loop_nest(insn, uops):
+        if insn.reset_reg:
+            acc[d] = 0
+        else:
+            acc[d] = op(acc[d], insn.imm if insn.use_imm else acc[s].copy())
+        out[d] = _narrow8(acc[d])

@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 
 from vdla import HardwareConfig
 from vdla.isa import (Alu, AluOp, AsmError, Finish, Gemm, Load, MemoryType, Program, Store,
-                      assemble, disassemble, encode_stream, format_insn, layouts_for,
-                      parse_insn)
+                      assemble, disassemble, encode_stream, format_insn, parse_insn)
+from vdla_testing import instructions
 
 DEFAULT = HardwareConfig()
 MUL_OPS = ["MIN", "MAX", "ADD", "SHR", "MUL"]
@@ -18,8 +18,6 @@ CONFIGS = {
     "big": HardwareConfig(batch=2, block_in=32, block_out=32, alu_ops=MUL_OPS),
     "wide": HardwareConfig(uop_buff_size=65536, inp_buff_size=16384, acc_buff_size=65536),
 }
-FLAG_FIELDS = {"pop_prev", "pop_next", "push_prev", "push_next", "reset_reg", "use_imm"}
-PADS = ("y_pad_0", "y_pad_1", "x_pad_0", "x_pad_1")
 
 #: The module docstring's example, with the instructions it stands for.
 EXAMPLE = """\
@@ -39,31 +37,6 @@ EXAMPLE_INSNS = [
 ]
 
 
-def fields(cfg, kind, skip=()):
-    strategies = {}
-    for name, (_, width) in layouts_for(cfg)[kind].fields.items():
-        if name in ("opcode", "memory_type", "alu_opcode") or name in skip:
-            continue
-        if name in FLAG_FIELDS:
-            strategies[name] = st.booleans()
-        elif name == "imm":
-            strategies[name] = st.integers(-(1 << (width - 1)), (1 << (width - 1)) - 1)
-        else:
-            strategies[name] = st.integers(0, (1 << width) - 1)
-    return st.fixed_dictionaries(strategies)
-
-
-def insns(cfg):
-    return st.one_of(
-        st.builds(lambda mem, kw: Load(memory_type=mem, **kw),
-                  st.sampled_from(["UOP", "WGT", "INP", "ACC"]), fields(cfg, "LOAD")),
-        fields(cfg, "STORE", skip=PADS).map(lambda kw: Store(**kw)),
-        fields(cfg, "GEMM").map(lambda kw: Gemm(**kw)),
-        st.builds(lambda op, kw: Alu(alu_opcode=op, **kw),
-                  st.sampled_from(sorted(cfg.alu_ops)), fields(cfg, "ALU")),
-        fields(cfg, "FINISH").map(lambda kw: Finish(**kw)))
-
-
 # --- round trips ----------------------------------------------------------------------------
 
 
@@ -71,7 +44,7 @@ def insns(cfg):
 @settings(max_examples=100, deadline=None)
 @given(data=st.data())
 def test_disassemble_assemble_round_trip(cfg, data):
-    program = data.draw(st.lists(insns(cfg), max_size=10))
+    program = data.draw(st.lists(instructions(cfg), max_size=10))
     text = disassemble(program, cfg)
     assert text.startswith(f".config {cfg.name}\n")
     assert assemble(text, cfg) == program
@@ -84,7 +57,7 @@ def test_disassemble_assemble_round_trip(cfg, data):
 @settings(max_examples=50, deadline=None)
 @given(data=st.data())
 def test_program_round_trips(cfg, data):
-    program = Program(data.draw(st.lists(insns(cfg), max_size=10)), cfg)
+    program = Program(data.draw(st.lists(instructions(cfg), max_size=10)), cfg)
     assert Program.from_asm(program.to_asm(), cfg) == program
     assert Program.from_bytes(program.to_bytes(), cfg) == program
     assert len(program.to_bytes()) == program.nbytes == 16 * len(program)
@@ -92,7 +65,7 @@ def test_program_round_trips(cfg, data):
 
 
 @settings(max_examples=200, deadline=None)
-@given(insn=insns(DEFAULT))
+@given(insn=instructions(DEFAULT))
 def test_format_parse_round_trip(insn):
     line = format_insn(insn)
     assert "\n" not in line and line.split()[0] == insn.opcode.name

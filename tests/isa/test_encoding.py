@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from vdla import AluOp, HardwareConfig
+from vdla_testing import FLAG_FIELDS, instructions
 from vdla.isa import (INSN_BYTES, Alu, DecodeError, EncodeError, Finish, Gemm, Load,
                       MemoryType, Opcode, Store, Uop, decode, decode_stream, decode_uop,
                       decode_uops, encode, encode_stream, encode_uop, encode_uops,
@@ -29,7 +30,6 @@ UOP64 = HardwareConfig(inp_buff_size=16384, wgt_buff_size=524288, alu_ops=MUL_OP
 CONFIGS = {"default": DEFAULT, "big": BIG, "small": SMALL, "wide": WIDE, "uop64": UOP64}
 
 FLAGS = {"pop_prev": 3, "pop_next": 4, "push_prev": 5, "push_next": 6}
-FLAG_FIELDS = set(FLAGS) | {"reset_reg", "use_imm"}
 OPCODES = {"LOAD": 0, "STORE": 1, "GEMM": 2, "FINISH": 3, "ALU": 4}
 MEMORY_TYPES = {"UOP": 0, "WGT": 1, "INP": 2, "ACC": 3, "OUT": 4}
 ALU_OPS = {"MIN": 0, "MAX": 1, "ADD": 2, "SHR": 3, "MUL": 4}
@@ -246,32 +246,6 @@ def test_layouts_pack_in_design_order(cfg):
 # --- round trips (hypothesis) -----------------------------------------------------------
 
 
-def field_strategies(cfg, kind, skip=()):
-    strategies = {}
-    for name, (_, width) in layouts_for(cfg)[kind].fields.items():
-        if name in ("opcode", "memory_type", "alu_opcode") or name in skip:
-            continue
-        if name in FLAG_FIELDS:
-            strategies[name] = st.booleans()
-        elif name == "imm":
-            strategies[name] = st.integers(-(1 << (width - 1)), (1 << (width - 1)) - 1)
-        else:
-            strategies[name] = st.integers(0, (1 << width) - 1)
-    return st.fixed_dictionaries(strategies)
-
-
-def insn_strategy(cfg):
-    pads = ("y_pad_0", "y_pad_1", "x_pad_0", "x_pad_1")
-    loads = st.builds(lambda mem, kw: Load(memory_type=mem, **kw),
-                      st.sampled_from(["UOP", "WGT", "INP", "ACC"]), field_strategies(cfg, "LOAD"))
-    stores = field_strategies(cfg, "STORE", skip=pads).map(lambda kw: Store(**kw))
-    gemms = field_strategies(cfg, "GEMM").map(lambda kw: Gemm(**kw))
-    alus = st.builds(lambda op, kw: Alu(alu_opcode=op, **kw),
-                     st.sampled_from(sorted(cfg.alu_ops)), field_strategies(cfg, "ALU"))
-    finishes = field_strategies(cfg, "FINISH").map(lambda kw: Finish(**kw))
-    return st.one_of(loads, stores, gemms, alus, finishes)
-
-
 def uop_strategy(cfg):
     return st.builds(Uop, **{name: st.integers(0, (1 << width) - 1)
                              for name, (_, width) in uop_layout(cfg).items()})
@@ -281,7 +255,7 @@ def uop_strategy(cfg):
 @settings(max_examples=150, deadline=None)
 @given(data=st.data())
 def test_insn_round_trip(cfg, data):
-    insn = data.draw(insn_strategy(cfg))
+    insn = data.draw(instructions(cfg))
     word = encode(insn, cfg)
     assert 0 <= word < 1 << 128
     assert word & 0b111 == OPCODES[insn.opcode.name]
@@ -314,7 +288,7 @@ def test_decode_is_canonical(cfg, data):
 @settings(max_examples=50, deadline=None)
 @given(data=st.data())
 def test_stream_round_trip(cfg, data):
-    insns = data.draw(st.lists(insn_strategy(cfg), max_size=8))
+    insns = data.draw(st.lists(instructions(cfg), max_size=8))
     stream = encode_stream(insns, cfg)
     assert len(stream) == INSN_BYTES * len(insns)
     for index, insn in enumerate(insns):

@@ -4,7 +4,6 @@ import json
 import subprocess
 import sys
 
-import pytest
 
 import vdla
 from vdla.cli import main
