@@ -45,7 +45,7 @@ _FLAG_QUEUES = {
 }
 _MODULES = (Module.LOAD, Module.COMPUTE, Module.STORE)
 
-# Elements per float32 product batch: bounds temporary memory and keeps float64 sums exact.
+# Elements per batch of products: bounds the memory of temporary arrays.
 _CHUNK_ELEMS = 1 << 22
 
 
@@ -415,12 +415,15 @@ class FunctionalSimulator:
         uniq, pos = _unique_inverse(dst, c.acc_depth)
         if len(uniq) == len(dst):
             uniq, total = dst, products.astype(np.int64)
-        else:
+        elif np.abs(products).max() * len(dst) < 2**53:
+            # float64 sums of these integers are exact below 2**53: bincount is fastest.
             lanes = c.batch * c.block_out
             keys = (pos[:, None] * lanes + np.arange(lanes)).reshape(-1)
-            # float64 sums of these integers are exact (chunks keep them below 2**53).
             total = np.bincount(keys, weights=products.reshape(-1), minlength=len(uniq) * lanes)
             total = total.astype(np.int64).reshape(-1, c.batch, c.block_out)
+        else:  # sums that could pass 2**53: add as integers (wrapping int64 keeps mod 2**32)
+            total = np.zeros((len(uniq), c.batch, c.block_out), dtype=np.int64)
+            np.add.at(total, pos, products.astype(np.int64))
         # Adding exact sums modulo 2**32 equals the hardware's sequential int32 wrap.
         result = (self.acc[uniq].astype(np.int64) + total).astype(np.int32)
         self.acc[uniq] = result

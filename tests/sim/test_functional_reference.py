@@ -117,3 +117,15 @@ def test_long_reductions_stay_exact():
     expected = w @ a
     assert expected[0] == 2047 * 127 * 128 + 1 and expected[0] > 2**24
     np.testing.assert_array_equal(sim.acc[0, 0], expected)
+
+
+def test_accumulation_beyond_float64_exactness():
+    """Sums whose float64 total could pass 2**53 are added as integers (white box: no
+    realistic instruction reaches them, but the code path must still be exact)."""
+    sim = FunctionalSimulator(CFG, np.zeros(1 << 16, np.uint8))
+    sim.acc[:] = 7
+    products = np.full((3, CFG.batch, CFG.block_out), 2.0**52 + 5)
+    sim._accumulate(np.array([4, 4, 9]), products)
+    assert (sim.acc[4] == 7 + 2 * 5).all() and (sim.acc[9] == 7 + 5).all()  # mod 2**32
+    assert (sim.acc[5] == 7).all()
+    assert (sim.out[4] == 17).all()
