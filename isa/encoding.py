@@ -28,6 +28,13 @@ def _field_range(name: str, width: int) -> tuple[int, int]:
     return 0, (1 << width) - 1
 
 
+def _unimplemented_alu_op(insn: Insn, config: HardwareConfig) -> str:
+    """The ALU operations `config` has, if it lacks the instruction's; else ""."""
+    if not isinstance(insn, Alu) or insn.alu_opcode in config.alu_ops:
+        return ""
+    return ", ".join(op.name for op in sorted(config.alu_ops))
+
+
 def encode(insn: Insn, config: HardwareConfig) -> int:
     """Encode one instruction as a 128-bit integer for `config`.
 
@@ -37,10 +44,9 @@ def encode(insn: Insn, config: HardwareConfig) -> int:
     if not isinstance(insn, Insn) or insn.opcode is None:
         raise TypeError(f"encode() takes a Load, Store, Gemm, Alu or Finish, not {insn!r}")
     kind = insn.opcode.name
-    if isinstance(insn, Alu) and insn.alu_opcode not in config.alu_ops:
-        raise EncodeError(
-            f"ALU field alu_opcode={insn.alu_opcode.name} is not implemented by config "
-            f"{config.name} (allowed {', '.join(op.name for op in sorted(config.alu_ops))})")
+    if allowed := _unimplemented_alu_op(insn, config):
+        raise EncodeError(f"ALU field alu_opcode={insn.alu_opcode.name} is not implemented by "
+                          f"config {config.name} (allowed {allowed})")
     word = 0
     values = insn.fields()
     values["opcode"] = insn.opcode
@@ -90,11 +96,10 @@ def decode(word: int, config: HardwareConfig) -> Insn:
         insn = INSN_TYPES[opcode](**values)
     except ValueError as exc:
         raise DecodeError(f"instruction word {word:#034x}: {exc}") from None
-    if isinstance(insn, Alu) and insn.alu_opcode not in config.alu_ops:
-        raise DecodeError(
-            f"ALU instruction word {word:#034x} uses alu_opcode {insn.alu_opcode.name}, "
-            f"which config {config.name} does not implement "
-            f"(allowed {', '.join(op.name for op in sorted(config.alu_ops))})")
+    if allowed := _unimplemented_alu_op(insn, config):
+        raise DecodeError(f"ALU instruction word {word:#034x} uses alu_opcode "
+                          f"{insn.alu_opcode.name}, which config {config.name} does not "
+                          f"implement (allowed {allowed})")
     return insn
 
 

@@ -35,7 +35,8 @@ class DramAllocator:
         self.size = size
         self.alignment = alignment
         self._free = [(base, size - base)]  # sorted (address, length)
-        self._used: dict[int, int] = {}
+        self._used: dict[int, int] = {}  # address -> length of each allocated block
+        self._starts: list[int] = []      # the same addresses, sorted, for range checks
 
     def alloc(self, nbytes: int) -> int:
         if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes <= 0:
@@ -48,6 +49,7 @@ class DramAllocator:
                 else:
                     self._free[position] = (addr + length, free - length)
                 self._used[addr] = length
+                bisect.insort(self._starts, addr)
                 return addr
         largest = max((free for _, free in self._free), default=0)
         raise OutOfMemory(f"cannot allocate {nbytes} bytes of DRAM: the largest free block "
@@ -58,6 +60,7 @@ class DramAllocator:
         length = self._used.pop(addr, None)
         if length is None:
             raise ValueError(f"address {addr:#x} was not returned by alloc (or is freed already)")
+        del self._starts[bisect.bisect_left(self._starts, addr)]
         position = bisect.bisect(self._free, (addr, 0))
         self._free.insert(position, (addr, length))
         # Merge with the following and the preceding block when adjacent.
@@ -72,13 +75,12 @@ class DramAllocator:
             if a + n == b:
                 self._free[position - 1:position + 1] = [(a, n + m)]
 
-    def owner(self, addr: int, nbytes: int) -> bool:
+    def contains(self, addr: int, nbytes: int) -> bool:
         """Whether [addr, addr + nbytes) lies inside one allocated block."""
-        keys = sorted(self._used)
-        position = bisect.bisect_right(keys, addr) - 1
+        position = bisect.bisect_right(self._starts, addr) - 1
         if position < 0:
             return False
-        start = keys[position]
+        start = self._starts[position]
         return addr + nbytes <= start + self._used[start]
 
     @property

@@ -72,7 +72,7 @@ class Device(abc.ABC):
     def _check_range(self, addr: int, nbytes: int, what: str):
         if isinstance(addr, bool) or not isinstance(addr, (int, np.integer)):
             raise TypeError(f"{what} address must be an integer, not {addr!r}")
-        if not self.allocator.owner(int(addr), nbytes):
+        if not self.allocator.contains(int(addr), nbytes):
             raise ValueError(f"{what} of {nbytes} bytes at {int(addr):#x} is not inside one "
                              "allocated DRAM block (use alloc() first)")
 

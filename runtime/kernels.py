@@ -92,6 +92,9 @@ class BlockedGemm:
         b_pad[:n, :k] = b
         self.schedule = schedule or GemmSchedule.default(c, mb, kb, nb, virtual_threads)
         _check_fits(c, self.schedule, kb)
+        # SRAM elements each virtual thread owns (its ping-pong half, or all of it).
+        self._inp_half, self._wgt_half, self._acc_half = (
+            d // self.schedule.virtual_threads for d in (c.inp_depth, c.wgt_depth, c.acc_depth))
 
         # DRAM: A and B in SRAM-element tiles, C as out elements, and the micro-op table.
         self._addrs = []
@@ -120,8 +123,8 @@ class BlockedGemm:
         return addr
 
     def _uop_kernels(self, kb: int):
-        c, threads = self.dev.config, self.schedule.virtual_threads
-        inp_half, wgt_half, acc_half = (d // threads for d in (c.inp_depth, c.wgt_depth, c.acc_depth))
+        threads = self.schedule.virtual_threads
+        inp_half, wgt_half, acc_half = self._inp_half, self._wgt_half, self._acc_half
         uops, kernels = [], []
         for t in range(threads):
             # Per thread: kb GEMM micro-ops (one per K block), one reset, one ALU micro-op.
@@ -138,7 +141,7 @@ class BlockedGemm:
         c, sched = self.dev.config, self.schedule
         mb, kb, nb = self.blocks
         threads = sched.virtual_threads
-        inp_half, wgt_half, acc_half = (d // threads for d in (c.inp_depth, c.wgt_depth, c.acc_depth))
+        inp_half, wgt_half, acc_half = self._inp_half, self._wgt_half, self._acc_half
         p = ProgramBuilder(c)
         p.load(MemoryType.UOP, sram_base=0, dram_base=uop_addr // c.uop_bytes, y_size=1,
                x_size=n_uops, x_stride=n_uops)

@@ -172,7 +172,3 @@ def main(argv: list[str] | None = None) -> int:
     except (CliError, ValueError, SimError, OSError) as exc:
         print(f"vdla: error: {exc}", file=sys.stderr)
         return 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())
