@@ -290,8 +290,8 @@ class FunctionalSimulator:
         self.uop_wgt[begin:end] = (words >> (c.uop_dst_bits + c.uop_src_bits)) & ((1 << c.uop_wgt_bits) - 1)
 
     def _store(self, insn: Store):
-        if insn.x_size == 0:
-            return
+        if insn.x_size == 0 or insn.y_size == 0:
+            return  # nothing to write (stores have no padding)
         if insn.y_size > 1 and insn.x_stride < insn.x_size:
             raise _Invalid(f"x_stride {insn.x_stride} < x_size {insn.x_size}: stored rows "
                            "would overlap in DRAM")

@@ -150,3 +150,14 @@ def test_sram_state_persists_across_runs(sim):
     sim.acc[3] = 77
     sim.run([Gemm(), Finish()])
     assert (sim.acc[3] == 77).all()
+
+
+def test_empty_store_writes_nothing(sim):
+    """y_size 0 with x_size > 0 moves no data (the hardware's store found this case)."""
+    before = sim.dram.copy()
+    sim.out[:4] = 7
+    stats = sim.run([Store(sram_base=0, dram_base=16, y_size=0, x_size=3, x_stride=3,
+                           push_prev=True),
+                     Finish(pop_next=True)])
+    assert np.array_equal(sim.dram, before)
+    assert stats.get("store_bytes_out", 0) == 0 and stats["store_insns"] == 1
