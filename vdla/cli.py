@@ -122,6 +122,23 @@ def _cmd_demo(args) -> int:
 
 # --- entry point ----------------------------------------------------------------------------
 
+# --- verilog --------------------------------------------------------------------------------
+
+def _cmd_verilog(args) -> int:
+    from vdla.hw.verilog import generate
+
+    config = _load_config(args.config)
+    print(f"vdla: generating Verilog for {config.name} ...", file=sys.stderr)
+    start = time.perf_counter()
+    paths = generate(config, args.output)
+    info = json.loads(paths["manifest"].read_text())
+    print(f"{paths['verilog']}  (top {info['top']}, {len(info['ports'])} ports, "
+          f"{paths['verilog'].stat().st_size // 1024} KiB)")
+    print(f"{paths['manifest']}  (config, register map, ports)")
+    print(f"done in {time.perf_counter() - start:.1f} s", file=sys.stderr)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vdla", description=__import__("vdla").__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -145,6 +162,12 @@ def build_parser() -> argparse.ArgumentParser:
     disasm.add_argument("-o", "--output", metavar="OUT", help="write here instead of stdout")
     disasm.add_argument("--config", metavar="FILE", help=config_help)
     disasm.set_defaults(func=_cmd_disasm)
+
+    verilog = sub.add_parser("verilog", help="write the accelerator's Verilog and a manifest "
+                                             "(config, register map, ports)")
+    verilog.add_argument("-o", "--output", required=True, metavar="DIR", help="output folder")
+    verilog.add_argument("--config", metavar="FILE", help=config_help)
+    verilog.set_defaults(func=_cmd_verilog)
 
     demo = sub.add_parser("demo", help="run a blocked GEMM on the functional simulator "
                                        "and check it against numpy")

@@ -1,0 +1,444 @@
+"""The compute module: LOADs of UOP and ACC, GEMM, ALU and FINISH.
+
+Instructions run one after another (`InsnSequencer`: pop, execute, push). A LOAD of UOP
+or ACC goes to one of two `LoadDma` engines; GEMM and ALU go to the *micro-op engine*,
+which walks the loop nest ``for o < iter_out: for i < iter_in: for u in uop_bgn..uop_end-1``
+and issues one micro-op per cycle into a pipeline shared by the GEMM core and the ALU:
+
+====  ==========  ==================================================================
+cyc   stage       work
+====  ==========  ==================================================================
+0     fetch       uop SRAM read at ``u``; the loop offsets travel alongside
+1     index       dst/src/wgt = micro-op field + o·factor_out + i·factor_in
+2     operand     inp SRAM read at src, wgt SRAM read at wgt
+3     multiply    batch × block_out × block_in int8 products (two per multiplier);
+                  a vector ALU micro-op reads acc[src] here
+4     reduce      adder trees over block_in; acc SRAM read at dst
+5     write       acc[dst] = acc[dst] + sum (GEMM) or op(acc[dst], imm | acc[src]) (ALU);
+                  out[dst] = the low 8 bits; zeros for reset_reg
+====  ==========  ==================================================================
+
+The uop and acc SRAMs live here; inp, wgt (read) and out (written) live in the top.
+
+The acc SRAM has ONE read port. A second one would make synthesis duplicate the whole
+acc buffer (another 128 KiB, about 30 BRAM36 for the default config), and the default
+design would no longer fit the xc7z020's 140 BRAM36. GEMM and ALU with an immediate read
+only acc[dst] and issue one micro-op per cycle; an ALU micro-op with a vector operand
+reads acc[src] too, so the engine issues those every second cycle and the src read takes
+the port in the free cycle before the dst read. (Compilers use vector ALU ops for
+residual adds and the like, a small share of the work.)
+"""
+
+from __future__ import annotations
+
+from amaranth import Const, Module, Mux, Signal, signed
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import exact_log2
+
+from vdla.config import INSN_BITS, AluOp, HardwareConfig
+from vdla.hw.axi import ReadClientSignature
+from vdla.hw.dma import DRAM_ADDR_WIDTH, LoadDma, SramReadSignature, SramWriteSignature
+from vdla.hw.layouts import DMA_FIELDS, MemoryType, Opcode, insn_layout, uop_view_layout
+from vdla.hw.queues import TokenSignature
+from vdla.hw.sequencer import InsnSequencer
+from vdla.hw.sram import Sram
+
+__all__ = ["ComputeModule", "PACK_SHIFT", "packed_products", "unpack_products"]
+
+# Two int8 × int8 products that share the inp operand are computed by one multiplier:
+# (w_hi · 2**PACK_SHIFT + w_lo) · x holds w_lo·x in its low PACK_SHIFT bits (a 16-bit
+# signed value: |w·x| <= 2**14) and w_hi·x above, minus the borrow of a negative low
+# product. The packed weight is 25 bits signed (it can be DSP48E1's pre-adder A + D) and
+# x 8 bits: one DSP48E1 (25 × 18) per pair, so the default 16 × 16 core needs 128
+# multipliers instead of 256, inside the xc7z020's 220 DSP48s.
+PACK_SHIFT = 16
+
+
+def packed_products(x, w_lo, w_hi):
+    """The packed product of signed 8-bit Amaranth values `x`, `w_lo`, `w_hi`: a
+    33-bit signed value (25-bit packed weight times 8-bit x)."""
+    return (w_hi.shift_left(PACK_SHIFT) + w_lo) * x
+
+
+def unpack_products(p):
+    """(w_lo·x, w_hi·x) from a packed product `p` (a signed Amaranth value)."""
+    lo = p[:PACK_SHIFT].as_signed()
+    hi = p[PACK_SHIFT:].as_signed() + p[PACK_SHIFT - 1]   # undo the low product's borrow
+    return lo, hi
+
+
+def _adder_tree(terms):
+    """Sum of `terms` as a balanced tree (log2 depth; Amaranth widens each level)."""
+    terms = list(terms)
+    while len(terms) > 1:
+        pairs = [a + b for a, b in zip(terms[0::2], terms[1::2])]
+        terms = pairs + ([terms[-1]] if len(terms) % 2 else [])
+    return terms[0]
+
+
+class ComputeModule(wiring.Component):
+    """Executes the compute command queue: LOAD UOP/ACC, GEMM, ALU and FINISH.
+
+    Parameters
+    ----------
+    config : HardwareConfig
+    probes : bool
+        Add a read port into the acc SRAM for testbenches (``acc_probe_addr``,
+        ``acc_probe_data``); off in the accelerator.
+
+    Ports
+    -----
+    insn : In(stream.Signature(128))
+        The compute command queue's head; retired after the instruction's token pushes.
+    pop_prev : In(TokenSignature())
+        Tokens from the load module (load->compute: inp/wgt data is in its SRAM).
+    push_prev : Out(TokenSignature())
+        Tokens to the load module (compute->load: inp/wgt space may be reused).
+    pop_next : In(TokenSignature())
+        Tokens from the store module (store->compute: out space may be reused).
+    push_next : Out(TokenSignature())
+        Tokens to the store module (compute->store: the out data is written).
+    read : Out(ReadClientSignature)
+        DRAM reads of LOAD UOP and LOAD ACC.
+    inp : Out(SramReadSignature(inp_depth, inp_elem_bytes * 8))
+        Read port of the inp SRAM (a batch × block_in int8 tile per element).
+    wgt : Out(SramReadSignature(wgt_depth, wgt_elem_bytes * 8))
+        Read port of the wgt SRAM (a block_out × block_in int8 tile per element).
+    out : Out(SramWriteSignature(out_depth, out_elem_bytes * 8))
+        Write port of the out SRAM: every GEMM/ALU result narrowed to 8 bits per lane.
+    finish : Out(1)
+        Pulses in the cycle a FINISH retires (after its token pushes).
+    busy : Out(1)
+        An instruction is executing or pushing its tokens.
+    gemm_active, alu_active : Out(1)
+        A GEMM (ALU) micro-op that is not a reset entered the pipeline this cycle.
+    wait_pop_prev, wait_pop_next : Out(1)
+        The head instruction waits for a token on that queue.
+    acc_probe_addr : In(range(acc_depth)), acc_probe_data : Out(acc_elem_bytes * 8)
+        Only with ``probes``: a synchronous read port into the acc SRAM.
+    """
+
+    def __init__(self, config: HardwareConfig, *, probes: bool = False):
+        if not isinstance(config, HardwareConfig):
+            raise TypeError(f"ComputeModule needs a HardwareConfig, not {config!r}")
+        self.config = config
+        self.probes = bool(probes)
+        cfg = config
+        self._dma = {
+            MemoryType.UOP: LoadDma(cfg, elem_bytes=cfg.uop_bytes, depth=cfg.uop_depth),
+            MemoryType.ACC: LoadDma(cfg, elem_bytes=cfg.acc_elem_bytes, depth=cfg.acc_depth),
+        }
+        members = {
+            "insn": In(stream.Signature(INSN_BITS)),
+            "pop_prev": In(TokenSignature()),
+            "push_prev": Out(TokenSignature()),
+            "pop_next": In(TokenSignature()),
+            "push_next": Out(TokenSignature()),
+            "read": Out(ReadClientSignature(addr_width=DRAM_ADDR_WIDTH,
+                                            data_width=cfg.dram_bus_width)),
+            "inp": Out(SramReadSignature(depth=cfg.inp_depth, elem_bits=cfg.inp_elem_bytes * 8)),
+            "wgt": Out(SramReadSignature(depth=cfg.wgt_depth, elem_bits=cfg.wgt_elem_bytes * 8)),
+            "out": Out(SramWriteSignature(depth=cfg.out_depth, elem_bits=cfg.out_elem_bytes * 8)),
+            "finish": Out(1),
+            "busy": Out(1),
+            "gemm_active": Out(1),
+            "alu_active": Out(1),
+            "wait_pop_prev": Out(1),
+            "wait_pop_next": Out(1),
+        }
+        if self.probes:
+            members["acc_probe_addr"] = In(range(cfg.acc_depth))
+            members["acc_probe_data"] = Out(cfg.acc_elem_bytes * 8)
+        super().__init__(members)
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.config
+        seq = InsnSequencer(cfg, self.insn,
+                            pops={"pop_prev": self.pop_prev, "pop_next": self.pop_next},
+                            pushes={"push_prev": self.push_prev, "push_next": self.push_next},
+                            name="compute")
+        seq.elaborate(m)
+        m.d.comb += [self.busy.eq(seq.busy),
+                     self.wait_pop_prev.eq(seq.waiting["pop_prev"]),
+                     self.wait_pop_next.eq(seq.waiting["pop_next"])]
+        opcode = seq.header.opcode
+        load = data.View(insn_layout(cfg, "LOAD"), self.insn.payload)
+        m.d.comb += self.finish.eq(self.insn.valid & self.insn.ready & (opcode == Opcode.FINISH))
+
+        # --- SRAMs ---------------------------------------------------------------------
+        uop_dma, acc_dma = self._dma[MemoryType.UOP], self._dma[MemoryType.ACC]
+        uop_sram = Sram("uop", depth=cfg.uop_depth, elem_bits=cfg.uop_bits,
+                        lanes=uop_dma.sram.signature.lanes)
+        acc_sram = Sram("acc", depth=cfg.acc_depth, elem_bits=cfg.acc_elem_bytes * 8,
+                        lanes=acc_dma.sram.signature.lanes)
+        uop_sram.elaborate(m, uop_dma.sram)
+        # The acc write port is shared by the ACC DMA and the pipeline's write stage; they
+        # never overlap, as instructions run one at a time and each drains first.
+        acc_write = acc_sram.signature.create(path=("acc_write",))
+        acc_sram.elaborate(m, acc_write)
+        uop_read = uop_sram.read_port()
+        # The acc read port is transparent: see the hazard note at the write stage.
+        acc_read = acc_sram.read_port(transparent=True)
+        if self.probes:
+            acc_sram.connect_read(m, _ProbePort(self.acc_probe_addr, self.acc_probe_data))
+
+        # --- LOAD UOP / LOAD ACC -------------------------------------------------------
+        is_load = opcode == Opcode.LOAD
+        for mem, dma in self._dma.items():
+            m.submodules[f"dma_{mem.name.lower()}"] = dma
+            for field in DMA_FIELDS:
+                m.d.comb += getattr(dma.cmd.payload, field).eq(getattr(load, field))
+            m.d.comb += dma.cmd.valid.eq(seq.first & is_load & (load.memory_type == mem))
+        # One DMA runs at a time: the read port follows the instruction's memory type.
+        with m.If(load.memory_type == MemoryType.ACC):
+            _connect_read_client(m, self.read, acc_dma.read)
+        with m.Else():
+            _connect_read_client(m, self.read, uop_dma.read)
+
+        # --- micro-op engine -------------------------------------------------------------
+        gemm = data.View(insn_layout(cfg, "GEMM"), self.insn.payload)
+        alu = data.View(insn_layout(cfg, "ALU"), self.insn.payload)
+        is_gemm, is_alu_insn = opcode == Opcode.GEMM, opcode == Opcode.ALU
+        # Index widths: dst is an acc index, src an inp (GEMM) or acc (ALU) index, wgt a
+        # wgt index. Offsets wrap at the SRAM depth, like the addresses they make.
+        widths = {"dst": cfg.log_acc_depth, "src": cfg.uop_src_bits, "wgt": cfg.log_wgt_depth}
+
+        # Instruction-wide controls, held from start until the pipeline has drained.
+        is_alu = Signal()
+        reset = Signal()
+        alu_op = Signal.like(alu.alu_opcode)
+        use_imm = Signal()
+        imm = Signal(signed(cfg.acc_width))
+        running = Signal()                      # the engine has micro-ops left to issue
+        vector = Signal()                       # ALU with an acc[src] operand: every 2nd cycle
+        skip = Signal()                         # the vector ALU's cycle without an issue
+        issue = Signal()                        # a micro-op enters the pipeline this cycle
+        m.d.comb += issue.eq(running & ~(vector & skip))
+        with m.If(running & vector):
+            m.d.sync += skip.eq(~skip)
+        u = Signal(range(cfg.uop_depth))
+        u_bgn = Signal.like(u)
+        u_last = Signal.like(u)
+        o = Signal.like(gemm.iter_out)
+        o_last = Signal.like(o)
+        i = Signal.like(gemm.iter_in)
+        i_last = Signal.like(i)
+        factor_out = {f: Signal(w, name=f"{f}_factor_out") for f, w in widths.items()}
+        factor_in = {f: Signal(w, name=f"{f}_factor_in") for f, w in widths.items()}
+        base_out = {f: Signal(w, name=f"{f}_base_out") for f, w in widths.items()}  # o·f_out
+        offset = {f: Signal(w, name=f"{f}_offset") for f, w in widths.items()}  # + i·f_in
+
+        with m.If(issue):
+            # Running offsets instead of multipliers: each loop step adds a factor.
+            with m.If(u != u_last):
+                m.d.sync += u.eq(u + 1)
+            with m.Else():
+                m.d.sync += u.eq(u_bgn)
+                with m.If(i != i_last):
+                    m.d.sync += i.eq(i + 1)
+                    m.d.sync += [offset[f].eq(offset[f] + factor_in[f]) for f in widths]
+                with m.Else():
+                    m.d.sync += i.eq(0)
+                    with m.If(o != o_last):
+                        m.d.sync += o.eq(o + 1)
+                        for f in widths:
+                            m.d.sync += [base_out[f].eq(base_out[f] + factor_out[f]),
+                                         offset[f].eq(base_out[f] + factor_out[f])]
+                    with m.Else():
+                        m.d.sync += running.eq(0)
+
+        # The instruction is latched when its tokens are popped, so the first micro-op
+        # issues in the first executing cycle. The engine is idle then: the previous
+        # instruction completed (drained) before it retired.
+        with m.If(seq.start & (is_gemm | is_alu_insn)):
+            has_work = (gemm.iter_out != 0) & (gemm.iter_in != 0) & (gemm.uop_end > gemm.uop_bgn)
+            m.d.sync += [
+                running.eq(has_work), is_alu.eq(is_alu_insn), reset.eq(gemm.reset_reg),
+                vector.eq(is_alu_insn & ~alu.use_imm & ~gemm.reset_reg), skip.eq(0),
+                alu_op.eq(alu.alu_opcode), use_imm.eq(alu.use_imm), imm.eq(alu.imm),
+                u.eq(gemm.uop_bgn), u_bgn.eq(gemm.uop_bgn), u_last.eq(gemm.uop_end - 1),
+                o.eq(0), o_last.eq(gemm.iter_out - 1), i.eq(0), i_last.eq(gemm.iter_in - 1),
+                factor_out["dst"].eq(gemm.dst_factor_out), factor_in["dst"].eq(gemm.dst_factor_in),
+                factor_out["src"].eq(Mux(is_alu_insn, alu.src_factor_out, gemm.src_factor_out)),
+                factor_in["src"].eq(Mux(is_alu_insn, alu.src_factor_in, gemm.src_factor_in)),
+                # The ALU has no wgt index (those bits hold its opcode and immediate).
+                factor_out["wgt"].eq(Mux(is_alu_insn, 0, gemm.wgt_factor_out)),
+                factor_in["wgt"].eq(Mux(is_alu_insn, 0, gemm.wgt_factor_in)),
+            ]
+            m.d.sync += [base_out[f].eq(0) for f in widths]
+            m.d.sync += [offset[f].eq(0) for f in widths]
+        m.d.comb += [self.gemm_active.eq(issue & ~is_alu & ~reset),
+                     self.alu_active.eq(issue & is_alu & ~reset)]
+
+        # --- stage 0, fetch: read the micro-op -------------------------------------------
+        m.d.comb += uop_read.addr.eq(u)
+        index_valid = Signal()
+        index_offset = {f: Signal(w, name=f"index_{f}_offset") for f, w in widths.items()}
+        m.d.sync += index_valid.eq(issue)
+        m.d.sync += [index_offset[f].eq(offset[f]) for f in widths]
+
+        # --- stage 1, index: micro-op field + loop offset ----------------------------------
+        uop = data.View(uop_view_layout(cfg), uop_read.data)
+        operand_valid = Signal()
+        operand_index = {f: Signal(w, name=f"operand_{f}") for f, w in widths.items()}
+        m.d.sync += operand_valid.eq(index_valid)
+        m.d.sync += [operand_index[f].eq(getattr(uop, f) + index_offset[f]) for f in widths]
+
+        # --- stage 2, operand: read inp and wgt -------------------------------------------
+        m.d.comb += [self.inp.addr.eq(operand_index["src"]),
+                     self.wgt.addr.eq(operand_index["wgt"])]
+        multiply_valid = Signal()
+        multiply_dst = Signal(widths["dst"])
+        multiply_src = Signal(widths["src"])
+        m.d.sync += [multiply_valid.eq(operand_valid), multiply_dst.eq(operand_index["dst"]),
+                     multiply_src.eq(operand_index["src"])]
+
+        # --- stage 3, multiply -------------------------------------------------------------
+        inp_bits, wgt_bits = cfg.inp_width, cfg.wgt_width
+        x = [[self.inp.data.word_select(b * cfg.block_in + k, inp_bits).as_signed()
+              for k in range(cfg.block_in)] for b in range(cfg.batch)]
+        w = [[self.wgt.data.word_select(n * cfg.block_in + k, wgt_bits).as_signed()
+              for k in range(cfg.block_in)] for n in range(cfg.block_out)]
+        packed = cfg.block_out % 2 == 0
+        # product[b][n][k] -> its multiplier output register; with packing, lanes 2j and
+        # 2j+1 share one register holding the packed product.
+        registers = {}
+        for b in range(cfg.batch):
+            for k in range(cfg.block_in):
+                if packed:
+                    for j in range(cfg.block_out // 2):
+                        value = packed_products(x[b][k], w[2 * j][k], w[2 * j + 1][k])
+                        reg = Signal(signed(len(value)), name=f"mul_b{b}_n{2 * j}_k{k}")
+                        m.d.sync += reg.eq(value)
+                        registers[b, j, k] = reg
+                else:
+                    for n in range(cfg.block_out):
+                        value = x[b][k] * w[n][k]
+                        reg = Signal(signed(len(value)), name=f"mul_b{b}_n{n}_k{k}")
+                        m.d.sync += reg.eq(value)
+                        registers[b, n, k] = reg
+        reduce_valid = Signal()
+        reduce_dst = Signal(widths["dst"])
+        m.d.sync += [reduce_valid.eq(multiply_valid), reduce_dst.eq(multiply_dst)]
+
+        # --- stage 4, reduce: adder trees; read the accumulators -------------------------
+        lanes = cfg.batch * cfg.block_out
+        products = [[[None] * cfg.block_in for _ in range(cfg.block_out)] for _ in range(cfg.batch)]
+        for (b, n, k), reg in registers.items():
+            if packed:
+                products[b][2 * n][k], products[b][2 * n + 1][k] = unpack_products(reg)
+            else:
+                products[b][n][k] = reg
+        write_valid = Signal()
+        write_dst = Signal(widths["dst"])
+        sums = [Signal(signed(cfg.acc_width), name=f"sum{lane}") for lane in range(lanes)]
+        m.d.sync += [write_valid.eq(reduce_valid), write_dst.eq(reduce_dst)]
+        for b in range(cfg.batch):
+            for n in range(cfg.block_out):
+                m.d.sync += sums[b * cfg.block_out + n].eq(_adder_tree(products[b][n]))
+        # One acc read port: the dst read of the micro-op in this stage, else the src read
+        # of a vector ALU micro-op in the multiply stage (vector micro-ops are two cycles
+        # apart, so the stage after one is empty and the port is free for it).
+        m.d.comb += acc_read.addr.eq(Mux(reduce_valid, reduce_dst, multiply_src))
+        src_data = Signal.like(acc_read.data)   # acc[src], read a cycle before acc[dst]
+        m.d.sync += src_data.eq(acc_read.data)
+
+        # --- stage 5, write: accumulate or apply the ALU op ------------------------------
+        # Hazards: micro-op k reads acc[dst] in stage 4 (cycle t) and writes it in stage 5
+        # (cycle t+1); micro-op k+1 reads in cycle t+1, the cycle k writes. The read
+        # port is transparent to the write port, so k+1 gets k's new value; micro-op
+        # k+2 reads after the write has landed. Back-to-back accumulation into one row
+        # therefore needs no stall and no forwarding logic of its own. A vector ALU
+        # micro-op k+1 (two cycles behind k) reads acc[src] in cycle t+1 too, the cycle
+        # k writes, so chains through src see k's result the same way. This holds only
+        # because each read is exactly one cycle before the write it may depend on:
+        # keep it so when adding stages.
+        acc_bits = cfg.acc_width
+        result = Signal(acc_sram.signature.elem_bits)
+        for lane in range(lanes):
+            a = acc_read.data.word_select(lane, acc_bits).as_signed()
+            src_value = src_data.word_select(lane, acc_bits).as_signed()
+            operand = Mux(use_imm, imm, src_value)
+            value = Signal(signed(acc_bits), name=f"result{lane}")
+            with m.If(reset):
+                m.d.comb += value.eq(0)
+            with m.Elif(~is_alu):
+                m.d.comb += value.eq(a + sums[lane])
+            with m.Else():
+                m.d.comb += value.eq(_alu_lane(m, cfg, alu_op, a, operand, lane))
+            m.d.comb += [result.word_select(lane, acc_bits).eq(value),
+                         self.out.data.word_select(lane, cfg.out_width).eq(value)]
+        with m.If(write_valid):
+            m.d.comb += [acc_write.addr.eq(write_dst), acc_write.data.eq(result),
+                         acc_write.en.eq(Const(-1, len(acc_write.en)))]
+        with m.Else():
+            m.d.comb += [acc_write.addr.eq(acc_dma.sram.addr), acc_write.data.eq(acc_dma.sram.data),
+                         acc_write.en.eq(acc_dma.sram.en)]
+        m.d.comb += [self.out.addr.eq(write_dst), self.out.en.eq(write_valid)]
+
+        # --- completion ----------------------------------------------------------------
+        # A GEMM/ALU is done once nothing is left to issue and its last write has landed
+        # (all stages empty), so the tokens pushed after it guard written data.
+        drained = ~running & ~index_valid & ~operand_valid & ~multiply_valid \
+            & ~reduce_valid & ~write_valid
+        with m.If(seq.executing):
+            with m.Switch(opcode):
+                with m.Case(Opcode.LOAD):
+                    with m.Switch(load.memory_type):
+                        with m.Case(MemoryType.UOP):
+                            m.d.comb += seq.done.eq(uop_dma.done)
+                        with m.Case(MemoryType.ACC):
+                            m.d.comb += seq.done.eq(acc_dma.done)
+                        with m.Default():  # INP/WGT are routed to the load module
+                            m.d.comb += seq.done.eq(1)
+                with m.Case(Opcode.GEMM, Opcode.ALU):
+                    m.d.comb += seq.done.eq(drained)
+                with m.Default():   # FINISH (and STORE, which never arrives here)
+                    m.d.comb += seq.done.eq(1)
+        return m
+
+
+def _alu_lane(m: Module, cfg: HardwareConfig, op, a, b, lane: int):
+    """One int32 ALU lane: ``op(a, b)`` with the functional simulator's wrap-around."""
+    bits = cfg.acc_width
+    value = Signal(signed(bits), name=f"alu{lane}")
+    # SHR's amount is b's low log2(bits)+1 bits as a signed number (-32..31 for int32):
+    # negative amounts shift left, and -bits shifts everything out.
+    amount_bits = exact_log2(bits) + 1
+    amount = b[:amount_bits].as_signed()
+    left = Signal(range(bits + 1), name=f"alu{lane}_left")    # 1..bits when shifting left
+    m.d.comb += left.eq(-amount)
+    shifted_left = Mux(left == bits, 0, (a << left[:amount_bits - 1])[:bits])
+    shifted = Mux(amount[-1], shifted_left, a >> amount[:amount_bits - 1])
+    with m.Switch(op):
+        with m.Case(AluOp.MIN):
+            m.d.comb += value.eq(Mux(a < b, a, b))
+        with m.Case(AluOp.MAX):
+            m.d.comb += value.eq(Mux(a > b, a, b))
+        with m.Case(AluOp.ADD):
+            m.d.comb += value.eq(a + b)
+        with m.Case(AluOp.SHR):
+            m.d.comb += value.eq(shifted)
+        if AluOp.MUL in cfg.alu_ops:
+            with m.Case(AluOp.MUL):
+                m.d.comb += value.eq(a * b)   # the low bits of the product
+        with m.Default():  # an op this config lacks (the encoder rejects it): unchanged
+            m.d.comb += value.eq(a)
+    return value
+
+
+def _connect_read_client(m: Module, outer, inner):
+    """Join DRAM read client `inner` (a DMA's port) to `outer` (this module's port)."""
+    m.d.comb += [outer.req.payload.eq(inner.req.payload), outer.req.valid.eq(inner.req.valid),
+                 inner.req.ready.eq(outer.req.ready),
+                 inner.beat.payload.eq(outer.beat.payload), inner.beat.valid.eq(outer.beat.valid),
+                 outer.beat.ready.eq(inner.beat.ready)]
+
+
+class _ProbePort:
+    """A `SramReadSignature`-shaped pair of signals for `Sram.connect_read`."""
+
+    def __init__(self, addr, data):
+        self.addr, self.data = addr, data

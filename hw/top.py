@@ -1,0 +1,140 @@
+"""`Accelerator`: the whole design, as a board or a simulator sees it."""
+
+from __future__ import annotations
+
+from amaranth import Module
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from vdla.config import HardwareConfig
+from vdla.hw.axi import AxiLiteSignature, AxiSignature, ReadArbiter, connect_write_client
+from vdla.hw.compute import ComputeModule
+from vdla.hw.control import CONTROL_ADDR_WIDTH, ControlRegisters
+from vdla.hw.dma import DRAM_ADDR_WIDTH
+from vdla.hw.fetch import FetchModule
+from vdla.hw.load import LoadModule
+from vdla.hw.queues import CommandQueue, DepQueue
+from vdla.hw.sram import Sram
+from vdla.hw.store import StoreModule
+
+__all__ = ["Accelerator", "AXI_ID_WIDTH", "READ_CLIENTS"]
+
+#: Read clients of the DRAM master, by AXI ID.
+READ_CLIENTS = ("fetch", "load", "compute")
+AXI_ID_WIDTH = 2
+
+
+class Accelerator(wiring.Component):
+    """The VTA-style accelerator for one `HardwareConfig`.
+
+    Fetch reads the instruction stream and routes each instruction into the load,
+    compute or store command queue; the three modules run decoupled and synchronise only
+    through the four dependency-token queues. The inp and wgt SRAMs sit between load and
+    compute, the out SRAM between compute and store; the uop and acc SRAMs are inside
+    compute. One AXI4 master serves every DRAM access (reads arbitrated with one ID per
+    client; the store module is the only writer).
+
+    Parameters
+    ----------
+    config : HardwareConfig
+
+    Ports
+    -----
+    s_axi_ctrl : In(AxiLiteSignature(addr_width=12))
+        Control registers (`vdla.hw.control` has the map).
+    m_axi : Out(AxiSignature(addr_width=32, data_width=config.dram_bus_width, id_width=2))
+        DRAM.
+    irq : Out(1)
+        High while a finished run's done flag is set (level interrupt for a host that
+        does not poll).
+    """
+
+    def __init__(self, config: HardwareConfig | None = None):
+        config = HardwareConfig() if config is None else config
+        if not isinstance(config, HardwareConfig):
+            raise TypeError(f"Accelerator needs a HardwareConfig, not {config!r}")
+        self.config = config
+        super().__init__({
+            "s_axi_ctrl": In(AxiLiteSignature(addr_width=CONTROL_ADDR_WIDTH)),
+            "m_axi": Out(AxiSignature(addr_width=DRAM_ADDR_WIDTH,
+                                      data_width=config.dram_bus_width, id_width=AXI_ID_WIDTH)),
+            "irq": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.config
+
+        m.submodules.control = control = ControlRegisters()
+        m.submodules.fetch = fetch = FetchModule(cfg)
+        m.submodules.load = load = LoadModule(cfg)
+        m.submodules.compute = compute = ComputeModule(cfg)
+        m.submodules.store = store = StoreModule(cfg)
+        m.submodules.arbiter = arbiter = ReadArbiter(
+            n_clients=len(READ_CLIENTS), addr_width=DRAM_ADDR_WIDTH,
+            data_width=cfg.dram_bus_width, id_width=AXI_ID_WIDTH)
+
+        wiring.connect(m, wiring.flipped(self.s_axi_ctrl), control.bus)
+        m.d.comb += [fetch.start.eq(control.start), fetch.insn_addr.eq(control.insn_addr),
+                     fetch.insn_count.eq(control.insn_count), control.finish.eq(compute.finish)]
+        m.d.comb += self.irq.eq(control.done)
+
+        # Command queues between fetch and the modules.
+        for name, module in (("load", load), ("compute", compute), ("store", store)):
+            queue = CommandQueue(cfg.cmd_queue_depth)
+            m.submodules[f"{name}_cmd_queue"] = queue
+            wiring.connect(m, getattr(fetch, f"{name}_cmd"), queue.w)
+            wiring.connect(m, queue.r, module.insn)
+
+        # Dependency-token queues: producer push port -> queue -> consumer pop port.
+        for name, producer, consumer in (
+                ("load_compute", load.push_next, compute.pop_prev),
+                ("compute_load", compute.push_prev, load.pop_next),
+                ("compute_store", compute.push_next, store.pop_prev),
+                ("store_compute", store.push_prev, compute.pop_next)):
+            queue = DepQueue(cfg.token_queue_depth)
+            m.submodules[f"{name}_tokens"] = queue
+            wiring.connect(m, producer, queue.push)
+            wiring.connect(m, queue.pop, consumer)
+
+        # SRAMs shared between modules.
+        inp = Sram("inp", depth=cfg.inp_depth, elem_bits=cfg.inp_elem_bytes * 8,
+                   lanes=load.inp.signature.lanes)
+        wgt = Sram("wgt", depth=cfg.wgt_depth, elem_bits=cfg.wgt_elem_bytes * 8,
+                   lanes=load.wgt.signature.lanes)
+        out = Sram("out", depth=cfg.out_depth, elem_bits=cfg.out_elem_bytes * 8)
+        inp.elaborate(m, load.inp)
+        wgt.elaborate(m, load.wgt)
+        out.elaborate(m, compute.out)
+        inp.connect_read(m, compute.inp)
+        wgt.connect_read(m, compute.wgt)
+        out.connect_read(m, store.out)
+
+        # DRAM: reads arbitrated by ID, writes from the store module only.
+        for client, module in zip(arbiter.clients, (fetch, load, compute)):
+            wiring.connect(m, module.read, client)
+        axi = self.m_axi
+        arb = arbiter.axi
+        for name in ("arid", "araddr", "arlen", "arsize", "arburst", "arvalid", "rready"):
+            m.d.comb += getattr(axi, name).eq(getattr(arb, name))
+        for name in ("arready", "rid", "rdata", "rresp", "rlast", "rvalid"):
+            m.d.comb += getattr(arb, name).eq(getattr(axi, name))
+        connect_write_client(m, store.write, axi)
+
+        # Performance counters.
+        bus_bytes = cfg.dram_bus_width // 8
+        m.d.comb += [
+            control.event_fetch_busy.eq(fetch.busy),
+            control.event_load_busy.eq(load.busy),
+            control.event_compute_busy.eq(compute.busy),
+            control.event_store_busy.eq(store.busy),
+            control.event_gemm_active.eq(compute.gemm_active),
+            control.event_alu_active.eq(compute.alu_active),
+            control.event_stall_load_compute.eq(compute.wait_pop_prev),
+            control.event_stall_compute_load.eq(load.wait_pop_next),
+            control.event_stall_compute_store.eq(store.wait_pop_prev),
+            control.event_stall_store_compute.eq(compute.wait_pop_next),
+            control.bytes_read.eq((axi.rvalid & axi.rready) * bus_bytes),
+            control.bytes_written.eq((axi.wvalid & axi.wready) * bus_bytes),
+        ]
+        return m

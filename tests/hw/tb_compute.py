@@ -1,0 +1,436 @@
+"""cocotb testbench of the compute module (LOAD UOP/ACC, GEMM, ALU, FINISH, tokens).
+
+Every instruction also runs in the functional simulator, on the same DRAM image and the
+same inp/wgt contents (written into the hardware through back doors and into the
+simulator's arrays), and the acc and out SRAMs are compared with the simulator's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+import cocotb
+import numpy as np
+from cocotb.triggers import ReadOnly, RisingEdge
+from cocotbext.axi import AxiBus, AxiRam
+
+from cocotb_harness import start_clock, testbench_config
+from vdla.config import AluOp
+from vdla.isa import Alu, Finish, Gemm, Load, Uop, encode, encode_uops
+from vdla.sim import FunctionalSimulator
+
+DRAM_BYTES = 1 << 18
+UOP_AREA = 0             # micro-op tables (byte address)
+ACC_AREA = 1 << 16       # accumulator images
+ROWS = 32                # inp, wgt and acc rows the tests use (below the harness's TB_ROWS)
+INT32_EDGES = [-2**31, -2**31 + 1, -1, 0, 1, 2**31 - 1]
+
+
+class Bench:
+    """The DUT with its AXI RAM, and the functional simulator holding the same state."""
+
+    def __init__(self, dut, cfg, ram, image, rng):
+        self.dut, self.cfg, self.ram, self.image, self.rng = dut, cfg, ram, image, rng
+        self.sim = FunctionalSimulator(cfg, image)   # shares `image` as its DRAM
+
+    def write_dram(self, addr: int, blob: bytes):
+        self.ram.write(addr, blob)
+        self.image[addr:addr + len(blob)] = np.frombuffer(blob, dtype=np.uint8)
+
+    async def issue(self, insns, *, monitor=None):
+        """Run `insns` back to back in the DUT (each presented as soon as the previous
+        retires) and in the simulator; returns the cycle of each retirement.
+        `monitor(cycle)` is called in every cycle's read-only phase."""
+        dut, cfg = self.dut, self.cfg
+        insns = list(insns)
+        words = [encode(insn, cfg) for insn in insns]
+        retired, index, cycle, taken = [], 0, 0, False
+        dut.insn__payload.value = words[0]
+        dut.insn__valid.value = 1
+        while True:
+            await RisingEdge(dut.clk)
+            cycle += 1
+            if taken:
+                index += 1
+                if index == len(words):
+                    dut.insn__valid.value = 0
+                    break
+                dut.insn__payload.value = words[index]
+            await ReadOnly()
+            if monitor:
+                monitor(cycle)
+            taken = bool(dut.insn__ready.value)
+            if taken:
+                retired.append(cycle)
+            elif cycle > 200_000:
+                raise AssertionError(f"{insns[index]} not retired after {cycle} cycles")
+        self.sim.run([*insns, Finish()])
+        return retired
+
+    async def write_operands(self, name: str, values: np.ndarray):
+        """Write int8 tiles `values` into inp or wgt rows 0.. (DUT back door and sim)."""
+        dut = self.dut
+        addr, data, en = (getattr(dut, f"{name}_{s}") for s in ("waddr", "wdata", "wen"))
+        getattr(self.sim, name)[:len(values)] = values
+        for row, tile in enumerate(values):
+            addr.value, data.value, en.value = row, int.from_bytes(tile.tobytes(), "little"), 1
+            await RisingEdge(dut.clk)
+        en.value = 0
+
+    async def random_operands(self):
+        """Random int8 tiles in inp and wgt rows 0..ROWS-1."""
+        c = self.cfg
+        gen = np.random.default_rng(self.rng.randrange(2**32))
+        for name, shape in (("inp", (c.batch, c.block_in)), ("wgt", (c.block_out, c.block_in))):
+            await self.write_operands(name, gen.integers(-128, 128, (ROWS, *shape), dtype=np.int8))
+
+    def acc_image(self, values: np.ndarray) -> Load:
+        """Put int32 accumulator tiles in DRAM; the LOAD ACC that writes them to acc
+        rows 0.."""
+        self.write_dram(ACC_AREA, np.asarray(values, dtype="<i4").tobytes())
+        return Load(memory_type="ACC", sram_base=0, dram_base=ACC_AREA // self.cfg.acc_elem_bytes,
+                    y_size=1, x_size=len(values), x_stride=len(values))
+
+    def uop_table(self, uops, *, sram_base: int = 0, dram_base: int = 0) -> Load:
+        """Put micro-ops in DRAM at element `dram_base`; the LOAD UOP to `sram_base`."""
+        blob = encode_uops(uops, self.cfg)
+        self.write_dram(UOP_AREA + dram_base * self.cfg.uop_bytes, blob)
+        return Load(memory_type="UOP", sram_base=sram_base, dram_base=dram_base, y_size=1,
+                    x_size=len(uops), x_stride=len(uops))
+
+    async def read_rows(self, begin: int = 0, end: int = ROWS):
+        """acc and out rows [begin, end) through the probes, one row per cycle."""
+        dut, c = self.dut, self.cfg
+        acc, out = [], []
+        dut.acc_addr.value = dut.out_addr.value = begin
+        await RisingEdge(dut.clk)
+        for row in range(begin, end):
+            if row + 1 < end:
+                dut.acc_addr.value = dut.out_addr.value = row + 1
+            await ReadOnly()
+            acc.append(int(dut.acc_data.value).to_bytes(c.acc_elem_bytes, "little"))
+            out.append(int(dut.out_data.value).to_bytes(c.out_elem_bytes, "little"))
+            await RisingEdge(dut.clk)
+        acc = np.frombuffer(b"".join(acc), "<i4").reshape(-1, c.batch, c.block_out)
+        out = np.frombuffer(b"".join(out), np.int8).reshape(-1, c.batch, c.block_out)
+        return acc, out
+
+    async def adopt_rows(self):
+        """Give the simulator the DUT's acc and out rows (left by earlier tests)."""
+        acc, out = await self.read_rows()
+        self.sim.acc[:ROWS], self.sim.out[:ROWS] = acc, out
+
+    async def check(self, what: str, begin: int = 0, end: int = ROWS):
+        acc, out = await self.read_rows(begin, end)
+        assert not self.dut.index_overflow.value, f"{what}: an index reached past TB_ROWS"
+        for name, got, want in (("acc", acc, self.sim.acc), ("out", out, self.sim.out)):
+            want = want[begin:end]
+            bad = np.argwhere(got != want)
+            assert not len(bad), (
+                f"{what}: {len(bad)} wrong {name} lanes; first at row {begin + bad[0][0]}: "
+                f"got {got[tuple(bad[0])]} want {want[tuple(bad[0])]}\n"
+                f"got row {got[bad[0][0]].tolist()}\nwant row {want[bad[0][0]].tolist()}")
+
+
+async def setup(dut, seed: int) -> Bench:
+    cfg = testbench_config()
+    await start_clock(dut)
+    ram = AxiRam(AxiBus.from_prefix(dut, "axi_"), dut.clk, dut.rst, size=DRAM_BYTES)
+    image = np.random.default_rng(seed).integers(0, 256, DRAM_BYTES, dtype=np.uint8)
+    ram.write(0, image.tobytes())
+    dut.insn__valid.value = 0
+    for name in ("pop_prev", "pop_next"):
+        getattr(dut, f"{name}__valid").value = 0
+    for name in ("push_prev", "push_next"):
+        getattr(dut, f"{name}__ready").value = 1
+    for name in ("inp_wen", "wgt_wen"):
+        getattr(dut, name).value = 0
+    bench = Bench(dut, cfg, ram, image, random.Random(seed))
+    await bench.adopt_rows()
+    return bench
+
+
+def random_uops(rng, n, *, high=16, repeat=0.4):
+    """`n` micro-ops with fields below `high`; a dst repeats the previous one with
+    probability `repeat` (back-to-back work on one row)."""
+    uops = []
+    for _ in range(n):
+        dst = uops[-1].dst if uops and rng.random() < repeat else rng.randrange(high)
+        uops.append(Uop(dst=dst, src=rng.randrange(high), wgt=rng.randrange(high)))
+    return uops
+
+
+def random_acc(rng, cfg, rows=ROWS):
+    """Accumulator tiles mixing full-range values, small ones, int32 edges and every SHR
+    amount (-32..31), so MIN/MAX/SHR/MUL and the wrap-around all see interesting data."""
+    gen = np.random.default_rng(rng.randrange(2**32))
+    lanes = rows * cfg.batch * cfg.block_out
+    pools = [gen.integers(-2**31, 2**31, lanes), gen.integers(-300, 300, lanes),
+             np.resize(np.array(INT32_EDGES), lanes), np.resize(np.arange(-32, 32), lanes)]
+    which = gen.integers(0, len(pools), lanes)
+    values = np.choose(which, pools)
+    return values.astype(np.int64).astype(np.int32).reshape(rows, cfg.batch, cfg.block_out)
+
+
+def loop_fields(rng, prefixes):
+    """Random loop bounds and factors keeping every index below ROWS (fields < 16)."""
+    fields = dict(iter_out=rng.randint(1, 3), iter_in=rng.randint(1, 3))
+    for prefix in prefixes:
+        fields[f"{prefix}_factor_out"] = rng.randrange(4)
+        fields[f"{prefix}_factor_in"] = rng.randrange(4)
+    return fields
+
+
+@cocotb.test()
+async def gemm_matches_functional_simulator(dut):
+    bench = await setup(dut, seed=1)
+    rng = bench.rng
+    await bench.random_operands()
+    await bench.issue([bench.acc_image(random_acc(rng, bench.cfg))])
+    await bench.check("LOAD ACC")
+    trials = [
+        # The same row accumulated by every micro-op and iteration, back to back.
+        (dict(uops=[Uop(dst=3, src=s, wgt=s + 1) for s in range(4)]),
+         dict(iter_out=2, iter_in=3)),
+        # A reset, then accumulation into the reset rows.
+        (dict(uops=[Uop(dst=d, src=0, wgt=0) for d in range(6)], reset_reg=True),
+         dict(iter_out=1, iter_in=2, dst_factor_in=6)),
+        # No work: nothing changes.
+        (dict(uops=[Uop(dst=1, src=1, wgt=1)]), dict(iter_out=0, iter_in=3)),
+    ]
+    for _ in range(12):
+        trials.append((dict(uops=random_uops(rng, rng.randint(1, 8)),
+                            reset_reg=rng.random() < 0.15),
+                       loop_fields(rng, ("dst", "src", "wgt"))))
+    for n, (spec, loops) in enumerate(trials):
+        uops = spec["uops"]
+        base = rng.randrange(64)          # odd and even micro-op addresses
+        load = bench.uop_table(uops, sram_base=base, dram_base=rng.randrange(256))
+        gemm = Gemm(uop_bgn=base, uop_end=base + len(uops),
+                    reset_reg=spec.get("reset_reg", False), **loops)
+        await bench.issue([load, gemm])
+        await bench.check(f"GEMM trial {n} {gemm} uops {uops}")
+
+
+def alu_cases(rng, cfg):
+    """(uops, Alu fields) of every op in the config: immediates (every SHR amount edge,
+    including values whose low 6 bits wrap), vectors, chains on one row, resets."""
+    cases = []
+    chain = [Uop(dst=4, src=5), Uop(dst=4, src=4), Uop(dst=6, src=4), Uop(dst=4, src=6)]
+    for op in sorted(cfg.alu_ops):
+        imms = [rng.randint(-2**15, 2**15 - 1) for _ in range(2)]
+        if op == AluOp.SHR:
+            imms = [-32, -31, -17, -1, 0, 1, 7, 31, 32, 63, -33, 2**15 - 1, -2**15]
+        elif op == AluOp.MUL:
+            imms += [-1, 0, 2**15 - 1, -2**15]
+        for imm in imms:
+            cases.append((random_uops(rng, rng.randint(1, 5), repeat=0.3),
+                          dict(alu_opcode=op, use_imm=True, imm=imm,
+                               **loop_fields(rng, ("dst", "src")))))
+        for _ in range(2):
+            cases.append((random_uops(rng, rng.randint(1, 6), repeat=0.3),
+                          dict(alu_opcode=op, **loop_fields(rng, ("dst", "src")))))
+        cases.append((chain, dict(alu_opcode=op, iter_out=2, iter_in=1)))
+    cases.append((random_uops(rng, 4), dict(alu_opcode=AluOp.ADD, reset_reg=True,
+                                             **loop_fields(rng, ("dst", "src")))))
+    return cases
+
+
+@cocotb.test()
+async def alu_matches_functional_simulator(dut):
+    bench = await setup(dut, seed=2)
+    rng = bench.rng
+    for n, (uops, fields) in enumerate(alu_cases(rng, bench.cfg)):
+        if n % 4 == 0:   # fresh values: repeated shifts and MINs would flatten them
+            await bench.issue([bench.acc_image(random_acc(rng, bench.cfg))])
+        base = rng.randrange(64)
+        alu = Alu(uop_bgn=base, uop_end=base + len(uops), **fields)
+        await bench.issue([bench.uop_table(uops, sram_base=base, dram_base=rng.randrange(256)),
+                           alu])
+        await bench.check(f"ALU case {n} {alu} uops {uops}")
+
+
+@cocotb.test()
+async def loads_of_uop_and_acc(dut):
+    """LOAD UOP at odd and even DRAM and SRAM bases (and 2-D), checked by running the
+    loaded micro-ops; LOAD ACC with padding, and a no-op LOAD."""
+    bench = await setup(dut, seed=3)
+    rng, cfg = bench.rng, bench.cfg
+    await bench.issue([bench.acc_image(random_acc(rng, cfg))])
+    for dram_base, sram_base, count in [(0, 0, 4), (1, 0, 3), (0, 1, 5), (1, 1, 2), (7, 6, 9),
+                                        (2, 3, 1)]:
+        # Distinct dst and src: a wrongly loaded micro-op changes a different row.
+        dst = rng.sample(range(ROWS), count)
+        uops = [Uop(dst=d, src=rng.randrange(ROWS)) for d in dst]
+        load = bench.uop_table(uops, sram_base=sram_base, dram_base=dram_base)
+        add = Alu(alu_opcode="ADD", uop_bgn=sram_base, uop_end=sram_base + count,
+                  iter_out=1, iter_in=1)
+        await bench.issue([load, add])
+        await bench.check(f"LOAD UOP dram {dram_base} sram {sram_base} x {count}")
+    # Two rows of three micro-ops, five apart in DRAM.
+    table = [Uop(dst=d, src=rng.randrange(ROWS)) for d in rng.sample(range(ROWS), 10)]
+    bench.uop_table(table, dram_base=11)
+    load = Load(memory_type="UOP", sram_base=20, dram_base=11, y_size=2, x_size=3, x_stride=5)
+    add = Alu(alu_opcode="ADD", uop_bgn=20, uop_end=26, iter_out=1, iter_in=1)
+    await bench.issue([load, add])
+    await bench.check("2-D LOAD UOP")
+
+    # LOAD ACC with every pad: 4 rows of 6 tiles = 24 rows from row 3.
+    values = random_acc(rng, cfg, rows=12)
+    bench.write_dram(ACC_AREA, values.astype("<i4").tobytes())
+    padded = Load(memory_type="ACC", sram_base=3, dram_base=ACC_AREA // cfg.acc_elem_bytes + 1,
+                  y_size=2, x_size=3, x_stride=5, y_pad_0=1, y_pad_1=1, x_pad_0=1, x_pad_1=2)
+    await bench.issue([padded])
+    await bench.check("padded LOAD ACC")
+    noop = Load(memory_type="ACC", sram_base=0, dram_base=0, y_size=3, x_size=0, x_stride=0)
+    await bench.issue([noop])
+    await bench.check("no-op LOAD ACC")
+
+
+async def timed(bench, insn, active):
+    """Cycles from the retirement of a no-op LOAD to that of `insn` right behind it, and
+    the cycles `active` (a DUT signal) was high meanwhile."""
+    seen = []
+    noop = Load(memory_type="UOP", sram_base=0, dram_base=0, y_size=0, x_size=0, x_stride=0)
+    retired = await bench.issue([noop, insn], monitor=lambda c: seen.append(int(active.value)))
+    return retired[1] - retired[0], sum(seen)
+
+
+# Measured: N + 8 cycles retire to retire, for GEMM and ALU alike (1 to pop and start,
+# N to issue, 5 pipeline stages to the last write, 1 to see the pipeline empty, 1 to push
+# and retire). A vector-operand ALU micro-op takes two cycles (one acc read port, see
+# hw/compute.py): 2N + 7.
+CYCLE_OVERHEAD_LIMIT = 20
+
+
+@cocotb.test()
+async def one_micro_op_per_cycle(dut):
+    """GEMM and ALU instructions of N micro-ops take N plus a small constant cycles."""
+    bench = await setup(dut, seed=4)
+    rng, cfg = bench.rng, bench.cfg
+    await bench.random_operands()
+    await bench.issue([bench.acc_image(random_acc(rng, cfg)),
+                       bench.uop_table(random_uops(rng, 1024, high=ROWS, repeat=0.2))])
+    for n in (1024, 2048):
+        loops = dict(uop_bgn=0, uop_end=1024, iter_out=1, iter_in=n // 1024)
+        add = Alu(alu_opcode="ADD", use_imm=True, imm=-7, **loops)
+        add_vector = Alu(alu_opcode="ADD", use_imm=False, src_factor_in=1, **loops)
+        for kind, insn, active, per_uop in (
+                ("GEMM", Gemm(**loops), bench.dut.gemm_active, 1),
+                ("ALU", add, bench.dut.alu_active, 1),
+                ("vector ALU", add_vector, bench.dut.alu_active, 2)):
+            cycles, active_cycles = await timed(bench, insn, active)
+            dut._log.info("%s of %d micro-ops: %d cycles retire to retire (%d·N + %d)",
+                          kind, n, cycles, per_uop, cycles - per_uop * n)
+            assert active_cycles == n, f"{kind} active for {active_cycles} cycles, not {n}"
+            assert cycles <= per_uop * n + CYCLE_OVERHEAD_LIMIT, \
+                f"{kind} of {n} micro-ops took {cycles}"
+            await bench.check(f"{kind} of {n} micro-ops")
+
+
+async def wait_cycles(dut, n):
+    for _ in range(n):
+        await RisingEdge(dut.clk)
+
+
+@cocotb.test()
+async def tokens_pop_before_and_push_after(dut):
+    bench = await setup(dut, seed=5)
+    rng, cfg = bench.rng, bench.cfg
+    await bench.random_operands()
+    uops = [Uop(dst=2, src=s, wgt=s) for s in range(4)] + [Uop(dst=9, src=5, wgt=6)]
+    await bench.issue([bench.acc_image(random_acc(rng, cfg)), bench.uop_table(uops)])
+    flags = dict(pop_prev=True, pop_next=True, push_prev=True, push_next=True)
+    gemm = Gemm(uop_bgn=0, uop_end=len(uops), iter_out=1, iter_in=2, **flags)
+    before = bench.sim.acc[9].copy()
+    bench.sim.run([dataclasses.replace(gemm, **dict.fromkeys(flags, False)), Finish()])
+    want_last = bench.sim.acc[9].reshape(-1)
+    assert (want_last != before.reshape(-1)).any()
+
+    # Pops: nothing runs until both tokens are there; both go in the same cycle.
+    dut.acc_addr.value = 9                                        # the last micro-op's row
+    dut.insn__payload.value = encode(gemm, cfg)
+    dut.insn__valid.value = 1
+    await wait_cycles(dut, 10)
+    await ReadOnly()
+    assert dut.wait_pop_prev.value and dut.wait_pop_next.value
+    assert not dut.busy.value, "the GEMM started without its tokens"
+    await RisingEdge(dut.clk)
+    dut.pop_prev__valid.value = 1                                 # one of the two tokens
+    await wait_cycles(dut, 5)
+    await ReadOnly()
+    assert not dut.busy.value and not dut.pop_prev__ready.value
+    assert dut.wait_pop_next.value and not dut.wait_pop_prev.value
+    await RisingEdge(dut.clk)
+    dut.pop_next__valid.value = 1
+    await ReadOnly()
+    assert dut.pop_prev__ready.value and dut.pop_next__ready.value, "tokens not popped together"
+    assert not dut.busy.value and not dut.gemm_active.value, "executed before popping"
+    await RisingEdge(dut.clk)
+    dut.pop_prev__valid.value = dut.pop_next__valid.value = 0
+
+    # Pushes: only after the last write has landed.
+    for cycle in range(100):
+        await ReadOnly()
+        if dut.push_prev__valid.value or dut.push_next__valid.value:
+            break
+        await RisingEdge(dut.clk)
+    else:
+        raise AssertionError("no token pushed")
+    assert dut.push_prev__valid.value and dut.push_next__valid.value and dut.insn__ready.value
+    assert not dut.gemm_active.value
+    await RisingEdge(dut.clk)
+    dut.insn__valid.value = 0
+    await ReadOnly()   # the acc row as it was at the start of the push cycle
+    got = np.frombuffer(int(dut.acc_data.value).to_bytes(cfg.acc_elem_bytes, "little"), "<i4")
+    assert (got == want_last).all(), "tokens pushed before the last write landed"
+    await RisingEdge(dut.clk)
+
+    # A full queue holds the instruction (busy, not retired) until every push has room;
+    # each token goes in exactly once.
+    dut.push_prev__ready.value = dut.push_next__ready.value = 0
+    alu = Alu(alu_opcode="ADD", use_imm=True, imm=1, uop_bgn=0, uop_end=2, iter_out=1,
+              iter_in=1, push_prev=True, push_next=True)
+    dut.insn__payload.value = encode(alu, cfg)
+    dut.insn__valid.value = 1
+    pushed = {"push_prev": 0, "push_next": 0}
+    retired = None
+    for cycle in range(40):
+        if cycle == 20:
+            dut.push_prev__ready.value = 1
+        if cycle == 30:
+            dut.push_next__ready.value = 1
+        await ReadOnly()
+        for name in pushed:
+            pushed[name] += bool(getattr(dut, f"{name}__valid").value
+                                 and getattr(dut, f"{name}__ready").value)
+        if dut.insn__ready.value:
+            retired = cycle
+        if cycle == 19:
+            assert dut.busy.value and not any(pushed.values()), "pushed into a full queue"
+        if cycle == 29:
+            assert pushed == {"push_prev": 1, "push_next": 0} and retired is None, \
+                "retired with the compute->store queue full"
+        await RisingEdge(dut.clk)
+        if retired is not None:
+            dut.insn__valid.value = 0
+            break
+    assert retired == 30 and pushed == {"push_prev": 1, "push_next": 1}, (retired, pushed)
+    bench.sim.run([dataclasses.replace(alu, push_prev=False, push_next=False), Finish()])
+    await bench.check("ALU after its pushes")
+
+    # FINISH: `finish` pulses once, when it retires after its push.
+    dut.push_next__ready.value = 0
+    dut.insn__payload.value = encode(Finish(push_next=True), cfg)
+    dut.insn__valid.value = 1
+    pulses = []
+    for cycle in range(12):
+        if cycle == 8:
+            dut.push_next__ready.value = 1
+        await ReadOnly()
+        pulses.append((cycle, int(dut.finish.value), int(dut.insn__ready.value)))
+        await RisingEdge(dut.clk)
+        if pulses[-1][2]:
+            dut.insn__valid.value = 0
+    assert [p for p in pulses if p[1]] == [(8, 1, 1)], pulses

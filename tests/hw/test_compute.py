@@ -1,0 +1,131 @@
+"""The compute module: the packed-multiplier identity (numpy), cocotb tests in Verilator
+of LOAD UOP/ACC, GEMM, ALU, tokens and throughput against the functional simulator, and
+a short Amaranth simulation of a core too narrow to pack products (block_out 1)."""
+
+import collections
+import random
+
+import numpy as np
+import pytest
+
+from cocotb_harness import run_cocotb
+from compute_harness import ComputeHarness
+from hw_harnesses import HW_CONFIGS
+from vdla import HardwareConfig
+from vdla.hw.compute import PACK_SHIFT, ComputeModule
+from vdla.isa import Alu, Finish, Gemm, Load, Uop, encode, encode_uops
+from vdla.sim import FunctionalSimulator
+
+
+def test_packed_int8_products_are_exact():
+    """(w_hi·2**16 + w_lo)·x unpacks to w_lo·x and w_hi·x for every int8 triple, and the
+    packed operands fit a DSP48E1 (25-bit and 8-bit signed inputs)."""
+    w = np.arange(-128, 128, dtype=np.int64)
+    w_hi, w_lo = (a.reshape(-1) for a in np.meshgrid(w, w, indexing="ij"))
+    packed = (w_hi << PACK_SHIFT) + w_lo
+    assert packed.min() >= -2**24 and packed.max() < 2**24
+    for x in range(-128, 128):
+        p = packed * x
+        assert p.min() >= -2**32 and p.max() < 2**32        # a 33-bit signed product
+        lo = ((p & 0xFFFF) ^ 0x8000) - 0x8000               # p[0:16] as signed
+        hi = (p >> PACK_SHIFT) + ((p >> (PACK_SHIFT - 1)) & 1)
+        np.testing.assert_array_equal(lo, w_lo * x)
+        np.testing.assert_array_equal(hi, w_hi * x)
+
+
+@pytest.mark.parametrize("name", ["default", "batch2", "block8", "mul-bus128"])
+def test_compute_module(name):
+    cfg = HW_CONFIGS[name]
+    run_cocotb(ComputeHarness(cfg), toplevel="compute_harness", testbench="tb_compute",
+               config=cfg)
+
+
+def run_amaranth(cfg, dram: np.ndarray, inp: np.ndarray, wgt: np.ndarray, program):
+    """Run `program` on `ComputeModule(cfg)` in Amaranth's simulator with a zero-latency
+    DRAM model and inp/wgt memories; returns the acc and out rows it leaves."""
+    from amaranth.sim import Simulator
+    dut = ComputeModule(cfg, probes=True)
+    bus_bytes = cfg.dram_bus_width // 8
+    as_words = lambda tiles: [int.from_bytes(t.tobytes(), "little") for t in tiles]
+    inp_words, wgt_words = as_words(inp), as_words(wgt)
+    out = np.zeros((cfg.out_depth, cfg.batch, cfg.block_out), np.int8)
+    acc = np.zeros((cfg.acc_depth, cfg.batch, cfg.block_out), np.int32)
+
+    async def testbench(ctx):
+        beats = collections.deque()
+        inp_addr = wgt_addr = 0
+        ctx.set(dut.read.req.ready, 1)
+        for insn in program:
+            ctx.set(dut.insn.payload, encode(insn, cfg))
+            ctx.set(dut.insn.valid, 1)
+            for _ in range(10_000):
+                # Synchronous reads: data for the address of the previous cycle.
+                ctx.set(dut.inp.data, inp_words[inp_addr])
+                ctx.set(dut.wgt.data, wgt_words[wgt_addr])
+                ctx.set(dut.read.beat.valid, bool(beats))
+                ctx.set(dut.read.beat.payload.data, beats[0] if beats else 0)
+                if beats and ctx.get(dut.read.beat.ready):
+                    beats.popleft()
+                if ctx.get(dut.read.req.valid):
+                    req = ctx.get(dut.read.req.payload)
+                    for beat in range(req.len + 1):
+                        addr = req.addr + beat * bus_bytes
+                        word = dram[addr:addr + bus_bytes].tobytes()
+                        beats.append(int.from_bytes(word, "little"))
+                if ctx.get(dut.out.en):
+                    out[ctx.get(dut.out.addr)] = np.frombuffer(ctx.get(dut.out.data).to_bytes(
+                        cfg.out_elem_bytes, "little"), np.int8).reshape(cfg.batch, cfg.block_out)
+                inp_addr, wgt_addr = ctx.get(dut.inp.addr), ctx.get(dut.wgt.addr)
+                retired = ctx.get(dut.insn.ready)
+                await ctx.tick()
+                if retired:
+                    break
+            else:
+                raise AssertionError(f"{insn} did not retire")
+            ctx.set(dut.insn.valid, 0)
+        for row in range(cfg.acc_depth):
+            ctx.set(dut.acc_probe_addr, row)
+            await ctx.tick()
+            acc[row] = np.frombuffer(ctx.get(dut.acc_probe_data).to_bytes(
+                cfg.acc_elem_bytes, "little"), "<i4").reshape(cfg.batch, cfg.block_out)
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(testbench)
+    sim.run()
+    return acc, out
+
+
+def test_unpacked_core_matches_functional_simulator():
+    """block_out 1 cannot pair products: the plain-multiplier core, GEMM and ALU."""
+    cfg = HardwareConfig(batch=2, block_in=2, block_out=1, uop_buff_size=256,
+                         inp_buff_size=256, wgt_buff_size=128, acc_buff_size=256)
+    rng = random.Random(5)
+    gen = np.random.default_rng(5)
+    dram = gen.integers(0, 256, 1 << 12, dtype=np.uint8)
+    uops = [Uop(dst=rng.randrange(8), src=rng.randrange(8), wgt=rng.randrange(8))
+            for _ in range(6)]
+    table = encode_uops(uops, cfg)
+    dram[64:64 + len(table)] = np.frombuffer(table, np.uint8)
+    acc_base = 1024 // cfg.acc_elem_bytes
+    program = [
+        Load(memory_type="UOP", sram_base=1, dram_base=64 // cfg.uop_bytes, y_size=1,
+             x_size=len(uops), x_stride=len(uops)),
+        Load(memory_type="ACC", sram_base=0, dram_base=acc_base, y_size=1,
+             x_size=cfg.acc_depth, x_stride=cfg.acc_depth),
+        Gemm(uop_bgn=1, uop_end=1 + len(uops), iter_out=2, iter_in=2, dst_factor_out=1,
+             dst_factor_in=3, src_factor_out=2, src_factor_in=1, wgt_factor_out=1,
+             wgt_factor_in=2),
+        Alu(alu_opcode="SHR", use_imm=True, imm=-3, uop_bgn=1, uop_end=4, iter_out=1,
+            iter_in=1),
+        Alu(alu_opcode="MAX", uop_bgn=1, uop_end=1 + len(uops), iter_out=1, iter_in=2,
+            dst_factor_in=1, src_factor_in=2),
+    ]
+    sim = FunctionalSimulator(cfg, dram.copy())
+    sim.inp[:] = gen.integers(-128, 128, sim.inp.shape, dtype=np.int8)
+    sim.wgt[:] = gen.integers(-128, 128, sim.wgt.shape, dtype=np.int8)
+    inp, wgt = sim.inp.copy(), sim.wgt.copy()
+    sim.run([*program, Finish()])
+    acc, out = run_amaranth(cfg, dram, inp, wgt, program)
+    np.testing.assert_array_equal(acc, sim.acc)
+    np.testing.assert_array_equal(out, sim.out)
