@@ -23,6 +23,7 @@ __all__ = [
     "AxiSignature", "AxiLiteSignature",
     "ReadRequest", "ReadBeat", "WriteRequest", "WriteBeat",
     "ReadClientSignature", "WriteClientSignature", "ReadArbiter",
+    "connect_read_client", "connect_write_client",
 ]
 
 AXI_BURST_INCR = 0b01
@@ -195,6 +196,14 @@ class WriteClientSignature(wiring.Signature):
     def __eq__(self, other):
         return (type(other) is type(self) and other.addr_width == self.addr_width
                 and other.data_width == self.data_width)
+
+
+def connect_read_client(m: Module, outer, inner):
+    """Join read client `inner` (an engine's port) to `outer` (its module's port)."""
+    m.d.comb += [outer.req.payload.eq(inner.req.payload), outer.req.valid.eq(inner.req.valid),
+                 inner.req.ready.eq(outer.req.ready),
+                 inner.beat.payload.eq(outer.beat.payload), inner.beat.valid.eq(outer.beat.valid),
+                 outer.beat.ready.eq(inner.beat.ready)]
 
 
 def connect_write_client(m: Module, client, axi, *, id_value: int = 0):

@@ -37,7 +37,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
 from vdla.config import INSN_BITS, AluOp, HardwareConfig
-from vdla.hw.axi import ReadClientSignature
+from vdla.hw.axi import ReadClientSignature, connect_read_client
 from vdla.hw.dma import DRAM_ADDR_WIDTH, LoadDma, SramReadSignature, SramWriteSignature
 from vdla.hw.layouts import DMA_FIELDS, MemoryType, Opcode, insn_layout, uop_view_layout
 from vdla.hw.queues import TokenSignature
@@ -193,9 +193,9 @@ class ComputeModule(wiring.Component):
             m.d.comb += dma.cmd.valid.eq(seq.first & is_load & (load.memory_type == mem))
         # One DMA runs at a time: the read port follows the instruction's memory type.
         with m.If(load.memory_type == MemoryType.ACC):
-            _connect_read_client(m, self.read, acc_dma.read)
+            connect_read_client(m, self.read, acc_dma.read)
         with m.Else():
-            _connect_read_client(m, self.read, uop_dma.read)
+            connect_read_client(m, self.read, uop_dma.read)
 
         # --- micro-op engine -------------------------------------------------------------
         gemm = data.View(insn_layout(cfg, "GEMM"), self.insn.payload)
@@ -427,14 +427,6 @@ def _alu_lane(m: Module, cfg: HardwareConfig, op, a, b, lane: int):
         with m.Default():  # an op this config lacks (the encoder rejects it): unchanged
             m.d.comb += value.eq(a)
     return value
-
-
-def _connect_read_client(m: Module, outer, inner):
-    """Join DRAM read client `inner` (a DMA's port) to `outer` (this module's port)."""
-    m.d.comb += [outer.req.payload.eq(inner.req.payload), outer.req.valid.eq(inner.req.valid),
-                 inner.req.ready.eq(outer.req.ready),
-                 inner.beat.payload.eq(outer.beat.payload), inner.beat.valid.eq(outer.beat.valid),
-                 outer.beat.ready.eq(inner.beat.ready)]
 
 
 class _ProbePort:

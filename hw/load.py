@@ -7,7 +7,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from vdla.config import INSN_BITS, HardwareConfig
-from vdla.hw.axi import ReadClientSignature
+from vdla.hw.axi import ReadClientSignature, connect_read_client
 from vdla.hw.dma import DRAM_ADDR_WIDTH, LoadDma
 from vdla.hw.layouts import DMA_FIELDS
 from vdla.hw.layouts import MemoryType, insn_layout
@@ -84,19 +84,9 @@ class LoadModule(wiring.Component):
         inp_dma, wgt_dma = self._dma[MemoryType.INP], self._dma[MemoryType.WGT]
         use_wgt = insn.memory_type == MemoryType.WGT
         with m.If(use_wgt):
-            m.d.comb += [self.read.req.payload.eq(wgt_dma.read.req.payload),
-                         self.read.req.valid.eq(wgt_dma.read.req.valid),
-                         wgt_dma.read.req.ready.eq(self.read.req.ready),
-                         wgt_dma.read.beat.payload.eq(self.read.beat.payload),
-                         wgt_dma.read.beat.valid.eq(self.read.beat.valid),
-                         self.read.beat.ready.eq(wgt_dma.read.beat.ready)]
+            connect_read_client(m, self.read, wgt_dma.read)
         with m.Else():
-            m.d.comb += [self.read.req.payload.eq(inp_dma.read.req.payload),
-                         self.read.req.valid.eq(inp_dma.read.req.valid),
-                         inp_dma.read.req.ready.eq(self.read.req.ready),
-                         inp_dma.read.beat.payload.eq(self.read.beat.payload),
-                         inp_dma.read.beat.valid.eq(self.read.beat.valid),
-                         self.read.beat.ready.eq(inp_dma.read.beat.ready)]
+            connect_read_client(m, self.read, inp_dma.read)
 
         # Other memory types never reach this module (fetch routes them to compute);
         # should one arrive, it completes as a no-op rather than hanging the queue.

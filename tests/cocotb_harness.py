@@ -139,3 +139,34 @@ async def start_clock(dut, period_ns: int = 10):
         await RisingEdge(dut.clk)
     dut.rst.value = 0
     await RisingEdge(dut.clk)
+
+
+async def issue_insn(dut, cfg, insn, timeout=100_000) -> int:
+    """Present `insn` on the ``insn`` stream and wait until the module retires it;
+    returns the cycles it took."""
+    from cocotb.triggers import ReadOnly, RisingEdge
+    from vdla.isa import encode
+    dut.insn__payload.value = encode(insn, cfg)
+    dut.insn__valid.value = 1
+    for cycle in range(timeout):
+        await RisingEdge(dut.clk)
+        await ReadOnly()
+        if dut.insn__ready.value:
+            break
+    else:
+        raise AssertionError(f"{insn} not retired after {timeout} cycles")
+    await RisingEdge(dut.clk)
+    dut.insn__valid.value = 0
+    return cycle + 1
+
+
+async def wait_for(dut, signal, cycles=1000):
+    """Wait until `signal` is high, checking the current cycle first; returns in the
+    ReadOnly phase of the cycle where it is high."""
+    from cocotb.triggers import ReadOnly, RisingEdge
+    for _ in range(cycles):
+        await ReadOnly()
+        if signal.value:
+            return
+        await RisingEdge(dut.clk)
+    raise AssertionError(f"{signal._name} stayed low for {cycles} cycles")

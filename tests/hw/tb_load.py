@@ -13,7 +13,7 @@ import numpy as np
 from cocotb.triggers import ClockCycles, RisingEdge, ReadOnly
 from cocotbext.axi import AxiBus, AxiRam
 
-from cocotb_harness import start_clock, testbench_config
+from cocotb_harness import issue_insn, wait_for, start_clock, testbench_config
 from vdla.isa import Finish, Load, MemoryType, encode
 from vdla.sim import FunctionalSimulator
 
@@ -31,33 +31,6 @@ async def setup(dut, seed=1):
     dut.pop_next__valid.value = 0
     dut.push_next__ready.value = 1
     return cfg, ram, image
-
-
-async def issue(dut, cfg, insn, timeout=100_000):
-    """Present `insn` on the command port and wait until the module retires it."""
-    dut.insn__payload.value = encode(insn, cfg)
-    dut.insn__valid.value = 1
-    for cycle in range(timeout):
-        await RisingEdge(dut.clk)
-        await ReadOnly()
-        if dut.insn__ready.value:
-            break
-    else:
-        raise AssertionError(f"{insn} not retired after {timeout} cycles")
-    await RisingEdge(dut.clk)
-    dut.insn__valid.value = 0
-    return cycle
-
-
-async def wait_for(dut, signal, cycles=1000):
-    """Wait until `signal` is high, checking the current cycle first; returns in the
-    ReadOnly phase of the cycle where it is high."""
-    for _ in range(cycles):
-        await ReadOnly()
-        if signal.value:
-            return
-        await RisingEdge(dut.clk)
-    raise AssertionError(f"{signal._name} stayed low for {cycles} cycles")
 
 
 async def read_sram(dut, name, begin, end):
@@ -125,7 +98,7 @@ async def loads_match_functional_simulator(dut):
         end = begin + (rows * width if insn.x_size else 1)
         # Mark the region so stale contents cannot pass for loaded ones.
         before = await read_sram(dut, mem, begin, end)
-        await issue(dut, cfg, insn)
+        await issue_insn(dut, cfg, insn)
         got = await read_sram(dut, mem, begin, end)
         sim = expected(cfg, image, insn)
         if insn.x_size == 0:
@@ -172,7 +145,7 @@ async def one_bus_word_per_cycle(dut):
     words_per_elem = max(1, cfg.inp_elem_bytes * 8 // cfg.dram_bus_width)
     x = min(cfg.inp_depth, 1024)
     insn = Load(memory_type="INP", sram_base=0, dram_base=0, y_size=1, x_size=x, x_stride=x)
-    cycles = await issue(dut, cfg, insn)
+    cycles = await issue_insn(dut, cfg, insn)
     beats = x * words_per_elem
     dut._log.info("LOAD of %d beats took %d cycles", beats, cycles)
     # AxiRam answers with a few cycles of latency per burst; allow 25% over the beats.

@@ -19,7 +19,7 @@ import numpy as np
 from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge
 from cocotbext.axi import AxiBus, AxiRam
 
-from cocotb_harness import start_clock, testbench_config
+from cocotb_harness import issue_insn, wait_for, start_clock, testbench_config
 from vdla.isa import Finish, MemoryType, Store, encode
 from vdla.sim import FunctionalSimulator
 
@@ -109,31 +109,6 @@ async def setup(dut, seed=1):
     return cfg, ram, image, sim, monitor
 
 
-async def issue(dut, cfg, insn, timeout=100_000):
-    """Present `insn` and wait until the module retires it; returns the cycles taken."""
-    dut.insn__payload.value = encode(insn, cfg)
-    dut.insn__valid.value = 1
-    for cycle in range(timeout):
-        await RisingEdge(dut.clk)
-        await ReadOnly()
-        if dut.insn__ready.value:
-            break
-    else:
-        raise AssertionError(f"{insn} not retired after {timeout} cycles")
-    await RisingEdge(dut.clk)
-    dut.insn__valid.value = 0
-    return cycle + 1
-
-
-async def wait_for(dut, signal, cycles=1000):
-    for _ in range(cycles):
-        await ReadOnly()
-        if signal.value:
-            return
-        await RisingEdge(dut.clk)
-    raise AssertionError(f"{signal._name} stayed low for {cycles} cycles")
-
-
 def run_golden(sim, insn):
     """The same STORE in the functional simulator (updating the expected DRAM). Its
     completion token orders it before FINISH; tokens do not change what is stored."""
@@ -189,7 +164,7 @@ async def stores_match_functional_simulator(dut):
     cfg, ram, image, sim, monitor = await setup(dut)
     for insn in store_cases(cfg, random.Random(11)):
         bursts_before = monitor.aw
-        await issue(dut, cfg, insn)
+        await issue_insn(dut, cfg, insn)
         run_golden(sim, insn)
         check_dram(ram, image, insn)
         if insn.x_size == 0 or insn.y_size == 0:
@@ -274,7 +249,7 @@ async def one_bus_word_per_cycle(dut):
     for y, stride in ((1, x), (4, x // 4 + 3)):
         insn = Store(sram_base=0, dram_base=0, y_size=y, x_size=x // y, x_stride=stride)
         w_before = monitor.w
-        cycles = await issue(dut, cfg, insn)
+        cycles = await issue_insn(dut, cfg, insn)
         beats = monitor.w - w_before
         # The SRAM gives one element per cycle, so narrow elements take a cycle each.
         work = max(beats, x * words_per_elem)
