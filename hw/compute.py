@@ -31,6 +31,8 @@ residual adds and the like, a small share of the work.)
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from amaranth import Const, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
@@ -182,7 +184,8 @@ class ComputeModule(wiring.Component):
         # The acc read port is transparent: see the hazard note at the write stage.
         acc_read = acc_sram.read_port(transparent=True)
         if self.probes:
-            acc_sram.connect_read(m, _ProbePort(self.acc_probe_addr, self.acc_probe_data))
+            acc_sram.connect_read(m, SimpleNamespace(addr=self.acc_probe_addr,
+                                                     data=self.acc_probe_data))
 
         # --- LOAD UOP / LOAD ACC -------------------------------------------------------
         is_load = opcode == Opcode.LOAD
@@ -427,10 +430,3 @@ def _alu_lane(m: Module, cfg: HardwareConfig, op, a, b, lane: int):
         with m.Default():  # an op this config lacks (the encoder rejects it): unchanged
             m.d.comb += value.eq(a)
     return value
-
-
-class _ProbePort:
-    """A `SramReadSignature`-shaped pair of signals for `Sram.connect_read`."""
-
-    def __init__(self, addr, data):
-        self.addr, self.data = addr, data

@@ -27,6 +27,7 @@ from vdla.config import INSN_BITS, HardwareConfig
 from vdla.hw.axi import ReadClientSignature
 from vdla.hw.dma import DRAM_ADDR_WIDTH, MAX_BURST_BEATS, dram_burst_len
 from vdla.hw.layouts import MemoryType, Opcode, insn_layout
+from vdla.isa import INSN_BYTES
 
 __all__ = ["FetchModule", "FETCH_BUFFER_BYTES"]
 
@@ -34,7 +35,6 @@ __all__ = ["FetchModule", "FETCH_BUFFER_BYTES"]
 #: worth at a 128-bit bus or narrower, so a burst can be asked for while the previous
 #: one is still arriving.
 FETCH_BUFFER_BYTES = 1024
-INSN_BYTES = INSN_BITS // 8
 
 
 class FetchModule(wiring.Component):

@@ -50,10 +50,6 @@ STORE_MAX_OUTSTANDING = 16
 _BURST_FIFO_DEPTH = 8
 
 
-def _is_pow2(value) -> bool:
-    return isinstance(value, int) and value > 0 and value & (value - 1) == 0
-
-
 class StoreModule(wiring.Component):
     """Executes the store command queue: 2-D STOREs from the out buffer to DRAM.
 
@@ -86,12 +82,7 @@ class StoreModule(wiring.Component):
     def __init__(self, config: HardwareConfig):
         if not isinstance(config, HardwareConfig):
             raise TypeError(f"StoreModule needs a HardwareConfig, not {config!r}")
-        elem_bytes, bus_bytes = config.out_elem_bytes, config.dram_bus_width // 8
-        if not _is_pow2(elem_bytes) or not _is_pow2(bus_bytes):
-            raise ValueError(
-                f"StoreModule needs out elements and a DRAM bus of a power of two bytes; "
-                f"config {config.name} has {elem_bytes}-byte out elements on a "
-                f"{bus_bytes}-byte bus")
+        elem_bytes = config.out_elem_bytes
         self.config = config
         super().__init__({
             "insn": In(stream.Signature(INSN_BITS)),

@@ -52,6 +52,7 @@ class Accelerator(wiring.Component):
     def __init__(self, config: HardwareConfig | None = None):
         config = HardwareConfig() if config is None else config
         if not isinstance(config, HardwareConfig):
+            self._MustUse__silence = True  # a design that failed to construct is not "unused"
             raise TypeError(f"Accelerator needs a HardwareConfig, not {config!r}")
         self.config = config
         super().__init__({

@@ -22,12 +22,12 @@ from pathlib import Path
 
 import pytest
 
+from vdla.hw.verilog import VERILATOR_MAKE_VARS, verilator_waiver_args
+
 ROOT = Path(__file__).resolve().parents[1]
 TB_DIRS = [Path(__file__).resolve().parent / "hw", Path(__file__).resolve().parent]
 
-# Amaranth's Verilog widens operands implicitly; Verilator warns on that (DESIGN.md).
-from vdla.hw.verilog import VERILATOR_MAKE_VARS, verilator_waiver_args  # noqa: E402
-
+# Only the documented waivers (vdla.hw.verilog.VERILATOR_WAIVERS).
 VERILATOR_ARGS = [*verilator_waiver_args()]
 
 
@@ -44,6 +44,25 @@ def build_root() -> Path:
 def to_verilog(component, name: str) -> str:
     from amaranth.back import verilog
     return verilog.convert(component, name=name, emit_src=False)
+
+
+def lint_verilog(path: Path, top: str) -> str:
+    """`verilator --lint-only` with the documented waivers only; returns Verilator's
+    complaints ('' when clean)."""
+    import subprocess
+    path = Path(path)
+    result = subprocess.run([str(verilator_bin() / "verilator"), "--lint-only", *VERILATOR_ARGS,
+                             "--top-module", top, path.name], cwd=path.parent,
+                            capture_output=True, text=True)
+    complaints = result.stderr + result.stdout
+    return "" if result.returncode == 0 and "%Warning" not in complaints else complaints
+
+
+def lint_component(component, name: str, workdir) -> str:
+    """Convert `component` to Verilog as `name` in `workdir` and lint it."""
+    source = Path(workdir) / f"{name}.v"
+    source.write_text(to_verilog(component, name))
+    return lint_verilog(source, name)
 
 
 def run_cocotb(component, *, toplevel: str, testbench: str, config=None,
@@ -87,16 +106,18 @@ def run_cocotb(component, *, toplevel: str, testbench: str, config=None,
 
     test_dir = Path(tmp_path) if tmp_path else build_dir / f"run-{os.getpid()}"
     test_dir.mkdir(parents=True, exist_ok=True)
-    extra_env = {
-        "PYTHONPATH": os.pathsep.join([*map(str, TB_DIRS), str(ROOT),
-                                       os.environ.get("PYTHONPATH", "")]),
-        "PATH": path_env,
-    }
+    extra_env = {"PATH": path_env}
     if config is not None:
         extra_env["VDLA_CONFIG"] = config.to_json()
     extra_env.update({k: str(v) for k, v in (env or {}).items()})
     results = test_dir / "results.xml"
     results.unlink(missing_ok=True)
+    # The runner hands the simulator's Python this process's sys.path as PYTHONPATH
+    # (overriding extra_env), so the testbench folders go there. The repository root goes
+    # too: without it, tests/vdla/ (a folder without __init__.py) would pass for the vdla
+    # package when the editable install's finder comes after the path search.
+    saved_path = list(sys.path)
+    sys.path[:0] = [p for p in (*map(str, TB_DIRS), str(ROOT)) if p not in sys.path]
     try:
         runner.test(test_module=testbench, hdl_toplevel=toplevel, build_dir=build_dir,
                     hdl_toplevel_lang="verilog",
@@ -104,6 +125,8 @@ def run_cocotb(component, *, toplevel: str, testbench: str, config=None,
                     waves=waves, results_xml=str(results), log_file=test_dir / "sim.log")
     except SystemExit:
         pass  # under pytest the runner exits on a failed test; the results XML says which
+    finally:
+        sys.path[:] = saved_path
     total, failed = get_results(results) if results.exists() else (0, 0)
     if total == 0 or failed:
         log = (test_dir / "sim.log")

@@ -19,10 +19,8 @@ from amaranth import Module, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from hw_harnesses import AXI_ID_WIDTH, axi_signature, sram_probe
+from hw_harnesses import axi_read_master, axi_signature, sram_probe
 from vdla.config import INSN_BITS, HardwareConfig
-from vdla.hw.axi import ReadArbiter
-from vdla.hw.dma import DRAM_ADDR_WIDTH
 from vdla.hw.queues import TokenSignature
 from vdla.hw.sram import Sram
 
@@ -71,11 +69,7 @@ class ComputeHarness(wiring.Component):
         m = Module()
         cfg = self.cfg
         m.submodules.compute = compute = self.compute
-        m.submodules.arbiter = arbiter = ReadArbiter(
-            n_clients=1, addr_width=DRAM_ADDR_WIDTH, data_width=cfg.dram_bus_width,
-            id_width=AXI_ID_WIDTH)
-        wiring.connect(m, compute.read, arbiter.client0)
-        wiring.connect(m, arbiter.axi, wiring.flipped(self.axi))
+        axi_read_master(m, compute.read, self.axi, cfg)
         wiring.connect(m, wiring.flipped(self.insn), compute.insn)
         for name in ("pop_prev", "pop_next"):
             wiring.connect(m, wiring.flipped(getattr(self, name)), getattr(compute, name))

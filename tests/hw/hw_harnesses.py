@@ -17,13 +17,23 @@ from vdla.hw.axi import AxiSignature, ReadArbiter
 from vdla.hw.dma import DRAM_ADDR_WIDTH
 from vdla.hw.queues import TokenSignature
 from vdla.hw.sram import Sram
+from vdla.hw.top import AXI_ID_WIDTH
 
-AXI_ID_WIDTH = 2
 
 
 def axi_signature(cfg: HardwareConfig) -> AxiSignature:
     return AxiSignature(addr_width=DRAM_ADDR_WIDTH, data_width=cfg.dram_bus_width,
                         id_width=AXI_ID_WIDTH)
+
+
+def axi_read_master(m: Module, client, axi, cfg: HardwareConfig):
+    """Serve one module's read client through a one-client `ReadArbiter` on `axi` (the
+    harness's own AXI master port)."""
+    m.submodules.arbiter = arbiter = ReadArbiter(
+        n_clients=1, addr_width=DRAM_ADDR_WIDTH, data_width=cfg.dram_bus_width,
+        id_width=AXI_ID_WIDTH)
+    wiring.connect(m, client, arbiter.client0)
+    wiring.connect(m, arbiter.axi, wiring.flipped(axi))
 
 
 def sram_probe(m: Module, sram: Sram, addr, data):
@@ -53,11 +63,7 @@ class LoadHarness(wiring.Component):
         m = Module()
         cfg = self.cfg
         m.submodules.load = load = self.load
-        m.submodules.arbiter = arbiter = ReadArbiter(
-            n_clients=1, addr_width=DRAM_ADDR_WIDTH, data_width=cfg.dram_bus_width,
-            id_width=AXI_ID_WIDTH)
-        wiring.connect(m, load.read, arbiter.client0)
-        wiring.connect(m, arbiter.axi, wiring.flipped(self.axi))
+        axi_read_master(m, load.read, self.axi, cfg)
         wiring.connect(m, wiring.flipped(self.insn), load.insn)
         wiring.connect(m, wiring.flipped(self.pop_next), load.pop_next)
         wiring.connect(m, load.push_next, wiring.flipped(self.push_next))
@@ -86,4 +92,15 @@ HW_CONFIGS = {
                             cmd_queue_depth=8, token_queue_depth=4),
     "mul-bus128": HardwareConfig(alu_ops={"MIN", "MAX", "ADD", "SHR", "MUL"},
                                  dram_bus_width=128),
+}
+
+
+#: Bus widths beside the 64 and 128 bits above, for the modules that adapt to the bus:
+#: narrower than an instruction (32), several out elements per beat (256 with 8-byte
+#: elements), and the widest allowed (1024).
+BUS_CONFIGS = {
+    "bus32": HardwareConfig(dram_bus_width=32),
+    "block8-bus256": HW_CONFIGS["block8"].replace(dram_bus_width=256),
+    "bus1024": HardwareConfig(block_in=4, block_out=4, uop_buff_size=4096, inp_buff_size=4096,
+                              wgt_buff_size=4096, acc_buff_size=4096, dram_bus_width=1024),
 }

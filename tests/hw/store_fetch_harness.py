@@ -9,9 +9,9 @@ from amaranth import Module
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from hw_harnesses import AXI_ID_WIDTH, axi_signature
+from hw_harnesses import axi_read_master, axi_signature
 from vdla.config import INSN_BITS, HardwareConfig
-from vdla.hw.axi import ReadArbiter, connect_write_client
+from vdla.hw.axi import connect_write_client
 from vdla.hw.dma import DRAM_ADDR_WIDTH
 from vdla.hw.queues import CommandQueue, DepQueue, TokenSignature
 from vdla.hw.sram import Sram
@@ -76,11 +76,7 @@ class FetchHarness(wiring.Component):
         m = Module()
         cfg = self.cfg
         m.submodules.fetch = fetch = self.fetch
-        m.submodules.arbiter = arbiter = ReadArbiter(
-            n_clients=1, addr_width=DRAM_ADDR_WIDTH, data_width=cfg.dram_bus_width,
-            id_width=AXI_ID_WIDTH)
-        wiring.connect(m, fetch.read, arbiter.client0)
-        wiring.connect(m, arbiter.axi, wiring.flipped(self.axi))
+        axi_read_master(m, fetch.read, self.axi, cfg)
         m.d.comb += [fetch.start.eq(self.start), fetch.insn_addr.eq(self.insn_addr),
                      fetch.insn_count.eq(self.insn_count), self.busy.eq(fetch.busy)]
         for name in ("load_cmd", "compute_cmd", "store_cmd"):
@@ -117,18 +113,3 @@ class QueueHarness(wiring.Component):
         wiring.connect(m, cmd.r, wiring.flipped(self.cmd_r))
         m.d.comb += self.cmd_level.eq(cmd.level)
         return m
-
-
-def verilator_lint(component, name: str, workdir) -> str:
-    """Convert `component` to Verilog and lint it with Verilator and the project's
-    waivers only; returns Verilator's complaints ('' when clean)."""
-    import subprocess
-    from pathlib import Path
-
-    from cocotb_harness import VERILATOR_ARGS, to_verilog, verilator_bin
-    source = Path(workdir) / f"{name}.v"
-    source.write_text(to_verilog(component, name))
-    result = subprocess.run([str(verilator_bin() / "verilator"), "--lint-only", *VERILATOR_ARGS,
-                             "--top-module", name, source.name], cwd=workdir,
-                            capture_output=True, text=True)
-    return "" if result.returncode == 0 else result.stderr or result.stdout

@@ -1,19 +1,16 @@
 """The fetch module in Verilator (cocotb): routing, back-pressure, bus widths."""
 
-import dataclasses
-
 import pytest
 
-from cocotb_harness import run_cocotb
-from hw_harnesses import HW_CONFIGS
-from store_fetch_harness import FetchHarness, verilator_lint
-from vdla import HardwareConfig
+from cocotb_harness import lint_component, run_cocotb
+from hw_harnesses import BUS_CONFIGS, HW_CONFIGS
+from store_fetch_harness import FetchHarness
 
 #: Buses narrower than (32, 64), as wide as (128) and wider than (256) an instruction.
-CONFIGS = {"bus32": HardwareConfig(dram_bus_width=32),
+CONFIGS = {"bus32": BUS_CONFIGS["bus32"],
            "default": HW_CONFIGS["default"],
            "mul-bus128": HW_CONFIGS["mul-bus128"],
-           "bus256": dataclasses.replace(HW_CONFIGS["block8"], dram_bus_width=256)}
+           "bus256": BUS_CONFIGS["block8-bus256"]}
 
 
 @pytest.mark.parametrize("name", list(CONFIGS))
@@ -22,13 +19,10 @@ def test_fetch_module(name):
     run_cocotb(FetchHarness(cfg), toplevel="fetch_harness", testbench="tb_fetch", config=cfg)
 
 
-LINT_CONFIGS = {**HW_CONFIGS, **CONFIGS,
-                "bus1024": HardwareConfig(block_in=4, block_out=4, uop_buff_size=4096,
-                                          inp_buff_size=4096, wgt_buff_size=4096,
-                                          acc_buff_size=4096, dram_bus_width=1024)}
+LINT_CONFIGS = {**HW_CONFIGS, **BUS_CONFIGS}
 
 
 @pytest.mark.parametrize("name", list(LINT_CONFIGS))
 def test_fetch_module_lints_clean(name, tmp_path):
     from vdla.hw.fetch import FetchModule
-    assert verilator_lint(FetchModule(LINT_CONFIGS[name]), "fetch", tmp_path) == ""
+    assert lint_component(FetchModule(LINT_CONFIGS[name]), "fetch", tmp_path) == ""

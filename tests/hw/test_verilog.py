@@ -3,27 +3,21 @@
 from __future__ import annotations
 
 import json
-import subprocess
-
 import pytest
 
-from cocotb_harness import verilator_bin
+from cocotb_harness import lint_verilog
 from hw_harnesses import HW_CONFIGS
 from vdla.cli import main
 from vdla.hw.control import COUNTERS, REGISTERS
-from vdla.hw.verilog import TOP_NAME, VERILATOR_WAIVERS, generate, verilator_waiver_args
+from vdla.hw import Accelerator
+from vdla.hw.verilog import TOP_NAME, VERILATOR_WAIVERS, generate
 
 
 @pytest.mark.parametrize("name", sorted(HW_CONFIGS))
 def test_verilog_lints_with_only_documented_waivers(name, tmp_path):
     cfg = HW_CONFIGS[name]
     paths = generate(cfg, tmp_path)
-    lint = subprocess.run(
-        [str(verilator_bin() / "verilator"), "--lint-only", *verilator_waiver_args(),
-         "--top-module", TOP_NAME, str(paths["verilog"])],
-        capture_output=True, text=True)
-    assert lint.returncode == 0, lint.stderr[-4000:]
-    assert "%Warning" not in lint.stderr and "%Error" not in lint.stderr, lint.stderr[-4000:]
+    assert lint_verilog(paths["verilog"], TOP_NAME) == ""
 
     info = json.loads(paths["manifest"].read_text())
     assert info["top"] == TOP_NAME and info["config_name"] == cfg.name
@@ -66,3 +60,17 @@ def test_cli_rejects_bad_config(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "batch" in err and "power of two" in err
     assert not (tmp_path / "o").exists()
+
+
+def test_cli_refuses_an_output_that_is_a_file(tmp_path, capsys):
+    target = tmp_path / "taken"
+    target.write_text("keep me")
+    assert main(["verilog", "-o", str(target)]) == 1
+    err = capsys.readouterr().err
+    assert "taken" in err and "not a folder" in err
+    assert target.read_text() == "keep me"
+
+
+def test_accelerator_needs_a_config():
+    with pytest.raises(TypeError, match="HardwareConfig"):
+        Accelerator({"batch": 1})
