@@ -12,6 +12,8 @@ offset  name                 acc  meaning
 0x08    VERSION              RO   register-map version (1)
 0x10    INSN_ADDR            RW   DRAM byte address of the first instruction (16-aligned)
 0x14    INSN_COUNT           RW   number of instructions
+0x18    STATE                RO   live state of every unit (`STATE_BITS`), to diagnose a
+                                  run that hangs
 0x20..  counters             RO   64-bit counters, low word at the offset, high word at
                                   offset + 4; cleared by start, counting while running
 ======  ==================  ====  ========================================================
@@ -22,8 +24,12 @@ Counters (`COUNTERS`): ``cycles``; ``fetch_busy``, ``load_busy``, ``compute_busy
 ``stall_load_compute``, ``stall_compute_load``, ``stall_compute_store``,
 ``stall_store_compute`` (cycles the consumer of that token queue waited on it with an
 instruction at its head); ``dram_bytes_read`` and ``dram_bytes_written`` (whole bus
-words moved on the AXI master, so a partial word counts in full).
-The counters freeze at done, so the host reads a consistent set after a run.
+words moved on the AXI master, so a partial word counts in full); ``fetched_insns``
+(instructions fetch routed), ``load_insns``, ``compute_insns`` and ``store_insns``
+(instructions each module retired).
+The counters freeze at done, so the host reads a consistent set after a run. They count
+while the run goes on, so a host that finds a run hung reads how far each unit got, and
+STATE says what each is waiting on.
 """
 
 from __future__ import annotations
@@ -35,11 +41,11 @@ from amaranth.lib.wiring import In, Out
 from vdla.hw.axi import AxiLiteSignature
 from vdla.hw.dma import DRAM_ADDR_WIDTH
 
-__all__ = ["REGISTERS", "COUNTERS", "CONTROL_ADDR_WIDTH", "ACCEL_ID", "REGMAP_VERSION",
-           "ControlRegisters", "register_map"]
+__all__ = ["REGISTERS", "COUNTERS", "STATE_BITS", "CONTROL_ADDR_WIDTH", "ACCEL_ID",
+           "REGMAP_VERSION", "ControlRegisters", "register_map"]
 
 ACCEL_ID = 0x56444C41  # "VDLA"
-REGMAP_VERSION = 1
+REGMAP_VERSION = 2  # 2: STATE register and the instruction counters
 CONTROL_ADDR_WIDTH = 12  # a 4 KiB register window
 
 CTRL_START = 1 << 0
@@ -53,6 +59,34 @@ REGISTERS = {
     "VERSION": (0x08, "RO", f"register-map version ({REGMAP_VERSION})"),
     "INSN_ADDR": (0x10, "RW", "DRAM byte address of the first instruction"),
     "INSN_COUNT": (0x14, "RW", "number of instructions to fetch"),
+    "STATE": (0x18, "RO", "live state of the units, one bit each (STATE_BITS)"),
+}
+
+#: Bits of the STATE register (and of the top's ``state`` port): name -> (bit, meaning).
+#: Token queues are named producer_consumer, as in the stall counters.
+STATE_BITS = {
+    "fetch_busy": (0, "fetch has instructions left to read or route"),
+    "load_busy": (1, "load executes an instruction or pushes its tokens"),
+    "compute_busy": (2, "compute executes an instruction or pushes its tokens"),
+    "store_busy": (3, "store executes an instruction or pushes its tokens"),
+    "load_pending": (4, "an instruction is at the head of load's command queue"),
+    "compute_pending": (5, "an instruction is at the head of compute's command queue"),
+    "store_pending": (6, "an instruction is at the head of store's command queue"),
+    "wait_token_compute_load": (8, "load waits for a compute->load token"),
+    "wait_token_load_compute": (9, "compute waits for a load->compute token"),
+    "wait_token_store_compute": (10, "compute waits for a store->compute token"),
+    "wait_token_compute_store": (11, "store waits for a compute->store token"),
+    "wait_space_load_compute": (12, "load waits for room in the load->compute queue"),
+    "wait_space_compute_load": (13, "compute waits for room in the compute->load queue"),
+    "wait_space_compute_store": (14, "compute waits for room in the compute->store queue"),
+    "wait_space_store_compute": (15, "store waits for room in the store->compute queue"),
+    "wait_space_load_cmd": (16, "fetch waits for room in load's command queue"),
+    "wait_space_compute_cmd": (17, "fetch waits for room in compute's command queue"),
+    "wait_space_store_cmd": (18, "fetch waits for room in store's command queue"),
+    "tokens_load_compute": (20, "the load->compute queue holds a token"),
+    "tokens_compute_load": (21, "the compute->load queue holds a token"),
+    "tokens_compute_store": (22, "the compute->store queue holds a token"),
+    "tokens_store_compute": (23, "the store->compute queue holds a token"),
 }
 
 _COUNTER_BASE = 0x20
@@ -70,6 +104,10 @@ _COUNTER_NAMES = [
     ("stall_store_compute", "cycles compute waited for a store->compute token"),
     ("dram_bytes_read", "bytes read on the AXI master (whole bus words)"),
     ("dram_bytes_written", "bytes written on the AXI master (whole bus words)"),
+    ("fetched_insns", "instructions fetch routed into a command queue"),
+    ("load_insns", "instructions the load module retired"),
+    ("compute_insns", "instructions the compute module retired"),
+    ("store_insns", "instructions the store module retired"),
 ]
 #: counter name -> (offset of the low word, description); 64 bits each.
 COUNTERS = {name: (_COUNTER_BASE + 8 * i, text) for i, (name, text) in enumerate(_COUNTER_NAMES)}
@@ -104,6 +142,8 @@ class ControlRegisters(wiring.Component):
         (`COUNTERS` names), high in each cycle the event happens.
     bytes_read, bytes_written : In(16)
         Bytes moved on the AXI master this cycle.
+    state : In(32)
+        The units' live state (`STATE_BITS`), read back as STATE.
     running : Out(1)
     done : Out(1)
         The last run finished (cleared by the next start).
@@ -117,7 +157,7 @@ class ControlRegisters(wiring.Component):
             "bus": In(AxiLiteSignature(addr_width=CONTROL_ADDR_WIDTH)),
             "start": Out(1), "insn_addr": Out(DRAM_ADDR_WIDTH), "insn_count": Out(32),
             "finish": In(1), "running": Out(1), "done": Out(1),
-            "bytes_read": In(16), "bytes_written": In(16),
+            "bytes_read": In(16), "bytes_written": In(16), "state": In(32),
         }
         members.update({f"event_{name}": In(1) for name in self.EVENT_COUNTERS})
         super().__init__(members)
@@ -166,6 +206,8 @@ class ControlRegisters(wiring.Component):
                     m.d.sync += bus.rdata.eq(self.insn_addr)
                 with m.Case(REGISTERS["INSN_COUNT"][0] >> 2):
                     m.d.sync += bus.rdata.eq(self.insn_count)
+                with m.Case(REGISTERS["STATE"][0] >> 2):
+                    m.d.sync += bus.rdata.eq(self.state)
                 for name, (offset, _) in COUNTERS.items():
                     with m.Case(offset >> 2):
                         m.d.sync += bus.rdata.eq(counters[name][:32])

@@ -9,7 +9,7 @@ from amaranth.lib.wiring import In, Out
 from vdla.config import HardwareConfig
 from vdla.hw.axi import AxiLiteSignature, AxiSignature, ReadArbiter, connect_write_client
 from vdla.hw.compute import ComputeModule
-from vdla.hw.control import CONTROL_ADDR_WIDTH, ControlRegisters
+from vdla.hw.control import CONTROL_ADDR_WIDTH, STATE_BITS, ControlRegisters
 from vdla.hw.dma import DRAM_ADDR_WIDTH
 from vdla.hw.fetch import FetchModule
 from vdla.hw.load import LoadModule
@@ -47,6 +47,10 @@ class Accelerator(wiring.Component):
     irq : Out(1)
         High while a finished run's done flag is set (level interrupt for a host that
         does not poll).
+    state : Out(32)
+        The units' live state (`vdla.hw.control.STATE_BITS`), also readable as the STATE
+        register: for a logic analyser on a board, and for the simulator's watchdog and
+        busy timeline. A board may leave it unconnected.
     """
 
     def __init__(self, config: HardwareConfig | None = None):
@@ -60,6 +64,7 @@ class Accelerator(wiring.Component):
             "m_axi": Out(AxiSignature(addr_width=DRAM_ADDR_WIDTH,
                                       data_width=config.dram_bus_width, id_width=AXI_ID_WIDTH)),
             "irq": Out(1),
+            "state": Out(32),
         })
 
     def elaborate(self, platform):
@@ -80,12 +85,25 @@ class Accelerator(wiring.Component):
                      fetch.insn_count.eq(control.insn_count), control.finish.eq(compute.finish)]
         m.d.comb += self.irq.eq(control.done)
 
+        state = {}   # STATE_BITS name -> signal
+
         # Command queues between fetch and the modules.
         for name, module in (("load", load), ("compute", compute), ("store", store)):
             queue = CommandQueue(cfg.cmd_queue_depth)
             m.submodules[f"{name}_cmd_queue"] = queue
-            wiring.connect(m, getattr(fetch, f"{name}_cmd"), queue.w)
+            cmd = getattr(fetch, f"{name}_cmd")
+            wiring.connect(m, cmd, queue.w)
             wiring.connect(m, queue.r, module.insn)
+            state[f"{name}_busy"] = module.busy
+            state[f"{name}_pending"] = module.insn.valid
+            state[f"wait_space_{name}_cmd"] = cmd.valid & ~cmd.ready
+            m.d.comb += [
+                getattr(control, f"event_{name}_insns").eq(module.insn.valid & module.insn.ready),
+            ]
+        m.d.comb += control.event_fetched_insns.eq(
+            sum(getattr(fetch, f"{n}_cmd").valid & getattr(fetch, f"{n}_cmd").ready
+                for n in ("load", "compute", "store")) != 0)
+        state["fetch_busy"] = fetch.busy
 
         # Dependency-token queues: producer push port -> queue -> consumer pop port.
         for name, producer, consumer in (
@@ -97,6 +115,18 @@ class Accelerator(wiring.Component):
             m.submodules[f"{name}_tokens"] = queue
             wiring.connect(m, producer, queue.push)
             wiring.connect(m, queue.pop, consumer)
+            # A producer offers a token only while it pushes, so an offer not taken is a
+            # wait for room.
+            state[f"wait_space_{name}"] = producer.valid & ~producer.ready
+            state[f"tokens_{name}"] = queue.pop.valid
+        state["wait_token_compute_load"] = load.wait_pop_next
+        state["wait_token_load_compute"] = compute.wait_pop_prev
+        state["wait_token_store_compute"] = compute.wait_pop_next
+        state["wait_token_compute_store"] = store.wait_pop_prev
+        assert state.keys() == STATE_BITS.keys(), state.keys() ^ STATE_BITS.keys()
+        for name, (bit, _) in STATE_BITS.items():
+            m.d.comb += self.state[bit].eq(state[name])
+        m.d.comb += control.state.eq(self.state)
 
         # SRAMs shared between modules.
         inp = Sram("inp", depth=cfg.inp_depth, elem_bits=cfg.inp_elem_bytes * 8,

@@ -1,4 +1,4 @@
-"""The device API: one interface for every backend (functional now, Verilator and boards later).
+"""The device API: one interface for every backend (functional, Verilator; boards later).
 
     dev = vdla.runtime.open(config, backend="functional")
     a = dev.alloc(nbytes)            # DRAM byte address, aligned for every memory type
@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import abc
+import sys
 
 import numpy as np
 
@@ -17,7 +18,7 @@ from vdla.config import HardwareConfig
 from vdla.isa import INSN_BYTES, Program
 from vdla.runtime.allocator import DramAllocator
 
-__all__ = ["Device", "FunctionalDevice", "open", "BACKENDS", "dram_alignment"]
+__all__ = ["Device", "FunctionalDevice", "VerilatorDevice", "open", "BACKENDS", "dram_alignment"]
 
 #: Default DRAM size of a simulated device.
 DEFAULT_DRAM_SIZE = 256 << 20
@@ -146,13 +147,72 @@ class FunctionalDevice(Device):
         return self.simulator.run_from_dram(insn_addr, insn_count)
 
 
-BACKENDS = {"functional": FunctionalDevice}
+class VerilatorDevice(Device):
+    """Device backed by the cycle-accurate Verilator model of the accelerator's Verilog.
+
+    The first device of a config builds the model (about a minute; cached on disk, see
+    `vdla.sim.verilator.build`). Options:
+
+    dram_size : bytes of DRAM (default 256 MiB, allocated lazily)
+    dram : `vdla.sim.verilator.DramTiming` (default: 8 bytes per cycle each way, 32 cycles
+        of read latency, as DESIGN.md sets)
+    max_cycles : the default cycle budget of `run` (the watchdog)
+    waveform : write a VCD (or FST) waveform of every cycle of the session to this path
+    cache : the build cache folder (default ``$VDLA_CACHE`` or ``~/.cache/vdla``)
+    log : callable receiving progress lines while building (default: print to stderr)
+    """
+
+    backend = "verilator"
+
+    def __init__(self, config: HardwareConfig, dram_size: int = DEFAULT_DRAM_SIZE, *,
+                 dram=None, max_cycles: int | None = None, waveform=None, cache=None,
+                 log=None):
+        super().__init__(config, dram_size)
+        from vdla.sim.verilator import VerilatorSimulator
+
+        if log is None:
+            def log(message):
+                print(f"vdla: {message}", file=sys.stderr, flush=True)
+        self.max_cycles = max_cycles
+        self.simulator = VerilatorSimulator(config, dram_size, timing=dram, waveform=waveform,
+                                            cache=cache, log=log)
+        self.dram = self.simulator.dram
+        self.timeline = None
+
+    def _write(self, addr, raw):
+        self.dram[addr:addr + len(raw)] = raw
+
+    def _read(self, addr, nbytes):
+        return self.dram[addr:addr + nbytes].copy()
+
+    def run(self, insn_addr: int, insn_count: int, *, max_cycles: int | None = None,
+            timeline: bool = False) -> dict:
+        """As `Device.run`; the stats are the hardware's counters (``cycles`` first) and
+        ``wall_seconds``. `max_cycles` overrides the device's budget; with `timeline`,
+        `self.timeline` becomes the run's per-unit busy timeline
+        (`vdla.sim.timeline.Timeline`, exportable as a Perfetto trace)."""
+        stats = self.simulator.run_from_dram(
+            insn_addr, insn_count, timeline=timeline,
+            max_cycles=self.max_cycles if max_cycles is None else max_cycles)
+        if timeline:
+            self.timeline = self.simulator.timeline
+        return stats
+
+    def close(self):
+        simulator, self.simulator = getattr(self, "simulator", None), None
+        if simulator is not None:
+            self.dram = None
+            simulator.close()
+
+
+BACKENDS = {"functional": FunctionalDevice, "verilator": VerilatorDevice}
 
 
 def open(config: HardwareConfig | None = None, backend: str = "functional", **options) -> Device:
     """Open a device of `backend` for `config` (the default config when None).
 
-    Options go to the backend (``dram_size`` for the simulators).
+    Options go to the backend (``dram_size`` for the simulators; `VerilatorDevice` lists
+    its own).
     """
     config = HardwareConfig() if config is None else config
     try:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-__all__ = ["SimError", "ProgramError", "DeadlockError", "Wait", "TOKEN_QUEUES"]
+__all__ = ["SimError", "ProgramError", "DeadlockError", "WatchdogError", "Wait", "TOKEN_QUEUES"]
 
 #: The four dependency-token queues: name -> (producer module, consumer module).
 TOKEN_QUEUES = {
@@ -61,3 +61,34 @@ class DeadlockError(SimError):
         self.waits = list(waits)
         lines = "; ".join(str(w) for w in self.waits) or "no unit is blocked"
         super().__init__(f"deadlock: {lines}{'. ' + detail if detail else ''}")
+
+
+class WatchdogError(DeadlockError):
+    """A cycle-accurate run stopped by its watchdog.
+
+    Either every unit with work waited on a token or on room in a queue and nothing moved
+    for a while (`stalled` True: a deadlock, which is why this is a `DeadlockError`), or
+    the run used up its cycle budget while still moving (`stalled` False: raise the
+    budget, or look for a program that loops far longer than meant).
+
+    `waits` lists what each blocked unit waited on (as `DeadlockError.waits`, so the two
+    backends report the same list for the same program); `busy` names the instructions
+    still executing; `cycles` is how long the run went on.
+    """
+
+    def __init__(self, waits: list[Wait], *, cycles: int, stalled: bool, busy: list[str] = (),
+                 detail: str = ""):
+        super().__init__(waits)
+        self.cycles = cycles
+        self.stalled = stalled
+        self.busy = list(busy)
+        what = (f"nothing moved for the last cycles of a {cycles}-cycle run (deadlock)"
+                if stalled else f"the program did not finish within {cycles} cycles")
+        parts = [str(w) for w in self.waits] + [f"{b} is still executing" for b in self.busy]
+        message = f"watchdog: {what}: " + ("; ".join(parts) or "no unit is blocked")
+        if detail:
+            message += f". {detail}"
+        self.args = (message,)
+
+    def __str__(self) -> str:
+        return self.args[0]

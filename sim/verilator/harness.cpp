@@ -1,0 +1,575 @@
+// vdla's Verilator harness: the accelerator's Verilated model with a DRAM model behind its
+// AXI4 master and a host on its AXI4-Lite control port, behind a small C API for ctypes.
+//
+// Everything that depends on the hardware config (the top's ports, the bus width, the
+// register map and the meaning of the STATE bits) comes from `vdla_harness_config.h`,
+// which vdla.sim.verilator.build generates from vdla.hw for each build: one source of
+// truth for those facts, in Python.
+//
+// A clock cycle (`tick`):
+//   1. the DRAM model and the host drive their outputs from their state;
+//   2. clk low, eval: the design's combinational outputs settle against those inputs;
+//   3. every handshake is sampled (VALID and READY both high now means a transfer at the
+//      coming edge);
+//   4. clk high, eval: the rising edge;
+//   5. the models update their state with the sampled transfers.
+// A whole program runs inside `vdla_run`; Python never steps single cycles on a hot path.
+
+#include <algorithm>
+#include <cstdarg>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "verilated.h"
+#include "vdla_harness_config.h"
+#include VDLA_TOP_HEADER
+#if VM_TRACE
+#include VDLA_TRACE_HEADER
+#endif
+
+#define VDLA_API extern "C" __attribute__((visibility("default")))
+
+namespace {
+
+// --- port helpers: the same code for 8..1024-bit ports ----------------------------------
+
+template <typename T>
+inline void put_bytes(T& port, const uint8_t* src, size_t n) {
+    T value = 0;
+    std::memcpy(&value, src, std::min(n, sizeof(T)));
+    port = value;
+}
+template <std::size_t N>
+inline void put_bytes(VlWide<N>& port, const uint8_t* src, size_t n) {
+    std::memset(port.m_storage, 0, sizeof(port.m_storage));
+    std::memcpy(port.m_storage, src, std::min(n, sizeof(port.m_storage)));
+}
+template <typename T>
+inline void get_bytes(const T& port, uint8_t* dst, size_t n) {
+    std::memcpy(dst, &port, std::min(n, sizeof(T)));
+}
+template <std::size_t N>
+inline void get_bytes(const VlWide<N>& port, uint8_t* dst, size_t n) {
+    std::memcpy(dst, port.m_storage, std::min(n, sizeof(port.m_storage)));
+}
+
+// The top's AXI ports (Verilator spells the "__" of Amaranth's names as "___05F").
+#define AXI(name) VDLA_M_AXI(name)
+#define CTRL(name) VDLA_S_AXI(name)
+
+constexpr unsigned BUS_BYTES = VDLA_BUS_BYTES;
+inline unsigned long long ULL(uint64_t x) { return x; }
+constexpr unsigned STRB_BYTES = (BUS_BYTES + 7) / 8;
+
+// Status codes of vdla_run (mirrored in binding.py).
+enum RunStatus { RUN_DONE = 0, RUN_TIMEOUT = 1, RUN_STALLED = 2, RUN_BUS_ERROR = 3, RUN_HOST_ERROR = 4 };
+
+struct DramParams {
+    uint64_t read_latency;     // cycles from an accepted AR to its first R beat
+    uint64_t write_latency;    // cycles from a burst's last W beat to its B response
+    double bytes_per_cycle;    // bandwidth of each direction (read and write channels)
+    uint32_t max_reads;        // read bursts accepted and not yet answered
+    uint32_t max_writes;       // write bursts accepted and not yet answered
+};
+
+struct Burst {
+    uint64_t addr;      // byte address of the next beat
+    uint32_t beats;     // beats left
+    uint32_t size;      // bytes per beat (1 << AxSIZE)
+    uint32_t id;
+    uint64_t ready_at;  // first cycle the response may start
+    bool error;         // outside DRAM: answered with SLVERR, memory untouched
+};
+
+struct RunResult {
+    int32_t status;
+    uint32_t state;             // STATE at the end
+    uint64_t cycles;            // harness cycles from start to done (or to the stop)
+    uint64_t counters[VDLA_N_COUNTERS];
+};
+
+struct Model {
+    std::unique_ptr<VerilatedContext> ctx;
+    std::unique_ptr<VDLA_TOP> top;
+#if VM_TRACE
+    std::unique_ptr<VDLA_TRACE_CLASS> trace;
+#endif
+    uint8_t* dram = nullptr;
+    uint64_t dram_size = 0;
+    DramParams p{};
+    uint64_t cycle = 0;         // clock cycles since the model was created
+
+    // DRAM model state.
+    std::deque<Burst> reads;    // accepted AR, in order
+    std::deque<Burst> writes;   // accepted AW waiting for W data, in order
+    std::deque<Burst> bresps;   // write bursts complete, waiting for B
+    double read_credit = 0, write_credit = 0;
+    uint64_t reads_served = 0, writes_served = 0;
+
+    // Host (AXI4-Lite) drive state.
+    bool h_awvalid = false, h_wvalid = false, h_bready = false, h_arvalid = false, h_rready = false;
+    uint32_t h_awaddr = 0, h_wdata = 0, h_araddr = 0;
+
+    // Watchdog and timeline.
+    uint32_t last_state = 0;
+    uint64_t last_change = 0;
+    bool record = false;
+    uint64_t record_base = 0;
+    std::vector<uint64_t> timeline;   // (cycle, state) pairs
+
+    std::string error;
+
+    bool dram_idle() const { return reads.empty() && writes.empty() && bresps.empty(); }
+
+    __attribute__((format(printf, 2, 3))) void fail(const char* fmt, ...) {
+        if (!error.empty()) return;   // keep the first error
+        char buf[512];
+        va_list args;
+        va_start(args, fmt);
+        std::vsnprintf(buf, sizeof buf, fmt, args);
+        va_end(args);
+        error = buf;
+    }
+
+    // A burst from an AR or AW handshake: checked against the AXI rules the accelerator
+    // promises (INCR, at most the bus width per beat, no 4 KiB crossing) and DRAM's size.
+    Burst accept(uint64_t addr, uint32_t len, uint32_t size_log, uint32_t burst, uint32_t id,
+                 bool is_read) {
+        Burst b{addr, len + 1, 1u << size_log, id, 0, false};
+        uint64_t start = addr & ~uint64_t(b.size - 1);
+        uint64_t end = start + uint64_t(b.beats) * b.size;   // one past the last byte
+        if (burst != 1) {
+            fail("AXI protocol: a burst of type %u (only INCR, 1, is used) at %#llx, id %u", burst,
+                 ULL(addr), id);
+            b.error = true;
+        } else if (b.size > BUS_BYTES) {
+            fail("AXI protocol: %u bytes per beat on a %u-byte bus, id %u", b.size, BUS_BYTES, id);
+            b.error = true;
+        } else if ((start >> 12) != ((end - 1) >> 12)) {
+            fail("AXI protocol: a burst at %#llx of %u beats crosses a 4 KiB boundary, id %u",
+                 ULL(addr), b.beats, id);
+            b.error = true;
+        } else if (end > dram_size) {
+            fail("DRAM %s of bytes %#llx..%#llx (AXI id %u) past the end of DRAM (%#llx bytes)",
+                 is_read ? "read" : "write", ULL(start), ULL(end - 1), id, ULL(dram_size));
+            b.error = true;
+        }
+        return b;
+    }
+
+    // --- one clock cycle ------------------------------------------------------------------
+    void tick() {
+        VDLA_TOP& t = *top;
+        // 1. drive.
+        const Burst* rb = nullptr;
+        if (!reads.empty() && reads.front().ready_at <= cycle && read_credit >= BUS_BYTES)
+            rb = &reads.front();
+        t.AXI(rvalid) = rb != nullptr;
+        if (rb) {
+            uint8_t word[BUS_BYTES] = {0};
+            if (!rb->error) {
+                uint64_t lane = rb->addr & (BUS_BYTES - 1);
+                uint64_t n = b_beat_bytes(*rb);
+                std::memcpy(word + lane, dram + rb->addr, n);
+            }
+            put_bytes(t.AXI(rdata), word, BUS_BYTES);
+            t.AXI(rid) = rb->id;
+            t.AXI(rlast) = rb->beats == 1;
+            t.AXI(rresp) = rb->error ? 2 : 0;
+        }
+        t.AXI(arready) = reads.size() < p.max_reads;
+        t.AXI(awready) = writes.size() + bresps.size() < p.max_writes;
+        t.AXI(wready) = !writes.empty() && write_credit >= BUS_BYTES;
+        const Burst* bb = (!bresps.empty() && bresps.front().ready_at <= cycle) ? &bresps.front() : nullptr;
+        t.AXI(bvalid) = bb != nullptr;
+        if (bb) {
+            t.AXI(bid) = bb->id;
+            t.AXI(bresp) = bb->error ? 2 : 0;
+        }
+        t.CTRL(awvalid) = h_awvalid;
+        t.CTRL(awaddr) = h_awaddr;
+        t.CTRL(wvalid) = h_wvalid;
+        t.CTRL(wdata) = h_wdata;
+        t.CTRL(wstrb) = 0xF;
+        t.CTRL(bready) = h_bready;
+        t.CTRL(arvalid) = h_arvalid;
+        t.CTRL(araddr) = h_araddr;
+        t.CTRL(rready) = h_rready;
+
+        // 2. settle.
+        t.clk = 0;
+        t.eval();
+#if VM_TRACE
+        if (trace) trace->dump(10 * cycle);
+#endif
+        // 3. sample.
+        bool ar = t.AXI(arvalid) && t.AXI(arready);
+        bool r = t.AXI(rvalid) && t.AXI(rready);
+        bool aw = t.AXI(awvalid) && t.AXI(awready);
+        bool w = t.AXI(wvalid) && t.AXI(wready);
+        bool b = t.AXI(bvalid) && t.AXI(bready);
+        Burst new_read{}, new_write{};
+        if (ar) new_read = accept(t.AXI(araddr), t.AXI(arlen), t.AXI(arsize), t.AXI(arburst),
+                                  t.AXI(arid), true);
+        if (aw) new_write = accept(t.AXI(awaddr), t.AXI(awlen), t.AXI(awsize), t.AXI(awburst),
+                                   t.AXI(awid), false);
+        if (w) write_beat();   // data and strobes are only valid now
+        bool h_aw = h_awvalid && t.CTRL(awready);
+        bool h_w = h_wvalid && t.CTRL(wready);
+        bool h_b = h_bready && t.CTRL(bvalid);
+        bool h_ar = h_arvalid && t.CTRL(arready);
+        bool h_r = h_rready && t.CTRL(rvalid);
+        if (h_r) host_rdata = t.CTRL(rdata);
+
+        // 4. edge.
+        t.clk = 1;
+        t.eval();
+#if VM_TRACE
+        if (trace) trace->dump(10 * cycle + 5);
+#endif
+        // 5. update.
+        if (r) {
+            Burst& head = reads.front();
+            head.addr = next_beat_addr(head);
+            if (--head.beats == 0) {
+                reads.pop_front();
+                ++reads_served;
+            }
+            read_credit -= BUS_BYTES;
+        }
+        if (b) {
+            bresps.pop_front();
+            ++writes_served;
+        }
+        if (ar) {
+            new_read.ready_at = cycle + std::max<uint64_t>(1, p.read_latency);
+            reads.push_back(new_read);
+        }
+        if (aw) writes.push_back(new_write);
+        if (w) write_credit -= BUS_BYTES;
+        if (h_aw) h_awvalid = false;
+        if (h_w) h_wvalid = false;
+        if (h_b) { h_bready = false; host_done = true; }
+        if (h_ar) h_arvalid = false;
+        if (h_r) { h_rready = false; host_done = true; }
+        // Bandwidth: credit accrues each cycle; it cannot be saved up beyond one beat.
+        read_credit = std::min(read_credit + p.bytes_per_cycle, double(BUS_BYTES) + p.bytes_per_cycle);
+        write_credit = std::min(write_credit + p.bytes_per_cycle, double(BUS_BYTES) + p.bytes_per_cycle);
+        ++cycle;
+
+        uint32_t state = t.state;
+        if (state != last_state) {
+            last_state = state;
+            last_change = cycle;
+            if (record) {
+                timeline.push_back(cycle - record_base);
+                timeline.push_back(state);
+            }
+        }
+    }
+
+    static uint64_t b_beat_bytes(const Burst& b) {
+        // Bytes of this beat: from its address to the end of its size-aligned slot.
+        return b.size - (b.addr & (b.size - 1));
+    }
+    static uint64_t next_beat_addr(const Burst& b) {
+        return (b.addr & ~uint64_t(b.size - 1)) + b.size;
+    }
+
+    void write_beat() {
+        VDLA_TOP& t = *top;
+        if (writes.empty()) {
+            fail("AXI protocol: a W beat with no write burst accepted (cycle %llu)", ULL(cycle));
+            return;
+        }
+        Burst& head = writes.front();
+        if (!head.error) {
+            uint8_t data[BUS_BYTES], strb[STRB_BYTES];
+            get_bytes(t.AXI(wdata), data, BUS_BYTES);
+            get_bytes(t.AXI(wstrb), strb, STRB_BYTES);
+            uint64_t base = head.addr & ~uint64_t(BUS_BYTES - 1);
+            uint64_t lo = head.addr & (BUS_BYTES - 1), hi = lo + b_beat_bytes(head);
+            for (uint64_t i = lo; i < hi; ++i)
+                if (strb[i >> 3] >> (i & 7) & 1) dram[base + i] = data[i];
+        }
+        bool last = t.AXI(wlast);
+        if (last != (head.beats == 1))
+            fail("AXI protocol: WLAST %d on a beat with %u beats left in the burst (cycle %llu)",
+                 int(last), head.beats, ULL(cycle));
+        head.addr = next_beat_addr(head);
+        if (--head.beats == 0) {
+            head.ready_at = cycle + std::max<uint64_t>(1, p.write_latency);
+            bresps.push_back(head);
+            writes.pop_front();
+        }
+    }
+
+    // --- host side: blocking AXI4-Lite transfers (the clock keeps running) -------------
+    bool host_done = false;
+    uint32_t host_rdata = 0;
+
+    bool host_wait(uint64_t timeout) {
+        for (uint64_t i = 0; i < timeout && !host_done; ++i) tick();
+        return host_done;
+    }
+
+    bool ctrl_write(uint32_t offset, uint32_t value) {
+        h_awaddr = offset;
+        h_wdata = value;
+        h_awvalid = h_wvalid = h_bready = true;
+        host_done = false;
+        if (!host_wait(1000)) {
+            h_awvalid = h_wvalid = h_bready = false;
+            fail("the control port did not answer a write to %#x within 1000 cycles", offset);
+            return false;
+        }
+        return true;
+    }
+
+    bool ctrl_read(uint32_t offset, uint32_t* value) {
+        h_araddr = offset;
+        h_arvalid = h_rready = true;
+        host_done = false;
+        if (!host_wait(1000)) {
+            h_arvalid = h_rready = false;
+            fail("the control port did not answer a read of %#x within 1000 cycles", offset);
+            return false;
+        }
+        *value = host_rdata;
+        return true;
+    }
+
+    bool read_counters(uint64_t* out) {
+        for (int i = 0; i < VDLA_N_COUNTERS; ++i) {
+            uint32_t lo = 0, hi = 0;
+            if (!ctrl_read(VDLA_COUNTER_OFFSETS[i], &lo) || !ctrl_read(VDLA_COUNTER_OFFSETS[i] + 4, &hi))
+                return false;
+            out[i] = uint64_t(hi) << 32 | lo;
+        }
+        return true;
+    }
+
+    void reset(unsigned cycles) {
+        reads.clear();
+        writes.clear();
+        bresps.clear();
+        h_awvalid = h_wvalid = h_bready = h_arvalid = h_rready = false;
+        top->rst = 1;
+        for (unsigned i = 0; i < cycles; ++i) tick();
+        top->rst = 0;
+        // Beats the design asked for during reset are forgotten with it.
+        reads.clear();
+        writes.clear();
+        bresps.clear();
+        error.clear();
+        tick();
+    }
+
+    // True when no unit can move: every unit with work waits on a token or on room in a
+    // queue, and none is executing. (The caller also requires that STATE has not changed
+    // for a while and that DRAM is idle, so a snapshot between two moves cannot pass.)
+    static bool stuck(uint32_t s) {
+        if ((s & VDLA_FETCH_BUSY) && !(s & VDLA_FETCH_WAITS)) return false;
+        for (int i = 0; i < 3; ++i) {
+            const auto& u = VDLA_MODULE_BITS[i];
+            bool busy = s & u.busy, pending = s & u.pending;
+            if (busy && !(s & u.wait_space)) return false;     // executing
+            if (!busy && pending && !(s & u.wait_token)) return false;   // about to start
+        }
+        return true;
+    }
+};
+
+}  // namespace
+
+// --- C API ------------------------------------------------------------------------------
+
+VDLA_API const char* vdla_build_info() { return VDLA_BUILD_INFO; }
+
+VDLA_API void* vdla_create(uint64_t dram_size, uint64_t read_latency, uint64_t write_latency,
+                           double bytes_per_cycle, uint32_t max_reads, uint32_t max_writes,
+                           const char* wave_path) {
+    auto* m = new Model;
+    m->ctx.reset(new VerilatedContext);
+    m->ctx->commandArgs(0, (const char**)nullptr);
+#if VM_TRACE
+    if (wave_path && *wave_path) m->ctx->traceEverOn(true);
+#endif
+    m->top.reset(new VDLA_TOP{m->ctx.get(), "top"});
+    // calloc: the kernel hands out zero pages lazily, so a large DRAM costs nothing unused.
+    m->dram = static_cast<uint8_t*>(std::calloc(dram_size, 1));
+    if (!m->dram) {
+        delete m;
+        return nullptr;
+    }
+    m->dram_size = dram_size;
+    m->p = DramParams{read_latency, write_latency, bytes_per_cycle, max_reads, max_writes};
+#if VM_TRACE
+    if (wave_path && *wave_path) {
+        m->trace.reset(new VDLA_TRACE_CLASS);
+        m->top->trace(m->trace.get(), 99);
+        m->trace->open(wave_path);
+    }
+#else
+    (void)wave_path;
+#endif
+    m->reset(8);
+    return m;
+}
+
+VDLA_API void vdla_destroy(void* h) {
+    auto* m = static_cast<Model*>(h);
+    if (!m) return;
+#if VM_TRACE
+    if (m->trace) m->trace->close();
+#endif
+    m->top->final();
+    std::free(m->dram);
+    delete m;
+}
+
+VDLA_API uint8_t* vdla_dram(void* h) { return static_cast<Model*>(h)->dram; }
+VDLA_API uint64_t vdla_cycle(void* h) { return static_cast<Model*>(h)->cycle; }
+VDLA_API const char* vdla_error(void* h) { return static_cast<Model*>(h)->error.c_str(); }
+VDLA_API void vdla_clear_error(void* h) { static_cast<Model*>(h)->error.clear(); }
+VDLA_API void vdla_reset(void* h, uint32_t cycles) { static_cast<Model*>(h)->reset(cycles); }
+VDLA_API uint32_t vdla_state(void* h) { return static_cast<Model*>(h)->top->state; }
+
+VDLA_API void vdla_step(void* h, uint64_t cycles) {
+    auto* m = static_cast<Model*>(h);
+    for (uint64_t i = 0; i < cycles; ++i) m->tick();
+}
+
+VDLA_API void vdla_flush_wave(void* h) {
+#if VM_TRACE
+    auto* m = static_cast<Model*>(h);
+    if (m->trace) m->trace->flush();
+#else
+    (void)h;
+#endif
+}
+
+// Ports for peek/poke: index -> name, width, direction, storage.
+namespace {
+struct PortRef {
+    const char* name;
+    uint32_t width;
+    int32_t input;
+    void* ptr;
+};
+std::vector<PortRef> ports_of(VDLA_TOP* t) {
+    std::vector<PortRef> ports;
+#define VDLA_PORT(name, member, width, input) ports.push_back(PortRef{name, width, input, (void*)&t->member});
+    VDLA_PORTS(VDLA_PORT)
+#undef VDLA_PORT
+    return ports;
+}
+uint32_t storage_bytes(uint32_t width) {
+    return width <= 8 ? 1 : width <= 16 ? 2 : width <= 32 ? 4 : width <= 64 ? 8 : 4 * ((width + 31) / 32);
+}
+}  // namespace
+
+VDLA_API int32_t vdla_port_count(void* h) { return int32_t(ports_of(static_cast<Model*>(h)->top.get()).size()); }
+
+VDLA_API const char* vdla_port_name(void* h, int32_t i, uint32_t* width, int32_t* input) {
+    auto ports = ports_of(static_cast<Model*>(h)->top.get());
+    if (i < 0 || i >= int32_t(ports.size())) return nullptr;
+    *width = ports[i].width;
+    *input = ports[i].input;
+    return ports[i].name;
+}
+
+// peek/poke copy the port's storage (little-endian, `storage_bytes(width)` bytes). A poke
+// takes effect at the next eval: after `vdla_eval` or within the next step.
+VDLA_API int32_t vdla_peek(void* h, int32_t i, uint8_t* out) {
+    auto ports = ports_of(static_cast<Model*>(h)->top.get());
+    if (i < 0 || i >= int32_t(ports.size())) return -1;
+    std::memcpy(out, ports[i].ptr, storage_bytes(ports[i].width));
+    return 0;
+}
+VDLA_API int32_t vdla_poke(void* h, int32_t i, const uint8_t* in) {
+    auto ports = ports_of(static_cast<Model*>(h)->top.get());
+    if (i < 0 || i >= int32_t(ports.size()) || !ports[i].input) return -1;
+    std::memcpy(ports[i].ptr, in, storage_bytes(ports[i].width));
+    return 0;
+}
+VDLA_API void vdla_eval(void* h) { static_cast<Model*>(h)->top->eval(); }
+
+VDLA_API int32_t vdla_ctrl_write(void* h, uint32_t offset, uint32_t value) {
+    return static_cast<Model*>(h)->ctrl_write(offset, value) ? 0 : -1;
+}
+VDLA_API int32_t vdla_ctrl_read(void* h, uint32_t offset, uint32_t* value) {
+    return static_cast<Model*>(h)->ctrl_read(offset, value) ? 0 : -1;
+}
+
+// Runs `insn_count` instructions from `insn_addr` until the accelerator raises done, the
+// cycle budget runs out, or the watchdog finds it stuck (STATE unchanged for
+// `stall_cycles` with every unit waiting and DRAM idle). Fills `out`; the counters are
+// read over the control port, as a driver would.
+VDLA_API int32_t vdla_run(void* h, uint64_t insn_addr, uint64_t insn_count, uint64_t max_cycles,
+                          uint64_t stall_cycles, int32_t record, RunResult* out) {
+    auto* m = static_cast<Model*>(h);
+    VDLA_TOP& t = *m->top;
+    std::memset(out, 0, sizeof *out);
+    m->error.clear();
+    if (!m->ctrl_write(VDLA_REG_INSN_ADDR, uint32_t(insn_addr)) ||
+        !m->ctrl_write(VDLA_REG_INSN_COUNT, uint32_t(insn_count))) {
+        out->status = RUN_HOST_ERROR;
+        return out->status;
+    }
+    // Cycle 0 of the run (and of its timeline) is the first cycle of the start write.
+    uint64_t start = m->cycle;
+    m->record = record != 0;
+    m->timeline.clear();
+    m->record_base = start;
+    if (m->record) {
+        m->timeline.push_back(0);
+        m->timeline.push_back(t.state);
+    }
+    if (!m->ctrl_write(VDLA_REG_CTRL, 1)) {
+        m->record = false;
+        out->status = RUN_HOST_ERROR;
+        return out->status;
+    }
+    m->last_change = m->cycle;
+    int32_t status = RUN_DONE;
+    for (;;) {
+        // The hot loop: check the slower conditions every 256 cycles only.
+        for (int i = 0; i < 256 && !t.irq; ++i) m->tick();
+        if (t.irq) break;
+        if (!m->error.empty()) { status = RUN_BUS_ERROR; break; }
+        if (m->cycle - start >= max_cycles) { status = RUN_TIMEOUT; break; }
+        if (m->cycle - m->last_change >= stall_cycles && m->dram_idle() && Model::stuck(t.state)) {
+            status = RUN_STALLED;
+            break;
+        }
+    }
+    if (status == RUN_DONE && !m->error.empty()) status = RUN_BUS_ERROR;
+    out->cycles = m->cycle - start;
+    out->state = t.state;
+    m->record = false;
+    // Counters count live, so they also say how far a stopped run got. A bus error may
+    // have left the design waiting for beats that will not come; the control port still
+    // answers. The run's first error is the one reported.
+    std::string first_error = m->error;
+    if (!m->read_counters(out->counters)) status = RUN_HOST_ERROR;
+    if (!first_error.empty()) m->error = first_error;
+    out->status = status;
+    return status;
+}
+
+VDLA_API uint64_t vdla_timeline_size(void* h) { return static_cast<Model*>(h)->timeline.size() / 2; }
+VDLA_API void vdla_timeline_copy(void* h, uint64_t* out) {
+    auto* m = static_cast<Model*>(h);
+    std::memcpy(out, m->timeline.data(), m->timeline.size() * sizeof(uint64_t));
+}
+VDLA_API uint64_t vdla_dram_pending(void* h) {
+    auto* m = static_cast<Model*>(h);
+    return m->reads.size() + m->writes.size() + m->bresps.size();
+}
