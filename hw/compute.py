@@ -299,6 +299,10 @@ class ComputeModule(wiring.Component):
                      multiply_src.eq(operand_index["src"])]
 
         # --- stage 3, multiply -------------------------------------------------------------
+        # Datapath registers (products, sums, src_data) have no reset: the stage valid
+        # bits, which do, say when they hold anything. This is what DSP slices want (their
+        # pipeline registers have no logic reset), and it saves the simulator a reset mux
+        # per register.
         inp_bits, wgt_bits = cfg.inp_width, cfg.wgt_width
         x = [[self.inp.data.word_select(b * cfg.block_in + k, inp_bits).as_signed()
               for k in range(cfg.block_in)] for b in range(cfg.batch)]
@@ -313,13 +317,15 @@ class ComputeModule(wiring.Component):
                 if packed:
                     for j in range(cfg.block_out // 2):
                         value = packed_products(x[b][k], w[2 * j][k], w[2 * j + 1][k])
-                        reg = Signal(signed(len(value)), name=f"mul_b{b}_n{2 * j}_k{k}")
+                        reg = Signal(signed(len(value)), name=f"mul_b{b}_n{2 * j}_k{k}",
+                                     reset_less=True)
                         m.d.sync += reg.eq(value)
                         registers[b, j, k] = reg
                 else:
                     for n in range(cfg.block_out):
                         value = x[b][k] * w[n][k]
-                        reg = Signal(signed(len(value)), name=f"mul_b{b}_n{n}_k{k}")
+                        reg = Signal(signed(len(value)), name=f"mul_b{b}_n{n}_k{k}",
+                                     reset_less=True)
                         m.d.sync += reg.eq(value)
                         registers[b, n, k] = reg
         reduce_valid = Signal()
@@ -336,7 +342,8 @@ class ComputeModule(wiring.Component):
                 products[b][n][k] = reg
         write_valid = Signal()
         write_dst = Signal(widths["dst"])
-        sums = [Signal(signed(cfg.acc_width), name=f"sum{lane}") for lane in range(lanes)]
+        sums = [Signal(signed(cfg.acc_width), name=f"sum{lane}", reset_less=True)
+                for lane in range(lanes)]
         m.d.sync += [write_valid.eq(reduce_valid), write_dst.eq(reduce_dst)]
         for b in range(cfg.batch):
             for n in range(cfg.block_out):
@@ -345,7 +352,7 @@ class ComputeModule(wiring.Component):
         # of a vector ALU micro-op in the multiply stage (vector micro-ops are two cycles
         # apart, so the stage after one is empty and the port is free for it).
         m.d.comb += acc_read.addr.eq(Mux(reduce_valid, reduce_dst, multiply_src))
-        src_data = Signal.like(acc_read.data)   # acc[src], read a cycle before acc[dst]
+        src_data = Signal.like(acc_read.data, reset_less=True)   # acc[src], a cycle early
         m.d.sync += src_data.eq(acc_read.data)
 
         # --- stage 5, write: accumulate or apply the ALU op ------------------------------

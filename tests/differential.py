@@ -33,6 +33,16 @@ __all__ = ["CANDIDATE", "COMPARED_STATS", "DifferentialDevice", "open_differenti
 #: change): a second functional device stands in; "verilator" tests the hardware.
 CANDIDATE = "verilator"
 
+#: The configs the differential tests cover besides the default, shared by the test
+#: modules so they share model builds: VTA's non-square test config with MUL on a 128-bit
+#: bus, and small queues (back-pressure everywhere) on a 256-bit bus.
+B2X8X32 = vdla.HardwareConfig(batch=2, block_in=8, block_out=32, uop_buff_size=4096,
+                              inp_buff_size=8192, wgt_buff_size=32768, acc_buff_size=65536,
+                              alu_ops={"MIN", "MAX", "ADD", "SHR", "MUL"}, dram_bus_width=128)
+SMALL_QUEUES = vdla.HardwareConfig(cmd_queue_depth=8, token_queue_depth=4, dram_bus_width=256,
+                                   inp_buff_size=8192, wgt_buff_size=65536,
+                                   acc_buff_size=32768)
+
 #: Statistics both backends must agree on when both report them. Byte counts are not
 #: comparable: the hardware moves whole bus words.
 COMPARED_STATS = ("load_insns", "compute_insns", "store_insns")

@@ -100,19 +100,36 @@ def _cmd_demo(args) -> int:
     a = rng.integers(-128, 128, size=(args.m, args.k), dtype=np.int8)
     b = rng.integers(-128, 128, size=(args.n, args.k), dtype=np.int8)
     shift = args.shift
-    print(f"blocked GEMM {args.m}x{args.n}x{args.k} (int8, >>{shift}, clip to int8) on the "
-          f"functional simulator, config {config.name}, {args.threads} virtual thread(s)")
-    with vdla.runtime.open(config, backend="functional") as dev:
+    backend = args.backend
+    where = {"functional": "the functional simulator",
+             "verilator": "the cycle-accurate Verilator model"}[backend]
+    print(f"blocked GEMM {args.m}x{args.n}x{args.k} (int8, >>{shift}, clip to int8) on "
+          f"{where}, config {config.name}, {args.threads} virtual thread(s)")
+    with vdla.runtime.open(config, backend=backend) as dev:
         start = time.perf_counter()
         out, stats, program = blocked_gemm(dev, a, b, shift=shift, virtual_threads=args.threads)
         seconds = time.perf_counter() - start
     expected = blocked_gemm_reference(a, b, shift)
     mismatches = int(np.count_nonzero(out != expected))
     print(f"  instructions       {len(program)}")
-    for key in ("gemm_uops", "gemm_macs", "alu_uops", "dram_bytes_read", "dram_bytes_written"):
-        print(f"  {key:<18} {stats.get(key, 0)}")
-    print(f"  wall time          {seconds * 1e3:.1f} ms ({stats['gemm_macs'] / seconds / 1e9:.2f} "
-          "G simulated MAC/s, including set-up)")
+    if backend == "verilator":
+        cycles = stats["cycles"]
+        macs = args.m * args.n * args.k
+        print(f"  cycles             {cycles}  ({cycles / config.clock_mhz:.1f} us at "
+              f"{config.clock_mhz:g} MHz)")
+        print(f"  GEMM utilization   {macs / (cycles * config.macs_per_cycle):.1%}  (useful MACs "
+              "over cycles x MACs per cycle)")
+        for key in ("load_busy", "compute_busy", "store_busy", "stall_load_compute",
+                    "dram_bytes_read", "dram_bytes_written"):
+            print(f"  {key:<18} {stats[key]}")
+        print(f"  wall time          {seconds * 1e3:.1f} ms ({cycles / stats['wall_seconds']:,.0f} "
+              "simulated cycles/s)")
+    else:
+        for key in ("gemm_uops", "gemm_macs", "alu_uops", "dram_bytes_read",
+                    "dram_bytes_written"):
+            print(f"  {key:<18} {stats.get(key, 0)}")
+        print(f"  wall time          {seconds * 1e3:.1f} ms ({stats['gemm_macs'] / seconds / 1e9:.2f} "
+              "G simulated MAC/s, including set-up)")
     if mismatches:
         print(f"FAIL: {mismatches} of {out.size} outputs differ from numpy", file=sys.stderr)
         return 1
@@ -331,8 +348,8 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--json", action="store_true", help="machine-readable output")
     sim.set_defaults(func=_cmd_sim)
 
-    demo = sub.add_parser("demo", help="run a blocked GEMM on the functional simulator "
-                                       "and check it against numpy")
+    demo = sub.add_parser("demo", help="run a blocked GEMM on the simulated accelerator and "
+                                       "check it against numpy")
     demo.add_argument("--m", type=int, default=256, help="rows of A and C (default 256)")
     demo.add_argument("--n", type=int, default=256, help="rows of B, columns of C (default 256)")
     demo.add_argument("--k", type=int, default=64, help="reduction length (default 64)")
@@ -341,6 +358,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--threads", type=int, default=2, choices=(1, 2),
                       help="virtual threads (default 2)")
     demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--backend", choices=SIM_BACKENDS, default="verilator",
+                      help="simulator (default verilator; the first run builds the model)")
     demo.add_argument("--config", metavar="FILE", help=config_help)
     demo.set_defaults(func=_cmd_demo)
     return parser

@@ -29,11 +29,19 @@
 #include "verilated.h"
 #include "vdla_harness_config.h"
 #include VDLA_TOP_HEADER
+#include VDLA_ROOT_HEADER
 #if VM_TRACE
 #include VDLA_TRACE_HEADER
 #endif
 
 #define VDLA_API extern "C" __attribute__((visibility("default")))
+
+// The model's scheduler, which Verilator generates in the same library. `tick` calls it
+// directly rather than through `eval()`: see `settle` and `edge` below. (Internal to
+// Verilator; the build pins its version and hashes it into the cache key.)
+void VDLA_ROOT_FN(eval)(VDLA_ROOT* root);
+bool VDLA_ROOT_FN(eval_phase__act)(VDLA_ROOT* root);
+bool VDLA_ROOT_FN(eval_phase__nba)(VDLA_ROOT* root);
 
 namespace {
 
@@ -163,6 +171,27 @@ struct Model {
         return b;
     }
 
+    // --- evaluation ------------------------------------------------------------------------
+    // `eval()` wraps the scheduler in bookkeeping this single-threaded harness does not
+    // need (two mutexes per call), and its scheduler always re-runs the logic fed by the
+    // top-level inputs first. The harness changes inputs only while the clock is low, so:
+    // `settle` (clock low) runs the whole scheduler; `edge` (clock high, inputs as they
+    // were at `settle`) skips the input logic, whose values cannot have changed, and runs
+    // only the edge-triggered and dependent logic. Together about a tenth faster.
+    VDLA_ROOT* root() { return top->rootp; }
+    void settle() { VDLA_ROOT_FN(eval)(root()); }
+    void edge() {
+        VDLA_ROOT* r = root();
+        do {
+            r->__VactIterCount = 0;
+            do {
+                ++r->__VactIterCount;
+                r->__VactPhaseResult = VDLA_ROOT_FN(eval_phase__act)(r);
+            } while (r->__VactPhaseResult);
+            r->__VnbaPhaseResult = VDLA_ROOT_FN(eval_phase__nba)(r);
+        } while (r->__VnbaPhaseResult);
+    }
+
     // --- one clock cycle ------------------------------------------------------------------
     void tick() {
         VDLA_TOP& t = *top;
@@ -204,7 +233,7 @@ struct Model {
 
         // 2. settle.
         t.clk = 0;
-        t.eval();
+        settle();
 #if VM_TRACE
         if (trace) trace->dump(10 * cycle);
 #endif
@@ -229,7 +258,7 @@ struct Model {
 
         // 4. edge.
         t.clk = 1;
-        t.eval();
+        edge();
 #if VM_TRACE
         if (trace) trace->dump(10 * cycle + 5);
 #endif
@@ -419,6 +448,7 @@ VDLA_API void* vdla_create(uint64_t dram_size, uint64_t read_latency, uint64_t w
 #else
     (void)wave_path;
 #endif
+    m->top->eval();   // the first eval runs the initial blocks; `tick` relies on it
     m->reset(8);
     return m;
 }

@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 
 import vdla
-from differential import CANDIDATE, DifferentialDevice, open_differential, pair_with
+from differential import (B2X8X32, CANDIDATE, SMALL_QUEUES, DifferentialDevice,
+                          open_differential, pair_with)
 from program_gen import DEADLOCK_WAITS, deadlock_program, random_program
 from vdla.isa import DEP_FLAGS, Alu, Finish, Gemm, Load, MemoryType, Store
 from vdla.runtime import COMPUTE, LOAD, STORE, ProgramBuilder
@@ -28,12 +29,8 @@ from vdla.sim import DeadlockError, SimError
 
 CONFIGS = {
     "default": vdla.HardwareConfig(),
-    "b2x8x32": vdla.HardwareConfig(batch=2, block_in=8, block_out=32, uop_buff_size=4096,
-                                   inp_buff_size=8192, wgt_buff_size=32768, acc_buff_size=65536,
-                                   alu_ops={"MIN", "MAX", "ADD", "SHR", "MUL"},
-                                   dram_bus_width=128),
-    "smallq": vdla.HardwareConfig(cmd_queue_depth=8, token_queue_depth=4, dram_bus_width=256,
-                                  inp_buff_size=8192, wgt_buff_size=65536, acc_buff_size=32768),
+    "b2x8x32": B2X8X32,
+    "smallq": SMALL_QUEUES,
 }
 DRAM_SIZE = 1 << 24
 SEEDS = range(30)

@@ -14,16 +14,12 @@ from vdla import AluOp
 from vdla.isa import MemoryType, Uop
 from vdla.runtime import COMPUTE, LOAD, STORE, ProgramBuilder
 from vdla.runtime.kernels import GemmSchedule, blocked_gemm, blocked_gemm_reference
-from differential import CANDIDATE, pair_with
+from differential import B2X8X32, CANDIDATE, pair_with
 from vdla_testing import load_acc_insn, put, reference_alu_op, run_acc_program
 
 CONFIGS = {
     "default": vdla.HardwareConfig(),
-    "b2x8x32": vdla.HardwareConfig(batch=2, block_in=8, block_out=32, uop_buff_size=4096,
-                                   inp_buff_size=8192, wgt_buff_size=32768, acc_buff_size=65536,
-                                   alu_ops={"MIN", "MAX", "ADD", "SHR", "MUL"},
-                                   # as in test_differential, so both share one model build
-                                   dram_bus_width=128),
+    "b2x8x32": B2X8X32,
 }
 
 DRAM_SIZE = 1 << 24

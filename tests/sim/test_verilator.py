@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import vdla
+from differential import SMALL_QUEUES
 from vdla.hw.control import COUNTERS, REGISTERS, STATE_BITS
 from vdla.isa import AluOp, Finish, Gemm, Load, MemoryType, Program, Store
 from vdla.runtime import COMPUTE, STORE, ProgramBuilder
@@ -183,8 +184,7 @@ def test_deadlock_raises_the_watchdog_with_the_functional_waits(dev, name):
 
 
 def test_full_command_queue_deadlock_names_fetch():
-    cfg = vdla.HardwareConfig(cmd_queue_depth=8, token_queue_depth=4, dram_bus_width=256,
-                              inp_buff_size=8192, wgt_buff_size=65536, acc_buff_size=32768)
+    cfg = SMALL_QUEUES   # command queues of 8: twelve loads fill one
     insns = [inp_load(pop_next=True)] + [inp_load() for _ in range(12)] + [
         Gemm(push_prev=True), Finish()]
     with vdla.runtime.open(cfg, backend="functional", dram_size=1 << 20) as f:

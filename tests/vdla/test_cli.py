@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 
 import vdla
 from vdla.cli import main
@@ -68,9 +69,13 @@ def test_asm_errors_name_the_line(tmp_path, capsys):
     assert "multiple of 16 bytes" in capsys.readouterr().err
 
 
-def test_demo_checks_against_numpy(capsys):
-    assert main(["demo", "--m", "64", "--n", "48", "--k", "40", "--threads", "2"]) == 0
-    assert "OK: all 3072 outputs match numpy bit-exactly" in capsys.readouterr().out
+@pytest.mark.parametrize("backend", ["functional", "verilator"])
+def test_demo_checks_against_numpy(capsys, backend):
+    assert main(["demo", "--m", "64", "--n", "48", "--k", "40", "--threads", "2",
+                 "--backend", backend]) == 0
+    out = capsys.readouterr().out
+    assert "OK: all 3072 outputs match numpy bit-exactly" in out
+    assert ("GEMM utilization" in out) == (backend == "verilator")
     assert main(["demo", "--m", "0"]) == 1
     assert "--m must be a positive integer" in capsys.readouterr().err
 
