@@ -109,11 +109,12 @@ class Device(abc.ABC):
         `vdla.sim.ProgramError` for a program that cannot complete.
         """
 
-    @abc.abstractmethod
-    def _write(self, addr: int, raw: np.ndarray): ...
+    # The simulators keep DRAM as a numpy uint8 array `self.dram`; a board overrides these.
+    def _write(self, addr: int, raw: np.ndarray):
+        self.dram[addr:addr + len(raw)] = raw
 
-    @abc.abstractmethod
-    def _read(self, addr: int, nbytes: int) -> np.ndarray: ...
+    def _read(self, addr: int, nbytes: int) -> np.ndarray:
+        return self.dram[addr:addr + nbytes].copy()
 
     def close(self):
         pass
@@ -136,12 +137,6 @@ class FunctionalDevice(Device):
 
         self.dram = np.zeros(dram_size, dtype=np.uint8)
         self.simulator = FunctionalSimulator(config, self.dram)
-
-    def _write(self, addr, raw):
-        self.dram[addr:addr + len(raw)] = raw
-
-    def _read(self, addr, nbytes):
-        return self.dram[addr:addr + nbytes].copy()
 
     def run(self, insn_addr: int, insn_count: int) -> dict:
         return self.simulator.run_from_dram(insn_addr, insn_count)
@@ -178,12 +173,6 @@ class VerilatorDevice(Device):
                                             cache=cache, log=log)
         self.dram = self.simulator.dram
         self.timeline = None
-
-    def _write(self, addr, raw):
-        self.dram[addr:addr + len(raw)] = raw
-
-    def _read(self, addr, nbytes):
-        return self.dram[addr:addr + nbytes].copy()
 
     def run(self, insn_addr: int, insn_count: int, *, max_cycles: int | None = None,
             timeline: bool = False) -> dict:

@@ -28,7 +28,7 @@ import numpy as np
 from vdla.config import AluOp, HardwareConfig
 from vdla.isa import INSN_BYTES, Alu, Finish, Gemm, Insn, Load, MemoryType, Store, format_insn
 from vdla.sim.errors import DeadlockError, ProgramError, Wait
-from vdla.sim.protocol import MODULES, fetch_program, route
+from vdla.sim.protocol import MODULES, fetch_program, route_program
 
 __all__ = ["FunctionalSimulator"]
 
@@ -109,7 +109,7 @@ class FunctionalSimulator:
         c = self.config
         insns = list(insns)
         self.stats = stats = collections.Counter()
-        routes = [self._route(index, insn) for index, insn in enumerate(insns)]
+        routes = route_program(insns)
         queues = {m: collections.deque() for m in _MODULES}
         tokens = dict.fromkeys(("load->compute", "compute->load", "compute->store",
                                 "store->compute"), 0)
@@ -151,10 +151,6 @@ class FunctionalSimulator:
                     raise ProgramError(f"the program's {len(insns)} instructions ran without "
                                        "a FINISH; end it with FINISH")
                 raise DeadlockError(self._waits(insns, routes, fetched, queues, tokens))
-
-    @staticmethod
-    def _route(index: int, insn: Insn):
-        return route(index, insn)
 
     def _check_finished(self, index, insns, fetched, queues, tokens):
         pending = sorted(i for q in queues.values() for i in q)

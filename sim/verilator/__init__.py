@@ -19,7 +19,7 @@ import time
 
 from vdla.config import HardwareConfig
 from vdla.isa import Module, format_insn
-from vdla.sim.errors import ProgramError, Wait, WatchdogError
+from vdla.sim.errors import TOKEN_QUEUES, ProgramError, Wait, WatchdogError
 from vdla.sim.protocol import MODULES, fetch_program, route_program
 from vdla.sim.verilator.binding import DramTiming, RunResult, RunStatus, VerilatorModel
 from vdla.sim.verilator.build import (CACHE_ENV, WAVEFORM_FORMATS, BuildError, ModelBuild,
@@ -202,8 +202,7 @@ class VerilatorSimulator:
             raise ProgramError(
                 f"FINISH ran while {what}: the host would see done before that work; "
                 "order it before FINISH with dependency tokens")
-        left = [q for q in ("load->compute", "compute->load", "compute->store",
-                            "store->compute") if self._has(state, f"tokens_{_queue_key(q)}")]
+        left = [q for q in TOKEN_QUEUES if self._has(state, f"tokens_{_queue_key(q)}")]
         if left:
             raise ProgramError(
                 f"the program finished with tokens left in the queues ({', '.join(left)}); "

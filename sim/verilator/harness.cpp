@@ -102,9 +102,28 @@ struct RunResult {
     uint64_t counters[VDLA_N_COUNTERS];
 };
 
+// Ports for peek/poke: index -> name, width, direction, storage.
+struct PortRef {
+    const char* name;
+    uint32_t width;
+    int32_t input;
+    void* ptr;
+};
+std::vector<PortRef> ports_of(VDLA_TOP* t) {
+    std::vector<PortRef> ports;
+#define VDLA_PORT(name, member, width, input) ports.push_back(PortRef{name, width, input, (void*)&t->member});
+    VDLA_PORTS(VDLA_PORT)
+#undef VDLA_PORT
+    return ports;
+}
+uint32_t storage_bytes(uint32_t width) {
+    return width <= 8 ? 1 : width <= 16 ? 2 : width <= 32 ? 4 : width <= 64 ? 8 : 4 * ((width + 31) / 32);
+}
+
 struct Model {
     std::unique_ptr<VerilatedContext> ctx;
     std::unique_ptr<VDLA_TOP> top;
+    std::vector<PortRef> ports;   // the top's ports, for peek/poke
 #if VM_TRACE
     std::unique_ptr<VDLA_TRACE_CLASS> trace;
 #endif
@@ -431,6 +450,7 @@ VDLA_API void* vdla_create(uint64_t dram_size, uint64_t read_latency, uint64_t w
     if (wave_path && *wave_path) m->ctx->traceEverOn(true);
 #endif
     m->top.reset(new VDLA_TOP{m->ctx.get(), "top"});
+    m->ports = ports_of(m->top.get());
     // calloc: the kernel hands out zero pages lazily, so a large DRAM costs nothing unused.
     m->dram = static_cast<uint8_t*>(std::calloc(dram_size, 1));
     if (!m->dram) {
@@ -485,30 +505,10 @@ VDLA_API void vdla_flush_wave(void* h) {
 #endif
 }
 
-// Ports for peek/poke: index -> name, width, direction, storage.
-namespace {
-struct PortRef {
-    const char* name;
-    uint32_t width;
-    int32_t input;
-    void* ptr;
-};
-std::vector<PortRef> ports_of(VDLA_TOP* t) {
-    std::vector<PortRef> ports;
-#define VDLA_PORT(name, member, width, input) ports.push_back(PortRef{name, width, input, (void*)&t->member});
-    VDLA_PORTS(VDLA_PORT)
-#undef VDLA_PORT
-    return ports;
-}
-uint32_t storage_bytes(uint32_t width) {
-    return width <= 8 ? 1 : width <= 16 ? 2 : width <= 32 ? 4 : width <= 64 ? 8 : 4 * ((width + 31) / 32);
-}
-}  // namespace
-
-VDLA_API int32_t vdla_port_count(void* h) { return int32_t(ports_of(static_cast<Model*>(h)->top.get()).size()); }
+VDLA_API int32_t vdla_port_count(void* h) { return int32_t(static_cast<Model*>(h)->ports.size()); }
 
 VDLA_API const char* vdla_port_name(void* h, int32_t i, uint32_t* width, int32_t* input) {
-    auto ports = ports_of(static_cast<Model*>(h)->top.get());
+    const auto& ports = static_cast<Model*>(h)->ports;
     if (i < 0 || i >= int32_t(ports.size())) return nullptr;
     *width = ports[i].width;
     *input = ports[i].input;
@@ -518,13 +518,13 @@ VDLA_API const char* vdla_port_name(void* h, int32_t i, uint32_t* width, int32_t
 // peek/poke copy the port's storage (little-endian, `storage_bytes(width)` bytes). A poke
 // takes effect at the next eval: after `vdla_eval` or within the next step.
 VDLA_API int32_t vdla_peek(void* h, int32_t i, uint8_t* out) {
-    auto ports = ports_of(static_cast<Model*>(h)->top.get());
+    const auto& ports = static_cast<Model*>(h)->ports;
     if (i < 0 || i >= int32_t(ports.size())) return -1;
     std::memcpy(out, ports[i].ptr, storage_bytes(ports[i].width));
     return 0;
 }
 VDLA_API int32_t vdla_poke(void* h, int32_t i, const uint8_t* in) {
-    auto ports = ports_of(static_cast<Model*>(h)->top.get());
+    const auto& ports = static_cast<Model*>(h)->ports;
     if (i < 0 || i >= int32_t(ports.size()) || !ports[i].input) return -1;
     std::memcpy(ports[i].ptr, in, storage_bytes(ports[i].width));
     return 0;

@@ -197,16 +197,14 @@ def test_full_command_queue_deadlock_names_fetch():
     assert any(w.unit == "fetch" and w.reason == "space" for w in info.value.waits)
 
 
-def test_cycle_budget(dev):
+def test_cycle_budget(dev, monkeypatch):
     """A run that is still moving when its budget runs out is stopped too, and says what
     was executing."""
     a, b = gemm_operands(128, 128, 256, seed=9)
-    with pytest.raises(WatchdogError) as info:
-        dev.max_cycles = 2000
-        try:
+    with monkeypatch.context() as patch:
+        patch.setattr(dev, "max_cycles", 2000)
+        with pytest.raises(WatchdogError) as info:
             blocked_gemm(dev, a, b, shift=8, virtual_threads=2)
-        finally:
-            dev.max_cycles = None
     error = info.value
     assert not error.stalled and error.cycles >= 2000
     assert "did not finish within" in str(error)
