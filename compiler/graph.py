@@ -152,15 +152,22 @@ class Graph:
             outputs = [self.unique_name(f"{name}_out" if outputs == 1 else f"{name}_out{i}")
                        for i in range(outputs)]
         node = Node(name, op, list(inputs), list(outputs), opdef.normalize_attrs(attrs, name))
-        for out in node.outputs:
-            if out not in self.tensors:
-                self.add_tensor(Tensor(out))
+        created = [out for out in node.outputs if out not in self.tensors]
+        for out in created:
+            self.add_tensor(Tensor(out))
         self._insert(node)
         if infer:
             from vdla.compiler.ops import infer_node
-            if all(not i or self.tensors[i].shape is not None for i in node.inputs
-                   if i in self.tensors):
-                infer_node(self, node)
+            if all(not i or (i in self.tensors and self.tensors[i].shape is not None)
+                   for i in node.inputs):
+                try:
+                    infer_node(self, node)
+                except GraphError:
+                    # A node that does not fit its inputs is not added at all.
+                    self.remove_node(node.name)
+                    for out in created:
+                        del self.tensors[out]
+                    raise
         return node.outputs[0] if len(node.outputs) == 1 else list(node.outputs)
 
     def _insert(self, node: Node):

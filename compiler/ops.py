@@ -31,8 +31,16 @@ arithmetic, which `run_reference` executes exactly)::
     qadd(a, b)                         int8 + int8 -> int8 with a requantization of each
     qavg_pool2d(x), qglobal_avg_pool2d(x)  int8 -> int8 (sum, then requantization)
 
-Layout operators: ``layout_transform(x)`` attrs src, dst, channels (the unpadded channel
-count, needed to unpack a tensor whose channels were padded; see `vdla.compiler.layout`).
+Layout operators: ``layout_transform(x)`` attrs src, dst, channels and batch (the
+unpadded sizes of axes 1 and 0, needed to crop a tensor whose channels or batch were
+padded; see `vdla.compiler.layout`).
+
+The GEMM operators (conv2d, dense, qconv2d, qdense) also take ``data_layout``,
+``kernel_layout`` and ``out_layout`` (the last for output and residual): plain ``NCHW`` /
+``OIHW`` / ``NCHW`` (``NC`` / ``OI`` / ``NC`` for dense) by default; `layout.pack_graph`
+sets blocked layouts such as ``NCHW1n16c`` / ``OIHW16o16i``, in which the tensors hold
+zero-padded channels and the bias and per-channel attributes have the padded output
+channel count.
 
 Every attribute has a default; `OpDef.normalize_attrs` fills them and rejects unknown
 names, so a typo is an error rather than a silently ignored option.
@@ -171,8 +179,9 @@ def _check_4d(graph, node, i, what="input"):
     return shape
 
 
-def _window(graph: Graph, node: Node, kernel) -> tuple[int, int]:
-    n, c, h, w = _check_4d(graph, node, 0)
+def _window(graph: Graph, node: Node, kernel, shape=None) -> tuple[int, int]:
+    # `shape`: the plain (N, C, H, W) of input 0 when its tensor is in a packed layout.
+    n, c, h, w = shape if shape is not None else _check_4d(graph, node, 0)
     strides, pads = _pair(node, "strides"), _pair(node, "pads", 4)
     dil = _pair(node, "dilations") if "dilations" in node.attrs else (1, 1)
     ceil = bool(node.attrs.get("ceil_mode", False))
@@ -189,7 +198,72 @@ def _window(graph: Graph, node: Node, kernel) -> tuple[int, int]:
 
 # --- inference functions -----------------------------------------------------------------
 
+def _packed_layouts(node, conv: bool):
+    """The parsed (data, kernel, out) layouts of a GEMM node, or None when its data is
+    in the plain layout; raises GraphError for layouts that do not fit together."""
+    from vdla.compiler.layout import parse_layout
+    try:
+        layouts = [parse_layout(node.attrs[k])
+                   for k in ("data_layout", "kernel_layout", "out_layout")]
+    except ValueError as e:
+        _fail(node, str(e))
+    act, wgt = ("NCHW", "OIHW") if conv else ("NC", "OI")
+    want = (act, wgt, act)
+    for key, layout, base in zip(("data_layout", "kernel_layout", "out_layout"), layouts, want):
+        if layout.base != base:
+            _fail(node, f"{key} {layout.name!r} is not a {base} layout")
+    if not layouts[0].packed:
+        if layouts[1].packed or layouts[2].packed:
+            _fail(node, f"layouts {tuple(l.name for l in layouts)}: a plain data_layout "
+                        "needs plain kernel_layout and out_layout")
+        return None
+    if not (layouts[1].packed and layouts[2].packed):
+        _fail(node, f"layouts {tuple(l.name for l in layouts)}: a packed data_layout needs "
+                    "packed kernel_layout and out_layout")
+    return layouts
+
+
+def _plain_of(graph, node, i, layout):
+    # The padded plain shape of input i, which is stored in `layout`.
+    from vdla.compiler.layout import transform_shape
+    try:
+        return transform_shape(_shape(graph, node, i), layout, layout.base)
+    except ValueError as e:
+        _fail(node, f"input {node.inputs[i]!r}: {e}")
+
+
+def _infer_packed_gemm(graph, node, layouts, conv: bool, out_dtype):
+    """Shapes of a GEMM node in packed layouts: the plain checks on the padded shapes."""
+    from vdla.compiler.layout import transform_shape
+    data, kernel, out = layouts
+    if conv and int(node.attrs["groups"]) != 1:
+        _fail(node, f"groups={node.attrs['groups']}: only groups=1 has a packed form")
+    x, w = _plain_of(graph, node, 0, data), _plain_of(graph, node, 1, kernel)
+    if x[1] != w[1]:
+        _fail(node, f"input has {x[1]} channels (padded, layout {data.name}) but weights "
+                    f"{node.inputs[1]!r} expect {w[1]} (padded, layout {kernel.name})")
+    if conv:
+        ho, wo = _window(graph, node, w[2:], shape=x)
+        plain_out = (x[0], w[0], ho, wo)
+    else:
+        plain_out = (x[0], w[0])
+    bias = _shape(graph, node, 2)
+    if bias is not None and bias != (w[0],):
+        _fail(node, f"bias {node.inputs[2]!r} has shape {bias}; it must be ({w[0]},), the "
+                    "padded output channels")
+    y = transform_shape(plain_out, out.base, out)
+    residual = _shape(graph, node, 3)
+    if residual is not None and residual != y:
+        _fail(node, f"residual {node.inputs[3]!r} has shape {residual}; the output is {y} "
+                    f"(layout {out.name})")
+    _check_activation(node)
+    return [(y, out_dtype or _dtype(graph, node, 0))]
+
+
 def _infer_conv(graph, node, out_dtype=None):
+    layouts = _packed_layouts(node, conv=True)
+    if layouts is not None:
+        return _infer_packed_gemm(graph, node, layouts, True, out_dtype)
     n, c, h, w = _check_4d(graph, node, 0)
     wshape = _shape(graph, node, 1)
     if len(wshape) != 4:
@@ -221,6 +295,9 @@ def _check_activation(node):
 
 
 def _infer_dense(graph, node, out_dtype=None):
+    layouts = _packed_layouts(node, conv=False)
+    if layouts is not None:
+        return _infer_packed_gemm(graph, node, layouts, False, out_dtype)
     x, wshape = _shape(graph, node, 0), _shape(graph, node, 1)
     if len(x) != 2 or len(wshape) != 2:
         _fail(node, f"input {x} and weights {wshape} must both be 2-D")
@@ -253,7 +330,7 @@ def _same(graph, node):
 def _infer_matmul(graph, node):
     a, b = _shape(graph, node, 0), _shape(graph, node, 1)
     try:
-        shape = np.matmul(np.empty(a, np.float32), np.empty(b, np.float32)).shape \
+        shape = np.matmul(np.zeros(a, np.float32), np.zeros(b, np.float32)).shape \
             if np.prod(a) * np.prod(b) < 1 << 20 else _matmul_shape(a, b)
     except ValueError:
         _fail(node, f"shapes {a} and {b} do not multiply")
@@ -382,7 +459,8 @@ def _infer_layout(graph, node):
     from vdla.compiler.layout import transform_shape
     try:
         return [(transform_shape(_shape(graph, node, 0), node.attrs["src"], node.attrs["dst"],
-                                 node.attrs["channels"]), _dtype(graph, node, 0))]
+                                 node.attrs["channels"], node.attrs["batch"]),
+                 _dtype(graph, node, 0))]
     except ValueError as e:
         _fail(node, str(e))
 
@@ -391,13 +469,18 @@ _CONV_ATTRS = {"strides": (1, 1), "pads": (0, 0, 0, 0), "dilations": (1, 1), "gr
 _ACT_ATTRS = {"activation": None, "clip_min": None, "clip_max": None}
 _REQUANT_ATTRS = {"multiplier": None, "shift": (0,), "residual_multiplier": None,
                   "residual_shift": 0, "out_min": -128, "out_max": 127}
+# Layouts of a GEMM op's data, weights and output/residual (`vdla.compiler.layout`):
+# `pack_graph` sets blocked ones such as NCHW1n16c / OIHW16o16i.
+_CONV_LAYOUTS = {"data_layout": "NCHW", "kernel_layout": "OIHW", "out_layout": "NCHW"}
+_DENSE_LAYOUTS = {"data_layout": "NC", "kernel_layout": "OI", "out_layout": "NC"}
 _POOL_ATTRS = {"kernel": (1, 1), "strides": (1, 1), "pads": (0, 0, 0, 0), "ceil_mode": False}
 _ELTWISE = lambda g, n: [(_broadcast(g, n), _dtype(g, n, 0))]  # noqa: E731
 
 for _op in [
-    OpDef("conv2d", ("x", "w", "bias", "residual"), 2, {**_CONV_ATTRS, **_ACT_ATTRS},
-          _infer_conv),
-    OpDef("dense", ("x", "w", "bias", "residual"), 2, dict(_ACT_ATTRS), _infer_dense),
+    OpDef("conv2d", ("x", "w", "bias", "residual"), 2,
+          {**_CONV_ATTRS, **_ACT_ATTRS, **_CONV_LAYOUTS}, _infer_conv),
+    OpDef("dense", ("x", "w", "bias", "residual"), 2, {**_ACT_ATTRS, **_DENSE_LAYOUTS},
+          _infer_dense),
     OpDef("matmul", ("a", "b"), 2, {}, _infer_matmul),
     OpDef("batch_norm", ("x", "scale", "bias", "mean", "var"), 5, {"epsilon": 1e-5}, _infer_bn),
     OpDef("relu", ("x",), 1, {}, _same),
@@ -417,9 +500,10 @@ for _op in [
     # integer operators
     OpDef("quantize", ("x",), 1, {"scale": None, "dtype": "int8"}, _infer_quantize),
     OpDef("dequantize", ("x",), 1, {"scale": None}, _infer_dequantize),
-    OpDef("qconv2d", ("x", "w", "bias", "residual"), 2, {**_CONV_ATTRS, **_REQUANT_ATTRS},
+    OpDef("qconv2d", ("x", "w", "bias", "residual"), 2,
+          {**_CONV_ATTRS, **_REQUANT_ATTRS, **_CONV_LAYOUTS},
           lambda g, n: _infer_conv(g, n, "int8")),
-    OpDef("qdense", ("x", "w", "bias", "residual"), 2, dict(_REQUANT_ATTRS),
+    OpDef("qdense", ("x", "w", "bias", "residual"), 2, {**_REQUANT_ATTRS, **_DENSE_LAYOUTS},
           lambda g, n: _infer_dense(g, n, "int8")),
     OpDef("qadd", ("a", "b"), 2, {"a_multiplier": None, "a_shift": 0, "b_multiplier": None,
                                   "b_shift": 0, "out_min": -128, "out_max": 127},
@@ -428,8 +512,8 @@ for _op in [
                                      "multiplier": None, "shift": (0,)}, _infer_pool),
     OpDef("qglobal_avg_pool2d", ("x",), 1, {"multiplier": None, "shift": (0,)},
           _infer_global_pool),
-    OpDef("layout_transform", ("x",), 1, {"src": "NCHW", "dst": "NCHW", "channels": None},
-          _infer_layout),
+    OpDef("layout_transform", ("x",), 1, {"src": "NCHW", "dst": "NCHW", "channels": None,
+                                          "batch": None}, _infer_layout),
 ]:
     register_op(_op)
 

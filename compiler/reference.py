@@ -5,7 +5,9 @@ convolutions and products, rounded back to float32) and a quantized graph with e
 integer arithmetic: int8 x int8 products summed in int64 and reduced as the accelerator's
 int32 accumulators do. The integer operators' kernels are defined next to the pass that
 creates them (`vdla.compiler.quantization`), layout operators' in `vdla.compiler.layout`;
-all of them register here with `@kernel("op")`.
+all of them register here with `@kernel("op")`. A GEMM node in packed layouts
+(`vdla.compiler.layout.pack_graph`) runs through the same plain kernel: its inputs are
+unpacked and its output packed around the call, so kernels only see plain layouts.
 """
 
 from __future__ import annotations
@@ -77,13 +79,36 @@ def run_reference(graph: Graph, inputs: dict[str, np.ndarray], *,
         if fn is None:
             raise GraphError(f"node {node.name!r}: no reference kernel for op {node.op!r}")
         args = [values[i] if i else None for i in node.inputs]
-        results = fn(node, args, graph)
+        if "data_layout" in node.attrs and node.attrs["data_layout"] not in ("NCHW", "NC"):
+            results = _run_packed(fn, node, args, graph)
+        else:
+            results = fn(node, args, graph)
         for out, value in zip(node.outputs, results):
             dtype = DTYPES[graph.tensors[out].dtype]
             values[out] = np.asarray(value).astype(dtype, copy=False)
     if keep:
         return values
     return {name: values[name] for name in graph.outputs}
+
+
+def _run_packed(fn, node: Node, args: list, graph: Graph) -> list:
+    """Run a GEMM node in packed layouts with its plain kernel: unpack data, weights and
+    residual (keeping their zero-padded channels and batch rows), run the kernel with the
+    plain layout attributes, and pack the output into ``out_layout``. The padded weights
+    are zero, so the real channels come out exactly as the unpacked op computes them."""
+    from vdla.compiler.layout import pack, parse_layout, unpack
+    a = node.attrs
+    data, kern, out = (parse_layout(a[k]) for k in ("data_layout", "kernel_layout", "out_layout"))
+    args = list(args) + [None] * (4 - len(args))
+    x = unpack(args[0], data, data.base)
+    w = unpack(args[1], kern, kern.base) if kern.packed else args[1]
+    residual = args[3]
+    if residual is not None and out.packed:
+        residual = unpack(residual, out, out.base)
+    plain = Node(node.name, node.op, list(node.inputs), list(node.outputs),
+                 dict(a, data_layout=data.base, kernel_layout=kern.base, out_layout=out.base))
+    results = fn(plain, [x, w, args[2], residual][:max(len(node.inputs), 2)], graph)
+    return [pack(results[0], out.base, out) if out.packed else results[0]] + list(results[1:])
 
 
 # --- shared numerics ---------------------------------------------------------------------

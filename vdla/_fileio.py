@@ -9,6 +9,13 @@ from pathlib import Path
 __all__ = ["atomic_write"]
 
 
+def _umask() -> int:
+    # The only portable way to read the umask is to set it and set it back.
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write(path: str | os.PathLike, data: bytes) -> Path:
     """Write `data` to `path` so that readers see the old file or the new one, never half.
 
@@ -19,6 +26,13 @@ def atomic_write(path: str | os.PathLike, data: bytes) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        # mkstemp creates the file 0600; give it the mode a plain open() would (0666 less
+        # the umask), or keep the mode of the file it replaces.
+        try:
+            mode = path.stat().st_mode & 0o777
+        except FileNotFoundError:
+            mode = 0o666 & ~_umask()
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
