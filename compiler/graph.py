@@ -243,6 +243,12 @@ class Graph:
         for out in node.outputs:
             self._producer.pop(out, None)
 
+    def replace_node(self, node: Node):
+        """Put `node` in place of the node of the same name (new inputs, outputs or
+        attributes; the networkx edges are recomputed). The output tensors must exist."""
+        self.remove_node(node.name)
+        self._insert(node)
+
     def replace_uses(self, old: str, new: str):
         """Make every consumer of tensor `old` (and the graph outputs) read `new`."""
         for node in self.nodes_unordered():

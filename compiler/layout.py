@@ -314,8 +314,7 @@ def pack_graph(graph: Graph, config) -> Graph:
                 attrs[key] = _pad_channel_attr(attrs[key], channels, padded)
         packed_out = g.unique_name(f"{node.outputs[0]}_packed")
         g.add_tensor(Tensor(packed_out, dtype=y.dtype, scale=y.scale, layout=out_layout))
-        g.remove_node(node.name)
-        g._insert(Node(node.name, node.op, inputs, [packed_out], attrs))
+        g.replace_node(Node(node.name, node.op, inputs, [packed_out], attrs))
         infer_node(g, g.node(node.name))
         g.add_node("layout_transform", [packed_out], [node.outputs[0]],
                    name=f"{node.name}_unpack", src=out_layout, dst=act,
@@ -355,8 +354,7 @@ def _remove_unpack_pack_pairs(g: Graph):
             del g.tensors[node.outputs[0]]
         else:
             out = node.outputs[0]
-            g.remove_node(node.name)
-            g._insert(Node(node.name, "layout_transform", [packed], [out],
+            g.replace_node(Node(node.name, "layout_transform", [packed], [out],
                            dict(node.attrs, src=p_src.name,
                                 channels=producer.attrs.get("channels"),
                                 batch=producer.attrs.get("batch"))))

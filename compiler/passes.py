@@ -40,8 +40,7 @@ def _rebuild(g: Graph, node: Node, *, inputs=None, outputs=None, attrs=None) -> 
                dict(node.attrs if attrs is None else attrs))
     while len(new.inputs) > 2 and not new.inputs[-1]:
         new.inputs.pop()                      # trailing absent optional inputs
-    g.remove_node(node.name)
-    g._insert(new)
+    g.replace_node(new)
     return new
 
 

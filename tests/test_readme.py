@@ -1,4 +1,4 @@
-"""The README's Python example runs as written."""
+"""The README's Python examples run as written."""
 
 import re
 from pathlib import Path
@@ -6,10 +6,21 @@ from pathlib import Path
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 
+def _examples() -> list[str]:
+    return re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
+
+
 def test_python_api_example_runs(capsys):
-    [code] = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
-    exec(compile(code, str(README), "exec"), {})
+    runtime = next(code for code in _examples() if "ProgramBuilder" in code)
+    exec(compile(runtime, str(README), "exec"), {})
     assert "[0 0 1 1 2 2 3 3] 16" in capsys.readouterr().out
+
+
+def test_compiler_example_runs(capsys):
+    compiler = next(code for code in _examples() if "quantize(" in code)
+    exec(compile(compiler, str(README), "exec"), {})
+    report = capsys.readouterr().out
+    assert "qconv2d" in report and "vdla" in report and "host" in report
 
 
 def test_readme_commands_match_ci():
