@@ -2,6 +2,11 @@
 program (default config, default DRAM model), the model's build time cold and cached,
 and the wall-clock ratio against the functional simulator on the same program.
 
+The backend simulates the WIDE form of the GEMM core by default (`vdla.hw.compute.
+GemmArithmetic`: one 32-bit multiplier per product); the PACKED form that `vdla verilog`
+writes for boards (two products per DSP) gives the same results in the same cycles, and
+its speed is printed too (`--no-packed` skips it).
+
 Target: at least 1,000,000 simulated cycles per second on a two-core machine (anchors:
 Gemmini on Verilator 34-120 k cycles/s; Amaranth's Python simulator ~10 k cycles/s).
 
@@ -55,9 +60,9 @@ def time_build(config, cold: bool):
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def run_gemm(backend, config, a, b, repeat):
+def run_gemm(backend, config, a, b, repeat, **options):
     """Best wall time of `repeat` runs of the GEMM program (DRAM ready), and its stats."""
-    with vdla.runtime.open(config, backend=backend, dram_size=256 << 20) as dev:
+    with vdla.runtime.open(config, backend=backend, dram_size=256 << 20, **options) as dev:
         with BlockedGemm(dev, a, b, shift=8, virtual_threads=2) as gemm:
             best, stats = float("inf"), None
             for _ in range(repeat):
@@ -75,6 +80,8 @@ def main():
                         metavar=("M", "N", "K"), help="GEMM size (default 1024 512 512)")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--no-cold", action="store_true", help="skip the cold build")
+    parser.add_argument("--no-packed", action="store_true",
+                        help="skip the run of the packed (board) form of the GEMM core")
     args = parser.parse_args()
     config = vdla.HardwareConfig()
     m, n, k = args.size
@@ -88,6 +95,12 @@ def main():
     build = build_model(config)   # the user's cache, for the runs
     v_s, stats, program = run_gemm("verilator", config, a, b, args.repeat)
     f_s, _, _ = run_gemm("functional", config, a, b, args.repeat)
+    packed = None
+    if not args.no_packed:
+        packed = run_gemm("verilator", config, a, b, args.repeat, gemm_arithmetic="packed")
+        if packed[1]["cycles"] != stats["cycles"]:
+            raise SystemExit(f"the packed and wide GEMM cores took {packed[1]['cycles']} and "
+                             f"{stats['cycles']} cycles: they must agree")
 
     cycles = stats["cycles"]
     rate = cycles / v_s
@@ -99,6 +112,9 @@ def main():
         ("GEMM utilization", f"{utilization:.1%}"),
         ("Verilator run", f"{v_s:.3f} s"),
         ("cycles per second", f"{rate:,.0f}   ({rate / TARGET:.2f}x the 1M target)"),
+        ("  packed GEMM core", "skipped" if packed is None else
+         f"{cycles / packed[0]:,.0f}   (the board netlist; same cycles, "
+         f"{packed[0] / v_s:.2f}x the wide core's time)"),
         ("functional run", f"{f_s * 1e3:.1f} ms"),
         ("Verilator / functional", f"{v_s / f_s:.0f}x the wall time"),
         ("build, cold", "skipped" if cold_s is None else f"{cold_s:.1f} s"),

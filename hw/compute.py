@@ -31,6 +31,7 @@ residual adds and the like, a small share of the work.)
 
 from __future__ import annotations
 
+import enum
 from types import SimpleNamespace
 
 from amaranth import Const, Module, Mux, Signal, signed
@@ -46,7 +47,32 @@ from vdla.hw.queues import TokenSignature
 from vdla.hw.sequencer import InsnSequencer
 from vdla.hw.sram import Sram
 
-__all__ = ["ComputeModule", "PACK_SHIFT", "packed_products", "unpack_products"]
+__all__ = ["ComputeModule", "GemmArithmetic", "PACK_SHIFT", "packed_products", "unpack_products"]
+
+
+class GemmArithmetic(enum.Enum):
+    """How the GEMM core's multiply and reduce stages are written.
+
+    Both forms compute the same sums in the same pipeline stages, so results and cycle
+    counts are identical (tests run the same programs on both and compare DRAM and every
+    counter); they differ in what tools make of them.
+
+    PACKED
+        Two int8 products share one 25 x 8 multiplier (below: `packed_products`), and the
+        adder trees widen one bit per level. Synthesis maps a multiplier to one DSP48E1,
+        so the default 16 x 16 core needs 128 DSPs and fits the xc7z020. The default,
+        and what `vdla verilog` writes for boards.
+    WIDE
+        One multiplier per product, every operand, product and partial sum a 32-bit
+        two's-complement value (the accumulator width). Verilator turns this into plain
+        machine arithmetic, with no sign extension or masking between the operations.
+        The Verilator backend simulates this form by default, because its model runs
+        about 1.5x faster. Synthesis would need one DSP per product (256 for the default
+        core).
+    """
+
+    PACKED = "packed"
+    WIDE = "wide"
 
 # Two int8 × int8 products that share the inp operand are computed by one multiplier:
 # (w_hi · 2**PACK_SHIFT + w_lo) · x holds w_lo·x in its low PACK_SHIFT bits (a 16-bit
@@ -70,11 +96,14 @@ def unpack_products(p):
     return lo, hi
 
 
-def _adder_tree(terms):
-    """Sum of `terms` as a balanced tree (log2 depth; Amaranth widens each level)."""
+def _adder_tree(terms, wrap: int | None = None):
+    """Sum of `terms` as a balanced tree (log2 depth). Amaranth widens each level by a
+    bit; with `wrap`, every partial sum is cut back to `wrap` bits (two's complement)."""
     terms = list(terms)
     while len(terms) > 1:
         pairs = [a + b for a, b in zip(terms[0::2], terms[1::2])]
+        if wrap is not None:
+            pairs = [p[:wrap].as_signed() for p in pairs]
         terms = pairs + ([terms[-1]] if len(terms) % 2 else [])
     return terms[0]
 
@@ -121,10 +150,12 @@ class ComputeModule(wiring.Component):
         Only with ``probes``: a synchronous read port into the acc SRAM.
     """
 
-    def __init__(self, config: HardwareConfig, *, probes: bool = False):
+    def __init__(self, config: HardwareConfig, *, probes: bool = False,
+                 arithmetic: GemmArithmetic | str = GemmArithmetic.PACKED):
         if not isinstance(config, HardwareConfig):
             raise TypeError(f"ComputeModule needs a HardwareConfig, not {config!r}")
         self.config = config
+        self.arithmetic = gemm_arithmetic(arithmetic)
         self.probes = bool(probes)
         cfg = config
         self._dma = {
@@ -153,6 +184,13 @@ class ComputeModule(wiring.Component):
             members["acc_probe_addr"] = In(range(cfg.acc_depth))
             members["acc_probe_data"] = Out(cfg.acc_elem_bytes * 8)
         super().__init__(members)
+
+    @staticmethod
+    def _widened(m: Module, value, bits: int, name: str) -> Signal:
+        """`value` (signed) sign-extended to a `bits`-wide signal, computed once."""
+        wide = Signal(signed(bits), name=name)
+        m.d.comb += wide.eq(value)
+        return wide
 
     def elaborate(self, platform):
         m = Module()
@@ -308,7 +346,17 @@ class ComputeModule(wiring.Component):
               for k in range(cfg.block_in)] for b in range(cfg.batch)]
         w = [[self.wgt.data.word_select(n * cfg.block_in + k, wgt_bits).as_signed()
               for k in range(cfg.block_in)] for n in range(cfg.block_out)]
-        packed = cfg.block_out % 2 == 0
+        wide = self.arithmetic is GemmArithmetic.WIDE
+        packed = not wide and cfg.block_out % 2 == 0
+        if wide:
+            # Each operand sign-extended once to the accumulator width; products and sums
+            # then wrap at that width, which is exact (|x·w| <= 2**14, and the sums wrap
+            # at the accumulator width anyway).
+            bits = cfg.acc_width
+            x = [[self._widened(m, v, bits, f"x_b{b}_k{k}") for k, v in enumerate(row)]
+                 for b, row in enumerate(x)]
+            w = [[self._widened(m, v, bits, f"w_n{n}_k{k}") for k, v in enumerate(row)]
+                 for n, row in enumerate(w)]
         # product[b][n][k] -> its multiplier output register; with packing, lanes 2j and
         # 2j+1 share one register holding the packed product.
         registers = {}
@@ -324,6 +372,8 @@ class ComputeModule(wiring.Component):
                 else:
                     for n in range(cfg.block_out):
                         value = x[b][k] * w[n][k]
+                        if wide:
+                            value = value[:cfg.acc_width].as_signed()
                         reg = Signal(signed(len(value)), name=f"mul_b{b}_n{n}_k{k}",
                                      reset_less=True)
                         m.d.sync += reg.eq(value)
@@ -347,7 +397,8 @@ class ComputeModule(wiring.Component):
         m.d.sync += [write_valid.eq(reduce_valid), write_dst.eq(reduce_dst)]
         for b in range(cfg.batch):
             for n in range(cfg.block_out):
-                m.d.sync += sums[b * cfg.block_out + n].eq(_adder_tree(products[b][n]))
+                tree = _adder_tree(products[b][n], wrap=cfg.acc_width if wide else None)
+                m.d.sync += sums[b * cfg.block_out + n].eq(tree)
         # One acc read port: the dst read of the micro-op in this stage, else the src read
         # of a vector ALU micro-op in the multiply stage (vector micro-ops are two cycles
         # apart, so the stage after one is empty and the port is free for it).
@@ -408,6 +459,17 @@ class ComputeModule(wiring.Component):
                 with m.Default():   # FINISH (and STORE, which never arrives here)
                     m.d.comb += seq.done.eq(1)
         return m
+
+
+def gemm_arithmetic(value: GemmArithmetic | str) -> GemmArithmetic:
+    """`value` as a `GemmArithmetic` (its name or value as a string is accepted)."""
+    if isinstance(value, GemmArithmetic):
+        return value
+    try:
+        return GemmArithmetic(str(value).lower())
+    except ValueError:
+        allowed = ", ".join(repr(a.value) for a in GemmArithmetic)
+        raise ValueError(f"GEMM arithmetic must be one of {allowed}, not {value!r}") from None
 
 
 def _alu_lane(m: Module, cfg: HardwareConfig, op, a, b, lane: int):

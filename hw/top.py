@@ -8,7 +8,8 @@ from amaranth.lib.wiring import In, Out
 
 from vdla.config import HardwareConfig
 from vdla.hw.axi import AxiLiteSignature, AxiSignature, ReadArbiter, connect_write_client
-from vdla.hw.compute import ComputeModule
+from vdla.hw.compute import ComputeModule, GemmArithmetic
+from vdla.hw.compute import gemm_arithmetic as gemm_arithmetic_of
 from vdla.hw.control import CONTROL_ADDR_WIDTH, STATE_BITS, ControlRegisters
 from vdla.hw.dma import DRAM_ADDR_WIDTH
 from vdla.hw.fetch import FetchModule
@@ -37,6 +38,9 @@ class Accelerator(wiring.Component):
     Parameters
     ----------
     config : HardwareConfig
+    gemm_arithmetic : GemmArithmetic or its value ("packed", "wide")
+        How the GEMM core's multipliers and adder trees are written (same results and
+        cycles): PACKED for synthesis (the default), WIDE for a faster Verilator model.
 
     Ports
     -----
@@ -53,11 +57,17 @@ class Accelerator(wiring.Component):
         busy timeline. A board may leave it unconnected.
     """
 
-    def __init__(self, config: HardwareConfig | None = None):
+    def __init__(self, config: HardwareConfig | None = None, *,
+                 gemm_arithmetic: GemmArithmetic | str = GemmArithmetic.PACKED):
         config = HardwareConfig() if config is None else config
         if not isinstance(config, HardwareConfig):
             self._MustUse__silence = True  # a design that failed to construct is not "unused"
             raise TypeError(f"Accelerator needs a HardwareConfig, not {config!r}")
+        try:
+            self.gemm_arithmetic = gemm_arithmetic_of(gemm_arithmetic)
+        except ValueError:
+            self._MustUse__silence = True
+            raise
         self.config = config
         super().__init__({
             "s_axi_ctrl": In(AxiLiteSignature(addr_width=CONTROL_ADDR_WIDTH)),
@@ -74,7 +84,7 @@ class Accelerator(wiring.Component):
         m.submodules.control = control = ControlRegisters()
         m.submodules.fetch = fetch = FetchModule(cfg)
         m.submodules.load = load = LoadModule(cfg)
-        m.submodules.compute = compute = ComputeModule(cfg)
+        m.submodules.compute = compute = ComputeModule(cfg, arithmetic=self.gemm_arithmetic)
         m.submodules.store = store = StoreModule(cfg)
         m.submodules.arbiter = arbiter = ReadArbiter(
             n_clients=len(READ_CLIENTS), addr_width=DRAM_ADDR_WIDTH,

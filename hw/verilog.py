@@ -50,11 +50,15 @@ def _ports(top) -> list[dict]:
     return ports
 
 
-def to_verilog(config: HardwareConfig, name: str = TOP_NAME) -> str:
-    """The Verilog text of `Accelerator(config)` with top module `name`."""
+def to_verilog(config: HardwareConfig, name: str = TOP_NAME, *,
+               gemm_arithmetic="packed") -> str:
+    """The Verilog text of `Accelerator(config, gemm_arithmetic=...)` with top module
+    `name` (`vdla.hw.compute.GemmArithmetic`: "packed" for synthesis, the default;
+    "wide" for the fastest Verilator model)."""
     from amaranth.back import verilog
     from vdla.hw.top import Accelerator
-    return verilog.convert(Accelerator(config), name=name, emit_src=False)
+    return verilog.convert(Accelerator(config, gemm_arithmetic=gemm_arithmetic), name=name,
+                           emit_src=False)
 
 
 def manifest(config: HardwareConfig, name: str = TOP_NAME) -> dict:

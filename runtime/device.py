@@ -155,13 +155,16 @@ class VerilatorDevice(Device):
     waveform : write a VCD (or FST) waveform of every cycle of the session to this path
     cache : the build cache folder (default ``$VDLA_CACHE`` or ``~/.cache/vdla``)
     log : callable receiving progress lines while building (default: print to stderr)
+    gemm_arithmetic : "wide" (default) or "packed": the form of the GEMM core simulated
+        (`vdla.hw.compute.GemmArithmetic`); same results and cycles, "wide" runs faster,
+        "packed" is the netlist written for boards
     """
 
     backend = "verilator"
 
     def __init__(self, config: HardwareConfig, dram_size: int = DEFAULT_DRAM_SIZE, *,
                  dram=None, max_cycles: int | None = None, waveform=None, cache=None,
-                 log=None):
+                 log=None, gemm_arithmetic="wide"):
         super().__init__(config, dram_size)
         from vdla.sim.verilator import VerilatorSimulator
 
@@ -170,7 +173,8 @@ class VerilatorDevice(Device):
                 print(f"vdla: {message}", file=sys.stderr, flush=True)
         self.max_cycles = max_cycles
         self.simulator = VerilatorSimulator(config, dram_size, timing=dram, waveform=waveform,
-                                            cache=cache, log=log)
+                                            cache=cache, log=log,
+                                            gemm_arithmetic=gemm_arithmetic)
         self.dram = self.simulator.dram
         self.timeline = None
 

@@ -60,16 +60,19 @@ class DifferentialDevice:
     ``(reference, candidate)`` statistics and ``last_errors`` the ``(reference,
     candidate)`` `vdla.sim.SimError` of the latest run (None where it completed).
 
-    With ``close_candidate=False`` closing leaves the candidate open for another pair.
+    With ``close_candidate=False`` (``close_reference=False``) closing leaves the candidate
+    (the reference) open for another pair.
     """
 
-    def __init__(self, reference: Device, candidate: Device, *, close_candidate: bool = True):
+    def __init__(self, reference: Device, candidate: Device, *, close_candidate: bool = True,
+                 close_reference: bool = True):
         if reference.config != candidate.config:
             raise ValueError(f"the reference has config {reference.config.name}, the "
                              f"candidate {candidate.config.name}")
         self.reference = reference
         self.candidate = candidate
         self.close_candidate = close_candidate
+        self.close_reference = close_reference
         self.last_stats: tuple[dict | None, dict | None] = (None, None)
         self.last_errors: tuple[SimError | None, SimError | None] = (None, None)
         self._align = dram_alignment(reference.config)
@@ -189,11 +192,12 @@ class DifferentialDevice:
     # --- lifetime -------------------------------------------------------------------------------
 
     def close(self):
-        """Free every live allocation on both devices, then close the reference (and the
-        candidate unless ``close_candidate`` is False)."""
+        """Free every live allocation on both devices, then close the reference and the
+        candidate (unless ``close_reference`` / ``close_candidate`` is False)."""
         for addr in list(self._blocks):
             self.free(addr)
-        self.reference.close()
+        if self.close_reference:
+            self.reference.close()
         if self.close_candidate:
             self.candidate.close()
 

@@ -59,11 +59,16 @@ class VerilatorSimulator:
         Build cache folder (default ``$VDLA_CACHE`` or ``~/.cache/vdla``).
     log : callable, optional
         Receives progress lines while the model builds.
+    gemm_arithmetic : "wide" (default) or "packed"
+        The form of the GEMM core to simulate (`vdla.hw.compute.GemmArithmetic`): the
+        same results in the same cycles; "wide" is the faster model, "packed" the
+        netlist `vdla verilog` writes for boards (tests run programs on both).
     """
 
     def __init__(self, config: HardwareConfig, dram_size: int, *,
                  timing: DramTiming | None = None, waveform: str | os.PathLike | None = None,
-                 cache: str | os.PathLike | None = None, log=None):
+                 cache: str | os.PathLike | None = None, log=None,
+                 gemm_arithmetic: str = "wide"):
         from vdla.hw.control import COUNTERS, STATE_BITS
         self.config = config
         timing = DramTiming() if timing is None else timing
@@ -75,7 +80,8 @@ class VerilatorSimulator:
             if fmt not in WAVEFORM_FORMATS:
                 raise ValueError(f"waveform file {os.fspath(waveform)!r} must end in "
                                  f"{' or '.join('.' + f for f in WAVEFORM_FORMATS)}")
-        self.build: ModelBuild = build_model(config, waveform=fmt, cache=cache, log=log)
+        self.build: ModelBuild = build_model(config, waveform=fmt, cache=cache, log=log,
+                                             gemm_arithmetic=gemm_arithmetic)
         self.model = VerilatorModel(self.build.library, COUNTERS, dram_size=dram_size,
                                     timing=timing, waveform=waveform)
         self.dram = self.model.dram

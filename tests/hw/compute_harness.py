@@ -45,10 +45,10 @@ class ComputeHarness(wiring.Component):
     finish, busy, gemm_active, alu_active, wait_pop_prev, wait_pop_next : Out(1)
     """
 
-    def __init__(self, cfg: HardwareConfig):
+    def __init__(self, cfg: HardwareConfig, arithmetic="packed"):
         from vdla.hw.compute import ComputeModule
         self.cfg = cfg
-        self.compute = ComputeModule(cfg, probes=True)
+        self.compute = ComputeModule(cfg, probes=True, arithmetic=arithmetic)
         super().__init__({
             "insn": In(stream.Signature(INSN_BITS)),
             "pop_prev": In(TokenSignature()), "push_prev": Out(TokenSignature()),

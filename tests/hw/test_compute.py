@@ -1,6 +1,7 @@
 """The compute module: the packed-multiplier identity (numpy), cocotb tests in Verilator
 of LOAD UOP/ACC, GEMM, ALU, tokens and throughput against the functional simulator, and
-a short Amaranth simulation of a core too narrow to pack products (block_out 1)."""
+a short Amaranth simulation of a core too narrow to pack products (block_out 1); both
+forms of the GEMM arithmetic (packed for synthesis, wide for Verilator)."""
 
 import collections
 import random
@@ -12,9 +13,17 @@ from cocotb_harness import run_cocotb
 from compute_harness import ComputeHarness
 from hw_harnesses import HW_CONFIGS
 from vdla import HardwareConfig
-from vdla.hw.compute import PACK_SHIFT, ComputeModule
+from vdla.hw.compute import PACK_SHIFT, ComputeModule, GemmArithmetic, gemm_arithmetic
 from vdla.isa import Alu, Finish, Gemm, Load, Uop, encode, encode_uops
 from vdla.sim import FunctionalSimulator
+
+
+def test_gemm_arithmetic_names():
+    assert gemm_arithmetic("WIDE") is GemmArithmetic.WIDE
+    assert gemm_arithmetic(GemmArithmetic.PACKED) is GemmArithmetic.PACKED
+    with pytest.raises(ValueError, match="GEMM arithmetic must be one of 'packed', 'wide', "
+                                         "not 'fast'"):
+        ComputeModule(HardwareConfig(), arithmetic="fast")
 
 
 def test_packed_int8_products_are_exact():
@@ -33,18 +42,23 @@ def test_packed_int8_products_are_exact():
         np.testing.assert_array_equal(hi, w_hi * x)
 
 
-@pytest.mark.parametrize("name", ["default", "batch2", "block8", "mul-bus128"])
-def test_compute_module(name):
+@pytest.mark.parametrize("name, arithmetic", [
+    ("default", "packed"), ("batch2", "packed"), ("block8", "packed"),
+    ("mul-bus128", "packed"),
+    # The Verilator backend's form of the GEMM core (one 32-bit multiplier per product).
+    ("default", "wide"), ("batch2", "wide")])
+def test_compute_module(name, arithmetic):
     cfg = HW_CONFIGS[name]
-    run_cocotb(ComputeHarness(cfg), toplevel="compute_harness", testbench="tb_compute",
-               config=cfg)
+    run_cocotb(ComputeHarness(cfg, arithmetic=arithmetic), toplevel="compute_harness",
+               testbench="tb_compute", config=cfg)
 
 
-def run_amaranth(cfg, dram: np.ndarray, inp: np.ndarray, wgt: np.ndarray, program):
+def run_amaranth(cfg, dram: np.ndarray, inp: np.ndarray, wgt: np.ndarray, program,
+                 arithmetic="packed"):
     """Run `program` on `ComputeModule(cfg)` in Amaranth's simulator with a zero-latency
     DRAM model and inp/wgt memories; returns the acc and out rows it leaves."""
     from amaranth.sim import Simulator
-    dut = ComputeModule(cfg, probes=True)
+    dut = ComputeModule(cfg, probes=True, arithmetic=arithmetic)
     bus_bytes = cfg.dram_bus_width // 8
     as_words = lambda tiles: [int.from_bytes(t.tobytes(), "little") for t in tiles]
     inp_words, wgt_words = as_words(inp), as_words(wgt)
@@ -96,8 +110,10 @@ def run_amaranth(cfg, dram: np.ndarray, inp: np.ndarray, wgt: np.ndarray, progra
     return acc, out
 
 
-def test_unpacked_core_matches_functional_simulator():
-    """block_out 1 cannot pair products: the plain-multiplier core, GEMM and ALU."""
+@pytest.mark.parametrize("arithmetic", ["packed", "wide"])
+def test_unpacked_core_matches_functional_simulator(arithmetic):
+    """block_out 1 cannot pair products: the plain-multiplier core (or the 32-bit one),
+    GEMM and ALU."""
     cfg = HardwareConfig(batch=2, block_in=2, block_out=1, uop_buff_size=256,
                          inp_buff_size=256, wgt_buff_size=128, acc_buff_size=256)
     rng = random.Random(5)
@@ -126,6 +142,6 @@ def test_unpacked_core_matches_functional_simulator():
     sim.wgt[:] = gen.integers(-128, 128, sim.wgt.shape, dtype=np.int8)
     inp, wgt = sim.inp.copy(), sim.wgt.copy()
     sim.run([*program, Finish()])
-    acc, out = run_amaranth(cfg, dram, inp, wgt, program)
+    acc, out = run_amaranth(cfg, dram, inp, wgt, program, arithmetic)
     np.testing.assert_array_equal(acc, sim.acc)
     np.testing.assert_array_equal(out, sim.out)
