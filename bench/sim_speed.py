@@ -10,7 +10,11 @@ its speed is printed too (`--no-packed` skips it).
 Target: at least 1,000,000 simulated cycles per second on a two-core machine (anchors:
 Gemmini on Verilator 34-120 k cycles/s; Amaranth's Python simulator ~10 k cycles/s).
 
-    python bench/sim_speed.py [--size M N K] [--repeat R] [--no-cold]
+    python bench/sim_speed.py [--size M N K] [--repeat R] [--no-cold] [--no-packed]
+
+Each figure is the best of R runs (default 5), timeit's convention: on a shared virtual
+machine noise only ever adds time, and this machine has phases where everything runs
+about 25% slower.
 
 The cold build uses a fresh temporary cache (Verilog generation, Verilator, g++); the
 cached figure is `build_model` in a new process finding that build (the key's hashing
@@ -78,7 +82,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--size", type=int, nargs=3, default=(1024, 512, 512),
                         metavar=("M", "N", "K"), help="GEMM size (default 1024 512 512)")
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=5, help="best of R runs (default 5)")
     parser.add_argument("--no-cold", action="store_true", help="skip the cold build")
     parser.add_argument("--no-packed", action="store_true",
                         help="skip the run of the packed (board) form of the GEMM core")
