@@ -64,8 +64,10 @@ class GemmArithmetic(enum.Enum):
         and what `vdla verilog` writes for boards.
     WIDE
         One multiplier per product, every operand, product and partial sum a 32-bit
-        two's-complement value (the accumulator width). Verilator turns this into plain
-        machine arithmetic, with no sign extension or masking between the operations.
+        two's-complement value (the accumulator width), and the multiply stage registers
+        the operands instead of the products (the reduce stage multiplies and adds).
+        Verilator turns this into plain machine arithmetic, with no sign extension or
+        masking between the operations.
         The Verilator backend simulates this form by default, because its model runs
         about 1.5x faster. Synthesis would need one DSP per product (256 for the default
         core).
@@ -349,6 +351,16 @@ class ComputeModule(wiring.Component):
         wide = self.arithmetic is GemmArithmetic.WIDE
         packed = not wide and cfg.block_out % 2 == 0
         if wide:
+            # The stage registers the operands (the SRAM words) rather than the products,
+            # and the reduce stage multiplies and adds: the same sums in the same cycle,
+            # with 256 fewer registers for Verilator to store and reload every cycle.
+            inp_q = Signal.like(self.inp.data, reset_less=True, name="inp_operands")
+            wgt_q = Signal.like(self.wgt.data, reset_less=True, name="wgt_operands")
+            m.d.sync += [inp_q.eq(self.inp.data), wgt_q.eq(self.wgt.data)]
+            x = [[inp_q.word_select(b * cfg.block_in + k, inp_bits).as_signed()
+                  for k in range(cfg.block_in)] for b in range(cfg.batch)]
+            w = [[wgt_q.word_select(n * cfg.block_in + k, wgt_bits).as_signed()
+                  for k in range(cfg.block_in)] for n in range(cfg.block_out)]
             # Each operand sign-extended once to the accumulator width; products and sums
             # then wrap at that width, which is exact (|x·w| <= 2**14, and the sums wrap
             # at the accumulator width anyway).
@@ -373,7 +385,8 @@ class ComputeModule(wiring.Component):
                     for n in range(cfg.block_out):
                         value = x[b][k] * w[n][k]
                         if wide:
-                            value = value[:cfg.acc_width].as_signed()
+                            registers[b, n, k] = value[:cfg.acc_width].as_signed()
+                            continue
                         reg = Signal(signed(len(value)), name=f"mul_b{b}_n{n}_k{k}",
                                      reset_less=True)
                         m.d.sync += reg.eq(value)
