@@ -1,0 +1,704 @@
+"""One ``qconv2d`` node tensorized into a vdla program (the first step of the back half).
+
+What the program does, per output tile (``tile_h`` rows x ``tile_w`` columns x
+``tile_co`` output-channel blocks of one batch block), with ONE virtual thread:
+
+1. *Initialise* the acc tile with the bias: one LOAD ACC per output-channel block that
+   reads the block's bias element ``tile_h * tile_w`` times (``x_size 1, x_stride 0``), so
+   the tile starts at ``bias`` instead of 0. This replaces VTA's ``GEMM reset_reg`` plus an
+   ALU ADD pass: no extra compute instruction, and every GEMM micro-op the run counts is a
+   useful one. When the requantization has no multiplier, its rounding constant is folded
+   into that bias on the host (``wrap32(bias + r)``; additions modulo 2**32 associate, as
+   `vdla.compiler.quantization` documents).
+2. For each chunk of ``tile_ci`` input-channel blocks: LOAD INP (one 2-D DMA per channel
+   block, the image borders supplied by the LOAD's zero padding, 0..15 per side), LOAD WGT
+   (one 2-D DMA for all ``tile_co`` blocks; skipped when the chunk's weights are already
+   in the buffer), then ONE GEMM whose loop nest is folded as
+   ``iter_out = tile_co`` (weights), ``iter_in = tile_h`` (input rows), micro-ops over
+   (output column, input-channel block, ky, kx). The micro-op kernels (at most four: full
+   and edge ``tile_w`` x full and edge ``tile_ci``) are loaded once, at the start.
+3. Epilogue on the ALU over the tile: requantization exactly as
+   `vdla.compiler.quantization.requantize` (MUL, rounding ADD, SHR), the residual (loaded
+   with LOAD ACC into a second acc region, requantized there, ADDed), then MAX/MIN clamp;
+   the last ALU op also writes the int8 out buffer, which STOREs copy to DRAM. Per-tensor
+   values are immediates; per-channel values (and a rounding constant too large for the
+   16-bit immediate) are vector operands: rows of per-channel constants loaded once into a
+   reserved region at the top of the acc buffer.
+
+Dependency tokens (``ProgramBuilder.dep_push/dep_pop``): load->compute after each chunk's
+loads (RAW), compute->load after each GEMM that a later load overwrites (WAR on inp/wgt),
+compute->store after the epilogue (RAW), store->compute after each tile's stores (WAR on
+the acc/out tile, popped by the next tile's first compute instruction; the last one by
+FINISH, so the host sees done only after the last store).
+
+DRAM (one arena, offsets in bytes, every region aligned for any element type): micro-ops,
+per-channel constant rows and bias as acc elements (int32, replicated over the batch
+rows), input int8 ``NCHW{batch}n{block_in}c``, weights int8
+``OIHW{block_out}o{block_in}i``, the residual as int32 acc elements in
+``NCHW{batch}n{block_out}c`` (LOAD ACC reads int32 elements, so the host widens the int8
+residual), and the int8 output ``NCHW{batch}n{block_out}c``. The program is emitted for an
+arena at address 0 and relocated to wherever the arena is allocated.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from vdla.compiler.graph import Graph, Node
+from vdla.compiler.layout import pack, parse_layout, unpack
+from vdla.compiler.ops import conv_output_size
+from vdla.config import ISA_FIXED_WIDTHS, AluOp, HardwareConfig
+from vdla.isa import Load, MemoryType, Program, Store, Uop, encode_uops
+from vdla.runtime.builder import COMPUTE, LOAD, STORE, ProgramBuilder
+
+__all__ = ["Conv2dLayer", "Conv2dSchedule", "LoweredConv2d", "lower_conv2d", "run_conv2d"]
+
+# Field limits of the ISA (fixed widths, the same for every config).
+#: LOAD pads per side.
+_PAD_MAX = (1 << ISA_FIXED_WIDTHS["pad"]) - 1
+#: GEMM/ALU loop counts.
+_ITER_MAX = (1 << ISA_FIXED_WIDTHS["iter"]) - 1
+#: The ALU immediate (signed).
+_IMM_MIN, _IMM_MAX = -(1 << (ISA_FIXED_WIDTHS["imm"] - 1)), (1 << (ISA_FIXED_WIDTHS["imm"] - 1)) - 1
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+# --- the workload -----------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class _AluStep:
+    """One ALU pass over a tile: `op` with an immediate, or with per-channel constant row
+    `row` of the reserved acc region as its vector operand."""
+
+    op: AluOp
+    imm: int | None = None
+    row: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Epilogue:
+    """The ALU work after the GEMMs: `main` on the conv tile, `residual` on the residual
+    tile (then ADDed), then a MAX/MIN clamp. `rows` (R, padded O) int32 are the vector
+    operands; `bias_rounding` (padded O) is folded into the bias on the host."""
+
+    main: tuple[_AluStep, ...]
+    residual: tuple[_AluStep, ...] | None
+    out_min: int
+    out_max: int
+    rows: np.ndarray
+    bias_rounding: np.ndarray
+
+
+def _channel_param(node: Node, name: str, value, channels: int, low: int, high: int):
+    """An int, or an int64 array with one value per channel; a per-channel value whose
+    entries are all equal becomes an int (an immediate instead of a vector operand)."""
+    arr = np.asarray(value)
+    if arr.dtype.kind not in "iu" or arr.ndim > 1:
+        raise ValueError(f"qconv2d node {node.name!r}: {name} must be an integer or one "
+                         f"integer per output channel, not {value!r}")
+    arr = arr.astype(np.int64).reshape(-1)
+    if arr.size not in (1, channels):
+        raise ValueError(f"qconv2d node {node.name!r}: {name} has {arr.size} values; it needs "
+                         f"1 or one per output channel ({channels})")
+    if ((arr < low) | (arr > high)).any():
+        raise ValueError(f"qconv2d node {node.name!r}: {name} {arr.tolist()} is outside "
+                         f"[{low}, {high}]")
+    return int(arr[0]) if (arr == arr[0]).all() else arr
+
+
+def _requant_steps(node, multiplier, shift, channels, padded, rows, fold: bool):
+    """ALU steps of ``requantize(acc, multiplier, shift)``; appends vector rows to `rows`.
+    With `fold` (no multiplier before the rounding ADD), the rounding constant is returned
+    to be added to the bias instead. Returns (steps, rounding to fold or None)."""
+
+    def vector(values, pad_value):
+        row = np.full(padded, pad_value, dtype=np.int64)
+        row[:channels] = values
+        rows.append(row)
+        return len(rows) - 1
+
+    steps = []
+    if multiplier is not None:
+        m = _channel_param(node, "multiplier", multiplier, channels, 1, _IMM_MAX)
+        steps.append(_AluStep(AluOp.MUL, imm=m) if isinstance(m, int)
+                     else _AluStep(AluOp.MUL, row=vector(m, 1)))
+    s = _channel_param(node, "shift", shift, channels, -31, 31)
+    rounding = np.where(np.asarray(s) > 0, np.int64(1) << np.clip(np.asarray(s) - 1, 0, 30), 0)
+    folded = None
+    if np.any(rounding):
+        if fold:
+            folded = np.zeros(padded, dtype=np.int64)
+            folded[:channels] = rounding
+        elif isinstance(s, int) and rounding <= _IMM_MAX:
+            steps.append(_AluStep(AluOp.ADD, imm=int(rounding)))
+        else:  # per channel, or 1 << (shift - 1) beyond the 16-bit immediate
+            steps.append(_AluStep(AluOp.ADD, row=vector(np.broadcast_to(rounding, channels), 0)))
+    if isinstance(s, int):
+        if s:
+            steps.append(_AluStep(AluOp.SHR, imm=s))
+    else:
+        steps.append(_AluStep(AluOp.SHR, row=vector(s, 0)))
+    return steps, folded
+
+
+def _plan_epilogue(node: Node, channels: int, padded: int, has_residual: bool,
+                   config: HardwareConfig) -> _Epilogue:
+    a = node.attrs
+    rows: list[np.ndarray] = []
+    main, fold = _requant_steps(node, a["multiplier"], a["shift"], channels, padded, rows,
+                                fold=a["multiplier"] is None)
+    residual = None
+    if has_residual:
+        residual, _ = _requant_steps(node, a["residual_multiplier"], a["residual_shift"],
+                                     channels, padded, rows, fold=False)
+    lo, hi = int(a["out_min"]), int(a["out_max"])
+    if not -128 <= lo <= hi <= 127:
+        raise ValueError(f"qconv2d node {node.name!r}: out_min {lo} and out_max {hi} must "
+                         "satisfy -128 <= out_min <= out_max <= 127")
+    uses_mul = any(step.op == AluOp.MUL for step in main + (residual or []))
+    if uses_mul and AluOp.MUL not in config.alu_ops:
+        raise ValueError(f"qconv2d node {node.name!r} requantizes with a multiplier, which "
+                         f"needs the ALU MUL; config {config.name} has only "
+                         f"{', '.join(sorted(op.name for op in config.alu_ops))}")
+    table = (np.stack(rows) if rows else np.zeros((0, padded), np.int64)).astype(np.int32)
+    bias_rounding = (fold if fold is not None else np.zeros(padded, np.int64)).astype(np.int32)
+    return _Epilogue(tuple(main), tuple(residual) if residual is not None else None, lo, hi,
+                     table, bias_rounding)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Conv2dLayer:
+    """A conv2d workload as the back half sees it: plain sizes (N, C, H, W, O, kernel),
+    strides and pads (top, left, bottom, right), and the block counts of batch, input and
+    output channels once padded to the config's batch, block_in and block_out.
+    `const_rows`: per-channel constant rows the epilogue keeps in the acc buffer."""
+
+    n: int
+    c: int
+    h: int
+    w: int
+    o: int
+    kernel_h: int
+    kernel_w: int
+    stride_h: int = 1
+    stride_w: int = 1
+    pads: tuple[int, int, int, int] = (0, 0, 0, 0)
+    batch_blocks: int
+    in_blocks: int
+    out_blocks: int
+    has_residual: bool = False
+    const_rows: int = 0
+
+    def __post_init__(self):
+        top, left, bottom, right = self.pads
+        if any(not 0 <= p <= _PAD_MAX for p in self.pads):
+            raise ValueError(f"conv2d pads {self.pads} must each be 0..{_PAD_MAX}: the LOAD's "
+                             "padding fields have 4 bits")
+        # A pad as large as the kernel makes output rows/columns that see only padding;
+        # their input tile would be empty, which a LOAD cannot express.
+        if max(top, bottom) >= self.kernel_h or max(left, right) >= self.kernel_w:
+            raise ValueError(f"conv2d pads {self.pads} must be smaller than the kernel "
+                             f"({self.kernel_h}x{self.kernel_w}): an output that sees only "
+                             "padding is not supported")
+        if self.out_h < 1 or self.out_w < 1:
+            raise ValueError(f"conv2d of a {self.h}x{self.w} image with a {self.kernel_h}x"
+                             f"{self.kernel_w} kernel and pads {self.pads} has no output")
+
+    @classmethod
+    def from_node(cls, node: Node, graph: Graph, config: HardwareConfig) -> "Conv2dLayer":
+        return _layer_and_epilogue(node, graph, config)[0]
+
+    @property
+    def out_h(self) -> int:
+        return conv_output_size(self.h, self.kernel_h, self.stride_h, self.pads[0], self.pads[2])
+
+    @property
+    def out_w(self) -> int:
+        return conv_output_size(self.w, self.kernel_w, self.stride_w, self.pads[1], self.pads[3])
+
+    @property
+    def gemm_uops(self) -> int:
+        """GEMM micro-ops of the whole layer: one per (batch block, output position,
+        output block, input block, kernel tap), whatever the tiling."""
+        return (self.batch_blocks * self.out_h * self.out_w * self.out_blocks
+                * self.in_blocks * self.kernel_h * self.kernel_w)
+
+
+def _layer_and_epilogue(node: Node, graph: Graph,
+                        config: HardwareConfig) -> tuple[Conv2dLayer, _Epilogue]:
+    if node.op != "qconv2d":
+        raise ValueError(f"lower_conv2d lowers qconv2d nodes, not {node.name!r} ({node.op})")
+    a = node.attrs
+    for key, plain in (("data_layout", "NCHW"), ("kernel_layout", "OIHW"), ("out_layout", "NCHW")):
+        if parse_layout(a[key]).name != plain:
+            raise ValueError(f"qconv2d node {node.name!r}: {key} {a[key]!r} is not supported "
+                             f"yet; lower_conv2d takes the plain {plain} node and packs itself")
+    if int(a["groups"]) != 1:
+        raise ValueError(f"qconv2d node {node.name!r}: groups={a['groups']} is not supported; "
+                         "a grouped/depthwise conv has one input channel per group, which "
+                         "wastes the GEMM core's block_in lanes (it runs on the host)")
+    if tuple(a["dilations"]) != (1, 1):
+        raise ValueError(f"qconv2d node {node.name!r}: dilations={tuple(a['dilations'])} is "
+                         "not supported; only (1, 1)")
+    n, c, h, w = graph.tensors[node.inputs[0]].shape
+    o, i, kh, kw = graph.tensors[node.inputs[1]].shape
+    has_residual = bool(node.input(3))
+    padded_o = _ceil_div(o, config.block_out) * config.block_out
+    epilogue = _plan_epilogue(node, o, padded_o, has_residual, config)
+    layer = Conv2dLayer(n=n, c=c, h=h, w=w, o=o, kernel_h=kh, kernel_w=kw,
+                        stride_h=int(a["strides"][0]), stride_w=int(a["strides"][1]),
+                        pads=tuple(int(p) for p in a["pads"]),
+                        batch_blocks=_ceil_div(n, config.batch),
+                        in_blocks=_ceil_div(c, config.block_in),
+                        out_blocks=_ceil_div(o, config.block_out),
+                        has_residual=has_residual, const_rows=len(epilogue.rows))
+    return layer, epilogue
+
+
+# --- the schedule ------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Conv2dSchedule:
+    """Tiling of a conv2d: output rows, output columns, input-channel blocks and
+    output-channel blocks per tile. Tiles larger than the layer are clamped to it."""
+
+    tile_h: int
+    tile_w: int
+    tile_ci: int
+    tile_co: int
+
+    def __post_init__(self):
+        for name in ("tile_h", "tile_w", "tile_ci", "tile_co"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"Conv2dSchedule.{name} must be a positive integer, not {value!r}")
+
+    def clamped(self, layer: Conv2dLayer) -> "Conv2dSchedule":
+        return Conv2dSchedule(min(self.tile_h, layer.out_h), min(self.tile_w, layer.out_w),
+                              min(self.tile_ci, layer.in_blocks),
+                              min(self.tile_co, layer.out_blocks))
+
+    def needs(self, layer: Conv2dLayer, config: HardwareConfig) -> dict[str, tuple[int, int]]:
+        """Elements each buffer needs for this tiling, and its depth: {name: (need, depth)}."""
+        s = self.clamped(layer)
+        tile = s.tile_h * s.tile_w * s.tile_co
+        return {
+            "inp": (s.tile_ci * _inp_chunk(layer, s), config.inp_depth),
+            "wgt": (s.tile_co * s.tile_ci * layer.kernel_h * layer.kernel_w, config.wgt_depth),
+            "acc": (tile * (2 if layer.has_residual else 1) + layer.const_rows * layer.out_blocks,
+                    config.acc_depth),
+            "out": (tile, config.out_depth),
+            "uop": (len(_uop_table(layer, s).uops), config.uop_depth),
+        }
+
+    def check(self, layer: Conv2dLayer, config: HardwareConfig):
+        """Raise ValueError naming every buffer this tiling overflows, and by how much."""
+        s = self.clamped(layer)
+        over = {k: v for k, v in self.needs(layer, config).items() if v[0] > v[1]}
+        if s.tile_h * s.tile_w > _ITER_MAX:
+            over["iter"] = (s.tile_h * s.tile_w, _ITER_MAX)
+        if over:
+            detail = "; ".join(f"{name} needs {need} elements, has {depth} (over by "
+                               f"{need - depth})" for name, (need, depth) in over.items())
+            raise ValueError(f"conv2d schedule {self} does not fit config {config.name}: {detail}")
+
+    @classmethod
+    def default(cls, layer: Conv2dLayer, config: HardwareConfig) -> "Conv2dSchedule":
+        """The largest tiles that fit: start from the whole layer and, while a buffer
+        overflows, shrink the dimension that matters most for it to the largest tile
+        size giving one more tile."""
+        sizes = {"tile_h": layer.out_h, "tile_w": layer.out_w, "tile_ci": layer.in_blocks,
+                 "tile_co": layer.out_blocks}
+        # Which dimensions to shrink first, per overflowing buffer.
+        order = {"inp": ("tile_h", "tile_ci", "tile_w"), "wgt": ("tile_ci", "tile_co"),
+                 "acc": ("tile_h", "tile_co", "tile_w"), "out": ("tile_h", "tile_co", "tile_w"),
+                 "uop": ("tile_ci", "tile_w"), "iter": ("tile_h", "tile_w")}
+        tiles = dict(sizes)
+        while True:
+            s = cls(**tiles)
+            needs = s.needs(layer, config)
+            if s.tile_h * s.tile_w > _ITER_MAX:
+                needs["iter"] = (s.tile_h * s.tile_w, _ITER_MAX)
+            over = [k for k, (need, have) in needs.items() if need > have]
+            if not over:
+                return s
+            dim = next((d for d in order[over[0]] if tiles[d] > 1), None)
+            if dim is None:
+                s.check(layer, config)  # raises, naming the buffers
+                raise AssertionError("unreachable: check() found no overflow")
+            count = _ceil_div(sizes[dim], tiles[dim])
+            while _ceil_div(sizes[dim], count) >= tiles[dim]:
+                count += 1
+            tiles[dim] = _ceil_div(sizes[dim], count)
+
+
+def _inp_rows(layer: Conv2dLayer, tile_h: int) -> int:
+    return (tile_h - 1) * layer.stride_h + layer.kernel_h
+
+
+def _inp_cols(layer: Conv2dLayer, tile_w: int) -> int:
+    return (tile_w - 1) * layer.stride_w + layer.kernel_w
+
+
+def _inp_chunk(layer: Conv2dLayer, s: Conv2dSchedule) -> int:
+    """inp elements between consecutive channel blocks of an input tile (a full tile's
+    padded window, so edge tiles keep the same micro-ops' channel offsets)."""
+    return _inp_rows(layer, s.tile_h) * _inp_cols(layer, s.tile_w)
+
+
+# --- micro-ops -------------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class _UopTable:
+    """Every micro-op the program uses, loaded once. `gemm[(tile_w, tile_ci)]` is the
+    (begin, end) of a GEMM kernel; the ALU micro-ops are single entries."""
+
+    uops: list
+    gemm: dict
+    res_base: int          # acc index of the residual tile
+    const_base: int        # acc index of constant row 0
+    alu_main: int = 0      # Uop(0, 0): immediate ops on the conv tile
+    alu_res: int = 0       # Uop(res, 0): immediate ops on the residual tile
+    alu_add_res: int = 0   # Uop(0, res): conv tile += residual tile
+    alu_vec: dict = dataclasses.field(default_factory=dict)  # (target, row, ob0) -> index
+
+
+def _uop_table(layer: Conv2dLayer, s: Conv2dSchedule, config: HardwareConfig | None = None,
+               rows_used: dict | None = None) -> _UopTable:
+    kh, kw = layer.kernel_h, layer.kernel_w
+    chunk = _inp_chunk(layer, s)
+    uops: list[Uop] = []
+    gemm = {}
+    widths = {s.tile_w, layer.out_w % s.tile_w or s.tile_w}
+    cis = {s.tile_ci, layer.in_blocks % s.tile_ci or s.tile_ci}
+    for tw in sorted(widths):
+        cols = _inp_cols(layer, tw)
+        for tci in sorted(cis):
+            begin = len(uops)
+            uops += [Uop(ox, cb * chunk + ky * cols + ox * layer.stride_w + kx,
+                         cb * kh * kw + ky * kw + kx)
+                     for ox in range(tw) for cb in range(tci)
+                     for ky in range(kh) for kx in range(kw)]
+            gemm[tw, tci] = (begin, len(uops))
+    tile = s.tile_h * s.tile_w * s.tile_co
+    res_base = tile
+    depth = config.acc_depth if config is not None else 1 << 30
+    const_base = depth - layer.const_rows * layer.out_blocks
+    table = _UopTable(uops, gemm, res_base, const_base)
+    table.alu_main = len(uops)
+    uops.append(Uop(0, 0))
+    if layer.has_residual:
+        table.alu_res = len(uops)
+        uops.append(Uop(res_base, 0))
+        table.alu_add_res = len(uops)
+        uops.append(Uop(0, res_base))
+    # One vector micro-op per (constant row, output-channel tile): its src is the row's
+    # entry for the tile's first block. Rows are counted for the size check even before
+    # the epilogue says which tile region each reads.
+    targets = rows_used or {row: 0 for row in range(layer.const_rows)}
+    for row, target in targets.items():
+        for ob0 in range(0, layer.out_blocks, s.tile_co):
+            table.alu_vec[target, row, ob0] = len(uops)
+            uops.append(Uop(target, const_base + row * layer.out_blocks + ob0))
+    return table
+
+
+# --- lowering ---------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class _Region:
+    offset: int   # bytes from the arena's start
+    nbytes: int
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class LoweredConv2d:
+    """A lowered qconv2d: `program` (for an arena at DRAM address 0; `relocate` moves it),
+    the arena's `regions` (name -> offset and size in bytes), the static data the
+    program expects there (micro-ops, constant rows), and the host-side packing."""
+
+    node: str
+    config: HardwareConfig
+    layer: Conv2dLayer
+    schedule: Conv2dSchedule
+    program: Program
+    regions: dict
+    arena_bytes: int
+    uop_bytes: bytes
+    const_rows: np.ndarray        # (R, padded O) int32
+    bias_rounding: np.ndarray     # (padded O,) int32, added to the bias on the host
+
+    @property
+    def data_layout(self) -> str:
+        return f"NCHW{self.config.batch}n{self.config.block_in}c"
+
+    @property
+    def kernel_layout(self) -> str:
+        return f"OIHW{self.config.block_out}o{self.config.block_in}i"
+
+    @property
+    def out_layout(self) -> str:
+        return f"NCHW{self.config.batch}n{self.config.block_out}c"
+
+    def relocate(self, base: int) -> Program:
+        """The program for an arena at DRAM byte address `base` (aligned for every
+        element type): every LOAD/STORE's dram_base moves by `base` in its elements."""
+        c = self.config
+        elem = {MemoryType.UOP: c.uop_bytes, MemoryType.INP: c.inp_elem_bytes,
+                MemoryType.WGT: c.wgt_elem_bytes, MemoryType.ACC: c.acc_elem_bytes,
+                MemoryType.OUT: c.out_elem_bytes}
+        insns = []
+        for insn in self.program:
+            if isinstance(insn, (Load, Store)) and insn.x_size:
+                size = elem[insn.memory_type]
+                if base % size:
+                    raise ValueError(f"arena address {base:#x} is not aligned to {size}-byte "
+                                     f"{insn.memory_type.name} elements")
+                insn = dataclasses.replace(insn, dram_base=insn.dram_base + base // size)
+            insns.append(insn)
+        return Program(tuple(insns), c)
+
+    # Host-side packing of the operands into the arena's formats.
+
+    def pack_input(self, x: np.ndarray) -> np.ndarray:
+        return pack(_check(x, (self.layer.n, self.layer.c, self.layer.h, self.layer.w),
+                           np.int8, "input"), "NCHW", self.data_layout)
+
+    def pack_weights(self, w: np.ndarray) -> np.ndarray:
+        L = self.layer
+        return pack(_check(w, (L.o, L.c, L.kernel_h, L.kernel_w), np.int8, "weights"),
+                    "OIHW", self.kernel_layout)
+
+    def _acc_rows(self, values: np.ndarray) -> np.ndarray:
+        """(..., padded O) int32 -> acc elements (..., O blocks, batch, block_out)."""
+        c = self.config
+        v = values.reshape(values.shape[:-1] + (-1, 1, c.block_out))
+        return np.ascontiguousarray(np.broadcast_to(
+            v, values.shape[:-1] + (v.shape[-3], c.batch, c.block_out)).astype(np.int32))
+
+    def pack_bias(self, bias: np.ndarray | None) -> np.ndarray:
+        padded = np.zeros(self.layer.out_blocks * self.config.block_out, np.int64)
+        if bias is not None:
+            padded[:self.layer.o] = _check(bias, (self.layer.o,), np.int32, "bias")
+        return self._acc_rows((padded + self.bias_rounding).astype(np.int32))
+
+    def pack_residual(self, residual: np.ndarray) -> np.ndarray:
+        L = self.layer
+        r = _check(residual, (L.n, L.o, L.out_h, L.out_w), np.int8, "residual")
+        return pack(r.astype(np.int32), "NCHW", self.out_layout)
+
+    def unpack_output(self, raw: np.ndarray) -> np.ndarray:
+        L, c = self.layer, self.config
+        shape = (L.batch_blocks, L.out_blocks, L.out_h, L.out_w, c.batch, c.block_out)
+        return unpack(raw.view(np.int8).reshape(shape), self.out_layout, "NCHW",
+                      channels=L.o, batch=L.n)
+
+
+def _check(array, shape, dtype, what: str) -> np.ndarray:
+    array = np.asarray(array)
+    if array.shape != tuple(shape) or array.dtype != dtype:
+        raise ValueError(f"conv2d {what} must be {np.dtype(dtype).name} of shape "
+                         f"{tuple(shape)}, not {array.dtype} {array.shape}")
+    return array
+
+
+def _arena(layer: Conv2dLayer, config: HardwareConfig, n_uops: int) -> tuple[dict, int]:
+    from vdla.runtime.device import dram_alignment
+    align = dram_alignment(config)
+    L, c = layer, config
+    sizes = {
+        "uop": n_uops * c.uop_bytes,
+        "const": L.const_rows * L.out_blocks * c.acc_elem_bytes,
+        "bias": L.out_blocks * c.acc_elem_bytes,
+        "input": L.batch_blocks * L.in_blocks * L.h * L.w * c.inp_elem_bytes,
+        "weights": L.out_blocks * L.in_blocks * L.kernel_h * L.kernel_w * c.wgt_elem_bytes,
+        "residual": (L.batch_blocks * L.out_blocks * L.out_h * L.out_w * c.acc_elem_bytes
+                     if L.has_residual else 0),
+        "output": L.batch_blocks * L.out_blocks * L.out_h * L.out_w * c.out_elem_bytes,
+    }
+    regions, offset = {}, 0
+    for name, nbytes in sizes.items():
+        regions[name] = _Region(offset, nbytes)
+        offset += _ceil_div(nbytes, align) * align
+    return regions, max(offset, align)
+
+
+def lower_conv2d(node: Node | str, graph: Graph, config: HardwareConfig,
+                 schedule: Conv2dSchedule | None = None) -> LoweredConv2d:
+    """Lower qconv2d `node` of `graph` to a program for `config` (see the module
+    docstring). Raises ValueError for what the back half does not support yet (groups,
+    dilation, packed layouts, pads >= kernel) and for a schedule that does not fit."""
+    if isinstance(node, str):
+        node = graph.node(node)
+    layer, epilogue = _layer_and_epilogue(node, graph, config)
+    schedule = schedule or Conv2dSchedule.default(layer, config)
+    schedule.check(layer, config)
+    s = schedule.clamped(layer)
+    # Which tile region each constant row applies to (conv tile or residual tile).
+    res_base = s.tile_h * s.tile_w * s.tile_co
+    rows_used = {st.row: 0 for st in epilogue.main if st.row is not None}
+    rows_used.update({st.row: res_base for st in epilogue.residual or () if st.row is not None})
+    uop_table = _uop_table(layer, s, config, rows_used)
+    regions, arena_bytes = _arena(layer, config, len(uop_table.uops))
+    program = _emit(layer, s, config, epilogue, uop_table, regions)
+    return LoweredConv2d(node.name, config, layer, s, program, regions, arena_bytes,
+                         encode_uops(uop_table.uops, config), epilogue.rows,
+                         epilogue.bias_rounding)
+
+
+def _emit(L: Conv2dLayer, s: Conv2dSchedule, c: HardwareConfig, epi: _Epilogue,
+          u: _UopTable, regions: dict) -> Program:
+    def base(name: str, elem_bytes: int) -> int:
+        return regions[name].offset // elem_bytes
+
+    uop0, const0 = base("uop", c.uop_bytes), base("const", c.acc_elem_bytes)
+    bias0, res0 = base("bias", c.acc_elem_bytes), base("residual", c.acc_elem_bytes)
+    inp0, wgt0 = base("input", c.inp_elem_bytes), base("weights", c.wgt_elem_bytes)
+    out0 = base("output", c.out_elem_bytes)
+    kh, kw, sh, sw = L.kernel_h, L.kernel_w, L.stride_h, L.stride_w
+    top, left = L.pads[0], L.pads[1]
+    taps = kh * kw
+    ho, wo = L.out_h, L.out_w
+
+    p = ProgramBuilder(c)
+    p.load(MemoryType.UOP, sram_base=0, dram_base=uop0, y_size=1, x_size=len(u.uops),
+           x_stride=len(u.uops))
+    if L.const_rows:
+        n = L.const_rows * L.out_blocks
+        p.load(MemoryType.ACC, sram_base=u.const_base, dram_base=const0, y_size=1, x_size=n,
+               x_stride=n)
+
+    tiles = [(nb, ob0, oh0, ow0)
+             for nb in range(L.batch_blocks)
+             for ob0 in range(0, L.out_blocks, s.tile_co)
+             for oh0 in range(0, ho, s.tile_h)
+             for ow0 in range(0, wo, s.tile_w)]
+    chunks = list(range(0, L.in_blocks, s.tile_ci))
+    total_chunks = len(tiles) * len(chunks)
+    done_chunks = 0
+    wgt_in_sram = None  # (ob0, cb0) of the weights the wgt buffer holds
+
+    for index, (nb, ob0, oh0, ow0) in enumerate(tiles):
+        tco, th, tw = (min(s.tile_co, L.out_blocks - ob0), min(s.tile_h, ho - oh0),
+                       min(s.tile_w, wo - ow0))
+        plane = th * tw
+        if index:
+            p.dep_pop(STORE, COMPUTE)  # WAR: the previous tile's stores have read acc/out
+        # The acc tile starts at the bias (rounding folded in), one block per LOAD.
+        for obi in range(tco):
+            p.load(MemoryType.ACC, sram_base=obi * plane, dram_base=bias0 + ob0 + obi,
+                   y_size=plane, x_size=1, x_stride=0)
+        if L.has_residual:
+            for obi in range(tco):
+                p.load(MemoryType.ACC, sram_base=u.res_base + obi * plane,
+                       dram_base=res0 + ((nb * L.out_blocks + ob0 + obi) * ho + oh0) * wo + ow0,
+                       y_size=th, x_size=tw, x_stride=wo)
+
+        # Input window of the tile, clipped to the image; the LOAD pads the rest.
+        rows, cols = _inp_rows(L, th), _inp_cols(L, tw)
+        r0, c0 = oh0 * sh - top, ow0 * sw - left
+        y0, y1 = max(r0, 0), min(r0 + rows, L.h)
+        x0, x1 = max(c0, 0), min(c0 + cols, L.w)
+        pads = dict(y_pad_0=y0 - r0, y_pad_1=r0 + rows - y1, x_pad_0=x0 - c0,
+                    x_pad_1=c0 + cols - x1)
+        for cb0 in chunks:
+            tci = min(s.tile_ci, L.in_blocks - cb0)
+            if done_chunks:
+                p.dep_pop(COMPUTE, LOAD)  # WAR: the previous GEMM has read inp/wgt
+            chunk = _inp_chunk(L, s)
+            for cbi in range(tci):
+                p.load(MemoryType.INP, sram_base=cbi * chunk,
+                       dram_base=inp0 + ((nb * L.in_blocks + cb0 + cbi) * L.h + y0) * L.w + x0,
+                       y_size=y1 - y0, x_size=x1 - x0, x_stride=L.w, **pads)
+            if wgt_in_sram != (ob0, cb0):
+                p.load(MemoryType.WGT, sram_base=0,
+                       dram_base=wgt0 + (ob0 * L.in_blocks + cb0) * taps,
+                       y_size=tco, x_size=tci * taps, x_stride=L.in_blocks * taps)
+                wgt_in_sram = (ob0, cb0)
+            p.dep_push(LOAD, COMPUTE)
+            p.dep_pop(LOAD, COMPUTE)  # RAW: this chunk's inputs and weights are in
+            bgn, end = u.gemm[tw, tci]
+            p.gemm(uop_bgn=bgn, uop_end=end, iter_out=tco, iter_in=th,
+                   dst_factor_out=plane, dst_factor_in=tw,
+                   src_factor_out=0, src_factor_in=sh * cols,
+                   wgt_factor_out=tci * taps, wgt_factor_in=0)
+            done_chunks += 1
+            if done_chunks < total_chunks:
+                p.dep_push(COMPUTE, LOAD)
+
+        # Epilogue over the tile: iter_out over output blocks, iter_in over positions.
+        loop = dict(iter_out=tco, iter_in=plane, dst_factor_out=plane, dst_factor_in=1)
+
+        def alu_pass(steps, target, imm_uop):
+            for st in steps:
+                if st.row is None:
+                    p.alu(st.op, uop_bgn=imm_uop, uop_end=imm_uop + 1, use_imm=True,
+                          imm=st.imm, **loop)
+                else:
+                    k = u.alu_vec[target, st.row, ob0]
+                    p.alu(st.op, uop_bgn=k, uop_end=k + 1, src_factor_out=1, **loop)
+
+        alu_pass(epi.main, 0, u.alu_main)
+        if L.has_residual:
+            alu_pass(epi.residual, u.res_base, u.alu_res)
+            p.alu(AluOp.ADD, uop_bgn=u.alu_add_res, uop_end=u.alu_add_res + 1,
+                  src_factor_out=plane, src_factor_in=1, **loop)
+        # The clamp always runs: its MIN writes the int8 out buffer the stores read.
+        p.alu(AluOp.MAX, uop_bgn=u.alu_main, uop_end=u.alu_main + 1, use_imm=True,
+              imm=epi.out_min, **loop)
+        p.alu(AluOp.MIN, uop_bgn=u.alu_main, uop_end=u.alu_main + 1, use_imm=True,
+              imm=epi.out_max, **loop)
+        p.dep_push(COMPUTE, STORE)
+
+        p.dep_pop(COMPUTE, STORE)  # RAW: the out tile is written
+        for obi in range(tco):
+            p.store(sram_base=obi * plane,
+                    dram_base=out0 + ((nb * L.out_blocks + ob0 + obi) * ho + oh0) * wo + ow0,
+                    y_size=th, x_size=tw, x_stride=wo)
+        p.dep_push(STORE, COMPUTE)  # popped by the next tile, or by FINISH
+    p.dep_pop(STORE, COMPUTE)
+    return p.finish()
+
+
+# --- running ------------------------------------------------------------------------------------
+
+def run_conv2d(dev, lowered: LoweredConv2d, x_int8: np.ndarray, w_int8: np.ndarray,
+               bias_int32: np.ndarray | None, residual: np.ndarray | None = None, *,
+               return_stats: bool = False):
+    """Write the operands packed into `dev`'s DRAM, run the program, read the output back
+    and unpack it: int8 (N, O, Ho, Wo). With `return_stats`, returns (y, stats)."""
+    if dev.config != lowered.config:
+        raise ValueError(f"conv2d lowered for config {lowered.config.name}, the device has "
+                         f"{dev.config.name}")
+    if lowered.layer.has_residual != (residual is not None):
+        raise ValueError(f"conv2d node {lowered.node!r} was lowered "
+                         f"{'with' if lowered.layer.has_residual else 'without'} a residual; "
+                         f"run_conv2d got {'one' if residual is not None else 'none'}")
+    data = {"uop": np.frombuffer(lowered.uop_bytes, np.uint8),
+            "bias": lowered.pack_bias(bias_int32),
+            "input": lowered.pack_input(x_int8),
+            "weights": lowered.pack_weights(w_int8)}
+    if len(lowered.const_rows):
+        data["const"] = lowered._acc_rows(lowered.const_rows)
+    if residual is not None:
+        data["residual"] = lowered.pack_residual(residual)
+    base = dev.alloc(lowered.arena_bytes)
+    insn_addr = None
+    try:
+        for name, array in data.items():
+            if array.nbytes:
+                dev.write(base + lowered.regions[name].offset, array)
+        insn_addr, count = dev.load_program(lowered.relocate(base))
+        stats = dev.run(insn_addr, count)
+        out = lowered.regions["output"]
+        y = lowered.unpack_output(dev.read(base + out.offset, out.nbytes))
+    finally:
+        dev.free(base)
+        if insn_addr is not None:
+            dev.free(insn_addr)
+    return (y, stats) if return_stats else y
