@@ -49,7 +49,7 @@ names, so a typo is an error rather than a silently ignored option.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
