@@ -1,7 +1,8 @@
 """One ``qconv2d`` node tensorized into a vdla program (the first step of the back half).
 
 What the program does, per output tile (``tile_h`` rows x ``tile_w`` columns x
-``tile_co`` output-channel blocks of one batch block), with ONE virtual thread:
+``tile_co`` output-channel blocks of one batch block), with one virtual thread (two
+threads: see *Virtual threads* below):
 
 1. *Initialise* the acc tile with the bias: one LOAD ACC per output-channel block that
    reads the block's bias element ``tile_h * tile_w`` times (``x_size 1, x_stride 0``), so
@@ -30,6 +31,21 @@ loads (RAW), compute->load after each GEMM that a later load overwrites (WAR on 
 compute->store after the epilogue (RAW), store->compute after each tile's stores (WAR on
 the acc/out tile, popped by the next tile's first compute instruction; the last one by
 FINISH, so the host sees done only after the last store).
+
+Virtual threads (``Conv2dSchedule.oc_nthread`` or ``h_nthread`` = 2), as VTA lowers them:
+each thread owns one region of the inp, wgt and acc (so also out) buffers, the micro-op
+kernels exist once per thread (they address its regions), and the tiles alternate
+between the threads (output-channel or output-row tiles innermost, consecutive tiles in
+groups of two: thread 0 takes the first, thread 1 the second). Within a group the
+instruction streams are interleaved per input-channel chunk: thread 0's loads, thread
+0's GEMM, thread 1's loads, thread 1's GEMM, ...; a thread's epilogue and stores follow
+its last GEMM. So one thread's loads run while the other computes, and its stores while
+the other computes. Tokens are per thread: load->compute per chunk (RAW),
+compute->load after a GEMM when that thread loads into its region again (WAR),
+compute->store per tile (RAW), store->compute when that thread's next tile reuses its
+acc/out region (WAR). Because every group but the last holds both threads, each queue's
+k-th pop waits for exactly the k-th push: tokens of the two threads never get mixed up.
+With one thread this is exactly the single-thread program.
 
 DRAM (one arena, offsets in bytes, every region aligned for any element type): micro-ops,
 per-channel constant rows and bias as acc elements (int32, replicated over the batch
@@ -265,34 +281,58 @@ def _layer_and_epilogue(node: Node, graph: Graph,
 @dataclasses.dataclass(frozen=True)
 class Conv2dSchedule:
     """Tiling of a conv2d: output rows, output columns, input-channel blocks and
-    output-channel blocks per tile. Tiles larger than the layer are clamped to it."""
+    output-channel blocks per tile. Tiles larger than the layer are clamped to it.
+
+    `oc_nthread` / `h_nthread` (1 or 2, at most one of them 2): virtual threads over
+    output-channel tiles / output-row tiles. With 2, the inp, wgt and acc (and out)
+    buffers are split into one region per thread (ping-pong), the tiles alternate
+    between the threads, and their instruction streams are interleaved per input-channel
+    chunk so that one thread's loads run while the other computes and stores."""
 
     tile_h: int
     tile_w: int
     tile_ci: int
     tile_co: int
+    oc_nthread: int = 1
+    h_nthread: int = 1
 
     def __post_init__(self):
         for name in ("tile_h", "tile_w", "tile_ci", "tile_co"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"Conv2dSchedule.{name} must be a positive integer, not {value!r}")
+        for name in ("oc_nthread", "h_nthread"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or value not in (1, 2):
+                raise ValueError(f"Conv2dSchedule.{name} must be 1 or 2, not {value!r}")
+        if self.oc_nthread == self.h_nthread == 2:
+            raise ValueError("Conv2dSchedule: oc_nthread and h_nthread cannot both be 2 "
+                             "(at most two virtual threads are supported)")
+
+    @property
+    def nthreads(self) -> int:
+        """Virtual threads: oc_nthread * h_nthread (1 or 2)."""
+        return self.oc_nthread * self.h_nthread
 
     def clamped(self, layer: Conv2dLayer) -> "Conv2dSchedule":
         return Conv2dSchedule(min(self.tile_h, layer.out_h), min(self.tile_w, layer.out_w),
                               min(self.tile_ci, layer.in_blocks),
-                              min(self.tile_co, layer.out_blocks))
+                              min(self.tile_co, layer.out_blocks), self.oc_nthread,
+                              self.h_nthread)
 
     def needs(self, layer: Conv2dLayer, config: HardwareConfig) -> dict[str, tuple[int, int]]:
-        """Elements each buffer needs for this tiling, and its depth: {name: (need, depth)}."""
+        """Elements each buffer needs for this tiling (all virtual threads' regions
+        together), and its depth: {name: (need, depth)}."""
         s = self.clamped(layer)
+        t = s.nthreads
         tile = s.tile_h * s.tile_w * s.tile_co
+        acc_region = _acc_region(layer, s)
         return {
-            "inp": (s.tile_ci * _inp_chunk(layer, s), config.inp_depth),
-            "wgt": (s.tile_co * s.tile_ci * layer.kernel_h * layer.kernel_w, config.wgt_depth),
-            "acc": (tile * (2 if layer.has_residual else 1) + layer.const_rows * layer.out_blocks,
-                    config.acc_depth),
-            "out": (tile, config.out_depth),
+            "inp": (t * s.tile_ci * _inp_chunk(layer, s), config.inp_depth),
+            "wgt": (t * s.tile_co * s.tile_ci * layer.kernel_h * layer.kernel_w,
+                    config.wgt_depth),
+            "acc": (t * acc_region + layer.const_rows * layer.out_blocks, config.acc_depth),
+            "out": ((t - 1) * acc_region + tile, config.out_depth),
             "uop": (len(_uop_table(layer, s).uops), config.uop_depth),
         }
 
@@ -305,13 +345,18 @@ class Conv2dSchedule:
         if over:
             detail = "; ".join(f"{name} needs {need} elements, has {depth} (over by "
                                f"{need - depth})" for name, (need, depth) in over.items())
-            raise ValueError(f"conv2d schedule {self} does not fit config {config.name}: {detail}")
+            threads = (f" with {s.nthreads} virtual threads (one buffer region each)"
+                       if s.nthreads > 1 else "")
+            raise ValueError(f"conv2d schedule {self} does not fit config {config.name}"
+                             f"{threads}: {detail}")
 
     @classmethod
-    def default(cls, layer: Conv2dLayer, config: HardwareConfig) -> "Conv2dSchedule":
+    def default(cls, layer: Conv2dLayer, config: HardwareConfig, *, oc_nthread: int = 1,
+                h_nthread: int = 1) -> "Conv2dSchedule":
         """The largest tiles that fit: start from the whole layer and, while a buffer
         overflows, shrink the dimension that matters most for it to the largest tile
-        size giving one more tile."""
+        size giving one more tile. One virtual thread unless `oc_nthread` or `h_nthread`
+        asks for 2 (then every thread's region must fit)."""
         sizes = {"tile_h": layer.out_h, "tile_w": layer.out_w, "tile_ci": layer.in_blocks,
                  "tile_co": layer.out_blocks}
         # Which dimensions to shrink first, per overflowing buffer.
@@ -320,7 +365,7 @@ class Conv2dSchedule:
                  "uop": ("tile_ci", "tile_w"), "iter": ("tile_h", "tile_w")}
         tiles = dict(sizes)
         while True:
-            s = cls(**tiles)
+            s = cls(**tiles, oc_nthread=oc_nthread, h_nthread=h_nthread)
             needs = s.needs(layer, config)
             if s.tile_h * s.tile_w > _ITER_MAX:
                 needs["iter"] = (s.tile_h * s.tile_w, _ITER_MAX)
@@ -335,6 +380,11 @@ class Conv2dSchedule:
             while _ceil_div(sizes[dim], count) >= tiles[dim]:
                 count += 1
             tiles[dim] = _ceil_div(sizes[dim], count)
+
+
+def _acc_region(layer: Conv2dLayer, s: Conv2dSchedule) -> int:
+    """acc (and out) elements of one virtual thread: its tile, and its residual tile."""
+    return s.tile_h * s.tile_w * s.tile_co * (2 if layer.has_residual else 1)
 
 
 def _inp_rows(layer: Conv2dLayer, tile_h: int) -> int:
@@ -355,56 +405,67 @@ def _inp_chunk(layer: Conv2dLayer, s: Conv2dSchedule) -> int:
 
 @dataclasses.dataclass
 class _UopTable:
-    """Every micro-op the program uses, loaded once. `gemm[(tile_w, tile_ci)]` is the
-    (begin, end) of a GEMM kernel; the ALU micro-ops are single entries."""
+    """Every micro-op the program uses, loaded once. `gemm[(thread, tile_w, tile_ci)]` is
+    the (begin, end) of a GEMM kernel; the ALU micro-ops are single entries, one per
+    virtual thread (each thread's kernels address its own buffer regions)."""
 
     uops: list
     gemm: dict
-    res_base: int          # acc index of the residual tile
+    res_base: int          # acc index of the residual tile, relative to a thread's region
     const_base: int        # acc index of constant row 0
-    alu_main: int = 0      # Uop(0, 0): immediate ops on the conv tile
-    alu_res: int = 0       # Uop(res, 0): immediate ops on the residual tile
-    alu_add_res: int = 0   # Uop(0, res): conv tile += residual tile
-    alu_vec: dict = dataclasses.field(default_factory=dict)  # (target, row, ob0) -> index
+    inp_base: list = dataclasses.field(default_factory=list)  # per thread
+    wgt_base: list = dataclasses.field(default_factory=list)
+    acc_base: list = dataclasses.field(default_factory=list)
+    alu_main: list = dataclasses.field(default_factory=list)     # Uop(acc, acc): immediates
+    alu_res: list = dataclasses.field(default_factory=list)      # Uop(res, 0): on residual
+    alu_add_res: list = dataclasses.field(default_factory=list)  # Uop(acc, res): conv += res
+    alu_vec: dict = dataclasses.field(default_factory=dict)  # (thread, target, row, ob0) -> index
 
 
 def _uop_table(layer: Conv2dLayer, s: Conv2dSchedule, config: HardwareConfig | None = None,
                rows_used: dict | None = None) -> _UopTable:
     kh, kw = layer.kernel_h, layer.kernel_w
     chunk = _inp_chunk(layer, s)
-    uops: list[Uop] = []
-    gemm = {}
-    widths = {s.tile_w, layer.out_w % s.tile_w or s.tile_w}
-    cis = {s.tile_ci, layer.in_blocks % s.tile_ci or s.tile_ci}
-    for tw in sorted(widths):
-        cols = _inp_cols(layer, tw)
-        for tci in sorted(cis):
-            begin = len(uops)
-            uops += [Uop(ox, cb * chunk + ky * cols + ox * layer.stride_w + kx,
-                         cb * kh * kw + ky * kw + kx)
-                     for ox in range(tw) for cb in range(tci)
-                     for ky in range(kh) for kx in range(kw)]
-            gemm[tw, tci] = (begin, len(uops))
+    threads = s.nthreads
+    inp_region = s.tile_ci * chunk
+    wgt_region = s.tile_co * s.tile_ci * kh * kw
+    acc_region = _acc_region(layer, s)
     tile = s.tile_h * s.tile_w * s.tile_co
-    res_base = tile
     depth = config.acc_depth if config is not None else 1 << 30
     const_base = depth - layer.const_rows * layer.out_blocks
-    table = _UopTable(uops, gemm, res_base, const_base)
-    table.alu_main = len(uops)
-    uops.append(Uop(0, 0))
-    if layer.has_residual:
-        table.alu_res = len(uops)
-        uops.append(Uop(res_base, 0))
-        table.alu_add_res = len(uops)
-        uops.append(Uop(0, res_base))
-    # One vector micro-op per (constant row, output-channel tile): its src is the row's
-    # entry for the tile's first block. Rows are counted for the size check even before
-    # the epilogue says which tile region each reads.
-    targets = rows_used or {row: 0 for row in range(layer.const_rows)}
-    for row, target in targets.items():
-        for ob0 in range(0, layer.out_blocks, s.tile_co):
-            table.alu_vec[target, row, ob0] = len(uops)
-            uops.append(Uop(target, const_base + row * layer.out_blocks + ob0))
+    table = _UopTable([], {}, tile, const_base)
+    uops = table.uops
+    widths = {s.tile_w, layer.out_w % s.tile_w or s.tile_w}
+    cis = {s.tile_ci, layer.in_blocks % s.tile_ci or s.tile_ci}
+    for t in range(threads):
+        ib, wb, ab = t * inp_region, t * wgt_region, t * acc_region
+        table.inp_base.append(ib)
+        table.wgt_base.append(wb)
+        table.acc_base.append(ab)
+        for tw in sorted(widths):
+            cols = _inp_cols(layer, tw)
+            for tci in sorted(cis):
+                begin = len(uops)
+                uops += [Uop(ab + ox, ib + cb * chunk + ky * cols + ox * layer.stride_w + kx,
+                             wb + cb * kh * kw + ky * kw + kx)
+                         for ox in range(tw) for cb in range(tci)
+                         for ky in range(kh) for kx in range(kw)]
+                table.gemm[t, tw, tci] = (begin, len(uops))
+        table.alu_main.append(len(uops))
+        uops.append(Uop(ab, ab))
+        if layer.has_residual:
+            table.alu_res.append(len(uops))
+            uops.append(Uop(ab + tile, 0))
+            table.alu_add_res.append(len(uops))
+            uops.append(Uop(ab, ab + tile))
+        # One vector micro-op per (constant row, output-channel tile): its src is the row's
+        # entry for the tile's first block. Rows are counted for the size check even
+        # before the epilogue says which tile region each reads.
+        targets = rows_used or {row: 0 for row in range(layer.const_rows)}
+        for row, target in targets.items():
+            for ob0 in range(0, layer.out_blocks, s.tile_co):
+                table.alu_vec[t, target, row, ob0] = len(uops)
+                uops.append(Uop(ab + target, const_base + row * layer.out_blocks + ob0))
     return table
 
 
@@ -573,64 +634,33 @@ def _emit(L: Conv2dLayer, s: Conv2dSchedule, c: HardwareConfig, epi: _Epilogue,
         p.load(MemoryType.ACC, sram_base=u.const_base, dram_base=const0, y_size=1, x_size=n,
                x_stride=n)
 
-    tiles = [(nb, ob0, oh0, ow0)
-             for nb in range(L.batch_blocks)
-             for ob0 in range(0, L.out_blocks, s.tile_co)
-             for oh0 in range(0, ho, s.tile_h)
-             for ow0 in range(0, wo, s.tile_w)]
+    # The tiles in program order. With 2 virtual threads, consecutive tiles alternate
+    # between the threads: the output-channel tiles (oc_nthread) or output-row tiles
+    # (h_nthread) are the innermost loop. Every group of `threads` consecutive tiles (the
+    # last one maybe partial) runs interleaved, thread i taking the group's i-th tile, so
+    # that a thread is present in every group but the last (which keeps the tokens of
+    # each queue in program order: the k-th pop always waits for the k-th push).
+    threads = s.nthreads
+    obs, ohs = range(0, L.out_blocks, s.tile_co), range(0, ho, s.tile_h)
+    ows = range(0, wo, s.tile_w)
+    if s.oc_nthread > 1:
+        tiles = [(nb, ob0, oh0, ow0) for nb in range(L.batch_blocks) for oh0 in ohs
+                 for ow0 in ows for ob0 in obs]
+    elif s.h_nthread > 1:
+        tiles = [(nb, ob0, oh0, ow0) for nb in range(L.batch_blocks) for ob0 in obs
+                 for ow0 in ows for oh0 in ohs]
+    else:
+        tiles = [(nb, ob0, oh0, ow0) for nb in range(L.batch_blocks) for ob0 in obs
+                 for oh0 in ohs for ow0 in ows]
+    groups = [tiles[i:i + threads] for i in range(0, len(tiles), threads)]
     chunks = list(range(0, L.in_blocks, s.tile_ci))
-    total_chunks = len(tiles) * len(chunks)
-    done_chunks = 0
-    wgt_in_sram = None  # (ob0, cb0) of the weights the wgt buffer holds
+    chunk = _inp_chunk(L, s)
+    wgt_in_sram = [None] * threads  # per thread: (ob0, cb0) of the weights its region holds
 
-    for index, (nb, ob0, oh0, ow0) in enumerate(tiles):
-        tco, th, tw = (min(s.tile_co, L.out_blocks - ob0), min(s.tile_h, ho - oh0),
-                       min(s.tile_w, wo - ow0))
+    def epilogue(t, nb, ob0, oh0, ow0, tco, th, tw, later):
+        """The ALU passes over thread t's tile, then its stores."""
         plane = th * tw
-        if index:
-            p.dep_pop(STORE, COMPUTE)  # WAR: the previous tile's stores have read acc/out
-        # The acc tile starts at the bias (rounding folded in), one block per LOAD.
-        for obi in range(tco):
-            p.load(MemoryType.ACC, sram_base=obi * plane, dram_base=bias0 + ob0 + obi,
-                   y_size=plane, x_size=1, x_stride=0)
-        if L.has_residual:
-            for obi in range(tco):
-                p.load(MemoryType.ACC, sram_base=u.res_base + obi * plane,
-                       dram_base=res0 + ((nb * L.out_blocks + ob0 + obi) * ho + oh0) * wo + ow0,
-                       y_size=th, x_size=tw, x_stride=wo)
-
-        # Input window of the tile, clipped to the image; the LOAD pads the rest.
-        rows, cols = _inp_rows(L, th), _inp_cols(L, tw)
-        r0, c0 = oh0 * sh - top, ow0 * sw - left
-        y0, y1 = max(r0, 0), min(r0 + rows, L.h)
-        x0, x1 = max(c0, 0), min(c0 + cols, L.w)
-        pads = dict(y_pad_0=y0 - r0, y_pad_1=r0 + rows - y1, x_pad_0=x0 - c0,
-                    x_pad_1=c0 + cols - x1)
-        for cb0 in chunks:
-            tci = min(s.tile_ci, L.in_blocks - cb0)
-            if done_chunks:
-                p.dep_pop(COMPUTE, LOAD)  # WAR: the previous GEMM has read inp/wgt
-            chunk = _inp_chunk(L, s)
-            for cbi in range(tci):
-                p.load(MemoryType.INP, sram_base=cbi * chunk,
-                       dram_base=inp0 + ((nb * L.in_blocks + cb0 + cbi) * L.h + y0) * L.w + x0,
-                       y_size=y1 - y0, x_size=x1 - x0, x_stride=L.w, **pads)
-            if wgt_in_sram != (ob0, cb0):
-                p.load(MemoryType.WGT, sram_base=0,
-                       dram_base=wgt0 + (ob0 * L.in_blocks + cb0) * taps,
-                       y_size=tco, x_size=tci * taps, x_stride=L.in_blocks * taps)
-                wgt_in_sram = (ob0, cb0)
-            p.dep_push(LOAD, COMPUTE)
-            p.dep_pop(LOAD, COMPUTE)  # RAW: this chunk's inputs and weights are in
-            bgn, end = u.gemm[tw, tci]
-            p.gemm(uop_bgn=bgn, uop_end=end, iter_out=tco, iter_in=th,
-                   dst_factor_out=plane, dst_factor_in=tw,
-                   src_factor_out=0, src_factor_in=sh * cols,
-                   wgt_factor_out=tci * taps, wgt_factor_in=0)
-            done_chunks += 1
-            if done_chunks < total_chunks:
-                p.dep_push(COMPUTE, LOAD)
-
+        acc_t = u.acc_base[t]
         # Epilogue over the tile: iter_out over output blocks, iter_in over positions.
         loop = dict(iter_out=tco, iter_in=plane, dst_factor_out=plane, dst_factor_in=1)
 
@@ -640,27 +670,93 @@ def _emit(L: Conv2dLayer, s: Conv2dSchedule, c: HardwareConfig, epi: _Epilogue,
                     p.alu(st.op, uop_bgn=imm_uop, uop_end=imm_uop + 1, use_imm=True,
                           imm=st.imm, **loop)
                 else:
-                    k = u.alu_vec[target, st.row, ob0]
+                    k = u.alu_vec[t, target, st.row, ob0]
                     p.alu(st.op, uop_bgn=k, uop_end=k + 1, src_factor_out=1, **loop)
 
-        alu_pass(epi.main, 0, u.alu_main)
+        alu_pass(epi.main, 0, u.alu_main[t])
         if L.has_residual:
-            alu_pass(epi.residual, u.res_base, u.alu_res)
-            p.alu(AluOp.ADD, uop_bgn=u.alu_add_res, uop_end=u.alu_add_res + 1,
-                  src_factor_out=plane, src_factor_in=1, **loop)
+            alu_pass(epi.residual, u.res_base, u.alu_res[t])
+            k = u.alu_add_res[t]
+            p.alu(AluOp.ADD, uop_bgn=k, uop_end=k + 1, src_factor_out=plane,
+                  src_factor_in=1, **loop)
         # The clamp always runs: its MIN writes the int8 out buffer the stores read.
-        p.alu(AluOp.MAX, uop_bgn=u.alu_main, uop_end=u.alu_main + 1, use_imm=True,
-              imm=epi.out_min, **loop)
-        p.alu(AluOp.MIN, uop_bgn=u.alu_main, uop_end=u.alu_main + 1, use_imm=True,
-              imm=epi.out_max, **loop)
+        k = u.alu_main[t]
+        p.alu(AluOp.MAX, uop_bgn=k, uop_end=k + 1, use_imm=True, imm=epi.out_min, **loop)
+        p.alu(AluOp.MIN, uop_bgn=k, uop_end=k + 1, use_imm=True, imm=epi.out_max, **loop)
         p.dep_push(COMPUTE, STORE)
 
         p.dep_pop(COMPUTE, STORE)  # RAW: the out tile is written
         for obi in range(tco):
-            p.store(sram_base=obi * plane,
+            p.store(sram_base=acc_t + obi * plane,
                     dram_base=out0 + ((nb * L.out_blocks + ob0 + obi) * ho + oh0) * wo + ow0,
                     y_size=th, x_size=tw, x_stride=wo)
-        p.dep_push(STORE, COMPUTE)  # popped by the next tile, or by FINISH
+        if later:
+            p.dep_push(STORE, COMPUTE)  # popped by this thread's tile in the next group
+
+    for g, group in enumerate(groups):
+        # A thread's regions are used again by the next group when it is present there.
+        later = [g + 1 < len(groups) and t < len(groups[g + 1]) for t in range(threads)]
+        info = []
+        for t, (nb, ob0, oh0, ow0) in enumerate(group):
+            tco, th, tw = (min(s.tile_co, L.out_blocks - ob0), min(s.tile_h, ho - oh0),
+                           min(s.tile_w, wo - ow0))
+            # Input window of the tile, clipped to the image; the LOAD pads the rest.
+            rows, cols = _inp_rows(L, th), _inp_cols(L, tw)
+            r0, c0 = oh0 * sh - top, ow0 * sw - left
+            y0, y1 = max(r0, 0), min(r0 + rows, L.h)
+            x0, x1 = max(c0, 0), min(c0 + cols, L.w)
+            pads = dict(y_pad_0=y0 - r0, y_pad_1=r0 + rows - y1, x_pad_0=x0 - c0,
+                        x_pad_1=c0 + cols - x1)
+            info.append((nb, ob0, oh0, ow0, tco, th, tw, cols, y0, y1, x0, x1, pads))
+
+        for j, cb0 in enumerate(chunks):
+            tci = min(s.tile_ci, L.in_blocks - cb0)
+            last_chunk = j + 1 == len(chunks)
+            for t, (nb, ob0, oh0, ow0, tco, th, tw, cols, y0, y1, x0, x1, pads) in enumerate(
+                    info):
+                plane = th * tw
+                acc_t = u.acc_base[t]
+                # Loads into this thread's inp/wgt region.
+                if g or j:
+                    p.dep_pop(COMPUTE, LOAD)  # WAR: its previous GEMM has read the region
+                for cbi in range(tci):
+                    p.load(MemoryType.INP, sram_base=u.inp_base[t] + cbi * chunk,
+                           dram_base=inp0 + ((nb * L.in_blocks + cb0 + cbi) * L.h + y0) * L.w
+                           + x0, y_size=y1 - y0, x_size=x1 - x0, x_stride=L.w, **pads)
+                if wgt_in_sram[t] != (ob0, cb0):
+                    p.load(MemoryType.WGT, sram_base=u.wgt_base[t],
+                           dram_base=wgt0 + (ob0 * L.in_blocks + cb0) * taps,
+                           y_size=tco, x_size=tci * taps, x_stride=L.in_blocks * taps)
+                    wgt_in_sram[t] = (ob0, cb0)
+                p.dep_push(LOAD, COMPUTE)
+
+                if not j:
+                    if g:
+                        p.dep_pop(STORE, COMPUTE)  # WAR: its previous tile's stores are done
+                    # The acc tile starts at the bias (rounding folded in), one block per LOAD.
+                    for obi in range(tco):
+                        p.load(MemoryType.ACC, sram_base=acc_t + obi * plane,
+                               dram_base=bias0 + ob0 + obi, y_size=plane, x_size=1,
+                               x_stride=0)
+                    if L.has_residual:
+                        for obi in range(tco):
+                            p.load(MemoryType.ACC, sram_base=acc_t + u.res_base + obi * plane,
+                                   dram_base=res0 + ((nb * L.out_blocks + ob0 + obi) * ho
+                                                     + oh0) * wo + ow0,
+                                   y_size=th, x_size=tw, x_stride=wo)
+                p.dep_pop(LOAD, COMPUTE)  # RAW: this chunk's inputs and weights are in
+                bgn, end = u.gemm[t, tw, tci]
+                p.gemm(uop_bgn=bgn, uop_end=end, iter_out=tco, iter_in=th,
+                       dst_factor_out=plane, dst_factor_in=tw,
+                       src_factor_out=0, src_factor_in=sh * cols,
+                       wgt_factor_out=tci * taps, wgt_factor_in=0)
+                if not last_chunk or later[t]:
+                    p.dep_push(COMPUTE, LOAD)
+                if last_chunk:  # its stores overlap the other thread's last GEMM
+                    epilogue(t, nb, ob0, oh0, ow0, tco, th, tw, later[t])
+
+    # FINISH waits for the last store; the store module runs in order, so for all of them.
+    p.dep_push(STORE, COMPUTE)
     p.dep_pop(STORE, COMPUTE)
     return p.finish()
 

@@ -232,3 +232,96 @@ def test_cycle_accurate_backend_matches(c, o, h, w, k, stride, pad):
                                               pad=pad, shift=(9,), out_min=0)
     _, stats = check_conv(g, name, feed, weights, bias, backend="verilator")
     assert stats["cycles"] >= stats["gemm_active"] > 0
+
+
+# --- virtual threads ------------------------------------------------------------------------
+
+#: Schedules that force several tiles in the threaded dimension (tile_ci 1: several input
+#: chunks per tile too, so each thread's inp/wgt region is reused within a tile).
+H_THREADS = Conv2dSchedule(2, 3, 1, 1, h_nthread=2)
+OC_THREADS = Conv2dSchedule(2, 4, 2, 1, oc_nthread=2)
+
+
+@pytest.mark.parametrize("threads", ["h", "oc"])
+@pytest.mark.parametrize("c, o, h, w, k, stride, pad", GRID)
+def test_grid_with_two_virtual_threads(c, o, h, w, k, stride, pad, threads):
+    rng = np.random.default_rng(c * 1000 + o * 10 + k)
+    g, name, feed, weights, bias = conv_graph(rng, c=c, o=o, h=h, w=w, k=k, stride=stride,
+                                              pad=pad, shift=(10,))
+    layer = Conv2dLayer.from_node(g.node(name), g, DEFAULT)
+    schedule = H_THREADS if threads == "h" else OC_THREADS
+    if threads == "oc" and layer.out_blocks < 2:
+        pytest.skip("one output-channel tile: nothing for a second thread")
+    assert layer.out_h > schedule.tile_h  # several tiles in the threaded dimension
+    lowered, _ = check_conv(g, name, feed, weights, bias, schedule=schedule)
+    # The second thread has its own regions: some loads go to the second half of inp.
+    half = lowered.schedule.needs(lowered.layer, DEFAULT)["inp"][0] // 2
+    assert any(isinstance(i, Load) and i.memory_type == MemoryType.INP and i.x_size
+               and i.sram_base >= half for i in lowered.program)
+
+
+@pytest.mark.parametrize("schedule", [H_THREADS, OC_THREADS,
+                                      Conv2dSchedule(3, 100, 1, 2, oc_nthread=2),
+                                      Conv2dSchedule(4, 4, 3, 3, h_nthread=2)])
+def test_two_threads_with_residual_and_per_channel_shift(schedule):
+    rng = np.random.default_rng(60)
+    g, name, feed, weights, bias = conv_graph(
+        rng, c=33, o=40, h=9, w=11, k=3, pad=1, residual=True,
+        shift=tuple(int(s) for s in rng.integers(0, 21, 40)), residual_shift=1, out_min=0)
+    check_conv(g, name, feed, weights, bias, schedule=schedule)
+
+
+@pytest.mark.parametrize("schedule", [Conv2dSchedule(2, 3, 1, 1, h_nthread=2),
+                                      Conv2dSchedule(2, 3, 1, 1, oc_nthread=2)])
+def test_two_threads_do_not_deadlock_on_tiny_queues(schedule):
+    tight = vdla.HardwareConfig(cmd_queue_depth=2, token_queue_depth=2)
+    rng = np.random.default_rng(51)
+    g, name, feed, weights, bias = conv_graph(rng, c=33, o=40, h=7, w=7, residual=True,
+                                              shift=(9,), residual_shift=0)
+    check_conv(g, name, feed, weights, bias, config=tight, schedule=schedule)
+
+
+def test_virtual_threads_halve_the_capacity():
+    small = vdla.HardwareConfig(inp_buff_size=2048)  # 128 inp elements
+    rng = np.random.default_rng(33)
+    g, name, *_ = conv_graph(rng, c=33, o=40, h=12, w=12, k=3, pad=1, shift=(9,))
+    layer = Conv2dLayer.from_node(g.node(name), g, small)
+    Conv2dSchedule(8, 3, 2, 1).check(layer, small)  # 10 x 5 window x 2 blocks = 100
+    with pytest.raises(ValueError, match=r"2 virtual threads.*inp needs 200 elements, has "
+                                         r"128 \(over by 72\)"):
+        Conv2dSchedule(8, 3, 2, 1, h_nthread=2).check(layer, small)
+    with pytest.raises(ValueError, match="inp needs 200"):
+        lower_conv2d(g.node(name), g, small, Conv2dSchedule(8, 3, 2, 1, oc_nthread=2))
+    # default() keeps one thread unless asked; asked, its tiles fit both threads.
+    assert Conv2dSchedule.default(layer, small).nthreads == 1
+    for kw in ({"h_nthread": 2}, {"oc_nthread": 2}):
+        schedule = Conv2dSchedule.default(layer, small, **kw)
+        assert schedule.nthreads == 2
+        schedule.check(layer, small)
+        for need, depth in schedule.needs(layer, small).values():
+            assert need <= depth
+    with pytest.raises(ValueError, match="cannot both be 2"):
+        Conv2dSchedule(1, 1, 1, 1, oc_nthread=2, h_nthread=2)
+    with pytest.raises(ValueError, match="h_nthread must be 1 or 2"):
+        Conv2dSchedule(1, 1, 1, 1, h_nthread=3)
+
+
+def test_two_threads_are_faster_on_the_cycle_accurate_backend(capsys):
+    """Same tiles, Verilator model: bit-exact with 2 threads, and fewer cycles (one
+    thread's loads overlap the other's GEMMs and stores)."""
+    rng = np.random.default_rng(5)
+    g, name, feed, weights, bias = conv_graph(rng, c=32, o=32, h=14, w=14, k=3, pad=1,
+                                              shift=(9,), out_min=0)
+    cycles = {}
+    for schedule in (Conv2dSchedule(2, 14, 1, 2), Conv2dSchedule(2, 14, 1, 2, h_nthread=2),
+                     Conv2dSchedule(4, 14, 1, 1), Conv2dSchedule(4, 14, 1, 1, oc_nthread=2)):
+        _, stats = check_conv(g, name, feed, weights, bias, schedule=schedule,
+                              backend="verilator")
+        cycles[schedule] = stats["cycles"]
+    with capsys.disabled():
+        print("\nconv2d 32->32 14x14 3x3 cycles:",
+              {f"{s.tile_h}x{s.tile_w}x{s.tile_ci}x{s.tile_co} oc{s.oc_nthread} "
+               f"h{s.h_nthread}": n for s, n in cycles.items()})
+    one_h, two_h, one_oc, two_oc = cycles.values()
+    assert two_h < one_h
+    assert two_oc < one_oc
