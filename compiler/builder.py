@@ -38,6 +38,7 @@ import numpy as np
 
 from vdla.compiler.graph import Graph, GraphError, Node
 from vdla.compiler.ops import get_op
+from vdla.compiler.reference import conv2d_accumulate, pool2d_windows
 
 __all__ = ["GraphBuilder"]
 
@@ -74,44 +75,9 @@ def _positive(value, what: str) -> int:
     return int(value)
 
 
-# --- float32 kernels for the calibration pass ------------------------------------------
-# The calibration batch is not the graph's batch, so shape-bound reference kernels
-# (flatten) cannot run it; and float32 BLAS keeps building resnet50 fast.
-
-def _windows(x: np.ndarray, kernel, strides, pads, value=0.0) -> np.ndarray:
-    """(N, C, Ho, Wo, kh, kw) strided view of the padded `x`."""
-    top, left, bottom, right = pads
-    if any(pads):
-        x = np.pad(x, ((0, 0), (0, 0), (top, bottom), (left, right)), constant_values=value)
-    n, c, h, w = x.shape
-    kh, kw = kernel
-    sh, sw = strides
-    ho, wo = (h - kh) // sh + 1, (w - kw) // sw + 1
-    s = x.strides
-    return np.lib.stride_tricks.as_strided(
-        x, (n, c, ho, wo, kh, kw), (s[0], s[1], s[2] * sh, s[3] * sw, s[2], s[3]),
-        writeable=False)
-
-
-def _conv(x: np.ndarray, w: np.ndarray, strides, pads, groups: int) -> np.ndarray:
-    o, ig, kh, kw = w.shape
-    cols = _windows(x, (kh, kw), strides, pads)
-    n, c, ho, wo = cols.shape[:4]
-    if ig == 1 and groups == c == o:
-        # Depthwise: one multiply-add per tap beats a per-channel matrix product.
-        out = np.zeros((n, c, ho, wo), np.float32)
-        for i in range(kh):
-            for j in range(kw):
-                out += cols[..., i, j] * w[None, :, 0, i, j, None, None]
-        return out
-    og = o // groups
-    out = np.empty((n, ho, wo, o), np.float32)
-    for g in range(groups):
-        part = cols[:, g * ig:(g + 1) * ig].transpose(0, 2, 3, 1, 4, 5)
-        mat = part.reshape(n * ho * wo, ig * kh * kw)
-        out[..., g * og:(g + 1) * og] = (mat @ w[g * og:(g + 1) * og].reshape(og, -1).T
-                                         ).reshape(n, ho, wo, og)
-    return out.transpose(0, 3, 1, 2)
+# The calibration pass runs the reference's conv and window helpers in float32: the
+# calibration batch is not the graph's batch, so shape-bound reference kernels (flatten)
+# cannot run it whole, and float32 BLAS keeps building resnet50 fast.
 
 
 class GraphBuilder:
@@ -247,7 +213,8 @@ class GraphBuilder:
             inputs.append(self._const(f"{node}.bias", b))
 
         def value():
-            y = _conv(self._values[x], w, strides, pads, groups)
+            y = conv2d_accumulate(self._values[x], w, strides, pads, (1, 1), groups,
+                                  dtype=np.float32)
             return y if b is None else y + b[None, :, None, None]
         return self._node("conv2d", inputs, node, value, strides=strides, pads=pads,
                           groups=groups)
@@ -311,12 +278,12 @@ class GraphBuilder:
         def value():
             xv = self._values[x]
             if op == "max_pool2d":
-                return _windows(xv, kernel, strides, pads, -np.inf).max(axis=(4, 5))
-            sums = _windows(xv, kernel, strides, pads).sum(axis=(4, 5), dtype=np.float32)
+                return pool2d_windows(xv, kernel, strides, pads, value=-np.inf).max(axis=(4, 5))
+            sums = pool2d_windows(xv, kernel, strides, pads).sum(axis=(4, 5), dtype=np.float32)
             if attrs["count_include_pad"]:
                 return sums / (kernel[0] * kernel[1])
             ones = np.ones((1, 1) + xv.shape[2:], np.float32)
-            return sums / _windows(ones, kernel, strides, pads).sum(axis=(4, 5))
+            return sums / pool2d_windows(ones, kernel, strides, pads).sum(axis=(4, 5))
         return self._node(op, [x], name or self.graph.unique_name(op.split("_")[0] + "pool"),
                           value, kernel=kernel, strides=strides, pads=pads, **attrs)
 

@@ -330,19 +330,26 @@ def _same(graph, node):
 def _infer_matmul(graph, node):
     a, b = _shape(graph, node, 0), _shape(graph, node, 1)
     try:
-        shape = np.matmul(np.zeros(a, np.float32), np.zeros(b, np.float32)).shape \
-            if np.prod(a) * np.prod(b) < 1 << 20 else _matmul_shape(a, b)
+        shape = _matmul_shape(a, b)
     except ValueError:
         _fail(node, f"shapes {a} and {b} do not multiply")
     return [(shape, _dtype(graph, node, 0))]
 
 
 def _matmul_shape(a, b):
-    if len(a) < 2 or len(b) < 2:
+    """numpy.matmul's result shape (1-D operands promoted, then their axis dropped)."""
+    if not a or not b:
         raise ValueError
-    if a[-1] != b[-2]:
+    a2 = (1,) + tuple(a) if len(a) == 1 else tuple(a)
+    b2 = tuple(b) + (1,) if len(b) == 1 else tuple(b)
+    if a2[-1] != b2[-2]:
         raise ValueError
-    return tuple(np.broadcast_shapes(a[:-2], b[:-2])) + (a[-2], b[-1])
+    shape = tuple(np.broadcast_shapes(a2[:-2], b2[:-2])) + (a2[-2], b2[-1])
+    if len(a) == 1:
+        shape = shape[:-2] + shape[-1:]
+    if len(b) == 1:
+        shape = shape[:-1]
+    return shape
 
 
 def _infer_bn(graph, node):

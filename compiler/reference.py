@@ -144,25 +144,31 @@ def pool2d_windows(x: np.ndarray, kernel, strides, pads, dilations=(1, 1), *,
 
 
 def conv2d_accumulate(x: np.ndarray, w: np.ndarray, strides, pads, dilations, groups: int,
-                      *, exact_int: bool = False) -> np.ndarray:
-    """conv2d of NCHW `x` with OIHW `w`, without bias: float64 for float inputs; with
+                      *, exact_int: bool = False, dtype=np.float64) -> np.ndarray:
+    """conv2d of NCHW `x` with OIHW `w`, without bias, computed in `dtype` (float64 by
+    default; the graph builder asks for float32 to build deep models fast). With
     `exact_int`, int64 sums of integer products (computed through float64 BLAS, exact
     while every sum stays below 2**53, far beyond int8 x int8 over any real layer)."""
+    work = np.float64 if exact_int else dtype
     n, c, h, wd = x.shape
     o, ig, kh, kw = w.shape
-    cols = pool2d_windows(x.astype(np.float64), (kh, kw), strides, pads, dilations)
+    cols = pool2d_windows(x.astype(work, copy=False), (kh, kw), strides, pads, dilations)
     _, _, ho, wo, _, _ = cols.shape
-    og = o // groups
-    out = np.empty((n, o, ho, wo), dtype=np.float64)
-    wf = w.astype(np.float64)
-    for g in range(groups):
-        part = cols[:, g * ig:(g + 1) * ig]                       # N, ig, Ho, Wo, kh, kw
-        if ig == 1 and og == 1:
-            out[:, g] = np.einsum("nhwij,ij->nhw", part[:, 0], wf[g, 0])
-            continue
-        mat = part.transpose(0, 2, 3, 1, 4, 5).reshape(n * ho * wo, ig * kh * kw)
-        res = mat @ wf[g * og:(g + 1) * og].reshape(og, -1).T      # N*Ho*Wo, og
-        out[:, g * og:(g + 1) * og] = res.reshape(n, ho, wo, og).transpose(0, 3, 1, 2)
+    wf = w.astype(work, copy=False)
+    if ig == 1 and groups == c == o:
+        # Depthwise: one multiply-add per tap over all channels beats per-channel products.
+        out = np.zeros((n, c, ho, wo), dtype=work)
+        for i in range(kh):
+            for j in range(kw):
+                out += cols[..., i, j] * wf[None, :, 0, i, j, None, None]
+    else:
+        og = o // groups
+        out = np.empty((n, o, ho, wo), dtype=work)
+        for g in range(groups):
+            part = cols[:, g * ig:(g + 1) * ig]                   # N, ig, Ho, Wo, kh, kw
+            mat = part.transpose(0, 2, 3, 1, 4, 5).reshape(n * ho * wo, ig * kh * kw)
+            res = mat @ wf[g * og:(g + 1) * og].reshape(og, -1).T  # N*Ho*Wo, og
+            out[:, g * og:(g + 1) * og] = res.reshape(n, ho, wo, og).transpose(0, 3, 1, 2)
     if exact_int:
         return np.rint(out).astype(np.int64)
     return out

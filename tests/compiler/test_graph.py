@@ -331,3 +331,19 @@ def test_data_movement_kernels():
     assert p.shape == (2, 4, 3, 4)
     assert (p[:, 0] == 7).all() and (p[:, :, 2] == 7).all() and (p[:, :, :, :2] == 7).all()
     np.testing.assert_array_equal(p[:, 1:, :2, 2:], x)
+
+
+@pytest.mark.parametrize("a, b", [((3, 4), (4, 5)), ((4,), (4, 5)), ((3, 4), (4,)), ((4,), (4,)),
+                                  ((2, 1, 3, 4), (5, 4, 6)), ((4,), (2, 4, 3))])
+def test_matmul_shape_inference_follows_numpy(a, b):
+    g = Graph("mm")
+    x = g.add_input("a", a)
+    y = g.add_node("matmul", [x, g.add_constant("b", np.ones(b, np.float32))])
+    assert g.tensors[y].shape == np.matmul(np.zeros(a), np.zeros(b)).shape
+
+
+def test_matmul_shape_mismatch_names_the_node():
+    g = Graph("mm")
+    x = g.add_input("a", (3, 4))
+    with pytest.raises(GraphError, match=r"node 'matmul' \(matmul\): shapes \(3, 4\) and \(5, 2\)"):
+        g.add_node("matmul", [x, g.add_constant("b", np.ones((5, 2), np.float32))])

@@ -70,3 +70,10 @@ def test_blocked_gemm_agrees(models):
         assert dev.last_stats[0]["gemm_active"] > 0
     finally:
         dev.close()
+
+
+def test_unknown_form_is_a_clear_error():
+    with pytest.raises(ValueError, match="GEMM arithmetic must be one of 'packed', 'wide', "
+                                         "not 'fast'"):
+        vdla.runtime.open(vdla.HardwareConfig(), backend="verilator", gemm_arithmetic="fast",
+                          log=lambda message: None)
