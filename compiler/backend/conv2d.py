@@ -65,6 +65,7 @@ import numpy as np
 from vdla.compiler.graph import Graph, Node
 from vdla.compiler.layout import pack, parse_layout, unpack
 from vdla.compiler.ops import conv_output_size
+from vdla.compiler.quantization import wrap32
 from vdla.config import ISA_FIXED_WIDTHS, AluOp, HardwareConfig
 from vdla.isa import Load, MemoryType, Program, Store, Uop, encode_uops
 from vdla.runtime.builder import COMPUTE, LOAD, STORE, ProgramBuilder
@@ -100,14 +101,15 @@ class _AluStep:
 class _Epilogue:
     """The ALU work after the GEMMs: `main` on the conv tile, `residual` on the residual
     tile (then ADDed), then a MAX/MIN clamp. `rows` (R, padded O) int32 are the vector
-    operands; `bias_rounding` (padded O) is folded into the bias on the host."""
+    operands. Row `bias_row` (if any) holds the requantization's rounding constant when it
+    is folded into the bias; the host adds the bias to it when it packs the rows."""
 
     main: tuple[_AluStep, ...]
     residual: tuple[_AluStep, ...] | None
     out_min: int
     out_max: int
     rows: np.ndarray
-    bias_rounding: np.ndarray
+    bias_row: int | None
 
 
 def _channel_param(node: Node, name: str, value, channels: int, low: int, high: int):
@@ -163,11 +165,17 @@ def _requant_steps(node, multiplier, shift, channels, padded, rows, fold: bool):
 
 
 def _plan_epilogue(node: Node, channels: int, padded: int, has_residual: bool,
-                   config: HardwareConfig) -> _Epilogue:
+                   has_bias: bool, config: HardwareConfig) -> _Epilogue:
     a = node.attrs
     rows: list[np.ndarray] = []
     main, fold = _requant_steps(node, a["multiplier"], a["shift"], channels, padded, rows,
                                 fold=a["multiplier"] is None)
+    # The bias (plus the folded rounding constant) is one vector ADD before the rest.
+    bias_row = None
+    if has_bias or fold is not None:
+        bias_row = len(rows)
+        rows.append(fold if fold is not None else np.zeros(padded, np.int64))
+        main = [_AluStep(AluOp.ADD, row=bias_row)] + main
     residual = None
     if has_residual:
         residual, _ = _requant_steps(node, a["residual_multiplier"], a["residual_shift"],
@@ -182,9 +190,8 @@ def _plan_epilogue(node: Node, channels: int, padded: int, has_residual: bool,
                          f"needs the ALU MUL; config {config.name} has only "
                          f"{', '.join(sorted(op.name for op in config.alu_ops))}")
     table = (np.stack(rows) if rows else np.zeros((0, padded), np.int64)).astype(np.int32)
-    bias_rounding = (fold if fold is not None else np.zeros(padded, np.int64)).astype(np.int32)
     return _Epilogue(tuple(main), tuple(residual) if residual is not None else None, lo, hi,
-                     table, bias_rounding)
+                     table, bias_row)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -209,6 +216,7 @@ class Conv2dLayer:
     out_blocks: int
     has_residual: bool = False
     const_rows: int = 0
+    dense: bool = False
 
     def __post_init__(self):
         top, left, bottom, right = self.pads
@@ -238,6 +246,12 @@ class Conv2dLayer:
         return conv_output_size(self.w, self.kernel_w, self.stride_w, self.pads[1], self.pads[3])
 
     @property
+    def macs(self) -> int:
+        """Useful multiply-accumulates: the layer's own sizes, without block padding."""
+        return (self.n * self.out_h * self.out_w * self.o * self.c * self.kernel_h
+                * self.kernel_w)
+
+    @property
     def gemm_uops(self) -> int:
         """GEMM micro-ops of the whole layer: one per (batch block, output position,
         output block, input block, kernel tap), whatever the tiling."""
@@ -247,9 +261,12 @@ class Conv2dLayer:
 
 def _layer_and_epilogue(node: Node, graph: Graph,
                         config: HardwareConfig) -> tuple[Conv2dLayer, _Epilogue]:
-    if node.op != "qconv2d":
-        raise ValueError(f"lower_conv2d lowers qconv2d nodes, not {node.name!r} ({node.op})")
+    if node.op not in ("qconv2d", "qdense"):
+        raise ValueError(f"lower_conv2d lowers qconv2d and qdense nodes, not {node.name!r} "
+                         f"({node.op})")
     a = node.attrs
+    if node.op == "qdense":
+        return _dense_layer_and_epilogue(node, graph, config)
     for key, plain in (("data_layout", "NCHW"), ("kernel_layout", "OIHW"), ("out_layout", "NCHW")):
         if parse_layout(a[key]).name != plain:
             raise ValueError(f"qconv2d node {node.name!r}: {key} {a[key]!r} is not supported "
@@ -265,7 +282,7 @@ def _layer_and_epilogue(node: Node, graph: Graph,
     o, i, kh, kw = graph.tensors[node.inputs[1]].shape
     has_residual = bool(node.input(3))
     padded_o = _ceil_div(o, config.block_out) * config.block_out
-    epilogue = _plan_epilogue(node, o, padded_o, has_residual, config)
+    epilogue = _plan_epilogue(node, o, padded_o, has_residual, bool(node.input(2)), config)
     layer = Conv2dLayer(n=n, c=c, h=h, w=w, o=o, kernel_h=kh, kernel_w=kw,
                         stride_h=int(a["strides"][0]), stride_w=int(a["strides"][1]),
                         pads=tuple(int(p) for p in a["pads"]),
@@ -273,6 +290,27 @@ def _layer_and_epilogue(node: Node, graph: Graph,
                         in_blocks=_ceil_div(c, config.block_in),
                         out_blocks=_ceil_div(o, config.block_out),
                         has_residual=has_residual, const_rows=len(epilogue.rows))
+    return layer, epilogue
+
+
+def _dense_layer_and_epilogue(node: Node, graph: Graph,
+                              config: HardwareConfig) -> tuple[Conv2dLayer, _Epilogue]:
+    """A qdense node is a 1x1 convolution over a 1x1 image: (N, C) x (O, C)."""
+    a = node.attrs
+    for key, plain in (("data_layout", "NC"), ("kernel_layout", "OI"), ("out_layout", "NC")):
+        if parse_layout(a[key]).name != plain:
+            raise ValueError(f"qdense node {node.name!r}: {key} {a[key]!r} is not supported "
+                             f"yet; lower_conv2d takes the plain {plain} node and packs itself")
+    n, c = graph.tensors[node.inputs[0]].shape
+    o, _ = graph.tensors[node.inputs[1]].shape
+    has_residual = bool(node.input(3))
+    padded_o = _ceil_div(o, config.block_out) * config.block_out
+    epilogue = _plan_epilogue(node, o, padded_o, has_residual, bool(node.input(2)), config)
+    layer = Conv2dLayer(n=n, c=c, h=1, w=1, o=o, kernel_h=1, kernel_w=1,
+                        batch_blocks=_ceil_div(n, config.batch),
+                        in_blocks=_ceil_div(c, config.block_in),
+                        out_blocks=_ceil_div(o, config.block_out),
+                        has_residual=has_residual, const_rows=len(epilogue.rows), dense=True)
     return layer, epilogue
 
 
@@ -333,8 +371,14 @@ class Conv2dSchedule:
                     config.wgt_depth),
             "acc": (t * acc_region + layer.const_rows * layer.out_blocks, config.acc_depth),
             "out": ((t - 1) * acc_region + tile, config.out_depth),
-            "uop": (len(_uop_table(layer, s).uops), config.uop_depth),
+            "uop": (_uop_count(layer, s), config.uop_depth),
         }
+
+    def fits(self, layer: Conv2dLayer, config: HardwareConfig) -> bool:
+        """Whether `check` would pass."""
+        s = self.clamped(layer)
+        return (s.tile_h * s.tile_w <= _ITER_MAX
+                and all(need <= depth for need, depth in self.needs(layer, config).values()))
 
     def check(self, layer: Conv2dLayer, config: HardwareConfig):
         """Raise ValueError naming every buffer this tiling overflows, and by how much."""
@@ -351,35 +395,15 @@ class Conv2dSchedule:
                              f"{threads}: {detail}")
 
     @classmethod
-    def default(cls, layer: Conv2dLayer, config: HardwareConfig, *, oc_nthread: int = 1,
-                h_nthread: int = 1) -> "Conv2dSchedule":
-        """The largest tiles that fit: start from the whole layer and, while a buffer
-        overflows, shrink the dimension that matters most for it to the largest tile
-        size giving one more tile. One virtual thread unless `oc_nthread` or `h_nthread`
-        asks for 2 (then every thread's region must fit)."""
-        sizes = {"tile_h": layer.out_h, "tile_w": layer.out_w, "tile_ci": layer.in_blocks,
-                 "tile_co": layer.out_blocks}
-        # Which dimensions to shrink first, per overflowing buffer.
-        order = {"inp": ("tile_h", "tile_ci", "tile_w"), "wgt": ("tile_ci", "tile_co"),
-                 "acc": ("tile_h", "tile_co", "tile_w"), "out": ("tile_h", "tile_co", "tile_w"),
-                 "uop": ("tile_ci", "tile_w"), "iter": ("tile_h", "tile_w")}
-        tiles = dict(sizes)
-        while True:
-            s = cls(**tiles, oc_nthread=oc_nthread, h_nthread=h_nthread)
-            needs = s.needs(layer, config)
-            if s.tile_h * s.tile_w > _ITER_MAX:
-                needs["iter"] = (s.tile_h * s.tile_w, _ITER_MAX)
-            over = [k for k, (need, have) in needs.items() if need > have]
-            if not over:
-                return s
-            dim = next((d for d in order[over[0]] if tiles[d] > 1), None)
-            if dim is None:
-                s.check(layer, config)  # raises, naming the buffers
-                raise AssertionError("unreachable: check() found no overflow")
-            count = _ceil_div(sizes[dim], tiles[dim])
-            while _ceil_div(sizes[dim], count) >= tiles[dim]:
-                count += 1
-            tiles[dim] = _ceil_div(sizes[dim], count)
+    def default(cls, layer: Conv2dLayer, config: HardwareConfig, *,
+                nthreads: int | None = None) -> "Conv2dSchedule":
+        """The schedule with the fewest cycles by the analytical timing model
+        (`vdla.compiler.backend.cost.choose_conv2d`) among tilings that fit, with one or
+        two virtual threads (`nthreads` 1 or 2 restricts it). Raises ValueError, naming
+        the buffers, when not even 1x1x1x1 tiles fit."""
+        from vdla.compiler.backend.cost import choose_conv2d
+
+        return choose_conv2d(layer, config, nthreads=nthreads)
 
 
 def _acc_region(layer: Conv2dLayer, s: Conv2dSchedule) -> int:
@@ -416,10 +440,21 @@ class _UopTable:
     inp_base: list = dataclasses.field(default_factory=list)  # per thread
     wgt_base: list = dataclasses.field(default_factory=list)
     acc_base: list = dataclasses.field(default_factory=list)
+    reset: list = dataclasses.field(default_factory=list)        # Uop(acc, 0, 0): GEMM reset
     alu_main: list = dataclasses.field(default_factory=list)     # Uop(acc, acc): immediates
     alu_res: list = dataclasses.field(default_factory=list)      # Uop(res, 0): on residual
     alu_add_res: list = dataclasses.field(default_factory=list)  # Uop(acc, res): conv += res
     alu_vec: dict = dataclasses.field(default_factory=dict)  # (thread, target, row, ob0) -> index
+
+
+def _uop_count(layer: Conv2dLayer, s: Conv2dSchedule) -> int:
+    """len(_uop_table(layer, s).uops), without building it."""
+    widths = {s.tile_w, layer.out_w % s.tile_w or s.tile_w}
+    cis = {s.tile_ci, layer.in_blocks % s.tile_ci or s.tile_ci}
+    gemm = sum(w * ci for w in widths for ci in cis) * layer.kernel_h * layer.kernel_w
+    alu = 2 + (2 if layer.has_residual else 0) + layer.const_rows * _ceil_div(
+        layer.out_blocks, s.tile_co)
+    return s.nthreads * (gemm + alu)
 
 
 def _uop_table(layer: Conv2dLayer, s: Conv2dSchedule, config: HardwareConfig | None = None,
@@ -451,6 +486,8 @@ def _uop_table(layer: Conv2dLayer, s: Conv2dSchedule, config: HardwareConfig | N
                          for ox in range(tw) for cb in range(tci)
                          for ky in range(kh) for kx in range(kw)]
                 table.gemm[t, tw, tci] = (begin, len(uops))
+        table.reset.append(len(uops))
+        uops.append(Uop(ab, 0, 0))
         table.alu_main.append(len(uops))
         uops.append(Uop(ab, ab))
         if layer.has_residual:
@@ -491,8 +528,8 @@ class LoweredConv2d:
     regions: dict
     arena_bytes: int
     uop_bytes: bytes
-    const_rows: np.ndarray        # (R, padded O) int32
-    bias_rounding: np.ndarray     # (padded O,) int32, added to the bias on the host
+    const_rows: np.ndarray        # (R, padded O) int32; the host adds the bias to bias_row
+    bias_row: int | None
 
     @property
     def data_layout(self) -> str:
@@ -527,11 +564,16 @@ class LoweredConv2d:
     # Host-side packing of the operands into the arena's formats.
 
     def pack_input(self, x: np.ndarray) -> np.ndarray:
-        return pack(_check(x, (self.layer.n, self.layer.c, self.layer.h, self.layer.w),
-                           np.int8, "input"), "NCHW", self.data_layout)
+        L = self.layer
+        if L.dense:
+            x = _check(x, (L.n, L.c), np.int8, "input").reshape(L.n, L.c, 1, 1)
+        return pack(_check(x, (L.n, L.c, L.h, L.w), np.int8, "input"), "NCHW",
+                    self.data_layout)
 
     def pack_weights(self, w: np.ndarray) -> np.ndarray:
         L = self.layer
+        if L.dense:
+            w = _check(w, (L.o, L.c), np.int8, "weights").reshape(L.o, L.c, 1, 1)
         return pack(_check(w, (L.o, L.c, L.kernel_h, L.kernel_w), np.int8, "weights"),
                     "OIHW", self.kernel_layout)
 
@@ -542,22 +584,52 @@ class LoweredConv2d:
         return np.ascontiguousarray(np.broadcast_to(
             v, values.shape[:-1] + (v.shape[-3], c.batch, c.block_out)).astype(np.int32))
 
-    def pack_bias(self, bias: np.ndarray | None) -> np.ndarray:
-        padded = np.zeros(self.layer.out_blocks * self.config.block_out, np.int64)
+    def pack_constants(self, bias: np.ndarray | None) -> np.ndarray:
+        """The per-channel constant rows as acc elements, the bias added to its row
+        (modulo 2**32, like the accumulator)."""
+        rows = self.const_rows.astype(np.int64)
         if bias is not None:
-            padded[:self.layer.o] = _check(bias, (self.layer.o,), np.int32, "bias")
-        return self._acc_rows((padded + self.bias_rounding).astype(np.int32))
+            if self.bias_row is None:
+                raise ValueError(f"conv2d node {self.node!r} was lowered without a bias")
+            rows[self.bias_row, :self.layer.o] += _check(bias, (self.layer.o,), np.int32,
+                                                         "bias")
+        return self._acc_rows(wrap32(rows).astype(np.int32))
+
+    def static_data(self, weights: np.ndarray, bias: np.ndarray | None) -> dict:
+        """The arena regions that stay the same from run to run: {region: array}
+        (micro-ops, constant rows with the bias, packed weights)."""
+        data = {"uop": np.frombuffer(self.uop_bytes, np.uint8),
+                "weights": self.pack_weights(weights)}
+        if len(self.const_rows):
+            data["const"] = self.pack_constants(bias)
+        elif bias is not None:
+            raise ValueError(f"conv2d node {self.node!r} was lowered without a bias")
+        return data
+
+    def input_data(self, x: np.ndarray, residual: np.ndarray | None = None) -> dict:
+        """The arena regions one run writes: {region: array} (input, residual)."""
+        if self.layer.has_residual != (residual is not None):
+            raise ValueError(f"conv2d node {self.node!r} was lowered "
+                             f"{'with' if self.layer.has_residual else 'without'} a "
+                             f"residual; got {'one' if residual is not None else 'none'}")
+        data = {"input": self.pack_input(x)}
+        if residual is not None:
+            data["residual"] = self.pack_residual(residual)
+        return data
 
     def pack_residual(self, residual: np.ndarray) -> np.ndarray:
         L = self.layer
+        if L.dense:
+            residual = _check(residual, (L.n, L.o), np.int8, "residual").reshape(L.n, L.o, 1, 1)
         r = _check(residual, (L.n, L.o, L.out_h, L.out_w), np.int8, "residual")
         return pack(r.astype(np.int32), "NCHW", self.out_layout)
 
     def unpack_output(self, raw: np.ndarray) -> np.ndarray:
         L, c = self.layer, self.config
         shape = (L.batch_blocks, L.out_blocks, L.out_h, L.out_w, c.batch, c.block_out)
-        return unpack(raw.view(np.int8).reshape(shape), self.out_layout, "NCHW",
-                      channels=L.o, batch=L.n)
+        y = unpack(raw.view(np.int8).reshape(shape), self.out_layout, "NCHW",
+                   channels=L.o, batch=L.n)
+        return y.reshape(L.n, L.o) if L.dense else y
 
 
 def _check(array, shape, dtype, what: str) -> np.ndarray:
@@ -575,7 +647,6 @@ def _arena(layer: Conv2dLayer, config: HardwareConfig, n_uops: int) -> tuple[dic
     sizes = {
         "uop": n_uops * c.uop_bytes,
         "const": L.const_rows * L.out_blocks * c.acc_elem_bytes,
-        "bias": L.out_blocks * c.acc_elem_bytes,
         "input": L.batch_blocks * L.in_blocks * L.h * L.w * c.inp_elem_bytes,
         "weights": L.out_blocks * L.in_blocks * L.kernel_h * L.kernel_w * c.wgt_elem_bytes,
         "residual": (L.batch_blocks * L.out_blocks * L.out_h * L.out_w * c.acc_elem_bytes
@@ -609,7 +680,7 @@ def lower_conv2d(node: Node | str, graph: Graph, config: HardwareConfig,
     program = _emit(layer, s, config, epilogue, uop_table, regions)
     return LoweredConv2d(node.name, config, layer, s, program, regions, arena_bytes,
                          encode_uops(uop_table.uops, config), epilogue.rows,
-                         epilogue.bias_rounding)
+                         epilogue.bias_row)
 
 
 def _emit(L: Conv2dLayer, s: Conv2dSchedule, c: HardwareConfig, epi: _Epilogue,
@@ -618,7 +689,7 @@ def _emit(L: Conv2dLayer, s: Conv2dSchedule, c: HardwareConfig, epi: _Epilogue,
         return regions[name].offset // elem_bytes
 
     uop0, const0 = base("uop", c.uop_bytes), base("const", c.acc_elem_bytes)
-    bias0, res0 = base("bias", c.acc_elem_bytes), base("residual", c.acc_elem_bytes)
+    res0 = base("residual", c.acc_elem_bytes)
     inp0, wgt0 = base("input", c.inp_elem_bytes), base("weights", c.wgt_elem_bytes)
     out0 = base("output", c.out_elem_bytes)
     kh, kw, sh, sw = L.kernel_h, L.kernel_w, L.stride_h, L.stride_w
@@ -733,11 +804,12 @@ def _emit(L: Conv2dLayer, s: Conv2dSchedule, c: HardwareConfig, epi: _Epilogue,
                 if not j:
                     if g:
                         p.dep_pop(STORE, COMPUTE)  # WAR: its previous tile's stores are done
-                    # The acc tile starts at the bias (rounding folded in), one block per LOAD.
-                    for obi in range(tco):
-                        p.load(MemoryType.ACC, sram_base=acc_t + obi * plane,
-                               dram_base=bias0 + ob0 + obi, y_size=plane, x_size=1,
-                               x_stride=0)
+                    # The acc tile starts at zero (the bias is an ALU ADD in the epilogue):
+                    # one reset micro-op per acc entry. A LOAD ACC of the bias with stride 0
+                    # would read 64 bytes per entry from DRAM, 8 cycles at 8 B/cycle.
+                    k = u.reset[t]
+                    p.gemm(reset_reg=True, uop_bgn=k, uop_end=k + 1, iter_out=tco,
+                           iter_in=plane, dst_factor_out=plane, dst_factor_in=1)
                     if L.has_residual:
                         for obi in range(tco):
                             p.load(MemoryType.ACC, sram_base=acc_t + u.res_base + obi * plane,
@@ -771,18 +843,8 @@ def run_conv2d(dev, lowered: LoweredConv2d, x_int8: np.ndarray, w_int8: np.ndarr
     if dev.config != lowered.config:
         raise ValueError(f"conv2d lowered for config {lowered.config.name}, the device has "
                          f"{dev.config.name}")
-    if lowered.layer.has_residual != (residual is not None):
-        raise ValueError(f"conv2d node {lowered.node!r} was lowered "
-                         f"{'with' if lowered.layer.has_residual else 'without'} a residual; "
-                         f"run_conv2d got {'one' if residual is not None else 'none'}")
-    data = {"uop": np.frombuffer(lowered.uop_bytes, np.uint8),
-            "bias": lowered.pack_bias(bias_int32),
-            "input": lowered.pack_input(x_int8),
-            "weights": lowered.pack_weights(w_int8)}
-    if len(lowered.const_rows):
-        data["const"] = lowered._acc_rows(lowered.const_rows)
-    if residual is not None:
-        data["residual"] = lowered.pack_residual(residual)
+    data = {**lowered.static_data(w_int8, bias_int32),
+            **lowered.input_data(x_int8, residual)}
     base = dev.alloc(lowered.arena_bytes)
     insn_addr = None
     try:

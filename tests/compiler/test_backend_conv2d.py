@@ -11,6 +11,7 @@ import pytest
 import vdla
 from vdla.compiler import Graph, run_reference
 from vdla.compiler.backend import Conv2dLayer, Conv2dSchedule, lower_conv2d, run_conv2d
+from vdla.compiler.backend.cost import estimate_conv2d
 from vdla.isa import Load, MemoryType
 
 DEFAULT = vdla.HardwareConfig()
@@ -52,7 +53,8 @@ def check_conv(g, name, feed, weights, bias, config=DEFAULT, schedule=None,
     # No redundant GEMM work: one micro-op per (output position, output block, input
     # block, tap), and the accumulators start at the bias (no reset micro-ops).
     # (The hardware counts the cycles a GEMM micro-op enters the pipeline: one each.)
-    uops = stats["gemm_uops"] if backend == "functional" else stats["gemm_active"]
+    uops = (stats["gemm_macs"] // config.macs_per_cycle if backend == "functional"
+            else stats["gemm_active"])
     assert uops == lowered.layer.gemm_uops
     # The micro-op kernels are loaded once, whatever the number of tiles.
     assert sum(isinstance(i, Load) and i.memory_type == MemoryType.UOP and i.x_size > 0
@@ -146,12 +148,19 @@ def test_schedules_give_identical_results():
     assert len({s["gemm_uops"] for s in results}) == 1
 
 
-def test_default_schedule_is_the_whole_layer_when_it_fits():
+def test_default_schedule_is_the_cheapest_by_the_timing_model():
     rng = np.random.default_rng(31)
     g, name, *_ = conv_graph(rng, c=20, o=24, shift=(9,))
     layer = Conv2dLayer.from_node(g.node(name), g, DEFAULT)
     assert (layer.in_blocks, layer.out_blocks, layer.out_h, layer.out_w) == (2, 2, 9, 9)
-    assert Conv2dSchedule.default(layer, DEFAULT) == Conv2dSchedule(9, 9, 2, 2)
+    whole = Conv2dSchedule(9, 9, 2, 2)
+    for nthreads in (1, None):
+        chosen = Conv2dSchedule.default(layer, DEFAULT, nthreads=nthreads)
+        assert (estimate_conv2d(layer, chosen, DEFAULT).cycles
+                <= estimate_conv2d(layer, whole, DEFAULT).cycles)
+    assert Conv2dSchedule.default(layer, DEFAULT, nthreads=1).nthreads == 1
+    with pytest.raises(ValueError, match="nthreads must be 1, 2 or None"):
+        Conv2dSchedule.default(layer, DEFAULT, nthreads=3)
 
 
 def test_default_schedule_fits_resnet_layers():
@@ -292,10 +301,10 @@ def test_virtual_threads_halve_the_capacity():
         Conv2dSchedule(8, 3, 2, 1, h_nthread=2).check(layer, small)
     with pytest.raises(ValueError, match="inp needs 200"):
         lower_conv2d(g.node(name), g, small, Conv2dSchedule(8, 3, 2, 1, oc_nthread=2))
-    # default() keeps one thread unless asked; asked, its tiles fit both threads.
-    assert Conv2dSchedule.default(layer, small).nthreads == 1
-    for kw in ({"h_nthread": 2}, {"oc_nthread": 2}):
-        schedule = Conv2dSchedule.default(layer, small, **kw)
+    # default() with two threads picks tiles that fit both threads' regions.
+    assert Conv2dSchedule.default(layer, small, nthreads=1).nthreads == 1
+    for nthreads in (2, None):
+        schedule = Conv2dSchedule.default(layer, small, nthreads=nthreads)
         assert schedule.nthreads == 2
         schedule.check(layer, small)
         for need, depth in schedule.needs(layer, small).values():
