@@ -274,6 +274,181 @@ def _cmd_sim(args) -> int:
     return 0
 
 
+# --- run ------------------------------------------------------------------------------------
+
+#: Backends `vdla run` can use, and the one it uses without --sim.
+RUN_BACKENDS = ("functional", "verilator")
+DEFAULT_RUN_BACKEND = "verilator"
+
+
+def _progress(verb: str):
+    """A progress callback for `compile_model`/`Session.run`: one updating line on a
+    terminal's stderr, nothing when stderr is not a terminal (logs and tests stay clean).
+    Returns (callback or None, function that ends the line)."""
+    if not sys.stderr.isatty():
+        return None, lambda: None
+
+    def show(done: int, total: int, name: str):
+        print(f"\r\x1b[K{verb} [{done + 1}/{total}] {name}", end="", file=sys.stderr,
+              flush=True)
+
+    return show, lambda: print("\r\x1b[K", end="", file=sys.stderr, flush=True)
+
+
+def _load_model(model: str, seed: int, calibration: int):
+    """(float graph, calibration samples, the run's feed, a note on the input) for MODEL:
+    a zoo name or an .onnx path. digits_cnn calibrates on training images and runs on
+    test image `seed`; other models use seeded standard-normal inputs."""
+    import numpy as np
+
+    from vdla.compiler import from_onnx, zoo
+
+    if model.lower().endswith(".onnx"):
+        if not Path(model).is_file():
+            raise CliError(f"ONNX file {model!r} does not exist (MODEL is a zoo name: "
+                           f"{', '.join(zoo.names())}, or a path to an .onnx file)")
+        graph = from_onnx(model)
+    elif model in zoo.names():
+        graph = zoo.get(model)
+    else:
+        raise CliError(f"unknown model {model!r}; MODEL is a zoo name ({', '.join(zoo.names())}) "
+                       "or a path to an .onnx file")
+    if len(graph.inputs) != 1:
+        raise CliError(f"{model}: vdla run feeds models with one input; this one has "
+                       f"{len(graph.inputs)} ({', '.join(graph.inputs)})")
+    name = graph.inputs[0]
+    shape = graph.tensors[name].shape
+    if model == "digits_cnn":
+        from vdla.compiler.datasets import digits_split
+        x_train, _, x_test, y_test = digits_split()
+        index = seed % len(x_test)
+        samples = x_train[:calibration, None]      # one (1, 1, 8, 8) sample each
+        return (graph, {name: samples}, {name: x_test[index][None]},
+                f"test image {index} of the digits split (label {y_test[index]})")
+    rng = np.random.default_rng(seed)
+    samples = rng.standard_normal((calibration,) + shape).astype(np.float32)
+    x = rng.standard_normal(shape).astype(np.float32)
+    return graph, {name: samples}, {name: x}, f"standard-normal input, seed {seed}"
+
+
+def _format_schedule(schedule: dict | None) -> str:
+    """A schedule compactly, e.g. ``h14 w56 ci4 co4 oc2`` (threads only when 2)."""
+    if schedule is None:
+        return "-"
+    text = (f"h{schedule['tile_h']} w{schedule['tile_w']} ci{schedule['tile_ci']} "
+            f"co{schedule['tile_co']}")
+    if schedule["oc_nthread"] > 1:
+        text += f" oc{schedule['oc_nthread']}"
+    if schedule["h_nthread"] > 1:
+        text += f" ht{schedule['h_nthread']}"
+    return text
+
+
+def _op_table(ops) -> list[str]:
+    """The per-op table: name, op, where it ran, schedule, cycles, GEMM util, DRAM bytes."""
+    header = ("op", "kind", "on", "schedule", "cycles", "GEMM util", "DRAM bytes")
+    rows = [(s.name, s.op, s.target, _format_schedule(s.schedule),
+             "-" if s.cycles is None else f"{s.cycles:,}",
+             "-" if s.gemm_utilization is None else f"{s.gemm_utilization:.1%}",
+             "-" if s.dram_bytes is None else f"{s.dram_bytes:,}") for s in ops]
+    widths = [max(len(r[i]) for r in rows + [header]) for i in range(len(header))]
+
+    def line(row):
+        left = [f"{v:<{w}}" for v, w in zip(row[:4], widths[:4])]
+        right = [f"{v:>{w}}" for v, w in zip(row[4:], widths[4:])]
+        return "  ".join(left + right).rstrip()
+
+    return [line(header)] + [line(r) for r in rows]
+
+
+def _compare(compiled_values: dict, reference_values: dict, graph) -> tuple[bool, str]:
+    """Whether every graph output matches the reference bit-exactly; if not, which
+    outputs differ and the first op whose output differs."""
+    import numpy as np
+
+    bad = [name for name in graph.outputs
+           if not np.array_equal(compiled_values[name], reference_values[name])
+           or compiled_values[name].dtype != reference_values[name].dtype]
+    if not bad:
+        return True, ""
+    details = []
+    for name in bad:
+        a, b = compiled_values[name], reference_values[name]
+        count = int(np.count_nonzero(a != b)) if a.shape == b.shape else a.size
+        details.append(f"output {name!r}: {count} of {b.size} values differ")
+    for node in graph.nodes():
+        out = node.outputs[0]
+        if not np.array_equal(compiled_values[out], reference_values[out]):
+            details.append(f"first differing op: {node.name!r} ({node.op})")
+            break
+    return False, "; ".join(details)
+
+
+def _cmd_run(args) -> int:
+    import vdla.runtime
+    from vdla.compiler import passes, quantize, run_reference
+    from vdla.compiler.backend import compile_model
+
+    if args.calibration < 1:
+        raise CliError(f"--calibration must be a positive integer, not {args.calibration}")
+    if args.seed < 0:
+        raise CliError(f"--seed must be a non-negative integer, not {args.seed}")
+    config = _load_config(args.config)
+    graph, calibration, feed, input_note = _load_model(args.model, args.seed, args.calibration)
+    start = time.perf_counter()
+    quantized = quantize(passes.prepare(graph), calibration, config)
+    quantize_seconds = time.perf_counter() - start
+
+    show, done = _progress("compiling")
+    try:
+        compiled = compile_model(quantized, config, progress=show)
+    finally:
+        done()
+    backend = args.sim
+    show, done = _progress(f"running on {backend}")
+    try:
+        with vdla.runtime.open(config, backend=backend) as dev:  # verilator logs a build
+            with compiled.session(dev) as session:
+                result = session.run(feed, progress=show, keep=True)
+    finally:
+        done()
+    reference = run_reference(quantized, feed, keep=True)
+    bit_exact, mismatch = _compare(result.values, reference, quantized)
+
+    on_vdla = len(compiled.vdla_ops)
+    print(f"{args.model}: {len(compiled.ops)} ops ({on_vdla} on vdla, "
+          f"{len(compiled.ops) - on_vdla} on the host), config {config.name}, {backend} "
+          f"backend, {input_note}")
+    for row in _op_table(result.ops):
+        print(f"  {row}")
+    for s in result.ops:
+        if s.target == "host" and s.op in ("qconv2d", "qdense"):
+            print(f"  note: {s.name} runs on the host: {s.reason}")
+    if result.cycles is None:
+        print("total cycles: - (the functional backend counts no cycles; use --sim verilator)")
+    else:
+        print(f"total cycles: {result.cycles:,} = {result.seconds_at_clock * 1e3:.3f} ms at "
+              f"{config.clock_mhz:g} MHz")
+    print(f"prepare + quantize: {quantize_seconds:.2f} s; compile: "
+          f"{compiled.compile_seconds:.2f} s; simulation: {result.wall_seconds:.2f} s wall")
+    print(f"bit-exact vs the quantized reference: {'yes' if bit_exact else 'NO'}"
+          + ("" if bit_exact else f" ({mismatch})"))
+
+    if args.json:
+        report = {"model": args.model, "backend": backend, "config": config.name,
+                  "clock_mhz": config.clock_mhz, "bit_exact": bit_exact,
+                  "cycles": result.cycles, "seconds_at_clock": result.seconds_at_clock,
+                  "quantize_seconds": quantize_seconds,
+                  "compile_seconds": compiled.compile_seconds,
+                  "wall_seconds": result.wall_seconds,
+                  "ops": [s.to_dict() for s in result.ops]}
+        atomic_write(Path(args.json), (json.dumps(report, indent=2) + "\n").encode())
+    if not bit_exact:
+        raise CliError(f"{args.model}: the {backend} outputs differ from the quantized "
+                       f"reference ({mismatch})")
+    return 0
+
+
 # --- entry point ----------------------------------------------------------------------------
 
 # --- verilog --------------------------------------------------------------------------------
@@ -400,6 +575,21 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--opset", type=int, default=13, metavar="K",
                         help="ONNX opset to write (default 13)")
     export.set_defaults(func=_cmd_export)
+
+    run = sub.add_parser("run", help="compile a model, run it on the simulated accelerator and "
+                                     "check it bit-exactly against the quantized reference")
+    run.add_argument("model", metavar="MODEL",
+                     help="zoo model name (resnet18, digits_cnn, small_cnn, ...) or an .onnx path")
+    run.add_argument("--sim", choices=RUN_BACKENDS, default=DEFAULT_RUN_BACKEND,
+                     help=f"simulator (default {DEFAULT_RUN_BACKEND}; the first run builds the "
+                          "model)")
+    run.add_argument("--config", metavar="FILE", help=config_help)
+    run.add_argument("--json", metavar="PATH", help="also write the results as JSON here")
+    run.add_argument("--seed", type=int, default=0,
+                     help="seeds the inputs (digits_cnn: the test image's index) (default 0)")
+    run.add_argument("--calibration", type=int, default=4, metavar="N",
+                     help="calibration samples for quantization (default 4)")
+    run.set_defaults(func=_cmd_run)
     return parser
 
 

@@ -1,0 +1,271 @@
+"""vdla back half, whole models: `compile_model` + `Session.run` on the functional and
+Verilator backends match the integer reference (`run_reference` on the quantized graph)
+bit-exactly; nodes the back half cannot lower fall back to the host with their reason;
+the digits CNN keeps its quantized accuracy; per-op stats and feed errors."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+import vdla
+from vdla.compiler import passes, quantize, run_reference, zoo
+from vdla.compiler.backend import (CompiledModel, Conv2dSchedule, RunResult, compile_model,
+                                   lower_conv2d)
+from vdla.compiler.builder import GraphBuilder
+from vdla.compiler.datasets import digits_split
+from vdla.compiler.layout import pack_graph
+
+CFG = vdla.HardwareConfig()
+
+
+def open_device(backend: str):
+    return vdla.runtime.open(CFG, backend=backend, **(
+        {"log": lambda message: None} if backend == "verilator" else {}))
+
+
+def quantized_zoo(name: str, seed: int = 0, calibration: int = 4):
+    """(quantized graph, rng) of zoo model `name`, calibrated on seeded normal inputs."""
+    graph = passes.prepare(zoo.get(name))
+    shape = graph.tensors["input"].shape
+    rng = np.random.default_rng(seed)
+    samples = rng.standard_normal((calibration,) + shape).astype(np.float32)
+    return quantize(graph, {"input": samples}, CFG), rng
+
+
+def assert_bit_exact(quantized, result: RunResult, feed):
+    want = run_reference(quantized, feed)
+    assert list(result.outputs) == quantized.outputs
+    for name, value in want.items():
+        assert result.outputs[name].dtype == value.dtype
+        np.testing.assert_array_equal(result.outputs[name], value)
+
+
+@pytest.fixture(scope="module")
+def digits():
+    return digits_split()
+
+
+@pytest.fixture(scope="module")
+def digits_quantized(digits):
+    """The trained digits CNN quantized as its accuracy test does: calibrated on the first
+    64 training images, one sample each (calibration never sees the test split)."""
+    return quantize(passes.prepare(zoo.get("digits_cnn")), {"input": digits[0][:64, None]}, CFG)
+
+
+@pytest.fixture(scope="module")
+def digits_compiled(digits_quantized):
+    return compile_model(digits_quantized, CFG)
+
+
+# --- bit-exact models ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("backend", ["functional", "verilator"])
+def test_digits_bit_exact_and_its_stats(digits, digits_quantized, digits_compiled, backend):
+    compiled = digits_compiled
+    assert [op.target for op in compiled.ops] == [
+        "host", "vdla", "vdla", "host", "vdla", "host", "vdla", "host"]
+    assert [op.op for op in compiled.vdla_ops] == ["qconv2d"] * 3 + ["qdense"]
+    with open_device(backend) as dev, compiled.session(dev) as session:
+        for image in digits[2][:4]:   # one session, several runs: static data written once
+            feed = {"input": image[None]}
+            result = session.run(feed)
+            assert_bit_exact(digits_quantized, result, feed)
+    ops = {s.name: s for s in result.ops}
+    assert [s.name for s in result.ops] == [op.name for op in compiled.ops]
+    for s, op in zip(result.ops, compiled.ops):
+        assert (s.op, s.target, s.reason) == (op.op, op.target, op.reason)
+        assert s.wall_seconds >= 0
+        if s.target == "host":
+            assert s.schedule is s.cycles is s.gemm_utilization is s.dram_bytes is None
+            continue
+        assert s.schedule == op.schedule and set(s.schedule) == {
+            "tile_h", "tile_w", "tile_ci", "tile_co", "oc_nthread", "h_nthread"}
+        assert s.macs == op.lowered.layer.macs > 0
+        # The accelerator reads at least its weights and writes at least its output.
+        assert s.dram_bytes >= (op.lowered.regions["weights"].nbytes
+                                + op.lowered.regions["output"].nbytes)
+        if backend == "functional":
+            assert s.cycles is None and s.gemm_utilization is None
+        else:
+            assert isinstance(s.cycles, int) and s.cycles > 0
+            assert 0 < s.gemm_utilization <= 1
+            assert s.gemm_utilization == pytest.approx(
+                s.macs / (s.cycles * CFG.macs_per_cycle))
+    assert ops["input_quantize"].reason == "float -> int conversion runs on the host"
+    assert "max_pool2d" in ops["/features/features.6/MaxPool"].reason
+    if backend == "functional":
+        assert result.cycles is None and result.seconds_at_clock is None
+    else:
+        assert result.cycles == sum(s.cycles for s in result.ops if s.cycles)
+        assert result.seconds_at_clock == pytest.approx(result.cycles / (CFG.clock_mhz * 1e6))
+    assert result.wall_seconds >= sum(s.wall_seconds for s in result.ops)
+
+
+def test_small_cnn_bit_exact_on_functional():
+    quantized, rng = quantized_zoo("small_cnn")
+    compiled = compile_model(quantized, CFG)
+    assert {op.op for op in compiled.vdla_ops} == {"qconv2d", "qdense"}
+    feed = {"input": rng.standard_normal((1, 3, 32, 32)).astype(np.float32)}
+    with open_device("functional") as dev, compiled.session(dev) as session:
+        assert_bit_exact(quantized, session.run(feed), feed)
+
+
+def test_resnet18_bit_exact_on_functional():
+    """The whole ResNet-18 (20 convolutions, 8 with a residual, and the classifier) on
+    the accelerator; a few seconds on the functional backend."""
+    quantized, rng = quantized_zoo("resnet18", calibration=2)
+    start = time.perf_counter()
+    compiled = compile_model(quantized, CFG)
+    compile_seconds = time.perf_counter() - start
+    gemm = [n.name for n in quantized.nodes() if n.op in ("qconv2d", "qdense")]
+    assert len(gemm) == 21 and [op.name for op in compiled.vdla_ops] == gemm
+    assert sum(bool(quantized.node(n).input(3)) for n in gemm) == 8   # residual adds
+    assert compiled.compile_seconds <= compile_seconds
+    feed = {"input": rng.standard_normal((1, 3, 224, 224)).astype(np.float32)}
+    with open_device("functional") as dev, compiled.session(dev) as session:
+        result = session.run(feed)
+    assert_bit_exact(quantized, result, feed)
+    print(f"resnet18 functional: compile {compile_seconds:.2f} s, run {result.wall_seconds:.2f} s")
+
+
+def test_digits_accuracy_on_the_whole_test_split(digits, digits_quantized, digits_compiled):
+    """Every one of the 450 test images on the accelerator: the predictions are the
+    quantized reference's, image by image, and within 1.5 points of the float model."""
+    _, _, x_test, y_test = digits
+    batched = zoo.get("digits_cnn", batch=len(x_test))
+    (float_logits,) = run_reference(batched, {"input": x_test}).values()
+    float_acc = float((float_logits.argmax(axis=1) == y_test).mean())
+    vdla_pred, ref_pred = [], []
+    with open_device("functional") as dev, digits_compiled.session(dev) as session:
+        for image in x_test:
+            feed = {"input": image[None]}
+            (got,) = session.run(feed).outputs.values()
+            (want,) = run_reference(digits_quantized, feed).values()
+            np.testing.assert_array_equal(got, want)
+            vdla_pred.append(int(got.argmax()))
+            ref_pred.append(int(want.argmax()))
+    vdla_acc = float((np.array(vdla_pred) == y_test).mean())
+    ref_acc = float((np.array(ref_pred) == y_test).mean())
+    print(f"digits: float {float_acc:.2%}, quantized reference {ref_acc:.2%}, "
+          f"vdla {vdla_acc:.2%}")
+    assert vdla_acc == ref_acc
+    assert float_acc >= 0.95 and vdla_acc >= float_acc - 0.015
+
+
+# --- host fallback ---------------------------------------------------------------------------
+
+def mixed_model():
+    """A quantized CNN whose 2nd conv is grouped and 3rd has pads >= kernel (both beyond
+    the back half), between convs it does lower; returns (quantized graph, feed)."""
+    b = GraphBuilder("mixed", seed=3)
+    x = b.input("input", (1, 8, 10, 10))
+    y = b.relu(b.conv(x, 16, 3, padding=1, bias=True, name="conv_a"))
+    y = b.relu(b.conv(y, 16, 3, padding=1, groups=4, bias=True, name="grouped"))
+    y = b.relu(b.conv(y, 20, 1, padding=1, bias=True, name="pad_ge_kernel"))
+    y = b.relu(b.conv(y, 24, 3, stride=2, padding=1, bias=True, name="conv_b"))
+    logits = b.dense(b.flatten(b.global_avg_pool(y)), 10, name="logits")
+    graph = passes.prepare(b.build([logits]))
+    rng = np.random.default_rng(5)
+    samples = rng.standard_normal((4, 1, 8, 10, 10)).astype(np.float32)
+    feed = {"input": rng.standard_normal((1, 8, 10, 10)).astype(np.float32)}
+    return quantize(graph, {"input": samples}, CFG), feed
+
+
+def test_nodes_the_back_half_cannot_lower_run_on_the_host():
+    quantized, feed = mixed_model()
+    compiled = compile_model(quantized, CFG)
+    ops = {op.name: op for op in compiled.ops}
+    assert ops["grouped"].op == "qconv2d" and ops["grouped"].target == "host"
+    assert "groups=4 is not supported" in ops["grouped"].reason
+    assert ops["pad_ge_kernel"].target == "host"
+    assert "must be smaller than the kernel" in ops["pad_ge_kernel"].reason
+    assert ops["grouped"].lowered is None and ops["grouped"].schedule is None
+    assert {ops[n].target for n in ("conv_a", "conv_b", "logits")} == {"vdla"}
+    assert ops["gap"].reason == ("global_avg_pool2d on float32 data: the accelerator "
+                                 "computes on integers only")
+    with open_device("functional") as dev, compiled.session(dev) as session:
+        result = session.run(feed)
+    assert_bit_exact(quantized, result, feed)
+    stats = {s.name: s for s in result.ops}
+    assert stats["grouped"].target == "host" and stats["grouped"].dram_bytes is None
+    assert stats["conv_b"].dram_bytes > 0
+
+
+def test_schedules_are_used_and_one_that_does_not_fit_falls_back():
+    quantized, feed = mixed_model()
+    small = Conv2dSchedule(tile_h=3, tile_w=4, tile_ci=1, tile_co=1, oc_nthread=2)
+    huge = Conv2dSchedule(tile_h=64, tile_w=64, tile_ci=1, tile_co=1)
+    tiny = vdla.HardwareConfig(acc_buff_size=4096)   # acc: 64 entries
+    with pytest.raises(ValueError, match="does not fit"):   # what the fallback reports
+        lower_conv2d(quantized.node("conv_a"), quantized, tiny, huge)
+    compiled = compile_model(quantized, CFG, schedules={"conv_b": small})
+    assert compiled.ops[[op.name for op in compiled.ops].index("conv_b")].schedule == {
+        "tile_h": 3, "tile_w": 4, "tile_ci": 1, "tile_co": 1, "oc_nthread": 2, "h_nthread": 1}
+    with open_device("functional") as dev, compiled.session(dev) as session:
+        assert_bit_exact(quantized, session.run(feed), feed)
+    tiny_compiled = compile_model(quantized, tiny, schedules={"conv_a": huge})
+    conv_a = next(op for op in tiny_compiled.ops if op.name == "conv_a")
+    assert conv_a.target == "host" and "does not fit" in conv_a.reason
+    with vdla.runtime.open(tiny) as dev, tiny_compiled.session(dev) as session:
+        assert_bit_exact(quantized, session.run(feed), feed)
+
+
+def test_progress_reports_every_op(digits_quantized, digits_compiled, digits):
+    seen = []
+    compiled = compile_model(digits_quantized, CFG, progress=lambda *a: seen.append(a))
+    names = [n.name for n in digits_quantized.nodes()]
+    assert seen == [(i, len(names), n) for i, n in enumerate(names)]
+    seen.clear()
+    with open_device("functional") as dev, compiled.session(dev) as session:
+        session.run({"input": digits[2][:1]}, progress=lambda *a: seen.append(a))
+    assert seen == [(i, len(names), n) for i, n in enumerate(names)]
+
+
+# --- sessions and errors ---------------------------------------------------------------------
+
+def test_session_frees_its_dram_and_refuses_to_run_closed(digits_compiled, digits):
+    with open_device("functional") as dev:
+        before = dev.allocator.bytes_in_use
+        session = digits_compiled.session(dev)
+        arenas = sum(op.lowered.arena_bytes for op in digits_compiled.vdla_ops)
+        assert dev.allocator.bytes_in_use >= before + arenas
+        session.close()
+        assert dev.allocator.bytes_in_use == before
+        session.close()   # idempotent
+        with pytest.raises(ValueError, match="session is closed"):
+            session.run({"input": digits[2][:1]})
+
+
+def test_bad_feeds(digits_compiled):
+    with open_device("functional") as dev, digits_compiled.session(dev) as session:
+        with pytest.raises(ValueError, match=r"missing input\(s\) \['input'\].*\(1, 1, 8, 8\)"):
+            session.run({})
+        with pytest.raises(ValueError, match=r"unknown input\(s\) \['x'\]"):
+            session.run({"input": np.zeros((1, 1, 8, 8), np.float32), "x": 1})
+        with pytest.raises(ValueError, match=r"'input' has shape \(1, 8, 8\); the graph "
+                                             r"expects \(1, 1, 8, 8\)"):
+            session.run({"input": np.zeros((1, 8, 8), np.float32)})
+        with pytest.raises(ValueError, match="dtype <U1; expected a number"):
+            session.run({"input": np.full((1, 1, 8, 8), "a")})
+        with pytest.raises(TypeError, match="feed must be a dict"):
+            session.run([np.zeros((1, 1, 8, 8), np.float32)])
+
+
+def test_bad_arguments(digits_quantized, digits_compiled):
+    with pytest.raises(ValueError, match=r"schedules name \['nope'\]"):
+        compile_model(digits_quantized, CFG, schedules={"nope": Conv2dSchedule(1, 1, 1, 1)})
+    conv = "/features/features.0/Conv"
+    with pytest.raises(TypeError, match="must be a Conv2dSchedule, not dict"):
+        compile_model(digits_quantized, CFG, schedules={conv: {"tile_h": 1}})
+    with pytest.raises(TypeError, match="config must be a vdla.HardwareConfig"):
+        compile_model(digits_quantized, "default")
+    with pytest.raises(ValueError, match="plain layouts.*pack_graph"):
+        compile_model(pack_graph(digits_quantized, CFG), CFG)
+    other = vdla.HardwareConfig(acc_buff_size=4096)
+    with vdla.runtime.open(other) as dev:
+        with pytest.raises(ValueError, match=f"compiled for config {CFG.name}.*{other.name}"):
+            digits_compiled.session(dev)
+    assert isinstance(digits_compiled, CompiledModel)

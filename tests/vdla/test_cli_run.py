@@ -1,0 +1,121 @@
+"""`vdla run MODEL`: compile a zoo or ONNX model, run it on the functional and Verilator
+backends, check it bit-exactly against the quantized reference, print the per-op table,
+write the JSON report; and its errors."""
+
+import json
+
+import pytest
+
+import vdla
+from vdla import cli
+from vdla.cli import main
+from vdla.compiler import zoo
+
+CFG = vdla.HardwareConfig()
+OP_KEYS = {"name", "op", "target", "schedule", "cycles", "gemm_utilization", "dram_bytes"}
+
+
+def run_json(tmp_path, capsys, *args: str) -> tuple[dict, str]:
+    """`vdla run ... --json`; returns (the JSON report, stdout)."""
+    out = tmp_path / "report" / "out.json"
+    assert main(["run", *args, "--json", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err
+    return json.loads(out.read_text()), captured.out
+
+
+def test_digits_on_functional_writes_the_report(tmp_path, capsys):
+    report, out = run_json(tmp_path, capsys, "digits_cnn", "--sim", "functional")
+    assert {"model", "backend", "config", "bit_exact", "cycles", "seconds_at_clock", "ops",
+            "compile_seconds", "wall_seconds"} <= set(report)
+    assert report["model"] == "digits_cnn" and report["backend"] == "functional"
+    assert report["config"] == CFG.name and report["bit_exact"] is True
+    assert report["cycles"] is None and report["seconds_at_clock"] is None
+    ops = report["ops"]
+    assert all(OP_KEYS <= set(op) for op in ops)
+    assert [op["target"] for op in ops] == [
+        "host", "vdla", "vdla", "host", "vdla", "host", "vdla", "host"]
+    vdla_ops = [op for op in ops if op["target"] == "vdla"]
+    assert all(op["dram_bytes"] > 0 and op["schedule"]["tile_h"] >= 1 for op in vdla_ops)
+    assert all(op["cycles"] is None for op in ops)
+
+    lines = out.splitlines()
+    assert lines[0].startswith("digits_cnn: 8 ops (4 on vdla, 4 on the host)")
+    assert "functional backend" in lines[0] and "test image 0" in lines[0]
+    assert lines[1].split()[:4] == ["op", "kind", "on", "schedule"]
+    conv = next(line for line in lines if "/features/features.0/Conv" in line).split()
+    assert conv[1:3] == ["qconv2d", "vdla"] and conv[3].startswith("h")
+    quant = next(line for line in lines if "input_quantize" in line).split()
+    assert quant[1:] == ["quantize", "host", "-", "-", "-", "-"]
+    assert "bit-exact vs the quantized reference: yes" in out
+    assert "total cycles: -" in out
+
+
+def test_digits_on_verilator(tmp_path, capsys):
+    report, out = run_json(tmp_path, capsys, "digits_cnn", "--sim", "verilator", "--seed", "7")
+    assert report["backend"] == "verilator" and report["bit_exact"] is True
+    cycles = [op["cycles"] for op in report["ops"] if op["target"] == "vdla"]
+    assert len(cycles) == 4 and all(c > 0 for c in cycles)
+    assert report["cycles"] == sum(cycles)
+    assert report["seconds_at_clock"] == pytest.approx(report["cycles"] / (CFG.clock_mhz * 1e6))
+    assert all(0 < op["gemm_utilization"] <= 1 for op in report["ops"] if op["target"] == "vdla")
+    assert "test image 7" in out
+    assert f"total cycles: {report['cycles']:,} = " in out and "at 100 MHz" in out
+
+
+def test_onnx_path(tmp_path, capsys):
+    path = tmp_path / "small.onnx"
+    assert main(["export", "small_cnn", "-o", str(path)]) == 0
+    capsys.readouterr()
+    report, out = run_json(tmp_path, capsys, str(path), "--sim", "functional",
+                           "--calibration", "2")
+    assert report["model"] == str(path) and report["bit_exact"] is True
+    assert {op["op"] for op in report["ops"] if op["target"] == "vdla"} == {"qconv2d", "qdense"}
+
+
+def test_default_backend_is_verilator():
+    args = cli.build_parser().parse_args(["run", "resnet18"])
+    assert args.sim == cli.DEFAULT_RUN_BACKEND == "verilator"
+    assert (args.seed, args.calibration, args.json, args.config) == (0, 4, None, None)
+
+
+def error_of(capsys, *args: str) -> str:
+    assert main(["run", *args]) == 1
+    captured = capsys.readouterr()
+    assert captured.err.startswith("vdla: error: ") and "Traceback" not in captured.err
+    return captured.err
+
+
+def test_errors(tmp_path, capsys):
+    err = error_of(capsys, "resnet19", "--sim", "functional")
+    assert "unknown model 'resnet19'" in err
+    assert all(name in err for name in zoo.names())
+    missing = tmp_path / "nope.onnx"
+    err = error_of(capsys, str(missing), "--sim", "functional")
+    assert f"ONNX file '{missing}' does not exist" in err
+    assert "--calibration must be a positive integer, not 0" in error_of(
+        capsys, "digits_cnn", "--sim", "functional", "--calibration", "0")
+    assert "cannot read" in error_of(capsys, "digits_cnn", "--config", str(tmp_path / "c.json"))
+
+
+def test_a_mismatch_names_the_output_and_the_first_differing_op():
+    """The bit-exactness check itself, on the reference's own values with one changed."""
+    import numpy as np
+
+    from vdla.compiler import passes, quantize, run_reference
+    from vdla.compiler.datasets import digits_split
+
+    x_train, _, x_test, _ = digits_split()
+    graph = quantize(passes.prepare(zoo.get("digits_cnn")), {"input": x_train[:4, None]}, CFG)
+    values = run_reference(graph, {"input": x_test[:1]}, keep=True)
+    assert cli._compare(dict(values), values, graph) == (True, "")
+    changed = dict(values)
+    conv = graph.node("/features/features.7/Conv").outputs[0]
+    changed[conv] = values[conv].copy()
+    changed[conv].flat[0] ^= 1
+    logits = graph.outputs[0]
+    changed[logits] = values[logits] + np.float32(1)
+    ok, detail = cli._compare(changed, values, graph)
+    assert not ok
+    assert f"output {logits!r}: 10 of 10 values differ" in detail
+    assert "first differing op: '/features/features.7/Conv' (qconv2d)" in detail
