@@ -131,6 +131,36 @@ def test_resnet18_bit_exact_on_functional():
     print(f"resnet18 functional: compile {compile_seconds:.2f} s, run {result.wall_seconds:.2f} s")
 
 
+def test_resnet18_bit_exact_on_verilator():
+    """The whole ResNet-18 on the cycle-accurate backend (about 11 M cycles, 10-15 s)."""
+    quantized, rng = quantized_zoo("resnet18", seed=1, calibration=2)
+    compiled = compile_model(quantized, CFG)
+    feed = {"input": rng.standard_normal((1, 3, 224, 224)).astype(np.float32)}
+    with open_device("verilator") as dev, compiled.session(dev) as session:
+        result = session.run(feed)
+    assert_bit_exact(quantized, result, feed)
+    convs = [s for s in result.ops if s.op == "qconv2d"]
+    assert all(s.target == "vdla" and 0 < s.gemm_utilization <= 1 for s in convs)
+    # The 3x3 layers without a residual run at >= 80% GEMM utilization.
+    plain_3x3 = [s for s in convs if quantized.tensors[quantized.node(s.name).inputs[1]]
+                 .shape[2:] == (3, 3) and not quantized.node(s.name).input(3)]
+    assert len(plain_3x3) >= 8 and min(s.gemm_utilization for s in plain_3x3) >= 0.8
+
+
+@pytest.mark.parametrize("backend", [
+    "functional", pytest.param("verilator", marks=pytest.mark.slow)])
+def test_resnet50_bit_exact(backend):
+    """ResNet-50 (53 convolutions: 1x1 bottlenecks, 16 residual adds). The functional run
+    covers the lowering of every layer; the Verilator run (28 M cycles, about 30 s) is
+    marked slow."""
+    quantized, rng = quantized_zoo("resnet50", calibration=1)
+    compiled = compile_model(quantized, CFG)
+    assert len(compiled.vdla_ops) == 54
+    feed = {"input": rng.standard_normal((1, 3, 224, 224)).astype(np.float32)}
+    with open_device(backend) as dev, compiled.session(dev) as session:
+        assert_bit_exact(quantized, session.run(feed), feed)
+
+
 def test_digits_accuracy_on_the_whole_test_split(digits, digits_quantized, digits_compiled):
     """Every one of the 450 test images on the accelerator: the predictions are the
     quantized reference's, image by image, and within 1.5 points of the float model."""
