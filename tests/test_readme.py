@@ -26,3 +26,10 @@ def test_compiler_example_runs(capsys):
 def test_readme_commands_match_ci():
     ci = (README.parent / ".ci" / "run").read_text().strip().splitlines()[-1]
     assert ci in README.read_text()
+
+
+def test_backend_example_runs(capsys):
+    backend = next(code for code in _examples() if "compile_model(" in code)
+    exec(compile(backend, str(README), "exec"), {})
+    report = capsys.readouterr().out
+    assert "vdla {'tile_h'" in report and "host None" in report
