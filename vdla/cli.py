@@ -493,6 +493,8 @@ def _cmd_export(args) -> int:
     return 0
 
 
+# --- entry point ----------------------------------------------------------------------------
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vdla", description=__import__("vdla").__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
