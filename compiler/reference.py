@@ -13,13 +13,14 @@ unpacked and its output packed around the call, so kernels only see plain layout
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Callable, Mapping
 
 import numpy as np
 
 from vdla.compiler.graph import DTYPES, Graph, GraphError, Node
 
-__all__ = ["KERNELS", "conv2d_accumulate", "kernel", "pool2d_windows", "run_reference"]
+__all__ = ["KERNELS", "check_inputs", "conv2d_accumulate", "kernel", "pool2d_windows",
+           "run_reference"]
 
 #: op name -> fn(node, inputs: list[ndarray | None], graph) -> list[ndarray]
 KERNELS: dict[str, Callable] = {}
@@ -41,6 +42,38 @@ def _load_extensions():
     import vdla.compiler.quantization  # noqa: F401
 
 
+def check_inputs(graph: Graph, feed) -> dict[str, np.ndarray]:
+    """`feed` (input name -> array) checked against `graph`'s inputs and cast to their
+    dtypes: the one input check of `run_reference` and of the back halves' sessions.
+    Raises ValueError naming a missing, unknown, wrong-shaped or wrong-typed input and
+    what the graph takes; TypeError when `feed` is not a mapping."""
+    if not isinstance(feed, Mapping):
+        raise TypeError(f"feed must be a dict input name -> array, not {type(feed).__name__}")
+    takes = ", ".join(f"{n} {graph.tensors[n].shape} {graph.tensors[n].dtype}"
+                      for n in graph.inputs)
+    missing = [n for n in graph.inputs if n not in feed]
+    if missing:
+        raise ValueError(f"missing input(s) {missing}; graph {graph.name!r} takes {takes}")
+    unknown = sorted(set(feed) - set(graph.inputs))
+    if unknown:
+        raise ValueError(f"unknown input(s) {unknown}; graph {graph.name!r} takes {takes}")
+    values = {}
+    for name in graph.inputs:
+        t = graph.tensors[name]
+        array = np.asarray(feed[name])
+        if tuple(array.shape) != t.shape:
+            raise ValueError(f"input {name!r} has shape {tuple(array.shape)}; the graph "
+                             f"expects {t.shape}")
+        if t.dtype == "float32":
+            if array.dtype.kind not in "fiu":
+                raise ValueError(f"input {name!r} has dtype {array.dtype}; expected a number")
+        elif array.dtype != DTYPES[t.dtype]:
+            raise ValueError(f"input {name!r} has dtype {array.dtype}; the graph expects "
+                             f"{t.dtype}")
+        values[name] = array.astype(DTYPES[t.dtype], copy=False)
+    return values
+
+
 def run_reference(graph: Graph, inputs: dict[str, np.ndarray], *,
                   keep: bool = False) -> dict[str, np.ndarray]:
     """Run `graph` on `inputs` (name -> array) and return its outputs (name -> array).
@@ -49,28 +82,7 @@ def run_reference(graph: Graph, inputs: dict[str, np.ndarray], *,
     per-op comparisons of back halves). Inputs are checked against the graph's input
     shapes and dtypes; a wrong or missing input raises ValueError naming it."""
     _load_extensions()
-    values: dict[str, np.ndarray] = {}
-    missing = [n for n in graph.inputs if n not in inputs]
-    if missing:
-        raise ValueError(f"missing input(s) {missing}; graph {graph.name!r} takes "
-                         + ", ".join(f"{n} {graph.tensors[n].shape} {graph.tensors[n].dtype}"
-                                     for n in graph.inputs))
-    unknown = sorted(set(inputs) - set(graph.inputs))
-    if unknown:
-        raise ValueError(f"unknown input(s) {unknown}; graph {graph.name!r} takes {graph.inputs}")
-    for name in graph.inputs:
-        t = graph.tensors[name]
-        array = np.asarray(inputs[name])
-        if tuple(array.shape) != t.shape:
-            raise ValueError(f"input {name!r} has shape {tuple(array.shape)}; the graph expects "
-                             f"{t.shape}")
-        if t.dtype == "float32":
-            if array.dtype.kind not in "fiu":
-                raise ValueError(f"input {name!r} has dtype {array.dtype}; expected a number")
-        elif array.dtype != DTYPES[t.dtype]:
-            raise ValueError(f"input {name!r} has dtype {array.dtype}; the graph expects "
-                             f"{t.dtype}")
-        values[name] = array.astype(DTYPES[t.dtype], copy=False)
+    values = check_inputs(graph, inputs)
     for name, t in graph.tensors.items():
         if t.is_constant:
             values[name] = t.data

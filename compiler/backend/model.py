@@ -29,6 +29,7 @@ import numpy as np
 
 from vdla.compiler.backend.conv2d import Conv2dSchedule, LoweredConv2d, lower_conv2d
 from vdla.compiler.graph import DTYPES, Graph, Node
+from vdla.compiler.reference import check_inputs as check_feed
 from vdla.config import HardwareConfig
 
 __all__ = ["CompiledModel", "CompiledOp", "OpStats", "RunResult", "Session", "check_feed",
@@ -237,37 +238,6 @@ class RunResult:
     seconds_at_clock: float | None
     wall_seconds: float
     values: dict[str, np.ndarray] | None = None
-
-
-def check_feed(graph: Graph, feed) -> dict[str, np.ndarray]:
-    """`feed` (input name -> array) checked against `graph`'s inputs as `run_reference`
-    checks them, cast to the inputs' dtypes. Raises ValueError naming a missing, unknown,
-    wrong-shaped or wrong-typed input and what the graph takes."""
-    if not isinstance(feed, Mapping):
-        raise TypeError(f"feed must be a dict input name -> array, not {type(feed).__name__}")
-    takes = ", ".join(f"{n} {graph.tensors[n].shape} {graph.tensors[n].dtype}"
-                      for n in graph.inputs)
-    missing = [n for n in graph.inputs if n not in feed]
-    if missing:
-        raise ValueError(f"missing input(s) {missing}; graph {graph.name!r} takes {takes}")
-    unknown = sorted(set(feed) - set(graph.inputs))
-    if unknown:
-        raise ValueError(f"unknown input(s) {unknown}; graph {graph.name!r} takes {takes}")
-    values = {}
-    for name in graph.inputs:
-        t = graph.tensors[name]
-        array = np.asarray(feed[name])
-        if tuple(array.shape) != t.shape:
-            raise ValueError(f"input {name!r} has shape {tuple(array.shape)}; the graph "
-                             f"expects {t.shape}")
-        if t.dtype == "float32":
-            if array.dtype.kind not in "fiu":
-                raise ValueError(f"input {name!r} has dtype {array.dtype}; expected a number")
-        elif array.dtype != DTYPES[t.dtype]:
-            raise ValueError(f"input {name!r} has dtype {array.dtype}; the graph expects "
-                             f"{t.dtype}")
-        values[name] = array.astype(DTYPES[t.dtype], copy=False)
-    return values
 
 
 @dataclasses.dataclass
