@@ -1,16 +1,14 @@
-"""One ``qconv2d`` node tensorized into a vdla program (the first step of the back half).
+"""One ``qconv2d`` or ``qdense`` node tensorized into a vdla program.
+
+A ``qdense`` is lowered as a 1x1 convolution over a 1x1 image.
 
 What the program does, per output tile (``tile_h`` rows x ``tile_w`` columns x
 ``tile_co`` output-channel blocks of one batch block), with one virtual thread (two
 threads: see *Virtual threads* below):
 
-1. *Initialise* the acc tile with the bias: one LOAD ACC per output-channel block that
-   reads the block's bias element ``tile_h * tile_w`` times (``x_size 1, x_stride 0``), so
-   the tile starts at ``bias`` instead of 0. This replaces VTA's ``GEMM reset_reg`` plus an
-   ALU ADD pass: no extra compute instruction, and every GEMM micro-op the run counts is a
-   useful one. When the requantization has no multiplier, its rounding constant is folded
-   into that bias on the host (``wrap32(bias + r)``; additions modulo 2**32 associate, as
-   `vdla.compiler.quantization` documents).
+1. *Reset* the acc tile: one ``GEMM reset_reg`` instruction, one micro-op per acc entry
+   (one cycle each). Loading the bias instead (LOAD ACC, ``x_stride 0``) would read 64
+   bytes of DRAM per entry on the compute module: 8 cycles at 8 bytes per cycle.
 2. For each chunk of ``tile_ci`` input-channel blocks: LOAD INP (one 2-D DMA per channel
    block, the image borders supplied by the LOAD's zero padding, 0..15 per side), LOAD WGT
    (one 2-D DMA for all ``tile_co`` blocks; skipped when the chunk's weights are already
@@ -18,7 +16,10 @@ threads: see *Virtual threads* below):
    ``iter_out = tile_co`` (weights), ``iter_in = tile_h`` (input rows), micro-ops over
    (output column, input-channel block, ky, kx). The micro-op kernels (at most four: full
    and edge ``tile_w`` x full and edge ``tile_ci``) are loaded once, at the start.
-3. Epilogue on the ALU over the tile: requantization exactly as
+3. Epilogue on the ALU over the tile: the bias ADD (a vector operand; when the
+   requantization has no multiplier its rounding constant is folded into that row on the
+   host, ``wrap32(bias + r)``: additions modulo 2**32 associate, as
+   `vdla.compiler.quantization` documents), requantization exactly as
    `vdla.compiler.quantization.requantize` (MUL, rounding ADD, SHR), the residual (loaded
    with LOAD ACC into a second acc region, requantized there, ADDed), then MAX/MIN clamp;
    the last ALU op also writes the int8 out buffer, which STOREs copy to DRAM. Per-tensor
@@ -48,8 +49,8 @@ k-th pop waits for exactly the k-th push: tokens of the two threads never get mi
 With one thread this is exactly the single-thread program.
 
 DRAM (one arena, offsets in bytes, every region aligned for any element type): micro-ops,
-per-channel constant rows and bias as acc elements (int32, replicated over the batch
-rows), input int8 ``NCHW{batch}n{block_in}c``, weights int8
+per-channel constant rows (the bias row among them) as acc elements (int32, replicated
+over the batch rows), input int8 ``NCHW{batch}n{block_in}c``, weights int8
 ``OIHW{block_out}o{block_in}i``, the residual as int32 acc elements in
 ``NCHW{batch}n{block_out}c`` (LOAD ACC reads int32 elements, so the host widens the int8
 residual), and the int8 output ``NCHW{batch}n{block_out}c``. The program is emitted for an
