@@ -14,6 +14,7 @@ from typing import NamedTuple
 import numpy as np
 
 from vdla.compiler.graph import Graph
+from vdla.compiler.ops import conv_output_size
 
 __all__ = ["RESNET18", "ConvWorkload", "parse_workload", "workload_graph"]
 
@@ -29,8 +30,8 @@ class ConvWorkload(NamedTuple):
 
     @property
     def macs(self) -> int:
-        ho = (self.h + 2 * self.pad - self.k) // self.stride + 1
-        wo = (self.w + 2 * self.pad - self.k) // self.stride + 1
+        ho = conv_output_size(self.h, self.k, self.stride, self.pad, self.pad)
+        wo = conv_output_size(self.w, self.k, self.stride, self.pad, self.pad)
         return ho * wo * self.cout * self.cin * self.k * self.k
 
 

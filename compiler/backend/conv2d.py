@@ -375,18 +375,23 @@ class Conv2dSchedule:
             "uop": (_uop_count(layer, s), config.uop_depth),
         }
 
-    def fits(self, layer: Conv2dLayer, config: HardwareConfig) -> bool:
-        """Whether `check` would pass."""
-        s = self.clamped(layer)
-        return (s.tile_h * s.tile_w <= _ITER_MAX
-                and all(need <= depth for need, depth in self.needs(layer, config).values()))
-
-    def check(self, layer: Conv2dLayer, config: HardwareConfig):
-        """Raise ValueError naming every buffer this tiling overflows, and by how much."""
+    def overflows(self, layer: Conv2dLayer, config: HardwareConfig) -> dict[str, tuple[int, int]]:
+        """The limits this tiling exceeds: {buffer or "iter": (need, limit)}; empty when
+        it fits. "iter" is the GEMM loop count of a tile (tile_h * tile_w)."""
         s = self.clamped(layer)
         over = {k: v for k, v in self.needs(layer, config).items() if v[0] > v[1]}
         if s.tile_h * s.tile_w > _ITER_MAX:
             over["iter"] = (s.tile_h * s.tile_w, _ITER_MAX)
+        return over
+
+    def fits(self, layer: Conv2dLayer, config: HardwareConfig) -> bool:
+        """Whether `check` would pass."""
+        return not self.overflows(layer, config)
+
+    def check(self, layer: Conv2dLayer, config: HardwareConfig):
+        """Raise ValueError naming every buffer this tiling overflows, and by how much."""
+        s = self.clamped(layer)
+        over = self.overflows(layer, config)
         if over:
             detail = "; ".join(f"{name} needs {need} elements, has {depth} (over by "
                                f"{need - depth})" for name, (need, depth) in over.items())

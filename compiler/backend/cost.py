@@ -71,13 +71,6 @@ def _split(total: int, tile: int) -> list[tuple[int, int]]:
     return [(tile, full)] + ([(edge, 1)] if edge else [])
 
 
-def _epilogue_uop_cycles(layer: Conv2dLayer, steps: tuple[int, int, int]) -> int:
-    """Compute cycles per acc entry of a tile after its GEMMs. `steps` = (immediate ALU
-    passes, vector ALU passes, instructions)."""
-    imm, vec, _ = steps
-    return 1 + imm + 2 * vec  # the reset micro-op, then the ALU passes
-
-
 def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: HardwareConfig, *,
                     alu_passes: tuple[int, int] | None = None,
                     bytes_per_cycle: float = BYTES_PER_CYCLE) -> Conv2dEstimate:
@@ -130,7 +123,8 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
                     tile_gemm += nci * g
                     chunk_pairs += nci * max(ld, g)
                 entries = plane * tco
-                epi = entries * _epilogue_uop_cycles(layer, (imm, vec, 0)) + 5 * INSN_CYCLES
+                # The reset micro-op, then the ALU passes, per acc entry.
+                epi = entries * (1 + imm + 2 * vec) + 5 * INSN_CYCLES
                 if layer.has_residual:
                     # LOAD ACC of int32 residual entries (on the compute module), its
                     # shift and the ADD (a vector operand: two cycles).

@@ -45,8 +45,9 @@ def test_schedule_space_holds_only_fitting_schedules_of_both_thread_kinds():
     assert {(s.oc_nthread, s.h_nthread) for s in space} == {(1, 1), (2, 1), (1, 2)}
     for s in space:
         s.check(layer, DEFAULT)
-    # The whole layer in one tile overflows the acc with the bias row... and the weights.
+    # The whole layer in one tile: 16x16x9 weight blocks are more than the wgt buffer.
     assert not Conv2dSchedule(14, 14, 16, 16).fits(layer, DEFAULT)
+    assert "wgt" in Conv2dSchedule(14, 14, 16, 16).overflows(layer, DEFAULT)
 
 
 def test_chooser_prefers_two_threads_where_loads_are_long_and_raises_when_nothing_fits():

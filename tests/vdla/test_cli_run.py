@@ -95,6 +95,8 @@ def test_errors(tmp_path, capsys):
     assert f"ONNX file '{missing}' does not exist" in err
     assert "--calibration must be a positive integer, not 0" in error_of(
         capsys, "digits_cnn", "--sim", "functional", "--calibration", "0")
+    assert "--seed must be a non-negative integer, not -1" in error_of(
+        capsys, "digits_cnn", "--sim", "functional", "--seed", "-1")
     assert "cannot read" in error_of(capsys, "digits_cnn", "--config", str(tmp_path / "c.json"))
 
 
