@@ -63,40 +63,20 @@ import dataclasses
 
 import numpy as np
 
+from vdla.compiler.backend.common import (ITER_MAX, PAD_MAX, AluStep, acc_rows, ceil_div,
+                                          check_alu_ops, check_array, layout_arena, relocate,
+                                          requant_steps)
 from vdla.compiler.graph import Graph, Node
 from vdla.compiler.layout import pack, parse_layout, unpack
 from vdla.compiler.ops import conv_output_size
 from vdla.compiler.quantization import wrap32
-from vdla.config import ISA_FIXED_WIDTHS, AluOp, HardwareConfig
+from vdla.config import AluOp, HardwareConfig
 from vdla.isa import Load, MemoryType, Program, Store, Uop, encode_uops
 from vdla.runtime.builder import COMPUTE, LOAD, STORE, ProgramBuilder
 
 __all__ = ["Conv2dLayer", "Conv2dSchedule", "LoweredConv2d", "lower_conv2d", "run_conv2d"]
 
-# Field limits of the ISA (fixed widths, the same for every config).
-#: LOAD pads per side.
-_PAD_MAX = (1 << ISA_FIXED_WIDTHS["pad"]) - 1
-#: GEMM/ALU loop counts.
-_ITER_MAX = (1 << ISA_FIXED_WIDTHS["iter"]) - 1
-#: The ALU immediate (signed).
-_IMM_MIN, _IMM_MAX = -(1 << (ISA_FIXED_WIDTHS["imm"] - 1)), (1 << (ISA_FIXED_WIDTHS["imm"] - 1)) - 1
-
-
-def _ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
-
-
 # --- the workload -----------------------------------------------------------------------------
-
-@dataclasses.dataclass(frozen=True)
-class _AluStep:
-    """One ALU pass over a tile: `op` with an immediate, or with per-channel constant row
-    `row` of the reserved acc region as its vector operand."""
-
-    op: AluOp
-    imm: int | None = None
-    row: int | None = None
-
 
 @dataclasses.dataclass(frozen=True)
 class _Epilogue:
@@ -105,91 +85,35 @@ class _Epilogue:
     operands. Row `bias_row` (if any) holds the requantization's rounding constant when it
     is folded into the bias; the host adds the bias to it when it packs the rows."""
 
-    main: tuple[_AluStep, ...]
-    residual: tuple[_AluStep, ...] | None
+    main: tuple[AluStep, ...]
+    residual: tuple[AluStep, ...] | None
     out_min: int
     out_max: int
     rows: np.ndarray
     bias_row: int | None
 
 
-def _channel_param(node: Node, name: str, value, channels: int, low: int, high: int):
-    """An int, or an int64 array with one value per channel; a per-channel value whose
-    entries are all equal becomes an int (an immediate instead of a vector operand)."""
-    arr = np.asarray(value)
-    if arr.dtype.kind not in "iu" or arr.ndim > 1:
-        raise ValueError(f"qconv2d node {node.name!r}: {name} must be an integer or one "
-                         f"integer per output channel, not {value!r}")
-    arr = arr.astype(np.int64).reshape(-1)
-    if arr.size not in (1, channels):
-        raise ValueError(f"qconv2d node {node.name!r}: {name} has {arr.size} values; it needs "
-                         f"1 or one per output channel ({channels})")
-    if ((arr < low) | (arr > high)).any():
-        raise ValueError(f"qconv2d node {node.name!r}: {name} {arr.tolist()} is outside "
-                         f"[{low}, {high}]")
-    return int(arr[0]) if (arr == arr[0]).all() else arr
-
-
-def _requant_steps(node, multiplier, shift, channels, padded, rows, fold: bool):
-    """ALU steps of ``requantize(acc, multiplier, shift)``; appends vector rows to `rows`.
-    With `fold` (no multiplier before the rounding ADD), the rounding constant is returned
-    to be added to the bias instead. Returns (steps, rounding to fold or None)."""
-
-    def vector(values, pad_value):
-        row = np.full(padded, pad_value, dtype=np.int64)
-        row[:channels] = values
-        rows.append(row)
-        return len(rows) - 1
-
-    steps = []
-    if multiplier is not None:
-        m = _channel_param(node, "multiplier", multiplier, channels, 1, _IMM_MAX)
-        steps.append(_AluStep(AluOp.MUL, imm=m) if isinstance(m, int)
-                     else _AluStep(AluOp.MUL, row=vector(m, 1)))
-    s = _channel_param(node, "shift", shift, channels, -31, 31)
-    rounding = np.where(np.asarray(s) > 0, np.int64(1) << np.clip(np.asarray(s) - 1, 0, 30), 0)
-    folded = None
-    if np.any(rounding):
-        if fold:
-            folded = np.zeros(padded, dtype=np.int64)
-            folded[:channels] = rounding
-        elif isinstance(s, int) and rounding <= _IMM_MAX:
-            steps.append(_AluStep(AluOp.ADD, imm=int(rounding)))
-        else:  # per channel, or 1 << (shift - 1) beyond the 16-bit immediate
-            steps.append(_AluStep(AluOp.ADD, row=vector(np.broadcast_to(rounding, channels), 0)))
-    if isinstance(s, int):
-        if s:
-            steps.append(_AluStep(AluOp.SHR, imm=s))
-    else:
-        steps.append(_AluStep(AluOp.SHR, row=vector(s, 0)))
-    return steps, folded
-
-
 def _plan_epilogue(node: Node, channels: int, padded: int, has_residual: bool,
                    has_bias: bool, config: HardwareConfig) -> _Epilogue:
     a = node.attrs
     rows: list[np.ndarray] = []
-    main, fold = _requant_steps(node, a["multiplier"], a["shift"], channels, padded, rows,
+    main, fold = requant_steps(node, a["multiplier"], a["shift"], channels, padded, rows,
                                 fold=a["multiplier"] is None)
     # The bias (plus the folded rounding constant) is one vector ADD before the rest.
     bias_row = None
     if has_bias or fold is not None:
         bias_row = len(rows)
         rows.append(fold if fold is not None else np.zeros(padded, np.int64))
-        main = [_AluStep(AluOp.ADD, row=bias_row)] + main
+        main = [AluStep(AluOp.ADD, row=bias_row)] + main
     residual = None
     if has_residual:
-        residual, _ = _requant_steps(node, a["residual_multiplier"], a["residual_shift"],
+        residual, _ = requant_steps(node, a["residual_multiplier"], a["residual_shift"],
                                      channels, padded, rows, fold=False)
     lo, hi = int(a["out_min"]), int(a["out_max"])
     if not -128 <= lo <= hi <= 127:
         raise ValueError(f"qconv2d node {node.name!r}: out_min {lo} and out_max {hi} must "
                          "satisfy -128 <= out_min <= out_max <= 127")
-    uses_mul = any(step.op == AluOp.MUL for step in main + (residual or []))
-    if uses_mul and AluOp.MUL not in config.alu_ops:
-        raise ValueError(f"qconv2d node {node.name!r} requantizes with a multiplier, which "
-                         f"needs the ALU MUL; config {config.name} has only "
-                         f"{', '.join(sorted(op.name for op in config.alu_ops))}")
+    check_alu_ops(node, main + (residual or []), config)
     table = (np.stack(rows) if rows else np.zeros((0, padded), np.int64)).astype(np.int32)
     return _Epilogue(tuple(main), tuple(residual) if residual is not None else None, lo, hi,
                      table, bias_row)
@@ -221,8 +145,8 @@ class Conv2dLayer:
 
     def __post_init__(self):
         top, left, bottom, right = self.pads
-        if any(not 0 <= p <= _PAD_MAX for p in self.pads):
-            raise ValueError(f"conv2d pads {self.pads} must each be 0..{_PAD_MAX}: the LOAD's "
+        if any(not 0 <= p <= PAD_MAX for p in self.pads):
+            raise ValueError(f"conv2d pads {self.pads} must each be 0..{PAD_MAX}: the LOAD's "
                              "padding fields have 4 bits")
         # A pad as large as the kernel makes output rows/columns that see only padding;
         # their input tile would be empty, which a LOAD cannot express.
@@ -282,14 +206,14 @@ def _layer_and_epilogue(node: Node, graph: Graph,
     n, c, h, w = graph.tensors[node.inputs[0]].shape
     o, i, kh, kw = graph.tensors[node.inputs[1]].shape
     has_residual = bool(node.input(3))
-    padded_o = _ceil_div(o, config.block_out) * config.block_out
+    padded_o = ceil_div(o, config.block_out) * config.block_out
     epilogue = _plan_epilogue(node, o, padded_o, has_residual, bool(node.input(2)), config)
     layer = Conv2dLayer(n=n, c=c, h=h, w=w, o=o, kernel_h=kh, kernel_w=kw,
                         stride_h=int(a["strides"][0]), stride_w=int(a["strides"][1]),
                         pads=tuple(int(p) for p in a["pads"]),
-                        batch_blocks=_ceil_div(n, config.batch),
-                        in_blocks=_ceil_div(c, config.block_in),
-                        out_blocks=_ceil_div(o, config.block_out),
+                        batch_blocks=ceil_div(n, config.batch),
+                        in_blocks=ceil_div(c, config.block_in),
+                        out_blocks=ceil_div(o, config.block_out),
                         has_residual=has_residual, const_rows=len(epilogue.rows))
     return layer, epilogue
 
@@ -305,12 +229,12 @@ def _dense_layer_and_epilogue(node: Node, graph: Graph,
     n, c = graph.tensors[node.inputs[0]].shape
     o, _ = graph.tensors[node.inputs[1]].shape
     has_residual = bool(node.input(3))
-    padded_o = _ceil_div(o, config.block_out) * config.block_out
+    padded_o = ceil_div(o, config.block_out) * config.block_out
     epilogue = _plan_epilogue(node, o, padded_o, has_residual, bool(node.input(2)), config)
     layer = Conv2dLayer(n=n, c=c, h=1, w=1, o=o, kernel_h=1, kernel_w=1,
-                        batch_blocks=_ceil_div(n, config.batch),
-                        in_blocks=_ceil_div(c, config.block_in),
-                        out_blocks=_ceil_div(o, config.block_out),
+                        batch_blocks=ceil_div(n, config.batch),
+                        in_blocks=ceil_div(c, config.block_in),
+                        out_blocks=ceil_div(o, config.block_out),
                         has_residual=has_residual, const_rows=len(epilogue.rows), dense=True)
     return layer, epilogue
 
@@ -380,8 +304,8 @@ class Conv2dSchedule:
         it fits. "iter" is the GEMM loop count of a tile (tile_h * tile_w)."""
         s = self.clamped(layer)
         over = {k: v for k, v in self.needs(layer, config).items() if v[0] > v[1]}
-        if s.tile_h * s.tile_w > _ITER_MAX:
-            over["iter"] = (s.tile_h * s.tile_w, _ITER_MAX)
+        if s.tile_h * s.tile_w > ITER_MAX:
+            over["iter"] = (s.tile_h * s.tile_w, ITER_MAX)
         return over
 
     def fits(self, layer: Conv2dLayer, config: HardwareConfig) -> bool:
@@ -458,7 +382,7 @@ def _uop_count(layer: Conv2dLayer, s: Conv2dSchedule) -> int:
     widths = {s.tile_w, layer.out_w % s.tile_w or s.tile_w}
     cis = {s.tile_ci, layer.in_blocks % s.tile_ci or s.tile_ci}
     gemm = sum(w * ci for w in widths for ci in cis) * layer.kernel_h * layer.kernel_w
-    alu = 2 + (2 if layer.has_residual else 0) + layer.const_rows * _ceil_div(
+    alu = 2 + (2 if layer.has_residual else 0) + layer.const_rows * ceil_div(
         layer.out_blocks, s.tile_co)
     return s.nthreads * (gemm + alu)
 
@@ -514,12 +438,6 @@ def _uop_table(layer: Conv2dLayer, s: Conv2dSchedule, config: HardwareConfig | N
 
 # --- lowering ---------------------------------------------------------------------------------
 
-@dataclasses.dataclass(frozen=True)
-class _Region:
-    offset: int   # bytes from the arena's start
-    nbytes: int
-
-
 @dataclasses.dataclass(frozen=True, eq=False)
 class LoweredConv2d:
     """A lowered qconv2d: `program` (for an arena at DRAM address 0; `relocate` moves it),
@@ -550,45 +468,24 @@ class LoweredConv2d:
         return f"NCHW{self.config.batch}n{self.config.block_out}c"
 
     def relocate(self, base: int) -> Program:
-        """The program for an arena at DRAM byte address `base` (aligned for every
-        element type): every LOAD/STORE's dram_base moves by `base` in its elements."""
-        c = self.config
-        elem = {MemoryType.UOP: c.uop_bytes, MemoryType.INP: c.inp_elem_bytes,
-                MemoryType.WGT: c.wgt_elem_bytes, MemoryType.ACC: c.acc_elem_bytes,
-                MemoryType.OUT: c.out_elem_bytes}
-        insns = []
-        for insn in self.program:
-            if isinstance(insn, (Load, Store)) and insn.x_size:
-                size = elem[insn.memory_type]
-                if base % size:
-                    raise ValueError(f"arena address {base:#x} is not aligned to {size}-byte "
-                                     f"{insn.memory_type.name} elements")
-                insn = dataclasses.replace(insn, dram_base=insn.dram_base + base // size)
-            insns.append(insn)
-        return Program(tuple(insns), c)
+        """The program for an arena at DRAM byte address `base` (`common.relocate`)."""
+        return relocate(self.program, base, self.config)
 
     # Host-side packing of the operands into the arena's formats.
 
     def pack_input(self, x: np.ndarray) -> np.ndarray:
         L = self.layer
         if L.dense:
-            x = _check(x, (L.n, L.c), np.int8, "input").reshape(L.n, L.c, 1, 1)
-        return pack(_check(x, (L.n, L.c, L.h, L.w), np.int8, "input"), "NCHW",
+            x = check_array(x, (L.n, L.c), np.int8, "input").reshape(L.n, L.c, 1, 1)
+        return pack(check_array(x, (L.n, L.c, L.h, L.w), np.int8, "input"), "NCHW",
                     self.data_layout)
 
     def pack_weights(self, w: np.ndarray) -> np.ndarray:
         L = self.layer
         if L.dense:
-            w = _check(w, (L.o, L.c), np.int8, "weights").reshape(L.o, L.c, 1, 1)
-        return pack(_check(w, (L.o, L.c, L.kernel_h, L.kernel_w), np.int8, "weights"),
+            w = check_array(w, (L.o, L.c), np.int8, "weights").reshape(L.o, L.c, 1, 1)
+        return pack(check_array(w, (L.o, L.c, L.kernel_h, L.kernel_w), np.int8, "weights"),
                     "OIHW", self.kernel_layout)
-
-    def _acc_rows(self, values: np.ndarray) -> np.ndarray:
-        """(..., padded O) int32 -> acc elements (..., O blocks, batch, block_out)."""
-        c = self.config
-        v = values.reshape(values.shape[:-1] + (-1, 1, c.block_out))
-        return np.ascontiguousarray(np.broadcast_to(
-            v, values.shape[:-1] + (v.shape[-3], c.batch, c.block_out)).astype(np.int32))
 
     def pack_constants(self, bias: np.ndarray | None) -> np.ndarray:
         """The per-channel constant rows as acc elements, the bias added to its row
@@ -597,9 +494,9 @@ class LoweredConv2d:
         if bias is not None:
             if self.bias_row is None:
                 raise ValueError(f"conv2d node {self.node!r} was lowered without a bias")
-            rows[self.bias_row, :self.layer.o] += _check(bias, (self.layer.o,), np.int32,
+            rows[self.bias_row, :self.layer.o] += check_array(bias, (self.layer.o,), np.int32,
                                                          "bias")
-        return self._acc_rows(wrap32(rows).astype(np.int32))
+        return acc_rows(wrap32(rows).astype(np.int32), self.config)
 
     def static_data(self, weights: np.ndarray, bias: np.ndarray | None) -> dict:
         """The arena regions that stay the same from run to run: {region: array}
@@ -626,8 +523,8 @@ class LoweredConv2d:
     def pack_residual(self, residual: np.ndarray) -> np.ndarray:
         L = self.layer
         if L.dense:
-            residual = _check(residual, (L.n, L.o), np.int8, "residual").reshape(L.n, L.o, 1, 1)
-        r = _check(residual, (L.n, L.o, L.out_h, L.out_w), np.int8, "residual")
+            residual = check_array(residual, (L.n, L.o), np.int8, "residual").reshape(L.n, L.o, 1, 1)
+        r = check_array(residual, (L.n, L.o, L.out_h, L.out_w), np.int8, "residual")
         return pack(r.astype(np.int32), "NCHW", self.out_layout)
 
     def unpack_output(self, raw: np.ndarray) -> np.ndarray:
@@ -638,17 +535,7 @@ class LoweredConv2d:
         return y.reshape(L.n, L.o) if L.dense else y
 
 
-def _check(array, shape, dtype, what: str) -> np.ndarray:
-    array = np.asarray(array)
-    if array.shape != tuple(shape) or array.dtype != dtype:
-        raise ValueError(f"conv2d {what} must be {np.dtype(dtype).name} of shape "
-                         f"{tuple(shape)}, not {array.dtype} {array.shape}")
-    return array
-
-
 def _arena(layer: Conv2dLayer, config: HardwareConfig, n_uops: int) -> tuple[dict, int]:
-    from vdla.runtime.device import dram_alignment
-    align = dram_alignment(config)
     L, c = layer, config
     sizes = {
         "uop": n_uops * c.uop_bytes,
@@ -659,11 +546,7 @@ def _arena(layer: Conv2dLayer, config: HardwareConfig, n_uops: int) -> tuple[dic
                      if L.has_residual else 0),
         "output": L.batch_blocks * L.out_blocks * L.out_h * L.out_w * c.out_elem_bytes,
     }
-    regions, offset = {}, 0
-    for name, nbytes in sizes.items():
-        regions[name] = _Region(offset, nbytes)
-        offset += _ceil_div(nbytes, align) * align
-    return regions, max(offset, align)
+    return layout_arena(sizes, config)
 
 
 def lower_conv2d(node: Node | str, graph: Graph, config: HardwareConfig,

@@ -30,8 +30,8 @@ import dataclasses
 import functools
 import math
 
-from vdla.compiler.backend.conv2d import (_ITER_MAX, Conv2dLayer, Conv2dSchedule,
-                                          _ceil_div, _inp_chunk)
+from vdla.compiler.backend.common import ITER_MAX, ceil_div
+from vdla.compiler.backend.conv2d import Conv2dLayer, Conv2dSchedule, _inp_chunk
 from vdla.config import HardwareConfig
 
 __all__ = ["Conv2dEstimate", "choose_conv2d", "estimate_conv2d", "schedule_space"]
@@ -88,7 +88,7 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
     threads = s.nthreads
     chunks = _split(layer.in_blocks, s.tile_ci)
     n_chunks = sum(n for _, n in chunks)
-    co_tiles = _ceil_div(layer.out_blocks, s.tile_co)
+    co_tiles = ceil_div(layer.out_blocks, s.tile_co)
     # Weights are loaded again for every tile, except with a single input-channel chunk
     # when a thread's next tile uses the same output-channel blocks (see `_emit`).
     if n_chunks > 1:
@@ -165,7 +165,7 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
 def _candidates(total: int, limit: int | None = None) -> list[int]:
     """Distinct tile sizes ceil(total / k), largest first (each gives a different tile
     count); at most `limit` of them (the largest)."""
-    sizes = sorted({_ceil_div(total, k) for k in range(1, total + 1)}, reverse=True)
+    sizes = sorted({ceil_div(total, k) for k in range(1, total + 1)}, reverse=True)
     return sizes[:limit] if limit else sizes
 
 
@@ -178,7 +178,7 @@ def schedule_space(layer: Conv2dLayer, config: HardwareConfig, *,
     for oc, hn in threads:
         for tw in _candidates(layer.out_w, width_tiles):
             for th in _candidates(layer.out_h):
-                if th * tw > _ITER_MAX:
+                if th * tw > ITER_MAX:
                     continue
                 for tci in _candidates(layer.in_blocks):
                     for tco in _candidates(layer.out_blocks):
