@@ -71,7 +71,7 @@ from vdla.compiler.layout import pack, parse_layout, unpack
 from vdla.compiler.ops import conv_output_size
 from vdla.compiler.quantization import wrap32
 from vdla.config import AluOp, HardwareConfig
-from vdla.isa import Load, MemoryType, Program, Store, Uop, encode_uops
+from vdla.isa import MemoryType, Program, Uop, encode_uops
 from vdla.runtime.builder import COMPUTE, LOAD, STORE, ProgramBuilder
 
 __all__ = ["Conv2dLayer", "Conv2dSchedule", "LoweredConv2d", "lower_conv2d", "run_conv2d"]

@@ -31,7 +31,7 @@ import functools
 import math
 
 from vdla.compiler.backend.common import ITER_MAX, ceil_div
-from vdla.compiler.backend.conv2d import Conv2dLayer, Conv2dSchedule, _inp_chunk
+from vdla.compiler.backend.conv2d import Conv2dLayer, Conv2dSchedule
 from vdla.config import HardwareConfig
 
 __all__ = ["Conv2dEstimate", "choose_conv2d", "estimate_conv2d", "schedule_space"]
