@@ -158,3 +158,27 @@ def relocate(program: Program, base: int, config: HardwareConfig) -> Program:
             insn = dataclasses.replace(insn, dram_base=insn.dram_base + base // size)
         insns.append(insn)
     return Program(tuple(insns), config)
+
+
+def run_arena(dev, lowered, data: dict) -> tuple[np.ndarray, dict]:
+    """Run one lowered op on `dev` in an arena of its own: allocate it, write `data`
+    ({region: array}), run the relocated program, read the "output" region back, free
+    everything. Returns (output bytes as uint8, the run's statistics)."""
+    if dev.config != lowered.config:
+        raise ValueError(f"{lowered.node!r} was lowered for config {lowered.config.name}, "
+                         f"the device has {dev.config.name}")
+    base = dev.alloc(lowered.arena_bytes)
+    insn_addr = None
+    try:
+        for name, array in data.items():
+            if array.nbytes:
+                dev.write(base + lowered.regions[name].offset, array)
+        insn_addr, count = dev.load_program(lowered.relocate(base))
+        stats = dev.run(insn_addr, count)
+        out = lowered.regions["output"]
+        raw = dev.read(base + out.offset, out.nbytes)
+    finally:
+        dev.free(base)
+        if insn_addr is not None:
+            dev.free(insn_addr)
+    return raw, stats

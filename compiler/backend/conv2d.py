@@ -65,7 +65,7 @@ import numpy as np
 
 from vdla.compiler.backend.common import (ITER_MAX, PAD_MAX, AluStep, acc_rows, ceil_div,
                                           check_alu_ops, check_array, layout_arena, relocate,
-                                          requant_steps)
+                                          requant_steps, run_arena)
 from vdla.compiler.graph import Graph, Node
 from vdla.compiler.layout import pack, parse_layout, unpack
 from vdla.compiler.ops import conv_output_size
@@ -729,23 +729,8 @@ def run_conv2d(dev, lowered: LoweredConv2d, x_int8: np.ndarray, w_int8: np.ndarr
                return_stats: bool = False):
     """Write the operands packed into `dev`'s DRAM, run the program, read the output back
     and unpack it: int8 (N, O, Ho, Wo). With `return_stats`, returns (y, stats)."""
-    if dev.config != lowered.config:
-        raise ValueError(f"conv2d lowered for config {lowered.config.name}, the device has "
-                         f"{dev.config.name}")
     data = {**lowered.static_data(w_int8, bias_int32),
             **lowered.input_data(x_int8, residual)}
-    base = dev.alloc(lowered.arena_bytes)
-    insn_addr = None
-    try:
-        for name, array in data.items():
-            if array.nbytes:
-                dev.write(base + lowered.regions[name].offset, array)
-        insn_addr, count = dev.load_program(lowered.relocate(base))
-        stats = dev.run(insn_addr, count)
-        out = lowered.regions["output"]
-        y = lowered.unpack_output(dev.read(base + out.offset, out.nbytes))
-    finally:
-        dev.free(base)
-        if insn_addr is not None:
-            dev.free(insn_addr)
+    raw, stats = run_arena(dev, lowered, data)
+    y = lowered.unpack_output(raw)
     return (y, stats) if return_stats else y

@@ -34,7 +34,8 @@ from vdla.compiler.backend.common import ITER_MAX, ceil_div
 from vdla.compiler.backend.conv2d import Conv2dLayer, Conv2dSchedule
 from vdla.config import HardwareConfig
 
-__all__ = ["Conv2dEstimate", "choose_conv2d", "estimate_conv2d", "schedule_space"]
+__all__ = ["Conv2dEstimate", "choose_conv2d", "choose_pool2d", "estimate_conv2d",
+           "estimate_pool2d", "schedule_space"]
 
 #: Pipeline fill and drain of one GEMM/ALU instruction (measured: 100 back-to-back
 #: 10-micro-op instructions take 888 cycles more than 1000 micro-ops in one).
@@ -212,3 +213,65 @@ def choose_conv2d(layer: Conv2dLayer, config: HardwareConfig, *,
         raise ValueError(f"conv2d layer {layer} has no schedule with {nthreads} virtual "
                          f"threads that fits config {config.name}")
     return best
+
+
+# --- pooling -----------------------------------------------------------------------------------
+
+def estimate_pool2d(layer, schedule, config: HardwareConfig, *,
+                    bytes_per_cycle: float = BYTES_PER_CYCLE) -> int:
+    """Predicted cycles of `layer` (a `Pool2dLayer`) lowered with `schedule` (a
+    `Pool2dSchedule`, see `vdla.compiler.backend.pool`). Per tile the compute module
+    works while the next tile's input loads (the inp buffer is free once the window is
+    summed or widened) and the previous tile's stores run, so a tile costs the longest of
+    its loads, its compute and its stores."""
+    from vdla.compiler.backend.pool import MAX
+
+    s = schedule.clamped(layer)
+    c, bw = config, float(bytes_per_cycle)
+    imm_steps, vec_steps = layer.imm_passes, layer.vec_passes
+    cycles = first = 0.0
+    for th, nh in _split(layer.out_h, s.tile_h):
+        rows = (th - 1) * layer.stride_h + layer.kernel_h
+        for tw, nw in _split(layer.out_w, s.tile_w):
+            cols = (tw - 1) * layer.stride_w + layer.kernel_w
+            for tc, nc in _split(layer.blocks, s.tile_c):
+                m = nh * nw * nc * layer.batch_blocks
+                entries = tc * th * tw
+                window = tc * layer.ratio * rows * cols
+                load = window * c.inp_elem_bytes / bw + tc * layer.ratio * DMA_CYCLES / 4
+                store = entries * c.out_elem_bytes / bw + tc * DMA_CYCLES / 4
+                if layer.kind == MAX:
+                    # reset and -128, widening (reset and copy), one MAX per tap
+                    compute = (2 * entries + 2 * tc * rows * cols
+                               + 2 * entries * layer.taps + (4 + layer.taps) * INSN_CYCLES)
+                else:
+                    compute = (entries * (1 + layer.taps * layer.ratio + imm_steps
+                                          + 2 * vec_steps)
+                               + (2 + imm_steps + vec_steps) * INSN_CYCLES)
+                cycles += m * max(load, compute, store)
+                first = max(first, load)
+    return int(math.ceil(cycles + first))
+
+
+@functools.lru_cache(maxsize=256)
+def choose_pool2d(layer, config: HardwareConfig):
+    """The `Pool2dSchedule` of `layer` with the fewest estimated cycles among tilings that
+    fit: the widest few output-width tilings, every channel tiling, and for each the
+    tallest tile that fits. Raises ValueError when not even 1x1x1 tiles fit."""
+    from vdla.compiler.backend.pool import Pool2dSchedule
+
+    ranked = []
+    for tw in _candidates(layer.out_w, 4):
+        for tc in _candidates(layer.blocks):
+            # The tallest tile whose buffers fit (micro-ops counted below, for the best).
+            for th in _candidates(layer.out_h):
+                s = Pool2dSchedule(th, tw, tc)
+                if not any(need > depth for need, depth in
+                           s.needs(layer, config, uops=False).values()):
+                    ranked.append((estimate_pool2d(layer, s, config), -th * tw * tc, s))
+                    break
+    for _, _, s in sorted(ranked, key=lambda r: r[:2]):
+        if s.fits(layer, config):
+            return s
+    Pool2dSchedule(1, 1, 1).check(layer, config)  # raises, naming the buffers
+    raise ValueError(f"pool layer {layer} has no schedule that fits config {config.name}")

@@ -1,0 +1,558 @@
+"""Pooling on the accelerator: max pooling on the vector ALU, average pooling as window
+sums on the GEMM core, each followed by its ALU epilogue.
+
+Ops: ``max_pool2d`` on int8 data, ``qavg_pool2d`` and ``qglobal_avg_pool2d`` (a global pool
+is a pool whose window is the whole image). The input is int8 ``NCHW{batch}n{block_in}c``,
+the output int8 ``NCHW{batch}n{block_out}c``; one output channel block takes ``ratio =
+block_out / block_in`` input blocks (the host pads the channels to whole output blocks).
+
+*Identity weights.* Only the GEMM core moves int8 activations into the int32 acc buffer
+(a LOAD ACC reads int32 DRAM: four times the bytes, on the compute module). The arena
+holds `ratio` weight blocks ``E_j[o, i] = (o == j * block_in + i)``; a GEMM micro-op with
+``E_j`` adds input block ``j`` of an output block's channels to the accumulators
+unchanged, and one with all the window's taps sums the window.
+
+Per tile (``tile_h`` output rows x ``tile_w`` columns x ``tile_c`` channel blocks of one
+batch block), the load module brings the tile's input window (one 2-D DMA per input
+block, the borders from the LOAD's zero padding), then:
+
+* **average pooling**: GEMM reset of the acc tile; ONE GEMM whose loops run over the
+  tile's output rows and columns and whose micro-ops run over (channel block, ``j``, ky,
+  kx), so each accumulator sums its window (zero padding and a ceil-mode overhang add
+  zeros, as in the reference); the requantization (`common.requant_steps`: MUL, rounding
+  ADD, SHR) and the clamp to int8 (MAX -128, MIN 127) on the ALU.
+* **max pooling**: the input window is widened into a second acc region (GEMM reset, GEMM
+  with ``E_j``); the acc tile is set to -128 (GEMM reset, ALU ADD -128); then one ALU MAX
+  per kernel tap with the widened window as vector operand. A tap's MAX covers only the
+  output positions whose tap lies inside the image, a sub-rectangle of the tile: the
+  reference pads max pooling with -128, which skipping a padded tap matches and the
+  LOAD's zero padding would not. GEMM and ALU also write every result narrowed into the
+  out buffer, so each entry's out value is the one its last pass wrote: its maximum.
+
+The compute module issues one GEMM, reset or ALU-immediate micro-op per cycle and one
+ALU micro-op with a vector operand per two cycles (the acc buffer has one read port). Per
+output entry of a 3x3 stride-2 max pool that is about 2 (reset and -128) + 9 x 2 (MAX)
++ 2 x 4 (widening about four input entries) = 28 cycles; an average pool takes one
+cycle per tap and input block, plus its epilogue.
+
+Dependency tokens, for tile ``k`` of ``n``: load->compute after its loads (RAW),
+compute->load after the GEMM that reads its input (WAR; tile ``k + 1``'s loads then run
+during tile ``k``'s ALU passes), compute->store after its last ALU pass (RAW), and
+store->compute after its stores when tile ``k + 2`` writes the same acc/out region (WAR:
+tiles alternate between two regions, so one tile's stores overlap the next one's
+compute); FINISH pops the last tile's store token.
+
+DRAM arena: micro-ops, per-channel constant rows (acc elements), the identity weights,
+the int8 input, the int8 output.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from vdla.compiler.backend.common import (ITER_MAX, PAD_MAX, AluStep, acc_rows, ceil_div,
+                                          check_alu_ops, check_array, layout_arena, relocate,
+                                          requant_steps, run_arena)
+from vdla.compiler.graph import Graph, Node
+from vdla.compiler.layout import pack, unpack
+from vdla.config import AluOp, HardwareConfig
+from vdla.isa import MemoryType, Program, Uop, encode_uops
+from vdla.runtime.builder import COMPUTE, LOAD, STORE, ProgramBuilder
+
+__all__ = ["POOL_OPS", "LoweredPool2d", "Pool2dLayer", "Pool2dSchedule", "lower_pool2d",
+           "run_pool2d"]
+
+#: The ops `lower_pool2d` lowers.
+POOL_OPS = ("max_pool2d", "qavg_pool2d", "qglobal_avg_pool2d")
+
+MAX, AVG = "max", "avg"
+
+
+# --- the workload -----------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Pool2dLayer:
+    """A pooling workload: `kind` ("max" or "avg"), plain sizes (N, C, H, W), the window
+    (kernel, strides, top and left pads), the output size (which includes a ceil-mode
+    window), and the block counts: `batch_blocks`, output channel `blocks`, and `ratio`
+    input blocks per output block. The epilogue (average pooling): `imm_passes` ALU passes
+    with an immediate and `vec_passes` with a vector operand, which reads one of the
+    `const_rows` per-channel constant rows kept in the acc buffer."""
+
+    kind: str
+    n: int
+    c: int
+    h: int
+    w: int
+    kernel_h: int
+    kernel_w: int
+    stride_h: int = 1
+    stride_w: int = 1
+    pad_top: int = 0
+    pad_left: int = 0
+    out_h: int
+    out_w: int
+    batch_blocks: int
+    blocks: int
+    ratio: int = 1
+    const_rows: int = 0
+    imm_passes: int = 0
+    vec_passes: int = 0
+
+    def __post_init__(self):
+        if self.kind not in (MAX, AVG):
+            raise ValueError(f"pool kind must be {MAX!r} or {AVG!r}, not {self.kind!r}")
+        # A window that starts at or beyond the image's far edge, or one that lies in the
+        # padding only, has no input to load (the ISA's LOAD cannot load nothing).
+        for axis, pad, k, size, out, stride in (
+                ("rows", self.pad_top, self.kernel_h, self.h, self.out_h, self.stride_h),
+                ("columns", self.pad_left, self.kernel_w, self.w, self.out_w, self.stride_w)):
+            if pad >= k:
+                raise ValueError(f"pool pad {pad} on the {axis} must be smaller than the "
+                                 f"kernel ({k}): a window that sees only padding is not "
+                                 "supported")
+            if (out - 1) * stride - pad >= size:
+                raise ValueError(f"pool: the last window along the {axis} starts past the "
+                                 f"input ({size}); it would see only padding")
+            far = (out - 1) * stride + k - pad - size   # padding beyond the far edge
+            if pad > PAD_MAX or far > PAD_MAX:
+                raise ValueError(f"pool padding {max(pad, far)} along the {axis} exceeds "
+                                 f"the LOAD's {PAD_MAX} per side")
+
+    @property
+    def in_blocks(self) -> int:
+        """Input channel blocks (the channels padded to whole output blocks)."""
+        return self.blocks * self.ratio
+
+    @property
+    def taps(self) -> int:
+        return self.kernel_h * self.kernel_w
+
+    @property
+    def macs(self) -> int:
+        """Useful multiply-accumulates: none (the GEMM core sums or copies windows)."""
+        return 0
+
+
+def _epilogue(node: Node, kind: str, channels: int, padded: int,
+              config: HardwareConfig) -> tuple[tuple[AluStep, ...], np.ndarray]:
+    """An average pool's requantization steps and their constant rows (R, padded) int32;
+    nothing for a max pool (its int8 maximum needs no clamp)."""
+    rows: list[np.ndarray] = []
+    steps: list[AluStep] = []
+    if kind == AVG:
+        steps, _ = requant_steps(node, node.attrs["multiplier"], node.attrs["shift"],
+                                 channels, padded, rows, fold=False)
+        check_alu_ops(node, steps, config)
+        steps += [AluStep(AluOp.MAX, imm=-128), AluStep(AluOp.MIN, imm=127)]
+    table = (np.stack(rows) if rows else np.zeros((0, padded), np.int64)).astype(np.int32)
+    return tuple(steps), table
+
+
+def _layer_and_epilogue(node: Node, graph: Graph, config: HardwareConfig):
+    if node.op not in POOL_OPS:
+        raise ValueError(f"lower_pool2d lowers {', '.join(POOL_OPS)} nodes, not "
+                         f"{node.name!r} ({node.op})")
+    x = graph.tensors[node.inputs[0]]
+    if x.dtype != "int8":
+        raise ValueError(f"{node.op} node {node.name!r} pools {x.dtype} data; the "
+                         "accelerator pools int8 only")
+    if x.layout:
+        raise ValueError(f"{node.op} node {node.name!r}: its input has layout {x.layout!r}; "
+                         "lower_pool2d takes the plain NCHW node and packs itself")
+    if config.block_out % config.block_in:
+        raise ValueError(f"{node.op} node {node.name!r}: pooling on vdla needs block_out to "
+                         f"be a multiple of block_in (config {config.name} has block_in="
+                         f"{config.block_in}, block_out={config.block_out}): identity "
+                         "weights map whole input blocks into an output block")
+    n, c, h, w = x.shape
+    _, _, out_h, out_w = graph.tensors[node.outputs[0]].shape
+    a = node.attrs
+    if node.op == "qglobal_avg_pool2d":
+        kernel, strides, pads = (h, w), (1, 1), (0, 0, 0, 0)
+    else:
+        kernel, strides, pads = a["kernel"], a["strides"], a["pads"]
+    kind = MAX if node.op == "max_pool2d" else AVG
+    blocks = ceil_div(c, config.block_out)
+    steps, rows = _epilogue(node, kind, c, blocks * config.block_out, config)
+    layer = Pool2dLayer(kind=kind, n=n, c=c, h=h, w=w, kernel_h=int(kernel[0]),
+                        kernel_w=int(kernel[1]), stride_h=int(strides[0]),
+                        stride_w=int(strides[1]), pad_top=int(pads[0]), pad_left=int(pads[1]),
+                        out_h=out_h, out_w=out_w, batch_blocks=ceil_div(n, config.batch),
+                        blocks=blocks, ratio=config.block_out // config.block_in,
+                        const_rows=len(rows),
+                        imm_passes=sum(st.row is None for st in steps),
+                        vec_passes=sum(st.row is not None for st in steps))
+    return layer, steps, rows
+
+
+# --- the schedule ------------------------------------------------------------------------------
+
+def _rows_in(L: Pool2dLayer, th: int) -> int:
+    return (th - 1) * L.stride_h + L.kernel_h
+
+
+def _cols_in(L: Pool2dLayer, tw: int) -> int:
+    return (tw - 1) * L.stride_w + L.kernel_w
+
+
+@dataclasses.dataclass(frozen=True)
+class Pool2dSchedule:
+    """Tiling of a pool: output rows, output columns and channel blocks per tile; tiles
+    larger than the layer are clamped to it."""
+
+    tile_h: int
+    tile_w: int
+    tile_c: int
+
+    def __post_init__(self):
+        for name in ("tile_h", "tile_w", "tile_c"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"Pool2dSchedule.{name} must be a positive integer, not "
+                                 f"{value!r}")
+
+    def clamped(self, layer: Pool2dLayer) -> "Pool2dSchedule":
+        return Pool2dSchedule(min(self.tile_h, layer.out_h), min(self.tile_w, layer.out_w),
+                              min(self.tile_c, layer.blocks))
+
+    def needs(self, layer: Pool2dLayer, config: HardwareConfig,
+              uops: bool = True) -> dict[str, tuple[int, int]]:
+        """Elements each buffer needs for this tiling, and its depth: {name: (need,
+        depth)}. The acc tile has two regions (ping-pong with the stores); a max pool
+        also keeps the widened input window there. `uops=False` skips counting the
+        micro-ops (which walks every tile)."""
+        s = self.clamped(layer)
+        chunk = _rows_in(layer, s.tile_h) * _cols_in(layer, s.tile_w)
+        tile = s.tile_c * s.tile_h * s.tile_w
+        widened = s.tile_c * chunk if layer.kind == MAX else 0
+        need = {
+            "inp": (s.tile_c * layer.ratio * chunk, config.inp_depth),
+            "wgt": (layer.ratio, config.wgt_depth),
+            "acc": (2 * tile + widened + layer.const_rows * layer.blocks, config.acc_depth),
+            "out": (2 * tile, config.out_depth),
+        }
+        if uops:
+            need["uop"] = (len(_UopTable(layer, s, config).uops), config.uop_depth)
+        return need
+
+    def overflows(self, layer: Pool2dLayer, config: HardwareConfig) -> dict:
+        """The limits this tiling exceeds: {buffer or "iter": (need, limit)}; empty when it
+        fits. "iter" is the largest loop count of an instruction."""
+        s = self.clamped(layer)
+        over = {k: v for k, v in self.needs(layer, config, uops=False).items() if v[0] > v[1]}
+        if not over:  # the micro-op count walks every tile: only for otherwise fitting tiles
+            over = {k: v for k, v in self.needs(layer, config).items() if v[0] > v[1]}
+        loops = max(s.tile_h * s.tile_w, _rows_in(layer, s.tile_h) * _cols_in(layer, s.tile_w))
+        if loops > ITER_MAX:
+            over["iter"] = (loops, ITER_MAX)
+        return over
+
+    def fits(self, layer: Pool2dLayer, config: HardwareConfig) -> bool:
+        return not self.overflows(layer, config)
+
+    def check(self, layer: Pool2dLayer, config: HardwareConfig):
+        """Raise ValueError naming every buffer this tiling overflows, and by how much."""
+        over = self.overflows(layer, config)
+        if over:
+            detail = "; ".join(f"{name} needs {need} elements, has {depth} (over by "
+                               f"{need - depth})" for name, (need, depth) in over.items())
+            raise ValueError(f"pool schedule {self} does not fit config {config.name}: "
+                             f"{detail}")
+
+    @classmethod
+    def default(cls, layer: Pool2dLayer, config: HardwareConfig) -> "Pool2dSchedule":
+        """The fitting tiling with the fewest cycles by `cost.estimate_pool2d`. Raises
+        ValueError when not even one output entry per tile fits."""
+        from vdla.compiler.backend.cost import choose_pool2d
+        return choose_pool2d(layer, config)
+
+
+# --- tiles and micro-ops -------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class _Tile:
+    k: int           # position in program order
+    nb: int          # batch block
+    ob0: int         # first channel block
+    oh0: int
+    ow0: int
+    tc: int
+    th: int
+    tw: int
+
+
+def _tiles(L: Pool2dLayer, s: Pool2dSchedule) -> list[_Tile]:
+    tiles = []
+    for nb in range(L.batch_blocks):
+        for ob0 in range(0, L.blocks, s.tile_c):
+            for oh0 in range(0, L.out_h, s.tile_h):
+                for ow0 in range(0, L.out_w, s.tile_w):
+                    tiles.append(_Tile(len(tiles), nb, ob0, oh0, ow0,
+                                       min(s.tile_c, L.blocks - ob0),
+                                       min(s.tile_h, L.out_h - oh0),
+                                       min(s.tile_w, L.out_w - ow0)))
+    return tiles
+
+
+def _valid(first_out: int, count: int, tap: int, stride: int, pad: int, size: int):
+    """[lo, hi) of the tile-local outputs (of `count` from global output `first_out`)
+    whose tap `tap` reads inside the image (input index in [0, size))."""
+    valid = [i for i in range(count) if 0 <= (first_out + i) * stride + tap - pad < size]
+    return (valid[0], valid[-1] + 1) if valid else (0, 0)
+
+
+class _UopTable:
+    """Every micro-op of the program, loaded once at its start. Kernels are interned by
+    content (`kernel`), so tiles of one shape share them. The acc buffer holds the two
+    output regions at 0 and `tile`, the widened window (max pooling) at `widened`, and the
+    constant rows at the top."""
+
+    def __init__(self, L: Pool2dLayer, s: Pool2dSchedule, config: HardwareConfig | None):
+        self.L, self.s = L, s
+        self.uops: list[Uop] = []
+        self._kernels: dict[tuple, tuple[int, int]] = {}
+        self.tile = s.tile_c * s.tile_h * s.tile_w
+        self.chunk = _rows_in(L, s.tile_h) * _cols_in(L, s.tile_w)
+        self.widened = 2 * self.tile
+        depth = config.acc_depth if config is not None else 1 << 30
+        self.const_base = depth - L.const_rows * L.blocks
+        for tile in _tiles(L, s):  # intern every kernel now: the table is loaded first
+            self.passes(tile)
+
+    def kernel(self, uops) -> tuple[int, int]:
+        """(uop_bgn, uop_end) of micro-ops `uops`, appended once."""
+        key = tuple(uops)
+        if key not in self._kernels:
+            self._kernels[key] = (len(self.uops), len(self.uops) + len(key))
+            self.uops.extend(key)
+        return self._kernels[key]
+
+    def region(self, t: _Tile) -> int:
+        return (t.k % 2) * self.tile
+
+    def plane(self, t: _Tile) -> int:
+        """acc entries between the tile's channel blocks (a full tile's rows)."""
+        return self.s.tile_h * t.tw
+
+    def passes(self, t: _Tile) -> dict:
+        """The micro-op kernels of tile `t` (the same calls, in the same order, as the
+        emitter makes)."""
+        L = self.L
+        o, plane, chunk, cols = self.region(t), self.plane(t), self.chunk, _cols_in(L, t.tw)
+        out = {"reset": self.kernel([Uop(o, 0, 0)]), "imm": self.kernel([Uop(o, o)]),
+               "vec": {row: self.kernel([Uop(o, self.const_base + row * L.blocks + t.ob0)])
+                       for row in range(L.const_rows)}}
+        if L.kind == AVG:
+            out["sum"] = self.kernel(
+                Uop(o + obi * plane, (obi * L.ratio + j) * chunk + ky * cols + kx, j)
+                for obi in range(t.tc) for j in range(L.ratio)
+                for ky in range(L.kernel_h) for kx in range(L.kernel_w))
+            return out
+        wide = self.widened
+        out["widen_reset"] = self.kernel([Uop(wide, 0, 0)])
+        out["widen"] = self.kernel(Uop(wide, j * chunk, j) for j in range(L.ratio))
+        taps = []
+        for ky in range(L.kernel_h):
+            y0, y1 = _valid(t.oh0, t.th, ky, L.stride_h, L.pad_top, L.h)
+            for kx in range(L.kernel_w):
+                x0, x1 = _valid(t.ow0, t.tw, kx, L.stride_w, L.pad_left, L.w)
+                if y1 <= y0 or x1 <= x0:
+                    continue
+                k = self.kernel(
+                    Uop(o + obi * plane + y0 * t.tw + x0,
+                        wide + obi * chunk + (y0 * L.stride_h + ky) * cols + x0 * L.stride_w + kx)
+                    for obi in range(t.tc))
+                taps.append((k, y1 - y0, x1 - x0))
+        out["taps"] = taps
+        return out
+
+
+# --- lowering ----------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class LoweredPool2d:
+    """A lowered pool: `program` (for an arena at DRAM address 0; `relocate` moves it),
+    the arena's `regions`, the static data it expects there (`static_data`), and the
+    host-side packing (`input_data`, `unpack_output`)."""
+
+    node: str
+    config: HardwareConfig
+    layer: Pool2dLayer
+    schedule: Pool2dSchedule
+    program: Program
+    regions: dict
+    arena_bytes: int
+    uop_bytes: bytes
+    const_rows: np.ndarray        # (R, padded C) int32
+
+    @property
+    def data_layout(self) -> str:
+        return f"NCHW{self.config.batch}n{self.config.block_in}c"
+
+    @property
+    def out_layout(self) -> str:
+        return f"NCHW{self.config.batch}n{self.config.block_out}c"
+
+    def relocate(self, base: int) -> Program:
+        """The program for an arena at DRAM byte address `base` (`common.relocate`)."""
+        return relocate(self.program, base, self.config)
+
+    def identity_weights(self) -> np.ndarray:
+        """The `ratio` weight blocks E_j (ratio, block_out, block_in) int8."""
+        c = self.config
+        o = np.arange(c.block_out)[None, :, None]
+        i = np.arange(c.block_in)[None, None, :]
+        j = np.arange(self.layer.ratio)[:, None, None]
+        return (o == j * c.block_in + i).astype(np.int8)
+
+    def static_data(self) -> dict:
+        """The arena regions that stay the same from run to run: {region: array}."""
+        data = {"uop": np.frombuffer(self.uop_bytes, np.uint8),
+                "weights": self.identity_weights()}
+        if len(self.const_rows):
+            data["const"] = acc_rows(self.const_rows, self.config)
+        return data
+
+    def input_data(self, x: np.ndarray) -> dict:
+        """The arena regions one run writes: {"input": packed int8}."""
+        L = self.layer
+        x = check_array(x, (L.n, L.c, L.h, L.w), np.int8, "input", self.node)
+        padded = L.blocks * self.config.block_out
+        if padded != L.c:  # whole output blocks of channels: `ratio` input blocks each
+            x = np.pad(x, ((0, 0), (0, padded - L.c), (0, 0), (0, 0)))
+        return {"input": pack(x, "NCHW", self.data_layout)}
+
+    def unpack_output(self, raw: np.ndarray) -> np.ndarray:
+        L, c = self.layer, self.config
+        shape = (L.batch_blocks, L.blocks, L.out_h, L.out_w, c.batch, c.block_out)
+        return unpack(raw.view(np.int8).reshape(shape), self.out_layout, "NCHW",
+                      channels=L.c, batch=L.n)
+
+
+def lower_pool2d(node: Node | str, graph: Graph, config: HardwareConfig,
+                 schedule: Pool2dSchedule | None = None) -> LoweredPool2d:
+    """Lower pooling node `node` of `graph` (one of `POOL_OPS`) to a program for `config`
+    (see the module docstring). Raises ValueError for what the back half does not support
+    (float data, block_out not a multiple of block_in, a window in the padding only,
+    MUL missing) and for a schedule that does not fit."""
+    if isinstance(node, str):
+        node = graph.node(node)
+    layer, steps, rows = _layer_and_epilogue(node, graph, config)
+    schedule = schedule or Pool2dSchedule.default(layer, config)
+    if not isinstance(schedule, Pool2dSchedule):
+        raise TypeError(f"lower_pool2d: schedule must be a Pool2dSchedule, not "
+                        f"{type(schedule).__name__}")
+    schedule.check(layer, config)
+    s = schedule.clamped(layer)
+    table = _UopTable(layer, s, config)
+    c, L = config, layer
+    regions, arena_bytes = layout_arena({
+        "uop": len(table.uops) * c.uop_bytes,
+        "const": L.const_rows * L.blocks * c.acc_elem_bytes,
+        "weights": L.ratio * c.wgt_elem_bytes,
+        "input": L.batch_blocks * L.in_blocks * L.h * L.w * c.inp_elem_bytes,
+        "output": L.batch_blocks * L.blocks * L.out_h * L.out_w * c.out_elem_bytes,
+    }, config)
+    program = _emit(layer, s, config, steps, table, regions)
+    return LoweredPool2d(node.name, config, layer, s, program, regions, arena_bytes,
+                         encode_uops(table.uops, config), rows)
+
+
+def _emit(L: Pool2dLayer, s: Pool2dSchedule, c: HardwareConfig, steps, u: _UopTable,
+          regions: dict) -> Program:
+    def base(name: str, elem_bytes: int) -> int:
+        return regions[name].offset // elem_bytes
+
+    inp0, out0 = base("input", c.inp_elem_bytes), base("output", c.out_elem_bytes)
+    p = ProgramBuilder(c)
+    p.load(MemoryType.UOP, sram_base=0, dram_base=base("uop", c.uop_bytes), y_size=1,
+           x_size=len(u.uops), x_stride=len(u.uops))
+    if L.const_rows:
+        n = L.const_rows * L.blocks
+        p.load(MemoryType.ACC, sram_base=u.const_base, dram_base=base("const", c.acc_elem_bytes),
+               y_size=1, x_size=n, x_stride=n)
+    p.load(MemoryType.WGT, sram_base=0, dram_base=base("weights", c.wgt_elem_bytes), y_size=1,
+           x_size=L.ratio, x_stride=L.ratio)
+    tiles = _tiles(L, s)
+    for t in tiles:
+        k = u.passes(t)
+        o, plane = u.region(t), u.plane(t)
+        rows, cols = _rows_in(L, t.th), _cols_in(L, t.tw)
+        # The input window, clipped to the image; the LOAD pads the rest with zeros.
+        r0, c0 = t.oh0 * L.stride_h - L.pad_top, t.ow0 * L.stride_w - L.pad_left
+        y0, y1 = max(r0, 0), min(r0 + rows, L.h)
+        x0, x1 = max(c0, 0), min(c0 + cols, L.w)
+        pads = dict(y_pad_0=y0 - r0, y_pad_1=r0 + rows - y1, x_pad_0=x0 - c0,
+                    x_pad_1=c0 + cols - x1)
+        if t.k:
+            p.dep_pop(COMPUTE, LOAD)  # WAR: the previous tile's GEMM has read the inp buffer
+        for b in range(t.tc * L.ratio):
+            p.load(MemoryType.INP, sram_base=b * u.chunk,
+                   dram_base=inp0 + ((t.nb * L.in_blocks + t.ob0 * L.ratio + b) * L.h + y0)
+                   * L.w + x0, y_size=y1 - y0, x_size=x1 - x0, x_stride=L.w, **pads)
+        p.dep_push(LOAD, COMPUTE)
+
+        tile_loop = dict(iter_out=t.tc, iter_in=t.th * t.tw, dst_factor_out=plane,
+                         dst_factor_in=1)
+        if t.k >= 2:
+            p.dep_pop(STORE, COMPUTE)  # WAR: tile k-2's stores have read this region
+        bgn, end = k["reset"]
+        p.gemm(reset_reg=True, uop_bgn=bgn, uop_end=end, **tile_loop)
+        if L.kind == AVG:
+            p.dep_pop(LOAD, COMPUTE)  # RAW: the window is in
+            bgn, end = k["sum"]
+            p.gemm(uop_bgn=bgn, uop_end=end, iter_out=t.th, iter_in=t.tw,
+                   dst_factor_out=t.tw, dst_factor_in=1,
+                   src_factor_out=L.stride_h * cols, src_factor_in=L.stride_w)
+        else:
+            bgn, end = k["imm"]
+            p.alu(AluOp.ADD, uop_bgn=bgn, uop_end=end, use_imm=True, imm=-128, **tile_loop)
+            widen = dict(iter_out=t.tc, iter_in=rows * cols, dst_factor_out=u.chunk,
+                         dst_factor_in=1)
+            bgn, end = k["widen_reset"]
+            p.gemm(reset_reg=True, uop_bgn=bgn, uop_end=end, **widen)
+            p.dep_pop(LOAD, COMPUTE)  # RAW: the window is in
+            bgn, end = k["widen"]
+            p.gemm(uop_bgn=bgn, uop_end=end, src_factor_out=L.ratio * u.chunk,
+                   src_factor_in=1, **widen)
+        if t.k + 1 < len(tiles):
+            p.dep_push(COMPUTE, LOAD)
+        if L.kind == AVG:
+            for st in steps:
+                if st.row is None:
+                    bgn, end = k["imm"]
+                    p.alu(st.op, uop_bgn=bgn, uop_end=end, use_imm=True, imm=st.imm,
+                          **tile_loop)
+                else:
+                    bgn, end = k["vec"][st.row]
+                    p.alu(st.op, uop_bgn=bgn, uop_end=end, src_factor_out=1, **tile_loop)
+        else:
+            for (bgn, end), ny, nx in k["taps"]:
+                p.alu(AluOp.MAX, uop_bgn=bgn, uop_end=end, iter_out=ny, iter_in=nx,
+                      dst_factor_out=t.tw, dst_factor_in=1,
+                      src_factor_out=L.stride_h * cols, src_factor_in=L.stride_w)
+        p.dep_push(COMPUTE, STORE)
+
+        p.dep_pop(COMPUTE, STORE)  # RAW: the out tile is written
+        for obi in range(t.tc):
+            p.store(sram_base=o + obi * plane,
+                    dram_base=out0 + ((t.nb * L.blocks + t.ob0 + obi) * L.out_h + t.oh0)
+                    * L.out_w + t.ow0, y_size=t.th, x_size=t.tw, x_stride=L.out_w)
+        if t.k + 2 < len(tiles) or t.k + 1 == len(tiles):
+            p.dep_push(STORE, COMPUTE)  # popped by tile k+2, or by FINISH
+    # FINISH waits for the last tile's stores (and the store module runs in order).
+    p.dep_pop(STORE, COMPUTE)
+    return p.finish()
+
+
+# --- running ------------------------------------------------------------------------------------
+
+def run_pool2d(dev, lowered: LoweredPool2d, x_int8: np.ndarray, *, return_stats: bool = False):
+    """Write the input packed into `dev`'s DRAM, run the program, read the output back:
+    int8 (N, C, Ho, Wo). With `return_stats`, returns (y, stats)."""
+    raw, stats = run_arena(dev, lowered, {**lowered.static_data(), **lowered.input_data(x_int8)})
+    y = lowered.unpack_output(raw)
+    return (y, stats) if return_stats else y
