@@ -332,11 +332,14 @@ def _load_model(model: str, seed: int, calibration: int):
 
 
 def _format_schedule(schedule: dict | None) -> str:
-    """A schedule compactly, e.g. ``h14 w56 ci4 co4 oc2`` (threads only when 2)."""
+    """A schedule compactly, e.g. ``h14 w56 ci4 co4 oc2`` (threads only when 2), or a
+    pool's ``h8 w56 c4``."""
     if schedule is None:
         return "-"
-    text = (f"h{schedule['tile_h']} w{schedule['tile_w']} ci{schedule['tile_ci']} "
-            f"co{schedule['tile_co']}")
+    text = f"h{schedule['tile_h']} w{schedule['tile_w']}"
+    if "tile_c" in schedule:  # a pool
+        return text + f" c{schedule['tile_c']}"
+    text += f" ci{schedule['tile_ci']} co{schedule['tile_co']}"
     if schedule["oc_nthread"] > 1:
         text += f" oc{schedule['oc_nthread']}"
     if schedule["h_nthread"] > 1:

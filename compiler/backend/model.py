@@ -5,12 +5,15 @@
         result = session.run({"input": x})                     # outputs + per-op stats
 
 `compile_model` walks the graph in topological order. Every ``qconv2d``/``qdense`` node
-is lowered with `lower_conv2d` (its schedule from `schedules`, else the default chooser)
-and its weights, bias and micro-ops are packed once; a node the back half cannot lower
-(``lower_conv2d`` raises ValueError: groups, dilation, pads >= kernel, a multiplier
-without the MUL, a schedule that does not fit) becomes a host op with that message as
-its reason. Every other node is a host op: it runs the numpy reference kernel
-(`vdla.compiler.reference.KERNELS`), so host ops are bit-exact by construction.
+is lowered with `lower_conv2d`, every pool (``max_pool2d`` on int8, ``qavg_pool2d``,
+``qglobal_avg_pool2d``) with `lower_pool2d`, each with its schedule from `schedules`,
+else the default chooser; their weights, constants and micro-ops are packed once. A node
+the back half cannot lower (the lowering raises ValueError: groups, dilation, pads >=
+kernel, a multiplier without the MUL, float data, a schedule that does not fit) becomes
+a host op with that message as its reason. Every other node is a host op: it runs the
+numpy reference kernel (`vdla.compiler.reference.KERNELS`), so host ops are bit-exact
+by construction. `supports` gives the same answers without compiling, for
+`vdla.compiler.partition`.
 
 A `Session` allocates DRAM for every vdla op's arena and program once and writes the
 static data (micro-ops, constant rows, weights) once; each `Session.run` writes only the
@@ -28,6 +31,7 @@ from typing import Callable, Mapping
 import numpy as np
 
 from vdla.compiler.backend.conv2d import Conv2dSchedule, LoweredConv2d, lower_conv2d
+from vdla.compiler.backend.pool import POOL_OPS, LoweredPool2d, Pool2dSchedule, lower_pool2d
 from vdla.compiler.graph import DTYPES, Graph, Node
 from vdla.compiler.reference import check_inputs as check_feed
 from vdla.config import HardwareConfig
@@ -40,6 +44,7 @@ HOST = "host"
 
 #: Ops the back half lowers to vdla programs (the rest run on the host).
 _GEMM_OPS = ("qconv2d", "qdense")
+_LOWERED_OPS = _GEMM_OPS + POOL_OPS
 
 Progress = Callable[[int, int, str], None]
 
@@ -51,7 +56,7 @@ class CompiledOp:
     name, op : the graph node's name and operator
     target : ``"vdla"`` (a lowered program) or ``"host"`` (the reference kernel)
     reason : why it runs there (for a host op: what the back half lacks)
-    lowered : the `LoweredConv2d` of a vdla op, else None
+    lowered : the `LoweredConv2d` or `LoweredPool2d` of a vdla op, else None
     static : a vdla op's arena regions written once per session ({region: array})
     compile_seconds : wall time spent lowering and packing it
     """
@@ -60,14 +65,14 @@ class CompiledOp:
     op: str
     target: str
     reason: str
-    lowered: LoweredConv2d | None = None
+    lowered: LoweredConv2d | LoweredPool2d | None = None
     static: Mapping[str, np.ndarray] | None = None
     compile_seconds: float = 0.0
 
     @property
     def schedule(self) -> dict | None:
         """The vdla op's schedule as a dict (tile_h, tile_w, tile_ci, tile_co,
-        oc_nthread, h_nthread), or None for a host op."""
+        oc_nthread, h_nthread; a pool's tile_h, tile_w, tile_c), or None for a host op."""
         return dataclasses.asdict(self.lowered.schedule) if self.lowered is not None else None
 
 
@@ -116,8 +121,15 @@ def _check_plain_layouts(graph: Graph):
 
 
 def _lower(node: Node, graph: Graph, config: HardwareConfig,
-           schedule: Conv2dSchedule | None) -> tuple[LoweredConv2d, dict]:
-    """Lower a GEMM node and pack its static data; ValueError when it cannot run on vdla."""
+           schedule) -> tuple[LoweredConv2d | LoweredPool2d, dict, str]:
+    """Lower a GEMM or pool node and pack its static data: (lowered, static data, what
+    runs where); ValueError when it cannot run on vdla."""
+    if node.op in POOL_OPS:
+        lowered = lower_pool2d(node, graph, config, schedule)
+        what = ("int8 max pooling: ALU MAX over the window" if node.op == "max_pool2d" else
+                "int8 average pooling: window sum on the GEMM core, requantization on the "
+                "ALU")
+        return lowered, lowered.static_data(), what
     weights = graph.constant(node.inputs[1])
     bias_name = node.input(2)
     bias = graph.constant(bias_name) if bias_name else None
@@ -130,7 +142,9 @@ def _lower(node: Node, graph: Graph, config: HardwareConfig,
         raise ValueError(f"{node.op} node {node.name!r}: its bias {bias_name!r} is computed "
                          "at run time; the back half needs a constant bias")
     lowered = lower_conv2d(node, graph, config, schedule)
-    return lowered, lowered.static_data(weights, bias)
+    what = "convolution" if node.op == "qconv2d" else "matrix product"
+    return (lowered, lowered.static_data(weights, bias),
+            f"int8 {what} on the GEMM core, epilogue on the ALU")
 
 
 def compile_model(graph: Graph, config: HardwareConfig, *,
@@ -141,12 +155,13 @@ def compile_model(graph: Graph, config: HardwareConfig, *,
     graph : a quantized `Graph` in plain layouts (as `vdla.compiler.quantize` returns it;
         not modified)
     config : the `vdla.HardwareConfig` the programs are encoded for
-    schedules : node name -> `Conv2dSchedule` for the GEMM nodes that should not use the
-        default chooser (every name must be a qconv2d/qdense node of `graph`)
+    schedules : node name -> `Conv2dSchedule` (qconv2d/qdense nodes) or `Pool2dSchedule`
+        (pool nodes) for the nodes that should not use the default chooser
     progress : called as each node starts, with (nodes done, total nodes, node name)
-    Returns a `CompiledModel`. A GEMM node that cannot be lowered becomes a host op whose
-    reason is the lowering's message. Raises ValueError for a packed graph or a schedule
-    naming a node that is not a GEMM node of the graph, TypeError for wrong argument types.
+    Returns a `CompiledModel`. A GEMM or pool node that cannot be lowered becomes a host
+    op whose reason is the lowering's message. Raises ValueError for a packed graph or a
+    schedule naming a node that is not a GEMM or pool node of the graph, TypeError for
+    wrong argument types (a Pool2dSchedule for a GEMM node, and the reverse).
     """
     if not isinstance(graph, Graph):
         raise TypeError(f"compile_model: graph must be a vdla.compiler.Graph, not "
@@ -157,33 +172,32 @@ def compile_model(graph: Graph, config: HardwareConfig, *,
     _check_plain_layouts(graph)
     nodes = graph.nodes()
     schedules = dict(schedules or {})
-    gemm_names = {n.name for n in nodes if n.op in _GEMM_OPS}
-    unknown = sorted(set(schedules) - gemm_names)
+    lowered_ops = {n.name: n.op for n in nodes if n.op in _LOWERED_OPS}
+    unknown = sorted(set(schedules) - set(lowered_ops))
     if unknown:
         raise ValueError(f"compile_model: schedules name {unknown}, which are not qconv2d/"
-                         f"qdense nodes of graph {graph.name!r} (those are: "
-                         f"{', '.join(sorted(gemm_names)) or 'none'})")
+                         f"qdense/pool nodes of graph {graph.name!r} (those are: "
+                         f"{', '.join(sorted(lowered_ops)) or 'none'})")
     for name, schedule in schedules.items():
-        if not isinstance(schedule, Conv2dSchedule):
-            raise TypeError(f"compile_model: the schedule of {name!r} must be a "
-                            f"Conv2dSchedule, not {type(schedule).__name__}")
+        kind = Pool2dSchedule if lowered_ops[name] in POOL_OPS else Conv2dSchedule
+        if not isinstance(schedule, kind):
+            raise TypeError(f"compile_model: the schedule of {name!r} ({lowered_ops[name]}) "
+                            f"must be a {kind.__name__}, not {type(schedule).__name__}")
     start = time.perf_counter()
     ops = []
     for i, node in enumerate(nodes):
         if progress is not None:
             progress(i, len(nodes), node.name)
         t0 = time.perf_counter()
-        if node.op in _GEMM_OPS:
+        if node.op in _LOWERED_OPS:
             try:
-                lowered, static = _lower(node, graph, config, schedules.get(node.name))
+                lowered, static, what = _lower(node, graph, config, schedules.get(node.name))
             except ValueError as exc:
                 ops.append(CompiledOp(node.name, node.op, HOST, str(exc),
                                       compile_seconds=time.perf_counter() - t0))
                 continue
-            what = "convolution" if node.op == "qconv2d" else "matrix product"
-            ops.append(CompiledOp(node.name, node.op, VDLA,
-                                  f"int8 {what} on the GEMM core, epilogue on the ALU",
-                                  lowered, static, time.perf_counter() - t0))
+            ops.append(CompiledOp(node.name, node.op, VDLA, what, lowered, static,
+                                  time.perf_counter() - t0))
         else:
             ops.append(CompiledOp(node.name, node.op, HOST, _host_reason(node, graph),
                                   compile_seconds=time.perf_counter() - t0))
@@ -199,9 +213,10 @@ class OpStats:
     name, op, target, reason : as in `CompiledOp`
     schedule : the vdla op's schedule as a dict, None on the host
     cycles : accelerator cycles (Verilator backend), None on functional or the host
-    gemm_utilization : useful MACs / (cycles x MACs per cycle), None without cycles
+    gemm_utilization : useful MACs / (cycles x MACs per cycle), None without cycles or
+        without useful MACs (pools)
     dram_bytes : bytes the accelerator read plus wrote, None on the host
-    macs : useful multiply-accumulates of a vdla op, None on the host
+    macs : useful multiply-accumulates of a vdla op (0 for a pool), None on the host
     wall_seconds : host wall time of the op (writes, run, read back; or the kernel)
     """
 
@@ -340,7 +355,8 @@ class Session:
                 has_cycles &= cycles is not None
                 total_cycles += int(cycles or 0)
                 macs = op.lowered.layer.macs
-                util = (macs / (int(cycles) * config.macs_per_cycle) if cycles else None)
+                util = (macs / (int(cycles) * config.macs_per_cycle) if cycles and macs
+                        else None)
                 dram = int(run_stats["dram_bytes_read"]) + int(run_stats["dram_bytes_written"])
                 results = [y]
             else:
@@ -363,8 +379,12 @@ class Session:
 
     def _run_vdla(self, op: CompiledOp, node: Node, values: dict) -> tuple[np.ndarray, dict]:
         lowered, dev, placed = op.lowered, self.device, self._placed[op.name]
-        residual = values[node.input(3)] if node.input(3) else None
-        for region, array in lowered.input_data(values[node.inputs[0]], residual).items():
+        if isinstance(lowered, LoweredPool2d):
+            data = lowered.input_data(values[node.inputs[0]])
+        else:
+            residual = values[node.input(3)] if node.input(3) else None
+            data = lowered.input_data(values[node.inputs[0]], residual)
+        for region, array in data.items():
             if array.nbytes:
                 dev.write(placed.arena + lowered.regions[region].offset, array)
         run_stats = dev.run(placed.insn_addr, placed.insn_count)
