@@ -34,19 +34,21 @@ def test_digits_on_functional_writes_the_report(tmp_path, capsys):
     ops = report["ops"]
     assert all(OP_KEYS <= set(op) for op in ops)
     assert [op["target"] for op in ops] == [
-        "host", "vdla", "vdla", "host", "vdla", "host", "vdla", "host"]
+        "host", "vdla", "vdla", "vdla", "vdla", "host", "vdla", "host"]
     vdla_ops = [op for op in ops if op["target"] == "vdla"]
     assert all(op["dram_bytes"] > 0 and op["schedule"]["tile_h"] >= 1 for op in vdla_ops)
     assert all(op["cycles"] is None for op in ops)
 
     lines = out.splitlines()
-    assert lines[0].startswith("digits_cnn: 8 ops (4 on vdla, 4 on the host)")
+    assert lines[0].startswith("digits_cnn: 8 ops (5 on vdla, 3 on the host)")
     assert "functional backend" in lines[0] and "test image 0" in lines[0]
     assert lines[1].split()[:4] == ["op", "kind", "on", "schedule"]
     conv = next(line for line in lines if "/features/features.0/Conv" in line).split()
     assert conv[1:3] == ["qconv2d", "vdla"] and conv[3].startswith("h")
     quant = next(line for line in lines if "input_quantize" in line).split()
     assert quant[1:] == ["quantize", "host", "-", "-", "-", "-"]
+    pool = next(line for line in lines if "MaxPool" in line).split()
+    assert pool[1:3] == ["max_pool2d", "vdla"] and pool[5] == "c1" and pool[7] == "-"
     assert "bit-exact vs the quantized reference: yes" in out
     assert "total cycles: -" in out
 
@@ -55,10 +57,13 @@ def test_digits_on_verilator(tmp_path, capsys):
     report, out = run_json(tmp_path, capsys, "digits_cnn", "--sim", "verilator", "--seed", "7")
     assert report["backend"] == "verilator" and report["bit_exact"] is True
     cycles = [op["cycles"] for op in report["ops"] if op["target"] == "vdla"]
-    assert len(cycles) == 4 and all(c > 0 for c in cycles)
+    assert len(cycles) == 5 and all(c > 0 for c in cycles)
     assert report["cycles"] == sum(cycles)
     assert report["seconds_at_clock"] == pytest.approx(report["cycles"] / (CFG.clock_mhz * 1e6))
-    assert all(0 < op["gemm_utilization"] <= 1 for op in report["ops"] if op["target"] == "vdla")
+    for op in report["ops"]:
+        if op["target"] == "vdla":   # a pool does no useful MACs: no GEMM utilization
+            assert (op["gemm_utilization"] is None if op["op"] == "max_pool2d"
+                    else 0 < op["gemm_utilization"] <= 1)
     assert "test image 7" in out
     assert f"total cycles: {report['cycles']:,} = " in out and "at 100 MHz" in out
 
@@ -70,7 +75,8 @@ def test_onnx_path(tmp_path, capsys):
     report, out = run_json(tmp_path, capsys, str(path), "--sim", "functional",
                            "--calibration", "2")
     assert report["model"] == str(path) and report["bit_exact"] is True
-    assert {op["op"] for op in report["ops"] if op["target"] == "vdla"} == {"qconv2d", "qdense"}
+    assert {op["op"] for op in report["ops"] if op["target"] == "vdla"} == {
+        "qconv2d", "max_pool2d", "qavg_pool2d", "qdense"}
 
 
 def test_default_backend_is_verilator():
