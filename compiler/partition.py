@@ -5,11 +5,16 @@ function about every node and returns a `Partition`: per node a target (``"vdla"
 ``"host"``) and the reason, kept in `Partition.targets` and in the graph copy's
 ``metadata["partition"]`` (node attributes stay untouched: they are the op's own).
 
-`vdla_supports` describes the accelerator as the vdla back half implements it: integer
-GEMM (qconv2d with groups 1, qdense), with bias, requantization, clamping and residual
-add on the vector ALU (MIN, MAX, ADD, SHR; MUL when the config has it), int8 ReLU and
-max pooling (ALU MAX), average pooling (ALU ADD, then requantization). Requantization
-shifts travel as ALU immediates, so they must fit its signed field.
+`vdla_supports` describes the accelerator as the vdla back half
+(`vdla.compiler.backend`) implements it, without compiling anything: integer GEMM
+(qconv2d with groups 1, qdense) with bias, requantization, residual add and clamp
+(ReLU) on the vector ALU (MIN, MAX, ADD, SHR; MUL when the config has it); int8 max
+pooling (ALU MAX over the window); average pooling (window sums on the GEMM core, then
+requantization on the ALU). A standalone ReLU or add (one `passes.fuse` could not fold
+into a convolution's epilogue) runs on the host. Requantization shifts travel as ALU
+immediates, so they must fit its signed field. `compile_model` makes the final decision:
+it also falls back to the host when the lowering itself refuses a node (a pad as large as
+the kernel, dilation, a schedule that does not fit), with the lowering's reason.
 """
 
 from __future__ import annotations
@@ -42,6 +47,16 @@ _HOST_REASONS = {
     "concat": "concatenation is data movement the host does",
     "layout_transform": "packing to and from blocked layouts is done by the runtime on the "
                         "host side of the DMA, not by an accelerator instruction",
+}
+
+
+# Elementwise ops the back half runs only inside a convolution's epilogue.
+_UNFUSED = {
+    "relu": ("standalone ReLU: the back half applies ReLU as the clamp of the convolution "
+             "that produces it (passes.fuse folds it there); this one runs on the host"),
+    "qadd": ("standalone add: the back half adds a residual in the epilogue of the "
+             "convolution that produces the other operand (passes.fuse folds it there); "
+             "this one runs on the host"),
 }
 
 
@@ -97,29 +112,24 @@ def vdla_supports(node: Node, graph: Graph, config) -> tuple[bool, str]:
         extras = ["bias"] * bool(node.input(2)) + ["residual add"] * bool(node.input(3))
         return True, (f"int8 {what} on the GEMM core; "
                       + ", ".join(extras + ["requantization and clamp on the ALU"]))
-    if op == "qadd":
-        shapes = [graph.tensors[i].shape for i in node.inputs]
-        if shapes[0] != shapes[1]:
-            return False, (f"broadcasting add {shapes[0]} + {shapes[1]}: the ALU adds two "
-                           "tensors of one shape")
-        problem = _requant_problems(node, config, ("a_multiplier", "b_multiplier"),
-                                    ("a_shift", "b_shift"))
-        if problem:
-            return False, problem
-        return True, "int8 add with requantization on the ALU (ADD, SHR, MIN/MAX clamp)"
-    if op in ("relu", "max_pool2d"):
-        dtype = graph.tensors[node.inputs[0]].dtype
-        if dtype != "int8":
-            return False, f"{op} on {dtype}: the ALU computes on int8 data only"
-        return True, ("int8 ReLU as ALU MAX with 0" if op == "relu"
-                      else "int8 max pooling as ALU MAX over the window")
-    if op in ("qavg_pool2d", "qglobal_avg_pool2d"):
+    if op in _UNFUSED:
+        return False, _UNFUSED[op]
+    if op in ("max_pool2d", "qavg_pool2d", "qglobal_avg_pool2d"):
         if not _int8_input(graph, node):
-            return False, f"{op} on {graph.tensors[node.inputs[0]].dtype}: expects int8"
+            return False, (f"{op} on {graph.tensors[node.inputs[0]].dtype}: the accelerator "
+                           "pools int8 data only")
+        block_in, block_out = getattr(config, "block_in", 1), getattr(config, "block_out", 1)
+        if block_out % block_in:
+            return False, (f"{op}: pooling needs block_out ({block_out}) to be a multiple of "
+                           f"block_in ({block_in}): identity weights map whole input blocks "
+                           "into an output block")
+        if op == "max_pool2d":
+            return True, "int8 max pooling: ALU MAX over the window"
         problem = _requant_problems(node, config, ("multiplier",), ("shift",))
         if problem:
             return False, problem
-        return True, "int8 average pooling: window sum with ALU ADD, then requantization"
+        return True, ("int8 average pooling: window sum on the GEMM core, requantization "
+                      "on the ALU")
     if op in _HOST_REASONS:
         return False, _HOST_REASONS[op]
     dtypes = {graph.tensors[i].dtype for i in node.inputs if i}

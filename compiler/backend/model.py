@@ -12,8 +12,8 @@ the back half cannot lower (the lowering raises ValueError: groups, dilation, pa
 kernel, a multiplier without the MUL, float data, a schedule that does not fit) becomes
 a host op with that message as its reason. Every other node is a host op: it runs the
 numpy reference kernel (`vdla.compiler.reference.KERNELS`), so host ops are bit-exact
-by construction. `supports` gives the same answers without compiling, for
-`vdla.compiler.partition`.
+by construction; its reason is the one `vdla.compiler.partition.vdla_supports` gives,
+the single description of what the back half runs.
 
 A `Session` allocates DRAM for every vdla op's arena and program once and writes the
 static data (micro-ops, constant rows, weights) once; each `Session.run` writes only the
@@ -33,6 +33,7 @@ import numpy as np
 from vdla.compiler.backend.conv2d import Conv2dSchedule, LoweredConv2d, lower_conv2d
 from vdla.compiler.backend.pool import POOL_OPS, LoweredPool2d, Pool2dSchedule, lower_pool2d
 from vdla.compiler.graph import DTYPES, Graph, Node
+from vdla.compiler.partition import vdla_supports
 from vdla.compiler.reference import check_inputs as check_feed
 from vdla.config import HardwareConfig
 
@@ -98,16 +99,6 @@ class CompiledModel:
         """A `Session` of this model on `device` (a `vdla.runtime.Device` of the same
         config); it allocates and writes the static DRAM contents now."""
         return Session(self, device)
-
-
-def _host_reason(node: Node, graph: Graph) -> str:
-    from vdla.compiler.partition import _HOST_REASONS
-    if node.op in _HOST_REASONS:
-        return _HOST_REASONS[node.op]
-    dtypes = {graph.tensors[i].dtype for i in node.inputs if i}
-    if "float32" in dtypes:
-        return f"{node.op} on float32 data: the accelerator computes on integers only"
-    return f"no vdla kernel for {node.op} in the back half yet"
 
 
 def _check_plain_layouts(graph: Graph):
@@ -199,7 +190,8 @@ def compile_model(graph: Graph, config: HardwareConfig, *,
             ops.append(CompiledOp(node.name, node.op, VDLA, what, lowered, static,
                                   time.perf_counter() - t0))
         else:
-            ops.append(CompiledOp(node.name, node.op, HOST, _host_reason(node, graph),
+            ops.append(CompiledOp(node.name, node.op, HOST,
+                                  vdla_supports(node, graph, config)[1],
                                   compile_seconds=time.perf_counter() - t0))
     return CompiledModel(graph, config, tuple(ops), time.perf_counter() - start)
 

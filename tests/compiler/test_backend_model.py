@@ -12,6 +12,7 @@ import pytest
 
 import vdla
 from vdla.compiler import passes, quantize, run_reference, zoo
+from vdla.compiler.partition import partition
 from vdla.compiler.backend import (CompiledModel, Conv2dSchedule, RunResult, compile_model,
                                    lower_conv2d)
 from vdla.compiler.builder import GraphBuilder
@@ -197,6 +198,19 @@ def test_digits_accuracy_on_the_whole_test_split(digits, digits_quantized, digit
     assert float_acc >= 0.95 and vdla_acc >= float_acc - 0.015
 
 
+@pytest.mark.parametrize("model", ["digits_cnn", "small_cnn", "resnet18"])
+def test_partition_plans_what_compile_model_does(model):
+    """`partition`'s default (`vdla_supports`) is the back half's description: on models
+    the lowering accepts whole, it places every node where `compile_model` does, with the
+    same reason for host nodes."""
+    quantized, _ = quantized_zoo(model, calibration=1)
+    compiled = compile_model(quantized, CFG)
+    plan = partition(quantized, CFG).targets
+    assert {op.name: op.target for op in compiled.ops} == {n: t for n, (t, _) in plan.items()}
+    for op in compiled.host_ops:
+        assert op.reason == plan[op.name][1]
+
+
 # --- host fallback ---------------------------------------------------------------------------
 
 def mixed_model():
@@ -226,8 +240,8 @@ def test_nodes_the_back_half_cannot_lower_run_on_the_host():
     assert "must be smaller than the kernel" in ops["pad_ge_kernel"].reason
     assert ops["grouped"].lowered is None and ops["grouped"].schedule is None
     assert {ops[n].target for n in ("conv_a", "conv_b", "logits")} == {"vdla"}
-    assert ops["gap"].reason == ("global_avg_pool2d on float32 data: the accelerator "
-                                 "computes on integers only")
+    assert ops["gap"].reason == ("float global_avg_pool2d: the accelerator computes on int8 "
+                                 "data only")
     with open_device("functional") as dev, compiled.session(dev) as session:
         result = session.run(feed)
     assert_bit_exact(quantized, result, feed)
