@@ -35,12 +35,13 @@ output entry of a 3x3 stride-2 max pool that is about 2 (reset and -128) + 9 x 2
 + 2 x 4 (widening about four input entries) = 28 cycles; an average pool takes one
 cycle per tap and input block, plus its epilogue.
 
-Dependency tokens, for tile ``k`` of ``n``: load->compute after its loads (RAW),
-compute->load after the GEMM that reads its input (WAR; tile ``k + 1``'s loads then run
-during tile ``k``'s ALU passes), compute->store after its last ALU pass (RAW), and
-store->compute after its stores when tile ``k + 2`` writes the same acc/out region (WAR:
-tiles alternate between two regions, so one tile's stores overlap the next one's
-compute); FINISH pops the last tile's store token.
+Tiles alternate between two regions of the inp buffer and two of the acc/out buffers
+(ping-pong), so tile ``k + 1``'s loads run during tile ``k``'s compute and tile ``k``'s
+stores during tile ``k + 1``'s. Dependency tokens, for tile ``k`` of ``n``: load->compute
+after its loads (RAW); compute->load after the GEMM that reads its window, when tile
+``k + 2`` loads into the same region (WAR); compute->store after its last ALU pass (RAW);
+store->compute after its stores, when tile ``k + 2`` writes the same acc/out region (WAR);
+FINISH pops the last tile's store token.
 
 DRAM arena: micro-ops, per-channel constant rows (acc elements), the identity weights,
 the int8 input, the int8 output.
@@ -221,15 +222,15 @@ class Pool2dSchedule:
     def needs(self, layer: Pool2dLayer, config: HardwareConfig,
               uops: bool = True) -> dict[str, tuple[int, int]]:
         """Elements each buffer needs for this tiling, and its depth: {name: (need,
-        depth)}. The acc tile has two regions (ping-pong with the stores); a max pool
-        also keeps the widened input window there. `uops=False` skips counting the
+        depth)}. The inp window and the acc tile have two regions each (ping-pong with the
+        loads and the stores); a max pool also keeps the widened window in the acc buffer. `uops=False` skips counting the
         micro-ops (which walks every tile)."""
         s = self.clamped(layer)
         chunk = _rows_in(layer, s.tile_h) * _cols_in(layer, s.tile_w)
         tile = s.tile_c * s.tile_h * s.tile_w
         widened = s.tile_c * chunk if layer.kind == MAX else 0
         need = {
-            "inp": (s.tile_c * layer.ratio * chunk, config.inp_depth),
+            "inp": (2 * s.tile_c * layer.ratio * chunk, config.inp_depth),
             "wgt": (layer.ratio, config.wgt_depth),
             "acc": (2 * tile + widened + layer.const_rows * layer.blocks, config.acc_depth),
             "out": (2 * tile, config.out_depth),
@@ -331,7 +332,12 @@ class _UopTable:
         return self._kernels[key]
 
     def region(self, t: _Tile) -> int:
+        """acc (and out) index of tile `t`'s output region."""
         return (t.k % 2) * self.tile
+
+    def window(self, t: _Tile) -> int:
+        """inp index of tile `t`'s input window region."""
+        return (t.k % 2) * self.s.tile_c * self.L.ratio * self.chunk
 
     def plane(self, t: _Tile) -> int:
         """acc entries between the tile's channel blocks (a full tile's rows)."""
@@ -342,18 +348,19 @@ class _UopTable:
         emitter makes)."""
         L = self.L
         o, plane, chunk, cols = self.region(t), self.plane(t), self.chunk, _cols_in(L, t.tw)
+        i = self.window(t)
         out = {"reset": self.kernel([Uop(o, 0, 0)]), "imm": self.kernel([Uop(o, o)]),
                "vec": {row: self.kernel([Uop(o, self.const_base + row * L.blocks + t.ob0)])
                        for row in range(L.const_rows)}}
         if L.kind == AVG:
             out["sum"] = self.kernel(
-                Uop(o + obi * plane, (obi * L.ratio + j) * chunk + ky * cols + kx, j)
+                Uop(o + obi * plane, i + (obi * L.ratio + j) * chunk + ky * cols + kx, j)
                 for obi in range(t.tc) for j in range(L.ratio)
                 for ky in range(L.kernel_h) for kx in range(L.kernel_w))
             return out
         wide = self.widened
         out["widen_reset"] = self.kernel([Uop(wide, 0, 0)])
-        out["widen"] = self.kernel(Uop(wide, j * chunk, j) for j in range(L.ratio))
+        out["widen"] = self.kernel(Uop(wide, i + j * chunk, j) for j in range(L.ratio))
         taps = []
         for ky in range(L.kernel_h):
             y0, y1 = _valid(t.oh0, t.th, ky, L.stride_h, L.pad_top, L.h)
@@ -487,10 +494,10 @@ def _emit(L: Pool2dLayer, s: Pool2dSchedule, c: HardwareConfig, steps, u: _UopTa
         x0, x1 = max(c0, 0), min(c0 + cols, L.w)
         pads = dict(y_pad_0=y0 - r0, y_pad_1=r0 + rows - y1, x_pad_0=x0 - c0,
                     x_pad_1=c0 + cols - x1)
-        if t.k:
-            p.dep_pop(COMPUTE, LOAD)  # WAR: the previous tile's GEMM has read the inp buffer
+        if t.k >= 2:
+            p.dep_pop(COMPUTE, LOAD)  # WAR: tile k-2's GEMM has read this window region
         for b in range(t.tc * L.ratio):
-            p.load(MemoryType.INP, sram_base=b * u.chunk,
+            p.load(MemoryType.INP, sram_base=u.window(t) + b * u.chunk,
                    dram_base=inp0 + ((t.nb * L.in_blocks + t.ob0 * L.ratio + b) * L.h + y0)
                    * L.w + x0, y_size=y1 - y0, x_size=x1 - x0, x_stride=L.w, **pads)
         p.dep_push(LOAD, COMPUTE)
@@ -518,8 +525,8 @@ def _emit(L: Pool2dLayer, s: Pool2dSchedule, c: HardwareConfig, steps, u: _UopTa
             bgn, end = k["widen"]
             p.gemm(uop_bgn=bgn, uop_end=end, src_factor_out=L.ratio * u.chunk,
                    src_factor_in=1, **widen)
-        if t.k + 1 < len(tiles):
-            p.dep_push(COMPUTE, LOAD)
+        if t.k + 2 < len(tiles):
+            p.dep_push(COMPUTE, LOAD)  # popped by tile k+2's loads
         if L.kind == AVG:
             for st in steps:
                 if st.row is None:
