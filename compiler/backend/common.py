@@ -141,6 +141,25 @@ def layout_arena(sizes: dict[str, int], config: HardwareConfig) -> tuple[dict, i
     return regions, max(offset, align)
 
 
+class ArenaProgram:
+    """What lowered ops share (a mixin for their dataclasses, which hold `program` and
+    `config`): the blocked activation layouts and relocation."""
+
+    @property
+    def data_layout(self) -> str:
+        """The input activations' layout in the arena."""
+        return f"NCHW{self.config.batch}n{self.config.block_in}c"
+
+    @property
+    def out_layout(self) -> str:
+        """The output activations' layout in the arena."""
+        return f"NCHW{self.config.batch}n{self.config.block_out}c"
+
+    def relocate(self, base: int) -> Program:
+        """The program for an arena at DRAM byte address `base` (see `relocate`)."""
+        return relocate(self.program, base, self.config)
+
+
 def relocate(program: Program, base: int, config: HardwareConfig) -> Program:
     """`program` (emitted for an arena at DRAM address 0) for an arena at byte address
     `base` (aligned for every element type): every LOAD/STORE's dram_base moves by

@@ -63,9 +63,9 @@ import dataclasses
 
 import numpy as np
 
-from vdla.compiler.backend.common import (ITER_MAX, PAD_MAX, AluStep, acc_rows, ceil_div,
-                                          check_alu_ops, check_array, layout_arena, relocate,
-                                          requant_steps, run_arena)
+from vdla.compiler.backend.common import (ITER_MAX, PAD_MAX, AluStep, ArenaProgram,
+                                          acc_rows, ceil_div, check_alu_ops, check_array,
+                                          layout_arena, requant_steps, run_arena)
 from vdla.compiler.graph import Graph, Node
 from vdla.compiler.layout import pack, parse_layout, unpack
 from vdla.compiler.ops import conv_output_size
@@ -439,7 +439,7 @@ def _uop_table(layer: Conv2dLayer, s: Conv2dSchedule, config: HardwareConfig | N
 # --- lowering ---------------------------------------------------------------------------------
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class LoweredConv2d:
+class LoweredConv2d(ArenaProgram):
     """A lowered qconv2d: `program` (for an arena at DRAM address 0; `relocate` moves it),
     the arena's `regions` (name -> offset and size in bytes), the static data the
     program expects there (micro-ops, constant rows), and the host-side packing."""
@@ -456,20 +456,8 @@ class LoweredConv2d:
     bias_row: int | None
 
     @property
-    def data_layout(self) -> str:
-        return f"NCHW{self.config.batch}n{self.config.block_in}c"
-
-    @property
     def kernel_layout(self) -> str:
         return f"OIHW{self.config.block_out}o{self.config.block_in}i"
-
-    @property
-    def out_layout(self) -> str:
-        return f"NCHW{self.config.batch}n{self.config.block_out}c"
-
-    def relocate(self, base: int) -> Program:
-        """The program for an arena at DRAM byte address `base` (`common.relocate`)."""
-        return relocate(self.program, base, self.config)
 
     # Host-side packing of the operands into the arena's formats.
 

@@ -53,9 +53,9 @@ import dataclasses
 
 import numpy as np
 
-from vdla.compiler.backend.common import (ITER_MAX, PAD_MAX, AluStep, acc_rows, ceil_div,
-                                          check_alu_ops, check_array, layout_arena, relocate,
-                                          requant_steps, run_arena)
+from vdla.compiler.backend.common import (ITER_MAX, PAD_MAX, AluStep, ArenaProgram,
+                                          acc_rows, ceil_div, check_alu_ops, check_array,
+                                          layout_arena, requant_steps, run_arena)
 from vdla.compiler.graph import Graph, Node
 from vdla.compiler.layout import pack, unpack
 from vdla.config import AluOp, HardwareConfig
@@ -380,7 +380,7 @@ class _UopTable:
 # --- lowering ----------------------------------------------------------------------------------
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class LoweredPool2d:
+class LoweredPool2d(ArenaProgram):
     """A lowered pool: `program` (for an arena at DRAM address 0; `relocate` moves it),
     the arena's `regions`, the static data it expects there (`static_data`), and the
     host-side packing (`input_data`, `unpack_output`)."""
@@ -394,18 +394,6 @@ class LoweredPool2d:
     arena_bytes: int
     uop_bytes: bytes
     const_rows: np.ndarray        # (R, padded C) int32
-
-    @property
-    def data_layout(self) -> str:
-        return f"NCHW{self.config.batch}n{self.config.block_in}c"
-
-    @property
-    def out_layout(self) -> str:
-        return f"NCHW{self.config.batch}n{self.config.block_out}c"
-
-    def relocate(self, base: int) -> Program:
-        """The program for an arena at DRAM byte address `base` (`common.relocate`)."""
-        return relocate(self.program, base, self.config)
 
     def identity_weights(self) -> np.ndarray:
         """The `ratio` weight blocks E_j (ratio, block_out, block_in) int8."""
