@@ -245,7 +245,9 @@ class Pool2dSchedule:
         s = self.clamped(layer)
         over = {k: v for k, v in self.needs(layer, config, uops=False).items() if v[0] > v[1]}
         if not over:  # the micro-op count walks every tile: only for otherwise fitting tiles
-            over = {k: v for k, v in self.needs(layer, config).items() if v[0] > v[1]}
+            uops = len(_UopTable(layer, s, config).uops)
+            if uops > config.uop_depth:
+                over["uop"] = (uops, config.uop_depth)
         loops = max(s.tile_h * s.tile_w, _rows_in(layer, s.tile_h) * _cols_in(layer, s.tile_w))
         if loops > ITER_MAX:
             over["iter"] = (loops, ITER_MAX)
@@ -320,8 +322,9 @@ class _UopTable:
         self.widened = 2 * self.tile
         depth = config.acc_depth if config is not None else 1 << 30
         self.const_base = depth - L.const_rows * L.blocks
-        for tile in _tiles(L, s):  # intern every kernel now: the table is loaded first
-            self.passes(tile)
+        self.tiles = _tiles(L, s)
+        # Every kernel is interned now (the table is loaded first); the emitter reuses these.
+        self.tile_passes = [self.passes(tile) for tile in self.tiles]
 
     def kernel(self, uops) -> tuple[int, int]:
         """(uop_bgn, uop_end) of micro-ops `uops`, appended once."""
@@ -344,8 +347,7 @@ class _UopTable:
         return self.s.tile_h * t.tw
 
     def passes(self, t: _Tile) -> dict:
-        """The micro-op kernels of tile `t` (the same calls, in the same order, as the
-        emitter makes)."""
+        """The micro-op kernels of tile `t`: {pass: (uop_bgn, uop_end)}."""
         L = self.L
         o, plane, chunk, cols = self.region(t), self.plane(t), self.chunk, _cols_in(L, t.tw)
         i = self.window(t)
@@ -471,9 +473,9 @@ def _emit(L: Pool2dLayer, s: Pool2dSchedule, c: HardwareConfig, steps, u: _UopTa
                y_size=1, x_size=n, x_stride=n)
     p.load(MemoryType.WGT, sram_base=0, dram_base=base("weights", c.wgt_elem_bytes), y_size=1,
            x_size=L.ratio, x_stride=L.ratio)
-    tiles = _tiles(L, s)
+    tiles = u.tiles
     for t in tiles:
-        k = u.passes(t)
+        k = u.tile_passes[t.k]
         o, plane = u.region(t), u.plane(t)
         rows, cols = _rows_in(L, t.th), _cols_in(L, t.tw)
         # The input window, clipped to the image; the LOAD pads the rest with zeros.

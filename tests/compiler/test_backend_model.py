@@ -13,8 +13,8 @@ import pytest
 import vdla
 from vdla.compiler import passes, quantize, run_reference, zoo
 from vdla.compiler.partition import partition
-from vdla.compiler.backend import (CompiledModel, Conv2dSchedule, RunResult, compile_model,
-                                   lower_conv2d)
+from vdla.compiler.backend import (CompiledModel, Conv2dSchedule, Pool2dSchedule, RunResult,
+                                   compile_model, lower_conv2d)
 from vdla.compiler.builder import GraphBuilder
 from vdla.compiler.datasets import digits_split
 from vdla.compiler.layout import pack_graph
@@ -308,6 +308,17 @@ def test_bad_feeds(digits_compiled):
             session.run({"input": np.full((1, 1, 8, 8), "a")})
         with pytest.raises(TypeError, match="feed must be a dict"):
             session.run([np.zeros((1, 1, 8, 8), np.float32)])
+
+
+def test_schedule_of_the_wrong_kind_is_refused(digits_quantized):
+    pool = next(n.name for n in digits_quantized.nodes() if n.op == "max_pool2d")
+    conv = next(n.name for n in digits_quantized.nodes() if n.op == "qconv2d")
+    with pytest.raises(TypeError, match=r"\(max_pool2d\) must be a Pool2dSchedule, not "
+                                        "Conv2dSchedule"):
+        compile_model(digits_quantized, CFG, schedules={pool: Conv2dSchedule(1, 1, 1, 1)})
+    with pytest.raises(TypeError, match=r"\(qconv2d\) must be a Conv2dSchedule, not "
+                                        "Pool2dSchedule"):
+        compile_model(digits_quantized, CFG, schedules={conv: Pool2dSchedule(1, 1, 1)})
 
 
 def test_bad_arguments(digits_quantized, digits_compiled):
