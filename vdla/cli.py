@@ -402,9 +402,13 @@ def _cmd_run(args) -> int:
     quantized = quantize(passes.prepare(graph), calibration, config)
     quantize_seconds = time.perf_counter() - start
 
+    schedules = {}
+    if args.records:
+        from vdla.cli_tune import best_schedules_for_run
+        schedules = best_schedules_for_run(args.records, quantized, config)
     show, done = _progress("compiling")
     try:
-        compiled = compile_model(quantized, config, progress=show)
+        compiled = compile_model(quantized, config, schedules=schedules, progress=show)
     finally:
         done()
     backend = args.sim
@@ -427,6 +431,10 @@ def _cmd_run(args) -> int:
     for s in result.ops:
         if s.target == "host" and s.op in ("qconv2d", "qdense"):
             print(f"  note: {s.name} runs on the host: {s.reason}")
+    if args.records:
+        gemm_ops = [op for op in compiled.vdla_ops if op.op in ("qconv2d", "qdense")]
+        print(f"schedules: {len(schedules)} of {len(gemm_ops)} convolution/dense ops from the "
+              f"records {args.records}, the others from the default chooser")
     if result.cycles is None:
         print("total cycles: - (the functional backend counts no cycles; use --sim verilator)")
     else:
@@ -444,6 +452,7 @@ def _cmd_run(args) -> int:
                   "quantize_seconds": quantize_seconds,
                   "compile_seconds": compiled.compile_seconds,
                   "wall_seconds": result.wall_seconds,
+                  "records": args.records, "tuned_ops": sorted(schedules),
                   "ops": [s.to_dict() for s in result.ops]}
         atomic_write(Path(args.json), (json.dumps(report, indent=2) + "\n").encode())
     if not bit_exact:
@@ -592,7 +601,13 @@ def build_parser() -> argparse.ArgumentParser:
                      help="seeds the inputs (digits_cnn: the test image's index) (default 0)")
     run.add_argument("--calibration", type=int, default=4, metavar="N",
                      help="calibration samples for quantization (default 4)")
+    run.add_argument("--records", metavar="DB",
+                     help="compile each convolution with its best schedule in this tuning "
+                          "records file (vdla tune); the default chooser for the others")
     run.set_defaults(func=_cmd_run)
+
+    from vdla import cli_tune
+    cli_tune.add_parser(sub, config_help)
     return parser
 
 

@@ -74,7 +74,8 @@ from vdla.config import AluOp, HardwareConfig
 from vdla.isa import MemoryType, Program, Uop, encode_uops
 from vdla.runtime.builder import COMPUTE, LOAD, STORE, ProgramBuilder
 
-__all__ = ["Conv2dLayer", "Conv2dSchedule", "LoweredConv2d", "lower_conv2d", "run_conv2d"]
+__all__ = ["Conv2dLayer", "Conv2dSchedule", "LoweredConv2d", "conv2d_workload", "lower_conv2d",
+           "run_conv2d"]
 
 # --- the workload -----------------------------------------------------------------------------
 
@@ -216,6 +217,24 @@ def _layer_and_epilogue(node: Node, graph: Graph,
                         out_blocks=ceil_div(o, config.block_out),
                         has_residual=has_residual, const_rows=len(epilogue.rows))
     return layer, epilogue
+
+
+def conv2d_workload(node: Node, graph: Graph, config: HardwareConfig) -> dict:
+    """What the cycles of a lowered ``qconv2d``/``qdense`` node depend on, as plain JSON
+    values: the `Conv2dLayer` fields and the ALU passes of its epilogue (each step's op and
+    whether its operand is an immediate or a constant row). Two nodes with the same
+    workload have the same schedule space and the same cycles per schedule, so the tuner
+    keys its records on this. Raises ValueError as `lower_conv2d` does."""
+    layer, epi = _layer_and_epilogue(node, graph, config)
+
+    def steps(seq):
+        return None if seq is None else [
+            f"{s.op.name}:{'row' if s.row is not None else 'imm'}" for s in seq]
+
+    fields = dataclasses.asdict(layer)
+    fields["pads"] = list(layer.pads)
+    return {"op": node.op, **fields, "epilogue": steps(epi.main),
+            "residual_epilogue": steps(epi.residual), "clamp": [epi.out_min, epi.out_max]}
 
 
 def _dense_layer_and_epilogue(node: Node, graph: Graph,

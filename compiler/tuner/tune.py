@@ -1,0 +1,176 @@
+"""The tuning loop: propose a batch, measure it, record it, learn; resume from records.
+
+    with Records("tune.db") as db, LocalRunner("verilator", jobs=2) as runner:
+        result = tune_task(task_from_workload("C5", config), runner, trials=64, records=db)
+    result.best, result.best_cycles, result.default_cycles
+
+`trials` is the task's measurement budget *including* what the records already hold for
+it (same workload, config and backend): a run stopped after 20 of 64 trials and started
+again measures the other 44, and never a schedule measured before. Results are written
+to the records after every batch, so an interrupted run loses at most one batch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+from vdla.compiler.backend.conv2d import Conv2dSchedule
+from vdla.compiler.tuner.records import Records
+from vdla.compiler.tuner.runner import MeasureInput, MeasureResult
+from vdla.compiler.tuner.search import make_tuner
+from vdla.compiler.tuner.task import TuneTask, schedule_from_dict
+
+__all__ = ["Progress", "TuneResult", "best_schedules", "tune_task"]
+
+#: Called after each batch with (task, trials done, trial budget, best cycles or None).
+Progress = Callable[[TuneTask, int, int, "int | None"], None]
+
+
+@dataclasses.dataclass(frozen=True)
+class TuneResult:
+    """What tuning one task found.
+
+    task : the `TuneTask`
+    space_size : valid schedules in its space
+    best, best_cycles : the fastest schedule measured (records included), or None
+    default, default_cycles : the default chooser's schedule and, if measured, its cycles
+    history : (schedule, MeasureResult) of every trial of this run, in order
+    resumed : trials found in the records (not measured again)
+    """
+
+    task: TuneTask
+    space_size: int
+    best: Conv2dSchedule | None
+    best_cycles: int | None
+    default: Conv2dSchedule
+    default_cycles: int | None
+    history: tuple[tuple[Conv2dSchedule, MeasureResult], ...]
+    resumed: int
+
+    @property
+    def trials(self) -> int:
+        return self.resumed + len(self.history)
+
+    @property
+    def failures(self) -> int:
+        return sum(not r.ok for _, r in self.history)
+
+    @property
+    def speedup(self) -> float | None:
+        """default cycles / best cycles (None unless both were measured)."""
+        if self.best_cycles and self.default_cycles:
+            return self.default_cycles / self.best_cycles
+        return None
+
+
+def _previous(records: Records | None, task: TuneTask, backend: str) -> dict:
+    """schedule -> cycles (None: failed) of the task's records on this backend."""
+    if records is None:
+        return {}
+    found = {}
+    for r in records.query(task.key, task.config.name, backend):
+        try:
+            s = schedule_from_dict(r.schedule)
+        except ValueError:
+            continue
+        if found.get(s) is None:      # an ok measurement wins over a failed one
+            found[s] = r.cycles
+    return found
+
+
+def tune_task(task: TuneTask, runner, *, trials: int, records: Records | None = None,
+              tuner: str = "model", batch: int = 8, seed: int = 0,
+              measure_default: bool = True, progress: Progress | None = None,
+              tuner_options: dict | None = None) -> TuneResult:
+    """Tune `task`.
+
+    runner : measures batches (`LocalRunner`, `ReplayRunner`, or anything with
+        ``measure(inputs)`` and ``backend``)
+    trials : measurements in all, records included (capped at the space's size)
+    records : a `Records` to resume from and write to (None: nothing is kept)
+    tuner : ``model`` (learned cost model and simulated annealing), ``random`` or ``grid``
+    batch : schedules measured per round (the runner measures a batch in parallel)
+    seed : makes the search deterministic
+    measure_default : measure the default chooser's schedule first, so the result can
+        compare it with the best (the CLI's table does)
+    progress : called after each batch (see `Progress`)
+    """
+    if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
+        raise ValueError(f"trials must be a positive integer, not {trials!r}")
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise ValueError(f"batch must be a positive integer, not {batch!r}")
+    space = task.space()
+    if not space:
+        task.default_schedule()   # raises, naming the buffers the smallest tiles overflow
+        raise ValueError(f"task {task.name}: no schedule fits config {task.config.name}")
+    search = make_tuner(tuner, task, space, seed=seed, **(tuner_options or {}))
+    previous = {s: c for s, c in _previous(records, task, runner.backend).items()
+                if s in search.index}
+    search.update(list(previous), list(previous.values()))
+    default = task.default_schedule()
+    budget = min(trials, len(space))
+    history: list[tuple[Conv2dSchedule, MeasureResult]] = []
+    measured = dict(previous)
+
+    def done() -> int:
+        return len(previous) + len(history)
+
+    def best_cycles():
+        ok = [c for c in measured.values() if c is not None]
+        return min(ok) if ok else None
+
+    if progress is not None:
+        progress(task, min(done(), budget), budget, best_cycles())
+    while done() < budget:
+        n = min(batch, budget - done())
+        proposal = []
+        if measure_default and default not in measured and default in search.index:
+            proposal.append(default)
+        proposal += [s for s in search.propose(n) if s != default or not proposal][
+            : n - len(proposal)]
+        if not proposal:
+            break
+        results = runner.measure([MeasureInput(task, s) for s in proposal])
+        if records is not None:
+            records.add(*(r.record(MeasureInput(task, s), runner.backend)
+                          for s, r in zip(proposal, results)))
+        cycles = [r.cycles if r.ok else None for r in results]
+        search.update(proposal, cycles)
+        for s, r in zip(proposal, results):
+            history.append((s, r))
+            if measured.get(s) is None:
+                measured[s] = r.cycles if r.ok else None
+        if progress is not None:
+            progress(task, done(), budget, best_cycles())
+
+    ok = sorted((c, i) for i, (s, c) in enumerate(measured.items()) if c is not None)
+    best = list(measured)[ok[0][1]] if ok else None
+    return TuneResult(task, len(space), best, ok[0][0] if ok else None, default,
+                      measured.get(default), tuple(history), len(previous))
+
+
+def best_schedules(records: Records, graph, config, *, backend: str = "verilator"
+                   ) -> dict[str, tuple[Conv2dSchedule, int]]:
+    """node name -> (schedule, cycles) of the best record for each ``qconv2d``/``qdense``
+    node of quantized `graph` on `config`; nodes without a usable record are left out
+    (they get the default chooser). For `compile_model`'s ``schedules``."""
+    from vdla.compiler.tuner.task import TUNABLE_OPS, workload_key
+
+    found = {}
+    for node in graph.nodes():
+        if node.op not in TUNABLE_OPS:
+            continue
+        try:
+            key = workload_key(node, graph, config)
+        except ValueError:
+            continue          # runs on the host
+        r = records.best(key, config.name, backend)
+        if r is None:
+            continue
+        try:
+            schedule = schedule_from_dict(r.schedule)
+        except ValueError:
+            continue
+        found[node.name] = (schedule, r.cycles)
+    return found

@@ -1,0 +1,366 @@
+"""The tuner: tasks and their keys, the SQLite records (round trip, concurrent writers),
+measurements in worker processes (crashes, errors and hangs do not stop a search),
+resuming without re-measuring, determinism (parallel = serial), the search strategies,
+and `vdla tune` / `vdla run --records`."""
+
+import dataclasses
+import json
+import multiprocessing
+import pickle
+import sqlite3
+
+import pytest
+
+import vdla
+from vdla.cli import main
+from vdla.compiler import passes, quantize, zoo
+from vdla.compiler.backend import Conv2dSchedule
+from vdla.compiler.tuner import (LocalRunner, MeasureInput, ModelTuner, Record, Records,
+                                 ReplayRunner, best_schedules, make_tuner, task_from_workload,
+                                 tasks_from_graph, tune_task)
+from vdla.compiler.tuner.records import OK
+
+CFG = vdla.HardwareConfig()
+#: Small workloads: a whole space measures in seconds on Verilator.
+SMALL = "14,14,16,32,3,1,1"
+TINY = "7,7,16,16,1,0,1"
+
+
+@pytest.fixture(scope="module")
+def verilator_runner():
+    with LocalRunner("verilator", jobs=2) as runner:
+        yield runner
+
+
+def record(**changes) -> Record:
+    base = dict(workload="w", config=CFG.name, backend="verilator",
+                schedule={"tile_h": 1}, cycles=100, status=OK, counters={"cycles": 100},
+                seconds=0.5)
+    return Record(**{**base, **changes})
+
+
+# --- tasks ---------------------------------------------------------------------------------
+
+def test_task_of_a_workload_has_a_stable_key_and_space():
+    task = task_from_workload("C5", CFG)
+    again = task_from_workload("28,28,128,128,3,1,1", CFG)
+    assert task.key == again.key and task.name == "C5"
+    workload = json.loads(task.key)
+    assert workload["c"] == 128 and workload["kernel_h"] == 3 and workload["op"] == "qconv2d"
+    assert workload["epilogue"] == ["ADD:row", "SHR:imm"]
+    space = task.space()
+    assert len(space) == len(set(space)) > 1000
+    assert task.default_schedule() in space
+    assert all(s.fits(task.layer, CFG) for s in space[::50])
+    # A different config is a different space (and, by config name, different records).
+    small = dataclasses.replace(CFG, acc_buff_size=16 * 1024)
+    assert len(task_from_workload("C5", small).space()) < len(space)
+    # Tasks travel to worker processes.
+    copy = pickle.loads(pickle.dumps(task))
+    assert copy.key == task.key and copy.space() == space
+
+
+def test_tasks_of_a_model_are_its_distinct_convolutions():
+    graph = zoo.get("resnet18")
+    q = quantize(passes.prepare(graph), {graph.inputs[0]: _normal((1,) + graph.tensors[
+        graph.inputs[0]].shape[1:])}, CFG)
+    tasks = tasks_from_graph(q, CFG)
+    convs = [n for n in q.nodes() if n.op in ("qconv2d", "qdense")]
+    assert len({t.key for t in tasks}) == len(tasks) < len(convs)
+    assert {t.node for t in tasks} <= {n.name for n in convs}
+    residual = [t for t in tasks if t.workload["has_residual"]]
+    assert residual and all(len(t.graph.inputs) == 2 for t in residual)
+    assert any("(+" in t.name for t in tasks)     # shared by several nodes
+
+
+def _normal(shape):
+    import numpy as np
+    return np.random.default_rng(0).standard_normal(shape).astype("float32")
+
+
+# --- records -------------------------------------------------------------------------------
+
+def test_records_round_trip_and_best(tmp_path):
+    path = tmp_path / "sub" / "tune.db"
+    rows = [record(cycles=300, schedule={"tile_h": 3}),
+            record(cycles=None, status="crash", counters={}, error="died",
+                   schedule={"tile_h": 9}),
+            record(cycles=200, schedule={"tile_h": 2}),
+            record(cycles=150, backend="functional", counters={"gemm": 1}),
+            record(cycles=100, workload="other")]
+    with Records(path) as db:
+        db.add(*rows[:2])
+        db.add(*rows[2:])
+        assert len(db) == 5
+    with Records(path) as db:      # reopened: everything as written
+        assert db.query() == rows
+        assert db.query("w", CFG.name, "verilator") == rows[:3]
+        assert db.query(status="crash") == [rows[1]]
+        assert db.best("w", CFG.name) == rows[2]
+        assert db.best("w", CFG.name, "functional") == rows[3]
+        assert db.best("w", "another-config") is None
+    assert sqlite3.connect(path).execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_records_reject_bad_rows_and_files(tmp_path):
+    with pytest.raises(ValueError, match="status must be one of"):
+        record(status="great")
+    with pytest.raises(ValueError, match="an ok measurement has cycles"):
+        record(cycles=None)
+    with pytest.raises(ValueError, match="an ok measurement has cycles"):
+        record(status="error", cycles=5)
+    bad = tmp_path / "not.db"
+    bad.write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(ValueError, match="not a vdla records database"):
+        Records(bad)
+    with pytest.raises(ValueError, match="is a folder"):
+        Records(tmp_path)
+
+
+def _write_rows(path, worker, count):
+    with Records(path) as db:
+        for i in range(count):
+            db.add(record(workload=f"w{worker}", schedule={"i": i}, cycles=i + 1))
+
+
+def test_concurrent_writers_lose_nothing(tmp_path):
+    path = tmp_path / "shared.db"
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_write_rows, args=(path, w, 60)) for w in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0
+    with Records(path) as db:
+        assert len(db) == 240
+        for w in range(4):
+            assert sorted(r.schedule["i"] for r in db.query(f"w{w}")) == list(range(60))
+
+
+# --- measuring -----------------------------------------------------------------------------
+
+def test_measurements_are_real_and_checked(verilator_runner):
+    task = task_from_workload(TINY, CFG)
+    space = task.space()
+    results = verilator_runner.measure([MeasureInput(task, s) for s in space[:4]])
+    assert all(r.ok and r.cycles == r.counters["cycles"] > 0 for r in results)
+    assert all(r.counters["gemm_active"] > 0 for r in results)
+    # The functional fast mode runs the program too, and reports the analytical cycles.
+    with LocalRunner("functional") as fast:
+        quick = fast.measure([MeasureInput(task, s) for s in space[:4]])
+    assert [r.cycles for r in quick] == [task.estimate(s).cycles for s in space[:4]]
+    # Within the model's accuracy of the cycle-accurate figures.
+    assert all(abs(q.cycles / r.cycles - 1) < 0.2 for q, r in zip(quick, results))
+    # A schedule that does not fit fails as a result, not as an exception.
+    bad = verilator_runner.measure([MeasureInput(task_from_workload("C11", CFG),
+                                                 Conv2dSchedule(7, 7, 32, 32))])[0]
+    assert bad.status == "error" and "does not fit" in bad.error
+
+
+def test_a_crashing_measurement_does_not_stop_the_search(tmp_path):
+    from tuner_faults import faulty_measure
+
+    task = task_from_workload(TINY, CFG)
+    space = task.space()
+    with Records(tmp_path / "t.db") as db, \
+            LocalRunner("verilator", jobs=2, timeout=20, measure=faulty_measure) as runner:
+        result = tune_task(task, runner, trials=len(space), records=db, tuner="grid",
+                           measure_default=False, batch=8)
+        rows = db.query()
+    by_status = {}
+    for s, r in result.history:
+        by_status.setdefault(r.status, []).append(s)
+    assert result.trials == len(space) == len(rows)
+    assert {(s.tile_h, s.tile_w) for s in by_status["crash"]} == {(1, 1)}
+    assert {(s.tile_h, s.tile_w) for s in by_status["error"]} == {(2, 2)}
+    assert [(s.tile_h, s.tile_w, s.h_nthread) for s in by_status["timeout"]] == [(1, 2, 1)]
+    assert "injected failure" in next(r.error for r in rows if r.status == "error")
+    assert "died" in next(r.error for r in rows if r.status == "crash")
+    # Every other schedule was measured, after the crashes and the hang.
+    assert len(by_status[OK]) == len(space) - result.failures > 20
+    assert result.best_cycles == min(r.cycles for r in rows if r.ok)
+
+
+class _Counting:
+    """A runner that remembers what it was asked to measure."""
+
+    def __init__(self, runner):
+        self.runner, self.backend, self.asked = runner, runner.backend, []
+
+    def measure(self, inputs):
+        self.asked += [i.schedule for i in inputs]
+        return self.runner.measure(inputs)
+
+
+def test_a_resumed_run_does_not_measure_again(tmp_path, verilator_runner):
+    task = task_from_workload(SMALL, CFG)
+    path = tmp_path / "resume.db"
+    first = _Counting(verilator_runner)
+    with Records(path) as db:
+        one = tune_task(task, first, trials=10, records=db, batch=4, seed=3)
+    assert one.trials == len(first.asked) == 10 and one.resumed == 0
+    second = _Counting(verilator_runner)
+    with Records(path) as db:
+        two = tune_task(task, second, trials=24, records=db, batch=4, seed=3)
+        assert len(db) == 24
+    assert two.resumed == 10 and len(second.asked) == 14
+    assert not set(second.asked) & set(first.asked)
+    assert two.best_cycles <= one.best_cycles
+    # Nothing left to do: a third run measures nothing.
+    third = _Counting(verilator_runner)
+    with Records(path) as db:
+        assert tune_task(task, third, trials=24, records=db).best == two.best
+    assert third.asked == []
+
+
+def test_parallel_and_serial_runs_find_the_same_best(verilator_runner):
+    task = task_from_workload(SMALL, CFG)
+    with LocalRunner("verilator", jobs=1) as serial:
+        one = tune_task(task, serial, trials=20, batch=5, seed=11)
+    two = tune_task(task, verilator_runner, trials=20, batch=5, seed=11)
+    assert [s for s, _ in one.history] == [s for s, _ in two.history]
+    assert [r.cycles for _, r in one.history] == [r.cycles for _, r in two.history]
+    assert (one.best, one.best_cycles) == (two.best, two.best_cycles)
+    assert one.default == task.default_schedule() == one.history[0][0]
+
+
+# --- search --------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def measured_space(tmp_path_factory, verilator_runner):
+    """A whole space measured once on Verilator, for replayed searches."""
+    task = task_from_workload(SMALL, CFG)
+    path = tmp_path_factory.mktemp("space") / "space.db"
+    with Records(path) as db:
+        full = tune_task(task, verilator_runner, trials=len(task.space()), records=db,
+                         tuner="grid", measure_default=False, batch=32)
+    assert full.failures == 0
+    return task, path, full.best_cycles
+
+
+def test_the_model_tuner_beats_random_search(measured_space):
+    task, path, best = measured_space
+    space = task.space()
+    budget = len(space) // 10
+
+    def first_within(result):
+        return next((i + 1 for i, (_, r) in enumerate(result.history)
+                     if r.cycles <= 1.05 * best), None)
+
+    with Records(path) as db:
+        replay = ReplayRunner(db)
+        model = [first_within(tune_task(task, replay, trials=budget, seed=seed,
+                                        measure_default=False)) for seed in range(3)]
+        rand = [first_within(tune_task(task, replay, trials=len(space), tuner="random",
+                                       seed=seed, measure_default=False, batch=64))
+                for seed in range(10)]
+    assert all(m is not None for m in model), model
+    assert sum(model) / len(model) < sum(rand) / len(rand)
+
+
+def test_searches_are_deterministic_for_a_seed(measured_space):
+    task, path, _ = measured_space
+    with Records(path) as db:
+        replay = ReplayRunner(db)
+        for tuner in ("model", "random", "grid"):
+            runs = [[s for s, _ in tune_task(task, replay, trials=24, tuner=tuner, seed=5,
+                                             batch=6).history] for _ in range(2)]
+            assert runs[0] == runs[1] and len(set(runs[0])) == 24
+        other = tune_task(task, replay, trials=24, tuner="random", seed=6, batch=6)
+    assert [s for s, _ in other.history] != runs[0]
+
+
+def test_the_model_tuner_learns_without_the_timing_model(measured_space):
+    task, path, best = measured_space
+    with Records(path) as db:
+        result = tune_task(task, ReplayRunner(db), trials=40, seed=0, measure_default=False,
+                           tuner_options={"use_estimate": False})
+    tuner = ModelTuner(task, task.space(), use_estimate=False)
+    assert tuner.features.shape[1] < ModelTuner(task, task.space()).features.shape[1]
+    # Its later rounds (after the first, random, batch) beat its first round.
+    cycles = [r.cycles for _, r in result.history]
+    assert min(cycles[8:]) < min(cycles[:8])
+
+
+def test_bad_arguments_are_refused():
+    task = task_from_workload(TINY, CFG)
+    with pytest.raises(ValueError, match="unknown tuner 'best'; available: model, random"):
+        make_tuner("best", task, task.space())
+    with pytest.raises(ValueError, match="trials must be a positive integer, not 0"):
+        tune_task(task, None, trials=0)
+    with pytest.raises(ValueError, match="unknown measurement backend 'fpga'"):
+        LocalRunner("fpga")
+    with pytest.raises(ValueError, match="jobs must be a positive integer"):
+        LocalRunner(jobs=0)
+    with pytest.raises(ValueError, match="neither a ResNet-18 workload name"):
+        task_from_workload("C99", CFG)
+
+
+# --- the command line ----------------------------------------------------------------------
+
+def test_vdla_tune_then_run_with_the_records(tmp_path, capsys):
+    db, report = tmp_path / "digits.db", tmp_path / "tune.json"
+    assert main(["tune", "digits_cnn", "--trials", "10", "--records", str(db), "--jobs", "2",
+                 "--json", str(report)]) == 0
+    out = capsys.readouterr().out
+    assert "tuned digits_cnn: 4 workload(s)" in out and "speedup" in out
+    tuned = json.loads(report.read_text())
+    assert len(tuned["workloads"]) == 4
+    for w in tuned["workloads"]:
+        assert w["trials"] == 10 and w["failures"] == 0
+        assert w["best"]["cycles"] <= w["default"]["cycles"]
+
+    run_report = tmp_path / "run.json"
+    assert main(["run", "digits_cnn", "--records", str(db), "--json", str(run_report)]) == 0
+    out = capsys.readouterr().out
+    assert "schedules: 4 of 4 convolution/dense ops from the records" in out
+    ran = json.loads(run_report.read_text())
+    assert ran["bit_exact"] is True and len(ran["tuned_ops"]) == 4
+    graph = zoo.get("digits_cnn")
+    from vdla.cli import _load_model
+    _, calibration, _, _ = _load_model("digits_cnn", 0, 4)
+    q = quantize(passes.prepare(graph), calibration, CFG)
+    with Records(db) as records:
+        best = best_schedules(records, q, CFG)
+    ops = {op["name"]: op for op in ran["ops"]}
+    for name, (schedule, cycles) in best.items():
+        assert ops[name]["schedule"] == dataclasses.asdict(schedule)
+        assert ops[name]["cycles"] == cycles         # the run measures what was recorded
+    # Tuning paid off somewhere, so the run really used a non-default schedule.
+    assert any(w["best"]["schedule"] != w["default"]["schedule"] for w in tuned["workloads"])
+
+    # A second tune resumes: no new measurements.
+    assert main(["tune", "digits_cnn", "--trials", "10", "--records", str(db)]) == 0
+    assert "0 measurements" in capsys.readouterr().out
+
+
+def test_vdla_tune_a_layer_with_the_fast_mode(tmp_path, capsys):
+    assert main(["tune", "--layer", TINY, "--layer", "C11", "--trials", "3", "--measure",
+                 "functional", "--records", str(tmp_path / "f.db")]) == 0
+    out = capsys.readouterr().out
+    assert "2 workload(s)" in out and "functional measurements" in out
+    assert "1x512x7x7 -> 512, k3x3 s1" in out
+    with Records(tmp_path / "f.db") as db:
+        assert {r.backend for r in db.query()} == {"functional"} and len(db) == 6
+
+
+@pytest.mark.parametrize("args, message", [
+    (["tune", "--trials", "3", "--records", "x.db"], "needs a MODEL or --layer SPEC"),
+    (["tune", "digits_cnn", "--layer", "C5", "--trials", "3", "--records", "x.db"],
+     "needs a MODEL or --layer SPEC"),
+    (["tune", "--layer", "C5", "--trials", "0", "--records", "x.db"],
+     "--trials must be a positive integer, not 0"),
+    (["tune", "--layer", "C5", "--trials", "2", "--jobs", "0", "--records", "x.db"],
+     "--jobs must be a positive integer"),
+    (["tune", "--layer", "1,2,3", "--trials", "2", "--records", "x.db"],
+     "neither a ResNet-18 workload name"),
+    (["tune", "nosuchmodel", "--trials", "2", "--records", "x.db"], "unknown model"),
+    (["run", "digits_cnn", "--records", "missing.db"],
+     "records file 'missing.db' does not exist"),
+])
+def test_cli_errors(tmp_path, monkeypatch, capsys, args, message):
+    monkeypatch.chdir(tmp_path)
+    assert main(args) == 1
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "x.db").exists() and not (tmp_path / "missing.db").exists()
