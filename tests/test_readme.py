@@ -33,3 +33,12 @@ def test_backend_example_runs(capsys):
     exec(compile(backend, str(README), "exec"), {})
     report = capsys.readouterr().out
     assert "vdla {'tile_h'" in report and "host None" in report
+
+
+def test_tuner_example_runs(capsys, tmp_path):
+    code = next(code for code in _examples() if "tune_task(" in code)
+    db = tmp_path / "readme.db"
+    exec(compile(code.replace("/tmp/vdla-readme-tune.db", str(db)), str(README), "exec"), {})
+    report = capsys.readouterr().out.split()
+    assert int(report[0]) > 100 and report[-1] == "True"
+    assert db.exists()

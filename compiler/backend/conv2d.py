@@ -224,7 +224,9 @@ def conv2d_workload(node: Node, graph: Graph, config: HardwareConfig) -> dict:
     values: the `Conv2dLayer` fields and the ALU passes of its epilogue (each step's op and
     whether its operand is an immediate or a constant row). Two nodes with the same
     workload have the same schedule space and the same cycles per schedule, so the tuner
-    keys its records on this. Raises ValueError as `lower_conv2d` does."""
+    keys its records on this. The clamp's bounds are not part of it: MAX and MIN run
+    whatever they are (the out buffer narrows by truncation). Raises ValueError as
+    `lower_conv2d` does."""
     layer, epi = _layer_and_epilogue(node, graph, config)
 
     def steps(seq):
@@ -234,7 +236,7 @@ def conv2d_workload(node: Node, graph: Graph, config: HardwareConfig) -> dict:
     fields = dataclasses.asdict(layer)
     fields["pads"] = list(layer.pads)
     return {"op": node.op, **fields, "epilogue": steps(epi.main),
-            "residual_epilogue": steps(epi.residual), "clamp": [epi.out_min, epi.out_max]}
+            "residual_epilogue": steps(epi.residual)}
 
 
 def _dense_layer_and_epilogue(node: Node, graph: Graph,

@@ -219,12 +219,14 @@ class LocalRunner:
     measure : the function a worker calls, ``measure(task, schedule, device, data=...)``
         (default `measure_schedule`); it must be importable by name (a module-level
         function), since workers may be started with ``spawn``
+    log : receives progress lines of a Verilator build (default: printed to stderr)
     Workers start on the first `measure` and live until `close` (or the ``with`` block
     ends); a dead or killed worker is replaced.
     """
 
     def __init__(self, backend: str = "verilator", jobs: int = 1, *,
-                 timeout: float = DEFAULT_TIMEOUT, measure: Measure = measure_schedule):
+                 timeout: float = DEFAULT_TIMEOUT, measure: Measure = measure_schedule,
+                 log: Callable[[str], None] | None = None):
         if backend not in BACKENDS:
             raise ValueError(f"unknown measurement backend {backend!r}; available: "
                              f"{', '.join(BACKENDS)}")
@@ -233,6 +235,8 @@ class LocalRunner:
         if not timeout > 0:
             raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
         self.backend, self.jobs, self.timeout, self._measure = backend, jobs, timeout, measure
+        self._log = log or (lambda message: print(f"vdla: {message}", file=sys.stderr,
+                                                  flush=True))
         # fork starts a worker in milliseconds; spawn (the default off Linux) re-imports.
         method = "fork" if sys.platform.startswith("linux") else "spawn"
         self._context = multiprocessing.get_context(method)
@@ -245,7 +249,7 @@ class LocalRunner:
             for inp in inputs:
                 name = inp.task.config.name
                 if name not in self._built:   # build once here, not once per worker
-                    build_model(inp.task.config)
+                    build_model(inp.task.config, log=self._log)
                     self._built.add(name)
         while len(self._workers) < self.jobs:
             self._workers.append(_Worker(self._context, self.backend, self._measure))
