@@ -108,9 +108,11 @@ def _one_line(exc: BaseException) -> str:
 
 
 def measure_schedule(task: TuneTask, schedule: Conv2dSchedule, device, *,
-                     data: _TaskData | None = None) -> MeasureResult:
+                     data: _TaskData | None = None,
+                     max_cycles: int | None = None) -> MeasureResult:
     """Measure `schedule` of `task` on `device` (a `vdla.runtime` device of the task's
-    config): lower it, run it, compare the output with the reference bit-exactly."""
+    config): lower it, run it, compare the output with the reference bit-exactly.
+    `max_cycles` is the Verilator watchdog's budget (default `cycle_budget`)."""
     from vdla.sim.errors import WatchdogError
 
     start = time.perf_counter()
@@ -118,11 +120,12 @@ def measure_schedule(task: TuneTask, schedule: Conv2dSchedule, device, *,
     try:
         lowered = lower_conv2d(task.graph.node(task.node), task.graph, task.config, schedule)
         if device.backend == "verilator":
-            device.max_cycles = cycle_budget(task, schedule)
+            device.max_cycles = max_cycles or cycle_budget(task, schedule)
         y, stats = run_conv2d(device, lowered, data.x, data.weights, data.bias,
                               data.residual, return_stats=True)
     except WatchdogError as exc:
-        return MeasureResult("timeout", error=_one_line(exc),
+        # Past the cycle budget: a timeout; stalled with nothing moving: a deadlock.
+        return MeasureResult("error" if exc.stalled else "timeout", error=_one_line(exc),
                              seconds=time.perf_counter() - start)
     except Exception as exc:  # noqa: BLE001 - any failure is a result, not a stop
         return MeasureResult("error", error=_one_line(exc), seconds=time.perf_counter() - start)
@@ -262,8 +265,12 @@ class LocalRunner:
         results: list[MeasureResult | None] = [None] * len(inputs)
         pending = collections.deque(enumerate(inputs))
         while pending or any(w.job for w in self._workers):
-            for w in self._workers:
+            for i, w in enumerate(self._workers):
                 if w.job is None and pending:
+                    if not w.process.is_alive():      # died while idle: replace it
+                        w.stop(kill=True)
+                        w = self._workers[i] = _Worker(self._context, self.backend,
+                                                       self._measure)
                     w.send(*pending.popleft())
             busy = [w for w in self._workers if w.job]
             now = time.monotonic()

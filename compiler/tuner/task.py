@@ -20,16 +20,18 @@ import dataclasses
 import functools
 import hashlib
 import json
+from typing import Iterator
 
 import numpy as np
 
 from vdla.compiler.backend.conv2d import Conv2dLayer, Conv2dSchedule, conv2d_workload
-from vdla.compiler.backend.cost import Conv2dEstimate, choose_conv2d, estimate_conv2d, schedule_space
+from vdla.compiler.backend.cost import (Conv2dEstimate, choose_conv2d, estimate_conv2d,
+                                       schedule_space)
 from vdla.compiler.graph import Graph, Node
 from vdla.config import HardwareConfig
 
 __all__ = ["TUNABLE_OPS", "TuneTask", "schedule_from_dict", "schedule_to_dict",
-           "task_from_workload", "tasks_from_graph", "workload_key"]
+           "task_from_workload", "tasks_from_graph", "tunable_nodes", "workload_key"]
 
 #: Ops the tuner searches schedules for (pools keep the default chooser: see the README).
 TUNABLE_OPS = ("qconv2d", "qdense")
@@ -156,18 +158,24 @@ def _one_node_graph(node: Node, graph: Graph) -> Graph:
     return g
 
 
+def tunable_nodes(graph: Graph, config: HardwareConfig) -> Iterator[tuple[Node, str]]:
+    """(node, workload key) of each ``qconv2d``/``qdense`` node of `graph` the back half
+    lowers, in topological order; nodes it cannot lower (they run on the host) are
+    skipped."""
+    for node in graph.nodes():
+        if node.op in TUNABLE_OPS:
+            try:
+                yield node, workload_key(node, graph, config)
+            except ValueError:
+                continue
+
+
 def tasks_from_graph(graph: Graph, config: HardwareConfig) -> list[TuneTask]:
     """One `TuneTask` per distinct workload among the graph's ``qconv2d``/``qdense`` nodes
     (in topological order of their first node; the name lists the nodes sharing it).
     Nodes the back half cannot lower (they run on the host) are skipped."""
     groups: dict[str, list[Node]] = {}
-    for node in graph.nodes():
-        if node.op not in TUNABLE_OPS:
-            continue
-        try:
-            key = workload_key(node, graph, config)
-        except ValueError:
-            continue
+    for node, key in tunable_nodes(graph, config):
         groups.setdefault(key, []).append(node)
     tasks = []
     for nodes in groups.values():

@@ -19,7 +19,7 @@ from vdla.compiler.backend.conv2d import Conv2dSchedule
 from vdla.compiler.tuner.records import Records
 from vdla.compiler.tuner.runner import MeasureInput, MeasureResult
 from vdla.compiler.tuner.search import make_tuner
-from vdla.compiler.tuner.task import TuneTask, schedule_from_dict
+from vdla.compiler.tuner.task import TuneTask, schedule_from_dict, tunable_nodes
 
 __all__ = ["Progress", "TuneResult", "best_schedules", "tune_task"]
 
@@ -155,16 +155,8 @@ def best_schedules(records: Records, graph, config, *, backend: str = "verilator
     """node name -> (schedule, cycles) of the best record for each ``qconv2d``/``qdense``
     node of quantized `graph` on `config`; nodes without a usable record are left out
     (they get the default chooser). For `compile_model`'s ``schedules``."""
-    from vdla.compiler.tuner.task import TUNABLE_OPS, workload_key
-
     found = {}
-    for node in graph.nodes():
-        if node.op not in TUNABLE_OPS:
-            continue
-        try:
-            key = workload_key(node, graph, config)
-        except ValueError:
-            continue          # runs on the host
+    for node, key in tunable_nodes(graph, config):
         r = records.best(key, config.name, backend)
         if r is None:
             continue

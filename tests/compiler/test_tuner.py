@@ -158,13 +158,28 @@ def test_measurements_are_real_and_checked(verilator_runner):
     assert bad.status == "error" and "does not fit" in bad.error
 
 
+def test_a_run_past_its_cycle_budget_is_a_timeout():
+    from vdla.compiler.tuner.runner import cycle_budget, measure_schedule
+
+    task = task_from_workload(TINY, CFG)
+    schedule = task.default_schedule()
+    with vdla.runtime.open(CFG, backend="verilator") as dev:
+        ok = measure_schedule(task, schedule, dev)
+        late = measure_schedule(task, schedule, dev, max_cycles=ok.cycles // 2)
+        again = measure_schedule(task, schedule, dev)     # the device is still usable
+    assert ok.ok and ok.cycles < cycle_budget(task, schedule) // 10
+    assert late.status == "timeout" and late.cycles is None
+    assert "did not finish within" in late.error
+    assert again.cycles == ok.cycles
+
+
 def test_a_crashing_measurement_does_not_stop_the_search(tmp_path):
     from tuner_faults import faulty_measure
 
     task = task_from_workload(TINY, CFG)
     space = task.space()
     with Records(tmp_path / "t.db") as db, \
-            LocalRunner("verilator", jobs=2, timeout=20, measure=faulty_measure) as runner:
+            LocalRunner("verilator", jobs=2, timeout=8, measure=faulty_measure) as runner:
         result = tune_task(task, runner, trials=len(space), records=db, tuner="grid",
                            measure_default=False, batch=8)
         rows = db.query()
