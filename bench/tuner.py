@@ -28,6 +28,7 @@ first, then the model tuner) with `--trials` measurements per layer on Verilator
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import os
 import statistics
@@ -101,7 +102,7 @@ def main(argv=None) -> int:
         for name in args.layers:
             spec = reduced_spec(name)
             task = task_from_workload(spec, config)
-            task = type(task)(f"{name}/r", task.graph, task.node, config)
+            task = dataclasses.replace(task, name=f"{name}/r")
             space = task.space()
             # Exhaustive: the grid over the whole space (resumes from the records).
             full = tune_task(task, runner, trials=len(space), records=db, tuner="grid",

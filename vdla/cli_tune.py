@@ -116,6 +116,7 @@ def _check_args(args):
 def run(args) -> int:
     from vdla.cli import _format_schedule, _load_config
     from vdla.compiler.tuner import LocalRunner, Records, tune_task
+    from vdla.compiler.tuner.task import schedule_to_dict
 
     _check_args(args)
     config = _load_config(args.config)
@@ -133,7 +134,7 @@ def run(args) -> int:
     wall = time.perf_counter() - start
 
     def sched(s):
-        return _format_schedule(None if s is None else s.__dict__)
+        return _format_schedule(None if s is None else schedule_to_dict(s))
 
     print(f"tuned {what}: {len(tasks)} workload(s), config {config.name}, {args.measure} "
           f"measurements, {args.tuner} tuner, seed {args.seed}; records {args.records}")
@@ -164,8 +165,9 @@ def run(args) -> int:
             "workloads": [{
                 "name": r.task.name, "workload": r.task.workload, "space": r.space_size,
                 "trials": r.trials, "resumed": r.resumed, "failures": r.failures,
-                "default": {"schedule": r.default.__dict__, "cycles": r.default_cycles},
-                "best": {"schedule": None if r.best is None else r.best.__dict__,
+                "default": {"schedule": schedule_to_dict(r.default),
+                             "cycles": r.default_cycles},
+                "best": {"schedule": None if r.best is None else schedule_to_dict(r.best),
                          "cycles": r.best_cycles},
                 "speedup": r.speedup} for r in results]}
         atomic_write(Path(args.json), (json.dumps(report, indent=2) + "\n").encode())

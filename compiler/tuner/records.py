@@ -22,6 +22,7 @@ analytical model's estimate after a functional run), ``schedule`` (JSON), ``cycl
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -134,17 +135,15 @@ class Records:
             raise ValueError(f"records file {str(self.path)!r} is not a vdla records "
                              f"database: {exc}") from None
 
+    @contextlib.contextmanager
     def _transaction(self):
-        db = self._db
-
-        class _Tx:
-            def __enter__(self):
-                db.execute("BEGIN IMMEDIATE")
-
-            def __exit__(self, exc_type, *rest):
-                db.execute("COMMIT" if exc_type is None else "ROLLBACK")
-
-        return _Tx()
+        self._db.execute("BEGIN IMMEDIATE")      # takes the write lock (or waits for it)
+        try:
+            yield
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
 
     def close(self):
         db, self._db = getattr(self, "_db", None), None

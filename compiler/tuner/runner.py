@@ -37,7 +37,7 @@ import numpy as np
 
 from vdla.compiler.backend.conv2d import Conv2dSchedule, lower_conv2d, run_conv2d
 from vdla.compiler.tuner.records import OK, Record, Records
-from vdla.compiler.tuner.task import TuneTask, schedule_to_dict
+from vdla.compiler.tuner.task import TuneTask, schedule_from_dict, schedule_to_dict
 
 __all__ = ["BACKENDS", "LocalRunner", "MeasureInput", "MeasureResult", "ReplayRunner",
            "cycle_budget", "measure_schedule"]
@@ -150,22 +150,18 @@ def _worker(conn, backend: str, measure: Measure):
     """A worker process: receive (task or task key, schedule), send a MeasureResult."""
     import vdla.runtime
 
-    devices, tasks = {}, {}
+    devices, tasks, inputs = {}, {}, {}
     try:
         while True:
             message = conn.recv()
             if message is None:
                 break
             task, schedule = message
-            if isinstance(task, str):
-                task = tasks[task][0]
-            elif task.key not in tasks:
-                tasks[task.key] = (task, None)
-            task, data = tasks[task.key]
+            task = tasks.setdefault(task if isinstance(task, str) else task.key, task)
             try:
-                if data is None:
-                    data = _TaskData(task)
-                    tasks[task.key] = (task, data)
+                if task.key not in inputs:
+                    inputs[task.key] = _TaskData(task)
+                data = inputs[task.key]
                 name = task.config.name
                 if name not in devices:
                     options = {"log": lambda m: None} if backend == "verilator" else {}
@@ -329,24 +325,21 @@ class ReplayRunner:
     def __init__(self, records: Records, backend: str = "verilator"):
         self.backend = backend
         self._records = records
-        self._cache: dict[str, dict[str, Record]] = {}
+        self._tables: dict[tuple[str, str], dict[Conv2dSchedule, Record]] = {}
 
-    def _table(self, task: TuneTask) -> dict[str, Record]:
-        key = f"{task.key}|{task.config.name}"
-        if key not in self._cache:
+    def _table(self, task: TuneTask) -> dict[Conv2dSchedule, Record]:
+        key = (task.key, task.config.name)
+        if key not in self._tables:
             table = {}
             for r in self._records.query(task.key, task.config.name, self.backend):
-                table.setdefault(r.schedule_json, r)
-            self._cache[key] = table
-        return self._cache[key]
+                table.setdefault(schedule_from_dict(r.schedule), r)
+            self._tables[key] = table
+        return self._tables[key]
 
     def measure(self, inputs: Sequence[MeasureInput]) -> list[MeasureResult]:
-        import json
         out = []
         for inp in inputs:
-            key = json.dumps(schedule_to_dict(inp.schedule), sort_keys=True,
-                             separators=(",", ":"))
-            r = self._table(inp.task).get(key)
+            r = self._table(inp.task).get(inp.schedule)
             out.append(MeasureResult("error", error=f"schedule {inp.schedule} has no record")
                        if r is None else MeasureResult(r.status, r.cycles, r.counters,
                                                        r.error, r.seconds))

@@ -45,8 +45,6 @@ class Tuner:
     seed : seeds every random choice
     """
 
-    name = "base"
-
     def __init__(self, task: TuneTask, space: Sequence[Conv2dSchedule], *, seed: int = 0):
         if not space:
             raise ValueError(f"task {task.name}: the schedule space is empty")
@@ -72,15 +70,11 @@ class Tuner:
 
 
 class GridTuner(Tuner):
-    name = "grid"
-
     def propose(self, n: int) -> list[Conv2dSchedule]:
         return [self.space[i] for i in self.unmeasured()[:n]]
 
 
 class RandomTuner(Tuner):
-    name = "random"
-
     def __init__(self, task, space, *, seed: int = 0):
         super().__init__(task, space, seed=seed)
         self.order = [int(i) for i in self.rng.permutation(len(self.space))]
@@ -98,20 +92,17 @@ class ModelTuner(Tuner):
     chains, steps : simulated annealing's parallel chains and steps per round
     """
 
-    name = "model"
-
     def __init__(self, task, space, *, seed: int = 0, use_estimate: bool = True,
                  explore: float = 0.15, chains: int = 64, steps: int = 60):
         super().__init__(task, space, seed=seed)
         self.use_estimate, self.explore = use_estimate, explore
         self.chains, self.steps = chains, steps
         # The knob grid: each knob's sorted candidate values; a schedule is a point.
-        knobs = [self._knobs(s) for s in self.space]
-        self.values = [sorted({k[d] for k in knobs}) for d in range(5)]
-        self.position = {tuple(v.index(k[d]) for d, v in enumerate(self.values)): i
-                         for i, k in enumerate(knobs)}
-        self.coords = np.array([tuple(v.index(k[d]) for d, v in enumerate(self.values))
-                                for k in knobs], dtype=np.int64)
+        knobs = np.array([self._knobs(s) for s in self.space], dtype=np.int64)
+        # Each knob's value -> its rank among the knob's values (np.unique's inverse).
+        self.coords = np.stack([np.unique(knobs[:, d], return_inverse=True)[1]
+                                for d in range(knobs.shape[1])], axis=1)
+        self.position = {tuple(int(v) for v in point): i for i, point in enumerate(self.coords)}
         self.features = np.array([self._features(s) for s in self.space], dtype=np.float64)
         self.model = None
 
@@ -181,7 +172,7 @@ class ModelTuner(Tuner):
             temp = spread * (1.0 - step / self.steps)
             proposal = current.copy()
             for c in range(len(current)):
-                knob = int(self.rng.integers(5))
+                knob = int(self.rng.integers(self.coords.shape[1]))
                 delta = 1 if self.rng.random() < 0.5 else -1
                 point = self.coords[current[c]].copy()
                 point[knob] += delta

@@ -133,13 +133,6 @@ class TuneTask:
                 f"k{w['kernel_h']}x{w['kernel_w']} s{w['stride_h']}")
         return text + (" +residual" if w["has_residual"] else "")
 
-    def __getstate__(self):
-        # cached_property values are plain attributes: drop them, they are recomputed.
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-
-    def __setstate__(self, state):
-        self.__dict__.update(state)
-
 
 def _one_node_graph(node: Node, graph: Graph) -> Graph:
     """`node` alone: constants copied, every other input a graph input."""

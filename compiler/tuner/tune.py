@@ -111,43 +111,38 @@ def tune_task(task: TuneTask, runner, *, trials: int, records: Records | None = 
     default = task.default_schedule()
     budget = min(trials, len(space))
     history: list[tuple[Conv2dSchedule, MeasureResult]] = []
-    measured = dict(previous)
 
-    def done() -> int:
-        return len(previous) + len(history)
-
-    def best_cycles():
-        ok = [c for c in measured.values() if c is not None]
-        return min(ok) if ok else None
+    def best() -> tuple[int | None, Conv2dSchedule | None]:
+        # Schedules are never measured twice, so the tuner's table is the whole record.
+        ok = [(c, i) for i, c in search.measured.items() if c is not None]
+        if not ok:
+            return None, None
+        cycles, index = min(ok)
+        return cycles, search.space[index]
 
     if progress is not None:
-        progress(task, min(done(), budget), budget, best_cycles())
-    while done() < budget:
-        n = min(batch, budget - done())
-        proposal = []
-        if measure_default and default not in measured and default in search.index:
-            proposal.append(default)
-        proposal += [s for s in search.propose(n) if s != default or not proposal][
-            : n - len(proposal)]
+        progress(task, min(len(search.measured), budget), budget, best()[0])
+    while len(search.measured) < budget:
+        n = budget - len(search.measured)
+        first = [default] if measure_default and search.index[default] not in search.measured \
+            else []
+        proposal = (first + [s for s in search.propose(min(batch, n)) if s not in first])
+        proposal = proposal[: min(batch, n)]
         if not proposal:
             break
         results = runner.measure([MeasureInput(task, s) for s in proposal])
         if records is not None:
             records.add(*(r.record(MeasureInput(task, s), runner.backend)
                           for s, r in zip(proposal, results)))
-        cycles = [r.cycles if r.ok else None for r in results]
-        search.update(proposal, cycles)
-        for s, r in zip(proposal, results):
-            history.append((s, r))
-            if measured.get(s) is None:
-                measured[s] = r.cycles if r.ok else None
+        search.update(proposal, [r.cycles if r.ok else None for r in results])
+        history += zip(proposal, results)
         if progress is not None:
-            progress(task, done(), budget, best_cycles())
+            progress(task, len(search.measured), budget, best()[0])
 
-    ok = sorted((c, i) for i, (s, c) in enumerate(measured.items()) if c is not None)
-    best = list(measured)[ok[0][1]] if ok else None
-    return TuneResult(task, len(space), best, ok[0][0] if ok else None, default,
-                      measured.get(default), tuple(history), len(previous))
+    best_cycles, best_schedule = best()
+    return TuneResult(task, len(space), best_schedule, best_cycles, default,
+                      search.measured.get(search.index[default]), tuple(history),
+                      len(previous))
 
 
 def best_schedules(records: Records, graph, config, *, backend: str = "verilator"

@@ -368,11 +368,20 @@ def test_vdla_tune_a_layer_with_the_fast_mode(tmp_path, capsys):
      "--trials must be a positive integer, not 0"),
     (["tune", "--layer", "C5", "--trials", "2", "--jobs", "0", "--records", "x.db"],
      "--jobs must be a positive integer"),
+    (["tune", "--layer", "C5", "--trials", "2", "--batch", "0", "--records", "x.db"],
+     "--batch must be a positive integer, not 0"),
+    (["tune", "--layer", "C5", "--trials", "2", "--timeout", "0", "--records", "x.db"],
+     "--timeout must be a positive number of seconds"),
+    (["tune", "--layer", "C5", "--trials", "2", "--seed", "-1", "--records", "x.db"],
+     "--seed must be a non-negative integer"),
+    (["tune", "digits_cnn", "--trials", "2", "--calibration", "0", "--records", "x.db"],
+     "--calibration must be a positive integer"),
     (["tune", "--layer", "1,2,3", "--trials", "2", "--records", "x.db"],
      "neither a ResNet-18 workload name"),
     (["tune", "nosuchmodel", "--trials", "2", "--records", "x.db"], "unknown model"),
     (["run", "digits_cnn", "--records", "missing.db"],
      "records file 'missing.db' does not exist"),
+    (["tune", "--layer", "C5", "--trials", "2", "--records", "."], "is a folder"),
 ])
 def test_cli_errors(tmp_path, monkeypatch, capsys, args, message):
     monkeypatch.chdir(tmp_path)
