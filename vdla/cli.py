@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -396,7 +397,13 @@ def _cmd_run(args) -> int:
         raise CliError(f"--calibration must be a positive integer, not {args.calibration}")
     if args.seed < 0:
         raise CliError(f"--seed must be a non-negative integer, not {args.seed}")
-    config = _load_config(args.config)
+    board, dram = None, None
+    if args.board:
+        from vdla.cli_boards import board_config
+        board, config = board_config(args.board, args.config)
+        dram = board.dram_timing(config)
+    else:
+        config = _load_config(args.config)
     graph, calibration, feed, input_note = _load_model(args.model, args.seed, args.calibration)
     start = time.perf_counter()
     quantized = quantize(passes.prepare(graph), calibration, config)
@@ -412,9 +419,10 @@ def _cmd_run(args) -> int:
     finally:
         done()
     backend = args.sim
+    options = {"dram": dram} if dram is not None and backend == "verilator" else {}
     show, done = _progress(f"running on {backend}")
     try:
-        with vdla.runtime.open(config, backend=backend) as dev:  # verilator logs a build
+        with vdla.runtime.open(config, backend=backend, **options) as dev:  # verilator logs a build
             with compiled.session(dev) as session:
                 result = session.run(feed, progress=show, keep=True)
     finally:
@@ -426,6 +434,10 @@ def _cmd_run(args) -> int:
     print(f"{args.model}: {len(compiled.ops)} ops ({on_vdla} on vdla, "
           f"{len(compiled.ops) - on_vdla} on the host), config {config.name}, {backend} "
           f"backend, {input_note}")
+    if board is not None:
+        print(f"board: {board.name} ({board.part.name}) at {board.clock_mhz:g} MHz, DRAM "
+              f"{dram.bytes_per_cycle:g} bytes/cycle, {dram.read_latency}-cycle read latency"
+              + ("" if backend == "verilator" else " (the functional backend has no timing)"))
     for row in _op_table(result.ops):
         print(f"  {row}")
     for s in result.ops:
@@ -447,6 +459,8 @@ def _cmd_run(args) -> int:
 
     if args.json:
         report = {"model": args.model, "backend": backend, "config": config.name,
+                  "board": args.board,
+                  "dram": None if dram is None else dataclasses.asdict(dram),
                   "clock_mhz": config.clock_mhz, "bit_exact": bit_exact,
                   "cycles": result.cycles, "seconds_at_clock": result.seconds_at_clock,
                   "quantize_seconds": quantize_seconds,
@@ -466,6 +480,9 @@ def _cmd_run(args) -> int:
 def _cmd_verilog(args) -> int:
     from vdla.hw.verilog import generate
 
+    if args.board:
+        from vdla.cli_boards import write_board_files
+        return write_board_files(args)
     config = _load_config(args.config)
     print(f"vdla: generating Verilog for {config.name} ...", file=sys.stderr)
     start = time.perf_counter()
@@ -535,6 +552,10 @@ def build_parser() -> argparse.ArgumentParser:
                                              "(config, register map, ports)")
     verilog.add_argument("-o", "--output", required=True, metavar="DIR", help="output folder")
     verilog.add_argument("--config", metavar="FILE", help=config_help)
+    verilog.add_argument("--board", metavar="NAME",
+                         help="also write the board's wrapper, constraints, vendor project "
+                              "script and manifest (see `vdla boards`; default config: the "
+                              "board's)")
     verilog.set_defaults(func=_cmd_verilog)
 
     sim = sub.add_parser("sim", help="run an assembled program on a simulator and print its "
@@ -601,13 +622,18 @@ def build_parser() -> argparse.ArgumentParser:
                      help="seeds the inputs (digits_cnn: the test image's index) (default 0)")
     run.add_argument("--calibration", type=int, default=4, metavar="N",
                      help="calibration samples for quantization (default 4)")
+    run.add_argument("--board", metavar="NAME",
+                     help="simulate the board's config, DRAM port and memory timing, and "
+                          "report time at its clock (see `vdla boards`; --config then names "
+                          "a config for the board)")
     run.add_argument("--records", metavar="DB",
                      help="compile each convolution with its best schedule in this tuning "
                           "records file (vdla tune); the default chooser for the others")
     run.set_defaults(func=_cmd_run)
 
-    from vdla import cli_tune
+    from vdla import cli_boards, cli_tune
     cli_tune.add_parser(sub, config_help)
+    cli_boards.add_parsers(sub, config_help)
     return parser
 
 
