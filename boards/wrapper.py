@@ -149,7 +149,7 @@ def to_verilog(vendor: str, manifest: dict, clock_mhz: float, *,
     lines.append(");")
     reset = f"~{naming.reset}" if naming.reset_active_low else naming.reset
     lines.append("    // The core's state vector (a debug aid) is left unconnected here.")
-    lines.append(f"    wire [31:0] state_unused;")
+    lines.append("    wire [31:0] state_unused;")
     connections = []
     for port in ports:
         if port["core"] is None:

