@@ -7,9 +7,11 @@ blocks and M10K blocks for the Cyclone V (its device overview); LUT4s, flip-flop
 (zcu104) and LUT/MLAB RAM are not counted as block RAM.
 
 Clocks are what the untested vendor scripts ask the processing system (or PLL) for.
-The ECP5 board's is below the Fmax `vdla estimate --board ulx3s-85f` measures; the
-others are conservative choices for a design with 32-bit adder trees after each DSP,
-not timing results (vdla cannot run the vendors' timing analysis here).
+The ECP5 board's is below the Fmax `vdla estimate --board ulx3s-85f` measures. The
+others are not timing results (vdla cannot run the vendors' timing analysis here):
+100 MHz on the 7-series parts, where the write stage's one-cycle ALU on the acc SRAM
+output makes it plausible (README, Hardware), and 125 and 150 MHz on the faster
+UltraScale+ -1 and -2 speed grades.
 
 Each default config fits its part: `python bench/boards.py` synthesises every one and
 prints its utilization (README, Boards).
@@ -64,7 +66,7 @@ BOARDS = {board.name: board for board in (
         config=_VTA,
         vendor={**_ZYNQ7_VENDOR, "board_part": "tul.com.tw:pynq-z2:part0:1.0"}),
     Board(
-        name="ultra96-v2", title="Avnet Ultra96-V2", part=XCZU3EG, clock_mhz=150,
+        name="ultra96-v2", title="Avnet Ultra96-V2", part=XCZU3EG, clock_mhz=125,
         dram_bus_width=128, dram_gbytes_per_s=8.5, dram_read_latency_ns=180,
         dram_size=2 * GiB, register_base=0xA000_0000,
         host="Zynq UltraScale+ Cortex-A53: M_AXI_HPM0_FPD to the registers, "
@@ -73,7 +75,7 @@ BOARDS = {board.name: board for board in (
         vendor={**_ZYNQMP_VENDOR, "board_part": "avnet.com:ultra96v2:part0:1.2"}),
     Board(
         name="zcu104", title="AMD Zynq UltraScale+ MPSoC ZCU104", part=XCZU7EV,
-        clock_mhz=200, dram_bus_width=128, dram_gbytes_per_s=19.2,
+        clock_mhz=150, dram_bus_width=128, dram_gbytes_per_s=19.2,
         dram_read_latency_ns=160, dram_size=2 * GiB, register_base=0xA000_0000,
         host="Zynq UltraScale+ Cortex-A53: M_AXI_HPM0_FPD to the registers, "
              "S_AXI_HP0_FPD to DDR4",
@@ -102,7 +104,9 @@ BOARDS = {board.name: board for board in (
         # port for the accelerator) maps the registers into its I/O region, which starts
         # at 0x8000_0000 in LiteX's default memory map, and the accelerator gets its own
         # port on the 16-bit SDR SDRAM controller, seeing the 32 MiB from address 0.
-        name="ulx3s-85f", title="Radiona ULX3S (85F)", part=LFE5U_85F, clock_mhz=50,
+        # 35 MHz (the PLL makes it from the 25 MHz oscillator as 25 x 7 / 5): nextpnr
+        # routes the default config at 40.0 MHz on the -6 speed grade (`vdla estimate`).
+        name="ulx3s-85f", title="Radiona ULX3S (85F)", part=LFE5U_85F, clock_mhz=35,
         dram_bus_width=32, dram_gbytes_per_s=0.2, dram_read_latency_ns=120,
         dram_size=32 * MiB, register_base=0x8000_0000,
         host="soft CPU (e.g. LiteX VexRiscv): its I/O region to the registers, a "

@@ -67,8 +67,8 @@ class Estimate:
     capacity : what the part has
     fmax_mhz : the Fmax after place and route (ECP5), else None
     cells : yosys's cell counts by type
-    seconds : tool time of the run that produced it (0 never: a cached result keeps
-        the original run's time)
+    seconds : time of the tool run that produced it (a cached result keeps the original
+        run's time)
     cached : whether this came from the cache
     """
 
@@ -82,6 +82,7 @@ class Estimate:
     seconds: float
     cached: bool = False
     tools: dict = dataclasses.field(default_factory=dict)
+    """versions of the tools that produced it"""
 
     @property
     def fits(self) -> bool:

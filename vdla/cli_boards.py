@@ -64,10 +64,13 @@ def write_board_files(args) -> int:
 
 
 def _cmd_estimate(args) -> int:
-    from vdla.boards.estimate import estimate
+    from vdla.boards.estimate import EstimateError, estimate
     from vdla.cli import CliError
     board, config = board_config(args.board, args.config)
-    result = estimate(board, config, use_cache=not args.no_cache, log=_log)
+    try:
+        result = estimate(board, config, use_cache=not args.no_cache, log=_log)
+    except EstimateError as exc:
+        raise CliError(str(exc)) from None
     util = result.utilization()
     flow = board.family.yosys.split()[0] + (" + nextpnr-ecp5" if result.fmax_mhz else "")
     how = "cached" if result.cached else f"{result.seconds:.0f} s"
