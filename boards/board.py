@@ -181,6 +181,17 @@ class Board:
         latency = max(1, math.ceil(self.dram_read_latency_ns * self.clock_mhz / 1e3))
         return DramTiming(read_latency=latency, bytes_per_cycle=per_cycle)
 
+    def open_device(self, config: HardwareConfig | None = None, backend: str = "functional",
+                    **options):
+        """A `vdla.runtime` device for `config` (the board's default when None) on this
+        board: the config at the board's clock, and on Verilator the board's DRAM model
+        (unless `options` give ``dram``)."""
+        import vdla.runtime
+        config = self.apply(config)
+        if backend == "verilator":
+            options.setdefault("dram", self.dram_timing(config))
+        return vdla.runtime.open(config, backend=backend, **options)
+
     def onchip_memory_bits(self, config: HardwareConfig | None = None) -> int:
         """Bits of the config's SRAMs (uop, inp, wgt, acc and out buffers)."""
         config = self.apply(config)

@@ -419,10 +419,11 @@ def _cmd_run(args) -> int:
     finally:
         done()
     backend = args.sim
-    options = {"dram": dram} if dram is not None and backend == "verilator" else {}
     show, done = _progress(f"running on {backend}")
     try:
-        with vdla.runtime.open(config, backend=backend, **options) as dev:  # verilator logs a build
+        # verilator logs a build; a board's device has its DRAM model
+        with (board.open_device(config, backend) if board is not None
+              else vdla.runtime.open(config, backend=backend)) as dev:
             with compiled.session(dev) as session:
                 result = session.run(feed, progress=show, keep=True)
     finally:

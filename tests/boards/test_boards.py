@@ -306,7 +306,6 @@ def test_estimate_synthesises_caches_and_writes_json(tmp_path, monkeypatch, caps
     assert "DSP 8 > 4" in captured.err
 
 
-@pytest.mark.slow
 def test_estimate_places_and_routes_the_ecp5(tmp_path, monkeypatch):
     monkeypatch.setenv("VDLA_CACHE", str(tmp_path / "cache"))
     board = boards.get("ulx3s-85f")
@@ -318,6 +317,23 @@ def test_estimate_places_and_routes_the_ecp5(tmp_path, monkeypatch):
 
 
 # --- the runtime on a board -------------------------------------------------------------------
+
+def test_estimate_of_the_cyclone_v(tmp_path, monkeypatch):
+    monkeypatch.setenv("VDLA_CACHE", str(tmp_path / "cache"))
+    result = estimate(boards.get("de10-nano"), HardwareConfig(**TINY))
+    # synth_intel_alm: 8 packed 25x8 products in 27x27 DSP blocks, M10K buffers, ALMs.
+    assert result.fits and result.resources.dsp == 8 and result.resources.bram > 0
+    assert result.cells.get("MISTRAL_MUL27X27") == 8 and result.cells.get("MISTRAL_FF")
+    assert 500 < result.resources.lut < result.capacity.lut
+
+
+def test_board_opens_a_device_with_its_memory_model():
+    board = boards.get("ulx3s-85f")
+    with board.open_device(backend="functional") as dev:
+        assert dev.config == board.config and dev.config.clock_mhz == 35
+    with pytest.raises(ValueError, match="64-bit DRAM bus, but ulx3s-85f's DRAM port"):
+        board.open_device(HardwareConfig())
+
 
 def test_board_memory_model():
     pynq = boards.get("pynq-z1").dram_timing()
