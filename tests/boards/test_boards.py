@@ -206,6 +206,7 @@ def test_scripts_carry_part_clock_and_addresses(generated):
         assert f'FREQUENCY NET "clk" {clock} MHZ;' in lpf
         assert f'SITE "{board.vendor["clock_pin"]}"' in lpf
         assert paths["build_ecp5.sh"].stat().st_mode & 0o111
+        assert subprocess.run(["sh", "-n", str(paths["build_ecp5.sh"])]).returncode == 0
 
 
 def test_render_refuses_missing_values():
