@@ -140,15 +140,11 @@ class Board:
     vendor: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
-        if self.config.dram_bus_width != self.dram_bus_width:
-            raise ValueError(f"board {self.name}: default config has a {self.config.dram_bus_width}"
-                             f"-bit DRAM bus, the board's port is {self.dram_bus_width} bits")
         if self.register_base % REGISTER_WINDOW_BYTES:
             raise ValueError(f"board {self.name}: register_base {self.register_base:#x} is not "
                              f"aligned to the {REGISTER_WINDOW_BYTES}-byte window")
-        # The default config reports time at the board's clock.
-        object.__setattr__(self, "config",
-                           dataclasses.replace(self.config, clock_mhz=self.clock_mhz))
+        # The default config is checked like any other and reports time at the board's clock.
+        object.__setattr__(self, "config", self.apply(self.config))
 
     @property
     def family(self) -> Family:
@@ -167,13 +163,13 @@ class Board:
                 f'"dram_bus_width": {self.dram_bus_width} in the config')
         return dataclasses.replace(config, clock_mhz=self.clock_mhz)
 
-    def dram_timing(self, config: HardwareConfig | None = None):
+    def dram_timing(self):
         """The Verilator DRAM model of this board at its clock (`DramTiming`): bytes per
         cycle = the lesser of the port's width and the DRAM's peak bandwidth at the clock,
-        read latency = `dram_read_latency_ns` in cycles."""
+        read latency = `dram_read_latency_ns` in cycles. Every config for the board has
+        the port's width (`apply`), so the model is the board's alone."""
         from vdla.sim.verilator import DramTiming
-        config = self.apply(config)
-        port_bytes = config.dram_bus_width / 8
+        port_bytes = self.dram_bus_width / 8
         dram_bytes = self.dram_gbytes_per_s * 1e9 / (self.clock_mhz * 1e6)
         per_cycle = min(port_bytes, dram_bytes)
         # DramTiming takes eighths of a byte; round down (never faster than the board).
@@ -189,20 +185,15 @@ class Board:
         import vdla.runtime
         config = self.apply(config)
         if backend == "verilator":
-            options.setdefault("dram", self.dram_timing(config))
+            options.setdefault("dram", self.dram_timing())
         return vdla.runtime.open(config, backend=backend, **options)
-
-    def onchip_memory_bits(self, config: HardwareConfig | None = None) -> int:
-        """Bits of the config's SRAMs (uop, inp, wgt, acc and out buffers)."""
-        config = self.apply(config)
-        return 8 * (config.uop_buff_size + config.inp_buff_size + config.wgt_buff_size
-                    + config.acc_buff_size + config.out_buff_size)
 
     def check_memory(self, config: HardwareConfig | None = None) -> None:
         """Fail fast (before minutes of synthesis) when the config's SRAMs alone need more
         bits than all the part's block RAMs hold."""
         config = self.apply(config)
-        need = self.onchip_memory_bits(config)
+        need = 8 * (config.uop_buff_size + config.inp_buff_size + config.wgt_buff_size
+                    + config.acc_buff_size + config.out_buff_size)
         family = self.family
         have = int(self.part.capacity.bram) * family.bram_bits
         if need > have:
@@ -212,7 +203,7 @@ class Board:
                 f"{have // 1024:,} Kbit ({int(self.part.capacity.bram)} {family.bram_unit}); "
                 "make the wgt, inp or acc buffer smaller")
 
-    def address_map(self, config: HardwareConfig | None = None) -> dict:
+    def address_map(self) -> dict:
         """The host's and the accelerator's view of the address space (for the manifest)."""
         return {
             "registers": {"base": self.register_base, "size": REGISTER_WINDOW_BYTES,

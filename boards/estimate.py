@@ -119,9 +119,6 @@ def _fmt(value: float) -> str:
 
 def count_resources(family: str, cells: dict) -> Resources:
     """`Resources` of a yosys cell count for `family` (the module docstring says how)."""
-    def total(names, weight=1.0):
-        return sum(n * weight for cell, n in cells.items() if cell in names)
-
     def prefixed(prefixes):
         return sum(n for cell, n in cells.items() if cell.startswith(prefixes))
 
@@ -143,7 +140,7 @@ def count_resources(family: str, cells: dict) -> Resources:
             lut=cells.get("LUT4", 0) + 2 * cells.get("CCU2C", 0)
             + 4 * cells.get("TRELLIS_DPR16X4", 0),
             ff=cells.get("TRELLIS_FF", 0), dsp=cells.get("MULT18X18D", 0),
-            bram=total(("DP16KD", "PDPW16KD")))
+            bram=cells.get("DP16KD", 0) + cells.get("PDPW16KD", 0))
     raise ValueError(f"no resource counting for family {family!r}")
 
 

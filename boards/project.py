@@ -90,7 +90,7 @@ def board_id(board: Board) -> str:
     return board.name.replace("-", "_")
 
 
-def board_manifest(board: Board, config: HardwareConfig, core: dict, files: list[str]) -> dict:
+def board_manifest(board: Board, core: dict, files: list[str]) -> dict:
     """The core's manifest `core` extended with the board's facts."""
     info = dict(core)
     naming = wrapper_mod.NAMINGS[board.family.vendor]
@@ -107,7 +107,7 @@ def board_manifest(board: Board, config: HardwareConfig, core: dict, files: list
     control["counters"] = {name: dict(c, address=board.register_base + c["offset"])
                            for name, c in core["control"]["counters"].items()}
     info["control"] = control
-    info["address_map"] = board.address_map(config)
+    info["address_map"] = board.address_map()
     info["wrapper"] = {"top": wrapper_mod.WRAPPER_NAME, "vendor": board.family.vendor,
                        "ports": wrapper_mod.wrapper_ports(board.family.vendor, core)}
     info["files"] = files
@@ -116,7 +116,6 @@ def board_manifest(board: Board, config: HardwareConfig, core: dict, files: list
 
 
 def _values(board: Board, config: HardwareConfig, core: dict) -> dict:
-    from vdla.hw.verilog import _vdla_version
     ident = board_id(board)
     values = {
         "board": board.name, "board_id": ident, "board_title": board.title,
@@ -125,7 +124,7 @@ def _values(board: Board, config: HardwareConfig, core: dict) -> dict:
         "register_base": f"0x{board.register_base:08X}",
         "register_range": REGISTER_WINDOW_BYTES, "dram_bus_width": board.dram_bus_width,
         "config_name": config.name, "wrapper": wrapper_mod.WRAPPER_NAME,
-        "vdla_version": _vdla_version(),
+        "vdla_version": core["generator"]["vdla"],
         "constraints": _CONSTRAINTS[board.family.vendor].format(board_id=ident),
     }
     vendor = dict(board.vendor)
@@ -138,12 +137,12 @@ def _values(board: Board, config: HardwareConfig, core: dict) -> dict:
         values["clock_pin_hz"] = int(vendor["clock_pin_mhz"] * 1e6)
         values["clock_pin_period_ns"] = f"{1e3 / vendor['clock_pin_mhz']:.3f}"
     if board.family.vendor == "intel":
-        values.update(_platform_designer_ports(board, core))
+        values.update(_platform_designer_ports(core))
     values.update({k: v for k, v in vendor.items() if k not in values})
     return values
 
 
-def _platform_designer_ports(board: Board, core: dict) -> dict[str, str]:
+def _platform_designer_ports(core: dict) -> dict[str, str]:
     """``add_interface_port`` lines of each interface of the Quartus component."""
     groups = {"clock_ports": [], "reset_ports": [], "ctrl_ports": [], "dram_ports": [],
               "irq_ports": []}
@@ -184,7 +183,7 @@ def generate(board: Board, config: HardwareConfig | None, out_dir: str | os.Path
     for out_name, template in VENDOR_FILES[vendor].items():
         texts[out_name.format(board_id=ident)] = render(_template(template), values)
     files = sorted(texts) + ["manifest.json"]
-    texts["manifest.json"] = json.dumps(board_manifest(board, config, core, files),
+    texts["manifest.json"] = json.dumps(board_manifest(board, core, files),
                                         indent=2) + "\n"
     paths = {}
     for name, text in texts.items():

@@ -21,11 +21,10 @@ __all__ = ["WRAPPER_NAME", "Naming", "NAMINGS", "wrapper_ports", "to_verilog"]
 
 WRAPPER_NAME = "vdla_axi"
 
-#: AXI4 master signals the core does not have, with the values the wrapper drives:
+#: AXI4 master signals the core does not have, as (width, value) the wrapper drives:
 #: AxCACHE 0011 (normal, non-cacheable, bufferable: what Xilinx's HP ports expect for
 #: ordinary DRAM traffic), no protection bits, normal (not exclusive) access, QoS 0.
-EXTRA_MASTER_OUTPUTS = {"cache": (4, "4'b0011"), "prot": (3, "3'b000"), "lock": (1, "1'b0"),
-                        "qos": (4, "4'b0000")}
+EXTRA_MASTER_OUTPUTS = {"cache": (4, 0b0011), "prot": (3, 0), "lock": (1, 0), "qos": (4, 0)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,7 +33,6 @@ class Naming:
 
     clock, reset : port names; `reset_active_low` says which polarity the reset has
     ctrl, dram : the prefixes of the control slave's and the DRAM master's signals
-    upper : AXI signal names in upper case (after the prefix)
     irq : the interrupt port
     attributes : add Xilinx ``X_INTERFACE_INFO`` attributes
     """
@@ -45,7 +43,6 @@ class Naming:
     ctrl: str
     dram: str
     irq: str
-    upper: bool = False
     attributes: bool = False
 
 
@@ -60,8 +57,6 @@ NAMINGS = {
 
 #: Core interface names (the `Accelerator`'s members) and the naming field of each.
 _BUSES = {"s_axi_ctrl": "ctrl", "m_axi": "dram"}
-#: Xilinx's interface names in X_INTERFACE_INFO (the packaged IP's bus interfaces).
-_XILINX_BUS = {"s_axi_ctrl": "s_axi_ctrl", "m_axi": "m_axi"}
 
 
 def _naming(vendor: str) -> Naming:
@@ -74,7 +69,7 @@ def _naming(vendor: str) -> Naming:
 def wrapper_ports(vendor: str, manifest: dict) -> list[dict]:
     """The wrapper's ports: {"name", "direction", "width", "core" (the core port it
     drives or reads, None for the constants), "bus", "signal"} in the core's order, then
-    the AXI4 master's extra outputs."""
+    the AXI4 master's extra outputs (with their constant "value")."""
     naming = _naming(vendor)
     ports = []
     for port in manifest["ports"]:
@@ -90,17 +85,15 @@ def wrapper_ports(vendor: str, manifest: dict) -> list[dict]:
         elif "__" in name and name.split("__")[0] in _BUSES:
             bus, signal = name.split("__", 1)
             prefix = getattr(naming, _BUSES[bus])
-            entry.update(name=prefix + (signal.upper() if naming.upper else signal),
-                         bus=bus, signal=signal)
+            entry.update(name=prefix + signal, bus=bus, signal=signal)
         else:
             continue  # the debug state vector stays inside the wrapper
         ports.append(entry)
     for channel in ("aw", "ar"):
-        for what, (width, _value) in EXTRA_MASTER_OUTPUTS.items():
+        for what, (width, value) in EXTRA_MASTER_OUTPUTS.items():
             signal = channel + what
-            ports.append({"name": naming.dram + (signal.upper() if naming.upper else signal),
-                          "direction": "output", "width": width, "core": None,
-                          "bus": "m_axi", "signal": signal})
+            ports.append({"name": naming.dram + signal, "direction": "output", "width": width,
+                          "core": None, "bus": "m_axi", "signal": signal, "value": value})
     return ports
 
 
@@ -120,8 +113,7 @@ def _attributes(port: dict, naming: Naming, clock_mhz: float) -> list[str]:
         return ['(* X_INTERFACE_INFO = "xilinx.com:signal:interrupt:1.0 irq INTERRUPT" *)',
                 '(* X_INTERFACE_PARAMETER = "SENSITIVITY LEVEL_HIGH" *)']
     if port["bus"]:
-        bus = _XILINX_BUS[port["bus"]]
-        return [f'(* X_INTERFACE_INFO = "xilinx.com:interface:aximm:1.0 {bus} '
+        return [f'(* X_INTERFACE_INFO = "xilinx.com:interface:aximm:1.0 {port["bus"]} '
                 f'{port["signal"].upper()}" *)']
     return []
 
@@ -163,6 +155,6 @@ def to_verilog(vendor: str, manifest: dict, clock_mhz: float, *,
     for port in ports:
         if port["core"] is None:
             lines.append(f"    assign {port['name']} = "
-                         f"{EXTRA_MASTER_OUTPUTS[port['signal'][2:]][1]};")
+                         f"{port['width']}'b{port['value']:0{port['width']}b};")
     lines += ["endmodule", "`default_nettype wire", ""]
     return "\n".join(lines)

@@ -401,7 +401,7 @@ def _cmd_run(args) -> int:
     if args.board:
         from vdla.cli_boards import board_config
         board, config = board_config(args.board, args.config)
-        dram = board.dram_timing(config)
+        dram = board.dram_timing()
     else:
         config = _load_config(args.config)
     graph, calibration, feed, input_note = _load_model(args.model, args.seed, args.calibration)

@@ -227,6 +227,14 @@ def test_cli_verilog_board_with_a_config(tmp_path, capsys):
     assert "untested on hardware" in capsys.readouterr().out
 
 
+def test_verilog_board_refuses_a_file_as_output(tmp_path, capsys):
+    target = tmp_path / "taken"
+    target.write_text("not a folder")
+    assert main(["verilog", "--board", "pynq-z1", "-o", str(target)]) == 1
+    assert f"output {str(target)!r} exists and is not a folder" in capsys.readouterr().err
+    assert target.read_text() == "not a folder"
+
+
 def test_config_that_does_not_suit_the_board_fails_clearly(tmp_path, capsys):
     # Buffers larger than the ECP5's block RAM: refused before any file is written.
     big = HardwareConfig(dram_bus_width=32)
@@ -374,8 +382,7 @@ def test_wrapper_runs_a_program(vendor):
     cfg = HW_CONFIGS["small"]
     core = manifest(cfg)
     naming = NAMINGS[vendor]
-    extras = {p["name"]: int(wrapper_mod.EXTRA_MASTER_OUTPUTS[p["signal"][2:]][1].split("b")[1], 2)
-              for p in wrapper_ports(vendor, core) if p["core"] is None}
+    extras = {p["name"]: p["value"] for p in wrapper_ports(vendor, core) if p["core"] is None}
     names = {"clock": naming.clock, "reset": naming.reset,
              "reset_active_low": naming.reset_active_low, "ctrl": naming.ctrl.rstrip("_"),
              "dram": naming.dram.rstrip("_"), "irq": naming.irq, "extras": extras}

@@ -13,10 +13,11 @@ from __future__ import annotations
 import cocotb
 import numpy as np
 from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge
+from cocotb.triggers import ClockCycles
 from cocotbext.axi import AxiBus, AxiLiteBus, AxiLiteMaster, AxiRam
 
 from cocotb_harness import testbench_config, testbench_env
+from tb_top import run_program
 from vdla import runtime
 from vdla.hw.control import ACCEL_ID, REGISTERS
 from vdla.runtime.kernels import BlockedGemm
@@ -55,17 +56,7 @@ async def runs_a_program_through_the_wrapper(dut):
     gemm.run()
     want = dev.dram.copy()
 
-    await host.write_dword(REGISTERS["INSN_ADDR"][0], gemm._insn_addr)
-    await host.write_dword(REGISTERS["INSN_COUNT"][0], gemm._insn_count)
-    await host.write_dword(REGISTERS["CTRL"][0], 1)
-    for _ in range(20000):
-        if await host.read_dword(REGISTERS["CTRL"][0]) & 2:
-            break
-    else:
-        raise AssertionError("the accelerator did not finish")
-    await ReadOnly()
-    assert irq.value == 1
-    await RisingEdge(clock)
+    await run_program(dut, host, gemm._insn_addr, gemm._insn_count, clock=clock, irq=irq)
     got = np.frombuffer(ram.read(0, DRAM_BYTES), dtype=np.uint8)
     bad = np.flatnonzero(got != want)
     assert not len(bad), f"{len(bad)} DRAM bytes differ, first at {bad[0]:#x}"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import cocotb
 import numpy as np
-from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge
+from cocotb.triggers import ReadOnly, RisingEdge
 from cocotbext.axi import AxiBus, AxiLiteBus, AxiLiteMaster, AxiRam
 
 from cocotb_harness import start_clock, testbench_config
@@ -37,7 +37,12 @@ async def read_counters(host) -> dict:
     return values
 
 
-async def run_program(dut, host, insn_addr: int, insn_count: int, timeout_polls=20000):
+async def run_program(dut, host, insn_addr: int, insn_count: int, timeout_polls=20000, *,
+                      clock=None, irq=None):
+    """Program the registers, start, poll done; returns the counters. `clock` and `irq`
+    default to the core's ``clk`` and ``irq`` (a board wrapper names them otherwise)."""
+    clock = dut.clk if clock is None else clock
+    irq = dut.irq if irq is None else irq
     await host.write_dword(REGISTERS["INSN_ADDR"][0], insn_addr)
     await host.write_dword(REGISTERS["INSN_COUNT"][0], insn_count)
     assert await host.read_dword(REGISTERS["INSN_ADDR"][0]) == insn_addr
@@ -53,8 +58,8 @@ async def run_program(dut, host, insn_addr: int, insn_count: int, timeout_polls=
         raise AssertionError("the accelerator did not finish")
     assert not status & 1, f"done but still running (CTRL={status:#x})"
     await ReadOnly()
-    assert dut.irq.value == 1
-    await RisingEdge(dut.clk)
+    assert irq.value == 1
+    await RisingEdge(clock)
     return await read_counters(host)
 
 
