@@ -11,8 +11,10 @@ import dataclasses
 import math
 from typing import Any, Mapping
 
+import vdla.runtime
 from vdla.config import HardwareConfig
-from vdla.hw.control import CONTROL_ADDR_WIDTH
+from vdla.isa.registers import CONTROL_ADDR_WIDTH
+from vdla.sim.verilator import DramTiming
 
 __all__ = ["Board", "Family", "Part", "Resources", "FAMILIES", "REGISTER_WINDOW_BYTES"]
 
@@ -168,7 +170,6 @@ class Board:
         cycle = the lesser of the port's width and the DRAM's peak bandwidth at the clock,
         read latency = `dram_read_latency_ns` in cycles. Every config for the board has
         the port's width (`apply`), so the model is the board's alone."""
-        from vdla.sim.verilator import DramTiming
         port_bytes = self.dram_bus_width / 8
         dram_bytes = self.dram_gbytes_per_s * 1e9 / (self.clock_mhz * 1e6)
         per_cycle = min(port_bytes, dram_bytes)
@@ -182,7 +183,6 @@ class Board:
         """A `vdla.runtime` device for `config` (the board's default when None) on this
         board: the config at the board's clock, and on Verilator the board's DRAM model
         (unless `options` give ``dram``)."""
-        import vdla.runtime
         config = self.apply(config)
         if backend == "verilator":
             options.setdefault("dram", self.dram_timing())

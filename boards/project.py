@@ -29,6 +29,7 @@ from vdla._fileio import atomic_write
 from vdla.boards import wrapper as wrapper_mod
 from vdla.boards.board import REGISTER_WINDOW_BYTES, Board
 from vdla.config import HardwareConfig
+from vdla.hw.verilog import TOP_NAME, manifest, to_verilog
 
 __all__ = ["VENDOR_FILES", "generate", "board_manifest", "render"]
 
@@ -167,7 +168,6 @@ def generate(board: Board, config: HardwareConfig | None, out_dir: str | os.Path
     """Write the board's files for `config` (the board's default when None) into
     `out_dir`; returns {file name: path}. Fails before writing anything when the config
     does not suit the board (bus width, on-chip memory)."""
-    from vdla.hw.verilog import TOP_NAME, manifest, to_verilog
     config = board.apply(config)
     board.check_memory(config)
     out = Path(out_dir)

@@ -10,13 +10,14 @@ from vdla.config import HardwareConfig
 from vdla.hw.axi import AxiLiteSignature, AxiSignature, ReadArbiter, connect_write_client
 from vdla.hw.compute import ComputeModule, GemmArithmetic
 from vdla.hw.compute import gemm_arithmetic as gemm_arithmetic_of
-from vdla.hw.control import CONTROL_ADDR_WIDTH, STATE_BITS, ControlRegisters
+from vdla.hw.control import ControlRegisters
 from vdla.hw.dma import DRAM_ADDR_WIDTH
 from vdla.hw.fetch import FetchModule
 from vdla.hw.load import LoadModule
 from vdla.hw.queues import CommandQueue, DepQueue
 from vdla.hw.sram import Sram
 from vdla.hw.store import StoreModule
+from vdla.isa.registers import CONTROL_ADDR_WIDTH, STATE_BITS
 
 __all__ = ["Accelerator", "AXI_ID_WIDTH", "READ_CLIENTS"]
 
@@ -45,14 +46,14 @@ class Accelerator(wiring.Component):
     Ports
     -----
     s_axi_ctrl : In(AxiLiteSignature(addr_width=12))
-        Control registers (`vdla.hw.control` has the map).
+        Control registers (`vdla.isa.registers` has the map).
     m_axi : Out(AxiSignature(addr_width=32, data_width=config.dram_bus_width, id_width=2))
         DRAM.
     irq : Out(1)
         High while a finished run's done flag is set (level interrupt for a host that
         does not poll).
     state : Out(32)
-        The units' live state (`vdla.hw.control.STATE_BITS`), also readable as the STATE
+        The units' live state (`vdla.isa.registers.STATE_BITS`), also readable as the STATE
         register: for a logic analyser on a board, and for the simulator's watchdog and
         busy timeline. A board may leave it unconnected.
     """

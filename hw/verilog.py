@@ -4,6 +4,10 @@
 ``manifest.json``: the config and its name, the top module's ports, the clock and reset,
 the control register map, the AXI parameters, and the lint waivers. Both files are
 written atomically, so an interrupted run never leaves a half-written design behind.
+
+Importing this module does not load Amaranth, a heavy import: the simulators and the
+boards read its names and waivers without building hardware. The functions that build
+the design import Amaranth (and the `vdla.hw` modules made of it) when they run.
 """
 
 from __future__ import annotations
@@ -12,7 +16,11 @@ import json
 import os
 from pathlib import Path
 
+from importlib.metadata import PackageNotFoundError, version
+
+from vdla._fileio import atomic_write
 from vdla.config import HardwareConfig
+from vdla.isa.registers import ACCEL_ID, CONTROL_ADDR_WIDTH, COUNTERS, register_map
 
 __all__ = ["TOP_NAME", "VERILATOR_WAIVERS", "VERILATOR_MAKE_VARS", "verilator_waiver_args",
            "to_verilog", "generate", "manifest"]
@@ -40,7 +48,7 @@ def verilator_waiver_args() -> list[str]:
 
 def _ports(top) -> list[dict]:
     """The top's ports in Verilog naming (`path` joined by ``__``), plus clock and reset."""
-    from amaranth.lib.wiring import Flow
+    from amaranth.lib.wiring import Flow      # heavy: Amaranth (module docstring)
     ports = [{"name": "clk", "direction": "input", "width": 1},
              {"name": "rst", "direction": "input", "width": 1}]
     for path, member, value in top.signature.flatten(top):
@@ -55,7 +63,7 @@ def to_verilog(config: HardwareConfig, name: str = TOP_NAME, *,
     """The Verilog text of `Accelerator(config, gemm_arithmetic=...)` with top module
     `name` (`vdla.hw.compute.GemmArithmetic`: "packed" for synthesis, the default;
     "wide" for the fastest Verilator model)."""
-    from amaranth.back import verilog
+    from amaranth.back import verilog         # heavy: Amaranth (module docstring)
     from vdla.hw.top import Accelerator
     return verilog.convert(Accelerator(config, gemm_arithmetic=gemm_arithmetic), name=name,
                            emit_src=False)
@@ -64,8 +72,7 @@ def to_verilog(config: HardwareConfig, name: str = TOP_NAME, *,
 def manifest(config: HardwareConfig, name: str = TOP_NAME) -> dict:
     """What a board flow or a driver needs to know about the generated design."""
     top = _signature_only(config)
-    import amaranth
-    from vdla.hw.control import ACCEL_ID, CONTROL_ADDR_WIDTH, COUNTERS, register_map
+    import amaranth                           # heavy: Amaranth (module docstring)
     from vdla.hw.dma import DRAM_ADDR_WIDTH, MAX_BURST_BEATS
     from vdla.hw.top import AXI_ID_WIDTH, READ_CLIENTS
     return {
@@ -96,7 +103,6 @@ def manifest(config: HardwareConfig, name: str = TOP_NAME) -> dict:
 def generate(config: HardwareConfig, out_dir: str | os.PathLike,
              name: str = TOP_NAME) -> dict[str, Path]:
     """Write ``{name}.v`` and ``manifest.json`` into `out_dir`; returns their paths."""
-    from vdla._fileio import atomic_write
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise NotADirectoryError(f"output {str(out)!r} exists and is not a folder")
@@ -110,14 +116,13 @@ def generate(config: HardwareConfig, out_dir: str | os.PathLike,
 
 def _signature_only(config: HardwareConfig):
     """An `Accelerator` used only for its signature (ports), never elaborated."""
-    from vdla.hw.top import Accelerator
+    from vdla.hw.top import Accelerator       # heavy: Amaranth (module docstring)
     top = Accelerator(config)
     top._MustUse__silence = True  # Amaranth warns about unelaborated designs otherwise
     return top
 
 
 def _vdla_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
     try:
         return version("vdla")
     except PackageNotFoundError:

@@ -2,6 +2,9 @@
 
 The layout is VTA 0.0.2's for the default `HardwareConfig`; field widths that depend on
 buffer depths come from the config (see `vdla.isa.layout`).
+
+`vdla.isa.registers` is the control register map the host programs the accelerator
+through (plain data, imported by that path; no Amaranth needed).
 """
 
 from vdla.isa.asm import AsmError, assemble, disassemble, format_insn, parse_insn

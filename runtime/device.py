@@ -17,6 +17,8 @@ import numpy as np
 from vdla.config import HardwareConfig
 from vdla.isa import INSN_BYTES, Program
 from vdla.runtime.allocator import DramAllocator
+from vdla.sim import FunctionalSimulator
+from vdla.sim.verilator import VerilatorSimulator
 
 __all__ = ["Device", "FunctionalDevice", "VerilatorDevice", "open", "BACKENDS", "dram_alignment"]
 
@@ -133,8 +135,6 @@ class FunctionalDevice(Device):
 
     def __init__(self, config: HardwareConfig, dram_size: int = DEFAULT_DRAM_SIZE):
         super().__init__(config, dram_size)
-        from vdla.sim import FunctionalSimulator
-
         self.dram = np.zeros(dram_size, dtype=np.uint8)
         self.simulator = FunctionalSimulator(config, self.dram)
 
@@ -166,8 +166,6 @@ class VerilatorDevice(Device):
                  dram=None, max_cycles: int | None = None, waveform=None, cache=None,
                  log=None, gemm_arithmetic="wide"):
         super().__init__(config, dram_size)
-        from vdla.sim.verilator import VerilatorSimulator
-
         if log is None:
             def log(message):
                 print(f"vdla: {message}", file=sys.stderr, flush=True)

@@ -1,7 +1,7 @@
 """Per-unit busy/wait timeline of a cycle-accurate run, and its Chrome/Perfetto trace.
 
 The cycle-accurate backend records every change of the accelerator's 32-bit STATE word
-(bit meanings: `vdla.hw.control.STATE_BITS`) as rows ``[cycle, state]``: the first row,
+(bit meanings: `vdla.isa.registers.STATE_BITS`) as rows ``[cycle, state]``: the first row,
 at cycle 0, holds the state at the start of the run, and each later row the state from
 its cycle on, until the next row or the end of the run. `Timeline` turns these rows into
 intervals of each bit, labels the busy intervals of load, compute and store with the
@@ -20,7 +20,6 @@ Intervals are half-open, ``[start, end)`` in cycles: ``end - start`` cycles long
 from __future__ import annotations
 
 import bisect
-import functools
 import json
 import math
 import os
@@ -31,6 +30,7 @@ import numpy as np
 
 from vdla._fileio import atomic_write
 from vdla.isa import Insn, format_insn
+from vdla.isa.registers import STATE_BITS
 
 __all__ = ["Timeline", "UNITS"]
 
@@ -43,12 +43,8 @@ _LABEL_TEXT_MAX = 60
 _PID = 1  # the one trace process, "vdla accelerator"
 
 
-@functools.cache
-def _state_bits() -> dict[str, int]:
-    """STATE bit name -> bit position (imported on first use: `vdla.hw` pulls in amaranth)."""
-    from vdla.hw.control import STATE_BITS
-
-    return {name: bit for name, (bit, _) in STATE_BITS.items()}
+#: STATE bit name -> bit position.
+_BITS = {name: bit for name, (bit, _) in STATE_BITS.items()}
 
 
 def _wait_owner(name: str) -> tuple[str, str] | None:
@@ -206,7 +202,7 @@ class Timeline:
             return tid
 
         waits_of = {unit: [] for unit in UNITS}
-        for name in _state_bits():
+        for name in _BITS:
             owner = _wait_owner(name)
             if owner is not None:
                 waits_of[owner[0]].append((name, owner[1]))
@@ -246,10 +242,9 @@ class Timeline:
 
     def _bit_mask(self, bit_name: str) -> np.ndarray:
         """Per row of changes: whether `bit_name` is set."""
-        bits = _state_bits()
-        if bit_name not in bits:
-            raise ValueError(f"unknown STATE bit {bit_name!r}; bits: {', '.join(bits)}")
-        return ((self._states >> bits[bit_name]) & 1).astype(bool)
+        if bit_name not in _BITS:
+            raise ValueError(f"unknown STATE bit {bit_name!r}; bits: {', '.join(_BITS)}")
+        return ((self._states >> _BITS[bit_name]) & 1).astype(bool)
 
     def _bit_intervals(self, bit_name: str) -> list[tuple[int, int]]:
         """Maximal non-empty ``[start, end)`` cycle ranges in which `bit_name` is set."""
@@ -307,7 +302,7 @@ class Timeline:
     def _token_counters(self) -> list[dict]:
         """Counter events: which token queues hold a token, at each change and at the end."""
         queues = {}
-        for name in _state_bits():
+        for name in _BITS:
             if name.startswith("tokens_"):
                 producer, consumer = name[len("tokens_"):].split("_")
                 queues[f"{producer}->{consumer}"] = self._bit_mask(name)

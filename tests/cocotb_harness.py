@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from vdla._tools import verilator_bin
 from vdla.hw.verilog import VERILATOR_MAKE_VARS, verilator_waiver_args
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,11 +30,6 @@ TB_DIRS = [Path(__file__).resolve().parent / "hw", Path(__file__).resolve().pare
 
 # Only the documented waivers (vdla.hw.verilog.VERILATOR_WAIVERS).
 VERILATOR_ARGS = [*verilator_waiver_args()]
-
-
-def verilator_bin() -> Path:
-    import verilator
-    return Path(verilator.__file__).resolve().parent / "bin"
 
 
 def build_root() -> Path:

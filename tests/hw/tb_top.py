@@ -14,7 +14,7 @@ from cocotbext.axi import AxiBus, AxiLiteBus, AxiLiteMaster, AxiRam
 
 from cocotb_harness import start_clock, testbench_config
 from vdla import runtime
-from vdla.hw.control import ACCEL_ID, COUNTERS, REGISTERS, REGMAP_VERSION
+from vdla.isa.registers import ACCEL_ID, COUNTERS, REGISTERS, REGMAP_VERSION
 from vdla.runtime.kernels import BlockedGemm, blocked_gemm_reference
 
 DRAM_BYTES = 1 << 20

@@ -8,7 +8,7 @@ import pytest
 from cocotb_harness import lint_verilog
 from hw_harnesses import HW_CONFIGS
 from vdla.cli import main
-from vdla.hw.control import COUNTERS, REGISTERS
+from vdla.isa.registers import COUNTERS, REGISTERS
 from vdla.hw import Accelerator
 from vdla.hw.verilog import TOP_NAME, VERILATOR_WAIVERS, generate
 

@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from vdla.hw.control import STATE_BITS
+from vdla.isa.registers import STATE_BITS
 from vdla.isa import Finish, Gemm, Load, MemoryType, Store, format_insn
 from vdla.sim.timeline import UNITS, Timeline
 

@@ -14,7 +14,7 @@ import pytest
 
 import vdla
 from differential import SMALL_QUEUES
-from vdla.hw.control import COUNTERS, REGISTERS, STATE_BITS
+from vdla.isa.registers import COUNTERS, REGISTERS, STATE_BITS
 from vdla.isa import AluOp, Finish, Gemm, Load, MemoryType, Program, Store
 from vdla.runtime import COMPUTE, STORE, ProgramBuilder
 from vdla.runtime.kernels import blocked_gemm, blocked_gemm_reference

@@ -209,7 +209,7 @@ def test_verilator_backend_trace_wave_and_dump(files, tmp_path, capsys):
 
 
 def test_verilator_json_has_every_counter(files, capsys):
-    from vdla.hw.control import COUNTERS
+    from vdla.isa.registers import COUNTERS
     asm, _, img, _ = files
     assert main(["sim", str(asm), "--backend", "verilator", "--dram", str(img), "--json"]) == 0
     stats = json.loads(capsys.readouterr().out)["stats"]
