@@ -4,7 +4,14 @@ Instructions are appended in program order. `dep_push(a, b)` marks the latest
 instruction of module `a` to push a token to module `b`; `dep_pop(a, b)` makes the next
 instruction of module `b` pop one. When no instruction can carry a flag (none yet, or the
 flag is already set), a no-op of that module carries it (a LOAD or STORE with x_size 0).
-`finish()` appends FINISH and checks that every pushed token is popped.
+`push_at(index, a, b)` sets the push flag on an earlier instruction of `a` (the
+`vdla.runtime.tokens.RegionTokens` helper pushes a WAR token only once something waits
+for it). `finish()` appends FINISH and checks that every pushed token is popped.
+
+Token queues are first in, first out and tokens carry no data, so the k-th pop of a queue
+waits for its k-th push. The builder therefore keeps every queue's pushes in program
+order: a `push_at` before a push already made on the same queue is refused, since its
+token would be consumed by a pop meant for the other.
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ class ProgramBuilder:
         self._last: dict[Module, int] = {}
         self._pending_pops: dict[Module, set[str]] = {m: set() for m in _ORDER}
         self._tokens: dict[tuple[Module, Module], int] = {}
+        self._last_push: dict[tuple[Module, Module], int] = {}   # queue -> latest pusher
         self._finished = False
 
     def __len__(self) -> int:
@@ -83,6 +91,12 @@ class ProgramBuilder:
 
     # --- dependencies ---------------------------------------------------------------------
 
+    def last_index(self, module: Module) -> int:
+        """Index of the latest instruction of `module` (ValueError when it has none)."""
+        if module not in self._last:
+            raise ValueError(f"the program has no {module.value} instruction yet")
+        return self._last[module]
+
     def dep_push(self, src: Module, dst: Module):
         """The latest instruction of `src` pushes a token to `dst` after it executes."""
         push_flag, _ = _edge(src, dst)
@@ -90,7 +104,31 @@ class ProgramBuilder:
         if last is None or getattr(self._insns[last], push_flag):
             self.nop(src)
             last = self._last[src]
-        self._insns[last] = dataclasses.replace(self._insns[last], **{push_flag: True})
+        self._set_push(last, src, dst)
+
+    def push_at(self, index: int, src: Module, dst: Module):
+        """Instruction `index` (of module `src`, appended earlier) pushes a token to `dst`
+        after it executes. Raises ValueError when it is not a `src` instruction, already
+        pushes to `dst`, or comes before a push already made to `dst` (see the module
+        docstring)."""
+        push_flag, _ = _edge(src, dst)
+        if not 0 <= index < len(self._insns) or self._insns[index].module != src:
+            raise ValueError(f"instruction {index} is not a {src.value} instruction")
+        if getattr(self._insns[index], push_flag):
+            raise ValueError(f"instruction {index} already pushes a {src.value}->{dst.value} "
+                             "token")
+        self._set_push(index, src, dst)
+
+    def _set_push(self, index: int, src: Module, dst: Module):
+        push_flag, _ = _edge(src, dst)
+        latest = self._last_push.get((src, dst), -1)
+        if index < latest:
+            raise ValueError(f"a {src.value}->{dst.value} token pushed by instruction {index} "
+                             f"would come after the one instruction {latest} pushes, so the "
+                             "pops would pair with the wrong pushes (tokens are first in, "
+                             "first out)")
+        self._insns[index] = dataclasses.replace(self._insns[index], **{push_flag: True})
+        self._last_push[src, dst] = index
         self._tokens[src, dst] = self._tokens.get((src, dst), 0) + 1
 
     def dep_pop(self, src: Module, dst: Module):

@@ -14,8 +14,9 @@ import numpy as np
 
 from vdla.config import AluOp, HardwareConfig
 from vdla.isa import MemoryType, Program, Uop, encode_uops
-from vdla.runtime.builder import COMPUTE, LOAD, STORE, ProgramBuilder
+from vdla.runtime.builder import ProgramBuilder
 from vdla.runtime.device import Device
+from vdla.runtime.tokens import PingPong, RegionTokens
 
 __all__ = ["GemmSchedule", "BlockedGemm", "blocked_gemm", "blocked_gemm_reference", "pack_rows", "unpack_rows"]
 
@@ -92,9 +93,10 @@ class BlockedGemm:
         b_pad[:n, :k] = b
         self.schedule = schedule or GemmSchedule.default(c, mb, kb, nb, virtual_threads)
         _check_fits(c, self.schedule, kb)
-        # SRAM elements each virtual thread owns (its ping-pong half, or all of it).
-        self._inp_half, self._wgt_half, self._acc_half = (
-            d // self.schedule.virtual_threads for d in (c.inp_depth, c.wgt_depth, c.acc_depth))
+        # The SRAM region each virtual thread owns (its ping-pong half, or all of it).
+        threads = self.schedule.virtual_threads
+        self._inp, self._wgt, self._acc = (PingPong(d // threads, threads)
+                                           for d in (c.inp_depth, c.wgt_depth, c.acc_depth))
 
         # DRAM: A and B in SRAM-element tiles, C as out elements, and the micro-op table.
         self._addrs = []
@@ -124,16 +126,16 @@ class BlockedGemm:
 
     def _uop_kernels(self, kb: int):
         threads = self.schedule.virtual_threads
-        inp_half, wgt_half, acc_half = self._inp_half, self._wgt_half, self._acc_half
+        inp, wgt, acc = self._inp, self._wgt, self._acc
         uops, kernels = [], []
         for t in range(threads):
             # Per thread: kb GEMM micro-ops (one per K block), one reset, one ALU micro-op.
             gemm_bgn = len(uops)
-            uops += [Uop(t * acc_half, t * inp_half + kk, t * wgt_half + kk) for kk in range(kb)]
+            uops += [Uop(acc.base(t), inp.base(t) + kk, wgt.base(t) + kk) for kk in range(kb)]
             reset = len(uops)
-            uops.append(Uop(t * acc_half, 0, 0))
+            uops.append(Uop(acc.base(t), 0, 0))
             alu = len(uops)
-            uops.append(Uop(t * acc_half, t * acc_half, 0))
+            uops.append(Uop(acc.base(t), acc.base(t), 0))
             kernels.append((gemm_bgn, reset, alu))
         return uops, kernels
 
@@ -141,55 +143,47 @@ class BlockedGemm:
         c, sched = self.dev.config, self.schedule
         mb, kb, nb = self.blocks
         threads = sched.virtual_threads
-        inp_half, wgt_half, acc_half = self._inp_half, self._wgt_half, self._acc_half
         p = ProgramBuilder(c)
+        tokens = RegionTokens(p)
         p.load(MemoryType.UOP, sram_base=0, dram_base=uop_addr // c.uop_bytes, y_size=1,
                x_size=n_uops, x_stride=n_uops)
         tiles = [(m0, n0) for m0 in range(0, mb, sched.tile_m) for n0 in range(0, nb, sched.tile_n)]
         for index, (m0, n0) in enumerate(tiles):
-            t = index % threads
-            reused = index >= threads                 # this thread's buffers held an earlier tile
-            reused_later = index + threads < len(tiles)
+            t = index % threads                       # the thread, and its buffer regions
             tm, tn = min(sched.tile_m, mb - m0), min(sched.tile_n, nb - n0)
             gemm_bgn, reset, alu = kernels[t]
 
-            # Load: wait until compute is done with this thread's inp/wgt half (WAR).
-            if reused:
-                p.dep_pop(COMPUTE, LOAD)
-            p.load(MemoryType.INP, sram_base=t * inp_half,
+            # Load into this thread's inp/wgt regions once compute has read them (WAR).
+            tokens.load_into(("inp", t))
+            p.load(MemoryType.INP, sram_base=self._inp.base(t),
                    dram_base=a_addr // c.inp_elem_bytes + m0 * kb, y_size=tm, x_size=kb, x_stride=kb)
-            p.load(MemoryType.WGT, sram_base=t * wgt_half,
+            p.load(MemoryType.WGT, sram_base=self._wgt.base(t),
                    dram_base=b_addr // c.wgt_elem_bytes + n0 * kb, y_size=tn, x_size=kb, x_stride=kb)
-            p.dep_push(LOAD, COMPUTE)
+            tokens.loaded()
 
-            # Compute: wait for the loads (RAW) and for the store of this half's last tile (WAR).
-            p.dep_pop(LOAD, COMPUTE)
-            if reused:
-                p.dep_pop(STORE, COMPUTE)
+            # Compute once the loads are in (RAW) and this thread's acc/out region is
+            # stored (WAR).
+            tokens.wait_loaded()
+            tokens.compute_into(("acc", t))
             loops = dict(iter_out=tm, iter_in=tn, dst_factor_out=tn, dst_factor_in=1)
             p.gemm(reset_reg=True, uop_bgn=reset, uop_end=reset + 1, **loops)
             p.gemm(uop_bgn=gemm_bgn, uop_end=gemm_bgn + kb, src_factor_out=kb, wgt_factor_in=kb,
                    **loops)
-            if reused_later:
-                p.dep_push(COMPUTE, LOAD)
+            tokens.read(("inp", t))
             flat = dict(uop_bgn=alu, uop_end=alu + 1, iter_out=tm * tn, iter_in=1,
                         dst_factor_out=1, src_factor_out=1, use_imm=True)
             if self.shift:
                 p.alu(AluOp.SHR, imm=self.shift, **flat)
             p.alu(AluOp.MIN, imm=127, **flat)
             p.alu(AluOp.MAX, imm=-128, **flat)
-            p.dep_push(COMPUTE, STORE)
+            tokens.computed()
 
-            # Store: wait for the results (RAW); free the acc/out half for a later tile.
-            p.dep_pop(COMPUTE, STORE)
-            p.store(sram_base=t * acc_half, dram_base=self._c_addr // c.out_elem_bytes + m0 * nb + n0,
+            # Store once the results are in (RAW).
+            tokens.wait_computed()
+            p.store(sram_base=self._acc.base(t), dram_base=self._c_addr // c.out_elem_bytes + m0 * nb + n0,
                     y_size=tm, x_size=tn, x_stride=nb)
-            if reused_later:
-                p.dep_push(STORE, COMPUTE)
-        # FINISH waits for the last store; the store module runs in order, so for all of them.
-        p.dep_push(STORE, COMPUTE)
-        p.dep_pop(STORE, COMPUTE)
-        return p.finish()
+            tokens.stored(("acc", t))
+        return tokens.finish()
 
     def run(self) -> dict:
         """Run the program; returns the device's statistics."""
