@@ -24,9 +24,8 @@ import numpy as np  # noqa: E402
 
 import vdla  # noqa: E402
 from vdla.compiler import from_onnx, passes, to_onnx, zoo  # noqa: E402
-from vdla.compiler.layout import pack_graph  # noqa: E402
-from vdla.compiler.partition import partition  # noqa: E402
-from vdla.compiler.quantization import quantize  # noqa: E402
+from vdla.compiler.passes import pack_graph, partition, quantize  # noqa: E402
+from vdla.compiler.targets import get as get_target  # noqa: E402
 
 TARGET_S = {"resnet18": 2.0}
 
@@ -42,13 +41,15 @@ def front_half(model, samples, config):
     prepared = passes.prepare(graph)
     times["passes"] = time.perf_counter() - start
     start = time.perf_counter()
-    quantized = quantize(prepared, samples, config)
+    target = get_target("vdla", config=config)
+    quantized = quantize(prepared, samples, target.requant_modes[0])
     times["quantize"] = time.perf_counter() - start
     start = time.perf_counter()
-    packed = pack_graph(quantized, config)
+    packed = pack_graph(quantized, batch=config.batch, block_in=config.block_in,
+                        block_out=config.block_out)
     times["pack"] = time.perf_counter() - start
     start = time.perf_counter()
-    parts = partition(packed, config)
+    parts = partition(packed, target)
     times["partition"] = time.perf_counter() - start
     return times, packed, parts
 

@@ -1,6 +1,6 @@
 """GEMM utilization of ResNet-18's conv layers C2-C11 on the cycle-accurate backend.
 
-Each layer (`vdla.compiler.workloads.RESNET18`: bias, requantization shift and ReLU, as
+Each layer (`vdla.compiler.frontend.workloads.RESNET18`: bias, requantization shift and ReLU, as
 ResNet-18 runs it) is lowered with the default schedule chooser restricted to one virtual
 thread, and to two, and run on the Verilator backend with the default config and the
 default DRAM model (8 bytes per cycle each way, 32 cycles of read latency). Every output
@@ -30,9 +30,9 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import vdla  # noqa: E402
 from vdla.compiler import run_reference  # noqa: E402
-from vdla.compiler.backend import Conv2dLayer, Conv2dSchedule, lower_conv2d, run_conv2d  # noqa: E402
-from vdla.compiler.backend.cost import estimate_conv2d  # noqa: E402
-from vdla.compiler.workloads import RESNET18, workload_graph  # noqa: E402
+from vdla.compiler.targets.vdla import (Conv2dLayer, Conv2dSchedule, choose_conv2d,  # noqa: E402
+                                        estimate_conv2d, lower_conv2d, run_conv2d)
+from vdla.compiler.frontend.workloads import RESNET18, workload_graph  # noqa: E402
 
 TARGET = 0.90
 LAYERS = [f"C{i}" for i in range(2, 12)]
@@ -65,7 +65,7 @@ def main(argv=None) -> int:
         layer = Conv2dLayer.from_node(node, graph, config)
         row = {}
         for nthreads in (1, 2):
-            schedule = Conv2dSchedule.default(layer, config, nthreads=nthreads)
+            schedule = choose_conv2d(layer, config, nthreads=nthreads)
             lowered = lower_conv2d(node, graph, config, schedule)
             y, stats = run_conv2d(dev, lowered, feed["x"], graph.tensors["w"].data,
                                   graph.tensors["b"].data, return_stats=True)

@@ -28,7 +28,6 @@ first, then the model tuner) with `--trials` measurements per layer on Verilator
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import math
 import os
 import statistics
@@ -40,7 +39,8 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import vdla  # noqa: E402
 from vdla.compiler.tuner import (LocalRunner, MeasureInput, Records, ReplayRunner,  # noqa: E402
                                  task_from_workload, tune_task)
-from vdla.compiler.workloads import RESNET18  # noqa: E402
+from vdla.compiler.frontend.workloads import RESNET18  # noqa: E402
+from vdla.compiler.targets import get as get_target  # noqa: E402
 
 LAYERS = [f"C{i}" for i in range(2, 12)]
 WITHIN = 1.05
@@ -91,6 +91,7 @@ def main(argv=None) -> int:
         from vdla.sim.verilator.build import cache_root
         args.records = str(cache_root() / "bench-tuner.db")
     config = vdla.HardwareConfig()
+    target = get_target("vdla", config=config)
     failed = False
     start = time.perf_counter()
     with Records(args.records) as db, LocalRunner("verilator", jobs=args.jobs) as runner:
@@ -98,11 +99,10 @@ def main(argv=None) -> int:
               f"tuner budget {BUDGET:.0%} of the valid space; records {args.records}")
         print(f"{'layer':7s} {'workload':22s} {'space':>5s} {'budget':>6s} {'best':>8s} "
               f"{'tuner':>11s} {'knobs-only':>11s} {'random':>7s} {'default':>8s}  verdict")
-        replay = ReplayRunner(db)
+        replay = ReplayRunner(db, "verilator")
         for name in args.layers:
             spec = reduced_spec(name)
-            task = task_from_workload(spec, config)
-            task = dataclasses.replace(task, name=f"{name}/r")
+            task = task_from_workload(spec, target).with_name(f"{name}/r")
             space = task.space()
             # Exhaustive: the grid over the whole space (resumes from the records).
             full = tune_task(task, runner, trials=len(space), records=db, tuner="grid",
@@ -152,7 +152,7 @@ def main(argv=None) -> int:
                   f"{'best found':24s} {'cycles':>9s} {'speedup':>8s}")
             speedups = []
             for name in args.layers:
-                task = task_from_workload(name, config)
+                task = task_from_workload(name, target)
                 r = tune_task(task, runner, trials=args.trials, records=db, tuner="model",
                               progress=progress_line)
                 clear_line()

@@ -2,7 +2,7 @@
 
 Usage: pip install -e ".[train]" && python scripts/train_digits.py
 
-Trains on `vdla.compiler.datasets.digits_split()` (scikit-learn's bundled 8x8 digits) with
+Trains on `vdla.compiler.frontend.datasets.digits_split()` (scikit-learn's bundled 8x8 digits) with
 torch on the CPU, seeded and deterministic, in a few seconds. The network::
 
     conv3x3(1->16, pad 1) + BN + ReLU
@@ -13,8 +13,8 @@ torch on the CPU, seeded and deterministic, in a few seconds. The network::
 
 In eval mode the exporter folds each BN into the conv before it, so the file holds
 Conv (with bias), Relu, MaxPool, Flatten and Gemm. It writes, atomically,
-``compiler/models/digits_cnn.onnx`` (opset 13, input "input" (1, 1, 8, 8), output
-"logits", IR version 10 so onnxruntime reads it) and ``compiler/models/digits_cnn.json``
+``compiler/frontend/models/digits_cnn.onnx`` (opset 13, input "input" (1, 1, 8, 8), output
+"logits", IR version 10 so onnxruntime reads it) and ``compiler/frontend/models/digits_cnn.json``
 (split, seed, epochs, versions, and the float test accuracy measured with torch and with
 onnxruntime on the exported file). ``--out DIR`` writes elsewhere; ``--help`` lists the
 training options. Training is deterministic: the same versions give the same bytes.
@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-MODEL_DIR = ROOT / "compiler" / "models"
+MODEL_DIR = ROOT / "compiler" / "frontend" / "models"
 #: onnx >= 1.17 writes IR versions that onnxruntime 1.31 cannot read (it takes <= 13).
 IR_VERSION = 10
 
@@ -62,7 +62,7 @@ def train(seed: int, epochs: int, batch_size: int, lr: float):
     import torch
     import torch.nn.functional as F
 
-    from vdla.compiler.datasets import digits_split
+    from vdla.compiler.frontend.datasets import digits_split
 
     torch.manual_seed(seed)
     torch.use_deterministic_algorithms(True)
@@ -138,7 +138,7 @@ def main(argv=None) -> int:
     import torch
 
     from vdla._fileio import atomic_write
-    from vdla.compiler.datasets import DIGITS_SPLIT
+    from vdla.compiler.frontend.datasets import DIGITS_SPLIT
 
     model, acc_torch, (x_test, y_test) = train(args.seed, args.epochs, args.batch_size,
                                                args.lr)

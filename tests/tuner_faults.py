@@ -3,19 +3,17 @@
 They run in the tuner's worker processes (`LocalRunner(measure=...)`), so they live in a
 module the workers can import by name. Each fails on some schedules, in the ways a real
 measurement can (the process dies, the lowering raises, the simulator never returns),
-and measures every other schedule for real with `measure_schedule`."""
+and measures every other schedule for real with the task's own `measure`."""
 
 import os
 import time
 
-from vdla.compiler.tuner.runner import measure_schedule
 
-
-def faulty_measure(task, schedule, device, *, data=None):
+def faulty_measure(task, schedule, context, *, data=None, backend=None):
     if (schedule.tile_h, schedule.tile_w) == (1, 1):
         os._exit(3)                       # the worker dies mid-measurement
     if (schedule.tile_h, schedule.tile_w) == (2, 2):
         raise RuntimeError("injected failure")
     if (schedule.tile_h, schedule.tile_w) == (1, 2) and schedule.h_nthread == 1:
         time.sleep(3600)                  # hangs: the wall-clock limit kills the worker
-    return measure_schedule(task, schedule, device, data=data)
+    return task.measure(schedule, context, data=data, backend=backend)

@@ -1,9 +1,10 @@
 """Tuning records: one SQLite row per measurement.
 
     with Records("tune.db") as db:
-        db.add(Record(workload=task.key, config=config.name, backend="verilator",
-                      schedule=schedule_to_dict(s), cycles=531905, status="ok", ...))
-        best = db.best(task.key, config.name)            # the fastest ok measurement
+        db.add(Record(target="vdla", workload=task.key, config=task.platform,
+                      backend="verilator", schedule=task.schedule_to_dict(s),
+                      cycles=531905, status="ok", ...))
+        best = db.best(task.key, task.platform, "verilator", target="vdla")   # the fastest
 
 SQLite is embedded (nothing to install or run) and, in WAL mode, lets any number of
 processes read while one writes; every `add` is its own ``BEGIN IMMEDIATE`` transaction
@@ -11,13 +12,19 @@ and waits (up to `timeout` seconds) for another writer's lock instead of failing
 concurrent tuners writing one file lose nothing. A row is never updated: a schedule
 measured twice has two rows (the best of them counts).
 
-Columns: ``workload`` (the task key, `vdla.compiler.tuner.task.workload_key`),
-``config`` (`HardwareConfig.name`: it names every parameter that changes the hardware),
-``backend`` (``verilator``: cycles of the cycle-accurate model; ``functional``: the
-analytical model's estimate after a functional run), ``schedule`` (JSON), ``cycles``
-(NULL unless ok), ``counters`` (JSON: the hardware's counters), ``status`` (see
-`STATUSES`), ``error``, ``tool_version`` (vdla's version), ``created`` (Unix time),
-``seconds`` (wall time of the measurement).
+Columns: ``target`` (the target's name: ``vdla``, ...), ``workload`` (the task's key,
+`TuneTask.key`), ``config`` (the platform measured on, `TuneTask.platform`: for the
+accelerator `HardwareConfig.name`, which names every parameter that changes the
+hardware), ``backend`` (how it was measured; for the accelerator ``verilator``: cycles of
+the cycle-accurate model, ``functional``: the analytical model's estimate after a
+functional run), ``schedule`` (JSON, `TuneTask.schedule_to_dict`), ``cycles`` (the
+measured cost in the task's unit; NULL unless ok), ``counters`` (JSON: the target's own
+figures), ``status`` (see `STATUSES`), ``error``, ``tool_version`` (vdla's version),
+``created`` (Unix time), ``seconds`` (wall time of the measurement).
+
+Schema versions: 2 added ``target``. A version-1 file (vdla's tuner before targets; all
+its rows are the accelerator's) is migrated in place when opened: its rows get
+``target = 'vdla'``.
 """
 
 from __future__ import annotations
@@ -30,6 +37,8 @@ import sqlite3
 import time
 from pathlib import Path
 
+import vdla
+
 __all__ = ["OK", "STATUSES", "Record", "Records"]
 
 OK = "ok"
@@ -37,10 +46,11 @@ OK = "ok"
 #: timeout (the cycle budget or the wall-clock limit ran out); crash (the worker died).
 STATUSES = (OK, "error", "wrong", "timeout", "crash")
 
-_SCHEMA_VERSION = 1
+_SCHEMA_VERSION = 2
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS measurements (
     id INTEGER PRIMARY KEY,
+    target TEXT NOT NULL,
     workload TEXT NOT NULL,
     config TEXT NOT NULL,
     backend TEXT NOT NULL,
@@ -53,12 +63,18 @@ CREATE TABLE IF NOT EXISTS measurements (
     created REAL NOT NULL,
     seconds REAL NOT NULL
 );
-CREATE INDEX IF NOT EXISTS measurements_task ON measurements (workload, config, backend);
+CREATE INDEX IF NOT EXISTS measurements_task ON measurements (target, workload, config,
+                                                             backend);
+"""
+#: Version 1 -> 2: every row of a version-1 file is the accelerator's.
+_MIGRATE_1_TO_2 = """
+ALTER TABLE measurements ADD COLUMN target TEXT NOT NULL DEFAULT 'vdla';
+DROP INDEX IF EXISTS measurements_task;
+CREATE INDEX measurements_task ON measurements (target, workload, config, backend);
 """
 
 
 def _tool_version() -> str:
-    import vdla
     return vdla.__version__
 
 
@@ -66,6 +82,7 @@ def _tool_version() -> str:
 class Record:
     """One measurement (a row). `schedule` and `counters` are dicts."""
 
+    target: str
     workload: str
     config: str
     backend: str
@@ -95,7 +112,7 @@ class Record:
         return json.dumps(self.schedule, sort_keys=True, separators=(",", ":"))
 
 
-_COLUMNS = ("workload", "config", "backend", "schedule", "cycles", "counters", "status",
+_COLUMNS = ("target", "workload", "config", "backend", "schedule", "cycles", "counters", "status",
             "error", "tool_version", "created", "seconds")
 
 
@@ -120,9 +137,12 @@ class Records:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             version = self._db.execute("PRAGMA user_version").fetchone()[0]
-            if version not in (0, _SCHEMA_VERSION):
+            if version not in (0, 1, _SCHEMA_VERSION):
                 raise ValueError(f"records file {str(self.path)!r} has schema version "
-                                 f"{version}; this vdla reads version {_SCHEMA_VERSION}")
+                                 f"{version}; this vdla reads versions 1 and "
+                                 f"{_SCHEMA_VERSION} (a newer vdla wrote it)")
+            if version == 1:
+                self._migrate_from_1()
             if version == 0:
                 # Two processes may create the file at once: the schema is idempotent
                 # and written under the write lock.
@@ -134,6 +154,15 @@ class Records:
         except sqlite3.DatabaseError as exc:
             raise ValueError(f"records file {str(self.path)!r} is not a vdla records "
                              f"database: {exc}") from None
+
+    def _migrate_from_1(self):
+        # Under the write lock, and only if no other process migrated it meanwhile.
+        with self._transaction():
+            if self._db.execute("PRAGMA user_version").fetchone()[0] == 1:
+                for statement in _MIGRATE_1_TO_2.split(";"):
+                    if statement.strip():
+                        self._db.execute(statement)
+                self._db.execute(f"PRAGMA user_version={_SCHEMA_VERSION}")
 
     @contextlib.contextmanager
     def _transaction(self):
@@ -160,7 +189,7 @@ class Records:
 
     def add(self, *records: Record) -> None:
         """Append `records` in one transaction (all or none)."""
-        rows = [(r.workload, r.config, r.backend, r.schedule_json,
+        rows = [(r.target, r.workload, r.config, r.backend, r.schedule_json,
                  None if r.cycles is None else int(r.cycles),
                  json.dumps(r.counters, sort_keys=True), r.status, r.error, r.tool_version,
                  float(r.created), float(r.seconds)) for r in records]
@@ -178,10 +207,11 @@ class Records:
         return Record(**data)
 
     def query(self, workload: str | None = None, config: str | None = None,
-              backend: str | None = None, *, status: str | None = None) -> list[Record]:
+              backend: str | None = None, *, target: str | None = None,
+              status: str | None = None) -> list[Record]:
         """Records matching every given field, oldest first."""
         where, args = [], []
-        for column, value in (("workload", workload), ("config", config),
+        for column, value in (("target", target), ("workload", workload), ("config", config),
                               ("backend", backend), ("status", status)):
             if value is not None:
                 where.append(f"{column} = ?")
@@ -191,13 +221,15 @@ class Records:
             sql += " WHERE " + " AND ".join(where)
         return [self._record(row) for row in self._db.execute(sql + " ORDER BY id", args)]
 
-    def best(self, workload: str, config: str, backend: str = "verilator") -> Record | None:
-        """The ok record with the fewest cycles for the workload on the config (the oldest
-        among equals), or None."""
+    def best(self, workload: str, config: str, backend: str, *,
+             target: str) -> Record | None:
+        """The ok record with the lowest cost for the workload of `target` on the config,
+        measured on `backend` (the oldest among equals), or None."""
         row = self._db.execute(
-            f"SELECT {', '.join(_COLUMNS)} FROM measurements WHERE workload = ? AND "
-            "config = ? AND backend = ? AND status = ? ORDER BY cycles, id LIMIT 1",
-            (workload, config, backend, OK)).fetchone()
+            f"SELECT {', '.join(_COLUMNS)} FROM measurements WHERE target = ? AND "
+            "workload = ? AND config = ? AND backend = ? AND status = ? "
+            "ORDER BY cycles, id LIMIT 1",
+            (target, workload, config, backend, OK)).fetchone()
         return None if row is None else self._record(row)
 
     def __len__(self) -> int:

@@ -6,176 +6,71 @@ whatever order they finished in. The search (`vdla.compiler.tuner.search`) only 
 calls that, so a distributed engine (a Ray actor pool, say) plugs in as another class
 with the same method and a ``backend`` attribute, without touching the search.
 
-`LocalRunner(jobs)` measures in `jobs` worker processes. Each worker keeps one device
-per config open for its whole life (the Verilator model is built once, in the parent,
-before any worker starts; workers load it from the build cache) and keeps each task's
-inputs and reference output. A measurement that raises, produces a wrong output, runs
-past its cycle budget, runs past the wall-clock limit (the worker is killed) or kills its
+`LocalRunner(backend, jobs)` measures in `jobs` worker processes. Each worker keeps one
+measurement context per platform open for its whole life (`TuneTask.open_context`: the
+accelerator's device; its Verilator model is built once, in the parent, by
+`TuneTask.prepare`, before any worker starts) and each task's data (inputs and reference
+output, `TuneTask.measure_data`). A measurement that raises, produces a wrong output,
+runs past its budget, runs past the wall-clock limit (the worker is killed) or kills its
 worker (the worker is restarted) comes back as a result with that status: the search
-goes on.
-
-`measure_schedule` is what a worker does for one input: lower, run, compare with the
-reference, read the counters. Backends:
-
-* ``verilator`` (default): cycles of the cycle-accurate model, the hardware counters;
-* ``functional``: the fast mode for pre-screening: the program runs on the functional
-  simulator (so it is checked bit-exactly) and the cycles are the analytical model's
-  (`vdla.compiler.backend.cost.estimate_conv2d`).
+goes on. What a measurement does is the task's own (`TuneTask.measure`); the runner
+never looks inside a task or a schedule.
 """
 
 from __future__ import annotations
 
 import collections
-import dataclasses
 import multiprocessing
 import multiprocessing.connection
 import sys
 import time
 from typing import Callable, Sequence
 
-import numpy as np
+from vdla.compiler.tuner.measure import MeasureInput, MeasureResult, one_line
+from vdla.compiler.tuner.records import Records
 
-from vdla.compiler.backend.conv2d import Conv2dSchedule, lower_conv2d, run_conv2d
-from vdla.compiler.tuner.records import OK, Record, Records
-from vdla.compiler.tuner.task import TuneTask, schedule_from_dict, schedule_to_dict
-
-__all__ = ["BACKENDS", "LocalRunner", "MeasureInput", "MeasureResult", "ReplayRunner",
-           "cycle_budget", "measure_schedule"]
-
-BACKENDS = ("verilator", "functional")
+__all__ = ["LocalRunner", "MeasureInput", "MeasureResult", "ReplayRunner", "measure_task"]
 
 #: Wall-clock limit of one measurement (seconds) unless the runner is given another: a
-#: backstop for a simulator that hangs outside its cycle budget.
+#: backstop for a measurement that hangs outside its own budget.
 DEFAULT_TIMEOUT = 600.0
 
 
-@dataclasses.dataclass(frozen=True)
-class MeasureInput:
-    task: TuneTask
-    schedule: Conv2dSchedule
-
-
-@dataclasses.dataclass(frozen=True)
-class MeasureResult:
-    """status : ``ok`` or why not (`vdla.compiler.tuner.records.STATUSES`)
-    cycles : the run's cycles when ok
-    counters : the hardware's counters (Verilator) or the estimate's parts (functional)
-    error : what went wrong, one line
-    seconds : wall time of the measurement"""
-
-    status: str
-    cycles: int | None = None
-    counters: dict = dataclasses.field(default_factory=dict)
-    error: str = ""
-    seconds: float = 0.0
-
-    @property
-    def ok(self) -> bool:
-        return self.status == OK
-
-    def record(self, inp: MeasureInput, backend: str) -> Record:
-        return Record(workload=inp.task.key, config=inp.task.config.name, backend=backend,
-                      schedule=schedule_to_dict(inp.schedule), cycles=self.cycles,
-                      status=self.status, counters=self.counters, error=self.error,
-                      seconds=self.seconds)
-
-
-def cycle_budget(task: TuneTask, schedule: Conv2dSchedule) -> int:
-    """The watchdog's cycle budget: 10x the analytical estimate plus 100k cycles. The
-    model is within a few percent of Verilator on every schedule measured so far, so a
-    run past this is a hang, not a slow schedule."""
-    return 10 * task.estimate(schedule).cycles + 100_000
-
-
-class _TaskData:
-    """A task's inputs and reference output, computed once per worker."""
-
-    def __init__(self, task: TuneTask):
-        from vdla.compiler import run_reference
-
-        graph = task.graph
-        node = graph.node(task.node)
-        self.feed = task.feed()
-        self.want = run_reference(graph, self.feed)[graph.outputs[0]]
-        self.weights = graph.constant(node.inputs[1])
-        self.bias = graph.constant(node.input(2)) if node.input(2) else None
-        self.x = self.feed[node.inputs[0]]
-        self.residual = self.feed[node.input(3)] if node.input(3) else None
-
-
-def _one_line(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {' '.join(str(exc).split())}"[:2000]
-
-
-def measure_schedule(task: TuneTask, schedule: Conv2dSchedule, device, *,
-                     data: _TaskData | None = None,
-                     max_cycles: int | None = None) -> MeasureResult:
-    """Measure `schedule` of `task` on `device` (a `vdla.runtime` device of the task's
-    config): lower it, run it, compare the output with the reference bit-exactly.
-    `max_cycles` is the Verilator watchdog's budget (default `cycle_budget`)."""
-    from vdla.sim.errors import WatchdogError
-
-    start = time.perf_counter()
-    data = data or _TaskData(task)
-    try:
-        lowered = lower_conv2d(task.graph.node(task.node), task.graph, task.config, schedule)
-        if device.backend == "verilator":
-            device.max_cycles = max_cycles or cycle_budget(task, schedule)
-        y, stats = run_conv2d(device, lowered, data.x, data.weights, data.bias,
-                              data.residual, return_stats=True)
-    except WatchdogError as exc:
-        # Past the cycle budget: a timeout; stalled with nothing moving: a deadlock.
-        return MeasureResult("error" if exc.stalled else "timeout", error=_one_line(exc),
-                             seconds=time.perf_counter() - start)
-    except Exception as exc:  # noqa: BLE001 - any failure is a result, not a stop
-        return MeasureResult("error", error=_one_line(exc), seconds=time.perf_counter() - start)
-    seconds = time.perf_counter() - start
-    if not np.array_equal(y, data.want):
-        bad = int(np.count_nonzero(y != data.want))
-        return MeasureResult("wrong", error=f"{bad} of {y.size} output values differ from "
-                             "the reference", seconds=seconds)
-    if device.backend == "verilator":
-        counters = {k: int(v) for k, v in stats.items() if k != "wall_seconds"}
-        return MeasureResult(OK, int(stats["cycles"]), counters, seconds=seconds)
-    est = task.estimate(schedule)
-    return MeasureResult(OK, est.cycles, {"gemm": est.gemm, "epilogue": est.epilogue,
-                                          "load": est.load, "store": est.store},
-                         seconds=seconds)
+def measure_task(task, schedule, context, *, data, backend: str) -> MeasureResult:
+    """What a worker does for one input by default: `TuneTask.measure`."""
+    return task.measure(schedule, context, data=data, backend=backend)
 
 
 Measure = Callable[..., MeasureResult]
 
 
 def _worker(conn, backend: str, measure: Measure):
-    """A worker process: receive (task or task key, schedule), send a MeasureResult."""
-    import vdla.runtime
-
-    devices, tasks, inputs = {}, {}, {}
+    """A worker process: receive (task or task uid, schedule), send a MeasureResult."""
+    contexts, tasks, data = {}, {}, {}
     try:
         while True:
             message = conn.recv()
             if message is None:
                 break
             task, schedule = message
-            task = tasks.setdefault(task if isinstance(task, str) else task.key, task)
+            task = tasks.setdefault(task if isinstance(task, tuple) else task.uid, task)
             try:
-                if task.key not in inputs:
-                    inputs[task.key] = _TaskData(task)
-                data = inputs[task.key]
-                name = task.config.name
-                if name not in devices:
-                    options = {"log": lambda m: None} if backend == "verilator" else {}
-                    devices[name] = vdla.runtime.open(task.config, backend=backend,
-                                                      **options)
-                result = measure(task, schedule, devices[name], data=data)
+                if task.uid not in data:
+                    data[task.uid] = task.measure_data()
+                key = task.context_key(backend)
+                if key not in contexts:
+                    contexts[key] = task.open_context(backend)
+                result = measure(task, schedule, contexts[key], data=data[task.uid],
+                                 backend=backend)
             except Exception as exc:  # noqa: BLE001
-                result = MeasureResult("error", error=_one_line(exc))
+                result = MeasureResult("error", error=one_line(exc))
             conn.send(result)
     except (EOFError, KeyboardInterrupt):
         pass
     finally:
-        for dev in devices.values():
-            dev.close()
+        for context in contexts.values():
+            if hasattr(context, "close"):
+                context.close()
 
 
 class _Worker:
@@ -185,13 +80,13 @@ class _Worker:
                                        daemon=True)
         self.process.start()
         child.close()
-        self.known: set[str] = set()      # task keys the worker holds
+        self.known: set[tuple] = set()    # uids of the tasks the worker holds
         self.job: tuple[int, float] | None = None   # (input index, start time)
 
     def send(self, index: int, inp: MeasureInput):
-        key = inp.task.key
-        self.conn.send((key if key in self.known else inp.task, inp.schedule))
-        self.known.add(key)
+        uid = inp.task.uid
+        self.conn.send((uid if uid in self.known else inp.task, inp.schedule))
+        self.known.add(uid)
         self.job = (index, time.monotonic())
 
     def stop(self, *, kill: bool = False):
@@ -212,23 +107,24 @@ class _Worker:
 class LocalRunner:
     """Measure in `jobs` local worker processes.
 
-    backend : ``verilator`` or ``functional`` (the fast mode)
+    backend : how the tasks are measured (one of each task's ``measure_backends``: for
+        the accelerator ``verilator`` or ``functional``, the fast mode)
     jobs : worker processes (each runs one measurement at a time)
     timeout : wall-clock seconds one measurement may take before its worker is killed
-    measure : the function a worker calls, ``measure(task, schedule, device, data=...)``
-        (default `measure_schedule`); it must be importable by name (a module-level
-        function), since workers may be started with ``spawn``
-    log : receives progress lines of a Verilator build (default: printed to stderr)
+    measure : the function a worker calls, ``measure(task, schedule, context, data=...,
+        backend=...)`` (default `measure_task`); it must be importable by name (a
+        module-level function), since workers may be started with ``spawn``
+    log : receives progress lines of a task's preparation, such as a Verilator build
+        (default: printed to stderr)
     Workers start on the first `measure` and live until `close` (or the ``with`` block
     ends); a dead or killed worker is replaced.
     """
 
-    def __init__(self, backend: str = "verilator", jobs: int = 1, *,
-                 timeout: float = DEFAULT_TIMEOUT, measure: Measure = measure_schedule,
+    def __init__(self, backend: str, jobs: int = 1, *,
+                 timeout: float = DEFAULT_TIMEOUT, measure: Measure = measure_task,
                  log: Callable[[str], None] | None = None):
-        if backend not in BACKENDS:
-            raise ValueError(f"unknown measurement backend {backend!r}; available: "
-                             f"{', '.join(BACKENDS)}")
+        if not isinstance(backend, str) or not backend:
+            raise ValueError(f"backend must be a measurement backend's name, not {backend!r}")
         if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
             raise ValueError(f"jobs must be a positive integer, not {jobs!r}")
         if not timeout > 0:
@@ -240,16 +136,19 @@ class LocalRunner:
         method = "fork" if sys.platform.startswith("linux") else "spawn"
         self._context = multiprocessing.get_context(method)
         self._workers: list[_Worker] = []
-        self._built: set[str] = set()
+        self._prepared: set = set()
 
     def _prepare(self, inputs: Sequence[MeasureInput]):
-        if self.backend == "verilator":
-            from vdla.sim.verilator.build import build_model
-            for inp in inputs:
-                name = inp.task.config.name
-                if name not in self._built:   # build once here, not once per worker
-                    build_model(inp.task.config, log=self._log)
-                    self._built.add(name)
+        for inp in inputs:
+            task = inp.task
+            if self.backend not in task.measure_backends:
+                raise ValueError(f"unknown measurement backend {self.backend!r} for task "
+                                 f"{task.name} of target {task.target!r}; available: "
+                                 f"{', '.join(task.measure_backends)}")
+            key = task.context_key(self.backend)
+            if key not in self._prepared:   # once here, not once per worker
+                task.prepare(self.backend, self._log)
+                self._prepared.add(key)
         while len(self._workers) < self.jobs:
             self._workers.append(_Worker(self._context, self.backend, self._measure))
 
@@ -317,24 +216,24 @@ class LocalRunner:
 
 class ReplayRunner:
     """Answer measurements from records instead of running them: the record of each
-    (task, schedule) with the same config and `backend`. For studying a search against
-    a space measured once (`bench/tuner.py`): the simulators are deterministic, so a
-    replayed result is what measuring again would give. A schedule without a record
-    comes back as an error."""
+    (task, schedule) of the same target and platform, measured on `backend`. For
+    studying a search against a space measured once (`bench/tuner.py`): the simulators
+    are deterministic, so a replayed result is what measuring again would give. A
+    schedule without a record comes back as an error."""
 
-    def __init__(self, records: Records, backend: str = "verilator"):
+    def __init__(self, records: Records, backend: str):
         self.backend = backend
         self._records = records
-        self._tables: dict[tuple[str, str], dict[Conv2dSchedule, Record]] = {}
+        self._tables: dict[tuple, dict] = {}
 
-    def _table(self, task: TuneTask) -> dict[Conv2dSchedule, Record]:
-        key = (task.key, task.config.name)
-        if key not in self._tables:
+    def _table(self, task) -> dict:
+        if task.uid not in self._tables:
             table = {}
-            for r in self._records.query(task.key, task.config.name, self.backend):
-                table.setdefault(schedule_from_dict(r.schedule), r)
-            self._tables[key] = table
-        return self._tables[key]
+            for r in self._records.query(task.key, task.platform, self.backend,
+                                         target=task.target):
+                table.setdefault(task.schedule_from_dict(r.schedule), r)
+            self._tables[task.uid] = table
+        return self._tables[task.uid]
 
     def measure(self, inputs: Sequence[MeasureInput]) -> list[MeasureResult]:
         out = []

@@ -8,15 +8,14 @@ A tuner proposes the next schedules to measure and learns from the results:
         tuner.update(batch, runner.measure(...))
 
 * `ModelTuner` (in the spirit of AutoTVM's XGBTuner): a gradient-boosted-trees model
-  (scikit-learn's `GradientBoostingRegressor`) learns log(cycles) from schedule features;
-  each round, simulated annealing over the knob grid (tile_h, tile_w, tile_ci, tile_co,
-  virtual threads; a move changes one knob to the next smaller or larger candidate) finds
-  the schedules the model rates fastest, and the batch is the best of them plus a few
-  random ones (exploration). The features are the knobs, the tile counts and edge waste
-  along each axis, the buffers' fill, and (unless ``use_estimate=False``) the analytical
-  timing model's cycles and their split into GEMM, epilogue, load and store. Before two
-  measurements succeed there is nothing to learn from, so the first batch is pre-screened:
-  half the schedules the analytical model rates fastest, half random.
+  (scikit-learn's `GradientBoostingRegressor`) learns log(cost) from the task's schedule
+  features (`TuneTask.features`); each round, simulated annealing over the knob grid
+  (`TuneTask.knobs`; a move changes one knob to the next smaller or larger candidate)
+  finds the schedules the model rates fastest, and the batch is the best of them plus a
+  few random ones (exploration). Unless ``use_estimate=False``, the features include the
+  target's own model (`TuneTask.estimate`), and before two measurements succeed (nothing
+  to learn from yet) the first batch is pre-screened with it: half the schedules it rates
+  fastest, half random.
 * `RandomTuner`: a seeded random order of the space. `GridTuner`: the space in order.
 
 Every tuner is deterministic for a seed: its proposals depend only on the seed and on the
@@ -30,9 +29,7 @@ from typing import Sequence
 
 import numpy as np
 
-from vdla.compiler.backend.common import ceil_div
-from vdla.compiler.backend.conv2d import Conv2dSchedule
-from vdla.compiler.tuner.task import THREADS, TuneTask
+from vdla.compiler.tuner.task import TuneTask
 
 __all__ = ["GridTuner", "ModelTuner", "RandomTuner", "TUNERS", "Tuner", "make_tuner"]
 
@@ -45,7 +42,7 @@ class Tuner:
     seed : seeds every random choice
     """
 
-    def __init__(self, task: TuneTask, space: Sequence[Conv2dSchedule], *, seed: int = 0):
+    def __init__(self, task: TuneTask, space: Sequence, *, seed: int = 0):
         if not space:
             raise ValueError(f"task {task.name}: the schedule space is empty")
         self.task, self.space, self.seed = task, list(space), int(seed)
@@ -56,7 +53,7 @@ class Tuner:
     def unmeasured(self) -> list[int]:
         return [i for i in range(len(self.space)) if i not in self.measured]
 
-    def update(self, schedules: Sequence[Conv2dSchedule], cycles: Sequence[int | None]):
+    def update(self, schedules: Sequence, cycles: Sequence[int | None]):
         """Tell the tuner what `schedules` measured (None for a failed measurement).
         Schedules outside the space are ignored."""
         for s, c in zip(schedules, cycles):
@@ -64,13 +61,13 @@ class Tuner:
             if i is not None:
                 self.measured[i] = None if c is None else int(c)
 
-    def propose(self, n: int) -> list[Conv2dSchedule]:
+    def propose(self, n: int) -> list:
         """Up to `n` schedules not measured yet (fewer when the space runs out)."""
         raise NotImplementedError
 
 
 class GridTuner(Tuner):
-    def propose(self, n: int) -> list[Conv2dSchedule]:
+    def propose(self, n: int) -> list:
         return [self.space[i] for i in self.unmeasured()[:n]]
 
 
@@ -79,15 +76,16 @@ class RandomTuner(Tuner):
         super().__init__(task, space, seed=seed)
         self.order = [int(i) for i in self.rng.permutation(len(self.space))]
 
-    def propose(self, n: int) -> list[Conv2dSchedule]:
+    def propose(self, n: int) -> list:
         return [self.space[i] for i in self.order if i not in self.measured][:n]
 
 
 class ModelTuner(Tuner):
     """Learned cost model + simulated annealing (see the module docstring).
 
-    use_estimate : include the analytical model's figures among the features and
-        pre-screen the first batch with it (True); False learns from the knobs alone
+    use_estimate : include the target's model (`TuneTask.estimate`) among the features and
+        pre-screen the first batch with it (True); False learns from the schedule alone
+        (so does a task whose target has no model)
     explore : share of each batch chosen at random among unmeasured schedules
     chains, steps : simulated annealing's parallel chains and steps per round
     """
@@ -98,35 +96,20 @@ class ModelTuner(Tuner):
         self.use_estimate, self.explore = use_estimate, explore
         self.chains, self.steps = chains, steps
         # The knob grid: each knob's sorted candidate values; a schedule is a point.
-        knobs = np.array([self._knobs(s) for s in self.space], dtype=np.int64)
+        knobs = np.array([task.knobs(s) for s in self.space], dtype=np.int64)
         # Each knob's value -> its rank among the knob's values (np.unique's inverse).
         self.coords = np.stack([np.unique(knobs[:, d], return_inverse=True)[1]
                                 for d in range(knobs.shape[1])], axis=1)
         self.position = {tuple(int(v) for v in point): i for i, point in enumerate(self.coords)}
-        self.features = np.array([self._features(s) for s in self.space], dtype=np.float64)
+        estimates = [task.estimate(s) for s in self.space] if use_estimate else []
+        if use_estimate and any(e is None for e in estimates):
+            estimates, self.use_estimate = [], False     # the target has no model
+        self.estimates = (np.array([e.cycles for e in estimates], dtype=np.float64)
+                          if estimates else None)
+        self.features = np.array([task.features(s, e) for s, e in
+                                  zip(self.space, estimates or [None] * len(self.space))],
+                                 dtype=np.float64)
         self.model = None
-
-    @staticmethod
-    def _knobs(s: Conv2dSchedule) -> tuple[int, ...]:
-        return (THREADS.index((s.oc_nthread, s.h_nthread)), s.tile_h, s.tile_w, s.tile_ci,
-                s.tile_co)
-
-    def _features(self, schedule: Conv2dSchedule) -> list[float]:
-        layer, config = self.task.layer, self.task.config
-        s = schedule.clamped(layer)
-        feats = [float(s.oc_nthread == 2), float(s.h_nthread == 2)]
-        for tile, total in ((s.tile_h, layer.out_h), (s.tile_w, layer.out_w),
-                            (s.tile_ci, layer.in_blocks), (s.tile_co, layer.out_blocks)):
-            count = ceil_div(total, tile)
-            feats += [math.log2(tile), math.log2(count), count * tile / total - 1.0]
-        feats.append(math.log2(s.tile_h * s.tile_w * s.tile_co))      # acc entries a tile
-        for need, depth in s.needs(layer, config).values():
-            feats.append(need / depth)
-        if self.use_estimate:
-            est = self.task.estimate(s)
-            feats += [math.log(est.cycles)] + [part / est.cycles for part in
-                                               (est.gemm, est.epilogue, est.load, est.store)]
-        return feats
 
     # --- learning -------------------------------------------------------------------------
 
@@ -134,6 +117,7 @@ class ModelTuner(Tuner):
         ok = {i: c for i, c in self.measured.items() if c is not None}
         if len(ok) < 2:
             return False
+        # scikit-learn is a heavy import that only the model tuner needs.
         from sklearn.ensemble import GradientBoostingRegressor
 
         worst = math.log(max(ok.values()))
@@ -190,7 +174,7 @@ class ModelTuner(Tuner):
         ranked = sorted((v, p) for p, v in cache.items() if p not in self.measured)
         return [p for _, p in ranked[:n]]
 
-    def propose(self, n: int) -> list[Conv2dSchedule]:
+    def propose(self, n: int) -> list:
         todo = self.unmeasured()
         n = min(n, len(todo))
         if n == 0:
@@ -200,9 +184,9 @@ class ModelTuner(Tuner):
             picked = self._anneal(lambda pts: self.model.predict(self.features[pts]),
                                   n - n_random)
         elif self.use_estimate:
-            # Pre-screening: the analytical model's fastest, then random ones.
+            # Pre-screening: the target model's fastest, then random ones.
             n_random = n // 2
-            est = self.features[todo, -5]            # log(estimated cycles)
+            est = self.estimates[todo]
             picked = [todo[int(k)] for k in np.argsort(est, kind="stable")[: n - n_random]]
         else:
             n_random, picked = n, []

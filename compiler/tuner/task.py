@@ -1,141 +1,140 @@
-"""Tuning tasks: one conv2d workload on one hardware config, its schedule space, and
-how a schedule of it is measured.
+"""Tuning tasks: what a target offers the tuner, and nothing more.
 
-A `TuneTask` holds a self-contained one-node graph (the ``qconv2d``/``qdense`` node, its
-weights and bias as constants, its activation and residual as graph inputs), so a worker
-process can lower and run it with nothing else; `task_from_workload` makes one from a
-ResNet-18 workload (``C5``) or ``H,W,Cin,Cout,k,pad,stride``, `tasks_from_graph` makes one
-per distinct workload of a quantized model.
+A `TuneTask` is one workload of one target on one platform (the accelerator's config, a
+CPU): its schedule space, the default schedule, an optional estimate, features for the
+learned cost model, a plain-dict form of each schedule for the records, and how to
+measure one. The search, the records and the runners see only this interface, never a
+target's schedule classes: a target's tasks (`Target.tasks(graph)`) are its own
+subclasses.
 
-The task's *key* is `vdla.compiler.backend.conv2d_workload` as canonical JSON: the
-layer's sizes, pads, strides, block counts and the ALU passes of its epilogue. Two nodes
-with the same key have the same schedule space and the same cycles per schedule (the
-data does not change the timing), which is why records are keyed on it and why
-ResNet-18's 20 convolutions are 12 tasks.
+A task is sent to worker processes (pickled), so it holds everything its measurement
+needs: usually a one-node graph (`one_node_graph`) with the node's constants.
+
+`task_from_workload(spec, target)` makes the task of one ResNet-18 workload (``C5``) or
+``H,W,Cin,Cout,k,pad,stride`` on any target, from the same one-node quantized graph
+(`vdla.compiler.frontend.workloads.workload_graph`).
 """
 
 from __future__ import annotations
 
+import abc
+import copy
 import dataclasses
-import functools
-import hashlib
-import json
-from typing import Iterator
+from typing import Any, Callable, Hashable
 
-import numpy as np
+from vdla.compiler.frontend.workloads import parse_workload, workload_graph
+from vdla.compiler.ir.graph import Graph
+from vdla.compiler.ir.tensor import Node
+from vdla.compiler.tuner.measure import MeasureResult
 
-from vdla.compiler.backend.conv2d import Conv2dLayer, Conv2dSchedule, conv2d_workload
-from vdla.compiler.backend.cost import (Conv2dEstimate, choose_conv2d, estimate_conv2d,
-                                       schedule_space)
-from vdla.compiler.graph import Graph, Node
-from vdla.config import HardwareConfig
-
-__all__ = ["TUNABLE_OPS", "TuneTask", "schedule_from_dict", "schedule_to_dict",
-           "task_from_workload", "tasks_from_graph", "tunable_nodes", "workload_key"]
-
-#: Ops the tuner searches schedules for (pools keep the default chooser: see the README).
-TUNABLE_OPS = ("qconv2d", "qdense")
-
-#: Virtual-thread settings (oc_nthread, h_nthread) in the space.
-THREADS = ((1, 1), (2, 1), (1, 2))
+__all__ = ["TuneTask", "one_node_graph", "task_from_workload"]
 
 
-def workload_key(node: Node, graph: Graph, config: HardwareConfig) -> str:
-    """The records' key of `node`: `conv2d_workload` as compact, sorted JSON."""
-    return json.dumps(conv2d_workload(node, graph, config), sort_keys=True,
-                      separators=(",", ":"))
+class TuneTask(abc.ABC):
+    """One workload to tune (see the module docstring).
 
+    Attributes a subclass provides:
 
-def schedule_to_dict(schedule: Conv2dSchedule) -> dict:
-    return dataclasses.asdict(schedule)
-
-
-def schedule_from_dict(data: dict) -> Conv2dSchedule:
-    """The `Conv2dSchedule` of a record (ValueError naming what is wrong)."""
-    fields = {f.name for f in dataclasses.fields(Conv2dSchedule)}
-    if not isinstance(data, dict) or set(data) != fields:
-        raise ValueError(f"a conv2d schedule record needs exactly the fields "
-                         f"{sorted(fields)}, not {data!r}")
-    return Conv2dSchedule(**data)
-
-
-def _alu_passes(workload: dict) -> tuple[int, int]:
-    """(passes with an immediate, passes with a vector operand) of the main epilogue,
-    the clamp's MAX and MIN included (as `estimate_conv2d` counts them)."""
-    steps = workload["epilogue"]
-    vec = sum(s.endswith(":row") for s in steps)
-    return len(steps) - vec + 2, vec
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class TuneTask:
-    """One workload to tune.
-
-    name : what the user calls it (``C5``, or the model's node names)
-    graph : a one-node graph: the node, its constant weights and bias, its activation
-        (and residual) as graph inputs
-    node : the node's name in `graph`
-    config : the `HardwareConfig` the schedules are for
-    Derived: `key` (the records' workload key), `layer` (`Conv2dLayer`), `macs`.
+    target : the target's name (records are keyed by it)
+    name : what users call the workload (``C5``, or the model's node names)
+    key : the workload key (records): two tasks with the same key have the same space
+        and the same cost per schedule
+    platform : the hardware the costs are measured on (records' ``config`` column: the
+        accelerator's config name)
+    nodes : the names of the graph nodes this task's best schedule applies to
+    measure_backends : how it can be measured (``verilator``, ``functional``, ...), the
+        first being the default
+    unit : what its costs count (``cycles``, ``ns``)
     """
 
+    target: str
     name: str
-    graph: Graph
-    node: str
-    config: HardwareConfig
+    key: str
+    platform: str
+    nodes: tuple[str, ...]
+    measure_backends: tuple[str, ...]
+    unit: str = "cycles"
 
-    @functools.cached_property
-    def workload(self) -> dict:
-        return conv2d_workload(self.graph.node(self.node), self.graph, self.config)
+    # --- the space ----------------------------------------------------------------------
 
-    @functools.cached_property
-    def key(self) -> str:
-        return json.dumps(self.workload, sort_keys=True, separators=(",", ":"))
+    @abc.abstractmethod
+    def space(self) -> list[Hashable]:
+        """Every valid schedule, in a fixed order (the same in every process)."""
 
-    @functools.cached_property
-    def layer(self) -> Conv2dLayer:
-        return Conv2dLayer.from_node(self.graph.node(self.node), self.graph, self.config)
+    @abc.abstractmethod
+    def default_schedule(self) -> Hashable:
+        """What the target compiles with when the records hold nothing."""
 
-    @property
-    def macs(self) -> int:
-        return self.layer.macs
+    def estimate(self, schedule) -> Any:
+        """A model's prediction for `schedule`, an object with a ``cycles`` attribute in
+        the task's unit (lower is better), or None when the target has no model."""
+        return None
 
-    @functools.cached_property
-    def seed(self) -> int:
-        """A seed derived from the key: the task's random inputs are the same in every
-        process and every run."""
-        return int.from_bytes(hashlib.sha256(self.key.encode()).digest()[:8], "little")
+    @abc.abstractmethod
+    def features(self, schedule, estimate: Any = None) -> list[float]:
+        """Numbers describing `schedule` for the learned cost model; `estimate` is
+        `estimate(schedule)` when the tuner uses the model's figures, else None. Every
+        schedule of a task has the same number of features for the same `estimate`
+        kind."""
 
-    def space(self) -> list[Conv2dSchedule]:
-        """Every schedule that fits the config (`vdla.compiler.backend.cost.schedule_space`
-        with every output-width tiling), in a fixed order."""
-        return list(schedule_space(self.layer, self.config, threads=THREADS, width_tiles=None))
+    @abc.abstractmethod
+    def knobs(self, schedule) -> tuple[int, ...]:
+        """`schedule` as a point of the knob grid (one integer per knob, ordered within a
+        knob): simulated annealing moves between neighbouring points."""
 
-    def default_schedule(self) -> Conv2dSchedule:
-        """What `compile_model` picks without records (the analytical chooser)."""
-        return choose_conv2d(self.layer, self.config)
+    @abc.abstractmethod
+    def schedule_to_dict(self, schedule) -> dict:
+        """`schedule` as a plain JSON dict (what the records keep)."""
 
-    def estimate(self, schedule: Conv2dSchedule) -> Conv2dEstimate:
-        """The analytical timing model's figures for `schedule` (``.cycles`` and their
-        split into GEMM, epilogue, load and store)."""
-        return estimate_conv2d(self.layer, schedule, self.config,
-                               alu_passes=_alu_passes(self.workload))
-
-    def feed(self) -> dict[str, np.ndarray]:
-        """Seeded random int8 values for the graph's inputs (activation, residual)."""
-        rng = np.random.default_rng(self.seed)
-        return {name: rng.integers(-128, 128, self.graph.tensors[name].shape).astype(np.int8)
-                for name in self.graph.inputs}
+    @abc.abstractmethod
+    def schedule_from_dict(self, data: dict) -> Hashable:
+        """The schedule of a records dict; ValueError naming what is wrong."""
 
     def describe(self) -> str:
-        w = self.workload
-        text = (f"{w['n']}x{w['c']}x{w['h']}x{w['w']} -> {w['o']}, "
-                f"k{w['kernel_h']}x{w['kernel_w']} s{w['stride_h']}")
-        return text + (" +residual" if w["has_residual"] else "")
+        """The workload in a few words, for tables."""
+        return self.key
+
+    def with_name(self, name: str) -> "TuneTask":
+        """A copy of this task named `name`."""
+        clone = copy.copy(self)
+        object.__setattr__(clone, "name", name)   # tasks may be frozen dataclasses
+        return clone
+
+    # --- measuring (in worker processes) -------------------------------------------------
+
+    def prepare(self, backend: str, log: Callable[[str], None]) -> None:
+        """Once per platform in the parent process, before workers start (the
+        accelerator builds its Verilator model here, once rather than once per worker)."""
+
+    def context_key(self, backend: str) -> Hashable:
+        """Tasks with the same context key share one measurement context per worker."""
+        return (self.target, self.platform, backend)
+
+    def open_context(self, backend: str) -> Any:
+        """What measurements on `backend` run on, opened once per worker (a device); it
+        is closed with the worker when it has a ``close`` method."""
+        return None
+
+    def measure_data(self) -> Any:
+        """What every measurement of this task reuses (inputs, the reference output),
+        computed once per worker."""
+        return None
+
+    @abc.abstractmethod
+    def measure(self, schedule, context: Any, *, data: Any, backend: str) -> MeasureResult:
+        """Measure `schedule` on `context` and check its output against the reference.
+        Any failure is a result with its status (error, wrong, timeout), not an
+        exception."""
+
+    @property
+    def uid(self) -> tuple[str, str, str]:
+        """What identifies the task across processes: (target, platform, key)."""
+        return (self.target, self.platform, self.key)
 
 
-def _one_node_graph(node: Node, graph: Graph) -> Graph:
-    """`node` alone: constants copied, every other input a graph input."""
+def one_node_graph(node: Node, graph: Graph) -> Graph:
+    """`node` of `graph` alone: its constants copied, every other input a graph input,
+    its outputs the graph outputs. A task's measurement needs nothing else."""
     g = Graph(f"{graph.name}.{node.name}")
     for name in node.inputs:
         if not name or name in g.tensors:
@@ -151,38 +150,15 @@ def _one_node_graph(node: Node, graph: Graph) -> Graph:
     return g
 
 
-def tunable_nodes(graph: Graph, config: HardwareConfig) -> Iterator[tuple[Node, str]]:
-    """(node, workload key) of each ``qconv2d``/``qdense`` node of `graph` the back half
-    lowers, in topological order; nodes it cannot lower (they run on the host) are
-    skipped."""
-    for node in graph.nodes():
-        if node.op in TUNABLE_OPS:
-            try:
-                yield node, workload_key(node, graph, config)
-            except ValueError:
-                continue
-
-
-def tasks_from_graph(graph: Graph, config: HardwareConfig) -> list[TuneTask]:
-    """One `TuneTask` per distinct workload among the graph's ``qconv2d``/``qdense`` nodes
-    (in topological order of their first node; the name lists the nodes sharing it).
-    Nodes the back half cannot lower (they run on the host) are skipped."""
-    groups: dict[str, list[Node]] = {}
-    for node, key in tunable_nodes(graph, config):
-        groups.setdefault(key, []).append(node)
-    tasks = []
-    for nodes in groups.values():
-        names = nodes[0].name if len(nodes) == 1 else f"{nodes[0].name} (+{len(nodes) - 1})"
-        tasks.append(TuneTask(names, _one_node_graph(nodes[0], graph), nodes[0].name, config))
-    return tasks
-
-
-def task_from_workload(spec: str, config: HardwareConfig) -> TuneTask:
-    """The task of a ResNet-18 workload name (``C5``) or ``H,W,Cin,Cout,k,pad,stride``
-    (ValueError naming what is wrong), as `vdla.compiler.workloads.workload_graph` builds
-    it: bias, requantization shift, ReLU clamp."""
-    from vdla.compiler.workloads import parse_workload, workload_graph
-
+def task_from_workload(spec: str, target) -> TuneTask:
+    """The task of a ResNet-18 workload name (``C5``) or ``H,W,Cin,Cout,k,pad,stride`` on
+    `target` (a `vdla.compiler.targets.Target`): the one-node graph
+    `vdla.compiler.frontend.workloads.workload_graph` builds (bias, requantization shift,
+    ReLU clamp). ValueError naming what is wrong, or when the target cannot tune it."""
     name, workload = parse_workload(spec)
     graph, _ = workload_graph(workload)
-    return TuneTask(name, graph, "conv", config)
+    tasks = target.tasks(graph)
+    if len(tasks) != 1:
+        raise ValueError(f"target {target.name!r} has no tunable task for workload {spec!r} "
+                         f"({workload}): it does not run that convolution")
+    return tasks[0].with_name(name)

@@ -1,13 +1,15 @@
 """The tuning loop: propose a batch, measure it, record it, learn; resume from records.
 
     with Records("tune.db") as db, LocalRunner("verilator", jobs=2) as runner:
-        result = tune_task(task_from_workload("C5", config), runner, trials=64, records=db)
+        result = tune_task(task_from_workload("C5", target), runner, trials=64, records=db)
     result.best, result.best_cycles, result.default_cycles
 
-`trials` is the task's measurement budget *including* what the records already hold for
-it (same workload, config and backend): a run stopped after 20 of 64 trials and started
-again measures the other 44, and never a schedule measured before. Results are written
-to the records after every batch, so an interrupted run loses at most one batch.
+The loop sees only the task interface (`vdla.compiler.tuner.task.TuneTask`), so it tunes
+any target's tasks. `trials` is the task's measurement budget *including* what the
+records already hold for it (same target, workload, platform and backend): a run
+stopped after 20 of 64 trials and started again measures the other 44, and never a
+schedule measured before. Results are written to the records after every batch, so an
+interrupted run loses at most one batch.
 """
 
 from __future__ import annotations
@@ -15,11 +17,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
-from vdla.compiler.backend.conv2d import Conv2dSchedule
+from typing import Any
+
+from vdla.compiler.tuner.measure import MeasureInput, MeasureResult
 from vdla.compiler.tuner.records import Records
-from vdla.compiler.tuner.runner import MeasureInput, MeasureResult
 from vdla.compiler.tuner.search import make_tuner
-from vdla.compiler.tuner.task import TuneTask, schedule_from_dict, tunable_nodes
+from vdla.compiler.tuner.task import TuneTask
 
 __all__ = ["Progress", "TuneResult", "best_schedules", "tune_task"]
 
@@ -41,11 +44,11 @@ class TuneResult:
 
     task: TuneTask
     space_size: int
-    best: Conv2dSchedule | None
+    best: Any
     best_cycles: int | None
-    default: Conv2dSchedule
+    default: Any
     default_cycles: int | None
-    history: tuple[tuple[Conv2dSchedule, MeasureResult], ...]
+    history: tuple[tuple[Any, MeasureResult], ...]
     resumed: int
 
     @property
@@ -65,13 +68,13 @@ class TuneResult:
 
 
 def _previous(records: Records | None, task: TuneTask, backend: str) -> dict:
-    """schedule -> cycles (None: failed) of the task's records on this backend."""
+    """schedule -> cost (None: failed) of the task's records on this backend."""
     if records is None:
         return {}
     found = {}
-    for r in records.query(task.key, task.config.name, backend):
+    for r in records.query(task.key, task.platform, backend, target=task.target):
         try:
-            s = schedule_from_dict(r.schedule)
+            s = task.schedule_from_dict(r.schedule)
         except ValueError:
             continue
         if found.get(s) is None:      # an ok measurement wins over a failed one
@@ -102,17 +105,17 @@ def tune_task(task: TuneTask, runner, *, trials: int, records: Records | None = 
         raise ValueError(f"batch must be a positive integer, not {batch!r}")
     space = task.space()
     if not space:
-        task.default_schedule()   # raises, naming the buffers the smallest tiles overflow
-        raise ValueError(f"task {task.name}: no schedule fits config {task.config.name}")
+        task.default_schedule()   # raises, naming why (the buffers the smallest tiles overflow)
+        raise ValueError(f"task {task.name}: no schedule fits {task.platform}")
     search = make_tuner(tuner, task, space, seed=seed, **(tuner_options or {}))
     previous = {s: c for s, c in _previous(records, task, runner.backend).items()
                 if s in search.index}
     search.update(list(previous), list(previous.values()))
     default = task.default_schedule()
     budget = min(trials, len(space))
-    history: list[tuple[Conv2dSchedule, MeasureResult]] = []
+    history: list[tuple[Any, MeasureResult]] = []
 
-    def best() -> tuple[int | None, Conv2dSchedule | None]:
+    def best() -> tuple[int | None, Any]:
         # Schedules are never measured twice, so the tuner's table is the whole record.
         ok = [(c, i) for i, c in search.measured.items() if c is not None]
         if not ok:
@@ -145,19 +148,23 @@ def tune_task(task: TuneTask, runner, *, trials: int, records: Records | None = 
                       len(previous))
 
 
-def best_schedules(records: Records, graph, config, *, backend: str = "verilator"
-                   ) -> dict[str, tuple[Conv2dSchedule, int]]:
-    """node name -> (schedule, cycles) of the best record for each ``qconv2d``/``qdense``
-    node of quantized `graph` on `config`; nodes without a usable record are left out
-    (they get the default chooser). For `compile_model`'s ``schedules``."""
+def best_schedules(records: Records, graph, target, backend: str | None = None
+                   ) -> dict[str, tuple[Any, int]]:
+    """node name -> (schedule, cost) of the best record for each tunable node of quantized
+    `graph` on `target` (`Target.tasks`), measured on `backend` (default: each task's
+    first measurement backend, for the accelerator ``verilator``). Nodes without a usable
+    record are left out: they get the target's default. For `compile_model`'s
+    ``schedules``."""
     found = {}
-    for node, key in tunable_nodes(graph, config):
-        r = records.best(key, config.name, backend)
+    for task in target.tasks(graph):
+        r = records.best(task.key, task.platform, backend or task.measure_backends[0],
+                         target=task.target)
         if r is None:
             continue
         try:
-            schedule = schedule_from_dict(r.schedule)
+            schedule = task.schedule_from_dict(r.schedule)
         except ValueError:
             continue
-        found[node.name] = (schedule, r.cycles)
+        for node in task.nodes:
+            found[node] = (schedule, r.cycles)
     return found

@@ -364,9 +364,11 @@ def test_run_on_a_board_uses_its_memory_and_clock(tmp_path, capsys):
            "20-cycle read latency" in out
     plain, board = json.loads(plain.read_text()), json.loads(board.read_text())
     assert board["bit_exact"] and board["board"] == "pynq-z1"
-    assert board["dram"]["read_latency"] == 20 and board["clock_mhz"] == 100
+    options = board["options"]
+    assert options["dram"]["read_latency"] == 20 and options["clock_mhz"] == 100
     # Same hardware, shorter DRAM latency than the simulator's default (32 cycles).
-    assert board["config"] == plain["config"] and board["cycles"] < plain["cycles"]
+    assert options["config"] == plain["options"]["config"]
+    assert board["cycles"] < plain["cycles"]
     assert board["seconds_at_clock"] == pytest.approx(board["cycles"] / 100e6)
 
 

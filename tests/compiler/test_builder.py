@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vdla.compiler.builder import GraphBuilder
-from vdla.compiler.graph import GraphError
+from vdla.compiler.frontend.builder import GraphBuilder
+from vdla.compiler.ir import GraphError
 from vdla.compiler.reference import run_reference
 
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from vdla.compiler import run_reference, zoo
-from vdla.compiler.datasets import digits_split
+from vdla.compiler.frontend.datasets import digits_split
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = zoo.DIGITS_MODEL

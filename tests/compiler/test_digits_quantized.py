@@ -4,18 +4,15 @@ accuracy on the held-out split."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 import vdla
 from vdla.compiler import from_onnx, quantize, run_reference, zoo
-from vdla.compiler.datasets import digits_split
-from vdla.compiler.layout import pack_graph
+from vdla.compiler.frontend.datasets import digits_split
+from vdla.compiler.passes import pack_graph
 
-MODEL = Path(vdla.compiler.__file__).parent / "models" / "digits_cnn.onnx"
-WITH_MUL = vdla.HardwareConfig(alu_ops={"MIN", "MAX", "ADD", "SHR", "MUL"})
+MODEL = zoo.DIGITS_MODEL
 
 
 @pytest.fixture(scope="module")
@@ -49,21 +46,22 @@ def quantized_accuracy(graph, x, y) -> float:
     return hits / len(y)
 
 
-@pytest.mark.parametrize("config", [vdla.HardwareConfig(), WITH_MUL], ids=["shift", "multiply"])
-def test_quantized_accuracy_within_1_5_points_of_float(data, batched, config):
+@pytest.mark.parametrize("mode", ["shift", "multiply"])
+def test_quantized_accuracy_within_1_5_points_of_float(data, batched, mode):
     _, _, x_test, y_test = data
     float_acc = accuracy(batched, x_test, y_test)
-    quantized = quantize(from_onnx(MODEL), calibration(data), config)
+    quantized = quantize(from_onnx(MODEL), calibration(data), mode)
     q_acc = quantized_accuracy(quantized, x_test, y_test)
-    print(f"digits: float {float_acc:.2%}, int8 ({config.name}) {q_acc:.2%}")
+    print(f"digits: float {float_acc:.2%}, int8 ({mode}) {q_acc:.2%}")
     assert float_acc >= 0.95
     assert q_acc >= float_acc - 0.015
 
 
 def test_packing_keeps_the_quantized_digits_model_bit_exact(data):
     config = vdla.HardwareConfig()
-    quantized = quantize(from_onnx(MODEL), calibration(data), config)
-    packed = pack_graph(quantized, config)
+    quantized = quantize(from_onnx(MODEL), calibration(data), "shift")
+    packed = pack_graph(quantized, batch=config.batch, block_in=config.block_in,
+                        block_out=config.block_out)
     x = data[2][:1]
     a = run_reference(quantized, {"input": x}, keep=True)
     b = run_reference(packed, {"input": x})

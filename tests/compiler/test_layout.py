@@ -6,15 +6,20 @@ import numpy as np
 import pytest
 
 import vdla
-from vdla.compiler import Graph, GraphError, run_reference
-from vdla.compiler.layout import (pack, pack_graph, parse_layout, transform, transform_shape,
-                                  unpack)
-from vdla.compiler.passes import prepare
+from vdla.compiler import Graph, GraphError, run_reference, zoo
+from vdla.compiler.ir.layout import pack, parse_layout, transform, transform_shape, unpack
+from vdla.compiler.passes import pack_graph, prepare, quantize
+from vdla.compiler.targets.vdla import VdlaTarget
 
 
 #: block_in != block_out (smaller buffers keep the GEMM instruction within 128 bits).
 MIXED = vdla.HardwareConfig(block_in=8, block_out=16, inp_buff_size=8192,
                             wgt_buff_size=131072)
+
+
+def blocks(cfg: vdla.HardwareConfig) -> dict:
+    """The block sizes pack_graph takes, from an accelerator config."""
+    return {"batch": cfg.batch, "block_in": cfg.block_in, "block_out": cfg.block_out}
 
 
 def naive_pack_nchw(x, b, c):
@@ -154,7 +159,7 @@ def test_pack_graph_float_numerics(cfg, n):
     rng = np.random.default_rng(n)
     g = chain_graph(rng, n=n)
     before = {k: t.data.copy() for k, t in g.tensors.items() if t.is_constant}
-    packed = pack_graph(g, cfg)
+    packed = pack_graph(g, **blocks(cfg))
     # The input graph is untouched.
     assert g.count_ops() == {"conv2d": 3, "max_pool2d": 1, "flatten": 1, "dense": 1}
     assert all(np.array_equal(g.tensors[k].data, v) for k, v in before.items())
@@ -177,7 +182,7 @@ def test_pack_graph_float_numerics(cfg, n):
 
 def test_pack_graph_keeps_chains_packed():
     g = chain_graph(np.random.default_rng(5))
-    packed = pack_graph(g, vdla.HardwareConfig())
+    packed = pack_graph(g, **blocks(vdla.HardwareConfig()))
     # One pack of x shared by two convs; conv -> conv stays packed (no transform between);
     # the second conv's output is unpacked once for max_pool and the graph output; dense
     # gets a pack after flatten and an unpack for the output.
@@ -187,7 +192,7 @@ def test_pack_graph_keeps_chains_packed():
     assert packed.producer(conv2.inputs[0]).op == "conv2d"
     assert packed.producer(conv2.inputs[3]).op == "conv2d"
     # Different block_in and block_out: a single blocked -> blocked transform in between.
-    packed = pack_graph(g, MIXED)
+    packed = pack_graph(g, **blocks(MIXED))
     conv2 = [n for n in packed.nodes() if n.op == "conv2d" and n.input(3)][0]
     between = packed.producer(conv2.inputs[0])
     assert between.op == "layout_transform"
@@ -203,7 +208,7 @@ def test_pack_graph_leaves_grouped_conv():
                    groups=4, pads=(1, 1, 1, 1))
     z = g.add_node("conv2d", [y, g.add_constant("w2", rng.standard_normal((5, 4, 1, 1)))])
     g.set_outputs([z])
-    packed = pack_graph(g, vdla.HardwareConfig())
+    packed = pack_graph(g, **blocks(vdla.HardwareConfig()))
     layouts = {n.name: n.attrs["data_layout"] for n in packed.nodes() if n.op == "conv2d"}
     assert layouts == {"conv2d": "NCHW", "conv2d_0": "NCHW1n16c"}
     inputs = {"x": rng.standard_normal((1, 4, 5, 5)).astype(np.float32)}
@@ -214,11 +219,6 @@ def test_pack_graph_leaves_grouped_conv():
 def test_pack_graph_integer_exact():
     """An integer GEMM graph (hand-built qconv2d/qdense) computes the same integers packed,
     with per-channel requantization attributes padded along."""
-    pytest.importorskip("vdla.compiler.quantization")
-    from vdla.compiler.reference import KERNELS, _load_extensions
-    _load_extensions()
-    if "qconv2d" not in KERNELS or "qdense" not in KERNELS:
-        pytest.skip("integer kernels are not registered yet (vdla.compiler.quantization)")
     rng = np.random.default_rng(7)
     g = Graph("int")
     x = g.add_input("x", (1, 3, 5, 5), "int8")
@@ -233,7 +233,7 @@ def test_pack_graph_integer_exact():
     d = g.add_node("qdense", [f, wd], shift=(12,))
     g.set_outputs([d, y2])
     g.validate()
-    packed = pack_graph(g, vdla.HardwareConfig())
+    packed = pack_graph(g, **blocks(vdla.HardwareConfig()))
     assert len(packed.node("qconv2d").attrs["shift"]) == 32
     inputs = {"x": rng.integers(-128, 128, (1, 3, 5, 5)).astype(np.int8)}
     want, got = run_reference(g, inputs), run_reference(packed, inputs)
@@ -271,7 +271,7 @@ def test_pack_graph_after_prepare_on_zoo_like_block():
     y = g.add_node("relu", [g.add_node("batch_norm", [y] + params)])
     g.set_outputs([y])
     prepared = prepare(g)
-    packed = pack_graph(prepared, vdla.HardwareConfig())
+    packed = pack_graph(prepared, **blocks(vdla.HardwareConfig()))
     inputs = {"x": rng.standard_normal((1, 3, 6, 6)).astype(np.float32)}
     np.testing.assert_allclose(run_reference(packed, inputs)[y],
                                run_reference(g, inputs)[y], rtol=1e-4, atol=1e-4)
@@ -284,7 +284,7 @@ def test_pack_graph_computed_weights_and_bias():
     x, w, b = g.add_input("x", (3, 20)), g.add_input("w", (5, 20)), g.add_input("b", (5,))
     y = g.add_node("dense", [x, w, b])
     g.set_outputs([y])
-    packed = pack_graph(g, vdla.HardwareConfig(batch=2))
+    packed = pack_graph(g, **blocks(vdla.HardwareConfig(batch=2)))
     assert packed.count_ops() == {"layout_transform": 3, "pad": 1, "dense": 1}
     dense = packed.node("dense")
     assert packed.tensors[dense.inputs[0]].shape == (2, 2, 2, 16)
@@ -305,16 +305,11 @@ def test_pack_graph_quantized_model_exact(cfg):
     """A zoo model quantized by `quantize` computes bit-identical integers when packed:
     its output and every plain tensor both graphs still have (the tensors between
     consecutive packed convs exist only packed)."""
-    try:
-        from vdla.compiler import zoo
-        from vdla.compiler.quantization import quantize
-    except ImportError as e:                     # the quantizer is another step's module
-        pytest.skip(f"quantize is not available: {e}")
     g = zoo.get("resnet18", image_size=32)
     rng = np.random.default_rng(10)
     calibration = {"input": rng.standard_normal((2, 3, 32, 32)).astype(np.float32)}
-    q = quantize(g, calibration, cfg)
-    packed = pack_graph(q, cfg)
+    q = quantize(g, calibration, VdlaTarget(cfg).requant_modes[0])
+    packed = pack_graph(q, **blocks(cfg))
     assert all(n.attrs["data_layout"] != "NCHW" for n in packed.nodes() if n.op == "qconv2d")
     x = {"input": rng.standard_normal((1, 3, 32, 32)).astype(np.float32)}
     want, got = run_reference(q, x, keep=True), run_reference(packed, x, keep=True)

@@ -10,8 +10,8 @@ import onnxruntime as ort
 import pytest
 
 from vdla.compiler import Graph, run_reference
-from vdla.compiler.onnx_export import OnnxExportError, save_onnx, to_onnx
-from vdla.compiler.onnx_import import from_onnx
+from vdla.compiler.frontend.onnx_export import OnnxExportError, save_onnx, to_onnx
+from vdla.compiler.frontend.onnx_import import from_onnx
 from vdla.cli import main
 
 RNG = np.random.default_rng(7)

@@ -10,7 +10,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from vdla.compiler import GraphError, run_reference
-from vdla.compiler.onnx_import import OnnxImportError, from_onnx, supported_ops
+from vdla.compiler.frontend.onnx_import import OnnxImportError, from_onnx, supported_ops
 
 RNG = np.random.default_rng(1234)
 

@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")
 nn = torch.nn
 
 from vdla.compiler import run_reference  # noqa: E402
-from vdla.compiler.onnx_import import from_onnx  # noqa: E402
+from vdla.compiler.frontend.onnx_import import from_onnx  # noqa: E402
 
 
 class BasicBlock(nn.Module):

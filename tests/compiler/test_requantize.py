@@ -9,8 +9,8 @@ import pytest
 
 import vdla
 from vdla import AluOp
-from vdla.compiler.quantization import (MULTIPLIER_MAX, QuantizationError, requantize,
-                                        requantize_params, wrap32)
+from vdla.compiler.reference.integer import (MULTIPLIER_MAX, QuantizationError, requantize,
+                                             requantize_params, wrap32)
 from vdla.isa import Uop
 from vdla_testing import load_acc_insn, put, reference_alu_op, run_acc_program
 

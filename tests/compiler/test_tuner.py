@@ -14,13 +14,18 @@ import pytest
 import vdla
 from vdla.cli import main
 from vdla.compiler import passes, quantize, zoo
-from vdla.compiler.backend import Conv2dSchedule
+from vdla.compiler.targets.vdla import Conv2dSchedule, VdlaTarget
 from vdla.compiler.tuner import (LocalRunner, MeasureInput, ModelTuner, Record, Records,
-                                 ReplayRunner, best_schedules, make_tuner, task_from_workload,
-                                 tasks_from_graph, tune_task)
+                                 ReplayRunner, best_schedules, make_tuner, tune_task)
+from vdla.compiler.tuner import task_from_workload as _task_from_workload
 from vdla.compiler.tuner.records import OK
 
 CFG = vdla.HardwareConfig()
+TARGET = VdlaTarget(CFG)
+
+
+def task_from_workload(spec, config=CFG):
+    return _task_from_workload(spec, VdlaTarget(config))
 #: Small workloads: a whole space measures in seconds on Verilator.
 SMALL = "14,14,16,32,3,1,1"
 TINY = "7,7,16,16,1,0,1"
@@ -33,7 +38,7 @@ def verilator_runner():
 
 
 def record(**changes) -> Record:
-    base = dict(workload="w", config=CFG.name, backend="verilator",
+    base = dict(target="vdla", workload="w", config=CFG.name, backend="verilator",
                 schedule={"tile_h": 1}, cycles=100, status=OK, counters={"cycles": 100},
                 seconds=0.5)
     return Record(**{**base, **changes})
@@ -63,8 +68,8 @@ def test_task_of_a_workload_has_a_stable_key_and_space():
 def test_tasks_of_a_model_are_its_distinct_convolutions():
     graph = zoo.get("resnet18")
     q = quantize(passes.prepare(graph), {graph.inputs[0]: _normal((1,) + graph.tensors[
-        graph.inputs[0]].shape[1:])}, CFG)
-    tasks = tasks_from_graph(q, CFG)
+        graph.inputs[0]].shape[1:])}, "shift")
+    tasks = TARGET.tasks(q)
     convs = [n for n in q.nodes() if n.op in ("qconv2d", "qdense")]
     assert len({t.key for t in tasks}) == len(tasks) < len(convs)
     assert {t.node for t in tasks} <= {n.name for n in convs}
@@ -96,9 +101,11 @@ def test_records_round_trip_and_best(tmp_path):
         assert db.query() == rows
         assert db.query("w", CFG.name, "verilator") == rows[:3]
         assert db.query(status="crash") == [rows[1]]
-        assert db.best("w", CFG.name) == rows[2]
-        assert db.best("w", CFG.name, "functional") == rows[3]
-        assert db.best("w", "another-config") is None
+        assert db.best("w", CFG.name, "verilator", target="vdla") == rows[2]
+        assert db.best("w", CFG.name, "functional", target="vdla") == rows[3]
+        assert db.best("w", "another-config", "verilator", target="vdla") is None
+        assert db.best("w", CFG.name, "verilator", target="cpu") is None
+        assert db.query(target="cpu") == []
     assert sqlite3.connect(path).execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
@@ -115,6 +122,41 @@ def test_records_reject_bad_rows_and_files(tmp_path):
         Records(bad)
     with pytest.raises(ValueError, match="is a folder"):
         Records(tmp_path)
+
+
+def test_a_version_1_records_file_is_migrated(tmp_path):
+    """Records written before targets existed (schema 1, no target column) keep working:
+    opening the file adds the column, every old row being the accelerator's."""
+    path = tmp_path / "old.db"
+    db = sqlite3.connect(path)
+    db.executescript("""
+        CREATE TABLE measurements (id INTEGER PRIMARY KEY, workload TEXT NOT NULL,
+            config TEXT NOT NULL, backend TEXT NOT NULL, schedule TEXT NOT NULL,
+            cycles INTEGER, counters TEXT NOT NULL, status TEXT NOT NULL,
+            error TEXT NOT NULL, tool_version TEXT NOT NULL, created REAL NOT NULL,
+            seconds REAL NOT NULL);
+        CREATE INDEX measurements_task ON measurements (workload, config, backend);
+        PRAGMA user_version=1;""")
+    db.execute("INSERT INTO measurements (workload, config, backend, schedule, cycles, "
+               "counters, status, error, tool_version, created, seconds) VALUES "
+               "('w', ?, 'verilator', '{\"tile_h\": 1}', 100, '{}', 'ok', '', '0.1', 0, 1)",
+               (CFG.name,))
+    db.commit()
+    db.close()
+    with Records(path) as records:
+        (row,) = records.query()
+        assert row.target == "vdla" and row.cycles == 100
+        assert records.best("w", CFG.name, "verilator", target="vdla") == row
+        records.add(record(cycles=50))
+        assert len(records) == 2
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 2
+    path.write_bytes(b"")
+    newer = sqlite3.connect(tmp_path / "newer.db")
+    newer.execute("PRAGMA user_version=7")
+    newer.commit()
+    newer.close()
+    with pytest.raises(ValueError, match="schema version 7; this vdla reads versions 1 and 2"):
+        Records(tmp_path / "newer.db")
 
 
 def _write_rows(path, worker, count):
@@ -159,14 +201,14 @@ def test_measurements_are_real_and_checked(verilator_runner):
 
 
 def test_a_run_past_its_cycle_budget_is_a_timeout():
-    from vdla.compiler.tuner.runner import cycle_budget, measure_schedule
+    from vdla.compiler.targets.vdla.tuning import cycle_budget
 
     task = task_from_workload(TINY, CFG)
     schedule = task.default_schedule()
     with vdla.runtime.open(CFG, backend="verilator") as dev:
-        ok = measure_schedule(task, schedule, dev)
-        late = measure_schedule(task, schedule, dev, max_cycles=ok.cycles // 2)
-        again = measure_schedule(task, schedule, dev)     # the device is still usable
+        ok = task.measure(schedule, dev)
+        late = task.measure(schedule, dev, max_cycles=ok.cycles // 2)
+        again = task.measure(schedule, dev)     # the device is still usable
     assert ok.ok and ok.cycles < cycle_budget(task, schedule) // 10
     assert late.status == "timeout" and late.cycles is None
     assert "did not finish within" in late.error
@@ -264,7 +306,7 @@ def test_the_model_tuner_beats_random_search(measured_space):
                      if r.cycles <= 1.05 * best), None)
 
     with Records(path) as db:
-        replay = ReplayRunner(db)
+        replay = ReplayRunner(db, "verilator")
         model = [first_within(tune_task(task, replay, trials=budget, seed=seed,
                                         measure_default=False)) for seed in range(3)]
         rand = [first_within(tune_task(task, replay, trials=len(space), tuner="random",
@@ -277,7 +319,7 @@ def test_the_model_tuner_beats_random_search(measured_space):
 def test_searches_are_deterministic_for_a_seed(measured_space):
     task, path, _ = measured_space
     with Records(path) as db:
-        replay = ReplayRunner(db)
+        replay = ReplayRunner(db, "verilator")
         for tuner in ("model", "random", "grid"):
             runs = [[s for s, _ in tune_task(task, replay, trials=24, tuner=tuner, seed=5,
                                              batch=6).history] for _ in range(2)]
@@ -289,7 +331,7 @@ def test_searches_are_deterministic_for_a_seed(measured_space):
 def test_the_model_tuner_learns_without_the_timing_model(measured_space):
     task, path, best = measured_space
     with Records(path) as db:
-        result = tune_task(task, ReplayRunner(db), trials=40, seed=0, measure_default=False,
+        result = tune_task(task, ReplayRunner(db, "verilator"), trials=40, seed=0, measure_default=False,
                            tuner_options={"use_estimate": False})
     tuner = ModelTuner(task, task.space(), use_estimate=False)
     assert tuner.features.shape[1] < ModelTuner(task, task.space()).features.shape[1]
@@ -304,10 +346,12 @@ def test_bad_arguments_are_refused():
         make_tuner("best", task, task.space())
     with pytest.raises(ValueError, match="trials must be a positive integer, not 0"):
         tune_task(task, None, trials=0)
-    with pytest.raises(ValueError, match="unknown measurement backend 'fpga'"):
-        LocalRunner("fpga")
+    with LocalRunner("fpga") as runner, pytest.raises(
+            ValueError, match="unknown measurement backend 'fpga' for task .* of target "
+                              "'vdla'; available: verilator, functional"):
+        runner.measure([MeasureInput(task, task.default_schedule())])
     with pytest.raises(ValueError, match="jobs must be a positive integer"):
-        LocalRunner(jobs=0)
+        LocalRunner("verilator", jobs=0)
     with pytest.raises(ValueError, match="neither a ResNet-18 workload name"):
         task_from_workload("C99", CFG)
 
@@ -329,15 +373,13 @@ def test_vdla_tune_then_run_with_the_records(tmp_path, capsys):
     run_report = tmp_path / "run.json"
     assert main(["run", "digits_cnn", "--records", str(db), "--json", str(run_report)]) == 0
     out = capsys.readouterr().out
-    assert "schedules: 4 of 4 convolution/dense ops from the records" in out
+    assert "schedules: 4 of 4 tunable ops from the records" in out
     ran = json.loads(run_report.read_text())
     assert ran["bit_exact"] is True and len(ran["tuned_ops"]) == 4
-    graph = zoo.get("digits_cnn")
-    from vdla.cli import _load_model
-    _, calibration, _, _ = _load_model("digits_cnn", 0, 4)
-    q = quantize(passes.prepare(graph), calibration, CFG)
+    from vdla.compiler import pipeline
+    q = pipeline.quantize_for(pipeline.load_model("digits_cnn"), TARGET)
     with Records(db) as records:
-        best = best_schedules(records, q, CFG)
+        best = best_schedules(records, q, TARGET)
     ops = {op["name"]: op for op in ran["ops"]}
     for name, (schedule, cycles) in best.items():
         assert ops[name]["schedule"] == dataclasses.asdict(schedule)

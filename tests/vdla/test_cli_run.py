@@ -1,6 +1,6 @@
-"""`vdla run MODEL`: compile a zoo or ONNX model, run it on the functional and Verilator
-backends, check it bit-exactly against the quantized reference, print the per-op table,
-write the JSON report; and its errors."""
+"""`vdla run MODEL`: compile a zoo or ONNX model for a target, run it (the accelerator on
+the functional and Verilator backends, or the host), check it bit-exactly against the
+quantized reference, print the per-op table, write the JSON report; and its errors."""
 
 import json
 
@@ -9,10 +9,16 @@ import pytest
 import vdla
 from vdla import cli
 from vdla.cli import main
-from vdla.compiler import zoo
+from vdla.cli import run as run_cmd
+from vdla.compiler import pipeline, zoo
 
 CFG = vdla.HardwareConfig()
-OP_KEYS = {"name", "op", "target", "schedule", "cycles", "gemm_utilization", "dram_bytes"}
+#: Every op's fields in the JSON report, whatever the target (`OpStats`).
+OP_KEYS = {"name", "op", "target", "reason", "schedule", "wall_seconds", "cycles", "macs",
+           "bytes", "extra"}
+REPORT_KEYS = {"model", "target", "options", "board", "input", "quantization", "bit_exact",
+               "mismatch", "cycles", "seconds_at_clock", "quantize_seconds", "compile_seconds",
+               "wall_seconds", "summary", "records", "tuned_ops", "ops"}
 
 
 def run_json(tmp_path, capsys, *args: str) -> tuple[dict, str]:
@@ -26,17 +32,18 @@ def run_json(tmp_path, capsys, *args: str) -> tuple[dict, str]:
 
 def test_digits_on_functional_writes_the_report(tmp_path, capsys):
     report, out = run_json(tmp_path, capsys, "digits_cnn", "--sim", "functional")
-    assert {"model", "backend", "config", "bit_exact", "cycles", "seconds_at_clock", "ops",
-            "compile_seconds", "wall_seconds"} <= set(report)
-    assert report["model"] == "digits_cnn" and report["backend"] == "functional"
-    assert report["config"] == CFG.name and report["bit_exact"] is True
+    assert set(report) == REPORT_KEYS
+    assert report["model"] == "digits_cnn" and report["target"] == "vdla"
+    assert report["options"]["backend"] == "functional"
+    assert report["options"]["config"] == CFG.name and report["bit_exact"] is True
     assert report["cycles"] is None and report["seconds_at_clock"] is None
+    assert report["quantization"] == "shift" and report["summary"]["vdla"]["cycles"] is None
     ops = report["ops"]
-    assert all(OP_KEYS <= set(op) for op in ops)
+    assert all(set(op) == OP_KEYS for op in ops)
     assert [op["target"] for op in ops] == [
         "host", "vdla", "vdla", "vdla", "vdla", "host", "vdla", "host"]
     vdla_ops = [op for op in ops if op["target"] == "vdla"]
-    assert all(op["dram_bytes"] > 0 and op["schedule"]["tile_h"] >= 1 for op in vdla_ops)
+    assert all(op["bytes"] > 0 and op["schedule"]["tile_h"] >= 1 for op in vdla_ops)
     assert all(op["cycles"] is None for op in ops)
 
     lines = out.splitlines()
@@ -55,15 +62,15 @@ def test_digits_on_functional_writes_the_report(tmp_path, capsys):
 
 def test_digits_on_verilator(tmp_path, capsys):
     report, out = run_json(tmp_path, capsys, "digits_cnn", "--sim", "verilator", "--seed", "7")
-    assert report["backend"] == "verilator" and report["bit_exact"] is True
+    assert report["options"]["backend"] == "verilator" and report["bit_exact"] is True
     cycles = [op["cycles"] for op in report["ops"] if op["target"] == "vdla"]
     assert len(cycles) == 5 and all(c > 0 for c in cycles)
     assert report["cycles"] == sum(cycles)
     assert report["seconds_at_clock"] == pytest.approx(report["cycles"] / (CFG.clock_mhz * 1e6))
     for op in report["ops"]:
         if op["target"] == "vdla":   # a pool does no useful MACs: no GEMM utilization
-            assert (op["gemm_utilization"] is None if op["op"] == "max_pool2d"
-                    else 0 < op["gemm_utilization"] <= 1)
+            util = op["extra"]["gemm_utilization"]
+            assert util is None if op["op"] == "max_pool2d" else 0 < util <= 1
     assert "test image 7" in out
     assert f"total cycles: {report['cycles']:,} = " in out and "at 100 MHz" in out
 
@@ -79,9 +86,25 @@ def test_onnx_path(tmp_path, capsys):
         "qconv2d", "max_pool2d", "qavg_pool2d", "qdense"}
 
 
-def test_default_backend_is_verilator():
+def test_the_host_target_reports_the_same_keys(tmp_path, capsys):
+    """`--target host`: the whole model on the reference kernels; its JSON report has
+    exactly the keys of the accelerator's, per op too."""
+    host, out = run_json(tmp_path, capsys, "digits_cnn", "--target", "host")
+    accel, _ = run_json(tmp_path, capsys, "digits_cnn", "--sim", "functional")
+    assert set(host) == set(accel) == REPORT_KEYS
+    assert all(set(op) == OP_KEYS for op in host["ops"] + accel["ops"])
+    assert host["target"] == "host" and host["bit_exact"] is True and host["cycles"] is None
+    assert host["options"] == {} and host["quantization"] == "multiply"
+    assert {op["target"] for op in host["ops"]} == {"host"}
+    assert "8 ops (all on the host), target host" in out
+
+
+def test_default_target_and_backend():
     args = cli.build_parser().parse_args(["run", "resnet18"])
-    assert args.sim == cli.DEFAULT_RUN_BACKEND == "verilator"
+    assert args.target == run_cmd.DEFAULT_TARGET == "vdla"
+    assert args.sim is None and run_cmd.DEFAULT_BACKEND == "verilator"
+    target, board = run_cmd.make_target(args)
+    assert target.options()["backend"] == "verilator" and board is None
     assert (args.seed, args.calibration, args.json, args.config) == (0, 4, None, None)
 
 
@@ -104,6 +127,10 @@ def test_errors(tmp_path, capsys):
     assert "--seed must be a non-negative integer, not -1" in error_of(
         capsys, "digits_cnn", "--sim", "functional", "--seed", "-1")
     assert "cannot read" in error_of(capsys, "digits_cnn", "--config", str(tmp_path / "c.json"))
+    assert "unknown target 'gpu0'; available: vdla, host" in error_of(
+        capsys, "digits_cnn", "--target", "gpu0")
+    assert "--sim, --board apply to --target vdla, not to --target host" in error_of(
+        capsys, "digits_cnn", "--target", "host", "--sim", "functional", "--board", "pynq-z1")
 
 
 def test_a_mismatch_names_the_output_and_the_first_differing_op():
@@ -111,19 +138,19 @@ def test_a_mismatch_names_the_output_and_the_first_differing_op():
     import numpy as np
 
     from vdla.compiler import passes, quantize, run_reference
-    from vdla.compiler.datasets import digits_split
+    from vdla.compiler.frontend.datasets import digits_split
 
     x_train, _, x_test, _ = digits_split()
-    graph = quantize(passes.prepare(zoo.get("digits_cnn")), {"input": x_train[:4, None]}, CFG)
+    graph = quantize(passes.prepare(zoo.get("digits_cnn")), {"input": x_train[:4, None]}, "shift")
     values = run_reference(graph, {"input": x_test[:1]}, keep=True)
-    assert cli._compare(dict(values), values, graph) == (True, "")
+    assert pipeline.check(dict(values), values, graph) == (True, "")
     changed = dict(values)
     conv = graph.node("/features/features.7/Conv").outputs[0]
     changed[conv] = values[conv].copy()
     changed[conv].flat[0] ^= 1
     logits = graph.outputs[0]
     changed[logits] = values[logits] + np.float32(1)
-    ok, detail = cli._compare(changed, values, graph)
+    ok, detail = pipeline.check(changed, values, graph)
     assert not ok
     assert f"output {logits!r}: 10 of 10 values differ" in detail
     assert "first differing op: '/features/features.7/Conv' (qconv2d)" in detail

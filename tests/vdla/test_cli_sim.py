@@ -8,6 +8,7 @@ import pytest
 
 import vdla
 from vdla import cli
+from vdla.cli import sim as sim_cmd
 from vdla.cli import main
 from vdla.isa import Program, Uop, encode_uops
 from vdla.runtime import BACKENDS, FunctionalDevice
@@ -114,9 +115,9 @@ def test_program_without_an_image(tmp_path, capsys):
 
 
 def test_default_backend_is_one_constant():
-    assert cli.DEFAULT_SIM_BACKEND in cli.SIM_BACKENDS
+    assert sim_cmd.DEFAULT_BACKEND in BACKENDS
     sub = cli.build_parser().parse_args(["sim", "p.bin"])
-    assert sub.backend == cli.DEFAULT_SIM_BACKEND
+    assert sub.backend == sim_cmd.DEFAULT_BACKEND
 
 
 def error_of(capsys, *args) -> str:

@@ -1,0 +1,211 @@
+"""Import-time evaluation of constant (shape) computations: the ``Shape -> Gather ->
+Unsqueeze -> Concat -> Reshape`` chains exporters write, evaluated with numpy so they
+never reach the graph (`@_folder("Shape")`, ...)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
+import numpy as np
+from onnx import helper
+
+from vdla.compiler.frontend.onnx_import.nodes import OnnxNode, reshape_target
+
+if TYPE_CHECKING:  # annotations only: the importer calls the folders
+    from vdla.compiler.frontend.onnx_import.importer import Importer
+
+__all__ = ["FOLDERS", "META_INPUTS"]
+
+FOLDERS: dict[str, Callable[[Importer, OnnxNode, list], list]] = {}
+#: Inputs whose values these folders never read, only their (static) shape and dtype, so
+#: they may be computed tensors.
+META_INPUTS = {"Shape": (0,), "Size": (0,), "CastLike": (1,)}
+
+
+def _folder(*ops: str):
+    def register(fn):
+        for op in ops:
+            FOLDERS[op] = fn
+        return fn
+    return register
+
+
+def _axes_arg(imp: Importer, node: OnnxNode, args, k: int = 1) -> list[int] | None:
+    """Axes from the attribute (before opset 13) or from input `k` (13 and later)."""
+    if "axes" in node.attrs:
+        return [int(a) for a in node.attrs["axes"]]
+    if len(args) > k and args[k] is not None:
+        return [int(a) for a in np.asarray(args[k]).reshape(-1)]
+    return None
+
+
+@_folder("Constant")
+def _f_constant(imp, node, args):
+    a = node.attrs
+    if "value" in a:
+        return [a["value"]]
+    if "value_float" in a:
+        return [np.array(a["value_float"], np.float32)]
+    if "value_floats" in a:
+        return [np.array(a["value_floats"], np.float32)]
+    if "value_int" in a:
+        return [np.array(a["value_int"], np.int64)]
+    if "value_ints" in a:
+        return [np.array(a["value_ints"], np.int64)]
+    node.fail(f"Constant with attribute(s) {sorted(a)} is not supported; vdla reads value, "
+              "value_float(s) and value_int(s)")
+
+
+@_folder("ConstantOfShape")
+def _f_constant_of_shape(imp, node, args):
+    value = node.attrs.get("value", np.zeros(1, np.float32))
+    return [np.full([int(d) for d in args[0].reshape(-1)], value.reshape(-1)[0],
+                    dtype=value.dtype)]
+
+
+@_folder("Shape")
+def _f_shape(imp, node, args):
+    shape = np.array(args[0].shape, np.int64)
+    start, end = node.attrs.get("start", 0), node.attrs.get("end")
+    return [shape[start:end]]
+
+
+@_folder("Size")
+def _f_size(imp, node, args):
+    return [np.array(args[0].size, np.int64)]
+
+
+@_folder("Identity")
+def _f_identity(imp, node, args):
+    return [args[0]]
+
+
+@_folder("Gather")
+def _f_gather(imp, node, args):
+    return [np.take(args[0], args[1].astype(np.int64), axis=int(node.attrs.get("axis", 0)))]
+
+
+@_folder("Unsqueeze")
+def _f_unsqueeze(imp, node, args):
+    axes = _axes_arg(imp, node, args)
+    if axes is None:
+        node.fail("has no axes")
+    rank = args[0].ndim + len(axes)
+    return [np.expand_dims(args[0], tuple(sorted(a % rank for a in axes)))]
+
+
+@_folder("Squeeze")
+def _f_squeeze(imp, node, args):
+    axes = _axes_arg(imp, node, args)
+    return [np.squeeze(args[0]) if axes is None else
+            np.squeeze(args[0], tuple(a % max(args[0].ndim, 1) for a in axes))]
+
+
+@_folder("Concat")
+def _f_concat(imp, node, args):
+    return [np.concatenate([a for a in args if a is not None], axis=int(node.attrs["axis"]))]
+
+
+def _np_dtype(elem_type: int):
+    return helper.tensor_dtype_to_np_dtype(int(elem_type))
+
+
+@_folder("Cast")
+def _f_cast(imp, node, args):
+    return [args[0].astype(_np_dtype(node.attrs["to"]))]
+
+
+@_folder("CastLike")
+def _f_cast_like(imp, node, args):
+    return [args[0].astype(args[1].dtype)]
+
+
+@_folder("Slice")
+def _f_slice(imp, node, args):
+    data = args[0]
+    if imp.opset < 10:
+        starts, ends = node.attrs["starts"], node.attrs["ends"]
+        axes, steps = node.attrs.get("axes"), None
+    else:
+        starts, ends = args[1].reshape(-1), args[2].reshape(-1)
+        axes = args[3] if len(args) > 3 else None
+        steps = args[4] if len(args) > 4 else None
+    axes = list(range(len(starts))) if axes is None else [int(a) for a in np.reshape(axes, -1)]
+    steps = [1] * len(starts) if steps is None else [int(s) for s in np.reshape(steps, -1)]
+    index = [slice(None)] * data.ndim
+    for a, s, e, st in zip(axes, starts, ends, steps):
+        index[a % data.ndim] = slice(int(s), int(e), st)
+    return [data[tuple(index)]]
+
+
+@_folder("Range")
+def _f_range(imp, node, args):
+    start, limit, delta = (np.asarray(a).reshape(()) for a in args)
+    return [np.arange(start, limit, delta).astype(np.asarray(args[0]).dtype)]
+
+
+def _binary(fn):
+    def fold(imp, node, args):
+        a, b = args
+        return [np.asarray(fn(a, b)).astype(a.dtype)]
+    return fold
+
+
+def _divide(a, b):
+    if a.dtype.kind in "iu":
+        return np.trunc(a.astype(np.float64) / b).astype(a.dtype)   # C-style int division
+    return a / b
+
+
+for _op, _fn in (("Add", np.add), ("Sub", np.subtract), ("Mul", np.multiply),
+                 ("Div", _divide), ("Min", np.minimum), ("Max", np.maximum)):
+    FOLDERS[_op] = _binary(_fn)
+
+
+@_folder("Sum")
+def _f_sum(imp, node, args):
+    return [np.sum(np.broadcast_arrays(*args), axis=0).astype(args[0].dtype)]
+
+
+@_folder("Neg", "Sqrt", "Floor", "Ceil", "Abs", "Not", "Relu")
+def _f_unary(imp, node, args):
+    fn = {"Neg": np.negative, "Sqrt": np.sqrt, "Floor": np.floor, "Ceil": np.ceil,
+          "Abs": np.abs, "Not": np.logical_not, "Relu": lambda x: np.maximum(x, 0)}[node.op]
+    return [fn(args[0]).astype(args[0].dtype)]
+
+
+@_folder("Equal", "Less", "Greater")
+def _f_compare(imp, node, args):
+    fn = {"Equal": np.equal, "Less": np.less, "Greater": np.greater}[node.op]
+    return [fn(args[0], args[1])]
+
+
+@_folder("Where")
+def _f_where(imp, node, args):
+    return [np.where(args[0], args[1], args[2])]
+
+
+@_folder("Expand")
+def _f_expand(imp, node, args):
+    shape = np.broadcast_shapes(args[0].shape, tuple(int(d) for d in args[1].reshape(-1)))
+    return [np.broadcast_to(args[0], shape).copy()]
+
+
+@_folder("Reshape")
+def _f_reshape(imp, node, args):
+    target = node.attrs["shape"] if len(args) < 2 else args[1]
+    shape = reshape_target(node, args[0].shape, target, bool(node.attrs.get("allowzero", 0)))
+    return [args[0].reshape(shape)]
+
+
+@_folder("Flatten")
+def _f_flatten(imp, node, args):
+    axis = int(node.attrs.get("axis", 1))
+    axis += args[0].ndim if axis < 0 else 0
+    return [args[0].reshape(int(np.prod(args[0].shape[:axis])), -1)]
+
+
+@_folder("Transpose")
+def _f_transpose(imp, node, args):
+    perm = node.attrs.get("perm")
+    return [np.transpose(args[0], perm if perm else None)]

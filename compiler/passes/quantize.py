@@ -1,0 +1,598 @@
+"""int8 quantization: the pass that turns a float graph into integer operators, whose
+arithmetic `vdla.compiler.reference.integer` defines.
+
+`quantize(graph, calibration_inputs, mode)` prepares the graph (BN folding, fusion:
+`vdla.compiler.passes.prepare`), runs it on the calibration samples and records each
+tensor's range ``r`` (max |value|, or a percentile of |value|), then rewrites it.
+
+The *requantization mode* is what the quantized graph asks of the back half that runs
+it, and the only thing the quantizer needs to know about one: each target says which
+modes it runs (`Target.requant_modes`; the accelerator runs "multiply" only when its ALU
+has MUL).
+
+* ``"shift"``: every requantization is a rounding shift (no multiplier);
+* ``"multiply"``: a 16-bit fixed-point multiplier, then a rounding shift.
+
+The rewrite:
+
+* activations: symmetric int8 per tensor, zero point 0, ``scale = r / 127`` (a ReLU's
+  output is non-negative, so it uses [0, 127] with ``out_min = 0``); a tensor that was
+  0 on every sample gets ``r = 1``;
+* weights: per output channel (default) or per tensor, ``scale = max|w| / 127``, values
+  in [-127, 127]; bias ``int32 = floor(b / (s_x * s_w) + 0.5)`` (saturated to int32);
+* *shift mode*: every activation and weight scale is
+  rounded UP to a power of two, so no value clips and every requantization ratio
+  ``s_in / s_out`` is ``2**-shift``: multipliers are None. A weight channel whose shift
+  would exceed 31 gets a coarser scale so that it is 31. Average pools whose count is
+  not a power of two have no shift-only form and run in float (below);
+* *multiply mode*: float scales; a ratio becomes ``multiplier * 2**-shift``
+  with the LARGEST shift in [-31, 31] such that ``multiplier = floor(ratio * 2**shift +
+  0.5)`` is at most 32767 and the product cannot wrap:
+  ``worst * multiplier + 2**(shift - 1) < 2**31``, where ``worst`` bounds |acc|: for a
+  GEMM channel ``sum|w_int| * 128 + |bias_int|``, for a pool ``128 * kernel area``, for an
+  int8 operand 128. A ratio that is a power of two needs no multiplier (None). A ratio
+  too small for any multiplier >= 1 gets multiplier 1 at shift 31 (the result is 0).
+
+Rewriting: the float input -> ``quantize`` -> integer operators -> ``dequantize``, so the
+graph's outputs stay float32 and keep their names. conv2d/dense with constant weights ->
+qconv2d/qdense (the fused activation becomes out_min/out_max), add of two activations ->
+qadd, clip -> qadd with a zero operand (only out_min/out_max), avg pools with a constant
+count -> qavg_pool2d/qglobal_avg_pool2d, the int8-capable ops above stay as they are with
+their input's scale. Concat gives its output the largest of its inputs' scales (and its
+own calibrated one); an input produced by a requantizing operator that only feeds the
+concat is produced at that scale directly, any other input is rescaled by a
+``qadd`` with a zero operand. Every other op (softmax, lrn, matmul, a conv with computed
+weights, ...) runs in float: ``dequantize`` -> float op -> ``quantize`` where an integer
+consumer follows. Integer tensors carry `Tensor.scale`; ``graph.metadata["quantized"]``
+records ``{"mode": "shift" | "multiply", "per_channel": bool}``.
+"""
+
+from __future__ import annotations
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from vdla.compiler.ir.graph import Graph
+from vdla.compiler.ir.tensor import Node
+from vdla.compiler.passes.prepare import prepare
+from vdla.compiler.reference.executor import run_reference
+from vdla.compiler.reference.integer import (INT8_MAX, INT8_MIN, INT32_MAX, INT32_MIN,
+                                             SHIFT_MAX, QuantizationError, is_pow2,
+                                             requantize_params, round_half_up)
+from vdla.compiler.reference.numerics import avg_pool_sums
+
+__all__ = ["MODES", "QuantizationError", "quantize", "quantize_error"]
+
+# --- calibration data ---------------------------------------------------------------------
+
+def _samples(graph: Graph, data, what: str) -> list[dict[str, np.ndarray]]:
+    """Per-sample input dicts from `data`: a dict name -> array whose leading axis
+    stacks samples shaped like the graph input (for an input with batch 1 the batch axis
+    may be the sample axis; an array of exactly the input's shape is one sample), or a
+    list of input dicts."""
+    inputs = {n: graph.tensors[n].shape for n in graph.inputs}
+    takes = ", ".join(f"{n} {s}" for n, s in inputs.items())
+
+    def check_names(d: Mapping, where: str):
+        if not isinstance(d, Mapping):
+            raise QuantizationError(f"{what}{where} must be a dict of input name -> array, "
+                                    f"not {type(d).__name__}")
+        missing = [n for n in inputs if n not in d]
+        unknown = sorted(set(d) - set(inputs))
+        if missing or unknown:
+            raise QuantizationError(
+                f"{what}{where}: " + (f"missing input(s) {missing}" if missing else "")
+                + ("; " if missing and unknown else "")
+                + (f"unknown input(s) {unknown}" if unknown else "")
+                + f"; graph {graph.name!r} takes {takes}")
+
+    if data is None or (hasattr(data, "__len__") and len(data) == 0):
+        raise QuantizationError(f"{what} is empty; give at least one sample of {takes}")
+    if isinstance(data, Mapping):
+        check_names(data, "")
+        stacked = {}
+        for name, shape in inputs.items():
+            arr = np.asarray(data[name])
+            if arr.ndim == len(shape) + 1 and tuple(arr.shape[1:]) == shape:
+                stacked[name] = arr
+            elif shape and shape[0] == 1 and arr.ndim == len(shape) \
+                    and tuple(arr.shape[1:]) == shape[1:]:
+                stacked[name] = arr[:, None]
+            elif tuple(arr.shape) == shape:
+                stacked[name] = arr[None]                  # one sample of a batched input
+            else:
+                raise QuantizationError(
+                    f"{what}[{name!r}] has shape {tuple(arr.shape)}; expected samples stacked "
+                    f"on a leading axis, (N,) + {shape}"
+                    + (f", or (N,) + {shape[1:]} with the batch axis as the sample axis"
+                       if shape and shape[0] == 1 else ""))
+        counts = {name: arr.shape[0] for name, arr in stacked.items()}
+        if len(set(counts.values())) > 1:
+            raise QuantizationError(f"{what}: the inputs have different sample counts {counts}")
+        n = next(iter(counts.values()))
+        if n == 0:
+            raise QuantizationError(f"{what} holds 0 samples; give at least one of {takes}")
+        return [{name: arr[i] for name, arr in stacked.items()} for i in range(n)]
+    if isinstance(data, Sequence) and not isinstance(data, (str, bytes)):
+        samples = []
+        for i, d in enumerate(data):
+            check_names(d, f"[{i}]")
+            sample = {}
+            for name, shape in inputs.items():
+                arr = np.asarray(d[name])
+                if tuple(arr.shape) != shape:
+                    raise QuantizationError(f"{what}[{i}][{name!r}] has shape "
+                                            f"{tuple(arr.shape)}; the graph input is {shape}")
+                sample[name] = arr
+            samples.append(sample)
+        return samples
+    raise QuantizationError(f"{what} must be a dict of input name -> stacked samples or a "
+                            f"list of input dicts, not {type(data).__name__}")
+
+
+#: Per sample and tensor, at most this many |values| are kept for a percentile.
+_PERCENTILE_SAMPLE = 1 << 16
+
+
+def _calibrate(graph: Graph, samples, percentile: float | None) -> dict[str, float]:
+    """The range of every non-constant tensor over the samples: max |value|, or the
+    given percentile of |value| (over a strided subsample of large tensors)."""
+    maxima: dict[str, float] = {}
+    pools: dict[str, list[np.ndarray]] = {}
+    for sample in samples:
+        values = run_reference(graph, sample, keep=True)
+        for name, value in values.items():
+            if graph.tensors[name].is_constant:
+                continue
+            v = np.abs(np.asarray(value, dtype=np.float64)).ravel()
+            if not np.all(np.isfinite(v)):
+                raise QuantizationError(f"calibration: tensor {name!r} has non-finite values "
+                                        "(inf or NaN) on a calibration sample")
+            if percentile is None:
+                maxima[name] = max(maxima.get(name, 0.0), float(v.max(initial=0.0)))
+            else:
+                step = max(1, v.size // _PERCENTILE_SAMPLE)
+                pools.setdefault(name, []).append(v[::step])
+    if percentile is not None:
+        maxima = {name: float(np.percentile(np.concatenate(parts), percentile))
+                  for name, parts in pools.items()}
+    return maxima
+
+
+# --- the pass ----------------------------------------------------------------------------
+
+#: Float ops whose kernels work unchanged on int8 and keep the scale.
+_PASSTHROUGH = frozenset({"max_pool2d", "relu", "flatten", "reshape", "transpose", "pad"})
+#: Plan kinds whose output is requantized (its scale is free to choose).
+_REQUANTIZING = frozenset({"gemm", "qadd", "qpool", "qgpool"})
+
+
+def _pow2_up(scale: np.ndarray | float):
+    """The smallest powers of two >= `scale` (elementwise)."""
+    s = np.asarray(scale, dtype=np.float64)
+    out = np.exp2(np.ceil(np.log2(s)))
+    out = np.where(out < s, out * 2, out)           # guard log2's rounding
+    return float(out) if out.ndim == 0 else out
+
+
+class _Quantizer:
+    """One run of the pass: `plan` decides each node's integer form and each tensor's
+    scale, `emit` writes the new graph."""
+
+    def __init__(self, graph: Graph, ranges: dict[str, float], multiply: bool,
+                 per_channel: bool):
+        self.g = graph
+        self.ranges = ranges
+        self.multiply = multiply
+        self.per_channel = per_channel
+        self.out = Graph(graph.name)
+        self.out.metadata = copy.deepcopy(graph.metadata)
+        self.kind: dict[str, str] = {}             # node -> plan kind
+        self.scale: dict[str, float] = {}          # int-produced tensor -> its scale
+        self.count: dict[str, int] = {}            # avg pool node -> window count
+        self.int_map: dict[str, tuple[str, float]] = {}   # tensor -> (int8 name, scale)
+        self.float_map: dict[str, str] = {}        # tensor -> float name
+        self.converted: dict[tuple[str, float], str] = {}
+        self.zero: str | None = None
+
+    # --- scales -----------------------------------------------------------------------
+
+    def act_scale(self, tensor: str) -> float:
+        """The calibrated scale of activation `tensor` (a power of two in shift mode)."""
+        r = self.ranges.get(tensor)
+        if r is None:
+            raise QuantizationError(f"no calibration range for tensor {tensor!r}")
+        s = (r if r > 0 else 1.0) / INT8_MAX
+        return s if self.multiply else _pow2_up(s)
+
+    def requant(self, node: Node, ratio, worst=0):
+        try:
+            return requantize_params(ratio, worst, multiply=self.multiply)
+        except QuantizationError as e:
+            raise QuantizationError(f"node {node.name!r} ({node.op}): {e}") from None
+
+    # --- planning -----------------------------------------------------------------------
+
+    def is_int(self, tensor: str) -> bool:
+        p = self.g.producer(tensor)
+        return p is not None and self.kind.get(p.name, "float") != "float"
+
+    def in_scale(self, tensor: str) -> float:
+        return self.scale[tensor] if self.is_int(tensor) else self.act_scale(tensor)
+
+    def classify(self, node: Node) -> str:
+        """The plan kind of `node`: how `emit` writes it (an ``emit_<kind>`` method)."""
+        g = self.g
+
+        def const(i: int) -> bool:
+            return bool(node.input(i)) and g.tensors[node.input(i)].is_constant
+
+        def act(i: int) -> bool:
+            return bool(node.input(i)) and not g.tensors[node.input(i)].is_constant
+
+        if node.op in ("conv2d", "dense"):
+            ok = (act(0) and const(1) and (not node.input(2) or const(2))
+                  and (not node.input(3) or act(3)))
+            return "gemm" if ok else "float"
+        if node.op == "add":
+            return "qadd" if act(0) and act(1) else "float"
+        if node.op == "clip":
+            return "qclip" if self.is_int(node.inputs[0]) else "float"
+        if node.op in ("avg_pool2d", "global_avg_pool2d"):
+            count = self.constant_count(node)
+            if count is None or (not self.multiply and not is_pow2(float(count))):
+                return "float"
+            self.count[node.name] = count
+            return "qpool" if node.op == "avg_pool2d" else "qgpool"
+        if node.op in _PASSTHROUGH:
+            if node.op == "pad" and float(node.attrs["value"]) != 0.0:
+                return "float"
+            return "pass" if self.is_int(node.inputs[0]) else "float"
+        if node.op == "concat":
+            if any(not act(i) for i in range(len(node.inputs))):
+                return "float"
+            return "concat" if any(self.is_int(t) for t in node.inputs) else "float"
+        return "float"
+
+    def constant_count(self, node: Node) -> int | None:
+        """The element count of every window of an average pool, or None if it varies."""
+        shape = self.g.tensors[node.inputs[0]].shape
+        if node.op == "global_avg_pool2d":
+            return int(shape[2] * shape[3])
+        _, counts = avg_pool_sums(node, np.zeros((1, 1) + tuple(shape[2:]), np.int8))
+        counts = np.unique(counts)
+        return int(counts[0]) if counts.size == 1 else None
+
+    def plan(self):
+        g = self.g
+        for node in g.nodes():
+            kind = self.kind[node.name] = self.classify(node)
+            out = node.outputs[0]
+            if kind in _REQUANTIZING:
+                self.scale[out] = self.act_scale(out)
+            elif kind in ("pass", "qclip"):
+                self.scale[out] = self.scale[node.inputs[0]]
+            elif kind == "concat":
+                s = max([self.in_scale(t) for t in node.inputs] + [self.act_scale(out)])
+                self.scale[out] = s
+                for t in set(node.inputs):
+                    p = g.producer(t)
+                    if (p is not None and self.kind[p.name] in _REQUANTIZING
+                            and t not in g.outputs
+                            and all(c.name == node.name for c in g.consumers(t))):
+                        self.scale[t] = s
+
+    # --- emission helpers -------------------------------------------------------------
+
+    def fresh(self, base: str) -> str:
+        name, i = base, 0
+        while (name in self.out.tensors or name in self.out.nx or name in self.g.tensors
+               or name in self.g.nx):
+            i += 1
+            name = f"{base}_{i}"
+        return name
+
+    def int_output(self, tensor: str) -> str:
+        # A graph output keeps its name for the float value the final dequantize makes.
+        return self.fresh(f"{tensor}_int8") if tensor in self.g.outputs else tensor
+
+    def add(self, op: str, inputs, output: str, name: str, out_scale=None, **attrs) -> str:
+        """Add node `op` writing tensor `output`, whose scale becomes `out_scale`."""
+        self.out.add_node(op, inputs, [output], name=name, **attrs)
+        self.out.tensors[output].scale = out_scale
+        return output
+
+    def constant(self, tensor: str) -> str:
+        if tensor not in self.out.tensors:
+            self.out.add_tensor(copy.copy(self.g.tensors[tensor]))
+        return tensor
+
+    def get_float(self, tensor: str) -> str:
+        """The float32 version of `tensor` in the new graph (dequantized if needed)."""
+        if self.g.tensors[tensor].is_constant:
+            return self.constant(tensor)
+        if tensor not in self.float_map:
+            src, s = self.int_map[tensor]
+            out = tensor if tensor in self.g.outputs else self.fresh(f"{tensor}_dq")
+            self.add("dequantize", [src], out, self.fresh(f"{tensor}_dequantize"), scale=s)
+            self.float_map[tensor] = out
+        return self.float_map[tensor]
+
+    def get_int(self, tensor: str, scale: float | None = None) -> tuple[str, float]:
+        """The int8 version of `tensor` (at `scale`, if given) and its scale: the
+        integer producer's output, a ``quantize`` of a float value, or a rescaling."""
+        if tensor in self.int_map:
+            name, s = self.int_map[tensor]
+            if scale is None or scale == s:
+                return name, s
+            key = (tensor, scale)
+            if key not in self.converted:
+                self.converted[key] = self.rescale(name, s, scale, tensor)
+            return self.converted[key], scale
+        if scale is None:
+            scale = self.act_scale(tensor)
+            cache = True
+        else:
+            cache = False
+        key = (tensor, scale)
+        if key not in self.converted:
+            out = self.fresh(f"{tensor}_q")
+            self.add("quantize", [self.get_float(tensor)], out,
+                     self.fresh(f"{tensor}_quantize"), out_scale=scale, scale=scale,
+                     dtype="int8")
+            self.converted[key] = out
+        if cache:
+            self.int_map[tensor] = (self.converted[key], scale)
+        return self.converted[key], scale
+
+    def zero_operand(self) -> str:
+        if self.zero is None:
+            self.zero = self.out.add_constant(self.fresh("qadd_zero"), np.zeros(1, np.int8),
+                                              "int8", scale=1.0)
+        return self.zero
+
+    def rescale(self, src: str, s_from: float, s_to: float, tensor: str, *,
+                out: str | None = None, name: str | None = None, bounds=(INT8_MIN, INT8_MAX),
+                node: Node | None = None) -> str:
+        """``qadd(src, 0)``: `src` requantized from scale `s_from` to `s_to`, clipped."""
+        m, s = self.requant(node or Node(tensor, "rescale", [], []), s_from / s_to, 128)
+        out = out or self.fresh(f"{tensor}_rescaled")
+        return self.add("qadd", [src, self.zero_operand()], out,
+                        name or self.fresh(f"{tensor}_rescale"), out_scale=s_to,
+                        a_multiplier=m, a_shift=s, b_multiplier=None, b_shift=0,
+                        out_min=int(bounds[0]), out_max=int(bounds[1]))
+
+    def bounds(self, lo, hi, scale: float) -> tuple[int, int]:
+        """int8 limits for the float interval [lo, hi] (None: unbounded) at `scale`."""
+        lo_i = INT8_MIN if lo is None else int(np.clip(round_half_up(lo / scale),
+                                                       INT8_MIN, INT8_MAX))
+        hi_i = INT8_MAX if hi is None else int(np.clip(round_half_up(hi / scale),
+                                                       INT8_MIN, INT8_MAX))
+        return lo_i, max(lo_i, hi_i)
+
+    # --- emission ---------------------------------------------------------------------
+
+    def emit(self) -> Graph:
+        g, out = self.g, self.out
+        for name in g.inputs:
+            t = g.tensors[name]
+            out.add_input(name, t.shape, t.dtype)
+            self.float_map[name] = name
+        for node in g.nodes():
+            kind = self.kind[node.name]
+            getattr(self, f"emit_{kind}")(node)
+        out.set_outputs([self.get_float(t) for t in g.outputs])
+        return out
+
+    def record_int(self, node: Node, produced: str):
+        self.int_map[node.outputs[0]] = (produced, self.scale[node.outputs[0]])
+
+    def emit_float(self, node: Node):
+        inputs = [self.get_float(t) if t else "" for t in node.inputs]
+        self.out.add_node(node.op, inputs, list(node.outputs), name=node.name, **node.attrs)
+        for t in node.outputs:
+            self.float_map[t] = t
+
+    def emit_pass(self, node: Node):
+        x, _ = self.get_int(node.inputs[0])
+        y = node.outputs[0]
+        self.record_int(node, self.add(node.op, [x], self.int_output(y), node.name,
+                                       out_scale=self.scale[y], **node.attrs))
+
+    def emit_qclip(self, node: Node):
+        x, s = self.get_int(node.inputs[0])
+        y = node.outputs[0]
+        bounds = self.bounds(node.attrs["min"], node.attrs["max"], s)
+        self.record_int(node, self.rescale(x, s, s, y, out=self.int_output(y), name=node.name,
+                                           bounds=bounds, node=node))
+
+    def emit_concat(self, node: Node):
+        y = node.outputs[0]
+        s = self.scale[y]
+        inputs = [self.get_int(t, s)[0] for t in node.inputs]
+        self.record_int(node, self.add("concat", inputs, self.int_output(y), node.name,
+                                       out_scale=s, **node.attrs))
+
+    def emit_qadd(self, node: Node):
+        (a, s_a), (b, s_b) = self.get_int(node.inputs[0]), self.get_int(node.inputs[1])
+        y = node.outputs[0]
+        s_y = self.scale[y]
+        am, ash = self.requant(node, s_a / s_y, 128)
+        bm, bsh = self.requant(node, s_b / s_y, 128)
+        self.record_int(node, self.add("qadd", [a, b], self.int_output(y), node.name,
+                                       out_scale=s_y, a_multiplier=am, a_shift=ash,
+                                       b_multiplier=bm, b_shift=bsh))
+
+    def emit_qpool(self, node: Node):
+        x, s_x = self.get_int(node.inputs[0])
+        y = node.outputs[0]
+        s_y = self.scale[y]
+        count = self.count[node.name]
+        if node.op == "avg_pool2d":
+            kernel_hw = node.attrs["kernel"]
+            kh, kw = (kernel_hw, kernel_hw) if isinstance(kernel_hw, int) else kernel_hw
+            m, s = self.requant(node, s_x / (count * s_y), 128 * kh * kw)
+            produced = self.add("qavg_pool2d", [x], self.int_output(y), node.name,
+                                out_scale=s_y, multiplier=m, shift=s, **node.attrs)
+        else:
+            m, s = self.requant(node, s_x / (count * s_y), 128 * count)
+            produced = self.add("qglobal_avg_pool2d", [x], self.int_output(y), node.name,
+                                out_scale=s_y, multiplier=m, shift=s)
+        self.record_int(node, produced)
+
+    emit_qgpool = emit_qpool
+
+    def emit_gemm(self, node: Node):
+        g = self.g
+        x, s_x = self.get_int(node.inputs[0])
+        y = node.outputs[0]
+        s_y = self.scale[y]
+        w = np.asarray(g.tensors[node.inputs[1]].data, dtype=np.float64)
+        channels = w.shape[0]
+        s_w = self.weight_scales(w, s_x, s_y)
+        w_int = np.clip(round_half_up(w / s_w.reshape((-1,) + (1,) * (w.ndim - 1))),
+                        -INT8_MAX, INT8_MAX).astype(np.int8)
+        w_scale = s_w if self.per_channel else float(s_w[0])
+        inputs = [self.out.add_constant(self.fresh(f"{node.inputs[1]}_q"), w_int, "int8",
+                                        scale=w_scale), ""]
+        bias_int = np.zeros(channels, np.int64)
+        if node.input(2):
+            b = np.asarray(g.tensors[node.input(2)].data, dtype=np.float64)
+            bias_int = np.clip(round_half_up(b / (s_x * s_w)), INT32_MIN,
+                               INT32_MAX).astype(np.int64)
+            inputs[1] = self.out.add_constant(self.fresh(f"{node.input(2)}_q"),
+                                              bias_int.astype(np.int32), "int32",
+                                              scale=s_x * s_w)
+        worst = np.abs(w_int.reshape(channels, -1).astype(np.int64)).sum(axis=1) * 128 \
+            + np.abs(bias_int)
+        ratio = s_x * s_w / s_y
+        if self.per_channel:
+            m, s = self.requant(node, ratio, worst)
+        else:
+            m, s = self.requant(node, float(ratio[0]), int(worst.max()))
+        rm, rs = None, 0
+        if node.input(3):
+            r, s_r = self.get_int(node.input(3))
+            inputs.append(r)
+            rm, rs = self.requant(node, s_r / s_y, 128)
+        while inputs and not inputs[-1]:
+            inputs.pop()
+        act = node.attrs.get("activation")
+        if act == "relu":
+            lo, hi = 0, INT8_MAX
+        elif act == "clip":
+            lo, hi = self.bounds(node.attrs.get("clip_min"), node.attrs.get("clip_max"), s_y)
+        else:
+            lo, hi = INT8_MIN, INT8_MAX
+        attrs = {k: v for k, v in node.attrs.items()
+                 if k not in ("activation", "clip_min", "clip_max")}
+        op = "qconv2d" if node.op == "conv2d" else "qdense"
+        self.record_int(node, self.add(
+            op, [x] + inputs, self.int_output(y), node.name, out_scale=s_y, multiplier=m,
+            shift=s,
+            residual_multiplier=rm, residual_shift=rs, out_min=lo, out_max=hi, **attrs))
+
+    def weight_scales(self, w: np.ndarray, s_x: float, s_y: float) -> np.ndarray:
+        """Per output channel weight scales (all equal when not per channel)."""
+        channels = w.shape[0]
+        peak = np.abs(w.reshape(channels, -1)).max(axis=1)
+        top = float(peak.max()) if peak.size else 0.0
+        if not np.all(np.isfinite(peak)):
+            raise QuantizationError("weights hold inf or NaN")
+        if not self.per_channel:
+            peak = np.full(channels, top)
+        # An all-zero channel takes the tensor's scale (its bias keeps that precision).
+        peak = np.where(peak > 0, peak, top if top > 0 else 1.0)
+        s_w = peak / INT8_MAX
+        if not self.multiply:
+            s_w = _pow2_up(s_w)
+            # shift = log2(s_y / (s_x * s_w)) must stay <= 31: a coarser weight scale for
+            # a channel of tiny weights loses nothing the output could show.
+            floor = s_y / (s_x * 2.0 ** SHIFT_MAX)
+            s_w = np.maximum(s_w, floor)
+        return np.atleast_1d(np.asarray(s_w, dtype=np.float64))
+
+
+#: The requantization modes (see the module docstring).
+MODES = ("shift", "multiply")
+
+
+def quantize(graph: Graph, calibration_inputs, mode: str = "shift", *,
+             per_channel: bool = True, percentile: float | None = None) -> Graph:
+    """An int8 copy of float `graph` whose requantizations use `mode`.
+
+    graph : a float Graph (it is not modified)
+    calibration_inputs : a dict input name -> array stacking N samples on a leading axis
+        (each sample shaped like the graph input; for a batch-1 input the batch axis may
+        serve as the sample axis; an array of exactly the input's shape is one sample),
+        or a list of dicts input name -> array
+    mode : ``"shift"`` (power-of-two scales, rounding shifts only) or ``"multiply"``
+        (fixed-point multiplier and shift); a target's ``requant_modes[0]`` is its best
+    per_channel : weight scales per output channel (True) or per tensor
+    percentile : calibrate each tensor's range as this percentile (0 < p <= 100) of
+        |value| instead of its maximum
+    Returns the quantized graph (validated): float inputs and outputs of the same names,
+    integer operators in between (see the module docstring). Raises QuantizationError
+    for empty or malformed calibration data and bad arguments."""
+    if not isinstance(graph, Graph):
+        raise QuantizationError(f"quantize: graph must be a vdla.compiler.Graph, not "
+                                f"{type(graph).__name__}")
+    if mode not in MODES:
+        hint = (" (a HardwareConfig no longer picks it: pass the target's "
+                "requant_modes[0], e.g. vdla.compiler.targets.get('vdla', config=...)"
+                ".requant_modes[0])" if hasattr(mode, "alu_ops") else "")
+        raise QuantizationError(f"quantize: mode must be one of {', '.join(MODES)}, not "
+                                f"{mode!r}{hint}")
+    if percentile is not None and (isinstance(percentile, bool)
+                                   or not isinstance(percentile, (int, float))
+                                   or not 0 < percentile <= 100):
+        raise QuantizationError(f"quantize: percentile must be a number in (0, 100] or None, "
+                                f"not {percentile!r}")
+    if "quantized" in graph.metadata:
+        raise QuantizationError(f"quantize: graph {graph.name!r} is quantized already")
+    g = prepare(graph)
+    samples = _samples(g, calibration_inputs, "calibration_inputs")
+    ranges = _calibrate(g, samples, percentile)
+    multiply = mode == "multiply"
+    q = _Quantizer(g, ranges, multiply, bool(per_channel))
+    q.plan()
+    out = q.emit()
+    out.metadata["quantized"] = {"mode": mode, "per_channel": bool(per_channel)}
+    return out.validate()
+
+
+def quantize_error(float_graph: Graph, quant_graph: Graph, inputs) -> dict[str, dict[str, float]]:
+    """Compare a float graph with its quantized version on `inputs` (one input dict, or
+    samples in the forms `quantize` takes for calibration).
+
+    Outputs are matched by position; returns, per output name of `float_graph`,
+    ``{"max_abs": max |float - quantized|, "range": max - min of the float output,
+    "relative": max_abs / range}`` over all samples (range 0 counts as 1)."""
+    if len(float_graph.outputs) != len(quant_graph.outputs):
+        raise QuantizationError(f"quantize_error: the float graph has "
+                                f"{len(float_graph.outputs)} outputs, the quantized one "
+                                f"{len(quant_graph.outputs)}")
+    samples = _samples(float_graph, inputs, "inputs")
+    errors = {name: 0.0 for name in float_graph.outputs}
+    lows = {name: math.inf for name in float_graph.outputs}
+    highs = {name: -math.inf for name in float_graph.outputs}
+    for sample in samples:
+        f = run_reference(float_graph, sample)
+        qv = run_reference(quant_graph, sample)
+        for fname, qname in zip(float_graph.outputs, quant_graph.outputs):
+            a = np.asarray(f[fname], dtype=np.float64)
+            b = np.asarray(qv[qname], dtype=np.float64)
+            errors[fname] = max(errors[fname], float(np.abs(a - b).max(initial=0.0)))
+            lows[fname] = min(lows[fname], float(a.min(initial=math.inf)))
+            highs[fname] = max(highs[fname], float(a.max(initial=-math.inf)))
+    result = {}
+    for name in float_graph.outputs:
+        span = highs[name] - lows[name]
+        result[name] = {"max_abs": errors[name], "range": span,
+                        "relative": errors[name] / (span if span > 0 else 1.0)}
+    return result

@@ -1,0 +1,201 @@
+"""The end-to-end chain, written once: load -> prepare -> quantize -> compile -> run ->
+check. The CLI (``vdla run``, ``vdla tune``), the benches and the tests call it.
+
+    model = load_model("resnet18", seed=0, calibration=4)
+    target = vdla.compiler.targets.get("vdla", config=config, backend="functional")
+    outcome = run_model(model, target)               # compiled, run, checked
+    outcome.bit_exact, outcome.result.cycles
+
+Each step is also a function of its own (`load_model`, `quantize_for`, `compile_for`,
+`check`), for callers that time or repeat one of them. `quantize_for` quantizes for the
+requantization mode the targets share (`requant_mode`), so one quantized graph can run on
+all of them and be compared.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from vdla.compiler.frontend import zoo
+from vdla.compiler.frontend.datasets import digits_split
+from vdla.compiler.ir.graph import Graph
+from vdla.compiler.passes.prepare import prepare
+from vdla.compiler.passes.quantize import MODES, quantize
+from vdla.compiler.reference import run_reference
+from vdla.compiler.targets.base import Progress, Target
+from vdla.compiler.targets.model import CompiledModel, RunResult, compile_model
+from vdla.compiler.tuner.tune import best_schedules
+
+__all__ = ["LoadedModel", "Outcome", "check", "compile_for", "load_model", "quantize_for",
+           "requant_mode", "run_model"]
+
+
+@dataclasses.dataclass(frozen=True)
+class LoadedModel:
+    """A float model ready for the pipeline.
+
+    name : what the user asked for (a zoo name or an .onnx path)
+    graph : the float `Graph`
+    calibration : input name -> calibration samples stacked on a leading axis
+    feed : input name -> the one input a run uses
+    input_note : where that input comes from, for reports
+    """
+
+    name: str
+    graph: Graph
+    calibration: Mapping[str, np.ndarray]
+    feed: Mapping[str, np.ndarray]
+    input_note: str
+
+
+def load_model(spec: str, *, seed: int = 0, calibration: int = 4) -> LoadedModel:
+    """The model `spec` (a zoo name or a path to an .onnx file), with `calibration`
+    samples and one input. digits_cnn calibrates on training images and runs on test
+    image `seed`; other models use seeded standard-normal inputs. ValueError naming what
+    is wrong (unknown model, missing file, several inputs, bad counts)."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"the seed must be a non-negative integer, not {seed!r}")
+    if isinstance(calibration, bool) or not isinstance(calibration, int) or calibration < 1:
+        raise ValueError(f"the calibration sample count must be a positive integer, not "
+                         f"{calibration!r}")
+    spec = str(spec)
+    if spec.lower().endswith(".onnx"):
+        if not Path(spec).is_file():
+            raise ValueError(f"ONNX file {spec!r} does not exist (MODEL is a zoo name: "
+                             f"{', '.join(zoo.names())}, or a path to an .onnx file)")
+        # onnx is a heavy import that runs of built-in models do not need.
+        from vdla.compiler.frontend.onnx_import import from_onnx
+        graph = from_onnx(spec)
+    elif spec in zoo.names():
+        graph = zoo.get(spec)
+    else:
+        raise ValueError(f"unknown model {spec!r}; MODEL is a zoo name "
+                         f"({', '.join(zoo.names())}) or a path to an .onnx file")
+    if len(graph.inputs) != 1:
+        raise ValueError(f"{spec}: the pipeline feeds models with one input; this one has "
+                         f"{len(graph.inputs)} ({', '.join(graph.inputs)})")
+    name = graph.inputs[0]
+    shape = graph.tensors[name].shape
+    if spec == "digits_cnn":
+        x_train, _, x_test, y_test = digits_split()
+        index = seed % len(x_test)
+        samples = x_train[:calibration, None]      # one (1, 1, 8, 8) sample each
+        return LoadedModel(spec, graph, {name: samples}, {name: x_test[index][None]},
+                           f"test image {index} of the digits split (label {y_test[index]})")
+    rng = np.random.default_rng(seed)
+    samples = rng.standard_normal((calibration,) + shape).astype(np.float32)
+    x = rng.standard_normal(shape).astype(np.float32)
+    return LoadedModel(spec, graph, {name: samples}, {name: x},
+                       f"standard-normal input, seed {seed}")
+
+
+def requant_mode(targets: Sequence[Target]) -> str:
+    """The best requantization mode every target in `targets` runs: the first of the
+    first target's modes that all support. ValueError when they share none."""
+    common = [m for m in targets[0].requant_modes if all(m in t.requant_modes for t in targets)]
+    if not common:
+        modes = "; ".join(f"{t.name}: {', '.join(t.requant_modes)}" for t in targets)
+        raise ValueError(f"the targets share no requantization mode ({modes})")
+    return common[0]
+
+
+def quantize_for(model: LoadedModel, targets: Target | Sequence[Target], *,
+                 mode: str | None = None) -> Graph:
+    """`model` prepared and quantized on its calibration samples, for `mode` (default:
+    `requant_mode` of `targets`)."""
+    targets = [targets] if isinstance(targets, Target) else list(targets)
+    mode = mode or requant_mode(targets)
+    if mode not in MODES:
+        raise ValueError(f"unknown requantization mode {mode!r}; available: {', '.join(MODES)}")
+    return quantize(prepare(model.graph), model.calibration, mode)
+
+
+def compile_for(quantized: Graph, target: Target, *, records: Any = None,
+                backend: str | None = None, progress: Progress | None = None
+                ) -> tuple[CompiledModel, dict]:
+    """`quantized` compiled for `target`, with the best schedule the tuning `records` (a
+    `vdla.compiler.tuner.Records`, or None) hold for each of its tunable nodes (measured
+    on `backend`, default each task's first measurement backend). Returns (the compiled
+    model, node name -> schedule taken from the records)."""
+    schedules = {}
+    if records is not None:
+        schedules = {name: s for name, (s, _) in
+                     best_schedules(records, quantized, target, backend).items()}
+    return compile_model(quantized, target, schedules=schedules, progress=progress), schedules
+
+
+def check(values: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarray],
+          graph: Graph) -> tuple[bool, str]:
+    """Whether every output of `graph` in `values` equals `reference` bit-exactly (and
+    has its dtype); if not, which outputs differ and the first op whose output differs
+    (both mappings hold every tensor: ``keep=True``)."""
+    bad = [name for name in graph.outputs
+           if not np.array_equal(values[name], reference[name])
+           or values[name].dtype != reference[name].dtype]
+    if not bad:
+        return True, ""
+    details = []
+    for name in bad:
+        a, b = values[name], reference[name]
+        count = int(np.count_nonzero(a != b)) if a.shape == b.shape else a.size
+        details.append(f"output {name!r}: {count} of {b.size} values differ")
+    for node in graph.nodes():
+        out = node.outputs[0]
+        if out in values and not np.array_equal(values[out], reference[out]):
+            details.append(f"first differing op: {node.name!r} ({node.op})")
+            break
+    return False, "; ".join(details)
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """What `run_model` did.
+
+    model : the `LoadedModel`
+    target : the `Target`
+    quantized : the quantized graph
+    compiled : the `CompiledModel`
+    schedules : node name -> schedule taken from the records
+    result : the run's `RunResult` (every tensor in ``result.values``)
+    reference : every tensor of the quantized reference run
+    bit_exact, mismatch : `check`'s answer
+    quantize_seconds : wall time of prepare + quantize
+    """
+
+    model: LoadedModel
+    target: Target
+    quantized: Graph
+    compiled: CompiledModel
+    schedules: dict
+    result: RunResult
+    reference: dict
+    bit_exact: bool
+    mismatch: str
+    quantize_seconds: float
+
+
+def run_model(model: LoadedModel | str, target: Target, *, records: Any = None,
+              mode: str | None = None, device: Any = None,
+              compile_progress: Progress | None = None,
+              run_progress: Progress | None = None) -> Outcome:
+    """The whole chain: `model` (a `LoadedModel`, or a spec for `load_model`) quantized
+    for `target` (or `mode`), compiled (with `records`' best schedules), run once on
+    its feed (on `device` if given, else the target's own), and checked bit-exactly
+    against the quantized reference."""
+    model = load_model(model) if isinstance(model, str) else model
+    start = time.perf_counter()
+    quantized = quantize_for(model, target, mode=mode)
+    quantize_seconds = time.perf_counter() - start
+    compiled, schedules = compile_for(quantized, target, records=records,
+                                      progress=compile_progress)
+    with compiled.session(device) as session:
+        result = session.run(model.feed, progress=run_progress, keep=True)
+    reference = run_reference(quantized, model.feed, keep=True)
+    bit_exact, mismatch = check(result.values, reference, quantized)
+    return Outcome(model, target, quantized, compiled, schedules, result, reference,
+                   bit_exact, mismatch, quantize_seconds)

@@ -1,0 +1,117 @@
+"""Reference kernels of the integer operators: exactly the arithmetic that
+`vdla.compiler.reference.integer` defines, which every back half reproduces bit for bit."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from vdla.compiler.ir.tensor import GraphError, Node
+from vdla.compiler.reference.integer import (INT8_MAX, INT8_MIN, QuantizationError,
+                                             requantize, round_half_up, wrap32)
+from vdla.compiler.reference.numerics import avg_pool_sums, conv2d_accumulate
+from vdla.compiler.reference.registry import kernel
+
+__all__: list[str] = []
+
+
+def _fail(node: Node, message: str):
+    raise GraphError(f"node {node.name!r} ({node.op}): {message}")
+
+
+def _need_int(node: Node, value, what: str, dtypes=(np.int8,)):
+    if value is not None and value.dtype not in dtypes:
+        _fail(node, f"{what} must be {' or '.join(np.dtype(d).name for d in dtypes)}, "
+                    f"not {value.dtype}")
+
+
+def _requantize(node: Node, acc, multiplier, shift, axis=1) -> np.ndarray:
+    try:
+        return requantize(acc, multiplier, shift, axis)
+    except QuantizationError as e:
+        _fail(node, str(e))
+
+
+def _clip_int8(node: Node, y: np.ndarray, lo=INT8_MIN, hi=INT8_MAX) -> np.ndarray:
+    if not (INT8_MIN <= lo <= hi <= INT8_MAX):
+        _fail(node, f"out_min {lo} and out_max {hi} must satisfy -128 <= out_min <= out_max "
+                    "<= 127")
+    return np.clip(y, lo, hi).astype(np.int8)
+
+
+def _gemm_epilogue(node: Node, acc: np.ndarray, residual) -> np.ndarray:
+    a = node.attrs
+    y = _requantize(node, acc, a["multiplier"], a["shift"], axis=1)
+    if residual is not None:
+        r = _requantize(node, residual.astype(np.int32), a["residual_multiplier"],
+                        a["residual_shift"], axis=1)
+        y = wrap32(y.astype(np.int64) + r)
+    return _clip_int8(node, y, a["out_min"], a["out_max"])
+
+
+@kernel("quantize")
+def _quantize_kernel(node, args, graph):
+    if node.attrs["dtype"] != "int8":
+        _fail(node, f"dtype {node.attrs['dtype']!r} is not supported; only 'int8'")
+    x = np.asarray(args[0], dtype=np.float64)
+    q = round_half_up(x / float(node.attrs["scale"]))
+    return [np.clip(q, INT8_MIN, INT8_MAX).astype(np.int8)]
+
+
+@kernel("dequantize")
+def _dequantize_kernel(node, args, graph):
+    return [(args[0].astype(np.float64) * float(node.attrs["scale"])).astype(np.float32)]
+
+
+@kernel("qconv2d")
+def _qconv2d_kernel(node, args, graph):
+    x, w, bias, residual = (list(args) + [None, None])[:4]
+    _need_int(node, x, "input")
+    _need_int(node, w, "weights")
+    _need_int(node, bias, "bias", (np.int32,))
+    _need_int(node, residual, "residual")
+    a = node.attrs
+    acc = conv2d_accumulate(x, w, a["strides"], a["pads"], a["dilations"], a["groups"],
+                            exact_int=True)
+    if bias is not None:
+        acc = acc + bias.astype(np.int64).reshape(1, -1, 1, 1)
+    return [_gemm_epilogue(node, acc, residual)]
+
+
+@kernel("qdense")
+def _qdense_kernel(node, args, graph):
+    x, w, bias, residual = (list(args) + [None, None])[:4]
+    _need_int(node, x, "input")
+    _need_int(node, w, "weights")
+    _need_int(node, bias, "bias", (np.int32,))
+    _need_int(node, residual, "residual")
+    acc = x.astype(np.int64) @ w.astype(np.int64).T
+    if bias is not None:
+        acc = acc + bias.astype(np.int64)
+    return [_gemm_epilogue(node, acc, residual)]
+
+
+@kernel("qadd")
+def _qadd_kernel(node, args, graph):
+    a, b = args
+    _need_int(node, a, "input a")
+    _need_int(node, b, "input b")
+    at = node.attrs
+    ya = _requantize(node, a.astype(np.int32), at["a_multiplier"], at["a_shift"])
+    yb = _requantize(node, b.astype(np.int32), at["b_multiplier"], at["b_shift"])
+    return [_clip_int8(node, wrap32(ya.astype(np.int64) + yb), at["out_min"], at["out_max"])]
+
+
+@kernel("qavg_pool2d")
+def _qavg_pool_kernel(node, args, graph):
+    _need_int(node, args[0], "input")
+    sums, _ = avg_pool_sums(node, args[0])       # the count is folded into multiplier/shift
+    y = _requantize(node, sums, node.attrs["multiplier"], node.attrs["shift"])
+    return [_clip_int8(node, y)]
+
+
+@kernel("qglobal_avg_pool2d")
+def _qglobal_avg_pool_kernel(node, args, graph):
+    _need_int(node, args[0], "input")
+    sums = args[0].astype(np.int64).sum(axis=(2, 3), keepdims=True)
+    y = _requantize(node, sums, node.attrs["multiplier"], node.attrs["shift"])
+    return [_clip_int8(node, y)]

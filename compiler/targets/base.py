@@ -1,0 +1,207 @@
+"""The target interface: what every back half offers the rest of vdla.
+
+TVM's lesson, one graph and many targets: the front half hands every target the same
+quantized `Graph`; a target says which nodes it runs (and why not the others), compiles
+them, and runs them. Nothing outside a target's folder names its classes: the pipeline,
+the CLI and the tuner see only this interface.
+
+A target (`Target`):
+
+* has a `name` (``vdla``, ``host``, ...) and says which requantization modes it runs
+  (`requant_modes`, best first: the front half quantizes for one of them);
+* says whether it runs a node (`supports` -> `Support`: yes or no, and why). Nodes it
+  refuses fall back to the host target (the numpy reference kernels): that rule lives
+  in `vdla.compiler.targets.model.compile_model`, not in any back half;
+* compiles the nodes it runs (`compile_nodes`, or one at a time `compile_op`) into
+  `CompiledOp` s, with a schedule per node where it has them;
+* runs them in a `TargetSession` (`open_session`), which reports per-op figures
+  (`OpRun`: cycles, MACs, bytes where the target has them, and its own extras);
+* offers tunable tasks (`tasks`, see `vdla.compiler.tuner.task.TuneTask`).
+
+`OpStats` is the per-op report every target fills the same way: name, op, target,
+reason, schedule, wall seconds, then cycles, MACs and bytes where the target has them
+(None otherwise), and `extra` for figures only one target has.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import time
+from typing import Any, Callable, ClassVar, Mapping, NamedTuple, Sequence
+
+import numpy as np
+
+from vdla.compiler.ir.graph import Graph, Node
+
+__all__ = ["CompiledOp", "OpRun", "OpStats", "Progress", "Support", "Target",
+           "TargetSession"]
+
+#: Called as each node starts: (nodes done, total nodes, node name).
+Progress = Callable[[int, int, str], None]
+
+
+class Support(NamedTuple):
+    """A target's answer about one node: does it run it, and why (or why not)."""
+
+    ok: bool
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class CompiledOp:
+    """One node of a compiled model.
+
+    name, op : the graph node's name and operator
+    target : the name of the target that runs it
+    reason : why it runs there (the partition's reason; for a fallback: why the primary
+        target refused it)
+    schedule : the schedule as a plain dict, or None where the target has none
+    kernel : the target's own compiled form (a lowered program, a function, ...); opaque
+        to everything but the target's session
+    compile_seconds : wall time spent compiling it
+    """
+
+    name: str
+    op: str
+    target: str
+    reason: str
+    schedule: dict | None = None
+    kernel: Any = None
+    compile_seconds: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class OpRun:
+    """What a target session reports for one run of one op.
+
+    outputs : one array per output of the node, in its order
+    cycles : device cycles, where the target counts them
+    macs : useful multiply-accumulates, where the target reports them
+    bytes : bytes moved to and from the target's memory, where it counts them
+    extra : figures only this target has (JSON values)
+    """
+
+    outputs: Sequence[np.ndarray]
+    cycles: int | None = None
+    macs: int | None = None
+    bytes: int | None = None
+    extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class OpStats:
+    """One op of a run, with the fields every target fills.
+
+    name, op, target, reason, schedule : as in `CompiledOp`
+    wall_seconds : host wall time of the op (writes, run, read-back; or the kernel)
+    cycles, macs, bytes : as in `OpRun` (None where the target has no such figure)
+    extra : the target's own figures (vdla: ``gemm_utilization``)
+    """
+
+    name: str
+    op: str
+    target: str
+    reason: str
+    schedule: dict | None
+    wall_seconds: float
+    cycles: int | None = None
+    macs: int | None = None
+    bytes: int | None = None
+    extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["extra"] = dict(self.extra)
+        return d
+
+
+class TargetSession(abc.ABC):
+    """A target's compiled ops, ready to run (device memory allocated, static data
+    written). `run` one op at a time, in the model's order; `close` frees everything."""
+
+    @abc.abstractmethod
+    def run(self, op: CompiledOp, node: Node, args: list[np.ndarray | None]) -> OpRun:
+        """Run compiled `op` (of graph node `node`) on its inputs `args` (one per node
+        input, None for an absent optional input)."""
+
+    def summary(self, stats: Sequence[OpStats]) -> dict:
+        """Totals of one run for reports (JSON values), from its ops' `stats`."""
+        return {}
+
+    def close(self) -> None:
+        """Free what the session holds (idempotent)."""
+
+
+class Target(abc.ABC):
+    """A back half (see the module docstring). Subclasses set `name` and implement
+    `supports`, `compile_op` (or `compile_nodes`) and `open_session`."""
+
+    #: The name users pick it by (``--target NAME``) and reports show.
+    name: ClassVar[str]
+    #: One line for `vdla targets`.
+    description: ClassVar[str] = ""
+    #: How its tasks can be measured by the tuner, the default first (none: not tunable).
+    measure_backends: ClassVar[tuple[str, ...]] = ()
+
+    @property
+    def requant_modes(self) -> tuple[str, ...]:
+        """The requantization modes (`vdla.compiler.passes.quantize.MODES`) whose
+        integer ops this target runs, best first."""
+        return ("multiply", "shift")
+
+    @abc.abstractmethod
+    def supports(self, node: Node, graph: Graph) -> Support:
+        """Whether this target runs `node` of `graph`, and why (or why not)."""
+
+    def capabilities(self) -> list[tuple[str, str]]:
+        """(op, what it runs of it) for the ops this target can run, for `vdla targets`."""
+        return []
+
+    def options(self) -> dict:
+        """This target's settings as JSON values, for reports (config, backend, ...)."""
+        return {}
+
+    def check_graph(self, graph: Graph) -> None:
+        """Raise ValueError for a graph this target cannot take at all (before
+        partitioning); by default every graph is fine."""
+
+    def compile_op(self, node: Node, graph: Graph, schedule: Any = None) -> CompiledOp:
+        """Compile one node this target `supports`; `schedule` is one of this target's
+        schedules (from the tuner's records) or None for its default. Raise ValueError
+        for a schedule that does not fit and TypeError for one of the wrong kind."""
+        raise NotImplementedError(f"target {self.name!r} compiles no single ops")
+
+    def compile_nodes(self, graph: Graph, nodes: Sequence[Node], *,
+                      schedules: Mapping[str, Any], progress: Progress | None = None,
+                      start: int = 0, total: int | None = None) -> list[CompiledOp]:
+        """Compile `nodes` (all of which this target supports) of `graph`, in order.
+        The default compiles them one by one with `compile_op`; a target that plans
+        across nodes (layouts agreed between producer and consumer, one instruction
+        stream for a run of ops) overrides this. `progress` is called as each node
+        starts, counting from `start` of `total`."""
+        ops = []
+        total = len(nodes) if total is None else total
+        for i, node in enumerate(nodes):
+            if progress is not None:
+                progress(start + i, total, node.name)
+            t0 = time.perf_counter()
+            op = self.compile_op(node, graph, schedules.get(node.name))
+            ops.append(dataclasses.replace(op, compile_seconds=time.perf_counter() - t0))
+        return ops
+
+    @abc.abstractmethod
+    def open_session(self, graph: Graph, ops: Sequence[CompiledOp],
+                     device: Any = None) -> TargetSession:
+        """A session running `ops` (this target's ops of one compiled model of `graph`).
+        `device` is an already open device to run on (a `vdla.runtime.Device` for the
+        accelerator); None lets the target open its own."""
+
+    def tasks(self, graph: Graph) -> list:
+        """The tunable tasks (`vdla.compiler.tuner.task.TuneTask`) of quantized `graph`
+        on this target: one per distinct workload. None by default."""
+        return []
+
+    def __repr__(self) -> str:
+        options = ", ".join(f"{k}={v!r}" for k, v in self.options().items())
+        return f"{type(self).__name__}({options})"

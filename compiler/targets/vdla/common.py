@@ -1,0 +1,203 @@
+"""What every lowered op shares: ISA field limits, the ALU steps of a requantization,
+the DRAM arena an op's program addresses, and relocating that program.
+
+A lowered op (`LoweredConv2d`, `LoweredPool2d`) owns one *arena*: a block of DRAM with
+named regions (micro-ops, constant rows, operands, output), each aligned for every
+element type. Its program is emitted for an arena at address 0; `relocate` moves every
+LOAD/STORE to wherever the runtime allocated the arena.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from vdla.config import ISA_FIXED_WIDTHS, AluOp, HardwareConfig
+from vdla.isa import Load, MemoryType, Program, Store
+from vdla.runtime.device import dram_alignment
+
+#: LOAD pads per side (the ISA's pad fields).
+PAD_MAX = (1 << ISA_FIXED_WIDTHS["pad"]) - 1
+#: GEMM/ALU loop counts (iter_out, iter_in).
+ITER_MAX = (1 << ISA_FIXED_WIDTHS["iter"]) - 1
+#: The ALU immediate (signed).
+IMM_MIN = -(1 << (ISA_FIXED_WIDTHS["imm"] - 1))
+IMM_MAX = (1 << (ISA_FIXED_WIDTHS["imm"] - 1)) - 1
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def check_array(array, shape, dtype, what: str, op: str = "conv2d") -> np.ndarray:
+    """`array` as an ndarray, or ValueError unless it has exactly `shape` and `dtype`."""
+    array = np.asarray(array)
+    if array.shape != tuple(shape) or array.dtype != dtype:
+        raise ValueError(f"{op} {what} must be {np.dtype(dtype).name} of shape "
+                         f"{tuple(shape)}, not {array.dtype} {array.shape}")
+    return array
+
+
+# --- requantization on the ALU ---------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class AluStep:
+    """One ALU pass over a tile: `op` with an immediate, or with per-channel constant row
+    `row` (of the op's constant rows in the acc buffer) as its vector operand."""
+
+    op: AluOp
+    imm: int | None = None
+    row: int | None = None
+
+
+def channel_param(node, name: str, value, channels: int, low: int, high: int):
+    """An int, or an int64 array with one value per channel; a per-channel value whose
+    entries are all equal becomes an int (an immediate instead of a vector operand)."""
+    arr = np.asarray(value)
+    if arr.dtype.kind not in "iu" or arr.ndim > 1:
+        raise ValueError(f"{node.op} node {node.name!r}: {name} must be an integer or one "
+                         f"integer per output channel, not {value!r}")
+    arr = arr.astype(np.int64).reshape(-1)
+    if arr.size not in (1, channels):
+        raise ValueError(f"{node.op} node {node.name!r}: {name} has {arr.size} values; it "
+                         f"needs 1 or one per output channel ({channels})")
+    if ((arr < low) | (arr > high)).any():
+        raise ValueError(f"{node.op} node {node.name!r}: {name} {arr.tolist()} is outside "
+                         f"[{low}, {high}]")
+    return int(arr[0]) if (arr == arr[0]).all() else arr
+
+
+def requant_steps(node, multiplier, shift, channels: int, padded: int, rows: list,
+                  fold: bool) -> tuple[list[AluStep], np.ndarray | None]:
+    """ALU steps of ``requantize(acc, multiplier, shift)`` (`vdla.compiler.reference.integer`);
+    appends the vector operands it needs to `rows` (int64 rows of `padded` channels).
+    With `fold` (no multiplier before the rounding ADD), the rounding constant is returned
+    to be added to the bias instead. Returns (steps, rounding to fold or None)."""
+
+    def vector(values, pad_value):
+        row = np.full(padded, pad_value, dtype=np.int64)
+        row[:channels] = values
+        rows.append(row)
+        return len(rows) - 1
+
+    steps = []
+    if multiplier is not None:
+        m = channel_param(node, "multiplier", multiplier, channels, 1, IMM_MAX)
+        steps.append(AluStep(AluOp.MUL, imm=m) if isinstance(m, int)
+                     else AluStep(AluOp.MUL, row=vector(m, 1)))
+    s = channel_param(node, "shift", shift, channels, -31, 31)
+    rounding = np.where(np.asarray(s) > 0, np.int64(1) << np.clip(np.asarray(s) - 1, 0, 30), 0)
+    folded = None
+    if np.any(rounding):
+        if fold:
+            folded = np.zeros(padded, dtype=np.int64)
+            folded[:channels] = rounding
+        elif isinstance(s, int) and rounding <= IMM_MAX:
+            steps.append(AluStep(AluOp.ADD, imm=int(rounding)))
+        else:  # per channel, or 1 << (shift - 1) beyond the 16-bit immediate
+            steps.append(AluStep(AluOp.ADD, row=vector(np.broadcast_to(rounding, channels), 0)))
+    if isinstance(s, int):
+        if s:
+            steps.append(AluStep(AluOp.SHR, imm=s))
+    else:
+        steps.append(AluStep(AluOp.SHR, row=vector(s, 0)))
+    return steps, folded
+
+
+def check_alu_ops(node, steps, config: HardwareConfig):
+    """ValueError when `steps` use an ALU op (MUL) that `config` lacks."""
+    if any(step.op not in config.alu_ops for step in steps):
+        missing = sorted({step.op.name for step in steps} - {op.name for op in config.alu_ops})
+        raise ValueError(f"{node.op} node {node.name!r} requantizes with a multiplier, which "
+                         f"needs the ALU {', '.join(missing)}; config {config.name} has only "
+                         f"{', '.join(sorted(op.name for op in config.alu_ops))}")
+
+
+def acc_rows(values: np.ndarray, config: HardwareConfig) -> np.ndarray:
+    """Per-channel int32 rows (..., padded channels) -> acc elements (..., channel blocks,
+    batch, block_out): each value replicated over the batch rows."""
+    v = values.reshape(values.shape[:-1] + (-1, 1, config.block_out))
+    return np.ascontiguousarray(np.broadcast_to(
+        v, values.shape[:-1] + (v.shape[-3], config.batch, config.block_out)).astype(np.int32))
+
+
+# --- the arena -----------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Region:
+    offset: int   # bytes from the arena's start
+    nbytes: int
+
+
+def layout_arena(sizes: dict[str, int], config: HardwareConfig) -> tuple[dict, int]:
+    """Regions of `sizes` bytes, in order, each aligned for every element type:
+    ({name: Region}, arena bytes)."""
+    align = dram_alignment(config)
+    regions, offset = {}, 0
+    for name, nbytes in sizes.items():
+        regions[name] = Region(offset, nbytes)
+        offset += ceil_div(nbytes, align) * align
+    return regions, max(offset, align)
+
+
+class ArenaProgram:
+    """What lowered ops share (a mixin for their dataclasses, which hold `program` and
+    `config`): the blocked activation layouts and relocation."""
+
+    @property
+    def data_layout(self) -> str:
+        """The input activations' layout in the arena."""
+        return f"NCHW{self.config.batch}n{self.config.block_in}c"
+
+    @property
+    def out_layout(self) -> str:
+        """The output activations' layout in the arena."""
+        return f"NCHW{self.config.batch}n{self.config.block_out}c"
+
+    def relocate(self, base: int) -> Program:
+        """The program for an arena at DRAM byte address `base` (see `relocate`)."""
+        return relocate(self.program, base, self.config)
+
+
+def relocate(program: Program, base: int, config: HardwareConfig) -> Program:
+    """`program` (emitted for an arena at DRAM address 0) for an arena at byte address
+    `base` (aligned for every element type): every LOAD/STORE's dram_base moves by
+    `base` in its elements."""
+    elem = {MemoryType.UOP: config.uop_bytes, MemoryType.INP: config.inp_elem_bytes,
+            MemoryType.WGT: config.wgt_elem_bytes, MemoryType.ACC: config.acc_elem_bytes,
+            MemoryType.OUT: config.out_elem_bytes}
+    insns = []
+    for insn in program:
+        if isinstance(insn, (Load, Store)) and insn.x_size:
+            size = elem[insn.memory_type]
+            if base % size:
+                raise ValueError(f"arena address {base:#x} is not aligned to {size}-byte "
+                                 f"{insn.memory_type.name} elements")
+            insn = dataclasses.replace(insn, dram_base=insn.dram_base + base // size)
+        insns.append(insn)
+    return Program(tuple(insns), config)
+
+
+def run_arena(dev, lowered, data: dict) -> tuple[np.ndarray, dict]:
+    """Run one lowered op on `dev` in an arena of its own: allocate it, write `data`
+    ({region: array}), run the relocated program, read the "output" region back, free
+    everything. Returns (output bytes as uint8, the run's statistics)."""
+    if dev.config != lowered.config:
+        raise ValueError(f"{lowered.node!r} was lowered for config {lowered.config.name}, "
+                         f"the device has {dev.config.name}")
+    base = dev.alloc(lowered.arena_bytes)
+    insn_addr = None
+    try:
+        for name, array in data.items():
+            if array.nbytes:
+                dev.write(base + lowered.regions[name].offset, array)
+        insn_addr, count = dev.load_program(lowered.relocate(base))
+        stats = dev.run(insn_addr, count)
+        out = lowered.regions["output"]
+        raw = dev.read(base + out.offset, out.nbytes)
+    finally:
+        dev.free(base)
+        if insn_addr is not None:
+            dev.free(insn_addr)
+    return raw, stats

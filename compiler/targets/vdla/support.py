@@ -1,0 +1,124 @@
+"""What the accelerator runs, by what a node is: the reasons `vdla targets` and every
+per-op report show.
+
+`describe(node, graph, config)` answers from the node alone: integer GEMM (``qconv2d``
+with groups 1, ``qdense``) with bias, requantization, residual add and clamp on the
+vector ALU (MIN, MAX, ADD, SHR; MUL when the config has it); int8 max pooling (ALU MAX
+over the window); average pooling (window sums on the GEMM core, then requantization on
+the ALU). A standalone ReLU or add (one `passes.fuse` could not fold into a
+convolution's epilogue) runs on the host. Requantization multipliers and shifts travel as
+ALU immediates, so they must fit its signed field. `VdlaTarget.supports` adds what only
+the lowering knows (pads, dilation, a schedule that fits the buffers).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from vdla.compiler.ir.graph import Graph
+from vdla.compiler.ir.tensor import Node
+from vdla.config import ISA_FIXED_WIDTHS, AluOp, HardwareConfig
+
+__all__ = ["describe"]
+
+# Ops with a clear host-side reason (anything not listed and not supported: generic).
+_HOST_REASONS = {
+    "quantize": "float -> int conversion runs on the host",
+    "dequantize": "int -> float conversion runs on the host",
+    "softmax": "softmax needs exp and division: no accelerator kernel",
+    "lrn": "local response normalization needs powers and division: no accelerator kernel",
+    "pad": "standalone padding: the host pads (the accelerator pads only inside DMA loads)",
+    "flatten": "reshaping is data movement the host does",
+    "reshape": "reshaping is data movement the host does",
+    "transpose": "transposition is data movement the host does",
+    "concat": "concatenation is data movement the host does",
+    "layout_transform": "packing to and from blocked layouts is done by the runtime on the "
+                        "host side of the DMA, not by an accelerator instruction",
+}
+
+
+# Elementwise ops the back half runs only inside a convolution's epilogue.
+_UNFUSED = {
+    "relu": ("standalone ReLU: the back half applies ReLU as the clamp of the convolution "
+             "that produces it (passes.fuse folds it there); this one runs on the host"),
+    "qadd": ("standalone add: the back half adds a residual in the epilogue of the "
+             "convolution that produces the other operand (passes.fuse folds it there); "
+             "this one runs on the host"),
+}
+
+
+def _imm_range(config) -> tuple[int, int]:
+    """Signed range of the ALU immediate, its width taken from the config's ALU
+    instruction layout."""
+    low, high = config.insn_field_widths()["ALU"]
+    bits = dict(low + high).get("imm", ISA_FIXED_WIDTHS["imm"])
+    return -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+
+
+def _requant_problems(node: Node, config, multipliers, shifts) -> str | None:
+    """Why the requantization given by the attributes named in `multipliers` and `shifts`
+    cannot run on the ALU of `config`, or None when it can."""
+    has_mul = AluOp.MUL in config.alu_ops
+    for key in multipliers:
+        if node.attrs.get(key) is not None and not has_mul:
+            return (f"{key} is set (fixed-point requantization) but this config's ALU has "
+                    f"no MUL (alu_ops: {', '.join(sorted(op.name for op in config.alu_ops))})")
+    lo, hi = _imm_range(config)
+    # Multipliers and shifts both travel as the ALU instruction's immediate.
+    for key in tuple(multipliers) + tuple(shifts):
+        value = node.attrs.get(key)
+        if value is None:
+            continue
+        values = np.atleast_1d(np.asarray(value, dtype=np.int64))
+        if values.size and (values.min() < lo or values.max() > hi):
+            shown = int(values[0]) if values.size == 1 else \
+                f"{int(values.min())}..{int(values.max())}"
+            return (f"{key} {shown} does not fit the ALU's signed immediate [{lo}, {hi}]")
+    return None
+
+
+def _int8_input(graph: Graph, node: Node) -> bool:
+    return graph.tensors[node.inputs[0]].dtype == "int8"
+
+
+def describe(node: Node, graph: Graph, config: HardwareConfig) -> tuple[bool, str]:
+    """Whether the accelerator described by `config` runs `node` of `graph` by what the
+    node is (its op, data type, requantization), and why or why not. The lowering's own
+    checks (sizes, pads, a schedule that fits) come on top: `VdlaTarget.supports`."""
+    op = node.op
+    if op in ("qconv2d", "qdense"):
+        if op == "qconv2d" and int(node.attrs["groups"]) != 1:
+            return False, (f"grouped/depthwise convolution (groups={node.attrs['groups']}): "
+                           "the GEMM core has no grouped mode")
+        problem = _requant_problems(node, config, ("multiplier", "residual_multiplier"),
+                                    ("shift", "residual_shift"))
+        if problem:
+            return False, problem
+        what = "convolution" if op == "qconv2d" else "matrix product"
+        extras = ["bias"] * bool(node.input(2)) + ["residual add"] * bool(node.input(3))
+        return True, (f"int8 {what} on the GEMM core; "
+                      + ", ".join(extras + ["requantization and clamp on the ALU"]))
+    if op in _UNFUSED:
+        return False, _UNFUSED[op]
+    if op in ("max_pool2d", "qavg_pool2d", "qglobal_avg_pool2d"):
+        if not _int8_input(graph, node):
+            return False, (f"{op} on {graph.tensors[node.inputs[0]].dtype}: the accelerator "
+                           "pools int8 data only")
+        block_in, block_out = config.block_in, config.block_out
+        if block_out % block_in:
+            return False, (f"{op}: pooling needs block_out ({block_out}) to be a multiple of "
+                           f"block_in ({block_in}): identity weights map whole input blocks "
+                           "into an output block")
+        if op == "max_pool2d":
+            return True, "int8 max pooling: ALU MAX over the window"
+        problem = _requant_problems(node, config, ("multiplier",), ("shift",))
+        if problem:
+            return False, problem
+        return True, ("int8 average pooling: window sum on the GEMM core, requantization "
+                      "on the ALU")
+    if op in _HOST_REASONS:
+        return False, _HOST_REASONS[op]
+    dtypes = {graph.tensors[i].dtype for i in node.inputs if i}
+    if "float32" in dtypes:
+        return False, f"float {op}: the accelerator computes on int8 data only"
+    return False, f"no accelerator kernel for {op}"

@@ -1,0 +1,105 @@
+"""What the command modules share: the user-facing error, config and file loading,
+progress on a terminal, atomic JSON output and table formatting."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from vdla._fileio import atomic_write
+from vdla.boards import Board
+from vdla.boards import get as get_board
+from vdla.config import HardwareConfig
+
+__all__ = ["CONFIG_HELP", "CliError", "board_config", "format_schedule", "int_arg", "load_config",
+           "log", "progress_line", "read_file", "table", "write_json"]
+
+CONFIG_HELP = ("hardware config JSON (vdla's keys or VTA's vta_config.json); default: VTA's "
+               "default")
+
+
+class CliError(Exception):
+    """A user-facing failure: printed as ``vdla: error: ...`` with exit status 1."""
+
+
+def load_config(path: str | None) -> HardwareConfig:
+    """The config in JSON file `path`, or the default config."""
+    if path is None:
+        return HardwareConfig()
+    return HardwareConfig.from_json(Path(path))
+
+
+def board_config(board_name: str, config_path: str | None) -> tuple[Board, HardwareConfig]:
+    """(board, config) for a command with ``--board`` and ``--config``: the config file
+    applied to the board (its clock; its bus width checked), else the board's default."""
+    board = get_board(board_name)
+    config = HardwareConfig.from_json(Path(config_path)) if config_path else None
+    return board, board.apply(config)
+
+
+def log(message: str) -> None:
+    """A progress or status line on stderr (stdout carries the results)."""
+    print(f"vdla: {message}", file=sys.stderr, flush=True)
+
+
+def read_file(path: str, *, binary: bool):
+    try:
+        return Path(path).read_bytes() if binary else Path(path).read_text()
+    except OSError as exc:
+        raise CliError(f"cannot read {path!r}: {exc.strerror}") from None
+
+
+def int_arg(text: str) -> int:
+    """An integer option in decimal or 0x hex (argparse turns ValueError into a usage
+    error)."""
+    return int(text, 0)
+
+
+def write_json(path: str | Path, data) -> None:
+    """`data` as indented JSON in `path`, atomically."""
+    atomic_write(Path(path), (json.dumps(data, indent=2) + "\n").encode())
+
+
+def progress_line(verb: str):
+    """A progress callback ``(done, total, name)`` that keeps one updating line on a
+    terminal's stderr, and nothing when stderr is not a terminal (logs and tests stay
+    clean). Returns (callback or None, function that ends the line)."""
+    if not sys.stderr.isatty():
+        return None, lambda: None
+
+    def show(done: int, total: int, name: str):
+        print(f"\r\x1b[K{verb} [{done + 1}/{total}] {name}", end="", file=sys.stderr,
+              flush=True)
+
+    return show, lambda: print("\r\x1b[K", end="", file=sys.stderr, flush=True)
+
+
+def format_schedule(schedule: dict | None) -> str:
+    """A schedule compactly: the accelerator's ``h14 w56 ci4 co4 oc2`` (threads only when
+    2) or a pool's ``h8 w56 c4``; any other target's as ``key=value`` pairs."""
+    if schedule is None:
+        return "-"
+    if {"tile_h", "tile_w"} <= set(schedule):
+        text = f"h{schedule['tile_h']} w{schedule['tile_w']}"
+        if "tile_c" in schedule:  # a pool
+            return text + f" c{schedule['tile_c']}"
+        if {"tile_ci", "tile_co", "oc_nthread", "h_nthread"} <= set(schedule):
+            text += f" ci{schedule['tile_ci']} co{schedule['tile_co']}"
+            if schedule["oc_nthread"] > 1:
+                text += f" oc{schedule['oc_nthread']}"
+            if schedule["h_nthread"] > 1:
+                text += f" ht{schedule['h_nthread']}"
+            return text
+    return " ".join(f"{k}={v}" for k, v in schedule.items())
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[str]], *,
+          right: set[int] = frozenset()) -> list[str]:
+    """Lines of a plain table: columns padded to their widest cell, those in `right`
+    aligned right."""
+    widths = [max(len(str(r[i])) for r in list(rows) + [header]) for i in range(len(header))]
+    return ["  ".join(f"{str(v):>{w}}" if i in right else f"{str(v):<{w}}"
+                      for i, (v, w) in enumerate(zip(row, widths))).rstrip()
+            for row in [header, *rows]]

@@ -1,0 +1,189 @@
+"""``vdla run MODEL``: compile a model for a target, run it, and check it bit-exactly
+against the quantized reference (`vdla.compiler.pipeline.run_model`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import vdla.runtime
+from vdla.cli.common import (CONFIG_HELP, CliError, board_config, format_schedule,
+                             load_config, progress_line, table, write_json)
+from vdla.compiler import pipeline, targets
+from vdla.compiler.tuner import Records
+
+__all__ = ["DEFAULT_BACKEND", "DEFAULT_TARGET", "add_parser", "make_target", "run"]
+
+DEFAULT_TARGET = "vdla"
+#: The accelerator's simulator without --sim.
+DEFAULT_BACKEND = "verilator"
+#: Options that only the accelerator target takes: (attribute, flag).
+_VDLA_OPTIONS = (("sim", "--sim"), ("config", "--config"), ("board", "--board"))
+#: Column headers of the per-op table for figures targets report in `OpStats.extra`.
+_EXTRA_LABELS = {"gemm_utilization": "GEMM util"}
+
+
+def add_parser(sub) -> None:
+    run_ = sub.add_parser("run", help="compile a model for a target (the simulated "
+                                      "accelerator by default), run it and check it "
+                                      "bit-exactly against the quantized reference")
+    run_.add_argument("model", metavar="MODEL",
+                      help="zoo model name (resnet18, digits_cnn, small_cnn, ...) or an .onnx path")
+    run_.add_argument("--target", default=DEFAULT_TARGET, metavar="NAME",
+                      help=f"where it runs: {', '.join(targets.names())} (default "
+                           f"{DEFAULT_TARGET}; see `vdla targets`); ops the target does not "
+                           "run fall back to the host")
+    run_.add_argument("--sim", choices=vdla.runtime.BACKENDS,
+                      help=f"the accelerator's simulator (default {DEFAULT_BACKEND}; the first "
+                           "run builds the model)")
+    run_.add_argument("--config", metavar="FILE", help=CONFIG_HELP)
+    run_.add_argument("--json", metavar="PATH", help="also write the results as JSON here")
+    run_.add_argument("--seed", type=int, default=0,
+                      help="seeds the inputs (digits_cnn: the test image's index) (default 0)")
+    run_.add_argument("--calibration", type=int, default=4, metavar="N",
+                      help="calibration samples for quantization (default 4)")
+    run_.add_argument("--board", metavar="NAME",
+                      help="simulate the board's config, DRAM port and memory timing, and "
+                           "report time at its clock (see `vdla boards`; --config then names "
+                           "a config for the board)")
+    run_.add_argument("--records", metavar="DB",
+                      help="compile each tunable op with its best schedule in this tuning "
+                           "records file (vdla tune); the target's default for the others")
+    run_.set_defaults(func=run)
+
+
+def make_target(args, *, backend: str | None = None):
+    """The target `args` name, with its options; (target, board or None). The
+    accelerator takes --config, --board and `backend` (--sim); another target refuses
+    them."""
+    if args.target not in targets.names():
+        raise CliError(f"unknown target {args.target!r}; available: "
+                       f"{', '.join(targets.names())} (see `vdla targets`)")
+    if args.target != "vdla":
+        given = [flag for attr, flag in _VDLA_OPTIONS if getattr(args, attr, None) is not None]
+        if given:
+            raise CliError(f"{', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to "
+                           f"--target vdla, not to --target {args.target}")
+        return targets.get(args.target), None
+    board = None
+    if getattr(args, "board", None):
+        board, config = board_config(args.board, args.config)
+    else:
+        config = load_config(args.config)
+    backend = backend or getattr(args, "sim", None) or DEFAULT_BACKEND
+    options = {}
+    if board is not None and backend == "verilator":
+        options["dram"] = board.dram_timing()    # the board's memory, on the timed model
+    return targets.get("vdla", config=config, backend=backend, **options), board
+
+
+def _open_records(path: str | None) -> Records | None:
+    if path is None:
+        return None
+    if not Path(path).is_file():
+        raise CliError(f"records file {path!r} does not exist (vdla tune --records {path} "
+                       "writes one)")
+    return Records(path)
+
+
+def _op_table(ops) -> list[str]:
+    """The per-op table: name, op, where it ran, schedule, cycles, the targets' own
+    figures (GEMM utilization), bytes moved."""
+    extras = sorted({key for s in ops for key in s.extra})
+    header = ("op", "kind", "on", "schedule", "cycles",
+              *(_EXTRA_LABELS.get(k, k.replace("_", " ")) for k in extras), "DRAM bytes")
+
+    def extra(value) -> str:
+        if value is None:
+            return "-"
+        return f"{value:.1%}" if isinstance(value, float) else str(value)
+
+    rows = [(s.name, s.op, s.target, format_schedule(s.schedule),
+             "-" if s.cycles is None else f"{s.cycles:,}",
+             *(extra(s.extra.get(k)) for k in extras),
+             "-" if s.bytes is None else f"{s.bytes:,}") for s in ops]
+    return table(header, rows, right=set(range(4, len(header))))
+
+
+def run(args) -> int:
+    if args.calibration < 1:
+        raise CliError(f"--calibration must be a positive integer, not {args.calibration}")
+    if args.seed < 0:
+        raise CliError(f"--seed must be a non-negative integer, not {args.seed}")
+    target, board = make_target(args)
+    records = _open_records(args.records)
+    if records is not None and not target.measure_backends:
+        raise CliError(f"--records: target {target.name!r} has no tunable ops")
+    model = pipeline.load_model(args.model, seed=args.seed, calibration=args.calibration)
+    compile_show, compile_done = progress_line("compiling")
+    run_show, run_done = progress_line(f"running on {target.name}")
+    try:
+        outcome = pipeline.run_model(model, target, records=records,
+                                     compile_progress=compile_show, run_progress=run_show)
+    finally:
+        compile_done()
+        run_done()
+        if records is not None:
+            records.close()
+    _report(args, target, board, outcome)
+    if args.json:
+        write_json(args.json, _json_report(args, target, outcome))
+    if not outcome.bit_exact:
+        raise CliError(f"{args.model}: the {target.name} outputs differ from the quantized "
+                       f"reference ({outcome.mismatch})")
+    return 0
+
+
+def _report(args, target, board, outcome) -> None:
+    compiled, result = outcome.compiled, outcome.result
+    mine = len(compiled.ops_on(target.name))
+    where = (f"{mine} on {target.name}, {len(compiled.ops) - mine} on the host"
+             if target.name != "host" else "all on the host")
+    options = target.options()
+    setting = (f"config {options['config']}, {options['backend']} backend"
+               if target.name == "vdla" else f"target {target.name}")
+    print(f"{args.model}: {len(compiled.ops)} ops ({where}), {setting}, "
+          f"{outcome.model.input_note}")
+    summary = result.summary.get(target.name, {})
+    if board is not None:
+        dram = board.dram_timing()
+        print(f"board: {board.name} ({board.part.name}) at {board.clock_mhz:g} MHz, DRAM "
+              f"{dram.bytes_per_cycle:g} bytes/cycle, {dram.read_latency}-cycle read latency"
+              + ("" if options["backend"] == "verilator"
+                 else " (the functional backend has no timing)"))
+    for row in _op_table(result.ops):
+        print(f"  {row}")
+    for s in result.ops:
+        if s.target == "host" and s.op in ("qconv2d", "qdense") and target.name != "host":
+            print(f"  note: {s.name} runs on the host: {s.reason}")
+    if args.records:
+        tunable = {n for t in target.tasks(outcome.quantized) for n in t.nodes}
+        print(f"schedules: {len(outcome.schedules)} of {len(tunable)} tunable ops from the "
+              f"records {args.records}, the others from the default chooser")
+    if "cycles" in summary:
+        if summary["cycles"] is None:
+            print(f"total cycles: - (the {summary.get('backend')} backend counts no cycles; "
+                  "use --sim verilator)")
+        else:
+            print(f"total cycles: {summary['cycles']:,} = "
+                  f"{summary['seconds_at_clock'] * 1e3:.3f} ms at {summary['clock_mhz']:g} MHz")
+    print(f"prepare + quantize: {outcome.quantize_seconds:.2f} s; compile: "
+          f"{compiled.compile_seconds:.2f} s; run: {result.wall_seconds:.2f} s wall")
+    print(f"bit-exact vs the quantized reference: {'yes' if outcome.bit_exact else 'NO'}"
+          + ("" if outcome.bit_exact else f" ({outcome.mismatch})"))
+
+
+def _json_report(args, target, outcome) -> dict:
+    """The run as JSON: the same keys whatever the target (its own settings under
+    ``options``, its totals under ``summary``, per op the `OpStats` fields)."""
+    result = outcome.result
+    summary = result.summary.get(target.name, {})
+    return {"model": args.model, "target": target.name, "options": target.options(),
+            "board": args.board, "input": outcome.model.input_note,
+            "quantization": outcome.quantized.metadata["quantized"]["mode"],
+            "bit_exact": outcome.bit_exact, "mismatch": outcome.mismatch or None,
+            "cycles": result.cycles, "seconds_at_clock": summary.get("seconds_at_clock"),
+            "quantize_seconds": outcome.quantize_seconds,
+            "compile_seconds": outcome.compiled.compile_seconds,
+            "wall_seconds": result.wall_seconds, "summary": result.summary,
+            "records": args.records, "tuned_ops": sorted(outcome.schedules),
+            "ops": [s.to_dict() for s in result.ops]}

@@ -1,0 +1,175 @@
+"""``vdla tune``: search the schedules of a model's tunable ops (or of single workloads)
+on a target, keeping every measurement in a records file that ``vdla run --records``
+compiles with."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from vdla.cli.common import (CONFIG_HELP, CliError, format_schedule, table,
+                             write_json)
+from vdla.cli.run import DEFAULT_TARGET, make_target
+from vdla.compiler import pipeline, targets
+from vdla.compiler.tuner import LocalRunner, Records, task_from_workload, tune_task
+from vdla.compiler.tuner.search import TUNERS
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(sub) -> None:
+    tune = sub.add_parser(
+        "tune", help="search the tile sizes and virtual threads of a model's tunable ops "
+                     "against the simulated accelerator (or another target); records go to "
+                     "an SQLite file",
+        description="Tune the schedule of every distinct tunable op of MODEL (or of the "
+                    "--layer workloads) on a target: for the accelerator, measure schedules "
+                    "on the cycle-accurate Verilator model (or the fast functional mode), "
+                    "guided by a learned cost model. Every measurement is appended to "
+                    "--records; a second run resumes where the first stopped, and `vdla run "
+                    "--records` compiles with the best schedules found.")
+    tune.add_argument("model", metavar="MODEL", nargs="?",
+                      help="zoo model name (resnet18, digits_cnn, ...) or an .onnx path")
+    tune.add_argument("--layer", metavar="SPEC", action="append",
+                      help="a single conv workload instead of a model: a ResNet-18 name "
+                           "(C1..C11) or H,W,Cin,Cout,k,pad,stride; may be repeated")
+    tune.add_argument("--target", default=DEFAULT_TARGET, metavar="NAME",
+                      help=f"the target whose schedules are tuned: {', '.join(targets.names())}"
+                           f" (default {DEFAULT_TARGET})")
+    tune.add_argument("--trials", type=int, required=True, metavar="N",
+                      help="measurements per workload, those already in the records included")
+    tune.add_argument("--records", required=True, metavar="DB",
+                      help="SQLite records file (created if missing)")
+    tune.add_argument("--jobs", type=int, default=1, metavar="J",
+                      help="parallel measurement processes (default 1)")
+    tune.add_argument("--config", metavar="FILE", help=CONFIG_HELP)
+    tune.add_argument("--json", metavar="PATH", help="also write the results as JSON here")
+    tune.add_argument("--measure", metavar="BACKEND",
+                      help="how schedules are measured, one of the target's measurement "
+                           "backends (the accelerator: verilator, cycle-accurate, the default; "
+                           "functional, the fast mode: functional simulator + analytical "
+                           "timing model)")
+    tune.add_argument("--tuner", choices=tuple(TUNERS), default="model",
+                      help="model: learned cost model + simulated annealing (default); "
+                           "random or grid: baselines")
+    tune.add_argument("--batch", type=int, default=8, metavar="B",
+                      help="schedules measured per round (default 8)")
+    tune.add_argument("--seed", type=int, default=0, help="seeds the search (default 0)")
+    tune.add_argument("--timeout", type=float, default=600.0, metavar="SEC",
+                      help="wall-clock limit of one measurement (default 600)")
+    tune.add_argument("--calibration", type=int, default=4, metavar="N",
+                      help="calibration samples for quantizing MODEL (default 4)")
+    tune.set_defaults(func=run)
+
+
+def _check_args(args):
+    for name in ("trials", "jobs", "batch"):
+        value = getattr(args, name)
+        if value < 1:
+            raise CliError(f"--{name} must be a positive integer, not {value}")
+    if not args.timeout > 0:
+        raise CliError(f"--timeout must be a positive number of seconds, not {args.timeout}")
+    if args.seed < 0:
+        raise CliError(f"--seed must be a non-negative integer, not {args.seed}")
+    if args.calibration < 1:
+        raise CliError(f"--calibration must be a positive integer, not {args.calibration}")
+    if (args.model is None) == (not args.layer):
+        raise CliError("vdla tune needs a MODEL or --layer SPEC (one or the other)")
+
+
+def _tasks(args, target):
+    if args.layer:
+        return [task_from_workload(spec, target) for spec in args.layer], ", ".join(args.layer)
+    model = pipeline.load_model(args.model, calibration=args.calibration)
+    tasks = target.tasks(pipeline.quantize_for(model, target))
+    if not tasks:
+        raise CliError(f"{args.model} has no op that target {target.name!r} can tune: "
+                       "nothing to tune")
+    return tasks, args.model
+
+
+class _Progress:
+    """One updating line on a terminal's stderr; a line per finished workload otherwise."""
+
+    def __init__(self, count: int):
+        self.count, self.index, self.tty = count, 0, sys.stderr.isatty()
+
+    def __call__(self, task, done, total, best):
+        best_text = "-" if best is None else f"{best:,}"
+        if self.tty:
+            width = 20
+            filled = width * done // max(total, 1)
+            print(f"\r\x1b[Ktuning [{self.index + 1}/{self.count}] {task.name} "
+                  f"[{'#' * filled}{'.' * (width - filled)}] {done}/{total} trials, best "
+                  f"{best_text} {task.unit}", end="", file=sys.stderr, flush=True)
+        elif done == total:
+            print(f"vdla: tuned [{self.index + 1}/{self.count}] {task.name}: {done} trials, "
+                  f"best {best_text} {task.unit}", file=sys.stderr, flush=True)
+
+    def next(self):
+        self.index += 1
+        if self.tty:
+            print("\r\x1b[K", end="", file=sys.stderr, flush=True)
+
+
+def run(args) -> int:
+    _check_args(args)
+    # The measurement backend is the target's to define, so it is checked against the
+    # target; the accelerator's device backend follows it (verilator or functional).
+    target, _ = make_target(args, backend=args.measure if args.target == "vdla" else None)
+    if not target.measure_backends:
+        raise CliError(f"target {target.name!r} has no tunable ops")
+    measure = args.measure or target.measure_backends[0]
+    if measure not in target.measure_backends:
+        raise CliError(f"--measure {measure!r} is not one of target {target.name!r}'s "
+                       f"measurement backends: {', '.join(target.measure_backends)}")
+    tasks, what = _tasks(args, target)
+    start = time.perf_counter()
+    results = []
+    progress = _Progress(len(tasks))
+    with Records(args.records) as records, \
+            LocalRunner(measure, jobs=args.jobs, timeout=args.timeout) as runner:
+        for task in tasks:
+            results.append(tune_task(task, runner, trials=args.trials, records=records,
+                                     tuner=args.tuner, batch=args.batch, seed=args.seed,
+                                     progress=progress))
+            progress.next()
+    wall = time.perf_counter() - start
+
+    def sched(task, s):
+        return format_schedule(None if s is None else task.schedule_to_dict(s))
+
+    platform = f"config {tasks[0].platform}" if target.name == "vdla" else tasks[0].platform
+    print(f"tuned {what}: {len(tasks)} workload(s), target {target.name}, {platform}, "
+          f"{measure} measurements, {args.tuner} tuner, seed {args.seed}; records "
+          f"{args.records}")
+    unit = tasks[0].unit
+    header = ("workload", "shape", "space", "trials", "default", unit, "best found", unit,
+              "speedup")
+    rows = [(r.task.name, r.task.describe(), str(r.space_size),
+             f"{r.trials}" + (f" ({r.resumed} resumed)" if r.resumed else ""),
+             sched(r.task, r.default),
+             "-" if r.default_cycles is None else f"{r.default_cycles:,}",
+             sched(r.task, r.best), "-" if r.best_cycles is None else f"{r.best_cycles:,}",
+             "-" if r.speedup is None else f"{r.speedup:.3f}x") for r in results]
+    for line in table(header, rows, right={2, 3, 5, 7, 8}):
+        print("  " + line)
+    failures = sum(r.failures for r in results)
+    measured = sum(len(r.history) for r in results)
+    print(f"{measured} measurements in {wall:.1f} s ({args.jobs} job(s))"
+          + (f"; {failures} failed (kept in the records with their error)" if failures else ""))
+    if args.json:
+        write_json(args.json, {
+            "what": what, "target": target.name, "options": target.options(),
+            "platform": tasks[0].platform, "measure": measure, "tuner": args.tuner,
+            "seed": args.seed, "records": str(args.records), "wall_seconds": wall,
+            "workloads": [{
+                "name": r.task.name, "key": r.task.key, "nodes": list(r.task.nodes),
+                "space": r.space_size, "trials": r.trials, "resumed": r.resumed,
+                "failures": r.failures, "unit": r.task.unit,
+                "default": {"schedule": r.task.schedule_to_dict(r.default),
+                            "cycles": r.default_cycles},
+                "best": {"schedule": None if r.best is None else r.task.schedule_to_dict(r.best),
+                         "cycles": r.best_cycles},
+                "speedup": r.speedup} for r in results]})
+    return 0
