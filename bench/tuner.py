@@ -22,7 +22,7 @@ first, then the model tuner) with `--trials` measurements per layer on Verilator
 `--jobs` worker processes; printed: default and best cycles and the speedup.
 
     python bench/tuner.py [--layers C2 C5] [--seeds 5] [--trials 24] [--jobs 2]
-                          [--records FILE] [--skip-default]
+                          [--records FILE] [--skip-default] [--skip-exhaustive]
 """
 
 from __future__ import annotations
@@ -86,23 +86,28 @@ def main(argv=None) -> int:
     parser.add_argument("--records", default=None,
                         help="records file (default: bench-tuner.db in vdla's cache folder)")
     parser.add_argument("--skip-default", action="store_true", help="skip part 2")
+    parser.add_argument("--skip-exhaustive", action="store_true",
+                        help="skip part 1 (with a new --records file, part 2 alone measures "
+                             "from scratch)")
     args = parser.parse_args(argv)
     if args.records is None:
         from vdla.sim.verilator.build import cache_root
         args.records = str(cache_root() / "bench-tuner.db")
     config = vdla.HardwareConfig()
-    target = get_target("vdla", config=config)
+    accelerator = get_target("vdla", config=config)
     failed = False
     start = time.perf_counter()
     with Records(args.records) as db, LocalRunner("verilator", jobs=args.jobs) as runner:
-        print(f"Part 1: reduced ResNet-18 layers (H/4, W/4, C/2), config {config.name}; "
-              f"tuner budget {BUDGET:.0%} of the valid space; records {args.records}")
-        print(f"{'layer':7s} {'workload':22s} {'space':>5s} {'budget':>6s} {'best':>8s} "
-              f"{'tuner':>11s} {'knobs-only':>11s} {'random':>7s} {'default':>8s}  verdict")
+        if not args.skip_exhaustive:
+            print(f"Part 1: reduced ResNet-18 layers (H/4, W/4, C/2), config {config.name}; "
+                  f"tuner budget {BUDGET:.0%} of the valid space; records {args.records}")
+            print(f"{'layer':7s} {'workload':22s} {'space':>5s} {'budget':>6s} {'best':>8s} "
+                  f"{'tuner':>11s} {'knobs-only':>11s} {'random':>7s} {'default':>8s}  "
+                  "verdict")
         replay = ReplayRunner(db, "verilator")
-        for name in args.layers:
+        for name in ([] if args.skip_exhaustive else args.layers):
             spec = reduced_spec(name)
-            task = task_from_workload(spec, target).with_name(f"{name}/r")
+            task = task_from_workload(spec, accelerator).with_name(f"{name}/r")
             space = task.space()
             # Exhaustive: the grid over the whole space (resumes from the records).
             full = tune_task(task, runner, trials=len(space), records=db, tuner="grid",
@@ -141,9 +146,10 @@ def main(argv=None) -> int:
                   f"{fmt(found):>11s} {fmt(knobs_only):>11s} "
                   f"{statistics.mean(rand):7.1f} {default_cycles / best - 1:+8.1%}  "
                   f"{'ok' if ok else 'MISSED'}", flush=True)
-        print("tuner / knobs-only: trials until a schedule within 5% of the exhaustive best "
-              f"was measured, median (worst) over {args.seeds} seeds; random: mean over 50 "
-              "seeds; default: the default chooser's cycles over the best")
+        if not args.skip_exhaustive:
+            print("tuner / knobs-only: trials until a schedule within 5% of the exhaustive "
+                  f"best was measured, median (worst) over {args.seeds} seeds; random: mean "
+                  "over 50 seeds; default: the default chooser's cycles over the best")
 
         if not args.skip_default:
             print(f"\nPart 2: ResNet-18 layers on config {config.name}, {args.trials} trials "
@@ -152,7 +158,7 @@ def main(argv=None) -> int:
                   f"{'best found':24s} {'cycles':>9s} {'speedup':>8s}")
             speedups = []
             for name in args.layers:
-                task = task_from_workload(name, target)
+                task = task_from_workload(name, accelerator)
                 r = tune_task(task, runner, trials=args.trials, records=db, tuner="model",
                               progress=progress_line)
                 clear_line()
