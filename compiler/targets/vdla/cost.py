@@ -196,19 +196,25 @@ def schedule_space(layer: Conv2dLayer, config: HardwareConfig, *,
 def choose_conv2d(layer: Conv2dLayer, config: HardwareConfig, *,
                   nthreads: int | None = None) -> Conv2dSchedule:
     """The schedule of `layer` with the fewest estimated cycles (`estimate_conv2d`) among
-    `schedule_space`; `nthreads` (1 or 2) restricts the virtual threads. Raises
-    ValueError when nothing fits (naming the buffers the smallest tiles overflow)."""
+    `schedule_space`; `nthreads` (1 or 2) restricts the virtual threads. The widest few
+    output-width tilings are searched first (full rows make the longest DMA rows) and
+    every width only when none of those fits, so a schedule is found whenever the
+    smallest tiling fits. Raises ValueError when nothing fits (naming the buffers the
+    smallest tiles overflow)."""
     options = {None: ((1, 1), (2, 1), (1, 2)), 1: ((1, 1),), 2: ((2, 1), (1, 2))}
     if nthreads not in options:
         raise ValueError(f"nthreads must be 1, 2 or None (either), not {nthreads!r}")
     threads = options[nthreads]
     best, best_cycles = None, None
-    for s in schedule_space(layer, config, threads=threads):
-        cycles = estimate_conv2d(layer, s, config).cycles
-        # Ties go to fewer, larger tiles (fewer instructions).
-        key = (cycles, -s.tile_h * s.tile_w * s.tile_ci * s.tile_co)
-        if best is None or key < best_cycles:
-            best, best_cycles = s, key
+    for width_tiles in (4, None):
+        for s in schedule_space(layer, config, threads=threads, width_tiles=width_tiles):
+            cycles = estimate_conv2d(layer, s, config).cycles
+            # Ties go to fewer, larger tiles (fewer instructions).
+            key = (cycles, -s.tile_h * s.tile_w * s.tile_ci * s.tile_co)
+            if best is None or key < best_cycles:
+                best, best_cycles = s, key
+        if best is not None:
+            break
     if best is None:
         Conv2dSchedule(1, 1, 1, 1).check(layer, config)  # raises, naming the buffers
         raise ValueError(f"conv2d layer {layer} has no schedule with {nthreads} virtual "

@@ -32,7 +32,7 @@ from vdla.compiler.ir.graph import Graph
 from vdla.compiler.ir.tensor import Node
 from vdla.compiler.targets.base import CompiledOp, OpRun, OpStats, Support, Target, TargetSession
 from vdla.compiler.targets.vdla.conv2d import LoweredConv2d, lower_conv2d
-from vdla.compiler.targets.vdla.cost import choose_conv2d, choose_pool2d
+from vdla.compiler.targets.vdla.cost import choose_pool2d
 from vdla.compiler.targets.vdla.layers import POOL_OPS, conv2d_layer, pool2d_layer
 from vdla.compiler.targets.vdla.pool import LoweredPool2d, lower_pool2d
 from vdla.compiler.targets.vdla.schedules import Conv2dSchedule, Pool2dSchedule
@@ -128,8 +128,11 @@ class VdlaTarget(Target):
         return Support(True, reason)
 
     def _check_lowerable(self, node: Node, graph: Graph):
-        """What only the lowering knows; ValueError naming the problem. The default
-        choosers are cached, so compiling the node afterwards does not search again."""
+        """What only the lowering knows; ValueError naming the problem. A convolution has
+        a schedule that fits when its smallest tiling fits (a larger tile never needs
+        less of any buffer), which is cheap to check; the pool's default chooser is
+        quicker than counting the smallest tiling's micro-ops (one tile per output
+        entry), and it is cached for the compilation that follows."""
         if node.op in POOL_OPS:
             layer, _, _ = pool2d_layer(node, graph, self.config)
             choose_pool2d(layer, self.config)
@@ -143,7 +146,7 @@ class VdlaTarget(Target):
             raise ValueError(f"{node.op} node {node.name!r}: its bias {node.input(2)!r} is "
                              "computed at run time; the back half needs a constant bias")
         layer, _ = conv2d_layer(node, graph, self.config)
-        choose_conv2d(layer, self.config)
+        Conv2dSchedule(1, 1, 1, 1).check(layer, self.config)
 
     # --- compiling -----------------------------------------------------------------------
 

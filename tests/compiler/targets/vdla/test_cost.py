@@ -91,3 +91,17 @@ def test_workload_graph_runs_bit_exact_with_the_default_schedule():
     dev = vdla.runtime.open(DEFAULT)
     got = run_conv2d(dev, lowered, feed["x"], graph.tensors["w"].data, graph.tensors["b"].data)
     np.testing.assert_array_equal(got, want)
+
+
+def test_the_chooser_finds_narrow_tiles_when_only_those_fit():
+    """The default chooser searches the widest output-width tilings first and every width
+    only when none of those fits: a schedule exists whenever the smallest tiling fits,
+    which is what `VdlaTarget.supports` checks."""
+    tiny = vdla.HardwareConfig(acc_buff_size=512)          # 8 acc entries
+    layer = Conv2dLayer(n=1, c=16, h=56, w=56, o=16, kernel_h=3, kernel_w=3,
+                        pads=(1, 1, 1, 1), batch_blocks=1, in_blocks=1, out_blocks=1)
+    widest = min(list(schedule_space(layer, tiny)) + [None], key=lambda s: s is None)
+    assert widest is None                                  # no wide tiling fits 8 entries
+    chosen = choose_conv2d(layer, tiny)
+    assert chosen.fits(layer, tiny) and chosen.tile_w < 14
+    assert choose_conv2d(layer, vdla.HardwareConfig()).tile_w >= 14   # unchanged default

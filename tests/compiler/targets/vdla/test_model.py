@@ -345,3 +345,20 @@ def test_bad_arguments(digits_quantized, digits_compiled):
         with pytest.raises(ValueError, match=f"compiled for config {CFG.name}.*{other.name}"):
             digits_compiled.session(dev)
     assert isinstance(digits_compiled, CompiledModel)
+
+
+def test_a_tiny_config_compiles_everything_it_supports():
+    """`supports` is the one decision: on a config with 8 accumulator entries every node
+    it accepts compiles (with the narrow tiles that fit), and the model is bit-exact."""
+    tiny = VdlaTarget(vdla.HardwareConfig(acc_buff_size=512), backend="functional")
+    quantized, rng = quantized_zoo("small_cnn", calibration=2)
+    compiled = compile_model(quantized, tiny)
+    convs = [op for op in compiled.ops if op.op == "qconv2d"]
+    on_vdla = [op for op in convs if op.target == "vdla"]
+    assert on_vdla and all(op.schedule["tile_h"] * op.schedule["tile_w"] <= 8
+                           for op in on_vdla)
+    # The rest do not fit even as 1x1x1x1 tiles (their constant rows fill the acc buffer).
+    assert all("does not fit config" in op.reason for op in convs if op.target == "host")
+    feed = {"input": rng.standard_normal((1, 3, 32, 32)).astype(np.float32)}
+    with compiled.session() as session:
+        assert_bit_exact(quantized, session.run(feed), feed)
