@@ -424,6 +424,13 @@ def test_vdla_tune_a_layer_with_the_fast_mode(tmp_path, capsys):
     (["run", "digits_cnn", "--records", "missing.db"],
      "records file 'missing.db' does not exist"),
     (["tune", "--layer", "C5", "--trials", "2", "--records", "."], "is a folder"),
+    (["tune", "--layer", "C5", "--trials", "2", "--measure", "wall", "--records", "x.db"],
+     "--measure 'wall' is not one of target 'vdla''s measurement backends: verilator, "
+     "functional"),
+    (["tune", "--layer", "C5", "--trials", "2", "--target", "host", "--records", "x.db"],
+     "target 'host' has no tunable ops"),
+    (["tune", "--layer", "C5", "--trials", "2", "--target", "npu", "--records", "x.db"],
+     "unknown target 'npu'"),
 ])
 def test_cli_errors(tmp_path, monkeypatch, capsys, args, message):
     monkeypatch.chdir(tmp_path)

@@ -51,10 +51,9 @@ def add_parser(sub) -> None:
     run_.set_defaults(func=run)
 
 
-def make_target(args, *, backend: str | None = None):
+def make_target(args):
     """The target `args` name, with its options; (target, board or None). The
-    accelerator takes --config, --board and `backend` (--sim); another target refuses
-    them."""
+    accelerator takes --config, --board and --sim; another target refuses them."""
     if args.target not in targets.names():
         raise CliError(f"unknown target {args.target!r}; available: "
                        f"{', '.join(targets.names())} (see `vdla targets`)")
@@ -69,7 +68,7 @@ def make_target(args, *, backend: str | None = None):
         board, config = board_config(args.board, args.config)
     else:
         config = load_config(args.config)
-    backend = backend or getattr(args, "sim", None) or DEFAULT_BACKEND
+    backend = getattr(args, "sim", None) or DEFAULT_BACKEND
     options = {}
     if board is not None and backend == "verilator":
         options["dram"] = board.dram_timing()    # the board's memory, on the timed model

@@ -114,9 +114,9 @@ class _Progress:
 
 def run(args) -> int:
     _check_args(args)
-    # The measurement backend is the target's to define, so it is checked against the
-    # target; the accelerator's device backend follows it (verilator or functional).
-    target, _ = make_target(args, backend=args.measure if args.target == "vdla" else None)
+    # How schedules are measured is the target's to define (its tasks open their own
+    # devices), so --measure is checked against the target's measurement backends.
+    target, _ = make_target(args)
     if not target.measure_backends:
         raise CliError(f"target {target.name!r} has no tunable ops")
     measure = args.measure or target.measure_backends[0]
