@@ -24,8 +24,7 @@ import numpy as np
 from vdla.compiler.frontend import zoo
 from vdla.compiler.frontend.datasets import digits_split
 from vdla.compiler.ir.graph import Graph
-from vdla.compiler.passes.prepare import prepare
-from vdla.compiler.passes.quantize import MODES, quantize
+from vdla.compiler.passes.quantize import quantize
 from vdla.compiler.reference import run_reference
 from vdla.compiler.targets.base import Progress, Target
 from vdla.compiler.targets.model import CompiledModel, RunResult, compile_model
@@ -106,13 +105,10 @@ def requant_mode(targets: Sequence[Target]) -> str:
 
 def quantize_for(model: LoadedModel, targets: Target | Sequence[Target], *,
                  mode: str | None = None) -> Graph:
-    """`model` prepared and quantized on its calibration samples, for `mode` (default:
-    `requant_mode` of `targets`)."""
+    """`model` quantized on its calibration samples (`quantize` prepares it first: BN
+    folding, fusion), for `mode` (default: `requant_mode` of `targets`)."""
     targets = [targets] if isinstance(targets, Target) else list(targets)
-    mode = mode or requant_mode(targets)
-    if mode not in MODES:
-        raise ValueError(f"unknown requantization mode {mode!r}; available: {', '.join(MODES)}")
-    return quantize(prepare(model.graph), model.calibration, mode)
+    return quantize(model.graph, model.calibration, mode or requant_mode(targets))
 
 
 def compile_for(quantized: Graph, target: Target, *, records: Any = None,

@@ -319,3 +319,16 @@ def test_pack_graph_quantized_model_exact(cfg):
             np.testing.assert_array_equal(got[name], want[name], err_msg=name)
             compared += 1
     assert q.outputs[0] in got and compared >= 4
+
+
+@pytest.mark.parametrize("blocks, message", [
+    ({"batch": 0, "block_in": 16, "block_out": 16}, "batch must be a positive integer, not 0"),
+    ({"batch": 1, "block_in": 16.0, "block_out": 16}, "block_in must be a positive integer"),
+    ({"batch": 1, "block_in": 16, "block_out": True}, "block_out must be a positive integer"),
+])
+def test_pack_graph_refuses_bad_block_sizes(blocks, message):
+    g = Graph("g")
+    x = g.add_input("x", (1, 4, 5, 5))
+    g.set_outputs([g.add_node("conv2d", [x, g.add_constant("w", np.ones((4, 4, 1, 1)))])])
+    with pytest.raises(ValueError, match=message):
+        pack_graph(g, **blocks)

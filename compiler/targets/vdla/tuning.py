@@ -63,6 +63,11 @@ THREADS = ((1, 1), (2, 1), (1, 2))
 TUNABLE_OPS = ("qconv2d", "qdense")
 
 
+def _canonical(workload: dict) -> str:
+    """A workload as the records' key: compact, sorted JSON."""
+    return json.dumps(workload, sort_keys=True, separators=(",", ":"))
+
+
 def _alu_passes(workload: dict) -> tuple[int, int]:
     """(passes with an immediate, passes with a vector operand) of the main epilogue,
     the clamp's MAX and MIN included (as `estimate_conv2d` counts them)."""
@@ -104,7 +109,7 @@ class ConvTask(TuneTask):
 
     @functools.cached_property
     def key(self) -> str:
-        return json.dumps(self.workload, sort_keys=True, separators=(",", ":"))
+        return _canonical(self.workload)
 
     @functools.cached_property
     def layer(self) -> Conv2dLayer:
@@ -184,9 +189,6 @@ class ConvTask(TuneTask):
         if backend == "verilator":   # build once here, not once per worker
             build_model(self.config, log=log)
 
-    def context_key(self, backend: str):
-        return (self.target, self.config, backend)
-
     def open_context(self, backend: str):
         options = {"log": lambda message: None} if backend == "verilator" else {}
         return vdla.runtime.open(self.config, backend=backend, **options)
@@ -264,8 +266,7 @@ def conv_tasks(graph: Graph, target) -> list[ConvTask]:
     groups: dict[str, list] = {}
     for node in graph.nodes():
         if node.op in TUNABLE_OPS and target.supports(node, graph).ok:
-            key = json.dumps(conv2d_workload(node, graph, target.config), sort_keys=True,
-                             separators=(",", ":"))
+            key = _canonical(conv2d_workload(node, graph, target.config))
             groups.setdefault(key, []).append(node)
     tasks = []
     for nodes in groups.values():

@@ -175,3 +175,13 @@ def test_vdla_supports_directly():
     g = quantized_graph(multipliers=False)
     ok, reason = VdlaTarget(NO_MUL).supports(g.node("conv"), g)
     assert ok and "GEMM core" in reason and "bias" in reason
+
+
+def test_bad_target_options_are_refused():
+    with pytest.raises(TypeError, match="config must be a vdla.HardwareConfig, not dict"):
+        VdlaTarget({"batch": 1})
+    with pytest.raises(ValueError, match="unknown backend 'fpga'; available: functional, "
+                                         "verilator"):
+        VdlaTarget(NO_MUL, backend="fpga")
+    assert VdlaTarget(WITH_MUL).requant_modes == ("multiply", "shift")
+    assert VdlaTarget(NO_MUL).requant_modes == ("shift",)
