@@ -138,8 +138,10 @@ class FunctionalDevice(Device):
         self.dram = np.zeros(dram_size, dtype=np.uint8)
         self.simulator = FunctionalSimulator(config, self.dram)
 
-    def run(self, insn_addr: int, insn_count: int) -> dict:
-        return self.simulator.run_from_dram(insn_addr, insn_count)
+    def run(self, insn_addr: int, insn_count: int, *, max_cycles: int | None = None) -> dict:
+        """As `Device.run`; `max_cycles` bounds the work validation accepts (a program that
+        cannot fit raises `vdla.sim.validate.BudgetError`, as on Verilator)."""
+        return self.simulator.run_from_dram(insn_addr, insn_count, max_cycles=max_cycles)
 
 
 class VerilatorDevice(Device):
@@ -151,7 +153,8 @@ class VerilatorDevice(Device):
     dram_size : bytes of DRAM (default 256 MiB, allocated lazily)
     dram : `vdla.sim.verilator.DramTiming` (default: 8 bytes per cycle each way, 32 cycles
         of read latency, as DESIGN.md sets)
-    max_cycles : the default cycle budget of `run` (the watchdog)
+    max_cycles : the cycle budget of every `run` (the watchdog; default: a multiple of
+        each program's estimated cycles, see `vdla.sim.validate`)
     waveform : write a VCD (or FST) waveform of every cycle of the session to this path
     cache : the build cache folder (default ``$VDLA_CACHE`` or ``~/.cache/vdla``)
     log : callable receiving progress lines while building (default: print to stderr)
@@ -177,13 +180,16 @@ class VerilatorDevice(Device):
         self.timeline = None
 
     def run(self, insn_addr: int, insn_count: int, *, max_cycles: int | None = None,
-            timeline: bool = False) -> dict:
+            timeline: bool = False, validate: bool = True) -> dict:
         """As `Device.run`; the stats are the hardware's counters (``cycles`` first) and
-        ``wall_seconds``. `max_cycles` overrides the device's budget; with `timeline`,
-        `self.timeline` becomes the run's per-unit busy timeline
-        (`vdla.sim.timeline.Timeline`, exportable as a Perfetto trace)."""
+        ``wall_seconds``. `max_cycles` overrides the device's budget (by default a
+        multiple of the program's estimated cycles); with `timeline`, `self.timeline`
+        becomes the run's per-unit busy timeline (`vdla.sim.timeline.Timeline`,
+        exportable as a Perfetto trace). `validate` False skips the checks every backend
+        makes before a run (`vdla.sim.validate`), leaving a bad program to the watchdog:
+        for testing the hardware, not for running programs."""
         stats = self.simulator.run_from_dram(
-            insn_addr, insn_count, timeline=timeline,
+            insn_addr, insn_count, timeline=timeline, validate=validate,
             max_cycles=self.max_cycles if max_cycles is None else max_cycles)
         if timeline:
             self.timeline = self.simulator.timeline

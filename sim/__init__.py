@@ -4,6 +4,7 @@
 from vdla.sim.errors import (TOKEN_QUEUES, DeadlockError, ProgramError, SimError, Wait,
                              WatchdogError)
 from vdla.sim.functional import FunctionalSimulator
+from vdla.sim.validate import BudgetError, ProgramValidator
 
-__all__ = ["FunctionalSimulator", "SimError", "ProgramError", "DeadlockError", "WatchdogError",
-           "Wait", "TOKEN_QUEUES"]
+__all__ = ["FunctionalSimulator", "ProgramValidator", "SimError", "ProgramError", "BudgetError",
+           "DeadlockError", "WatchdogError", "Wait", "TOKEN_QUEUES"]

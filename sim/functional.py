@@ -10,6 +10,10 @@ a program computes, not how long it takes:
 - a state where nothing can move and FINISH has not run is a deadlock, reported with
   what every blocked unit waits on.
 
+That scheduling, and every check of indices and addresses, is the validator's
+(`vdla.sim.validate`), which every backend runs before a program: this module executes
+the instructions in the order the validator's walk yields, on data it knows is in range.
+
 Work inside an instruction is vectorized over all its micro-ops: GEMM products come from
 one float32 matrix product over the distinct inputs and weights the instruction touches
 (exact: |int8·int8| sums stay far below 2**24) and are accumulated per destination with
@@ -26,13 +30,11 @@ from typing import Sequence
 import numpy as np
 
 from vdla.config import AluOp, HardwareConfig
-from vdla.isa import INSN_BYTES, Alu, Finish, Gemm, Insn, Load, MemoryType, Store, format_insn
-from vdla.sim.errors import DeadlockError, ProgramError, Wait
-from vdla.sim.protocol import MODULES, fetch_program, route_program
+from vdla.isa import INSN_BYTES, Alu, Gemm, Insn, Load, MemoryType, Store
+from vdla.sim.protocol import fetch_program
+from vdla.sim.validate import ProgramValidator, decode_uops
 
 __all__ = ["FunctionalSimulator"]
-
-_MODULES = MODULES
 
 # Elements per batch of products: bounds the memory of temporary arrays.
 _CHUNK_ELEMS = 1 << 22
@@ -83,15 +85,18 @@ class FunctionalSimulator:
         self.uop_dst = np.zeros(c.uop_depth, dtype=np.int64)
         self.uop_src = np.zeros(c.uop_depth, dtype=np.int64)
         self.uop_wgt = np.zeros(c.uop_depth, dtype=np.int64)
+        self.validator = ProgramValidator(config)
 
     # --- running ------------------------------------------------------------------------
 
-    def run_from_dram(self, insn_addr: int, insn_count: int) -> dict:
+    def run_from_dram(self, insn_addr: int, insn_count: int, *,
+                      max_cycles: int | None = None) -> dict:
         """Fetch `insn_count` instructions from DRAM byte address `insn_addr` and run them."""
         insns = fetch_program(self.dram, insn_addr, insn_count, self.config)
-        return self.run(insns)
+        return self.run(insns, insn_addr=insn_addr, max_cycles=max_cycles)
 
-    def run(self, insns: Sequence[Insn]) -> dict:
+    def run(self, insns: Sequence[Insn], *, insn_addr: int | None = None,
+            max_cycles: int | None = None) -> dict:
         """Run a program to FINISH and return its statistics.
 
         Statistics (a dict of ints; counters that stayed 0 are left out):
@@ -102,117 +107,44 @@ class FunctionalSimulator:
         ``gemm_uops``, ``gemm_macs`` (batch·block_in·block_out per non-reset GEMM
         micro-op) and ``alu_uops``.
 
-        Raises `DeadlockError` when no module can move before FINISH, and `ProgramError`
-        for an invalid instruction (naming its index), a program without FINISH, work
-        still pending when FINISH runs, or tokens left in a queue at the end.
+        The program is validated first (`vdla.sim.validate`, as on every backend):
+        `DeadlockError` when no module can move before FINISH, `ProgramError` for an
+        invalid instruction (naming its index), a program without FINISH, work still
+        pending when FINISH runs, or tokens left in a queue at the end, and
+        `vdla.sim.validate.BudgetError` for work past `max_cycles` (default
+        `vdla.sim.validate.DEFAULT_MAX_CYCLES`). `insn_addr`, where the instructions
+        sit in DRAM, lets validation refuse a STORE over them.
         """
-        c = self.config
         insns = list(insns)
+        plan = self.validator.validate(insns, self.dram, insn_addr=insn_addr,
+                                       max_cycles=max_cycles)
         self.stats = stats = collections.Counter()
-        routes = route_program(insns)
-        queues = {m: collections.deque() for m in _MODULES}
-        tokens = dict.fromkeys(("load->compute", "compute->load", "compute->store",
-                                "store->compute"), 0)
-        fetched = 0
-        while True:
-            progress = False
-            while fetched < len(insns):
-                module = routes[fetched][0]
-                if len(queues[module]) >= c.cmd_queue_depth:
-                    break
-                queues[module].append(fetched)
-                fetched += 1
-                progress = True
-            for module in _MODULES:
-                queue = queues[module]
-                while queue:
-                    index = queue[0]
-                    _, pops, pushes = routes[index]
-                    if any(tokens[q] == 0 for q in pops) or any(
-                            tokens[q] >= c.token_queue_depth for q in pushes):
-                        break
-                    for q in pops:
-                        tokens[q] -= 1
-                    insn = insns[index]
-                    self._execute(index, insn)
-                    stats[f"{module.value}_insns"] += 1
-                    for q in pushes:
-                        tokens[q] += 1
-                    queue.popleft()
-                    progress = True
-                    if isinstance(insn, Finish):
-                        self._check_finished(index, insns, fetched, queues, tokens)
-                        stats["instructions"] = index + 1
-                        stats["fetch_bytes"] = (index + 1) * INSN_BYTES
-                        stats["dram_bytes_read"] += stats["fetch_bytes"]
-                        return dict(stats)
-            if not progress:
-                if fetched == len(insns) and not any(queues.values()):
-                    raise ProgramError(f"the program's {len(insns)} instructions ran without "
-                                       "a FINISH; end it with FINISH")
-                raise DeadlockError(self._waits(insns, routes, fetched, queues, tokens))
-
-    def _check_finished(self, index, insns, fetched, queues, tokens):
-        pending = sorted(i for q in queues.values() for i in q)
-        if fetched < len(insns) or pending:
-            first = pending[0] if pending else fetched
-            raise ProgramError(
-                f"FINISH (instruction {index}) ran while instruction {first} "
-                f"({format_insn(insns[first])}) had not: the host would see done before "
-                "that work; order it before FINISH with dependency tokens", index)
-        left = {q: n for q, n in tokens.items() if n}
-        if left:
-            desc = ", ".join(f"{n} on {q}" for q, n in left.items())
-            raise ProgramError(
-                f"the program finished with tokens left in the queues ({desc}); the hardware "
-                "keeps them and the next program would pop them: every push needs a pop", index)
-
-    def _waits(self, insns, routes, fetched, queues, tokens) -> list[Wait]:
-        c = self.config
-        waits = []
-        for module in _MODULES:
-            if not queues[module]:
-                continue
-            index = queues[module][0]
-            _, pops, pushes = routes[index]
-            text = format_insn(insns[index])
-            for q in pops:
-                if tokens[q] == 0:
-                    waits.append(Wait(module.value, index, q, "token", text))
-            for q in pushes:
-                if tokens[q] >= c.token_queue_depth:
-                    waits.append(Wait(module.value, index, q, "space", text))
-        if fetched < len(insns):
-            module = routes[fetched][0]
-            waits.append(Wait("fetch", fetched, f"{module.value} command", "space",
-                              format_insn(insns[fetched])))
-        return waits
+        for index in plan.order:
+            self._execute(insns[index])
+        for module, count in plan.module_insns.items():
+            stats[f"{module}_insns"] = count
+        stats["instructions"] = plan.finish + 1
+        stats["fetch_bytes"] = (plan.finish + 1) * INSN_BYTES
+        stats["dram_bytes_read"] += stats["fetch_bytes"]
+        return dict(stats)
 
     # --- instruction semantics ------------------------------------------------------------
 
-    def _execute(self, index: int, insn: Insn):
-        try:
-            if isinstance(insn, Load):
-                self._load(insn)
-            elif isinstance(insn, Store):
-                self._store(insn)
-            elif isinstance(insn, Gemm):
-                self._gemm(insn)
-            elif isinstance(insn, Alu):
-                self._alu(insn)
-        except _Invalid as exc:
-            raise ProgramError(f"instruction {index} ({format_insn(insn)}): {exc}", index) from None
+    # Every index and address below was checked by the validator before the program ran.
 
-    def _dram_elements(self, insn, what: str) -> np.ndarray:
-        """Element indices (y_size × x_size) in DRAM of a 2-D LOAD or STORE, range-checked."""
-        elem = self._elem_bytes[insn.memory_type]
-        count = len(self.dram) // elem
-        last = insn.dram_base + (insn.y_size - 1) * insn.x_stride + insn.x_size - 1
-        if insn.y_size and last >= count:
-            raise _Invalid(
-                f"{what} DRAM elements {insn.dram_base}..{last} of {elem} bytes (byte "
-                f"{insn.dram_base * elem:#x}..{(last + 1) * elem - 1:#x}) past the end of "
-                f"DRAM ({len(self.dram):#x} bytes)")
+    def _execute(self, insn: Insn):
+        if isinstance(insn, Load):
+            self._load(insn)
+        elif isinstance(insn, Store):
+            self._store(insn)
+        elif isinstance(insn, Gemm):
+            self._gemm(insn)
+        elif isinstance(insn, Alu):
+            self._alu(insn)
+
+    @staticmethod
+    def _dram_elements(insn) -> np.ndarray:
+        """Element indices (y_size × x_size) in DRAM of a 2-D LOAD or STORE."""
         rows = insn.dram_base + insn.x_stride * np.arange(insn.y_size, dtype=np.int64)
         return rows[:, None] + np.arange(insn.x_size, dtype=np.int64)
 
@@ -225,15 +157,12 @@ class FunctionalSimulator:
             return  # a dependency-only no-op
         mem = insn.memory_type
         sram = self.sram[mem]
-        if mem == MemoryType.UOP and (insn.y_pad_0 or insn.y_pad_1 or insn.x_pad_0 or insn.x_pad_1):
-            raise _Invalid("a LOAD of UOP cannot pad (a zero micro-op is not padding)")
         width = insn.x_pad_0 + insn.x_size + insn.x_pad_1
         rows = insn.y_pad_0 + insn.y_size + insn.y_pad_1
         end = insn.sram_base + rows * width
-        if end > len(sram):
-            raise _Invalid(f"writes {mem.name} SRAM elements {insn.sram_base}..{end - 1}, "
-                           f"past its depth {len(sram)}")
-        data = self._dram_view(mem)[self._dram_elements(insn, "reads")]
+        if rows == 0:
+            return  # no rows and no padding rows: nothing to write (found by fuzzing)
+        data = self._dram_view(mem)[self._dram_elements(insn)]
         block = sram[insn.sram_base:end].reshape(rows, width, -1)
         block[...] = 0
         block[insn.y_pad_0:insn.y_pad_0 + insn.y_size, insn.x_pad_0:insn.x_pad_0 + insn.x_size] = data
@@ -245,43 +174,21 @@ class FunctionalSimulator:
         self.stats["dram_bytes_read"] += nbytes
 
     def _decode_uops(self, begin: int, end: int):
-        c = self.config
-        raw = self.sram[MemoryType.UOP][begin:end]
-        words = raw.view("<u4")[:, 0].astype(np.int64) if c.uop_bytes == 4 else raw.view("<u8")[:, 0].astype(np.int64)
-        self.uop_dst[begin:end] = words & ((1 << c.uop_dst_bits) - 1)
-        self.uop_src[begin:end] = (words >> c.uop_dst_bits) & ((1 << c.uop_src_bits) - 1)
-        self.uop_wgt[begin:end] = (words >> (c.uop_dst_bits + c.uop_src_bits)) & ((1 << c.uop_wgt_bits) - 1)
+        (self.uop_dst[begin:end], self.uop_src[begin:end],
+         self.uop_wgt[begin:end]) = decode_uops(self.sram[MemoryType.UOP][begin:end], self.config)
 
     def _store(self, insn: Store):
         if insn.x_size == 0 or insn.y_size == 0:
             return  # nothing to write (stores have no padding)
-        if insn.y_size > 1 and insn.x_stride < insn.x_size:
-            raise _Invalid(f"x_stride {insn.x_stride} < x_size {insn.x_size}: stored rows "
-                           "would overlap in DRAM")
         count = insn.y_size * insn.x_size
         end = insn.sram_base + count
         out = self.sram[MemoryType.OUT]
-        if end > len(out):
-            raise _Invalid(f"reads OUT SRAM elements {insn.sram_base}..{end - 1}, past its "
-                           f"depth {len(out)}")
-        index = self._dram_elements(insn, "writes")
+        index = self._dram_elements(insn)
         self._dram_view(MemoryType.OUT)[index] = out[insn.sram_base:end].reshape(
             insn.y_size, insn.x_size, -1)
         nbytes = count * self._elem_bytes[MemoryType.OUT]
         self.stats["store_bytes_out"] += nbytes
         self.stats["dram_bytes_written"] += nbytes
-
-    def _check_reach(self, insn, fields: dict[str, tuple[np.ndarray, str, int, str]]):
-        """Check the largest index each field reaches, from the loop bounds.
-
-        `fields[name] = (uop field array, factor prefix, SRAM depth, SRAM name)`.
-        """
-        for name, (uop_field, prefix, depth, sram) in fields.items():
-            top = (int(uop_field[insn.uop_bgn:insn.uop_end].max())
-                   + (insn.iter_out - 1) * getattr(insn, f"{prefix}_factor_out")
-                   + (insn.iter_in - 1) * getattr(insn, f"{prefix}_factor_in"))
-            if top >= depth:
-                raise _Invalid(f"{name} index reaches {top}, past the {sram} depth {depth}")
 
     @staticmethod
     def _indices(insn, uop_field: np.ndarray, prefix: str) -> np.ndarray:
@@ -292,22 +199,15 @@ class FunctionalSimulator:
         return (base + o * getattr(insn, f"{prefix}_factor_out")
                 + i * getattr(insn, f"{prefix}_factor_in")).reshape(-1)
 
-    def _has_work(self, insn) -> bool:
-        """Whether a GEMM or ALU loop nest runs at least once (checking its uop range)."""
-        if insn.uop_end < insn.uop_bgn or insn.uop_end > self.config.uop_depth:
-            raise _Invalid(f"micro-op range {insn.uop_bgn}..{insn.uop_end} is not inside "
-                           f"the uop buffer (0..{self.config.uop_depth})")
+    @staticmethod
+    def _has_work(insn) -> bool:
+        """Whether a GEMM or ALU loop nest runs at least once."""
         return bool(insn.iter_out and insn.iter_in and insn.uop_end > insn.uop_bgn)
 
     def _gemm(self, insn: Gemm):
         c = self.config
         if not self._has_work(insn):
             return
-        fields = {"dst": (self.uop_dst, "dst", c.acc_depth, "acc buffer")}
-        if not insn.reset_reg:
-            fields["src"] = (self.uop_src, "src", c.inp_depth, "inp buffer")
-            fields["wgt"] = (self.uop_wgt, "wgt", c.wgt_depth, "wgt buffer")
-        self._check_reach(insn, fields)
         count = insn.iter_out * insn.iter_in * (insn.uop_end - insn.uop_bgn)
         self.stats["gemm_uops"] += count
         if insn.reset_reg:
@@ -394,16 +294,9 @@ class FunctionalSimulator:
 
     def _alu(self, insn: Alu):
         c = self.config
-        if insn.alu_opcode not in c.alu_ops:
-            raise _Invalid(f"ALU {insn.alu_opcode.name} is not in this config's alu_ops "
-                           f"({', '.join(sorted(op.name for op in c.alu_ops))})")
         if not self._has_work(insn):
             return
-        fields = {"dst": (self.uop_dst, "dst", c.acc_depth, "acc buffer")}
         vector = not insn.use_imm and not insn.reset_reg
-        if vector:
-            fields["src"] = (self.uop_src, "src", c.acc_depth, "acc buffer")
-        self._check_reach(insn, fields)
         dst = self._indices(insn, self.uop_dst, "dst")
         src = self._indices(insn, self.uop_src, "src") if vector else None
         self.stats["alu_uops"] += len(dst)
@@ -416,10 +309,6 @@ class FunctionalSimulator:
                 result = _alu_apply(insn.alu_opcode, self.acc[d], operand)
             self.acc[d] = result
             self.out[d] = result.astype(np.int8)
-
-
-class _Invalid(Exception):
-    """Raised inside an instruction's semantics; turned into a ProgramError naming it."""
 
 
 def _alu_apply(op: AluOp, a: np.ndarray, b) -> np.ndarray:

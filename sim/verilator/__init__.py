@@ -23,6 +23,7 @@ from vdla.isa.registers import COUNTERS, STATE_BITS
 from vdla.sim.errors import TOKEN_QUEUES, ProgramError, Wait, WatchdogError
 from vdla.sim.protocol import MODULES, fetch_program, route_program
 from vdla.sim.timeline import Timeline
+from vdla.sim.validate import DEFAULT_MAX_CYCLES, Plan, ProgramValidator
 from vdla.sim.verilator.binding import DramTiming, RunResult, RunStatus, VerilatorModel
 from vdla.sim.verilator.build import (CACHE_ENV, WAVEFORM_FORMATS, BuildError, ModelBuild,
                                       build_model, cache_root)
@@ -31,9 +32,6 @@ __all__ = ["VerilatorSimulator", "VerilatorModel", "DramTiming", "RunResult", "R
            "build_model", "ModelBuild", "BuildError", "cache_root", "CACHE_ENV",
            "WAVEFORM_FORMATS", "DEFAULT_MAX_CYCLES", "STALL_CYCLES"]
 
-#: Default cycle budget of a run: 20 s of accelerator time at 100 MHz, far beyond any
-#: single program vdla builds; the stall detector catches deadlocks long before.
-DEFAULT_MAX_CYCLES = 2_000_000_000
 #: A run is stalled when every unit waits and STATE has not changed for this many cycles
 #: with DRAM idle. Far longer than any pipeline or handshake latency in the design.
 STALL_CYCLES = 4096
@@ -87,30 +85,51 @@ class VerilatorSimulator:
                                     timing=timing, waveform=waveform)
         self.dram = self.model.dram
         self._bits = {name: 1 << bit for name, (bit, _) in STATE_BITS.items()}
+        self.validator = ProgramValidator(config, read_latency=timing.read_latency,
+                                          write_latency=timing.write_latency,
+                                          bytes_per_cycle=timing.bytes_per_cycle)
         self.timeline = None
+        self.plan: Plan | None = None
 
     def close(self):
         self.model.close()
 
     def run_from_dram(self, insn_addr: int, insn_count: int, *,
-                      max_cycles: int | None = None, timeline: bool = False) -> dict:
+                      max_cycles: int | None = None, timeline: bool = False,
+                      validate: bool = True) -> dict:
         """Run `insn_count` instructions at DRAM byte address `insn_addr` to FINISH.
 
         Returns every hardware counter (`vdla.isa.registers.COUNTERS`: ``cycles`` from start
         to done, busy and stall cycles, ``load_insns`` & co.) plus ``wall_seconds``. With
         `timeline`, `self.timeline` becomes the run's `vdla.sim.timeline.Timeline`.
 
-        Raises `ProgramError` for a stream that does not decode or sets a meaningless
-        flag (checked before it runs, as the functional simulator does), a DRAM access
-        outside DRAM, a program without FINISH, or one that finishes with work or tokens
-        left; `WatchdogError` for a run that stalls or exceeds `max_cycles`. After an
-        error the accelerator is reset, so the simulator stays usable.
+        The program is validated first (`vdla.sim.validate`, the checks every backend
+        makes), so an invalid program raises the functional simulator's error before it
+        runs: `ProgramError` (a stream that does not decode, a meaningless flag, an index
+        or address out of range, no FINISH, work or tokens left at FINISH),
+        `DeadlockError`, or `vdla.sim.validate.BudgetError` for work that cannot fit in
+        `max_cycles`. The run's budget is `max_cycles`, or by default a generous multiple
+        of the program's estimated cycles (`Plan.budget`). What validation cannot see is
+        the watchdog's: `WatchdogError` for a run that stalls or exceeds its budget (the
+        message names the budget and how to raise it), `ProgramError` for a bus error or a
+        FINISH the hardware raised early. After an error the accelerator is reset, so the
+        simulator stays usable. `validate` False skips validation (the default budget is
+        then `DEFAULT_MAX_CYCLES`): for checking the hardware's own watchdog.
         """
-        budget = DEFAULT_MAX_CYCLES if max_cycles is None else max_cycles
-        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
+        if max_cycles is not None and (isinstance(max_cycles, bool)
+                                       or not isinstance(max_cycles, int) or max_cycles < 1):
             raise ValueError(f"max_cycles must be a positive integer, not {max_cycles!r}")
         insns = fetch_program(self.dram, insn_addr, insn_count, self.config)
         routes = route_program(insns)
+        plan: Plan | None = None
+        self.plan = None   # the last run's validation Plan (its estimate and budget)
+        if validate:
+            plan = self.validator.validate(insns, self.dram, insn_addr=int(insn_addr),
+                                           max_cycles=max_cycles)
+            budget = plan.budget
+            self.plan = plan
+        else:
+            budget = DEFAULT_MAX_CYCLES if max_cycles is None else max_cycles
         start = time.perf_counter()
         result = self.model.run(int(insn_addr), int(insn_count), max_cycles=budget,
                                 stall_cycles=STALL_CYCLES, timeline=timeline)
@@ -119,7 +138,7 @@ class VerilatorSimulator:
             self.timeline = Timeline(self.model.last_timeline, result.cycles, insns=insns,
                                      clock_mhz=self.config.clock_mhz)
         try:
-            self._check(result, insns, routes)
+            self._check(result, insns, routes, plan)
         except BaseException:
             self.model.reset()
             raise
@@ -171,7 +190,7 @@ class VerilatorSimulator:
                                   format_insn(insns[fetched])))
         return waits, busy
 
-    def _check(self, result: RunResult, insns, routes):
+    def _check(self, result: RunResult, insns, routes, plan: Plan | None):
         status = result.status
         if status == RunStatus.DONE:
             self._check_finished(result, insns, routes)
@@ -190,7 +209,13 @@ class VerilatorSimulator:
             # Everything ran and went idle without FINISH raising done.
             raise ProgramError(f"the program's {len(insns)} instructions ran without a "
                                "FINISH; end it with FINISH")
-        raise WatchdogError(waits, cycles=result.cycles, stalled=stalled, busy=busy)
+        detail = ""
+        if not stalled:
+            detail = (plan.budget_note() if plan is not None else
+                      f"budget {result.cycles:,} cycles; raise it with max_cycles= "
+                      "(vdla sim --max-cycles) if the program really needs longer")
+        raise WatchdogError(waits, cycles=result.cycles, stalled=stalled, busy=busy,
+                            detail=detail)
 
     def _check_finished(self, result: RunResult, insns, routes):
         """FINISH raised done: like the functional simulator, insist that nothing else is

@@ -18,7 +18,7 @@ from vdla.isa.registers import COUNTERS, REGISTERS, STATE_BITS
 from vdla.isa import AluOp, Finish, Gemm, Load, MemoryType, Program, Store
 from vdla.runtime import COMPUTE, STORE, ProgramBuilder
 from vdla.runtime.kernels import blocked_gemm, blocked_gemm_reference
-from vdla.sim import DeadlockError, ProgramError, WatchdogError
+from vdla.sim import BudgetError, DeadlockError, ProgramError, WatchdogError
 from vdla.sim.verilator import DramTiming, RunStatus
 
 CFG = vdla.HardwareConfig()
@@ -37,8 +37,8 @@ def gemm_operands(m, n, k, seed=0):
             rng.integers(-128, 128, size=(n, k), dtype=np.int8))
 
 
-def run_insns(dev, insns):
-    return dev.run(*dev.load_program(Program(insns, dev.config)))
+def run_insns(dev, insns, **options):
+    return dev.run(*dev.load_program(Program(insns, dev.config)), **options)
 
 
 def inp_load(**kw):
@@ -169,11 +169,24 @@ DEADLOCKS = {
 
 
 @pytest.mark.parametrize("name", DEADLOCKS)
+def test_deadlock_is_found_before_the_run(dev, name):
+    """Validation finds a deadlock before Verilator runs: the functional error, verbatim."""
+    insns = DEADLOCKS[name]
+    expected = functional_error(insns)
+    with pytest.raises(DeadlockError) as info:
+        run_insns(dev, insns)
+    assert type(info.value) is DeadlockError and str(info.value) == str(expected)
+    assert info.value.waits == expected.waits
+
+
+@pytest.mark.parametrize("name", DEADLOCKS)
 def test_deadlock_raises_the_watchdog_with_the_functional_waits(dev, name):
+    """Without validation (as for a program whose hardware misbehaves), the watchdog still
+    turns the hang into the same report."""
     insns = DEADLOCKS[name]
     expected = functional_error(insns)
     with pytest.raises(WatchdogError) as info:
-        run_insns(dev, insns)
+        run_insns(dev, insns, validate=False)
     error = info.value
     assert isinstance(error, DeadlockError) and error.stalled
     assert error.waits == expected.waits
@@ -191,23 +204,33 @@ def test_full_command_queue_deadlock_names_fetch():
         with pytest.raises(DeadlockError) as expected:
             f.run(*f.load_program(Program(insns, cfg)))
     with vdla.runtime.open(cfg, backend="verilator", dram_size=1 << 20) as d:
-        with pytest.raises(WatchdogError) as info:
+        with pytest.raises(DeadlockError) as found:
             d.run(*d.load_program(Program(insns, cfg)))
+        assert str(found.value) == str(expected.value)
+        with pytest.raises(WatchdogError) as info:
+            d.run(*d.load_program(Program(insns, cfg)), validate=False)
     assert info.value.waits == expected.value.waits
     assert any(w.unit == "fetch" and w.reason == "space" for w in info.value.waits)
 
 
 def test_cycle_budget(dev, monkeypatch):
-    """A run that is still moving when its budget runs out is stopped too, and says what
-    was executing."""
+    """A run that passes validation but is still moving when its budget runs out is
+    stopped by the watchdog, saying what was executing, the budget and how to raise it.
+    A budget below the program's own work is refused before the run."""
     a, b = gemm_operands(128, 128, 256, seed=9)
     with monkeypatch.context() as patch:
         patch.setattr(dev, "max_cycles", 2000)
+        with pytest.raises(BudgetError, match=r"needs at least 20,480 cycles, past the "
+                                              r"cycle budget of 2,000.*max_cycles="):
+            blocked_gemm(dev, a, b, shift=8, virtual_threads=2)
+        # 20,480 GEMM micro-ops is a lower bound; the run takes longer than that.
+        patch.setattr(dev, "max_cycles", 20_481)
         with pytest.raises(WatchdogError) as info:
             blocked_gemm(dev, a, b, shift=8, virtual_threads=2)
     error = info.value
-    assert not error.stalled and error.cycles >= 2000
+    assert not error.stalled and error.cycles >= 20_481
     assert "did not finish within" in str(error)
+    assert "budget 20,481 cycles (the budget given); raise it with max_cycles=" in str(error)
     assert error.busy or error.waits
     out, _, _ = blocked_gemm(dev, a, b, shift=8, virtual_threads=2)   # usable again
     np.testing.assert_array_equal(out, blocked_gemm_reference(a, b, 8))

@@ -22,7 +22,7 @@ __all__ = ["DEFAULT_BACKEND", "add_parser", "run"]
 #: The simulator `vdla sim` runs on without --backend (vdla.runtime.BACKENDS: all).
 DEFAULT_BACKEND = "verilator"
 #: Options only a cycle-accurate backend understands: (attribute, flag).
-_CYCLE_OPTIONS = (("trace", "--trace"), ("wave", "--wave"), ("max_cycles", "--max-cycles"))
+_CYCLE_OPTIONS = (("trace", "--trace"), ("wave", "--wave"))
 
 
 def _read_program(path: str, config: HardwareConfig):
@@ -81,7 +81,10 @@ def add_parser(sub) -> None:
     sim.add_argument("--dump", metavar="FILE",
                      help="after the run, write DRAM from 0 to the end of the instructions")
     sim.add_argument("--max-cycles", type=int_arg, metavar="N",
-                     help="fail a run that takes more cycles (verilator)")
+                     help="the cycle budget: a program whose work cannot fit is refused "
+                          "before it runs (both backends), and a Verilator run that goes "
+                          "past it is stopped (default: 4x the program's estimated cycles "
+                          "+ 100,000, at most 2e9)")
     sim.add_argument("--trace", metavar="TRACE.json",
                      help="write a per-module busy/wait timeline for ui.perfetto.dev (verilator)")
     sim.add_argument("--wave", metavar="FILE.fst|.vcd", help="write a waveform (verilator)")
