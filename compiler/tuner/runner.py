@@ -4,7 +4,13 @@ A runner has one method that matters, ``measure(inputs) -> results``: a list of
 `MeasureInput` (task, schedule) in, one `MeasureResult` per input out, in the same order,
 whatever order they finished in. The search (`vdla.compiler.tuner.search`) only ever
 calls that, so a distributed engine (a Ray actor pool, say) plugs in as another class
-with the same method and a ``backend`` attribute, without touching the search.
+with the same method and a ``backend`` attribute, without touching the search. A runner
+may also take ``measure(inputs, on_result=callback)`` and call ``callback(index, result)``
+as each measurement finishes (in any order), so progress moves per measurement; the
+tuning loop passes it only to runners whose ``measure`` has that parameter, and reports
+a batch's results one by one after the batch otherwise. A runner whose ``measure`` is
+interrupted (Ctrl-C: KeyboardInterrupt) or raises must stay usable: `LocalRunner` kills
+the workers that were measuring, so no stale result answers a later input.
 
 `LocalRunner(backend, jobs)` measures in `jobs` worker processes. Each worker keeps one
 measurement context per platform open for its whole life (`TuneTask.open_context`: the
@@ -14,7 +20,9 @@ output, `TuneTask.measure_data`). A measurement that raises, produces a wrong ou
 runs past its budget, runs past the wall-clock limit (the worker is killed) or kills its
 worker (the worker is restarted) comes back as a result with that status: the search
 goes on. What a measurement does is the task's own (`TuneTask.measure`); the runner
-never looks inside a task or a schedule.
+never looks inside a task or a schedule. Workers are started by `vdla._workers`: they
+die with the process that started them (even a SIGKILLed one) and ignore SIGINT, which
+the parent handles.
 """
 
 from __future__ import annotations
@@ -26,14 +34,21 @@ import sys
 import time
 from typing import Callable, Sequence
 
+from vdla._workers import start_worker
 from vdla.compiler.tuner.measure import MeasureInput, MeasureResult, one_line
 from vdla.compiler.tuner.records import Records
 
-__all__ = ["LocalRunner", "MeasureInput", "MeasureResult", "ReplayRunner", "measure_task"]
+__all__ = ["LocalRunner", "MeasureInput", "MeasureResult", "OnResult", "ReplayRunner",
+           "measure_task"]
 
 #: Wall-clock limit of one measurement (seconds) unless the runner is given another: a
 #: backstop for a measurement that hangs outside its own budget.
 DEFAULT_TIMEOUT = 600.0
+#: Seconds an idle worker gets to close its contexts and exit before it is killed.
+STOP_WAIT = 5.0
+
+#: ``on_result(index, result)``: the measurement of ``inputs[index]`` finished.
+OnResult = Callable[[int, MeasureResult], None]
 
 
 def measure_task(task, schedule, context, *, data, backend: str) -> MeasureResult:
@@ -65,8 +80,8 @@ def _worker(conn, backend: str, measure: Measure):
             except Exception as exc:  # noqa: BLE001
                 result = MeasureResult("error", error=one_line(exc))
             conn.send(result)
-    except (EOFError, KeyboardInterrupt):
-        pass
+    except (EOFError, BrokenPipeError):
+        pass        # the parent closed its end without a goodbye: nobody wants results
     finally:
         for context in contexts.values():
             if hasattr(context, "close"):
@@ -74,11 +89,11 @@ def _worker(conn, backend: str, measure: Measure):
 
 
 class _Worker:
+    """A worker process, the parent's end of its pipe, and the input it is measuring."""
+
     def __init__(self, context, backend: str, measure: Measure):
         self.conn, child = context.Pipe()
-        self.process = context.Process(target=_worker, args=(child, backend, measure),
-                                       daemon=True)
-        self.process.start()
+        self.process = start_worker(context, _worker, (child, backend, measure))
         child.close()
         self.known: set[tuple] = set()    # uids of the tasks the worker holds
         self.job: tuple[int, float] | None = None   # (input index, start time)
@@ -89,15 +104,25 @@ class _Worker:
         self.known.add(uid)
         self.job = (index, time.monotonic())
 
+    def ask_to_stop(self):
+        try:
+            self.conn.send(None)
+        except OSError:      # it is gone already (BrokenPipeError)
+            pass
+
     def stop(self, *, kill: bool = False):
+        """Ask the worker to exit (it closes its contexts) or, with `kill` (it is busy,
+        hung or dead), kill it; one still alive after `STOP_WAIT` seconds is killed."""
         if kill:
             self.process.kill()
         else:
-            try:
-                self.conn.send(None)
-            except (BrokenPipeError, OSError):
-                pass
-        self.process.join(5)
+            self.ask_to_stop()
+        self.finish(time.monotonic() + STOP_WAIT)
+
+    def finish(self, deadline: float):
+        """Wait until `deadline` (a `time.monotonic` time) for the process to exit, kill it
+        if it has not, and close the pipe."""
+        self.process.join(max(0.0, deadline - time.monotonic()))
         if self.process.is_alive():
             self.process.kill()
             self.process.join()
@@ -117,7 +142,8 @@ class LocalRunner:
     log : receives progress lines of a task's preparation, such as a Verilator build
         (default: printed to stderr)
     Workers start on the first `measure` and live until `close` (or the ``with`` block
-    ends); a dead or killed worker is replaced.
+    ends); a dead or killed worker is replaced. They are started from the thread that
+    calls `measure`, and die with it (`vdla._workers`): use a runner from one thread.
     """
 
     def __init__(self, backend: str, jobs: int = 1, *,
@@ -152,11 +178,33 @@ class LocalRunner:
         while len(self._workers) < self.jobs:
             self._workers.append(_Worker(self._context, self.backend, self._measure))
 
-    def measure(self, inputs: Sequence[MeasureInput]) -> list[MeasureResult]:
+    def measure(self, inputs: Sequence[MeasureInput], on_result: OnResult | None = None
+                ) -> list[MeasureResult]:
+        """One result per input, in the order of `inputs`.
+
+        inputs : the (task, schedule) pairs to measure
+        on_result : called as ``on_result(index, result)`` in this thread as each
+            measurement finishes (in the order they finish)
+        If this raises or is interrupted (KeyboardInterrupt), the workers that were
+        measuring are killed at once, not waited for; the runner stays usable.
+        """
         inputs = list(inputs)
         if not inputs:
             return []
         self._prepare(inputs)
+        try:
+            return self._run_batch(inputs, on_result)
+        except BaseException:
+            # A busy worker would send its result later, as the answer to whatever it is
+            # sent next; and a measurement may run for minutes. Kill; `_prepare` refills.
+            busy = [w for w in self._workers if w.job is not None]
+            self._workers = [w for w in self._workers if w.job is None]
+            for w in busy:
+                w.stop(kill=True)
+            raise
+
+    def _run_batch(self, inputs: list[MeasureInput],
+                   on_result: OnResult | None) -> list[MeasureResult]:
         results: list[MeasureResult | None] = [None] * len(inputs)
         pending = collections.deque(enumerate(inputs))
         while pending or any(w.job for w in self._workers):
@@ -200,12 +248,25 @@ class LocalRunner:
                 if not w.process.is_alive() or result.status in ("crash", "timeout"):
                     w.stop(kill=True)
                     self._workers[i] = _Worker(self._context, self.backend, self._measure)
+                if on_result is not None:
+                    on_result(index, result)
         return results
 
     def close(self):
+        """Stop the workers: idle ones are asked to exit, all at once (each closes its
+        contexts), and killed if they have not after `STOP_WAIT` seconds; busy ones (a
+        `measure` interrupted in a way it could not clean up) are killed."""
         workers, self._workers = self._workers, []
-        for w in workers:
-            w.stop()
+        try:
+            for w in workers:
+                if w.job is None:
+                    w.ask_to_stop()
+                else:
+                    w.process.kill()
+        finally:
+            deadline = time.monotonic() + STOP_WAIT
+            for w in workers:
+                w.finish(deadline)
 
     def __enter__(self) -> "LocalRunner":
         return self
@@ -235,13 +296,17 @@ class ReplayRunner:
             self._tables[task.uid] = table
         return self._tables[task.uid]
 
-    def measure(self, inputs: Sequence[MeasureInput]) -> list[MeasureResult]:
+    def measure(self, inputs: Sequence[MeasureInput], on_result: OnResult | None = None
+                ) -> list[MeasureResult]:
+        """One result per input, in order; `on_result` as `LocalRunner.measure`'s."""
         out = []
-        for inp in inputs:
+        for index, inp in enumerate(inputs):
             r = self._table(inp.task).get(inp.schedule)
             out.append(MeasureResult("error", error=f"schedule {inp.schedule} has no record")
                        if r is None else MeasureResult(r.status, r.cycles, r.counters,
                                                        r.error, r.seconds))
+            if on_result is not None:
+                on_result(index, out[-1])
         return out
 
     def close(self):

@@ -1,23 +1,27 @@
 """The tuning loop: propose a batch, measure it, record it, learn; resume from records.
 
     with Records("tune.db") as db, LocalRunner("verilator", jobs=2) as runner:
-        result = tune_task(task_from_workload("C5", target), runner, trials=64, records=db)
+        result = tune_task(tasks_from_workload("C5", target)[0], runner, trials=64,
+                           records=db)
     result.best, result.best_cycles, result.default_cycles
 
 The loop sees only the task interface (`vdla.compiler.tuner.task.TuneTask`), so it tunes
 any target's tasks. `trials` is the task's measurement budget *including* what the
 records already hold for it (same target, workload, platform and backend): a run
 stopped after 20 of 64 trials and started again measures the other 44, and never a
-schedule measured before. Results are written to the records after every batch, so an
-interrupted run loses at most one batch.
+schedule measured before. Results are written to the records after every batch; a batch
+that is interrupted (Ctrl-C) or fails writes the measurements of it that finished before
+the exception goes on, so an interrupted run loses only the measurements in flight.
+Progress is reported after every measurement, as it finishes, when the runner's
+``measure`` takes ``on_result`` (`vdla.compiler.tuner.runner`), else after each batch,
+one measurement at a time.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
-
-from typing import Any
+import inspect
+from typing import Any, Callable, Sequence
 
 from vdla.compiler.tuner.measure import MeasureInput, MeasureResult
 from vdla.compiler.tuner.records import Records
@@ -26,7 +30,8 @@ from vdla.compiler.tuner.task import TuneTask
 
 __all__ = ["Progress", "TuneResult", "best_schedules", "tune_task"]
 
-#: Called after each batch with (task, trials done, trial budget, best cycles or None).
+#: Called with (task, trials done, trial budget, best cost or None) before the first
+#: measurement and after each one.
 Progress = Callable[[TuneTask, int, int, "int | None"], None]
 
 
@@ -89,7 +94,8 @@ def tune_task(task: TuneTask, runner, *, trials: int, records: Records | None = 
     """Tune `task`.
 
     runner : measures batches (`LocalRunner`, `ReplayRunner`, or anything with
-        ``measure(inputs)`` and ``backend``)
+        ``measure(inputs)`` and ``backend``; one whose ``measure`` also takes
+        ``on_result`` reports each measurement as it finishes)
     trials : measurements in all, records included (capped at the space's size)
     records : a `Records` to resume from and write to (None: nothing is kept)
     tuner : ``model`` (learned cost model and simulated annealing), ``random`` or ``grid``
@@ -97,7 +103,7 @@ def tune_task(task: TuneTask, runner, *, trials: int, records: Records | None = 
     seed : makes the search deterministic
     measure_default : measure the default chooser's schedule first, so the result can
         compare it with the best (the CLI's table does)
-    progress : called after each batch (see `Progress`)
+    progress : called before the first measurement and after every one (see `Progress`)
     """
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
         raise ValueError(f"trials must be a positive integer, not {trials!r}")
@@ -133,19 +139,52 @@ def tune_task(task: TuneTask, runner, *, trials: int, records: Records | None = 
         proposal = proposal[: min(batch, n)]
         if not proposal:
             break
-        results = runner.measure([MeasureInput(task, s) for s in proposal])
+        inputs = [MeasureInput(task, s) for s in proposal]
+        finished: dict[int, MeasureResult] = {}
+        best_before = best()[0]
+
+        def on_result(index: int, result: MeasureResult):
+            finished[index] = result
+            if progress is not None:
+                costs = [r.cycles for r in finished.values() if r.ok]
+                costs += [] if best_before is None else [best_before]
+                progress(task, len(search.measured) + len(finished), budget,
+                         min(costs, default=None))
+
+        try:
+            results = _measure(runner, inputs, on_result)
+        except BaseException:
+            # Interrupted (Ctrl-C) or failed: keep what finished, in the batch's order.
+            if records is not None and finished:
+                records.add(*(finished[i].record(inputs[i], runner.backend)
+                              for i in sorted(finished)))
+            raise
         if records is not None:
-            records.add(*(r.record(MeasureInput(task, s), runner.backend)
-                          for s, r in zip(proposal, results)))
+            records.add(*(r.record(inp, runner.backend) for inp, r in zip(inputs, results)))
         search.update(proposal, [r.cycles if r.ok else None for r in results])
         history += zip(proposal, results)
-        if progress is not None:
-            progress(task, len(search.measured), budget, best()[0])
 
     best_cycles, best_schedule = best()
     return TuneResult(task, len(space), best_schedule, best_cycles, default,
                       search.measured.get(search.index[default]), tuple(history),
                       len(previous))
+
+
+def _measure(runner, inputs: Sequence[MeasureInput],
+             on_result: Callable[[int, MeasureResult], None]) -> list[MeasureResult]:
+    """`runner.measure(inputs)`, calling ``on_result(index, result)`` for every input: as
+    each finishes when the runner's ``measure`` takes ``on_result``, else after the batch,
+    in order (a runner need not know the hook)."""
+    try:
+        takes_hook = "on_result" in inspect.signature(runner.measure).parameters
+    except (TypeError, ValueError):      # no signature to read (a C method): assume not
+        takes_hook = False
+    if takes_hook:
+        return runner.measure(inputs, on_result=on_result)
+    results = runner.measure(inputs)
+    for index, result in enumerate(results):
+        on_result(index, result)
+    return results
 
 
 def best_schedules(records: Records, graph, target, backend: str | None = None

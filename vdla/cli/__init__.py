@@ -3,6 +3,16 @@
 Each command module (`COMMANDS`, in the order ``vdla --help`` lists them) has
 ``add_parser(subparsers)``, which adds its parser and sets ``func`` to its ``run(args) ->
 exit status``. Adding a command is one module and one entry here.
+
+Exit status: 0 success; 1 a user error (bad input, a failed check: `CliError` and the
+other errors `main` prints as ``vdla: error: ...``); 2 a usage error (argparse); 130
+interrupted (Ctrl-C). An interrupted command ends with one line, ``vdla: interrupted:
+...``, saying what stopped and what was kept (a command says so with
+`vdla.cli.common.on_interrupt`), and no traceback. Commands write their files atomically,
+so an interrupt never leaves half a file.
+
+Importing this package is light (no numpy): the commands are imported by `main`, inside
+its Ctrl-C handling.
 """
 
 from __future__ import annotations
@@ -13,13 +23,14 @@ import sys
 
 import vdla
 from vdla.cli.common import CliError
-from vdla.sim.errors import SimError
 
 __all__ = ["COMMANDS", "CliError", "build_parser", "main"]
 
 #: The commands, by module name in `vdla.cli`.
 COMMANDS = ("config", "asm", "disasm", "verilog", "boards", "estimate", "sim", "demo",
             "export", "targets", "run", "tune")
+#: Exit status of an interrupted command (128 + SIGINT, as shells report it).
+INTERRUPTED = 130
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,11 +42,53 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """Run the command `argv` names (default: the process's arguments) and return its exit
+    status (see the module docstring; argparse exits with 2 itself)."""
+    args = None
     try:
+        # Importing the commands is most of start-up: Ctrl-C there ends cleanly too.
+        args = build_parser().parse_args(argv)
         return args.func(args)
+    except KeyboardInterrupt:
+        _report_interrupt(args, sys.argv[1:] if argv is None else argv)
+        return INTERRUPTED
     except BrokenPipeError:  # output piped into head & co.
         return 0
-    except (CliError, ValueError, SimError, OSError) as exc:
+    except Exception as exc:
+        if not _is_user_error(exc):
+            raise
         print(f"vdla: error: {exc}", file=sys.stderr)
         return 1
+
+
+def _is_user_error(exc: Exception) -> bool:
+    """Whether `main` prints `exc` as ``vdla: error: ...`` with exit status 1."""
+    errors: tuple[type[Exception], ...] = (CliError, ValueError, OSError)
+    # A SimError can only come from a loaded simulator package; importing it here would
+    # load numpy, and could fail the same way as the import that raised `exc`.
+    sim_errors = sys.modules.get("vdla.sim.errors")
+    if sim_errors is not None:
+        errors += (sim_errors.SimError,)
+    return isinstance(exc, errors)
+
+
+def _report_interrupt(args, argv: list[str]) -> None:
+    """The one line of an interrupted command: its note, or which command stopped."""
+    note = getattr(args, "interrupt_note", None)
+    if callable(note):
+        try:
+            note = note()
+        except Exception:  # noqa: BLE001 - a faulty note must not bring the traceback back
+            note = None
+    if not note:
+        # The command and its operand (`vdla run resnet18`): the words before any option.
+        words = ["vdla"]
+        for word in argv[:2]:
+            if word.startswith("-"):
+                break
+            words.append(word)
+        note = (f"{' '.join(words)} stopped; no partial output written" if args is not None
+                else "vdla stopped while starting")
+    if sys.stderr.isatty():
+        print("\r\x1b[K", end="", file=sys.stderr)   # end a progress line and the ^C echo
+    print(f"vdla: interrupted: {note}", file=sys.stderr, flush=True)

@@ -1,20 +1,24 @@
-"""What the command modules share: the user-facing error, config and file loading,
-progress on a terminal, atomic JSON output and table formatting."""
+"""What the command modules share: the user-facing error, what an interrupt keeps,
+config and file loading, progress on a terminal, atomic JSON output and table formatting.
+
+Importing this module is light (no numpy): `vdla.cli.main` imports it before its own
+Ctrl-C handling starts."""
 
 from __future__ import annotations
 
 import json
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from vdla._fileio import atomic_write
-from vdla.boards import Board
-from vdla.boards import get as get_board
 from vdla.config import HardwareConfig
 
+if TYPE_CHECKING:
+    from vdla.boards import Board
+
 __all__ = ["CONFIG_HELP", "CliError", "board_config", "format_schedule", "int_arg", "load_config",
-           "log", "progress_line", "read_file", "table", "write_json"]
+           "log", "on_interrupt", "progress_line", "read_file", "table", "write_json"]
 
 CONFIG_HELP = ("hardware config JSON (vdla's keys or VTA's vta_config.json); default: VTA's "
                "default")
@@ -22,6 +26,18 @@ CONFIG_HELP = ("hardware config JSON (vdla's keys or VTA's vta_config.json); def
 
 class CliError(Exception):
     """A user-facing failure: printed as ``vdla: error: ...`` with exit status 1."""
+
+
+def on_interrupt(args, note: str | Callable[[], str]) -> None:
+    """Say what Ctrl-C stops and keeps from this point of a command on: `vdla.cli.main`
+    ends an interrupted command with the one line ``vdla: interrupted: NOTE`` and exit
+    status 130. Without a note it says which command stopped.
+
+    args : the command's parsed arguments (the note travels on them to `main`)
+    note : the text, or a function that returns it when the interrupt comes (for counts
+        that grow while the command runs, such as measurements kept)
+    """
+    args.interrupt_note = note
 
 
 def load_config(path: str | None) -> HardwareConfig:
@@ -34,6 +50,9 @@ def load_config(path: str | None) -> HardwareConfig:
 def board_config(board_name: str, config_path: str | None) -> tuple[Board, HardwareConfig]:
     """(board, config) for a command with ``--board`` and ``--config``: the config file
     applied to the board (its clock; its bus width checked), else the board's default."""
+    # The boards load the runtime and numpy (heavy): not at start-up (see the docstring).
+    from vdla.boards import get as get_board
+
     board = get_board(board_name)
     config = HardwareConfig.from_json(Path(config_path)) if config_path else None
     return board, board.apply(config)
