@@ -1,7 +1,7 @@
 """GEMM utilization of ResNet-18's conv layers C2-C11 on the cycle-accurate backend.
 
-Each layer (`vdla.compiler.frontend.workloads.RESNET18`: bias, requantization shift and ReLU, as
-ResNet-18 runs it) is lowered with the default schedule chooser restricted to one virtual
+Each layer (the shapes of `vdla.compiler.frontend.workloads.RESNET18`, as the synthetic
+one-node graph `workload_graph` builds: bias, one requantization shift, ReLU) is lowered with the default schedule chooser restricted to one virtual
 thread, and to two, and run on the Verilator backend with the default config and the
 default DRAM model (8 bytes per cycle each way, 32 cycles of read latency). Every output
 is checked bit-exactly against the integer reference.

@@ -17,8 +17,9 @@ These searches replay the exhaustive measurements (`ReplayRunner`) instead of si
 again: the simulator is deterministic, so a replayed trial is what re-measuring would
 give, and many seeds cost seconds.
 
-Part 2, the real layers on the default config: `vdla tune`'s loop (default schedule
-first, then the model tuner) with `--trials` measurements per layer on Verilator, in
+Part 2, the real layers on the default config (each name's tasks: ResNet-18's own layers,
+``C8`` and ``C8+residual``): `vdla tune`'s loop (default schedule first, then the model
+tuner) with `--trials` measurements per task on Verilator, in
 `--jobs` worker processes; printed: default and best cycles and the speedup.
 
     python bench/tuner.py [--layers C2 C5] [--seeds 5] [--trials 24] [--jobs 2]
@@ -38,7 +39,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import vdla  # noqa: E402
 from vdla.compiler.tuner import (LocalRunner, MeasureInput, Records, ReplayRunner,  # noqa: E402
-                                 task_from_workload, tune_task)
+                                 tasks_from_workload, tune_task)
 from vdla.compiler.frontend.workloads import RESNET18  # noqa: E402
 from vdla.compiler.targets import get as get_target  # noqa: E402
 
@@ -107,7 +108,8 @@ def main(argv=None) -> int:
         replay = ReplayRunner(db, "verilator")
         for name in ([] if args.skip_exhaustive else args.layers):
             spec = reduced_spec(name)
-            task = task_from_workload(spec, accelerator).with_name(f"{name}/r")
+            [task] = tasks_from_workload(spec, accelerator)
+            task = task.with_name(f"{name}/r")
             space = task.space()
             # Exhaustive: the grid over the whole space (resumes from the records).
             full = tune_task(task, runner, trials=len(space), records=db, tuner="grid",
@@ -154,16 +156,17 @@ def main(argv=None) -> int:
         if not args.skip_default:
             print(f"\nPart 2: ResNet-18 layers on config {config.name}, {args.trials} trials "
                   f"each on Verilator ({args.jobs} jobs; default schedule first)")
-            print(f"{'layer':5s} {'space':>5s} {'default':24s} {'cycles':>9s} "
+            print(f"{'layer':12s} {'space':>5s} {'default':24s} {'cycles':>9s} "
                   f"{'best found':24s} {'cycles':>9s} {'speedup':>8s}")
             speedups = []
-            for name in args.layers:
-                task = task_from_workload(name, accelerator)
+            # A name is ResNet-18's own layers: C8 and C8+residual are two tasks.
+            for task in (t for name in args.layers
+                         for t in tasks_from_workload(name, accelerator)):
                 r = tune_task(task, runner, trials=args.trials, records=db, tuner="model",
                               progress=progress_line)
                 clear_line()
                 speedups.append(r.speedup)
-                print(f"{name:5s} {r.space_size:5d} {short(r.default):24s} "
+                print(f"{task.name:12s} {r.space_size:5d} {short(r.default):24s} "
                       f"{r.default_cycles:9d} {short(r.best):24s} {r.best_cycles:9d} "
                       f"{r.speedup:7.3f}x", flush=True)
             geo = math.exp(sum(math.log(s) for s in speedups) / len(speedups))

@@ -3,13 +3,17 @@
 `digits_split` is scikit-learn's bundled 8x8 handwritten digits (1,797 images, no
 download) split once, the same way for `scripts/train_digits.py` and for the tests, so
 accuracy recorded at training time can be checked later on exactly the same images.
+
+`random_inputs` is what models without a data set calibrate and run on: seeded
+standard-normal samples (`vdla.compiler.pipeline.load_model` and the named ResNet-18
+workloads share it, so both quantize a model identically).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["DIGITS_SPLIT", "digits_split"]
+__all__ = ["DIGITS_SPLIT", "digits_split", "random_inputs"]
 
 #: How `digits_split` divides the data (recorded with the trained model).
 DIGITS_SPLIT = {"source": "sklearn.datasets.load_digits", "test_size": 0.25,
@@ -34,3 +38,13 @@ def digits_split() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         stratify=y)
     return (np.ascontiguousarray(x_train), np.ascontiguousarray(y_train),
             np.ascontiguousarray(x_test), np.ascontiguousarray(y_test))
+
+
+def random_inputs(shape: tuple[int, ...], *, seed: int, calibration: int
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """(calibration samples, one input) for a model input of `shape`: float32
+    standard-normal values from a generator seeded with `seed`, the `calibration` samples
+    stacked on a leading axis (``(calibration,) + shape``) drawn first, then the input."""
+    rng = np.random.default_rng(seed)
+    samples = rng.standard_normal((calibration,) + tuple(shape)).astype(np.float32)
+    return samples, rng.standard_normal(shape).astype(np.float32)

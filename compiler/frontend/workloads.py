@@ -1,22 +1,49 @@
 """Single conv2d workloads: ResNet-18's benchmark layers (DESIGN.md, as in VTA's
-benchmark) and a one-node quantized graph for any of them.
+benchmark), the model graph they are found in, and a synthetic one-node graph for any
+workload.
 
 A workload is (H, W, Cin, Cout, k, pad, stride), batch 1. `parse_workload` reads a name
-(``C5``) or the seven numbers (``"28,28,128,128,3,1,1"``); `workload_graph` builds a graph
-with one ``qconv2d`` node as ResNet-18 runs it after the front half: random int8 weights,
-an int32 bias, a per-tensor requantization shift and a ReLU clamp, and a random int8 input.
+(``C5``) or the seven numbers (``"28,28,128,128,3,1,1"``).
+
+A *named* workload (``C1``..``C11``) is ResNet-18's own layer, epilogue included:
+`model_graph` is the zoo's ResNet-18 quantized exactly as ``vdla run resnet18`` quantizes
+it (the same seeded calibration samples, `random_inputs`, with `vdla run`'s default seed
+and count), and `conv_matches` picks its ``qconv2d`` nodes of a workload's shape. A
+target's tuning key includes the epilogue (requantization, ReLU, residual add), so
+records tuned on these nodes are the ones ``vdla run resnet18 --records`` looks up. One
+name can be several nodes with different epilogues (C8 with a ReLU, and with a residual
+add before the ReLU).
+
+`workload_graph` builds a *synthetic* graph with one ``qconv2d`` node for any workload:
+random int8 weights, an int32 bias, a per-tensor requantization shift and a ReLU clamp,
+and a random int8 input. Its epilogue is its own (a quantized model shifts per channel),
+so what is tuned on it serves only a model layer with that same epilogue.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import numpy as np
 
+from vdla.compiler.frontend import zoo
+from vdla.compiler.frontend.datasets import random_inputs
 from vdla.compiler.ir.graph import Graph
 from vdla.compiler.ir.ops import conv_output_size
+from vdla.compiler.ir.tensor import Node
+from vdla.compiler.passes.quantize import quantize
 
-__all__ = ["RESNET18", "ConvWorkload", "parse_workload", "workload_graph"]
+__all__ = ["MODEL", "MODEL_CALIBRATION", "MODEL_SEED", "RESNET18", "ConvWorkload",
+           "conv_matches", "model_graph", "parse_workload", "workload_graph"]
+
+#: The model whose layers the names C1..C11 are.
+MODEL = "resnet18"
+#: How `model_graph` calibrates it: ``vdla run``'s defaults (``--seed 0``,
+#: ``--calibration 4``). A run with other values may quantize a layer's epilogue
+#: differently (a residual's rescaling step), and then its workload key differs.
+MODEL_SEED = 0
+MODEL_CALIBRATION = 4
 
 
 class ConvWorkload(NamedTuple):
@@ -75,12 +102,47 @@ def parse_workload(spec: str) -> tuple[str, ConvWorkload]:
     return text, w
 
 
+@functools.lru_cache(maxsize=4)
+def model_graph(mode: str) -> Graph:
+    """The zoo's ResNet-18 (`MODEL`) quantized for requantization `mode` (``"shift"`` or
+    ``"multiply"``: a target's ``requant_modes[0]``) as ``vdla run resnet18`` quantizes
+    it: calibrated on `random_inputs` with `MODEL_SEED` and `MODEL_CALIBRATION`, the
+    pipeline's defaults. Building and calibrating it takes seconds, so it is made once
+    per process and mode; callers share the graph and must not modify it."""
+    graph = zoo.get(MODEL)
+    name = graph.inputs[0]
+    samples, _ = random_inputs(graph.tensors[name].shape, seed=MODEL_SEED,
+                               calibration=MODEL_CALIBRATION)
+    return quantize(graph, {name: samples}, mode)
+
+
+def conv_matches(node: Node, graph: Graph, workload: ConvWorkload) -> bool:
+    """Whether `node` of quantized `graph` is a plain (NCHW, OIHW, ungrouped, undilated)
+    batch-1 ``qconv2d`` computing `workload`'s shape, whatever its epilogue."""
+    w, a = workload, node.attrs
+    if node.op != "qconv2d" or a.get("groups", 1) != 1:
+        return False
+    if (a.get("data_layout", "NCHW"), a.get("kernel_layout", "OIHW")) != ("NCHW", "OIHW"):
+        return False
+    if tuple(a.get("dilations", (1, 1))) != (1, 1):
+        return False
+    x, weights = (graph.tensors[name].shape for name in node.inputs[:2])
+    return (tuple(x) == (1, w.cin, w.h, w.w) and tuple(weights) == (w.cout, w.cin, w.k, w.k)
+            and tuple(a["strides"]) == (w.stride, w.stride)
+            and tuple(a["pads"]) == (w.pad,) * 4)
+
+
 def workload_graph(workload: ConvWorkload, *, seed: int = 0, shift: int = 10,
                    relu: bool = True) -> tuple[Graph, dict[str, np.ndarray]]:
-    """A graph with one qconv2d node ``conv`` computing `workload` (seeded random int8
-    weights in [-8, 8), int32 bias, requantization by `shift`, ReLU clamp when `relu`),
-    and a feed {"x": int8 input}. Small weights keep the outputs spread over int8 at
-    shift 10, so a wrong accumulation shows in the result."""
+    """A synthetic graph with one qconv2d node ``conv`` computing `workload`, and a feed
+    {"x": int8 input}.
+
+    workload : the shape
+    seed : seeds the int8 weights in [-8, 8), the int32 bias and the input
+    shift : the per-tensor requantization shift (small weights keep the outputs spread
+        over int8 at shift 10, so a wrong accumulation shows in the result)
+    relu : clamp at 0 (ReLU) rather than at -128
+    Its epilogue is its own, not a model's (see the module docstring)."""
     rng = np.random.default_rng(seed)
     w = workload
     g = Graph(f"conv_{w.h}x{w.w}_{w.cin}_{w.cout}_k{w.k}p{w.pad}s{w.stride}")

@@ -10,9 +10,11 @@ subclasses.
 A task is sent to worker processes (pickled), so it holds everything its measurement
 needs: usually a one-node graph (`one_node_graph`) with the node's constants.
 
-`task_from_workload(spec, target)` makes the task of one ResNet-18 workload (``C5``) or
-``H,W,Cin,Cout,k,pad,stride`` on any target, from the same one-node quantized graph
-(`vdla.compiler.frontend.workloads.workload_graph`).
+`tasks_from_workload(spec, target)` makes the tasks of one ResNet-18 workload (``C5``):
+the target's own tasks of ResNet-18's layers of that shape, quantized as ``vdla run
+resnet18`` quantizes them, so their records serve that model; or of
+``H,W,Cin,Cout,k,pad,stride``: the task of a synthetic one-node graph
+(`vdla.compiler.frontend.workloads`).
 """
 
 from __future__ import annotations
@@ -22,12 +24,16 @@ import copy
 import dataclasses
 from typing import Any, Callable, Hashable
 
-from vdla.compiler.frontend.workloads import parse_workload, workload_graph
+from vdla.compiler.frontend.workloads import (RESNET18, conv_matches, model_graph,
+                                              parse_workload, workload_graph)
 from vdla.compiler.ir.graph import Graph
 from vdla.compiler.ir.tensor import Node
 from vdla.compiler.tuner.measure import MeasureResult
 
-__all__ = ["TuneTask", "one_node_graph", "task_from_workload"]
+__all__ = ["RESIDUAL_SUFFIX", "TuneTask", "one_node_graph", "tasks_from_workload"]
+
+#: Appended to a named workload's task whose nodes add a residual (``C8+residual``).
+RESIDUAL_SUFFIX = "+residual"
 
 
 class TuneTask(abc.ABC):
@@ -150,15 +156,40 @@ def one_node_graph(node: Node, graph: Graph) -> Graph:
     return g
 
 
-def task_from_workload(spec: str, target) -> TuneTask:
-    """The task of a ResNet-18 workload name (``C5``) or ``H,W,Cin,Cout,k,pad,stride`` on
-    `target` (a `vdla.compiler.targets.Target`): the one-node graph
-    `vdla.compiler.frontend.workloads.workload_graph` builds (bias, requantization shift,
-    ReLU clamp). ValueError naming what is wrong, or when the target cannot tune it."""
+def tasks_from_workload(spec: str, target) -> list:
+    """The tasks (`TuneTask`) of a workload on `target` (a
+    `vdla.compiler.targets.Target`), named after it.
+
+    spec : a ResNet-18 workload name (``C5``, any case): the target's tasks of
+        ResNet-18's own layers of that shape, epilogue included
+        (`vdla.compiler.frontend.workloads.model_graph`, quantized for the target's first
+        requantization mode, as ``vdla run`` does). One name may give several tasks: a
+        task whose nodes all add a residual is named with `RESIDUAL_SUFFIX`
+        (``C8+residual``), and a further task of the same name gets ``#2``, ``#3``.
+        Or ``H,W,Cin,Cout,k,pad,stride``: the one task of the synthetic one-node graph
+        `workload_graph` builds (bias, per-tensor requantization shift, ReLU clamp), named
+        `spec`; its records serve only a model layer with that same epilogue.
+    target : the target whose tasks these are
+    Raises ValueError naming what is wrong, or when the target cannot tune the workload."""
     name, workload = parse_workload(spec)
-    graph, _ = workload_graph(workload)
-    tasks = target.tasks(graph)
-    if len(tasks) != 1:
-        raise ValueError(f"target {target.name!r} has no tunable task for workload {spec!r} "
-                         f"({workload}): it does not run that convolution")
-    return tasks[0].with_name(name)
+    if name not in RESNET18:
+        tasks = target.tasks(workload_graph(workload)[0])
+        if len(tasks) != 1:
+            raise ValueError(f"target {target.name!r} has no tunable task for workload "
+                             f"{spec!r} ({workload}): it does not run that convolution")
+        return [tasks[0].with_name(name)]
+    graph = model_graph(target.requant_modes[0])
+    found = []
+    for task in target.tasks(graph):
+        nodes = [graph.node(n) for n in task.nodes if conv_matches(graph.node(n), graph,
+                                                                   workload)]
+        if not nodes:
+            continue
+        # The suffix tells the epilogues apart, which is what makes these separate tasks.
+        base = name + (RESIDUAL_SUFFIX if all(n.input(3) for n in nodes) else "")
+        taken = sum(t.name == base or t.name.startswith(base + "#") for t in found)
+        found.append(task.with_name(base if not taken else f"{base}#{taken + 1}"))
+    if not found:
+        raise ValueError(f"target {target.name!r} has no tunable task for workload {name} "
+                         f"({workload}): it does not run that layer of ResNet-18")
+    return found

@@ -13,11 +13,12 @@ import pytest
 
 import vdla
 from vdla.cli import main
-from vdla.compiler import passes, quantize, zoo
+from vdla.compiler import passes, pipeline, quantize, zoo
+from vdla.compiler.frontend.workloads import RESNET18
 from vdla.compiler.targets.vdla import Conv2dSchedule, VdlaTarget
 from vdla.compiler.tuner import (LocalRunner, MeasureInput, ModelTuner, Record, Records,
                                  ReplayRunner, best_schedules, make_tuner, tune_task)
-from vdla.compiler.tuner import task_from_workload as _task_from_workload
+from vdla.compiler.tuner import tasks_from_workload
 from vdla.compiler.tuner.records import OK
 
 CFG = vdla.HardwareConfig()
@@ -25,7 +26,8 @@ TARGET = VdlaTarget(CFG)
 
 
 def task_from_workload(spec, config=CFG):
-    return _task_from_workload(spec, VdlaTarget(config))
+    """The task of `spec` on `config` (a named workload's first)."""
+    return tasks_from_workload(spec, VdlaTarget(config))[0]
 #: Small workloads: a whole space measures in seconds on Verilator.
 SMALL = "14,14,16,32,3,1,1"
 TINY = "7,7,16,16,1,0,1"
@@ -47,22 +49,57 @@ def record(**changes) -> Record:
 # --- tasks ---------------------------------------------------------------------------------
 
 def test_task_of_a_workload_has_a_stable_key_and_space():
-    task = task_from_workload("C5", CFG)
-    again = task_from_workload("28,28,128,128,3,1,1", CFG)
-    assert task.key == again.key and task.name == "C5"
+    spec = "28,28,128,128,3,1,1"
+    task, again = (tasks_from_workload(spec, VdlaTarget(CFG)) for _ in range(2))
+    assert len(task) == 1 and task[0].key == again[0].key and task[0].name == spec
+    task = task[0]
     workload = json.loads(task.key)
     assert workload["c"] == 128 and workload["kernel_h"] == 3 and workload["op"] == "qconv2d"
-    assert workload["epilogue"] == ["ADD:row", "SHR:imm"]
+    # The synthetic graph's epilogue: bias, a per-tensor shift, the ReLU clamp.
+    assert workload["epilogue"] == ["ADD:row", "SHR:imm"] and not workload["has_residual"]
     space = task.space()
     assert len(space) == len(set(space)) > 1000
     assert task.default_schedule() in space
     assert all(s.fits(task.layer, CFG) for s in space[::50])
     # A different config is a different space (and, by config name, different records).
     small = dataclasses.replace(CFG, acc_buff_size=16 * 1024)
-    assert len(task_from_workload("C5", small).space()) < len(space)
+    assert len(task_from_workload(spec, small).space()) < len(space)
     # Tasks travel to worker processes.
     copy = pickle.loads(pickle.dumps(task))
     assert copy.key == task.key and copy.space() == space
+
+
+def test_a_named_workload_is_the_models_own_layers_epilogue_included():
+    # The tasks `vdla run resnet18` (default seed and calibration) looks records up for.
+    quantized = pipeline.quantize_for(pipeline.load_model("resnet18"), TARGET)
+    model = {t.key: t for t in TARGET.tasks(quantized)}
+    c8 = tasks_from_workload("c8", TARGET)
+    assert [(t.name, t.nodes) for t in c8] == [
+        ("C8", ("layer3.0.conv2", "layer3.1.conv1")), ("C8+residual", ("layer3.1.conv2",))]
+    assert [t.key in model for t in c8] == [True, True]
+    assert [t.workload["has_residual"] for t in c8] == [False, True]
+    # Every name is found, and the names cover every convolution task of the model.
+    named = [t for name in RESNET18 for t in tasks_from_workload(name, TARGET)]
+    assert {t.key for t in named} == {k for k, t in model.items() if not t.layer.dense}
+    assert tasks_from_workload("C4", TARGET)[0].name == "C4+residual"   # the fused shortcut
+    # Tasks the suffix does not tell apart are numbered.
+
+    class PerNode:                     # a target whose every node is a task of its own
+        name, requant_modes = "per-node", TARGET.requant_modes
+
+        def tasks(self, graph):
+            return [dataclasses.replace(t, nodes=(n,)) for t in TARGET.tasks(graph)
+                    for n in t.nodes]
+
+    assert [t.name for t in tasks_from_workload("C8", PerNode())] == [
+        "C8", "C8#2", "C8+residual"]
+    # A synthetic workload of C8's shape has an epilogue of its own, so another key.
+    assert task_from_workload("14,14,256,256,3,1,1").key not in model
+    # A config the layer does not fit has no task for it.
+    tiny = dataclasses.replace(CFG, acc_buff_size=1024, inp_buff_size=1024,
+                               wgt_buff_size=4096)
+    with pytest.raises(ValueError, match="no tunable task for workload C1 .*ResNet-18"):
+        tasks_from_workload("C1", VdlaTarget(tiny))
 
 
 def test_tasks_of_a_model_are_its_distinct_convolutions():
@@ -396,10 +433,26 @@ def test_vdla_tune_a_layer_with_the_fast_mode(tmp_path, capsys):
     assert main(["tune", "--layer", TINY, "--layer", "C11", "--trials", "3", "--measure",
                  "functional", "--records", str(tmp_path / "f.db")]) == 0
     out = capsys.readouterr().out
-    assert "2 workload(s)" in out and "functional measurements" in out
-    assert "1x512x7x7 -> 512, k3x3 s1" in out
+    assert "3 workload(s)" in out and "functional measurements" in out
+    assert "1x512x7x7 -> 512, k3x3 s1 +residual" in out and "C11+residual" in out
     with Records(tmp_path / "f.db") as db:
-        assert {r.backend for r in db.query()} == {"functional"} and len(db) == 6
+        assert {r.backend for r in db.query()} == {"functional"} and len(db) == 9
+
+
+def test_a_tuned_named_layer_serves_the_model(tmp_path, capsys):
+    """`vdla tune --layer C8` then `vdla run resnet18 --records`: the run compiles C8's
+    three nodes (two with a ReLU, one with a residual add) with the records' schedules.
+    Verilator measurements, because `vdla run` takes the cycle-accurate records; one
+    trial (the default schedule) each keeps it short."""
+    db, report = tmp_path / "c8.db", tmp_path / "run.json"
+    assert main(["tune", "--layer", "C8", "--trials", "1", "--records", str(db)]) == 0
+    assert "2 workload(s)" in capsys.readouterr().out
+    assert main(["run", "resnet18", "--sim", "functional", "--records", str(db),
+                 "--json", str(report)]) == 0
+    assert "schedules: 3 of 21 tunable ops from the records" in capsys.readouterr().out
+    ran = json.loads(report.read_text())
+    assert ran["bit_exact"] is True
+    assert sorted(ran["tuned_ops"]) == ["layer3.0.conv2", "layer3.1.conv1", "layer3.1.conv2"]
 
 
 @pytest.mark.parametrize("args, message", [

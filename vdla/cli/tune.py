@@ -7,11 +7,11 @@ from __future__ import annotations
 import sys
 import time
 
-from vdla.cli.common import (CONFIG_HELP, CliError, format_schedule, table,
+from vdla.cli.common import (CONFIG_HELP, CliError, format_schedule, on_interrupt, table,
                              write_json)
 from vdla.cli.run import DEFAULT_TARGET, make_target
 from vdla.compiler import pipeline, targets
-from vdla.compiler.tuner import LocalRunner, Records, task_from_workload, tune_task
+from vdla.compiler.tuner import LocalRunner, Records, tasks_from_workload, tune_task
 from vdla.compiler.tuner.search import TUNERS
 
 __all__ = ["add_parser", "run"]
@@ -31,8 +31,10 @@ def add_parser(sub) -> None:
     tune.add_argument("model", metavar="MODEL", nargs="?",
                       help="zoo model name (resnet18, digits_cnn, ...) or an .onnx path")
     tune.add_argument("--layer", metavar="SPEC", action="append",
-                      help="a single conv workload instead of a model: a ResNet-18 name "
-                           "(C1..C11) or H,W,Cin,Cout,k,pad,stride; may be repeated")
+                      help="a single conv workload instead of a model: a ResNet-18 layer name "
+                           "(C1..C11; its tasks are the model's own, epilogue included, "
+                           "so `vdla run resnet18 --records` uses them) or "
+                           "H,W,Cin,Cout,k,pad,stride; may be repeated")
     tune.add_argument("--target", default=DEFAULT_TARGET, metavar="NAME",
                       help=f"the target whose schedules are tuned: {', '.join(targets.names())}"
                            f" (default {DEFAULT_TARGET})")
@@ -79,7 +81,8 @@ def _check_args(args):
 
 def _tasks(args, target):
     if args.layer:
-        return [task_from_workload(spec, target) for spec in args.layer], ", ".join(args.layer)
+        return ([task for spec in args.layer for task in tasks_from_workload(spec, target)],
+                ", ".join(args.layer))
     model = pipeline.load_model(args.model, calibration=args.calibration)
     tasks = target.tasks(pipeline.quantize_for(model, target))
     if not tasks:
@@ -88,28 +91,87 @@ def _tasks(args, target):
     return tasks, args.model
 
 
+class _SessionRecords(Records):
+    """Records that count the rows this process added: what an interrupt reports kept
+    (another tuner may be writing the same file)."""
+
+    added = 0
+
+    def add(self, *records) -> None:
+        super().add(*records)
+        self.added += len(records)
+
+
 class _Progress:
-    """One updating line on a terminal's stderr; a line per finished workload otherwise."""
+    """Tuning progress on stderr, moving with every measurement: on a terminal one line,
+    updated in place; otherwise (a log) a line at most every `interval` seconds while a
+    workload is tuned and one when it is done. It remembers how far tuning got, for the
+    line an interrupt prints (`interrupted`).
 
-    def __init__(self, count: int):
-        self.count, self.index, self.tty = count, 0, sys.stderr.isatty()
+    count : workloads to tune
+    stream : where the lines go (default: stderr)
+    interval : least seconds between two lines when `stream` is not a terminal
+    clock : the time in seconds (default `time.monotonic`)
+    """
 
-    def __call__(self, task, done, total, best):
-        best_text = "-" if best is None else f"{best:,}"
+    #: Default of `interval`: often enough to see a long run move, rare enough for a log.
+    INTERVAL = 10.0
+
+    def __init__(self, count: int, *, stream=None, interval: float = INTERVAL,
+                 clock=time.monotonic):
+        self.count, self.index = count, 0
+        self.stream = stream or sys.stderr
+        self.tty = self.stream.isatty()
+        self.interval, self.clock = interval, clock
+        self.task, self.done, self.total = None, 0, 0
+        self.planned = 0          # measurements to make in the workloads begun so far
+        self._begun = -1          # index of the last workload begun
+        self._last_line = 0.0     # when the last log line was printed
+        self._line_open = False   # a terminal line to end
+
+    def __call__(self, task, done: int, total: int, best: int | None):
+        if self._begun != self.index:    # a workload's first call: the records' share
+            self._begun, self._last_line = self.index, self.clock()
+            self.planned += total - done
+        self.task, self.done, self.total = task, done, total
+        where = f"[{self.index + 1}/{self.count}] {task.name}"
+        best_text = f"best {'-' if best is None else f'{best:,}'} {task.unit}"
         if self.tty:
             width = 20
             filled = width * done // max(total, 1)
-            print(f"\r\x1b[Ktuning [{self.index + 1}/{self.count}] {task.name} "
-                  f"[{'#' * filled}{'.' * (width - filled)}] {done}/{total} trials, best "
-                  f"{best_text} {task.unit}", end="", file=sys.stderr, flush=True)
+            self._print(f"\r\x1b[Ktuning {where} [{'#' * filled}{'.' * (width - filled)}] "
+                        f"{done}/{total} trials, {best_text}", end="")
+            self._line_open = True
         elif done == total:
-            print(f"vdla: tuned [{self.index + 1}/{self.count}] {task.name}: {done} trials, "
-                  f"best {best_text} {task.unit}", file=sys.stderr, flush=True)
+            self._print(f"vdla: tuned {where}: {done} trials, {best_text}")
+        elif self.clock() - self._last_line >= self.interval:
+            self._print(f"vdla: tuning {where}: {done}/{total} trials, {best_text}")
+            self._last_line = self.clock()
+
+    def _print(self, text: str, end: str = "\n"):
+        print(text, end=end, file=self.stream, flush=True)
 
     def next(self):
+        """The current workload is done."""
         self.index += 1
-        if self.tty:
-            print("\r\x1b[K", end="", file=sys.stderr, flush=True)
+        self.end()
+
+    def end(self):
+        """End the terminal's progress line (nothing in a log)."""
+        if self._line_open:
+            self._print("\r\x1b[K", end="")
+            self._line_open = False
+
+    def interrupted(self, kept: int, records: str) -> str:
+        """What an interrupt leaves: `kept` measurements added to the `records` file, and
+        where tuning stopped."""
+        if self.task is None:
+            return f"vdla tune stopped before measuring; nothing added to {records}"
+        if self.count == 1:
+            return f"{kept} of {self.planned} measurements kept in {records}"
+        return (f"{kept} measurements kept in {records}; stopped in workload "
+                f"{self.index + 1} of {self.count} ({self.task.name}) at {self.done} of "
+                f"{self.total} trials")
 
 
 def run(args) -> int:
@@ -127,13 +189,18 @@ def run(args) -> int:
     start = time.perf_counter()
     results = []
     progress = _Progress(len(tasks))
-    with Records(args.records) as records, \
-            LocalRunner(measure, jobs=args.jobs, timeout=args.timeout) as runner:
-        for task in tasks:
-            results.append(tune_task(task, runner, trials=args.trials, records=records,
-                                     tuner=args.tuner, batch=args.batch, seed=args.seed,
-                                     progress=progress))
-            progress.next()
+    records = _SessionRecords(args.records)
+    # Ctrl-C: the runner kills its busy workers, tune_task keeps what finished.
+    on_interrupt(args, lambda: progress.interrupted(records.added, args.records))
+    try:
+        with records, LocalRunner(measure, jobs=args.jobs, timeout=args.timeout) as runner:
+            for task in tasks:
+                results.append(tune_task(task, runner, trials=args.trials, records=records,
+                                         tuner=args.tuner, batch=args.batch,
+                                         seed=args.seed, progress=progress))
+                progress.next()
+    finally:
+        progress.end()
     wall = time.perf_counter() - start
 
     def sched(task, s):
