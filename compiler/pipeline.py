@@ -15,14 +15,15 @@ all of them and be compared.
 from __future__ import annotations
 
 import dataclasses
+import sys
 import time
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from vdla.compiler.frontend import zoo
-from vdla.compiler.frontend.datasets import digits_split
+from vdla.compiler.frontend.datasets import digits_split, random_inputs
 from vdla.compiler.ir.graph import Graph
 from vdla.compiler.passes.quantize import quantize
 from vdla.compiler.reference import run_reference
@@ -43,6 +44,7 @@ class LoadedModel:
     calibration : input name -> calibration samples stacked on a leading axis
     feed : input name -> the one input a run uses
     input_note : where that input comes from, for reports
+    notes : what loading decided for the user (a dynamic dimension's value), as printed
     """
 
     name: str
@@ -50,47 +52,100 @@ class LoadedModel:
     calibration: Mapping[str, np.ndarray]
     feed: Mapping[str, np.ndarray]
     input_note: str
+    notes: tuple[str, ...] = ()
+
+    @property
+    def batch(self) -> int:
+        """The batch the model runs with: its input's leading dimension (1 for a scalar)."""
+        shape = self.graph.tensors[self.graph.inputs[0]].shape
+        return int(shape[0]) if shape else 1
 
 
-def load_model(spec: str, *, seed: int = 0, calibration: int = 4) -> LoadedModel:
-    """The model `spec` (a zoo name or a path to an .onnx file), with `calibration`
-    samples and one input. digits_cnn calibrates on training images and runs on test
-    image `seed`; other models use seeded standard-normal inputs. ValueError naming what
-    is wrong (unknown model, missing file, several inputs, bad counts)."""
+def _print_note(message: str) -> None:
+    # The commands' status-line format (`vdla.cli.common.log`, which this layer cannot
+    # import); stderr, so stdout keeps only results.
+    print(f"vdla: {message}", file=sys.stderr, flush=True)
+
+
+def load_model(spec: str, *, seed: int = 0, calibration: int = 4, batch: int | None = None,
+               note: Callable[[str], None] | None = _print_note) -> LoadedModel:
+    """The model `spec` with `calibration` samples and one input.
+
+    spec : a zoo name or a path to an .onnx file
+    seed : seeds the inputs; digits_cnn calibrates on training images and runs on test
+        images from index `seed`, other models use seeded standard-normal inputs
+    calibration : the number of calibration samples (each a whole batch)
+    batch : the batch size. A zoo model is built with it; an ONNX model's dynamic
+        (symbolic or unknown) batch dimension gets it, and an ONNX model that fixes
+        another batch is an error. None: the zoo's batch 1, a dynamic batch set to 1.
+    note : called with each note about what loading chose for the user (the value a
+        dynamic dimension got), which `LoadedModel.notes` also keeps; the default prints
+        it on stderr as ``vdla: NOTE``; None keeps quiet
+    ValueError naming what is wrong (unknown model, missing file, several inputs, bad
+    counts, a batch the ONNX model fixes otherwise)."""
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ValueError(f"the seed must be a non-negative integer, not {seed!r}")
     if isinstance(calibration, bool) or not isinstance(calibration, int) or calibration < 1:
         raise ValueError(f"the calibration sample count must be a positive integer, not "
                          f"{calibration!r}")
+    if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int)
+                              or batch < 1):
+        raise ValueError(f"the batch must be a positive integer, not {batch!r}")
     spec = str(spec)
+    notes: list[str] = []
     if spec.lower().endswith(".onnx"):
         if not Path(spec).is_file():
             raise ValueError(f"ONNX file {spec!r} does not exist (MODEL is a zoo name: "
                              f"{', '.join(zoo.names())}, or a path to an .onnx file)")
         # onnx is a heavy import that runs of built-in models do not need.
         from vdla.compiler.frontend.onnx_import import from_onnx
-        graph = from_onnx(spec)
+        graph = from_onnx(spec, batch=batch)
+        notes = [_dynamic_note(d, batch) for d in graph.metadata["onnx"]["dynamic_dims"]]
     elif spec in zoo.names():
-        graph = zoo.get(spec)
+        graph = zoo.get(spec, batch=batch or 1)
     else:
         raise ValueError(f"unknown model {spec!r}; MODEL is a zoo name "
                          f"({', '.join(zoo.names())}) or a path to an .onnx file")
     if len(graph.inputs) != 1:
         raise ValueError(f"{spec}: the pipeline feeds models with one input; this one has "
                          f"{len(graph.inputs)} ({', '.join(graph.inputs)})")
+    for message in notes if note is not None else ():
+        note(message)
     name = graph.inputs[0]
     shape = graph.tensors[name].shape
     if spec == "digits_cnn":
         x_train, _, x_test, y_test = digits_split()
+        n = shape[0]
         index = seed % len(x_test)
-        samples = x_train[:calibration, None]      # one (1, 1, 8, 8) sample each
-        return LoadedModel(spec, graph, {name: samples}, {name: x_test[index][None]},
-                           f"test image {index} of the digits split (label {y_test[index]})")
-    rng = np.random.default_rng(seed)
-    samples = rng.standard_normal((calibration,) + shape).astype(np.float32)
-    x = rng.standard_normal(shape).astype(np.float32)
+        picks = (index + np.arange(n)) % len(x_test)
+        # Consecutive training images, n to a calibration sample (wrapping around).
+        samples = x_train[np.arange(calibration * n) % len(x_train)].reshape(
+            (calibration,) + shape)
+        which = (f"test image {index} of the digits split (label {y_test[index]})" if n == 1
+                 else f"{n} test images of the digits split from image {index}"
+                      + (", wrapping around" if index + n > len(x_test) else "")
+                      + f" (labels {', '.join(str(y) for y in y_test[picks])})")
+        return LoadedModel(spec, graph, {name: samples}, {name: x_test[picks]}, which,
+                           tuple(notes))
+    # One generator for the pipeline and the named workloads (frontend.workloads), so a
+    # tuned ResNet-18 layer has the epilogue `vdla run` compiles.
+    samples, x = random_inputs(shape, seed=seed, calibration=calibration)
     return LoadedModel(spec, graph, {name: samples}, {name: x},
-                       f"standard-normal input, seed {seed}")
+                       f"standard-normal input, seed {seed}"
+                       + (f", batch {shape[0]}" if shape and shape[0] != 1 else ""),
+                       tuple(notes))
+
+
+def _dynamic_note(dim: Mapping[str, Any], batch: int | None) -> str:
+    """The note for one dynamic input dimension the importer resolved
+    (``metadata["onnx"]["dynamic_dims"]``)."""
+    label = f" {dim['name']!r}" if dim["name"] else " (unnamed)"
+    if dim["axis"] == 0:
+        how = "" if batch is not None else " (vdla run --batch sets it)"
+        return (f"input {dim['input']!r} has a dynamic batch dimension{label}; using batch "
+                f"{dim['value']}{how}")
+    return (f"input {dim['input']!r} has a dynamic dimension {dim['axis']}{label}; using "
+            f"{dim['value']} (only the batch can be set: export the model with fixed sizes)")
 
 
 def requant_mode(targets: Sequence[Target]) -> str:

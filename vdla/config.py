@@ -12,6 +12,7 @@ import enum
 import json
 import math
 import os
+import sys
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -147,9 +148,12 @@ class HardwareConfig:
                     f"HardwareConfig.{field} must be an integer from 2 to 65536, not {value!r}")
         self._check_pow2("dram_bus_width", 32, 1024)
         if (not isinstance(self.clock_mhz, (int, float)) or isinstance(self.clock_mhz, bool)
-                or not math.isfinite(self.clock_mhz) or self.clock_mhz <= 0):
+                # Also NaN, infinity, and an int past the floats (math.isfinite would
+                # raise OverflowError on one; the derived figures divide it as a float).
+                or not 0 < self.clock_mhz <= sys.float_info.max):
             raise ValueError(
-                f"HardwareConfig.clock_mhz must be a positive number, not {self.clock_mhz!r}")
+                f"HardwareConfig.clock_mhz must be a positive number (at most "
+                f"{sys.float_info.max:.3g}), not {self.clock_mhz!r}")
         if self.uop_bits > 64:
             raise ValueError(
                 f"HardwareConfig {self._sizes()}: a micro-op needs {self.uop_bits} bits "
@@ -402,11 +406,24 @@ class HardwareConfig:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "HardwareConfig":
-        """Build from vdla's own keys or from VTA's ``vta_config.json`` keys."""
+        """Build from vdla's own keys (`to_dict`), from VTA's ``vta_config.json`` keys, or
+        from the document ``vdla config show --json`` writes (``parameters``, with its
+        ``derived`` values and ``insn_layouts`` checked against them).
+
+        data : the mapping, as read from JSON
+        Raises ValueError naming an unknown key, a bad value, or a derived value or
+        instruction field that the parameters do not give.
+        """
         if not isinstance(data, Mapping):
             raise ValueError(f"a hardware config must be a JSON object, not {type(data).__name__}")
+        if "parameters" in data:
+            return cls._from_show_document(data)
         if any(isinstance(key, str) and key.startswith("LOG_") for key in data):
             return cls._from_vta_dict(data)
+        return cls._from_fields(data)
+
+    @classmethod
+    def _from_fields(cls, data: Mapping[str, Any]) -> "HardwareConfig":
         fields = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - fields, key=str)
         if unknown:
@@ -414,6 +431,44 @@ class HardwareConfig:
                 f"unknown hardware config key(s) {', '.join(map(repr, unknown))}; "
                 f"known: {', '.join(sorted(fields))} (or VTA's LOG_* keys)")
         return cls(**data)
+
+    @classmethod
+    def _from_show_document(cls, data: Mapping[str, Any]) -> "HardwareConfig":
+        """The config of a ``vdla config show --json`` document. The parameters define it;
+        the derived values and layouts are redundant, so they must agree with it (a file
+        edited in one place only is refused rather than half applied)."""
+        unknown = sorted(set(data) - set(SHOW_DOCUMENT_KEYS), key=str)
+        if unknown:
+            raise ValueError(
+                f"unknown key(s) {', '.join(map(repr, unknown))} next to 'parameters'; a "
+                f"`vdla config show --json` document has {', '.join(SHOW_DOCUMENT_KEYS)}")
+        params = data["parameters"]
+        if not isinstance(params, Mapping):
+            raise ValueError(f"'parameters' must be a JSON object of vdla's config keys, not "
+                             f"{type(params).__name__}")
+        config = cls._from_fields(params)
+        if "derived" in data:
+            _check_same("derived", data["derived"], config.derived())
+        if "insn_layouts" in data:
+            _check_same("insn_layouts", data["insn_layouts"], config._insn_bit_ranges())
+        return config
+
+    def _insn_bit_ranges(self) -> dict[str, dict[str, str]]:
+        """Each instruction field's bits (``"25:10"``, or ``"7"`` for one bit) as
+        ``vdla config show`` prints them: `insn_field_widths` packed by the rule its
+        docstring states, which `vdla.isa.layouts_for` implements (a test keeps the two
+        equal; this module cannot import `vdla.isa`, which imports it)."""
+        ranges = {}
+        for kind, (group_a, group_b) in self.insn_field_widths().items():
+            fields, lsb = {}, 0
+            for group in (group_a, group_b):
+                if group is group_b and group:
+                    lsb = max(lsb, 64)
+                for field, width in group:
+                    fields[field] = f"{lsb + width - 1}:{lsb}" if width > 1 else f"{lsb}"
+                    lsb += width
+            ranges[kind] = fields
+        return ranges
 
     @classmethod
     def _from_vta_dict(cls, data: Mapping[str, Any]) -> "HardwareConfig":
@@ -474,4 +529,36 @@ class HardwareConfig:
 
 
 _DEFAULT_EXTRAS = {f.name: f.default for f in dataclasses.fields(HardwareConfig)}
+
+#: The top-level keys of the document ``vdla config show --json`` writes.
+SHOW_DOCUMENT_KEYS = ("parameters", "derived", "insn_layouts")
+
+
+def _check_same(where: str, given: Any, expected: Any) -> None:
+    """ValueError naming the first entry of `given` (from a file) that differs from
+    `expected` (what the parameters give); `where` is its path, like ``derived``. An
+    entry the file leaves out is not checked (a document from an older vdla may lack a
+    later one); one `expected` does not have is refused, never ignored."""
+    if isinstance(expected, Mapping):
+        if not isinstance(given, Mapping):
+            raise ValueError(f"{where} must be a JSON object, not {given!r}")
+        unknown = sorted(set(given) - set(expected), key=str)
+        if unknown:
+            raise ValueError(f"{where} has unknown field(s) {', '.join(map(repr, unknown))}; "
+                             f"known: {', '.join(expected)}")
+        for key, value in given.items():
+            _check_same(f"{where}.{key}", value, expected[key])
+        return
+    same = given == expected and type(given) is not bool
+    if not same and isinstance(expected, float) and isinstance(given, (int, float)) \
+            and not isinstance(given, bool):
+        try:   # another JSON writer may round a float differently
+            same = math.isclose(given, expected, rel_tol=1e-9)
+        except OverflowError:
+            pass
+    if not same:
+        raise ValueError(f"{where} is {given!r} in the file, but the parameters give "
+                         f"{expected!r} (the derived values and layouts follow from "
+                         "'parameters': after editing those, delete 'derived' and "
+                         "'insn_layouts')")
 

@@ -219,7 +219,7 @@ def test_cli_export_small_cnn(tmp_path, capsys):
 
 def test_cli_export_errors(tmp_path, capsys):
     out = tmp_path / "x.onnx"
-    assert main(["export", "no_such_net", "-o", str(out)]) == 2
+    assert main(["export", "no_such_net", "-o", str(out)]) == 1    # a user error, as elsewhere
     err = capsys.readouterr().err
     assert "unknown model 'no_such_net'" in err and "small_cnn" in err
     assert main(["export", "small_cnn", "-o", str(out), "--batch", "0"]) == 1

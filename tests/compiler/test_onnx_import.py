@@ -542,6 +542,38 @@ def test_input_shapes_errors():
         from_onnx(model, input_shapes={"y": (1, 3)})
 
 
+def test_dynamic_dimensions_are_recorded_and_batch_sets_the_leading_one():
+    """Every symbolic or unknown input dimension is recorded with the value it got;
+    `batch` sets a dynamic leading dimension, and refuses to change a fixed one."""
+    relu = helper.make_node("Relu", ["x"], ["y"])
+    model = make_model([relu], {"x": ("N", 3, None)}, ["y"])
+    graph = from_onnx(model)
+    assert graph.tensors["x"].shape == (1, 3, 1)
+    assert graph.metadata["onnx"]["dynamic_dims"] == [
+        {"input": "x", "axis": 0, "name": "N", "value": 1},
+        {"input": "x", "axis": 2, "name": None, "value": 1}]
+    graph = check(model, {"x": rand(4, 3, 1)}, batch=4)
+    assert graph.tensors["x"].shape == (4, 3, 1)
+    assert graph.metadata["onnx"]["dynamic_dims"][0] == {"input": "x", "axis": 0,
+                                                          "name": "N", "value": 4}
+    # input_shapes decides for the inputs it names, and must agree with batch.
+    assert from_onnx(model, input_shapes={"x": (2, 3, 5)}, batch=2).tensors["x"].shape == (
+        2, 3, 5)
+    with pytest.raises(OnnxImportError, match=r"input_shapes\['x'\] = \(2, 3, 5\) has "
+                                              r"batch 2, but batch=3"):
+        from_onnx(model, input_shapes={"x": (2, 3, 5)}, batch=3)
+    fixed = make_model([relu], {"x": (2, 3)}, ["y"])
+    assert from_onnx(fixed, batch=2).metadata["onnx"]["dynamic_dims"] == []
+    with pytest.raises(OnnxImportError, match=r"graph input 'x' of 'the given ModelProto' has "
+                                              r"a fixed batch of 2 \(shape \(2, 3\)\); batch "
+                                              r"4 can only set a dynamic batch dimension"):
+        from_onnx(fixed, batch=4)
+    for bad in (0, 2.0, True):
+        with pytest.raises(OnnxImportError, match=rf"batch must be a positive integer, not "
+                                                  rf"{bad!r}"):
+            from_onnx(model, batch=bad)
+
+
 def test_import_errors_are_value_errors_not_graph_errors():
     # Errors from the IR's shape inference surface with the ONNX node named.
     node = helper.make_node("Add", ["x", "z"], ["y"], name="bad_add")

@@ -1,10 +1,14 @@
 """`vdla.compiler.pipeline`: loading models, the requantization mode targets share, and
 bad arguments."""
 
+import re
+
 import pytest
 
 import vdla
 from vdla.compiler import pipeline, targets
+
+from onnx_testing import dynamic_batch_model
 
 
 def test_load_model_feeds_and_calibrates():
@@ -40,3 +44,56 @@ def test_the_mode_the_targets_share():
     with pytest.raises(ValueError, match=r"share no requantization mode \(host: multiply; "
                                          r"vdla: shift\)"):
         pipeline.requant_mode([MultiplyOnly(), shift_only])
+
+
+def test_a_dynamic_batch_gets_a_note_and_the_batch(tmp_path, capsys):
+    path = dynamic_batch_model(tmp_path / "dyn.onnx")
+    model = pipeline.load_model(path, calibration=2)
+    note = "input 'x' has a dynamic batch dimension 'N'; using batch 1 (vdla run --batch sets it)"
+    assert model.notes == (note,) and model.batch == 1
+    assert capsys.readouterr().err == f"vdla: {note}\n"      # printed by default
+    assert model.feed["x"].shape == (1, 3, 8, 8)
+    heard = []
+    model = pipeline.load_model(path, calibration=2, batch=3, note=heard.append)
+    assert heard == list(model.notes) == [
+        "input 'x' has a dynamic batch dimension 'N'; using batch 3"]
+    assert capsys.readouterr().err == ""
+    assert model.batch == 3 and model.feed["x"].shape == (3, 3, 8, 8)
+    assert model.calibration["x"].shape == (2, 3, 3, 8, 8) and "batch 3" in model.input_note
+    unknown = pipeline.load_model(dynamic_batch_model(tmp_path / "u.onnx", batch_dim=None),
+                                  note=None)
+    assert unknown.notes == ("input 'x' has a dynamic batch dimension (unnamed); using batch "
+                             "1 (vdla run --batch sets it)",)
+    assert capsys.readouterr().err == ""                      # note=None: quiet
+
+
+def test_a_fixed_batch_is_not_overridden(tmp_path, capsys):
+    path = dynamic_batch_model(tmp_path / "fixed.onnx", fixed_batch=1)
+    assert pipeline.load_model(path).notes == () and capsys.readouterr().err == ""
+    assert pipeline.load_model(path, batch=1).batch == 1
+    with pytest.raises(ValueError, match=r"graph input 'x' of '.*fixed.onnx' has a fixed batch "
+                                         r"of 1 \(shape \(1, 3, 8, 8\)\); batch 2 can only set "
+                                         r"a dynamic batch dimension"):
+        pipeline.load_model(path, batch=2)
+
+
+def test_zoo_models_are_built_with_the_batch():
+    model = pipeline.load_model("small_cnn", batch=2, calibration=3)
+    assert model.batch == 2 and model.notes == ()
+    assert model.feed["input"].shape == (2, 3, 32, 32)
+    assert model.calibration["input"].shape == (3, 2, 3, 32, 32)
+    digits = pipeline.load_model("digits_cnn", seed=448, batch=3, calibration=2)
+    assert digits.feed["input"].shape == (3, 1, 8, 8)
+    assert digits.calibration["input"].shape == (2, 3, 1, 8, 8)
+    assert "3 test images of the digits split from image 448" in digits.input_note
+    assert digits.feed["input"][2].tolist() == pipeline.load_model("digits_cnn").feed[
+        "input"][0].tolist()                                    # 448, 449, then 0
+    one = pipeline.load_model("digits_cnn", seed=448)
+    assert one.feed["input"].shape == (1, 1, 8, 8) and "test image 448 " in one.input_note
+
+
+@pytest.mark.parametrize("batch", [0, -1, 1.5, True])
+def test_load_model_refuses_a_bad_batch(batch):
+    with pytest.raises(ValueError, match=rf"the batch must be a positive integer, not "
+                                         rf"{re.escape(repr(batch))}"):
+        pipeline.load_model("small_cnn", batch=batch)

@@ -32,6 +32,34 @@ def test_config_show_text_and_json(capsys, tmp_path):
     assert data["insn_layouts"]["GEMM"]["uop_bgn"] == "20:8"
 
 
+@pytest.mark.parametrize("params", [None, {"batch": 2, "block_in": 32, "acc_buff_size": 65536,
+                                           "alu_ops": ["MIN", "MAX", "ADD", "SHR", "MUL"],
+                                           "clock_mhz": 187.5}],
+                         ids=["default", "custom"])
+def test_config_show_json_is_accepted_by_config(capsys, tmp_path, params):
+    """`vdla config show --json > f; vdla config show --config f --json` prints f again."""
+    args = ["config", "show", "--json"]
+    if params is not None:
+        plain = tmp_path / "plain.json"
+        plain.write_text(json.dumps(params))
+        args += ["--config", str(plain)]
+    assert main(args) == 0
+    first = capsys.readouterr().out
+    shown = tmp_path / "shown.json"
+    shown.write_text(first)
+    assert main(["config", "show", "--config", str(shown), "--json"]) == 0
+    assert capsys.readouterr().out == first
+    # A derived value edited by hand is refused, naming it and both values.
+    doc = json.loads(first)
+    doc["derived"]["wgt_depth"] += 1
+    shown.write_text(json.dumps(doc))
+    assert main(["config", "show", "--config", str(shown)]) == 1
+    err = capsys.readouterr().err
+    expected = vdla.HardwareConfig.from_dict(doc["parameters"]).wgt_depth
+    assert err.startswith(f"vdla: error: hardware config '{shown}': derived.wgt_depth is "
+                          f"{expected + 1} in the file, but the parameters give {expected}")
+
+
 def test_config_errors(capsys, tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text('{"block_in": 12}')
@@ -84,3 +112,34 @@ def test_console_script_is_installed():
     result = subprocess.run([sys.executable, "-m", "vdla", "config", "show", "--json"],
                             capture_output=True, text=True, check=True)
     assert json.loads(result.stdout)["derived"]["name"] == vdla.HardwareConfig().name
+
+
+#: A user error for each command (a bad value the parser cannot judge): exit status 1.
+USER_ERRORS = {
+    "config": ["config", "show", "--config", "{tmp}/missing.json"],
+    "asm": ["asm", "{tmp}/missing.s", "-o", "{tmp}/out.bin"],
+    "disasm": ["disasm", "{tmp}/missing.bin"],
+    "verilog": ["verilog", "-o", "{tmp}/rtl", "--board", "no-such-board"],
+    "estimate": ["estimate", "--board", "no-such-board"],
+    "sim": ["sim", "{tmp}/missing.bin"],
+    "demo": ["demo", "--m", "0"],
+    "export": ["export", "no_such_net", "-o", "{tmp}/out.onnx"],
+    "targets": ["targets", "--config", "{tmp}/missing.json"],
+    "run": ["run", "no_such_net", "--sim", "functional"],
+    "tune": ["tune", "no_such_net", "--trials", "1", "--records", "{tmp}/t.db"],
+}
+
+
+@pytest.mark.parametrize("command", sorted(USER_ERRORS))
+def test_exit_status_1_for_a_user_error_2_for_a_usage_error(command, capsys, tmp_path):
+    """One convention across commands: a user error exits 1 with one ``vdla: error:``
+    line; a usage error (argparse: a missing or unknown option) exits 2."""
+    args = [a.replace("{tmp}", str(tmp_path)) for a in USER_ERRORS[command]]
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("vdla: error: ") and len(err.splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == []     # nothing written
+    with pytest.raises(SystemExit) as exc:
+        main([*args, "--no-such-option"])
+    assert exc.value.code == 2
+    assert "unrecognized arguments: --no-such-option" in capsys.readouterr().err

@@ -12,13 +12,16 @@ from vdla.cli import main
 from vdla.cli import run as run_cmd
 from vdla.compiler import pipeline, zoo
 
+from onnx_testing import dynamic_batch_model
+
 CFG = vdla.HardwareConfig()
 #: Every op's fields in the JSON report, whatever the target (`OpStats`).
 OP_KEYS = {"name", "op", "target", "reason", "schedule", "wall_seconds", "cycles", "macs",
            "bytes", "extra"}
-REPORT_KEYS = {"model", "target", "options", "board", "input", "quantization", "bit_exact",
-               "mismatch", "cycles", "seconds_at_clock", "quantize_seconds", "compile_seconds",
-               "wall_seconds", "summary", "records", "tuned_ops", "ops"}
+REPORT_KEYS = {"model", "target", "options", "board", "input", "batch", "quantization",
+               "bit_exact", "mismatch", "cycles", "seconds_at_clock", "gemm_utilization",
+               "quantize_seconds", "compile_seconds", "wall_seconds", "summary", "records",
+               "tuned_ops", "ops"}
 
 
 def run_json(tmp_path, capsys, *args: str) -> tuple[dict, str]:
@@ -58,6 +61,10 @@ def test_digits_on_functional_writes_the_report(tmp_path, capsys):
     assert pool[1:3] == ["max_pool2d", "vdla"] and pool[5] == "c1" and pool[7] == "-"
     assert "bit-exact vs the quantized reference: yes" in out
     assert "total cycles: -" in out
+    # No cycles, so no whole-model utilization; the useful MACs are still counted.
+    assert report["gemm_utilization"] is None and report["batch"] == 1
+    assert report["summary"]["vdla"]["macs"] == sum(op["macs"] for op in vdla_ops)
+    assert "GEMM utilization: - (the functional backend counts no cycles)" in out
 
 
 def test_digits_on_verilator(tmp_path, capsys):
@@ -73,6 +80,15 @@ def test_digits_on_verilator(tmp_path, capsys):
             assert util is None if op["op"] == "max_pool2d" else 0 < util <= 1
     assert "test image 7" in out
     assert f"total cycles: {report['cycles']:,} = " in out and "at 100 MHz" in out
+    # The whole model's GEMM utilization: useful MACs over the accelerator's cycles (all
+    # its ops, pools included; host ops excluded) times the peak MACs per cycle.
+    macs = sum(op["macs"] for op in report["ops"] if op["target"] == "vdla")
+    util = macs / (report["cycles"] * CFG.batch * CFG.block_in * CFG.block_out)
+    assert report["gemm_utilization"] == pytest.approx(util) and 0 < util < 1
+    assert report["summary"]["vdla"]["gemm_utilization"] == report["gemm_utilization"]
+    assert (f"GEMM utilization: {util:.1%} = {macs:,} useful MACs / ({report['cycles']:,} "
+            f"cycles x 256 MACs/cycle); the cycles of the ops on vdla only, host ops "
+            f"excluded") in out
 
 
 def test_onnx_path(tmp_path, capsys):
@@ -86,6 +102,41 @@ def test_onnx_path(tmp_path, capsys):
         "qconv2d", "max_pool2d", "qavg_pool2d", "qdense"}
 
 
+def test_a_dynamic_batch_is_noted_and_set_by_batch(tmp_path, capsys):
+    """An ONNX model with a symbolic batch runs with batch 1 and says so on stderr;
+    --batch N sets it (and the note says so); a fixed batch is not overridden."""
+    path = dynamic_batch_model(tmp_path / "dyn.onnx")
+    out = tmp_path / "r.json"
+    assert main(["run", path, "--sim", "functional", "--json", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == ("vdla: input 'x' has a dynamic batch dimension 'N'; using batch 1 "
+                            "(vdla run --batch sets it)\n")
+    one = json.loads(out.read_text())
+    assert one["batch"] == 1 and one["bit_exact"] is True
+
+    assert main(["run", path, "--sim", "functional", "--batch", "3", "--json", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == "vdla: input 'x' has a dynamic batch dimension 'N'; using batch 3\n"
+    three = json.loads(out.read_text())
+    assert three["batch"] == 3 and three["bit_exact"] is True and "batch 3" in three["input"]
+    conv = [op["macs"] for op in three["ops"] if op["op"] == "qconv2d"]
+    assert conv == [3 * op["macs"] for op in one["ops"] if op["op"] == "qconv2d"]
+    assert "standard-normal input, seed 0, batch 3" in captured.out
+
+    fixed = dynamic_batch_model(tmp_path / "fixed.onnx", fixed_batch=1)
+    err = error_of(capsys, fixed, "--sim", "functional", "--batch", "2")
+    assert "graph input 'x' of" in err and "has a fixed batch of 1" in err
+    assert main(["run", fixed, "--sim", "functional"]) == 0
+    assert capsys.readouterr().err == ""                 # nothing dynamic, nothing noted
+
+
+def test_batch_builds_a_zoo_model_with_it(tmp_path, capsys):
+    report, out = run_json(tmp_path, capsys, "digits_cnn", "--sim", "functional", "--batch", "2",
+                           "--seed", "3")
+    assert report["batch"] == 2 and report["bit_exact"] is True
+    assert "2 test images of the digits split from image 3 (labels " in out
+
+
 def test_the_host_target_reports_the_same_keys(tmp_path, capsys):
     """`--target host`: the whole model on the reference kernels; its JSON report has
     exactly the keys of the accelerator's, per op too."""
@@ -94,6 +145,7 @@ def test_the_host_target_reports_the_same_keys(tmp_path, capsys):
     assert set(host) == set(accel) == REPORT_KEYS
     assert all(set(op) == OP_KEYS for op in host["ops"] + accel["ops"])
     assert host["target"] == "host" and host["bit_exact"] is True and host["cycles"] is None
+    assert host["gemm_utilization"] is None and "GEMM utilization" not in out
     assert host["options"] == {} and host["quantization"] == "multiply"
     assert {op["target"] for op in host["ops"]} == {"host"}
     assert "8 ops (all on the host), target host" in out
@@ -106,6 +158,7 @@ def test_default_target_and_backend():
     target, board = run_cmd.make_target(args)
     assert target.options()["backend"] == "verilator" and board is None
     assert (args.seed, args.calibration, args.json, args.config) == (0, 4, None, None)
+    assert args.batch is None
 
 
 def error_of(capsys, *args: str) -> str:
@@ -127,6 +180,8 @@ def test_errors(tmp_path, capsys):
     assert "--seed must be a non-negative integer, not -1" in error_of(
         capsys, "digits_cnn", "--sim", "functional", "--seed", "-1")
     assert "cannot read" in error_of(capsys, "digits_cnn", "--config", str(tmp_path / "c.json"))
+    assert "--batch must be a positive integer, not 0" in error_of(
+        capsys, "digits_cnn", "--sim", "functional", "--batch", "0")
     assert "unknown target 'gpu0'; available: vdla, host" in error_of(
         capsys, "digits_cnn", "--target", "gpu0")
     assert "--sim, --board apply to --target vdla, not to --target host" in error_of(

@@ -15,7 +15,8 @@ def add_parser(sub) -> None:
     config_sub = config.add_subparsers(dest="config_command", required=True, metavar="ACTION")
     show = config_sub.add_parser("show", help="print the parameters and derived values")
     show.add_argument("--config", metavar="FILE", help=CONFIG_HELP)
-    show.add_argument("--json", action="store_true", help="machine-readable output")
+    show.add_argument("--json", action="store_true",
+                      help="machine-readable output (which --config reads back)")
     show.set_defaults(func=run)
 
 

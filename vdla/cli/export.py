@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-
 from vdla.cli.common import CliError
 from vdla.compiler.frontend import zoo
 from vdla.compiler.frontend.onnx_export import MAX_OPSET, MIN_OPSET, save_onnx
@@ -31,10 +29,8 @@ def run(args) -> int:
         raise CliError(f"--image-size must be a positive integer, not {args.image_size}")
     if not MIN_OPSET <= args.opset <= MAX_OPSET:
         raise CliError(f"--opset {args.opset} is not supported; choose {MIN_OPSET} to {MAX_OPSET}")
-    if args.model not in zoo.names():
-        print(f"vdla: error: unknown model {args.model!r}; known models: "
-              f"{', '.join(zoo.names())}", file=sys.stderr)
-        return 2
+    if args.model not in zoo.names():   # a user error (exit 1), not a usage error (2)
+        raise CliError(f"unknown model {args.model!r}; known models: {', '.join(zoo.names())}")
     graph = zoo.get(args.model, batch=args.batch, image_size=args.image_size)
     path = save_onnx(graph, args.output, opset=args.opset)
     # Parameters as torch counts them: every constant but BN's running statistics.

@@ -41,6 +41,10 @@ def add_parser(sub) -> None:
                       help="seeds the inputs (digits_cnn: the test image's index) (default 0)")
     run_.add_argument("--calibration", type=int, default=4, metavar="N",
                       help="calibration samples for quantization (default 4)")
+    run_.add_argument("--batch", type=int, metavar="N",
+                      help="batch size: a zoo model is built with it, an ONNX model's dynamic "
+                           "batch dimension set to it (default 1; an ONNX model that fixes "
+                           "another batch is an error)")
     run_.add_argument("--board", metavar="NAME",
                       help="simulate the board's config, DRAM port and memory timing, and "
                            "report time at its clock (see `vdla boards`; --config then names "
@@ -108,11 +112,14 @@ def run(args) -> int:
         raise CliError(f"--calibration must be a positive integer, not {args.calibration}")
     if args.seed < 0:
         raise CliError(f"--seed must be a non-negative integer, not {args.seed}")
+    if args.batch is not None and args.batch < 1:
+        raise CliError(f"--batch must be a positive integer, not {args.batch}")
     target, board = make_target(args)
     records = _open_records(args.records)
     if records is not None and not target.measure_backends:
         raise CliError(f"--records: target {target.name!r} has no tunable ops")
-    model = pipeline.load_model(args.model, seed=args.seed, calibration=args.calibration)
+    model = pipeline.load_model(args.model, seed=args.seed, calibration=args.calibration,
+                                batch=args.batch)
     compile_show, compile_done = progress_line("compiling")
     run_show, run_done = progress_line(f"running on {target.name}")
     try:
@@ -165,10 +172,23 @@ def _report(args, target, board, outcome) -> None:
         else:
             print(f"total cycles: {summary['cycles']:,} = "
                   f"{summary['seconds_at_clock'] * 1e3:.3f} ms at {summary['clock_mhz']:g} MHz")
+    if "gemm_utilization" in summary:
+        print(_utilization_line(target, summary))
     print(f"prepare + quantize: {outcome.quantize_seconds:.2f} s; compile: "
           f"{compiled.compile_seconds:.2f} s; run: {result.wall_seconds:.2f} s wall")
     print(f"bit-exact vs the quantized reference: {'yes' if outcome.bit_exact else 'NO'}"
           + ("" if outcome.bit_exact else f" ({outcome.mismatch})"))
+
+
+def _utilization_line(target, summary) -> str:
+    """The whole model's GEMM utilization and what it counts."""
+    if summary["gemm_utilization"] is None:
+        why = (f"the {summary.get('backend')} backend counts no cycles"
+               if summary.get("cycles") is None else f"no op on {target.name} does useful MACs")
+        return f"GEMM utilization: - ({why})"
+    return (f"GEMM utilization: {summary['gemm_utilization']:.1%} = {summary['macs']:,} "
+            f"useful MACs / ({summary['cycles']:,} cycles x {summary['macs_per_cycle']} "
+            f"MACs/cycle); the cycles of the ops on {target.name} only, host ops excluded")
 
 
 def _json_report(args, target, outcome) -> dict:
@@ -178,9 +198,12 @@ def _json_report(args, target, outcome) -> dict:
     summary = result.summary.get(target.name, {})
     return {"model": args.model, "target": target.name, "options": target.options(),
             "board": args.board, "input": outcome.model.input_note,
+            "batch": outcome.model.batch,
             "quantization": outcome.quantized.metadata["quantized"]["mode"],
             "bit_exact": outcome.bit_exact, "mismatch": outcome.mismatch or None,
             "cycles": result.cycles, "seconds_at_clock": summary.get("seconds_at_clock"),
+            # Only a target that counts cycles and MACs has it (the host: null).
+            "gemm_utilization": summary.get("gemm_utilization"),
             "quantize_seconds": outcome.quantize_seconds,
             "compile_seconds": outcome.compiled.compile_seconds,
             "wall_seconds": result.wall_seconds, "summary": result.summary,

@@ -17,6 +17,9 @@ if TYPE_CHECKING:  # annotations only: the importer calls the folders
 __all__ = ["FOLDERS", "META_INPUTS"]
 
 FOLDERS: dict[str, Callable[[Importer, OnnxNode, list], list]] = {}
+#: The most elements a folded value may have: shape computations are small, and a
+#: corrupted size must not make the importer allocate gigabytes before it fails.
+MAX_FOLDED_ELEMENTS = 1 << 24
 #: Inputs whose values these folders never read, only their (static) shape and dtype, so
 #: they may be computed tensors.
 META_INPUTS = {"Shape": (0,), "Size": (0,), "CastLike": (1,)}
@@ -28,6 +31,15 @@ def _folder(*ops: str):
             FOLDERS[op] = fn
         return fn
     return register
+
+
+def _check_size(node: OnnxNode, shape) -> tuple[int, ...]:
+    """`shape`, after failing when a value of that shape is too big to fold."""
+    shape = tuple(int(d) for d in shape)
+    if min(shape, default=1) >= 0 and np.prod(shape, dtype=object) > MAX_FOLDED_ELEMENTS:
+        node.fail(f"evaluating it on its constant inputs would make a tensor of shape {shape}, "
+                  f"more than the {MAX_FOLDED_ELEMENTS} elements of a shape computation")
+    return shape
 
 
 def _axes_arg(imp: Importer, node: OnnxNode, args, k: int = 1) -> list[int] | None:
@@ -58,8 +70,9 @@ def _f_constant(imp, node, args):
 
 @_folder("ConstantOfShape")
 def _f_constant_of_shape(imp, node, args):
-    value = node.attrs.get("value", np.zeros(1, np.float32))
-    return [np.full([int(d) for d in args[0].reshape(-1)], value.reshape(-1)[0],
+    # asarray: a model of an opset before ConstantOfShape may give `value` any type.
+    value = np.asarray(node.attrs.get("value", np.zeros(1, np.float32)))
+    return [np.full(_check_size(node, args[0].reshape(-1)), value.reshape(-1)[0],
                     dtype=value.dtype)]
 
 
@@ -141,12 +154,15 @@ def _f_slice(imp, node, args):
 @_folder("Range")
 def _f_range(imp, node, args):
     start, limit, delta = (np.asarray(a).reshape(()) for a in args)
+    if delta != 0:
+        _check_size(node, [max(0, int(np.ceil((limit - start) / delta)))])
     return [np.arange(start, limit, delta).astype(np.asarray(args[0]).dtype)]
 
 
 def _binary(fn):
     def fold(imp, node, args):
         a, b = args
+        _check_size(node, np.broadcast_shapes(np.shape(a), np.shape(b)))
         return [np.asarray(fn(a, b)).astype(a.dtype)]
     return fold
 
@@ -187,7 +203,8 @@ def _f_where(imp, node, args):
 
 @_folder("Expand")
 def _f_expand(imp, node, args):
-    shape = np.broadcast_shapes(args[0].shape, tuple(int(d) for d in args[1].reshape(-1)))
+    shape = _check_size(node, np.broadcast_shapes(
+        args[0].shape, tuple(int(d) for d in args[1].reshape(-1))))
     return [np.broadcast_to(args[0], shape).copy()]
 
 

@@ -1,7 +1,7 @@
 """Import ONNX models into the compiler's graph IR.
 
-`from_onnx(path_or_model, input_shapes=None)` reads a model (a file path, its bytes, or an
-`onnx.ModelProto`) and returns a validated `Graph` of the float operators of
+`from_onnx(path_or_model, input_shapes=None, batch=None)` reads a model (a file path, its
+bytes, or an `onnx.ModelProto`) and returns a validated `Graph` of the float operators of
 `vdla.compiler.ir.ops`. It covers the layer operators of image classifiers over ONNX opsets
 7 to 21, as torch's legacy exporter (opsets 9-17) and its dynamo exporter (18+) write
 them: Conv, BatchNormalization, Relu, Clip, Add, Mul, Sum, MaxPool, AveragePool,
@@ -11,9 +11,10 @@ inputs).
 
 Exporters also emit small computations on shapes (``Shape -> Gather -> Unsqueeze ->
 Concat -> Reshape`` for ``x.view(x.size(0), -1)``). Every tensor here has a static shape
-(symbolic dimensions become 1 unless `input_shapes` says otherwise), so any node whose
-inputs are all constants, or a ``Shape`` of a computed tensor, is evaluated at import time
-with numpy and never reaches the graph.
+(a symbolic or unknown input dimension becomes `batch` on the leading axis and 1
+elsewhere, unless `input_shapes` says otherwise; ``metadata["onnx"]["dynamic_dims"]``
+records each such choice), so any node whose inputs are all constants, or a ``Shape`` of
+a computed tensor, is evaluated at import time with numpy and never reaches the graph.
 
 Every failure is an `OnnxImportError` (a ValueError) naming the file, or the node (its
 name, index and op type) and the attribute or input at fault.
@@ -22,34 +23,46 @@ name, index and op type) and the attribute or input at fault.
 from __future__ import annotations
 
 import numpy as np
-from onnx import helper, numpy_helper
+from onnx import numpy_helper
 
 from vdla.compiler.frontend.onnx_import.converters import CONVERTERS
 from vdla.compiler.frontend.onnx_import.folding import FOLDERS, META_INPUTS
 from vdla.compiler.frontend.onnx_import.loader import load
 from vdla.compiler.frontend.onnx_import.nodes import (ELEM_TYPES, MIN_OPSET, OnnxImportError,
-                                                      OnnxNode, decode_attrs)
+                                                      OnnxNode, check_schema, decode_attrs,
+                                                      elem_type_name)
 from vdla.compiler.ir.graph import Graph
 from vdla.compiler.ir.tensor import DTYPES, GraphError
 
 __all__ = ["Importer", "from_onnx", "supported_ops"]
 
 
-def from_onnx(path_or_model, *, input_shapes: dict[str, tuple] | None = None) -> Graph:
+def from_onnx(path_or_model, *, input_shapes: dict[str, tuple] | None = None,
+              batch: int | None = None) -> Graph:
     """Import an ONNX model as a float `Graph`.
 
     path_or_model : a file path (str or os.PathLike), the serialized model (bytes), or an
         `onnx.ModelProto`.
     input_shapes : optional ``{input name: shape}`` for inputs with symbolic or missing
-        dimensions (a dimension without a fixed value otherwise becomes 1); a dimension the
-        model fixes must agree.
+        dimensions (a dimension without a fixed value otherwise becomes 1, or `batch`);
+        a dimension the model fixes must agree.
+    batch : the value of a dynamic (symbolic or unknown) leading dimension of every input
+        that `input_shapes` does not name (default 1). An input whose leading dimension
+        the model fixes to another value is an error, not silently kept.
 
     Returns a validated graph whose tensors keep their ONNX names, whose outputs are the
-    model's in ONNX order, and whose ``metadata["onnx"]`` holds the opset and producer.
-    Raises `OnnxImportError` for an unreadable file, an unsupported operator or attribute.
+    model's in ONNX order, and whose ``metadata["onnx"]`` holds the opset, the producer
+    and ``dynamic_dims``: one ``{"input", "axis", "name", "value"}`` per dynamic input
+    dimension (``name`` is its dim_param, or None when the model leaves it unknown;
+    ``value`` the size it got).
+    Raises `OnnxImportError` for an unreadable file, an unsupported operator or attribute,
+    or a bad `input_shapes` or `batch`.
     """
+    if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int)
+                              or batch < 1):
+        raise OnnxImportError(f"batch must be a positive integer, not {batch!r}")
     model, source = load(path_or_model)
-    return Importer(model, source, input_shapes).run()
+    return Importer(model, source, input_shapes, batch).run()
 
 
 def supported_ops() -> list[str]:
@@ -58,10 +71,12 @@ def supported_ops() -> list[str]:
 
 
 class Importer:
-    def __init__(self, model, source: str, input_shapes):
+    def __init__(self, model, source: str, input_shapes, batch: int | None = None):
         self.model = model
         self.source = source
         self.input_shapes = dict(input_shapes or {})
+        self.batch = batch
+        self.dynamic_dims: list[dict] = []           # what each dynamic input dim became
         self.opset = self._opset()
         self.graph = Graph(model.graph.name or "onnx_model")
         self.consts: dict[str, np.ndarray] = {}      # ONNX name -> value known at import
@@ -147,7 +162,7 @@ class Importer:
         if value.dtype.kind == "f":
             value = value.astype(np.float32)
         elif value.dtype not in (np.int8, np.uint8, np.int32, np.int64):
-            what = node.where() if node else "graph output"
+            what = node.where() if node else f"graph output {onnx_name!r} of {self.source!r}"
             raise OnnxImportError(f"{what}: constant {onnx_name!r} has dtype {value.dtype}; "
                                   "graph constants are float32, int8, uint8, int32 or int64")
         base = self.preferred.get(onnx_name, onnx_name) or "const"
@@ -188,7 +203,7 @@ class Importer:
         for init in g.initializer:
             try:
                 self.consts[init.name] = numpy_helper.to_array(init)
-            except (ValueError, TypeError, OSError) as exc:
+            except (ValueError, TypeError, KeyError, OSError) as exc:   # KeyError: data_type
                 raise OnnxImportError(f"cannot read initializer {init.name!r} of "
                                       f"{self.source!r} (truncated, or external data not "
                                       f"loaded): {exc}") from None
@@ -196,10 +211,13 @@ class Importer:
         for index, proto in enumerate(g.node):
             name = proto.name or f"{proto.op_type.lower()}_{index}"
             node = OnnxNode(index, proto.op_type, name, list(proto.input), list(proto.output),
-                             decode_attrs(proto))
+                            {})
             if proto.domain not in ("", "ai.onnx"):
                 node.fail(f"op domain {proto.domain!r} is not supported; vdla imports the "
                           f"default ONNX domain: {', '.join(supported_ops())}")
+            # Malformed nodes fail here, with their name, not deep in a converter.
+            check_schema(node, proto, self.opset)
+            node.attrs = decode_attrs(proto, node)
             self._convert(node)
         outputs = []
         for out in g.output:
@@ -214,7 +232,8 @@ class Importer:
         self.graph.prune()
         self.graph.metadata["onnx"] = {"opset": self.opset,
                                        "producer": self.model.producer_name,
-                                       "producer_version": self.model.producer_version}
+                                       "producer_version": self.model.producer_version,
+                                       "dynamic_dims": self.dynamic_dims}
         try:
             return self.graph.validate()
         except GraphError as exc:
@@ -238,10 +257,11 @@ class Importer:
             if dtype is None:
                 raise OnnxImportError(
                     f"graph input {value.name!r} has element type "
-                    f"{helper.tensor_dtype_to_string(ttype.elem_type)}; vdla imports float32, "
+                    f"{elem_type_name(ttype.elem_type)}; vdla imports float32, "
                     "int8, uint8, int32 and int64 inputs")
+            dims = list(ttype.shape.dim) if ttype.HasField("shape") else None
             fixed = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None
-                     for d in ttype.shape.dim] if ttype.HasField("shape") else None
+                     for d in dims] if dims is not None else None
             given = self.input_shapes.get(value.name)
             if given is not None:
                 given = tuple(int(d) for d in given)
@@ -253,15 +273,31 @@ class Importer:
                     model_shape = tuple(f if f is not None else "?" for f in fixed)
                     raise OnnxImportError(f"input_shapes[{value.name!r}] = {given} does not fit "
                                           f"the model's input shape {model_shape}")
+                if self.batch is not None and given and given[0] != self.batch:
+                    raise OnnxImportError(f"input_shapes[{value.name!r}] = {given} has batch "
+                                          f"{given[0]}, but batch={self.batch}")
                 shape = given
             elif fixed is None:
                 raise OnnxImportError(f"graph input {value.name!r} has no shape in the model; "
                                       f"pass input_shapes={{{value.name!r}: (...)}}")
             else:
-                shape = tuple(f if f is not None else 1 for f in fixed)
+                if self.batch is not None and fixed and fixed[0] not in (None, self.batch):
+                    model_shape = tuple(f if f is not None else "?" for f in fixed)
+                    raise OnnxImportError(
+                        f"graph input {value.name!r} of {self.source!r} has a fixed batch of "
+                        f"{fixed[0]} (shape {model_shape}); batch {self.batch} can only set a "
+                        f"dynamic batch dimension (export the model with a dynamic batch, or "
+                        f"with batch {self.batch})")
+                # The leading axis is the batch by the convention of image models.
+                shape = tuple(f if f is not None else (self.batch or 1) if k == 0 else 1
+                              for k, f in enumerate(fixed))
             name = self.output_name(value.name)
             self.graph.add_input(name, shape, dtype)
             self.names[value.name] = name
+            for k, d in enumerate(dims or ()):
+                if fixed[k] is None:
+                    self.dynamic_dims.append({"input": value.name, "axis": k,
+                                              "name": d.dim_param or None, "value": shape[k]})
 
     def _convert(self, node: OnnxNode):
         for i in node.inputs:
@@ -277,7 +313,8 @@ class Importer:
                 results = folder(self, node, args)
             except OnnxImportError:
                 raise
-            except (ValueError, IndexError, TypeError, KeyError) as exc:
+            except (ValueError, IndexError, TypeError, KeyError, RuntimeError,
+                    MemoryError) as exc:   # numpy: past 32 dimensions, too big to allocate
                 node.fail(f"cannot evaluate it on its constant inputs: {exc}")
             for out, value in zip(node.outputs, results):
                 if out:
@@ -291,7 +328,14 @@ class Importer:
                           f"computations), but input {computed[0]!r} is computed by the model")
             node.fail(f"op type {node.op!r} is not supported; vdla imports "
                       f"{', '.join(supported_ops())}")
-        converter(self, node)
+        try:
+            converter(self, node)
+        except OnnxImportError:
+            raise
+        except (ValueError, IndexError, TypeError, KeyError) as exc:
+            # What check_schema cannot see (an attribute of another opset, a NaN shape)
+            # still ends in an error naming the node, as for the folders above.
+            node.fail(f"cannot import it ({type(exc).__name__}: {exc})")
 
     def _fold_arg(self, node, k, name):
         if not name:
@@ -300,7 +344,11 @@ class Importer:
             return self.consts[name]
         # An input of which only the shape and dtype count: a zero-strided stand-in.
         dtype = np.dtype(DTYPES[self.graph.tensors[self.names[name]].dtype])
-        return np.broadcast_to(np.zeros((), dtype), self.shape(name))
+        try:
+            return np.broadcast_to(np.zeros((), dtype), self.shape(name))
+        except ValueError as exc:         # more elements than numpy can index
+            node.fail(f"input {k} ({name!r}, shape {self.shape(name)}) cannot be evaluated: "
+                      f"{exc}")
 
     # --- helpers for converters -----------------------------------------------------------
 

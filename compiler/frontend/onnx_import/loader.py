@@ -44,12 +44,35 @@ def load(path_or_model):
     if not model.HasField("graph") or not model.opset_import or not model.graph.output:
         raise OnnxImportError(f"cannot parse {source!r} as an ONNX model ({len(data)} bytes): "
                               "it has no graph, outputs or opset (truncated or not ONNX)")
+    bad = _invalid_text(model, "model")
+    if bad is not None:
+        raise OnnxImportError(f"cannot parse {source!r} as an ONNX model: {bad[0]} is not "
+                              f"UTF-8 text ({bad[1]!r}; a corrupted file)")
     if folder is not None and uses_external_data(model):
         try:
             load_external_data_for_model(model, str(folder))
         except (OSError, ValueError) as exc:
             raise OnnxImportError(f"cannot read the external data of {source!r}: {exc}") from None
     return model, source
+
+
+def _invalid_text(message, path: str):
+    """(field path, value) of the first string field of `message` that is not valid UTF-8
+    (protobuf hands such a field over as bytes, which the importer would trip on), or
+    None."""
+    for field, value in message.ListFields():
+        # protobuf 7 has `is_repeated` where older versions have `label`.
+        repeated = (field.is_repeated if hasattr(field, "is_repeated")
+                    else field.label == field.LABEL_REPEATED)
+        for k, item in enumerate(value if repeated else [value]):
+            where = f"{path}.{field.name}" + (f"[{k}]" if repeated else "")
+            if field.type == field.TYPE_STRING and isinstance(item, bytes):
+                return where, item
+            if field.type == field.TYPE_MESSAGE:
+                found = _invalid_text(item, where)
+                if found is not None:
+                    return found
+    return None
 
 
 def uses_external_data(model) -> bool:

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from onnx import AttributeProto, helper, numpy_helper
+from onnx import AttributeProto, defs, helper, numpy_helper
 
-__all__ = ["ELEM_TYPES", "MIN_OPSET", "OnnxImportError", "OnnxNode", "decode_attrs",
-           "reshape_target"]
+__all__ = ["ELEM_TYPES", "MIN_OPSET", "OnnxImportError", "OnnxNode", "check_schema",
+           "decode_attrs", "elem_type_name", "reshape_target"]
 
 #: The oldest default-domain opset the importer understands (opset 7 brought numpy
 #: broadcasting to Add/Mul/Gemm; older models use a different convention).
@@ -42,13 +42,65 @@ class OnnxNode:
         return self.inputs[i] if i < len(self.inputs) else ""
 
 
-def decode_attrs(proto) -> dict[str, Any]:
+def _attr_type_name(attr_type: int) -> str:
+    try:
+        return AttributeProto.AttributeType.Name(attr_type)
+    except ValueError:
+        return f"undefined type {attr_type}"
+
+
+def check_schema(node: OnnxNode, proto, opset: int) -> None:
+    """Check `node` (its `proto`) against ONNX's definition of its op at `opset`, so a
+    malformed node fails with its name rather than deep in a converter: every required
+    input is there, and every attribute the op defines has the op's type. An op ONNX
+    does not define at `opset` is left to the converters, which refuse what they do not
+    know."""
+    try:
+        # An opset newer than this onnx knows keeps its latest definitions (and a huge
+        # number would not fit the C++ int).
+        schema = defs.get_schema(node.op, min(opset, defs.onnx_opset_version()), "")
+    except defs.SchemaError:
+        return
+    op = f"{node.op}-{schema.since_version}"
+    if len(node.inputs) < schema.min_input:
+        node.fail(f"has {len(node.inputs)} input(s); {op} takes at least {schema.min_input}")
+    single = defs.OpSchema.FormalParameterOption.Single
+    for k, formal in enumerate(schema.inputs):
+        if formal.option == single and not node.input(k):
+            node.fail(f"required input {k} ({formal.name}) of {op} is missing")
+    for k, formal in enumerate(schema.outputs):
+        if formal.option == single and (k >= len(node.outputs) or not node.outputs[k]):
+            node.fail(f"required output {k} ({formal.name}) of {op} is missing")
+    for a in proto.attribute:
+        defined = schema.attributes.get(a.name)
+        if defined is not None and int(defined.type) != a.type:
+            node.fail(f"attribute {a.name!r} is {_attr_type_name(a.type)}; {op} takes "
+                      f"{_attr_type_name(int(defined.type))}")
+
+
+def elem_type_name(elem_type: int) -> str:
+    """An ONNX element type's name (``FLOAT``), also for numbers ONNX does not define."""
+    try:
+        return helper.tensor_dtype_to_string(elem_type)
+    except (KeyError, ValueError):
+        return f"{elem_type} (not an ONNX element type)"
+
+
+def decode_attrs(proto, node: OnnxNode | None = None) -> dict[str, Any]:
+    """`proto`'s attributes as Python values; an attribute that cannot be read (an
+    undefined type, a bad tensor) fails naming `node` when given."""
     attrs = {}
     for a in proto.attribute:
-        if a.type == AttributeProto.TENSOR:
-            value = numpy_helper.to_array(a.t)
-        else:
-            value = helper.get_attribute_value(a)
+        try:
+            value = (numpy_helper.to_array(a.t) if a.type == AttributeProto.TENSOR
+                     else helper.get_attribute_value(a))
+        except (ValueError, TypeError, KeyError) as exc:
+            message = (f"attribute {a.name!r} ({_attr_type_name(a.type)}) cannot be read: "
+                       f"{exc}")
+            if node is None:
+                raise OnnxImportError(message) from None
+            node.fail(message)
+        if a.type != AttributeProto.TENSOR:
             if isinstance(value, bytes):
                 value = value.decode("utf-8", "replace")
             elif a.type in (AttributeProto.INTS, AttributeProto.FLOATS):

@@ -260,11 +260,20 @@ class VdlaSession(TargetSession):
                      {"gemm_utilization": util})
 
     def summary(self, stats: Sequence[OpStats]) -> dict:
-        """The backend, the total cycles (None on a backend without cycles) and their
-        time at the config's clock."""
+        """The backend; the total cycles of this target's ops (None on a backend without
+        cycles) and their time at the config's clock; ``macs``, the useful MACs of its
+        ops (the layers' own sizes, no block padding; pools do none); and
+        ``gemm_utilization``, those MACs over the total cycles times the GEMM core's peak
+        MACs per cycle (batch x block_in x block_out). The cycles are every program's on
+        the accelerator, pools and epilogues included; ops on the host and the host's
+        packing between ops are not counted. None without cycles or MACs."""
         config = self.target.config
         cycles = [s.cycles for s in stats]
         total = None if not cycles or None in cycles else int(sum(cycles))
+        macs = sum(s.macs or 0 for s in stats)
+        util = macs / (total * config.macs_per_cycle) if total and macs else None
         return {"backend": None if self.device is None else self.device.backend,
                 "cycles": total, "clock_mhz": config.clock_mhz,
-                "seconds_at_clock": None if total is None else total / (config.clock_mhz * 1e6)}
+                "seconds_at_clock": None if total is None else total / (config.clock_mhz * 1e6),
+                "macs": macs, "macs_per_cycle": config.macs_per_cycle,
+                "gemm_utilization": util}

@@ -1,0 +1,33 @@
+"""Session-wide hooks: the count of fuzzed inputs per target (tests/fuzzing.py) in the
+terminal summary, added up over pytest-xdist workers.
+
+These hooks live here, not in tests/fuzz/, because the xdist controller collects no
+tests: it loads only the conftest files on the way to the paths it was given, and it
+is the one that prints the summary."""
+
+from __future__ import annotations
+
+import pytest
+
+import fuzzing
+
+
+def pytest_sessionfinish(session):
+    # On an xdist worker: hand the counts to the controller (xdist sends workeroutput
+    # after every pytest_sessionfinish hook has run).
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput[fuzzing.WORKEROUTPUT_KEY] = fuzzing.counts()
+
+
+@pytest.hookimpl(optionalhook=True)   # an xdist hook: absent without pytest-xdist
+def pytest_testnodedown(node, error):
+    # A worker that crashed may have sent nothing.
+    fuzzing.merge(getattr(node, "workeroutput", {}).get(fuzzing.WORKEROUTPUT_KEY, {}))
+
+
+def pytest_terminal_summary(terminalreporter):
+    found = fuzzing.counts()
+    if found:
+        terminalreporter.write_sep("-", "fuzzing")
+        terminalreporter.write_line(fuzzing.summary(found))
