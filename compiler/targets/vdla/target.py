@@ -33,6 +33,7 @@ from vdla.compiler.ir.tensor import Node
 from vdla.compiler.targets.base import CompiledOp, OpRun, OpStats, Support, Target, TargetSession
 from vdla.compiler.targets.vdla.conv2d import LoweredConv2d, lower_conv2d
 from vdla.compiler.targets.vdla.cost import choose_pool2d
+from vdla.compiler.targets.vdla.estimate import estimate_graph
 from vdla.compiler.targets.vdla.layers import POOL_OPS, conv2d_layer, pool2d_layer
 from vdla.compiler.targets.vdla.pool import LoweredPool2d, lower_pool2d
 from vdla.compiler.targets.vdla.schedules import Conv2dSchedule, Pool2dSchedule
@@ -170,6 +171,14 @@ class VdlaTarget(Target):
     def open_session(self, graph: Graph, ops: Sequence[CompiledOp],
                      device: Any = None) -> "VdlaSession":
         return VdlaSession(self, graph, ops, device)
+
+    # --- estimating ----------------------------------------------------------------------
+
+    def estimate(self, graph: Graph, *, schedules: Mapping[str, Any] | None = None) -> list:
+        """The timing model's cycles of every node of `graph` this target would run,
+        without lowering (`vdla.compiler.targets.vdla.estimate.estimate_graph`; a design
+        sweep's figure per point): a list of `OpEstimate` in graph order."""
+        return estimate_graph(graph, self, schedules=schedules)
 
     # --- tuning --------------------------------------------------------------------------
 

@@ -68,7 +68,7 @@ def _canonical(workload: dict) -> str:
     return json.dumps(workload, sort_keys=True, separators=(",", ":"))
 
 
-def _alu_passes(workload: dict) -> tuple[int, int]:
+def alu_passes(workload: dict) -> tuple[int, int]:
     """(passes with an immediate, passes with a vector operand) of the main epilogue,
     the clamp's MAX and MIN included (as `estimate_conv2d` counts them)."""
     steps = workload["epilogue"]
@@ -141,7 +141,7 @@ class ConvTask(TuneTask):
         """The analytical timing model's figures for `schedule` (``.cycles`` and their
         split into GEMM, epilogue, load and store)."""
         return estimate_conv2d(self.layer, schedule, self.config,
-                               alu_passes=_alu_passes(self.workload))
+                               alu_passes=alu_passes(self.workload))
 
     def knobs(self, s: Conv2dSchedule) -> tuple[int, ...]:
         return (THREADS.index((s.oc_nthread, s.h_nthread)), s.tile_h, s.tile_w, s.tile_ci,

@@ -1,0 +1,86 @@
+"""The timing model over a whole graph: the cycles every op the accelerator runs would
+take, without lowering anything.
+
+    ops = estimate_graph(quantized, config)             # [OpEstimate], in graph order
+    total = sum(op.cycles for op in ops)
+
+This is what a design-space sweep evaluates per design point (`vdla.dse`): it decides
+which nodes run on the accelerator the way `VdlaTarget.supports` does, picks each one's
+schedule as compilation would (the given schedule, else the default chooser) and asks
+the timing model (`vdla.compiler.targets.vdla.cost`) for its cycles, with the epilogue's
+ALU passes the tuner's tasks count. No program is emitted, so a ResNet-18 takes well
+under a second per config once the chooser's cache is warm for the shapes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+from vdla.compiler.ir.graph import Graph
+from vdla.compiler.targets.vdla.cost import (BYTES_PER_CYCLE, choose_conv2d, choose_pool2d,
+                                             estimate_conv2d, estimate_pool2d)
+from vdla.compiler.targets.vdla.layers import POOL_OPS, conv2d_workload, pool2d_layer
+from vdla.compiler.targets.vdla.layers import Conv2dLayer
+from vdla.compiler.targets.vdla.tuning import alu_passes
+from vdla.config import HardwareConfig
+
+__all__ = ["OpEstimate", "estimate_graph"]
+
+
+@dataclasses.dataclass(frozen=True)
+class OpEstimate:
+    """One node's estimate.
+
+    name, op : the node
+    target : ``"vdla"`` or ``"host"`` (host ops have no cycles)
+    reason : why the node runs where it does (the target's own words)
+    cycles : the timing model's cycles on the accelerator (None on the host)
+    macs : the useful multiply-accumulates of a GEMM op (0 for pools, None on the host)
+    schedule : the schedule estimated, as a dict (None on the host)
+    """
+
+    name: str
+    op: str
+    target: str
+    reason: str
+    cycles: int | None
+    macs: int | None
+    schedule: dict | None
+
+
+def estimate_graph(graph: Graph, target, *, schedules: Mapping[str, Any] | None = None,
+                   bytes_per_cycle: float | None = None) -> list[OpEstimate]:
+    """Estimate every node of `graph` (quantized, plain layouts) on `target` (a
+    `VdlaTarget`; its config and its DRAM model's bandwidth, if it has one).
+
+    schedules : node name -> schedule to estimate instead of the default chooser's
+    bytes_per_cycle : the DRAM bandwidth per direction; default: the target's DRAM model
+        (``device_options["dram"]``), else `BYTES_PER_CYCLE`
+    """
+    config: HardwareConfig = target.config
+    if bytes_per_cycle is None:
+        dram = target.device_options.get("dram")
+        bytes_per_cycle = BYTES_PER_CYCLE if dram is None else float(dram.bytes_per_cycle)
+    schedules = dict(schedules or {})
+    out = []
+    for node in graph.nodes():
+        ok, reason = target.supports(node, graph)
+        if not ok:
+            out.append(OpEstimate(node.name, node.op, "host", reason, None, None, None))
+            continue
+        if node.op in POOL_OPS:
+            layer, _, _ = pool2d_layer(node, graph, config)
+            schedule = schedules.get(node.name) or choose_pool2d(layer, config)
+            cycles = estimate_pool2d(layer, schedule, config, bytes_per_cycle=bytes_per_cycle)
+            macs = 0
+        else:
+            workload = conv2d_workload(node, graph, config)
+            layer = Conv2dLayer.from_node(node, graph, config)
+            schedule = schedules.get(node.name) or choose_conv2d(layer, config)
+            cycles = estimate_conv2d(layer, schedule, config, alu_passes=alu_passes(workload),
+                                     bytes_per_cycle=bytes_per_cycle).cycles
+            macs = layer.macs
+        out.append(OpEstimate(node.name, node.op, "vdla", reason, int(cycles), macs,
+                              dataclasses.asdict(schedule)))
+    return out

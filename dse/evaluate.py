@@ -1,0 +1,204 @@
+"""Evaluating design points with the models: validity, whole-model cycles, resources.
+
+    evaluator = Evaluator(spec)              # loads and quantizes the models once
+    design = evaluator.design(params)        # the config (or why there is none) and key
+    record = evaluator(params)               # the point's record (`vdla.dse.pareto`)
+
+A point is the board's default config with the swept parameters replaced. It is
+**invalid**, with its reason kept in the record, when the parameters make no
+`HardwareConfig` (the config's own checks: ISA field widths, powers of two, ...), when
+the board refuses it (its bus width, its block RAM), or when a model loses an op to the
+host that the board's default config runs (its latency would leave that op out). A valid
+point gets:
+
+* **cycles** per model from the compiler's timing model (`VdlaTarget.estimate`, the
+  default schedule chooser's picks, the board's DRAM bandwidth), and their weighted
+  sum; **latency_ms** at the config's clock; **gemm_utilization**, the models' useful
+  MACs over the weighted cycles times the core's peak MACs per cycle;
+* **resources** from the part's `ResourceModel`, and whether they fit the part.
+
+The record's key (`vdla.dse.store.point_key`) covers the config, the board, the models
+(an ONNX file by its content) and the versions of what computes the figures, so a store
+answers a point again only when the answer would be the same.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import time
+from pathlib import Path
+from typing import Any, Mapping
+
+import vdla
+from vdla.boards import get as get_board
+from vdla.compiler import pipeline, targets
+from vdla.config import HardwareConfig
+from vdla.dse.resources import CALIBRATION_DIR, ResourceModel
+from vdla.dse.spec import SweepSpec
+from vdla.dse.store import point_key
+
+__all__ = ["Design", "Evaluator", "MODEL_VERSION", "make_evaluator"]
+
+#: Bump when what an evaluation computes changes in a way the key does not show.
+MODEL_VERSION = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Design:
+    """A point's config, or why it has none, and its store key."""
+
+    params: Mapping[str, Any]
+    config: HardwareConfig | None
+    reason: str | None
+    key: str
+
+
+def _file_digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+
+
+class Evaluator:
+    """Evaluates points of one sweep (in one process; build one per worker).
+
+    spec : the `SweepSpec` (or its `to_dict`)
+    calibration : calibration images per model (the quantizer's; the default is the
+        pipeline's)
+    """
+
+    def __init__(self, spec: SweepSpec | Mapping, *, calibration: int = 4):
+        self.spec = spec if isinstance(spec, SweepSpec) else SweepSpec.from_dict(spec)
+        self.board = get_board(self.spec.board)
+        self.resource_model = ResourceModel.for_part(self.board.part.name)
+        self.capacity = self.board.part.capacity
+        self.calibration = calibration
+        self._loaded = {}
+        self._quantized = {}
+        self._baseline = {}
+        calib = CALIBRATION_DIR / f"{self.board.part.name}.json"
+        models = []
+        for m in self.spec.models:
+            path = Path(m.name)
+            ident = f"{m.name}@{_file_digest(path)}" if path.suffix == ".onnx" and path.exists() \
+                else m.name
+            models.append([ident, m.weight])
+        self._key_parts = {"board": self.board.name, "models": models,
+                           "calibration_images": calibration,
+                           "versions": {"vdla": vdla.__version__, "model": MODEL_VERSION,
+                                        "resource_calibration": _file_digest(calib)}}
+
+    # --- the design -------------------------------------------------------------------
+
+    def design(self, params: Mapping[str, Any]) -> Design:
+        """The config of `params` on the board (or the reason there is none) and the key."""
+        base = self.board.config.to_dict()
+        try:
+            config = HardwareConfig.from_dict({**base, **params})
+            clock = config.clock_mhz
+            config = self.board.apply(config)
+            if "clock_mhz" in params:  # a swept clock overrides the board's
+                config = dataclasses.replace(config, clock_mhz=clock)
+            self.board.check_memory(config)
+        except (ValueError, TypeError) as exc:
+            key = point_key(params=_jsonable(params), **self._key_parts)
+            return Design(dict(params), None, str(exc), key)
+        return Design(dict(params), config, None,
+                      point_key(config=config.to_dict(), **self._key_parts))
+
+    # --- the models -------------------------------------------------------------------
+
+    def _model(self, name: str):
+        if name not in self._loaded:
+            self._loaded[name] = pipeline.load_model(name, calibration=self.calibration,
+                                                     note=None)
+        return self._loaded[name]
+
+    def _graph(self, name: str, target):
+        """The model quantized for the target's requantization mode (cached per mode)."""
+        mode = pipeline.requant_mode([target])
+        if (name, mode) not in self._quantized:
+            self._quantized[name, mode] = pipeline.quantize_for(self._model(name), target,
+                                                                mode=mode)
+        return self._quantized[name, mode]
+
+    def _target(self, config: HardwareConfig):
+        return targets.get("vdla", config=config, backend="functional",
+                           dram=self.board.dram_timing())
+
+    def baseline_ops(self, name: str) -> set[str]:
+        """The ops of model `name` that the board's default config runs on the accelerator."""
+        if name not in self._baseline:
+            target = self._target(self.board.config)
+            self._baseline[name] = {o.name for o in target.estimate(self._graph(name, target))
+                                    if o.target == "vdla"}
+        return self._baseline[name]
+
+    # --- a point ----------------------------------------------------------------------
+
+    def __call__(self, params: Mapping[str, Any]) -> dict:
+        start = time.perf_counter()
+        design = self.design(params)
+        record = {"key": design.key, "params": _jsonable(params), "config": None,
+                  "config_name": None, "valid": False, "reason": design.reason,
+                  "objectives": None, "fits": None, "utilization": None, "models": {},
+                  "confirmed": None, "seconds": 0.0}
+        if design.config is not None:
+            config = design.config
+            record.update(config=config.to_dict(), config_name=config.name)
+            try:
+                record.update(self._evaluate(config))
+            except ValueError as exc:
+                record["reason"] = str(exc)
+        record["seconds"] = round(time.perf_counter() - start, 4)
+        return record
+
+    def _evaluate(self, config: HardwareConfig) -> dict:
+        target = self._target(config)
+        models, total_cycles, total_macs = {}, 0.0, 0.0
+        for m in self.spec.models:
+            ops = target.estimate(self._graph(m.name, target))
+            lost = [o for o in ops if o.target == "host" and o.name in self.baseline_ops(m.name)]
+            if lost:
+                raise ValueError(f"{m.name}: {len(lost)} op(s) that {self.board.name}'s "
+                                 f"default config runs fall to the host, first {lost[0].name} "
+                                 f"({lost[0].op}): {lost[0].reason}")
+            cycles = sum(o.cycles for o in ops if o.cycles is not None)
+            macs = sum(o.macs or 0 for o in ops)
+            models[m.name] = {"weight": m.weight, "cycles": int(cycles), "macs": int(macs),
+                              "ops_on_vdla": sum(o.target == "vdla" for o in ops),
+                              "ops": len(ops),
+                              "gemm_utilization": macs / (cycles * config.macs_per_cycle)
+                              if cycles else None}
+            total_cycles += m.weight * cycles
+            total_macs += m.weight * macs
+        resources = self.resource_model.predict(config)
+        overflows = resources.overflows(self.capacity)
+        objectives = {"latency_ms": total_cycles / (config.clock_mhz * 1e3),
+                      "cycles": int(round(total_cycles)),
+                      **resources.to_dict(),
+                      "gemm_utilization": total_macs / (total_cycles * config.macs_per_cycle)
+                      if total_cycles else None}
+        family = self.board.family
+        return {"valid": True, "reason": None, "objectives": objectives,
+                "units": {"lut": family.lut_unit, "bram": family.bram_unit},
+                "fits": not overflows,
+                "utilization": {k: getattr(resources, k) / getattr(self.capacity, k)
+                                for k in resources.KEYS},
+                "models": models}
+
+
+def make_evaluator(spec: Mapping) -> Evaluator:
+    """A worker's evaluator (`vdla.dse.execute`: built once per worker process)."""
+    return Evaluator(spec)
+
+
+def _jsonable(params: Mapping[str, Any]) -> dict:
+    """Parameters as JSON values (a frozenset of ALU ops becomes a sorted list of names)."""
+    out = {}
+    for k, v in params.items():
+        if isinstance(v, (set, frozenset)):
+            v = sorted(getattr(x, "name", str(x)) for x in v)
+        elif isinstance(v, tuple):
+            v = list(v)
+        out[k] = v
+    return out

@@ -1,0 +1,243 @@
+"""Running a sweep's evaluations in parallel: local worker processes, or a Ray cluster.
+
+    with make_executor(factory, jobs=2) as executor:         # or ray="auto"
+        for index, record in executor.map_unordered(tasks):
+            ...
+
+`factory` is a picklable callable (a top-level function, or a ``functools.partial`` of
+one) that each worker calls once to build its evaluator (which loads and quantizes the
+models once per worker); the evaluator is then called with each task. Both executors
+run this same code in their workers (`_Worker`), so a sweep is the same on one machine
+and on a cluster:
+
+* `LocalExecutor` (the default, no set-up): with one job the evaluator runs in this
+  process; with more, in worker processes started by `vdla._workers.start_worker` (they
+  die with this process and leave Ctrl-C to it) that talk over pipes. A worker that dies
+  mid-task is an `EvaluationError` naming the task, not a hang; an exception in an
+  evaluation comes back with the worker's traceback.
+* `RayExecutor` (``--ray auto|local|ADDRESS``): one Ray actor per CPU of the cluster
+  (or `jobs`), each building its evaluator once; tasks go to idle actors and results are
+  yielded as they finish. Ray is an optional extra: ``pip install 'vdla[ray]'``.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import multiprocessing.connection
+import os
+import traceback
+from typing import Any, Callable, Iterator, Sequence
+
+from vdla._workers import start_worker
+
+__all__ = ["EvaluationError", "LocalExecutor", "RayExecutor", "make_executor"]
+
+
+class EvaluationError(RuntimeError):
+    """An evaluation raised, or its worker died; the message names the task."""
+
+
+class _Worker:
+    """What runs in a worker: the evaluator, built on the first task."""
+
+    def __init__(self, factory: Callable[[], Callable[[Any], dict]]):
+        self.factory, self.evaluate = factory, None
+
+    def __call__(self, task):
+        if self.evaluate is None:
+            self.evaluate = self.factory()
+        return self.evaluate(task)
+
+
+def _serve(conn, factory):
+    worker = _Worker(factory)
+    try:
+        while True:
+            message = conn.recv()
+            if message is None:
+                return
+            index, task = message
+            try:
+                conn.send((index, True, worker(task)))
+            except Exception:  # noqa: BLE001 - the parent raises it, with this traceback
+                conn.send((index, False, traceback.format_exc()))
+    except (EOFError, BrokenPipeError, KeyboardInterrupt):
+        return
+
+
+class LocalExecutor:
+    """Evaluations in this process (`jobs` 1) or in `jobs` worker processes."""
+
+    def __init__(self, factory: Callable, jobs: int = 1):
+        if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+            raise ValueError(f"jobs must be a positive integer, not {jobs!r}")
+        self.factory, self.workers = factory, jobs
+        self._local = _Worker(factory) if jobs == 1 else None
+        self._procs: list[tuple[Any, Any]] = []   # (process, connection)
+
+    def describe(self) -> str:
+        return "this process" if self.workers == 1 else f"{self.workers} local processes"
+
+    def _start(self):
+        # Started from the thread that uses them (see vdla._workers on PR_SET_PDEATHSIG).
+        context = multiprocessing.get_context("fork")
+        alive = [(p, c) for p, c in self._procs if p.is_alive()]
+        while len(alive) < self.workers:
+            parent, child = context.Pipe()
+            process = start_worker(context, _serve, (child, self.factory),
+                                   name="vdla-sweep-worker")
+            child.close()
+            alive.append((process, parent))
+        self._procs = alive
+
+    def map_unordered(self, tasks: Sequence) -> Iterator[tuple[int, dict]]:
+        """(index in `tasks`, record) as each evaluation finishes."""
+        tasks = list(tasks)
+        if self._local is not None:
+            for index, task in enumerate(tasks):
+                try:
+                    yield index, self._local(task)
+                except Exception as exc:
+                    raise EvaluationError(f"evaluating task {index} ({task!r}) failed: "
+                                          f"{exc}") from exc
+            return
+        if not tasks:
+            return
+        self._start()
+        todo = list(enumerate(tasks))[::-1]
+        busy: dict[Any, tuple[Any, int]] = {}       # connection -> (process, index)
+        try:
+            for process, conn in self._procs:
+                if todo:
+                    index, task = todo.pop()
+                    conn.send((index, task))
+                    busy[conn] = (process, index)
+            while busy:
+                sentinels = {p.sentinel: c for c, (p, _) in busy.items()}
+                ready = multiprocessing.connection.wait(list(busy) + list(sentinels))
+                for item in ready:
+                    conn = item if item in busy else sentinels.get(item)
+                    if conn not in busy:
+                        continue
+                    process, index = busy[conn]
+                    try:
+                        got, ok, value = conn.recv()
+                    except (EOFError, OSError):
+                        process.join(1)
+                        raise EvaluationError(
+                            f"the worker evaluating task {index} ({tasks[index]!r}) died "
+                            f"(exit code {process.exitcode})") from None
+                    del busy[conn]
+                    if not ok:
+                        raise EvaluationError(f"evaluating task {got} ({tasks[got]!r}) "
+                                              f"failed in a worker:\n{value}")
+                    if todo:
+                        nxt, task = todo.pop()
+                        conn.send((nxt, task))
+                        busy[conn] = (process, nxt)
+                    yield got, value
+        except BaseException:
+            # Interrupted, failed or abandoned: busy workers are killed, not waited for.
+            for process, _ in busy.values():
+                process.kill()
+                process.join()
+            raise
+
+    def close(self):
+        procs, self._procs = self._procs, []
+        for process, conn in procs:
+            try:
+                conn.send(None)
+            except OSError:
+                pass
+        for process, conn in procs:
+            process.join(5)
+            if process.is_alive():
+                process.kill()
+                process.join()
+            conn.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class RayExecutor:
+    """Evaluations on Ray actors.
+
+    address : ``auto`` (a running cluster), ``local`` (start an instance on this machine
+        with its CPUs) or a cluster address (``host:port``, ``ray://host:port``)
+    jobs : actors to start (default: the cluster's CPUs)
+    """
+
+    def __init__(self, factory: Callable, address: str, *, jobs: int | None = None):
+        try:
+            import ray  # heavy (and optional): only a sweep with --ray needs it
+        except ImportError:
+            raise ValueError("--ray needs Ray: pip install 'vdla[ray]'") from None
+        self._ray, self.address = ray, address
+        if address == "local":
+            ray.init(num_cpus=jobs or os.cpu_count(), include_dashboard=False,
+                     log_to_driver=False)
+        else:
+            ray.init(address=address, log_to_driver=False)
+        cpus = int(ray.cluster_resources().get("CPU", 1))
+        self.workers = jobs or cpus
+        actor = ray.remote(num_cpus=1)(_Worker)
+        self._actors = [actor.remote(factory) for _ in range(self.workers)]
+        self._cpus = cpus
+
+    def describe(self) -> str:
+        where = "a local Ray instance" if self.address == "local" else \
+            f"the Ray cluster at {self.address}"
+        return f"{self.workers} Ray actors on {where} ({self._cpus} CPUs)"
+
+    def map_unordered(self, tasks: Sequence) -> Iterator[tuple[int, dict]]:
+        ray, tasks = self._ray, list(tasks)
+        todo = list(enumerate(tasks))[::-1]
+        pending = {}                                  # object ref -> (actor, index)
+        idle = list(self._actors)
+        try:
+            while todo or pending:
+                while todo and idle:
+                    actor = idle.pop()
+                    index, task = todo.pop()
+                    pending[actor.__call__.remote(task)] = (actor, index)
+                done, _ = ray.wait(list(pending), num_returns=1)
+                for ref in done:
+                    actor, index = pending.pop(ref)
+                    idle.append(actor)
+                    try:
+                        record = ray.get(ref)
+                    except Exception as exc:  # noqa: BLE001 - Ray wraps the worker's error
+                        raise EvaluationError(f"evaluating task {index} ({tasks[index]!r}) "
+                                              f"failed on Ray:\n{exc}") from None
+                    yield index, record
+        except BaseException:
+            # Actor tasks cannot be force-cancelled; ray.shutdown in `close` ends them.
+            for ref in pending:
+                try:
+                    ray.cancel(ref)
+                except Exception:  # noqa: BLE001 - already finished or gone
+                    pass
+            raise
+
+    def close(self):
+        if self._ray.is_initialized():
+            self._ray.shutdown()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def make_executor(factory: Callable, *, jobs: int = 1, ray: str | None = None):
+    """`RayExecutor` when `ray` names a cluster, else `LocalExecutor` with `jobs`."""
+    if ray:
+        # A local instance gets `jobs` CPUs; a cluster's actors are one per its CPUs.
+        return RayExecutor(factory, ray, jobs=jobs if ray == "local" else None)
+    return LocalExecutor(factory, jobs)

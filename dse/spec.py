@@ -1,0 +1,271 @@
+"""What a sweep explores: `SweepSpec`, read from TOML (or built from CLI flags).
+
+    spec = SweepSpec.from_toml("sweep.toml")
+    spec.points()          # every combination of the parameter values (a grid)
+
+A spec file::
+
+    board = "pynq-z1"                  # its part's capacity is a constraint; its bus
+                                       # width, DRAM and clock are the points' defaults
+    search = "auto"                    # grid | nsga2 | tpe | auto (grid when it is small)
+    trials = 600                       # points a sampler evaluates (not the grid)
+    seed = 0
+
+    [[models]]                         # one or more; a zoo name or an .onnx path
+    name = "resnet18"
+    weight = 1.0                       # the weighted sum of cycles is the objective
+
+    [parameters]                       # any HardwareConfig field: a list of values, or
+    block_in = [8, 16, 32]             # a range {min, max} of powers of two, or
+    block_out = { min = 8, max = 32 }  # {min, max, step} of integers
+    inp_buff_size = ["16K", "32K"]     # sizes may be written with K/M suffixes
+    alu_ops = [["MIN", "MAX", "ADD", "SHR"], ["MIN", "MAX", "ADD", "SHR", "MUL"]]
+
+    objectives = ["latency_ms", "lut", "bram", "dsp"]  # `vdla.dse.pareto.OBJECTIVES`
+
+    [constraints]
+    fits = true                        # the part's LUT, FF, DSP and BRAM
+    max_latency_ms = 50.0              # optional
+
+The parameters are `vdla.HardwareConfig`'s own fields, checked against
+``dataclasses.fields`` when the spec is read: a feature added to the config later is
+sweepable with no change here. Every value is what ``HardwareConfig.from_dict`` takes
+(``alu_ops`` as lists of op names).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import itertools
+import json
+import math
+import re
+import tomllib
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from vdla.config import HardwareConfig
+from vdla.dse.pareto import check_objectives
+
+__all__ = ["DEFAULT_OBJECTIVES", "SEARCHES", "ModelSpec", "SweepSpec", "parse_param", "parse_value"]
+
+#: How points are chosen: the whole grid, Optuna's NSGA-II or multi-objective TPE, or the
+#: grid when it has at most `GRID_LIMIT` points and NSGA-II otherwise.
+SEARCHES = ("auto", "grid", "nsga2", "tpe")
+GRID_LIMIT = 2000
+#: What a spec that names no objectives optimizes.
+DEFAULT_OBJECTIVES = ("latency_ms", "lut", "bram", "dsp")
+_TOP_KEYS = ("board", "search", "trials", "seed", "models", "parameters", "objectives",
+             "constraints", "name")
+_CONSTRAINTS = ("fits", "max_latency_ms")
+_SUFFIX = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def parse_value(text: Any) -> Any:
+    """A parameter value as written: a number, ``"32K"``-style sizes, or as is."""
+    if isinstance(text, str):
+        m = re.fullmatch(r"\s*(\d+)\s*([KMG])(i?B)?\s*", text, re.IGNORECASE)
+        if m:
+            return int(m.group(1)) * _SUFFIX[m.group(2).upper()]
+        try:
+            return int(text)
+        except ValueError:
+            pass
+        try:
+            return float(text)
+        except ValueError:
+            pass
+        if text.lower() in ("true", "false"):
+            return text.lower() == "true"
+    return text
+
+
+def _expand(name: str, values: Any) -> list:
+    """The values of one parameter: a list, or a range table."""
+    if isinstance(values, Mapping):
+        unknown = set(values) - {"min", "max", "step"}
+        if unknown or not {"min", "max"} <= set(values):
+            raise ValueError(f"parameter {name!r}: a range is {{min, max}} (powers of two) or "
+                             f"{{min, max, step}}, not {dict(values)!r}")
+        lo, hi = parse_value(values["min"]), parse_value(values["max"])
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in (lo, hi)) or lo > hi:
+            raise ValueError(f"parameter {name!r}: range bounds must be integers with min <= "
+                             f"max, not {lo!r}..{hi!r}")
+        if "step" in values:
+            step = parse_value(values["step"])
+            if not isinstance(step, int) or step < 1:
+                raise ValueError(f"parameter {name!r}: step must be a positive integer, "
+                                 f"not {step!r}")
+            return list(range(lo, hi + 1, step))
+        if lo < 1:
+            raise ValueError(f"parameter {name!r}: a power-of-two range needs min >= 1, "
+                             f"not {lo}")
+        return [1 << e for e in range(math.ceil(math.log2(lo)), int(math.log2(hi)) + 1)]
+    if isinstance(values, (list, tuple)):
+        if not values:
+            raise ValueError(f"parameter {name!r} has no values")
+        return [parse_value(v) for v in values]
+    return [parse_value(values)]
+
+
+def parse_param(text: str) -> tuple[str, list]:
+    """A CLI ``--param NAME=V1,V2,...`` (or ``NAME=MIN..MAX``, powers of two)."""
+    name, sep, rest = text.partition("=")
+    if not sep or not name.strip() or not rest.strip():
+        raise ValueError(f"--param takes NAME=V1,V2,... or NAME=MIN..MAX, not {text!r}")
+    name = name.strip()
+    if ".." in rest:
+        lo, _, hi = rest.partition("..")
+        return name, _expand(name, {"min": lo.strip(), "max": hi.strip()})
+    return name, _expand(name, [v.strip() for v in rest.split(",")])
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSpec:
+    """A model of the sweep: a zoo name or an ONNX path, and its weight in the objective."""
+
+    name: str
+    weight: float = 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepSpec:
+    """A sweep (see the module docstring for the file format).
+
+    board : the board name (`vdla.boards`); its part bounds the resources
+    models : the `ModelSpec` s; the cycles objective is their weighted sum
+    parameters : HardwareConfig field -> the values to try (in order)
+    objectives : objective names (`vdla.dse.pareto.OBJECTIVES`, which says whether each
+        is minimized or maximized)
+    fits : points that do not fit the part are kept but are not on the front
+    max_latency_ms : points slower than this (weighted) are kept but not on the front
+    search, trials, seed : how points are chosen (`SEARCHES`)
+    name : a label for reports (default: the file's stem)
+    """
+
+    board: str
+    models: tuple[ModelSpec, ...]
+    parameters: Mapping[str, tuple]
+    objectives: tuple[str, ...] = DEFAULT_OBJECTIVES
+    fits: bool = True
+    max_latency_ms: float | None = None
+    search: str = "auto"
+    trials: int = 500
+    seed: int = 0
+    name: str = "sweep"
+
+    def __post_init__(self):
+        if not self.models:
+            raise ValueError("a sweep needs at least one model ([[models]] name = ...)")
+        for m in self.models:
+            if not isinstance(m.weight, (int, float)) or isinstance(m.weight, bool) or not (
+                    m.weight > 0 and math.isfinite(m.weight)):
+                raise ValueError(f"model {m.name!r}: weight must be a positive number, "
+                                 f"not {m.weight!r}")
+        if len({m.name for m in self.models}) != len(self.models):
+            raise ValueError("a model is listed twice in the sweep")
+        fields = {f.name for f in dataclasses.fields(HardwareConfig)}
+        unknown = sorted(set(self.parameters) - fields)
+        if unknown:
+            raise ValueError(f"unknown sweep parameter(s) {', '.join(map(repr, unknown))}; the "
+                             f"parameters are HardwareConfig's fields: {', '.join(sorted(fields))}")
+        if not self.parameters:
+            raise ValueError("a sweep needs at least one parameter with values")
+        for name, values in self.parameters.items():
+            if not values:
+                raise ValueError(f"parameter {name!r} has no values")
+        check_objectives(list(self.objectives))
+        if self.search not in SEARCHES:
+            raise ValueError(f"unknown search {self.search!r}; known: {', '.join(SEARCHES)}")
+        if isinstance(self.trials, bool) or not isinstance(self.trials, int) or self.trials < 1:
+            raise ValueError(f"trials must be a positive integer, not {self.trials!r}")
+        if self.max_latency_ms is not None and not (
+                isinstance(self.max_latency_ms, (int, float)) and self.max_latency_ms > 0):
+            raise ValueError(f"max_latency_ms must be a positive number, not {self.max_latency_ms!r}")
+
+    # --- reading ------------------------------------------------------------------------
+
+    @classmethod
+    def from_toml(cls, path: str | Path) -> "SweepSpec":
+        """Read a spec file; ValueError naming the file and what is wrong."""
+        path = Path(path)
+        try:
+            data = tomllib.loads(path.read_text())
+        except FileNotFoundError:
+            raise ValueError(f"sweep spec {path} does not exist") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ValueError(f"sweep spec {path} is not valid TOML: {exc}") from None
+        try:
+            return cls.from_dict(data, name=path.stem)
+        except ValueError as exc:
+            raise ValueError(f"sweep spec {path}: {exc}") from None
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], *, name: str = "sweep") -> "SweepSpec":
+        unknown = sorted(set(data) - set(_TOP_KEYS))
+        if unknown:
+            raise ValueError(f"unknown key(s) {', '.join(map(repr, unknown))}; a sweep spec has "
+                             f"{', '.join(_TOP_KEYS)}")
+        if "board" not in data:
+            raise ValueError("a sweep spec names its board: board = \"pynq-z1\"")
+        models = []
+        for m in data.get("models", []):
+            if isinstance(m, str):
+                m = {"name": m}
+            if not isinstance(m, Mapping) or "name" not in m or set(m) - {"name", "weight"}:
+                raise ValueError(f"a model is {{name = ..., weight = ...}}, not {m!r}")
+            models.append(ModelSpec(str(m["name"]), m.get("weight", 1.0)))
+        params = data.get("parameters", {})
+        if not isinstance(params, Mapping):
+            raise ValueError("[parameters] must be a table of HardwareConfig fields")
+        objectives = data.get("objectives", DEFAULT_OBJECTIVES)
+        if not isinstance(objectives, (list, tuple)):
+            raise ValueError(f"objectives is a list of names, such as {list(DEFAULT_OBJECTIVES)}")
+        constraints = data.get("constraints", {})
+        if not isinstance(constraints, Mapping) or set(constraints) - set(_CONSTRAINTS):
+            raise ValueError(f"[constraints] may hold {', '.join(_CONSTRAINTS)}, not "
+                             f"{dict(constraints)!r}")
+        return cls(board=str(data["board"]), models=tuple(models),
+                   parameters={k: tuple(_expand(k, v)) for k, v in params.items()},
+                   objectives=tuple(objectives), fits=bool(constraints.get("fits", True)),
+                   max_latency_ms=constraints.get("max_latency_ms"),
+                   search=data.get("search", "auto"), trials=data.get("trials", 500),
+                   seed=data.get("seed", 0), name=str(data.get("name", name)))
+
+    # --- the space ----------------------------------------------------------------------
+
+    @property
+    def grid_size(self) -> int:
+        return math.prod(len(v) for v in self.parameters.values())
+
+    @property
+    def method(self) -> str:
+        """The search that runs: `search`, with ``auto`` resolved."""
+        if self.search != "auto":
+            return self.search
+        return "grid" if self.grid_size <= GRID_LIMIT else "nsga2"
+
+    def points(self) -> list[dict]:
+        """Every combination of the parameter values (the grid), in a fixed order."""
+        names = list(self.parameters)
+        return [dict(zip(names, combo))
+                for combo in itertools.product(*(self.parameters[n] for n in names))]
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "board": self.board, "search": self.search,
+                "trials": self.trials, "seed": self.seed,
+                "models": [dataclasses.asdict(m) for m in self.models],
+                "parameters": {k: list(v) for k, v in self.parameters.items()},
+                "objectives": list(self.objectives),
+                "constraints": {"fits": self.fits, "max_latency_ms": self.max_latency_ms}}
+
+    @property
+    def key(self) -> str:
+        """A hash of what the sweep explores (its points are listed under it in a store)."""
+        text = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def replace(self, **changes) -> "SweepSpec":
+        return dataclasses.replace(self, **changes)
+

@@ -1,0 +1,120 @@
+"""Sweep specs: the TOML format, CLI parameters, and clear errors for bad input."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from vdla.config import HardwareConfig
+from vdla.dse.spec import DEFAULT_OBJECTIVES, GRID_LIMIT, SweepSpec, parse_param, parse_value
+
+SPEC = """
+board = "pynq-z1"
+search = "grid"
+
+[[models]]
+name = "resnet18"
+weight = 2.0
+
+[[models]]
+name = "digits_cnn"
+
+[parameters]
+block_in = [8, 16]
+block_out = { min = 8, max = 32 }
+acc_buff_size = ["32K", "64K"]
+alu_ops = [["MIN", "MAX", "ADD", "SHR"], ["MIN", "MAX", "ADD", "SHR", "MUL"]]
+
+[constraints]
+max_latency_ms = 40.0
+"""
+
+
+def write(tmp_path, text, name="s.toml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_a_spec_file_reads_with_ranges_sizes_and_lists(tmp_path):
+    spec = SweepSpec.from_toml(write(tmp_path, SPEC))
+    assert spec.name == "s" and spec.board == "pynq-z1" and spec.method == "grid"
+    assert [(m.name, m.weight) for m in spec.models] == [("resnet18", 2.0), ("digits_cnn", 1.0)]
+    assert spec.parameters["block_out"] == (8, 16, 32)
+    assert spec.parameters["acc_buff_size"] == (32768, 65536)
+    assert spec.objectives == DEFAULT_OBJECTIVES and spec.fits and spec.max_latency_ms == 40.0
+    points = spec.points()
+    assert len(points) == spec.grid_size == 2 * 3 * 2 * 2
+    # Every point's values are what HardwareConfig takes (some combinations are invalid
+    # designs, which a sweep keeps with their reason, but no value has the wrong form).
+    made = 0
+    for p in points:
+        try:
+            HardwareConfig.from_dict({**HardwareConfig().to_dict(), **p})
+            made += 1
+        except ValueError as exc:
+            assert "instruction needs" in str(exc)
+    assert made
+    assert spec.key == SweepSpec.from_toml(write(tmp_path, SPEC, "t.toml")).replace(
+        name="s").key
+
+
+def test_every_config_field_is_a_parameter_with_no_list_to_keep():
+    # A field added to HardwareConfig later is sweepable: the spec reads the dataclass.
+    for field in dataclasses.fields(HardwareConfig):
+        spec = SweepSpec.from_dict({"board": "pynq-z1", "models": ["resnet18"],
+                                    "parameters": {field.name: [getattr(HardwareConfig(),
+                                                                        field.name)]}})
+        assert field.name in spec.parameters
+
+
+@pytest.mark.parametrize("text, message", [
+    ("board = 'x'\nmodels = ['resnet18']\n[parameters]\nblock_inn = [8]", "unknown sweep parameter"),
+    ("models = ['resnet18']\n[parameters]\nblock_in = [8]", "names its board"),
+    ("board = 'x'\n[parameters]\nblock_in = [8]", "at least one model"),
+    ("board = 'x'\nmodels = ['resnet18']", "at least one parameter"),
+    ("board = 'x'\nmodels = ['resnet18']\n[parameters]\nblock_in = []", "has no values"),
+    ("board = 'x'\nmodels = ['resnet18']\nobjectives = ['speed']\n[parameters]\nblock_in = [8]",
+     "speed"),
+    ("board = 'x'\nmodels = ['resnet18']\nsearch = 'anneal'\n[parameters]\nblock_in = [8]",
+     "unknown search 'anneal'"),
+    ("board = 'x'\nmodels = ['resnet18']\ntrials = 0\n[parameters]\nblock_in = [8]",
+     "trials must be a positive integer"),
+    ("board = 'x'\n[[models]]\nname = 'a'\nweight = -1\n[parameters]\nblock_in = [8]",
+     "weight must be a positive number"),
+    ("board = 'x'\nmodels = ['resnet18']\n[parameters]\nblock_in = {min = 32, max = 8}",
+     "min <= max"),
+    ("board = 'x'\nmodels = ['resnet18']\ncolour = 1\n[parameters]\nblock_in = [8]",
+     "unknown key(s) 'colour'"),
+    ("board = 'x'\nmodels = ['resnet18']\n[constraints]\nfit = true\n[parameters]\nblock_in = [8]",
+     "[constraints] may hold"),
+    ("board = = 'x'", "not valid TOML"),
+])
+def test_bad_specs_are_refused_naming_the_file_and_the_problem(tmp_path, text, message):
+    path = write(tmp_path, text)
+    with pytest.raises(ValueError) as info:
+        SweepSpec.from_toml(path)
+    assert message in str(info.value) and str(path) in str(info.value)
+
+
+def test_missing_spec_file_is_a_clear_error(tmp_path):
+    with pytest.raises(ValueError, match="does not exist"):
+        SweepSpec.from_toml(tmp_path / "nope.toml")
+
+
+def test_cli_params_and_values():
+    assert parse_param("block_in=8,16") == ("block_in", [8, 16])
+    assert parse_param("acc_buff_size=32K..128K") == ("acc_buff_size", [32768, 65536, 131072])
+    assert parse_value("1M") == 1 << 20 and parse_value("true") is True
+    assert parse_value("100.5") == 100.5
+    with pytest.raises(ValueError, match="NAME=V1,V2"):
+        parse_param("block_in")
+
+
+def test_auto_search_is_the_grid_until_it_is_large():
+    small = SweepSpec.from_dict({"board": "b", "models": ["m"],
+                                 "parameters": {"block_in": [8, 16]}})
+    assert small.method == "grid"
+    big = small.replace(parameters={"inp_buff_size": tuple(range(GRID_LIMIT + 1))})
+    assert big.method == "nsga2" and big.replace(search="tpe").method == "tpe"

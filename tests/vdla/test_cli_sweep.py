@@ -1,0 +1,137 @@
+"""`vdla sweep`: a small grid and a sampled sweep on the digits CNN over pynq-z1, the
+reports, resuming from the store, the best config as `--config`, and bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from vdla.cli import main
+from vdla.config import HardwareConfig
+from vdla.dse.evaluate import Evaluator
+from vdla.dse.spec import SweepSpec
+
+SPEC = """
+board = "pynq-z1"
+
+[[models]]
+name = "digits_cnn"
+
+[parameters]
+block_in = [8, 16]
+block_out = [8, 16]
+acc_buff_size = ["32K", "128K"]
+"""
+
+
+@pytest.fixture
+def spec_file(tmp_path):
+    path = tmp_path / "digits.toml"
+    path.write_text(SPEC)
+    return path
+
+
+def sweep(capsys, *args):
+    status = main(["sweep", *map(str, args)])
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err
+    return status, captured.out, captured.err
+
+
+def test_a_grid_sweep_reports_resumes_and_writes_the_best_config(tmp_path, capsys, spec_file):
+    out = tmp_path / "out"
+    best = tmp_path / "best.json"
+    status, stdout, err = sweep(capsys, spec_file, "--out", out, "--jobs", "2",
+                                "--best", best, "--json", tmp_path / "s.json")
+    assert status == 0, err
+    assert "8 points (0 from the store)" in stdout and "on the Pareto front" in stdout
+    assert "latency ms" in stdout                       # the front's table
+    assert "grid search over 8 points" in err and "2 local processes" in err
+    for name in ("front.md", "sweep.json", "sweep.png", "sweep.svg", "report.html"):
+        assert (out / name).stat().st_size > 0, name
+    doc = json.loads((tmp_path / "s.json").read_text())
+    points = {p["key"]: p for p in doc["points"]}
+    assert len(points) == 8 and set(doc["front"]) <= set(points)
+    valid = [p for p in points.values() if p["valid"]]
+    invalid = [p for p in points.values() if not p["valid"]]
+    # block_out 8 < block_in 16 moves the max pool to the host: invalid, with the reason.
+    assert invalid and all(p["reason"] for p in invalid)
+    assert any("fall to the host" in p["reason"] for p in invalid)
+    for p in valid:
+        o = p["objectives"]
+        assert o["cycles"] > 0 and o["lut"] > 0 and o["dsp"] > 0 and o["bram"] > 0
+        assert o["latency_ms"] == pytest.approx(o["cycles"] / (100e3))   # pynq-z1: 100 MHz
+    # The best config is a config file the other commands take.
+    config = HardwareConfig.from_json(best)
+    front = [points[k] for k in doc["front"]]
+    assert config.name == min(front, key=lambda p: p["objectives"]["latency_ms"])["config_name"]
+    assert main(["run", "digits_cnn", "--sim", "functional", "--config", str(best)]) == 0
+    capsys.readouterr()
+    # A second run answers every point from the store.
+    status, stdout, _ = sweep(capsys, spec_file, "--out", out, "--no-plots")
+    assert status == 0 and "8 points (8 from the store)" in stdout
+
+
+@pytest.mark.parametrize("search", ["nsga2", "tpe"])
+def test_cli_flags_make_a_sampled_sweep_without_a_file(tmp_path, capsys, search):
+    status, stdout, err = sweep(capsys, "--board", "pynq-z1", "--model", "digits_cnn:2",
+                                "--param", "block_in=8,16", "--param", "block_out=8..16",
+                                "--param", "inp_buff_size=8K,16K,32K", "--search", search,
+                                "--trials", "6", "--jobs", "1", "--out", tmp_path / "o",
+                                "--objectives", "latency_ms,lut,gemm_utilization",
+                                "--no-plots")
+    assert status == 0, err
+    assert f"{search} search over 6 trials of 12 points" in err
+    assert "6 points" in stdout
+
+
+def test_the_same_sweep_runs_on_ray(tmp_path, capsys, spec_file):
+    pytest.importorskip("ray", reason="Ray is not installed: pip install 'vdla[ray]'")
+    local, ray = tmp_path / "local", tmp_path / "ray"
+    assert sweep(capsys, spec_file, "--out", local, "--no-plots", "--jobs", "1")[0] == 0
+    status, stdout, err = sweep(capsys, spec_file, "--out", ray, "--no-plots", "--ray", "local",
+                                "--jobs", "2")
+    assert status == 0, err
+    assert "2 Ray actors on a local Ray instance" in err
+    assert "8 points (0 from the store)" in stdout
+
+    def points(folder):
+        doc = json.loads((folder / "sweep.json").read_text())
+        return {p["key"]: {k: v for k, v in p.items() if k != "seconds"} for p in doc["points"]}
+
+    assert points(local) == points(ray)
+
+
+def test_evaluation_matches_the_timing_and_resource_models():
+    spec = SweepSpec.from_dict({"board": "pynq-z1", "models": [{"name": "digits_cnn", "weight": 3}],
+                                "parameters": {"block_in": [16]}})
+    evaluator = Evaluator(spec, calibration=1)
+    record = evaluator({"block_in": 16})
+    config = HardwareConfig.from_dict(record["config"])
+    assert config == evaluator.board.config
+    from vdla.compiler import pipeline, targets
+    target = targets.get("vdla", config=config, dram=evaluator.board.dram_timing())
+    model = pipeline.load_model("digits_cnn", calibration=1, note=None)
+    cycles = sum(o.cycles or 0 for o in target.estimate(pipeline.quantize_for(model, target)))
+    assert record["models"]["digits_cnn"]["cycles"] == cycles
+    assert record["objectives"]["cycles"] == 3 * cycles
+    assert record["objectives"]["dsp"] == 128 and record["fits"] is True
+    # The same point has the same key; another config has another.
+    assert evaluator.design({"block_in": 16}).key == record["key"]
+    assert evaluator.design({"block_in": 8}).key != record["key"]
+
+
+@pytest.mark.parametrize("args, message", [
+    ([], "without a SPEC file, give --board, --model, --param"),
+    (["--board", "pynq-z1", "--model", "digits_cnn", "--param", "block_inn=8"],
+     "unknown sweep parameter(s) 'block_inn'"),
+    (["--board", "ulx3s-85f", "--model", "digits_cnn", "--param", "block_in=8"],
+     "no resource model for part"),
+    (["--board", "pynq-z1", "--model", "digits_cnn", "--param", "block_in=8", "--jobs", "0"],
+     "--jobs must be at least 1"),
+    (["nope.toml"], "does not exist"),
+])
+def test_bad_input_is_a_clear_error(tmp_path, capsys, args, message):
+    status, _, err = sweep(capsys, *args, "--out", tmp_path / "o")
+    assert status == 1 and message in err

@@ -1,0 +1,281 @@
+"""``vdla sweep``: sweep hardware parameters, report the Pareto front, confirm it."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import sys
+import time
+from pathlib import Path
+
+from vdla._fileio import atomic_write
+from vdla.cli.common import CliError, log, on_interrupt, write_json
+from vdla.config import HardwareConfig
+from vdla.dse import report
+from vdla.dse.confirm import confirm
+from vdla.dse.evaluate import Evaluator, make_evaluator
+from vdla.dse.execute import make_executor
+from vdla.dse.pareto import pareto_front
+from vdla.dse.search import run_sweep, violation
+from vdla.dse.spec import ModelSpec, SweepSpec, parse_param
+from vdla.dse.store import Store
+
+__all__ = ["add_parser", "run"]
+
+_EPILOG = """\
+examples:
+  vdla sweep sweep.toml                          # the spec's grid or sampler, 2 jobs
+  vdla sweep --board pynq-z1 --model resnet18 --param block_in=8,16,32 \\
+             --param block_out=8..32 --param acc_buff_size=32K,64K,128K
+  vdla sweep sweep.toml --confirm 5              # then Verilator + yosys on 5 front points
+  vdla sweep sweep.toml --best best.json && vdla run resnet18 --config best.json
+"""
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "sweep", help="sweep hardware parameters over models and a board: Pareto front of "
+                      "latency and resources, plots, the best config",
+        description="Evaluate design points (HardwareConfig parameters on a board's part) "
+                    "with the compiler's timing model and a resource model calibrated "
+                    "against yosys, in parallel processes or on Ray; keep every point in a "
+                    "durable store (a second run resumes); report the Pareto front as a "
+                    "table, Markdown, plots, HTML and JSON; confirm front points with "
+                    "Verilator and yosys (--confirm).",
+        epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("spec", metavar="SPEC", nargs="?",
+                   help="sweep spec TOML (see the README); flags below override it")
+    p.add_argument("--board", metavar="NAME", help="board whose part bounds the resources")
+    p.add_argument("--model", metavar="NAME[:WEIGHT]", action="append",
+                   help="zoo model or .onnx path, with a weight; may be repeated")
+    p.add_argument("--param", metavar="NAME=VALUES", action="append",
+                   help="a HardwareConfig field and its values: V1,V2,... or MIN..MAX "
+                        "(powers of two); sizes may use K/M; may be repeated")
+    p.add_argument("--objectives", metavar="A,B,...",
+                   help="objectives (default latency_ms,lut,bram,dsp; also cycles, ff, "
+                        "gemm_utilization)")
+    p.add_argument("--max-latency-ms", type=float, metavar="MS",
+                   help="constraint: points slower than this are not on the front")
+    p.add_argument("--search", choices=("auto", "grid", "nsga2", "tpe"),
+                   help="grid, Optuna NSGA-II or multi-objective TPE (default auto: the grid "
+                        "up to 2000 points)")
+    p.add_argument("--trials", type=int, metavar="N", help="points a sampler evaluates")
+    p.add_argument("--seed", type=int, metavar="N", help="the sampler's seed")
+    p.add_argument("--jobs", type=int, default=2, metavar="J",
+                   help="local worker processes (default 2)")
+    p.add_argument("--ray", metavar="ADDRESS",
+                   help="evaluate on a Ray cluster: auto, local, or host:port (pip install "
+                        "'vdla[ray]')")
+    p.add_argument("--out", metavar="DIR",
+                   help="where reports go (default sweep-<spec name>)")
+    p.add_argument("--store", metavar="DB",
+                   help="results store, SQLite (default OUT/sweep.db); shared stores are safe")
+    p.add_argument("--json", metavar="PATH", help="also write points and front as JSON here")
+    p.add_argument("--best", metavar="PATH",
+                   help="write the best config (fastest on the front within the constraints) "
+                        "as JSON for --config")
+    p.add_argument("--confirm", type=int, default=0, metavar="N",
+                   help="confirm N front points with Verilator and yosys (minutes each)")
+    p.add_argument("--no-plots", action="store_true", help="skip the plots and HTML")
+    p.set_defaults(func=run)
+
+
+def _model_arg(text: str) -> tuple[str, float]:
+    """``NAME`` or ``NAME:WEIGHT`` (a path may hold colons: only a number after the last
+    one is a weight)."""
+    name, sep, weight = text.rpartition(":")
+    try:
+        return (name, float(weight)) if sep else (text, 1.0)
+    except ValueError:
+        return text, 1.0
+
+
+def _spec(args):
+    if args.spec:
+        spec = SweepSpec.from_toml(args.spec)
+    else:
+        missing = [f for f, v in (("--board", args.board), ("--model", args.model),
+                                  ("--param", args.param)) if not v]
+        if missing:
+            raise CliError(f"without a SPEC file, give {', '.join(missing)}")
+        spec = None
+    changes = {}
+    if args.board:
+        changes["board"] = args.board
+    if args.model:
+        changes["models"] = tuple(ModelSpec(*_model_arg(text)) for text in args.model)
+    if args.param:
+        params = dict(parse_param(text) for text in args.param)
+        changes["parameters"] = ({**spec.parameters, **{k: tuple(v) for k, v in params.items()}}
+                                 if spec else {k: tuple(v) for k, v in params.items()})
+    if args.objectives:
+        changes["objectives"] = tuple(o.strip() for o in args.objectives.split(",") if o.strip())
+    for name in ("max_latency_ms", "search", "trials", "seed"):
+        if getattr(args, name) is not None:
+            changes[name] = getattr(args, name)
+    if spec is None:
+        return SweepSpec(**changes)
+    return dataclasses.replace(spec, **changes) if changes else spec
+
+
+def run(args) -> int:
+    if args.jobs < 1:
+        raise CliError(f"--jobs must be at least 1, not {args.jobs}")
+    if args.confirm < 0:
+        raise CliError(f"--confirm must be 0 or more, not {args.confirm}")
+
+    spec = _spec(args)
+    out = Path(args.out or f"sweep-{spec.name}")
+    out.mkdir(parents=True, exist_ok=True)
+    store_path = Path(args.store) if args.store else out / "sweep.db"
+    evaluator = Evaluator(spec)
+    log(f"sweep {spec.name}: {len(spec.models)} model(s) on {evaluator.board.name} "
+        f"({evaluator.board.part.name}), {spec.method} search over "
+        + (f"{spec.grid_size} points" if spec.method == "grid" else
+           f"{spec.trials} trials of {spec.grid_size} points")
+        + f"; {evaluator.resource_model.describe()}")
+    progress, state = _progress()
+    with Store(store_path) as store:
+        on_interrupt(args, lambda: f"sweep stopped; {len(store)} point(s) kept in {store_path}"
+                     " (run again to resume)")
+        with make_executor(_factory(spec), jobs=args.jobs, ray=args.ray) as executor:
+            log(f"evaluating on {executor.describe()}")
+            result = run_sweep(spec, store, executor, progress=progress, evaluator=evaluator)
+        state["end"]()
+        records = result.records
+        fronts = _front(records, spec)
+        if args.confirm:
+            _confirm(fronts[: args.confirm] if len(fronts) <= args.confirm else
+                     _spread(fronts, args.confirm, spec), spec, store, args)
+            by_key = store.get_many([r["key"] for r in records])
+            records = [by_key.get(r["key"], r) for r in records]
+            fronts = _front(records, spec)
+    valid = [r for r in records if r["valid"]]
+    fitting = [r for r in valid if violation(r, spec) <= 0]
+    # The table's columns: the parameters the sweep varies.
+    params = [p for p, values in spec.parameters.items() if len(values) > 1]
+    print(f"{len(records)} points ({result.reused} from the store), {len(valid)} valid, "
+          f"{len(fitting)} within the constraints, {len(fronts)} on the Pareto front "
+          f"of {', '.join(spec.objectives)}; {result.seconds:.1f} s")
+    if fronts:
+        print(report.front_table(fronts, params, list(spec.objectives)))
+    reasons = report.invalid_reasons(records)
+    for reason, count in reasons[:5]:
+        print(f"invalid ({count}): " + (reason if len(reason) <= 200 else reason[:197] + "..."))
+    meta = {"spec": spec.to_dict(), "store": str(store_path), "seconds": result.seconds,
+            "reused": result.reused, "method": result.method,
+            "resource_model": evaluator.resource_model.describe()}
+    written = _reports(records, fronts, spec, out, args, meta, evaluator)
+    best = min(fronts, key=lambda r: r["objectives"]["latency_ms"]) if fronts else None
+    if args.best:
+        if best is None:
+            raise CliError("no point meets the constraints: no best config to write")
+        HardwareConfig.from_dict(best["config"]).to_json(args.best)
+        written.append(args.best)
+        print(f"best: {best['config_name']} ({best['objectives']['latency_ms']:.3g} ms) -> "
+              f"{args.best}")
+    if written:
+        print("wrote " + ", ".join(map(str, written)))
+    return 0
+
+
+def _factory(spec):
+    return functools.partial(make_evaluator, spec.to_dict())
+
+
+def _front(records, spec):
+    ok = [r for r in records if r["valid"] and violation(r, spec) <= 0]
+    unique = list({r["key"]: r for r in ok}.values())
+    return pareto_front(unique, list(spec.objectives))
+
+
+def _spread(front, n, spec):
+    """`n` front points spread along the first objective (both ends included)."""
+    ranked = sorted(front, key=lambda r: r["objectives"][spec.objectives[0]])
+    picks = sorted({round(i * (len(ranked) - 1) / (n - 1)) for i in range(n)}) if n > 1 else [0]
+    return [ranked[i] for i in picks]
+
+
+def _confirm(points, spec, store, args):
+    loaded, start = {}, time.perf_counter()
+    for i, record in enumerate(points):
+        if record.get("confirmed"):
+            log(f"confirm [{i + 1}/{len(points)}] {record['config_name']}: already confirmed")
+            continue
+        elapsed = time.perf_counter() - start
+        eta = f", ETA {_duration(elapsed / i * (len(points) - i))}" if i else ""
+        log(f"confirm [{i + 1}/{len(points)}] {record['config_name']} (Verilator and yosys; "
+            f"{_duration(elapsed)} so far{eta})")
+        confirmed = confirm(record, spec, loaded=loaded, log=lambda m: log("  " + m))
+        store.put_confirmed(record["key"], confirmed)
+        e = confirmed["error"]
+        log(f"  cycles {confirmed['cycles']:,} (model {_pct(e['cycles'])}), LUT "
+            f"{confirmed['resources']['lut']:,.0f} ({_pct(e['lut'])}), BRAM "
+            f"{confirmed['resources']['bram']:g} ({_pct(e['bram'])}), DSP "
+            f"{confirmed['resources']['dsp']:g} ({e['dsp']:+g}); bit-exact "
+            f"{'yes' if confirmed['bit_exact'] else 'NO'}")
+
+
+def _pct(x):
+    return "-" if x is None else f"{100 * x:+.1f}%"
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+
+def _progress():
+    """A progress callback with an ETA: one updating line on a terminal, a log line per
+    10% otherwise."""
+    tty = sys.stderr.isatty()
+    state = {"shown": -1, "valid": 0, "end": lambda: None}
+
+    def show(done, total, record, eta):
+        state["valid"] += bool(record.get("valid"))
+        pct = 100 * done // max(total, 1)
+        line = (f"sweep [{done}/{total}] {pct}%, {state['valid']} valid"
+                + (f", ETA {_duration(eta)}" if eta is not None and done < total else ""))
+        if tty:
+            print(f"\r\x1b[K{line}", end="", file=sys.stderr, flush=True)
+        elif pct // 10 != state["shown"] // 10 or done == total:
+            state["shown"] = pct
+            log(line)
+
+    if tty:
+        state["end"] = lambda: print("\r\x1b[K", end="", file=sys.stderr, flush=True)
+    return show, state
+
+
+def _reports(records, front, spec, out, args, meta, evaluator):
+
+    params = [p for p, values in spec.parameters.items() if len(values) > 1]
+    objectives = list(spec.objectives)
+    written = []
+    md = out / "front.md"
+    atomic_write(md, (f"# {spec.name}: Pareto front\n\n"
+                      + report.front_markdown(front, params, objectives) + "\n").encode())
+    written.append(md)
+    document = report.to_json(records, front, meta)
+    write_json(out / "sweep.json", document)
+    written.append(out / "sweep.json")
+    if args.json:
+        write_json(args.json, document)
+        written.append(args.json)
+    if not args.no_plots and any(r["valid"] for r in records):
+        color = report.most_important_parameter(records, params) if params else None
+        cap = evaluator.capacity
+        part = {"name": evaluator.board.part.name, **{k: getattr(cap, k) for k in cap.KEYS}}
+        plots = report.plot(records, front, out, color_by=color, part=part)
+        written += plots
+        html = report.html_report(records, front, params, objectives, plots,
+                                  title=f"vdla sweep {spec.name}", summary={
+                                      "board": evaluator.board.name,
+                                      "models": ", ".join(m.name for m in spec.models),
+                                      "search": meta["method"],
+                                      "seconds": f"{meta['seconds']:.1f}",
+                                      "resource model": meta["resource_model"]})
+        atomic_write(out / "report.html", html.encode())
+        written.append(out / "report.html")
+    return written
