@@ -12,7 +12,8 @@ host that the board's default config runs (its latency would leave that op out).
 point gets:
 
 * **cycles** per model from the compiler's timing model (`VdlaTarget.estimate`, the
-  default schedule chooser's picks, the board's DRAM bandwidth), and their weighted
+  default schedule chooser's picks, or with the spec's ``tune = N`` the best of N tuned
+  schedules per convolution; the board's DRAM bandwidth), and their weighted
   sum; **latency_ms** at the config's clock; **gemm_utilization**, the models' useful
   MACs over the weighted cycles times the core's peak MACs per cycle;
 * **resources** from the part's `ResourceModel`, and whether they fit the part.
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Mapping
@@ -33,6 +35,7 @@ from typing import Any, Mapping
 import vdla
 from vdla.boards import get as get_board
 from vdla.compiler import pipeline, targets
+from vdla.compiler.tuner import InProcessRunner, Records, best_schedules, tune_task
 from vdla.config import HardwareConfig
 from vdla.dse.resources import CALIBRATION_DIR, ResourceModel
 from vdla.dse.spec import SweepSpec
@@ -41,7 +44,7 @@ from vdla.dse.store import point_key
 __all__ = ["Design", "Evaluator", "MODEL_VERSION", "make_evaluator"]
 
 #: Bump when what an evaluation computes changes in a way the key does not show.
-MODEL_VERSION = 1
+MODEL_VERSION = 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,14 +67,19 @@ class Evaluator:
     spec : the `SweepSpec` (or its `to_dict`)
     calibration : calibration images per model (the quantizer's; the default is the
         pipeline's)
+    tune_records : the tuning records file the points' schedules are tuned into with
+        ``spec.tune`` (shared by every worker and kept: records are per config and
+        workload, so a point met again is not tuned again); default a temporary file
     """
 
-    def __init__(self, spec: SweepSpec | Mapping, *, calibration: int = 4):
+    def __init__(self, spec: SweepSpec | Mapping, *, calibration: int = 4,
+                 tune_records: str | Path | None = None):
         self.spec = spec if isinstance(spec, SweepSpec) else SweepSpec.from_dict(spec)
         self.board = get_board(self.spec.board)
         self.resource_model = ResourceModel.for_part(self.board.part.name)
         self.capacity = self.board.part.capacity
         self.calibration = calibration
+        self.tune_records = tune_records
         self._loaded = {}
         self._quantized = {}
         self._baseline = {}
@@ -83,7 +91,7 @@ class Evaluator:
                 else m.name
             models.append([ident, m.weight])
         self._key_parts = {"board": self.board.name, "models": models,
-                           "calibration_images": calibration,
+                           "calibration_images": calibration, "tune": self.spec.tune,
                            "versions": {"vdla": vdla.__version__, "model": MODEL_VERSION,
                                         "resource_calibration": _file_digest(calib)}}
 
@@ -152,11 +160,28 @@ class Evaluator:
         record["seconds"] = round(time.perf_counter() - start, 4)
         return record
 
+    def _tuned(self, graph, target) -> dict:
+        """node -> the best schedule of ``spec.tune`` trials per convolution of `graph`,
+        measured on the functional backend (outputs checked bit-exact, cycles from the
+        timing model over the whole schedule space, searched by the tuner's cost model;
+        Verilator per point is minutes, too slow for a sweep). Empty without tuning."""
+        if not self.spec.tune:
+            return {}
+        if self.tune_records is None:
+            self.tune_records = Path(tempfile.mkdtemp(prefix="vdla-sweep-")) / "tune.db"
+        with Records(self.tune_records) as records, InProcessRunner("functional") as runner:
+            for task in target.tasks(graph):
+                tune_task(task, runner, trials=self.spec.tune, records=records,
+                          seed=self.spec.seed, measure_default=True)
+            return {name: s for name, (s, _) in
+                    best_schedules(records, graph, target, "functional").items()}
+
     def _evaluate(self, config: HardwareConfig) -> dict:
         target = self._target(config)
         models, total_cycles, total_macs = {}, 0.0, 0.0
         for m in self.spec.models:
-            ops = target.estimate(self._graph(m.name, target))
+            graph = self._graph(m.name, target)
+            ops = target.estimate(graph, schedules=self._tuned(graph, target))
             lost = [o for o in ops if o.target == "host" and o.name in self.baseline_ops(m.name)]
             if lost:
                 raise ValueError(f"{m.name}: {len(lost)} op(s) that {self.board.name}'s "
@@ -187,9 +212,9 @@ class Evaluator:
                 "models": models}
 
 
-def make_evaluator(spec: Mapping) -> Evaluator:
+def make_evaluator(spec: Mapping, tune_records: str | None = None) -> Evaluator:
     """A worker's evaluator (`vdla.dse.execute`: built once per worker process)."""
-    return Evaluator(spec)
+    return Evaluator(spec, tune_records=tune_records)
 
 
 def _jsonable(params: Mapping[str, Any]) -> dict:

@@ -54,14 +54,15 @@ _MUL_BITS = 32
 
 
 def bram_tiles(depth: int, width: int) -> float:
-    """RAMB36 of the cheapest tiling of a `depth` x `width`-bit memory (RAMB18 halves
-    where half a block's depth suffices)."""
+    """RAMB36 of the cheapest tiling of a `depth` x `width`-bit memory, RAMB18s counting
+    half. A RAMB18 has the RAMB36's aspect ratios at half the depth, except that its
+    widest mode is 512 x 32: there is no 256 x 64 (a shallow, 64-bit-wide memory takes
+    whole RAMB36s or two RAMB18s side by side)."""
     best = math.inf
     for d, w in _RAMB36:
-        for blocks, block_depth in ((1.0, d), (0.5, d // 2)):
-            if block_depth < 1:
-                continue
-            n = math.ceil(width / w) * math.ceil(depth / block_depth) * blocks
+        options = [(1.0, d, w), (0.5, d // 2, w) if d > 512 else (0.5, d, w // 2)]
+        for blocks, block_depth, block_width in options:
+            n = math.ceil(width / block_width) * math.ceil(depth / block_depth) * blocks
             best = min(best, n)
     return best
 

@@ -10,6 +10,7 @@ A spec file::
     search = "auto"                    # grid | nsga2 | tpe | auto (grid when it is small)
     trials = 600                       # points a sampler evaluates (not the grid)
     seed = 0
+    tune = 0                           # schedules tuned per conv (0: the default chooser)
 
     [[models]]                         # one or more; a zoo name or an .onnx path
     name = "resnet18"
@@ -56,8 +57,8 @@ SEARCHES = ("auto", "grid", "nsga2", "tpe")
 GRID_LIMIT = 2000
 #: What a spec that names no objectives optimizes.
 DEFAULT_OBJECTIVES = ("latency_ms", "lut", "bram", "dsp")
-_TOP_KEYS = ("board", "search", "trials", "seed", "models", "parameters", "objectives",
-             "constraints", "name")
+_TOP_KEYS = ("board", "search", "trials", "seed", "tune", "models", "parameters",
+             "objectives", "constraints", "name")
 _CONSTRAINTS = ("fits", "max_latency_ms")
 _SUFFIX = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
@@ -141,6 +142,8 @@ class SweepSpec:
     fits : points that do not fit the part are kept but are not on the front
     max_latency_ms : points slower than this (weighted) are kept but not on the front
     search, trials, seed : how points are chosen (`SEARCHES`)
+    tune : trials per convolution when each point's schedules are tuned
+        (`vdla.dse.evaluate`); 0 takes the default chooser's schedules
     name : a label for reports (default: the file's stem)
     """
 
@@ -153,6 +156,7 @@ class SweepSpec:
     search: str = "auto"
     trials: int = 500
     seed: int = 0
+    tune: int = 0
     name: str = "sweep"
 
     def __post_init__(self):
@@ -180,6 +184,8 @@ class SweepSpec:
             raise ValueError(f"unknown search {self.search!r}; known: {', '.join(SEARCHES)}")
         if isinstance(self.trials, bool) or not isinstance(self.trials, int) or self.trials < 1:
             raise ValueError(f"trials must be a positive integer, not {self.trials!r}")
+        if isinstance(self.tune, bool) or not isinstance(self.tune, int) or self.tune < 0:
+            raise ValueError(f"tune must be a non-negative integer, not {self.tune!r}")
         if self.max_latency_ms is not None and not (
                 isinstance(self.max_latency_ms, (int, float)) and self.max_latency_ms > 0):
             raise ValueError(f"max_latency_ms must be a positive number, not {self.max_latency_ms!r}")
@@ -231,7 +237,8 @@ class SweepSpec:
                    objectives=tuple(objectives), fits=bool(constraints.get("fits", True)),
                    max_latency_ms=constraints.get("max_latency_ms"),
                    search=data.get("search", "auto"), trials=data.get("trials", 500),
-                   seed=data.get("seed", 0), name=str(data.get("name", name)))
+                   seed=data.get("seed", 0), tune=data.get("tune", 0),
+                   name=str(data.get("name", name)))
 
     # --- the space ----------------------------------------------------------------------
 
@@ -254,7 +261,7 @@ class SweepSpec:
 
     def to_dict(self) -> dict:
         return {"name": self.name, "board": self.board, "search": self.search,
-                "trials": self.trials, "seed": self.seed,
+                "trials": self.trials, "seed": self.seed, "tune": self.tune,
                 "models": [dataclasses.asdict(m) for m in self.models],
                 "parameters": {k: list(v) for k, v in self.parameters.items()},
                 "objectives": list(self.objectives),

@@ -21,7 +21,6 @@ connections do not cross ``fork``).
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -29,6 +28,8 @@ import sqlite3
 import time
 from pathlib import Path
 from typing import Any, Iterable, Mapping
+
+from vdla._sqlite import SqliteFile
 
 __all__ = ["Store", "point_key"]
 
@@ -56,7 +57,7 @@ def point_key(**parts: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
-class Store:
+class Store(SqliteFile):
     """A sweep store (created if missing).
 
     path : the SQLite file (its folder must exist)
@@ -72,7 +73,7 @@ class Store:
             raise ValueError(f"sweep store {str(self.path)!r}: folder "
                              f"{str(self.path.parent)!r} does not exist")
         try:
-            self._db = sqlite3.connect(self.path, timeout=timeout, isolation_level=None)
+            self._connect(self.path, timeout)
             app, version = (self._db.execute(f"PRAGMA {p}").fetchone()[0]
                             for p in ("application_id", "user_version"))
             if (app, version) == (0, 0) and self._db.execute(
@@ -83,8 +84,7 @@ class Store:
             if version > _SCHEMA_VERSION:
                 raise ValueError(f"schema version {version}; this vdla reads up to "
                                  f"{_SCHEMA_VERSION} (a newer vdla wrote it)")
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._wal()
             if version == 0:
                 with self._transaction():   # idempotent, under the write lock
                     for statement in _SCHEMA.split(";"):
@@ -95,27 +95,6 @@ class Store:
         except (sqlite3.DatabaseError, ValueError) as exc:
             self.close()
             raise ValueError(f"{str(self.path)!r} is not a vdla sweep store: {exc}") from None
-
-    @contextlib.contextmanager
-    def _transaction(self):
-        self._db.execute("BEGIN IMMEDIATE")      # takes the write lock (or waits for it)
-        try:
-            yield
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-        self._db.execute("COMMIT")
-
-    def close(self):
-        db, self._db = getattr(self, "_db", None), None
-        if db is not None:
-            db.close()
-
-    def __enter__(self) -> "Store":
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
     def __len__(self) -> int:
         return self._db.execute("SELECT count(*) FROM points").fetchone()[0]

@@ -4,7 +4,7 @@
   default, estimate, features, measure, to and from a plain dict); `tasks_from_workload`;
   a model's tasks come from its target (`Target.tasks(graph)`);
 * `vdla.compiler.tuner.runner`: measuring schedules (`LocalRunner`: worker processes;
-  `ReplayRunner`: from records);
+  `InProcessRunner`: this process; `ReplayRunner`: from records);
 * `vdla.compiler.tuner.search`: `ModelTuner` (gradient-boosted trees + simulated
   annealing), `RandomTuner`, `GridTuner`;
 * `vdla.compiler.tuner.records`: `Records`, the SQLite measurement log, keyed by target,
@@ -18,11 +18,11 @@ are the command-line faces of this package.
 
 from vdla.compiler.tuner.measure import MeasureInput, MeasureResult
 from vdla.compiler.tuner.records import Record, Records
-from vdla.compiler.tuner.runner import LocalRunner, ReplayRunner
+from vdla.compiler.tuner.runner import InProcessRunner, LocalRunner, ReplayRunner
 from vdla.compiler.tuner.search import GridTuner, ModelTuner, RandomTuner, make_tuner
 from vdla.compiler.tuner.task import TuneTask, tasks_from_workload
 from vdla.compiler.tuner.tune import TuneResult, best_schedules, tune_task
 
-__all__ = ["GridTuner", "LocalRunner", "MeasureInput", "MeasureResult", "ModelTuner",
+__all__ = ["GridTuner", "InProcessRunner", "LocalRunner", "MeasureInput", "MeasureResult", "ModelTuner",
            "RandomTuner", "Record", "Records", "ReplayRunner", "TuneResult", "TuneTask",
            "best_schedules", "make_tuner", "tasks_from_workload", "tune_task"]

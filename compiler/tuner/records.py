@@ -29,7 +29,6 @@ its rows are the accelerator's) is migrated in place when opened: its rows get
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import os
@@ -38,6 +37,7 @@ import time
 from pathlib import Path
 
 import vdla
+from vdla._sqlite import SqliteFile
 
 __all__ = ["OK", "STATUSES", "Record", "Records"]
 
@@ -116,7 +116,7 @@ _COLUMNS = ("target", "workload", "config", "backend", "schedule", "cycles", "co
             "error", "tool_version", "created", "seconds")
 
 
-class Records:
+class Records(SqliteFile):
     """A records database (created if missing).
 
     path : the SQLite file
@@ -133,9 +133,8 @@ class Records:
                              "(for example tune.db)")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            self._db = sqlite3.connect(self.path, timeout=timeout, isolation_level=None)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._connect(self.path, timeout)
+            self._wal()
             version = self._db.execute("PRAGMA user_version").fetchone()[0]
             if version not in (0, 1, _SCHEMA_VERSION):
                 raise ValueError(f"records file {str(self.path)!r} has schema version "
@@ -163,27 +162,6 @@ class Records:
                     if statement.strip():
                         self._db.execute(statement)
                 self._db.execute(f"PRAGMA user_version={_SCHEMA_VERSION}")
-
-    @contextlib.contextmanager
-    def _transaction(self):
-        self._db.execute("BEGIN IMMEDIATE")      # takes the write lock (or waits for it)
-        try:
-            yield
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-        self._db.execute("COMMIT")
-
-    def close(self):
-        db, self._db = getattr(self, "_db", None), None
-        if db is not None:
-            db.close()
-
-    def __enter__(self) -> "Records":
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
     # --- writing ------------------------------------------------------------------------
 

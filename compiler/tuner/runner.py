@@ -38,8 +38,8 @@ from vdla._workers import start_worker
 from vdla.compiler.tuner.measure import MeasureInput, MeasureResult, one_line
 from vdla.compiler.tuner.records import Records
 
-__all__ = ["LocalRunner", "MeasureInput", "MeasureResult", "OnResult", "ReplayRunner",
-           "measure_task"]
+__all__ = ["InProcessRunner", "LocalRunner", "MeasureInput", "MeasureResult", "OnResult",
+           "ReplayRunner", "measure_task"]
 
 #: Wall-clock limit of one measurement (seconds) unless the runner is given another: a
 #: backstop for a measurement that hangs outside its own budget.
@@ -59,33 +59,47 @@ def measure_task(task, schedule, context, *, data, backend: str) -> MeasureResul
 Measure = Callable[..., MeasureResult]
 
 
+class _Measurer:
+    """One process's measuring: the contexts it keeps open (one per platform) and each
+    task's data, then `TuneTask.measure`. A failure is a result with status error."""
+
+    def __init__(self, backend: str, measure: Measure):
+        self.backend, self.measure = backend, measure
+        self.contexts, self.tasks, self.data = {}, {}, {}
+
+    def __call__(self, task, schedule) -> MeasureResult:
+        task = self.tasks.setdefault(task if isinstance(task, tuple) else task.uid, task)
+        try:
+            if task.uid not in self.data:
+                self.data[task.uid] = task.measure_data()
+            key = task.context_key(self.backend)
+            if key not in self.contexts:
+                self.contexts[key] = task.open_context(self.backend)
+            return self.measure(task, schedule, self.contexts[key], data=self.data[task.uid],
+                                backend=self.backend)
+        except Exception as exc:  # noqa: BLE001
+            return MeasureResult("error", error=one_line(exc))
+
+    def close(self):
+        contexts, self.contexts = self.contexts, {}
+        for context in contexts.values():
+            if hasattr(context, "close"):
+                context.close()
+
+
 def _worker(conn, backend: str, measure: Measure):
     """A worker process: receive (task or task uid, schedule), send a MeasureResult."""
-    contexts, tasks, data = {}, {}, {}
+    measurer = _Measurer(backend, measure)
     try:
         while True:
             message = conn.recv()
             if message is None:
                 break
-            task, schedule = message
-            task = tasks.setdefault(task if isinstance(task, tuple) else task.uid, task)
-            try:
-                if task.uid not in data:
-                    data[task.uid] = task.measure_data()
-                key = task.context_key(backend)
-                if key not in contexts:
-                    contexts[key] = task.open_context(backend)
-                result = measure(task, schedule, contexts[key], data=data[task.uid],
-                                 backend=backend)
-            except Exception as exc:  # noqa: BLE001
-                result = MeasureResult("error", error=one_line(exc))
-            conn.send(result)
+            conn.send(measurer(*message))
     except (EOFError, BrokenPipeError):
         pass        # the parent closed its end without a goodbye: nobody wants results
     finally:
-        for context in contexts.values():
-            if hasattr(context, "close"):
-                context.close()
+        measurer.close()
 
 
 class _Worker:
@@ -269,6 +283,50 @@ class LocalRunner:
                 w.finish(deadline)
 
     def __enter__(self) -> "LocalRunner":
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class InProcessRunner:
+    """Measure in this process, one input after another: for callers that are worker
+    processes themselves (a design sweep's workers tune each point's schedules; a
+    daemon process may not start children). No wall-clock limit: the task's own cycle
+    budget bounds a measurement.
+
+    backend : as `LocalRunner`'s
+    log : receives a task's preparation progress (default: nothing)
+    """
+
+    def __init__(self, backend: str, *, measure: Measure = measure_task,
+                 log: Callable[[str], None] | None = None):
+        self.backend = backend
+        self._measurer = _Measurer(backend, measure)
+        self._log = log or (lambda message: None)
+        self._prepared: set = set()
+
+    def measure(self, inputs: Sequence[MeasureInput], on_result: OnResult | None = None
+                ) -> list[MeasureResult]:
+        out = []
+        for index, inp in enumerate(inputs):
+            task = inp.task
+            if self.backend not in task.measure_backends:
+                raise ValueError(f"unknown measurement backend {self.backend!r} for task "
+                                 f"{task.name}; available: {', '.join(task.measure_backends)}")
+            key = task.context_key(self.backend)
+            if key not in self._prepared:
+                task.prepare(self.backend, self._log)
+                self._prepared.add(key)
+            out.append(self._measurer(task, inp.schedule))
+            if on_result is not None:
+                on_result(index, out[-1])
+        return out
+
+    def close(self):
+        self._measurer.close()
+
+    def __enter__(self) -> "InProcessRunner":
         return self
 
     def __exit__(self, *exc):

@@ -46,6 +46,9 @@ def test_block_ram_tiling_takes_the_cheapest_aspect_ratio():
     assert bram_tiles(1024, 512) == 16         # 16 columns of 1K x 32
     assert bram_tiles(2048, 256) == 16         # 16 columns of 2K x 16
     assert bram_tiles(256, 32) == 0.5          # a RAMB18
+    # No RAMB18 is 256 x 64: a shallow, wide memory (1x8x32's 64 KiB wgt buffer) takes
+    # whole RAMB36s (yosys: the config's 71 RAMB36, all counted here).
+    assert bram_tiles(256, 2048) == 32
     assert bram_tiles(32768, 1) == 1
     # The default config: its buffers and three command queues tile to 126 RAMB36
     # (yosys: 126.5, the half block the fitted offset carries).

@@ -8,6 +8,7 @@ The commands run as at a terminal (`process_testing.Command`): stderr on a pty, 
 SIGINT sent to the whole process group."""
 
 import io
+import json
 import re
 import signal
 import sqlite3
@@ -171,3 +172,27 @@ def test_importing_the_command_line_loads_no_numpy():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "False"
+
+
+@linux_only
+def test_ctrl_c_ends_vdla_sweep_and_a_second_run_resumes(tmp_path):
+    args = ["sweep", "--board", "pynq-z1", "--model", "digits_cnn", "--param",
+            "block_in=8,16", "--param", "acc_buff_size=16K,32K,64K,128K", "--param",
+            "inp_buff_size=8K,16K,32K,64K", "--out", "out", "--no-plots"]
+    with Command(args, tmp_path) as sweep:
+        # The progress line (a terminal's) moves per point: wait for the third.
+        assert sweep.read_until(rb"sweep \[3/32\]", 180), sweep.stderr.decode()
+        workers = children(sweep.pid)
+        code, lines, seconds = _after_interrupt(sweep)
+    assert code == 130 and seconds < 10
+    assert b"Traceback" not in sweep.stderr
+    assert len(lines) == 1, lines
+    kept = re.fullmatch(r"vdla: interrupted: sweep stopped after (\d+) point\(s\); every "
+                        r"finished point is kept in out/sweep.db \(run again to resume\)",
+                        lines[0])
+    assert kept, lines[0]
+    assert not any(alive(w) for w in workers)
+    assert not (tmp_path / "out" / "sweep.json").exists()     # no report of half a sweep
+    assert main(["sweep", *args[1:-3], "--out", str(tmp_path / "out"), "--no-plots"]) == 0
+    doc = json.loads((tmp_path / "out" / "sweep.json").read_text())
+    assert len(doc["points"]) == 32 and doc["meta"]["reused"] >= int(kept.group(1)) >= 3

@@ -135,3 +135,26 @@ def test_evaluation_matches_the_timing_and_resource_models():
 def test_bad_input_is_a_clear_error(tmp_path, capsys, args, message):
     status, _, err = sweep(capsys, *args, "--out", tmp_path / "o")
     assert status == 1 and message in err
+
+
+def test_tune_measures_each_points_convolutions_and_keeps_the_records(tmp_path, capsys):
+    import sqlite3
+    args = ["--board", "pynq-z1", "--model", "digits_cnn", "--param", "block_in=16",
+            "--param", "acc_buff_size=64K,128K", "--no-plots"]
+    status, plain, _ = sweep(capsys, *args, "--out", tmp_path / "plain")
+    assert status == 0
+    status, tuned, err = sweep(capsys, *args, "--out", tmp_path / "tuned", "--tune", "3")
+    assert status == 0, err
+    with sqlite3.connect(tmp_path / "tuned" / "tune.db") as db:
+        rows = db.execute("SELECT backend, status FROM measurements").fetchall()
+    # digits_cnn: 3 convolutions and a dense layer, 3 trials each, on both configs (their
+    # acc buffers differ, so their platforms differ).
+    assert len(rows) == 2 * 4 * 3 and {r for r in rows} == {("functional", "ok")}
+    doc = {p["config_name"]: p for p in json.loads(
+        (tmp_path / "tuned" / "sweep.json").read_text())["points"]}
+    base = {p["config_name"]: p for p in json.loads(
+        (tmp_path / "plain" / "sweep.json").read_text())["points"]}
+    for name, point in doc.items():
+        # The default schedule is measured first, so tuning is never slower.
+        assert point["objectives"]["cycles"] <= base[name]["objectives"]["cycles"]
+        assert point["key"] != base[name]["key"]

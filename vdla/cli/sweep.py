@@ -62,6 +62,10 @@ def add_parser(sub) -> None:
                         "up to 2000 points)")
     p.add_argument("--trials", type=int, metavar="N", help="points a sampler evaluates")
     p.add_argument("--seed", type=int, metavar="N", help="the sampler's seed")
+    p.add_argument("--tune", type=int, metavar="N",
+                   help="tune each point's convolutions with N trials (functional backend, "
+                        "timing-model cycles; records in OUT/tune.db) instead of the default "
+                        "schedules")
     p.add_argument("--jobs", type=int, default=2, metavar="J",
                    help="local worker processes (default 2)")
     p.add_argument("--ray", metavar="ADDRESS",
@@ -111,7 +115,7 @@ def _spec(args):
                                  if spec else {k: tuple(v) for k, v in params.items()})
     if args.objectives:
         changes["objectives"] = tuple(o.strip() for o in args.objectives.split(",") if o.strip())
-    for name in ("max_latency_ms", "search", "trials", "seed"):
+    for name in ("max_latency_ms", "search", "trials", "seed", "tune"):
         if getattr(args, name) is not None:
             changes[name] = getattr(args, name)
     if spec is None:
@@ -129,7 +133,8 @@ def run(args) -> int:
     out = Path(args.out or f"sweep-{spec.name}")
     out.mkdir(parents=True, exist_ok=True)
     store_path = Path(args.store) if args.store else out / "sweep.db"
-    evaluator = Evaluator(spec)
+    tune_records = str(out / "tune.db") if spec.tune else None
+    evaluator = Evaluator(spec, tune_records=tune_records)
     log(f"sweep {spec.name}: {len(spec.models)} model(s) on {evaluator.board.name} "
         f"({evaluator.board.part.name}), {spec.method} search over "
         + (f"{spec.grid_size} points" if spec.method == "grid" else
@@ -137,9 +142,10 @@ def run(args) -> int:
         + f"; {evaluator.resource_model.describe()}")
     progress, state = _progress()
     with Store(store_path) as store:
-        on_interrupt(args, lambda: f"sweep stopped; {len(store)} point(s) kept in {store_path}"
-                     " (run again to resume)")
-        with make_executor(_factory(spec), jobs=args.jobs, ray=args.ray) as executor:
+        on_interrupt(args, lambda: f"sweep stopped after {state['done']} point(s); every "
+                     f"finished point is kept in {store_path} (run again to resume)")
+        factory = functools.partial(make_evaluator, spec.to_dict(), tune_records)
+        with make_executor(factory, jobs=args.jobs, ray=args.ray) as executor:
             log(f"evaluating on {executor.describe()}")
             result = run_sweep(spec, store, executor, progress=progress, evaluator=evaluator)
         state["end"]()
@@ -178,10 +184,6 @@ def run(args) -> int:
     if written:
         print("wrote " + ", ".join(map(str, written)))
     return 0
-
-
-def _factory(spec):
-    return functools.partial(make_evaluator, spec.to_dict())
 
 
 def _front(records, spec):
@@ -230,10 +232,11 @@ def _progress():
     """A progress callback with an ETA: one updating line on a terminal, a log line per
     10% otherwise."""
     tty = sys.stderr.isatty()
-    state = {"shown": -1, "valid": 0, "end": lambda: None}
+    state = {"shown": -1, "valid": 0, "done": 0, "end": lambda: None}
 
     def show(done, total, record, eta):
         state["valid"] += bool(record.get("valid"))
+        state["done"] = done
         pct = 100 * done // max(total, 1)
         line = (f"sweep [{done}/{total}] {pct}%, {state['valid']} valid"
                 + (f", ETA {_duration(eta)}" if eta is not None and done < total else ""))
