@@ -305,6 +305,8 @@ def plot(records: Sequence[Mapping], front: Sequence[Mapping], out_dir: str | Pa
                          f"swept: {', '.join(sorted(swept)) or 'none'}")
     keys = {r.get("key") for r in front}
     on_front = [r for r in points if r.get("key") in keys]
+    confirmed = [r for r in on_front if (r.get("confirmed") or {}).get("resources")
+                 and r["confirmed"].get("cycles") and r["objectives"].get("cycles")]
     units = _units(records)
 
     colors = [(r.get("params") or {}).get(color_by) for r in points]
@@ -347,6 +349,13 @@ def plot(records: Sequence[Mapping], front: Sequence[Mapping], out_dir: str | Pa
                 ax.step(sx, sy, where="post", color="black", linewidth=1.1, zorder=3)
             ax.scatter(fx, fy, c=fc, cmap=cmap, norm=norm, s=46, edgecolors="black",
                        linewidths=1.0, zorder=4)
+        if confirmed:
+            # Where Verilator and yosys put the confirmed points (the models' figures
+            # are the circles they belong to).
+            ax.scatter([r["confirmed"]["resources"][resource] for r in confirmed],
+                       [r["confirmed"]["cycles"] / r["objectives"]["cycles"]
+                        * r["objectives"]["latency_ms"] for r in confirmed],
+                       marker="x", s=40, color="black", linewidths=1.4, zorder=5)
         if capacity.get(resource) is not None:
             ax.axvline(capacity[resource], color="firebrick", linestyle="--",
                        linewidth=1.2, zorder=1)
@@ -382,6 +391,10 @@ def plot(records: Sequence[Mapping], front: Sequence[Mapping], out_dir: str | Pa
     handles.append(Line2D([], [], color="black", marker="o", markersize=7,
                           markerfacecolor="white", markeredgecolor="black",
                           label=f"Pareto front ({len(on_front)})"))
+    if confirmed:
+        handles.append(Line2D([], [], linestyle="", marker="x", color="black",
+                              markeredgewidth=1.4,
+                              label=f"measured: Verilator, yosys ({len(confirmed)})"))
     if any(capacity.get(k) is not None for k in PLOT_RESOURCES):
         handles.append(Line2D([], [], color="firebrick", linestyle="--",
                               label="part capacity"))
