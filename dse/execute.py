@@ -26,15 +26,36 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import traceback
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Protocol, Sequence
 
 from vdla._workers import start_worker
 
-__all__ = ["EvaluationError", "LocalExecutor", "RayExecutor", "make_executor"]
+__all__ = ["EvaluationError", "Executor", "LocalExecutor", "RayExecutor", "make_executor"]
 
 
 class EvaluationError(RuntimeError):
     """An evaluation raised, or its worker died; the message names the task."""
+
+
+class Executor(Protocol):
+    """What a sweep needs of an executor (`LocalExecutor`, `RayExecutor`)."""
+
+    #: evaluations that run at once
+    workers: int
+
+    def map_unordered(self, tasks: Sequence) -> Iterator[tuple[int, dict]]:
+        """(index in `tasks`, record) as each evaluation finishes; an evaluation that
+        raises, or whose worker dies, raises `EvaluationError`."""
+
+    def describe(self) -> str:
+        """Where evaluations run, for the log (``2 local processes``)."""
+
+    def close(self) -> None:
+        """Stop the workers (those still busy are killed)."""
+
+    def __enter__(self) -> "Executor": ...
+
+    def __exit__(self, *exc) -> None: ...
 
 
 class _Worker:
@@ -74,6 +95,7 @@ class LocalExecutor:
         self.factory, self.workers = factory, jobs
         self._local = _Worker(factory) if jobs == 1 else None
         self._procs: list[tuple[Any, Any]] = []   # (process, connection)
+        self._busy: dict[Any, tuple[Any, int]] = {}  # connection -> (process, task index)
 
     def describe(self) -> str:
         return "this process" if self.workers == 1 else f"{self.workers} local processes"
@@ -81,7 +103,13 @@ class LocalExecutor:
     def _start(self):
         # Started from the thread that uses them (see vdla._workers on PR_SET_PDEATHSIG).
         context = multiprocessing.get_context("fork")
-        alive = [(p, c) for p, c in self._procs if p.is_alive()]
+        alive = []
+        for process, conn in self._procs:
+            if process.is_alive():
+                alive.append((process, conn))
+            else:                           # killed or died: replaced below
+                process.join()
+                conn.close()
         while len(alive) < self.workers:
             parent, child = context.Pipe()
             process = start_worker(context, _serve, (child, self.factory),
@@ -105,13 +133,22 @@ class LocalExecutor:
             return
         self._start()
         todo = list(enumerate(tasks))[::-1]
-        busy: dict[Any, tuple[Any, int]] = {}       # connection -> (process, index)
+        busy = self._busy = {}
+
+        def send(process, conn):
+            index, task = todo.pop()
+            busy[conn] = (process, index)
+            try:
+                conn.send((index, task))
+            except (BrokenPipeError, ConnectionResetError):   # it died while idle
+                process.join(1)
+                raise EvaluationError(f"the worker for task {index} ({task!r}) died "
+                                      f"(exit code {process.exitcode})") from None
+
         try:
             for process, conn in self._procs:
                 if todo:
-                    index, task = todo.pop()
-                    conn.send((index, task))
-                    busy[conn] = (process, index)
+                    send(process, conn)
             while busy:
                 sentinels = {p.sentinel: c for c, (p, _) in busy.items()}
                 ready = multiprocessing.connection.wait(list(busy) + list(sentinels))
@@ -132,18 +169,23 @@ class LocalExecutor:
                         raise EvaluationError(f"evaluating task {got} ({tasks[got]!r}) "
                                               f"failed in a worker:\n{value}")
                     if todo:
-                        nxt, task = todo.pop()
-                        conn.send((nxt, task))
-                        busy[conn] = (process, nxt)
+                        send(process, conn)
                     yield got, value
         except BaseException:
             # Interrupted, failed or abandoned: busy workers are killed, not waited for.
-            for process, _ in busy.values():
-                process.kill()
-                process.join()
+            self._kill_busy()
             raise
 
+    def _kill_busy(self):
+        busy, self._busy = self._busy, {}
+        for process, _ in busy.values():
+            process.kill()
+            process.join()
+
     def close(self):
+        """Stop the workers: idle ones exit, busy ones (an iteration left unfinished)
+        are killed."""
+        self._kill_busy()
         procs, self._procs = self._procs, []
         for process, conn in procs:
             try:
@@ -182,7 +224,11 @@ class RayExecutor:
             ray.init(num_cpus=jobs or os.cpu_count(), include_dashboard=False,
                      log_to_driver=False)
         else:
-            ray.init(address=address, log_to_driver=False)
+            try:
+                ray.init(address=address, log_to_driver=False)
+            except ConnectionError as exc:   # Ray's own words name its CLI's --address
+                raise ValueError(f"--ray {address}: no Ray cluster found ({exc}); start "
+                                 "one with 'ray start --head', or use --ray local") from None
         cpus = int(ray.cluster_resources().get("CPU", 1))
         self.workers = jobs or cpus
         actor = ray.remote(num_cpus=1)(_Worker)
@@ -235,7 +281,7 @@ class RayExecutor:
         self.close()
 
 
-def make_executor(factory: Callable, *, jobs: int = 1, ray: str | None = None):
+def make_executor(factory: Callable, *, jobs: int = 1, ray: str | None = None) -> Executor:
     """`RayExecutor` when `ray` names a cluster, else `LocalExecutor` with `jobs`."""
     if ray:
         # A local instance gets `jobs` CPUs; a cluster's actors are one per its CPUs.

@@ -74,27 +74,51 @@ class Store(SqliteFile):
                              f"{str(self.path.parent)!r} does not exist")
         try:
             self._connect(self.path, timeout)
-            app, version = (self._db.execute(f"PRAGMA {p}").fetchone()[0]
-                            for p in ("application_id", "user_version"))
-            if (app, version) == (0, 0) and self._db.execute(
-                    "SELECT count(*) FROM sqlite_master").fetchone()[0]:
-                raise ValueError("it holds tables but is not a sweep store")
-            if (app, version) != (0, 0) and app != APPLICATION_ID:
-                raise ValueError(f"its application id is {app:#x}, not a sweep store's")
-            if version > _SCHEMA_VERSION:
-                raise ValueError(f"schema version {version}; this vdla reads up to "
-                                 f"{_SCHEMA_VERSION} (a newer vdla wrote it)")
-            self._wal()
-            if version == 0:
-                with self._transaction():   # idempotent, under the write lock
-                    for statement in _SCHEMA.split(";"):
-                        if statement.strip():
-                            self._db.execute(statement)
-                    self._db.execute(f"PRAGMA application_id={APPLICATION_ID}")
-                    self._db.execute(f"PRAGMA user_version={_SCHEMA_VERSION}")
+            if self._header() == 0:
+                self._wal()
+                # Several sweeps may create one store at once: the schema is written under
+                # the write lock, by the first of them (the others find it written).
+                with self._transaction():
+                    if self._header() == 0:
+                        for statement in _SCHEMA.split(";"):
+                            if statement.strip():
+                                self._db.execute(statement)
+                        self._db.execute(f"PRAGMA application_id={APPLICATION_ID}")
+                        self._db.execute(f"PRAGMA user_version={_SCHEMA_VERSION}")
+            else:
+                self._wal()
+        except sqlite3.OperationalError as exc:   # locked past the timeout, I/O, permissions
+            self.close()
+            raise ValueError(f"cannot open sweep store {str(self.path)!r}: {exc}") from None
         except (sqlite3.DatabaseError, ValueError) as exc:
             self.close()
             raise ValueError(f"{str(self.path)!r} is not a vdla sweep store: {exc}") from None
+
+    def _header(self) -> int:
+        """The file's schema version (0: a new, empty file); raises ValueError for a file
+        that is not a sweep store or one a newer vdla wrote."""
+        # One read transaction: a consistent view even while another process writes the
+        # schema (separate statements could each see a different side of its commit).
+        in_transaction = self._db.in_transaction
+        if not in_transaction:
+            self._db.execute("BEGIN")
+        try:
+            app, version, tables = (self._db.execute(sql).fetchone()[0] for sql in (
+                "PRAGMA application_id", "PRAGMA user_version",
+                "SELECT count(*) FROM sqlite_master"))
+        finally:
+            if not in_transaction and self._db.in_transaction:
+                self._db.execute("ROLLBACK")   # only read
+        if (app, version) == (0, 0):
+            if tables:
+                raise ValueError("it holds tables but is not a sweep store")
+            return 0
+        if app != APPLICATION_ID:
+            raise ValueError(f"its application id is {app:#x}, not a sweep store's")
+        if version > _SCHEMA_VERSION:
+            raise ValueError(f"schema version {version}; this vdla reads up to "
+                             f"{_SCHEMA_VERSION} (a newer vdla wrote it)")
+        return version
 
     def __len__(self) -> int:
         return self._db.execute("SELECT count(*) FROM points").fetchone()[0]

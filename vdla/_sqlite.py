@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import time
 
 __all__ = ["SqliteFile"]
 
@@ -22,13 +23,25 @@ class SqliteFile:
     ``fork``)."""
 
     _db: sqlite3.Connection | None = None
+    _timeout: float = 60.0
 
     def _connect(self, path: str | os.PathLike, timeout: float) -> sqlite3.Connection:
+        self._timeout = timeout
         self._db = sqlite3.connect(path, timeout=timeout, isolation_level=None)
         return self._db
 
     def _wal(self) -> None:
-        self._db.execute("PRAGMA journal_mode=WAL")
+        # Turning a new file to WAL fails at once with "database is locked", without the
+        # busy timeout, while another process does the same: retry until the timeout.
+        deadline = time.monotonic() + self._timeout
+        while True:
+            try:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                break
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
         self._db.execute("PRAGMA synchronous=NORMAL")
 
     @contextlib.contextmanager

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -24,6 +25,8 @@ def square_evaluator(offset):
             raise ArithmeticError("bad task")
         if task == "die":
             os._exit(3)
+        if task == "sleep":
+            time.sleep(60)
         return {"key": str(task), "value": task * task + offset, "built_in": pid}
     return evaluate
 
@@ -60,6 +63,19 @@ def test_a_dying_worker_is_an_error_not_a_hang():
         with pytest.raises(EvaluationError, match=r"task 1 \('die'\) died \(exit code 3\)"):
             list(executor.map_unordered([1, "die", 3]))
         assert results(executor, [2, 3]) == [(0, 5), (1, 10)]  # a new worker replaces it
+
+
+def test_closing_kills_the_workers_of_an_unfinished_iteration():
+    executor = LocalExecutor(FACTORY, 2)
+    iteration = executor.map_unordered([1, "sleep", "sleep"])
+    index, record = next(iteration)
+    assert (index, record["value"]) == (0, 2)
+    workers = [p for p, _ in executor._procs]
+    start = time.monotonic()
+    executor.close()                # the iteration is still open: both workers are busy
+    assert time.monotonic() - start < 3
+    assert not any(p.is_alive() for p in workers)
+    iteration.close()
 
 
 def test_bad_jobs_are_refused():
@@ -99,8 +115,10 @@ def test_ray_executor_gives_the_same_records():
     # importable there, so it travels by value.
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     tasks = list(range(8))
+    with LocalExecutor(FACTORY, 2) as local:
+        expected = results(local, tasks)
     with make_executor(FACTORY, ray="local", jobs=2) as executor:
-        assert "Ray" in executor.describe()
-        assert results(executor, tasks) == [(i, i * i + 1) for i in tasks]
+        assert "Ray" in executor.describe() and executor.workers == 2
+        assert results(executor, tasks) == expected
         with pytest.raises(EvaluationError, match="task 1"):
             list(executor.map_unordered([0, "raise"]))

@@ -72,14 +72,11 @@ def test_a_killed_writer_leaves_whole_records(tmp_path):
     ctx = multiprocessing.get_context("fork")
     proc = ctx.Process(target=_writer, args=(path, "k", 100000))
     proc.start()
-    def written():
+    def written():   # opening the file while the writer creates it must work too
         if not path.exists():
             return 0
-        try:
-            with Store(path) as store:
-                return len(store)
-        except ValueError:   # caught between creating the file and writing its schema
-            return 0
+        with Store(path) as store:
+            return len(store)
 
     deadline = time.monotonic() + 120
     while written() < 50 and time.monotonic() < deadline:
@@ -105,3 +102,41 @@ def test_files_that_are_not_stores_are_refused(tmp_path):
         Store(tmp_path / "missing" / "s.db")
     with pytest.raises(ValueError, match="is a folder"):
         Store(tmp_path)
+
+
+def _open_and_put(path, barrier, queue):
+    barrier.wait()
+    try:
+        with Store(path) as store:
+            store.put(record(str(os.getpid())))
+        queue.put("ok")
+    except Exception as exc:  # noqa: BLE001 - reported to the test
+        queue.put(repr(exc))
+
+
+def test_sweeps_creating_one_store_at_once_all_open_it(tmp_path):
+    # Each opener of a new file races the others' schema and WAL switch: none may take
+    # the file for a foreign one or fail on a lock.
+    ctx = multiprocessing.get_context("fork")
+    for trial in range(30):
+        path = tmp_path / f"s{trial}.db"
+        barrier, queue = ctx.Barrier(6), ctx.Queue()
+        procs = [ctx.Process(target=_open_and_put, args=(path, barrier, queue))
+                 for _ in range(6)]
+        for p in procs:
+            p.start()
+        outcomes = [queue.get(timeout=60) for _ in procs]
+        for p in procs:
+            p.join()
+        assert outcomes == ["ok"] * 6
+        with Store(path) as store:
+            assert len(store) == 6
+
+
+def test_a_newer_schema_is_refused(tmp_path):
+    path = tmp_path / "s.db"
+    Store(path).close()
+    with sqlite3.connect(path) as db:
+        db.execute("PRAGMA user_version = 99")
+    with pytest.raises(ValueError, match=r"not a vdla sweep store: schema version 99.*newer"):
+        Store(path)

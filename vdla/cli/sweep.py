@@ -67,7 +67,8 @@ def add_parser(sub) -> None:
                         "timing-model cycles; records in OUT/tune.db) instead of the default "
                         "schedules")
     p.add_argument("--jobs", type=int, default=2, metavar="J",
-                   help="local worker processes (default 2)")
+                   help="local worker processes, or the CPUs of --ray local's instance "
+                        "(default 2)")
     p.add_argument("--ray", metavar="ADDRESS",
                    help="evaluate on a Ray cluster: auto, local, or host:port (pip install "
                         "'vdla[ray]')")
