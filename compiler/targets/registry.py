@@ -22,6 +22,7 @@ __all__ = ["BUILTIN", "get", "names", "register", "unregister"]
 BUILTIN = {
     "vdla": "vdla.compiler.targets.vdla.target:VdlaTarget",
     "host": "vdla.compiler.targets.host:HostTarget",
+    "cpu": "vdla.compiler.targets.cpu.target:CpuTarget",
 }
 
 _REGISTERED: dict[str, Callable[..., Target]] = {}

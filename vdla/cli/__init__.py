@@ -69,6 +69,10 @@ def _is_user_error(exc: Exception) -> bool:
     sim_errors = sys.modules.get("vdla.sim.errors")
     if sim_errors is not None:
         errors += (sim_errors.SimError,)
+    # A failed build (Verilator's, the CPU target's C) names its log: the user's to read.
+    for module in ("vdla.sim.verilator.build", "vdla.compiler.targets.cpu.build"):
+        if module in sys.modules:
+            errors += (sys.modules[module].BuildError,)
     return isinstance(exc, errors)
 
 
