@@ -15,10 +15,13 @@ overflow is undefined in C, unsigned wrap-around is not), ``>>`` arithmetic on i
 (gcc and clang define it so; `PRELUDE` checks it at compile time).
 
 The default loop nest (the schedule space comes with the tuner): OpenMP over (image,
-output channel), then per output row an int32 accumulator row that every tap adds a
-shifted input row into. The innermost loop runs along the output row with unit stride
-for stride 1, so gcc vectorizes it (AVX2 here: 16-bit products widened to 32); the
-ranges of each tap that fall in the padding are cut off beforehand instead of tested.
+block of up to 8 output channels of one group), then per output row one int32
+accumulator row per channel of the block, into which every tap adds a shifted input row
+times its weight; the block's channels share each input row they read. The innermost
+loop runs along the output row (unit stride for stride 1), so gcc vectorizes it; an
+int8 x int8 product is exact in int16, so it multiplies 16-bit lanes and widens as it
+adds (ResNet-18: 0.32 s with 32-bit products, 0.25 s so). The ranges of each tap that
+fall in the padding are cut off beforehand instead of tested.
 """
 
 from __future__ import annotations
@@ -131,6 +134,9 @@ def conv2d_source(fn: str, node: Node, graph: Graph) -> str:
     oh = conv_output_size(h, kh, sh, pt, pb, dh)
     ow = conv_output_size(w, kw, sw, pl, pr, dw)
     og = o // groups
+    # Output channels computed together (they share every input row they read): the
+    # largest of 8, 4, 2, 1 that divides a group's channels.
+    ob = next(b for b in (8, 4, 2, 1) if og % b == 0)
     res = f"((size_t)(b * {o} + oc) * {oh} + r) * {ow} + q"
     return f"""
 void {fn}(const int8_t *restrict x, const int8_t *restrict w,
@@ -139,31 +145,42 @@ void {fn}(const int8_t *restrict x, const int8_t *restrict w,
 {_epilogue_tables(node, o)}    (void)bias; (void)residual;
     #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < {n}; b++)
-    for (int oc = 0; oc < {o}; oc++) {{
-        const int g = oc / {og};
-        int32_t acc[{ow}];
+    for (int ob = 0; ob < {o // ob}; ob++) {{
+        const int o0 = ob * {ob}, g = o0 / {og};
+        int32_t acc[{ob}][{ow}];
         for (int r = 0; r < {oh}; r++) {{
-            for (int q = 0; q < {ow}; q++) acc[q] = 0;
+            for (int t = 0; t < {ob}; t++)
+                for (int q = 0; q < {ow}; q++) acc[t][q] = 0;
             for (int ci = 0; ci < {cg}; ci++) {{
                 const int8_t *xc = x + (size_t)(b * {c} + g * {cg} + ci) * {h * w};
-                const int8_t *wc = w + (size_t)(oc * {cg} + ci) * {kh * kw};
                 for (int i = 0; i < {kh}; i++) {{
                     const int ih = r * {sh} - {pt} + i * {dh};
                     if (ih < 0 || ih >= {h}) continue;
                     const int8_t *xr = xc + ih * {w};
                     for (int j = 0; j < {kw}; j++) {{
-                        const int32_t wv = wc[i * {kw} + j];
                         const int off = j * {dw} - {pl};
                         /* the outputs whose input column off + q*stride is inside */
                         int lo = off >= 0 ? 0 : (-off + {sw} - 1) / {sw};
                         int hi = {w} - 1 - off < 0 ? 0 : ({w} - 1 - off) / {sw} + 1;
                         if (hi > {ow}) hi = {ow};
-                        for (int q = lo; q < hi; q++) acc[q] += wv * xr[off + q * {sw}];
+                        for (int t = 0; t < {ob}; t++) {{
+                            const int16_t wv = w[((size_t)(o0 + t) * {cg} + ci) * {kh * kw}
+                                                 + i * {kw} + j];
+                            int32_t *restrict at = acc[t];
+                            /* an int8 x int8 product fits int16 exactly: 16-bit
+                               multiplies (twice the lanes of 32-bit ones), widened as
+                               they are added */
+                            for (int q = lo; q < hi; q++)
+                                at[q] += (int16_t)(wv * (int16_t)xr[off + q * {sw}]);
+                        }}
                     }}
                 }}
             }}
-            for (int q = 0; q < {ow}; q++) {{
-                {_epilogue(node, "acc[q]", "oc", res, res)}
+            for (int t = 0; t < {ob}; t++) {{
+                const int oc = o0 + t;
+                for (int q = 0; q < {ow}; q++) {{
+                    {_epilogue(node, "acc[t][q]", "oc", res, res)}
+                }}
             }}
         }}
     }}
