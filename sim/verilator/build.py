@@ -16,16 +16,16 @@ cached:
   SHA-256; an entry whose library does not match (truncated, corrupt) is rebuilt, never
   loaded.
 
-Builds are safe across processes: a build holds an exclusive lock on
-``verilator/.locks/<key>.lock`` (released by the kernel when its process dies), works in
-a private temporary folder, and renames the finished folder into place (atomic). A build
-killed half-way leaves only a temporary folder, which the next build of the key removes.
+Builds are safe across processes (`vdla._buildcache`, shared with the CPU target's C
+builds): a build holds an exclusive lock on ``verilator/.locks/<key>.lock`` (released by
+the kernel when its process dies), works in a private temporary folder, and renames the
+finished folder into place (atomic). A build killed half-way leaves only a temporary
+folder, which the next build of the key removes.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import fcntl
 import hashlib
 import json
 import os
@@ -40,6 +40,7 @@ from typing import Callable
 import vdla.config
 import vdla.hw
 import vdla.isa
+from vdla._buildcache import build_entry, write_entry
 from vdla._fileio import atomic_write
 from vdla._tools import verilator_bin
 from vdla.config import HardwareConfig
@@ -119,14 +120,6 @@ def _generator_sources_hash() -> str:
             files += sorted(Path(folder).glob("*.py"))
     for path in files:
         digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-    return digest.hexdigest()
-
-
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
     return digest.hexdigest()
 
 
@@ -252,17 +245,6 @@ def _build_key(verilog: str, header: str, waveform: str | None) -> str:
     return digest.hexdigest()[:32]
 
 
-def _valid_entry(folder: Path) -> bool:
-    """Whether `folder` is a complete build whose library matches its recorded hash."""
-    try:
-        entry = json.loads((folder / "entry.json").read_text())
-        library = folder / entry["library"]
-        return (library.stat().st_size == entry["size"]
-                and _sha256_file(library) == entry["sha256"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return False
-
-
 def _fst_available(cxx: str) -> bool:
     probe = subprocess.run([cxx, "-x", "c++", "-fsyntax-only", "-"], input="#include <lz4.h>\n",
                            capture_output=True, text=True)
@@ -308,50 +290,23 @@ def build_model(config: HardwareConfig, *, waveform: str | None = None,
     def result(built: bool) -> ModelBuild:
         return ModelBuild(library, key, built, time.perf_counter() - started, waveform)
 
-    if _valid_entry(entry):
-        return result(False)
-
-    locks = builds / ".locks"
-    locks.mkdir(parents=True, exist_ok=True)
-    with open(locks / f"{key}.lock", "w") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            log(f"waiting for another process building the model of {config.name} ...")
-            fcntl.flock(lock, fcntl.LOCK_EX)
-        if _valid_entry(entry):          # built by the process we waited for
+    with build_entry(builds, key, log=log,
+                     waiting=f"the model of {config.name}") as tmp:
+        if tmp is None:
             return result(False)
-        # Whatever is left for this key is from a build that died (we hold the lock).
-        for stale in builds.glob(f".tmp-{key}-*"):
-            shutil.rmtree(stale, ignore_errors=True)
-        if entry.exists():
-            log(f"cache entry {entry} is incomplete or corrupt; rebuilding it")
-            shutil.rmtree(entry)
         if waveform == "fst" and not _fst_available(_cxx()):
             raise BuildError("FST waveforms need the lz4 headers (Debian: liblz4-dev), which "
                              "this machine lacks; ask for a .vcd waveform instead")
         log(f"building the Verilator model of {config.name} (about a minute; cached in "
             f"{builds}) ...")
-        tmp = builds / f".tmp-{key}-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        try:
-            _run_verilator(tmp, verilog, header, waveform)
-            built = tmp / "obj" / LIBRARY_NAME
-            final = tmp / LIBRARY_NAME
-            os.replace(built, final)
-            info = {"key": key, "config": config.name, "library": LIBRARY_NAME,
-                    "size": final.stat().st_size, "sha256": _sha256_file(final),
-                    "waveform": waveform, "verilator": _verilator_version(),
-                    "compiler": _compiler_identity(_cxx()),
-                    "seconds": round(time.perf_counter() - started, 1)}
-            # The object files are not needed to load the model: keep the cache small.
-            shutil.rmtree(tmp / "obj")
-            (tmp / "entry.json").write_text(json.dumps(info, indent=2) + "\n")
-            os.rename(tmp, entry)          # atomic: readers see no entry or a whole one
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
+        _run_verilator(tmp, verilog, header, waveform)
+        os.replace(tmp / "obj" / LIBRARY_NAME, tmp / LIBRARY_NAME)
+        # The object files are not needed to load the model: keep the cache small.
+        shutil.rmtree(tmp / "obj")
+        write_entry(tmp, LIBRARY_NAME, {
+            "key": key, "config": config.name, "waveform": waveform,
+            "verilator": _verilator_version(), "compiler": _compiler_identity(_cxx()),
+            "seconds": round(time.perf_counter() - started, 1)})
     log(f"built in {time.perf_counter() - started:.0f} s")
     return result(True)
 

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
-import fcntl
 import hashlib
 import json
 import os
@@ -47,6 +46,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
+from vdla._buildcache import build_entry, write_entry
 from vdla._fileio import atomic_write
 from vdla._tools import tool_folders
 from vdla.sim.verilator.build import cache_root
@@ -270,14 +270,6 @@ def _compile_flags(flags: tuple[str, ...], openmp: bool) -> list[str]:
 
 # --- the cache ------------------------------------------------------------------------------
 
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _build_key(sources: dict[str, str], name: str, command_flags: list[str], cc: str) -> str:
     digest = hashlib.sha256()
     for part in (f"recipe {RECIPE_VERSION}", name, json.dumps(command_flags),
@@ -286,17 +278,6 @@ def _build_key(sources: dict[str, str], name: str, command_flags: list[str], cc:
     for file, text in sources.items():
         digest.update(file.encode() + b"\0" + text.encode() + b"\0")
     return digest.hexdigest()[:32]
-
-
-def _valid_entry(folder: Path) -> bool:
-    """Whether `folder` is a complete build whose library matches its recorded hash."""
-    try:
-        entry = json.loads((folder / "entry.json").read_text())
-        library = folder / entry["library"]
-        return (library.stat().st_size == entry["size"]
-                and _sha256_file(library) == entry["sha256"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return False
 
 
 def build_library(sources: Mapping[str, str], *, name: str, flags: Sequence[str] = (),
@@ -337,46 +318,19 @@ def build_library(sources: Mapping[str, str], *, name: str, flags: Sequence[str]
     def result(cached: bool) -> CBuild:
         return CBuild(entry / library_name, key, cached, time.perf_counter() - started)
 
-    if _valid_entry(entry):
-        return result(True)
-
-    locks = builds / ".locks"
-    locks.mkdir(parents=True, exist_ok=True)
-    with open(locks / f"{key}.lock", "w") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            log(f"waiting for another process building {library_name} ({key}) ...")
-            fcntl.flock(lock, fcntl.LOCK_EX)
-        if _valid_entry(entry):          # built by the process we waited for
+    with build_entry(builds, key, log=log, waiting=f"{library_name} ({key})") as tmp:
+        if tmp is None:
             return result(True)
-        # Whatever is left for this key is from a build that died (we hold the lock).
-        for stale in builds.glob(f".tmp-{key}-*"):
-            shutil.rmtree(stale, ignore_errors=True)
-        if entry.exists():
-            log(f"cache entry {entry} is incomplete or corrupt; rebuilding it")
-            shutil.rmtree(entry)
         if openmp and not _openmp_works(cc):
             raise BuildError(f"the C compiler {cc} cannot build OpenMP programs "
                              f"({OPENMP_FLAG}); install its OpenMP runtime (gcc: libgomp, "
                              "clang: libomp) or build with openmp=False")
         log(f"building {library_name} with {cc} (cached in {builds}) ...")
-        tmp = builds / f".tmp-{key}-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        try:
-            _compile(tmp, sources, library_name, command_flags, cc, builds / "failed" / key)
-            final = tmp / library_name
-            info = {"key": key, "name": name, "library": library_name,
-                    "size": final.stat().st_size, "sha256": _sha256_file(final),
-                    "compiler": _compiler_identity(cc), "flags": command_flags,
-                    "seconds": round(time.perf_counter() - started, 3)}
-            (tmp / "entry.json").write_text(json.dumps(info, indent=2) + "\n")
-            os.rename(tmp, entry)          # atomic: readers see no entry or a whole one
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-        shutil.rmtree(builds / "failed" / key, ignore_errors=True)
+        _compile(tmp, sources, library_name, command_flags, cc, builds / "failed" / key)
+        write_entry(tmp, library_name, {
+            "key": key, "name": name, "compiler": _compiler_identity(cc),
+            "flags": command_flags, "seconds": round(time.perf_counter() - started, 3)})
+    shutil.rmtree(builds / "failed" / key, ignore_errors=True)
     log(f"built {library_name} in {time.perf_counter() - started:.1f} s")
     return result(False)
 

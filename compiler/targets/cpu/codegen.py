@@ -122,6 +122,17 @@ def _epilogue(node: Node, acc: str, o: str, res_index: str, out_index: str) -> s
     return " ".join(lines)
 
 
+def _opening(fn: str, node: Node, channels: int) -> str:
+    """A GEMM op's function signature, its epilogue tables, and the OpenMP pragma of
+    the (image, output channels) loop pair that follows."""
+    return f"""
+void {fn}(const int8_t *restrict x, const int8_t *restrict w,
+          const int32_t *restrict bias, const int8_t *restrict residual,
+          int8_t *restrict y) {{
+{_epilogue_tables(node, channels)}    (void)bias; (void)residual;
+    #pragma omp parallel for collapse(2) schedule(static)"""
+
+
 def conv2d_source(fn: str, node: Node, graph: Graph) -> str:
     """The C function `fn` computing ``qconv2d`` node `node` (plain NCHW/OIHW layouts)."""
     a = node.attrs
@@ -138,12 +149,7 @@ def conv2d_source(fn: str, node: Node, graph: Graph) -> str:
     # largest of 8, 4, 2, 1 that divides a group's channels.
     ob = next(b for b in (8, 4, 2, 1) if og % b == 0)
     res = f"((size_t)(b * {o} + oc) * {oh} + r) * {ow} + q"
-    return f"""
-void {fn}(const int8_t *restrict x, const int8_t *restrict w,
-          const int32_t *restrict bias, const int8_t *restrict residual,
-          int8_t *restrict y) {{
-{_epilogue_tables(node, o)}    (void)bias; (void)residual;
-    #pragma omp parallel for collapse(2) schedule(static)
+    return f"""{_opening(fn, node, o)}
     for (int b = 0; b < {n}; b++)
     for (int ob = 0; ob < {o // ob}; ob++) {{
         const int o0 = ob * {ob}, g = o0 / {og};
@@ -192,12 +198,7 @@ def dense_source(fn: str, node: Node, graph: Graph) -> str:
     """The C function `fn` computing ``qdense`` node `node` (plain NC/OI layouts)."""
     n, c = graph.tensors[node.inputs[0]].shape
     o, _ = graph.tensors[node.inputs[1]].shape
-    return f"""
-void {fn}(const int8_t *restrict x, const int8_t *restrict w,
-          const int32_t *restrict bias, const int8_t *restrict residual,
-          int8_t *restrict y) {{
-{_epilogue_tables(node, o)}    (void)bias; (void)residual;
-    #pragma omp parallel for collapse(2) schedule(static)
+    return f"""{_opening(fn, node, o)}
     for (int b = 0; b < {n}; b++)
     for (int oc = 0; oc < {o}; oc++) {{
         const int8_t *xr = x + (size_t)b * {c};
