@@ -49,6 +49,8 @@ def add_parser(sub) -> None:
                       help="simulate the board's config, DRAM port and memory timing, and "
                            "report time at its clock (see `vdla boards`; --config then names "
                            "a config for the board)")
+    run_.add_argument("--threads", type=int, metavar="N",
+                      help="OpenMP threads of the cpu target (default: its cores)")
     run_.add_argument("--records", metavar="DB",
                       help="compile each tunable op with its best schedule in this tuning "
                            "records file (vdla tune); the target's default for the others")
@@ -61,12 +63,17 @@ def make_target(args):
     if args.target not in targets.names():
         raise CliError(f"unknown target {args.target!r}; available: "
                        f"{', '.join(targets.names())} (see `vdla targets`)")
+    threads = getattr(args, "threads", None)
+    if threads is not None and args.target != "cpu":
+        raise CliError(f"--threads applies to --target cpu, not to --target {args.target}")
+    if threads is not None and threads < 1:
+        raise CliError(f"--threads must be a positive integer, not {threads}")
     if args.target != "vdla":
         given = [flag for attr, flag in _VDLA_OPTIONS if getattr(args, attr, None) is not None]
         if given:
             raise CliError(f"{', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to "
                            f"--target vdla, not to --target {args.target}")
-        return targets.get(args.target), None
+        return targets.get(args.target, **({"threads": threads} if threads else {})), None
     board = None
     if getattr(args, "board", None):
         board, config = board_config(args.board, args.config)

@@ -120,3 +120,12 @@ def test_what_it_does_not_run_says_why(cpu):
     assert not ok and "does not run 'relu'" in reason
     with pytest.raises(ValueError, match="threads must be a positive integer"):
         targets.get("cpu", threads=0)
+
+
+def test_vdla_run_on_the_cpu_target_with_threads(capsys):
+    from vdla.cli import main
+    assert main(["run", "digits_cnn", "--target", "cpu", "--threads", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "bit-exact vs the quantized reference: yes" in out and " cpu " in out
+    assert main(["run", "digits_cnn", "--target", "host", "--threads", "2"]) == 1
+    assert "--threads applies to --target cpu" in capsys.readouterr().err
