@@ -209,3 +209,92 @@ def dense_source(fn: str, node: Node, graph: Graph) -> str:
     }}
 }}
 """
+
+
+# --- pools and elementwise ops -------------------------------------------------------------
+# Same signature as the GEMM ops (x, second operand, unused, unused, y), so a session calls
+# every function alike: the pools and relu read x, qadd reads x and the second operand.
+
+def _plain_opening(fn: str, tables: str = "") -> str:
+    return f"""
+void {fn}(const int8_t *restrict x, const int8_t *restrict x2,
+          const int32_t *restrict unused, const int8_t *restrict unused2,
+          int8_t *restrict y) {{
+{tables}    (void)x2; (void)unused; (void)unused2;"""
+
+
+def pool2d_source(fn: str, node: Node, graph: Graph) -> str:
+    """``max_pool2d`` (int8; padding and the ceil-mode overhang are -128, i.e. skipped),
+    ``qavg_pool2d`` (window sums over zero padding, requantized) and
+    ``qglobal_avg_pool2d``, on NCHW int8."""
+    n, c, h, w = graph.tensors[node.inputs[0]].shape
+    _, _, oh, ow = graph.tensors[node.outputs[0]].shape
+    a = node.attrs
+    if node.op == "qglobal_avg_pool2d":
+        (kh, kw), (sh, sw), (pt, pl) = (h, w), (1, 1), (0, 0)
+    else:
+        (kh, kw), (sh, sw), (pt, pl) = a["kernel"], a["strides"], a["pads"][:2]
+    tables = ""
+    if node.op == "max_pool2d":
+        start, step, finish = "int32_t m = -128;", "if (v > m) m = v;", "y[o] = (int8_t)m;"
+    else:
+        tables = (_array("MUL", "int32_t", _channel(a["multiplier"], c, none_is=0))
+                  + _array("SHF", "int32_t", _channel(a["shift"], c)))
+        start, step = "uint32_t s = 0;", "s += (uint32_t)v;"
+        finish = "y[o] = vdla_clamp(vdla_rq((int32_t)s, MUL[ch], SHF[ch]), -128, 127);"
+    return f"""{_plain_opening(fn, tables)}
+    #pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < {n}; b++)
+    for (int ch = 0; ch < {c}; ch++) {{
+        const int8_t *xc = x + (size_t)(b * {c} + ch) * {h * w};
+        for (int r = 0; r < {oh}; r++)
+        for (int q = 0; q < {ow}; q++) {{
+            const size_t o = ((size_t)(b * {c} + ch) * {oh} + r) * {ow} + q;
+            {start}
+            for (int i = 0; i < {kh}; i++) {{
+                const int ih = r * {sh} - {pt} + i;
+                if (ih < 0 || ih >= {h}) continue;
+                for (int j = 0; j < {kw}; j++) {{
+                    const int iw = q * {sw} - {pl} + j;
+                    if (iw < 0 || iw >= {w}) continue;
+                    const int32_t v = xc[ih * {w} + iw];
+                    {step}
+                }}
+            }}
+            {finish}
+        }}
+    }}
+}}
+"""
+
+
+def qadd_source(fn: str, node: Node, graph: Graph) -> str:
+    """``qadd`` of two int8 tensors of one shape (NCHW or NC; per-channel parameters
+    along axis 1)."""
+    shape = graph.tensors[node.outputs[0]].shape
+    c = shape[1] if len(shape) > 1 else 1
+    inner = int(np.prod(shape[2:])) if len(shape) > 2 else 1
+    total = int(np.prod(shape))
+    a = node.attrs
+    tables = "".join(_array(name, "int32_t", _channel(a[attr], c, none_is=none))
+                     for name, attr, none in (("AM", "a_multiplier", 0), ("AS", "a_shift", None),
+                                              ("BM", "b_multiplier", 0), ("BS", "b_shift", None)))
+    return f"""{_plain_opening(fn, tables)}
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < {total}; i++) {{
+        const int ch = (int)((i / {inner}) % {c});
+        const uint32_t s = (uint32_t)vdla_rq(x[i], AM[ch], AS[ch])
+                         + (uint32_t)vdla_rq(x2[i], BM[ch], BS[ch]);
+        y[i] = vdla_clamp((int32_t)s, {int(a['out_min'])}, {int(a['out_max'])});
+    }}
+}}
+"""
+
+
+def relu_source(fn: str, node: Node, graph: Graph) -> str:
+    """``relu`` on int8."""
+    total = int(np.prod(graph.tensors[node.outputs[0]].shape))
+    return f"""{_plain_opening(fn)}
+    for (size_t i = 0; i < {total}; i++) y[i] = x[i] > 0 ? x[i] : 0;
+}}
+"""

@@ -14,8 +14,9 @@ reproduces step for step.
 
 Runs today: ``qconv2d`` (any kernel, stride, padding, dilation and groups, depthwise
 included; plain layouts) and ``qdense``, in either requantization mode, with bias,
-residual and clamp. Pools, elementwise ops, concat and the float graph come next (issue
-21), with the schedule space the tuner searches.
+residual and clamp; the int8 pools (max, average, global average), ``qadd`` and int8
+``relu``. Concat, quantize/dequantize and the float graph come next (issue 21), with
+the schedule space the tuner searches.
 """
 
 from __future__ import annotations
@@ -32,21 +33,25 @@ from vdla.compiler.ir.graph import Graph
 from vdla.compiler.ir.tensor import Node
 from vdla.compiler.targets.base import CompiledOp, OpRun, Progress, Support, Target, TargetSession
 from vdla.compiler.targets.cpu.build import build_library
-from vdla.compiler.targets.cpu.codegen import PRELUDE, conv2d_source, dense_source, max_terms
+from vdla.compiler.targets.cpu.codegen import (PRELUDE, conv2d_source, dense_source, max_terms,
+                                               pool2d_source, qadd_source, relu_source)
 
 __all__ = ["CpuTarget"]
 
-_SOURCES = {"qconv2d": conv2d_source, "qdense": dense_source}
+_GEMM = ("qconv2d", "qdense")
+_POOLS = ("max_pool2d", "qavg_pool2d", "qglobal_avg_pool2d")
+_SOURCES = {"qconv2d": conv2d_source, "qdense": dense_source,
+            **{op: pool2d_source for op in _POOLS}, "qadd": qadd_source, "relu": relu_source}
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class CpuKernel:
-    """A compiled op: its C function's name in the model's library, and its constant
-    weights and bias (contiguous, as the function reads them)."""
+    """A compiled op: its C function's name in the model's library, and a GEMM op's
+    constant weights and bias (contiguous, as the function reads them; None otherwise)."""
 
     function: str
     library: Any            # the model's `CBuild`
-    weights: np.ndarray
+    weights: np.ndarray | None
     bias: np.ndarray | None
 
 
@@ -72,11 +77,18 @@ class CpuTarget(Target):
     def capabilities(self) -> list[tuple[str, str]]:
         return [("qconv2d", "any kernel, stride, padding, dilation and groups (depthwise "
                             "too); bias, requantization, residual, clamp"),
-                ("qdense", "with bias, requantization, residual and clamp")]
+                ("qdense", "with bias, requantization, residual and clamp"),
+                ("max_pool2d", "int8, any window, stride, padding, ceil mode"),
+                ("qavg_pool2d", "int8 window sums, requantized"),
+                ("qglobal_avg_pool2d", "int8 sums over the image, requantized"),
+                ("qadd", "two int8 tensors of one shape, each requantized"),
+                ("relu", "int8")]
 
     def supports(self, node: Node, graph: Graph) -> Support:
         if node.op not in _SOURCES:
             return Support(False, f"the CPU target does not run {node.op!r} yet")
+        if node.op not in _GEMM:
+            return self._supports_plain(node, graph)
         a = node.attrs
         layouts = ("data_layout", "kernel_layout", "out_layout")
         plain = {"qconv2d": ("NCHW", "OIHW", "NCHW"), "qdense": ("NC", "OI", "NC")}[node.op]
@@ -95,6 +107,22 @@ class CpuTarget(Target):
         if terms > max_terms():
             return Support(False, f"{node.op} sums {terms} products per output, more than an "
                                   f"int32 accumulator holds exactly ({max_terms()})")
+        return Support(True, "generated C on the host CPU")
+
+    def _supports_plain(self, node: Node, graph: Graph) -> Support:
+        """Pools, qadd and relu: int8 in plain NCHW (qadd and relu: any shape)."""
+        tensors = [graph.tensors[t] for t in node.inputs if t]
+        if any(t.dtype != "int8" for t in tensors):
+            return Support(False, f"{node.op} on {tensors[0].dtype} data: the CPU target runs "
+                                  "the int8 graph's ops so far")
+        if any(t.layout for t in tensors):
+            return Support(False, f"{node.op} on a packed layout: the CPU target takes plain "
+                                  "NCHW")
+        if node.op in _POOLS and len(tensors[0].shape) != 4:
+            return Support(False, f"{node.op} on a {len(tensors[0].shape)}-D tensor; NCHW only")
+        if node.op == "qadd" and tensors[0].shape != tensors[1].shape:
+            return Support(False, f"qadd of shapes {tensors[0].shape} and {tensors[1].shape}: "
+                                  "the CPU target adds equal shapes, without broadcasting")
         return Support(True, "generated C on the host CPU")
 
     # --- compiling -----------------------------------------------------------------------
@@ -118,9 +146,11 @@ class CpuTarget(Target):
         seconds = (time.perf_counter() - t0) / max(1, len(nodes))
         ops = []
         for node in nodes:
-            w = np.ascontiguousarray(graph.constant(node.inputs[1]), dtype=np.int8)
-            bias = graph.constant(node.input(2)) if node.input(2) else None
-            bias = None if bias is None else np.ascontiguousarray(bias, dtype=np.int32)
+            w = bias = None
+            if node.op in _GEMM:
+                w = np.ascontiguousarray(graph.constant(node.inputs[1]), dtype=np.int8)
+                bias = graph.constant(node.input(2)) if node.input(2) else None
+                bias = None if bias is None else np.ascontiguousarray(bias, dtype=np.int32)
             ops.append(CompiledOp(node.name, node.op, self.name, "", None,
                                   CpuKernel(functions[node.name], library, w, bias),
                                   compile_seconds=seconds))
@@ -162,11 +192,15 @@ class CpuSession(TargetSession):
 
     def run(self, op: CompiledOp, node: Node, args) -> OpRun:
         x = np.ascontiguousarray(args[0], dtype=np.int8)
-        residual = args[3] if len(args) > 3 and args[3] is not None else None
-        residual = None if residual is None else np.ascontiguousarray(residual, dtype=np.int8)
         shape = self.graph.tensors[node.outputs[0]].shape
         y = np.empty(shape, dtype=np.int8)
         k = op.kernel
+        if k.weights is None:            # pools, qadd (its second operand), relu
+            x2 = np.ascontiguousarray(args[1], dtype=np.int8) if len(args) > 1 else None
+            self._functions[op.name](_pointer(x), _pointer(x2), None, None, _pointer(y))
+            return OpRun([y])
+        residual = args[3] if len(args) > 3 and args[3] is not None else None
+        residual = None if residual is None else np.ascontiguousarray(residual, dtype=np.int8)
         self._functions[op.name](_pointer(x), _pointer(k.weights), _pointer(k.bias),
                                  _pointer(residual), _pointer(y))
         macs = int(np.prod(shape)) * int(np.prod(k.weights.shape[1:]))
