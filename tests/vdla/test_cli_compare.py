@@ -1,0 +1,31 @@
+"""`vdla compare MODEL`: one quantized model on every target, outputs checked, time per op
+group in a table, JSON and a chart."""
+
+from __future__ import annotations
+
+import json
+
+from vdla.cli import main
+
+
+def test_digits_on_every_target(tmp_path, capsys):
+    chart, out = tmp_path / "c.png", tmp_path / "c.json"
+    assert main(["compare", "digits_cnn", "--chart", str(chart), "--json", str(out),
+                 "--threads", "1"]) == 0
+    text = capsys.readouterr().out
+    assert "on vdla, cpu, host" in text and "bit-exact" in text
+    assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and chart.stat().st_size > 10_000
+    doc = json.loads(out.read_text())
+    assert set(doc["targets"]) == {"vdla", "cpu", "host"}
+    for name, result in doc["targets"].items():
+        assert result["bit_exact"], (name, result["mismatch"])
+        assert result["groups"]["conv"] > 0
+        assert abs(sum(result["groups"].values()) - result["total_seconds"]) < 1e-9
+    assert doc["targets"]["cpu"]["options"] == {"threads": 1}
+
+
+def test_unknown_targets_and_bad_threads_are_clear_errors(tmp_path, capsys):
+    assert main(["compare", "digits_cnn", "--targets", "cpu,tpu"]) == 1
+    assert "unknown target(s) tpu" in capsys.readouterr().err
+    assert main(["compare", "digits_cnn", "--threads", "0"]) == 1
+    assert "--threads must be a positive integer" in capsys.readouterr().err

@@ -1,0 +1,165 @@
+"""``vdla compare MODEL``: one quantized model on every target, outputs checked against
+each other and the reference, time per op group and in total, a table and a chart."""
+
+from __future__ import annotations
+
+import collections
+import io
+import time
+
+from vdla._fileio import atomic_write
+from vdla.cli.common import CliError, load_config, log, table, write_json
+from vdla.compiler import pipeline, targets
+
+__all__ = ["GROUPS", "add_parser", "run"]
+
+#: Op groups of the comparison (op -> group); other ops are "other".
+GROUPS = {**dict.fromkeys(("qconv2d", "conv2d"), "conv"),
+          **dict.fromkeys(("qdense", "dense", "matmul"), "dense"),
+          **dict.fromkeys(("max_pool2d", "qavg_pool2d", "qglobal_avg_pool2d", "avg_pool2d",
+                           "global_avg_pool2d"), "pool"),
+          **dict.fromkeys(("qadd", "add", "mul", "relu", "clip"), "elementwise"),
+          **dict.fromkeys(("quantize", "dequantize"), "quantize"),
+          **dict.fromkeys(("flatten", "reshape", "transpose", "concat", "pad"), "layout")}
+#: The targets compared by default, where they are available.
+DEFAULT_TARGETS = ("vdla", "cpu", "host")
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "compare", help="run one quantized model on every target and compare outputs and "
+                        "time per op group",
+        description="Quantize MODEL once (for a requantization mode every target runs), "
+                    "compile and run it on each target, check every target's outputs "
+                    "bit-exactly against the quantized reference (and so against each "
+                    "other), and report time per op group and in total: the accelerator's "
+                    "cycles at its clock (on Verilator), the others' wall time on this "
+                    "machine. Writes a bar chart (PNG) of time per op group and target.")
+    p.add_argument("model", metavar="MODEL", help="zoo model name or an .onnx path")
+    p.add_argument("--targets", metavar="A,B,...", default=",".join(DEFAULT_TARGETS),
+                   help=f"targets to compare (default {','.join(DEFAULT_TARGETS)})")
+    p.add_argument("--config", metavar="FILE", help="the accelerator's hardware config")
+    p.add_argument("--threads", type=int, metavar="N", help="the cpu target's threads")
+    p.add_argument("--seed", type=int, default=0, help="seeds the input (default 0)")
+    p.add_argument("--calibration", type=int, default=4, metavar="N",
+                   help="calibration inputs (default 4)")
+    p.add_argument("--chart", metavar="PNG", help="bar chart path (default compare-MODEL.png)")
+    p.add_argument("--json", metavar="PATH", help="also write the comparison as JSON here")
+    p.set_defaults(func=run)
+
+
+def _targets(args) -> list:
+    names = [n.strip() for n in args.targets.split(",") if n.strip()]
+    unknown = [n for n in names if n not in targets.names()]
+    if unknown or not names:
+        raise CliError(f"--targets: unknown target(s) {', '.join(unknown) or '(none)'}; "
+                       f"available: {', '.join(targets.names())}")
+    if args.threads is not None and args.threads < 1:
+        raise CliError(f"--threads must be a positive integer, not {args.threads}")
+    made = []
+    for name in names:
+        if name == "vdla":
+            made.append(targets.get("vdla", config=load_config(args.config),
+                                    backend="verilator", log=log))
+        elif name == "cpu" and args.threads:
+            made.append(targets.get("cpu", threads=args.threads))
+        else:
+            made.append(targets.get(name))
+    return made
+
+
+def _op_seconds(stats, target) -> float:
+    """An op's time: the accelerator's cycles at its clock, else the host's wall time."""
+    if stats.cycles is not None and stats.target == "vdla":
+        return stats.cycles / (target.config.clock_mhz * 1e6)
+    return stats.wall_seconds
+
+
+def run(args) -> int:
+    chosen = _targets(args)
+    model = pipeline.load_model(args.model, seed=args.seed, calibration=args.calibration)
+    mode = pipeline.requant_mode(chosen)
+    results, failed = {}, []
+    for target in chosen:
+        log(f"running {args.model} on {target.name} ...")
+        start = time.perf_counter()
+        outcome = pipeline.run_model(model, target, mode=mode)
+        groups = collections.defaultdict(float)
+        for s in outcome.result.ops:
+            groups[GROUPS.get(s.op, "other")] += _op_seconds(s, target)
+        results[target.name] = {
+            "bit_exact": outcome.bit_exact, "mismatch": outcome.mismatch,
+            "groups": dict(groups), "total_seconds": sum(groups.values()),
+            "ops_on_target": len(outcome.compiled.ops_on(target.name)),
+            "ops": len(outcome.compiled.ops), "options": target.options(),
+            "seconds_to_run": time.perf_counter() - start,
+            "time": "cycles at the clock (accelerator ops) + host wall time"
+            if target.name == "vdla" else "wall time on this machine"}
+        if not outcome.bit_exact:
+            failed.append(f"{target.name}: {outcome.mismatch}")
+    _print(args, mode, results)
+    chart = args.chart or f"compare-{args.model.replace('/', '_')}.png"
+    _chart(chart, args.model, results)
+    print(f"wrote {chart}" + (f", {args.json}" if args.json else ""))
+    if args.json:
+        write_json(args.json, {"model": args.model, "requantization": mode,
+                               "targets": results})
+    if failed:
+        raise CliError("outputs differ from the quantized reference: " + "; ".join(failed))
+    return 0
+
+
+def _order(results) -> list[str]:
+    seen = []
+    for r in results.values():
+        for g in r["groups"]:
+            if g not in seen:
+                seen.append(g)
+    return sorted(seen, key=lambda g: -max(r["groups"].get(g, 0) for r in results.values()))
+
+
+def _print(args, mode, results) -> None:
+    names = list(results)
+    print(f"{args.model}, quantized once ({mode} requantization), on {', '.join(names)}")
+    rows = [[g, *(_ms(results[n]["groups"].get(g)) for n in names)] for g in _order(results)]
+    rows.append(["total", *(_ms(results[n]["total_seconds"]) for n in names)])
+    rows.append(["ops on the target", *(f"{results[n]['ops_on_target']}/{results[n]['ops']}"
+                                        for n in names)])
+    rows.append(["bit-exact", *("yes" if results[n]["bit_exact"] else "NO" for n in names)])
+    for line in table(["time (ms)", *names], rows, right=set(range(1, len(names) + 1))):
+        print(line)
+    for n in names:
+        print(f"  {n}: {results[n]['time']}")
+
+
+def _ms(seconds) -> str:
+    return "-" if seconds is None else f"{seconds * 1e3:,.3f}"
+
+
+def _chart(path: str, model: str, results) -> None:
+    """Grouped bars: time per op group (log scale), one bar per target."""
+    # matplotlib is imported here: heavy (a second to load), and only the chart needs it.
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure  # heavy, as above
+
+    groups, names = _order(results), list(results)
+    fig = Figure(figsize=(8, 4.2))
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    width = 0.8 / len(names)
+    for i, name in enumerate(names):
+        values = [results[name]["groups"].get(g, 0) * 1e3 for g in groups]
+        xs = [k + (i - (len(names) - 1) / 2) * width for k in range(len(groups))]
+        total = results[name]["total_seconds"] * 1e3
+        ax.bar(xs, values, width, label=f"{name} (total {total:,.1f} ms)")
+    ax.set_xticks(range(len(groups)), groups)
+    ax.set_yscale("log")
+    ax.set_ylabel("time (ms, log scale)")
+    ax.set_title(f"{model}: time per op group (vdla: cycles at its clock; others: wall time)",
+                 fontsize="medium")
+    ax.grid(True, axis="y", which="major", alpha=0.3)
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=130)
+    atomic_write(path, buffer.getvalue())
