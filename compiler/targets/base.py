@@ -143,6 +143,9 @@ class Target(abc.ABC):
     description: ClassVar[str] = ""
     #: How its tasks can be measured by the tuner, the default first (none: not tunable).
     measure_backends: ClassVar[tuple[str, ...]] = ()
+    #: Whether its ops' wall time is a simulator's rather than the device's own (reports
+    #: then give no throughput from it).
+    simulated: ClassVar[bool] = False
 
     @property
     def requant_modes(self) -> tuple[str, ...]:

@@ -95,12 +95,20 @@ def _open_records(path: str | None) -> Records | None:
     return Records(path)
 
 
-def _op_table(ops) -> list[str]:
-    """The per-op table: name, op, where it ran, schedule, cycles, the targets' own
-    figures (GEMM utilization), bytes moved."""
+def _op_table(ops, simulated: set[str] = frozenset()) -> list[str]:
+    """The per-op table: name, op, where it ran, schedule, cycles, wall time, GOP/s (of
+    the ops whose wall time is the device's own; a simulator's says nothing of the
+    hardware's speed), the targets' own figures (GEMM
+    utilization), bytes moved. `simulated`: the names of the targets whose wall time is a
+    simulator's."""
     extras = sorted({key for s in ops for key in s.extra})
-    header = ("op", "kind", "on", "schedule", "cycles",
+    header = ("op", "kind", "on", "schedule", "cycles", "wall ms", "GOP/s",
               *(_EXTRA_LABELS.get(k, k.replace("_", " ")) for k in extras), "DRAM bytes")
+
+    def gops(s) -> str:
+        if s.target in simulated or not s.macs or s.wall_seconds <= 0:
+            return "-"
+        return f"{2 * s.macs / s.wall_seconds / 1e9:.1f}"
 
     def extra(value) -> str:
         if value is None:
@@ -109,6 +117,7 @@ def _op_table(ops) -> list[str]:
 
     rows = [(s.name, s.op, s.target, format_schedule(s.schedule),
              "-" if s.cycles is None else f"{s.cycles:,}",
+             f"{s.wall_seconds * 1e3:.2f}", gops(s),
              *(extra(s.extra.get(k)) for k in extras),
              "-" if s.bytes is None else f"{s.bytes:,}") for s in ops]
     return table(header, rows, right=set(range(4, len(header))))
@@ -163,7 +172,7 @@ def _report(args, target, board, outcome) -> None:
               f"{dram.bytes_per_cycle:g} bytes/cycle, {dram.read_latency}-cycle read latency"
               + ("" if options["backend"] == "verilator"
                  else " (the functional backend has no timing)"))
-    for row in _op_table(result.ops):
+    for row in _op_table(result.ops, {target.name} if target.simulated else set()):
         print(f"  {row}")
     for s in result.ops:
         if s.target == "host" and s.op in ("qconv2d", "qdense") and target.name != "host":

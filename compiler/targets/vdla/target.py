@@ -71,6 +71,7 @@ class VdlaTarget(Target):
     description = ("the accelerator: int8 GEMM core and vector ALU over on-chip SRAMs, "
                    "simulated (functional or Verilator) or on a board")
     measure_backends = TUNE_BACKENDS
+    simulated = True      # (or a board, whose ops still report the simulator-side wall)
 
     def __init__(self, config: HardwareConfig | None = None, *, backend: str = "verilator",
                  **device_options):
