@@ -31,8 +31,8 @@ from vdla.compiler.targets.base import Progress, Target
 from vdla.compiler.targets.model import CompiledModel, RunResult, compile_model
 from vdla.compiler.tuner.tune import best_schedules
 
-__all__ = ["LoadedModel", "Outcome", "check", "compile_for", "load_model", "quantize_for",
-           "requant_mode", "run_model"]
+__all__ = ["LoadedModel", "Outcome", "check", "check_model_spec", "compile_for", "load_model",
+           "quantize_for", "requant_mode", "run_model"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,6 +67,20 @@ def _print_note(message: str) -> None:
     print(f"vdla: {message}", file=sys.stderr, flush=True)
 
 
+def check_model_spec(spec: str) -> str:
+    """`spec` as a string if it names a model `load_model` can load (a zoo name, or an
+    existing .onnx file), without loading it; ValueError naming what is wrong."""
+    spec = str(spec)
+    if spec.lower().endswith(".onnx"):
+        if not Path(spec).is_file():
+            raise ValueError(f"ONNX file {spec!r} does not exist (MODEL is a zoo name: "
+                             f"{', '.join(zoo.names())}, or a path to an .onnx file)")
+    elif spec not in zoo.names():
+        raise ValueError(f"unknown model {spec!r}; MODEL is a zoo name "
+                         f"({', '.join(zoo.names())}) or a path to an .onnx file")
+    return spec
+
+
 def load_model(spec: str, *, seed: int = 0, calibration: int = 4, batch: int | None = None,
                note: Callable[[str], None] | None = _print_note) -> LoadedModel:
     """The model `spec` with `calibration` samples and one input.
@@ -91,21 +105,15 @@ def load_model(spec: str, *, seed: int = 0, calibration: int = 4, batch: int | N
     if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int)
                               or batch < 1):
         raise ValueError(f"the batch must be a positive integer, not {batch!r}")
-    spec = str(spec)
+    spec = check_model_spec(spec)
     notes: list[str] = []
     if spec.lower().endswith(".onnx"):
-        if not Path(spec).is_file():
-            raise ValueError(f"ONNX file {spec!r} does not exist (MODEL is a zoo name: "
-                             f"{', '.join(zoo.names())}, or a path to an .onnx file)")
         # onnx is a heavy import that runs of built-in models do not need.
         from vdla.compiler.frontend.onnx_import import from_onnx
         graph = from_onnx(spec, batch=batch)
         notes = [_dynamic_note(d, batch) for d in graph.metadata["onnx"]["dynamic_dims"]]
-    elif spec in zoo.names():
-        graph = zoo.get(spec, batch=batch or 1)
     else:
-        raise ValueError(f"unknown model {spec!r}; MODEL is a zoo name "
-                         f"({', '.join(zoo.names())}) or a path to an .onnx file")
+        graph = zoo.get(spec, batch=batch or 1)
     if len(graph.inputs) != 1:
         raise ValueError(f"{spec}: the pipeline feeds models with one input; this one has "
                          f"{len(graph.inputs)} ({', '.join(graph.inputs)})")

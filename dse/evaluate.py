@@ -86,6 +86,8 @@ class Evaluator:
         calib = CALIBRATION_DIR / f"{self.board.part.name}.json"
         models = []
         for m in self.spec.models:
+            # A bad model is the sweep's error, not every point's (points are stored).
+            pipeline.check_model_spec(m.name)
             path = Path(m.name)
             ident = f"{m.name}@{_file_digest(path)}" if path.suffix == ".onnx" and path.exists() \
                 else m.name

@@ -78,15 +78,13 @@ def run_sweep(spec: SweepSpec, store, executor, *, progress: Progress | None = N
     evaluator = evaluator or Evaluator(spec)
     method = spec.method
     records: list[dict] = []
-    fresh_times: list[float] = []
 
     def on_record(design, record):
         records.append(record)
         if progress is not None:
-            fresh_times.append(time.perf_counter())
             done = len(records)
-            rate = (fresh_times[-1] - start) / done
-            progress(done, total, record, rate * (total - done))
+            per_point = (time.perf_counter() - start) / done
+            progress(done, total, record, per_point * (total - done))
 
     if method == "grid":
         designs = [evaluator.design(p) for p in spec.points()]

@@ -29,3 +29,9 @@ def test_unknown_targets_and_bad_threads_are_clear_errors(tmp_path, capsys):
     assert "unknown target(s) tpu" in capsys.readouterr().err
     assert main(["compare", "digits_cnn", "--threads", "0"]) == 1
     assert "--threads must be a positive integer" in capsys.readouterr().err
+    assert main(["compare", "digits_cnn", "--calibration", "0"]) == 1
+    assert "--calibration must be a positive integer" in capsys.readouterr().err
+    assert main(["compare", "digits_cnn", "--seed", "-1"]) == 1
+    assert "--seed must be a non-negative integer" in capsys.readouterr().err
+    assert main(["compare", "nosuch"]) == 1
+    assert "unknown model 'nosuch'" in capsys.readouterr().err

@@ -131,6 +131,22 @@ def test_evaluation_matches_the_timing_and_resource_models():
     (["--board", "pynq-z1", "--model", "digits_cnn", "--param", "block_in=8", "--jobs", "0"],
      "--jobs must be at least 1"),
     (["nope.toml"], "does not exist"),
+    (["--board", "pynq-z1", "--model", "nosuch", "--param", "block_in=8"],
+     "unknown model 'nosuch'"),
+    (["--board", "pynq-z1", "--model", "digits_cnn:0", "--param", "block_in=8"],
+     "weight must be a positive number"),
+    (["--board", "pynq-z1", "--model", "digits_cnn", "--param", "block_in=8", "--trials", "0"],
+     "trials must be a positive integer"),
+    (["--board", "pynq-z1", "--model", "digits_cnn", "--param", "block_in=8", "--tune", "-1"],
+     "tune must be a non-negative integer"),
+    (["--board", "pynq-z1", "--model", "digits_cnn", "--param", "block_in=8",
+      "--objectives", "speed"], "speed"),
+    (["--board", "pynq-z1", "--model", "digits_cnn", "--param", "block_in=8",
+      "--max-latency-ms", "-1"], "max_latency_ms must be a positive number"),
+    (["--board", "pynq-z1", "--model", "digits_cnn", "--param", "block_in=8",
+      "--confirm", "-1"], "--confirm must be 0 or more"),
+    (["--board", "nosuchboard", "--model", "digits_cnn", "--param", "block_in=8"],
+     "nosuchboard"),
 ])
 def test_bad_input_is_a_clear_error(tmp_path, capsys, args, message):
     status, _, err = sweep(capsys, *args, "--out", tmp_path / "o")

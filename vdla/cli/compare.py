@@ -56,6 +56,10 @@ def _targets(args) -> list:
                        f"available: {', '.join(targets.names())}")
     if args.threads is not None and args.threads < 1:
         raise CliError(f"--threads must be a positive integer, not {args.threads}")
+    if args.calibration < 1:
+        raise CliError(f"--calibration must be a positive integer, not {args.calibration}")
+    if args.seed < 0:
+        raise CliError(f"--seed must be a non-negative integer, not {args.seed}")
     made = []
     for name in names:
         if name == "vdla":

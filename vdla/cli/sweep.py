@@ -132,10 +132,10 @@ def run(args) -> int:
 
     spec = _spec(args)
     out = Path(args.out or f"sweep-{spec.name}")
-    out.mkdir(parents=True, exist_ok=True)
     store_path = Path(args.store) if args.store else out / "sweep.db"
     tune_records = str(out / "tune.db") if spec.tune else None
-    evaluator = Evaluator(spec, tune_records=tune_records)
+    evaluator = Evaluator(spec, tune_records=tune_records)   # checks board and models
+    out.mkdir(parents=True, exist_ok=True)
     log(f"sweep {spec.name}: {len(spec.models)} model(s) on {evaluator.board.name} "
         f"({evaluator.board.part.name}), {spec.method} search over "
         + (f"{spec.grid_size} points" if spec.method == "grid" else
@@ -153,15 +153,13 @@ def run(args) -> int:
         records = result.records
         fronts = _front(records, spec)
         if args.confirm:
-            _confirm(fronts[: args.confirm] if len(fronts) <= args.confirm else
-                     _spread(fronts, args.confirm, spec), spec, store, args)
+            _confirm(_spread(fronts, args.confirm, spec), spec, store, args)
             by_key = store.get_many([r["key"] for r in records])
             records = [by_key.get(r["key"], r) for r in records]
             fronts = _front(records, spec)
     valid = [r for r in records if r["valid"]]
     fitting = [r for r in valid if violation(r, spec) <= 0]
-    # The table's columns: the parameters the sweep varies.
-    params = [p for p, values in spec.parameters.items() if len(values) > 1]
+    params = _varied(spec)
     print(f"{len(records)} points ({result.reused} from the store), {len(valid)} valid, "
           f"{len(fitting)} within the constraints, {len(fronts)} on the Pareto front "
           f"of {', '.join(spec.objectives)}; {result.seconds:.1f} s")
@@ -187,6 +185,11 @@ def run(args) -> int:
     return 0
 
 
+def _varied(spec) -> list[str]:
+    """The parameters the sweep varies: the reports' columns."""
+    return [p for p, values in spec.parameters.items() if len(values) > 1]
+
+
 def _front(records, spec):
     ok = [r for r in records if r["valid"] and violation(r, spec) <= 0]
     unique = list({r["key"]: r for r in ok}.values())
@@ -194,7 +197,8 @@ def _front(records, spec):
 
 
 def _spread(front, n, spec):
-    """`n` front points spread along the first objective (both ends included)."""
+    """`n` front points spread along the first objective (both ends included; all of
+    them when the front has no more than `n`)."""
     ranked = sorted(front, key=lambda r: r["objectives"][spec.objectives[0]])
     picks = sorted({round(i * (len(ranked) - 1) / (n - 1)) for i in range(n)}) if n > 1 else [0]
     return [ranked[i] for i in picks]
@@ -254,7 +258,7 @@ def _progress():
 
 def _reports(records, front, spec, out, args, meta, evaluator):
 
-    params = [p for p, values in spec.parameters.items() if len(values) > 1]
+    params = _varied(spec)
     objectives = list(spec.objectives)
     written = []
     md = out / "front.md"
