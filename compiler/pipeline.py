@@ -5,11 +5,18 @@ check. The CLI (``vdla run``, ``vdla tune``), the benches and the tests call it.
     target = vdla.compiler.targets.get("vdla", config=config, backend="functional")
     outcome = run_model(model, target)               # compiled, run, checked
     outcome.bit_exact, outcome.result.cycles
+    outcome = run_model(model, cpu, precision="float32")   # the float graph instead
 
 Each step is also a function of its own (`load_model`, `quantize_for`, `compile_for`,
 `check`), for callers that time or repeat one of them. `quantize_for` quantizes for the
 requantization mode the targets share (`requant_mode`), so one quantized graph can run on
 all of them and be compared.
+
+Precision: ``int8`` (the default) compiles the quantized graph and checks it bit-exactly
+against the integer reference; ``float32`` compiles the prepared float graph (BN folded,
+ops fused: what the quantizer starts from) and checks it against the float reference
+within `FLOAT_TOLERANCE` relative (max |difference| / max |reference|, per output), since
+a target's float sums round differently from the reference's float64 ones.
 """
 
 from __future__ import annotations
@@ -25,14 +32,21 @@ import numpy as np
 from vdla.compiler.frontend import zoo
 from vdla.compiler.frontend.datasets import digits_split, random_inputs
 from vdla.compiler.ir.graph import Graph
+from vdla.compiler.passes.prepare import prepare
 from vdla.compiler.passes.quantize import quantize
 from vdla.compiler.reference import run_reference
 from vdla.compiler.targets.base import Progress, Target
 from vdla.compiler.targets.model import CompiledModel, RunResult, compile_model
 from vdla.compiler.tuner.tune import best_schedules
 
-__all__ = ["LoadedModel", "Outcome", "check", "check_model_spec", "compile_for", "load_model",
-           "quantize_for", "requant_mode", "run_model"]
+__all__ = ["FLOAT_TOLERANCE", "LoadedModel", "Outcome", "PRECISIONS", "check",
+           "check_model_spec", "compile_for", "graph_for", "load_model", "quantize_for",
+           "relative_error", "requant_mode", "run_model"]
+
+#: What `run_model` compiles: the quantized graph, or the prepared float graph.
+PRECISIONS = ("int8", "float32")
+#: How far a float32 run may be from the float reference, relative (module docstring).
+FLOAT_TOLERANCE = 1e-4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,6 +188,18 @@ def quantize_for(model: LoadedModel, targets: Target | Sequence[Target], *,
     return quantize(model.graph, model.calibration, mode or requant_mode(targets))
 
 
+def graph_for(model: LoadedModel, targets: Target | Sequence[Target], *,
+              precision: str = "int8", mode: str | None = None) -> Graph:
+    """The graph a run of `model` at `precision` compiles: `quantize_for`'s (int8) or
+    the prepared float graph (float32: BN folding, fusion, as the quantizer starts)."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, not "
+                         f"{precision!r}")
+    if precision == "float32":
+        return prepare(model.graph)
+    return quantize_for(model, targets, mode=mode)
+
+
 def compile_for(quantized: Graph, target: Target, *, records: Any = None,
                 backend: str | None = None, progress: Progress | None = None
                 ) -> tuple[CompiledModel, dict]:
@@ -188,24 +214,43 @@ def compile_for(quantized: Graph, target: Target, *, records: Any = None,
     return compile_model(quantized, target, schedules=schedules, progress=progress), schedules
 
 
+def relative_error(value: np.ndarray, reference: np.ndarray) -> float:
+    """max |value - reference| / max |reference| (a reference of zeros counts as 1);
+    inf when the shapes differ."""
+    a, b = np.asarray(value, np.float64), np.asarray(reference, np.float64)
+    if a.shape != b.shape:
+        return float("inf")
+    scale = float(np.abs(b).max(initial=0.0)) or 1.0
+    return float(np.abs(a - b).max(initial=0.0)) / scale
+
+
 def check(values: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarray],
-          graph: Graph) -> tuple[bool, str]:
+          graph: Graph, *, tolerance: float | None = None) -> tuple[bool, str]:
     """Whether every output of `graph` in `values` equals `reference` bit-exactly (and
-    has its dtype); if not, which outputs differ and the first op whose output differs
-    (both mappings hold every tensor: ``keep=True``)."""
-    bad = [name for name in graph.outputs
-           if not np.array_equal(values[name], reference[name])
-           or values[name].dtype != reference[name].dtype]
+    has its dtype), or with `tolerance` lies within it (`relative_error`); if not, which
+    outputs differ and the first op whose output differs (both mappings hold every
+    tensor: ``keep=True``)."""
+    def differs(name: str) -> bool:
+        a, b = values[name], reference[name]
+        if tolerance is not None:
+            return relative_error(a, b) > tolerance or a.dtype != b.dtype
+        return not np.array_equal(a, b) or a.dtype != b.dtype
+
+    bad = [name for name in graph.outputs if differs(name)]
     if not bad:
         return True, ""
     details = []
     for name in bad:
         a, b = values[name], reference[name]
-        count = int(np.count_nonzero(a != b)) if a.shape == b.shape else a.size
-        details.append(f"output {name!r}: {count} of {b.size} values differ")
+        if tolerance is not None:
+            details.append(f"output {name!r}: relative error {relative_error(a, b):.3g} "
+                           f"(allowed {tolerance:g})")
+        else:
+            count = int(np.count_nonzero(a != b)) if a.shape == b.shape else a.size
+            details.append(f"output {name!r}: {count} of {b.size} values differ")
     for node in graph.nodes():
         out = node.outputs[0]
-        if out in values and not np.array_equal(values[out], reference[out]):
+        if out in values and differs(out):
             details.append(f"first differing op: {node.name!r} ({node.op})")
             break
     return False, "; ".join(details)
@@ -217,13 +262,16 @@ class Outcome:
 
     model : the `LoadedModel`
     target : the `Target`
-    quantized : the quantized graph
+    quantized : the graph compiled: the quantized graph, or at float32 the prepared float
+        graph
     compiled : the `CompiledModel`
     schedules : node name -> schedule taken from the records
     result : the run's `RunResult` (every tensor in ``result.values``)
-    reference : every tensor of the quantized reference run
-    bit_exact, mismatch : `check`'s answer
-    quantize_seconds : wall time of prepare + quantize
+    reference : every tensor of the reference run of that graph
+    bit_exact, mismatch : `check`'s answer (at float32: within `FLOAT_TOLERANCE`)
+    quantize_seconds : wall time of prepare + quantize (at float32: prepare)
+    precision : ``int8`` or ``float32``
+    max_error : the largest `relative_error` of an output (0.0 when bit-exact)
     """
 
     model: LoadedModel
@@ -236,25 +284,31 @@ class Outcome:
     bit_exact: bool
     mismatch: str
     quantize_seconds: float
+    precision: str = "int8"
+    max_error: float = 0.0
 
 
 def run_model(model: LoadedModel | str, target: Target, *, records: Any = None,
-              mode: str | None = None, device: Any = None,
+              mode: str | None = None, device: Any = None, precision: str = "int8",
               compile_progress: Progress | None = None,
               run_progress: Progress | None = None) -> Outcome:
     """The whole chain: `model` (a `LoadedModel`, or a spec for `load_model`) quantized
-    for `target` (or `mode`), compiled (with `records`' best schedules), run once on
-    its feed (on `device` if given, else the target's own), and checked bit-exactly
-    against the quantized reference."""
+    for `target` (or `mode`; at ``precision="float32"`` prepared, not quantized),
+    compiled (with `records`' best schedules), run once on its feed (on `device` if
+    given, else the target's own), and checked against the reference: bit-exactly for
+    int8, within `FLOAT_TOLERANCE` for float32."""
     model = load_model(model) if isinstance(model, str) else model
     start = time.perf_counter()
-    quantized = quantize_for(model, target, mode=mode)
+    graph = graph_for(model, target, precision=precision, mode=mode)
     quantize_seconds = time.perf_counter() - start
-    compiled, schedules = compile_for(quantized, target, records=records,
+    compiled, schedules = compile_for(graph, target, records=records,
                                       progress=compile_progress)
     with compiled.session(device) as session:
         result = session.run(model.feed, progress=run_progress, keep=True)
-    reference = run_reference(quantized, model.feed, keep=True)
-    bit_exact, mismatch = check(result.values, reference, quantized)
-    return Outcome(model, target, quantized, compiled, schedules, result, reference,
-                   bit_exact, mismatch, quantize_seconds)
+    reference = run_reference(graph, model.feed, keep=True)
+    tolerance = FLOAT_TOLERANCE if precision == "float32" else None
+    ok, mismatch = check(result.values, reference, graph, tolerance=tolerance)
+    error = max((relative_error(result.values[n], reference[n]) for n in graph.outputs),
+                default=0.0)
+    return Outcome(model, target, graph, compiled, schedules, result, reference, ok,
+                   mismatch, quantize_seconds, precision, error)

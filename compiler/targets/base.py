@@ -16,7 +16,8 @@ A target (`Target`):
   `CompiledOp` s, with a schedule per node where it has them;
 * runs them in a `TargetSession` (`open_session`), which reports per-op figures
   (`OpRun`: cycles, MACs, bytes where the target has them, and its own extras);
-* offers tunable tasks (`tasks`, see `vdla.compiler.tuner.task.TuneTask`).
+* offers tunable tasks (`tasks`, see `vdla.compiler.tuner.task.TuneTask`);
+* may write a compiled model as something that runs without vdla (`export`).
 
 `OpStats` is the per-op report every target fills the same way: name, op, target,
 reason, schedule, wall seconds, then cycles, MACs and bytes where the target has them
@@ -125,6 +126,12 @@ class TargetSession(abc.ABC):
         """Run compiled `op` (of graph node `node`) on its inputs `args` (one per node
         input, None for an absent optional input)."""
 
+    def run_graph(self, feed: Mapping[str, np.ndarray]) -> dict[str, np.ndarray] | None:
+        """The graph's outputs from one call, for a session that holds every node and
+        runs them as one program (the CPU target's compiled runner); None otherwise (the
+        default). `feed` has been checked (`ModelSession.run_graph`)."""
+        return None
+
     def summary(self, stats: Sequence[OpStats]) -> dict:
         """Totals of one run for reports (JSON values), from its ops' `stats`."""
         return {}
@@ -199,6 +206,13 @@ class Target(abc.ABC):
         """A session running `ops` (this target's ops of one compiled model of `graph`).
         `device` is an already open device to run on (a `vdla.runtime.Device` for the
         accelerator); None lets the target open its own."""
+
+    def export(self, compiled: Any, out_dir: Any) -> Any:
+        """Write `compiled` (a `CompiledModel` of this target) into folder `out_dir` as
+        something that runs without vdla (the CPU target: a C project with a Makefile)
+        and return the folder's path. Targets without such a form raise ValueError."""
+        raise ValueError(f"target {self.name!r} has no stand-alone form to write; "
+                         "`vdla compile --target cpu` writes one")
 
     def tasks(self, graph: Graph) -> list:
         """The tunable tasks (`vdla.compiler.tuner.task.TuneTask`) of quantized `graph`

@@ -181,6 +181,18 @@ class ModelSession:
     def __exit__(self, *exc):
         self.close()
 
+    def run_graph(self, feed: Mapping[str, np.ndarray]) -> dict[str, np.ndarray] | None:
+        """The graph's outputs from one call of its target, when one target runs every
+        op and its session can run them as one program (`TargetSession.run_graph`: the
+        CPU target's compiled runner): no per-op Python, no per-op stats. None when the
+        model cannot run so (a host fallback, a target without such a program)."""
+        if self.closed:
+            raise ValueError("ModelSession.run_graph: the session is closed")
+        if len(self._sessions) != 1:
+            return None
+        values = check_inputs(self.compiled.graph, feed)
+        return next(iter(self._sessions.values())).run_graph(values)
+
     def run(self, feed: Mapping[str, np.ndarray], *, progress: Progress | None = None,
             keep: bool = False) -> RunResult:
         """Run the model once.

@@ -21,7 +21,8 @@ def test_digits_on_every_target(tmp_path, capsys):
         assert result["bit_exact"], (name, result["mismatch"])
         assert result["groups"]["conv"] > 0
         assert abs(sum(result["groups"].values()) - result["total_seconds"]) < 1e-9
-    assert doc["targets"]["cpu"]["options"] == {"threads": 1}
+    from vdla.compiler.targets.cpu.isa import detect
+    assert doc["targets"]["cpu"]["options"] == {"threads": 1, "isa": detect().name}
 
 
 def test_unknown_targets_and_bad_threads_are_clear_errors(tmp_path, capsys):

@@ -8,7 +8,7 @@ import io
 import time
 
 from vdla._fileio import atomic_write
-from vdla.cli.common import CliError, load_config, log, table, write_json
+from vdla.cli.common import CliError, board_config, load_config, log, table, write_json
 from vdla.compiler import pipeline, targets
 
 __all__ = ["GROUPS", "add_parser", "run"]
@@ -39,6 +39,10 @@ def add_parser(sub) -> None:
     p.add_argument("--targets", metavar="A,B,...", default=",".join(DEFAULT_TARGETS),
                    help=f"targets to compare (default {','.join(DEFAULT_TARGETS)})")
     p.add_argument("--config", metavar="FILE", help="the accelerator's hardware config")
+    p.add_argument("--board", metavar="NAME",
+                   help="time the accelerator at this board's clock, with its DRAM port and "
+                        "memory timing on the simulator (see `vdla boards`; --config then "
+                        "names a config for the board)")
     p.add_argument("--threads", type=int, metavar="N", help="the cpu target's threads")
     p.add_argument("--seed", type=int, default=0, help="seeds the input (default 0)")
     p.add_argument("--calibration", type=int, default=4, metavar="N",
@@ -60,9 +64,15 @@ def _targets(args) -> list:
         raise CliError(f"--calibration must be a positive integer, not {args.calibration}")
     if args.seed < 0:
         raise CliError(f"--seed must be a non-negative integer, not {args.seed}")
+    if args.board and "vdla" not in names:
+        raise CliError("--board times the accelerator: add vdla to --targets")
     made = []
     for name in names:
-        if name == "vdla":
+        if name == "vdla" and args.board:
+            board, config = board_config(args.board, args.config)
+            made.append(targets.get("vdla", config=config, backend="verilator",
+                                    dram=board.dram_timing(), log=log))
+        elif name == "vdla":
             made.append(targets.get("vdla", config=load_config(args.config),
                                     backend="verilator", log=log))
         elif name == "cpu" and args.threads:
@@ -83,11 +93,12 @@ def run(args) -> int:
     chosen = _targets(args)
     model = pipeline.load_model(args.model, seed=args.seed, calibration=args.calibration)
     mode = pipeline.requant_mode(chosen)
-    results, failed = {}, []
+    results, failed, outputs = {}, [], {}
     for target in chosen:
         log(f"running {args.model} on {target.name} ...")
         start = time.perf_counter()
         outcome = pipeline.run_model(model, target, mode=mode)
+        outputs[target.name] = outcome.result.outputs
         groups = collections.defaultdict(float)
         for s in outcome.result.ops:
             groups[GROUPS.get(s.op, "other")] += _op_seconds(s, target)
@@ -97,20 +108,35 @@ def run(args) -> int:
             "ops_on_target": len(outcome.compiled.ops_on(target.name)),
             "ops": len(outcome.compiled.ops), "options": target.options(),
             "seconds_to_run": time.perf_counter() - start,
-            "time": "cycles at the clock (accelerator ops) + host wall time"
+            "time": (f"cycles at {target.config.clock_mhz:g} MHz"
+                     + (f" ({args.board})" if args.board else "")
+                     + " (accelerator ops) + host wall time")
             if target.name == "vdla" else "wall time on this machine"}
         if not outcome.bit_exact:
             failed.append(f"{target.name}: {outcome.mismatch}")
-    _print(args, mode, results)
+    same = _same_outputs(outputs)
+    _print(args, mode, results, same)
     chart = args.chart or f"compare-{args.model.replace('/', '_')}.png"
     _chart(chart, args.model, results)
     print(f"wrote {chart}" + (f", {args.json}" if args.json else ""))
     if args.json:
         write_json(args.json, {"model": args.model, "requantization": mode,
+                               "board": args.board, "outputs_identical": same,
                                "targets": results})
     if failed:
         raise CliError("outputs differ from the quantized reference: " + "; ".join(failed))
+    if not same:
+        raise CliError("the targets' outputs differ from each other")
     return 0
+
+
+def _same_outputs(outputs: dict) -> bool:
+    """Whether every target's outputs equal the first target's, byte for byte."""
+    import numpy as np  # heavy; the module loads without it (vdla.cli's rule)
+
+    first = next(iter(outputs.values()))
+    return all(set(o) == set(first) and all(np.array_equal(o[k], first[k]) for k in first)
+               for o in outputs.values())
 
 
 def _order(results) -> list[str]:
@@ -122,7 +148,7 @@ def _order(results) -> list[str]:
     return sorted(seen, key=lambda g: -max(r["groups"].get(g, 0) for r in results.values()))
 
 
-def _print(args, mode, results) -> None:
+def _print(args, mode, results, same: bool = True) -> None:
     names = list(results)
     print(f"{args.model}, quantized once ({mode} requantization), on {', '.join(names)}")
     rows = [[g, *(_ms(results[n]["groups"].get(g)) for n in names)] for g in _order(results)]
@@ -130,6 +156,7 @@ def _print(args, mode, results) -> None:
     rows.append(["ops on the target", *(f"{results[n]['ops_on_target']}/{results[n]['ops']}"
                                         for n in names)])
     rows.append(["bit-exact", *("yes" if results[n]["bit_exact"] else "NO" for n in names)])
+    rows.append(["same outputs", *("yes" if same else "NO" for _ in names)])
     for line in table(["time (ms)", *names], rows, right=set(range(1, len(names) + 1))):
         print(line)
     for n in names:

@@ -1,8 +1,11 @@
-"""``vdla run MODEL``: compile a model for a target, run it, and check it bit-exactly
-against the quantized reference (`vdla.compiler.pipeline.run_model`)."""
+"""``vdla run MODEL``: compile a model for a target, run it, and check it against the
+reference (`vdla.compiler.pipeline.run_model`): the quantized graph bit-exactly, or with
+``--precision float32`` the float graph within a tolerance. A target that compiles the
+whole graph into one program (the CPU target) is also timed running it in one call."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import vdla.runtime
@@ -51,6 +54,13 @@ def add_parser(sub) -> None:
                            "a config for the board)")
     run_.add_argument("--threads", type=int, metavar="N",
                       help="OpenMP threads of the cpu target (default: its cores)")
+    run_.add_argument("--isa", metavar="NAME",
+                      help="instruction set of the cpu target's code: avx512vnni, avx2 or "
+                           "portable (default: the best this machine's compiler offers)")
+    run_.add_argument("--precision", choices=pipeline.PRECISIONS, default="int8",
+                      help="int8: the quantized graph, checked bit-exactly (default); "
+                           "float32: the float graph (targets that run float ops), checked "
+                           f"within {pipeline.FLOAT_TOLERANCE:g} relative")
     run_.add_argument("--records", metavar="DB",
                       help="compile each tunable op with its best schedule in this tuning "
                            "records file (vdla tune); the target's default for the others")
@@ -63,9 +73,10 @@ def make_target(args):
     if args.target not in targets.names():
         raise CliError(f"unknown target {args.target!r}; available: "
                        f"{', '.join(targets.names())} (see `vdla targets`)")
-    threads = getattr(args, "threads", None)
-    if threads is not None and args.target != "cpu":
-        raise CliError(f"--threads applies to --target cpu, not to --target {args.target}")
+    threads, isa = getattr(args, "threads", None), getattr(args, "isa", None)
+    for value, flag in ((threads, "--threads"), (isa, "--isa")):
+        if value is not None and args.target != "cpu":
+            raise CliError(f"{flag} applies to --target cpu, not to --target {args.target}")
     if threads is not None and threads < 1:
         raise CliError(f"--threads must be a positive integer, not {threads}")
     if args.target != "vdla":
@@ -73,12 +84,16 @@ def make_target(args):
         if given:
             raise CliError(f"{', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to "
                            f"--target vdla, not to --target {args.target}")
-        return targets.get(args.target, **({"threads": threads} if threads else {})), None
+        options = {k: v for k, v in (("threads", threads), ("isa", isa)) if v is not None}
+        target = targets.get(args.target, **options)
+        if isa is not None:
+            target.isa          # an ISA this machine lacks: a clear error now
+        return target, None
     board = None
     if getattr(args, "board", None):
         board, config = board_config(args.board, args.config)
     else:
-        config = load_config(args.config)
+        config = load_config(getattr(args, "config", None))
     backend = getattr(args, "sim", None) or DEFAULT_BACKEND
     options = {}
     if board is not None and backend == "verilator":
@@ -140,22 +155,55 @@ def run(args) -> int:
     run_show, run_done = progress_line(f"running on {target.name}")
     try:
         outcome = pipeline.run_model(model, target, records=records,
+                                     precision=getattr(args, "precision", "int8"),
                                      compile_progress=compile_show, run_progress=run_show)
     finally:
         compile_done()
         run_done()
         if records is not None:
             records.close()
-    _report(args, target, board, outcome)
+    whole = _whole_graph_seconds(outcome) if outcome.bit_exact else None
+    _report(args, target, board, outcome, whole)
     if args.json:
-        write_json(args.json, _json_report(args, target, outcome))
+        write_json(args.json, _json_report(args, target, outcome, whole))
     if not outcome.bit_exact:
-        raise CliError(f"{args.model}: the {target.name} outputs differ from the quantized "
-                       f"reference ({outcome.mismatch})")
+        raise CliError(f"{args.model}: the {target.name} outputs differ from the "
+                       f"{_reference(outcome)} ({outcome.mismatch})")
     return 0
 
 
-def _report(args, target, board, outcome) -> None:
+#: Runs of the whole graph in one call that `vdla run` times (their median is reported).
+WHOLE_GRAPH_RUNS = 20
+
+
+def _whole_graph_seconds(outcome) -> float | None:
+    """The median wall time of the whole graph in one call (a target that compiles the
+    graph into one program: the CPU target), after a warm-up run and a check that its
+    outputs are the per-op run's; None for other targets."""
+    # numpy is a heavy import; this module loads without it (vdla.cli's rule).
+    import numpy as np
+
+    with outcome.compiled.session() as session:
+        first = session.run_graph(outcome.model.feed)
+        if first is None:
+            return None
+        for name, value in first.items():
+            if not np.array_equal(value, outcome.result.outputs[name]):
+                raise CliError(f"the whole-graph run's output {name!r} differs from the "
+                               "op-by-op run's")
+        times = []
+        for _ in range(WHOLE_GRAPH_RUNS):
+            start = time.perf_counter()
+            session.run_graph(outcome.model.feed)
+            times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
+def _reference(outcome) -> str:
+    return "float reference" if outcome.precision == "float32" else "quantized reference"
+
+
+def _report(args, target, board, outcome, whole: float | None = None) -> None:
     compiled, result = outcome.compiled, outcome.result
     mine = len(compiled.ops_on(target.name))
     where = (f"{mine} on {target.name}, {len(compiled.ops) - mine} on the host"
@@ -190,10 +238,20 @@ def _report(args, target, board, outcome) -> None:
                   f"{summary['seconds_at_clock'] * 1e3:.3f} ms at {summary['clock_mhz']:g} MHz")
     if "gemm_utilization" in summary:
         print(_utilization_line(target, summary))
-    print(f"prepare + quantize: {outcome.quantize_seconds:.2f} s; compile: "
+    prepared = "prepare" if outcome.precision == "float32" else "prepare + quantize"
+    print(f"{prepared}: {outcome.quantize_seconds:.2f} s; compile: "
           f"{compiled.compile_seconds:.2f} s; run: {result.wall_seconds:.2f} s wall")
-    print(f"bit-exact vs the quantized reference: {'yes' if outcome.bit_exact else 'NO'}"
-          + ("" if outcome.bit_exact else f" ({outcome.mismatch})"))
+    if whole is not None:
+        print(f"whole graph in one call: {whole * 1e3:.3f} ms (median of {WHOLE_GRAPH_RUNS} "
+              "runs; the table's times add Python between the ops)")
+    if outcome.precision == "float32":
+        print(f"within {pipeline.FLOAT_TOLERANCE:g} of the float reference: "
+              f"{'yes' if outcome.bit_exact else 'NO'} (max relative error "
+              f"{outcome.max_error:.2e})" + ("" if outcome.bit_exact
+                                              else f" ({outcome.mismatch})"))
+    else:
+        print(f"bit-exact vs the quantized reference: {'yes' if outcome.bit_exact else 'NO'}"
+              + ("" if outcome.bit_exact else f" ({outcome.mismatch})"))
 
 
 def _utilization_line(target, summary) -> str:
@@ -207,7 +265,7 @@ def _utilization_line(target, summary) -> str:
             f"MACs/cycle); the cycles of the ops on {target.name} only, host ops excluded")
 
 
-def _json_report(args, target, outcome) -> dict:
+def _json_report(args, target, outcome, whole: float | None = None) -> dict:
     """The run as JSON: the same keys whatever the target (its own settings under
     ``options``, its totals under ``summary``, per op the `OpStats` fields)."""
     result = outcome.result
@@ -215,8 +273,11 @@ def _json_report(args, target, outcome) -> dict:
     return {"model": args.model, "target": target.name, "options": target.options(),
             "board": args.board, "input": outcome.model.input_note,
             "batch": outcome.model.batch,
-            "quantization": outcome.quantized.metadata["quantized"]["mode"],
+            "precision": outcome.precision,
+            "quantization": outcome.quantized.metadata.get("quantized", {}).get("mode"),
+            # int8: bit-exact; float32: within pipeline.FLOAT_TOLERANCE (max_error).
             "bit_exact": outcome.bit_exact, "mismatch": outcome.mismatch or None,
+            "max_error": outcome.max_error, "whole_graph_seconds": whole,
             "cycles": result.cycles, "seconds_at_clock": summary.get("seconds_at_clock"),
             # Only a target that counts cycles and MACs has it (the host: null).
             "gemm_utilization": summary.get("gemm_utilization"),

@@ -61,6 +61,14 @@ def add_parser(sub) -> None:
                       help="wall-clock limit of one measurement (default 600)")
     tune.add_argument("--calibration", type=int, default=4, metavar="N",
                       help="calibration samples for quantizing MODEL (default 4)")
+    tune.add_argument("--precision", choices=pipeline.PRECISIONS, default="int8",
+                      help="int8: the quantized graph's ops (default); float32: the float "
+                           "graph's (the cpu target)")
+    tune.add_argument("--threads", type=int, metavar="N",
+                      help="the cpu target's threads, which its measurements run on (default: "
+                           "its cores); records are kept per thread count")
+    tune.add_argument("--isa", metavar="NAME",
+                      help="the cpu target's instruction set (avx512vnni, avx2, portable)")
     tune.set_defaults(func=run)
 
 
@@ -84,7 +92,7 @@ def _tasks(args, target):
         return ([task for spec in args.layer for task in tasks_from_workload(spec, target)],
                 ", ".join(args.layer))
     model = pipeline.load_model(args.model, calibration=args.calibration)
-    tasks = target.tasks(pipeline.quantize_for(model, target))
+    tasks = target.tasks(pipeline.graph_for(model, target, precision=args.precision))
     if not tasks:
         raise CliError(f"{args.model} has no op that target {target.name!r} can tune: "
                        "nothing to tune")

@@ -1,160 +1,233 @@
-"""The host CPU as a target: the quantized graph's integer GEMM ops compiled to C.
+"""The host CPU as a target: the front half's graph, int8 or float, compiled to C.
 
     target = CpuTarget(threads=2)                        # or get("cpu", threads=2)
-    compiled = compile_model(quantized, target)          # one C library for the model
+    compiled = compile_model(graph, target)              # one C library for the graph
     with compiled.session() as session:
-        result = session.run({"input": x})
+        result = session.run({"input": x})               # op by op, with per-op stats
+        outputs = session.run_graph({"input": x})        # the whole graph in one C call
 
-`compile_nodes` writes one C function per node it runs (`vdla.compiler.targets.cpu.codegen`)
-into one source file, builds it once with the system C compiler (`build_library`: gcc
-``-O3 -march=native``, OpenMP; cached by content hash) and loads it with ctypes. The
-other nodes fall back to the host target (`compile_model`'s rule). Every run is checked
-bit-exactly by the pipeline against the integer reference, whose arithmetic the C code
-reproduces step for step.
-
-Runs today: ``qconv2d`` (any kernel, stride, padding, dilation and groups, depthwise
-included; plain layouts) and ``qdense``, in either requantization mode, with bias,
-residual and clamp; the int8 pools (max, average, global average), ``qadd`` and int8
-``relu``. Concat, quantize/dequantize and the float graph come next (issue 21), with
-the schedule space the tuner searches.
+`compile_nodes` generates one C function per node (convolutions `conv`, dense layers
+`dense`, everything else `ops`), with the schedule the caller gives (the tuner's
+records) or the default chooser's, builds them into one library with the system C
+compiler for the machine's instruction set (`isa`: AVX-512 VNNI, AVX2 or portable C;
+gcc ``-O3 -march=native``, OpenMP; cached by content hash) and, when the target runs
+every node, a runner for the whole graph (`program`). Nodes it refuses fall back to the
+host target. int8 graphs are bit-exact against the integer reference; float graphs
+differ from the float reference only by float32 rounding.
 """
 
 from __future__ import annotations
 
 import ctypes
 import dataclasses
-import hashlib
+import os
 import time
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from vdla.compiler.ir.graph import Graph
+from vdla.compiler.ir.graph import DTYPES, Graph
 from vdla.compiler.ir.tensor import Node
 from vdla.compiler.targets.base import CompiledOp, OpRun, Progress, Support, Target, TargetSession
-from vdla.compiler.targets.cpu.build import build_library
-from vdla.compiler.targets.cpu.codegen import (PRELUDE, conv2d_source, dense_source, max_terms,
-                                               pool2d_source, qadd_source, relu_source)
+from threadpoolctl import threadpool_limits
 
-__all__ = ["CpuTarget"]
+from vdla.compiler.targets.cpu import isa as cpu_isa
+from vdla.compiler.targets.cpu import ops as cpu_ops
+from vdla.compiler.targets.cpu.build import machine_features
+from vdla.compiler.targets.cpu.kernel import Kernel
+from vdla.compiler.targets.cpu.library import aligned_empty, function, load
+from vdla.compiler.targets.cpu.lower import node_kernel
+from vdla.compiler.targets.cpu.program import Program
+from vdla.compiler.targets.cpu.tuning import cpu_tasks
 
-_GEMM = ("qconv2d", "qdense")
-_POOLS = ("max_pool2d", "qavg_pool2d", "qglobal_avg_pool2d")
-_SOURCES = {"qconv2d": conv2d_source, "qdense": dense_source,
-            **{op: pool2d_source for op in _POOLS}, "qadd": qadd_source, "relu": relu_source}
+__all__ = ["CpuTarget", "default_threads", "max_terms", "claim_cores"]
+
+_GEMM = {"qconv2d": ("int8", "int32"), "qdense": ("int8", "int32"),
+         "conv2d": ("float32", "float32"), "dense": ("float32", "float32")}
+_PLAIN = {"qconv2d": ("NCHW", "OIHW", "NCHW"), "conv2d": ("NCHW", "OIHW", "NCHW"),
+          "qdense": ("NC", "OI", "NC"), "dense": ("NC", "OI", "NC")}
+
+
+def max_terms() -> int:
+    """The most int8 x int8 products an int32 accumulator sums without overflow
+    (128 * 128 each): the target refuses longer int8 reductions."""
+    return (2**31 - 1) // (128 * 128)
+
+
+def claim_cores() -> None:
+    """Prepare this process for the target's OpenMP team (once; the effects last for the
+    process). Both were measured on this project's 2-core machines:
+
+    * numpy's BLAS (OpenBLAS) on one thread: its worker threads spin for a while after
+      every BLAS call, and two spinning pools on the same cores slow each other down:
+      ResNet-18 ran in 7 ms after an idle second, 14-330 ms right after the numpy
+      reference. With one BLAS thread, the reference itself ran 2.4x faster too.
+    * OpenMP's threads bound one per core (``OMP_PROC_BIND=close``, ``OMP_PLACES=cores``)
+      unless the environment says otherwise: unbound, the scheduler sometimes left both
+      threads on one core, where every barrier waits a time slice (a 90 us layer took
+      16 ms, in about a third of the processes); bound, never. OpenMP reads these when
+      its runtime loads, i.e. with the first kernel library, so this runs before.
+    """
+    global _BLAS_LIMIT
+    if _BLAS_LIMIT is None:
+        _BLAS_LIMIT = threadpool_limits(limits=1, user_api="blas")
+        if "OMP_PROC_BIND" not in os.environ and "OMP_PLACES" not in os.environ \
+                and "GOMP_CPU_AFFINITY" not in os.environ:
+            os.environ["OMP_PROC_BIND"] = "close"
+            os.environ["OMP_PLACES"] = "cores"
+
+
+_BLAS_LIMIT = None
+
+
+def default_threads() -> int:
+    """OpenMP's default team: the cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:          # not Linux
+        return os.cpu_count() or 1
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class CpuKernel:
-    """A compiled op: its C function's name in the model's library, and a GEMM op's
-    constant weights and bias (contiguous, as the function reads them; None otherwise)."""
+class CpuOp:
+    """A compiled node: its kernel in the `program` (which holds the library)."""
 
-    function: str
-    library: Any            # the model's `CBuild`
-    weights: np.ndarray | None
-    bias: np.ndarray | None
+    program: Program
+    node: str
+
+    @property
+    def kernel(self) -> Kernel:
+        return self.program.kernels[self.node]
 
 
 class CpuTarget(Target):
     """The host CPU, through generated C.
 
-    threads : OpenMP threads a session uses (None: OpenMP's default, the cores)
+    threads : OpenMP threads a session uses (None: the cores this process may use)
+    isa : the instruction set to generate for: a name of `vdla.compiler.targets.cpu.isa.ISAS`
+        (``avx512vnni``, ``avx2``, ``portable``) or None for the best this machine's
+        compiler offers
     log : receives build progress (default: nothing)
     """
 
     name = "cpu"
-    description = "the host CPU: generated C, built with the system C compiler (OpenMP)"
+    description = ("the host CPU: generated C (AVX-512 VNNI, AVX2 or portable), built with "
+                   "the system C compiler (OpenMP)")
+    measure_backends = ("wall",)
 
-    def __init__(self, *, threads: int | None = None, log=None):
+    def __init__(self, *, threads: int | None = None, isa: str | None = None, log=None):
         if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
                                     or threads < 1):
             raise ValueError(f"CpuTarget: threads must be a positive integer, not {threads!r}")
-        self.threads, self._log = threads, log
+        if isa is not None and not isinstance(isa, str):
+            raise ValueError(f"CpuTarget: isa must be one of {', '.join(cpu_isa.ISAS)} or "
+                             f"None, not {isa!r}")
+        self.threads, self._isa_name, self._log = threads, isa, log
+        self._isa = None
+        claim_cores()
+
+    @property
+    def isa(self) -> cpu_isa.Isa:
+        """The instruction set the code is generated for (probed once)."""
+        if self._isa is None:
+            if self._isa_name is None:
+                self._isa = cpu_isa.detect()
+            else:
+                chosen = cpu_isa.get(self._isa_name)
+                if not chosen.runs_on(machine_features()):
+                    raise ValueError(f"CpuTarget: this machine's C compiler does not offer "
+                                     f"{chosen.name} (it needs {', '.join(chosen.requires)})")
+                self._isa = chosen
+        return self._isa
+
+    @property
+    def team(self) -> int:
+        """Threads a session runs on."""
+        return self.threads or default_threads()
 
     def options(self) -> dict:
-        return {"threads": self.threads}
+        """threads (None: the cores) and the instruction set the code is generated for
+        (the requested one when this machine's cannot be probed)."""
+        try:
+            isa = self.isa.name
+        except (OSError, ValueError, RuntimeError):   # no compiler: `repr` still works
+            isa = self._isa_name
+        return {"threads": self.threads, "isa": isa}
 
     def capabilities(self) -> list[tuple[str, str]]:
-        return [("qconv2d", "any kernel, stride, padding, dilation and groups (depthwise "
-                            "too); bias, requantization, residual, clamp"),
-                ("qdense", "with bias, requantization, residual and clamp"),
-                ("max_pool2d", "int8, any window, stride, padding, ceil mode"),
-                ("qavg_pool2d", "int8 window sums, requantized"),
-                ("qglobal_avg_pool2d", "int8 sums over the image, requantized"),
-                ("qadd", "two int8 tensors of one shape, each requantized"),
-                ("relu", "int8")]
+        return [("conv2d, qconv2d", "float32 or int8: any kernel, stride, padding, dilation "
+                                    "and groups (depthwise too); bias, residual, ReLU/clip or "
+                                    "requantization and clamp; tuned schedules"),
+                ("dense, qdense", "float32 or int8, with bias, residual, activation or "
+                                  "requantization; tuned schedules"),
+                *cpu_ops.CAPABILITIES]
+
+    # --- which nodes ----------------------------------------------------------------------
 
     def supports(self, node: Node, graph: Graph) -> Support:
-        if node.op not in _SOURCES:
-            return Support(False, f"the CPU target does not run {node.op!r} yet")
-        if node.op not in _GEMM:
-            return self._supports_plain(node, graph)
+        if node.op in _GEMM:
+            return self._supports_gemm(node, graph)
+        if node.op in cpu_ops.OPS:
+            return cpu_ops.supports(node, graph)
+        return Support(False, f"the CPU target does not run {node.op!r}")
+
+    def _supports_gemm(self, node: Node, graph: Graph) -> Support:
         a = node.attrs
-        layouts = ("data_layout", "kernel_layout", "out_layout")
-        plain = {"qconv2d": ("NCHW", "OIHW", "NCHW"), "qdense": ("NC", "OI", "NC")}[node.op]
-        for key, want in zip(layouts, plain):
+        for key, want in zip(("data_layout", "kernel_layout", "out_layout"), _PLAIN[node.op]):
             if a[key] != want:
                 return Support(False, f"{node.op} with {key} {a[key]!r}: the CPU target takes "
                                       f"plain layouts ({want})")
+        data, bias_type = _GEMM[node.op]
+        x = graph.tensors[node.inputs[0]]
+        if x.dtype != data:
+            return Support(False, f"{node.op} on {x.dtype} data: the CPU target runs it on "
+                                  f"{data}")
         if graph.constant(node.inputs[1]) is None:
             return Support(False, f"{node.op} with computed weights: the CPU target needs "
                                   "constant weights")
-        if node.input(2) and graph.constant(node.input(2)) is None:
-            return Support(False, f"{node.op} with a computed bias: the CPU target needs a "
-                                  "constant bias")
-        w = graph.tensors[node.inputs[1]].shape
-        terms = int(np.prod(w[1:]))
-        if terms > max_terms():
-            return Support(False, f"{node.op} sums {terms} products per output, more than an "
-                                  f"int32 accumulator holds exactly ({max_terms()})")
+        if graph.tensors[node.inputs[1]].dtype != data:
+            return Support(False, f"{node.op} with {graph.tensors[node.inputs[1]].dtype} "
+                                  f"weights: the CPU target needs {data}")
+        if node.input(2) and (graph.constant(node.input(2)) is None
+                              or graph.tensors[node.input(2)].dtype != bias_type):
+            return Support(False, f"{node.op} with a computed or non-{bias_type} bias: the "
+                                  f"CPU target needs a constant {bias_type} bias")
+        if node.input(3) and (graph.tensors[node.input(3)].is_constant
+                              or graph.tensors[node.input(3)].dtype != data):
+            return Support(False, f"{node.op} with a constant or non-{data} residual: the "
+                                  "CPU target adds a computed one")
+        if data == "int8":
+            terms = int(np.prod(graph.tensors[node.inputs[1]].shape[1:]))
+            if terms > max_terms():
+                return Support(False, f"{node.op} sums {terms} products per output, more "
+                                      f"than an int32 accumulator holds exactly ({max_terms()})")
         return Support(True, "generated C on the host CPU")
 
-    def _supports_plain(self, node: Node, graph: Graph) -> Support:
-        """Pools, qadd and relu: int8 in plain NCHW (qadd and relu: any shape)."""
-        tensors = [graph.tensors[t] for t in node.inputs if t]
-        if any(t.dtype != "int8" for t in tensors):
-            return Support(False, f"{node.op} on {tensors[0].dtype} data: the CPU target runs "
-                                  "the int8 graph's ops so far")
-        if any(t.layout for t in tensors):
-            return Support(False, f"{node.op} on a packed layout: the CPU target takes plain "
-                                  "NCHW")
-        if node.op in _POOLS and len(tensors[0].shape) != 4:
-            return Support(False, f"{node.op} on a {len(tensors[0].shape)}-D tensor; NCHW only")
-        if node.op == "qadd" and tensors[0].shape != tensors[1].shape:
-            return Support(False, f"qadd of shapes {tensors[0].shape} and {tensors[1].shape}: "
-                                  "the CPU target adds equal shapes, without broadcasting")
-        return Support(True, "generated C on the host CPU")
+    # --- compiling --------------------------------------------------------------------------
 
-    # --- compiling -----------------------------------------------------------------------
+    def kernel(self, node: Node, graph: Graph, schedule: Any = None, *,
+               nonnegative: bool | None = None) -> tuple[Kernel, Any]:
+        """`node`'s kernel for this target's ISA and threads (`lower.node_kernel`)."""
+        return node_kernel(node, graph, self.isa, schedule=schedule, threads=self.team,
+                           nonnegative=nonnegative)
 
     def compile_nodes(self, graph: Graph, nodes: Sequence[Node], *,
                       schedules: Mapping[str, Any], progress: Progress | None = None,
                       start: int = 0, total: int | None = None) -> list[CompiledOp]:
-        if any(s is not None for s in schedules.values()):
-            raise TypeError("the CPU target has no schedules yet; got "
-                            f"{sorted(k for k, s in schedules.items() if s is not None)}")
         total = len(nodes) if total is None else total
         t0 = time.perf_counter()
-        functions, parts = {}, [PRELUDE]
+        kernels, used = {}, {}
         for i, node in enumerate(nodes):
             if progress is not None:
                 progress(start + i, total, node.name)
-            fn = f"op_{i}_" + hashlib.sha256(node.name.encode()).hexdigest()[:8]
-            parts.append(_SOURCES[node.op](fn, node, graph))
-            functions[node.name] = fn
-        library = build_library({"model.c": "".join(parts)}, name="vdla_cpu", log=self._log)
+            kernels[node.name], used[node.name] = self.kernel(node, graph,
+                                                              schedules.get(node.name))
+        program = Program.create(graph, nodes, kernels, self.isa).compile(log=self._log)
         seconds = (time.perf_counter() - t0) / max(1, len(nodes))
-        ops = []
-        for node in nodes:
-            w = bias = None
-            if node.op in _GEMM:
-                w = np.ascontiguousarray(graph.constant(node.inputs[1]), dtype=np.int8)
-                bias = graph.constant(node.input(2)) if node.input(2) else None
-                bias = None if bias is None else np.ascontiguousarray(bias, dtype=np.int32)
-            ops.append(CompiledOp(node.name, node.op, self.name, "", None,
-                                  CpuKernel(functions[node.name], library, w, bias),
-                                  compile_seconds=seconds))
-        return ops
+        return [CompiledOp(node.name, node.op, self.name, "",
+                           None if used[node.name] is None else used[node.name].to_dict(),
+                           CpuOp(program, node.name), compile_seconds=seconds)
+                for node in nodes]
 
     def compile_op(self, node: Node, graph: Graph, schedule: Any = None) -> CompiledOp:
         return self.compile_nodes(graph, [node], schedules={node.name: schedule})[0]
@@ -165,46 +238,84 @@ class CpuTarget(Target):
             raise ValueError("the CPU target runs on the host; it takes no device")
         return CpuSession(self, graph, ops)
 
+    def export(self, compiled, out_dir) -> "os.PathLike":
+        """Write `compiled` as a stand-alone C project (`Program.write_project`): the
+        library and an example program build with ``make``, no Python. Every node must
+        run on this target (ValueError naming the others)."""
+        host = [op for op in compiled.ops if op.target != self.name]
+        if host:
+            listed = "; ".join(f"{op.name} ({op.op}): {op.reason}" for op in host[:5])
+            raise ValueError(f"{len(host)} op(s) of {compiled.graph.name!r} do not run on the "
+                             f"CPU target, so it has no stand-alone form: {listed}")
+        return compiled.ops[0].kernel.program.write_project(out_dir)
 
-def _pointer(array: np.ndarray | None):
-    return None if array is None else array.ctypes.data_as(ctypes.c_void_p)
+    def tasks(self, graph: Graph) -> list:
+        return cpu_tasks(graph, self)
 
 
 class CpuSession(TargetSession):
-    """The model's library loaded, its functions looked up once."""
+    """The programs' libraries loaded, their params in aligned memory, one workspace."""
 
     def __init__(self, target: CpuTarget, graph: Graph, ops: Sequence[CompiledOp]):
-        self.graph = graph
+        self.graph, self.threads = graph, target.team
+        self._programs: dict[int, tuple[Program, Any, np.ndarray]] = {}
         self._functions = {}
-        libraries = {}
+        need = 64
         for op in ops:
-            build = op.kernel.library
-            if build.key not in libraries:
-                lib = build.load()
-                lib.vdla_set_threads.argtypes = [ctypes.c_int]
-                lib.vdla_set_threads(target.threads or 0)
-                libraries[build.key] = lib
-            fn = getattr(libraries[build.key], op.kernel.function)
-            fn.argtypes = [ctypes.c_void_p] * 5
-            fn.restype = None
-            self._functions[op.name] = fn
-        self._libraries = libraries
+            program = op.kernel.program
+            if id(program) not in self._programs:
+                lib = load(program.build)
+                blob = aligned_empty(program.blob.size)
+                blob[:] = program.blob
+                self._programs[id(program)] = (program, lib, blob)
+                need = max(need, program.workspace(self.threads))
+            _, lib, blob = self._programs[id(program)]
+            self._functions[op.name] = (function(lib, op.kernel.kernel), op.kernel.kernel,
+                                        blob.ctypes.data + program.offsets[op.name])
+        self._workspace = aligned_empty(need)
+        self._arena = None
+
+    def _set_threads(self):
+        for _, lib, _ in self._programs.values():
+            lib.vdla_set_threads(self.threads)
 
     def run(self, op: CompiledOp, node: Node, args) -> OpRun:
-        x = np.ascontiguousarray(args[0], dtype=np.int8)
-        shape = self.graph.tensors[node.outputs[0]].shape
-        y = np.empty(shape, dtype=np.int8)
-        k = op.kernel
-        if k.weights is None:            # pools, qadd (its second operand), relu
-            x2 = np.ascontiguousarray(args[1], dtype=np.int8) if len(args) > 1 else None
-            self._functions[op.name](_pointer(x), _pointer(x2), None, None, _pointer(y))
-            return OpRun([y])
-        residual = args[3] if len(args) > 3 and args[3] is not None else None
-        residual = None if residual is None else np.ascontiguousarray(residual, dtype=np.int8)
-        self._functions[op.name](_pointer(x), _pointer(k.weights), _pointer(k.bias),
-                                 _pointer(residual), _pointer(y))
-        macs = int(np.prod(shape)) * int(np.prod(k.weights.shape[1:]))
-        return OpRun([y], macs=macs)
+        fn, kernel, params = self._functions[op.name]
+        by_name = dict(zip(node.inputs, args))
+        arrays = [np.ascontiguousarray(by_name[t]) for t in kernel.inputs]
+        pointers = (ctypes.c_void_p * max(1, len(arrays)))(*[a.ctypes.data for a in arrays])
+        t = self.graph.tensors[node.outputs[0]]
+        out = np.empty(t.shape, DTYPES[t.dtype])
+        self._set_threads()
+        fn(pointers, out.ctypes.data, params, self._workspace.ctypes.data)
+        return OpRun([out], macs=kernel.macs)
+
+    def run_graph(self, feed: Mapping[str, np.ndarray]) -> dict[str, np.ndarray] | None:
+        """The whole graph in one call of the compiled runner (``vdla_model_run``), when
+        one program holds every node; None otherwise. `feed` is checked by the caller."""
+        if len(self._programs) != 1:
+            return None
+        program, lib, blob = next(iter(self._programs.values()))
+        if not program.complete:
+            return None
+        if self._arena is None:
+            self._arena = aligned_empty(max(program.arena_size, 64))
+            run = lib.vdla_model_run
+            run.argtypes = [ctypes.c_void_p] * 5
+            run.restype = ctypes.c_int
+        g = self.graph
+        inputs = [np.ascontiguousarray(feed[name], DTYPES[g.tensors[name].dtype])
+                  for name in g.inputs]
+        outputs = [np.empty(g.tensors[name].shape, DTYPES[g.tensors[name].dtype])
+                   for name in g.outputs]
+        ins = (ctypes.c_void_p * len(inputs))(*[a.ctypes.data for a in inputs])
+        outs = (ctypes.c_void_p * len(outputs))(*[a.ctypes.data for a in outputs])
+        self._set_threads()
+        status = lib.vdla_model_run(blob.ctypes.data, self._arena.ctypes.data,
+                                    self._workspace.ctypes.data, ins, outs)
+        if status:
+            raise RuntimeError(f"vdla_model_run returned {status}")
+        return dict(zip(g.outputs, outputs))
 
     def close(self) -> None:
-        self._functions, self._libraries = {}, {}
+        self._functions, self._programs = {}, {}

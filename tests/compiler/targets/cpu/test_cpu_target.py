@@ -1,59 +1,109 @@
-"""The CPU target's generated C, bit-exact against the integer reference: a conv grid
+"""The CPU target's generated C against the references: int8 bit-exact against the
+integer reference, float32 within float32 rounding of the float reference. A conv grid
 (kernels 1-7, strides, pads, dilation, groups and depthwise, channel counts of no
-particular multiple, residual, per-channel and per-tensor requantization in both modes),
-dense layers, and whole zoo models through the pipeline."""
+particular multiple, residual, both requantization modes), schedules drawn from the
+tuner's space, every instruction set this machine can run (AVX-512 VNNI where present,
+AVX2, portable C), dense layers, whole zoo models, the whole-graph runner and the
+stand-alone project, and the errors a user meets."""
 
 from __future__ import annotations
 
 import itertools
+import random
 
 import numpy as np
 import pytest
 
 from vdla.compiler import Graph, pipeline, run_reference, targets
+from vdla.compiler.targets.cpu import isa as cpu_isa
+from vdla.compiler.targets.cpu.build import machine_features
+from vdla.compiler.targets.cpu.shapes import ConvShape
+from vdla.compiler.targets.cpu.schedule import (ConvSchedule, DenseSchedule, ScheduleError,
+                                                choose_conv, conv_space)
 from vdla.compiler.targets.model import compile_model
+
+ISAS = [name for name, isa in cpu_isa.ISAS.items() if isa.runs_on(machine_features())]
+FLOAT_TOLERANCE = 1e-5
+
+
+@pytest.fixture(scope="module", params=ISAS)
+def cpu(request):
+    return targets.get("cpu", threads=2, isa=request.param)
 
 
 @pytest.fixture(scope="module")
-def cpu(tmp_path_factory):
+def best():
     return targets.get("cpu", threads=2)
 
 
-def run_cpu(target, g, feed):
-    compiled = compile_model(g, target)
+def run_cpu(target, g, feed, schedules=None):
+    compiled = compile_model(g, target, schedules=schedules)
     assert all(op.target == "cpu" for op in compiled.ops), [
         (op.name, op.target, op.reason) for op in compiled.ops]
     with compiled.session() as session:
-        return session.run(feed).outputs
+        outputs = session.run(feed).outputs
+        whole = session.run_graph(feed)
+    for name, value in whole.items():        # the one-call runner computes the same
+        np.testing.assert_array_equal(value, outputs[name])
+    return outputs
+
+
+def assert_matches(g, got, feed):
+    want = run_reference(g, feed)[g.outputs[0]]
+    y = got[g.outputs[0]]
+    assert y.dtype == want.dtype and y.shape == want.shape
+    if want.dtype == np.float32:
+        err = np.abs(y.astype(np.float64) - want).max() / max(np.abs(want).max(), 1e-30)
+        assert err < FLOAT_TOLERANCE, err
+    else:
+        np.testing.assert_array_equal(y, want)
 
 
 def conv_graph(rng, *, n=1, c=20, h=9, w=9, o=24, k=3, stride=1, pad=1, dilation=1,
-               groups=1, residual=False, bias=True, multiply=False, per_channel=True):
-    g = Graph("qconv")
-    x = g.add_input("x", (n, c, h, w), "int8")
-    weights = rng.integers(-128, 128, (o, c // groups, k, k)).astype(np.int8)
-    inputs = [x, g.add_constant("w", weights, "int8")]
-    inputs.append(g.add_constant("b", rng.integers(-5000, 5000, (o,)).astype(np.int32),
-                                 "int32") if bias else "")
+               groups=1, residual=False, bias=True, multiply=False, per_channel=True,
+               dtype="int8", activation=None, out_min=-100, nonnegative=False):
+    """A one-conv graph and its feed. int8: ``qconv2d`` with random requantization;
+    float32: ``conv2d`` with `activation`. `nonnegative`: the input comes from a ReLU
+    (an int8 ``relu`` node in front), which the target reads without an offset."""
+    g = Graph("conv")
+    float_ = dtype == "float32"
+    x = g.add_input("x", (n, c, h, w), dtype)
+    feed = {"x": rng.standard_normal((n, c, h, w)).astype(np.float32) if float_
+            else rng.integers(-128, 128, (n, c, h, w)).astype(np.int8)}
+    if nonnegative:
+        x = g.add_node("relu", [x], name="relu")
+    wshape = (o, c // groups, k, k)
+    weights = (rng.standard_normal(wshape).astype(np.float32) if float_
+               else rng.integers(-128, 128, wshape).astype(np.int8))
+    inputs = [x, g.add_constant("w", weights, dtype)]
+    if bias:
+        inputs.append(g.add_constant("b", rng.standard_normal(o).astype(np.float32), dtype)
+                      if float_ else g.add_constant(
+                          "b", rng.integers(-5000, 5000, (o,)).astype(np.int32), "int32"))
+    else:
+        inputs.append("")
     span = dilation * (k - 1) + 1
     ho, wo = (h + 2 * pad - span) // stride + 1, (w + 2 * pad - span) // stride + 1
-    feed = {"x": rng.integers(-128, 128, (n, c, h, w)).astype(np.int8)}
     attrs = {}
-    if per_channel:
-        attrs["shift"] = tuple(int(s) for s in rng.integers(-2, 16, o))
+    if float_:
+        attrs["activation"] = activation
     else:
-        attrs["shift"] = (9,)
-    if multiply:
-        attrs["multiplier"] = tuple(int(m) for m in rng.integers(1, 32768, o)) \
-            if per_channel else (1234,)
-        attrs["shift"] = tuple(s + 12 for s in attrs["shift"])
+        attrs["shift"] = (tuple(int(s) for s in rng.integers(-2, 16, o)) if per_channel
+                          else (9,))
+        if multiply:
+            attrs["multiplier"] = (tuple(int(m) for m in rng.integers(1, 32768, o))
+                                   if per_channel else (1234,))
+            attrs["shift"] = tuple(s + 12 for s in attrs["shift"])
+        attrs.update(out_min=out_min, out_max=127)
     if residual:
-        inputs.append(g.add_input("r", (n, o, ho, wo), "int8"))
-        feed["r"] = rng.integers(-128, 128, (n, o, ho, wo)).astype(np.int8)
-        attrs.update(residual_shift=1, residual_multiplier=(77,) if multiply else None)
-    y = g.add_node("qconv2d", inputs, name="conv", strides=(stride, stride),
-                   pads=(pad,) * 4, dilations=(dilation, dilation), groups=groups,
-                   out_min=-100, out_max=127, **attrs)
+        inputs.append(g.add_input("r", (n, o, ho, wo), dtype))
+        feed["r"] = (rng.standard_normal((n, o, ho, wo)).astype(np.float32) if float_
+                     else rng.integers(-128, 128, (n, o, ho, wo)).astype(np.int8))
+        if not float_:
+            attrs.update(residual_shift=1, residual_multiplier=(77,) if multiply else None)
+    y = g.add_node("qconv2d" if not float_ else "conv2d", inputs, name="conv",
+                   strides=(stride, stride), pads=(pad,) * 4,
+                   dilations=(dilation, dilation), groups=groups, **attrs)
     g.set_outputs([y])
     return g, feed
 
@@ -63,111 +113,210 @@ GRID = [dict(k=k, stride=s, pad=p) for k, s, p in itertools.product((1, 3, 5, 7)
 
 
 @pytest.mark.parametrize("shape", GRID, ids=lambda d: "k{k}s{stride}p{pad}".format(**d))
-def test_conv_grid_is_bit_exact(cpu, shape):
+@pytest.mark.parametrize("dtype", ["int8", "float32"])
+def test_conv_grid(best, shape, dtype):
     rng = np.random.default_rng(hash(tuple(shape.values())) % 2**32)
-    g, feed = conv_graph(rng, c=13, o=10, h=11, w=10, **shape)
-    np.testing.assert_array_equal(run_cpu(cpu, g, feed)[g.outputs[0]],
-                                  run_reference(g, feed)[g.outputs[0]])
+    g, feed = conv_graph(rng, c=13, o=10, h=11, w=10, dtype=dtype, **shape)
+    assert_matches(g, run_cpu(best, g, feed), feed)
 
 
-@pytest.mark.parametrize("case", [
-    dict(groups=2, c=14, o=10), dict(groups=4, c=12, o=20), dict(groups=7, c=7, o=7),
-    dict(groups=24, c=24, o=24, k=3, stride=2), dict(groups=5, c=5, o=10, k=5, pad=2),
-    dict(dilation=2, k=3, pad=2), dict(n=2, residual=True), dict(residual=True, multiply=True),
-    dict(multiply=True, per_channel=False), dict(bias=False, per_channel=False),
-], ids=str)
-def test_groups_depthwise_dilation_residual_and_modes_are_bit_exact(cpu, case):
+CASES = [dict(groups=2, c=14, o=10), dict(groups=4, c=12, o=20), dict(groups=7, c=7, o=7),
+         dict(groups=24, c=24, o=24, k=3, stride=2), dict(groups=5, c=5, o=10, k=5, pad=2),
+         dict(dilation=2, k=3, pad=2), dict(n=2, residual=True),
+         dict(residual=True, multiply=True), dict(multiply=True, per_channel=False),
+         dict(bias=False, per_channel=False), dict(nonnegative=True, out_min=0),
+         dict(nonnegative=True, residual=True, c=33, o=17, k=1, pad=0)]
+
+
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_groups_depthwise_dilation_residual_modes_on_every_isa(cpu, case):
     rng = np.random.default_rng(7)
     g, feed = conv_graph(rng, **case)
-    np.testing.assert_array_equal(run_cpu(cpu, g, feed)[g.outputs[0]],
-                                  run_reference(g, feed)[g.outputs[0]])
+    assert_matches(g, run_cpu(cpu, g, feed), feed)
 
 
+@pytest.mark.parametrize("case", [dict(), dict(groups=4, c=12, o=8, residual=True),
+                                  dict(groups=16, c=16, o=16, stride=2),
+                                  dict(activation="relu", k=1, pad=0, n=2)], ids=str)
+def test_float_conv_on_every_isa(cpu, case):
+    rng = np.random.default_rng(8)
+    g, feed = conv_graph(rng, dtype="float32", **case)
+    assert_matches(g, run_cpu(cpu, g, feed), feed)
+
+
+@pytest.mark.parametrize("dtype", ["int8", "float32"])
+@pytest.mark.parametrize("case", [dict(c=16, o=24, h=10, w=13),
+                                  dict(c=6, o=6, groups=6, h=12, w=9, stride=2),
+                                  dict(c=40, o=36, h=5, w=5, k=1, pad=0, residual=True)],
+                         ids=str)
+def test_schedules_from_the_space(best, dtype, case):
+    """Schedules the tuner may pick, drawn at random (both vector widths, every knob):
+    each computes the reference's output."""
+    rng = np.random.default_rng(11)
+    g, feed = conv_graph(rng, dtype=dtype, **case)
+    shape = ConvShape.from_node(g.node("conv"), g)
+    space = list(conv_space(shape, best.isa))
+    picks = random.Random(3).sample(space, 6)
+    assert choose_conv(shape, best.isa) in space
+    for schedule in picks:
+        assert_matches(g, run_cpu(best, g, feed, {"conv": schedule}), feed)
+
+
+@pytest.mark.parametrize("dtype", ["int8", "float32"])
 @pytest.mark.parametrize("residual", [False, True])
-def test_dense_is_bit_exact(cpu, residual):
+def test_dense_on_every_isa(cpu, dtype, residual):
     rng = np.random.default_rng(3)
-    g = Graph("qdense")
-    x = g.add_input("x", (3, 37), "int8")
-    inputs = [x, g.add_constant("w", rng.integers(-128, 128, (11, 37)).astype(np.int8), "int8"),
-              g.add_constant("b", rng.integers(-9000, 9000, (11,)).astype(np.int32), "int32")]
-    feed = {"x": rng.integers(-128, 128, (3, 37)).astype(np.int8)}
+    g = Graph("dense")
+    float_ = dtype == "float32"
+    x = g.add_input("x", (3, 37), dtype)
+    w = (rng.standard_normal((11, 37)).astype(np.float32) if float_
+         else rng.integers(-128, 128, (11, 37)).astype(np.int8))
+    b = (g.add_constant("b", rng.standard_normal(11).astype(np.float32), dtype) if float_
+         else g.add_constant("b", rng.integers(-9000, 9000, (11,)).astype(np.int32), "int32"))
+    inputs = [x, g.add_constant("w", w, dtype), b]
+    feed = {"x": rng.standard_normal((3, 37)).astype(np.float32) if float_
+            else rng.integers(-128, 128, (3, 37)).astype(np.int8)}
     if residual:
-        inputs.append(g.add_input("r", (3, 11), "int8"))
-        feed["r"] = rng.integers(-128, 128, (3, 11)).astype(np.int8)
-    y = g.add_node("qdense", inputs, name="fc", shift=(8,), residual_shift=0)
+        inputs.append(g.add_input("r", (3, 11), dtype))
+        feed["r"] = (rng.standard_normal((3, 11)).astype(np.float32) if float_
+                     else rng.integers(-128, 128, (3, 11)).astype(np.int8))
+    attrs = {"activation": "relu"} if float_ else {"shift": (8,), "residual_shift": 0,
+                                                   "multiplier": (3001,)}
+    y = g.add_node("dense" if float_ else "qdense", inputs, name="fc", **attrs)
     g.set_outputs([y])
-    np.testing.assert_array_equal(run_cpu(cpu, g, feed)[y], run_reference(g, feed)[y])
+    assert_matches(g, run_cpu(cpu, g, feed), feed)
 
 
-@pytest.mark.parametrize("model", ["digits_cnn", "small_cnn", "mobilenet_v1"])
-def test_zoo_models_are_bit_exact_through_the_pipeline(model):
+@pytest.mark.parametrize("model", ["digits_cnn", "small_cnn", "mobilenet_v1", "resnet18"])
+@pytest.mark.parametrize("precision", ["int8", "float32"])
+def test_zoo_models_through_the_pipeline(model, precision):
     loaded = pipeline.load_model(model, calibration=1, note=None)
-    outcome = pipeline.run_model(loaded, targets.get("cpu"))
+    outcome = pipeline.run_model(loaded, targets.get("cpu"), precision=precision)
     assert outcome.bit_exact, outcome.mismatch
-    # Every op but the edges' quantize/dequantize and flatten runs on the CPU target.
-    host = {op.op for op in outcome.compiled.ops if op.target != "cpu"}
-    assert host <= {"quantize", "dequantize", "flatten"}, host
+    assert all(op.target == "cpu" for op in outcome.compiled.ops), [
+        (op.name, op.reason) for op in outcome.compiled.ops if op.target != "cpu"]
+    if precision == "int8":
+        assert outcome.max_error == 0.0
+    else:
+        assert 0.0 < outcome.max_error < pipeline.FLOAT_TOLERANCE
+    with outcome.compiled.session() as session:
+        whole = session.run_graph(loaded.feed)
+    for name, value in whole.items():
+        np.testing.assert_array_equal(value, outcome.result.outputs[name])
 
 
-def test_what_it_does_not_run_says_why(cpu):
-    rng = np.random.default_rng(0)
-    g, _ = conv_graph(rng)
-    g2 = Graph("other")
-    a = g2.add_input("a", (1, 4), "float32")
-    y = g2.add_node("relu", [a], name="relu")
-    g2.set_outputs([y])
-    ok, reason = cpu.supports(g2.node("relu"), g2)
-    assert not ok and "relu on float32 data" in reason
-    s = g2.add_node("softmax", [a], name="softmax")
-    ok, reason = cpu.supports(g2.node("softmax"), g2)
+def test_what_it_does_not_run_says_why(best):
+    g = Graph("other")
+    a = g.add_input("a", (1, 4), "float32")
+    s = g.add_node("softmax", [a], name="softmax")
+    g.set_outputs([s])
+    ok, reason = best.supports(g.node("softmax"), g)
     assert not ok and "does not run 'softmax'" in reason
+    rng = np.random.default_rng(0)
+    g, _ = conv_graph(rng, c=4, o=4)
+    g.node("conv").attrs["data_layout"] = "NCHW1n16c"
+    ok, reason = best.supports(g.node("conv"), g)
+    assert not ok and "plain layouts" in reason
     with pytest.raises(ValueError, match="threads must be a positive integer"):
         targets.get("cpu", threads=0)
+    with pytest.raises(ValueError, match="unknown CPU instruction set 'sse9'"):
+        targets.get("cpu", isa="sse9").isa
 
 
-def test_vdla_run_on_the_cpu_target_with_threads(capsys):
+class TestScheduleErrors:
+    """A schedule that does not fit names the knob, its value and what is allowed."""
+
+    @pytest.fixture(scope="class")
+    def conv(self):
+        g, _ = conv_graph(np.random.default_rng(0), c=16, o=24, h=8, w=8)
+        return g
+
+    @pytest.mark.parametrize("change, message", [
+        (dict(mr=40), "schedule knob mr=40 is out of range"),
+        (dict(mr=8, nv=4), "mr=8 and nv=4 need 32 accumulator"),
+        (dict(tile_co=12), "tile_co=12 must be a multiple of mr=8"),
+        (dict(tile_co=64), "tile_co=64 exceeds the 24 output channels"),
+        (dict(tile_h=9), "tile_h=9 is out of range: it must be in [1, 8]"),
+        (dict(tile_ci=6), "tile_ci=6 must be a multiple of 4"),
+        (dict(vl=4), "vl=4 is not a vector width"),
+        (dict(order="zz"), "order='zz'"),
+        (dict(parallel="gpu"), "parallel='gpu'"),
+        (dict(unroll=3), "unroll=3"),
+    ])
+    def test_conv(self, best, conv, change, message):
+        schedule = ConvSchedule(**{**dict(vl=best.isa.lanes[0], mr=8, nv=1, tile_co=16,
+                                          tile_h=2, tile_ci=16), **change})
+        with pytest.raises(ScheduleError, match=message.replace("[", r"\[").replace(
+                "]", r"\]").replace("(", r"\(")):
+            compile_model(conv, best, schedules={"conv": schedule})
+
+    def test_wrong_kind_and_bad_records(self, best, conv):
+        with pytest.raises(TypeError, match="takes a ConvSchedule, not DenseSchedule"):
+            compile_model(conv, best, schedules={"conv": DenseSchedule(16, 1)})
+        with pytest.raises(ScheduleError, match="needs exactly the fields"):
+            ConvSchedule.from_dict({"mr": 1})
+
+
+def test_failed_build_names_the_log(best, tmp_path, monkeypatch):
+    """A C compiler that fails: the error gives the path of its log, and the cache keeps
+    no entry."""
+    cc = tmp_path / "broken-cc"
+    # It answers the probes (its version, -march=native's macros, OpenMP) like gcc and
+    # fails every real build.
+    cc.write_text("#!/bin/sh\nfor a in \"$@\"; do case $a in --version) echo broken 1.0; "
+                  "exit 0;; -dM|probe.c) exec gcc \"$@\";; esac; done\n"
+                  "echo 'error: this compiler is broken' >&2; exit 3\n")
+    cc.chmod(0o755)
+    monkeypatch.setenv("CC", str(cc))
+    monkeypatch.setenv("VDLA_CACHE", str(tmp_path / "cache"))
+    target = targets.get("cpu", threads=1, isa="portable")
+    g, _ = conv_graph(np.random.default_rng(0), c=4, o=4)
+    from vdla.compiler.targets.cpu.build import BuildError
+    with pytest.raises(BuildError, match="the compiler's log is .*build.log") as info:
+        compile_model(g, target)
+    assert info.value.log.is_file() and "this compiler is broken" in info.value.log.read_text()
+    assert not [p for p in (tmp_path / "cache" / "cpu").iterdir()
+                if p.name not in ("failed", ".locks")]
+
+
+def test_no_compiler_says_how_to_install_one(tmp_path, monkeypatch, capsys):
     from vdla.cli import main
-    assert main(["run", "digits_cnn", "--target", "cpu", "--threads", "1"]) == 0
-    out = capsys.readouterr().out
-    assert "bit-exact vs the quantized reference: yes" in out and " cpu " in out
-    assert main(["run", "digits_cnn", "--target", "host", "--threads", "2"]) == 1
-    assert "--threads applies to --target cpu" in capsys.readouterr().err
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    assert main(["run", "digits_cnn", "--target", "cpu"]) == 1
+    err = capsys.readouterr().err
+    assert "not an executable C compiler" in err and "apt install gcc" in err
 
 
-def _one_node(op, shapes, rng, **attrs):
-    g = Graph(op)
-    names = [g.add_input(f"x{i}", s, "int8") for i, s in enumerate(shapes)]
-    feed = {n: rng.integers(-128, 128, s).astype(np.int8) for n, s in zip(names, shapes)}
-    y = g.add_node(op, names, name="op", **attrs)
-    g.set_outputs([y])
-    return g, feed
+class TestTuning:
+    @pytest.fixture(scope="class")
+    def task(self, best):
+        loaded = pipeline.load_model("small_cnn", calibration=1, note=None)
+        tasks = best.tasks(pipeline.quantize_for(loaded, best))
+        return tasks[1]
 
+    def test_task(self, task, best):
+        assert task.target == "cpu" and task.unit == "ns" and task.nonnegative
+        assert f"{best.team} threads, {best.isa.name}" in task.platform
+        space = task.space()
+        assert task.default_schedule() in space
+        result = task.measure(task.default_schedule())
+        assert result.ok and result.cycles > 0 and result.counters["runs"] >= 7, result
+        assert result.counters["min_ns"] <= result.cycles <= result.counters["p75_ns"]
+        assert task.schedule_from_dict(task.schedule_to_dict(space[5])) == space[5]
+        assert len(task.features(space[0], task.estimate(space[0]))) == \
+            len(task.features(space[1], task.estimate(space[1])))
 
-@pytest.mark.parametrize("op, attrs", [
-    ("max_pool2d", dict(kernel=(3, 3), strides=(2, 2), pads=(1, 1, 1, 1))),
-    ("max_pool2d", dict(kernel=(2, 2), strides=(2, 2), ceil_mode=True)),
-    ("max_pool2d", dict(kernel=(3, 2), strides=(1, 2), pads=(2, 0, 1, 1))),
-    ("qavg_pool2d", dict(kernel=(2, 2), strides=(2, 2), shift=(2,))),
-    ("qavg_pool2d", dict(kernel=(3, 3), strides=(1, 1), pads=(1, 1, 1, 1),
-                         count_include_pad=True, multiplier=(3641,), shift=(15,))),
-    ("qglobal_avg_pool2d", dict(multiplier=(1337,), shift=(17,))),
-    ("qglobal_avg_pool2d", dict(shift=(7,))),
-], ids=str)
-def test_int8_pools_are_bit_exact(cpu, op, attrs):
-    g, feed = _one_node(op, [(2, 5, 9, 11)], np.random.default_rng(11), **attrs)
-    np.testing.assert_array_equal(run_cpu(cpu, g, feed)[g.outputs[0]],
-                                  run_reference(g, feed)[g.outputs[0]])
+    def test_bad_schedule_is_an_error_result(self, task):
+        bad = ConvSchedule(16, 40, 1, 40, 1, 4)
+        result = task.measure(bad)
+        assert result.status == "error" and "schedule knob" in result.error
 
-
-@pytest.mark.parametrize("shape", [(2, 6, 5, 7), (3, 17)])
-def test_qadd_and_relu_are_bit_exact(cpu, shape):
-    rng = np.random.default_rng(5)
-    channels = shape[1]
-    g, feed = _one_node("qadd", [shape, shape], rng,
-                        a_multiplier=tuple(int(m) for m in rng.integers(1, 30000, channels)),
-                        a_shift=(14,), b_shift=(1,), out_min=-90, out_max=100)
-    np.testing.assert_array_equal(run_cpu(cpu, g, feed)[g.outputs[0]],
-                                  run_reference(g, feed)[g.outputs[0]])
-    g, feed = _one_node("relu", [shape], rng)
-    np.testing.assert_array_equal(run_cpu(cpu, g, feed)[g.outputs[0]],
-                                  run_reference(g, feed)[g.outputs[0]])
+    def test_tune_then_compile_with_the_records(self, task, best, tmp_path):
+        from vdla.compiler.tuner import InProcessRunner, Records, best_schedules, tune_task
+        with Records(tmp_path / "r.db") as records:
+            result = tune_task(task, InProcessRunner("wall"), trials=4, records=records)
+            assert result.trials == 4 and result.best_cycles and result.default_cycles
+            loaded = pipeline.load_model("small_cnn", calibration=1, note=None)
+            outcome = pipeline.run_model(loaded, best, records=records)
+        assert outcome.bit_exact and set(outcome.schedules) == set(task.nodes)
+        assert outcome.schedules[task.nodes[0]] == result.best

@@ -1,0 +1,468 @@
+"""The CPU target: its speed against onnxruntime, its tuner, and its exactness.
+
+Part 1, speed (ResNet-18, ResNet-50, MobileNet-v1; batch 1; `--threads` threads, 2 by
+default), measured in one process, so the two compete on the same machine state:
+
+* float32: vdla's CPU target on the prepared float graph against onnxruntime on the
+  ONNX model `vdla export` writes from the same graph;
+* int8: vdla's CPU target on vdla's quantized graph against onnxruntime on that ONNX
+  model quantized by onnxruntime itself: `quant_pre_process`, then static QDQ
+  quantization (`quantize_static`) on the same calibration samples; with int8
+  activations (its default) and with uint8 activations (the faster path of its x86
+  kernels). The goal is measured against the faster of the two.
+
+vdla runs through its whole-graph runner (one C call, `ModelSession.run_graph`), once
+with the default chooser's schedules and once with the tuned ones (part 2's records).
+Every configuration runs in blocks of `--runs` runs; the blocks of all configurations
+are interleaved over `--rounds` rounds, with a pause before each block so that no
+thread pool (onnxruntime's or OpenMP's) still spins from the block before. Printed: the
+median time per run and each vdla time as a speed ratio (onnxruntime's time / vdla's;
+the goal is >= 0.8).
+
+Part 2, tuning: per model and precision, `vdla tune`'s loop (the default schedule
+first, then the model tuner) with `--trials` wall-time measurements per distinct layer,
+kept in `--records` (a second run resumes). Printed per layer: default and tuned time.
+
+Part 3, convergence: for ResNet-18's `--layers` (int8), a long run of `--long-trials`,
+then fresh runs of the model tuner with other seeds: the trials each needed to come
+within 5% of the long run's best (a schedule measured before is not measured again).
+
+Part 4, exactness: the conv grid (kernels 1, 3, 5, 7; strides 1, 2; pads; groups 1, 2
+and depthwise; channel counts that are no multiple of a vector width) on every
+instruction set this machine runs, and the zoo models: int8 bit-exact against the
+integer reference, float32's largest relative error against the float reference.
+
+    python bench/cpu.py [--models resnet18 resnet50 mobilenet_v1] [--trials 32]
+                        [--skip-tune] [--skip-convergence] [--skip-exactness]
+                        [--out bench-cpu]
+
+Writes OUT/cpu.json and OUT/cpu.png (speed against onnxruntime).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import itertools
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")   # numpy's BLAS off our cores
+
+import numpy as np  # noqa: E402
+
+from vdla.compiler import Graph, pipeline, run_reference, targets  # noqa: E402
+from vdla.compiler.frontend.onnx_export import save_onnx  # noqa: E402
+from vdla.compiler.targets.model import compile_model  # noqa: E402
+from vdla.compiler.tuner import (LocalRunner, Records, tasks_from_workload,  # noqa: E402
+                                 tune_task)
+
+MODELS = ("resnet18", "resnet50", "mobilenet_v1")
+GOAL = 0.8
+WITHIN = 1.05
+
+
+def log(message: str) -> None:
+    print(f"[cpu bench] {message}", file=sys.stderr, flush=True)
+
+
+# --- part 1: the configurations ---------------------------------------------------------
+
+@dataclasses.dataclass
+class Config:
+    model: str
+    precision: str
+    who: str                 # "ort-fp32", "ort-s8", "ort-u8", "vdla-default", "vdla-tuned"
+    run: object              # a callable running one inference
+    times: list = dataclasses.field(default_factory=list)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.times)
+
+
+def ort_session(path: Path, threads: int):
+    import onnxruntime as ort
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def ort_quantize(fp32: Path, model, out: Path, activations: str) -> Path:
+    """onnxruntime's own static QDQ quantization of `fp32` on `model`'s calibration
+    samples, after its recommended pre-processing."""
+    from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
+                                          quantize_static)
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    pre = out.with_name(out.stem + "-pre.onnx")
+    if not pre.exists():
+        quant_pre_process(str(fp32), str(pre))
+    name = model.graph.inputs[0]
+    samples = model.calibration[name]
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.items = iter({name: s.astype(np.float32)} for s in samples)
+
+        def get_next(self):
+            return next(self.items, None)
+
+    quantize_static(str(pre), str(out), Reader(), quant_format=QuantFormat.QDQ,
+                    activation_type=QuantType.QInt8 if activations == "s8" else QuantType.QUInt8,
+                    weight_type=QuantType.QInt8, per_channel=True)
+    return out
+
+
+def vdla_runner(graph: Graph, target, feed, records=None):
+    schedules = {}
+    if records is not None:
+        from vdla.compiler.tuner import best_schedules
+        schedules = {n: s for n, (s, _) in best_schedules(records, graph, target).items()}
+    compiled = compile_model(graph, target, schedules=schedules)
+    session = compiled.session()
+    out = session.run_graph(feed)
+    if out is None:
+        raise SystemExit(f"{graph.name}: not every op runs on the CPU target "
+                         f"({[o.name for o in compiled.ops if o.target != 'cpu'][:4]})")
+    return (lambda: session.run_graph(feed)), out, len(schedules)
+
+
+def speed(models, args, records: Records | None, workdir: Path) -> list[dict]:
+    target = targets.get("cpu", threads=args.threads)
+    configs: list[Config] = []
+    checks = []
+    for name in models:
+        model = pipeline.load_model(name, calibration=args.calibration, note=None)
+        x = model.feed[model.graph.inputs[0]].astype(np.float32)
+        fp32 = save_onnx(model.graph, workdir / f"{name}.onnx")
+        log(f"{name}: onnxruntime's quantization (int8 and uint8 activations) ...")
+        ort_models = {"ort-fp32": fp32}
+        for act in ("s8", "u8"):
+            path = workdir / f"{name}-{act}.onnx"
+            ort_models[f"ort-{act}"] = path if path.exists() else ort_quantize(
+                fp32, model, path, act)
+        for who, path in ort_models.items():
+            session = ort_session(path, args.threads)
+            feed = {session.get_inputs()[0].name: x}
+            configs.append(Config(name, "float32" if who == "ort-fp32" else "int8", who,
+                                  lambda s=session, f=feed: s.run(None, f)))
+        for precision in ("float32", "int8"):
+            log(f"{name} {precision}: compiling for the CPU target ...")
+            graph = pipeline.graph_for(model, target, precision=precision)
+            reference = run_reference(graph, model.feed)
+            for who, recs in (("vdla-default", None), ("vdla-tuned", records)):
+                if who == "vdla-tuned" and recs is None:
+                    continue
+                run, out, tuned = vdla_runner(graph, target, model.feed, recs)
+                error = max(pipeline.relative_error(out[o], reference[o]) for o in graph.outputs)
+                checks.append({"model": name, "precision": precision, "who": who,
+                               "tuned_ops": tuned, "max_error": error})
+                if precision == "int8" and error != 0.0 or error > pipeline.FLOAT_TOLERANCE:
+                    raise SystemExit(f"{name} {precision} {who}: output differs from the "
+                                     f"reference by {error:.3g}")
+                configs.append(Config(name, precision, who, run))
+    log(f"timing {len(configs)} configurations: {args.rounds} rounds of {args.runs} runs ...")
+    for config in configs:
+        for _ in range(3):
+            config.run()
+    for r in range(args.rounds):
+        for config in configs:
+            time.sleep(args.pause)
+            for _ in range(args.runs):
+                t0 = time.perf_counter()
+                config.run()
+                config.times.append(time.perf_counter() - t0)
+    rows = []
+    for name in models:
+        for precision in ("float32", "int8"):
+            mine = [c for c in configs if c.model == name and c.precision == precision]
+            ort = {c.who: c for c in mine if c.who.startswith("ort")}
+            base = min(ort.values(), key=lambda c: c.median)
+            row = {"model": name, "precision": precision,
+                   "ort": {who: c.median * 1e3 for who, c in ort.items()},
+                   "ort_best": base.who, "ort_ms": base.median * 1e3}
+            for c in mine:
+                if c.who.startswith("vdla"):
+                    row[c.who] = {"ms": c.median * 1e3, "speed": base.median / c.median,
+                                  "runs": len(c.times)}
+            rows.append(row)
+    for check in checks:
+        for row in rows:
+            if (row["model"], row["precision"]) == (check["model"], check["precision"]) \
+                    and check["who"] in row:
+                row[check["who"]].update(max_error=check["max_error"],
+                                         tuned_ops=check["tuned_ops"])
+    return rows
+
+
+def print_speed(rows, threads: int) -> None:
+    print(f"\nSpeed against onnxruntime ({threads} threads, batch 1; median ms per run; "
+          f"speed = onnxruntime's time / vdla's, goal >= {GOAL})")
+    head = f"{'model':14}{'prec':9}{'onnxruntime':>22}{'vdla default':>22}{'vdla tuned':>22}  goal"
+    print(head)
+    for r in rows:
+        ort = (f"{r['ort_ms']:.2f} ({r['ort_best'][4:]})" if r["precision"] == "int8"
+               else f"{r['ort_ms']:.2f}")
+        cells = []
+        for who in ("vdla-default", "vdla-tuned"):
+            cells.append(f"{r[who]['ms']:.2f} ({r[who]['speed']:.2f}x)" if who in r else "-")
+        best = max(r[w]["speed"] for w in ("vdla-default", "vdla-tuned") if w in r)
+        print(f"{r['model']:14}{r['precision']:9}{ort:>22}{cells[0]:>22}{cells[1]:>22}  "
+              f"{'yes' if best >= GOAL else 'NO'}")
+        if r["precision"] == "int8":
+            print(f"{'':23}onnxruntime int8 activations {r['ort']['ort-s8']:.2f} ms, "
+                  f"uint8 activations {r['ort']['ort-u8']:.2f} ms")
+
+
+def plot_speed(rows, path: Path) -> None:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(8.5, 4.2))
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    labels = [f"{r['model']}\n{r['precision']}" for r in rows]
+    width = 0.38
+    for i, (who, color) in enumerate((("vdla-default", "#9ecae1"), ("vdla-tuned", "#08519c"))):
+        values = [r[who]["speed"] if who in r else 0 for r in rows]
+        xs = [k + (i - 0.5) * width for k in range(len(rows))]
+        ax.bar(xs, values, width, color=color, label=f"vdla cpu, {who[5:]} schedules")
+        for x, v in zip(xs, values):
+            if v:
+                ax.text(x, v + 0.02, f"{v:.2f}", ha="center", fontsize="x-small")
+    ax.axhline(1.0, color="black", lw=1, label="onnxruntime (its best int8 variant)")
+    ax.axhline(GOAL, color="red", lw=1, ls="--", label=f"goal: {GOAL}x onnxruntime")
+    ax.set_xticks(range(len(rows)), labels, fontsize="small")
+    ax.set_ylabel("speed relative to onnxruntime")
+    ax.set_title("vdla's CPU target against onnxruntime (batch 1, same process)",
+                 fontsize="medium")
+    ax.legend(fontsize="x-small", loc="lower right")
+    ax.grid(True, axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+
+
+# --- part 2: tuning -----------------------------------------------------------------------
+
+def tune(models, args, records: Records) -> list[dict]:
+    target = targets.get("cpu", threads=args.threads)
+    rows = []
+    with LocalRunner("wall", jobs=1, log=log) as runner:
+        for name in models:
+            model = pipeline.load_model(name, calibration=args.calibration, note=None)
+            for precision in ("float32", "int8"):
+                graph = pipeline.graph_for(model, target, precision=precision)
+                tasks = target.tasks(graph)
+                for i, task in enumerate(tasks):
+                    log(f"tuning {name} {precision} [{i + 1}/{len(tasks)}] {task.describe()}")
+                    r = tune_task(task, runner, trials=args.trials, records=records,
+                                  seed=args.seed)
+                    rows.append({"model": name, "precision": precision, "layer": task.name,
+                                 "shape": task.describe(), "nodes": len(task.nodes),
+                                 "space": r.space_size, "trials": r.trials,
+                                 "default_us": None if r.default_cycles is None
+                                 else r.default_cycles / 1e3,
+                                 "tuned_us": None if r.best_cycles is None else r.best_cycles / 1e3,
+                                 "speedup": r.speedup,
+                                 "best": task.schedule_to_dict(r.best) if r.best else None})
+    return rows
+
+
+def print_tuning(rows) -> None:
+    print("\nTuned against default schedules, per layer (median wall time of the layer "
+          "alone, us; x: nodes sharing the layer's shape)")
+    print(f"{'model':13}{'prec':8}{'layer':42}{'x':>3}{'default':>10}{'tuned':>10}{'speedup':>9}")
+    for r in rows:
+        print(f"{r['model']:13}{r['precision']:8}{r['shape'][:41]:42}{r['nodes']:>3}"
+              f"{r['default_us'] or 0:>10.1f}{r['tuned_us'] or 0:>10.1f}"
+              f"{(r['speedup'] or 0):>8.2f}x")
+
+
+# --- part 3: convergence ---------------------------------------------------------------
+
+class MemoRunner:
+    """Measures each (task, schedule) once; later seeds get the same result."""
+
+    def __init__(self, runner):
+        self.runner, self.backend, self.memo = runner, runner.backend, {}
+
+    def measure(self, inputs):
+        todo = [i for i in inputs if (i.task.uid, i.schedule) not in self.memo]
+        for inp, result in zip(todo, self.runner.measure(todo) if todo else []):
+            self.memo[inp.task.uid, inp.schedule] = result
+        return [self.memo[i.task.uid, i.schedule] for i in inputs]
+
+
+def convergence(args, out: Path) -> list[dict]:
+    target = targets.get("cpu", threads=args.threads)
+    rows = []
+    folder = out / "convergence"
+    folder.mkdir(exist_ok=True)
+    with LocalRunner("wall", jobs=1, log=log) as local:
+        runner = MemoRunner(local)
+        for layer in args.layers:
+            task = tasks_from_workload(layer, target)[0]
+            log(f"convergence {layer}: a long run of {args.long_trials} trials ...")
+            with Records(folder / f"{layer}-long.db") as records:
+                long = tune_task(task, runner, trials=args.long_trials, records=records,
+                                 seed=0)
+            best = long.best_cycles
+            needed = []
+            for seed in range(1, args.seeds + 1):
+                # A fresh search, resumed 8 trials at a time until one is within 5%.
+                path = folder / f"{layer}-seed{seed}.db"
+                path.unlink(missing_ok=True)
+                hit, done = None, 0
+                with Records(path) as records:
+                    while hit is None and done < args.long_trials:
+                        r = tune_task(task, runner, trials=min(done + 8, args.long_trials),
+                                      records=records, seed=seed)
+                        for k, (_, m) in enumerate(r.history, done + 1):
+                            if m.ok and m.cycles <= WITHIN * best:
+                                hit = k
+                                break
+                        done = r.trials
+                needed.append(hit)
+            rows.append({"layer": layer, "shape": task.describe(), "space": long.space_size,
+                         "long_trials": long.trials, "best_us": best / 1e3,
+                         "default_us": (long.default_cycles or 0) / 1e3,
+                         "trials_to_5pct": needed})
+    return rows
+
+
+def print_convergence(rows, long_trials: int) -> None:
+    print(f"\nTrials to come within 5% of the best of a {long_trials}-trial run (model "
+          "tuner, fresh seeds; ResNet-18 int8 layers)")
+    print(f"{'layer':6}{'shape':36}{'space':>7}{'best us':>9}{'default':>9}  trials per seed")
+    for r in rows:
+        print(f"{r['layer']:6}{r['shape'][:35]:36}{r['space']:>7}{r['best_us']:>9.1f}"
+              f"{r['default_us']:>9.1f}  {r['trials_to_5pct']}")
+
+
+# --- part 4: exactness -------------------------------------------------------------------
+
+def exactness(args) -> dict:
+    from vdla.compiler.targets.cpu import isa as cpu_isa
+    from vdla.compiler.targets.cpu.build import machine_features
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "compiler"
+                           / "targets" / "cpu"))
+    from test_cpu_target import conv_graph   # the tests' graphs: one definition
+
+    isas = [n for n, i in cpu_isa.ISAS.items() if i.runs_on(machine_features())]
+    grid = [dict(k=k, stride=s, pad=p) for k, s, p in itertools.product(
+        (1, 3, 5, 7), (1, 2), (0, 1, 3)) if p < k]
+    groups = [dict(groups=1, c=13, o=10), dict(groups=2, c=14, o=10),
+              dict(groups=12, c=12, o=12)]
+    out = {"isas": isas, "grid": len(grid) * len(groups), "int8_exact": 0, "int8_total": 0,
+           "float_max_error": 0.0, "models": {}}
+    for isa in isas:
+        target = targets.get("cpu", threads=args.threads, isa=isa)
+        log(f"exactness: the conv grid on {isa} ...")
+        for shape, group in itertools.product(grid, groups):
+            for dtype in ("int8", "float32"):
+                rng = np.random.default_rng(len(out["models"]) + out["int8_total"])
+                g, feed = conv_graph(rng, h=11, w=10, dtype=dtype, **shape, **group)
+                compiled = compile_model(g, target)
+                with compiled.session() as session:
+                    got = session.run(feed).outputs[g.outputs[0]]
+                want = run_reference(g, feed)[g.outputs[0]]
+                if dtype == "int8":
+                    out["int8_total"] += 1
+                    out["int8_exact"] += int(np.array_equal(got, want))
+                else:
+                    out["float_max_error"] = max(out["float_max_error"],
+                                                 pipeline.relative_error(got, want))
+    target = targets.get("cpu", threads=args.threads)
+    for name in ("digits_cnn", "small_cnn", "mobilenet_v1", "resnet18", "resnet50"):
+        model = pipeline.load_model(name, calibration=args.calibration, note=None)
+        result = {}
+        for precision in ("int8", "float32"):
+            o = pipeline.run_model(model, target, precision=precision)
+            result[precision] = {"ok": o.bit_exact, "max_error": o.max_error}
+        out["models"][name] = result
+        log(f"exactness: {name}: {result}")
+    return out
+
+
+def print_exactness(e) -> None:
+    print(f"\nExactness: conv grid of {e['grid']} shapes on {', '.join(e['isas'])}: int8 "
+          f"bit-exact {e['int8_exact']}/{e['int8_total']}; float32 largest relative error "
+          f"{e['float_max_error']:.2e}")
+    for name, r in e["models"].items():
+        print(f"  {name:14} int8 bit-exact: {'yes' if r['int8']['ok'] else 'NO'}; float32 "
+              f"relative error {r['float32']['max_error']:.2e}")
+
+
+# --- main ----------------------------------------------------------------------------------
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--calibration", type=int, default=4)
+    p.add_argument("--runs", type=int, default=10, help="runs per block (default 10)")
+    p.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
+    p.add_argument("--pause", type=float, default=0.3,
+                   help="seconds between blocks (default 0.3)")
+    p.add_argument("--trials", type=int, default=32, help="tuning trials per layer")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--layers", nargs="+", default=["C2", "C5", "C8", "C11"])
+    p.add_argument("--long-trials", type=int, default=160)
+    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--records", default=None,
+                   help="tuning records (default OUT/cpu-records.db)")
+    p.add_argument("--out", default="bench-cpu", help="output folder (default bench-cpu)")
+    p.add_argument("--skip-tune", action="store_true",
+                   help="no tuning (the tuned figures come from --records if it exists)")
+    p.add_argument("--skip-speed", action="store_true")
+    p.add_argument("--skip-convergence", action="store_true")
+    p.add_argument("--skip-exactness", action="store_true")
+    args = p.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    records_path = Path(args.records) if args.records else out / "cpu-records.db"
+    report = {"threads": args.threads, "models": args.models}
+    from vdla.compiler.targets.cpu.tuning import cpu_name
+    report["cpu"] = cpu_name()
+    report["isa"] = targets.get("cpu").isa.name
+    import onnxruntime
+    report["onnxruntime"] = onnxruntime.__version__
+    print(f"machine: {report['cpu']}, {os.cpu_count()} cores; vdla's code for "
+          f"{report['isa']}; onnxruntime {report['onnxruntime']}")
+    records = None
+    if not args.skip_tune:
+        started = time.perf_counter()
+        with Records(records_path) as records:
+            report["tuning"] = tune(args.models, args, records)
+        report["tuning_seconds"] = time.perf_counter() - started
+        print_tuning(report["tuning"])
+    if records_path.exists():
+        records = Records(records_path)
+    if not args.skip_speed:
+        work = out / "onnx"          # kept: onnxruntime's quantization takes minutes
+        work.mkdir(exist_ok=True)
+        report["speed"] = speed(args.models, args, records, work)
+        print_speed(report["speed"], args.threads)
+        plot_speed(report["speed"], out / "cpu.png")
+    if not args.skip_convergence:
+        report["convergence"] = convergence(args, out)
+        print_convergence(report["convergence"], args.long_trials)
+    if not args.skip_exactness:
+        report["exactness"] = exactness(args)
+        print_exactness(report["exactness"])
+    (out / "cpu.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
+    print(f"\nwrote {out / 'cpu.json'}" + ("" if args.skip_speed else f", {out / 'cpu.png'}"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

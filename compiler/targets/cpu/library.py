@@ -1,0 +1,135 @@
+"""Kernels into one shared library, and calling a kernel from Python.
+
+    build = build_kernels([kernel, ...], isa)         # a cached `CBuild`
+    lib = load(build)
+    y = call(lib, kernel, [x], out, threads=2)        # runs kernel's function
+
+The library's C file includes ``vdla_cpu.h`` (shipped with this package) and defines
+every distinct kernel's function once (`Kernel.name` is a hash of its text), plus
+``vdla_set_threads``; it is built with the ISA's flags (`vdla.compiler.targets.cpu.isa`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from importlib.resources import files
+from typing import Callable, Sequence
+
+import numpy as np
+
+from vdla.compiler.targets.cpu.build import CBuild, build_library
+from vdla.compiler.targets.cpu.isa import Isa
+from vdla.compiler.targets.cpu.kernel import ALIGN, Kernel
+
+__all__ = ["HEADER", "aligned_empty", "build_kernels", "call", "kernels_source", "load",
+           "time_runs"]
+
+#: The header every generated file includes.
+HEADER = "vdla_cpu.h"
+
+_RUNTIME = r"""
+#include <time.h>
+
+void vdla_set_threads(int n) {
+#ifdef _OPENMP
+    if (n > 0) omp_set_num_threads(n);
+#else
+    (void)n;
+#endif
+}
+
+int vdla_max_threads(void) {
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
+/* Run fn `runs` times, each run's wall time in seconds[]: timing without Python. */
+typedef void (*vdla_fn)(const void *const *, void *, const unsigned char *, unsigned char *);
+void vdla_time_runs(vdla_fn fn, const void *const *in, void *out,
+                    const unsigned char *params, unsigned char *ws, int runs,
+                    double *seconds) {
+    for (int r = 0; r < runs; r++) {
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        fn(in, out, params, ws);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        seconds[r] = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    }
+}
+"""
+
+
+def header_text() -> str:
+    return (files("vdla.compiler.targets.cpu") / HEADER).read_text()
+
+
+def kernels_source(kernels: Sequence[Kernel]) -> str:
+    """One C file defining each distinct kernel's function once."""
+    seen, parts = set(), [f'#include "{HEADER}"\n', _RUNTIME]
+    for kernel in kernels:
+        if kernel.name not in seen:
+            seen.add(kernel.name)
+            parts.append(kernel.text)
+    return "".join(parts)
+
+
+def build_kernels(kernels: Sequence[Kernel], isa: Isa, *, extra: str = "", name: str = "vdla_cpu",
+                  log: Callable[[str], None] | None = None) -> CBuild:
+    """The library of `kernels` (and `extra` C text after them), built for `isa`."""
+    source = kernels_source(kernels) + extra
+    return build_library({HEADER: header_text(), "model.c": source}, name=name,
+                         flags=isa.flags, log=log)
+
+
+def load(build: CBuild) -> ctypes.CDLL:
+    lib = build.load()
+    lib.vdla_set_threads.argtypes = [ctypes.c_int]
+    lib.vdla_set_threads.restype = None
+    lib.vdla_max_threads.restype = ctypes.c_int
+    return lib
+
+
+def function(lib: ctypes.CDLL, kernel: Kernel):
+    fn = getattr(lib, kernel.name)
+    fn.argtypes = [ctypes.c_void_p] * 4
+    fn.restype = None
+    return fn
+
+
+def aligned_empty(nbytes: int) -> np.ndarray:
+    """A uint8 buffer of `nbytes` whose start is `ALIGN`-aligned."""
+    raw = np.empty(nbytes + ALIGN, np.uint8)
+    start = (-raw.ctypes.data) % ALIGN
+    return raw[start:start + nbytes]
+
+
+def time_runs(lib: ctypes.CDLL, kernel: Kernel, inputs: Sequence[np.ndarray],
+              out: np.ndarray, workspace: np.ndarray, runs: int) -> np.ndarray:
+    """Wall times (seconds) of `runs` back-to-back runs of `kernel`, timed in C."""
+    arrays = [np.ascontiguousarray(a) for a in inputs]
+    pointers = (ctypes.c_void_p * max(1, len(arrays)))(*[a.ctypes.data for a in arrays])
+    seconds = np.zeros(runs, np.float64)
+    fn = function(lib, kernel)
+    lib.vdla_time_runs.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int, ctypes.c_void_p]
+    lib.vdla_time_runs.restype = None
+    lib.vdla_time_runs(ctypes.cast(fn, ctypes.c_void_p), pointers, out.ctypes.data,
+                       kernel.params.ctypes.data, workspace.ctypes.data, runs,
+                       seconds.ctypes.data)
+    return seconds
+
+
+def call(lib: ctypes.CDLL, kernel: Kernel, inputs: Sequence[np.ndarray], out: np.ndarray, *,
+         workspace: np.ndarray | None = None, threads: int = 1) -> np.ndarray:
+    """Run `kernel` on `inputs` (C-contiguous arrays of its computed inputs, in order)
+    into `out`; returns `out`. `workspace` must hold ``kernel.workspace(threads)`` bytes
+    (allocated here when None)."""
+    if workspace is None:
+        workspace = aligned_empty(max(kernel.workspace(threads), 1))
+    arrays = [np.ascontiguousarray(a) for a in inputs]
+    pointers = (ctypes.c_void_p * max(1, len(arrays)))(*[a.ctypes.data for a in arrays])
+    params = kernel.params if kernel.params.size else np.zeros(1, np.uint8)
+    function(lib, kernel)(pointers, out.ctypes.data, params.ctypes.data, workspace.ctypes.data)
+    return out

@@ -1,0 +1,66 @@
+"""One node of a graph to its CPU kernel: the op's generator, with a schedule.
+
+    kernel, schedule = node_kernel(node, graph, isa, threads=2)
+
+Convolutions go to `vdla.compiler.targets.cpu.conv` (or `depthwise`, one input channel
+per group), dense layers to `dense`, every other op to `ops`. The target and its tuning
+tasks both lower nodes through here, so what the tuner measures is what models run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vdla.compiler.ir.graph import Graph
+from vdla.compiler.ir.tensor import Node
+from vdla.compiler.targets.cpu import ops
+from vdla.compiler.targets.cpu.conv import conv_kernel
+from vdla.compiler.targets.cpu.dense import dense_kernel
+from vdla.compiler.targets.cpu.depthwise import depthwise_kernel
+from vdla.compiler.targets.cpu.isa import Isa
+from vdla.compiler.targets.cpu.kernel import Kernel
+from vdla.compiler.targets.cpu.schedule import (ConvSchedule, DenseSchedule, choose_conv,
+                                                choose_dense)
+from vdla.compiler.targets.cpu.shapes import ConvShape, DenseShape
+
+__all__ = ["GEMM_OPS", "node_kernel"]
+
+#: The ops with schedules (the tuner's), and the schedule type of each.
+GEMM_OPS = {"conv2d": ConvSchedule, "qconv2d": ConvSchedule,
+            "dense": DenseSchedule, "qdense": DenseSchedule}
+
+
+def node_kernel(node: Node, graph: Graph, isa: Isa, *, schedule: Any = None,
+                threads: int = 2, nonnegative: bool | None = None) -> tuple[Kernel, Any]:
+    """`node`'s kernel and the schedule it was generated with (None for an op without
+    schedules).
+
+    schedule : a `ConvSchedule` / `DenseSchedule`, or None for the default chooser's;
+        `ScheduleError` (a ValueError) names a knob that does not fit, TypeError a
+        schedule of the wrong kind
+    threads : the team the default chooser plans work items for
+    nonnegative : overrides what the graph says of an int8 input's sign (a tuning task's
+        one-node graph has no producer to ask)
+    """
+    inputs = tuple(t for t in node.inputs if t and not graph.tensors[t].is_constant)
+    kind = GEMM_OPS.get(node.op)
+    if kind is None:
+        if schedule is not None:
+            raise TypeError(f"node {node.name!r} ({node.op}) has no schedules on the CPU "
+                            f"target; got {schedule!r}")
+        return ops.build(node, graph, isa), None
+    if schedule is not None and not isinstance(schedule, kind):
+        raise TypeError(f"node {node.name!r} ({node.op}) takes a {kind.__name__}, not "
+                        f"{type(schedule).__name__}: {schedule!r}")
+    w = graph.constant(node.inputs[1])
+    bias = graph.constant(node.input(2)) if node.input(2) else None
+    if kind is DenseSchedule:
+        shape = DenseShape.from_node(node, graph, nonnegative=nonnegative)
+        schedule = schedule or choose_dense(shape, isa)
+        return dense_kernel(shape, schedule, w, bias, node, isa, inputs), schedule
+    shape = ConvShape.from_node(node, graph, nonnegative=nonnegative)
+    schedule = schedule or choose_conv(shape, isa, threads)
+    if shape.depthwise:
+        return depthwise_kernel(shape, schedule.check(shape, isa), w, bias, node,
+                                inputs), schedule
+    return conv_kernel(shape, schedule, w, bias, node, isa, inputs), schedule

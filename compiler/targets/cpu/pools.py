@@ -1,0 +1,216 @@
+"""The CPU target's pools compiled to C (max, average and global average; float32
+and int8): see `vdla.compiler.targets.cpu.ops` for how the loops run."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from vdla.compiler.ir.graph import Graph
+from vdla.compiler.ir.tensor import DTYPES, Node
+from vdla.compiler.reference.integer import (INT8_MAX, INT8_MIN)
+from vdla.compiler.targets.cpu.kernel import SIGNATURE, Kernel, Params
+from vdla.compiler.targets.cpu.opbase import (PARALLEL_MIN, POOL_ROW_MAX, CTYPES,
+                                             RQ_HELPER, Sources, dtype_refusal,
+                                             kernel, rq_tables)
+
+__all__ = ["global_pool_kernel", "pool_kernel", "pool_refusal"]
+
+
+# --- pools ---------------------------------------------------------------------------------
+
+def _ints(value, count: int) -> tuple[int, ...]:
+    """A window attribute (one int for every axis, or `count` ints) as `count` ints."""
+    return (int(value),) * count if isinstance(value, (int, np.integer)) else \
+        tuple(int(v) for v in value)
+
+
+class _Pool:
+    """A 2-D pool's sizes: input (n, c, h, w), output (oh, ow), window (kh, kw), strides
+    (sh, sw), leading pads (pt, pl) and the padded row buffer's width `wp`, of which
+    input columns [0, `wc`) land at [pl, pl + wc)."""
+
+    def __init__(self, node: Node, graph: Graph):
+        a = node.attrs
+        self.n, self.c, self.h, self.w = graph.tensors[node.inputs[0]].shape
+        self.oh, self.ow = graph.tensors[node.outputs[0]].shape[2:]
+        (self.kh, self.kw), (self.sh, self.sw) = _ints(a["kernel"], 2), _ints(a["strides"], 2)
+        self.pt, self.pl, self.pb, self.pr = _ints(a["pads"], 4)
+        self.wp = (self.ow - 1) * self.sw + self.kw
+        self.wc = max(0, min(self.w, self.wp - self.pl))
+        self.elem = {"max_pool2d": np.dtype(DTYPES[graph.tensors[node.inputs[0]].dtype]).itemsize,
+                     "avg_pool2d": 8, "qavg_pool2d": 4}[node.op]
+
+    @property
+    def row_bytes(self) -> int:
+        return self.wp * self.elem
+
+    @property
+    def work(self) -> int:
+        return self.n * self.c * self.oh * self.ow * self.kh * self.kw
+
+
+def pool_kernel(node: Node, graph: Graph) -> Kernel:
+    """``max_pool2d`` (int8, float32), ``avg_pool2d`` (float32) and ``qavg_pool2d``."""
+    p = _Pool(node, graph)
+    params = Params()
+    sources = Sources(graph, params)
+    t_in = CTYPES[graph.tensors[node.inputs[0]].dtype]
+    x = sources.pointer(node.inputs[0], t_in)
+    tables, helper, rows_decl = "", "", ""
+    if node.op == "max_pool2d":
+        acc, fill = t_in, ("-128" if t_in == "int8_t" else "-INFINITY")
+        load = ""
+
+        def comb(a: str, b: str) -> str:
+            return f"({a} > {b} ? {a} : {b})"
+        finish = "yr[q] = m;"
+    else:
+        acc, fill = ("double", "0") if node.op == "avg_pool2d" else ("uint32_t", "0")
+        load = "(double)" if node.op == "avg_pool2d" else "(uint32_t)(int32_t)"
+
+        def comb(a: str, b: str) -> str:
+            return f"({a} + {b})"
+    if node.op == "avg_pool2d":
+        # The reference divides float64 sums by the count of elements the window covers:
+        # the input only, or the padded input too (count_include_pad); never the ceil-mode
+        # overhang. A window with none gives 0 / 0 = NaN, as there.
+        if node.attrs["count_include_pad"]:
+            lo_r, hi_r, lo_c, hi_c = -p.pt, p.h + p.pb, -p.pl, p.w + p.pr
+        else:
+            lo_r, hi_r, lo_c, hi_c = 0, p.h, 0, p.w
+        rows_decl = (f"const int rows = vdla_max(0, vdla_min(r0 + {p.kh}, {hi_r}) - "
+                     f"vdla_max(r0, {lo_r}));")
+        finish = (f"const int c0 = q * {p.sw} - {p.pl}; "
+                  f"const int cols = vdla_max(0, vdla_min(c0 + {p.kw}, {hi_c}) - "
+                  f"vdla_max(c0, {lo_c})); "
+                  "yr[q] = (float)(m / (double)(rows * cols));")
+    elif node.op == "qavg_pool2d":
+        off = params.add(rq_tables(node.attrs["multiplier"], node.attrs["shift"], p.c))
+        tables = f"    const uint32_t *restrict rq = (const uint32_t *)(params + {off});\n"
+        helper = RQ_HELPER
+        finish = ("yr[q] = vdla_clamp8(NAME_rq((int32_t)m, rq[ch], "
+                  f"rq[{p.c} + ch], rq[{2 * p.c} + ch], rq[{3 * p.c} + ch]), "
+                  f"{INT8_MIN}, {INT8_MAX});")
+    pragma = ("#pragma omp parallel for collapse(2) schedule(static)"
+              if p.work >= PARALLEL_MIN else "")
+    t_out = "float" if node.op == "avg_pool2d" else t_in
+    pl, wc, w = p.pl, p.wc, p.w
+    body = f"""
+/* {node.op} {p.n}x{p.c}x{p.h}x{p.w} -> {p.oh}x{p.ow}, window {p.kh}x{p.kw}, strides
+   {p.sh}x{p.sw}, pads {p.pt},{p.pl},{p.pb},{p.pr} */{helper}
+void NAME{SIGNATURE} {{
+    const {t_in} *restrict x = {x};
+    {t_out} *restrict y = ({t_out} *)out_;
+{tables}    (void)ws;
+    {pragma}
+    for (int plane = 0; plane < {p.n * p.c}; plane++)
+    for (int r = 0; r < {p.oh}; r++) {{
+        const int ch = plane % {p.c}; (void)ch;
+        const {t_in} *restrict xc = x + (size_t)plane * {p.h * w};
+        {t_out} *restrict yr = y + ((size_t)plane * {p.oh} + r) * {p.ow};
+        /* the window's rows combined column by column into t; its pad and overhang
+           columns hold {fill}, which never changes the result */
+        {acc} t[{p.wp}] __attribute__((aligned(64)));
+        for (int k = 0; k < {min(pl, p.wp)}; k++) t[k] = {fill};
+        for (int k = {min(pl + wc, p.wp)}; k < {p.wp}; k++) t[k] = {fill};
+        const int r0 = r * {p.sh} - {p.pt};
+        {rows_decl}
+        if (r0 >= 0 && r0 + {p.kh} <= {p.h}) {{
+            /* the whole window inside: one pass */
+            const {t_in} *restrict xr = xc + (size_t)r0 * {w};
+            for (int j = 0; j < {wc}; j++) {{
+                {acc} v = {load}xr[j];
+                for (int i = 1; i < {p.kh}; i++) v = {comb("v", f"{load}xr[i * {w} + j]")};
+                t[j + {pl}] = v;
+            }}
+        }} else {{
+            const int lo = vdla_max(r0, 0), hi = vdla_min(r0 + {p.kh}, {p.h});
+            for (int j = 0; j < {wc}; j++) t[j + {pl}] = {fill};
+            for (int i = lo; i < hi; i++) {{
+                const {t_in} *restrict xr = xc + (size_t)i * {w};
+                for (int j = 0; j < {wc}; j++)
+                    t[j + {pl}] = {comb(f"t[j + {pl}]", f"{load}xr[j]")};
+            }}
+        }}
+        for (int q = 0; q < {p.ow}; q++) {{
+            const {acc} *tq = t + q * {p.sw};
+            {acc} m = tq[0];
+            for (int i = 1; i < {p.kw}; i++) m = {comb("m", "tq[i]")};
+            {finish}
+        }}
+    }}
+}}
+"""
+    return kernel(body, params, sources)
+
+
+def global_pool_kernel(node: Node, graph: Graph) -> Kernel:
+    """``global_avg_pool2d`` (float32: the mean in double, as the reference) and
+    ``qglobal_avg_pool2d`` (int8: the sum modulo 2**32, requantized, clipped)."""
+    n, c, h, w = graph.tensors[node.inputs[0]].shape
+    hw = h * w
+    params = Params()
+    sources = Sources(graph, params)
+    pragma = "#pragma omp parallel for schedule(static)" if n * c * hw >= PARALLEL_MIN else ""
+    if node.op == "global_avg_pool2d":
+        x = sources.pointer(node.inputs[0], "float")
+        # Eight partial sums: independent adds the compiler keeps in one vector (a
+        # single running double sum would be one long dependency chain).
+        body = f"""
+/* global_avg_pool2d {n}x{c}x{h}x{w} */
+void NAME{SIGNATURE} {{
+    const float *restrict x = {x};
+    float *restrict y = (float *)out_;
+    (void)params; (void)ws;
+    {pragma}
+    for (int plane = 0; plane < {n * c}; plane++) {{
+        const float *restrict xc = x + (size_t)plane * {hw};
+        double part[8] = {{0}};
+        int i = 0;
+        for (; i + 8 <= {hw}; i += 8)
+            for (int k = 0; k < 8; k++) part[k] += (double)xc[i + k];
+        for (; i < {hw}; i++) part[0] += (double)xc[i];
+        const double s = ((part[0] + part[1]) + (part[2] + part[3]))
+                       + ((part[4] + part[5]) + (part[6] + part[7]));
+        y[plane] = (float)(s / {float(hw)!r});
+    }}
+}}
+"""
+        return kernel(body, params, sources)
+    x = sources.pointer(node.inputs[0], "int8_t")
+    off = params.add(rq_tables(node.attrs["multiplier"], node.attrs["shift"], c))
+    body = f"""{RQ_HELPER}
+/* qglobal_avg_pool2d {n}x{c}x{h}x{w} */
+void NAME{SIGNATURE} {{
+    const int8_t *restrict x = {x};
+    int8_t *restrict y = (int8_t *)out_;
+    const uint32_t *restrict rq = (const uint32_t *)(params + {off});
+    (void)ws;
+    {pragma}
+    for (int plane = 0; plane < {n * c}; plane++) {{
+        const int8_t *restrict xc = x + (size_t)plane * {hw};
+        const int ch = plane % {c};
+        uint32_t s = 0;
+        for (int i = 0; i < {hw}; i++) s += (uint32_t)(int32_t)xc[i];
+        y[plane] = vdla_clamp8(NAME_rq((int32_t)s, rq[ch], rq[{c} + ch], rq[{2 * c} + ch],
+                                       rq[{3 * c} + ch]), {INT8_MIN}, {INT8_MAX});
+    }}
+}}
+"""
+    return kernel(body, params, sources)
+
+
+def pool_refusal(node: Node, graph: Graph, allowed: tuple[str, ...]) -> str | None:
+    bad = dtype_refusal(node, graph, allowed)
+    if bad:
+        return bad
+    if len(graph.tensors[node.inputs[0]].shape) != 4:
+        return (f"{node.op} node {node.name!r}: input shape "
+                f"{graph.tensors[node.inputs[0]].shape} is not 4-D NCHW")
+    if node.op in ("global_avg_pool2d", "qglobal_avg_pool2d"):
+        return None
+    row = _Pool(node, graph).row_bytes
+    if row > POOL_ROW_MAX:
+        return (f"{node.op} node {node.name!r}: a padded input row of {row} bytes exceeds "
+                f"the {POOL_ROW_MAX} bytes a pool keeps on the stack")
+    return None

@@ -1,0 +1,280 @@
+"""Convolution and dense schedules of the CPU target: the knobs, their checks, the
+default chooser and the space the tuner searches.
+
+A convolution (`vdla.compiler.targets.cpu.conv`) computes the output as a grid of
+pixels (each output row padded to the input's row pitch) times output channels. Its
+`ConvSchedule`:
+
+    vl       lanes per vector (16: 512-bit, 8: 256-bit): the vector width
+    mr       output channels held in registers (the register tile's rows)
+    nv       vectors of pixels held in registers (tile_w = nv * vl pixels)
+    tile_co  output channels per parallel work item (a multiple of mr)
+    tile_h   output rows per parallel work item
+    tile_ci  input channels summed per pass over the accumulators (the rest of a
+             group's channels in later passes, the partial sums kept in scratch)
+    order    within a work item: "co" (channel tiles outer, pixel blocks inner: the
+             weights stay in cache) or "px" (pixel blocks outer: the input stays)
+    unroll   unroll factor of the input-channel loop
+    parallel which loops OpenMP splits: "all" (groups x channel tiles x row tiles),
+             "co" (channel tiles; rows in each thread), "h" (row tiles) or "none" (one
+             thread: for layers too small to pay for starting the others)
+
+Packing: the weights are packed for the schedule (``[group][channel tile][input
+channels][tap][mr]``, int8 ones four input channels to a 32-bit word), the input is
+repacked once per run (padded, split by stride phase, int8 four channels to a pixel).
+
+A `DenseSchedule` (lanes along output features): ``vl``, ``ov`` (vectors of outputs in
+registers), ``unroll``.
+
+`ScheduleError` (a ValueError) names the knob, its value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from typing import Iterator
+
+from vdla.compiler.targets.cpu.isa import Isa
+
+__all__ = ["ConvSchedule", "DenseSchedule", "ORDERS", "PARALLEL", "ScheduleError",
+           "choose_conv", "choose_dense", "conv_space", "dense_space", "estimate_conv"]
+
+ORDERS = ("co", "px")
+PARALLEL = ("all", "co", "h", "none")
+#: Below this many multiply-adds a layer runs on one thread by default: starting and
+#: joining the OpenMP team (some microseconds) costs more than the second core saves.
+SERIAL_MACS = 150_000
+UNROLLS = (1, 2, 4)
+#: Accumulator registers a register tile may use at most (the rest hold the input
+#: vectors and the loop's pointers).
+_MAX_TILE = {32: 28, 16: 12}
+
+
+class ScheduleError(ValueError):
+    """A schedule that does not fit its op: the message names the knob and the value."""
+
+
+def _check_int(name: str, value, low: int, high: int | None = None, *,
+               what: str = "") -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ScheduleError(f"schedule knob {name} must be an integer, not {value!r}")
+    if value < low or (high is not None and value > high):
+        allowed = f">= {low}" if high is None else f"in [{low}, {high}]"
+        raise ScheduleError(f"schedule knob {name}={value} is out of range: it must be "
+                            f"{allowed}{what}")
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class ConvSchedule:
+    """See the module docstring."""
+
+    vl: int
+    mr: int
+    nv: int
+    tile_co: int
+    tile_h: int
+    tile_ci: int
+    order: str = "co"
+    unroll: int = 1
+    parallel: str = "all"
+
+    def check(self, conv, isa: Isa) -> "ConvSchedule":
+        """This schedule, or `ScheduleError` naming the knob that does not fit `conv`
+        (a `vdla.compiler.targets.cpu.conv.ConvShape`) on `isa`."""
+        if self.vl not in isa.lanes:
+            raise ScheduleError(f"schedule knob vl={self.vl!r} is not a vector width of "
+                                f"the {isa.name} code: allowed {list(isa.lanes)}")
+        budget = _MAX_TILE[isa.registers]
+        _check_int("mr", self.mr, 1, 1 if conv.depthwise else budget,
+                   what=" (a depthwise convolution computes one channel at a time)"
+                   if conv.depthwise else "")
+        _check_int("nv", self.nv, 1, budget)
+        if self.mr * self.nv > budget or self.mr * self.nv + self.nv > isa.registers - 2:
+            raise ScheduleError(
+                f"schedule knobs mr={self.mr} and nv={self.nv} need {self.mr * self.nv} "
+                f"accumulator and {self.nv} input registers; {isa.name} has "
+                f"{isa.registers} vector registers (mr * nv <= {budget})")
+        _check_int("tile_co", self.tile_co, self.mr, None,
+                   what=f" (at least mr={self.mr})")
+        if self.tile_co % self.mr:
+            raise ScheduleError(f"schedule knob tile_co={self.tile_co} must be a multiple "
+                                f"of mr={self.mr}")
+        if self.tile_co > conv.og_padded(self.mr):
+            raise ScheduleError(f"schedule knob tile_co={self.tile_co} exceeds the "
+                                f"{conv.og} output channels per group (rounded up to mr: "
+                                f"{conv.og_padded(self.mr)})")
+        _check_int("tile_h", self.tile_h, 1, conv.ho,
+                   what=f" (the output has {conv.ho} rows)")
+        step = conv.ci_step
+        _check_int("tile_ci", self.tile_ci, step, conv.cg_padded,
+                   what=f" (the group has {conv.cg} input channels"
+                        + (f", padded to {conv.cg_padded}" if conv.cg_padded != conv.cg
+                           else "") + ")")
+        if self.tile_ci % step:
+            raise ScheduleError(f"schedule knob tile_ci={self.tile_ci} must be a multiple "
+                                f"of {step} (int8 sums four input channels per step)")
+        if self.order not in ORDERS:
+            raise ScheduleError(f"schedule knob order={self.order!r}: allowed "
+                                f"{list(ORDERS)}")
+        if self.unroll not in UNROLLS:
+            raise ScheduleError(f"schedule knob unroll={self.unroll!r}: allowed "
+                                f"{list(UNROLLS)}")
+        if self.parallel not in PARALLEL:
+            raise ScheduleError(f"schedule knob parallel={self.parallel!r}: allowed "
+                                f"{list(PARALLEL)}")
+        return self
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "ConvSchedule":
+        fields = {f.name for f in dataclasses.fields(cls)}
+        if not isinstance(data, dict) or set(data) != fields:
+            raise ScheduleError(f"a CPU conv schedule needs exactly the fields "
+                                f"{sorted(fields)}, not {data!r}")
+        return cls(**data)
+
+
+def _blocks(total: int, size: int) -> int:
+    return -(-total // size)
+
+
+def _work(conv, mr: int, nv: int, vl: int, tile_h: int) -> int:
+    """Vector multiply-adds of one image with register tile (mr, nv) and `tile_h` rows
+    per work item: channels rounded up to mr, each item's grid rounded up to tiles."""
+    block = nv * vl
+    full, rest = divmod(conv.ho, tile_h)
+    blocks = full * _blocks(tile_h * conv.grid_pitch, block)
+    blocks += _blocks(rest * conv.grid_pitch, block) if rest else 0
+    return conv.groups * conv.og_padded(mr) * blocks * nv * conv.reduction_steps
+
+
+#: Measured on AVX-512 (a 16x1 tile beat every multi-vector tile on ResNet-18's layers):
+#: a tile of one pixel vector by many channels runs fastest (one input load per step,
+#: the weights broadcast from memory); each further vector costs about this much more
+#: per multiply-add.
+_NV_PENALTY = 0.15
+_HEIGHTS = (1, 2, 4, 8, 16, 32)
+
+
+def estimate_conv(conv, s: ConvSchedule, threads: int = 2) -> float:
+    """The chooser's cost of schedule `s`, in about cycles (lower is better): padded
+    vector multiply-adds over the threads (counting the idle ones of unbalanced work
+    items), what extra pixel vectors cost, each tile's epilogue and loop start, and
+    starting the OpenMP team."""
+    items = conv.groups * _blocks(conv.og_padded(s.mr), s.tile_co) * _blocks(conv.ho, s.tile_h)
+    team = 1 if s.parallel == "none" else threads
+    balance = _blocks(items, team) * team / items
+    cost = _work(conv, s.mr, s.nv, s.vl, s.tile_h) * (1 + _NV_PENALTY * (s.nv - 1))
+    cost += 8 * conv.groups * conv.og_padded(s.mr) * s.nv * _blocks(
+        conv.ho * conv.grid_pitch, s.nv * s.vl) / s.mr
+    cost = cost * (16 / s.vl) * balance / team
+    return cost + (0 if s.parallel == "none" else _TEAM_CYCLES)
+
+
+#: What starting and joining an OpenMP team costs, in about cycles (some microseconds).
+_TEAM_CYCLES = 15_000
+
+
+def choose_conv(conv, isa: Isa, threads: int = 2) -> ConvSchedule:
+    """The default schedule: the register tile, rows per work item and channels per
+    work item `estimate_conv` rates cheapest (channels per item: two register tiles),
+    every input channel in one pass."""
+    vl = isa.lanes[0]
+    budget = _MAX_TILE[isa.registers]
+    heights = sorted({h for h in _HEIGHTS + (conv.ho,) if h <= conv.ho})
+    top_mr = min(budget, 16 if isa.registers == 32 else 12, conv.og)
+    best = None
+    for mr, nv, tile_h in itertools.product(range(1, top_mr + 1), range(1, 5), heights):
+        if mr * nv > budget or mr * nv + nv > isa.registers - 2:
+            continue
+        if conv.depthwise and mr > 1:
+            continue
+        tile_co = conv.og_padded(mr) if conv.depthwise else min(conv.og_padded(mr), 2 * mr)
+        serial = conv.macs < SERIAL_MACS
+        s = ConvSchedule(vl, mr, nv, tile_co, tile_h, conv.cg_padded,
+                         parallel="none" if serial else "all")
+        key = (estimate_conv(conv, s, threads), -mr * nv, tile_h)
+        if best is None or key < best[0]:
+            best = (key, s)
+    return best[1]
+
+
+def conv_space(conv, isa: Isa) -> Iterator[ConvSchedule]:
+    """Every schedule the tuner may try for `conv`, in a fixed order (the default
+    chooser's choice among them)."""
+    budget = _MAX_TILE[isa.registers]
+    h_options = sorted({h for h in _HEIGHTS + (conv.ho,) if h <= conv.ho})
+    ci_options = sorted({c for c in (64, 128, 256, conv.cg_padded)
+                         if conv.ci_step <= c <= conv.cg_padded and c % conv.ci_step == 0})
+    grid = conv.ho * conv.grid_pitch
+    for vl in isa.lanes:
+        for mr, nv in itertools.product(range(1, budget + 1), range(1, 7)):
+            if mr * nv > budget or mr * nv + nv > isa.registers - 2 or mr > conv.og:
+                continue
+            if (nv - 1) * vl >= grid or (conv.depthwise and mr > 1):
+                continue
+            co_options = sorted({min(mr * k, conv.og_padded(mr)) for k in (1, 2, 4, 8)}
+                                | {conv.og_padded(mr)})
+            if conv.depthwise:
+                co_options = [conv.og_padded(mr)]
+            for tile_co, tile_h, tile_ci, order, unroll, parallel in itertools.product(
+                    co_options, h_options, ci_options, ORDERS, UNROLLS[:2], PARALLEL):
+                if conv.depthwise and (order != "co" or unroll != 1 or parallel == "co"):
+                    continue
+                yield ConvSchedule(vl, mr, nv, tile_co, tile_h, tile_ci, order, unroll,
+                                   parallel)
+
+
+@dataclasses.dataclass(frozen=True)
+class DenseSchedule:
+    """A dense layer's loop nest: ``vl`` lanes along output features, ``ov`` vectors of
+    outputs in registers, ``unroll`` of the reduction loop, ``parallel``: "all" (output
+    tiles over the threads) or "none"."""
+
+    vl: int
+    ov: int
+    unroll: int = 1
+    parallel: str = "all"
+
+    def check(self, dense, isa: Isa) -> "DenseSchedule":
+        if self.vl not in isa.lanes:
+            raise ScheduleError(f"schedule knob vl={self.vl!r} is not a vector width of "
+                                f"the {isa.name} code: allowed {list(isa.lanes)}")
+        _check_int("ov", self.ov, 1, _MAX_TILE[isa.registers])
+        if self.unroll not in UNROLLS:
+            raise ScheduleError(f"schedule knob unroll={self.unroll!r}: allowed "
+                                f"{list(UNROLLS)}")
+        if self.parallel not in ("all", "none"):
+            raise ScheduleError(f"schedule knob parallel={self.parallel!r}: allowed "
+                                "['all', 'none']")
+        return self
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "DenseSchedule":
+        fields = {f.name for f in dataclasses.fields(cls)}
+        if not isinstance(data, dict) or set(data) != fields:
+            raise ScheduleError(f"a CPU dense schedule needs exactly the fields "
+                                f"{sorted(fields)}, not {data!r}")
+        return cls(**data)
+
+
+def choose_dense(dense, isa: Isa) -> DenseSchedule:
+    vl = isa.lanes[0]
+    return DenseSchedule(vl, max(1, min(4, _blocks(dense.o, vl))), 1,
+                         "none" if dense.macs < SERIAL_MACS else "all")
+
+
+def dense_space(dense, isa: Isa) -> Iterator[DenseSchedule]:
+    for vl in isa.lanes:
+        for ov in range(1, 9):
+            if ov > 1 and (ov - 1) * vl >= dense.o:
+                continue
+            for unroll, parallel in itertools.product(UNROLLS, ("all", "none")):
+                yield DenseSchedule(vl, ov, unroll, parallel)

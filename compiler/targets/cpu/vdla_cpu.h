@@ -1,0 +1,426 @@
+/* vdla_cpu.h: what every C file the CPU target generates includes.
+ *
+ * Vectors are GCC/clang vector extensions, so the generated kernels are plain C that any
+ * recent gcc or clang compiles for any CPU (the portable fallback); on x86 a few helpers
+ * use the instructions the compiler reports (-march=native: AVX-512 VNNI, AVX2, ...),
+ * which is where the speed and, for int8, the exactness come from:
+ *
+ *   v{f,i,u}N   N lanes (16 or 8) of float / int32 / uint32; vbN: N int8 lanes
+ *   viN_dot4    acc + four u8 x s8 products per lane (AVX-512 VNNI vpdpbusd; AVX2
+ *               vpmaddubsw + vpmaddwd, exact while every u8 is < 128; portable loops);
+ *               the weights a broadcast word (viN_dot4) or a vector (viN_dot4vv)
+ *   ..._any     the same for any u8 (AVX2 splits each byte in nibbles: no int16
+ *               saturation); elsewhere the same function
+ *
+ * Integer arithmetic follows vdla.compiler.reference.integer: int32 lanes that wrap
+ * (computed on uint32, where wrap-around is defined), >> arithmetic.
+ */
+#ifndef VDLA_CPU_H
+#define VDLA_CPU_H
+
+#include <stdint.h>
+#include <stddef.h>
+#include <string.h>
+#include <math.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+/* -DVDLA_PORTABLE: no intrinsics at all (the portable fallback, also on x86) */
+#if !defined(VDLA_PORTABLE) && (defined(__x86_64__) || defined(__i386__))
+#define VDLA_X86 1
+#include <immintrin.h>
+#endif
+
+_Static_assert((-3 >> 1) == -2, "vdla's CPU target needs arithmetic >> on signed ints");
+
+#define VDLA_INLINE static inline __attribute__((always_inline))
+
+/* The 64-byte vector types are passed between always-inlined helpers only; gcc's note
+   that their ABI changes without AVX-512 does not apply. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
+
+/* requantize(a, multiplier, shift) of vdla.compiler.reference.integer; m == 0: none. */
+VDLA_INLINE int32_t vdla_rq(int32_t a, int32_t m, int32_t s) {
+    uint32_t u = (uint32_t)a;
+    if (m) u *= (uint32_t)m;
+    if (s > 0) return ((int32_t)(u + (1u << (s - 1)))) >> s;
+    return (int32_t)(u << (-s));
+}
+
+VDLA_INLINE int8_t vdla_clamp8(int32_t v, int32_t lo, int32_t hi) {
+    return (int8_t)(v < lo ? lo : v > hi ? hi : v);
+}
+
+/* ---- vector types --------------------------------------------------------------------- */
+
+#define VDLA_REP8(x) x, x, x, x, x, x, x, x
+#define VDLA_REP16(x) VDLA_REP8(x), VDLA_REP8(x)
+
+#define VDLA_VECTORS(N, BYTES)                                                               \
+typedef float    vf##N __attribute__((vector_size(4 * (N))));                                \
+typedef int32_t  vi##N __attribute__((vector_size(4 * (N))));                                \
+typedef uint32_t vu##N __attribute__((vector_size(4 * (N))));                                \
+typedef int8_t   vb##N __attribute__((vector_size(BYTES)));                                  \
+VDLA_INLINE vf##N vf##N##_load(const float *p) { vf##N v; memcpy(&v, p, sizeof v); return v; } \
+VDLA_INLINE vi##N vi##N##_load(const void *p) { vi##N v; memcpy(&v, p, sizeof v); return v; } \
+VDLA_INLINE void vf##N##_store(float *p, vf##N v) { memcpy(p, &v, sizeof v); }               \
+/* (a constructor of equal lanes, which compilers emit as a broadcast; not 0 + x, which   \
+   is no identity for x = -0.0 and costs a scalar add) */                                    \
+VDLA_INLINE vf##N vf##N##_bcast(float x) { return (vf##N){VDLA_REP##N(x)}; }                 \
+VDLA_INLINE vi##N vi##N##_bcast(int32_t x) { return (vi##N){VDLA_REP##N(x)}; }               \
+/* the first n lanes from p, the others 0 (never reads past p + n) */                       \
+VDLA_INLINE vf##N vf##N##_load_n(const float *p, int n) {                                    \
+    vf##N v = {0}; memcpy(&v, p, (size_t)n * 4); return v; }                                 \
+VDLA_INLINE vi##N vi##N##_load_n(const void *p, int n) {                                     \
+    vi##N v = {0}; memcpy(&v, p, (size_t)n * 4); return v; }                                 \
+/* int8 lanes, sign-extended (vi##N##_widen); lanes narrowed to int8 (their low byte) */    \
+VDLA_INLINE vi##N vi##N##_from_s8(const int8_t *p) { return vi##N##_widen(p); }              \
+VDLA_INLINE vi##N vi##N##_from_s8_n(const int8_t *p, int n) {                                \
+    int8_t t[N] = {0}; memcpy(t, p, (size_t)n); return vi##N##_widen(t); }                   \
+VDLA_INLINE void vi##N##_store_s8(int8_t *p, vi##N v) { vi##N##_narrow(p, v); }              \
+VDLA_INLINE void vi##N##_store_s8_n(int8_t *p, vi##N v, int n) {                             \
+    int8_t t[N]; vi##N##_narrow(t, v); memcpy(p, t, (size_t)n); }                            \
+VDLA_INLINE void vf##N##_store_n(float *p, vf##N v, int n) { memcpy(p, &v, (size_t)n * 4); } \
+VDLA_INLINE vf##N vf##N##_max(vf##N a, vf##N b) {                                            \
+    vi##N m = a > b; return (vf##N)(((vi##N)a & m) | ((vi##N)b & ~m)); }                     \
+VDLA_INLINE vf##N vf##N##_min(vf##N a, vf##N b) {                                            \
+    vi##N m = a < b; return (vf##N)(((vi##N)a & m) | ((vi##N)b & ~m)); }                     \
+VDLA_INLINE vi##N vi##N##_max(vi##N a, vi##N b) { vi##N m = a > b; return (a & m) | (b & ~m); } \
+VDLA_INLINE vi##N vi##N##_min(vi##N a, vi##N b) { vi##N m = a < b; return (a & m) | (b & ~m); } \
+/* requantize every lane with one multiplier (0: none) and shift, then wrap-add r */         \
+VDLA_INLINE vi##N vi##N##_rq(vi##N a, int32_t m, int32_t s) {                                \
+    vu##N u = (vu##N)a;                                                                      \
+    if (m) u *= (uint32_t)m;                                                                 \
+    if (s > 0) return ((vi##N)(u + (1u << (s - 1)))) >> s;                                   \
+    return (vi##N)(u << (-s));                                                               \
+}                                                                                            \
+/* per-lane multipliers (0: none) and shifts */                                              \
+VDLA_INLINE vi##N vi##N##_rqv(vi##N a, vi##N m, vi##N s) {                                   \
+    vu##N u = (vu##N)a, one = (vu##N){0} + 1u;                                               \
+    vi##N has = m != 0;                                                                      \
+    u = (u * (vu##N)m & (vu##N)has) | (u & ~(vu##N)has);                                     \
+    vi##N right = s > 0;                                                                     \
+    vu##N sr = (vu##N)(s & right), sl = (vu##N)(-s & ~right);                                \
+    vu##N round = (one << ((sr - one) & 31u)) & (vu##N)right;                                        \
+    vi##N r = ((vi##N)(u + round)) >> (vi##N)sr;                                             \
+    return (r & right) | ((vi##N)(u << sl) & ~right);                                        \
+}
+
+/* Widening int8 -> int32 lanes and narrowing back (the low byte of each lane): with
+   intrinsics on x86 (compilers turn __builtin_convertvector into scalar code here). */
+typedef int32_t vdla_i16x __attribute__((vector_size(64)));
+typedef int32_t vdla_i8x __attribute__((vector_size(32)));
+VDLA_INLINE vdla_i16x vi16_widen(const int8_t *p) {
+#if defined(VDLA_X86) && defined(__AVX512F__)
+    return (vdla_i16x)_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p));
+#elif defined(VDLA_X86) && defined(__AVX2__)
+    __m256i lo = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p));
+    __m256i hi = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p + 8)));
+    vdla_i16x v; memcpy(&v, &lo, 32); memcpy((char *)&v + 32, &hi, 32); return v;
+#else
+    vdla_i16x v; for (int i = 0; i < 16; i++) v[i] = p[i]; return v;
+#endif
+}
+VDLA_INLINE vdla_i8x vi8_widen(const int8_t *p) {
+#if defined(VDLA_X86) && defined(__AVX2__)
+    return (vdla_i8x)_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p));
+#else
+    vdla_i8x v; for (int i = 0; i < 8; i++) v[i] = p[i]; return v;
+#endif
+}
+/* (AVX2: saturating packs, which equal truncation for lanes already in [-128, 127], as
+   every caller's are) */
+VDLA_INLINE void vi16_narrow(int8_t *p, vdla_i16x v) {
+#if defined(VDLA_X86) && defined(__AVX512F__)
+    _mm_storeu_si128((__m128i *)p, _mm512_cvtepi32_epi8((__m512i)v));
+#elif defined(VDLA_X86) && defined(__AVX2__)
+    __m256i lo, hi; memcpy(&lo, &v, 32); memcpy(&hi, (char *)&v + 32, 32);
+    __m256i w = _mm256_permute4x64_epi64(_mm256_packs_epi32(lo, hi), 0xd8);
+    __m128i b = _mm_packs_epi16(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1));
+    _mm_storeu_si128((__m128i *)p, b);
+#else
+    for (int i = 0; i < 16; i++) p[i] = (int8_t)v[i];
+#endif
+}
+VDLA_INLINE void vi8_narrow(int8_t *p, vdla_i8x v) {
+#if defined(VDLA_X86) && defined(__AVX512F__) && defined(__AVX512VL__)
+    _mm_storel_epi64((__m128i *)p, _mm256_cvtepi32_epi8((__m256i)v));
+#elif defined(VDLA_X86) && defined(__AVX2__)
+    __m128i w = _mm_packs_epi32(_mm256_castsi256_si128((__m256i)v),
+                                _mm256_extracti128_si256((__m256i)v, 1));
+    _mm_storel_epi64((__m128i *)p, _mm_packs_epi16(w, w));
+#else
+    for (int i = 0; i < 8; i++) p[i] = (int8_t)v[i];
+#endif
+}
+
+VDLA_VECTORS(16, 16)
+VDLA_VECTORS(8, 8)
+
+/* ---- int8 dot products: acc + sum over the 4 bytes of each lane of u8(x) * s8(w) ------- */
+
+/* vv: both operands vectors (x: 4 u8 per lane, w: 4 s8 per lane); the others broadcast
+   one 32-bit word of four s8 weights. */
+#define VDLA_DOT4_PORTABLE(N)                                                                \
+VDLA_INLINE vi##N vi##N##_dot4vv_portable(vi##N acc, vi##N x, vi##N w) {                     \
+    for (int k = 0; k < 4; k++)                                                              \
+        acc += ((x >> (8 * k)) & 0xff) * ((vi##N)((vu##N)w << (24 - 8 * k)) >> 24);                        \
+    return acc;                                                                              \
+}
+VDLA_DOT4_PORTABLE(16)
+VDLA_DOT4_PORTABLE(8)
+
+#if defined(VDLA_X86) && defined(__AVX2__)
+/* u8 x s8 pairs summed in int16 (vpmaddubsw) are exact while every u8 is < 128:
+   2 * 127 * 128 < 32768. */
+VDLA_INLINE __m256i vdla_avx2_dot4(__m256i acc, __m256i x, __m256i w) {
+    __m256i pairs = _mm256_maddubs_epi16(x, w);
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+}
+/* Any u8: split each byte in nibbles (each pair sum <= 2 * 15 * 128), 16 * hi + lo. */
+VDLA_INLINE __m256i vdla_avx2_dot4_any(__m256i acc, __m256i x, __m256i w) {
+    const __m256i low = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi16(1);
+    __m256i lo = _mm256_and_si256(x, low);
+    __m256i hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), low);
+    __m256i plo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, w), one);
+    __m256i phi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, w), one);
+    return _mm256_add_epi32(acc, _mm256_add_epi32(_mm256_slli_epi32(phi, 4), plo));
+}
+#endif
+
+#if defined(VDLA_X86) && defined(__AVX512VNNI__) && defined(__AVX512F__)
+#define VDLA_VNNI512 1
+#endif
+#if defined(VDLA_X86) && defined(__AVX512VNNI__) && defined(__AVX512VL__)
+#define VDLA_VNNI256 1
+#endif
+
+/* every u8 of x < 128 (an input known non-negative) */
+VDLA_INLINE vi16 vi16_dot4vv(vi16 acc, vi16 x, vi16 w) {
+#if defined(VDLA_VNNI512)
+    return (vi16)_mm512_dpbusd_epi32((__m512i)acc, (__m512i)x, (__m512i)w);
+#elif defined(VDLA_X86) && defined(__AVX2__)
+    __m256i a[2], b[2], c[2];
+    memcpy(a, &acc, 64); memcpy(b, &x, 64); memcpy(c, &w, 64);
+    a[0] = vdla_avx2_dot4(a[0], b[0], c[0]); a[1] = vdla_avx2_dot4(a[1], b[1], c[1]);
+    memcpy(&acc, a, 64); return acc;
+#else
+    return vi16_dot4vv_portable(acc, x, w);
+#endif
+}
+/* any u8 */
+VDLA_INLINE vi16 vi16_dot4vv_any(vi16 acc, vi16 x, vi16 w) {
+#if defined(VDLA_X86) && defined(__AVX2__) && !defined(VDLA_VNNI512)
+    __m256i a[2], b[2], c[2];
+    memcpy(a, &acc, 64); memcpy(b, &x, 64); memcpy(c, &w, 64);
+    a[0] = vdla_avx2_dot4_any(a[0], b[0], c[0]); a[1] = vdla_avx2_dot4_any(a[1], b[1], c[1]);
+    memcpy(&acc, a, 64); return acc;
+#else
+    return vi16_dot4vv(acc, x, w);
+#endif
+}
+VDLA_INLINE vi8 vi8_dot4vv(vi8 acc, vi8 x, vi8 w) {
+#if defined(VDLA_VNNI256)
+    return (vi8)_mm256_dpbusd_epi32((__m256i)acc, (__m256i)x, (__m256i)w);
+#elif defined(VDLA_X86) && defined(__AVX2__)
+    return (vi8)vdla_avx2_dot4((__m256i)acc, (__m256i)x, (__m256i)w);
+#else
+    return vi8_dot4vv_portable(acc, x, w);
+#endif
+}
+VDLA_INLINE vi8 vi8_dot4vv_any(vi8 acc, vi8 x, vi8 w) {
+#if defined(VDLA_X86) && defined(__AVX2__) && !defined(VDLA_VNNI256)
+    return (vi8)vdla_avx2_dot4_any((__m256i)acc, (__m256i)x, (__m256i)w);
+#else
+    return vi8_dot4vv(acc, x, w);
+#endif
+}
+VDLA_INLINE vi16 vi16_dot4(vi16 acc, vi16 x, int32_t w) { return vi16_dot4vv(acc, x, vi16_bcast(w)); }
+VDLA_INLINE vi16 vi16_dot4_any(vi16 acc, vi16 x, int32_t w) { return vi16_dot4vv_any(acc, x, vi16_bcast(w)); }
+VDLA_INLINE vi8 vi8_dot4(vi8 acc, vi8 x, int32_t w) { return vi8_dot4vv(acc, x, vi8_bcast(w)); }
+VDLA_INLINE vi8 vi8_dot4_any(vi8 acc, vi8 x, int32_t w) { return vi8_dot4vv_any(acc, x, vi8_bcast(w)); }
+
+/* ---- stores that drop lanes, loads that spread them -----------------------------------
+ * A convolution computes a grid wider than its output (rows padded to the input's
+ * pitch); `keep` has one bit per lane to keep. compress: the kept lanes stored one after
+ * another at p; expand: that many values read from p into the kept lanes (others 0). */
+
+#if defined(VDLA_X86) && defined(__AVX512F__) && defined(__AVX512VL__) \
+    && defined(__AVX512BW__) && defined(__AVX512VBMI2__)
+#define VDLA_COMPRESS_X86 1
+#endif
+
+VDLA_INLINE int vdla_popcount(uint32_t keep) { return __builtin_popcount(keep); }
+
+VDLA_INLINE void vf16_store_keep(float *p, vf16 v, uint32_t keep) {
+#if defined(VDLA_COMPRESS_X86)
+    /* the register form: compress-to-memory is slow on some CPUs (Zen 4) */
+    __m512 c = _mm512_maskz_compress_ps((__mmask16)keep, (__m512)v);
+    _mm512_mask_storeu_ps(p, (__mmask16)((1u << vdla_popcount(keep)) - 1), c);
+#else
+    float t[16]; memcpy(t, &v, 64);
+    for (int i = 0, j = 0; i < 16; i++) if (keep >> i & 1) p[j++] = t[i];
+#endif
+}
+VDLA_INLINE void vf8_store_keep(float *p, vf8 v, uint32_t keep) {
+#if defined(VDLA_COMPRESS_X86)
+    __m256 c = _mm256_maskz_compress_ps((__mmask8)keep, (__m256)v);
+    _mm256_mask_storeu_ps(p, (__mmask8)((1u << vdla_popcount(keep)) - 1), c);
+#else
+    float t[8]; memcpy(t, &v, 32);
+    for (int i = 0, j = 0; i < 8; i++) if (keep >> i & 1) p[j++] = t[i];
+#endif
+}
+VDLA_INLINE vf16 vf16_load_keep(const float *p, uint32_t keep) {
+#if defined(VDLA_COMPRESS_X86)
+    __m512 v = _mm512_maskz_loadu_ps((__mmask16)((1u << vdla_popcount(keep)) - 1), p);
+    return (vf16)_mm512_maskz_expand_ps((__mmask16)keep, v);
+#else
+    float t[16] = {0};
+    for (int i = 0, j = 0; i < 16; i++) if (keep >> i & 1) t[i] = p[j++];
+    return vf16_load(t);
+#endif
+}
+VDLA_INLINE vf8 vf8_load_keep(const float *p, uint32_t keep) {
+#if defined(VDLA_COMPRESS_X86)
+    __m256 v = _mm256_maskz_loadu_ps((__mmask8)((1u << vdla_popcount(keep)) - 1), p);
+    return (vf8)_mm256_maskz_expand_ps((__mmask8)keep, v);
+#else
+    float t[8] = {0};
+    for (int i = 0, j = 0; i < 8; i++) if (keep >> i & 1) t[i] = p[j++];
+    return vf8_load(t);
+#endif
+}
+VDLA_INLINE void vi16_store_s8_keep(int8_t *p, vi16 v, uint32_t keep) {
+#if defined(VDLA_COMPRESS_X86)
+    __m128i b = _mm512_cvtepi32_epi8((__m512i)v);
+    __m128i c = _mm_maskz_compress_epi8((__mmask16)keep, b);
+    _mm_mask_storeu_epi8(p, (__mmask16)((1u << vdla_popcount(keep)) - 1), c);
+#else
+    int32_t t[16]; memcpy(t, &v, 64);
+    for (int i = 0, j = 0; i < 16; i++) if (keep >> i & 1) p[j++] = (int8_t)t[i];
+#endif
+}
+VDLA_INLINE void vi8_store_s8_keep(int8_t *p, vi8 v, uint32_t keep) {
+#if defined(VDLA_COMPRESS_X86)
+    __m128i b = _mm256_cvtepi32_epi8((__m256i)v);
+    __m128i c = _mm_maskz_compress_epi8((__mmask16)keep, b);
+    _mm_mask_storeu_epi8(p, (__mmask16)((1u << vdla_popcount(keep)) - 1), c);
+#else
+    int32_t t[8]; memcpy(t, &v, 32);
+    for (int i = 0, j = 0; i < 8; i++) if (keep >> i & 1) p[j++] = (int8_t)t[i];
+#endif
+}
+VDLA_INLINE vi16 vi16_from_s8_keep(const int8_t *p, uint32_t keep) {
+#if defined(VDLA_COMPRESS_X86)
+    __m128i b = _mm_maskz_loadu_epi8((__mmask16)((1u << vdla_popcount(keep)) - 1), p);
+    return (vi16)_mm512_cvtepi8_epi32(_mm_maskz_expand_epi8((__mmask16)keep, b));
+#else
+    int32_t t[16] = {0};
+    for (int i = 0, j = 0; i < 16; i++) if (keep >> i & 1) t[i] = p[j++];
+    return vi16_load(t);
+#endif
+}
+VDLA_INLINE vi8 vi8_from_s8_keep(const int8_t *p, uint32_t keep) {
+#if defined(VDLA_COMPRESS_X86)
+    __m128i b = _mm_maskz_loadu_epi8((__mmask16)((1u << vdla_popcount(keep)) - 1), p);
+    return (vi8)_mm256_cvtepi8_epi32(_mm_maskz_expand_epi8((__mmask16)keep, b));
+#else
+    int32_t t[8] = {0};
+    for (int i = 0, j = 0; i < 8; i++) if (keep >> i & 1) t[i] = p[j++];
+    return vi8_load(t);
+#endif
+}
+
+/* ---- repacking a convolution's input ---------------------------------------------------
+ * One row of a phase plane: column c holds input column c * stride + start, or the
+ * padding outside [0, w) and where the row is NULL (a padding row). */
+
+static inline int vdla_min(int a, int b) { return a < b ? a : b; }
+static inline int vdla_max(int a, int b) { return a > b ? a : b; }
+
+/* The columns [lo, hi) of a row whose column c reads input column c * stride + start,
+   that read inside [0, w). */
+static inline void vdla_inside(int cols, int w, int stride, int start, int *lo, int *hi) {
+    int a = start >= 0 ? 0 : (-start + stride - 1) / stride;
+    int b = w - start <= 0 ? 0 : (w - start + stride - 1) / stride;
+    *lo = vdla_min(cols, a);
+    *hi = vdla_max(*lo, vdla_min(cols, b));
+}
+
+static inline void vdla_packf(float *restrict dst, const float *restrict src, int cols,
+                              int w, int stride, int start) {
+    if (!src) { memset(dst, 0, (size_t)cols * 4); return; }
+    int lo, hi; vdla_inside(cols, w, stride, start, &lo, &hi);
+    memset(dst, 0, (size_t)lo * 4);
+    if (stride == 1) memcpy(dst + lo, src + lo + start, (size_t)(hi - lo) * 4);
+    else if (stride == 2) for (int c = lo; c < hi; c++) dst[c] = src[2 * c + start];
+    else for (int c = lo; c < hi; c++) dst[c] = src[c * stride + start];
+    memset(dst + hi, 0, (size_t)(cols - hi) * 4);
+}
+
+static inline void vdla_packb(int8_t *restrict dst, const int8_t *restrict src, int cols,
+                              int w, int stride, int start) {
+    if (!src) { memset(dst, 0, (size_t)cols); return; }
+    int lo, hi; vdla_inside(cols, w, stride, start, &lo, &hi);
+    memset(dst, 0, (size_t)lo);
+    if (stride == 1) memcpy(dst + lo, src + lo + start, (size_t)(hi - lo));
+    else if (stride == 2) for (int c = lo; c < hi; c++) dst[c] = src[2 * c + start];
+    else for (int c = lo; c < hi; c++) dst[c] = src[c * stride + start];
+    memset(dst + hi, 0, (size_t)(cols - hi));
+}
+
+/* Four channels' rows interleaved, one 32-bit pixel each, every byte XORed with `flip`
+   (0x80 stores x + 128); a NULL row (a padded channel, a padding row) reads as 0. */
+static inline void vdla_pack4(uint8_t *restrict dst, const int8_t *const src[4], int cols,
+                              int w, int stride, int start, int flip) {
+    const uint8_t pad = (uint8_t)flip;
+    if (!src[0] && !src[1] && !src[2] && !src[3]) {
+        memset(dst, pad, (size_t)cols * 4);
+        return;
+    }
+    int lo = 0, hi = 0, c = 0;
+    if (stride == 1) {
+        vdla_inside(cols, w, 1, start, &lo, &hi);
+        memset(dst, pad, (size_t)lo * 4);
+        memset(dst + (size_t)hi * 4, pad, (size_t)(cols - hi) * 4);
+        c = lo;
+#if defined(VDLA_X86)
+        if (src[0] && src[1] && src[2] && src[3]) {
+            const __m128i f = _mm_set1_epi8((char)flip);
+            for (; c + 16 <= hi; c += 16) {
+                __m128i a = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(src[0] + c + start)), f);
+                __m128i b = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(src[1] + c + start)), f);
+                __m128i e = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(src[2] + c + start)), f);
+                __m128i d = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(src[3] + c + start)), f);
+                __m128i ab0 = _mm_unpacklo_epi8(a, b), ab1 = _mm_unpackhi_epi8(a, b);
+                __m128i ed0 = _mm_unpacklo_epi8(e, d), ed1 = _mm_unpackhi_epi8(e, d);
+                uint8_t *o = dst + (size_t)c * 4;
+                _mm_storeu_si128((__m128i *)o, _mm_unpacklo_epi16(ab0, ed0));
+                _mm_storeu_si128((__m128i *)(o + 16), _mm_unpackhi_epi16(ab0, ed0));
+                _mm_storeu_si128((__m128i *)(o + 32), _mm_unpacklo_epi16(ab1, ed1));
+                _mm_storeu_si128((__m128i *)(o + 48), _mm_unpackhi_epi16(ab1, ed1));
+            }
+        }
+#endif
+        for (; c < hi; c++)
+            for (int l = 0; l < 4; l++)
+                dst[c * 4 + l] = (uint8_t)((src[l] ? (uint8_t)src[l][c + start] : 0) ^ pad);
+        return;
+    }
+    vdla_inside(cols, w, stride, start, &lo, &hi);
+    memset(dst, pad, (size_t)lo * 4);
+    memset(dst + (size_t)hi * 4, pad, (size_t)(cols - hi) * 4);
+    for (int l = 0; l < 4; l++) {
+        if (!src[l]) {
+            for (c = lo; c < hi; c++) dst[c * 4 + l] = pad;
+            continue;
+        }
+        const int8_t *restrict row = src[l] + start;
+        for (c = lo; c < hi; c++) dst[c * 4 + l] = (uint8_t)((uint8_t)row[c * stride] ^ pad);
+    }
+}
+
+#endif /* VDLA_CPU_H */

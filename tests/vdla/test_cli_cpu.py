@@ -1,0 +1,86 @@
+"""The CPU target from the command line: `vdla compile` (a project that builds with make
+and whose program matches the reference), `vdla run --target cpu` at both precisions and
+instruction sets, and `vdla tune --target cpu` feeding `vdla run --records`."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from vdla.cli import main
+
+
+def test_compile_writes_a_project_that_builds_and_matches(tmp_path, capsys):
+    out = tmp_path / "digits"
+    assert main(["compile", "digits_cnn", "-o", str(out), "--check"]) == 0
+    text = capsys.readouterr().out
+    for name in ("Makefile", "model.c", "vdla_cpu.h", "vdla_model.h", "model.params",
+                 "run_model.c", "loader.c", "README.md"):
+        assert (out / name).is_file(), name
+    assert "checked: built with make" in text and "bit-exact vs the quantized reference" in text
+    header = (out / "vdla_model.h").read_text()
+    assert "'input', float32 [1 x 1 x 8 x 8]" in header and "vdla_model_run(" in header
+
+
+def test_compile_float_small_cnn(tmp_path, capsys):
+    assert main(["compile", "small_cnn", "-o", str(tmp_path / "p"), "--precision", "float32",
+                 "--check"]) == 0
+    assert "within 0.0001 of the float reference" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["compile", "digits_cnn", "--target", "vdla"], "has no stand-alone form"),
+    (["compile", "nosuch"], "unknown model 'nosuch'"),
+    (["compile", "digits_cnn", "--threads", "0"], "--threads must be a positive integer"),
+    (["compile", "digits_cnn", "--isa", "mmx"], "unknown CPU instruction set 'mmx'"),
+])
+def test_compile_errors(tmp_path, capsys, argv, message):
+    assert main(argv + ["-o", str(tmp_path / "out")]) == 1
+    assert message in capsys.readouterr().err
+
+
+def test_compile_into_a_file_is_an_error(tmp_path, capsys):
+    path = tmp_path / "file"
+    path.write_text("x")
+    assert main(["compile", "digits_cnn", "-o", str(path)]) == 1
+    assert "is a file; give a folder" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("precision", ["int8", "float32"])
+def test_run_on_the_cpu_target(tmp_path, capsys, precision):
+    report = tmp_path / "r.json"
+    assert main(["run", "small_cnn", "--target", "cpu", "--precision", precision,
+                 "--isa", "avx2", "--threads", "1", "--json", str(report)]) == 0
+    out = capsys.readouterr().out
+    assert "whole graph in one call:" in out and "GOP/s" in out
+    doc = json.loads(report.read_text())
+    assert doc["precision"] == precision and doc["bit_exact"] is True
+    assert doc["options"] == {"threads": 1, "isa": "avx2"}
+    assert doc["whole_graph_seconds"] > 0
+    if precision == "float32":
+        assert "within 0.0001 of the float reference: yes" in out
+        assert doc["quantization"] is None and 0 < doc["max_error"] < 1e-4
+    else:
+        assert "bit-exact vs the quantized reference: yes" in out and doc["max_error"] == 0
+
+
+def test_isa_and_threads_belong_to_the_cpu_target(capsys):
+    assert main(["run", "digits_cnn", "--target", "host", "--isa", "avx2"]) == 1
+    assert "--isa applies to --target cpu" in capsys.readouterr().err
+
+
+def test_tune_then_run_with_the_records(tmp_path, capsys):
+    db = tmp_path / "cpu.db"
+    assert main(["tune", "digits_cnn", "--target", "cpu", "--trials", "3", "--records",
+                 str(db), "--threads", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "target cpu" in out and "wall measurements" in out and " ns " in out
+    assert main(["run", "digits_cnn", "--target", "cpu", "--threads", "1", "--records",
+                 str(db)]) == 0
+    out = capsys.readouterr().out
+    assert "schedules: 4 of 4 tunable ops from the records" in out
+    # Records are kept per thread count: two threads find none of them.
+    assert main(["run", "digits_cnn", "--target", "cpu", "--threads", "2", "--records",
+                 str(db)]) == 0
+    assert "schedules: 0 of 4 tunable ops" in capsys.readouterr().out

@@ -1,0 +1,146 @@
+"""``vdla compile MODEL --target cpu -o DIR``: write a model compiled for a target as
+something that runs without vdla (`Target.export`): for the CPU target a C project (the
+generated sources, ``vdla_model.h``, a Makefile, the params file and an example program)
+that builds with ``make``. ``--check`` builds it and runs the example on the model's input,
+comparing the output with the reference."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from vdla.cli.common import CliError, log, progress_line
+from vdla.cli.run import _open_records, make_target
+from vdla.compiler import pipeline, targets
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "compile", help="write a model compiled for a target as a stand-alone project "
+                        "(the cpu target: C sources, a header and a Makefile)",
+        description="Compile MODEL for a target and write it into DIR in a form that runs "
+                    "without vdla. The cpu target writes the generated C (model.c, "
+                    "vdla_cpu.h), the API header vdla_model.h, model.params (the weights "
+                    "and tables), an example program run_model.c and a Makefile: `make -C "
+                    "DIR` builds libvdla_model.so, libvdla_model.a and run_model with no "
+                    "Python.")
+    p.add_argument("model", metavar="MODEL", help="zoo model name or an .onnx path")
+    p.add_argument("-o", "--output", required=True, metavar="DIR", help="output folder")
+    p.add_argument("--target", default="cpu", metavar="NAME",
+                   help=f"the target ({', '.join(targets.names())}); only targets with a "
+                        "stand-alone form (cpu) can be written (default cpu)")
+    p.add_argument("--precision", choices=pipeline.PRECISIONS, default="int8",
+                   help="int8: the quantized graph (default); float32: the float graph")
+    p.add_argument("--records", metavar="DB",
+                   help="compile each tunable op with its best schedule in these tuning "
+                        "records (vdla tune --target cpu)")
+    p.add_argument("--threads", type=int, metavar="N",
+                   help="threads the records were tuned with (the cpu target's default: "
+                        "its cores); the written library uses OpenMP's default unless the "
+                        "program sets it")
+    p.add_argument("--isa", metavar="NAME",
+                   help="instruction set of the generated code: avx512vnni, avx2 or "
+                        "portable (default: the best this machine's compiler offers)")
+    p.add_argument("--calibration", type=int, default=4, metavar="N",
+                   help="calibration samples for quantization (default 4)")
+    p.add_argument("--seed", type=int, default=0, help="seeds the inputs (default 0)")
+    p.add_argument("--batch", type=int, metavar="N", help="batch size (default 1)")
+    p.add_argument("--check", action="store_true",
+                   help="then build the project with make and run its example on the "
+                        "model's input; its output must match the reference")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    if args.calibration < 1:
+        raise CliError(f"--calibration must be a positive integer, not {args.calibration}")
+    if args.seed < 0:
+        raise CliError(f"--seed must be a non-negative integer, not {args.seed}")
+    if args.batch is not None and args.batch < 1:
+        raise CliError(f"--batch must be a positive integer, not {args.batch}")
+    out = Path(args.output)
+    if out.exists() and not out.is_dir():
+        raise CliError(f"-o {args.output!r} is a file; give a folder to write the project in")
+    target, _ = make_target(args)
+    records = _open_records(args.records)
+    if records is not None and not target.measure_backends:
+        raise CliError(f"--records: target {target.name!r} has no tunable ops")
+    model = pipeline.load_model(args.model, seed=args.seed, calibration=args.calibration,
+                                batch=args.batch)
+    graph = pipeline.graph_for(model, target, precision=args.precision)
+    show, done = progress_line("compiling")
+    try:
+        compiled, schedules = pipeline.compile_for(graph, target, records=records,
+                                                   progress=show)
+    finally:
+        done()
+        if records is not None:
+            records.close()
+    folder = Path(target.export(compiled, out))
+    files = sorted(p.name for p in folder.iterdir() if p.is_file())
+    print(f"{args.model} ({args.precision}): {len(compiled.ops)} ops compiled for "
+          f"{target.name}" + (f", {len(schedules)} with tuned schedules from {args.records}"
+                              if args.records else "")
+          + f"; wrote {folder}/: {', '.join(files)}")
+    print(f"build it with `make -C {folder}`; run it with `{folder}/run_model "
+          f"{folder}/model.params INPUT.bin OUTPUT.bin` (raw little-endian arrays; "
+          "vdla_model.h lists their shapes)")
+    if args.check:
+        _check(folder, model, graph, args.precision)
+    return 0
+
+
+def _check(folder: Path, model, graph, precision: str) -> None:
+    """make the project in a scratch copy, run its example on the model's feed, compare."""
+    # numpy and the reference are heavy imports that only --check needs.
+    import numpy as np
+    from vdla.compiler.ir.graph import DTYPES  # heavy (numpy), as above
+    from vdla.compiler.reference import run_reference  # heavy (numpy), as above
+
+    make = shutil.which("make")
+    if make is None:
+        raise CliError("--check needs make (apt install make)")
+    with tempfile.TemporaryDirectory(prefix="vdla-compile-check-") as tmp:
+        work = Path(tmp) / "project"
+        shutil.copytree(folder, work)
+        log(f"building {folder} with make (in a scratch copy) ...")
+        start = time.perf_counter()
+        proc = subprocess.run([make, "-j2"], cwd=work, capture_output=True, text=True,
+                              env={**os.environ})
+        if proc.returncode:
+            raise CliError(f"make failed in the written project (exit status "
+                           f"{proc.returncode}):\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+        inputs = []
+        for i, name in enumerate(graph.inputs):
+            path = work / f"input{i}.bin"
+            path.write_bytes(np.ascontiguousarray(
+                model.feed[name], DTYPES[graph.tensors[name].dtype]).tobytes())
+            inputs.append(str(path))
+        outputs = [str(work / f"output{i}.bin") for i in range(len(graph.outputs))]
+        proc = subprocess.run([str(work / "run_model"), str(work / "model.params"), *inputs,
+                               *outputs, "10"], capture_output=True, text=True)
+        if proc.returncode:
+            raise CliError(f"the built run_model failed (exit status {proc.returncode}): "
+                           f"{proc.stderr.strip()}")
+        reference = run_reference(graph, model.feed)
+        for path, name in zip(outputs, graph.outputs):
+            t = graph.tensors[name]
+            got = np.fromfile(path, DTYPES[t.dtype]).reshape(t.shape)
+            if precision == "float32":
+                error = pipeline.relative_error(got, reference[name])
+                if error > pipeline.FLOAT_TOLERANCE:
+                    raise CliError(f"the built program's output {name!r} is {error:.3g} "
+                                   "relative from the float reference")
+            elif not np.array_equal(got, reference[name]):
+                raise CliError(f"the built program's output {name!r} differs from the "
+                               "quantized reference")
+        what = ("within " + f"{pipeline.FLOAT_TOLERANCE:g} of the float reference"
+                if precision == "float32" else "bit-exact vs the quantized reference")
+        print(f"checked: built with make in {time.perf_counter() - start:.1f} s; run_model "
+              f"on the model's input: {what}; {proc.stdout.strip()}")
