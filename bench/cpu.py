@@ -128,11 +128,11 @@ def vdla_runner(graph: Graph, target, feed, records=None):
         schedules = {n: s for n, (s, _) in best_schedules(records, graph, target).items()}
     compiled = compile_model(graph, target, schedules=schedules)
     session = compiled.session()
-    out = session.run_graph(feed)
-    if out is None:
+    run = session.run_graph(feed)
+    if run is None:
         raise SystemExit(f"{graph.name}: not every op runs on the CPU target "
                          f"({[o.name for o in compiled.ops if o.target != 'cpu'][:4]})")
-    return (lambda: session.run_graph(feed)), out, len(schedules)
+    return (lambda: session.run_graph(feed)), run.outputs, len(schedules)
 
 
 def speed(models, args, records: Records | None, workdir: Path) -> list[dict]:

@@ -35,7 +35,7 @@ import numpy as np
 
 from vdla.compiler.ir.graph import Graph, Node
 
-__all__ = ["CompiledOp", "OpRun", "OpStats", "Progress", "Support", "Target",
+__all__ = ["CompiledOp", "GraphRun", "OpRun", "OpStats", "Progress", "Support", "Target",
            "TargetSession"]
 
 #: Called as each node starts: (nodes done, total nodes, node name).
@@ -90,6 +90,14 @@ class OpRun:
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
 
+class GraphRun(NamedTuple):
+    """A whole graph run in one call (`TargetSession.run_graph`): the graph's outputs by
+    name, and each op's wall time measured inside the program (op name -> seconds)."""
+
+    outputs: dict[str, np.ndarray]
+    op_seconds: dict[str, float]
+
+
 @dataclasses.dataclass(frozen=True)
 class OpStats:
     """One op of a run, with the fields every target fills.
@@ -126,10 +134,10 @@ class TargetSession(abc.ABC):
         """Run compiled `op` (of graph node `node`) on its inputs `args` (one per node
         input, None for an absent optional input)."""
 
-    def run_graph(self, feed: Mapping[str, np.ndarray]) -> dict[str, np.ndarray] | None:
-        """The graph's outputs from one call, for a session that holds every node and
-        runs them as one program (the CPU target's compiled runner); None otherwise (the
-        default). `feed` has been checked (`ModelSession.run_graph`)."""
+    def run_graph(self, feed: Mapping[str, np.ndarray]) -> "GraphRun | None":
+        """The graph run in one call, for a session that holds every node and runs them
+        as one program (the CPU target's compiled runner); None otherwise (the default).
+        `feed` has been checked (`ModelSession.run_graph`)."""
         return None
 
     def summary(self, stats: Sequence[OpStats]) -> dict:

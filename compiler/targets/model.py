@@ -27,7 +27,8 @@ import numpy as np
 from vdla.compiler.ir.graph import DTYPES, Graph
 from vdla.compiler.passes.partition import Partition, partition
 from vdla.compiler.reference.executor import check_inputs
-from vdla.compiler.targets.base import CompiledOp, OpStats, Progress, Target, TargetSession
+from vdla.compiler.targets.base import (CompiledOp, GraphRun, OpStats, Progress, Target,
+                                        TargetSession)
 from vdla.compiler.targets.host import HOST, HostTarget
 
 __all__ = ["CompiledModel", "ModelSession", "RunResult", "compile_model"]
@@ -181,11 +182,12 @@ class ModelSession:
     def __exit__(self, *exc):
         self.close()
 
-    def run_graph(self, feed: Mapping[str, np.ndarray]) -> dict[str, np.ndarray] | None:
-        """The graph's outputs from one call of its target, when one target runs every
-        op and its session can run them as one program (`TargetSession.run_graph`: the
-        CPU target's compiled runner): no per-op Python, no per-op stats. None when the
-        model cannot run so (a host fallback, a target without such a program)."""
+    def run_graph(self, feed: Mapping[str, np.ndarray]) -> "GraphRun | None":
+        """The graph run in one call of its target, when one target runs every op and its
+        session can run them as one program (`TargetSession.run_graph`: the CPU target's
+        compiled runner): no Python between the ops; the outputs and each op's time
+        measured inside the program (`GraphRun`). None when the model cannot run so (a
+        host fallback, a target without such a program)."""
         if self.closed:
             raise ValueError("ModelSession.run_graph: the session is closed")
         if len(self._sessions) != 1:

@@ -10,7 +10,9 @@ SQLite is embedded (nothing to install or run) and, in WAL mode, lets any number
 processes read while one writes; every `add` is its own ``BEGIN IMMEDIATE`` transaction
 and waits (up to `timeout` seconds) for another writer's lock instead of failing, so
 concurrent tuners writing one file lose nothing. A row is never updated: a schedule
-measured twice has two rows (the best of them counts).
+measured twice has two rows, and the median of its rows is its cost (`best`): for a
+deterministic simulator every row is the same, for wall time the median of repeated
+measurements is what resists a lucky one.
 
 Columns: ``target`` (the target's name: ``vdla``, ...), ``workload`` (the task's key,
 `TuneTask.key`), ``config`` (the platform measured on, `TuneTask.platform`: for the
@@ -201,14 +203,27 @@ class Records(SqliteFile):
 
     def best(self, workload: str, config: str, backend: str, *,
              target: str) -> Record | None:
-        """The ok record with the lowest cost for the workload of `target` on the config,
-        measured on `backend` (the oldest among equals), or None."""
-        row = self._db.execute(
-            f"SELECT {', '.join(_COLUMNS)} FROM measurements WHERE target = ? AND "
-            "workload = ? AND config = ? AND backend = ? AND status = ? "
-            "ORDER BY cycles, id LIMIT 1",
-            (target, workload, config, backend, OK)).fetchone()
-        return None if row is None else self._record(row)
+        """The schedule with the lowest cost for the workload of `target` on the config,
+        measured on `backend`, or None: a schedule's cost is the median of its ok rows
+        (the lower median; one row: its cost), and the oldest schedule wins among equals.
+        Returned as its first ok row with ``cycles`` set to that median."""
+        rows = self._db.execute(
+            f"SELECT {', '.join(_COLUMNS)}, id FROM measurements WHERE target = ? AND "
+            "workload = ? AND config = ? AND backend = ? AND status = ? ORDER BY id",
+            (target, workload, config, backend, OK)).fetchall()
+        by_schedule: dict[str, list] = {}
+        for row in rows:
+            by_schedule.setdefault(row[_COLUMNS.index("schedule")], []).append(row)
+        best = None
+        for group in by_schedule.values():
+            costs = sorted(r[_COLUMNS.index("cycles")] for r in group)
+            cost = costs[(len(costs) - 1) // 2]
+            key = (cost, group[0][-1])
+            if best is None or key < best[0]:
+                best = (key, group[0])
+        if best is None:
+            return None
+        return dataclasses.replace(self._record(best[1][:-1]), cycles=best[0][0])
 
     def __len__(self) -> int:
         return self._db.execute("SELECT COUNT(*) FROM measurements").fetchone()[0]

@@ -51,6 +51,9 @@ class TuneTask(abc.ABC):
     measure_backends : how it can be measured (``verilator``, ``functional``, ...), the
         first being the default
     unit : what its costs count (``cycles``, ``ns``)
+    noisy : whether measuring a schedule twice can give different costs (wall time); the
+        tuner then confirms its best candidates by measuring them again
+        (`vdla.compiler.tuner.tune.tune_task`)
     """
 
     target: str
@@ -60,6 +63,7 @@ class TuneTask(abc.ABC):
     nodes: tuple[str, ...]
     measure_backends: tuple[str, ...]
     unit: str = "cycles"
+    noisy: bool = False
 
     # --- the space ----------------------------------------------------------------------
 

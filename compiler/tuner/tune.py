@@ -15,6 +15,13 @@ the exception goes on, so an interrupted run loses only the measurements in flig
 Progress is reported after every measurement, as it finishes, when the runner's
 ``measure`` takes ``on_result`` (`vdla.compiler.tuner.runner`), else after each batch,
 one measurement at a time.
+
+A task whose measurements are noisy (`TuneTask.noisy`: wall time) gets a confirmation
+after the search: its `CONFIRM` fastest schedules and the default are measured again,
+interleaved, in `CONFIRM_ROUNDS` rounds (beyond the trial budget; kept in the records),
+and each is judged by the median of all its measurements, as `Records.best` judges it.
+A lucky first measurement then cannot crown a schedule, and the default and the best
+are compared under the same conditions.
 """
 
 from __future__ import annotations
@@ -28,7 +35,13 @@ from vdla.compiler.tuner.records import Records
 from vdla.compiler.tuner.search import make_tuner
 from vdla.compiler.tuner.task import TuneTask
 
-__all__ = ["Progress", "TuneResult", "best_schedules", "tune_task"]
+__all__ = ["CONFIRM", "CONFIRM_ROUNDS", "Progress", "TuneResult", "best_schedules",
+           "tune_task"]
+
+#: A noisy task's fastest schedules measured again after the search ...
+CONFIRM = 4
+#: ... in this many interleaved rounds (with the default).
+CONFIRM_ROUNDS = 3
 
 #: Called with (task, trials done, trial budget, best cost or None) before the first
 #: measurement and after each one.
@@ -45,6 +58,7 @@ class TuneResult:
     default, default_cycles : the default chooser's schedule and, if measured, its cycles
     history : (schedule, MeasureResult) of every trial of this run, in order
     resumed : trials found in the records (not measured again)
+    confirmations : measurements of the confirmation (noisy tasks; not trials)
     """
 
     task: TuneTask
@@ -55,6 +69,7 @@ class TuneResult:
     default_cycles: int | None
     history: tuple[tuple[Any, MeasureResult], ...]
     resumed: int
+    confirmations: int = 0
 
     @property
     def trials(self) -> int:
@@ -90,7 +105,7 @@ def _previous(records: Records | None, task: TuneTask, backend: str) -> dict:
 def tune_task(task: TuneTask, runner, *, trials: int, records: Records | None = None,
               tuner: str = "model", batch: int = 8, seed: int = 0,
               measure_default: bool = True, progress: Progress | None = None,
-              tuner_options: dict | None = None) -> TuneResult:
+              tuner_options: dict | None = None, confirm: int | None = None) -> TuneResult:
     """Tune `task`.
 
     runner : measures batches (`LocalRunner`, `ReplayRunner`, or anything with
@@ -104,6 +119,8 @@ def tune_task(task: TuneTask, runner, *, trials: int, records: Records | None = 
     measure_default : measure the default chooser's schedule first, so the result can
         compare it with the best (the CLI's table does)
     progress : called before the first measurement and after every one (see `Progress`)
+    confirm : how many of the fastest schedules a noisy task measures again (default
+        `CONFIRM` for a noisy task, 0 otherwise; see the module docstring)
     """
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
         raise ValueError(f"trials must be a positive integer, not {trials!r}")
@@ -165,9 +182,62 @@ def tune_task(task: TuneTask, runner, *, trials: int, records: Records | None = 
         history += zip(proposal, results)
 
     best_cycles, best_schedule = best()
+    default_cycles = search.measured.get(search.index[default])
+    confirm = (CONFIRM if task.noisy else 0) if confirm is None else confirm
+    done = 0
+    if confirm and best_schedule is not None:
+        costs = _confirm(task, runner, search, default, confirm, records, previous,
+                         history)
+        done = sum(len(c) for c in costs.values()) - len(costs)
+        medians = {s: sorted(c)[(len(c) - 1) // 2] for s, c in costs.items()}
+        best_schedule = min(medians, key=lambda s: (medians[s], search.index[s]))
+        best_cycles = medians[best_schedule]
+        default_cycles = medians.get(default, default_cycles)
     return TuneResult(task, len(space), best_schedule, best_cycles, default,
-                      search.measured.get(search.index[default]), tuple(history),
-                      len(previous))
+                      default_cycles, tuple(history), len(previous), done)
+
+
+def _confirm(task: TuneTask, runner, search, default, count: int, records, previous,
+             history) -> dict[Any, list[int]]:
+    """Measure the `count` fastest schedules and the default again in `CONFIRM_ROUNDS`
+    interleaved rounds; schedule -> all its ok costs (this run's and the records')."""
+    ok = sorted((c, i) for i, c in search.measured.items() if c is not None)
+    picks = [search.space[i] for _, i in ok[:count]]
+    if search.measured.get(search.index[default]) is not None and default not in picks:
+        picks.append(default)
+    costs = {s: [c for s2, c in _all_costs(records, task, runner.backend) if s2 == s]
+             or [search.measured[search.index[s]]] for s in picks}
+    for _ in range(CONFIRM_ROUNDS):
+        inputs = [MeasureInput(task, s) for s in picks]
+        finished: dict[int, MeasureResult] = {}
+        try:
+            results = _measure(runner, inputs, lambda i, r: finished.__setitem__(i, r))
+        except BaseException:
+            if records is not None and finished:
+                records.add(*(finished[i].record(inputs[i], runner.backend)
+                              for i in sorted(finished)))
+            raise
+        if records is not None:
+            records.add(*(r.record(inp, runner.backend) for inp, r in zip(inputs, results)))
+        for s, r in zip(picks, results):
+            if r.ok:
+                costs[s].append(r.cycles)
+    return costs
+
+
+def _all_costs(records: Records | None, task: TuneTask, backend: str) -> list:
+    """(schedule, cost) of every ok record of the task on `backend`."""
+    if records is None:
+        return []
+    out = []
+    for r in records.query(task.key, task.platform, backend, target=task.target):
+        if r.status != "ok":
+            continue
+        try:
+            out.append((task.schedule_from_dict(r.schedule), r.cycles))
+        except ValueError:
+            continue
+    return out
 
 
 def _measure(runner, inputs: Sequence[MeasureInput],

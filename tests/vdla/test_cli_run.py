@@ -21,7 +21,8 @@ OP_KEYS = {"name", "op", "target", "reason", "schedule", "wall_seconds", "cycles
 REPORT_KEYS = {"model", "target", "options", "board", "input", "batch", "quantization",
                "bit_exact", "mismatch", "cycles", "seconds_at_clock", "gemm_utilization",
                "quantize_seconds", "compile_seconds", "wall_seconds", "summary", "records",
-               "tuned_ops", "ops", "precision", "max_error", "whole_graph_seconds"}
+               "tuned_ops", "ops", "precision", "max_error", "whole_graph_seconds",
+               "whole_graph_op_seconds"}
 
 
 def run_json(tmp_path, capsys, *args: str) -> tuple[dict, str]:

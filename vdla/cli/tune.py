@@ -13,6 +13,7 @@ from vdla.cli.run import DEFAULT_TARGET, make_target
 from vdla.compiler import pipeline, targets
 from vdla.compiler.tuner import LocalRunner, Records, tasks_from_workload, tune_task
 from vdla.compiler.tuner.search import TUNERS
+from vdla.compiler.tuner.tune import CONFIRM, CONFIRM_ROUNDS
 
 __all__ = ["add_parser", "run"]
 
@@ -231,8 +232,13 @@ def run(args) -> int:
         print("  " + line)
     failures = sum(r.failures for r in results)
     measured = sum(len(r.history) for r in results)
+    confirmed = sum(r.confirmations for r in results)
     print(f"{measured} measurements in {wall:.1f} s ({args.jobs} job(s))"
           + (f"; {failures} failed (kept in the records with their error)" if failures else ""))
+    if confirmed:
+        print(f"wall time varies from run to run: each workload's {CONFIRM} fastest schedules "
+              f"and its default were measured {CONFIRM_ROUNDS} more times, interleaved "
+              f"({confirmed} measurements); the table gives the median of each one's")
     if args.json:
         write_json(args.json, {
             "what": what, "target": target.name, "options": target.options(),
@@ -241,7 +247,8 @@ def run(args) -> int:
             "workloads": [{
                 "name": r.task.name, "key": r.task.key, "nodes": list(r.task.nodes),
                 "space": r.space_size, "trials": r.trials, "resumed": r.resumed,
-                "failures": r.failures, "unit": r.task.unit,
+                "failures": r.failures, "confirmations": r.confirmations,
+                "unit": r.task.unit,
                 "default": {"schedule": r.task.schedule_to_dict(r.default),
                             "cycles": r.default_cycles},
                 "best": {"schedule": None if r.best is None else r.task.schedule_to_dict(r.best),

@@ -5,7 +5,9 @@ tap's weight broadcast over them (int8: products in int32 lanes). A depthwise la
 few multiply-adds per output, so the kernel walks output rows (``nv`` vectors at a time,
 the row's last one masked): no wider grid to squeeze, each channel's constants loaded
 once. The input is repacked like a dense convolution's (`vdla.compiler.targets.cpu.conv`:
-padded, split by stride phase), int8 without the channel interleave.
+padded, split by stride phase), int8 without the channel interleave, but by each work
+item for its own rows of its channel, into thread-local scratch that stays in L1: a
+shared pass over every plane first cost as much memory traffic as the layer itself.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import dataclasses
 import numpy as np
 
 from vdla.compiler.ir.tensor import Node
-from vdla.compiler.targets.cpu.conv import _Code, _indent, _prep, _tables, _tables_c
+from vdla.compiler.targets.cpu.conv import _Code, _indent, _tables, _tables_c
 from vdla.compiler.targets.cpu.kernel import SIGNATURE, Kernel, Params, align
 from vdla.compiler.targets.cpu.schedule import ConvSchedule
 from vdla.compiler.targets.cpu.shapes import ConvShape
@@ -36,17 +38,22 @@ def depthwise_kernel(shape: ConvShape, schedule: ConvSchedule, weights, bias, no
     plain = dataclasses.replace(shape, offset=False)
     offsets = _tables(plain, node, w, bias, params)
     block = nv * vl
-    plane_rows = shape.plane_rows(block)
     pitch = shape.grid_pitch
-    plane_bytes = align(plane_rows * pitch * (1 if shape.int8 else 4), 64)
+    elem = 1 if shape.int8 else 4
     nph = len(shape.phases)
-    shared = shape.c * nph * plane_bytes
+    # A work item's rows of its channel's phase planes, in thread-local scratch: its
+    # output rows, the rows the taps reach below them, and slack for the last vector.
+    reach = ((shape.kh - 1) * shape.dh) // shape.sh
+    local_rows = s.tile_h + reach
+    plane_elems = -(-(local_rows * pitch + block + pitch) // 16) * 16
+    plane_bytes = plane_elems * elem
+    thread = nph * plane_bytes
     rt_count = -(-shape.ho // s.tile_h)
     wt = "int32_t" if shape.int8 else "float"
     el = "int8_t" if shape.int8 else "float"
     steps = []
     for k, (p, off) in enumerate(shape.taps):
-        base = f"(const {el} *)(xc + {p * plane_bytes}) + row + {off} + v * {vl}"
+        base = f"(const {el} *)(xc + {p * plane_bytes}) + row + {off} + v * {vl}"  # noqa: E501
         load = f"{t}_from_s8({base})" if shape.int8 else f"{t}_load({base})"
         steps.append(f"acc[v] += {load} * w{k};")
     weights_c = " ".join(f"const {wt} w{k} = wc[{k}];" for k in range(len(shape.taps)))
@@ -82,7 +89,11 @@ def depthwise_kernel(shape: ConvShape, schedule: ConvSchedule, weights, bias, no
              if s.parallel != "h" else f"#pragma omp for schedule(static)\n{rt}\n{gl}")
     body = f"""
 /* {shape.dtype} depthwise conv {shape.describe()}; schedule {s.to_dict()} */
-{_prep(plain, code, plane_bytes)}
+/* Rows [r0, r0 + nrows) of input channel gc's phase planes into lp, padded. */
+static void NAME_load(const {el} *restrict xb, {el} *restrict lp, int gc, int r0, int nrows) {{
+{_load_rows(shape, plane_elems)}
+}}
+
 static void NAME_rows(const unsigned char *restrict xc, const {wt} *restrict wc, int chan,
         int r0, int r1, const {code.out} *restrict res, {code.out} *restrict y,
         const unsigned char *restrict params) {{
@@ -91,7 +102,7 @@ static void NAME_rows(const unsigned char *restrict xc, const {wt} *restrict wc,
     {weights_c}
     for (int r = r0; r < r1; r++) {{
         for (int c0 = 0; c0 < {shape.wo}; c0 += {block}) {{
-            const int row = r * {pitch} + c0;
+            const int row = (r - r0) * {pitch} + c0;
             {t} acc[{nv}];
             for (int v = 0; v < {nv}; v++) {{
                 acc[v] = ({t}){{0}};
@@ -113,18 +124,22 @@ void NAME{SIGNATURE} {{
     {res_decl}
     {code.out} *restrict y = ({code.out} *)out_;
     const {wt} *restrict wp = (const {wt} *)(params + {w_off});
-    {code.plane} *restrict xq = ({code.plane} *)ws;
     #pragma omp parallel if({0 if s.parallel == "none" else 1})
+    {{
+#ifdef _OPENMP
+    const int tid = omp_get_thread_num();
+#else
+    const int tid = 0;
+#endif
+    {el} *restrict lp = ({el} *)(ws + (size_t)tid * {align(thread)});
     for (int b = 0; b < {shape.n}; b++) {{
         const {el} *xb = x + (size_t)b * {shape.c * shape.h * shape.w};
-        #pragma omp for collapse(2) schedule(static)
-        for (int gc = 0; gc < {shape.c}; gc++)
-            for (int r = 0; r < {plane_rows}; r++) NAME_prep(xb, xq, gc, r);
         {code.out} *yb = y + (size_t)b * {shape.o * shape.ho * shape.wo};
         const {code.out} *rb = res ? res + (size_t)b * {shape.o * shape.ho * shape.wo} : NULL;
         {_indent(loops, 8)} {{
-            const unsigned char *xc = (const unsigned char *)xq + (size_t)g * {nph * plane_bytes};
+            const unsigned char *xc = (const unsigned char *)lp;
             const int r0 = rt * {s.tile_h}, r1 = vdla_min(r0 + {s.tile_h}, {shape.ho});
+            NAME_load(xb, lp, g, r0, r1 - r0 + {reach});
             for (int m = 0; m < {shape.og}; m++) {{
                 const int chan = g * {shape.og} + m;
                 NAME_rows(xc, wp + (size_t)chan * {len(shape.taps)}, chan, r0, r1, rb, yb,
@@ -132,6 +147,26 @@ void NAME{SIGNATURE} {{
             }}
         }}
     }}
+    }}
 }}
 """
-    return Kernel(body, params.blob(), inputs, shared, 0, shape.macs)
+    return Kernel(body, params.blob(), inputs, 0, thread, shape.macs)
+
+
+def _load_rows(shape: ConvShape, plane_elems: int) -> str:
+    """C statements of ``NAME_load``: each used phase's rows, then zero slack."""
+    pitch = shape.grid_pitch
+    fn = "vdla_packb" if shape.int8 else "vdla_packf"
+    el = "int8_t" if shape.int8 else "float"
+    lines = []
+    for p, (ph, pw) in enumerate(shape.phases):
+        lines.append(f"""    for (int q = 0; q < nrows; q++) {{   /* phase ({ph}, {pw}) */
+        const int r = r0 + q, ih = r * {shape.sh} + {ph - shape.pt};
+        const {el} *src = (r < {shape.hq} && ih >= 0 && ih < {shape.h})
+            ? xb + ((size_t)gc * {shape.h} + ih) * {shape.w} : NULL;
+        {fn}(lp + {p * plane_elems} + (size_t)q * {pitch}, src, {pitch}, {shape.w}, {shape.sw},
+             {pw - shape.pl});
+    }}
+    memset(lp + {p * plane_elems} + (size_t)nrows * {pitch}, 0,
+           sizeof({el}) * (size_t)({plane_elems} - nrows * {pitch}));""")
+    return "\n".join(lines)

@@ -22,13 +22,17 @@ from vdla.compiler.targets.cpu.isa import Isa
 from vdla.compiler.targets.cpu.kernel import ALIGN, Kernel
 
 __all__ = ["HEADER", "aligned_empty", "build_kernels", "call", "kernels_source", "load",
-           "time_runs"]
+           "start_team", "time_runs"]
 
 #: The header every generated file includes.
 HEADER = "vdla_cpu.h"
 
 _RUNTIME = r"""
 #include <time.h>
+#if defined(__linux__)
+#include <sched.h>
+#include <pthread.h>
+#endif
 
 void vdla_set_threads(int n) {
 #ifdef _OPENMP
@@ -46,11 +50,72 @@ int vdla_max_threads(void) {
 #endif
 }
 
-/* Run fn `runs` times, each run's wall time in seconds[]: timing without Python. */
+/* OpenMP's worker threads pinned one per CPU of the caller's affinity mask, the caller's
+   current CPU left to the caller (vdla_pin_workers); during a call the caller is held on
+   that CPU (vdla_hold ... vdla_release) and let go after, so nothing else it runs, such
+   as another library's thread pool, inherits the pinning. */
+static int vdla_caller_cpu = -1;
+
+int vdla_pin_workers(void) {
+    int pinned = 0;
+#if defined(__linux__) && defined(_OPENMP)
+    cpu_set_t mask;
+    if (sched_getaffinity(0, sizeof mask, &mask) != 0) return 0;
+    int cpus[CPU_SETSIZE], n = 0, here = sched_getcpu();
+    for (int c = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &mask) && c != here) cpus[n++] = c;
+    if (n == 0) return 0;
+    #pragma omp parallel reduction(+:pinned)
+    {
+        int t = omp_get_thread_num();
+        if (t > 0) {
+            cpu_set_t one; CPU_ZERO(&one); CPU_SET(cpus[(t - 1) % n], &one);
+            pinned += pthread_setaffinity_np(pthread_self(), sizeof one, &one) == 0;
+        }
+    }
+    if (pinned) vdla_caller_cpu = here;
+#endif
+    return pinned;
+}
+
+typedef struct {
+    int held;
+#if defined(__linux__)
+    cpu_set_t saved;
+#endif
+} vdla_holding;
+
+static void vdla_hold(vdla_holding *h) {
+    h->held = 0;
+#if defined(__linux__)
+    if (vdla_caller_cpu < 0 || sched_getaffinity(0, sizeof h->saved, &h->saved) != 0) return;
+    cpu_set_t one; CPU_ZERO(&one); CPU_SET(vdla_caller_cpu, &one);
+    h->held = sched_setaffinity(0, sizeof one, &one) == 0;
+#endif
+}
+
+static void vdla_release(vdla_holding *h) {
+#if defined(__linux__)
+    if (h->held) sched_setaffinity(0, sizeof h->saved, &h->saved);
+#endif
+    h->held = 0;
+}
+
 typedef void (*vdla_fn)(const void *const *, void *, const unsigned char *, unsigned char *);
+
+/* fn(in, out, params, ws) with the caller held on its CPU. */
+void vdla_call(vdla_fn fn, const void *const *in, void *out, const unsigned char *params,
+               unsigned char *ws) {
+    vdla_holding h; vdla_hold(&h);
+    fn(in, out, params, ws);
+    vdla_release(&h);
+}
+
+/* Run fn `runs` times, each run's wall time in seconds[]: timing without Python. */
 void vdla_time_runs(vdla_fn fn, const void *const *in, void *out,
                     const unsigned char *params, unsigned char *ws, int runs,
                     double *seconds) {
+    vdla_holding h; vdla_hold(&h);
     for (int r = 0; r < runs; r++) {
         struct timespec t0, t1;
         clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -58,6 +123,7 @@ void vdla_time_runs(vdla_fn fn, const void *const *in, void *out,
         clock_gettime(CLOCK_MONOTONIC, &t1);
         seconds[r] = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
     }
+    vdla_release(&h);
 }
 """
 
@@ -68,7 +134,8 @@ def header_text() -> str:
 
 def kernels_source(kernels: Sequence[Kernel]) -> str:
     """One C file defining each distinct kernel's function once."""
-    seen, parts = set(), [f'#include "{HEADER}"\n', _RUNTIME]
+    # _GNU_SOURCE before any system header: vdla_pin_workers' affinity calls need it.
+    seen, parts = set(), ["#define _GNU_SOURCE\n", f'#include "{HEADER}"\n', _RUNTIME]
     for kernel in kernels:
         if kernel.name not in seen:
             seen.add(kernel.name)
@@ -89,7 +156,22 @@ def load(build: CBuild) -> ctypes.CDLL:
     lib.vdla_set_threads.argtypes = [ctypes.c_int]
     lib.vdla_set_threads.restype = None
     lib.vdla_max_threads.restype = ctypes.c_int
+    lib.vdla_pin_workers.restype = ctypes.c_int
+    lib.vdla_call.argtypes = [ctypes.c_void_p] * 5
+    lib.vdla_call.restype = None
     return lib
+
+
+def start_team(lib: ctypes.CDLL, threads: int) -> None:
+    """Set OpenMP's team size to `threads` and pin its worker threads one per core
+    (`vdla_pin_workers`); calls through `vdla_call`, `vdla_time_runs` and the graph
+    runner hold the calling thread on the remaining core while they run and let it go
+    after (so a thread pool it starts later inherits no pinning: onnxruntime's ran 3x
+    slower when the calling thread stayed bound). Measured on 2 cores: unpinned, the
+    scheduler sometimes left both threads of the team on one core, where every barrier
+    waits a time slice (a 90 us layer took 16 ms, in about a third of the processes)."""
+    lib.vdla_set_threads(threads)
+    lib.vdla_pin_workers()
 
 
 def function(lib: ctypes.CDLL, kernel: Kernel):
@@ -131,5 +213,6 @@ def call(lib: ctypes.CDLL, kernel: Kernel, inputs: Sequence[np.ndarray], out: np
     arrays = [np.ascontiguousarray(a) for a in inputs]
     pointers = (ctypes.c_void_p * max(1, len(arrays)))(*[a.ctypes.data for a in arrays])
     params = kernel.params if kernel.params.size else np.zeros(1, np.uint8)
-    function(lib, kernel)(pointers, out.ctypes.data, params.ctypes.data, workspace.ctypes.data)
+    lib.vdla_call(ctypes.cast(function(lib, kernel), ctypes.c_void_p), pointers,
+                  out.ctypes.data, params.ctypes.data, workspace.ctypes.data)
     return out

@@ -143,10 +143,13 @@ class Program:
         for node in self.nodes:
             kernel = self.kernels[node.name]
             ins = ", ".join(f"(const void *){where[t]}" for t in kernel.inputs) or "NULL"
+            k = len(calls)
             calls.append(f"    {{   /* {node.name} ({node.op}) */\n"
                          f"        const void *in[] = {{{ins}}};\n"
+                         f"        if (seconds) vdla_tick(&t0);\n"
                          f"        {kernel.name}(in, {where[node.outputs[0]]}, params + "
-                         f"{self.offsets[node.name]}, ws);\n    }}")
+                         f"{self.offsets[node.name]}, ws);\n"
+                         f"        if (seconds) seconds[{k}] = vdla_tock(&t0);\n    }}")
         ws_terms = sorted({(align(k.shared_bytes), align(k.thread_bytes))
                            for k in self.kernels.values()})
         ws_lines = "\n".join(f"    m = vdla_max_size(m, (size_t){s} + (size_t)threads * {t});"
@@ -164,12 +167,28 @@ size_t vdla_model_workspace_size(int threads) {{
     return m;
 }}
 
+static void vdla_tick(struct timespec *t) {{ clock_gettime(CLOCK_MONOTONIC, t); }}
+static double vdla_tock(const struct timespec *t0) {{
+    struct timespec t1; clock_gettime(CLOCK_MONOTONIC, &t1);
+    return (double)(t1.tv_sec - t0->tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0->tv_nsec);
+}}
+
+/* vdla_model_run, and with `seconds` (one double per op, in order) each op's wall time */
+int vdla_model_run_timed(const unsigned char *restrict params, unsigned char *restrict arena,
+                         unsigned char *restrict ws, const void *const *inputs,
+                         void *const *outputs, double *seconds) {{
+    if (!params || !arena || !ws || !inputs || !outputs) return 1;
+    struct timespec t0; (void)t0;
+    vdla_holding held; vdla_hold(&held);
+{chr(10).join(calls)}
+    vdla_release(&held);
+    return 0;
+}}
+
 int vdla_model_run(const unsigned char *restrict params, unsigned char *restrict arena,
                    unsigned char *restrict ws, const void *const *inputs,
                    void *const *outputs) {{
-    if (!params || !arena || !ws || !inputs || !outputs) return 1;
-{chr(10).join(calls)}
-    return 0;
+    return vdla_model_run_timed(params, arena, ws, inputs, outputs, NULL);
 }}
 """
 
@@ -232,7 +251,14 @@ size_t vdla_model_arena_size(void);
 size_t vdla_model_workspace_size(int threads);
 int vdla_model_run(const unsigned char *params, unsigned char *arena, unsigned char *ws,
                    const void *const *inputs, void *const *outputs);
+/* the same, each op's wall time in seconds[] (one per op, in the graph's order) */
+int vdla_model_run_timed(const unsigned char *params, unsigned char *arena,
+                         unsigned char *ws, const void *const *inputs,
+                         void *const *outputs, double *seconds);
 void vdla_set_threads(int threads);
+/* OpenMP's worker threads pinned one per core (vdla_model_load does it); while a run
+   lasts the calling thread is held on the core they leave, and let go after. */
+int vdla_pin_workers(void);
 
 typedef struct vdla_model vdla_model;
 /* Reads the params file; NULL (and a message on stderr) if it is missing or not this
@@ -312,6 +338,7 @@ vdla_model *vdla_model_load(const char *path, int threads) {
     }
     vdla_model *m = calloc(1, sizeof *m);
     if (threads > 0) vdla_set_threads(threads);
+    vdla_pin_workers();   /* OpenMP's workers one per core; see model.c */
     int workers = threads > 0 ? threads : 1;
 #ifdef _OPENMP
     if (threads <= 0) { extern int omp_get_max_threads(void); workers = omp_get_max_threads(); }

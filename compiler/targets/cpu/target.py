@@ -28,14 +28,15 @@ import numpy as np
 
 from vdla.compiler.ir.graph import DTYPES, Graph
 from vdla.compiler.ir.tensor import Node
-from vdla.compiler.targets.base import CompiledOp, OpRun, Progress, Support, Target, TargetSession
+from vdla.compiler.targets.base import (CompiledOp, GraphRun, OpRun, Progress, Support, Target,
+                                        TargetSession)
 from threadpoolctl import threadpool_limits
 
 from vdla.compiler.targets.cpu import isa as cpu_isa
 from vdla.compiler.targets.cpu import ops as cpu_ops
 from vdla.compiler.targets.cpu.build import machine_features
 from vdla.compiler.targets.cpu.kernel import Kernel
-from vdla.compiler.targets.cpu.library import aligned_empty, function, load
+from vdla.compiler.targets.cpu.library import aligned_empty, function, load, start_team
 from vdla.compiler.targets.cpu.lower import node_kernel
 from vdla.compiler.targets.cpu.program import Program
 from vdla.compiler.targets.cpu.tuning import cpu_tasks
@@ -55,26 +56,17 @@ def max_terms() -> int:
 
 
 def claim_cores() -> None:
-    """Prepare this process for the target's OpenMP team (once; the effects last for the
-    process). Both were measured on this project's 2-core machines:
+    """Put numpy's BLAS (OpenBLAS) on one thread, for this process (once).
 
-    * numpy's BLAS (OpenBLAS) on one thread: its worker threads spin for a while after
-      every BLAS call, and two spinning pools on the same cores slow each other down:
-      ResNet-18 ran in 7 ms after an idle second, 14-330 ms right after the numpy
-      reference. With one BLAS thread, the reference itself ran 2.4x faster too.
-    * OpenMP's threads bound one per core (``OMP_PROC_BIND=close``, ``OMP_PLACES=cores``)
-      unless the environment says otherwise: unbound, the scheduler sometimes left both
-      threads on one core, where every barrier waits a time slice (a 90 us layer took
-      16 ms, in about a third of the processes); bound, never. OpenMP reads these when
-      its runtime loads, i.e. with the first kernel library, so this runs before.
+    Its worker threads spin for a while after every BLAS call, and two spinning pools
+    on the same cores slow each other down: on this project's 2-core machines ResNet-18
+    ran in 7 ms after an idle second, 14-330 ms right after the numpy reference. With one
+    BLAS thread there is no second pool, and the reference itself ran 2.4x faster.
+    (The target's own team is set up by `library.start_team`.)
     """
     global _BLAS_LIMIT
     if _BLAS_LIMIT is None:
         _BLAS_LIMIT = threadpool_limits(limits=1, user_api="blas")
-        if "OMP_PROC_BIND" not in os.environ and "OMP_PLACES" not in os.environ \
-                and "GOMP_CPU_AFFINITY" not in os.environ:
-            os.environ["OMP_PROC_BIND"] = "close"
-            os.environ["OMP_PLACES"] = "cores"
 
 
 _BLAS_LIMIT = None
@@ -270,29 +262,37 @@ class CpuSession(TargetSession):
                 self._programs[id(program)] = (program, lib, blob)
                 need = max(need, program.workspace(self.threads))
             _, lib, blob = self._programs[id(program)]
-            self._functions[op.name] = (function(lib, op.kernel.kernel), op.kernel.kernel,
+            fn = ctypes.cast(function(lib, op.kernel.kernel), ctypes.c_void_p)
+            self._functions[op.name] = (lib, fn, op.kernel.kernel,
                                         blob.ctypes.data + program.offsets[op.name])
         self._workspace = aligned_empty(need)
         self._arena = None
+        self._start()
 
     def _set_threads(self):
         for _, lib, _ in self._programs.values():
             lib.vdla_set_threads(self.threads)
 
+    def _start(self):
+        """Once per session: the team's size and its workers pinned (`start_team`)."""
+        for _, lib, _ in self._programs.values():
+            start_team(lib, self.threads)
+
     def run(self, op: CompiledOp, node: Node, args) -> OpRun:
-        fn, kernel, params = self._functions[op.name]
+        lib, fn, kernel, params = self._functions[op.name]
         by_name = dict(zip(node.inputs, args))
         arrays = [np.ascontiguousarray(by_name[t]) for t in kernel.inputs]
         pointers = (ctypes.c_void_p * max(1, len(arrays)))(*[a.ctypes.data for a in arrays])
         t = self.graph.tensors[node.outputs[0]]
         out = np.empty(t.shape, DTYPES[t.dtype])
         self._set_threads()
-        fn(pointers, out.ctypes.data, params, self._workspace.ctypes.data)
+        lib.vdla_call(fn, pointers, out.ctypes.data, params, self._workspace.ctypes.data)
         return OpRun([out], macs=kernel.macs)
 
-    def run_graph(self, feed: Mapping[str, np.ndarray]) -> dict[str, np.ndarray] | None:
-        """The whole graph in one call of the compiled runner (``vdla_model_run``), when
-        one program holds every node; None otherwise. `feed` is checked by the caller."""
+    def run_graph(self, feed: Mapping[str, np.ndarray]) -> GraphRun | None:
+        """The whole graph in one call of the compiled runner (``vdla_model_run_timed``:
+        each op timed in C), when one program holds every node; None otherwise. `feed`
+        is checked by the caller."""
         if len(self._programs) != 1:
             return None
         program, lib, blob = next(iter(self._programs.values()))
@@ -300,8 +300,8 @@ class CpuSession(TargetSession):
             return None
         if self._arena is None:
             self._arena = aligned_empty(max(program.arena_size, 64))
-            run = lib.vdla_model_run
-            run.argtypes = [ctypes.c_void_p] * 5
+            run = lib.vdla_model_run_timed
+            run.argtypes = [ctypes.c_void_p] * 6
             run.restype = ctypes.c_int
         g = self.graph
         inputs = [np.ascontiguousarray(feed[name], DTYPES[g.tensors[name].dtype])
@@ -310,12 +310,15 @@ class CpuSession(TargetSession):
                    for name in g.outputs]
         ins = (ctypes.c_void_p * len(inputs))(*[a.ctypes.data for a in inputs])
         outs = (ctypes.c_void_p * len(outputs))(*[a.ctypes.data for a in outputs])
+        seconds = np.zeros(len(program.nodes), np.float64)
         self._set_threads()
-        status = lib.vdla_model_run(blob.ctypes.data, self._arena.ctypes.data,
-                                    self._workspace.ctypes.data, ins, outs)
+        status = lib.vdla_model_run_timed(blob.ctypes.data, self._arena.ctypes.data,
+                                          self._workspace.ctypes.data, ins, outs,
+                                          seconds.ctypes.data)
         if status:
             raise RuntimeError(f"vdla_model_run returned {status}")
-        return dict(zip(g.outputs, outputs))
+        return GraphRun(dict(zip(g.outputs, outputs)),
+                        {n.name: float(t) for n, t in zip(program.nodes, seconds)})
 
     def close(self) -> None:
         self._functions, self._programs = {}, {}

@@ -33,7 +33,7 @@ from vdla.compiler.ir.graph import DTYPES, Graph
 from vdla.compiler.reference import run_reference
 from vdla.compiler.targets.cpu import isa as cpu_isa
 from vdla.compiler.targets.cpu.library import (aligned_empty, build_kernels, call, load,
-                                               time_runs)
+                                               start_team, time_runs)
 from vdla.compiler.targets.cpu.lower import node_kernel
 from vdla.compiler.targets.cpu.schedule import (ORDERS, PARALLEL, ConvSchedule, DenseSchedule,
                                                 ScheduleError, choose_conv, choose_dense,
@@ -95,6 +95,7 @@ class CpuTask(TuneTask):
     target = "cpu"
     measure_backends = ("wall",)
     unit = "ns"
+    noisy = True
 
     @functools.cached_property
     def _isa(self):
@@ -219,7 +220,7 @@ class CpuTask(TuneTask):
         try:
             kernel = self.kernel(schedule)
             lib = load(build_kernels([kernel], self._isa, log=log))
-            lib.vdla_set_threads(self.threads)
+            start_team(lib, self.threads)
             ws = aligned_empty(max(kernel.workspace(self.threads), 64))
             params = aligned_empty(max(kernel.params.size, 64))
             params[:kernel.params.size] = kernel.params

@@ -43,7 +43,8 @@ def run_cpu(target, g, feed, schedules=None):
     with compiled.session() as session:
         outputs = session.run(feed).outputs
         whole = session.run_graph(feed)
-    for name, value in whole.items():        # the one-call runner computes the same
+    assert set(whole.op_seconds) == {op.name for op in compiled.ops}
+    for name, value in whole.outputs.items():   # the one-call runner computes the same
         np.testing.assert_array_equal(value, outputs[name])
     return outputs
 
@@ -200,7 +201,7 @@ def test_zoo_models_through_the_pipeline(model, precision):
     else:
         assert 0.0 < outcome.max_error < pipeline.FLOAT_TOLERANCE
     with outcome.compiled.session() as session:
-        whole = session.run_graph(loaded.feed)
+        whole = session.run_graph(loaded.feed).outputs
     for name, value in whole.items():
         np.testing.assert_array_equal(value, outcome.result.outputs[name])
 
