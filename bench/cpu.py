@@ -445,6 +445,11 @@ def main(argv=None) -> int:
             report["tuning"] = tune(args.models, args, records)
         report["tuning_seconds"] = time.perf_counter() - started
         print_tuning(report["tuning"])
+    # Tuning and convergence measure in forked worker processes: they run before this
+    # process starts OpenMP's threads (speed, exactness), which a fork does not carry.
+    if not args.skip_convergence:
+        report["convergence"] = convergence(args, out)
+        print_convergence(report["convergence"], args.long_trials)
     if records_path.exists():
         records = Records(records_path)
     if not args.skip_speed:
@@ -453,9 +458,6 @@ def main(argv=None) -> int:
         report["speed"] = speed(args.models, args, records, work)
         print_speed(report["speed"], args.threads)
         plot_speed(report["speed"], out / "cpu.png")
-    if not args.skip_convergence:
-        report["convergence"] = convergence(args, out)
-        print_convergence(report["convergence"], args.long_trials)
     if not args.skip_exactness:
         report["exactness"] = exactness(args)
         print_exactness(report["exactness"])

@@ -42,3 +42,10 @@ def test_tuner_example_runs(capsys, tmp_path):
     report = capsys.readouterr().out.split()
     assert int(report[0]) > 100 and report[-1] == "True"
     assert db.exists()
+
+
+def test_cpu_example_runs(capsys):
+    code = next(code for code in _examples() if "run_graph(" in code)
+    exec(compile(code, str(README), "exec"), {})
+    exact, seconds = capsys.readouterr().out.split()
+    assert exact == "True" and 0 < float(seconds) < 1
