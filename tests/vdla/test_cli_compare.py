@@ -36,3 +36,16 @@ def test_unknown_targets_and_bad_threads_are_clear_errors(tmp_path, capsys):
     assert "--seed must be a non-negative integer" in capsys.readouterr().err
     assert main(["compare", "nosuch"]) == 1
     assert "unknown model 'nosuch'" in capsys.readouterr().err
+
+
+def test_board_times_the_accelerator_at_its_clock(tmp_path, capsys):
+    out = tmp_path / "c.json"
+    assert main(["compare", "digits_cnn", "--board", "pynq-z1", "--targets", "vdla,cpu",
+                 "--chart", str(tmp_path / "c.png"), "--json", str(out),
+                 "--threads", "1"]) == 0
+    text = capsys.readouterr().out
+    assert "cycles at 100 MHz (pynq-z1)" in text and "same outputs" in text
+    doc = json.loads(out.read_text())
+    assert doc["board"] == "pynq-z1" and doc["outputs_identical"] is True
+    assert main(["compare", "digits_cnn", "--board", "pynq-z1", "--targets", "cpu"]) == 1
+    assert "--board times the accelerator" in capsys.readouterr().err

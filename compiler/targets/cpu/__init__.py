@@ -1,6 +1,19 @@
-"""The CPU target: the compiler's quantized graph compiled to C, built with the system C
-compiler (gcc ``-O3 -march=native``, OpenMP) and loaded through ctypes.
+"""The CPU target: the front half's graph, int8 or float32, compiled to C.
 
-`vdla.compiler.targets.cpu.build` builds C sources into a shared library, cached on disk
-by content hash, and writes a stand-alone project (sources and a Makefile).
+Its data flow, one module per step:
+
+    shapes      a node's sizes and epilogue (what its C depends on; the tuner's keys)
+    schedule    the knobs, their checks, the default chooser and the tuner's space
+    lower       a node to its kernel: conv, depthwise, dense, or ops (pools,
+                elementwise, copies; opbase holds what they share)
+    kernel      the compiled form of one op: a C function, its params, its scratch
+    program     a graph's kernels as one library, the whole-graph runner, the
+                stand-alone project (vdla compile)
+    library     kernels into a shared library (vdla_cpu.h), calling and timing them
+    build       the system C compiler and the content-hashed build cache
+    isa         the instruction set the code is written for (AVX-512 VNNI, AVX2, C)
+    tuning      the tuner's tasks (wall time)
+    target      `CpuTarget` and its sessions
+
+`CpuTarget` is what the rest of vdla uses (`vdla.compiler.targets.get("cpu")`).
 """

@@ -33,7 +33,6 @@ Depthwise convolutions (one input channel per group) are
 
 from __future__ import annotations
 
-
 import numpy as np
 
 from vdla.compiler.ir.tensor import Node
@@ -42,7 +41,7 @@ from vdla.compiler.targets.cpu.kernel import SIGNATURE, Kernel, Params, align
 from vdla.compiler.targets.cpu.schedule import ConvSchedule
 from vdla.compiler.targets.cpu.shapes import ConvShape, per_channel
 
-__all__ = ["conv_kernel"]
+__all__ = ["Code", "conv_kernel", "epilogue_tables", "indent", "table_pointers"]
 
 # --- weights and tables ---------------------------------------------------------------------
 
@@ -58,7 +57,7 @@ def _pack_weights(shape: ConvShape, w: np.ndarray, mr: int) -> np.ndarray:
     return np.ascontiguousarray(wg.transpose(0, 1, 3, 5, 2, 4))
 
 
-def _tables(shape: ConvShape, node: Node, w: np.ndarray, bias, params: Params) -> dict:
+def epilogue_tables(shape: ConvShape, node: Node, w: np.ndarray, bias, params: Params) -> dict:
     """The epilogue's constants in `params`: name -> byte offset."""
     a, o = node.attrs, shape.o
     out = {}
@@ -86,8 +85,8 @@ def _tables(shape: ConvShape, node: Node, w: np.ndarray, bias, params: Params) -
 
 # --- C --------------------------------------------------------------------------------------
 
-class _Code:
-    """The C spellings of one dtype and vector width."""
+class Code:
+    """The C spellings of one dtype and vector width (shared with `depthwise`)."""
 
     def __init__(self, shape: ConvShape, vl: int):
         self.vl = vl
@@ -112,7 +111,7 @@ def _keep_table(shape: ConvShape, vl: int) -> str:
     return f"static const uint32_t NAME_keep[{pitch}] = {{{', '.join(masks)}}};\n"
 
 
-def _prep(shape: ConvShape, code: _Code, plane_bytes: int) -> str:
+def _prep(shape: ConvShape, code: Code, plane_bytes: int) -> str:
     """C: the function that writes one row of every phase plane of one channel (block);
     planes are `plane_bytes` apart."""
     pitch = shape.grid_pitch
@@ -152,7 +151,7 @@ def _prep(shape: ConvShape, code: _Code, plane_bytes: int) -> str:
             f"int gc, int r) {{\n{head}" + "".join(lines) + "\n}\n")
 
 
-def _epilogue(shape: ConvShape, code: _Code, acc: str, chan: str, junk: bool) -> str:
+def _epilogue(shape: ConvShape, code: Code, acc: str, chan: str, junk: bool) -> str:
     """C statements for one output vector: `acc` (an expression) of global channel
     `chan` at grid index ``gv``, up to grid index ``ge``, stored."""
     vl, t = code.vl, code.acc
@@ -198,7 +197,7 @@ def _epilogue(shape: ConvShape, code: _Code, acc: str, chan: str, junk: bool) ->
     return "\n".join(lines)
 
 
-def _tables_c(shape: ConvShape, offsets: dict, code: _Code) -> str:
+def table_pointers(shape: ConvShape, offsets: dict, code: Code) -> str:
     if shape.int8:
         names = ["bias", "mul", "shf", "lim"] + (["rmul", "rshf"] if shape.residual else [])
         return "".join(f"    const int32_t *restrict {k} = (const int32_t *)(params + "
@@ -207,11 +206,14 @@ def _tables_c(shape: ConvShape, offsets: dict, code: _Code) -> str:
                    for k in ("bias", "lim"))
 
 
-def _tile_gemm(shape: ConvShape, s: ConvSchedule, code: _Code, plane_bytes: int,
-               passes: int, offsets: dict) -> str:
+def _tile_gemm(shape: ConvShape, s: ConvSchedule, code: Code, plane_bytes: int,
+               passes: int, offsets: dict, *, name: str = "NAME_tile",
+               limit: int | None = None) -> str:
     """C: one register tile (mr channels x nv vectors) over one pass of input channels.
     The tile is written out statement by statement (one variable per accumulator), so
-    the accumulators live in registers whatever the compiler's unrolling limits."""
+    the accumulators live in registers whatever the compiler's unrolling limits. With
+    `limit`, its input loads stop at grid index `limit` (the tail tile of a convolution
+    that reads its input in place: nothing past the tensor's end is read)."""
     vl, t, mr, nv = code.vl, code.acc, s.mr, s.nv
     nph, taps = len(shape.phases), shape.taps
     step_bytes = nph * plane_bytes
@@ -222,6 +224,10 @@ def _tile_gemm(shape: ConvShape, s: ConvSchedule, code: _Code, plane_bytes: int,
     for k, (p, off) in enumerate(taps):
         lines = [f"const unsigned char *px = xc + {p * plane_bytes} + (size_t)(g0 + {off}) * 4;"]
         for v in range(nv):
+            if limit is not None:      # float32 only (int8 always repacks)
+                lines.append(f"const {t} x{v} = {t}_load_n((const float *)(px + {v * vl * 4}), "
+                             f"vdla_max(0, vdla_min({vl}, {limit} - g0 - {v * vl})));")
+                continue
             lines.append(f"const {t} x{v} = {t}_load((const void *)(px + {v * vl * 4}));"
                          if shape.int8 else
                          f"const {t} x{v} = {t}_load((const float *)(px + {v * vl * 4}));")
@@ -257,12 +263,12 @@ def _tile_gemm(shape: ConvShape, s: ConvSchedule, code: _Code, plane_bytes: int,
     rows = ", ".join("{" + ", ".join(row) + "}" for row in accs)
     pointer = "unsigned char"
     return f"""
-VDLA_INLINE void NAME_tile(const {pointer} *restrict xc, const {code.wt} *restrict wc,
+VDLA_INLINE void {name}(const {pointer} *restrict xc, const {code.wt} *restrict wc,
         int nsteps, int g, int oc0, int mt, int g0, int gb, int ge, int first, int last,
         {code.scalar} *restrict part, int ptile, const {code.out} *restrict res,
         {code.out} *restrict y, const unsigned char *restrict params) {{
     (void)mt; (void)gb; (void)first; (void)last; (void)part; (void)ptile; (void)res;
-{_tables_c(shape, offsets, code)}    {t} {", ".join(flat)};
+{table_pointers(shape, offsets, code)}    {t} {", ".join(flat)};
     {init}
     #pragma GCC unroll {s.unroll}
     for (int c = 0; c < nsteps; c++, xc += {step_bytes}, wc += {wstep}) {{
@@ -275,14 +281,14 @@ VDLA_INLINE void NAME_tile(const {pointer} *restrict xc, const {code.wt} *restri
         for (int v = 0; v < {nv}; v++) {{
             const int gv = g0 + v * {vl};
             if (gv >= ge) break;
-            {_indent(store, 12)}
+            {indent(store, 12)}
         }}
     }}
 }}
 """
 
 
-def _indent(text: str, spaces: int) -> str:
+def indent(text: str, spaces: int) -> str:
     pad = " " * spaces
     return ("\n" + pad).join(text.splitlines())
 
@@ -300,10 +306,10 @@ def conv_kernel(shape: ConvShape, schedule: ConvSchedule, weights: np.ndarray,
     if shape.depthwise:
         raise ValueError(f"conv_kernel: {shape.describe()} is depthwise; "
                          "vdla.compiler.targets.cpu.depthwise.depthwise_kernel compiles it")
-    code = _Code(shape, s.vl)
+    code = Code(shape, s.vl)
     params = Params()
     w_off = params.add(_pack_weights(shape, np.asarray(weights), s.mr))
-    offsets = _tables(shape, node, np.asarray(weights), bias, params)
+    offsets = epilogue_tables(shape, node, np.asarray(weights), bias, params)
     block = s.nv * s.vl
     plane_rows = shape.plane_rows(block)
     pitch = shape.grid_pitch
@@ -313,7 +319,13 @@ def conv_kernel(shape: ConvShape, schedule: ConvSchedule, weights: np.ndarray,
     step = shape.ci_step
     cb_per_group = shape.cg_padded // step       # planes (of a phase) per group
     ngc = shape.groups * cb_per_group
-    shared = ngc * nph * plane_bytes
+    # A float32 1x1 convolution with stride 1 and no padding reads its input in place:
+    # its channels are the planes already (the repacking would copy every byte).
+    direct = (not shape.int8 and shape.kh == shape.kw == 1 and shape.sh == shape.sw == 1
+              and not any((shape.pt, shape.pl, shape.pb, shape.pr)))
+    if direct:
+        plane_bytes = shape.h * shape.w * 4
+    shared = 0 if direct else ngc * nph * plane_bytes
     passes = -(-shape.cg_padded // s.tile_ci)
     ptile = s.tile_h * pitch + block
     thread = s.tile_co * ptile * 4 if passes > 1 else 0
@@ -321,6 +333,9 @@ def conv_kernel(shape: ConvShape, schedule: ConvSchedule, weights: np.ndarray,
     rt_count = -(-shape.ho // s.tile_h)
     junk = pitch != shape.wo
     tile = _tile_gemm(shape, s, code, plane_bytes, passes, offsets)
+    if direct:
+        tile += _tile_gemm(shape, s, code, plane_bytes, passes, offsets,
+                           name="NAME_tile_tail", limit=shape.h * shape.w)
     ctt = shape.og_padded(s.mr) // s.mr
     wstride_c = len(shape.taps) * s.mr * (4 if shape.int8 else 1)   # weights per step
     loops = _item_loops(s, shape.groups, ct_count, rt_count)
@@ -332,14 +347,14 @@ def conv_kernel(shape: ConvShape, schedule: ConvSchedule, weights: np.ndarray,
     in_t = "int8_t" if shape.int8 else "float"
     body = f"""
 /* {shape.dtype} conv {shape.describe()}; schedule {schedule.to_dict()} */
-{_keep_table(shape, s.vl) if junk else ""}{_prep(shape, code, plane_bytes)}{tile}
+{_keep_table(shape, s.vl) if junk else ""}{"" if direct else _prep(shape, code, plane_bytes)}{tile}
 void NAME{SIGNATURE} {{
     const {in_t} *restrict x = (const {in_t} *)in[0];
     {res_decl}
     {code.out} *restrict y = ({code.out} *)out_;
     const {code.wt} *restrict wp = (const {code.wt} *)(params + {w_off});
-    {code.plane} *restrict xq = ({code.plane} *)ws;
-    #pragma omp parallel if({0 if s.parallel == "none" else 1})
+    {code.plane} *xq = ({code.plane} *)ws;
+    #pragma omp parallel if({0 if s.parallel == "none" else 1}) firstprivate(xq)
     {{
 #ifdef _OPENMP
         const int tid = omp_get_thread_num();
@@ -350,12 +365,10 @@ void NAME{SIGNATURE} {{
         (void)part; (void)tid;
         for (int b = 0; b < {shape.n}; b++) {{
             const {in_t} *xb = x + (size_t)b * {shape.c * shape.h * shape.w};
-            #pragma omp for collapse(2) schedule(static)
-            for (int gc = 0; gc < {ngc}; gc++)
-                for (int r = 0; r < {plane_rows}; r++) NAME_prep(xb, xq, gc, r);
+            {_prep_loop(direct, ngc, plane_rows)}
             {code.out} *yb = y + (size_t)b * {shape.o * shape.ho * shape.wo};
             const {code.out} *rb = res ? res + (size_t)b * {shape.o * shape.ho * shape.wo} : NULL;
-            {_indent(loops, 12)} {{
+            {indent(loops, 12)} {{
                 const int gb = rt * {s.tile_h * pitch};
                 const int ge = vdla_min((rt + 1) * {s.tile_h}, {shape.ho}) * {pitch};
                 const int mts = vdla_min({s.tile_co // s.mr}, {ctt} - ct * {s.tile_co // s.mr});
@@ -369,7 +382,7 @@ void NAME{SIGNATURE} {{
                         const int oct = ct * {s.tile_co // s.mr} + mt;
                         const {code.wt} *wc = wp + ((size_t)(g * {ctt} + oct) * {cb_per_group} + c0)
                                                  * {wstride_c};
-                        NAME_tile(xc, wc, nsteps, g, oct * {s.mr}, mt, g0, gb, ge, cp == 0,
+                        {_tile_call(direct, block, shape.h * shape.w)}(xc, wc, nsteps, g, oct * {s.mr}, mt, g0, gb, ge, cp == 0,
                                   cp == {passes - 1}, part, {ptile}, rb, yb, params);
                     }}
                 }}
@@ -379,6 +392,23 @@ void NAME{SIGNATURE} {{
 }}
 """
     return Kernel(body, params.blob(), inputs, shared, thread, shape.macs)
+
+
+def _prep_loop(direct: bool, ngc: int, plane_rows: int) -> str:
+    """C: the repacking of image ``xb`` into ``xq`` (shared by the threads), or, for a
+    convolution that reads its input in place, ``xq`` pointed at the image."""
+    if direct:
+        return "xq = (float *)xb;"
+    return (f"#pragma omp for collapse(2) schedule(static)\n"
+            f"            for (int gc = 0; gc < {ngc}; gc++)\n"
+            f"                for (int r = 0; r < {plane_rows}; r++) NAME_prep(xb, xq, gc, r);")
+
+
+def _tile_call(direct: bool, block: int, size: int) -> str:
+    """C: the tile function a block calls (in place: the masked one for the last)."""
+    if not direct:
+        return "NAME_tile"
+    return f"(g0 + {block} > {size} ? NAME_tile_tail : NAME_tile)"
 
 
 def _item_loops(s: ConvSchedule, groups: int, cts: int, rts: int) -> str:

@@ -17,7 +17,7 @@ import dataclasses
 import numpy as np
 
 from vdla.compiler.ir.tensor import Node
-from vdla.compiler.targets.cpu.conv import _Code, _indent, _tables, _tables_c
+from vdla.compiler.targets.cpu.conv import Code, indent, epilogue_tables, table_pointers
 from vdla.compiler.targets.cpu.kernel import SIGNATURE, Kernel, Params, align
 from vdla.compiler.targets.cpu.schedule import ConvSchedule
 from vdla.compiler.targets.cpu.shapes import ConvShape
@@ -30,13 +30,13 @@ def depthwise_kernel(shape: ConvShape, schedule: ConvSchedule, weights, bias, no
     """The `Kernel` of depthwise convolution `shape` (``shape.depthwise``) with
     `schedule` (checked by the caller); arguments as `conv_kernel`'s."""
     s = schedule
-    code = _Code(shape, s.vl)
+    code = Code(shape, s.vl)
     vl, nv, t = s.vl, s.nv, code.acc
     params = Params()
     w = np.asarray(weights).reshape(shape.o, shape.kh * shape.kw)
     w_off = params.add(w.astype(np.int32) if shape.int8 else w.astype(np.float32))
     plain = dataclasses.replace(shape, offset=False)
-    offsets = _tables(plain, node, w, bias, params)
+    offsets = epilogue_tables(plain, node, w, bias, params)
     block = nv * vl
     pitch = shape.grid_pitch
     elem = 1 if shape.int8 else 4
@@ -98,7 +98,7 @@ static void NAME_rows(const unsigned char *restrict xc, const {wt} *restrict wc,
         int r0, int r1, const {code.out} *restrict res, {code.out} *restrict y,
         const unsigned char *restrict params) {{
     (void)res;
-{_tables_c(shape, offsets, code)}    {consts}
+{table_pointers(shape, offsets, code)}    {consts}
     {weights_c}
     for (int r = r0; r < r1; r++) {{
         for (int c0 = 0; c0 < {shape.wo}; c0 += {block}) {{
@@ -136,7 +136,7 @@ void NAME{SIGNATURE} {{
         const {el} *xb = x + (size_t)b * {shape.c * shape.h * shape.w};
         {code.out} *yb = y + (size_t)b * {shape.o * shape.ho * shape.wo};
         const {code.out} *rb = res ? res + (size_t)b * {shape.o * shape.ho * shape.wo} : NULL;
-        {_indent(loops, 8)} {{
+        {indent(loops, 8)} {{
             const unsigned char *xc = (const unsigned char *)lp;
             const int r0 = rt * {s.tile_h}, r1 = vdla_min(r0 + {s.tile_h}, {shape.ho});
             NAME_load(xb, lp, g, r0, r1 - r0 + {reach});

@@ -50,21 +50,25 @@ int vdla_max_threads(void) {
 #endif
 }
 
-/* OpenMP's worker threads pinned one per CPU of the caller's affinity mask, the caller's
-   current CPU left to the caller (vdla_pin_workers); during a call the caller is held on
-   that CPU (vdla_hold ... vdla_release) and let go after, so nothing else it runs, such
-   as another library's thread pool, inherits the pinning. */
+/* OpenMP's worker threads pinned one per CPU of the caller's affinity mask but `caller`
+   (-1: the CPU the caller is on now), which is left to the caller: vdla_pin_workers
+   returns it (-1 if nothing was pinned). The workers are the process's (OpenMP's pool),
+   so every library loaded in a process must leave the same CPU: the first one's choice
+   is passed to the others (`start_team`). During a call the caller is held on that CPU
+   (vdla_hold ... vdla_release) and let go after, so nothing else it runs, such as
+   another library's thread pool, inherits the pinning. */
 static int vdla_caller_cpu = -1;
 
-int vdla_pin_workers(void) {
-    int pinned = 0;
+int vdla_pin_workers(int caller) {
 #if defined(__linux__) && defined(_OPENMP)
     cpu_set_t mask;
-    if (sched_getaffinity(0, sizeof mask, &mask) != 0) return 0;
-    int cpus[CPU_SETSIZE], n = 0, here = sched_getcpu();
+    if (sched_getaffinity(0, sizeof mask, &mask) != 0) return -1;
+    if (caller < 0 || !CPU_ISSET(caller, &mask)) caller = sched_getcpu();
+    int cpus[CPU_SETSIZE], n = 0;
     for (int c = 0; c < CPU_SETSIZE; c++)
-        if (CPU_ISSET(c, &mask) && c != here) cpus[n++] = c;
-    if (n == 0) return 0;
+        if (CPU_ISSET(c, &mask) && c != caller) cpus[n++] = c;
+    if (n == 0) return -1;
+    int pinned = 0;
     #pragma omp parallel reduction(+:pinned)
     {
         int t = omp_get_thread_num();
@@ -73,9 +77,12 @@ int vdla_pin_workers(void) {
             pinned += pthread_setaffinity_np(pthread_self(), sizeof one, &one) == 0;
         }
     }
-    if (pinned) vdla_caller_cpu = here;
+    vdla_caller_cpu = pinned ? caller : -1;
+    return vdla_caller_cpu;
+#else
+    (void)caller;
+    return -1;
 #endif
-    return pinned;
 }
 
 typedef struct {
@@ -111,12 +118,25 @@ void vdla_call(vdla_fn fn, const void *const *in, void *out, const unsigned char
     vdla_release(&h);
 }
 
-/* Run fn `runs` times, each run's wall time in seconds[]: timing without Python. */
+/* Evict [p, p + n) from every cache level (as a layer's weights are when it runs inside
+   a model, after the layers before it). */
+static void vdla_evict(const unsigned char *p, size_t n) {
+#if defined(VDLA_X86) && defined(__SSE2__)
+    for (size_t i = 0; i < n; i += 64) _mm_clflush(p + i);
+    _mm_mfence();
+#else
+    (void)p; (void)n;
+#endif
+}
+
+/* Run fn `runs` times, each run's wall time in seconds[], its params (`params_bytes`)
+   evicted from the caches before each: timing without Python, as in a model. */
 void vdla_time_runs(vdla_fn fn, const void *const *in, void *out,
                     const unsigned char *params, unsigned char *ws, int runs,
-                    double *seconds) {
+                    double *seconds, size_t params_bytes) {
     vdla_holding h; vdla_hold(&h);
     for (int r = 0; r < runs; r++) {
+        vdla_evict(params, params_bytes);
         struct timespec t0, t1;
         clock_gettime(CLOCK_MONOTONIC, &t0);
         fn(in, out, params, ws);
@@ -156,10 +176,16 @@ def load(build: CBuild) -> ctypes.CDLL:
     lib.vdla_set_threads.argtypes = [ctypes.c_int]
     lib.vdla_set_threads.restype = None
     lib.vdla_max_threads.restype = ctypes.c_int
+    lib.vdla_pin_workers.argtypes = [ctypes.c_int]
     lib.vdla_pin_workers.restype = ctypes.c_int
     lib.vdla_call.argtypes = [ctypes.c_void_p] * 5
     lib.vdla_call.restype = None
     return lib
+
+
+#: The CPU the first `start_team` of this process left to the calling thread (None: none
+#: yet); every later library leaves the same one, since the workers are shared.
+_CALLER_CPU: int | None = None
 
 
 def start_team(lib: ctypes.CDLL, threads: int) -> None:
@@ -169,9 +195,14 @@ def start_team(lib: ctypes.CDLL, threads: int) -> None:
     after (so a thread pool it starts later inherits no pinning: onnxruntime's ran 3x
     slower when the calling thread stayed bound). Measured on 2 cores: unpinned, the
     scheduler sometimes left both threads of the team on one core, where every barrier
-    waits a time slice (a 90 us layer took 16 ms, in about a third of the processes)."""
+    waits a time slice (a 90 us layer took 16 ms, in about a third of the processes).
+    One CPU is left to the caller for the whole process (`_CALLER_CPU`): each library
+    deciding afresh could hold a caller on the CPU another had pinned the workers to."""
+    global _CALLER_CPU
     lib.vdla_set_threads(threads)
-    lib.vdla_pin_workers()
+    cpu = lib.vdla_pin_workers(-1 if _CALLER_CPU is None else _CALLER_CPU)
+    if cpu >= 0:
+        _CALLER_CPU = cpu
 
 
 def function(lib: ctypes.CDLL, kernel: Kernel):
@@ -190,16 +221,21 @@ def aligned_empty(nbytes: int) -> np.ndarray:
 
 def time_runs(lib: ctypes.CDLL, kernel: Kernel, inputs: Sequence[np.ndarray],
               out: np.ndarray, workspace: np.ndarray, runs: int) -> np.ndarray:
-    """Wall times (seconds) of `runs` back-to-back runs of `kernel`, timed in C."""
+    """Wall times (seconds) of `runs` back-to-back runs of `kernel`, timed in C, its
+    params (the weights) evicted from the caches before each run: inside a model the
+    layers before it have evicted them, and a schedule that reads them several times
+    must pay for that in the tuner too (MobileNet-v1's 7x7 1024->1024 float layer ran
+    1.7x slower in the model than alone with cached weights)."""
     arrays = [np.ascontiguousarray(a) for a in inputs]
     pointers = (ctypes.c_void_p * max(1, len(arrays)))(*[a.ctypes.data for a in arrays])
     seconds = np.zeros(runs, np.float64)
     fn = function(lib, kernel)
-    lib.vdla_time_runs.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int, ctypes.c_void_p]
+    lib.vdla_time_runs.argtypes = ([ctypes.c_void_p] * 5
+                                   + [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t])
     lib.vdla_time_runs.restype = None
     lib.vdla_time_runs(ctypes.cast(fn, ctypes.c_void_p), pointers, out.ctypes.data,
                        kernel.params.ctypes.data, workspace.ctypes.data, runs,
-                       seconds.ctypes.data)
+                       seconds.ctypes.data, kernel.params.size)
     return seconds
 
 

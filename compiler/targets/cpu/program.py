@@ -256,9 +256,10 @@ int vdla_model_run_timed(const unsigned char *params, unsigned char *arena,
                          unsigned char *ws, const void *const *inputs,
                          void *const *outputs, double *seconds);
 void vdla_set_threads(int threads);
-/* OpenMP's worker threads pinned one per core (vdla_model_load does it); while a run
-   lasts the calling thread is held on the core they leave, and let go after. */
-int vdla_pin_workers(void);
+/* OpenMP's worker threads pinned one per core but `caller` (-1: the calling thread's
+   current one), which it returns (vdla_model_load does this); while a run lasts the
+   calling thread is held on that core, and let go after. */
+int vdla_pin_workers(int caller);
 
 typedef struct vdla_model vdla_model;
 /* Reads the params file; NULL (and a message on stderr) if it is missing or not this
@@ -338,7 +339,7 @@ vdla_model *vdla_model_load(const char *path, int threads) {
     }
     vdla_model *m = calloc(1, sizeof *m);
     if (threads > 0) vdla_set_threads(threads);
-    vdla_pin_workers();   /* OpenMP's workers one per core; see model.c */
+    vdla_pin_workers(-1);   /* OpenMP's workers one per core; see model.c */
     int workers = threads > 0 ? threads : 1;
 #ifdef _OPENMP
     if (threads <= 0) { extern int omp_get_max_threads(void); workers = omp_get_max_threads(); }

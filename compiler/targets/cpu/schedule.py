@@ -172,7 +172,67 @@ def estimate_conv(conv, s: ConvSchedule, threads: int = 2) -> float:
     cost += 8 * conv.groups * conv.og_padded(s.mr) * s.nv * _blocks(
         conv.ho * conv.grid_pitch, s.nv * s.vl) / s.mr
     cost = cost * (16 / s.vl) * balance / team
+    cost += (_restream(conv, s) + _first_block_stall(conv, s)) / team
     return cost + (0 if s.parallel == "none" else _TEAM_CYCLES)
+
+
+#: Caches a layer's weights or input stay in across work items (bytes: one core's L2),
+#: and bytes per cycle when they do not (from L3 or memory).
+_CACHED = 512 * 1024
+_STREAM_BYTES_PER_CYCLE = 12
+
+
+#: Bytes per cycle a thread gets from memory while its register tile waits on them
+#: (fitted: MobileNet-v1's 4 MB 7x7 float layer took 0.46 ms longer with its weights out
+#: of cache, 1.27 bytes per thread-cycle; streaming alone reaches 28-32 GB/s).
+_MEMORY_BYTES_PER_CYCLE = 1.25
+
+
+#: Inputs up to this many bytes are re-read cheaply from L2 by narrow channel tiles.
+_SMALL_INPUT = 256 * 1024
+
+
+def _first_block_stall(conv, s: ConvSchedule) -> float:
+    """About the cycles a register tile waits for weights that come from memory: a
+    channel tile's weights stream in while its first pixel block computes and stay in
+    cache for the others, so a tile with few pixel blocks per row tile must hide the
+    whole stream behind one block's work. Measured on MobileNet-v1's 7x7 1024->1024 float
+    layer (4 MB of weights, 4 pixel blocks of one vector): 1.6-1.7x slower with its
+    weights out of cache than in."""
+    elem = 1 if conv.int8 else 4
+    weights = conv.groups * conv.og_padded(s.mr) * conv.cg_padded * conv.kh * conv.kw * elem
+    # Only 1x1, stride-1 layers with a small input: a wider tile of a kxk layer loads
+    # every tap's shifted input vectors, and a narrower channel tile re-reads a large
+    # input more often, which cost more than the wait (measured: ResNet-18's 7x7 3x3
+    # float layers 1.45x slower with 4x4 tiles than with 16x1, ResNet-50's 2048->512
+    # 1x1 and its strided 1x1 shortcut 1.2-1.3x slower; its 512->2048 1x1 1.34x faster).
+    inputs = conv.cg_padded * conv.groups * conv.h * conv.w * elem
+    if (weights <= _CACHED or conv.kh * conv.kw != 1 or conv.sh * conv.sw != 1
+            or inputs > _SMALL_INPUT):
+        return 0.0
+    blocks = _blocks(min(s.tile_h, conv.ho) * conv.grid_pitch, s.nv * s.vl)
+    stream = weights / _MEMORY_BYTES_PER_CYCLE * _blocks(conv.ho, s.tile_h)
+    first = _work(conv, s.mr, s.nv, s.vl, s.tile_h) * (16 / s.vl) / blocks
+    return max(0.0, stream - first)
+
+
+def _restream(conv, s: ConvSchedule) -> float:
+    """About the cycles spent reading weights and input again: every row tile reads all
+    the weights of its channel tiles, every channel tile all the input of its rows; what
+    exceeds `_CACHED` comes again from L3 or memory. Measured on MobileNet-v1's 7x7
+    1024->1024 float layer (4 MB of weights): split in 4 row tiles it ran 1.7x slower
+    in the model than alone, where the weights stay cached."""
+    elem = 1 if conv.int8 else 4
+    weights = conv.groups * conv.og_padded(s.mr) * conv.cg_padded * conv.kh * conv.kw * elem
+    inputs = conv.groups * conv.cg_padded * conv.hq * conv.grid_pitch * len(conv.phases) * elem
+    rows = _blocks(conv.ho, s.tile_h)
+    channels = _blocks(conv.og_padded(s.mr), s.tile_co)
+    extra = 0
+    if weights > _CACHED:
+        extra += (rows - 1) * weights
+    if inputs > _CACHED:
+        extra += (channels - 1) * inputs
+    return extra / _STREAM_BYTES_PER_CYCLE
 
 
 #: What starting and joining an OpenMP team costs, in about cycles (some microseconds).
@@ -190,7 +250,9 @@ def choose_conv(conv, isa: Isa, threads: int = 2) -> ConvSchedule:
     heights = sorted({h for h in _HEIGHTS + (conv.ho,) if h <= conv.ho})
     top_mr = min(budget, 16 if isa.registers == 32 else 12, conv.og)
     best = None
-    for mr, nv, tile_h in itertools.product(range(1, top_mr + 1), range(1, 5), heights):
+    # One vector (many channels) or four (a whole small grid per tile): the tile shapes
+    # that measured well; two and three vectors measured erratically (up to 1.9x slower).
+    for mr, nv, tile_h in itertools.product(range(1, top_mr + 1), (1, 4), heights):
         if mr * nv > budget or mr * nv + nv > isa.registers - 2:
             continue
         if conv.depthwise and mr > 1:

@@ -5,7 +5,8 @@ residual as graph inputs) and measures a schedule by wall time: it builds the no
 kernel with the schedule (cached by content hash: a schedule's build is shared by every
 model with that layer shape), checks one run against the reference (int8 bit-exact,
 float within 1e-4 relative), then runs it `MIN_RUNS` times or for `MIN_SECONDS`,
-whichever is longer (at most `MAX_RUNS`), and reports the median in nanoseconds, with
+whichever is longer (at most `MAX_RUNS`), each run with the layer's weights evicted
+from the caches first (as inside a model), and reports the median in nanoseconds, with
 the spread in the counters. The median of many runs on an idle machine is what makes a
 wall-time tuner usable: measure with one job (``vdla tune --jobs 1``, the default), so
 that no other measurement shares the cores.

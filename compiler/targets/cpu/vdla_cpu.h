@@ -83,12 +83,14 @@ VDLA_INLINE void vi##N##_store_s8(int8_t *p, vi##N v) { vi##N##_narrow(p, v); } 
 VDLA_INLINE void vi##N##_store_s8_n(int8_t *p, vi##N v, int n) {                             \
     int8_t t[N]; vi##N##_narrow(t, v); memcpy(p, t, (size_t)n); }                            \
 VDLA_INLINE void vf##N##_store_n(float *p, vf##N v, int n) { memcpy(p, &v, (size_t)n * 4); } \
-VDLA_INLINE vf##N vf##N##_max(vf##N a, vf##N b) {                                            \
+VDLA_INLINE vf##N vf##N##_max_generic(vf##N a, vf##N b) {                                    \
     vi##N m = a > b; return (vf##N)(((vi##N)a & m) | ((vi##N)b & ~m)); }                     \
-VDLA_INLINE vf##N vf##N##_min(vf##N a, vf##N b) {                                            \
+VDLA_INLINE vf##N vf##N##_min_generic(vf##N a, vf##N b) {                                    \
     vi##N m = a < b; return (vf##N)(((vi##N)a & m) | ((vi##N)b & ~m)); }                     \
-VDLA_INLINE vi##N vi##N##_max(vi##N a, vi##N b) { vi##N m = a > b; return (a & m) | (b & ~m); } \
-VDLA_INLINE vi##N vi##N##_min(vi##N a, vi##N b) { vi##N m = a < b; return (a & m) | (b & ~m); } \
+VDLA_INLINE vi##N vi##N##_max_generic(vi##N a, vi##N b) {                                    \
+    vi##N m = a > b; return (a & m) | (b & ~m); }                                            \
+VDLA_INLINE vi##N vi##N##_min_generic(vi##N a, vi##N b) {                                    \
+    vi##N m = a < b; return (a & m) | (b & ~m); }                                            \
 /* requantize every lane with one multiplier (0: none) and shift, then wrap-add r */         \
 VDLA_INLINE vi##N vi##N##_rq(vi##N a, int32_t m, int32_t s) {                                \
     vu##N u = (vu##N)a;                                                                      \
@@ -158,6 +160,31 @@ VDLA_INLINE void vi8_narrow(int8_t *p, vdla_i8x v) {
 
 VDLA_VECTORS(16, 16)
 VDLA_VECTORS(8, 8)
+
+/* min and max: one instruction each where x86 has them (compilers emit a compare and a
+   blend for the generic select). Float max/min here are not NaN-propagating. */
+#if defined(VDLA_X86) && defined(__AVX512F__)
+VDLA_INLINE vf16 vf16_max(vf16 a, vf16 b) { return (vf16)_mm512_max_ps((__m512)a, (__m512)b); }
+VDLA_INLINE vf16 vf16_min(vf16 a, vf16 b) { return (vf16)_mm512_min_ps((__m512)a, (__m512)b); }
+VDLA_INLINE vi16 vi16_max(vi16 a, vi16 b) { return (vi16)_mm512_max_epi32((__m512i)a, (__m512i)b); }
+VDLA_INLINE vi16 vi16_min(vi16 a, vi16 b) { return (vi16)_mm512_min_epi32((__m512i)a, (__m512i)b); }
+#else
+VDLA_INLINE vf16 vf16_max(vf16 a, vf16 b) { return vf16_max_generic(a, b); }
+VDLA_INLINE vf16 vf16_min(vf16 a, vf16 b) { return vf16_min_generic(a, b); }
+VDLA_INLINE vi16 vi16_max(vi16 a, vi16 b) { return vi16_max_generic(a, b); }
+VDLA_INLINE vi16 vi16_min(vi16 a, vi16 b) { return vi16_min_generic(a, b); }
+#endif
+#if defined(VDLA_X86) && defined(__AVX2__)
+VDLA_INLINE vf8 vf8_max(vf8 a, vf8 b) { return (vf8)_mm256_max_ps((__m256)a, (__m256)b); }
+VDLA_INLINE vf8 vf8_min(vf8 a, vf8 b) { return (vf8)_mm256_min_ps((__m256)a, (__m256)b); }
+VDLA_INLINE vi8 vi8_max(vi8 a, vi8 b) { return (vi8)_mm256_max_epi32((__m256i)a, (__m256i)b); }
+VDLA_INLINE vi8 vi8_min(vi8 a, vi8 b) { return (vi8)_mm256_min_epi32((__m256i)a, (__m256i)b); }
+#else
+VDLA_INLINE vf8 vf8_max(vf8 a, vf8 b) { return vf8_max_generic(a, b); }
+VDLA_INLINE vf8 vf8_min(vf8 a, vf8 b) { return vf8_min_generic(a, b); }
+VDLA_INLINE vi8 vi8_max(vi8 a, vi8 b) { return vi8_max_generic(a, b); }
+VDLA_INLINE vi8 vi8_min(vi8 a, vi8 b) { return vi8_min_generic(a, b); }
+#endif
 
 /* ---- int8 dot products: acc + sum over the 4 bytes of each lane of u8(x) * s8(w) ------- */
 
