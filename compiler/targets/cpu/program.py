@@ -17,6 +17,7 @@ builds with ``make`` and no Python.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import re
 from pathlib import Path
@@ -116,9 +117,10 @@ class Program:
     def _covers(graph: Graph, nodes: Sequence[Node]) -> bool:
         return {n.name for n in nodes} == {n.name for n in graph.nodes()}
 
-    @property
+    @functools.cached_property
     def complete(self) -> bool:
-        """Whether it runs every node of the graph (and so has ``vdla_model_run``)."""
+        """Whether it runs every node of the graph (and so has ``vdla_model_run``).
+        Cached: the graph's node order is a topological sort, too slow for every run."""
         return self._covers(self.graph, self.nodes)
 
     def workspace(self, threads: int) -> int:
