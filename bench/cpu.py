@@ -346,6 +346,9 @@ def convergence(args, out: Path) -> list[dict]:
             task = layer_task(layer, target, args)
             log(f"convergence {layer}: a long run of {args.long_trials} trials ...")
             safe = layer.replace(":", "-").replace(",", "_")
+            # Always a fresh long run: a resumed one measures nothing new, and its best
+            # must be like against like with the fresh seeds' first measurements.
+            (folder / f"{safe}-long.db").unlink(missing_ok=True)
             with Records(folder / f"{safe}-long.db") as records:
                 long = tune_task(task, runner, trials=args.long_trials, records=records,
                                  seed=0, confirm=0)
