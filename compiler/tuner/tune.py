@@ -168,16 +168,7 @@ def tune_task(task: TuneTask, runner, *, trials: int, records: Records | None = 
                 progress(task, len(search.measured) + len(finished), budget,
                          min(costs, default=None))
 
-        try:
-            results = _measure(runner, inputs, on_result)
-        except BaseException:
-            # Interrupted (Ctrl-C) or failed: keep what finished, in the batch's order.
-            if records is not None and finished:
-                records.add(*(finished[i].record(inputs[i], runner.backend)
-                              for i in sorted(finished)))
-            raise
-        if records is not None:
-            records.add(*(r.record(inp, runner.backend) for inp, r in zip(inputs, results)))
+        results = _measure_recorded(runner, inputs, records, on_result, finished)
         search.update(proposal, [r.cycles if r.ok else None for r in results])
         history += zip(proposal, results)
 
@@ -205,24 +196,33 @@ def _confirm(task: TuneTask, runner, search, default, count: int, records, previ
     picks = [search.space[i] for _, i in ok[:count]]
     if search.measured.get(search.index[default]) is not None and default not in picks:
         picks.append(default)
-    costs = {s: [c for s2, c in _all_costs(records, task, runner.backend) if s2 == s]
-             or [search.measured[search.index[s]]] for s in picks}
+    recorded = _all_costs(records, task, runner.backend)
+    costs = {s: [c for s2, c in recorded if s2 == s] or [search.measured[search.index[s]]]
+             for s in picks}
     for _ in range(CONFIRM_ROUNDS):
         inputs = [MeasureInput(task, s) for s in picks]
         finished: dict[int, MeasureResult] = {}
-        try:
-            results = _measure(runner, inputs, lambda i, r: finished.__setitem__(i, r))
-        except BaseException:
-            if records is not None and finished:
-                records.add(*(finished[i].record(inputs[i], runner.backend)
-                              for i in sorted(finished)))
-            raise
-        if records is not None:
-            records.add(*(r.record(inp, runner.backend) for inp, r in zip(inputs, results)))
+        results = _measure_recorded(runner, inputs, records,
+                                    lambda i, r: finished.__setitem__(i, r), finished)
         for s, r in zip(picks, results):
             if r.ok:
                 costs[s].append(r.cycles)
     return costs
+
+
+def _measure_recorded(runner, inputs, records, on_result, finished) -> list:
+    """`_measure`, with every result added to `records`; interrupted (Ctrl-C) or failed,
+    what finished (`on_result` fills `finished`) is kept, in the batch's order."""
+    try:
+        results = _measure(runner, inputs, on_result)
+    except BaseException:
+        if records is not None and finished:
+            records.add(*(finished[i].record(inputs[i], runner.backend)
+                          for i in sorted(finished)))
+        raise
+    if records is not None:
+        records.add(*(r.record(inp, runner.backend) for inp, r in zip(inputs, results)))
+    return results
 
 
 def _all_costs(records: Records | None, task: TuneTask, backend: str) -> list:

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from vdla.cli.common import CliError, log, progress_line
-from vdla.cli.run import _open_records, make_target
+from vdla.cli.run import _open_records, check_model_options, make_target
 from vdla.compiler import pipeline, targets
 
 __all__ = ["add_parser", "run"]
@@ -58,12 +58,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    if args.calibration < 1:
-        raise CliError(f"--calibration must be a positive integer, not {args.calibration}")
-    if args.seed < 0:
-        raise CliError(f"--seed must be a non-negative integer, not {args.seed}")
-    if args.batch is not None and args.batch < 1:
-        raise CliError(f"--batch must be a positive integer, not {args.batch}")
+    check_model_options(args)
     out = Path(args.output)
     if out.exists() and not out.is_dir():
         raise CliError(f"-o {args.output!r} is a file; give a folder to write the project in")

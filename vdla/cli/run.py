@@ -68,6 +68,16 @@ def add_parser(sub) -> None:
     run_.set_defaults(func=run)
 
 
+def check_model_options(args) -> None:
+    """CliError for a bad --calibration, --seed or --batch (vdla run and vdla compile)."""
+    if args.calibration < 1:
+        raise CliError(f"--calibration must be a positive integer, not {args.calibration}")
+    if args.seed < 0:
+        raise CliError(f"--seed must be a non-negative integer, not {args.seed}")
+    if args.batch is not None and args.batch < 1:
+        raise CliError(f"--batch must be a positive integer, not {args.batch}")
+
+
 def make_target(args):
     """The target `args` name, with its options; (target, board or None). The
     accelerator takes --config, --board and --sim; another target refuses them."""
@@ -140,12 +150,7 @@ def _op_table(ops, simulated: set[str] = frozenset()) -> list[str]:
 
 
 def run(args) -> int:
-    if args.calibration < 1:
-        raise CliError(f"--calibration must be a positive integer, not {args.calibration}")
-    if args.seed < 0:
-        raise CliError(f"--seed must be a non-negative integer, not {args.seed}")
-    if args.batch is not None and args.batch < 1:
-        raise CliError(f"--batch must be a positive integer, not {args.batch}")
+    check_model_options(args)
     target, board = make_target(args)
     records = _open_records(args.records)
     if records is not None and not target.measure_backends:

@@ -66,6 +66,15 @@ def _check_int(name: str, value, low: int, high: int | None = None, *,
     return value
 
 
+def _from_dict(cls, data, what: str):
+    """`cls` from its `to_dict` form, or `ScheduleError` naming the fields it needs."""
+    fields = {f.name for f in dataclasses.fields(cls)}
+    if not isinstance(data, dict) or set(data) != fields:
+        raise ScheduleError(f"a CPU {what} schedule needs exactly the fields "
+                            f"{sorted(fields)}, not {data!r}")
+    return cls(**data)
+
+
 @dataclasses.dataclass(frozen=True)
 class ConvSchedule:
     """See the module docstring."""
@@ -131,11 +140,7 @@ class ConvSchedule:
 
     @classmethod
     def from_dict(cls, data: dict) -> "ConvSchedule":
-        fields = {f.name for f in dataclasses.fields(cls)}
-        if not isinstance(data, dict) or set(data) != fields:
-            raise ScheduleError(f"a CPU conv schedule needs exactly the fields "
-                                f"{sorted(fields)}, not {data!r}")
-        return cls(**data)
+        return _from_dict(cls, data, "conv")
 
 
 def _blocks(total: int, size: int) -> int:
@@ -349,11 +354,7 @@ class DenseSchedule:
 
     @classmethod
     def from_dict(cls, data: dict) -> "DenseSchedule":
-        fields = {f.name for f in dataclasses.fields(cls)}
-        if not isinstance(data, dict) or set(data) != fields:
-            raise ScheduleError(f"a CPU dense schedule needs exactly the fields "
-                                f"{sorted(fields)}, not {data!r}")
-        return cls(**data)
+        return _from_dict(cls, data, "dense")
 
 
 def choose_dense(dense, isa: Isa) -> DenseSchedule:
