@@ -34,6 +34,9 @@ def test_compile_float_small_cnn(tmp_path, capsys):
     (["compile", "nosuch"], "unknown model 'nosuch'"),
     (["compile", "digits_cnn", "--threads", "0"], "--threads must be a positive integer"),
     (["compile", "digits_cnn", "--isa", "mmx"], "unknown CPU instruction set 'mmx'"),
+    (["compile", "digits_cnn", "--calibration", "0"], "--calibration must be a positive"),
+    (["compile", "digits_cnn", "--seed", "-1"], "--seed must be a non-negative integer"),
+    (["compile", "digits_cnn", "--batch", "0"], "--batch must be a positive integer"),
 ])
 def test_compile_errors(tmp_path, capsys, argv, message):
     assert main(argv + ["-o", str(tmp_path / "out")]) == 1
