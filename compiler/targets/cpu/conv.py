@@ -41,7 +41,8 @@ from vdla.compiler.targets.cpu.kernel import SIGNATURE, Kernel, Params, align
 from vdla.compiler.targets.cpu.schedule import ConvSchedule
 from vdla.compiler.targets.cpu.shapes import ConvShape, per_channel
 
-__all__ = ["Code", "conv_kernel", "epilogue_tables", "indent", "table_pointers"]
+__all__ = ["Code", "conv_kernel", "epilogue_tables", "indent", "item_loops",
+           "table_pointers"]
 
 # --- weights and tables ---------------------------------------------------------------------
 
@@ -338,7 +339,7 @@ def conv_kernel(shape: ConvShape, schedule: ConvSchedule, weights: np.ndarray,
                            name="NAME_tile_tail", limit=shape.h * shape.w)
     ctt = shape.og_padded(s.mr) // s.mr
     wstride_c = len(shape.taps) * s.mr * (4 if shape.int8 else 1)   # weights per step
-    loops = _item_loops(s, shape.groups, ct_count, rt_count)
+    loops = item_loops(s, shape.groups, ct_count, rt_count)
     mt_loop = "for (int mt = 0; mt < mts; mt++)"
     px_loop = f"for (int g0 = gb; g0 < ge; g0 += {block})"
     outer, inner = (mt_loop, px_loop) if s.order == "co" else (px_loop, mt_loop)
@@ -411,7 +412,7 @@ def _tile_call(direct: bool, block: int, size: int) -> str:
     return f"(g0 + {block} > {size} ? NAME_tile_tail : NAME_tile)"
 
 
-def _item_loops(s: ConvSchedule, groups: int, cts: int, rts: int) -> str:
+def item_loops(s: ConvSchedule, groups: int, cts: int, rts: int) -> str:
     """The work-item loops (g, ct, rt) with the OpenMP pragma the schedule asks for."""
     g = f"for (int g = 0; g < {groups}; g++)"
     ct = f"for (int ct = 0; ct < {cts}; ct++)"

@@ -3,7 +3,7 @@
     kernel, schedule = node_kernel(node, graph, isa, threads=2)
 
 Convolutions go to `vdla.compiler.targets.cpu.conv` (or `depthwise`, one input channel
-per group), dense layers to `dense`, every other op to `ops`. The target and its tuning
+per group, or `pointwise` for a schedule with vectors along output channels), dense layers to `dense`, every other op to `ops`. The target and its tuning
 tasks both lower nodes through here, so what the tuner measures is what models run.
 """
 
@@ -19,6 +19,7 @@ from vdla.compiler.targets.cpu.dense import dense_kernel
 from vdla.compiler.targets.cpu.depthwise import depthwise_kernel
 from vdla.compiler.targets.cpu.isa import Isa
 from vdla.compiler.targets.cpu.kernel import Kernel
+from vdla.compiler.targets.cpu.pointwise import pointwise_kernel
 from vdla.compiler.targets.cpu.schedule import (ConvSchedule, DenseSchedule, choose_conv,
                                                 choose_dense)
 from vdla.compiler.targets.cpu.shapes import ConvShape, DenseShape
@@ -63,4 +64,6 @@ def node_kernel(node: Node, graph: Graph, isa: Isa, *, schedule: Any = None,
     if shape.depthwise:
         return depthwise_kernel(shape, schedule.check(shape, isa), w, bias, node,
                                 inputs), schedule
+    if schedule.lanes == "co":
+        return pointwise_kernel(shape, schedule, w, bias, node, isa, inputs), schedule
     return conv_kernel(shape, schedule, w, bias, node, isa, inputs), schedule

@@ -18,6 +18,10 @@ pixels (each output row padded to the input's row pitch) times output channels. 
     parallel which loops OpenMP splits: "all" (groups x channel tiles x row tiles),
              "co" (channel tiles; rows in each thread), "h" (row tiles) or "none" (one
              thread: for layers too small to pay for starting the others)
+    lanes    what the vectors run along: "px" (pixels, as above) or "co" (output
+             channels: float32 pointwise layers only, `vdla.compiler.targets.cpu.pointwise`;
+             there the register tile is mr pixels (a multiple of 8) by nv vectors of
+             channels, and tile_co a multiple of nv * vl)
 
 Packing: the weights are packed for the schedule (``[group][channel tile][input
 channels][tap][mr]``, int8 ones four input channels to a 32-bit word), the input is
@@ -37,10 +41,11 @@ from typing import Iterator
 
 from vdla.compiler.targets.cpu.isa import Isa
 
-__all__ = ["ConvSchedule", "DenseSchedule", "ORDERS", "PARALLEL", "ScheduleError",
+__all__ = ["ConvSchedule", "DenseSchedule", "LANES", "ORDERS", "PARALLEL", "ScheduleError",
            "choose_conv", "choose_dense", "conv_space", "dense_space", "estimate_conv"]
 
 ORDERS = ("co", "px")
+LANES = ("px", "co")
 PARALLEL = ("all", "co", "h", "none")
 #: Below this many multiply-adds a layer runs on one thread by default: starting and
 #: joining the OpenMP team (some microseconds) costs more than the second core saves.
@@ -67,11 +72,15 @@ def _check_int(name: str, value, low: int, high: int | None = None, *,
 
 
 def _from_dict(cls, data, what: str):
-    """`cls` from its `to_dict` form, or `ScheduleError` naming the fields it needs."""
+    """`cls` from its `to_dict` form, or `ScheduleError` naming the fields it needs.
+    Fields with defaults may be missing (records written before the knob existed meant
+    its default)."""
     fields = {f.name for f in dataclasses.fields(cls)}
-    if not isinstance(data, dict) or set(data) != fields:
-        raise ScheduleError(f"a CPU {what} schedule needs exactly the fields "
-                            f"{sorted(fields)}, not {data!r}")
+    needed = {f.name for f in dataclasses.fields(cls)
+              if f.default is dataclasses.MISSING}
+    if not isinstance(data, dict) or not needed <= set(data) <= fields:
+        raise ScheduleError(f"a CPU {what} schedule needs the fields {sorted(needed)} "
+                            f"(and may have {sorted(fields - needed)}), not {data!r}")
     return cls(**data)
 
 
@@ -88,13 +97,32 @@ class ConvSchedule:
     order: str = "co"
     unroll: int = 1
     parallel: str = "all"
+    lanes: str = "px"
+
+    @property
+    def unit(self) -> int:
+        """Output channels of one register tile."""
+        return self.nv * self.vl if self.lanes == "co" else self.mr
 
     def check(self, conv, isa: Isa) -> "ConvSchedule":
         """This schedule, or `ScheduleError` naming the knob that does not fit `conv`
         (a `vdla.compiler.targets.cpu.conv.ConvShape`) on `isa`."""
+        if self.lanes not in LANES:
+            raise ScheduleError(f"schedule knob lanes={self.lanes!r}: allowed "
+                                f"{list(LANES)}")
+        if self.lanes == "co" and not conv.pointwise:
+            raise ScheduleError(
+                f"schedule knob lanes='co' (vectors along output channels) needs a float32 "
+                f"1x1 convolution with stride 1, no padding and one group, not "
+                f"{conv.dtype} {conv.describe()} (pads {(conv.pt, conv.pl, conv.pb, conv.pr)}); "
+                f"allowed lanes='px'")
         if self.vl not in isa.lanes:
             raise ScheduleError(f"schedule knob vl={self.vl!r} is not a vector width of "
                                 f"the {isa.name} code: allowed {list(isa.lanes)}")
+        if self.lanes == "co" and (isinstance(self.mr, bool) or not isinstance(self.mr, int)
+                                   or self.mr % 8):
+            raise ScheduleError(f"schedule knob mr={self.mr!r} must be a multiple of 8 "
+                                f"with lanes='co' (the tile is stored in 8x8 transposes)")
         budget = _MAX_TILE[isa.registers]
         _check_int("mr", self.mr, 1, 1 if conv.depthwise else budget,
                    what=" (a depthwise convolution computes one channel at a time)"
@@ -105,15 +133,17 @@ class ConvSchedule:
                 f"schedule knobs mr={self.mr} and nv={self.nv} need {self.mr * self.nv} "
                 f"accumulator and {self.nv} input registers; {isa.name} has "
                 f"{isa.registers} vector registers (mr * nv <= {budget})")
-        _check_int("tile_co", self.tile_co, self.mr, None,
-                   what=f" (at least mr={self.mr})")
-        if self.tile_co % self.mr:
+        unit = self.unit
+        unit_name = "nv * vl" if self.lanes == "co" else "mr"
+        _check_int("tile_co", self.tile_co, unit, None,
+                   what=f" (at least {unit_name}={unit})")
+        if self.tile_co % unit:
             raise ScheduleError(f"schedule knob tile_co={self.tile_co} must be a multiple "
-                                f"of mr={self.mr}")
-        if self.tile_co > conv.og_padded(self.mr):
+                                f"of {unit_name}={unit}")
+        if self.tile_co > conv.og_padded(unit):
             raise ScheduleError(f"schedule knob tile_co={self.tile_co} exceeds the "
-                                f"{conv.og} output channels per group (rounded up to mr: "
-                                f"{conv.og_padded(self.mr)})")
+                                f"{conv.og} output channels per group (rounded up to "
+                                f"{unit_name}: {conv.og_padded(unit)})")
         _check_int("tile_h", self.tile_h, 1, conv.ho,
                    what=f" (the output has {conv.ho} rows)")
         step = conv.ci_step

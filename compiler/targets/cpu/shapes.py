@@ -135,6 +135,14 @@ class ConvShape:
         return self.cg == 1
 
     @property
+    def pointwise(self) -> bool:
+        """A float32 1x1 convolution with stride 1, no padding and one group: a GEMM of
+        the weights by the input's pixels, read in place
+        (`vdla.compiler.targets.cpu.pointwise`)."""
+        return (not self.int8 and self.groups == 1 and self.kh == self.kw == 1
+                and self.sh == self.sw == 1 and not any((self.pt, self.pl, self.pb, self.pr)))
+
+    @property
     def ci_step(self) -> int:
         """Input channels per reduction step (int8 GEMM: four to a 32-bit lane)."""
         return 4 if self.int8 and not self.depthwise else 1

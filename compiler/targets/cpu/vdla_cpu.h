@@ -274,6 +274,39 @@ VDLA_INLINE vi8 vi8_dot4_any(vi8 acc, vi8 x, int32_t w) { return vi8_dot4vv_any(
  * pitch); `keep` has one bit per lane to keep. compress: the kept lanes stored one after
  * another at p; expand: that many values read from p into the kept lanes (others 0). */
 
+/* An 8x8 transpose in place: r[j][i] becomes r[i][j] (the pointwise kernel's tile of
+   8 pixels x 8 channels to 8 channel rows of 8 pixels). Unpacks and lane shuffles on
+   x86 (24 shuffles for 64 values); element by element elsewhere. */
+VDLA_INLINE void vf8_transpose8(vf8 r[8]) {
+#if defined(VDLA_X86) && defined(__AVX__)
+    __m256 t[8], u[8];
+    for (int k = 0; k < 4; k++) {
+        t[2 * k] = _mm256_unpacklo_ps((__m256)r[2 * k], (__m256)r[2 * k + 1]);
+        t[2 * k + 1] = _mm256_unpackhi_ps((__m256)r[2 * k], (__m256)r[2 * k + 1]);
+    }
+    for (int k = 0; k < 2; k++) {
+        u[4 * k] = _mm256_shuffle_ps(t[4 * k], t[4 * k + 2], 0x44);
+        u[4 * k + 1] = _mm256_shuffle_ps(t[4 * k], t[4 * k + 2], 0xEE);
+        u[4 * k + 2] = _mm256_shuffle_ps(t[4 * k + 1], t[4 * k + 3], 0x44);
+        u[4 * k + 3] = _mm256_shuffle_ps(t[4 * k + 1], t[4 * k + 3], 0xEE);
+    }
+    for (int k = 0; k < 4; k++) {
+        r[k] = (vf8)_mm256_permute2f128_ps(u[k], u[k + 4], 0x20);
+        r[k + 4] = (vf8)_mm256_permute2f128_ps(u[k], u[k + 4], 0x31);
+    }
+#else
+    float t[8][8];
+    memcpy(t, r, sizeof t);
+    for (int i = 0; i < 8; i++)
+        for (int j = 0; j < 8; j++) r[i][j] = t[j][i];
+#endif
+}
+
+/* The low (h = 0) or high (h = 1) eight lanes of a 16-lane vector. */
+VDLA_INLINE vf8 vf16_half(vf16 v, int h) {
+    vf8 out; memcpy(&out, (const char *)&v + 32 * h, 32); return out;
+}
+
 #if defined(VDLA_X86) && defined(__AVX512F__) && defined(__AVX512VL__) \
     && defined(__AVX512BW__) && defined(__AVX512VBMI2__)
 #define VDLA_COMPRESS_X86 1

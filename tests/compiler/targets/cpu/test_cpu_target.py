@@ -145,6 +145,65 @@ def test_float_conv_on_every_isa(cpu, case):
     assert_matches(g, run_cpu(cpu, g, feed), feed)
 
 
+POINTWISE = [  # (graph, schedule knobs past vl/mr/nv) for lanes="co"
+    (dict(c=37, o=40, h=7, w=7, activation="relu"), {}),                  # channel/pixel tails
+    (dict(c=64, o=48, h=5, w=9, residual=True, activation="relu", n=2), dict(tile_ci=16)),
+    (dict(c=20, o=33, h=12, w=11, activation="clip"), dict(tile_h=5, order="px")),
+    (dict(c=9, o=16, h=3, w=3, residual=True), dict(parallel="none", unroll=2)),
+]
+
+
+@pytest.mark.parametrize("case, knobs", POINTWISE, ids=str)
+def test_pointwise_lanes_along_channels_on_every_isa(cpu, case, knobs):
+    """Float32 1x1 layers with vectors along output channels (8x8 transposed stores):
+    every register tile the ISA allows, tails of pixels and channels, passes, residual,
+    ReLU and clip."""
+    rng = np.random.default_rng(5)
+    g, feed = conv_graph(rng, dtype="float32", k=1, pad=0, **case)
+    if case.get("activation") == "clip":
+        g.node("conv").attrs.update(clip_min=-0.5, clip_max=0.75)
+    shape = ConvShape.from_node(g.node("conv"), g)
+    assert shape.pointwise
+    want = run_reference(g, feed)[g.outputs[0]]
+    isa = cpu.isa
+    tried = 0
+    for vl in isa.lanes:
+        for mr, nv in ((8, 1), (8, 2), (8, 3), (16, 1)):
+            width = nv * vl
+            schedule = ConvSchedule(vl, mr, nv, width, knobs.get("tile_h", shape.ho),
+                                    knobs.get("tile_ci", shape.c), knobs.get("order", "co"),
+                                    knobs.get("unroll", 1), knobs.get("parallel", "all"),
+                                    lanes="co")
+            try:
+                schedule.check(shape, isa)
+            except ScheduleError:
+                continue                   # more registers than the ISA has
+            y = run_cpu(cpu, g, feed, {"conv": schedule})[g.outputs[0]]
+            err = np.abs(y.astype(np.float64) - want).max() / np.abs(want).max()
+            assert err < FLOAT_TOLERANCE, (schedule, err)
+            tried += 1
+    assert tried >= 1
+
+
+def test_pointwise_knob_errors(best):
+    rng = np.random.default_rng(5)
+    g, _ = conv_graph(rng, dtype="float32", k=3, pad=1)
+    shape = ConvShape.from_node(g.node("conv"), g)
+    with pytest.raises(ScheduleError, match="lanes='co'.*1x1"):
+        ConvSchedule(16, 8, 1, 16, 9, 20, lanes="co").check(shape, best.isa)
+    g, _ = conv_graph(rng, dtype="float32", k=1, pad=0)
+    shape = ConvShape.from_node(g.node("conv"), g)
+    with pytest.raises(ScheduleError, match="mr=6 must be a multiple of 8"):
+        ConvSchedule(8, 6, 1, 8, 9, 20, lanes="co").check(shape, best.isa)
+    with pytest.raises(ScheduleError, match="tile_co=24 must be a multiple of nv \\* vl=16"):
+        ConvSchedule(8, 8, 2, 24, 9, 20, lanes="co").check(shape, best.isa)
+    with pytest.raises(ScheduleError, match="lanes='rows'"):
+        ConvSchedule(8, 8, 1, 8, 9, 20, lanes="rows").check(shape, best.isa)
+    # records from before the knob: lanes defaults to "px"
+    old = {k: v for k, v in ConvSchedule(8, 4, 1, 8, 9, 20).to_dict().items() if k != "lanes"}
+    assert ConvSchedule.from_dict(old).lanes == "px"
+
+
 @pytest.mark.parametrize("dtype", ["int8", "float32"])
 @pytest.mark.parametrize("case", [dict(c=16, o=24, h=10, w=13),
                                   dict(c=6, o=6, groups=6, h=12, w=9, stride=2),
