@@ -28,7 +28,9 @@ float32: fused multiply-adds in float32 (the reference sums in float64; the
 difference is the rounding of the sums), then bias, residual and activation.
 
 Depthwise convolutions (one input channel per group) are
-`vdla.compiler.targets.cpu.depthwise`'s; `vdla.compiler.targets.cpu.lower` picks.
+`vdla.compiler.targets.cpu.depthwise`'s, float32 pointwise ones with vectors along
+output channels (``lanes="co"``) `vdla.compiler.targets.cpu.pointwise`'s;
+`vdla.compiler.targets.cpu.lower` picks.
 """
 
 from __future__ import annotations
