@@ -3,8 +3,9 @@
     kernel, schedule = node_kernel(node, graph, isa, threads=2)
 
 Convolutions go to `vdla.compiler.targets.cpu.conv` (or `depthwise`, one input channel
-per group, or `pointwise` for a schedule with vectors along output channels), dense layers to `dense`, every other op to `ops`. The target and its tuning
-tasks both lower nodes through here, so what the tuner measures is what models run.
+per group, or `pointwise`, a schedule with vectors along output channels), dense layers
+to `dense`, every other op to `ops`. The target and its tuning tasks both lower nodes
+through here, so what the tuner measures is what models run.
 """
 
 from __future__ import annotations

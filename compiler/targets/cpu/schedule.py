@@ -71,13 +71,23 @@ def _check_int(name: str, value, low: int, high: int | None = None, *,
     return value
 
 
+def _fits(mr: int, nv: int, isa: Isa) -> bool:
+    """Whether a register tile of mr x nv accumulators, plus nv vectors loaded per step,
+    fits `isa`'s vector registers (two are left for the broadcast and the compiler)."""
+    return mr * nv <= _MAX_TILE[isa.registers] and mr * nv + nv <= isa.registers - 2
+
+
+def _heights(conv) -> list[int]:
+    """Rows per work item the chooser and the tuner consider."""
+    return sorted({h for h in _HEIGHTS + (conv.ho,) if h <= conv.ho})
+
+
 def _from_dict(cls, data, what: str):
     """`cls` from its `to_dict` form, or `ScheduleError` naming the fields it needs.
     Fields with defaults may be missing (records written before the knob existed meant
     its default)."""
     fields = {f.name for f in dataclasses.fields(cls)}
-    needed = {f.name for f in dataclasses.fields(cls)
-              if f.default is dataclasses.MISSING}
+    needed = {f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING}
     if not isinstance(data, dict) or not needed <= set(data) <= fields:
         raise ScheduleError(f"a CPU {what} schedule needs the fields {sorted(needed)} "
                             f"(and may have {sorted(fields - needed)}), not {data!r}")
@@ -119,16 +129,15 @@ class ConvSchedule:
         if self.vl not in isa.lanes:
             raise ScheduleError(f"schedule knob vl={self.vl!r} is not a vector width of "
                                 f"the {isa.name} code: allowed {list(isa.lanes)}")
-        if self.lanes == "co" and (isinstance(self.mr, bool) or not isinstance(self.mr, int)
-                                   or self.mr % 8):
-            raise ScheduleError(f"schedule knob mr={self.mr!r} must be a multiple of 8 "
-                                f"with lanes='co' (the tile is stored in 8x8 transposes)")
         budget = _MAX_TILE[isa.registers]
         _check_int("mr", self.mr, 1, 1 if conv.depthwise else budget,
                    what=" (a depthwise convolution computes one channel at a time)"
                    if conv.depthwise else "")
+        if self.lanes == "co" and self.mr % 8:
+            raise ScheduleError(f"schedule knob mr={self.mr!r} must be a multiple of 8 "
+                                f"with lanes='co' (the tile is stored in 8x8 transposes)")
         _check_int("nv", self.nv, 1, budget)
-        if self.mr * self.nv > budget or self.mr * self.nv + self.nv > isa.registers - 2:
+        if not _fits(self.mr, self.nv, isa):
             raise ScheduleError(
                 f"schedule knobs mr={self.mr} and nv={self.nv} need {self.mr * self.nv} "
                 f"accumulator and {self.nv} input registers; {isa.name} has "
@@ -284,13 +293,13 @@ def choose_conv(conv, isa: Isa, threads: int = 2) -> ConvSchedule:
         return _choose_channel_lanes(conv, isa, threads)
     vl = isa.lanes[0]
     budget = _MAX_TILE[isa.registers]
-    heights = sorted({h for h in _HEIGHTS + (conv.ho,) if h <= conv.ho})
+    heights = _heights(conv)
     top_mr = min(budget, 16 if isa.registers == 32 else 12, conv.og)
     best = None
     # One vector (many channels) or four (a whole small grid per tile): the tile shapes
     # that measured well; two and three vectors measured erratically (up to 1.9x slower).
     for mr, nv, tile_h in itertools.product(range(1, top_mr + 1), (1, 4), heights):
-        if mr * nv > budget or mr * nv + nv > isa.registers - 2:
+        if not _fits(mr, nv, isa):
             continue
         if conv.depthwise and mr > 1:
             continue
@@ -322,8 +331,7 @@ def _choose_channel_lanes(conv, isa: Isa, threads: int) -> ConvSchedule:
     vl = isa.lanes[0]
     tiles = _blocks(conv.og, vl)
     rows = _blocks(2 * threads, tiles) if tiles < 2 * threads else 1
-    heights = sorted({h for h in _HEIGHTS + (conv.ho,) if h <= conv.ho}, reverse=True)
-    tile_h = next((h for h in heights if _blocks(conv.ho, h) >= rows), 1)
+    tile_h = next((h for h in reversed(_heights(conv)) if _blocks(conv.ho, h) >= rows), 1)
     serial = conv.macs < SERIAL_MACS
     return ConvSchedule(vl, 8, 1, vl, tile_h, conv.cg_padded, "co", 2,
                         "none" if serial else "all", lanes="co")
@@ -355,7 +363,7 @@ def conv_space(conv, isa: Isa) -> Iterator[ConvSchedule]:
     """Every schedule the tuner may try for `conv`, in a fixed order (the default
     chooser's choice among them)."""
     budget = _MAX_TILE[isa.registers]
-    h_options = sorted({h for h in _HEIGHTS + (conv.ho,) if h <= conv.ho})
+    h_options = _heights(conv)
     if conv.depthwise:     # the default's halvings of the rows too
         h = conv.ho
         while h > 1:
@@ -366,7 +374,7 @@ def conv_space(conv, isa: Isa) -> Iterator[ConvSchedule]:
     grid = conv.ho * conv.grid_pitch
     for vl in isa.lanes:
         for mr, nv in itertools.product(range(1, budget + 1), range(1, 7)):
-            if mr * nv > budget or mr * nv + nv > isa.registers - 2 or mr > conv.og:
+            if not _fits(mr, nv, isa) or mr > conv.og:
                 continue
             if (nv - 1) * vl >= grid or (conv.depthwise and mr > 1):
                 continue
@@ -386,12 +394,9 @@ def conv_space(conv, isa: Isa) -> Iterator[ConvSchedule]:
 
 def _channel_lanes_space(conv, isa: Isa, h_options, ci_options) -> Iterator[ConvSchedule]:
     """A pointwise layer's schedules with vectors along output channels."""
-    budget = _MAX_TILE[isa.registers]
     for vl in isa.lanes:
         for mr, nv in ((8, 1), (8, 2), (8, 3), (16, 1)):
-            if mr * nv > budget or mr * nv + nv > isa.registers - 2:
-                continue
-            if (nv - 1) * vl >= conv.og:
+            if not _fits(mr, nv, isa) or (nv - 1) * vl >= conv.og:
                 continue
             width = nv * vl
             co_options = sorted({min(width * k, conv.og_padded(width)) for k in (1, 2, 4)})
