@@ -115,11 +115,33 @@ class LoweredConv2d(ArenaProgram):
                     self.data_layout)
 
     def pack_weights(self, w: np.ndarray) -> np.ndarray:
-        L = self.layer
+        """Weights (O, C / groups, kh, kw) int8 -> the arena's weight blocks: per span,
+        (output blocks, input blocks, kh, kw, block_out, block_in), the spans one after
+        the other; a diagonal layer's block k holds channel k's taps on its diagonal."""
+        L, c = self.layer, self.config
         if L.dense:
             w = check_array(w, (L.o, L.c), np.int8, "weights").reshape(L.o, L.c, 1, 1)
-        return pack(check_array(w, (L.o, L.c, L.kernel_h, L.kernel_w), np.int8, "weights"),
-                    "OIHW", self.kernel_layout)
+        w = check_array(w, (L.o, L.c // L.groups, L.kernel_h, L.kernel_w), np.int8, "weights")
+        if L.groups == 1:
+            return pack(w, "OIHW", self.kernel_layout)
+        if L.diagonal:
+            blocks = np.zeros((L.out_blocks, L.kernel_h, L.kernel_w, c.block_out, c.block_in),
+                              np.int8)
+            lanes = np.arange(c.block_out)
+            taps = np.zeros((L.out_blocks * c.block_out, L.kernel_h, L.kernel_w), np.int8)
+            taps[:L.o] = w[:, 0]
+            blocks[:, :, :, lanes, lanes] = taps.reshape(
+                L.out_blocks, c.block_out, L.kernel_h, L.kernel_w).transpose(0, 2, 3, 1)
+            return blocks
+        # Grouped: the dense (O, C) weights with zeros outside each output channel's group,
+        # then each span's block range.
+        cg, og = L.c // L.groups, L.o // L.groups
+        full = np.zeros((L.o, L.c, L.kernel_h, L.kernel_w), np.int8)
+        for g in range(L.groups):
+            full[g * og:(g + 1) * og, g * cg:(g + 1) * cg] = w[g * og:(g + 1) * og]
+        packed = pack(full, "OIHW", self.kernel_layout)
+        return np.concatenate([packed[ob:ob + on, cb:cb + cn].reshape(-1)
+                               for ob, on, cb, cn in L.spans])
 
     def pack_constants(self, bias: np.ndarray | None) -> np.ndarray:
         """The per-channel constant rows as acc elements, the bias added to its row
@@ -176,7 +198,7 @@ def _arena(layer: Conv2dLayer, config: HardwareConfig, n_uops: int) -> tuple[dic
         "uop": n_uops * c.uop_bytes,
         "const": L.const_rows * L.out_blocks * c.acc_elem_bytes,
         "input": L.batch_blocks * L.in_blocks * L.h * L.w * c.inp_elem_bytes,
-        "weights": L.out_blocks * L.in_blocks * L.kernel_h * L.kernel_w * c.wgt_elem_bytes,
+        "weights": L.weight_blocks * L.kernel_h * L.kernel_w * c.wgt_elem_bytes,
         "residual": (L.batch_blocks * L.out_blocks * L.out_h * L.out_w * c.acc_elem_bytes
                      if L.has_residual else 0),
         "output": L.batch_blocks * L.out_blocks * L.out_h * L.out_w * c.out_elem_bytes,
@@ -241,21 +263,36 @@ def _emit(L: Conv2dLayer, s: Conv2dSchedule, c: HardwareConfig, epi: ConvEpilogu
     # that a thread is present in every group but the last (which keeps the tokens of
     # each queue in program order: the k-th pop always waits for the k-th push).
     threads = s.nthreads
-    obs, ohs = range(0, L.out_blocks, s.tile_co), range(0, ho, s.tile_h)
+    cos, ohs = L.co_tiles(s.tile_co), range(0, ho, s.tile_h)
     ows = range(0, wo, s.tile_w)
     if s.oc_nthread > 1:
-        tiles = [(nb, ob0, oh0, ow0) for nb in range(L.batch_blocks) for oh0 in ohs
-                 for ow0 in ows for ob0 in obs]
+        tiles = [(nb, co, oh0, ow0) for nb in range(L.batch_blocks) for oh0 in ohs
+                 for ow0 in ows for co in cos]
     elif s.h_nthread > 1:
-        tiles = [(nb, ob0, oh0, ow0) for nb in range(L.batch_blocks) for ob0 in obs
+        tiles = [(nb, co, oh0, ow0) for nb in range(L.batch_blocks) for co in cos
                  for ow0 in ows for oh0 in ohs]
     else:
-        tiles = [(nb, ob0, oh0, ow0) for nb in range(L.batch_blocks) for ob0 in obs
+        tiles = [(nb, co, oh0, ow0) for nb in range(L.batch_blocks) for co in cos
                  for oh0 in ohs for ow0 in ows]
     groups = [tiles[i:i + threads] for i in range(0, len(tiles), threads)]
-    chunks = list(range(0, L.in_blocks, s.tile_ci))
     chunk = inp_chunk(L, s)
+    # Each span's weights follow the previous span's, (its output blocks, its input blocks
+    # or one diagonal block, taps) in blocks.
+    wgt_span, offset = {}, 0
+    for span in L.spans:
+        wgt_span[span] = offset
+        offset += span[1] * (1 if L.diagonal else span[3]) * taps
     wgt_in_sram = [None] * threads  # per thread: (ob0, cb0) of the weights its region holds
+
+    def chunks_of(ob0, tco, span):
+        """The input-channel chunks of an output-channel tile: (first input block, blocks
+        loaded, blocks per output block in the GEMM kernel). A diagonal tile loads the
+        input block of each of its output blocks, and each output block reads one."""
+        ob, _, cb, cn = span
+        if L.diagonal:
+            return [(cb + ob0 - ob, tco, 1)]
+        return [(cb0, min(s.tile_ci, cb + cn - cb0), min(s.tile_ci, cb + cn - cb0))
+                for cb0 in range(cb, cb + cn, s.tile_ci)]
 
     def epilogue(t, nb, ob0, oh0, ow0, tco, th, tw):
         """The ALU passes over thread t's tile, then its stores."""
@@ -294,9 +331,8 @@ def _emit(L: Conv2dLayer, s: Conv2dSchedule, c: HardwareConfig, epi: ConvEpilogu
 
     for g, group in enumerate(groups):
         info = []
-        for t, (nb, ob0, oh0, ow0) in enumerate(group):
-            tco, th, tw = (min(s.tile_co, L.out_blocks - ob0), min(s.tile_h, ho - oh0),
-                           min(s.tile_w, wo - ow0))
+        for t, (nb, (ob0, tco, span), oh0, ow0) in enumerate(group):
+            th, tw = min(s.tile_h, ho - oh0), min(s.tile_w, wo - ow0)
             # Input window of the tile, clipped to the image; the LOAD pads the rest.
             rows, cols = window_rows(L, th), window_cols(L, tw)
             r0, c0 = oh0 * sh - top, ow0 * sw - left
@@ -304,25 +340,33 @@ def _emit(L: Conv2dLayer, s: Conv2dSchedule, c: HardwareConfig, epi: ConvEpilogu
             x0, x1 = max(c0, 0), min(c0 + cols, L.w)
             pads = dict(y_pad_0=y0 - r0, y_pad_1=r0 + rows - y1, x_pad_0=x0 - c0,
                         x_pad_1=c0 + cols - x1)
-            info.append((nb, ob0, oh0, ow0, tco, th, tw, cols, y0, y1, x0, x1, pads))
+            info.append((nb, ob0, oh0, ow0, tco, th, tw, cols, y0, y1, x0, x1, pads, span,
+                         chunks_of(ob0, tco, span)))
 
-        for j, cb0 in enumerate(chunks):
-            tci = min(s.tile_ci, L.in_blocks - cb0)
-            last_chunk = j + 1 == len(chunks)
-            for t, (nb, ob0, oh0, ow0, tco, th, tw, cols, y0, y1, x0, x1, pads) in enumerate(
-                    info):
+        # The threads' chunks interleave (a grouped layer's tiles may differ in count).
+        for j in range(max(len(tile[-1]) for tile in info)):
+            for t, (nb, ob0, oh0, ow0, tco, th, tw, cols, y0, y1, x0, x1, pads, span,
+                    chunks) in enumerate(info):
+                if j >= len(chunks):
+                    continue
+                cb0, loaded, tci = chunks[j]
+                last_chunk = j + 1 == len(chunks)
                 plane = th * tw
                 acc_t = u.acc_base[t]
                 # Loads into this thread's inp/wgt region.
                 tokens.load_into(("inp", t))  # WAR: its previous GEMM has read the region
-                for cbi in range(tci):
+                for cbi in range(loaded):
                     p.load(MemoryType.INP, sram_base=u.inp_base[t] + cbi * chunk,
                            dram_base=inp0 + ((nb * L.in_blocks + cb0 + cbi) * L.h + y0) * L.w
                            + x0, y_size=y1 - y0, x_size=x1 - x0, x_stride=L.w, **pads)
                 if wgt_in_sram[t] != (ob0, cb0):
-                    p.load(MemoryType.WGT, sram_base=u.wgt_base[t],
-                           dram_base=wgt0 + (ob0 * L.in_blocks + cb0) * taps,
-                           y_size=tco, x_size=tci * taps, x_stride=L.in_blocks * taps)
+                    ob, _, cb, cn = span
+                    row = tci * taps                  # one output block's weights
+                    stride = taps if L.diagonal else cn * taps
+                    first = wgt_span[span] + (ob0 - ob) * stride + (
+                        0 if L.diagonal else (cb0 - cb) * taps)
+                    p.load(MemoryType.WGT, sram_base=u.wgt_base[t], dram_base=wgt0 + first,
+                           y_size=tco, x_size=row, x_stride=stride)
                     wgt_in_sram[t] = (ob0, cb0)
                 tokens.loaded()
 
@@ -342,9 +386,11 @@ def _emit(L: Conv2dLayer, s: Conv2dSchedule, c: HardwareConfig, epi: ConvEpilogu
                                    y_size=th, x_size=tw, x_stride=wo)
                 tokens.wait_loaded()  # RAW: this chunk's inputs and weights are in
                 bgn, end = u.gemm[t, tw, tci]
+                # Output block o of the tile reads the chunk's blocks (the same for every
+                # o), or, diagonal, its own input block (the next one along).
                 p.gemm(uop_bgn=bgn, uop_end=end, iter_out=tco, iter_in=th,
                        dst_factor_out=plane, dst_factor_in=tw,
-                       src_factor_out=0, src_factor_in=sh * cols,
+                       src_factor_out=chunk if L.diagonal else 0, src_factor_in=sh * cols,
                        wgt_factor_out=tci * taps, wgt_factor_in=0)
                 tokens.read(("inp", t))  # its next loads wait for this GEMM (WAR)
                 if last_chunk:  # its stores overlap the other thread's last GEMM

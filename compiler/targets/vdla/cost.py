@@ -35,8 +35,8 @@ from vdla.compiler.targets.vdla.layers import MAX, Conv2dLayer, Pool2dLayer
 from vdla.compiler.targets.vdla.schedules import Conv2dSchedule, Pool2dSchedule
 from vdla.config import HardwareConfig
 
-__all__ = ["Conv2dEstimate", "choose_conv2d", "choose_pool2d", "estimate_conv2d",
-           "estimate_pool2d", "schedule_space"]
+__all__ = ["Conv2dEstimate", "choose_conv2d", "choose_pool2d", "depthwise_alu_cycles",
+           "estimate_conv2d", "estimate_pool2d", "schedule_space"]
 
 #: Pipeline fill and drain of one GEMM/ALU instruction (measured: 100 back-to-back
 #: 10-micro-op instructions take 888 cycles more than 1000 micro-ops in one).
@@ -88,9 +88,14 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
     imm, vec = alu_passes if alu_passes is not None else (3, 1)
     taps = layer.kernel_h * layer.kernel_w
     threads = s.nthreads
-    chunks = _split(layer.in_blocks, s.tile_ci)
-    n_chunks = sum(n for _, n in chunks)
-    co_tiles = ceil_div(layer.out_blocks, s.tile_co)
+    # Output-channel tiles (tco, count) and their input-channel chunks (blocks per output
+    # block, count), per span of a grouped layer (one span otherwise).
+    tilings = []
+    for _, on, _, cn in layer.spans:
+        chunks = [(1, 1)] if layer.diagonal else _split(cn, min(s.tile_ci, cn))
+        tilings += [(tco, nco, chunks) for tco, nco in _split(on, s.tile_co)]
+    n_chunks = max(sum(n for _, n in chunks) for _, _, chunks in tilings)
+    co_tiles = sum(nco for _, nco, _ in tilings)
     # Weights are loaded again for every tile, except with a single input-channel chunk
     # when a thread's next tile uses the same output-channel blocks (see `_emit`).
     if n_chunks > 1:
@@ -112,12 +117,13 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
         for tw, nw in _split(layer.out_w, s.tile_w):
             cols = (tw - 1) * layer.stride_w + layer.kernel_w
             plane = th * tw
-            for tco, nco in _split(layer.out_blocks, s.tile_co):
+            for tco, nco, chunks in tilings:
                 m = nh * nw * nco * layer.batch_blocks
                 tile_load = tile_gemm = 0
                 chunk_pairs = 0
                 for tci, nci in chunks:
-                    inp = tci * rows * cols * inp_entry
+                    # A diagonal tile loads one input block per output block.
+                    inp = (tco if layer.diagonal else tci) * rows * cols * inp_entry
                     wgt = 0 if weight_reuse else tco * tci * taps * wgt_entry
                     ld = (inp + wgt) / bw + DMA_CYCLES
                     g = plane * tco * tci * taps + INSN_CYCLES
@@ -132,21 +138,22 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
                     # shift and the ADD (a vector operand: two cycles).
                     epi += entries * (acc_entry / bw + 1 + 2) + tco * DMA_CYCLES
                 st = entries * out_entry / bw + tco * DMA_CYCLES / 4
-                gemm += m * (tile_gemm - n_chunks * INSN_CYCLES)
-                epilogue += m * (epi + n_chunks * INSN_CYCLES)
+                tile_chunks = sum(n for _, n in chunks)
+                gemm += m * (tile_gemm - tile_chunks * INSN_CYCLES)
+                epilogue += m * (epi + tile_chunks * INSN_CYCLES)
                 load += m * tile_load
                 store += m * st
                 # The next tile's first loads overlap this tile's epilogue and stores
                 # (not after the last tile: added back below).
-                overlap = min(tile_load / n_chunks, epi + st)
+                overlap = min(tile_load / tile_chunks, epi + st)
                 serial += m * (tile_load + tile_gemm + epi + st - overlap)
                 paired += m * (chunk_pairs + epi)
-                first_load = max(first_load, tile_load / n_chunks)
+                first_load = max(first_load, tile_load / tile_chunks)
                 last_store = max(last_store, st)
     once = 0.0
     if weight_reuse:
         # Each thread loads the weights of its output-channel blocks once per batch block.
-        once = (layer.batch_blocks * layer.out_blocks * layer.in_blocks * taps * wgt_entry / bw
+        once = (layer.batch_blocks * layer.weight_blocks * taps * wgt_entry / bw
                 + co_tiles * DMA_CYCLES)
         load += once
         serial += once
@@ -162,6 +169,23 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
             cycles += once / 2
     return Conv2dEstimate(int(math.ceil(cycles)), int(gemm), int(epilogue), int(load),
                           int(store))
+
+
+def depthwise_alu_cycles(layer: Conv2dLayer) -> int:
+    """Compute-module cycles of a depthwise layer done the other way, on the vector ALU
+    with MUL (the alternative to diagonal weight blocks on the GEMM core, which
+    `estimate_conv2d` models): the input window widened into the acc buffer through the
+    GEMM core (one micro-op per input entry), then per output entry and kernel tap a
+    temporary set to the tap's input (reset, vector ADD: 1 + 2 cycles), multiplied by the
+    tap's per-channel weights (vector MUL: 2) and added to the sum (vector ADD: 2), then
+    the same epilogue (reset, bias ADD, SHR, MAX, MIN: 6). A lower bound: no loads,
+    stores or instruction overheads. The diagonal GEMM takes one micro-op per entry and
+    tap, so it wins whenever this exceeds `estimate_conv2d` (by about 4x on
+    MobileNet-v1's 3x3 layers), and it needs no MUL; the back half lowers depthwise
+    layers to it."""
+    entries = layer.batch_blocks * layer.out_blocks * layer.out_h * layer.out_w
+    inputs = layer.batch_blocks * layer.in_blocks * layer.h * layer.w
+    return inputs + entries * (7 * layer.kernel_h * layer.kernel_w + 6)
 
 
 def _candidates(total: int, limit: int | None = None) -> list[int]:
@@ -182,10 +206,10 @@ def schedule_space(layer: Conv2dLayer, config: HardwareConfig, *,
             for th in _candidates(layer.out_h):
                 if th * tw > ITER_MAX:
                     continue
-                for tci in _candidates(layer.in_blocks):
-                    for tco in _candidates(layer.out_blocks):
+                for tci in _candidates(layer.span_in):
+                    for tco in _candidates(layer.span_out):
                         s = Conv2dSchedule(th, tw, tci, tco, oc, hn)
-                        if (oc == 2 and tco >= layer.out_blocks) or (
+                        if (oc == 2 and len(layer.co_tiles(tco)) < 2) or (
                                 hn == 2 and th >= layer.out_h):
                             continue  # one tile along the threaded axis: nothing to overlap
                         if s.fits(layer, config):

@@ -28,7 +28,8 @@ from vdla.compiler.targets.vdla.common import (PAD_MAX, AluStep, ceil_div, check
 from vdla.config import AluOp, HardwareConfig
 
 __all__ = ["AVG", "MAX", "POOL_OPS", "Conv2dLayer", "ConvEpilogue", "Pool2dLayer",
-           "conv2d_layer", "conv2d_workload", "pool2d_layer", "window_cols", "window_rows"]
+           "conv2d_layer", "conv2d_workload", "group_spans", "pool2d_layer", "window_cols",
+           "window_rows"]
 
 #: The pooling ops the accelerator runs.
 POOL_OPS = ("max_pool2d", "qavg_pool2d", "qglobal_avg_pool2d")
@@ -94,7 +95,9 @@ class Conv2dLayer:
     """A conv2d workload as the back half sees it: plain sizes (N, C, H, W, O, kernel),
     strides and pads (top, left, bottom, right), and the block counts of batch, input and
     output channels once padded to the config's batch, block_in and block_out.
-    `const_rows`: per-channel constant rows the epilogue keeps in the acc buffer."""
+    `const_rows`: per-channel constant rows the epilogue keeps in the acc buffer.
+    `groups`, `spans`, `diagonal`: a grouped convolution's block structure
+    (`group_spans`); a plain one has a single span over every block."""
 
     n: int
     c: int
@@ -112,8 +115,16 @@ class Conv2dLayer:
     has_residual: bool = False
     const_rows: int = 0
     dense: bool = False
+    groups: int = 1
+    spans: tuple[tuple[int, int, int, int], ...] = ()
+    diagonal: bool = False
 
     def __post_init__(self):
+        if not self.spans:
+            object.__setattr__(self, "spans", ((0, self.out_blocks, 0, self.in_blocks),))
+        if self.diagonal and any(ob != cb or on != cn for ob, on, cb, cn in self.spans):
+            raise ValueError(f"a diagonal conv2d layer pairs output block k with input "
+                             f"block k; its spans {self.spans} do not")
         top, left, bottom, right = self.pads
         if any(not 0 <= p <= PAD_MAX for p in self.pads):
             raise ValueError(f"conv2d pads {self.pads} must each be 0..{PAD_MAX}: the LOAD's "
@@ -142,16 +153,45 @@ class Conv2dLayer:
 
     @property
     def macs(self) -> int:
-        """Useful multiply-accumulates: the layer's own sizes, without block padding."""
-        return (self.n * self.out_h * self.out_w * self.o * self.c * self.kernel_h
-                * self.kernel_w)
+        """Useful multiply-accumulates: the layer's own sizes, without block padding
+        (a grouped convolution's output channel sees C / groups input channels)."""
+        return (self.n * self.out_h * self.out_w * self.o * (self.c // self.groups)
+                * self.kernel_h * self.kernel_w)
+
+    @property
+    def weight_blocks(self) -> int:
+        """Weight blocks (block_out x block_in, per kernel tap) the GEMM core reads: one
+        per (output block, input block) of every span; one per output block of a
+        diagonal layer."""
+        return sum(on * (1 if self.diagonal else cn) for _, on, _, cn in self.spans)
+
+    @property
+    def span_out(self) -> int:
+        """The most output blocks of one span: output-channel tiles never cross spans."""
+        return max(on for _, on, _, _ in self.spans)
+
+    @property
+    def span_in(self) -> int:
+        """The most input blocks one GEMM chunk can take (1 for a diagonal layer, whose
+        output block k reads only input block k)."""
+        return 1 if self.diagonal else max(cn for _, _, _, cn in self.spans)
 
     @property
     def gemm_uops(self) -> int:
         """GEMM micro-ops of the whole layer: one per (batch block, output position,
-        output block, input block, kernel tap), whatever the tiling."""
-        return (self.batch_blocks * self.out_h * self.out_w * self.out_blocks
-                * self.in_blocks * self.kernel_h * self.kernel_w)
+        weight block, kernel tap), whatever the tiling."""
+        return (self.batch_blocks * self.out_h * self.out_w * self.weight_blocks
+                * self.kernel_h * self.kernel_w)
+
+    def co_tiles(self, tile_co: int) -> list[tuple[int, int, tuple[int, int, int, int]]]:
+        """The output-channel tiles: (first block, blocks, span) for tiles of at most
+        `tile_co` blocks, each inside one span."""
+        tiles = []
+        for span in self.spans:
+            ob, on = span[0], span[1]
+            tiles += [(ob0, min(tile_co, ob + on - ob0), span)
+                      for ob0 in range(ob, ob + on, tile_co)]
+        return tiles
 
 
 def conv2d_layer(node: Node, graph: Graph,
@@ -169,10 +209,6 @@ def conv2d_layer(node: Node, graph: Graph,
         if parse_layout(a[key]).name != plain:
             raise ValueError(f"qconv2d node {node.name!r}: {key} {a[key]!r} is not supported "
                              f"yet; lower_conv2d takes the plain {plain} node and packs itself")
-    if int(a["groups"]) != 1:
-        raise ValueError(f"qconv2d node {node.name!r}: groups={a['groups']} is not supported; "
-                         "a grouped/depthwise conv has one input channel per group, which "
-                         "wastes the GEMM core's block_in lanes (it runs on the host)")
     if tuple(a["dilations"]) != (1, 1):
         raise ValueError(f"qconv2d node {node.name!r}: dilations={tuple(a['dilations'])} is "
                          "not supported; only (1, 1)")
@@ -181,14 +217,56 @@ def conv2d_layer(node: Node, graph: Graph,
     has_residual = bool(node.input(3))
     padded_o = ceil_div(o, config.block_out) * config.block_out
     epilogue = _plan_epilogue(node, o, padded_o, has_residual, bool(node.input(2)), config)
+    groups = int(a["groups"])
+    spans, diagonal = group_spans(c, o, groups, config)
     layer = Conv2dLayer(n=n, c=c, h=h, w=w, o=o, kernel_h=kh, kernel_w=kw,
                         stride_h=int(a["strides"][0]), stride_w=int(a["strides"][1]),
                         pads=tuple(int(p) for p in a["pads"]),
                         batch_blocks=ceil_div(n, config.batch),
                         in_blocks=ceil_div(c, config.block_in),
                         out_blocks=ceil_div(o, config.block_out),
-                        has_residual=has_residual, const_rows=len(epilogue.rows))
+                        has_residual=has_residual, const_rows=len(epilogue.rows),
+                        groups=groups, spans=spans if groups > 1 else (), diagonal=diagonal)
     return layer, epilogue
+
+
+def group_spans(c: int, o: int, groups: int,
+                config: HardwareConfig) -> tuple[tuple[tuple[int, int, int, int], ...], bool]:
+    """How a convolution of `c` input and `o` output channels in `groups` groups falls
+    into the config's blocks: ``(spans, diagonal)``.
+
+    A span ``(ob, on, cb, cn)`` is a run of `on` output blocks from block `ob` whose
+    channels all read input blocks `cb` .. `cb + cn - 1`: a dense GEMM over that block
+    range, the weights outside the output channels' groups zero. Groups whose channels
+    fill whole blocks give one span per group (a per-group GEMM, no wasted MACs); a
+    block that straddles groups reads the input blocks of all of them (the zeros pad the
+    GEMM, still exact). `diagonal` is the depthwise case with ``c == o == groups`` and
+    ``block_in == block_out``: output block k reads input block k only, through weight
+    blocks that are diagonal per kernel tap (so each GEMM micro-op does block_out useful
+    MACs of block_in x block_out); it is one span whose tiles load the input block of
+    each output block."""
+    if groups < 1 or c % groups or o % groups:
+        raise ValueError(f"groups={groups} must divide the input channels ({c}) and the "
+                         f"output channels ({o})")
+    bi, bo = config.block_in, config.block_out
+    in_blocks, out_blocks = ceil_div(c, bi), ceil_div(o, bo)
+    if groups == 1:
+        return ((0, out_blocks, 0, in_blocks),), False
+    if c == o == groups and bi == bo:
+        return ((0, out_blocks, 0, in_blocks),), True
+    cg, og = c // groups, o // groups
+    ranges = []
+    for ob in range(out_blocks):
+        g0, g1 = ob * bo // og, (min((ob + 1) * bo, o) - 1) // og
+        ranges.append((g0 * cg // bi, ceil_div((g1 + 1) * cg, bi)))
+    spans = []
+    for ob, (lo, hi) in enumerate(ranges):
+        if spans and (spans[-1][2], spans[-1][2] + spans[-1][3]) == (lo, hi):
+            first, count, _, _ = spans[-1]
+            spans[-1] = (first, count + 1, lo, hi - lo)
+        else:
+            spans.append((ob, 1, lo, hi - lo))
+    return tuple(spans), False
 
 
 def conv2d_workload(node: Node, graph: Graph, config: HardwareConfig) -> dict:
@@ -207,6 +285,11 @@ def conv2d_workload(node: Node, graph: Graph, config: HardwareConfig) -> dict:
 
     fields = dataclasses.asdict(layer)
     fields["pads"] = list(layer.pads)
+    if layer.groups == 1:   # records written before grouped convolutions keep their key
+        for key in ("groups", "spans", "diagonal"):
+            del fields[key]
+    else:
+        fields["spans"] = [list(span) for span in layer.spans]
     return {"op": node.op, **fields, "epilogue": steps(epi.main),
             "residual_epilogue": steps(epi.residual)}
 

@@ -17,7 +17,8 @@ import dataclasses
 from vdla.compiler.targets.vdla.common import ITER_MAX
 from vdla.compiler.targets.vdla.layers import (MAX, Conv2dLayer, Pool2dLayer, window_cols,
                                                window_rows)
-from vdla.compiler.targets.vdla.uops import PoolUops, acc_region, conv_uop_count, inp_chunk
+from vdla.compiler.targets.vdla.uops import (PoolUops, acc_region, conv_uop_count, inp_blocks,
+                                             inp_chunk)
 from vdla.config import HardwareConfig
 
 __all__ = ["Conv2dSchedule", "Pool2dSchedule"]
@@ -60,9 +61,10 @@ class Conv2dSchedule:
         return self.oc_nthread * self.h_nthread
 
     def clamped(self, layer: Conv2dLayer) -> "Conv2dSchedule":
+        # A tile's channels stay inside one span (one group's block range).
         return Conv2dSchedule(min(self.tile_h, layer.out_h), min(self.tile_w, layer.out_w),
-                              min(self.tile_ci, layer.in_blocks),
-                              min(self.tile_co, layer.out_blocks), self.oc_nthread,
+                              min(self.tile_ci, layer.span_in),
+                              min(self.tile_co, layer.span_out), self.oc_nthread,
                               self.h_nthread)
 
     def needs(self, layer: Conv2dLayer, config: HardwareConfig) -> dict[str, tuple[int, int]]:
@@ -73,7 +75,7 @@ class Conv2dSchedule:
         tile = s.tile_h * s.tile_w * s.tile_co
         region = acc_region(layer, s)
         return {
-            "inp": (t * s.tile_ci * inp_chunk(layer, s), config.inp_depth),
+            "inp": (t * inp_blocks(layer, s) * inp_chunk(layer, s), config.inp_depth),
             "wgt": (t * s.tile_co * s.tile_ci * layer.kernel_h * layer.kernel_w,
                     config.wgt_depth),
             "acc": (t * region + layer.const_rows * layer.out_blocks, config.acc_depth),
@@ -90,13 +92,33 @@ class Conv2dSchedule:
             over["iter"] = (s.tile_h * s.tile_w, ITER_MAX)
         return over
 
+    def uneven_chunks(self, layer: Conv2dLayer) -> set[int] | None:
+        """The differing input-channel chunk counts of the layer's output-channel tiles
+        when this schedule has two virtual threads, else None. The threads' instruction
+        streams interleave chunk by chunk, and a thread with more chunks than the other
+        would push its WAR tokens out of queue order; only a grouped layer whose groups
+        straddle blocks has spans of different widths."""
+        if self.nthreads == 1 or layer.diagonal:
+            return None
+        tci = min(self.tile_ci, layer.span_in)
+        counts = {-(-cn // min(tci, cn)) for _, _, _, cn in layer.spans}
+        return counts if len(counts) > 1 else None
+
     def fits(self, layer: Conv2dLayer, config: HardwareConfig) -> bool:
         """Whether `check` would pass."""
-        return not self.overflows(layer, config)
+        return not self.overflows(layer, config) and not self.uneven_chunks(layer)
 
     def check(self, layer: Conv2dLayer, config: HardwareConfig):
-        """Raise ValueError naming every buffer this tiling overflows, and by how much."""
+        """Raise ValueError naming every buffer this tiling overflows, and by how much
+        (and for two virtual threads over tiles with different chunk counts)."""
         s = self.clamped(layer)
+        uneven = self.uneven_chunks(layer)
+        if uneven:
+            raise ValueError(f"conv2d schedule {self}: two virtual threads need every "
+                             f"output-channel tile to take the same number of input-channel "
+                             f"chunks; this grouped layer's spans {list(layer.spans)} take "
+                             f"{sorted(uneven)} chunks of {s.tile_ci} blocks (use one "
+                             "thread, or a tile_ci that divides them evenly)")
         over = self.overflows(layer, config)
         if over:
             detail = "; ".join(f"{name} needs {need} elements, has {depth} (over by "

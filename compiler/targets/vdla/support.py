@@ -1,9 +1,9 @@
 """What the accelerator runs, by what a node is: the reasons `vdla targets` and every
 per-op report show.
 
-`describe(node, graph, config)` answers from the node alone: integer GEMM (``qconv2d``
-with groups 1, ``qdense``) with bias, requantization, residual add and clamp on the
-vector ALU (MIN, MAX, ADD, SHR; MUL when the config has it); int8 max pooling (ALU MAX
+`describe(node, graph, config)` answers from the node alone: integer GEMM (``qconv2d``,
+grouped and depthwise too, and ``qdense``) with bias, requantization, residual add and
+clamp on the vector ALU (MIN, MAX, ADD, SHR; MUL when the config has it); int8 max pooling (ALU MAX
 over the window); average pooling (window sums on the GEMM core, then requantization on
 the ALU). A standalone ReLU or add (one `passes.fuse` could not fold into a
 convolution's epilogue) runs on the host. Requantization multipliers and shifts travel as
@@ -87,14 +87,16 @@ def describe(node: Node, graph: Graph, config: HardwareConfig) -> tuple[bool, st
     checks (sizes, pads, a schedule that fits) come on top: `VdlaTarget.supports`."""
     op = node.op
     if op in ("qconv2d", "qdense"):
-        if op == "qconv2d" and int(node.attrs["groups"]) != 1:
-            return False, (f"grouped/depthwise convolution (groups={node.attrs['groups']}): "
-                           "the GEMM core has no grouped mode")
         problem = _requant_problems(node, config, ("multiplier", "residual_multiplier"),
                                     ("shift", "residual_shift"))
         if problem:
             return False, problem
-        what = "convolution" if op == "qconv2d" else "matrix product"
+        groups = int(node.attrs.get("groups", 1))
+        channels = graph.tensors[node.inputs[0]].shape[1]
+        what = ("convolution" if op == "qconv2d" and groups == 1 else
+                "matrix product" if op == "qdense" else
+                "depthwise convolution (diagonal weight blocks)" if groups == channels else
+                f"grouped convolution (groups={groups}, per-group GEMMs)")
         extras = ["bias"] * bool(node.input(2)) + ["residual add"] * bool(node.input(3))
         return True, (f"int8 {what} on the GEMM core; "
                       + ", ".join(extras + ["requantization and clamp on the ALU"]))

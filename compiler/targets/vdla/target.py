@@ -99,7 +99,8 @@ class VdlaTarget(Target):
         c = self.config
         mul = "with" if AluOp.MUL in c.alu_ops else "without"
         return [
-            ("qconv2d", f"groups 1, pads up to the kernel size - 1 and 15; on the "
+            ("qconv2d", f"any groups (per-group GEMMs; depthwise with diagonal weight "
+                        f"blocks), pads up to the kernel size - 1 and 15; on the "
                         f"{c.batch}x{c.block_in}x{c.block_out} GEMM core, bias, "
                         f"requantization ({mul} MUL), residual add and clamp on the ALU"),
             ("qdense", "as a 1x1 convolution over a 1x1 image"),

@@ -155,7 +155,7 @@ class ConvTask(TuneTask):
         s = schedule.clamped(layer)
         feats = [float(s.oc_nthread == 2), float(s.h_nthread == 2)]
         for tile, total in ((s.tile_h, layer.out_h), (s.tile_w, layer.out_w),
-                            (s.tile_ci, layer.in_blocks), (s.tile_co, layer.out_blocks)):
+                            (s.tile_ci, layer.span_in), (s.tile_co, layer.span_out)):
             count = ceil_div(total, tile)
             feats += [math.log2(tile), math.log2(count), count * tile / total - 1.0]
         feats.append(math.log2(s.tile_h * s.tile_w * s.tile_co))      # acc entries a tile

@@ -22,7 +22,7 @@ from vdla.isa import Uop
 from vdla.runtime.tokens import PingPong
 
 __all__ = ["ConvUops", "PoolTile", "PoolUops", "acc_region", "conv_uop_count",
-           "conv_uop_table", "inp_chunk", "pool_tiles"]
+           "conv_uop_table", "inp_blocks", "inp_chunk", "pool_tiles"]
 
 
 # --- convolutions ---------------------------------------------------------------------------
@@ -30,6 +30,29 @@ __all__ = ["ConvUops", "PoolTile", "PoolUops", "acc_region", "conv_uop_count",
 def acc_region(layer: Conv2dLayer, s) -> int:
     """acc (and out) elements of one virtual thread: its tile, and its residual tile."""
     return s.tile_h * s.tile_w * s.tile_co * (2 if layer.has_residual else 1)
+
+
+def inp_blocks(layer: Conv2dLayer, s) -> int:
+    """Input-channel blocks of one thread's input tile: a chunk of `tile_ci`, or for a
+    diagonal (depthwise) layer the `tile_co` blocks its output blocks read."""
+    return s.tile_co if layer.diagonal else s.tile_ci
+
+
+def _chunk_sizes(layer: Conv2dLayer, s) -> set[int]:
+    """The input-channel chunk sizes of the layer's GEMM kernels (full and edge chunks
+    of every span; 1 for a diagonal layer, whose kernels read one block per output
+    block)."""
+    if layer.diagonal:
+        return {1}
+    sizes = set()
+    for _, _, _, cn in layer.spans:
+        tci = min(s.tile_ci, cn)
+        sizes |= {tci, cn % tci or tci}
+    return sizes
+
+
+def _co_starts(layer: Conv2dLayer, s) -> list[int]:
+    return [ob0 for ob0, _, _ in layer.co_tiles(s.tile_co)]
 
 
 def inp_chunk(layer: Conv2dLayer, s) -> int:
@@ -63,10 +86,9 @@ class ConvUops:
 def conv_uop_count(layer: Conv2dLayer, s) -> int:
     """len(conv_uop_table(layer, s).uops), without building it."""
     widths = {s.tile_w, layer.out_w % s.tile_w or s.tile_w}
-    cis = {s.tile_ci, layer.in_blocks % s.tile_ci or s.tile_ci}
+    cis = _chunk_sizes(layer, s)
     gemm = sum(w * ci for w in widths for ci in cis) * layer.kernel_h * layer.kernel_w
-    alu = 2 + (2 if layer.has_residual else 0) + layer.const_rows * ceil_div(
-        layer.out_blocks, s.tile_co)
+    alu = 2 + (2 if layer.has_residual else 0) + layer.const_rows * len(_co_starts(layer, s))
     return s.nthreads * (gemm + alu)
 
 
@@ -76,7 +98,7 @@ def conv_uop_table(layer: Conv2dLayer, s, config: HardwareConfig | None = None,
     chunk = inp_chunk(layer, s)
     threads = s.nthreads
     # Each virtual thread owns one region of the inp, wgt and acc (so also out) buffers.
-    inp = PingPong(s.tile_ci * chunk, threads)
+    inp = PingPong(inp_blocks(layer, s) * chunk, threads)
     wgt = PingPong(s.tile_co * s.tile_ci * kh * kw, threads)
     acc = PingPong(acc_region(layer, s), threads)
     tile = s.tile_h * s.tile_w * s.tile_co
@@ -85,7 +107,7 @@ def conv_uop_table(layer: Conv2dLayer, s, config: HardwareConfig | None = None,
     table = ConvUops([], {}, tile, const_base)
     uops = table.uops
     widths = {s.tile_w, layer.out_w % s.tile_w or s.tile_w}
-    cis = {s.tile_ci, layer.in_blocks % s.tile_ci or s.tile_ci}
+    cis = _chunk_sizes(layer, s)
     for t in range(threads):
         ib, wb, ab = inp.base(t), wgt.base(t), acc.base(t)
         table.inp_base.append(ib)
@@ -114,7 +136,7 @@ def conv_uop_table(layer: Conv2dLayer, s, config: HardwareConfig | None = None,
         # before the epilogue says which tile region each reads.
         targets = rows_used or {row: 0 for row in range(layer.const_rows)}
         for row, target in targets.items():
-            for ob0 in range(0, layer.out_blocks, s.tile_co):
+            for ob0 in _co_starts(layer, s):
                 table.alu_vec[t, target, row, ob0] = len(uops)
                 uops.append(Uop(ab + target, const_base + row * layer.out_blocks + ob0))
     return table

@@ -197,9 +197,6 @@ def test_schedule_that_does_not_fit_names_the_buffer():
 
 def test_unsupported_nodes_raise_clearly():
     rng = np.random.default_rng(40)
-    g, name, *_ = conv_graph(rng, c=16, o=16, shift=(9,), groups=2)
-    with pytest.raises(ValueError, match="groups=2 is not supported"):
-        lower_conv2d(g.node(name), g, DEFAULT)
     g, name, *_ = conv_graph(rng, c=16, o=16, h=9, w=9, pad=2, shift=(9,), dilations=(2, 2))
     with pytest.raises(ValueError, match="dilations"):
         lower_conv2d(g.node(name), g, DEFAULT)
@@ -334,3 +331,83 @@ def test_two_threads_are_faster_on_the_cycle_accurate_backend(capsys):
     one_h, two_h, one_oc, two_oc = cycles.values()
     assert two_h < one_h
     assert two_oc < one_oc
+
+
+# --- grouped and depthwise convolutions ---------------------------------------------------
+
+GROUPED = [  # c, o, groups, h, k, stride, pad
+    (64, 64, 2, 8, 3, 1, 1),      # groups of 32 channels: one span (per-group GEMM) each
+    (64, 128, 4, 6, 1, 1, 0),     # groups of 16 -> 32: aligned to the blocks
+    (48, 48, 2, 8, 3, 1, 1),      # groups of 24: blocks straddle two groups
+    (40, 40, 4, 7, 3, 2, 1),      # groups of 10, channels not a block multiple
+    (20, 40, 4, 6, 3, 1, 1),
+    (32, 32, 32, 9, 3, 1, 1),     # depthwise: diagonal weight blocks
+    (24, 24, 24, 9, 3, 2, 1),     # depthwise, channels not a block multiple, stride 2
+    (96, 96, 96, 5, 5, 1, 2),
+    (32, 64, 32, 6, 3, 1, 1),     # depthwise with a channel multiplier of 2
+]
+
+
+@pytest.mark.parametrize("c, o, groups, h, k, stride, pad", GROUPED)
+@pytest.mark.parametrize("schedule", [None, Conv2dSchedule(2, 3, 1, 1),
+                                      Conv2dSchedule(3, 5, 2, 2, oc_nthread=2),
+                                      Conv2dSchedule(2, 9, 3, 3, h_nthread=2)],
+                         ids=["default", "small", "oc-threads", "h-threads"])
+def test_grouped_and_depthwise(c, o, groups, h, k, stride, pad, schedule):
+    """Grouped convolutions as per-span GEMMs and depthwise ones with diagonal weight
+    blocks: bit-exact, with exactly one GEMM micro-op per weight block, position and tap
+    (`check_conv`); a schedule whose threads would see uneven chunk counts is refused."""
+    rng = np.random.default_rng(c * 100 + groups)
+    g, name, feed, weights, bias = conv_graph(
+        rng, c=c, o=o, h=h, w=h, k=k, stride=stride, pad=pad, groups=groups,
+        shift=tuple(rng.integers(6, 12, o)), out_min=-100, out_max=120)
+    layer = Conv2dLayer.from_node(g.node(name), g, DEFAULT)
+    assert layer.macs == layer.n * layer.out_h * layer.out_w * o * (
+        c // groups) * k * k
+    if schedule is not None and schedule.uneven_chunks(layer):
+        with pytest.raises(ValueError, match="same number of input-channel chunks"):
+            lower_conv2d(g.node(name), g, DEFAULT, schedule)
+        return
+    check_conv(g, name, feed, weights, bias, schedule=schedule)
+
+
+def test_group_spans():
+    from vdla.compiler.targets.vdla.layers import group_spans
+    assert group_spans(64, 64, 2, DEFAULT) == (((0, 2, 0, 2), (2, 2, 2, 2)), False)
+    assert group_spans(48, 48, 2, DEFAULT) == (((0, 1, 0, 2), (1, 1, 0, 3), (2, 1, 1, 2)),
+                                                False)
+    assert group_spans(32, 32, 32, DEFAULT) == (((0, 2, 0, 2),), True)
+    wide = vdla.HardwareConfig(block_out=32)
+    assert group_spans(32, 32, 32, wide)[1] is False     # blocks differ: not diagonal
+    with pytest.raises(ValueError, match="groups=3 must divide"):
+        group_spans(32, 32, 3, DEFAULT)
+
+
+def test_grouped_with_residual_per_channel_and_batch():
+    rng = np.random.default_rng(77)
+    g, name, feed, weights, bias = conv_graph(rng, n=2, c=48, o=48, h=6, w=7, groups=48,
+                                              residual=True, shift=tuple(int(v) for v in np.arange(48) % 20 + 4),
+                                              residual_shift=1, out_min=0)
+    check_conv(g, name, feed, weights, bias)
+    g, name, feed, weights, bias = conv_graph(rng, n=2, c=48, o=48, h=6, w=7, groups=2,
+                                              residual=True, shift=(8,), residual_shift=-1)
+    check_conv(g, name, feed, weights, bias, config=vdla.HardwareConfig(batch=2))
+
+
+def test_depthwise_on_a_block_out_wider_than_block_in():
+    """block_out = 2 block_in: depthwise is not diagonal there, it runs as spans."""
+    config = vdla.HardwareConfig(block_out=32)
+    rng = np.random.default_rng(78)
+    g, name, feed, weights, bias = conv_graph(rng, c=40, o=40, h=6, w=6, groups=40,
+                                              shift=(8,))
+    lowered, _ = check_conv(g, name, feed, weights, bias, config=config)
+    assert not lowered.layer.diagonal and len(lowered.layer.spans) == 2
+
+
+@pytest.mark.parametrize("groups", [2, 32])
+def test_grouped_on_the_cycle_accurate_backend(groups):
+    rng = np.random.default_rng(79)
+    g, name, feed, weights, bias = conv_graph(rng, c=32, o=32, h=8, w=8, groups=groups,
+                                              shift=(9,), out_min=0)
+    _, stats = check_conv(g, name, feed, weights, bias, backend="verilator")
+    assert stats["cycles"] >= stats["gemm_active"] > 0

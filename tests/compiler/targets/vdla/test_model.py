@@ -217,8 +217,8 @@ def test_partition_plans_what_compile_model_does(model):
 # --- host fallback ---------------------------------------------------------------------------
 
 def mixed_model():
-    """A quantized CNN whose 2nd conv is grouped and 3rd has pads >= kernel (both beyond
-    the back half), between convs it does lower; returns (quantized graph, feed)."""
+    """A quantized CNN whose 3rd conv has pads >= kernel (beyond the back half), between
+    convs it does lower (the 2nd one grouped); returns (quantized graph, feed)."""
     b = GraphBuilder("mixed", seed=3)
     x = b.input("input", (1, 8, 10, 10))
     y = b.relu(b.conv(x, 16, 3, padding=1, bias=True, name="conv_a"))
@@ -237,19 +237,18 @@ def test_nodes_the_back_half_cannot_lower_run_on_the_host():
     quantized, feed = mixed_model()
     compiled = compile_model(quantized, TARGET)
     ops = {op.name: op for op in compiled.ops}
-    assert ops["grouped"].op == "qconv2d" and ops["grouped"].target == "host"
-    assert "groups=4" in ops["grouped"].reason and "no grouped mode" in ops["grouped"].reason
     assert ops["pad_ge_kernel"].target == "host"
     assert "must be smaller than the kernel" in ops["pad_ge_kernel"].reason
-    assert ops["grouped"].kernel is not None and ops["grouped"].schedule is None   # host
-    assert {ops[n].target for n in ("conv_a", "conv_b", "logits")} == {"vdla"}
+    assert ops["pad_ge_kernel"].kernel is not None and ops["pad_ge_kernel"].schedule is None
+    assert {ops[n].target for n in ("conv_a", "grouped", "conv_b", "logits")} == {"vdla"}
+    assert "groups=4, per-group GEMMs" in ops["grouped"].reason
     assert ops["gap"].reason == ("float global_avg_pool2d: the accelerator computes on int8 "
                                  "data only")
     with open_device("functional") as dev, compiled.session(dev) as session:
         result = session.run(feed)
     assert_bit_exact(quantized, result, feed)
     stats = {s.name: s for s in result.ops}
-    assert stats["grouped"].target == "host" and stats["grouped"].bytes is None
+    assert stats["pad_ge_kernel"].target == "host" and stats["pad_ge_kernel"].bytes is None
     assert stats["conv_b"].bytes > 0
 
 
