@@ -20,8 +20,10 @@ threads: see *Virtual threads* below):
    requantization has no multiplier its rounding constant is folded into that row on the
    host, ``wrap32(bias + r)``: additions modulo 2**32 associate, as
    `vdla.compiler.reference.integer` documents), requantization exactly as
-   `vdla.compiler.reference.integer.requantize` (MUL, rounding ADD, SHR), the residual (loaded
-   with LOAD ACC into a second acc region, requantized there, ADDed), then MAX/MIN clamp;
+   `vdla.compiler.reference.integer.requantize` (MUL, rounding ADD, SHR), the residual (int8,
+   loaded with the tile's first chunk into the thread's inp region and widened into a
+   second acc region by identity-weight GEMMs, requantized there, ADDed), then MAX/MIN
+   clamp;
    the last ALU op also writes the int8 out buffer, which STOREs copy to DRAM. Per-tensor
    values are immediates; per-channel values (and a rounding constant too large for the
    16-bit immediate) are vector operands: rows of per-channel constants loaded once into a
@@ -51,9 +53,12 @@ With one thread this is exactly the single-thread program.
 DRAM (one arena, offsets in bytes, every region aligned for any element type): micro-ops,
 per-channel constant rows (the bias row among them) as acc elements (int32, replicated
 over the batch rows), input int8 ``NCHW{batch}n{block_in}c``, weights int8
-``OIHW{block_out}o{block_in}i``, the residual as int32 acc elements in
-``NCHW{batch}n{block_out}c`` (LOAD ACC reads int32 elements, so the host widens the int8
-residual), and the int8 output ``NCHW{batch}n{block_out}c``. The program is emitted for an
+``OIHW{block_out}o{block_in}i``, the residual int8 ``NCHW{batch}n{block_in}c`` (its
+channels padded to whole output blocks) and the identity weight blocks that widen it, and
+the int8 output ``NCHW{batch}n{block_out}c``. The residual stays int8 so that it can be
+another op's output in place; where block_out is not a multiple of block_in (no identity
+maps an input block into an output block) it is int32 acc elements instead, widened by
+the host, and a LOAD ACC on the compute module reads it. The program is emitted for an
 arena at address 0 and relocated to wherever the arena is allocated.
 """
 
@@ -159,6 +164,8 @@ class LoweredConv2d(ArenaProgram):
         (micro-ops, constant rows with the bias, packed weights)."""
         data = {"uop": np.frombuffer(self.uop_bytes, np.uint8),
                 "weights": self.pack_weights(weights)}
+        if self.layer.residual_ratio:
+            data["identity"] = self.identity_blocks()
         if len(self.const_rows):
             data["const"] = self.pack_constants(bias)
         elif bias is not None:
@@ -177,12 +184,26 @@ class LoweredConv2d(ArenaProgram):
         return data
 
     def pack_residual(self, residual: np.ndarray) -> np.ndarray:
-        L = self.layer
+        """The residual as the program reads it: int8 in the input layout, its channels
+        padded to whole output blocks (`Conv2dLayer.residual_ratio`), or int32 acc
+        elements for a LOAD ACC."""
+        L, c = self.layer, self.config
         if L.dense:
             residual = check_array(residual, (L.n, L.o), np.int8,
                                    "residual").reshape(L.n, L.o, 1, 1)
         r = check_array(residual, (L.n, L.o, L.out_h, L.out_w), np.int8, "residual")
-        return pack(r.astype(np.int32), "NCHW", self.out_layout)
+        if not L.residual_ratio:
+            return pack(r.astype(np.int32), "NCHW", self.out_layout)
+        r = np.pad(r, ((0, 0), (0, L.out_blocks * c.block_out - L.o), (0, 0), (0, 0)))
+        return pack(r, "NCHW", self.data_layout)
+
+    def identity_blocks(self) -> np.ndarray:
+        """The weight blocks that widen the residual: E_j[o, i] = (o == j * block_in + i),
+        int8 (residual_ratio, block_out, block_in)."""
+        c, ratio = self.config, self.layer.residual_ratio
+        o = np.arange(c.block_out)[:, None]
+        i = np.arange(c.block_in)[None, :]
+        return np.stack([(o == j * c.block_in + i) for j in range(ratio)]).astype(np.int8)
 
     def unpack_output(self, raw: np.ndarray) -> np.ndarray:
         L, c = self.layer, self.config
@@ -199,8 +220,13 @@ def _arena(layer: Conv2dLayer, config: HardwareConfig, n_uops: int) -> tuple[dic
         "const": L.const_rows * L.out_blocks * c.acc_elem_bytes,
         "input": L.batch_blocks * L.in_blocks * L.h * L.w * c.inp_elem_bytes,
         "weights": L.weight_blocks * L.kernel_h * L.kernel_w * c.wgt_elem_bytes,
-        "residual": (L.batch_blocks * L.out_blocks * L.out_h * L.out_w * c.acc_elem_bytes
-                     if L.has_residual else 0),
+        # The residual: int8 in the input layout (widened on the GEMM core), or int32 acc
+        # elements (LOAD ACC) where block_out is not a multiple of block_in.
+        "residual": (0 if not L.has_residual else
+                     L.batch_blocks * L.out_blocks * L.residual_ratio * L.out_h * L.out_w
+                     * c.inp_elem_bytes if L.residual_ratio else
+                     L.batch_blocks * L.out_blocks * L.out_h * L.out_w * c.acc_elem_bytes),
+        "identity": L.residual_ratio * c.wgt_elem_bytes,
         "output": L.batch_blocks * L.out_blocks * L.out_h * L.out_w * c.out_elem_bytes,
     }
     return layout_arena(sizes, config)
@@ -239,7 +265,8 @@ def _emit(L: Conv2dLayer, s: Conv2dSchedule, c: HardwareConfig, epi: ConvEpilogu
         return regions[name].offset // elem_bytes
 
     uop0, const0 = base("uop", c.uop_bytes), base("const", c.acc_elem_bytes)
-    res0 = base("residual", c.acc_elem_bytes)
+    res0 = base("residual", c.inp_elem_bytes if L.residual_ratio else c.acc_elem_bytes)
+    ratio = L.residual_ratio
     inp0, wgt0 = base("input", c.inp_elem_bytes), base("weights", c.wgt_elem_bytes)
     out0 = base("output", c.out_elem_bytes)
     kh, kw, sh, sw = L.kernel_h, L.kernel_w, L.stride_h, L.stride_w
@@ -255,6 +282,10 @@ def _emit(L: Conv2dLayer, s: Conv2dSchedule, c: HardwareConfig, epi: ConvEpilogu
         n = L.const_rows * L.out_blocks
         p.load(MemoryType.ACC, sram_base=u.const_base, dram_base=const0, y_size=1, x_size=n,
                x_stride=n)
+    if ratio:  # the identity blocks, once (the first chunk's token covers them)
+        p.load(MemoryType.WGT, sram_base=u.identity_base,
+               dram_base=base("identity", c.wgt_elem_bytes), y_size=1, x_size=ratio,
+               x_stride=ratio)
 
     # The tiles in program order. With 2 virtual threads, consecutive tiles alternate
     # between the threads: the output-channel tiles (oc_nthread) or output-row tiles
@@ -359,6 +390,15 @@ def _emit(L: Conv2dLayer, s: Conv2dSchedule, c: HardwareConfig, epi: ConvEpilogu
                     p.load(MemoryType.INP, sram_base=u.inp_base[t] + cbi * chunk,
                            dram_base=inp0 + ((nb * L.in_blocks + cb0 + cbi) * L.h + y0) * L.w
                            + x0, y_size=y1 - y0, x_size=x1 - x0, x_stride=L.w, **pads)
+                if not j and ratio:  # the int8 residual tile, j-major (see conv_uop_table)
+                    full = s.tile_co * s.tile_h * s.tile_w
+                    for obi in range(tco):
+                        for jj in range(ratio):
+                            p.load(MemoryType.INP,
+                                   sram_base=u.res_inp[t] + jj * full + obi * plane,
+                                   dram_base=res0 + (((nb * L.out_blocks + ob0 + obi) * ratio
+                                                      + jj) * ho + oh0) * wo + ow0,
+                                   y_size=th, x_size=tw, x_stride=wo)
                 if wgt_in_sram[t] != (ob0, cb0):
                     ob, _, cb, cn = span
                     row = tci * taps                  # one output block's weights
@@ -378,13 +418,22 @@ def _emit(L: Conv2dLayer, s: Conv2dSchedule, c: HardwareConfig, epi: ConvEpilogu
                     k = u.reset[t]
                     p.gemm(reset_reg=True, uop_bgn=k, uop_end=k + 1, iter_out=tco,
                            iter_in=plane, dst_factor_out=plane, dst_factor_in=1)
-                    if L.has_residual:
+                    if ratio:
+                        k = u.res_reset[t]
+                        p.gemm(reset_reg=True, uop_bgn=k, uop_end=k + 1, iter_out=tco,
+                               iter_in=plane, dst_factor_out=plane, dst_factor_in=1)
+                    elif L.has_residual:
                         for obi in range(tco):
                             p.load(MemoryType.ACC, sram_base=acc_t + u.res_base + obi * plane,
                                    dram_base=res0 + ((nb * L.out_blocks + ob0 + obi) * ho
                                                      + oh0) * wo + ow0,
                                    y_size=th, x_size=tw, x_stride=wo)
                 tokens.wait_loaded()  # RAW: this chunk's inputs and weights are in
+                if not j and ratio:   # the residual into its acc tile, unchanged
+                    bgn, end = u.res_widen[t]
+                    p.gemm(uop_bgn=bgn, uop_end=end, iter_out=tco, iter_in=plane,
+                           dst_factor_out=plane, dst_factor_in=1, src_factor_out=plane,
+                           src_factor_in=1, wgt_factor_out=0, wgt_factor_in=0)
                 bgn, end = u.gemm[t, tw, tci]
                 # Output block o of the tile reads the chunk's blocks (the same for every
                 # o), or, diagonal, its own input block (the next one along).

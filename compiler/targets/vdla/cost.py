@@ -81,7 +81,8 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
     `alu_passes` = (passes with an immediate, passes with a vector operand) of the
     epilogue over the conv tile; the default is what a requantized, clamped conv with a
     bias needs (SHR, MAX, MIN; the bias ADD). The residual's passes are counted from
-    `layer.has_residual` (LOAD ACC, a shift, an ADD)."""
+    `layer.has_residual` (int8 loads widened on the GEMM core, or a LOAD ACC; a shift, an
+    ADD)."""
     s = schedule.clamped(layer)
     c = config
     bw = float(bytes_per_cycle)
@@ -133,7 +134,17 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
                 entries = plane * tco
                 # The reset micro-op, then the ALU passes, per acc entry.
                 epi = entries * (1 + imm + 2 * vec) + 5 * INSN_CYCLES
-                if layer.has_residual:
+                ratio = layer.residual_ratio
+                if ratio:
+                    # The int8 residual tile comes with the first chunk's loads; the
+                    # compute module resets its acc tile, widens it (one identity GEMM
+                    # micro-op per input block), shifts it and ADDs it (a vector operand:
+                    # two cycles).
+                    res = entries * ratio * inp_entry / bw + tco * ratio * DMA_CYCLES / 4
+                    tile_load += res
+                    chunk_pairs += res
+                    epi += entries * (1 + ratio + 1 + 2) + 2 * INSN_CYCLES
+                elif layer.has_residual:
                     # LOAD ACC of int32 residual entries (on the compute module), its
                     # shift and the ADD (a vector operand: two cycles).
                     epi += entries * (acc_entry / bw + 1 + 2) + tco * DMA_CYCLES

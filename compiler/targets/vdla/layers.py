@@ -97,7 +97,11 @@ class Conv2dLayer:
     output channels once padded to the config's batch, block_in and block_out.
     `const_rows`: per-channel constant rows the epilogue keeps in the acc buffer.
     `groups`, `spans`, `diagonal`: a grouped convolution's block structure
-    (`group_spans`); a plain one has a single span over every block."""
+    (`group_spans`); a plain one has a single span over every block.
+    `residual_ratio`: how the int8 residual reaches the accumulators: ``block_out /
+    block_in`` input blocks per output block, widened by identity-weight GEMMs (the
+    residual stays int8 in DRAM, in the input layout); 0 when block_out is not a
+    multiple of block_in, where the host widens it to int32 for a LOAD ACC."""
 
     n: int
     c: int
@@ -118,6 +122,7 @@ class Conv2dLayer:
     groups: int = 1
     spans: tuple[tuple[int, int, int, int], ...] = ()
     diagonal: bool = False
+    residual_ratio: int = 0
 
     def __post_init__(self):
         if not self.spans:
@@ -183,6 +188,13 @@ class Conv2dLayer:
         return (self.batch_blocks * self.out_h * self.out_w * self.weight_blocks
                 * self.kernel_h * self.kernel_w)
 
+    @property
+    def residual_uops(self) -> int:
+        """GEMM micro-ops that widen the int8 residual: `residual_ratio` per output
+        entry."""
+        return (self.batch_blocks * self.out_blocks * self.out_h * self.out_w
+                * self.residual_ratio)
+
     def co_tiles(self, tile_co: int) -> list[tuple[int, int, tuple[int, int, int, int]]]:
         """The output-channel tiles: (first block, blocks, span) for tiles of at most
         `tile_co` blocks, each inside one span."""
@@ -226,8 +238,18 @@ def conv2d_layer(node: Node, graph: Graph,
                         in_blocks=ceil_div(c, config.block_in),
                         out_blocks=ceil_div(o, config.block_out),
                         has_residual=has_residual, const_rows=len(epilogue.rows),
-                        groups=groups, spans=spans if groups > 1 else (), diagonal=diagonal)
+                        groups=groups, spans=spans if groups > 1 else (), diagonal=diagonal,
+                        residual_ratio=residual_ratio(has_residual, config))
     return layer, epilogue
+
+
+def residual_ratio(has_residual: bool, config: HardwareConfig) -> int:
+    """`Conv2dLayer.residual_ratio` for `config`: input blocks per output block when the
+    GEMM core can widen the int8 residual (identity weights map whole input blocks into an
+    output block), else 0."""
+    if not has_residual or config.block_out % config.block_in:
+        return 0
+    return config.block_out // config.block_in
 
 
 def group_spans(c: int, o: int, groups: int,
@@ -288,6 +310,8 @@ def conv2d_workload(node: Node, graph: Graph, config: HardwareConfig) -> dict:
     if layer.groups == 1:   # records written before grouped convolutions keep their key
         for key in ("groups", "spans", "diagonal"):
             del fields[key]
+    if not layer.has_residual:
+        del fields["residual_ratio"]
     else:
         fields["spans"] = [list(span) for span in layer.spans]
     return {"op": node.op, **fields, "epilogue": steps(epi.main),
@@ -311,7 +335,8 @@ def _dense_layer_and_epilogue(node: Node, graph: Graph,
                         batch_blocks=ceil_div(n, config.batch),
                         in_blocks=ceil_div(c, config.block_in),
                         out_blocks=ceil_div(o, config.block_out),
-                        has_residual=has_residual, const_rows=len(epilogue.rows), dense=True)
+                        has_residual=has_residual, const_rows=len(epilogue.rows), dense=True,
+                        residual_ratio=residual_ratio(has_residual, config))
     return layer, epilogue
 
 

@@ -18,7 +18,7 @@ from vdla.compiler.targets.vdla.common import ITER_MAX
 from vdla.compiler.targets.vdla.layers import (MAX, Conv2dLayer, Pool2dLayer, window_cols,
                                                window_rows)
 from vdla.compiler.targets.vdla.uops import (PoolUops, acc_region, conv_uop_count, inp_blocks,
-                                             inp_chunk)
+                                             inp_chunk, residual_inp)
 from vdla.config import HardwareConfig
 
 __all__ = ["Conv2dSchedule", "Pool2dSchedule"]
@@ -75,9 +75,10 @@ class Conv2dSchedule:
         tile = s.tile_h * s.tile_w * s.tile_co
         region = acc_region(layer, s)
         return {
-            "inp": (t * inp_blocks(layer, s) * inp_chunk(layer, s), config.inp_depth),
-            "wgt": (t * s.tile_co * s.tile_ci * layer.kernel_h * layer.kernel_w,
-                    config.wgt_depth),
+            "inp": (t * (inp_blocks(layer, s) * inp_chunk(layer, s)
+                         + residual_inp(layer, s)), config.inp_depth),
+            "wgt": (t * s.tile_co * s.tile_ci * layer.kernel_h * layer.kernel_w
+                    + layer.residual_ratio, config.wgt_depth),
             "acc": (t * region + layer.const_rows * layer.out_blocks, config.acc_depth),
             "out": ((t - 1) * region + tile, config.out_depth),
             "uop": (conv_uop_count(layer, s), config.uop_depth),

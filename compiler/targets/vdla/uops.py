@@ -22,7 +22,7 @@ from vdla.isa import Uop
 from vdla.runtime.tokens import PingPong
 
 __all__ = ["ConvUops", "PoolTile", "PoolUops", "acc_region", "conv_uop_count",
-           "conv_uop_table", "inp_blocks", "inp_chunk", "pool_tiles"]
+           "conv_uop_table", "inp_blocks", "inp_chunk", "pool_tiles", "residual_inp"]
 
 
 # --- convolutions ---------------------------------------------------------------------------
@@ -55,6 +55,12 @@ def _co_starts(layer: Conv2dLayer, s) -> list[int]:
     return [ob0 for ob0, _, _ in layer.co_tiles(s.tile_co)]
 
 
+def residual_inp(layer: Conv2dLayer, s) -> int:
+    """inp elements of one thread's int8 residual tile (0 without one, or when the host
+    widens it): `residual_ratio` input blocks per output block of a full tile."""
+    return layer.residual_ratio * s.tile_co * s.tile_h * s.tile_w
+
+
 def inp_chunk(layer: Conv2dLayer, s) -> int:
     """inp elements between consecutive channel blocks of an input tile (a full tile's
     padded window, so edge tiles keep the same micro-ops' channel offsets)."""
@@ -81,6 +87,10 @@ class ConvUops:
     alu_res: list = dataclasses.field(default_factory=list)      # Uop(res, 0): on residual
     alu_add_res: list = dataclasses.field(default_factory=list)  # Uop(acc, res): conv += res
     alu_vec: dict = dataclasses.field(default_factory=dict)  # (thread, target, row, ob0) -> index
+    res_reset: list = dataclasses.field(default_factory=list)    # Uop(res, 0, 0)
+    res_widen: list = dataclasses.field(default_factory=list)    # (begin, end): identities
+    res_inp: list = dataclasses.field(default_factory=list)      # inp index of the residual
+    identity_base: int = 0    # wgt index of the identity blocks, after the threads' regions
 
 
 def conv_uop_count(layer: Conv2dLayer, s) -> int:
@@ -89,6 +99,7 @@ def conv_uop_count(layer: Conv2dLayer, s) -> int:
     cis = _chunk_sizes(layer, s)
     gemm = sum(w * ci for w in widths for ci in cis) * layer.kernel_h * layer.kernel_w
     alu = 2 + (2 if layer.has_residual else 0) + layer.const_rows * len(_co_starts(layer, s))
+    alu += 1 + layer.residual_ratio if layer.residual_ratio else 0   # reset, widening
     return s.nthreads * (gemm + alu)
 
 
@@ -98,13 +109,14 @@ def conv_uop_table(layer: Conv2dLayer, s, config: HardwareConfig | None = None,
     chunk = inp_chunk(layer, s)
     threads = s.nthreads
     # Each virtual thread owns one region of the inp, wgt and acc (so also out) buffers.
-    inp = PingPong(inp_blocks(layer, s) * chunk, threads)
+    # A thread's inp region: its input chunk, then its int8 residual tile (if any).
+    inp = PingPong(inp_blocks(layer, s) * chunk + residual_inp(layer, s), threads)
     wgt = PingPong(s.tile_co * s.tile_ci * kh * kw, threads)
     acc = PingPong(acc_region(layer, s), threads)
     tile = s.tile_h * s.tile_w * s.tile_co
     depth = config.acc_depth if config is not None else 1 << 30
     const_base = depth - layer.const_rows * layer.out_blocks
-    table = ConvUops([], {}, tile, const_base)
+    table = ConvUops([], {}, tile, const_base, identity_base=wgt.total)
     uops = table.uops
     widths = {s.tile_w, layer.out_w % s.tile_w or s.tile_w}
     cis = _chunk_sizes(layer, s)
@@ -126,6 +138,18 @@ def conv_uop_table(layer: Conv2dLayer, s, config: HardwareConfig | None = None,
         uops.append(Uop(ab, 0, 0))
         table.alu_main.append(len(uops))
         uops.append(Uop(ab, ab))
+        if layer.residual_ratio:
+            # Reset of the residual tile, then one GEMM micro-op per identity block j:
+            # the residual's input block j of each output block (stored j-major in the
+            # thread's inp region, after the input chunk) into the residual acc tile.
+            res_inp = ib + inp_blocks(layer, s) * chunk
+            full = s.tile_co * s.tile_h * s.tile_w
+            table.res_reset.append(len(uops))
+            uops.append(Uop(ab + tile, 0, 0))
+            table.res_widen.append((len(uops), len(uops) + layer.residual_ratio))
+            uops += [Uop(ab + tile, res_inp + j * full, wgt.total + j)
+                     for j in range(layer.residual_ratio)]
+            table.res_inp.append(res_inp)
         if layer.has_residual:
             table.alu_res.append(len(uops))
             uops.append(Uop(ab + tile, 0))

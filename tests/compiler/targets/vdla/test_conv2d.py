@@ -51,11 +51,11 @@ def check_conv(g, name, feed, weights, bias, config=DEFAULT, schedule=None,
     assert got.dtype == np.int8 and got.shape == want.shape
     np.testing.assert_array_equal(got, want)
     # No redundant GEMM work: one micro-op per (output position, output block, input
-    # block, tap), and the accumulators start at the bias (no reset micro-ops).
+    # block, tap), plus the residual's widening, and no reset micro-op is counted.
     # (The hardware counts the cycles a GEMM micro-op enters the pipeline: one each.)
     uops = (stats["gemm_macs"] // config.macs_per_cycle if backend == "functional"
             else stats["gemm_active"])
-    assert uops == lowered.layer.gemm_uops
+    assert uops == lowered.layer.gemm_uops + lowered.layer.residual_uops
     # The micro-op kernels are loaded once, whatever the number of tiles.
     assert sum(isinstance(i, Load) and i.memory_type == MemoryType.UOP and i.x_size > 0
                for i in lowered.program) == 1
@@ -411,3 +411,17 @@ def test_grouped_on_the_cycle_accurate_backend(groups):
                                               shift=(9,), out_min=0)
     _, stats = check_conv(g, name, feed, weights, bias, backend="verilator")
     assert stats["cycles"] >= stats["gemm_active"] > 0
+
+
+@pytest.mark.parametrize("config, ratio", [
+    (vdla.HardwareConfig(block_out=32), 2),                 # two identity blocks
+    (vdla.HardwareConfig(block_in=32, block_out=16), 0),    # the host widens: LOAD ACC
+], ids=["block_out=2*block_in", "block_in>block_out"])
+def test_residual_paths_on_other_block_shapes(config, ratio):
+    rng = np.random.default_rng(80)
+    g, name, feed, weights, bias = conv_graph(rng, c=40, o=40, h=6, w=7, residual=True,
+                                              shift=(9,), residual_shift=1, out_min=0)
+    for schedule in (None, Conv2dSchedule(2, 3, 1, 1, h_nthread=2)):
+        lowered, _ = check_conv(g, name, feed, weights, bias, config=config,
+                                schedule=schedule)
+        assert lowered.layer.residual_ratio == ratio
