@@ -25,6 +25,7 @@ from vdla.compiler.ir.ops import conv_output_size
 from vdla.compiler.ir.tensor import Node
 from vdla.compiler.targets.vdla.common import (PAD_MAX, AluStep, ceil_div, check_alu_ops,
                                                requant_steps)
+from vdla.compiler.targets.vdla.support import pool_weight_scale
 from vdla.config import AluOp, HardwareConfig
 
 __all__ = ["AVG", "MAX", "POOL_OPS", "Conv2dLayer", "ConvEpilogue", "Pool2dLayer",
@@ -349,7 +350,9 @@ class Pool2dLayer:
     window), and the block counts: `batch_blocks`, output channel `blocks`, and `ratio`
     input blocks per output block. The epilogue (average pooling): `imm_passes` ALU passes
     with an immediate and `vec_passes` with a vector operand, which reads one of the
-    `const_rows` per-channel constant rows kept in the acc buffer."""
+    `const_rows` per-channel constant rows kept in the acc buffer. `weight_scale`: the
+    int8 value of the identity weights (an average pool's multiplier up to 127, applied
+    by the GEMM core; 1 otherwise)."""
 
     kind: str
     n: int
@@ -370,6 +373,7 @@ class Pool2dLayer:
     const_rows: int = 0
     imm_passes: int = 0
     vec_passes: int = 0
+    weight_scale: int = 1
 
     def __post_init__(self):
         if self.kind not in (MAX, AVG):
@@ -413,7 +417,9 @@ def _pool_epilogue(node: Node, kind: str, channels: int, padded: int,
     rows: list[np.ndarray] = []
     steps: list[AluStep] = []
     if kind == AVG:
-        steps, _ = requant_steps(node, node.attrs["multiplier"], node.attrs["shift"],
+        # A multiplier the identity weights carry (`pool_weight_scale`) is no ALU step.
+        multiplier = None if pool_weight_scale(node) > 1 else node.attrs["multiplier"]
+        steps, _ = requant_steps(node, multiplier, node.attrs["shift"],
                                  channels, padded, rows, fold=False)
         check_alu_ops(node, steps, config)
         steps += [AluStep(AluOp.MAX, imm=-128), AluStep(AluOp.MIN, imm=127)]
@@ -455,6 +461,7 @@ def pool2d_layer(node: Node, graph: Graph, config: HardwareConfig):
                         out_h=out_h, out_w=out_w, batch_blocks=ceil_div(n, config.batch),
                         blocks=blocks, ratio=config.block_out // config.block_in,
                         const_rows=len(rows),
+                        weight_scale=pool_weight_scale(node) if kind == AVG else 1,
                         imm_passes=sum(st.row is None for st in steps),
                         vec_passes=sum(st.row is not None for st in steps))
     return layer, steps, rows

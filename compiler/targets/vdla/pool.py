@@ -91,12 +91,13 @@ class LoweredPool2d(ArenaProgram):
     const_rows: np.ndarray        # (R, padded C) int32
 
     def identity_weights(self) -> np.ndarray:
-        """The `ratio` weight blocks E_j (ratio, block_out, block_in) int8."""
+        """The `ratio` weight blocks E_j (ratio, block_out, block_in) int8, times the
+        layer's `weight_scale` (an average pool's multiplier)."""
         c = self.config
         o = np.arange(c.block_out)[None, :, None]
         i = np.arange(c.block_in)[None, None, :]
         j = np.arange(self.layer.ratio)[:, None, None]
-        return (o == j * c.block_in + i).astype(np.int8)
+        return ((o == j * c.block_in + i) * self.layer.weight_scale).astype(np.int8)
 
     def static_data(self) -> dict:
         """The arena regions that stay the same from run to run: {region: array}."""

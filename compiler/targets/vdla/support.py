@@ -19,7 +19,7 @@ from vdla.compiler.ir.graph import Graph
 from vdla.compiler.ir.tensor import Node
 from vdla.config import ISA_FIXED_WIDTHS, AluOp, HardwareConfig
 
-__all__ = ["describe"]
+__all__ = ["describe", "pool_weight_scale"]
 
 # Ops with a clear host-side reason (anything not listed and not supported: generic).
 _HOST_REASONS = {
@@ -77,6 +77,17 @@ def _requant_problems(node: Node, config, multipliers, shifts) -> str | None:
     return None
 
 
+def pool_weight_scale(node: Node) -> int:
+    """The int8 weight an average pool's window sum is taken with: its multiplier when
+    that is one value in [1, 127] (an int8 weight: the GEMM core multiplies for free, and
+    a config without MUL still runs it), else 1 (the multiplier, if any, is an ALU MUL)."""
+    m = node.attrs.get("multiplier")
+    if m is None:
+        return 1
+    values = np.unique(np.atleast_1d(np.asarray(m, dtype=np.int64)))
+    return int(values[0]) if values.size == 1 and 1 <= values[0] <= 127 else 1
+
+
 def _int8_input(graph: Graph, node: Node) -> bool:
     return graph.tensors[node.inputs[0]].dtype == "int8"
 
@@ -113,11 +124,16 @@ def describe(node: Node, graph: Graph, config: HardwareConfig) -> tuple[bool, st
                            "into an output block")
         if op == "max_pool2d":
             return True, "int8 max pooling: ALU MAX over the window"
-        problem = _requant_problems(node, config, ("multiplier",), ("shift",))
+        # A per-tensor multiplier of at most 127 scales the GEMM core's identity weights
+        # instead of needing the ALU's MUL (the quantizer's shift mode emits such).
+        scaled = pool_weight_scale(node) > 1
+        problem = _requant_problems(node, config, () if scaled else ("multiplier",),
+                                    ("shift",))
         if problem:
             return False, problem
-        return True, ("int8 average pooling: window sum on the GEMM core, requantization "
-                      "on the ALU")
+        return True, ("int8 average pooling: window sum on the GEMM core"
+                      + (" (its weights scaled by the multiplier)" if scaled else "")
+                      + ", requantization on the ALU")
     if op in _HOST_REASONS:
         return False, _HOST_REASONS[op]
     dtypes = {graph.tensors[i].dtype for i in node.inputs if i}

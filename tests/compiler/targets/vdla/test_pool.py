@@ -15,6 +15,7 @@ from vdla.compiler import Graph, run_reference
 from vdla.compiler.targets.vdla.cost import estimate_pool2d
 from vdla.compiler.targets.vdla import (LoweredPool2d, Pool2dLayer, Pool2dSchedule,
                                         lower_pool2d, run_pool2d)
+from vdla.compiler.targets.vdla.target import VdlaTarget
 from vdla.isa import Alu, Gemm
 
 DEFAULT = vdla.HardwareConfig()
@@ -103,6 +104,30 @@ def test_multiplier_and_rounding_beyond_the_immediate(multiplier, shift):
     assert lowered.layer.vec_passes == (1 if shift > 15 else 0)
 
 
+@pytest.mark.parametrize("op, multiplier, shift, config", [
+    ("qglobal_avg_pool2d", 85, 12, DEFAULT),      # 7x7 = 49: no power of two, no MUL
+    ("qglobal_avg_pool2d", 127, 13, WITH_MUL),    # the weights carry it even with MUL
+    ("qavg_pool2d", 57, 9, DEFAULT),
+    ("qavg_pool2d", 300, 11, WITH_MUL),           # beyond int8: an ALU MUL
+])
+def test_multiplier_in_the_identity_weights(op, multiplier, shift, config):
+    """A per-tensor multiplier of at most 127 scales the identity weights (no ALU MUL,
+    so a config without MUL runs it); a larger one stays a MUL pass."""
+    attrs = dict(kernel=(3, 3), strides=(2, 2), pads=(1, 1, 1, 1)) if op == "qavg_pool2d" \
+        else {}
+    g = pool_graph(op, c=40, h=7, w=7, multiplier=multiplier, shift=(shift,), **attrs)
+    lowered, _ = check_pool(g, config=config)
+    in_weights = multiplier <= 127
+    assert lowered.layer.weight_scale == (multiplier if in_weights else 1)
+    assert not any(isinstance(i, Alu) and i.alu_opcode.name == "MUL"
+                   for i in lowered.program) == in_weights
+    node = g.node("pool")
+    ok, reason = VdlaTarget(config).supports(node, g)
+    assert ok and ("scaled by the multiplier" in reason) == in_weights
+    if in_weights:
+        check_pool(g, config=config, backend="verilator")
+
+
 def test_per_channel_shift_uses_constant_rows():
     shifts = tuple(range(1, 21))
     g = pool_graph("qavg_pool2d", c=20, kernel=(2, 2), strides=(2, 2), shift=shifts)
@@ -171,7 +196,7 @@ def test_unsupported_nodes_raise_clearly():
     with pytest.raises(ValueError, match="block_out to be a multiple of block_in"):
         lower_pool2d("pool", pool_graph("max_pool2d", kernel=(2, 2)), wide_in)
     with pytest.raises(ValueError, match="ALU MUL"):
-        lower_pool2d("pool", pool_graph("qglobal_avg_pool2d", multiplier=3, shift=(2,)),
+        lower_pool2d("pool", pool_graph("qglobal_avg_pool2d", multiplier=300, shift=(9,)),
                      DEFAULT)
     g = Graph("conv")
     x = g.add_input("x", (1, 16, 4, 4), "int8")
