@@ -20,6 +20,8 @@ from typing import Any, Mapping
 from vdla.compiler.ir.graph import Graph
 from vdla.compiler.targets.vdla.cost import (BYTES_PER_CYCLE, choose_conv2d, choose_pool2d,
                                              estimate_conv2d, estimate_pool2d)
+from vdla.compiler.targets.vdla.elementwise import (ELEMENTWISE_OPS, choose_elementwise,
+                                                    elementwise_layer, estimate_elementwise)
 from vdla.compiler.targets.vdla.layers import POOL_OPS, conv2d_workload, pool2d_layer
 from vdla.compiler.targets.vdla.layers import Conv2dLayer
 from vdla.compiler.targets.vdla.tuning import alu_passes
@@ -36,7 +38,8 @@ class OpEstimate:
     target : ``"vdla"`` or ``"host"`` (host ops have no cycles)
     reason : why the node runs where it does (the target's own words)
     cycles : the timing model's cycles on the accelerator (None on the host)
-    macs : the useful multiply-accumulates of a GEMM op (0 for pools, None on the host)
+    macs : the useful multiply-accumulates of a GEMM op (0 for pools and elementwise ops,
+        None on the host)
     schedule : the schedule estimated, as a dict (None on the host)
     """
 
@@ -73,6 +76,12 @@ def estimate_graph(graph: Graph, target, *, schedules: Mapping[str, Any] | None 
             layer, _, _ = pool2d_layer(node, graph, config)
             schedule = schedules.get(node.name) or choose_pool2d(layer, config)
             cycles = estimate_pool2d(layer, schedule, config, bytes_per_cycle=bytes_per_cycle)
+            macs = 0
+        elif node.op in ELEMENTWISE_OPS:
+            layer, _ = elementwise_layer(node, graph, config)
+            schedule = schedules.get(node.name) or choose_elementwise(layer, config)
+            cycles = estimate_elementwise(layer, schedule, config,
+                                          bytes_per_cycle=bytes_per_cycle)
             macs = 0
         else:
             workload = conv2d_workload(node, graph, config)

@@ -195,3 +195,71 @@ class Pool2dSchedule:
                                f"{need - depth})" for name, (need, depth) in over.items())
             raise ValueError(f"pool schedule {self} does not fit config {config.name}: "
                              f"{detail}")
+
+
+# --- standalone elementwise ops (vdla.compiler.targets.vdla.elementwise) -------------------------
+
+__all__ += ["ElementwiseSchedule"]
+
+
+@dataclasses.dataclass(frozen=True)
+class ElementwiseSchedule:
+    """Tiling of a standalone elementwise op (`ElementwiseLayer`: an int8 ``relu`` or a
+    ``qadd``): `tile_p` pixels (of the image's H x W, taken in row-major order) by `tile_c`
+    channel blocks (output blocks of block_out channels) of one batch block per tile;
+    tiles larger than the layer are clamped to it."""
+
+    tile_p: int
+    tile_c: int
+
+    def __post_init__(self):
+        for name in ("tile_p", "tile_c"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"ElementwiseSchedule.{name} must be a positive integer, "
+                                 f"not {value!r}")
+
+    def clamped(self, layer) -> "ElementwiseSchedule":
+        return ElementwiseSchedule(min(self.tile_p, layer.pixels),
+                                   min(self.tile_c, layer.blocks))
+
+    def needs(self, layer, config: HardwareConfig,
+              uops: bool = True) -> dict[str, tuple[int, int]]:
+        """Elements each buffer needs for this tiling, and its depth: {name: (need,
+        depth)}. The inp buffer holds two tiles' operand windows and the acc/out buffer
+        two output tiles (ping-pong with the loads and the stores); when both operands of
+        an add are requantized, the second one has a widened region of its own in the acc
+        buffer. `uops=False` skips the micro-op count."""
+        s = self.clamped(layer)
+        tile = s.tile_p * s.tile_c
+        need = {
+            "inp": (2 * layer.operands * layer.ratio * tile, config.inp_depth),
+            "wgt": (layer.ratio, config.wgt_depth),
+            "acc": (2 * tile + (tile if layer.separate else 0)
+                    + layer.const_rows * layer.blocks, config.acc_depth),
+            "out": (2 * tile, config.out_depth),
+        }
+        if uops:
+            need["uop"] = (layer.uop_count(s), config.uop_depth)
+        return need
+
+    def overflows(self, layer, config: HardwareConfig) -> dict:
+        """The limits this tiling exceeds: {buffer or "iter": (need, limit)}; empty when it
+        fits. "iter" is the largest loop count of an instruction."""
+        s = self.clamped(layer)
+        over = {k: v for k, v in self.needs(layer, config).items() if v[0] > v[1]}
+        if max(s.tile_p, s.tile_c) > ITER_MAX:
+            over["iter"] = (max(s.tile_p, s.tile_c), ITER_MAX)
+        return over
+
+    def fits(self, layer, config: HardwareConfig) -> bool:
+        return not self.overflows(layer, config)
+
+    def check(self, layer, config: HardwareConfig):
+        """Raise ValueError naming every buffer this tiling overflows, and by how much."""
+        over = self.overflows(layer, config)
+        if over:
+            detail = "; ".join(f"{name} needs {need} elements, has {depth} (over by "
+                               f"{need - depth})" for name, (need, depth) in over.items())
+            raise ValueError(f"elementwise schedule {self} does not fit config "
+                             f"{config.name}: {detail}")

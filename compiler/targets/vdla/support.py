@@ -5,10 +5,12 @@ per-op report show.
 grouped and depthwise too, and ``qdense``) with bias, requantization, residual add and
 clamp on the vector ALU (MIN, MAX, ADD, SHR; MUL when the config has it); int8 max pooling (ALU MAX
 over the window); average pooling (window sums on the GEMM core, then requantization on
-the ALU). A standalone ReLU or add (one `passes.fuse` could not fold into a
-convolution's epilogue) runs on the host. Requantization multipliers and shifts travel as
-ALU immediates, so they must fit its signed field. `VdlaTarget.supports` adds what only
-the lowering knows (pads, dilation, a schedule that fits the buffers).
+the ALU); a standalone int8 ReLU or ``qadd`` (one `passes.fuse` could not fold into a
+convolution's epilogue, or the quantizer's rescale or clip: an add of a zero constant):
+identity-weight GEMMs widen the operands, the ALU requantizes, adds and clamps.
+Requantization multipliers and shifts travel as ALU immediates, so they must fit its
+signed field. `VdlaTarget.supports` adds what only the lowering knows (pads, dilation,
+shapes, a schedule that fits the buffers).
 """
 
 from __future__ import annotations
@@ -34,16 +36,6 @@ _HOST_REASONS = {
     "concat": "concatenation is data movement the host does",
     "layout_transform": "packing to and from blocked layouts is done by the runtime on the "
                         "host side of the DMA, not by an accelerator instruction",
-}
-
-
-# Elementwise ops the back half runs only inside a convolution's epilogue.
-_UNFUSED = {
-    "relu": ("standalone ReLU: the back half applies ReLU as the clamp of the convolution "
-             "that produces it (passes.fuse folds it there); this one runs on the host"),
-    "qadd": ("standalone add: the back half adds a residual in the epilogue of the "
-             "convolution that produces the other operand (passes.fuse folds it there); "
-             "this one runs on the host"),
 }
 
 
@@ -111,8 +103,24 @@ def describe(node: Node, graph: Graph, config: HardwareConfig) -> tuple[bool, st
         extras = ["bias"] * bool(node.input(2)) + ["residual add"] * bool(node.input(3))
         return True, (f"int8 {what} on the GEMM core; "
                       + ", ".join(extras + ["requantization and clamp on the ALU"]))
-    if op in _UNFUSED:
-        return False, _UNFUSED[op]
+    if op in ("relu", "qadd"):
+        dtype = graph.tensors[node.inputs[0]].dtype
+        if op == "relu" and dtype != "int8":
+            return False, (f"{dtype} relu: the accelerator runs ReLU on int8 data only (a float "
+                           "one is fused into its convolution or runs on the host)")
+        block_in, block_out = config.block_in, config.block_out
+        if block_out % block_in:
+            return False, (f"standalone {op}: needs block_out ({block_out}) to be a multiple of "
+                           f"block_in ({block_in}): identity weights map whole input blocks "
+                           "into an output block")
+        if op == "relu":
+            return True, ("int8 ReLU: an identity-weight GEMM widens the input, ALU MAX 0")
+        problem = _requant_problems(node, config, ("a_multiplier", "b_multiplier"),
+                                    ("a_shift", "b_shift"))
+        if problem:
+            return False, problem
+        return True, ("int8 add: identity-weight GEMMs widen the operands; requantization, "
+                      "add and clamp on the ALU")
     if op in ("max_pool2d", "qavg_pool2d", "qglobal_avg_pool2d"):
         if not _int8_input(graph, node):
             return False, (f"{op} on {graph.tensors[node.inputs[0]].dtype}: the accelerator "

@@ -9,9 +9,9 @@ device (the functional simulator, the cycle-accurate Verilator model, or a board
 `VdlaTarget.supports` is the one decision of what runs here: what the node is
 (`vdla.compiler.targets.vdla.support.describe`), then what only the lowering knows
 (pads, dilation, constant weights, a schedule that fits the buffers). Every node it
-accepts is lowered with `lower_conv2d` or `lower_pool2d` (the schedule from the tuner's
-records, else the timing model's pick), and its weights, constants and micro-ops are
-packed once.
+accepts is lowered with `lower_conv2d`, `lower_pool2d` or `lower_elementwise` (the
+schedule from the tuner's records, else the timing model's pick), and its weights,
+constants and micro-ops are packed once.
 
 A session allocates DRAM for every op's arena and program and writes the static data
 once; each run writes only the activations an op reads, runs its program and reads its
@@ -33,10 +33,14 @@ from vdla.compiler.ir.tensor import Node
 from vdla.compiler.targets.base import CompiledOp, OpRun, OpStats, Support, Target, TargetSession
 from vdla.compiler.targets.vdla.conv2d import LoweredConv2d, lower_conv2d
 from vdla.compiler.targets.vdla.cost import choose_pool2d
+from vdla.compiler.targets.vdla.elementwise import (ELEMENTWISE_OPS, LoweredElementwise,
+                                                    choose_elementwise, elementwise_layer,
+                                                    lower_elementwise)
 from vdla.compiler.targets.vdla.estimate import estimate_graph
 from vdla.compiler.targets.vdla.layers import POOL_OPS, conv2d_layer, pool2d_layer
 from vdla.compiler.targets.vdla.pool import LoweredPool2d, lower_pool2d
-from vdla.compiler.targets.vdla.schedules import Conv2dSchedule, Pool2dSchedule
+from vdla.compiler.targets.vdla.schedules import (Conv2dSchedule, ElementwiseSchedule,
+                                                  Pool2dSchedule)
 from vdla.compiler.targets.vdla.support import describe
 from vdla.compiler.targets.vdla.tuning import BACKENDS as TUNE_BACKENDS
 from vdla.compiler.targets.vdla.tuning import conv_tasks
@@ -51,9 +55,10 @@ GEMM_OPS = ("qconv2d", "qdense")
 @dataclasses.dataclass(frozen=True, eq=False)
 class VdlaKernel:
     """A compiled op on the accelerator: the lowered program (`LoweredConv2d` or
-    `LoweredPool2d`) and the arena regions written once per session ({region: array})."""
+    `LoweredPool2d`, `LoweredElementwise`) and the arena regions written once per session
+    ({region: array})."""
 
-    lowered: LoweredConv2d | LoweredPool2d
+    lowered: LoweredConv2d | LoweredPool2d | LoweredElementwise
     static: Mapping[str, np.ndarray]
 
 
@@ -107,6 +112,10 @@ class VdlaTarget(Target):
             ("max_pool2d", "int8: ALU MAX over the window"),
             ("qavg_pool2d", "window sums on the GEMM core, requantization on the ALU"),
             ("qglobal_avg_pool2d", "as an average pool over the whole image"),
+            ("relu", "standalone, on int8: an identity-weight GEMM widens it, ALU MAX 0"),
+            ("qadd", f"standalone: two int8 activations of one shape (no broadcasting) or "
+                     f"one and a zero constant (rescale, clip); identity-weight GEMMs widen "
+                     f"them, requantization ({mul} MUL), add and clamp on the ALU"),
         ]
 
     def check_graph(self, graph: Graph) -> None:
@@ -140,6 +149,10 @@ class VdlaTarget(Target):
             layer, _, _ = pool2d_layer(node, graph, self.config)
             choose_pool2d(layer, self.config)
             return
+        if node.op in ELEMENTWISE_OPS:   # shapes, a zero constant, a schedule that fits
+            layer, _ = elementwise_layer(node, graph, self.config)
+            choose_elementwise(layer, self.config)
+            return
         # The arena holds the weights and bias written once: computed ones would need a
         # host-to-DRAM copy per run, which this back half does not do.
         if graph.constant(node.inputs[1]) is None:
@@ -154,12 +167,16 @@ class VdlaTarget(Target):
     # --- compiling -----------------------------------------------------------------------
 
     def compile_op(self, node: Node, graph: Graph, schedule: Any = None) -> CompiledOp:
-        kind = Pool2dSchedule if node.op in POOL_OPS else Conv2dSchedule
+        kind = (Pool2dSchedule if node.op in POOL_OPS else
+                ElementwiseSchedule if node.op in ELEMENTWISE_OPS else Conv2dSchedule)
         if schedule is not None and not isinstance(schedule, kind):
             raise TypeError(f"the schedule of {node.name!r} ({node.op}) must be a "
                             f"{kind.__name__}, not {type(schedule).__name__}")
         if node.op in POOL_OPS:
             lowered = lower_pool2d(node, graph, self.config, schedule)
+            static = lowered.static_data()
+        elif node.op in ELEMENTWISE_OPS:
+            lowered = lower_elementwise(node, graph, self.config, schedule)
             static = lowered.static_data()
         else:
             lowered = lower_conv2d(node, graph, self.config, schedule)
@@ -254,6 +271,8 @@ class VdlaSession(TargetSession):
         lowered, dev, placed = op.kernel.lowered, self.device, self._placed[op.name]
         if isinstance(lowered, LoweredPool2d):
             data = lowered.input_data(args[0])
+        elif isinstance(lowered, LoweredElementwise):
+            data = lowered.input_data(*args)   # a zero constant operand is not written
         else:
             data = lowered.input_data(args[0], args[3] if len(args) > 3 else None)
         for region, array in data.items():

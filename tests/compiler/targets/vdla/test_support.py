@@ -58,16 +58,16 @@ def test_shift_only_graph_without_mul():
     attrs_before = {n.name: dict(n.attrs) for n in g.nodes()}
     part = partition(g, VdlaTarget(NO_MUL))
     t = {n: target for n, (target, _) in part.targets.items()}
-    assert t == {"quantize": HOST, "conv": VDLA, "depthwise": VDLA, "qadd": HOST,
-                 "relu": HOST, "max_pool2d": VDLA, "qavg_pool2d": VDLA,
+    assert t == {"quantize": HOST, "conv": VDLA, "depthwise": VDLA, "qadd": VDLA,
+                 "relu": VDLA, "max_pool2d": VDLA, "qavg_pool2d": VDLA,
                  "qglobal_avg_pool2d": VDLA, "flatten": HOST, "qdense": VDLA,
                  "dequantize": HOST, "softmax": HOST, "pack": HOST}
     assert "depthwise convolution (diagonal weight blocks)" in part.targets["depthwise"][1]
     assert "runtime" in part.targets["pack"][1]
-    # An add or ReLU that fusion left standalone runs on the host, saying why.
-    assert "standalone add" in part.targets["qadd"][1]
-    assert "standalone ReLU" in part.targets["relu"][1]
-    assert part.summary() == {VDLA: 6, HOST: 7}
+    # An add or int8 ReLU that fusion left standalone runs on the vector ALU.
+    assert "int8 add" in part.targets["qadd"][1]
+    assert "int8 ReLU" in part.targets["relu"][1]
+    assert part.summary() == {VDLA: 8, HOST: 5}
     # Node attributes are untouched; the assignment lives in the copy's metadata.
     assert {n.name: n.attrs for n in g.nodes()} == attrs_before
     assert {n.name: n.attrs for n in part.graph.nodes()} == attrs_before
@@ -80,15 +80,15 @@ def test_shift_only_graph_without_mul():
 def test_multipliers_need_mul(config, on_vdla):
     g = quantized_graph(multipliers=True)
     part = partition(g, VdlaTarget(config))
-    for name in ("conv", "qavg_pool2d"):
+    for name in ("conv", "qavg_pool2d", "qadd"):
         target, reason = part.targets[name]
         assert target == (VDLA if on_vdla else HOST), (name, reason)
         if not on_vdla:
             assert "MUL" in reason and "multiplier" in reason
     # Shift-only nodes are on the accelerator either way; the rest stays on the host.
-    for name in ("max_pool2d", "qglobal_avg_pool2d", "qdense"):
+    for name in ("max_pool2d", "qglobal_avg_pool2d", "qdense", "relu", "depthwise"):
         assert part.target_of(name) == VDLA
-    for name in ("quantize", "depthwise", "qadd", "relu", "softmax", "pack"):
+    for name in ("quantize", "softmax", "pack"):
         assert part.target_of(name) == HOST
 
 
@@ -161,7 +161,9 @@ def test_report_and_to_dict():
     assert lines[0].split()[:4] == ["node", "op", "target", "reason"]
     assert len(lines) == 2 + len(g.nodes()) + 1
     depthwise = next(line for line in lines if line.startswith("depthwise"))
-    assert "qconv2d" in depthwise and HOST in depthwise and "grouped" in depthwise
+    assert "qconv2d" in depthwise and VDLA in depthwise and "diagonal" in depthwise
+    softmax = next(line for line in lines if line.startswith("softmax"))
+    assert HOST in softmax and "exp and division" in softmax
     assert lines[-1] == f"vdla: {part.summary()[VDLA]} nodes, host: {part.summary()[HOST]} nodes"
     d = json.loads(json.dumps(part.to_dict()))
     assert d["target"] == VDLA and d["graph"] == "q"

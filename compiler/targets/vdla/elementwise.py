@@ -1,0 +1,599 @@
+"""Standalone elementwise ops on the accelerator's vector ALU: an int8 ``relu`` and a
+``qadd`` (two int8 activations, or one and the quantizer's all-zero constant operand: how
+`vdla.compiler.passes.quantize` writes a rescale and a standalone clip).
+
+* ``relu(x)``: ``max(x, 0)``;
+* ``qadd(a, b)``: ``clip(wrap32(requantize(a, a_multiplier, a_shift) + requantize(b,
+  b_multiplier, b_shift)), out_min, out_max)`` (`vdla.compiler.reference.integer`), a and
+  b of the same shape (no broadcasting); a zero operand drops out (``requantize(0) == 0``).
+  Multipliers and shifts are per tensor (immediates) or per channel (vector operands).
+
+Inputs int8 (N, C, H, W) or (N, C) (an image of 1 x 1 pixels) in ``NCHW{batch}n{block_in}c``
+(what a producer writes), output int8 ``NCHW{batch}n{block_out}c``; an output channel
+block takes ``ratio = block_out / block_in`` input blocks, as for the pools.
+
+*Identity weights.* Only the GEMM core moves int8 activations into the int32 acc buffer
+(a LOAD ACC reads int32 DRAM: four times the bytes, on the compute module). The arena
+holds `ratio` weight blocks ``E_j[o, i] = (o == j * block_in + i)``; a GEMM micro-op with
+``E_j`` adds input block ``j`` of an output block's channels to the accumulators, as
+`vdla.compiler.targets.vdla.pool` widens max-pool windows.
+
+Per tile (``tile_p`` pixels x ``tile_c`` channel blocks of one batch block, see
+`ElementwiseSchedule`) the load module brings each operand's window (one 2-D DMA per
+operand: a row of the tile's pixels per input block, H x W apart), then the compute module
+runs one of three plans, chosen from the requantizations (`ElementwiseLayer`):
+
+* **one operand** (``relu``, ``qadd`` with a zero operand): GEMM reset of the acc tile,
+  GEMM with ``E_j`` (widen), the requantization (`common.requant_steps`: MUL, rounding
+  ADD, SHR), the clamp (MAX out_min, MIN out_max; a bound an int8 value cannot pass is
+  skipped, so a ReLU is MAX 0 alone);
+* **both operands requantized** (`separate`): reset the tile and a second acc region, one
+  GEMM widens ``a`` into the tile and ``b`` into that region, each one's requantization,
+  ALU ADD of the region into the tile (a vector operand), the clamp;
+* **one or neither requantized**: reset, widen the requantized operand (neither: one GEMM
+  sums both), its requantization, a second GEMM with ``E_j`` adding the other operand onto
+  the tile (the GEMM accumulates with the ALU ADD's int32 wrap-around), the clamp. This
+  saves the second region, its reset and the two-cycle vector ADD.
+
+GEMM and ALU also write every result narrowed into the out buffer: one 2-D STORE per tile
+copies out what the last pass left.
+
+*Time.* The compute module issues one GEMM, reset or ALU-immediate micro-op per cycle
+and one ALU micro-op with a vector operand per two cycles. Per acc entry (batch x
+block_out values) a ReLU takes 1 (reset) + ratio (widen) + 1 (MAX) cycles, a shift-only
+add of two requantized operands 2 + 2 ratio + 2 x 2 (rounding ADD, SHR) + 2 (vector ADD)
++ 2 (clamp) = 12 at ratio 1, while the DMAs move one entry per operand in 2 cycles (at
+8 bytes per cycle): the op is bound by the compute module. Measured on Verilator (default
+config, 64 x 56 x 56): that add 155 k cycles (0.77 per element), 92 k with one operand
+requantized, 66 k with neither, a ReLU 40 k; `estimate_elementwise` is within 1%.
+
+Tiles alternate between two regions of the inp buffer and two of the acc/out buffers
+(`PingPong`), so tile ``k + 1``'s loads and tile ``k - 1``'s stores overlap tile ``k``'s
+compute. Tokens (`RegionTokens`), for tile ``k``: load->compute after its loads (RAW);
+compute->load after the last GEMM reading its window, when tile ``k + 2`` loads there
+(WAR); compute->store after its last pass (RAW); store->compute after its stores, when
+tile ``k + 2`` writes that acc/out region (WAR); FINISH pops the last store token. The
+second operand's acc region is shared by all tiles: only compute touches it, in order.
+
+DRAM arena: micro-ops, constant rows (acc elements: per-channel or large requantization
+constants), identity weights, the int8 inputs read (``input0``, ``input1``), the output.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+
+import numpy as np
+
+from vdla.compiler.ir.graph import Graph
+from vdla.compiler.ir.layout import pack, unpack
+from vdla.compiler.ir.tensor import Node
+from vdla.compiler.targets.vdla.common import (ArenaProgram, AluStep, acc_rows, ceil_div,
+                                               check_alu_ops, check_array, layout_arena,
+                                               requant_steps, run_arena)
+from vdla.compiler.targets.vdla.cost import (BYTES_PER_CYCLE, DMA_CYCLES, INSN_CYCLES,
+                                             _candidates, _split)
+from vdla.compiler.targets.vdla.schedules import ElementwiseSchedule
+from vdla.config import ISA_FIXED_WIDTHS, AluOp, HardwareConfig
+from vdla.isa import MemoryType, Program, Uop, encode_uops
+from vdla.runtime.builder import ProgramBuilder
+from vdla.runtime.tokens import PingPong, RegionTokens
+
+__all__ = ["ELEMENTWISE_OPS", "ElementwiseLayer", "ElementwiseSchedule", "LoweredElementwise",
+           "choose_elementwise", "elementwise_layer", "estimate_elementwise",
+           "lower_elementwise", "run_elementwise"]
+
+#: The standalone elementwise ops the accelerator runs.
+ELEMENTWISE_OPS = ("relu", "qadd")
+
+#: A DMA row stride (the LOAD/STORE x_stride field).
+_STRIDE_MAX = (1 << ISA_FIXED_WIDTHS["x_stride"]) - 1
+
+
+# --- the layer ----------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ElementwiseLayer:
+    """A standalone elementwise workload: `op` (``"relu"``, ``"qadd"``), plain sizes `n`,
+    `c`, `h`, `w` (h = w = 1 for an (N, C) tensor, `rank` 2), `batch_blocks`, output channel
+    `blocks`, `ratio` input blocks per output block; `inputs`: the node inputs read, first
+    operand first (a zero constant is not read); `first`, `second`: their requantization's
+    ALU steps; `separate`: the second is widened into an acc region of its own and added
+    by an ALU ADD (both requantized), else added onto the tile by a GEMM; `clamp`: the
+    final MAX/MIN steps; `const_rows`: vector operand rows kept in the acc buffer."""
+
+    op: str
+    n: int
+    c: int
+    h: int
+    w: int
+    rank: int = 4
+    batch_blocks: int
+    blocks: int
+    ratio: int = 1
+    inputs: tuple[int, ...] = (0,)
+    first: tuple[AluStep, ...] = ()
+    second: tuple[AluStep, ...] = ()
+    separate: bool = False
+    clamp: tuple[AluStep, ...] = ()
+    const_rows: int = 0
+
+    @property
+    def pixels(self) -> int:
+        """Pixels per channel (H x W)."""
+        return self.h * self.w
+
+    @property
+    def operands(self) -> int:
+        """Activations the program reads (1 or 2)."""
+        return len(self.inputs)
+
+    @property
+    def in_blocks(self) -> int:
+        """Input channel blocks (the channels padded to whole output blocks)."""
+        return self.blocks * self.ratio
+
+    @property
+    def macs(self) -> int:
+        """Useful multiply-accumulates: none (the GEMM core only moves data)."""
+        return 0
+
+    @property
+    def late(self) -> bool:
+        """The second operand is added by a GEMM after the first one's requantization."""
+        return self.operands == 2 and not self.separate and bool(self.first)
+
+    def alu_steps(self) -> tuple[AluStep, ...]:
+        """Every ALU pass over a tile, in order (the vector ADD of `separate` included)."""
+        add = (AluStep(AluOp.ADD, row=-1),) if self.separate else ()
+        return self.first + self.second + add + self.clamp
+
+    def entry_cycles(self) -> int:
+        """Compute-module cycles per acc entry of a tile: resets, widening GEMMs (one
+        micro-op per input block and operand), ALU passes (two cycles with a vector
+        operand)."""
+        resets = 2 if self.separate else 1
+        alu = sum(1 if st.row is None else 2 for st in self.alu_steps())
+        return resets + self.operands * self.ratio + alu
+
+    def instructions(self) -> int:
+        """GEMM/ALU instructions per tile."""
+        gemms = 2 + (1 if self.late else 0)   # reset, widen (late: the second operand)
+        return gemms + len(self.alu_steps())
+
+    def uop_count(self, schedule) -> int:
+        """Micro-ops the program loads for `schedule` (the `ElementwiseSchedule` check)."""
+        return len(ElementwiseUops(self, schedule.clamped(self), None).uops)
+
+
+def _plain_shape(graph: Graph, node: Node, name: str, what: str) -> tuple:
+    """(n, c, h, w, rank) of an int8 activation; ValueError naming the node otherwise."""
+    t = graph.tensors[name]
+    if t.dtype != "int8":
+        raise ValueError(f"{node.op} node {node.name!r}: {what} {name!r} is {t.dtype}; the "
+                         "accelerator runs elementwise ops on int8 data only")
+    if t.layout:
+        raise ValueError(f"{node.op} node {node.name!r}: {what} {name!r} has layout "
+                         f"{t.layout!r}; lower_elementwise takes the plain NCHW/NC node and "
+                         "packs itself")
+    shape = tuple(int(d) for d in t.shape)
+    if len(shape) == 4:
+        return shape + (4,)
+    if len(shape) == 2:
+        return shape + (1, 1, 2)
+    raise ValueError(f"{node.op} node {node.name!r}: {what} {name!r} has shape {shape}; "
+                     "elementwise ops on vdla take (N, C, H, W) or (N, C)")
+
+
+def elementwise_layer(node: Node, graph: Graph,
+                      config: HardwareConfig) -> tuple[ElementwiseLayer, np.ndarray]:
+    """(layer, constant rows (R, padded C) int32) of a ``relu`` or ``qadd`` node; ValueError
+    naming the node, the value and what is allowed for what the back half cannot run
+    (float data, other ranks, broadcasting, a non-zero constant operand, block_out not a
+    multiple of block_in, a multiplier without MUL, clamp bounds outside int8)."""
+    if node.op not in ELEMENTWISE_OPS:
+        raise ValueError(f"lower_elementwise lowers {', '.join(ELEMENTWISE_OPS)} nodes, not "
+                         f"{node.name!r} ({node.op})")
+    if config.block_out % config.block_in:
+        raise ValueError(f"{node.op} node {node.name!r}: elementwise ops on vdla need "
+                         f"block_out to be a multiple of block_in (config {config.name} has "
+                         f"block_in={config.block_in}, block_out={config.block_out}): "
+                         "identity weights map whole input blocks into an output block")
+    out_shape = tuple(int(d) for d in graph.tensors[node.outputs[0]].shape)
+    if node.op == "relu":
+        activations = [0]
+    else:
+        activations = []
+        for i, name in enumerate(node.inputs[:2]):
+            data = graph.constant(name)
+            if data is None:
+                activations.append(i)
+                continue
+            data = np.asarray(data)
+            if data.size and np.any(data != 0):
+                values = np.unique(data).tolist()
+                shown = str(values[:4])[:-1] + (", ...]" if len(values) > 4 else "]")
+                raise ValueError(f"qadd node {node.name!r}: input {'ab'[i]} is the constant "
+                                 f"{name!r} with values {shown}; the accelerator adds two "
+                                 "activations or an activation and an all-zero constant (a "
+                                 "rescale or clip) only")
+        if not activations:
+            raise ValueError(f"qadd node {node.name!r}: both inputs are constants; constant "
+                             "folding computes it, there is nothing to run")
+    def label(i: int) -> str:
+        return "input" if node.op == "relu" else f"input {'ab'[i]}"
+
+    shapes = [_plain_shape(graph, node, node.inputs[i], label(i)) for i in activations]
+    n, c, h, w, rank = shapes[0]
+    for (i, shape) in zip(activations, shapes):
+        plain = shape[:4] if shape[4] == 4 else shape[:2]
+        if plain != out_shape:
+            raise ValueError(f"{node.op} node {node.name!r}: {label(i)} "
+                             f"{node.inputs[i]!r} has shape {plain} but the output has "
+                             f"{out_shape}; the accelerator does not broadcast (both "
+                             "inputs must have the output's shape, (N, C, H, W) or (N, C))")
+
+    blocks = ceil_div(c, config.block_out)
+    padded = blocks * config.block_out
+    rows: list[np.ndarray] = []
+    a = node.attrs
+    if node.op == "relu":
+        steps = {0: []}
+        lo, hi = 0, 127
+    else:
+        steps = {}
+        for i in activations:
+            key = "ab"[i]
+            steps[i], _ = requant_steps(node, a[f"{key}_multiplier"], a[f"{key}_shift"], c,
+                                        padded, rows, fold=False)
+        lo, hi = int(a["out_min"]), int(a["out_max"])
+        if not -128 <= lo <= hi <= 127:
+            raise ValueError(f"qadd node {node.name!r}: out_min {lo} and out_max {hi} must "
+                             "satisfy -128 <= out_min <= out_max <= 127")
+    check_alu_ops(node, [st for seq in steps.values() for st in seq], config)
+
+    order = list(activations)
+    separate = False
+    if len(order) == 2:
+        if steps[0] and steps[1]:
+            separate = True
+        elif steps[1] and not steps[0]:
+            order.reverse()   # the requantized operand first, the other one added onto it
+    first = tuple(steps[order[0]])
+    second = tuple(steps[order[1]]) if len(order) == 2 else ()
+    # One operand that is not requantized is an int8 value already: a bound at the int8
+    # limit needs no pass (and the GEMM's narrowed write is exact).
+    exact_int8 = len(order) == 1 and not first
+    clamp = tuple(st for st in (AluStep(AluOp.MAX, imm=lo), AluStep(AluOp.MIN, imm=hi))
+                  if not (exact_int8 and st.imm == (-128 if st.op == AluOp.MAX else 127)))
+    table = (np.stack(rows) if rows else np.zeros((0, padded), np.int64)).astype(np.int32)
+    layer = ElementwiseLayer(op=node.op, n=n, c=c, h=h, w=w, rank=rank,
+                             batch_blocks=ceil_div(n, config.batch), blocks=blocks,
+                             ratio=config.block_out // config.block_in, inputs=tuple(order),
+                             first=first, second=second, separate=separate, clamp=clamp,
+                             const_rows=len(table))
+    return layer, table
+
+
+# --- micro-ops ----------------------------------------------------------------------------------
+
+def elementwise_tiles(L: ElementwiseLayer, s: ElementwiseSchedule):
+    """The tiles in program order (batch blocks, channel tiles, pixel tiles): (position,
+    batch block, first channel block, first pixel, channel blocks, pixels)."""
+    starts = [(nb, ob0, p0) for nb in range(L.batch_blocks)
+              for ob0 in range(0, L.blocks, s.tile_c) for p0 in range(0, L.pixels, s.tile_p)]
+    for k, (nb, ob0, p0) in enumerate(starts):
+        yield k, nb, ob0, p0, min(s.tile_c, L.blocks - ob0), min(s.tile_p, L.pixels - p0)
+
+
+class ElementwiseUops:
+    """Every micro-op of the program, loaded once at its start; kernels are interned by
+    content (`kernel`). The inp buffer holds two operand windows (ping-pong), each with
+    the operands at multiples of a full tile's size; the acc buffer the two output tiles
+    at 0 and `tile`, the second operand's region at `second` (`separate` only) and the
+    constant rows at the top. A tile's entries are ordered [channel block][pixel] with
+    the tile's own pixel count as the block stride, which is what its dense DMAs write
+    and read."""
+
+    def __init__(self, L: ElementwiseLayer, s: ElementwiseSchedule,
+                 config: HardwareConfig | None):
+        self.L, self.s = L, s
+        self.uops: list[Uop] = []
+        self._kernels: dict[tuple, tuple[int, int]] = {}
+        self.tile = s.tile_c * s.tile_p
+        self.operand = s.tile_c * L.ratio * s.tile_p      # inp entries of one operand
+        self.windows = PingPong(L.operands * self.operand)
+        self.outputs = PingPong(self.tile)
+        self.second = self.outputs.total
+        depth = config.acc_depth if config is not None else 1 << 30
+        self.const_base = depth - L.const_rows * L.blocks
+        # Every kernel is interned now (the table is loaded first): every region, every
+        # tile width (a full tile and the last, narrower one) and channel tile.
+        for k in range(2):
+            for tp in sorted({s.tile_p, L.pixels % s.tile_p or s.tile_p}):
+                for ob0 in range(0, L.blocks, s.tile_c):
+                    self.passes(k, tp, ob0)
+        self.frozen = len(self.uops)
+
+    def kernel(self, uops) -> tuple[int, int]:
+        """(uop_bgn, uop_end) of micro-ops `uops`, appended once."""
+        key = tuple(uops)
+        if key not in self._kernels:
+            self._kernels[key] = (len(self.uops), len(self.uops) + len(key))
+            self.uops.extend(key)
+        return self._kernels[key]
+
+    def passes(self, k: int, tp: int, ob0: int) -> dict:
+        """The micro-op kernels of tile `k` (`tp` pixels, channel tile from block `ob0`):
+        {pass: (uop_bgn, uop_end)}; "first"/"second": one per ALU step."""
+        L = self.L
+        o, win, wide = self.outputs.base(k), self.windows.base(k), self.second
+
+        def widen(q: int, dst: int):
+            # Operand q, input block j of every output block -> the acc entries at dst.
+            return [Uop(dst, win + q * self.operand + j * tp, j) for j in range(L.ratio)]
+
+        def steps(seq, dst: int):
+            return [self.kernel([Uop(dst, dst)]) if st.row is None else
+                    self.kernel([Uop(dst, self.const_base + st.row * L.blocks + ob0)])
+                    for st in seq]
+
+        out = {"reset": self.kernel([Uop(o, 0, 0)] + ([Uop(wide, 0, 0)] if L.separate else [])),
+               "first": steps(L.first, o), "second": steps(L.second, wide),
+               "clamp": steps(L.clamp, o)}
+        if L.operands == 1:
+            out["widen"] = self.kernel(widen(0, o))
+        elif L.separate:
+            out["widen"] = self.kernel(widen(0, o) + widen(1, wide))
+            out["add"] = self.kernel([Uop(o, wide)])
+        elif L.late:
+            out["widen"] = self.kernel(widen(0, o))
+            out["late"] = self.kernel(widen(1, o))
+        else:  # neither operand is requantized: one GEMM sums both
+            out["widen"] = self.kernel(widen(0, o) + widen(1, o))
+        return out
+
+
+# --- lowering ----------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class LoweredElementwise(ArenaProgram):
+    """A lowered elementwise op: `program` (for an arena at DRAM address 0; `relocate`
+    moves it), the arena's `regions`, the static data it expects there (`static_data`), and
+    the host-side packing (`input_data`, `unpack_output`)."""
+
+    node: str
+    config: HardwareConfig
+    layer: ElementwiseLayer
+    schedule: ElementwiseSchedule
+    program: Program
+    regions: dict
+    arena_bytes: int
+    uop_bytes: bytes
+    const_rows: np.ndarray        # (R, padded C) int32
+
+    def identity_weights(self) -> np.ndarray:
+        """The `ratio` weight blocks E_j (ratio, block_out, block_in) int8."""
+        c = self.config
+        o = np.arange(c.block_out)[None, :, None]
+        i = np.arange(c.block_in)[None, None, :]
+        j = np.arange(self.layer.ratio)[:, None, None]
+        return (o == j * c.block_in + i).astype(np.int8)
+
+    def static_data(self) -> dict:
+        """The arena regions that stay the same from run to run: {region: array}."""
+        data = {"uop": np.frombuffer(self.uop_bytes, np.uint8),
+                "weights": self.identity_weights()}
+        if len(self.const_rows):
+            data["const"] = acc_rows(self.const_rows, self.config)
+        return data
+
+    def input_data(self, *args) -> dict:
+        """The arena regions one run writes, from the node's inputs in order (``relu(x)``:
+        one; ``qadd(a, b)``: two, the zero constant included, which is not written):
+        {"input0"/"input1": packed int8}."""
+        L = self.layer
+        want = 1 if L.op == "relu" else 2
+        if len(args) != want:
+            raise ValueError(f"{L.op} node {self.node!r} takes {want} input(s), got {len(args)}")
+        shape = (L.n, L.c, L.h, L.w) if L.rank == 4 else (L.n, L.c)
+        padded = L.blocks * self.config.block_out
+        data = {}
+        for i in L.inputs:
+            what = "input" if L.op == "relu" else f"input {'ab'[i]}"
+            x = check_array(args[i], shape, np.int8, what, self.node)
+            x = x.reshape(L.n, L.c, L.h, L.w)
+            if padded != L.c:  # whole output blocks of channels: `ratio` input blocks each
+                x = np.pad(x, ((0, 0), (0, padded - L.c), (0, 0), (0, 0)))
+            data[f"input{i}"] = pack(x, "NCHW", self.data_layout)
+        return data
+
+    def unpack_output(self, raw: np.ndarray) -> np.ndarray:
+        """The output region's bytes -> int8 of the node's output shape."""
+        L, c = self.layer, self.config
+        shape = (L.batch_blocks, L.blocks, L.h, L.w, c.batch, c.block_out)
+        y = unpack(raw.view(np.int8).reshape(shape), self.out_layout, "NCHW",
+                   channels=L.c, batch=L.n)
+        return y if L.rank == 4 else y.reshape(L.n, L.c)
+
+
+def lower_elementwise(node: Node | str, graph: Graph, config: HardwareConfig,
+                      schedule: ElementwiseSchedule | None = None) -> LoweredElementwise:
+    """Lower ``relu`` or ``qadd`` node `node` of `graph` to a program for `config` (see the
+    module docstring); the schedule defaults to `choose_elementwise`'s. Raises ValueError
+    for what the back half does not support (`elementwise_layer`) and for a schedule that
+    does not fit, TypeError for a schedule of another kind."""
+    if isinstance(node, str):
+        node = graph.node(node)
+    layer, rows = elementwise_layer(node, graph, config)
+    schedule = schedule or choose_elementwise(layer, config)
+    if not isinstance(schedule, ElementwiseSchedule):
+        raise TypeError(f"lower_elementwise: schedule must be an ElementwiseSchedule, not "
+                        f"{type(schedule).__name__}")
+    schedule.check(layer, config)
+    s = schedule.clamped(layer)
+    table = ElementwiseUops(layer, s, config)
+    c, L = config, layer
+    activation = L.batch_blocks * L.in_blocks * L.pixels * c.inp_elem_bytes
+    regions, arena_bytes = layout_arena({
+        "uop": len(table.uops) * c.uop_bytes,
+        "const": L.const_rows * L.blocks * c.acc_elem_bytes,
+        "weights": L.ratio * c.wgt_elem_bytes,
+        **{f"input{i}": activation for i in sorted(L.inputs)},
+        "output": L.batch_blocks * L.blocks * L.pixels * c.out_elem_bytes,
+    }, config)
+    program = _emit(layer, s, config, table, regions)
+    return LoweredElementwise(node.name, config, layer, s, program, regions, arena_bytes,
+                              encode_uops(table.uops, config), rows)
+
+
+def _dma(p: ProgramBuilder, store: bool, sram: int, dram: int, rows: int, cols: int,
+         stride: int, elem_rows: int):
+    """`rows` DRAM rows of `cols` elements, `stride` apart, to/from dense SRAM from `sram`:
+    one 2-D DMA (1-D when the rows are consecutive), or one per row when the stride does
+    not fit the x_stride field (an image of more than 65535 pixels)."""
+    if stride == cols:  # the rows are consecutive (a whole image per row, or 1 x 1 pixels)
+        rows, cols = 1, rows * cols
+    if rows == 1 or stride <= _STRIDE_MAX:
+        chunks = [(0, rows, stride if rows > 1 else cols)]
+    else:
+        chunks = [(r, 1, cols) for r in range(rows)]
+    for r, y, x_stride in chunks:
+        fields = dict(sram_base=sram + r * elem_rows, dram_base=dram + r * stride, y_size=y,
+                      x_size=cols, x_stride=x_stride)
+        if store:
+            p.store(**fields)
+        else:
+            p.load(MemoryType.INP, **fields)
+
+
+def _emit(L: ElementwiseLayer, s: ElementwiseSchedule, c: HardwareConfig, u: ElementwiseUops,
+          regions: dict) -> Program:
+    def base(name: str, elem_bytes: int) -> int:
+        return regions[name].offset // elem_bytes
+
+    out0 = base("output", c.out_elem_bytes)
+    p = ProgramBuilder(c)
+    tokens = RegionTokens(p)
+    p.load(MemoryType.UOP, sram_base=0, dram_base=base("uop", c.uop_bytes), y_size=1,
+           x_size=len(u.uops), x_stride=len(u.uops))
+    if L.const_rows:
+        n = L.const_rows * L.blocks
+        p.load(MemoryType.ACC, sram_base=u.const_base, dram_base=base("const", c.acc_elem_bytes),
+               y_size=1, x_size=n, x_stride=n)
+    p.load(MemoryType.WGT, sram_base=0, dram_base=base("weights", c.wgt_elem_bytes), y_size=1,
+           x_size=L.ratio, x_stride=L.ratio)
+    for k, nb, ob0, p0, tc, tp in elementwise_tiles(L, s):
+        kernels = u.passes(k, tp, ob0)
+        o, win = u.outputs.base(k), u.windows.base(k)
+        # The operands' windows: `ratio` input blocks per output block, each a row of the
+        # tile's pixels (H x W apart in DRAM), written densely.
+        tokens.load_into(("window", win))  # WAR: tile k-2's GEMMs read it
+        for q, i in enumerate(L.inputs):
+            _dma(p, False, win + q * u.operand,
+                 base(f"input{i}", c.inp_elem_bytes)
+                 + (nb * L.in_blocks + ob0 * L.ratio) * L.pixels + p0,
+                 tc * L.ratio, tp, L.pixels, tp)
+        tokens.loaded()
+
+        loop = dict(iter_out=tc, iter_in=tp, dst_factor_out=tp, dst_factor_in=1)
+        widen = dict(src_factor_out=L.ratio * tp, src_factor_in=1, **loop)
+
+        def alu(seq, spans):
+            for st, (bgn, end) in zip(seq, spans):
+                if st.row is None:
+                    p.alu(st.op, uop_bgn=bgn, uop_end=end, use_imm=True, imm=st.imm, **loop)
+                else:  # a per-channel row: the next block's entry per block, one per pixel
+                    p.alu(st.op, uop_bgn=bgn, uop_end=end, src_factor_out=1, **loop)
+
+        def span(name: str) -> dict:
+            return dict(zip(("uop_bgn", "uop_end"), kernels[name]))
+
+        tokens.compute_into(("out", o))  # WAR: tile k-2's stores have read this region
+        p.gemm(reset_reg=True, **span("reset"), **loop)
+        tokens.wait_loaded()  # RAW: the windows are in
+        p.gemm(**span("widen"), **widen)
+        if not L.late:
+            tokens.read(("window", win))  # tile k+2's loads wait for it
+        alu(L.first, kernels["first"])
+        if L.separate:
+            alu(L.second, kernels["second"])
+            p.alu(AluOp.ADD, **span("add"), src_factor_out=tp, src_factor_in=1, **loop)
+        if L.late:
+            p.gemm(**span("late"), **widen)
+            tokens.read(("window", win))
+        alu(L.clamp, kernels["clamp"])
+        tokens.computed()
+
+        tokens.wait_computed()  # RAW: the out tile is written
+        _dma(p, True, o, out0 + (nb * L.blocks + ob0) * L.pixels + p0, tc, tp, L.pixels, tp)
+        tokens.stored(("out", o))  # tile k+2 waits for it
+    if len(u.uops) != u.frozen:
+        raise AssertionError("a kernel was interned after the micro-op table was loaded")
+    return tokens.finish()  # FINISH waits for the last store
+
+
+# --- timing model and default schedule -----------------------------------------------------------
+
+def estimate_elementwise(layer: ElementwiseLayer, schedule: ElementwiseSchedule,
+                         config: HardwareConfig, *,
+                         bytes_per_cycle: float = BYTES_PER_CYCLE) -> int:
+    """Predicted cycles of `layer` lowered with `schedule` on `config`. Tiles alternate
+    between two input and two output regions, so while the compute module works on a
+    tile the next tile's loads and the previous tile's stores run: a tile costs the
+    longest of its loads (the operands' bytes at `bytes_per_cycle`), its compute
+    (`ElementwiseLayer.entry_cycles` per acc entry, plus `INSN_CYCLES` per instruction)
+    and its stores; the first tile's loads and the last one's stores do not overlap."""
+    s = schedule.clamped(layer)
+    c, bw = config, float(bytes_per_cycle)
+    per_entry, insns = layer.entry_cycles(), layer.instructions()
+    cycles = first = last = 0.0
+    for tp, npix in _split(layer.pixels, s.tile_p):
+        for tc, nc in _split(layer.blocks, s.tile_c):
+            m = npix * nc * layer.batch_blocks
+            entries = tc * tp
+            load = (layer.operands * entries * layer.ratio * c.inp_elem_bytes / bw
+                    + layer.operands * DMA_CYCLES)
+            compute = entries * per_entry + insns * INSN_CYCLES
+            store = entries * c.out_elem_bytes / bw + DMA_CYCLES / 4
+            cycles += m * max(load, compute, store)
+            first, last = max(first, load), max(last, store)
+    return int(math.ceil(cycles + first + last))
+
+
+@functools.lru_cache(maxsize=256)
+def choose_elementwise(layer: ElementwiseLayer, config: HardwareConfig) -> ElementwiseSchedule:
+    """The `ElementwiseSchedule` of `layer` with the fewest estimated cycles
+    (`estimate_elementwise`; ties go to larger tiles): for every channel tiling, the widest
+    pixel tiles whose buffers fit and a few narrower ones (smaller tiles shorten the
+    first load and the last store that nothing overlaps). Raises ValueError when not even
+    one pixel of one channel block fits."""
+    pixels = _candidates(layer.pixels)
+    ranked = []
+    for tc in _candidates(layer.blocks):
+        fitting = [tp for tp in pixels if not any(
+            need > depth for need, depth in
+            ElementwiseSchedule(tp, tc).needs(layer, config, uops=False).values())]
+        for tp in fitting[:4]:
+            s = ElementwiseSchedule(tp, tc)
+            ranked.append((estimate_elementwise(layer, s, config), -tp * tc, s))
+    for _, _, s in sorted(ranked, key=lambda r: r[:2]):
+        if s.fits(layer, config):
+            return s
+    ElementwiseSchedule(1, 1).check(layer, config)  # raises, naming the buffers
+    raise ValueError(f"elementwise layer {layer} has no schedule that fits config "
+                     f"{config.name}")
+
+
+# --- running ------------------------------------------------------------------------------------
+
+def run_elementwise(dev, lowered: LoweredElementwise, *inputs, return_stats: bool = False):
+    """Write the inputs (the node's, in order: ``relu(x)``, ``qadd(a, b)``, a zero
+    constant operand included) packed into `dev`'s DRAM, run the program, read the output
+    back: int8 of the node's output shape. With `return_stats`, returns (y, stats)."""
+    raw, stats = run_arena(dev, lowered, {**lowered.static_data(),
+                                          **lowered.input_data(*inputs)})
+    y = lowered.unpack_output(raw)
+    return (y, stats) if return_stats else y
