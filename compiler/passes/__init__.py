@@ -1,7 +1,7 @@
 """Passes over the graph IR, in the order a model goes through them.
 
-* `prepare`: shape inference, constant folding, BN folding, fusion (`prepare` runs them
-  all before quantization);
+* `prepare`: shape inference, constant folding, BN and per-channel affine folding,
+  fusion (`prepare` runs them all before quantization);
 * `quantize`: int8 quantization for a requantization mode;
 * `pack`: GEMM operators in blocked layouts, for block sizes a target gives;
 * `partition`: which nodes a target runs and which fall back to the host.
@@ -11,10 +11,10 @@ Every pass takes a `Graph` and returns a new one; its input is left untouched.
 
 from vdla.compiler.passes.pack import pack_graph
 from vdla.compiler.passes.partition import HOST, Partition, partition
-from vdla.compiler.passes.prepare import (fold_batch_norm, fold_constants, fuse,
-                                          infer_shapes, prepare)
+from vdla.compiler.passes.prepare import (fold_batch_norm, fold_channel_affine,
+                                          fold_constants, fuse, infer_shapes, prepare)
 from vdla.compiler.passes.quantize import MODES, QuantizationError, quantize, quantize_error
 
 __all__ = ["HOST", "MODES", "Partition", "QuantizationError", "fold_batch_norm",
-           "fold_constants", "fuse", "infer_shapes", "pack_graph", "partition", "prepare",
-           "quantize", "quantize_error"]
+           "fold_channel_affine", "fold_constants", "fuse", "infer_shapes", "pack_graph",
+           "partition", "prepare", "quantize", "quantize_error"]

@@ -7,14 +7,24 @@ caller (or a test) can compare the two:
 * `fold_constants`: nodes whose inputs are all constants become constants; no-op nodes
   (reshape to the same shape, identity transpose, zero pad, ...) are removed;
 * `fold_batch_norm`: batch_norm into the weights and bias of the conv2d/dense before it,
-  else into a per-channel ``mul`` + ``add`` with constants;
+  else (on an NCHW activation) into a depthwise 1x1 ``conv2d`` (groups = channels: one
+  weight per channel, the scale, and the shift as its bias), which the quantizer turns
+  into an int8 ``qconv2d``; on other ranks into a per-channel ``mul`` + ``add``;
+* `fold_channel_affine`: the same for a ``mul`` by a per-channel constant (optionally
+  followed by an ``add`` of one) and a standalone per-channel constant ``add`` on an
+  NCHW activation: into the weights of the conv2d/dense before it, else a depthwise 1x1
+  ``conv2d``;
 * `fuse`: a per-channel constant ``add`` into the conv2d/dense bias, an ``add`` of
   another activation into its residual input, ``relu``/``clip`` into its activation;
 * `prepare`: the standard pipeline before quantization (all of the above, then
   `Graph.validate`).
 
+The depthwise convolutions are made before `fuse`, so a ReLU after a batch norm that
+had nothing to fold into (one after a concat, DenseNet-style) fuses into them.
+
 What a pass changed is recorded in ``graph.metadata`` (``"folded_constants"``,
-``"removed_noops"``, ``"folded_batch_norm"``, ``"fused"``) for humans and tests.
+``"removed_noops"``, ``"folded_batch_norm"``, ``"folded_channel_affine"``, ``"fused"``)
+for humans and tests.
 """
 
 from __future__ import annotations
@@ -27,7 +37,8 @@ from vdla.compiler.ir.ops import infer_node
 from vdla.compiler.ir.tensor import GraphError, Node
 from vdla.compiler.reference import KERNELS
 
-__all__ = ["fold_batch_norm", "fold_constants", "fuse", "infer_shapes", "prepare"]
+__all__ = ["fold_batch_norm", "fold_channel_affine", "fold_constants", "fuse",
+           "infer_shapes", "prepare"]
 
 _FUSIBLE = ("conv2d", "dense")
 
@@ -171,15 +182,62 @@ def _can_take_batch_norm(g: Graph, producer: Node | None, x: str, readers) -> bo
     return len(readers.get(x, [])) == 1 and x not in g.outputs
 
 
+def _scaled_weights(g: Graph, producer: Node, scale: np.ndarray, bias: np.ndarray,
+                    last: Node) -> Node:
+    """`producer` (a conv2d/dense that `_can_take_batch_norm` accepts) with its weights
+    scaled per output channel by `scale` and its bias replaced by `bias` (both float64,
+    one value per channel); it takes over the output of `last`, the node it absorbs."""
+    w = g.tensors[producer.inputs[1]].data.astype(np.float64)
+    w_new = g.add_constant(f"{producer.name}_w_bn",
+                           (w * scale.reshape((-1,) + (1,) * (w.ndim - 1))).astype(np.float32))
+    b_new = g.add_constant(f"{producer.name}_b_bn", bias.astype(np.float32))
+    return _absorb(g, producer, last, inputs=[producer.inputs[0], w_new, b_new])
+
+
+def _producer_bias(g: Graph, producer: Node) -> np.ndarray:
+    """The bias of conv2d/dense `producer` as float64 (zeros when it has none)."""
+    name = producer.input(2)
+    if name:
+        return g.tensors[name].data.astype(np.float64)
+    return np.zeros(g.tensors[producer.inputs[1]].shape[0])
+
+
+def _depthwise(g: Graph, x: str, scale: np.ndarray, shift: np.ndarray, out: str,
+               name: str) -> str:
+    """Add ``out = x * scale + shift`` per channel of the NCHW float tensor `x` as a
+    depthwise 1x1 ``conv2d`` (groups = channels, weights (C, 1, 1, 1) = `scale`, bias =
+    `shift`), named `name` (made unique). The tensor `out` exists already (the output of
+    the nodes it replaces, which the caller removed). Returns the node's name."""
+    channels = g.tensors[x].shape[1]
+    node = g.unique_name(name)
+    w = g.add_constant(f"{node}_weight", scale.reshape(channels, 1, 1, 1).astype(np.float32))
+    b = g.add_constant(f"{node}_bias", shift.reshape(channels).astype(np.float32))
+    g.add_node("conv2d", [x, w, b], [out], name=node, groups=channels)
+    return node
+
+
+def _plain_nchw(g: Graph, tensor: str) -> bool:
+    """Whether `tensor` is a float32 activation in the plain 4-D NCHW layout (what a
+    depthwise conv2d reads)."""
+    t = g.tensors[tensor]
+    return (not t.is_constant and t.dtype == "float32" and t.layout is None
+            and t.shape is not None and len(t.shape) == 4)
+
+
 def fold_batch_norm(graph: Graph) -> Graph:
     """A copy of `graph` without batch_norm nodes (whose parameters are constants).
 
     A batch_norm reading a conv2d/dense output that nobody else reads (and that has no
     activation or residual) is folded into it: weights scaled per output channel by
     ``scale / sqrt(var + eps)``, bias (created when absent) shifted accordingly. Any
-    other batch_norm becomes ``mul`` + ``add`` with per-channel constants. Records
-    ``metadata["folded_batch_norm"]``: dicts with node, into (the conv/dense or None),
-    how ("weights" or "mul_add")."""
+    other batch_norm on an NCHW activation (after a concat, a pool, a graph input, a
+    conv with an activation, ...) becomes a depthwise 1x1 ``conv2d`` of the same name:
+    groups = channels, weights ``inv = scale / sqrt(var + eps)`` as (C, 1, 1, 1), bias
+    ``beta - mean * inv``; a following ReLU then fuses into it (`fuse`) and the quantizer
+    makes it an int8 ``qconv2d`` with groups = C. On another rank it becomes ``mul`` +
+    ``add`` with per-channel constants. Records ``metadata["folded_batch_norm"]``: dicts
+    with node, into (the conv/dense it was folded into, the depthwise conv2d made for
+    it, or None), how ("weights", "depthwise_conv" or "mul_add")."""
     g = infer_shapes(graph)
     record = g.metadata.setdefault("folded_batch_norm", [])
     for name in [n.name for n in g.nodes() if n.op == "batch_norm"]:
@@ -192,29 +250,103 @@ def fold_batch_norm(graph: Graph) -> Graph:
         x = bn.inputs[0]
         producer = g.producer(x)
         if _can_take_batch_norm(g, producer, x, _consumer_map(g)):
-            w = g.tensors[producer.inputs[1]].data.astype(np.float64)
-            bias_name = producer.input(2)
-            bias = g.tensors[bias_name].data.astype(np.float64) if bias_name \
-                else np.zeros(w.shape[0])
-            w_new = g.add_constant(f"{producer.name}_w_bn",
-                                   (w * inv.reshape((-1,) + (1,) * (w.ndim - 1)))
-                                   .astype(np.float32))
-            b_new = g.add_constant(f"{producer.name}_b_bn",
-                                   ((bias - mean) * inv + beta).astype(np.float32))
-            inputs = [producer.inputs[0], w_new, b_new]
-            _absorb(g, producer, bn, inputs=inputs)
+            bias = (_producer_bias(g, producer) - mean) * inv + beta
+            _scaled_weights(g, producer, inv, bias, bn)
             record.append({"node": name, "into": producer.name, "how": "weights"})
+            continue
+        out = bn.outputs[0]
+        g.remove_node(name)
+        if _plain_nchw(g, x):
+            conv = _depthwise(g, x, inv, beta - mean * inv, out, name)
+            record.append({"node": name, "into": conv, "how": "depthwise_conv"})
+            continue
+        rank = len(g.tensors[x].shape)
+        shape = (1, -1) + (1,) * (rank - 2)
+        a = g.add_constant(f"{name}_scale", inv.reshape(shape).astype(np.float32))
+        c = g.add_constant(f"{name}_shift",
+                           (beta - mean * inv).reshape(shape).astype(np.float32))
+        m = g.add_node("mul", [x, a], name=f"{name}_mul")
+        g.add_node("add", [m, c], [out], name=f"{name}_add")
+        record.append({"node": name, "into": None, "how": "mul_add"})
+    g.prune()
+    return g
+
+
+def _channel_operand(g: Graph, node: Node) -> tuple[str, np.ndarray] | None:
+    """For a binary ``mul``/``add`` of a plain NCHW float activation and a constant that
+    broadcasts per channel (a scalar, (C, 1, 1) or (1, C, 1, 1)) to an output of the
+    activation's shape: (the activation, the constant as one float64 value per
+    channel); else None."""
+    if len(node.inputs) != 2 or not all(node.inputs):
+        return None
+    for k in (0, 1):
+        x, other = node.inputs[k], node.inputs[1 - k]
+        const = g.constant(other)
+        if const is None or not _plain_nchw(g, x):
+            continue
+        if g.tensors[node.outputs[0]].shape != g.tensors[x].shape:
+            continue
+        vector = _channel_vector(const, g.tensors[x].shape)
+        if vector is not None:
+            return x, vector
+    return None
+
+
+def fold_channel_affine(graph: Graph) -> Graph:
+    """A copy of `graph` in which per-channel affine maps of NCHW float activations by
+    constants become GEMM nodes the quantizer makes integer:
+
+    * ``mul(x, a)`` with `a` constant per channel, together with a following
+      ``add(., c)`` of a per-channel constant when it is the product's only reader:
+      ``x * a + c``;
+    * ``add(x, c)`` alone, unless `x` comes from a conv2d/dense without activation that
+      `fuse` will give it as a bias.
+
+    Each becomes, like a batch norm (`fold_batch_norm`), either scaled weights and a
+    shifted bias of the conv2d/dense producing `x` (when nothing else reads `x` and it has
+    no activation or residual), or a depthwise 1x1 ``conv2d`` named after the ``mul``
+    (``add``): groups = channels, weights `a`, bias `c`. Run it before `fuse`, so a ReLU
+    after it fuses. Records ``metadata["folded_channel_affine"]``: dicts with nodes (the
+    mul/add names it replaced), into (the conv/dense or the depthwise conv2d), how
+    ("weights" or "depthwise_conv")."""
+    g = infer_shapes(graph)
+    record = g.metadata.setdefault("folded_channel_affine", [])
+    for name in [n.name for n in g.nodes() if n.op in ("mul", "add")]:
+        if name not in g.nx or g.node(name).op not in ("mul", "add"):
+            continue                # absorbed (or replaced) by an earlier one
+        node = g.node(name)
+        found = _channel_operand(g, node)
+        if found is None:
+            continue
+        x, vector = found
+        readers = _consumer_map(g)
+        producer = g.producer(x)
+        last = node
+        if node.op == "mul":
+            scale, shift = vector, np.zeros_like(vector)
+            add = _sole_consumer(g, readers, node.outputs[0])
+            then = _channel_operand(g, add) if add is not None and add.op == "add" else None
+            if then is not None and then[0] == node.outputs[0]:
+                shift, last = then[1], add
         else:
-            rank = len(g.tensors[x].shape)
-            shape = (1, -1) + (1,) * (rank - 2)
-            out = bn.outputs[0]
-            g.remove_node(name)
-            a = g.add_constant(f"{name}_scale", inv.reshape(shape).astype(np.float32))
-            c = g.add_constant(f"{name}_shift",
-                               (beta - mean * inv).reshape(shape).astype(np.float32))
-            m = g.add_node("mul", [x, a], name=f"{name}_mul")
-            g.add_node("add", [m, c], [out], name=f"{name}_add")
-            record.append({"node": name, "into": None, "how": "mul_add"})
+            if (producer is not None and _fusible(g, producer)
+                    and producer.attrs["activation"] is None
+                    and _sole_consumer(g, readers, x) is not None):
+                continue            # fuse makes it the producer's bias
+            scale, shift = np.ones_like(vector), vector
+        replaced = [node.name] + ([last.name] if last is not node else [])
+        out = last.outputs[0]
+        if _can_take_batch_norm(g, producer, x, readers):
+            if last is not node:
+                g.remove_node(node.name)
+            _scaled_weights(g, producer, scale, _producer_bias(g, producer) * scale + shift,
+                            last)
+            record.append({"nodes": replaced, "into": producer.name, "how": "weights"})
+            continue
+        for gone in replaced:
+            g.remove_node(gone)
+        conv = _depthwise(g, x, scale, shift, out, node.name)
+        record.append({"nodes": replaced, "into": conv, "how": "depthwise_conv"})
     g.prune()
     return g
 
@@ -379,9 +511,11 @@ def fuse(graph: Graph) -> Graph:
 
 def prepare(graph: Graph) -> Graph:
     """The standard pipeline before quantization: `infer_shapes`, `fold_constants`,
-    `fold_batch_norm`, `fuse`, then `Graph.validate`. Returns a new graph."""
+    `fold_batch_norm`, `fold_channel_affine`, `fuse`, then `Graph.validate`. Returns a
+    new graph."""
     g = infer_shapes(graph)
     g = fold_constants(g)
     g = fold_batch_norm(g)
+    g = fold_channel_affine(g)
     g = fuse(g)
     return g.validate()

@@ -3,7 +3,8 @@ arithmetic `vdla.compiler.reference.integer` defines.
 
 `quantize(graph, calibration_inputs, mode)` prepares the graph (BN folding, fusion:
 `vdla.compiler.passes.prepare`), runs it on the calibration samples and records each
-tensor's range ``r`` (max |value|, or a percentile of |value|), then rewrites it.
+tensor's range ``r`` (max |value|, or a percentile of |value|:
+`vdla.compiler.passes.calibration`), then rewrites it.
 
 The *requantization mode* is what the quantized graph asks of the back half that runs
 it, and the only thing the quantizer needs to know about one: each target says which
@@ -22,9 +23,15 @@ The rewrite:
   in [-127, 127]; bias ``int32 = floor(b / (s_x * s_w) + 0.5)`` (saturated to int32);
 * *shift mode*: every activation and weight scale is
   rounded UP to a power of two, so no value clips and every requantization ratio
-  ``s_in / s_out`` is ``2**-shift``: multipliers are None. A weight channel whose shift
-  would exceed 31 gets a coarser scale so that it is 31. Average pools whose count is
-  not a power of two have no shift-only form and run in float (below);
+  ``s_in / s_out`` of a GEMM, add or rescale is ``2**-shift``: multipliers are None. A
+  weight channel whose shift would exceed 31 gets a coarser scale so that it is 31.
+  The exception is an average pool whose window count is not a power of two (a global
+  pool over 7x7 = 49): its ratio ``s_in / (count * s_out)`` is not one either, so it
+  gets a small multiplier, the rule of the multiply mode below with the multiplier
+  bounded by 127 (`POOL_MULTIPLIER_MAX`) instead of 32767: an int8 value that a target
+  without MUL applies as the weight of its window sum on the GEMM core (the vdla
+  accelerator's pools sum windows there). A 7-bit multiplier divides by 49 within
+  0.4% (84 / 2**12 for 1 / 49);
 * *multiply mode*: float scales; a ratio becomes ``multiplier * 2**-shift``
   with the LARGEST shift in [-31, 31] such that ``multiplier = floor(ratio * 2**shift +
   0.5)`` is at most 32767 and the product cannot wrap:
@@ -43,126 +50,43 @@ own calibrated one); an input produced by a requantizing operator that only feed
 concat is produced at that scale directly, any other input is rescaled by a
 ``qadd`` with a zero operand. Every other op (softmax, lrn, matmul, a conv with computed
 weights, ...) runs in float: ``dequantize`` -> float op -> ``quantize`` where an integer
-consumer follows. Integer tensors carry `Tensor.scale`; ``graph.metadata["quantized"]``
-records ``{"mode": "shift" | "multiply", "per_channel": bool}``.
-"""
+consumer follows.
 
-from __future__ import annotations
+*Quantizing early.* ``quantize`` is monotonic (non-decreasing) and maps 0 to 0, so it
+commutes exactly with ``max_pool2d`` (padding -inf and -128 both quantize to -128),
+``relu``, ``clip`` (with the bounds quantized alike), ``flatten``, ``reshape``,
+``transpose`` and ``pad`` with value 0: ``op(quantize(x, s)) == quantize(op(x), s)``
+bit for bit. So such an op whose input is float (after an LRN, a softmax, a float
+graph input) and whose every reader is an integer op runs on int8 instead: its float
+input is quantized at the scale its readers would have quantized its output at, and
+the op keeps that scale (chains of them too, e.g. ``lrn -> max_pool2d -> relu ->
+conv``). The result is the same integers as pooling in float then quantizing, with the
+op on int8, where a target can run it. An op whose output is a graph output or also
+read by a float op stays in float.
+
+Integer tensors carry `Tensor.scale`; ``graph.metadata["quantized"]`` records
+``{"mode": "shift" | "multiply", "per_channel": bool}``.
+"""
 
 from __future__ import annotations
 
 import copy
 import math
-from typing import Mapping, Sequence
 
 import numpy as np
 
 from vdla.compiler.ir.graph import Graph
 from vdla.compiler.ir.tensor import Node
+from vdla.compiler.passes.calibration import calibrate_ranges, split_samples
 from vdla.compiler.passes.prepare import prepare
 from vdla.compiler.reference.executor import run_reference
 from vdla.compiler.reference.integer import (INT8_MAX, INT8_MIN, INT32_MAX, INT32_MIN,
-                                             SHIFT_MAX, QuantizationError, is_pow2,
-                                             requantize_params, round_half_up)
+                                             POOL_MULTIPLIER_MAX, SHIFT_MAX,
+                                             QuantizationError, requantize_params,
+                                             round_half_up)
 from vdla.compiler.reference.numerics import avg_pool_sums
 
 __all__ = ["MODES", "QuantizationError", "quantize", "quantize_error"]
-
-# --- calibration data ---------------------------------------------------------------------
-
-def _samples(graph: Graph, data, what: str) -> list[dict[str, np.ndarray]]:
-    """Per-sample input dicts from `data`: a dict name -> array whose leading axis
-    stacks samples shaped like the graph input (for an input with batch 1 the batch axis
-    may be the sample axis; an array of exactly the input's shape is one sample), or a
-    list of input dicts."""
-    inputs = {n: graph.tensors[n].shape for n in graph.inputs}
-    takes = ", ".join(f"{n} {s}" for n, s in inputs.items())
-
-    def check_names(d: Mapping, where: str):
-        if not isinstance(d, Mapping):
-            raise QuantizationError(f"{what}{where} must be a dict of input name -> array, "
-                                    f"not {type(d).__name__}")
-        missing = [n for n in inputs if n not in d]
-        unknown = sorted(set(d) - set(inputs))
-        if missing or unknown:
-            raise QuantizationError(
-                f"{what}{where}: " + (f"missing input(s) {missing}" if missing else "")
-                + ("; " if missing and unknown else "")
-                + (f"unknown input(s) {unknown}" if unknown else "")
-                + f"; graph {graph.name!r} takes {takes}")
-
-    if data is None or (hasattr(data, "__len__") and len(data) == 0):
-        raise QuantizationError(f"{what} is empty; give at least one sample of {takes}")
-    if isinstance(data, Mapping):
-        check_names(data, "")
-        stacked = {}
-        for name, shape in inputs.items():
-            arr = np.asarray(data[name])
-            if arr.ndim == len(shape) + 1 and tuple(arr.shape[1:]) == shape:
-                stacked[name] = arr
-            elif shape and shape[0] == 1 and arr.ndim == len(shape) \
-                    and tuple(arr.shape[1:]) == shape[1:]:
-                stacked[name] = arr[:, None]
-            elif tuple(arr.shape) == shape:
-                stacked[name] = arr[None]                  # one sample of a batched input
-            else:
-                raise QuantizationError(
-                    f"{what}[{name!r}] has shape {tuple(arr.shape)}; expected samples stacked "
-                    f"on a leading axis, (N,) + {shape}"
-                    + (f", or (N,) + {shape[1:]} with the batch axis as the sample axis"
-                       if shape and shape[0] == 1 else ""))
-        counts = {name: arr.shape[0] for name, arr in stacked.items()}
-        if len(set(counts.values())) > 1:
-            raise QuantizationError(f"{what}: the inputs have different sample counts {counts}")
-        n = next(iter(counts.values()))
-        if n == 0:
-            raise QuantizationError(f"{what} holds 0 samples; give at least one of {takes}")
-        return [{name: arr[i] for name, arr in stacked.items()} for i in range(n)]
-    if isinstance(data, Sequence) and not isinstance(data, (str, bytes)):
-        samples = []
-        for i, d in enumerate(data):
-            check_names(d, f"[{i}]")
-            sample = {}
-            for name, shape in inputs.items():
-                arr = np.asarray(d[name])
-                if tuple(arr.shape) != shape:
-                    raise QuantizationError(f"{what}[{i}][{name!r}] has shape "
-                                            f"{tuple(arr.shape)}; the graph input is {shape}")
-                sample[name] = arr
-            samples.append(sample)
-        return samples
-    raise QuantizationError(f"{what} must be a dict of input name -> stacked samples or a "
-                            f"list of input dicts, not {type(data).__name__}")
-
-
-#: Per sample and tensor, at most this many |values| are kept for a percentile.
-_PERCENTILE_SAMPLE = 1 << 16
-
-
-def _calibrate(graph: Graph, samples, percentile: float | None) -> dict[str, float]:
-    """The range of every non-constant tensor over the samples: max |value|, or the
-    given percentile of |value| (over a strided subsample of large tensors)."""
-    maxima: dict[str, float] = {}
-    pools: dict[str, list[np.ndarray]] = {}
-    for sample in samples:
-        values = run_reference(graph, sample, keep=True)
-        for name, value in values.items():
-            if graph.tensors[name].is_constant:
-                continue
-            v = np.abs(np.asarray(value, dtype=np.float64)).ravel()
-            if not np.all(np.isfinite(v)):
-                raise QuantizationError(f"calibration: tensor {name!r} has non-finite values "
-                                        "(inf or NaN) on a calibration sample")
-            if percentile is None:
-                maxima[name] = max(maxima.get(name, 0.0), float(v.max(initial=0.0)))
-            else:
-                step = max(1, v.size // _PERCENTILE_SAMPLE)
-                pools.setdefault(name, []).append(v[::step])
-    if percentile is not None:
-        maxima = {name: float(np.percentile(np.concatenate(parts), percentile))
-                  for name, parts in pools.items()}
-    return maxima
-
 
 # --- the pass ----------------------------------------------------------------------------
 
@@ -170,6 +94,8 @@ def _calibrate(graph: Graph, samples, percentile: float | None) -> dict[str, flo
 _PASSTHROUGH = frozenset({"max_pool2d", "relu", "flatten", "reshape", "transpose", "pad"})
 #: Plan kinds whose output is requantized (its scale is free to choose).
 _REQUANTIZING = frozenset({"gemm", "qadd", "qpool", "qgpool"})
+#: Float ops that commute exactly with ``quantize`` (module docstring, "Quantizing early").
+_COMMUTING = _PASSTHROUGH | {"clip"}
 
 
 def _pow2_up(scale: np.ndarray | float):
@@ -199,6 +125,9 @@ class _Quantizer:
         self.float_map: dict[str, str] = {}        # tensor -> float name
         self.converted: dict[tuple[str, float], str] = {}
         self.zero: str | None = None
+        # Ops on float input that run on int8 (`pull_into_int8`) -> the scale their
+        # float input is quantized at.
+        self.early: dict[str, float] = {}
 
     # --- scales -----------------------------------------------------------------------
 
@@ -210,8 +139,14 @@ class _Quantizer:
         s = (r if r > 0 else 1.0) / INT8_MAX
         return s if self.multiply else _pow2_up(s)
 
-    def requant(self, node: Node, ratio, worst=0):
+    def requant(self, node: Node, ratio, worst=0, *, pool: bool = False):
+        """(multiplier, shift) for `ratio` with `worst` bounding |acc|
+        (`requantize_params`). `pool`: an average pool's, which in shift mode may take
+        a multiplier up to `POOL_MULTIPLIER_MAX` (module docstring)."""
         try:
+            if pool and not self.multiply:
+                return requantize_params(ratio, worst, multiply=True,
+                                         max_multiplier=POOL_MULTIPLIER_MAX)
             return requantize_params(ratio, worst, multiply=self.multiply)
         except QuantizationError as e:
             raise QuantizationError(f"node {node.name!r} ({node.op}): {e}") from None
@@ -245,7 +180,7 @@ class _Quantizer:
             return "qclip" if self.is_int(node.inputs[0]) else "float"
         if node.op in ("avg_pool2d", "global_avg_pool2d"):
             count = self.constant_count(node)
-            if count is None or (not self.multiply and not is_pow2(float(count))):
+            if count is None:
                 return "float"
             self.count[node.name] = count
             return "qpool" if node.op == "avg_pool2d" else "qgpool"
@@ -286,6 +221,41 @@ class _Quantizer:
                             and t not in g.outputs
                             and all(c.name == node.name for c in g.consumers(t))):
                         self.scale[t] = s
+        self.pull_into_int8()
+
+    def read_scale(self, reader: Node, tensor: str) -> float:
+        """The scale at which integer node `reader` reads float `tensor`: what its
+        `emit_*` method asks `get_int` for."""
+        if self.kind[reader.name] == "concat":
+            return self.scale[reader.outputs[0]]
+        if reader.name in self.early:
+            return self.early[reader.name]
+        return self.act_scale(tensor)
+
+    def pull_into_int8(self):
+        """Run on int8 the float ops that commute with ``quantize`` and whose every
+        reader is integer (module docstring, "Quantizing early"): each quantizes its
+        float input at the one scale its readers read its output at. Visits the nodes
+        backwards, so a chain of such ops (pool then relu) moves as a whole."""
+        g = self.g
+        for node in reversed(g.nodes()):
+            if self.kind[node.name] != "float" or node.op not in _COMMUTING:
+                continue
+            if node.op == "pad" and float(node.attrs["value"]) != 0.0:
+                continue                # quantize(value) would have to be the pad value
+            x, y = node.inputs[0], node.outputs[0]
+            if g.tensors[x].is_constant or y in g.outputs:
+                continue
+            readers = g.consumers(y)
+            if not readers or any(self.kind[r.name] == "float" for r in readers):
+                continue                # a float reader wants the exact float value
+            scales = {self.read_scale(r, y) for r in readers}
+            if len(scales) != 1:
+                continue                # one int8 value per element: one scale
+            scale = scales.pop()
+            self.kind[node.name] = "qclip" if node.op == "clip" else "pass"
+            self.early[node.name] = scale
+            self.scale[y] = scale
 
     # --- emission helpers -------------------------------------------------------------
 
@@ -399,15 +369,21 @@ class _Quantizer:
             self.float_map[t] = t
 
     def emit_pass(self, node: Node):
-        x, _ = self.get_int(node.inputs[0])
+        x, _ = self.get_int(node.inputs[0], self.early.get(node.name))
         y = node.outputs[0]
         self.record_int(node, self.add(node.op, [x], self.int_output(y), node.name,
                                        out_scale=self.scale[y], **node.attrs))
 
     def emit_qclip(self, node: Node):
-        x, s = self.get_int(node.inputs[0])
+        x, s = self.get_int(node.inputs[0], self.early.get(node.name))
         y = node.outputs[0]
-        bounds = self.bounds(node.attrs["min"], node.attrs["max"], s)
+        lo, hi = node.attrs["min"], node.attrs["max"]
+        if node.name in self.early:
+            # The float clip clips float32 data to the bounds rounded to float32; the
+            # same rounding makes quantize(clip(x)) == clip(quantize(x)) exact.
+            lo = None if lo is None else float(np.float32(lo))
+            hi = None if hi is None else float(np.float32(hi))
+        bounds = self.bounds(lo, hi, s)
         self.record_int(node, self.rescale(x, s, s, y, out=self.int_output(y), name=node.name,
                                            bounds=bounds, node=node))
 
@@ -436,11 +412,11 @@ class _Quantizer:
         if node.op == "avg_pool2d":
             kernel_hw = node.attrs["kernel"]
             kh, kw = (kernel_hw, kernel_hw) if isinstance(kernel_hw, int) else kernel_hw
-            m, s = self.requant(node, s_x / (count * s_y), 128 * kh * kw)
+            m, s = self.requant(node, s_x / (count * s_y), 128 * kh * kw, pool=True)
             produced = self.add("qavg_pool2d", [x], self.int_output(y), node.name,
                                 out_scale=s_y, multiplier=m, shift=s, **node.attrs)
         else:
-            m, s = self.requant(node, s_x / (count * s_y), 128 * count)
+            m, s = self.requant(node, s_x / (count * s_y), 128 * count, pool=True)
             produced = self.add("qglobal_avg_pool2d", [x], self.int_output(y), node.name,
                                 out_scale=s_y, multiplier=m, shift=s)
         self.record_int(node, produced)
@@ -556,8 +532,8 @@ def quantize(graph: Graph, calibration_inputs, mode: str = "shift", *,
     if "quantized" in graph.metadata:
         raise QuantizationError(f"quantize: graph {graph.name!r} is quantized already")
     g = prepare(graph)
-    samples = _samples(g, calibration_inputs, "calibration_inputs")
-    ranges = _calibrate(g, samples, percentile)
+    samples = split_samples(g, calibration_inputs, "calibration_inputs")
+    ranges = calibrate_ranges(g, samples, percentile)
     multiply = mode == "multiply"
     q = _Quantizer(g, ranges, multiply, bool(per_channel))
     q.plan()
@@ -577,7 +553,7 @@ def quantize_error(float_graph: Graph, quant_graph: Graph, inputs) -> dict[str, 
         raise QuantizationError(f"quantize_error: the float graph has "
                                 f"{len(float_graph.outputs)} outputs, the quantized one "
                                 f"{len(quant_graph.outputs)}")
-    samples = _samples(float_graph, inputs, "inputs")
+    samples = split_samples(float_graph, inputs, "inputs")
     errors = {name: 0.0 for name in float_graph.outputs}
     lows = {name: math.inf for name in float_graph.outputs}
     highs = {name: -math.inf for name in float_graph.outputs}

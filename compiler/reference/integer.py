@@ -19,6 +19,16 @@ integer arithmetic.
 Bounds: ``multiplier`` in [1, 32767] (a positive 16-bit signed immediate), ``shift`` in
 [-31, 31] (the SHR amount is the operand's low 6 bits as a signed number).
 
+*Multipliers by mode.* In the "multiply" mode any requantization may have a multiplier
+(the ALU's MUL). In the "shift" mode (a target without MUL) GEMM and add requantizations
+have none (``multiplier`` is None): every scale is a power of two. The one exception is
+the average pools, whose ratio ``s_in / (count * s_out)`` is not a power of two when the
+window count is not: ``qavg_pool2d`` and ``qglobal_avg_pool2d`` then carry a multiplier
+in [1, `POOL_MULTIPLIER_MAX`] = [1, 127], an int8 value, so a back half without MUL can
+apply it as the weight of the window sum on its GEMM core
+(``sum(x * multiplier) == wrap32(sum(x) * multiplier)``: the quantizer guarantees no
+wrap). The arithmetic is the same ``requantize`` either way.
+
 *The rounding constant* ``1 << (shift - 1)`` is part of the definition whatever its size.
 It fits the ALU's 16-bit signed immediate while ``shift <= 15``; beyond that a back half
 adds it as a vector operand from the accumulator buffer (loaded like a bias) or, when
@@ -62,13 +72,16 @@ import numpy as np
 from vdla.compiler.ir.tensor import GraphError
 
 __all__ = ["INT32_MAX", "INT32_MIN", "INT8_MAX", "INT8_MIN", "MULTIPLIER_MAX", "MULTIPLIER_MIN",
-           "QuantizationError", "SHIFT_MAX", "SHIFT_MIN", "is_pow2", "requantize",
-           "requantize_params", "round_half_up", "wrap32"]
+           "POOL_MULTIPLIER_MAX", "QuantizationError", "SHIFT_MAX", "SHIFT_MIN", "is_pow2",
+           "requantize", "requantize_params", "round_half_up", "wrap32"]
 
 INT8_MIN, INT8_MAX = -128, 127
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
 #: A multiplier is a positive 16-bit signed immediate of the ALU's MUL.
 MULTIPLIER_MIN, MULTIPLIER_MAX = 1, (1 << 15) - 1
+#: The largest multiplier of an average pool in the "shift" mode: an int8 weight, which a
+#: back half without MUL applies on its GEMM core (module docstring).
+POOL_MULTIPLIER_MAX = INT8_MAX
 #: The SHR amount is the low 6 bits of its operand, signed; 32 would not shift right.
 SHIFT_MIN, SHIFT_MAX = -31, 31
 
@@ -150,16 +163,30 @@ def is_pow2(ratio: float) -> bool:
     return ratio > 0 and math.frexp(ratio)[0] == 0.5
 
 
-def requantize_params(ratio, worst=0, *, multiply: bool) -> tuple[Any, Any]:
+def requantize_params(ratio, worst=0, *, multiply: bool,
+                      max_multiplier: int = MULTIPLIER_MAX) -> tuple[Any, Any]:
     """The (multiplier, shift) that requantize by `ratio` (= scale in / scale out), per
     tensor (a float) or per channel (a 1-D array, with `worst` per channel or one value).
 
-    multiply False (shift mode): every ratio must be a power of two; multiplier is None,
-    shift = -log2(ratio), clamped to 31 from above (a larger shift gives 0 anyway for
-    |acc| < 2**30). multiply True: the rule of the module docstring, with `worst` the
-    bound on |acc|. Returns ints for a scalar ratio, tuples of ints per channel; the
-    multiplier is None when every ratio is a power of two. Raises QuantizationError for a
-    ratio that is not positive and finite or that needs a left shift beyond 31."""
+    ratio : a positive float, or a 1-D array of them (one per channel)
+    worst : a bound on |acc| (per channel or one value): no product may wrap 32 bits
+    multiply : False (shift mode): every ratio must be a power of two; multiplier is
+        None, shift = -log2(ratio), clamped to 31 from above (a larger shift gives 0
+        anyway for |acc| < 2**30). True: a ratio that is no power of two becomes
+        ``multiplier * 2**-shift`` with the LARGEST shift in [-31, 31] such that
+        ``multiplier = floor(ratio * 2**shift + 0.5)`` is at most `max_multiplier` and
+        ``worst * multiplier + 2**(shift - 1) < 2**31`` (module docstring)
+    max_multiplier : the largest multiplier allowed, in [1, 32767]: 32767 for the
+        ALU's MUL (the default), `POOL_MULTIPLIER_MAX` (127) for a multiplier a back half
+        applies as an int8 GEMM weight (a shift-mode average pool)
+    Returns ints for a scalar ratio, tuples of ints per channel; the multiplier is None
+    when every ratio is a power of two. Raises QuantizationError for a ratio that is not
+    positive and finite or that needs a left shift beyond 31, a non-power-of-two ratio
+    without `multiply`, or a `max_multiplier` out of range."""
+    if (isinstance(max_multiplier, bool) or not isinstance(max_multiplier, (int, np.integer))
+            or not MULTIPLIER_MIN <= max_multiplier <= MULTIPLIER_MAX):
+        raise QuantizationError(f"requantize_params: max_multiplier must be an integer in "
+                                f"[{MULTIPLIER_MIN}, {MULTIPLIER_MAX}], not {max_multiplier!r}")
     ratios = np.atleast_1d(np.asarray(ratio, dtype=np.float64))
     worsts = np.broadcast_to(np.asarray(worst, dtype=np.int64), ratios.shape)
     scalar = np.ndim(ratio) == 0
@@ -180,7 +207,7 @@ def requantize_params(ratio, worst=0, *, multiply: bool) -> tuple[Any, Any]:
     else:
         multipliers, shifts = [], []
         for r, w in zip(ratios.tolist(), worsts.tolist()):
-            m, s = _multiplier_shift(r, int(w))
+            m, s = _multiplier_shift(r, int(w), int(max_multiplier))
             multipliers.append(m)
             shifts.append(s)
     if scalar:
@@ -188,10 +215,10 @@ def requantize_params(ratio, worst=0, *, multiply: bool) -> tuple[Any, Any]:
     return (None if multipliers is None else tuple(multipliers)), tuple(shifts)
 
 
-def _multiplier_shift(ratio: float, worst: int) -> tuple[int, int]:
+def _multiplier_shift(ratio: float, worst: int, max_multiplier: int) -> tuple[int, int]:
     for shift in range(SHIFT_MAX, SHIFT_MIN - 1, -1):
         m = max(MULTIPLIER_MIN, int(round_half_up(ratio * 2.0 ** shift)))
-        if m > MULTIPLIER_MAX:
+        if m > max_multiplier:
             continue
         rounding = 1 << (shift - 1) if shift > 0 else 0
         if worst * m + rounding <= INT32_MAX:

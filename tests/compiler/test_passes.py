@@ -147,13 +147,35 @@ def test_fold_batch_norm_into_weights(kind, with_bias):
     assert_same_outputs(g, out)
 
 
-@pytest.mark.parametrize("case", ["graph_input", "after_add", "two_consumers", "after_relu"])
-def test_fold_batch_norm_fallback_mul_add(case):
+def old_mul_add(g: Graph, bn: str) -> Graph:
+    """`g` with batch_norm node `bn` replaced as fold_batch_norm used to replace it:
+    ``x * inv + (beta - mean * inv)`` with float32 per-channel constants: the float
+    semantics its depthwise convolution must keep."""
+    out = infer_shapes(g)
+    node = out.node(bn)
+    scale, beta, mean, var = (out.tensors[i].data.astype(np.float64) for i in node.inputs[1:])
+    inv = scale / np.sqrt(var + node.attrs["epsilon"])
+    shape = (1, -1) + (1,) * (len(out.tensors[node.inputs[0]].shape) - 2)
+    out.remove_node(bn)
+    a = out.add_constant("old_scale", inv.reshape(shape).astype(np.float32))
+    c = out.add_constant("old_shift", (beta - mean * inv).reshape(shape).astype(np.float32))
+    m = out.add_node("mul", [node.inputs[0], a])
+    out.add_node("add", [m, c], node.outputs)
+    return out
+
+
+@pytest.mark.parametrize("case", ["graph_input", "after_add", "two_consumers", "after_relu",
+                                  "after_concat"])
+def test_fold_batch_norm_fallback_is_a_depthwise_conv(case):
     g = Graph("bn2")
     x = g.add_input("x", (1, 4, 3, 3))
     outputs = []
     if case == "graph_input":
         src = x
+    elif case == "after_concat":
+        a = g.add_node("conv2d", [x, g.add_constant("wa", rand(3, 4, 1, 1))])
+        b = g.add_node("conv2d", [x, g.add_constant("wb", rand(1, 4, 1, 1))])
+        src = g.add_node("concat", [a, b], axis=1)
     else:
         y = g.add_node("conv2d", [x, g.add_constant("w", rand(4, 4, 1, 1))],
                        activation="relu" if case == "after_relu" else None)
@@ -163,14 +185,174 @@ def test_fold_batch_norm_fallback_mul_add(case):
             src = y
         if case == "two_consumers":
             outputs.append(g.add_node("relu", [y]))
-    z = g.add_node("batch_norm", [src] + bn_params(g, 4))
+    z = g.add_node("batch_norm", [src] + bn_params(g, 4), epsilon=1e-3)
     g.set_outputs([z] + outputs)
     out = fold_batch_norm(g)
     ops = out.count_ops()
-    assert "batch_norm" not in ops and ops["mul"] == 1 and ops["add"] >= 1
-    assert out.metadata["folded_batch_norm"][0]["how"] == "mul_add"
+    assert "batch_norm" not in ops and "mul" not in ops
+    (record,) = out.metadata["folded_batch_norm"]
+    assert record == {"node": "batch_norm", "into": "batch_norm", "how": "depthwise_conv"}
+    dw = out.node(record["into"])
+    assert dw.op == "conv2d" and dw.attrs["groups"] == 4 and dw.outputs == [z]
+    assert dw.inputs[0] == src
+    assert out.tensors[dw.inputs[1]].shape == (4, 1, 1, 1)
+    assert out.tensors[dw.inputs[2]].shape == (4,)
     assert out.outputs == g.outputs
     assert_same_outputs(g, out)
+    assert_same_outputs(old_mul_add(g, "batch_norm"), out)   # what mul + add computed
+
+
+def test_fold_batch_norm_on_other_ranks_is_mul_add():
+    # BatchNorm1d on a dense output another node reads: no NCHW activation to convolve.
+    g = Graph("bn1d")
+    x = g.add_input("x", (2, 7))
+    y = g.add_node("dense", [x, g.add_constant("w", rand(4, 7))])
+    z = g.add_node("batch_norm", [y] + bn_params(g, 4))
+    g.set_outputs([z, g.add_node("relu", [y])])
+    out = fold_batch_norm(g)
+    assert out.count_ops() == {"dense": 1, "mul": 1, "add": 1, "relu": 1}
+    assert out.metadata["folded_batch_norm"] == [{"node": "batch_norm", "into": None,
+                                                   "how": "mul_add"}]
+    assert_same_outputs(g, out)
+
+
+def dense_layer_graph():
+    """DenseNet-style: two convs concatenated, then BN -> ReLU -> conv1x1; the concat is
+    also a graph output (as the next dense layer would read it)."""
+    g = Graph("dense_layer")
+    x = g.add_input("x", (1, 3, 6, 6))
+    a = g.add_node("conv2d", [x, g.add_constant("wa", rand(12, 3, 3, 3))], pads=(1, 1, 1, 1),
+                   activation="relu")
+    b = g.add_node("conv2d", [x, g.add_constant("wb", rand(20, 3, 3, 3))], pads=(1, 1, 1, 1),
+                   activation="relu")
+    cat = g.add_node("concat", [a, b], axis=1)
+    y = g.add_node("relu", [g.add_node("batch_norm", [cat] + bn_params(g, 32), name="bn")])
+    z = g.add_node("conv2d", [y, g.add_constant("wc", rand(8, 32, 1, 1))])
+    g.set_outputs([z, cat])
+    return g
+
+
+def test_prepare_fuses_the_relu_after_a_batch_norm_on_a_concat():
+    g = dense_layer_graph()
+    out = prepare(g)
+    assert out.count_ops() == {"conv2d": 4, "concat": 1}
+    dw = out.node("bn")
+    assert dw.op == "conv2d" and dw.attrs["groups"] == 32
+    assert dw.attrs["activation"] == "relu"
+    assert {"node": "bn", "op": "conv2d", "absorbed": "relu", "absorbed_op": "relu",
+            "as": "activation", "activation": "relu", "clip_min": None,
+            "clip_max": None} in out.metadata["fused"]
+    assert out.metadata["folded_batch_norm"] == [{"node": "bn", "into": "bn",
+                                                   "how": "depthwise_conv"}]
+    assert_same_outputs(g, out, tol=1e-4)
+
+
+def test_onnx_batch_norm_after_concat_becomes_a_depthwise_conv(tmp_path):
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+
+    from vdla.compiler.frontend.onnx_import import from_onnx
+
+    rng = np.random.default_rng(3)
+
+    def init(name, *shape, low=None):
+        value = rng.random(shape) + 0.5 if low else rng.standard_normal(shape) * 0.3
+        return numpy_helper.from_array(value.astype(np.float32), name)
+
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "wa"], ["a"], pads=[1, 1, 1, 1]),
+         helper.make_node("Conv", ["x", "wb"], ["b"], kernel_shape=[1, 1]),
+         helper.make_node("Concat", ["a", "b"], ["cat"], axis=1),
+         helper.make_node("BatchNormalization", ["cat", "s", "t", "m", "v"], ["bn"],
+                          epsilon=1e-5),
+         helper.make_node("Relu", ["bn"], ["r"]),
+         helper.make_node("Conv", ["r", "wc"], ["y"], kernel_shape=[1, 1])], "bn_concat",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5, 8, 8])],
+        initializer=[init("wa", 12, 3, 3, 3), init("wb", 20, 3, 1, 1),
+                     init("s", 32, low=True), init("t", 32), init("m", 32),
+                     init("v", 32, low=True), init("wc", 5, 32, 1, 1)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    path = tmp_path / "bn_concat.onnx"
+    onnx.save(model, str(path))
+    g = from_onnx(str(path))
+    assert "batch_norm" in g.count_ops()
+    out = prepare(g)
+    assert out.count_ops() == {"conv2d": 4, "concat": 1}
+    (record,) = out.metadata["folded_batch_norm"]
+    assert record["how"] == "depthwise_conv"
+    dw = out.node(record["into"])
+    assert dw.attrs["groups"] == 32 and dw.attrs["activation"] == "relu"
+    assert_same_outputs(g, out, tol=1e-4)
+
+
+# --- fold_channel_affine -----------------------------------------------------------------
+
+def affine_graph(src: str, tail):
+    """x (1, 4, 3, 3) -> `src` ("input", "conv", "concat") -> tail ops (op, constant or
+    None for another activation)."""
+    g = Graph("affine")
+    x = g.add_input("x", (1, 4, 3, 3))
+    if src == "conv":
+        y = g.add_node("conv2d", [x, g.add_constant("w", rand(4, 4, 3, 3))], pads=(1, 1, 1, 1))
+    elif src == "concat":
+        a = g.add_node("conv2d", [x, g.add_constant("wa", rand(2, 4, 1, 1))], activation="relu")
+        b = g.add_node("conv2d", [x, g.add_constant("wb", rand(2, 4, 1, 1))])
+        y = g.add_node("concat", [a, b], axis=1)
+    else:
+        y = x
+    for op, const in tail:
+        y = g.add_node(op, [y, x if const is None else g.add_constant(f"{op}_c", const)])
+    g.set_outputs([y])
+    return g
+
+
+@pytest.mark.parametrize("src", ["input", "concat"])
+@pytest.mark.parametrize("tail", [
+    [("mul", rand(1, 4, 1, 1)), ("add", rand(4, 1, 1))],
+    [("mul", rand(4, 1, 1))],
+    [("mul", np.float32(0.5))],
+    [("add", rand(1, 4, 1, 1))],
+], ids=["mul_add", "mul", "mul_scalar", "add"])
+def test_fold_channel_affine_makes_a_depthwise_conv(src, tail):
+    g = affine_graph(src, tail)
+    out = prepare(g)
+    (record,) = out.metadata["folded_channel_affine"]
+    assert record["how"] == "depthwise_conv"
+    assert record["nodes"] == [n.name for n in g.nodes() if n.op in ("mul", "add")]
+    dw = out.node(record["into"])
+    assert dw.op == "conv2d" and dw.attrs["groups"] == 4
+    assert not {"mul", "add"} & set(out.count_ops())
+    assert_same_outputs(g, out, tol=1e-5)
+
+
+def test_fold_channel_affine_into_the_conv_before_it():
+    g = affine_graph("conv", [("mul", rand(1, 4, 1, 1)), ("add", rand(1, 4, 1, 1))])
+    out = prepare(g)
+    assert out.count_ops() == {"conv2d": 1}
+    assert out.metadata["folded_channel_affine"] == [
+        {"nodes": ["mul", "add"], "into": "conv2d", "how": "weights"}]
+    assert out.node("conv2d").attrs["groups"] == 1
+    assert_same_outputs(g, out, tol=1e-5)
+    # An add alone after a conv is fuse's: it becomes the bias, not a depthwise conv.
+    g = affine_graph("conv", [("add", rand(1, 4, 1, 1))])
+    out = prepare(g)
+    assert out.count_ops() == {"conv2d": 1}
+    assert out.metadata["folded_channel_affine"] == []
+    assert [f["as"] for f in out.metadata["fused"]] == ["bias"]
+
+
+@pytest.mark.parametrize("tail", [
+    [("mul", None)],                       # two activations
+    [("mul", rand(3))],                    # (3,) broadcasts along W, not C
+    [("add", rand(1, 4, 3, 3))],           # not per channel
+])
+def test_fold_channel_affine_leaves_other_products(tail):
+    g = affine_graph("input", tail)
+    out = prepare(g)
+    assert out.count_ops() == g.count_ops()
+    assert out.metadata["folded_channel_affine"] == []
 
 
 # --- fuse --------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ import pytest
 import vdla
 from vdla.compiler import Graph, GraphError, quantize, run_reference
 from vdla.compiler.passes import QuantizationError, quantize_error
+from vdla.compiler.passes.quantize import _Quantizer
 
 SHIFT, MULTIPLY = "shift", "multiply"
 MODES = pytest.mark.parametrize("mode", [SHIFT, MULTIPLY], ids=["shift", "multiply"])
@@ -494,11 +495,141 @@ def test_standalone_clip_and_ops_without_integer_form(mode):
     assert q.producer(lrn.inputs[0]).op == "dequantize"
     assert {c.op for c in q.consumers(lrn.outputs[0])} == {"quantize"}
     # A pool whose windows have different counts (padding, count_include_pad False) has no
-    # integer form; a count of 9 has one only with a multiplier.
-    assert ops.count("avg_pool2d") == (2 if mode == SHIFT else 1)
-    assert ops.count("qavg_pool2d") == (0 if mode == SHIFT else 1)
+    # integer form; a count of 9 has one with a multiplier (in shift mode an int8 one).
+    assert ops.count("avg_pool2d") == 1 and ops.count("qavg_pool2d") == 1
+    (pool,) = [n for n in q.nodes() if n.op == "qavg_pool2d"]
+    assert 1 <= pool.attrs["multiplier"] <= (127 if mode == SHIFT else 32767)
     for err in quantize_error(g, q, b.samples(6, seed=9)).values():
         assert err["relative"] < 0.05
+
+
+# --- quantizing early: float ops that commute with quantize run on int8 ---------------------
+
+def early_graph():
+    """Float ops (LRN, softmax) followed by ops that commute with quantize:
+    lrn -> max_pool (3x3/2, pads, ceil) -> relu -> clip -> conv (a chain);
+    lrn -> max_pool (3x3/1) -> concat with a conv (an inception branch) -> conv;
+    lrn -> max_pool -> a conv and a softmax (a float reader: stays float);
+    softmax -> max_pool -> graph output (stays float)."""
+    b = Builder("early", (1, 4, 11, 11), seed=12)
+    g = b.g
+    y = g.add_node("lrn", [b.conv(b.x, 8, act=None)], size=3, name="lrn")
+    p = g.add_node("max_pool2d", [y], kernel=(3, 3), strides=(2, 2), pads=(1, 1, 1, 1),
+                   ceil_mode=True, name="pool_chain")
+    p = g.add_node("relu", [p], name="relu_chain")
+    p = g.add_node("clip", [p], min=0.1, max=0.7, name="clip_chain")
+    chain = b.conv(p, 6, act=None)
+    branch = g.add_node("max_pool2d", [y], kernel=(3, 3), strides=(1, 1), pads=(1, 1, 1, 1),
+                        name="pool_branch")
+    cat = g.add_node("concat", [b.conv(y, 4), branch], axis=1, name="cat")
+    merged = b.conv(cat, 6, act=None)
+    shared = g.add_node("max_pool2d", [y], kernel=(2, 2), strides=(2, 2), name="pool_shared")
+    soft = g.add_node("softmax", [shared], axis=1, name="soft")
+    used = b.conv(shared, 6, act=None)
+    last = g.add_node("max_pool2d", [soft], kernel=(2, 2), strides=(2, 2), name="pool_out")
+    return b, b.build(chain, merged, used, last)
+
+
+def quantize_late(g, samples, mode):
+    """`quantize` as it was before quantizing early: every float op stays float."""
+    original = _Quantizer.pull_into_int8
+    _Quantizer.pull_into_int8 = lambda self: None
+    try:
+        return quantize(g, samples, mode)
+    finally:
+        _Quantizer.pull_into_int8 = original
+
+
+@MODES
+def test_commuting_ops_on_float_data_run_on_int8_bit_exactly(mode):
+    b, g = early_graph()
+    cal = b.samples(8, seed=13)
+    q, late = quantize(g, cal, mode), quantize_late(g, cal, mode)
+    dtype = {n.name: q.tensors[n.outputs[0]].dtype for n in q.nodes()}
+    # The chain and the branch run on int8, their input quantized once before them.
+    for name in ("pool_chain", "relu_chain", "pool_branch"):
+        assert dtype[name] == "int8", name
+    assert q.node("clip_chain").op == "qadd" and dtype["clip_chain"] == "int8"
+    assert q.producer(q.node("pool_chain").inputs[0]).op == "quantize"
+    assert q.producer(q.node("pool_branch").inputs[0]).op == "quantize"
+    # The branch is quantized straight at the concat's scale: no rescale before it.
+    assert q.node("cat").inputs[1] == q.node("pool_branch").outputs[0]
+    assert q.tensors[q.node("pool_branch").outputs[0]].scale == \
+        q.tensors[q.node("cat").outputs[0]].scale
+    # A float reader (softmax) or a graph output keeps the pool in float.
+    assert dtype["pool_shared"] == "float32" and dtype["pool_out"] == "float32"
+    assert late.count_ops()["max_pool2d"] == 4 and \
+        all(late.tensors[n.outputs[0]].dtype == "float32" for n in late.nodes()
+            if n.op in ("max_pool2d", "relu", "clip"))
+    assert q.count_ops().get("quantize", 0) <= late.count_ops()["quantize"]
+    # Bit for bit what pooling in float then quantizing gave, on every output and on
+    # the int8 values the convs read.
+    for seed in range(4):
+        x = b.samples(1, seed=20 + seed)["x"][0] * (1 + seed)     # some values clip
+        got, want = run_reference(q, {"x": x}, keep=True), run_reference(late, {"x": x},
+                                                                          keep=True)
+        for name in g.outputs:
+            np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+        clipped = q.node("clip_chain").outputs[0]
+        (late_q,) = [n.outputs[0] for n in late.consumers(clipped) if n.op == "quantize"]
+        np.testing.assert_array_equal(got[clipped], want[late_q])
+        (late_b,) = [n.outputs[0] for n in late.consumers(q.node("pool_branch").outputs[0])
+                     if n.op == "quantize"]
+        np.testing.assert_array_equal(got[q.node("pool_branch").outputs[0]], want[late_b])
+    check_integer_tensors(q, run_reference(q, {"x": b.samples(1, seed=30)["x"][0]},
+                                           keep=True))
+
+
+def quantize_with_float_pools(g, samples):
+    """Shift-mode `quantize` as it was before average pools took multipliers: a pool
+    whose count is no power of two runs in float."""
+    original = _Quantizer.classify
+
+    def classify(self, node):
+        if node.op in ("avg_pool2d", "global_avg_pool2d"):
+            count = self.constant_count(node)
+            if count is None or count & (count - 1):
+                return "float"
+        return original(self, node)
+
+    _Quantizer.classify = classify
+    try:
+        return quantize(g, samples, SHIFT)
+    finally:
+        _Quantizer.classify = original
+
+
+@pytest.mark.parametrize("hw, kernel", [((7, 7), None), ((6, 5), None), ((9, 9), (3, 3))],
+                         ids=["global_49", "global_30", "avg_3x3"])
+def test_shift_mode_average_pools_take_an_int8_multiplier(hw, kernel):
+    b = Builder("gap", (1, 3) + hw, seed=14)
+    y = b.conv(b.x, 16)
+    if kernel is None:
+        y = b.g.add_node("global_avg_pool2d", [y])
+        count = hw[0] * hw[1]
+    else:
+        y = b.g.add_node("avg_pool2d", [y], kernel=kernel, strides=(3, 3))
+        count = kernel[0] * kernel[1]
+    g = b.build(b.dense(b.g.add_node("flatten", [y]), 10))
+    cal, test = b.samples(8, seed=15), b.samples(8, seed=16)
+    q = quantize(g, cal, SHIFT)
+    assert not {"avg_pool2d", "global_avg_pool2d", "dequantize"} & \
+        {n.op for n in q.nodes() if n.outputs[0] not in q.outputs}
+    (pool,) = [n for n in q.nodes() if n.op in ("qavg_pool2d", "qglobal_avg_pool2d")]
+    m, shift = pool.attrs["multiplier"], pool.attrs["shift"]
+    assert isinstance(m, int) and 1 <= m <= 127 and -31 <= shift <= 31
+    ratio = q.tensors[pool.inputs[0]].scale / (count * q.tensors[pool.outputs[0]].scale)
+    assert m == math.floor(ratio * 2.0 ** shift + 0.5)             # the rounded ratio
+    assert math.floor(ratio * 2.0 ** (shift + 1) + 0.5) > 127      # the largest shift
+    assert m >= 64                                                 # 7 significant bits
+    # Every other requantization is still a pure shift.
+    assert [n.name for n, _, v in requant_attrs(q) if v is not None] == [pool.name]
+    # The 7-bit multiplier costs little against pooling in float, as shift mode did.
+    err = quantize_error(g, q, test)
+    before = quantize_error(g, quantize_with_float_pools(g, cal), test)
+    for name in g.outputs:
+        assert err[name]["relative"] < 0.1
+        assert err[name]["relative"] <= 1.5 * before[name]["relative"] + 0.005
 
 
 def test_calibration_forms_and_percentile():

@@ -9,7 +9,8 @@ import pytest
 
 import vdla
 from vdla import AluOp
-from vdla.compiler.reference.integer import (MULTIPLIER_MAX, QuantizationError, requantize,
+from vdla.compiler.reference.integer import (MULTIPLIER_MAX, POOL_MULTIPLIER_MAX,
+                                             QuantizationError, requantize,
                                              requantize_params, wrap32)
 from vdla.isa import Uop
 from vdla_testing import load_acc_insn, put, reference_alu_op, run_acc_program
@@ -220,3 +221,27 @@ def test_multiply_mode_edge_cases():
     assert isinstance(m, tuple) and isinstance(s, tuple) and s[0] > s[1]
     with pytest.raises(QuantizationError, match="too large for any multiplier"):
         requantize_params(0.3, 1 << 31, multiply=True)
+
+
+@pytest.mark.parametrize("ratio, worst", [(1 / 49, 128 * 49), (1 / 9, 128 * 9), (0.3, 128),
+                                          (3 / 49, 128 * 49), (1e-6, 128)])
+def test_a_smaller_multiplier_bound_for_int8_multipliers(ratio, worst):
+    """A shift-mode average pool's multiplier is an int8 GEMM weight: at most 127, with
+    the same rule (largest shift, no wrap) as the ALU's 16-bit ones."""
+    m, s = requantize_params(ratio, worst, multiply=True, max_multiplier=POOL_MULTIPLIER_MAX)
+    assert POOL_MULTIPLIER_MAX == 127 and 1 <= m <= 127
+    assert m == int(np.floor(ratio * 2.0 ** s + 0.5)) or (m, s) == (1, 31)
+    if s < 31:
+        assert int(np.floor(ratio * 2.0 ** (s + 1) + 0.5)) > 127
+    wide = requantize_params(ratio, worst, multiply=True)
+    assert wide[1] >= s                                  # the 16-bit bound shifts further
+    if (m, s) != (1, 31):
+        assert abs(m * 2.0 ** -s / ratio - 1) < 1 / 128  # 7 significant bits
+    assert requantize_params(0.25, worst, multiply=True, max_multiplier=127) == (None, 2)
+
+
+@pytest.mark.parametrize("bound", [0, 32768, 1.5, True])
+def test_bad_multiplier_bounds_are_rejected(bound):
+    with pytest.raises(QuantizationError, match=r"max_multiplier must be an integer in "
+                                                 r"\[1, 32767\]"):
+        requantize_params(0.3, 128, multiply=True, max_multiplier=bound)
