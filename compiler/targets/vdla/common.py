@@ -160,6 +160,25 @@ class ArenaProgram:
         return relocate(self.program, base, self.config)
 
 
+def load_tables(p, regions: dict, config: HardwareConfig, n_uops: int, const_base: int,
+                n_const: int, n_weights: int):
+    """The start of a program that keeps its tables for the whole run (pools, elementwise
+    ops): LOAD UOP of its `n_uops` micro-ops, LOAD ACC of `n_const` constant-row entries
+    to acc index `const_base` (if any), LOAD WGT of its `n_weights` identity blocks to
+    wgt index 0, each from its arena region ("uop", "const", "weights")."""
+    def base(name: str, elem_bytes: int) -> int:
+        return regions[name].offset // elem_bytes
+
+    p.load(MemoryType.UOP, sram_base=0, dram_base=base("uop", config.uop_bytes), y_size=1,
+           x_size=n_uops, x_stride=n_uops)
+    if n_const:
+        p.load(MemoryType.ACC, sram_base=const_base,
+               dram_base=base("const", config.acc_elem_bytes), y_size=1, x_size=n_const,
+               x_stride=n_const)
+    p.load(MemoryType.WGT, sram_base=0, dram_base=base("weights", config.wgt_elem_bytes),
+           y_size=1, x_size=n_weights, x_stride=n_weights)
+
+
 def relocate(program: Program, base: int, config: HardwareConfig) -> Program:
     """`program` (emitted for an arena at DRAM address 0) for an arena at byte address
     `base` (aligned for every element type): every LOAD/STORE's dram_base moves by

@@ -71,11 +71,13 @@ from vdla.compiler.ir.graph import Graph
 from vdla.compiler.ir.layout import pack, unpack
 from vdla.compiler.ir.tensor import Node
 from vdla.compiler.targets.vdla.common import (ArenaProgram, AluStep, acc_rows, ceil_div,
+                                               load_tables,
                                                check_alu_ops, check_array, layout_arena,
                                                requant_steps, run_arena)
 from vdla.compiler.targets.vdla.cost import (BYTES_PER_CYCLE, DMA_CYCLES, INSN_CYCLES,
                                              _candidates, _split)
 from vdla.compiler.targets.vdla.schedules import ElementwiseSchedule
+from vdla.compiler.targets.vdla.uops import KernelTable
 from vdla.config import ISA_FIXED_WIDTHS, AluOp, HardwareConfig
 from vdla.isa import MemoryType, Program, Uop, encode_uops
 from vdla.runtime.builder import ProgramBuilder
@@ -288,7 +290,7 @@ def elementwise_tiles(L: ElementwiseLayer, s: ElementwiseSchedule):
         yield k, nb, ob0, p0, min(s.tile_c, L.blocks - ob0), min(s.tile_p, L.pixels - p0)
 
 
-class ElementwiseUops:
+class ElementwiseUops(KernelTable):
     """Every micro-op of the program, loaded once at its start; kernels are interned by
     content (`kernel`). The inp buffer holds two operand windows (ping-pong), each with
     the operands at multiples of a full tile's size; the acc buffer the two output tiles
@@ -299,9 +301,8 @@ class ElementwiseUops:
 
     def __init__(self, L: ElementwiseLayer, s: ElementwiseSchedule,
                  config: HardwareConfig | None):
+        super().__init__()
         self.L, self.s = L, s
-        self.uops: list[Uop] = []
-        self._kernels: dict[tuple, tuple[int, int]] = {}
         self.tile = s.tile_c * s.tile_p
         self.operand = s.tile_c * L.ratio * s.tile_p      # inp entries of one operand
         self.windows = PingPong(L.operands * self.operand)
@@ -316,14 +317,6 @@ class ElementwiseUops:
                 for ob0 in range(0, L.blocks, s.tile_c):
                     self.passes(k, tp, ob0)
         self.frozen = len(self.uops)
-
-    def kernel(self, uops) -> tuple[int, int]:
-        """(uop_bgn, uop_end) of micro-ops `uops`, appended once."""
-        key = tuple(uops)
-        if key not in self._kernels:
-            self._kernels[key] = (len(self.uops), len(self.uops) + len(key))
-            self.uops.extend(key)
-        return self._kernels[key]
 
     def passes(self, k: int, tp: int, ob0: int) -> dict:
         """The micro-op kernels of tile `k` (`tp` pixels, channel tile from block `ob0`):
@@ -477,14 +470,7 @@ def _emit(L: ElementwiseLayer, s: ElementwiseSchedule, c: HardwareConfig, u: Ele
     out0 = base("output", c.out_elem_bytes)
     p = ProgramBuilder(c)
     tokens = RegionTokens(p)
-    p.load(MemoryType.UOP, sram_base=0, dram_base=base("uop", c.uop_bytes), y_size=1,
-           x_size=len(u.uops), x_stride=len(u.uops))
-    if L.const_rows:
-        n = L.const_rows * L.blocks
-        p.load(MemoryType.ACC, sram_base=u.const_base, dram_base=base("const", c.acc_elem_bytes),
-               y_size=1, x_size=n, x_stride=n)
-    p.load(MemoryType.WGT, sram_base=0, dram_base=base("weights", c.wgt_elem_bytes), y_size=1,
-           x_size=L.ratio, x_stride=L.ratio)
+    load_tables(p, regions, c, len(u.uops), u.const_base, L.const_rows * L.blocks, L.ratio)
     for k, nb, ob0, p0, tc, tp in elementwise_tiles(L, s):
         kernels = u.passes(k, tp, ob0)
         o, win = u.outputs.base(k), u.windows.base(k)

@@ -58,7 +58,7 @@ from vdla.compiler.ir.graph import Graph
 from vdla.compiler.ir.layout import pack, unpack
 from vdla.compiler.ir.tensor import Node
 from vdla.compiler.targets.vdla.common import (ArenaProgram, acc_rows, check_array,
-                                               layout_arena, run_arena)
+                                               layout_arena, load_tables, run_arena)
 from vdla.compiler.targets.vdla.cost import choose_pool2d
 from vdla.compiler.targets.vdla.layers import (AVG, Pool2dLayer, pool2d_layer, window_cols,
                                                window_rows)
@@ -160,14 +160,7 @@ def _emit(L: Pool2dLayer, s: Pool2dSchedule, c: HardwareConfig, steps, u: PoolUo
     inp0, out0 = base("input", c.inp_elem_bytes), base("output", c.out_elem_bytes)
     p = ProgramBuilder(c)
     tokens = RegionTokens(p)
-    p.load(MemoryType.UOP, sram_base=0, dram_base=base("uop", c.uop_bytes), y_size=1,
-           x_size=len(u.uops), x_stride=len(u.uops))
-    if L.const_rows:
-        n = L.const_rows * L.blocks
-        p.load(MemoryType.ACC, sram_base=u.const_base, dram_base=base("const", c.acc_elem_bytes),
-               y_size=1, x_size=n, x_stride=n)
-    p.load(MemoryType.WGT, sram_base=0, dram_base=base("weights", c.wgt_elem_bytes), y_size=1,
-           x_size=L.ratio, x_stride=L.ratio)
+    load_tables(p, regions, c, len(u.uops), u.const_base, L.const_rows * L.blocks, L.ratio)
     tiles = u.tiles
     for t in tiles:
         k = u.tile_passes[t.k]

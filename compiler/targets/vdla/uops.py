@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import dataclasses
 
-from vdla.compiler.targets.vdla.common import ceil_div
 from vdla.compiler.targets.vdla.layers import (AVG, Conv2dLayer, Pool2dLayer, window_cols,
                                                window_rows)
 from vdla.config import HardwareConfig
 from vdla.isa import Uop
 from vdla.runtime.tokens import PingPong
 
-__all__ = ["ConvUops", "PoolTile", "PoolUops", "acc_region", "conv_uop_count",
+__all__ = ["ConvUops", "KernelTable", "PoolTile", "PoolUops", "acc_region", "conv_uop_count",
            "conv_uop_table", "inp_blocks", "inp_chunk", "pool_tiles", "residual_inp"]
 
 
@@ -200,16 +199,33 @@ def _valid(first_out: int, count: int, tap: int, stride: int, pad: int, size: in
     return (valid[0], valid[-1] + 1) if valid else (0, 0)
 
 
-class PoolUops:
+class KernelTable:
+    """Micro-op kernels interned by content: `kernel(uops)` appends a kernel once and
+    returns its (uop_bgn, uop_end), so tiles of one shape share their micro-ops. The
+    pool and elementwise tables build on it."""
+
+    def __init__(self):
+        self.uops: list[Uop] = []
+        self._kernels: dict[tuple, tuple[int, int]] = {}
+
+    def kernel(self, uops) -> tuple[int, int]:
+        """(uop_bgn, uop_end) of micro-ops `uops`, appended once."""
+        key = tuple(uops)
+        if key not in self._kernels:
+            self._kernels[key] = (len(self.uops), len(self.uops) + len(key))
+            self.uops.extend(key)
+        return self._kernels[key]
+
+
+class PoolUops(KernelTable):
     """Every micro-op of the program, loaded once at its start. Kernels are interned by
     content (`kernel`), so tiles of one shape share them. The acc buffer holds the two
     output regions at 0 and `tile`, the widened window (max pooling) at `widened`, and the
     constant rows at the top."""
 
     def __init__(self, L: Pool2dLayer, s, config: HardwareConfig | None):
+        super().__init__()
         self.L, self.s = L, s
-        self.uops: list[Uop] = []
-        self._kernels: dict[tuple, tuple[int, int]] = {}
         self.tile = s.tile_c * s.tile_h * s.tile_w
         self.chunk = window_rows(L, s.tile_h) * window_cols(L, s.tile_w)
         # Consecutive tiles alternate between two input windows and two output regions,
@@ -222,14 +238,6 @@ class PoolUops:
         self.tiles = pool_tiles(L, s)
         # Every kernel is interned now (the table is loaded first); the emitter reuses these.
         self.tile_passes = [self.passes(tile) for tile in self.tiles]
-
-    def kernel(self, uops) -> tuple[int, int]:
-        """(uop_bgn, uop_end) of micro-ops `uops`, appended once."""
-        key = tuple(uops)
-        if key not in self._kernels:
-            self._kernels[key] = (len(self.uops), len(self.uops) + len(key))
-            self.uops.extend(key)
-        return self._kernels[key]
 
     def region(self, t: PoolTile) -> int:
         """acc (and out) index of tile `t`'s output region."""
