@@ -122,6 +122,17 @@ def acc_rows(values: np.ndarray, config: HardwareConfig) -> np.ndarray:
         v, values.shape[:-1] + (v.shape[-3], config.batch, config.block_out)).astype(np.int32))
 
 
+def identity_blocks(config: HardwareConfig, ratio: int, scale: int = 1) -> np.ndarray:
+    """The weight blocks that move int8 activations into the accumulators on the GEMM
+    core: ``E_j[o, i] = scale * (o == j * block_in + i)`` for j < `ratio` (input blocks per
+    output block), int8 (ratio, block_out, block_in). A micro-op with ``E_j`` adds input
+    block j of an output block's channels (times `scale`) to the accumulators."""
+    o = np.arange(config.block_out)[None, :, None]
+    i = np.arange(config.block_in)[None, None, :]
+    j = np.arange(ratio)[:, None, None]
+    return ((o == j * config.block_in + i) * scale).astype(np.int8)
+
+
 # --- the arena -----------------------------------------------------------------------------
 
 @dataclasses.dataclass(frozen=True)

@@ -73,7 +73,7 @@ from vdla.compiler.ir.layout import pack, unpack
 from vdla.compiler.ir.tensor import Node
 from vdla.compiler.reference.integer import wrap32
 from vdla.compiler.targets.vdla.common import (ArenaProgram, acc_rows, check_array,
-                                               layout_arena, run_arena)
+                                               identity_blocks, layout_arena, run_arena)
 from vdla.compiler.targets.vdla.cost import choose_conv2d
 from vdla.compiler.targets.vdla.layers import (Conv2dLayer, ConvEpilogue, conv2d_layer,
                                                window_cols, window_rows)
@@ -165,7 +165,7 @@ class LoweredConv2d(ArenaProgram):
         data = {"uop": np.frombuffer(self.uop_bytes, np.uint8),
                 "weights": self.pack_weights(weights)}
         if self.layer.residual_ratio:
-            data["identity"] = self.identity_blocks()
+            data["identity"] = identity_blocks(self.config, self.layer.residual_ratio)
         if len(self.const_rows):
             data["const"] = self.pack_constants(bias)
         elif bias is not None:
@@ -196,14 +196,6 @@ class LoweredConv2d(ArenaProgram):
             return pack(r.astype(np.int32), "NCHW", self.out_layout)
         r = np.pad(r, ((0, 0), (0, L.out_blocks * c.block_out - L.o), (0, 0), (0, 0)))
         return pack(r, "NCHW", self.data_layout)
-
-    def identity_blocks(self) -> np.ndarray:
-        """The weight blocks that widen the residual: E_j[o, i] = (o == j * block_in + i),
-        int8 (residual_ratio, block_out, block_in)."""
-        c, ratio = self.config, self.layer.residual_ratio
-        o = np.arange(c.block_out)[:, None]
-        i = np.arange(c.block_in)[None, :]
-        return np.stack([(o == j * c.block_in + i) for j in range(ratio)]).astype(np.int8)
 
     def unpack_output(self, raw: np.ndarray) -> np.ndarray:
         L, c = self.layer, self.config

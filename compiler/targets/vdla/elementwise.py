@@ -71,7 +71,7 @@ from vdla.compiler.ir.graph import Graph
 from vdla.compiler.ir.layout import pack, unpack
 from vdla.compiler.ir.tensor import Node
 from vdla.compiler.targets.vdla.common import (ArenaProgram, AluStep, acc_rows, ceil_div,
-                                               load_tables,
+                                               identity_blocks, load_tables,
                                                check_alu_ops, check_array, layout_arena,
                                                requant_steps, run_arena)
 from vdla.compiler.targets.vdla.cost import (BYTES_PER_CYCLE, DMA_CYCLES, INSN_CYCLES,
@@ -367,18 +367,10 @@ class LoweredElementwise(ArenaProgram):
     uop_bytes: bytes
     const_rows: np.ndarray        # (R, padded C) int32
 
-    def identity_weights(self) -> np.ndarray:
-        """The `ratio` weight blocks E_j (ratio, block_out, block_in) int8."""
-        c = self.config
-        o = np.arange(c.block_out)[None, :, None]
-        i = np.arange(c.block_in)[None, None, :]
-        j = np.arange(self.layer.ratio)[:, None, None]
-        return (o == j * c.block_in + i).astype(np.int8)
-
     def static_data(self) -> dict:
         """The arena regions that stay the same from run to run: {region: array}."""
         data = {"uop": np.frombuffer(self.uop_bytes, np.uint8),
-                "weights": self.identity_weights()}
+                "weights": identity_blocks(self.config, self.layer.ratio)}
         if len(self.const_rows):
             data["const"] = acc_rows(self.const_rows, self.config)
         return data

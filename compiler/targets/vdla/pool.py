@@ -58,7 +58,8 @@ from vdla.compiler.ir.graph import Graph
 from vdla.compiler.ir.layout import pack, unpack
 from vdla.compiler.ir.tensor import Node
 from vdla.compiler.targets.vdla.common import (ArenaProgram, acc_rows, check_array,
-                                               layout_arena, load_tables, run_arena)
+                                               identity_blocks, layout_arena, load_tables,
+                                               run_arena)
 from vdla.compiler.targets.vdla.cost import choose_pool2d
 from vdla.compiler.targets.vdla.layers import (AVG, Pool2dLayer, pool2d_layer, window_cols,
                                                window_rows)
@@ -90,19 +91,11 @@ class LoweredPool2d(ArenaProgram):
     uop_bytes: bytes
     const_rows: np.ndarray        # (R, padded C) int32
 
-    def identity_weights(self) -> np.ndarray:
-        """The `ratio` weight blocks E_j (ratio, block_out, block_in) int8, times the
-        layer's `weight_scale` (an average pool's multiplier)."""
-        c = self.config
-        o = np.arange(c.block_out)[None, :, None]
-        i = np.arange(c.block_in)[None, None, :]
-        j = np.arange(self.layer.ratio)[:, None, None]
-        return ((o == j * c.block_in + i) * self.layer.weight_scale).astype(np.int8)
-
     def static_data(self) -> dict:
         """The arena regions that stay the same from run to run: {region: array}."""
         data = {"uop": np.frombuffer(self.uop_bytes, np.uint8),
-                "weights": self.identity_weights()}
+                "weights": identity_blocks(self.config, self.layer.ratio,
+                                           self.layer.weight_scale)}
         if len(self.const_rows):
             data["const"] = acc_rows(self.const_rows, self.config)
         return data

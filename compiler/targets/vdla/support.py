@@ -19,6 +19,7 @@ import numpy as np
 
 from vdla.compiler.ir.graph import Graph
 from vdla.compiler.ir.tensor import Node
+from vdla.compiler.reference.integer import POOL_MULTIPLIER_MAX
 from vdla.config import ISA_FIXED_WIDTHS, AluOp, HardwareConfig
 
 __all__ = ["describe", "pool_weight_scale"]
@@ -77,7 +78,8 @@ def pool_weight_scale(node: Node) -> int:
     if m is None:
         return 1
     values = np.unique(np.atleast_1d(np.asarray(m, dtype=np.int64)))
-    return int(values[0]) if values.size == 1 and 1 <= values[0] <= 127 else 1
+    return (int(values[0]) if values.size == 1 and 1 <= values[0] <= POOL_MULTIPLIER_MAX
+            else 1)
 
 
 def _int8_input(graph: Graph, node: Node) -> bool:

@@ -85,7 +85,7 @@ def test_relu_reads_int8_through_the_gemm_core():
     assert not any(i.memory_type == MemoryType.ACC for i in loads)
     assert any(i.memory_type == MemoryType.INP for i in loads)
     assert lowered.data_layout == "NCHW1n16c"
-    np.testing.assert_array_equal(lowered.identity_weights()[0], np.eye(16, dtype=np.int8))
+    np.testing.assert_array_equal(lowered.static_data()["weights"][0], np.eye(16, dtype=np.int8))
 
 
 # --- qadd of two activations ---------------------------------------------------------------------
