@@ -35,8 +35,8 @@ import numpy as np
 
 from vdla.compiler.ir.graph import Graph, Node
 
-__all__ = ["CompiledOp", "GraphRun", "OpRun", "OpStats", "Progress", "Support", "Target",
-           "TargetSession"]
+__all__ = ["CompiledOp", "DeviceValue", "GraphRun", "OpRun", "OpStats", "Progress", "Support",
+           "Target", "TargetSession", "Transfer"]
 
 #: Called as each node starts: (nodes done, total nodes, node name).
 Progress = Callable[[int, int, str], None]
@@ -90,6 +90,41 @@ class OpRun:
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class DeviceValue:
+    """A tensor that stays in a target session's memory (the accelerator's DRAM) between
+    the ops that write and read it: what `TargetSession.run` returns for an output it
+    keeps, and is given for an input it holds. Only a host op or a model output makes
+    the model session read it back (`TargetSession.fetch`)."""
+
+    session: "TargetSession"
+    tensor: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Transfer:
+    """Activations the host moved between its memory and a target's during a run.
+
+    tensor : the tensor moved
+    target : the target whose memory it went to or came from
+    direction : ``to_target`` (packed and written) or ``to_host`` (read and unpacked)
+    op : the op that needed it (``""``: the model's outputs)
+    bytes : bytes moved
+    seconds : host wall time of the move (packing, DMA, unpacking)
+    between : True when the move sits between two ops of targets other than the host
+        (a target op's output read back although no host op needs it, or written to a
+        target again): the repacking that keeping activations in place avoids
+    """
+
+    tensor: str
+    target: str
+    direction: str
+    op: str
+    bytes: int
+    seconds: float
+    between: bool = False
+
+
 class GraphRun(NamedTuple):
     """A whole graph run in one call (`TargetSession.run_graph`): the graph's outputs by
     name, and each op's wall time measured inside the program (op name -> seconds)."""
@@ -132,7 +167,29 @@ class TargetSession(abc.ABC):
     @abc.abstractmethod
     def run(self, op: CompiledOp, node: Node, args: list[np.ndarray | None]) -> OpRun:
         """Run compiled `op` (of graph node `node`) on its inputs `args` (one per node
-        input, None for an absent optional input)."""
+        input, None for an absent optional input; a `DeviceValue` for a tensor the
+        session `holds`). An output may come back as a `DeviceValue` of this session."""
+
+    def holds(self, tensor: str) -> bool:
+        """Whether `tensor` lives in this session's memory between ops (the model session
+        then hands it to `run` as a `DeviceValue`, writing it with `put` first when no op
+        of this session produced it). False by default: every value is an array."""
+        return False
+
+    def put(self, tensor: str, value: np.ndarray) -> int:
+        """Write the host's `value` of held `tensor` into this session's memory; returns
+        the bytes written."""
+        raise ValueError(f"{type(self).__name__} holds no tensors (put {tensor!r})")
+
+    def fetch(self, tensor: str) -> np.ndarray:
+        """The value of held `tensor`, read back to the host."""
+        raise ValueError(f"{type(self).__name__} holds no tensors (fetch {tensor!r})")
+
+    def drain_transfers(self) -> list["Transfer"]:
+        """The host transfers this session made inside `run` since the last call (a
+        session that packs every op's operands itself reports them here); none by
+        default."""
+        return []
 
     def run_graph(self, feed: Mapping[str, np.ndarray]) -> "GraphRun | None":
         """The graph run in one call, for a session that holds every node and runs them

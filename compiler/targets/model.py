@@ -13,7 +13,11 @@ bit-exact by construction. This is the one place the fallback rule lives.
 
 A `ModelSession` opens a session of every target the model uses and runs the ops in
 topological order, feeding each op the values its inputs hold; each op's `OpStats`
-carries the common fields, and `RunResult.summary` each target's totals.
+carries the common fields, and `RunResult.summary` each target's totals. A value a
+target session keeps in its own memory (the accelerator's DRAM) stays there as a
+`DeviceValue`: the model session writes a tensor to a target only when the target holds
+it and did not produce it, and reads one back only for another target (a host op) or a
+model output. Every such move is a `Transfer` of the run (`RunResult.host_time`).
 """
 
 from __future__ import annotations
@@ -27,8 +31,8 @@ import numpy as np
 from vdla.compiler.ir.graph import DTYPES, Graph
 from vdla.compiler.passes.partition import Partition, partition
 from vdla.compiler.reference.executor import check_inputs
-from vdla.compiler.targets.base import (CompiledOp, GraphRun, OpStats, Progress, Target,
-                                        TargetSession)
+from vdla.compiler.targets.base import (CompiledOp, DeviceValue, GraphRun, OpStats, Progress,
+                                        Target, TargetSession, Transfer)
 from vdla.compiler.targets.host import HOST, HostTarget
 
 __all__ = ["CompiledModel", "ModelSession", "RunResult", "compile_model"]
@@ -123,6 +127,7 @@ class RunResult:
     summary : per target name, its totals (`TargetSession.summary`; vdla: ``cycles``,
         ``seconds_at_clock``)
     values : every tensor of the run (only with ``run(..., keep=True)``), else None
+    transfers : every move of activations between the host and a target (`Transfer`)
     """
 
     outputs: dict[str, np.ndarray]
@@ -130,6 +135,26 @@ class RunResult:
     wall_seconds: float
     summary: dict[str, dict]
     values: dict[str, np.ndarray] | None = None
+    transfers: tuple[Transfer, ...] = ()
+
+    def host_time(self) -> dict:
+        """What the host did in this run, apart from the targets' devices: its ops
+        (count, wall seconds) and its moves of activations (count, bytes, seconds),
+        and of those the moves between two target ops (``between_*``: zero when every
+        activation stays in the target's memory from producer to consumer);
+        ``seconds`` is the host ops' and the moves' time together."""
+        host_ops = [s for s in self.ops if s.target == HOST]
+        between = [t for t in self.transfers if t.between]
+        ops_s = sum(s.wall_seconds for s in host_ops)
+        moved_s = sum(t.seconds for t in self.transfers)
+        return {"ops": len(host_ops), "op_seconds": ops_s,
+                "transfers": len(self.transfers),
+                "transfer_bytes": sum(t.bytes for t in self.transfers),
+                "transfer_seconds": moved_s,
+                "between_transfers": len(between),
+                "between_bytes": sum(t.bytes for t in between),
+                "between_seconds": sum(t.seconds for t in between),
+                "seconds": ops_s + moved_s}
 
     @property
     def cycles(self) -> int | None:
@@ -156,6 +181,7 @@ class ModelSession:
             raise TypeError(f"ModelSession: compiled must be a CompiledModel, not "
                             f"{type(compiled).__name__}")
         self.compiled = compiled
+        self._where = {op.name: op.target for op in compiled.ops}
         self._sessions: dict[str, TargetSession] = {}
         try:
             for name, target in compiled.targets.items():
@@ -207,28 +233,88 @@ class ModelSession:
         if self.closed:
             raise ValueError("ModelSession.run: the session is closed")
         graph = self.compiled.graph
-        values = check_inputs(graph, feed)
+        values: dict[str, Any] = check_inputs(graph, feed)
         for name, t in graph.tensors.items():
             if t.is_constant:
                 values[name] = t.data
-        stats = []
+        stats, transfers = [], []
+        fetched: dict[str, np.ndarray] = {}    # held tensors read back this run
+        written: set[tuple[str, str]] = set()   # (target, tensor) written this run
         ops = self.compiled.ops
         start = time.perf_counter()
         for i, op in enumerate(ops):
             if progress is not None:
                 progress(i, len(ops), op.name)
             node = graph.node(op.name)
+            session = self._sessions[op.target]
+            args = []
+            for t in node.inputs:
+                if not t:
+                    args.append(None)
+                elif not session.holds(t):
+                    args.append(self._on_host(t, values[t], op.name, fetched, transfers))
+                else:
+                    value = values[t]
+                    if not (isinstance(value, DeviceValue) and value.session is session) \
+                            and (op.target, t) not in written:
+                        array = self._on_host(t, value, op.name, fetched, transfers)
+                        t0 = time.perf_counter()
+                        nbytes = session.put(t, array)
+                        transfers.append(self._transfer(t, op.target, "to_target", op.name,
+                                                        nbytes, time.perf_counter() - t0))
+                        written.add((op.target, t))
+                    args.append(DeviceValue(session, t))
             t0 = time.perf_counter()
-            ran = self._sessions[op.target].run(
-                op, node, [values[t] if t else None for t in node.inputs])
+            ran = session.run(op, node, args)
+            seconds = time.perf_counter() - t0
+            moved = session.drain_transfers()
+            transfers.extend(dataclasses.replace(m, between=self._between(m.tensor, m.direction))
+                             for m in moved)
+            seconds -= sum(m.seconds for m in moved)    # reported as transfers instead
             for out, value in zip(node.outputs, ran.outputs):
-                values[out] = np.asarray(value).astype(DTYPES[graph.tensors[out].dtype],
-                                                       copy=False)
+                values[out] = (value if isinstance(value, DeviceValue) else
+                               np.asarray(value).astype(DTYPES[graph.tensors[out].dtype],
+                                                        copy=False))
             stats.append(OpStats(op.name, op.op, op.target, op.reason, op.schedule,
-                                 time.perf_counter() - t0, ran.cycles, ran.macs, ran.bytes,
-                                 dict(ran.extra)))
+                                 seconds, ran.cycles, ran.macs, ran.bytes, dict(ran.extra)))
+        outputs = {name: self._on_host(name, values[name], "", fetched, transfers)
+                   for name in graph.outputs}
         wall = time.perf_counter() - start
         summary = {name: session.summary([s for s in stats if s.target == name])
                    for name, session in self._sessions.items()}
-        return RunResult({name: values[name] for name in graph.outputs}, tuple(stats), wall,
-                         summary, values if keep else None)
+        if keep:   # after the timing: not a transfer of the run
+            values = {name: (v.session.fetch(name) if isinstance(v, DeviceValue) else v)
+                      for name, v in values.items()}
+        return RunResult(outputs, tuple(stats), wall, summary, values if keep else None,
+                         tuple(transfers))
+
+    def _on_host(self, tensor: str, value, op: str, fetched: dict, transfers: list):
+        """`value` as an array on the host: a held tensor is read back once per run (a
+        logged `Transfer`)."""
+        if not isinstance(value, DeviceValue):
+            return value
+        if tensor not in fetched:
+            t0 = time.perf_counter()
+            array = value.session.fetch(tensor)
+            fetched[tensor] = array
+            target = next(n for n, s in self._sessions.items() if s is value.session)
+            transfers.append(self._transfer(tensor, target, "to_host", op, array.nbytes,
+                                            time.perf_counter() - t0))
+        return fetched[tensor]
+
+    def _transfer(self, tensor, target, direction, op, nbytes, seconds) -> Transfer:
+        return Transfer(tensor, target, direction, op, int(nbytes), seconds,
+                        self._between(tensor, direction))
+
+    def _between(self, tensor: str, direction: str) -> bool:
+        """Whether moving `tensor` this way is repacking between two target ops: written
+        to a target although a target op produced it, or read back although every
+        reader is a target op (and it is no model output)."""
+        graph, where = self.compiled.graph, self._where
+        producer = graph.producer(tensor)
+        if direction == "to_target":
+            return producer is not None and where[producer.name] != HOST
+        readers = graph.consumers(tensor)
+        return (producer is not None and where[producer.name] != HOST
+                and tensor not in graph.outputs and bool(readers)
+                and all(where[n.name] != HOST for n in readers))
