@@ -22,7 +22,7 @@ REPORT_KEYS = {"model", "target", "options", "board", "input", "batch", "quantiz
                "bit_exact", "mismatch", "cycles", "seconds_at_clock", "gemm_utilization",
                "quantize_seconds", "compile_seconds", "wall_seconds", "summary", "records",
                "tuned_ops", "ops", "precision", "max_error", "whole_graph_seconds",
-               "whole_graph_op_seconds"}
+               "whole_graph_op_seconds", "host", "transfers", "end_to_end_seconds"}
 
 
 def run_json(tmp_path, capsys, *args: str) -> tuple[dict, str]:
@@ -45,13 +45,24 @@ def test_digits_on_functional_writes_the_report(tmp_path, capsys):
     ops = report["ops"]
     assert all(set(op) == OP_KEYS for op in ops)
     assert [op["target"] for op in ops] == [
-        "host", "vdla", "vdla", "vdla", "vdla", "host", "vdla", "host"]
+        "host", "vdla", "vdla", "vdla", "vdla", "vdla", "vdla", "host"]
     vdla_ops = [op for op in ops if op["target"] == "vdla"]
-    assert all(op["bytes"] > 0 and op["schedule"]["tile_h"] >= 1 for op in vdla_ops)
-    assert all(op["cycles"] is None for op in ops)
+    # The flatten is a view of its input's DRAM buffer: no program, nothing moved.
+    assert [op["op"] for op in vdla_ops if op["schedule"] is None] == ["flatten"]
+    assert all(op["bytes"] > 0 and op["schedule"]["tile_h"] >= 1 for op in vdla_ops
+               if op["op"] != "flatten")
+    assert all(op["cycles"] is None for op in ops if op["op"] != "flatten")
+    # The host moved the quantized image in and the logits out, nothing between ops.
+    host = report["host"]
+    assert host["ops"] == 2 and host["transfers"] == 2 and host["between_transfers"] == 0
+    assert [(t["direction"], t["between"]) for t in report["transfers"]] == [
+        ("to_target", False), ("to_host", False)]
+    assert report["transfers"][0]["bytes"] == 64 * 16   # 8x8 pixels, one channel block
+    assert report["end_to_end_seconds"] is None
+    assert "between vdla ops: no host work" in out
 
     lines = out.splitlines()
-    assert lines[0].startswith("digits_cnn: 8 ops (5 on vdla, 3 on the host)")
+    assert lines[0].startswith("digits_cnn: 8 ops (6 on vdla, 2 on the host)")
     assert "functional backend" in lines[0] and "test image 0" in lines[0]
     assert lines[1].split()[:4] == ["op", "kind", "on", "schedule"]
     conv = next(line for line in lines if "/features/features.0/Conv" in line).split()
@@ -75,16 +86,21 @@ def test_digits_on_functional_writes_the_report(tmp_path, capsys):
 def test_digits_on_verilator(tmp_path, capsys):
     report, out = run_json(tmp_path, capsys, "digits_cnn", "--sim", "verilator", "--seed", "7")
     assert report["options"]["backend"] == "verilator" and report["bit_exact"] is True
-    cycles = [op["cycles"] for op in report["ops"] if op["target"] == "vdla"]
+    cycles = [op["cycles"] for op in report["ops"]
+              if op["target"] == "vdla" and op["op"] != "flatten"]
     assert len(cycles) == 5 and all(c > 0 for c in cycles)
     assert report["cycles"] == sum(cycles)
     assert report["seconds_at_clock"] == pytest.approx(report["cycles"] / (CFG.clock_mhz * 1e6))
     for op in report["ops"]:
         if op["target"] == "vdla":   # a pool does no useful MACs: no GEMM utilization
             util = op["extra"]["gemm_utilization"]
-            assert util is None if op["op"] == "max_pool2d" else 0 < util <= 1
+            assert util is None if op["op"] in ("max_pool2d", "flatten") else 0 < util <= 1
     assert "test image 7" in out
     assert f"total cycles: {report['cycles']:,} = " in out and "at 100 MHz" in out
+    # End to end: the accelerator's time at its clock plus the host's.
+    assert report["end_to_end_seconds"] == pytest.approx(
+        report["seconds_at_clock"] + report["host"]["seconds"])
+    assert "end to end: " in out
     # The whole model's GEMM utilization: useful MACs over the accelerator's cycles (all
     # its ops, pools included; host ops excluded) times the peak MACs per cycle.
     macs = sum(op["macs"] for op in report["ops"] if op["target"] == "vdla")
@@ -104,7 +120,7 @@ def test_onnx_path(tmp_path, capsys):
                            "--calibration", "2")
     assert report["model"] == str(path) and report["bit_exact"] is True
     assert {op["op"] for op in report["ops"] if op["target"] == "vdla"} == {
-        "qconv2d", "max_pool2d", "qavg_pool2d", "qdense"}
+        "qconv2d", "max_pool2d", "qavg_pool2d", "flatten", "qdense"}
 
 
 def test_a_dynamic_batch_is_noted_and_set_by_batch(tmp_path, capsys):

@@ -127,7 +127,8 @@ def _op_table(ops, simulated: set[str] = frozenset()) -> list[str]:
     hardware's speed), the targets' own figures (GEMM
     utilization), bytes moved. `simulated`: the names of the targets whose wall time is a
     simulator's."""
-    extras = sorted({key for s in ops for key in s.extra})
+    # (a view's mark shows in the schedule column)
+    extras = sorted({key for s in ops for key in s.extra if key != "view"})
     header = ("op", "kind", "on", "schedule", "cycles", "wall ms", "GOP/s",
               *(_EXTRA_LABELS.get(k, k.replace("_", " ")) for k in extras), "DRAM bytes")
 
@@ -141,7 +142,8 @@ def _op_table(ops, simulated: set[str] = frozenset()) -> list[str]:
             return "-"
         return f"{value:.1%}" if isinstance(value, float) else str(value)
 
-    rows = [(s.name, s.op, s.target, format_schedule(s.schedule),
+    rows = [(s.name, s.op, s.target,
+             "view" if s.extra.get("view") else format_schedule(s.schedule),
              "-" if s.cycles is None else f"{s.cycles:,}",
              f"{s.wall_seconds * 1e3:.2f}", gops(s),
              *(extra(s.extra.get(k)) for k in extras),
@@ -253,6 +255,9 @@ def _report(args, target, board, outcome, whole=None) -> None:
                   f"{summary['seconds_at_clock'] * 1e3:.3f} ms at {summary['clock_mhz']:g} MHz")
     if "gemm_utilization" in summary:
         print(_utilization_line(target, summary))
+    if target.name != "host":
+        for line in _host_lines(target, result, summary):
+            print(line)
     prepared = "prepare" if outcome.precision == "float32" else "prepare + quantize"
     print(f"{prepared}: {outcome.quantize_seconds:.2f} s; compile: "
           f"{compiled.compile_seconds:.2f} s; run: {result.wall_seconds:.2f} s wall")
@@ -268,6 +273,36 @@ def _report(args, target, board, outcome, whole=None) -> None:
     else:
         print(f"bit-exact vs the quantized reference: {'yes' if outcome.bit_exact else 'NO'}"
               + ("" if outcome.bit_exact else f" ({outcome.mismatch})"))
+
+
+def _host_lines(target, result, summary) -> list[str]:
+    """What the host did besides the target's ops (its ops; the activations it moved,
+    and which of those sat between two target ops: none when activations stay in the
+    target's memory) and the run end to end: the target's time at its clock plus the
+    host's."""
+    host = result.host_time()
+    kinds = sorted({s.op for s in result.ops if s.target == "host"})
+    moved = ", ".join(f"{t.tensor} {'to ' + t.target if t.direction == 'to_target' else 'back'}"
+                      for t in result.transfers[:4]) + (", ..." if len(result.transfers) > 4
+                                                        else "")
+    lines = [f"host: {host['ops']} ops in {host['op_seconds'] * 1e3:.2f} ms"
+             + (f" ({', '.join(kinds)})" if kinds else "")
+             + f"; {host['transfers']} activation transfers, {host['transfer_bytes']:,} bytes "
+             f"in {host['transfer_seconds'] * 1e3:.2f} ms" + (f" ({moved})" if moved else "")]
+    if host["between_transfers"]:
+        lines.append(f"between {target.name} ops: {host['between_transfers']} transfers, "
+                     f"{host['between_bytes']:,} bytes in {host['between_seconds'] * 1e3:.2f} ms "
+                     "(the host repacks activations: this config's block_in and block_out "
+                     "differ)")
+    else:
+        lines.append(f"between {target.name} ops: no host work (activations stay in "
+                     f"{target.name}'s memory from producer to consumer)")
+    at_clock = summary.get("seconds_at_clock")
+    if at_clock is not None:
+        lines.append(f"end to end: {at_clock * 1e3:.3f} ms on {target.name} at "
+                     f"{summary['clock_mhz']:g} MHz + {host['seconds'] * 1e3:.3f} ms on the host "
+                     f"= {(at_clock + host['seconds']) * 1e3:.3f} ms")
+    return lines
 
 
 def _utilization_line(target, summary) -> str:
@@ -303,5 +338,11 @@ def _json_report(args, target, outcome, whole=None) -> dict:
             "quantize_seconds": outcome.quantize_seconds,
             "compile_seconds": outcome.compiled.compile_seconds,
             "wall_seconds": result.wall_seconds, "summary": result.summary,
+            # The host's ops and activation moves (`RunResult.host_time`), each move, and
+            # the run end to end: the target's time at its clock plus the host's.
+            "host": result.host_time(),
+            "transfers": [dataclasses.asdict(t) for t in result.transfers],
+            "end_to_end_seconds": (None if summary.get("seconds_at_clock") is None else
+                                   summary["seconds_at_clock"] + result.host_time()["seconds"]),
             "records": args.records, "tuned_ops": sorted(outcome.schedules),
             "ops": [s.to_dict() for s in result.ops]}

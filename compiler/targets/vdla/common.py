@@ -190,10 +190,12 @@ def load_tables(p, regions: dict, config: HardwareConfig, n_uops: int, const_bas
            y_size=1, x_size=n_weights, x_stride=n_weights)
 
 
-def relocate(program: Program, base: int, config: HardwareConfig) -> Program:
+def relocate(program: Program, base: int, config: HardwareConfig, move=None) -> Program:
     """`program` (emitted for an arena at DRAM address 0) for an arena at byte address
     `base` (aligned for every element type): every LOAD/STORE's dram_base moves by
-    `base` in its elements."""
+    `base` in its elements. `move(insn, elem_bytes)` may give an access another
+    dram_base instead (an activation in its tensor's buffer), or None to leave it to
+    the arena."""
     elem = {MemoryType.UOP: config.uop_bytes, MemoryType.INP: config.inp_elem_bytes,
             MemoryType.WGT: config.wgt_elem_bytes, MemoryType.ACC: config.acc_elem_bytes,
             MemoryType.OUT: config.out_elem_bytes}
@@ -201,10 +203,13 @@ def relocate(program: Program, base: int, config: HardwareConfig) -> Program:
     for insn in program:
         if isinstance(insn, (Load, Store)) and insn.x_size:
             size = elem[insn.memory_type]
-            if base % size:
-                raise ValueError(f"arena address {base:#x} is not aligned to {size}-byte "
-                                 f"{insn.memory_type.name} elements")
-            insn = dataclasses.replace(insn, dram_base=insn.dram_base + base // size)
+            moved = None if move is None else move(insn, size)
+            if moved is None:
+                if base % size:
+                    raise ValueError(f"arena address {base:#x} is not aligned to {size}-byte "
+                                     f"{insn.memory_type.name} elements")
+                moved = insn.dram_base + base // size
+            insn = dataclasses.replace(insn, dram_base=moved)
         insns.append(insn)
     return Program(tuple(insns), config)
 

@@ -24,6 +24,7 @@ from vdla.compiler.targets.vdla.elementwise import (ELEMENTWISE_OPS, choose_elem
                                                     elementwise_layer, estimate_elementwise)
 from vdla.compiler.targets.vdla.layers import POOL_OPS, conv2d_workload, pool2d_layer
 from vdla.compiler.targets.vdla.layers import Conv2dLayer
+from vdla.compiler.targets.vdla.placement import VIEW_OPS
 from vdla.compiler.targets.vdla.tuning import alu_passes
 from vdla.config import HardwareConfig
 
@@ -40,7 +41,8 @@ class OpEstimate:
     cycles : the timing model's cycles on the accelerator (None on the host)
     macs : the useful multiply-accumulates of a GEMM op (0 for pools and elementwise ops,
         None on the host)
-    schedule : the schedule estimated, as a dict (None on the host)
+    schedule : the schedule estimated, as a dict (None on the host and for views: concat,
+        flatten, which take no cycles)
     """
 
     name: str
@@ -71,6 +73,9 @@ def estimate_graph(graph: Graph, target, *, schedules: Mapping[str, Any] | None 
         ok, reason = target.supports(node, graph)
         if not ok:
             out.append(OpEstimate(node.name, node.op, "host", reason, None, None, None))
+            continue
+        if node.op in VIEW_OPS:    # no program: its producers write where readers look
+            out.append(OpEstimate(node.name, node.op, "vdla", reason, 0, 0, None))
             continue
         if node.op in POOL_OPS:
             layer, _, _ = pool2d_layer(node, graph, config)

@@ -13,16 +13,22 @@ accepts is lowered with `lower_conv2d`, `lower_pool2d` or `lower_elementwise` (t
 schedule from the tuner's records, else the timing model's pick), and its weights,
 constants and micro-ops are packed once.
 
-A session allocates DRAM for every op's arena and program and writes the static data
-once; each run writes only the activations an op reads, runs its program and reads its
-output back. The ops run one after the other: the host packs and unpacks activations
-between them (its NCHW <-> NCHW{b}n{c}c conversion is the host side of the DMA, as on a
-board).
+Activations stay in DRAM (`vdla.compiler.targets.vdla.placement`) on a config whose
+blocks agree (block_in == block_out): `compile_nodes` plans one buffer per tensor in the
+blocked layout, concats along channels and flattens are views of those buffers (no
+program), and every op's LOADs and STOREs of activations are relocated into the
+placements. The session writes a tensor only when no accelerator op produced it (a model
+input after ``quantize``, a host op's output) and reads one back only for a host op or a
+model output: between two accelerator ops the host does nothing. On other configs the
+session packs every op's inputs into its own arena and unpacks its output after it (the
+host's NCHW <-> NCHW{b}n{c}c conversion between every pair of ops), and reports those
+moves as transfers between accelerator ops.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -30,7 +36,9 @@ import numpy as np
 import vdla.runtime
 from vdla.compiler.ir.graph import Graph
 from vdla.compiler.ir.tensor import Node
-from vdla.compiler.targets.base import CompiledOp, OpRun, OpStats, Support, Target, TargetSession
+from vdla.compiler.targets.base import (CompiledOp, DeviceValue, OpRun, OpStats, Progress,
+                                        Support, Target, TargetSession, Transfer)
+from vdla.compiler.targets.vdla.channel_map import carries_map, map_problem, physical_node
 from vdla.compiler.targets.vdla.conv2d import LoweredConv2d, lower_conv2d
 from vdla.compiler.targets.vdla.cost import choose_pool2d
 from vdla.compiler.targets.vdla.elementwise import (ELEMENTWISE_OPS, LoweredElementwise,
@@ -38,6 +46,9 @@ from vdla.compiler.targets.vdla.elementwise import (ELEMENTWISE_OPS, LoweredElem
                                                     lower_elementwise)
 from vdla.compiler.targets.vdla.estimate import estimate_graph
 from vdla.compiler.targets.vdla.layers import POOL_OPS, conv2d_layer, pool2d_layer
+from vdla.compiler.targets.vdla.placement import (VIEW_OPS, BufferPlan, concat_conflicts,
+                                                  concat_view_problem, flatten_view_problem,
+                                                  plan_buffers, relocate_to, resident)
 from vdla.compiler.targets.vdla.pool import LoweredPool2d, lower_pool2d
 from vdla.compiler.targets.vdla.schedules import (Conv2dSchedule, ElementwiseSchedule,
                                                   Pool2dSchedule)
@@ -55,11 +66,41 @@ GEMM_OPS = ("qconv2d", "qdense")
 @dataclasses.dataclass(frozen=True, eq=False)
 class VdlaKernel:
     """A compiled op on the accelerator: the lowered program (`LoweredConv2d` or
-    `LoweredPool2d`, `LoweredElementwise`) and the arena regions written once per session
-    ({region: array})."""
+    `LoweredPool2d`, `LoweredElementwise`; None for a view: concat, flatten, reshape),
+    the arena regions written once per session ({region: array}), and the model's
+    `BufferPlan` (shared by all its ops; None where activations do not stay in DRAM)."""
 
-    lowered: LoweredConv2d | LoweredPool2d | LoweredElementwise
+    lowered: LoweredConv2d | LoweredPool2d | LoweredElementwise | None
     static: Mapping[str, np.ndarray]
+    plan: BufferPlan | None = dataclasses.field(default=None, repr=False)
+    macs: int | None = None    # the node's useful MACs where the lowered layer has pads
+
+    @property
+    def useful_macs(self) -> int:
+        return self.macs if self.macs is not None else self.lowered.layer.macs
+
+
+def _activations(graph: Graph, nodes: Sequence[Node]) -> dict[str, list[str]]:
+    """Node name -> the activations it reads and writes, in order: its data input, a
+    convolution's residual, elementwise operands, views' inputs, outputs (not weights,
+    biases or other constants)."""
+    def operands(n: Node) -> list[str]:
+        return [n.inputs[0], n.input(3)] if n.op in GEMM_OPS else list(n.inputs)
+    return {n.name: [t for t in operands(n) + list(n.outputs)
+                     if t and not graph.tensors[t].is_constant] for n in nodes}
+
+
+def activation_regions(lowered, node: Node) -> dict[str, str]:
+    """The arena regions of `lowered` (of graph node `node`) that hold activations:
+    {region: tensor name} (input, an int8 residual, elementwise operands, output)."""
+    if isinstance(lowered, LoweredElementwise):
+        regions = {f"input{i}": node.inputs[i] for i in lowered.layer.inputs}
+    else:
+        regions = {"input": node.inputs[0]}
+    if isinstance(lowered, LoweredConv2d) and lowered.layer.has_residual:
+        regions["residual"] = node.inputs[3]
+    regions["output"] = node.outputs[0]
+    return regions
 
 
 class VdlaTarget(Target):
@@ -130,6 +171,13 @@ class VdlaTarget(Target):
     # --- what runs here -----------------------------------------------------------------
 
     def supports(self, node: Node, graph: Graph) -> Support:
+        if node.op in VIEW_OPS:
+            problem = self._view_problem(node, graph)
+            if problem:
+                return Support(False, f"{node.op} on the host: {problem}")
+            return Support(True, "a view: concat parts are written into slices of one DRAM "
+                           "buffer by their producers" if node.op == "concat" else
+                           "a view: the dense layer reads its input's DRAM buffer in place")
         ok, reason = describe(node, graph, self.config)
         if not ok:
             return Support(False, reason)
@@ -138,6 +186,49 @@ class VdlaTarget(Target):
         except ValueError as exc:
             return Support(False, str(exc))
         return Support(True, reason)
+
+    def _view_problem(self, node: Node, graph: Graph) -> str | None:
+        """Why `node` (concat, flatten, reshape) cannot be a view of DRAM buffers here."""
+        if node.op != "concat":
+            problem = flatten_view_problem(node, graph, self.config)
+        else:
+            problem = concat_view_problem(node, graph, self.config) or \
+                self._concat_refusals(graph).get(node.name)
+        if problem:
+            return problem
+        plan = self._graph_plan(graph)
+        p = plan.placements.get(node.outputs[0]) if plan else None
+        if p is not None and not p.identity:   # its readers must follow the channel map
+            return map_problem(graph, node.outputs[0],
+                               lambda reader: self.supports(reader, graph).ok)
+        return None
+
+    def _concat_refusals(self, graph: Graph) -> dict[str, str]:
+        """Concat node -> why it cannot be a view (`concat_conflicts`), cached for the
+        last graph asked about."""
+        cache = getattr(self, "_views_cache", None)
+        key = (id(graph), len(graph.nx), len(graph.tensors))
+        if cache is None or cache[0] != key or cache[1] is not graph:
+            concats = [n for n in graph.nodes() if n.op == "concat"
+                       and concat_view_problem(n, graph, self.config) is None]
+            refusals = concat_conflicts(graph, concats, self.config,
+                                        lambda n: carries_map(n, graph))
+            views = [n for n in graph.nodes() if n.op in VIEW_OPS and n.name not in refusals
+                     and (concat_view_problem(n, graph, self.config) if n.op == "concat" else
+                          flatten_view_problem(n, graph, self.config)) is None]
+            # Channel maps flow through per-channel ops: plan with every node the
+            # accelerator may run (by what it is; the lowering's checks are not needed).
+            names = {n.name for n in views}
+            nodes = [n for n in graph.nodes() if n.name in names
+                     or (n.op not in VIEW_OPS and describe(n, graph, self.config)[0])]
+            plan = plan_buffers(graph, nodes, self.config, _activations(graph, nodes),
+                                lambda n: carries_map(n, graph)) if views else None
+            cache = self._views_cache = (key, graph, refusals, plan)
+        return cache[2]
+
+    def _graph_plan(self, graph: Graph) -> BufferPlan | None:
+        self._concat_refusals(graph)
+        return self._views_cache[3]
 
     def _check_lowerable(self, node: Node, graph: Graph):
         """What only the lowering knows; ValueError naming the problem. A convolution has
@@ -167,6 +258,13 @@ class VdlaTarget(Target):
     # --- compiling -----------------------------------------------------------------------
 
     def compile_op(self, node: Node, graph: Graph, schedule: Any = None) -> CompiledOp:
+        if node.op in VIEW_OPS:
+            if schedule is not None:
+                raise TypeError(f"{node.op} node {node.name!r} is a view: it takes no schedule")
+            problem = self._view_problem(node, graph)
+            if problem:
+                raise ValueError(f"{node.op} node {node.name!r} cannot run on vdla: {problem}")
+            return CompiledOp(node.name, node.op, self.name, "", None, VdlaKernel(None, {}))
         kind = (Pool2dSchedule if node.op in POOL_OPS else
                 ElementwiseSchedule if node.op in ELEMENTWISE_OPS else Conv2dSchedule)
         if schedule is not None and not isinstance(schedule, kind):
@@ -184,6 +282,35 @@ class VdlaTarget(Target):
             static = lowered.static_data(graph.constant(node.inputs[1]), bias)
         return CompiledOp(node.name, node.op, self.name, "",
                           dataclasses.asdict(lowered.schedule), VdlaKernel(lowered, static))
+
+    def compile_nodes(self, graph: Graph, nodes: Sequence[Node], *,
+                      schedules: Mapping[str, Any], progress: Progress | None = None,
+                      start: int = 0, total: int | None = None) -> list[CompiledOp]:
+        """Compile `nodes`. On a config whose activations stay in DRAM, first plan their
+        buffers (`plan_buffers`; views need the plan, and are refused without it), then
+        compile every node over its tensors' physical channels (`physical_node`: the
+        same node unless a concat or flatten view gave one a channel map) and give every
+        op the plan."""
+        if not resident(self.config):
+            return super().compile_nodes(graph, nodes, schedules=schedules,
+                                         progress=progress, start=start, total=total)
+        plan = plan_buffers(graph, nodes, self.config, _activations(graph, nodes),
+                            lambda n: carries_map(n, graph))
+        ops = []
+        total = len(nodes) if total is None else total
+        for i, node in enumerate(nodes):
+            if progress is not None:
+                progress(start + i, total, node.name)
+            t0 = time.perf_counter()
+            phys, scratch = physical_node(node, graph, plan.placements)
+            op = self.compile_op(phys, scratch, schedules.get(node.name))
+            kernel = dataclasses.replace(op.kernel, plan=plan)
+            if phys is not node and node.op in GEMM_OPS:   # the layer's own MACs, no pads
+                kernel = dataclasses.replace(
+                    kernel, macs=conv2d_layer(node, graph, self.config)[0].macs)
+            ops.append(dataclasses.replace(op, kernel=kernel,
+                                           compile_seconds=time.perf_counter() - t0))
+        return ops
 
     # --- running -------------------------------------------------------------------------
 
@@ -222,7 +349,8 @@ class VdlaSession(TargetSession):
     ops : its `CompiledOp` s on this target
     device : an open `vdla.runtime.Device` of the target's config, or None to open one
         of the target's backend (closed with the session; a given one stays open)
-    Allocates every op's arena and program and writes the static data now.
+    Allocates every op's arena and program and the activation buffers of the ops' plan
+    (if any) and writes the static data now.
     """
 
     def __init__(self, target: VdlaTarget, graph: Graph, ops: Sequence[CompiledOp],
@@ -232,26 +360,53 @@ class VdlaSession(TargetSession):
         if device is not None and getattr(device, "config", None) != config:
             raise ValueError(f"the model is compiled for config {config.name}; the device has "
                              f"{getattr(getattr(device, 'config', None), 'name', device)!r}")
+        plans = {id(op.kernel.plan): op.kernel.plan for op in ops}
+        if len(plans) > 1:
+            raise ValueError("the ops were compiled apart (they carry different buffer plans); "
+                             "compile the model's ops together (compile_nodes)")
+        self.plan: BufferPlan | None = next(iter(plans.values()), None)
+        views = [op.name for op in ops if op.kernel.lowered is None]
+        if views and self.plan is None:
+            raise ValueError(f"view ops {views} need the buffer plan of compile_nodes")
         self._own = device is None
         self.device = device if device is not None else vdla.runtime.open(
             config, backend=target.backend, **target.device_options)
         self._placed: dict[str, _Placed] = {}
         self._allocated: list[int] = []
+        self._buffers: dict[str, int] = {}
+        self._transfers: list[Transfer] = []
         try:
+            if self.plan is not None:
+                for name, buf in self.plan.buffers.items():
+                    self._buffers[name] = self._alloc(buf.nbytes)
             for op in ops:
-                self._placed[op.name] = self._place(op.kernel)
+                if op.kernel.lowered is not None:
+                    self._placed[op.name] = self._place(op.kernel, graph.node(op.name))
         except BaseException:
             self.close()
             raise
 
-    def _place(self, kernel: VdlaKernel) -> _Placed:
+    def _alloc(self, nbytes: int) -> int:
+        addr = self.device.alloc(nbytes)
+        self._allocated.append(addr)
+        return addr
+
+    def _place(self, kernel: VdlaKernel, node: Node) -> _Placed:
         lowered, dev = kernel.lowered, self.device
-        arena = dev.alloc(lowered.arena_bytes)
-        self._allocated.append(arena)
+        arena = self._alloc(lowered.arena_bytes)
         for region, array in kernel.static.items():
             if array.nbytes:
                 dev.write(arena + lowered.regions[region].offset, array)
-        insn_addr, count = dev.load_program(lowered.relocate(arena))
+        if self.plan is None:
+            program = lowered.relocate(arena)
+        else:
+            moved = {}
+            for region, tensor in activation_regions(lowered, node).items():
+                p = self.plan.placements[tensor]
+                moved[region] = (self._buffers[p.buffer], p, self.plan.buffers[p.buffer])
+            program = relocate_to(lowered.program, self.target.config, lowered.regions,
+                                  arena, moved)
+        insn_addr, count = dev.load_program(program)
         self._allocated.append(insn_addr)
         return _Placed(arena, insn_addr, count)
 
@@ -261,31 +416,90 @@ class VdlaSession(TargetSession):
             return
         for addr in self._allocated:
             device.free(addr)
-        self._allocated, self._placed = [], {}
+        self._allocated, self._placed, self._buffers = [], {}, {}
         if self._own:
             device.close()
 
-    def run(self, op: CompiledOp, node: Node, args) -> OpRun:
+    # --- activations in DRAM ------------------------------------------------------------
+
+    def holds(self, tensor: str) -> bool:
+        return self.plan is not None and tensor in self.plan.placements
+
+    def put(self, tensor: str, value: np.ndarray) -> int:
+        self._check_open("put")
+        base = self._buffers[self.plan.placements[tensor].buffer]
+        runs = self.plan.pack_placed(tensor, value)
+        for offset, data in runs:
+            self.device.write(base + offset, data)
+        return sum(data.nbytes for _, data in runs)
+
+    def fetch(self, tensor: str) -> np.ndarray:
+        self._check_open("fetch")
+        base = self._buffers[self.plan.placements[tensor].buffer]
+        return self.plan.unpack_placed(tensor, [self.device.read(base + offset, nbytes)
+                                                for offset, nbytes in
+                                                self.plan.read_runs(tensor)])
+
+    def drain_transfers(self) -> list[Transfer]:
+        moved, self._transfers = self._transfers, []
+        return moved
+
+    def _check_open(self, what: str):
         if self.device is None:
-            raise ValueError("the vdla session is closed")
+            raise ValueError(f"the vdla session is closed ({what})")
+
+    # --- running --------------------------------------------------------------------------
+
+    def run(self, op: CompiledOp, node: Node, args) -> OpRun:
+        self._check_open("run")
+        lowered = op.kernel.lowered
+        if self.plan is not None:
+            for name, arg in zip(node.inputs, args):
+                if self.holds(name) and not (isinstance(arg, DeviceValue)
+                                             and arg.session is self):
+                    raise ValueError(f"{node.op} node {node.name!r}: input {name!r} lives in "
+                                     "this session's DRAM; pass it as its DeviceValue")
+            if lowered is None:     # a view: its output is already where its readers look
+                return OpRun([DeviceValue(self, out) for out in node.outputs], 0, 0, 0,
+                             {"gemm_utilization": None, "view": True})
+            stats = self.device.run(self._placed[op.name].insn_addr,
+                                    self._placed[op.name].insn_count)
+            return self._op_run(op.kernel, stats, [DeviceValue(self, node.outputs[0])])
+        return self._run_in_arena(op, node, args)
+
+    def _run_in_arena(self, op: CompiledOp, node: Node, args) -> OpRun:
+        """Run `op` with its activations packed into its own arena and its output
+        unpacked after it (a config whose activations cannot stay in DRAM); the moves
+        are reported as transfers."""
         lowered, dev, placed = op.kernel.lowered, self.device, self._placed[op.name]
+        t0 = time.perf_counter()
         if isinstance(lowered, LoweredPool2d):
             data = lowered.input_data(args[0])
         elif isinstance(lowered, LoweredElementwise):
             data = lowered.input_data(*args)   # a zero constant operand is not written
         else:
             data = lowered.input_data(args[0], args[3] if len(args) > 3 else None)
+        names = activation_regions(lowered, node)
         for region, array in data.items():
             if array.nbytes:
                 dev.write(placed.arena + lowered.regions[region].offset, array)
+            self._transfers.append(Transfer(names[region], self.target.name, "to_target",
+                                            op.name, array.nbytes, time.perf_counter() - t0))
+            t0 = time.perf_counter()
         stats = dev.run(placed.insn_addr, placed.insn_count)
+        t0 = time.perf_counter()
         out = lowered.regions["output"]
         y = lowered.unpack_output(dev.read(placed.arena + out.offset, out.nbytes))
+        self._transfers.append(Transfer(node.outputs[0], self.target.name, "to_host", op.name,
+                                        out.nbytes, time.perf_counter() - t0))
+        return self._op_run(op.kernel, stats, [y])
+
+    def _op_run(self, kernel: VdlaKernel, stats: dict, outputs: list) -> OpRun:
         cycles = stats.get("cycles")
-        macs = lowered.layer.macs
+        macs = kernel.useful_macs
         config = self.target.config
         util = macs / (int(cycles) * config.macs_per_cycle) if cycles and macs else None
-        return OpRun([y], None if cycles is None else int(cycles), macs,
+        return OpRun(outputs, None if cycles is None else int(cycles), macs,
                      int(stats["dram_bytes_read"]) + int(stats["dram_bytes_written"]),
                      {"gemm_utilization": util})
 
@@ -298,7 +512,7 @@ class VdlaSession(TargetSession):
         the accelerator, pools and epilogues included; ops on the host and the host's
         packing between ops are not counted. None without cycles or MACs."""
         config = self.target.config
-        cycles = [s.cycles for s in stats]
+        cycles = [s.cycles for s in stats if not s.extra.get("view")]   # views: no program
         total = None if not cycles or None in cycles else int(sum(cycles))
         macs = sum(s.macs or 0 for s in stats)
         util = macs / (total * config.macs_per_cycle) if total and macs else None
