@@ -13,23 +13,43 @@ tensor bit-exactly against the quantized reference). Printed per model:
 * MACs on vdla / all MACs: the useful multiply-accumulates of every GEMM node
   (convolutions, dense layers, matmuls; a grouped convolution counts C / groups input
   channels per output), counted from the graph the same way for ops on either side;
-* host ops and their wall time (the reference kernels on this machine), and the
-  accelerator's cycles with their time at the config's clock: measured on the
+* host ops and the host's time: its ops (the reference kernels on this machine) and
+  its moves of activations to and from the accelerator (`RunResult.host_time`), and of
+  those the moves between two accelerator ops (none where activations stay in DRAM);
+* the accelerator's cycles with their time at the config's clock: measured on the
   Verilator backend; on the functional backend, which counts no cycles, the target's
-  timing model (`estimate`, what design sweeps use), marked ``~``;
+  timing model (`estimate`, what design sweeps use), marked ``~``; and the run end to
+  end: that time plus the host's;
 * whether the run was bit-exact against the quantized reference;
 
 then, per model, the host ops grouped by the reason the target gave (with counts, op
 kinds and MACs), which is the to-do list for moving ops onto the accelerator. The table
 keeps working as ops move: nothing here knows which ops vdla runs.
 
+Then the `--verilator-models` (default resnet18 and mobilenet_v1; ``none`` skips them)
+run the same way on the Verilator backend (same config and mode; on `--backend
+verilator` the runs above are reused), with measured figures: a table of ops and MACs on
+vdla, total cycles and their time at the clock, GEMM utilization (the useful MACs of
+vdla's ops / (their cycles x the config's peak MACs per cycle)), host time, moves
+between vdla ops, end to end time and bit-exactness; and,
+for each such model with depthwise convolutions (qconv2d nodes of the quantized graph
+whose groups equal their input and output channels, more than one: mobilenet_v1's), a
+per-layer table: shape (C x H x W -> output H x W, stride), measured cycles, useful
+MACs, GEMM utilization and its fraction of the diagonal weight-block scheme's ceiling
+(1 / block_in of the config), the timing model's cycles for the layer and their ratio
+to the measured ones; then the depthwise layers' totals and share of the model's vdla
+cycles.
+
     python bench/coverage.py [--models resnet18 densenet_block ...]
                              [--backend functional|verilator] [--config FILE]
+                             [--verilator-models resnet18,mobilenet_v1|none]
                              [--mode shift|multiply] [--out DIR]
 
-With `--out`, writes DIR/coverage.json (atomically) and keeps the ONNX files in
+With `--out`, writes DIR/coverage.json (atomically; the Verilator runs under
+``verilator``, each with its ``depthwise`` figures) and keeps the ONNX files in
 DIR/onnx; otherwise they go to a temporary folder. Exits with 1 if a model was not
-bit-exact or failed to run (the others still run; the error is printed).
+bit-exact or failed to run, on either backend (the others still run; the error is
+printed).
 """
 
 from __future__ import annotations
@@ -59,6 +79,8 @@ ZOO_MODELS = ("resnet18", "resnet50", "mobilenet_v1", "small_cnn", "digits_cnn")
 #: The networks of tests/onnx_blocks.py (imported only when one is asked for: torch).
 BLOCK_MODELS = ("inception_block", "densenet_block", "alexnet_grouped")
 MODELS = ZOO_MODELS + BLOCK_MODELS
+#: The models also run on the Verilator backend by default (--verilator-models).
+VERILATOR_MODELS = ("resnet18", "mobilenet_v1")
 #: Ops whose MACs count: the GEMM operators, float and integer.
 _GEMM_OPS = ("conv2d", "qconv2d", "dense", "qdense", "matmul")
 
@@ -87,17 +109,84 @@ def node_macs(graph) -> dict[str, int]:
     return macs
 
 
-def model_cycles(target, graph) -> tuple[int | None, str | None]:
-    """The target's timing-model cycles of the ops it would run (`estimate`, where the
-    target has one), or (None, why not)."""
+def timing_model(target, graph, schedules=None) -> tuple[list | None, str | None]:
+    """The target's timing-model estimate of every node of `graph` (`estimate`, where the
+    target has one; a list of `OpEstimate`), or (None, why not)."""
     estimate = getattr(target, "estimate", None)
     if estimate is None:
         return None, f"target {target.name!r} has no timing model"
     try:
-        ops = estimate(graph)
+        return list(estimate(graph, schedules=schedules or None)), None
     except Exception as e:   # the model is a side figure: report, keep the run's figures
         return None, f"the timing model failed: {type(e).__name__}: {e}"
-    return int(sum(op.cycles for op in ops if op.cycles is not None)), None
+
+
+def model_cycles(estimates: list | None) -> int | None:
+    """The timing model's cycles of the ops the target would run (None without a model)."""
+    if estimates is None:
+        return None
+    return int(sum(op.cycles for op in estimates if op.cycles is not None))
+
+
+def diagonal_ceiling(config) -> float | None:
+    """The best GEMM utilization of a depthwise convolution on diagonal weight blocks: each
+    GEMM step does batch x block_out useful MACs of batch x block_in x block_out, so
+    1 / block_in (None where block_in != block_out: no layer is diagonal then)."""
+    return 1.0 / config.block_in if config.block_in == config.block_out else None
+
+
+def depthwise_nodes(graph) -> list:
+    """The depthwise convolutions of the quantized `graph`: qconv2d nodes whose groups
+    equal both their input and output channels (more than one)."""
+    found = []
+    for node in graph.nodes():
+        if node.op != "qconv2d":
+            continue
+        groups = int(node.attrs.get("groups", 1))
+        c = graph.tensors[node.inputs[0]].shape[1]
+        o = graph.tensors[node.outputs[0]].shape[1]
+        if groups > 1 and groups == c == o:
+            found.append(node)
+    return found
+
+
+def depthwise_layers(graph, result, estimates: list | None, target) -> dict:
+    """Per depthwise layer of a run with cycles: its shape, measured cycles, useful MACs,
+    GEMM utilization (MACs / (cycles x macs_per_cycle)) and the timing model's cycles;
+    with their totals and share of the accelerator's cycles."""
+    stats, counted = {s.name: s for s in result.ops}, node_macs(graph)
+    model = {op.name: op.cycles for op in estimates or ()}
+    peak, ceiling = target.config.macs_per_cycle, diagonal_ceiling(target.config)
+    layers = []
+    for node in depthwise_nodes(graph):
+        s = stats.get(node.name)
+        _, c, h, w = graph.tensors[node.inputs[0]].shape
+        _, _, oh, ow = graph.tensors[node.outputs[0]].shape
+        kh, kw = graph.tensors[node.inputs[1]].shape[2:]
+        cycles = None if s is None or s.cycles is None else int(s.cycles)
+        macs = s.macs if s is not None and s.macs else counted[node.name]
+        modelled = model.get(node.name)
+        layers.append({
+            "name": node.name, "target": None if s is None else s.target,
+            "channels": int(c), "height": int(h), "width": int(w),
+            "out_height": int(oh), "out_width": int(ow), "kernel": [int(kh), int(kw)],
+            "stride": [int(v) for v in node.attrs["strides"]],
+            "cycles": cycles, "macs": int(macs),
+            "gemm_utilization": macs / (cycles * peak) if cycles else None,
+            "model_cycles": modelled,
+            "model_ratio": modelled / cycles if cycles and modelled is not None else None})
+    measured = [x for x in layers if x["cycles"] is not None]
+    cycles = sum(x["cycles"] for x in measured)
+    macs = sum(x["macs"] for x in measured)
+    modelled = [x["model_cycles"] for x in measured if x["model_cycles"] is not None]
+    modelled = sum(modelled) if len(modelled) == len(measured) else None
+    total = result.summary.get(target.name, {}).get("cycles")
+    return {"layers": layers, "ceiling": ceiling, "macs_per_cycle": peak,
+            "cycles": cycles, "macs": macs,
+            "gemm_utilization": macs / (cycles * peak) if cycles else None,
+            "model_cycles": modelled,
+            "model_ratio": modelled / cycles if cycles and modelled is not None else None,
+            "share_of_cycles": cycles / total if total else None}
 
 
 def summarize(name: str, outcome, target, wall: float) -> dict:
@@ -117,8 +206,9 @@ def summarize(name: str, outcome, target, wall: float) -> dict:
     summary = result.summary.get(target.name, {})
     clock_mhz = summary.get("clock_mhz") or target.options().get("clock_mhz")
     cycles = summary.get("cycles")
-    estimated, estimate_note = model_cycles(target, graph)
-    return {
+    estimates, estimate_note = timing_model(target, graph, outcome.schedules)
+    estimated = model_cycles(estimates)
+    record = {
         "model": name,
         "input": outcome.model.input_note,
         "mode": graph.metadata.get("quantized", {}).get("mode"),
@@ -128,10 +218,13 @@ def summarize(name: str, outcome, target, wall: float) -> dict:
         "host_reasons": sorted(({**r, "ops": dict(r["ops"])} for r in reasons.values()),
                                key=lambda r: (-r["macs"], -r["count"], r["reason"])),
         "host_wall_seconds": sum(s.wall_seconds for s in host),
+        # The host's ops and activation moves; `between_*`: moves between two target ops.
+        "host": result.host_time(),
         f"{target.name}_wall_seconds": sum(s.wall_seconds for s in mine),
         "clock_mhz": clock_mhz,
         "cycles": cycles,
         "seconds_at_clock": summary.get("seconds_at_clock"),
+        "gemm_utilization": summary.get("gemm_utilization"),
         "model_cycles": estimated,
         "model_seconds_at_clock": (None if estimated is None or not clock_mhz
                                    else estimated / (clock_mhz * 1e6)),
@@ -143,6 +236,9 @@ def summarize(name: str, outcome, target, wall: float) -> dict:
         "run_wall_seconds": result.wall_seconds,
         "total_seconds": wall,
     }
+    if cycles is not None:      # measured: the depthwise layers' own figures
+        record["depthwise"] = depthwise_layers(graph, result, estimates, target)
+    return record
 
 
 # --- models ---------------------------------------------------------------------------------
@@ -168,6 +264,29 @@ def run_one(name: str, target, mode: str | None, onnx_dir: Path) -> dict:
     return summarize(name, outcome, target, time.perf_counter() - start)
 
 
+def run_models(names, target, mode: str | None, onnx_dir: Path,
+               label: str = "") -> tuple[list[dict], dict[str, str]]:
+    """`run_one` for each of `names`: (records, model -> error). A model that fails is
+    logged with its traceback and the others still run (one model's failure must not
+    hide the others' figures)."""
+    records, failures = [], {}
+    for name in names:
+        log(f"{name}{label}: quantize, compile, run and check ...")
+        start = time.perf_counter()
+        try:
+            record = run_one(name, target, mode, onnx_dir)
+        except Exception as e:
+            failures[name] = f"{type(e).__name__}: {e}"
+            log(f"{name}{label}: FAILED: {failures[name]}")
+            traceback.print_exc(file=sys.stderr)
+            continue
+        records.append(record)
+        log(f"{name}{label}: {record['ops'][target.name]}/{record['ops']['total']} ops on "
+            f"{target.name}, bit-exact {'yes' if record['bit_exact'] else 'NO'} "
+            f"({time.perf_counter() - start:.1f} s)")
+    return records, failures
+
+
 # --- report ---------------------------------------------------------------------------------
 
 def _millions(n: int) -> str:
@@ -188,7 +307,8 @@ def report(records: list[dict], failures: dict[str, str], target_name: str,
            clock_mhz) -> list[str]:
     """The table and the per-model host reasons, as lines."""
     header = ("model", f"ops on {target_name}", f"MACs on {target_name}", "host ops",
-              "host ms", f"{target_name} cycles", f"ms @{clock_mhz:g} MHz", "bit-exact")
+              "host ms", f"between {target_name} ops", f"{target_name} cycles",
+              f"ms @{clock_mhz:g} MHz", "end to end ms", "bit-exact")
     rows = []
     for r in records:
         ops, macs = r["ops"], r["macs"]
@@ -196,11 +316,17 @@ def report(records: list[dict], failures: dict[str, str], target_name: str,
         cycles, ms = _cycles_cells(r)
         mac_cell = f"{_millions(macs[target_name])}/{_millions(macs['total'])} ({share:.1%})"
         rows.append((r["model"], f"{ops[target_name]}/{ops['total']}", mac_cell,
-                     str(ops["host"]), f"{r['host_wall_seconds'] * 1e3:.1f}", cycles, ms,
-                     "yes" if r["bit_exact"] else "NO"))
+                     str(ops["host"]), f"{r['host']['seconds'] * 1e3:.1f}", _between(r),
+                     cycles, ms, _end_to_end(r), "yes" if r["bit_exact"] else "NO"))
     for name, error in failures.items():
-        rows.append((name, "-", "-", "-", "-", "-", "-", f"FAILED ({error.splitlines()[0]})"))
-    lines = table(header, rows, right={1, 2, 3, 4, 5, 6})
+        rows.append((name, "-", "-", "-", "-", "-", "-", "-", "-",
+                     f"FAILED ({error.splitlines()[0]})"))
+    lines = table(header, rows, right=set(range(1, 9)))
+    lines.append(f"host ms: the host's ops and its activation moves to and from "
+                 f"{target_name} (the model's input and outputs, host ops' operands);")
+    lines.append(f"between {target_name} ops: activations the host moved between two "
+                 f"{target_name} ops (none: they stay in DRAM); end to end: {target_name} at "
+                 "its clock + host")
     if any(r["cycles"] is None and r["model_cycles"] is not None for r in records):
         lines.append("~: the target's timing model (this backend counts no cycles)")
     for r in records:
@@ -219,6 +345,125 @@ def report(records: list[dict], failures: dict[str, str], target_name: str,
     return lines
 
 
+def _between(r: dict) -> str:
+    """The host's moves between two accelerator ops: ``none`` or count and bytes."""
+    host = r["host"]
+    return ("none" if not host["between_transfers"] else
+            f"{host['between_transfers']} ({host['between_bytes']:,} B)")
+
+
+def _end_to_end(r: dict) -> str:
+    """The accelerator's time at its clock (measured, else the timing model's, ``~``)
+    plus the host's, in ms."""
+    at_clock = r["seconds_at_clock"] if r["cycles"] is not None else r["model_seconds_at_clock"]
+    if at_clock is None:
+        return "-"
+    mark = "" if r["cycles"] is not None else "~"
+    return f"{mark}{(at_clock + r['host']['seconds']) * 1e3:.2f}"
+
+
+def _percent(x: float | None, digits: int = 1) -> str:
+    return "-" if x is None else f"{x:.{digits}%}"
+
+
+def measured_report(records: list[dict], failures: dict[str, str], target_name: str,
+                    clock_mhz) -> list[str]:
+    """The table of the runs with measured cycles: ops and MACs on the accelerator, its
+    cycles and their time at the clock, GEMM utilization, bit-exactness."""
+    header = ("model", f"ops on {target_name}", f"MACs on {target_name}",
+              f"{target_name} cycles", f"ms @{clock_mhz:g} MHz", "GEMM util", "host ms",
+              f"between {target_name} ops", "end to end ms", "bit-exact")
+    rows = []
+    for r in records:
+        ops, macs = r["ops"], r["macs"]
+        cycles, ms = _cycles_cells(r)
+        rows.append((r["model"], f"{ops[target_name]}/{ops['total']}",
+                     f"{_millions(macs[target_name])}/{_millions(macs['total'])}", cycles, ms,
+                     _percent(r["gemm_utilization"]), f"{r['host']['seconds'] * 1e3:.2f}",
+                     _between(r), _end_to_end(r), "yes" if r["bit_exact"] else "NO"))
+    for name, error in failures.items():
+        rows.append((name, "-", "-", "-", "-", "-", "-", "-", "-",
+                     f"FAILED ({error.splitlines()[0]})"))
+    lines = table(header, rows, right=set(range(1, 9)))
+    lines.append("GEMM util: useful MACs on the accelerator / (its cycles x peak MACs per "
+                 "cycle);")
+    lines.append("           its cycles include pools, elementwise ops and epilogues")
+    lines += [f"{r['model']}: NOT bit-exact: {r['mismatch']}" for r in records
+              if not r["bit_exact"]]
+    return lines
+
+
+def depthwise_report(record: dict, target_name: str) -> list[str]:
+    """The per-layer table of one measured run's depthwise convolutions, with their totals
+    and share of the model's accelerator cycles."""
+    dw = record["depthwise"]
+    ceiling = dw["ceiling"]
+    note = ("no diagonal ceiling (block_in != block_out)" if ceiling is None else
+            f"diagonal weight blocks' GEMM util ceiling 1/block_in = {ceiling:.2%}")
+    lines = [f"{record['model']}: {len(dw['layers'])} depthwise convolutions, measured; {note}"]
+    header = ("layer", "C x H x W", "-> H x W", "stride", "cycles", "MACs", "GEMM util",
+              "of ceiling", "model cycles", "model/meas")
+
+    def row(name, shape, out, stride, x):
+        util = x["gemm_utilization"]
+        of = None if util is None or not ceiling else util / ceiling
+        ratio = x["model_ratio"]
+        return (name, shape, out, stride, "-" if x["cycles"] is None else f"{x['cycles']:,}",
+                f"{x['macs']:,}", _percent(util, 2), _percent(of),
+                "-" if x["model_cycles"] is None else f"{x['model_cycles']:,}",
+                "-" if ratio is None else f"{ratio:.2f}")
+
+    rows = []
+    for x in dw["layers"]:
+        sh, sw = x["stride"]
+        rows.append(row(x["name"] + ("" if x["target"] == target_name else " (host)"),
+                        f"{x['channels']}x{x['height']}x{x['width']}",
+                        f"{x['out_height']}x{x['out_width']}",
+                        str(sh) if sh == sw else f"{sh}x{sw}", x))
+    rows.append(row("all depthwise", "", "", "", dw))
+    lines += table(header, rows, right={1, 2, 3, 4, 5, 6, 7, 8, 9})
+    if dw["share_of_cycles"] is not None:
+        lines.append(f"depthwise share: {dw['cycles']:,} of the model's {record['cycles']:,} "
+                     f"{target_name} cycles ({dw['share_of_cycles']:.1%})")
+    return lines
+
+
+def model_list(value: str) -> list[str]:
+    """--verilator-models' value: comma-separated model names, or ``none``."""
+    if value.strip().lower() == "none":
+        return []
+    names = [n.strip() for n in value.split(",") if n.strip()]
+    bad = [n for n in names if n not in MODELS]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown model(s) {', '.join(map(repr, bad)) or repr(value)}; allowed: "
+            f"{', '.join(MODELS)} (comma-separated), or none")
+    return list(dict.fromkeys(names))
+
+
+def verilator_target(args, target):
+    """The target the --verilator-models run on: the main one on --backend verilator,
+    else the same config on the Verilator backend."""
+    if args.backend == "verilator":
+        return target
+    vtarget, _ = make_target(argparse.Namespace(target="vdla", sim="verilator",
+                                                config=args.config, board=None))
+    return vtarget
+
+
+def run_verilator(args, target, records, failures, onnx_dir):
+    """The --verilator-models' records and failures, in their order; on --backend
+    verilator, the main runs of the models already run are reused."""
+    shared = set(args.models) if args.backend == "verilator" else set()
+    vrecords, vfailures = run_models([n for n in args.verilator_models if n not in shared],
+                                     target, args.mode, onnx_dir, " (verilator)")
+    vrecords += [r for r in records if r["model"] in shared & set(args.verilator_models)]
+    vfailures.update({n: e for n, e in failures.items()
+                      if n in shared & set(args.verilator_models)})
+    vrecords.sort(key=lambda r: args.verilator_models.index(r["model"]))
+    return vrecords, vfailures
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS),
@@ -228,6 +473,11 @@ def main(argv=None) -> int:
                         default="functional",
                         help="the accelerator's simulator (default functional: no cycles, "
                              "the timing model's estimate instead)")
+    parser.add_argument("--verilator-models", type=model_list, metavar="M1,M2|none",
+                        default=list(VERILATOR_MODELS),
+                        help=f"models also run on the Verilator backend for measured "
+                             f"cycles, GEMM utilization and the depthwise layers' table "
+                             f"(default {','.join(VERILATOR_MODELS)}; none: skip)")
     parser.add_argument("--config", metavar="FILE",
                         help="a hardware config JSON (vdla's or VTA's); default: the "
                              "default config")
@@ -241,6 +491,7 @@ def main(argv=None) -> int:
     try:
         target, _ = make_target(argparse.Namespace(target="vdla", sim=args.backend,
                                                    config=args.config, board=None))
+        vtarget = verilator_target(args, target) if args.verilator_models else None
     except (CliError, ValueError) as e:      # a bad --config: vdla run's own message
         print(f"coverage: error: {e}", file=sys.stderr)
         return 1
@@ -248,36 +499,40 @@ def main(argv=None) -> int:
     mode = args.mode or target.requant_modes[0]
     log(f"config {options['config']}, {options['backend']} backend, {mode} requantization")
 
-    records, failures = [], {}
+    vrecords, vfailures = [], {}
     with tempfile.TemporaryDirectory(prefix="vdla-coverage-") as tmp:
         onnx_dir = Path(args.out) / "onnx" if args.out else Path(tmp)
-        for name in args.models:
-            log(f"{name}: quantize, compile, run and check ...")
-            start = time.perf_counter()
-            try:
-                record = run_one(name, target, args.mode, onnx_dir)
-            except Exception as e:    # one model's failure must not hide the others' figures
-                failures[name] = f"{type(e).__name__}: {e}"
-                log(f"{name}: FAILED: {failures[name]}")
-                traceback.print_exc(file=sys.stderr)
-                continue
-            records.append(record)
-            log(f"{name}: {record['ops'][target.name]}/{record['ops']['total']} ops on "
-                f"{target.name}, bit-exact {'yes' if record['bit_exact'] else 'NO'} "
-                f"({time.perf_counter() - start:.1f} s)")
+        records, failures = run_models(args.models, target, args.mode, onnx_dir)
+        if vtarget is not None:
+            vrecords, vfailures = run_verilator(args, vtarget, records, failures, onnx_dir)
 
     print(f"Coverage on {target.name}: config {options['config']}, {options['backend']} "
           f"backend, {mode} requantization")
     for line in report(records, failures, target.name, options["clock_mhz"]):
         print(line)
+    if vtarget is not None:
+        voptions = vtarget.options()
+        print()
+        print(f"Measured on {vtarget.name}: config {voptions['config']}, "
+              f"{voptions['backend']} backend, {mode} requantization")
+        for line in measured_report(vrecords, vfailures, vtarget.name, voptions["clock_mhz"]):
+            print(line)
+        for r in vrecords:
+            if r.get("depthwise", {}).get("layers"):
+                print()
+                for line in depthwise_report(r, vtarget.name):
+                    print(line)
     if args.out:
         path = Path(args.out) / "coverage.json"
         data = {"target": target.name, "options": options, "mode": mode,
-                "models": {r["model"]: r for r in records}, "failures": failures}
+                "models": {r["model"]: r for r in records}, "failures": failures,
+                "verilator": None if vtarget is None else {
+                    "options": vtarget.options(), "models": {r["model"]: r for r in vrecords},
+                    "failures": vfailures}}
         atomic_write(path, (json.dumps(data, indent=2) + "\n").encode())
         log(f"wrote {path}")
-    return 0 if not failures and all(r["bit_exact"] for r in records) else 1
-
+    everything = records + vrecords
+    return 0 if not failures and not vfailures and all(r["bit_exact"] for r in everything) else 1
 
 if __name__ == "__main__":
     sys.exit(main())
