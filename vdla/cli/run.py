@@ -321,6 +321,7 @@ def _json_report(args, target, outcome, whole=None) -> dict:
     ``options``, its totals under ``summary``, per op the `OpStats` fields)."""
     result = outcome.result
     summary = result.summary.get(target.name, {})
+    host = result.host_time()
     return {"model": args.model, "target": target.name, "options": target.options(),
             "board": args.board, "input": outcome.model.input_note,
             "batch": outcome.model.batch,
@@ -340,9 +341,9 @@ def _json_report(args, target, outcome, whole=None) -> dict:
             "wall_seconds": result.wall_seconds, "summary": result.summary,
             # The host's ops and activation moves (`RunResult.host_time`), each move, and
             # the run end to end: the target's time at its clock plus the host's.
-            "host": result.host_time(),
+            "host": host,
             "transfers": [dataclasses.asdict(t) for t in result.transfers],
             "end_to_end_seconds": (None if summary.get("seconds_at_clock") is None else
-                                   summary["seconds_at_clock"] + result.host_time()["seconds"]),
+                                   summary["seconds_at_clock"] + host["seconds"]),
             "records": args.records, "tuned_ops": sorted(outcome.schedules),
             "ops": [s.to_dict() for s in result.ops]}

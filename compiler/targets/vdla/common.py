@@ -171,6 +171,24 @@ class ArenaProgram:
         return relocate(self.program, base, self.config)
 
 
+class IdentityTables(ArenaProgram):
+    """What pools and elementwise ops share (a mixin for their dataclasses, which hold
+    `uop_bytes`, `const_rows` and a `layer` with `ratio`): the static data of programs
+    whose weights are identity blocks (`load_tables`)."""
+
+    def static_data(self) -> dict:
+        """The arena regions that stay the same from run to run: {region: array}
+        (micro-ops, the identity blocks scaled by the layer's `weight_scale` if it has
+        one, the constant rows)."""
+        layer = self.layer
+        data = {"uop": np.frombuffer(self.uop_bytes, np.uint8),
+                "weights": identity_blocks(self.config, layer.ratio,
+                                           getattr(layer, "weight_scale", 1))}
+        if len(self.const_rows):
+            data["const"] = acc_rows(self.const_rows, self.config)
+        return data
+
+
 def load_tables(p, regions: dict, config: HardwareConfig, n_uops: int, const_base: int,
                 n_const: int, n_weights: int):
     """The start of a program that keeps its tables for the whole run (pools, elementwise

@@ -70,10 +70,9 @@ import numpy as np
 from vdla.compiler.ir.graph import Graph
 from vdla.compiler.ir.layout import pack, unpack
 from vdla.compiler.ir.tensor import Node
-from vdla.compiler.targets.vdla.common import (ArenaProgram, AluStep, acc_rows, ceil_div,
-                                               identity_blocks, load_tables,
+from vdla.compiler.targets.vdla.common import (AluStep, IdentityTables, ceil_div,
                                                check_alu_ops, check_array, layout_arena,
-                                               requant_steps, run_arena)
+                                               load_tables, requant_steps, run_arena)
 from vdla.compiler.targets.vdla.cost import (BYTES_PER_CYCLE, DMA_CYCLES, INSN_CYCLES,
                                              _candidates, _split)
 from vdla.compiler.targets.vdla.schedules import ElementwiseSchedule
@@ -352,7 +351,7 @@ class ElementwiseUops(KernelTable):
 # --- lowering ----------------------------------------------------------------------------------
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class LoweredElementwise(ArenaProgram):
+class LoweredElementwise(IdentityTables):
     """A lowered elementwise op: `program` (for an arena at DRAM address 0; `relocate`
     moves it), the arena's `regions`, the static data it expects there (`static_data`), and
     the host-side packing (`input_data`, `unpack_output`)."""
@@ -366,14 +365,6 @@ class LoweredElementwise(ArenaProgram):
     arena_bytes: int
     uop_bytes: bytes
     const_rows: np.ndarray        # (R, padded C) int32
-
-    def static_data(self) -> dict:
-        """The arena regions that stay the same from run to run: {region: array}."""
-        data = {"uop": np.frombuffer(self.uop_bytes, np.uint8),
-                "weights": identity_blocks(self.config, self.layer.ratio)}
-        if len(self.const_rows):
-            data["const"] = acc_rows(self.const_rows, self.config)
-        return data
 
     def input_data(self, *args) -> dict:
         """The arena regions one run writes, from the node's inputs in order (``relu(x)``:

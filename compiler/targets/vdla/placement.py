@@ -133,18 +133,13 @@ class BufferPlan:
             full[:, p.channels] = x4
             x4 = full
         blocked = pack(x4, "NCHW", f"NCHW{c.batch}n{c.block_in}c")
-        return self._runs(tensor, blocked.reshape(blocked.shape[0], -1))
-
-    def _runs(self, tensor: str, slices: np.ndarray) -> list[tuple[int, np.ndarray]]:
-        p = self.placements[tensor]
-        buf = self.buffers[p.buffer]
-        if p.offset == 0 and p.elems == buf.elems:
-            return [(0, slices.reshape(-1))]
-        return [((nb * buf.elems + p.offset) * buf.elem_bytes, slices[nb])
-                for nb in range(slices.shape[0])]
+        runs = self.read_runs(tensor)
+        slices = blocked.reshape(len(runs), -1)    # one run per batch block, or one in all
+        return [(offset, data) for (offset, _), data in zip(runs, slices)]
 
     def read_runs(self, tensor: str) -> list[tuple[int, int]]:
-        """The [(byte offset in the buffer, bytes)] the host reads for `tensor`."""
+        """[(byte offset in the buffer, bytes)] of `tensor`: one run per batch block, or
+        one in all when the tensor fills its buffer."""
         p = self.placements[tensor]
         buf = self.buffers[p.buffer]
         if p.offset == 0 and p.elems == buf.elems:
@@ -320,8 +315,9 @@ def _place_concats(graph, concats, config, carries_map=None):
                        base.offset + start // block * plane, config, ch, phys)
             for name, (start, ch, phys) in zip(node.inputs, parts)]
         if base is None and any(have):
-            conflicts[node.name] = (f"input {node.inputs[have.index(next(filter(None, have)))]!r} "
-                                    "is placed in another concat's buffer already")
+            name = next(n for n, h in zip(node.inputs, have) if h is not None)
+            conflicts[node.name] = (f"input {name!r} is placed in another concat's buffer "
+                                    "already")
             continue
         bad = [name for name, h, w in zip(node.inputs, have, wants)
                if h is not None and (h.buffer, h.offset) != (w.buffer, w.offset)]

@@ -57,9 +57,8 @@ import numpy as np
 from vdla.compiler.ir.graph import Graph
 from vdla.compiler.ir.layout import pack, unpack
 from vdla.compiler.ir.tensor import Node
-from vdla.compiler.targets.vdla.common import (ArenaProgram, acc_rows, check_array,
-                                               identity_blocks, layout_arena, load_tables,
-                                               run_arena)
+from vdla.compiler.targets.vdla.common import (IdentityTables, check_array, layout_arena,
+                                               load_tables, run_arena)
 from vdla.compiler.targets.vdla.cost import choose_pool2d
 from vdla.compiler.targets.vdla.layers import (AVG, Pool2dLayer, pool2d_layer, window_cols,
                                                window_rows)
@@ -76,7 +75,7 @@ __all__ = ["LoweredPool2d", "lower_pool2d", "run_pool2d"]
 # --- lowering ----------------------------------------------------------------------------------
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class LoweredPool2d(ArenaProgram):
+class LoweredPool2d(IdentityTables):
     """A lowered pool: `program` (for an arena at DRAM address 0; `relocate` moves it),
     the arena's `regions`, the static data it expects there (`static_data`), and the
     host-side packing (`input_data`, `unpack_output`)."""
@@ -90,15 +89,6 @@ class LoweredPool2d(ArenaProgram):
     arena_bytes: int
     uop_bytes: bytes
     const_rows: np.ndarray        # (R, padded C) int32
-
-    def static_data(self) -> dict:
-        """The arena regions that stay the same from run to run: {region: array}."""
-        data = {"uop": np.frombuffer(self.uop_bytes, np.uint8),
-                "weights": identity_blocks(self.config, self.layer.ratio,
-                                           self.layer.weight_scale)}
-        if len(self.const_rows):
-            data["const"] = acc_rows(self.const_rows, self.config)
-        return data
 
     def input_data(self, x: np.ndarray) -> dict:
         """The arena regions one run writes: {"input": packed int8}."""

@@ -82,6 +82,16 @@ def pool_weight_scale(node: Node) -> int:
             else 1)
 
 
+def _identity_problem(what: str, config) -> str | None:
+    """Why identity weight blocks cannot move `what`'s int8 input blocks into output
+    blocks on `config` (None when they can)."""
+    if config.block_out % config.block_in:
+        return (f"{what} needs block_out ({config.block_out}) to be a multiple of block_in "
+                f"({config.block_in}): identity weights map whole input blocks into an "
+                "output block")
+    return None
+
+
 def _int8_input(graph: Graph, node: Node) -> bool:
     return graph.tensors[node.inputs[0]].dtype == "int8"
 
@@ -110,11 +120,9 @@ def describe(node: Node, graph: Graph, config: HardwareConfig) -> tuple[bool, st
         if op == "relu" and dtype != "int8":
             return False, (f"{dtype} relu: the accelerator runs ReLU on int8 data only (a float "
                            "one is fused into its convolution or runs on the host)")
-        block_in, block_out = config.block_in, config.block_out
-        if block_out % block_in:
-            return False, (f"standalone {op}: needs block_out ({block_out}) to be a multiple of "
-                           f"block_in ({block_in}): identity weights map whole input blocks "
-                           "into an output block")
+        problem = _identity_problem(f"standalone {op}", config)
+        if problem:
+            return False, problem
         if op == "relu":
             return True, ("int8 ReLU: an identity-weight GEMM widens the input, ALU MAX 0")
         problem = _requant_problems(node, config, ("a_multiplier", "b_multiplier"),
@@ -127,11 +135,9 @@ def describe(node: Node, graph: Graph, config: HardwareConfig) -> tuple[bool, st
         if not _int8_input(graph, node):
             return False, (f"{op} on {graph.tensors[node.inputs[0]].dtype}: the accelerator "
                            "pools int8 data only")
-        block_in, block_out = config.block_in, config.block_out
-        if block_out % block_in:
-            return False, (f"{op}: pooling needs block_out ({block_out}) to be a multiple of "
-                           f"block_in ({block_in}): identity weights map whole input blocks "
-                           "into an output block")
+        problem = _identity_problem(f"{op}: pooling", config)
+        if problem:
+            return False, problem
         if op == "max_pool2d":
             return True, "int8 max pooling: ALU MAX over the window"
         # A per-tensor multiplier of at most 127 scales the GEMM core's identity weights

@@ -129,6 +129,8 @@ class VdlaTarget(Target):
             raise ValueError(f"VdlaTarget: unknown backend {backend!r}; available: "
                              f"{', '.join(vdla.runtime.BACKENDS)}")
         self.config, self.backend, self.device_options = config, backend, dict(device_options)
+        # (graph, its size, concat refusals, the views' plan) of the last graph asked about
+        self._views_cache = None
 
     @property
     def requant_modes(self) -> tuple[str, ...]:
@@ -206,9 +208,9 @@ class VdlaTarget(Target):
     def _concat_refusals(self, graph: Graph) -> dict[str, str]:
         """Concat node -> why it cannot be a view (`concat_conflicts`), cached for the
         last graph asked about."""
-        cache = getattr(self, "_views_cache", None)
-        key = (id(graph), len(graph.nx), len(graph.tensors))
-        if cache is None or cache[0] != key or cache[1] is not graph:
+        cache = self._views_cache
+        size = (len(graph.nx), len(graph.tensors))
+        if cache is None or cache[0] is not graph or cache[1] != size:
             concats = [n for n in graph.nodes() if n.op == "concat"
                        and concat_view_problem(n, graph, self.config) is None]
             refusals = concat_conflicts(graph, concats, self.config,
@@ -223,7 +225,7 @@ class VdlaTarget(Target):
                      or (n.op not in VIEW_OPS and describe(n, graph, self.config)[0])]
             plan = plan_buffers(graph, nodes, self.config, _activations(graph, nodes),
                                 lambda n: carries_map(n, graph)) if views else None
-            cache = self._views_cache = (key, graph, refusals, plan)
+            cache = self._views_cache = (graph, size, refusals, plan)
         return cache[2]
 
     def _graph_plan(self, graph: Graph) -> BufferPlan | None:

@@ -198,3 +198,30 @@ def test_plan_refuses_a_config_whose_blocks_differ():
     config = vdla.HardwareConfig(block_out=32)
     with pytest.raises(ValueError, match="block_in != block_out"):
         plan_buffers(Graph("g"), [], config, {})
+
+
+def test_bad_values_get_clear_errors():
+    q = quantized(dense_block((24, 40)))
+    target = VdlaTarget(CFG, backend="functional")
+    with pytest.raises(TypeError, match="'cat1' is a view: it takes no schedule"):
+        target.compile_op(q.node("cat1"), q, schedule={"tile_h": 1})
+    compiled = compile_model(q, target)
+    cat = q.node("cat1").outputs[0]
+    with compiled.session() as session:
+        vdla_session = session._sessions["vdla"]
+        assert vdla_session.holds(cat) and not vdla_session.holds("nothing")
+        with pytest.raises(ValueError, match=rf"tensor {cat!r} must be int8 of shape "
+                                             r"\(1, 64, 8, 8\), not float32 \(1, 64, 8, 8\)"):
+            vdla_session.put(cat, np.zeros((1, 64, 8, 8), np.float32))
+        with pytest.raises(ValueError, match=r"not int8 \(1, 60, 8, 8\)"):
+            vdla_session.put(cat, np.zeros((1, 60, 8, 8), np.int8))
+        x = RNG.integers(-128, 128, (1, 64, 8, 8)).astype(np.int8)
+        vdla_session.put(cat, x)          # the pad channels between the parts are skipped
+        np.testing.assert_array_equal(vdla_session.fetch(cat), x)
+        node = q.node("bn1")
+        op = next(o for o in compiled.ops if o.name == "bn1")
+        with pytest.raises(ValueError, match="lives in this session's DRAM; pass it as its "
+                                             "DeviceValue"):
+            vdla_session.run(op, node, [x] + [None] * (len(node.inputs) - 1))
+    with pytest.raises(ValueError, match="session is closed"):
+        vdla_session.fetch(cat)
