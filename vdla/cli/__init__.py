@@ -28,7 +28,7 @@ __all__ = ["COMMANDS", "CliError", "build_parser", "main"]
 
 #: The commands, by module name in `vdla.cli`.
 COMMANDS = ("config", "asm", "disasm", "verilog", "boards", "estimate", "sim", "demo",
-            "export", "targets", "run", "compare", "compile", "tune", "sweep")
+            "export", "targets", "run", "compare", "roofline", "compile", "tune", "sweep")
 #: Exit status of an interrupted command (128 + SIGINT, as shells report it).
 INTERRUPTED = 130
 

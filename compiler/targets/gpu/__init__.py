@@ -1,0 +1,18 @@
+"""The GPU target: the front half's graph, int8 or float, as Triton kernels.
+
+Its data flow, one module per step:
+
+    schedule    the GEMM kernels' knobs (tiles, warps, stages, split-K), their checks,
+                the default chooser and the tuner's space
+    lower       a node to its kernels' launches (grid, arguments, constants): numpy only
+    kernels     the Triton kernels (implicit-GEMM convolution with its fused epilogue,
+                depthwise, pools, elementwise, concat)
+    runtime     where they run: a CUDA GPU, or Triton's interpreter on the CPU; the
+                ``gpu`` extra (Triton, PyTorch) is imported only here and by the session
+    target      `GpuTarget` and its session (activations stay in device memory)
+    tuning      the tuner's tasks (CUDA-event time of a GEMM schedule)
+    gpus        GPUs' datasheet peaks, for
+    roofline    per-kernel and per-model estimates when no GPU is at hand
+
+`GpuTarget` is what the rest of vdla uses (`vdla.compiler.targets.get("gpu")`).
+"""
