@@ -3,13 +3,21 @@ terminal summary, added up over pytest-xdist workers.
 
 These hooks live here, not in tests/fuzz/, because the xdist controller collects no
 tests: it loads only the conftest files on the way to the paths it was given, and it
-is the one that prints the summary."""
+is the one that prints the summary.
+
+Also: Triton runs the GPU target's kernels under its interpreter in every test process.
+Triton reads ``TRITON_INTERPRET`` once, when it is first imported, so it is set here,
+before any test module can import it (tests/compiler/targets/gpu)."""
 
 from __future__ import annotations
+
+import os
 
 import pytest
 
 import fuzzing
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 def pytest_sessionfinish(session):

@@ -218,6 +218,9 @@ class Target(abc.ABC):
     #: Whether its ops' wall time is a simulator's rather than the device's own (reports
     #: then give no throughput from it).
     simulated: ClassVar[bool] = False
+    #: How it stores and multiplies the float graph (``float16``: the GPU target's option;
+    #: `vdla.compiler.pipeline` checks a float16 run against a looser tolerance).
+    float_dtype: str = "float32"
 
     @property
     def requant_modes(self) -> tuple[str, ...]:

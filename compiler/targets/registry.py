@@ -23,6 +23,7 @@ BUILTIN = {
     "vdla": "vdla.compiler.targets.vdla.target:VdlaTarget",
     "host": "vdla.compiler.targets.host:HostTarget",
     "cpu": "vdla.compiler.targets.cpu.target:CpuTarget",
+    "gpu": "vdla.compiler.targets.gpu.target:GpuTarget",
 }
 
 _REGISTERED: dict[str, Callable[..., Target]] = {}

@@ -22,6 +22,8 @@ from vdla.compiler.targets.cpu.schedule import (ConvSchedule, DenseSchedule, Sch
                                                 choose_conv, conv_space)
 from vdla.compiler.targets.model import compile_model
 
+from gemm_graphs import conv_graph, dense_graph
+
 ISAS = [name for name, isa in cpu_isa.ISAS.items() if isa.runs_on(machine_features())]
 FLOAT_TOLERANCE = 1e-5
 
@@ -58,55 +60,6 @@ def assert_matches(g, got, feed):
         assert err < FLOAT_TOLERANCE, err
     else:
         np.testing.assert_array_equal(y, want)
-
-
-def conv_graph(rng, *, n=1, c=20, h=9, w=9, o=24, k=3, stride=1, pad=1, dilation=1,
-               groups=1, residual=False, bias=True, multiply=False, per_channel=True,
-               dtype="int8", activation=None, out_min=-100, nonnegative=False):
-    """A one-conv graph and its feed. int8: ``qconv2d`` with random requantization;
-    float32: ``conv2d`` with `activation`. `nonnegative`: the input comes from a ReLU
-    (an int8 ``relu`` node in front), which the target reads without an offset."""
-    g = Graph("conv")
-    float_ = dtype == "float32"
-    x = g.add_input("x", (n, c, h, w), dtype)
-    feed = {"x": rng.standard_normal((n, c, h, w)).astype(np.float32) if float_
-            else rng.integers(-128, 128, (n, c, h, w)).astype(np.int8)}
-    if nonnegative:
-        x = g.add_node("relu", [x], name="relu")
-    wshape = (o, c // groups, k, k)
-    weights = (rng.standard_normal(wshape).astype(np.float32) if float_
-               else rng.integers(-128, 128, wshape).astype(np.int8))
-    inputs = [x, g.add_constant("w", weights, dtype)]
-    if bias:
-        inputs.append(g.add_constant("b", rng.standard_normal(o).astype(np.float32), dtype)
-                      if float_ else g.add_constant(
-                          "b", rng.integers(-5000, 5000, (o,)).astype(np.int32), "int32"))
-    else:
-        inputs.append("")
-    span = dilation * (k - 1) + 1
-    ho, wo = (h + 2 * pad - span) // stride + 1, (w + 2 * pad - span) // stride + 1
-    attrs = {}
-    if float_:
-        attrs["activation"] = activation
-    else:
-        attrs["shift"] = (tuple(int(s) for s in rng.integers(-2, 16, o)) if per_channel
-                          else (9,))
-        if multiply:
-            attrs["multiplier"] = (tuple(int(m) for m in rng.integers(1, 32768, o))
-                                   if per_channel else (1234,))
-            attrs["shift"] = tuple(s + 12 for s in attrs["shift"])
-        attrs.update(out_min=out_min, out_max=127)
-    if residual:
-        inputs.append(g.add_input("r", (n, o, ho, wo), dtype))
-        feed["r"] = (rng.standard_normal((n, o, ho, wo)).astype(np.float32) if float_
-                     else rng.integers(-128, 128, (n, o, ho, wo)).astype(np.int8))
-        if not float_:
-            attrs.update(residual_shift=1, residual_multiplier=(77,) if multiply else None)
-    y = g.add_node("qconv2d" if not float_ else "conv2d", inputs, name="conv",
-                   strides=(stride, stride), pads=(pad,) * 4,
-                   dilations=(dilation, dilation), groups=groups, **attrs)
-    g.set_outputs([y])
-    return g, feed
 
 
 GRID = [dict(k=k, stride=s, pad=p) for k, s, p in itertools.product((1, 3, 5, 7), (1, 2),
@@ -225,25 +178,7 @@ def test_schedules_from_the_space(best, dtype, case):
 @pytest.mark.parametrize("dtype", ["int8", "float32"])
 @pytest.mark.parametrize("residual", [False, True])
 def test_dense_on_every_isa(cpu, dtype, residual):
-    rng = np.random.default_rng(3)
-    g = Graph("dense")
-    float_ = dtype == "float32"
-    x = g.add_input("x", (3, 37), dtype)
-    w = (rng.standard_normal((11, 37)).astype(np.float32) if float_
-         else rng.integers(-128, 128, (11, 37)).astype(np.int8))
-    b = (g.add_constant("b", rng.standard_normal(11).astype(np.float32), dtype) if float_
-         else g.add_constant("b", rng.integers(-9000, 9000, (11,)).astype(np.int32), "int32"))
-    inputs = [x, g.add_constant("w", w, dtype), b]
-    feed = {"x": rng.standard_normal((3, 37)).astype(np.float32) if float_
-            else rng.integers(-128, 128, (3, 37)).astype(np.int8)}
-    if residual:
-        inputs.append(g.add_input("r", (3, 11), dtype))
-        feed["r"] = (rng.standard_normal((3, 11)).astype(np.float32) if float_
-                     else rng.integers(-128, 128, (3, 11)).astype(np.int8))
-    attrs = {"activation": "relu"} if float_ else {"shift": (8,), "residual_shift": 0,
-                                                   "multiplier": (3001,)}
-    y = g.add_node("dense" if float_ else "qdense", inputs, name="fc", **attrs)
-    g.set_outputs([y])
+    g, feed = dense_graph(np.random.default_rng(3), dtype=dtype, residual=residual)
     assert_matches(g, run_cpu(cpu, g, feed), feed)
 
 
@@ -372,7 +307,7 @@ class TestTuning:
         assert result.status == "error" and "schedule knob" in result.error
 
     def test_tune_then_compile_with_the_records(self, task, best, tmp_path):
-        from vdla.compiler.tuner import InProcessRunner, Records, best_schedules, tune_task
+        from vdla.compiler.tuner import InProcessRunner, Records, tune_task
         with Records(tmp_path / "r.db") as records:
             result = tune_task(task, InProcessRunner("wall"), trials=4, records=records)
             assert result.trials == 4 and result.best_cycles and result.default_cycles

@@ -1,0 +1,317 @@
+"""A GPU as a target: the front half's graph, int8 or float, as Triton kernels.
+
+    target = GpuTarget()                                 # or get("gpu", device="auto")
+    compiled = compile_model(graph, target)              # kernels launched per node
+    with compiled.session() as session:
+        result = session.run({"input": x})               # per-op stats, activations on the GPU
+
+`compile_nodes` lowers every node it runs (`lower`: which kernel, its grid, its
+constants; GEMMs with the caller's schedule, e.g. the tuner's records, or `choose`'s);
+`open_session` uploads the constants once and keeps every activation in the device's
+memory from the op that writes it to the ops that read it (`TargetSession.holds`): the
+host reads one back only for a host op or a model output.
+
+Where it runs (`device`): ``cuda`` (a CUDA GPU: Triton compiles the kernels, CUDA events
+time each op), ``interpreter`` (Triton's interpreter on the CPU: the same kernels, bit
+for bit, at interpreter speed: its times are no GPU's), or ``auto`` (the GPU when one is
+present). ``gpu`` names a GPU of `vdla.compiler.targets.gpu.gpus` whose roofline estimate
+each op reports beside its measured time (`OpRun.extra`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from vdla.compiler.ir.graph import DTYPES, Graph
+from vdla.compiler.ir.tensor import Node
+from vdla.compiler.targets.base import (CompiledOp, DeviceValue, GraphRun, OpRun, Progress,
+                                        Support, Target, TargetSession)
+from vdla.compiler.targets.gpu import gpus, roofline, runtime
+from vdla.compiler.targets.gpu.lower import (FLOAT_DTYPES, GpuKernel, Ref, lower,
+                                             refusal)
+from vdla.compiler.targets.gpu.schedule import GemmSchedule
+from vdla.compiler.targets.gpu.tuning import gpu_tasks
+
+__all__ = ["GpuSession", "GpuTarget"]
+
+_CAPABILITIES = [
+    ("conv2d, qconv2d", "float32/float16 or int8 implicit GEMM (any kernel, stride, padding, "
+                        "dilation, groups; depthwise tap by tap) with a fused epilogue: bias, "
+                        "requantization, residual, ReLU/clip or clamp; tuned schedules "
+                        "(tiles, warps, stages, split-K)"),
+    ("dense, qdense", "the same GEMM kernel (a 1x1 convolution), same epilogues"),
+    ("max_pool2d, avg_pool2d, qavg_pool2d", "any window, stride, padding, ceil mode"),
+    ("global_avg_pool2d, qglobal_avg_pool2d", "float means, int8 sums requantized"),
+    ("qadd, add, mul", "int8 (requantized per tensor or channel, clamped) or float32, any "
+                       "numpy broadcast up to 4-D"),
+    ("relu, clip, quantize, dequantize", "elementwise (quantize/dequantize in float64, as "
+                                         "the reference)"),
+    ("concat, flatten, reshape", "concat copies each part into its slice; flatten and "
+                                 "reshape are views"),
+]
+
+
+class GpuTarget(Target):
+    """A GPU through Triton (see the module docstring).
+
+    device : ``auto``, ``cuda`` or ``interpreter`` (`runtime.DEVICES`)
+    float_dtype : how the float graph is stored and multiplied: ``float32`` (ieee dots,
+        no TF32) or ``float16`` (float32 sums)
+    gpu : a GPU name of `vdla.compiler.targets.gpu.gpus` for per-op roofline estimates,
+        or None
+    """
+
+    name = "gpu"
+    description = ("a GPU: Triton kernels (implicit-GEMM int8/float convolutions with fused "
+                   "epilogues) on CUDA, or on Triton's interpreter without one")
+    measure_backends = ("cuda", "interpreter")
+
+    def __init__(self, *, device: str = "auto", float_dtype: str = "float32",
+                 gpu: str | None = None):
+        if device not in runtime.DEVICES:
+            raise ValueError(f"GpuTarget: device must be one of {', '.join(runtime.DEVICES)}, "
+                             f"not {device!r}")
+        if float_dtype not in FLOAT_DTYPES:
+            raise ValueError(f"GpuTarget: float_dtype must be one of "
+                             f"{', '.join(FLOAT_DTYPES)}, not {float_dtype!r}")
+        self.gpu = None if gpu is None else gpus.get(gpu)
+        self.device, self.float_dtype = device, float_dtype
+        self._mode: str | None = None
+
+    @property
+    def mode(self) -> str:
+        """``cuda`` or ``interpreter`` (resolved once; ValueError without the gpu extra)."""
+        if self._mode is None:
+            self._mode = runtime.resolve(self.device)
+        return self._mode
+
+    @property
+    def simulated(self) -> bool:
+        """On the interpreter, an op's wall time is no GPU's."""
+        return self.mode == "interpreter"
+
+    def options(self) -> dict:
+        mode = self._mode
+        if mode is None and runtime.available():
+            try:
+                mode = self.mode
+            except ValueError:
+                mode = None
+        return {"device": self.device, "mode": mode, "float_dtype": self.float_dtype,
+                "gpu": None if self.gpu is None else self.gpu.name}
+
+    def capabilities(self) -> list[tuple[str, str]]:
+        return list(_CAPABILITIES)
+
+    def supports(self, node: Node, graph: Graph) -> Support:
+        problem = refusal(node, graph)
+        if problem:
+            return Support(False, problem)
+        return Support(True, "Triton kernels on the GPU")
+
+    def check_graph(self, graph: Graph) -> None:
+        """The gpu extra is needed to compile at all (ValueError saying how to install
+        it), and the device must exist."""
+        self.mode
+
+    # --- compiling ----------------------------------------------------------------------------
+
+    def compile_nodes(self, graph: Graph, nodes: Sequence[Node], *,
+                      schedules: Mapping[str, Any], progress: Progress | None = None,
+                      start: int = 0, total: int | None = None) -> list[CompiledOp]:
+        ops = []
+        total = len(nodes) if total is None else total
+        for i, node in enumerate(nodes):
+            if progress is not None:
+                progress(start + i, total, node.name)
+            t0 = time.perf_counter()
+            op = self.compile_op(node, graph, schedules.get(node.name))
+            ops.append(dataclasses.replace(op, compile_seconds=time.perf_counter() - t0))
+        return ops
+
+    def compile_op(self, node: Node, graph: Graph, schedule: Any = None) -> CompiledOp:
+        if isinstance(schedule, dict):
+            schedule = GemmSchedule.from_dict(schedule)
+        kernel, used = lower(node, graph, schedule, float_dtype=self.float_dtype)
+        if self.gpu is not None:
+            estimate = roofline.estimate(graph, self.gpu, self._precision(graph, node),
+                                         nodes=[node.name])
+            kernel = dataclasses.replace(kernel, roofline_seconds=estimate.seconds_with_launch)
+        return CompiledOp(node.name, node.op, self.name, "",
+                          None if used is None else used.to_dict(), kernel)
+
+    def _precision(self, graph: Graph, node: Node) -> str:
+        dtypes = {graph.tensors[t].dtype for t in node.inputs if t}
+        if "float32" in dtypes and not node.op == "quantize":
+            return self.float_dtype
+        return "int8"
+
+    def open_session(self, graph: Graph, ops: Sequence[CompiledOp],
+                     device: Any = None) -> "GpuSession":
+        if device is not None:
+            raise ValueError("the gpu target opens its own device; it takes none")
+        return GpuSession(self, graph, ops)
+
+    def tasks(self, graph: Graph) -> list:
+        return gpu_tasks(graph, self)
+
+
+class GpuSession(TargetSession):
+    """The ops' constants on the device, every activation of its ops kept there."""
+
+    def __init__(self, target: GpuTarget, graph: Graph, ops: Sequence[CompiledOp]):
+        import torch  # heavy (the gpu extra; check_graph has required it)
+
+        self._torch, self.graph, self.target = torch, graph, target
+        self.mode = target.mode
+        self._k = runtime.kernels()
+        self._dev = runtime.torch_device(self.mode)
+        self._kernels: dict[str, GpuKernel] = {op.name: op.kernel for op in ops}
+        self._consts = {name: {key: self._upload(arr) for key, arr in k.consts.items()}
+                        for name, k in self._kernels.items()}
+        self._scratch = {name: torch.empty(k.scratch[0], dtype=getattr(torch, k.scratch[1]),
+                                           device=self._dev)
+                         for name, k in self._kernels.items() if k.scratch is not None}
+        self._dummies: dict[str, Any] = {}
+        self._held = {t for op in ops for node in [graph.node(op.name)]
+                      for t in (*node.inputs, *node.outputs)
+                      if t and not graph.tensors[t].is_constant}
+        self._values: dict[str, Any] = {}
+
+    # --- memory -------------------------------------------------------------------------------
+
+    def _upload(self, array: np.ndarray):
+        return self._torch.from_numpy(np.ascontiguousarray(array)).to(self._dev)
+
+    def _storage(self, tensor: str):
+        dtype = self.graph.tensors[tensor].dtype
+        if dtype == "float32":
+            dtype = self.target.float_dtype
+        return getattr(self._torch, dtype)
+
+    def _dummy(self, dtype: str):
+        if dtype not in self._dummies:
+            self._dummies[dtype] = self._torch.zeros(1, dtype=getattr(self._torch, dtype),
+                                                     device=self._dev)
+        return self._dummies[dtype]
+
+    def holds(self, tensor: str) -> bool:
+        return tensor in self._held
+
+    def put(self, tensor: str, value: np.ndarray) -> int:
+        if not self.holds(tensor):
+            raise ValueError(f"gpu session: tensor {tensor!r} is not one of its ops' "
+                             "activations")
+        t = self.graph.tensors[tensor]
+        value = np.asarray(value)
+        if value.shape != tuple(t.shape) or value.dtype != DTYPES[t.dtype]:
+            raise ValueError(f"gpu session: {tensor!r} must be {t.dtype} of shape "
+                             f"{tuple(t.shape)}, not {value.dtype} of shape {value.shape}")
+        self._values[tensor] = self._upload(value).to(self._storage(tensor))
+        return int(self._values[tensor].numel() * self._values[tensor].element_size())
+
+    def fetch(self, tensor: str) -> np.ndarray:
+        if tensor not in self._values:
+            raise ValueError(f"gpu session: tensor {tensor!r} is not in the device's memory")
+        dtype = DTYPES[self.graph.tensors[tensor].dtype]
+        return self._values[tensor].cpu().numpy().astype(dtype, copy=False)
+
+    # --- running ------------------------------------------------------------------------------
+
+    def _bind(self, ref, name: str, inputs: list, out):
+        if not isinstance(ref, Ref):
+            return ref
+        if ref.kind == "in":
+            return inputs[ref.key]
+        if ref.kind == "out":
+            return out
+        if ref.kind == "const":
+            return self._consts[name][ref.key]
+        if ref.kind == "scratch":
+            return self._scratch[name]
+        return self._dummy(ref.key)
+
+    def _launch(self, op_name: str, node: Node, inputs: list):
+        """Launch `node`'s kernels on its inputs (device tensors); returns its output."""
+        kernel = self._kernels[op_name]
+        shape = tuple(self.graph.tensors[node.outputs[0]].shape)
+        if kernel.view:
+            return inputs[0].reshape(shape)
+        out = self._torch.empty(shape, dtype=self._storage(node.outputs[0]), device=self._dev)
+        for launch in kernel.launches:
+            fn = getattr(self._k, launch.kernel)
+            fn[launch.grid](*(self._bind(a, op_name, inputs, out) for a in launch.args),
+                            **launch.meta)
+        return out
+
+    def _inputs(self, node: Node, args) -> list:
+        inputs = []
+        for name, arg in zip(node.inputs, args):
+            if isinstance(arg, DeviceValue):
+                inputs.append(self._values[name])
+            else:
+                inputs.append(None)    # constants: the kernel reads its uploaded copy
+        return inputs
+
+    def run(self, op: CompiledOp, node: Node, args) -> OpRun:
+        inputs = self._inputs(node, args)
+        if self.mode == "cuda":
+            torch = self._torch
+            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(
+                enable_timing=True)
+            begin.record()
+            out = self._launch(op.name, node, inputs)
+            end.record()
+            end.synchronize()
+            extra = {"gpu_seconds": begin.elapsed_time(end) / 1e3}
+        else:
+            t0 = time.perf_counter()
+            out = self._launch(op.name, node, inputs)
+            extra = {"interpreter_seconds": time.perf_counter() - t0}
+        kernel = self._kernels[op.name]
+        if kernel.roofline_seconds is not None:
+            extra["roofline_seconds"] = kernel.roofline_seconds
+        if kernel.view:
+            extra["view"] = True
+        self._values[node.outputs[0]] = out
+        return OpRun([DeviceValue(self, node.outputs[0])], macs=kernel.macs or None,
+                     extra=extra)
+
+    def run_graph(self, feed: Mapping[str, np.ndarray]) -> GraphRun | None:
+        """Every op back to back (no synchronization between them), timed by CUDA events
+        between the ops, when this session runs the whole graph on a CUDA GPU; None
+        otherwise (on the interpreter `run` is the measure)."""
+        graph = self.graph
+        if self.mode != "cuda" or set(self._kernels) != {n.name for n in graph.nodes()}:
+            return None
+        torch = self._torch
+        for name in graph.inputs:
+            self.put(name, feed[name])
+        nodes = graph.nodes()
+        events = [torch.cuda.Event(enable_timing=True) for _ in range(len(nodes) + 1)]
+        events[0].record()
+        for node, event in zip(nodes, events[1:]):
+            self._values[node.outputs[0]] = self._launch(
+                node.name, node, [self._values.get(t) for t in node.inputs])
+            event.record()
+        events[-1].synchronize()
+        seconds = {n.name: a.elapsed_time(b) / 1e3 for n, a, b in zip(nodes, events, events[1:])}
+        return GraphRun({name: self.fetch(name) for name in graph.outputs}, seconds)
+
+    def summary(self, stats) -> dict:
+        key = "gpu_seconds" if self.mode == "cuda" else "interpreter_seconds"
+        estimates = [s.extra.get("roofline_seconds") for s in stats]
+        return {"mode": self.mode, "device": runtime.device_name(self.mode),
+                "float_dtype": self.target.float_dtype,
+                key: sum(s.extra.get(key, 0.0) for s in stats),
+                "roofline_gpu": None if self.target.gpu is None else self.target.gpu.name,
+                "roofline_seconds": (None if self.target.gpu is None or None in estimates
+                                     else sum(estimates)),
+                "macs": sum(s.macs or 0 for s in stats)}
+
+    def close(self) -> None:
+        self._values, self._consts, self._scratch = {}, {}, {}
