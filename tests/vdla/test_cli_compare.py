@@ -13,10 +13,10 @@ def test_digits_on_every_target(tmp_path, capsys):
     assert main(["compare", "digits_cnn", "--chart", str(chart), "--json", str(out),
                  "--threads", "1"]) == 0
     text = capsys.readouterr().out
-    assert "on vdla, cpu, host" in text and "bit-exact" in text
+    assert "on vdla, cpu, gpu, gpu est., host" in text and "bit-exact" in text
     assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and chart.stat().st_size > 10_000
     doc = json.loads(out.read_text())
-    assert set(doc["targets"]) == {"vdla", "cpu", "host"}
+    assert set(doc["targets"]) == {"vdla", "cpu", "gpu", "gpu est.", "host"}
     for name, result in doc["targets"].items():
         assert result["bit_exact"], (name, result["mismatch"])
         assert result["groups"]["conv"] > 0

@@ -97,9 +97,15 @@ def progress_line(verb: str):
 
 def format_schedule(schedule: dict | None) -> str:
     """A schedule compactly: the accelerator's ``h14 w56 ci4 co4 oc2`` (threads only when
-    2) or a pool's ``h8 w56 c4``; any other target's as ``key=value`` pairs."""
+    2) or a pool's ``h8 w56 c4``; the GPU's GEMM tile ``128x64x32 w4 s3`` (BLOCK_M x
+    BLOCK_N x BLOCK_K, warps, stages; ``k4`` for split-K 4); any other target's as
+    ``key=value`` pairs."""
     if schedule is None:
         return "-"
+    if {"block_m", "block_n", "block_k", "num_warps", "num_stages", "split_k"} <= set(schedule):
+        return (f"{schedule['block_m']}x{schedule['block_n']}x{schedule['block_k']} "
+                f"w{schedule['num_warps']} s{schedule['num_stages']}"
+                + (f" k{schedule['split_k']}" if schedule["split_k"] > 1 else ""))
     if {"tile_h", "tile_w"} <= set(schedule):
         text = f"h{schedule['tile_h']} w{schedule['tile_w']}"
         if "tile_c" in schedule:  # a pool

@@ -1,5 +1,9 @@
 """``vdla compare MODEL``: one quantized model on every target, outputs checked against
-each other and the reference, time per op group and in total, a table and a chart."""
+each other and the reference, time per op group and in total, a table and a chart.
+
+The GPU target runs on a CUDA GPU when one is present, else on Triton's interpreter
+(checked like the others, but its times are the interpreter's); either way a ``gpu est.``
+column gives the roofline estimate on the GPU ``--gpu`` names, labelled as an estimate."""
 
 from __future__ import annotations
 
@@ -21,8 +25,10 @@ GROUPS = {**dict.fromkeys(("qconv2d", "conv2d"), "conv"),
           **dict.fromkeys(("qadd", "add", "mul", "relu", "clip"), "elementwise"),
           **dict.fromkeys(("quantize", "dequantize"), "quantize"),
           **dict.fromkeys(("flatten", "reshape", "transpose", "concat", "pad"), "layout")}
-#: The targets compared by default, where they are available.
-DEFAULT_TARGETS = ("vdla", "cpu", "host")
+#: The targets compared by default, where they are available (gpu: with the gpu extra).
+DEFAULT_TARGETS = ("vdla", "cpu", "gpu", "host")
+#: The GPU of the roofline estimate column without --gpu.
+DEFAULT_GPU = "h100-sxm"
 
 
 def add_parser(sub) -> None:
@@ -44,6 +50,9 @@ def add_parser(sub) -> None:
                         "memory timing on the simulator (see `vdla boards`; --config then "
                         "names a config for the board)")
     p.add_argument("--threads", type=int, metavar="N", help="the cpu target's threads")
+    p.add_argument("--gpu", metavar="NAME", default=DEFAULT_GPU,
+                   help=f"the GPU of the gpu target's roofline estimate column (default "
+                        f"{DEFAULT_GPU}; see `vdla roofline`)")
     p.add_argument("--seed", type=int, default=0, help="seeds the input (default 0)")
     p.add_argument("--calibration", type=int, default=4, metavar="N",
                    help="calibration inputs (default 4)")
@@ -66,6 +75,16 @@ def _targets(args) -> list:
         raise CliError(f"--seed must be a non-negative integer, not {args.seed}")
     if args.board and "vdla" not in names:
         raise CliError("--board times the accelerator: add vdla to --targets")
+    if "gpu" in names:
+        # heavy-free: checks for Triton without importing it
+        from vdla.compiler.targets.gpu import runtime
+
+        if not runtime.available():
+            if args.targets != ",".join(DEFAULT_TARGETS):
+                raise CliError(f"--targets gpu: the gpu target needs Triton and PyTorch: "
+                               f"{runtime.INSTALL}")
+            log(f"note: no gpu column (the gpu extra is not installed: {runtime.INSTALL})")
+            names.remove("gpu")
     made = []
     for name in names:
         if name == "vdla" and args.board:
@@ -77,16 +96,45 @@ def _targets(args) -> list:
                                     backend="verilator", log=log))
         elif name == "cpu" and args.threads:
             made.append(targets.get("cpu", threads=args.threads))
+        elif name == "gpu":
+            made.append(targets.get("gpu", gpu=args.gpu))
         else:
             made.append(targets.get(name))
     return made
 
 
 def _op_seconds(stats, target) -> float:
-    """An op's time: the accelerator's cycles at its clock, else the host's wall time."""
+    """An op's time: the accelerator's cycles at its clock, a GPU op's CUDA-event time,
+    else the wall time (the host's, or the GPU target's on the interpreter)."""
     if stats.cycles is not None and stats.target == "vdla":
         return stats.cycles / (target.config.clock_mhz * 1e6)
+    if stats.target == "gpu" and "gpu_seconds" in stats.extra:
+        return stats.extra["gpu_seconds"]
     return stats.wall_seconds
+
+
+def _estimate_seconds(stats) -> float:
+    """An op's time in the roofline column: a GPU op's roofline bound plus a launch (a
+    view: nothing), a host op's wall time."""
+    # heavy-free: the roofline module is numpy and the GPU table
+    from vdla.compiler.targets.gpu.roofline import LAUNCH_SECONDS
+
+    if stats.target != "gpu":
+        return stats.wall_seconds
+    return 0.0 if stats.extra.get("view") else stats.extra["roofline_seconds"] + LAUNCH_SECONDS
+
+
+def _time_note(target, summary, board) -> str:
+    """What a column's times are."""
+    if target.name == "vdla":
+        return (f"cycles at {target.config.clock_mhz:g} MHz" + (f" ({board})" if board else "")
+                + " (accelerator ops) + host wall time")
+    if target.name == "gpu" and summary["mode"] == "cuda":
+        return f"CUDA-event time per kernel on {summary['device']} + host wall time"
+    if target.name == "gpu":
+        return (f"wall time on the {summary['device']}: the interpreter's, not GPU times; "
+                "checks the kernels bit for bit")
+    return "wall time on this machine"
 
 
 def run(args) -> int:
@@ -102,16 +150,27 @@ def run(args) -> int:
         groups = collections.defaultdict(float)
         for s in outcome.result.ops:
             groups[GROUPS.get(s.op, "other")] += _op_seconds(s, target)
+        summary = outcome.result.summary.get(target.name, {})
         results[target.name] = {
             "bit_exact": outcome.bit_exact, "mismatch": outcome.mismatch,
             "groups": dict(groups), "total_seconds": sum(groups.values()),
             "ops_on_target": len(outcome.compiled.ops_on(target.name)),
             "ops": len(outcome.compiled.ops), "options": target.options(),
             "seconds_to_run": time.perf_counter() - start,
-            "time": (f"cycles at {target.config.clock_mhz:g} MHz"
-                     + (f" ({args.board})" if args.board else "")
-                     + " (accelerator ops) + host wall time")
-            if target.name == "vdla" else "wall time on this machine"}
+            "time": _time_note(target, summary, args.board),
+            # the column's heading: the gpu target says where its kernels ran
+            "label": (f"{target.name} ({summary['mode']})" if target.name == "gpu"
+                      else target.name)}
+        if target.name == "gpu":
+            estimate = collections.defaultdict(float)
+            for s in outcome.result.ops:
+                estimate[GROUPS.get(s.op, "other")] += _estimate_seconds(s)
+            results["gpu est."] = {
+                **results["gpu"], "estimate": True, "groups": dict(estimate),
+                "label": f"gpu est. ({target.gpu.name})",
+                "total_seconds": sum(estimate.values()), "seconds_to_run": 0.0,
+                "time": f"ESTIMATE: roofline on {target.gpu.title} (datasheet peaks, a "
+                        "launch per kernel; not a measurement) + host wall time"}
         if not outcome.bit_exact:
             failed.append(f"{target.name}: {outcome.mismatch}")
     same = _same_outputs(outputs)
@@ -155,12 +214,15 @@ def _print(args, mode, results, same: bool = True) -> None:
     rows.append(["total", *(_ms(results[n]["total_seconds"]) for n in names)])
     rows.append(["ops on the target", *(f"{results[n]['ops_on_target']}/{results[n]['ops']}"
                                         for n in names)])
-    rows.append(["bit-exact", *("yes" if results[n]["bit_exact"] else "NO" for n in names)])
-    rows.append(["same outputs", *("yes" if same else "NO" for _ in names)])
-    for line in table(["time (ms)", *names], rows, right=set(range(1, len(names) + 1))):
+    rows.append(["bit-exact", *("-" if results[n].get("estimate") else
+                                "yes" if results[n]["bit_exact"] else "NO" for n in names)])
+    rows.append(["same outputs", *("-" if results[n].get("estimate") else
+                                   "yes" if same else "NO" for n in names)])
+    labels = [results[n].get("label", n) for n in names]
+    for line in table(["time (ms)", *labels], rows, right=set(range(1, len(names) + 1))):
         print(line)
-    for n in names:
-        print(f"  {n}: {results[n]['time']}")
+    for n, label in zip(names, labels):
+        print(f"  {label}: {results[n]['time']}")
 
 
 def _ms(seconds) -> str:
@@ -174,7 +236,7 @@ def _chart(path: str, model: str, results) -> None:
     from matplotlib.figure import Figure  # heavy, as above
 
     groups, names = _order(results), list(results)
-    fig = Figure(figsize=(8, 4.2))
+    fig = Figure(figsize=(10, 4.2))
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
     width = 0.8 / len(names)
@@ -182,14 +244,17 @@ def _chart(path: str, model: str, results) -> None:
         values = [results[name]["groups"].get(g, 0) * 1e3 for g in groups]
         xs = [k + (i - (len(names) - 1) / 2) * width for k in range(len(groups))]
         total = results[name]["total_seconds"] * 1e3
-        ax.bar(xs, values, width, label=f"{name} (total {total:,.1f} ms)")
+        estimate = results[name].get("estimate", False)
+        ax.bar(xs, values, width, hatch="//" if estimate else None,
+               label=f"{results[name].get('label', name)}\n(total {total:,.3g} ms"
+                     f"{', estimate' if estimate else ''})")
     ax.set_xticks(range(len(groups)), groups)
     ax.set_yscale("log")
     ax.set_ylabel("time (ms, log scale)")
-    ax.set_title(f"{model}: time per op group (vdla: cycles at its clock; others: wall time)",
-                 fontsize="medium")
+    ax.set_title(f"{model}: time per op group (vdla: cycles at its clock; gpu est.: roofline; "
+                 "others: measured)", fontsize="medium")
     ax.grid(True, axis="y", which="major", alpha=0.3)
-    ax.legend(fontsize="small")
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=130)

@@ -1,7 +1,8 @@
 """``vdla run MODEL``: compile a model for a target, run it, and check it against the
 reference (`vdla.compiler.pipeline.run_model`): the quantized graph bit-exactly, or with
-``--precision float32`` the float graph within a tolerance. A target that compiles the
-whole graph into one program (the CPU target) is also timed running it in one call."""
+``--precision float32`` (``float16``: the gpu target) the float graph within a tolerance.
+A target that compiles the whole graph into one program (the CPU target) or launches it
+back to back (the GPU target on CUDA) is also timed running it in one call."""
 
 from __future__ import annotations
 
@@ -22,8 +23,13 @@ DEFAULT_TARGET = "vdla"
 DEFAULT_BACKEND = "verilator"
 #: Options that only the accelerator target takes: (attribute, flag).
 _VDLA_OPTIONS = (("sim", "--sim"), ("config", "--config"), ("board", "--board"))
-#: Column headers of the per-op table for figures targets report in `OpStats.extra`.
-_EXTRA_LABELS = {"gemm_utilization": "GEMM util"}
+#: Options that only the GPU target takes: (attribute, flag).
+_GPU_OPTIONS = (("device", "--device"), ("gpu", "--gpu"))
+#: Column headers of the per-op table for figures targets report in `OpStats.extra`,
+#: and the unit each shows in (a fraction as a percentage otherwise).
+_EXTRA_LABELS = {"gemm_utilization": "GEMM util", "gpu_seconds": "GPU ms",
+                 "roofline_seconds": "roofline us (est.)"}
+_EXTRA_SCALES = {"gpu_seconds": (1e3, 3), "roofline_seconds": (1e6, 3)}
 
 
 def add_parser(sub) -> None:
@@ -58,10 +64,19 @@ def add_parser(sub) -> None:
     run_.add_argument("--isa", metavar="NAME",
                       help="instruction set of the cpu target's code: avx512vnni, avx2 or "
                            "portable (default: the best this machine's compiler offers)")
+    run_.add_argument("--device", metavar="NAME",
+                      help="where the gpu target's kernels run: auto (a CUDA GPU when one is "
+                           "present, else Triton's interpreter on the CPU; the default), cuda "
+                           "or interpreter")
+    run_.add_argument("--gpu", metavar="NAME",
+                      help="the gpu target also reports each op's roofline estimate on this "
+                           "GPU (see `vdla roofline`)")
     run_.add_argument("--precision", choices=pipeline.PRECISIONS, default="int8",
                       help="int8: the quantized graph, checked bit-exactly (default); "
                            "float32: the float graph (targets that run float ops), checked "
-                           f"within {pipeline.FLOAT_TOLERANCE:g} relative")
+                           f"within {pipeline.FLOAT_TOLERANCE:g} relative; float16: the float "
+                           "graph stored and multiplied in float16 (the gpu target), within "
+                           f"{pipeline.FLOAT16_TOLERANCE:g}")
     run_.add_argument("--records", metavar="DB",
                       help="compile each tunable op with its best schedule in this tuning "
                            "records file (vdla tune); the target's default for the others")
@@ -90,6 +105,15 @@ def make_target(args):
             raise CliError(f"{flag} applies to --target cpu, not to --target {args.target}")
     if threads is not None and threads < 1:
         raise CliError(f"--threads must be a positive integer, not {threads}")
+    if args.target == "gpu":
+        return _gpu_target(args), None
+    given = [flag for attr, flag in _GPU_OPTIONS if getattr(args, attr, None) is not None]
+    if given:
+        raise CliError(f"{', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to "
+                       f"--target gpu, not to --target {args.target}")
+    if getattr(args, "precision", None) == "float16":
+        raise CliError(f"--precision float16 runs on --target gpu only ({args.target} runs "
+                       "the float graph in float32)")
     if args.target != "vdla":
         given = [flag for attr, flag in _VDLA_OPTIONS if getattr(args, attr, None) is not None]
         if given:
@@ -112,6 +136,27 @@ def make_target(args):
     return targets.get("vdla", config=config, backend=backend, **options), board
 
 
+def _gpu_target(args):
+    """The GPU target with --device, --gpu and --precision; a CliError saying how to
+    install Triton when the gpu extra is missing, before any model is loaded."""
+    # heavy-free: runtime checks for Triton without importing it
+    from vdla.compiler.targets.gpu import runtime
+
+    given = [flag for attr, flag in _VDLA_OPTIONS if getattr(args, attr, None) is not None]
+    if given:
+        raise CliError(f"{', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to "
+                       "--target vdla, not to --target gpu")
+    try:
+        runtime.require()
+    except ValueError as e:
+        raise CliError(f"--target gpu: {e}") from None
+    float_dtype = "float16" if getattr(args, "precision", None) == "float16" else "float32"
+    target = targets.get("gpu", device=getattr(args, "device", None) or "auto",
+                         float_dtype=float_dtype, gpu=getattr(args, "gpu", None))
+    target.mode          # no CUDA GPU for --device cuda, ...: a clear error now
+    return target
+
+
 def _open_records(path: str | None) -> Records | None:
     if path is None:
         return None
@@ -127,8 +172,9 @@ def _op_table(ops, simulated: set[str] = frozenset()) -> list[str]:
     hardware's speed), the targets' own figures (GEMM
     utilization), bytes moved. `simulated`: the names of the targets whose wall time is a
     simulator's."""
-    # (a view's mark shows in the schedule column)
-    extras = sorted({key for s in ops for key in s.extra if key != "view"})
+    # (a view's mark shows in the schedule column; the interpreter's time is the wall time)
+    extras = sorted({key for s in ops for key in s.extra
+                     if key not in ("view", "interpreter_seconds")})
     header = ("op", "kind", "on", "schedule", "cycles", "wall ms", "GOP/s",
               *(_EXTRA_LABELS.get(k, k.replace("_", " ")) for k in extras), "DRAM bytes")
 
@@ -137,16 +183,19 @@ def _op_table(ops, simulated: set[str] = frozenset()) -> list[str]:
             return "-"
         return f"{2 * s.macs / s.wall_seconds / 1e9:.1f}"
 
-    def extra(value) -> str:
+    def extra(key, value) -> str:
         if value is None:
             return "-"
+        if key in _EXTRA_SCALES:
+            scale, digits = _EXTRA_SCALES[key]
+            return f"{value * scale:.{digits}f}"
         return f"{value:.1%}" if isinstance(value, float) else str(value)
 
     rows = [(s.name, s.op, s.target,
              "view" if s.extra.get("view") else format_schedule(s.schedule),
              "-" if s.cycles is None else f"{s.cycles:,}",
              f"{s.wall_seconds * 1e3:.2f}", gops(s),
-             *(extra(s.extra.get(k)) for k in extras),
+             *(extra(k, s.extra.get(k)) for k in extras),
              "-" if s.bytes is None else f"{s.bytes:,}") for s in ops]
     return table(header, rows, right=set(range(4, len(header))))
 
@@ -211,7 +260,7 @@ def _whole_graph(outcome) -> tuple[float, dict[str, float]] | None:
 
 
 def _reference(outcome) -> str:
-    return "float reference" if outcome.precision == "float32" else "quantized reference"
+    return "quantized reference" if outcome.precision == "int8" else "float reference"
 
 
 def _report(args, target, board, outcome, whole=None) -> None:
@@ -255,24 +304,48 @@ def _report(args, target, board, outcome, whole=None) -> None:
                   f"{summary['seconds_at_clock'] * 1e3:.3f} ms at {summary['clock_mhz']:g} MHz")
     if "gemm_utilization" in summary:
         print(_utilization_line(target, summary))
+    if target.name == "gpu":
+        for line in _gpu_lines(summary):
+            print(line)
     if target.name != "host":
         for line in _host_lines(target, result, summary):
             print(line)
-    prepared = "prepare" if outcome.precision == "float32" else "prepare + quantize"
+    prepared = "prepare + quantize" if outcome.precision == "int8" else "prepare"
     print(f"{prepared}: {outcome.quantize_seconds:.2f} s; compile: "
           f"{compiled.compile_seconds:.2f} s; run: {result.wall_seconds:.2f} s wall")
     if whole is not None:
         print(f"whole graph in one call: {whole[0] * 1e3:.3f} ms (median of "
               f"{WHOLE_GRAPH_RUNS} runs; the op-by-op run above took "
               f"{result.wall_seconds * 1e3:.1f} ms with Python between the ops)")
-    if outcome.precision == "float32":
-        print(f"within {pipeline.FLOAT_TOLERANCE:g} of the float reference: "
+    if outcome.precision != "int8":
+        print(f"within {pipeline.TOLERANCES[outcome.precision]:g} of the float reference: "
               f"{'yes' if outcome.bit_exact else 'NO'} (max relative error "
               f"{outcome.max_error:.2e})" + ("" if outcome.bit_exact
                                               else f" ({outcome.mismatch})"))
     else:
         print(f"bit-exact vs the quantized reference: {'yes' if outcome.bit_exact else 'NO'}"
               + ("" if outcome.bit_exact else f" ({outcome.mismatch})"))
+
+
+def _gpu_lines(summary) -> list[str]:
+    """Where the GPU target's kernels ran and what its times are; the roofline estimate
+    on the GPU --gpu named."""
+    if summary["mode"] == "cuda":
+        lines = [f"gpu: {summary['device']}, {summary['float_dtype']} floats: "
+                 f"{summary['gpu_seconds'] * 1e3:.3f} ms of kernels (CUDA events per op)"]
+    else:
+        lines = [f"gpu: no CUDA GPU here; the kernels ran on the {summary['device']} "
+                 f"({summary['interpreter_seconds']:.2f} s): these times are the "
+                 "interpreter's, not GPU times"
+                 + ("" if summary.get("roofline_seconds") is not None
+                    else " (--gpu NAME adds a roofline estimate)")]
+    if summary.get("roofline_seconds") is not None:
+        lines.append(f"roofline estimate on {summary['roofline_gpu']}: "
+                     f"{summary['roofline_seconds'] * 1e6:.2f} us of kernels, "
+                     f"{summary['roofline_with_launch_seconds'] * 1e6:.2f} us with a launch "
+                     "each (datasheet peaks, not a measurement; `vdla roofline` for the "
+                     "bounds)")
+    return lines
 
 
 def _host_lines(target, result, summary) -> list[str]:
@@ -327,7 +400,7 @@ def _json_report(args, target, outcome, whole=None) -> dict:
             "batch": outcome.model.batch,
             "precision": outcome.precision,
             "quantization": outcome.quantized.metadata.get("quantized", {}).get("mode"),
-            # int8: bit-exact; float32: within pipeline.FLOAT_TOLERANCE (max_error).
+            # int8: bit-exact; float32, float16: within pipeline.TOLERANCES (max_error).
             "bit_exact": outcome.bit_exact, "mismatch": outcome.mismatch or None,
             "max_error": outcome.max_error,
             "whole_graph_seconds": None if whole is None else whole[0],

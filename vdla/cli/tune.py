@@ -194,6 +194,10 @@ def run(args) -> int:
     if measure not in target.measure_backends:
         raise CliError(f"--measure {measure!r} is not one of target {target.name!r}'s "
                        f"measurement backends: {', '.join(target.measure_backends)}")
+    if target.name == "gpu" and measure == "cuda" and target.mode != "cuda":
+        raise CliError("the gpu target's schedules are timed on a CUDA GPU, and there is "
+                       "none here; --measure interpreter runs the search on Triton's "
+                       "interpreter (each schedule checked, but its times are no GPU's)")
     tasks, what = _tasks(args, target)
     start = time.perf_counter()
     results = []
