@@ -140,7 +140,8 @@ class GpuTarget(Target):
         if self.gpu is not None:
             estimate = roofline.estimate(graph, self.gpu, self._precision(graph, node),
                                          nodes=[node.name])
-            kernel = dataclasses.replace(kernel, roofline_seconds=estimate.seconds_with_launch)
+            # The bound alone; the session's summary adds a launch per kernel.
+            kernel = dataclasses.replace(kernel, roofline_seconds=estimate.seconds)
         return CompiledOp(node.name, node.op, self.name, "",
                           None if used is None else used.to_dict(), kernel)
 
@@ -305,12 +306,16 @@ class GpuSession(TargetSession):
     def summary(self, stats) -> dict:
         key = "gpu_seconds" if self.mode == "cuda" else "interpreter_seconds"
         estimates = [s.extra.get("roofline_seconds") for s in stats]
+        bound = None if self.target.gpu is None or None in estimates else sum(estimates)
+        launches = sum(not s.extra.get("view") for s in stats)
         return {"mode": self.mode, "device": runtime.device_name(self.mode),
                 "float_dtype": self.target.float_dtype,
                 key: sum(s.extra.get(key, 0.0) for s in stats),
                 "roofline_gpu": None if self.target.gpu is None else self.target.gpu.name,
-                "roofline_seconds": (None if self.target.gpu is None or None in estimates
-                                     else sum(estimates)),
+                # the kernels' roofline bounds, and with `roofline.LAUNCH_SECONDS` each
+                "roofline_seconds": bound,
+                "roofline_with_launch_seconds": (None if bound is None else
+                                                 bound + launches * roofline.LAUNCH_SECONDS),
                 "macs": sum(s.macs or 0 for s in stats)}
 
     def close(self) -> None:
