@@ -5,6 +5,7 @@ Its data flow, one module per step:
     schedule    the GEMM kernels' knobs (tiles, warps, stages, split-K), their checks,
                 the default chooser and the tuner's space
     lower       a node to its kernels' launches (grid, arguments, constants): numpy only
+    codes       the op codes `lower` picks and `kernels` branches on
     kernels     the Triton kernels (implicit-GEMM convolution with its fused epilogue,
                 depthwise, pools, elementwise, concat)
     runtime     where they run: a CUDA GPU, or Triton's interpreter on the CPU; the

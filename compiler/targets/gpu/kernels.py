@@ -32,14 +32,22 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from vdla.compiler.targets.gpu import codes
+
 __all__ = ["binary", "conv_direct", "conv_gemm", "copy_rows", "gemm_finish", "global_pool",
            "pool2d", "unary"]
 
-# Op codes (constexpr) shared with `vdla.compiler.targets.gpu.lower`.
-ACT_NONE, ACT_RELU, ACT_CLIP = 0, 1, 2
-POOL_MAX, POOL_QSUM, POOL_MEAN = 0, 1, 2
-OP_QADD, OP_ADD, OP_MUL = 0, 1, 2
-OP_RELU, OP_CLIP, OP_QUANTIZE, OP_DEQUANTIZE = 0, 1, 2, 3
+# `codes` as Triton constants (a kernel reads no other globals).
+ACT_RELU = tl.constexpr(codes.ACT_RELU)
+ACT_CLIP = tl.constexpr(codes.ACT_CLIP)
+POOL_MAX = tl.constexpr(codes.POOL_MAX)
+POOL_QSUM = tl.constexpr(codes.POOL_QSUM)
+POOL_MEAN = tl.constexpr(codes.POOL_MEAN)
+OP_QADD = tl.constexpr(codes.OP_QADD)
+OP_ADD = tl.constexpr(codes.OP_ADD)
+OP_RELU = tl.constexpr(codes.OP_RELU)
+OP_CLIP = tl.constexpr(codes.OP_CLIP)
+OP_QUANTIZE = tl.constexpr(codes.OP_QUANTIZE)
 
 
 @triton.jit
@@ -81,9 +89,9 @@ def _finish(acc, rm, co, c_ok, n_i, p, M, OC, HWO, out, bias, mult, shift, res, 
         y = acc
         if HAS_RES:
             y = y + tl.load(res + offs, mask=ok, other=0).to(tl.float32)
-        if ACT == 1:
+        if ACT == ACT_RELU:
             y = tl.maximum(y, 0.0, propagate_nan=tl.PropagateNan.ALL)
-        if ACT == 2:
+        if ACT == ACT_CLIP:
             y = tl.minimum(tl.maximum(y, lo, propagate_nan=tl.PropagateNan.ALL), hi,
                            propagate_nan=tl.PropagateNan.ALL)
     tl.store(out + offs, y.to(out.dtype.element_ty), mask=ok)
@@ -224,7 +232,7 @@ def pool2d(x, out, mult, shift, TOTAL, C, H, W, HO, WO, SH, SW, PT, PL, H_END, W
     p = offs % (HO * WO)
     ih0 = (p // WO) * SH - PT
     iw0 = (p % WO) * SW - PL
-    if MODE == 0:
+    if MODE == POOL_MAX:
         if INT8:
             acc = tl.full((BLOCK,), -128, tl.int32)
         else:
@@ -239,7 +247,7 @@ def pool2d(x, out, mult, shift, TOTAL, C, H, W, HO, WO, SH, SW, PT, PL, H_END, W
         for s in tl.static_range(KW):
             iw = iw0 + s
             inside = ok & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
-            if MODE == 0:
+            if MODE == POOL_MAX:
                 if INT8:
                     v = tl.load(x + (nc * H + ih) * W + iw, mask=inside, other=-128)
                     acc = tl.maximum(acc, v.to(tl.int32))
@@ -257,12 +265,12 @@ def pool2d(x, out, mult, shift, TOTAL, C, H, W, HO, WO, SH, SW, PT, PL, H_END, W
                     else:
                         counted = inside
                     count += tl.where(counted, 1.0, 0.0)
-    if MODE == 1:
+    if MODE == POOL_QSUM:
         c = nc % C
         m = tl.load(mult + c, mask=ok, other=1)
         sh = tl.load(shift + c, mask=ok, other=0)
         acc = tl.minimum(tl.maximum(_requantize(acc, m, sh, HAS_MULT), -128), 127)
-    if MODE == 2:
+    if MODE == POOL_MEAN:
         acc = acc / count      # 0 / 0 = NaN for a window wholly in the padding, as numpy
     tl.store(out + offs, acc.to(out.dtype.element_ty), mask=ok)
 
@@ -315,15 +323,15 @@ def binary(a, b, out, am, ash, bm, bsh, TOTAL, D1, D2, D3,
     i0 = t // D1
     va = tl.load(a + i0 * SA0 + i1 * SA1 + i2 * SA2 + i3 * SA3, mask=ok, other=0)
     vb = tl.load(b + i0 * SB0 + i1 * SB1 + i2 * SB2 + i3 * SB3, mask=ok, other=0)
-    if OP == 0:
+    if OP == OP_QADD:
         ya = _requantize(va.to(tl.int32), tl.load(am + i1, mask=ok, other=1),
                          tl.load(ash + i1, mask=ok, other=0), A_MULT)
         yb = _requantize(vb.to(tl.int32), tl.load(bm + i1, mask=ok, other=1),
                          tl.load(bsh + i1, mask=ok, other=0), B_MULT)
         y = tl.minimum(tl.maximum(ya + yb, out_min), out_max)
-    elif OP == 1:
+    elif OP == OP_ADD:
         y = va.to(tl.float32) + vb.to(tl.float32)
-    else:
+    else:                                   # OP_MUL
         y = va.to(tl.float32) * vb.to(tl.float32)
     tl.store(out + offs, y.to(out.dtype.element_ty), mask=ok)
 
@@ -337,18 +345,18 @@ def unary(x, out, scale, TOTAL, lo, hi, OP: tl.constexpr, INT8: tl.constexpr,
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     ok = offs < TOTAL
     v = tl.load(x + offs, mask=ok, other=0)
-    if OP == 0:
+    if OP == OP_RELU:
         if INT8:
             y = tl.maximum(v, 0)
         else:
             y = tl.maximum(v.to(tl.float32), 0.0, propagate_nan=tl.PropagateNan.ALL)
-    elif OP == 1:
+    elif OP == OP_CLIP:
         y = tl.minimum(tl.maximum(v.to(tl.float32), lo, propagate_nan=tl.PropagateNan.ALL),
                        hi, propagate_nan=tl.PropagateNan.ALL)
-    elif OP == 2:
+    elif OP == OP_QUANTIZE:
         q = tl.floor(v.to(tl.float64) / tl.load(scale) + 0.5)
         y = tl.minimum(tl.maximum(q, -128.0), 127.0)
-    else:
+    else:                                   # OP_DEQUANTIZE
         y = v.to(tl.float64) * tl.load(scale)
     tl.store(out + offs, y.to(out.dtype.element_ty), mask=ok)
 

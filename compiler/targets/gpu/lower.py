@@ -22,6 +22,7 @@ from vdla.compiler.ir.graph import Graph
 from vdla.compiler.ir.tensor import Node
 from vdla.compiler.reference.integer import (INT8_MAX, INT8_MIN, MULTIPLIER_MAX, MULTIPLIER_MIN,
                                              SHIFT_MAX, SHIFT_MIN)
+from vdla.compiler.targets.gpu import codes
 from vdla.compiler.targets.gpu.schedule import GemmSchedule, choose, gemm_shape
 
 __all__ = ["FLOAT_DTYPES", "GEMM_OPS", "GpuKernel", "Launch", "OPS", "Ref", "VIEW_OPS",
@@ -32,10 +33,8 @@ FLOAT_DTYPES = ("float32", "float16")
 GEMM_OPS = ("qconv2d", "conv2d", "qdense", "dense")
 VIEW_OPS = ("flatten", "reshape")
 _POOLS = ("max_pool2d", "avg_pool2d", "qavg_pool2d", "global_avg_pool2d", "qglobal_avg_pool2d")
-_BINARY = {"qadd": 0, "add": 1, "mul": 2}
-_UNARY = {"relu": 0, "clip": 1, "quantize": 2, "dequantize": 3}
 #: Every op the GPU target runs.
-OPS = GEMM_OPS + VIEW_OPS + _POOLS + tuple(_BINARY) + tuple(_UNARY) + ("concat",)
+OPS = GEMM_OPS + VIEW_OPS + _POOLS + tuple(codes.BINARY) + tuple(codes.UNARY) + ("concat",)
 _PLAIN = {"conv": ("NCHW", "OIHW", "NCHW"), "dense": ("NC", "OI", "NC")}
 #: Elements per program of the elementwise, pool and copy kernels.
 _BLOCK = 1024
@@ -109,7 +108,7 @@ def refusal(node: Node, graph: Graph) -> str | None:
             return (f"{node.op} on a {len(x.shape)}-D {x.dtype} tensor: the GPU target runs "
                     f"it on 4-D (NCHW) {' or '.join(want)}")
         return _params_refusal(node, graph, "", x.shape[1]) if node.op.startswith("q") else None
-    if node.op in _BINARY:
+    if node.op in codes.BINARY:
         want = "int8" if node.op == "qadd" else "float32"
         if any(d != want for d in dtypes):
             return f"{node.op} on {'/'.join(dtypes)}: the GPU target runs it on {want}"
@@ -146,15 +145,19 @@ def _gemm_refusal(node: Node, graph: Graph) -> str | None:
         return f"{node.op} on {x.dtype} data: the GPU target runs it on {data}"
     w = graph.tensors[node.inputs[1]]
     if not w.is_constant or w.dtype != data:
-        return f"{node.op} with computed or non-{data} weights: the GPU target needs constant {data}"
+        return (f"{node.op} with computed or non-{data} weights: the GPU target needs "
+                f"constant {data}")
     bias = node.input(2)
     want_bias = "int32" if data == "int8" else "float32"
-    if bias and (not graph.tensors[bias].is_constant or graph.tensors[bias].dtype != want_bias):
-        return f"{node.op} with a computed or non-{want_bias} bias: the GPU target needs a constant {want_bias} bias"
+    if bias and (not graph.tensors[bias].is_constant
+                 or graph.tensors[bias].dtype != want_bias):
+        return (f"{node.op} with a computed or non-{want_bias} bias: the GPU target needs a "
+                f"constant {want_bias} bias")
     res = node.input(3)
     if res and (graph.tensors[res].is_constant or graph.tensors[res].dtype != data
                 or graph.tensors[res].shape != graph.tensors[node.outputs[0]].shape):
-        return f"{node.op} with a constant, non-{data} or broadcast residual: the GPU target adds a computed one of the output's shape"
+        return (f"{node.op} with a constant, non-{data} or broadcast residual: the GPU "
+                "target adds a computed one of the output's shape")
     if data == "int8":
         terms = int(np.prod(w.shape[1:]))
         if terms > max_terms():
@@ -224,9 +227,9 @@ def lower(node: Node, graph: Graph, schedule: GemmSchedule | None = None, *,
         return GpuKernel(node.name, (), {}, view=True), None
     if node.op in _POOLS:
         return _lower_pool(node, graph), None
-    if node.op in _BINARY:
+    if node.op in codes.BINARY:
         return _lower_binary(node, graph), None
-    if node.op in _UNARY:
+    if node.op in codes.UNARY:
         return _lower_unary(node, graph), None
     return _lower_concat(node, graph), None
 
@@ -235,7 +238,7 @@ def _act(attrs) -> tuple[int, float, float]:
     act = attrs.get("activation")
     lo = attrs.get("clip_min")
     hi = attrs.get("clip_max")
-    code = {None: 0, "relu": 1, "clip": 2}[act]
+    code = codes.ACTIVATIONS[act]
     return code, -math.inf if lo is None else float(lo), math.inf if hi is None else float(hi)
 
 
@@ -269,7 +272,8 @@ def _lower_gemm(node, graph, schedule, float_dtype):
         has_rmult, rmult, rshift = (_requant_consts(a, "residual_", oc, consts, "r")
                                     if node.input(3) else (False, Ref("dummy", "int32"),
                                                            Ref("dummy", "int32")))
-        bounds, act, lo, hi = (int(a["out_min"]), int(a["out_max"])), 0, 0.0, 0.0
+        bounds, act, lo, hi = ((int(a["out_min"]), int(a["out_max"])), codes.ACT_NONE, 0.0,
+                               0.0)
     else:
         has_mult = has_rmult = False
         mult = shift = rmult = rshift = Ref("dummy", "int32")
@@ -341,7 +345,8 @@ def _lower_pool(node, graph):
                         (Ref("in", 0), Ref("out"), mult, shift, n * c, c, hw),
                         dict(INT8=int8, HAS_MULT=has_mult, BC=bc, BHW=bhw, num_warps=4))
         return GpuKernel(node.name, (launch,), consts)
-    mode = 0 if node.op == "max_pool2d" else (1 if int8 else 2)
+    mode = (codes.POOL_MAX if node.op == "max_pool2d" else
+            codes.POOL_QSUM if int8 else codes.POOL_MEAN)
     pads = a["pads"]
     total = int(np.prod(out))
     launch = Launch("pool2d", (_cdiv(total, _POOL_BLOCK),),
@@ -393,7 +398,7 @@ def _lower_binary(node, graph):
     launch = Launch("binary", (_cdiv(total, _BLOCK),),
                     (refs[0], refs[1], Ref("out"), a_m, a_s, b_m, b_s, total, *dims[1:],
                      *strides[0], *strides[1], *bounds),
-                    dict(OP=_BINARY[node.op], A_MULT=a_mult, B_MULT=b_mult, BLOCK=_BLOCK,
+                    dict(OP=codes.BINARY[node.op], A_MULT=a_mult, B_MULT=b_mult, BLOCK=_BLOCK,
                          num_warps=4))
     return GpuKernel(node.name, (launch,), consts)
 
@@ -410,7 +415,7 @@ def _lower_unary(node, graph):
     scale = Ref("const", "scale") if consts else Ref("dummy", "float64")
     launch = Launch("unary", (_cdiv(total, _BLOCK),),
                     (Ref("in", 0), Ref("out"), scale, total, lo, hi),
-                    dict(OP=_UNARY[node.op], INT8=x.dtype == "int8", BLOCK=_BLOCK,
+                    dict(OP=codes.UNARY[node.op], INT8=x.dtype == "int8", BLOCK=_BLOCK,
                          num_warps=4))
     return GpuKernel(node.name, (launch,), consts)
 
