@@ -246,7 +246,8 @@ def _chart(path: str, model: str, results) -> None:
         total = results[name]["total_seconds"] * 1e3
         estimate = results[name].get("estimate", False)
         ax.bar(xs, values, width, hatch="//" if estimate else None,
-               label=f"{results[name].get('label', name)}\n(total {total:,.3g} ms"
+               label=f"{results[name].get('label', name)}\n(total "
+                     f"{f'{total:,.0f}' if total >= 100 else f'{total:.3g}'} ms"
                      f"{', estimate' if estimate else ''})")
     ax.set_xticks(range(len(groups)), groups)
     ax.set_yscale("log")

@@ -64,7 +64,8 @@ def add_parser(sub) -> None:
                       help="calibration samples for quantizing MODEL (default 4)")
     tune.add_argument("--precision", choices=pipeline.PRECISIONS, default="int8",
                       help="int8: the quantized graph's ops (default); float32: the float "
-                           "graph's (the cpu target)")
+                           "graph's (the cpu and gpu targets); float16: the float graph in "
+                           "fp16 (the gpu target)")
     tune.add_argument("--threads", type=int, metavar="N",
                       help="the cpu target's threads, which its measurements run on (default: "
                            "its cores); records are kept per thread count")
