@@ -37,6 +37,10 @@ from vdla.compiler.ir.graph import Graph
 from vdla.compiler.passes.prepare import prepare
 from vdla.compiler.passes.quantize import quantize
 from vdla.compiler.reference import run_reference
+# The tolerances live with the reference (the targets' tuning tasks check with them too);
+# the pipeline's names for them stay.
+from vdla.compiler.reference.tolerance import (FLOAT16_TOLERANCE, FLOAT_TOLERANCE,
+                                               TOLERANCES, relative_error)
 from vdla.compiler.targets.base import Progress, Target
 from vdla.compiler.targets.model import CompiledModel, RunResult, compile_model
 from vdla.compiler.tuner.tune import best_schedules
@@ -47,14 +51,6 @@ __all__ = ["FLOAT16_TOLERANCE", "FLOAT_TOLERANCE", "LoadedModel", "Outcome", "PR
 
 #: What `run_model` compiles: the quantized graph, or the prepared float graph.
 PRECISIONS = ("int8", "float32", "float16")
-#: How far a float32 run may be from the float reference, relative (module docstring).
-FLOAT_TOLERANCE = 1e-4
-#: How far a float16 run may be: activations and weights rounded to float16 (11
-#: significant bits, 4.9e-4 relative each), sums in float32. Measured on the GPU target
-#: under Triton's interpreter: small_cnn 4.4e-4, digits_cnn 1.5e-3, ResNet-18 9.7e-4.
-FLOAT16_TOLERANCE = 1e-2
-#: The tolerance of each float precision.
-TOLERANCES = {"float32": FLOAT_TOLERANCE, "float16": FLOAT16_TOLERANCE}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -229,16 +225,6 @@ def compile_for(quantized: Graph, target: Target, *, records: Any = None,
         schedules = {name: s for name, (s, _) in
                      best_schedules(records, quantized, target, backend).items()}
     return compile_model(quantized, target, schedules=schedules, progress=progress), schedules
-
-
-def relative_error(value: np.ndarray, reference: np.ndarray) -> float:
-    """max |value - reference| / max |reference| (a reference of zeros counts as 1);
-    inf when the shapes differ."""
-    a, b = np.asarray(value, np.float64), np.asarray(reference, np.float64)
-    if a.shape != b.shape:
-        return float("inf")
-    scale = float(np.abs(b).max(initial=0.0)) or 1.0
-    return float(np.abs(a - b).max(initial=0.0)) / scale
 
 
 def check(values: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarray],

@@ -22,7 +22,7 @@ from __future__ import annotations
 import abc
 import copy
 import dataclasses
-from typing import Any, Callable, Hashable
+from typing import Any, Callable, Hashable, Sequence
 
 from vdla.compiler.frontend.workloads import (RESNET18, conv_matches, model_graph,
                                               parse_workload, workload_graph)
@@ -30,7 +30,8 @@ from vdla.compiler.ir.graph import Graph
 from vdla.compiler.ir.tensor import Node
 from vdla.compiler.tuner.measure import MeasureResult
 
-__all__ = ["RESIDUAL_SUFFIX", "TuneTask", "one_node_graph", "tasks_from_workload"]
+__all__ = ["RESIDUAL_SUFFIX", "TuneTask", "merge_tasks", "one_node_graph",
+           "tasks_from_workload"]
 
 #: Appended to a named workload's task whose nodes add a residual (``C8+residual``).
 RESIDUAL_SUFFIX = "+residual"
@@ -140,6 +141,22 @@ class TuneTask(abc.ABC):
     def uid(self) -> tuple[str, str, str]:
         """What identifies the task across processes: (target, platform, key)."""
         return (self.target, self.platform, self.key)
+
+
+def merge_tasks(found: Sequence[tuple[TuneTask, Node]]) -> list[TuneTask]:
+    """One task per distinct workload (`TuneTask.key`) among `found`, a target's (task,
+    node) pairs in graph order: the first node's task, applying to every node with that
+    key and named after the first (``layer1.0.conv1 (+3)``), in the order of first use."""
+    groups: dict[str, list] = {}
+    for task, node in found:
+        groups.setdefault(task.key, []).append((task, node))
+    tasks = []
+    for members in groups.values():
+        task, first = members[0]
+        names = tuple(n.name for _, n in members)
+        name = first.name if len(names) == 1 else f"{first.name} (+{len(names) - 1})"
+        tasks.append(dataclasses.replace(task, name=name, nodes=names))
+    return tasks
 
 
 def one_node_graph(node: Node, graph: Graph) -> Graph:

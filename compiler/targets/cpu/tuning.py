@@ -32,6 +32,7 @@ import numpy as np
 
 from vdla.compiler.ir.graph import DTYPES, Graph
 from vdla.compiler.reference import run_reference
+from vdla.compiler.reference.tolerance import mismatch
 from vdla.compiler.targets.cpu import isa as cpu_isa
 from vdla.compiler.targets.cpu.library import (aligned_empty, build_kernels, call, load,
                                                start_team, time_runs)
@@ -42,7 +43,7 @@ from vdla.compiler.targets.cpu.schedule import (ORDERS, PARALLEL, ConvSchedule, 
 from vdla.compiler.targets.cpu.shapes import ConvShape, DenseShape, input_nonnegative
 from vdla.compiler.tuner.measure import MeasureResult, one_line
 from vdla.compiler.tuner.records import OK
-from vdla.compiler.tuner.task import TuneTask, one_node_graph
+from vdla.compiler.tuner.task import TuneTask, merge_tasks, one_node_graph
 
 __all__ = ["CpuTask", "MIN_RUNS", "MIN_SECONDS", "cpu_name", "cpu_tasks"]
 
@@ -51,8 +52,6 @@ MIN_RUNS = 7
 #: ... and for at least this long, but at most `MAX_RUNS` times.
 MIN_SECONDS = 0.15
 MAX_RUNS = 400
-#: Float outputs may differ from the float64 reference by this much, relative.
-FLOAT_TOLERANCE = 1e-4
 
 _TUNABLE = ("conv2d", "qconv2d", "dense", "qdense")
 
@@ -235,7 +234,7 @@ class CpuTask(TuneTask):
         except Exception as exc:  # noqa: BLE001 - a failed build is a result
             return MeasureResult("error", error=one_line(exc),
                                  seconds=time.perf_counter() - start)
-        bad = _mismatch(out, data.want)
+        bad = mismatch(out, data.want)
         if bad:
             return MeasureResult("wrong", error=bad, seconds=time.perf_counter() - start)
         ns = _time(lambda runs: time_runs(lib, kernel, inputs, out, ws, runs)) * 1e9
@@ -257,20 +256,6 @@ def _time(runs: Callable[[int], np.ndarray]) -> np.ndarray:
     return times
 
 
-def _mismatch(got: np.ndarray, want: np.ndarray) -> str:
-    """'' when `got` matches the reference `want` (int: exactly; float: within
-    `FLOAT_TOLERANCE` relative), else what differs."""
-    if want.dtype.kind in "iu":
-        if np.array_equal(got, want):
-            return ""
-        return (f"{int(np.count_nonzero(got != want))} of {want.size} output values differ "
-                "from the reference")
-    scale = float(np.abs(want).max(initial=0.0)) or 1.0
-    err = float(np.abs(got.astype(np.float64) - want).max(initial=0.0)) / scale
-    return "" if err <= FLOAT_TOLERANCE else (f"output differs from the float reference by "
-                                              f"{err:.3g} relative (> {FLOAT_TOLERANCE})")
-
-
 class _TaskData:
     """A task's inputs and reference output, computed once per worker."""
 
@@ -282,18 +267,11 @@ class _TaskData:
 def cpu_tasks(graph: Graph, target) -> list[CpuTask]:
     """One `CpuTask` per distinct conv/dense workload of `graph` that `target` (a
     `CpuTarget`) runs, in the order of their first node."""
-    groups: dict[str, list] = {}
+    found = []
     for node in graph.nodes():
         if node.op not in _TUNABLE or not target.supports(node, graph).ok:
             continue
         nonneg = node.op.startswith("q") and input_nonnegative(graph, node.inputs[0])
-        task = CpuTask(node.name, one_node_graph(node, graph), node.name, target.isa.name,
-                       target.team, nonneg)
-        groups.setdefault(task.key, []).append((task, node))
-    tasks = []
-    for members in groups.values():
-        task, first = members[0]
-        names = tuple(n.name for _, n in members)
-        name = first.name if len(names) == 1 else f"{first.name} (+{len(names) - 1})"
-        tasks.append(dataclasses.replace(task, name=name, nodes=names))
-    return tasks
+        found.append((CpuTask(node.name, one_node_graph(node, graph), node.name,
+                              target.isa.name, target.team, nonneg), node))
+    return merge_tasks(found)

@@ -28,8 +28,8 @@ import numpy as np
 
 from vdla.compiler.ir.graph import DTYPES, Graph
 from vdla.compiler.ir.tensor import Node
-from vdla.compiler.targets.base import (CompiledOp, DeviceValue, GraphRun, OpRun, Progress,
-                                        Support, Target, TargetSession)
+from vdla.compiler.targets.base import (CompiledOp, DeviceValue, GraphRun, OpRun, Support,
+                                        Target, TargetSession)
 from vdla.compiler.targets.gpu import gpus, roofline, runtime
 from vdla.compiler.targets.gpu.lower import (FLOAT_DTYPES, GpuKernel, Ref, lower,
                                              refusal)
@@ -119,19 +119,6 @@ class GpuTarget(Target):
         self.mode
 
     # --- compiling ----------------------------------------------------------------------------
-
-    def compile_nodes(self, graph: Graph, nodes: Sequence[Node], *,
-                      schedules: Mapping[str, Any], progress: Progress | None = None,
-                      start: int = 0, total: int | None = None) -> list[CompiledOp]:
-        ops = []
-        total = len(nodes) if total is None else total
-        for i, node in enumerate(nodes):
-            if progress is not None:
-                progress(start + i, total, node.name)
-            t0 = time.perf_counter()
-            op = self.compile_op(node, graph, schedules.get(node.name))
-            ops.append(dataclasses.replace(op, compile_seconds=time.perf_counter() - t0))
-        return ops
 
     def compile_op(self, node: Node, graph: Graph, schedule: Any = None) -> CompiledOp:
         if isinstance(schedule, dict):

@@ -2,12 +2,12 @@
 warps, stages, split-K) timed on the GPU.
 
 A `GpuTask` holds a one-node graph and measures a schedule by compiling the node with it,
-checking one run against the reference (int8 bit-exact, float within the pipeline's
-tolerance of its precision), then timing it: on ``cuda`` the median of CUDA-event times
-over `RUNS` launches after a warm-up (which compiles the kernel); on ``interpreter``
-one run's wall time under Triton's interpreter, which checks a schedule's correctness
-but says nothing of its speed on a GPU (the tuner searches GEMM schedules on a GPU; the
-interpreter backend is for trying the search without one).
+checking one run against the reference (int8 bit-exact, float within its precision's
+tolerance, `vdla.compiler.reference.tolerance`), then timing it: on ``cuda`` the median
+of CUDA-event times over `RUNS` launches after a warm-up (which compiles the kernel); on
+``interpreter`` one run's wall time under Triton's interpreter, which checks a
+schedule's correctness but says nothing of its speed on a GPU (the tuner searches GEMM
+schedules on a GPU; the interpreter backend is for trying the search without one).
 
 The workload key is the node's geometry, epilogue and dtypes (canonical JSON); the
 platform is the device's name, so records taken on one GPU are never used for another.
@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 
 from vdla.compiler.ir.graph import DTYPES, Graph
-from vdla.compiler.pipeline import TOLERANCES
 from vdla.compiler.reference import run_reference
+from vdla.compiler.reference.tolerance import TOLERANCES, mismatch
 from vdla.compiler.targets import registry
 from vdla.compiler.targets.gpu import runtime
 from vdla.compiler.targets.gpu.lower import GEMM_OPS, refusal
@@ -36,7 +36,7 @@ from vdla.compiler.targets.gpu.schedule import (GemmSchedule, ScheduleError, cho
 from vdla.compiler.tuner.measure import MeasureResult, one_line
 from vdla.compiler.tuner.records import OK
 from vdla.compiler.targets.model import compile_model
-from vdla.compiler.tuner.task import TuneTask, one_node_graph
+from vdla.compiler.tuner.task import TuneTask, merge_tasks, one_node_graph
 
 __all__ = ["GpuTask", "RUNS", "gpu_tasks"]
 
@@ -151,7 +151,7 @@ class GpuTask(TuneTask):
             compiled = compile_model(self.graph, target, schedules={self.node: schedule})
             with compiled.session() as session:
                 got = session.run(feed).outputs[self.graph.outputs[0]]
-                bad = _mismatch(got, want, TOLERANCES.get(self.float_dtype))
+                bad = mismatch(got, want, TOLERANCES[self.float_dtype])
                 if bad:
                     return MeasureResult("wrong", error=bad, seconds=time.perf_counter() - start)
                 ns = _times(session, compiled, feed, backend)
@@ -174,33 +174,16 @@ def _times(session, compiled, feed, backend: str) -> np.ndarray:
     return np.asarray(times) * 1e9
 
 
-def _mismatch(got: np.ndarray, want: np.ndarray, tolerance: float | None) -> str:
-    """'' when `got` matches `want` (int exactly, float within `tolerance` relative)."""
-    if want.dtype.kind in "iu":
-        if np.array_equal(got, want):
-            return ""
-        return f"{int(np.count_nonzero(got != want))} of {want.size} output values differ"
-    scale = float(np.abs(want).max(initial=0.0)) or 1.0
-    err = float(np.abs(got.astype(np.float64) - want).max(initial=0.0)) / scale
-    return "" if err <= tolerance else f"relative error {err:.3g} > {tolerance}"
-
-
 def gpu_tasks(graph: Graph, target) -> list[GpuTask]:
     """One `GpuTask` per distinct GEMM workload of `graph` that `target` runs (depthwise
     convolutions run a kernel without a GEMM schedule), in the order of first use."""
-    groups: dict[str, list] = {}
+    found = []
     for node in graph.nodes():
         if node.op not in GEMM_OPS or refusal(node, graph):
             continue
         if node.op.endswith("conv2d") and graph.tensors[node.inputs[1]].shape[1] == 1 \
                 and node.attrs["groups"] > 1:
             continue
-        task = GpuTask(node.name, one_node_graph(node, graph), node.name, target.float_dtype)
-        groups.setdefault(task.key, []).append((task, node))
-    tasks = []
-    for members in groups.values():
-        task, first = members[0]
-        names = tuple(n.name for _, n in members)
-        name = first.name if len(names) == 1 else f"{first.name} (+{len(names) - 1})"
-        tasks.append(dataclasses.replace(task, name=name, nodes=names))
-    return tasks
+        found.append((GpuTask(node.name, one_node_graph(node, graph), node.name,
+                              target.float_dtype), node))
+    return merge_tasks(found)
