@@ -1,13 +1,29 @@
 """One-layer graphs the targets' tests share: a convolution and a dense layer, int8 or
-float32, with their feeds."""
+float32, with their feeds; and the check of a target's output against the reference."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from vdla.compiler import Graph
+from vdla.compiler import Graph, run_reference
 
-__all__ = ["conv_graph", "dense_graph"]
+__all__ = ["FLOAT_TOLERANCE", "assert_matches", "conv_graph", "dense_graph"]
+
+#: How far a float32 GEMM of these sizes may be from the float64 reference, relative.
+FLOAT_TOLERANCE = 1e-5
+
+
+def assert_matches(g, got, feed, tolerance=FLOAT_TOLERANCE):
+    """`got` (outputs by name) is the reference's output of `g` on `feed`: int8 bit for
+    bit, float within `tolerance` relative to its largest value; dtype and shape too."""
+    want = run_reference(g, feed)[g.outputs[0]]
+    y = got[g.outputs[0]]
+    assert y.dtype == want.dtype and y.shape == want.shape
+    if want.dtype == np.float32:
+        err = np.abs(y.astype(np.float64) - want).max() / max(np.abs(want).max(), 1e-30)
+        assert err < tolerance, err
+    else:
+        np.testing.assert_array_equal(y, want)
 
 
 def conv_graph(rng, *, n=1, c=20, h=9, w=9, o=24, k=3, stride=1, pad=1, dilation=1,

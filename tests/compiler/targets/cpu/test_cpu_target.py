@@ -22,10 +22,9 @@ from vdla.compiler.targets.cpu.schedule import (ConvSchedule, DenseSchedule, Sch
                                                 choose_conv, conv_space)
 from vdla.compiler.targets.model import compile_model
 
-from gemm_graphs import conv_graph, dense_graph
+from gemm_graphs import FLOAT_TOLERANCE, assert_matches, conv_graph, dense_graph
 
 ISAS = [name for name, isa in cpu_isa.ISAS.items() if isa.runs_on(machine_features())]
-FLOAT_TOLERANCE = 1e-5
 
 
 @pytest.fixture(scope="module", params=ISAS)
@@ -49,17 +48,6 @@ def run_cpu(target, g, feed, schedules=None):
     for name, value in whole.outputs.items():   # the one-call runner computes the same
         np.testing.assert_array_equal(value, outputs[name])
     return outputs
-
-
-def assert_matches(g, got, feed):
-    want = run_reference(g, feed)[g.outputs[0]]
-    y = got[g.outputs[0]]
-    assert y.dtype == want.dtype and y.shape == want.shape
-    if want.dtype == np.float32:
-        err = np.abs(y.astype(np.float64) - want).max() / max(np.abs(want).max(), 1e-30)
-        assert err < FLOAT_TOLERANCE, err
-    else:
-        np.testing.assert_array_equal(y, want)
 
 
 GRID = [dict(k=k, stride=s, pad=p) for k, s, p in itertools.product((1, 3, 5, 7), (1, 2),

@@ -25,14 +25,13 @@ from vdla.compiler.targets.gpu.schedule import (GemmSchedule, ScheduleError, cho
                                                 gemm_shape, space)
 from vdla.compiler.targets.model import compile_model
 
-from gemm_graphs import conv_graph, dense_graph
+from gemm_graphs import assert_matches, conv_graph, dense_graph
 from op_cases import CASES
 
 # Checked without importing Triton: tests/conftest.py has set TRITON_INTERPRET first.
 pytestmark = pytest.mark.skipif(not runtime.available(),
                                 reason=f"the gpu extra is not installed: {runtime.INSTALL}")
 
-FLOAT_TOLERANCE = 1e-5
 #: Float ops that round once, as the reference's float64 result rounded to float32.
 EXACT_FLOAT = ("quantize", "dequantize", "max_pool2d", "relu", "clip", "add", "mul", "concat",
                "flatten", "reshape")
@@ -49,17 +48,6 @@ def run_gpu(target, g, feed, schedules=None):
         (op.name, op.reason) for op in compiled.ops if op.target != "gpu"]
     with compiled.session() as session:
         return session.run(feed).outputs
-
-
-def assert_matches(g, got, feed, tolerance=FLOAT_TOLERANCE):
-    want = run_reference(g, feed)[g.outputs[0]]
-    y = got[g.outputs[0]]
-    assert y.dtype == want.dtype and y.shape == want.shape
-    if want.dtype == np.float32:
-        err = np.abs(y.astype(np.float64) - want).max() / max(np.abs(want).max(), 1e-30)
-        assert err < tolerance, err
-    else:
-        np.testing.assert_array_equal(y, want)
 
 
 GRID = [dict(k=k, stride=s, pad=p) for k in (1, 3, 5, 7) for s in (1, 2) for p in (0, 1, 3)
