@@ -50,6 +50,7 @@ import numpy as np
 from vdla._fileio import atomic_write
 from vdla.compiler import pipeline, run_reference, targets
 from vdla.compiler.passes import prepare
+from vdla.compiler.reference.tolerance import relative_error
 from vdla.compiler.targets.gpu import gpus, roofline, runtime
 from vdla.compiler.targets.model import compile_model
 
@@ -70,7 +71,7 @@ def roofline_part(models: dict, names: list[str]) -> dict:
           f"{'bound ms':>10}{'+launches ms':>14}{'compute-bound':>15}")
     for model_name, model in models.items():
         for precision in PRECISIONS:
-            graph = _graph(model, precision)
+            graph = pipeline.graph_for(model, _target(precision), precision=precision)
             for name in names:
                 e = roofline.estimate(graph, name, precision)
                 found[f"{model_name}/{precision}/{name}"] = e.to_dict()
@@ -81,11 +82,10 @@ def roofline_part(models: dict, names: list[str]) -> dict:
     return found
 
 
-def _graph(model, precision: str):
-    """The graph a precision runs: the quantized one (int8) or the prepared float one."""
-    gpu = targets.get("gpu")
-    return pipeline.graph_for(model, gpu if precision != "float16" else
-                              targets.get("gpu", float_dtype="float16"), precision=precision)
+def _target(precision: str, device: str = "auto"):
+    """The GPU target that runs `precision` (float16: the float graph stored in fp16)."""
+    return targets.get("gpu", device=device,
+                       float_dtype="float16" if precision == "float16" else "float32")
 
 
 # --- part 2: exactness -------------------------------------------------------------------------
@@ -96,8 +96,7 @@ def exactness_part(models: dict) -> dict:
     for model_name, model in models.items():
         for precision in ("int8", "float16", "float32"):
             log(f"{model_name} {precision} on the GPU target ...")
-            target = targets.get("gpu", float_dtype="float16" if precision == "float16"
-                                 else "float32")
+            target = _target(precision)
             start = time.perf_counter()
             outcome = pipeline.run_model(model, target, precision=precision)
             seconds = time.perf_counter() - start
@@ -198,7 +197,7 @@ def _cuda_median(fn, runs: int) -> float:
 
 
 def _check(got: np.ndarray, want: np.ndarray, tolerance: float, what: str) -> float:
-    err = float(np.abs(got.astype(np.float64) - want).max() / np.abs(want).max())
+    err = relative_error(got, want)
     if not err < tolerance:
         raise SystemExit(f"{what}: relative error {err:.2e} exceeds {tolerance:g}")
     return err
@@ -243,8 +242,7 @@ def speed_part(models: dict, runs: int, baseline_device: str) -> dict:
 
 def _vdla_seconds(model, precision: str, runs: int) -> float:
     """Median CUDA-event time of the whole graph launched back to back."""
-    target = targets.get("gpu", device="cuda",
-                         float_dtype="float16" if precision == "float16" else "float32")
+    target = _target(precision, device="cuda")
     graph = pipeline.graph_for(model, target, precision=precision)
     compiled = compile_model(graph, target)
     with compiled.session() as session:
@@ -315,7 +313,7 @@ def plot(path: Path, rooflines: dict, speed: dict, device: str | None) -> None:
     xs = range(len(bars))
     ax.bar(xs, [b[1] * 1e3 for b in bars], color=["#9ecae1" if b[3] else "#e6550d"
                                                   for b in bars],
-           hatch=None, label="with a launch per kernel")
+           label="with a launch per kernel")
     ax.bar([x for x, b in zip(xs, bars) if b[2] is not None],
            [b[2] * 1e3 for b in bars if b[2] is not None], color="#3182bd", width=0.5,
            label="roofline bound of the kernels")

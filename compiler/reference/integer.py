@@ -71,9 +71,10 @@ import numpy as np
 
 from vdla.compiler.ir.tensor import GraphError
 
-__all__ = ["INT32_MAX", "INT32_MIN", "INT8_MAX", "INT8_MIN", "MULTIPLIER_MAX", "MULTIPLIER_MIN",
-           "POOL_MULTIPLIER_MAX", "QuantizationError", "SHIFT_MAX", "SHIFT_MIN", "is_pow2",
-           "requantize", "requantize_params", "round_half_up", "wrap32"]
+__all__ = ["INT32_MAX", "INT32_MIN", "INT8_MAX", "INT8_MIN", "INT8_PRODUCTS_MAX",
+           "MULTIPLIER_MAX", "MULTIPLIER_MIN", "POOL_MULTIPLIER_MAX", "QuantizationError",
+           "SHIFT_MAX", "SHIFT_MIN", "is_pow2", "per_channel", "requantize",
+           "requantize_params", "round_half_up", "wrap32"]
 
 INT8_MIN, INT8_MAX = -128, 127
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
@@ -84,6 +85,9 @@ MULTIPLIER_MIN, MULTIPLIER_MAX = 1, (1 << 15) - 1
 POOL_MULTIPLIER_MAX = INT8_MAX
 #: The SHR amount is the low 6 bits of its operand, signed; 32 would not shift right.
 SHIFT_MIN, SHIFT_MAX = -31, 31
+#: The most int8 x int8 products (128 * 128 each) an int32 accumulator sums without
+#: overflow: the CPU and GPU targets refuse longer int8 reductions.
+INT8_PRODUCTS_MAX = INT32_MAX // (128 * 128)
 
 
 class QuantizationError(GraphError):
@@ -153,6 +157,19 @@ def requantize(acc, multiplier, shift, axis: int = 1) -> np.ndarray:
     rounded = _wrap64(a + (np.int64(1) << (right - 1))) >> right
     left = _wrap64(a << np.clip(-s, 0, -SHIFT_MIN))
     return np.where(s > 0, rounded, left).astype(np.int32)
+
+
+def per_channel(value, count: int, none_is: int | None = None) -> np.ndarray:
+    """A per-tensor or per-channel attribute (None, one value, or `count` values) as
+    `count` int32: what a back half hands its kernels for requantization parameters."""
+    if value is None:
+        return np.full(count, none_is, np.int32)
+    arr = np.atleast_1d(np.asarray(value, dtype=np.int64)).reshape(-1)
+    if arr.size == 1:
+        return np.full(count, int(arr[0]), np.int32)
+    if arr.size != count:
+        raise ValueError(f"{arr.size} per-channel values for {count} channels")
+    return arr.astype(np.int32)
 
 
 def round_half_up(x):

@@ -96,6 +96,13 @@ def test_run_errors(capsys, argv, message):
     assert message in capsys.readouterr().err
 
 
+def test_compare_unknown_gpu(capsys):
+    """Checked before any model runs, with or without the gpu extra."""
+    assert main(["compare", "digits_cnn", "--gpu", "v100"]) == 1
+    assert ("--gpu: unknown GPU 'v100'; known GPUs: h100-sxm, h100-pcie, h200, a100-sxm, l4, "
+            "t4, rtx-4090") in capsys.readouterr().err
+
+
 @needs_triton
 def test_cuda_without_a_gpu(capsys):
     # This process runs Triton's interpreter (tests/conftest.py; fixed already if an

@@ -76,9 +76,13 @@ def _targets(args) -> list:
     if args.board and "vdla" not in names:
         raise CliError("--board times the accelerator: add vdla to --targets")
     if "gpu" in names:
-        # heavy-free: checks for Triton without importing it
-        from vdla.compiler.targets.gpu import runtime
+        # heavy-free: checks for Triton without importing it; the GPU table
+        from vdla.compiler.targets.gpu import gpus, runtime
 
+        try:
+            gpus.get(args.gpu)
+        except ValueError as e:
+            raise CliError(f"--gpu: {e}") from None
         if not runtime.available():
             if args.targets != ",".join(DEFAULT_TARGETS):
                 raise CliError(f"--targets gpu: the gpu target needs Triton and PyTorch: "
@@ -101,6 +105,14 @@ def _targets(args) -> list:
         else:
             made.append(targets.get(name))
     return made
+
+
+def _by_group(ops, seconds) -> dict[str, float]:
+    """The `seconds` of each op (an `OpStats`) added up by op group (`GROUPS`)."""
+    groups = collections.defaultdict(float)
+    for s in ops:
+        groups[GROUPS.get(s.op, "other")] += seconds(s)
+    return dict(groups)
 
 
 def _op_seconds(stats, target) -> float:
@@ -147,13 +159,11 @@ def run(args) -> int:
         start = time.perf_counter()
         outcome = pipeline.run_model(model, target, mode=mode)
         outputs[target.name] = outcome.result.outputs
-        groups = collections.defaultdict(float)
-        for s in outcome.result.ops:
-            groups[GROUPS.get(s.op, "other")] += _op_seconds(s, target)
+        groups = _by_group(outcome.result.ops, lambda s: _op_seconds(s, target))
         summary = outcome.result.summary.get(target.name, {})
         results[target.name] = {
             "bit_exact": outcome.bit_exact, "mismatch": outcome.mismatch,
-            "groups": dict(groups), "total_seconds": sum(groups.values()),
+            "groups": groups, "total_seconds": sum(groups.values()),
             "ops_on_target": len(outcome.compiled.ops_on(target.name)),
             "ops": len(outcome.compiled.ops), "options": target.options(),
             "seconds_to_run": time.perf_counter() - start,
@@ -162,11 +172,9 @@ def run(args) -> int:
             "label": (f"{target.name} ({summary['mode']})" if target.name == "gpu"
                       else target.name)}
         if target.name == "gpu":
-            estimate = collections.defaultdict(float)
-            for s in outcome.result.ops:
-                estimate[GROUPS.get(s.op, "other")] += _estimate_seconds(s)
+            estimate = _by_group(outcome.result.ops, _estimate_seconds)
             results["gpu est."] = {
-                **results["gpu"], "estimate": True, "groups": dict(estimate),
+                **results["gpu"], "estimate": True, "groups": estimate,
                 "label": f"gpu est. ({target.gpu.name})",
                 "total_seconds": sum(estimate.values()), "seconds_to_run": 0.0,
                 "time": f"ESTIMATE: roofline on {target.gpu.title} (datasheet peaks, a "

@@ -21,10 +21,10 @@ __all__ = ["DEFAULT_BACKEND", "DEFAULT_TARGET", "add_parser", "make_target", "ru
 DEFAULT_TARGET = "vdla"
 #: The accelerator's simulator without --sim.
 DEFAULT_BACKEND = "verilator"
-#: Options that only the accelerator target takes: (attribute, flag).
-_VDLA_OPTIONS = (("sim", "--sim"), ("config", "--config"), ("board", "--board"))
-#: Options that only the GPU target takes: (attribute, flag).
-_GPU_OPTIONS = (("device", "--device"), ("gpu", "--gpu"))
+#: Options that only one target takes, by target: (attribute, flag).
+_TARGET_OPTIONS = {"vdla": (("sim", "--sim"), ("config", "--config"), ("board", "--board")),
+                   "cpu": (("threads", "--threads"), ("isa", "--isa")),
+                   "gpu": (("device", "--device"), ("gpu", "--gpu"))}
 #: Column headers of the per-op table for figures targets report in `OpStats.extra`,
 #: and the unit each shows in (a fraction as a percentage otherwise).
 _EXTRA_LABELS = {"gemm_utilization": "GEMM util", "gpu_seconds": "GPU ms",
@@ -94,31 +94,25 @@ def check_model_options(args) -> None:
 
 
 def make_target(args):
-    """The target `args` name, with its options; (target, board or None). The
-    accelerator takes --config, --board and --sim; another target refuses them."""
+    """The target `args` name, with its options; (target, board or None). Each target's
+    own options (`_TARGET_OPTIONS`) are refused for another target."""
     if args.target not in targets.names():
         raise CliError(f"unknown target {args.target!r}; available: "
                        f"{', '.join(targets.names())} (see `vdla targets`)")
+    for owner, flags in _TARGET_OPTIONS.items():
+        given = [flag for attr, flag in flags if getattr(args, attr, None) is not None]
+        if given and args.target != owner:
+            raise CliError(f"{', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to "
+                           f"--target {owner}, not to --target {args.target}")
     threads, isa = getattr(args, "threads", None), getattr(args, "isa", None)
-    for value, flag in ((threads, "--threads"), (isa, "--isa")):
-        if value is not None and args.target != "cpu":
-            raise CliError(f"{flag} applies to --target cpu, not to --target {args.target}")
     if threads is not None and threads < 1:
         raise CliError(f"--threads must be a positive integer, not {threads}")
     if args.target == "gpu":
         return _gpu_target(args), None
-    given = [flag for attr, flag in _GPU_OPTIONS if getattr(args, attr, None) is not None]
-    if given:
-        raise CliError(f"{', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to "
-                       f"--target gpu, not to --target {args.target}")
     if getattr(args, "precision", None) == "float16":
         raise CliError(f"--precision float16 runs on --target gpu only ({args.target} runs "
                        "the float graph in float32)")
     if args.target != "vdla":
-        given = [flag for attr, flag in _VDLA_OPTIONS if getattr(args, attr, None) is not None]
-        if given:
-            raise CliError(f"{', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to "
-                           f"--target vdla, not to --target {args.target}")
         options = {k: v for k, v in (("threads", threads), ("isa", isa)) if v is not None}
         target = targets.get(args.target, **options)
         if isa is not None:
@@ -142,10 +136,6 @@ def _gpu_target(args):
     # heavy-free: runtime checks for Triton without importing it
     from vdla.compiler.targets.gpu import runtime
 
-    given = [flag for attr, flag in _VDLA_OPTIONS if getattr(args, attr, None) is not None]
-    if given:
-        raise CliError(f"{', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to "
-                       "--target vdla, not to --target gpu")
     try:
         runtime.require()
     except ValueError as e:

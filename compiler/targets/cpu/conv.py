@@ -41,7 +41,8 @@ from vdla.compiler.ir.tensor import Node
 from vdla.compiler.targets.cpu.isa import Isa
 from vdla.compiler.targets.cpu.kernel import SIGNATURE, Kernel, Params, align
 from vdla.compiler.targets.cpu.schedule import ConvSchedule
-from vdla.compiler.targets.cpu.shapes import ConvShape, per_channel
+from vdla.compiler.reference.integer import per_channel
+from vdla.compiler.targets.cpu.shapes import ConvShape
 
 __all__ = ["Code", "conv_kernel", "epilogue_tables", "indent", "item_loops",
            "table_pointers"]

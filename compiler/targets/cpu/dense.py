@@ -22,7 +22,8 @@ from __future__ import annotations
 import numpy as np
 
 from vdla.compiler.ir.tensor import Node
-from vdla.compiler.targets.cpu.shapes import DenseShape, per_channel
+from vdla.compiler.reference.integer import per_channel
+from vdla.compiler.targets.cpu.shapes import DenseShape
 from vdla.compiler.targets.cpu.isa import Isa
 from vdla.compiler.targets.cpu.kernel import SIGNATURE, Kernel, Params
 from vdla.compiler.targets.cpu.schedule import DenseSchedule

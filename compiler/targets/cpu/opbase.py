@@ -8,10 +8,8 @@ import numpy as np
 
 from vdla.compiler.ir.graph import Graph
 from vdla.compiler.ir.tensor import Node
-from vdla.compiler.reference.integer import (QuantizationError,
-                                             requantize)
+from vdla.compiler.reference.integer import QuantizationError, per_channel, requantize
 from vdla.compiler.targets.cpu.kernel import Kernel, Params
-from vdla.compiler.targets.cpu.shapes import per_channel
 
 #: Elementwise work (elements, or pool outputs x window taps) from which a loop is
 #: shared by OpenMP threads: below it, starting the team costs more than it saves.

@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
-
 from vdla.compiler.ir.graph import Graph
 from vdla.compiler.ir.ops import conv_output_size
 from vdla.compiler.ir.tensor import Node
 
-__all__ = ["ConvShape", "DenseShape", "input_nonnegative", "per_channel"]
+__all__ = ["ConvShape", "DenseShape", "input_nonnegative"]
 
 #: Producers whose int8 output is at least their ``out_min`` attribute.
 _CLAMPED = ("qconv2d", "qdense", "qadd")
@@ -39,19 +37,6 @@ def input_nonnegative(graph: Graph, tensor: str) -> bool:
     if node.op == "concat":
         return all(input_nonnegative(graph, t) for t in node.inputs if t)
     return False
-
-
-def per_channel(value, count: int, none_is: int | None = None) -> np.ndarray:
-    """A per-tensor or per-channel attribute (None, one value, or `count` values) as
-    `count` int32."""
-    if value is None:
-        return np.full(count, none_is, np.int32)
-    arr = np.atleast_1d(np.asarray(value, dtype=np.int64)).reshape(-1)
-    if arr.size == 1:
-        return np.full(count, int(arr[0]), np.int32)
-    if arr.size != count:
-        raise ValueError(f"{arr.size} per-channel values for {count} channels")
-    return arr.astype(np.int32)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -28,6 +28,7 @@ import numpy as np
 
 from vdla.compiler.ir.graph import DTYPES, Graph
 from vdla.compiler.ir.tensor import Node
+from vdla.compiler.reference.integer import INT8_PRODUCTS_MAX
 from vdla.compiler.targets.base import (CompiledOp, GraphRun, OpRun, Progress, Support, Target,
                                         TargetSession)
 from threadpoolctl import threadpool_limits
@@ -41,18 +42,12 @@ from vdla.compiler.targets.cpu.lower import node_kernel
 from vdla.compiler.targets.cpu.program import Program
 from vdla.compiler.targets.cpu.tuning import cpu_tasks
 
-__all__ = ["CpuTarget", "default_threads", "max_terms", "claim_cores"]
+__all__ = ["CpuTarget", "default_threads", "claim_cores"]
 
 _GEMM = {"qconv2d": ("int8", "int32"), "qdense": ("int8", "int32"),
          "conv2d": ("float32", "float32"), "dense": ("float32", "float32")}
 _PLAIN = {"qconv2d": ("NCHW", "OIHW", "NCHW"), "conv2d": ("NCHW", "OIHW", "NCHW"),
           "qdense": ("NC", "OI", "NC"), "dense": ("NC", "OI", "NC")}
-
-
-def max_terms() -> int:
-    """The most int8 x int8 products an int32 accumulator sums without overflow
-    (128 * 128 each): the target refuses longer int8 reductions."""
-    return (2**31 - 1) // (128 * 128)
 
 
 def claim_cores() -> None:
@@ -190,9 +185,10 @@ class CpuTarget(Target):
                                   "CPU target adds a computed one")
         if data == "int8":
             terms = int(np.prod(graph.tensors[node.inputs[1]].shape[1:]))
-            if terms > max_terms():
+            if terms > INT8_PRODUCTS_MAX:
                 return Support(False, f"{node.op} sums {terms} products per output, more "
-                                      f"than an int32 accumulator holds exactly ({max_terms()})")
+                                      "than an int32 accumulator holds exactly "
+                                      f"({INT8_PRODUCTS_MAX})")
         return Support(True, "generated C on the host CPU")
 
     # --- compiling --------------------------------------------------------------------------

@@ -20,13 +20,14 @@ import numpy as np
 
 from vdla.compiler.ir.graph import Graph
 from vdla.compiler.ir.tensor import Node
-from vdla.compiler.reference.integer import (INT8_MAX, INT8_MIN, MULTIPLIER_MAX, MULTIPLIER_MIN,
-                                             SHIFT_MAX, SHIFT_MIN)
+from vdla.compiler.reference.integer import (INT8_MAX, INT8_MIN, INT8_PRODUCTS_MAX,
+                                             MULTIPLIER_MAX, MULTIPLIER_MIN, SHIFT_MAX,
+                                             SHIFT_MIN, per_channel)
 from vdla.compiler.targets.gpu import codes
-from vdla.compiler.targets.gpu.schedule import GemmSchedule, choose, gemm_shape
+from vdla.compiler.targets.gpu.schedule import GemmSchedule, choose, gemm_shape, next_pow2
 
 __all__ = ["FLOAT_DTYPES", "GEMM_OPS", "GpuKernel", "Launch", "OPS", "Ref", "VIEW_OPS",
-           "lower", "max_terms", "refusal"]
+           "lower", "refusal"]
 
 #: Storage (and dot) dtypes of the float graph.
 FLOAT_DTYPES = ("float32", "float16")
@@ -78,17 +79,8 @@ class GpuKernel:
     roofline_seconds: float | None = None
 
 
-def max_terms() -> int:
-    """The most int8 x int8 products an int32 accumulator sums without overflow."""
-    return (2**31 - 1) // (128 * 128)
-
-
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
-
-
-def _pow2_at_least(v: int, low: int = 16, high: int = 1024) -> int:
-    return min(high, max(low, 1 << max(0, int(v) - 1).bit_length()))
 
 
 # --- which nodes -----------------------------------------------------------------------------
@@ -160,9 +152,9 @@ def _gemm_refusal(node: Node, graph: Graph) -> str | None:
                 "target adds a computed one of the output's shape")
     if data == "int8":
         terms = int(np.prod(w.shape[1:]))
-        if terms > max_terms():
+        if terms > INT8_PRODUCTS_MAX:
             return (f"{node.op} sums {terms} products per output, more than an int32 "
-                    f"accumulator holds exactly ({max_terms()})")
+                    f"accumulator holds exactly ({INT8_PRODUCTS_MAX})")
         out = graph.tensors[node.outputs[0]].shape[1]
         return (_params_refusal(node, graph, "", out)
                 or (_params_refusal(node, graph, "residual_", out) if res else None))
@@ -192,18 +184,11 @@ def _params_refusal(node: Node, graph: Graph, prefix: str, channels: int) -> str
 
 # --- lowering --------------------------------------------------------------------------------
 
-def _per_channel(value, channels: int, default: int) -> np.ndarray:
-    if value is None:
-        return np.full(channels, default, np.int32)
-    arr = np.atleast_1d(np.asarray(value, dtype=np.int64))
-    return np.ascontiguousarray(np.broadcast_to(arr, (channels,)), dtype=np.int32)
-
-
 def _requant_consts(attrs, prefix: str, channels: int, consts: dict, key: str):
     """(has multiplier, const key of the multipliers, of the shifts)."""
     m = attrs.get(f"{prefix}multiplier")
-    consts[f"{key}mult"] = _per_channel(m, channels, 1)
-    consts[f"{key}shift"] = _per_channel(attrs.get(f"{prefix}shift", 0), channels, 0)
+    consts[f"{key}mult"] = per_channel(m, channels, 1)
+    consts[f"{key}shift"] = per_channel(attrs.get(f"{prefix}shift"), channels, 0)
     return m is not None, Ref("const", f"{key}mult"), Ref("const", f"{key}shift")
 
 
@@ -340,7 +325,7 @@ def _lower_pool(node, graph):
         has_mult, mult, shift = False, Ref("dummy", "int32"), Ref("dummy", "int32")
     if node.op.endswith("global_avg_pool2d"):
         hw = h * w
-        bc, bhw = 16, _pow2_at_least(hw, 16, 256)
+        bc, bhw = 16, min(256, max(16, next_pow2(hw)))
         launch = Launch("global_pool", (_cdiv(n * c, bc),),
                         (Ref("in", 0), Ref("out"), mult, shift, n * c, c, hw),
                         dict(INT8=int8, HAS_MULT=has_mult, BC=bc, BHW=bhw, num_warps=4))

@@ -15,7 +15,7 @@ import math
 from typing import Any
 
 __all__ = ["DOT_DTYPES", "GemmSchedule", "GemmShape", "ScheduleError", "choose", "gemm_shape",
-           "space"]
+           "next_pow2", "space"]
 
 #: What a GEMM's dot runs on.
 DOT_DTYPES = ("int8", "float32", "float16")
@@ -103,8 +103,8 @@ class GemmSchedule:
                                 f"{min(_MAX_SPLIT, steps)}] (K = {shape.k} is {steps} "
                                 f"steps of block_k {self.block_k})")
         # Tiles far beyond the GEMM only waste programs' lanes; refuse the silly ones.
-        if self.block_m > max(_MIN_BLOCK, _next_pow2(shape.m)) * 2 \
-                or self.block_n > max(_MIN_BLOCK, _next_pow2(shape.n)) * 2:
+        if self.block_m > max(_MIN_BLOCK, next_pow2(shape.m)) * 2 \
+                or self.block_n > max(_MIN_BLOCK, next_pow2(shape.n)) * 2:
             raise ScheduleError(f"tile {self.block_m}x{self.block_n} is more than twice the "
                                 f"GEMM's {shape.m}x{shape.n} (rounded up to a power of two)")
 
@@ -126,7 +126,8 @@ def _bad_int(v) -> bool:
     return isinstance(v, bool) or not isinstance(v, int)
 
 
-def _next_pow2(v: int) -> int:
+def next_pow2(v: int) -> int:
+    """The smallest power of two at least `v` (1 for v <= 1)."""
     return 1 << max(0, (int(v) - 1).bit_length())
 
 
@@ -150,10 +151,10 @@ def choose(shape: GemmShape) -> GemmSchedule:
     64 (int8, float16) or 32 (float32), 8 warps for 128x128 tiles, 3 stages, and K split
     until the GEMM has about `_BUSY_TILES` tiles (the late ResNet layers and dense layers
     at batch 1 have a handful)."""
-    bm = min(128, max(_MIN_BLOCK, _next_pow2(shape.m)))
-    bn = min(128, max(_MIN_BLOCK, _next_pow2(shape.n)))
+    bm = min(128, max(_MIN_BLOCK, next_pow2(shape.m)))
+    bn = min(128, max(_MIN_BLOCK, next_pow2(shape.n)))
     bk_max = 32 if shape.dtype == "float32" else 64
-    bk = max(_MIN_BLOCK_K[shape.dtype], min(bk_max, _next_pow2(shape.k)))
+    bk = max(_MIN_BLOCK_K[shape.dtype], min(bk_max, next_pow2(shape.k)))
     warps = 8 if bm * bn >= 128 * 128 else 4
     tiles = math.ceil(shape.m / bm) * math.ceil(shape.n / bn) * shape.groups
     steps = math.ceil(shape.k / bk)

@@ -68,7 +68,7 @@ class GpuTarget(Target):
     name = "gpu"
     description = ("a GPU: Triton kernels (implicit-GEMM int8/float convolutions with fused "
                    "epilogues) on CUDA, or on Triton's interpreter without one")
-    measure_backends = ("cuda", "interpreter")
+    measure_backends = runtime.MODES
 
     def __init__(self, *, device: str = "auto", float_dtype: str = "float32",
                  gpu: str | None = None):
