@@ -62,8 +62,9 @@ import numpy as np  # noqa: E402
 from vdla.compiler import Graph, pipeline, run_reference, targets  # noqa: E402
 from vdla.compiler.frontend.onnx_export import save_onnx  # noqa: E402
 from vdla.compiler.targets.model import compile_model  # noqa: E402
-from vdla.compiler.tuner import (LocalRunner, Records, tasks_from_workload,  # noqa: E402
-                                 tune_task)
+from vdla._platform import cpu_name  # noqa: E402
+from vdla.compiler.pipeline import tasks_from_workload  # noqa: E402
+from vdla.compiler.tuner import LocalRunner, Records, tune_task  # noqa: E402
 
 MODELS = ("resnet18", "resnet50", "mobilenet_v1")
 GOAL = 0.8
@@ -474,7 +475,6 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     records_path = Path(args.records) if args.records else out / "cpu-records.db"
     report = {"threads": args.threads, "models": args.models}
-    from vdla.compiler.targets.cpu.tuning import cpu_name
     report["cpu"] = cpu_name()
     report["isa"] = targets.get("cpu").isa.name
     import onnxruntime

@@ -38,8 +38,10 @@ import time
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import vdla  # noqa: E402
+from vdla._buildcache import cache_root  # noqa: E402
+from vdla.compiler.pipeline import tasks_from_workload  # noqa: E402
 from vdla.compiler.tuner import (LocalRunner, MeasureInput, Records, ReplayRunner,  # noqa: E402
-                                 tasks_from_workload, tune_task)
+                                 tune_task)
 from vdla.compiler.frontend.workloads import RESNET18  # noqa: E402
 from vdla.compiler.targets import get as get_target  # noqa: E402
 
@@ -92,7 +94,6 @@ def main(argv=None) -> int:
                              "from scratch)")
     args = parser.parse_args(argv)
     if args.records is None:
-        from vdla.sim.verilator.build import cache_root
         args.records = str(cache_root() / "bench-tuner.db")
     config = vdla.HardwareConfig()
     accelerator = get_target("vdla", config=config)

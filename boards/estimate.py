@@ -47,7 +47,7 @@ from vdla._tools import ToolNotFound, find_tool
 from vdla.boards.board import Board, Resources
 from vdla.config import HardwareConfig
 from vdla.hw.verilog import TOP_NAME, to_verilog
-from vdla.sim.verilator.build import cache_root
+from vdla._buildcache import cache_root
 
 __all__ = ["Estimate", "EstimateError", "estimate", "count_resources", "RECIPE_VERSION"]
 

@@ -18,7 +18,7 @@ ops fused: what the quantizer starts from) and checks it against the float refer
 within `FLOAT_TOLERANCE` relative (max |difference| / max |reference|, per output), since
 a target's float sums round differently from the reference's float64 ones; ``float16``
 compiles the same float graph for a target that stores and multiplies it in float16
-(`Target.float_dtype`: the GPU target's option), checked within `FLOAT16_TOLERANCE`.
+(`Target.precisions`: the GPU target's option), checked within `FLOAT16_TOLERANCE`.
 """
 
 from __future__ import annotations
@@ -33,6 +33,8 @@ import numpy as np
 
 from vdla.compiler.frontend import zoo
 from vdla.compiler.frontend.datasets import digits_split, random_inputs
+from vdla.compiler.frontend.workloads import (RESNET18, conv_matches, model_graph,
+                                              parse_workload, workload_graph)
 from vdla.compiler.ir.graph import Graph
 from vdla.compiler.passes.prepare import prepare
 from vdla.compiler.passes.quantize import quantize
@@ -47,10 +49,13 @@ from vdla.compiler.tuner.tune import best_schedules
 
 __all__ = ["FLOAT16_TOLERANCE", "FLOAT_TOLERANCE", "LoadedModel", "Outcome", "PRECISIONS",
            "TOLERANCES", "check", "check_model_spec", "compile_for", "graph_for",
-           "load_model", "quantize_for", "relative_error", "requant_mode", "run_model"]
+           "load_model", "quantize_for", "relative_error", "requant_mode", "run_model",
+           "tasks_from_workload"]
 
 #: What `run_model` compiles: the quantized graph, or the prepared float graph.
 PRECISIONS = ("int8", "float32", "float16")
+#: Appended to a named workload's task whose nodes add a residual (``C8+residual``).
+RESIDUAL_SUFFIX = "+residual"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -196,18 +201,14 @@ def graph_for(model: LoadedModel, targets: Target | Sequence[Target], *,
               precision: str = "int8", mode: str | None = None) -> Graph:
     """The graph a run of `model` at `precision` compiles: `quantize_for`'s (int8) or
     the prepared float graph (float32 and float16: BN folding, fusion, as the quantizer
-    starts). ValueError for float16 on a target that does not store floats as float16."""
+    starts). ValueError for a precision one of `targets` does not run
+(`Target.precisions`: float16 needs a target that stores floats as float16)."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, not "
                          f"{precision!r}")
-    if precision == "float16":
-        listed = [targets] if isinstance(targets, Target) else list(targets)
-        other = [t.name for t in listed if t.float_dtype != "float16"]
-        if other:
-            raise ValueError(f"precision float16 needs a target that runs the float graph in "
-                             f"float16 (the gpu target with float_dtype 'float16'); "
-                             f"{', '.join(other)} run{'s' if len(other) == 1 else ''} it in "
-                             "float32")
+    listed = [targets] if isinstance(targets, Target) else list(targets)
+    for target in listed:
+        target.check_precision(precision)
     if precision != "int8":
         return prepare(model.graph)
     return quantize_for(model, targets, mode=mode)
@@ -315,3 +316,42 @@ def run_model(model: LoadedModel | str, target: Target, *, records: Any = None,
                 default=0.0)
     return Outcome(model, target, graph, compiled, schedules, result, reference, ok,
                    mismatch, quantize_seconds, precision, error)
+
+
+def tasks_from_workload(spec: str, target) -> list:
+    """The tasks (`TuneTask`) of a workload on `target` (a
+    `vdla.compiler.targets.Target`), named after it.
+
+    spec : a ResNet-18 workload name (``C5``, any case): the target's tasks of
+        ResNet-18's own layers of that shape, epilogue included
+        (`vdla.compiler.frontend.workloads.model_graph`, quantized for the target's first
+        requantization mode, as ``vdla run`` does). One name may give several tasks: a
+        task whose nodes all add a residual is named with `RESIDUAL_SUFFIX`
+        (``C8+residual``), and a further task of the same name gets ``#2``, ``#3``.
+        Or ``H,W,Cin,Cout,k,pad,stride``: the one task of the synthetic one-node graph
+        `workload_graph` builds (bias, per-tensor requantization shift, ReLU clamp), named
+        `spec`; its records serve only a model layer with that same epilogue.
+    target : the target whose tasks these are
+    Raises ValueError naming what is wrong, or when the target cannot tune the workload."""
+    name, workload = parse_workload(spec)
+    if name not in RESNET18:
+        tasks = target.tasks(workload_graph(workload)[0])
+        if len(tasks) != 1:
+            raise ValueError(f"target {target.name!r} has no tunable task for workload "
+                             f"{spec!r} ({workload}): it does not run that convolution")
+        return [tasks[0].with_name(name)]
+    graph = model_graph(target.requant_modes[0])
+    found = []
+    for task in target.tasks(graph):
+        nodes = [graph.node(n) for n in task.nodes if conv_matches(graph.node(n), graph,
+                                                                   workload)]
+        if not nodes:
+            continue
+        # The suffix tells the epilogues apart, which is what makes these separate tasks.
+        base = name + (RESIDUAL_SUFFIX if all(n.input(3) for n in nodes) else "")
+        taken = sum(t.name == base or t.name.startswith(base + "#") for t in found)
+        found.append(task.with_name(base if not taken else f"{base}#{taken + 1}"))
+    if not found:
+        raise ValueError(f"target {target.name!r} has no tunable task for workload {name} "
+                         f"({workload}): it does not run that layer of ResNet-18")
+    return found

@@ -105,8 +105,12 @@ def test_the_layers_point_one_way():
 
     direct = {m: set(graph.successors(m)) for m in MODULES}
     assert not offenders("vdla.hw", ("vdla.compiler", "vdla.runtime", "vdla.cli"))
-    assert not offenders("vdla.compiler", ("vdla.hw", "vdla.cli", "vdla.boards"), direct)
-    assert not offenders("vdla.compiler", ("vdla.cli", "vdla.boards"))
+    assert not offenders("vdla.compiler", ("vdla.hw", "vdla.cli"), direct)
+    assert not offenders("vdla.compiler", ("vdla.cli",))
+    # A target may know the board catalog (the vdla target's --board: a board's config,
+    # clock and memory timing), never what the boards generate (projects, estimates).
+    assert not offenders("vdla.compiler", ("vdla.boards.estimate", "vdla.boards.project",
+                                           "vdla.boards.wrapper"))
     front = ("vdla.compiler.ir", "vdla.compiler.reference", "vdla.compiler.frontend",
              "vdla.compiler.passes")
     for part in front:
@@ -118,6 +122,51 @@ def test_the_layers_point_one_way():
     assert not offenders("vdla.compiler.tuner", ("vdla.compiler.targets",))
     assert not offenders("vdla.compiler.pipeline", ("vdla.compiler.targets.vdla",))
     assert not offenders("vdla.cli", ("vdla.compiler.targets.vdla",))
+
+
+#: The target folders under `vdla.compiler.targets` (a module outside them is the
+#: interface: base, model, registry, options).
+TARGET_FOLDERS = sorted({m.split(".")[3] for m in MODULES
+                         if m.startswith("vdla.compiler.targets.") and m.count(".") >= 4}
+                        | {"host"})
+
+
+def test_targets_stay_behind_the_interface():
+    """The command line imports no target's internals (it reaches targets through the
+    registry and the interface; at most a target package's own public face, its
+    ``__init__``, as ``vdla roofline`` does the GPU's), and no target imports another
+    target (each is one folder behind the interface)."""
+    graph = import_graph()
+    cli = sorted((m, t) for m in MODULES if m.startswith("vdla.cli")
+                 for t in graph.successors(m)
+                 if any(t.startswith(f"vdla.compiler.targets.{f}.") for f in TARGET_FOLDERS))
+    assert not cli, f"the CLI imports target internals: {cli}"
+    crossing = []
+    for folder in TARGET_FOLDERS:
+        mine = f"vdla.compiler.targets.{folder}"
+        for m in MODULES:
+            if m != mine and not m.startswith(mine + "."):
+                continue
+            crossing += [(m, t) for t in graph.successors(m) for other in TARGET_FOLDERS
+                         if other != folder and (t == f"vdla.compiler.targets.{other}"
+                                                 or t.startswith(f"vdla.compiler.targets.{other}."))]
+    assert not crossing, f"targets importing other targets: {sorted(crossing)}"
+
+
+def test_the_cli_names_no_target():
+    """What remains of target names in the command line is defaults and help text: no
+    comparison with a target's name (``target.name == "vdla"``, ``"gpu" in names``)."""
+    names = {"vdla", "host", "cpu", "gpu"}
+    bad = []
+    for name, path in MODULES.items():
+        if not name.startswith("vdla.cli"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Compare):
+                operands = [node.left, *node.comparators]
+                if any(isinstance(o, ast.Constant) and o.value in names for o in operands):
+                    bad.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not bad, "the CLI compares target names: " + ", ".join(bad)
 
 
 def _comment_near(lines: list[str], lineno: int) -> str:

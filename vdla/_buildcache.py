@@ -26,7 +26,22 @@ import shutil
 from pathlib import Path
 from typing import Callable, Iterator
 
-__all__ = ["build_entry", "sha256_file", "valid_entry", "write_entry"]
+__all__ = ["CACHE_ENV", "build_entry", "cache_root", "sha256_file", "valid_entry",
+           "write_entry"]
+
+#: The environment variable that moves every cache of vdla.
+CACHE_ENV = "VDLA_CACHE"
+
+
+def cache_root() -> Path:
+    """The folder of vdla's caches (the Verilator models, the CPU target's libraries,
+    resource estimates): ``$VDLA_CACHE``, else ``$XDG_CACHE_HOME/vdla``, else
+    ``~/.cache/vdla``."""
+    env = os.environ.get(CACHE_ENV)
+    if env:
+        return Path(env).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "vdla"
 
 
 def sha256_file(path: Path) -> str:

@@ -17,11 +17,19 @@ A target (`Target`):
 * runs them in a `TargetSession` (`open_session`), which reports per-op figures
   (`OpRun`: cycles, MACs, bytes where the target has them, and its own extras);
 * offers tunable tasks (`tasks`, see `vdla.compiler.tuner.task.TuneTask`);
-* may write a compiled model as something that runs without vdla (`export`).
+* may write a compiled model as something that runs without vdla (`export`);
+* describes itself to the command line (`vdla.compiler.targets.options`): its own
+  options and how it is built from them (`cli_options`, `from_cli`), whether it can run
+  here (`unavailable`), its schedules in a few words (`describe_schedule`), the
+  measurement backends it refuses here (`check_measure`), and what its reports say
+  (`title`, `report_lines`, `time_note`, `column_label`, `extra_columns`,
+  `estimate_column`). The CLI compares no target name.
 
 `OpStats` is the per-op report every target fills the same way: name, op, target,
 reason, schedule, wall seconds, then cycles, MACs and bytes where the target has them
-(None otherwise), and `extra` for figures only one target has.
+(None otherwise), `extra` for figures only one target has, and the op's device time:
+`device_seconds` with what it is (`device_time`: the accelerator's cycles at its
+clock, a GPU's CUDA-event time, or the host's wall time).
 """
 
 from __future__ import annotations
@@ -34,12 +42,15 @@ from typing import Any, Callable, ClassVar, Mapping, NamedTuple, Sequence
 import numpy as np
 
 from vdla.compiler.ir.graph import Graph, Node
+from vdla.compiler.targets.options import EstimateColumn, ExtraColumn, TargetOption
 
-__all__ = ["CompiledOp", "DeviceValue", "GraphRun", "OpRun", "OpStats", "Progress", "Support",
+__all__ = ["WALL", "CompiledOp", "DeviceValue", "GraphRun", "OpRun", "OpStats", "Progress", "Support",
            "Target", "TargetSession", "Transfer"]
 
 #: Called as each node starts: (nodes done, total nodes, node name).
 Progress = Callable[[int, int, str], None]
+#: `OpStats.device_time` of an op whose device time is the host's wall time.
+WALL = "wall"
 
 
 class Support(NamedTuple):
@@ -80,7 +91,11 @@ class OpRun:
     cycles : device cycles, where the target counts them
     macs : useful multiply-accumulates, where the target reports them
     bytes : bytes moved to and from the target's memory, where it counts them
-    extra : figures only this target has (JSON values)
+    extra : figures only this target has (JSON values); ``view: True`` marks an op that
+        moved no data (its output is its input, seen another way)
+    device_seconds : the op's time on the device, where the target has one of its own
+        (cycles at the clock, a GPU's event time); None: its wall time
+    device_time : what `device_seconds` is, in a few words (``cycles at 100 MHz``)
     """
 
     outputs: Sequence[np.ndarray]
@@ -88,6 +103,8 @@ class OpRun:
     macs: int | None = None
     bytes: int | None = None
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    device_seconds: float | None = None
+    device_time: str | None = None
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -141,6 +158,8 @@ class OpStats:
     wall_seconds : host wall time of the op (writes, run, read-back; or the kernel)
     cycles, macs, bytes : as in `OpRun` (None where the target has no such figure)
     extra : the target's own figures (vdla: ``gemm_utilization``)
+    device_seconds : the op's device time (`OpRun.device_seconds`, else `wall_seconds`)
+    device_time : what it is (`OpRun.device_time`, else `WALL`)
     """
 
     name: str
@@ -153,6 +172,8 @@ class OpStats:
     macs: int | None = None
     bytes: int | None = None
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    device_seconds: float = 0.0
+    device_time: str = WALL
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
@@ -218,9 +239,76 @@ class Target(abc.ABC):
     #: Whether its ops' wall time is a simulator's rather than the device's own (reports
     #: then give no throughput from it).
     simulated: ClassVar[bool] = False
-    #: How it stores and multiplies the float graph (``float16``: the GPU target's option;
-    #: `vdla.compiler.pipeline` checks a float16 run against a looser tolerance).
-    float_dtype: str = "float32"
+    #: Its own command-line options (``vdla run --target NAME ...``), see `from_cli`.
+    cli_options: ClassVar[tuple[TargetOption, ...]] = ()
+    #: How the figures it puts in `OpStats.extra` show in the per-op table (key ->
+    #: column); a figure not listed shows under its key.
+    extra_columns: ClassVar[Mapping[str, ExtraColumn]] = {}
+
+    @classmethod
+    def from_cli(cls, options: Mapping[str, Any], *, precision: str = "int8",
+                 log: Callable[[str], None] | None = None) -> "Target":
+        """The target built from its command-line `options` (each of `cli_options` this
+        command takes, by `TargetOption.dest`: the value given, or None) for a run at
+        `precision` (``int8``, ``float32``, ``float16``); `log` takes progress lines.
+        ValueError naming the option for a bad value, or a precision it does not run.
+        The default takes no options."""
+        target = cls()
+        target.check_precision(precision)
+        return target
+
+    @classmethod
+    def unavailable(cls) -> str | None:
+        """Why this target cannot run on this machine (an optional dependency missing,
+        with how to install it), or None when it can."""
+        return None
+
+    @property
+    def precisions(self) -> tuple[str, ...]:
+        """What a run of this target can compile (`vdla.compiler.pipeline.PRECISIONS`):
+        the quantized graph, and the float graph in float32 by default."""
+        return ("int8", "float32")
+
+    def check_precision(self, precision: str) -> None:
+        """ValueError when this target does not run `precision`."""
+        if precision not in self.precisions:
+            raise ValueError(f"precision {precision} does not run on target {self.name!r} "
+                             f"(it runs {', '.join(self.precisions)})")
+
+    def describe_schedule(self, schedule: Mapping[str, Any]) -> str:
+        """One of this target's schedules (as a plain dict) in a few words, for tables."""
+        return " ".join(f"{k}={v}" for k, v in schedule.items())
+
+    def check_measure(self, backend: str) -> None:
+        """ValueError when this target's tasks cannot be measured on `backend` here (not
+        one of `measure_backends`, or a device this machine lacks)."""
+        if not self.measure_backends:
+            raise ValueError(f"target {self.name!r} has no tunable ops")
+        if backend not in self.measure_backends:
+            raise ValueError(f"--measure {backend!r} is not one of target {self.name!r}'s "
+                             f"measurement backends: {', '.join(self.measure_backends)}")
+
+    def title(self) -> str:
+        """Its settings in a few words, for the first line of a run's report."""
+        return f"target {self.name}"
+
+    def column_label(self, summary: Mapping[str, Any]) -> str:
+        """Its column's heading in ``vdla compare``, given its run's `summary`."""
+        return self.name
+
+    def time_note(self, summary: Mapping[str, Any]) -> str:
+        """What its ops' device times are, given its run's `summary` (``vdla compare``)."""
+        return "wall time on this machine"
+
+    def report_lines(self, summary: Mapping[str, Any]) -> list[str]:
+        """Lines a run's report prints after the per-op table, from its `summary`
+        (totals, where the kernels ran); none by default."""
+        return []
+
+    def estimate_column(self) -> EstimateColumn | None:
+        """A column of estimates ``vdla compare`` shows beside this target's measured
+        one (the GPU target's roofline on a named GPU), or None."""
+        return None
 
     @property
     def requant_modes(self) -> tuple[str, ...]:
@@ -279,8 +367,7 @@ class Target(abc.ABC):
         """Write `compiled` (a `CompiledModel` of this target) into folder `out_dir` as
         something that runs without vdla (the CPU target: a C project with a Makefile)
         and return the folder's path. Targets without such a form raise ValueError."""
-        raise ValueError(f"target {self.name!r} has no stand-alone form to write; "
-                         "`vdla compile --target cpu` writes one")
+        raise ValueError(f"target {self.name!r} has no stand-alone form to write")
 
     def tasks(self, graph: Graph) -> list:
         """The tunable tasks (`vdla.compiler.tuner.task.TuneTask`) of quantized `graph`

@@ -31,8 +31,8 @@ import numpy as np
 from vdla.compiler.ir.graph import DTYPES, Graph
 from vdla.compiler.passes.partition import Partition, partition
 from vdla.compiler.reference.executor import check_inputs
-from vdla.compiler.targets.base import (CompiledOp, DeviceValue, GraphRun, OpStats, Progress,
-                                        Target, TargetSession, Transfer)
+from vdla.compiler.targets.base import (WALL, CompiledOp, DeviceValue, GraphRun, OpStats,
+                                        Progress, Target, TargetSession, Transfer)
 from vdla.compiler.targets.host import HOST, HostTarget
 
 __all__ = ["CompiledModel", "ModelSession", "RunResult", "compile_model"]
@@ -276,7 +276,9 @@ class ModelSession:
                                np.asarray(value).astype(DTYPES[graph.tensors[out].dtype],
                                                         copy=False))
             stats.append(OpStats(op.name, op.op, op.target, op.reason, op.schedule,
-                                 seconds, ran.cycles, ran.macs, ran.bytes, dict(ran.extra)))
+                                 seconds, ran.cycles, ran.macs, ran.bytes, dict(ran.extra),
+                                 seconds if ran.device_seconds is None else ran.device_seconds,
+                                 ran.device_time or WALL))
         outputs = {name: self._on_host(name, values[name], "", fetched, transfers)
                    for name in graph.outputs}
         wall = time.perf_counter() - start

@@ -16,7 +16,7 @@ from typing import Callable
 
 from vdla.compiler.targets.base import Target
 
-__all__ = ["BUILTIN", "get", "names", "register", "unregister"]
+__all__ = ["BUILTIN", "factory", "get", "names", "register", "unregister"]
 
 #: The targets vdla ships: name -> "module:Class".
 BUILTIN = {
@@ -67,18 +67,23 @@ def _load(spec: str) -> Callable[..., Target]:
     return getattr(importlib.import_module(module), attr)
 
 
+def factory(name: str) -> Callable[..., Target]:
+    """What makes target `name` (usually its `Target` subclass, whose class attributes
+    describe it to the command line: `Target.cli_options`), without making one.
+    ValueError naming the known targets for an unknown name."""
+    if name in _REGISTERED:
+        return _REGISTERED[name]
+    if name in BUILTIN:
+        return _load(BUILTIN[name])
+    if name in _entry_points():
+        return _load(_entry_points()[name])
+    raise ValueError(f"unknown target {name!r}; available: {', '.join(names())}")
+
+
 def get(name: str, **options) -> Target:
     """A new target `name` made with `options`. ValueError naming the known targets for
     an unknown name; TypeError for options the target does not take."""
-    if name in _REGISTERED:
-        factory = _REGISTERED[name]
-    elif name in BUILTIN:
-        factory = _load(BUILTIN[name])
-    elif name in _entry_points():
-        factory = _load(_entry_points()[name])
-    else:
-        raise ValueError(f"unknown target {name!r}; available: {', '.join(names())}")
-    target = factory(**options)
+    target = factory(name)(**options)
     if not isinstance(target, Target):
         raise TypeError(f"target {name!r}: its factory returned {type(target).__name__}, not "
                         "a vdla.compiler.targets.Target")

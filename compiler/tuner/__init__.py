@@ -1,7 +1,7 @@
 """The tuner: search any target's schedule spaces against real measurements.
 
 * `vdla.compiler.tuner.task`: `TuneTask`, the interface a target's tasks implement (space,
-  default, estimate, features, measure, to and from a plain dict); `tasks_from_workload`;
+  default, estimate, features, measure, to and from a plain dict);
   a model's tasks come from its target (`Target.tasks(graph)`);
 * `vdla.compiler.tuner.runner`: measuring schedules (`LocalRunner`: worker processes;
   `InProcessRunner`: this process; `ReplayRunner`: from records);
@@ -20,9 +20,9 @@ from vdla.compiler.tuner.measure import MeasureInput, MeasureResult
 from vdla.compiler.tuner.records import Record, Records
 from vdla.compiler.tuner.runner import InProcessRunner, LocalRunner, ReplayRunner
 from vdla.compiler.tuner.search import GridTuner, ModelTuner, RandomTuner, make_tuner
-from vdla.compiler.tuner.task import TuneTask, tasks_from_workload
+from vdla.compiler.tuner.task import TuneTask
 from vdla.compiler.tuner.tune import TuneResult, best_schedules, tune_task
 
 __all__ = ["GridTuner", "InProcessRunner", "LocalRunner", "MeasureInput", "MeasureResult", "ModelTuner",
            "RandomTuner", "Record", "Records", "ReplayRunner", "TuneResult", "TuneTask",
-           "best_schedules", "make_tuner", "tasks_from_workload", "tune_task"]
+           "best_schedules", "make_tuner", "tune_task"]

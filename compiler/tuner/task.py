@@ -10,11 +10,16 @@ subclasses.
 A task is sent to worker processes (pickled), so it holds everything its measurement
 needs: usually a one-node graph (`one_node_graph`) with the node's constants.
 
-`tasks_from_workload(spec, target)` makes the tasks of one ResNet-18 workload (``C5``):
-the target's own tasks of ResNet-18's layers of that shape, quantized as ``vdla run
-resnet18`` quantizes them, so their records serve that model; or of
-``H,W,Cin,Cout,k,pad,stride``: the task of a synthetic one-node graph
-(`vdla.compiler.frontend.workloads`).
+`OneNodeTask` is that usual task, written once: the key (a workload dict as canonical
+JSON), the seed derived from it, seeded inputs, the reference output, the check (int
+outputs exactly, float ones within the precision's tolerance,
+`vdla.compiler.reference.tolerance`), merging the nodes that share a workload
+(`merge_tasks`) and the measurement's steps: compile the schedule through the target's
+own compile path, run it once and check it, then time it. A target's task keeps only its
+space, default, features, how it compiles and how it times (its measurement backend).
+
+The tasks of a named workload (``C5``, ``H,W,Cin,Cout,k,pad,stride``) come from
+`vdla.compiler.pipeline.tasks_from_workload`, which builds its graph in the front half.
 """
 
 from __future__ import annotations
@@ -22,19 +27,23 @@ from __future__ import annotations
 import abc
 import copy
 import dataclasses
-from typing import Any, Callable, Hashable, Sequence
+import functools
+import hashlib
+import json
+import time
+from typing import Any, Callable, Hashable, Mapping, Sequence
 
-from vdla.compiler.frontend.workloads import (RESNET18, conv_matches, model_graph,
-                                              parse_workload, workload_graph)
-from vdla.compiler.ir.graph import Graph
+import numpy as np
+
+from vdla.compiler.ir.graph import DTYPES, Graph
 from vdla.compiler.ir.tensor import Node
-from vdla.compiler.tuner.measure import MeasureResult
+from vdla.compiler.reference import run_reference
+from vdla.compiler.reference.tolerance import TOLERANCES, mismatch
+from vdla.compiler.tuner.measure import MeasureResult, one_line
+from vdla.compiler.tuner.records import OK
 
-__all__ = ["RESIDUAL_SUFFIX", "TuneTask", "merge_tasks", "one_node_graph",
-           "tasks_from_workload"]
-
-#: Appended to a named workload's task whose nodes add a residual (``C8+residual``).
-RESIDUAL_SUFFIX = "+residual"
+__all__ = ["OneNodeTask", "TaskData", "TuneTask", "canonical", "merge_tasks",
+           "one_node_graph"]
 
 
 class TuneTask(abc.ABC):
@@ -177,40 +186,136 @@ def one_node_graph(node: Node, graph: Graph) -> Graph:
     return g
 
 
-def tasks_from_workload(spec: str, target) -> list:
-    """The tasks (`TuneTask`) of a workload on `target` (a
-    `vdla.compiler.targets.Target`), named after it.
+def canonical(workload: Mapping[str, Any]) -> str:
+    """A workload as the records' key: compact, sorted JSON (tuples as lists)."""
+    return json.dumps(workload, sort_keys=True, separators=(",", ":"), default=list)
 
-    spec : a ResNet-18 workload name (``C5``, any case): the target's tasks of
-        ResNet-18's own layers of that shape, epilogue included
-        (`vdla.compiler.frontend.workloads.model_graph`, quantized for the target's first
-        requantization mode, as ``vdla run`` does). One name may give several tasks: a
-        task whose nodes all add a residual is named with `RESIDUAL_SUFFIX`
-        (``C8+residual``), and a further task of the same name gets ``#2``, ``#3``.
-        Or ``H,W,Cin,Cout,k,pad,stride``: the one task of the synthetic one-node graph
-        `workload_graph` builds (bias, per-tensor requantization shift, ReLU clamp), named
-        `spec`; its records serve only a model layer with that same epilogue.
-    target : the target whose tasks these are
-    Raises ValueError naming what is wrong, or when the target cannot tune the workload."""
-    name, workload = parse_workload(spec)
-    if name not in RESNET18:
-        tasks = target.tasks(workload_graph(workload)[0])
-        if len(tasks) != 1:
-            raise ValueError(f"target {target.name!r} has no tunable task for workload "
-                             f"{spec!r} ({workload}): it does not run that convolution")
-        return [tasks[0].with_name(name)]
-    graph = model_graph(target.requant_modes[0])
-    found = []
-    for task in target.tasks(graph):
-        nodes = [graph.node(n) for n in task.nodes if conv_matches(graph.node(n), graph,
-                                                                   workload)]
-        if not nodes:
-            continue
-        # The suffix tells the epilogues apart, which is what makes these separate tasks.
-        base = name + (RESIDUAL_SUFFIX if all(n.input(3) for n in nodes) else "")
-        taken = sum(t.name == base or t.name.startswith(base + "#") for t in found)
-        found.append(task.with_name(base if not taken else f"{base}#{taken + 1}"))
-    if not found:
-        raise ValueError(f"target {target.name!r} has no tunable task for workload {name} "
-                         f"({workload}): it does not run that layer of ResNet-18")
-    return found
+
+@dataclasses.dataclass(frozen=True)
+class TaskData:
+    """What every measurement of a task reuses, computed once per worker: the seeded
+    inputs (graph input -> array) and the reference output."""
+
+    feed: dict[str, np.ndarray]
+    want: np.ndarray
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class OneNodeTask(TuneTask):
+    """A task of one node of a model, measured on a one-node graph (see the module
+    docstring).
+
+    name : what users call it; graph : the one-node graph (`one_node_graph`); node : the
+    node's name in it; nodes : the model's nodes that share this workload (set by
+    `merge_tasks`)
+
+    A subclass provides `workload` (what its cost depends on: the key), the space,
+    default, features and knobs of `TuneTask`, and the measurement's two target-specific
+    steps: `compile` (the schedule through the target's own compile path), `run` (once,
+    checked) and `time` (its measurement backend). `failure` turns an exception into a
+    result.
+    """
+
+    name: str
+    graph: Graph
+    node: str
+    nodes: tuple[str, ...] = ()
+
+    #: The precision a float node is checked at (`vdla.compiler.reference.tolerance`).
+    float_precision = "float32"
+
+    # --- what it is ---------------------------------------------------------------------
+
+    @property
+    @abc.abstractmethod
+    def workload(self) -> dict:
+        """What the cost of a schedule depends on, as JSON values (sizes, epilogue,
+        dtypes): two nodes with equal workloads share records."""
+
+    @functools.cached_property
+    def key(self) -> str:
+        return canonical(self.workload)
+
+    @functools.cached_property
+    def seed(self) -> int:
+        """A seed derived from the key: the task's inputs are the same in every process
+        and every run."""
+        return int.from_bytes(hashlib.sha256(self.key.encode()).digest()[:8], "little")
+
+    @property
+    def nonnegative(self) -> bool:
+        """Whether the node's int8 input (its first) is known non-negative in the model
+        (then its seeded values are too, as the kernels may rely on it)."""
+        return False
+
+    # --- inputs, reference, check ---------------------------------------------------------
+
+    def feed(self) -> dict[str, np.ndarray]:
+        """Seeded values for the graph's inputs: int8 uniform (non-negative for the first
+        input where `nonnegative`), floats standard normal."""
+        rng = np.random.default_rng(self.seed)
+        first = self.graph.node(self.node).inputs[0]
+        out = {}
+        for name in self.graph.inputs:
+            t = self.graph.tensors[name]
+            if t.dtype == "int8":
+                low = 0 if self.nonnegative and name == first else -128
+                out[name] = rng.integers(low, 128, t.shape).astype(np.int8)
+            else:
+                out[name] = rng.standard_normal(t.shape).astype(DTYPES[t.dtype])
+        return out
+
+    def measure_data(self) -> TaskData:
+        feed = self.feed()
+        return TaskData(feed, np.asarray(run_reference(self.graph, feed)[self.graph.outputs[0]]))
+
+    def check(self, got: np.ndarray, want: np.ndarray) -> str:
+        """'' when `got` is the reference output `want` (int exactly, float within
+        `float_precision`'s tolerance), else what differs."""
+        return mismatch(np.asarray(got), want, TOLERANCES[self.float_precision])
+
+    # --- measuring ----------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def compile(self, schedule, backend: str) -> Any:
+        """`schedule` compiled for the node through the target's own compile path (what
+        `run` and `time` take; closed after the measurement when it has ``close``: a
+        target session). ValueError for one that does not fit."""
+
+    @abc.abstractmethod
+    def run(self, compiled, context: Any, data: TaskData, backend: str
+            ) -> tuple[np.ndarray, Any]:
+        """One run of `compiled` on the task's inputs: (the output, what `time` needs)."""
+
+    @abc.abstractmethod
+    def time(self, compiled, ran: Any, context: Any, data: TaskData, backend: str
+             ) -> tuple[int, dict]:
+        """The cost of `compiled` in the task's unit, and counters (JSON values), on
+        `backend`; `ran` is what the checked run returned."""
+
+    def failure(self, exc: BaseException, seconds: float) -> MeasureResult:
+        """The result of a measurement that raised `exc` (an error, by default)."""
+        return MeasureResult("error", error=one_line(exc), seconds=seconds)
+
+    def measure(self, schedule, context: Any = None, *, data: TaskData | None = None,
+                backend: str | None = None) -> MeasureResult:
+        """Compile `schedule`, run it once and check the output against the reference,
+        then time it. Any failure is a result (error, wrong, timeout), not an
+        exception."""
+        backend = backend or self.measure_backends[0]
+        start = time.perf_counter()
+        data = data or self.measure_data()
+        compiled = None
+        try:
+            compiled = self.compile(schedule, backend)
+            out, ran = self.run(compiled, context, data, backend)
+            bad = self.check(out, data.want)
+            if bad:
+                return MeasureResult("wrong", error=bad, seconds=time.perf_counter() - start)
+            cost, counters = self.time(compiled, ran, context, data, backend)
+        except Exception as exc:  # noqa: BLE001 - a bad schedule, build or run is a result
+            return self.failure(exc, time.perf_counter() - start)
+        finally:
+            if hasattr(compiled, "close"):    # a session the measurement opened
+                compiled.close()
+        return MeasureResult(OK, int(cost), counters, seconds=time.perf_counter() - start)

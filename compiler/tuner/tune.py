@@ -1,8 +1,7 @@
 """The tuning loop: propose a batch, measure it, record it, learn; resume from records.
 
     with Records("tune.db") as db, LocalRunner("verilator", jobs=2) as runner:
-        result = tune_task(tasks_from_workload("C5", target)[0], runner, trials=64,
-                           records=db)
+        result = tune_task(target.tasks(quantized)[0], runner, trials=64, records=db)
     result.best, result.best_cycles, result.default_cycles
 
 The loop sees only the task interface (`vdla.compiler.tuner.task.TuneTask`), so it tunes
@@ -28,15 +27,16 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from typing import Any, Callable, Sequence
+import warnings
+from typing import Any, Callable, Iterable, Sequence
 
 from vdla.compiler.tuner.measure import MeasureInput, MeasureResult
 from vdla.compiler.tuner.records import Records
 from vdla.compiler.tuner.search import make_tuner
 from vdla.compiler.tuner.task import TuneTask
 
-__all__ = ["CONFIRM", "CONFIRM_ROUNDS", "Progress", "TuneResult", "best_schedules",
-           "tune_task"]
+__all__ = ["CONFIRM", "CONFIRM_ROUNDS", "Progress", "TuneResult", "UnreadableRecords",
+           "best_schedules", "readable", "tune_task"]
 
 #: A noisy task's fastest schedules measured again after the search ...
 CONFIRM = 4
@@ -87,16 +87,35 @@ class TuneResult:
         return None
 
 
+class UnreadableRecords(UserWarning):
+    """Records of a task whose schedule the task cannot read (another version's schedule
+    fields, a hand-edited file): left out, and said so once per read."""
+
+
+def readable(task: TuneTask, rows: Iterable) -> list[tuple[Any, Any]]:
+    """(schedule, record) of each of the task's records `rows` whose schedule it reads;
+    the others are left out with one `UnreadableRecords` warning giving their count and
+    the first reason."""
+    found, bad, first = [], 0, ""
+    for r in rows:
+        try:
+            found.append((task.schedule_from_dict(r.schedule), r))
+        except (TypeError, ValueError) as exc:
+            bad, first = bad + 1, first or str(exc)
+    if bad:
+        warnings.warn(f"{bad} record(s) of task {task.name} ({task.target}, {task.platform}) "
+                      f"have a schedule it cannot read and were left out; the first: {first}",
+                      UnreadableRecords, stacklevel=2)
+    return found
+
+
 def _previous(records: Records | None, task: TuneTask, backend: str) -> dict:
     """schedule -> cost (None: failed) of the task's records on this backend."""
     if records is None:
         return {}
     found = {}
-    for r in records.query(task.key, task.platform, backend, target=task.target):
-        try:
-            s = task.schedule_from_dict(r.schedule)
-        except ValueError:
-            continue
+    rows = records.query(task.key, task.platform, backend, target=task.target)
+    for s, r in readable(task, rows):
         if found.get(s) is None:      # an ok measurement wins over a failed one
             found[s] = r.cycles
     return found
@@ -229,15 +248,9 @@ def _all_costs(records: Records | None, task: TuneTask, backend: str) -> list:
     """(schedule, cost) of every ok record of the task on `backend`."""
     if records is None:
         return []
-    out = []
-    for r in records.query(task.key, task.platform, backend, target=task.target):
-        if r.status != "ok":
-            continue
-        try:
-            out.append((task.schedule_from_dict(r.schedule), r.cycles))
-        except ValueError:
-            continue
-    return out
+    rows = [r for r in records.query(task.key, task.platform, backend, target=task.target)
+            if r.status == "ok"]
+    return [(s, r.cycles) for s, r in readable(task, rows)]
 
 
 def _measure(runner, inputs: Sequence[MeasureInput],
@@ -268,12 +281,9 @@ def best_schedules(records: Records, graph, target, backend: str | None = None
     for task in target.tasks(graph):
         r = records.best(task.key, task.platform, backend or task.measure_backends[0],
                          target=task.target)
-        if r is None:
-            continue
-        try:
-            schedule = task.schedule_from_dict(r.schedule)
-        except ValueError:
+        read = readable(task, [] if r is None else [r])
+        if not read:       # none, or unreadable (said so): the target's default
             continue
         for node in task.nodes:
-            found[node] = (schedule, r.cycles)
+            found[node] = (read[0][0], r.cycles)
     return found

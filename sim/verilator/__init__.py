@@ -25,8 +25,8 @@ from vdla.sim.protocol import MODULES, fetch_program, route_program
 from vdla.sim.timeline import Timeline
 from vdla.sim.validate import DEFAULT_MAX_CYCLES, Plan, ProgramValidator
 from vdla.sim.verilator.binding import DramTiming, RunResult, RunStatus, VerilatorModel
-from vdla.sim.verilator.build import (CACHE_ENV, WAVEFORM_FORMATS, BuildError, ModelBuild,
-                                      build_model, cache_root)
+from vdla._buildcache import CACHE_ENV, cache_root
+from vdla.sim.verilator.build import WAVEFORM_FORMATS, BuildError, ModelBuild, build_model
 
 __all__ = ["VerilatorSimulator", "VerilatorModel", "DramTiming", "RunResult", "RunStatus",
            "build_model", "ModelBuild", "BuildError", "cache_root", "CACHE_ENV",

@@ -40,7 +40,7 @@ from typing import Callable
 import vdla.config
 import vdla.hw
 import vdla.isa
-from vdla._buildcache import build_entry, write_entry
+from vdla._buildcache import build_entry, cache_root, write_entry
 from vdla._fileio import atomic_write
 from vdla._tools import verilator_bin
 from vdla.config import HardwareConfig
@@ -48,10 +48,9 @@ from vdla.hw.verilog import (TOP_NAME, VERILATOR_MAKE_VARS, _ports, _signature_o
                              to_verilog, verilator_waiver_args)
 from vdla.isa.registers import COUNTERS, REGISTERS, STATE_BITS
 
-__all__ = ["CACHE_ENV", "LIBRARY_NAME", "WAVEFORM_FORMATS", "BuildError", "ModelBuild",
-           "cache_root", "build_model", "cached_verilog", "harness_header"]
+__all__ = ["LIBRARY_NAME", "WAVEFORM_FORMATS", "BuildError", "ModelBuild", "build_model",
+           "cached_verilog", "harness_header"]
 
-CACHE_ENV = "VDLA_CACHE"
 LIBRARY_NAME = "libvdla_sim.so"
 #: Waveform formats a build can dump: VCD always; FST needs the lz4 headers at build time.
 WAVEFORM_FORMATS = ("vcd", "fst")
@@ -76,15 +75,6 @@ class ModelBuild:
     built: bool
     seconds: float
     waveform: str | None
-
-
-def cache_root() -> Path:
-    """The cache folder: ``$VDLA_CACHE``, else ``$XDG_CACHE_HOME/vdla``, else ``~/.cache/vdla``."""
-    env = os.environ.get(CACHE_ENV)
-    if env:
-        return Path(env).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "vdla"
 
 
 # --- identities of the tools --------------------------------------------------------------

@@ -16,8 +16,9 @@ import pytest
 import vdla
 from process_testing import LINUX, alive, children, wait_for
 from vdla.compiler.targets.vdla import VdlaTarget
+from vdla.compiler.pipeline import tasks_from_workload
 from vdla.compiler.tuner import (LocalRunner, MeasureInput, MeasureResult, Records,
-                                 ReplayRunner, tasks_from_workload, tune_task)
+                                 ReplayRunner, tune_task)
 
 TARGET = VdlaTarget(vdla.HardwareConfig())
 #: A small workload: a functional measurement takes milliseconds.
@@ -29,7 +30,8 @@ HANGING_PARENT = f"""
 import sys, time
 import vdla
 from vdla.compiler.targets.vdla import VdlaTarget
-from vdla.compiler.tuner import LocalRunner, MeasureInput, tasks_from_workload
+from vdla.compiler.pipeline import tasks_from_workload
+from vdla.compiler.tuner import LocalRunner, MeasureInput
 
 def hang(task, schedule, context, *, data, backend):
     time.sleep(3600)

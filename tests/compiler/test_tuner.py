@@ -14,11 +14,11 @@ import pytest
 import vdla
 from vdla.cli import main
 from vdla.compiler import passes, pipeline, quantize, zoo
-from vdla.compiler.frontend.workloads import RESNET18
+from vdla.compiler.frontend.workloads import RESNET18, parse_workload, workload_graph
 from vdla.compiler.targets.vdla import Conv2dSchedule, VdlaTarget
 from vdla.compiler.tuner import (LocalRunner, MeasureInput, ModelTuner, Record, Records,
                                  ReplayRunner, best_schedules, make_tuner, tune_task)
-from vdla.compiler.tuner import tasks_from_workload
+from vdla.compiler.pipeline import tasks_from_workload
 from vdla.compiler.tuner.records import OK
 
 CFG = vdla.HardwareConfig()
@@ -161,6 +161,30 @@ def test_records_reject_bad_rows_and_files(tmp_path):
         Records(tmp_path)
 
 
+def test_unreadable_records_are_reported_not_skipped_silently(tmp_path):
+    """A record whose schedule the task cannot read (another version's fields) is left
+    out with one warning giving the count and the first reason, wherever records are
+    read: resuming a search, and picking the best schedules for a model."""
+    from vdla.compiler.tuner.tune import UnreadableRecords
+
+    task = task_from_workload(TINY)
+    good = task.default_schedule()
+    rows = [Record(target="vdla", workload=task.key, config=task.platform,
+                   backend="functional", schedule=schedule, cycles=cycles, status="ok")
+            for schedule, cycles in ((task.schedule_to_dict(good), 900),
+                                     ({"tile_h": 1}, 800), ({"tile_rows": 2}, 700))]
+    with Records(tmp_path / "t.db") as db:
+        db.add(*rows)
+        with pytest.warns(UnreadableRecords, match=r"2 record\(s\) of task .* cannot read "
+                                                   r"and were left out; the first: .*tile_h"):
+            result = tune_task(task, ReplayRunner(db, "functional"), trials=1, records=db)
+        assert result.resumed == 1 and result.best == good
+        graph = workload_graph(parse_workload(TINY)[1])[0]
+        with pytest.warns(UnreadableRecords, match="1 record"):
+            # the best record (700 cycles) is unreadable: the node keeps its default
+            assert best_schedules(db, graph, TARGET, "functional") == {}
+
+
 def test_a_version_1_records_file_is_migrated(tmp_path):
     """Records written before targets existed (schema 1, no target column) keep working:
     opening the file adds the column, every old row being the accelerator's."""
@@ -244,7 +268,7 @@ def test_a_run_past_its_cycle_budget_is_a_timeout():
     schedule = task.default_schedule()
     with vdla.runtime.open(CFG, backend="verilator") as dev:
         ok = task.measure(schedule, dev)
-        late = task.measure(schedule, dev, max_cycles=ok.cycles // 2)
+        late = dataclasses.replace(task, max_cycles=ok.cycles // 2).measure(schedule, dev)
         again = task.measure(schedule, dev)     # the device is still usable
     assert ok.ok and ok.cycles < cycle_budget(task, schedule) // 10
     assert late.status == "timeout" and late.cycles is None

@@ -71,7 +71,7 @@ def test_default_model_is_reused_by_a_second_process(tmp_path):
 
 
 def _default_cache():
-    from vdla.sim.verilator import cache_root
+    from vdla._buildcache import cache_root
     return cache_root()
 
 

@@ -48,4 +48,4 @@ def test_board_times_the_accelerator_at_its_clock(tmp_path, capsys):
     doc = json.loads(out.read_text())
     assert doc["board"] == "pynq-z1" and doc["outputs_identical"] is True
     assert main(["compare", "digits_cnn", "--board", "pynq-z1", "--targets", "cpu"]) == 1
-    assert "--board times the accelerator" in capsys.readouterr().err
+    assert "--board applies to --target vdla, not to --target cpu" in capsys.readouterr().err

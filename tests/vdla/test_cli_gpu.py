@@ -87,8 +87,8 @@ def test_tune_needs_a_gpu_or_the_interpreter(tmp_path, capsys):
     (["--target", "gpu", "--sim", "functional"], "--sim applies to --target vdla"),
     (["--target", "cpu", "--gpu", "l4"], "--gpu applies to --target gpu, not to --target cpu"),
     (["--target", "vdla", "--device", "cuda"], "--device applies to --target gpu"),
-    (["--target", "cpu", "--precision", "float16"], "--precision float16 runs on --target "
-                                                   "gpu only"),
+    (["--target", "cpu", "--precision", "float16"], "precision float16 does not run on "
+                                                   "target 'cpu' (it runs int8, float32)"),
 ])
 @needs_triton
 def test_run_errors(capsys, argv, message):
@@ -143,7 +143,7 @@ def test_without_the_gpu_extra(no_triton, tmp_path, capsys):
     assert main(["compare", "digits_cnn", "--chart", str(tmp_path / "c.png"),
                  "--threads", "1"]) == 0
     captured = capsys.readouterr()
-    assert "no gpu column (the gpu extra is not installed" in captured.err
+    assert "no gpu column (the gpu target needs triton and torch" in captured.err
     assert "on vdla, cpu, host" in captured.out
     # the targets are listed all the same
     assert main(["targets"]) == 0

@@ -10,6 +10,7 @@ import vdla
 from vdla import cli
 from vdla.cli import main
 from vdla.cli import run as run_cmd
+from vdla.cli.target_args import make_target
 from vdla.compiler import pipeline, zoo
 
 from onnx_testing import dynamic_batch_model
@@ -17,12 +18,13 @@ from onnx_testing import dynamic_batch_model
 CFG = vdla.HardwareConfig()
 #: Every op's fields in the JSON report, whatever the target (`OpStats`).
 OP_KEYS = {"name", "op", "target", "reason", "schedule", "wall_seconds", "cycles", "macs",
-           "bytes", "extra"}
+           "bytes", "extra", "device_seconds", "device_time"}
 REPORT_KEYS = {"model", "target", "options", "board", "input", "batch", "quantization",
                "bit_exact", "mismatch", "cycles", "seconds_at_clock", "gemm_utilization",
                "quantize_seconds", "compile_seconds", "wall_seconds", "summary", "records",
                "tuned_ops", "ops", "precision", "max_error", "whole_graph_seconds",
-               "whole_graph_op_seconds", "host", "transfers", "end_to_end_seconds"}
+               "whole_graph_op_seconds", "host", "transfers", "end_to_end_seconds",
+               "device_seconds", "device_time"}
 
 
 def run_json(tmp_path, capsys, *args: str) -> tuple[dict, str]:
@@ -175,9 +177,9 @@ def test_the_host_target_reports_the_same_keys(tmp_path, capsys):
 def test_default_target_and_backend():
     args = cli.build_parser().parse_args(["run", "resnet18"])
     assert args.target == run_cmd.DEFAULT_TARGET == "vdla"
-    assert args.sim is None and run_cmd.DEFAULT_BACKEND == "verilator"
-    target, board = run_cmd.make_target(args)
-    assert target.options()["backend"] == "verilator" and board is None
+    assert args.sim is None
+    target = make_target(args.target, args, "run")
+    assert target.options()["backend"] == "verilator" and target.board is None
     assert (args.seed, args.calibration, args.json, args.config) == (0, 4, None, None)
     assert args.batch is None
 

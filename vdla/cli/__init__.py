@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import warnings
 
 import vdla
 from vdla.cli.common import CliError
@@ -45,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the command `argv` names (default: the process's arguments) and return its exit
     status (see the module docstring; argparse exits with 2 itself)."""
     args = None
+    warnings.showwarning = _show_warning
     try:
         # Importing the commands is most of start-up: Ctrl-C there ends cleanly too.
         args = build_parser().parse_args(argv)
@@ -59,6 +61,11 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"vdla: error: {exc}", file=sys.stderr)
         return 1
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """A warning as one line on stderr, ``vdla: warning: ...`` (no source line)."""
+    print(f"vdla: warning: {message}", file=sys.stderr if file is None else file)
 
 
 def _is_user_error(exc: Exception) -> bool:

@@ -17,7 +17,7 @@ from vdla.config import HardwareConfig
 if TYPE_CHECKING:
     from vdla.boards import Board
 
-__all__ = ["CONFIG_HELP", "CliError", "board_config", "format_schedule", "int_arg", "load_config",
+__all__ = ["CONFIG_HELP", "CliError", "board_config", "int_arg", "load_config",
            "log", "on_interrupt", "progress_line", "read_file", "table", "write_json"]
 
 CONFIG_HELP = ("hardware config JSON (vdla's keys or VTA's vta_config.json); default: VTA's "
@@ -93,31 +93,6 @@ def progress_line(verb: str):
               flush=True)
 
     return show, lambda: print("\r\x1b[K", end="", file=sys.stderr, flush=True)
-
-
-def format_schedule(schedule: dict | None) -> str:
-    """A schedule compactly: the accelerator's ``h14 w56 ci4 co4 oc2`` (threads only when
-    2) or a pool's ``h8 w56 c4``; the GPU's GEMM tile ``128x64x32 w4 s3`` (BLOCK_M x
-    BLOCK_N x BLOCK_K, warps, stages; ``k4`` for split-K 4); any other target's as
-    ``key=value`` pairs."""
-    if schedule is None:
-        return "-"
-    if {"block_m", "block_n", "block_k", "num_warps", "num_stages", "split_k"} <= set(schedule):
-        return (f"{schedule['block_m']}x{schedule['block_n']}x{schedule['block_k']} "
-                f"w{schedule['num_warps']} s{schedule['num_stages']}"
-                + (f" k{schedule['split_k']}" if schedule["split_k"] > 1 else ""))
-    if {"tile_h", "tile_w"} <= set(schedule):
-        text = f"h{schedule['tile_h']} w{schedule['tile_w']}"
-        if "tile_c" in schedule:  # a pool
-            return text + f" c{schedule['tile_c']}"
-        if {"tile_ci", "tile_co", "oc_nthread", "h_nthread"} <= set(schedule):
-            text += f" ci{schedule['tile_ci']} co{schedule['tile_co']}"
-            if schedule["oc_nthread"] > 1:
-                text += f" oc{schedule['oc_nthread']}"
-            if schedule["h_nthread"] > 1:
-                text += f" ht{schedule['h_nthread']}"
-            return text
-    return " ".join(f"{k}={v}" for k, v in schedule.items())
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[str]], *,

@@ -1,9 +1,11 @@
 """``vdla compare MODEL``: one quantized model on every target, outputs checked against
 each other and the reference, time per op group and in total, a table and a chart.
 
-The GPU target runs on a CUDA GPU when one is present, else on Triton's interpreter
-(checked like the others, but its times are the interpreter's); either way a ``gpu est.``
-column gives the roofline estimate on the GPU ``--gpu`` names, labelled as an estimate."""
+Each target says what its times are (`OpStats.device_time`: the accelerator's cycles at
+its clock, a GPU's CUDA events, the host's wall time) and may add a column of estimates
+beside its own (`Target.estimate_column`: the GPU target's roofline on the GPU ``--gpu``
+names), labelled as an estimate. A default target that cannot run here (its extra not
+installed) is left out with a note; one asked for by name is an error."""
 
 from __future__ import annotations
 
@@ -12,7 +14,9 @@ import io
 import time
 
 from vdla._fileio import atomic_write
-from vdla.cli.common import CliError, board_config, load_config, log, table, write_json
+from vdla.cli.common import CliError, log, table, write_json
+from vdla.cli.target_args import (add_target_options, check_target_options, make_target,
+                                  target_factory)
 from vdla.compiler import pipeline, targets
 
 __all__ = ["GROUPS", "add_parser", "run"]
@@ -27,8 +31,6 @@ GROUPS = {**dict.fromkeys(("qconv2d", "conv2d"), "conv"),
           **dict.fromkeys(("flatten", "reshape", "transpose", "concat", "pad"), "layout")}
 #: The targets compared by default, where they are available (gpu: with the gpu extra).
 DEFAULT_TARGETS = ("vdla", "cpu", "gpu", "host")
-#: The GPU of the roofline estimate column without --gpu.
-DEFAULT_GPU = "h100-sxm"
 
 
 def add_parser(sub) -> None:
@@ -41,18 +43,10 @@ def add_parser(sub) -> None:
                     "other), and report time per op group and in total: the accelerator's "
                     "cycles at its clock (on Verilator), the others' wall time on this "
                     "machine. Writes a bar chart (PNG) of time per op group and target.")
+    add_target_options(p, "compare")
     p.add_argument("model", metavar="MODEL", help="zoo model name or an .onnx path")
     p.add_argument("--targets", metavar="A,B,...", default=",".join(DEFAULT_TARGETS),
                    help=f"targets to compare (default {','.join(DEFAULT_TARGETS)})")
-    p.add_argument("--config", metavar="FILE", help="the accelerator's hardware config")
-    p.add_argument("--board", metavar="NAME",
-                   help="time the accelerator at this board's clock, with its DRAM port and "
-                        "memory timing on the simulator (see `vdla boards`; --config then "
-                        "names a config for the board)")
-    p.add_argument("--threads", type=int, metavar="N", help="the cpu target's threads")
-    p.add_argument("--gpu", metavar="NAME", default=DEFAULT_GPU,
-                   help=f"the GPU of the gpu target's roofline estimate column (default "
-                        f"{DEFAULT_GPU}; see `vdla roofline`)")
     p.add_argument("--seed", type=int, default=0, help="seeds the input (default 0)")
     p.add_argument("--calibration", type=int, default=4, metavar="N",
                    help="calibration inputs (default 4)")
@@ -62,49 +56,35 @@ def add_parser(sub) -> None:
 
 
 def _targets(args) -> list:
-    names = [n.strip() for n in args.targets.split(",") if n.strip()]
-    unknown = [n for n in names if n not in targets.names()]
-    if unknown or not names:
-        raise CliError(f"--targets: unknown target(s) {', '.join(unknown) or '(none)'}; "
-                       f"available: {', '.join(targets.names())}")
-    if args.threads is not None and args.threads < 1:
-        raise CliError(f"--threads must be a positive integer, not {args.threads}")
+    """The targets --targets names, each built from its own options; a default one that
+    cannot run here is left out with a note, one named is an error."""
     if args.calibration < 1:
         raise CliError(f"--calibration must be a positive integer, not {args.calibration}")
     if args.seed < 0:
         raise CliError(f"--seed must be a non-negative integer, not {args.seed}")
-    if args.board and "vdla" not in names:
-        raise CliError("--board times the accelerator: add vdla to --targets")
-    if "gpu" in names:
-        # heavy-free: checks for Triton without importing it; the GPU table
-        from vdla.compiler.targets.gpu import gpus, runtime
-
-        try:
-            gpus.get(args.gpu)
-        except ValueError as e:
-            raise CliError(f"--gpu: {e}") from None
-        if not runtime.available():
-            if args.targets != ",".join(DEFAULT_TARGETS):
-                raise CliError(f"--targets gpu: the gpu target needs Triton and PyTorch: "
-                               f"{runtime.INSTALL}")
-            log(f"note: no gpu column (the gpu extra is not installed: {runtime.INSTALL})")
-            names.remove("gpu")
-    made = []
+    names = [n.strip() for n in args.targets.split(",") if n.strip()]
+    unknown = []
     for name in names:
-        if name == "vdla" and args.board:
-            board, config = board_config(args.board, args.config)
-            made.append(targets.get("vdla", config=config, backend="verilator",
-                                    dram=board.dram_timing(), log=log))
-        elif name == "vdla":
-            made.append(targets.get("vdla", config=load_config(args.config),
-                                    backend="verilator", log=log))
-        elif name == "cpu" and args.threads:
-            made.append(targets.get("cpu", threads=args.threads))
-        elif name == "gpu":
-            made.append(targets.get("gpu", gpu=args.gpu))
+        try:
+            target_factory(name)
+        except CliError:
+            unknown.append(name)
+    if unknown or not names:
+        raise CliError(f"--targets: unknown target(s) {', '.join(unknown) or '(none)'}; "
+                       f"available: {', '.join(targets.names())}")
+    chosen, dropped = [], {}
+    for name in names:
+        missing = getattr(target_factory(name), "unavailable", lambda: None)()
+        if missing is None:
+            chosen.append(name)
+        elif args.targets != ",".join(DEFAULT_TARGETS):
+            raise CliError(f"--targets {name}: {missing}")
         else:
-            made.append(targets.get(name))
-    return made
+            dropped[name] = missing
+    check_target_options(args, chosen, "compare", dropped)
+    for name, missing in dropped.items():
+        log(f"note: no {name} column ({missing})")
+    return [make_target(name, args, "compare", log=log, strict=False) for name in chosen]
 
 
 def _by_group(ops, seconds) -> dict[str, float]:
@@ -113,40 +93,6 @@ def _by_group(ops, seconds) -> dict[str, float]:
     for s in ops:
         groups[GROUPS.get(s.op, "other")] += seconds(s)
     return dict(groups)
-
-
-def _op_seconds(stats, target) -> float:
-    """An op's time: the accelerator's cycles at its clock, a GPU op's CUDA-event time,
-    else the wall time (the host's, or the GPU target's on the interpreter)."""
-    if stats.cycles is not None and stats.target == "vdla":
-        return stats.cycles / (target.config.clock_mhz * 1e6)
-    if stats.target == "gpu" and "gpu_seconds" in stats.extra:
-        return stats.extra["gpu_seconds"]
-    return stats.wall_seconds
-
-
-def _estimate_seconds(stats) -> float:
-    """An op's time in the roofline column: a GPU op's roofline bound plus a launch (a
-    view: nothing), a host op's wall time."""
-    # heavy-free: the roofline module is numpy and the GPU table
-    from vdla.compiler.targets.gpu.roofline import LAUNCH_SECONDS
-
-    if stats.target != "gpu":
-        return stats.wall_seconds
-    return 0.0 if stats.extra.get("view") else stats.extra["roofline_seconds"] + LAUNCH_SECONDS
-
-
-def _time_note(target, summary, board) -> str:
-    """What a column's times are."""
-    if target.name == "vdla":
-        return (f"cycles at {target.config.clock_mhz:g} MHz" + (f" ({board})" if board else "")
-                + " (accelerator ops) + host wall time")
-    if target.name == "gpu" and summary["mode"] == "cuda":
-        return f"CUDA-event time per kernel on {summary['device']} + host wall time"
-    if target.name == "gpu":
-        return (f"wall time on the {summary['device']}: the interpreter's, not GPU times; "
-                "checks the kernels bit for bit")
-    return "wall time on this machine"
 
 
 def run(args) -> int:
@@ -159,7 +105,7 @@ def run(args) -> int:
         start = time.perf_counter()
         outcome = pipeline.run_model(model, target, mode=mode)
         outputs[target.name] = outcome.result.outputs
-        groups = _by_group(outcome.result.ops, lambda s: _op_seconds(s, target))
+        groups = _by_group(outcome.result.ops, lambda s: s.device_seconds)
         summary = outcome.result.summary.get(target.name, {})
         results[target.name] = {
             "bit_exact": outcome.bit_exact, "mismatch": outcome.mismatch,
@@ -167,18 +113,14 @@ def run(args) -> int:
             "ops_on_target": len(outcome.compiled.ops_on(target.name)),
             "ops": len(outcome.compiled.ops), "options": target.options(),
             "seconds_to_run": time.perf_counter() - start,
-            "time": _time_note(target, summary, args.board),
-            # the column's heading: the gpu target says where its kernels ran
-            "label": (f"{target.name} ({summary['mode']})" if target.name == "gpu"
-                      else target.name)}
-        if target.name == "gpu":
-            estimate = _by_group(outcome.result.ops, _estimate_seconds)
-            results["gpu est."] = {
-                **results["gpu"], "estimate": True, "groups": estimate,
-                "label": f"gpu est. ({target.gpu.name})",
-                "total_seconds": sum(estimate.values()), "seconds_to_run": 0.0,
-                "time": f"ESTIMATE: roofline on {target.gpu.title} (datasheet peaks, a "
-                        "launch per kernel; not a measurement) + host wall time"}
+            "time": target.time_note(summary), "label": target.column_label(summary)}
+        column = target.estimate_column()
+        if column is not None:
+            estimate = _by_group(outcome.result.ops, column.op_seconds)
+            results[f"{target.name} est."] = {
+                **results[target.name], "estimate": True, "groups": estimate,
+                "label": column.label, "total_seconds": sum(estimate.values()),
+                "seconds_to_run": 0.0, "time": column.note}
         if not outcome.bit_exact:
             failed.append(f"{target.name}: {outcome.mismatch}")
     same = _same_outputs(outputs)
@@ -188,7 +130,8 @@ def run(args) -> int:
     print(f"wrote {chart}" + (f", {args.json}" if args.json else ""))
     if args.json:
         write_json(args.json, {"model": args.model, "requantization": mode,
-                               "board": args.board, "outputs_identical": same,
+                               "board": getattr(args, "board", None),
+                               "outputs_identical": same,
                                "targets": results})
     if failed:
         raise CliError("outputs differ from the quantized reference: " + "; ".join(failed))
@@ -260,8 +203,8 @@ def _chart(path: str, model: str, results) -> None:
     ax.set_xticks(range(len(groups)), groups)
     ax.set_yscale("log")
     ax.set_ylabel("time (ms, log scale)")
-    ax.set_title(f"{model}: time per op group (vdla: cycles at its clock; gpu est.: roofline; "
-                 "others: measured)", fontsize="medium")
+    ax.set_title(f"{model}: time per op group (each target's device time; hatched: "
+                 "estimates)", fontsize="medium")
     ax.grid(True, axis="y", which="major", alpha=0.3)
     ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()

@@ -14,7 +14,8 @@ import time
 from pathlib import Path
 
 from vdla.cli.common import CliError, log, progress_line
-from vdla.cli.run import _open_records, check_model_options, make_target
+from vdla.cli.run import _open_records, check_model_options
+from vdla.cli.target_args import add_target_options, make_target
 from vdla.compiler import pipeline, targets
 
 __all__ = ["add_parser", "run"]
@@ -40,13 +41,6 @@ def add_parser(sub) -> None:
     p.add_argument("--records", metavar="DB",
                    help="compile each tunable op with its best schedule in these tuning "
                         "records (vdla tune --target cpu)")
-    p.add_argument("--threads", type=int, metavar="N",
-                   help="threads the records were tuned with (the cpu target's default: "
-                        "its cores); the written library uses OpenMP's default unless the "
-                        "program sets it")
-    p.add_argument("--isa", metavar="NAME",
-                   help="instruction set of the generated code: avx512vnni, avx2 or "
-                        "portable (default: the best this machine's compiler offers)")
     p.add_argument("--calibration", type=int, default=4, metavar="N",
                    help="calibration samples for quantization (default 4)")
     p.add_argument("--seed", type=int, default=0, help="seeds the inputs (default 0)")
@@ -54,6 +48,7 @@ def add_parser(sub) -> None:
     p.add_argument("--check", action="store_true",
                    help="then build the project with make and run its example on the "
                         "model's input; its output must match the reference")
+    add_target_options(p, "compile")
     p.set_defaults(func=run)
 
 
@@ -62,7 +57,7 @@ def run(args) -> int:
     out = Path(args.output)
     if out.exists() and not out.is_dir():
         raise CliError(f"-o {args.output!r} is a file; give a folder to write the project in")
-    target, _ = make_target(args)
+    target = make_target(args.target, args, "compile", precision=args.precision, log=log)
     records = _open_records(args.records)
     if records is not None and not target.measure_backends:
         raise CliError(f"--records: target {target.name!r} has no tunable ops")

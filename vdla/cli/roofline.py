@@ -12,7 +12,9 @@ from vdla.cli.common import CliError, table, write_json
 from vdla.cli.run import check_model_options
 from vdla.compiler import pipeline
 from vdla.compiler.passes.prepare import prepare
-from vdla.compiler.targets.gpu import gpus, roofline
+from vdla.compiler.targets import gpu as gpu_target
+
+gpus, roofline = gpu_target.gpus, gpu_target.roofline
 
 __all__ = ["DEFAULT_GPUS", "add_parser", "run"]
 

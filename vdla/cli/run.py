@@ -10,26 +10,16 @@ import dataclasses
 import time
 from pathlib import Path
 
-import vdla.runtime
-from vdla.cli.common import (CONFIG_HELP, CliError, board_config, format_schedule,
-                             load_config, progress_line, table, write_json)
+from vdla.cli.common import CliError, log, progress_line, table, write_json
+from vdla.cli.target_args import add_target_options, make_target
 from vdla.compiler import pipeline, targets
+from vdla.compiler.targets.base import WALL
+from vdla.compiler.targets.options import ExtraColumn
 from vdla.compiler.tuner import Records
 
-__all__ = ["DEFAULT_BACKEND", "DEFAULT_TARGET", "add_parser", "make_target", "run"]
+__all__ = ["DEFAULT_TARGET", "add_parser", "run"]
 
 DEFAULT_TARGET = "vdla"
-#: The accelerator's simulator without --sim.
-DEFAULT_BACKEND = "verilator"
-#: Options that only one target takes, by target: (attribute, flag).
-_TARGET_OPTIONS = {"vdla": (("sim", "--sim"), ("config", "--config"), ("board", "--board")),
-                   "cpu": (("threads", "--threads"), ("isa", "--isa")),
-                   "gpu": (("device", "--device"), ("gpu", "--gpu"))}
-#: Column headers of the per-op table for figures targets report in `OpStats.extra`,
-#: and the unit each shows in (a fraction as a percentage otherwise).
-_EXTRA_LABELS = {"gemm_utilization": "GEMM util", "gpu_seconds": "GPU ms",
-                 "roofline_seconds": "roofline us (est.)"}
-_EXTRA_SCALES = {"gpu_seconds": (1e3, 3), "roofline_seconds": (1e6, 3)}
 
 
 def add_parser(sub) -> None:
@@ -42,10 +32,6 @@ def add_parser(sub) -> None:
                       help=f"where it runs: {', '.join(targets.names())} (default "
                            f"{DEFAULT_TARGET}; see `vdla targets`); ops the target does not "
                            "run fall back to the host")
-    run_.add_argument("--sim", choices=vdla.runtime.BACKENDS,
-                      help=f"the accelerator's simulator (default {DEFAULT_BACKEND}; the first "
-                           "run builds the model)")
-    run_.add_argument("--config", metavar="FILE", help=CONFIG_HELP)
     run_.add_argument("--json", metavar="PATH", help="also write the results as JSON here")
     run_.add_argument("--seed", type=int, default=0,
                       help="seeds the inputs (digits_cnn: the test image's index) (default 0)")
@@ -55,22 +41,6 @@ def add_parser(sub) -> None:
                       help="batch size: a zoo model is built with it, an ONNX model's dynamic "
                            "batch dimension set to it (default 1; an ONNX model that fixes "
                            "another batch is an error)")
-    run_.add_argument("--board", metavar="NAME",
-                      help="simulate the board's config, DRAM port and memory timing, and "
-                           "report time at its clock (see `vdla boards`; --config then names "
-                           "a config for the board)")
-    run_.add_argument("--threads", type=int, metavar="N",
-                      help="OpenMP threads of the cpu target (default: its cores)")
-    run_.add_argument("--isa", metavar="NAME",
-                      help="instruction set of the cpu target's code: avx512vnni, avx2 or "
-                           "portable (default: the best this machine's compiler offers)")
-    run_.add_argument("--device", metavar="NAME",
-                      help="where the gpu target's kernels run: auto (a CUDA GPU when one is "
-                           "present, else Triton's interpreter on the CPU; the default), cuda "
-                           "or interpreter")
-    run_.add_argument("--gpu", metavar="NAME",
-                      help="the gpu target also reports each op's roofline estimate on this "
-                           "GPU (see `vdla roofline`)")
     run_.add_argument("--precision", choices=pipeline.PRECISIONS, default="int8",
                       help="int8: the quantized graph, checked bit-exactly (default); "
                            "float32: the float graph (targets that run float ops), checked "
@@ -80,6 +50,7 @@ def add_parser(sub) -> None:
     run_.add_argument("--records", metavar="DB",
                       help="compile each tunable op with its best schedule in this tuning "
                            "records file (vdla tune); the target's default for the others")
+    add_target_options(run_, "run")
     run_.set_defaults(func=run)
 
 
@@ -93,60 +64,6 @@ def check_model_options(args) -> None:
         raise CliError(f"--batch must be a positive integer, not {args.batch}")
 
 
-def make_target(args):
-    """The target `args` name, with its options; (target, board or None). Each target's
-    own options (`_TARGET_OPTIONS`) are refused for another target."""
-    if args.target not in targets.names():
-        raise CliError(f"unknown target {args.target!r}; available: "
-                       f"{', '.join(targets.names())} (see `vdla targets`)")
-    for owner, flags in _TARGET_OPTIONS.items():
-        given = [flag for attr, flag in flags if getattr(args, attr, None) is not None]
-        if given and args.target != owner:
-            raise CliError(f"{', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to "
-                           f"--target {owner}, not to --target {args.target}")
-    threads, isa = getattr(args, "threads", None), getattr(args, "isa", None)
-    if threads is not None and threads < 1:
-        raise CliError(f"--threads must be a positive integer, not {threads}")
-    if args.target == "gpu":
-        return _gpu_target(args), None
-    if getattr(args, "precision", None) == "float16":
-        raise CliError(f"--precision float16 runs on --target gpu only ({args.target} runs "
-                       "the float graph in float32)")
-    if args.target != "vdla":
-        options = {k: v for k, v in (("threads", threads), ("isa", isa)) if v is not None}
-        target = targets.get(args.target, **options)
-        if isa is not None:
-            target.isa          # an ISA this machine lacks: a clear error now
-        return target, None
-    board = None
-    if getattr(args, "board", None):
-        board, config = board_config(args.board, args.config)
-    else:
-        config = load_config(getattr(args, "config", None))
-    backend = getattr(args, "sim", None) or DEFAULT_BACKEND
-    options = {}
-    if board is not None and backend == "verilator":
-        options["dram"] = board.dram_timing()    # the board's memory, on the timed model
-    return targets.get("vdla", config=config, backend=backend, **options), board
-
-
-def _gpu_target(args):
-    """The GPU target with --device, --gpu and --precision; a CliError saying how to
-    install Triton when the gpu extra is missing, before any model is loaded."""
-    # heavy-free: runtime checks for Triton without importing it
-    from vdla.compiler.targets.gpu import runtime
-
-    try:
-        runtime.require()
-    except ValueError as e:
-        raise CliError(f"--target gpu: {e}") from None
-    float_dtype = "float16" if getattr(args, "precision", None) == "float16" else "float32"
-    target = targets.get("gpu", device=getattr(args, "device", None) or "auto",
-                         float_dtype=float_dtype, gpu=getattr(args, "gpu", None))
-    target.mode          # no CUDA GPU for --device cuda, ...: a clear error now
-    return target
-
-
 def _open_records(path: str | None) -> Records | None:
     if path is None:
         return None
@@ -156,43 +73,40 @@ def _open_records(path: str | None) -> Records | None:
     return Records(path)
 
 
-def _op_table(ops, simulated: set[str] = frozenset()) -> list[str]:
-    """The per-op table: name, op, where it ran, schedule, cycles, wall time, GOP/s (of
-    the ops whose wall time is the device's own; a simulator's says nothing of the
-    hardware's speed), the targets' own figures (GEMM
-    utilization), bytes moved. `simulated`: the names of the targets whose wall time is a
-    simulator's."""
-    # (a view's mark shows in the schedule column; the interpreter's time is the wall time)
-    extras = sorted({key for s in ops for key in s.extra
-                     if key not in ("view", "interpreter_seconds")})
+def _op_table(ops, target) -> list[str]:
+    """The per-op table: name, op, where it ran, schedule (in the target's words), cycles,
+    wall time, GOP/s (of the ops whose wall time is the device's own; a simulator's says
+    nothing of the hardware's speed), the target's own figures (`Target.extra_columns`:
+    GEMM utilization, GPU time), bytes moved."""
+    columns = dict(target.extra_columns)
+    # (a view's mark shows in the schedule column)
+    extras = [key for key in sorted({key for s in ops for key in s.extra})
+              if key != "view" and not columns.get(key, ExtraColumn("")).hidden]
+    shown = {key: columns.get(key, ExtraColumn(key.replace("_", " "), None)) for key in extras}
     header = ("op", "kind", "on", "schedule", "cycles", "wall ms", "GOP/s",
-              *(_EXTRA_LABELS.get(k, k.replace("_", " ")) for k in extras), "DRAM bytes")
+              *(shown[k].header for k in extras), "DRAM bytes")
 
     def gops(s) -> str:
-        if s.target in simulated or not s.macs or s.wall_seconds <= 0:
+        if (s.target == target.name and target.simulated) or not s.macs or s.wall_seconds <= 0:
             return "-"
         return f"{2 * s.macs / s.wall_seconds / 1e9:.1f}"
 
-    def extra(key, value) -> str:
-        if value is None:
-            return "-"
-        if key in _EXTRA_SCALES:
-            scale, digits = _EXTRA_SCALES[key]
-            return f"{value * scale:.{digits}f}"
-        return f"{value:.1%}" if isinstance(value, float) else str(value)
+    def schedule(s) -> str:
+        if s.extra.get("view"):
+            return "view"
+        return "-" if s.schedule is None else target.describe_schedule(s.schedule)
 
-    rows = [(s.name, s.op, s.target,
-             "view" if s.extra.get("view") else format_schedule(s.schedule),
+    rows = [(s.name, s.op, s.target, schedule(s),
              "-" if s.cycles is None else f"{s.cycles:,}",
              f"{s.wall_seconds * 1e3:.2f}", gops(s),
-             *(extra(k, s.extra.get(k)) for k in extras),
+             *(shown[k].format(s.extra.get(k)) for k in extras),
              "-" if s.bytes is None else f"{s.bytes:,}") for s in ops]
     return table(header, rows, right=set(range(4, len(header))))
 
 
 def run(args) -> int:
     check_model_options(args)
-    target, board = make_target(args)
+    target = make_target(args.target, args, "run", precision=args.precision, log=log)
     records = _open_records(args.records)
     if records is not None and not target.measure_backends:
         raise CliError(f"--records: target {target.name!r} has no tunable ops")
@@ -210,7 +124,7 @@ def run(args) -> int:
         if records is not None:
             records.close()
     whole = _whole_graph(outcome) if outcome.bit_exact else None
-    _report(args, target, board, outcome, whole)
+    _report(args, target, outcome, whole)
     if args.json:
         write_json(args.json, _json_report(args, target, outcome, whole))
     if not outcome.bit_exact:
@@ -253,52 +167,34 @@ def _reference(outcome) -> str:
     return "quantized reference" if outcome.precision == "int8" else "float reference"
 
 
-def _report(args, target, board, outcome, whole=None) -> None:
+def _report(args, target, outcome, whole=None) -> None:
     compiled, result = outcome.compiled, outcome.result
     mine = len(compiled.ops_on(target.name))
     where = (f"{mine} on {target.name}, {len(compiled.ops) - mine} on the host"
-             if target.name != "host" else "all on the host")
-    options = target.options()
-    setting = (f"config {options['config']}, {options['backend']} backend"
-               if target.name == "vdla" else f"target {target.name}")
-    print(f"{args.model}: {len(compiled.ops)} ops ({where}), {setting}, "
+             if target.name != targets.HOST else "all on the host")
+    print(f"{args.model}: {len(compiled.ops)} ops ({where}), {target.title()}, "
           f"{outcome.model.input_note}")
     summary = result.summary.get(target.name, {})
-    if board is not None:
-        dram = board.dram_timing()
-        print(f"board: {board.name} ({board.part.name}) at {board.clock_mhz:g} MHz, DRAM "
-              f"{dram.bytes_per_cycle:g} bytes/cycle, {dram.read_latency}-cycle read latency"
-              + ("" if options["backend"] == "verilator"
-                 else " (the functional backend has no timing)"))
     ops = result.ops
     if whole is not None:
         # The ops' times inside one call of the compiled graph: no Python between them.
         ops = [dataclasses.replace(s, wall_seconds=whole[1][s.name]) for s in ops]
         print(f"  (wall ms: each op inside one call of the whole graph, median of "
               f"{WHOLE_GRAPH_RUNS} runs)")
-    for row in _op_table(ops, {target.name} if target.simulated else set()):
+    for row in _op_table(ops, target):
         print(f"  {row}")
     for s in result.ops:
-        if s.target == "host" and s.op in ("qconv2d", "qdense") and target.name != "host":
+        if s.target == targets.HOST and s.op in ("qconv2d", "qdense") \
+                and target.name != targets.HOST:
             print(f"  note: {s.name} runs on the host: {s.reason}")
     if args.records:
         tunable = {n for t in target.tasks(outcome.quantized) for n in t.nodes}
         print(f"schedules: {len(outcome.schedules)} of {len(tunable)} tunable ops from the "
               f"records {args.records}, the others from the default chooser")
-    if "cycles" in summary:
-        if summary["cycles"] is None:
-            print(f"total cycles: - (the {summary.get('backend')} backend counts no cycles; "
-                  "use --sim verilator)")
-        else:
-            print(f"total cycles: {summary['cycles']:,} = "
-                  f"{summary['seconds_at_clock'] * 1e3:.3f} ms at {summary['clock_mhz']:g} MHz")
-    if "gemm_utilization" in summary:
-        print(_utilization_line(target, summary))
-    if target.name == "gpu":
-        for line in _gpu_lines(summary):
-            print(line)
-    if target.name != "host":
-        for line in _host_lines(target, result, summary):
+    for line in target.report_lines(summary):
+        print(line)
+    if target.name != targets.HOST:
+        for line in _host_lines(target, result):
             print(line)
     prepared = "prepare + quantize" if outcome.precision == "int8" else "prepare"
     print(f"{prepared}: {outcome.quantize_seconds:.2f} s; compile: "
@@ -317,34 +213,23 @@ def _report(args, target, board, outcome, whole=None) -> None:
               + ("" if outcome.bit_exact else f" ({outcome.mismatch})"))
 
 
-def _gpu_lines(summary) -> list[str]:
-    """Where the GPU target's kernels ran and what its times are; the roofline estimate
-    on the GPU --gpu named."""
-    if summary["mode"] == "cuda":
-        lines = [f"gpu: {summary['device']}, {summary['float_dtype']} floats: "
-                 f"{summary['gpu_seconds'] * 1e3:.3f} ms of kernels (CUDA events per op)"]
-    else:
-        lines = [f"gpu: no CUDA GPU here; the kernels ran on the {summary['device']} "
-                 f"({summary['interpreter_seconds']:.2f} s): these times are the "
-                 "interpreter's, not GPU times"
-                 + ("" if summary.get("roofline_seconds") is not None
-                    else " (--gpu NAME adds a roofline estimate)")]
-    if summary.get("roofline_seconds") is not None:
-        lines.append(f"roofline estimate on {summary['roofline_gpu']}: "
-                     f"{summary['roofline_seconds'] * 1e6:.2f} us of kernels, "
-                     f"{summary['roofline_with_launch_seconds'] * 1e6:.2f} us with a launch "
-                     "each (datasheet peaks, not a measurement; `vdla roofline` for the "
-                     "bounds)")
-    return lines
+def _device_time(target, result) -> tuple[float, str] | None:
+    """The target's ops' device time in total and what it is (`OpStats.device_time`),
+    or None when some of it is only wall time (a simulator without cycles: nothing to
+    add to the host's)."""
+    ops = [s for s in result.ops if s.target == target.name]
+    kinds = {s.device_time for s in ops}
+    if not ops or WALL in kinds:
+        return None
+    return sum(s.device_seconds for s in ops), " + ".join(sorted(kinds))
 
 
-def _host_lines(target, result, summary) -> list[str]:
+def _host_lines(target, result) -> list[str]:
     """What the host did besides the target's ops (its ops; the activations it moved,
     and which of those sat between two target ops: none when activations stay in the
-    target's memory) and the run end to end: the target's time at its clock plus the
-    host's."""
+    target's memory) and the run end to end: the target's device time plus the host's."""
     host = result.host_time()
-    kinds = sorted({s.op for s in result.ops if s.target == "host"})
+    kinds = sorted({s.op for s in result.ops if s.target == targets.HOST})
     moved = ", ".join(f"{t.tensor} {'to ' + t.target if t.direction == 'to_target' else 'back'}"
                       for t in result.transfers[:4]) + (", ..." if len(result.transfers) > 4
                                                         else "")
@@ -355,28 +240,17 @@ def _host_lines(target, result, summary) -> list[str]:
     if host["between_transfers"]:
         lines.append(f"between {target.name} ops: {host['between_transfers']} transfers, "
                      f"{host['between_bytes']:,} bytes in {host['between_seconds'] * 1e3:.2f} ms "
-                     "(the host repacks activations: this config's block_in and block_out "
-                     "differ)")
+                     f"(the host repacks activations between {target.name} ops)")
     else:
         lines.append(f"between {target.name} ops: no host work (activations stay in "
                      f"{target.name}'s memory from producer to consumer)")
-    at_clock = summary.get("seconds_at_clock")
-    if at_clock is not None:
-        lines.append(f"end to end: {at_clock * 1e3:.3f} ms on {target.name} at "
-                     f"{summary['clock_mhz']:g} MHz + {host['seconds'] * 1e3:.3f} ms on the host "
-                     f"= {(at_clock + host['seconds']) * 1e3:.3f} ms")
+    device = _device_time(target, result)
+    if device is not None:
+        seconds, what = device
+        lines.append(f"end to end: {seconds * 1e3:.3f} ms on {target.name} ({what}) + "
+                     f"{host['seconds'] * 1e3:.3f} ms on the host = "
+                     f"{(seconds + host['seconds']) * 1e3:.3f} ms")
     return lines
-
-
-def _utilization_line(target, summary) -> str:
-    """The whole model's GEMM utilization and what it counts."""
-    if summary["gemm_utilization"] is None:
-        why = (f"the {summary.get('backend')} backend counts no cycles"
-               if summary.get("cycles") is None else f"no op on {target.name} does useful MACs")
-        return f"GEMM utilization: - ({why})"
-    return (f"GEMM utilization: {summary['gemm_utilization']:.1%} = {summary['macs']:,} "
-            f"useful MACs / ({summary['cycles']:,} cycles x {summary['macs_per_cycle']} "
-            f"MACs/cycle); the cycles of the ops on {target.name} only, host ops excluded")
 
 
 def _json_report(args, target, outcome, whole=None) -> dict:
@@ -385,8 +259,9 @@ def _json_report(args, target, outcome, whole=None) -> dict:
     result = outcome.result
     summary = result.summary.get(target.name, {})
     host = result.host_time()
+    device = _device_time(target, result)
     return {"model": args.model, "target": target.name, "options": target.options(),
-            "board": args.board, "input": outcome.model.input_note,
+            "board": target.options().get("board"), "input": outcome.model.input_note,
             "batch": outcome.model.batch,
             "precision": outcome.precision,
             "quantization": outcome.quantized.metadata.get("quantized", {}).get("mode"),
@@ -406,7 +281,10 @@ def _json_report(args, target, outcome, whole=None) -> dict:
             # the run end to end: the target's time at its clock plus the host's.
             "host": host,
             "transfers": [dataclasses.asdict(t) for t in result.transfers],
-            "end_to_end_seconds": (None if summary.get("seconds_at_clock") is None else
-                                   summary["seconds_at_clock"] + host["seconds"]),
+            # The target's ops' device time (`OpStats.device_time`: cycles at the clock, a
+            # GPU's events; null where it is only wall time) and with the host's.
+            "device_seconds": None if device is None else device[0],
+            "device_time": None if device is None else device[1],
+            "end_to_end_seconds": None if device is None else device[0] + host["seconds"],
             "records": args.records, "tuned_ops": sorted(outcome.schedules),
             "ops": [s.to_dict() for s in result.ops]}

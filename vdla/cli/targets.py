@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import textwrap
 
-from vdla.cli.common import CONFIG_HELP, load_config
+from vdla.cli.target_args import add_target_options, make_target
 from vdla.compiler import targets
 
 __all__ = ["add_parser", "run"]
@@ -17,13 +17,17 @@ def add_parser(sub) -> None:
                                      "--target NAME`): what each is, the requantization "
                                      "modes it runs, how its schedules are tuned, and the "
                                      "ops it runs; any other op falls back to the host.")
-    cmd.add_argument("--config", metavar="FILE", help=CONFIG_HELP + " (for the vdla target)")
+    add_target_options(cmd, "targets")
     cmd.add_argument("--json", action="store_true", help="machine-readable output")
     cmd.set_defaults(func=run)
 
 
-def _describe(name: str, config) -> dict:
-    target = targets.get(name, config=config) if name == "vdla" else targets.get(name)
+def _describe(name: str, args) -> dict:
+    factory = targets.factory(name)
+    if getattr(factory, "unavailable", lambda: None)() is None:
+        target = make_target(name, args, "targets", strict=False)
+    else:           # still listed, as far as it can say without its extra
+        target = targets.get(name)
     return {"name": name, "description": target.description, "options": target.options(),
             "requant_modes": list(target.requant_modes),
             "measure_backends": list(target.measure_backends),
@@ -31,8 +35,7 @@ def _describe(name: str, config) -> dict:
 
 
 def run(args) -> int:
-    config = load_config(args.config)
-    found = [_describe(name, config) for name in targets.names()]
+    found = [_describe(name, args) for name in targets.names()]
     if args.json:
         print(json.dumps(found, indent=2))
         return 0

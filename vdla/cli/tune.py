@@ -7,11 +7,11 @@ from __future__ import annotations
 import sys
 import time
 
-from vdla.cli.common import (CONFIG_HELP, CliError, format_schedule, on_interrupt, table,
-                             write_json)
-from vdla.cli.run import DEFAULT_TARGET, make_target
+from vdla.cli.common import CliError, log, on_interrupt, table, write_json
+from vdla.cli.run import DEFAULT_TARGET
+from vdla.cli.target_args import add_target_options, make_target
 from vdla.compiler import pipeline, targets
-from vdla.compiler.tuner import LocalRunner, Records, tasks_from_workload, tune_task
+from vdla.compiler.tuner import LocalRunner, Records, tune_task
 from vdla.compiler.tuner.search import TUNERS
 from vdla.compiler.tuner.tune import CONFIRM, CONFIRM_ROUNDS
 
@@ -45,7 +45,6 @@ def add_parser(sub) -> None:
                       help="SQLite records file (created if missing)")
     tune.add_argument("--jobs", type=int, default=1, metavar="J",
                       help="parallel measurement processes (default 1)")
-    tune.add_argument("--config", metavar="FILE", help=CONFIG_HELP)
     tune.add_argument("--json", metavar="PATH", help="also write the results as JSON here")
     tune.add_argument("--measure", metavar="BACKEND",
                       help="how schedules are measured, one of the target's measurement "
@@ -66,11 +65,7 @@ def add_parser(sub) -> None:
                       help="int8: the quantized graph's ops (default); float32: the float "
                            "graph's (the cpu and gpu targets); float16: the float graph in "
                            "fp16 (the gpu target)")
-    tune.add_argument("--threads", type=int, metavar="N",
-                      help="the cpu target's threads, which its measurements run on (default: "
-                           "its cores); records are kept per thread count")
-    tune.add_argument("--isa", metavar="NAME",
-                      help="the cpu target's instruction set (avx512vnni, avx2, portable)")
+    add_target_options(tune, "tune")
     tune.set_defaults(func=run)
 
 
@@ -91,8 +86,8 @@ def _check_args(args):
 
 def _tasks(args, target):
     if args.layer:
-        return ([task for spec in args.layer for task in tasks_from_workload(spec, target)],
-                ", ".join(args.layer))
+        return ([task for spec in args.layer
+                 for task in pipeline.tasks_from_workload(spec, target)], ", ".join(args.layer))
     model = pipeline.load_model(args.model, calibration=args.calibration)
     tasks = target.tasks(pipeline.graph_for(model, target, precision=args.precision))
     if not tasks:
@@ -188,17 +183,14 @@ def run(args) -> int:
     _check_args(args)
     # How schedules are measured is the target's to define (its tasks open their own
     # devices), so --measure is checked against the target's measurement backends.
-    target, _ = make_target(args)
+    target = make_target(args.target, args, "tune", precision=args.precision, log=log)
     if not target.measure_backends:
         raise CliError(f"target {target.name!r} has no tunable ops")
     measure = args.measure or target.measure_backends[0]
-    if measure not in target.measure_backends:
-        raise CliError(f"--measure {measure!r} is not one of target {target.name!r}'s "
-                       f"measurement backends: {', '.join(target.measure_backends)}")
-    if target.name == "gpu" and measure == "cuda" and target.mode != "cuda":
-        raise CliError("the gpu target's schedules are timed on a CUDA GPU, and there is "
-                       "none here; --measure interpreter runs the search on Triton's "
-                       "interpreter (each schedule checked, but its times are no GPU's)")
+    try:
+        target.check_measure(measure)
+    except ValueError as e:
+        raise CliError(str(e)) from None
     tasks, what = _tasks(args, target)
     start = time.perf_counter()
     results = []
@@ -218,10 +210,10 @@ def run(args) -> int:
     wall = time.perf_counter() - start
 
     def sched(task, s):
-        return format_schedule(None if s is None else task.schedule_to_dict(s))
+        return "-" if s is None else target.describe_schedule(task.schedule_to_dict(s))
 
-    platform = f"config {tasks[0].platform}" if target.name == "vdla" else tasks[0].platform
-    print(f"tuned {what}: {len(tasks)} workload(s), target {target.name}, {platform}, "
+    print(f"tuned {what}: {len(tasks)} workload(s), target {target.name}, platform "
+          f"{tasks[0].platform}, "
           f"{measure} measurements, {args.tuner} tuner, seed {args.seed}; records "
           f"{args.records}")
     unit = tasks[0].unit

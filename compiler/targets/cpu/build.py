@@ -46,10 +46,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from vdla._buildcache import build_entry, write_entry
+from vdla._buildcache import build_entry, cache_root, write_entry
 from vdla._fileio import atomic_write
 from vdla._tools import tool_folders
-from vdla.sim.verilator.build import cache_root
 
 __all__ = ["BASE_FLAGS", "OPENMP_FLAG", "RECIPE_VERSION", "BuildError", "CBuild",
            "CompilerNotFound", "MachineFeatures", "build_library", "find_c_compiler",

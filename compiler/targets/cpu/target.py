@@ -31,6 +31,7 @@ from vdla.compiler.ir.tensor import Node
 from vdla.compiler.reference.integer import INT8_PRODUCTS_MAX
 from vdla.compiler.targets.base import (CompiledOp, GraphRun, OpRun, Progress, Support, Target,
                                         TargetSession)
+from vdla.compiler.targets.options import TargetOption
 from threadpoolctl import threadpool_limits
 
 from vdla.compiler.targets.cpu import isa as cpu_isa
@@ -101,6 +102,27 @@ class CpuTarget(Target):
     description = ("the host CPU: generated C (AVX-512 VNNI, AVX2 or portable), built with "
                    "the system C compiler (OpenMP)")
     measure_backends = ("wall",)
+    cli_options = (
+        TargetOption("--threads", "OpenMP threads of the generated code (default: the cores "
+                                  "this process may use); tuning records are kept per count",
+                     type=int, metavar="N", commands=("run", "compare", "tune", "compile")),
+        TargetOption("--isa", f"instruction set of the generated code: "
+                              f"{', '.join(cpu_isa.ISAS)} (default: the best this machine's "
+                              "compiler offers)", metavar="NAME"),
+    )
+
+    @classmethod
+    def from_cli(cls, options, *, precision: str = "int8", log=None) -> "CpuTarget":
+        """``--threads`` and ``--isa``; an ISA this machine lacks is an error now, before
+        any model is loaded."""
+        threads, isa = options.get("threads"), options.get("isa")
+        if threads is not None and threads < 1:
+            raise ValueError(f"--threads must be a positive integer, not {threads}")
+        target = cls(threads=threads, isa=isa)
+        if isa is not None:
+            target.isa          # probes the compiler: ValueError for an ISA it lacks
+        target.check_precision(precision)
+        return target
 
     def __init__(self, *, threads: int | None = None, isa: str | None = None, log=None):
         if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)

@@ -21,31 +21,24 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
-import json
 import math
-import platform
-import time
 from typing import Any, Callable
 
 import numpy as np
 
-from vdla.compiler.ir.graph import DTYPES, Graph
-from vdla.compiler.reference import run_reference
-from vdla.compiler.reference.tolerance import mismatch
+from vdla._platform import cpu_name
+from vdla.compiler.ir.graph import Graph
 from vdla.compiler.targets.cpu import isa as cpu_isa
 from vdla.compiler.targets.cpu.library import (aligned_empty, build_kernels, call, load,
                                                start_team, time_runs)
 from vdla.compiler.targets.cpu.lower import node_kernel
 from vdla.compiler.targets.cpu.schedule import (ORDERS, PARALLEL, ConvSchedule, DenseSchedule,
-                                                ScheduleError, choose_conv, choose_dense,
+                                                choose_conv, choose_dense,
                                                 conv_space, dense_space, estimate_conv)
 from vdla.compiler.targets.cpu.shapes import ConvShape, DenseShape, input_nonnegative
-from vdla.compiler.tuner.measure import MeasureResult, one_line
-from vdla.compiler.tuner.records import OK
-from vdla.compiler.tuner.task import TuneTask, merge_tasks, one_node_graph
+from vdla.compiler.tuner.task import OneNodeTask, TaskData, merge_tasks, one_node_graph
 
-__all__ = ["CpuTask", "MIN_RUNS", "MIN_SECONDS", "cpu_name", "cpu_tasks"]
+__all__ = ["CpuTask", "MIN_RUNS", "MIN_SECONDS", "cpu_tasks"]
 
 #: A measurement runs the kernel at least this many times ...
 MIN_RUNS = 7
@@ -56,41 +49,23 @@ MAX_RUNS = 400
 _TUNABLE = ("conv2d", "qconv2d", "dense", "qdense")
 
 
-@functools.lru_cache(maxsize=None)
-def cpu_name() -> str:
-    """The CPU's model name (``/proc/cpuinfo``), or the platform's processor string."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return " ".join(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown CPU"
-
-
 @dataclasses.dataclass(frozen=True)
 class _Estimate:
     cycles: float
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class CpuTask(TuneTask):
+class CpuTask(OneNodeTask):
     """One convolution or dense workload on this machine.
 
-    name : what users call it; graph : a one-node graph; node : the node's name
+    name, graph, node, nodes : as in `OneNodeTask`
     isa : the instruction set's name; threads : the thread count it is measured with
     nonnegative : whether the model's input to the node is known non-negative (int8)
-    nodes : the model's nodes that share this workload
     """
 
-    name: str
-    graph: Graph
-    node: str
-    isa: str
-    threads: int
-    nonnegative: bool
-    nodes: tuple[str, ...] = ()
+    isa: str = dataclasses.field(kw_only=True)
+    threads: int = dataclasses.field(kw_only=True)
+    nonnegative: bool = dataclasses.field(kw_only=True, default=False)
 
     target = "cpu"
     measure_backends = ("wall",)
@@ -115,14 +90,9 @@ class CpuTask(TuneTask):
     def platform(self) -> str:
         return f"{cpu_name()}, {self.threads} threads, {self.isa}"
 
-    @functools.cached_property
-    def key(self) -> str:
-        workload = {"op": "conv2d" if self.conv else "dense", **dataclasses.asdict(self.shape)}
-        return json.dumps(workload, sort_keys=True, separators=(",", ":"))
-
-    @functools.cached_property
-    def seed(self) -> int:
-        return int.from_bytes(hashlib.sha256(self.key.encode()).digest()[:8], "little")
+    @property
+    def workload(self) -> dict:
+        return {"op": "conv2d" if self.conv else "dense", **dataclasses.asdict(self.shape)}
 
     def describe(self) -> str:
         return f"{self.shape.dtype} {self.shape.describe()}"
@@ -181,25 +151,7 @@ class CpuTask(TuneTask):
     def schedule_from_dict(self, data: dict):
         return (ConvSchedule if self.conv else DenseSchedule).from_dict(data)
 
-    # --- measuring -----------------------------------------------------------------------
-
-    def feed(self) -> dict[str, np.ndarray]:
-        """Seeded random values for the graph's inputs (int8 non-negative where the
-        model's are)."""
-        rng = np.random.default_rng(self.seed)
-        node = self.graph.node(self.node)
-        out = {}
-        for name in self.graph.inputs:
-            t = self.graph.tensors[name]
-            if t.dtype == "int8":
-                low = 0 if (self.nonnegative and name == node.inputs[0]) else -128
-                out[name] = rng.integers(low, 128, t.shape).astype(np.int8)
-            else:
-                out[name] = rng.standard_normal(t.shape).astype(DTYPES[t.dtype])
-        return out
-
-    def measure_data(self) -> "_TaskData":
-        return _TaskData(self)
+    # --- measuring: the target's kernel, built and timed in C -----------------------------
 
     def open_context(self, backend: str):
         return None
@@ -210,38 +162,33 @@ class CpuTask(TuneTask):
                            schedule=schedule, threads=self.threads,
                            nonnegative=self.nonnegative)[0]
 
-    def measure(self, schedule, context: Any = None, *, data: Any = None,
-                backend: str = "wall", log: Callable[[str], None] | None = None
-                ) -> MeasureResult:
-        """Build the kernel with `schedule`, check one run against the reference, then
-        time it (see the module docstring). Failures are results, not exceptions."""
-        start = time.perf_counter()
-        data = data or _TaskData(self)
-        try:
-            kernel = self.kernel(schedule)
-            lib = load(build_kernels([kernel], self._isa, log=log))
-            start_team(lib, self.threads)
-            ws = aligned_empty(max(kernel.workspace(self.threads), 64))
-            params = aligned_empty(max(kernel.params.size, 64))
-            params[:kernel.params.size] = kernel.params
-            kernel = dataclasses.replace(kernel, params=params)
-            inputs = [data.feed[t] for t in kernel.inputs]
-            out = np.empty_like(data.want)
-            call(lib, kernel, inputs, out, workspace=ws, threads=self.threads)
-        except ScheduleError as exc:
-            return MeasureResult("error", error=one_line(exc),
-                                 seconds=time.perf_counter() - start)
-        except Exception as exc:  # noqa: BLE001 - a failed build is a result
-            return MeasureResult("error", error=one_line(exc),
-                                 seconds=time.perf_counter() - start)
-        bad = mismatch(out, data.want)
-        if bad:
-            return MeasureResult("wrong", error=bad, seconds=time.perf_counter() - start)
+    def compile(self, schedule, backend: str, log: Callable[[str], None] | None = None):
+        """The kernel built into a library (cached by content hash: a schedule's build is
+        shared by every model with that layer shape), its team started, its parameters
+        and workspace aligned."""
+        kernel = self.kernel(schedule)
+        lib = load(build_kernels([kernel], self._isa, log=log))
+        start_team(lib, self.threads)
+        ws = aligned_empty(max(kernel.workspace(self.threads), 64))
+        params = aligned_empty(max(kernel.params.size, 64))
+        params[:kernel.params.size] = kernel.params
+        return lib, dataclasses.replace(kernel, params=params), ws
+
+    def run(self, compiled, context: Any, data: TaskData, backend: str):
+        lib, kernel, ws = compiled
+        inputs = [data.feed[t] for t in kernel.inputs]
+        out = np.empty_like(data.want)
+        call(lib, kernel, inputs, out, workspace=ws, threads=self.threads)
+        return out, (inputs, out)
+
+    def time(self, compiled, ran, context: Any, data: TaskData, backend: str):
+        """The median of repeated runs in nanoseconds (module docstring), with the
+        spread."""
+        (lib, kernel, ws), (inputs, out) = compiled, ran
         ns = _time(lambda runs: time_runs(lib, kernel, inputs, out, ws, runs)) * 1e9
-        return MeasureResult(OK, int(round(float(np.median(ns)))), {
+        return int(round(float(np.median(ns)))), {
             "runs": int(ns.size), "min_ns": int(ns.min()),
-            "p25_ns": int(np.percentile(ns, 25)), "p75_ns": int(np.percentile(ns, 75))},
-            seconds=time.perf_counter() - start)
+            "p25_ns": int(np.percentile(ns, 25)), "p75_ns": int(np.percentile(ns, 75))}
 
 
 def _time(runs: Callable[[int], np.ndarray]) -> np.ndarray:
@@ -256,14 +203,6 @@ def _time(runs: Callable[[int], np.ndarray]) -> np.ndarray:
     return times
 
 
-class _TaskData:
-    """A task's inputs and reference output, computed once per worker."""
-
-    def __init__(self, task: CpuTask):
-        self.feed = task.feed()
-        self.want = np.asarray(run_reference(task.graph, self.feed)[task.graph.outputs[0]])
-
-
 def cpu_tasks(graph: Graph, target) -> list[CpuTask]:
     """One `CpuTask` per distinct conv/dense workload of `graph` that `target` (a
     `CpuTarget`) runs, in the order of their first node."""
@@ -273,5 +212,6 @@ def cpu_tasks(graph: Graph, target) -> list[CpuTask]:
             continue
         nonneg = node.op.startswith("q") and input_nonnegative(graph, node.inputs[0])
         found.append((CpuTask(node.name, one_node_graph(node, graph), node.name,
-                              target.isa.name, target.team, nonneg), node))
+                              isa=target.isa.name, threads=target.team, nonnegative=nonneg),
+                      node))
     return merge_tasks(found)

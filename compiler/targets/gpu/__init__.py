@@ -15,5 +15,11 @@ Its data flow, one module per step:
     gpus        GPUs' datasheet peaks, for
     roofline    per-kernel and per-model estimates when no GPU is at hand
 
-`GpuTarget` is what the rest of vdla uses (`vdla.compiler.targets.get("gpu")`).
+`GpuTarget` is what the rest of vdla uses (`vdla.compiler.targets.get("gpu")`). Outside
+the target, ``vdla roofline`` uses this package's public face: `gpus` and `roofline`
+(numpy and the GPU table: no Triton).
 """
+
+from vdla.compiler.targets.gpu import gpus, roofline
+
+__all__ = ["gpus", "roofline"]

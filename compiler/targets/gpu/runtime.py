@@ -21,6 +21,8 @@ import importlib.util
 import os
 import sys
 
+from vdla._platform import cpu_name
+
 __all__ = ["DEVICES", "INSTALL", "MODES", "available", "cuda_available", "device_name",
            "kernels", "require", "resolve", "torch_device"]
 
@@ -121,7 +123,4 @@ def device_name(mode: str) -> str:
         import torch  # heavy (the gpu extra), as above
 
         return torch.cuda.get_device_name()
-    # heavy: the CPU target's tuning module (only its CPU name is wanted here)
-    from vdla.compiler.targets.cpu.tuning import cpu_name
-
     return f"Triton interpreter on {cpu_name()}"

@@ -31,12 +31,19 @@ from vdla.compiler.ir.tensor import Node
 from vdla.compiler.targets.base import (CompiledOp, DeviceValue, GraphRun, OpRun, Support,
                                         Target, TargetSession)
 from vdla.compiler.targets.gpu import gpus, roofline, runtime
+from vdla.compiler.targets.options import EstimateColumn, ExtraColumn, TargetOption
 from vdla.compiler.targets.gpu.lower import (FLOAT_DTYPES, GpuKernel, Ref, lower,
                                              refusal)
 from vdla.compiler.targets.gpu.schedule import GemmSchedule
 from vdla.compiler.targets.gpu.tuning import gpu_tasks
 
-__all__ = ["GpuSession", "GpuTarget"]
+__all__ = ["DEFAULT_GPU", "GpuSession", "GpuTarget"]
+
+#: The GPU of ``vdla compare``'s roofline column without ``--gpu``.
+DEFAULT_GPU = "h100-sxm"
+
+#: The fields of a GEMM schedule (`GemmSchedule.to_dict`) `describe_schedule` shows.
+_SCHEDULE_KEYS = ("block_m", "block_n", "block_k", "num_warps", "num_stages", "split_k")
 
 _CAPABILITIES = [
     ("conv2d, qconv2d", "float32/float16 or int8 implicit GEMM (any kernel, stride, padding, "
@@ -69,6 +76,114 @@ class GpuTarget(Target):
     description = ("a GPU: Triton kernels (implicit-GEMM int8/float convolutions with fused "
                    "epilogues) on CUDA, or on Triton's interpreter without one")
     measure_backends = runtime.MODES
+    cli_options = (
+        TargetOption("--device", f"where the kernels run: {', '.join(runtime.DEVICES)} (auto, "
+                                 "the default: a CUDA GPU when one is present, else Triton's "
+                                 "interpreter on the CPU)",
+                     metavar="NAME", commands=("run",)),
+        TargetOption("--gpu", "also estimate each op on this GPU by its roofline (see `vdla "
+                              f"roofline`; vdla compare's estimate column: default {DEFAULT_GPU})",
+                     metavar="NAME", commands=("run", "compare"),
+                     defaults={"compare": DEFAULT_GPU}),
+    )
+    extra_columns = {"gpu_seconds": ExtraColumn("GPU ms", 1e3),
+                     "roofline_seconds": ExtraColumn("roofline us (est.)", 1e6),
+                     # the wall time column shows it
+                     "interpreter_seconds": ExtraColumn("", hidden=True)}
+
+    @classmethod
+    def unavailable(cls) -> str | None:
+        try:
+            runtime.require()
+        except ValueError as e:
+            return str(e)
+        return None
+
+    @classmethod
+    def from_cli(cls, options, *, precision: str = "int8", log=None) -> "GpuTarget":
+        """``--device`` and ``--gpu``, floats stored as the precision says (float16 or
+        float32); a missing extra, an unknown GPU or ``--device cuda`` without a GPU is
+        an error now, before any model is loaded."""
+        if options.get("gpu") is not None:
+            try:
+                gpus.get(options["gpu"])
+            except ValueError as e:
+                raise ValueError(f"--gpu: {e}") from None
+        runtime.require()
+        target = cls(device=options.get("device") or "auto",
+                     float_dtype="float16" if precision == "float16" else "float32",
+                     gpu=options.get("gpu"))
+        target.mode          # no CUDA GPU for --device cuda, ...: a clear error now
+        return target
+
+    @property
+    def precisions(self) -> tuple[str, ...]:
+        """int8, and the float graph in its `float_dtype`."""
+        return ("int8", self.float_dtype)
+
+    def describe_schedule(self, schedule) -> str:
+        """A GEMM tile ``128x64x32 w4 s3`` (BLOCK_M x BLOCK_N x BLOCK_K, warps, stages;
+        ``k4`` for split-K 4)."""
+        if not set(_SCHEDULE_KEYS) <= set(schedule):
+            return super().describe_schedule(schedule)
+        return (f"{schedule['block_m']}x{schedule['block_n']}x{schedule['block_k']} "
+                f"w{schedule['num_warps']} s{schedule['num_stages']}"
+                + (f" k{schedule['split_k']}" if schedule["split_k"] > 1 else ""))
+
+    def check_measure(self, backend: str) -> None:
+        super().check_measure(backend)
+        if backend == "cuda" and self.mode != "cuda":
+            raise ValueError("the gpu target's schedules are timed on a CUDA GPU, and there "
+                             "is none here; --measure interpreter runs the search on "
+                             "Triton's interpreter (each schedule checked, but its times are "
+                             "no GPU's)")
+
+    def column_label(self, summary) -> str:
+        return f"{self.name} ({summary['mode']})"
+
+    def time_note(self, summary) -> str:
+        if summary["mode"] == "cuda":
+            return f"CUDA-event time per kernel on {summary['device']} + host wall time"
+        return (f"wall time on the {summary['device']}: the interpreter's, not GPU times; "
+                "checks the kernels bit for bit")
+
+    def report_lines(self, summary) -> list[str]:
+        """Where the kernels ran and what their times are; the roofline estimate on the
+        GPU ``--gpu`` named."""
+        if summary["mode"] == "cuda":
+            lines = [f"gpu: {summary['device']}, {summary['float_dtype']} floats: "
+                     f"{summary['gpu_seconds'] * 1e3:.3f} ms of kernels (CUDA events per op)"]
+        else:
+            lines = [f"gpu: no CUDA GPU here; the kernels ran on the {summary['device']} "
+                     f"({summary['interpreter_seconds']:.2f} s): these times are the "
+                     "interpreter's, not GPU times"
+                     + ("" if summary.get("roofline_seconds") is not None
+                        else " (--gpu NAME adds a roofline estimate)")]
+        if summary.get("roofline_seconds") is not None:
+            lines.append(f"roofline estimate on {summary['roofline_gpu']}: "
+                         f"{summary['roofline_seconds'] * 1e6:.2f} us of kernels, "
+                         f"{summary['roofline_with_launch_seconds'] * 1e6:.2f} us with a "
+                         "launch each (datasheet peaks, not a measurement; `vdla roofline` "
+                         "for the bounds)")
+        return lines
+
+    def estimate_column(self) -> EstimateColumn | None:
+        """Each op's roofline bound on `gpu` plus a launch (a view: nothing); the host's
+        ops at their wall time."""
+        if self.gpu is None:
+            return None
+
+        def seconds(stats) -> float:
+            if stats.target != self.name:
+                return stats.wall_seconds
+            if stats.extra.get("view"):
+                return 0.0
+            return stats.extra["roofline_seconds"] + roofline.LAUNCH_SECONDS
+
+        return EstimateColumn(f"{self.name} est. ({self.gpu.name})",
+                              f"ESTIMATE: roofline on {self.gpu.title} (datasheet peaks, a "
+                              "launch per kernel; not a measurement) + host wall time",
+                              seconds)
 
     def __init__(self, *, device: str = "auto", float_dtype: str = "float32",
                  gpu: str | None = None):
@@ -266,8 +381,12 @@ class GpuSession(TargetSession):
         if kernel.view:
             extra["view"] = True
         self._values[node.outputs[0]] = out
+        if self.mode == "cuda":
+            device = (extra["gpu_seconds"], "CUDA events")
+        else:
+            device = (extra["interpreter_seconds"], "wall time on Triton's interpreter")
         return OpRun([DeviceValue(self, node.outputs[0])], macs=kernel.macs or None,
-                     extra=extra)
+                     extra=extra, device_seconds=device[0], device_time=device[1])
 
     def run_graph(self, feed: Mapping[str, np.ndarray]) -> GraphRun | None:
         """Every op back to back (no synchronization between them), timed by CUDA events

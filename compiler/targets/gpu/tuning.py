@@ -11,31 +11,26 @@ schedules on a GPU; the interpreter backend is for trying the search without one
 
 The workload key is the node's geometry, epilogue and dtypes (canonical JSON); the
 platform is the device's name, so records taken on one GPU are never used for another.
+The key, seed, inputs, reference and check are `OneNodeTask`'s; a schedule is compiled
+by the target that made the task (its class, kept on the task: `GpuTarget.compile_op`)
+and run in one of its sessions.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
-import json
 import math
-import time
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
-from vdla.compiler.ir.graph import DTYPES, Graph
-from vdla.compiler.reference import run_reference
-from vdla.compiler.reference.tolerance import TOLERANCES, mismatch
-from vdla.compiler.targets import registry
+from vdla.compiler.ir.graph import Graph
+from vdla.compiler.targets.base import DeviceValue
 from vdla.compiler.targets.gpu import runtime
 from vdla.compiler.targets.gpu.lower import GEMM_OPS, refusal
 from vdla.compiler.targets.gpu.schedule import GemmSchedule, choose, gemm_shape, space
-from vdla.compiler.targets.model import compile_model
-from vdla.compiler.tuner.measure import MeasureResult, one_line
-from vdla.compiler.tuner.records import OK
-from vdla.compiler.tuner.task import TuneTask, merge_tasks, one_node_graph
+from vdla.compiler.tuner.task import OneNodeTask, TaskData, merge_tasks, one_node_graph
 
 __all__ = ["GpuTask", "RUNS", "gpu_tasks"]
 
@@ -45,24 +40,26 @@ _KNOBS = ("block_m", "block_n", "block_k", "num_warps", "num_stages", "split_k")
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class GpuTask(TuneTask):
+class GpuTask(OneNodeTask):
     """One convolution or dense workload on the GPU.
 
-    name : what users call it; graph : a one-node graph; node : the node's name
+    name, graph, node, nodes : as in `OneNodeTask`
+    make_target : the target's class (`GpuTarget`), called with ``device`` and
+        ``float_dtype`` to compile and run a measurement
     float_dtype : how a float node is stored and multiplied (``float32``, ``float16``)
-    nodes : the model's nodes that share this workload
     """
 
-    name: str
-    graph: Graph
-    node: str
-    float_dtype: str = "float32"
-    nodes: tuple[str, ...] = ()
+    make_target: Callable[..., Any] = dataclasses.field(kw_only=True)
+    float_dtype: str = dataclasses.field(kw_only=True, default="float32")
 
     target = "gpu"
     measure_backends = runtime.MODES
     unit = "ns"
     noisy = True
+
+    @property
+    def float_precision(self) -> str:
+        return self.float_dtype
 
     @functools.cached_property
     def shape(self):
@@ -74,21 +71,16 @@ class GpuTask(TuneTask):
     def platform(self) -> str:
         return runtime.device_name(runtime.resolve("auto"))
 
-    @functools.cached_property
-    def key(self) -> str:
+    @property
+    def workload(self) -> dict:
         node = self.graph.node(self.node)
-        workload = {"op": node.op, "dot": self.shape.dtype,
-                    "x": list(self.graph.tensors[node.inputs[0]].shape),
-                    "w": list(self.graph.tensors[node.inputs[1]].shape),
-                    "bias": bool(node.input(2)), "residual": bool(node.input(3)),
-                    **{k: v for k, v in sorted(node.attrs.items())
-                       if k in ("strides", "pads", "dilations", "groups", "activation")
-                       or (k == "multiplier" and v is not None)}}
-        return json.dumps(workload, sort_keys=True, separators=(",", ":"), default=list)
-
-    @functools.cached_property
-    def seed(self) -> int:
-        return int.from_bytes(hashlib.sha256(self.key.encode()).digest()[:8], "little")
+        return {"op": node.op, "dot": self.shape.dtype,
+                "x": list(self.graph.tensors[node.inputs[0]].shape),
+                "w": list(self.graph.tensors[node.inputs[1]].shape),
+                "bias": bool(node.input(2)), "residual": bool(node.input(3)),
+                **{k: v for k, v in sorted(node.attrs.items())
+                   if k in ("strides", "pads", "dilations", "groups", "activation")
+                   or (k == "multiplier" and v is not None)}}
 
     def describe(self) -> str:
         return self.shape.describe()
@@ -123,52 +115,56 @@ class GpuTask(TuneTask):
         except TypeError as exc:
             raise ValueError(str(exc)) from None
 
-    # --- measuring ----------------------------------------------------------------------------
+    # --- measuring: the target's compile_op, run in one of its sessions ----------------------
 
-    def feed(self) -> dict[str, np.ndarray]:
-        """Seeded random values for the graph's inputs."""
-        rng = np.random.default_rng(self.seed)
-        out = {}
-        for name in self.graph.inputs:
-            t = self.graph.tensors[name]
-            out[name] = (rng.integers(-128, 128, t.shape).astype(np.int8) if t.dtype == "int8"
-                         else rng.standard_normal(t.shape).astype(DTYPES[t.dtype]))
-        return out
+    def compile(self, schedule, backend: str) -> "_Compiled":
+        target = self.make_target(device=backend, float_dtype=self.float_dtype)
+        node = self.graph.node(self.node)
+        op = target.compile_op(node, self.graph, schedule)
+        return _Compiled(op, target.open_session(self.graph, [op]))
 
-    def measure_data(self):
-        feed = self.feed()
-        return feed, np.asarray(run_reference(self.graph, feed)[self.graph.outputs[0]])
+    def run(self, compiled: "_Compiled", context: Any, data: TaskData, backend: str):
+        node = self.graph.node(self.node)
+        ran = compiled.launch(node, data.feed)
+        return compiled.session.fetch(self.graph.outputs[0]), ran
 
-    def measure(self, schedule, context: Any = None, *, data: Any = None,
-                backend: str = "cuda") -> MeasureResult:
-        """Compile the node with `schedule`, check one run, time it (module docstring).
-        Failures are results, not exceptions."""
-        start = time.perf_counter()
-        feed, want = data or self.measure_data()
-        try:
-            target = registry.get("gpu", device=backend, float_dtype=self.float_dtype)
-            compiled = compile_model(self.graph, target, schedules={self.node: schedule})
-            with compiled.session() as session:
-                checked = session.run(feed)
-                bad = mismatch(checked.outputs[self.graph.outputs[0]], want,
-                               TOLERANCES[self.float_dtype])
-                if bad:
-                    return MeasureResult("wrong", error=bad, seconds=time.perf_counter() - start)
-                ns = _times(session, checked, feed, backend)
-        except Exception as exc:  # noqa: BLE001 - a bad schedule, compile or launch is a result
-            return MeasureResult("error", error=one_line(exc), seconds=time.perf_counter() - start)
-        return MeasureResult(OK, int(round(float(np.median(ns)))), {
-            "runs": int(ns.size), "min_ns": int(ns.min())}, seconds=time.perf_counter() - start)
+    def time(self, compiled: "_Compiled", ran, context: Any, data: TaskData, backend: str):
+        """Nanoseconds of the op: CUDA-event times of `RUNS` more launches (the checked
+        run was the warm-up, which compiled the kernel), or the checked run's time on the
+        interpreter (a run there takes seconds, and its time says nothing of a GPU's)."""
+        if backend == "interpreter":
+            ns = np.array([ran.extra["interpreter_seconds"] * 1e9])
+        else:
+            node = self.graph.node(self.node)
+            ns = np.asarray([compiled.launch(node, data.feed).extra["gpu_seconds"]
+                             for _ in range(RUNS)]) * 1e9
+        return int(round(float(np.median(ns)))), {"runs": int(ns.size),
+                                                  "min_ns": int(ns.min())}
 
 
-def _times(session, checked, feed, backend: str) -> np.ndarray:
-    """Nanoseconds of the op: CUDA-event times of `RUNS` more launches (the checked run was
-    the warm-up, which compiled the kernel), or the checked run's time on the interpreter
-    (a run there takes seconds, and its time says nothing of a GPU's)."""
-    if backend == "interpreter":
-        return np.array([checked.ops[0].extra["interpreter_seconds"] * 1e9])
-    times = [session.run(feed).ops[0].extra["gpu_seconds"] for _ in range(RUNS)]
-    return np.asarray(times) * 1e9
+@dataclasses.dataclass
+class _Compiled:
+    """A measurement's compiled op and the target session it runs in."""
+
+    op: Any
+    session: Any
+    written: bool = False
+
+    def launch(self, node, feed: dict):
+        """One launch of the op, its activations written to the device the first time."""
+        args = []
+        for name in node.inputs:
+            if name and self.session.holds(name):
+                if not self.written:
+                    self.session.put(name, feed[name])
+                args.append(DeviceValue(self.session, name))
+            else:
+                args.append(None if not name else feed.get(name))
+        self.written = True
+        return self.session.run(self.op, node, args)
+
+    def close(self) -> None:
+        self.session.close()
 
 
 def gpu_tasks(graph: Graph, target) -> list[GpuTask]:
@@ -182,5 +178,6 @@ def gpu_tasks(graph: Graph, target) -> list[GpuTask]:
                 and node.attrs["groups"] > 1:
             continue
         found.append((GpuTask(node.name, one_node_graph(node, graph), node.name,
-                              target.float_dtype), node))
+                              make_target=type(target), float_dtype=target.float_dtype),
+                      node))
     return merge_tasks(found)

@@ -28,7 +28,7 @@ from vdla.compiler.targets.vdla.common import (PAD_MAX, AluStep, ceil_div, check
 from vdla.compiler.targets.vdla.support import pool_weight_scale
 from vdla.config import AluOp, HardwareConfig
 
-__all__ = ["AVG", "MAX", "POOL_OPS", "Conv2dLayer", "ConvEpilogue", "Pool2dLayer",
+__all__ = ["AVG", "MAX", "POOL_OPS", "Conv2dLayer", "ConvEpilogue", "Pool2dLayer", "alu_passes",
            "conv2d_layer", "conv2d_workload", "group_spans", "pool2d_layer", "window_cols",
            "window_rows"]
 
@@ -317,6 +317,16 @@ def conv2d_workload(node: Node, graph: Graph, config: HardwareConfig) -> dict:
         fields["spans"] = [list(span) for span in layer.spans]
     return {"op": node.op, **fields, "epilogue": steps(epi.main),
             "residual_epilogue": steps(epi.residual)}
+
+
+
+def alu_passes(workload: dict) -> tuple[int, int]:
+    """(passes with an immediate, passes with a vector operand) of a convolution's main
+    epilogue (`conv2d_workload`'s ``epilogue``), the clamp's MAX and MIN included, as the
+    timing model counts them (the graph estimate and the tuner's tasks)."""
+    steps = workload["epilogue"]
+    vec = sum(s.endswith(":row") for s in steps)
+    return len(steps) - vec + 2, vec
 
 
 def _dense_layer_and_epilogue(node: Node, graph: Graph,

@@ -39,6 +39,7 @@ from vdla.compiler.ir.tensor import Node
 from vdla.compiler.targets.base import (CompiledOp, DeviceValue, OpRun, OpStats, Progress,
                                         Support, Target, TargetSession, Transfer)
 from vdla.compiler.targets.vdla.channel_map import carries_map, map_problem, physical_node
+from vdla.compiler.targets.vdla.command_line import VdlaCommandLine
 from vdla.compiler.targets.vdla.conv2d import LoweredConv2d, lower_conv2d
 from vdla.compiler.targets.vdla.cost import choose_pool2d
 from vdla.compiler.targets.vdla.elementwise import (ELEMENTWISE_OPS, LoweredElementwise,
@@ -103,14 +104,18 @@ def activation_regions(lowered, node: Node) -> dict[str, str]:
     return regions
 
 
-class VdlaTarget(Target):
+class VdlaTarget(VdlaCommandLine, Target):
     """The accelerator described by `config`.
 
     config : the `vdla.HardwareConfig` programs are encoded for (default: VTA's default)
     backend : the device a session opens when it is given none: ``functional`` or
         ``verilator`` (`vdla.runtime.BACKENDS`)
+    board : the `vdla.boards.Board` the config is for, or None: reports name it (its
+        config and memory timing are given as `config` and ``dram=``)
     device_options : passed to `vdla.runtime.open` (for example ``dram=`` a board's
         `DramTiming`, ``log=``)
+
+    Its command-line options and report lines: `VdlaCommandLine`.
     """
 
     name = "vdla"
@@ -120,7 +125,7 @@ class VdlaTarget(Target):
     simulated = True      # (or a board, whose ops still report the simulator-side wall)
 
     def __init__(self, config: HardwareConfig | None = None, *, backend: str = "verilator",
-                 **device_options):
+                 board: Any = None, **device_options):
         config = HardwareConfig() if config is None else config
         if not isinstance(config, HardwareConfig):
             raise TypeError(f"VdlaTarget: config must be a vdla.HardwareConfig, not "
@@ -129,6 +134,7 @@ class VdlaTarget(Target):
             raise ValueError(f"VdlaTarget: unknown backend {backend!r}; available: "
                              f"{', '.join(vdla.runtime.BACKENDS)}")
         self.config, self.backend, self.device_options = config, backend, dict(device_options)
+        self.board = board
         # (graph, its size, concat refusals, the views' plan) of the last graph asked about
         self._views_cache = None
 
@@ -141,6 +147,7 @@ class VdlaTarget(Target):
         dram = self.device_options.get("dram")
         return {"config": self.config.name, "backend": self.backend,
                 "clock_mhz": self.config.clock_mhz,
+                "board": None if self.board is None else self.board.name,
                 "dram": None if dram is None else dataclasses.asdict(dram)}
 
     def capabilities(self) -> list[tuple[str, str]]:
@@ -463,7 +470,8 @@ class VdlaSession(TargetSession):
                                      "this session's DRAM; pass it as its DeviceValue")
             if lowered is None:     # a view: its output is already where its readers look
                 return OpRun([DeviceValue(self, out) for out in node.outputs], 0, 0, 0,
-                             {"gemm_utilization": None, "view": True})
+                             {"gemm_utilization": None, "view": True}, 0.0,
+                             f"cycles at {self.target.config.clock_mhz:g} MHz")
             stats = self.device.run(self._placed[op.name].insn_addr,
                                     self._placed[op.name].insn_count)
             return self._op_run(op.kernel, stats, [DeviceValue(self, node.outputs[0])])
@@ -503,7 +511,9 @@ class VdlaSession(TargetSession):
         util = macs / (int(cycles) * config.macs_per_cycle) if cycles and macs else None
         return OpRun(outputs, None if cycles is None else int(cycles), macs,
                      int(stats["dram_bytes_read"]) + int(stats["dram_bytes_written"]),
-                     {"gemm_utilization": util})
+                     {"gemm_utilization": util},
+                     None if cycles is None else int(cycles) / (config.clock_mhz * 1e6),
+                     None if cycles is None else f"cycles at {config.clock_mhz:g} MHz")
 
     def summary(self, stats: Sequence[OpStats]) -> dict:
         """The backend; the total cycles of this target's ops (None on a backend without

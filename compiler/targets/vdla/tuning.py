@@ -18,33 +18,28 @@ Measurement backends:
   checked bit-exactly) and the cycles are the analytical timing model's.
 
 Either way the output is compared with the reference bit-exactly; a wrong output, a
-simulator error or a run past its cycle budget is a result, not an exception.
+simulator error or a run past its cycle budget is a result, not an exception. The key,
+seed, inputs, reference and check are `OneNodeTask`'s; a schedule is compiled by the
+target's own lowering (`lower_conv2d`, as `VdlaTarget.compile_op`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
-import json
 import math
-import time
 from typing import Any, Callable
-
-import numpy as np
 
 import vdla.runtime
 from vdla.compiler.ir.graph import Graph
-from vdla.compiler.reference import run_reference
 from vdla.compiler.targets.vdla.common import ceil_div
 from vdla.compiler.targets.vdla.conv2d import lower_conv2d, run_conv2d
 from vdla.compiler.targets.vdla.cost import (Conv2dEstimate, choose_conv2d, estimate_conv2d,
                                              schedule_space)
-from vdla.compiler.targets.vdla.layers import Conv2dLayer, conv2d_workload
+from vdla.compiler.targets.vdla.layers import Conv2dLayer, alu_passes, conv2d_workload
 from vdla.compiler.targets.vdla.schedules import Conv2dSchedule
 from vdla.compiler.tuner.measure import MeasureResult, one_line
-from vdla.compiler.tuner.records import OK
-from vdla.compiler.tuner.task import TuneTask, one_node_graph
+from vdla.compiler.tuner.task import OneNodeTask, TaskData, merge_tasks, one_node_graph
 from vdla.config import HardwareConfig
 from vdla.sim.errors import WatchdogError
 from vdla.sim.verilator.build import build_model
@@ -63,37 +58,21 @@ THREADS = ((1, 1), (2, 1), (1, 2))
 TUNABLE_OPS = ("qconv2d", "qdense")
 
 
-def _canonical(workload: dict) -> str:
-    """A workload as the records' key: compact, sorted JSON."""
-    return json.dumps(workload, sort_keys=True, separators=(",", ":"))
-
-
-def alu_passes(workload: dict) -> tuple[int, int]:
-    """(passes with an immediate, passes with a vector operand) of the main epilogue,
-    the clamp's MAX and MIN included (as `estimate_conv2d` counts them)."""
-    steps = workload["epilogue"]
-    vec = sum(s.endswith(":row") for s in steps)
-    return len(steps) - vec + 2, vec
-
-
 @dataclasses.dataclass(frozen=True, eq=False)
-class ConvTask(TuneTask):
+class ConvTask(OneNodeTask):
     """One convolution workload on one config.
 
-    name : what the user calls it (``C5``, or the model's node names)
-    graph : a one-node graph: the node, its constant weights and bias, its activation
-        (and residual) as graph inputs
-    node : the node's name in `graph`
+    name, graph, node, nodes : as in `OneNodeTask` (the node with its constant weights
+        and bias, its activation and residual as graph inputs)
     config : the `HardwareConfig` the schedules are for
-    nodes : the model's nodes that share this workload
-    Derived: `key` (the records' workload key), `layer` (`Conv2dLayer`), `macs`.
+    max_cycles : the Verilator watchdog's budget (None: `cycle_budget`)
+    Derived: `key` (the records' workload key, `conv2d_workload`), `layer`
+    (`Conv2dLayer`), `macs`.
     """
 
-    name: str
-    graph: Graph
-    node: str
-    config: HardwareConfig
-    nodes: tuple[str, ...] = ()
+    config: HardwareConfig = dataclasses.field(kw_only=True)
+    #: The Verilator watchdog's budget of a measurement (None: `cycle_budget`).
+    max_cycles: int | None = dataclasses.field(kw_only=True, default=None)
 
     target = "vdla"
     measure_backends = BACKENDS
@@ -108,22 +87,12 @@ class ConvTask(TuneTask):
         return conv2d_workload(self.graph.node(self.node), self.graph, self.config)
 
     @functools.cached_property
-    def key(self) -> str:
-        return _canonical(self.workload)
-
-    @functools.cached_property
     def layer(self) -> Conv2dLayer:
         return Conv2dLayer.from_node(self.graph.node(self.node), self.graph, self.config)
 
     @property
     def macs(self) -> int:
         return self.layer.macs
-
-    @functools.cached_property
-    def seed(self) -> int:
-        """A seed derived from the key: the task's random inputs are the same in every
-        process and every run."""
-        return int.from_bytes(hashlib.sha256(self.key.encode()).digest()[:8], "little")
 
     # --- the space ----------------------------------------------------------------------
 
@@ -183,7 +152,7 @@ class ConvTask(TuneTask):
                 f"k{w['kernel_h']}x{w['kernel_w']} s{w['stride_h']}")
         return text + (" +residual" if w["has_residual"] else "")
 
-    # --- measuring ----------------------------------------------------------------------
+    # --- measuring: compiled by the target, run on a device of the backend ----------------
 
     def prepare(self, backend: str, log: Callable[[str], None]) -> None:
         if backend == "verilator":   # build once here, not once per worker
@@ -193,63 +162,40 @@ class ConvTask(TuneTask):
         options = {"log": lambda message: None} if backend == "verilator" else {}
         return vdla.runtime.open(self.config, backend=backend, **options)
 
-    def feed(self) -> dict[str, np.ndarray]:
-        """Seeded random int8 values for the graph's inputs (activation, residual)."""
-        rng = np.random.default_rng(self.seed)
-        return {name: rng.integers(-128, 128, self.graph.tensors[name].shape).astype(np.int8)
-                for name in self.graph.inputs}
+    def compile(self, schedule: Conv2dSchedule, backend: str):
+        """The node's program with `schedule`: `lower_conv2d`, what
+        `VdlaTarget.compile_op` compiles every convolution with."""
+        return lower_conv2d(self.graph.node(self.node), self.graph, self.config,
+                            schedule), schedule
 
-    def measure_data(self) -> "_TaskData":
-        return _TaskData(self)
+    def run(self, compiled, context: Any, data: TaskData, backend: str):
+        """One run on device `context` (Verilator: within `cycle_budget`)."""
+        lowered, schedule = compiled
+        node, graph = self.graph.node(self.node), self.graph
+        if context.backend == "verilator":
+            context.max_cycles = self.max_cycles or cycle_budget(self, schedule)
+        return run_conv2d(context, lowered, data.feed[node.inputs[0]],
+                          graph.constant(node.inputs[1]),
+                          graph.constant(node.input(2)) if node.input(2) else None,
+                          data.feed[node.input(3)] if node.input(3) else None,
+                          return_stats=True)
 
-    def measure(self, schedule: Conv2dSchedule, context: Any, *, data: Any = None,
-                backend: str | None = None, max_cycles: int | None = None) -> MeasureResult:
-        """Lower `schedule`, run it on device `context`, compare the output with the
-        reference bit-exactly. `max_cycles` is the Verilator watchdog's budget (default
-        `cycle_budget`)."""
-        device = context
-        start = time.perf_counter()
-        data = data or _TaskData(self)
-        try:
-            lowered = lower_conv2d(self.graph.node(self.node), self.graph, self.config,
-                                   schedule)
-            if device.backend == "verilator":
-                device.max_cycles = max_cycles or cycle_budget(self, schedule)
-            y, stats = run_conv2d(device, lowered, data.x, data.weights, data.bias,
-                                  data.residual, return_stats=True)
-        except WatchdogError as exc:
-            # Past the cycle budget: a timeout; stalled with nothing moving: a deadlock.
+    def time(self, compiled, stats, context: Any, data: TaskData, backend: str):
+        """Verilator: the counted cycles and the hardware counters; functional: the
+        timing model's cycles and their split."""
+        if context.backend == "verilator":
+            return int(stats["cycles"]), {k: int(v) for k, v in stats.items()
+                                          if k != "wall_seconds"}
+        est = self.estimate(compiled[1])
+        return est.cycles, {"gemm": est.gemm, "epilogue": est.epilogue, "load": est.load,
+                            "store": est.store}
+
+    def failure(self, exc: BaseException, seconds: float) -> MeasureResult:
+        # Past the cycle budget: a timeout; stalled with nothing moving: a deadlock.
+        if isinstance(exc, WatchdogError):
             return MeasureResult("error" if exc.stalled else "timeout", error=one_line(exc),
-                                 seconds=time.perf_counter() - start)
-        except Exception as exc:  # noqa: BLE001 - any failure is a result, not a stop
-            return MeasureResult("error", error=one_line(exc),
-                                 seconds=time.perf_counter() - start)
-        seconds = time.perf_counter() - start
-        if not np.array_equal(y, data.want):
-            bad = int(np.count_nonzero(y != data.want))
-            return MeasureResult("wrong", error=f"{bad} of {y.size} output values differ from "
-                                 "the reference", seconds=seconds)
-        if device.backend == "verilator":
-            counters = {k: int(v) for k, v in stats.items() if k != "wall_seconds"}
-            return MeasureResult(OK, int(stats["cycles"]), counters, seconds=seconds)
-        est = self.estimate(schedule)
-        return MeasureResult(OK, est.cycles, {"gemm": est.gemm, "epilogue": est.epilogue,
-                                              "load": est.load, "store": est.store},
-                             seconds=seconds)
-
-
-class _TaskData:
-    """A task's inputs and reference output, computed once per worker."""
-
-    def __init__(self, task: ConvTask):
-        graph = task.graph
-        node = graph.node(task.node)
-        self.feed = task.feed()
-        self.want = run_reference(graph, self.feed)[graph.outputs[0]]
-        self.weights = graph.constant(node.inputs[1])
-        self.bias = graph.constant(node.input(2)) if node.input(2) else None
-        self.x = self.feed[node.inputs[0]]
-        self.residual = self.feed[node.input(3)] if node.input(3) else None
+                                 seconds=seconds)
+        return super().failure(exc, seconds)
 
 
 def cycle_budget(task: ConvTask, schedule: Conv2dSchedule) -> int:
@@ -263,14 +209,7 @@ def conv_tasks(graph: Graph, target) -> list[ConvTask]:
     """One `ConvTask` per distinct workload among the ``qconv2d``/``qdense`` nodes of
     quantized `graph` that `target` (a `VdlaTarget`) runs, in topological order of their
     first node; the name lists the nodes sharing it."""
-    groups: dict[str, list] = {}
-    for node in graph.nodes():
-        if node.op in TUNABLE_OPS and target.supports(node, graph).ok:
-            key = _canonical(conv2d_workload(node, graph, target.config))
-            groups.setdefault(key, []).append(node)
-    tasks = []
-    for nodes in groups.values():
-        name = nodes[0].name if len(nodes) == 1 else f"{nodes[0].name} (+{len(nodes) - 1})"
-        tasks.append(ConvTask(name, one_node_graph(nodes[0], graph), nodes[0].name,
-                              target.config, tuple(n.name for n in nodes)))
-    return tasks
+    return merge_tasks([(ConvTask(node.name, one_node_graph(node, graph), node.name,
+                                  config=target.config), node)
+                        for node in graph.nodes()
+                        if node.op in TUNABLE_OPS and target.supports(node, graph).ok])

@@ -1,7 +1,10 @@
 """A target is one folder and one registry entry: a small target defined here, through the
 public interface alone (quantized convolutions and dense layers by numpy im2col,
 everything else refused), runs ResNet-18 through the pipeline with host fallback
-bit-exactly, shows up in the CLI, and has its tasks tuned by the tuner.
+bit-exactly, and has its tasks tuned by the tuner. It has a command-line option of its
+own (``--chunk-rows``) and a tunable task on the tuner's one-node task base, and runs
+through ``vdla run --target``, ``vdla compare`` and ``vdla tune`` with nothing outside
+this file changed.
 
 Also: the registry, the host target, and `compile_model`'s checks."""
 
@@ -20,11 +23,11 @@ from vdla.compiler import pipeline, targets
 from vdla.compiler.reference import run_reference
 from vdla.compiler.reference.integer import requantize, wrap32
 from vdla.compiler.reference.numerics import pool2d_windows
-from vdla.compiler.targets import (CompiledOp, OpRun, Support, Target, TargetSession,
-                                   compile_model)
-from vdla.compiler.tuner import (LocalRunner, MeasureResult, Records, TuneTask,
-                                 tasks_from_workload, tune_task)
-from vdla.compiler.tuner.task import one_node_graph
+from vdla.compiler.targets import (CompiledOp, OpRun, Support, Target, TargetOption,
+                                   TargetSession, compile_model)
+from vdla.compiler.pipeline import tasks_from_workload
+from vdla.compiler.tuner import LocalRunner, Records, tune_task
+from vdla.compiler.tuner.task import OneNodeTask, merge_tasks, one_node_graph
 
 NAME = "im2col"
 #: Rows of the im2col matrix multiplied per step: the target's one schedule knob.
@@ -66,11 +69,9 @@ def im2col_gemm(node, graph, x, residual, rows: int) -> np.ndarray:
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class Im2colTask(TuneTask):
-    name: str
-    graph: object
-    node: str
-    nodes: tuple = ()
+class Im2colTask(OneNodeTask):
+    """The rows per step of one convolution, timed by wall time: the key, seed, inputs,
+    reference, check and merging are the base's; compiled by the target's compile_op."""
 
     target = NAME
     platform = "numpy"
@@ -78,12 +79,12 @@ class Im2colTask(TuneTask):
     unit = "ns"
 
     @property
-    def key(self) -> str:
+    def workload(self) -> dict:
         g, n = self.graph, self.graph.node(self.node)
-        return json.dumps({"op": n.op, "x": g.tensors[n.inputs[0]].shape,
-                           "w": g.tensors[n.inputs[1]].shape,
-                           "strides": list(n.attrs.get("strides", ())),
-                           "pads": list(n.attrs.get("pads", ()))})
+        return {"op": n.op, "x": g.tensors[n.inputs[0]].shape,
+                "w": g.tensors[n.inputs[1]].shape,
+                "strides": list(n.attrs.get("strides", ())),
+                "pads": list(n.attrs.get("pads", ()))}
 
     def space(self):
         return [Chunk(r) for r in CHUNKS]
@@ -103,24 +104,21 @@ class Im2colTask(TuneTask):
     def schedule_from_dict(self, data):
         return Chunk(**data)
 
-    def measure_data(self):
-        rng = np.random.default_rng(0)
-        feed = {n: rng.integers(-128, 128, self.graph.tensors[n].shape).astype(np.int8)
-                for n in self.graph.inputs}
-        return feed, run_reference(self.graph, feed)[self.graph.outputs[0]]
+    def compile(self, schedule, backend):
+        return Im2colTarget().compile_op(self.graph.node(self.node), self.graph, schedule)
 
-    def measure(self, schedule, context, *, data, backend):
-        feed, want = data
+    def run(self, compiled, context, data, backend):
         node = self.graph.node(self.node)
-        args = (feed[node.inputs[0]], feed[node.input(3)] if node.input(3) else None)
-        times = []
+        args = [data.feed.get(name) for name in node.inputs]
+        return _Session(self.graph).run(compiled, node, args).outputs[0], args
+
+    def time(self, compiled, args, context, data, backend):
+        node, times = self.graph.node(self.node), []
         for _ in range(3):       # the median of three runs: wall time is noisy
             start = time.perf_counter_ns()
-            y = im2col_gemm(node, self.graph, *args, schedule.rows)
+            _Session(self.graph).run(compiled, node, args)
             times.append(time.perf_counter_ns() - start)
-        if not np.array_equal(y, want):
-            return MeasureResult("wrong", error="output differs from the reference")
-        return MeasureResult("ok", int(sorted(times)[1]), seconds=sum(times) / 1e9)
+        return sorted(times)[1], {}
 
 
 class _Session(TargetSession):
@@ -136,11 +134,32 @@ class _Session(TargetSession):
 
 
 class Im2colTarget(Target):
-    """Quantized convolutions (groups 1, no dilation) and dense layers by numpy im2col."""
+    """Quantized convolutions (groups 1, no dilation) and dense layers by numpy im2col,
+    `rows` output positions per step unless a schedule says otherwise."""
 
     name = NAME
     description = "int8 convolutions and dense layers as numpy im2col products (a test)"
     measure_backends = ("wall",)
+    cli_options = (TargetOption("--chunk-rows", "im2col rows multiplied per step",
+                                type=int, metavar="N", commands=("run", "compare", "tune")),)
+
+    def __init__(self, rows: int = 256):
+        self.rows = rows
+
+    @classmethod
+    def from_cli(cls, options, *, precision="int8", log=None):
+        rows = options.get("chunk_rows")
+        if rows is not None and rows < 1:
+            raise ValueError(f"--chunk-rows must be a positive integer, not {rows}")
+        target = cls(256 if rows is None else rows)
+        target.check_precision(precision)
+        return target
+
+    def options(self):
+        return {"rows": self.rows}
+
+    def describe_schedule(self, schedule):
+        return f"{schedule['rows']} rows/step"
 
     def supports(self, node, graph):
         if node.op not in ("qconv2d", "qdense"):
@@ -153,7 +172,7 @@ class Im2colTarget(Target):
         return Support(True, "im2col product in numpy")
 
     def compile_op(self, node, graph, schedule=None):
-        schedule = schedule or Chunk(256)
+        schedule = schedule or Chunk(self.rows)
         return CompiledOp(node.name, node.op, self.name, "", dataclasses.asdict(schedule),
                           schedule)
 
@@ -161,13 +180,8 @@ class Im2colTarget(Target):
         return _Session(graph)
 
     def tasks(self, graph):
-        groups = {}
-        for node in graph.nodes():
-            if self.supports(node, graph).ok:
-                task = Im2colTask(node.name, one_node_graph(node, graph), node.name)
-                groups.setdefault(task.key, []).append((task, node.name))
-        return [dataclasses.replace(found[0][0], nodes=tuple(n for _, n in found))
-                for found in groups.values()]
+        return merge_tasks([(Im2colTask(node.name, one_node_graph(node, graph), node.name),
+                             node) for node in graph.nodes() if self.supports(node, graph).ok])
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -197,14 +211,53 @@ def test_resnet18_runs_on_the_new_target_with_host_fallback_bit_exactly():
 
 def test_the_cli_runs_the_new_target(tmp_path, capsys):
     report = tmp_path / "run.json"
-    assert main(["run", "digits_cnn", "--target", NAME, "--json", str(report)]) == 0
+    assert main(["run", "digits_cnn", "--target", NAME, "--chunk-rows", "64",
+                 "--json", str(report)]) == 0
     out = capsys.readouterr().out
     assert f"(4 on {NAME}, 4 on the host)" in out and "rows per step" in out
+    # Its own option reached it, and its schedules are described in its own words.
+    assert "64 rows/step" in out and "256 rows/step" not in out
     assert "bit-exact vs the quantized reference: yes" in out
     data = json.loads(report.read_text())
     assert data["target"] == NAME and data["cycles"] is None
+    assert data["options"] == {"rows": 64}
     assert main(["targets"]) == 0
     assert f"{NAME}: int8 convolutions" in capsys.readouterr().out
+    # The option is the new target's alone, and its value is the target's to check.
+    assert main(["run", "digits_cnn", "--target", "host", "--chunk-rows", "64"]) == 1
+    assert f"--chunk-rows applies to --target {NAME}, not to --target host" in \
+        capsys.readouterr().err
+    assert main(["run", "digits_cnn", "--target", NAME, "--chunk-rows", "0"]) == 1
+    assert "--chunk-rows must be a positive integer, not 0" in capsys.readouterr().err
+
+
+def test_the_cli_compares_the_new_target(tmp_path, capsys):
+    out = tmp_path / "compare.json"
+    assert main(["compare", "digits_cnn", "--targets", f"{NAME},host", "--chunk-rows", "64",
+                 "--chart", str(tmp_path / "c.png"), "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert f"on {NAME}, host" in text and "same outputs" in text
+    doc = json.loads(out.read_text())
+    assert doc["outputs_identical"] is True
+    assert doc["targets"][NAME]["options"] == {"rows": 64}
+    assert doc["targets"][NAME]["ops_on_target"] == 4
+    # Its time is its wall time (it says nothing of a device of its own).
+    assert doc["targets"][NAME]["time"] == "wall time on this machine"
+
+
+def test_the_cli_tunes_the_new_target(tmp_path, capsys):
+    records, report = tmp_path / "t.db", tmp_path / "tune.json"
+    assert main(["tune", "digits_cnn", "--target", NAME, "--trials", str(len(CHUNKS)),
+                 "--records", str(records), "--json", str(report)]) == 0
+    text = capsys.readouterr().out
+    assert f"target {NAME}, platform numpy, wall measurements" in text
+    assert "rows/step" in text            # the table describes schedules in its words
+    doc = json.loads(report.read_text())
+    assert doc["target"] == NAME and len(doc["workloads"]) >= 1
+    assert all(w["trials"] == len(CHUNKS) and w["failures"] == 0 for w in doc["workloads"])
+    # `vdla run --records` compiles with what it found.
+    assert main(["run", "digits_cnn", "--target", NAME, "--records", str(records)]) == 0
+    assert "tunable ops from the records" in capsys.readouterr().out
 
 
 def test_the_tuner_tunes_a_task_of_the_new_target(tmp_path):

@@ -1,0 +1,99 @@
+"""Targets on the command line, with no target named here: every registered target's own
+options (`vdla.compiler.targets.options.TargetOption`) are added to a command's parser,
+each target is built from its own (`Target.from_cli`), and an option given for a target
+that does not take it is an error naming the targets that do.
+
+    add_target_options(parser, "run")
+    target = make_target(args.target, args, "run", precision=args.precision)
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from vdla.cli.common import CliError
+from vdla.compiler import targets
+
+__all__ = ["add_target_options", "check_target_options", "make_target", "target_factory"]
+
+
+def target_factory(name: str):
+    """What makes target `name` (its class); CliError naming the known targets."""
+    try:
+        return targets.factory(name)
+    except ValueError as e:
+        raise CliError(f"{e} (see `vdla targets`)") from None
+
+
+def _declared(command: str) -> dict[str, tuple]:
+    """flag -> (its `TargetOption` as the first target declares it, the names of the
+    targets that take it), over every registered target, for `command`."""
+    found: dict[str, tuple] = {}
+    for name in targets.names():
+        try:
+            options = getattr(targets.factory(name), "cli_options", ())
+        except Exception:  # noqa: BLE001 - a broken plug-in fails when it is picked, not here
+            continue
+        for option in options:
+            if command in option.commands:
+                first, owners = found.get(option.flag, (option, []))
+                found[option.flag] = (first, owners + [name])
+    return found
+
+
+def add_target_options(parser, command: str) -> None:
+    """Add to `parser` every option a registered target takes in `command`, each once
+    (a flag two targets declare is one option, described by the first and delivered
+    to both)."""
+    group = parser.add_argument_group("target options", "each applies to the targets named")
+    for flag, (option, owners) in _declared(command).items():
+        group.add_argument(flag, dest=option.dest, type=option.type, metavar=option.metavar,
+                           choices=option.choices, default=None,
+                           help=f"{option.help} [{', '.join(owners)}]")
+
+
+def check_target_options(args, chosen: list[str], command: str,
+                         dropped: dict[str, str] | None = None) -> None:
+    """CliError for an option given although none of the `chosen` targets takes it;
+    `dropped` (target -> why it cannot run here) names the targets left out."""
+    dropped = dropped or {}
+    for flag, (option, owners) in _declared(command).items():
+        if getattr(args, option.dest, None) is None or set(owners) & set(chosen):
+            continue
+        why = "; ".join(f"{n} cannot run here: {dropped[n]}" for n in owners if n in dropped)
+        raise CliError(f"{flag} applies to --target{'s' if len(owners) > 1 else ''} "
+                       f"{', '.join(owners)}, not to --target {', '.join(chosen)}"
+                       + (f" ({why})" if why else ""))
+
+
+def _misplaced(args, name: str, command: str) -> list[str]:
+    return [flag for flag, (option, owners) in _declared(command).items()
+            if getattr(args, option.dest, None) is not None and name not in owners]
+
+
+def make_target(name: str, args, command: str, *, precision: str = "int8",
+                log: Callable[[str], None] | None = None, strict: bool = True):
+    """Target `name` built from its own options in `args` (the command's defaults for
+    those not given), for a run at `precision`. With `strict`, the options it does not
+    take are refused (``--sim applies to --target vdla, not to --target cpu``)."""
+    factory = target_factory(name)
+    missing = getattr(factory, "unavailable", lambda: None)()
+    if missing is not None:
+        raise CliError(f"--target {name}: {missing}")
+    if strict:
+        wrong = _misplaced(args, name, command)
+        if wrong:
+            owners = sorted({o for flag in wrong for o in _declared(command)[flag][1]})
+            raise CliError(f"{', '.join(wrong)} appl{'ies' if len(wrong) == 1 else 'y'} to "
+                           f"--target {', '.join(owners)}, not to --target {name}")
+    values = {}
+    for option in getattr(factory, "cli_options", ()):
+        if command in option.commands:
+            given = getattr(args, option.dest, None)
+            values[option.dest] = option.defaults.get(command) if given is None else given
+    from_cli = getattr(factory, "from_cli", None)
+    if from_cli is None:      # a plain factory registered in code: no options of its own
+        target = targets.get(name)
+        target.check_precision(precision)
+        return target
+    return from_cli(values, precision=precision, log=log)
