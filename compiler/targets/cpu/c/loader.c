@@ -1,4 +1,7 @@
 /* vdla_model_load & co.: the params file, an arena and a workspace. */
+/* posix_memalign is POSIX, not C11: -std=c11 declares it only when asked to (gcc 14
+   refuses an undeclared function) */
+#define _POSIX_C_SOURCE 200112L
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

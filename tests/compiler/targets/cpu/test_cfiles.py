@@ -51,10 +51,7 @@ def test_the_files_are_there():
 
 
 @pytest.mark.parametrize("openmp", [True, False], ids=["openmp", "no-openmp"])
-@pytest.mark.parametrize("name", [
-    pytest.param("loader.c", marks=pytest.mark.xfail(
-        strict=True, reason="posix_memalign is undeclared under -std=c11 (fixed next)")),
-    *(name for name in STATIC_C if name != "loader.c")])
+@pytest.mark.parametrize("name", STATIC_C)
 def test_static_c_compiles_on_its_own(cc, tmp_path, program, name, openmp):
     """``gcc -fsyntax-only`` with the build's flags, warnings as errors; ``loader.c``
     against a written ``vdla_model.h`` (the project's API header)."""
@@ -67,6 +64,21 @@ def test_static_c_compiles_on_its_own(cc, tmp_path, program, name, openmp):
                f"-I{CPU}", f"-I{tmp_path}", str(CPU / "c" / name)]
     proc = subprocess.run(command, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("openmp", [True, False], ids=["openmp", "no-openmp"])
+def test_the_written_project_compiles_without_warnings(cc, tmp_path, program, openmp):
+    """Each C file of `vdla compile`'s project, as its Makefile compiles it (``make
+    OPENMP=`` too: then only the ignored OpenMP pragmas may warn)."""
+    if openmp and not machine_features(cc).openmp:
+        pytest.skip(f"{cc} builds no OpenMP programs")
+    out = program.write_project(tmp_path / "project")
+    flags = [OPENMP_FLAG] if openmp else ["-Wno-unknown-pragmas"]
+    for name in ("model.c", "loader.c", "run_model.c"):
+        proc = subprocess.run([cc, "-fsyntax-only", *BASE_FLAGS, *program.isa.flags,
+                               "-Werror", *flags, name], cwd=out, capture_output=True,
+                              text=True)
+        assert proc.returncode == 0, f"{name}:\n{proc.stderr}"
 
 
 def test_every_template_is_rendered_with_no_placeholder_left(program, tmp_path, monkeypatch):

@@ -2,6 +2,9 @@
  *   ./run_model model.params IN_0 ... OUT_0 ... [REPEATS]
  * reads each input's raw bytes from a file, runs the model REPEATS times (default 1),
  * writes each output's raw bytes, prints the mean time per run (after one untimed run). */
+/* clock_gettime is POSIX, not C11: -std=c11 declares it only when asked to (without
+   -fopenmp nothing else asks) */
+#define _POSIX_C_SOURCE 199309L
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
