@@ -69,14 +69,13 @@ def render(name: str, **values: str | int) -> str:
     """
     text = template_text(name)
     wanted = placeholders(text)
-    missing, unknown = sorted(wanted - values.keys()), sorted(values.keys() - wanted)
-    if missing or unknown:
-        raise TemplateError(
-            f"template {name!r}: " + "; ".join(
-                part for part in (
-                    missing and "no value for " + ", ".join(f"@{k}@" for k in missing),
-                    unknown and "values for placeholders it does not have: "
-                    + ", ".join(unknown)) if part))
+    problems = []
+    if missing := sorted(wanted - values.keys()):
+        problems.append("no value for " + ", ".join(f"@{key}@" for key in missing))
+    if unknown := sorted(values.keys() - wanted):
+        problems.append("values for placeholders it does not have: " + ", ".join(unknown))
+    if problems:
+        raise TemplateError(f"template {name!r}: " + "; ".join(problems))
     for key, value in values.items():
         if not isinstance(value, (str, int)) or isinstance(value, bool):
             raise TypeError(f"template {name!r}: the value of @{key}@ must be str or int, "
