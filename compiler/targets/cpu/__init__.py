@@ -11,6 +11,8 @@ Its data flow, one module per step:
                 stand-alone project (vdla compile)
     library     kernels into a shared library (vdla_cpu.h), calling and timing them
     build       the system C compiler and the content-hashed build cache
+    cfiles      the fixed C, Makefile and README text: files in c/ (c/templates/ with
+                @NAME@ placeholders), read and filled in
     isa         the instruction set the code is written for (AVX-512 VNNI, AVX2, C)
     tuning      the tuner's tasks (wall time)
     target      `CpuTarget` and its sessions

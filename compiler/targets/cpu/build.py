@@ -49,6 +49,7 @@ from typing import Callable, Mapping, Sequence
 from vdla._buildcache import build_entry, cache_root, write_entry
 from vdla._fileio import atomic_write
 from vdla._tools import tool_folders
+from vdla.compiler.targets.cpu.cfiles import render, static_text
 
 __all__ = ["BASE_FLAGS", "OPENMP_FLAG", "RECIPE_VERSION", "BuildError", "CBuild",
            "CompilerNotFound", "MachineFeatures", "build_library", "find_c_compiler",
@@ -200,21 +201,10 @@ def _native_macros(cc: str) -> str:
     return "\n".join(sorted(proc.stdout.splitlines()))
 
 
-_OPENMP_PROBE = """\
-#include <omp.h>
-int main(void) {
-    int n = 0;
-#pragma omp parallel reduction(+:n)
-    n += omp_get_num_threads() > 0;
-    return n > 0 ? 0 : 1;
-}
-"""
-
-
 @lru_cache(maxsize=None)
 def _openmp_works(cc: str) -> bool:
     with tempfile.TemporaryDirectory(prefix="vdla-openmp-") as folder:
-        (Path(folder) / "probe.c").write_text(_OPENMP_PROBE)
+        (Path(folder) / "probe.c").write_text(static_text("openmp_probe.c"))
         proc = _run_probe([cc, OPENMP_FLAG, "probe.c", "-o", "probe"], OPENMP_FLAG,
                           cwd=folder)
         return proc.returncode == 0 and (Path(folder) / "probe").is_file()
@@ -260,6 +250,22 @@ def _check_flags(flags: Sequence[str]) -> tuple[str, ...]:
         raise TypeError(f"flags must be a sequence of non-empty strings (one per argument), "
                         f"not {flags!r}")
     return tuple(flags)
+
+
+def _check_programs(programs: Mapping[str, Sequence[str]],
+                    sources: Mapping[str, str]) -> dict[str, tuple[str, ...]]:
+    checked = {}
+    for program, headers in programs.items():
+        if not isinstance(program, str) or not _LIBRARY_NAME.fullmatch(program):
+            raise ValueError(f"program name must be letters, digits and _ (it becomes a "
+                             f"make target), not {program!r}")
+        headers = (headers,) if isinstance(headers, str) else tuple(headers)
+        strays = [h for h in headers if not (h in sources and h.endswith(".h"))]
+        if strays:
+            raise ValueError(f"program {program!r} includes {strays}, which are not "
+                             f"headers among the sources {sorted(sources)}")
+        checked[program] = headers
+    return checked
 
 
 def _compile_flags(flags: tuple[str, ...], openmp: bool) -> list[str]:
@@ -363,51 +369,33 @@ def _compile(folder: Path, sources: dict[str, str], library_name: str,
 # --- a project that builds without Python ------------------------------------------------
 
 def write_project(sources: Mapping[str, str], out_dir: str | os.PathLike, *, name: str,
-                  flags: Sequence[str] = (), openmp: bool = True) -> Path:
+                  flags: Sequence[str] = (), openmp: bool = True,
+                  programs: Mapping[str, Sequence[str]] | None = None) -> Path:
     """Write `sources` and a Makefile into `out_dir` (created if needed) and return it.
 
     ``make`` there builds ``lib<name>.so`` and the static ``lib<name>.a`` with the flags
     `build_library` uses (``make CC=clang``, ``make OPENMP=`` to change the compiler or
     build without OpenMP); no Python needed. Programs linking ``lib<name>.a`` add
     ``-fopenmp -lm``. Each file is written atomically.
+
+    programs : program name -> the headers it includes; ``make`` also builds each program
+        from ``<program>.c`` (which the caller writes: it is not part of the library)
+        linked with ``lib<name>.a``
     """
     sources, name, flags = _check_sources(sources), _check_name(name), _check_flags(flags)
+    programs = _check_programs(programs or {}, sources)
     out = Path(out_dir)
-    c_files = [file for file in sources if file.endswith(".c")]
-    headers = [file for file in sources if file.endswith(".h")]
-    objects = [file[:-2] + ".o" for file in c_files]
+    objects = [file[:-2] + ".o" for file in sources if file.endswith(".c")]
     shared, static = f"lib{name}.so", f"lib{name}.a"
-    makefile = f"""\
-# Builds {shared} and {static} from the C sources vdla wrote; needs only a C compiler
-# (with OpenMP unless `make OPENMP=`). Programs linking {static} add -fopenmp -lm.
-
-# gcc unless CC is given (make's own default for CC is cc).
-ifeq ($(origin CC),default)
-CC = gcc
-endif
-CFLAGS = {' '.join(BASE_FLAGS + flags)}
-OPENMP = {OPENMP_FLAG if openmp else ''}
-LDLIBS = -lm
-
-OBJS = {' '.join(objects)}
-HDRS = {' '.join(headers)}
-
-all: {shared} {static}
-
-{shared}: $(OBJS)
-\t$(CC) $(CFLAGS) $(OPENMP) -shared -o $@ $(OBJS) $(LDLIBS)
-
-{static}: $(OBJS)
-\t$(AR) rcs $@ $(OBJS)
-
-%.o: %.c $(HDRS)
-\t$(CC) $(CFLAGS) $(OPENMP) -c -o $@ $<
-
-clean:
-\trm -f $(OBJS) {shared} {static}
-
-.PHONY: all clean
-"""
+    makefile = render(
+        "Makefile", SHARED=shared, STATIC=static, CFLAGS=" ".join(BASE_FLAGS + flags),
+        OPENMP=OPENMP_FLAG if openmp else "", OBJS=" ".join(objects),
+        HDRS=" ".join(file for file in sources if file.endswith(".h")),
+        ALL=" ".join([*programs, shared, static]),
+        CLEAN=" ".join([*programs, "$(OBJS)", shared, static]))
+    makefile += "".join(render("program.mk", PROGRAM=program, STATIC=static,
+                               PREREQUISITES=" ".join([static, *headers]))
+                        for program, headers in programs.items())
     for file, text in sources.items():
         atomic_write(out / file, text.encode())
     atomic_write(out / "Makefile", makefile.encode())

@@ -292,6 +292,30 @@ class TestProject:
                     128 - 127 - 3 + 4 - 5)
         assert run.stdout.split() == [str(v) for v in expected]
 
+    def test_make_builds_a_program_on_the_static_library(self, tmp_path):
+        out = write_project(SOURCES, tmp_path, name="dot", programs={"main": ["dot.h"]})
+        (out / "main.c").write_text(MAIN_C)
+        makefile = (out / "Makefile").read_text()
+        assert "all: main libdot.so libdot.a\n" in makefile
+        assert "rm -f main $(OBJS) libdot.so libdot.a\n" in makefile
+        assert makefile.endswith("\nmain: main.c libdot.a dot.h\n"
+                                 "\t$(CC) $(CFLAGS) $(OPENMP) -o $@ main.c libdot.a $(LDLIBS)\n")
+        env = {k: v for k, v in os.environ.items() if k not in ("CC", "CFLAGS", "MAKEFLAGS")}
+        subprocess.run(["make", "-s"], cwd=out, env=env, check=True, capture_output=True)
+        run = subprocess.run([str(out / "main")], capture_output=True, text=True, check=True)
+        assert len(run.stdout.split()) == 3
+        assert not (out / "main.o").exists()    # main.c is not part of the library
+
+    @pytest.mark.parametrize("programs, message", [
+        ({"my prog": []}, "program name must be letters, digits and _"),
+        ({"main": ["nosuch.h"]}, r"program 'main' includes \['nosuch.h'\], which are not"),
+        ({"main": ["dot.c"]}, r"includes \['dot.c'\]"),
+    ])
+    def test_bad_programs(self, tmp_path, programs, message):
+        with pytest.raises(ValueError, match=message):
+            write_project(SOURCES, tmp_path, name="dot", programs=programs)
+        assert not any(tmp_path.iterdir())
+
     def test_makefile_uses_the_build_flags(self, tmp_path):
         out = write_project(SOURCES, tmp_path, name="dot", flags=["-DX=1"], openmp=False)
         makefile = (out / "Makefile").read_text()
