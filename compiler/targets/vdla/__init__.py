@@ -18,12 +18,12 @@ The data flow through this folder:
   device); `tuning`: its tunable tasks (`ConvTask`).
 """
 
-from vdla.compiler.targets.vdla.conv2d import LoweredConv2d, lower_conv2d, run_conv2d
+from vdla.compiler.targets.vdla.conv import LoweredConv2d, lower_conv2d, run_conv2d
 from vdla.compiler.targets.vdla.cost import (choose_conv2d, choose_pool2d, estimate_conv2d,
                                              estimate_pool2d)
 from vdla.compiler.targets.vdla.elementwise import (ElementwiseLayer, LoweredElementwise,
                                                     lower_elementwise, run_elementwise)
-from vdla.compiler.targets.vdla.layers import Conv2dLayer, Pool2dLayer
+from vdla.compiler.targets.vdla.conv_layer import Conv2dLayer, Pool2dLayer
 from vdla.compiler.targets.vdla.pool import LoweredPool2d, lower_pool2d, run_pool2d
 from vdla.compiler.targets.vdla.schedules import (Conv2dSchedule, ElementwiseSchedule,
                                                   Pool2dSchedule)

@@ -17,7 +17,7 @@ What it knows about the hardware (measured on the Verilator model of the default
   when instructions follow each other;
 * a LOAD ACC (the residual) runs on the compute module, so its DRAM time is compute time.
 
-How the modules overlap (see `vdla.compiler.targets.vdla.conv2d` for the program): with one
+How the modules overlap (see `vdla.compiler.targets.vdla.conv` for the program): with one
 virtual thread a chunk's loads and its GEMM alternate (the next loads overwrite what the
 GEMM reads), and only the next tile's first loads overlap the epilogue and stores; with
 two, one thread's loads run during the other's GEMM, so a chunk pair takes the longer of
@@ -31,7 +31,7 @@ import functools
 import math
 
 from vdla.compiler.targets.vdla.common import ITER_MAX, ceil_div
-from vdla.compiler.targets.vdla.layers import MAX, Conv2dLayer, Pool2dLayer
+from vdla.compiler.targets.vdla.conv_layer import MAX, Conv2dLayer, Pool2dLayer
 from vdla.compiler.targets.vdla.schedules import Conv2dSchedule, Pool2dSchedule
 from vdla.config import HardwareConfig
 

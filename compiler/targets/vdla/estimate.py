@@ -22,8 +22,8 @@ from vdla.compiler.targets.vdla.cost import (BYTES_PER_CYCLE, choose_conv2d, cho
                                              estimate_conv2d, estimate_pool2d)
 from vdla.compiler.targets.vdla.elementwise import (ELEMENTWISE_OPS, choose_elementwise,
                                                     elementwise_layer, estimate_elementwise)
-from vdla.compiler.targets.vdla.layers import POOL_OPS, conv2d_workload, pool2d_layer
-from vdla.compiler.targets.vdla.layers import Conv2dLayer
+from vdla.compiler.targets.vdla.conv_layer import POOL_OPS, conv2d_workload, pool2d_layer
+from vdla.compiler.targets.vdla.conv_layer import Conv2dLayer
 from vdla.compiler.targets.vdla.placement import VIEW_OPS
 from vdla.compiler.targets.vdla.tuning import alu_passes
 from vdla.config import HardwareConfig

@@ -60,7 +60,7 @@ from vdla.compiler.ir.tensor import Node
 from vdla.compiler.targets.vdla.common import (IdentityTables, check_array, layout_arena,
                                                load_tables, run_arena)
 from vdla.compiler.targets.vdla.cost import choose_pool2d
-from vdla.compiler.targets.vdla.layers import (AVG, Pool2dLayer, pool2d_layer, window_cols,
+from vdla.compiler.targets.vdla.conv_layer import (AVG, Pool2dLayer, pool2d_layer, window_cols,
                                                window_rows)
 from vdla.compiler.targets.vdla.schedules import Pool2dSchedule
 from vdla.compiler.targets.vdla.uops import PoolUops

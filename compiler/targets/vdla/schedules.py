@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 
 from vdla.compiler.targets.vdla.common import ITER_MAX
-from vdla.compiler.targets.vdla.layers import (MAX, Conv2dLayer, Pool2dLayer, window_cols,
+from vdla.compiler.targets.vdla.conv_layer import (MAX, Conv2dLayer, Pool2dLayer, window_cols,
                                                window_rows)
 from vdla.compiler.targets.vdla.uops import (PoolUops, acc_region, conv_uop_count, inp_blocks,
                                              inp_chunk, residual_inp)

@@ -39,13 +39,13 @@ from vdla.compiler.ir.tensor import Node
 from vdla.compiler.targets.base import (CompiledOp, DeviceValue, OpRun, OpStats, Progress,
                                         Support, Target, TargetSession, Transfer)
 from vdla.compiler.targets.vdla.channel_map import carries_map, map_problem, physical_node
-from vdla.compiler.targets.vdla.conv2d import LoweredConv2d, lower_conv2d
+from vdla.compiler.targets.vdla.conv import LoweredConv2d, lower_conv2d
 from vdla.compiler.targets.vdla.cost import choose_pool2d
 from vdla.compiler.targets.vdla.elementwise import (ELEMENTWISE_OPS, LoweredElementwise,
                                                     choose_elementwise, elementwise_layer,
                                                     lower_elementwise)
 from vdla.compiler.targets.vdla.estimate import estimate_graph
-from vdla.compiler.targets.vdla.layers import POOL_OPS, conv2d_layer, pool2d_layer
+from vdla.compiler.targets.vdla.conv_layer import POOL_OPS, conv2d_layer, pool2d_layer
 from vdla.compiler.targets.vdla.placement import (VIEW_OPS, BufferPlan, concat_conflicts,
                                                   concat_view_problem, flatten_view_problem,
                                                   plan_buffers, relocate_to, resident)

@@ -37,10 +37,10 @@ import vdla.runtime
 from vdla.compiler.ir.graph import Graph
 from vdla.compiler.reference import run_reference
 from vdla.compiler.targets.vdla.common import ceil_div
-from vdla.compiler.targets.vdla.conv2d import lower_conv2d, run_conv2d
+from vdla.compiler.targets.vdla.conv import lower_conv2d, run_conv2d
 from vdla.compiler.targets.vdla.cost import (Conv2dEstimate, choose_conv2d, estimate_conv2d,
                                              schedule_space)
-from vdla.compiler.targets.vdla.layers import Conv2dLayer, conv2d_workload
+from vdla.compiler.targets.vdla.conv_layer import Conv2dLayer, conv2d_workload
 from vdla.compiler.targets.vdla.schedules import Conv2dSchedule
 from vdla.compiler.tuner.measure import MeasureResult, one_line
 from vdla.compiler.tuner.records import OK

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from vdla.compiler.targets.vdla.layers import (AVG, Conv2dLayer, Pool2dLayer, window_cols,
+from vdla.compiler.targets.vdla.conv_layer import (AVG, Conv2dLayer, Pool2dLayer, window_cols,
                                                window_rows)
 from vdla.config import HardwareConfig
 from vdla.isa import Uop

@@ -372,7 +372,7 @@ def test_grouped_and_depthwise(c, o, groups, h, k, stride, pad, schedule):
 
 
 def test_group_spans():
-    from vdla.compiler.targets.vdla.layers import group_spans
+    from vdla.compiler.targets.vdla.conv_layer import group_spans
     assert group_spans(64, 64, 2, DEFAULT) == (((0, 2, 0, 2), (2, 2, 2, 2)), False)
     assert group_spans(48, 48, 2, DEFAULT) == (((0, 1, 0, 2), (1, 1, 0, 3), (2, 1, 1, 2)),
                                                 False)

@@ -75,7 +75,7 @@ from vdla.compiler.reference.integer import wrap32
 from vdla.compiler.targets.vdla.common import (ArenaProgram, acc_rows, check_array,
                                                identity_blocks, layout_arena, run_arena)
 from vdla.compiler.targets.vdla.cost import choose_conv2d
-from vdla.compiler.targets.vdla.layers import (Conv2dLayer, ConvEpilogue, conv2d_layer,
+from vdla.compiler.targets.vdla.conv_layer import (Conv2dLayer, ConvEpilogue, conv2d_layer,
                                                window_cols, window_rows)
 from vdla.compiler.targets.vdla.schedules import Conv2dSchedule
 from vdla.compiler.targets.vdla.uops import ConvUops, conv_uop_table, inp_chunk
