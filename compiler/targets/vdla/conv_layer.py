@@ -1,21 +1,44 @@
-"""The workloads the accelerator runs, as the back half sees them: a node's sizes in
-blocks of the config and the ALU epilogue it needs.
+"""A convolution as the accelerator sees it: the layer, its tiling, and what the tiling
+costs. The conv family's lowering (`vdla.compiler.targets.vdla.conv`) reads all three.
 
-* `Conv2dLayer` (``qconv2d``, and ``qdense`` as a 1x1 convolution over a 1x1 image) with
-  its `ConvEpilogue`; `conv2d_layer(node, graph, config)` makes both and raises
-  ValueError, naming the node, for what the back half cannot run;
-* `Pool2dLayer` (``max_pool2d`` on int8, ``qavg_pool2d``, ``qglobal_avg_pool2d``),
-  `pool2d_layer(...)` likewise;
-* `conv2d_workload`: what a convolution's cycles depend on, the tuner's records key;
-* `window_rows` / `window_cols`: the input window an output tile reads.
+* `Conv2dLayer` (``qconv2d``, and ``qdense`` as a 1x1 convolution over a 1x1 image: the
+  back half lowers a dense layer exactly as that convolution) with its `ConvEpilogue`;
+  `conv2d_layer(node, graph, config)` makes both and raises ValueError, naming the node,
+  for what the back half cannot run. A grouped or depthwise layer's block structure
+  comes from `vdla.compiler.targets.vdla.grouped`;
+* `conv2d_workload`: what a convolution's cycles depend on, the tuner's records key, and
+  `alu_passes`, the epilogue's passes as the timing model counts them (for the graph
+  estimate and the tuning task alike);
+* `Conv2dSchedule(tile_h, tile_w, tile_ci, tile_co, oc_nthread, h_nthread)`: the tiling,
+  and whether it fits the config's buffers (`needs`, `overflows`, `fits`, `check`, which
+  names every buffer it overflows and by how much), with the buffer regions and the
+  micro-op count it implies (`conv_uop_count`);
+* the timing model: `estimate_conv2d(layer, schedule, config)` predicts the cycles of the
+  program that `lower_conv2d` emits, from the work each module does and how the virtual
+  threads let it overlap. It is not cycle-accurate (the Verilator backend is); it ranks
+  schedules, which is what the default chooser (`choose_conv2d`, over `schedule_space`)
+  and the tuner's pre-screening need, and it explains a layer's time (`Conv2dEstimate`
+  splits it into GEMM, epilogue, load and store). The hardware facts it rests on are
+  `vdla.compiler.targets.vdla.common`'s.
 
-Schedules (`vdla.compiler.targets.vdla.schedules`) tile these layers; the timing model
-(`cost`) and the lowerings (`conv2d`, `pool`) read them.
+How the modules overlap (see `vdla.compiler.targets.vdla.conv` for the program): with one
+virtual thread a chunk's loads and its GEMM alternate (the next loads overwrite what the
+GEMM reads), and only the next tile's first loads overlap the epilogue and stores; with
+two, one thread's loads run during the other's GEMM, so a chunk pair takes the longer of
+the two, and epilogues and stores hide behind the other thread's work.
+
+Why this module is long: the layer, its schedule and its timing model are read together
+(the schedule's fit counts the layer's buffers and micro-ops; the chooser ranks the
+tilings the schedule admits with the model), and the conv family is two modules, this
+one and `conv`, so that lowering one convolution enters three modules of the target with
+`common` (tests/compiler/targets/vdla/test_structure.py checks it).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import math
 
 import numpy as np
 
@@ -23,32 +46,22 @@ from vdla.compiler.ir.graph import Graph
 from vdla.compiler.ir.layout import parse_layout
 from vdla.compiler.ir.ops import conv_output_size
 from vdla.compiler.ir.tensor import Node
-from vdla.compiler.targets.vdla.common import (PAD_MAX, AluStep, ceil_div, check_alu_ops,
-                                               requant_steps)
-from vdla.compiler.targets.vdla.support import pool_weight_scale
+from vdla.compiler.targets.vdla.common import (DMA_CYCLES, INSN_CYCLES, ITER_MAX, PAD_MAX,
+                                               AluStep, BYTES_PER_CYCLE, ceil_div,
+                                               check_alu_ops, check_tile_sizes,
+                                               overflow_detail, requant_steps,
+                                               tile_candidates, tile_split, window_cols,
+                                               window_rows)
+from vdla.compiler.targets.vdla.grouped import group_spans
 from vdla.config import AluOp, HardwareConfig
 
-__all__ = ["AVG", "MAX", "POOL_OPS", "Conv2dLayer", "ConvEpilogue", "Pool2dLayer",
-           "conv2d_layer", "conv2d_workload", "group_spans", "pool2d_layer", "window_cols",
-           "window_rows"]
-
-#: The pooling ops the accelerator runs.
-POOL_OPS = ("max_pool2d", "qavg_pool2d", "qglobal_avg_pool2d")
-
-MAX, AVG = "max", "avg"
+__all__ = ["Conv2dEstimate", "Conv2dLayer", "Conv2dSchedule", "ConvEpilogue", "acc_region",
+           "alu_passes", "choose_conv2d", "chunk_sizes", "co_starts", "conv2d_layer",
+           "conv2d_workload", "conv_uop_count", "estimate_conv2d", "inp_blocks", "inp_chunk",
+           "residual_inp", "residual_ratio", "schedule_space"]
 
 
-def window_rows(layer, tile_h: int) -> int:
-    """Input rows that `tile_h` output rows of `layer` (a conv or pool layer) read."""
-    return (tile_h - 1) * layer.stride_h + layer.kernel_h
-
-
-def window_cols(layer, tile_w: int) -> int:
-    """Input columns that `tile_w` output columns of `layer` read."""
-    return (tile_w - 1) * layer.stride_w + layer.kernel_w
-
-
-# --- convolutions ---------------------------------------------------------------------------
+# --- the layer ------------------------------------------------------------------------------
 
 @dataclasses.dataclass(frozen=True)
 class ConvEpilogue:
@@ -231,7 +244,8 @@ def conv2d_layer(node: Node, graph: Graph,
     padded_o = ceil_div(o, config.block_out) * config.block_out
     epilogue = _plan_epilogue(node, o, padded_o, has_residual, bool(node.input(2)), config)
     groups = int(a["groups"])
-    spans, diagonal = group_spans(c, o, groups, config)
+    # A plain convolution is one span over every block (the layer's default).
+    spans, diagonal = group_spans(c, o, groups, config) if groups != 1 else ((), False)
     layer = Conv2dLayer(n=n, c=c, h=h, w=w, o=o, kernel_h=kh, kernel_w=kw,
                         stride_h=int(a["strides"][0]), stride_w=int(a["strides"][1]),
                         pads=tuple(int(p) for p in a["pads"]),
@@ -251,45 +265,6 @@ def residual_ratio(has_residual: bool, config: HardwareConfig) -> int:
     if not has_residual or config.block_out % config.block_in:
         return 0
     return config.block_out // config.block_in
-
-
-def group_spans(c: int, o: int, groups: int,
-                config: HardwareConfig) -> tuple[tuple[tuple[int, int, int, int], ...], bool]:
-    """How a convolution of `c` input and `o` output channels in `groups` groups falls
-    into the config's blocks: ``(spans, diagonal)``.
-
-    A span ``(ob, on, cb, cn)`` is a run of `on` output blocks from block `ob` whose
-    channels all read input blocks `cb` .. `cb + cn - 1`: a dense GEMM over that block
-    range, the weights outside the output channels' groups zero. Groups whose channels
-    fill whole blocks give one span per group (a per-group GEMM, no wasted MACs); a
-    block that straddles groups reads the input blocks of all of them (the zeros pad the
-    GEMM, still exact). `diagonal` is the depthwise case with ``c == o == groups`` and
-    ``block_in == block_out``: output block k reads input block k only, through weight
-    blocks that are diagonal per kernel tap (so each GEMM micro-op does block_out useful
-    MACs of block_in x block_out); it is one span whose tiles load the input block of
-    each output block."""
-    if groups < 1 or c % groups or o % groups:
-        raise ValueError(f"groups={groups} must divide the input channels ({c}) and the "
-                         f"output channels ({o})")
-    bi, bo = config.block_in, config.block_out
-    in_blocks, out_blocks = ceil_div(c, bi), ceil_div(o, bo)
-    if groups == 1:
-        return ((0, out_blocks, 0, in_blocks),), False
-    if c == o == groups and bi == bo:
-        return ((0, out_blocks, 0, in_blocks),), True
-    cg, og = c // groups, o // groups
-    ranges = []
-    for ob in range(out_blocks):
-        g0, g1 = ob * bo // og, (min((ob + 1) * bo, o) - 1) // og
-        ranges.append((g0 * cg // bi, ceil_div((g1 + 1) * cg, bi)))
-    spans = []
-    for ob, (lo, hi) in enumerate(ranges):
-        if spans and (spans[-1][2], spans[-1][2] + spans[-1][3]) == (lo, hi):
-            first, count, _, _ = spans[-1]
-            spans[-1] = (first, count + 1, lo, hi - lo)
-        else:
-            spans.append((ob, 1, lo, hi - lo))
-    return tuple(spans), False
 
 
 def conv2d_workload(node: Node, graph: Graph, config: HardwareConfig) -> dict:
@@ -341,127 +316,345 @@ def _dense_layer_and_epilogue(node: Node, graph: Graph,
     return layer, epilogue
 
 
-# --- pooling ----------------------------------------------------------------------------
+def alu_passes(workload: dict) -> tuple[int, int]:
+    """(passes with an immediate, passes with a vector operand) of the main epilogue,
+    the clamp's MAX and MIN included (as `estimate_conv2d` counts them)."""
+    steps = workload["epilogue"]
+    vec = sum(s.endswith(":row") for s in steps)
+    return len(steps) - vec + 2, vec
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Pool2dLayer:
-    """A pooling workload: `kind` ("max" or "avg"), plain sizes (N, C, H, W), the window
-    (kernel, strides, top and left pads), the output size (which includes a ceil-mode
-    window), and the block counts: `batch_blocks`, output channel `blocks`, and `ratio`
-    input blocks per output block. The epilogue (average pooling): `imm_passes` ALU passes
-    with an immediate and `vec_passes` with a vector operand, which reads one of the
-    `const_rows` per-channel constant rows kept in the acc buffer. `weight_scale`: the
-    int8 value of the identity weights (an average pool's multiplier up to 127, applied
-    by the GEMM core; 1 otherwise)."""
 
-    kind: str
-    n: int
-    c: int
-    h: int
-    w: int
-    kernel_h: int
-    kernel_w: int
-    stride_h: int = 1
-    stride_w: int = 1
-    pad_top: int = 0
-    pad_left: int = 0
-    out_h: int
-    out_w: int
-    batch_blocks: int
-    blocks: int
-    ratio: int = 1
-    const_rows: int = 0
-    imm_passes: int = 0
-    vec_passes: int = 0
-    weight_scale: int = 1
+# --- the schedule ---------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Conv2dSchedule:
+    """Tiling of a conv2d: output rows, output columns, input-channel blocks and
+    output-channel blocks per tile. Tiles larger than the layer are clamped to it.
+
+    `oc_nthread` / `h_nthread` (1 or 2, at most one of them 2): virtual threads over
+    output-channel tiles / output-row tiles. With 2, the inp, wgt and acc (and out)
+    buffers are split into one region per thread (ping-pong), the tiles alternate
+    between the threads, and their instruction streams are interleaved per input-channel
+    chunk so that one thread's loads run while the other computes and stores."""
+
+    tile_h: int
+    tile_w: int
+    tile_ci: int
+    tile_co: int
+    oc_nthread: int = 1
+    h_nthread: int = 1
 
     def __post_init__(self):
-        if self.kind not in (MAX, AVG):
-            raise ValueError(f"pool kind must be {MAX!r} or {AVG!r}, not {self.kind!r}")
-        # A window that starts at or beyond the image's far edge, or one that lies in the
-        # padding only, has no input to load (the ISA's LOAD cannot load nothing).
-        for axis, pad, k, size, out, stride in (
-                ("rows", self.pad_top, self.kernel_h, self.h, self.out_h, self.stride_h),
-                ("columns", self.pad_left, self.kernel_w, self.w, self.out_w, self.stride_w)):
-            if pad >= k:
-                raise ValueError(f"pool pad {pad} on the {axis} must be smaller than the "
-                                 f"kernel ({k}): a window that sees only padding is not "
-                                 "supported")
-            if (out - 1) * stride - pad >= size:
-                raise ValueError(f"pool: the last window along the {axis} starts past the "
-                                 f"input ({size}); it would see only padding")
-            far = (out - 1) * stride + k - pad - size   # padding beyond the far edge
-            if pad > PAD_MAX or far > PAD_MAX:
-                raise ValueError(f"pool padding {max(pad, far)} along the {axis} exceeds "
-                                 f"the LOAD's {PAD_MAX} per side")
+        check_tile_sizes(self, ("tile_h", "tile_w", "tile_ci", "tile_co"))
+        for name in ("oc_nthread", "h_nthread"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or value not in (1, 2):
+                raise ValueError(f"Conv2dSchedule.{name} must be 1 or 2, not {value!r}")
+        if self.oc_nthread == self.h_nthread == 2:
+            raise ValueError("Conv2dSchedule: oc_nthread and h_nthread cannot both be 2 "
+                             "(at most two virtual threads are supported)")
 
     @property
-    def in_blocks(self) -> int:
-        """Input channel blocks (the channels padded to whole output blocks)."""
-        return self.blocks * self.ratio
+    def nthreads(self) -> int:
+        """Virtual threads: oc_nthread * h_nthread (1 or 2)."""
+        return self.oc_nthread * self.h_nthread
+
+    def clamped(self, layer: Conv2dLayer) -> "Conv2dSchedule":
+        # A tile's channels stay inside one span (one group's block range).
+        return Conv2dSchedule(min(self.tile_h, layer.out_h), min(self.tile_w, layer.out_w),
+                              min(self.tile_ci, layer.span_in),
+                              min(self.tile_co, layer.span_out), self.oc_nthread,
+                              self.h_nthread)
+
+    def needs(self, layer: Conv2dLayer, config: HardwareConfig) -> dict[str, tuple[int, int]]:
+        """Elements each buffer needs for this tiling (all virtual threads' regions
+        together), and its depth: {name: (need, depth)}."""
+        s = self.clamped(layer)
+        t = s.nthreads
+        tile = s.tile_h * s.tile_w * s.tile_co
+        region = acc_region(layer, s)
+        return {
+            "inp": (t * (inp_blocks(layer, s) * inp_chunk(layer, s)
+                         + residual_inp(layer, s)), config.inp_depth),
+            "wgt": (t * s.tile_co * s.tile_ci * layer.kernel_h * layer.kernel_w
+                    + layer.residual_ratio, config.wgt_depth),
+            "acc": (t * region + layer.const_rows * layer.out_blocks, config.acc_depth),
+            "out": ((t - 1) * region + tile, config.out_depth),
+            "uop": (conv_uop_count(layer, s), config.uop_depth),
+        }
+
+    def overflows(self, layer: Conv2dLayer, config: HardwareConfig) -> dict[str, tuple[int, int]]:
+        """The limits this tiling exceeds: {buffer or "iter": (need, limit)}; empty when
+        it fits. "iter" is the GEMM loop count of a tile (tile_h * tile_w)."""
+        s = self.clamped(layer)
+        over = {k: v for k, v in self.needs(layer, config).items() if v[0] > v[1]}
+        if s.tile_h * s.tile_w > ITER_MAX:
+            over["iter"] = (s.tile_h * s.tile_w, ITER_MAX)
+        return over
+
+    def uneven_chunks(self, layer: Conv2dLayer) -> set[int] | None:
+        """The differing input-channel chunk counts of the layer's output-channel tiles
+        when this schedule has two virtual threads, else None. The threads' instruction
+        streams interleave chunk by chunk, and a thread with more chunks than the other
+        would push its WAR tokens out of queue order; only a grouped layer whose groups
+        straddle blocks has spans of different widths."""
+        if self.nthreads == 1 or layer.diagonal:
+            return None
+        tci = min(self.tile_ci, layer.span_in)
+        counts = {-(-cn // min(tci, cn)) for _, _, _, cn in layer.spans}
+        return counts if len(counts) > 1 else None
+
+    def fits(self, layer: Conv2dLayer, config: HardwareConfig) -> bool:
+        """Whether `check` would pass."""
+        return not self.overflows(layer, config) and not self.uneven_chunks(layer)
+
+    def check(self, layer: Conv2dLayer, config: HardwareConfig):
+        """Raise ValueError naming every buffer this tiling overflows, and by how much
+        (and for two virtual threads over tiles with different chunk counts)."""
+        s = self.clamped(layer)
+        uneven = self.uneven_chunks(layer)
+        if uneven:
+            raise ValueError(f"conv2d schedule {self}: two virtual threads need every "
+                             f"output-channel tile to take the same number of input-channel "
+                             f"chunks; this grouped layer's spans {list(layer.spans)} take "
+                             f"{sorted(uneven)} chunks of {s.tile_ci} blocks (use one "
+                             "thread, or a tile_ci that divides them evenly)")
+        over = self.overflows(layer, config)
+        if over:
+            detail = overflow_detail(over)
+            threads = (f" with {s.nthreads} virtual threads (one buffer region each)"
+                       if s.nthreads > 1 else "")
+            raise ValueError(f"conv2d schedule {self} does not fit config {config.name}"
+                             f"{threads}: {detail}")
+
+
+def acc_region(layer: Conv2dLayer, s) -> int:
+    """acc (and out) elements of one virtual thread: its tile, and its residual tile."""
+    return s.tile_h * s.tile_w * s.tile_co * (2 if layer.has_residual else 1)
+
+
+def inp_blocks(layer: Conv2dLayer, s) -> int:
+    """Input-channel blocks of one thread's input tile: a chunk of `tile_ci`, or for a
+    diagonal (depthwise) layer the `tile_co` blocks its output blocks read."""
+    return s.tile_co if layer.diagonal else s.tile_ci
+
+
+def chunk_sizes(layer: Conv2dLayer, s) -> set[int]:
+    """The input-channel chunk sizes of the layer's GEMM kernels (full and edge chunks
+    of every span; 1 for a diagonal layer, whose kernels read one block per output
+    block)."""
+    if layer.diagonal:
+        return {1}
+    sizes = set()
+    for _, _, _, cn in layer.spans:
+        tci = min(s.tile_ci, cn)
+        sizes |= {tci, cn % tci or tci}
+    return sizes
+
+
+def co_starts(layer: Conv2dLayer, s) -> list[int]:
+    """The first output block of every output-channel tile."""
+    return [ob0 for ob0, _, _ in layer.co_tiles(s.tile_co)]
+
+
+def residual_inp(layer: Conv2dLayer, s) -> int:
+    """inp elements of one thread's int8 residual tile (0 without one, or when the host
+    widens it): `residual_ratio` input blocks per output block of a full tile."""
+    return layer.residual_ratio * s.tile_co * s.tile_h * s.tile_w
+
+
+def inp_chunk(layer: Conv2dLayer, s) -> int:
+    """inp elements between consecutive channel blocks of an input tile (a full tile's
+    padded window, so edge tiles keep the same micro-ops' channel offsets)."""
+    return window_rows(layer, s.tile_h) * window_cols(layer, s.tile_w)
+
+
+def conv_uop_count(layer: Conv2dLayer, s) -> int:
+    """len(conv_uop_table(layer, s).uops), without building it."""
+    widths = {s.tile_w, layer.out_w % s.tile_w or s.tile_w}
+    cis = chunk_sizes(layer, s)
+    gemm = sum(w * ci for w in widths for ci in cis) * layer.kernel_h * layer.kernel_w
+    alu = 2 + (2 if layer.has_residual else 0) + layer.const_rows * len(co_starts(layer, s))
+    alu += 1 + layer.residual_ratio if layer.residual_ratio else 0   # reset, widening
+    return s.nthreads * (gemm + alu)
+
+
+# --- the timing model and the default schedule ----------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Conv2dEstimate:
+    """Predicted cycles of a lowered conv2d and the work behind them (module-busy cycles
+    summed over the layer): `gemm` (useful GEMM micro-ops), `epilogue` (reset, ALU
+    passes, residual loads and instruction overheads on the compute module), `load` and
+    `store` (DMA cycles of the load and store modules)."""
+
+    cycles: int
+    gemm: int
+    epilogue: int
+    load: int
+    store: int
 
     @property
-    def taps(self) -> int:
-        return self.kernel_h * self.kernel_w
-
-    @property
-    def macs(self) -> int:
-        """Useful multiply-accumulates: none (the GEMM core sums or copies windows)."""
-        return 0
+    def compute(self) -> int:
+        return self.gemm + self.epilogue
 
 
-def _pool_epilogue(node: Node, kind: str, channels: int, padded: int,
-              config: HardwareConfig) -> tuple[tuple[AluStep, ...], np.ndarray]:
-    """An average pool's requantization steps and their constant rows (R, padded) int32;
-    nothing for a max pool (its int8 maximum needs no clamp)."""
-    rows: list[np.ndarray] = []
-    steps: list[AluStep] = []
-    if kind == AVG:
-        # A multiplier the identity weights carry (`pool_weight_scale`) is no ALU step.
-        multiplier = None if pool_weight_scale(node) > 1 else node.attrs["multiplier"]
-        steps, _ = requant_steps(node, multiplier, node.attrs["shift"],
-                                 channels, padded, rows, fold=False)
-        check_alu_ops(node, steps, config)
-        steps += [AluStep(AluOp.MAX, imm=-128), AluStep(AluOp.MIN, imm=127)]
-    table = (np.stack(rows) if rows else np.zeros((0, padded), np.int64)).astype(np.int32)
-    return tuple(steps), table
+def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: HardwareConfig, *,
+                    alu_passes: tuple[int, int] | None = None,
+                    bytes_per_cycle: float = BYTES_PER_CYCLE) -> Conv2dEstimate:
+    """Predict the cycles of `layer` lowered with `schedule` on `config`.
 
-
-def pool2d_layer(node: Node, graph: Graph, config: HardwareConfig):
-    """(layer, epilogue steps, constant rows) of a pooling node (`POOL_OPS`); ValueError
-    naming the node for what the back half cannot run."""
-    if node.op not in POOL_OPS:
-        raise ValueError(f"lower_pool2d lowers {', '.join(POOL_OPS)} nodes, not "
-                         f"{node.name!r} ({node.op})")
-    x = graph.tensors[node.inputs[0]]
-    if x.dtype != "int8":
-        raise ValueError(f"{node.op} node {node.name!r} pools {x.dtype} data; the "
-                         "accelerator pools int8 only")
-    if x.layout:
-        raise ValueError(f"{node.op} node {node.name!r}: its input has layout {x.layout!r}; "
-                         "lower_pool2d takes the plain NCHW node and packs itself")
-    if config.block_out % config.block_in:
-        raise ValueError(f"{node.op} node {node.name!r}: pooling on vdla needs block_out to "
-                         f"be a multiple of block_in (config {config.name} has block_in="
-                         f"{config.block_in}, block_out={config.block_out}): identity "
-                         "weights map whole input blocks into an output block")
-    n, c, h, w = x.shape
-    _, _, out_h, out_w = graph.tensors[node.outputs[0]].shape
-    a = node.attrs
-    if node.op == "qglobal_avg_pool2d":
-        kernel, strides, pads = (h, w), (1, 1), (0, 0, 0, 0)
+    `alu_passes` = (passes with an immediate, passes with a vector operand) of the
+    epilogue over the conv tile; the default is what a requantized, clamped conv with a
+    bias needs (SHR, MAX, MIN; the bias ADD). The residual's passes are counted from
+    `layer.has_residual` (int8 loads widened on the GEMM core, or a LOAD ACC; a shift, an
+    ADD)."""
+    s = schedule.clamped(layer)
+    c = config
+    bw = float(bytes_per_cycle)
+    imm, vec = alu_passes if alu_passes is not None else (3, 1)
+    taps = layer.kernel_h * layer.kernel_w
+    threads = s.nthreads
+    # Output-channel tiles (tco, count) and their input-channel chunks (blocks per output
+    # block, count), per span of a grouped layer (one span otherwise).
+    tilings = []
+    for _, on, _, cn in layer.spans:
+        chunks = [(1, 1)] if layer.diagonal else tile_split(cn, min(s.tile_ci, cn))
+        tilings += [(tco, nco, chunks) for tco, nco in tile_split(on, s.tile_co)]
+    n_chunks = max(sum(n for _, n in chunks) for _, _, chunks in tilings)
+    co_tiles = sum(nco for _, nco, _ in tilings)
+    # Weights are loaded again for every tile, except with a single input-channel chunk
+    # when a thread's next tile uses the same output-channel blocks (see `_emit`).
+    if n_chunks > 1:
+        weight_reuse = False
+    elif s.oc_nthread > 1:
+        weight_reuse = co_tiles <= 2
     else:
-        kernel, strides, pads = a["kernel"], a["strides"], a["pads"]
-    kind = MAX if node.op == "max_pool2d" else AVG
-    blocks = ceil_div(c, config.block_out)
-    steps, rows = _pool_epilogue(node, kind, c, blocks * config.block_out, config)
-    layer = Pool2dLayer(kind=kind, n=n, c=c, h=h, w=w, kernel_h=int(kernel[0]),
-                        kernel_w=int(kernel[1]), stride_h=int(strides[0]),
-                        stride_w=int(strides[1]), pad_top=int(pads[0]), pad_left=int(pads[1]),
-                        out_h=out_h, out_w=out_w, batch_blocks=ceil_div(n, config.batch),
-                        blocks=blocks, ratio=config.block_out // config.block_in,
-                        const_rows=len(rows),
-                        weight_scale=pool_weight_scale(node) if kind == AVG else 1,
-                        imm_passes=sum(st.row is None for st in steps),
-                        vec_passes=sum(st.row is not None for st in steps))
-    return layer, steps, rows
+        weight_reuse = True
+    # Bytes of one buffer element (a whole batch x block vector or weight block).
+    inp_entry, wgt_entry = c.inp_elem_bytes, c.wgt_elem_bytes
+    acc_entry, out_entry = c.acc_elem_bytes, c.out_elem_bytes
+
+    gemm = epilogue = load = store = 0
+    serial = 0          # one thread: the time of the modules taking turns
+    paired = 0          # two threads: per chunk, the longer of loads and GEMMs
+    first_load = last_store = 0
+    for th, nh in tile_split(layer.out_h, s.tile_h):
+        rows = (th - 1) * layer.stride_h + layer.kernel_h
+        for tw, nw in tile_split(layer.out_w, s.tile_w):
+            cols = (tw - 1) * layer.stride_w + layer.kernel_w
+            plane = th * tw
+            for tco, nco, chunks in tilings:
+                m = nh * nw * nco * layer.batch_blocks
+                tile_load = tile_gemm = 0
+                chunk_pairs = 0
+                for tci, nci in chunks:
+                    # A diagonal tile loads one input block per output block.
+                    inp = (tco if layer.diagonal else tci) * rows * cols * inp_entry
+                    wgt = 0 if weight_reuse else tco * tci * taps * wgt_entry
+                    ld = (inp + wgt) / bw + DMA_CYCLES
+                    g = plane * tco * tci * taps + INSN_CYCLES
+                    tile_load += nci * ld
+                    tile_gemm += nci * g
+                    chunk_pairs += nci * max(ld, g)
+                entries = plane * tco
+                # The reset micro-op, then the ALU passes, per acc entry.
+                epi = entries * (1 + imm + 2 * vec) + 5 * INSN_CYCLES
+                ratio = layer.residual_ratio
+                if ratio:
+                    # The int8 residual tile comes with the first chunk's loads; the
+                    # compute module resets its acc tile, widens it (one identity GEMM
+                    # micro-op per input block), shifts it and ADDs it (a vector operand:
+                    # two cycles).
+                    res = entries * ratio * inp_entry / bw + tco * ratio * DMA_CYCLES / 4
+                    tile_load += res
+                    chunk_pairs += res
+                    epi += entries * (1 + ratio + 1 + 2) + 2 * INSN_CYCLES
+                elif layer.has_residual:
+                    # LOAD ACC of int32 residual entries (on the compute module), its
+                    # shift and the ADD (a vector operand: two cycles).
+                    epi += entries * (acc_entry / bw + 1 + 2) + tco * DMA_CYCLES
+                st = entries * out_entry / bw + tco * DMA_CYCLES / 4
+                tile_chunks = sum(n for _, n in chunks)
+                gemm += m * (tile_gemm - tile_chunks * INSN_CYCLES)
+                epilogue += m * (epi + tile_chunks * INSN_CYCLES)
+                load += m * tile_load
+                store += m * st
+                # The next tile's first loads overlap this tile's epilogue and stores
+                # (not after the last tile: added back below).
+                overlap = min(tile_load / tile_chunks, epi + st)
+                serial += m * (tile_load + tile_gemm + epi + st - overlap)
+                paired += m * (chunk_pairs + epi)
+                first_load = max(first_load, tile_load / tile_chunks)
+                last_store = max(last_store, st)
+    once = 0.0
+    if weight_reuse:
+        # Each thread loads the weights of its output-channel blocks once per batch block.
+        once = (layer.batch_blocks * layer.weight_blocks * taps * wgt_entry / bw
+                + co_tiles * DMA_CYCLES)
+        load += once
+        serial += once
+    if threads == 1:
+        cycles = serial + overlap
+    else:
+        # The busiest module bounds the time; chunk pairs add the waits of a thread whose
+        # loads take longer than the other's GEMM.
+        cycles = max(paired, load, store) + first_load + last_store
+        if weight_reuse:
+            # Both threads switch output-channel blocks at the same time (or start), and
+            # the first thread's new weights load while the compute module waits.
+            cycles += once / 2
+    return Conv2dEstimate(int(math.ceil(cycles)), int(gemm), int(epilogue), int(load),
+                          int(store))
+
+
+def schedule_space(layer: Conv2dLayer, config: HardwareConfig, *,
+                   threads: tuple[tuple[int, int], ...] = ((1, 1), (2, 1), (1, 2)),
+                   width_tiles: int | None = 4):
+    """Every schedule of `layer` that fits `config`: tile sizes that give distinct tile
+    counts, (oc_nthread, h_nthread) from `threads`; `width_tiles` limits the output-width
+    tilings tried to the widest few (full rows make the longest DMA rows)."""
+    for oc, hn in threads:
+        for tw in tile_candidates(layer.out_w, width_tiles):
+            for th in tile_candidates(layer.out_h):
+                if th * tw > ITER_MAX:
+                    continue
+                for tci in tile_candidates(layer.span_in):
+                    for tco in tile_candidates(layer.span_out):
+                        s = Conv2dSchedule(th, tw, tci, tco, oc, hn)
+                        if (oc == 2 and len(layer.co_tiles(tco)) < 2) or (
+                                hn == 2 and th >= layer.out_h):
+                            continue  # one tile along the threaded axis: nothing to overlap
+                        if s.fits(layer, config):
+                            yield s
+
+
+@functools.lru_cache(maxsize=256)
+def choose_conv2d(layer: Conv2dLayer, config: HardwareConfig, *,
+                  nthreads: int | None = None) -> Conv2dSchedule:
+    """The schedule of `layer` with the fewest estimated cycles (`estimate_conv2d`) among
+    `schedule_space`; `nthreads` (1 or 2) restricts the virtual threads. The widest few
+    output-width tilings are searched first (full rows make the longest DMA rows) and
+    every width only when none of those fits, so a schedule is found whenever the
+    smallest tiling fits. Raises ValueError when nothing fits (naming the buffers the
+    smallest tiles overflow)."""
+    options = {None: ((1, 1), (2, 1), (1, 2)), 1: ((1, 1),), 2: ((2, 1), (1, 2))}
+    if nthreads not in options:
+        raise ValueError(f"nthreads must be 1, 2 or None (either), not {nthreads!r}")
+    threads = options[nthreads]
+    best, best_cycles = None, None
+    for width_tiles in (4, None):
+        for s in schedule_space(layer, config, threads=threads, width_tiles=width_tiles):
+            cycles = estimate_conv2d(layer, s, config).cycles
+            # Ties go to fewer, larger tiles (fewer instructions).
+            key = (cycles, -s.tile_h * s.tile_w * s.tile_ci * s.tile_co)
+            if best is None or key < best_cycles:
+                best, best_cycles = s, key
+        if best is not None:
+            break
+    if best is None:
+        Conv2dSchedule(1, 1, 1, 1).check(layer, config)  # raises, naming the buffers
+        raise ValueError(f"conv2d layer {layer} has no schedule with {nthreads} virtual "
+                         f"threads that fits config {config.name}")
+    return best
+

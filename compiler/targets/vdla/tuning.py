@@ -38,10 +38,9 @@ from vdla.compiler.ir.graph import Graph
 from vdla.compiler.reference import run_reference
 from vdla.compiler.targets.vdla.common import ceil_div
 from vdla.compiler.targets.vdla.conv import lower_conv2d, run_conv2d
-from vdla.compiler.targets.vdla.cost import (Conv2dEstimate, choose_conv2d, estimate_conv2d,
-                                             schedule_space)
-from vdla.compiler.targets.vdla.conv_layer import Conv2dLayer, conv2d_workload
-from vdla.compiler.targets.vdla.schedules import Conv2dSchedule
+from vdla.compiler.targets.vdla.conv_layer import (Conv2dEstimate, Conv2dLayer, Conv2dSchedule,
+                                                   alu_passes, choose_conv2d, conv2d_workload,
+                                                   estimate_conv2d, schedule_space)
 from vdla.compiler.tuner.measure import MeasureResult, one_line
 from vdla.compiler.tuner.records import OK
 from vdla.compiler.tuner.task import TuneTask, one_node_graph
@@ -66,14 +65,6 @@ TUNABLE_OPS = ("qconv2d", "qdense")
 def _canonical(workload: dict) -> str:
     """A workload as the records' key: compact, sorted JSON."""
     return json.dumps(workload, sort_keys=True, separators=(",", ":"))
-
-
-def alu_passes(workload: dict) -> tuple[int, int]:
-    """(passes with an immediate, passes with a vector operand) of the main epilogue,
-    the clamp's MAX and MIN included (as `estimate_conv2d` counts them)."""
-    steps = workload["epilogue"]
-    vec = sum(s.endswith(":row") for s in steps)
-    return len(steps) - vec + 2, vec
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
