@@ -46,8 +46,8 @@ from vdla.compiler.ir.graph import Graph
 from vdla.compiler.ir.layout import parse_layout
 from vdla.compiler.ir.ops import conv_output_size
 from vdla.compiler.ir.tensor import Node
-from vdla.compiler.targets.vdla.common import (DMA_CYCLES, INSN_CYCLES, ITER_MAX, PAD_MAX,
-                                               AluStep, BYTES_PER_CYCLE, ceil_div,
+from vdla.compiler.targets.vdla.common import (BYTES_PER_CYCLE, DMA_CYCLES, INSN_CYCLES,
+                                               ITER_MAX, PAD_MAX, AluStep, ceil_div,
                                                check_alu_ops, check_tile_sizes,
                                                overflow_detail, requant_steps,
                                                tile_candidates, tile_split, window_cols,
@@ -499,6 +499,29 @@ class Conv2dEstimate:
         return self.gemm + self.epilogue
 
 
+def _channel_tilings(layer: Conv2dLayer, s: Conv2dSchedule) -> tuple[list, int, bool]:
+    """How clamped schedule `s` cuts `layer`'s channels, as `estimate_conv2d` counts
+    them: (tilings, output-channel tiles, weight reuse). `tilings` lists the
+    output-channel tiles (tco, count) and their input-channel chunks (blocks per output
+    block, count), per span of a grouped layer (one span otherwise)."""
+    tilings = []
+    for _, on, _, cn in layer.spans:
+        chunks = [(1, 1)] if layer.diagonal else tile_split(cn, min(s.tile_ci, cn))
+        tilings += [(tco, nco, chunks) for tco, nco in tile_split(on, s.tile_co)]
+    n_chunks = max(sum(n for _, n in chunks) for _, _, chunks in tilings)
+    co_tiles = sum(nco for _, nco, _ in tilings)
+    # Weights are loaded again for every tile, except with a single input-channel chunk
+    # when a thread's next tile uses the same output-channel blocks (see the emitter's
+    # `load_chunk` in `vdla.compiler.targets.vdla.conv`).
+    if n_chunks > 1:
+        weight_reuse = False
+    elif s.oc_nthread > 1:
+        weight_reuse = co_tiles <= 2
+    else:
+        weight_reuse = True
+    return tilings, co_tiles, weight_reuse
+
+
 def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: HardwareConfig, *,
                     alu_passes: tuple[int, int] | None = None,
                     bytes_per_cycle: float = BYTES_PER_CYCLE) -> Conv2dEstimate:
@@ -515,22 +538,7 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
     imm, vec = alu_passes if alu_passes is not None else (3, 1)
     taps = layer.kernel_h * layer.kernel_w
     threads = s.nthreads
-    # Output-channel tiles (tco, count) and their input-channel chunks (blocks per output
-    # block, count), per span of a grouped layer (one span otherwise).
-    tilings = []
-    for _, on, _, cn in layer.spans:
-        chunks = [(1, 1)] if layer.diagonal else tile_split(cn, min(s.tile_ci, cn))
-        tilings += [(tco, nco, chunks) for tco, nco in tile_split(on, s.tile_co)]
-    n_chunks = max(sum(n for _, n in chunks) for _, _, chunks in tilings)
-    co_tiles = sum(nco for _, nco, _ in tilings)
-    # Weights are loaded again for every tile, except with a single input-channel chunk
-    # when a thread's next tile uses the same output-channel blocks (see `_emit`).
-    if n_chunks > 1:
-        weight_reuse = False
-    elif s.oc_nthread > 1:
-        weight_reuse = co_tiles <= 2
-    else:
-        weight_reuse = True
+    tilings, co_tiles, weight_reuse = _channel_tilings(layer, s)
     # Bytes of one buffer element (a whole batch x block vector or weight block).
     inp_entry, wgt_entry = c.inp_elem_bytes, c.wgt_elem_bytes
     acc_entry, out_entry = c.acc_elem_bytes, c.out_elem_bytes
