@@ -5,8 +5,8 @@ For each model (the zoo's resnet18, resnet50, mobilenet_v1, small_cnn, digits_cn
 the Inception-v1, DenseNet and grouped-AlexNet networks of tests/onnx_blocks.py, written
 as ONNX files by torch), the run is exactly `vdla run MODEL --sim BACKEND --json`'s:
 `vdla.compiler.pipeline.load_model` (seed 0, 4 calibration samples), the target made by
-`vdla.cli.run.make_target`, and `pipeline.run_model` (quantize for the target's best
-requantization mode or `--mode`, compile with host fallback, run once, check every
+`vdla.cli.target_args.make_target`, and `pipeline.run_model` (quantize for the target's
+best requantization mode or `--mode`, compile with host fallback, run once, check every
 tensor bit-exactly against the quantized reference). Printed per model:
 
 * ops on vdla / all ops of the compiled graph;
@@ -70,7 +70,7 @@ import numpy as np  # noqa: E402
 
 from vdla._fileio import atomic_write  # noqa: E402
 from vdla.cli.common import CliError, table  # noqa: E402
-from vdla.cli.run import make_target  # noqa: E402
+from vdla.cli.target_args import make_target  # noqa: E402
 from vdla.compiler import pipeline  # noqa: E402
 from vdla.compiler.passes import MODES  # noqa: E402
 
@@ -446,9 +446,7 @@ def verilator_target(args, target):
     else the same config on the Verilator backend."""
     if args.backend == "verilator":
         return target
-    vtarget, _ = make_target(argparse.Namespace(target="vdla", sim="verilator",
-                                                config=args.config, board=None))
-    return vtarget
+    return make_target("vdla", argparse.Namespace(sim="verilator", config=args.config), "run")
 
 
 def run_verilator(args, target, records, failures, onnx_dir):
@@ -489,8 +487,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     try:
-        target, _ = make_target(argparse.Namespace(target="vdla", sim=args.backend,
-                                                   config=args.config, board=None))
+        target = make_target("vdla", argparse.Namespace(sim=args.backend, config=args.config),
+                             "run")
         vtarget = verilator_target(args, target) if args.verilator_models else None
     except (CliError, ValueError) as e:      # a bad --config: vdla run's own message
         print(f"coverage: error: {e}", file=sys.stderr)

@@ -27,8 +27,7 @@ import numpy as np  # noqa: E402
 
 import vdla  # noqa: E402
 from vdla.compiler import Graph, run_reference  # noqa: E402
-from vdla.compiler.targets.vdla.cost import estimate_pool2d  # noqa: E402
-from vdla.compiler.targets.vdla.pool import lower_pool2d, run_pool2d  # noqa: E402
+from vdla.compiler.targets.vdla.pool import estimate_pool2d, lower_pool2d, run_pool2d  # noqa: E402
 
 # (name, op, (C, H, W), attributes)
 POOLS = [

@@ -44,8 +44,8 @@ import numpy as np
 from vdla.compiler.ir.graph import Graph, Node
 from vdla.compiler.targets.options import EstimateColumn, ExtraColumn, TargetOption
 
-__all__ = ["WALL", "CompiledOp", "DeviceValue", "GraphRun", "OpRun", "OpStats", "Progress", "Support",
-           "Target", "TargetSession", "Transfer"]
+__all__ = ["WALL", "CompiledOp", "DeviceValue", "GraphRun", "OpRun", "OpStats", "Progress",
+           "Support", "Target", "TargetSession", "Transfer"]
 
 #: Called as each node starts: (nodes done, total nodes, node name).
 Progress = Callable[[int, int, str], None]

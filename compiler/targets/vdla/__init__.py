@@ -1,32 +1,46 @@
 """The vdla target: the accelerator's back half, graph operators tensorized into vdla
-programs.
+programs, one module per op family.
 
-The data flow through this folder:
+The data flow through this folder, from `compile_model` to a program:
 
-* `support`: what the accelerator runs, by what a node is (the reasons reports show);
-* `layers`: a node as the accelerator sees it (`Conv2dLayer`, `Pool2dLayer`: sizes in
-  blocks of the config, and the ALU epilogue);
-* `schedules`: how a layer is tiled (`Conv2dSchedule` with one or two virtual threads,
-  `Pool2dSchedule`) and whether a tiling fits the buffers; `uops`: the micro-op tables;
-* `cost`: the analytical timing model and the default choosers next to it;
-* `conv2d`, `pool`: the lowerings (`lower_conv2d`, `lower_pool2d`) into programs whose
-  dependency tokens `vdla.runtime.tokens` places, and `run_conv2d` / `run_pool2d` to run
-  one on a device;
-* `elementwise`: standalone int8 ``relu`` and ``qadd`` (`lower_elementwise`,
-  `run_elementwise`), with their timing model and default chooser;
-* `target`: `VdlaTarget`, the target interface (supports, compile, sessions on a
-  device); `tuning`: its tunable tasks (`ConvTask`).
+* `target`: `VdlaTarget`, the target interface. `supports` asks `support` what the
+  accelerator runs by what a node is (the reasons reports show), then the op family
+  what only its lowering knows; `compile_nodes` plans the activations' DRAM buffers
+  (`placement`, with `channel_map` for concat and flatten views) and `compile_op` calls
+  the family's lowering; sessions run the programs on a device. `tuning`: its tunable
+  tasks (`ConvTask`); `estimate`: every op's cycles from the families' timing models,
+  without lowering.
+* the op families, each holding its layer (a node as the accelerator sees it: sizes in
+  blocks of the config, the ALU epilogue), its schedule (how a layer is tiled, whether
+  a tiling fits the buffers), its timing model with the default chooser, and its
+  emitter, whose dependency tokens `vdla.runtime.tokens` places:
+
+  - convolutions (``qconv2d``, and ``qdense`` as a 1x1 convolution over a 1x1 image):
+    `conv_layer` (`Conv2dLayer`, `Conv2dSchedule` with one or two virtual threads,
+    `estimate_conv2d`, `choose_conv2d`, `alu_passes`), then `conv` (`lower_conv2d`, its
+    micro-op table and emitter, `run_conv2d`);
+  - grouped and depthwise convolutions: `grouped` (the spans of a grouped layer, the
+    diagonal weight blocks of a depthwise one); the conv family lowers them;
+  - pools: `pool` (`Pool2dLayer`, `Pool2dSchedule`, `estimate_pool2d`, `choose_pool2d`,
+    `lower_pool2d`, `run_pool2d`);
+  - standalone int8 ``relu`` and ``qadd``: `elementwise` (`ElementwiseLayer`,
+    `ElementwiseSchedule`, `estimate_elementwise`, `choose_elementwise`,
+    `lower_elementwise`, `run_elementwise`);
+* `common`: what the families share: ISA limits, tiling arithmetic and the hardware
+  facts of the timing models, requantization steps, micro-op tables interned by
+  content, the DRAM arena, relocation, and `start_lowering`, the start of every
+  lowering.
 """
 
-from vdla.compiler.targets.vdla.conv2d import LoweredConv2d, lower_conv2d, run_conv2d
-from vdla.compiler.targets.vdla.cost import (choose_conv2d, choose_pool2d, estimate_conv2d,
-                                             estimate_pool2d)
-from vdla.compiler.targets.vdla.elementwise import (ElementwiseLayer, LoweredElementwise,
-                                                    lower_elementwise, run_elementwise)
-from vdla.compiler.targets.vdla.layers import Conv2dLayer, Pool2dLayer
-from vdla.compiler.targets.vdla.pool import LoweredPool2d, lower_pool2d, run_pool2d
-from vdla.compiler.targets.vdla.schedules import (Conv2dSchedule, ElementwiseSchedule,
-                                                  Pool2dSchedule)
+from vdla.compiler.targets.vdla.conv import LoweredConv2d, lower_conv2d, run_conv2d
+from vdla.compiler.targets.vdla.conv_layer import (Conv2dLayer, Conv2dSchedule, choose_conv2d,
+                                                   estimate_conv2d)
+from vdla.compiler.targets.vdla.elementwise import (ElementwiseLayer, ElementwiseSchedule,
+                                                    LoweredElementwise, lower_elementwise,
+                                                    run_elementwise)
+from vdla.compiler.targets.vdla.pool import (LoweredPool2d, Pool2dLayer, Pool2dSchedule,
+                                             choose_pool2d, estimate_pool2d, lower_pool2d,
+                                             run_pool2d)
 from vdla.compiler.targets.vdla.target import VdlaTarget
 from vdla.compiler.targets.vdla.tuning import ConvTask
 

@@ -29,7 +29,7 @@ import numpy as np
 
 from vdla.compiler.ir.graph import Graph
 from vdla.compiler.ir.tensor import Node, Tensor
-from vdla.compiler.targets.vdla.layers import POOL_OPS
+from vdla.compiler.targets.vdla.pool import POOL_OPS
 
 __all__ = ["carries_map", "map_problem", "physical_node"]
 

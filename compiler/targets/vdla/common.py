@@ -1,10 +1,23 @@
-"""What every lowered op shares: ISA field limits, the ALU steps of a requantization,
-the DRAM arena an op's program addresses, and relocating that program.
+"""What the lowered ops share: ISA field limits, tiling arithmetic and the hardware
+facts of the timing models, the ALU steps of a requantization, micro-op tables interned
+by content, the DRAM arena an op's program addresses, and the start of every lowering.
 
-A lowered op (`LoweredConv2d`, `LoweredPool2d`) owns one *arena*: a block of DRAM with
-named regions (micro-ops, constant rows, operands, output), each aligned for every
-element type. Its program is emitted for an arena at address 0; `relocate` moves every
-LOAD/STORE to wherever the runtime allocated the arena.
+A lowered op (`LoweredConv2d`, `LoweredPool2d`, `LoweredElementwise`) owns one *arena*: a
+block of DRAM with named regions (micro-ops, constant rows, operands, output), each
+aligned for every element type. Its program is emitted for an arena at address 0;
+`relocate` moves every LOAD/STORE to wherever the runtime allocated the arena.
+
+What the timing models (`conv_layer.estimate_conv2d`, `pool.estimate_pool2d`,
+`elementwise.estimate_elementwise`) know about the hardware, measured on the Verilator
+model of the default config (`vdla.hw`; one figure per fact below):
+
+* the compute module issues one GEMM, reset or ALU-with-immediate micro-op per cycle; an
+  ALU micro-op with a vector operand reads the acc buffer twice and takes two cycles;
+  every GEMM/ALU instruction adds about `INSN_CYCLES` of pipeline fill and drain;
+* loads and stores move ``bytes_per_cycle`` bytes per cycle each way (reads and writes
+  have their own AXI channels) after `DMA_CYCLES` of latency per instruction, overlapped
+  when instructions follow each other;
+* a LOAD ACC (the residual) runs on the compute module, so its DRAM time is compute time.
 """
 
 from __future__ import annotations
@@ -14,13 +27,16 @@ import dataclasses
 import numpy as np
 
 from vdla.config import ISA_FIXED_WIDTHS, AluOp, HardwareConfig
-from vdla.isa import Load, MemoryType, Program, Store
+from vdla.isa import Load, MemoryType, Program, Store, Uop
+from vdla.runtime.builder import ProgramBuilder
 from vdla.runtime.device import dram_alignment
 
 #: LOAD pads per side (the ISA's pad fields).
 PAD_MAX = (1 << ISA_FIXED_WIDTHS["pad"]) - 1
 #: GEMM/ALU loop counts (iter_out, iter_in).
 ITER_MAX = (1 << ISA_FIXED_WIDTHS["iter"]) - 1
+#: A DMA row stride (the LOAD/STORE x_stride field).
+STRIDE_MAX = (1 << ISA_FIXED_WIDTHS["x_stride"]) - 1
 #: The ALU immediate (signed).
 IMM_MIN = -(1 << (ISA_FIXED_WIDTHS["imm"] - 1))
 IMM_MAX = (1 << (ISA_FIXED_WIDTHS["imm"] - 1)) - 1
@@ -39,7 +55,60 @@ def check_array(array, shape, dtype, what: str, op: str = "conv2d") -> np.ndarra
     return array
 
 
-# --- requantization on the ALU ---------------------------------------------------------------
+# --- tiling and timing ----------------------------------------------------------------------
+
+def window_rows(layer, tile_h: int) -> int:
+    """Input rows that `tile_h` output rows of `layer` (a conv or pool layer) read."""
+    return (tile_h - 1) * layer.stride_h + layer.kernel_h
+
+
+def window_cols(layer, tile_w: int) -> int:
+    """Input columns that `tile_w` output columns of `layer` read."""
+    return (tile_w - 1) * layer.stride_w + layer.kernel_w
+
+
+#: Pipeline fill and drain of one GEMM/ALU instruction (measured: 100 back-to-back
+#: 10-micro-op instructions take 888 cycles more than 1000 micro-ops in one).
+INSN_CYCLES = 9
+#: Latency a DMA instruction adds when it cannot overlap the previous one (the DRAM
+#: model's 32-cycle read latency plus the DMA engine's own turnaround).
+DMA_CYCLES = 40
+#: The DRAM model's bandwidth in each direction, bytes per cycle (DESIGN.md's default,
+#: `vdla.sim.verilator.DramTiming.bytes_per_cycle`).
+BYTES_PER_CYCLE = 8.0
+
+
+def tile_split(total: int, tile: int) -> list[tuple[int, int]]:
+    """[(size, count)]: `total` cut into tiles of `tile`, the last one maybe smaller."""
+    full, edge = divmod(total, tile)
+    return [(tile, full)] + ([(edge, 1)] if edge else [])
+
+
+def tile_candidates(total: int, limit: int | None = None) -> list[int]:
+    """Distinct tile sizes ceil(total / k), largest first (each gives a different tile
+    count); at most `limit` of them (the largest)."""
+    sizes = sorted({ceil_div(total, k) for k in range(1, total + 1)}, reverse=True)
+    return sizes[:limit] if limit else sizes
+
+
+def check_tile_sizes(schedule, names: tuple[str, ...]):
+    """ValueError unless each field `names` of `schedule` is a positive integer (what
+    every schedule's tile sizes must be)."""
+    for name in names:
+        value = getattr(schedule, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{type(schedule).__name__}.{name} must be a positive integer, "
+                             f"not {value!r}")
+
+
+def overflow_detail(over: dict[str, tuple[int, int]]) -> str:
+    """A schedule's overflows ({buffer: (need, depth)}) as one clause per buffer, for
+    the message of its `check`."""
+    return "; ".join(f"{name} needs {need} elements, has {depth} (over by "
+                     f"{need - depth})" for name, (need, depth) in over.items())
+
+
+# --- requantization on the ALU --------------------------------------------------------------
 
 @dataclasses.dataclass(frozen=True)
 class AluStep:
@@ -133,7 +202,27 @@ def identity_blocks(config: HardwareConfig, ratio: int, scale: int = 1) -> np.nd
     return ((o == j * config.block_in + i) * scale).astype(np.int8)
 
 
-# --- the arena -----------------------------------------------------------------------------
+# --- micro-op tables ------------------------------------------------------------------------
+
+class KernelTable:
+    """Micro-op kernels interned by content: `kernel(uops)` appends a kernel once and
+    returns its (uop_bgn, uop_end), so tiles of one shape share their micro-ops. The
+    pool and elementwise tables build on it."""
+
+    def __init__(self):
+        self.uops: list[Uop] = []
+        self._kernels: dict[tuple, tuple[int, int]] = {}
+
+    def kernel(self, uops) -> tuple[int, int]:
+        """(uop_bgn, uop_end) of micro-ops `uops`, appended once."""
+        key = tuple(uops)
+        if key not in self._kernels:
+            self._kernels[key] = (len(self.uops), len(self.uops) + len(key))
+            self.uops.extend(key)
+        return self._kernels[key]
+
+
+# --- the arena ------------------------------------------------------------------------------
 
 @dataclasses.dataclass(frozen=True)
 class Region:
@@ -208,6 +297,26 @@ def load_tables(p, regions: dict, config: HardwareConfig, n_uops: int, const_bas
            y_size=1, x_size=n_weights, x_stride=n_weights)
 
 
+def dense_dma(p: ProgramBuilder, store: bool, sram: int, dram: int, rows: int, cols: int,
+         stride: int, elem_rows: int):
+    """`rows` DRAM rows of `cols` elements, `stride` apart, to/from dense SRAM from `sram`:
+    one 2-D DMA (1-D when the rows are consecutive), or one per row when the stride does
+    not fit the x_stride field (an image of more than 65535 pixels)."""
+    if stride == cols:  # the rows are consecutive (a whole image per row, or 1 x 1 pixels)
+        rows, cols = 1, rows * cols
+    if rows == 1 or stride <= STRIDE_MAX:
+        chunks = [(0, rows, stride if rows > 1 else cols)]
+    else:
+        chunks = [(r, 1, cols) for r in range(rows)]
+    for r, y, x_stride in chunks:
+        fields = dict(sram_base=sram + r * elem_rows, dram_base=dram + r * stride, y_size=y,
+                      x_size=cols, x_stride=x_stride)
+        if store:
+            p.store(**fields)
+        else:
+            p.load(MemoryType.INP, **fields)
+
+
 def relocate(program: Program, base: int, config: HardwareConfig, move=None) -> Program:
     """`program` (emitted for an arena at DRAM address 0) for an arena at byte address
     `base` (aligned for every element type): every LOAD/STORE's dram_base moves by
@@ -254,3 +363,32 @@ def run_arena(dev, lowered, data: dict) -> tuple[np.ndarray, dict]:
         if insn_addr is not None:
             dev.free(insn_addr)
     return raw, stats
+
+
+# --- the start of a lowering ----------------------------------------------------------------
+
+def start_lowering(what: str, node, graph, config: HardwareConfig, schedule, describe,
+                   choose, kind: type):
+    """What every lowering starts with. Returns (node, description, clamped schedule).
+
+    what : the lowering's name, for the messages (``"lower_conv2d"``)
+    node : a graph node, or its name in `graph`
+    graph, config : the graph and the `HardwareConfig` it is lowered for
+    schedule : the schedule to lower with, or None for `choose`'s
+    describe : ``describe(node, graph, config)`` -> a tuple whose first item is the layer
+        (ValueError naming the node for what the back half cannot run)
+    choose : ``choose(layer, config)`` -> the default schedule
+    kind : the schedule class; a schedule of another kind is a TypeError
+    The schedule is checked against the config's buffers (ValueError naming every buffer
+    it overflows) and clamped to the layer."""
+    if isinstance(node, str):
+        node = graph.node(node)
+    described = describe(node, graph, config)
+    layer = described[0]
+    schedule = schedule or choose(layer, config)
+    if not isinstance(schedule, kind):
+        article = "an" if kind.__name__[0] in "AEIOU" else "a"
+        raise TypeError(f"{what}: schedule must be {article} {kind.__name__}, not "
+                        f"{type(schedule).__name__}")
+    schedule.check(layer, config)
+    return node, described, schedule.clamped(layer)

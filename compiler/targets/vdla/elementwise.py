@@ -70,14 +70,14 @@ import numpy as np
 from vdla.compiler.ir.graph import Graph
 from vdla.compiler.ir.layout import pack, unpack
 from vdla.compiler.ir.tensor import Node
-from vdla.compiler.targets.vdla.common import (AluStep, IdentityTables, ceil_div,
-                                               check_alu_ops, check_array, layout_arena,
-                                               load_tables, requant_steps, run_arena)
-from vdla.compiler.targets.vdla.cost import (BYTES_PER_CYCLE, DMA_CYCLES, INSN_CYCLES,
-                                             _candidates, _split)
-from vdla.compiler.targets.vdla.schedules import ElementwiseSchedule
-from vdla.compiler.targets.vdla.uops import KernelTable
-from vdla.config import ISA_FIXED_WIDTHS, AluOp, HardwareConfig
+from vdla.compiler.targets.vdla.common import (BYTES_PER_CYCLE, DMA_CYCLES, INSN_CYCLES,
+                                               ITER_MAX, AluStep, IdentityTables, KernelTable,
+                                               ceil_div, check_alu_ops, check_array,
+                                               check_tile_sizes, dense_dma, layout_arena,
+                                               load_tables, overflow_detail,
+                                               requant_steps, run_arena, start_lowering,
+                                               tile_candidates, tile_split)
+from vdla.config import AluOp, HardwareConfig
 from vdla.isa import MemoryType, Program, Uop, encode_uops
 from vdla.runtime.builder import ProgramBuilder
 from vdla.runtime.tokens import PingPong, RegionTokens
@@ -89,11 +89,8 @@ __all__ = ["ELEMENTWISE_OPS", "ElementwiseLayer", "ElementwiseSchedule", "Lowere
 #: The standalone elementwise ops the accelerator runs.
 ELEMENTWISE_OPS = ("relu", "qadd")
 
-#: A DMA row stride (the LOAD/STORE x_stride field).
-_STRIDE_MAX = (1 << ISA_FIXED_WIDTHS["x_stride"]) - 1
 
-
-# --- the layer ----------------------------------------------------------------------------------
+# --- the layer ------------------------------------------------------------------------------
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ElementwiseLayer:
@@ -278,7 +275,65 @@ def elementwise_layer(node: Node, graph: Graph,
     return layer, table
 
 
-# --- micro-ops ----------------------------------------------------------------------------------
+# --- the schedule and its micro-ops ---------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class ElementwiseSchedule:
+    """Tiling of a standalone elementwise op (`ElementwiseLayer`: an int8 ``relu`` or a
+    ``qadd``): `tile_p` pixels (of the image's H x W, taken in row-major order) by `tile_c`
+    channel blocks (output blocks of block_out channels) of one batch block per tile;
+    tiles larger than the layer are clamped to it."""
+
+    tile_p: int
+    tile_c: int
+
+    def __post_init__(self):
+        check_tile_sizes(self, ("tile_p", "tile_c"))
+
+    def clamped(self, layer) -> "ElementwiseSchedule":
+        return ElementwiseSchedule(min(self.tile_p, layer.pixels),
+                                   min(self.tile_c, layer.blocks))
+
+    def needs(self, layer, config: HardwareConfig,
+              uops: bool = True) -> dict[str, tuple[int, int]]:
+        """Elements each buffer needs for this tiling, and its depth: {name: (need,
+        depth)}. The inp buffer holds two tiles' operand windows and the acc/out buffer
+        two output tiles (ping-pong with the loads and the stores); when both operands of
+        an add are requantized, the second one has a widened region of its own in the acc
+        buffer. `uops=False` skips the micro-op count."""
+        s = self.clamped(layer)
+        tile = s.tile_p * s.tile_c
+        need = {
+            "inp": (2 * layer.operands * layer.ratio * tile, config.inp_depth),
+            "wgt": (layer.ratio, config.wgt_depth),
+            "acc": (2 * tile + (tile if layer.separate else 0)
+                    + layer.const_rows * layer.blocks, config.acc_depth),
+            "out": (2 * tile, config.out_depth),
+        }
+        if uops:
+            need["uop"] = (layer.uop_count(s), config.uop_depth)
+        return need
+
+    def overflows(self, layer, config: HardwareConfig) -> dict:
+        """The limits this tiling exceeds: {buffer or "iter": (need, limit)}; empty when it
+        fits. "iter" is the largest loop count of an instruction."""
+        s = self.clamped(layer)
+        over = {k: v for k, v in self.needs(layer, config).items() if v[0] > v[1]}
+        if max(s.tile_p, s.tile_c) > ITER_MAX:
+            over["iter"] = (max(s.tile_p, s.tile_c), ITER_MAX)
+        return over
+
+    def fits(self, layer, config: HardwareConfig) -> bool:
+        return not self.overflows(layer, config)
+
+    def check(self, layer, config: HardwareConfig):
+        """Raise ValueError naming every buffer this tiling overflows, and by how much."""
+        over = self.overflows(layer, config)
+        if over:
+            detail = overflow_detail(over)
+            raise ValueError(f"elementwise schedule {self} does not fit config "
+                             f"{config.name}: {detail}")
+
 
 def elementwise_tiles(L: ElementwiseLayer, s: ElementwiseSchedule):
     """The tiles in program order (batch blocks, channel tiles, pixel tiles): (position,
@@ -348,7 +403,7 @@ class ElementwiseUops(KernelTable):
         return out
 
 
-# --- lowering ----------------------------------------------------------------------------------
+# --- lowering -------------------------------------------------------------------------------
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class LoweredElementwise(IdentityTables):
@@ -401,15 +456,9 @@ def lower_elementwise(node: Node | str, graph: Graph, config: HardwareConfig,
     module docstring); the schedule defaults to `choose_elementwise`'s. Raises ValueError
     for what the back half does not support (`elementwise_layer`) and for a schedule that
     does not fit, TypeError for a schedule of another kind."""
-    if isinstance(node, str):
-        node = graph.node(node)
-    layer, rows = elementwise_layer(node, graph, config)
-    schedule = schedule or choose_elementwise(layer, config)
-    if not isinstance(schedule, ElementwiseSchedule):
-        raise TypeError(f"lower_elementwise: schedule must be an ElementwiseSchedule, not "
-                        f"{type(schedule).__name__}")
-    schedule.check(layer, config)
-    s = schedule.clamped(layer)
+    node, (layer, rows), s = start_lowering("lower_elementwise", node, graph, config, schedule,
+                                            elementwise_layer, choose_elementwise,
+                                            ElementwiseSchedule)
     table = ElementwiseUops(layer, s, config)
     c, L = config, layer
     activation = L.batch_blocks * L.in_blocks * L.pixels * c.inp_elem_bytes
@@ -423,26 +472,6 @@ def lower_elementwise(node: Node | str, graph: Graph, config: HardwareConfig,
     program = _emit(layer, s, config, table, regions)
     return LoweredElementwise(node.name, config, layer, s, program, regions, arena_bytes,
                               encode_uops(table.uops, config), rows)
-
-
-def _dma(p: ProgramBuilder, store: bool, sram: int, dram: int, rows: int, cols: int,
-         stride: int, elem_rows: int):
-    """`rows` DRAM rows of `cols` elements, `stride` apart, to/from dense SRAM from `sram`:
-    one 2-D DMA (1-D when the rows are consecutive), or one per row when the stride does
-    not fit the x_stride field (an image of more than 65535 pixels)."""
-    if stride == cols:  # the rows are consecutive (a whole image per row, or 1 x 1 pixels)
-        rows, cols = 1, rows * cols
-    if rows == 1 or stride <= _STRIDE_MAX:
-        chunks = [(0, rows, stride if rows > 1 else cols)]
-    else:
-        chunks = [(r, 1, cols) for r in range(rows)]
-    for r, y, x_stride in chunks:
-        fields = dict(sram_base=sram + r * elem_rows, dram_base=dram + r * stride, y_size=y,
-                      x_size=cols, x_stride=x_stride)
-        if store:
-            p.store(**fields)
-        else:
-            p.load(MemoryType.INP, **fields)
 
 
 def _emit(L: ElementwiseLayer, s: ElementwiseSchedule, c: HardwareConfig, u: ElementwiseUops,
@@ -461,7 +490,7 @@ def _emit(L: ElementwiseLayer, s: ElementwiseSchedule, c: HardwareConfig, u: Ele
         # tile's pixels (H x W apart in DRAM), written densely.
         tokens.load_into(("window", win))  # WAR: tile k-2's GEMMs read it
         for q, i in enumerate(L.inputs):
-            _dma(p, False, win + q * u.operand,
+            dense_dma(p, False, win + q * u.operand,
                  base(f"input{i}", c.inp_elem_bytes)
                  + (nb * L.in_blocks + ob0 * L.ratio) * L.pixels + p0,
                  tc * L.ratio, tp, L.pixels, tp)
@@ -497,14 +526,14 @@ def _emit(L: ElementwiseLayer, s: ElementwiseSchedule, c: HardwareConfig, u: Ele
         tokens.computed()
 
         tokens.wait_computed()  # RAW: the out tile is written
-        _dma(p, True, o, out0 + (nb * L.blocks + ob0) * L.pixels + p0, tc, tp, L.pixels, tp)
+        dense_dma(p, True, o, out0 + (nb * L.blocks + ob0) * L.pixels + p0, tc, tp, L.pixels, tp)
         tokens.stored(("out", o))  # tile k+2 waits for it
     if len(u.uops) != u.frozen:
         raise AssertionError("a kernel was interned after the micro-op table was loaded")
     return tokens.finish()  # FINISH waits for the last store
 
 
-# --- timing model and default schedule -----------------------------------------------------------
+# --- timing model and default schedule ------------------------------------------------------
 
 def estimate_elementwise(layer: ElementwiseLayer, schedule: ElementwiseSchedule,
                          config: HardwareConfig, *,
@@ -519,8 +548,8 @@ def estimate_elementwise(layer: ElementwiseLayer, schedule: ElementwiseSchedule,
     c, bw = config, float(bytes_per_cycle)
     per_entry, insns = layer.entry_cycles(), layer.instructions()
     cycles = first = last = 0.0
-    for tp, npix in _split(layer.pixels, s.tile_p):
-        for tc, nc in _split(layer.blocks, s.tile_c):
+    for tp, npix in tile_split(layer.pixels, s.tile_p):
+        for tc, nc in tile_split(layer.blocks, s.tile_c):
             m = npix * nc * layer.batch_blocks
             entries = tc * tp
             load = (layer.operands * entries * layer.ratio * c.inp_elem_bytes / bw
@@ -539,9 +568,9 @@ def choose_elementwise(layer: ElementwiseLayer, config: HardwareConfig) -> Eleme
     pixel tiles whose buffers fit and a few narrower ones (smaller tiles shorten the
     first load and the last store that nothing overlaps). Raises ValueError when not even
     one pixel of one channel block fits."""
-    pixels = _candidates(layer.pixels)
+    pixels = tile_candidates(layer.pixels)
     ranked = []
-    for tc in _candidates(layer.blocks):
+    for tc in tile_candidates(layer.blocks):
         fitting = [tp for tp in pixels if not any(
             need > depth for need, depth in
             ElementwiseSchedule(tp, tc).needs(layer, config, uops=False).values())]
@@ -556,7 +585,7 @@ def choose_elementwise(layer: ElementwiseLayer, config: HardwareConfig) -> Eleme
                      f"{config.name}")
 
 
-# --- running ------------------------------------------------------------------------------------
+# --- running --------------------------------------------------------------------------------
 
 def run_elementwise(dev, lowered: LoweredElementwise, *inputs, return_stats: bool = False):
     """Write the inputs (the node's, in order: ``relu(x)``, ``qadd(a, b)``, a zero

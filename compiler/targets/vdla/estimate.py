@@ -7,9 +7,10 @@ take, without lowering anything.
 This is what a design-space sweep evaluates per design point (`vdla.dse`): it decides
 which nodes run on the accelerator the way `VdlaTarget.supports` does, picks each one's
 schedule as compilation would (the given schedule, else the default chooser) and asks
-the timing model (`vdla.compiler.targets.vdla.cost`) for its cycles, with the epilogue's
-ALU passes the tuner's tasks count. No program is emitted, so a ResNet-18 takes well
-under a second per config once the chooser's cache is warm for the shapes.
+each op family's timing model (`conv_layer`, `pool`, `elementwise`) for its cycles, with
+the epilogue's ALU passes the tuner's tasks count (`conv_layer.alu_passes`). No program
+is emitted, so a ResNet-18 takes well under a second per config once the chooser's
+cache is warm for the shapes.
 """
 
 from __future__ import annotations
@@ -18,14 +19,14 @@ import dataclasses
 from typing import Any, Mapping
 
 from vdla.compiler.ir.graph import Graph
-from vdla.compiler.targets.vdla.cost import (BYTES_PER_CYCLE, choose_conv2d, choose_pool2d,
-                                             estimate_conv2d, estimate_pool2d)
+from vdla.compiler.targets.vdla.common import BYTES_PER_CYCLE
+from vdla.compiler.targets.vdla.conv_layer import (Conv2dLayer, alu_passes, choose_conv2d,
+                                                   conv2d_workload, estimate_conv2d)
 from vdla.compiler.targets.vdla.elementwise import (ELEMENTWISE_OPS, choose_elementwise,
                                                     elementwise_layer, estimate_elementwise)
-from vdla.compiler.targets.vdla.layers import (POOL_OPS, alu_passes, conv2d_workload,
-                                              pool2d_layer)
-from vdla.compiler.targets.vdla.layers import Conv2dLayer
 from vdla.compiler.targets.vdla.placement import VIEW_OPS
+from vdla.compiler.targets.vdla.pool import (POOL_OPS, choose_pool2d, estimate_pool2d,
+                                             pool2d_layer)
 from vdla.config import HardwareConfig
 
 __all__ = ["OpEstimate", "estimate_graph"]

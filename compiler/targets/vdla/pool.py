@@ -1,5 +1,8 @@
 """Pooling on the accelerator: max pooling on the vector ALU, average pooling as window
-sums on the GEMM core, each followed by its ALU epilogue.
+sums on the GEMM core, each followed by its ALU epilogue. The pool family in one module:
+the layer (`Pool2dLayer`, `pool2d_layer`), the schedule (`Pool2dSchedule`) and its
+micro-op table (`PoolUops`), the timing model and default chooser (`estimate_pool2d`,
+`choose_pool2d`), the lowering (`lower_pool2d`) and `run_pool2d`.
 
 Ops: ``max_pool2d`` on int8 data, ``qavg_pool2d`` and ``qglobal_avg_pool2d`` (a global pool
 is a pool whose window is the whole image). The input is int8 ``NCHW{batch}n{block_in}c``,
@@ -51,28 +54,386 @@ the int8 input, the int8 output.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import math
 
 import numpy as np
 
 from vdla.compiler.ir.graph import Graph
 from vdla.compiler.ir.layout import pack, unpack
 from vdla.compiler.ir.tensor import Node
-from vdla.compiler.targets.vdla.common import (IdentityTables, check_array, layout_arena,
-                                               load_tables, run_arena)
-from vdla.compiler.targets.vdla.cost import choose_pool2d
-from vdla.compiler.targets.vdla.layers import (AVG, Pool2dLayer, pool2d_layer, window_cols,
-                                               window_rows)
-from vdla.compiler.targets.vdla.schedules import Pool2dSchedule
-from vdla.compiler.targets.vdla.uops import PoolUops
+from vdla.compiler.targets.vdla.common import (BYTES_PER_CYCLE, DMA_CYCLES, INSN_CYCLES,
+                                               ITER_MAX, PAD_MAX, AluStep, IdentityTables,
+                                               KernelTable, ceil_div, check_alu_ops,
+                                               check_array, check_tile_sizes, layout_arena,
+                                               load_tables, overflow_detail, requant_steps,
+                                               run_arena, start_lowering, tile_candidates,
+                                               tile_split, window_cols, window_rows)
+from vdla.compiler.targets.vdla.support import pool_weight_scale
 from vdla.config import AluOp, HardwareConfig
-from vdla.isa import MemoryType, Program, encode_uops
+from vdla.isa import MemoryType, Program, Uop, encode_uops
 from vdla.runtime.builder import ProgramBuilder
-from vdla.runtime.tokens import RegionTokens
+from vdla.runtime.tokens import PingPong, RegionTokens
 
-__all__ = ["LoweredPool2d", "lower_pool2d", "run_pool2d"]
+__all__ = ["AVG", "MAX", "POOL_OPS", "LoweredPool2d", "Pool2dLayer", "Pool2dSchedule",
+           "PoolUops", "choose_pool2d", "estimate_pool2d", "lower_pool2d", "pool2d_layer",
+           "run_pool2d"]
+
+#: The pooling ops the accelerator runs.
+POOL_OPS = ("max_pool2d", "qavg_pool2d", "qglobal_avg_pool2d")
+
+MAX, AVG = "max", "avg"
 
 
-# --- lowering ----------------------------------------------------------------------------------
+# --- the layer ------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Pool2dLayer:
+    """A pooling workload: `kind` ("max" or "avg"), plain sizes (N, C, H, W), the window
+    (kernel, strides, top and left pads), the output size (which includes a ceil-mode
+    window), and the block counts: `batch_blocks`, output channel `blocks`, and `ratio`
+    input blocks per output block. The epilogue (average pooling): `imm_passes` ALU passes
+    with an immediate and `vec_passes` with a vector operand, which reads one of the
+    `const_rows` per-channel constant rows kept in the acc buffer. `weight_scale`: the
+    int8 value of the identity weights (an average pool's multiplier up to 127, applied
+    by the GEMM core; 1 otherwise)."""
+
+    kind: str
+    n: int
+    c: int
+    h: int
+    w: int
+    kernel_h: int
+    kernel_w: int
+    stride_h: int = 1
+    stride_w: int = 1
+    pad_top: int = 0
+    pad_left: int = 0
+    out_h: int
+    out_w: int
+    batch_blocks: int
+    blocks: int
+    ratio: int = 1
+    const_rows: int = 0
+    imm_passes: int = 0
+    vec_passes: int = 0
+    weight_scale: int = 1
+
+    def __post_init__(self):
+        if self.kind not in (MAX, AVG):
+            raise ValueError(f"pool kind must be {MAX!r} or {AVG!r}, not {self.kind!r}")
+        # A window that starts at or beyond the image's far edge, or one that lies in the
+        # padding only, has no input to load (the ISA's LOAD cannot load nothing).
+        for axis, pad, k, size, out, stride in (
+                ("rows", self.pad_top, self.kernel_h, self.h, self.out_h, self.stride_h),
+                ("columns", self.pad_left, self.kernel_w, self.w, self.out_w, self.stride_w)):
+            if pad >= k:
+                raise ValueError(f"pool pad {pad} on the {axis} must be smaller than the "
+                                 f"kernel ({k}): a window that sees only padding is not "
+                                 "supported")
+            if (out - 1) * stride - pad >= size:
+                raise ValueError(f"pool: the last window along the {axis} starts past the "
+                                 f"input ({size}); it would see only padding")
+            far = (out - 1) * stride + k - pad - size   # padding beyond the far edge
+            if pad > PAD_MAX or far > PAD_MAX:
+                raise ValueError(f"pool padding {max(pad, far)} along the {axis} exceeds "
+                                 f"the LOAD's {PAD_MAX} per side")
+
+    @property
+    def in_blocks(self) -> int:
+        """Input channel blocks (the channels padded to whole output blocks)."""
+        return self.blocks * self.ratio
+
+    @property
+    def taps(self) -> int:
+        return self.kernel_h * self.kernel_w
+
+    @property
+    def macs(self) -> int:
+        """Useful multiply-accumulates: none (the GEMM core sums or copies windows)."""
+        return 0
+
+
+def _pool_epilogue(node: Node, kind: str, channels: int, padded: int,
+              config: HardwareConfig) -> tuple[tuple[AluStep, ...], np.ndarray]:
+    """An average pool's requantization steps and their constant rows (R, padded) int32;
+    nothing for a max pool (its int8 maximum needs no clamp)."""
+    rows: list[np.ndarray] = []
+    steps: list[AluStep] = []
+    if kind == AVG:
+        # A multiplier the identity weights carry (`pool_weight_scale`) is no ALU step.
+        multiplier = None if pool_weight_scale(node) > 1 else node.attrs["multiplier"]
+        steps, _ = requant_steps(node, multiplier, node.attrs["shift"],
+                                 channels, padded, rows, fold=False)
+        check_alu_ops(node, steps, config)
+        steps += [AluStep(AluOp.MAX, imm=-128), AluStep(AluOp.MIN, imm=127)]
+    table = (np.stack(rows) if rows else np.zeros((0, padded), np.int64)).astype(np.int32)
+    return tuple(steps), table
+
+
+def pool2d_layer(node: Node, graph: Graph, config: HardwareConfig):
+    """(layer, epilogue steps, constant rows) of a pooling node (`POOL_OPS`); ValueError
+    naming the node for what the back half cannot run."""
+    if node.op not in POOL_OPS:
+        raise ValueError(f"lower_pool2d lowers {', '.join(POOL_OPS)} nodes, not "
+                         f"{node.name!r} ({node.op})")
+    x = graph.tensors[node.inputs[0]]
+    if x.dtype != "int8":
+        raise ValueError(f"{node.op} node {node.name!r} pools {x.dtype} data; the "
+                         "accelerator pools int8 only")
+    if x.layout:
+        raise ValueError(f"{node.op} node {node.name!r}: its input has layout {x.layout!r}; "
+                         "lower_pool2d takes the plain NCHW node and packs itself")
+    if config.block_out % config.block_in:
+        raise ValueError(f"{node.op} node {node.name!r}: pooling on vdla needs block_out to "
+                         f"be a multiple of block_in (config {config.name} has block_in="
+                         f"{config.block_in}, block_out={config.block_out}): identity "
+                         "weights map whole input blocks into an output block")
+    n, c, h, w = x.shape
+    _, _, out_h, out_w = graph.tensors[node.outputs[0]].shape
+    a = node.attrs
+    if node.op == "qglobal_avg_pool2d":
+        kernel, strides, pads = (h, w), (1, 1), (0, 0, 0, 0)
+    else:
+        kernel, strides, pads = a["kernel"], a["strides"], a["pads"]
+    kind = MAX if node.op == "max_pool2d" else AVG
+    blocks = ceil_div(c, config.block_out)
+    steps, rows = _pool_epilogue(node, kind, c, blocks * config.block_out, config)
+    layer = Pool2dLayer(kind=kind, n=n, c=c, h=h, w=w, kernel_h=int(kernel[0]),
+                        kernel_w=int(kernel[1]), stride_h=int(strides[0]),
+                        stride_w=int(strides[1]), pad_top=int(pads[0]), pad_left=int(pads[1]),
+                        out_h=out_h, out_w=out_w, batch_blocks=ceil_div(n, config.batch),
+                        blocks=blocks, ratio=config.block_out // config.block_in,
+                        const_rows=len(rows),
+                        weight_scale=pool_weight_scale(node) if kind == AVG else 1,
+                        imm_passes=sum(st.row is None for st in steps),
+                        vec_passes=sum(st.row is not None for st in steps))
+    return layer, steps, rows
+
+
+# --- the schedule and its micro-ops ---------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Pool2dSchedule:
+    """Tiling of a pool: output rows, output columns and channel blocks per tile; tiles
+    larger than the layer are clamped to it."""
+
+    tile_h: int
+    tile_w: int
+    tile_c: int
+
+    def __post_init__(self):
+        check_tile_sizes(self, ("tile_h", "tile_w", "tile_c"))
+
+    def clamped(self, layer: Pool2dLayer) -> "Pool2dSchedule":
+        return Pool2dSchedule(min(self.tile_h, layer.out_h), min(self.tile_w, layer.out_w),
+                              min(self.tile_c, layer.blocks))
+
+    def needs(self, layer: Pool2dLayer, config: HardwareConfig,
+              uops: bool = True) -> dict[str, tuple[int, int]]:
+        """Elements each buffer needs for this tiling, and its depth: {name: (need,
+        depth)}. The inp window and the acc tile have two regions each (ping-pong with the
+        loads and the stores); a max pool also keeps the widened window in the acc
+        buffer. `uops=False` skips counting the micro-ops (which walks every tile)."""
+        s = self.clamped(layer)
+        chunk = window_rows(layer, s.tile_h) * window_cols(layer, s.tile_w)
+        tile = s.tile_c * s.tile_h * s.tile_w
+        widened = s.tile_c * chunk if layer.kind == MAX else 0
+        need = {
+            "inp": (2 * s.tile_c * layer.ratio * chunk, config.inp_depth),
+            "wgt": (layer.ratio, config.wgt_depth),
+            "acc": (2 * tile + widened + layer.const_rows * layer.blocks, config.acc_depth),
+            "out": (2 * tile, config.out_depth),
+        }
+        if uops:
+            need["uop"] = (len(PoolUops(layer, s, config).uops), config.uop_depth)
+        return need
+
+    def overflows(self, layer: Pool2dLayer, config: HardwareConfig) -> dict:
+        """The limits this tiling exceeds: {buffer or "iter": (need, limit)}; empty when it
+        fits. "iter" is the largest loop count of an instruction."""
+        s = self.clamped(layer)
+        over = {k: v for k, v in self.needs(layer, config, uops=False).items() if v[0] > v[1]}
+        if not over:  # the micro-op count walks every tile: only for otherwise fitting tiles
+            uops = len(PoolUops(layer, s, config).uops)
+            if uops > config.uop_depth:
+                over["uop"] = (uops, config.uop_depth)
+        loops = max(s.tile_h * s.tile_w, window_rows(layer, s.tile_h) * window_cols(layer, s.tile_w))
+        if loops > ITER_MAX:
+            over["iter"] = (loops, ITER_MAX)
+        return over
+
+    def fits(self, layer: Pool2dLayer, config: HardwareConfig) -> bool:
+        return not self.overflows(layer, config)
+
+    def check(self, layer: Pool2dLayer, config: HardwareConfig):
+        """Raise ValueError naming every buffer this tiling overflows, and by how much."""
+        over = self.overflows(layer, config)
+        if over:
+            detail = overflow_detail(over)
+            raise ValueError(f"pool schedule {self} does not fit config {config.name}: "
+                             f"{detail}")
+
+
+@dataclasses.dataclass(frozen=True)
+class PoolTile:
+    k: int           # position in program order
+    nb: int          # batch block
+    ob0: int         # first channel block
+    oh0: int
+    ow0: int
+    tc: int
+    th: int
+    tw: int
+
+
+def pool_tiles(L: Pool2dLayer, s) -> list[PoolTile]:
+    tiles = []
+    for nb in range(L.batch_blocks):
+        for ob0 in range(0, L.blocks, s.tile_c):
+            for oh0 in range(0, L.out_h, s.tile_h):
+                for ow0 in range(0, L.out_w, s.tile_w):
+                    tiles.append(PoolTile(len(tiles), nb, ob0, oh0, ow0,
+                                       min(s.tile_c, L.blocks - ob0),
+                                       min(s.tile_h, L.out_h - oh0),
+                                       min(s.tile_w, L.out_w - ow0)))
+    return tiles
+
+
+def _valid(first_out: int, count: int, tap: int, stride: int, pad: int, size: int):
+    """[lo, hi) of the tile-local outputs (of `count` from global output `first_out`)
+    whose tap `tap` reads inside the image (input index in [0, size))."""
+    valid = [i for i in range(count) if 0 <= (first_out + i) * stride + tap - pad < size]
+    return (valid[0], valid[-1] + 1) if valid else (0, 0)
+
+
+class PoolUops(KernelTable):
+    """Every micro-op of the program, loaded once at its start. Kernels are interned by
+    content (`kernel`), so tiles of one shape share them. The acc buffer holds the two
+    output regions at 0 and `tile`, the widened window (max pooling) at `widened`, and the
+    constant rows at the top."""
+
+    def __init__(self, L: Pool2dLayer, s, config: HardwareConfig | None):
+        super().__init__()
+        self.L, self.s = L, s
+        self.tile = s.tile_c * s.tile_h * s.tile_w
+        self.chunk = window_rows(L, s.tile_h) * window_cols(L, s.tile_w)
+        # Consecutive tiles alternate between two input windows and two output regions,
+        # so one tile's loads and the previous one's stores overlap compute.
+        self.windows = PingPong(s.tile_c * L.ratio * self.chunk)
+        self.outputs = PingPong(self.tile)
+        self.widened = self.outputs.total
+        depth = config.acc_depth if config is not None else 1 << 30
+        self.const_base = depth - L.const_rows * L.blocks
+        self.tiles = pool_tiles(L, s)
+        # Every kernel is interned now (the table is loaded first); the emitter reuses these.
+        self.tile_passes = [self.passes(tile) for tile in self.tiles]
+
+    def region(self, t: PoolTile) -> int:
+        """acc (and out) index of tile `t`'s output region."""
+        return self.outputs.base(t.k)
+
+    def window(self, t: PoolTile) -> int:
+        """inp index of tile `t`'s input window region."""
+        return self.windows.base(t.k)
+
+    def plane(self, t: PoolTile) -> int:
+        """acc entries between the tile's channel blocks (a full tile's rows)."""
+        return self.s.tile_h * t.tw
+
+    def passes(self, t: PoolTile) -> dict:
+        """The micro-op kernels of tile `t`: {pass: (uop_bgn, uop_end)}."""
+        L = self.L
+        o, plane, chunk, cols = self.region(t), self.plane(t), self.chunk, window_cols(L, t.tw)
+        i = self.window(t)
+        out = {"reset": self.kernel([Uop(o, 0, 0)]), "imm": self.kernel([Uop(o, o)]),
+               "vec": {row: self.kernel([Uop(o, self.const_base + row * L.blocks + t.ob0)])
+                       for row in range(L.const_rows)}}
+        if L.kind == AVG:
+            out["sum"] = self.kernel(
+                Uop(o + obi * plane, i + (obi * L.ratio + j) * chunk + ky * cols + kx, j)
+                for obi in range(t.tc) for j in range(L.ratio)
+                for ky in range(L.kernel_h) for kx in range(L.kernel_w))
+            return out
+        wide = self.widened
+        out["widen_reset"] = self.kernel([Uop(wide, 0, 0)])
+        out["widen"] = self.kernel(Uop(wide, i + j * chunk, j) for j in range(L.ratio))
+        taps = []
+        for ky in range(L.kernel_h):
+            y0, y1 = _valid(t.oh0, t.th, ky, L.stride_h, L.pad_top, L.h)
+            for kx in range(L.kernel_w):
+                x0, x1 = _valid(t.ow0, t.tw, kx, L.stride_w, L.pad_left, L.w)
+                if y1 <= y0 or x1 <= x0:
+                    continue
+                k = self.kernel(
+                    Uop(o + obi * plane + y0 * t.tw + x0,
+                        wide + obi * chunk + (y0 * L.stride_h + ky) * cols + x0 * L.stride_w + kx)
+                    for obi in range(t.tc))
+                taps.append((k, y1 - y0, x1 - x0))
+        out["taps"] = taps
+        return out
+
+
+# --- the timing model and the default schedule ----------------------------------------------
+
+def estimate_pool2d(layer: Pool2dLayer, schedule: Pool2dSchedule, config: HardwareConfig, *,
+                    bytes_per_cycle: float = BYTES_PER_CYCLE) -> int:
+    """Predicted cycles of `layer` (a `Pool2dLayer`) lowered with `schedule` (a
+    `Pool2dSchedule`, see `vdla.compiler.targets.vdla.pool`). Tiles alternate between two
+    input and two output regions, so while the compute module works on a tile the next
+    tile's window loads and the previous tile's stores run: a tile costs the longest of
+    its loads, its compute and its stores. (Within 1% of Verilator on ResNet-18's max
+    pool; see `bench/pools.py`.)"""
+    s = schedule.clamped(layer)
+    c, bw = config, float(bytes_per_cycle)
+    imm_steps, vec_steps = layer.imm_passes, layer.vec_passes
+    cycles = first = 0.0
+    for th, nh in tile_split(layer.out_h, s.tile_h):
+        rows = (th - 1) * layer.stride_h + layer.kernel_h
+        for tw, nw in tile_split(layer.out_w, s.tile_w):
+            cols = (tw - 1) * layer.stride_w + layer.kernel_w
+            for tc, nc in tile_split(layer.blocks, s.tile_c):
+                m = nh * nw * nc * layer.batch_blocks
+                entries = tc * th * tw
+                window = tc * layer.ratio * rows * cols
+                load = window * c.inp_elem_bytes / bw + DMA_CYCLES
+                store = entries * c.out_elem_bytes / bw + tc * DMA_CYCLES / 4
+                if layer.kind == MAX:
+                    # reset and -128, widening (reset and copy), one MAX per tap
+                    compute = (2 * entries + 2 * tc * rows * cols
+                               + 2 * entries * layer.taps + (4 + layer.taps) * INSN_CYCLES)
+                else:
+                    compute = (entries * (1 + layer.taps * layer.ratio + imm_steps
+                                          + 2 * vec_steps)
+                               + (2 + imm_steps + vec_steps) * INSN_CYCLES)
+                cycles += m * max(load, compute, store)
+                first = max(first, load)
+    return int(math.ceil(cycles + first))
+
+
+@functools.lru_cache(maxsize=256)
+def choose_pool2d(layer: Pool2dLayer, config: HardwareConfig) -> Pool2dSchedule:
+    """The `Pool2dSchedule` of `layer` with the fewest estimated cycles among tilings that
+    fit: the widest few output-width tilings, every channel tiling, and for each the
+    tallest tile that fits. Raises ValueError when not even 1x1x1 tiles fit."""
+    ranked = []
+    for tw in tile_candidates(layer.out_w, 4):
+        for tc in tile_candidates(layer.blocks):
+            # The tallest tile whose buffers fit (micro-ops counted below, for the best).
+            for th in tile_candidates(layer.out_h):
+                s = Pool2dSchedule(th, tw, tc)
+                if not any(need > depth for need, depth in
+                           s.needs(layer, config, uops=False).values()):
+                    ranked.append((estimate_pool2d(layer, s, config), -th * tw * tc, s))
+                    break
+    for _, _, s in sorted(ranked, key=lambda r: r[:2]):
+        if s.fits(layer, config):
+            return s
+    Pool2dSchedule(1, 1, 1).check(layer, config)  # raises, naming the buffers
+    raise ValueError(f"pool layer {layer} has no schedule that fits config {config.name}")
+
+
+# --- lowering -------------------------------------------------------------------------------
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class LoweredPool2d(IdentityTables):
@@ -112,15 +473,9 @@ def lower_pool2d(node: Node | str, graph: Graph, config: HardwareConfig,
     (see the module docstring). Raises ValueError for what the back half does not support
     (float data, block_out not a multiple of block_in, a window in the padding only,
     MUL missing) and for a schedule that does not fit."""
-    if isinstance(node, str):
-        node = graph.node(node)
-    layer, steps, rows = pool2d_layer(node, graph, config)
-    schedule = schedule or choose_pool2d(layer, config)
-    if not isinstance(schedule, Pool2dSchedule):
-        raise TypeError(f"lower_pool2d: schedule must be a Pool2dSchedule, not "
-                        f"{type(schedule).__name__}")
-    schedule.check(layer, config)
-    s = schedule.clamped(layer)
+    node, (layer, steps, rows), s = start_lowering("lower_pool2d", node, graph, config,
+                                                   schedule, pool2d_layer, choose_pool2d,
+                                                   Pool2dSchedule)
     table = PoolUops(layer, s, config)
     c, L = config, layer
     regions, arena_bytes = layout_arena({
@@ -210,7 +565,7 @@ def _emit(L: Pool2dLayer, s: Pool2dSchedule, c: HardwareConfig, steps, u: PoolUo
     return tokens.finish()  # FINISH waits for the last store
 
 
-# --- running ------------------------------------------------------------------------------------
+# --- running --------------------------------------------------------------------------------
 
 def run_pool2d(dev, lowered: LoweredPool2d, x_int8: np.ndarray, *, return_stats: bool = False):
     """Write the input packed into `dev`'s DRAM, run the program, read the output back:

@@ -40,19 +40,17 @@ from vdla.compiler.targets.base import (CompiledOp, DeviceValue, OpRun, OpStats,
                                         Support, Target, TargetSession, Transfer)
 from vdla.compiler.targets.vdla.channel_map import carries_map, map_problem, physical_node
 from vdla.compiler.targets.vdla.command_line import VdlaCommandLine
-from vdla.compiler.targets.vdla.conv2d import LoweredConv2d, lower_conv2d
-from vdla.compiler.targets.vdla.cost import choose_pool2d
-from vdla.compiler.targets.vdla.elementwise import (ELEMENTWISE_OPS, LoweredElementwise,
-                                                    choose_elementwise, elementwise_layer,
-                                                    lower_elementwise)
+from vdla.compiler.targets.vdla.conv import LoweredConv2d, lower_conv2d
+from vdla.compiler.targets.vdla.conv_layer import Conv2dSchedule, conv2d_layer
+from vdla.compiler.targets.vdla.elementwise import (ELEMENTWISE_OPS, ElementwiseSchedule,
+                                                    LoweredElementwise, choose_elementwise,
+                                                    elementwise_layer, lower_elementwise)
 from vdla.compiler.targets.vdla.estimate import estimate_graph
-from vdla.compiler.targets.vdla.layers import POOL_OPS, conv2d_layer, pool2d_layer
 from vdla.compiler.targets.vdla.placement import (VIEW_OPS, BufferPlan, concat_conflicts,
                                                   concat_view_problem, flatten_view_problem,
                                                   plan_buffers, relocate_to, resident)
-from vdla.compiler.targets.vdla.pool import LoweredPool2d, lower_pool2d
-from vdla.compiler.targets.vdla.schedules import (Conv2dSchedule, ElementwiseSchedule,
-                                                  Pool2dSchedule)
+from vdla.compiler.targets.vdla.pool import (POOL_OPS, LoweredPool2d, Pool2dSchedule,
+                                             choose_pool2d, lower_pool2d, pool2d_layer)
 from vdla.compiler.targets.vdla.support import describe
 from vdla.compiler.targets.vdla.tuning import BACKENDS as TUNE_BACKENDS
 from vdla.compiler.targets.vdla.tuning import conv_tasks

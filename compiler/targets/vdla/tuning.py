@@ -33,11 +33,10 @@ from typing import Any, Callable
 import vdla.runtime
 from vdla.compiler.ir.graph import Graph
 from vdla.compiler.targets.vdla.common import ceil_div
-from vdla.compiler.targets.vdla.conv2d import lower_conv2d, run_conv2d
-from vdla.compiler.targets.vdla.cost import (Conv2dEstimate, choose_conv2d, estimate_conv2d,
-                                             schedule_space)
-from vdla.compiler.targets.vdla.layers import Conv2dLayer, alu_passes, conv2d_workload
-from vdla.compiler.targets.vdla.schedules import Conv2dSchedule
+from vdla.compiler.targets.vdla.conv import lower_conv2d, run_conv2d
+from vdla.compiler.targets.vdla.conv_layer import (Conv2dEstimate, Conv2dLayer, Conv2dSchedule,
+                                                   alu_passes, choose_conv2d, conv2d_workload,
+                                                   estimate_conv2d, schedule_space)
 from vdla.compiler.tuner.measure import MeasureResult, one_line
 from vdla.compiler.tuner.task import OneNodeTask, TaskData, merge_tasks, one_node_graph
 from vdla.config import HardwareConfig

@@ -11,7 +11,7 @@ import pytest
 import vdla
 from vdla.compiler import Graph, run_reference
 from vdla.compiler.targets.vdla import Conv2dLayer, Conv2dSchedule, lower_conv2d, run_conv2d
-from vdla.compiler.targets.vdla.cost import choose_conv2d, estimate_conv2d
+from vdla.compiler.targets.vdla.conv_layer import choose_conv2d, estimate_conv2d
 from vdla.isa import Load, MemoryType
 
 DEFAULT = vdla.HardwareConfig()
@@ -372,7 +372,7 @@ def test_grouped_and_depthwise(c, o, groups, h, k, stride, pad, schedule):
 
 
 def test_group_spans():
-    from vdla.compiler.targets.vdla.layers import group_spans
+    from vdla.compiler.targets.vdla.grouped import group_spans
     assert group_spans(64, 64, 2, DEFAULT) == (((0, 2, 0, 2), (2, 2, 2, 2)), False)
     assert group_spans(48, 48, 2, DEFAULT) == (((0, 1, 0, 2), (1, 1, 0, 3), (2, 1, 1, 2)),
                                                 False)

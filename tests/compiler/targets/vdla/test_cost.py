@@ -8,8 +8,9 @@ import pytest
 
 import vdla
 from vdla.compiler.targets.vdla import Conv2dLayer, Conv2dSchedule, lower_conv2d, run_conv2d
-from vdla.compiler.targets.vdla.uops import conv_uop_count, conv_uop_table
-from vdla.compiler.targets.vdla.cost import choose_conv2d, estimate_conv2d, schedule_space
+from vdla.compiler.targets.vdla.conv import conv_uop_table
+from vdla.compiler.targets.vdla.conv_layer import (choose_conv2d, conv_uop_count, estimate_conv2d,
+                                                   schedule_space)
 from vdla.compiler.frontend.workloads import RESNET18, ConvWorkload, parse_workload, workload_graph
 
 DEFAULT = vdla.HardwareConfig()
@@ -113,7 +114,7 @@ def test_depthwise_picks_the_diagonal_gemm_by_the_timing_model():
     lower bound of the ALU scheme, by over 3x; their utilization stays under the
     1 / block_in ceiling of a diagonal block."""
     from vdla.compiler import Graph
-    from vdla.compiler.targets.vdla.cost import depthwise_alu_cycles
+    from vdla.compiler.targets.vdla.grouped import depthwise_alu_cycles
     config = vdla.HardwareConfig()
     for c, size, stride in ((32, 112, 1), (64, 112, 2), (256, 28, 1), (1024, 7, 1)):
         g = Graph("dw")

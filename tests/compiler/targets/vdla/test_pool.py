@@ -12,7 +12,7 @@ from differential import B2X8X32
 
 import vdla
 from vdla.compiler import Graph, run_reference
-from vdla.compiler.targets.vdla.cost import estimate_pool2d
+from vdla.compiler.targets.vdla.pool import estimate_pool2d
 from vdla.compiler.targets.vdla import (LoweredPool2d, Pool2dLayer, Pool2dSchedule,
                                         lower_pool2d, run_pool2d)
 from vdla.compiler.targets.vdla.target import VdlaTarget

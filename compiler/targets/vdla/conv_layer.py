@@ -1,0 +1,668 @@
+"""A convolution as the accelerator sees it: the layer, its tiling, and what the tiling
+costs. The conv family's lowering (`vdla.compiler.targets.vdla.conv`) reads all three.
+
+* `Conv2dLayer` (``qconv2d``, and ``qdense`` as a 1x1 convolution over a 1x1 image: the
+  back half lowers a dense layer exactly as that convolution) with its `ConvEpilogue`;
+  `conv2d_layer(node, graph, config)` makes both and raises ValueError, naming the node,
+  for what the back half cannot run. A grouped or depthwise layer's block structure
+  comes from `vdla.compiler.targets.vdla.grouped`;
+* `conv2d_workload`: what a convolution's cycles depend on, the tuner's records key, and
+  `alu_passes`, the epilogue's passes as the timing model counts them (for the graph
+  estimate and the tuning task alike);
+* `Conv2dSchedule(tile_h, tile_w, tile_ci, tile_co, oc_nthread, h_nthread)`: the tiling,
+  and whether it fits the config's buffers (`needs`, `overflows`, `fits`, `check`, which
+  names every buffer it overflows and by how much), with the buffer regions and the
+  micro-op count it implies (`conv_uop_count`);
+* the timing model: `estimate_conv2d(layer, schedule, config)` predicts the cycles of the
+  program that `lower_conv2d` emits, from the work each module does and how the virtual
+  threads let it overlap. It is not cycle-accurate (the Verilator backend is); it ranks
+  schedules, which is what the default chooser (`choose_conv2d`, over `schedule_space`)
+  and the tuner's pre-screening need, and it explains a layer's time (`Conv2dEstimate`
+  splits it into GEMM, epilogue, load and store). The hardware facts it rests on are
+  `vdla.compiler.targets.vdla.common`'s.
+
+How the modules overlap (see `vdla.compiler.targets.vdla.conv` for the program): with one
+virtual thread a chunk's loads and its GEMM alternate (the next loads overwrite what the
+GEMM reads), and only the next tile's first loads overlap the epilogue and stores; with
+two, one thread's loads run during the other's GEMM, so a chunk pair takes the longer of
+the two, and epilogues and stores hide behind the other thread's work.
+
+Why this module is long: the layer, its schedule and its timing model are read together
+(the schedule's fit counts the layer's buffers and micro-ops; the chooser ranks the
+tilings the schedule admits with the model), and the conv family is two modules, this
+one and `conv`, so that lowering one convolution enters three modules of the target with
+`common` (tests/compiler/targets/vdla/test_structure.py checks it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+
+import numpy as np
+
+from vdla.compiler.ir.graph import Graph
+from vdla.compiler.ir.layout import parse_layout
+from vdla.compiler.ir.ops import conv_output_size
+from vdla.compiler.ir.tensor import Node
+from vdla.compiler.targets.vdla.common import (BYTES_PER_CYCLE, DMA_CYCLES, INSN_CYCLES,
+                                               ITER_MAX, PAD_MAX, AluStep, ceil_div,
+                                               check_alu_ops, check_tile_sizes,
+                                               overflow_detail, requant_steps,
+                                               tile_candidates, tile_split, window_cols,
+                                               window_rows)
+from vdla.compiler.targets.vdla.grouped import group_spans
+from vdla.config import AluOp, HardwareConfig
+
+__all__ = ["Conv2dEstimate", "Conv2dLayer", "Conv2dSchedule", "ConvEpilogue", "acc_region",
+           "alu_passes", "choose_conv2d", "chunk_sizes", "co_starts", "conv2d_layer",
+           "conv2d_workload", "conv_uop_count", "estimate_conv2d", "inp_blocks", "inp_chunk",
+           "residual_inp", "residual_ratio", "schedule_space"]
+
+
+# --- the layer ------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class ConvEpilogue:
+    """The ALU work after the GEMMs: `main` on the conv tile, `residual` on the residual
+    tile (then ADDed), then a MAX/MIN clamp. `rows` (R, padded O) int32 are the vector
+    operands. Row `bias_row` (if any) holds the requantization's rounding constant when it
+    is folded into the bias; the host adds the bias to it when it packs the rows."""
+
+    main: tuple[AluStep, ...]
+    residual: tuple[AluStep, ...] | None
+    out_min: int
+    out_max: int
+    rows: np.ndarray
+    bias_row: int | None
+
+
+def _plan_epilogue(node: Node, channels: int, padded: int, has_residual: bool,
+                   has_bias: bool, config: HardwareConfig) -> ConvEpilogue:
+    a = node.attrs
+    rows: list[np.ndarray] = []
+    main, fold = requant_steps(node, a["multiplier"], a["shift"], channels, padded, rows,
+                                fold=a["multiplier"] is None)
+    # The bias (plus the folded rounding constant) is one vector ADD before the rest.
+    bias_row = None
+    if has_bias or fold is not None:
+        bias_row = len(rows)
+        rows.append(fold if fold is not None else np.zeros(padded, np.int64))
+        main = [AluStep(AluOp.ADD, row=bias_row)] + main
+    residual = None
+    if has_residual:
+        residual, _ = requant_steps(node, a["residual_multiplier"], a["residual_shift"],
+                                     channels, padded, rows, fold=False)
+    lo, hi = int(a["out_min"]), int(a["out_max"])
+    if not -128 <= lo <= hi <= 127:
+        raise ValueError(f"qconv2d node {node.name!r}: out_min {lo} and out_max {hi} must "
+                         "satisfy -128 <= out_min <= out_max <= 127")
+    check_alu_ops(node, main + (residual or []), config)
+    table = (np.stack(rows) if rows else np.zeros((0, padded), np.int64)).astype(np.int32)
+    return ConvEpilogue(tuple(main), tuple(residual) if residual is not None else None, lo, hi,
+                     table, bias_row)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Conv2dLayer:
+    """A conv2d workload as the back half sees it: plain sizes (N, C, H, W, O, kernel),
+    strides and pads (top, left, bottom, right), and the block counts of batch, input and
+    output channels once padded to the config's batch, block_in and block_out.
+    `const_rows`: per-channel constant rows the epilogue keeps in the acc buffer.
+    `groups`, `spans`, `diagonal`: a grouped convolution's block structure
+    (`group_spans`); a plain one has a single span over every block.
+    `residual_ratio`: how the int8 residual reaches the accumulators: ``block_out /
+    block_in`` input blocks per output block, widened by identity-weight GEMMs (the
+    residual stays int8 in DRAM, in the input layout); 0 when block_out is not a
+    multiple of block_in, where the host widens it to int32 for a LOAD ACC."""
+
+    n: int
+    c: int
+    h: int
+    w: int
+    o: int
+    kernel_h: int
+    kernel_w: int
+    stride_h: int = 1
+    stride_w: int = 1
+    pads: tuple[int, int, int, int] = (0, 0, 0, 0)
+    batch_blocks: int
+    in_blocks: int
+    out_blocks: int
+    has_residual: bool = False
+    const_rows: int = 0
+    dense: bool = False
+    groups: int = 1
+    spans: tuple[tuple[int, int, int, int], ...] = ()
+    diagonal: bool = False
+    residual_ratio: int = 0
+
+    def __post_init__(self):
+        if not self.spans:
+            object.__setattr__(self, "spans", ((0, self.out_blocks, 0, self.in_blocks),))
+        if self.diagonal and any(ob != cb or on != cn for ob, on, cb, cn in self.spans):
+            raise ValueError(f"a diagonal conv2d layer pairs output block k with input "
+                             f"block k; its spans {self.spans} do not")
+        top, left, bottom, right = self.pads
+        if any(not 0 <= p <= PAD_MAX for p in self.pads):
+            raise ValueError(f"conv2d pads {self.pads} must each be 0..{PAD_MAX}: the LOAD's "
+                             "padding fields have 4 bits")
+        # A pad as large as the kernel makes output rows/columns that see only padding;
+        # their input tile would be empty, which a LOAD cannot express.
+        if max(top, bottom) >= self.kernel_h or max(left, right) >= self.kernel_w:
+            raise ValueError(f"conv2d pads {self.pads} must be smaller than the kernel "
+                             f"({self.kernel_h}x{self.kernel_w}): an output that sees only "
+                             "padding is not supported")
+        if self.out_h < 1 or self.out_w < 1:
+            raise ValueError(f"conv2d of a {self.h}x{self.w} image with a {self.kernel_h}x"
+                             f"{self.kernel_w} kernel and pads {self.pads} has no output")
+
+    @classmethod
+    def from_node(cls, node: Node, graph: Graph, config: HardwareConfig) -> "Conv2dLayer":
+        return conv2d_layer(node, graph, config)[0]
+
+    @property
+    def out_h(self) -> int:
+        return conv_output_size(self.h, self.kernel_h, self.stride_h, self.pads[0], self.pads[2])
+
+    @property
+    def out_w(self) -> int:
+        return conv_output_size(self.w, self.kernel_w, self.stride_w, self.pads[1], self.pads[3])
+
+    @property
+    def macs(self) -> int:
+        """Useful multiply-accumulates: the layer's own sizes, without block padding
+        (a grouped convolution's output channel sees C / groups input channels)."""
+        return (self.n * self.out_h * self.out_w * self.o * (self.c // self.groups)
+                * self.kernel_h * self.kernel_w)
+
+    @property
+    def weight_blocks(self) -> int:
+        """Weight blocks (block_out x block_in, per kernel tap) the GEMM core reads: one
+        per (output block, input block) of every span; one per output block of a
+        diagonal layer."""
+        return sum(on * (1 if self.diagonal else cn) for _, on, _, cn in self.spans)
+
+    @property
+    def span_out(self) -> int:
+        """The most output blocks of one span: output-channel tiles never cross spans."""
+        return max(on for _, on, _, _ in self.spans)
+
+    @property
+    def span_in(self) -> int:
+        """The most input blocks one GEMM chunk can take (1 for a diagonal layer, whose
+        output block k reads only input block k)."""
+        return 1 if self.diagonal else max(cn for _, _, _, cn in self.spans)
+
+    @property
+    def gemm_uops(self) -> int:
+        """GEMM micro-ops of the whole layer: one per (batch block, output position,
+        weight block, kernel tap), whatever the tiling."""
+        return (self.batch_blocks * self.out_h * self.out_w * self.weight_blocks
+                * self.kernel_h * self.kernel_w)
+
+    @property
+    def residual_uops(self) -> int:
+        """GEMM micro-ops that widen the int8 residual: `residual_ratio` per output
+        entry."""
+        return (self.batch_blocks * self.out_blocks * self.out_h * self.out_w
+                * self.residual_ratio)
+
+    def co_tiles(self, tile_co: int) -> list[tuple[int, int, tuple[int, int, int, int]]]:
+        """The output-channel tiles: (first block, blocks, span) for tiles of at most
+        `tile_co` blocks, each inside one span."""
+        tiles = []
+        for span in self.spans:
+            ob, on = span[0], span[1]
+            tiles += [(ob0, min(tile_co, ob + on - ob0), span)
+                      for ob0 in range(ob, ob + on, tile_co)]
+        return tiles
+
+
+def conv2d_layer(node: Node, graph: Graph,
+                 config: HardwareConfig) -> tuple[Conv2dLayer, ConvEpilogue]:
+    """The layer and epilogue of a ``qconv2d``/``qdense`` node; ValueError naming the
+    node for what the back half cannot run (groups, dilation, packed layouts, pads, a
+    multiplier without MUL, clamp bounds outside int8)."""
+    if node.op not in ("qconv2d", "qdense"):
+        raise ValueError(f"lower_conv2d lowers qconv2d and qdense nodes, not {node.name!r} "
+                         f"({node.op})")
+    a = node.attrs
+    if node.op == "qdense":
+        return _dense_layer_and_epilogue(node, graph, config)
+    for key, plain in (("data_layout", "NCHW"), ("kernel_layout", "OIHW"), ("out_layout", "NCHW")):
+        if parse_layout(a[key]).name != plain:
+            raise ValueError(f"qconv2d node {node.name!r}: {key} {a[key]!r} is not supported "
+                             f"yet; lower_conv2d takes the plain {plain} node and packs itself")
+    if tuple(a["dilations"]) != (1, 1):
+        raise ValueError(f"qconv2d node {node.name!r}: dilations={tuple(a['dilations'])} is "
+                         "not supported; only (1, 1)")
+    n, c, h, w = graph.tensors[node.inputs[0]].shape
+    o, i, kh, kw = graph.tensors[node.inputs[1]].shape
+    has_residual = bool(node.input(3))
+    padded_o = ceil_div(o, config.block_out) * config.block_out
+    epilogue = _plan_epilogue(node, o, padded_o, has_residual, bool(node.input(2)), config)
+    groups = int(a["groups"])
+    # A plain convolution is one span over every block (the layer's default).
+    spans, diagonal = group_spans(c, o, groups, config) if groups != 1 else ((), False)
+    layer = Conv2dLayer(n=n, c=c, h=h, w=w, o=o, kernel_h=kh, kernel_w=kw,
+                        stride_h=int(a["strides"][0]), stride_w=int(a["strides"][1]),
+                        pads=tuple(int(p) for p in a["pads"]),
+                        batch_blocks=ceil_div(n, config.batch),
+                        in_blocks=ceil_div(c, config.block_in),
+                        out_blocks=ceil_div(o, config.block_out),
+                        has_residual=has_residual, const_rows=len(epilogue.rows),
+                        groups=groups, spans=spans if groups > 1 else (), diagonal=diagonal,
+                        residual_ratio=residual_ratio(has_residual, config))
+    return layer, epilogue
+
+
+def residual_ratio(has_residual: bool, config: HardwareConfig) -> int:
+    """`Conv2dLayer.residual_ratio` for `config`: input blocks per output block when the
+    GEMM core can widen the int8 residual (identity weights map whole input blocks into an
+    output block), else 0."""
+    if not has_residual or config.block_out % config.block_in:
+        return 0
+    return config.block_out // config.block_in
+
+
+def conv2d_workload(node: Node, graph: Graph, config: HardwareConfig) -> dict:
+    """What the cycles of a lowered ``qconv2d``/``qdense`` node depend on, as plain JSON
+    values: the `Conv2dLayer` fields and the ALU passes of its epilogue (each step's op and
+    whether its operand is an immediate or a constant row). Two nodes with the same
+    workload have the same schedule space and the same cycles per schedule, so the tuner
+    keys its records on this. The clamp's bounds are not part of it: MAX and MIN run
+    whatever they are (the out buffer narrows by truncation). Raises ValueError as
+    `lower_conv2d` does."""
+    layer, epi = conv2d_layer(node, graph, config)
+
+    def steps(seq):
+        return None if seq is None else [
+            f"{s.op.name}:{'row' if s.row is not None else 'imm'}" for s in seq]
+
+    fields = dataclasses.asdict(layer)
+    fields["pads"] = list(layer.pads)
+    if layer.groups == 1:   # records written before grouped convolutions keep their key
+        for key in ("groups", "spans", "diagonal"):
+            del fields[key]
+    if not layer.has_residual:
+        del fields["residual_ratio"]
+    else:
+        fields["spans"] = [list(span) for span in layer.spans]
+    return {"op": node.op, **fields, "epilogue": steps(epi.main),
+            "residual_epilogue": steps(epi.residual)}
+
+
+def _dense_layer_and_epilogue(node: Node, graph: Graph,
+                              config: HardwareConfig) -> tuple[Conv2dLayer, ConvEpilogue]:
+    """A qdense node is a 1x1 convolution over a 1x1 image: (N, C) x (O, C)."""
+    a = node.attrs
+    for key, plain in (("data_layout", "NC"), ("kernel_layout", "OI"), ("out_layout", "NC")):
+        if parse_layout(a[key]).name != plain:
+            raise ValueError(f"qdense node {node.name!r}: {key} {a[key]!r} is not supported "
+                             f"yet; lower_conv2d takes the plain {plain} node and packs itself")
+    n, c = graph.tensors[node.inputs[0]].shape
+    o, _ = graph.tensors[node.inputs[1]].shape
+    has_residual = bool(node.input(3))
+    padded_o = ceil_div(o, config.block_out) * config.block_out
+    epilogue = _plan_epilogue(node, o, padded_o, has_residual, bool(node.input(2)), config)
+    layer = Conv2dLayer(n=n, c=c, h=1, w=1, o=o, kernel_h=1, kernel_w=1,
+                        batch_blocks=ceil_div(n, config.batch),
+                        in_blocks=ceil_div(c, config.block_in),
+                        out_blocks=ceil_div(o, config.block_out),
+                        has_residual=has_residual, const_rows=len(epilogue.rows), dense=True,
+                        residual_ratio=residual_ratio(has_residual, config))
+    return layer, epilogue
+
+
+def alu_passes(workload: dict) -> tuple[int, int]:
+    """(passes with an immediate, passes with a vector operand) of the main epilogue,
+    the clamp's MAX and MIN included (as `estimate_conv2d` counts them)."""
+    steps = workload["epilogue"]
+    vec = sum(s.endswith(":row") for s in steps)
+    return len(steps) - vec + 2, vec
+
+
+# --- the schedule ---------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Conv2dSchedule:
+    """Tiling of a conv2d: output rows, output columns, input-channel blocks and
+    output-channel blocks per tile. Tiles larger than the layer are clamped to it.
+
+    `oc_nthread` / `h_nthread` (1 or 2, at most one of them 2): virtual threads over
+    output-channel tiles / output-row tiles. With 2, the inp, wgt and acc (and out)
+    buffers are split into one region per thread (ping-pong), the tiles alternate
+    between the threads, and their instruction streams are interleaved per input-channel
+    chunk so that one thread's loads run while the other computes and stores."""
+
+    tile_h: int
+    tile_w: int
+    tile_ci: int
+    tile_co: int
+    oc_nthread: int = 1
+    h_nthread: int = 1
+
+    def __post_init__(self):
+        check_tile_sizes(self, ("tile_h", "tile_w", "tile_ci", "tile_co"))
+        for name in ("oc_nthread", "h_nthread"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or value not in (1, 2):
+                raise ValueError(f"Conv2dSchedule.{name} must be 1 or 2, not {value!r}")
+        if self.oc_nthread == self.h_nthread == 2:
+            raise ValueError("Conv2dSchedule: oc_nthread and h_nthread cannot both be 2 "
+                             "(at most two virtual threads are supported)")
+
+    @property
+    def nthreads(self) -> int:
+        """Virtual threads: oc_nthread * h_nthread (1 or 2)."""
+        return self.oc_nthread * self.h_nthread
+
+    def clamped(self, layer: Conv2dLayer) -> "Conv2dSchedule":
+        # A tile's channels stay inside one span (one group's block range).
+        return Conv2dSchedule(min(self.tile_h, layer.out_h), min(self.tile_w, layer.out_w),
+                              min(self.tile_ci, layer.span_in),
+                              min(self.tile_co, layer.span_out), self.oc_nthread,
+                              self.h_nthread)
+
+    def needs(self, layer: Conv2dLayer, config: HardwareConfig) -> dict[str, tuple[int, int]]:
+        """Elements each buffer needs for this tiling (all virtual threads' regions
+        together), and its depth: {name: (need, depth)}."""
+        s = self.clamped(layer)
+        t = s.nthreads
+        tile = s.tile_h * s.tile_w * s.tile_co
+        region = acc_region(layer, s)
+        return {
+            "inp": (t * (inp_blocks(layer, s) * inp_chunk(layer, s)
+                         + residual_inp(layer, s)), config.inp_depth),
+            "wgt": (t * s.tile_co * s.tile_ci * layer.kernel_h * layer.kernel_w
+                    + layer.residual_ratio, config.wgt_depth),
+            "acc": (t * region + layer.const_rows * layer.out_blocks, config.acc_depth),
+            "out": ((t - 1) * region + tile, config.out_depth),
+            "uop": (conv_uop_count(layer, s), config.uop_depth),
+        }
+
+    def overflows(self, layer: Conv2dLayer, config: HardwareConfig) -> dict[str, tuple[int, int]]:
+        """The limits this tiling exceeds: {buffer or "iter": (need, limit)}; empty when
+        it fits. "iter" is the GEMM loop count of a tile (tile_h * tile_w)."""
+        s = self.clamped(layer)
+        over = {k: v for k, v in self.needs(layer, config).items() if v[0] > v[1]}
+        if s.tile_h * s.tile_w > ITER_MAX:
+            over["iter"] = (s.tile_h * s.tile_w, ITER_MAX)
+        return over
+
+    def uneven_chunks(self, layer: Conv2dLayer) -> set[int] | None:
+        """The differing input-channel chunk counts of the layer's output-channel tiles
+        when this schedule has two virtual threads, else None. The threads' instruction
+        streams interleave chunk by chunk, and a thread with more chunks than the other
+        would push its WAR tokens out of queue order; only a grouped layer whose groups
+        straddle blocks has spans of different widths."""
+        if self.nthreads == 1 or layer.diagonal:
+            return None
+        tci = min(self.tile_ci, layer.span_in)
+        counts = {-(-cn // min(tci, cn)) for _, _, _, cn in layer.spans}
+        return counts if len(counts) > 1 else None
+
+    def fits(self, layer: Conv2dLayer, config: HardwareConfig) -> bool:
+        """Whether `check` would pass."""
+        return not self.overflows(layer, config) and not self.uneven_chunks(layer)
+
+    def check(self, layer: Conv2dLayer, config: HardwareConfig):
+        """Raise ValueError naming every buffer this tiling overflows, and by how much
+        (and for two virtual threads over tiles with different chunk counts)."""
+        s = self.clamped(layer)
+        uneven = self.uneven_chunks(layer)
+        if uneven:
+            raise ValueError(f"conv2d schedule {self}: two virtual threads need every "
+                             f"output-channel tile to take the same number of input-channel "
+                             f"chunks; this grouped layer's spans {list(layer.spans)} take "
+                             f"{sorted(uneven)} chunks of {s.tile_ci} blocks (use one "
+                             "thread, or a tile_ci that divides them evenly)")
+        over = self.overflows(layer, config)
+        if over:
+            detail = overflow_detail(over)
+            threads = (f" with {s.nthreads} virtual threads (one buffer region each)"
+                       if s.nthreads > 1 else "")
+            raise ValueError(f"conv2d schedule {self} does not fit config {config.name}"
+                             f"{threads}: {detail}")
+
+
+def acc_region(layer: Conv2dLayer, s) -> int:
+    """acc (and out) elements of one virtual thread: its tile, and its residual tile."""
+    return s.tile_h * s.tile_w * s.tile_co * (2 if layer.has_residual else 1)
+
+
+def inp_blocks(layer: Conv2dLayer, s) -> int:
+    """Input-channel blocks of one thread's input tile: a chunk of `tile_ci`, or for a
+    diagonal (depthwise) layer the `tile_co` blocks its output blocks read."""
+    return s.tile_co if layer.diagonal else s.tile_ci
+
+
+def chunk_sizes(layer: Conv2dLayer, s) -> set[int]:
+    """The input-channel chunk sizes of the layer's GEMM kernels (full and edge chunks
+    of every span; 1 for a diagonal layer, whose kernels read one block per output
+    block)."""
+    if layer.diagonal:
+        return {1}
+    sizes = set()
+    for _, _, _, cn in layer.spans:
+        tci = min(s.tile_ci, cn)
+        sizes |= {tci, cn % tci or tci}
+    return sizes
+
+
+def co_starts(layer: Conv2dLayer, s) -> list[int]:
+    """The first output block of every output-channel tile."""
+    return [ob0 for ob0, _, _ in layer.co_tiles(s.tile_co)]
+
+
+def residual_inp(layer: Conv2dLayer, s) -> int:
+    """inp elements of one thread's int8 residual tile (0 without one, or when the host
+    widens it): `residual_ratio` input blocks per output block of a full tile."""
+    return layer.residual_ratio * s.tile_co * s.tile_h * s.tile_w
+
+
+def inp_chunk(layer: Conv2dLayer, s) -> int:
+    """inp elements between consecutive channel blocks of an input tile (a full tile's
+    padded window, so edge tiles keep the same micro-ops' channel offsets)."""
+    return window_rows(layer, s.tile_h) * window_cols(layer, s.tile_w)
+
+
+def conv_uop_count(layer: Conv2dLayer, s) -> int:
+    """len(conv_uop_table(layer, s).uops), without building it."""
+    widths = {s.tile_w, layer.out_w % s.tile_w or s.tile_w}
+    cis = chunk_sizes(layer, s)
+    gemm = sum(w * ci for w in widths for ci in cis) * layer.kernel_h * layer.kernel_w
+    alu = 2 + (2 if layer.has_residual else 0) + layer.const_rows * len(co_starts(layer, s))
+    alu += 1 + layer.residual_ratio if layer.residual_ratio else 0   # reset, widening
+    return s.nthreads * (gemm + alu)
+
+
+# --- the timing model and the default schedule ----------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Conv2dEstimate:
+    """Predicted cycles of a lowered conv2d and the work behind them (module-busy cycles
+    summed over the layer): `gemm` (useful GEMM micro-ops), `epilogue` (reset, ALU
+    passes, residual loads and instruction overheads on the compute module), `load` and
+    `store` (DMA cycles of the load and store modules)."""
+
+    cycles: int
+    gemm: int
+    epilogue: int
+    load: int
+    store: int
+
+    @property
+    def compute(self) -> int:
+        return self.gemm + self.epilogue
+
+
+def _channel_tilings(layer: Conv2dLayer, s: Conv2dSchedule) -> tuple[list, int, bool]:
+    """How clamped schedule `s` cuts `layer`'s channels, as `estimate_conv2d` counts
+    them: (tilings, output-channel tiles, weight reuse). `tilings` lists the
+    output-channel tiles (tco, count) and their input-channel chunks (blocks per output
+    block, count), per span of a grouped layer (one span otherwise)."""
+    tilings = []
+    for _, on, _, cn in layer.spans:
+        chunks = [(1, 1)] if layer.diagonal else tile_split(cn, min(s.tile_ci, cn))
+        tilings += [(tco, nco, chunks) for tco, nco in tile_split(on, s.tile_co)]
+    n_chunks = max(sum(n for _, n in chunks) for _, _, chunks in tilings)
+    co_tiles = sum(nco for _, nco, _ in tilings)
+    # Weights are loaded again for every tile, except with a single input-channel chunk
+    # when a thread's next tile uses the same output-channel blocks (see the emitter's
+    # `load_chunk` in `vdla.compiler.targets.vdla.conv`).
+    if n_chunks > 1:
+        weight_reuse = False
+    elif s.oc_nthread > 1:
+        weight_reuse = co_tiles <= 2
+    else:
+        weight_reuse = True
+    return tilings, co_tiles, weight_reuse
+
+
+def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: HardwareConfig, *,
+                    alu_passes: tuple[int, int] | None = None,
+                    bytes_per_cycle: float = BYTES_PER_CYCLE) -> Conv2dEstimate:
+    """Predict the cycles of `layer` lowered with `schedule` on `config`.
+
+    `alu_passes` = (passes with an immediate, passes with a vector operand) of the
+    epilogue over the conv tile; the default is what a requantized, clamped conv with a
+    bias needs (SHR, MAX, MIN; the bias ADD). The residual's passes are counted from
+    `layer.has_residual` (int8 loads widened on the GEMM core, or a LOAD ACC; a shift, an
+    ADD)."""
+    s = schedule.clamped(layer)
+    c = config
+    bw = float(bytes_per_cycle)
+    imm, vec = alu_passes if alu_passes is not None else (3, 1)
+    taps = layer.kernel_h * layer.kernel_w
+    threads = s.nthreads
+    tilings, co_tiles, weight_reuse = _channel_tilings(layer, s)
+    # Bytes of one buffer element (a whole batch x block vector or weight block).
+    inp_entry, wgt_entry = c.inp_elem_bytes, c.wgt_elem_bytes
+    acc_entry, out_entry = c.acc_elem_bytes, c.out_elem_bytes
+
+    gemm = epilogue = load = store = 0
+    serial = 0          # one thread: the time of the modules taking turns
+    paired = 0          # two threads: per chunk, the longer of loads and GEMMs
+    first_load = last_store = 0
+    for th, nh in tile_split(layer.out_h, s.tile_h):
+        rows = (th - 1) * layer.stride_h + layer.kernel_h
+        for tw, nw in tile_split(layer.out_w, s.tile_w):
+            cols = (tw - 1) * layer.stride_w + layer.kernel_w
+            plane = th * tw
+            for tco, nco, chunks in tilings:
+                m = nh * nw * nco * layer.batch_blocks
+                tile_load = tile_gemm = 0
+                chunk_pairs = 0
+                for tci, nci in chunks:
+                    # A diagonal tile loads one input block per output block.
+                    inp = (tco if layer.diagonal else tci) * rows * cols * inp_entry
+                    wgt = 0 if weight_reuse else tco * tci * taps * wgt_entry
+                    ld = (inp + wgt) / bw + DMA_CYCLES
+                    g = plane * tco * tci * taps + INSN_CYCLES
+                    tile_load += nci * ld
+                    tile_gemm += nci * g
+                    chunk_pairs += nci * max(ld, g)
+                entries = plane * tco
+                # The reset micro-op, then the ALU passes, per acc entry.
+                epi = entries * (1 + imm + 2 * vec) + 5 * INSN_CYCLES
+                ratio = layer.residual_ratio
+                if ratio:
+                    # The int8 residual tile comes with the first chunk's loads; the
+                    # compute module resets its acc tile, widens it (one identity GEMM
+                    # micro-op per input block), shifts it and ADDs it (a vector operand:
+                    # two cycles).
+                    res = entries * ratio * inp_entry / bw + tco * ratio * DMA_CYCLES / 4
+                    tile_load += res
+                    chunk_pairs += res
+                    epi += entries * (1 + ratio + 1 + 2) + 2 * INSN_CYCLES
+                elif layer.has_residual:
+                    # LOAD ACC of int32 residual entries (on the compute module), its
+                    # shift and the ADD (a vector operand: two cycles).
+                    epi += entries * (acc_entry / bw + 1 + 2) + tco * DMA_CYCLES
+                st = entries * out_entry / bw + tco * DMA_CYCLES / 4
+                tile_chunks = sum(n for _, n in chunks)
+                gemm += m * (tile_gemm - tile_chunks * INSN_CYCLES)
+                epilogue += m * (epi + tile_chunks * INSN_CYCLES)
+                load += m * tile_load
+                store += m * st
+                # The next tile's first loads overlap this tile's epilogue and stores
+                # (not after the last tile: added back below).
+                overlap = min(tile_load / tile_chunks, epi + st)
+                serial += m * (tile_load + tile_gemm + epi + st - overlap)
+                paired += m * (chunk_pairs + epi)
+                first_load = max(first_load, tile_load / tile_chunks)
+                last_store = max(last_store, st)
+    once = 0.0
+    if weight_reuse:
+        # Each thread loads the weights of its output-channel blocks once per batch block.
+        once = (layer.batch_blocks * layer.weight_blocks * taps * wgt_entry / bw
+                + co_tiles * DMA_CYCLES)
+        load += once
+        serial += once
+    if threads == 1:
+        cycles = serial + overlap
+    else:
+        # The busiest module bounds the time; chunk pairs add the waits of a thread whose
+        # loads take longer than the other's GEMM.
+        cycles = max(paired, load, store) + first_load + last_store
+        if weight_reuse:
+            # Both threads switch output-channel blocks at the same time (or start), and
+            # the first thread's new weights load while the compute module waits.
+            cycles += once / 2
+    return Conv2dEstimate(int(math.ceil(cycles)), int(gemm), int(epilogue), int(load),
+                          int(store))
+
+
+def schedule_space(layer: Conv2dLayer, config: HardwareConfig, *,
+                   threads: tuple[tuple[int, int], ...] = ((1, 1), (2, 1), (1, 2)),
+                   width_tiles: int | None = 4):
+    """Every schedule of `layer` that fits `config`: tile sizes that give distinct tile
+    counts, (oc_nthread, h_nthread) from `threads`; `width_tiles` limits the output-width
+    tilings tried to the widest few (full rows make the longest DMA rows)."""
+    for oc, hn in threads:
+        for tw in tile_candidates(layer.out_w, width_tiles):
+            for th in tile_candidates(layer.out_h):
+                if th * tw > ITER_MAX:
+                    continue
+                for tci in tile_candidates(layer.span_in):
+                    for tco in tile_candidates(layer.span_out):
+                        s = Conv2dSchedule(th, tw, tci, tco, oc, hn)
+                        if (oc == 2 and len(layer.co_tiles(tco)) < 2) or (
+                                hn == 2 and th >= layer.out_h):
+                            continue  # one tile along the threaded axis: nothing to overlap
+                        if s.fits(layer, config):
+                            yield s
+
+
+@functools.lru_cache(maxsize=256)
+def choose_conv2d(layer: Conv2dLayer, config: HardwareConfig, *,
+                  nthreads: int | None = None) -> Conv2dSchedule:
+    """The schedule of `layer` with the fewest estimated cycles (`estimate_conv2d`) among
+    `schedule_space`; `nthreads` (1 or 2) restricts the virtual threads. The widest few
+    output-width tilings are searched first (full rows make the longest DMA rows) and
+    every width only when none of those fits, so a schedule is found whenever the
+    smallest tiling fits. Raises ValueError when nothing fits (naming the buffers the
+    smallest tiles overflow)."""
+    options = {None: ((1, 1), (2, 1), (1, 2)), 1: ((1, 1),), 2: ((2, 1), (1, 2))}
+    if nthreads not in options:
+        raise ValueError(f"nthreads must be 1, 2 or None (either), not {nthreads!r}")
+    threads = options[nthreads]
+    best, best_cycles = None, None
+    for width_tiles in (4, None):
+        for s in schedule_space(layer, config, threads=threads, width_tiles=width_tiles):
+            cycles = estimate_conv2d(layer, s, config).cycles
+            # Ties go to fewer, larger tiles (fewer instructions).
+            key = (cycles, -s.tile_h * s.tile_w * s.tile_ci * s.tile_co)
+            if best is None or key < best_cycles:
+                best, best_cycles = s, key
+        if best is not None:
+            break
+    if best is None:
+        Conv2dSchedule(1, 1, 1, 1).check(layer, config)  # raises, naming the buffers
+        raise ValueError(f"conv2d layer {layer} has no schedule with {nthreads} virtual "
+                         f"threads that fits config {config.name}")
+    return best
+

@@ -1,0 +1,101 @@
+"""The vdla target's layout: one module per op family, so lowering one convolution reads
+in few modules (its family's and the shared kernel, `common`), and no function too long
+to read."""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import vdla
+import vdla.compiler.targets.vdla as vdla_target
+from gemm_graphs import conv_graph
+from vdla.compiler.frontend.workloads import RESNET18, workload_graph
+from vdla.compiler.targets.vdla import choose_conv2d, lower_conv2d
+
+FOLDER = Path(vdla_target.__file__).resolve().parent
+#: Modules of the target's folder that lowering one convolution may enter.
+MAX_MODULES = 3
+#: Lines a function of the target may have.
+MAX_FUNCTION_LINES = 120
+
+
+def modules_entered(fn, *args) -> set[str]:
+    """The modules of the target's folder (paths relative to it) whose code runs while
+    `fn(*args)` runs: every Python function called, traced with `sys.settrace` (whose
+    global trace function sees each call; returning None skips tracing its lines)."""
+    entered, seen = set(), {}
+
+    def trace(frame, event, arg):
+        name = frame.f_code.co_filename
+        if name not in seen:
+            path = Path(name)
+            seen[name] = (str(path.relative_to(FOLDER)) if path.is_absolute()
+                          and path.is_relative_to(FOLDER) else None)
+        if seen[name]:
+            entered.add(seen[name])
+        return None
+
+    previous = sys.gettrace()
+    sys.settrace(trace)
+    try:
+        fn(*args)
+    finally:
+        sys.settrace(previous)
+    return entered
+
+
+def resnet18_conv():
+    graph, _ = workload_graph(RESNET18["C11"])
+    return graph.node("conv"), graph
+
+
+def residual_conv():
+    graph, _ = conv_graph(np.random.default_rng(0), residual=True)
+    return graph.node("conv"), graph
+
+
+@pytest.mark.parametrize("config", [vdla.HardwareConfig(), vdla.HardwareConfig(block_out=32)],
+                         ids=["default", "block_out32"])
+@pytest.mark.parametrize("make", [resnet18_conv, residual_conv], ids=["resnet18_C11", "residual"])
+def test_lowering_a_conv_stays_in_its_family(make, config):
+    node, graph = make()
+    choose_conv2d.cache_clear()   # the default chooser and its timing model run too
+    entered = modules_entered(lower_conv2d, node, graph, config)
+    assert entered, "the tracer saw no module of the target"
+    assert len(entered) <= MAX_MODULES, (
+        f"lowering one conv walks {len(entered)} modules of the vdla target "
+        f"({', '.join(sorted(entered))}); at most {MAX_MODULES}: its op family's and "
+        "the shared kernel")
+
+
+def test_the_tracer_sees_every_module_entered():
+    """The walk test can fail: a call that goes through more modules is counted."""
+    node, graph = residual_conv()
+
+    def wider():
+        lower_conv2d(node, graph, vdla.HardwareConfig())
+        vdla_target.pool.pool2d_layer   # an attribute: no call, not counted
+        vdla_target.support.describe(node, graph, vdla.HardwareConfig())
+        vdla_target.placement.resident(vdla.HardwareConfig())
+
+    entered = modules_entered(wider)
+    assert {"support.py", "placement.py"} <= entered
+    assert len(entered) > MAX_MODULES
+
+
+def test_no_function_is_too_long():
+    long = []
+    for path in sorted(FOLDER.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    long.append(f"{path.relative_to(FOLDER)}:{node.lineno} {node.name} "
+                                f"({lines} lines)")
+    assert not long, (f"functions over {MAX_FUNCTION_LINES} lines (split them into named "
+                      "steps):\n" + "\n".join(long))
