@@ -20,6 +20,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 #: Lines a module may have before it must say in its docstring why it is not split.
 MAX_LINES = 600
+#: Lines a function of the compiler may have (longer: split it into named steps). The
+#: hardware's `elaborate` methods are left out: each describes one module's logic.
+MAX_FUNCTION_LINES = 120
 LONG_REASON = "Why this module is long"
 
 
@@ -197,6 +200,21 @@ def test_modules_are_small_or_say_why_not(name):
         assert LONG_REASON in doc, (f"{path.relative_to(ROOT)} has "
                                     f"{len(source.splitlines())} lines: split it along its "
                                     f"seams or say '{LONG_REASON}' in its docstring")
+
+
+def test_no_function_of_the_compiler_is_too_long():
+    long = []
+    for name, path in MODULES.items():
+        if not name.startswith("vdla.compiler"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} "
+                                f"({lines} lines)")
+    assert not long, (f"functions over {MAX_FUNCTION_LINES} lines (split them into named "
+                      "steps):\n" + "\n".join(long))
 
 
 def test_the_light_parts_do_not_load_amaranth():

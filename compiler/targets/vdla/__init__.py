@@ -9,7 +9,7 @@ The data flow through this folder, from `compile_model` to a program:
   (`placement`, with `channel_map` for concat and flatten views) and `compile_op` calls
   the family's lowering; sessions run the programs on a device. `tuning`: its tunable
   tasks (`ConvTask`); `estimate`: every op's cycles from the families' timing models,
-  without lowering.
+  without lowering; `command_line`: its options and report lines (`VdlaCommandLine`).
 * the op families, each holding its layer (a node as the accelerator sees it: sizes in
   blocks of the config, the ALU epilogue), its schedule (how a layer is tiled, whether
   a tiling fits the buffers), its timing model with the default chooser, and its

@@ -5,7 +5,6 @@ package data, and no function of the target is too long to read beside the C it 
 
 from __future__ import annotations
 
-import ast
 import subprocess
 import tomllib
 from pathlib import Path
@@ -25,9 +24,6 @@ CPU = Path(cfiles.__file__).parent
 ROOT = Path(__file__).resolve().parents[4]
 STATIC_C = sorted(p.name for p in (CPU / "c").glob("*.c"))
 TEMPLATES = sorted(p.name for p in (CPU / "c" / "templates").iterdir())
-#: Lines a function of the CPU target may have.
-MAX_FUNCTION_LINES = 120
-
 
 @pytest.fixture(scope="module")
 def cc() -> str:
@@ -132,13 +128,3 @@ def test_the_files_are_package_data():
     files = {path for path in (CPU / "c").rglob("*") if path.is_file()}
     assert files and not files - shipped, sorted(files - shipped)
 
-
-def test_no_function_is_too_long():
-    long = []
-    for path in sorted(CPU.glob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                lines = node.end_lineno - node.lineno + 1
-                if lines > MAX_FUNCTION_LINES:
-                    long.append(f"{path.name}: {node.name} ({lines} lines)")
-    assert not long, long
