@@ -10,6 +10,7 @@ makes one; the options are the target's own (the accelerator: ``config``, ``back
 
 from __future__ import annotations
 
+import functools
 import importlib
 from importlib.metadata import entry_points
 from typing import Callable
@@ -49,7 +50,10 @@ def unregister(name: str) -> None:
     del _REGISTERED[name]
 
 
+@functools.lru_cache(maxsize=1)
 def _entry_points() -> dict[str, str]:
+    """The installed ``vdla.targets`` entry points (read once per process: scanning the
+    installed distributions takes tens of milliseconds, and every command asks)."""
     return {ep.name: ep.value for ep in entry_points(group="vdla.targets")}
 
 
