@@ -250,12 +250,10 @@ class Target(abc.ABC):
                  log: Callable[[str], None] | None = None) -> "Target":
         """The target built from its command-line `options` (each of `cli_options` this
         command takes, by `TargetOption.dest`: the value given, or None) for a run at
-        `precision` (``int8``, ``float32``, ``float16``); `log` takes progress lines.
-        ValueError naming the option for a bad value, or a precision it does not run.
-        The default takes no options."""
-        target = cls()
-        target.check_precision(precision)
-        return target
+        `precision` (``int8``, ``float32``, ``float16``; the caller checks that the target
+        runs it, `check_precision`); `log` takes progress lines. ValueError naming the
+        option for a bad value. The default takes no options."""
+        return cls()
 
     @classmethod
     def unavailable(cls) -> str | None:

@@ -45,8 +45,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run the command `argv` names (default: the process's arguments) and return its exit
     status (see the module docstring; argparse exits with 2 itself)."""
+    with warnings.catch_warnings():       # restores the caller's display on return
+        warnings.showwarning = _show_warning
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     args = None
-    warnings.showwarning = _show_warning
     try:
         # Importing the commands is most of start-up: Ctrl-C there ends cleanly too.
         args = build_parser().parse_args(argv)

@@ -16,7 +16,7 @@ import time
 from vdla._fileio import atomic_write
 from vdla.cli.common import CliError, log, table, write_json
 from vdla.cli.target_args import (add_target_options, check_target_options, make_target,
-                                  target_factory)
+                                  target_factory, unavailable)
 from vdla.compiler import pipeline, targets
 
 __all__ = ["GROUPS", "add_parser", "run"]
@@ -74,7 +74,7 @@ def _targets(args) -> list:
                        f"available: {', '.join(targets.names())}")
     chosen, dropped = [], {}
     for name in names:
-        missing = getattr(target_factory(name), "unavailable", lambda: None)()
+        missing = unavailable(name)
         if missing is None:
             chosen.append(name)
         elif args.targets != ",".join(DEFAULT_TARGETS):

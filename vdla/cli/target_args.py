@@ -14,7 +14,8 @@ from typing import Callable
 from vdla.cli.common import CliError
 from vdla.compiler import targets
 
-__all__ = ["add_target_options", "check_target_options", "make_target", "target_factory"]
+__all__ = ["add_target_options", "check_target_options", "make_target", "target_factory",
+           "unavailable"]
 
 
 def target_factory(name: str):
@@ -23,6 +24,11 @@ def target_factory(name: str):
         return targets.factory(name)
     except ValueError as e:
         raise CliError(f"{e} (see `vdla targets`)") from None
+
+
+def unavailable(name: str) -> str | None:
+    """Why target `name` cannot run here (`Target.unavailable`), or None."""
+    return getattr(target_factory(name), "unavailable", lambda: None)()
 
 
 def _declared(command: str) -> dict[str, tuple]:
@@ -66,24 +72,22 @@ def check_target_options(args, chosen: list[str], command: str,
                        + (f" ({why})" if why else ""))
 
 
-def _misplaced(args, name: str, command: str) -> list[str]:
-    return [flag for flag, (option, owners) in _declared(command).items()
-            if getattr(args, option.dest, None) is not None and name not in owners]
-
-
 def make_target(name: str, args, command: str, *, precision: str = "int8",
                 log: Callable[[str], None] | None = None, strict: bool = True):
     """Target `name` built from its own options in `args` (the command's defaults for
-    those not given), for a run at `precision`. With `strict`, the options it does not
-    take are refused (``--sim applies to --target vdla, not to --target cpu``)."""
+    those not given), for a run at `precision` (ValueError for one it does not run). With
+    `strict`, the options it does not take are refused (``--sim applies to --target vdla,
+    not to --target cpu``)."""
     factory = target_factory(name)
-    missing = getattr(factory, "unavailable", lambda: None)()
+    missing = unavailable(name)
     if missing is not None:
         raise CliError(f"--target {name}: {missing}")
     if strict:
-        wrong = _misplaced(args, name, command)
+        declared = _declared(command)
+        wrong = [flag for flag, (option, owners) in declared.items()
+                 if getattr(args, option.dest, None) is not None and name not in owners]
         if wrong:
-            owners = sorted({o for flag in wrong for o in _declared(command)[flag][1]})
+            owners = sorted({o for flag in wrong for o in declared[flag][1]})
             raise CliError(f"{', '.join(wrong)} appl{'ies' if len(wrong) == 1 else 'y'} to "
                            f"--target {', '.join(owners)}, not to --target {name}")
     values = {}
@@ -92,8 +96,8 @@ def make_target(name: str, args, command: str, *, precision: str = "int8",
             given = getattr(args, option.dest, None)
             values[option.dest] = option.defaults.get(command) if given is None else given
     from_cli = getattr(factory, "from_cli", None)
-    if from_cli is None:      # a plain factory registered in code: no options of its own
-        target = targets.get(name)
-        target.check_precision(precision)
-        return target
-    return from_cli(values, precision=precision, log=log)
+    # (a plain factory registered in code has no options of its own)
+    target = targets.get(name) if from_cli is None else from_cli(values, precision=precision,
+                                                                  log=log)
+    target.check_precision(precision)
+    return target

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import textwrap
 
-from vdla.cli.target_args import add_target_options, make_target
+from vdla.cli.target_args import add_target_options, make_target, unavailable
 from vdla.compiler import targets
 
 __all__ = ["add_parser", "run"]
@@ -23,8 +23,7 @@ def add_parser(sub) -> None:
 
 
 def _describe(name: str, args) -> dict:
-    factory = targets.factory(name)
-    if getattr(factory, "unavailable", lambda: None)() is None:
+    if unavailable(name) is None:
         target = make_target(name, args, "targets", strict=False)
     else:           # still listed, as far as it can say without its extra
         target = targets.get(name)

@@ -121,7 +121,6 @@ class CpuTarget(Target):
         target = cls(threads=threads, isa=isa)
         if isa is not None:
             target.isa          # probes the compiler: ValueError for an ISA it lacks
-        target.check_precision(precision)
         return target
 
     def __init__(self, *, threads: int | None = None, isa: str | None = None, log=None):

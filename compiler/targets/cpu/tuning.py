@@ -162,12 +162,12 @@ class CpuTask(OneNodeTask):
                            schedule=schedule, threads=self.threads,
                            nonnegative=self.nonnegative)[0]
 
-    def compile(self, schedule, backend: str, log: Callable[[str], None] | None = None):
+    def compile(self, schedule, backend: str):
         """The kernel built into a library (cached by content hash: a schedule's build is
         shared by every model with that layer shape), its team started, its parameters
         and workspace aligned."""
         kernel = self.kernel(schedule)
-        lib = load(build_kernels([kernel], self._isa, log=log))
+        lib = load(build_kernels([kernel], self._isa))
         start_team(lib, self.threads)
         ws = aligned_empty(max(kernel.workspace(self.threads), 64))
         params = aligned_empty(max(kernel.params.size, 64))

@@ -59,9 +59,7 @@ class VdlaCommandLine:
             config = board.apply(config)
             if backend == "verilator":      # the board's memory, on the timed model
                 device_options["dram"] = board.dram_timing()
-        target = cls(config, backend=backend, board=board, **device_options)
-        target.check_precision(precision)
-        return target
+        return cls(config, backend=backend, board=board, **device_options)
 
     def describe_schedule(self, schedule: Mapping[str, Any]) -> str:
         """A convolution's ``h14 w56 ci4 co4`` (``oc2``/``ht2``: two virtual threads), a

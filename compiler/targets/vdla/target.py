@@ -467,9 +467,14 @@ class VdlaSession(TargetSession):
                     raise ValueError(f"{node.op} node {node.name!r}: input {name!r} lives in "
                                      "this session's DRAM; pass it as its DeviceValue")
             if lowered is None:     # a view: its output is already where its readers look
+                # No program: no cycles on a backend that counts them (the functional
+                # one counts none, and reports wall time like its other ops).
+                clocked = self.device.backend == "verilator"
                 return OpRun([DeviceValue(self, out) for out in node.outputs], 0, 0, 0,
-                             {"gemm_utilization": None, "view": True}, 0.0,
-                             f"cycles at {self.target.config.clock_mhz:g} MHz")
+                             {"gemm_utilization": None, "view": True},
+                             0.0 if clocked else None,
+                             f"cycles at {self.target.config.clock_mhz:g} MHz" if clocked
+                             else None)
             stats = self.device.run(self._placed[op.name].insn_addr,
                                     self._placed[op.name].insn_count)
             return self._op_run(op.kernel, stats, [DeviceValue(self, node.outputs[0])])

@@ -151,9 +151,7 @@ class Im2colTarget(Target):
         rows = options.get("chunk_rows")
         if rows is not None and rows < 1:
             raise ValueError(f"--chunk-rows must be a positive integer, not {rows}")
-        target = cls(256 if rows is None else rows)
-        target.check_precision(precision)
-        return target
+        return cls(256 if rows is None else rows)
 
     def options(self):
         return {"rows": self.rows}
