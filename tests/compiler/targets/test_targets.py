@@ -280,6 +280,14 @@ def test_the_tuner_tunes_a_task_of_the_new_target(tmp_path):
     assert schedules == {}       # C5 is not one of the digits CNN's layers
 
 
+def test_a_target_option_is_checked_when_declared():
+    with pytest.raises(ValueError, match="flag must look like --name, not 'threads'"):
+        TargetOption("threads", "no dashes")
+    with pytest.raises(ValueError, match="unknown command\\(s\\) sweep; known: run, compare"):
+        TargetOption("--rows", "a command that takes no target options", commands=("sweep",))
+    assert TargetOption("--chunk-rows", "ok").dest == "chunk_rows"
+
+
 def test_the_registry():
     assert targets.names()[:2] == ["vdla", "host"]
     with pytest.raises(ValueError, match="unknown target 'tpu'; available: vdla, host"):
