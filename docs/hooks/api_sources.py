@@ -33,6 +33,9 @@ def lay_out_tree() -> None:
             links[parts[1]] = ROOT / folder
     tree = TREE / "vdla"
     tree.mkdir(parents=True, exist_ok=True)
+    for stale in tree.iterdir():    # a module since removed or renamed would dangle
+        if stale.name not in links:
+            stale.unlink(missing_ok=True)
     for name, target in links.items():
         link = tree / name
         if link.is_symlink() and Path(os.readlink(link)) == target:
