@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 import vdla
+from vdla.cli import COMMANDS
 from vdla.isa import layouts_for
 from vdla.isa.registers import REGISTERS
 
@@ -120,8 +121,10 @@ def test_the_site_builds_strictly(tmp_path):
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, f"mkdocs build --strict failed:\n{result.stderr[-6000:]}"
     cli = (tmp_path / "site" / "cli" / "index.html").read_text()
-    # The generated reference is there, target options included.
-    assert "vdla run" in cli and "--precision" in cli and "--sim" in cli
+    # The generated reference is there: every command, target options included.
+    missing = [name for name in COMMANDS if f"<code>vdla {name}</code>" not in cli]
+    assert not missing, f"docs/cli.md's generated reference lacks {missing}"
+    assert "--precision" in cli and "--sim" in cli and "[vdla]" in cli
 
 
 def _table_after(heading: str, page: Path) -> list[list[str]]:
