@@ -10,11 +10,11 @@ Clocks are what the untested vendor scripts ask the processing system (or PLL) f
 The ECP5 board's is below the Fmax `vdla estimate --board ulx3s-85f` measures. The
 others are not timing results (vdla cannot run the vendors' timing analysis here):
 100 MHz on the 7-series parts, where the write stage's one-cycle ALU on the acc SRAM
-output makes it plausible (README, Hardware), and 125 and 150 MHz on the faster
+output makes it plausible (docs/hardware.md), and 125 and 150 MHz on the faster
 UltraScale+ -1 and -2 speed grades.
 
 Each default config fits its part: `python bench/boards.py` synthesises every one and
-prints its utilization (README, Boards).
+prints its utilization (docs/boards.md).
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ BOARDS = {board.name: board for board in (
         # yosys maps a memory with write lanes (the DMA fills wgt, inp and acc elements a
         # bus word at a time) into M10Ks two bits wide, since its M10K model has no byte
         # enables: 4-5x the blocks Quartus would use. The default is sized to fit even
-        # that count: 8x8 keeps the wgt element 512 bits wide (README, Boards).
+        # that count: 8x8 keeps the wgt element 512 bits wide (docs/boards.md).
         config=HardwareConfig(block_in=8, block_out=8, wgt_buff_size=64 * KiB,
                               acc_buff_size=32 * KiB),
         vendor={"clock_pin": "PIN_V11", "clock_pin_mhz": 50, "hps_ip": "altera_hps",

@@ -180,7 +180,7 @@ _PROGRESS_S = 20.0
 def _run(argv: list[str], cwd: Path, log_name: str, what: str,
          progress: Callable[[str], None] | None = None) -> None:
     """Run a YoWASP tool in `cwd` (relative file names only: YoWASP's WebAssembly sandbox
-    sees the working folder, not absolute paths such as /tmp; DESIGN.md, tool facts).
+    sees the working folder, not absolute paths such as /tmp; docs/tool-facts.md, yosys).
     With `progress`, the tool's phase lines are passed on while it runs."""
     log_path = cwd / log_name
     with open(log_path, "wb") as log:

@@ -14,7 +14,7 @@
   list of files.
 
 The vendor scripts are generated and their facts tested, but they have not been run on
-the vendors' tools or on hardware (README, Boards). Every file is written atomically.
+the vendors' tools or on hardware (docs/boards.md). Every file is written atomically.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
     model = ResourceModel.for_part("xc7z020clg400-1")
     model.predict(config)        # Resources(lut=..., ff=..., dsp=..., bram=...)
 
-A sweep cannot synthesize each point (minutes each; DESIGN.md, tool facts), so it
+A sweep cannot synthesize each point (minutes each; docs/tool-facts.md, yosys), so it
 predicts what ``vdla estimate`` (yosys) would count, from the structure `vdla.hw`
 generates for a `HardwareConfig`:
 

@@ -3,7 +3,7 @@
 `LoadDma` carries out the data movement of one LOAD instruction: ``y_size`` rows of
 ``x_size`` elements, ``x_stride`` elements apart in DRAM, written densely into an SRAM
 with ``y_pad_0/y_pad_1`` rows and ``x_pad_0/x_pad_1`` columns of zeros around them
-(DESIGN.md, ISA semantics). The load module uses one per INP and WGT, the compute module
+(docs/isa.md, LOAD and STORE). The load module uses one per INP and WGT, the compute module
 one per UOP and ACC.
 
 Two halves run at once: the *requester* turns rows into legal AXI bursts and issues them

@@ -4,7 +4,7 @@ Fetch reads ``insn_count`` 128-bit instructions from ``insn_addr`` in legal AXI 
 several outstanding, into a local buffer of bus words; assembles instructions from the
 words (a bus narrower than 128 bits gives an instruction every few beats, a wider one
 several per beat); and routes each, in program order, to the load, compute or store
-command queue (DESIGN.md: STORE -> store; LOAD of INP or WGT -> load; everything else,
+command queue (docs/isa.md, routing: STORE -> store; LOAD of INP or WGT -> load; everything else,
 LOAD of UOP or ACC, GEMM, ALU, FINISH, -> compute).
 
 The DRAM read channel is shared by every module. If fetch ever refused a read beat (say,

@@ -3,7 +3,7 @@
 A module takes the instruction at the head of its command queue, pops a token from each
 queue its ``pop_prev``/``pop_next`` flags name (waiting until all are there), executes,
 then pushes a token into each queue its ``push_prev``/``push_next`` flags name (waiting
-for room) and only then retires the instruction (DESIGN.md, ISA semantics).
+for room) and only then retires the instruction (docs/isa.md, dependency tokens).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 A STORE writes ``y_size`` rows of ``x_size`` out elements, read densely from the out
 SRAM at ``sram_base``, to DRAM element ``dram_base + y * x_stride`` (elements of
-``config.out_elem_bytes``; DESIGN.md, ISA semantics). Three parts run at once:
+``config.out_elem_bytes``; docs/isa.md, LOAD and STORE). Three parts run at once:
 
 * the *requester* turns rows into legal AXI write bursts (`dram_burst_len`) and issues
   their addresses (AW) ahead of the data, several outstanding;

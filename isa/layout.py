@@ -30,7 +30,7 @@ class FieldLayout:
         return ((1 << INSN_BITS) - 1) & ~self.used_mask
 
     def bit_ranges(self) -> dict[str, str]:
-        """``{"sram_base": "25:10", ...}`` as written in DESIGN.md's table."""
+        """``{"sram_base": "25:10", ...}``, as docs/isa.md's layout table writes them."""
         return {name: (f"{lsb + width - 1}:{lsb}" if width > 1 else f"{lsb}")
                 for name, (lsb, width) in self.fields.items()}
 

@@ -2,9 +2,9 @@
 
 This module is the one source of truth for the AXI4-Lite control window: the hardware
 (`vdla.hw.control.ControlRegisters`), the Verilog manifest, the Verilator harness, the
-board files, the README and the drivers all read it. It imports only the standard
-library, so host-side code (boards, simulators, drivers) can use the map without
-loading Amaranth.
+board files and the drivers all read it, and docs/isa.md ("Memory map") describes it (a
+test holds that page's table to `REGISTERS`). It imports only the standard library, so
+host-side code (boards, simulators, drivers) can use the map without loading Amaranth.
 
 Register map (32-bit registers, byte offsets in the ``2**CONTROL_ADDR_WIDTH``-byte
 control window):

@@ -152,7 +152,7 @@ class VerilatorDevice(Device):
 
     dram_size : bytes of DRAM (default 256 MiB, allocated lazily)
     dram : `vdla.sim.verilator.DramTiming` (default: 8 bytes per cycle each way, 32 cycles
-        of read latency, as DESIGN.md sets)
+        of read latency; docs/tool-facts.md, the simulated DRAM)
     max_cycles : the cycle budget of every `run` (the watchdog; default: a multiple of
         each program's estimated cycles, see `vdla.sim.validate`)
     waveform : write a VCD (or FST) waveform of every cycle of the session to this path

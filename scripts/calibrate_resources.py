@@ -3,7 +3,7 @@
 Usage: python scripts/calibrate_resources.py [--board pynq-z1] [--only NAME ...] [--list]
 
 The design-space sweep (`vdla.dse`) cannot call yosys per point (the default config takes
-4 to 14 minutes on two cores; DESIGN.md, tool facts), so it predicts LUT, FF, DSP and
+4 to 14 minutes on two cores; docs/tool-facts.md, yosys), so it predicts LUT, FF, DSP and
 BRAM with an analytical model of the generated hardware (`vdla.dse.resources`) whose
 per-family coefficients are fitted to real synthesis results. This script makes those
 results: it runs `vdla.boards.estimate.estimate` (the flow `vdla estimate` uses, cached in

@@ -53,13 +53,13 @@ def _unique_inverse(index: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarr
 class FunctionalSimulator:
     """Bit-exact simulator of one accelerator over a DRAM byte array.
 
+    The SRAMs keep their contents between runs, as on the hardware.
+
     Parameters
     ----------
     config : HardwareConfig
     dram : numpy.ndarray of uint8
         The DRAM the accelerator sees; shared with the caller (not copied).
-
-    The SRAMs keep their contents between runs, as on the hardware.
     """
 
     def __init__(self, config: HardwareConfig, dram: np.ndarray):

@@ -1,6 +1,6 @@
 """What every simulator of the accelerator agrees on before it runs anything: how the
 instruction stream is fetched from DRAM, which module each instruction goes to, and
-which token queues its dependency flags name (DESIGN.md, ISA semantics)."""
+which token queues its dependency flags name (docs/isa.md, routing and dependency tokens)."""
 
 from __future__ import annotations
 

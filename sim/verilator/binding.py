@@ -1,6 +1,6 @@
 """ctypes binding of the harness library: one `VerilatorModel` per simulated accelerator.
 
-In the spirit of pyverilator (which no longer runs here, see DESIGN.md), with two levels:
+In the spirit of pyverilator (which does not run here: docs/tool-facts.md), with two levels:
 
 - debugging: `peek`/`poke` any top-level port, `step` clock cycles, `ctrl_read` and
   `ctrl_write` the control registers over AXI4-Lite, `reset`;
@@ -10,8 +10,8 @@ In the spirit of pyverilator (which no longer runs here, see DESIGN.md), with tw
 The DRAM model behind the accelerator's AXI4 master answers reads `read_latency` cycles
 after their address, moves at most `bytes_per_cycle` bytes per cycle in each direction,
 and accepts up to `max_reads` read and `max_writes` write bursts outstanding
-(`DramTiming`; the defaults are DESIGN.md's: a 64-bit bus at the accelerator clock, as
-on PYNQ's HP ports, with 32 cycles of read latency).
+(`DramTiming`; the defaults model a 64-bit bus at the accelerator clock, as on PYNQ's HP
+ports, with 32 cycles of read latency: docs/tool-facts.md, the simulated DRAM).
 """
 
 from __future__ import annotations

@@ -220,8 +220,8 @@ def _verilator_args(waveform: str | None) -> list[str]:
     return args
 
 
-#: make variables of every build: -O3 for the model (DESIGN.md: ~1.6x faster than the
-#: default), and the precompiled-header flag the wheel's verilated.mk lacks.
+#: make variables of every build: -O3 for the model (~1.6x faster than the default;
+#: docs/tool-facts.md, Verilator), and the precompiled-header flag the wheel's verilated.mk lacks.
 def _make_vars() -> list[str]:
     return ["OPT_FAST=-O3", *VERILATOR_MAKE_VARS]
 

@@ -77,7 +77,7 @@ def test_format_parse_round_trip(insn):
 
 def test_example_assembles():
     assert assemble(EXAMPLE, DEFAULT) == EXAMPLE_INSNS
-    # The example's words, written out by hand from DESIGN.md's table.
+    # The example's words, written out by hand from docs/isa.md's layout table.
     assert encode_stream(assemble(EXAMPLE, DEFAULT), DEFAULT)[16:48] == (
         (0x0000000000000001_000200800020008A).to_bytes(16, "little")
         + (0xFFFEB00000000001_0002008000400104).to_bytes(16, "little"))

@@ -1,7 +1,7 @@
 """Binary encoding of instructions and micro-ops.
 
-The golden bit ranges below are copied from DESIGN.md's table (VTA 0.0.2's layout),
-independently of `vdla.isa.layout`.
+The golden bit ranges below are VTA 0.0.2's layout, as docs/isa.md's table gives it, written
+out independently of `vdla.isa.layout`.
 """
 
 import re
@@ -34,7 +34,7 @@ OPCODES = {"LOAD": 0, "STORE": 1, "GEMM": 2, "FINISH": 3, "ALU": 4}
 MEMORY_TYPES = {"UOP": 0, "WGT": 1, "INP": 2, "ACC": 3, "OUT": 4}
 ALU_OPS = {"MIN": 0, "MAX": 1, "ADD": 2, "SHR": 3, "MUL": 4}
 
-# (msb, lsb) of each field for the default config, from DESIGN.md.
+# (msb, lsb) of each field for the default config (docs/isa.md, layout for the default config).
 MEM_BITS = {"memory_type": (9, 7), "sram_base": (25, 10), "dram_base": (57, 26),
             "y_size": (79, 64), "x_size": (95, 80), "x_stride": (111, 96),
             "y_pad_0": (115, 112), "y_pad_1": (119, 116), "x_pad_0": (123, 120),

@@ -1,7 +1,7 @@
 """HardwareConfig: VTA's defaults, derived values, names, validation and JSON.
 
-Expected numbers are written out by hand from DESIGN.md and VTA's ``vta_config.json``;
-none is computed with the code under test.
+Expected numbers are written out by hand from docs/config.md, docs/isa.md and VTA's
+``vta_config.json``; none is computed with the code under test.
 """
 
 import dataclasses
@@ -160,7 +160,7 @@ def test_clock_is_not_part_of_the_name():
 
 
 def test_default_instruction_field_widths():
-    # The DESIGN.md table, widths only: GEMM's first 64-bit word uses 63 bits, its second 64.
+    # docs/isa.md's layout table, widths only: GEMM's first 64-bit word uses 63 bits, its second 64.
     widths = HardwareConfig().insn_field_widths()
     gemm_a, gemm_b = widths["GEMM"]
     assert dict(gemm_a) == {"opcode": 3, "pop_prev": 1, "pop_next": 1, "push_prev": 1,

@@ -45,7 +45,7 @@ def add_parser(sub) -> None:
                     "Verilator and yosys (--confirm).",
         epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("spec", metavar="SPEC", nargs="?",
-                   help="sweep spec TOML (see the README); flags below override it")
+                   help="sweep spec TOML (see docs/sweeps.md); flags below override it")
     p.add_argument("--board", metavar="NAME", help="board whose part bounds the resources")
     p.add_argument("--model", metavar="NAME[:WEIGHT]", action="append",
                    help="zoo model or .onnx path, with a weight; may be repeated")

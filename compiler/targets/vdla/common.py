@@ -73,8 +73,8 @@ INSN_CYCLES = 9
 #: Latency a DMA instruction adds when it cannot overlap the previous one (the DRAM
 #: model's 32-cycle read latency plus the DMA engine's own turnaround).
 DMA_CYCLES = 40
-#: The DRAM model's bandwidth in each direction, bytes per cycle (DESIGN.md's default,
-#: `vdla.sim.verilator.DramTiming.bytes_per_cycle`).
+#: The DRAM model's bandwidth in each direction, bytes per cycle (its default,
+#: `vdla.sim.verilator.DramTiming.bytes_per_cycle`; docs/tool-facts.md, the simulated DRAM).
 BYTES_PER_CYCLE = 8.0
 
 
