@@ -174,3 +174,29 @@ def test_tune_measures_each_points_convolutions_and_keeps_the_records(tmp_path, 
         # The default schedule is measured first, so tuning is never slower.
         assert point["objectives"]["cycles"] <= base[name]["objectives"]["cycles"]
         assert point["key"] != base[name]["key"]
+
+
+@pytest.mark.parametrize("spec_name, models, expected", [
+    (None, ["small_cnn"], "sweep-small_cnn-pynq-z1"),
+    (None, ["small_cnn", "nets/My Net.onnx"], "sweep-small_cnn+My_Net-pynq-z1"),
+    ("sweep", ["small_cnn"], "sweep-small_cnn-pynq-z1"),            # sweep.toml
+    ("sweep_resnet18_pynq", ["resnet18"], "sweep-resnet18_pynq-pynq-z1"),
+    ("sweep-small", ["small_cnn"], "sweep-small-pynq-z1"),
+    ("small-pynq-z1", ["small_cnn"], "sweep-small-pynq-z1"),
+])
+def test_the_default_output_folder_names_the_spec_or_models_and_the_board(
+        spec_name, models, expected):
+    from vdla.cli.sweep import _default_out
+    data = {"board": "pynq-z1", "models": models, "parameters": {"block_in": [16]}}
+    spec = SweepSpec.from_dict(data, **({"name": spec_name} if spec_name else {}))
+    assert str(_default_out(spec)) == expected
+
+
+def test_without_out_the_folder_is_named_after_the_models_and_board(tmp_path, capsys,
+                                                                    monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    status, stdout, err = sweep(capsys, "--board", "pynq-z1", "--model", "small_cnn",
+                                "--param", "block_in=16", "--no-plots", "--jobs", "1")
+    assert status == 0, err
+    assert [p.name for p in tmp_path.iterdir()] == ["sweep-small_cnn-pynq-z1"]
+    assert "wrote sweep-small_cnn-pynq-z1/front.md" in stdout

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import re
 import sys
 import time
 from pathlib import Path
@@ -73,7 +74,8 @@ def add_parser(sub) -> None:
                    help="evaluate on a Ray cluster: auto, local, or host:port (pip install "
                         "'vdla[ray]')")
     p.add_argument("--out", metavar="DIR",
-                   help="where reports go (default sweep-<spec name>)")
+                   help="where reports go, created if need be (default "
+                        "sweep-<spec name or models>-<board>)")
     p.add_argument("--store", metavar="DB",
                    help="results store, SQLite (default OUT/sweep.db); shared stores are safe")
     p.add_argument("--json", metavar="PATH", help="also write points and front as JSON here")
@@ -131,7 +133,7 @@ def run(args) -> int:
         raise CliError(f"--confirm must be 0 or more, not {args.confirm}")
 
     spec = _spec(args)
-    out = Path(args.out or f"sweep-{spec.name}")
+    out = Path(args.out) if args.out else _default_out(spec)
     store_path = Path(args.store) if args.store else out / "sweep.db"
     tune_records = str(out / "tune.db") if spec.tune else None
     evaluator = Evaluator(spec, tune_records=tune_records)   # checks board and models
@@ -183,6 +185,22 @@ def run(args) -> int:
     if written:
         print("wrote " + ", ".join(map(str, written)))
     return 0
+
+
+def _default_out(spec) -> Path:
+    """``sweep-<label>-<board>``: the label is the spec's name less a leading "sweep"
+    (``sweep_resnet18_pynq.toml`` must not give ``sweep-sweep_...``), or, when that leaves
+    nothing (flags only, or a file called sweep.toml), the models' names; the board is
+    added unless the label already ends with it."""
+    label = re.sub(r"^sweep(?:[-_.]+|$)", "", spec.name, flags=re.IGNORECASE)
+    if not label:
+        # An ONNX model by its file's stem: a path's folders would nest the output.
+        label = "+".join(Path(m.name).stem if m.name.endswith(".onnx") else m.name
+                         for m in spec.models)
+    label = re.sub(r"[^A-Za-z0-9._+-]+", "_", label).strip("_") or "models"
+    if not label.endswith(spec.board):
+        label = f"{label}-{spec.board}"
+    return Path(f"sweep-{label}")
 
 
 def _varied(spec) -> list[str]:
