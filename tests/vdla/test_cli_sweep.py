@@ -200,3 +200,24 @@ def test_without_out_the_folder_is_named_after_the_models_and_board(tmp_path, ca
     assert status == 0, err
     assert [p.name for p in tmp_path.iterdir()] == ["sweep-small_cnn-pynq-z1"]
     assert "wrote sweep-small_cnn-pynq-z1/front.md" in stdout
+
+
+@pytest.mark.parametrize("params", [
+    ["block_in=16"],                                   # one point
+    ["block_in=16", "acc_buff_size=128K"],             # nothing varies
+    ["acc_buff_size=64K,128K"],                        # one swept parameter
+])
+def test_a_sweep_of_one_point_or_one_parameter_reports_plots_and_writes_best(
+        tmp_path, capsys, params):
+    out, best = tmp_path / "o", tmp_path / "best.json"
+    status, stdout, err = sweep(capsys, "--board", "pynq-z1", "--model", "small_cnn",
+                                *(a for p in params for a in ("--param", p)), "--jobs", "1",
+                                "--out", out, "--best", best)
+    assert status == 0, err
+    for name in ("front.md", "sweep.json", "sweep.png", "sweep.svg", "report.html"):
+        assert (out / name).stat().st_size > 0, name
+    assert HardwareConfig.from_json(best).block_in == 16
+    # The table shows the parameters asked for even when none of them varies.
+    header = next(line for line in stdout.splitlines() if line.startswith("config"))
+    for p in params:
+        assert p.partition("=")[0] in header

@@ -161,7 +161,7 @@ def run(args) -> int:
             fronts = _front(records, spec)
     valid = [r for r in records if r["valid"]]
     fitting = [r for r in valid if violation(r, spec) <= 0]
-    params = _varied(spec)
+    params = _columns(spec)
     print(f"{len(records)} points ({result.reused} from the store), {len(valid)} valid, "
           f"{len(fitting)} within the constraints, {len(fronts)} on the Pareto front "
           f"of {', '.join(spec.objectives)}; {result.seconds:.1f} s")
@@ -204,8 +204,14 @@ def _default_out(spec) -> Path:
 
 
 def _varied(spec) -> list[str]:
-    """The parameters the sweep varies: the reports' columns."""
+    """The parameters the sweep varies (what the plots may be coloured by)."""
     return [p for p, values in spec.parameters.items() if len(values) > 1]
+
+
+def _columns(spec) -> list[str]:
+    """The reports' parameter columns: those the sweep varies, or, when none does (one
+    point), every parameter given, so the table still says what was asked for."""
+    return _varied(spec) or list(spec.parameters)
 
 
 def _front(records, spec):
@@ -275,8 +281,7 @@ def _progress():
 
 
 def _reports(records, front, spec, out, args, meta, evaluator):
-
-    params = _varied(spec)
+    params = _columns(spec)
     objectives = list(spec.objectives)
     written = []
     md = out / "front.md"
@@ -290,7 +295,9 @@ def _reports(records, front, spec, out, args, meta, evaluator):
         write_json(args.json, document)
         written.append(args.json)
     if not args.no_plots and any(r["valid"] for r in records):
-        color = report.most_important_parameter(records, params) if params else None
+        # Coloured by the parameter that matters most; with nothing varying, one colour.
+        varied = _varied(spec)
+        color = report.most_important_parameter(records, varied) if varied else None
         cap = evaluator.capacity
         part = {"name": evaluator.board.part.name, **{k: getattr(cap, k) for k in cap.KEYS}}
         plots = report.plot(records, front, out, color_by=color, part=part)
