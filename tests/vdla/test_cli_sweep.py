@@ -221,3 +221,27 @@ def test_a_sweep_of_one_point_or_one_parameter_reports_plots_and_writes_best(
     header = next(line for line in stdout.splitlines() if line.startswith("config"))
     for p in params:
         assert p.partition("=")[0] in header
+
+
+@pytest.mark.parametrize("param, message", [
+    ("alu_ops=MIN", "alu_ops = \"MIN\": HardwareConfig.alu_ops must be a collection of ALU "
+                    "operation names (MIN, MAX, ADD, SHR, MUL), not 'MIN'"),
+    ("acc_buff_size=-32K", "acc_buff_size = -32768: HardwareConfig.acc_buff_size must be a "
+                           "power of two from 1 to 67108864, not -32768"),
+])
+def test_a_bad_value_is_refused_before_anything_is_evaluated(tmp_path, capsys, param,
+                                                             message):
+    status, stdout, err = sweep(capsys, "--board", "pynq-z1", "--model", "small_cnn",
+                                "--param", "block_in=8,16", "--param", param,
+                                "--out", tmp_path / "o")
+    assert status == 1 and message in err, err
+    assert "evaluating" not in err and not (tmp_path / "o").exists()
+
+
+def test_a_misspelt_op_in_a_spec_file_is_refused(tmp_path, capsys):
+    path = tmp_path / "ops.toml"
+    path.write_text(SPEC + 'alu_ops = [["MIN", "MAX", "ADD", "SHR"], '
+                    '["MIN", "MAX", "ADD", "SHR", "MULT"]]\n')
+    status, _, err = sweep(capsys, path, "--out", tmp_path / "o")
+    assert status == 1 and "alu_ops has unknown operation 'MULT'" in err, err
+    assert not (tmp_path / "o").exists()
