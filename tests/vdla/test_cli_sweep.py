@@ -245,3 +245,19 @@ def test_a_misspelt_op_in_a_spec_file_is_refused(tmp_path, capsys):
     status, _, err = sweep(capsys, path, "--out", tmp_path / "o")
     assert status == 1 and "alu_ops has unknown operation 'MULT'" in err, err
     assert not (tmp_path / "o").exists()
+
+
+def test_progress_says_no_eta_until_points_are_evaluated(tmp_path, capsys):
+    from vdla.cli.sweep import _duration
+    assert _duration(0.2) == "1s" and _duration(59.5) == "1m00s" and _duration(61) == "1m01s"
+    args = ["--board", "pynq-z1", "--model", "small_cnn", "--param", "block_in=8,16",
+            "--param", "acc_buff_size=16K,32K,64K,128K", "--out", tmp_path / "o",
+            "--no-plots", "--jobs", "2"]
+    status, _, err = sweep(capsys, *args)
+    assert status == 0, err
+    lines = [line for line in err.splitlines() if "sweep [" in line]
+    assert "ETA" not in lines[0] and not any("ETA 0s" in line for line in lines)
+    # Answered from the store, points take no time: no rate to extrapolate from.
+    status, stdout, err = sweep(capsys, *args)
+    assert status == 0 and "8 points (8 from the store)" in stdout
+    assert "ETA" not in err

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import math
 import re
 import sys
 import time
@@ -253,7 +254,8 @@ def _pct(x):
 
 
 def _duration(seconds: float) -> str:
-    seconds = int(seconds)
+    # Rounded up: an ETA of a fraction of a second is "1s", never "0s" with work left.
+    seconds = math.ceil(seconds)
     return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
 
 
