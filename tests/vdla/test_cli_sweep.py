@@ -4,6 +4,8 @@ reports, resuming from the store, the best config as `--config`, and bad input."
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import pytest
 
@@ -261,3 +263,56 @@ def test_progress_says_no_eta_until_points_are_evaluated(tmp_path, capsys):
     status, stdout, err = sweep(capsys, *args)
     assert status == 0 and "8 points (8 from the store)" in stdout
     assert "ETA" not in err
+
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "sweep_small_cnn.toml"
+
+
+def test_the_example_spec_has_a_front_and_a_best_config(tmp_path, capsys):
+    out, best = tmp_path / "o", tmp_path / "best.json"
+    status, stdout, err = sweep(capsys, EXAMPLE, "--out", out, "--best", best, "--no-plots")
+    assert status == 0, err
+    assert "16 points (0 from the store)" in stdout and "no point on the front" not in stdout
+    spec = SweepSpec.from_toml(EXAMPLE)
+    config = HardwareConfig.from_json(best)
+    doc = json.loads((out / "sweep.json").read_text())
+    chosen = next(p for p in doc["points"] if p["config_name"] == config.name)
+    assert chosen["key"] in doc["front"] and chosen["fits"]
+    assert chosen["objectives"]["latency_ms"] <= spec.max_latency_ms
+    # A bound no point meets: every report is still written, and --best says which
+    # bound removed every point and how fast the fastest one is.
+    empty = tmp_path / "empty"
+    status, stdout, err = sweep(capsys, EXAMPLE, "--out", empty, "--store", out / "sweep.db",
+                                "--max-latency-ms", "0.3", "--best", tmp_path / "none.json",
+                                "--json", tmp_path / "s.json")
+    assert status == 1
+    why = re.search(r"no point meets max_latency_ms = 0.3; the fastest valid point that fits "
+                    r"the part, (\S+), takes ([\d.]+) ms", err)
+    assert why and why.group(1) == config.name, err
+    assert float(why.group(2)) == pytest.approx(chosen["objectives"]["latency_ms"], rel=1e-2)
+    assert "no point on the front: no point meets max_latency_ms = 0.3" in stdout
+    for name in ("front.md", "sweep.json", "sweep.png", "sweep.svg", "report.html"):
+        assert (empty / name).stat().st_size > 0, name
+    assert json.loads((tmp_path / "s.json").read_text())["front"] == []
+    assert not (tmp_path / "none.json").exists()
+
+
+def test_an_empty_front_names_the_constraint_that_emptied_it():
+    from vdla.cli.sweep import _why_no_front
+    spec = SweepSpec.from_toml(EXAMPLE)
+
+    def point(name, latency, lut):
+        return {"valid": True, "config_name": name, "objectives": {"latency_ms": latency},
+                "utilization": {"lut": lut, "ff": 0.1, "dsp": 0.5, "bram": 0.2}}
+
+    invalid = {"valid": False, "reason": "x"}
+    assert "none of the 2 point(s) is valid" in _why_no_front([invalid, invalid], spec, "p")
+    over = [point("a", 0.5, 1.3), point("b", 0.4, 1.1)]
+    assert _why_no_front(over, spec, "xc7z020") == (
+        "no valid point fits xc7z020 (constraint fits = true); the smallest, b, needs 110% "
+        "of its LUT")
+    slow = [point("a", 1.5, 0.9), point("b", 1.2, 1.1)]
+    assert "the fastest valid point that fits the part, a, takes 1.5 ms" in _why_no_front(
+        slow, spec, "p")
+    assert "the fastest valid point, b, takes 1.2 ms" in _why_no_front(
+        slow, spec.replace(fits=False), "p")

@@ -174,18 +174,55 @@ def run(args) -> int:
     meta = {"spec": spec.to_dict(), "store": str(store_path), "seconds": result.seconds,
             "reused": result.reused, "method": result.method,
             "resource_model": evaluator.resource_model.describe()}
+    empty = None if fronts else _why_no_front(records, spec, evaluator.board.part.name)
+    if empty:
+        print(f"no point on the front: {empty}")
+    # The reports are written whether or not there is a best config: an empty front is
+    # worth seeing (the table of invalid reasons, the plots of the points that were over).
     written = _reports(records, fronts, spec, out, args, meta, evaluator)
-    best = min(fronts, key=lambda r: r["objectives"]["latency_ms"]) if fronts else None
-    if args.best:
-        if best is None:
-            raise CliError("no point meets the constraints: no best config to write")
+    if args.best and fronts:
+        best = min(fronts, key=lambda r: r["objectives"]["latency_ms"])
         HardwareConfig.from_dict(best["config"]).to_json(args.best)
         written.append(args.best)
         print(f"best: {best['config_name']} ({best['objectives']['latency_ms']:.3g} ms) -> "
               f"{args.best}")
     if written:
         print("wrote " + ", ".join(map(str, written)))
+    if args.best and not fronts:
+        raise CliError(f"--best {args.best}: no best config to write, the front is empty: "
+                       f"{empty}")
     return 0
+
+
+def _why_no_front(records, spec, part: str) -> str:
+    """Why no point is on the front: which constraint removed every valid point, and
+    how far the nearest point is from it (what to relax it to)."""
+    valid = [r for r in records if r["valid"]]
+    if not valid:
+        return (f"none of the {len(records)} point(s) is valid (their reasons are above); "
+                "change the parameters' values")
+    if spec.fits:
+        fitting = [r for r in valid if r.get("utilization")
+                   and max(r["utilization"].values()) <= 1.0]
+        if not fitting:
+            least = min(valid, key=lambda r: max(r["utilization"].values()))
+            resource, share = max(least["utilization"].items(), key=lambda kv: kv[1])
+            return (f"no valid point fits {part} (constraint fits = true); the smallest, "
+                    f"{least['config_name']}, needs {100 * share:.0f}% of its "
+                    f"{resource.upper()}")
+        valid = fitting
+    if spec.max_latency_ms is not None:
+        fastest = min(valid, key=lambda r: r["objectives"]["latency_ms"])
+        if fastest["objectives"]["latency_ms"] > spec.max_latency_ms:
+            which = "valid point that fits the part" if spec.fits else "valid point"
+            return (f"no point meets max_latency_ms = {spec.max_latency_ms:g}; the fastest "
+                    f"{which}, {fastest['config_name']}, takes "
+                    f"{fastest['objectives']['latency_ms']:.3g} ms (relax --max-latency-ms "
+                    "or the spec's [constraints])")
+    missing = sorted({o for r in valid for o in spec.objectives
+                      if r["objectives"].get(o) is None})
+    return (f"no point within the constraints has a value for every objective "
+            f"(missing: {', '.join(missing) or 'none'})")
 
 
 def _default_out(spec) -> Path:
