@@ -295,6 +295,9 @@ def test_the_example_spec_has_a_front_and_a_best_config(tmp_path, capsys):
         assert (empty / name).stat().st_size > 0, name
     assert json.loads((tmp_path / "s.json").read_text())["front"] == []
     assert not (tmp_path / "none.json").exists()
+    # Every output went through a temporary file renamed into place; none is left over.
+    assert not [p for p in (*out.iterdir(), *empty.iterdir(), *tmp_path.iterdir())
+                if p.name.endswith(".tmp")]
 
 
 def test_an_empty_front_names_the_constraint_that_emptied_it():
@@ -316,3 +319,26 @@ def test_an_empty_front_names_the_constraint_that_emptied_it():
         slow, spec, "p")
     assert "the fastest valid point, b, takes 1.2 ms" in _why_no_front(
         slow, spec.replace(fits=False), "p")
+
+
+@pytest.mark.parametrize("flag", ["--best", "--json", "--store"])
+def test_an_output_file_in_a_missing_folder_is_refused_before_the_sweep(tmp_path, capsys,
+                                                                         flag):
+    target = tmp_path / "nope" / "f.json"
+    status, _, err = sweep(capsys, "--board", "pynq-z1", "--model", "small_cnn",
+                           "--param", "block_in=16", "--out", tmp_path / "o", flag, target)
+    assert status == 1
+    assert f"{flag} {target}: folder {tmp_path / 'nope'} does not exist" in err
+    assert "evaluating" not in err and not (tmp_path / "o").exists()
+    assert not (tmp_path / "nope").exists()
+    # A folder where a file is wanted, and a file where the folder is wanted.
+    status, _, err = sweep(capsys, "--board", "pynq-z1", "--model", "small_cnn",
+                           "--param", "block_in=16", "--out", tmp_path / "o", flag, tmp_path)
+    assert status == 1 and f"{flag} {tmp_path} is a folder" in err
+
+
+def test_an_out_that_is_a_file_is_refused(tmp_path, capsys):
+    (tmp_path / "o").write_text("")
+    status, _, err = sweep(capsys, "--board", "pynq-z1", "--model", "small_cnn",
+                           "--param", "block_in=16", "--out", tmp_path / "o")
+    assert status == 1 and f"--out {tmp_path / 'o'} is a file, not a folder" in err
