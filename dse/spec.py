@@ -31,7 +31,9 @@ A spec file::
 The parameters are `vdla.HardwareConfig`'s own fields, checked against
 ``dataclasses.fields`` when the spec is read: a feature added to the config later is
 sweepable with no change here. Every value is what ``HardwareConfig.from_dict`` takes
-(``alu_ops`` as lists of op names).
+(``alu_ops`` as lists of op names); `SweepSpec.check_values` refuses, before anything is
+evaluated, a value that HardwareConfig refuses for itself (a misspelt op, a negative
+size), while values that do not fit together make invalid points, each with its reason.
 """
 
 from __future__ import annotations

@@ -27,6 +27,7 @@ __all__ = ["add_parser", "run"]
 
 _EPILOG = """\
 examples:
+  vdla sweep examples/sweep_small_cnn.toml --best best.json   # 16 points, seconds
   vdla sweep sweep.toml                          # the spec's grid or sampler, 2 jobs
   vdla sweep --board pynq-z1 --model resnet18 --param block_in=8,16,32 \\
              --param block_out=8..32 --param acc_buff_size=32K,64K,128K
