@@ -326,7 +326,6 @@ class SweepSpec:
         return dataclasses.replace(self, **changes)
 
 
-
 def _config_error(fields: Mapping[str, Any]) -> str | None:
     """Why `fields` make no HardwareConfig (its own check's message), or None."""
     try:
