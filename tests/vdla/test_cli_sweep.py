@@ -342,3 +342,12 @@ def test_an_out_that_is_a_file_is_refused(tmp_path, capsys):
     status, _, err = sweep(capsys, "--board", "pynq-z1", "--model", "small_cnn",
                            "--param", "block_in=16", "--out", tmp_path / "o")
     assert status == 1 and f"--out {tmp_path / 'o'} is a file, not a folder" in err
+
+
+def test_confirm_with_an_empty_front_confirms_nothing(tmp_path, capsys):
+    status, stdout, err = sweep(capsys, "--board", "pynq-z1", "--model", "small_cnn",
+                                "--param", "block_in=16", "--max-latency-ms", "0.01",
+                                "--confirm", "2", "--no-plots", "--out", tmp_path / "o")
+    assert status == 0, err
+    assert "no point on the front: no point meets max_latency_ms = 0.01" in stdout
+    assert "no point to confirm" in err

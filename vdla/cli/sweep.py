@@ -157,7 +157,9 @@ def run(args) -> int:
         state["end"]()
         records = result.records
         fronts = _front(records, spec)
-        if args.confirm:
+        if args.confirm and not fronts:
+            log("no point to confirm: the front is empty")
+        elif args.confirm:
             _confirm(_spread(fronts, args.confirm, spec), spec, store, args)
             by_key = store.get_many([r["key"] for r in records])
             records = [by_key.get(r["key"], r) for r in records]
