@@ -3,6 +3,7 @@ reports, resuming from the store, the best config as `--config`, and bad input."
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from pathlib import Path
@@ -351,3 +352,15 @@ def test_confirm_with_an_empty_front_confirms_nothing(tmp_path, capsys):
     assert status == 0, err
     assert "no point on the front: no point meets max_latency_ms = 0.01" in stdout
     assert "no point to confirm" in err
+
+
+def test_a_sweep_without_a_valid_point_still_writes_every_report(tmp_path, capsys):
+    out = tmp_path / "o"
+    status, stdout, err = sweep(capsys, "--board", "pynq-z1", "--model", "small_cnn",
+                                "--param", "block_out=8", "--out", out, "--jobs", "1")
+    assert status == 0, err
+    assert "no point on the front: none of the 1 point(s) is valid" in stdout
+    for name in ("front.md", "sweep.json", "sweep.png", "sweep.svg", "report.html"):
+        assert (out / name).stat().st_size > 0, name
+    reason = json.loads((out / "sweep.json").read_text())["points"][0]["reason"]
+    assert html.escape(reason) in (out / "report.html").read_text()

@@ -360,7 +360,9 @@ def _reports(records, front, spec, out, args, meta, evaluator):
     if args.json:
         write_json(args.json, document)
         written.append(args.json)
-    if not args.no_plots and any(r["valid"] for r in records):
+    # Drawn with no valid point too (the plot says so): the page's table of invalid
+    # reasons is then what the user needs most.
+    if not args.no_plots:
         # Coloured by the parameter that matters most; with nothing varying, one colour.
         varied = _varied(spec)
         color = report.most_important_parameter(records, varied) if varied else None
