@@ -203,6 +203,7 @@ def test_without_out_the_folder_is_named_after_the_models_and_board(tmp_path, ca
     assert status == 0, err
     assert [p.name for p in tmp_path.iterdir()] == ["sweep-small_cnn-pynq-z1"]
     assert "wrote sweep-small_cnn-pynq-z1/front.md" in stdout
+    assert "sweep small_cnn-pynq-z1: 1 model(s)" in err            # not "sweep sweep"
 
 
 @pytest.mark.parametrize("params", [

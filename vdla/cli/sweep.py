@@ -124,7 +124,10 @@ def _spec(args):
         if getattr(args, name) is not None:
             changes[name] = getattr(args, name)
     if spec is None:
-        return SweepSpec(**changes)
+        # Named after what it sweeps (the log, the reports' titles and the default
+        # folder), not the generic "sweep" ("sweep sweep: ...").
+        spec = SweepSpec(**changes)
+        return spec.replace(name=_default_out(spec).name.removeprefix("sweep-"))
     return dataclasses.replace(spec, **changes) if changes else spec
 
 
