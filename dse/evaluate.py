@@ -83,6 +83,9 @@ class Evaluator:
         self._loaded = {}
         self._quantized = {}
         self._baseline = {}
+        # A value that makes no config at all (a misspelt ALU op) is the sweep's error,
+        # refused before any point is evaluated, not every point's invalid reason.
+        self.spec.check_values(self.board.config)
         calib = CALIBRATION_DIR / f"{self.board.part.name}.json"
         models = []
         for m in self.spec.models:

@@ -278,12 +278,13 @@ def _spans_decades(values: np.ndarray) -> bool:
 
 
 def plot(records: Sequence[Mapping], front: Sequence[Mapping], out_dir: str | Path, *,
-         color_by: str, part: Mapping | None = None, basename: str = "sweep",
+         color_by: str | None, part: Mapping | None = None, basename: str = "sweep",
          title: str | None = None) -> list[Path]:
     """Draw latency against LUT, BRAM and DSP (three panels) and write PNG and SVG.
 
     Every valid point is a small dot coloured by its value of the swept parameter
-    `color_by` (a legend for a few values, a colorbar for many); the front's points are
+    `color_by` (a legend for a few values, a colorbar for many; None, for a sweep in
+    which no parameter varies: one colour and no such legend); the front's points are
     larger with black edges, and a step line joins those that are best in the panel's
     two axes. Invalid points are left out. `part` gives the part's capacity
     ({lut, ff, dsp, bram}, optionally "name"), drawn as a dashed line in each panel.
@@ -300,7 +301,7 @@ def plot(records: Sequence[Mapping], front: Sequence[Mapping], out_dir: str | Pa
               and all((r.get("objectives") or {}).get(k) is not None
                       for k in ("latency_ms", *PLOT_RESOURCES))]
     swept = {p for r in records for p in (r.get("params") or {})}
-    if color_by not in swept:
+    if color_by is not None and color_by not in swept:
         raise ValueError(f"cannot colour by {color_by!r}: not a swept parameter; "
                          f"swept: {', '.join(sorted(swept)) or 'none'}")
     keys = {r.get("key") for r in front}
@@ -309,7 +310,8 @@ def plot(records: Sequence[Mapping], front: Sequence[Mapping], out_dir: str | Pa
                  and r["confirmed"].get("cycles") and r["objectives"].get("cycles")]
     units = _units(records)
 
-    colors = [(r.get("params") or {}).get(color_by) for r in points]
+    colors = [(r.get("params") or {}).get(color_by) if color_by is not None else None
+              for r in points]
     distinct = sorted(set(map(_group_key, colors)))
     numeric = all(isinstance(c, (int, float)) and not isinstance(c, bool) for c in colors)
     if distinct and (len(distinct) <= MAX_LEGEND_VALUES or not numeric):
@@ -321,7 +323,8 @@ def plot(records: Sequence[Mapping], front: Sequence[Mapping], out_dir: str | Pa
         color_values = np.array([slot[_group_key(c)] for c in colors], dtype=float)
         cmap = ListedColormap([palette(i % palette.N) for i in range(len(ordered))])
         norm = BoundaryNorm(np.arange(len(ordered) + 1) - 0.5, len(ordered))
-        legend_values = ordered
+        # Nothing to colour by: the one colour needs no legend entry.
+        legend_values = ordered if color_by is not None else []
     else:
         color_values = np.array(colors, dtype=float)
         cmap = matplotlib.colormaps["viridis"]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import time
 from typing import Callable, Mapping, Sequence
 
@@ -22,10 +23,37 @@ from vdla.dse.evaluate import Evaluator
 from vdla.dse.pareto import OBJECTIVES
 from vdla.dse.spec import SweepSpec
 
-__all__ = ["SweepResult", "run_sweep", "violation"]
+__all__ = ["SweepResult", "eta", "run_sweep", "violation"]
 
 #: progress(done, total, record, eta_seconds or None)
 Progress = Callable[[int, int, dict, "float | None"], None]
+
+#: Points evaluated (per worker, and in all) before `eta` says anything: the first
+#: points carry each worker's start-up (loading the models), and invalid points that
+#: take no time can come first, so a few points say little about the rest.
+ETA_POINTS_PER_WORKER = 2
+ETA_MIN_POINTS = 5
+
+
+def eta(evaluated: int, remaining: int, elapsed: float, workers: int) -> float | None:
+    """Seconds until the sweep's last point is done, or None until enough are done to say.
+
+    evaluated : points this run has evaluated (points answered from the store are not
+        counted: they take no time, so would make the rest look fast)
+    remaining : points still to come
+    elapsed : seconds since the evaluations began
+    workers : evaluations that run at once
+
+    The rate is the completed points' (a point takes ``elapsed * workers / evaluated``
+    of a worker), and the remaining points run `workers` at a time, so a last point
+    still takes a whole point's time, not a fraction of it.
+    """
+    if remaining <= 0:
+        return 0.0
+    if evaluated < max(ETA_POINTS_PER_WORKER * workers, ETA_MIN_POINTS) or elapsed <= 0:
+        return None
+    per_point = elapsed * workers / evaluated
+    return math.ceil(remaining / workers) * per_point
 
 
 @dataclasses.dataclass
@@ -52,20 +80,23 @@ def violation(record: Mapping, spec: SweepSpec) -> float:
 
 
 def _evaluate_batch(designs, store, executor, sweep_key, on_record) -> int:
-    """Records of `designs` (store hits first, then the executor's); returns the hits."""
+    """Records of `designs` (store hits first, then the executor's), each given to
+    ``on_record(design, record, evaluated)``; returns the hits."""
     found = store.get_many([d.key for d in designs])
     todo = [d for d in designs if d.key not in found]
     for d in designs:
         if d.key in found:
-            on_record(d, found[d.key])
+            on_record(d, found[d.key], False)
     # Several designs may share a key (a parameter that changes nothing): evaluate once.
     unique = list({d.key: d for d in todo}.values())
     for index, record in executor.map_unordered([dict(d.params) for d in unique]):
         store.put(record)
         store.add_to_sweep(sweep_key, [record["key"]])
+        first = True   # one evaluation; designs that share its key come with it
         for d in todo:
             if d.key == unique[index].key:
-                on_record(d, record)
+                on_record(d, record, first)
+                first = False
     store.add_to_sweep(sweep_key, list(found))
     return len(designs) - len(todo)
 
@@ -78,20 +109,25 @@ def run_sweep(spec: SweepSpec, store, executor, *, progress: Progress | None = N
     evaluator = evaluator or Evaluator(spec)
     method = spec.method
     records: list[dict] = []
+    clock = {"evaluated": 0}
 
-    def on_record(design, record):
+    def on_record(design, record, evaluated):
         records.append(record)
+        clock["evaluated"] += evaluated
         if progress is not None:
             done = len(records)
-            per_point = (time.perf_counter() - start) / done
-            progress(done, total, record, per_point * (total - done))
+            progress(done, total, record,
+                     eta(clock["evaluated"], total - done,
+                         time.perf_counter() - clock["start"], executor.workers))
 
     if method == "grid":
         designs = [evaluator.design(p) for p in spec.points()]
         total = len(designs)
+        clock["start"] = time.perf_counter()
         reused = _evaluate_batch(designs, store, executor, spec.key, on_record)
     else:
         total = spec.trials
+        clock["start"] = time.perf_counter()
         reused = _run_sampler(spec, evaluator, store, executor, on_record)
     return SweepResult(records, reused, time.perf_counter() - start, method)
 
@@ -127,10 +163,10 @@ def _run_sampler(spec: SweepSpec, evaluator: Evaluator, store, executor, on_reco
             designs.append(evaluator.design(params))
         results: dict[int, dict] = {}
 
-        def keep(design, record, results=results, designs=designs):
+        def keep(design, record, evaluated, results=results, designs=designs):
             results[next(i for i, d in enumerate(designs)
                          if d is design and i not in results)] = record
-            on_record(design, record)
+            on_record(design, record, evaluated)
 
         reused += _evaluate_batch(designs, store, executor, spec.key, keep)
         for i, trial in enumerate(trials):

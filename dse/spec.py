@@ -31,7 +31,9 @@ A spec file::
 The parameters are `vdla.HardwareConfig`'s own fields, checked against
 ``dataclasses.fields`` when the spec is read: a feature added to the config later is
 sweepable with no change here. Every value is what ``HardwareConfig.from_dict`` takes
-(``alu_ops`` as lists of op names).
+(``alu_ops`` as lists of op names); `SweepSpec.check_values` refuses, before anything is
+evaluated, a value that HardwareConfig refuses for itself (a misspelt op, a negative
+size), while values that do not fit together make invalid points, each with its reason.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ import hashlib
 import itertools
 import json
 import math
+import random
 import re
 import tomllib
 from pathlib import Path
@@ -61,12 +64,16 @@ _TOP_KEYS = ("board", "search", "trials", "seed", "tune", "models", "parameters"
              "objectives", "constraints", "name")
 _CONSTRAINTS = ("fits", "max_latency_ms")
 _SUFFIX = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+#: Combinations of the other parameters `SweepSpec.check_values` tries with a value that
+#: makes no config with the base's: all of them up to this many, else this many at random.
+JOINT_TRIES = 2_000
 
 
 def parse_value(text: Any) -> Any:
     """A parameter value as written: a number, ``"32K"``-style sizes, or as is."""
     if isinstance(text, str):
-        m = re.fullmatch(r"\s*(\d+)\s*([KMG])(i?B)?\s*", text, re.IGNORECASE)
+        # A sign too: "-32K" is then refused as the number it means, not as a string.
+        m = re.fullmatch(r"\s*([+-]?\d+)\s*([KMG])(i?B)?\s*", text, re.IGNORECASE)
         if m:
             return int(m.group(1)) * _SUFFIX[m.group(2).upper()]
         try:
@@ -259,6 +266,48 @@ class SweepSpec:
         return [dict(zip(names, combo))
                 for combo in itertools.product(*(self.parameters[n] for n in names))]
 
+    def check_values(self, base: HardwareConfig | None = None) -> None:
+        """ValueError naming every parameter value that `HardwareConfig` refuses for
+        itself, with its own reason (what the field allows), before anything is evaluated:
+        a misspelt ALU op, a negative size, a block that is no power of two.
+
+        Each value is tried alone in `base` (the board's default config; default
+        HardwareConfig's). HardwareConfig names the field first (``HardwareConfig.<name>
+        must ...``) when the value itself is wrong, and the sizes of the whole config
+        (``HardwareConfig (batch=...)``, ``HardwareConfig.<name>=N holds ...``) when values
+        do not fit together: that joint invalidity stays what it is, an invalid point
+        with its reason (a 128K acc buffer needs blocks of 16; with blocks of 8 the GEMM
+        instruction overflows). As a guard, a value is refused only when no combination
+        of the other parameters' values makes a config with it either.
+        """
+        base_fields = (base or HardwareConfig()).to_dict()
+        alone = {(name, i): _config_error({**base_fields, name: value})
+                 for name, values in self.parameters.items() for i, value in enumerate(values)}
+        # The partners tried are the values that make a config alone (a parameter with
+        # none keeps the base's): one misspelt ALU op must not make every other value
+        # look bad.
+        partners = {}
+        for name, values in self.parameters.items():
+            good = tuple(v for i, v in enumerate(values) if alone[name, i] is None)
+            if good:
+                partners[name] = good
+        problems = []
+        for name, values in self.parameters.items():
+            others = {n: v for n, v in partners.items() if n != name}
+            for i, value in enumerate(values):
+                error = alone[name, i]
+                if error is None or not error.startswith(f"HardwareConfig.{name} ") or any(
+                        _config_error({**base_fields, **combo, name: value}) is None
+                        for combo in _combinations(others, JOINT_TRIES, self.seed)):
+                    continue
+                problems.append(f"{name} = {_show(value)}: {error}")
+        if problems:
+            # HardwareConfig's messages hold semicolons: several go on lines of their own.
+            raise ValueError(f"{len(problems)} parameter value(s) make no HardwareConfig "
+                             "with any combination of the other parameters' values:"
+                             + (f" {problems[0]}" if len(problems) == 1
+                                else "".join(f"\n  {p}" for p in problems)))
+
     def to_dict(self) -> dict:
         return {"name": self.name, "board": self.board, "search": self.search,
                 "trials": self.trials, "seed": self.seed, "tune": self.tune,
@@ -276,3 +325,31 @@ class SweepSpec:
     def replace(self, **changes) -> "SweepSpec":
         return dataclasses.replace(self, **changes)
 
+
+def _config_error(fields: Mapping[str, Any]) -> str | None:
+    """Why `fields` make no HardwareConfig (its own check's message), or None."""
+    try:
+        HardwareConfig.from_dict(fields)
+    except (ValueError, TypeError) as exc:
+        return str(exc)
+    return None
+
+
+def _combinations(parameters: Mapping[str, Sequence], limit: int, seed: int):
+    """The combinations of `parameters`' values (dicts): every one when there are at most
+    `limit`, else `limit` drawn at random (seeded: the same spec, the same answer)."""
+    names = list(parameters)
+    if math.prod(len(v) for v in parameters.values()) <= limit:
+        for combo in itertools.product(*(parameters[n] for n in names)):
+            yield dict(zip(names, combo))
+        return
+    rng = random.Random(seed)
+    for _ in range(limit):
+        yield {n: rng.choice(parameters[n]) for n in names}
+
+
+def _show(value: Any) -> str:
+    """A parameter value as a spec writes it (lists and names in TOML's JSON-like form)."""
+    if isinstance(value, (list, tuple, str)):
+        return json.dumps(list(value) if isinstance(value, tuple) else value)
+    return repr(value)

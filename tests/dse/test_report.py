@@ -165,6 +165,17 @@ def test_plot_colorbar_names_and_no_points(tmp_path, sweep):
         plot(records, front, tmp_path, color_by="colour")
 
 
+def test_plot_without_a_colour_parameter_for_a_sweep_where_nothing_varies(tmp_path, sweep):
+    records, front = sweep
+    one = [dict(records[0], params={"block_in": 16})]
+    for color_by in (None, "block_in"):
+        paths = plot(one, pareto_front(one, OBJECTIVES), tmp_path, color_by=color_by,
+                     basename=f"one-{color_by}", part=PART)
+        assert paths[0].read_bytes().startswith(PNG_SIGNATURE)
+    paths = plot(records, front, tmp_path, color_by=None, basename="plain", part=PART)
+    assert paths[0].read_bytes().startswith(PNG_SIGNATURE)
+
+
 def test_html_report_is_self_contained(tmp_path, sweep):
     records, front = sweep
     paths = plot(records, front, tmp_path, color_by="block_in", part=PART)

@@ -118,3 +118,56 @@ def test_auto_search_is_the_grid_until_it_is_large():
     assert small.method == "grid"
     big = small.replace(parameters={"inp_buff_size": tuple(range(GRID_LIMIT + 1))})
     assert big.method == "nsga2" and big.replace(search="tpe").method == "tpe"
+
+
+def spec_of(**parameters):
+    return SweepSpec.from_dict({"board": "pynq-z1", "models": ["small_cnn"],
+                                "parameters": parameters})
+
+
+@pytest.mark.parametrize("parameters, message", [
+    ({"alu_ops": [["MIN", "MAX", "ADD", "SHR"], ["MIN", "MAX", "ADD", "SHR", "MULT"]],
+      "block_in": [8, 16]},
+     'alu_ops = ["MIN", "MAX", "ADD", "SHR", "MULT"]: HardwareConfig.alu_ops has unknown '
+     "operation 'MULT'; known: MIN, MAX, ADD, SHR, MUL"),
+    ({"acc_buff_size": ["-32K"]},
+     "acc_buff_size = -32768: HardwareConfig.acc_buff_size must be a power of two from 1 "
+     "to 67108864, not -32768"),
+    ({"block_in": [16, 24]}, "block_in = 24: HardwareConfig.block_in must be a power of two"),
+    ({"inp_width": [8, 4]}, "inp_width = 4: HardwareConfig.inp_width must be one of (8,)"),
+])
+def test_a_value_no_config_takes_is_refused_naming_it_and_what_is_allowed(parameters,
+                                                                           message):
+    with pytest.raises(ValueError) as info:
+        spec_of(**parameters).check_values(HardwareConfig())
+    assert "1 parameter value(s) make no HardwareConfig" in str(info.value)
+    assert message in str(info.value)
+
+
+def test_every_bad_value_is_named_and_good_ones_are_not():
+    with pytest.raises(ValueError) as info:
+        spec_of(alu_ops=[["MIN", "MAX", "ADD", "SHR", "MULT"]], block_in=[8, 16, 3],
+                clock_mhz=[100, 0]).check_values()
+    text = str(info.value)
+    assert text.startswith("3 parameter value(s)")
+    assert "alu_ops = " in text and "block_in = 3:" in text and "clock_mhz = 0:" in text
+    # The misspelt op (in every point) does not make the good values look bad.
+    assert "block_in = 8" not in text and "block_in = 16" not in text
+
+
+def test_values_that_do_not_fit_together_are_left_to_the_points():
+    # A 64K inp buffer with 16-wide blocks needs a 130-bit GEMM instruction: no config
+    # with the base's blocks, but with block_in 32 it is one. Joint invalidity is each
+    # point's reason, whether or not a swept value makes it fit.
+    spec_of(inp_buff_size=["32K", "64K"], block_in=[16, 32]).check_values()
+    spec_of(inp_buff_size=["32K", "64K"], block_in=[16]).check_values()
+    spec_of(block_in=[8, 16]).check_values()              # 8 overflows with a 128K acc
+    spec_of(acc_buff_size=["64", "32K"]).check_values()   # one element of 64 bytes
+
+
+def test_hardware_config_names_the_field_first_when_the_value_itself_is_wrong():
+    # What check_values tells a bad value from values that do not fit together by.
+    for field in dataclasses.fields(HardwareConfig):
+        with pytest.raises(ValueError) as info:
+            HardwareConfig.from_dict({**HardwareConfig().to_dict(), field.name: "x"})
+        assert str(info.value).startswith(f"HardwareConfig.{field.name} "), str(info.value)

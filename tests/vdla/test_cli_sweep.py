@@ -3,7 +3,10 @@ reports, resuming from the store, the best config as `--config`, and bad input."
 
 from __future__ import annotations
 
+import html
 import json
+import re
+from pathlib import Path
 
 import pytest
 
@@ -174,3 +177,191 @@ def test_tune_measures_each_points_convolutions_and_keeps_the_records(tmp_path, 
         # The default schedule is measured first, so tuning is never slower.
         assert point["objectives"]["cycles"] <= base[name]["objectives"]["cycles"]
         assert point["key"] != base[name]["key"]
+
+
+@pytest.mark.parametrize("spec_name, models, expected", [
+    (None, ["small_cnn"], "sweep-small_cnn-pynq-z1"),
+    (None, ["small_cnn", "nets/My Net.onnx"], "sweep-small_cnn+My_Net-pynq-z1"),
+    ("sweep", ["small_cnn"], "sweep-small_cnn-pynq-z1"),            # sweep.toml
+    ("sweep_resnet18_pynq", ["resnet18"], "sweep-resnet18_pynq-pynq-z1"),
+    ("sweep-small", ["small_cnn"], "sweep-small-pynq-z1"),
+    ("small-pynq-z1", ["small_cnn"], "sweep-small-pynq-z1"),
+])
+def test_the_default_output_folder_names_the_spec_or_models_and_the_board(
+        spec_name, models, expected):
+    from vdla.cli.sweep import _default_out
+    data = {"board": "pynq-z1", "models": models, "parameters": {"block_in": [16]}}
+    spec = SweepSpec.from_dict(data, **({"name": spec_name} if spec_name else {}))
+    assert str(_default_out(spec)) == expected
+
+
+def test_without_out_the_folder_is_named_after_the_models_and_board(tmp_path, capsys,
+                                                                    monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    status, stdout, err = sweep(capsys, "--board", "pynq-z1", "--model", "small_cnn",
+                                "--param", "block_in=16", "--no-plots", "--jobs", "1")
+    assert status == 0, err
+    assert [p.name for p in tmp_path.iterdir()] == ["sweep-small_cnn-pynq-z1"]
+    assert "wrote sweep-small_cnn-pynq-z1/front.md" in stdout
+    assert "sweep small_cnn-pynq-z1: 1 model(s)" in err            # not "sweep sweep"
+
+
+@pytest.mark.parametrize("params", [
+    ["block_in=16"],                                   # one point
+    ["block_in=16", "acc_buff_size=128K"],             # nothing varies
+    ["acc_buff_size=64K,128K"],                        # one swept parameter
+])
+def test_a_sweep_of_one_point_or_one_parameter_reports_plots_and_writes_best(
+        tmp_path, capsys, params):
+    out, best = tmp_path / "o", tmp_path / "best.json"
+    status, stdout, err = sweep(capsys, "--board", "pynq-z1", "--model", "small_cnn",
+                                *(a for p in params for a in ("--param", p)), "--jobs", "1",
+                                "--out", out, "--best", best)
+    assert status == 0, err
+    for name in ("front.md", "sweep.json", "sweep.png", "sweep.svg", "report.html"):
+        assert (out / name).stat().st_size > 0, name
+    assert HardwareConfig.from_json(best).block_in == 16
+    # The table shows the parameters asked for even when none of them varies.
+    header = next(line for line in stdout.splitlines() if line.startswith("config"))
+    for p in params:
+        assert p.partition("=")[0] in header
+
+
+@pytest.mark.parametrize("param, message", [
+    ("alu_ops=MIN", "alu_ops = \"MIN\": HardwareConfig.alu_ops must be a collection of ALU "
+                    "operation names (MIN, MAX, ADD, SHR, MUL), not 'MIN'"),
+    ("acc_buff_size=-32K", "acc_buff_size = -32768: HardwareConfig.acc_buff_size must be a "
+                           "power of two from 1 to 67108864, not -32768"),
+])
+def test_a_bad_value_is_refused_before_anything_is_evaluated(tmp_path, capsys, param,
+                                                             message):
+    status, stdout, err = sweep(capsys, "--board", "pynq-z1", "--model", "small_cnn",
+                                "--param", "block_in=8,16", "--param", param,
+                                "--out", tmp_path / "o")
+    assert status == 1 and message in err, err
+    assert "evaluating" not in err and not (tmp_path / "o").exists()
+
+
+def test_a_misspelt_op_in_a_spec_file_is_refused(tmp_path, capsys):
+    path = tmp_path / "ops.toml"
+    path.write_text(SPEC + 'alu_ops = [["MIN", "MAX", "ADD", "SHR"], '
+                    '["MIN", "MAX", "ADD", "SHR", "MULT"]]\n')
+    status, _, err = sweep(capsys, path, "--out", tmp_path / "o")
+    assert status == 1 and "alu_ops has unknown operation 'MULT'" in err, err
+    assert not (tmp_path / "o").exists()
+
+
+def test_progress_says_no_eta_until_points_are_evaluated(tmp_path, capsys):
+    from vdla.cli.sweep import _duration
+    assert _duration(0.2) == "1s" and _duration(59.5) == "1m00s" and _duration(61) == "1m01s"
+    args = ["--board", "pynq-z1", "--model", "small_cnn", "--param", "block_in=8,16",
+            "--param", "acc_buff_size=16K,32K,64K,128K", "--out", tmp_path / "o",
+            "--no-plots", "--jobs", "2"]
+    status, _, err = sweep(capsys, *args)
+    assert status == 0, err
+    lines = [line for line in err.splitlines() if "sweep [" in line]
+    assert "ETA" not in lines[0] and not any("ETA 0s" in line for line in lines)
+    # Answered from the store, points take no time: no rate to extrapolate from.
+    status, stdout, err = sweep(capsys, *args)
+    assert status == 0 and "8 points (8 from the store)" in stdout
+    assert "ETA" not in err
+
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "sweep_small_cnn.toml"
+
+
+def test_the_example_spec_has_a_front_and_a_best_config(tmp_path, capsys):
+    out, best = tmp_path / "o", tmp_path / "best.json"
+    status, stdout, err = sweep(capsys, EXAMPLE, "--out", out, "--best", best, "--no-plots")
+    assert status == 0, err
+    assert "16 points (0 from the store)" in stdout and "no point on the front" not in stdout
+    spec = SweepSpec.from_toml(EXAMPLE)
+    config = HardwareConfig.from_json(best)
+    doc = json.loads((out / "sweep.json").read_text())
+    chosen = next(p for p in doc["points"] if p["config_name"] == config.name)
+    assert chosen["key"] in doc["front"] and chosen["fits"]
+    assert chosen["objectives"]["latency_ms"] <= spec.max_latency_ms
+    # A bound no point meets: every report is still written, and --best says which
+    # bound removed every point and how fast the fastest one is.
+    empty = tmp_path / "empty"
+    status, stdout, err = sweep(capsys, EXAMPLE, "--out", empty, "--store", out / "sweep.db",
+                                "--max-latency-ms", "0.3", "--best", tmp_path / "none.json",
+                                "--json", tmp_path / "s.json")
+    assert status == 1
+    why = re.search(r"no point meets max_latency_ms = 0.3; the fastest valid point that fits "
+                    r"the part, (\S+), takes ([\d.]+) ms", err)
+    assert why and why.group(1) == config.name, err
+    assert float(why.group(2)) == pytest.approx(chosen["objectives"]["latency_ms"], rel=1e-2)
+    assert "no point on the front: no point meets max_latency_ms = 0.3" in stdout
+    for name in ("front.md", "sweep.json", "sweep.png", "sweep.svg", "report.html"):
+        assert (empty / name).stat().st_size > 0, name
+    assert json.loads((tmp_path / "s.json").read_text())["front"] == []
+    assert not (tmp_path / "none.json").exists()
+    # Every output went through a temporary file renamed into place; none is left over.
+    assert not [p for p in (*out.iterdir(), *empty.iterdir(), *tmp_path.iterdir())
+                if p.name.endswith(".tmp")]
+
+
+def test_an_empty_front_names_the_constraint_that_emptied_it():
+    from vdla.cli.sweep import _why_no_front
+    spec = SweepSpec.from_toml(EXAMPLE)
+
+    def point(name, latency, lut):
+        return {"valid": True, "config_name": name, "objectives": {"latency_ms": latency},
+                "utilization": {"lut": lut, "ff": 0.1, "dsp": 0.5, "bram": 0.2}}
+
+    invalid = {"valid": False, "reason": "x"}
+    assert "none of the 2 point(s) is valid" in _why_no_front([invalid, invalid], spec, "p")
+    over = [point("a", 0.5, 1.3), point("b", 0.4, 1.1)]
+    assert _why_no_front(over, spec, "xc7z020") == (
+        "no valid point fits xc7z020 (constraint fits = true); the smallest, b, needs 110% "
+        "of its LUT")
+    slow = [point("a", 1.5, 0.9), point("b", 1.2, 1.1)]
+    assert "the fastest valid point that fits the part, a, takes 1.5 ms" in _why_no_front(
+        slow, spec, "p")
+    assert "the fastest valid point, b, takes 1.2 ms" in _why_no_front(
+        slow, spec.replace(fits=False), "p")
+
+
+@pytest.mark.parametrize("flag", ["--best", "--json", "--store"])
+def test_an_output_file_in_a_missing_folder_is_refused_before_the_sweep(tmp_path, capsys,
+                                                                         flag):
+    target = tmp_path / "nope" / "f.json"
+    status, _, err = sweep(capsys, "--board", "pynq-z1", "--model", "small_cnn",
+                           "--param", "block_in=16", "--out", tmp_path / "o", flag, target)
+    assert status == 1
+    assert f"{flag} {target}: folder {tmp_path / 'nope'} does not exist" in err
+    assert "evaluating" not in err and not (tmp_path / "o").exists()
+    assert not (tmp_path / "nope").exists()
+    # A folder where a file is wanted, and a file where the folder is wanted.
+    status, _, err = sweep(capsys, "--board", "pynq-z1", "--model", "small_cnn",
+                           "--param", "block_in=16", "--out", tmp_path / "o", flag, tmp_path)
+    assert status == 1 and f"{flag} {tmp_path} is a folder" in err
+
+
+def test_an_out_that_is_a_file_is_refused(tmp_path, capsys):
+    (tmp_path / "o").write_text("")
+    status, _, err = sweep(capsys, "--board", "pynq-z1", "--model", "small_cnn",
+                           "--param", "block_in=16", "--out", tmp_path / "o")
+    assert status == 1 and f"--out {tmp_path / 'o'} is a file, not a folder" in err
+
+
+def test_confirm_with_an_empty_front_confirms_nothing(tmp_path, capsys):
+    status, stdout, err = sweep(capsys, "--board", "pynq-z1", "--model", "small_cnn",
+                                "--param", "block_in=16", "--max-latency-ms", "0.01",
+                                "--confirm", "2", "--no-plots", "--out", tmp_path / "o")
+    assert status == 0, err
+    assert "no point on the front: no point meets max_latency_ms = 0.01" in stdout
+    assert "no point to confirm" in err
+
+
+def test_a_sweep_without_a_valid_point_still_writes_every_report(tmp_path, capsys):
+    out = tmp_path / "o"
+    status, stdout, err = sweep(capsys, "--board", "pynq-z1", "--model", "small_cnn",
+                                "--param", "block_out=8", "--out", out, "--jobs", "1")
+    assert status == 0, err
+    assert "no point on the front: none of the 1 point(s) is valid" in stdout
+    for name in ("front.md", "sweep.json", "sweep.png", "sweep.svg", "report.html"):
+        assert (out / name).stat().st_size > 0, name
+    reason = json.loads((out / "sweep.json").read_text())["points"][0]["reason"]
+    assert html.escape(reason) in (out / "report.html").read_text()

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import math
+import re
 import sys
 import time
 from pathlib import Path
@@ -25,6 +27,7 @@ __all__ = ["add_parser", "run"]
 
 _EPILOG = """\
 examples:
+  vdla sweep examples/sweep_small_cnn.toml --best best.json   # 16 points, seconds
   vdla sweep sweep.toml                          # the spec's grid or sampler, 2 jobs
   vdla sweep --board pynq-z1 --model resnet18 --param block_in=8,16,32 \\
              --param block_out=8..32 --param acc_buff_size=32K,64K,128K
@@ -73,7 +76,8 @@ def add_parser(sub) -> None:
                    help="evaluate on a Ray cluster: auto, local, or host:port (pip install "
                         "'vdla[ray]')")
     p.add_argument("--out", metavar="DIR",
-                   help="where reports go (default sweep-<spec name>)")
+                   help="where reports go, created if need be (default "
+                        "sweep-<spec name or models>-<board>)")
     p.add_argument("--store", metavar="DB",
                    help="results store, SQLite (default OUT/sweep.db); shared stores are safe")
     p.add_argument("--json", metavar="PATH", help="also write points and front as JSON here")
@@ -120,7 +124,10 @@ def _spec(args):
         if getattr(args, name) is not None:
             changes[name] = getattr(args, name)
     if spec is None:
-        return SweepSpec(**changes)
+        # Named after what it sweeps (the log, the reports' titles and the default
+        # folder), not the generic "sweep" ("sweep sweep: ...").
+        spec = SweepSpec(**changes)
+        return spec.replace(name=_default_out(spec).name.removeprefix("sweep-"))
     return dataclasses.replace(spec, **changes) if changes else spec
 
 
@@ -131,7 +138,8 @@ def run(args) -> int:
         raise CliError(f"--confirm must be 0 or more, not {args.confirm}")
 
     spec = _spec(args)
-    out = Path(args.out or f"sweep-{spec.name}")
+    out = Path(args.out) if args.out else _default_out(spec)
+    _check_outputs(args, out)
     store_path = Path(args.store) if args.store else out / "sweep.db"
     tune_records = str(out / "tune.db") if spec.tune else None
     evaluator = Evaluator(spec, tune_records=tune_records)   # checks board and models
@@ -152,14 +160,16 @@ def run(args) -> int:
         state["end"]()
         records = result.records
         fronts = _front(records, spec)
-        if args.confirm:
+        if args.confirm and not fronts:
+            log("no point to confirm: the front is empty")
+        elif args.confirm:
             _confirm(_spread(fronts, args.confirm, spec), spec, store, args)
             by_key = store.get_many([r["key"] for r in records])
             records = [by_key.get(r["key"], r) for r in records]
             fronts = _front(records, spec)
     valid = [r for r in records if r["valid"]]
     fitting = [r for r in valid if violation(r, spec) <= 0]
-    params = _varied(spec)
+    params = _columns(spec)
     print(f"{len(records)} points ({result.reused} from the store), {len(valid)} valid, "
           f"{len(fitting)} within the constraints, {len(fronts)} on the Pareto front "
           f"of {', '.join(spec.objectives)}; {result.seconds:.1f} s")
@@ -171,23 +181,105 @@ def run(args) -> int:
     meta = {"spec": spec.to_dict(), "store": str(store_path), "seconds": result.seconds,
             "reused": result.reused, "method": result.method,
             "resource_model": evaluator.resource_model.describe()}
+    empty = None if fronts else _why_no_front(records, spec, evaluator.board.part.name)
+    if empty:
+        print(f"no point on the front: {empty}")
+    # The reports are written whether or not there is a best config: an empty front is
+    # worth seeing (the table of invalid reasons, the plots of the points that were over).
     written = _reports(records, fronts, spec, out, args, meta, evaluator)
-    best = min(fronts, key=lambda r: r["objectives"]["latency_ms"]) if fronts else None
-    if args.best:
-        if best is None:
-            raise CliError("no point meets the constraints: no best config to write")
+    if args.best and fronts:
+        best = min(fronts, key=lambda r: r["objectives"]["latency_ms"])
         HardwareConfig.from_dict(best["config"]).to_json(args.best)
         written.append(args.best)
         print(f"best: {best['config_name']} ({best['objectives']['latency_ms']:.3g} ms) -> "
               f"{args.best}")
     if written:
         print("wrote " + ", ".join(map(str, written)))
+    if args.best and not fronts:
+        raise CliError(f"--best {args.best}: no best config to write, the front is empty: "
+                       f"{empty}")
     return 0
 
 
+def _why_no_front(records, spec, part: str) -> str:
+    """Why no point is on the front: which constraint removed every valid point, and
+    how far the nearest point is from it (what to relax it to)."""
+    valid = [r for r in records if r["valid"]]
+    if not valid:
+        return (f"none of the {len(records)} point(s) is valid (their reasons are above); "
+                "change the parameters' values")
+    if spec.fits:
+        fitting = [r for r in valid if r.get("utilization")
+                   and max(r["utilization"].values()) <= 1.0]
+        if not fitting:
+            least = min(valid, key=lambda r: max(r["utilization"].values()))
+            resource, share = max(least["utilization"].items(), key=lambda kv: kv[1])
+            return (f"no valid point fits {part} (constraint fits = true); the smallest, "
+                    f"{least['config_name']}, needs {100 * share:.0f}% of its "
+                    f"{resource.upper()}")
+        valid = fitting
+    if spec.max_latency_ms is not None:
+        fastest = min(valid, key=lambda r: r["objectives"]["latency_ms"])
+        if fastest["objectives"]["latency_ms"] > spec.max_latency_ms:
+            which = "valid point that fits the part" if spec.fits else "valid point"
+            return (f"no point meets max_latency_ms = {spec.max_latency_ms:g}; the fastest "
+                    f"{which}, {fastest['config_name']}, takes "
+                    f"{fastest['objectives']['latency_ms']:.3g} ms (relax --max-latency-ms "
+                    "or the spec's [constraints])")
+    missing = sorted({o for r in valid for o in spec.objectives
+                      if r["objectives"].get(o) is None})
+    return (f"no point within the constraints has a value for every objective "
+            f"(missing: {', '.join(missing) or 'none'})")
+
+
+def _check_outputs(args, out: Path) -> None:
+    """Refuse output paths that could only fail after the whole sweep has run: a file
+    (--json, --best, --store) whose folder does not exist, or that is a folder; an --out
+    that is a file. The output folder itself is created; a file's folder is not (a
+    misspelt folder should not silently appear).
+
+    Kept here until vdla.cli.common has the shared helper for output paths that another
+    change is adding; this check should then move to it."""
+    if out.exists() and not out.is_dir():
+        raise CliError(f"--out {out} is a file, not a folder")
+    for flag, value in (("--json", args.json), ("--best", args.best), ("--store", args.store)):
+        if value is None:
+            continue
+        path = Path(value)
+        if path.is_dir():
+            raise CliError(f"{flag} {value} is a folder; give a file name in it")
+        folder = path.parent
+        if not folder.is_dir():
+            what = "is not a folder" if folder.exists() else "does not exist"
+            raise CliError(f"{flag} {value}: folder {folder} {what} (create it first; only "
+                           "--out is created)")
+
+
+def _default_out(spec) -> Path:
+    """``sweep-<label>-<board>``: the label is the spec's name less a leading "sweep"
+    (``sweep_resnet18_pynq.toml`` must not give ``sweep-sweep_...``), or, when that leaves
+    nothing (flags only, or a file called sweep.toml), the models' names; the board is
+    added unless the label already ends with it."""
+    label = re.sub(r"^sweep(?:[-_.]+|$)", "", spec.name, flags=re.IGNORECASE)
+    if not label:
+        # An ONNX model by its file's stem: a path's folders would nest the output.
+        label = "+".join(Path(m.name).stem if m.name.endswith(".onnx") else m.name
+                         for m in spec.models)
+    label = re.sub(r"[^A-Za-z0-9._+-]+", "_", label).strip("_") or "models"
+    if not label.endswith(spec.board):
+        label = f"{label}-{spec.board}"
+    return Path(f"sweep-{label}")
+
+
 def _varied(spec) -> list[str]:
-    """The parameters the sweep varies: the reports' columns."""
+    """The parameters the sweep varies (what the plots may be coloured by)."""
     return [p for p, values in spec.parameters.items() if len(values) > 1]
+
+
+def _columns(spec) -> list[str]:
+    """The reports' parameter columns: those the sweep varies, or, when none does (one
+    point), every parameter given, so the table still says what was asked for."""
+    return _varied(spec) or list(spec.parameters)
 
 
 def _front(records, spec):
@@ -229,7 +321,8 @@ def _pct(x):
 
 
 def _duration(seconds: float) -> str:
-    seconds = int(seconds)
+    # Rounded up: an ETA of a fraction of a second is "1s", never "0s" with work left.
+    seconds = math.ceil(seconds)
     return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
 
 
@@ -257,8 +350,7 @@ def _progress():
 
 
 def _reports(records, front, spec, out, args, meta, evaluator):
-
-    params = _varied(spec)
+    params = _columns(spec)
     objectives = list(spec.objectives)
     written = []
     md = out / "front.md"
@@ -271,8 +363,12 @@ def _reports(records, front, spec, out, args, meta, evaluator):
     if args.json:
         write_json(args.json, document)
         written.append(args.json)
-    if not args.no_plots and any(r["valid"] for r in records):
-        color = report.most_important_parameter(records, params) if params else None
+    # Drawn with no valid point too (the plot says so): the page's table of invalid
+    # reasons is then what the user needs most.
+    if not args.no_plots:
+        # Coloured by the parameter that matters most; with nothing varying, one colour.
+        varied = _varied(spec)
+        color = report.most_important_parameter(records, varied) if varied else None
         cap = evaluator.capacity
         part = {"name": evaluator.board.part.name, **{k: getattr(cap, k) for k in cap.KEYS}}
         plots = report.plot(records, front, out, color_by=color, part=part)
