@@ -257,7 +257,9 @@ class Importer:
             if value.name in self.consts:
                 continue                      # an input with a default: a constant here
             if not value.type.HasField("tensor_type"):
-                raise OnnxImportError(f"graph input {value.name!r} is not a tensor")
+                kind = value.type.WhichOneof("value") or "no type"
+                raise OnnxImportError(f"graph input {value.name!r} is a {kind.replace('_', ' ')}, "
+                                      "not a tensor; vdla imports tensor inputs")
             ttype = value.type.tensor_type
             dtype = ELEM_TYPES.get(ttype.elem_type)
             if dtype is None:
