@@ -63,6 +63,24 @@ def test_an_opset_6_model_is_upgraded_with_a_warning_and_runs():
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("op, axis, b_shape", [
+    ("Add", 1, (3,)), ("Mul", 2, (4,)), ("Add", 1, (3, 4)), ("Mul", 0, (1, 3)),
+    ("Add", 3, (4,)), ("Mul", 2, (4, 4))])
+def test_legacy_broadcasts_align_b_at_their_axis(op, axis, b_shape):
+    # Opset-6 broadcasting: B's dimensions line up with A's from `axis` on.
+    b = RNG.standard_normal(b_shape).astype(np.float32)
+    model = _model([helper.make_node(op, ["x", "b"], ["y"], broadcast=1, axis=axis)], 6,
+                   inits={"b": b})
+    with pytest.warns(UserWarning, match="upgraded from opset 6 to 7"):
+        graph = from_onnx(model)
+    x = RNG.standard_normal((1, 3, 4, 4)).astype(np.float32)
+    aligned = b.reshape(b_shape + (1,) * (4 - axis - len(b_shape)))
+    want = x + aligned if op == "Add" else x * aligned
+    got = run_reference(graph, {"x": x})[graph.outputs[0]]
+    assert got.shape == (1, 3, 4, 4)
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
 def test_a_current_model_is_not_upgraded_and_warns_nothing():
     model = _model([helper.make_node("Relu", ["x"], ["y"])], 13)
     with warnings.catch_warnings():

@@ -97,8 +97,9 @@ def default_opset(model, source: str) -> int:
 def upgrade(model, source: str):
     """(model, the opset it was upgraded from or None): a model whose default-domain opset
     is below `MIN_OPSET` comes back converted to `MIN_OPSET` by onnx's version converter,
-    with a warning saying so (older opsets differ in ways the converters do not handle:
-    Add/Mul's `broadcast` attribute, BatchNormalization's `is_test`, ...). A model the
+    with a warning saying so (the importer's converters read opset 7 and later; older
+    opsets differ: Add/Mul's `broadcast` attribute, BatchNormalization's `is_test`, ...),
+    legacy broadcasts aligned first (`_align_legacy_broadcasts`). A model the
     converter cannot upgrade is refused naming its opset, what vdla imports and the
     converter's reason. Other models come back unchanged."""
     opset = default_opset(model, source)
@@ -159,10 +160,12 @@ def _align_legacy_broadcasts(model):
     k = 0
     while k < len(nodes):
         node = nodes[k]
-        ra, rb = ranks.get(node.input[0]) if legacy(node) else None, ranks.get(node.input[-1])
+        ra, rb = (ranks.get(node.input[0]), ranks.get(node.input[1])) if legacy(node) else \
+            (None, None)
         axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
-        axis = axis + ra if ra is not None and axis < 0 else axis
-        if ra is None or rb is None or axis in (0, ra - rb) or not 0 < axis < ra - rb:
+        # Aligned at A's axis 0 or at its end, the converter's result is right; an axis out
+        # of range is the converter's (or the importer's) to refuse.
+        if ra is None or rb is None or not 0 < axis < ra - rb:
             k += 1
             continue
         aligned = f"{node.input[1]}_aligned"
