@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Callable
 import numpy as np
 from onnx import TensorProto
 
-from vdla.compiler.frontend.onnx_import.nodes import OnnxNode, reshape_target
+from vdla.compiler.frontend.onnx_import.nodes import OnnxNode, elem_type_name, reshape_target
 
 if TYPE_CHECKING:  # annotations only: the importer calls the converters
     from vdla.compiler.frontend.onnx_import.importer import Importer
@@ -354,9 +354,10 @@ def _identity(imp: Importer, node: OnnxNode):
 def _cast(imp: Importer, node: OnnxNode):
     # A float-to-float cast of an activation changes nothing in a float32 graph.
     to = int(node.attrs.get("to", 0))
-    if to != TensorProto.FLOAT or imp.graph.tensors[imp.names[node.inputs[0]]].dtype != "float32":
-        node.fail(f"Cast of the computed tensor {node.inputs[0]!r} to element type {to} is not "
-                  "supported; only float32 to float32")
+    dtype = imp.graph.tensors[imp.names[node.inputs[0]]].dtype
+    if to != TensorProto.FLOAT or dtype != "float32":
+        node.fail(f"Cast of the computed {dtype} tensor {node.inputs[0]!r} to "
+                  f"{elem_type_name(to)} is not supported; only float32 to float32 (FLOAT)")
     imp.alias(node.outputs[0], node.inputs[0])
 
 

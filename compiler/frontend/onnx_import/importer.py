@@ -7,7 +7,9 @@ bytes, or an `onnx.ModelProto`) and returns a validated `Graph` of the float ope
 them: Conv, BatchNormalization, Relu, Clip, Add, Mul, Sum, MaxPool, AveragePool,
 GlobalAveragePool, ReduceMean over H and W, Gemm, MatMul, Flatten, Reshape, Transpose,
 Concat, Softmax, Pad, LRN; Dropout and Identity disappear (their outputs alias their
-inputs).
+inputs). A model of opsets 1 to 6 is first upgraded to opset 7 with onnx's version
+converter (`loader.upgrade`), with a `UserWarning` saying so (``vdla: warning: ...`` on
+the command line) and ``metadata["onnx"]["upgraded_from"]`` set to its opset.
 
 Exporters also emit small computations on shapes (``Shape -> Gather -> Unsqueeze ->
 Concat -> Reshape`` for ``x.view(x.size(0), -1)``). Every tensor here has a static shape
@@ -27,7 +29,7 @@ from onnx import numpy_helper
 
 from vdla.compiler.frontend.onnx_import.converters import CONVERTERS
 from vdla.compiler.frontend.onnx_import.folding import FOLDERS, META_INPUTS
-from vdla.compiler.frontend.onnx_import.loader import load
+from vdla.compiler.frontend.onnx_import.loader import TESTED_OPSET, default_opset, load, upgrade
 from vdla.compiler.frontend.onnx_import.nodes import (ELEM_TYPES, MIN_OPSET, OnnxImportError,
                                                       OnnxNode, check_schema, decode_attrs,
                                                       elem_type_name)
@@ -51,18 +53,22 @@ def from_onnx(path_or_model, *, input_shapes: dict[str, tuple] | None = None,
         the model fixes to another value is an error, not silently kept.
 
     Returns a validated graph whose tensors keep their ONNX names, whose outputs are the
-    model's in ONNX order, and whose ``metadata["onnx"]`` holds the opset, the producer
-    and ``dynamic_dims``: one ``{"input", "axis", "name", "value"}`` per dynamic input
+    model's in ONNX order, and whose ``metadata["onnx"]`` holds the opset imported,
+    ``upgraded_from`` (the model's own opset when it was older than `MIN_OPSET` and onnx's
+    version converter upgraded it, with a warning; else None), the producer and
+    ``dynamic_dims``: one ``{"input", "axis", "name", "value"}`` per dynamic input
     dimension (``name`` is its dim_param, or None when the model leaves it unknown;
     ``value`` the size it got).
     Raises `OnnxImportError` for an unreadable file, an unsupported operator or attribute,
-    or a bad `input_shapes` or `batch`.
+    an opset older than `MIN_OPSET` that the version converter cannot upgrade, or a bad
+    `input_shapes` or `batch`.
     """
     if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int)
                               or batch < 1):
         raise OnnxImportError(f"batch must be a positive integer, not {batch!r}")
     model, source = load(path_or_model)
-    return Importer(model, source, input_shapes, batch).run()
+    model, upgraded_from = upgrade(model, source)
+    return Importer(model, source, input_shapes, batch, upgraded_from=upgraded_from).run()
 
 
 def supported_ops() -> list[str]:
@@ -71,8 +77,10 @@ def supported_ops() -> list[str]:
 
 
 class Importer:
-    def __init__(self, model, source: str, input_shapes, batch: int | None = None):
+    def __init__(self, model, source: str, input_shapes, batch: int | None = None, *,
+                 upgraded_from: int | None = None):
         self.model = model
+        self.upgraded_from = upgraded_from           # the opset before `upgrade`, or None
         self.source = source
         self.input_shapes = dict(input_shapes or {})
         self.batch = batch
@@ -89,14 +97,11 @@ class Importer:
         self.preferred = self._preferred_names()
 
     def _opset(self) -> int:
-        versions = [o.version for o in self.model.opset_import if o.domain in ("", "ai.onnx")]
-        if not versions:
-            raise OnnxImportError(f"{self.source!r} imports no default-domain (ai.onnx) opset; "
-                                  f"it imports {[o.domain for o in self.model.opset_import]}")
-        if versions[0] < MIN_OPSET:
-            raise OnnxImportError(f"{self.source!r} uses opset {versions[0]}; vdla imports "
-                                  f"opset {MIN_OPSET} and later (tested up to 21)")
-        return int(versions[0])
+        opset = default_opset(self.model, self.source)
+        if opset < MIN_OPSET:      # from_onnx upgrades such models first (loader.upgrade)
+            raise OnnxImportError(f"{self.source!r} uses opset {opset}; vdla imports opset "
+                                  f"{MIN_OPSET} and later (tested up to {TESTED_OPSET})")
+        return opset
 
     def _preferred_names(self) -> dict[str, str]:
         # An Identity/Dropout in front of a graph output would leave the output named after
@@ -231,6 +236,7 @@ class Importer:
         self.graph.set_outputs(outputs)
         self.graph.prune()
         self.graph.metadata["onnx"] = {"opset": self.opset,
+                                       "upgraded_from": self.upgraded_from,
                                        "producer": self.model.producer_name,
                                        "producer_version": self.model.producer_version,
                                        "dynamic_dims": self.dynamic_dims}
@@ -251,7 +257,9 @@ class Importer:
             if value.name in self.consts:
                 continue                      # an input with a default: a constant here
             if not value.type.HasField("tensor_type"):
-                raise OnnxImportError(f"graph input {value.name!r} is not a tensor")
+                kind = value.type.WhichOneof("value") or "no type"
+                raise OnnxImportError(f"graph input {value.name!r} is a {kind.replace('_', ' ')}, "
+                                      "not a tensor; vdla imports tensor inputs")
             ttype = value.type.tensor_type
             dtype = ELEM_TYPES.get(ttype.elem_type)
             if dtype is None:
