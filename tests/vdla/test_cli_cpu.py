@@ -79,6 +79,9 @@ def test_tune_then_run_with_the_records(tmp_path, capsys):
                  str(db), "--threads", "1"]) == 0
     out = capsys.readouterr().out
     assert "target cpu" in out and "wall measurements" in out and " ns " in out
+    # The note on repeated measurements is a whole sentence (it once ended mid-phrase).
+    note = next(line for line in out.splitlines() if line.startswith("wall time varies"))
+    assert note.endswith("the table gives the median of each one's measurements.")
     assert main(["run", "digits_cnn", "--target", "cpu", "--threads", "1", "--records",
                  str(db)]) == 0
     out = capsys.readouterr().out

@@ -235,7 +235,8 @@ def run(args) -> int:
     if confirmed:
         print(f"wall time varies from run to run: each workload's {CONFIRM} fastest schedules "
               f"and its default were measured {CONFIRM_ROUNDS} more times, interleaved "
-              f"({confirmed} measurements); the table gives the median of each one's")
+              f"({confirmed} measurements); the table gives the median of each one's "
+              "measurements.")
     if args.json:
         write_json(args.json, {
             "what": what, "target": target.name, "options": target.options(),
