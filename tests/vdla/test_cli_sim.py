@@ -65,6 +65,7 @@ def expected_out(acc: np.ndarray, imm: int = 3) -> np.ndarray:
 def test_asm_input_and_dump(files, tmp_path, capsys):
     asm, binary, img, acc = files
     dump = tmp_path / "out" / "dram.bin"
+    dump.parent.mkdir()     # an output file's folder must exist (test_cli_outputs.py)
     assert sim(asm, "--dram", img, "--dump", dump) == 0
     captured = capsys.readouterr()
     insn_addr = 1024  # the image (832 bytes) rounded up to dram_alignment

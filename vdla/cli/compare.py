@@ -14,7 +14,7 @@ import io
 import time
 
 from vdla._fileio import atomic_write
-from vdla.cli.common import CliError, log, table, write_json
+from vdla.cli.common import CliError, log, output_file, table, write_json
 from vdla.cli.target_args import (add_target_options, check_target_options, make_target,
                                   target_factory, unavailable)
 from vdla.compiler import pipeline, targets
@@ -50,8 +50,10 @@ def add_parser(sub) -> None:
     p.add_argument("--seed", type=int, default=0, help="seeds the input (default 0)")
     p.add_argument("--calibration", type=int, default=4, metavar="N",
                    help="calibration inputs (default 4)")
-    p.add_argument("--chart", metavar="PNG", help="bar chart path (default compare-MODEL.png)")
-    p.add_argument("--json", metavar="PATH", help="also write the comparison as JSON here")
+    p.add_argument("--chart", type=output_file,
+                   metavar="PNG", help="bar chart path (default compare-MODEL.png)")
+    p.add_argument("--json", type=output_file,
+                   metavar="PATH", help="also write the comparison as JSON here")
     p.set_defaults(func=run)
 
 

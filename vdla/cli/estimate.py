@@ -4,7 +4,7 @@ nextpnr)."""
 from __future__ import annotations
 
 from vdla.boards.estimate import EstimateError, estimate
-from vdla.cli.common import CONFIG_HELP, CliError, board_config, log, write_json
+from vdla.cli.common import CONFIG_HELP, CliError, board_config, log, output_file, write_json
 
 __all__ = ["add_parser", "run"]
 
@@ -20,7 +20,8 @@ def add_parser(sub) -> None:
     est.add_argument("--board", required=True, metavar="NAME", help="board (see `vdla boards`)")
     est.add_argument("--config", metavar="FILE", help=CONFIG_HELP.replace(
         "default: VTA's default", "default: the board's"))
-    est.add_argument("--json", metavar="PATH", help="also write the result as JSON here")
+    est.add_argument("--json", type=output_file,
+                     metavar="PATH", help="also write the result as JSON here")
     est.add_argument("--no-cache", action="store_true",
                      help="synthesise again even when a cached result exists")
     est.set_defaults(func=run)

@@ -8,7 +8,7 @@ import io
 import math
 
 from vdla._fileio import atomic_write
-from vdla.cli.common import CliError, table, write_json
+from vdla.cli.common import CliError, output_file, table, write_json
 from vdla.cli.run import check_model_options
 from vdla.compiler import pipeline
 from vdla.compiler.passes.prepare import prepare
@@ -54,8 +54,10 @@ def add_parser(sub) -> None:
                    help="calibration samples for quantization (default 4)")
     p.add_argument("--batch", type=int, metavar="N",
                    help="batch size (default 1; see `vdla run --help`)")
-    p.add_argument("--json", metavar="PATH", help="also write the estimates as JSON here")
-    p.add_argument("--plot", metavar="PNG", help="also draw the roofline chart here")
+    p.add_argument("--json", type=output_file,
+                   metavar="PATH", help="also write the estimates as JSON here")
+    p.add_argument("--plot", type=output_file,
+                   metavar="PNG", help="also draw the roofline chart here")
     p.set_defaults(func=run)
 
 

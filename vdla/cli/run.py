@@ -10,7 +10,7 @@ import dataclasses
 import time
 from pathlib import Path
 
-from vdla.cli.common import CliError, log, progress_line, table, write_json
+from vdla.cli.common import CliError, log, output_file, progress_line, table, write_json
 from vdla.cli.target_args import add_target_options, make_target
 from vdla.compiler import pipeline, targets
 from vdla.compiler.targets.base import WALL
@@ -32,7 +32,8 @@ def add_parser(sub) -> None:
                       help=f"where it runs: {', '.join(targets.names())} (default "
                            f"{DEFAULT_TARGET}; see `vdla targets`); ops the target does not "
                            "run fall back to the host")
-    run_.add_argument("--json", metavar="PATH", help="also write the results as JSON here")
+    run_.add_argument("--json", type=output_file,
+                      metavar="PATH", help="also write the results as JSON here")
     run_.add_argument("--seed", type=int, default=0,
                       help="seeds the inputs (digits_cnn: the test image's index) (default 0)")
     run_.add_argument("--calibration", type=int, default=4, metavar="N",

@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 import time
 
-from vdla.cli.common import CliError, log, on_interrupt, table, write_json
+from vdla.cli.common import CliError, log, on_interrupt, output_file, table, write_json
 from vdla.cli.run import DEFAULT_TARGET
 from vdla.cli.target_args import add_target_options, make_target
 from vdla.compiler import pipeline, targets
@@ -41,11 +41,12 @@ def add_parser(sub) -> None:
                            f" (default {DEFAULT_TARGET})")
     tune.add_argument("--trials", type=int, required=True, metavar="N",
                       help="measurements per workload, those already in the records included")
-    tune.add_argument("--records", required=True, metavar="DB",
+    tune.add_argument("--records", required=True, type=output_file, metavar="DB",
                       help="SQLite records file (created if missing)")
     tune.add_argument("--jobs", type=int, default=1, metavar="J",
                       help="parallel measurement processes (default 1)")
-    tune.add_argument("--json", metavar="PATH", help="also write the results as JSON here")
+    tune.add_argument("--json", type=output_file,
+                      metavar="PATH", help="also write the results as JSON here")
     tune.add_argument("--measure", metavar="BACKEND",
                       help="how schedules are measured, one of the target's measurement "
                            "backends (the accelerator: verilator, cycle-accurate, the default; "
