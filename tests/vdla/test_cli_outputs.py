@@ -5,6 +5,7 @@ and written whatever happens to stdout (a pipe closed early)."""
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -95,3 +96,38 @@ def test_export_onto_a_folder_says_it_is_a_folder(tmp_path, capsys):
     assert f"argument -o/--output: {str(tmp_path)!r} is a folder" in err
     assert "writes one file" in err and ".tmp" not in err and "Errno" not in err
     assert list(tmp_path.iterdir()) == []
+
+
+def _run_with_stdout_closed(argv: list[str], unbuffered: bool) -> tuple[int, str]:
+    """Run ``python -m vdla ARGV`` with its stdout a pipe whose reader has closed it
+    before the command prints (as `| head -1` does once it has its line): (exit status,
+    stderr)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    if unbuffered:
+        env["PYTHONUNBUFFERED"] = "1"
+    proc = subprocess.Popen([sys.executable, "-m", "vdla", *argv], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=env)
+    proc.stdout.close()         # the reader is gone: every write to stdout fails (EPIPE)
+    err = proc.stderr.read().decode()
+    return proc.wait(timeout=120), err
+
+
+@pytest.mark.parametrize("unbuffered", [False, True], ids=["buffered", "unbuffered"])
+def test_a_closed_stdout_still_writes_the_files_and_exits_quietly(tmp_path, unbuffered):
+    """`vdla compare ... | head -1` exited 0 and wrote neither the chart nor the JSON."""
+    chart, report = tmp_path / "c.png", tmp_path / "c.json"
+    status, err = _run_with_stdout_closed(
+        ["compare", "small_cnn", "--targets", "host", "--chart", str(chart),
+         "--json", str(report)], unbuffered)
+    assert status == 141                 # 128 + SIGPIPE, as the shell reports `yes | head`
+    assert "Traceback" not in err and "BrokenPipe" not in err and "Exception" not in err
+    assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert json.loads(report.read_text())["targets"]["host"]["bit_exact"] is True
+
+
+def test_vdla_run_writes_its_json_before_its_report(tmp_path):
+    report = tmp_path / "r.json"
+    status, err = _run_with_stdout_closed(
+        ["run", "small_cnn", "--target", "host", "--json", str(report)], unbuffered=True)
+    assert status == 141 and "Traceback" not in err
+    assert json.loads(report.read_text())["bit_exact"] is True

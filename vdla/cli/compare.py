@@ -126,15 +126,17 @@ def run(args) -> int:
         if not outcome.bit_exact:
             failed.append(f"{target.name}: {outcome.mismatch}")
     same = _same_outputs(outputs)
-    _print(args, mode, results, same)
+    # The files first: a reader of stdout that stops early (`| head`) ends the command
+    # at its next print, and must not cost the files asked for.
     chart = args.chart or f"compare-{args.model.replace('/', '_')}.png"
     _chart(chart, args.model, results)
-    print(f"wrote {chart}" + (f", {args.json}" if args.json else ""))
     if args.json:
         write_json(args.json, {"model": args.model, "requantization": mode,
                                "board": getattr(args, "board", None),
                                "outputs_identical": same,
                                "targets": results})
+    _print(args, mode, results, same)
+    print(f"wrote {chart}" + (f", {args.json}" if args.json else ""))
     if failed:
         raise CliError("outputs differ from the quantized reference: " + "; ".join(failed))
     if not same:

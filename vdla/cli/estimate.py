@@ -33,6 +33,8 @@ def run(args) -> int:
         result = estimate(board, config, use_cache=not args.no_cache, log=log)
     except EstimateError as exc:
         raise CliError(str(exc)) from None
+    if args.json:   # before the report: a closed stdout (`| head`) ends the command
+        write_json(args.json, result.to_dict())
     util = result.utilization()
     flow = board.family.yosys.split()[0] + (" + nextpnr-ecp5" if result.fmax_mhz else "")
     how = "cached" if result.cached else f"{result.seconds:.0f} s"
@@ -48,8 +50,6 @@ def run(args) -> int:
         print(f"Fmax {result.fmax_mhz:.1f} MHz after place and route ({verdict} the board's "
               f"{board.clock_mhz:g} MHz)")
     print(f"fits {board.part.name}: {'yes' if result.fits else 'NO'}")
-    if args.json:
-        write_json(args.json, result.to_dict())
     if not result.fits:
         raise CliError(result.overflow_message())
     return 0

@@ -84,6 +84,14 @@ def run(args) -> int:
         graph = prepare(model.graph)
         what = "the float graph (BN folded, ops fused)"
     estimates = [roofline.estimate(graph, gpu, args.precision) for gpu in chosen]
+    # The files before the report: a closed stdout (`| head`) ends the command.
+    if args.json:
+        write_json(args.json, {"model": args.model, "batch": model.batch,
+                               "precision": args.precision, "note": NOTE,
+                               "launch_seconds_per_kernel": roofline.LAUNCH_SECONDS,
+                               "gpus": {e.gpu.name: e.to_dict() for e in estimates}})
+    if args.plot:
+        _plot(args.plot, args.model, estimates)
     print(NOTE)
     kernels = len(estimates[0].kernels)
     print(f"{args.model}, batch {model.batch}, {args.precision}: {what}, {kernels} kernels "
@@ -93,13 +101,6 @@ def run(args) -> int:
     if len(estimates) > 1:
         _print_summary(estimates)
     written = [p for p in (args.json, args.plot) if p]
-    if args.json:
-        write_json(args.json, {"model": args.model, "batch": model.batch,
-                               "precision": args.precision, "note": NOTE,
-                               "launch_seconds_per_kernel": roofline.LAUNCH_SECONDS,
-                               "gpus": {e.gpu.name: e.to_dict() for e in estimates}})
-    if args.plot:
-        _plot(args.plot, args.model, estimates)
     if written:
         print(f"wrote {', '.join(written)}")
     return 0

@@ -125,9 +125,9 @@ def run(args) -> int:
         if records is not None:
             records.close()
     whole = _whole_graph(outcome) if outcome.bit_exact else None
-    _report(args, target, outcome, whole)
-    if args.json:
+    if args.json:   # before the report: a closed stdout (`| head`) ends the command
         write_json(args.json, _json_report(args, target, outcome, whole))
+    _report(args, target, outcome, whole)
     if not outcome.bit_exact:
         raise CliError(f"{args.model}: the {target.name} outputs differ from the "
                        f"{_reference(outcome)} ({outcome.mismatch})")

@@ -209,6 +209,22 @@ def run(args) -> int:
     finally:
         progress.end()
     wall = time.perf_counter() - start
+    # The JSON before the summary: a closed stdout (`| head`) ends the command.
+    if args.json:
+        write_json(args.json, {
+            "what": what, "target": target.name, "options": target.options(),
+            "platform": tasks[0].platform, "measure": measure, "tuner": args.tuner,
+            "seed": args.seed, "records": str(args.records), "wall_seconds": wall,
+            "workloads": [{
+                "name": r.task.name, "key": r.task.key, "nodes": list(r.task.nodes),
+                "space": r.space_size, "trials": r.trials, "resumed": r.resumed,
+                "failures": r.failures, "confirmations": r.confirmations,
+                "unit": r.task.unit,
+                "default": {"schedule": r.task.schedule_to_dict(r.default),
+                            "cycles": r.default_cycles},
+                "best": {"schedule": None if r.best is None else r.task.schedule_to_dict(r.best),
+                         "cycles": r.best_cycles},
+                "speedup": r.speedup} for r in results]})
 
     def sched(task, s):
         return "-" if s is None else target.describe_schedule(task.schedule_to_dict(s))
@@ -238,19 +254,4 @@ def run(args) -> int:
               f"and its default were measured {CONFIRM_ROUNDS} more times, interleaved "
               f"({confirmed} measurements); the table gives the median of each one's "
               "measurements.")
-    if args.json:
-        write_json(args.json, {
-            "what": what, "target": target.name, "options": target.options(),
-            "platform": tasks[0].platform, "measure": measure, "tuner": args.tuner,
-            "seed": args.seed, "records": str(args.records), "wall_seconds": wall,
-            "workloads": [{
-                "name": r.task.name, "key": r.task.key, "nodes": list(r.task.nodes),
-                "space": r.space_size, "trials": r.trials, "resumed": r.resumed,
-                "failures": r.failures, "confirmations": r.confirmations,
-                "unit": r.task.unit,
-                "default": {"schedule": r.task.schedule_to_dict(r.default),
-                            "cycles": r.default_cycles},
-                "best": {"schedule": None if r.best is None else r.task.schedule_to_dict(r.best),
-                         "cycles": r.best_cycles},
-                "speedup": r.speedup} for r in results]})
     return 0
