@@ -114,6 +114,9 @@ def run(args) -> int:
             "groups": groups, "total_seconds": sum(groups.values()),
             "ops_on_target": len(outcome.compiled.ops_on(target.name)),
             "ops": len(outcome.compiled.ops), "options": target.options(),
+            # The ops that fell back to the host, and why (none on the host target).
+            "ops_on_host": {} if target.name == targets.HOST else {
+                s.name: s.reason for s in outcome.result.ops if s.target == targets.HOST},
             "seconds_to_run": time.perf_counter() - start,
             "time": target.time_note(summary), "label": target.column_label(summary)}
         column = target.estimate_column()
@@ -178,6 +181,16 @@ def _print(args, mode, results, same: bool = True) -> None:
         print(line)
     for n, label in zip(names, labels):
         print(f"  {label}: {results[n]['time']}")
+    for n, label in zip(names, labels):
+        if results[n].get("estimate") or not results[n]["ops_on_host"]:
+            continue
+        # One line per reason: a model's ops often fall back for the same one.
+        by_reason = collections.defaultdict(list)
+        for op, reason in results[n]["ops_on_host"].items():
+            by_reason[reason or "no reason given"].append(op)
+        print(f"ops on the host in the {label} column:")
+        for reason, ops in by_reason.items():
+            print(f"  {', '.join(ops)}: {reason}")
 
 
 def _ms(seconds) -> str:
