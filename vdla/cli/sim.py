@@ -162,12 +162,17 @@ def run(args) -> int:
         return 0
     print(f"{args.program}: {len(program)} instructions at DRAM {insn_addr:#x}, "
           f"image {len(image)} bytes at 0x0, config {config.name}, {backend} backend")
-    rows = sorted(stats.items(), key=lambda item: (item[0] != "cycles", item[0]))  # cycles first
-    key_width = max([len(key) for key in stats] + [len("wall time")])
-    value_width = max([len(str(value)) for value in stats.values()] + [1])
+    # The counters this backend measured (the JSON has every key: None for the others).
+    measured = {key: value for key, value in stats.items() if value is not None}
+    rows = sorted(measured.items(), key=lambda item: (item[0] != "cycles", item[0]))
+    key_width = max([len(key) for key in measured] + [len("wall time")])
+    value_width = max([len(str(value)) for value in measured.values()] + [1])
     for key, value in rows:
         print(f"  {key:<{key_width}}  {value:>{value_width}}")
     speed = f" ({stats['cycles'] / seconds:,.0f} cycles/s)" if stats.get("cycles") else ""
     print(f"  {'wall time':<{key_width}}  {seconds * 1e3:.1f} ms{speed}")
+    if len(measured) < len(stats):
+        print(f"  (no {', '.join(k for k in stats if k not in measured)}: the {backend} "
+              "backend has no clock; --backend verilator counts them)")
     return 0
 
