@@ -6,13 +6,12 @@ exit status``. Adding a command is one module and one entry here.
 
 Exit status: 0 success; 1 a user error (bad input, a failed check: `CliError` and the
 other errors `main` prints as ``vdla: error: ...``); 2 a usage error (argparse); 130
-interrupted (Ctrl-C); 141 stdout closed early (128 + SIGPIPE, as a shell reports a
-Unix tool that a closed pipe ends: ``vdla compare ... | head -1``; quietly, no traceback).
-An interrupted command ends with one line, ``vdla: interrupted:
-...``, saying what stopped and what was kept (a command says so with
-`vdla.cli.common.on_interrupt`), and no traceback. Commands write their files atomically,
-so an interrupt never leaves half a file; they write their files before they print their
-report, so a closed stdout does not cost the files.
+interrupted (Ctrl-C); 141 stdout closed early (128 + SIGPIPE, as a shell reports a Unix
+tool that a closed pipe ends: ``vdla compare ... | head -1``), quietly, no traceback. An
+interrupted command ends with one line, ``vdla: interrupted: ...``, saying what stopped
+and what was kept (a command says so with `vdla.cli.common.on_interrupt`), and no
+traceback. Commands write their files atomically, so an interrupt never leaves half a
+file, and before they print their report, so a closed stdout does not cost the files.
 
 Importing this package is light (no numpy): the commands are imported by `main`, inside
 its Ctrl-C handling.
