@@ -2,7 +2,8 @@
 
 from vdla.runtime.allocator import DramAllocator, OutOfMemory
 from vdla.runtime.builder import COMPUTE, LOAD, STORE, ProgramBuilder
-from vdla.runtime.device import BACKENDS, Device, FunctionalDevice, dram_alignment, open
+from vdla.runtime.device import (BACKENDS, STAT_KEYS, Device, FunctionalDevice, dram_alignment,
+                                  open)
 
-__all__ = ["open", "Device", "FunctionalDevice", "BACKENDS", "dram_alignment",
+__all__ = ["open", "Device", "FunctionalDevice", "BACKENDS", "STAT_KEYS", "dram_alignment",
            "DramAllocator", "OutOfMemory", "ProgramBuilder", "LOAD", "COMPUTE", "STORE"]

@@ -5,23 +5,37 @@
     dev.write(a, array_or_bytes)
     data = dev.read(a, nbytes)       # numpy uint8 array
     stats = dev.run(insn_addr, insn_count)
+
+Every backend's statistics have the same keys (`STAT_KEYS`), so code written for one runs
+on the other; a counter a backend cannot measure is None.
 """
 
 from __future__ import annotations
 
 import abc
 import sys
+import time
 
 import numpy as np
 
 from vdla.config import HardwareConfig
 from vdla.isa import INSN_BYTES, Program
+from vdla.isa.registers import COUNTERS
 from vdla.runtime.allocator import DramAllocator
 from vdla.sim import FunctionalSimulator
+from vdla.sim.counters import WORK_COUNTERS, work_counters
+from vdla.sim.protocol import fetch_program
 from vdla.sim.verilator import VerilatorSimulator
 
-__all__ = ["Device", "FunctionalDevice", "VerilatorDevice", "open", "BACKENDS", "dram_alignment"]
+__all__ = ["Device", "FunctionalDevice", "VerilatorDevice", "open", "BACKENDS", "STAT_KEYS",
+           "dram_alignment"]
 
+#: The keys of every backend's `Device.run` statistics: the program's counters, fixed by
+#: its instructions (`vdla.sim.counters.WORK_COUNTERS`: instructions, DMA bytes, GEMM and
+#: ALU micro-ops), the hardware's (`vdla.isa.registers.COUNTERS`: cycles, busy, stall and
+#: active cycles; ``dram_bytes_*`` there are whole bus words) and ``wall_seconds``. The
+#: functional simulator has no clock: its hardware-only counters are None.
+STAT_KEYS = tuple(dict.fromkeys((*WORK_COUNTERS, *COUNTERS, "wall_seconds")))
 #: Default DRAM size of a simulated device.
 DEFAULT_DRAM_SIZE = 256 << 20
 
@@ -107,8 +121,10 @@ class Device(abc.ABC):
     def run(self, insn_addr: int, insn_count: int) -> dict:
         """Run `insn_count` instructions from DRAM byte address `insn_addr` to FINISH.
 
-        Returns statistics (a flat dict of numbers). Raises `vdla.sim.DeadlockError` or
-        `vdla.sim.ProgramError` for a program that cannot complete.
+        Returns statistics: a flat dict of numbers with the keys `STAT_KEYS` on every
+        backend (None for a counter the backend cannot measure). Raises
+        `vdla.sim.DeadlockError` or `vdla.sim.ProgramError` for a program that cannot
+        complete.
         """
 
     # The simulators keep DRAM as a numpy uint8 array `self.dram`; a board overrides these.
@@ -128,6 +144,11 @@ class Device(abc.ABC):
         self.close()
 
 
+def _in_stat_order(stats: dict) -> dict:
+    """`stats` with every `STAT_KEYS` key (None where it has none), in that order."""
+    return {key: stats.get(key) for key in STAT_KEYS} | stats
+
+
 class FunctionalDevice(Device):
     """Device backed by the functional simulator (`vdla.sim.FunctionalSimulator`)."""
 
@@ -140,8 +161,14 @@ class FunctionalDevice(Device):
 
     def run(self, insn_addr: int, insn_count: int, *, max_cycles: int | None = None) -> dict:
         """As `Device.run`; `max_cycles` bounds the work validation accepts (a program that
-        cannot fit raises `vdla.sim.validate.BudgetError`, as on Verilator)."""
-        return self.simulator.run_from_dram(insn_addr, insn_count, max_cycles=max_cycles)
+        cannot fit raises `vdla.sim.validate.BudgetError`, as on Verilator). The program's
+        counters as the simulator counted them (0 for those it leaves out), None for the
+        hardware's cycle counters, and the wall time."""
+        start = time.perf_counter()
+        counted = self.simulator.run_from_dram(insn_addr, insn_count, max_cycles=max_cycles)
+        wall = time.perf_counter() - start
+        return _in_stat_order({**dict.fromkeys(WORK_COUNTERS, 0), **counted,
+                               "wall_seconds": wall})
 
 
 class VerilatorDevice(Device):
@@ -193,7 +220,12 @@ class VerilatorDevice(Device):
             max_cycles=self.max_cycles if max_cycles is None else max_cycles)
         if timeline:
             self.timeline = self.simulator.timeline
-        return stats
+        # The program's counters the hardware does not count (micro-ops, DMA bytes), read
+        # off its instructions; where both count (instructions per module, DRAM bytes:
+        # whole bus words) the hardware's value stays.
+        work = work_counters(fetch_program(self.dram, insn_addr, insn_count, self.config),
+                             self.config)
+        return _in_stat_order({**work, **stats})
 
     def close(self):
         simulator, self.simulator = getattr(self, "simulator", None), None

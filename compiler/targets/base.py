@@ -361,10 +361,14 @@ class Target(abc.ABC):
         `device` is an already open device to run on (a `vdla.runtime.Device` for the
         accelerator); None lets the target open its own."""
 
-    def export(self, compiled: Any, out_dir: Any) -> Any:
+    def export(self, compiled: Any, out_dir: Any, *, example: Any = None,
+               exact: bool = True) -> Any:
         """Write `compiled` (a `CompiledModel` of this target) into folder `out_dir` as
         something that runs without vdla (the CPU target: a C project with a Makefile)
-        and return the folder's path. Targets without such a form raise ValueError."""
+        and return the folder's path. `example` ({tensor name: array} of every graph
+        input and output, or None) is a worked example to write beside it, where the
+        form has a place for one; `exact`: whether the written form reproduces its
+        outputs byte for byte. Targets without such a form raise ValueError."""
         raise ValueError(f"target {self.name!r} has no stand-alone form to write")
 
     def tasks(self, graph: Graph) -> list:

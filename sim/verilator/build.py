@@ -49,7 +49,7 @@ from vdla.hw.verilog import (TOP_NAME, VERILATOR_MAKE_VARS, _ports, _signature_o
 from vdla.isa.registers import COUNTERS, REGISTERS, STATE_BITS
 
 __all__ = ["LIBRARY_NAME", "WAVEFORM_FORMATS", "BuildError", "ModelBuild", "build_model",
-           "cached_verilog", "harness_header"]
+           "build_note", "cached_verilog", "harness_header"]
 
 LIBRARY_NAME = "libvdla_sim.so"
 #: Waveform formats a build can dump: VCD always; FST needs the lz4 headers at build time.
@@ -287,8 +287,7 @@ def build_model(config: HardwareConfig, *, waveform: str | None = None,
         if waveform == "fst" and not _fst_available(_cxx()):
             raise BuildError("FST waveforms need the lz4 headers (Debian: liblz4-dev), which "
                              "this machine lacks; ask for a .vcd waveform instead")
-        log(f"building the Verilator model of {config.name} (about a minute; cached in "
-            f"{builds}) ...")
+        log(build_note(config, waveform, builds))
         _run_verilator(tmp, verilog, header, waveform)
         os.replace(tmp / "obj" / LIBRARY_NAME, tmp / LIBRARY_NAME)
         # The object files are not needed to load the model: keep the cache small.
@@ -299,6 +298,18 @@ def build_model(config: HardwareConfig, *, waveform: str | None = None,
             "seconds": round(time.perf_counter() - started, 1)})
     log(f"built in {time.perf_counter() - started:.0f} s")
     return result(True)
+
+
+def build_note(config: HardwareConfig, waveform: str | None, builds: Path) -> str:
+    """The line a build logs before it starts. A traced build says why it is built (the
+    untraced model may well be in the cache: the user sees a minute's build where a run
+    took seconds) and that it is kept too."""
+    if waveform is None:
+        return (f"building the Verilator model of {config.name} (about a minute; cached in "
+                f"{builds}) ...")
+    return (f"building the Verilator model of {config.name} with {waveform.upper()} tracing: "
+            "a waveform needs a model built with tracing, cached apart from the untraced "
+            f"one (about a minute, once; cached in {builds}) ...")
 
 
 def _run_verilator(folder: Path, verilog: str, header: str, waveform: str | None):

@@ -14,7 +14,7 @@ import pytest
 
 import vdla
 from vdla.sim.verilator import VerilatorSimulator, build_model
-from vdla.sim.verilator.build import LIBRARY_NAME
+from vdla.sim.verilator.build import LIBRARY_NAME, build_note
 
 SMALL = vdla.HardwareConfig(block_in=8, block_out=8, uop_buff_size=4096, inp_buff_size=4096,
                             wgt_buff_size=16384, acc_buff_size=16384)
@@ -118,3 +118,35 @@ def test_a_killed_build_leaves_nothing_that_loads(tmp_path, small_config):
     assert result["built"]
     assert not list(builds.glob(".tmp-*"))
     assert runs_a_program(cache)
+
+
+def test_a_traced_build_says_why_before_it_starts(tmp_path):
+    traced = build_note(SMALL, "fst", tmp_path)
+    assert traced.startswith(f"building the Verilator model of {SMALL.name} with FST tracing: "
+                             "a waveform needs a model built with tracing, cached apart from "
+                             "the untraced one (about a minute, once;")
+    assert "tracing" not in build_note(SMALL, None, tmp_path)
+
+
+@pytest.mark.slow
+def test_a_waveform_build_says_why_and_is_cached(tmp_path, small_config):
+    """`vdla sim --wave` builds a model with tracing (a minute) where the plain run took
+    seconds: it says why before the build, and a second --wave run finds it cached."""
+    program = tmp_path / "finish.asm"
+    program.write_text("FINISH\n")
+    env = dict(os.environ, VDLA_CACHE=str(tmp_path / "cache"))
+
+    def sim_wave(name: str) -> str:
+        proc = subprocess.run([sys.executable, "-m", "vdla", "sim", str(program), "--config",
+                               str(small_config), "--wave", str(tmp_path / name)],
+                              env=env, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr
+        assert (tmp_path / name).read_text().startswith("$")    # a VCD file's header
+        return proc.stderr
+
+    first = sim_wave("one.vcd")
+    assert ("with VCD tracing: a waveform needs a model built with tracing, cached apart "
+            "from the untraced one") in first
+    assert first.index("needs a model built with tracing") < first.index("built in ")
+    second = sim_wave("two.vcd")
+    assert "building" not in second and "built in" not in second

@@ -45,7 +45,15 @@ def test_board_times_the_accelerator_at_its_clock(tmp_path, capsys):
                  "--threads", "1"]) == 0
     text = capsys.readouterr().out
     assert "cycles at 100 MHz (pynq-z1)" in text and "same outputs" in text
+    # The ops that fell back to the host, and why, under the table (once only in JSON).
+    assert text.count("ops on the host in the ") == 1    # not the cpu's: it runs them all
     doc = json.loads(out.read_text())
+    host_ops = doc["targets"]["vdla"]["ops_on_host"]
+    assert sorted(host_ops.values()) == ["float -> int conversion runs on the host",
+                                         "int -> float conversion runs on the host"]
+    assert "ops on the host in the vdla column:\n" + "".join(
+        f"  {op}: {reason}\n" for op, reason in host_ops.items()) in text
+    assert doc["targets"]["cpu"]["ops_on_host"] == {}
     assert doc["board"] == "pynq-z1" and doc["outputs_identical"] is True
     assert main(["compare", "digits_cnn", "--board", "pynq-z1", "--targets", "cpu"]) == 1
     assert "--board applies to --target vdla, not to --target cpu" in capsys.readouterr().err

@@ -23,6 +23,41 @@ def test_compile_writes_a_project_that_builds_and_matches(tmp_path, capsys):
     assert "'input', float32 [1 x 1 x 8 x 8]" in header and "vdla_model_run(" in header
 
 
+def test_compile_writes_an_example_input_that_run_model_reproduces(tmp_path, capsys):
+    """The project's in.bin (the seeded input) run by the built run_model gives out.bin
+    (the reference's output) byte for byte, and the README says the files' layout. The
+    project builds with every warning an error (gcc 14 made posix_memalign's implicit
+    declaration one), as a user's newer compiler would."""
+    import shutil
+    import subprocess
+
+    import numpy as np
+    from vdla.compiler import pipeline
+
+    make, cc = shutil.which("make"), shutil.which("cc") or shutil.which("gcc")
+    if make is None or cc is None:
+        pytest.skip("needs make and a C compiler")
+    out = tmp_path / "digits"
+    assert main(["compile", "digits_cnn", "-o", str(out), "--seed", "2"]) == 0
+    assert "./run_model model.params in.bin my_out.bin" in capsys.readouterr().out
+    model = pipeline.load_model("digits_cnn", seed=2, calibration=4)
+    (name, image), = model.feed.items()
+    assert (out / "in.bin").read_bytes() == np.ascontiguousarray(image, "<f4").tobytes()
+    readme = (out / "README.md").read_text()
+    assert f"- input 0: `{name}`, float32 [1, 1, 8, 8], 256 bytes (`in.bin`)" in readme
+    assert "C order (row-major" in readme and "little-endian" in readme
+    assert "    ./run_model model.params in.bin my_out.bin\n    cmp my_out.bin out.bin" in readme
+
+    build = subprocess.run([make, "-j2", f"CC={cc} -Werror"], cwd=out, capture_output=True,
+                           text=True)
+    assert build.returncode == 0, build.stdout + build.stderr
+    run = subprocess.run(["./run_model", "model.params", "in.bin", "my_out.bin"], cwd=out,
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    expected = (out / "out.bin").read_bytes()
+    assert len(expected) == 10 * 4 and (out / "my_out.bin").read_bytes() == expected
+
+
 def test_compile_float_small_cnn(tmp_path, capsys):
     assert main(["compile", "small_cnn", "-o", str(tmp_path / "p"), "--precision", "float32",
                  "--check"]) == 0
@@ -79,6 +114,9 @@ def test_tune_then_run_with_the_records(tmp_path, capsys):
                  str(db), "--threads", "1"]) == 0
     out = capsys.readouterr().out
     assert "target cpu" in out and "wall measurements" in out and " ns " in out
+    # The note on repeated measurements is a whole sentence (it once ended mid-phrase).
+    note = next(line for line in out.splitlines() if line.startswith("wall time varies"))
+    assert note.endswith("the table gives the median of each one's measurements.")
     assert main(["run", "digits_cnn", "--target", "cpu", "--threads", "1", "--records",
                  str(db)]) == 0
     out = capsys.readouterr().out

@@ -24,12 +24,13 @@ REPORT_KEYS = {"model", "target", "options", "board", "input", "batch", "quantiz
                "quantize_seconds", "compile_seconds", "wall_seconds", "summary", "records",
                "tuned_ops", "ops", "precision", "max_error", "whole_graph_seconds",
                "whole_graph_op_seconds", "host", "transfers", "end_to_end_seconds",
-               "device_seconds", "device_time"}
+               "device_seconds", "device_time", "ops_on_target"}
 
 
 def run_json(tmp_path, capsys, *args: str) -> tuple[dict, str]:
     """`vdla run ... --json`; returns (the JSON report, stdout)."""
     out = tmp_path / "report" / "out.json"
+    out.parent.mkdir(exist_ok=True)     # an output file's folder must exist
     assert main(["run", *args, "--json", str(out)]) == 0
     captured = capsys.readouterr()
     assert "Traceback" not in captured.err
@@ -61,7 +62,12 @@ def test_digits_on_functional_writes_the_report(tmp_path, capsys):
         ("to_target", False), ("to_host", False)]
     assert report["transfers"][0]["bytes"] == 64 * 16   # 8x8 pixels, one channel block
     assert report["end_to_end_seconds"] is None
-    assert "between vdla ops: no host work" in out
+    assert "between vdla ops: no host work" in out and report["ops_on_target"] == 6
+    # Each op that fell back to the host, with its reason, under the table (it was only
+    # in the JSON).
+    footnote = out[out.index("ops on the host (why):"):].splitlines()[1:3]
+    assert [line.split(None, 1) for line in footnote] == [
+        [op["name"], op["reason"]] for op in ops if op["target"] == "host"]
 
     lines = out.splitlines()
     assert lines[0].startswith("digits_cnn: 8 ops (6 on vdla, 2 on the host)")
@@ -158,6 +164,26 @@ def test_batch_builds_a_zoo_model_with_it(tmp_path, capsys):
                            "--seed", "3")
     assert report["batch"] == 2 and report["bit_exact"] is True
     assert "2 test images of the digits split from image 3 (labels " in out
+
+
+def test_a_target_that_runs_no_op_says_so(tmp_path, capsys):
+    """float32 on the accelerator (int8 only): every op falls back to the host. The run
+    printed "between vdla ops: no host work (activations stay in vdla's memory...)" as if
+    vdla had run them; now a warning says it ran none and why. Exit status 0: the model
+    ran, on the host, and matched the float reference."""
+    path = tmp_path / "r.json"
+    assert main(["run", "small_cnn", "--sim", "functional", "--precision", "float32",
+                 "--json", str(path)]) == 0
+    out, err = capsys.readouterr()
+    report = json.loads(path.read_text())
+    assert "Traceback" not in err
+    assert report["bit_exact"] is True and report["ops_on_target"] == 0
+    assert ("vdla: warning: vdla ran no op: every op fell back to the host (float conv2d: "
+            "the accelerator computes on int8 data only; and ") in err
+    assert "--precision int8 (the default) runs the quantized graph" in err
+    assert "between vdla ops" not in out and "total cycles" not in out
+    assert "ops on the host (why):" in out
+    assert "conv1    float conv2d: the accelerator computes on int8 data only" in out
 
 
 def test_the_host_target_reports_the_same_keys(tmp_path, capsys):

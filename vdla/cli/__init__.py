@@ -6,10 +6,12 @@ exit status``. Adding a command is one module and one entry here.
 
 Exit status: 0 success; 1 a user error (bad input, a failed check: `CliError` and the
 other errors `main` prints as ``vdla: error: ...``); 2 a usage error (argparse); 130
-interrupted (Ctrl-C). An interrupted command ends with one line, ``vdla: interrupted:
-...``, saying what stopped and what was kept (a command says so with
-`vdla.cli.common.on_interrupt`), and no traceback. Commands write their files atomically,
-so an interrupt never leaves half a file.
+interrupted (Ctrl-C); 141 stdout closed early (128 + SIGPIPE, as a shell reports a Unix
+tool that a closed pipe ends: ``vdla compare ... | head -1``), quietly, no traceback. An
+interrupted command ends with one line, ``vdla: interrupted: ...``, saying what stopped
+and what was kept (a command says so with `vdla.cli.common.on_interrupt`), and no
+traceback. Commands write their files atomically, so an interrupt never leaves half a
+file, and before they print their report, so a closed stdout does not cost the files.
 
 Importing this package is light (no numpy): the commands are imported by `main`, inside
 its Ctrl-C handling.
@@ -19,6 +21,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import signal
 import sys
 import warnings
 
@@ -32,6 +36,8 @@ COMMANDS = ("config", "asm", "disasm", "verilog", "boards", "estimate", "sim", "
             "export", "targets", "run", "compare", "roofline", "compile", "tune", "sweep")
 #: Exit status of an interrupted command (128 + SIGINT, as shells report it).
 INTERRUPTED = 130
+#: Exit status when stdout's reader went away (128 + SIGPIPE, as shells report it).
+STDOUT_CLOSED = 128 + signal.SIGPIPE
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -55,17 +61,35 @@ def _main(argv: list[str] | None) -> int:
     try:
         # Importing the commands is most of start-up: Ctrl-C there ends cleanly too.
         args = build_parser().parse_args(argv)
-        return args.func(args)
+        status = args.func(args)
+        # Buffered output meets a closed pipe here, not at the interpreter's exit (where
+        # it would be printed as an ignored exception).
+        sys.stdout.flush()
+        return status
     except KeyboardInterrupt:
         _report_interrupt(args, sys.argv[1:] if argv is None else argv)
         return INTERRUPTED
-    except BrokenPipeError:  # output piped into head & co.
-        return 0
+    except BrokenPipeError:     # stdout piped into head & co., which has exited
+        _drop_stdout()
+        return STDOUT_CLOSED
     except Exception as exc:
         if not _is_user_error(exc):
             raise
         print(f"vdla: error: {exc}", file=sys.stderr)
         return 1
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null once its reader has gone, so that nothing more (the
+    flush at exit) meets the closed pipe: Python ignores SIGPIPE, which would end a C
+    tool there, and raises BrokenPipeError instead (the idiom of Python's documentation,
+    "Note on SIGPIPE")."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):   # no file descriptor (a test's captured stdout)
+        pass
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:

@@ -6,6 +6,7 @@ Ctrl-C handling starts."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -18,7 +19,8 @@ if TYPE_CHECKING:
     from vdla.boards import Board
 
 __all__ = ["CONFIG_HELP", "CliError", "board_config", "int_arg", "load_config",
-           "log", "on_interrupt", "progress_line", "read_file", "table", "write_json"]
+           "log", "on_interrupt", "output_file", "progress_line", "read_file", "table",
+           "write_json"]
 
 CONFIG_HELP = ("hardware config JSON (vdla's keys or VTA's vta_config.json); default: VTA's "
                "default")
@@ -74,6 +76,32 @@ def int_arg(text: str) -> int:
     """An integer option in decimal or 0x hex (argparse turns ValueError into a usage
     error)."""
     return int(text, 0)
+
+
+def output_file(text: str) -> str:
+    """The argparse ``type=`` of every option that names one file to write (``--json``,
+    ``--chart``, ``-o FILE``, ...): the path, checked before the command does any work.
+
+    A missing parent folder is an error, not created: a mistyped folder would otherwise
+    become a new folder (``--json /nonexistent/dir/x.json`` made one at the root). A path
+    that is a folder is an error too (the file would have to replace it). Only options
+    that name an output *folder* (``-o DIR`` of compile and verilog) create it. argparse
+    prefixes the message with the option (``argument --json: ...``)."""
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is a folder; this option writes one file: give the file's path "
+            f"(such as {str(path / 'NAME')!r})")
+    parent = path.parent
+    if not parent.is_dir():
+        missing = parent
+        while not missing.parent.is_dir():      # name the first folder that is not there
+            missing = missing.parent
+        what = "is not a folder" if missing.exists() else "does not exist"
+        raise argparse.ArgumentTypeError(
+            f"cannot write {text!r}: {str(missing)!r} {what} (vdla creates no folder for "
+            "an output file; make it first, or give a path in an existing folder)")
+    return text
 
 
 def write_json(path: str | Path, data) -> None:

@@ -14,7 +14,7 @@ import io
 import time
 
 from vdla._fileio import atomic_write
-from vdla.cli.common import CliError, log, table, write_json
+from vdla.cli.common import CliError, log, output_file, table, write_json
 from vdla.cli.target_args import (add_target_options, check_target_options, make_target,
                                   target_factory, unavailable)
 from vdla.compiler import pipeline, targets
@@ -50,8 +50,10 @@ def add_parser(sub) -> None:
     p.add_argument("--seed", type=int, default=0, help="seeds the input (default 0)")
     p.add_argument("--calibration", type=int, default=4, metavar="N",
                    help="calibration inputs (default 4)")
-    p.add_argument("--chart", metavar="PNG", help="bar chart path (default compare-MODEL.png)")
-    p.add_argument("--json", metavar="PATH", help="also write the comparison as JSON here")
+    p.add_argument("--chart", type=output_file,
+                   metavar="PNG", help="bar chart path (default compare-MODEL.png)")
+    p.add_argument("--json", type=output_file,
+                   metavar="PATH", help="also write the comparison as JSON here")
     p.set_defaults(func=run)
 
 
@@ -112,6 +114,9 @@ def run(args) -> int:
             "groups": groups, "total_seconds": sum(groups.values()),
             "ops_on_target": len(outcome.compiled.ops_on(target.name)),
             "ops": len(outcome.compiled.ops), "options": target.options(),
+            # The ops that fell back to the host, and why (none on the host target).
+            "ops_on_host": {} if target.name == targets.HOST else {
+                s.name: s.reason for s in outcome.result.ops if s.target == targets.HOST},
             "seconds_to_run": time.perf_counter() - start,
             "time": target.time_note(summary), "label": target.column_label(summary)}
         column = target.estimate_column()
@@ -124,15 +129,17 @@ def run(args) -> int:
         if not outcome.bit_exact:
             failed.append(f"{target.name}: {outcome.mismatch}")
     same = _same_outputs(outputs)
-    _print(args, mode, results, same)
+    # The files first: a reader of stdout that stops early (`| head`) ends the command
+    # at its next print, and must not cost the files asked for.
     chart = args.chart or f"compare-{args.model.replace('/', '_')}.png"
     _chart(chart, args.model, results)
-    print(f"wrote {chart}" + (f", {args.json}" if args.json else ""))
     if args.json:
         write_json(args.json, {"model": args.model, "requantization": mode,
                                "board": getattr(args, "board", None),
                                "outputs_identical": same,
                                "targets": results})
+    _print(args, mode, results, same)
+    print(f"wrote {chart}" + (f", {args.json}" if args.json else ""))
     if failed:
         raise CliError("outputs differ from the quantized reference: " + "; ".join(failed))
     if not same:
@@ -174,6 +181,16 @@ def _print(args, mode, results, same: bool = True) -> None:
         print(line)
     for n, label in zip(names, labels):
         print(f"  {label}: {results[n]['time']}")
+    for n, label in zip(names, labels):
+        if results[n].get("estimate") or not results[n]["ops_on_host"]:
+            continue
+        # One line per reason: a model's ops often fall back for the same one.
+        by_reason = collections.defaultdict(list)
+        for op, reason in results[n]["ops_on_host"].items():
+            by_reason[reason or "no reason given"].append(op)
+        print(f"ops on the host in the {label} column:")
+        for reason, ops in by_reason.items():
+            print(f"  {', '.join(ops)}: {reason}")
 
 
 def _ms(seconds) -> str:

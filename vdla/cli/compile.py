@@ -72,18 +72,33 @@ def run(args) -> int:
         done()
         if records is not None:
             records.close()
-    folder = Path(target.export(compiled, out))
+    # A worked example beside the project: the seeded input and the reference's output
+    # for it, so that run_model can be tried and checked without writing an input file.
+    example = {**model.feed, **_reference(graph, model.feed)}
+    folder = Path(target.export(compiled, out, example=example,
+                                exact=args.precision == "int8"))
     files = sorted(p.name for p in folder.iterdir() if p.is_file())
     print(f"{args.model} ({args.precision}): {len(compiled.ops)} ops compiled for "
           f"{target.name}" + (f", {len(schedules)} with tuned schedules from {args.records}"
                               if args.records else "")
           + f"; wrote {folder}/: {', '.join(files)}")
-    print(f"build it with `make -C {folder}`; run it with `{folder}/run_model "
-          f"{folder}/model.params INPUT.bin OUTPUT.bin` (raw little-endian arrays; "
-          "vdla_model.h lists their shapes)")
+    if {"in.bin", "out.bin"} <= set(files):
+        print(f"build it with `make -C {folder}`; run it with `cd {folder} && ./run_model "
+              "model.params in.bin my_out.bin` (in.bin: the seeded input; out.bin: the "
+              "reference's output for it; README.md gives the files' byte layout)")
+    else:
+        print(f"build it with `make -C {folder}`; README.md says how to run it")
     if args.check:
         _check(folder, model, graph, args.precision)
     return 0
+
+
+def _reference(graph, feed) -> dict:
+    """The reference's outputs of `graph` on `feed`."""
+    from vdla.compiler.reference import run_reference  # heavy (numpy): only here
+
+    outputs = run_reference(graph, feed)
+    return {name: outputs[name] for name in graph.outputs}
 
 
 def _check(folder: Path, model, graph, precision: str) -> None:

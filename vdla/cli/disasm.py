@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from vdla._fileio import atomic_write
-from vdla.cli.common import CONFIG_HELP, load_config, read_file
+from vdla.cli.common import CONFIG_HELP, load_config, output_file, read_file
 from vdla.isa import Program
 
 __all__ = ["add_parser", "run"]
@@ -16,7 +16,8 @@ __all__ = ["add_parser", "run"]
 def add_parser(sub) -> None:
     disasm = sub.add_parser("disasm", help="disassemble an instruction stream")
     disasm.add_argument("file", metavar="FILE", help="binary instruction stream")
-    disasm.add_argument("-o", "--output", metavar="OUT", help="write here instead of stdout")
+    disasm.add_argument("-o", "--output", type=output_file,
+                        metavar="OUT", help="write here instead of stdout")
     disasm.add_argument("--config", metavar="FILE", help=CONFIG_HELP)
     disasm.set_defaults(func=run)
 

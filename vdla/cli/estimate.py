@@ -4,7 +4,7 @@ nextpnr)."""
 from __future__ import annotations
 
 from vdla.boards.estimate import EstimateError, estimate
-from vdla.cli.common import CONFIG_HELP, CliError, board_config, log, write_json
+from vdla.cli.common import CONFIG_HELP, CliError, board_config, log, output_file, write_json
 
 __all__ = ["add_parser", "run"]
 
@@ -20,7 +20,8 @@ def add_parser(sub) -> None:
     est.add_argument("--board", required=True, metavar="NAME", help="board (see `vdla boards`)")
     est.add_argument("--config", metavar="FILE", help=CONFIG_HELP.replace(
         "default: VTA's default", "default: the board's"))
-    est.add_argument("--json", metavar="PATH", help="also write the result as JSON here")
+    est.add_argument("--json", type=output_file,
+                     metavar="PATH", help="also write the result as JSON here")
     est.add_argument("--no-cache", action="store_true",
                      help="synthesise again even when a cached result exists")
     est.set_defaults(func=run)
@@ -32,6 +33,8 @@ def run(args) -> int:
         result = estimate(board, config, use_cache=not args.no_cache, log=log)
     except EstimateError as exc:
         raise CliError(str(exc)) from None
+    if args.json:   # before the report: a closed stdout (`| head`) ends the command
+        write_json(args.json, result.to_dict())
     util = result.utilization()
     flow = board.family.yosys.split()[0] + (" + nextpnr-ecp5" if result.fmax_mhz else "")
     how = "cached" if result.cached else f"{result.seconds:.0f} s"
@@ -47,8 +50,6 @@ def run(args) -> int:
         print(f"Fmax {result.fmax_mhz:.1f} MHz after place and route ({verdict} the board's "
               f"{board.clock_mhz:g} MHz)")
     print(f"fits {board.part.name}: {'yes' if result.fits else 'NO'}")
-    if args.json:
-        write_json(args.json, result.to_dict())
     if not result.fits:
         raise CliError(result.overflow_message())
     return 0

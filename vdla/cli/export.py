@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from vdla.cli.common import CliError
+from vdla.cli.common import CliError, output_file
 from vdla.compiler.frontend import zoo
 from vdla.compiler.frontend.onnx_export import MAX_OPSET, MIN_OPSET, save_onnx
 
@@ -13,7 +13,8 @@ def add_parser(sub) -> None:
     export = sub.add_parser("export", help="write a built-in model (vdla.compiler.zoo) as ONNX")
     export.add_argument("model", metavar="MODEL",
                         help="zoo model name (resnet18, mobilenet_v1, small_cnn, ...)")
-    export.add_argument("-o", "--output", required=True, metavar="FILE.onnx", help="ONNX output")
+    export.add_argument("-o", "--output", required=True, type=output_file,
+                        metavar="FILE.onnx", help="ONNX output")
     export.add_argument("--batch", type=int, default=1, help="batch size (default 1)")
     export.add_argument("--image-size", type=int, metavar="S",
                         help="input height and width (default: the model's)")

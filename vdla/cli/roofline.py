@@ -8,7 +8,7 @@ import io
 import math
 
 from vdla._fileio import atomic_write
-from vdla.cli.common import CliError, table, write_json
+from vdla.cli.common import CliError, output_file, table, write_json
 from vdla.cli.run import check_model_options
 from vdla.compiler import pipeline
 from vdla.compiler.passes.prepare import prepare
@@ -54,8 +54,10 @@ def add_parser(sub) -> None:
                    help="calibration samples for quantization (default 4)")
     p.add_argument("--batch", type=int, metavar="N",
                    help="batch size (default 1; see `vdla run --help`)")
-    p.add_argument("--json", metavar="PATH", help="also write the estimates as JSON here")
-    p.add_argument("--plot", metavar="PNG", help="also draw the roofline chart here")
+    p.add_argument("--json", type=output_file,
+                   metavar="PATH", help="also write the estimates as JSON here")
+    p.add_argument("--plot", type=output_file,
+                   metavar="PNG", help="also draw the roofline chart here")
     p.set_defaults(func=run)
 
 
@@ -82,6 +84,14 @@ def run(args) -> int:
         graph = prepare(model.graph)
         what = "the float graph (BN folded, ops fused)"
     estimates = [roofline.estimate(graph, gpu, args.precision) for gpu in chosen]
+    # The files before the report: a closed stdout (`| head`) ends the command.
+    if args.json:
+        write_json(args.json, {"model": args.model, "batch": model.batch,
+                               "precision": args.precision, "note": NOTE,
+                               "launch_seconds_per_kernel": roofline.LAUNCH_SECONDS,
+                               "gpus": {e.gpu.name: e.to_dict() for e in estimates}})
+    if args.plot:
+        _plot(args.plot, args.model, estimates)
     print(NOTE)
     kernels = len(estimates[0].kernels)
     print(f"{args.model}, batch {model.batch}, {args.precision}: {what}, {kernels} kernels "
@@ -91,13 +101,6 @@ def run(args) -> int:
     if len(estimates) > 1:
         _print_summary(estimates)
     written = [p for p in (args.json, args.plot) if p]
-    if args.json:
-        write_json(args.json, {"model": args.model, "batch": model.batch,
-                               "precision": args.precision, "note": NOTE,
-                               "launch_seconds_per_kernel": roofline.LAUNCH_SECONDS,
-                               "gpus": {e.gpu.name: e.to_dict() for e in estimates}})
-    if args.plot:
-        _plot(args.plot, args.model, estimates)
     if written:
         print(f"wrote {', '.join(written)}")
     return 0

@@ -10,7 +10,7 @@ import dataclasses
 import time
 from pathlib import Path
 
-from vdla.cli.common import CliError, log, progress_line, table, write_json
+from vdla.cli.common import CliError, log, output_file, progress_line, table, write_json
 from vdla.cli.target_args import add_target_options, make_target
 from vdla.compiler import pipeline, targets
 from vdla.compiler.targets.base import WALL
@@ -32,7 +32,8 @@ def add_parser(sub) -> None:
                       help=f"where it runs: {', '.join(targets.names())} (default "
                            f"{DEFAULT_TARGET}; see `vdla targets`); ops the target does not "
                            "run fall back to the host")
-    run_.add_argument("--json", metavar="PATH", help="also write the results as JSON here")
+    run_.add_argument("--json", type=output_file,
+                      metavar="PATH", help="also write the results as JSON here")
     run_.add_argument("--seed", type=int, default=0,
                       help="seeds the inputs (digits_cnn: the test image's index) (default 0)")
     run_.add_argument("--calibration", type=int, default=4, metavar="N",
@@ -124,9 +125,9 @@ def run(args) -> int:
         if records is not None:
             records.close()
     whole = _whole_graph(outcome) if outcome.bit_exact else None
-    _report(args, target, outcome, whole)
-    if args.json:
+    if args.json:   # before the report: a closed stdout (`| head`) ends the command
         write_json(args.json, _json_report(args, target, outcome, whole))
+    _report(args, target, outcome, whole)
     if not outcome.bit_exact:
         raise CliError(f"{args.model}: the {target.name} outputs differ from the "
                        f"{_reference(outcome)} ({outcome.mismatch})")
@@ -183,19 +184,22 @@ def _report(args, target, outcome, whole=None) -> None:
               f"{WHOLE_GRAPH_RUNS} runs)")
     for row in _op_table(ops, target):
         print(f"  {row}")
-    for s in result.ops:
-        if s.target == targets.HOST and s.op in ("qconv2d", "qdense") \
-                and target.name != targets.HOST:
-            print(f"  note: {s.name} runs on the host: {s.reason}")
+    if target.name != targets.HOST:
+        for line in host_op_lines(result.ops):
+            print(f"  {line}")
     if args.records:
         tunable = {n for t in target.tasks(outcome.quantized) for n in t.nodes}
         print(f"schedules: {len(outcome.schedules)} of {len(tunable)} tunable ops from the "
               f"records {args.records}, the others from the default chooser")
-    for line in target.report_lines(summary):
-        print(line)
-    if target.name != targets.HOST:
-        for line in _host_lines(target, result):
+    # A target that ran nothing has no totals, and "no host work between its ops"
+    # would read as if it had run them: say so instead (at the end, on stderr).
+    ran_nothing = target.name != targets.HOST and mine == 0
+    if not ran_nothing:
+        for line in target.report_lines(summary):
             print(line)
+        if target.name != targets.HOST:
+            for line in _host_lines(target, result):
+                print(line)
     prepared = "prepare + quantize" if outcome.precision == "int8" else "prepare"
     print(f"{prepared}: {outcome.quantize_seconds:.2f} s; compile: "
           f"{compiled.compile_seconds:.2f} s; run: {result.wall_seconds:.2f} s wall")
@@ -211,6 +215,33 @@ def _report(args, target, outcome, whole=None) -> None:
     else:
         print(f"bit-exact vs the quantized reference: {'yes' if outcome.bit_exact else 'NO'}"
               + ("" if outcome.bit_exact else f" ({outcome.mismatch})"))
+    if ran_nothing:
+        # Exit status stays 0: the model ran and matched its reference (on the host); the
+        # warning is for the person who expected the target to run it, and the JSON's
+        # ops_on_target (0) for a script.
+        log(f"warning: {no_op_warning(target.name, result.ops, outcome.precision)}")
+
+
+def host_op_lines(ops) -> list[str]:
+    """The footnote of a run's table on a target other than the host: each op that fell
+    back to the host and why (``ops on the host: NAME - REASON``); none if none did."""
+    host = [s for s in ops if s.target == targets.HOST]
+    if not host:
+        return []
+    width = max(len(s.name) for s in host)
+    return ["ops on the host (why):"] + [f"  {s.name:<{width}}  {s.reason or '-'}"
+                                         for s in host]
+
+
+def no_op_warning(target: str, ops, precision: str) -> str:
+    """What a run whose target ran no op says: that every op fell back to the host, and
+    the first of the reasons (all of them are in the table's footnote)."""
+    reasons = list(dict.fromkeys(s.reason for s in ops if s.reason))
+    why = reasons[0] if reasons else "no reason given"
+    more = f"; and {len(reasons) - 1} more, listed under the table" if len(reasons) > 1 else ""
+    hint = ("; --precision int8 (the default) runs the quantized graph"
+            if precision != "int8" else "")
+    return f"{target} ran no op: every op fell back to the host ({why}{more}){hint}"
 
 
 def _device_time(target, result) -> tuple[float, str] | None:
@@ -277,6 +308,8 @@ def _json_report(args, target, outcome, whole=None) -> dict:
             "quantize_seconds": outcome.quantize_seconds,
             "compile_seconds": outcome.compiled.compile_seconds,
             "wall_seconds": result.wall_seconds, "summary": result.summary,
+            # How many ops ran on the target (0: all fell back to the host; see "ops").
+            "ops_on_target": len(outcome.compiled.ops_on(target.name)),
             # The host's ops and activation moves (`RunResult.host_time`), each move, and
             # the run end to end: the target's time at its clock plus the host's.
             "host": host,

@@ -11,7 +11,7 @@ import numpy as np
 
 import vdla.runtime
 from vdla._fileio import atomic_write
-from vdla.cli.common import CONFIG_HELP, CliError, int_arg, load_config, read_file
+from vdla.cli.common import CONFIG_HELP, CliError, int_arg, load_config, output_file, read_file
 from vdla.config import HardwareConfig
 from vdla.isa import INSN_BYTES, DecodeError, Finish, Program, format_insn
 from vdla.runtime import DramAllocator, OutOfMemory
@@ -78,16 +78,17 @@ def add_parser(sub) -> None:
     sim.add_argument("--insn-addr", type=int_arg, metavar="ADDR",
                      help="DRAM byte address of the instructions (default: the first aligned "
                           "address after the image)")
-    sim.add_argument("--dump", metavar="FILE",
+    sim.add_argument("--dump", type=output_file, metavar="FILE",
                      help="after the run, write DRAM from 0 to the end of the instructions")
     sim.add_argument("--max-cycles", type=int_arg, metavar="N",
                      help="the cycle budget: a program whose work cannot fit is refused "
                           "before it runs (both backends), and a Verilator run that goes "
                           "past it is stopped (default: 4x the program's estimated cycles "
                           "+ 100,000, at most 2e9)")
-    sim.add_argument("--trace", metavar="TRACE.json",
+    sim.add_argument("--trace", type=output_file, metavar="TRACE.json",
                      help="write a per-module busy/wait timeline for ui.perfetto.dev (verilator)")
-    sim.add_argument("--wave", metavar="FILE.fst|.vcd", help="write a waveform (verilator)")
+    sim.add_argument("--wave", type=output_file,
+                     metavar="FILE.fst|.vcd", help="write a waveform (verilator)")
     sim.add_argument("--json", action="store_true", help="machine-readable output")
     sim.set_defaults(func=run)
 
@@ -161,12 +162,17 @@ def run(args) -> int:
         return 0
     print(f"{args.program}: {len(program)} instructions at DRAM {insn_addr:#x}, "
           f"image {len(image)} bytes at 0x0, config {config.name}, {backend} backend")
-    rows = sorted(stats.items(), key=lambda item: (item[0] != "cycles", item[0]))  # cycles first
-    key_width = max([len(key) for key in stats] + [len("wall time")])
-    value_width = max([len(str(value)) for value in stats.values()] + [1])
+    # The counters this backend measured (the JSON has every key: None for the others).
+    measured = {key: value for key, value in stats.items() if value is not None}
+    rows = sorted(measured.items(), key=lambda item: (item[0] != "cycles", item[0]))
+    key_width = max([len(key) for key in measured] + [len("wall time")])
+    value_width = max([len(str(value)) for value in measured.values()] + [1])
     for key, value in rows:
         print(f"  {key:<{key_width}}  {value:>{value_width}}")
     speed = f" ({stats['cycles'] / seconds:,.0f} cycles/s)" if stats.get("cycles") else ""
     print(f"  {'wall time':<{key_width}}  {seconds * 1e3:.1f} ms{speed}")
+    if len(measured) < len(stats):
+        print(f"  (no {', '.join(k for k in stats if k not in measured)}: the {backend} "
+              "backend has no clock; --backend verilator counts them)")
     return 0
 

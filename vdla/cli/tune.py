@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 import time
 
-from vdla.cli.common import CliError, log, on_interrupt, table, write_json
+from vdla.cli.common import CliError, log, on_interrupt, output_file, table, write_json
 from vdla.cli.run import DEFAULT_TARGET
 from vdla.cli.target_args import add_target_options, make_target
 from vdla.compiler import pipeline, targets
@@ -41,11 +41,12 @@ def add_parser(sub) -> None:
                            f" (default {DEFAULT_TARGET})")
     tune.add_argument("--trials", type=int, required=True, metavar="N",
                       help="measurements per workload, those already in the records included")
-    tune.add_argument("--records", required=True, metavar="DB",
+    tune.add_argument("--records", required=True, type=output_file, metavar="DB",
                       help="SQLite records file (created if missing)")
     tune.add_argument("--jobs", type=int, default=1, metavar="J",
                       help="parallel measurement processes (default 1)")
-    tune.add_argument("--json", metavar="PATH", help="also write the results as JSON here")
+    tune.add_argument("--json", type=output_file,
+                      metavar="PATH", help="also write the results as JSON here")
     tune.add_argument("--measure", metavar="BACKEND",
                       help="how schedules are measured, one of the target's measurement "
                            "backends (the accelerator: verilator, cycle-accurate, the default; "
@@ -208,6 +209,22 @@ def run(args) -> int:
     finally:
         progress.end()
     wall = time.perf_counter() - start
+    # The JSON before the summary: a closed stdout (`| head`) ends the command.
+    if args.json:
+        write_json(args.json, {
+            "what": what, "target": target.name, "options": target.options(),
+            "platform": tasks[0].platform, "measure": measure, "tuner": args.tuner,
+            "seed": args.seed, "records": str(args.records), "wall_seconds": wall,
+            "workloads": [{
+                "name": r.task.name, "key": r.task.key, "nodes": list(r.task.nodes),
+                "space": r.space_size, "trials": r.trials, "resumed": r.resumed,
+                "failures": r.failures, "confirmations": r.confirmations,
+                "unit": r.task.unit,
+                "default": {"schedule": r.task.schedule_to_dict(r.default),
+                            "cycles": r.default_cycles},
+                "best": {"schedule": None if r.best is None else r.task.schedule_to_dict(r.best),
+                         "cycles": r.best_cycles},
+                "speedup": r.speedup} for r in results]})
 
     def sched(task, s):
         return "-" if s is None else target.describe_schedule(task.schedule_to_dict(s))
@@ -235,20 +252,6 @@ def run(args) -> int:
     if confirmed:
         print(f"wall time varies from run to run: each workload's {CONFIRM} fastest schedules "
               f"and its default were measured {CONFIRM_ROUNDS} more times, interleaved "
-              f"({confirmed} measurements); the table gives the median of each one's")
-    if args.json:
-        write_json(args.json, {
-            "what": what, "target": target.name, "options": target.options(),
-            "platform": tasks[0].platform, "measure": measure, "tuner": args.tuner,
-            "seed": args.seed, "records": str(args.records), "wall_seconds": wall,
-            "workloads": [{
-                "name": r.task.name, "key": r.task.key, "nodes": list(r.task.nodes),
-                "space": r.space_size, "trials": r.trials, "resumed": r.resumed,
-                "failures": r.failures, "confirmations": r.confirmations,
-                "unit": r.task.unit,
-                "default": {"schedule": r.task.schedule_to_dict(r.default),
-                            "cycles": r.default_cycles},
-                "best": {"schedule": None if r.best is None else r.task.schedule_to_dict(r.best),
-                         "cycles": r.best_cycles},
-                "speedup": r.speedup} for r in results]})
+              f"({confirmed} measurements); the table gives the median of each one's "
+              "measurements.")
     return 0

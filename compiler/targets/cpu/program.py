@@ -20,6 +20,7 @@ import dataclasses
 import functools
 import os
 import re
+import textwrap
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
@@ -201,13 +202,22 @@ class Program:
     def params_file(self) -> bytes:
         return PARAMS_MAGIC + int(self.blob.size).to_bytes(8, "little") + self.blob.tobytes()
 
-    def write_project(self, out_dir: str | os.PathLike, *, name: str = "vdla_model") -> Path:
+    def write_project(self, out_dir: str | os.PathLike, *, name: str = "vdla_model",
+                      example: Mapping[str, np.ndarray] | None = None,
+                      exact: bool = True) -> Path:
         """Write the stand-alone project into `out_dir` (see the module docstring).
 
         Files: ``model.c`` (kernels and runner), ``vdla_cpu.h``, ``vdla_model.h`` (the
         API), ``loader.c`` (`vdla_model_load` & co.), ``run_model.c`` (an example that
         reads raw inputs from files and writes raw outputs), ``model.params``, a
-        Makefile (``lib<name>.so``, ``lib<name>.a``, ``run_model``) and a README.
+        Makefile (``lib<name>.so``, ``lib<name>.a``, ``run_model``) and a README that
+        gives the byte layout of ``run_model``'s files.
+
+        example : {tensor name: array} of every graph input and output: written as
+            ``in.bin`` and ``out.bin`` (``in0.bin``, ``in1.bin``, ... for several) in
+            ``run_model``'s layout, so the project can be run and checked at once
+        exact : whether ``run_model`` reproduces the example's outputs byte for byte
+            (the quantized graph) or only closely (float sums in another order)
         """
         if not self.complete:
             raise ValueError("write_project: the CPU target does not run every node of "
@@ -219,8 +229,24 @@ class Program:
                             programs={"run_model": ["vdla_model.h"]})
         atomic_write(out / "run_model.c", _example(self.graph).encode())
         atomic_write(out / "model.params", self.params_file())
-        atomic_write(out / "README.md", _readme(self, name).encode())
+        if example is not None:
+            for names, files in ((self.graph.inputs, io_files(self.graph.inputs, "in")),
+                                 (self.graph.outputs, io_files(self.graph.outputs, "out"))):
+                for tensor, file in zip(names, files):
+                    dtype = np.dtype(DTYPES[self.graph.tensors[tensor].dtype]).newbyteorder("<")
+                    atomic_write(out / file, np.ascontiguousarray(example[tensor],
+                                                                  dtype).tobytes())
+        atomic_write(out / "README.md", _readme(self, name, example is not None,
+                                                exact).encode())
         return out
+
+
+def io_files(tensors: Sequence[str], stem: str) -> list[str]:
+    """The example files of `tensors` (a graph's inputs or outputs): ``STEM.bin`` for
+    one, ``STEM0.bin``, ``STEM1.bin``, ... for several."""
+    if len(tensors) == 1:
+        return [f"{stem}.bin"]
+    return [f"{stem}{i}.bin" for i in range(len(tensors))]
 
 
 def _example(graph: Graph) -> str:
@@ -235,13 +261,33 @@ def _example(graph: Graph) -> str:
         INPUT_SLOTS=max(n_in, 1), OUTPUT_SLOTS=max(n_out, 1))
 
 
-def _readme(program: Program, name: str) -> str:
+def _readme(program: Program, name: str, example: bool = False, exact: bool = True) -> str:
     g = program.graph
-    io = "\n".join(f"- input {i}: `{t}`, {g.tensors[t].dtype} {list(g.tensors[t].shape)}"
-                   for i, t in enumerate(g.inputs))
-    io += "\n" + "\n".join(f"- output {i}: `{t}`, {g.tensors[t].dtype} "
-                           f"{list(g.tensors[t].shape)}" for i, t in enumerate(g.outputs))
+    ins, outs = io_files(g.inputs, "in"), io_files(g.outputs, "out")
+
+    def line(kind: str, i: int, t: str, file: str) -> str:
+        tensor = g.tensors[t]
+        return (f"- {kind} {i}: `{t}`, {tensor.dtype} {list(tensor.shape)}, "
+                f"{_nbytes(g, t):,} bytes (`{file}`)")
+
+    io = "\n".join([*(line("input", i, t, f) for i, (t, f) in enumerate(zip(g.inputs, ins))),
+                    *(line("output", i, t, f) for i, (t, f) in enumerate(zip(g.outputs, outs)))])
+    mine = [f"my_{f}" for f in outs]
+    if not example:
+        text = "Write the input files yourself in that layout."
+    else:
+        match = ("byte for byte" if exact else
+                 "closely, not byte for byte (its float sums run in another order than "
+                 "the reference's; `vdla compile --check` checks the tolerance)")
+        text = textwrap.fill(
+            f"`vdla compile` wrote an example input, {', '.join(f'`{f}`' for f in ins)} "
+            "(the model's seeded input: `vdla compile --seed` picks it), and the output "
+            f"the reference computes for it, {', '.join(f'`{f}`' for f in outs)}; "
+            f"`run_model` gives it {match}:", 88) + (
+                f"\n\n    ./run_model model.params {' '.join(ins)} {' '.join(mine)}\n"
+                + "".join(f"    cmp {m} {f}\n" for m, f in zip(mine, outs) if exact))
     return render("README.md", GRAPH=g.name, ISA=program.isa.name,
                   FLAGS=" ".join(BASE_FLAGS + program.isa.flags), OPS=len(program.nodes),
                   PARAMS_BYTES=f"{program.blob.size:,}", TENSORS=io,
-                  SHARED=f"lib{name}.so", STATIC=f"lib{name}.a")
+                  SHARED=f"lib{name}.so", STATIC=f"lib{name}.a", IN_FILES=" ".join(ins),
+                  OUT_FILES_RUN=" ".join(mine), EXAMPLE=text.rstrip("\n"))

@@ -247,16 +247,18 @@ class CpuTarget(Target):
             raise ValueError("the CPU target runs on the host; it takes no device")
         return CpuSession(self, graph, ops)
 
-    def export(self, compiled, out_dir) -> "os.PathLike":
+    def export(self, compiled, out_dir, *, example=None, exact: bool = True) -> "os.PathLike":
         """Write `compiled` as a stand-alone C project (`Program.write_project`): the
-        library and an example program build with ``make``, no Python. Every node must
+        library and an example program build with ``make``, no Python; `example` (inputs
+        and the outputs expected) becomes its ``in.bin`` and ``out.bin``. Every node must
         run on this target (ValueError naming the others)."""
         host = [op for op in compiled.ops if op.target != self.name]
         if host:
             listed = "; ".join(f"{op.name} ({op.op}): {op.reason}" for op in host[:5])
             raise ValueError(f"{len(host)} op(s) of {compiled.graph.name!r} do not run on the "
                              f"CPU target, so it has no stand-alone form: {listed}")
-        return compiled.ops[0].kernel.program.write_project(out_dir)
+        return compiled.ops[0].kernel.program.write_project(out_dir, example=example,
+                                                            exact=exact)
 
     def tasks(self, graph: Graph) -> list:
         return cpu_tasks(graph, self)

@@ -1,0 +1,133 @@
+"""Output files of the commands: checked before any work (a missing parent folder or a
+path that is a folder is an error that names the option, the path and the folder),
+and written whatever happens to stdout (a pipe closed early)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from vdla.cli import build_parser, main
+from vdla.cli.common import output_file
+
+#: Each command with an option that names one file to write, and that option. A command
+#: line that parses but for that option (the files it reads need not exist).
+OUTPUT_OPTIONS = [
+    (["run", "small_cnn"], "--json"),
+    (["compare", "small_cnn"], "--json"),
+    (["compare", "small_cnn"], "--chart"),
+    (["roofline", "small_cnn"], "--json"),
+    (["roofline", "small_cnn"], "--plot"),
+    (["estimate", "--board", "pynq-z1"], "--json"),
+    (["sim", "prog.asm"], "--dump"),
+    (["sim", "prog.asm"], "--trace"),
+    (["sim", "prog.asm"], "--wave"),
+    (["tune", "small_cnn", "--trials", "1", "--records", "r.db"], "--json"),
+    (["tune", "small_cnn", "--trials", "1"], "--records"),
+    (["asm", "prog.asm"], "-o"),
+    (["disasm", "prog.bin"], "-o"),
+    (["export", "small_cnn"], "-o"),
+]
+#: Options that name a folder the command may create, and the sweep command (its module
+#: is kept apart; its options are listed for it to adopt `output_file`).
+FOLDER_OPTIONS = {("compile", "output"), ("verilog", "output")}
+OUTPUT_DESTS = {"json", "chart", "plot", "dump", "trace", "wave", "output", "records", "best"}
+
+
+def _subparsers():
+    parser = build_parser()
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return action.choices
+
+
+def test_every_output_file_option_is_checked():
+    """Every option that writes a file takes `output_file` (its parent must exist), so a
+    new command cannot forget it. Read-only uses (run's --records) are left out."""
+    unchecked = []
+    for name, parser in _subparsers().items():
+        if name == "sweep":
+            continue
+        for action in parser._actions:
+            if action.dest not in OUTPUT_DESTS or (name, action.dest) in FOLDER_OPTIONS:
+                continue
+            if isinstance(action, argparse._StoreTrueAction):   # --json: print JSON
+                continue
+            if action.dest == "records" and name != "tune":    # read, not written
+                continue
+            if action.type is not output_file:
+                unchecked.append(f"{name} {action.option_strings[-1]}")
+    assert unchecked == []
+
+
+@pytest.mark.parametrize("argv, option", OUTPUT_OPTIONS,
+                         ids=[f"{a[0]}{o}" for a, o in OUTPUT_OPTIONS])
+def test_a_missing_parent_folder_is_an_error_not_created(tmp_path, capsys, argv, option):
+    target = tmp_path / "nonexistent" / "dir" / "out.json"
+    with pytest.raises(SystemExit) as exit_:
+        main([*argv, option, str(target)])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert option in err and repr(str(target)) in err
+    assert f"{str(tmp_path / 'nonexistent')!r} does not exist" in err
+    assert not (tmp_path / "nonexistent").exists()
+
+
+def test_a_parent_that_is_a_file_is_named():
+    with pytest.raises(argparse.ArgumentTypeError, match="is not a folder"):
+        output_file(__file__ + "/x.json")
+
+
+def test_a_file_in_the_working_folder_is_fine(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert output_file("x.json") == "x.json"
+
+
+def test_export_onto_a_folder_says_it_is_a_folder(tmp_path, capsys):
+    """It printed ``[Errno 21] Is a directory`` with a temporary file's name."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["export", "small_cnn", "-o", str(tmp_path)])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument -o/--output: {str(tmp_path)!r} is a folder" in err
+    assert "writes one file" in err and ".tmp" not in err and "Errno" not in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def _run_with_stdout_closed(argv: list[str], unbuffered: bool) -> tuple[int, str]:
+    """Run ``python -m vdla ARGV`` with its stdout a pipe whose reader has closed it
+    before the command prints (as `| head -1` does once it has its line): (exit status,
+    stderr)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    if unbuffered:
+        env["PYTHONUNBUFFERED"] = "1"
+    proc = subprocess.Popen([sys.executable, "-m", "vdla", *argv], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=env)
+    proc.stdout.close()         # the reader is gone: every write to stdout fails (EPIPE)
+    err = proc.stderr.read().decode()
+    return proc.wait(timeout=120), err
+
+
+@pytest.mark.parametrize("unbuffered", [False, True], ids=["buffered", "unbuffered"])
+def test_a_closed_stdout_still_writes_the_files_and_exits_quietly(tmp_path, unbuffered):
+    """`vdla compare ... | head -1` exited 0 and wrote neither the chart nor the JSON."""
+    chart, report = tmp_path / "c.png", tmp_path / "c.json"
+    status, err = _run_with_stdout_closed(
+        ["compare", "small_cnn", "--targets", "host", "--chart", str(chart),
+         "--json", str(report)], unbuffered)
+    assert status == 141                 # 128 + SIGPIPE, as the shell reports `yes | head`
+    assert "Traceback" not in err and "BrokenPipe" not in err and "Exception" not in err
+    assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert json.loads(report.read_text())["targets"]["host"]["bit_exact"] is True
+
+
+def test_vdla_run_writes_its_json_before_its_report(tmp_path):
+    report = tmp_path / "r.json"
+    status, err = _run_with_stdout_closed(
+        ["run", "small_cnn", "--target", "host", "--json", str(report)], unbuffered=True)
+    assert status == 141 and "Traceback" not in err
+    assert json.loads(report.read_text())["bit_exact"] is True
