@@ -33,10 +33,10 @@ OUTPUT_OPTIONS = [
     (["disasm", "prog.bin"], "-o"),
     (["export", "small_cnn"], "-o"),
 ]
-#: Options that name a folder the command may create, and the sweep command (its module
-#: is kept apart; its options are listed for it to adopt `output_file`).
-FOLDER_OPTIONS = {("compile", "output"), ("verilog", "output")}
-OUTPUT_DESTS = {"json", "chart", "plot", "dump", "trace", "wave", "output", "records", "best"}
+#: Options that name a folder the command may create.
+FOLDER_OPTIONS = {("compile", "output"), ("verilog", "output"), ("sweep", "out")}
+OUTPUT_DESTS = {"json", "chart", "plot", "dump", "trace", "wave", "output", "records", "best",
+                "store"}
 
 
 def _subparsers():
@@ -50,8 +50,6 @@ def test_every_output_file_option_is_checked():
     new command cannot forget it. Read-only uses (run's --records) are left out."""
     unchecked = []
     for name, parser in _subparsers().items():
-        if name == "sweep":
-            continue
         for action in parser._actions:
             if action.dest not in OUTPUT_DESTS or (name, action.dest) in FOLDER_OPTIONS:
                 continue

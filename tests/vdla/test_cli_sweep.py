@@ -326,17 +326,22 @@ def test_an_empty_front_names_the_constraint_that_emptied_it():
 @pytest.mark.parametrize("flag", ["--best", "--json", "--store"])
 def test_an_output_file_in_a_missing_folder_is_refused_before_the_sweep(tmp_path, capsys,
                                                                          flag):
+    """Refused by argparse (`output_file`), a usage error, before any evaluation."""
     target = tmp_path / "nope" / "f.json"
-    status, _, err = sweep(capsys, "--board", "pynq-z1", "--model", "small_cnn",
-                           "--param", "block_in=16", "--out", tmp_path / "o", flag, target)
-    assert status == 1
-    assert f"{flag} {target}: folder {tmp_path / 'nope'} does not exist" in err
+    args = ["--board", "pynq-z1", "--model", "small_cnn", "--param", "block_in=16",
+            "--out", tmp_path / "o", flag]
+    with pytest.raises(SystemExit) as exit_:
+        sweep(capsys, *args, target)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2
+    assert f"argument {flag}: cannot write {str(target)!r}: {str(tmp_path / 'nope')!r} " \
+           "does not exist" in err
     assert "evaluating" not in err and not (tmp_path / "o").exists()
     assert not (tmp_path / "nope").exists()
-    # A folder where a file is wanted, and a file where the folder is wanted.
-    status, _, err = sweep(capsys, "--board", "pynq-z1", "--model", "small_cnn",
-                           "--param", "block_in=16", "--out", tmp_path / "o", flag, tmp_path)
-    assert status == 1 and f"{flag} {tmp_path} is a folder" in err
+    # A folder where a file is wanted.
+    with pytest.raises(SystemExit):
+        sweep(capsys, *args, tmp_path)
+    assert f"argument {flag}: {str(tmp_path)!r} is a folder" in capsys.readouterr().err
 
 
 def test_an_out_that_is_a_file_is_refused(tmp_path, capsys):

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from vdla._fileio import atomic_write
-from vdla.cli.common import CliError, log, on_interrupt, write_json
+from vdla.cli.common import CliError, log, on_interrupt, output_file, write_json
 from vdla.config import HardwareConfig
 from vdla.dse import report
 from vdla.dse.confirm import confirm
@@ -78,10 +78,11 @@ def add_parser(sub) -> None:
     p.add_argument("--out", metavar="DIR",
                    help="where reports go, created if need be (default "
                         "sweep-<spec name or models>-<board>)")
-    p.add_argument("--store", metavar="DB",
+    p.add_argument("--store", metavar="DB", type=output_file,
                    help="results store, SQLite (default OUT/sweep.db); shared stores are safe")
-    p.add_argument("--json", metavar="PATH", help="also write points and front as JSON here")
-    p.add_argument("--best", metavar="PATH",
+    p.add_argument("--json", metavar="PATH", type=output_file,
+                   help="also write points and front as JSON here")
+    p.add_argument("--best", metavar="PATH", type=output_file,
                    help="write the best config (fastest on the front within the constraints) "
                         "as JSON for --config")
     p.add_argument("--confirm", type=int, default=0, metavar="N",
@@ -233,26 +234,11 @@ def _why_no_front(records, spec, part: str) -> str:
 
 
 def _check_outputs(args, out: Path) -> None:
-    """Refuse output paths that could only fail after the whole sweep has run: a file
-    (--json, --best, --store) whose folder does not exist, or that is a folder; an --out
-    that is a file. The output folder itself is created; a file's folder is not (a
-    misspelt folder should not silently appear).
-
-    Kept here until vdla.cli.common has the shared helper for output paths that another
-    change is adding; this check should then move to it."""
+    """Refuse an --out that is a file before the sweep runs. The output files (--json,
+    --best, --store) are checked by argparse (`output_file`: their folder must exist);
+    the output folder itself is created."""
     if out.exists() and not out.is_dir():
         raise CliError(f"--out {out} is a file, not a folder")
-    for flag, value in (("--json", args.json), ("--best", args.best), ("--store", args.store)):
-        if value is None:
-            continue
-        path = Path(value)
-        if path.is_dir():
-            raise CliError(f"{flag} {value} is a folder; give a file name in it")
-        folder = path.parent
-        if not folder.is_dir():
-            what = "is not a folder" if folder.exists() else "does not exist"
-            raise CliError(f"{flag} {value}: folder {folder} {what} (create it first; only "
-                           "--out is created)")
 
 
 def _default_out(spec) -> Path:
