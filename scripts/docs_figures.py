@@ -4,11 +4,12 @@ Each figure is one command (a `vdla` command or a `bench/` script, with flags th
 it reasonably short); its stdout, trimmed where a page needs only part of it, goes to
 ``docs/figures/NAME.txt``, and the plots it draws go to ``docs/img/``. The first line of
 every figure file says where the figure came from: the command, the commit, the date,
-the machine (CPU name, cores, and the instruction set the CPU target generates for) and
-how long the command took. The pages include the files with ``--8<--`` snippets, so
-every number they show is one a command printed at a known commit.
+the machine (CPU name, cores, and the instruction set the CPU target generates for), its
+load average when the command started, and how long the command took. The pages include
+the files with ``--8<--`` snippets, so every number they show is one a command printed
+at a known commit.
 
-    python3 scripts/docs_figures.py               # every figure (about 25 minutes here)
+    python3 scripts/docs_figures.py               # every figure (half an hour on 2 cores)
     python3 scripts/docs_figures.py --only run_resnet18 roofline_resnet18
     python3 scripts/docs_figures.py --list        # names, commands and output files
 
@@ -80,10 +81,10 @@ class Figure:
 # The CPU figures use one thread: on a machine whose cores other work keeps busy, an
 # OpenMP team of two waits at every barrier for a descheduled thread, and the figure
 # would measure the neighbours rather than the code.
+# 54 points: a minute or two on two quiet cores (the 972-point grid is bench/sweep.py's).
 RESNET18_SWEEP = ("vdla sweep --board pynq-z1 --model resnet18 --param block_in=8,16,32 "
-                  "--param block_out=8,16,32 --param inp_buff_size=16K,32K,64K "
-                  "--param wgt_buff_size=64K,128K,256K --param acc_buff_size=32K,64K,128K "
-                  "--out {tmp}/sweep")
+                  "--param block_out=8,16,32 --param inp_buff_size=16K,64K "
+                  "--param acc_buff_size=32K,64K,128K --out {tmp}/sweep")
 
 FIGURES = [
     Figure("targets", "vdla targets",
@@ -115,7 +116,7 @@ FIGURES = [
     Figure("tune_c8", "vdla tune --layer C8 --trials 16 --records {tmp}/tune.db --jobs 2",
            "16 Verilator-measured schedules of ResNet-18's C8 layers against the default"),
     Figure("sweep_resnet18", RESNET18_SWEEP,
-           "a 243-point sweep of ResNet-18 on pynq-z1's xc7z020: front, invalid reasons, plot",
+           "a 54-point sweep of ResNet-18 on pynq-z1's xc7z020: front, invalid reasons, plot",
            plots={"sweep/sweep.png": "sweep_resnet18_xc7z020.png"}),
     Figure("frontend", "python3 bench/frontend.py --models resnet18 resnet50",
            "time of the compiler's front half on ResNet-18 and ResNet-50"),
@@ -165,16 +166,19 @@ def machine() -> str:
     return f"{cpu_name()}, {os.cpu_count()} cores, {ISA_NAMES.get(found, found)}"
 
 
-def provenance(figure: Figure, where: str, seconds: float) -> str:
+def provenance(figure: Figure, where: str, load: float, seconds: float) -> str:
+    """The first line of a figure file. `load` is the one-minute load average when the
+    command started: wall-time figures on a machine others keep busy are slower."""
     today = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
     return (f"{PROVENANCE_PREFIX}{figure.shown_command()}    "
-            f"# commit {where}, {today}, {machine()}, {seconds:.0f} s")
+            f"# commit {where}, {today}, {machine()}, load {load:.1f}, {seconds:.0f} s")
 
 
 def make(figure: Figure, where: str) -> tuple[bool, float, str]:
     """Run `figure`'s command; write its file and plots. (ok, seconds, error)"""
     from vdla._fileio import atomic_write
     with tempfile.TemporaryDirectory(prefix=f"vdla-figure-{figure.name}-") as tmp:
+        load = os.getloadavg()[0]
         started = time.perf_counter()
         done = subprocess.run(figure.argv(Path(tmp)), cwd=ROOT, capture_output=True,
                               text=True)
@@ -187,7 +191,7 @@ def make(figure: Figure, where: str) -> tuple[bool, float, str]:
             atomic_write(IMG_DIR / dst, data)
         # The scratch folder's name changes every run; the command line calls it OUT.
         output = done.stdout.replace(tmp, "OUT")
-        text = provenance(figure, where, seconds) + "\n" + figure.trim(output)
+        text = provenance(figure, where, load, seconds) + "\n" + figure.trim(output)
         atomic_write(FIGURES_DIR / f"{figure.name}.txt", text.encode())
     return True, seconds, ""
 
