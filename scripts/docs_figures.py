@@ -83,7 +83,7 @@ class Figure:
 # would measure the neighbours rather than the code.
 # 54 points: a minute or two on two quiet cores (the 972-point grid is bench/sweep.py's).
 RESNET18_SWEEP = ("vdla sweep --board pynq-z1 --model resnet18 --param block_in=8,16,32 "
-                  "--param block_out=8,16,32 --param inp_buff_size=16K,64K "
+                  "--param block_out=8,16,32 --param wgt_buff_size=64K,256K "
                   "--param acc_buff_size=32K,64K,128K --out {tmp}/sweep")
 
 FIGURES = [
