@@ -9,12 +9,14 @@ load average when the command started, and how long the command took. The pages 
 the files with ``--8<--`` snippets, so every number they show is one a command printed
 at a known commit.
 
-    python3 scripts/docs_figures.py               # every figure (half an hour on 2 cores)
+    python3 scripts/docs_figures.py               # every figure (12-30 minutes on 2 cores)
     python3 scripts/docs_figures.py --only run_resnet18 roofline_resnet18
     python3 scripts/docs_figures.py --list        # names, commands and output files
 
 Run it at the commit the documentation describes, with the Verilator model cache warm
-(the first Verilator run of a config builds its model, about a minute). A figure whose
+(the first Verilator run of a config builds its model, about a minute). On two cores it
+took 12 minutes at a load average of 3 and half an hour where other work kept the load
+near 8; the provenance line records the load each figure ran under. A figure whose
 command fails keeps its old file; the script goes on and exits with status 1.
 """
 
