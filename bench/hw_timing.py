@@ -50,6 +50,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     cfg = HardwareConfig.from_json(Path(args.config)) if args.config else HardwareConfig()
     print(f"config {cfg.name}, bus {cfg.dram_bus_width} bits")
+    build_root().mkdir(parents=True, exist_ok=True)   # a fresh checkout has none yet
     for module, make, toplevel, testbench, testcase in harnesses(cfg):
         print(f"\n{module}:", flush=True)
         with tempfile.TemporaryDirectory(dir=build_root()) as tmp:

@@ -1,0 +1,233 @@
+"""Run the commands behind every figure of the documentation and keep their output.
+
+Each figure is one command (a `vdla` command or a `bench/` script, with flags that keep
+it reasonably short); its stdout, trimmed where a page needs only part of it, goes to
+``docs/figures/NAME.txt``, and the plots it draws go to ``docs/img/``. The first line of
+every figure file says where the figure came from: the command, the commit, the date,
+the machine (CPU name, cores, and the instruction set the CPU target generates for), its
+load average when the command started, and how long the command took. The pages include
+the files with ``--8<--`` snippets, so every number they show is one a command printed
+at a known commit.
+
+    python3 scripts/docs_figures.py               # every figure (12-30 minutes on 2 cores)
+    python3 scripts/docs_figures.py --only run_resnet18 roofline_resnet18
+    python3 scripts/docs_figures.py --list        # names, commands and output files
+
+Run it at the commit the documentation describes, with the Verilator model cache warm
+(the first Verilator run of a config builds its model, about a minute). On two cores it
+took 12 minutes at a load average of 3 and half an hour where other work kept the load
+near 8; the provenance line records the load each figure ran under. A figure whose
+command fails keeps its old file; the script goes on and exits with status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+FIGURES_DIR = ROOT / "docs" / "figures"
+IMG_DIR = ROOT / "docs" / "img"
+# Every figure file starts with this, then the command as a reader would type it.
+PROVENANCE_PREFIX = "$ "
+
+
+@dataclasses.dataclass(frozen=True)
+class Figure:
+    """name : the figure file's stem (``docs/figures/NAME.txt``)
+    command : what a reader types, from the repository root: ``vdla ...`` or
+        ``python3 bench/...``; ``{tmp}`` is a scratch folder the command may write into
+    tail : keep only the last `tail` lines of stdout (None: all of it)
+    head : keep only the first `head` lines (applied before `tail`)
+    plots : files the command writes under ``{tmp}`` -> their names in ``docs/img/``
+    shows : what the figure is, for ``--list``
+    """
+
+    name: str
+    command: str
+    shows: str
+    tail: int | None = None
+    head: int | None = None
+    plots: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    def argv(self, tmp: Path) -> list[str]:
+        words = shlex.split(self.command.replace("{tmp}", str(tmp)))
+        if words[0] == "vdla":            # the CLI of this checkout, whatever is on PATH
+            return [sys.executable, "-m", "vdla", *words[1:]]
+        if words[0] == "python3":
+            return [sys.executable, *words[1:]]
+        raise ValueError(f"figure {self.name}: a command starts with vdla or python3, "
+                         f"not {words[0]!r}")
+
+    def shown_command(self) -> str:
+        return self.command.replace("{tmp}", "OUT")
+
+    def trim(self, text: str) -> str:
+        lines = text.rstrip("\n").split("\n")
+        if self.head is not None:
+            lines = lines[:self.head]
+        if self.tail is not None:
+            lines = lines[-self.tail:]
+        return "\n".join(lines) + "\n"
+
+
+# The CPU figures use one thread: on a machine whose cores other work keeps busy, an
+# OpenMP team of two waits at every barrier for a descheduled thread, and the figure
+# would measure the neighbours rather than the code.
+# 54 points: a minute or two on two quiet cores (the 972-point grid is bench/sweep.py's).
+RESNET18_SWEEP = ("vdla sweep --board pynq-z1 --model resnet18 --param block_in=8,16,32 "
+                  "--param block_out=8,16,32 --param wgt_buff_size=64K,256K "
+                  "--param acc_buff_size=32K,64K,128K --out {tmp}/sweep")
+
+FIGURES = [
+    Figure("targets", "vdla targets",
+           "the registered targets, their requantization modes and what they run"),
+    Figure("boards", "vdla boards", "the FPGA boards, their parts and default configs"),
+    Figure("run_resnet18", "vdla run resnet18",
+           "ResNet-18 on the accelerator's Verilator model: per-op table and summary"),
+    Figure("run_resnet18_zcu104", "vdla run resnet18 --board zcu104",
+           "ResNet-18 on the ZCU104's 32x32 config, memory model and clock: the summary",
+           tail=7),
+    Figure("run_resnet18_cpu", "vdla run resnet18 --target cpu --threads 1",
+           "ResNet-18 on the CPU target: per-op table and the whole-graph time", tail=12),
+    # Without the GPU target: on Triton's interpreter it takes minutes and times nothing
+    # a GPU would; the GPU page has the roofline figures instead.
+    Figure("compare_resnet18",
+           "vdla compare resnet18 --targets vdla,cpu,host --threads 1 "
+           "--chart docs/img/compare_resnet18.png",
+           "ResNet-18 on the accelerator, the CPU and the host: time per op group, bar chart"),
+    Figure("roofline_resnet18",
+           "vdla roofline resnet18 --gpu h100-sxm,a100-sxm --plot docs/img/roofline_resnet18.png",
+           "per-kernel roofline estimate of ResNet-18 (int8) on two GPUs"),
+    Figure("roofline_resnet18_fp16",
+           "vdla roofline resnet18 --gpu h100-sxm,a100-sxm --precision float16 --top 3",
+           "the same estimate for the float16 graph: totals and the costliest kernels"),
+    Figure("roofline_gpus",
+           "vdla roofline resnet18 --gpu h100-sxm,h100-pcie,h200,a100-sxm,l4,t4,rtx-4090 "
+           "--top 1",
+           "every named GPU's datasheet peaks and its source, and ResNet-18's totals on each"),
+    Figure("tune_c8", "vdla tune --layer C8 --trials 16 --records {tmp}/tune.db --jobs 2",
+           "16 Verilator-measured schedules of ResNet-18's C8 layers against the default"),
+    Figure("sweep_resnet18", RESNET18_SWEEP,
+           "a 54-point sweep of ResNet-18 on pynq-z1's xc7z020: front, invalid reasons, plot",
+           plots={"sweep/sweep.png": "sweep_resnet18_xc7z020.png"}),
+    Figure("frontend", "python3 bench/frontend.py --models resnet18 resnet50",
+           "time of the compiler's front half on ResNet-18 and ResNet-50"),
+    Figure("coverage", "python3 bench/coverage.py --backend functional --verilator-models none",
+           "per model: ops and MACs on vdla against the host, host ops by reason"),
+    Figure("resnet18_layers", "python3 bench/resnet18_layers.py",
+           "GEMM utilization of ResNet-18's C2-C11 on Verilator, one and two virtual threads"),
+    Figure("pools", "python3 bench/pools.py", "pools on Verilator against the timing model"),
+    Figure("hw_timing", "python3 bench/hw_timing.py",
+           "cycles of GEMM and ALU instructions, load/store/fetch bus words per cycle"),
+    Figure("sim_speed", "python3 bench/sim_speed.py --no-cold --repeat 3",
+           "the Verilator backend's simulated cycles per second"),
+    Figure("functional_sim", "python3 bench/functional_sim.py --repeat 3",
+           "the functional simulator's int8 MAC/s on blocked GEMMs"),
+    Figure("cpu_speed",
+           "python3 bench/cpu.py --models resnet18 mobilenet_v1 --threads 1 --skip-tune "
+           "--skip-convergence --skip-exactness --rounds 3 --out {tmp}/cpu",
+           "the CPU target against onnxruntime (default schedules), with its chart",
+           plots={"cpu/cpu.png": "cpu_speed.png"}),
+]
+BY_NAME = {f.name: f for f in FIGURES}
+
+
+def _git(*args: str) -> str:
+    return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def commit() -> str:
+    """The short commit, with ``-dirty`` when tracked files outside the figures differ."""
+    head = _git("rev-parse", "--short", "HEAD")
+    changed = [line[3:] for line in _git("status", "--porcelain", "--untracked-files=no")
+               .splitlines()]
+    ours = ("docs/figures/", "docs/img/")
+    return head + ("-dirty" if any(not p.startswith(ours) for p in changed) else "")
+
+
+ISA_NAMES = {"avx512vnni": "AVX-512 VNNI", "avx2": "AVX2", "portable": "portable C"}
+
+
+def machine() -> str:
+    """The CPU, its cores and the instruction set the CPU target generates code for."""
+    # Imported here: the CPU target probes the C compiler, which --list has no need of.
+    from vdla._platform import cpu_name
+    from vdla.compiler.targets.cpu import isa
+    found = isa.detect().name
+    return f"{cpu_name()}, {os.cpu_count()} cores, {ISA_NAMES.get(found, found)}"
+
+
+def provenance(figure: Figure, where: str, load: float, seconds: float) -> str:
+    """The first line of a figure file. `load` is the one-minute load average when the
+    command started: wall-time figures on a machine others keep busy are slower."""
+    today = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+    return (f"{PROVENANCE_PREFIX}{figure.shown_command()}    "
+            f"# commit {where}, {today}, {machine()}, load {load:.1f}, {seconds:.0f} s")
+
+
+def make(figure: Figure, where: str) -> tuple[bool, float, str]:
+    """Run `figure`'s command; write its file and plots. (ok, seconds, error)"""
+    from vdla._fileio import atomic_write
+    with tempfile.TemporaryDirectory(prefix=f"vdla-figure-{figure.name}-") as tmp:
+        load = os.getloadavg()[0]
+        started = time.perf_counter()
+        done = subprocess.run(figure.argv(Path(tmp)), cwd=ROOT, capture_output=True,
+                              text=True)
+        seconds = time.perf_counter() - started
+        if done.returncode != 0:
+            last = (done.stderr or done.stdout).strip().splitlines()[-5:]
+            return False, seconds, f"exit status {done.returncode}: " + " | ".join(last)
+        for src, dst in figure.plots.items():
+            data = (Path(tmp) / src).read_bytes()
+            atomic_write(IMG_DIR / dst, data)
+        # The scratch folder's name changes every run; the command line calls it OUT.
+        output = done.stdout.replace(tmp, "OUT")
+        text = provenance(figure, where, load, seconds) + "\n" + figure.trim(output)
+        atomic_write(FIGURES_DIR / f"{figure.name}.txt", text.encode())
+    return True, seconds, ""
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--only", nargs="+", metavar="NAME", choices=list(BY_NAME),
+                        help="make only these figures")
+    parser.add_argument("--list", action="store_true",
+                        help="list the figures, their commands and files, and stop")
+    args = parser.parse_args(argv)
+    chosen = [BY_NAME[n] for n in args.only] if args.only else FIGURES
+    if args.list:
+        for f in chosen:
+            plots = "".join(f" + docs/img/{p}" for p in f.plots.values())
+            print(f"{f.name:24} docs/figures/{f.name}.txt{plots}\n{'':24} "
+                  f"{f.shown_command()}\n{'':24} {f.shows}")
+        return 0
+    where = commit()
+    failed = []
+    total = time.perf_counter()
+    for i, figure in enumerate(chosen, 1):
+        print(f"[{i}/{len(chosen)}] {figure.name}: {figure.shown_command()}", end=" ... ",
+              file=sys.stderr, flush=True)
+        ok, seconds, error = make(figure, where)
+        print(f"{seconds:.0f} s" + ("" if ok else f", FAILED ({error})"), file=sys.stderr,
+              flush=True)
+        if not ok:
+            failed.append(figure.name)
+    print(f"{len(chosen) - len(failed)} of {len(chosen)} figures written at commit {where} "
+          f"in {time.perf_counter() - total:.0f} s"
+          + (f"; failed: {', '.join(failed)}" if failed else ""), file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,107 @@
+"""The documentation's figures: every figure a page includes is one `scripts/docs_figures.py`
+defines, its file exists and says where it came from. Nothing here runs a figure's
+command (they take minutes); the script's own logic is checked with a quick fake one."""
+
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+# A snippet line of pymdownx.snippets: --8<-- "path"
+SNIPPET = re.compile(r'^\s*-{1,}8<-{1,}\s+"([^"]+)"\s*$', re.MULTILINE)
+
+
+def _load_script():
+    spec = importlib.util.spec_from_file_location("docs_figures",
+                                                  ROOT / "scripts" / "docs_figures.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module        # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+figures = _load_script()
+
+
+def _snippets():
+    for page in sorted(DOCS.rglob("*.md")):
+        for path in SNIPPET.findall(page.read_text()):
+            yield page.relative_to(ROOT), path
+
+
+def test_figure_names_are_unique():
+    names = [f.name for f in figures.FIGURES]
+    assert len(names) == len(set(names))
+
+
+@pytest.mark.parametrize("page, path", list(_snippets()) or [(None, None)])
+def test_every_included_figure_is_defined_and_written(page, path):
+    if page is None:
+        pytest.skip("no page includes a figure")
+    assert path.startswith("docs/figures/") and path.endswith(".txt"), \
+        f"{page} includes {path}: pages include figures from docs/figures/NAME.txt"
+    name = Path(path).stem
+    assert name in figures.BY_NAME, \
+        f"{page} includes {path}, which scripts/docs_figures.py does not define"
+    assert (ROOT / path).is_file(), \
+        f"{page} includes {path}: run python3 scripts/docs_figures.py --only {name}"
+
+
+@pytest.mark.parametrize("path", sorted((DOCS / "figures").glob("*.txt")), ids=lambda p: p.stem)
+def test_every_figure_file_starts_with_its_provenance(path):
+    assert path.stem in figures.BY_NAME, \
+        f"{path.name} is no figure of scripts/docs_figures.py (a stale file?)"
+    first = path.read_text().split("\n", 1)[0]
+    figure = figures.BY_NAME[path.stem]
+    assert first.startswith(figures.PROVENANCE_PREFIX + figure.shown_command() + "    # commit "), \
+        f"{path.name}: the first line must name its command and commit, not {first!r}"
+    assert re.search(r"# commit [0-9a-f]{4,}(-dirty)?, \d{4}-\d\d-\d\d, .+, \d+ s$", first), first
+
+
+def test_every_figure_plot_exists():
+    for figure in figures.FIGURES:
+        for name in figure.plots.values():
+            if (DOCS / "figures" / f"{figure.name}.txt").exists():
+                assert (DOCS / "img" / name).is_file(), f"{figure.name}: docs/img/{name}"
+
+
+def test_list(capsys):
+    assert figures.main(["--list"]) == 0
+    out = capsys.readouterr().out
+    for figure in figures.FIGURES:
+        assert f"docs/figures/{figure.name}.txt" in out
+        assert figure.shown_command() in out
+
+
+def test_only_refuses_an_unknown_figure(capsys):
+    with pytest.raises(SystemExit) as exc:
+        figures.main(["--only", "no_such_figure"])
+    assert exc.value.code == 2
+
+
+def test_make_writes_the_figure_with_its_provenance(tmp_path, monkeypatch):
+    monkeypatch.setattr(figures, "FIGURES_DIR", tmp_path / "figures")
+    monkeypatch.setattr(figures, "IMG_DIR", tmp_path / "img")
+    monkeypatch.setattr(figures, "machine", lambda: "a CPU, 2 cores, AVX2")
+    fake = figures.Figure("fake", "python3 -c \"print('a'); print('b'); print('c')\"",
+                          "three lines", tail=2)
+    ok, seconds, error = figures.make(fake, "abc1234")
+    assert ok, error
+    lines = (tmp_path / "figures" / "fake.txt").read_text().splitlines()
+    assert lines[0].startswith("$ python3 -c \"print('a'); print('b'); print('c')\"    "
+                               "# commit abc1234, ")
+    assert re.search(r"a CPU, 2 cores, AVX2, load \d+\.\d, \d+ s$", lines[0])
+    assert lines[1:] == ["b", "c"]
+
+
+def test_a_failing_command_keeps_the_old_file(tmp_path, monkeypatch):
+    monkeypatch.setattr(figures, "FIGURES_DIR", tmp_path)
+    (tmp_path / "bad.txt").write_text("old\n")
+    bad = figures.Figure("bad", "python3 -c \"raise SystemExit('broken')\"", "fails")
+    ok, _, error = figures.make(bad, "abc1234")
+    assert not ok and "broken" in error
+    assert (tmp_path / "bad.txt").read_text() == "old\n"
