@@ -26,6 +26,7 @@ import argparse
 import dataclasses
 import datetime
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -198,6 +199,37 @@ def make(figure: Figure, where: str) -> tuple[bool, float, str]:
     return True, seconds, ""
 
 
+# A README block that quotes a figure: the marker line, then a ```text fence that
+# `sync_readme` rewrites from the figure file (the provenance line, then the figure's
+# first `head` or last `tail` lines). The README cannot include snippets (GitHub shows it
+# as it is), so the script copies, and tests/test_docs_figures.py checks the copy.
+README = ROOT / "README.md"
+_README_BLOCK = re.compile(r"(<!-- figure (\w+)(?: (head|tail)=(\d+))? -->\n```text\n)(.*?)(```)",
+                           re.S)
+
+
+def readme_quote(name: str, cut: str | None, n: int | None) -> str:
+    """What the README shows of figure `name`: its provenance line and a cut of it."""
+    lines = (FIGURES_DIR / f"{name}.txt").read_text().rstrip("\n").split("\n")
+    first, body = lines[0], lines[1:]
+    if cut == "head":
+        body = body[:n]
+    elif cut == "tail":
+        body = body[-n:]
+    return "\n".join([first, *body]) + "\n"
+
+
+def sync_readme(text: str) -> str:
+    """`text` (the README) with every figure block rewritten from its figure file."""
+    def quote(m: re.Match) -> str:
+        name, cut, n = m.group(2), m.group(3), m.group(4)
+        if name not in BY_NAME:
+            raise ValueError(f"README quotes figure {name!r}, which scripts/docs_figures.py "
+                             f"does not define (known: {', '.join(BY_NAME)})")
+        return m.group(1) + readme_quote(name, cut, int(n) if n else None) + m.group(6)
+    return _README_BLOCK.sub(quote, text)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", nargs="+", metavar="NAME", choices=list(BY_NAME),
@@ -223,6 +255,8 @@ def main(argv=None) -> int:
               flush=True)
         if not ok:
             failed.append(figure.name)
+    from vdla._fileio import atomic_write
+    atomic_write(README, sync_readme(README.read_text()).encode())
     print(f"{len(chosen) - len(failed)} of {len(chosen)} figures written at commit {where} "
           f"in {time.perf_counter() - total:.0f} s"
           + (f"; failed: {', '.join(failed)}" if failed else ""), file=sys.stderr)

@@ -105,3 +105,18 @@ def test_a_failing_command_keeps_the_old_file(tmp_path, monkeypatch):
     ok, _, error = figures.make(bad, "abc1234")
     assert not ok and "broken" in error
     assert (tmp_path / "bad.txt").read_text() == "old\n"
+
+
+def test_the_readme_quotes_its_figures_as_the_files_hold_them():
+    """The README's figure blocks are copies (GitHub cannot include snippets); the script
+    rewrites them after every run, and a hand edit or a stale copy fails here."""
+    text = figures.README.read_text()
+    assert figures._README_BLOCK.search(text), "the README quotes no figure"
+    assert figures.sync_readme(text) == text, (
+        "README.md's figure blocks differ from docs/figures/: run "
+        "`python3 scripts/docs_figures.py --only NAME` or copy them with sync_readme")
+
+
+def test_the_readme_refuses_an_unknown_figure():
+    with pytest.raises(ValueError, match="does not define"):
+        figures.sync_readme("<!-- figure nope -->\n```text\nx\n```\n")
