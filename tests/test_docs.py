@@ -193,3 +193,19 @@ def test_nothing_tracked_points_outside_the_repository():
                     bad.append(f"{name}:{lineno}: {what}: {line.strip()[:100]}")
     assert not bad, ("tracked files name paths outside the repository (cite a docs/ page "
                      "instead):\n" + "\n".join(bad))
+
+
+def test_the_docs_sweep_specs_parse_and_their_values_are_allowed():
+    """A sweep spec shown in the docs is one `vdla sweep` accepts: its keys parse and each
+    value passes the up-front check against its board's default config (the front it
+    leaves is the example file's business: tests/vdla/test_cli_sweep.py runs that)."""
+    import tomllib
+    from vdla import boards
+    from vdla.dse.spec import SweepSpec
+    specs = [block for page in sorted(DOCS.rglob("*.md"))
+             for block in re.findall(r"```toml\n(.*?)```", page.read_text(), re.S)
+             if "[[models]]" in block]
+    assert specs, "no sweep spec found in docs/"
+    for text in specs:
+        spec = SweepSpec.from_dict(tomllib.loads(text))
+        spec.check_values(boards.get(spec.board).config)
