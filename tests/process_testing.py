@@ -60,6 +60,15 @@ def wait_for(condition: Callable[[], bool], seconds: float) -> bool:
     return True
 
 
+def interruptible() -> None:
+    """A `preexec_fn` that gives the child the default SIGINT disposition. A shell without
+    job control starts background commands with SIGINT ignored (POSIX), and an ignored
+    signal stays ignored across exec, so a test suite run as ``pytest ... &`` would
+    otherwise start children that Python never gives a KeyboardInterrupt: the Ctrl-C
+    tests would then measure the harness, not vdla."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def visible_lines(raw: bytes) -> list[str]:
     """The non-empty lines a terminal shows for `raw`: of each line, the text after its
     last carriage return, without escape sequences."""
@@ -81,7 +90,8 @@ class Command:
         self._stdout = tempfile.TemporaryFile()
         self.process = subprocess.Popen([sys.executable, "-m", "vdla", *args], cwd=cwd,
                                         stdin=subprocess.DEVNULL, stdout=self._stdout,
-                                        stderr=slave, start_new_session=True)
+                                        stderr=slave, start_new_session=True,
+                                        preexec_fn=interruptible)
         os.close(slave)
         self.stderr = b""        # all read so far
         self._eof = False

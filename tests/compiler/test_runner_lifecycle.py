@@ -14,7 +14,7 @@ import time
 import pytest
 
 import vdla
-from process_testing import LINUX, alive, children, wait_for
+from process_testing import LINUX, alive, children, interruptible, wait_for
 from vdla.compiler.targets.vdla import VdlaTarget
 from vdla.compiler.pipeline import tasks_from_workload
 from vdla.compiler.tuner import (LocalRunner, MeasureInput, MeasureResult, Records,
@@ -54,7 +54,7 @@ def _task():
 def _hanging_parent():
     """(the parent process, its two workers' pids), the workers measuring."""
     parent = subprocess.Popen([sys.executable, "-c", HANGING_PARENT], stdout=subprocess.PIPE,
-                              text=True)
+                              text=True, preexec_fn=interruptible)
     assert parent.stdout.readline().strip() == "measuring"
     assert wait_for(lambda: len(children(parent.pid)) == 2, 30)
     time.sleep(0.3)       # the inputs are sent (the workers start at once: fork)

@@ -500,7 +500,6 @@ def test_a_tuned_named_layer_serves_the_model(tmp_path, capsys):
     (["tune", "nosuchmodel", "--trials", "2", "--records", "x.db"], "unknown model"),
     (["run", "digits_cnn", "--records", "missing.db"],
      "records file 'missing.db' does not exist"),
-    (["tune", "--layer", "C5", "--trials", "2", "--records", "."], "is a folder"),
     (["tune", "--layer", "C5", "--trials", "2", "--measure", "wall", "--records", "x.db"],
      "--measure 'wall' is not one of target 'vdla''s measurement backends: verilator, "
      "functional"),
@@ -514,3 +513,13 @@ def test_cli_errors(tmp_path, monkeypatch, capsys, args, message):
     assert main(args) == 1
     assert message in capsys.readouterr().err
     assert not (tmp_path / "x.db").exists() and not (tmp_path / "missing.db").exists()
+
+
+def test_cli_records_that_is_a_folder_is_a_usage_error(tmp_path, monkeypatch, capsys):
+    """--records names a file tune writes: argparse's `output_file` refuses a folder
+    before any work (exit 2, like every output-file option)."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_:
+        main(["tune", "--layer", "C5", "--trials", "2", "--records", "."])
+    assert exit_.value.code == 2
+    assert "argument --records: '.' is a folder" in capsys.readouterr().err
