@@ -235,7 +235,7 @@ def print_speed(rows, threads: int) -> None:
                   f"uint8 activations {r['ort']['ort-u8']:.2f} ms")
 
 
-def plot_speed(rows, path: Path) -> None:
+def plot_speed(rows, path: Path, *, threads: int, isa: str) -> None:
     """Bars of vdla's speed relative to onnxruntime (default and tuned schedules) per
     model and precision, onnxruntime's time under each group, the goal as a line."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -263,8 +263,11 @@ def plot_speed(rows, path: Path) -> None:
     ax.set_ylim(0, top + 0.25)
     ax.set_xticks(range(len(rows)), labels, fontsize="x-small")
     ax.set_ylabel("speed relative to onnxruntime (higher is faster)")
-    ax.set_title("vdla's CPU target against onnxruntime: batch 1, 2 threads, measured "
-                 "side by side", fontsize="medium")
+    # The thread count and instruction set are the run's, never assumed: the figure names
+    # what it measured.
+    plural = "" if threads == 1 else "s"
+    ax.set_title(f"vdla's CPU target ({isa}) against onnxruntime: batch 1, {threads} "
+                 f"thread{plural}, measured side by side", fontsize="medium")
     ax.legend(fontsize="x-small", loc="upper center", ncol=4, bbox_to_anchor=(0.5, -0.22),
               frameon=False)
     ax.grid(True, axis="y", alpha=0.3)
@@ -500,7 +503,7 @@ def main(argv=None) -> int:
         work.mkdir(exist_ok=True)
         report["speed"] = speed(args.models, args, records, work)
         print_speed(report["speed"], args.threads)
-        plot_speed(report["speed"], out / "cpu.png")
+        plot_speed(report["speed"], out / "cpu.png", threads=args.threads, isa=report["isa"])
     if not args.skip_exactness:
         report["exactness"] = exactness(args)
         print_exactness(report["exactness"])
