@@ -97,7 +97,7 @@ def test_a_named_workload_is_the_models_own_layers_epilogue_included():
     assert task_from_workload("14,14,256,256,3,1,1").key not in model
     # A config the layer does not fit has no task for it.
     tiny = dataclasses.replace(CFG, acc_buff_size=1024, inp_buff_size=1024,
-                               wgt_buff_size=4096)
+                               wgt_buff_size=2048)
     with pytest.raises(ValueError, match="no tunable task for workload C1 .*ResNet-18"):
         tasks_from_workload("C1", VdlaTarget(tiny))
 

@@ -59,12 +59,14 @@ def check_array(array, shape, dtype, what: str, op: str = "conv2d") -> np.ndarra
 
 def window_rows(layer, tile_h: int) -> int:
     """Input rows that `tile_h` output rows of `layer` (a conv or pool layer) read."""
-    return (tile_h - 1) * layer.stride_h + layer.kernel_h
+    dilation = getattr(layer, "dilation_h", 1)      # pools have none
+    return (tile_h - 1) * layer.stride_h + (layer.kernel_h - 1) * dilation + 1
 
 
 def window_cols(layer, tile_w: int) -> int:
     """Input columns that `tile_w` output columns of `layer` read."""
-    return (tile_w - 1) * layer.stride_w + layer.kernel_w
+    dilation = getattr(layer, "dilation_w", 1)
+    return (tile_w - 1) * layer.stride_w + (layer.kernel_w - 1) * dilation + 1
 
 
 #: Pipeline fill and drain of one GEMM/ALU instruction (measured: 100 back-to-back

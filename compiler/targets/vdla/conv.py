@@ -90,6 +90,7 @@ from vdla.compiler.targets.vdla.conv_layer import (Conv2dLayer, Conv2dSchedule, 
                                                    co_starts, conv2d_layer, inp_blocks,
                                                    inp_chunk, residual_inp)
 from vdla.compiler.targets.vdla.grouped import grouped_weights
+from vdla.compiler.targets.vdla.tap_pack import pack_tap_weights, pack_taps
 from vdla.config import AluOp, HardwareConfig
 from vdla.isa import MemoryType, Program, Uop, encode_uops
 from vdla.runtime.builder import ProgramBuilder
@@ -155,7 +156,9 @@ def conv_uop_table(layer: Conv2dLayer, s, config: HardwareConfig | None = None,
             cols = window_cols(layer, tw)
             for tci in sorted(cis):
                 begin = len(uops)
-                uops += [Uop(ab + ox, ib + cb * chunk + ky * cols + ox * layer.stride_w + kx,
+                dh, dw = layer.dilation_h, layer.dilation_w
+                uops += [Uop(ab + ox,
+                             ib + cb * chunk + ky * dh * cols + ox * layer.stride_w + kx * dw,
                              wb + cb * kh * kw + ky * kw + kx)
                          for ox in range(tw) for cb in range(tci)
                          for ky in range(kh) for kx in range(kw)]
@@ -221,6 +224,10 @@ class LoweredConv2d(ArenaProgram):
         L = self.layer
         if L.dense:
             x = check_array(x, (L.n, L.c), np.int8, "input").reshape(L.n, L.c, 1, 1)
+        if L.packed is not None:        # kernel columns packed into channels
+            tp = L.packed
+            x = pack_taps(check_array(x, (L.n, tp.channels, L.h, tp.width), np.int8, "input"),
+                          tp)
         return pack(check_array(x, (L.n, L.c, L.h, L.w), np.int8, "input"), "NCHW",
                     self.data_layout)
 
@@ -231,6 +238,10 @@ class LoweredConv2d(ArenaProgram):
         L, c = self.layer, self.config
         if L.dense:
             w = check_array(w, (L.o, L.c), np.int8, "weights").reshape(L.o, L.c, 1, 1)
+        if L.packed is not None:
+            tp = L.packed
+            w = pack_tap_weights(check_array(w, (L.o, tp.channels, L.kernel_h, tp.kernel_w),
+                                             np.int8, "weights"), tp)
         w = check_array(w, (L.o, L.c // L.groups, L.kernel_h, L.kernel_w), np.int8, "weights")
         if L.groups == 1:
             return pack(w, "OIHW", self.kernel_layout)
@@ -315,8 +326,8 @@ def _arena(layer: Conv2dLayer, config: HardwareConfig, n_uops: int) -> tuple[dic
 def lower_conv2d(node: Node | str, graph: Graph, config: HardwareConfig,
                  schedule: Conv2dSchedule | None = None) -> LoweredConv2d:
     """Lower qconv2d `node` of `graph` to a program for `config` (see the module
-    docstring). Raises ValueError for what the back half does not support yet (groups,
-    dilation, packed layouts, pads >= kernel) and for a schedule that does not fit."""
+    docstring). Raises ValueError for what the back half does not support yet (packed
+    layouts, pads >= the kernel's extent) and for a schedule that does not fit."""
     node, (layer, epilogue), s = start_lowering("lower_conv2d", node, graph, config, schedule,
                                                 conv2d_layer, choose_conv2d, Conv2dSchedule)
     # Which tile region each constant row applies to (conv tile or residual tile).

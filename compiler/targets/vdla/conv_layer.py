@@ -53,6 +53,7 @@ from vdla.compiler.targets.vdla.common import (BYTES_PER_CYCLE, DMA_CYCLES, INSN
                                                tile_candidates, tile_split, window_cols,
                                                window_rows)
 from vdla.compiler.targets.vdla.grouped import group_spans
+from vdla.compiler.targets.vdla.tap_pack import TapPack, tap_pack_for
 from vdla.config import AluOp, HardwareConfig
 
 __all__ = ["Conv2dEstimate", "Conv2dLayer", "Conv2dSchedule", "ConvEpilogue", "acc_region",
@@ -137,6 +138,9 @@ class Conv2dLayer:
     spans: tuple[tuple[int, int, int, int], ...] = ()
     diagonal: bool = False
     residual_ratio: int = 0
+    dilation_h: int = 1
+    dilation_w: int = 1
+    packed: TapPack | None = None
 
     def __post_init__(self):
         if not self.spans:
@@ -150,10 +154,10 @@ class Conv2dLayer:
                              "padding fields have 4 bits")
         # A pad as large as the kernel makes output rows/columns that see only padding;
         # their input tile would be empty, which a LOAD cannot express.
-        if max(top, bottom) >= self.kernel_h or max(left, right) >= self.kernel_w:
-            raise ValueError(f"conv2d pads {self.pads} must be smaller than the kernel "
-                             f"({self.kernel_h}x{self.kernel_w}): an output that sees only "
-                             "padding is not supported")
+        if max(top, bottom) >= self.span_h or max(left, right) >= self.span_w:
+            raise ValueError(f"conv2d pads {self.pads} must be smaller than the kernel's "
+                             f"extent ({self.span_h}x{self.span_w}): an output that sees "
+                             "only padding is not supported")
         if self.out_h < 1 or self.out_w < 1:
             raise ValueError(f"conv2d of a {self.h}x{self.w} image with a {self.kernel_h}x"
                              f"{self.kernel_w} kernel and pads {self.pads} has no output")
@@ -163,17 +167,33 @@ class Conv2dLayer:
         return conv2d_layer(node, graph, config)[0]
 
     @property
+    def span_h(self) -> int:
+        """Input rows one output row reads (the kernel's rows, dilated)."""
+        return (self.kernel_h - 1) * self.dilation_h + 1
+
+    @property
+    def span_w(self) -> int:
+        """Input columns one output column reads."""
+        return (self.kernel_w - 1) * self.dilation_w + 1
+
+    @property
     def out_h(self) -> int:
-        return conv_output_size(self.h, self.kernel_h, self.stride_h, self.pads[0], self.pads[2])
+        return conv_output_size(self.h, self.kernel_h, self.stride_h, self.pads[0], self.pads[2],
+                                self.dilation_h)
 
     @property
     def out_w(self) -> int:
-        return conv_output_size(self.w, self.kernel_w, self.stride_w, self.pads[1], self.pads[3])
+        return conv_output_size(self.w, self.kernel_w, self.stride_w, self.pads[1], self.pads[3],
+                                self.dilation_w)
 
     @property
     def macs(self) -> int:
         """Useful multiply-accumulates: the layer's own sizes, without block padding
-        (a grouped convolution's output channel sees C / groups input channels)."""
+        (a grouped convolution's output channel sees C / groups input channels; a
+        tap-packed one its own C x kh x kw, not the packed kernel's zeros)."""
+        if self.packed is not None:
+            return (self.n * self.out_h * self.out_w * self.o * self.packed.channels
+                    * self.kernel_h * self.packed.kernel_w)
         return (self.n * self.out_h * self.out_w * self.o * (self.c // self.groups)
                 * self.kernel_h * self.kernel_w)
 
@@ -235,9 +255,6 @@ def conv2d_layer(node: Node, graph: Graph,
         if parse_layout(a[key]).name != plain:
             raise ValueError(f"qconv2d node {node.name!r}: {key} {a[key]!r} is not supported "
                              f"yet; lower_conv2d takes the plain {plain} node and packs itself")
-    if tuple(a["dilations"]) != (1, 1):
-        raise ValueError(f"qconv2d node {node.name!r}: dilations={tuple(a['dilations'])} is "
-                         "not supported; only (1, 1)")
     n, c, h, w = graph.tensors[node.inputs[0]].shape
     o, i, kh, kw = graph.tensors[node.inputs[1]].shape
     has_residual = bool(node.input(3))
@@ -246,15 +263,25 @@ def conv2d_layer(node: Node, graph: Graph,
     groups = int(a["groups"])
     # A plain convolution is one span over every block (the layer's default).
     spans, diagonal = group_spans(c, o, groups, config) if groups != 1 else ((), False)
+    pads = tuple(int(p) for p in a["pads"])
+    dilation_h, dilation_w = (int(d) for d in a["dilations"])
+    # A host-written input with few channels: kernel columns packed into its channels
+    # (`vdla.compiler.targets.vdla.tap_pack`): the layer the GEMM core runs is the packed
+    # one, over P, with a column dilation and P's own column padding.
+    packed = tap_pack_for(node, graph, config)
+    if packed is not None:
+        c, w, kw = packed.packed_channels, packed.packed_width, packed.kernel_groups
+        dilation_w, pads = packed.taps, (pads[0], 0, pads[2], 0)
     layer = Conv2dLayer(n=n, c=c, h=h, w=w, o=o, kernel_h=kh, kernel_w=kw,
                         stride_h=int(a["strides"][0]), stride_w=int(a["strides"][1]),
-                        pads=tuple(int(p) for p in a["pads"]),
+                        pads=pads,
                         batch_blocks=ceil_div(n, config.batch),
                         in_blocks=ceil_div(c, config.block_in),
                         out_blocks=ceil_div(o, config.block_out),
                         has_residual=has_residual, const_rows=len(epilogue.rows),
                         groups=groups, spans=spans if groups > 1 else (), diagonal=diagonal,
-                        residual_ratio=residual_ratio(has_residual, config))
+                        residual_ratio=residual_ratio(has_residual, config),
+                        dilation_h=dilation_h, dilation_w=dilation_w, packed=packed)
     return layer, epilogue
 
 
@@ -288,6 +315,12 @@ def conv2d_workload(node: Node, graph: Graph, config: HardwareConfig) -> dict:
             del fields[key]
     if not layer.has_residual:
         del fields["residual_ratio"]
+    # Undilated, unpacked layers keep the keys their records were written with.
+    for key in ("dilation_h", "dilation_w"):
+        if fields[key] == 1:
+            del fields[key]
+    if layer.packed is None:
+        del fields["packed"]
     else:
         fields["spans"] = [list(span) for span in layer.spans]
     return {"op": node.op, **fields, "epilogue": steps(epi.main),
@@ -548,9 +581,9 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
     paired = 0          # two threads: per chunk, the longer of loads and GEMMs
     first_load = last_store = 0
     for th, nh in tile_split(layer.out_h, s.tile_h):
-        rows = (th - 1) * layer.stride_h + layer.kernel_h
+        rows = window_rows(layer, th)
         for tw, nw in tile_split(layer.out_w, s.tile_w):
-            cols = (tw - 1) * layer.stride_w + layer.kernel_w
+            cols = window_cols(layer, tw)
             plane = th * tw
             for tco, nco, chunks in tilings:
                 m = nh * nw * nco * layer.batch_blocks

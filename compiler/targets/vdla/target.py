@@ -52,6 +52,7 @@ from vdla.compiler.targets.vdla.placement import (VIEW_OPS, BufferPlan, concat_c
 from vdla.compiler.targets.vdla.pool import (POOL_OPS, LoweredPool2d, Pool2dSchedule,
                                              choose_pool2d, lower_pool2d, pool2d_layer)
 from vdla.compiler.targets.vdla.support import describe
+from vdla.compiler.targets.vdla.tap_pack import pack_taps, tap_pack_for
 from vdla.compiler.targets.vdla.tuning import BACKENDS as TUNE_BACKENDS
 from vdla.compiler.targets.vdla.tuning import conv_tasks
 from vdla.config import AluOp, HardwareConfig
@@ -87,6 +88,32 @@ def _activations(graph: Graph, nodes: Sequence[Node]) -> dict[str, list[str]]:
         return [n.inputs[0], n.input(3)] if n.op in GEMM_OPS else list(n.inputs)
     return {n.name: [t for t in operands(n) + list(n.outputs)
                      if t and not graph.tensors[t].is_constant] for n in nodes}
+
+
+def _tap_packs(graph: Graph, nodes: Sequence[Node], config: HardwareConfig) -> dict:
+    """Tensor -> `TapPack` of the host-written inputs that a convolution among `nodes`
+    reads with kernel columns packed into channels (`vdla.compiler.targets.vdla.tap_pack`)."""
+    packs = {}
+    for node in nodes:
+        if node.op == "qconv2d":
+            tp = tap_pack_for(node, graph, config)
+            if tp is not None:
+                packs[node.inputs[0]] = tp
+    return packs
+
+
+def _planned_shapes(graph: Graph, nodes: Sequence[Node], config: HardwareConfig) -> Graph:
+    """`graph`, or a copy of it whose tap-packed inputs have their packed shape: the
+    shape their DRAM buffers hold (the host writes the packed form, `VdlaSession.put`)."""
+    packs = _tap_packs(graph, nodes, config)
+    if not packs:
+        return graph
+    planned = graph.copy()
+    for name, tp in packs.items():
+        t = planned.tensors[name]
+        planned.tensors[name] = dataclasses.replace(
+            t, shape=(t.shape[0], tp.packed_channels, t.shape[2], tp.packed_width))
+    return planned
 
 
 def activation_regions(lowered, node: Node) -> dict[str, str]:
@@ -301,8 +328,8 @@ class VdlaTarget(VdlaCommandLine, Target):
         if not resident(self.config):
             return super().compile_nodes(graph, nodes, schedules=schedules,
                                          progress=progress, start=start, total=total)
-        plan = plan_buffers(graph, nodes, self.config, _activations(graph, nodes),
-                            lambda n: carries_map(n, graph))
+        plan = plan_buffers(_planned_shapes(graph, nodes, self.config), nodes, self.config,
+                            _activations(graph, nodes), lambda n: carries_map(n, graph))
         ops = []
         total = len(nodes) if total is None else total
         for i, node in enumerate(nodes):
@@ -379,6 +406,10 @@ class VdlaSession(TargetSession):
         self.device = device if device is not None else vdla.runtime.open(
             config, backend=target.backend, **target.device_options)
         self._placed: dict[str, _Placed] = {}
+        # Inputs the host writes with kernel columns packed into channels.
+        self._tap_packs = {graph.node(op.name).inputs[0]: op.kernel.lowered.layer.packed
+                           for op in ops if isinstance(op.kernel.lowered, LoweredConv2d)
+                           and op.kernel.lowered.layer.packed is not None}
         self._allocated: list[int] = []
         self._buffers: dict[str, int] = {}
         self._transfers: list[Transfer] = []
@@ -435,6 +466,8 @@ class VdlaSession(TargetSession):
     def put(self, tensor: str, value: np.ndarray) -> int:
         self._check_open("put")
         base = self._buffers[self.plan.placements[tensor].buffer]
+        if tensor in self._tap_packs:
+            value = pack_taps(np.asarray(value), self._tap_packs[tensor])
         runs = self.plan.pack_placed(tensor, value)
         for offset, data in runs:
             self.device.write(base + offset, data)

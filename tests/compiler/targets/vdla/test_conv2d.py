@@ -195,11 +195,19 @@ def test_schedule_that_does_not_fit_names_the_buffer():
     schedule.check(layer, small)
 
 
+@pytest.mark.parametrize("c, dilations, stride", [(16, (2, 2), 1), (20, (1, 3), 2),
+                                                   (33, (3, 1), 1)])
+def test_dilated(c, dilations, stride):
+    """A dilated kernel's taps are micro-op offsets `dilation` rows/columns apart."""
+    rng = np.random.default_rng(42)
+    g, name, feed, weights, bias = conv_graph(rng, c=c, o=24, h=11, w=12, pad=2,
+                                              stride=stride, shift=(9,), dilations=dilations)
+    lowered, _ = check_conv(g, name, feed, weights, bias)
+    assert (lowered.layer.dilation_h, lowered.layer.dilation_w) == dilations
+
+
 def test_unsupported_nodes_raise_clearly():
     rng = np.random.default_rng(40)
-    g, name, *_ = conv_graph(rng, c=16, o=16, h=9, w=9, pad=2, shift=(9,), dilations=(2, 2))
-    with pytest.raises(ValueError, match="dilations"):
-        lower_conv2d(g.node(name), g, DEFAULT)
     g, name, *_ = conv_graph(rng, c=16, o=16, multiplier=3, shift=(9,))
     with pytest.raises(ValueError, match="needs the ALU MUL"):
         lower_conv2d(g.node(name), g, DEFAULT)
