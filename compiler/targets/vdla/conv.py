@@ -27,7 +27,9 @@ threads: see *Virtual threads* below):
    `vdla.compiler.reference.integer` documents), requantization exactly as
    `vdla.compiler.reference.integer.requantize` (MUL, rounding ADD, SHR), the residual (int8,
    loaded with the tile's first chunk into the thread's inp region and widened into a
-   second acc region by identity-weight GEMMs, requantized there, ADDed), then MAX/MIN
+   second acc region by identity-weight GEMMs, requantized there, ADDed; or, when it
+   needs no requantization, widened by those GEMMs straight onto the requantized tile,
+   one cycle per entry instead of five: `Conv2dLayer.late_residual`), then MAX/MIN
    clamp;
    the last ALU op also writes the int8 out buffer, which STOREs copy to DRAM. Per-tensor
    values are immediates; per-channel values (and a rounding constant too large for the
@@ -170,16 +172,19 @@ def conv_uop_table(layer: Conv2dLayer, s, config: HardwareConfig | None = None,
         if layer.residual_ratio:
             # Reset of the residual tile, then one GEMM micro-op per identity block j:
             # the residual's input block j of each output block (stored j-major in the
-            # thread's inp region, after the input chunk) into the residual acc tile.
+            # thread's inp region, after the input chunk) into the residual acc tile; a
+            # late residual is widened onto the conv tile itself, with no reset.
             res_inp = ib + inp_blocks(layer, s) * chunk
             full = s.tile_co * s.tile_h * s.tile_w
-            table.res_reset.append(len(uops))
-            uops.append(Uop(ab + tile, 0, 0))
+            dst = ab if layer.late_residual else ab + tile
+            if not layer.late_residual:
+                table.res_reset.append(len(uops))
+                uops.append(Uop(ab + tile, 0, 0))
             table.res_widen.append((len(uops), len(uops) + layer.residual_ratio))
-            uops += [Uop(ab + tile, res_inp + j * full, wgt.total + j)
+            uops += [Uop(dst, res_inp + j * full, wgt.total + j)
                      for j in range(layer.residual_ratio)]
             table.res_inp.append(res_inp)
-        if layer.has_residual:
+        if layer.has_residual and not layer.late_residual:
             table.alu_res.append(len(uops))
             uops.append(Uop(ab + tile, 0))
             table.alu_add_res.append(len(uops))
@@ -549,7 +554,9 @@ class _ConvEmitter:
         k = u.reset[t]
         p.gemm(reset_reg=True, uop_bgn=k, uop_end=k + 1, iter_out=tile.tco, iter_in=plane,
                dst_factor_out=plane, dst_factor_in=1)
-        if self.ratio:
+        if L.late_residual:
+            pass                    # widened onto the tile after the main epilogue
+        elif self.ratio:
             k = u.res_reset[t]
             p.gemm(reset_reg=True, uop_bgn=k, uop_end=k + 1, iter_out=tile.tco,
                    iter_in=plane, dst_factor_out=plane, dst_factor_in=1)
@@ -566,11 +573,8 @@ class _ConvEmitter:
         p, L, u = self.p, self.L, self.u
         plane = tile.plane
         self.tokens.wait_loaded()  # RAW: this chunk's inputs and weights are in
-        if not j and self.ratio:
-            bgn, end = u.res_widen[t]
-            p.gemm(uop_bgn=bgn, uop_end=end, iter_out=tile.tco, iter_in=plane,
-                   dst_factor_out=plane, dst_factor_in=1, src_factor_out=plane,
-                   src_factor_in=1, wgt_factor_out=0, wgt_factor_in=0)
+        if not j and self.ratio and not L.late_residual:
+            self.widen_residual(t, tile)
         bgn, end = u.gemm[t, tile.tw, tci]
         # Output block o of the tile reads the chunk's blocks (the same for every o), or,
         # diagonal, its own input block (the next one along).
@@ -580,6 +584,15 @@ class _ConvEmitter:
                src_factor_in=L.stride_h * tile.cols, wgt_factor_out=tci * self.taps,
                wgt_factor_in=0)
         self.tokens.read(("inp", t))  # its next loads wait for this GEMM (WAR)
+
+    def widen_residual(self, t: int, tile: _Tile):
+        """The int8 residual tile through the identity weights into its acc tile (or,
+        late, onto the conv tile)."""
+        bgn, end = self.u.res_widen[t]
+        plane = tile.plane
+        self.p.gemm(uop_bgn=bgn, uop_end=end, iter_out=tile.tco, iter_in=plane,
+                    dst_factor_out=plane, dst_factor_in=1, src_factor_out=plane,
+                    src_factor_in=1, wgt_factor_out=0, wgt_factor_in=0)
 
     def epilogue(self, t: int, tile: _Tile):
         """The ALU passes over thread `t`'s tile: the main steps, the residual's steps
@@ -599,7 +612,12 @@ class _ConvEmitter:
                     p.alu(st.op, uop_bgn=k, uop_end=k + 1, src_factor_out=1, **loop)
 
         alu_pass(epi.main, 0, u.alu_main[t])
-        if self.L.has_residual:
+        if self.L.late_residual:
+            # The residual as it is, added by the GEMM core onto the requantized tile:
+            # this GEMM is now the last to read the thread's inp region (WAR).
+            self.widen_residual(t, tile)
+            self.tokens.read(("inp", t))
+        elif self.L.has_residual:
             alu_pass(epi.residual, u.res_base, u.alu_res[t])
             k = u.alu_add_res[t]
             p.alu(AluOp.ADD, uop_bgn=k, uop_end=k + 1, src_factor_out=plane,

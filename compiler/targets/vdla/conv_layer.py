@@ -116,7 +116,13 @@ class Conv2dLayer:
     `residual_ratio`: how the int8 residual reaches the accumulators: ``block_out /
     block_in`` input blocks per output block, widened by identity-weight GEMMs (the
     residual stays int8 in DRAM, in the input layout); 0 when block_out is not a
-    multiple of block_in, where the host widens it to int32 for a LOAD ACC."""
+    multiple of block_in, where the host widens it to int32 for a LOAD ACC.
+    `late_residual`: the residual needs no requantization, so the identity GEMMs widen it
+    straight onto the requantized tile (the GEMM's int32 add is the ALU ADD's), after the
+    main epilogue: no residual acc tile, no reset of it, no vector ADD.
+    `dilation_h`, `dilation_w`: the kernel taps' spacing; `packed`: the `TapPack` of a
+    first layer run with kernel columns packed into channels (its `c`, `w`, `kernel_w`,
+    `pads` and `dilation_w` are the packed convolution's)."""
 
     n: int
     c: int
@@ -138,6 +144,7 @@ class Conv2dLayer:
     spans: tuple[tuple[int, int, int, int], ...] = ()
     diagonal: bool = False
     residual_ratio: int = 0
+    late_residual: bool = False
     dilation_h: int = 1
     dilation_w: int = 1
     packed: TapPack | None = None
@@ -281,8 +288,17 @@ def conv2d_layer(node: Node, graph: Graph,
                         has_residual=has_residual, const_rows=len(epilogue.rows),
                         groups=groups, spans=spans if groups > 1 else (), diagonal=diagonal,
                         residual_ratio=residual_ratio(has_residual, config),
+                        late_residual=late_residual(epilogue, config),
                         dilation_h=dilation_h, dilation_w=dilation_w, packed=packed)
     return layer, epilogue
+
+
+def late_residual(epilogue: ConvEpilogue, config: HardwareConfig) -> bool:
+    """Whether the int8 residual is added by the identity GEMMs after the main epilogue
+    (`Conv2dLayer.late_residual`): it is widened on the GEMM core at all, and it is added
+    as it is (its requantization has no step)."""
+    return (epilogue.residual is not None and not epilogue.residual
+            and residual_ratio(True, config) > 0)
 
 
 def residual_ratio(has_residual: bool, config: HardwareConfig) -> int:
@@ -315,6 +331,8 @@ def conv2d_workload(node: Node, graph: Graph, config: HardwareConfig) -> dict:
             del fields[key]
     if not layer.has_residual:
         del fields["residual_ratio"]
+    if not layer.late_residual:
+        del fields["late_residual"]
     # Undilated, unpacked layers keep the keys their records were written with.
     for key in ("dilation_h", "dilation_w"):
         if fields[key] == 1:
@@ -345,7 +363,8 @@ def _dense_layer_and_epilogue(node: Node, graph: Graph,
                         in_blocks=ceil_div(c, config.block_in),
                         out_blocks=ceil_div(o, config.block_out),
                         has_residual=has_residual, const_rows=len(epilogue.rows), dense=True,
-                        residual_ratio=residual_ratio(has_residual, config))
+                        residual_ratio=residual_ratio(has_residual, config),
+                        late_residual=late_residual(epilogue, config))
     return layer, epilogue
 
 
@@ -463,7 +482,8 @@ class Conv2dSchedule:
 
 def acc_region(layer: Conv2dLayer, s) -> int:
     """acc (and out) elements of one virtual thread: its tile, and its residual tile."""
-    return s.tile_h * s.tile_w * s.tile_co * (2 if layer.has_residual else 1)
+    residual_tile = layer.has_residual and not layer.late_residual
+    return s.tile_h * s.tile_w * s.tile_co * (2 if residual_tile else 1)
 
 
 def inp_blocks(layer: Conv2dLayer, s) -> int:
@@ -507,8 +527,10 @@ def conv_uop_count(layer: Conv2dLayer, s) -> int:
     widths = {s.tile_w, layer.out_w % s.tile_w or s.tile_w}
     cis = chunk_sizes(layer, s)
     gemm = sum(w * ci for w in widths for ci in cis) * layer.kernel_h * layer.kernel_w
-    alu = 2 + (2 if layer.has_residual else 0) + layer.const_rows * len(co_starts(layer, s))
-    alu += 1 + layer.residual_ratio if layer.residual_ratio else 0   # reset, widening
+    residual_tile = layer.has_residual and not layer.late_residual
+    alu = 2 + (2 if residual_tile else 0) + layer.const_rows * len(co_starts(layer, s))
+    if layer.residual_ratio:    # (the residual tile's reset) and the widening
+        alu += layer.residual_ratio + (0 if layer.late_residual else 1)
     return s.nthreads * (gemm + alu)
 
 
@@ -606,11 +628,14 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
                     # The int8 residual tile comes with the first chunk's loads; the
                     # compute module resets its acc tile, widens it (one identity GEMM
                     # micro-op per input block), shifts it and ADDs it (a vector operand:
-                    # two cycles).
+                    # two cycles); or, late, widens it onto the requantized tile.
                     res = entries * ratio * inp_entry / bw + tco * ratio * DMA_CYCLES / 4
                     tile_load += res
                     chunk_pairs += res
-                    epi += entries * (1 + ratio + 1 + 2) + 2 * INSN_CYCLES
+                    if layer.late_residual:
+                        epi += entries * ratio + INSN_CYCLES
+                    else:
+                        epi += entries * (1 + ratio + 1 + 2) + 2 * INSN_CYCLES
                 elif layer.has_residual:
                     # LOAD ACC of int32 residual entries (on the compute module), its
                     # shift and the ADD (a vector operand: two cycles).

@@ -141,6 +141,7 @@ def test_schedules_give_identical_results():
     results = []
     for schedule in SCHEDULES:
         lowered, stats = check_conv(g, name, feed, weights, bias, schedule=schedule)
+        assert lowered.layer.late_residual       # no residual requantization: added late
         results.append(stats)
     tiny = lower_conv2d(g.node(name), g, DEFAULT, Conv2dSchedule(1, 1, 1, 1))
     assert len(tiny.program) > 10 * len(lower_conv2d(g.node(name), g, DEFAULT).program)
@@ -277,12 +278,15 @@ def test_grid_with_two_virtual_threads(c, o, h, w, k, stride, pad, threads):
 @pytest.mark.parametrize("schedule", [H_THREADS, OC_THREADS,
                                       Conv2dSchedule(3, 100, 1, 2, oc_nthread=2),
                                       Conv2dSchedule(4, 4, 3, 3, h_nthread=2)])
-def test_two_threads_with_residual_and_per_channel_shift(schedule):
+@pytest.mark.parametrize("residual_shift", [1, 0], ids=["requantized", "late"])
+def test_two_threads_with_residual_and_per_channel_shift(schedule, residual_shift):
     rng = np.random.default_rng(60)
     g, name, feed, weights, bias = conv_graph(
         rng, c=33, o=40, h=9, w=11, k=3, pad=1, residual=True,
-        shift=tuple(int(s) for s in rng.integers(0, 21, 40)), residual_shift=1, out_min=0)
-    check_conv(g, name, feed, weights, bias, schedule=schedule)
+        shift=tuple(int(s) for s in rng.integers(0, 21, 40)), residual_shift=residual_shift,
+        out_min=0)
+    lowered, _ = check_conv(g, name, feed, weights, bias, schedule=schedule)
+    assert lowered.layer.late_residual == (residual_shift == 0)
 
 
 @pytest.mark.parametrize("schedule", [Conv2dSchedule(2, 3, 1, 1, h_nthread=2),
