@@ -204,6 +204,47 @@ def identity_blocks(config: HardwareConfig, ratio: int, scale: int = 1) -> np.nd
     return ((o == j * config.block_in + i) * scale).astype(np.int8)
 
 
+#: The input vector the bias GEMM multiplies (`bias_blocks`): lane 0 holds 1, the others
+#: this, so that a weight block's row holds a bias as ``w0 + ONES_HIGH * (w1 + w2 + ...)``.
+ONES_HIGH = 127
+
+
+def gemm_bias_limit(config: HardwareConfig) -> int:
+    """The largest |bias| the bias GEMM can add (`bias_blocks`): ``w0`` in [-63, 63] and
+    ``block_in - 1`` lanes of at most 127 each times `ONES_HIGH`."""
+    return ONES_HIGH * 127 * (config.block_in - 1) + ONES_HIGH // 2
+
+
+def ones_vector(config: HardwareConfig) -> np.ndarray:
+    """The bias GEMM's input element: (batch, block_in) int8, [1, ONES_HIGH, ...] per row."""
+    v = np.full((config.batch, config.block_in), ONES_HIGH, np.int8)
+    v[:, 0] = 1
+    return v
+
+
+def bias_blocks(values: np.ndarray, config: HardwareConfig) -> np.ndarray:
+    """Per-channel int32 constants (padded O,) as weight blocks (O / block_out, block_out,
+    block_in) int8 whose GEMM with `ones_vector` adds exactly them to the accumulators:
+    ``W[o, 0] + ONES_HIGH * sum(W[o, 1:]) = value[o]``. One GEMM micro-op per acc entry
+    adds a bias that way, where an ALU ADD with a vector operand takes two cycles (the acc
+    buffer's one read port). ValueError beyond `gemm_bias_limit`."""
+    v = np.asarray(values, np.int64)
+    limit = gemm_bias_limit(config)
+    if config.block_in < 2 or np.abs(v).max(initial=0) > limit:
+        raise ValueError(f"bias values up to {np.abs(v).max(initial=0)} exceed what the bias "
+                         f"GEMM adds on block_in {config.block_in} (|bias| <= {limit})")
+    high = np.round(v / ONES_HIGH).astype(np.int64)
+    w = np.zeros((len(v), config.block_in), np.int64)
+    w[:, 0] = v - ONES_HIGH * high
+    rest = high.copy()
+    for lane in range(1, config.block_in):    # spread the high part, 127 a lane at most
+        part = np.clip(rest, -127, 127)
+        w[:, lane] = part
+        rest -= part
+    assert not rest.any()
+    return w.astype(np.int8).reshape(-1, config.block_out, config.block_in)
+
+
 # --- micro-op tables ------------------------------------------------------------------------
 
 class KernelTable:

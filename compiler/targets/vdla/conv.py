@@ -84,9 +84,10 @@ from vdla.compiler.ir.graph import Graph
 from vdla.compiler.ir.layout import pack, unpack
 from vdla.compiler.ir.tensor import Node
 from vdla.compiler.reference.integer import wrap32
-from vdla.compiler.targets.vdla.common import (ArenaProgram, acc_rows, check_array,
-                                               identity_blocks, layout_arena, run_arena,
-                                               start_lowering, window_cols, window_rows)
+from vdla.compiler.targets.vdla.common import (ArenaProgram, acc_rows, bias_blocks,
+                                               check_array, identity_blocks, layout_arena,
+                                               ones_vector, run_arena, start_lowering,
+                                               window_cols, window_rows)
 from vdla.compiler.targets.vdla.conv_layer import (Conv2dLayer, Conv2dSchedule, ConvEpilogue,
                                                    acc_region, choose_conv2d, chunk_sizes,
                                                    co_starts, conv2d_layer, inp_blocks,
@@ -125,6 +126,9 @@ class ConvUops:
     res_widen: list = dataclasses.field(default_factory=list)    # (begin, end): identities
     res_inp: list = dataclasses.field(default_factory=list)      # inp index of the residual
     identity_base: int = 0    # wgt index of the identity blocks, after the threads' regions
+    bias_wgt_base: int = 0    # wgt index of the bias blocks (one per output block), after them
+    ones_inp: int = 0         # inp index of the bias GEMM's input vector, after the regions
+    bias: dict = dataclasses.field(default_factory=dict)    # (thread, ob0) -> index
 
 
 def conv_uop_table(layer: Conv2dLayer, s, config: HardwareConfig | None = None,
@@ -145,7 +149,8 @@ def conv_uop_table(layer: Conv2dLayer, s, config: HardwareConfig | None = None,
     tile = s.tile_h * s.tile_w * s.tile_co
     depth = config.acc_depth if config is not None else 1 << 30
     const_base = depth - layer.const_rows * layer.out_blocks
-    table = ConvUops([], {}, tile, const_base, identity_base=wgt.total)
+    table = ConvUops([], {}, tile, const_base, identity_base=wgt.total,
+                     bias_wgt_base=wgt.total + layer.residual_ratio, ones_inp=inp.total)
     uops = table.uops
     widths = {s.tile_w, layer.out_w % s.tile_w or s.tile_w}
     cis = chunk_sizes(layer, s)
@@ -189,6 +194,12 @@ def conv_uop_table(layer: Conv2dLayer, s, config: HardwareConfig | None = None,
             uops.append(Uop(ab + tile, 0))
             table.alu_add_res.append(len(uops))
             uops.append(Uop(ab, ab + tile))
+        if layer.bias_gemm:
+            # One bias micro-op per output-channel tile: the ones vector times the bias
+            # blocks from the tile's first output block on (`common.bias_blocks`).
+            for ob0 in co_starts(layer, s):
+                table.bias[t, ob0] = len(uops)
+                uops.append(Uop(ab, table.ones_inp, table.bias_wgt_base + ob0))
         # One vector micro-op per (constant row, output-channel tile): its src is the row's
         # entry for the tile's first block. Rows are counted for the size check even
         # before the epilogue says which tile region each reads.
@@ -218,6 +229,7 @@ class LoweredConv2d(ArenaProgram):
     uop_bytes: bytes
     const_rows: np.ndarray        # (R, padded O) int32; the host adds the bias to bias_row
     bias_row: int | None
+    bias_gemm: np.ndarray | None  # (padded O,) int64 the host adds the bias to, or None
 
     @property
     def kernel_layout(self) -> str:
@@ -270,11 +282,22 @@ class LoweredConv2d(ArenaProgram):
                 "weights": self.pack_weights(weights)}
         if self.layer.residual_ratio:
             data["identity"] = identity_blocks(self.config, self.layer.residual_ratio)
+        if self.bias_gemm is not None:
+            data.update(self.pack_bias_gemm(bias))
         if len(self.const_rows):
-            data["const"] = self.pack_constants(bias)
-        elif bias is not None:
+            data["const"] = self.pack_constants(bias if self.bias_gemm is None else None)
+        elif bias is not None and self.bias_gemm is None:
             raise ValueError(f"conv2d node {self.node!r} was lowered without a bias")
         return data
+
+    def pack_bias_gemm(self, bias: np.ndarray | None) -> dict:
+        """The bias GEMM's regions: its input vector and the bias blocks of bias plus
+        rounding constant (`common.bias_blocks`)."""
+        values = self.bias_gemm.copy()
+        if bias is not None:
+            values[:self.layer.o] += check_array(bias, (self.layer.o,), np.int32, "bias")
+        return {"ones": ones_vector(self.config),
+                "bias_wgt": bias_blocks(wrap32(values), self.config)}
 
     def input_data(self, x: np.ndarray, residual: np.ndarray | None = None) -> dict:
         """The arena regions one run writes: {region: array} (input, residual)."""
@@ -323,6 +346,8 @@ def _arena(layer: Conv2dLayer, config: HardwareConfig, n_uops: int) -> tuple[dic
                      * c.inp_elem_bytes if L.residual_ratio else
                      L.batch_blocks * L.out_blocks * L.out_h * L.out_w * c.acc_elem_bytes),
         "identity": L.residual_ratio * c.wgt_elem_bytes,
+        "ones": c.inp_elem_bytes if L.bias_gemm else 0,
+        "bias_wgt": L.out_blocks * c.wgt_elem_bytes if L.bias_gemm else 0,
         "output": L.batch_blocks * L.out_blocks * L.out_h * L.out_w * c.out_elem_bytes,
     }
     return layout_arena(sizes, config)
@@ -344,7 +369,7 @@ def lower_conv2d(node: Node | str, graph: Graph, config: HardwareConfig,
     program = _emit(layer, s, config, epilogue, uop_table, regions)
     return LoweredConv2d(node.name, config, layer, s, program, regions, arena_bytes,
                          encode_uops(uop_table.uops, config), epilogue.rows,
-                         epilogue.bias_row)
+                         epilogue.bias_row, epilogue.bias_gemm)
 
 
 # --- the program ----------------------------------------------------------------------------
@@ -413,6 +438,8 @@ class _ConvEmitter:
         self.res0 = base("residual",
                          c.inp_elem_bytes if L.residual_ratio else c.acc_elem_bytes)
         self.identity0 = base("identity", c.wgt_elem_bytes)
+        self.ones0, self.bias_wgt0 = base("ones", c.inp_elem_bytes), base("bias_wgt",
+                                                                         c.wgt_elem_bytes)
         self.inp0, self.wgt0 = base("input", c.inp_elem_bytes), base("weights", c.wgt_elem_bytes)
         self.out0 = base("output", c.out_elem_bytes)
         self.ratio = L.residual_ratio
@@ -441,6 +468,11 @@ class _ConvEmitter:
         if self.ratio:  # the identity blocks, once (the first chunk's token covers them)
             p.load(MemoryType.WGT, sram_base=u.identity_base, dram_base=self.identity0,
                    y_size=1, x_size=self.ratio, x_stride=self.ratio)
+        if L.bias_gemm:  # the bias GEMM's input vector and blocks, once (likewise)
+            p.load(MemoryType.INP, sram_base=u.ones_inp, dram_base=self.ones0, y_size=1,
+                   x_size=1, x_stride=1)
+            p.load(MemoryType.WGT, sram_base=u.bias_wgt_base, dram_base=self.bias_wgt0,
+                   y_size=1, x_size=L.out_blocks, x_stride=L.out_blocks)
 
     def groups(self) -> list[list[tuple]]:
         """The tiles in program order, (nb, (ob0, tco, span), oh0, ow0) each, in groups of
@@ -573,6 +605,14 @@ class _ConvEmitter:
         p, L, u = self.p, self.L, self.u
         plane = tile.plane
         self.tokens.wait_loaded()  # RAW: this chunk's inputs and weights are in
+        if not j and L.bias_gemm:
+            # The bias onto the reset tile: the ones vector times each output block's
+            # bias block, one micro-op per entry (after the token: the first chunk's
+            # loads follow the tables').
+            k = u.bias[t, tile.ob0]
+            p.gemm(uop_bgn=k, uop_end=k + 1, iter_out=tile.tco, iter_in=plane,
+                   dst_factor_out=plane, dst_factor_in=1, src_factor_out=0, src_factor_in=0,
+                   wgt_factor_out=1, wgt_factor_in=0)
         if not j and self.ratio and not L.late_residual:
             self.widen_residual(t, tile)
         bgn, end = u.gemm[t, tile.tw, tci]

@@ -46,9 +46,11 @@ from vdla.compiler.ir.graph import Graph
 from vdla.compiler.ir.layout import parse_layout
 from vdla.compiler.ir.ops import conv_output_size
 from vdla.compiler.ir.tensor import Node
+from vdla.compiler.reference.integer import wrap32
 from vdla.compiler.targets.vdla.common import (BYTES_PER_CYCLE, DMA_CYCLES, INSN_CYCLES,
                                                ITER_MAX, PAD_MAX, AluStep, ceil_div,
                                                check_alu_ops, check_tile_sizes,
+                                               gemm_bias_limit,
                                                overflow_detail, requant_steps,
                                                tile_candidates, tile_split, window_cols,
                                                window_rows)
@@ -69,7 +71,11 @@ class ConvEpilogue:
     """The ALU work after the GEMMs: `main` on the conv tile, `residual` on the residual
     tile (then ADDed), then a MAX/MIN clamp. `rows` (R, padded O) int32 are the vector
     operands. Row `bias_row` (if any) holds the requantization's rounding constant when it
-    is folded into the bias; the host adds the bias to it when it packs the rows."""
+    is folded into the bias; the host adds the bias to it when it packs the rows. Or,
+    where bias and rounding fit (`common.gemm_bias_limit`), `bias_gemm` (padded O,) int64
+    holds that rounding constant (zeros without one), the host adds the bias, and one
+    GEMM micro-op per acc entry adds the sum (`common.bias_blocks`) instead of the
+    two-cycle vector ADD."""
 
     main: tuple[AluStep, ...]
     residual: tuple[AluStep, ...] | None
@@ -77,19 +83,30 @@ class ConvEpilogue:
     out_max: int
     rows: np.ndarray
     bias_row: int | None
+    bias_gemm: np.ndarray | None = None
 
 
-def _plan_epilogue(node: Node, channels: int, padded: int, has_residual: bool,
-                   has_bias: bool, config: HardwareConfig) -> ConvEpilogue:
+def _plan_epilogue(node: Node, graph: Graph, channels: int, padded: int, has_residual: bool,
+                   config: HardwareConfig) -> ConvEpilogue:
     a = node.attrs
     rows: list[np.ndarray] = []
     main, fold = requant_steps(node, a["multiplier"], a["shift"], channels, padded, rows,
                                 fold=a["multiplier"] is None)
-    # The bias (plus the folded rounding constant) is one vector ADD before the rest.
-    bias_row = None
-    if has_bias or fold is not None:
+    # The bias (plus the folded rounding constant): one GEMM micro-op per acc entry where
+    # the sum fits the bias GEMM's weights, else one vector ADD before the rest.
+    has_bias = bool(node.input(2))
+    bias = graph.constant(node.input(2)) if has_bias else None
+    constant = fold if fold is not None else np.zeros(padded, np.int64)
+    added = constant.copy()
+    if bias is not None:
+        added[:channels] += np.asarray(bias, np.int64).reshape(-1)[:channels]
+    bias_row = bias_gemm = None
+    if (has_bias or fold is not None) and (has_bias <= (bias is not None)) \
+            and np.abs(wrap32(added)).max() <= gemm_bias_limit(config):
+        bias_gemm = constant
+    elif has_bias or fold is not None:
         bias_row = len(rows)
-        rows.append(fold if fold is not None else np.zeros(padded, np.int64))
+        rows.append(constant)
         main = [AluStep(AluOp.ADD, row=bias_row)] + main
     residual = None
     if has_residual:
@@ -102,7 +119,7 @@ def _plan_epilogue(node: Node, channels: int, padded: int, has_residual: bool,
     check_alu_ops(node, main + (residual or []), config)
     table = (np.stack(rows) if rows else np.zeros((0, padded), np.int64)).astype(np.int32)
     return ConvEpilogue(tuple(main), tuple(residual) if residual is not None else None, lo, hi,
-                     table, bias_row)
+                        table, bias_row, bias_gemm)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -120,6 +137,7 @@ class Conv2dLayer:
     `late_residual`: the residual needs no requantization, so the identity GEMMs widen it
     straight onto the requantized tile (the GEMM's int32 add is the ALU ADD's), after the
     main epilogue: no residual acc tile, no reset of it, no vector ADD.
+    `bias_gemm`: the bias is added by one GEMM micro-op per acc entry (`ConvEpilogue`).
     `dilation_h`, `dilation_w`: the kernel taps' spacing; `packed`: the `TapPack` of a
     first layer run with kernel columns packed into channels (its `c`, `w`, `kernel_w`,
     `pads` and `dilation_w` are the packed convolution's)."""
@@ -145,6 +163,7 @@ class Conv2dLayer:
     diagonal: bool = False
     residual_ratio: int = 0
     late_residual: bool = False
+    bias_gemm: bool = False
     dilation_h: int = 1
     dilation_w: int = 1
     packed: TapPack | None = None
@@ -236,6 +255,12 @@ class Conv2dLayer:
         return (self.batch_blocks * self.out_blocks * self.out_h * self.out_w
                 * self.residual_ratio)
 
+    @property
+    def bias_uops(self) -> int:
+        """GEMM micro-ops that add the bias (`bias_gemm`): one per output entry."""
+        return (self.batch_blocks * self.out_blocks * self.out_h * self.out_w
+                if self.bias_gemm else 0)
+
     def co_tiles(self, tile_co: int) -> list[tuple[int, int, tuple[int, int, int, int]]]:
         """The output-channel tiles: (first block, blocks, span) for tiles of at most
         `tile_co` blocks, each inside one span."""
@@ -266,7 +291,7 @@ def conv2d_layer(node: Node, graph: Graph,
     o, i, kh, kw = graph.tensors[node.inputs[1]].shape
     has_residual = bool(node.input(3))
     padded_o = ceil_div(o, config.block_out) * config.block_out
-    epilogue = _plan_epilogue(node, o, padded_o, has_residual, bool(node.input(2)), config)
+    epilogue = _plan_epilogue(node, graph, o, padded_o, has_residual, config)
     groups = int(a["groups"])
     # A plain convolution is one span over every block (the layer's default).
     spans, diagonal = group_spans(c, o, groups, config) if groups != 1 else ((), False)
@@ -289,6 +314,7 @@ def conv2d_layer(node: Node, graph: Graph,
                         groups=groups, spans=spans if groups > 1 else (), diagonal=diagonal,
                         residual_ratio=residual_ratio(has_residual, config),
                         late_residual=late_residual(epilogue, config),
+                        bias_gemm=epilogue.bias_gemm is not None,
                         dilation_h=dilation_h, dilation_w=dilation_w, packed=packed)
     return layer, epilogue
 
@@ -331,8 +357,9 @@ def conv2d_workload(node: Node, graph: Graph, config: HardwareConfig) -> dict:
             del fields[key]
     if not layer.has_residual:
         del fields["residual_ratio"]
-    if not layer.late_residual:
-        del fields["late_residual"]
+    for key in ("late_residual", "bias_gemm"):
+        if not fields[key]:
+            del fields[key]
     # Undilated, unpacked layers keep the keys their records were written with.
     for key in ("dilation_h", "dilation_w"):
         if fields[key] == 1:
@@ -357,14 +384,15 @@ def _dense_layer_and_epilogue(node: Node, graph: Graph,
     o, _ = graph.tensors[node.inputs[1]].shape
     has_residual = bool(node.input(3))
     padded_o = ceil_div(o, config.block_out) * config.block_out
-    epilogue = _plan_epilogue(node, o, padded_o, has_residual, bool(node.input(2)), config)
+    epilogue = _plan_epilogue(node, graph, o, padded_o, has_residual, config)
     layer = Conv2dLayer(n=n, c=c, h=1, w=1, o=o, kernel_h=1, kernel_w=1,
                         batch_blocks=ceil_div(n, config.batch),
                         in_blocks=ceil_div(c, config.block_in),
                         out_blocks=ceil_div(o, config.block_out),
                         has_residual=has_residual, const_rows=len(epilogue.rows), dense=True,
                         residual_ratio=residual_ratio(has_residual, config),
-                        late_residual=late_residual(epilogue, config))
+                        late_residual=late_residual(epilogue, config),
+                        bias_gemm=epilogue.bias_gemm is not None)
     return layer, epilogue
 
 
@@ -427,9 +455,10 @@ class Conv2dSchedule:
         region = acc_region(layer, s)
         return {
             "inp": (t * (inp_blocks(layer, s) * inp_chunk(layer, s)
-                         + residual_inp(layer, s)), config.inp_depth),
+                         + residual_inp(layer, s)) + layer.bias_gemm, config.inp_depth),
             "wgt": (t * s.tile_co * s.tile_ci * layer.kernel_h * layer.kernel_w
-                    + layer.residual_ratio, config.wgt_depth),
+                    + layer.residual_ratio + layer.bias_gemm * layer.out_blocks,
+                    config.wgt_depth),
             "acc": (t * region + layer.const_rows * layer.out_blocks, config.acc_depth),
             "out": ((t - 1) * region + tile, config.out_depth),
             "uop": (conv_uop_count(layer, s), config.uop_depth),
@@ -531,6 +560,8 @@ def conv_uop_count(layer: Conv2dLayer, s) -> int:
     alu = 2 + (2 if residual_tile else 0) + layer.const_rows * len(co_starts(layer, s))
     if layer.residual_ratio:    # (the residual tile's reset) and the widening
         alu += layer.residual_ratio + (0 if layer.late_residual else 1)
+    if layer.bias_gemm:         # one bias micro-op per output-channel tile
+        alu += len(co_starts(layer, s))
     return s.nthreads * (gemm + alu)
 
 
@@ -584,13 +615,13 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
 
     `alu_passes` = (passes with an immediate, passes with a vector operand) of the
     epilogue over the conv tile; the default is what a requantized, clamped conv with a
-    bias needs (SHR, MAX, MIN; the bias ADD). The residual's passes are counted from
-    `layer.has_residual` (int8 loads widened on the GEMM core, or a LOAD ACC; a shift, an
-    ADD)."""
+    bias needs (SHR, MAX, MIN; the bias ADD unless the bias GEMM adds it). The residual's
+    passes are counted from `layer.has_residual` (int8 loads widened on the GEMM core, or
+    a LOAD ACC; a shift, an ADD)."""
     s = schedule.clamped(layer)
     c = config
     bw = float(bytes_per_cycle)
-    imm, vec = alu_passes if alu_passes is not None else (3, 1)
+    imm, vec = alu_passes if alu_passes is not None else (3, 0 if layer.bias_gemm else 1)
     taps = layer.kernel_h * layer.kernel_w
     threads = s.nthreads
     tilings, co_tiles, weight_reuse = _channel_tilings(layer, s)
@@ -623,6 +654,8 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
                 entries = plane * tco
                 # The reset micro-op, then the ALU passes, per acc entry.
                 epi = entries * (1 + imm + 2 * vec) + 5 * INSN_CYCLES
+                if layer.bias_gemm:    # the bias GEMM: one micro-op per acc entry
+                    epi += entries + INSN_CYCLES
                 ratio = layer.residual_ratio
                 if ratio:
                     # The int8 residual tile comes with the first chunk's loads; the

@@ -51,11 +51,13 @@ def check_conv(g, name, feed, weights, bias, config=DEFAULT, schedule=None,
     assert got.dtype == np.int8 and got.shape == want.shape
     np.testing.assert_array_equal(got, want)
     # No redundant GEMM work: one micro-op per (output position, output block, input
-    # block, tap), plus the residual's widening, and no reset micro-op is counted.
+    # block, tap), plus the residual's widening and the bias, and no reset micro-op is
+    # counted.
     # (The hardware counts the cycles a GEMM micro-op enters the pipeline: one each.)
     uops = (stats["gemm_macs"] // config.macs_per_cycle if backend == "functional"
             else stats["gemm_active"])
-    assert uops == lowered.layer.gemm_uops + lowered.layer.residual_uops
+    layer = lowered.layer
+    assert uops == layer.gemm_uops + layer.residual_uops + layer.bias_uops
     # The micro-op kernels are loaded once, whatever the number of tiles.
     assert sum(isinstance(i, Load) and i.memory_type == MemoryType.UOP and i.x_size > 0
                for i in lowered.program) == 1
@@ -181,7 +183,8 @@ def test_schedule_that_does_not_fit_names_the_buffer():
     rng = np.random.default_rng(32)
     g, name, *_ = conv_graph(rng, c=33, o=40, h=12, w=12, k=3, pad=1, shift=(9,))
     layer = Conv2dLayer.from_node(g.node(name), g, small)
-    with pytest.raises(ValueError, match=r"inp needs 588 elements, has 128 \(over by 460\)"):
+    # 14 x 14 window x 3 blocks, and the bias GEMM's input vector
+    with pytest.raises(ValueError, match=r"inp needs 589 elements, has 128 \(over by 461\)"):
         Conv2dSchedule(12, 12, 3, 3).check(layer, small)
     with pytest.raises(ValueError, match="inp needs"):
         lower_conv2d(g.node(name), g, small, Conv2dSchedule(12, 12, 3, 3))
@@ -304,11 +307,11 @@ def test_virtual_threads_halve_the_capacity():
     rng = np.random.default_rng(33)
     g, name, *_ = conv_graph(rng, c=33, o=40, h=12, w=12, k=3, pad=1, shift=(9,))
     layer = Conv2dLayer.from_node(g.node(name), g, small)
-    Conv2dSchedule(8, 3, 2, 1).check(layer, small)  # 10 x 5 window x 2 blocks = 100
-    with pytest.raises(ValueError, match=r"2 virtual threads.*inp needs 200 elements, has "
-                                         r"128 \(over by 72\)"):
+    Conv2dSchedule(8, 3, 2, 1).check(layer, small)  # 10 x 5 window x 2 blocks = 100 (+ 1)
+    with pytest.raises(ValueError, match=r"2 virtual threads.*inp needs 201 elements, has "
+                                         r"128 \(over by 73\)"):
         Conv2dSchedule(8, 3, 2, 1, h_nthread=2).check(layer, small)
-    with pytest.raises(ValueError, match="inp needs 200"):
+    with pytest.raises(ValueError, match="inp needs 201"):
         lower_conv2d(g.node(name), g, small, Conv2dSchedule(8, 3, 2, 1, oc_nthread=2))
     # default() with two threads picks tiles that fit both threads' regions.
     assert choose_conv2d(layer, small, nthreads=1).nthreads == 1
@@ -437,3 +440,25 @@ def test_residual_paths_on_other_block_shapes(config, ratio):
         lowered, _ = check_conv(g, name, feed, weights, bias, config=config,
                                 schedule=schedule)
         assert lowered.layer.residual_ratio == ratio
+
+
+def test_the_bias_gemm_adds_exactly_and_a_large_bias_takes_the_alu():
+    """A bias within `gemm_bias_limit` is one GEMM micro-op per entry (the ones vector
+    times the bias blocks); a larger one is the ALU's vector ADD; both bit-exact."""
+    from vdla.compiler.targets.vdla.common import bias_blocks, gemm_bias_limit, ones_vector
+    limit = gemm_bias_limit(DEFAULT)
+    values = np.array([limit, -limit, 0, 1, -1, 63, -64, 127 * 127] + [5] * 24)
+    blocks = bias_blocks(values, DEFAULT).reshape(len(values), -1).astype(np.int64)
+    np.testing.assert_array_equal(blocks @ ones_vector(DEFAULT)[0].astype(np.int64), values)
+    with pytest.raises(ValueError, match="exceed"):
+        bias_blocks(np.array([limit + 1] + [0] * 15), DEFAULT)
+    rng = np.random.default_rng(70)
+    for big, gemm in ((False, True), (True, False)):
+        g, name, feed, weights, bias = conv_graph(rng, c=20, o=24, shift=(9,))
+        if big:
+            bias = bias.copy()
+            bias[3] = limit + 1000
+            g.tensors["b"].data = bias
+        lowered, _ = check_conv(g, name, feed, weights, bias)
+        assert lowered.layer.bias_gemm == gemm
+        assert (lowered.bias_row is None) == gemm
