@@ -55,8 +55,10 @@ def test_task_of_a_workload_has_a_stable_key_and_space():
     task = task[0]
     workload = json.loads(task.key)
     assert workload["c"] == 128 and workload["kernel_h"] == 3 and workload["op"] == "qconv2d"
-    # The synthetic graph's epilogue: bias, a per-tensor shift, the ReLU clamp.
-    assert workload["epilogue"] == ["ADD:row", "SHR:imm"] and not workload["has_residual"]
+    # The synthetic graph's epilogue: a per-tensor shift, the ReLU clamp; its bias is the
+    # bias GEMM's.
+    assert workload["epilogue"] == ["SHR:imm"] and workload["bias_gemm"]
+    assert not workload["has_residual"]
     space = task.space()
     assert len(space) == len(set(space)) > 1000
     assert task.default_schedule() in space

@@ -61,7 +61,7 @@ from vdla.config import AluOp, HardwareConfig
 __all__ = ["Conv2dEstimate", "Conv2dLayer", "Conv2dSchedule", "ConvEpilogue", "acc_region",
            "alu_passes", "choose_conv2d", "chunk_sizes", "co_starts", "conv2d_layer",
            "conv2d_workload", "conv_uop_count", "estimate_conv2d", "inp_blocks", "inp_chunk",
-           "residual_inp", "residual_ratio", "schedule_space"]
+           "residual_inp", "residual_passes", "residual_ratio", "schedule_space"]
 
 
 # --- the layer ------------------------------------------------------------------------------
@@ -396,6 +396,16 @@ def _dense_layer_and_epilogue(node: Node, graph: Graph,
     return layer, epilogue
 
 
+def residual_passes(workload: dict) -> tuple[int, int] | None:
+    """(passes with an immediate, passes with a vector operand) of the residual's
+    requantization (None without a residual)."""
+    steps = workload.get("residual_epilogue")
+    if steps is None:
+        return None
+    vec = sum(s.endswith(":row") for s in steps)
+    return len(steps) - vec, vec
+
+
 def alu_passes(workload: dict) -> tuple[int, int]:
     """(passes with an immediate, passes with a vector operand) of the main epilogue,
     the clamp's MAX and MIN included (as `estimate_conv2d` counts them)."""
@@ -610,6 +620,7 @@ def _channel_tilings(layer: Conv2dLayer, s: Conv2dSchedule) -> tuple[list, int, 
 
 def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: HardwareConfig, *,
                     alu_passes: tuple[int, int] | None = None,
+                    residual_passes: tuple[int, int] | None = None,
                     bytes_per_cycle: float = BYTES_PER_CYCLE) -> Conv2dEstimate:
     """Predict the cycles of `layer` lowered with `schedule` on `config`.
 
@@ -617,11 +628,13 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
     epilogue over the conv tile; the default is what a requantized, clamped conv with a
     bias needs (SHR, MAX, MIN; the bias ADD unless the bias GEMM adds it). The residual's
     passes are counted from `layer.has_residual` (int8 loads widened on the GEMM core, or
-    a LOAD ACC; a shift, an ADD)."""
+    a LOAD ACC; then `residual_passes`, the residual's requantization as (immediate,
+    vector) passes, default a shift; then an ADD)."""
     s = schedule.clamped(layer)
     c = config
     bw = float(bytes_per_cycle)
     imm, vec = alu_passes if alu_passes is not None else (3, 0 if layer.bias_gemm else 1)
+    res_imm, res_vec = residual_passes if residual_passes is not None else (1, 0)
     taps = layer.kernel_h * layer.kernel_w
     threads = s.nthreads
     tilings, co_tiles, weight_reuse = _channel_tilings(layer, s)
@@ -642,6 +655,7 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
                 m = nh * nw * nco * layer.batch_blocks
                 tile_load = tile_gemm = 0
                 chunk_pairs = 0
+                first = None            # the tile's first chunk: (load, GEMM)
                 for tci, nci in chunks:
                     # A diagonal tile loads one input block per output block.
                     inp = (tco if layer.diagonal else tci) * rows * cols * inp_entry
@@ -651,6 +665,7 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
                     tile_load += nci * ld
                     tile_gemm += nci * g
                     chunk_pairs += nci * max(ld, g)
+                    first = first or (ld, g)
                 entries = plane * tco
                 # The reset micro-op, then the ALU passes, per acc entry.
                 epi = entries * (1 + imm + 2 * vec) + 5 * INSN_CYCLES
@@ -664,15 +679,18 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
                     # two cycles); or, late, widens it onto the requantized tile.
                     res = entries * ratio * inp_entry / bw + tco * ratio * DMA_CYCLES / 4
                     tile_load += res
-                    chunk_pairs += res
+                    # With two threads it loads during the other thread's GEMM too.
+                    chunk_pairs += max(first[0] + res, first[1]) - max(*first)
                     if layer.late_residual:
                         epi += entries * ratio + INSN_CYCLES
                     else:
-                        epi += entries * (1 + ratio + 1 + 2) + 2 * INSN_CYCLES
+                        epi += (entries * (1 + ratio + res_imm + 2 * res_vec + 2)
+                                + (2 + res_imm + res_vec) * INSN_CYCLES)
                 elif layer.has_residual:
                     # LOAD ACC of int32 residual entries (on the compute module), its
                     # shift and the ADD (a vector operand: two cycles).
-                    epi += entries * (acc_entry / bw + 1 + 2) + tco * DMA_CYCLES
+                    epi += (entries * (acc_entry / bw + res_imm + 2 * res_vec + 2)
+                            + tco * DMA_CYCLES)
                 st = entries * out_entry / bw + tco * DMA_CYCLES / 4
                 tile_chunks = sum(n for _, n in chunks)
                 gemm += m * (tile_gemm - tile_chunks * INSN_CYCLES)
@@ -688,9 +706,10 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
                 last_store = max(last_store, st)
     once = 0.0
     if weight_reuse:
-        # Each thread loads the weights of its output-channel blocks once per batch block.
-        once = (layer.batch_blocks * layer.weight_blocks * taps * wgt_entry / bw
-                + co_tiles * DMA_CYCLES)
+        # Each thread loads the weights of its output-channel blocks once per batch block;
+        # threads over rows each load every block's (into their own region).
+        once = s.h_nthread * (layer.batch_blocks * layer.weight_blocks * taps * wgt_entry
+                              / bw + co_tiles * DMA_CYCLES)
         load += once
         serial += once
     if threads == 1:

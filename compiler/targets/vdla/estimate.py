@@ -21,7 +21,8 @@ from typing import Any, Mapping
 from vdla.compiler.ir.graph import Graph
 from vdla.compiler.targets.vdla.common import BYTES_PER_CYCLE
 from vdla.compiler.targets.vdla.conv_layer import (Conv2dLayer, alu_passes, choose_conv2d,
-                                                   conv2d_workload, estimate_conv2d)
+                                                   conv2d_workload, estimate_conv2d,
+                                                   residual_passes)
 from vdla.compiler.targets.vdla.elementwise import (ELEMENTWISE_OPS, choose_elementwise,
                                                     elementwise_layer, estimate_elementwise)
 from vdla.compiler.targets.vdla.placement import VIEW_OPS
@@ -94,6 +95,7 @@ def estimate_graph(graph: Graph, target, *, schedules: Mapping[str, Any] | None 
             layer = Conv2dLayer.from_node(node, graph, config)
             schedule = schedules.get(node.name) or choose_conv2d(layer, config)
             cycles = estimate_conv2d(layer, schedule, config, alu_passes=alu_passes(workload),
+                                     residual_passes=residual_passes(workload),
                                      bytes_per_cycle=bytes_per_cycle).cycles
             macs = layer.macs
         out.append(OpEstimate(node.name, node.op, "vdla", reason, int(cycles), macs,

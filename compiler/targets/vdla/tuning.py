@@ -36,7 +36,8 @@ from vdla.compiler.targets.vdla.common import ceil_div
 from vdla.compiler.targets.vdla.conv import lower_conv2d, run_conv2d
 from vdla.compiler.targets.vdla.conv_layer import (Conv2dEstimate, Conv2dLayer, Conv2dSchedule,
                                                    alu_passes, choose_conv2d, conv2d_workload,
-                                                   estimate_conv2d, schedule_space)
+                                                   estimate_conv2d, residual_passes,
+                                                   schedule_space)
 from vdla.compiler.tuner.measure import MeasureResult, one_line
 from vdla.compiler.tuner.task import OneNodeTask, TaskData, merge_tasks, one_node_graph
 from vdla.config import HardwareConfig
@@ -109,7 +110,8 @@ class ConvTask(OneNodeTask):
         """The analytical timing model's figures for `schedule` (``.cycles`` and their
         split into GEMM, epilogue, load and store)."""
         return estimate_conv2d(self.layer, schedule, self.config,
-                               alu_passes=alu_passes(self.workload))
+                               alu_passes=alu_passes(self.workload),
+                               residual_passes=residual_passes(self.workload))
 
     def knobs(self, s: Conv2dSchedule) -> tuple[int, ...]:
         return (THREADS.index((s.oc_nthread, s.h_nthread)), s.tile_h, s.tile_w, s.tile_ci,

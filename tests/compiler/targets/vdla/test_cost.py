@@ -55,7 +55,7 @@ def test_chooser_prefers_two_threads_where_loads_are_long_and_raises_when_nothin
     _, _, layer = layer_of(RESNET18["C11"])
     assert choose_conv2d(layer, DEFAULT).nthreads == 2
     assert choose_conv2d(layer, DEFAULT, nthreads=1).nthreads == 1
-    tiny = vdla.HardwareConfig(acc_buff_size=1 << 9)  # 8 acc elements
+    tiny = vdla.HardwareConfig(wgt_buff_size=1 << 11)  # 8 weight blocks, 9 taps
     _, _, layer = layer_of(RESNET18["C11"], tiny)
     with pytest.raises(ValueError, match="does not fit"):
         choose_conv2d(layer, tiny)
