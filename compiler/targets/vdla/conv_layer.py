@@ -645,7 +645,8 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
     gemm = epilogue = load = store = 0
     serial = 0          # one thread: the time of the modules taking turns
     paired = 0          # two threads: per chunk, the longer of loads and GEMMs
-    first_load = last_store = 0
+    first_load = last_store = first_compute = 0
+    tiles, lone = 0, 0.0     # tiles in all; what the last one adds running alone
     for th, nh in tile_split(layer.out_h, s.tile_h):
         rows = window_rows(layer, th)
         for tw, nw in tile_split(layer.out_w, s.tile_w):
@@ -658,9 +659,13 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
                 first = None            # the tile's first chunk: (load, GEMM)
                 for tci, nci in chunks:
                     # A diagonal tile loads one input block per output block.
-                    inp = (tco if layer.diagonal else tci) * rows * cols * inp_entry
+                    blocks = tco if layer.diagonal else tci
+                    inp = blocks * rows * cols * inp_entry
                     wgt = 0 if weight_reuse else tco * tci * taps * wgt_entry
-                    ld = (inp + wgt) / bw + DMA_CYCLES
+                    # One 2-D DMA per input block (and one of weights), each paying the
+                    # DRAM latency (measured: bytes / 8 + 36 cycles a DMA, whatever its
+                    # rows).
+                    ld = (inp + wgt) / bw + (blocks + (wgt > 0)) * DMA_CYCLES
                     g = plane * tco * tci * taps + INSN_CYCLES
                     tile_load += nci * ld
                     tile_gemm += nci * g
@@ -677,10 +682,11 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
                     # compute module resets its acc tile, widens it (one identity GEMM
                     # micro-op per input block), shifts it and ADDs it (a vector operand:
                     # two cycles); or, late, widens it onto the requantized tile.
-                    res = entries * ratio * inp_entry / bw + tco * ratio * DMA_CYCLES / 4
+                    res = entries * ratio * inp_entry / bw + tco * ratio * DMA_CYCLES
                     tile_load += res
                     # With two threads it loads during the other thread's GEMM too.
                     chunk_pairs += max(first[0] + res, first[1]) - max(*first)
+                    first = (first[0] + res, first[1])
                     if layer.late_residual:
                         epi += entries * ratio + INSN_CYCLES
                     else:
@@ -700,9 +706,17 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
                 # The next tile's first loads overlap this tile's epilogue and stores
                 # (not after the last tile: added back below).
                 overlap = min(tile_load / tile_chunks, epi + st)
-                serial += m * (tile_load + tile_gemm + epi + st - overlap)
-                paired += m * (chunk_pairs + epi)
+                tile_serial = tile_load + tile_gemm + epi + st - overlap
+                # With two threads a tile's first loads also run during the other
+                # thread's epilogue, which hides what they take beyond its first GEMM.
+                tile_paired = chunk_pairs + epi - min(epi, max(0.0, first[0] - first[1]))
+                serial += m * tile_serial
+                paired += m * tile_paired
+                tiles += m
+                # The last tile in program order is an edge tile of every axis.
+                lone = tile_serial - tile_paired
                 first_load = max(first_load, tile_load / tile_chunks)
+                first_compute = max(first_compute, tile_gemm + epi)
                 last_store = max(last_store, st)
     once = 0.0
     if weight_reuse:
@@ -712,18 +726,32 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
                               / bw + co_tiles * DMA_CYCLES)
         load += once
         serial += once
+    # The tables load first: the micro-ops, the identity and bias blocks (load module),
+    # the constant rows (a LOAD ACC on the compute module).
+    tables = ((conv_uop_count(layer, s) * c.uop_bytes
+               + (layer.residual_ratio + layer.bias_gemm * layer.out_blocks) * wgt_entry
+               + layer.bias_gemm * inp_entry
+               + layer.const_rows * layer.out_blocks * acc_entry) / bw
+              + (2 + 2 * layer.bias_gemm + (layer.residual_ratio > 0)) * DMA_CYCLES)
+    load += tables
     if threads == 1:
         cycles = serial + overlap
     else:
         # The busiest module bounds the time; chunk pairs add the waits of a thread whose
         # loads take longer than the other's GEMM.
         cycles = max(paired, load, store) + first_load + last_store
+        if tiles % 2:
+            # An odd tile count leaves the last group one thread: its loads and GEMMs
+            # take turns.
+            cycles += max(0.0, lone)
         if weight_reuse:
-            # Both threads switch output-channel blocks at the same time (or start), and
-            # the first thread's new weights load while the compute module waits.
-            cycles += once / 2
-    return Conv2dEstimate(int(math.ceil(cycles)), int(gemm), int(epilogue), int(load),
-                          int(store))
+            # Both threads switch output-channel blocks at the same time (or start): the
+            # first thread's weights load while the compute module waits, and the second
+            # thread's weights and first loads after them, while only the first thread's
+            # first tile computes.
+            cycles += once / 2 + max(0.0, once / 2 + first_load - first_compute)
+    return Conv2dEstimate(int(math.ceil(cycles + tables)), int(gemm), int(epilogue),
+                          int(load), int(store))
 
 
 def schedule_space(layer: Conv2dLayer, config: HardwareConfig, *,
