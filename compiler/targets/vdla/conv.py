@@ -241,9 +241,10 @@ class LoweredConv2d(ArenaProgram):
         L = self.layer
         if L.dense:
             x = check_array(x, (L.n, L.c), np.int8, "input").reshape(L.n, L.c, 1, 1)
-        if L.packed is not None:        # kernel columns packed into channels
+        if L.packed is not None:        # kernel taps packed into channels
             tp = L.packed
-            x = pack_taps(check_array(x, (L.n, tp.channels, L.h, tp.width), np.int8, "input"),
+            h = tp.height if tp.im2col else L.h
+            x = pack_taps(check_array(x, (L.n, tp.channels, h, tp.width), np.int8, "input"),
                           tp)
         return pack(check_array(x, (L.n, L.c, L.h, L.w), np.int8, "input"), "NCHW",
                     self.data_layout)
@@ -257,7 +258,8 @@ class LoweredConv2d(ArenaProgram):
             w = check_array(w, (L.o, L.c), np.int8, "weights").reshape(L.o, L.c, 1, 1)
         if L.packed is not None:
             tp = L.packed
-            w = pack_tap_weights(check_array(w, (L.o, tp.channels, L.kernel_h, tp.kernel_w),
+            kh = tp.kernel_h if tp.im2col else L.kernel_h
+            w = pack_tap_weights(check_array(w, (L.o, tp.channels, kh, tp.kernel_w),
                                              np.int8, "weights"), tp)
         w = check_array(w, (L.o, L.c // L.groups, L.kernel_h, L.kernel_w), np.int8, "weights")
         if L.groups == 1:

@@ -55,7 +55,7 @@ from vdla.compiler.targets.vdla.common import (BYTES_PER_CYCLE, DMA_CYCLES, INSN
                                                tile_candidates, tile_split, window_cols,
                                                window_rows)
 from vdla.compiler.targets.vdla.grouped import group_spans
-from vdla.compiler.targets.vdla.tap_pack import TapPack, tap_pack_for
+from vdla.compiler.targets.vdla.tap_pack import TapPack, tap_packs
 from vdla.config import AluOp, HardwareConfig
 
 __all__ = ["Conv2dEstimate", "Conv2dLayer", "Conv2dSchedule", "ConvEpilogue", "acc_region",
@@ -218,8 +218,9 @@ class Conv2dLayer:
         (a grouped convolution's output channel sees C / groups input channels; a
         tap-packed one its own C x kh x kw, not the packed kernel's zeros)."""
         if self.packed is not None:
+            kernel_h = self.packed.kernel_h if self.packed.im2col else self.kernel_h
             return (self.n * self.out_h * self.out_w * self.o * self.packed.channels
-                    * self.kernel_h * self.packed.kernel_w)
+                    * kernel_h * self.packed.kernel_w)
         return (self.n * self.out_h * self.out_w * self.o * (self.c // self.groups)
                 * self.kernel_h * self.kernel_w)
 
@@ -297,26 +298,47 @@ def conv2d_layer(node: Node, graph: Graph,
     spans, diagonal = group_spans(c, o, groups, config) if groups != 1 else ((), False)
     pads = tuple(int(p) for p in a["pads"])
     dilation_h, dilation_w = (int(d) for d in a["dilations"])
-    # A host-written input with few channels: kernel columns packed into its channels
-    # (`vdla.compiler.targets.vdla.tap_pack`): the layer the GEMM core runs is the packed
-    # one, over P, with a column dilation and P's own column padding.
-    packed = tap_pack_for(node, graph, config)
-    if packed is not None:
-        c, w, kw = packed.packed_channels, packed.packed_width, packed.kernel_groups
-        dilation_w, pads = packed.taps, (pads[0], 0, pads[2], 0)
-    layer = Conv2dLayer(n=n, c=c, h=h, w=w, o=o, kernel_h=kh, kernel_w=kw,
-                        stride_h=int(a["strides"][0]), stride_w=int(a["strides"][1]),
-                        pads=pads,
-                        batch_blocks=ceil_div(n, config.batch),
-                        in_blocks=ceil_div(c, config.block_in),
-                        out_blocks=ceil_div(o, config.block_out),
-                        has_residual=has_residual, const_rows=len(epilogue.rows),
-                        groups=groups, spans=spans if groups > 1 else (), diagonal=diagonal,
-                        residual_ratio=residual_ratio(has_residual, config),
-                        late_residual=late_residual(epilogue, config),
-                        bias_gemm=epilogue.bias_gemm is not None,
-                        dilation_h=dilation_h, dilation_w=dilation_w, packed=packed)
+
+    def layer_of(c, h, w, kh, kw, strides, pads, dilation_w, packed) -> Conv2dLayer:
+        return Conv2dLayer(n=n, c=c, h=h, w=w, o=o, kernel_h=kh, kernel_w=kw,
+                           stride_h=strides[0], stride_w=strides[1], pads=pads,
+                           batch_blocks=ceil_div(n, config.batch),
+                           in_blocks=ceil_div(c, config.block_in),
+                           out_blocks=ceil_div(o, config.block_out),
+                           has_residual=has_residual, const_rows=len(epilogue.rows),
+                           groups=groups, spans=spans if groups > 1 else (),
+                           diagonal=diagonal,
+                           residual_ratio=residual_ratio(has_residual, config),
+                           late_residual=late_residual(epilogue, config),
+                           bias_gemm=epilogue.bias_gemm is not None,
+                           dilation_h=dilation_h, dilation_w=dilation_w, packed=packed)
+
+    strides = tuple(int(v) for v in a["strides"])
+    layer = layer_of(c, h, w, kh, kw, strides, pads, dilation_w, None)
+    # A host-written input with few channels: kernel taps packed into its channels
+    # (`vdla.compiler.targets.vdla.tap_pack`): the layer the GEMM core runs is then the
+    # packed one, over P, with a column dilation and P's own column padding (or, im2col,
+    # a 1x1 convolution), where the timing model finds it faster.
+    options = [layer]
+    for tp in tap_packs(node, graph, config):
+        if tp.im2col:
+            options.append(layer_of(tp.packed_channels, tp.out_h, tp.out_w, 1, 1, (1, 1),
+                                    (0, 0, 0, 0), 1, tp))
+        else:
+            options.append(layer_of(tp.packed_channels, h, tp.packed_width, kh,
+                                    tp.kernel_groups, strides, (pads[0], 0, pads[2], 0),
+                                    tp.taps, tp))
+    if len(options) > 1:
+        layer = min(options, key=lambda opt: _fastest(opt, config))
     return layer, epilogue
+
+
+def _fastest(layer: Conv2dLayer, config: HardwareConfig) -> float:
+    """The estimated cycles of `layer`'s default schedule (inf when none fits)."""
+    try:
+        return estimate_conv2d(layer, choose_conv2d(layer, config), config).cycles
+    except ValueError:
+        return math.inf
 
 
 def late_residual(epilogue: ConvEpilogue, config: HardwareConfig) -> bool:

@@ -52,7 +52,7 @@ from vdla.compiler.targets.vdla.placement import (VIEW_OPS, BufferPlan, concat_c
 from vdla.compiler.targets.vdla.pool import (POOL_OPS, LoweredPool2d, Pool2dSchedule,
                                              choose_pool2d, lower_pool2d, pool2d_layer)
 from vdla.compiler.targets.vdla.support import describe
-from vdla.compiler.targets.vdla.tap_pack import pack_taps, tap_pack_for
+from vdla.compiler.targets.vdla.tap_pack import pack_taps
 from vdla.compiler.targets.vdla.tuning import BACKENDS as TUNE_BACKENDS
 from vdla.compiler.targets.vdla.tuning import conv_tasks
 from vdla.config import AluOp, HardwareConfig
@@ -96,7 +96,7 @@ def _tap_packs(graph: Graph, nodes: Sequence[Node], config: HardwareConfig) -> d
     packs = {}
     for node in nodes:
         if node.op == "qconv2d":
-            tp = tap_pack_for(node, graph, config)
+            tp = conv2d_layer(node, graph, config)[0].packed
             if tp is not None:
                 packs[node.inputs[0]] = tp
     return packs
@@ -111,8 +111,8 @@ def _planned_shapes(graph: Graph, nodes: Sequence[Node], config: HardwareConfig)
     planned = graph.copy()
     for name, tp in packs.items():
         t = planned.tensors[name]
-        planned.tensors[name] = dataclasses.replace(
-            t, shape=(t.shape[0], tp.packed_channels, t.shape[2], tp.packed_width))
+        planned.tensors[name] = dataclasses.replace(t, shape=tp.packed_shape(t.shape[0],
+                                                                             t.shape[2]))
     return planned
 
 
