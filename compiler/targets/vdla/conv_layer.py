@@ -48,7 +48,8 @@ from vdla.compiler.ir.ops import conv_output_size
 from vdla.compiler.ir.tensor import Node
 from vdla.compiler.targets.vdla.common import (BYTES_PER_CYCLE, DMA_CYCLES, INSN_CYCLES,
                                                ITER_MAX, PAD_MAX, AluStep, ceil_div,
-                                               check_alu_ops, check_tile_sizes,
+                                               check_alu_ops, check_tile_sizes, inp_group,
+                                               out_group,
                                                overflow_detail, requant_steps,
                                                tile_candidates, tile_split, window_cols,
                                                window_rows)
@@ -115,7 +116,12 @@ class Conv2dLayer:
     `residual_ratio`: how the int8 residual reaches the accumulators: ``block_out /
     block_in`` input blocks per output block, widened by identity-weight GEMMs (the
     residual stays int8 in DRAM, in the input layout); 0 when block_out is not a
-    multiple of block_in, where the host widens it to int32 for a LOAD ACC."""
+    multiple of block_in, where the host widens it to int32 for a LOAD ACC.
+    `inp_group` / `out_group`: inp / out elements per pixel of an activation block in DRAM
+    (`common.inp_group`, `common.out_group`; 1 and 1 when block_in == block_out): a LOAD
+    INP brings a pixel's `inp_group` elements contiguously and the micro-ops index the
+    inp buffer ``pixel * inp_group + j``; a STORE writes each out element `out_group`
+    elements apart."""
 
     n: int
     c: int
@@ -137,6 +143,8 @@ class Conv2dLayer:
     spans: tuple[tuple[int, int, int, int], ...] = ()
     diagonal: bool = False
     residual_ratio: int = 0
+    inp_group: int = 1
+    out_group: int = 1
 
     def __post_init__(self):
         if not self.spans:
@@ -154,6 +162,15 @@ class Conv2dLayer:
             raise ValueError(f"conv2d pads {self.pads} must be smaller than the kernel "
                              f"({self.kernel_h}x{self.kernel_w}): an output that sees only "
                              "padding is not supported")
+        g = self.inp_group
+        if g > 1 and max(left, right) * g > PAD_MAX:
+            raise ValueError(f"conv2d pads {self.pads}: a LOAD pads {g} inp elements per "
+                             f"pixel of an activation block (block_out / block_in), so "
+                             f"{max(left, right)} columns are {max(left, right) * g}, more "
+                             f"than the LOAD's {PAD_MAX}")
+        if g > 1 and any(cb % g for _, _, cb, _ in self.spans):
+            raise ValueError(f"conv2d spans {self.spans}: a span's input blocks must start "
+                             f"at an activation block (every {g} input blocks)")
         if self.out_h < 1 or self.out_w < 1:
             raise ValueError(f"conv2d of a {self.h}x{self.w} image with a {self.kernel_h}x"
                              f"{self.kernel_w} kernel and pads {self.pads} has no output")
@@ -176,6 +193,18 @@ class Conv2dLayer:
         (a grouped convolution's output channel sees C / groups input channels)."""
         return (self.n * self.out_h * self.out_w * self.o * (self.c // self.groups)
                 * self.kernel_h * self.kernel_w)
+
+    @property
+    def in_planes(self) -> int:
+        """inp elements per pixel of the input in DRAM: its blocks of block_in channels,
+        padded to whole activation blocks."""
+        return ceil_div(self.in_blocks, self.inp_group) * self.inp_group
+
+    @property
+    def out_planes(self) -> int:
+        """out elements per pixel of the output in DRAM: its blocks of block_out channels,
+        padded to whole activation blocks."""
+        return ceil_div(self.out_blocks, self.out_group) * self.out_group
 
     @property
     def weight_blocks(self) -> int:
@@ -254,7 +283,8 @@ def conv2d_layer(node: Node, graph: Graph,
                         out_blocks=ceil_div(o, config.block_out),
                         has_residual=has_residual, const_rows=len(epilogue.rows),
                         groups=groups, spans=spans if groups > 1 else (), diagonal=diagonal,
-                        residual_ratio=residual_ratio(has_residual, config))
+                        residual_ratio=residual_ratio(has_residual, config),
+                        inp_group=inp_group(config), out_group=out_group(config))
     return layer, epilogue
 
 
@@ -288,6 +318,9 @@ def conv2d_workload(node: Node, graph: Graph, config: HardwareConfig) -> dict:
             del fields[key]
     if not layer.has_residual:
         del fields["residual_ratio"]
+    for key in ("inp_group", "out_group"):   # keys of configs whose blocks agree stay
+        if fields[key] == 1:
+            del fields[key]
     else:
         fields["spans"] = [list(span) for span in layer.spans]
     return {"op": node.op, **fields, "epilogue": steps(epi.main),
@@ -312,7 +345,8 @@ def _dense_layer_and_epilogue(node: Node, graph: Graph,
                         in_blocks=ceil_div(c, config.block_in),
                         out_blocks=ceil_div(o, config.block_out),
                         has_residual=has_residual, const_rows=len(epilogue.rows), dense=True,
-                        residual_ratio=residual_ratio(has_residual, config))
+                        residual_ratio=residual_ratio(has_residual, config),
+                        inp_group=inp_group(config), out_group=out_group(config))
     return layer, epilogue
 
 
@@ -360,9 +394,11 @@ class Conv2dSchedule:
         return self.oc_nthread * self.h_nthread
 
     def clamped(self, layer: Conv2dLayer) -> "Conv2dSchedule":
-        # A tile's channels stay inside one span (one group's block range).
+        # A tile's channels stay inside one span (one group's block range); a chunk
+        # takes whole activation blocks (`Conv2dLayer.inp_group` input blocks each).
+        g = layer.inp_group
         return Conv2dSchedule(min(self.tile_h, layer.out_h), min(self.tile_w, layer.out_w),
-                              min(self.tile_ci, layer.span_in),
+                              min(ceil_div(self.tile_ci, g) * g, layer.span_in),
                               min(self.tile_co, layer.span_out), self.oc_nthread,
                               self.h_nthread)
 
@@ -436,7 +472,7 @@ def acc_region(layer: Conv2dLayer, s) -> int:
 def inp_blocks(layer: Conv2dLayer, s) -> int:
     """Input-channel blocks of one thread's input tile: a chunk of `tile_ci`, or for a
     diagonal (depthwise) layer the `tile_co` blocks its output blocks read."""
-    return s.tile_co if layer.diagonal else s.tile_ci
+    return s.tile_co if layer.diagonal else ceil_div(s.tile_ci, layer.inp_group) * layer.inp_group
 
 
 def chunk_sizes(layer: Conv2dLayer, s) -> set[int]:
@@ -558,7 +594,9 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
                 chunk_pairs = 0
                 for tci, nci in chunks:
                     # A diagonal tile loads one input block per output block.
-                    inp = (tco if layer.diagonal else tci) * rows * cols * inp_entry
+                    g = layer.inp_group   # a chunk loads whole activation blocks
+                    inp = (tco if layer.diagonal else ceil_div(tci, g) * g) * rows * cols \
+                        * inp_entry
                     wgt = 0 if weight_reuse else tco * tci * taps * wgt_entry
                     ld = (inp + wgt) / bw + DMA_CYCLES
                     g = plane * tco * tci * taps + INSN_CYCLES
@@ -574,7 +612,7 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
                     # compute module resets its acc tile, widens it (one identity GEMM
                     # micro-op per input block), shifts it and ADDs it (a vector operand:
                     # two cycles).
-                    res = entries * ratio * inp_entry / bw + tco * ratio * DMA_CYCLES / 4
+                    res = entries * ratio * inp_entry / bw + tco * DMA_CYCLES / 4
                     tile_load += res
                     chunk_pairs += res
                     epi += entries * (1 + ratio + 1 + 2) + 2 * INSN_CYCLES

@@ -68,17 +68,17 @@ import math
 import numpy as np
 
 from vdla.compiler.ir.graph import Graph
-from vdla.compiler.ir.layout import pack, unpack
 from vdla.compiler.ir.tensor import Node
 from vdla.compiler.targets.vdla.common import (BYTES_PER_CYCLE, DMA_CYCLES, INSN_CYCLES,
                                                ITER_MAX, AluStep, IdentityTables, KernelTable,
                                                ceil_div, check_alu_ops, check_array,
+                                               pack_activation, unpack_activation,
                                                check_tile_sizes, dense_dma, layout_arena,
                                                load_tables, overflow_detail,
                                                requant_steps, run_arena, start_lowering,
                                                tile_candidates, tile_split)
 from vdla.config import AluOp, HardwareConfig
-from vdla.isa import MemoryType, Program, Uop, encode_uops
+from vdla.isa import Program, Uop, encode_uops
 from vdla.runtime.builder import ProgramBuilder
 from vdla.runtime.tokens import PingPong, RegionTokens
 
@@ -380,7 +380,8 @@ class ElementwiseUops(KernelTable):
 
         def widen(q: int, dst: int):
             # Operand q, input block j of every output block -> the acc entries at dst.
-            return [Uop(dst, win + q * self.operand + j * tp, j) for j in range(L.ratio)]
+            # (each pixel holds an output block's `ratio` input blocks side by side)
+            return [Uop(dst, win + q * self.operand + j, j) for j in range(L.ratio)]
 
         def steps(seq, dst: int):
             return [self.kernel([Uop(dst, dst)]) if st.row is None else
@@ -436,17 +437,15 @@ class LoweredElementwise(IdentityTables):
             what = "input" if L.op == "relu" else f"input {'ab'[i]}"
             x = check_array(args[i], shape, np.int8, what, self.node)
             x = x.reshape(L.n, L.c, L.h, L.w)
-            if padded != L.c:  # whole output blocks of channels: `ratio` input blocks each
-                x = np.pad(x, ((0, 0), (0, padded - L.c), (0, 0), (0, 0)))
-            data[f"input{i}"] = pack(x, "NCHW", self.data_layout)
+            # whole output blocks of channels: `ratio` input blocks each
+            data[f"input{i}"] = pack_activation(x, self.config, self.config.block_in,
+                                                channels=padded)
         return data
 
     def unpack_output(self, raw: np.ndarray) -> np.ndarray:
         """The output region's bytes -> int8 of the node's output shape."""
         L, c = self.layer, self.config
-        shape = (L.batch_blocks, L.blocks, L.h, L.w, c.batch, c.block_out)
-        y = unpack(raw.view(np.int8).reshape(shape), self.out_layout, "NCHW",
-                   channels=L.c, batch=L.n)
+        y = unpack_activation(raw, c, c.block_out, (L.n, L.c, L.h, L.w), L.blocks * c.block_out)
         return y if L.rank == 4 else y.reshape(L.n, L.c)
 
 
@@ -486,18 +485,18 @@ def _emit(L: ElementwiseLayer, s: ElementwiseSchedule, c: HardwareConfig, u: Ele
     for k, nb, ob0, p0, tc, tp in elementwise_tiles(L, s):
         kernels = u.passes(k, tp, ob0)
         o, win = u.outputs.base(k), u.windows.base(k)
-        # The operands' windows: `ratio` input blocks per output block, each a row of the
-        # tile's pixels (H x W apart in DRAM), written densely.
+        # The operands' windows: per output block a row of the tile's pixels, each pixel
+        # `ratio` input blocks side by side (H x W pixels apart in DRAM), written densely.
         tokens.load_into(("window", win))  # WAR: tile k-2's GEMMs read it
         for q, i in enumerate(L.inputs):
             dense_dma(p, False, win + q * u.operand,
                  base(f"input{i}", c.inp_elem_bytes)
-                 + (nb * L.in_blocks + ob0 * L.ratio) * L.pixels + p0,
-                 tc * L.ratio, tp, L.pixels, tp)
+                 + ((nb * L.blocks + ob0) * L.pixels + p0) * L.ratio,
+                 tc, tp * L.ratio, L.pixels * L.ratio, tp * L.ratio)
         tokens.loaded()
 
         loop = dict(iter_out=tc, iter_in=tp, dst_factor_out=tp, dst_factor_in=1)
-        widen = dict(src_factor_out=L.ratio * tp, src_factor_in=1, **loop)
+        widen = dict(src_factor_out=L.ratio * tp, src_factor_in=L.ratio, **loop)
 
         def alu(seq, spans):
             for st, (bgn, end) in zip(seq, spans):

@@ -60,18 +60,19 @@ import math
 import numpy as np
 
 from vdla.compiler.ir.graph import Graph
-from vdla.compiler.ir.layout import pack, unpack
 from vdla.compiler.ir.tensor import Node
 from vdla.compiler.targets.vdla.common import (BYTES_PER_CYCLE, DMA_CYCLES, INSN_CYCLES,
                                                ITER_MAX, PAD_MAX, AluStep, IdentityTables,
-                                               KernelTable, ceil_div, check_alu_ops,
-                                               check_array, check_tile_sizes, layout_arena,
+                                               KernelTable, activation_dma, ceil_div,
+                                               check_alu_ops, check_array, check_tile_sizes,
+                                               layout_arena, pack_activation,
+                                               unpack_activation,
                                                load_tables, overflow_detail, requant_steps,
                                                run_arena, start_lowering, tile_candidates,
                                                tile_split, window_cols, window_rows)
 from vdla.compiler.targets.vdla.support import pool_weight_scale
 from vdla.config import AluOp, HardwareConfig
-from vdla.isa import MemoryType, Program, Uop, encode_uops
+from vdla.isa import Program, Uop, encode_uops
 from vdla.runtime.builder import ProgramBuilder
 from vdla.runtime.tokens import PingPong, RegionTokens
 
@@ -138,6 +139,11 @@ class Pool2dLayer:
             if pad > PAD_MAX or far > PAD_MAX:
                 raise ValueError(f"pool padding {max(pad, far)} along the {axis} exceeds "
                                  f"the LOAD's {PAD_MAX} per side")
+            # A column of padding is `ratio` inp elements (a pixel of an activation block).
+            if axis == "columns" and max(pad, far) * self.ratio > PAD_MAX:
+                raise ValueError(f"pool padding {max(pad, far)} along the columns is "
+                                 f"{max(pad, far) * self.ratio} inp elements ({self.ratio} "
+                                 f"per pixel), more than the LOAD's {PAD_MAX} per side")
 
     @property
     def in_blocks(self) -> int:
@@ -350,14 +356,17 @@ class PoolUops(KernelTable):
                "vec": {row: self.kernel([Uop(o, self.const_base + row * L.blocks + t.ob0)])
                        for row in range(L.const_rows)}}
         if L.kind == AVG:
+            # Input block j of output block obi: each window pixel holds the `ratio`
+            # input blocks of an output block side by side.
             out["sum"] = self.kernel(
-                Uop(o + obi * plane, i + (obi * L.ratio + j) * chunk + ky * cols + kx, j)
+                Uop(o + obi * plane, i + obi * L.ratio * chunk + (ky * cols + kx) * L.ratio + j,
+                    j)
                 for obi in range(t.tc) for j in range(L.ratio)
                 for ky in range(L.kernel_h) for kx in range(L.kernel_w))
             return out
         wide = self.widened
         out["widen_reset"] = self.kernel([Uop(wide, 0, 0)])
-        out["widen"] = self.kernel(Uop(wide, i + j * chunk, j) for j in range(L.ratio))
+        out["widen"] = self.kernel(Uop(wide, i + j, j) for j in range(L.ratio))
         taps = []
         for ky in range(L.kernel_h):
             y0, y1 = _valid(t.oh0, t.th, ky, L.stride_h, L.pad_top, L.h)
@@ -455,16 +464,14 @@ class LoweredPool2d(IdentityTables):
         """The arena regions one run writes: {"input": packed int8}."""
         L = self.layer
         x = check_array(x, (L.n, L.c, L.h, L.w), np.int8, "input", self.node)
-        padded = L.blocks * self.config.block_out
-        if padded != L.c:  # whole output blocks of channels: `ratio` input blocks each
-            x = np.pad(x, ((0, 0), (0, padded - L.c), (0, 0), (0, 0)))
-        return {"input": pack(x, "NCHW", self.data_layout)}
+        # whole output blocks of channels: `ratio` input blocks each
+        return {"input": pack_activation(x, self.config, self.config.block_in,
+                                         channels=L.blocks * self.config.block_out)}
 
     def unpack_output(self, raw: np.ndarray) -> np.ndarray:
         L, c = self.layer, self.config
-        shape = (L.batch_blocks, L.blocks, L.out_h, L.out_w, c.batch, c.block_out)
-        return unpack(raw.view(np.int8).reshape(shape), self.out_layout, "NCHW",
-                      channels=L.c, batch=L.n)
+        return unpack_activation(raw, c, c.block_out, (L.n, L.c, L.out_h, L.out_w),
+                                 L.blocks * c.block_out)
 
 
 def lower_pool2d(node: Node | str, graph: Graph, config: HardwareConfig,
@@ -511,10 +518,10 @@ def _emit(L: Pool2dLayer, s: Pool2dSchedule, c: HardwareConfig, steps, u: PoolUo
         pads = dict(y_pad_0=y0 - r0, y_pad_1=r0 + rows - y1, x_pad_0=x0 - c0,
                     x_pad_1=c0 + cols - x1)
         tokens.load_into(("window", u.window(t)))  # WAR: tile k-2's GEMM read it
-        for b in range(t.tc * L.ratio):
-            p.load(MemoryType.INP, sram_base=u.window(t) + b * u.chunk,
-                   dram_base=inp0 + ((t.nb * L.in_blocks + t.ob0 * L.ratio + b) * L.h + y0)
-                   * L.w + x0, y_size=y1 - y0, x_size=x1 - x0, x_stride=L.w, **pads)
+        for obi in range(t.tc):   # one LOAD per output block: `ratio` inp elements per pixel
+            activation_dma(p, u.window(t) + obi * L.ratio * u.chunk,
+                           inp0 + (t.nb * L.blocks + t.ob0 + obi) * L.ratio * L.h * L.w,
+                           L.w, y0, y1, x0, x1, L.ratio, pads)
         tokens.loaded()
 
         tile_loop = dict(iter_out=t.tc, iter_in=t.th * t.tw, dst_factor_out=plane,
@@ -527,7 +534,8 @@ def _emit(L: Pool2dLayer, s: Pool2dSchedule, c: HardwareConfig, steps, u: PoolUo
             bgn, end = k["sum"]
             p.gemm(uop_bgn=bgn, uop_end=end, iter_out=t.th, iter_in=t.tw,
                    dst_factor_out=t.tw, dst_factor_in=1,
-                   src_factor_out=L.stride_h * cols, src_factor_in=L.stride_w)
+                   src_factor_out=L.stride_h * cols * L.ratio,
+                   src_factor_in=L.stride_w * L.ratio)
         else:
             bgn, end = k["imm"]
             p.alu(AluOp.ADD, uop_bgn=bgn, uop_end=end, use_imm=True, imm=-128, **tile_loop)
@@ -538,7 +546,7 @@ def _emit(L: Pool2dLayer, s: Pool2dSchedule, c: HardwareConfig, steps, u: PoolUo
             tokens.wait_loaded()  # RAW: the window is in
             bgn, end = k["widen"]
             p.gemm(uop_bgn=bgn, uop_end=end, src_factor_out=L.ratio * u.chunk,
-                   src_factor_in=1, **widen)
+                   src_factor_in=L.ratio, **widen)
         tokens.read(("window", u.window(t)))  # tile k+2's loads wait for it
         if L.kind == AVG:
             for st in steps:
