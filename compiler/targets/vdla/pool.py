@@ -408,8 +408,9 @@ def estimate_pool2d(layer: Pool2dLayer, schedule: Pool2dSchedule, config: Hardwa
                 load = window * c.inp_elem_bytes / bw + DMA_CYCLES
                 store = entries * c.out_elem_bytes / bw + tc * DMA_CYCLES / 4
                 if layer.kind == MAX:
-                    # reset and -128, widening (reset and copy), one MAX per tap
-                    compute = (2 * entries + 2 * tc * rows * cols
+                    # reset and -128, widening (reset, and a copy per input block),
+                    # one MAX per tap
+                    compute = (2 * entries + (1 + layer.ratio) * tc * rows * cols
                                + 2 * entries * layer.taps + (4 + layer.taps) * INSN_CYCLES)
                 else:
                     compute = (entries * (1 + layer.taps * layer.ratio + imm_steps
