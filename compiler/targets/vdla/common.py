@@ -253,10 +253,15 @@ def identity_blocks(config: HardwareConfig, ratio: int, scale: int = 1) -> np.nd
     """The weight blocks that move int8 activations into the accumulators on the GEMM
     core: ``E_j[o, i] = scale * (o == j * block_in + i)`` for j < `ratio` (input blocks per
     output block), int8 (ratio, block_out, block_in). A micro-op with ``E_j`` adds input
-    block j of an output block's channels (times `scale`) to the accumulators."""
+    block j of an output block's channels (times `scale`) to the accumulators. Where
+    block_in > block_out the blocks select instead: ``S_j[o, i] = scale * (i == j *
+    block_out + o)`` for j < `ratio` (output blocks per input block) adds output block j
+    of an input block's channels."""
     o = np.arange(config.block_out)[None, :, None]
     i = np.arange(config.block_in)[None, None, :]
     j = np.arange(ratio)[:, None, None]
+    if config.block_in > config.block_out:
+        return ((i == j * config.block_out + o) * scale).astype(np.int8)
     return ((o == j * config.block_in + i) * scale).astype(np.int8)
 
 
@@ -329,7 +334,7 @@ class IdentityTables(ArenaProgram):
         one, the constant rows)."""
         layer = self.layer
         data = {"uop": np.frombuffer(self.uop_bytes, np.uint8),
-                "weights": identity_blocks(self.config, layer.ratio,
+                "weights": identity_blocks(self.config, layer.identities,
                                            getattr(layer, "weight_scale", 1))}
         if len(self.const_rows):
             data["const"] = acc_rows(self.const_rows, self.config)

@@ -90,7 +90,7 @@ from vdla.compiler.targets.vdla.common import (ArenaProgram, acc_rows, activatio
 from vdla.compiler.targets.vdla.conv_layer import (Conv2dLayer, Conv2dSchedule, ConvEpilogue,
                                                    acc_region, choose_conv2d, chunk_sizes,
                                                    co_starts, conv2d_layer, inp_blocks,
-                                                   inp_chunk, residual_inp)
+                                                   inp_chunk, res_planes, residual_inp)
 from vdla.compiler.targets.vdla.grouped import grouped_weights
 from vdla.config import AluOp, HardwareConfig
 from vdla.isa import MemoryType, Program, Uop, encode_uops
@@ -177,9 +177,21 @@ def conv_uop_table(layer: Conv2dLayer, s, config: HardwareConfig | None = None,
             res_inp = ib + inp_blocks(layer, s) * chunk
             table.res_reset.append(len(uops))
             uops.append(Uop(ab + tile, 0, 0))
-            table.res_widen.append((len(uops), len(uops) + layer.residual_ratio))
-            uops += [Uop(ab + tile, res_inp + j, wgt.total + j)
-                     for j in range(layer.residual_ratio)]
+            og = layer.out_group
+            if og > 1:
+                # block_in > block_out: selection block j picks output block j of the
+                # residual's input block; a kernel per tile plane (output blocks are
+                # plane apart in the acc tile).
+                kernels = {}
+                for plane in res_planes(layer, s):
+                    kernels[plane] = (len(uops), len(uops) + min(og, s.tile_co))
+                    uops += [Uop(ab + tile + j * plane, res_inp, wgt.total + j)
+                             for j in range(min(og, s.tile_co))]
+                table.res_widen.append(kernels)
+            else:
+                table.res_widen.append((len(uops), len(uops) + layer.residual_ratio))
+                uops += [Uop(ab + tile, res_inp + j, wgt.total + j)
+                         for j in range(layer.residual_ratio)]
             table.res_inp.append(res_inp)
         if layer.has_residual:
             table.alu_res.append(len(uops))
@@ -306,8 +318,8 @@ def _arena(layer: Conv2dLayer, config: HardwareConfig, n_uops: int) -> tuple[dic
         # The residual: int8 in the input layout (widened on the GEMM core), or int32 acc
         # elements (LOAD ACC) where block_out is not a multiple of block_in.
         "residual": (0 if not L.has_residual else
-                     L.batch_blocks * L.out_blocks * L.residual_ratio * L.out_h * L.out_w
-                     * c.inp_elem_bytes if L.residual_ratio else
+                     L.batch_blocks * L.out_planes * L.out_h * L.out_w * c.out_elem_bytes
+                     if L.residual_ratio else
                      L.batch_blocks * L.out_blocks * L.out_h * L.out_w * c.acc_elem_bytes),
         "identity": L.residual_ratio * c.wgt_elem_bytes,
         "output": L.batch_blocks * L.out_planes * L.out_h * L.out_w * c.out_elem_bytes,
@@ -517,7 +529,14 @@ class _ConvEmitter:
     def load_residual(self, t: int, tile: _Tile):
         """The int8 residual tile into thread `t`'s inp region, one LOAD per output block
         (its `ratio` input blocks per pixel side by side, see `conv_uop_table`)."""
-        L, ratio = self.L, self.ratio
+        L, ratio, og = self.L, self.ratio, self.L.out_group
+        if og > 1:   # one input block per og output blocks
+            for lb in range(-(-tile.tco // og)):
+                activation_dma(self.p, self.u.res_inp[t] + lb * tile.plane,
+                               self.res0 + (tile.nb * L.out_planes + tile.ob0 + lb * og) // og
+                               * L.out_h * L.out_w, L.out_w, tile.oh0, tile.oh0 + tile.th,
+                               tile.ow0, tile.ow0 + tile.tw, 1)
+            return
         for obi in range(tile.tco):
             activation_dma(self.p, self.u.res_inp[t] + obi * tile.plane * ratio,
                            self.res0 + (tile.nb * L.out_blocks + tile.ob0 + obi) * ratio
@@ -553,7 +572,13 @@ class _ConvEmitter:
         p, L, u = self.p, self.L, self.u
         plane = tile.plane
         self.tokens.wait_loaded()  # RAW: this chunk's inputs and weights are in
-        if not j and self.ratio:
+        if not j and self.ratio and L.out_group > 1:
+            og = L.out_group
+            bgn, end = u.res_widen[t][plane]
+            p.gemm(uop_bgn=bgn, uop_end=end, iter_out=-(-tile.tco // og), iter_in=plane,
+                   dst_factor_out=og * plane, dst_factor_in=1, src_factor_out=plane,
+                   src_factor_in=1, wgt_factor_out=0, wgt_factor_in=0)
+        elif not j and self.ratio:
             bgn, end = u.res_widen[t]
             p.gemm(uop_bgn=bgn, uop_end=end, iter_out=tile.tco, iter_in=plane,
                    dst_factor_out=plane, dst_factor_in=1, src_factor_out=plane * self.ratio,

@@ -171,6 +171,13 @@ class Conv2dLayer:
         if g > 1 and any(cb % g for _, _, cb, _ in self.spans):
             raise ValueError(f"conv2d spans {self.spans}: a span's input blocks must start "
                              f"at an activation block (every {g} input blocks)")
+        og = self.out_group
+        if og > 1 and self.has_residual and (
+                any(ob % og for ob, _, _, _ in self.spans)
+                or (self.out_blocks % og and self.out_blocks > og)):
+            raise ValueError(f"conv2d with a residual: its output blocks {self.spans} must "
+                             f"fill whole activation blocks ({og} output blocks each) for "
+                             "the residual's selection GEMMs")
         if self.out_h < 1 or self.out_w < 1:
             raise ValueError(f"conv2d of a {self.h}x{self.w} image with a {self.kernel_h}x"
                              f"{self.kernel_w} kernel and pads {self.pads} has no output")
@@ -234,9 +241,9 @@ class Conv2dLayer:
     @property
     def residual_uops(self) -> int:
         """GEMM micro-ops that widen the int8 residual: `residual_ratio` per output
-        entry."""
+        entry (one, a selection, where block_in > block_out)."""
         return (self.batch_blocks * self.out_blocks * self.out_h * self.out_w
-                * self.residual_ratio)
+                * (min(self.residual_ratio, 1) if self.out_group > 1 else self.residual_ratio))
 
     def co_tiles(self, tile_co: int) -> list[tuple[int, int, tuple[int, int, int, int]]]:
         """The output-channel tiles: (first block, blocks, span) for tiles of at most
@@ -291,8 +298,13 @@ def conv2d_layer(node: Node, graph: Graph,
 def residual_ratio(has_residual: bool, config: HardwareConfig) -> int:
     """`Conv2dLayer.residual_ratio` for `config`: input blocks per output block when the
     GEMM core can widen the int8 residual (identity weights map whole input blocks into an
-    output block), else 0."""
-    if not has_residual or config.block_out % config.block_in:
+    output block); where block_in = r x block_out, r (selection blocks pick each output
+    block out of an input block, `common.identity_blocks`); else 0."""
+    if not has_residual:
+        return 0
+    if config.block_in > config.block_out and config.block_in % config.block_out == 0:
+        return config.block_in // config.block_out
+    if config.block_out % config.block_in:
         return 0
     return config.block_out // config.block_in
 
@@ -396,10 +408,11 @@ class Conv2dSchedule:
     def clamped(self, layer: Conv2dLayer) -> "Conv2dSchedule":
         # A tile's channels stay inside one span (one group's block range); a chunk
         # takes whole activation blocks (`Conv2dLayer.inp_group` input blocks each).
-        g = layer.inp_group
+        g, og = layer.inp_group, layer.out_group if layer.has_residual else 1
         return Conv2dSchedule(min(self.tile_h, layer.out_h), min(self.tile_w, layer.out_w),
                               min(ceil_div(self.tile_ci, g) * g, layer.span_in),
-                              min(self.tile_co, layer.span_out), self.oc_nthread,
+                              min(ceil_div(self.tile_co, og) * og, layer.span_out),
+                              self.oc_nthread,
                               self.h_nthread)
 
     def needs(self, layer: Conv2dLayer, config: HardwareConfig) -> dict[str, tuple[int, int]]:
@@ -495,7 +508,10 @@ def co_starts(layer: Conv2dLayer, s) -> list[int]:
 
 def residual_inp(layer: Conv2dLayer, s) -> int:
     """inp elements of one thread's int8 residual tile (0 without one, or when the host
-    widens it): `residual_ratio` input blocks per output block of a full tile."""
+    widens it): `residual_ratio` input blocks per output block of a full tile, or where
+    block_in > block_out one input block per activation block of the tile's outputs."""
+    if layer.out_group > 1:
+        return ceil_div(s.tile_co, layer.out_group) * s.tile_h * s.tile_w
     return layer.residual_ratio * s.tile_co * s.tile_h * s.tile_w
 
 
@@ -505,13 +521,28 @@ def inp_chunk(layer: Conv2dLayer, s) -> int:
     return window_rows(layer, s.tile_h) * window_cols(layer, s.tile_w)
 
 
+def res_planes(layer: Conv2dLayer, s) -> list[int]:
+    """The output tiles' planes (rows x columns): full and edge tiles."""
+    hs = sorted({s.tile_h, layer.out_h % s.tile_h or s.tile_h})
+    ws = sorted({s.tile_w, layer.out_w % s.tile_w or s.tile_w})
+    return sorted({h * w for h in hs for w in ws})
+
+
+def _res_widen_uops(layer: Conv2dLayer, s) -> int:
+    """Micro-ops that widen the int8 residual, per thread: one per identity block, or
+    where block_in > block_out one per selection block and tile plane."""
+    if layer.out_group > 1:
+        return min(layer.out_group, s.tile_co) * len(res_planes(layer, s))
+    return layer.residual_ratio
+
+
 def conv_uop_count(layer: Conv2dLayer, s) -> int:
     """len(conv_uop_table(layer, s).uops), without building it."""
     widths = {s.tile_w, layer.out_w % s.tile_w or s.tile_w}
     cis = chunk_sizes(layer, s)
     gemm = sum(w * ci for w in widths for ci in cis) * layer.kernel_h * layer.kernel_w
     alu = 2 + (2 if layer.has_residual else 0) + layer.const_rows * len(co_starts(layer, s))
-    alu += 1 + layer.residual_ratio if layer.residual_ratio else 0   # reset, widening
+    alu += 1 + _res_widen_uops(layer, s) if layer.residual_ratio else 0   # reset, widening
     return s.nthreads * (gemm + alu)
 
 
@@ -594,9 +625,9 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
                 chunk_pairs = 0
                 for tci, nci in chunks:
                     # A diagonal tile loads one input block per output block.
-                    g = layer.inp_group   # a chunk loads whole activation blocks
-                    inp = (tco if layer.diagonal else ceil_div(tci, g) * g) * rows * cols \
-                        * inp_entry
+                    grp = layer.inp_group   # a chunk loads whole activation blocks
+                    inp = (tco if layer.diagonal else ceil_div(tci, grp) * grp) * rows \
+                        * cols * inp_entry
                     wgt = 0 if weight_reuse else tco * tci * taps * wgt_entry
                     ld = (inp + wgt) / bw + DMA_CYCLES
                     g = plane * tco * tci * taps + INSN_CYCLES
@@ -612,10 +643,15 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
                     # compute module resets its acc tile, widens it (one identity GEMM
                     # micro-op per input block), shifts it and ADDs it (a vector operand:
                     # two cycles).
+                    widen, og = ratio, layer.out_group
                     res = entries * ratio * inp_entry / bw + tco * DMA_CYCLES / 4
+                    if og > 1:   # one input block per og output blocks, one selection each
+                        widen = 1
+                        res = (ceil_div(tco, og) * plane * inp_entry / bw
+                               + ceil_div(tco, og) * DMA_CYCLES / 4)
                     tile_load += res
                     chunk_pairs += res
-                    epi += entries * (1 + ratio + 1 + 2) + 2 * INSN_CYCLES
+                    epi += entries * (1 + widen + 1 + 2) + 2 * INSN_CYCLES
                 elif layer.has_residual:
                     # LOAD ACC of int32 residual entries (on the compute module), its
                     # shift and the ADD (a vector operand: two cycles).

@@ -58,8 +58,7 @@ def resident(config: HardwareConfig) -> bool:
     batch when the blocks agree. With batch > 1 and blocks that differ, an inp element
     (batch x block_in) is no part of an out element (batch x block_out) or the reverse,
     so the host repacks every activation between ops there."""
-    return config.block_in == config.block_out or (config.batch == 1
-                                                   and config.block_out > config.block_in)
+    return config.block_in == config.block_out or config.batch == 1
 
 
 def not_resident(config: HardwareConfig) -> str:
