@@ -76,6 +76,22 @@ DMA_CYCLES = 40
 #: The DRAM model's bandwidth in each direction, bytes per cycle (its default,
 #: `vdla.sim.verilator.DramTiming.bytes_per_cycle`; docs/tool-facts.md, the simulated DRAM).
 BYTES_PER_CYCLE = 8.0
+#: A STORE row of one out element (x_size 1: block_in > block_out, `store_activation`)
+#: is one DRAM write burst of its own: about 2.35 cycles (measured on 1x32x8 at 8 bytes a
+#: cycle: 196 such rows in 479 cycles, 196 contiguous elements in 215).
+STORE_ROW_CYCLES = 2.35
+
+
+def store_cycles(entries: int, stores: int, config: HardwareConfig, bytes_per_cycle: float,
+                 group: int = 1) -> float:
+    """Store-module cycles of `stores` STOREs of `entries` out elements in all, each to
+    its place in an activation block of `group` out elements a pixel (`out_group`): at
+    the DRAM's bandwidth, or a row each where `group` > 1, plus a quarter of `DMA_CYCLES`
+    per STORE (consecutive STOREs overlap their latency)."""
+    if group == 1:
+        return entries * config.out_elem_bytes / bytes_per_cycle + stores * DMA_CYCLES / 4
+    per = max(config.out_elem_bytes / bytes_per_cycle, STORE_ROW_CYCLES)
+    return entries * per + stores * DMA_CYCLES / 4
 
 
 def tile_split(total: int, tile: int) -> list[tuple[int, int]]:

@@ -50,7 +50,7 @@ from vdla.compiler.targets.vdla.common import (BYTES_PER_CYCLE, DMA_CYCLES, INSN
                                                ITER_MAX, PAD_MAX, AluStep, ceil_div,
                                                check_alu_ops, check_tile_sizes, inp_group,
                                                out_group,
-                                               overflow_detail, requant_steps,
+                                               overflow_detail, requant_steps, store_cycles,
                                                tile_candidates, tile_split, window_cols,
                                                window_rows)
 from vdla.compiler.targets.vdla.grouped import group_spans
@@ -656,7 +656,9 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
                     # LOAD ACC of int32 residual entries (on the compute module), its
                     # shift and the ADD (a vector operand: two cycles).
                     epi += entries * (acc_entry / bw + 1 + 2) + tco * DMA_CYCLES
-                st = entries * out_entry / bw + tco * DMA_CYCLES / 4
+                st = store_cycles(entries, tco * (1 if tw == layer.out_w else th), c, bw,
+                                  layer.out_group) if layer.out_group > 1 else \
+                    entries * out_entry / bw + tco * DMA_CYCLES / 4
                 tile_chunks = sum(n for _, n in chunks)
                 gemm += m * (tile_gemm - tile_chunks * INSN_CYCLES)
                 epilogue += m * (epi + tile_chunks * INSN_CYCLES)

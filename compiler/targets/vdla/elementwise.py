@@ -72,7 +72,7 @@ from vdla.compiler.ir.tensor import Node
 from vdla.compiler.targets.vdla.common import (BYTES_PER_CYCLE, DMA_CYCLES, INSN_CYCLES,
                                                ITER_MAX, AluStep, IdentityTables, KernelTable,
                                                ceil_div, check_alu_ops, check_array,
-                                               pack_activation, store_activation,
+                                               pack_activation, store_activation, store_cycles,
                                                unpack_activation,
                                                check_tile_sizes, dense_dma, layout_arena,
                                                load_tables, overflow_detail,
@@ -588,7 +588,7 @@ def estimate_elementwise(layer: ElementwiseLayer, schedule: ElementwiseSchedule,
             load = (layer.operands * layer.window_blocks(tc) * tp * c.inp_elem_bytes / bw
                     + layer.operands * DMA_CYCLES)
             compute = entries * per_entry + insns * INSN_CYCLES
-            store = entries * c.out_elem_bytes / bw + DMA_CYCLES / 4
+            store = store_cycles(entries, tc if layer.group > 1 else 1, c, bw, layer.group)
             cycles += m * max(load, compute, store)
             first, last = max(first, load), max(last, store)
     return int(math.ceil(cycles + first + last))

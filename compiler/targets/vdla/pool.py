@@ -66,7 +66,8 @@ from vdla.compiler.targets.vdla.common import (BYTES_PER_CYCLE, DMA_CYCLES, INSN
                                                KernelTable, activation_dma, ceil_div,
                                                check_alu_ops, check_array, check_tile_sizes,
                                                layout_arena, pack_activation,
-                                               store_activation, unpack_activation,
+                                               store_activation, store_cycles,
+                                               unpack_activation,
                                                load_tables, overflow_detail, requant_steps,
                                                run_arena, start_lowering, tile_candidates,
                                                tile_split, window_cols, window_rows)
@@ -426,7 +427,8 @@ def estimate_pool2d(layer: Pool2dLayer, schedule: Pool2dSchedule, config: Hardwa
                 entries = tc * th * tw
                 window = layer.window_blocks(tc) * rows * cols
                 load = window * c.inp_elem_bytes / bw + DMA_CYCLES
-                store = entries * c.out_elem_bytes / bw + tc * DMA_CYCLES / 4
+                store = store_cycles(entries, tc * (1 if tw == layer.out_w or layer.group == 1
+                                                    else th), c, bw, layer.group)
                 if layer.kind == MAX:
                     # reset and -128, widening (reset, and a copy per input block),
                     # one MAX per tap
