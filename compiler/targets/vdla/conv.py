@@ -57,13 +57,13 @@ With one thread this is exactly the single-thread program.
 
 DRAM (one arena, offsets in bytes, every region aligned for any element type): micro-ops,
 per-channel constant rows (the bias row among them) as acc elements (int32, replicated
-over the batch rows), input int8 ``NCHW{batch}n{block_in}c``, weights int8
-``OIHW{block_out}o{block_in}i``, the residual int8 ``NCHW{batch}n{block_in}c`` (its
-channels padded to whole output blocks) and the identity weight blocks that widen it, and
-the int8 output ``NCHW{batch}n{block_out}c``. The residual stays int8 so that it can be
-another op's output in place; where block_out is not a multiple of block_in (no identity
-maps an input block into an output block) it is int32 acc elements instead, widened by
-the host, and a LOAD ACC on the compute module reads it. The program is emitted for an
+over the batch rows), the int8 input, residual and output in the activation layout
+(`common.pack_activation`: blocks of L = max(block_in, block_out) channels; where
+block_out = r x block_in a LOAD brings r inp elements a pixel and the micro-ops index
+``pixel * r + j``, where block_in = r x block_out each output block is STOREd to its place
+in the pixel), weights int8 ``OIHW{block_out}o{block_in}i``, and the identity (or, where
+block_in > block_out, selection) weight blocks that widen the residual. The residual
+stays int8 so that it can be another op's output in place. The program is emitted for an
 arena at address 0 and relocated to wherever the arena is allocated.
 
 Why this module is long: the micro-op table, the lowered op's arena and packing and the

@@ -8,9 +8,10 @@
   b of the same shape (no broadcasting); a zero operand drops out (``requantize(0) == 0``).
   Multipliers and shifts are per tensor (immediates) or per channel (vector operands).
 
-Inputs int8 (N, C, H, W) or (N, C) (an image of 1 x 1 pixels) in ``NCHW{batch}n{block_in}c``
-(what a producer writes), output int8 ``NCHW{batch}n{block_out}c``; an output channel
-block takes ``ratio = block_out / block_in`` input blocks, as for the pools.
+Inputs int8 (N, C, H, W) or (N, C) (an image of 1 x 1 pixels) and the output in the
+activation layout (`common.pack_activation`: what a producer writes); an output channel
+block takes ``ratio = block_out / block_in`` input blocks, or where block_in = `group` x
+block_out a selection block of its input block, as for the pools.
 
 *Identity weights.* Only the GEMM core moves int8 activations into the int32 acc buffer
 (a LOAD ACC reads int32 DRAM: four times the bytes, on the compute module). The arena

@@ -5,9 +5,11 @@ micro-op table (`PoolUops`), the timing model and default chooser (`estimate_poo
 `choose_pool2d`), the lowering (`lower_pool2d`) and `run_pool2d`.
 
 Ops: ``max_pool2d`` on int8 data, ``qavg_pool2d`` and ``qglobal_avg_pool2d`` (a global pool
-is a pool whose window is the whole image). The input is int8 ``NCHW{batch}n{block_in}c``,
-the output int8 ``NCHW{batch}n{block_out}c``; one output channel block takes ``ratio =
-block_out / block_in`` input blocks (the host pads the channels to whole output blocks).
+is a pool whose window is the whole image). Input and output are int8 in the activation
+layout (`common.pack_activation`, blocks of max(block_in, block_out) channels); one
+output channel block takes ``ratio = block_out / block_in`` input blocks, side by side in
+each pixel, or where block_in = `group` x block_out, `group` output blocks share an input
+block and selection blocks ``S_j[o, i] = (i == j * block_out + o)`` pick each out.
 
 *Identity weights.* Only the GEMM core moves int8 activations into the int32 acc buffer
 (a LOAD ACC reads int32 DRAM: four times the bytes, on the compute module). The arena
