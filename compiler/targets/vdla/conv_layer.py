@@ -114,9 +114,10 @@ class Conv2dLayer:
     `groups`, `spans`, `diagonal`: a grouped convolution's block structure
     (`group_spans`); a plain one has a single span over every block.
     `residual_ratio`: how the int8 residual reaches the accumulators: ``block_out /
-    block_in`` input blocks per output block, widened by identity-weight GEMMs (the
-    residual stays int8 in DRAM, in the input layout); 0 when block_out is not a
-    multiple of block_in, where the host widens it to int32 for a LOAD ACC.
+    block_in`` input blocks per output block, widened by identity-weight GEMMs, or where
+    block_in = r x block_out, r selection blocks (each output block out of its input
+    block); the residual stays int8 in DRAM, in the activation layout. 0 (the host
+    widens it to int32 for a LOAD ACC) only where neither block divides the other.
     `inp_group` / `out_group`: inp / out elements per pixel of an activation block in DRAM
     (`common.inp_group`, `common.out_group`; 1 and 1 when block_in == block_out): a LOAD
     INP brings a pixel's `inp_group` elements contiguously and the micro-ops index the

@@ -207,8 +207,8 @@ def elementwise_layer(node: Node, graph: Graph,
                       config: HardwareConfig) -> tuple[ElementwiseLayer, np.ndarray]:
     """(layer, constant rows (R, padded C) int32) of a ``relu`` or ``qadd`` node; ValueError
     naming the node, the value and what is allowed for what the back half cannot run
-    (float data, other ranks, broadcasting, a non-zero constant operand, block_out not a
-    multiple of block_in, a multiplier without MUL, clamp bounds outside int8)."""
+    (float data, other ranks, broadcasting, a non-zero constant operand, a multiplier
+    without MUL, clamp bounds outside int8)."""
     if node.op not in ELEMENTWISE_OPS:
         raise ValueError(f"lower_elementwise lowers {', '.join(ELEMENTWISE_OPS)} nodes, not "
                          f"{node.name!r} ({node.op})")

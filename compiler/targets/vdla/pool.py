@@ -503,8 +503,7 @@ def lower_pool2d(node: Node | str, graph: Graph, config: HardwareConfig,
                  schedule: Pool2dSchedule | None = None) -> LoweredPool2d:
     """Lower pooling node `node` of `graph` (one of `POOL_OPS`) to a program for `config`
     (see the module docstring). Raises ValueError for what the back half does not support
-    (float data, block_out not a multiple of block_in, a window in the padding only,
-    MUL missing) and for a schedule that does not fit."""
+    (float data, a window in the padding only, padding beyond the LOAD's, MUL missing) and for a schedule that does not fit."""
     node, (layer, steps, rows), s = start_lowering("lower_pool2d", node, graph, config,
                                                    schedule, pool2d_layer, choose_pool2d,
                                                    Pool2dSchedule)

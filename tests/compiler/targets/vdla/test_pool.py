@@ -2,7 +2,7 @@
 programs that match the integer reference bit-exactly on the functional simulator and on
 Verilator, for kernels, strides, pads (max pooling pads with -128, average pooling with
 zeros), ceil mode, channel counts that are not block multiples, batches, block_out a
-multiple of block_in, per-channel and large-shift requantization, and many tilings."""
+multiple of block_in and block_in a multiple of block_out, per-channel and large-shift requantization, and many tilings."""
 
 from __future__ import annotations
 
