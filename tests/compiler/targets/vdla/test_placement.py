@@ -184,15 +184,19 @@ def test_a_part_of_two_concats_that_are_not_prefixes():
 
 #: block_out = 4 x block_in: activations in blocks of 32 channels, four inp elements a pixel.
 WIDE_OUT = vdla.HardwareConfig(block_in=8, block_out=32)
+#: block_in = 4 x block_out: activations in blocks of 32 channels, four out elements a pixel.
+WIDE_IN = vdla.HardwareConfig(block_in=32, block_out=8, acc_buff_size=32768)
 
 
+@pytest.mark.parametrize("config", [WIDE_OUT, WIDE_IN], ids=["1x8x32", "1x32x8"])
 @pytest.mark.parametrize("parts", [(24, 40), (3, 5), (32, 64)])
-def test_blocks_that_differ_keep_activations_in_dram(parts):
-    """block_out = 4 x block_in (1x8x32): every activation in blocks of L = 32 channels
-    (`activation_block`), concat parts at 32-channel boundaries, flatten and the dense
-    layer reading it; bit-exact, nothing moved between two vdla ops."""
-    q = quantized(dense_block(parts), WIDE_OUT)
-    compiled, result = run(q, WIDE_OUT)
+def test_blocks_that_differ_keep_activations_in_dram(parts, config):
+    """block_out = 4 x block_in (1x8x32) or the reverse (1x32x8): every activation in
+    blocks of L = 32 channels (`activation_block`), concat parts at 32-channel
+    boundaries, flatten and the dense layer reading it; bit-exact, nothing moved between
+    two vdla ops."""
+    q = quantized(dense_block(parts), config)
+    compiled, result = run(q, config)
     assert {op.op for op in compiled.ops_on("host")} == {"quantize", "dequantize"}
     assert {op.op for op in compiled.ops_on("vdla")} >= {"concat", "flatten", "qconv2d",
                                                          "max_pool2d", "qdense"}
@@ -203,10 +207,13 @@ def test_blocks_that_differ_keep_activations_in_dram(parts):
     assert all(b.elem_bytes == 32 for b in plan.buffers.values())
 
 
-def test_verilator_keeps_activations_in_dram_with_blocks_that_differ():
-    """The same on Verilator, one small block (a few seconds once the model is built)."""
-    q = quantized(dense_block((24, 8)), WIDE_OUT)
-    compiled, result = run(q, WIDE_OUT, backend="verilator")
+@pytest.mark.parametrize("config", [WIDE_OUT, pytest.param(WIDE_IN, marks=pytest.mark.slow)],
+                         ids=["1x8x32", "1x32x8"])
+def test_verilator_keeps_activations_in_dram_with_blocks_that_differ(config):
+    """The same on Verilator, one small block (a few seconds once the model is built;
+    1x32x8, a second model to build, with the slow tests)."""
+    q = quantized(dense_block((24, 8)), config)
+    compiled, result = run(q, config, backend="verilator")
     assert {op.op for op in compiled.ops_on("host")} == {"quantize", "dequantize"}
     assert result.cycles > 0 and result.host_time()["between_bytes"] == 0
 

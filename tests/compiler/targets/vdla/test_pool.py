@@ -214,6 +214,7 @@ def test_block_in_a_multiple_of_block_out(config):
         assert lowered.layer.group == config.block_in // config.block_out
 
 
+@pytest.mark.slow   # a Verilator model of its own to build
 def test_block_in_a_multiple_of_block_out_on_verilator():
     check_pool(pool_graph("max_pool2d", c=40, kernel=(3, 3), strides=(2, 2),
                           pads=(1, 1, 1, 1)), config=WIDE_IN, backend="verilator")
