@@ -127,6 +127,9 @@ FIGURES = [
            "per model: ops and MACs on vdla against the host, host ops by reason"),
     Figure("resnet18_layers", "python3 bench/resnet18_layers.py",
            "GEMM utilization of ResNet-18's C2-C11 on Verilator, one and two virtual threads"),
+    Figure("model_layers", "python3 bench/model_layers.py",
+           "ResNet-18, ResNet-50 and MobileNet-v1 layer by layer on Verilator: before, "
+           "after, the timing model"),
     Figure("pools", "python3 bench/pools.py", "pools on Verilator against the timing model"),
     Figure("hw_timing", "python3 bench/hw_timing.py",
            "cycles of GEMM and ALU instructions, load/store/fetch bus words per cycle"),

@@ -6,8 +6,9 @@ the back half (compiler/targets/vdla) leaves every program byte for byte as it w
     python scripts/program_hashes.py --compare before.json  # or: compare with a file
 
 Compile only (no device, no Verilator). For each model and each config (the default
-`HardwareConfig()`; ``block_out=32``, where activations do not stay in DRAM and the
-pools, the elementwise ops and the residuals widen two input blocks per output block;
+`HardwareConfig()`; ``block_out=32``, where activations stay in DRAM in 32-channel
+blocks (two inp elements a pixel) and the pools, the elementwise ops and the residuals
+widen two input blocks per output block;
 and the default with the ALU's MUL, so requantizations multiply),
 the hash covers every op of the compiled model in graph order: its name, op, target and
 schedule, and for an accelerator op the program's encoded instructions, the encoded

@@ -78,6 +78,22 @@ DMA_CYCLES = 40
 #: The DRAM model's bandwidth in each direction, bytes per cycle (its default,
 #: `vdla.sim.verilator.DramTiming.bytes_per_cycle`; docs/tool-facts.md, the simulated DRAM).
 BYTES_PER_CYCLE = 8.0
+#: A STORE row of one out element (x_size 1: block_in > block_out, `store_activation`)
+#: is one DRAM write burst of its own: about 2.35 cycles (measured on 1x32x8 at 8 bytes a
+#: cycle: 196 such rows in 479 cycles, 196 contiguous elements in 215).
+STORE_ROW_CYCLES = 2.35
+
+
+def store_cycles(entries: int, stores: int, config: HardwareConfig, bytes_per_cycle: float,
+                 group: int = 1) -> float:
+    """Store-module cycles of `stores` STOREs of `entries` out elements in all, each to
+    its place in an activation block of `group` out elements a pixel (`out_group`): at
+    the DRAM's bandwidth, or a row each where `group` > 1, plus a quarter of `DMA_CYCLES`
+    per STORE (consecutive STOREs overlap their latency)."""
+    if group == 1:
+        return entries * config.out_elem_bytes / bytes_per_cycle + stores * DMA_CYCLES / 4
+    per = max(config.out_elem_bytes / bytes_per_cycle, STORE_ROW_CYCLES)
+    return entries * per + stores * DMA_CYCLES / 4
 
 
 def tile_split(total: int, tile: int) -> list[tuple[int, int]]:
@@ -108,6 +124,64 @@ def overflow_detail(over: dict[str, tuple[int, int]]) -> str:
     the message of its `check`."""
     return "; ".join(f"{name} needs {need} elements, has {depth} (over by "
                      f"{need - depth})" for name, (need, depth) in over.items())
+
+
+# --- the activation layout ------------------------------------------------------------------
+
+def activation_block(config: HardwareConfig) -> int:
+    """Channels per block of every activation in DRAM, L = max(block_in, block_out): the
+    one layout producers STORE and consumers LOAD (`vdla.compiler.targets.vdla.placement`
+    re-exports it). Block sizes are powers of two, so the smaller block divides L: a pixel
+    of an L-block holds ``L / block_in`` inp elements (a consumer LOADs them contiguously)
+    and ``L / block_out`` out elements (a producer STOREs each to its place)."""
+    return max(config.block_in, config.block_out)
+
+
+def inp_group(config: HardwareConfig) -> int:
+    """inp elements (block_in channels) per pixel of an activation block: 1 when block_in
+    >= block_out, else block_out / block_in (a LOAD brings them contiguously and the
+    micro-ops index inp SRAM as ``pixel * group + j`` for sub-block j)."""
+    return activation_block(config) // config.block_in
+
+
+def out_group(config: HardwareConfig) -> int:
+    """out elements (block_out channels) per pixel of an activation block: 1 when
+    block_out >= block_in, else block_in / block_out (a STORE writes each out element
+    to its place, `out_group` elements apart)."""
+    return activation_block(config) // config.block_out
+
+
+def pack_activation(x: np.ndarray, config: HardwareConfig, elem: int,
+                    channels: int | None = None) -> np.ndarray:
+    """int8 (N, C, H, W) in the DRAM layout of activations (`activation_block` L), seen as
+    elements of `elem` channels (block_in for a LOAD INP, block_out for a STORE): (N /
+    batch, C' / L, H, W, L / elem, batch, elem) with C' = `channels` (default C) rounded
+    up to L, zero padded. With batch 1 this is ``NCHW1n{L}c`` whatever `elem` is."""
+    x = np.asarray(x)
+    block = activation_block(config)
+    c = ceil_div(channels if channels is not None else x.shape[1], block) * block
+    if c != x.shape[1]:
+        x = np.pad(x, ((0, 0), (0, c - x.shape[1]), (0, 0), (0, 0)))
+    b = config.batch
+    n = ceil_div(x.shape[0], b) * b
+    if n != x.shape[0]:
+        x = np.pad(x, ((0, n - x.shape[0]), (0, 0), (0, 0), (0, 0)))
+    h, w = x.shape[2:]
+    blocked = x.reshape(n // b, b, c // block, block // elem, elem, h, w)
+    return np.ascontiguousarray(blocked.transpose(0, 2, 5, 6, 3, 1, 4))
+
+
+def unpack_activation(raw: np.ndarray, config: HardwareConfig, elem: int, shape,
+                      physical: int | None = None) -> np.ndarray:
+    """The inverse of `pack_activation`: int8 bytes of `physical` channels (default
+    shape[1], rounded up to L) -> int8 `shape` (N, C, H, W), the first C channels."""
+    n, ch, h, w = shape
+    block, b = activation_block(config), config.batch
+    c = ceil_div(physical if physical is not None else ch, block) * block
+    nb = ceil_div(n, b)
+    x = np.asarray(raw).view(np.int8).reshape(nb, c // block, h, w, block // elem, b, elem)
+    x = x.transpose(0, 5, 1, 4, 6, 2, 3).reshape(nb * b, c, h, w)
+    return np.ascontiguousarray(x[:n, :ch])
 
 
 # --- requantization on the ALU --------------------------------------------------------------
@@ -197,10 +271,15 @@ def identity_blocks(config: HardwareConfig, ratio: int, scale: int = 1) -> np.nd
     """The weight blocks that move int8 activations into the accumulators on the GEMM
     core: ``E_j[o, i] = scale * (o == j * block_in + i)`` for j < `ratio` (input blocks per
     output block), int8 (ratio, block_out, block_in). A micro-op with ``E_j`` adds input
-    block j of an output block's channels (times `scale`) to the accumulators."""
+    block j of an output block's channels (times `scale`) to the accumulators. Where
+    block_in > block_out the blocks select instead: ``S_j[o, i] = scale * (i == j *
+    block_out + o)`` for j < `ratio` (output blocks per input block) adds output block j
+    of an input block's channels."""
     o = np.arange(config.block_out)[None, :, None]
     i = np.arange(config.block_in)[None, None, :]
     j = np.arange(ratio)[:, None, None]
+    if config.block_in > config.block_out:
+        return ((i == j * config.block_out + o) * scale).astype(np.int8)
     return ((o == j * config.block_in + i) * scale).astype(np.int8)
 
 
@@ -314,7 +393,7 @@ class IdentityTables(ArenaProgram):
         one, the constant rows)."""
         layer = self.layer
         data = {"uop": np.frombuffer(self.uop_bytes, np.uint8),
-                "weights": identity_blocks(self.config, layer.ratio,
+                "weights": identity_blocks(self.config, layer.identities,
                                            getattr(layer, "weight_scale", 1))}
         if len(self.const_rows):
             data["const"] = acc_rows(self.const_rows, self.config)
@@ -358,6 +437,39 @@ def dense_dma(p: ProgramBuilder, store: bool, sram: int, dram: int, rows: int, c
             p.store(**fields)
         else:
             p.load(MemoryType.INP, **fields)
+
+
+def activation_dma(p: ProgramBuilder, sram: int, plane: int, w: int, y0: int, y1: int,
+                   x0: int, x1: int, group: int, pads: dict | None = None):
+    """LOAD INP of rows `y0`:`y1`, columns `x0`:`x1` of one activation block (an image
+    `w` pixels wide whose first inp element is `plane`) into dense SRAM from `sram`:
+    each pixel is `group` inp elements side by side (`inp_group`), so a row is
+    ``(x1 - x0) * group`` elements and a column of padding ``group`` elements. `pads`: the
+    LOAD's y_pad_0, y_pad_1, x_pad_0, x_pad_1 in pixels."""
+    pads = dict(pads or {})
+    for key in ("x_pad_0", "x_pad_1"):
+        if key in pads:
+            pads[key] *= group
+    p.load(MemoryType.INP, sram_base=sram, dram_base=plane + (y0 * w + x0) * group,
+           y_size=y1 - y0, x_size=(x1 - x0) * group, x_stride=w * group, **pads)
+
+
+def store_activation(p: ProgramBuilder, sram: int, plane: int, w: int, y0: int, th: int,
+                     x0: int, tw: int, group: int, j: int):
+    """STORE a dense OUT tile (`th` rows of `tw` pixels from `sram`) into rows from `y0`,
+    columns from `x0` of an image `w` pixels wide whose activation block starts at out
+    element `plane`, as sub-block `j` of `group` out elements per pixel (`out_group`):
+    one 2-D STORE when each pixel is one out element; else each pixel's element lands
+    `group` elements after the previous one (x_size 1, x_stride `group`), one STORE for
+    the tile when its rows are whole image rows, else one per row."""
+    if group == 1:
+        p.store(sram_base=sram, dram_base=plane + y0 * w + x0, y_size=th, x_size=tw,
+                x_stride=w)
+        return
+    rows = [(0, th * tw)] if tw == w else [(r, tw) for r in range(th)]
+    for r, n in rows:
+        p.store(sram_base=sram + r * tw, dram_base=plane + ((y0 + r) * w + x0) * group + j,
+                y_size=n, x_size=1, x_stride=group)
 
 
 def relocate(program: Program, base: int, config: HardwareConfig, move=None) -> Program:

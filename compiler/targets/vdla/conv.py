@@ -59,13 +59,13 @@ With one thread this is exactly the single-thread program.
 
 DRAM (one arena, offsets in bytes, every region aligned for any element type): micro-ops,
 per-channel constant rows (the bias row among them) as acc elements (int32, replicated
-over the batch rows), input int8 ``NCHW{batch}n{block_in}c``, weights int8
-``OIHW{block_out}o{block_in}i``, the residual int8 ``NCHW{batch}n{block_in}c`` (its
-channels padded to whole output blocks) and the identity weight blocks that widen it, and
-the int8 output ``NCHW{batch}n{block_out}c``. The residual stays int8 so that it can be
-another op's output in place; where block_out is not a multiple of block_in (no identity
-maps an input block into an output block) it is int32 acc elements instead, widened by
-the host, and a LOAD ACC on the compute module reads it. The program is emitted for an
+over the batch rows), the int8 input, residual and output in the activation layout
+(`common.pack_activation`: blocks of L = max(block_in, block_out) channels; where
+block_out = r x block_in a LOAD brings r inp elements a pixel and the micro-ops index
+``pixel * r + j``, where block_in = r x block_out each output block is STOREd to its place
+in the pixel), weights int8 ``OIHW{block_out}o{block_in}i``, and the identity (or, where
+block_in > block_out, selection) weight blocks that widen the residual. The residual
+stays int8 so that it can be another op's output in place. The program is emitted for an
 arena at address 0 and relocated to wherever the arena is allocated.
 
 Why this module is long: the micro-op table, the lowered op's arena and packing and the
@@ -81,17 +81,19 @@ import dataclasses
 import numpy as np
 
 from vdla.compiler.ir.graph import Graph
-from vdla.compiler.ir.layout import pack, unpack
+from vdla.compiler.ir.layout import pack
 from vdla.compiler.ir.tensor import Node
 from vdla.compiler.reference.integer import wrap32
-from vdla.compiler.targets.vdla.common import (ArenaProgram, acc_rows, bias_blocks,
-                                               check_array, identity_blocks, layout_arena,
-                                               ones_vector, run_arena, start_lowering,
+from vdla.compiler.targets.vdla.common import (ArenaProgram, acc_rows, activation_dma,
+                                               bias_blocks, check_array, identity_blocks,
+                                               layout_arena, ones_vector, pack_activation,
+                                               run_arena, start_lowering, store_activation,
+                                               unpack_activation,
                                                window_cols, window_rows)
 from vdla.compiler.targets.vdla.conv_layer import (Conv2dLayer, Conv2dSchedule, ConvEpilogue,
                                                    acc_region, choose_conv2d, chunk_sizes,
                                                    co_starts, conv2d_layer, inp_blocks,
-                                                   inp_chunk, residual_inp)
+                                                   inp_chunk, res_planes, residual_inp)
 from vdla.compiler.targets.vdla.grouped import grouped_weights
 from vdla.compiler.targets.vdla.tap_pack import pack_tap_weights, pack_taps
 from vdla.config import AluOp, HardwareConfig
@@ -139,7 +141,7 @@ def conv_uop_table(layer: Conv2dLayer, s, config: HardwareConfig | None = None,
     at the top of its acc buffer; `rows_used` maps each constant row to the tile region
     it applies to (0: the conv tile; the residual tile's offset)."""
     kh, kw = layer.kernel_h, layer.kernel_w
-    chunk = inp_chunk(layer, s)
+    chunk, g = inp_chunk(layer, s), layer.inp_group
     threads = s.nthreads
     # Each virtual thread owns one region of the inp, wgt and acc (so also out) buffers.
     # A thread's inp region: its input chunk, then its int8 residual tile (if any).
@@ -163,9 +165,11 @@ def conv_uop_table(layer: Conv2dLayer, s, config: HardwareConfig | None = None,
             cols = window_cols(layer, tw)
             for tci in sorted(cis):
                 begin = len(uops)
+                # Input block cb of the chunk: sub-block cb % g of activation block cb // g,
+                # whose window holds g inp elements per pixel; taps dilation apart.
                 dh, dw = layer.dilation_h, layer.dilation_w
-                uops += [Uop(ab + ox,
-                             ib + cb * chunk + ky * dh * cols + ox * layer.stride_w + kx * dw,
+                uops += [Uop(ab + ox, ib + cb // g * chunk * g
+                             + (ky * dh * cols + ox * layer.stride_w + kx * dw) * g + cb % g,
                              wb + cb * kh * kw + ky * kw + kx)
                          for ox in range(tw) for cb in range(tci)
                          for ky in range(kh) for kx in range(kw)]
@@ -176,18 +180,30 @@ def conv_uop_table(layer: Conv2dLayer, s, config: HardwareConfig | None = None,
         uops.append(Uop(ab, ab))
         if layer.residual_ratio:
             # Reset of the residual tile, then one GEMM micro-op per identity block j:
-            # the residual's input block j of each output block (stored j-major in the
-            # thread's inp region, after the input chunk) into the residual acc tile; a
-            # late residual is widened onto the conv tile itself, with no reset.
+            # the residual's input block j of each output block (its pixels' ratio inp
+            # elements side by side in the thread's inp region, after the input chunk)
+            # into the residual acc tile; a late residual is widened onto the conv tile
+            # itself, with no reset.
             res_inp = ib + inp_blocks(layer, s) * chunk
-            full = s.tile_co * s.tile_h * s.tile_w
-            dst = ab if layer.late_residual else ab + tile
             if not layer.late_residual:
                 table.res_reset.append(len(uops))
                 uops.append(Uop(ab + tile, 0, 0))
-            table.res_widen.append((len(uops), len(uops) + layer.residual_ratio))
-            uops += [Uop(dst, res_inp + j * full, wgt.total + j)
-                     for j in range(layer.residual_ratio)]
+            og = layer.out_group
+            if og > 1:
+                # block_in > block_out: selection block j picks output block j of the
+                # residual's input block; a kernel per tile plane (output blocks are
+                # plane apart in the acc tile).
+                kernels = {}
+                for plane in res_planes(layer, s):
+                    kernels[plane] = (len(uops), len(uops) + min(og, s.tile_co))
+                    uops += [Uop(ab + tile + j * plane, res_inp, wgt.total + j)
+                             for j in range(min(og, s.tile_co))]
+                table.res_widen.append(kernels)
+            else:
+                dst = ab if layer.late_residual else ab + tile
+                table.res_widen.append((len(uops), len(uops) + layer.residual_ratio))
+                uops += [Uop(dst, res_inp + j, wgt.total + j)
+                         for j in range(layer.residual_ratio)]
             table.res_inp.append(res_inp)
         if layer.has_residual and not layer.late_residual:
             table.alu_res.append(len(uops))
@@ -246,8 +262,8 @@ class LoweredConv2d(ArenaProgram):
             h = tp.height if tp.im2col else L.h
             x = pack_taps(check_array(x, (L.n, tp.channels, h, tp.width), np.int8, "input"),
                           tp)
-        return pack(check_array(x, (L.n, L.c, L.h, L.w), np.int8, "input"), "NCHW",
-                    self.data_layout)
+        return pack_activation(check_array(x, (L.n, L.c, L.h, L.w), np.int8, "input"),
+                               self.config, self.config.block_in)
 
     def pack_weights(self, w: np.ndarray) -> np.ndarray:
         """Weights (O, C / groups, kh, kw) int8 -> the arena's weight blocks: per span,
@@ -323,14 +339,12 @@ class LoweredConv2d(ArenaProgram):
         r = check_array(residual, (L.n, L.o, L.out_h, L.out_w), np.int8, "residual")
         if not L.residual_ratio:
             return pack(r.astype(np.int32), "NCHW", self.out_layout)
-        r = np.pad(r, ((0, 0), (0, L.out_blocks * c.block_out - L.o), (0, 0), (0, 0)))
-        return pack(r, "NCHW", self.data_layout)
+        return pack_activation(r, c, c.block_in, channels=L.out_blocks * c.block_out)
 
     def unpack_output(self, raw: np.ndarray) -> np.ndarray:
         L, c = self.layer, self.config
-        shape = (L.batch_blocks, L.out_blocks, L.out_h, L.out_w, c.batch, c.block_out)
-        y = unpack(raw.view(np.int8).reshape(shape), self.out_layout, "NCHW",
-                   channels=L.o, batch=L.n)
+        y = unpack_activation(raw, c, c.block_out, (L.n, L.o, L.out_h, L.out_w),
+                              L.out_planes * c.block_out)
         return y.reshape(L.n, L.o) if L.dense else y
 
 
@@ -339,18 +353,18 @@ def _arena(layer: Conv2dLayer, config: HardwareConfig, n_uops: int) -> tuple[dic
     sizes = {
         "uop": n_uops * c.uop_bytes,
         "const": L.const_rows * L.out_blocks * c.acc_elem_bytes,
-        "input": L.batch_blocks * L.in_blocks * L.h * L.w * c.inp_elem_bytes,
+        "input": L.batch_blocks * L.in_planes * L.h * L.w * c.inp_elem_bytes,
         "weights": L.weight_blocks * L.kernel_h * L.kernel_w * c.wgt_elem_bytes,
         # The residual: int8 in the input layout (widened on the GEMM core), or int32 acc
         # elements (LOAD ACC) where block_out is not a multiple of block_in.
         "residual": (0 if not L.has_residual else
-                     L.batch_blocks * L.out_blocks * L.residual_ratio * L.out_h * L.out_w
-                     * c.inp_elem_bytes if L.residual_ratio else
+                     L.batch_blocks * L.out_planes * L.out_h * L.out_w * c.out_elem_bytes
+                     if L.residual_ratio else
                      L.batch_blocks * L.out_blocks * L.out_h * L.out_w * c.acc_elem_bytes),
         "identity": L.residual_ratio * c.wgt_elem_bytes,
         "ones": c.inp_elem_bytes if L.bias_gemm else 0,
         "bias_wgt": L.out_blocks * c.wgt_elem_bytes if L.bias_gemm else 0,
-        "output": L.batch_blocks * L.out_blocks * L.out_h * L.out_w * c.out_elem_bytes,
+        "output": L.batch_blocks * L.out_planes * L.out_h * L.out_w * c.out_elem_bytes,
     }
     return layout_arena(sizes, config)
 
@@ -543,12 +557,11 @@ class _ConvEmitter:
         the thread's region holds them, its weights, into thread `t`'s regions."""
         p, L, u = self.p, self.L, self.u
         self.tokens.load_into(("inp", t))  # WAR: its previous GEMM has read the region
-        for cbi in range(loaded):
-            p.load(MemoryType.INP, sram_base=u.inp_base[t] + cbi * self.chunk_elems,
-                   dram_base=self.inp0 + ((tile.nb * L.in_blocks + cb0 + cbi) * L.h
-                                          + tile.y0) * L.w + tile.x0,
-                   y_size=tile.y1 - tile.y0, x_size=tile.x1 - tile.x0, x_stride=L.w,
-                   **tile.pads)
+        g = L.inp_group   # one LOAD per activation block: g input blocks per pixel
+        for lb in range(-(-loaded // g)):
+            activation_dma(p, u.inp_base[t] + lb * self.chunk_elems * g,
+                           self.inp0 + (tile.nb * L.in_planes + cb0 + lb * g) * L.h * L.w,
+                           L.w, tile.y0, tile.y1, tile.x0, tile.x1, g, tile.pads)
         if not j and self.ratio:
             self.load_residual(t, tile)
         if self.wgt_in_sram[t] != (tile.ob0, cb0):
@@ -563,18 +576,21 @@ class _ConvEmitter:
         self.tokens.loaded()
 
     def load_residual(self, t: int, tile: _Tile):
-        """The int8 residual tile into thread `t`'s inp region, j-major (see
-        `conv_uop_table`)."""
-        L, s, ratio = self.L, self.s, self.ratio
-        full = s.tile_co * s.tile_h * s.tile_w
+        """The int8 residual tile into thread `t`'s inp region, one LOAD per output block
+        (its `ratio` input blocks per pixel side by side, see `conv_uop_table`)."""
+        L, ratio, og = self.L, self.ratio, self.L.out_group
+        if og > 1:   # one input block per og output blocks
+            for lb in range(-(-tile.tco // og)):
+                activation_dma(self.p, self.u.res_inp[t] + lb * tile.plane,
+                               self.res0 + (tile.nb * L.out_planes + tile.ob0 + lb * og) // og
+                               * L.out_h * L.out_w, L.out_w, tile.oh0, tile.oh0 + tile.th,
+                               tile.ow0, tile.ow0 + tile.tw, 1)
+            return
         for obi in range(tile.tco):
-            for jj in range(ratio):
-                self.p.load(MemoryType.INP,
-                            sram_base=self.u.res_inp[t] + jj * full + obi * tile.plane,
-                            dram_base=self.res0 + (((tile.nb * L.out_blocks + tile.ob0 + obi)
-                                                    * ratio + jj) * L.out_h + tile.oh0)
-                            * L.out_w + tile.ow0,
-                            y_size=tile.th, x_size=tile.tw, x_stride=L.out_w)
+            activation_dma(self.p, self.u.res_inp[t] + obi * tile.plane * ratio,
+                           self.res0 + (tile.nb * L.out_blocks + tile.ob0 + obi) * ratio
+                           * L.out_h * L.out_w, L.out_w, tile.oh0, tile.oh0 + tile.th,
+                           tile.ow0, tile.ow0 + tile.tw, ratio)
 
     def reset(self, t: int, tile: _Tile):
         """Before the tile's first GEMM: its acc tile to zero, and its residual tile to
@@ -623,18 +639,28 @@ class _ConvEmitter:
         p.gemm(uop_bgn=bgn, uop_end=end, iter_out=tile.tco, iter_in=tile.th,
                dst_factor_out=plane, dst_factor_in=tile.tw,
                src_factor_out=self.chunk_elems if L.diagonal else 0,
-               src_factor_in=L.stride_h * tile.cols, wgt_factor_out=tci * self.taps,
+               src_factor_in=L.stride_h * tile.cols * L.inp_group,
+               wgt_factor_out=tci * self.taps,
                wgt_factor_in=0)
         self.tokens.read(("inp", t))  # its next loads wait for this GEMM (WAR)
 
     def widen_residual(self, t: int, tile: _Tile):
         """The int8 residual tile through the identity weights into its acc tile (or,
-        late, onto the conv tile)."""
-        bgn, end = self.u.res_widen[t]
+        late, onto the conv tile); where block_in > block_out, through the selection
+        blocks, og output blocks out of each input block."""
+        L, u, p = self.L, self.u, self.p
         plane = tile.plane
-        self.p.gemm(uop_bgn=bgn, uop_end=end, iter_out=tile.tco, iter_in=plane,
-                    dst_factor_out=plane, dst_factor_in=1, src_factor_out=plane,
-                    src_factor_in=1, wgt_factor_out=0, wgt_factor_in=0)
+        if L.out_group > 1:
+            og = L.out_group
+            bgn, end = u.res_widen[t][plane]
+            p.gemm(uop_bgn=bgn, uop_end=end, iter_out=-(-tile.tco // og), iter_in=plane,
+                   dst_factor_out=og * plane, dst_factor_in=1, src_factor_out=plane,
+                   src_factor_in=1, wgt_factor_out=0, wgt_factor_in=0)
+        else:
+            bgn, end = u.res_widen[t]
+            p.gemm(uop_bgn=bgn, uop_end=end, iter_out=tile.tco, iter_in=plane,
+                   dst_factor_out=plane, dst_factor_in=1, src_factor_out=plane * self.ratio,
+                   src_factor_in=self.ratio, wgt_factor_out=0, wgt_factor_in=0)
 
     def epilogue(self, t: int, tile: _Tile):
         """The ALU passes over thread `t`'s tile: the main steps, the residual's steps
@@ -671,14 +697,15 @@ class _ConvEmitter:
         self.tokens.computed()
 
     def store(self, t: int, tile: _Tile):
-        """Thread `t`'s out tile to DRAM, one 2-D STORE per output block."""
-        L = self.L
+        """Thread `t`'s out tile to DRAM, one 2-D STORE per output block (each out element
+        to its place in its activation block: `common.store_activation`)."""
+        L, g = self.L, self.L.out_group
         self.tokens.wait_computed()  # RAW: the out tile is written
         for obi in range(tile.tco):
-            self.p.store(sram_base=self.u.acc_base[t] + obi * tile.plane,
-                         dram_base=self.out0 + ((tile.nb * L.out_blocks + tile.ob0 + obi)
-                                                * L.out_h + tile.oh0) * L.out_w + tile.ow0,
-                         y_size=tile.th, x_size=tile.tw, x_stride=L.out_w)
+            block, j = divmod(tile.ob0 + obi, g)
+            store_activation(self.p, self.u.acc_base[t] + obi * tile.plane,
+                             self.out0 + (tile.nb * L.out_planes + block * g) * L.out_h
+                             * L.out_w, L.out_w, tile.oh0, tile.th, tile.ow0, tile.tw, g, j)
         self.tokens.stored(("acc", t))  # this thread's next tile waits for it (WAR)
 
 

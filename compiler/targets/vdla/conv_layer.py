@@ -50,8 +50,8 @@ from vdla.compiler.reference.integer import wrap32
 from vdla.compiler.targets.vdla.common import (BYTES_PER_CYCLE, DMA_CYCLES, INSN_CYCLES,
                                                ITER_MAX, PAD_MAX, AluStep, ceil_div,
                                                check_alu_ops, check_tile_sizes,
-                                               gemm_bias_limit,
-                                               overflow_detail, requant_steps,
+                                               gemm_bias_limit, inp_group, out_group,
+                                               overflow_detail, requant_steps, store_cycles,
                                                tile_candidates, tile_split, window_cols,
                                                window_rows)
 from vdla.compiler.targets.vdla.grouped import group_spans
@@ -131,16 +131,22 @@ class Conv2dLayer:
     `groups`, `spans`, `diagonal`: a grouped convolution's block structure
     (`group_spans`); a plain one has a single span over every block.
     `residual_ratio`: how the int8 residual reaches the accumulators: ``block_out /
-    block_in`` input blocks per output block, widened by identity-weight GEMMs (the
-    residual stays int8 in DRAM, in the input layout); 0 when block_out is not a
-    multiple of block_in, where the host widens it to int32 for a LOAD ACC.
+    block_in`` input blocks per output block, widened by identity-weight GEMMs, or where
+    block_in = r x block_out, r selection blocks (each output block out of its input
+    block); the residual stays int8 in DRAM, in the activation layout. 0 (the host
+    widens it to int32 for a LOAD ACC) only where neither block divides the other.
     `late_residual`: the residual needs no requantization, so the identity GEMMs widen it
     straight onto the requantized tile (the GEMM's int32 add is the ALU ADD's), after the
     main epilogue: no residual acc tile, no reset of it, no vector ADD.
     `bias_gemm`: the bias is added by one GEMM micro-op per acc entry (`ConvEpilogue`).
     `dilation_h`, `dilation_w`: the kernel taps' spacing; `packed`: the `TapPack` of a
-    first layer run with kernel columns packed into channels (its `c`, `w`, `kernel_w`,
-    `pads` and `dilation_w` are the packed convolution's)."""
+    first layer run with kernel taps packed into channels (its `c`, `h`, `w`, kernel,
+    strides, `pads` and `dilation_w` are the packed convolution's).
+    `inp_group` / `out_group`: inp / out elements per pixel of an activation block in DRAM
+    (`common.inp_group`, `common.out_group`; 1 and 1 when block_in == block_out): a LOAD
+    INP brings a pixel's `inp_group` elements contiguously and the micro-ops index the
+    inp buffer ``pixel * inp_group + j``; a STORE writes each out element `out_group`
+    elements apart."""
 
     n: int
     c: int
@@ -167,6 +173,8 @@ class Conv2dLayer:
     dilation_h: int = 1
     dilation_w: int = 1
     packed: TapPack | None = None
+    inp_group: int = 1
+    out_group: int = 1
 
     def __post_init__(self):
         if not self.spans:
@@ -184,6 +192,22 @@ class Conv2dLayer:
             raise ValueError(f"conv2d pads {self.pads} must be smaller than the kernel's "
                              f"extent ({self.span_h}x{self.span_w}): an output that sees "
                              "only padding is not supported")
+        g = self.inp_group
+        if g > 1 and max(left, right) * g > PAD_MAX:
+            raise ValueError(f"conv2d pads {self.pads}: a LOAD pads {g} inp elements per "
+                             f"pixel of an activation block (block_out / block_in), so "
+                             f"{max(left, right)} columns are {max(left, right) * g}, more "
+                             f"than the LOAD's {PAD_MAX}")
+        if g > 1 and any(cb % g for _, _, cb, _ in self.spans):
+            raise ValueError(f"conv2d spans {self.spans}: a span's input blocks must start "
+                             f"at an activation block (every {g} input blocks)")
+        og = self.out_group
+        if og > 1 and self.has_residual and (
+                any(ob % og for ob, _, _, _ in self.spans)
+                or (self.out_blocks % og and self.out_blocks > og)):
+            raise ValueError(f"conv2d with a residual: its output blocks {self.spans} must "
+                             f"fill whole activation blocks ({og} output blocks each) for "
+                             "the residual's selection GEMMs")
         if self.out_h < 1 or self.out_w < 1:
             raise ValueError(f"conv2d of a {self.h}x{self.w} image with a {self.kernel_h}x"
                              f"{self.kernel_w} kernel and pads {self.pads} has no output")
@@ -225,6 +249,18 @@ class Conv2dLayer:
                 * self.kernel_h * self.kernel_w)
 
     @property
+    def in_planes(self) -> int:
+        """inp elements per pixel of the input in DRAM: its blocks of block_in channels,
+        padded to whole activation blocks."""
+        return ceil_div(self.in_blocks, self.inp_group) * self.inp_group
+
+    @property
+    def out_planes(self) -> int:
+        """out elements per pixel of the output in DRAM: its blocks of block_out channels,
+        padded to whole activation blocks."""
+        return ceil_div(self.out_blocks, self.out_group) * self.out_group
+
+    @property
     def weight_blocks(self) -> int:
         """Weight blocks (block_out x block_in, per kernel tap) the GEMM core reads: one
         per (output block, input block) of every span; one per output block of a
@@ -252,9 +288,9 @@ class Conv2dLayer:
     @property
     def residual_uops(self) -> int:
         """GEMM micro-ops that widen the int8 residual: `residual_ratio` per output
-        entry."""
+        entry (one, a selection, where block_in > block_out)."""
         return (self.batch_blocks * self.out_blocks * self.out_h * self.out_w
-                * self.residual_ratio)
+                * (min(self.residual_ratio, 1) if self.out_group > 1 else self.residual_ratio))
 
     @property
     def bias_uops(self) -> int:
@@ -311,7 +347,8 @@ def conv2d_layer(node: Node, graph: Graph,
                            residual_ratio=residual_ratio(has_residual, config),
                            late_residual=late_residual(epilogue, config),
                            bias_gemm=epilogue.bias_gemm is not None,
-                           dilation_h=dilation_h, dilation_w=dilation_w, packed=packed)
+                           dilation_h=dilation_h, dilation_w=dilation_w, packed=packed,
+                           inp_group=inp_group(config), out_group=out_group(config))
 
     strides = tuple(int(v) for v in a["strides"])
     layer = layer_of(c, h, w, kh, kw, strides, pads, dilation_w, None)
@@ -346,14 +383,19 @@ def late_residual(epilogue: ConvEpilogue, config: HardwareConfig) -> bool:
     (`Conv2dLayer.late_residual`): it is widened on the GEMM core at all, and it is added
     as it is (its requantization has no step)."""
     return (epilogue.residual is not None and not epilogue.residual
-            and residual_ratio(True, config) > 0)
+            and residual_ratio(True, config) > 0 and out_group(config) == 1)
 
 
 def residual_ratio(has_residual: bool, config: HardwareConfig) -> int:
     """`Conv2dLayer.residual_ratio` for `config`: input blocks per output block when the
     GEMM core can widen the int8 residual (identity weights map whole input blocks into an
-    output block), else 0."""
-    if not has_residual or config.block_out % config.block_in:
+    output block); where block_in = r x block_out, r (selection blocks pick each output
+    block out of an input block, `common.identity_blocks`); else 0."""
+    if not has_residual:
+        return 0
+    if config.block_in > config.block_out and config.block_in % config.block_out == 0:
+        return config.block_in // config.block_out
+    if config.block_out % config.block_in:
         return 0
     return config.block_out // config.block_in
 
@@ -388,6 +430,9 @@ def conv2d_workload(node: Node, graph: Graph, config: HardwareConfig) -> dict:
             del fields[key]
     if layer.packed is None:
         del fields["packed"]
+    for key in ("inp_group", "out_group"):   # keys of configs whose blocks agree stay
+        if fields[key] == 1:
+            del fields[key]
     else:
         fields["spans"] = [list(span) for span in layer.spans]
     return {"op": node.op, **fields, "epilogue": steps(epi.main),
@@ -414,7 +459,8 @@ def _dense_layer_and_epilogue(node: Node, graph: Graph,
                         has_residual=has_residual, const_rows=len(epilogue.rows), dense=True,
                         residual_ratio=residual_ratio(has_residual, config),
                         late_residual=late_residual(epilogue, config),
-                        bias_gemm=epilogue.bias_gemm is not None)
+                        bias_gemm=epilogue.bias_gemm is not None,
+                        inp_group=inp_group(config), out_group=out_group(config))
     return layer, epilogue
 
 
@@ -472,10 +518,13 @@ class Conv2dSchedule:
         return self.oc_nthread * self.h_nthread
 
     def clamped(self, layer: Conv2dLayer) -> "Conv2dSchedule":
-        # A tile's channels stay inside one span (one group's block range).
+        # A tile's channels stay inside one span (one group's block range); a chunk
+        # takes whole activation blocks (`Conv2dLayer.inp_group` input blocks each).
+        g, og = layer.inp_group, layer.out_group if layer.has_residual else 1
         return Conv2dSchedule(min(self.tile_h, layer.out_h), min(self.tile_w, layer.out_w),
-                              min(self.tile_ci, layer.span_in),
-                              min(self.tile_co, layer.span_out), self.oc_nthread,
+                              min(ceil_div(self.tile_ci, g) * g, layer.span_in),
+                              min(ceil_div(self.tile_co, og) * og, layer.span_out),
+                              self.oc_nthread,
                               self.h_nthread)
 
     def needs(self, layer: Conv2dLayer, config: HardwareConfig) -> dict[str, tuple[int, int]]:
@@ -550,7 +599,7 @@ def acc_region(layer: Conv2dLayer, s) -> int:
 def inp_blocks(layer: Conv2dLayer, s) -> int:
     """Input-channel blocks of one thread's input tile: a chunk of `tile_ci`, or for a
     diagonal (depthwise) layer the `tile_co` blocks its output blocks read."""
-    return s.tile_co if layer.diagonal else s.tile_ci
+    return s.tile_co if layer.diagonal else ceil_div(s.tile_ci, layer.inp_group) * layer.inp_group
 
 
 def chunk_sizes(layer: Conv2dLayer, s) -> set[int]:
@@ -573,7 +622,10 @@ def co_starts(layer: Conv2dLayer, s) -> list[int]:
 
 def residual_inp(layer: Conv2dLayer, s) -> int:
     """inp elements of one thread's int8 residual tile (0 without one, or when the host
-    widens it): `residual_ratio` input blocks per output block of a full tile."""
+    widens it): `residual_ratio` input blocks per output block of a full tile, or where
+    block_in > block_out one input block per activation block of the tile's outputs."""
+    if layer.out_group > 1:
+        return ceil_div(s.tile_co, layer.out_group) * s.tile_h * s.tile_w
     return layer.residual_ratio * s.tile_co * s.tile_h * s.tile_w
 
 
@@ -581,6 +633,21 @@ def inp_chunk(layer: Conv2dLayer, s) -> int:
     """inp elements between consecutive channel blocks of an input tile (a full tile's
     padded window, so edge tiles keep the same micro-ops' channel offsets)."""
     return window_rows(layer, s.tile_h) * window_cols(layer, s.tile_w)
+
+
+def res_planes(layer: Conv2dLayer, s) -> list[int]:
+    """The output tiles' planes (rows x columns): full and edge tiles."""
+    hs = sorted({s.tile_h, layer.out_h % s.tile_h or s.tile_h})
+    ws = sorted({s.tile_w, layer.out_w % s.tile_w or s.tile_w})
+    return sorted({h * w for h in hs for w in ws})
+
+
+def _res_widen_uops(layer: Conv2dLayer, s) -> int:
+    """Micro-ops that widen the int8 residual, per thread: one per identity block, or
+    where block_in > block_out one per selection block and tile plane."""
+    if layer.out_group > 1:
+        return min(layer.out_group, s.tile_co) * len(res_planes(layer, s))
+    return layer.residual_ratio
 
 
 def conv_uop_count(layer: Conv2dLayer, s) -> int:
@@ -591,7 +658,7 @@ def conv_uop_count(layer: Conv2dLayer, s) -> int:
     residual_tile = layer.has_residual and not layer.late_residual
     alu = 2 + (2 if residual_tile else 0) + layer.const_rows * len(co_starts(layer, s))
     if layer.residual_ratio:    # (the residual tile's reset) and the widening
-        alu += layer.residual_ratio + (0 if layer.late_residual else 1)
+        alu += _res_widen_uops(layer, s) + (0 if layer.late_residual else 1)
     if layer.bias_gemm:         # one bias micro-op per output-channel tile
         alu += len(co_starts(layer, s))
     return s.nthreads * (gemm + alu)
@@ -681,13 +748,15 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
                 first = None            # the tile's first chunk: (load, GEMM)
                 for tci, nci in chunks:
                     # A diagonal tile loads one input block per output block.
-                    blocks = tco if layer.diagonal else tci
+                    grp = layer.inp_group   # a chunk loads whole activation blocks
+                    blocks = tco if layer.diagonal else ceil_div(tci, grp) * grp
                     inp = blocks * rows * cols * inp_entry
                     wgt = 0 if weight_reuse else tco * tci * taps * wgt_entry
                     # One 2-D DMA per input block (and one of weights), each paying the
                     # DRAM latency (measured: bytes / 8 + 36 cycles a DMA, whatever its
                     # rows).
-                    ld = (inp + wgt) / bw + (blocks + (wgt > 0)) * DMA_CYCLES
+                    dmas = blocks if layer.diagonal else blocks // grp
+                    ld = (inp + wgt) / bw + (dmas + (wgt > 0)) * DMA_CYCLES
                     g = plane * tco * tci * taps + INSN_CYCLES
                     tile_load += nci * ld
                     tile_gemm += nci * g
@@ -703,23 +772,31 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
                     # The int8 residual tile comes with the first chunk's loads; the
                     # compute module resets its acc tile, widens it (one identity GEMM
                     # micro-op per input block), shifts it and ADDs it (a vector operand:
-                    # two cycles); or, late, widens it onto the requantized tile.
-                    res = entries * ratio * inp_entry / bw + tco * ratio * DMA_CYCLES
+                    # two cycles); or, late, widens it onto the requantized tile. One
+                    # DMA per output block (its ratio input blocks side by side).
+                    widen, og = ratio, layer.out_group
+                    res = entries * ratio * inp_entry / bw + tco * DMA_CYCLES
+                    if og > 1:   # one input block per og output blocks, one selection each
+                        widen = 1
+                        res = (ceil_div(tco, og) * plane * inp_entry / bw
+                               + ceil_div(tco, og) * DMA_CYCLES)
                     tile_load += res
                     # With two threads it loads during the other thread's GEMM too.
                     chunk_pairs += max(first[0] + res, first[1]) - max(*first)
                     first = (first[0] + res, first[1])
                     if layer.late_residual:
-                        epi += entries * ratio + INSN_CYCLES
+                        epi += entries * widen + INSN_CYCLES
                     else:
-                        epi += (entries * (1 + ratio + res_imm + 2 * res_vec + 2)
+                        epi += (entries * (1 + widen + res_imm + 2 * res_vec + 2)
                                 + (2 + res_imm + res_vec) * INSN_CYCLES)
                 elif layer.has_residual:
                     # LOAD ACC of int32 residual entries (on the compute module), its
                     # shift and the ADD (a vector operand: two cycles).
                     epi += (entries * (acc_entry / bw + res_imm + 2 * res_vec + 2)
                             + tco * DMA_CYCLES)
-                st = entries * out_entry / bw + tco * DMA_CYCLES / 4
+                st = store_cycles(entries, tco * (1 if tw == layer.out_w else th), c, bw,
+                                  layer.out_group) if layer.out_group > 1 else \
+                    entries * out_entry / bw + tco * DMA_CYCLES / 4
                 tile_chunks = sum(n for _, n in chunks)
                 gemm += m * (tile_gemm - tile_chunks * INSN_CYCLES)
                 epilogue += m * (epi + tile_chunks * INSN_CYCLES)
@@ -729,9 +806,17 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
                 # (not after the last tile: added back below).
                 overlap = min(tile_load / tile_chunks, epi + st)
                 tile_serial = tile_load + tile_gemm + epi + st - overlap
-                # With two threads a tile's first loads also run during the other
-                # thread's epilogue, which hides what they take beyond its first GEMM.
-                tile_paired = chunk_pairs + epi - min(epi, max(0.0, first[0] - first[1]))
+                if layer.inp_group == 1:
+                    # With two threads a tile's first loads also run during the other
+                    # thread's epilogue, which hides what they take beyond its first GEMM.
+                    tile_paired = chunk_pairs + epi - min(epi, max(0.0, first[0] - first[1]))
+                else:
+                    # Loading whole activation blocks (block_out > block_in) makes a
+                    # narrow layer load-bound (a stem: 3 channels in a 32-channel
+                    # block), and a load-bound pair hides the epilogue behind the other
+                    # thread's loads (1x8x32's MobileNet stem: 247,498 cycles against
+                    # Verilator's 248,246, not 329,274).
+                    tile_paired = max(chunk_pairs, tile_gemm + epi)
                 serial += m * tile_serial
                 paired += m * tile_paired
                 tiles += m

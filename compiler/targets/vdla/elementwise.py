@@ -8,9 +8,10 @@
   b of the same shape (no broadcasting); a zero operand drops out (``requantize(0) == 0``).
   Multipliers and shifts are per tensor (immediates) or per channel (vector operands).
 
-Inputs int8 (N, C, H, W) or (N, C) (an image of 1 x 1 pixels) in ``NCHW{batch}n{block_in}c``
-(what a producer writes), output int8 ``NCHW{batch}n{block_out}c``; an output channel
-block takes ``ratio = block_out / block_in`` input blocks, as for the pools.
+Inputs int8 (N, C, H, W) or (N, C) (an image of 1 x 1 pixels) and the output in the
+activation layout (`common.pack_activation`: what a producer writes); an output channel
+block takes ``ratio = block_out / block_in`` input blocks, or where block_in = `group` x
+block_out a selection block of its input block, as for the pools.
 
 *Identity weights.* Only the GEMM core moves int8 activations into the int32 acc buffer
 (a LOAD ACC reads int32 DRAM: four times the bytes, on the compute module). The arena
@@ -68,17 +69,18 @@ import math
 import numpy as np
 
 from vdla.compiler.ir.graph import Graph
-from vdla.compiler.ir.layout import pack, unpack
 from vdla.compiler.ir.tensor import Node
 from vdla.compiler.targets.vdla.common import (BYTES_PER_CYCLE, DMA_CYCLES, INSN_CYCLES,
                                                ITER_MAX, AluStep, IdentityTables, KernelTable,
                                                ceil_div, check_alu_ops, check_array,
+                                               pack_activation, store_activation, store_cycles,
+                                               unpack_activation,
                                                check_tile_sizes, dense_dma, layout_arena,
                                                load_tables, overflow_detail,
                                                requant_steps, run_arena, start_lowering,
                                                tile_candidates, tile_split)
 from vdla.config import AluOp, HardwareConfig
-from vdla.isa import MemoryType, Program, Uop, encode_uops
+from vdla.isa import Program, Uop, encode_uops
 from vdla.runtime.builder import ProgramBuilder
 from vdla.runtime.tokens import PingPong, RegionTokens
 
@@ -111,6 +113,7 @@ class ElementwiseLayer:
     batch_blocks: int
     blocks: int
     ratio: int = 1
+    group: int = 1
     inputs: tuple[int, ...] = (0,)
     first: tuple[AluStep, ...] = ()
     second: tuple[AluStep, ...] = ()
@@ -130,8 +133,23 @@ class ElementwiseLayer:
 
     @property
     def in_blocks(self) -> int:
-        """Input channel blocks (the channels padded to whole output blocks)."""
-        return self.blocks * self.ratio
+        """Input channel blocks (the channels padded to whole output blocks, or where
+        block_in > block_out to whole activation blocks of `group` output blocks)."""
+        return self.window_blocks(self.blocks)
+
+    @property
+    def out_planes(self) -> int:
+        """Output blocks per pixel in DRAM (padded to whole activation blocks)."""
+        return ceil_div(self.blocks, self.group) * self.group
+
+    @property
+    def identities(self) -> int:
+        """Identity (or selection, where block_in > block_out) weight blocks."""
+        return self.ratio if self.group == 1 else self.group
+
+    def window_blocks(self, tc: int) -> int:
+        """Input blocks of `tc` output blocks (from an activation block's first)."""
+        return tc * self.ratio if self.group == 1 else ceil_div(tc, self.group)
 
     @property
     def macs(self) -> int:
@@ -189,16 +207,11 @@ def elementwise_layer(node: Node, graph: Graph,
                       config: HardwareConfig) -> tuple[ElementwiseLayer, np.ndarray]:
     """(layer, constant rows (R, padded C) int32) of a ``relu`` or ``qadd`` node; ValueError
     naming the node, the value and what is allowed for what the back half cannot run
-    (float data, other ranks, broadcasting, a non-zero constant operand, block_out not a
-    multiple of block_in, a multiplier without MUL, clamp bounds outside int8)."""
+    (float data, other ranks, broadcasting, a non-zero constant operand, a multiplier
+    without MUL, clamp bounds outside int8)."""
     if node.op not in ELEMENTWISE_OPS:
         raise ValueError(f"lower_elementwise lowers {', '.join(ELEMENTWISE_OPS)} nodes, not "
                          f"{node.name!r} ({node.op})")
-    if config.block_out % config.block_in:
-        raise ValueError(f"{node.op} node {node.name!r}: elementwise ops on vdla need "
-                         f"block_out to be a multiple of block_in (config {config.name} has "
-                         f"block_in={config.block_in}, block_out={config.block_out}): "
-                         "identity weights map whole input blocks into an output block")
     out_shape = tuple(int(d) for d in graph.tensors[node.outputs[0]].shape)
     if node.op == "relu":
         activations = [0]
@@ -269,7 +282,9 @@ def elementwise_layer(node: Node, graph: Graph,
     table = (np.stack(rows) if rows else np.zeros((0, padded), np.int64)).astype(np.int32)
     layer = ElementwiseLayer(op=node.op, n=n, c=c, h=h, w=w, rank=rank,
                              batch_blocks=ceil_div(n, config.batch), blocks=blocks,
-                             ratio=config.block_out // config.block_in, inputs=tuple(order),
+                             ratio=max(config.block_out // config.block_in, 1),
+                             group=max(config.block_in // config.block_out, 1),
+                             inputs=tuple(order),
                              first=first, second=second, separate=separate, clamp=clamp,
                              const_rows=len(table))
     return layer, table
@@ -291,8 +306,10 @@ class ElementwiseSchedule:
         check_tile_sizes(self, ("tile_p", "tile_c"))
 
     def clamped(self, layer) -> "ElementwiseSchedule":
+        # Where block_in > block_out, a tile takes whole activation blocks.
+        g = layer.group
         return ElementwiseSchedule(min(self.tile_p, layer.pixels),
-                                   min(self.tile_c, layer.blocks))
+                                   min(ceil_div(self.tile_c, g) * g, layer.blocks))
 
     def needs(self, layer, config: HardwareConfig,
               uops: bool = True) -> dict[str, tuple[int, int]]:
@@ -304,8 +321,9 @@ class ElementwiseSchedule:
         s = self.clamped(layer)
         tile = s.tile_p * s.tile_c
         need = {
-            "inp": (2 * layer.operands * layer.ratio * tile, config.inp_depth),
-            "wgt": (layer.ratio, config.wgt_depth),
+            "inp": (2 * layer.operands * layer.window_blocks(s.tile_c) * s.tile_p,
+                    config.inp_depth),
+            "wgt": (layer.identities, config.wgt_depth),
             "acc": (2 * tile + (tile if layer.separate else 0)
                     + layer.const_rows * layer.blocks, config.acc_depth),
             "out": (2 * tile, config.out_depth),
@@ -358,7 +376,7 @@ class ElementwiseUops(KernelTable):
         super().__init__()
         self.L, self.s = L, s
         self.tile = s.tile_c * s.tile_p
-        self.operand = s.tile_c * L.ratio * s.tile_p      # inp entries of one operand
+        self.operand = L.window_blocks(s.tile_c) * s.tile_p   # inp entries of one operand
         self.windows = PingPong(L.operands * self.operand)
         self.outputs = PingPong(self.tile)
         self.second = self.outputs.total
@@ -379,8 +397,13 @@ class ElementwiseUops(KernelTable):
         o, win, wide = self.outputs.base(k), self.windows.base(k), self.second
 
         def widen(q: int, dst: int):
+            if L.group > 1:   # output block obi: selection obi % group of its input block
+                tc = min(self.s.tile_c, L.blocks - ob0)
+                return [Uop(dst + obi * tp, win + q * self.operand + obi // L.group * tp,
+                            obi % L.group) for obi in range(tc)]
             # Operand q, input block j of every output block -> the acc entries at dst.
-            return [Uop(dst, win + q * self.operand + j * tp, j) for j in range(L.ratio)]
+            # (each pixel holds an output block's `ratio` input blocks side by side)
+            return [Uop(dst, win + q * self.operand + j, j) for j in range(L.ratio)]
 
         def steps(seq, dst: int):
             return [self.kernel([Uop(dst, dst)]) if st.row is None else
@@ -436,17 +459,16 @@ class LoweredElementwise(IdentityTables):
             what = "input" if L.op == "relu" else f"input {'ab'[i]}"
             x = check_array(args[i], shape, np.int8, what, self.node)
             x = x.reshape(L.n, L.c, L.h, L.w)
-            if padded != L.c:  # whole output blocks of channels: `ratio` input blocks each
-                x = np.pad(x, ((0, 0), (0, padded - L.c), (0, 0), (0, 0)))
-            data[f"input{i}"] = pack(x, "NCHW", self.data_layout)
+            # whole output blocks of channels: `ratio` input blocks each
+            data[f"input{i}"] = pack_activation(x, self.config, self.config.block_in,
+                                                channels=padded)
         return data
 
     def unpack_output(self, raw: np.ndarray) -> np.ndarray:
         """The output region's bytes -> int8 of the node's output shape."""
         L, c = self.layer, self.config
-        shape = (L.batch_blocks, L.blocks, L.h, L.w, c.batch, c.block_out)
-        y = unpack(raw.view(np.int8).reshape(shape), self.out_layout, "NCHW",
-                   channels=L.c, batch=L.n)
+        y = unpack_activation(raw, c, c.block_out, (L.n, L.c, L.h, L.w),
+                              L.out_planes * c.block_out)
         return y if L.rank == 4 else y.reshape(L.n, L.c)
 
 
@@ -465,9 +487,9 @@ def lower_elementwise(node: Node | str, graph: Graph, config: HardwareConfig,
     regions, arena_bytes = layout_arena({
         "uop": len(table.uops) * c.uop_bytes,
         "const": L.const_rows * L.blocks * c.acc_elem_bytes,
-        "weights": L.ratio * c.wgt_elem_bytes,
+        "weights": L.identities * c.wgt_elem_bytes,
         **{f"input{i}": activation for i in sorted(L.inputs)},
-        "output": L.batch_blocks * L.blocks * L.pixels * c.out_elem_bytes,
+        "output": L.batch_blocks * L.out_planes * L.pixels * c.out_elem_bytes,
     }, config)
     program = _emit(layer, s, config, table, regions)
     return LoweredElementwise(node.name, config, layer, s, program, regions, arena_bytes,
@@ -482,22 +504,27 @@ def _emit(L: ElementwiseLayer, s: ElementwiseSchedule, c: HardwareConfig, u: Ele
     out0 = base("output", c.out_elem_bytes)
     p = ProgramBuilder(c)
     tokens = RegionTokens(p)
-    load_tables(p, regions, c, len(u.uops), u.const_base, L.const_rows * L.blocks, L.ratio)
+    load_tables(p, regions, c, len(u.uops), u.const_base, L.const_rows * L.blocks,
+                L.identities)
     for k, nb, ob0, p0, tc, tp in elementwise_tiles(L, s):
         kernels = u.passes(k, tp, ob0)
         o, win = u.outputs.base(k), u.windows.base(k)
-        # The operands' windows: `ratio` input blocks per output block, each a row of the
-        # tile's pixels (H x W apart in DRAM), written densely.
+        # The operands' windows: per output block a row of the tile's pixels, each pixel
+        # `ratio` input blocks side by side (H x W pixels apart in DRAM), written densely.
         tokens.load_into(("window", win))  # WAR: tile k-2's GEMMs read it
         for q, i in enumerate(L.inputs):
             dense_dma(p, False, win + q * u.operand,
                  base(f"input{i}", c.inp_elem_bytes)
-                 + (nb * L.in_blocks + ob0 * L.ratio) * L.pixels + p0,
-                 tc * L.ratio, tp, L.pixels, tp)
+                 + (nb * L.in_blocks + L.window_blocks(ob0)) * L.pixels + p0 * L.ratio,
+                 L.window_blocks(tc) // L.ratio, tp * L.ratio, L.pixels * L.ratio,
+                 tp * L.ratio)
         tokens.loaded()
 
         loop = dict(iter_out=tc, iter_in=tp, dst_factor_out=tp, dst_factor_in=1)
-        widen = dict(src_factor_out=L.ratio * tp, src_factor_in=1, **loop)
+        widen = dict(src_factor_out=L.ratio * tp, src_factor_in=L.ratio, **loop)
+        if L.group > 1:   # the kernels have a micro-op per output block
+            widen = dict(iter_out=1, iter_in=tp, dst_factor_out=0, dst_factor_in=1,
+                         src_factor_out=0, src_factor_in=1)
 
         def alu(seq, spans):
             for st, (bgn, end) in zip(seq, spans):
@@ -526,7 +553,14 @@ def _emit(L: ElementwiseLayer, s: ElementwiseSchedule, c: HardwareConfig, u: Ele
         tokens.computed()
 
         tokens.wait_computed()  # RAW: the out tile is written
-        dense_dma(p, True, o, out0 + (nb * L.blocks + ob0) * L.pixels + p0, tc, tp, L.pixels, tp)
+        if L.group == 1:
+            dense_dma(p, True, o, out0 + (nb * L.blocks + ob0) * L.pixels + p0, tc, tp,
+                      L.pixels, tp)
+        for obi in range(tc if L.group > 1 else 0):   # each to its place in its pixel
+            block, j = divmod(ob0 + obi, L.group)
+            store_activation(p, o + obi * tp,
+                             out0 + (nb * L.out_planes + block * L.group) * L.pixels,
+                             L.pixels, 0, 1, p0, tp, L.group, j)
         tokens.stored(("out", o))  # tile k+2 waits for it
     if len(u.uops) != u.frozen:
         raise AssertionError("a kernel was interned after the micro-op table was loaded")
@@ -552,10 +586,10 @@ def estimate_elementwise(layer: ElementwiseLayer, schedule: ElementwiseSchedule,
         for tc, nc in tile_split(layer.blocks, s.tile_c):
             m = npix * nc * layer.batch_blocks
             entries = tc * tp
-            load = (layer.operands * entries * layer.ratio * c.inp_elem_bytes / bw
+            load = (layer.operands * layer.window_blocks(tc) * tp * c.inp_elem_bytes / bw
                     + layer.operands * DMA_CYCLES)
             compute = entries * per_entry + insns * INSN_CYCLES
-            store = entries * c.out_elem_bytes / bw + DMA_CYCLES / 4
+            store = store_cycles(entries, tc if layer.group > 1 else 1, c, bw, layer.group)
             cycles += m * max(load, compute, store)
             first, last = max(first, load), max(last, store)
     return int(math.ceil(cycles + first + last))

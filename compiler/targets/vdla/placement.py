@@ -1,14 +1,21 @@
 """Where a compiled model's activations live in DRAM: one buffer per tensor, in the
 accelerator's blocked layout, from the op that writes it to every op that reads it.
 
-A config whose blocks agree (``block_in == block_out``) reads and writes activations in
-one layout, ``NCHW{batch}n{block}c``: a producer's STOREs are exactly what its consumer's
-LOADs expect, so the tensor can stay where the producer put it. `plan_buffers` decides,
-once per compiled model:
+Every op reads and writes activations in one layout, ``NCHW{batch}n{L}c`` with L =
+`activation_block` (``max(block_in, block_out)``; the blocks are powers of two, so the
+smaller divides L): a producer's STOREs are exactly what its consumer's LOADs expect, so
+the tensor can stay where the producer put it. Where block_out = r * block_in, a pixel of
+an L-block is r inp elements, which a consumer's LOAD brings contiguously (its micro-ops
+index the inp buffer ``pixel * r + j``); where block_in = r * block_out, a producer
+STOREs each out element to its place in the pixel (x_size 1, x_stride r). With batch > 1
+and blocks that differ no layout serves both (an inp element is batch x block_in, an out
+element batch x block_out), so activations are not `resident` there and the host packs
+each op's operands (`common.pack_activation`). `plan_buffers` decides, once per compiled
+model:
 
 * a `Buffer` per tensor that is not a view, sized for its blocked form;
 * a `Placement` per tensor: its buffer, where in each batch block it starts and how many
-  elements (``batch x block`` vectors) it spans there, and which physical channel holds
+  elements (``batch x L`` vectors) it spans there, and which physical channel holds
   each logical one (None: channel c at position c);
 * *views*, which cost no data movement: a ``concat`` along channels is one buffer whose
   parts are placed one after another at channel-block boundaries (the producers STORE
@@ -31,12 +38,13 @@ import dataclasses
 import numpy as np
 
 from vdla.compiler.ir.graph import Graph
-from vdla.compiler.ir.layout import pack, unpack
-from vdla.compiler.targets.vdla.common import ceil_div, relocate
+from vdla.compiler.targets.vdla.common import (activation_block, ceil_div, pack_activation,
+                                               relocate, unpack_activation)
 from vdla.config import HardwareConfig
 from vdla.isa import Program
 
-__all__ = ["Buffer", "BufferPlan", "Placement", "VIEW_OPS", "concat_conflicts",
+__all__ = ["Buffer", "BufferPlan", "Placement", "VIEW_OPS", "activation_block",
+           "concat_conflicts",
            "concat_view_problem",
            "flatten_view_problem", "plan_buffers", "relocate_to", "resident"]
 
@@ -45,10 +53,20 @@ VIEW_OPS = ("concat", "flatten", "reshape")
 
 
 def resident(config: HardwareConfig) -> bool:
-    """Whether activations can stay in DRAM between ops on `config`: producers STORE in
-    ``block_out`` channel blocks and consumers LOAD ``block_in`` ones, so only equal
-    blocks share a layout (otherwise the host repacks every activation between ops)."""
-    return config.block_in == config.block_out
+    """Whether activations can stay in DRAM between ops on `config`: always with batch 1
+    (producers and consumers share the `activation_block` layout), and with a larger
+    batch when the blocks agree. With batch > 1 and blocks that differ, an inp element
+    (batch x block_in) is no part of an out element (batch x block_out) or the reverse,
+    so the host repacks every activation between ops there."""
+    return config.block_in == config.block_out or config.batch == 1
+
+
+def not_resident(config: HardwareConfig) -> str:
+    """Why activations cannot stay in DRAM on `config` (see `resident`)."""
+    return (f"activations cannot stay in DRAM: batch {config.batch} with block_in "
+            f"{config.block_in} != block_out {config.block_out} (an inp element of batch x "
+            "block_in channels is no slice of an out element, nor the reverse; use batch 1 "
+            "or equal blocks)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,7 +109,7 @@ class Placement:
 
 def _placement(shape, buffer: str, offset: int, config: HardwareConfig,
                channels: np.ndarray | None = None, physical: int | None = None) -> Placement:
-    block = config.block_in
+    block = activation_block(config)
     physical = physical if physical is not None else ceil_div(shape[1], block) * block
     plane = int(np.prod(shape[2:])) if len(shape) > 2 else 1
     if channels is not None and np.array_equal(channels, np.arange(shape[1])):
@@ -132,7 +150,7 @@ class BufferPlan:
             full = np.zeros((x4.shape[0], p.physical) + x4.shape[2:], np.int8)
             full[:, p.channels] = x4
             x4 = full
-        blocked = pack(x4, "NCHW", f"NCHW{c.batch}n{c.block_in}c")
+        blocked = pack_activation(x4, c, c.block_in, channels=p.physical)
         runs = self.read_runs(tensor)
         slices = blocked.reshape(len(runs), -1)    # one run per batch block, or one in all
         return [(offset, data) for (offset, _), data in zip(runs, slices)]
@@ -152,11 +170,9 @@ class BufferPlan:
         p, c = self.placements[tensor], self.config
         rest = p.shape[2:] if len(p.shape) == 4 else (1, 1)
         data = np.concatenate([np.asarray(r, np.uint8).reshape(-1) for r in raw])
-        shape4 = (self.buffers[p.buffer].batch_blocks, p.physical // c.block_in) + rest \
-            + (c.batch, c.block_in)
-        x = unpack(data.view(np.int8).reshape(shape4), f"NCHW{c.batch}n{c.block_in}c", "NCHW",
-                   batch=p.shape[0])
-        x = x[:, p.positions()]
+        n = self.buffers[p.buffer].batch_blocks * c.batch
+        x = unpack_activation(data, c, c.block_in, (n, p.physical) + tuple(rest), p.physical)
+        x = x[:p.shape[0], p.positions()]
         return np.ascontiguousarray(x.reshape(p.shape))
 
 
@@ -179,8 +195,7 @@ def concat_view_problem(node, graph: Graph, config: HardwareConfig) -> str | Non
     rank-4 int8 activations along channels, each input distinct. Whether its parts can
     also be placed (a tensor in two concats) is `plan_buffers`' question."""
     if not resident(config):
-        return (f"activations cannot stay in DRAM: block_in {config.block_in} != block_out "
-                f"{config.block_out} (producers and consumers use different layouts)")
+        return not_resident(config)
     shape = graph.tensors[node.outputs[0]].shape
     if len(shape) != 4 or int(node.attrs.get("axis", 1)) % 4 != 1:
         return f"concat along axis {node.attrs.get('axis')} of rank {len(shape)}: only " \
@@ -198,8 +213,7 @@ def flatten_view_problem(node, graph: Graph, config: HardwareConfig) -> str | No
     """Why flatten/reshape `node` cannot be a view of its input's buffer (None when it
     can): an int8 NCHW (or NC) tensor to (N, C*H*W)."""
     if not resident(config):
-        return (f"activations cannot stay in DRAM: block_in {config.block_in} != block_out "
-                f"{config.block_out}")
+        return not_resident(config)
     problem = _activation(graph, node.inputs[0])
     if problem:
         return f"input {problem}"
@@ -220,8 +234,7 @@ def plan_buffers(graph: Graph, nodes, config: HardwareConfig,
     must be one `concat_conflicts` lets through). The output of a node for which
     `carries_map(node)` holds (a per-channel op) gets its input's channel map."""
     if not resident(config):
-        raise ValueError(f"config {config.name}: block_in != block_out, activations are not "
-                         "placed")
+        raise ValueError(f"config {config.name}: {not_resident(config)}")
     views = [n for n in nodes if n.op in VIEW_OPS]
     concats = [n for n in views if n.op == "concat"]
     placed, buffers, conflicts = _place_concats(graph, concats, config, carries_map)
@@ -264,7 +277,7 @@ def concat_conflicts(graph: Graph, concats, config: HardwareConfig,
 def _new_buffer(name: str, shape, config, buffers, channels=None, physical=None) -> Placement:
     p = _placement(shape, name, 0, config, channels, physical)
     buffers[name] = Buffer(name, ceil_div(shape[0], config.batch), p.elems,
-                           config.batch * config.block_in)
+                           config.batch * activation_block(config))
     return p
 
 
@@ -276,7 +289,7 @@ def _place_concats(graph, concats, config, carries_map=None):
     placed: dict[str, Placement] = {}
     buffers: dict[str, Buffer] = {}
     conflicts: dict[str, str] = {}
-    block = config.block_in
+    block = activation_block(config)
     # Each concat's channel map, from its parts' (innermost first), so that a concat
     # placed as a later concat's part already has the room its own parts need; a
     # per-channel op between them (the quantizer's rescale) passes the map on.
@@ -344,7 +357,8 @@ def _concat_parts(graph, node, config, maps) -> list[tuple[int, np.ndarray, int]
     parts, start = [], 0
     for name in node.inputs:
         c = graph.tensors[name].shape[1]
-        ch, phys = maps.get(name, (np.arange(c), ceil_div(c, config.block_in) * config.block_in))
+        block = activation_block(config)
+        ch, phys = maps.get(name, (np.arange(c), ceil_div(c, block) * block))
         parts.append((start, ch, phys))
         start += phys
     return parts
@@ -354,7 +368,7 @@ def _flattened(src: Placement, shape, config: HardwareConfig) -> Placement:
     """The placement of (N, C*H*W) read from `src` (N, C, H, W) in place: feature
     ``c*H*W + p`` sits at ``(block(c) * H*W + p) * block + lane(c)`` of the dense
     layer's input blocks."""
-    block = config.block_in
+    block = activation_block(config)
     plane = int(np.prod(src.shape[2:])) if len(src.shape) > 2 else 1
     pos = src.positions()
     blocks, lanes = pos // block, pos % block
@@ -386,13 +400,16 @@ def relocate_to(program: Program, config: HardwareConfig, regions: dict, arena: 
 
 
 def _moved(insn, size: int, region, address: int, p: Placement, buf: Buffer) -> int:
-    if size != buf.elem_bytes or address % size:
+    # In bytes: an access moves inp or out elements (batch x block_in or block_out
+    # channels), a buffer counts activation-block elements (batch x L).
+    eb = buf.elem_bytes
+    if eb % size or address % size:
         raise ValueError(f"{insn.memory_type.name} access of {size}-byte elements into a buffer "
-                         f"of {buf.elem_bytes}-byte elements at {address:#x}")
-    first = insn.dram_base - region.offset // size
-    last = first + (insn.y_size - 1) * insn.x_stride + insn.x_size - 1
-    nb, rest = divmod(first, p.elems)
-    if last // p.elems != nb and (p.offset, p.elems) != (0, buf.elems):
-        raise ValueError(f"a {insn.memory_type.name} access of elements {first}..{last} crosses "
+                         f"of {eb}-byte elements at {address:#x}")
+    first = insn.dram_base * size - region.offset
+    last = first + ((insn.y_size - 1) * insn.x_stride + insn.x_size) * size - 1
+    nb, rest = divmod(first, p.elems * eb)
+    if last // (p.elems * eb) != nb and (p.offset, p.elems) != (0, buf.elems):
+        raise ValueError(f"a {insn.memory_type.name} access of bytes {first}..{last} crosses "
                          f"a batch block ({p.elems} elements each) of buffer {buf.name!r}")
-    return address // size + nb * buf.elems + p.offset + rest
+    return (address + (nb * buf.elems + p.offset) * eb + rest) // size

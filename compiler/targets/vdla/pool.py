@@ -5,9 +5,11 @@ micro-op table (`PoolUops`), the timing model and default chooser (`estimate_poo
 `choose_pool2d`), the lowering (`lower_pool2d`) and `run_pool2d`.
 
 Ops: ``max_pool2d`` on int8 data, ``qavg_pool2d`` and ``qglobal_avg_pool2d`` (a global pool
-is a pool whose window is the whole image). The input is int8 ``NCHW{batch}n{block_in}c``,
-the output int8 ``NCHW{batch}n{block_out}c``; one output channel block takes ``ratio =
-block_out / block_in`` input blocks (the host pads the channels to whole output blocks).
+is a pool whose window is the whole image). Input and output are int8 in the activation
+layout (`common.pack_activation`, blocks of max(block_in, block_out) channels); one
+output channel block takes ``ratio = block_out / block_in`` input blocks, side by side in
+each pixel, or where block_in = `group` x block_out, `group` output blocks share an input
+block and selection blocks ``S_j[o, i] = (i == j * block_out + o)`` pick each out.
 
 *Identity weights.* Only the GEMM core moves int8 activations into the int32 acc buffer
 (a LOAD ACC reads int32 DRAM: four times the bytes, on the compute module). The arena
@@ -60,18 +62,20 @@ import math
 import numpy as np
 
 from vdla.compiler.ir.graph import Graph
-from vdla.compiler.ir.layout import pack, unpack
 from vdla.compiler.ir.tensor import Node
 from vdla.compiler.targets.vdla.common import (BYTES_PER_CYCLE, DMA_CYCLES, INSN_CYCLES,
                                                ITER_MAX, PAD_MAX, AluStep, IdentityTables,
-                                               KernelTable, ceil_div, check_alu_ops,
-                                               check_array, check_tile_sizes, layout_arena,
+                                               KernelTable, activation_dma, ceil_div,
+                                               check_alu_ops, check_array, check_tile_sizes,
+                                               layout_arena, pack_activation,
+                                               store_activation, store_cycles,
+                                               unpack_activation,
                                                load_tables, overflow_detail, requant_steps,
                                                run_arena, start_lowering, tile_candidates,
                                                tile_split, window_cols, window_rows)
 from vdla.compiler.targets.vdla.support import pool_weight_scale
 from vdla.config import AluOp, HardwareConfig
-from vdla.isa import MemoryType, Program, Uop, encode_uops
+from vdla.isa import Program, Uop, encode_uops
 from vdla.runtime.builder import ProgramBuilder
 from vdla.runtime.tokens import PingPong, RegionTokens
 
@@ -114,6 +118,7 @@ class Pool2dLayer:
     batch_blocks: int
     blocks: int
     ratio: int = 1
+    group: int = 1
     const_rows: int = 0
     imm_passes: int = 0
     vec_passes: int = 0
@@ -138,11 +143,31 @@ class Pool2dLayer:
             if pad > PAD_MAX or far > PAD_MAX:
                 raise ValueError(f"pool padding {max(pad, far)} along the {axis} exceeds "
                                  f"the LOAD's {PAD_MAX} per side")
+            # A column of padding is `ratio` inp elements (a pixel of an activation block).
+            if axis == "columns" and max(pad, far) * self.ratio > PAD_MAX:
+                raise ValueError(f"pool padding {max(pad, far)} along the columns is "
+                                 f"{max(pad, far) * self.ratio} inp elements ({self.ratio} "
+                                 f"per pixel), more than the LOAD's {PAD_MAX} per side")
 
     @property
     def in_blocks(self) -> int:
-        """Input channel blocks (the channels padded to whole output blocks)."""
-        return self.blocks * self.ratio
+        """Input channel blocks (the channels padded to whole output blocks, or where
+        block_in > block_out to whole activation blocks of `group` output blocks)."""
+        return self.window_blocks(self.blocks)
+
+    @property
+    def out_planes(self) -> int:
+        """Output blocks per pixel in DRAM (padded to whole activation blocks)."""
+        return ceil_div(self.blocks, self.group) * self.group
+
+    @property
+    def identities(self) -> int:
+        """Identity (or selection, where block_in > block_out) weight blocks."""
+        return self.ratio if self.group == 1 else self.group
+
+    def window_blocks(self, tc: int) -> int:
+        """Input blocks of `tc` output blocks (from an activation block's first)."""
+        return tc * self.ratio if self.group == 1 else ceil_div(tc, self.group)
 
     @property
     def taps(self) -> int:
@@ -184,11 +209,6 @@ def pool2d_layer(node: Node, graph: Graph, config: HardwareConfig):
     if x.layout:
         raise ValueError(f"{node.op} node {node.name!r}: its input has layout {x.layout!r}; "
                          "lower_pool2d takes the plain NCHW node and packs itself")
-    if config.block_out % config.block_in:
-        raise ValueError(f"{node.op} node {node.name!r}: pooling on vdla needs block_out to "
-                         f"be a multiple of block_in (config {config.name} has block_in="
-                         f"{config.block_in}, block_out={config.block_out}): identity "
-                         "weights map whole input blocks into an output block")
     n, c, h, w = x.shape
     _, _, out_h, out_w = graph.tensors[node.outputs[0]].shape
     a = node.attrs
@@ -203,7 +223,8 @@ def pool2d_layer(node: Node, graph: Graph, config: HardwareConfig):
                         kernel_w=int(kernel[1]), stride_h=int(strides[0]),
                         stride_w=int(strides[1]), pad_top=int(pads[0]), pad_left=int(pads[1]),
                         out_h=out_h, out_w=out_w, batch_blocks=ceil_div(n, config.batch),
-                        blocks=blocks, ratio=config.block_out // config.block_in,
+                        blocks=blocks, ratio=max(config.block_out // config.block_in, 1),
+                        group=max(config.block_in // config.block_out, 1),
                         const_rows=len(rows),
                         weight_scale=pool_weight_scale(node) if kind == AVG else 1,
                         imm_passes=sum(st.row is None for st in steps),
@@ -226,8 +247,10 @@ class Pool2dSchedule:
         check_tile_sizes(self, ("tile_h", "tile_w", "tile_c"))
 
     def clamped(self, layer: Pool2dLayer) -> "Pool2dSchedule":
+        # Where block_in > block_out, a tile takes whole activation blocks.
+        g = layer.group
         return Pool2dSchedule(min(self.tile_h, layer.out_h), min(self.tile_w, layer.out_w),
-                              min(self.tile_c, layer.blocks))
+                              min(ceil_div(self.tile_c, g) * g, layer.blocks))
 
     def needs(self, layer: Pool2dLayer, config: HardwareConfig,
               uops: bool = True) -> dict[str, tuple[int, int]]:
@@ -240,8 +263,8 @@ class Pool2dSchedule:
         tile = s.tile_c * s.tile_h * s.tile_w
         widened = s.tile_c * chunk if layer.kind == MAX else 0
         need = {
-            "inp": (2 * s.tile_c * layer.ratio * chunk, config.inp_depth),
-            "wgt": (layer.ratio, config.wgt_depth),
+            "inp": (2 * layer.window_blocks(s.tile_c) * chunk, config.inp_depth),
+            "wgt": (layer.identities, config.wgt_depth),
             "acc": (2 * tile + widened + layer.const_rows * layer.blocks, config.acc_depth),
             "out": (2 * tile, config.out_depth),
         }
@@ -320,7 +343,7 @@ class PoolUops(KernelTable):
         self.chunk = window_rows(L, s.tile_h) * window_cols(L, s.tile_w)
         # Consecutive tiles alternate between two input windows and two output regions,
         # so one tile's loads and the previous one's stores overlap compute.
-        self.windows = PingPong(s.tile_c * L.ratio * self.chunk)
+        self.windows = PingPong(L.window_blocks(s.tile_c) * self.chunk)
         self.outputs = PingPong(self.tile)
         self.widened = self.outputs.total
         depth = config.acc_depth if config is not None else 1 << 30
@@ -350,14 +373,23 @@ class PoolUops(KernelTable):
                "vec": {row: self.kernel([Uop(o, self.const_base + row * L.blocks + t.ob0)])
                        for row in range(L.const_rows)}}
         if L.kind == AVG:
+            # Input block j of output block obi: each window pixel holds the `ratio`
+            # input blocks of an output block side by side; or (block_in > block_out)
+            # output block obi is selection obi % group of input block obi // group.
+            g = L.group
             out["sum"] = self.kernel(
-                Uop(o + obi * plane, i + (obi * L.ratio + j) * chunk + ky * cols + kx, j)
+                Uop(o + obi * plane, i + obi // g * L.ratio * chunk
+                    + (ky * cols + kx) * L.ratio + j, j + obi % g)
                 for obi in range(t.tc) for j in range(L.ratio)
                 for ky in range(L.kernel_h) for kx in range(L.kernel_w))
             return out
         wide = self.widened
         out["widen_reset"] = self.kernel([Uop(wide, 0, 0)])
-        out["widen"] = self.kernel(Uop(wide, i + j * chunk, j) for j in range(L.ratio))
+        if L.group > 1:   # output block obi: selection obi % group of its input block
+            out["widen"] = self.kernel(Uop(wide + obi * chunk, i + obi // L.group * chunk,
+                                           obi % L.group) for obi in range(t.tc))
+        else:
+            out["widen"] = self.kernel(Uop(wide, i + j, j) for j in range(L.ratio))
         taps = []
         for ky in range(L.kernel_h):
             y0, y1 = _valid(t.oh0, t.th, ky, L.stride_h, L.pad_top, L.h)
@@ -406,13 +438,16 @@ def estimate_pool2d(layer: Pool2dLayer, schedule: Pool2dSchedule, config: Hardwa
             for tc, nc in tile_split(layer.blocks, s.tile_c):
                 m = nh * nw * nc * layer.batch_blocks
                 entries = tc * th * tw
-                window = tc * layer.ratio * rows * cols
-                # One 2-D DMA per input block, each paying the DRAM latency.
-                load = window * c.inp_elem_bytes / bw + tc * layer.ratio * DMA_CYCLES
-                store = entries * c.out_elem_bytes / bw + tc * DMA_CYCLES / 4
+                window = layer.window_blocks(tc) * rows * cols
+                # One 2-D DMA per activation block, each paying the DRAM latency.
+                load = (window * c.inp_elem_bytes / bw
+                        + layer.window_blocks(tc) // layer.ratio * DMA_CYCLES)
+                store = store_cycles(entries, tc * (1 if tw == layer.out_w or layer.group == 1
+                                                    else th), c, bw, layer.group)
                 if layer.kind == MAX:
-                    # reset and -128, widening (reset and copy), one MAX per tap
-                    compute = (2 * entries + 2 * tc * rows * cols
+                    # reset and -128, widening (reset, and a copy per input block),
+                    # one MAX per tap
+                    compute = (2 * entries + (1 + layer.ratio) * tc * rows * cols
                                + 2 * entries * layer.taps + (4 + layer.taps) * INSN_CYCLES)
                 else:
                     compute = (entries * (1 + layer.taps * layer.ratio + imm_steps
@@ -467,24 +502,21 @@ class LoweredPool2d(IdentityTables):
         """The arena regions one run writes: {"input": packed int8}."""
         L = self.layer
         x = check_array(x, (L.n, L.c, L.h, L.w), np.int8, "input", self.node)
-        padded = L.blocks * self.config.block_out
-        if padded != L.c:  # whole output blocks of channels: `ratio` input blocks each
-            x = np.pad(x, ((0, 0), (0, padded - L.c), (0, 0), (0, 0)))
-        return {"input": pack(x, "NCHW", self.data_layout)}
+        # whole output blocks of channels: `ratio` input blocks each
+        return {"input": pack_activation(x, self.config, self.config.block_in,
+                                         channels=L.blocks * self.config.block_out)}
 
     def unpack_output(self, raw: np.ndarray) -> np.ndarray:
         L, c = self.layer, self.config
-        shape = (L.batch_blocks, L.blocks, L.out_h, L.out_w, c.batch, c.block_out)
-        return unpack(raw.view(np.int8).reshape(shape), self.out_layout, "NCHW",
-                      channels=L.c, batch=L.n)
+        return unpack_activation(raw, c, c.block_out, (L.n, L.c, L.out_h, L.out_w),
+                                 L.out_planes * c.block_out)
 
 
 def lower_pool2d(node: Node | str, graph: Graph, config: HardwareConfig,
                  schedule: Pool2dSchedule | None = None) -> LoweredPool2d:
     """Lower pooling node `node` of `graph` (one of `POOL_OPS`) to a program for `config`
     (see the module docstring). Raises ValueError for what the back half does not support
-    (float data, block_out not a multiple of block_in, a window in the padding only,
-    MUL missing) and for a schedule that does not fit."""
+    (float data, a window in the padding only, padding beyond the LOAD's, MUL missing) and for a schedule that does not fit."""
     node, (layer, steps, rows), s = start_lowering("lower_pool2d", node, graph, config,
                                                    schedule, pool2d_layer, choose_pool2d,
                                                    Pool2dSchedule)
@@ -493,9 +525,9 @@ def lower_pool2d(node: Node | str, graph: Graph, config: HardwareConfig,
     regions, arena_bytes = layout_arena({
         "uop": len(table.uops) * c.uop_bytes,
         "const": L.const_rows * L.blocks * c.acc_elem_bytes,
-        "weights": L.ratio * c.wgt_elem_bytes,
+        "weights": L.identities * c.wgt_elem_bytes,
         "input": L.batch_blocks * L.in_blocks * L.h * L.w * c.inp_elem_bytes,
-        "output": L.batch_blocks * L.blocks * L.out_h * L.out_w * c.out_elem_bytes,
+        "output": L.batch_blocks * L.out_planes * L.out_h * L.out_w * c.out_elem_bytes,
     }, config)
     program = _emit(layer, s, config, steps, table, regions)
     return LoweredPool2d(node.name, config, layer, s, program, regions, arena_bytes,
@@ -510,7 +542,8 @@ def _emit(L: Pool2dLayer, s: Pool2dSchedule, c: HardwareConfig, steps, u: PoolUo
     inp0, out0 = base("input", c.inp_elem_bytes), base("output", c.out_elem_bytes)
     p = ProgramBuilder(c)
     tokens = RegionTokens(p)
-    load_tables(p, regions, c, len(u.uops), u.const_base, L.const_rows * L.blocks, L.ratio)
+    load_tables(p, regions, c, len(u.uops), u.const_base, L.const_rows * L.blocks,
+                L.identities)
     tiles = u.tiles
     for t in tiles:
         k = u.tile_passes[t.k]
@@ -523,10 +556,12 @@ def _emit(L: Pool2dLayer, s: Pool2dSchedule, c: HardwareConfig, steps, u: PoolUo
         pads = dict(y_pad_0=y0 - r0, y_pad_1=r0 + rows - y1, x_pad_0=x0 - c0,
                     x_pad_1=c0 + cols - x1)
         tokens.load_into(("window", u.window(t)))  # WAR: tile k-2's GEMM read it
-        for b in range(t.tc * L.ratio):
-            p.load(MemoryType.INP, sram_base=u.window(t) + b * u.chunk,
-                   dram_base=inp0 + ((t.nb * L.in_blocks + t.ob0 * L.ratio + b) * L.h + y0)
-                   * L.w + x0, y_size=y1 - y0, x_size=x1 - x0, x_stride=L.w, **pads)
+        # One LOAD per activation block: per output block `ratio` inp elements a pixel,
+        # or (block_in > block_out) one per `group` output blocks.
+        for lb in range(L.window_blocks(t.tc) // L.ratio):
+            activation_dma(p, u.window(t) + lb * L.ratio * u.chunk,
+                           inp0 + (t.nb * L.in_blocks + L.window_blocks(t.ob0) + lb * L.ratio)
+                           * L.h * L.w, L.w, y0, y1, x0, x1, L.ratio, pads)
         tokens.loaded()
 
         tile_loop = dict(iter_out=t.tc, iter_in=t.th * t.tw, dst_factor_out=plane,
@@ -539,7 +574,8 @@ def _emit(L: Pool2dLayer, s: Pool2dSchedule, c: HardwareConfig, steps, u: PoolUo
             bgn, end = k["sum"]
             p.gemm(uop_bgn=bgn, uop_end=end, iter_out=t.th, iter_in=t.tw,
                    dst_factor_out=t.tw, dst_factor_in=1,
-                   src_factor_out=L.stride_h * cols, src_factor_in=L.stride_w)
+                   src_factor_out=L.stride_h * cols * L.ratio,
+                   src_factor_in=L.stride_w * L.ratio)
         else:
             bgn, end = k["imm"]
             p.alu(AluOp.ADD, uop_bgn=bgn, uop_end=end, use_imm=True, imm=-128, **tile_loop)
@@ -549,8 +585,12 @@ def _emit(L: Pool2dLayer, s: Pool2dSchedule, c: HardwareConfig, steps, u: PoolUo
             p.gemm(reset_reg=True, uop_bgn=bgn, uop_end=end, **widen)
             tokens.wait_loaded()  # RAW: the window is in
             bgn, end = k["widen"]
-            p.gemm(uop_bgn=bgn, uop_end=end, src_factor_out=L.ratio * u.chunk,
-                   src_factor_in=1, **widen)
+            if L.group > 1:   # the kernel has a micro-op per output block
+                p.gemm(uop_bgn=bgn, uop_end=end, iter_out=1, iter_in=rows * cols,
+                       dst_factor_out=0, dst_factor_in=1, src_factor_out=0, src_factor_in=1)
+            else:
+                p.gemm(uop_bgn=bgn, uop_end=end, src_factor_out=L.ratio * u.chunk,
+                       src_factor_in=L.ratio, **widen)
         tokens.read(("window", u.window(t)))  # tile k+2's loads wait for it
         if L.kind == AVG:
             for st in steps:
@@ -570,9 +610,10 @@ def _emit(L: Pool2dLayer, s: Pool2dSchedule, c: HardwareConfig, steps, u: PoolUo
 
         tokens.wait_computed()  # RAW: the out tile is written
         for obi in range(t.tc):
-            p.store(sram_base=o + obi * plane,
-                    dram_base=out0 + ((t.nb * L.blocks + t.ob0 + obi) * L.out_h + t.oh0)
-                    * L.out_w + t.ow0, y_size=t.th, x_size=t.tw, x_stride=L.out_w)
+            block, j = divmod(t.ob0 + obi, L.group)
+            store_activation(p, o + obi * plane,
+                             out0 + (t.nb * L.out_planes + block * L.group) * L.out_h * L.out_w,
+                             L.out_w, t.oh0, t.th, t.ow0, t.tw, L.group, j)
         tokens.stored(("out", o))  # tile k+2 waits for it
     return tokens.finish()  # FINISH waits for the last store
 

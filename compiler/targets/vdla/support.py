@@ -85,10 +85,11 @@ def pool_weight_scale(node: Node) -> int:
 def _identity_problem(what: str, config) -> str | None:
     """Why identity weight blocks cannot move `what`'s int8 input blocks into output
     blocks on `config` (None when they can)."""
-    if config.block_out % config.block_in:
-        return (f"{what} needs block_out ({config.block_out}) to be a multiple of block_in "
-                f"({config.block_in}): identity weights map whole input blocks into an "
-                "output block")
+    if config.block_out % config.block_in and config.block_in % config.block_out:
+        return (f"{what} needs one of block_in ({config.block_in}) and block_out "
+                f"({config.block_out}) to divide the other: identity weights map whole "
+                "input blocks into an output block, or select output blocks from an input "
+                "block")
     return None
 
 

@@ -13,16 +13,16 @@ accepts is lowered with `lower_conv2d`, `lower_pool2d` or `lower_elementwise` (t
 schedule from the tuner's records, else the timing model's pick), and its weights,
 constants and micro-ops are packed once.
 
-Activations stay in DRAM (`vdla.compiler.targets.vdla.placement`) on a config whose
-blocks agree (block_in == block_out): `compile_nodes` plans one buffer per tensor in the
-blocked layout, concats along channels and flattens are views of those buffers (no
-program), and every op's LOADs and STOREs of activations are relocated into the
-placements. The session writes a tensor only when no accelerator op produced it (a model
-input after ``quantize``, a host op's output) and reads one back only for a host op or a
-model output: between two accelerator ops the host does nothing. On other configs the
-session packs every op's inputs into its own arena and unpacks its output after it (the
-host's NCHW <-> NCHW{b}n{c}c conversion between every pair of ops), and reports those
-moves as transfers between accelerator ops.
+Activations stay in DRAM (`vdla.compiler.targets.vdla.placement`) on every config with
+batch 1 and on every config whose blocks agree: `compile_nodes` plans one buffer per
+tensor in the blocked layout (blocks of max(block_in, block_out) channels), concats along
+channels and flattens are views of those buffers (no program), and every op's LOADs and
+STOREs of activations are relocated into the placements. The session writes a tensor
+only when no accelerator op produced it (a model input after ``quantize``, a host op's
+output) and reads one back only for a host op or a model output: between two
+accelerator ops the host does nothing. With batch > 1 and blocks that differ the session
+packs every op's inputs into its own arena and unpacks its output after it, and reports
+those moves as transfers between accelerator ops.
 """
 
 from __future__ import annotations

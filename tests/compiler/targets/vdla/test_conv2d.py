@@ -430,13 +430,18 @@ def test_grouped_on_the_cycle_accurate_backend(groups):
 
 @pytest.mark.parametrize("config, ratio", [
     (vdla.HardwareConfig(block_out=32), 2),                 # two identity blocks
-    (vdla.HardwareConfig(block_in=32, block_out=16), 0),    # the host widens: LOAD ACC
-], ids=["block_out=2*block_in", "block_in>block_out"])
+    (vdla.HardwareConfig(block_in=32, block_out=16), 2),    # two selection blocks
+    (vdla.HardwareConfig(block_in=32, block_out=8, acc_buff_size=32768), 4),
+], ids=["block_out=2*block_in", "block_in=2*block_out", "block_in=4*block_out"])
 def test_residual_paths_on_other_block_shapes(config, ratio):
+    """The int8 residual in the activation layout (blocks of max(block_in, block_out)),
+    widened on the GEMM core by identity or selection blocks; edge tiles of every
+    size; one and two threads."""
     rng = np.random.default_rng(80)
-    g, name, feed, weights, bias = conv_graph(rng, c=40, o=40, h=6, w=7, residual=True,
+    g, name, feed, weights, bias = conv_graph(rng, c=40, o=64, h=6, w=7, residual=True,
                                               shift=(9,), residual_shift=1, out_min=0)
-    for schedule in (None, Conv2dSchedule(2, 3, 1, 1, h_nthread=2)):
+    for schedule in (None, Conv2dSchedule(2, 3, 1, 1, h_nthread=2),
+                     Conv2dSchedule(4, 5, 1, 1, oc_nthread=2)):
         lowered, _ = check_conv(g, name, feed, weights, bias, config=config,
                                 schedule=schedule)
         assert lowered.layer.residual_ratio == ratio

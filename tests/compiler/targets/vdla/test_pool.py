@@ -2,7 +2,7 @@
 programs that match the integer reference bit-exactly on the functional simulator and on
 Verilator, for kernels, strides, pads (max pooling pads with -128, average pooling with
 zeros), ceil mode, channel counts that are not block multiples, batches, block_out a
-multiple of block_in, per-channel and large-shift requantization, and many tilings."""
+multiple of block_in and block_in a multiple of block_out, per-channel and large-shift requantization, and many tilings."""
 
 from __future__ import annotations
 
@@ -189,12 +189,40 @@ def test_block_out_a_multiple_of_block_in():
         assert lowered.layer.ratio == 4
 
 
+#: block_in = 4 x block_out: selection blocks pick each output block out of an input block.
+WIDE_IN = vdla.HardwareConfig(block_in=32, block_out=8, acc_buff_size=32768)
+
+
+@pytest.mark.parametrize("config", [WIDE_IN, vdla.HardwareConfig(block_in=32, block_out=16),
+                                    vdla.HardwareConfig(batch=2, block_in=32, block_out=16,
+                                                        acc_buff_size=65536)],
+                         ids=["1x32x8", "1x32x16", "2x32x16"])
+def test_block_in_a_multiple_of_block_out(config):
+    """Output blocks narrower than input blocks: a tile loads whole input blocks and a
+    selection GEMM takes each output block from its input block; outputs are stored into
+    blocks of block_in channels (x_size 1 STOREs). Channel counts that leave the last
+    input block partly empty, tiles of fewer channel blocks than an input block holds."""
+    for g, schedule in (
+            (pool_graph("max_pool2d", n=3, c=40, kernel=(3, 3), strides=(2, 2),
+                        pads=(1, 1, 1, 1)), None),
+            (pool_graph("max_pool2d", c=72, kernel=(3, 3), strides=(2, 2),
+                        pads=(1, 1, 1, 1)), Pool2dSchedule(2, 3, 1)),
+            (pool_graph("qavg_pool2d", n=3, c=70, kernel=(3, 3), strides=(2, 2),
+                        pads=(1, 1, 1, 1), shift=(3,)), Pool2dSchedule(2, 4, 3)),
+            (pool_graph("qglobal_avg_pool2d", n=2, c=40, h=5, w=6, shift=(5,)), None)):
+        lowered, _ = check_pool(g, config=config, schedule=schedule)
+        assert lowered.layer.group == config.block_in // config.block_out
+
+
+@pytest.mark.slow   # a Verilator model of its own to build
+def test_block_in_a_multiple_of_block_out_on_verilator():
+    check_pool(pool_graph("max_pool2d", c=40, kernel=(3, 3), strides=(2, 2),
+                          pads=(1, 1, 1, 1)), config=WIDE_IN, backend="verilator")
+
+
 def test_unsupported_nodes_raise_clearly():
     with pytest.raises(ValueError, match="pools float32 data"):
         lower_pool2d("pool", pool_graph("max_pool2d", dtype="float32", kernel=(2, 2)), DEFAULT)
-    wide_in = vdla.HardwareConfig(block_in=32, block_out=16)
-    with pytest.raises(ValueError, match="block_out to be a multiple of block_in"):
-        lower_pool2d("pool", pool_graph("max_pool2d", kernel=(2, 2)), wide_in)
     with pytest.raises(ValueError, match="ALU MUL"):
         lower_pool2d("pool", pool_graph("qglobal_avg_pool2d", multiplier=300, shift=(9,)),
                      DEFAULT)
