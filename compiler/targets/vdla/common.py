@@ -137,6 +137,32 @@ def activation_block(config: HardwareConfig) -> int:
     return max(config.block_in, config.block_out)
 
 
+class PerChannelBlocks:
+    """The block counts a per-channel op's layer (a pool, an elementwise op) derives from
+    its `blocks` (output channel blocks), `ratio` (input blocks per output block) and
+    `group` (output blocks per activation block where block_in > block_out, else 1)."""
+
+    @property
+    def in_blocks(self) -> int:
+        """Input channel blocks (the channels padded to whole output blocks, or where
+        block_in > block_out to whole activation blocks of `group` output blocks)."""
+        return self.window_blocks(self.blocks)
+
+    @property
+    def out_planes(self) -> int:
+        """Output blocks per pixel in DRAM (padded to whole activation blocks)."""
+        return ceil_div(self.blocks, self.group) * self.group
+
+    @property
+    def identities(self) -> int:
+        """Identity (or selection, where block_in > block_out) weight blocks."""
+        return self.ratio if self.group == 1 else self.group
+
+    def window_blocks(self, tc: int) -> int:
+        """Input blocks of `tc` output blocks (from an activation block's first)."""
+        return tc * self.ratio if self.group == 1 else ceil_div(tc, self.group)
+
+
 def inp_group(config: HardwareConfig) -> int:
     """inp elements (block_in channels) per pixel of an activation block: 1 when block_in
     >= block_out, else block_out / block_in (a LOAD brings them contiguously and the

@@ -71,6 +71,7 @@ import numpy as np
 from vdla.compiler.ir.graph import Graph
 from vdla.compiler.ir.tensor import Node
 from vdla.compiler.targets.vdla.common import (BYTES_PER_CYCLE, DMA_CYCLES, INSN_CYCLES,
+                                               PerChannelBlocks,
                                                ITER_MAX, AluStep, IdentityTables, KernelTable,
                                                ceil_div, check_alu_ops, check_array,
                                                pack_activation, store_activation, store_cycles,
@@ -95,7 +96,7 @@ ELEMENTWISE_OPS = ("relu", "qadd")
 # --- the layer ------------------------------------------------------------------------------
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class ElementwiseLayer:
+class ElementwiseLayer(PerChannelBlocks):
     """A standalone elementwise workload: `op` (``"relu"``, ``"qadd"``), plain sizes `n`,
     `c`, `h`, `w` (h = w = 1 for an (N, C) tensor, `rank` 2), `batch_blocks`, output channel
     `blocks`, `ratio` input blocks per output block; `inputs`: the node inputs read, first
@@ -130,26 +131,6 @@ class ElementwiseLayer:
     def operands(self) -> int:
         """Activations the program reads (1 or 2)."""
         return len(self.inputs)
-
-    @property
-    def in_blocks(self) -> int:
-        """Input channel blocks (the channels padded to whole output blocks, or where
-        block_in > block_out to whole activation blocks of `group` output blocks)."""
-        return self.window_blocks(self.blocks)
-
-    @property
-    def out_planes(self) -> int:
-        """Output blocks per pixel in DRAM (padded to whole activation blocks)."""
-        return ceil_div(self.blocks, self.group) * self.group
-
-    @property
-    def identities(self) -> int:
-        """Identity (or selection, where block_in > block_out) weight blocks."""
-        return self.ratio if self.group == 1 else self.group
-
-    def window_blocks(self, tc: int) -> int:
-        """Input blocks of `tc` output blocks (from an activation block's first)."""
-        return tc * self.ratio if self.group == 1 else ceil_div(tc, self.group)
 
     @property
     def macs(self) -> int:

@@ -64,6 +64,7 @@ import numpy as np
 from vdla.compiler.ir.graph import Graph
 from vdla.compiler.ir.tensor import Node
 from vdla.compiler.targets.vdla.common import (BYTES_PER_CYCLE, DMA_CYCLES, INSN_CYCLES,
+                                               PerChannelBlocks,
                                                ITER_MAX, PAD_MAX, AluStep, IdentityTables,
                                                KernelTable, activation_dma, ceil_div,
                                                check_alu_ops, check_array, check_tile_sizes,
@@ -92,7 +93,7 @@ MAX, AVG = "max", "avg"
 # --- the layer ------------------------------------------------------------------------------
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Pool2dLayer:
+class Pool2dLayer(PerChannelBlocks):
     """A pooling workload: `kind` ("max" or "avg"), plain sizes (N, C, H, W), the window
     (kernel, strides, top and left pads), the output size (which includes a ceil-mode
     window), and the block counts: `batch_blocks`, output channel `blocks`, and `ratio`
@@ -148,26 +149,6 @@ class Pool2dLayer:
                 raise ValueError(f"pool padding {max(pad, far)} along the columns is "
                                  f"{max(pad, far) * self.ratio} inp elements ({self.ratio} "
                                  f"per pixel), more than the LOAD's {PAD_MAX} per side")
-
-    @property
-    def in_blocks(self) -> int:
-        """Input channel blocks (the channels padded to whole output blocks, or where
-        block_in > block_out to whole activation blocks of `group` output blocks)."""
-        return self.window_blocks(self.blocks)
-
-    @property
-    def out_planes(self) -> int:
-        """Output blocks per pixel in DRAM (padded to whole activation blocks)."""
-        return ceil_div(self.blocks, self.group) * self.group
-
-    @property
-    def identities(self) -> int:
-        """Identity (or selection, where block_in > block_out) weight blocks."""
-        return self.ratio if self.group == 1 else self.group
-
-    def window_blocks(self, tc: int) -> int:
-        """Input blocks of `tc` output blocks (from an activation block's first)."""
-        return tc * self.ratio if self.group == 1 else ceil_div(tc, self.group)
 
     @property
     def taps(self) -> int:
