@@ -846,7 +846,7 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
     else:
         # The busiest module bounds the time; chunk pairs add the waits of a thread whose
         # loads take longer than the other's GEMM.
-        cycles = max(paired, load, store) + first_load + last_store
+        cycles = max(paired, load - tables, store) + first_load + last_store
         if tiles % 2:
             # An odd tile count leaves the last group one thread: its loads and GEMMs
             # take turns.
