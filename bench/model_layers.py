@@ -18,6 +18,12 @@ and the design-space sweep use) predicts every op of the same compiled graph. Co
 * ``before``: the baseline's cycles for the op (``--baseline``, a file this script's
   ``--save-baseline`` wrote at an earlier commit).
 
+Each model's summary ends with a *lower bound on VTA's ISA*: its GEMM micro-ops (every
+output entry times its input blocks and taps, as lowered) plus 5 compute cycles per
+output entry (a reset, the bias, one shift, MAX and MIN: the fewest an int8 result
+takes, with a per-tensor shift) plus the residuals' widening, with loads, stores, pools
+and instruction overheads free. A goal below it cannot be met by compiling for this ISA.
+
 ``--save-baseline`` writes the run's per-op cycles (with the commit) for a later run.
 """
 
@@ -40,6 +46,9 @@ from vdla.compiler.targets.vdla.conv_layer import (Conv2dLayer, alu_passes,  # n
                                                    conv2d_workload, estimate_conv2d,
                                                    residual_passes)
 
+#: Compute cycles per output entry no int8 result on VTA's ISA goes below: a reset, the
+#: bias (a GEMM micro-op), a per-tensor shift, MAX and MIN.
+MIN_EPILOGUE = 5
 #: Each model's goal in cycles on the default config (the project's issue tracker).
 GOALS = {"resnet18": 8_300_000, "resnet50": 19_000_000, "mobilenet_v1": 4_000_000}
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,6 +60,16 @@ def _commit() -> str:
                               capture_output=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
+
+
+def isa_bound(node, graph, target) -> int:
+    """GEMM micro-ops + `MIN_EPILOGUE` per output entry + residual widening of a GEMM op
+    (0 for other ops)."""
+    if node.op not in ("qconv2d", "qdense"):
+        return 0
+    layer = Conv2dLayer.from_node(node, graph, target.config)
+    entries = layer.batch_blocks * layer.out_blocks * layer.out_h * layer.out_w
+    return layer.gemm_uops + MIN_EPILOGUE * entries + layer.residual_uops
 
 
 def floor_cycles(node, graph, target, schedule) -> int | None:
@@ -85,6 +104,7 @@ def run(model: str, baseline: dict) -> dict:
                          util=(stats.macs / (stats.cycles * target.config.macs_per_cycle)
                                if stats.macs else None),
                          floor=floor_cycles(node, graph, target, schedules[stats.name]),
+                         bound=isa_bound(node, graph, target),
                          before=before.get(stats.name)))
     return dict(model=model, rows=rows, seconds=time.perf_counter() - start,
                 macs=sum(s.macs or 0 for s in outcome.result.ops if s.target == "vdla"))
@@ -121,6 +141,11 @@ def report(result: dict, macs_per_cycle: int) -> list[str]:
         f"{len(off)} of {len(rows)} ops beyond 3%" + (f" ({', '.join(off)})" if off else ""),
         f"  floor of this lowering (GEMM micro-ops + epilogue passes, pools as run): "
         f"{floor:,} cycles",
+        f"  lower bound on VTA's ISA (GEMM micro-ops + {MIN_EPILOGUE} cycles per output "
+        f"entry + residual widening; loads, stores, pools free): "
+        f"{sum(r['bound'] for r in rows):,} cycles"
+        + (f" ({'above' if sum(r['bound'] for r in rows) > goal else 'below'} the goal)"
+           if goal else ""),
         f"  ({result['seconds']:.0f} s)"]
     return lines
 
