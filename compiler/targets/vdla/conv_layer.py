@@ -723,13 +723,13 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
     c = config
     bw = float(bytes_per_cycle)
     imm, vec = alu_passes if alu_passes is not None else (3, 0 if layer.bias_gemm else 1)
-    res_imm, res_vec = residual_passes if residual_passes is not None else (1, 0)
+    res_passes = residual_passes if residual_passes is not None else (1, 0)
     taps = layer.kernel_h * layer.kernel_w
     threads = s.nthreads
     tilings, co_tiles, weight_reuse = _channel_tilings(layer, s)
     # Bytes of one buffer element (a whole batch x block vector or weight block).
-    inp_entry, wgt_entry = c.inp_elem_bytes, c.wgt_elem_bytes
-    acc_entry, out_entry = c.acc_elem_bytes, c.out_elem_bytes
+    wgt_entry = c.wgt_elem_bytes
+    out_entry = c.out_elem_bytes
 
     gemm = epilogue = load = store = 0
     serial = 0          # one thread: the time of the modules taking turns
@@ -743,57 +743,21 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
             plane = th * tw
             for tco, nco, chunks in tilings:
                 m = nh * nw * nco * layer.batch_blocks
-                tile_load = tile_gemm = 0
-                chunk_pairs = 0
-                first = None            # the tile's first chunk: (load, GEMM)
-                for tci, nci in chunks:
-                    # A diagonal tile loads one input block per output block.
-                    grp = layer.inp_group   # a chunk loads whole activation blocks
-                    blocks = tco if layer.diagonal else ceil_div(tci, grp) * grp
-                    inp = blocks * rows * cols * inp_entry
-                    wgt = 0 if weight_reuse else tco * tci * taps * wgt_entry
-                    # One 2-D DMA per input block (and one of weights), each paying the
-                    # DRAM latency (measured: bytes / 8 + 36 cycles a DMA, whatever its
-                    # rows).
-                    dmas = blocks if layer.diagonal else blocks // grp
-                    ld = (inp + wgt) / bw + (dmas + (wgt > 0)) * DMA_CYCLES
-                    g = plane * tco * tci * taps + INSN_CYCLES
-                    tile_load += nci * ld
-                    tile_gemm += nci * g
-                    chunk_pairs += nci * max(ld, g)
-                    first = first or (ld, g)
+                tile_load, tile_gemm, chunk_pairs, first = _chunk_costs(
+                    layer, chunks, tco, rows * cols, plane, weight_reuse, c, bw)
                 entries = plane * tco
                 # The reset micro-op, then the ALU passes, per acc entry.
                 epi = entries * (1 + imm + 2 * vec) + 5 * INSN_CYCLES
                 if layer.bias_gemm:    # the bias GEMM: one micro-op per acc entry
                     epi += entries + INSN_CYCLES
-                ratio = layer.residual_ratio
-                if ratio:
-                    # The int8 residual tile comes with the first chunk's loads; the
-                    # compute module resets its acc tile, widens it (one identity GEMM
-                    # micro-op per input block), shifts it and ADDs it (a vector operand:
-                    # two cycles); or, late, widens it onto the requantized tile. One
-                    # DMA per output block (its ratio input blocks side by side).
-                    widen, og = ratio, layer.out_group
-                    res = entries * ratio * inp_entry / bw + tco * DMA_CYCLES
-                    if og > 1:   # one input block per og output blocks, one selection each
-                        widen = 1
-                        res = (ceil_div(tco, og) * plane * inp_entry / bw
-                               + ceil_div(tco, og) * DMA_CYCLES)
+                res, res_epi = _residual_cost(layer, plane, tco, c, bw, res_passes)
+                epi += res_epi
+                if res:
+                    # The residual tile comes with the first chunk's loads; with two
+                    # threads it loads during the other thread's GEMM too.
                     tile_load += res
-                    # With two threads it loads during the other thread's GEMM too.
                     chunk_pairs += max(first[0] + res, first[1]) - max(*first)
                     first = (first[0] + res, first[1])
-                    if layer.late_residual:
-                        epi += entries * widen + INSN_CYCLES
-                    else:
-                        epi += (entries * (1 + widen + res_imm + 2 * res_vec + 2)
-                                + (2 + res_imm + res_vec) * INSN_CYCLES)
-                elif layer.has_residual:
-                    # LOAD ACC of int32 residual entries (on the compute module), its
-                    # shift and the ADD (a vector operand: two cycles).
-                    epi += (entries * (acc_entry / bw + res_imm + 2 * res_vec + 2)
-                            + tco * DMA_CYCLES)
                 st = store_cycles(entries, tco * (1 if tw == layer.out_w else th), c, bw,
                                   layer.out_group) if layer.out_group > 1 else \
                     entries * out_entry / bw + tco * DMA_CYCLES / 4
@@ -833,13 +797,7 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
                               / bw + co_tiles * DMA_CYCLES)
         load += once
         serial += once
-    # The tables load first: the micro-ops, the identity and bias blocks (load module),
-    # the constant rows (a LOAD ACC on the compute module).
-    tables = ((conv_uop_count(layer, s) * c.uop_bytes
-               + (layer.residual_ratio + layer.bias_gemm * layer.out_blocks) * wgt_entry
-               + layer.bias_gemm * inp_entry
-               + layer.const_rows * layer.out_blocks * acc_entry) / bw
-              + (2 + 2 * layer.bias_gemm + (layer.residual_ratio > 0)) * DMA_CYCLES)
+    tables = _table_cycles(layer, s, c, bw)
     load += tables
     if threads == 1:
         cycles = serial + overlap
@@ -859,6 +817,68 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
             cycles += once / 2 + max(0.0, once / 2 + first_load - first_compute)
     return Conv2dEstimate(int(math.ceil(cycles + tables)), int(gemm), int(epilogue),
                           int(load), int(store))
+
+
+def _chunk_costs(layer: Conv2dLayer, chunks, tco: int, window: int, plane: int,
+                 weight_reuse: bool, c: HardwareConfig, bw: float):
+    """One tile's input-channel chunks: (load cycles, GEMM cycles, the sum over chunks of
+    the longer of the two, and the first chunk's (load, GEMM)). A chunk loads whole
+    activation blocks of its `window` input positions (a diagonal tile one input block
+    per output block) and, unless they are reused, its weights: one 2-D DMA per
+    activation block and one of weights, each paying the DRAM latency (measured:
+    bytes / 8 + 36 cycles a DMA, whatever its rows)."""
+    taps = layer.kernel_h * layer.kernel_w
+    grp = layer.inp_group
+    tile_load = tile_gemm = chunk_pairs = 0.0
+    first = None
+    for tci, nci in chunks:
+        blocks = tco if layer.diagonal else ceil_div(tci, grp) * grp
+        wgt = 0 if weight_reuse else tco * tci * taps * c.wgt_elem_bytes
+        dmas = blocks if layer.diagonal else blocks // grp
+        ld = (blocks * window * c.inp_elem_bytes + wgt) / bw + (dmas + (wgt > 0)) * DMA_CYCLES
+        g = plane * tco * tci * taps + INSN_CYCLES
+        tile_load += nci * ld
+        tile_gemm += nci * g
+        chunk_pairs += nci * max(ld, g)
+        first = first or (ld, g)
+    return tile_load, tile_gemm, chunk_pairs, first
+
+
+def _residual_cost(layer: Conv2dLayer, plane: int, tco: int, c: HardwareConfig, bw: float,
+                   passes: tuple[int, int]) -> tuple[float, float]:
+    """(load-module cycles, compute cycles) of one tile's residual (`plane` positions x
+    `tco` output blocks; `passes` its requantization's (immediate, vector) ALU passes).
+    The int8 residual tile comes with the first chunk's loads, one DMA per output block
+    (its ratio input blocks side by side); the compute module resets its acc tile, widens
+    it (one identity GEMM micro-op per input block), requantizes it and ADDs it (a vector
+    operand: two cycles), or, late, widens it onto the requantized tile. Where block_out
+    is no multiple of block_in, a LOAD ACC of int32 entries on the compute module."""
+    imm, vec = passes
+    entries = plane * tco
+    if layer.residual_ratio:
+        widen, og = layer.residual_ratio, layer.out_group
+        load = entries * widen * c.inp_elem_bytes / bw + tco * DMA_CYCLES
+        if og > 1:   # one input block per og output blocks, one selection each
+            widen = 1
+            load = ceil_div(tco, og) * (plane * c.inp_elem_bytes / bw + DMA_CYCLES)
+        if layer.late_residual:
+            return load, entries * widen + INSN_CYCLES
+        return load, (entries * (1 + widen + imm + 2 * vec + 2)
+                      + (2 + imm + vec) * INSN_CYCLES)
+    if layer.has_residual:
+        return 0.0, (entries * (c.acc_elem_bytes / bw + imm + 2 * vec + 2)
+                     + tco * DMA_CYCLES)
+    return 0.0, 0.0
+
+
+def _table_cycles(layer: Conv2dLayer, s, c: HardwareConfig, bw: float) -> float:
+    """The tables a program loads first: the micro-ops, the identity and bias blocks and
+    the ones vector (load module), the constant rows (a LOAD ACC on the compute module)."""
+    return ((conv_uop_count(layer, s) * c.uop_bytes
+             + (layer.residual_ratio + layer.bias_gemm * layer.out_blocks) * c.wgt_elem_bytes
+             + layer.bias_gemm * c.inp_elem_bytes
+             + layer.const_rows * layer.out_blocks * c.acc_elem_bytes) / bw
+            + (2 + 2 * layer.bias_gemm + (layer.residual_ratio > 0)) * DMA_CYCLES)
 
 
 def schedule_space(layer: Conv2dLayer, config: HardwareConfig, *,

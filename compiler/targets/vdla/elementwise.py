@@ -58,6 +58,12 @@ second operand's acc region is shared by all tiles: only compute touches it, in 
 
 DRAM arena: micro-ops, constant rows (acc elements: per-channel or large requantization
 constants), identity weights, the int8 inputs read (``input0``, ``input1``), the output.
+
+Why this module is long: the elementwise family is one module, as the pools are (the
+layer, its three plans, the schedule, the timing model and the emitter read the same
+operand and region layout), and every block shape runs here: where block_in and
+block_out differ, the operands' activation blocks are widened or selected per output
+block, which the plans, the model and the emitter all count.
 """
 
 from __future__ import annotations

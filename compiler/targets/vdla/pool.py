@@ -51,6 +51,11 @@ FINISH pops the last tile's store token.
 
 DRAM arena: micro-ops, per-channel constant rows (acc elements), the identity weights,
 the int8 input, the int8 output.
+
+Why this module is long: the pool family is one module (the layer, the schedule, the
+timing model and the emitter read the same window and region layout), and it runs every
+block shape: where block_in and block_out differ, windows are widened or selected per
+output block, which the schedule, the model and the emitter all count.
 """
 
 from __future__ import annotations
