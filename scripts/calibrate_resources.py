@@ -1,21 +1,32 @@
 """Synthesize a set of configs with yosys: the data the sweep's resource model is fitted to.
 
-Usage: python scripts/calibrate_resources.py [--board pynq-z1] [--only NAME ...] [--list]
+Usage: python scripts/calibrate_resources.py (--family F | --board B) [--only NAME ...]
+                                             [--redo] [--list]
 
 The design-space sweep (`vdla.dse`) cannot call yosys per point (the default config takes
 4 to 14 minutes on two cores; docs/tool-facts.md, yosys), so it predicts LUT, FF, DSP and
 BRAM with an analytical model of the generated hardware (`vdla.dse.resources`) whose
 per-family coefficients are fitted to real synthesis results. This script makes those
-results: it runs `vdla.boards.estimate.estimate` (the flow `vdla estimate` uses, cached in
-``~/.cache/vdla/estimates``) on each config of `CONFIGS` for the board's part, and writes
-``dse/calibration/<part>.json``: for each config its parameters, yosys's cell counts and
-the four resources, with the tools' versions and the time each synthesis took. The file is
-rewritten atomically after every config, so an interrupted run keeps what finished and a
-second run continues (finished syntheses come from the estimate cache).
+results for one family: it runs `vdla.boards.estimate.estimate` (the flow `vdla estimate`
+uses, cached in ``~/.cache/vdla/estimates``) on each of the family's configs
+(`FAMILY_CONFIGS`) for the part of the family's calibration board (`FAMILY_BOARDS`, or
+``--board``), and writes ``dse/calibration/<family>.json``: for each config its
+parameters, yosys's cell counts and the four resources as ``vdla estimate`` reports them
+(on the ECP5, nextpnr's packed counts), with the tools' versions and the time each run
+took. yosys's flow depends on the family, not on the part's size, so one file serves all
+the family's parts (the two Zynq UltraScale+ boards share the xczu3eg's run).
+
+The file is rewritten atomically after every config, and a config already in it (same
+parameters) is not run again unless ``--redo``: an interrupted run keeps what finished,
+and running the same command again continues where it stopped.
 
 The configs span what a sweep varies: the GEMM core's shape (batch x block_in x
-block_out), every buffer's size, the optional ALU multiplier. They need not fit the part
-(synthesis counts what they would use), only pass the quick on-chip memory check.
+block_out), every buffer's size, the optional ALU multiplier, with at least two more
+configs than the model has LUT/FF features. Synthesis time grows with the core, so the
+families calibrated later use the smaller configs. They need not fit the part (synthesis
+counts what they would use), only pass the quick on-chip memory check, except on the
+ECP5, where only a config that fits is placed and routed, so every ECP5 config fits the
+LFE5U-85F and the data is nextpnr's throughout.
 """
 
 from __future__ import annotations
@@ -57,44 +68,98 @@ CONFIGS = {
 }
 
 
-def calibration_path(part: str) -> Path:
-    return Path(__file__).resolve().parent.parent / "dse" / "calibration" / f"{part}.json"
+#: Small cores for the ECP5: every one fits the LFE5U-85F (156 MULT18X18D: a GEMM pair
+#: takes two, an ALU lane's multiplier three), so nextpnr places each one.
+ECP5_CONFIGS = {
+    "e1_8x8": dict(block_in=8, block_out=8, inp_buff_size=16 * K, wgt_buff_size=64 * K,
+                   acc_buff_size=64 * K, uop_buff_size=16 * K),
+    "e1_16x4": dict(block_in=16, block_out=4, inp_buff_size=8 * K, wgt_buff_size=32 * K,
+                    acc_buff_size=16 * K, uop_buff_size=8 * K),
+    "e1_8x16": dict(block_in=8, block_out=16, inp_buff_size=16 * K, wgt_buff_size=64 * K,
+                    acc_buff_size=64 * K, uop_buff_size=8 * K),
+    "e2_8x8": dict(batch=2, block_in=8, block_out=8, inp_buff_size=16 * K,
+                   wgt_buff_size=32 * K, acc_buff_size=64 * K, uop_buff_size=16 * K),
+    "e1_8x8_mul": dict(block_in=8, block_out=8, inp_buff_size=8 * K, wgt_buff_size=32 * K,
+                       acc_buff_size=32 * K, uop_buff_size=8 * K, alu_ops=MUL),
+    "e1_16x8_mul": dict(block_in=16, block_out=8, inp_buff_size=8 * K, wgt_buff_size=32 * K,
+                        acc_buff_size=32 * K, uop_buff_size=8 * K, alu_ops=MUL),
+    "e1_16x8_big": dict(block_in=16, block_out=8, inp_buff_size=32 * K,
+                        wgt_buff_size=128 * K, acc_buff_size=32 * K, uop_buff_size=16 * K),
+}
+
+#: The cheaper seven of `CONFIGS` (the two largest cores left out), cheapest first.
+_SMALL = ["b1_16x8_mul", "b2_8x8", "b1_8x8_small", "b1_32x8", "b1_16x16_mul_small",
+          "b1_8x16", "b1_8x32"]
+
+#: family -> the board whose part is synthesized.
+FAMILY_BOARDS = {"zynq-7000": "pynq-z1", "zynq-ultrascale+": "ultra96-v2",
+                 "cyclone-v": "de10-nano", "ecp5": "ulx3s-85f"}
+#: family -> its configs (name -> HardwareConfig keyword arguments).
+FAMILY_CONFIGS = {
+    "zynq-7000": CONFIGS,
+    "zynq-ultrascale+": {name: CONFIGS[name] for name in _SMALL},
+    "cyclone-v": {name: CONFIGS[name] for name in _SMALL},
+    "ecp5": ECP5_CONFIGS,
+}
+
+
+def calibration_path(family: str) -> Path:
+    return Path(__file__).resolve().parent.parent / "dse" / "calibration" / f"{family}.json"
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--board", default="pynq-z1", help="board whose part is calibrated")
-    parser.add_argument("--only", nargs="+", metavar="NAME", choices=sorted(CONFIGS),
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--family", choices=sorted(FAMILY_BOARDS),
+                       help="family to calibrate (on its board's part, FAMILY_BOARDS)")
+    which.add_argument("--board", help="calibrate this board's family on its part")
+    parser.add_argument("--only", nargs="+", metavar="NAME",
                         help="synthesize only these configs (the file keeps the others)")
+    parser.add_argument("--redo", action="store_true",
+                        help="run configs the file already has again")
     parser.add_argument("--list", action="store_true", help="list the configs and stop")
     args = parser.parse_args(argv)
-    board = get_board(args.board)
+    board = get_board(args.board or FAMILY_BOARDS[args.family])
+    family = board.part.family
+    family_configs = FAMILY_CONFIGS[family]
+    if args.only and set(args.only) - set(family_configs):
+        parser.error(f"unknown configs for {family}: {sorted(set(args.only) - set(family_configs))}"
+                     f"; known: {', '.join(family_configs)}")
     configs = {name: board.apply(HardwareConfig(dram_bus_width=board.dram_bus_width, **kwargs))
-               for name, kwargs in CONFIGS.items()}
+               for name, kwargs in family_configs.items()}
     if args.list:
         for name, config in configs.items():
             print(f"{name:<22} {config.name}")
         return 0
-    path = calibration_path(board.part.name)
+    path = calibration_path(family)
     data = json.loads(path.read_text()) if path.exists() else {}
     points = data.get("points", {})
     todo = args.only or list(configs)
     start = time.perf_counter()
     for i, name in enumerate(todo, 1):
         config = configs[name]
+        done = points.get(name)
+        if done and done["config"] == config.to_dict() and not args.redo:
+            print(f"[{i}/{len(todo)}] {name}: in {path.name} already", flush=True)
+            continue
         print(f"[{i}/{len(todo)}] {name} ({config.name}) ...", flush=True)
         result = estimate(board, config, log=lambda message: print("  " + message, flush=True))
+        if family == "ecp5" and result.fmax_mhz is None:
+            print(f"  does not fit {board.part.name} (not placed): left out", flush=True)
+            continue
         points[name] = {"config": config.to_dict(), "config_name": config.name,
                         "cells": result.cells, "resources": result.resources.to_dict(),
-                        "seconds": round(result.seconds, 1), "tools": result.tools}
+                        "seconds": round(result.seconds, 1), "tools": result.tools,
+                        "fmax_mhz": result.fmax_mhz}
         print(f"  {result.resources.to_dict()} in {result.seconds:.0f} s"
               + (" (cached)" if result.cached else ""), flush=True)
-        data = {"part": board.part.name, "family": board.family.name,
-                "flow": board.family.yosys, "board": board.name,
-                "script": "scripts/calibrate_resources.py", "tools": result.tools,
-                "points": dict(sorted(points.items()))}
+        data = {"part": board.part.name, "family": family,
+                "flow": board.family.yosys + (" + nextpnr-ecp5 (packed counts)"
+                                              if family == "ecp5" else ""),
+                "board": board.name, "script": "scripts/calibrate_resources.py",
+                "tools": result.tools, "points": dict(sorted(points.items()))}
         atomic_write(path, (json.dumps(data, indent=1, sort_keys=True) + "\n").encode())
-    print(f"wrote {path} ({len(points)} configs) in {time.perf_counter() - start:.0f} s")
+    print(f"{path} holds {len(points)} configs ({time.perf_counter() - start:.0f} s)")
     return 0
 
 
