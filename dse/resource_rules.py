@@ -6,21 +6,22 @@ counting of ``vdla estimate`` (`vdla.boards.estimate.count_resources`):
 
 * **Block RAM.** Every on-chip memory (`memories`: the uop, inp, wgt, acc and out buffers
   and the three 128-bit command queues) is tiled with the family's block RAM modes
-  (depth x data bits), and the cheapest tiling is taken, as yosys's memory mapping
-  does. A memory the DMA fills one bus word at a time has a write enable per bus word
-  (its *lanes*); a mode without enables that fine has to hold one lane's bits in
-  blocks of its own (`BlockRam.lane_enables`).
+  (depth x data bits, parity bits included: yosys uses them as data), and the cheapest
+  tiling is taken, as yosys's memory mapping does. A memory the DMA fills one bus word
+  at a time has a write enable per bus word (its *lanes*); where a block's write enables
+  are per 9-bit byte, each lane takes whole bytes (a 64-bit lane 8 of them, 72 bits; a
+  128-bit lane 15, 135 bits; a 32-bit lane 4, 36 bits).
 
-  - Xilinx (7-series and UltraScale+): RAMB36 of 512 x 64 ... 32K x 1 data bits; a
-    RAMB18 of the same depths halved counts one half (its widest mode is 512 x 32:
-    there is no 256 x 64). Byte write enables, so lanes (32 bits and more) cost
-    nothing.
+  - Xilinx (7-series and UltraScale+): RAMB36 of 512 x 72, 1K x 36, 2K x 18, 4K x 9,
+    8K x 4, 16K x 2, 32K x 1; a RAMB18 of the same depths halved counts one half (its
+    widest mode is 512 x 36: there is no 256 x 72). This reproduces yosys's count of
+    every calibration config on both families, up to a constant: one RAMB36 more on the
+    7-series for a small memory that UltraScale+ puts in LUT RAM (the fitted offset).
   - Cyclone V: M10K of 8K x 1, 4K x 2, 2K x 5, 1K x 10, 512 x 20, 256 x 40 (yosys's
     ``bram_m10k.txt``). yosys's M10K model has one write enable per port, so yosys maps a
     memory with lanes bit-slice by bit-slice, each lane's bits into their own blocks.
   - ECP5: an EBR (DP16KD, or PDPW16KD for the 36-bit mode) of 16K x 1, 8K x 2, 4K x 4,
-    2K x 9, 1K x 18, 512 x 36 bits with one enable per 9-bit byte; an 8-bit byte lane
-    uses 8 of a byte's 9 bits.
+    2K x 9, 1K x 18, 512 x 36 bits, with one enable per 9-bit byte.
 * **DSP.** The GEMM core has `gemm_multipliers` multipliers (two int8 products share one
   when block_out is even, `vdla.hw.compute.packed_products`: a 25-bit packed weight times
   the 8-bit input), and with the ALU's MUL each ALU lane has one 32 x 32 multiplier
@@ -92,12 +93,14 @@ class BlockRam:
     """A family's block RAM as yosys maps memories into it.
 
     unit : the counted block's name (RAMB36, M10K, EBR)
-    modes : (depth, data bits) of one block in each of its aspect ratios
+    modes : (depth, data bits) of one block in each of its aspect ratios, parity bits
+        included (yosys uses them as data)
     half_modes : (depth, data bits) of a half block (RAMB18), counted as 0.5; none
         elsewhere
-    byte_bits : with per-byte write enables, the bits a byte of the block holds (9 on the
-        ECP5: an 8-bit lane uses 8 of them); None when a block has one write enable per
-        port or enables fine enough for any lane (Xilinx: 8-bit bytes)
+    byte_bits : the bits of one write-enable byte in the modes at least that wide (9:
+        eight data bits and a parity bit); a memory with write lanes gives each lane whole
+        bytes, so a 128-bit lane takes 15 of them (135 bits), a 64-bit lane 8 (72 bits).
+        None: the block has one write enable per port
     lane_enables : whether a block's write enables can serve several lanes; False: the
         lanes of a memory are tiled one by one (Cyclone V's M10K in yosys)
     """
@@ -108,27 +111,33 @@ class BlockRam:
     byte_bits: int | None = None
     lane_enables: bool = True
 
+    def columns(self, width: int, lanes: int, block_width: int) -> int:
+        """Blocks side by side that hold `width` bits written in `lanes` lanes."""
+        if lanes > 1 and self.byte_bits and block_width >= self.byte_bits:
+            lane = -(-width // lanes)
+            nbytes = lanes * -(-lane // self.byte_bits)
+            return -(-nbytes // (block_width // self.byte_bits))
+        return -(-width // block_width)
+
     def tiles(self, depth: int, width: int, lanes: int = 1) -> float:
         """Blocks of the cheapest tiling of a `depth` x `width`-bit memory with `lanes`
-        write lanes."""
+        write lanes (half blocks counting 0.5)."""
         if depth <= 0 or width <= 0:
             return 0.0
         if not self.lane_enables and lanes > 1:
-            return lanes * self.tiles(depth, width // lanes)
+            return lanes * self.tiles(depth, -(-width // lanes))
         best = math.inf
         for blocks, modes in ((1.0, self.modes), (0.5, self.half_modes)):
             for d, w in modes:
-                if self.byte_bits and lanes > 1 and w >= self.byte_bits:
-                    w = w // self.byte_bits * 8       # 8 data bits in each 9-bit byte
-                best = min(best, blocks * math.ceil(width / w) * math.ceil(depth / d))
+                best = min(best, blocks * self.columns(width, lanes, w) * math.ceil(depth / d))
         return best
 
 
-_RAMB36 = ((512, 64), (1024, 32), (2048, 16), (4096, 8), (8192, 4), (16384, 2), (32768, 1))
-#: RAMB18: the RAMB36's modes at half the depth, but no 256 x 64.
-_RAMB18 = tuple((d // 2, w) for d, w in _RAMB36 if d > 512) + ((512, 32),)
+_RAMB36 = ((512, 72), (1024, 36), (2048, 18), (4096, 9), (8192, 4), (16384, 2), (32768, 1))
+#: RAMB18: the RAMB36's modes at half the depth, but no 256 x 72 (its widest is 512 x 36).
+_RAMB18 = ((512, 36), (1024, 18), (2048, 9), (4096, 4), (8192, 2), (16384, 1))
 
-XILINX_BRAM = BlockRam("RAMB36", _RAMB36, _RAMB18)
+XILINX_BRAM = BlockRam("RAMB36", _RAMB36, _RAMB18, byte_bits=9)
 M10K = BlockRam("M10K", ((8192, 1), (4096, 2), (2048, 5), (1024, 10), (512, 20), (256, 40)),
                 lane_enables=False)
 EBR = BlockRam("EBR", ((16384, 1), (8192, 2), (4096, 4), (2048, 9), (1024, 18), (512, 36)),

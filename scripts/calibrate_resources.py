@@ -103,6 +103,20 @@ FAMILY_CONFIGS = {
 }
 
 
+#: family -> points the model is *not* fitted to, synthesized by ``--confirm`` to check it:
+#: name -> (board, fields replaced in the board's default config). Each is a point of a
+#: small sweep over the board (docs/sweeps.md, "The resource model on each family").
+CONFIRM = {
+    "zynq-7000": {"pynq-z1_8x8": ("pynq-z1", dict(block_in=8, block_out=8,
+                                                  wgt_buff_size=64 * K, acc_buff_size=32 * K))},
+    "zynq-ultrascale+": {"ultra96-v2_8x8": ("ultra96-v2", dict(block_in=8, block_out=8,
+                                                               wgt_buff_size=64 * K,
+                                                               acc_buff_size=32 * K))},
+    "cyclone-v": {"de10-nano_default": ("de10-nano", {})},
+    "ecp5": {"ulx3s-85f_default": ("ulx3s-85f", {})},
+}
+
+
 def calibration_path(family: str) -> Path:
     return Path(__file__).resolve().parent.parent / "dse" / "calibration" / f"{family}.json"
 
@@ -118,9 +132,14 @@ def main(argv=None) -> int:
     parser.add_argument("--redo", action="store_true",
                         help="run configs the file already has again")
     parser.add_argument("--list", action="store_true", help="list the configs and stop")
+    parser.add_argument("--confirm", action="store_true",
+                        help="synthesize the family's confirmation points (CONFIRM), which "
+                             "the model is not fitted to, and record the model's errors")
     args = parser.parse_args(argv)
     board = get_board(args.board or FAMILY_BOARDS[args.family])
     family = board.part.family
+    if args.confirm:
+        return confirm(family, redo=args.redo)
     family_configs = FAMILY_CONFIGS[family]
     if args.only and set(args.only) - set(family_configs):
         parser.error(f"unknown configs for {family}: {sorted(set(args.only) - set(family_configs))}"
@@ -153,13 +172,50 @@ def main(argv=None) -> int:
                         "fmax_mhz": result.fmax_mhz}
         print(f"  {result.resources.to_dict()} in {result.seconds:.0f} s"
               + (" (cached)" if result.cached else ""), flush=True)
-        data = {"part": board.part.name, "family": family,
+        data = {**data, "part": board.part.name, "family": family,
                 "flow": board.family.yosys + (" + nextpnr-ecp5 (packed counts)"
                                               if family == "ecp5" else ""),
                 "board": board.name, "script": "scripts/calibrate_resources.py",
                 "tools": result.tools, "points": dict(sorted(points.items()))}
         atomic_write(path, (json.dumps(data, indent=1, sort_keys=True) + "\n").encode())
     print(f"{path} holds {len(points)} configs ({time.perf_counter() - start:.0f} s)")
+    return 0
+
+
+def confirm(family: str, *, redo: bool = False) -> int:
+    """Synthesize `family`'s `CONFIRM` points, compare them with the model's prediction
+    and record both under "confirmed" in the family's calibration file (the fit ignores
+    them)."""
+    from vdla.dse.resources import ResourceModel
+    path = calibration_path(family)
+    data = json.loads(path.read_text())
+    model = ResourceModel.fit(data)
+    confirmed = data.setdefault("confirmed", {})
+    for name, (board_name, fields) in CONFIRM[family].items():
+        board = get_board(board_name)
+        config = board.apply(HardwareConfig.from_dict({**board.config.to_dict(), **fields}))
+        done = confirmed.get(name)
+        if done is None or done["config"] != config.to_dict() or redo:
+            print(f"{name} ({config.name}) on {board.part.name} ...", flush=True)
+            result = estimate(board, config,
+                              log=lambda message: print("  " + message, flush=True))
+            done = {"board": board.name, "part": board.part.name,
+                    "config": config.to_dict(), "config_name": config.name,
+                    "cells": result.cells, "resources": result.resources.to_dict(),
+                    "seconds": round(result.seconds, 1), "tools": result.tools,
+                    "fmax_mhz": result.fmax_mhz}
+        predicted = model.predict(config).to_dict()
+        done["predicted"] = predicted
+        done["error"] = {k: (predicted[k] - done["resources"][k]) / done["resources"][k]
+                         for k in ("lut", "ff", "bram")}
+        done["error"]["dsp"] = predicted["dsp"] - done["resources"]["dsp"]
+        confirmed[name] = done
+        e, m = done["error"], done["resources"]
+        print(f"{name:<20} {config.name:<34} LUT {predicted['lut']:>6} vs {m['lut']:>6} "
+              f"({100 * e['lut']:+.1f}%)  FF {predicted['ff']:>6} vs {m['ff']:>6} "
+              f"({100 * e['ff']:+.1f}%)  DSP {predicted['dsp']:g} vs {m['dsp']:g}  "
+              f"BRAM {predicted['bram']:g} vs {m['bram']:g}", flush=True)
+        atomic_write(path, (json.dumps(data, indent=1, sort_keys=True) + "\n").encode())
     return 0
 
 

@@ -92,20 +92,28 @@ def test_the_two_ultrascale_boards_share_one_model():
 # --- block RAM tiling -------------------------------------------------------------------------
 
 def test_xilinx_tiling_takes_the_cheapest_aspect_ratio():
-    assert bram_tiles(512, 64) == 1            # one RAMB36 in 512 x 64
-    assert bram_tiles(1024, 512) == 16         # 16 columns of 1K x 32
-    assert bram_tiles(2048, 256) == 16         # 16 columns of 2K x 16
-    assert bram_tiles(256, 32) == 0.5          # a RAMB18
-    # No RAMB18 is 256 x 64: a shallow, wide memory (1x8x32's 64 KiB wgt buffer) takes
-    # whole RAMB36s (yosys: the config's 71 RAMB36, all counted here).
-    assert bram_tiles(256, 2048) == 32
+    assert bram_tiles(512, 72) == 1            # one RAMB36 in 512 x 72 (parity bits as data)
+    assert bram_tiles(1024, 512) == 14.5       # 29 RAMB18 of 1K x 18
     assert bram_tiles(32768, 1) == 1
-    # Byte write enables: lanes cost nothing.
-    assert XILINX_BRAM.tiles(1024, 2048, lanes=32) == XILINX_BRAM.tiles(1024, 2048)
-    # The default config: its buffers and three command queues tile to 126 RAMB36
-    # (yosys: 126.5, the half block the fitted offset carries).
-    assert counted_bram(HardwareConfig()) == 126
-    assert counted_bram(HardwareConfig(), "zynq-ultrascale+") == 126
+    assert bram_tiles(256, 32) == 0.5          # a RAMB18 (512 x 36)
+    assert bram_tiles(2048, 128) == 7.5        # 15 RAMB18 of 2K x 9
+    # No RAMB18 is 256 x 72: a shallow, wide memory takes whole RAMB36s.
+    assert bram_tiles(256, 2048) == 28.5 and XILINX_BRAM.tiles(256, 2048, lanes=32) == 32
+
+
+def test_xilinx_write_lanes_take_whole_9_bit_bytes():
+    # A 64-bit lane takes 8 bytes (72 bits): 1x8x32's 64 KiB wgt buffer on the xc7z020
+    # (32 lanes of 64 bits) needs 32 RAMB36, as yosys counts.
+    assert XILINX_BRAM.tiles(1024, 2048, lanes=32) == 64
+    # A 128-bit lane (UltraScale+'s bus) takes 15 bytes: 8 lanes fill 15 RAMB36 of 512 x 72.
+    assert XILINX_BRAM.tiles(512, 1024, lanes=8) == 15
+    # acc 1K x 256 in two 128-bit lanes: 30 bytes in 15 RAMB18 of 1K x 18 (yosys: 15 RAMB18).
+    assert XILINX_BRAM.tiles(1024, 256, lanes=2) == 7.5
+    # The default config: its buffers and three command queues tile to 125.5 RAMB36;
+    # yosys counts 126.5 on the 7-series, the one RAMB36 of a small memory that the
+    # fitted offset carries (UltraScale+ puts it in LUT RAM: offset 0).
+    assert counted_bram(HardwareConfig()) == 125.5
+    assert ResourceModel.for_family("zynq-7000").bram_offset == 1
 
 
 def test_m10k_tiling_maps_each_write_lane_on_its_own():
@@ -125,10 +133,11 @@ def test_ebr_tiling_puts_an_8_bit_lane_in_a_9_bit_byte():
     assert EBR.tiles(1024, 18) == 1
     assert EBR.tiles(16384, 1) == 1
     assert EBR.tiles(511, 128) == 4            # the command queues: 128 / 36
-    # With write lanes a 36-bit mode holds 32 data bits, 18 holds 16, 9 holds 8.
+    # With 32-bit write lanes a 36-bit mode holds 32 data bits, 18 holds 16, 9 holds 8.
     assert EBR.tiles(512, 64, lanes=2) == 2
     assert EBR.tiles(2048, 64, lanes=2) == 8
-    assert EBR.tiles(512, 72) == 2 and EBR.tiles(512, 72, lanes=2) == 3
+    # The ECP5's 32-bit bus: each 32-bit lane takes 4 bytes (36 bits) of a block.
+    assert EBR.tiles(512, 512) == 15 and EBR.tiles(512, 512, lanes=16) == 16
 
 
 def test_memories_have_the_lanes_of_the_bus():
