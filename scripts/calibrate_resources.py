@@ -124,6 +124,9 @@ def calibration_path(family: str) -> Path:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--table", action="store_true",
+                       help="print the calibrated families' fits and confirmations as "
+                            "Markdown (docs/sweeps.md) and stop")
     which.add_argument("--family", choices=sorted(FAMILY_BOARDS),
                        help="family to calibrate (on its board's part, FAMILY_BOARDS)")
     which.add_argument("--board", help="calibrate this board's family on its part")
@@ -136,6 +139,9 @@ def main(argv=None) -> int:
                         help="synthesize the family's confirmation points (CONFIRM), which "
                              "the model is not fitted to, and record the model's errors")
     args = parser.parse_args(argv)
+    if args.table:
+        print(table())
+        return 0
     board = get_board(args.board or FAMILY_BOARDS[args.family])
     family = board.part.family
     if args.confirm:
@@ -180,6 +186,38 @@ def main(argv=None) -> int:
         atomic_write(path, (json.dumps(data, indent=1, sort_keys=True) + "\n").encode())
     print(f"{path} holds {len(points)} configs ({time.perf_counter() - start:.0f} s)")
     return 0
+
+
+def table() -> str:
+    """The calibrated families' fits and confirmation points, as Markdown tables."""
+    from vdla.dse.resources import ResourceModel, calibrated_families
+    fits = ["| family | calibrated on | configs | worst LUT fit error | FF | BRAM | DSP | "
+            "DSP cells per GEMM / ALU multiplier | tools | synthesis time |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
+    confirmed = ["| family | board | config | LUT model / measured | error | FF error | "
+                 "DSP model / measured | BRAM model / measured |",
+                 "|---|---|---|---|---|---|---|---|"]
+    for family in calibrated_families():
+        data = json.loads(calibration_path(family).read_text())
+        model = ResourceModel.fit(data)
+        worst = {k: max(abs(e[k]) for e in model.fit_errors.values())
+                 for k in ("lut", "ff", "bram", "dsp")}
+        seconds = [p["seconds"] for p in data["points"].values()]
+        cells = " / ".join(", ".join(f"{n} {c}" for c, n in sorted(per.items()))
+                           for per in (model.dsp_cells.gemm, model.dsp_cells.mul))
+        fits.append(f"| {family} | {data['board']} ({data['part']}) | {len(seconds)} | "
+                    f"{100 * worst['lut']:.1f}% | {100 * worst['ff']:.1f}% | "
+                    f"{100 * worst['bram']:.1f}% | {100 * worst['dsp']:.0f}% | {cells} | "
+                    + ", ".join(f"{k} {v}" for k, v in sorted(data["tools"].items()))
+                    + f" | {min(seconds):.0f}–{max(seconds):.0f} s |")
+        for name, point in data.get("confirmed", {}).items():
+            p, m, e = point["predicted"], point["resources"], point["error"]
+            confirmed.append(
+                f"| {family} | {point['board']} | {point['config_name']} | "
+                f"{p['lut']:,} / {m['lut']:,} | {100 * e['lut']:+.1f}% | "
+                f"{100 * e['ff']:+.1f}% | {p['dsp']:g} / {m['dsp']:g} | "
+                f"{p['bram']:g} / {m['bram']:g} |")
+    return "\n".join(fits) + "\n\n" + "\n".join(confirmed)
 
 
 def confirm(family: str, *, redo: bool = False) -> int:

@@ -203,13 +203,15 @@ def test_dsp_cells_that_are_not_structural_are_refused():
 # --- the sweep ---------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("board", CALIBRATED_BOARDS)
-def test_a_sweep_on_every_board_gets_past_the_resource_model(board):
-    from vdla.dse.evaluate import Evaluator
-    from vdla.dse.spec import SweepSpec
-    spec = SweepSpec.from_dict({"board": board, "models": [{"name": "digits_cnn"}],
-                                "parameters": {"acc_buff_size": ["16K"]}})
-    evaluator = Evaluator(spec, calibration=1)
+def test_vdla_sweep_runs_on_every_calibrated_board(board, tmp_path, capsys):
+    from vdla.cli import main
+    out = tmp_path / "out"
+    status = main(["sweep", "--board", board, "--model", "digits_cnn", "--param", "batch=1",
+                   "--jobs", "1", "--no-plots", "--out", str(out)])
+    captured = capsys.readouterr()
+    assert status == 0, captured.err
+    (point,) = json.loads((out / "sweep.json").read_text())["points"]
+    assert point["valid"], point["reason"]
     b = BOARDS[board]
-    config = HardwareConfig.from_dict({**b.config.to_dict(), "acc_buff_size": 16 * K})
-    got = evaluator.resource_model.predict(config)
-    assert got.dsp > 0 and got.lut > 0
+    want = ResourceModel.for_board(b).predict(b.config)
+    assert point["objectives"]["dsp"] == want.dsp and point["objectives"]["lut"] == want.lut
