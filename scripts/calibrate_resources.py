@@ -23,7 +23,8 @@ and running the same command again continues where it stopped.
 The configs span what a sweep varies: the GEMM core's shape (batch x block_in x
 block_out), every buffer's size, the optional ALU multiplier, with at least two more
 configs than the model has LUT/FF features. Synthesis time grows with the core, so the
-families calibrated later use the smaller configs. They need not fit the part (synthesis
+UltraScale+ leaves out the two largest of the 7-series' nine, and the Cyclone V and the
+ECP5, whose hard multipliers limit them to small cores, use small ones (`SMALL_CONFIGS`). They need not fit the part (synthesis
 counts what they would use), only pass the quick on-chip memory check, except on the
 ECP5, where only a config that fits is placed and routed, so every ECP5 config fits the
 LFE5U-85F and the data is nextpnr's throughout.
@@ -68,22 +69,24 @@ CONFIGS = {
 }
 
 
-#: Small cores for the ECP5: every one fits the LFE5U-85F (156 MULT18X18D: a GEMM pair
-#: takes two, an ALU lane's multiplier three), so nextpnr places each one.
-ECP5_CONFIGS = {
-    "e1_8x8": dict(block_in=8, block_out=8, inp_buff_size=16 * K, wgt_buff_size=64 * K,
-                   acc_buff_size=64 * K, uop_buff_size=16 * K),
-    "e1_16x4": dict(block_in=16, block_out=4, inp_buff_size=8 * K, wgt_buff_size=32 * K,
+#: Small cores (up to 128 products), for the parts with fewer hard multipliers: every
+#: one fits the ECP5's LFE5U-85F (156 MULT18X18D: a GEMM pair takes two, an ALU lane's
+#: multiplier three), so nextpnr places each one there; on the Cyclone V (112 DSP
+#: blocks) a sweep's fitting cores are this small too. Cheapest first.
+SMALL_CONFIGS = {
+    "s1_16x4": dict(block_in=16, block_out=4, inp_buff_size=8 * K, wgt_buff_size=32 * K,
                     acc_buff_size=16 * K, uop_buff_size=8 * K),
-    "e1_8x16": dict(block_in=8, block_out=16, inp_buff_size=16 * K, wgt_buff_size=64 * K,
-                    acc_buff_size=64 * K, uop_buff_size=8 * K),
-    "e2_8x8": dict(batch=2, block_in=8, block_out=8, inp_buff_size=16 * K,
-                   wgt_buff_size=32 * K, acc_buff_size=64 * K, uop_buff_size=16 * K),
-    "e1_8x8_mul": dict(block_in=8, block_out=8, inp_buff_size=8 * K, wgt_buff_size=32 * K,
+    "s1_8x8_mul": dict(block_in=8, block_out=8, inp_buff_size=8 * K, wgt_buff_size=32 * K,
                        acc_buff_size=32 * K, uop_buff_size=8 * K, alu_ops=MUL),
-    "e1_16x8_mul": dict(block_in=16, block_out=8, inp_buff_size=8 * K, wgt_buff_size=32 * K,
+    "s1_8x8": dict(block_in=8, block_out=8, inp_buff_size=16 * K, wgt_buff_size=64 * K,
+                   acc_buff_size=64 * K, uop_buff_size=16 * K),
+    "s2_8x8": dict(batch=2, block_in=8, block_out=8, inp_buff_size=16 * K,
+                   wgt_buff_size=32 * K, acc_buff_size=64 * K, uop_buff_size=16 * K),
+    "s1_8x16": dict(block_in=8, block_out=16, inp_buff_size=16 * K, wgt_buff_size=64 * K,
+                    acc_buff_size=64 * K, uop_buff_size=8 * K),
+    "s1_16x8_mul": dict(block_in=16, block_out=8, inp_buff_size=8 * K, wgt_buff_size=32 * K,
                         acc_buff_size=32 * K, uop_buff_size=8 * K, alu_ops=MUL),
-    "e1_16x8_big": dict(block_in=16, block_out=8, inp_buff_size=32 * K,
+    "s1_16x8_big": dict(block_in=16, block_out=8, inp_buff_size=32 * K,
                         wgt_buff_size=128 * K, acc_buff_size=32 * K, uop_buff_size=16 * K),
 }
 
@@ -98,8 +101,8 @@ FAMILY_BOARDS = {"zynq-7000": "pynq-z1", "zynq-ultrascale+": "ultra96-v2",
 FAMILY_CONFIGS = {
     "zynq-7000": CONFIGS,
     "zynq-ultrascale+": {name: CONFIGS[name] for name in _SMALL},
-    "cyclone-v": {name: CONFIGS[name] for name in _SMALL},
-    "ecp5": ECP5_CONFIGS,
+    "cyclone-v": SMALL_CONFIGS,
+    "ecp5": SMALL_CONFIGS,
 }
 
 
