@@ -42,7 +42,7 @@ from vdla.config import HardwareConfig
 from vdla.dse.resource_rules import (XILINX_BRAM, DspCells, gemm_multipliers, memories,
                                      mul_lanes, rules_for)
 
-__all__ = ["CALIBRATION_DIR", "ResourceModel", "bram_tiles", "calibrated_families",
+__all__ = ["CALIBRATION_DIR", "MIN_POINTS", "ResourceModel", "bram_tiles", "calibrated_families",
            "calibrated_parts", "calibration_path", "counted_bram", "family_of", "features",
            "gemm_dsps"]
 
@@ -83,9 +83,15 @@ def calibration_path(family: str) -> Path:
     return CALIBRATION_DIR / f"{family}.json"
 
 
+#: Calibration configs a family needs: two more than the LUT/FF model has features.
+MIN_POINTS = len(features(HardwareConfig())) + 2
+
+
 def calibrated_families() -> list[str]:
-    """The families with a calibration file."""
-    return sorted(p.stem for p in CALIBRATION_DIR.glob("*.json") if p.stem in FAMILIES)
+    """The families with a complete calibration file (at least `MIN_POINTS` configs; a
+    file with fewer is a calibration run not finished yet)."""
+    return sorted(p.stem for p in CALIBRATION_DIR.glob("*.json") if p.stem in FAMILIES
+                  and len(json.loads(p.read_text()).get("points", {})) >= MIN_POINTS)
 
 
 def family_of(part: str) -> str | None:
@@ -187,10 +193,11 @@ class ResourceModel:
         family = data["family"]
         rules = rules_for(family)
         named = list(data["points"].items())
-        n_features = len(features(HardwareConfig()))
-        if len(named) < 3:
-            raise ValueError(f"{family}: {len(named)} calibration points; the model needs "
-                             f"at least 3 (and {n_features + 2} for a sound fit)")
+        if len(named) < MIN_POINTS:
+            raise ValueError(f"{family}: {len(named)} calibration configs; the model needs at "
+                             f"least {MIN_POINTS}, two more than its LUT/FF features: finish "
+                             f"the calibration with `python scripts/calibrate_resources.py "
+                             f"--family {family}`")
         configs = [HardwareConfig.from_dict(p["config"]) for _, p in named]
         measured = [p["resources"] for _, p in named]
         names = list(features(configs[0]))

