@@ -18,8 +18,10 @@ counting of ``vdla estimate`` (`vdla.boards.estimate.count_resources`):
     every calibration config on both families, up to a constant: one RAMB36 more on the
     7-series for a small memory that UltraScale+ puts in LUT RAM (the fitted offset).
   - Cyclone V: M10K of 8K x 1, 4K x 2, 2K x 5, 1K x 10, 512 x 20, 256 x 40 (yosys's
-    ``bram_m10k.txt``). yosys's M10K model has one write enable per port, so yosys maps a
-    memory with lanes bit-slice by bit-slice, each lane's bits into their own blocks.
+    ``bram_m10k.txt``). yosys's M10K model has no byte enables, and yosys maps a memory
+    with write lanes (inp, wgt, acc) into M10Ks two bits wide (4K x 2, or 8K x 1), about
+    one block per two bits of width, four to five times what the widest mode would
+    take (docs/boards.md); the other memories take the cheapest mode.
   - ECP5: an EBR (DP16KD, or PDPW16KD for the 36-bit mode) of 16K x 1, 8K x 2, 4K x 4,
     2K x 9, 1K x 18, 512 x 36 bits, with one enable per 9-bit byte.
 * **DSP.** The GEMM core has `gemm_multipliers` multipliers (two int8 products share one
@@ -101,15 +103,15 @@ class BlockRam:
         eight data bits and a parity bit); a memory with write lanes gives each lane whole
         bytes, so a 128-bit lane takes 15 of them (135 bits), a 64-bit lane 8 (72 bits).
         None: the block has one write enable per port
-    lane_enables : whether a block's write enables can serve several lanes; False: the
-        lanes of a memory are tiled one by one (Cyclone V's M10K in yosys)
+    lane_modes : the only modes a memory with write lanes can use, where not all
+        (Cyclone V: yosys maps such a memory into M10Ks of 4K x 2 or 8K x 1)
     """
 
     unit: str
     modes: tuple[tuple[int, int], ...]
     half_modes: tuple[tuple[int, int], ...] = ()
     byte_bits: int | None = None
-    lane_enables: bool = True
+    lane_modes: tuple[tuple[int, int], ...] | None = None
 
     def columns(self, width: int, lanes: int, block_width: int) -> int:
         """Blocks side by side that hold `width` bits written in `lanes` lanes."""
@@ -124,10 +126,9 @@ class BlockRam:
         write lanes (half blocks counting 0.5)."""
         if depth <= 0 or width <= 0:
             return 0.0
-        if not self.lane_enables and lanes > 1:
-            return lanes * self.tiles(depth, -(-width // lanes))
         best = math.inf
-        for blocks, modes in ((1.0, self.modes), (0.5, self.half_modes)):
+        full = self.lane_modes if lanes > 1 and self.lane_modes else self.modes
+        for blocks, modes in ((1.0, full), (0.5, self.half_modes)):
             for d, w in modes:
                 best = min(best, blocks * self.columns(width, lanes, w) * math.ceil(depth / d))
         return best
@@ -139,7 +140,7 @@ _RAMB18 = ((512, 36), (1024, 18), (2048, 9), (4096, 4), (8192, 2), (16384, 1))
 
 XILINX_BRAM = BlockRam("RAMB36", _RAMB36, _RAMB18, byte_bits=9)
 M10K = BlockRam("M10K", ((8192, 1), (4096, 2), (2048, 5), (1024, 10), (512, 20), (256, 40)),
-                lane_enables=False)
+                lane_modes=((8192, 1), (4096, 2)))
 EBR = BlockRam("EBR", ((16384, 1), (8192, 2), (4096, 4), (2048, 9), (1024, 18), (512, 36)),
                byte_bits=9)
 
