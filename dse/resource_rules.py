@@ -162,7 +162,8 @@ class DspCells:
         out: dict[str, int] = {}
         for per, n in ((self.gemm, gemm_multipliers(c)), (self.mul, mul_lanes(c))):
             for cell, k in per.items():
-                out[cell] = out.get(cell, 0) + k * n
+                if k * n:
+                    out[cell] = out.get(cell, 0) + k * n
         return out
 
     @classmethod
