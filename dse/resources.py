@@ -185,7 +185,12 @@ class ResourceModel:
 
     @classmethod
     def for_board(cls, board: Board) -> "ResourceModel":
-        return cls.for_family(board.part.family)
+        """The model of `board`'s family; ValueError naming the board and its part."""
+        try:
+            return cls.for_family(board.part.family)
+        except ValueError as exc:
+            raise ValueError(f"no resource model for {board.name} ({board.part.name}): "
+                             f"{exc}") from None
 
     @classmethod
     def fit(cls, data: Mapping) -> "ResourceModel":

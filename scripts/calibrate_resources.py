@@ -1,7 +1,8 @@
 """Synthesize a set of configs with yosys: the data the sweep's resource model is fitted to.
 
 Usage: python scripts/calibrate_resources.py (--family F | --board B) [--only NAME ...]
-                                             [--redo] [--list]
+                                             [--redo] [--list] [--confirm]
+       python scripts/calibrate_resources.py --table
 
 The design-space sweep (`vdla.dse`) cannot call yosys per point (the default config takes
 4 to 14 minutes on two cores; docs/tool-facts.md, yosys), so it predicts LUT, FF, DSP and
@@ -24,10 +25,14 @@ The configs span what a sweep varies: the GEMM core's shape (batch x block_in x
 block_out), every buffer's size, the optional ALU multiplier, with at least two more
 configs than the model has LUT/FF features. Synthesis time grows with the core, so the
 UltraScale+ leaves out the two largest of the 7-series' nine, and the Cyclone V and the
-ECP5, whose hard multipliers limit them to small cores, use small ones (`SMALL_CONFIGS`). They need not fit the part (synthesis
-counts what they would use), only pass the quick on-chip memory check, except on the
-ECP5, where only a config that fits is placed and routed, so every ECP5 config fits the
-LFE5U-85F and the data is nextpnr's throughout.
+ECP5, whose hard multipliers limit them to small cores, use small ones (`SMALL_CONFIGS`).
+They need not fit the part (synthesis counts what they would use), only pass the quick
+on-chip memory check, except on the ECP5, where only a config that fits is placed and
+routed, so every ECP5 config fits the LFE5U-85F and the data is nextpnr's throughout.
+
+``--confirm`` synthesizes the family's `CONFIRM` points, which the model is not fitted
+to, and records measured and predicted resources under "confirmed" in the same file;
+``--table`` prints every family's fit and confirmations as Markdown (docs/sweeps.md).
 """
 
 from __future__ import annotations

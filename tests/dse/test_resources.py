@@ -183,6 +183,13 @@ def test_an_uncalibrated_family_is_a_clear_error():
         ResourceModel.for_family("virtex-7")
 
 
+@pytest.mark.parametrize("board", sorted(set(BOARDS) - set(CALIBRATED_BOARDS)))
+def test_a_board_whose_family_is_not_calibrated_yet_is_a_clear_error(board):
+    # An unfinished calibration file names the command that finishes it.
+    with pytest.raises(ValueError, match="calibrate_resources.py --family"):
+        ResourceModel.for_board(BOARDS[board])
+
+
 def test_too_little_calibration_data_is_refused():
     data = load("zynq-7000")
     few = dict(data, points=dict(list(data["points"].items())[:MIN_POINTS - 1]))
