@@ -37,7 +37,7 @@ from vdla.boards import get as get_board
 from vdla.compiler import pipeline, targets
 from vdla.compiler.tuner import InProcessRunner, Records, best_schedules, tune_task
 from vdla.config import HardwareConfig
-from vdla.dse.resources import CALIBRATION_DIR, ResourceModel
+from vdla.dse.resources import ResourceModel, calibration_path
 from vdla.dse.spec import SweepSpec
 from vdla.dse.store import point_key
 
@@ -76,7 +76,7 @@ class Evaluator:
                  tune_records: str | Path | None = None):
         self.spec = spec if isinstance(spec, SweepSpec) else SweepSpec.from_dict(spec)
         self.board = get_board(self.spec.board)
-        self.resource_model = ResourceModel.for_part(self.board.part.name)
+        self.resource_model = ResourceModel.for_board(self.board)
         self.capacity = self.board.part.capacity
         self.calibration = calibration
         self.tune_records = tune_records
@@ -86,7 +86,7 @@ class Evaluator:
         # A value that makes no config at all (a misspelt ALU op) is the sweep's error,
         # refused before any point is evaluated, not every point's invalid reason.
         self.spec.check_values(self.board.config)
-        calib = CALIBRATION_DIR / f"{self.board.part.name}.json"
+        calib = calibration_path(self.board.part.family)
         models = []
         for m in self.spec.models:
             # A bad model is the sweep's error, not every point's (points are stored).

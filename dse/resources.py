@@ -1,28 +1,27 @@
 """An analytical resource model of the generated hardware, calibrated against yosys.
 
-    model = ResourceModel.for_part("xc7z020clg400-1")
+    model = ResourceModel.for_board(get_board("zcu104"))   # or .for_part / .for_family
     model.predict(config)        # Resources(lut=..., ff=..., dsp=..., bram=...)
 
 A sweep cannot synthesize each point (minutes each; docs/tool-facts.md, yosys), so it
-predicts what ``vdla estimate`` (yosys) would count, from the structure `vdla.hw`
-generates for a `HardwareConfig`:
+predicts what ``vdla estimate`` would count, from the structure `vdla.hw` generates for
+a `HardwareConfig`. There is one model per FPGA **family** (`vdla.boards.board.FAMILIES`),
+fitted to ``CALIBRATION_DIR/<family>.json``: yosys's flow depends on the family, not on
+the part's size (``synth_xilinx -family xcup`` is the same run for the xczu3eg and the
+xczu7ev), so the family's file serves all its parts; it records the board and part it
+was run for. A part is looked up through the boards that use it (`family_of`).
 
-* **BRAM** is counted, not fitted: every on-chip memory (the uop, inp, wgt, acc and out
-  buffers, and the three command queues of 128-bit instructions) is tiled with the
-  block RAM's aspect ratios (a RAMB36 holds 512 x 64, 1K x 32, 2K x 16, 4K x 8, 8K x 4,
-  16K x 2 or 32K x 1 data bits; a RAMB18 half of that) and the cheapest tiling is taken,
-  as yosys's memory mapping does. The write lanes are bus words (the DMA fills an
-  element one bus word at a time), so the byte enables never force narrower tiles. A
-  fitted constant absorbs what the sum misses (a half RAMB36 in the default config).
-* **DSP** is counted: the GEMM core's multipliers (two int8 products share one DSP48E1 when
-  block_out is even, `vdla.hw.compute`), plus, with the ALU's MUL, the DSPs of one
-  32 x 32 multiplier per ALU lane; the DSPs per such multiplier are read off the
-  calibration data (they must be the same integer on every calibrated config).
-* **LUT** and **FF** are linear in the sizes that generate logic (the GEMM core's MACs,
-  the ALU's lanes, the SRAM data widths the DMA engines and read paths multiplex, the
-  MUL lanes), with coefficients fitted by non-negative least squares to the calibration
-  data (`CALIBRATION_DIR`, made by ``scripts/calibrate_resources.py`` with the yosys
-  version it records).
+* **BRAM** and **DSP** are counted with the family's rules (`vdla.dse.resource_rules`):
+  every memory tiled with the family's block RAM modes, and the hard-multiplier cells
+  yosys makes of the GEMM core's multipliers and the ALU's, read off the calibration
+  data and counted as ``vdla estimate`` counts them. A fitted constant absorbs what the
+  block RAM tiling misses (the median over the calibration points); DSP is exact.
+* **LUT** and **FF** are linear in the sizes that generate logic (`features`: the GEMM
+  core's MACs, the ALU's lanes, the SRAM data widths the DMA engines and read paths
+  multiplex, the multiplier lanes), with coefficients fitted by non-negative least
+  squares to the calibration data (made by ``scripts/calibrate_resources.py``, which
+  records the tools' versions). On the ECP5 they are nextpnr's packed counts, as
+  ``vdla estimate`` reports them for a design that fits.
 
 The errors of the fit on its own data are kept with the model (`fit_errors`), and the
 sweep's confirmation step reports the error on the points it synthesizes.
@@ -33,56 +32,38 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-import math
 from pathlib import Path
 from typing import Mapping
 
 import numpy as np
 
-from vdla.boards.board import Resources
-from vdla.config import AluOp, INSN_BITS, HardwareConfig
+from vdla.boards.board import FAMILIES, Board, Resources
+from vdla.config import HardwareConfig
+from vdla.dse.resource_rules import (XILINX_BRAM, DspCells, gemm_multipliers, memories,
+                                     mul_lanes, rules_for)
 
-__all__ = ["CALIBRATION_DIR", "ResourceModel", "bram_tiles", "calibrated_parts", "features"]
+__all__ = ["CALIBRATION_DIR", "MIN_POINTS", "ResourceModel", "bram_tiles", "calibrated_families",
+           "calibrated_parts", "calibration_path", "counted_bram", "family_of", "features",
+           "gemm_dsps"]
 
-#: Where the calibration data lives (one JSON file per part).
+#: Where the calibration data lives (one JSON file per family: ``<family>.json``).
 CALIBRATION_DIR = Path(__file__).resolve().parent / "calibration"
-
-#: (depth, data bits) aspect ratios of one RAMB36 (Xilinx 7-series and UltraScale+).
-_RAMB36 = ((512, 64), (1024, 32), (2048, 16), (4096, 8), (8192, 4), (16384, 2), (32768, 1))
-#: The multiplier bits of one ALU lane with MUL (int32 x int32).
-_MUL_BITS = 32
 
 
 def bram_tiles(depth: int, width: int) -> float:
-    """RAMB36 of the cheapest tiling of a `depth` x `width`-bit memory, RAMB18s counting
-    half. A RAMB18 has the RAMB36's aspect ratios at half the depth, except that its
-    widest mode is 512 x 32: there is no 256 x 64 (a shallow, 64-bit-wide memory takes
-    whole RAMB36s or two RAMB18s side by side)."""
-    best = math.inf
-    for d, w in _RAMB36:
-        options = [(1.0, d, w), (0.5, d // 2, w) if d > 512 else (0.5, d, w // 2)]
-        for blocks, block_depth, block_width in options:
-            n = math.ceil(width / block_width) * math.ceil(depth / block_depth) * blocks
-            best = min(best, n)
-    return best
+    """RAMB36 of the cheapest tiling of a `depth` x `width`-bit memory on Xilinx, RAMB18s
+    counting half (`vdla.dse.resource_rules.XILINX_BRAM`)."""
+    return XILINX_BRAM.tiles(depth, width)
 
 
-def _memories(c: HardwareConfig) -> dict[str, tuple[int, int]]:
-    """name -> (depth, data bits) of every memory that maps to block RAM."""
-    return {"uop": (c.uop_depth, c.uop_bits), "inp": (c.inp_depth, c.inp_elem_bytes * 8),
-            "wgt": (c.wgt_depth, c.wgt_elem_bytes * 8), "acc": (c.acc_depth, c.acc_elem_bytes * 8),
-            "out": (c.out_depth, c.out_elem_bytes * 8),
-            **{f"{q}_queue": (c.cmd_queue_depth, INSN_BITS) for q in ("load", "compute", "store")}}
-
-
-def counted_bram(c: HardwareConfig) -> float:
-    return sum(bram_tiles(d, w) for d, w in _memories(c).values())
+def counted_bram(c: HardwareConfig, family: str = "zynq-7000") -> float:
+    """Block RAMs of `c`'s memories tiled with `family`'s rules."""
+    return rules_for(family).counted_bram(c)
 
 
 def gemm_dsps(c: HardwareConfig) -> int:
-    """DSPs of the GEMM core: one per pair of products when block_out is even."""
-    products = c.batch * c.block_in * c.block_out
-    return products // 2 if c.block_out % 2 == 0 else products
+    """DSP48s of the GEMM core on Xilinx: one per pair of products when block_out is even."""
+    return gemm_multipliers(c)
 
 
 def features(c: HardwareConfig) -> dict[str, float]:
@@ -90,17 +71,40 @@ def features(c: HardwareConfig) -> dict[str, float]:
     each): a constant; the GEMM core's MACs (adder trees, product registers); the ALU's
     lanes (accumulator-wide min/max/add/shift); the SRAM data bits the DMA engines
     write and the compute pipeline reads; the ALU lanes with a multiplier."""
-    mul = AluOp.MUL in c.alu_ops
     return {"const": 1.0,
             "macs": float(c.batch * c.block_in * c.block_out),
             "alu_lanes": float(c.batch * c.block_out),
             "sram_bits": float(c.inp_elem_bytes * 8 + c.wgt_elem_bytes * 8
                                + c.acc_elem_bytes * 8 + c.out_elem_bytes * 8),
-            "mul_lanes": float(c.batch * c.block_out) if mul else 0.0}
+            "mul_lanes": float(mul_lanes(c))}
+
+
+def calibration_path(family: str) -> Path:
+    return CALIBRATION_DIR / f"{family}.json"
+
+
+#: Calibration configs a family needs: two more than the LUT/FF model has features.
+MIN_POINTS = len(features(HardwareConfig())) + 2
+
+
+def calibrated_families() -> list[str]:
+    """The families with a complete calibration file (at least `MIN_POINTS` configs; a
+    file with fewer is a calibration run not finished yet)."""
+    return sorted(p.stem for p in CALIBRATION_DIR.glob("*.json") if p.stem in FAMILIES
+                  and len(json.loads(p.read_text()).get("points", {})) >= MIN_POINTS)
+
+
+def family_of(part: str) -> str | None:
+    """The family of a part that one of vdla's boards uses (None for any other part)."""
+    from vdla.boards.catalog import BOARDS
+    return next((b.part.family for b in BOARDS.values() if b.part.name == part), None)
 
 
 def calibrated_parts() -> list[str]:
-    return sorted(p.stem for p in CALIBRATION_DIR.glob("*.json"))
+    """The boards' parts whose family has a calibration."""
+    from vdla.boards.catalog import BOARDS
+    families = set(calibrated_families())
+    return sorted({b.part.name for b in BOARDS.values() if b.part.family in families})
 
 
 def _nnls(a: np.ndarray, b: np.ndarray, iters: int = 2000) -> np.ndarray:
@@ -117,15 +121,20 @@ def _nnls(a: np.ndarray, b: np.ndarray, iters: int = 2000) -> np.ndarray:
     return x / scale
 
 
+def _calibrate_hint(family: str) -> str:
+    return (f"run `python scripts/calibrate_resources.py --family {family}` to make one "
+            "(see docs/sweeps.md)")
+
+
 @dataclasses.dataclass(frozen=True)
 class ResourceModel:
-    """The resource model of one part, fitted to its calibration data.
+    """The resource model of one family, fitted to its calibration data.
 
-    part : the part name (the calibration file's stem)
-    family : its family (`vdla.boards.board.FAMILIES`)
+    family : the family (`vdla.boards.board.FAMILIES`; the calibration file's stem)
+    part : the part the calibration ran for (yosys's counts do not depend on it)
     lut, ff : feature name -> coefficient
-    bram_offset : RAMB36 that the counted tiling misses (fitted constant)
-    mul_dsps : DSPs of one ALU lane's multiplier
+    bram_offset : block RAMs that the counted tiling misses (fitted constant)
+    dsp_cells : the hard-multiplier cells of each multiplier (`DspCells`)
     tools : the versions of the tools the calibration ran
     fit_errors : the fit's relative error per resource on each calibration config
     """
@@ -135,78 +144,108 @@ class ResourceModel:
     lut: Mapping[str, float]
     ff: Mapping[str, float]
     bram_offset: float
-    mul_dsps: int
+    dsp_cells: DspCells
     tools: Mapping[str, str]
     points: int
     fit_errors: Mapping[str, Mapping[str, float]]
 
     @classmethod
+    def for_family(cls, family: str) -> "ResourceModel":
+        """The model of `family`, fitted to ``CALIBRATION_DIR/<family>.json``; ValueError
+        naming the calibrated families and how to calibrate another."""
+        return cls._load(family)
+
+    @classmethod
     @functools.cache
-    def for_part(cls, part: str) -> "ResourceModel":
-        """The model of `part`, fitted to ``CALIBRATION_DIR/<part>.json``; ValueError
-        naming the calibrated parts and how to calibrate another."""
-        path = CALIBRATION_DIR / f"{part}.json"
+    def _load(cls, family: str) -> "ResourceModel":
+        path = calibration_path(family)
         if not path.exists():
-            known = ", ".join(calibrated_parts()) or "none"
-            raise ValueError(f"no resource model for part {part!r} (calibrated: {known}); "
-                             "run `python scripts/calibrate_resources.py --board BOARD` with "
-                             "a board on that part to make one")
+            known = ", ".join(calibrated_families()) or "none"
+            what = (f"family {family!r}" if family in FAMILIES
+                    else f"family {family!r} (not one of vdla's: {', '.join(FAMILIES)})")
+            raise ValueError(f"no resource model for {what}; calibrated families: {known}; "
+                             + _calibrate_hint(family))
         return cls.fit(json.loads(path.read_text()))
+
+    @classmethod
+    def for_part(cls, part: str) -> "ResourceModel":
+        """The model of `part`'s family (a part of one of vdla's boards)."""
+        family = family_of(part)
+        if family is None:
+            known = ", ".join(calibrated_families()) or "none"
+            raise ValueError(f"no resource model for part {part!r}: no board of vdla uses it, "
+                             f"so its family is unknown (calibrated families: {known}); add "
+                             "a board on that part (boards/catalog.py) and calibrate its "
+                             "family with `python scripts/calibrate_resources.py --board "
+                             "BOARD`")
+        try:
+            return cls.for_family(family)
+        except ValueError as exc:
+            raise ValueError(f"no resource model for part {part!r}: {exc}") from None
+
+    @classmethod
+    def for_board(cls, board: Board) -> "ResourceModel":
+        """The model of `board`'s family; ValueError naming the board and its part."""
+        try:
+            return cls.for_family(board.part.family)
+        except ValueError as exc:
+            raise ValueError(f"no resource model for {board.name} ({board.part.name}): "
+                             f"{exc}") from None
 
     @classmethod
     def fit(cls, data: Mapping) -> "ResourceModel":
         """Fit to a calibration document (``scripts/calibrate_resources.py``'s JSON)."""
-        points = list(data["points"].values())
-        if len(points) < 3:
-            raise ValueError(f"{data.get('part')}: {len(points)} calibration points; the "
-                             "model needs at least 3")
-        configs = [HardwareConfig.from_dict(p["config"]) for p in points]
-        measured = [p["resources"] for p in points]
+        family = data["family"]
+        rules = rules_for(family)
+        named = list(data["points"].items())
+        if len(named) < MIN_POINTS:
+            raise ValueError(f"{family}: {len(named)} calibration configs; the model needs at "
+                             f"least {MIN_POINTS}, two more than its LUT/FF features: finish "
+                             f"the calibration with `python scripts/calibrate_resources.py "
+                             f"--family {family}`")
+        configs = [HardwareConfig.from_dict(p["config"]) for _, p in named]
+        measured = [p["resources"] for _, p in named]
         names = list(features(configs[0]))
         a = np.array([[features(c)[n] for n in names] for c in configs])
         coef = {}
         for key in ("lut", "ff"):
             b = np.array([m[key] for m in measured], dtype=float)
             coef[key] = dict(zip(names, _nnls(a, b).tolist()))
-        offsets = [m["bram"] - counted_bram(c) for c, m in zip(configs, measured)]
-        bram_offset = float(np.median(offsets))
-        mul_dsps = set()
-        for c, m in zip(configs, measured):
-            lanes = features(c)["mul_lanes"]
-            if lanes:
-                extra = m["dsp"] - gemm_dsps(c)
-                mul_dsps.add(extra / lanes)
-        if len(mul_dsps) > 1:
-            raise ValueError(f"{data.get('part')}: the ALU multiplier's DSPs per lane differ "
-                             f"between calibration configs ({sorted(mul_dsps)}): the DSP "
-                             "count is no longer structural; update vdla.dse.resources")
-        model = cls(part=data["part"], family=data["family"], lut=coef["lut"], ff=coef["ff"],
-                    bram_offset=bram_offset,
-                    mul_dsps=int(mul_dsps.pop()) if mul_dsps else _default_mul_dsps(),
-                    tools=dict(data.get("tools", {})), points=len(points), fit_errors={})
+        offsets = [m["bram"] - rules.counted_bram(c) for c, m in zip(configs, measured)]
+        dsp_cells = DspCells.derive(rules.dsp_prefixes,
+                                    [(name, c, p["cells"])
+                                     for (name, p), c in zip(named, configs)])
+        model = cls(part=data["part"], family=family, lut=coef["lut"], ff=coef["ff"],
+                    bram_offset=float(np.median(offsets)), dsp_cells=dsp_cells,
+                    tools=dict(data.get("tools", {})), points=len(named), fit_errors={})
         errors = {}
-        for name, c, m in zip(data["points"], configs, measured):
+        for (name, _), c, m in zip(named, configs, measured):
             p = model.predict(c)
             errors[name] = {k: (getattr(p, k) - m[k]) / m[k] if m[k] else 0.0
                             for k in Resources.KEYS}
         return dataclasses.replace(model, fit_errors=errors)
 
+    @property
+    def rules(self):
+        return rules_for(self.family)
+
+    @property
+    def mul_dsps(self) -> float:
+        """DSPs of one ALU lane's multiplier alone."""
+        return self.rules.dsp(self.dsp_cells.mul)
+
     def predict(self, config: HardwareConfig) -> Resources:
-        """LUT, FF, DSP and BRAM of `config` as yosys would count them on this part."""
+        """LUT, FF, DSP and BRAM of `config` as ``vdla estimate`` would count them."""
         f = features(config)
         lut = sum(self.lut[n] * v for n, v in f.items())
         ff = sum(self.ff[n] * v for n, v in f.items())
-        dsp = gemm_dsps(config) + self.mul_dsps * int(f["mul_lanes"])
-        bram = max(0.0, counted_bram(config) + self.bram_offset)
+        dsp = self.rules.dsp(self.dsp_cells.cells(config))
+        bram = max(0.0, self.rules.counted_bram(config) + self.bram_offset)
         return Resources(lut=round(lut), ff=round(ff), dsp=dsp, bram=bram)
 
     def describe(self) -> str:
         worst = {k: max(abs(e[k]) for e in self.fit_errors.values()) for k in Resources.KEYS}
-        return (f"resource model of {self.part}: fitted to {self.points} yosys runs "
-                f"({', '.join(f'{k}={v}' for k, v in self.tools.items())}); worst fit error "
+        return (f"resource model of {self.family} (calibrated on {self.part}): fitted to "
+                f"{self.points} runs ({', '.join(f'{k}={v}' for k, v in self.tools.items())}); "
+                "worst fit error "
                 + ", ".join(f"{k.upper()} {100 * v:.1f}%" for k, v in worst.items()))
-
-
-def _default_mul_dsps() -> int:
-    """DSP48E1 (25 x 18) tiles of a 32 x 32 multiplier, for calibrations without MUL."""
-    return math.ceil(_MUL_BITS / 25) * math.ceil(_MUL_BITS / 18)

@@ -1,21 +1,38 @@
 """Synthesize a set of configs with yosys: the data the sweep's resource model is fitted to.
 
-Usage: python scripts/calibrate_resources.py [--board pynq-z1] [--only NAME ...] [--list]
+Usage: python scripts/calibrate_resources.py (--family F | --board B) [--only NAME ...]
+                                             [--redo] [--list] [--confirm]
+       python scripts/calibrate_resources.py --table
 
 The design-space sweep (`vdla.dse`) cannot call yosys per point (the default config takes
 4 to 14 minutes on two cores; docs/tool-facts.md, yosys), so it predicts LUT, FF, DSP and
 BRAM with an analytical model of the generated hardware (`vdla.dse.resources`) whose
 per-family coefficients are fitted to real synthesis results. This script makes those
-results: it runs `vdla.boards.estimate.estimate` (the flow `vdla estimate` uses, cached in
-``~/.cache/vdla/estimates``) on each config of `CONFIGS` for the board's part, and writes
-``dse/calibration/<part>.json``: for each config its parameters, yosys's cell counts and
-the four resources, with the tools' versions and the time each synthesis took. The file is
-rewritten atomically after every config, so an interrupted run keeps what finished and a
-second run continues (finished syntheses come from the estimate cache).
+results for one family: it runs `vdla.boards.estimate.estimate` (the flow `vdla estimate`
+uses, cached in ``~/.cache/vdla/estimates``) on each of the family's configs
+(`FAMILY_CONFIGS`) for the part of the family's calibration board (`FAMILY_BOARDS`, or
+``--board``), and writes ``dse/calibration/<family>.json``: for each config its
+parameters, yosys's cell counts and the four resources as ``vdla estimate`` reports them
+(on the ECP5, nextpnr's packed counts), with the tools' versions and the time each run
+took. yosys's flow depends on the family, not on the part's size, so one file serves all
+the family's parts (the two Zynq UltraScale+ boards share the xczu3eg's run).
+
+The file is rewritten atomically after every config, and a config already in it (same
+parameters) is not run again unless ``--redo``: an interrupted run keeps what finished,
+and running the same command again continues where it stopped.
 
 The configs span what a sweep varies: the GEMM core's shape (batch x block_in x
-block_out), every buffer's size, the optional ALU multiplier. They need not fit the part
-(synthesis counts what they would use), only pass the quick on-chip memory check.
+block_out), every buffer's size, the optional ALU multiplier, with at least two more
+configs than the model has LUT/FF features. Synthesis time grows with the core, so the
+UltraScale+ leaves out the two largest of the 7-series' nine, and the Cyclone V and the
+ECP5, whose hard multipliers limit them to small cores, use small ones (`SMALL_CONFIGS`).
+They need not fit the part (synthesis counts what they would use), only pass the quick
+on-chip memory check, except on the ECP5, where only a config that fits is placed and
+routed, so every ECP5 config fits the LFE5U-85F and the data is nextpnr's throughout.
+
+``--confirm`` synthesizes the family's `CONFIRM` points, which the model is not fitted
+to, and records measured and predicted resources under "confirmed" in the same file;
+``--table`` prints every family's fit and confirmations as Markdown (docs/sweeps.md).
 """
 
 from __future__ import annotations
@@ -57,44 +74,194 @@ CONFIGS = {
 }
 
 
-def calibration_path(part: str) -> Path:
-    return Path(__file__).resolve().parent.parent / "dse" / "calibration" / f"{part}.json"
+#: Small cores (up to 128 products), for the parts with fewer hard multipliers: every
+#: one fits the ECP5's LFE5U-85F (156 MULT18X18D: a GEMM pair takes two, an ALU lane's
+#: multiplier three), so nextpnr places each one there; on the Cyclone V (112 DSP
+#: blocks) a sweep's fitting cores are this small too. Cheapest first.
+SMALL_CONFIGS = {
+    "s1_16x4": dict(block_in=16, block_out=4, inp_buff_size=8 * K, wgt_buff_size=32 * K,
+                    acc_buff_size=16 * K, uop_buff_size=8 * K),
+    "s1_8x8_mul": dict(block_in=8, block_out=8, inp_buff_size=8 * K, wgt_buff_size=32 * K,
+                       acc_buff_size=32 * K, uop_buff_size=8 * K, alu_ops=MUL),
+    "s1_8x8": dict(block_in=8, block_out=8, inp_buff_size=16 * K, wgt_buff_size=64 * K,
+                   acc_buff_size=64 * K, uop_buff_size=16 * K),
+    "s2_8x8": dict(batch=2, block_in=8, block_out=8, inp_buff_size=16 * K,
+                   wgt_buff_size=32 * K, acc_buff_size=64 * K, uop_buff_size=16 * K),
+    "s1_8x16": dict(block_in=8, block_out=16, inp_buff_size=16 * K, wgt_buff_size=64 * K,
+                    acc_buff_size=64 * K, uop_buff_size=8 * K),
+    "s1_16x8_mul": dict(block_in=16, block_out=8, inp_buff_size=8 * K, wgt_buff_size=32 * K,
+                        acc_buff_size=32 * K, uop_buff_size=8 * K, alu_ops=MUL),
+    "s1_16x8_big": dict(block_in=16, block_out=8, inp_buff_size=32 * K,
+                        wgt_buff_size=128 * K, acc_buff_size=32 * K, uop_buff_size=16 * K),
+}
+
+#: The cheaper seven of `CONFIGS` (the two largest cores left out), cheapest first.
+_SMALL = ["b1_16x8_mul", "b2_8x8", "b1_8x8_small", "b1_32x8", "b1_16x16_mul_small",
+          "b1_8x16", "b1_8x32"]
+
+#: family -> the board whose part is synthesized.
+FAMILY_BOARDS = {"zynq-7000": "pynq-z1", "zynq-ultrascale+": "ultra96-v2",
+                 "cyclone-v": "de10-nano", "ecp5": "ulx3s-85f"}
+#: family -> its configs (name -> HardwareConfig keyword arguments).
+FAMILY_CONFIGS = {
+    "zynq-7000": CONFIGS,
+    "zynq-ultrascale+": {name: CONFIGS[name] for name in _SMALL},
+    "cyclone-v": SMALL_CONFIGS,
+    "ecp5": SMALL_CONFIGS,
+}
+
+
+#: family -> points the model is *not* fitted to, synthesized by ``--confirm`` to check it:
+#: name -> (board, fields replaced in the board's default config). Each is a point of a
+#: small sweep over the board (docs/sweeps.md, "The resource model on each family").
+CONFIRM = {
+    "zynq-7000": {"pynq-z1_8x8": ("pynq-z1", dict(block_in=8, block_out=8,
+                                                  wgt_buff_size=64 * K, acc_buff_size=32 * K))},
+    "zynq-ultrascale+": {"ultra96-v2_8x8": ("ultra96-v2", dict(block_in=8, block_out=8,
+                                                               wgt_buff_size=64 * K,
+                                                               acc_buff_size=32 * K))},
+    "cyclone-v": {"de10-nano_default": ("de10-nano", {})},
+    "ecp5": {"ulx3s-85f_default": ("ulx3s-85f", {})},
+}
+
+
+def calibration_path(family: str) -> Path:
+    return Path(__file__).resolve().parent.parent / "dse" / "calibration" / f"{family}.json"
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--board", default="pynq-z1", help="board whose part is calibrated")
-    parser.add_argument("--only", nargs="+", metavar="NAME", choices=sorted(CONFIGS),
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--table", action="store_true",
+                       help="print the calibrated families' fits and confirmations as "
+                            "Markdown (docs/sweeps.md) and stop")
+    which.add_argument("--family", choices=sorted(FAMILY_BOARDS),
+                       help="family to calibrate (on its board's part, FAMILY_BOARDS)")
+    which.add_argument("--board", help="calibrate this board's family on its part")
+    parser.add_argument("--only", nargs="+", metavar="NAME",
                         help="synthesize only these configs (the file keeps the others)")
+    parser.add_argument("--redo", action="store_true",
+                        help="run configs the file already has again")
     parser.add_argument("--list", action="store_true", help="list the configs and stop")
+    parser.add_argument("--confirm", action="store_true",
+                        help="synthesize the family's confirmation points (CONFIRM), which "
+                             "the model is not fitted to, and record the model's errors")
     args = parser.parse_args(argv)
-    board = get_board(args.board)
+    if args.table:
+        print(table())
+        return 0
+    board = get_board(args.board or FAMILY_BOARDS[args.family])
+    family = board.part.family
+    if args.confirm:
+        return confirm(family, redo=args.redo)
+    family_configs = FAMILY_CONFIGS[family]
+    if args.only and set(args.only) - set(family_configs):
+        parser.error(f"unknown configs for {family}: {sorted(set(args.only) - set(family_configs))}"
+                     f"; known: {', '.join(family_configs)}")
     configs = {name: board.apply(HardwareConfig(dram_bus_width=board.dram_bus_width, **kwargs))
-               for name, kwargs in CONFIGS.items()}
+               for name, kwargs in family_configs.items()}
     if args.list:
         for name, config in configs.items():
             print(f"{name:<22} {config.name}")
         return 0
-    path = calibration_path(board.part.name)
+    path = calibration_path(family)
     data = json.loads(path.read_text()) if path.exists() else {}
     points = data.get("points", {})
     todo = args.only or list(configs)
     start = time.perf_counter()
     for i, name in enumerate(todo, 1):
         config = configs[name]
+        done = points.get(name)
+        if done and done["config"] == config.to_dict() and not args.redo:
+            print(f"[{i}/{len(todo)}] {name}: in {path.name} already", flush=True)
+            continue
         print(f"[{i}/{len(todo)}] {name} ({config.name}) ...", flush=True)
         result = estimate(board, config, log=lambda message: print("  " + message, flush=True))
+        if family == "ecp5" and result.fmax_mhz is None:
+            print(f"  does not fit {board.part.name} (not placed): left out", flush=True)
+            continue
         points[name] = {"config": config.to_dict(), "config_name": config.name,
                         "cells": result.cells, "resources": result.resources.to_dict(),
-                        "seconds": round(result.seconds, 1), "tools": result.tools}
+                        "seconds": round(result.seconds, 1), "tools": result.tools,
+                        "fmax_mhz": result.fmax_mhz}
         print(f"  {result.resources.to_dict()} in {result.seconds:.0f} s"
               + (" (cached)" if result.cached else ""), flush=True)
-        data = {"part": board.part.name, "family": board.family.name,
-                "flow": board.family.yosys, "board": board.name,
-                "script": "scripts/calibrate_resources.py", "tools": result.tools,
-                "points": dict(sorted(points.items()))}
+        data = {**data, "part": board.part.name, "family": family,
+                "flow": board.family.yosys + (" + nextpnr-ecp5 (packed counts)"
+                                              if family == "ecp5" else ""),
+                "board": board.name, "script": "scripts/calibrate_resources.py",
+                "tools": result.tools, "points": dict(sorted(points.items()))}
         atomic_write(path, (json.dumps(data, indent=1, sort_keys=True) + "\n").encode())
-    print(f"wrote {path} ({len(points)} configs) in {time.perf_counter() - start:.0f} s")
+    print(f"{path} holds {len(points)} configs ({time.perf_counter() - start:.0f} s)")
+    return 0
+
+
+def table() -> str:
+    """The calibrated families' fits and confirmation points, as Markdown tables."""
+    from vdla.dse.resources import ResourceModel, calibrated_families
+    fits = ["| family | calibrated on | configs | worst LUT fit error | FF | BRAM | DSP | "
+            "DSP cells per GEMM / ALU multiplier | tools | synthesis time |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
+    confirmed = ["| family | board | config | LUT model / measured | error | FF error | "
+                 "DSP model / measured | BRAM model / measured |",
+                 "|---|---|---|---|---|---|---|---|"]
+    for family in calibrated_families():
+        data = json.loads(calibration_path(family).read_text())
+        model = ResourceModel.fit(data)
+        worst = {k: max(abs(e[k]) for e in model.fit_errors.values())
+                 for k in ("lut", "ff", "bram", "dsp")}
+        seconds = [p["seconds"] for p in data["points"].values()]
+        cells = " / ".join(", ".join(f"{n} {c}" for c, n in sorted(per.items()))
+                           for per in (model.dsp_cells.gemm, model.dsp_cells.mul))
+        fits.append(f"| {family} | {data['board']} ({data['part']}) | {len(seconds)} | "
+                    f"{100 * worst['lut']:.1f}% | {100 * worst['ff']:.1f}% | "
+                    f"{100 * worst['bram']:.1f}% | {100 * worst['dsp']:.0f}% | {cells} | "
+                    + ", ".join(f"{k} {v}" for k, v in sorted(data["tools"].items()))
+                    + f" | {min(seconds):.0f}–{max(seconds):.0f} s |")
+        for name, point in data.get("confirmed", {}).items():
+            p, m, e = point["predicted"], point["resources"], point["error"]
+            confirmed.append(
+                f"| {family} | {point['board']} | {point['config_name']} | "
+                f"{p['lut']:,} / {m['lut']:,} | {100 * e['lut']:+.1f}% | "
+                f"{100 * e['ff']:+.1f}% | {p['dsp']:g} / {m['dsp']:g} | "
+                f"{p['bram']:g} / {m['bram']:g} |")
+    return "\n".join(fits) + "\n\n" + "\n".join(confirmed)
+
+
+def confirm(family: str, *, redo: bool = False) -> int:
+    """Synthesize `family`'s `CONFIRM` points, compare them with the model's prediction
+    and record both under "confirmed" in the family's calibration file (the fit ignores
+    them)."""
+    from vdla.dse.resources import ResourceModel
+    path = calibration_path(family)
+    data = json.loads(path.read_text())
+    model = ResourceModel.fit(data)
+    confirmed = data.setdefault("confirmed", {})
+    for name, (board_name, fields) in CONFIRM[family].items():
+        board = get_board(board_name)
+        config = board.apply(HardwareConfig.from_dict({**board.config.to_dict(), **fields}))
+        done = confirmed.get(name)
+        if done is None or done["config"] != config.to_dict() or redo:
+            print(f"{name} ({config.name}) on {board.part.name} ...", flush=True)
+            result = estimate(board, config,
+                              log=lambda message: print("  " + message, flush=True))
+            done = {"board": board.name, "part": board.part.name,
+                    "config": config.to_dict(), "config_name": config.name,
+                    "cells": result.cells, "resources": result.resources.to_dict(),
+                    "seconds": round(result.seconds, 1), "tools": result.tools,
+                    "fmax_mhz": result.fmax_mhz}
+        predicted = model.predict(config).to_dict()
+        done["predicted"] = predicted
+        done["error"] = {k: (predicted[k] - done["resources"][k]) / done["resources"][k]
+                         for k in ("lut", "ff", "bram")}
+        done["error"]["dsp"] = predicted["dsp"] - done["resources"]["dsp"]
+        confirmed[name] = done
+        e, m = done["error"], done["resources"]
+        print(f"{name:<20} {config.name:<34} LUT {predicted['lut']:>6} vs {m['lut']:>6} "
+              f"({100 * e['lut']:+.1f}%)  FF {predicted['ff']:>6} vs {m['ff']:>6} "
+              f"({100 * e['ff']:+.1f}%)  DSP {predicted['dsp']:g} vs {m['dsp']:g}  "
+              f"BRAM {predicted['bram']:g} vs {m['bram']:g}", flush=True)
+        atomic_write(path, (json.dumps(data, indent=1, sort_keys=True) + "\n").encode())
     return 0
 
 

@@ -133,8 +133,6 @@ def test_evaluation_matches_the_timing_and_resource_models():
     ([], "without a SPEC file, give --board, --model, --param"),
     (["--board", "pynq-z1", "--model", "digits_cnn", "--param", "block_inn=8"],
      "unknown sweep parameter(s) 'block_inn'"),
-    (["--board", "ulx3s-85f", "--model", "digits_cnn", "--param", "block_in=8"],
-     "no resource model for part"),
     (["--board", "pynq-z1", "--model", "digits_cnn", "--param", "block_in=8", "--jobs", "0"],
      "--jobs must be at least 1"),
     (["nope.toml"], "does not exist"),
