@@ -38,6 +38,7 @@ from typing import Mapping
 import numpy as np
 
 from vdla.boards.board import FAMILIES, Board, Resources
+from vdla.boards.catalog import BOARDS
 from vdla.config import HardwareConfig
 from vdla.dse.resource_rules import (XILINX_BRAM, DspCells, gemm_multipliers, memories,
                                      mul_lanes, rules_for)
@@ -96,13 +97,11 @@ def calibrated_families() -> list[str]:
 
 def family_of(part: str) -> str | None:
     """The family of a part that one of vdla's boards uses (None for any other part)."""
-    from vdla.boards.catalog import BOARDS
     return next((b.part.family for b in BOARDS.values() if b.part.name == part), None)
 
 
 def calibrated_parts() -> list[str]:
     """The boards' parts whose family has a calibration."""
-    from vdla.boards.catalog import BOARDS
     families = set(calibrated_families())
     return sorted({b.part.name for b in BOARDS.values() if b.part.family in families})
 
