@@ -52,7 +52,7 @@ from vdla.compiler.targets.vdla.placement import (VIEW_OPS, BufferPlan, concat_c
 from vdla.compiler.targets.vdla.pool import (POOL_OPS, LoweredPool2d, Pool2dSchedule,
                                              choose_pool2d, lower_pool2d, pool2d_layer)
 from vdla.compiler.targets.vdla.support import describe
-from vdla.compiler.targets.vdla.tap_pack import pack_taps
+from vdla.compiler.targets.vdla.tap_pack import pack_taps, tap_packs
 from vdla.compiler.targets.vdla.tuning import BACKENDS as TUNE_BACKENDS
 from vdla.compiler.targets.vdla.tuning import conv_tasks
 from vdla.config import AluOp, HardwareConfig
@@ -95,7 +95,9 @@ def _tap_packs(graph: Graph, nodes: Sequence[Node], config: HardwareConfig) -> d
     reads with kernel columns packed into channels (`vdla.compiler.targets.vdla.tap_pack`)."""
     packs = {}
     for node in nodes:
-        if node.op == "qconv2d":
+        # Only a host-written input can be packed: the layer (which the timing model
+        # picks among the packings) is built for those convolutions alone.
+        if node.op == "qconv2d" and tap_packs(node, graph, config):
             tp = conv2d_layer(node, graph, config)[0].packed
             if tp is not None:
                 packs[node.inputs[0]] = tp
