@@ -259,8 +259,6 @@ class ComputeModule(wiring.Component):
         skip = Signal()                         # the vector ALU's cycle without an issue
         issue = Signal()                        # a micro-op enters the pipeline this cycle
         m.d.comb += issue.eq(running & ~(vector & skip))
-        with m.If(running & vector):
-            m.d.sync += skip.eq(~skip)
         u = Signal(range(cfg.uop_depth))
         u_bgn = Signal.like(u)
         u_last = Signal.like(u)
@@ -272,6 +270,20 @@ class ComputeModule(wiring.Component):
         factor_in = {f: Signal(w, name=f"{f}_factor_in") for f, w in widths.items()}
         base_out = {f: Signal(w, name=f"{f}_base_out") for f, w in widths.items()}  # o·f_out
         offset = {f: Signal(w, name=f"{f}_offset") for f, w in widths.items()}  # + i·f_in
+
+        hold = Signal()                         # alu_hold: the operand row is held
+        src_moves = Signal()                    # ...and read again each outer iteration
+        if cfg.alu_hold:
+            with m.If(running & vector):
+                with m.If(~hold | skip):
+                    m.d.sync += skip.eq(~skip)
+                with m.Else():
+                    # Issuing: the next micro-op needs a free cycle before it only if it
+                    # starts an outer iteration whose operand row is another.
+                    m.d.sync += skip.eq((i == i_last) & (o != o_last) & src_moves)
+        else:
+            with m.If(running & vector):
+                m.d.sync += skip.eq(~skip)
 
         with m.If(issue):
             # Running offsets instead of multipliers: each loop step adds a factor.
@@ -312,6 +324,10 @@ class ComputeModule(wiring.Component):
             ]
             m.d.sync += [base_out[f].eq(0) for f in widths]
             m.d.sync += [offset[f].eq(0) for f in widths]
+            if cfg.alu_hold:   # `vdla.sim.functional.holds_operand`
+                m.d.sync += [hold.eq((gemm.uop_end == gemm.uop_bgn + 1)
+                                     & (alu.src_factor_in == 0)),
+                             src_moves.eq(alu.src_factor_out != 0)]
         m.d.comb += [self.gemm_active.eq(issue & ~is_alu & ~reset),
                      self.alu_active.eq(issue & is_alu & ~reset)]
 
@@ -417,7 +433,15 @@ class ComputeModule(wiring.Component):
         # apart, so the stage after one is empty and the port is free for it).
         m.d.comb += acc_read.addr.eq(Mux(reduce_valid, reduce_dst, multiply_src))
         src_data = Signal.like(acc_read.data, reset_less=True)   # acc[src], a cycle early
-        m.d.sync += src_data.eq(acc_read.data)
+        if cfg.alu_hold:
+            # Captured only after a src read, so that it holds for the micro-ops that
+            # follow without one (a read happens exactly when the reduce stage is empty).
+            src_read = Signal()
+            m.d.sync += src_read.eq(~reduce_valid & multiply_valid)
+            with m.If(src_read):
+                m.d.sync += src_data.eq(acc_read.data)
+        else:
+            m.d.sync += src_data.eq(acc_read.data)
 
         # --- stage 5, write: accumulate or apply the ALU op ------------------------------
         # Hazards: micro-op k reads acc[dst] in stage 4 (cycle t) and writes it in stage 5
@@ -441,9 +465,13 @@ class ComputeModule(wiring.Component):
             with m.Elif(~is_alu):
                 m.d.comb += value.eq(a + sums[lane])
             with m.Else():
-                m.d.comb += value.eq(_alu_lane(m, cfg, alu_op, a, operand, lane))
-            m.d.comb += [result.word_select(lane, acc_bits).eq(value),
-                         self.out.data.word_select(lane, cfg.out_width).eq(value)]
+                m.d.comb += value.eq(_alu_lane(m, cfg, alu_op, a, operand, lane, use_imm))
+            if AluOp.REQ in cfg.alu_ops:   # REQ clears the accumulator it narrows
+                m.d.comb += result.word_select(lane, acc_bits).eq(
+                    Mux(is_alu & ~reset & (alu_op == AluOp.REQ), 0, value))
+            else:
+                m.d.comb += result.word_select(lane, acc_bits).eq(value)
+            m.d.comb += self.out.data.word_select(lane, cfg.out_width).eq(value)
         with m.If(write_valid):
             m.d.comb += [acc_write.addr.eq(write_dst), acc_write.data.eq(result),
                          acc_write.en.eq(Const(-1, len(acc_write.en)))]
@@ -485,7 +513,7 @@ def gemm_arithmetic(value: GemmArithmetic | str) -> GemmArithmetic:
         raise ValueError(f"GEMM arithmetic must be one of {allowed}, not {value!r}") from None
 
 
-def _alu_lane(m: Module, cfg: HardwareConfig, op, a, b, lane: int):
+def _alu_lane(m: Module, cfg: HardwareConfig, op, a, b, lane: int, use_imm):
     """One int32 ALU lane: ``op(a, b)`` with the functional simulator's wrap-around."""
     bits = cfg.acc_width
     value = Signal(signed(bits), name=f"alu{lane}")
@@ -509,6 +537,16 @@ def _alu_lane(m: Module, cfg: HardwareConfig, op, a, b, lane: int):
         if AluOp.MUL in cfg.alu_ops:
             with m.Case(AluOp.MUL):
                 m.d.comb += value.eq(a * b)   # the low bits of the product
+        if AluOp.REQ in cfg.alu_ops:
+            with m.Case(AluOp.REQ):
+                # The shift, then min(max(., lo), hi) with int8 bounds from the operand
+                # word (hi is 127 with an immediate, whose 16 bits hold shift and lo).
+                lo = b[8:16].as_signed()
+                hi = Mux(use_imm, 127, b[16:24].as_signed())
+                as_int32 = Signal(signed(bits), name=f"alu{lane}_req")  # a left shift
+                m.d.comb += as_int32.eq(shifted)                    # is its low 32 bits
+                low_clamped = Mux(as_int32 < lo, lo, as_int32)
+                m.d.comb += value.eq(Mux(low_clamped > hi, hi, low_clamped))
         with m.Default():  # an op this config lacks (the encoder rejects it): unchanged
             m.d.comb += value.eq(a)
     return value

@@ -300,18 +300,47 @@ class FunctionalSimulator:
         dst = self._indices(insn, self.uop_dst, "dst")
         src = self._indices(insn, self.uop_src, "src") if vector else None
         self.stats["alu_uops"] += len(dst)
+        if vector and holds_operand(insn, c) and np.isin(src, dst).any():
+            # The held operand row is written by the instruction itself: each group of
+            # micro-ops uses the row as it was at the group's first micro-op.
+            group = len(dst) // insn.iter_out if insn.src_factor_out else len(dst)
+            for start in range(0, len(dst), group):
+                operand = self.acc[src[start]].copy()
+                self._alu_apply_runs(insn, dst[start:start + group], None, operand)
+            return
+        self._alu_apply_runs(insn, dst, src, None)
+
+    def _alu_apply_runs(self, insn: Alu, dst: np.ndarray, src: np.ndarray | None, held):
+        """Apply `insn`'s operation to acc rows `dst` in order: with `src` rows, or the
+        `held` operand row, or the immediate (neither)."""
+        c = self.config
         for part in _conflict_free_batches(dst, src, c.acc_depth):
             d = dst[part]
             if insn.reset_reg:
                 result = np.zeros((len(d), c.batch, c.block_out), dtype=np.int32)
             else:
-                operand = self.acc[src[part]] if vector else np.int64(insn.imm)
-                result = _alu_apply(insn.alu_opcode, self.acc[d], operand)
-            self.acc[d] = result
+                if src is not None:
+                    operand = self.acc[src[part]]
+                elif held is not None:
+                    operand = held
+                else:
+                    operand = np.int64(insn.imm)
+                result = _alu_apply(insn.alu_opcode, self.acc[d], operand, insn.use_imm)
+            # REQ writes its result to the out buffer and clears the accumulators.
+            self.acc[d] = 0 if insn.alu_opcode == AluOp.REQ and not insn.reset_reg else result
             self.out[d] = result.astype(np.int8)
 
 
-def _alu_apply(op: AluOp, a: np.ndarray, b) -> np.ndarray:
+def holds_operand(insn: Alu, config: HardwareConfig) -> bool:
+    """Whether `insn` reads its vector operand once per outer iteration and holds it
+    (`HardwareConfig.alu_hold`): a vector ALU instruction with one micro-op whose src
+    does not move with the inner loop. With ``src_factor_out == 0`` it reads the row
+    once, at its first micro-op."""
+    return (config.alu_hold and not insn.use_imm and not insn.reset_reg
+            and insn.uop_end - insn.uop_bgn == 1 and insn.src_factor_in == 0)
+
+
+def _alu_apply(op: AluOp, a: np.ndarray, b, use_imm: bool = True) -> np.ndarray:
     """One ALU operation on int32 lanes with the hardware's wrap-around."""
     if op == AluOp.MIN:
         return np.minimum(a, b).astype(np.int32)
@@ -324,10 +353,18 @@ def _alu_apply(op: AluOp, a: np.ndarray, b) -> np.ndarray:
         return (wide * b).astype(np.int32)  # low 32 bits of the product
     # SHR: the amount is the operand's low 6 bits as a signed number (-32..31);
     # negative amounts shift left, and the result keeps the low 32 bits.
-    amount = ((np.asarray(b, dtype=np.int64) & 63) ^ 32) - 32
+    b = np.asarray(b, dtype=np.int64)
+    amount = ((b & 63) ^ 32) - 32
     right = wide >> np.clip(amount, 0, 31)
     left = wide << np.clip(-amount, 0, 32)
-    return np.where(amount >= 0, right, left).astype(np.int32)
+    shifted = np.where(amount >= 0, right, left).astype(np.int32)
+    if op == AluOp.SHR:
+        return shifted
+    # REQ: the shift, then a clamp to [lo, hi], int8 fields of the operand word (hi is
+    # 127 with an immediate); min(max(x, lo), hi), so hi wins where lo > hi.
+    lo = (((b >> 8) & 255) ^ 128) - 128
+    hi = np.int64(127) if use_imm else (((b >> 16) & 255) ^ 128) - 128
+    return np.minimum(np.maximum(shifted, lo), hi).astype(np.int32)
 
 
 def _conflict_free_batches(dst: np.ndarray, src: np.ndarray | None, depth: int) -> list[slice]:

@@ -13,7 +13,8 @@ it to FINISH and any backend must produce the same DRAM bytes. It is built like
   padding, or a reset GEMM covering it), then random GEMMs (accumulating or reset, with
   several micro-ops and random loop counts and factors, some shaped as a matrix
   multiply), ALU instructions (every op of ``config.alu_ops``, immediate or second acc
-  operand, read-after-write chains included) and LOAD ACC over parts of the region;
+  operand, read-after-write chains included; with ``alu_hold``, half the vector ones of
+  the shape that holds its operand row) and LOAD ACC over parts of the region;
 - store module: STOREs of out elements the tile computed, strided, into DRAM buffers
   pre-filled with random bytes (so a stray or missing write shows).
 
@@ -260,7 +261,10 @@ class _Generator:
         """A random ALU instruction inside the acc region; src may overlap dst (chains)."""
         op = self.alu_ops[self._int(0, len(self.alu_ops) - 1)]
         use_imm = bool(self.rng.random() < 0.5)
-        fields, uops, dst = self._loop({"dst": acc, "src": acc})
+        # With alu_hold, half the vector instructions are of the shape that holds its
+        # operand row (one micro-op, src fixed in the inner loop), src often inside dst.
+        held = self.c.alu_hold and not use_imm and self.rng.random() < 0.5
+        fields, uops, dst = self._loop({"dst": acc, "src": acc}, held=held)
         out_written[dst - acc.base] = True
         return _Op(functools.partial(Alu, alu_opcode=op, use_imm=use_imm,
                                      imm=self._imm(op) if use_imm else 0, **fields), uops)
@@ -274,20 +278,22 @@ class _Generator:
             return int(self.rng.choice([-32768, 32767, self._int(-32768, 32767)]))
         return self._int(-9, 9) if op == AluOp.MUL else self._int(-300, 300)
 
-    def _loop(self, regions: dict[str, _Region], *, matmul: bool = False):
+    def _loop(self, regions: dict[str, _Region], *, matmul: bool = False, held: bool = False):
         """Loop fields and micro-ops keeping each index field inside its region.
 
         With `matmul`, the shape the functional simulator runs as one matrix product:
         one dst for all micro-ops, src moving only with iter_out and wgt with iter_in.
+        With `held`, the shape whose operand an `alu_hold` config holds: one micro-op,
+        src fixed by the inner loop.
         Returns (fields, micro-ops, every dst index the loop nest writes).
         """
-        n_uops, iter_out, iter_in = (self._int(1, _MAX_UOPS), self._int(1, _MAX_ITER),
-                                     self._int(1, _MAX_ITER))
+        n_uops, iter_out, iter_in = (1 if held else self._int(1, _MAX_UOPS),
+                                     self._int(1, _MAX_ITER), self._int(1, _MAX_ITER))
         fields = dict(iter_out=iter_out, iter_in=iter_in)
         columns = {"wgt": np.zeros(n_uops, np.int64)}
         for name, region in regions.items():
             f_out, f_in = self._int(0, _MAX_FACTOR), self._int(0, _MAX_FACTOR)
-            if matmul and name == "src":
+            if (matmul or held) and name == "src":
                 f_in = 0
             if matmul and name == "wgt":
                 f_out = 0

@@ -42,8 +42,14 @@ ISA_FIXED_WIDTHS = {
 class AluOp(enum.IntEnum):
     """Vector ALU operations and their ``alu_opcode`` encodings.
 
-    MIN, MAX, ADD and SHR are VTA's; MUL is vdla's optional addition (a config enables it).
-    SHR is arithmetic and shifts left by the negated amount when the amount is negative.
+    MIN, MAX, ADD and SHR are VTA's; MUL and REQ are vdla's optional additions (a config
+    enables each). SHR is arithmetic and shifts left by the negated amount when the amount
+    is negative. REQ ends a requantization in one pass: SHR, then a clamp to [lo, hi],
+    written to the out buffer (the clamp makes its 8-bit narrowing exact), while the
+    accumulator is cleared to zero, ready for the next tile without a reset pass. Its
+    operand word holds the shift in bits 5:0 (as SHR's), lo in bits 15:8 and hi in bits
+    23:16 (int8 each); with an immediate, hi is 127 (the 16-bit immediate holds the
+    shift and lo).
     """
 
     MIN = 0
@@ -51,6 +57,7 @@ class AluOp(enum.IntEnum):
     ADD = 2
     SHR = 3
     MUL = 4
+    REQ = 5
 
 
 #: ALU operations every configuration has; the others are optional.
@@ -91,7 +98,14 @@ class HardwareConfig:
     dram_bus_width : int
         Width in bits of the AXI4 data bus to DRAM (32 to 1024, power of two).
     alu_ops : frozenset of AluOp
-        ALU operations the hardware implements; MIN, MAX, ADD and SHR always, MUL optional.
+        ALU operations the hardware implements; MIN, MAX, ADD and SHR always, MUL and REQ
+        optional (features past VTA).
+    alu_hold : bool
+        A feature past VTA: a vector ALU instruction with one micro-op and
+        ``src_factor_in == 0`` reads its operand row once per outer iteration and holds
+        it, so it issues one micro-op per cycle instead of one every second cycle (the
+        acc buffer has one read port). A micro-op of such an instruction that writes the
+        row it reads does not change the operand the rest of its outer iteration uses.
     clock_mhz : float
         Clock frequency used to report time; does not change the hardware.
     """
@@ -110,6 +124,7 @@ class HardwareConfig:
     token_queue_depth: int = 512
     dram_bus_width: int = 64
     alu_ops: frozenset = REQUIRED_ALU_OPS
+    alu_hold: bool = False
     clock_mhz: float = 100.0
 
     # --- validation -------------------------------------------------------------------
@@ -147,6 +162,10 @@ class HardwareConfig:
                 raise ValueError(
                     f"HardwareConfig.{field} must be an integer from 2 to 65536, not {value!r}")
         self._check_pow2("dram_bus_width", 32, 1024)
+        for field in FEATURE_FLAGS:
+            if not isinstance(getattr(self, field), bool):
+                raise ValueError(f"HardwareConfig.{field} must be true or false, not "
+                                 f"{getattr(self, field)!r}")
         if (not isinstance(self.clock_mhz, (int, float)) or isinstance(self.clock_mhz, bool)
                 # Also NaN, infinity, and an int past the floats (math.isfinite would
                 # raise OverflowError on one; the derived figures divide it as a float).
@@ -345,8 +364,8 @@ class HardwareConfig:
         """Short name, VTA-style: ``1x16x16_i8w8a32_15_15_18_17`` for the default.
 
         Parameters outside VTA's name that change the hardware are appended when they
-        differ from the default (``-mul``, ``-cq64``, ``-tq16``, ``-bus128``); the clock
-        is not part of the hardware and never appears.
+        differ from the default (``-mul``, ``-req``, ``-hold``, ``-cq64``, ``-tq16``,
+        ``-bus128``); the clock is not part of the hardware and never appears.
         """
         core = (f"{self.batch}x{self.block_in}x{self.block_out}_"
                 f"i{self.inp_width}w{self.wgt_width}a{self.acc_width}_"
@@ -356,6 +375,7 @@ class HardwareConfig:
         extras = []
         if AluOp.MUL in self.alu_ops:
             extras.append("mul")
+        extras += self.features
         if self.cmd_queue_depth != default["cmd_queue_depth"]:
             extras.append(f"cq{self.cmd_queue_depth}")
         if self.token_queue_depth != default["token_queue_depth"]:
@@ -363,6 +383,14 @@ class HardwareConfig:
         if self.dram_bus_width != default["dram_bus_width"]:
             extras.append(f"bus{self.dram_bus_width}")
         return "-".join([core] + extras)
+
+    @property
+    def features(self) -> tuple[str, ...]:
+        """Short names of the features past VTA this config has, in a fixed order (each
+        is also a suffix of `name`): ``req`` (the ALU's REQ), ``hold`` (`alu_hold`).
+        MUL predates them and keeps its own ``mul`` suffix."""
+        found = ["req"] if AluOp.REQ in self.alu_ops else []
+        return tuple(found + [FEATURE_FLAGS[f] for f in FEATURE_FLAGS if getattr(self, f)])
 
     @property
     def macs_per_cycle(self) -> int:
@@ -386,6 +414,7 @@ class HardwareConfig:
             "out_buff_size": self.out_buff_size,
             "uop_fields": {"dst": self.uop_dst_bits, "src": self.uop_src_bits,
                            "wgt": self.uop_wgt_bits},
+            "features": list(self.features),
             "macs_per_cycle": self.macs_per_cycle,
             "peak_gops": 2 * self.macs_per_cycle * self.clock_mhz / 1000,
         }
@@ -529,6 +558,9 @@ class HardwareConfig:
 
 
 _DEFAULT_EXTRAS = {f.name: f.default for f in dataclasses.fields(HardwareConfig)}
+
+#: Boolean feature fields past VTA and their short names (config name suffixes).
+FEATURE_FLAGS = {"alu_hold": "hold"}
 
 #: The top-level keys of the document ``vdla config show --json`` writes.
 SHOW_DOCUMENT_KEYS = ("parameters", "derived", "insn_layouts")

@@ -151,7 +151,7 @@ ERRORS = [
     ("LOAD", r"LOAD needs a memory type \(UOP, WGT, INP, ACC\)"),
     ("LOAD sram_base=1", r"LOAD needs a memory type"),
     ("LOAD OUT x_size=1", r"LOAD needs a memory type"),
-    ("ALU", r"ALU needs an operation \(MIN, MAX, ADD, SHR, MUL\)"),
+    ("ALU", r"ALU needs an operation \(MIN, MAX, ADD, SHR, MUL, REQ\)"),
     ("ALU DIV imm=1", r"ALU needs an operation"),
     ("GEMM bogus=1", r"GEMM has no field 'bogus'"),
     ("GEMM imm=1", r"GEMM has no field 'imm'"),

@@ -414,13 +414,26 @@ def test_memory_types():
 
 
 def test_alu_opcodes():
-    with pytest.raises(ValueError, match=r"Alu\.alu_opcode .* not 5"):
-        Alu(alu_opcode=5)
+    with pytest.raises(ValueError, match=r"Alu\.alu_opcode .* not 6"):
+        Alu(alu_opcode=6)
     with pytest.raises(ValueError, match=r"Alu\.alu_opcode .* not 'DIV'"):
         Alu(alu_opcode="DIV")
     with pytest.raises(TypeError, match=r"Alu\.alu_opcode"):
         Alu(alu_opcode=3.0)
     assert Alu(alu_opcode="shr").alu_opcode is AluOp.SHR
+
+
+def test_req_needs_a_config_with_req():
+    """REQ (alu_opcode 5) is refused by the encoder and the decoder of a config without
+    it, naming the op and what the config allows."""
+    req = Alu(alu_opcode="REQ", use_imm=True, imm=3)
+    with pytest.raises(EncodeError, match=r"alu_opcode=REQ .*allowed MIN, MAX, ADD, SHR"):
+        encode(req, DEFAULT)
+    with_req = HardwareConfig(alu_ops={"MIN", "MAX", "ADD", "SHR", "REQ"})
+    word = encode(req, with_req)
+    assert word >> 108 & 0b111 == 5 and decode(word, with_req) == req
+    with pytest.raises(DecodeError, match=r"alu_opcode REQ.*does not implement"):
+        decode(word, DEFAULT)
 
 
 def test_mul_needs_a_config_with_mul():
@@ -496,7 +509,7 @@ def test_decode_memory_type_not_allowed():
         decode(OPCODES["STORE"] | MEMORY_TYPES["INP"] << 7, DEFAULT)
 
 
-@pytest.mark.parametrize("code", [5, 6, 7])
+@pytest.mark.parametrize("code", [6, 7])
 def test_decode_unknown_alu_opcode(code):
     with pytest.raises(DecodeError, match=rf"Alu\.alu_opcode .* not {code}"):
         decode(OPCODES["ALU"] | code << 108, HardwareConfig(alu_ops=MUL_OPS))

@@ -19,18 +19,20 @@ import numpy as np
 import pytest
 
 import vdla
-from differential import (B2X8X32, CANDIDATE, SMALL_QUEUES, DifferentialDevice,
+from differential import (B2X8X32, CANDIDATE, FEATURES, SMALL_QUEUES, DifferentialDevice,
                           open_differential, pair_with)
 from program_gen import DEADLOCK_WAITS, deadlock_program, random_program
 from vdla.isa import DEP_FLAGS, Alu, Finish, Gemm, Load, MemoryType, Store
 from vdla.runtime import COMPUTE, LOAD, STORE, ProgramBuilder
 from vdla.runtime.kernels import GemmSchedule, blocked_gemm, blocked_gemm_reference
 from vdla.sim import DeadlockError, SimError
+from vdla.sim.functional import holds_operand
 
 CONFIGS = {
     "default": vdla.HardwareConfig(),
     "b2x8x32": B2X8X32,
     "smallq": SMALL_QUEUES,
+    "features": FEATURES,
 }
 DRAM_SIZE = 1 << 24
 SEEDS = range(30)
@@ -120,6 +122,9 @@ def _features(program, config) -> set:
                 seen.add(("gemm nest", "reset" if insn.reset_reg else "accumulate"))
         elif isinstance(insn, Alu):
             seen.add(("alu", insn.alu_opcode.name, "imm" if insn.use_imm else "vector"))
+            if holds_operand(insn, config) and insn.iter_out > 1 and insn.iter_in > 1:
+                seen.add(("alu held", "row per outer iteration" if insn.src_factor_out
+                          else "one row"))
             if insn.use_imm and insn.imm < 0:
                 seen.add(("alu negative imm", insn.alu_opcode.name))
     return seen
@@ -137,7 +142,9 @@ def _expected_features(config) -> set:
             | {("gemm", kind) for kind in ("reset", "accumulate")}
             | {("gemm nest", kind) for kind in ("reset", "accumulate")}
             | {("alu", op.name, kind) for op in config.alu_ops for kind in ("imm", "vector")}
-            | {("alu negative imm", op.name) for op in config.alu_ops})
+            | {("alu negative imm", op.name) for op in config.alu_ops}
+            | ({("alu held", "row per outer iteration"), ("alu held", "one row")}
+               if config.alu_hold else set()))
 
 
 def _tiles_ahead(program) -> int:

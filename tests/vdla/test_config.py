@@ -151,8 +151,25 @@ def test_non_default_configs(kwargs, expected):
 
 def test_mul_config_has_all_ops():
     cfg = HardwareConfig(alu_ops=["MIN", "MAX", "ADD", "SHR", "mul"])
-    assert cfg.alu_ops == frozenset(AluOp)
+    assert cfg.alu_ops == frozenset(AluOp) - {AluOp.REQ}
     assert cfg.name.endswith("-mul")
+
+
+def test_features_past_vta_are_named_and_listed():
+    """Each feature is off by default, a suffix of the name, listed in `features` and
+    the derived values, and kept by JSON."""
+    assert HardwareConfig().features == ()
+    cfg = HardwareConfig(alu_ops=["MIN", "MAX", "ADD", "SHR", "MUL", "REQ"], alu_hold=True)
+    assert cfg.name == DEFAULT_NAME + "-mul-req-hold"
+    assert cfg.features == ("req", "hold") and cfg.derived()["features"] == ["req", "hold"]
+    assert HardwareConfig.from_json(cfg.to_json()) == cfg
+    assert HardwareConfig.from_json(cfg.to_json()).name == cfg.name
+
+
+@pytest.mark.parametrize("value", [1, "yes", None])
+def test_feature_flags_must_be_booleans(value):
+    with pytest.raises(ValueError, match=r"alu_hold must be true or false, not"):
+        HardwareConfig(alu_hold=value)
 
 
 def test_clock_is_not_part_of_the_name():

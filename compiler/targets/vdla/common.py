@@ -12,8 +12,11 @@ What the timing models (`conv_layer.estimate_conv2d`, `pool.estimate_pool2d`,
 model of the default config (`vdla.hw`; one figure per fact below):
 
 * the compute module issues one GEMM, reset or ALU-with-immediate micro-op per cycle; an
-  ALU micro-op with a vector operand reads the acc buffer twice and takes two cycles;
-  every GEMM/ALU instruction adds about `INSN_CYCLES` of pipeline fill and drain;
+  ALU micro-op with a vector operand reads the acc buffer twice and takes two cycles,
+  except on a config with ``alu_hold``, where an instruction that holds its operand row
+  takes one cycle per micro-op and one per outer iteration after the first
+  (`vector_pass_cycles`); every GEMM/ALU instruction adds about `INSN_CYCLES` of
+  pipeline fill and drain;
 * loads and stores move ``bytes_per_cycle`` bytes per cycle each way (reads and writes
   have their own AXI channels) after `DMA_CYCLES` of latency per instruction, overlapped
   when instructions follow each other;
@@ -274,6 +277,50 @@ def requant_steps(node, multiplier, shift, channels: int, padded: int, rows: lis
     else:
         steps.append(AluStep(AluOp.SHR, row=vector(s, 0)))
     return steps, folded
+
+
+def vector_pass_cycles(entries: int, outer: int, config: HardwareConfig,
+                       held: bool = True) -> int:
+    """Issue cycles of one ALU pass with a vector operand over `entries` acc entries in
+    `outer` outer iterations: two per micro-op, or on a config with ``alu_hold`` (for an
+    instruction of the shape that holds its row, `held`) one per micro-op plus a free
+    cycle before each outer iteration after the first."""
+    if config.alu_hold and held:
+        return entries + max(0, outer - 1)
+    return 2 * entries
+
+
+def req_word(shift, lo: int, hi: int):
+    """The operand word of the ALU's REQ (`vdla.config.AluOp`): shift in bits 5:0, lo in
+    15:8, hi in 23:16; `shift` an int or an int64 array (one word per lane)."""
+    return (np.asarray(shift, np.int64) & 63) | ((lo & 255) << 8) | ((hi & 255) << 16)
+
+
+def clamp_steps(main: list[AluStep], rows: list, padded: int, lo: int, hi: int, fuse: bool,
+                config: HardwareConfig) -> tuple[list[AluStep], tuple[AluStep, ...] | None]:
+    """The clamp to [lo, hi] that ends an epilogue, given its requantization `main`
+    (whose constant `rows` it may change or append to). Without the ALU's REQ: (main,
+    None), the clamp being a MAX and a MIN with immediates. With REQ and `fuse` (nothing
+    comes between the requantization and the clamp), the last SHR and the clamp become
+    one REQ: (main with it, ()). With REQ otherwise, a REQ that only clamps (shift 0):
+    (main, (that step,)). A REQ takes an immediate when hi is 127 and the shift a
+    single value, else a constant row (of `padded` channels)."""
+    if AluOp.REQ not in config.alu_ops:
+        return main, None
+    shift = 0
+    if fuse and main and main[-1].op == AluOp.SHR:
+        *main, last = main
+        if last.row is not None:
+            rows[last.row] = req_word(rows[last.row], lo, hi)
+            return main + [AluStep(AluOp.REQ, row=last.row)], ()
+        shift = last.imm
+    if hi == 127:
+        imm = int(req_word(shift, lo, 0))
+        step = AluStep(AluOp.REQ, imm=imm - (1 << 16) if imm > IMM_MAX else imm)
+    else:
+        rows.append(np.full(padded, req_word(shift, lo, hi), np.int64))
+        step = AluStep(AluOp.REQ, row=len(rows) - 1)
+    return (main + [step], ()) if fuse else (main, (step,))
 
 
 def check_alu_ops(node, steps, config: HardwareConfig):

@@ -380,6 +380,7 @@ def lower_conv2d(node: Node | str, graph: Graph, config: HardwareConfig,
     res_base = s.tile_h * s.tile_w * s.tile_co
     rows_used = {st.row: 0 for st in epilogue.main if st.row is not None}
     rows_used.update({st.row: res_base for st in epilogue.residual or () if st.row is not None})
+    rows_used.update({st.row: 0 for st in epilogue.clamp or () if st.row is not None})
     uop_table = conv_uop_table(layer, s, config, rows_used)
     regions, arena_bytes = _arena(layer, config, len(uop_table.uops))
     program = _emit(layer, s, config, epilogue, uop_table, regions)
@@ -471,6 +472,9 @@ class _ConvEmitter:
             offset += span[1] * (1 if L.diagonal else span[3]) * self.taps
         # Per thread: (ob0, cb0) of the weights its region holds.
         self.wgt_in_sram = [None] * s.nthreads
+        # Per thread: its conv tile region is at zero (the REQ that ends every epilogue
+        # with the ALU's REQ clears the accumulators it narrows).
+        self.cleared = [False] * s.nthreads
 
     def load_tables(self):
         """The micro-ops, the constant rows and the identity blocks, once."""
@@ -598,12 +602,19 @@ class _ConvEmitter:
         p, L, u = self.p, self.L, self.u
         plane = tile.plane
         self.tokens.compute_into(("acc", t))  # WAR: its previous tile is stored
-        # The acc tile starts at zero (the bias is an ALU ADD in the epilogue): one reset
-        # micro-op per acc entry. A LOAD ACC of the bias with stride 0 would read 64 bytes
-        # per entry from DRAM, 8 cycles at 8 B/cycle.
+        # The acc tile starts at zero (the bias is added onto it): one reset micro-op per
+        # acc entry. A LOAD ACC of the bias with stride 0 would read 64 bytes per entry
+        # from DRAM, 8 cycles at 8 B/cycle. Where the epilogue ends in a REQ, which
+        # clears what it narrows, only the thread's first tile resets, its whole region.
         k = u.reset[t]
-        p.gemm(reset_reg=True, uop_bgn=k, uop_end=k + 1, iter_out=tile.tco, iter_in=plane,
-               dst_factor_out=plane, dst_factor_in=1)
+        if self.epi.clamp is None:
+            p.gemm(reset_reg=True, uop_bgn=k, uop_end=k + 1, iter_out=tile.tco,
+                   iter_in=plane, dst_factor_out=plane, dst_factor_in=1)
+        elif not self.cleared[t]:
+            region = self.s.tile_h * self.s.tile_w
+            p.gemm(reset_reg=True, uop_bgn=k, uop_end=k + 1, iter_out=self.s.tile_co,
+                   iter_in=region, dst_factor_out=region, dst_factor_in=1)
+            self.cleared[t] = True
         if L.late_residual:
             pass                    # widened onto the tile after the main epilogue
         elif self.ratio:
@@ -690,10 +701,14 @@ class _ConvEmitter:
             k = u.alu_add_res[t]
             p.alu(AluOp.ADD, uop_bgn=k, uop_end=k + 1, src_factor_out=plane,
                   src_factor_in=1, **loop)
-        # The clamp always runs: its MIN writes the int8 out buffer the stores read.
-        k = u.alu_main[t]
-        p.alu(AluOp.MAX, uop_bgn=k, uop_end=k + 1, use_imm=True, imm=epi.out_min, **loop)
-        p.alu(AluOp.MIN, uop_bgn=k, uop_end=k + 1, use_imm=True, imm=epi.out_max, **loop)
+        # The clamp always runs: its last step writes the int8 out buffer the stores
+        # read (with the ALU's REQ it may be the requantization's own last step).
+        if epi.clamp is None:
+            k = u.alu_main[t]
+            p.alu(AluOp.MAX, uop_bgn=k, uop_end=k + 1, use_imm=True, imm=epi.out_min, **loop)
+            p.alu(AluOp.MIN, uop_bgn=k, uop_end=k + 1, use_imm=True, imm=epi.out_max, **loop)
+        else:
+            alu_pass(epi.clamp, 0, u.alu_main[t])
         self.tokens.computed()
 
     def store(self, t: int, tile: _Tile):

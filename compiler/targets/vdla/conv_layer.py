@@ -49,11 +49,11 @@ from vdla.compiler.ir.tensor import Node
 from vdla.compiler.reference.integer import wrap32
 from vdla.compiler.targets.vdla.common import (BYTES_PER_CYCLE, DMA_CYCLES, INSN_CYCLES,
                                                ITER_MAX, PAD_MAX, AluStep, ceil_div,
-                                               check_alu_ops, check_tile_sizes,
+                                               check_alu_ops, check_tile_sizes, clamp_steps,
                                                gemm_bias_limit, inp_group, out_group,
                                                overflow_detail, requant_steps, store_cycles,
-                                               tile_candidates, tile_split, window_cols,
-                                               window_rows)
+                                               tile_candidates, tile_split,
+                                               vector_pass_cycles, window_cols, window_rows)
 from vdla.compiler.targets.vdla.grouped import group_spans
 from vdla.compiler.targets.vdla.tap_pack import TapPack, tap_packs
 from vdla.config import AluOp, HardwareConfig
@@ -75,7 +75,9 @@ class ConvEpilogue:
     where bias and rounding fit (`common.gemm_bias_limit`), `bias_gemm` (padded O,) int64
     holds that rounding constant (zeros without one), the host adds the bias, and one
     GEMM micro-op per acc entry adds the sum (`common.bias_blocks`) instead of the
-    two-cycle vector ADD."""
+    two-cycle vector ADD. `clamp`: the steps that clamp to [out_min, out_max] after the
+    residual, or None for a MAX and a MIN with immediates; with the ALU's REQ, () where
+    `main` ends in a REQ that shifts and clamps at once (`common.clamp_steps`)."""
 
     main: tuple[AluStep, ...]
     residual: tuple[AluStep, ...] | None
@@ -84,6 +86,7 @@ class ConvEpilogue:
     rows: np.ndarray
     bias_row: int | None
     bias_gemm: np.ndarray | None = None
+    clamp: tuple[AluStep, ...] | None = None
 
 
 def _plan_epilogue(node: Node, graph: Graph, channels: int, padded: int, has_residual: bool,
@@ -116,10 +119,11 @@ def _plan_epilogue(node: Node, graph: Graph, channels: int, padded: int, has_res
     if not -128 <= lo <= hi <= 127:
         raise ValueError(f"qconv2d node {node.name!r}: out_min {lo} and out_max {hi} must "
                          "satisfy -128 <= out_min <= out_max <= 127")
+    main, clamp = clamp_steps(main, rows, padded, lo, hi, not has_residual, config)
     check_alu_ops(node, main + (residual or []), config)
     table = (np.stack(rows) if rows else np.zeros((0, padded), np.int64)).astype(np.int32)
     return ConvEpilogue(tuple(main), tuple(residual) if residual is not None else None, lo, hi,
-                        table, bias_row, bias_gemm)
+                        table, bias_row, bias_gemm, clamp)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -435,8 +439,9 @@ def conv2d_workload(node: Node, graph: Graph, config: HardwareConfig) -> dict:
             del fields[key]
     else:
         fields["spans"] = [list(span) for span in layer.spans]
+    clamp = {} if epi.clamp is None else {"clamp": steps(epi.clamp)}
     return {"op": node.op, **fields, "epilogue": steps(epi.main),
-            "residual_epilogue": steps(epi.residual)}
+            "residual_epilogue": steps(epi.residual), **clamp}
 
 
 def _dense_layer_and_epilogue(node: Node, graph: Graph,
@@ -476,10 +481,11 @@ def residual_passes(workload: dict) -> tuple[int, int] | None:
 
 def alu_passes(workload: dict) -> tuple[int, int]:
     """(passes with an immediate, passes with a vector operand) of the main epilogue,
-    the clamp's MAX and MIN included (as `estimate_conv2d` counts them)."""
-    steps = workload["epilogue"]
+    the clamp included (a MAX and a MIN, or its REQ steps; as `estimate_conv2d` counts
+    them)."""
+    steps = workload["epilogue"] + workload.get("clamp", ["MAX:imm", "MIN:imm"])
     vec = sum(s.endswith(":row") for s in steps)
-    return len(steps) - vec + 2, vec
+    return len(steps) - vec, vec
 
 
 # --- the schedule ---------------------------------------------------------------------------
@@ -715,15 +721,21 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
 
     `alu_passes` = (passes with an immediate, passes with a vector operand) of the
     epilogue over the conv tile; the default is what a requantized, clamped conv with a
-    bias needs (SHR, MAX, MIN; the bias ADD unless the bias GEMM adds it). The residual's
+    bias needs (SHR, MAX, MIN, or with the ALU's REQ one REQ; the bias ADD unless the
+    bias GEMM adds it). The residual's
     passes are counted from `layer.has_residual` (int8 loads widened on the GEMM core, or
     a LOAD ACC; then `residual_passes`, the residual's requantization as (immediate,
     vector) passes, default a shift; then an ADD)."""
     s = schedule.clamped(layer)
     c = config
     bw = float(bytes_per_cycle)
-    imm, vec = alu_passes if alu_passes is not None else (3, 0 if layer.bias_gemm else 1)
+    if alu_passes is None:   # a shift, the clamp (MAX, MIN or REQ's), a bias ADD row
+        alu_passes = ((1 if AluOp.REQ in config.alu_ops else 3), 0 if layer.bias_gemm else 1)
+    imm, vec = alu_passes
     res_passes = residual_passes if residual_passes is not None else (1, 0)
+    # With the ALU's REQ the epilogue ends in one (`common.clamp_steps`), which clears
+    # the tile: each thread resets its region once instead of every tile.
+    reset = 0 if AluOp.REQ in c.alu_ops else 1
     taps = layer.kernel_h * layer.kernel_w
     threads = s.nthreads
     tilings, co_tiles, weight_reuse = _channel_tilings(layer, s)
@@ -746,8 +758,10 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
                 tile_load, tile_gemm, chunk_pairs, first = _chunk_costs(
                     layer, chunks, tco, rows * cols, plane, weight_reuse, c, bw)
                 entries = plane * tco
-                # The reset micro-op, then the ALU passes, per acc entry.
-                epi = entries * (1 + imm + 2 * vec) + 5 * INSN_CYCLES
+                # The reset micro-op (none where the epilogue's REQ clears the tile), then
+                # the ALU passes, per acc entry.
+                epi = (entries * (reset + imm) + vec * vector_pass_cycles(entries, tco, c)
+                       + (1 + reset + imm + vec) * INSN_CYCLES)
                 if layer.bias_gemm:    # the bias GEMM: one micro-op per acc entry
                     epi += entries + INSN_CYCLES
                 res, res_epi = _residual_cost(layer, plane, tco, c, bw, res_passes)
@@ -799,6 +813,8 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
         serial += once
     tables = _table_cycles(layer, s, c, bw)
     load += tables
+    if not reset:
+        tables += threads * (s.tile_h * s.tile_w * s.tile_co + INSN_CYCLES)
     if threads == 1:
         cycles = serial + overlap
     else:
@@ -863,11 +879,13 @@ def _residual_cost(layer: Conv2dLayer, plane: int, tco: int, c: HardwareConfig, 
             load = ceil_div(tco, og) * (plane * c.inp_elem_bytes / bw + DMA_CYCLES)
         if layer.late_residual:
             return load, entries * widen + INSN_CYCLES
-        return load, (entries * (1 + widen + imm + 2 * vec + 2)
+        # Its reset, widening and immediate passes, its vector passes (held on an
+        # alu_hold config), then the ADD onto the conv tile (src moves: never held).
+        return load, (entries * (1 + widen + imm + 2) + vec * vector_pass_cycles(entries, tco, c)
                       + (2 + imm + vec) * INSN_CYCLES)
     if layer.has_residual:
-        return 0.0, (entries * (c.acc_elem_bytes / bw + imm + 2 * vec + 2)
-                     + tco * DMA_CYCLES)
+        return 0.0, (entries * (c.acc_elem_bytes / bw + imm + 2)
+                     + vec * vector_pass_cycles(entries, tco, c) + tco * DMA_CYCLES)
     return 0.0, 0.0
 
 
