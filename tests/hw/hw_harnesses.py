@@ -92,6 +92,8 @@ HW_CONFIGS = {
                             cmd_queue_depth=8, token_queue_depth=4),
     "mul-bus128": HardwareConfig(alu_ops={"MIN", "MAX", "ADD", "SHR", "MUL"},
                                  dram_bus_width=128),
+    # The features past VTA (the ALU's REQ, alu_hold).
+    "features": HardwareConfig(alu_ops={"MIN", "MAX", "ADD", "SHR", "REQ"}, alu_hold=True),
 }
 
 

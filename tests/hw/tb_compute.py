@@ -224,6 +224,8 @@ def alu_cases(rng, cfg):
             imms = [-32, -31, -17, -1, 0, 1, 7, 31, 32, 63, -33, 2**15 - 1, -2**15]
         elif op == AluOp.MUL:
             imms += [-1, 0, 2**15 - 1, -2**15]
+        elif op == AluOp.REQ:   # shift 5:0 and lo 15:8: edges of both
+            imms += [0, 31, -1, 0x7F00 | 5, -0x8000 | 60, 0x0100 | 33]
         for imm in imms:
             cases.append((random_uops(rng, rng.randint(1, 5), repeat=0.3),
                           dict(alu_opcode=op, use_imm=True, imm=imm,
@@ -232,6 +234,15 @@ def alu_cases(rng, cfg):
             cases.append((random_uops(rng, rng.randint(1, 6), repeat=0.3),
                           dict(alu_opcode=op, **loop_fields(rng, ("dst", "src")))))
         cases.append((chain, dict(alu_opcode=op, iter_out=2, iter_in=1)))
+        if cfg.alu_hold:
+            # The shape whose operand row alu_hold holds: one micro-op, src fixed in the
+            # inner loop, its row often among the destinations.
+            for _ in range(3):
+                fields = loop_fields(rng, ("dst", "src")) | dict(
+                    src_factor_in=0, iter_out=rng.randint(1, 3), iter_in=rng.randint(2, 4))
+                dst = rng.randrange(8)
+                cases.append(([Uop(dst=dst, src=dst + rng.randrange(3))],
+                              dict(alu_opcode=op, **fields)))
     cases.append((random_uops(rng, 4), dict(alu_opcode=AluOp.ADD, reset_reg=True,
                                              **loop_fields(rng, ("dst", "src")))))
     return cases
@@ -316,10 +327,14 @@ async def one_micro_op_per_cycle(dut):
         loops = dict(uop_bgn=0, uop_end=1024, iter_out=1, iter_in=n // 1024)
         add = Alu(alu_opcode="ADD", use_imm=True, imm=-7, **loops)
         add_vector = Alu(alu_opcode="ADD", use_imm=False, src_factor_in=1, **loops)
-        for kind, insn, active, per_uop in (
-                ("GEMM", Gemm(**loops), bench.dut.gemm_active, 1),
-                ("ALU", add, bench.dut.alu_active, 1),
-                ("vector ALU", add_vector, bench.dut.alu_active, 2)):
+        timings = [("GEMM", Gemm(**loops), bench.dut.gemm_active, 1),
+                   ("ALU", add, bench.dut.alu_active, 1),
+                   ("vector ALU", add_vector, bench.dut.alu_active, 2)]
+        if cfg.alu_hold:   # a held operand row: one micro-op a cycle (+1 per outer step)
+            timings.append(("held vector ALU", Alu(
+                alu_opcode="ADD", uop_bgn=0, uop_end=1, iter_out=2, iter_in=n // 2,
+                src_factor_out=1, dst_factor_out=1), bench.dut.alu_active, 1))
+        for kind, insn, active, per_uop in timings:
             cycles, active_cycles = await timed(bench, insn, active)
             dut._log.info("%s of %d micro-ops: %d cycles retire to retire (%d·N + %d)",
                           kind, n, cycles, per_uop, cycles - per_uop * n)

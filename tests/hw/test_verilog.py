@@ -10,7 +10,8 @@ from hw_harnesses import HW_CONFIGS
 from vdla.cli import main
 from vdla.isa.registers import COUNTERS, REGISTERS
 from vdla.hw import Accelerator
-from vdla.hw.verilog import TOP_NAME, VERILATOR_WAIVERS, generate
+from vdla.hw.verilog import TOP_NAME, VERILATOR_WAIVERS, generate, to_verilog
+from vdla import HardwareConfig
 
 
 @pytest.mark.parametrize("name", sorted(HW_CONFIGS))
@@ -74,3 +75,15 @@ def test_cli_refuses_an_output_that_is_a_file(tmp_path, capsys):
 def test_accelerator_needs_a_config():
     with pytest.raises(TypeError, match="HardwareConfig"):
         Accelerator({"batch": 1})
+
+
+def test_features_are_only_elaborated_where_the_config_has_them():
+    """The default config's Verilog has none of the features' logic (its hardware is
+    VTA's: the feature blocks of `vdla.hw.compute` are Python conditionals on the config),
+    and a config with a feature has it: REQ's clamp and alu_hold's capture enable."""
+    default = to_verilog(HardwareConfig())
+    features = to_verilog(HardwareConfig(alu_ops={"MIN", "MAX", "ADD", "SHR", "REQ"},
+                                         alu_hold=True))
+    for marker in ("alu0_req", "src_read", "src_moves"):
+        assert marker not in default and marker in features, marker
+    assert len(features) > len(default)
