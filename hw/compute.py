@@ -47,7 +47,8 @@ from vdla.hw.queues import TokenSignature
 from vdla.hw.sequencer import InsnSequencer
 from vdla.hw.sram import Sram
 
-__all__ = ["ComputeModule", "GemmArithmetic", "PACK_SHIFT", "packed_products", "unpack_products"]
+__all__ = ["ComputeModule", "GemmArithmetic", "PACK_SHIFT", "lut_product", "packed_products",
+           "unpack_products"]
 
 
 class GemmArithmetic(enum.Enum):
@@ -89,6 +90,16 @@ def packed_products(x, w_lo, w_hi):
     """The packed product of signed 8-bit Amaranth values `x`, `w_lo`, `w_hi`: a
     33-bit signed value (25-bit packed weight times 8-bit x)."""
     return (w_hi.shift_left(PACK_SHIFT) + w_lo) * x
+
+
+def lut_product(x, w):
+    """x·w of signed 8-bit Amaranth values as a 16-bit signed value, built from shifted
+    adds (x's bits select copies of w) rather than a multiplication, so that synthesis
+    makes it from LUTs and carry chains instead of a DSP slice (`gemm_dsp_limit`)."""
+    bits = len(x)
+    terms = [Mux(x[i], w.as_signed().shift_left(i), 0) for i in range(bits - 1)]
+    terms.append(Mux(x[bits - 1], -w.as_signed().shift_left(bits - 1), 0))  # the sign bit
+    return _adder_tree(terms)[:2 * bits].as_signed()
 
 
 def unpack_products(p):
@@ -186,6 +197,13 @@ class ComputeModule(wiring.Component):
             members["acc_probe_addr"] = In(range(cfg.acc_depth))
             members["acc_probe_data"] = Out(cfg.acc_elem_bytes * 8)
         super().__init__(members)
+
+    @staticmethod
+    def _registered(m: Module, value, name: str) -> Signal:
+        """`value` (signed) in a register of its width, with no reset (a datapath stage)."""
+        reg = Signal(signed(len(value)), name=name, reset_less=True)
+        m.d.sync += reg.eq(value)
+        return reg
 
     @staticmethod
     def _widened(m: Module, value, bits: int, name: str) -> Signal:
@@ -386,12 +404,22 @@ class ComputeModule(wiring.Component):
             w = [[self._widened(m, v, bits, f"w_n{n}_k{k}") for k, v in enumerate(row)]
                  for n, row in enumerate(w)]
         # product[b][n][k] -> its multiplier output register; with packing, lanes 2j and
-        # 2j+1 share one register holding the packed product.
+        # 2j+1 share one register holding the packed product. Past `gemm_dsp_limit`
+        # multipliers, a pair is two LUT-built products in two registers instead.
         registers = {}
+        dsp_left = cfg.gemm_dsp_limit or None
         for b in range(cfg.batch):
             for k in range(cfg.block_in):
                 if packed:
                     for j in range(cfg.block_out // 2):
+                        if dsp_left is not None and dsp_left <= 0:
+                            registers[b, j, k] = tuple(
+                                self._registered(m, lut_product(x[b][k], w[2 * j + h][k]),
+                                                 f"lutmul_b{b}_n{2 * j + h}_k{k}")
+                                for h in (0, 1))
+                            continue
+                        if dsp_left is not None:
+                            dsp_left -= 1
                         value = packed_products(x[b][k], w[2 * j][k], w[2 * j + 1][k])
                         reg = Signal(signed(len(value)), name=f"mul_b{b}_n{2 * j}_k{k}",
                                      reset_less=True)
@@ -416,7 +444,8 @@ class ComputeModule(wiring.Component):
         products = [[[None] * cfg.block_in for _ in range(cfg.block_out)] for _ in range(cfg.batch)]
         for (b, n, k), reg in registers.items():
             if packed:
-                products[b][2 * n][k], products[b][2 * n + 1][k] = unpack_products(reg)
+                products[b][2 * n][k], products[b][2 * n + 1][k] = (
+                    reg if isinstance(reg, tuple) else unpack_products(reg))
             else:
                 products[b][n][k] = reg
         write_valid = Signal()

@@ -3,6 +3,11 @@
 Every other number in vdla (SRAM depths, ISA field widths, element sizes in DRAM, the
 name of a design) is derived here from a handful of parameters, the way VTA's
 ``Environment`` derives its constants from ``vta_config.json``.
+
+Why this module is long: the class is the single source of truth for every derived
+number, the features past VTA and their validation, and the three document forms a
+config is read from (vdla's keys, VTA's ``LOG_*`` keys, ``vdla config show --json``);
+splitting any of them out would leave a second place that knows the parameters.
 """
 
 from __future__ import annotations
@@ -100,6 +105,11 @@ class HardwareConfig:
     alu_ops : frozenset of AluOp
         ALU operations the hardware implements; MIN, MAX, ADD and SHR always, MUL and REQ
         optional (features past VTA).
+    gemm_dsp_limit : int
+        The most hard multipliers (DSP slices) the GEMM core's packed form may use; its
+        product pairs past the limit are built from LUT logic (shifted adds) instead, so
+        a core wider than a part's DSP count can still fit it. 0 (the default): no limit.
+        The results and the cycles are the same either way; only synthesis differs.
     alu_hold : bool
         A feature past VTA: a vector ALU instruction with one micro-op and
         ``src_factor_in == 0`` reads its operand row once per outer iteration and holds
@@ -125,6 +135,7 @@ class HardwareConfig:
     dram_bus_width: int = 64
     alu_ops: frozenset = REQUIRED_ALU_OPS
     alu_hold: bool = False
+    gemm_dsp_limit: int = 0
     clock_mhz: float = 100.0
 
     # --- validation -------------------------------------------------------------------
@@ -162,6 +173,12 @@ class HardwareConfig:
                 raise ValueError(
                     f"HardwareConfig.{field} must be an integer from 2 to 65536, not {value!r}")
         self._check_pow2("dram_bus_width", 32, 1024)
+        limit = self.gemm_dsp_limit
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
+            raise ValueError(f"HardwareConfig.gemm_dsp_limit must be a non-negative integer "
+                             f"(0: no limit), not {limit!r}")
+        if limit >= self.gemm_multipliers:   # no pair past it: the same hardware as none
+            object.__setattr__(self, "gemm_dsp_limit", 0)
         for field in FEATURE_FLAGS:
             if not isinstance(getattr(self, field), bool):
                 raise ValueError(f"HardwareConfig.{field} must be true or false, not "
@@ -364,8 +381,8 @@ class HardwareConfig:
         """Short name, VTA-style: ``1x16x16_i8w8a32_15_15_18_17`` for the default.
 
         Parameters outside VTA's name that change the hardware are appended when they
-        differ from the default (``-mul``, ``-req``, ``-hold``, ``-cq64``, ``-tq16``,
-        ``-bus128``); the clock is not part of the hardware and never appears.
+        differ from the default (``-mul``, ``-req``, ``-hold``, ``-dsp220``, ``-cq64``,
+        ``-tq16``, ``-bus128``); the clock is not part of the hardware and never appears.
         """
         core = (f"{self.batch}x{self.block_in}x{self.block_out}_"
                 f"i{self.inp_width}w{self.wgt_width}a{self.acc_width}_"
@@ -376,6 +393,8 @@ class HardwareConfig:
         if AluOp.MUL in self.alu_ops:
             extras.append("mul")
         extras += self.features
+        if self.gemm_dsp_limit:
+            extras.append(f"dsp{self.gemm_dsp_limit}")
         if self.cmd_queue_depth != default["cmd_queue_depth"]:
             extras.append(f"cq{self.cmd_queue_depth}")
         if self.token_queue_depth != default["token_queue_depth"]:
@@ -391,6 +410,18 @@ class HardwareConfig:
         MUL predates them and keeps its own ``mul`` suffix."""
         found = ["req"] if AluOp.REQ in self.alu_ops else []
         return tuple(found + [FEATURE_FLAGS[f] for f in FEATURE_FLAGS if getattr(self, f)])
+
+    @property
+    def gemm_multipliers(self) -> int:
+        """Multipliers of the GEMM core's packed form: one per pair of int8 products
+        sharing an input (`vdla.hw.compute.packed_products`) when block_out is even."""
+        products = self.batch * self.block_in * self.block_out
+        return products // 2 if self.block_out % 2 == 0 else products
+
+    @property
+    def gemm_lut_multipliers(self) -> int:
+        """The GEMM core's multipliers (product pairs) built from LUTs (`gemm_dsp_limit`)."""
+        return self.gemm_multipliers - self.gemm_dsp_limit if self.gemm_dsp_limit else 0
 
     @property
     def macs_per_cycle(self) -> int:

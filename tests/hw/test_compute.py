@@ -1,6 +1,7 @@
 """The compute module: the packed-multiplier identity (numpy), cocotb tests in Verilator
 of LOAD UOP/ACC, GEMM, ALU, tokens and throughput against the functional simulator, and
-a short Amaranth simulation of a core too narrow to pack products (block_out 1); both
+short Amaranth simulations of a core too narrow to pack products (block_out 1) and of one
+with LUT-built products (`gemm_dsp_limit`, and `lut_product` over every int8 pair); both
 forms of the GEMM arithmetic (packed for synthesis, wide for Verilator)."""
 
 import collections
@@ -8,12 +9,15 @@ import random
 
 import numpy as np
 import pytest
+from amaranth import Module, Signal, signed
+from amaranth.sim import Simulator
 
 from cocotb_harness import run_cocotb
 from compute_harness import ComputeHarness
 from hw_harnesses import HW_CONFIGS
 from vdla import HardwareConfig
-from vdla.hw.compute import PACK_SHIFT, ComputeModule, GemmArithmetic, gemm_arithmetic
+from vdla.hw.compute import (PACK_SHIFT, ComputeModule, GemmArithmetic, gemm_arithmetic,
+                             lut_product)
 from vdla.isa import Alu, Finish, Gemm, Load, Uop, encode, encode_uops
 from vdla.sim import FunctionalSimulator
 
@@ -24,6 +28,29 @@ def test_gemm_arithmetic_names():
     with pytest.raises(ValueError, match="GEMM arithmetic must be one of 'packed', 'wide', "
                                          "not 'fast'"):
         ComputeModule(HardwareConfig(), arithmetic="fast")
+
+
+def test_lut_products_are_exact():
+    """`lut_product` (shifted adds, no multiplier) over every int8 x int8 pair, in
+    Amaranth's simulator."""
+    m = Module()
+    x, w = Signal(signed(8)), Signal(signed(8))
+    product = Signal(signed(16))
+    m.d.comb += product.eq(lut_product(x, w))
+    values = np.arange(-128, 128)
+    got = np.zeros((256, 256), np.int64)
+
+    async def testbench(ctx):
+        for i, xv in enumerate(values.tolist()):
+            ctx.set(x, xv)
+            for j, wv in enumerate(values.tolist()):
+                ctx.set(w, wv)
+                got[i, j] = ctx.get(product)
+
+    sim = Simulator(m)
+    sim.add_testbench(testbench)
+    sim.run()
+    np.testing.assert_array_equal(got, np.outer(values, values))
 
 
 def test_packed_int8_products_are_exact():
@@ -58,7 +85,6 @@ def run_amaranth(cfg, dram: np.ndarray, inp: np.ndarray, wgt: np.ndarray, progra
                  arithmetic="packed"):
     """Run `program` on `ComputeModule(cfg)` in Amaranth's simulator with a zero-latency
     DRAM model and inp/wgt memories; returns the acc and out rows it leaves."""
-    from amaranth.sim import Simulator
     dut = ComputeModule(cfg, probes=True, arithmetic=arithmetic)
     bus_bytes = cfg.dram_bus_width // 8
     as_words = lambda tiles: [int.from_bytes(t.tobytes(), "little") for t in tiles]
@@ -111,12 +137,23 @@ def run_amaranth(cfg, dram: np.ndarray, inp: np.ndarray, wgt: np.ndarray, progra
     return acc, out
 
 
+SMALL_CORES = {
+    # block_out 1 cannot pair products: the plain-multiplier core (or the 32-bit one).
+    "unpacked": dict(batch=2, block_in=2, block_out=1),
+    # Four multiplier pairs, one of them a DSP: three pairs of LUT-built products.
+    "dsp_limit": dict(batch=1, block_in=2, block_out=4, gemm_dsp_limit=1),
+}
+
+
+@pytest.mark.parametrize("core", list(SMALL_CORES))
 @pytest.mark.parametrize("arithmetic", ["packed", "wide"])
-def test_unpacked_core_matches_functional_simulator(arithmetic):
-    """block_out 1 cannot pair products: the plain-multiplier core (or the 32-bit one),
-    GEMM and ALU."""
-    cfg = HardwareConfig(batch=2, block_in=2, block_out=1, uop_buff_size=256,
-                         inp_buff_size=256, wgt_buff_size=128, acc_buff_size=256)
+def test_small_core_matches_functional_simulator(arithmetic, core):
+    """Small GEMM cores in Amaranth's simulator, GEMM and ALU: the unpacked one and one
+    whose `gemm_dsp_limit` builds most products from LUTs."""
+    cfg = HardwareConfig(uop_buff_size=256, inp_buff_size=256, wgt_buff_size=128 * 4,
+                         acc_buff_size=256 * 4, **SMALL_CORES[core])
+    if core == "dsp_limit":
+        assert cfg.gemm_lut_multipliers == 3
     rng = random.Random(5)
     gen = np.random.default_rng(5)
     dram = gen.integers(0, 256, 1 << 12, dtype=np.uint8)

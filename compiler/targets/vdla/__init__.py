@@ -27,9 +27,9 @@ The data flow through this folder, from `compile_model` to a program:
     `ElementwiseSchedule`, `estimate_elementwise`, `choose_elementwise`,
     `lower_elementwise`, `run_elementwise`);
 * `common`: what the families share: ISA limits, tiling arithmetic and the hardware
-  facts of the timing models, requantization steps, micro-op tables interned by
-  content, the DRAM arena, relocation, and `start_lowering`, the start of every
-  lowering.
+  facts of the timing models, micro-op tables interned by content, the DRAM arena,
+  relocation, and `start_lowering`, the start of every lowering; `requant`: the ALU
+  steps of a requantization and its clamp (with the ALU's REQ, one fused step).
 """
 
 from vdla.compiler.targets.vdla.conv import LoweredConv2d, lower_conv2d, run_conv2d

@@ -48,12 +48,13 @@ from vdla.compiler.ir.ops import conv_output_size
 from vdla.compiler.ir.tensor import Node
 from vdla.compiler.reference.integer import wrap32
 from vdla.compiler.targets.vdla.common import (BYTES_PER_CYCLE, DMA_CYCLES, INSN_CYCLES,
-                                               ITER_MAX, PAD_MAX, AluStep, ceil_div,
-                                               check_alu_ops, check_tile_sizes, clamp_steps,
+                                               ITER_MAX, PAD_MAX, ceil_div, check_tile_sizes,
                                                gemm_bias_limit, inp_group, out_group,
-                                               overflow_detail, requant_steps, store_cycles,
-                                               tile_candidates, tile_split,
-                                               vector_pass_cycles, window_cols, window_rows)
+                                               overflow_detail, store_cycles, tile_candidates,
+                                               tile_split, vector_pass_cycles, window_cols,
+                                               window_rows)
+from vdla.compiler.targets.vdla.requant import (AluStep, check_alu_ops, clamp_steps,
+                                                requant_steps)
 from vdla.compiler.targets.vdla.grouped import group_spans
 from vdla.compiler.targets.vdla.tap_pack import TapPack, tap_packs
 from vdla.config import AluOp, HardwareConfig
@@ -77,7 +78,7 @@ class ConvEpilogue:
     GEMM micro-op per acc entry adds the sum (`common.bias_blocks`) instead of the
     two-cycle vector ADD. `clamp`: the steps that clamp to [out_min, out_max] after the
     residual, or None for a MAX and a MIN with immediates; with the ALU's REQ, () where
-    `main` ends in a REQ that shifts and clamps at once (`common.clamp_steps`)."""
+    `main` ends in a REQ that shifts and clamps at once (`requant.clamp_steps`)."""
 
     main: tuple[AluStep, ...]
     residual: tuple[AluStep, ...] | None
@@ -733,7 +734,7 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
         alu_passes = ((1 if AluOp.REQ in config.alu_ops else 3), 0 if layer.bias_gemm else 1)
     imm, vec = alu_passes
     res_passes = residual_passes if residual_passes is not None else (1, 0)
-    # With the ALU's REQ the epilogue ends in one (`common.clamp_steps`), which clears
+    # With the ALU's REQ the epilogue ends in one (`requant.clamp_steps`), which clears
     # the tile: each thread resets its region once instead of every tile.
     reset = 0 if AluOp.REQ in c.alu_ops else 1
     taps = layer.kernel_h * layer.kernel_w
@@ -813,8 +814,8 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
         serial += once
     tables = _table_cycles(layer, s, c, bw)
     load += tables
-    if not reset:
-        tables += threads * (s.tile_h * s.tile_w * s.tile_co + INSN_CYCLES)
+    # Without a reset per tile, each thread resets its whole region once, first.
+    region_resets = 0 if reset else threads * (s.tile_h * s.tile_w * s.tile_co + INSN_CYCLES)
     if threads == 1:
         cycles = serial + overlap
     else:
@@ -826,13 +827,32 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
             # take turns.
             cycles += max(0.0, lone)
         if weight_reuse:
-            # Both threads switch output-channel blocks at the same time (or start): the
-            # first thread's weights load while the compute module waits, and the second
-            # thread's weights and first loads after them, while only the first thread's
-            # first tile computes.
-            cycles += once / 2 + max(0.0, once / 2 + first_load - first_compute)
-    return Conv2dEstimate(int(math.ceil(cycles + tables)), int(gemm), int(epilogue),
-                          int(load), int(store))
+            cycles += _weight_switches(layer, s, tilings, once, c, bw,
+                                       first_load - first_compute)
+    return Conv2dEstimate(int(math.ceil(cycles + tables + region_resets)), int(gemm),
+                          int(epilogue + region_resets), int(load), int(store))
+
+
+def _weight_switches(layer: Conv2dLayer, s: Conv2dSchedule, tilings, once: float,
+                     c: HardwareConfig, bw: float, first_gap: float) -> float:
+    """Two threads that load each weight block once: what their weight loads add to the
+    busiest module's time. `once` is every weight load; `first_gap` a tile's first loads
+    less its compute (the most of each, over the layer's tiles)."""
+    if s.h_nthread > 1:
+        # Threads over rows switch output-channel tiles together, each loading its own
+        # copy of the tile's weights: at every switch the first copy loads while the
+        # compute module waits, the second (and its first inputs) while the first
+        # thread's first tile computes.
+        taps = layer.kernel_h * layer.kernel_w
+        total = 0.0
+        for tco, nco, chunks in tilings:
+            w = tco * chunks[0][0] * taps * c.wgt_elem_bytes / bw + DMA_CYCLES
+            total += nco * layer.batch_blocks * (w + max(0.0, w + first_gap))
+        return total
+    # Threads over output channels start at the same time: the first thread's weights
+    # load while the compute module waits, and the second thread's weights and first
+    # loads after them, while only the first thread's first tile computes.
+    return once / 2 + max(0.0, once / 2 + first_gap)
 
 
 def _chunk_costs(layer: Conv2dLayer, chunks, tco: int, window: int, plane: int,

@@ -25,7 +25,7 @@ operand: a row of the tile's pixels per input block, H x W apart), then the comp
 runs one of three plans, chosen from the requantizations (`ElementwiseLayer`):
 
 * **one operand** (``relu``, ``qadd`` with a zero operand): GEMM reset of the acc tile,
-  GEMM with ``E_j`` (widen), the requantization (`common.requant_steps`: MUL, rounding
+  GEMM with ``E_j`` (widen), the requantization (`requant.requant_steps`: MUL, rounding
   ADD, SHR), the clamp (MAX out_min, MIN out_max; a bound an int8 value cannot pass is
   skipped, so a ReLU is MAX 0 alone);
 * **both operands requantized** (`separate`): reset the tile and a second acc region, one
@@ -77,15 +77,14 @@ import numpy as np
 from vdla.compiler.ir.graph import Graph
 from vdla.compiler.ir.tensor import Node
 from vdla.compiler.targets.vdla.common import (BYTES_PER_CYCLE, DMA_CYCLES, INSN_CYCLES,
-                                               PerChannelBlocks,
-                                               ITER_MAX, AluStep, IdentityTables, KernelTable,
-                                               ceil_div, check_alu_ops, check_array,
+                                               PerChannelBlocks, ITER_MAX, IdentityTables,
+                                               KernelTable, ceil_div, check_array,
                                                pack_activation, store_activation, store_cycles,
-                                               unpack_activation,
-                                               check_tile_sizes, dense_dma, layout_arena,
-                                               load_tables, overflow_detail,
-                                               requant_steps, run_arena, start_lowering,
-                                               tile_candidates, tile_split)
+                                               unpack_activation, check_tile_sizes, dense_dma,
+                                               layout_arena, load_tables, overflow_detail,
+                                               run_arena, start_lowering, tile_candidates,
+                                               tile_split)
+from vdla.compiler.targets.vdla.requant import AluStep, check_alu_ops, requant_steps
 from vdla.config import AluOp, HardwareConfig
 from vdla.isa import Program, Uop, encode_uops
 from vdla.runtime.builder import ProgramBuilder

@@ -24,7 +24,7 @@ block, the borders from the LOAD's zero padding), then:
 * **average pooling**: GEMM reset of the acc tile; ONE GEMM whose loops run over the
   tile's output rows and columns and whose micro-ops run over (channel block, ``j``, ky,
   kx), so each accumulator sums its window (zero padding and a ceil-mode overhang add
-  zeros, as in the reference); the requantization (`common.requant_steps`: MUL, rounding
+  zeros, as in the reference); the requantization (`requant.requant_steps`: MUL, rounding
   ADD, SHR) and the clamp to int8 (MAX -128, MIN 127) on the ALU.
 * **max pooling**: the input window is widened into a second acc region (GEMM reset, GEMM
   with ``E_j``); the acc tile is set to -128 (GEMM reset, ALU ADD -128); then one ALU MAX
@@ -69,16 +69,15 @@ import numpy as np
 from vdla.compiler.ir.graph import Graph
 from vdla.compiler.ir.tensor import Node
 from vdla.compiler.targets.vdla.common import (BYTES_PER_CYCLE, DMA_CYCLES, INSN_CYCLES,
-                                               PerChannelBlocks,
-                                               ITER_MAX, PAD_MAX, AluStep, IdentityTables,
-                                               KernelTable, activation_dma, ceil_div,
-                                               check_alu_ops, check_array, check_tile_sizes,
-                                               layout_arena, pack_activation,
-                                               store_activation, store_cycles,
-                                               unpack_activation,
-                                               load_tables, overflow_detail, requant_steps,
-                                               run_arena, start_lowering, tile_candidates,
-                                               tile_split, window_cols, window_rows)
+                                               PerChannelBlocks, ITER_MAX, PAD_MAX,
+                                               IdentityTables, KernelTable, activation_dma,
+                                               ceil_div, check_array, check_tile_sizes,
+                                               layout_arena, pack_activation, store_activation,
+                                               store_cycles, unpack_activation, load_tables,
+                                               overflow_detail, run_arena, start_lowering,
+                                               tile_candidates, tile_split, window_cols,
+                                               window_rows)
+from vdla.compiler.targets.vdla.requant import AluStep, check_alu_ops, requant_steps
 from vdla.compiler.targets.vdla.support import pool_weight_scale
 from vdla.config import AluOp, HardwareConfig
 from vdla.isa import Program, Uop, encode_uops
