@@ -174,7 +174,12 @@ def _read_document(path: Path, name: str) -> ShippedConfig:
 
 def _parse_document(data: Any, name: str, path: Path, where: str) -> ShippedConfig:
     """A shipped config's document `data`, checked key by key (a misspelt key is refused,
-    never ignored: the figures are what `vdla config list` reports)."""
+    never ignored: the figures are what `vdla config list` reports).
+
+    data : the parsed JSON
+    name, path : the entry's name and the file it came from
+    where : how errors name the file
+    """
     if not isinstance(data, Mapping):
         raise ValueError(f"{where} must be a JSON object, not {type(data).__name__}")
     unknown = sorted(set(data) - set(DOCUMENT_KEYS), key=str)

@@ -32,6 +32,9 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
+    """``vdla config show``: the config ``--config`` names (a file or a shipped name), as
+    text (with the shipped config's description, when it is one) or ``--json`` (the
+    document ``--config`` reads back)."""
     resolved = resolve_config(args.config)
     config = resolved.config
     derived = config.derived()
