@@ -32,8 +32,10 @@ def test_pynq_z1_plus_is_the_default_sizes_with_req_and_hold():
     assert entry.config == HardwareConfig().replace(
         alu_ops={AluOp.MIN, AluOp.MAX, AluOp.ADD, AluOp.SHR, AluOp.REQ}, alu_hold=True)
     assert entry.board == "pynq-z1" and entry.fits is True
+    # vdla estimate of this config: the default's DSP and block RAM, more LUTs.
     assert entry.figures["resources"]["bram"] == {"used": 126.5, "of": 140}
     assert entry.figures["resources"]["dsp"] == {"used": 128, "of": 220}
+    assert entry.figures["resources"]["lut"] == {"used": 22502, "of": 53200}
     (run,) = entry.figures["runs"]
     assert (run["model"], run["cycles"], run["backend"], run["bit_exact"], run["commit"]) == \
         ("resnet18", 8364316, "verilator", True, "c1cb93c")
@@ -171,7 +173,7 @@ def test_config_list_text_and_json(capsys):
     header, row = text.splitlines()[:2]
     assert header.split() == ["name", "config", "features", "board", "fits", "figures"]
     assert row.split()[:5] == ["pynq-z1-plus", PLUS_NAME, "req,", "hold", "pynq-z1"]
-    assert "yes: BRAM 126.5/140, DSP 128/220" in row
+    assert "yes: LUT 22,502/53,200, FF 4,514/106,400, DSP 128/220, BRAM 126.5/140" in row
     assert "resnet18 8,364,316 cycles (verilator, bit-exact, c1cb93c" in row
     assert main(["config", "list", "--json"]) == 0
     (entry,) = [e for e in json.loads(capsys.readouterr().out) if e["name"] == "pynq-z1-plus"]

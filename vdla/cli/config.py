@@ -84,9 +84,10 @@ def run_list(args) -> int:
 
 
 def _fits_cell(entry: ShippedConfig) -> str:
-    """``yes: BRAM 126.5/140, DSP 128/220``, ``no: ...``, or ``?`` when not recorded."""
+    """``yes: LUT 22,502/53,200, ..., BRAM 126.5/140``, ``no: ...``, or ``?`` when not
+    recorded."""
     verdict = {True: "yes", False: "no", None: "?"}[entry.fits]
-    used = [f"{name.upper()} {use['used']:g}/{use['of']:g}"
+    used = [f"{name.upper()} {use['used']:,g}/{use['of']:,g}"
             for name, use in entry.figures.get("resources", {}).items() if name != "source"]
     return f"{verdict}: {', '.join(used)}" if used else verdict
 
