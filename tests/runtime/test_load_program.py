@@ -1,6 +1,7 @@
 """`Device.load_program` refuses a program the device would not run as written: encoded
 for another config (naming the features the device lacks and the instructions that use
-them), or holding an ALU op the device's ALU does not have. Nothing is written then."""
+them), or holding an ALU op the device's ALU does not have. Nothing is written then. On
+a device of the program's own config it loads and runs (the ISA page's REQ example)."""
 
 import re
 
@@ -9,8 +10,8 @@ import pytest
 
 import vdla
 from vdla.config import AluOp, HardwareConfig
-from vdla.isa import Alu, Program
-from vdla.runtime import ProgramBuilder
+from vdla.isa import Alu, MemoryType, Program, Uop, encode_uops
+from vdla.runtime import COMPUTE, STORE, ProgramBuilder
 from vdla.runtime.device import program_mismatch
 
 DEFAULT = HardwareConfig()
@@ -88,6 +89,35 @@ def test_an_op_the_programs_own_config_lacks_is_named_with_its_index(default_dev
             f"program has ALU instructions config {DEFAULT.name} lacks: REQ at "
             "instruction(s) 1 (its ALU has MIN, MAX, ADD, SHR)")):
         default_dev.load_program(program)
+
+
+def test_the_isa_pages_req_example_runs_as_written():
+    """docs/isa.md: shift 2 with lo -3 is the immediate 0xFD02 (-766), hi is 127; REQ
+    writes the clamped value to OUT and clears ACC."""
+    c = PLUS
+    acc = np.zeros((1, c.batch, c.block_out), np.int32)
+    acc[0, 0, :4] = [-100, 0, 40, 1000]         # >> 2: -25, 0, 10, 250
+    with vdla.runtime.open(c, dram_size=1 << 20) as dev:
+        uop_addr, acc_addr = dev.alloc(c.uop_bytes), dev.alloc(acc.nbytes)
+        out_addr = dev.alloc(c.out_elem_bytes)
+        dev.write(uop_addr, np.frombuffer(encode_uops([Uop(0, 0, 0)], c), np.uint8))
+        dev.write(acc_addr, acc)
+        p = ProgramBuilder(c)
+        p.load(MemoryType.UOP, dram_base=uop_addr // c.uop_bytes, y_size=1, x_size=1,
+               x_stride=1)
+        p.load(MemoryType.ACC, dram_base=acc_addr // c.acc_elem_bytes, y_size=1, x_size=1,
+               x_stride=1)
+        p.alu(AluOp.REQ, use_imm=True, imm=-766, uop_bgn=0, uop_end=1, iter_out=1,
+              iter_in=1)
+        p.dep_push(COMPUTE, STORE)
+        p.dep_pop(COMPUTE, STORE)
+        p.store(dram_base=out_addr // c.out_elem_bytes, y_size=1, x_size=1, x_stride=1)
+        p.dep_push(STORE, COMPUTE)
+        p.dep_pop(STORE, COMPUTE)
+        dev.run(*dev.load_program(p.finish()))
+        out = dev.read(out_addr, c.out_elem_bytes).view(np.int8)
+        assert out[:4].tolist() == [-3, 0, 10, 127] and not out[4:].any()
+        assert not dev.simulator.acc[0].any()           # cleared
 
 
 def test_the_same_config_loads_and_runs():
