@@ -174,11 +174,11 @@ def program_mismatch(program: Program, config: HardwareConfig) -> str:
     text = f"program is encoded for config {pc.name}, the device has {config.name}"
     needed = _lacking_features(pc, config)
     if needed:
-        text += f"; the program needs feature(s) {', '.join(needed)}, which config " \
-                f"{config.name} lacks"
+        listed = ", ".join(f"{short} ({what})" for short, what in needed)
+        text += f"; the program needs feature(s) {listed}, which config {config.name} lacks"
     if missing_ops:
         text += f" (it uses {missing_ops})"
-    extra = [name.split(" ")[0] for name in _lacking_features(config, pc)]
+    extra = [short for short, _ in _lacking_features(config, pc)]
     if extra:
         text += f"; config {config.name} has feature(s) {', '.join(extra)}, which the " \
                 "program's config lacks"
@@ -193,18 +193,18 @@ def program_mismatch(program: Program, config: HardwareConfig) -> str:
     return text
 
 
-def _lacking_features(has: HardwareConfig, lacks: HardwareConfig) -> list[str]:
-    """The optional features `has` has and `lacks` lacks, each as ``req (the ALU's
-    REQ)`` or ``hold (alu_hold)``: the optional ALU ops (MUL among them, which predates
-    the feature list) and the boolean feature fields."""
+def _lacking_features(has: HardwareConfig, lacks: HardwareConfig) -> list[tuple[str, str]]:
+    """The optional features `has` has and `lacks` lacks, each as (short name, what it
+    is): ``("req", "the ALU's REQ")``, ``("hold", "alu_hold")``; the optional ALU ops
+    (MUL among them, which predates the feature list), then the boolean feature fields."""
     field_of = {short: field for field, short in FEATURE_FLAGS.items()}
     found = []
     for op in sorted(has.alu_ops - lacks.alu_ops):
-        found.append(f"{op.name.lower()} (the ALU's {op.name})")
+        found.append((op.name.lower(), f"the ALU's {op.name}"))
     for short in has.features:
         field = field_of.get(short)
         if field is not None and not getattr(lacks, field):
-            found.append(f"{short} ({field})")
+            found.append((short, field))
     return found
 
 

@@ -25,8 +25,8 @@ def _req_program(config: HardwareConfig, count: int = 1) -> Program:
     p = ProgramBuilder(config)
     p.gemm(reset_reg=True, uop_bgn=0, uop_end=1, iter_out=1, iter_in=1)
     for _ in range(count):
-        p.append(Alu(alu_opcode=AluOp.REQ, use_imm=True, imm=((0xFD << 8) | 2) - (1 << 16), uop_bgn=0,
-                     uop_end=1, iter_out=1, iter_in=1))
+        p.append(Alu(alu_opcode=AluOp.REQ, use_imm=True, imm=0xFD02 - (1 << 16),
+                     uop_bgn=0, uop_end=1, iter_out=1, iter_in=1))
     return p.finish()
 
 
