@@ -13,13 +13,14 @@ on the other; a counter a backend cannot measure is None.
 from __future__ import annotations
 
 import abc
+import dataclasses
 import sys
 import time
 
 import numpy as np
 
-from vdla.config import HardwareConfig
-from vdla.isa import INSN_BYTES, Program
+from vdla.config import FEATURE_FLAGS, AluOp, HardwareConfig
+from vdla.isa import INSN_BYTES, Alu, Program
 from vdla.isa.registers import COUNTERS
 from vdla.runtime.allocator import DramAllocator
 from vdla.sim import FunctionalSimulator
@@ -28,7 +29,7 @@ from vdla.sim.protocol import fetch_program
 from vdla.sim.verilator import VerilatorSimulator
 
 __all__ = ["Device", "FunctionalDevice", "VerilatorDevice", "open", "BACKENDS", "STAT_KEYS",
-           "dram_alignment"]
+           "dram_alignment", "program_mismatch"]
 
 #: The keys of every backend's `Device.run` statistics: the program's counters, fixed by
 #: its instructions (`vdla.sim.counters.WORK_COUNTERS`: instructions, DMA bytes, GEMM and
@@ -108,10 +109,16 @@ class Device(abc.ABC):
 
     def load_program(self, program: Program) -> tuple[int, int]:
         """Allocate DRAM for `program`'s instructions and write them; returns
-        ``(insn_addr, insn_count)`` for `run`."""
-        if program.config != self.config:
-            raise ValueError(f"program is encoded for config {program.config.name}, the "
-                             f"device has {self.config.name}")
+        ``(insn_addr, insn_count)`` for `run`.
+
+        program : a `vdla.isa.Program` encoded for this device's config
+        Raises ValueError, before anything is written, for a program encoded for another
+        config or with an ALU instruction this device's ALU lacks (`program_mismatch`
+        says which features and instructions): such a program would not run as written.
+        """
+        problem = program_mismatch(program, self.config)
+        if problem:
+            raise ValueError(problem)
         stream = program.to_bytes()
         addr = self.alloc(len(stream))
         self.write(addr, stream)
@@ -142,6 +149,78 @@ class Device(abc.ABC):
 
     def __exit__(self, *exc):
         self.close()
+
+
+def program_mismatch(program: Program, config: HardwareConfig) -> str:
+    """Why `program` cannot run on a device of `config`, or "" when it can.
+
+    program : the program to load
+    config : the device's config
+    A program runs only on the config it is encoded for: the ISA's field widths, the ALU
+    ops and the features' semantics (`alu_hold`'s held operand) all follow from it. The
+    reason names the features the program's config has and `config` lacks, the ALU
+    instructions (by index) whose op `config` lacks, and any other parameter that differs.
+    """
+    pc = program.config
+    missing_ops = _alu_uses(program, config)
+    if pc == config:
+        if not missing_ops:
+            return ""
+        # A Program built by hand may hold an op its own config lacks (it is checked
+        # only when encoded): name it before the encoder's less specific refusal.
+        return (f"program has ALU instructions config {config.name} lacks: "
+                f"{missing_ops} (its ALU has "
+                f"{', '.join(op.name for op in sorted(config.alu_ops))})")
+    text = f"program is encoded for config {pc.name}, the device has {config.name}"
+    needed = _lacking_features(pc, config)
+    if needed:
+        listed = ", ".join(f"{short} ({what})" for short, what in needed)
+        text += f"; the program needs feature(s) {listed}, which config {config.name} lacks"
+    if missing_ops:
+        text += f" (it uses {missing_ops})"
+    extra = [short for short, _ in _lacking_features(config, pc)]
+    if extra:
+        text += f"; config {config.name} has feature(s) {', '.join(extra)}, which the " \
+                "program's config lacks"
+    # What the feature lists above do not already say (the clock, the sizes).
+    skip = {"alu_ops", *FEATURE_FLAGS}
+    others = [f"{f.name} (program {getattr(pc, f.name)!r}, device "
+              f"{getattr(config, f.name)!r})"
+              for f in dataclasses.fields(HardwareConfig)
+              if f.name not in skip and getattr(pc, f.name) != getattr(config, f.name)]
+    if others:
+        text += f"; they differ in {', '.join(others)}"
+    return text
+
+
+def _lacking_features(has: HardwareConfig, lacks: HardwareConfig) -> list[tuple[str, str]]:
+    """The optional features `has` has and `lacks` lacks, each as (short name, what it
+    is): ``("req", "the ALU's REQ")``, ``("hold", "alu_hold")``; the optional ALU ops
+    (MUL among them, which predates the feature list), then the boolean feature fields."""
+    field_of = {short: field for field, short in FEATURE_FLAGS.items()}
+    found = []
+    for op in sorted(has.alu_ops - lacks.alu_ops):
+        found.append((op.name.lower(), f"the ALU's {op.name}"))
+    for short in has.features:
+        field = field_of.get(short)
+        if field is not None and not getattr(lacks, field):
+            found.append((short, field))
+    return found
+
+
+def _alu_uses(program: Program, config: HardwareConfig, shown: int = 3) -> str:
+    """The ALU instructions of `program` whose op `config` lacks, per op with the first
+    `shown` indices: ``REQ at instruction(s) 4, 9, 14 and 3 more``; "" when none."""
+    at: dict[AluOp, list[int]] = {}
+    for index, insn in enumerate(program.insns):
+        if isinstance(insn, Alu) and insn.alu_opcode not in config.alu_ops:
+            at.setdefault(insn.alu_opcode, []).append(index)
+    parts = []
+    for op, indices in sorted(at.items()):
+        more = f" and {len(indices) - shown} more" if len(indices) > shown else ""
+        parts.append(f"{op.name} at instruction(s) "
+                     f"{', '.join(map(str, indices[:shown]))}{more}")
+    return "; ".join(parts)
 
 
 def _in_stat_order(stats: dict) -> dict:

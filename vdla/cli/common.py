@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Sequence
 
+from vdla import shipped
 from vdla._fileio import atomic_write
 from vdla.config import HardwareConfig
 
@@ -22,7 +23,11 @@ __all__ = ["CONFIG_HELP", "CliError", "board_config", "int_arg", "load_config",
            "log", "on_interrupt", "output_file", "progress_line", "read_file", "table",
            "write_json"]
 
-CONFIG_HELP = ("hardware config JSON (vdla's keys or VTA's vta_config.json); default: VTA's "
+#: The help of every command's ``--config`` (the vdla target's says the same in its own
+#: words); `vdla.shipped.resolve_config` is what the value means. It ends with the
+#: default, which ``vdla estimate`` replaces with the board's.
+CONFIG_HELP = ("hardware config: a JSON file (vdla's keys or VTA's vta_config.json) or the "
+               "name of a config shipped with vdla (`vdla config list`); default: VTA's "
                "default")
 
 
@@ -42,21 +47,21 @@ def on_interrupt(args, note: str | Callable[[], str]) -> None:
     args.interrupt_note = note
 
 
-def load_config(path: str | None) -> HardwareConfig:
-    """The config in JSON file `path`, or the default config."""
-    if path is None:
-        return HardwareConfig()
-    return HardwareConfig.from_json(Path(path))
+def load_config(spec: str | None) -> HardwareConfig:
+    """The config ``--config SPEC`` names: a JSON file, else a shipped config's name
+    (`vdla.shipped.resolve_config`); VTA's default for None."""
+    return shipped.load_config(spec)
 
 
 def board_config(board_name: str, config_path: str | None) -> tuple[Board, HardwareConfig]:
-    """(board, config) for a command with ``--board`` and ``--config``: the config file
-    applied to the board (its clock; its bus width checked), else the board's default."""
+    """(board, config) for a command with ``--board`` and ``--config``: the config
+    ``--config`` names (a file or a shipped name, as `load_config`) applied to the board
+    (its clock; its bus width checked), else the board's default."""
     # The boards load the runtime and numpy (heavy): not at start-up (see the docstring).
     from vdla.boards import get as get_board
 
     board = get_board(board_name)
-    config = HardwareConfig.from_json(Path(config_path)) if config_path else None
+    config = shipped.load_config(config_path) if config_path else None
     return board, board.apply(config)
 
 

@@ -10,21 +10,21 @@ Target`.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import vdla.runtime
 from vdla.boards import get as get_board
 from vdla.compiler.targets.options import ExtraColumn, TargetOption
-from vdla.config import HardwareConfig
+from vdla.shipped import load_config
 
 __all__ = ["DEFAULT_BACKEND", "VdlaCommandLine"]
 
 #: The simulator a run uses without ``--sim``: the cycle-accurate one.
 DEFAULT_BACKEND = "verilator"
 
-_CONFIG_HELP = ("the accelerator's hardware config JSON (vdla's keys or VTA's "
-                "vta_config.json); default: VTA's default")
+_CONFIG_HELP = ("the accelerator's hardware config: a JSON file (vdla's keys or VTA's "
+                "vta_config.json) or the name of a config shipped with vdla (`vdla config "
+                "list`); default: VTA's default")
 
 
 class VdlaCommandLine:
@@ -46,11 +46,12 @@ class VdlaCommandLine:
     @classmethod
     def from_cli(cls, options: Mapping[str, Any], *, precision: str = "int8",
                  log: Callable[[str], None] | None = None):
-        """The accelerator of ``--config`` (or VTA's default), on ``--sim`` (default
-        `DEFAULT_BACKEND`); with ``--board`` the board's config (``--config`` applied to
-        it) and, on Verilator, its DRAM timing."""
-        path, board = options.get("config"), options.get("board")
-        config = HardwareConfig.from_json(Path(path)) if path else None
+        """The accelerator of ``--config`` (a JSON file or a shipped config's name, as on
+        every command: `vdla.shipped.resolve_config`; else VTA's default), on ``--sim``
+        (default `DEFAULT_BACKEND`); with ``--board`` the board's config (``--config``
+        applied to it) and, on Verilator, its DRAM timing."""
+        spec, board = options.get("config"), options.get("board")
+        config = load_config(spec) if spec else None
         backend = options.get("sim") or DEFAULT_BACKEND
         # Verilator's model build says what it is doing (a minute the first time).
         device_options = {"log": log} if log is not None and backend == "verilator" else {}

@@ -1,0 +1,198 @@
+"""Shipped configs: the files, what ``--config`` means on every command (a path that
+exists, else a shipped name, else an error naming both), and ``vdla config list``.
+
+The expected names and figures are written out by hand (the issue's numbers), never
+computed with the code under test."""
+
+import argparse
+import dataclasses
+import json
+import shutil
+import tomllib
+from pathlib import Path
+
+import pytest
+
+import vdla
+from vdla import AluOp, HardwareConfig
+from vdla.boards import get as get_board
+from vdla.cli import build_parser, main
+from vdla.cli.common import board_config
+from vdla.cli.target_args import make_target
+from vdla.shipped import SHIPPED_DIR, load_config, resolve_config, shipped, shipped_names
+
+ROOT = Path(__file__).resolve().parents[2]
+PLUS_NAME = "1x16x16_i8w8a32_15_15_18_17-req-hold"
+
+
+def test_pynq_z1_plus_is_the_default_sizes_with_req_and_hold():
+    entry = shipped("pynq-z1-plus")
+    assert entry.config.name == PLUS_NAME
+    assert entry.config.features == ("req", "hold")
+    assert entry.config == HardwareConfig().replace(
+        alu_ops={AluOp.MIN, AluOp.MAX, AluOp.ADD, AluOp.SHR, AluOp.REQ}, alu_hold=True)
+    assert entry.board == "pynq-z1" and entry.fits is True
+    # vdla estimate of this config: the default's DSP and block RAM, more LUTs.
+    assert entry.figures["resources"]["bram"] == {"used": 126.5, "of": 140}
+    assert entry.figures["resources"]["dsp"] == {"used": 128, "of": 220}
+    assert entry.figures["resources"]["lut"] == {"used": 22502, "of": 53200}
+    (run,) = entry.figures["runs"]
+    assert (run["model"], run["cycles"], run["backend"], run["bit_exact"], run["commit"]) == \
+        ("resnet18", 8364316, "verilator", True, "c1cb93c")
+
+
+@pytest.mark.parametrize("name", shipped_names())
+def test_every_shipped_config_fits_its_board_as_recorded(name):
+    """Each file's board exists, takes the config (its DRAM bus), and the recorded
+    resources are that board's capacity and within it when the file says it fits."""
+    entry = shipped(name)
+    assert entry.description.strip() and entry.path == SHIPPED_DIR / f"{name}.json"
+    board = get_board(entry.board)
+    assert board.apply(entry.config).clock_mhz == board.clock_mhz
+    capacity = dataclasses.asdict(board.part.capacity)
+    resources = {k: v for k, v in entry.figures["resources"].items() if k != "source"}
+    assert resources and {k: v["of"] for k, v in resources.items()} == \
+        {k: capacity[k] for k in resources}
+    assert entry.fits == all(v["used"] <= v["of"] for v in resources.values())
+
+
+def test_the_shipped_files_are_package_data():
+    """A non-editable install ships every file of vdla/configs (pyproject's package-data)."""
+    setup = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    patterns = setup["package-data"]["vdla"]
+    packaged = {p for pattern in patterns for p in (ROOT / "vdla").glob(pattern)}
+    assert sorted(SHIPPED_DIR.glob("*.json")) and set(SHIPPED_DIR.iterdir()) <= packaged
+
+
+def test_a_path_that_exists_wins_over_a_shipped_name(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert load_config("pynq-z1-plus").name == PLUS_NAME
+    Path("pynq-z1-plus").write_text(json.dumps({"batch": 2}))
+    resolved = resolve_config("pynq-z1-plus")
+    assert resolved.config.batch == 2 and resolved.shipped is None
+    assert load_config(None) == HardwareConfig()
+
+
+def test_neither_a_file_nor_a_shipped_name_is_an_error_naming_both(tmp_path):
+    with pytest.raises(ValueError) as exc:
+        load_config("pynq-z1plus")
+    message = str(exc.value)
+    assert message.startswith("cannot read hardware config 'pynq-z1plus': no such file, "
+                              "and no shipped config has that name (shipped: ")
+    assert "pynq-z1-plus" in message and "did you mean 'pynq-z1-plus'?" in message
+    with pytest.raises(ValueError, match="no such file.*shipped: .*pynq-z1-plus"):
+        load_config(str(tmp_path / "missing.json"))
+
+
+def test_a_shipped_document_given_by_path_is_read(tmp_path):
+    copy = tmp_path / "mine.json"
+    shutil.copy(SHIPPED_DIR / "pynq-z1-plus.json", copy)
+    resolved = resolve_config(str(copy))
+    assert resolved.config.name == PLUS_NAME and resolved.shipped is None
+    own = resolve_config(SHIPPED_DIR / "pynq-z1-plus.json")
+    assert own.shipped is not None and own.shipped.name == "pynq-z1-plus"
+
+
+def test_from_dict_still_refuses_the_wrapper_document():
+    """The figures stay out of HardwareConfig: its own reader does not take the wrapper."""
+    document = json.loads((SHIPPED_DIR / "pynq-z1-plus.json").read_text())
+    with pytest.raises(ValueError, match="unknown hardware config key.*'board'"):
+        HardwareConfig.from_dict(document)
+
+
+@pytest.mark.parametrize("change, expected", [
+    ({"notes": "x"}, r"unknown key\(s\) 'notes'; a shipped config's document has config"),
+    ({"description": None}, "description must be a non-empty string, not None"),
+    ({"board": 7}, "board must be a board's name or null, not 7"),
+    ({"config": {"block_in": 12}}, "config: HardwareConfig.block_in must be a power of two"),
+    ({"figures": {"fits": "yes"}}, "figures.fits must be true, false or null, not 'yes'"),
+    ({"figures": {"resources": {"bram": 126.5}}},
+     r"figures.resources.bram must be \{\"used\": number, \"of\": number\}, not 126.5"),
+    ({"figures": {"runs": [{"model": "resnet18"}]}},
+     r"figures.runs\[0\] needs a 'model' name and a number of 'cycles'"),
+])
+def test_a_bad_document_is_refused_naming_the_key(tmp_path, change, expected):
+    document = json.loads((SHIPPED_DIR / "pynq-z1-plus.json").read_text()) | change
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(document))
+    with pytest.raises(ValueError, match=expected) as exc:
+        load_config(str(path))
+    assert str(path) in str(exc.value)
+
+
+def test_missing_description_is_refused(tmp_path):
+    path = tmp_path / "bare.json"
+    path.write_text(json.dumps({"config": {}}))
+    with pytest.raises(ValueError, match="lacks 'description'"):
+        load_config(str(path))
+
+
+# --- the command line -------------------------------------------------------------------
+
+
+def _config_options(parser: argparse.ArgumentParser, path=()):
+    """(command path, the --config action) of every (sub)command that takes --config."""
+    for action in parser._actions:
+        if "--config" in action.option_strings:
+            yield path, action
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _config_options(sub, (*path, name))
+
+
+def test_every_config_option_says_it_takes_a_shipped_name():
+    found = dict(_config_options(build_parser()))
+    assert {("config", "show"), ("asm",), ("verilog",), ("estimate",), ("run",),
+            ("compare",), ("tune",), ("targets",)} <= set(found)
+    vague = [" ".join(path) for path, action in found.items()
+             if "name of a config shipped with vdla" not in action.help]
+    assert not vague, f"--config of {vague} does not say it takes a shipped name"
+
+
+def test_commands_take_a_shipped_name():
+    """The three loaders (plain, with a board, the vdla target's) all resolve it."""
+    assert board_config("pynq-z1", "pynq-z1-plus")[1].name == PLUS_NAME
+    target = make_target("vdla", argparse.Namespace(config="pynq-z1-plus", sim="functional"),
+                         "run")
+    assert target.config.name == PLUS_NAME
+
+
+def test_asm_with_a_shipped_config_assembles_req(tmp_path, capsys):
+    src, out = tmp_path / "p.s", tmp_path / "p.bin"
+    src.write_text("ALU REQ use_imm imm=0x0304 uop_bgn=0 uop_end=1 iter_out=1 iter_in=1\n"
+                   "FINISH\n")
+    assert main(["asm", str(src), "-o", str(out)]) == 1     # the default ALU has no REQ
+    assert "REQ" in capsys.readouterr().err and not out.exists()
+    assert main(["asm", str(src), "-o", str(out), "--config", "pynq-z1-plus"]) == 0
+    assert out.stat().st_size == 2 * 16
+
+
+def test_config_list_text_and_json(capsys):
+    assert main(["config", "list"]) == 0
+    text = capsys.readouterr().out
+    header, row = text.splitlines()[:2]
+    assert header.split() == ["name", "config", "features", "board", "fits", "figures"]
+    assert row.split()[:5] == ["pynq-z1-plus", PLUS_NAME, "req,", "hold", "pynq-z1"]
+    assert "yes: LUT 22,502/53,200, FF 4,514/106,400, DSP 128/220, BRAM 126.5/140" in row
+    assert "resnet18 8,364,316 cycles (verilator, bit-exact, c1cb93c" in row
+    assert main(["config", "list", "--json"]) == 0
+    (entry,) = [e for e in json.loads(capsys.readouterr().out) if e["name"] == "pynq-z1-plus"]
+    assert entry["config_name"] == PLUS_NAME and entry["features"] == ["req", "hold"]
+    assert entry["board"] == "pynq-z1" and entry["fits"] is True
+    assert entry["figures"]["runs"][0]["cycles"] == 8364316
+    assert HardwareConfig.from_dict(entry["config"]).name == PLUS_NAME
+
+
+def test_config_show_a_shipped_name(capsys):
+    assert main(["config", "show", "--config", "pynq-z1-plus"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"config {PLUS_NAME}"
+    assert lines[1].startswith("shipped as pynq-z1-plus for pynq-z1: ")
+    assert main(["config", "show", "--config", "pynq-z1-plus", "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["derived"]["features"] == ["req", "hold"]
+    assert vdla.HardwareConfig.from_dict(document).name == PLUS_NAME
+    assert main(["config", "show", "--config", "no-such-config"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("vdla: error: cannot read hardware config 'no-such-config'")
+    assert "pynq-z1-plus" in err and len(err.splitlines()) == 1
