@@ -18,7 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from vdla import HardwareConfig
+from vdla.shipped import load_config
 
 # The testbenches and harnesses live with the tests. (vdla is imported first: the
 # tests/vdla/ folder would otherwise pass for it.)
@@ -48,7 +48,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--config", metavar="FILE", help="hardware config JSON (default: VTA's)")
     args = parser.parse_args(argv)
-    cfg = HardwareConfig.from_json(Path(args.config)) if args.config else HardwareConfig()
+    cfg = load_config(args.config)
     print(f"config {cfg.name}, bus {cfg.dram_bus_width} bits")
     build_root().mkdir(parents=True, exist_ok=True)   # a fresh checkout has none yet
     for module, make, toplevel, testbench, testcase in harnesses(cfg):

@@ -40,6 +40,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from vdla import HardwareConfig  # noqa: E402
 from vdla._fileio import atomic_write  # noqa: E402
+from vdla.shipped import load_config  # noqa: E402
 from vdla.compiler import pipeline  # noqa: E402
 from vdla.compiler.targets import get as get_target  # noqa: E402
 from vdla.compiler.targets.vdla.conv_layer import (Conv2dLayer, alu_passes,  # noqa: E402
@@ -162,10 +163,11 @@ def main(argv=None) -> int:
                         help="per-op cycles of an earlier commit (default: %(default)s)")
     parser.add_argument("--save-baseline", type=Path, metavar="PATH",
                         help="write this run's per-op cycles here")
-    parser.add_argument("--config", type=Path, metavar="FILE",
-                        help="the hardware config JSON (default: VTA's default config)")
+    parser.add_argument("--config", metavar="FILE|NAME",
+                        help="the hardware config: a JSON file or a shipped config's name "
+                             "(default: VTA's default config)")
     args = parser.parse_args(argv)
-    config = HardwareConfig.from_json(args.config) if args.config else HardwareConfig()
+    config = load_config(args.config)
     baseline = {}
     if args.baseline and args.baseline.exists():
         baseline = json.loads(args.baseline.read_text())["cycles"]

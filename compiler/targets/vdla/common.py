@@ -72,6 +72,13 @@ def window_cols(layer, tile_w: int) -> int:
     return (tile_w - 1) * layer.stride_w + (layer.kernel_w - 1) * dilation + 1
 
 
+#: What a LOAD's zero padding costs per element: the writer puts a zero in the SRAM per
+#: cycle while the reads of the data run ahead, so a padded element costs less than a
+#: read one (measured on MobileNet-v1's features.11 depthwise layer, whose one 15 x 15
+#: window per tile has 29 padded elements: the load module was busy 26,344 cycles, 1,403
+#: fewer than counting the padding as data, about half a cycle per padded element).
+PAD_ELEM_CYCLES = 0.5
+
 #: Pipeline fill and drain of one GEMM/ALU instruction (measured: 100 back-to-back
 #: 10-micro-op instructions take 888 cycles more than 1000 micro-ops in one).
 INSN_CYCLES = 9

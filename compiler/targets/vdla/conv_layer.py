@@ -48,8 +48,9 @@ from vdla.compiler.ir.ops import conv_output_size
 from vdla.compiler.ir.tensor import Node
 from vdla.compiler.reference.integer import wrap32
 from vdla.compiler.targets.vdla.common import (BYTES_PER_CYCLE, DMA_CYCLES, INSN_CYCLES,
-                                               ITER_MAX, PAD_MAX, ceil_div, check_tile_sizes,
-                                               gemm_bias_limit, inp_group, out_group,
+                                               ITER_MAX, PAD_ELEM_CYCLES, PAD_MAX, ceil_div,
+                                               check_tile_sizes, gemm_bias_limit, inp_group,
+                                               out_group,
                                                overflow_detail, store_cycles, tile_candidates,
                                                tile_split, vector_pass_cycles, window_cols,
                                                window_rows)
@@ -753,18 +754,14 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
         rows = window_rows(layer, th)
         for tw, nw in tile_split(layer.out_w, s.tile_w):
             cols = window_cols(layer, tw)
+            pads = _window_pads(layer, s, th, tw)
             plane = th * tw
             for tco, nco, chunks in tilings:
                 m = nh * nw * nco * layer.batch_blocks
                 tile_load, tile_gemm, chunk_pairs, first = _chunk_costs(
-                    layer, chunks, tco, rows * cols, plane, weight_reuse, c, bw)
+                    layer, chunks, tco, rows * cols, plane, weight_reuse, c, bw, pads)
                 entries = plane * tco
-                # The reset micro-op (none where the epilogue's REQ clears the tile), then
-                # the ALU passes, per acc entry.
-                epi = (entries * (reset + imm) + vec * vector_pass_cycles(entries, tco, c)
-                       + (1 + reset + imm + vec) * INSN_CYCLES)
-                if layer.bias_gemm:    # the bias GEMM: one micro-op per acc entry
-                    epi += entries + INSN_CYCLES
+                epi = _epilogue_cycles(layer, entries, tco, c, (imm, vec), reset)
                 res, res_epi = _residual_cost(layer, plane, tco, c, bw, res_passes)
                 epi += res_epi
                 if res:
@@ -812,42 +809,53 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
                               / bw + co_tiles * DMA_CYCLES)
         load += once
         serial += once
-    tables = _table_cycles(layer, s, c, bw)
-    load += tables
+    table_load, table_compute = _table_cycles(layer, s, c, bw)
+    load += table_load
     # Without a reset per tile, each thread resets its whole region once, first.
     region_resets = 0 if reset else threads * (s.tile_h * s.tile_w * s.tile_co + INSN_CYCLES)
+    # The tables load on both modules at once: the micro-ops and constant rows on the
+    # compute module (then the region resets), the blocks and the ones vector on the load
+    # module (then the first inputs).
     if threads == 1:
-        cycles = serial + overlap
+        cycles = serial + overlap + max(table_load,
+                                        table_compute + region_resets - first_load)
     else:
         # The busiest module bounds the time; chunk pairs add the waits of a thread whose
         # loads take longer than the other's GEMM.
-        cycles = max(paired, load - tables, store) + first_load + last_store
+        cycles = (max(paired, load - table_load, store) + last_store
+                  + max(table_load + first_load, table_compute + region_resets))
         if tiles % 2:
             # An odd tile count leaves the last group one thread: its loads and GEMMs
             # take turns.
             cycles += max(0.0, lone)
         if weight_reuse:
-            cycles += _weight_switches(layer, s, tilings, once, c, bw,
-                                       first_load - first_compute)
-    return Conv2dEstimate(int(math.ceil(cycles + tables + region_resets)), int(gemm),
-                          int(epilogue + region_resets), int(load), int(store))
+            cycles += _weight_switches(layer, s, tilings, once, c, bw, first_load,
+                                       first_compute)
+    return Conv2dEstimate(int(math.ceil(cycles)), int(gemm), int(epilogue + region_resets),
+                          int(load), int(store))
 
 
 def _weight_switches(layer: Conv2dLayer, s: Conv2dSchedule, tilings, once: float,
-                     c: HardwareConfig, bw: float, first_gap: float) -> float:
+                     c: HardwareConfig, bw: float, first_load: float,
+                     tile_compute: float) -> float:
     """Two threads that load each weight block once: what their weight loads add to the
-    busiest module's time. `once` is every weight load; `first_gap` a tile's first loads
-    less its compute (the most of each, over the layer's tiles)."""
+    busiest module's time. `once` is every weight load; `first_load` and `tile_compute`
+    a tile's first loads and its compute (the most of each over the layer's tiles)."""
+    first_gap = first_load - tile_compute
     if s.h_nthread > 1:
         # Threads over rows switch output-channel tiles together, each loading its own
-        # copy of the tile's weights: at every switch the first copy loads while the
-        # compute module waits, the second (and its first inputs) while the first
-        # thread's first tile computes.
+        # copy of the tile's weights: the first copy while the other thread computes its
+        # last tile of the previous output-channel tile (at the start, while the compute
+        # module waits), the second (and its first inputs) while the first thread's first
+        # tile computes.
         taps = layer.kernel_h * layer.kernel_w
-        total = 0.0
+        total, started = 0.0, False
         for tco, nco, chunks in tilings:
             w = tco * chunks[0][0] * taps * c.wgt_elem_bytes / bw + DMA_CYCLES
-            total += nco * layer.batch_blocks * (w + max(0.0, w + first_gap))
+            for _ in range(nco * layer.batch_blocks):
+                total += (max(0.0, w - tile_compute) if started else w) \
+                    + max(0.0, w + first_gap)
+                started = True
         return total
     # Threads over output channels start at the same time: the first thread's weights
     # load while the compute module waits, and the second thread's weights and first
@@ -855,14 +863,43 @@ def _weight_switches(layer: Conv2dLayer, s: Conv2dSchedule, tilings, once: float
     return once / 2 + max(0.0, once / 2 + first_gap)
 
 
+def _epilogue_cycles(layer: Conv2dLayer, entries: int, tco: int, c: HardwareConfig,
+                     passes: tuple[int, int], reset: int) -> float:
+    """Compute cycles of a tile's epilogue over `entries` acc entries in `tco` output
+    blocks: the reset micro-op (`reset`: 0 where the epilogue's REQ clears the tile), the
+    bias GEMM's, then the ALU `passes` (immediate, vector), each pass an instruction."""
+    imm, vec = passes
+    epi = (entries * (reset + imm) + vec * vector_pass_cycles(entries, tco, c)
+           + (1 + reset + imm + vec) * INSN_CYCLES)
+    if layer.bias_gemm:    # the bias GEMM: one micro-op per acc entry
+        epi += entries + INSN_CYCLES
+    return epi
+
+
+def _window_pads(layer: Conv2dLayer, s: Conv2dSchedule, th: int, tw: int) -> float:
+    """The mean count of a `th` x `tw` tile's input window positions that lie in the
+    padding (the LOAD writes each zero in a cycle while its reads of the rest run ahead:
+    `PAD_ELEM_CYCLES`), over the layer's tiles of that size."""
+
+    def inside(out, tile, size, stride, pad, window, extent) -> float:
+        starts = [o0 for o0 in range(0, out, tile) if min(tile, out - o0) == size]
+        return sum(min(o0 * stride - pad + window, extent) - max(o0 * stride - pad, 0)
+                   for o0 in starts) / len(starts)
+
+    rows, cols = window_rows(layer, th), window_cols(layer, tw)
+    return rows * cols - (
+        inside(layer.out_h, s.tile_h, th, layer.stride_h, layer.pads[0], rows, layer.h)
+        * inside(layer.out_w, s.tile_w, tw, layer.stride_w, layer.pads[1], cols, layer.w))
+
+
 def _chunk_costs(layer: Conv2dLayer, chunks, tco: int, window: int, plane: int,
-                 weight_reuse: bool, c: HardwareConfig, bw: float):
+                 weight_reuse: bool, c: HardwareConfig, bw: float, pads: float = 0.0):
     """One tile's input-channel chunks: (load cycles, GEMM cycles, the sum over chunks of
     the longer of the two, and the first chunk's (load, GEMM)). A chunk loads whole
-    activation blocks of its `window` input positions (a diagonal tile one input block
-    per output block) and, unless they are reused, its weights: one 2-D DMA per
-    activation block and one of weights, each paying the DRAM latency (measured:
-    bytes / 8 + 36 cycles a DMA, whatever its rows)."""
+    activation blocks of its `window` input positions, `pads` of them in the padding (a
+    diagonal tile one input block per output block) and, unless they are reused, its
+    weights: one 2-D DMA per activation block and one of weights, each paying the DRAM
+    latency (measured: bytes / 8 + 36 cycles a DMA, whatever its rows)."""
     taps = layer.kernel_h * layer.kernel_w
     grp = layer.inp_group
     tile_load = tile_gemm = chunk_pairs = 0.0
@@ -871,7 +908,8 @@ def _chunk_costs(layer: Conv2dLayer, chunks, tco: int, window: int, plane: int,
         blocks = tco if layer.diagonal else ceil_div(tci, grp) * grp
         wgt = 0 if weight_reuse else tco * tci * taps * c.wgt_elem_bytes
         dmas = blocks if layer.diagonal else blocks // grp
-        ld = (blocks * window * c.inp_elem_bytes + wgt) / bw + (dmas + (wgt > 0)) * DMA_CYCLES
+        ld = ((blocks * (window - pads) * c.inp_elem_bytes + wgt) / bw
+              + blocks * pads * PAD_ELEM_CYCLES + (dmas + (wgt > 0)) * DMA_CYCLES)
         g = plane * tco * tci * taps + INSN_CYCLES
         tile_load += nci * ld
         tile_gemm += nci * g
@@ -909,14 +947,17 @@ def _residual_cost(layer: Conv2dLayer, plane: int, tco: int, c: HardwareConfig, 
     return 0.0, 0.0
 
 
-def _table_cycles(layer: Conv2dLayer, s, c: HardwareConfig, bw: float) -> float:
-    """The tables a program loads first: the micro-ops, the identity and bias blocks and
-    the ones vector (load module), the constant rows (a LOAD ACC on the compute module)."""
-    return ((conv_uop_count(layer, s) * c.uop_bytes
-             + (layer.residual_ratio + layer.bias_gemm * layer.out_blocks) * c.wgt_elem_bytes
-             + layer.bias_gemm * c.inp_elem_bytes
-             + layer.const_rows * layer.out_blocks * c.acc_elem_bytes) / bw
-            + (2 + 2 * layer.bias_gemm + (layer.residual_ratio > 0)) * DMA_CYCLES)
+def _table_cycles(layer: Conv2dLayer, s, c: HardwareConfig, bw: float) -> tuple[float, float]:
+    """The tables a program loads first, as (load-module cycles: the identity and bias
+    blocks and the ones vector; compute-module cycles: the micro-ops and the constant
+    rows, a LOAD UOP and a LOAD ACC)."""
+    load = ((layer.residual_ratio + layer.bias_gemm * layer.out_blocks) * c.wgt_elem_bytes
+            + layer.bias_gemm * c.inp_elem_bytes) / bw \
+        + (2 * layer.bias_gemm + (layer.residual_ratio > 0)) * DMA_CYCLES
+    compute = (conv_uop_count(layer, s) * c.uop_bytes
+               + layer.const_rows * layer.out_blocks * c.acc_elem_bytes) / bw \
+        + (1 + (layer.const_rows > 0)) * DMA_CYCLES
+    return load, compute
 
 
 def schedule_space(layer: Conv2dLayer, config: HardwareConfig, *,
