@@ -23,7 +23,9 @@ and running the same command again continues where it stopped.
 
 The configs span what a sweep varies: the GEMM core's shape (batch x block_in x
 block_out), every buffer's size, the optional ALU multiplier, with at least two more
-configs than the model has LUT/FF features. Synthesis time grows with the core, so the
+configs than the model has LUT/FF features; on the families that price the features
+past VTA (REQ, alu_hold), some of those configs again with the features
+(`FEATURE_CONFIGS`). Synthesis time grows with the core, so the
 UltraScale+ leaves out the two largest of the 7-series' nine, and the Cyclone V and the
 ECP5, whose hard multipliers limit them to small cores, use small ones (`SMALL_CONFIGS`).
 They need not fit the part (synthesis counts what they would use), only pass the quick
@@ -32,7 +34,9 @@ routed, so every ECP5 config fits the LFE5U-85F and the data is nextpnr's throug
 
 ``--confirm`` synthesizes the family's `CONFIRM` points, which the model is not fitted
 to, and records measured and predicted resources under "confirmed" in the same file;
-``--table`` prints every family's fit and confirmations as Markdown (docs/sweeps.md).
+``--table`` prints every family's fit, its confirmations and what each feature past VTA
+costs by yosys (the config with the feature minus the same config without) as Markdown
+(docs/sweeps.md).
 """
 
 from __future__ import annotations
@@ -167,8 +171,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument("--table", action="store_true",
-                       help="print the calibrated families' fits and confirmations as "
-                            "Markdown (docs/sweeps.md) and stop")
+                       help="print the calibrated families' fits, confirmations and "
+                            "features' costs as Markdown (docs/sweeps.md) and stop")
     which.add_argument("--family", choices=sorted(FAMILY_BOARDS),
                        help="family to calibrate (on its board's part, FAMILY_BOARDS)")
     which.add_argument("--board", help="calibrate this board's family on its part")
