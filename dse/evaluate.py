@@ -38,7 +38,7 @@ from vdla.compiler import pipeline, targets
 from vdla.compiler.tuner import InProcessRunner, Records, best_schedules, tune_task
 from vdla.config import HardwareConfig
 from vdla.dse.resources import ResourceModel, calibration_path
-from vdla.dse.spec import SweepSpec
+from vdla.dse.spec import SweepSpec, show_value
 from vdla.dse.store import point_key
 
 __all__ = ["Design", "Evaluator", "MODEL_VERSION", "make_evaluator"]
@@ -86,6 +86,7 @@ class Evaluator:
         # A value that makes no config at all (a misspelt ALU op) is the sweep's error,
         # refused before any point is evaluated, not every point's invalid reason.
         self.spec.check_values(self.board.config)
+        self._check_priced()
         calib = calibration_path(self.board.part.family)
         models = []
         for m in self.spec.models:
@@ -99,6 +100,23 @@ class Evaluator:
                            "calibration_images": calibration, "tune": self.spec.tune,
                            "versions": {"vdla": vdla.__version__, "model": MODEL_VERSION,
                                         "resource_calibration": _file_digest(calib)}}
+
+    def _check_priced(self) -> None:
+        """ValueError when a parameter value brings a feature past VTA that the board's
+        resource model cannot price (its family's calibration has no config with it):
+        the sweep's error, before any point is evaluated, not every such point's."""
+        base = self.board.config.to_dict()
+        for name, values in self.spec.parameters.items():
+            for value in values:
+                try:
+                    config = HardwareConfig.from_dict({**base, name: value})
+                except (ValueError, TypeError):
+                    continue   # check_values refused it, or it is a joint invalidity
+                try:
+                    self.resource_model.check_priced(config)
+                except ValueError as exc:
+                    raise ValueError(f"parameter {name} = {show_value(value)} on "
+                                     f"{self.board.name}: {exc}") from None
 
     # --- the design -------------------------------------------------------------------
 

@@ -22,6 +22,14 @@ was run for. A part is looked up through the boards that use it (`family_of`).
   squares to the calibration data (made by ``scripts/calibrate_resources.py``, which
   records the tools' versions). On the ECP5 they are nextpnr's packed counts, as
   ``vdla estimate`` reports them for a design that fits.
+* **Features past VTA** (`feature_terms`: the ALU's REQ, per ALU lane; ``alu_hold``, a
+  constant) add LUT and FF terms fitted to what each adds in the calibration data: every
+  calibration config with features is paired with the same config without them, and the
+  terms are fitted by non-negative least squares to the differences, so the base
+  model's error at that config does not leak into a feature's price and the base
+  coefficients stay those of the configs without features. A family whose calibration
+  has no config with a feature cannot price it: `ResourceModel.predict` refuses such a
+  config, naming the command that calibrates it (`ResourceModel.unpriced`).
 
 The errors of the fit on its own data are kept with the model (`fit_errors`), and the
 sweep's confirmation step reports the error on the points it synthesizes.
@@ -39,13 +47,13 @@ import numpy as np
 
 from vdla.boards.board import FAMILIES, Board, Resources
 from vdla.boards.catalog import BOARDS
-from vdla.config import HardwareConfig
+from vdla.config import AluOp, HardwareConfig
 from vdla.dse.resource_rules import (XILINX_BRAM, DspCells, gemm_multipliers, memories,
                                      mul_lanes, rules_for)
 
 __all__ = ["CALIBRATION_DIR", "MIN_POINTS", "ResourceModel", "bram_tiles", "calibrated_families",
-           "calibrated_parts", "calibration_path", "counted_bram", "family_of", "features",
-           "gemm_dsps"]
+           "calibrated_parts", "calibration_path", "counted_bram", "family_of", "feature_pairs",
+           "feature_terms", "features", "gemm_dsps", "without_features"]
 
 #: Where the calibration data lives (one JSON file per family: ``<family>.json``).
 CALIBRATION_DIR = Path(__file__).resolve().parent / "calibration"
@@ -80,19 +88,69 @@ def features(c: HardwareConfig) -> dict[str, float]:
             "mul_lanes": float(mul_lanes(c))}
 
 
+def feature_terms(c: HardwareConfig) -> dict[str, float]:
+    """How much of each feature past VTA `c` has (a LUT/FF term each, fitted to what the
+    feature adds to the same config without it): ``req_lanes``, the ALU lanes with REQ
+    (each lane gets two int8 comparisons and muxes for the clamp and a mux that writes 0
+    to the accumulator; the shift is there already), and ``alu_hold``, 1 with alu_hold
+    (a few control flip-flops and a capture enable on the src operand register, the
+    same whatever the core's size)."""
+    return {"req_lanes": float(c.batch * c.block_out if AluOp.REQ in c.alu_ops else 0),
+            "alu_hold": 1.0 if c.alu_hold else 0.0}
+
+
+def without_features(c: HardwareConfig) -> HardwareConfig:
+    """`c` without the features `feature_terms` prices (the config a feature's cost is
+    measured against)."""
+    return c.replace(alu_ops=c.alu_ops - {AluOp.REQ}, alu_hold=False)
+
+
 def calibration_path(family: str) -> Path:
     return CALIBRATION_DIR / f"{family}.json"
 
 
-#: Calibration configs a family needs: two more than the LUT/FF model has features.
+#: Calibration configs without features past VTA a family needs: two more than the base
+#: LUT/FF model has features (the feature terms are fitted to the differences that
+#: configs with features make, `feature_pairs`).
 MIN_POINTS = len(features(HardwareConfig())) + 2
 
 
+def _has_features(config: Mapping) -> bool:
+    return any(feature_terms(HardwareConfig.from_dict(config)).values())
+
+
+def feature_pairs(points: Mapping[str, Mapping]) -> list[tuple[str, str]]:
+    """(config with features, the same config without them) for each calibration point
+    (name -> point, as in a calibration file) with features past VTA; ValueError naming
+    a point whose config without features is not calibrated (its features' cost would
+    be unknown)."""
+    bases = {HardwareConfig.from_dict(p["config"]): name for name, p in points.items()
+             if not _has_features(p["config"])}
+    pairs = []
+    for name, point in points.items():
+        config = HardwareConfig.from_dict(point["config"])
+        if any(feature_terms(config).values()):
+            base = without_features(config)
+            if base not in bases:
+                raise ValueError(f"calibration config {name!r} ({config.name}) has features "
+                                 f"past VTA but its config without them ({base.name}) is not "
+                                 "calibrated: the features' cost is what they add to it; "
+                                 "calibrate that config too (scripts/calibrate_resources.py)")
+            pairs.append((name, bases[base]))
+    return pairs
+
+
 def calibrated_families() -> list[str]:
-    """The families with a complete calibration file (at least `MIN_POINTS` configs; a
-    file with fewer is a calibration run not finished yet)."""
-    return sorted(p.stem for p in CALIBRATION_DIR.glob("*.json") if p.stem in FAMILIES
-                  and len(json.loads(p.read_text()).get("points", {})) >= MIN_POINTS)
+    """The families with a complete calibration file (at least `MIN_POINTS` configs
+    without features past VTA; a file with fewer is a calibration run not finished
+    yet)."""
+    found = []
+    for path in CALIBRATION_DIR.glob("*.json"):
+        points = json.loads(path.read_text()).get("points", {}).values()
+        if path.stem in FAMILIES and sum(not _has_features(p["config"])
+                                         for p in points) >= MIN_POINTS:
+            found.append(path.stem)
+    return sorted(found)
 
 
 def family_of(part: str) -> str | None:
@@ -131,7 +189,8 @@ class ResourceModel:
 
     family : the family (`vdla.boards.board.FAMILIES`; the calibration file's stem)
     part : the part the calibration ran for (yosys's counts do not depend on it)
-    lut, ff : feature name -> coefficient
+    lut, ff : feature name -> coefficient (`features`, and the `feature_terms` the
+        calibration has configs with)
     bram_offset : block RAMs that the counted tiling misses (fitted constant)
     dsp_cells : the hard-multiplier cells of each multiplier (`DspCells`)
     tools : the versions of the tools the calibration ran
@@ -193,36 +252,65 @@ class ResourceModel:
 
     @classmethod
     def fit(cls, data: Mapping) -> "ResourceModel":
-        """Fit to a calibration document (``scripts/calibrate_resources.py``'s JSON)."""
+        """Fit to a calibration document (``scripts/calibrate_resources.py``'s JSON): the
+        base LUT/FF terms and the block RAM offset to the configs without features past
+        VTA, the feature terms to what they add (`feature_pairs`), the DSP cells to all."""
         family = data["family"]
         rules = rules_for(family)
         named = list(data["points"].items())
-        if len(named) < MIN_POINTS:
-            raise ValueError(f"{family}: {len(named)} calibration configs; the model needs at "
-                             f"least {MIN_POINTS}, two more than its LUT/FF features: finish "
-                             f"the calibration with `python scripts/calibrate_resources.py "
-                             f"--family {family}`")
-        configs = [HardwareConfig.from_dict(p["config"]) for _, p in named]
-        measured = [p["resources"] for _, p in named]
-        names = list(features(configs[0]))
-        a = np.array([[features(c)[n] for n in names] for c in configs])
+        configs = {name: HardwareConfig.from_dict(p["config"]) for name, p in named}
+        measured = {name: p["resources"] for name, p in named}
+        base = [name for name, _ in named if not any(feature_terms(configs[name]).values())]
+        if len(base) < MIN_POINTS:
+            raise ValueError(f"{family}: {len(base)} calibration configs without features "
+                             f"past VTA; the model needs at least {MIN_POINTS}, two more "
+                             f"than its LUT/FF features: finish the calibration with `python "
+                             f"scripts/calibrate_resources.py --family {family}`")
+        names = list(features(configs[base[0]]))
+        a = np.array([[features(configs[n])[k] for k in names] for n in base])
         coef = {}
         for key in ("lut", "ff"):
-            b = np.array([m[key] for m in measured], dtype=float)
+            b = np.array([measured[n][key] for n in base], dtype=float)
             coef[key] = dict(zip(names, _nnls(a, b).tolist()))
-        offsets = [m["bram"] - rules.counted_bram(c) for c, m in zip(configs, measured)]
+        pairs = feature_pairs(data["points"])
+        if pairs:
+            # Only the terms some config has: a feature no config has stays unpriced.
+            terms = [t for t in feature_terms(configs[pairs[0][0]])
+                     if any(feature_terms(configs[n])[t] for n, _ in pairs)]
+            a = np.array([[feature_terms(configs[n])[t] for t in terms] for n, _ in pairs])
+            for key in ("lut", "ff"):
+                b = np.array([measured[n][key] - measured[m][key] for n, m in pairs], float)
+                coef[key].update(zip(terms, _nnls(a, b).tolist()))
+        offsets = [measured[n]["bram"] - rules.counted_bram(configs[n]) for n in base]
+        # Every config, those with features too: a feature that made yosys use a hard
+        # multiplier would make their cells differ, and the fit refuses that.
         dsp_cells = DspCells.derive(rules.dsp_prefixes,
-                                    [(name, c, p["cells"])
-                                     for (name, p), c in zip(named, configs)])
+                                    [(name, configs[name], p["cells"]) for name, p in named])
         model = cls(part=data["part"], family=family, lut=coef["lut"], ff=coef["ff"],
                     bram_offset=float(np.median(offsets)), dsp_cells=dsp_cells,
                     tools=dict(data.get("tools", {})), points=len(named), fit_errors={})
         errors = {}
-        for (name, _), c, m in zip(named, configs, measured):
-            p = model.predict(c)
+        for name, c in configs.items():
+            p, m = model.predict(c), measured[name]
             errors[name] = {k: (getattr(p, k) - m[k]) / m[k] if m[k] else 0.0
                             for k in Resources.KEYS}
         return dataclasses.replace(model, fit_errors=errors)
+
+    def unpriced(self, config: HardwareConfig) -> list[str]:
+        """The features past VTA of `config` (`feature_terms`) this family's calibration
+        has no config with, so cannot price."""
+        return [t for t, v in feature_terms(config).items() if v and t not in self.lut]
+
+    def check_priced(self, config: HardwareConfig) -> None:
+        """ValueError naming the features of `config` this model cannot price
+        (`unpriced`) and the command that calibrates them."""
+        missing = self.unpriced(config)
+        if missing:
+            raise ValueError(
+                f"the {self.family} resource model cannot price {', '.join(missing)} "
+                f"({config.name}): its calibration has no config with it; add one to "
+                "FEATURE_CONFIGS in scripts/calibrate_resources.py and run `python "
+                f"scripts/calibrate_resources.py --family {self.family}`")
 
     @property
     def rules(self):
@@ -234,8 +322,10 @@ class ResourceModel:
         return self.rules.dsp(self.dsp_cells.mul)
 
     def predict(self, config: HardwareConfig) -> Resources:
-        """LUT, FF, DSP and BRAM of `config` as ``vdla estimate`` would count them."""
-        f = features(config)
+        """LUT, FF, DSP and BRAM of `config` as ``vdla estimate`` would count them;
+        ValueError when `config` has a feature past VTA the calibration cannot price."""
+        self.check_priced(config)
+        f = {**features(config), **{t: v for t, v in feature_terms(config).items() if v}}
         lut = sum(self.lut[n] * v for n, v in f.items())
         ff = sum(self.ff[n] * v for n, v in f.items())
         dsp = self.rules.dsp(self.dsp_cells.cells(config))

@@ -52,7 +52,8 @@ from typing import Any, Mapping, Sequence
 from vdla.config import HardwareConfig
 from vdla.dse.pareto import check_objectives
 
-__all__ = ["DEFAULT_OBJECTIVES", "SEARCHES", "ModelSpec", "SweepSpec", "parse_param", "parse_value"]
+__all__ = ["DEFAULT_OBJECTIVES", "SEARCHES", "ModelSpec", "SweepSpec", "parse_param", "parse_value",
+           "show_value"]
 
 #: How points are chosen: the whole grid, Optuna's NSGA-II or multi-objective TPE, or the
 #: grid when it has at most `GRID_LIMIT` points and NSGA-II otherwise.
@@ -118,7 +119,10 @@ def _expand(name: str, values: Any) -> list:
 
 
 def parse_param(text: str) -> tuple[str, list]:
-    """A CLI ``--param NAME=V1,V2,...`` (or ``NAME=MIN..MAX``, powers of two)."""
+    """A CLI ``--param NAME=V1,V2,...`` (or ``NAME=MIN..MAX``, powers of two). A value
+    that joins names with ``+`` is a list, as a spec file writes ``["MIN", "MAX"]``: the
+    commas separate values, so ``alu_ops=MIN+MAX+ADD+SHR,MIN+MAX+ADD+SHR+REQ`` is two
+    values of alu_ops. Booleans are ``true`` and ``false`` (``alu_hold=false,true``)."""
     name, sep, rest = text.partition("=")
     if not sep or not name.strip() or not rest.strip():
         raise ValueError(f"--param takes NAME=V1,V2,... or NAME=MIN..MAX, not {text!r}")
@@ -126,7 +130,12 @@ def parse_param(text: str) -> tuple[str, list]:
     if ".." in rest:
         lo, _, hi = rest.partition("..")
         return name, _expand(name, {"min": lo.strip(), "max": hi.strip()})
-    return name, _expand(name, [v.strip() for v in rest.split(",")])
+    values = []
+    for v in rest.split(","):
+        v = v.strip()
+        # A leading sign is a number's ("+8"), not a list's separator.
+        values.append([part.strip() for part in v.split("+")] if "+" in v[1:] else v)
+    return name, _expand(name, values)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -300,7 +309,7 @@ class SweepSpec:
                         _config_error({**base_fields, **combo, name: value}) is None
                         for combo in _combinations(others, JOINT_TRIES, self.seed)):
                     continue
-                problems.append(f"{name} = {_show(value)}: {error}")
+                problems.append(f"{name} = {show_value(value)}: {error}")
         if problems:
             # HardwareConfig's messages hold semicolons: several go on lines of their own.
             raise ValueError(f"{len(problems)} parameter value(s) make no HardwareConfig "
@@ -348,8 +357,9 @@ def _combinations(parameters: Mapping[str, Sequence], limit: int, seed: int):
         yield {n: rng.choice(parameters[n]) for n in names}
 
 
-def _show(value: Any) -> str:
-    """A parameter value as a spec writes it (lists and names in TOML's JSON-like form)."""
-    if isinstance(value, (list, tuple, str)):
+def show_value(value: Any) -> str:
+    """A parameter value as a spec writes it (lists, names and booleans in TOML's
+    JSON-like form: ``["MIN", "REQ"]``, ``true``)."""
+    if isinstance(value, (list, tuple, str, bool)):
         return json.dumps(list(value) if isinstance(value, tuple) else value)
     return repr(value)

@@ -23,7 +23,9 @@ and running the same command again continues where it stopped.
 
 The configs span what a sweep varies: the GEMM core's shape (batch x block_in x
 block_out), every buffer's size, the optional ALU multiplier, with at least two more
-configs than the model has LUT/FF features. Synthesis time grows with the core, so the
+configs than the model has LUT/FF features; on the families that price the features
+past VTA (REQ, alu_hold), some of those configs again with the features
+(`FEATURE_CONFIGS`). Synthesis time grows with the core, so the
 UltraScale+ leaves out the two largest of the 7-series' nine, and the Cyclone V and the
 ECP5, whose hard multipliers limit them to small cores, use small ones (`SMALL_CONFIGS`).
 They need not fit the part (synthesis counts what they would use), only pass the quick
@@ -32,7 +34,9 @@ routed, so every ECP5 config fits the LFE5U-85F and the data is nextpnr's throug
 
 ``--confirm`` synthesizes the family's `CONFIRM` points, which the model is not fitted
 to, and records measured and predicted resources under "confirmed" in the same file;
-``--table`` prints every family's fit and confirmations as Markdown (docs/sweeps.md).
+``--table`` prints every family's fit, its confirmations and what each feature past VTA
+costs by yosys (the config with the feature minus the same config without) as Markdown
+(docs/sweeps.md).
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ from vdla._fileio import atomic_write
 from vdla.boards import get as get_board
 from vdla.boards.estimate import estimate
 from vdla.config import AluOp, REQUIRED_ALU_OPS
+from vdla.dse.resources import ResourceModel, calibrated_families, feature_pairs, feature_terms
 
 K = 1024
 MUL = REQUIRED_ALU_OPS | {AluOp.MUL}
@@ -99,14 +104,47 @@ SMALL_CONFIGS = {
 _SMALL = ["b1_16x8_mul", "b2_8x8", "b1_8x8_small", "b1_32x8", "b1_16x16_mul_small",
           "b1_8x16", "b1_8x32"]
 
+REQ = REQUIRED_ALU_OPS | {AluOp.REQ}
+
+#: family -> configs with the features past VTA (issue 37): name -> (the family's base
+#: config it adds them to, the fields it changes). The model prices a feature by what it
+#: adds to the same config without it (`vdla.dse.resources.feature_terms`), so each
+#: config is the base with features added, and the base must be in the family's set.
+#: The smallest set that identifies the two terms (REQ per ALU lane, alu_hold a
+#: constant) and checks their form: REQ alone and alu_hold alone on one base (each
+#: term measured by itself), and both on a base with another ALU lane count (REQ's cost
+#: per lane, and the two adding up). On the 7-series, both on the default config too:
+#: that is pynq-z1's default config with both features (``vdla estimate``'s check that
+#: it fits), and a second measurement of the sum on 16 lanes. The second bases are the
+#: cheapest to synthesize of their family (1x16x8-mul: 8 lanes to the default's 16;
+#: 1x16x4: 4 lanes to 1x8x8's 8).
+FEATURE_CONFIGS = {
+    "zynq-7000": {"b1_16x16_default_req": ("b1_16x16_default", dict(alu_ops=REQ)),
+                  "b1_16x16_default_hold": ("b1_16x16_default", dict(alu_hold=True)),
+                  "b1_16x16_default_req_hold": ("b1_16x16_default",
+                                                dict(alu_ops=REQ, alu_hold=True)),
+                  "b1_16x8_mul_req_hold": ("b1_16x8_mul", dict(alu_ops=MUL | {AluOp.REQ},
+                                                               alu_hold=True))},
+    "cyclone-v": {"s1_8x8_req": ("s1_8x8", dict(alu_ops=REQ)),
+                  "s1_8x8_hold": ("s1_8x8", dict(alu_hold=True)),
+                  "s1_16x4_req_hold": ("s1_16x4", dict(alu_ops=REQ, alu_hold=True))},
+}
+
+
+def _with_features(configs: dict, features: dict) -> dict:
+    """`configs` and, after them, each feature config (its base's arguments, changed)."""
+    return {**configs, **{name: {**configs[base], **fields}
+                          for name, (base, fields) in features.items()}}
+
+
 #: family -> the board whose part is synthesized.
 FAMILY_BOARDS = {"zynq-7000": "pynq-z1", "zynq-ultrascale+": "ultra96-v2",
                  "cyclone-v": "de10-nano", "ecp5": "ulx3s-85f"}
 #: family -> its configs (name -> HardwareConfig keyword arguments).
 FAMILY_CONFIGS = {
-    "zynq-7000": CONFIGS,
+    "zynq-7000": _with_features(CONFIGS, FEATURE_CONFIGS["zynq-7000"]),
     "zynq-ultrascale+": {name: CONFIGS[name] for name in _SMALL},
-    "cyclone-v": SMALL_CONFIGS,
+    "cyclone-v": _with_features(SMALL_CONFIGS, FEATURE_CONFIGS["cyclone-v"]),
     "ecp5": SMALL_CONFIGS,
 }
 
@@ -116,11 +154,19 @@ FAMILY_CONFIGS = {
 #: small sweep over the board (docs/sweeps.md, "The resource model on each family").
 CONFIRM = {
     "zynq-7000": {"pynq-z1_8x8": ("pynq-z1", dict(block_in=8, block_out=8,
-                                                  wgt_buff_size=64 * K, acc_buff_size=32 * K))},
+                                                  wgt_buff_size=64 * K, acc_buff_size=32 * K)),
+                  "pynq-z1_8x8_req_hold": ("pynq-z1", dict(block_in=8, block_out=8,
+                                                           wgt_buff_size=64 * K,
+                                                           acc_buff_size=32 * K, alu_ops=REQ,
+                                                           alu_hold=True))},
     "zynq-ultrascale+": {"ultra96-v2_8x8": ("ultra96-v2", dict(block_in=8, block_out=8,
                                                                wgt_buff_size=64 * K,
                                                                acc_buff_size=32 * K))},
-    "cyclone-v": {"de10-nano_default": ("de10-nano", {})},
+    # With both features past VTA on a config none of the feature configs is based on:
+    # the feature terms out of the data they were fitted to.
+    "cyclone-v": {"de10-nano_default": ("de10-nano", {}),
+                  "de10-nano_default_req_hold": ("de10-nano", dict(alu_ops=REQ,
+                                                                   alu_hold=True))},
     "ecp5": {"ulx3s-85f_default": ("ulx3s-85f", {})},
 }
 
@@ -133,8 +179,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument("--table", action="store_true",
-                       help="print the calibrated families' fits and confirmations as "
-                            "Markdown (docs/sweeps.md) and stop")
+                       help="print the calibrated families' fits, confirmations and "
+                            "features' costs as Markdown (docs/sweeps.md) and stop")
     which.add_argument("--family", choices=sorted(FAMILY_BOARDS),
                        help="family to calibrate (on its board's part, FAMILY_BOARDS)")
     which.add_argument("--board", help="calibrate this board's family on its part")
@@ -172,7 +218,9 @@ def main(argv=None) -> int:
     for i, name in enumerate(todo, 1):
         config = configs[name]
         done = points.get(name)
-        if done and done["config"] == config.to_dict() and not args.redo:
+        # Compared as configs: a file written before a field was added (alu_hold) holds
+        # the same config without that field's default.
+        if done and HardwareConfig.from_dict(done["config"]) == config and not args.redo:
             print(f"[{i}/{len(todo)}] {name}: in {path.name} already", flush=True)
             continue
         print(f"[{i}/{len(todo)}] {name} ({config.name}) ...", flush=True)
@@ -197,8 +245,8 @@ def main(argv=None) -> int:
 
 
 def table() -> str:
-    """The calibrated families' fits and confirmation points, as Markdown tables."""
-    from vdla.dse.resources import ResourceModel, calibrated_families
+    """The calibrated families' fits, confirmation points and features' costs, as
+    Markdown tables."""
     fits = ["| family | calibrated on | configs | worst LUT fit error | FF | BRAM | DSP | "
             "DSP cells per GEMM / ALU multiplier | tools | synthesis time |",
             "|---|---|---|---|---|---|---|---|---|---|"]
@@ -225,14 +273,44 @@ def table() -> str:
                 f"{p['lut']:,} / {m['lut']:,} | {100 * e['lut']:+.1f}% | "
                 f"{100 * e['ff']:+.1f}% | {p['dsp']:g} / {m['dsp']:g} | "
                 f"{p['bram']:g} / {m['bram']:g} |")
-    return "\n".join(fits) + "\n\n" + "\n".join(confirmed)
+    return "\n".join(fits) + "\n\n" + "\n".join(confirmed) + "\n\n" + feature_table()
+
+
+def feature_table() -> str:
+    """What each feature past VTA costs by yosys on each family with feature configs:
+    the calibration measurements themselves (the config with the feature minus the same
+    config without), next to the model's fitted terms for the same difference."""
+    rows = ["| family | board | config | ALU lanes | LUT | FF | DSP | BRAM | "
+            "model: LUT / FF |", "|---|---|---|---|---|---|---|---|---|"]
+    terms = ["| family | REQ per ALU lane: LUT / FF | alu_hold: LUT / FF |", "|---|---|---|"]
+    for family in calibrated_families():
+        data = json.loads(calibration_path(family).read_text())
+        pairs = feature_pairs(data["points"])
+        if not pairs:
+            continue
+        model = ResourceModel.fit(data)
+        points = data["points"]
+        for name, base in pairs:
+            config = HardwareConfig.from_dict(points[name]["config"])
+            m, b = points[name]["resources"], points[base]["resources"]
+            f = feature_terms(config)
+            fitted = {k: sum(getattr(model, k).get(t, 0.0) * v for t, v in f.items())
+                      for k in ("lut", "ff")}
+            rows.append(f"| {family} | {data['board']} | {config.name} | "
+                        f"{config.batch * config.block_out} | {m['lut'] - b['lut']:+,} | "
+                        f"{m['ff'] - b['ff']:+,} | {m['dsp'] - b['dsp']:+g} | "
+                        f"{m['bram'] - b['bram']:+g} | {fitted['lut']:+,.0f} / "
+                        f"{fitted['ff']:+,.0f} |")
+        terms.append(f"| {family} | " + " | ".join(
+            " / ".join(f"{getattr(model, k)[t]:,.1f}" if t in getattr(model, k) else "—"
+                       for k in ("lut", "ff")) for t in ("req_lanes", "alu_hold")) + " |")
+    return "\n".join(rows) + "\n\n" + "\n".join(terms)
 
 
 def confirm(family: str, *, redo: bool = False) -> int:
     """Synthesize `family`'s `CONFIRM` points, compare them with the model's prediction
     and record both under "confirmed" in the family's calibration file (the fit ignores
     them)."""
-    from vdla.dse.resources import ResourceModel
     path = calibration_path(family)
     data = json.loads(path.read_text())
     model = ResourceModel.fit(data)
@@ -241,7 +319,8 @@ def confirm(family: str, *, redo: bool = False) -> int:
         board = get_board(board_name)
         config = board.apply(HardwareConfig.from_dict({**board.config.to_dict(), **fields}))
         done = confirmed.get(name)
-        if done is None or done["config"] != config.to_dict() or redo:
+        # Compared as configs, as in main: a record may predate a field (alu_hold).
+        if done is None or HardwareConfig.from_dict(done["config"]) != config or redo:
             print(f"{name} ({config.name}) on {board.part.name} ...", flush=True)
             result = estimate(board, config,
                               log=lambda message: print("  " + message, flush=True))

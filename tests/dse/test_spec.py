@@ -7,7 +7,8 @@ import dataclasses
 import pytest
 
 from vdla.config import HardwareConfig
-from vdla.dse.spec import DEFAULT_OBJECTIVES, GRID_LIMIT, SweepSpec, parse_param, parse_value
+from vdla.dse.spec import (DEFAULT_OBJECTIVES, GRID_LIMIT, SweepSpec, parse_param, parse_value,
+                           show_value)
 
 SPEC = """
 board = "pynq-z1"
@@ -110,6 +111,44 @@ def test_cli_params_and_values():
     assert parse_value("100.5") == 100.5
     with pytest.raises(ValueError, match="NAME=V1,V2"):
         parse_param("block_in")
+
+
+BASE_OPS = ["MIN", "MAX", "ADD", "SHR"]
+
+
+def test_cli_booleans_and_lists_of_names():
+    assert parse_param("alu_hold=false,true") == ("alu_hold", [False, True])
+    assert parse_param("alu_hold= False , TRUE") == ("alu_hold", [False, True])
+    # Commas separate values, so a list value joins its names with "+".
+    assert parse_param("alu_ops=MIN+MAX+ADD+SHR,MIN+MAX+ADD+SHR+REQ") == (
+        "alu_ops", [BASE_OPS, BASE_OPS + ["REQ"]])
+    assert parse_param("clock_mhz=+100,150") == ("clock_mhz", [100, 150])   # a sign
+
+
+def test_a_spec_file_sweeps_the_features_past_vta(tmp_path):
+    spec = SweepSpec.from_toml(write(tmp_path, """
+board = "pynq-z1"
+models = ["digits_cnn"]
+[parameters]
+alu_hold = [false, true]
+alu_ops = [["MIN", "MAX", "ADD", "SHR"], ["MIN", "MAX", "ADD", "SHR", "REQ"]]
+"""))
+    assert spec.parameters["alu_hold"] == (False, True)
+    spec.check_values(HardwareConfig())
+    names = [HardwareConfig.from_dict({**HardwareConfig().to_dict(), **p}).name
+             for p in spec.points()]
+    default = HardwareConfig().name
+    assert names == [default, f"{default}-req", f"{default}-hold", f"{default}-req-hold"]
+
+
+@pytest.mark.parametrize("value", ["yes", "1", "ture", "0"])
+def test_a_value_that_is_no_boolean_is_refused_naming_it(value):
+    name, values = parse_param(f"alu_hold=false,{value}")
+    with pytest.raises(ValueError) as info:
+        spec_of(**{name: values}).check_values(HardwareConfig())
+    shown = show_value(parse_value(value))
+    assert (f"alu_hold = {shown}: HardwareConfig.alu_hold must be true or false, not "
+            f"{parse_value(value)!r}") in str(info.value)
 
 
 def test_auto_search_is_the_grid_until_it_is_large():

@@ -1,0 +1,179 @@
+"""The features past VTA (REQ, alu_hold) in the resource model and the sweep's space: their
+terms fitted to what each adds in the calibration data, a clear error where a family
+cannot price one, and a grid sweep over them with the timing and resource models."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from vdla.boards.catalog import BOARDS
+from vdla.config import AluOp, HardwareConfig
+from vdla.dse.evaluate import Evaluator
+from vdla.dse.resources import (ResourceModel, calibrated_families, calibration_path,
+                                feature_pairs, feature_terms, without_features)
+from vdla.dse.spec import SweepSpec
+
+#: The families whose calibration has configs with the features (issue 37 asks for the
+#: 7-series and one more).
+PRICED = [f for f in calibrated_families()
+          if feature_pairs(json.loads(calibration_path(f).read_text())["points"])]
+REQ = HardwareConfig().alu_ops | {AluOp.REQ}
+BASE_OPS = ["MIN", "MAX", "ADD", "SHR"]
+
+
+def load(family):
+    return json.loads(calibration_path(family).read_text())
+
+
+def test_the_terms_count_req_per_alu_lane_and_hold_once():
+    assert feature_terms(HardwareConfig()) == {"req_lanes": 0.0, "alu_hold": 0.0}
+    assert feature_terms(HardwareConfig(alu_ops=REQ)) == {"req_lanes": 16.0, "alu_hold": 0.0}
+    both = HardwareConfig(batch=2, block_in=8, block_out=8, alu_ops=REQ, alu_hold=True,
+                          acc_buff_size=64 * 1024, wgt_buff_size=64 * 1024)
+    assert feature_terms(both) == {"req_lanes": 16.0, "alu_hold": 1.0}
+    plain = without_features(both)
+    assert not plain.alu_hold and AluOp.REQ not in plain.alu_ops
+    assert plain == HardwareConfig(batch=2, block_in=8, block_out=8,
+                                   acc_buff_size=64 * 1024, wgt_buff_size=64 * 1024)
+
+
+def test_the_seven_series_and_a_second_family_price_both_features():
+    assert "zynq-7000" in PRICED and len(PRICED) >= 2
+    for family in PRICED:
+        model = ResourceModel.for_family(family)
+        assert {"req_lanes", "alu_hold"} <= set(model.lut) and not model.unpriced(
+            HardwareConfig(alu_ops=REQ, alu_hold=True))
+
+
+@pytest.mark.parametrize("family", PRICED)
+def test_the_features_add_logic_and_no_dsp_or_block_ram(family):
+    points = load(family)["points"]
+    for name, base in feature_pairs(points):
+        m, b = points[name]["resources"], points[base]["resources"]
+        terms = feature_terms(HardwareConfig.from_dict(points[name]["config"]))
+        assert m["dsp"] == b["dsp"] and m["bram"] == b["bram"], name
+        # REQ's clamp and muxes are LUTs; alu_hold's control state is flip-flops (its
+        # LUTs are within yosys's run-to-run noise on the 7-series).
+        assert m["lut"] > b["lut"] or not terms["req_lanes"], name
+        assert m["ff"] > b["ff"] or not terms["alu_hold"], name
+
+
+@pytest.mark.parametrize("family", PRICED)
+def test_the_feature_terms_are_fitted_to_the_differences(family):
+    data = load(family)
+    model = ResourceModel.fit(data)
+    # The base terms are those of the configs without features: adding feature configs
+    # to a calibration changes no prediction for a config without them.
+    plain = {n: p for n, p in data["points"].items()
+             if not any(feature_terms(HardwareConfig.from_dict(p["config"])).values())}
+    base_model = ResourceModel.fit(dict(data, points=plain))
+    for key in ("lut", "ff"):
+        assert {k: v for k, v in getattr(model, key).items() if k in getattr(base_model, key)} \
+            == pytest.approx(dict(getattr(base_model, key)))
+    # Each measured difference is the fitted terms' within a tenth of the default
+    # config's cost of both features (a few hundred LUTs out of tens of thousands).
+    both = HardwareConfig(alu_ops=REQ, alu_hold=True)
+    scale = {k: getattr(model.predict(both), k) - getattr(model.predict(HardwareConfig()), k)
+             for k in ("lut", "ff")}
+    points = data["points"]
+    for name, base in feature_pairs(points):
+        config = HardwareConfig.from_dict(points[name]["config"])
+        got = model.predict(config).to_dict()
+        want = model.predict(HardwareConfig.from_dict(points[base]["config"])).to_dict()
+        for key in ("lut", "ff"):
+            measured = points[name]["resources"][key] - points[base]["resources"][key]
+            assert abs((got[key] - want[key]) - measured) <= 0.1 * scale[key] + 2, (name, key)
+
+
+def test_a_feature_config_without_its_base_is_refused():
+    data = load("zynq-7000")
+    name, base = feature_pairs(data["points"])[0]
+    points = {n: p for n, p in data["points"].items() if n != base}
+    with pytest.raises(ValueError, match=f"{name!r} .* has features past VTA but its config "
+                                         "without them .* is not calibrated"):
+        ResourceModel.fit(dict(data, points=points))
+
+
+def unpriced_model():
+    """The 7-series' model fitted without its feature configs: it prices neither."""
+    data = load("zynq-7000")
+    plain = {n: p for n, p in data["points"].items()
+             if not any(feature_terms(HardwareConfig.from_dict(p["config"])).values())}
+    return ResourceModel.fit(dict(data, points=plain))
+
+
+def test_a_feature_the_calibration_has_no_config_with_is_a_clear_error():
+    model = unpriced_model()
+    assert model.unpriced(HardwareConfig(alu_hold=True)) == ["alu_hold"]
+    model.predict(HardwareConfig())
+    with pytest.raises(ValueError, match=r"zynq-7000 resource model cannot price req_lanes, "
+                                         r"alu_hold \(1x16x16.*-req-hold\): its calibration "
+                                         r"has no config with it.*FEATURE_CONFIGS.*--family "
+                                         r"zynq-7000"):
+        model.predict(HardwareConfig(alu_ops=REQ, alu_hold=True))
+
+
+def test_a_sweep_over_a_feature_its_board_cannot_price_stops_before_any_point(monkeypatch):
+    model = unpriced_model()
+    monkeypatch.setattr(ResourceModel, "for_board", classmethod(lambda cls, board: model))
+    spec = SweepSpec.from_dict({"board": "pynq-z1", "models": ["digits_cnn"],
+                                "parameters": {"block_in": [8, 16],
+                                               "alu_hold": [False, True]}})
+    with pytest.raises(ValueError, match="parameter alu_hold = true on pynq-z1: the "
+                                         "zynq-7000 resource model cannot price alu_hold"):
+        Evaluator(spec)
+
+
+def test_a_grid_sweep_over_the_features(tmp_path, capsys):
+    from vdla.cli import main
+    out = tmp_path / "out"
+    status = main(["sweep", "--board", "pynq-z1", "--model", "digits_cnn",
+                   "--param", "alu_hold=false,true",
+                   "--param", f"alu_ops={'+'.join(BASE_OPS)},{'+'.join(BASE_OPS + ['REQ'])}",
+                   "--search", "grid", "--jobs", "1", "--no-plots", "--out", str(out)])
+    captured = capsys.readouterr()
+    assert status == 0, captured.err
+    points = {p["config_name"]: p for p in json.loads((out / "sweep.json").read_text())["points"]}
+    default = BOARDS["pynq-z1"].config
+    names = [default.name + suffix for suffix in ("", "-req", "-hold", "-req-hold")]
+    assert sorted(points) == sorted(names)
+    assert all(p["valid"] for p in points.values()), [p["reason"] for p in points.values()]
+    model = ResourceModel.for_board(BOARDS["pynq-z1"])
+    for name, point in points.items():
+        config = HardwareConfig.from_dict(point["config"])
+        assert point["objectives"]["lut"] == model.predict(config).lut
+        assert point["objectives"]["ff"] == model.predict(config).ff
+    plain, req, hold, both = (points[n]["objectives"] for n in names)
+    # Each feature costs logic (REQ LUTs, alu_hold flip-flops) and saves cycles (REQ: one
+    # ALU pass for the requantization; alu_hold: one micro-op a cycle); the costs add up.
+    assert req["lut"] > plain["lut"] and hold["ff"] > plain["ff"]
+    for key in ("lut", "ff"):
+        assert abs(both[key] - (req[key] + hold[key] - plain[key])) <= 1, key   # rounding
+    assert plain["dsp"] == req["dsp"] == hold["dsp"] == both["dsp"]
+    assert plain["bram"] == req["bram"] == hold["bram"] == both["bram"]
+    assert both["cycles"] < req["cycles"] < plain["cycles"]
+    assert both["cycles"] < hold["cycles"] < plain["cycles"]
+
+
+def test_a_sampled_sweep_chooses_among_the_feature_values(tmp_path, capsys):
+    # Optuna's categorical choices cannot hold lists (alu_ops): the sampler picks indices.
+    from vdla.cli import main
+    out = tmp_path / "out"
+    status = main(["sweep", "--board", "pynq-z1", "--model", "digits_cnn",
+                   "--param", "alu_hold=false,true",
+                   "--param", f"alu_ops={'+'.join(BASE_OPS)},{'+'.join(BASE_OPS + ['REQ'])}",
+                   "--search", "tpe", "--trials", "4", "--jobs", "1", "--no-plots",
+                   "--out", str(out)])
+    captured = capsys.readouterr()
+    assert status == 0, captured.err
+    points = json.loads((out / "sweep.json").read_text())["points"]
+    default = BOARDS["pynq-z1"].config.name
+    assert len(points) == 4 and all(p["valid"] for p in points)
+    assert {p["config_name"] for p in points} <= {default + s for s in
+                                                   ("", "-req", "-hold", "-req-hold")}
+    for p in points:
+        config = HardwareConfig.from_dict(p["config"])
+        assert p["params"]["alu_hold"] == config.alu_hold
+        assert (AluOp.REQ in config.alu_ops) == ("REQ" in p["params"]["alu_ops"])
