@@ -15,7 +15,11 @@ layer with 64 input channels has 36 GEMM micro-ops per output entry against 6 ep
 cycles (reset 1, bias ADD 2 — an ALU op with a vector operand reads the acc buffer twice —,
 SHR, MAX, MIN 1 each), so its bound is 85.7%.
 
-    python bench/resnet18_layers.py [--layers C2 C5] [--no-check]
+    python bench/resnet18_layers.py [--layers C2 C5] [--no-check] [--config FILE|NAME]
+
+``--config`` runs another config (a JSON file or a shipped config's name, e.g.
+``vta-plus``); the estimate passes the epilogue its config has (with the ALU's REQ, one
+REQ per entry and no reset).
 """
 
 from __future__ import annotations
@@ -33,6 +37,9 @@ from vdla.compiler import run_reference  # noqa: E402
 from vdla.compiler.targets.vdla import (Conv2dLayer, Conv2dSchedule, choose_conv2d,  # noqa: E402
                                         estimate_conv2d, lower_conv2d, run_conv2d)
 from vdla.compiler.frontend.workloads import RESNET18, workload_graph  # noqa: E402
+from vdla.compiler.targets.vdla.conv_layer import (alu_passes, conv2d_workload,  # noqa: E402
+                                                   residual_passes)
+from vdla.shipped import load_config  # noqa: E402
 
 TARGET = 0.90
 LAYERS = [f"C{i}" for i in range(2, 12)]
@@ -48,8 +55,10 @@ def main(argv=None) -> int:
     parser.add_argument("--layers", nargs="+", default=LAYERS, choices=list(RESNET18))
     parser.add_argument("--no-check", action="store_true",
                         help="skip the bit-exact comparison with the reference")
+    parser.add_argument("--config", metavar="FILE|NAME",
+                        help="the hardware config (default: VTA's default config)")
     args = parser.parse_args(argv)
-    config = vdla.HardwareConfig()
+    config = load_config(args.config)
     dev = vdla.runtime.open(config, backend="verilator")
     print(f"ResNet-18 conv layers on Verilator, config {config.name}, default DRAM model")
     print(f"{'layer':5s} {'thr':>3s} {'schedule':24s} {'cycles':>9s} {'util':>6s} "
@@ -63,6 +72,9 @@ def main(argv=None) -> int:
         node = graph.node("conv")
         want = None if args.no_check else run_reference(graph, feed)[graph.outputs[0]]
         layer = Conv2dLayer.from_node(node, graph, config)
+        epilogue = conv2d_workload(node, graph, config)
+        passes = dict(alu_passes=alu_passes(epilogue),
+                      residual_passes=residual_passes(epilogue))
         row = {}
         for nthreads in (1, 2):
             schedule = choose_conv2d(layer, config, nthreads=nthreads)
@@ -73,7 +85,7 @@ def main(argv=None) -> int:
             failed |= exact == "NO"
             cycles = stats["cycles"]
             util = layer.macs / (cycles * config.macs_per_cycle)
-            est = estimate_conv2d(layer, schedule, config)
+            est = estimate_conv2d(layer, schedule, config, **passes)
             row[nthreads] = (cycles, util, est)
             print(f"{name:5s} {nthreads:3d} {short(schedule):24s} {cycles:9d} {util:6.1%} "
                   f"{stats['load_busy'] / cycles:6.1%} {est.cycles:9d} {exact:>5s}",

@@ -78,9 +78,10 @@ def memories(c: HardwareConfig) -> list[Memory]:
 
 
 def gemm_multipliers(c: HardwareConfig) -> int:
-    """Multipliers of the GEMM core: one per pair of products when block_out is even."""
-    products = c.batch * c.block_in * c.block_out
-    return products // 2 if c.block_out % 2 == 0 else products
+    """Hard multipliers of the GEMM core: one per pair of products when block_out is
+    even (`HardwareConfig.gemm_multipliers`), less the pairs built from LUTs past
+    `gemm_dsp_limit`."""
+    return c.gemm_multipliers - c.gemm_lut_multipliers
 
 
 def mul_lanes(c: HardwareConfig) -> int:

@@ -94,15 +94,18 @@ def feature_terms(c: HardwareConfig) -> dict[str, float]:
     (each lane gets two int8 comparisons and muxes for the clamp and a mux that writes 0
     to the accumulator; the shift is there already), and ``alu_hold``, 1 with alu_hold
     (a few control flip-flops and a capture enable on the src operand register, the
-    same whatever the core's size)."""
+    same whatever the core's size), and ``lut_pairs``, the GEMM core's multiplier pairs
+    built from LUTs past `gemm_dsp_limit` (two 8 x 8 products of shifted adds each; the
+    DSPs they leave are counted by `vdla.dse.resource_rules.gemm_multipliers`)."""
     return {"req_lanes": float(c.batch * c.block_out if AluOp.REQ in c.alu_ops else 0),
-            "alu_hold": 1.0 if c.alu_hold else 0.0}
+            "alu_hold": 1.0 if c.alu_hold else 0.0,
+            "lut_pairs": float(c.gemm_lut_multipliers)}
 
 
 def without_features(c: HardwareConfig) -> HardwareConfig:
     """`c` without the features `feature_terms` prices (the config a feature's cost is
     measured against)."""
-    return c.replace(alu_ops=c.alu_ops - {AluOp.REQ}, alu_hold=False)
+    return c.replace(alu_ops=c.alu_ops - {AluOp.REQ}, alu_hold=False, gemm_dsp_limit=0)
 
 
 def calibration_path(family: str) -> Path:

@@ -124,7 +124,10 @@ FEATURE_CONFIGS = {
                   "b1_16x16_default_req_hold": ("b1_16x16_default",
                                                 dict(alu_ops=REQ, alu_hold=True)),
                   "b1_16x8_mul_req_hold": ("b1_16x8_mul", dict(alu_ops=MUL | {AluOp.REQ},
-                                                               alu_hold=True))},
+                                                               alu_hold=True)),
+                  # Half of the 32 multiplier pairs built from LUTs (gemm_dsp_limit): the
+                  # LUTs of a LUT-built pair, which pynq-z1-plus uses 36 of.
+                  "b1_8x8_small_dsp16": ("b1_8x8_small", dict(gemm_dsp_limit=16))},
     "cyclone-v": {"s1_8x8_req": ("s1_8x8", dict(alu_ops=REQ)),
                   "s1_8x8_hold": ("s1_8x8", dict(alu_hold=True)),
                   "s1_16x4_req_hold": ("s1_16x4", dict(alu_ops=REQ, alu_hold=True))},

@@ -28,11 +28,17 @@ def load(family):
 
 
 def test_the_terms_count_req_per_alu_lane_and_hold_once():
-    assert feature_terms(HardwareConfig()) == {"req_lanes": 0.0, "alu_hold": 0.0}
-    assert feature_terms(HardwareConfig(alu_ops=REQ)) == {"req_lanes": 16.0, "alu_hold": 0.0}
+    assert feature_terms(HardwareConfig()) == {"req_lanes": 0.0, "alu_hold": 0.0,
+                                               "lut_pairs": 0.0}
+    assert feature_terms(HardwareConfig(alu_ops=REQ)) == {"req_lanes": 16.0, "alu_hold": 0.0,
+                                                          "lut_pairs": 0.0}
     both = HardwareConfig(batch=2, block_in=8, block_out=8, alu_ops=REQ, alu_hold=True,
                           acc_buff_size=64 * 1024, wgt_buff_size=64 * 1024)
-    assert feature_terms(both) == {"req_lanes": 16.0, "alu_hold": 1.0}
+    assert feature_terms(both) == {"req_lanes": 16.0, "alu_hold": 1.0, "lut_pairs": 0.0}
+    # 256 multiplier pairs, 220 of them DSPs: 36 built from LUTs.
+    limited = HardwareConfig(block_out=32, gemm_dsp_limit=220)
+    assert feature_terms(limited)["lut_pairs"] == 36.0
+    assert without_features(limited) == HardwareConfig(block_out=32)
     plain = without_features(both)
     assert not plain.alu_hold and AluOp.REQ not in plain.alu_ops
     assert plain == HardwareConfig(batch=2, block_in=8, block_out=8,
@@ -53,7 +59,9 @@ def test_the_features_add_logic_and_no_dsp_or_block_ram(family):
     for name, base in feature_pairs(points):
         m, b = points[name]["resources"], points[base]["resources"]
         terms = feature_terms(HardwareConfig.from_dict(points[name]["config"]))
-        assert m["dsp"] == b["dsp"] and m["bram"] == b["bram"], name
+        # A DSP limit trades DSPs for LUTs, one per LUT-built multiplier pair.
+        assert b["dsp"] - m["dsp"] == terms["lut_pairs"] and m["bram"] == b["bram"], name
+        assert m["lut"] > b["lut"] or not terms["lut_pairs"], name
         # REQ's clamp and muxes are LUTs; alu_hold's control state is flip-flops (its
         # LUTs are within yosys's run-to-run noise on the 7-series).
         assert m["lut"] > b["lut"] or not terms["req_lanes"], name

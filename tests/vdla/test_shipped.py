@@ -22,23 +22,38 @@ from vdla.cli.target_args import make_target
 from vdla.shipped import SHIPPED_DIR, load_config, resolve_config, shipped, shipped_names
 
 ROOT = Path(__file__).resolve().parents[2]
-PLUS_NAME = "1x16x16_i8w8a32_15_15_18_17-req-hold"
+PLUS_NAME = "1x16x32_i8w8a32_15_15_17_17-req-hold-dsp220"
+VTA_PLUS_NAME = "1x16x16_i8w8a32_15_15_18_17-req-hold"
+FEATURE_OPS = {AluOp.MIN, AluOp.MAX, AluOp.ADD, AluOp.SHR, AluOp.REQ}
 
 
-def test_pynq_z1_plus_is_the_default_sizes_with_req_and_hold():
+def test_pynq_z1_plus_is_the_16x32_core_with_the_features():
     entry = shipped("pynq-z1-plus")
     assert entry.config.name == PLUS_NAME
     assert entry.config.features == ("req", "hold")
-    assert entry.config == HardwareConfig().replace(
-        alu_ops={AluOp.MIN, AluOp.MAX, AluOp.ADD, AluOp.SHR, AluOp.REQ}, alu_hold=True)
+    assert entry.config == HardwareConfig(block_out=32, wgt_buff_size=128 * 1024,
+                                          alu_ops=FEATURE_OPS, alu_hold=True,
+                                          gemm_dsp_limit=220)
+    assert entry.config.gemm_lut_multipliers == 36
     assert entry.board == "pynq-z1" and entry.fits is True
+    # vdla estimate of this config: every DSP48 of the xc7z020, 94% of its LUTs.
+    assert entry.figures["resources"]["dsp"] == {"used": 220, "of": 220}
+    assert entry.figures["resources"]["lut"] == {"used": 49905, "of": 53200}
+    runs = {run["model"]: run for run in entry.figures["runs"]}
+    assert runs["resnet18"]["cycles"] == 4972828 and runs["resnet18"]["bit_exact"]
+
+
+def test_vta_plus_is_the_default_sizes_with_req_and_hold():
+    entry = shipped("vta-plus")
+    assert entry.config.name == VTA_PLUS_NAME
+    assert entry.config == HardwareConfig().replace(alu_ops=FEATURE_OPS, alu_hold=True)
     # vdla estimate of this config: the default's DSP and block RAM, more LUTs.
     assert entry.figures["resources"]["bram"] == {"used": 126.5, "of": 140}
     assert entry.figures["resources"]["dsp"] == {"used": 128, "of": 220}
     assert entry.figures["resources"]["lut"] == {"used": 22502, "of": 53200}
-    (run,) = entry.figures["runs"]
-    assert (run["model"], run["cycles"], run["backend"], run["bit_exact"], run["commit"]) == \
-        ("resnet18", 8364316, "verilator", True, "c1cb93c")
+    runs = {run["model"]: run for run in entry.figures["runs"]}
+    assert set(runs) == {"resnet18", "resnet50", "mobilenet_v1"}
+    assert all(run["backend"] == "verilator" and run["bit_exact"] for run in runs.values())
 
 
 @pytest.mark.parametrize("name", shipped_names())
@@ -173,13 +188,13 @@ def test_config_list_text_and_json(capsys):
     header, row = text.splitlines()[:2]
     assert header.split() == ["name", "config", "features", "board", "fits", "figures"]
     assert row.split()[:5] == ["pynq-z1-plus", PLUS_NAME, "req,", "hold", "pynq-z1"]
-    assert "yes: LUT 22,502/53,200, FF 4,514/106,400, DSP 128/220, BRAM 126.5/140" in row
-    assert "resnet18 8,364,316 cycles (verilator, bit-exact, c1cb93c" in row
+    assert "yes: LUT 49,905/53,200, FF 7,015/106,400, DSP 220/220, BRAM 126.5/140" in row
+    assert "resnet18 4,972,828 cycles (verilator, bit-exact, 1fcb38e" in row
     assert main(["config", "list", "--json"]) == 0
     (entry,) = [e for e in json.loads(capsys.readouterr().out) if e["name"] == "pynq-z1-plus"]
     assert entry["config_name"] == PLUS_NAME and entry["features"] == ["req", "hold"]
     assert entry["board"] == "pynq-z1" and entry["fits"] is True
-    assert entry["figures"]["runs"][0]["cycles"] == 8364316
+    assert entry["figures"]["runs"][0]["cycles"] == 4972828
     assert HardwareConfig.from_dict(entry["config"]).name == PLUS_NAME
 
 

@@ -1,0 +1,142 @@
+"""The pynq-z1 design space with the features past VTA as dimensions: ResNet-18 and
+MobileNet-v1, each a ``vdla sweep`` over the GEMM core's shape, the weight and
+accumulator buffers, the ALU's REQ, alu_hold and the GEMM core's DSP limit, then the
+Pareto fronts of latency against LUTs with and without the features in one plot.
+
+    python bench/sweep_features.py [--out bench-sweep-features] [--jobs 2]
+                                   [--models resnet18 mobilenet_v1]
+
+Every point is priced by the timing model and the resource model (calibrated per family
+on yosys; `vdla.dse.resources`), and only points that fit the xc7z020 count. A point is
+*without features* when it is VTA's ISA and hardware (no REQ, no hold, every multiplier
+a DSP). Prints, per model, both fronts (the best point of each at the most LUTs it may
+use) and writes ``OUT/<model>/`` (the sweep's own reports) and ``OUT/fronts.png``.
+Confirmation runs (Verilator and yosys) of front points are ``vdla sweep --confirm``'s
+job; the shipped configs (``vdla config list``) carry the ones that were run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from vdla._fileio import atomic_write  # noqa: E402
+from vdla.cli import main as vdla_main  # noqa: E402
+
+BASE_OPS = ["MIN", "MAX", "ADD", "SHR"]
+#: The grid: every (block_in, block_out) from 8 to 32, two sizes of each large buffer,
+#: and every feature past VTA (REQ, hold, the DSP limit of the xc7z020's 220 DSP48s).
+PARAMETERS = {
+    "block_in": [8, 16, 32],
+    "block_out": [8, 16, 32],
+    "wgt_buff_size": ["128K", "256K"],
+    "acc_buff_size": ["64K", "128K"],
+    "alu_ops": [BASE_OPS, BASE_OPS + ["REQ"]],
+    "alu_hold": [False, True],
+    "gemm_dsp_limit": [0, 220],
+}
+
+
+def spec_text(model: str) -> str:
+    """The sweep's TOML spec for `model`."""
+    lines = ['board = "pynq-z1"', 'search = "grid"', 'objectives = ["latency_ms", "lut"]', "",
+             "[[models]]", f'name = "{model}"', "", "[parameters]"]
+    # JSON's lists, strings and booleans are TOML's.
+    lines += [f"{name} = {json.dumps(values)}" for name, values in PARAMETERS.items()]
+    lines += ["", "[constraints]", "fits = true"]
+    return "\n".join(lines) + "\n"
+
+
+def has_features(config: dict) -> bool:
+    return ("REQ" in config["alu_ops"] or config.get("alu_hold")
+            or config.get("gemm_dsp_limit", 0) > 0)
+
+
+def front(points: list[dict]) -> list[dict]:
+    """The latency/LUT Pareto front of `points` (valid, fitting), by LUTs."""
+    best, out = None, []
+    for p in sorted(points, key=lambda p: (p["objectives"]["lut"],
+                                           p["objectives"]["latency_ms"])):
+        if best is None or p["objectives"]["latency_ms"] < best:
+            best = p["objectives"]["latency_ms"]
+            out.append(p)
+    return out
+
+
+def sweep(model: str, out: Path, jobs: int) -> dict:
+    out.mkdir(parents=True, exist_ok=True)
+    spec = out / "spec.toml"
+    atomic_write(spec, spec_text(model).encode())
+    status = vdla_main(["sweep", str(spec), "--out", str(out), "--jobs", str(jobs)])
+    if status:
+        raise SystemExit(f"vdla sweep failed for {model} (exit {status})")
+    doc = json.loads((out / "sweep.json").read_text())
+    fitting = [p for p in doc["points"] if p["valid"] and p.get("fits")]
+    plain = [p for p in fitting if not has_features(p["config"])]
+    return {"model": model, "points": len(doc["points"]), "fitting": len(fitting),
+            "with": front(fitting), "without": front(plain)}
+
+
+def report(result: dict) -> list[str]:
+    lines = [f"{result['model']}: {result['points']} points, {result['fitting']} fit the "
+             "xc7z020; Pareto fronts of latency (ms at 100 MHz, timing model) against LUTs "
+             "(resource model)"]
+    for kind in ("without", "with"):
+        lines.append(f"  {kind} features:")
+        for p in result[kind]:
+            o = p["objectives"]
+            lines.append(f"    {p['config_name']:<48} {o['lut']:>7,} LUT  "
+                         f"{o['latency_ms']:8.2f} ms")
+    best = {k: min(result[k], key=lambda p: p["objectives"]["latency_ms"])
+            for k in ("without", "with")}
+    a, b = (best[k]["objectives"]["latency_ms"] for k in ("without", "with"))
+    lines.append(f"  fastest without: {best['without']['config_name']} {a:.2f} ms; with: "
+                 f"{best['with']['config_name']} {b:.2f} ms ({a / b:.2f}x)")
+    return lines
+
+
+def plot(results: list[dict], path: Path) -> None:
+    fig, axes = plt.subplots(1, len(results), figsize=(6 * len(results), 4.2), squeeze=False)
+    for ax, result in zip(axes[0], results):
+        for kind, style in (("without", dict(color="tab:gray", marker="o")),
+                            ("with", dict(color="tab:blue", marker="s"))):
+            pts = result[kind]
+            xs = [p["objectives"]["lut"] for p in pts]
+            ys = [p["objectives"]["latency_ms"] for p in pts]
+            ax.step(xs, ys, where="post", label=f"{kind} features past VTA", **style)
+        ax.axvline(53_200, color="tab:red", linestyle=":", label="xc7z020 LUTs")
+        ax.set_xlabel("LUTs (resource model)")
+        ax.set_ylabel("latency, ms at 100 MHz (timing model)")
+        ax.set_title(f"{result['model']} on pynq-z1: Pareto fronts")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="bench-sweep-features", type=Path)
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--models", nargs="+", default=["resnet18", "mobilenet_v1"])
+    args = parser.parse_args(argv)
+    start = time.perf_counter()
+    results = [sweep(model, args.out / model, args.jobs) for model in args.models]
+    for i, result in enumerate(results):
+        print(("\n" if i else "") + "\n".join(report(result)))
+    plot(results, args.out / "fronts.png")
+    print(f"wrote {args.out / 'fronts.png'} ({time.perf_counter() - start:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
