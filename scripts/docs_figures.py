@@ -130,6 +130,24 @@ FIGURES = [
     Figure("model_layers", "python3 bench/model_layers.py",
            "ResNet-18, ResNet-50 and MobileNet-v1 layer by layer on Verilator: before, "
            "after, the timing model"),
+    Figure("model_layers_vta_plus", "python3 bench/model_layers.py --config vta-plus",
+           "the three models layer by layer on VTA's sizes with REQ and hold, beside the "
+           "timing model"),
+    Figure("model_layers_pynq_z1_plus",
+           "python3 bench/model_layers.py --config pynq-z1-plus --models resnet18 mobilenet_v1",
+           "ResNet-18 and MobileNet-v1 layer by layer on pynq-z1-plus (1x16x32, REQ, hold, "
+           "220 DSPs)"),
+    Figure("resnet18_layers_vta_plus", "python3 bench/resnet18_layers.py --config vta-plus",
+           "ResNet-18's C2-C11 on VTA's sizes with REQ and hold"),
+    Figure("resnet18_layers_pynq_z1_plus",
+           "python3 bench/resnet18_layers.py --config pynq-z1-plus",
+           "ResNet-18's C2-C11 on pynq-z1-plus"),
+    Figure("feature_table", "python3 bench/features.py",
+           "what each feature past VTA saves on Verilator and costs by yosys"),
+    Figure("sweep_features", "python3 bench/sweep_features.py --out {tmp}/sweep",
+           "ResNet-18 and MobileNet-v1 on pynq-z1 with the features past VTA as sweep "
+           "dimensions: the fronts with and without them",
+           plots={"sweep/fronts.png": "sweep_features.png"}),
     Figure("pools", "python3 bench/pools.py", "pools on Verilator against the timing model"),
     Figure("hw_timing", "python3 bench/hw_timing.py",
            "cycles of GEMM and ALU instructions, load/store/fetch bus words per cycle"),
