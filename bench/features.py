@@ -61,7 +61,7 @@ def cycle_table(models: list[str]) -> list[str]:
 
 def cost_table() -> list[str]:
     lines = ["", "what each feature costs by yosys (calibration runs: the config with it "
-             "minus the same config without)",
+             "minus the same config without; LUT is ALMs on the Cyclone V)",
              f"  {'family':<11} {'feature':<11} {'config':<44} {'LUT':>7} {'FF':>5} "
              f"{'DSP':>5} {'BRAM':>5}"]
     for family in calibrated_families():

@@ -10,7 +10,8 @@ Every point is priced by the timing model and the resource model (calibrated per
 on yosys; `vdla.dse.resources`), and only points that fit the xc7z020 count. A point is
 *without features* when it is VTA's ISA and hardware (no REQ, no hold, every multiplier
 a DSP). Prints, per model, both fronts (the best point of each at the most LUTs it may
-use) and writes ``OUT/<model>/`` (the sweep's own reports) and ``OUT/fronts.png``.
+use) and writes ``OUT/<model>/`` (the sweep's own reports, its printed table in
+``sweep.txt``) and ``OUT/fronts.png``.
 Confirmation runs (Verilator and yosys) of front points are ``vdla sweep --confirm``'s
 job; the shipped configs (``vdla config list``) carry the ones that were run.
 """
@@ -18,6 +19,8 @@ job; the shipped configs (``vdla config list``) carry the ones that were run.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import sys
 import time
@@ -32,6 +35,8 @@ from vdla._fileio import atomic_write  # noqa: E402
 from vdla.cli import main as vdla_main  # noqa: E402
 
 BASE_OPS = ["MIN", "MAX", "ADD", "SHR"]
+#: The pynq-z1's part's LUTs (the plot's right edge).
+XC7Z020_LUTS = 53_200
 #: The grid: every (block_in, block_out) from 8 to 32, two sizes of each large buffer,
 #: and every feature past VTA (REQ, hold, the DSP limit of the xc7z020's 220 DSP48s).
 PARAMETERS = {
@@ -75,7 +80,11 @@ def sweep(model: str, out: Path, jobs: int) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     spec = out / "spec.toml"
     atomic_write(spec, spec_text(model).encode())
-    status = vdla_main(["sweep", str(spec), "--out", str(out), "--jobs", str(jobs)])
+    # The sweep's own report (its front with every parameter) goes to OUT/<model>/.
+    report = io.StringIO()
+    with contextlib.redirect_stdout(report):
+        status = vdla_main(["sweep", str(spec), "--out", str(out), "--jobs", str(jobs)])
+    atomic_write(out / "sweep.txt", report.getvalue().encode())
     if status:
         raise SystemExit(f"vdla sweep failed for {model} (exit {status})")
     doc = json.loads((out / "sweep.json").read_text())
@@ -106,13 +115,21 @@ def report(result: dict) -> list[str]:
 def plot(results: list[dict], path: Path) -> None:
     fig, axes = plt.subplots(1, len(results), figsize=(6 * len(results), 4.2), squeeze=False)
     for ax, result in zip(axes[0], results):
-        for kind, style in (("without", dict(color="tab:gray", marker="o")),
-                            ("with", dict(color="tab:blue", marker="s"))):
+        # The fronts run on to the part's LUTs (the best a design within them reaches);
+        # the front without features on top, open, where the two coincide.
+        for kind, style in (("with", dict(color="tab:blue", marker="s", zorder=2)),
+                            ("without", dict(color="black", marker="o", linestyle="--",
+                                             markerfacecolor="none", zorder=3))):
             pts = result[kind]
-            xs = [p["objectives"]["lut"] for p in pts]
+            xs = [p["objectives"]["lut"] for p in pts] + [XC7Z020_LUTS]
             ys = [p["objectives"]["latency_ms"] for p in pts]
-            ax.step(xs, ys, where="post", label=f"{kind} features past VTA", **style)
-        ax.axvline(53_200, color="tab:red", linestyle=":", label="xc7z020 LUTs")
+            best = pts[-1]
+            short = best["config_name"].split("_")[0] + "".join(
+                f"-{x}" for x in best["config_name"].split("-")[1:])
+            ax.step(xs, ys + ys[-1:], where="post", markevery=range(len(pts)),
+                    label=f"{kind} features past VTA (fastest: {short}, "
+                          f"{best['objectives']['latency_ms']:.1f} ms)", **style)
+        ax.axvline(XC7Z020_LUTS, color="tab:red", linestyle=":", label="xc7z020 LUTs")
         ax.set_xlabel("LUTs (resource model)")
         ax.set_ylabel("latency, ms at 100 MHz (timing model)")
         ax.set_title(f"{result['model']} on pynq-z1: Pareto fronts")

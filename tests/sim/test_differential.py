@@ -34,15 +34,25 @@ CONFIGS = {
     "smallq": SMALL_QUEUES,
     "features": FEATURES,
 }
+#: Each feature past VTA alone, besides `FEATURES` (both): slow, as `FEATURES` runs the
+#: same generator and hardware for both at once (a Verilator model to build each).
+SINGLE_FEATURES = {
+    "req": FEATURES.replace(alu_hold=False),
+    "hold": FEATURES.replace(alu_ops=FEATURES.alu_ops - {vdla.AluOp.REQ}),
+}
+ALL_CONFIGS = {**CONFIGS, **SINGLE_FEATURES}
+CONFIG_PARAMS = [pytest.param(name, marks=pytest.mark.slow) if name in SINGLE_FEATURES
+                 else name for name in ALL_CONFIGS]
 DRAM_SIZE = 1 << 24
 SEEDS = range(30)
 COVERAGE_SEEDS = range(20)
 
 
-@pytest.fixture(scope="module", params=list(CONFIGS))
+@pytest.fixture(scope="module", params=CONFIG_PARAMS)
 def candidate(request):
     """The candidate device of one config, shared by the module's tests."""
-    with vdla.runtime.open(CONFIGS[request.param], backend=CANDIDATE, dram_size=DRAM_SIZE) as d:
+    with vdla.runtime.open(ALL_CONFIGS[request.param], backend=CANDIDATE,
+                           dram_size=DRAM_SIZE) as d:
         yield d
 
 
