@@ -138,8 +138,13 @@ def _wrap32(x: np.ndarray) -> np.ndarray:
     return ((x.astype(np.int64) + 2**31) % 2**32 - 2**31).astype(np.int32)
 
 
-def reference_alu_op(op: AluOp, a: int, b: int) -> int:
-    """One ALU lane, written from the ISA description with Python integers."""
+def _int8(value: int) -> int:
+    return value - 256 if value >= 128 else value
+
+
+def reference_alu_op(op: AluOp, a: int, b: int, use_imm: bool = True) -> int:
+    """One ALU lane, written from the ISA description with Python integers (REQ: the
+    value it narrows into the out buffer; it clears the accumulator)."""
     if op == AluOp.MIN:
         return min(a, b)
     if op == AluOp.MAX:
@@ -150,16 +155,26 @@ def reference_alu_op(op: AluOp, a: int, b: int) -> int:
         return int(_wrap32(np.array(a * b)))
     amount = b & 0x3F
     amount = amount - 64 if amount >= 32 else amount
-    return a >> amount if amount >= 0 else int(_wrap32(np.array((a << -amount) & 0xFFFFFFFF)))
+    shifted = a >> amount if amount >= 0 else int(_wrap32(np.array((a << -amount) & 0xFFFFFFFF)))
+    if op == AluOp.SHR:
+        return shifted
+    # REQ: the shift, then min(max(., lo), hi); lo is bits 15:8, hi bits 23:16 (127 with
+    # an immediate), each an int8.
+    lo, hi = _int8((b >> 8) & 0xFF), 127 if use_imm else _int8((b >> 16) & 0xFF)
+    return min(max(shifted, lo), hi)
 
 
 def reference_alu(insn: Alu, uops: list[Uop], acc, out):
     """Apply one ALU instruction to numpy SRAM arrays in place, one micro-op at a time."""
-    op = np.vectorize(lambda a, b: reference_alu_op(insn.alu_opcode, int(a), int(b)),
-                      otypes=[np.int64])
+    op = np.vectorize(lambda a, b: reference_alu_op(insn.alu_opcode, int(a), int(b),
+                                                    insn.use_imm), otypes=[np.int64])
     for d, s, _ in _loop_nest(insn, uops):
         if insn.reset_reg:
             acc[d] = 0
+            out[d] = 0
+        elif insn.alu_opcode == AluOp.REQ:   # the result to the out buffer, acc cleared
+            out[d] = _narrow8(op(acc[d], insn.imm if insn.use_imm else acc[s].copy()))
+            acc[d] = 0
         else:
             acc[d] = op(acc[d], insn.imm if insn.use_imm else acc[s].copy())
-        out[d] = _narrow8(acc[d])
+            out[d] = _narrow8(acc[d])

@@ -45,8 +45,10 @@ VALUES = {
     "wgt_buff_size": _pow2(0, 27), "acc_buff_size": _pow2(0, 27),
     "cmd_queue_depth": st.integers(0, 70000), "token_queue_depth": st.integers(0, 70000),
     "dram_bus_width": _pow2(3, 11),
-    "alu_ops": st.lists(st.sampled_from(["MIN", "MAX", "ADD", "SHR", "MUL", "min", "Mul",
-                                         "DIV", ""]), max_size=6),
+    "alu_ops": st.lists(st.sampled_from(["MIN", "MAX", "ADD", "SHR", "MUL", "REQ", "min",
+                                         "Mul", "req", "DIV", ""]), max_size=7),
+    "alu_hold": st.one_of(st.booleans(), st.integers(0, 1)),
+    "gemm_dsp_limit": st.one_of(st.integers(-2, 1 << 10), st.booleans()),
     "clock_mhz": st.one_of(st.floats(), st.integers(-5, 1 << 1100)),
 }
 #: VTA's keys: log2 of each size.
