@@ -31,8 +31,10 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from vdla import HardwareConfig  # noqa: E402
 from vdla._fileio import atomic_write  # noqa: E402
 from vdla.cli import main as vdla_main  # noqa: E402
+from vdla.dse.resources import feature_terms  # noqa: E402
 
 BASE_OPS = ["MIN", "MAX", "ADD", "SHR"]
 #: The pynq-z1's part's LUTs (the plot's right edge).
@@ -61,8 +63,8 @@ def spec_text(model: str) -> str:
 
 
 def has_features(config: dict) -> bool:
-    return ("REQ" in config["alu_ops"] or config.get("alu_hold")
-            or config.get("gemm_dsp_limit", 0) > 0)
+    """Whether a point's config has a feature past VTA (what the resource model prices)."""
+    return any(feature_terms(HardwareConfig.from_dict(config)).values())
 
 
 def front(points: list[dict]) -> list[dict]:

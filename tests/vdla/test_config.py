@@ -166,6 +166,18 @@ def test_features_past_vta_are_named_and_listed():
     assert HardwareConfig.from_json(cfg.to_json()).name == cfg.name
 
 
+@pytest.mark.parametrize("value", [-1, 2.5, "220", True, None])
+def test_dsp_limit_must_be_a_non_negative_integer(value):
+    with pytest.raises(ValueError, match=r"gemm_dsp_limit must be a non-negative integer"):
+        HardwareConfig(gemm_dsp_limit=value)
+
+
+def test_a_dsp_limit_past_the_core_is_no_limit():
+    assert HardwareConfig(gemm_dsp_limit=128) == HardwareConfig()      # 128 pairs: all DSPs
+    limited = HardwareConfig(gemm_dsp_limit=100)
+    assert limited.gemm_lut_multipliers == 28 and limited.name.endswith("-dsp100")
+
+
 @pytest.mark.parametrize("value", [1, "yes", None])
 def test_feature_flags_must_be_booleans(value):
     with pytest.raises(ValueError, match=r"alu_hold must be true or false, not"):
