@@ -47,10 +47,14 @@ def encode(insn: Insn, config: HardwareConfig) -> int:
     if allowed := _unimplemented_alu_op(insn, config):
         raise EncodeError(f"ALU field alu_opcode={insn.alu_opcode.name} is not implemented by "
                           f"config {config.name} (allowed {allowed})")
+    layout = layouts_for(config)[kind]
+    if getattr(insn, "dw", False) and "dw" not in layout.fields:
+        raise EncodeError(f"GEMM field dw=1 (the depthwise window) is not implemented by "
+                          f"config {config.name} (it needs dw_taps > 0)")
     word = 0
     values = insn.fields()
     values["opcode"] = insn.opcode
-    for name, (lsb, width) in layouts_for(config)[kind].fields.items():
+    for name, (lsb, width) in layout.fields.items():
         value = int(values[name])
         low, high = _field_range(name, width)
         if not low <= value <= high:

@@ -200,10 +200,28 @@ class Gemm(_LoopInsn):
     ``acc[dst] += inp[src] · wgt[wgt]ᵀ`` (zero instead when `reset_reg`), where each
     index is the micro-op's field + o·*_factor_out + i·*_factor_in. The result narrowed
     to 8 bits is also written to the out buffer at dst.
+
+    `dw` (only on a config with `HardwareConfig.dw_taps` = T > 0; r = block_out /
+    block_in = `dw_column_rows`) makes it a *depthwise window* GEMM. The core keeps a
+    window of T columns of r inp rows. The first micro-op of each pass over
+    uop_bgn..uop_end-1 loads the whole window, rows src .. src + T·r - 1 (T·r cycles);
+    every later one shifts it by a column, dropping the oldest r rows and reading rows
+    src + (T-1)·r .. src + T·r - 1 (r cycles). With that window W (rows 0 .. T·r-1):
+
+        acc[dst][b][n] += sum over k < 2T of wgt[wgt][n][k] · W[(k // 2)·r + n // block_in][b][c(n) + k % 2]
+
+    where c(n) = (n - n % 2) % block_in: weight column 2t + p of lane n multiplies input
+    channel c(n) + p of tap t, and columns 2T .. block_in - 1 take no input. A
+    depthwise layer's weights put lane n's tap t in column 2t + n % 2 (zero in the
+    other), so lane n sums the T taps of its own channel: T MACs per lane per
+    micro-op. (Lanes 2j and 2j+1 read the same input there, which keeps the core's
+    packed multiplier pairs.) When each micro-op's src is the previous one's plus r,
+    the window is simply inp[src + t·r + h] for tap t and row h.
     """
 
     wgt_factor_out: int = 0
     wgt_factor_in: int = 0
+    dw: bool = False
     opcode = Opcode.GEMM
 
 

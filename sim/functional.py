@@ -216,6 +216,9 @@ class FunctionalSimulator:
             self.out[dst] = 0
             return
         self.stats["gemm_macs"] += count * c.macs_per_cycle
+        if insn.dw:
+            self._gemm_dw(insn)
+            return
         matmul = self._gemm_as_matmul(insn)
         if matmul is not None:
             self._accumulate(*matmul)
@@ -227,6 +230,28 @@ class FunctionalSimulator:
         for start in range(0, len(dst), step):
             part = slice(start, start + step)
             self._accumulate(dst[part], self._gemm_products(src[part], wgt[part]))
+
+    def _gemm_dw(self, insn: Gemm):
+        """A depthwise-window GEMM (`vdla.isa.Gemm`'s `dw`): each micro-op's window rows
+        (`dw_window`), its lanes' inputs picked from them, times its weight row."""
+        c = self.config
+        dst = self._indices(insn, self.uop_dst, "dst")
+        src = self._indices(insn, self.uop_src, "src")
+        wgt = self._indices(insn, self.uop_wgt, "wgt")
+        rows = dw_window(src, insn.uop_end - insn.uop_bgn, c)      # (n, T·r)
+        taps, r, bi = c.dw_taps, c.dw_column_rows, c.block_in
+        n = np.arange(c.block_out)[:, None]
+        k = np.arange(2 * taps)[None, :]
+        row = (k // 2) * r + n // bi                                # (block_out, 2T)
+        lane = (n - n % 2) % bi + k % 2
+        step = max(1, _CHUNK_ELEMS // (c.batch * c.block_out * 2 * taps))
+        for start in range(0, len(dst), step):
+            part = slice(start, start + step)
+            window = self.inp[rows[part]].transpose(0, 2, 1, 3)    # (m, batch, T·r, bi)
+            x = window[:, :, row, lane].astype(np.float32)          # (m, batch, bo, 2T)
+            w = self.wgt[wgt[part]][:, :, :2 * taps].astype(np.float32)   # (m, bo, 2T)
+            products = np.einsum("mbnk,mnk->mbn", x, w)
+            self._accumulate(dst[part], products)
 
     def _gemm_as_matmul(self, insn: Gemm):
         """(dst, products) from one matrix product, when the loop nest is a matrix multiply.
@@ -329,6 +354,26 @@ class FunctionalSimulator:
             # REQ writes its result to the out buffer and clears the accumulators.
             self.acc[d] = 0 if insn.alu_opcode == AluOp.REQ and not insn.reset_reg else result
             self.out[d] = result.astype(np.int8)
+
+
+def dw_window(src: np.ndarray, pass_uops: int, config: HardwareConfig) -> np.ndarray:
+    """The inp rows in the depthwise window of each micro-op of a `dw` GEMM.
+
+    src : the micro-ops' src indices in issue order, passes of `pass_uops` each
+    Returns (len(src), dw_taps · r) row indices, r = `dw_column_rows`: the first micro-op
+    of a pass loads rows src .. src + T·r - 1; each later one shifts the window by a
+    column and reads its last column at src + (T-1)·r. So column t of micro-op m (in
+    its pass) came from micro-op m' = m - (T-1-t) as its last column if m' >= 1, else
+    from the pass's full load as its column t + m."""
+    taps, r = config.dw_taps, config.dw_column_rows
+    passes = src.reshape(-1, pass_uops)                            # (p, u)
+    m = np.arange(pass_uops)[:, None]                              # micro-op in its pass
+    t = np.arange(taps)[None, :]
+    loaded = m - (taps - 1 - t)                                    # (u, T)
+    late = np.where(loaded >= 1, passes[:, np.clip(loaded, 0, None)] + (taps - 1) * r,
+                    passes[:, :1, None] + (t + m) * r)             # (p, u, T)
+    rows = late[..., None] + np.arange(r)                          # (p, u, T, r)
+    return rows.reshape(len(src), taps * r)
 
 
 def holds_operand(insn: Alu, config: HardwareConfig) -> bool:

@@ -385,11 +385,17 @@ class ProgramValidator:
             return
         udst, usrc, uwgt = self._shadow
         fields = {"dst": (udst, "dst", c.acc_depth, "acc buffer")}
+        reach = {"src": 0}   # rows read past src: the depthwise window's
         if isinstance(insn, Gemm):
+            if insn.dw and not c.dw_taps:
+                raise _Invalid("GEMM dw (the depthwise window) is not implemented by this "
+                               "config (it needs dw_taps > 0)")
             if not insn.reset_reg:
                 fields["src"] = (usrc, "src", c.inp_depth, "inp buffer")
                 fields["wgt"] = (uwgt, "wgt", c.wgt_depth, "wgt buffer")
             per_uop = 1
+            if insn.dw and not insn.reset_reg:
+                reach["src"] = c.dw_window_rows - 1
         else:
             vector = not insn.use_imm and not insn.reset_reg
             if vector:
@@ -398,10 +404,16 @@ class ProgramValidator:
         for name, (uop_field, prefix, depth, sram) in fields.items():
             top = (int(uop_field[insn.uop_bgn:insn.uop_end].max())
                    + (insn.iter_out - 1) * getattr(insn, f"{prefix}_factor_out")
-                   + (insn.iter_in - 1) * getattr(insn, f"{prefix}_factor_in"))
+                   + (insn.iter_in - 1) * getattr(insn, f"{prefix}_factor_in")
+                   + reach.get(name, 0))
             if top >= depth:
-                raise _Invalid(f"{name} index reaches {top}, past the {sram} depth {depth}")
+                raise _Invalid(f"{name} index reaches {top}, past the {sram} depth {depth}"
+                               + (" (with the depthwise window's rows)" if reach.get(name) else ""))
         uops = insn.iter_out * insn.iter_in * (insn.uop_end - insn.uop_bgn)
+        if reach["src"]:
+            # r cycles a micro-op, and (T-1)·r more to fill the window at each pass.
+            r = c.dw_column_rows
+            uops = uops * r + insn.iter_out * insn.iter_in * (c.dw_window_rows - r)
         self._work["uop_cycles"] += uops
         self._work["estimate"] += uops * per_uop
         if uops > self._heaviest[1]:

@@ -116,6 +116,14 @@ class HardwareConfig:
         it, so it issues one micro-op per cycle instead of one every second cycle (the
         acc buffer has one read port). A micro-op of such an instruction that writes the
         row it reads does not change the operand the rest of its outer iteration uses.
+    dw_taps : int
+        A feature past VTA: the GEMM core's *depthwise window* of this many kernel taps
+        along a row (0, the default: none; else 2 to block_in / 2). A GEMM with its `dw`
+        bit set multiplies each output lane's channel by the taps of a sliding window of
+        input columns held in registers, instead of reducing over input channels, so a
+        depthwise convolution does `dw_taps` useful MACs per lane and micro-op instead of
+        one. Needs block_out a multiple of block_in (`dw_column_rows` inp rows make one
+        column of a block_out-channel pixel). The semantics are `vdla.isa.Gemm`'s.
     clock_mhz : float
         Clock frequency used to report time; does not change the hardware.
     """
@@ -136,6 +144,7 @@ class HardwareConfig:
     alu_ops: frozenset = REQUIRED_ALU_OPS
     alu_hold: bool = False
     gemm_dsp_limit: int = 0
+    dw_taps: int = 0
     clock_mhz: float = 100.0
 
     # --- validation -------------------------------------------------------------------
@@ -179,6 +188,7 @@ class HardwareConfig:
                              f"(0: no limit), not {limit!r}")
         if limit >= self.gemm_multipliers:   # no pair past it: the same hardware as none
             object.__setattr__(self, "gemm_dsp_limit", 0)
+        self._check_dw_taps()
         for field in FEATURE_FLAGS:
             if not isinstance(getattr(self, field), bool):
                 raise ValueError(f"HardwareConfig.{field} must be true or false, not "
@@ -196,6 +206,24 @@ class HardwareConfig:
                 "(dst + src + wgt index widths), more than 64; make the acc, inp or wgt "
                 "buffer smaller or the blocks larger")
         self._check_isa_fits()
+
+    def _check_dw_taps(self):
+        taps = self.dw_taps
+        if not isinstance(taps, int) or isinstance(taps, bool) or taps < 0:
+            raise ValueError(f"HardwareConfig.dw_taps must be a non-negative integer (0: no "
+                             f"depthwise window), not {taps!r}")
+        if not taps:
+            return
+        if not 2 <= taps <= self.block_in // 2:
+            raise ValueError(
+                f"HardwareConfig.dw_taps={taps} is out of range for block_in={self.block_in}: "
+                f"each tap takes two of the core's block_in multiplier columns, so 2 to "
+                f"{self.block_in // 2} taps are allowed (or 0 for none)")
+        if self.block_out % self.block_in:
+            raise ValueError(
+                f"HardwareConfig.dw_taps={taps} needs block_out ({self.block_out}) to be a "
+                f"multiple of block_in ({self.block_in}): a window column is the block_out "
+                f"channels of one pixel, block_out / block_in whole inp rows")
 
     def _check_pow2(self, field: str, low: int, high: int):
         value = getattr(self, field)
@@ -363,7 +391,9 @@ class HardwareConfig:
         loop = header + [("reset_reg", 1), ("uop_bgn", self.log_uop_depth),
                          ("uop_end", self.log_uop_depth + 1), ("iter_out", w["iter"]),
                          ("iter_in", w["iter"])]
-        gemm = (loop, [("dst_factor_out", self.log_acc_depth), ("dst_factor_in", self.log_acc_depth),
+        # The depthwise window's bit exists only where the hardware has the window, so
+        # the default layout stays VTA's.
+        gemm = (loop + ([("dw", 1)] if self.dw_taps else []), [("dst_factor_out", self.log_acc_depth), ("dst_factor_in", self.log_acc_depth),
                        ("src_factor_out", self.log_inp_depth), ("src_factor_in", self.log_inp_depth),
                        ("wgt_factor_out", self.log_wgt_depth), ("wgt_factor_in", self.log_wgt_depth)])
         # The ALU's src is an acc index, so its src factors have the acc depth's width
@@ -381,7 +411,7 @@ class HardwareConfig:
         """Short name, VTA-style: ``1x16x16_i8w8a32_15_15_18_17`` for the default.
 
         Parameters outside VTA's name that change the hardware are appended when they
-        differ from the default (``-mul``, ``-req``, ``-hold``, ``-dsp220``, ``-cq64``,
+        differ from the default (``-mul``, ``-req``, ``-hold``, ``-dw3``, ``-dsp220``, ``-cq64``,
         ``-tq16``, ``-bus128``); the clock is not part of the hardware and never appears.
         """
         core = (f"{self.batch}x{self.block_in}x{self.block_out}_"
@@ -406,10 +436,12 @@ class HardwareConfig:
     @property
     def features(self) -> tuple[str, ...]:
         """Short names of the features past VTA this config has, in a fixed order (each
-        is also a suffix of `name`): ``req`` (the ALU's REQ), ``hold`` (`alu_hold`).
+        is also a suffix of `name`): ``req`` (the ALU's REQ), ``hold`` (`alu_hold`),
+        ``dw3`` (`dw_taps` = 3).
         MUL predates them and keeps its own ``mul`` suffix."""
         found = ["req"] if AluOp.REQ in self.alu_ops else []
-        return tuple(found + [FEATURE_FLAGS[f] for f in FEATURE_FLAGS if getattr(self, f)])
+        found += [FEATURE_FLAGS[f] for f in FEATURE_FLAGS if getattr(self, f)]
+        return tuple(found + ([f"dw{self.dw_taps}"] if self.dw_taps else []))
 
     @property
     def gemm_multipliers(self) -> int:
@@ -417,6 +449,17 @@ class HardwareConfig:
         sharing an input (`vdla.hw.compute.packed_products`) when block_out is even."""
         products = self.batch * self.block_in * self.block_out
         return products // 2 if self.block_out % 2 == 0 else products
+
+    @property
+    def dw_column_rows(self) -> int:
+        """Inp rows in one column of the depthwise window: block_out / block_in (the
+        block_out channels of one pixel; meaningful when `dw_taps` is set)."""
+        return max(1, self.block_out // self.block_in)
+
+    @property
+    def dw_window_rows(self) -> int:
+        """Inp rows the depthwise window holds: dw_taps columns of `dw_column_rows`."""
+        return self.dw_taps * self.dw_column_rows
 
     @property
     def gemm_lut_multipliers(self) -> int:
