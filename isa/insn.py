@@ -208,13 +208,15 @@ class Gemm(_LoopInsn):
     every later one shifts it by a column, dropping the oldest r rows and reading rows
     src + (T-1)·r .. src + T·r - 1 (r cycles). With that window W (rows 0 .. T·r-1):
 
-        acc[dst][b][n] += sum over k < 2T of wgt[wgt][n][k] · W[(k // 2)·r + n // block_in][b][c(n) + k % 2]
+        acc[dst][b][n] += sum over k < block_in of wgt[wgt][n][k] · X[b][n][k]
+        X[b][n][k] = W[(k // 2)·r + n // block_in][b][c(n) + k % 2]   for k < 2T
+                   = W[T·r - 1][b][k]                                   for k >= 2T
 
     where c(n) = (n - n % 2) % block_in: weight column 2t + p of lane n multiplies input
-    channel c(n) + p of tap t, and columns 2T .. block_in - 1 take no input. A
-    depthwise layer's weights put lane n's tap t in column 2t + n % 2 (zero in the
-    other), so lane n sums the T taps of its own channel: T MACs per lane per
-    micro-op. (Lanes 2j and 2j+1 read the same input there, which keeps the core's
+    channel c(n) + p of tap t, and the columns past 2T multiply the last row read as a
+    plain GEMM would (so the hardware needs no gate there). A depthwise layer's weights
+    put lane n's tap t in column 2t + n % 2 and zeros everywhere else, so lane n sums
+    the T taps of its own channel: T MACs per lane per micro-op. (Lanes 2j and 2j+1 read the same input there, which keeps the core's
     packed multiplier pairs.) When each micro-op's src is the previous one's plus r,
     the window is simply inp[src + t·r + h] for tap t and row h.
     """

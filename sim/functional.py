@@ -241,15 +241,16 @@ class FunctionalSimulator:
         rows = dw_window(src, insn.uop_end - insn.uop_bgn, c)      # (n, T·r)
         taps, r, bi = c.dw_taps, c.dw_column_rows, c.block_in
         n = np.arange(c.block_out)[:, None]
-        k = np.arange(2 * taps)[None, :]
-        row = (k // 2) * r + n // bi                                # (block_out, 2T)
-        lane = (n - n % 2) % bi + k % 2
-        step = max(1, _CHUNK_ELEMS // (c.batch * c.block_out * 2 * taps))
+        k = np.arange(bi)[None, :]
+        # Columns past 2T multiply the last row read (the window's last row), channel k.
+        row = np.where(k < 2 * taps, (k // 2) * r + n // bi, taps * r - 1)  # (bo, bi)
+        lane = np.where(k < 2 * taps, (n - n % 2) % bi + k % 2, k)
+        step = max(1, _CHUNK_ELEMS // (c.batch * c.block_out * bi))
         for start in range(0, len(dst), step):
             part = slice(start, start + step)
             window = self.inp[rows[part]].transpose(0, 2, 1, 3)    # (m, batch, T·r, bi)
-            x = window[:, :, row, lane].astype(np.float32)          # (m, batch, bo, 2T)
-            w = self.wgt[wgt[part]][:, :, :2 * taps].astype(np.float32)   # (m, bo, 2T)
+            x = window[:, :, row, lane].astype(np.float32)          # (m, batch, bo, bi)
+            w = self.wgt[wgt[part]].astype(np.float32)              # (m, bo, bi)
             products = np.einsum("mbnk,mnk->mbn", x, w)
             self._accumulate(dst[part], products)
 

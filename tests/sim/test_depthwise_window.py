@@ -41,6 +41,8 @@ def shift_register(sim, insn, config):
                             int(sim.wgt[w, n, k])
                             * int(window[(k // 2) * r + n // bi][b, (n - n % 2) % bi + k % 2])
                             for k in range(2 * taps))
+                        acc[d, b, n] += sum(int(sim.wgt[w, n, k]) * int(window[-1][b, k])
+                                            for k in range(2 * taps, bi))
     return ((acc + 2**31) % 2**32 - 2**31).astype(np.int32)
 
 
