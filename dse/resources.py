@@ -23,7 +23,7 @@ was run for. A part is looked up through the boards that use it (`family_of`).
   records the tools' versions). On the ECP5 they are nextpnr's packed counts, as
   ``vdla estimate`` reports them for a design that fits.
 * **Features past VTA** (`feature_terms`: the ALU's REQ, per ALU lane; ``alu_hold``, a
-  constant) add LUT and FF terms fitted to what each adds in the calibration data: every
+  constant; LUT-built multiplier pairs; the depthwise window, per lane and tap) add LUT and FF terms fitted to what each adds in the calibration data: every
   calibration config with features is paired with the same config without them, and the
   terms are fitted by non-negative least squares to the differences, so the base
   model's error at that config does not leak into a feature's price and the base
@@ -96,16 +96,22 @@ def feature_terms(c: HardwareConfig) -> dict[str, float]:
     (a few control flip-flops and a capture enable on the src operand register, the
     same whatever the core's size), and ``lut_pairs``, the GEMM core's multiplier pairs
     built from LUTs past `gemm_dsp_limit` (two 8 x 8 products of shifted adds each; the
-    DSPs they leave are counted by `vdla.dse.resource_rules.gemm_multipliers`)."""
+    DSPs they leave are counted by `vdla.dse.resource_rules.gemm_multipliers`), and
+    ``dw_window``, batch · block_out · dw_taps for the depthwise window: its registers
+    hold dw_taps columns of block_out channels (8 bits each), and a 2:1 multiplexer
+    picks each multiplier input of the 2·dw_taps window columns, one per product pair,
+    which is the same count (batch · block_out/2 pairs · 2·dw_taps columns)."""
     return {"req_lanes": float(c.batch * c.block_out if AluOp.REQ in c.alu_ops else 0),
             "alu_hold": 1.0 if c.alu_hold else 0.0,
-            "lut_pairs": float(c.gemm_lut_multipliers)}
+            "lut_pairs": float(c.gemm_lut_multipliers),
+            "dw_window": float(c.batch * c.block_out * c.dw_taps)}
 
 
 def without_features(c: HardwareConfig) -> HardwareConfig:
     """`c` without the features `feature_terms` prices (the config a feature's cost is
     measured against)."""
-    return c.replace(alu_ops=c.alu_ops - {AluOp.REQ}, alu_hold=False, gemm_dsp_limit=0)
+    return c.replace(alu_ops=c.alu_ops - {AluOp.REQ}, alu_hold=False, gemm_dsp_limit=0,
+                     dw_taps=0)
 
 
 def calibration_path(family: str) -> Path:

@@ -28,13 +28,16 @@ def load(family):
 
 
 def test_the_terms_count_req_per_alu_lane_and_hold_once():
-    assert feature_terms(HardwareConfig()) == {"req_lanes": 0.0, "alu_hold": 0.0,
-                                               "lut_pairs": 0.0}
-    assert feature_terms(HardwareConfig(alu_ops=REQ)) == {"req_lanes": 16.0, "alu_hold": 0.0,
-                                                          "lut_pairs": 0.0}
+    none = {"req_lanes": 0.0, "alu_hold": 0.0, "lut_pairs": 0.0, "dw_window": 0.0}
+    assert feature_terms(HardwareConfig()) == none
+    assert feature_terms(HardwareConfig(alu_ops=REQ)) == {**none, "req_lanes": 16.0}
     both = HardwareConfig(batch=2, block_in=8, block_out=8, alu_ops=REQ, alu_hold=True,
                           acc_buff_size=64 * 1024, wgt_buff_size=64 * 1024)
-    assert feature_terms(both) == {"req_lanes": 16.0, "alu_hold": 1.0, "lut_pairs": 0.0}
+    assert feature_terms(both) == {**none, "req_lanes": 16.0, "alu_hold": 1.0}
+    # The depthwise window: its registers and input multiplexers, per lane and tap.
+    window = HardwareConfig(block_out=32, dw_taps=3)
+    assert feature_terms(window)["dw_window"] == 96.0
+    assert without_features(window) == HardwareConfig(block_out=32)
     # 256 multiplier pairs, 220 of them DSPs: 36 built from LUTs.
     limited = HardwareConfig(block_out=32, gemm_dsp_limit=220)
     assert feature_terms(limited)["lut_pairs"] == 36.0
