@@ -31,9 +31,12 @@ REQ = REQUIRED_ALU_OPS | {AluOp.REQ}
 #: VTA's default sizes with each feature past VTA alone and together.
 VARIANTS = {"VTA": HardwareConfig(), "REQ": HardwareConfig(alu_ops=REQ),
             "hold": HardwareConfig(alu_hold=True),
-            "REQ + hold": HardwareConfig(alu_ops=REQ, alu_hold=True)}
+            "REQ + hold": HardwareConfig(alu_ops=REQ, alu_hold=True),
+            "dw3": HardwareConfig(dw_taps=3),
+            "all": HardwareConfig(alu_ops=REQ, alu_hold=True, dw_taps=3)}
 #: The resource model's term of each feature (`vdla.dse.resources.feature_terms`).
-TERMS = {"req_lanes": "REQ", "alu_hold": "hold", "lut_pairs": "DSP limit"}
+TERMS = {"req_lanes": "REQ", "alu_hold": "hold", "lut_pairs": "DSP limit",
+         "dw_window": "dw window"}
 
 
 def cycles(model: str, config: HardwareConfig) -> int:
@@ -48,14 +51,14 @@ def cycle_table(models: list[str]) -> list[str]:
             for name, config in VARIANTS.items() for model in models}
     lines = ["cycles on Verilator (whole model, bit-exact), VTA's default sizes; saved "
              "against VTA's ISA",
-             f"  {'config':<12} {'name':<40}" + "".join(f" {m:>24}" for m in models)]
+             f"  {'config':<12} {'name':<44}" + "".join(f" {m:>24}" for m in models)]
     for name, config in VARIANTS.items():
         cells = []
         for model in models:
             c, base = runs[name, model], runs["VTA", model]
             cells.append(f"{c:>11,}" + (f" (-{100 * (1 - c / base):4.1f}%)" if c != base
                                         else " " * 9))
-        lines.append(f"  {name:<12} {config.name:<40}" + "".join(f" {x:>24}" for x in cells))
+        lines.append(f"  {name:<12} {config.name:<44}" + "".join(f" {x:>24}" for x in cells))
     return lines
 
 

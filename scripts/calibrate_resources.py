@@ -127,10 +127,16 @@ FEATURE_CONFIGS = {
                                                                alu_hold=True)),
                   # Half of the 32 multiplier pairs built from LUTs (gemm_dsp_limit): the
                   # LUTs of a LUT-built pair, which pynq-z1-plus uses 36 of.
-                  "b1_8x8_small_dsp16": ("b1_8x8_small", dict(gemm_dsp_limit=16))},
+                  "b1_8x8_small_dsp16": ("b1_8x8_small", dict(gemm_dsp_limit=16)),
+                  # The depthwise window, per lane and tap: 4 taps of one row a column
+                  # on 8 lanes, and 3 taps of two rows a column on 16 lanes (the shape
+                  # of pynq-z1-plus's window, block_out = 2 block_in).
+                  "b1_8x8_small_dw4": ("b1_8x8_small", dict(dw_taps=4)),
+                  "b1_8x16_dw3": ("b1_8x16", dict(dw_taps=3))},
     "cyclone-v": {"s1_8x8_req": ("s1_8x8", dict(alu_ops=REQ)),
                   "s1_8x8_hold": ("s1_8x8", dict(alu_hold=True)),
-                  "s1_16x4_req_hold": ("s1_16x4", dict(alu_ops=REQ, alu_hold=True))},
+                  "s1_16x4_req_hold": ("s1_16x4", dict(alu_ops=REQ, alu_hold=True)),
+                  "s1_8x16_dw3": ("s1_8x16", dict(dw_taps=3))},
 }
 
 
@@ -285,7 +291,8 @@ def feature_table() -> str:
     config without), next to the model's fitted terms for the same difference."""
     rows = ["| family | board | config | ALU lanes | LUT | FF | DSP | BRAM | "
             "model: LUT / FF |", "|---|---|---|---|---|---|---|---|---|"]
-    terms = ["| family | REQ per ALU lane: LUT / FF | alu_hold: LUT / FF |", "|---|---|---|"]
+    terms = ["| family | REQ per ALU lane: LUT / FF | alu_hold: LUT / FF | LUT-built pair: "
+             "LUT / FF | dw window per lane and tap: LUT / FF |", "|---|---|---|---|---|"]
     for family in calibrated_families():
         data = json.loads(calibration_path(family).read_text())
         pairs = feature_pairs(data["points"])
@@ -306,7 +313,7 @@ def feature_table() -> str:
                         f"{fitted['ff']:+,.0f} |")
         terms.append(f"| {family} | " + " | ".join(
             " / ".join(f"{getattr(model, k)[t]:,.1f}" if t in getattr(model, k) else "—"
-                       for k in ("lut", "ff")) for t in ("req_lanes", "alu_hold")) + " |")
+                       for k in ("lut", "ff")) for t in ("req_lanes", "alu_hold", "lut_pairs", "dw_window")) + " |")
     return "\n".join(rows) + "\n\n" + "\n".join(terms)
 
 
