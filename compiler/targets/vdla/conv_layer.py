@@ -814,8 +814,10 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
                                   layer.out_group) if layer.out_group > 1 else \
                     entries * out_entry / bw + tco * DMA_CYCLES / 4
                 tile_chunks = sum(n for _, n in chunks)
-                gemm += m * (tile_gemm - tile_chunks * INSN_CYCLES)
-                epilogue += m * (epi + tile_chunks * INSN_CYCLES)
+                # GEMM instructions: one a chunk, or a window layer's one per kernel row.
+                insns = tile_chunks * (layer.kernel_h if layer.window else 1)
+                gemm += m * (tile_gemm - insns * INSN_CYCLES)
+                epilogue += m * (epi + insns * INSN_CYCLES)
                 load += m * tile_load
                 store += m * st
                 # The next tile's first loads overlap this tile's epilogue and stores
