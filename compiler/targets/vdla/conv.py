@@ -94,6 +94,8 @@ from vdla.compiler.targets.vdla.conv_layer import (Conv2dLayer, Conv2dSchedule, 
                                                    acc_region, choose_conv2d, chunk_sizes,
                                                    co_starts, conv2d_layer, inp_blocks,
                                                    inp_chunk, res_planes, residual_inp)
+from vdla.compiler.targets.vdla.dw_window import (emit_window_gemms, window_uops,
+                                                  window_weights)
 from vdla.compiler.targets.vdla.grouped import grouped_weights
 from vdla.compiler.targets.vdla.tap_pack import pack_tap_weights, pack_taps
 from vdla.config import AluOp, HardwareConfig
@@ -146,7 +148,7 @@ def conv_uop_table(layer: Conv2dLayer, s, config: HardwareConfig | None = None,
     # Each virtual thread owns one region of the inp, wgt and acc (so also out) buffers.
     # A thread's inp region: its input chunk, then its int8 residual tile (if any).
     inp = PingPong(inp_blocks(layer, s) * chunk + residual_inp(layer, s), threads)
-    wgt = PingPong(s.tile_co * s.tile_ci * kh * kw, threads)
+    wgt = PingPong(s.tile_co * s.tile_ci * layer.wgt_taps, threads)
     acc = PingPong(acc_region(layer, s), threads)
     tile = s.tile_h * s.tile_w * s.tile_co
     depth = config.acc_depth if config is not None else 1 << 30
@@ -163,6 +165,13 @@ def conv_uop_table(layer: Conv2dLayer, s, config: HardwareConfig | None = None,
         table.acc_base.append(ab)
         for tw in sorted(widths):
             cols = window_cols(layer, tw)
+            if layer.window:
+                # The depthwise window: a walk along an output row per kernel row
+                # (`dw_window`), keyed (thread, width, "dw", ky).
+                for ky, kernel in enumerate(window_uops(layer, tw, cols, ib, wb, ab)):
+                    table.gemm[t, tw, "dw", ky] = (len(uops), len(uops) + len(kernel))
+                    uops += kernel
+                continue
             for tci in sorted(cis):
                 begin = len(uops)
                 # Input block cb of the chunk: sub-block cb % g of activation block cb // g,
@@ -278,6 +287,8 @@ class LoweredConv2d(ArenaProgram):
             w = pack_tap_weights(check_array(w, (L.o, tp.channels, kh, tp.kernel_w),
                                              np.int8, "weights"), tp)
         w = check_array(w, (L.o, L.c // L.groups, L.kernel_h, L.kernel_w), np.int8, "weights")
+        if L.window:
+            return window_weights(w, L, c)
         if L.groups == 1:
             return pack(w, "OIHW", self.kernel_layout)
         return grouped_weights(w, L, c, self.kernel_layout)
@@ -354,7 +365,7 @@ def _arena(layer: Conv2dLayer, config: HardwareConfig, n_uops: int) -> tuple[dic
         "uop": n_uops * c.uop_bytes,
         "const": L.const_rows * L.out_blocks * c.acc_elem_bytes,
         "input": L.batch_blocks * L.in_planes * L.h * L.w * c.inp_elem_bytes,
-        "weights": L.weight_blocks * L.kernel_h * L.kernel_w * c.wgt_elem_bytes,
+        "weights": L.weight_blocks * L.wgt_taps * c.wgt_elem_bytes,
         # The residual: int8 in the input layout (widened on the GEMM core), or int32 acc
         # elements (LOAD ACC) where block_out is not a multiple of block_in.
         "residual": (0 if not L.has_residual else
@@ -460,7 +471,7 @@ class _ConvEmitter:
         self.inp0, self.wgt0 = base("input", c.inp_elem_bytes), base("weights", c.wgt_elem_bytes)
         self.out0 = base("output", c.out_elem_bytes)
         self.ratio = L.residual_ratio
-        self.taps = L.kernel_h * L.kernel_w
+        self.taps = L.wgt_taps     # weight blocks per (output block, input block)
         self.chunk_elems = inp_chunk(L, s)
         self.p = ProgramBuilder(c)
         self.tokens = RegionTokens(self.p)
@@ -469,7 +480,7 @@ class _ConvEmitter:
         self.wgt_span, offset = {}, 0
         for span in L.spans:
             self.wgt_span[span] = offset
-            offset += span[1] * (1 if L.diagonal else span[3]) * self.taps
+            offset += span[1] * (1 if L.paired else span[3]) * self.taps
         # Per thread: (ob0, cb0) of the weights its region holds.
         self.wgt_in_sram = [None] * s.nthreads
         # Per thread: its conv tile region is at zero (the REQ that ends every epilogue
@@ -539,6 +550,9 @@ class _ConvEmitter:
         ob, _, cb, cn = span
         if self.L.diagonal:
             return [(cb + ob0 - ob, tco, 1)]
+        if self.L.window:   # each output block's activation block
+            g = self.L.inp_group
+            return [(cb + (ob0 - ob) * g, tco * g, 1)]
         tci = self.s.tile_ci
         return [(cb0, min(tci, cb + cn - cb0), min(tci, cb + cn - cb0))
                 for cb0 in range(cb, cb + cn, tci)]
@@ -571,9 +585,9 @@ class _ConvEmitter:
         if self.wgt_in_sram[t] != (tile.ob0, cb0):
             ob, _, cb, cn = tile.span
             row = tci * self.taps                  # one output block's weights
-            stride = self.taps if L.diagonal else cn * self.taps
+            stride = self.taps if L.paired else cn * self.taps
             first = self.wgt_span[tile.span] + (tile.ob0 - ob) * stride + (
-                0 if L.diagonal else (cb0 - cb) * self.taps)
+                0 if L.paired else (cb0 - cb) * self.taps)
             p.load(MemoryType.WGT, sram_base=u.wgt_base[t], dram_base=self.wgt0 + first,
                    y_size=tile.tco, x_size=row, x_stride=stride)
             self.wgt_in_sram[t] = (tile.ob0, cb0)
@@ -644,6 +658,11 @@ class _ConvEmitter:
                    wgt_factor_out=1, wgt_factor_in=0)
         if not j and self.ratio and not L.late_residual:
             self.widen_residual(t, tile)
+        if L.window:
+            kernels = [u.gemm[t, tile.tw, "dw", ky] for ky in range(L.kernel_h)]
+            emit_window_gemms(p, kernels, tile, L, self.chunk_elems)
+            self.tokens.read(("inp", t))
+            return
         bgn, end = u.gemm[t, tile.tw, tci]
         # Output block o of the tile reads the chunk's blocks (the same for every o), or,
         # diagonal, its own input block (the next one along).

@@ -56,6 +56,7 @@ from vdla.compiler.targets.vdla.common import (BYTES_PER_CYCLE, DMA_CYCLES, INSN
                                                window_rows)
 from vdla.compiler.targets.vdla.requant import (AluStep, check_alu_ops, clamp_steps,
                                                 requant_steps)
+from vdla.compiler.targets.vdla import dw_window
 from vdla.compiler.targets.vdla.grouped import group_spans
 from vdla.compiler.targets.vdla.tap_pack import TapPack, tap_packs
 from vdla.config import AluOp, HardwareConfig
@@ -148,6 +149,10 @@ class Conv2dLayer:
     `dilation_h`, `dilation_w`: the kernel taps' spacing; `packed`: the `TapPack` of a
     first layer run with kernel taps packed into channels (its `c`, `h`, `w`, kernel,
     strides, `pads` and `dilation_w` are the packed convolution's).
+    `window`: a depthwise layer run on the GEMM core's depthwise window
+    (`vdla.compiler.targets.vdla.dw_window`): output block k reads activation block k
+    (like `diagonal`, but on any block_out multiple of block_in), `wgt_taps` weight
+    blocks per output block.
     `inp_group` / `out_group`: inp / out elements per pixel of an activation block in DRAM
     (`common.inp_group`, `common.out_group`; 1 and 1 when block_in == block_out): a LOAD
     INP brings a pixel's `inp_group` elements contiguously and the micro-ops index the
@@ -181,10 +186,16 @@ class Conv2dLayer:
     packed: TapPack | None = None
     inp_group: int = 1
     out_group: int = 1
+    window: bool = False
 
     def __post_init__(self):
         if not self.spans:
             object.__setattr__(self, "spans", ((0, self.out_blocks, 0, self.in_blocks),))
+        if self.window and (self.diagonal or len(self.spans) != 1 or self.c != self.o
+                            or self.groups != self.c):
+            raise ValueError(f"a window conv2d layer is depthwise (c == o == groups) with "
+                             f"one span, not {self.c}, {self.o}, groups {self.groups}, "
+                             f"spans {self.spans}")
         if self.diagonal and any(ob != cb or on != cn for ob, on, cb, cn in self.spans):
             raise ValueError(f"a diagonal conv2d layer pairs output block k with input "
                              f"block k; its spans {self.spans} do not")
@@ -271,7 +282,19 @@ class Conv2dLayer:
         """Weight blocks (block_out x block_in, per kernel tap) the GEMM core reads: one
         per (output block, input block) of every span; one per output block of a
         diagonal layer."""
-        return sum(on * (1 if self.diagonal else cn) for _, on, _, cn in self.spans)
+        return sum(on * (1 if self.paired else cn) for _, on, _, cn in self.spans)
+
+    @property
+    def paired(self) -> bool:
+        """Output block k reads only its own input (activation) block: a diagonal or a
+        window layer."""
+        return self.diagonal or self.window
+
+    @property
+    def wgt_taps(self) -> int:
+        """Weight blocks per (output block, input block) of a span: one per kernel tap,
+        or a window layer's rows (`dw_window.wgt_rows`)."""
+        return dw_window.wgt_rows(self) if self.window else self.kernel_h * self.kernel_w
 
     @property
     def span_out(self) -> int:
@@ -282,12 +305,15 @@ class Conv2dLayer:
     def span_in(self) -> int:
         """The most input blocks one GEMM chunk can take (1 for a diagonal layer, whose
         output block k reads only input block k)."""
-        return 1 if self.diagonal else max(cn for _, _, _, cn in self.spans)
+        return 1 if self.paired else max(cn for _, _, _, cn in self.spans)
 
     @property
     def gemm_uops(self) -> int:
         """GEMM micro-ops of the whole layer: one per (batch block, output position,
-        weight block, kernel tap), whatever the tiling."""
+        weight block, kernel tap), whatever the tiling; a window layer's count its
+        micro-ops with full-width tiles (`dw_window.layer_uops`)."""
+        if self.window:
+            return dw_window.layer_uops(self)
         return (self.batch_blocks * self.out_h * self.out_w * self.weight_blocks
                 * self.kernel_h * self.kernel_w)
 
@@ -371,6 +397,13 @@ def conv2d_layer(node: Node, graph: Graph,
             options.append(layer_of(tp.packed_channels, h, tp.packed_width, kh,
                                     tp.kernel_groups, strides, (pads[0], 0, pads[2], 0),
                                     tp.taps, tp))
+    # A depthwise layer on a config with the depthwise window: T taps a micro-op, where
+    # the timing model finds it faster than the diagonal or span GEMM (stride 2 may not
+    # be: its walk visits every input column).
+    if dw_window.window_eligible(c, o, groups, kw, dilation_w, config):
+        options.append(dataclasses.replace(
+            layer, spans=((0, layer.out_blocks, 0, layer.in_blocks),), diagonal=False,
+            window=True))
     if len(options) > 1:
         layer = min(options, key=lambda opt: _fastest(opt, config))
     return layer, epilogue
@@ -427,7 +460,7 @@ def conv2d_workload(node: Node, graph: Graph, config: HardwareConfig) -> dict:
             del fields[key]
     if not layer.has_residual:
         del fields["residual_ratio"]
-    for key in ("late_residual", "bias_gemm"):
+    for key in ("late_residual", "bias_gemm", "window"):
         if not fields[key]:
             del fields[key]
     # Undilated, unpacked layers keep the keys their records were written with.
@@ -544,8 +577,10 @@ class Conv2dSchedule:
         region = acc_region(layer, s)
         return {
             "inp": (t * (inp_blocks(layer, s) * inp_chunk(layer, s)
-                         + residual_inp(layer, s)) + layer.bias_gemm, config.inp_depth),
-            "wgt": (t * s.tile_co * s.tile_ci * layer.kernel_h * layer.kernel_w
+                         + residual_inp(layer, s)) + layer.bias_gemm
+                    + (dw_window.inp_reach(layer, config) if layer.window else 0),
+                    config.inp_depth),
+            "wgt": (t * s.tile_co * s.tile_ci * layer.wgt_taps
                     + layer.residual_ratio + layer.bias_gemm * layer.out_blocks,
                     config.wgt_depth),
             "acc": (t * region + layer.const_rows * layer.out_blocks, config.acc_depth),
@@ -568,7 +603,7 @@ class Conv2dSchedule:
         streams interleave chunk by chunk, and a thread with more chunks than the other
         would push its WAR tokens out of queue order; only a grouped layer whose groups
         straddle blocks has spans of different widths."""
-        if self.nthreads == 1 or layer.diagonal:
+        if self.nthreads == 1 or layer.paired:
             return None
         tci = min(self.tile_ci, layer.span_in)
         counts = {-(-cn // min(tci, cn)) for _, _, _, cn in layer.spans}
@@ -606,7 +641,10 @@ def acc_region(layer: Conv2dLayer, s) -> int:
 
 def inp_blocks(layer: Conv2dLayer, s) -> int:
     """Input-channel blocks of one thread's input tile: a chunk of `tile_ci`, or for a
-    diagonal (depthwise) layer the `tile_co` blocks its output blocks read."""
+    diagonal (depthwise) layer the `tile_co` blocks its output blocks read (a window
+    layer's `tile_co` activation blocks)."""
+    if layer.window:
+        return s.tile_co * layer.inp_group
     return s.tile_co if layer.diagonal else ceil_div(s.tile_ci, layer.inp_group) * layer.inp_group
 
 
@@ -614,7 +652,7 @@ def chunk_sizes(layer: Conv2dLayer, s) -> set[int]:
     """The input-channel chunk sizes of the layer's GEMM kernels (full and edge chunks
     of every span; 1 for a diagonal layer, whose kernels read one block per output
     block)."""
-    if layer.diagonal:
+    if layer.paired:
         return {1}
     sizes = set()
     for _, _, _, cn in layer.spans:
@@ -663,6 +701,8 @@ def conv_uop_count(layer: Conv2dLayer, s) -> int:
     widths = {s.tile_w, layer.out_w % s.tile_w or s.tile_w}
     cis = chunk_sizes(layer, s)
     gemm = sum(w * ci for w in widths for ci in cis) * layer.kernel_h * layer.kernel_w
+    if layer.window:   # a walk per kernel row and tile width
+        gemm = sum(dw_window.walk(layer, w) for w in widths) * layer.kernel_h
     residual_tile = layer.has_residual and not layer.late_residual
     alu = 2 + (2 if residual_tile else 0) + layer.const_rows * len(co_starts(layer, s))
     if layer.residual_ratio:    # (the residual tile's reset) and the widening
@@ -699,7 +739,7 @@ def _channel_tilings(layer: Conv2dLayer, s: Conv2dSchedule) -> tuple[list, int, 
     block, count), per span of a grouped layer (one span otherwise)."""
     tilings = []
     for _, on, _, cn in layer.spans:
-        chunks = [(1, 1)] if layer.diagonal else tile_split(cn, min(s.tile_ci, cn))
+        chunks = [(1, 1)] if layer.paired else tile_split(cn, min(s.tile_ci, cn))
         tilings += [(tco, nco, chunks) for tco, nco in tile_split(on, s.tile_co)]
     n_chunks = max(sum(n for _, n in chunks) for _, _, chunks in tilings)
     co_tiles = sum(nco for _, nco, _ in tilings)
@@ -738,7 +778,7 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
     # With the ALU's REQ the epilogue ends in one (`requant.clamp_steps`), which clears
     # the tile: each thread resets its region once instead of every tile.
     reset = 0 if AluOp.REQ in c.alu_ops else 1
-    taps = layer.kernel_h * layer.kernel_w
+    taps = layer.wgt_taps
     threads = s.nthreads
     tilings, co_tiles, weight_reuse = _channel_tilings(layer, s)
     # Bytes of one buffer element (a whole batch x block vector or weight block).
@@ -759,7 +799,7 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
             for tco, nco, chunks in tilings:
                 m = nh * nw * nco * layer.batch_blocks
                 tile_load, tile_gemm, chunk_pairs, first = _chunk_costs(
-                    layer, chunks, tco, rows * cols, plane, weight_reuse, c, bw, pads)
+                    layer, chunks, tco, rows * cols, (th, tw), weight_reuse, c, bw, pads)
                 entries = plane * tco
                 epi = _epilogue_cycles(layer, entries, tco, c, (imm, vec), reset)
                 res, res_epi = _residual_cost(layer, plane, tco, c, bw, res_passes)
@@ -774,8 +814,10 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
                                   layer.out_group) if layer.out_group > 1 else \
                     entries * out_entry / bw + tco * DMA_CYCLES / 4
                 tile_chunks = sum(n for _, n in chunks)
-                gemm += m * (tile_gemm - tile_chunks * INSN_CYCLES)
-                epilogue += m * (epi + tile_chunks * INSN_CYCLES)
+                # GEMM instructions: one a chunk, or a window layer's one per kernel row.
+                insns = tile_chunks * (layer.kernel_h if layer.window else 1)
+                gemm += m * (tile_gemm - insns * INSN_CYCLES)
+                epilogue += m * (epi + insns * INSN_CYCLES)
                 load += m * tile_load
                 store += m * st
                 # The next tile's first loads overlap this tile's epilogue and stores
@@ -848,7 +890,7 @@ def _weight_switches(layer: Conv2dLayer, s: Conv2dSchedule, tilings, once: float
         # last tile of the previous output-channel tile (at the start, while the compute
         # module waits), the second (and its first inputs) while the first thread's first
         # tile computes.
-        taps = layer.kernel_h * layer.kernel_w
+        taps = layer.wgt_taps
         total, started = 0.0, False
         for tco, nco, chunks in tilings:
             w = tco * chunks[0][0] * taps * c.wgt_elem_bytes / bw + DMA_CYCLES
@@ -892,25 +934,29 @@ def _window_pads(layer: Conv2dLayer, s: Conv2dSchedule, th: int, tw: int) -> flo
         * inside(layer.out_w, s.tile_w, tw, layer.stride_w, layer.pads[1], cols, layer.w))
 
 
-def _chunk_costs(layer: Conv2dLayer, chunks, tco: int, window: int, plane: int,
+def _chunk_costs(layer: Conv2dLayer, chunks, tco: int, window: int, tile: tuple[int, int],
                  weight_reuse: bool, c: HardwareConfig, bw: float, pads: float = 0.0):
     """One tile's input-channel chunks: (load cycles, GEMM cycles, the sum over chunks of
     the longer of the two, and the first chunk's (load, GEMM)). A chunk loads whole
     activation blocks of its `window` input positions, `pads` of them in the padding (a
     diagonal tile one input block per output block) and, unless they are reused, its
     weights: one 2-D DMA per activation block and one of weights, each paying the DRAM
-    latency (measured: bytes / 8 + 36 cycles a DMA, whatever its rows)."""
-    taps = layer.kernel_h * layer.kernel_w
+    latency (measured: bytes / 8 + 36 cycles a DMA, whatever its rows). `tile`: the
+    tile's (rows, columns); a window layer's GEMMs are `dw_window.tile_gemm_cycles`."""
+    taps = layer.wgt_taps
     grp = layer.inp_group
+    plane = tile[0] * tile[1]
     tile_load = tile_gemm = chunk_pairs = 0.0
     first = None
     for tci, nci in chunks:
-        blocks = tco if layer.diagonal else ceil_div(tci, grp) * grp
+        blocks = (tco * grp if layer.window else tco if layer.diagonal
+                  else ceil_div(tci, grp) * grp)
         wgt = 0 if weight_reuse else tco * tci * taps * c.wgt_elem_bytes
         dmas = blocks if layer.diagonal else blocks // grp
         ld = ((blocks * (window - pads) * c.inp_elem_bytes + wgt) / bw
               + blocks * pads * PAD_ELEM_CYCLES + (dmas + (wgt > 0)) * DMA_CYCLES)
-        g = plane * tco * tci * taps + INSN_CYCLES
+        g = (dw_window.tile_gemm_cycles(layer, *tile, tco, c) if layer.window
+             else plane * tco * tci * taps + INSN_CYCLES)
         tile_load += nci * ld
         tile_gemm += nci * g
         chunk_pairs += nci * max(ld, g)
