@@ -183,3 +183,69 @@ def test_small_core_matches_functional_simulator(arithmetic, core):
     acc, out = run_amaranth(cfg, dram, inp, wgt, program, arithmetic)
     np.testing.assert_array_equal(acc, sim.acc)
     np.testing.assert_array_equal(out, sim.out)
+
+
+#: Small cores with the depthwise window: r = 2 with plain columns past 2T (block_in 4,
+#: T 2: none; so block_in 8, T 3), and r = 1 with batch 2 and every column in the window.
+DW_CORES = {
+    "dw3-r2": dict(batch=1, block_in=8, block_out=16, dw_taps=3),
+    "dw2-r1-batch2": dict(batch=2, block_in=4, block_out=4, dw_taps=2),
+}
+
+
+def dw_program(cfg, rng):
+    """(micro-ops, GEMMs) exercising the depthwise window: passes that slide (src + r per
+    micro-op), srcs that do not (the window keeps its older columns: the stateful rule),
+    one-micro-op passes (a whole window each), a reset with dw, and plain GEMMs between
+    dw ones (the window must not leak into them). Micro-ops at 0..."""
+    r = cfg.dw_column_rows
+    sliding = [Uop(dst=d, src=3 + d * r, wgt=d) for d in range(4)]
+    jumping = [Uop(dst=rng.randrange(6), src=rng.randrange(12), wgt=rng.randrange(8))
+               for _ in range(5)]
+    single = [Uop(dst=2, src=5, wgt=3)]
+    uops = sliding + jumping + single
+    a, b, c = len(sliding), len(sliding) + len(jumping), len(uops)
+    gemms = [
+        Gemm(uop_bgn=0, uop_end=a, iter_out=2, iter_in=2, dst_factor_out=4, dst_factor_in=1,
+             src_factor_out=r, src_factor_in=2 * r, wgt_factor_in=1, dw=True),
+        Gemm(uop_bgn=a, uop_end=b, iter_out=1, iter_in=2, src_factor_in=1, wgt_factor_in=2,
+             dw=True),
+        Gemm(uop_bgn=0, uop_end=b, iter_out=1, iter_in=1),                      # plain
+        Gemm(uop_bgn=b, uop_end=c, iter_out=2, iter_in=3, dst_factor_out=1, dst_factor_in=2,
+             src_factor_in=1, src_factor_out=3, wgt_factor_out=1, dw=True),
+        Gemm(uop_bgn=a, uop_end=b, iter_out=1, iter_in=2, dst_factor_in=6, reset_reg=True,
+             dw=True),
+        Gemm(uop_bgn=0, uop_end=c, iter_out=1, iter_in=1, dw=True),
+    ]
+    return uops, gemms
+
+
+@pytest.mark.parametrize("core", list(DW_CORES))
+@pytest.mark.parametrize("arithmetic", ["packed", "wide"])
+def test_small_dw_core_matches_functional_simulator(arithmetic, core):
+    """The depthwise window in Amaranth's simulator: dw GEMMs (sliding, non-sliding,
+    one-micro-op passes, a dw reset) and a plain one between them, both arithmetic forms."""
+    cfg = HardwareConfig(uop_buff_size=256, inp_buff_size=64 * 8, wgt_buff_size=32 * 128,
+                         acc_buff_size=32 * 64, **DW_CORES[core])
+    rng = random.Random(7)
+    gen = np.random.default_rng(7)
+    dram = gen.integers(0, 256, 1 << 13, dtype=np.uint8)
+    uops, gemms = dw_program(cfg, rng)
+    table = encode_uops(uops, cfg)
+    dram[64:64 + len(table)] = np.frombuffer(table, np.uint8)
+    acc_base = 2048 // cfg.acc_elem_bytes
+    program = [
+        Load(memory_type="UOP", sram_base=0, dram_base=64 // cfg.uop_bytes, y_size=1,
+             x_size=len(uops), x_stride=len(uops)),
+        Load(memory_type="ACC", sram_base=0, dram_base=acc_base, y_size=1,
+             x_size=16, x_stride=16),
+        *gemms,
+    ]
+    sim = FunctionalSimulator(cfg, dram.copy())
+    sim.inp[:] = gen.integers(-128, 128, sim.inp.shape, dtype=np.int8)
+    sim.wgt[:] = gen.integers(-128, 128, sim.wgt.shape, dtype=np.int8)
+    inp, wgt = sim.inp.copy(), sim.wgt.copy()
+    sim.run([*program, Finish()])
+    acc, out = run_amaranth(cfg, dram, inp, wgt, program, arithmetic)
+    np.testing.assert_array_equal(acc, sim.acc)
+    np.testing.assert_array_equal(out, sim.out)
