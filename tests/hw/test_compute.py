@@ -71,7 +71,8 @@ def test_packed_int8_products_are_exact():
 
 @pytest.mark.parametrize("name, arithmetic", [
     ("default", "packed"), ("batch2", "packed"), ("block8", "packed"),
-    ("mul-bus128", "packed"), ("features", "packed"),
+    ("mul-bus128", "packed"), ("features", "packed"), ("dw3", "packed"), ("dw4-r1", "packed"),
+    ("dw3", "wide"),
     # The Verilator backend's form of the GEMM core (one 32-bit multiplier per product).
     # batch2-wide is slow: batch2-packed (the batch) and default-wide (the form) cover it.
     ("default", "wide"), pytest.param("batch2", "wide", marks=pytest.mark.slow)])
