@@ -1,8 +1,10 @@
 """The compute module: the packed-multiplier identity (numpy), cocotb tests in Verilator
 of LOAD UOP/ACC, GEMM, ALU, tokens and throughput against the functional simulator, and
-short Amaranth simulations of a core too narrow to pack products (block_out 1) and of one
-with LUT-built products (`gemm_dsp_limit`, and `lut_product` over every int8 pair); both
-forms of the GEMM arithmetic (packed for synthesis, wide for Verilator)."""
+short Amaranth simulations of a core too narrow to pack products (block_out 1), of one
+with LUT-built products (`gemm_dsp_limit`, and `lut_product` over every int8 pair) and of
+two with the depthwise window (`dw_taps`; the cocotb tests of the dw configs also check
+its cycle contract); both forms of the GEMM arithmetic (packed for synthesis, wide for
+Verilator)."""
 
 import collections
 import random
@@ -186,8 +188,8 @@ def test_small_core_matches_functional_simulator(arithmetic, core):
     np.testing.assert_array_equal(out, sim.out)
 
 
-#: Small cores with the depthwise window: r = 2 with plain columns past 2T (block_in 4,
-#: T 2: none; so block_in 8, T 3), and r = 1 with batch 2 and every column in the window.
+#: Small cores with the depthwise window: r = 2 inp rows a window column, with plain
+#: columns past 2T; r = 1 with batch 2 and every column in the window (T = block_in / 2).
 DW_CORES = {
     "dw3-r2": dict(batch=1, block_in=8, block_out=16, dw_taps=3),
     "dw2-r1-batch2": dict(batch=2, block_in=4, block_out=4, dw_taps=2),
@@ -198,7 +200,7 @@ def dw_program(cfg, rng):
     """(micro-ops, GEMMs) exercising the depthwise window: passes that slide (src + r per
     micro-op), srcs that do not (the window keeps its older columns: the stateful rule),
     one-micro-op passes (a whole window each), a reset with dw, and plain GEMMs between
-    dw ones (the window must not leak into them). Micro-ops at 0..."""
+    dw ones (the window must not leak into them)."""
     r = cfg.dw_column_rows
     sliding = [Uop(dst=d, src=3 + d * r, wgt=d) for d in range(4)]
     jumping = [Uop(dst=rng.randrange(6), src=rng.randrange(12), wgt=rng.randrange(8))
