@@ -9,6 +9,13 @@ micro-op's last beat goes on to the reduce and write stages. So the window holds
 W[0] (oldest) .. W[T·r-1] (the row just read), which is exactly `vdla.sim.functional
 .dw_window`'s order.
 
+Why beats: the inp SRAM has one read port, so a window of T·r fresh rows takes T·r
+reads, and issuing them down the existing fetch, index and operand stages reuses the
+address path (one adder for the row offset). Since only last beats reach the reduce and
+write stages, the acc port's rule in `vdla.hw.compute` (each read exactly one cycle
+before the write it may depend on) holds as it is: micro-ops are never closer together
+than a plain GEMM's (r or T·r cycles apart instead of one).
+
 Only the multiplier *inputs* change: weight column k < 2T of lane n multiplies
 W[(k // 2)·r + n // block_in][b][(n - n % 2) % block_in + k % 2]; lanes 2j and 2j+1
 read the same value, so a packed multiplier pair (one input, two weights) still serves
