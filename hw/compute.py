@@ -18,6 +18,9 @@ cyc   stage       work
                   out[dst] = the low 8 bits; zeros for reset_reg
 ====  ==========  ==================================================================
 
+A dw GEMM's micro-op (`HardwareConfig.dw_taps`) is several *beats*, one inp row read
+each; only its last goes past the multiply stage (`vdla.hw.dw_window`).
+
 The uop and acc SRAMs live here; inp, wgt (read) and out (written) live in the top.
 
 The acc SRAM has ONE read port. A second one would make synthesis duplicate the whole
@@ -42,6 +45,7 @@ from amaranth.utils import exact_log2
 from vdla.config import INSN_BITS, AluOp, HardwareConfig
 from vdla.hw.axi import ReadClientSignature, connect_read_client
 from vdla.hw.dma import DRAM_ADDR_WIDTH, LoadDma, SramReadSignature, SramWriteSignature
+from vdla.hw.dw_window import DwBeats, DwWindow
 from vdla.hw.layouts import DMA_FIELDS, MemoryType, Opcode, insn_layout, uop_view_layout
 from vdla.hw.queues import TokenSignature
 from vdla.hw.sequencer import InsnSequencer
@@ -156,7 +160,8 @@ class ComputeModule(wiring.Component):
     busy : Out(1)
         An instruction is executing or pushing its tokens.
     gemm_active, alu_active : Out(1)
-        A GEMM (ALU) micro-op that is not a reset entered the pipeline this cycle.
+        A GEMM (ALU) micro-op that is not a reset entered the pipeline this cycle; a dw
+        micro-op counts once, at its last beat (micro-ops, as `vdla.sim.counters` counts).
     wait_pop_prev, wait_pop_next : Out(1)
         The head instruction waits for a token on that queue.
     acc_probe_addr : In(range(acc_depth)), acc_probe_data : Out(acc_elem_bytes * 8)
@@ -303,7 +308,12 @@ class ComputeModule(wiring.Component):
             with m.If(running & vector):
                 m.d.sync += skip.eq(~skip)
 
-        with m.If(issue):
+        # dw micro-ops are beats (`vdla.hw.dw_window.DwBeats`); counters move on the last.
+        beats = (DwBeats(cfg).elaborate(m, issue=issue, pass_end=u == u_last, start=seq.start,
+                                        dw_insn=is_gemm & gemm.dw & ~gemm.reset_reg)
+                 if cfg.dw_taps else None)
+        advance = issue & beats.last if beats else issue
+        with m.If(advance):
             # Running offsets instead of multipliers: each loop step adds a factor.
             with m.If(u != u_last):
                 m.d.sync += u.eq(u + 1)
@@ -346,7 +356,7 @@ class ComputeModule(wiring.Component):
                 m.d.sync += [hold.eq((gemm.uop_end == gemm.uop_bgn + 1)
                                      & (alu.src_factor_in == 0)),
                              src_moves.eq(alu.src_factor_out != 0)]
-        m.d.comb += [self.gemm_active.eq(issue & ~is_alu & ~reset),
+        m.d.comb += [self.gemm_active.eq(advance & ~is_alu & ~reset),
                      self.alu_active.eq(issue & is_alu & ~reset)]
 
         # --- stage 0, fetch: read the micro-op -------------------------------------------
@@ -354,7 +364,9 @@ class ComputeModule(wiring.Component):
         index_valid = Signal()
         index_offset = {f: Signal(w, name=f"index_{f}_offset") for f, w in widths.items()}
         m.d.sync += index_valid.eq(issue)
-        m.d.sync += [index_offset[f].eq(offset[f]) for f in widths]
+        # A dw beat reads src + its row offset (0 outside dw GEMMs).
+        m.d.sync += [index_offset[f].eq(offset[f] + beats.beat if beats and f == "src"
+                                        else offset[f]) for f in widths]
 
         # --- stage 1, index: micro-op field + loop offset ----------------------------------
         uop = data.View(uop_view_layout(cfg), uop_read.data)
@@ -403,6 +415,10 @@ class ComputeModule(wiring.Component):
                  for b, row in enumerate(x)]
             w = [[self._widened(m, v, bits, f"w_n{n}_k{k}") for k, v in enumerate(row)]
                  for n, row in enumerate(w)]
+        # Lane n's column-k multiplier input; dw beats' rows shift into the window here.
+        lane_input = (DwWindow(cfg, self.inp.data, multiply_valid & beats.dw, registered=wide)
+                      .elaborate(m, beats.dw, x, cfg.acc_width if wide else inp_bits)
+                      if beats else lambda b, n, k: x[b][k])
         # product[b][n][k] -> its multiplier output register; with packing, lanes 2j and
         # 2j+1 share one register holding the packed product. Past `gemm_dsp_limit`
         # multipliers, a pair is two LUT-built products in two registers instead.
@@ -412,22 +428,23 @@ class ComputeModule(wiring.Component):
             for k in range(cfg.block_in):
                 if packed:
                     for j in range(cfg.block_out // 2):
+                        xin = lane_input(b, 2 * j, k)   # lanes 2j and 2j+1 share it
                         if dsp_left is not None and dsp_left <= 0:
                             registers[b, j, k] = tuple(
-                                self._registered(m, lut_product(x[b][k], w[2 * j + h][k]),
+                                self._registered(m, lut_product(xin, w[2 * j + h][k]),
                                                  f"lutmul_b{b}_n{2 * j + h}_k{k}")
                                 for h in (0, 1))
                             continue
                         if dsp_left is not None:
                             dsp_left -= 1
-                        value = packed_products(x[b][k], w[2 * j][k], w[2 * j + 1][k])
+                        value = packed_products(xin, w[2 * j][k], w[2 * j + 1][k])
                         reg = Signal(signed(len(value)), name=f"mul_b{b}_n{2 * j}_k{k}",
                                      reset_less=True)
                         m.d.sync += reg.eq(value)
                         registers[b, j, k] = reg
                 else:
                     for n in range(cfg.block_out):
-                        value = x[b][k] * w[n][k]
+                        value = lane_input(b, n, k) * w[n][k]
                         if wide:
                             registers[b, n, k] = value[:cfg.acc_width].as_signed()
                             continue
@@ -438,6 +455,8 @@ class ComputeModule(wiring.Component):
         reduce_valid = Signal()
         reduce_dst = Signal(widths["dst"])
         m.d.sync += [reduce_valid.eq(multiply_valid), reduce_dst.eq(multiply_dst)]
+        if beats:   # a dw micro-op's beats before its last only fill the window
+            m.d.sync += reduce_valid.eq(multiply_valid & beats.multiply_last)
 
         # --- stage 4, reduce: adder trees; read the accumulators -------------------------
         lanes = cfg.batch * cfg.block_out

@@ -20,7 +20,7 @@ import time
 import numpy as np
 
 from vdla.config import FEATURE_FLAGS, AluOp, HardwareConfig
-from vdla.isa import INSN_BYTES, Alu, Program
+from vdla.isa import INSN_BYTES, Alu, Gemm, Program
 from vdla.isa.registers import COUNTERS
 from vdla.runtime.allocator import DramAllocator
 from vdla.sim import FunctionalSimulator
@@ -157,33 +157,39 @@ def program_mismatch(program: Program, config: HardwareConfig) -> str:
     program : the program to load
     config : the device's config
     A program runs only on the config it is encoded for: the ISA's field widths, the ALU
-    ops and the features' semantics (`alu_hold`'s held operand) all follow from it. The
-    reason names the features the program's config has and `config` lacks, the ALU
-    instructions (by index) whose op `config` lacks, and any other parameter that differs.
+    ops and the features' semantics (`alu_hold`'s held operand, the depthwise window's
+    taps) all follow from it. The reason names the features the program's config has
+    and `config` lacks, the ALU instructions (by index) whose op `config` lacks, the dw
+    GEMMs (by index) when `config`'s window differs, and any other parameter that differs.
     """
     pc = program.config
     missing_ops = _alu_uses(program, config)
+    dw_uses = _dw_uses(program) if config.dw_taps != pc.dw_taps or not config.dw_taps else ""
     if pc == config:
-        if not missing_ops:
-            return ""
-        # A Program built by hand may hold an op its own config lacks (it is checked
-        # only when encoded): name it before the encoder's less specific refusal.
-        return (f"program has ALU instructions config {config.name} lacks: "
-                f"{missing_ops} (its ALU has "
-                f"{', '.join(op.name for op in sorted(config.alu_ops))})")
+        # A Program built by hand may hold an op or a dw bit its own config lacks (it is
+        # checked only when encoded): name it before the encoder's less specific refusal.
+        if missing_ops:
+            return (f"program has ALU instructions config {config.name} lacks: "
+                    f"{missing_ops} (its ALU has "
+                    f"{', '.join(op.name for op in sorted(config.alu_ops))})")
+        if dw_uses:
+            return (f"program has GEMMs with the depthwise window's dw bit, which config "
+                    f"{config.name} lacks (it needs dw_taps > 0): {dw_uses}")
+        return ""
     text = f"program is encoded for config {pc.name}, the device has {config.name}"
     needed = _lacking_features(pc, config)
     if needed:
         listed = ", ".join(f"{short} ({what})" for short, what in needed)
         text += f"; the program needs feature(s) {listed}, which config {config.name} lacks"
-    if missing_ops:
-        text += f" (it uses {missing_ops})"
+    uses = "; ".join(u for u in (missing_ops, dw_uses) if u)
+    if uses:
+        text += f" (it uses {uses})"
     extra = [short for short, _ in _lacking_features(config, pc)]
     if extra:
         text += f"; config {config.name} has feature(s) {', '.join(extra)}, which the " \
                 "program's config lacks"
     # What the feature lists above do not already say (the clock, the sizes).
-    skip = {"alu_ops", *FEATURE_FLAGS}
+    skip = {"alu_ops", "dw_taps", *FEATURE_FLAGS}
     others = [f"{f.name} (program {getattr(pc, f.name)!r}, device "
               f"{getattr(config, f.name)!r})"
               for f in dataclasses.fields(HardwareConfig)
@@ -195,8 +201,10 @@ def program_mismatch(program: Program, config: HardwareConfig) -> str:
 
 def _lacking_features(has: HardwareConfig, lacks: HardwareConfig) -> list[tuple[str, str]]:
     """The optional features `has` has and `lacks` lacks, each as (short name, what it
-    is): ``("req", "the ALU's REQ")``, ``("hold", "alu_hold")``; the optional ALU ops
-    (MUL among them, which predates the feature list), then the boolean feature fields."""
+    is): ``("req", "the ALU's REQ")``, ``("hold", "alu_hold")``, ``("dw3", "the
+    depthwise window, dw_taps=3")``; the optional ALU ops (MUL among them, which
+    predates the feature list), the boolean feature fields, then the depthwise window
+    (which `lacks` lacks unless it has as many taps)."""
     field_of = {short: field for field, short in FEATURE_FLAGS.items()}
     found = []
     for op in sorted(has.alu_ops - lacks.alu_ops):
@@ -205,7 +213,19 @@ def _lacking_features(has: HardwareConfig, lacks: HardwareConfig) -> list[tuple[
         field = field_of.get(short)
         if field is not None and not getattr(lacks, field):
             found.append((short, field))
+    if has.dw_taps and has.dw_taps != lacks.dw_taps:
+        found.append((f"dw{has.dw_taps}", f"the depthwise window, dw_taps={has.dw_taps}"))
     return found
+
+
+def _dw_uses(program: Program, shown: int = 3) -> str:
+    """The GEMMs of `program` with the dw bit, by index: ``dw GEMMs at instruction(s)
+    2, 5, 8 and 1 more``; "" when none."""
+    at = [i for i, insn in enumerate(program.insns) if isinstance(insn, Gemm) and insn.dw]
+    if not at:
+        return ""
+    more = f" and {len(at) - shown} more" if len(at) > shown else ""
+    return f"dw GEMMs at instruction(s) {', '.join(map(str, at[:shown]))}{more}"
 
 
 def _alu_uses(program: Program, config: HardwareConfig, shown: int = 3) -> str:

@@ -27,7 +27,8 @@ from vdla.isa import Program
 from vdla.runtime import Device, dram_alignment
 from vdla.sim import SimError
 
-__all__ = ["CANDIDATE", "COMPARED_STATS", "FEATURES", "DifferentialDevice", "open_differential", "pair_with"]
+__all__ = ["CANDIDATE", "COMPARED_STATS", "DW", "FEATURES", "DifferentialDevice",
+           "open_differential", "pair_with"]
 
 #: The backend the tests compare against the functional simulator (the one line to
 #: change): a second functional device stands in; "verilator" tests the hardware.
@@ -39,10 +40,14 @@ CANDIDATE = "verilator"
 B2X8X32 = vdla.HardwareConfig(batch=2, block_in=8, block_out=32, uop_buff_size=4096,
                               inp_buff_size=8192, wgt_buff_size=32768, acc_buff_size=65536,
                               alu_ops={"MIN", "MAX", "ADD", "SHR", "MUL"}, dram_bus_width=128)
-#: The features past VTA, every one on (REQ, alu_hold), on small buffers.
+#: The features past VTA, every one on (REQ, alu_hold, the depthwise window with 3 taps:
+#: one inp row a column on this 16x16 core), on small buffers.
 FEATURES = vdla.HardwareConfig(alu_ops={"MIN", "MAX", "ADD", "SHR", "REQ"}, alu_hold=True,
-                               uop_buff_size=8192, inp_buff_size=8192, wgt_buff_size=32768,
-                               acc_buff_size=32768)
+                               dw_taps=3, uop_buff_size=8192, inp_buff_size=8192,
+                               wgt_buff_size=32768, acc_buff_size=32768)
+#: The depthwise window with two inp rows a column (r = 2) and plain columns past 2T.
+DW = vdla.HardwareConfig(block_in=8, block_out=16, dw_taps=3, uop_buff_size=4096,
+                         inp_buff_size=4096, wgt_buff_size=16384, acc_buff_size=32768)
 SMALL_QUEUES = vdla.HardwareConfig(cmd_queue_depth=8, token_queue_depth=4, dram_bus_width=256,
                                    inp_buff_size=8192, wgt_buff_size=65536,
                                    acc_buff_size=32768)

@@ -12,9 +12,11 @@ it to FINISH and any backend must produce the same DRAM bytes. It is built like
   micro-ops already used), an initialisation of the tile's acc region (LOAD ACC with
   padding, or a reset GEMM covering it), then random GEMMs (accumulating or reset, with
   several micro-ops and random loop counts and factors, some shaped as a matrix
-  multiply), ALU instructions (every op of ``config.alu_ops``, immediate or second acc
-  operand, read-after-write chains included; with ``alu_hold``, half the vector ones of
-  the shape that holds its operand row) and LOAD ACC over parts of the region;
+  multiply; with ``dw_taps``, half of them depthwise-window GEMMs, whose micro-ops'
+  srcs slide by a column or jump, every window inside the tile's inp region), ALU
+  instructions (every op of ``config.alu_ops``, immediate or second acc operand,
+  read-after-write chains included; with ``alu_hold``, half the vector ones of the
+  shape that holds its operand row) and LOAD ACC over parts of the region;
 - store module: STOREs of out elements the tile computed, strided, into DRAM buffers
   pre-filled with random bytes (so a stray or missing write shows).
 
@@ -252,9 +254,17 @@ class _Generator:
             return _Op(functools.partial(self._dma_load, MemoryType.ACC, base, shape), [])
         if kind == "alu":
             return self._alu(acc, out_written)
-        fields, uops, dst = self._loop({"dst": acc, "src": inp, "wgt": wgt},
-                                       matmul=self.rng.random() < 0.4)
+        # The depthwise window reads rows past src: only where the inp region has room
+        # for a window and a slide of every micro-op (a reset reads no inp: any size).
+        c = self.c
+        dw = bool(c.dw_taps and self.rng.random() < 0.5 and (
+            kind == "reset" or inp.size >= c.dw_window_rows + _MAX_UOPS * c.dw_column_rows))
+        fields, uops, dst = self._loop(
+            {"dst": acc, "src": inp, "wgt": wgt}, matmul=not dw and self.rng.random() < 0.4,
+            window=dw and kind != "reset", slide=dw and self.rng.random() < 0.5)
         out_written[dst - acc.base] = True
+        if dw:
+            fields["dw"] = True
         return _Op(functools.partial(Gemm, reset_reg=kind == "reset", **fields), uops)
 
     def _alu(self, acc: _Region, out_written) -> _Op:
@@ -278,13 +288,18 @@ class _Generator:
             return int(self.rng.choice([-32768, 32767, self._int(-32768, 32767)]))
         return self._int(-9, 9) if op == AluOp.MUL else self._int(-300, 300)
 
-    def _loop(self, regions: dict[str, _Region], *, matmul: bool = False, held: bool = False):
+    def _loop(self, regions: dict[str, _Region], *, matmul: bool = False, held: bool = False,
+              window: bool = False, slide: bool = False):
         """Loop fields and micro-ops keeping each index field inside its region.
 
         With `matmul`, the shape the functional simulator runs as one matrix product:
         one dst for all micro-ops, src moving only with iter_out and wgt with iter_in.
         With `held`, the shape whose operand an `alu_hold` config holds: one micro-op,
         src fixed by the inner loop.
+        With `window`, each src's depthwise window (`dw_window_rows` rows from src) stays
+        inside the src region too; with `slide`, each micro-op's src is the previous
+        one's plus a column (`dw_column_rows`), the shape of a depthwise convolution's
+        row (else srcs are random: the window keeps older columns, the stateful rule).
         Returns (fields, micro-ops, every dst index the loop nest writes).
         """
         n_uops, iter_out, iter_in = (1 if held else self._int(1, _MAX_UOPS),
@@ -297,11 +312,18 @@ class _Generator:
                 f_in = 0
             if matmul and name == "wgt":
                 f_out = 0
+            # Rows read past the loop's index: the window, and the slide's steps.
+            past = 0
+            if window and name == "src":
+                step = self.c.dw_column_rows if slide else 0
+                past = self.c.dw_window_rows - 1 + (n_uops - 1) * step
             reach = (iter_out - 1) * f_out + (iter_in - 1) * f_in
-            if reach >= region.size:
+            if reach + past >= region.size:
                 f_out = f_in = reach = 0
-            count = 1 if matmul and name == "dst" else n_uops
-            start = region.base + self.rng.integers(0, region.size - reach, size=count)
+            count = 1 if (matmul and name == "dst") or past and slide else n_uops
+            start = region.base + self.rng.integers(0, region.size - reach - past, size=count)
+            if past and slide:
+                start = start + np.arange(n_uops) * self.c.dw_column_rows
             columns[name] = np.broadcast_to(start, n_uops)
             fields[f"{name}_factor_out"], fields[f"{name}_factor_in"] = f_out, f_in
         uops = [Uop(int(d), int(s), int(w))
@@ -386,7 +408,7 @@ def _describe(program: Program, n_tiles: int, threads: int) -> str:
         elif isinstance(insn, Alu):
             kinds[f"ALU {insn.alu_opcode.name}"] += 1
         elif isinstance(insn, Gemm):
-            kinds["GEMM reset" if insn.reset_reg else "GEMM"] += 1
+            kinds[("GEMM reset" if insn.reset_reg else "GEMM") + (" dw" if insn.dw else "")] += 1
         elif isinstance(insn, Store):
             kinds["STORE"] += insn.x_size > 0
     counts = ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items()) if n)

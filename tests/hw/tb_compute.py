@@ -334,10 +334,15 @@ async def one_micro_op_per_cycle(dut):
             timings.append(("held vector ALU", Alu(
                 alu_opcode="ADD", uop_bgn=0, uop_end=1, iter_out=2, iter_in=n // 2,
                 src_factor_out=1, dst_factor_out=1), bench.dut.alu_active, 1))
+        if cfg.dw_taps:   # r cycles a micro-op, T·r for the first of each pass
+            r = cfg.dw_column_rows
+            timings.append(("dw GEMM", Gemm(**loops, dw=True), bench.dut.gemm_active, r))
         for kind, insn, active, per_uop in timings:
             cycles, active_cycles = await timed(bench, insn, active)
             dut._log.info("%s of %d micro-ops: %d cycles retire to retire (%d·N + %d)",
                           kind, n, cycles, per_uop, cycles - per_uop * n)
+            if kind == "dw GEMM":
+                assert cycles == dw_cycles(cfg, insn) + DW_OVERHEAD, (kind, n, cycles)
             assert active_cycles == n, f"{kind} active for {active_cycles} cycles, not {n}"
             assert cycles <= per_uop * n + CYCLE_OVERHEAD_LIMIT, \
                 f"{kind} of {n} micro-ops took {cycles}"
@@ -449,3 +454,77 @@ async def tokens_pop_before_and_push_after(dut):
         if pulses[-1][2]:
             dut.insn__valid.value = 0
     assert [p for p in pulses if p[1]] == [(8, 1, 1)], pulses
+
+
+#: Cycles from one retirement to the next besides the micro-op engine's (1 to pop and
+#: start, 5 pipeline stages to the last write, 1 to see it drained, 1 to push and
+#: retire): the same for a dw GEMM as for a plain one.
+DW_OVERHEAD = 8
+
+
+def dw_cycles(cfg, gemm: Gemm) -> int:
+    """The micro-op engine's cycles for `gemm` by the depthwise window's contract
+    (`vdla.sim.validate`): a dw micro-op costs T·r cycles if it is the first of its
+    pass, else r; a reset (dw or not) and a plain GEMM 1 per micro-op."""
+    passes = gemm.iter_out * gemm.iter_in
+    uops = passes * (gemm.uop_end - gemm.uop_bgn)
+    if not gemm.dw or gemm.reset_reg:
+        return uops
+    r = cfg.dw_column_rows
+    return uops * r + passes * (cfg.dw_window_rows - r)
+
+
+def dw_cases(rng, cfg):
+    """(micro-ops, Gemm fields) for dw GEMMs: passes that slide the window (src + r per
+    micro-op), srcs that jump (the window keeps its older columns: the stateful rule),
+    one-micro-op passes, resets with dw, and plain GEMMs in between (the window must not
+    leak into them). Every src plus the window's rows stays below ROWS."""
+    r, reach = cfg.dw_column_rows, cfg.dw_window_rows - 1
+    cases = []
+    for _ in range(3):
+        n, start = rng.randint(2, 6), rng.randrange(4)
+        sliding = [Uop(dst=rng.randrange(16), src=start + u * r, wgt=rng.randrange(16))
+                   for u in range(n)]
+        cases.append((sliding, loop_fields(rng, ("dst", "src", "wgt")) | dict(dw=True)))
+    for _ in range(4):
+        cases.append((random_uops(rng, rng.randint(2, 6)),
+                      loop_fields(rng, ("dst", "src", "wgt")) | dict(dw=True)))
+    for _ in range(2):
+        cases.append(([Uop(dst=rng.randrange(16), src=rng.randrange(16), wgt=rng.randrange(16))],
+                       loop_fields(rng, ("dst", "src", "wgt")) | dict(dw=True)))
+    cases.append((random_uops(rng, 4), loop_fields(rng, ("dst",)) | dict(dw=True, reset_reg=True)))
+    cases.append((random_uops(rng, 5), loop_fields(rng, ("dst", "src", "wgt"))))
+    cases.append((random_uops(rng, 3), dict(iter_out=3, iter_in=2, dw=True)))
+    for uops, fields in cases:
+        top = max(u.src for u in uops) + sum(
+            (fields.get(f"iter_{loop}", 1) - 1) * fields.get(f"src_factor_{loop}", 0)
+            for loop in ("out", "in"))
+        assert top + reach < ROWS, (uops, fields)
+    rng.shuffle(cases)
+    return cases
+
+
+@cocotb.test()
+async def dw_gemm_matches_functional_simulator(dut):
+    """The depthwise window (a config with dw_taps): results against the functional
+    simulator, and each GEMM's cycles, retire to retire, against the contract."""
+    bench = await setup(dut, seed=6)
+    rng, cfg = bench.rng, bench.cfg
+    if not cfg.dw_taps:
+        dut._log.info("config %s has no depthwise window", cfg.name)
+        return
+    await bench.random_operands()
+    await bench.issue([bench.acc_image(random_acc(rng, cfg))])
+    for n, (uops, fields) in enumerate(dw_cases(rng, cfg)):
+        if n % 4 == 0:
+            await bench.issue([bench.acc_image(random_acc(rng, cfg))])
+        base = rng.randrange(64)
+        gemm = Gemm(uop_bgn=base, uop_end=base + len(uops), **fields)
+        await bench.issue([bench.uop_table(uops, sram_base=base, dram_base=rng.randrange(256))])
+        cycles, active = await timed(bench, gemm, dut.gemm_active)
+        await bench.check(f"dw case {n} {gemm} uops {uops}")
+        want_active = 0 if gemm.reset_reg else gemm.iter_out * gemm.iter_in * len(uops)
+        assert active == want_active, f"dw case {n}: gemm_active {active}, not {want_active}"
+        assert cycles == dw_cycles(cfg, gemm) + DW_OVERHEAD, (
+            f"dw case {n} {gemm}: {cycles} cycles retire to retire, not "
+            f"{dw_cycles(cfg, gemm)} + {DW_OVERHEAD}")

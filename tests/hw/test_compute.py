@@ -1,8 +1,10 @@
 """The compute module: the packed-multiplier identity (numpy), cocotb tests in Verilator
 of LOAD UOP/ACC, GEMM, ALU, tokens and throughput against the functional simulator, and
-short Amaranth simulations of a core too narrow to pack products (block_out 1) and of one
-with LUT-built products (`gemm_dsp_limit`, and `lut_product` over every int8 pair); both
-forms of the GEMM arithmetic (packed for synthesis, wide for Verilator)."""
+short Amaranth simulations of a core too narrow to pack products (block_out 1), of one
+with LUT-built products (`gemm_dsp_limit`, and `lut_product` over every int8 pair) and of
+two with the depthwise window (`dw_taps`; the cocotb tests of the dw configs also check
+its cycle contract); both forms of the GEMM arithmetic (packed for synthesis, wide for
+Verilator)."""
 
 import collections
 import random
@@ -71,7 +73,8 @@ def test_packed_int8_products_are_exact():
 
 @pytest.mark.parametrize("name, arithmetic", [
     ("default", "packed"), ("batch2", "packed"), ("block8", "packed"),
-    ("mul-bus128", "packed"), ("features", "packed"),
+    ("mul-bus128", "packed"), ("features", "packed"), ("dw3", "packed"), ("dw4-r1", "packed"),
+    ("dw3", "wide"),
     # The Verilator backend's form of the GEMM core (one 32-bit multiplier per product).
     # batch2-wide is slow: batch2-packed (the batch) and default-wide (the form) cover it.
     ("default", "wide"), pytest.param("batch2", "wide", marks=pytest.mark.slow)])
@@ -174,6 +177,72 @@ def test_small_core_matches_functional_simulator(arithmetic, core):
             iter_in=1),
         Alu(alu_opcode="MAX", uop_bgn=1, uop_end=1 + len(uops), iter_out=1, iter_in=2,
             dst_factor_in=1, src_factor_in=2),
+    ]
+    sim = FunctionalSimulator(cfg, dram.copy())
+    sim.inp[:] = gen.integers(-128, 128, sim.inp.shape, dtype=np.int8)
+    sim.wgt[:] = gen.integers(-128, 128, sim.wgt.shape, dtype=np.int8)
+    inp, wgt = sim.inp.copy(), sim.wgt.copy()
+    sim.run([*program, Finish()])
+    acc, out = run_amaranth(cfg, dram, inp, wgt, program, arithmetic)
+    np.testing.assert_array_equal(acc, sim.acc)
+    np.testing.assert_array_equal(out, sim.out)
+
+
+#: Small cores with the depthwise window: r = 2 inp rows a window column, with plain
+#: columns past 2T; r = 1 with batch 2 and every column in the window (T = block_in / 2).
+DW_CORES = {
+    "dw3-r2": dict(batch=1, block_in=8, block_out=16, dw_taps=3),
+    "dw2-r1-batch2": dict(batch=2, block_in=4, block_out=4, dw_taps=2),
+}
+
+
+def dw_program(cfg, rng):
+    """(micro-ops, GEMMs) exercising the depthwise window: passes that slide (src + r per
+    micro-op), srcs that do not (the window keeps its older columns: the stateful rule),
+    one-micro-op passes (a whole window each), a reset with dw, and plain GEMMs between
+    dw ones (the window must not leak into them)."""
+    r = cfg.dw_column_rows
+    sliding = [Uop(dst=d, src=3 + d * r, wgt=d) for d in range(4)]
+    jumping = [Uop(dst=rng.randrange(6), src=rng.randrange(12), wgt=rng.randrange(8))
+               for _ in range(5)]
+    single = [Uop(dst=2, src=5, wgt=3)]
+    uops = sliding + jumping + single
+    a, b, c = len(sliding), len(sliding) + len(jumping), len(uops)
+    gemms = [
+        Gemm(uop_bgn=0, uop_end=a, iter_out=2, iter_in=2, dst_factor_out=4, dst_factor_in=1,
+             src_factor_out=r, src_factor_in=2 * r, wgt_factor_in=1, dw=True),
+        Gemm(uop_bgn=a, uop_end=b, iter_out=1, iter_in=2, src_factor_in=1, wgt_factor_in=2,
+             dw=True),
+        Gemm(uop_bgn=0, uop_end=b, iter_out=1, iter_in=1),                      # plain
+        Gemm(uop_bgn=b, uop_end=c, iter_out=2, iter_in=3, dst_factor_out=1, dst_factor_in=2,
+             src_factor_in=1, src_factor_out=3, wgt_factor_out=1, dw=True),
+        Gemm(uop_bgn=a, uop_end=b, iter_out=1, iter_in=2, dst_factor_in=6, reset_reg=True,
+             dw=True),
+        Gemm(uop_bgn=0, uop_end=c, iter_out=1, iter_in=1, dw=True),
+    ]
+    return uops, gemms
+
+
+@pytest.mark.parametrize("core", list(DW_CORES))
+@pytest.mark.parametrize("arithmetic", ["packed", "wide"])
+def test_small_dw_core_matches_functional_simulator(arithmetic, core):
+    """The depthwise window in Amaranth's simulator: dw GEMMs (sliding, non-sliding,
+    one-micro-op passes, a dw reset) and a plain one between them, both arithmetic forms."""
+    cfg = HardwareConfig(uop_buff_size=256, inp_buff_size=64 * 8, wgt_buff_size=32 * 128,
+                         acc_buff_size=32 * 64, **DW_CORES[core])
+    rng = random.Random(7)
+    gen = np.random.default_rng(7)
+    dram = gen.integers(0, 256, 1 << 13, dtype=np.uint8)
+    uops, gemms = dw_program(cfg, rng)
+    table = encode_uops(uops, cfg)
+    dram[64:64 + len(table)] = np.frombuffer(table, np.uint8)
+    acc_base = 2048 // cfg.acc_elem_bytes
+    program = [
+        Load(memory_type="UOP", sram_base=0, dram_base=64 // cfg.uop_bytes, y_size=1,
+             x_size=len(uops), x_stride=len(uops)),
+        Load(memory_type="ACC", sram_base=0, dram_base=acc_base, y_size=1,
+             x_size=16, x_stride=16),
+        *gemms,
     ]
     sim = FunctionalSimulator(cfg, dram.copy())
     sim.inp[:] = gen.integers(-128, 128, sim.inp.shape, dtype=np.int8)

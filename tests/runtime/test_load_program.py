@@ -10,13 +10,14 @@ import pytest
 
 import vdla
 from vdla.config import AluOp, HardwareConfig
-from vdla.isa import Alu, MemoryType, Program, Uop, encode_uops
+from vdla.isa import Alu, Gemm, MemoryType, Program, Uop, encode_uops
 from vdla.runtime import COMPUTE, STORE, ProgramBuilder
 from vdla.runtime.device import program_mismatch
 
 DEFAULT = HardwareConfig()
 PLUS = DEFAULT.replace(alu_ops={"MIN", "MAX", "ADD", "SHR", "REQ"}, alu_hold=True)
 HOLD = DEFAULT.replace(alu_hold=True)
+DW3 = DEFAULT.replace(dw_taps=3)
 
 
 def _req_program(config: HardwareConfig, count: int = 1) -> Program:
@@ -67,6 +68,52 @@ def test_a_device_with_more_features_names_them():
                 f"config {PLUS.name} has feature(s) req, hold, which the program's config "
                 "lacks")):
             dev.load_program(ProgramBuilder(DEFAULT).finish())
+
+
+def _dw_program(config: HardwareConfig) -> Program:
+    """A reset, then two GEMMs with the depthwise window's dw bit (instructions 1, 2)."""
+    p = ProgramBuilder(config)
+    p.gemm(reset_reg=True, uop_bgn=0, uop_end=1, iter_out=1, iter_in=1)
+    for _ in range(2):
+        p.append(Gemm(uop_bgn=0, uop_end=2, iter_out=1, iter_in=1, dw=True))
+    return p.finish()
+
+
+def test_a_program_with_the_depthwise_window_is_refused_without_it(default_dev):
+    in_use = default_dev.allocator.bytes_in_use
+    with pytest.raises(ValueError) as exc:
+        default_dev.load_program(_dw_program(DW3))
+    message = str(exc.value)
+    assert message.startswith(
+        f"program is encoded for config {DW3.name}, the device has {DEFAULT.name}; the "
+        f"program needs feature(s) dw3 (the depthwise window, dw_taps=3), which config "
+        f"{DEFAULT.name} lacks (it uses dw GEMMs at instruction(s) 1, 2)"), message
+    assert "differ in" not in message            # dw_taps is named as the feature
+    assert default_dev.allocator.bytes_in_use == in_use      # nothing written
+
+
+def test_a_window_of_other_taps_is_refused():
+    """dw GEMMs mean another window on a device with another dw_taps."""
+    dw4 = DEFAULT.replace(dw_taps=4)
+    assert program_mismatch(_dw_program(DW3), dw4) == (
+        f"program is encoded for config {DW3.name}, the device has {dw4.name}; the program "
+        f"needs feature(s) dw3 (the depthwise window, dw_taps=3), which config {dw4.name} "
+        f"lacks (it uses dw GEMMs at instruction(s) 1, 2); config {dw4.name} has "
+        f"feature(s) dw4, which the program's config lacks")
+    # A program of the window's config without dw GEMMs is still refused elsewhere: its
+    # encoding has the dw bit.
+    assert "dw3" in program_mismatch(ProgramBuilder(DW3).finish(), DEFAULT)
+
+
+def test_a_hand_built_dw_gemm_on_a_config_without_the_window_is_named(default_dev):
+    program = Program(_dw_program(DW3).insns, DEFAULT)
+    with pytest.raises(ValueError, match=re.escape(
+            "program has GEMMs with the depthwise window's dw bit, which config "
+            f"{DEFAULT.name} lacks (it needs dw_taps > 0): dw GEMMs at instruction(s) 1, 2")):
+        default_dev.load_program(program)
+    with vdla.runtime.open(DW3, dram_size=1 << 20) as dev:     # its own config runs it
+        assert program_mismatch(_dw_program(DW3), DW3) == ""
+        assert dev.run(*dev.load_program(_dw_program(DW3)))["gemm_uops"] == 5
 
 
 def test_other_differences_are_named(default_dev):

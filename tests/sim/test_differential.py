@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import vdla
-from differential import (B2X8X32, CANDIDATE, FEATURES, SMALL_QUEUES, DifferentialDevice,
+from differential import (B2X8X32, CANDIDATE, DW, FEATURES, SMALL_QUEUES, DifferentialDevice,
                           open_differential, pair_with)
 from program_gen import DEADLOCK_WAITS, deadlock_program, random_program
 from vdla.isa import DEP_FLAGS, Alu, Finish, Gemm, Load, MemoryType, Store
@@ -34,11 +34,13 @@ CONFIGS = {
     "smallq": SMALL_QUEUES,
     "features": FEATURES,
 }
-#: Each feature past VTA alone, besides `FEATURES` (both): slow, as `FEATURES` runs the
-#: same generator and hardware for both at once (a Verilator model to build each).
+#: Each feature past VTA alone, besides `FEATURES` (all): slow, as `FEATURES` runs the
+#: same generator and hardware for all at once (a Verilator model to build each). The
+#: depthwise window's is `DW`, with two inp rows a window column (FEATURES' has one).
 SINGLE_FEATURES = {
-    "req": FEATURES.replace(alu_hold=False),
-    "hold": FEATURES.replace(alu_ops=FEATURES.alu_ops - {vdla.AluOp.REQ}),
+    "req": FEATURES.replace(alu_hold=False, dw_taps=0),
+    "hold": FEATURES.replace(alu_ops=FEATURES.alu_ops - {vdla.AluOp.REQ}, dw_taps=0),
+    "dw": DW,
 }
 ALL_CONFIGS = {**CONFIGS, **SINGLE_FEATURES}
 CONFIG_PARAMS = [pytest.param(name, marks=pytest.mark.slow) if name in SINGLE_FEATURES
@@ -127,9 +129,10 @@ def _features(program, config) -> set:
             if insn.dram_base * elem[insn.memory_type] % bus:
                 seen.add(("inside a bus word", mem))
         elif isinstance(insn, Gemm) and insn.iter_out:
-            seen.add(("gemm", "reset" if insn.reset_reg else "accumulate"))
+            kind = "gemm dw" if insn.dw else "gemm"
+            seen.add((kind, "reset" if insn.reset_reg else "accumulate"))
             if insn.uop_end - insn.uop_bgn > 1 and insn.iter_out > 1 and insn.iter_in > 1:
-                seen.add(("gemm nest", "reset" if insn.reset_reg else "accumulate"))
+                seen.add((f"{kind} nest", "reset" if insn.reset_reg else "accumulate"))
         elif isinstance(insn, Alu):
             seen.add(("alu", insn.alu_opcode.name, "imm" if insn.use_imm else "vector"))
             if holds_operand(insn, config) and insn.iter_out > 1 and insn.iter_in > 1:
@@ -154,7 +157,9 @@ def _expected_features(config) -> set:
             | {("alu", op.name, kind) for op in config.alu_ops for kind in ("imm", "vector")}
             | {("alu negative imm", op.name) for op in config.alu_ops}
             | ({("alu held", "row per outer iteration"), ("alu held", "one row")}
-               if config.alu_hold else set()))
+               if config.alu_hold else set())
+            | ({(kind, k) for kind in ("gemm dw", "gemm dw nest") for k in ("reset", "accumulate")}
+               if config.dw_taps else set()))
 
 
 def _tiles_ahead(program) -> int:
@@ -173,7 +178,8 @@ def _tiles_ahead(program) -> int:
 def test_generator_coverage(name):
     """Over the first seeds of each thread count the random programs use every padding,
     strides, DRAM bases inside bus words, both GEMM kinds with nested loops of several
-    micro-ops, every ALU op with both operands and negative immediates; their stores
+    micro-ops (and both with the depthwise window, where the config has it), every ALU
+    op with both operands and negative immediates; their stores
     change the outputs; two-thread programs use both halves of the buffers and let loads
     run a tile ahead of compute."""
     config = CONFIGS[name]
