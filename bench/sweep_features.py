@@ -1,7 +1,8 @@
 """The pynq-z1 design space with the features past VTA as dimensions: ResNet-18 and
 MobileNet-v1, each a ``vdla sweep`` over the GEMM core's shape, the weight and
-accumulator buffers, the ALU's REQ, alu_hold and the GEMM core's DSP limit, then the
-Pareto fronts of latency against LUTs with and without the features in one plot.
+accumulator buffers, the ALU's REQ, alu_hold, the GEMM core's DSP limit and its depthwise
+window, then the Pareto fronts of latency against LUTs with and without the features in
+one plot.
 
     python bench/sweep_features.py [--out bench-sweep-features] [--jobs 2]
                                    [--models resnet18 mobilenet_v1]
@@ -9,7 +10,7 @@ Pareto fronts of latency against LUTs with and without the features in one plot.
 Every point is priced by the timing model and the resource model (calibrated per family
 on yosys; `vdla.dse.resources`), and only points that fit the xc7z020 count. A point is
 *without features* when it is VTA's ISA and hardware (no REQ, no hold, every multiplier
-a DSP). Prints, per model, both fronts (the best point of each at the most LUTs it may
+a DSP, no depthwise window). Prints, per model, both fronts (the best point of each at the most LUTs it may
 use) and writes ``OUT/<model>/`` (the sweep's own reports, its printed table in
 ``sweep.txt``) and ``OUT/fronts.png``.
 Confirmation runs (Verilator and yosys) of front points are ``vdla sweep --confirm``'s
@@ -40,7 +41,8 @@ BASE_OPS = ["MIN", "MAX", "ADD", "SHR"]
 #: The pynq-z1's part's LUTs (the plot's right edge).
 XC7Z020_LUTS = 53_200
 #: The grid: every (block_in, block_out) from 8 to 32, two sizes of each large buffer,
-#: and every feature past VTA (REQ, hold, the DSP limit of the xc7z020's 220 DSP48s).
+#: and every feature past VTA (REQ, hold, the DSP limit of the xc7z020's 220 DSP48s, a
+#: three-tap depthwise window where block_out is a multiple of block_in).
 PARAMETERS = {
     "block_in": [8, 16, 32],
     "block_out": [8, 16, 32],
@@ -49,6 +51,7 @@ PARAMETERS = {
     "alu_ops": [BASE_OPS, BASE_OPS + ["REQ"]],
     "alu_hold": [False, True],
     "gemm_dsp_limit": [0, 220],
+    "dw_taps": [0, 3],
 }
 
 
