@@ -824,31 +824,13 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
                 # (not after the last tile: added back below).
                 overlap = min(tile_load / tile_chunks, epi + st)
                 tile_serial = tile_load + tile_gemm + epi + st - overlap
-                if layer.inp_group == 1:
-                    # With two threads a tile's first loads also run during the other
-                    # thread's epilogue, which hides what they take beyond its first GEMM.
-                    tile_paired = chunk_pairs + epi - min(epi, max(0.0, first[0] - first[1]))
-                else:
-                    # Loading whole activation blocks (block_out > block_in) makes a
-                    # narrow layer load-bound (a stem: 3 channels in a 32-channel
-                    # block), and a load-bound pair hides the epilogue behind the other
-                    # thread's loads (1x8x32's MobileNet stem: 247,498 cycles against
-                    # Verilator's 248,246, not 329,274).
-                    tile_paired = max(chunk_pairs, tile_gemm + epi)
+                tile_paired = _tile_paired(layer, chunk_pairs, first, tile_gemm, epi)
                 serial += m * tile_serial
                 paired += m * tile_paired
                 if threads == 2 and m >= 8:
-                    # What the two threads' dependencies make of the pairs of tiles
-                    # after the first (whose start the first loads and tables model):
-                    # the waits of a thread's next tile on its stores, and of each
-                    # chunk's loads on the thread's previous chunk. Fewer than four
-                    # pairs are mostly their start and end, which the first loads and
-                    # the last stores model (ResNet-18's layer4.0.downsample on 1x16x16,
-                    # two pairs: 60,054 cycles on Verilator, 61,641 without this term,
-                    # 62,782 with it).
-                    period = _pair_period(tile_chunks, tile_gemm / tile_chunks,
-                                          tile_load / tile_chunks, epi, st)
-                    paired += (m - 2) * max(0.0, period / 2 - tile_paired)
+                    paired += (m - 2) * max(0.0, _pair_period(
+                        tile_chunks, tile_gemm / tile_chunks, tile_load / tile_chunks,
+                        epi, st) / 2 - tile_paired)
                 tiles += m
                 # The last tile in program order is an edge tile of every axis.
                 lone = tile_serial - tile_paired
@@ -893,6 +875,21 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
                           int(load), int(store))
 
 
+def _tile_paired(layer: Conv2dLayer, chunk_pairs: float, first: tuple[float, float],
+                 tile_gemm: float, epi: float) -> float:
+    """A tile's time with two threads, to first order: its chunks' longer of loads and
+    GEMMs, and its epilogue. `first`: its first chunk's (loads, GEMMs)."""
+    if layer.inp_group == 1:
+        # A tile's first loads also run during the other thread's epilogue, which hides
+        # what they take beyond its first GEMM.
+        return chunk_pairs + epi - min(epi, max(0.0, first[0] - first[1]))
+    # Loading whole activation blocks (block_out > block_in) makes a narrow layer
+    # load-bound (a stem: 3 channels in a 32-channel block), and a load-bound pair hides
+    # the epilogue behind the other thread's loads (1x8x32's MobileNet stem: 247,498
+    # cycles against Verilator's 248,246, not 329,274).
+    return max(chunk_pairs, tile_gemm + epi)
+
+
 def _pair_period(chunks: int, gemm: float, load: float, epilogue: float, store: float,
                  pairs: int = 4) -> float:
     """The steady-state cycles of a pair of tiles (one per thread) of two threads that
@@ -906,7 +903,11 @@ def _pair_period(chunks: int, gemm: float, load: float, epilogue: float, store: 
     other thread's last chunk and epilogue), the compute module waits: pointwise layers
     of a 1x16x32 core whose tiles load as long as they compute (MobileNet-v1's
     features.2.pw: 9,611 cycles a pair on Verilator, 9,591 here). Simulated over a few
-    pairs: every pair after the first repeats the same waits."""
+    pairs: every pair after the first repeats the same waits. `estimate_conv2d` adds
+    what this exceeds `_tile_paired` by to the pairs after the first of a tile class
+    with four pairs or more: fewer are mostly their start and end, which the first
+    loads and the last stores model (ResNet-18's layer4.0.downsample on 1x16x16, two
+    pairs: 60,054 cycles on Verilator, 61,641 without the term, 62,782 with it)."""
     compute = loads = stores = 0.0
     stored = [0.0, 0.0]       # each thread's last store's end
     computed = [0.0, 0.0]     # each thread's last chunk's end (its buffers free)
