@@ -178,6 +178,12 @@ def test_small_core_matches_functional_simulator(arithmetic, core):
         Alu(alu_opcode="MAX", uop_bgn=1, uop_end=1 + len(uops), iter_out=1, iter_in=2,
             dst_factor_in=1, src_factor_in=2),
     ]
+    matches_functional(cfg, dram, gen, program, arithmetic)
+
+
+def matches_functional(cfg, dram, gen, program, arithmetic):
+    """Run `program` (random inp and wgt buffers from `gen`) on the functional simulator
+    and on the compute module in Amaranth's simulator; the acc and out buffers agree."""
     sim = FunctionalSimulator(cfg, dram.copy())
     sim.inp[:] = gen.integers(-128, 128, sim.inp.shape, dtype=np.int8)
     sim.wgt[:] = gen.integers(-128, 128, sim.wgt.shape, dtype=np.int8)
@@ -244,11 +250,4 @@ def test_small_dw_core_matches_functional_simulator(arithmetic, core):
              x_size=16, x_stride=16),
         *gemms,
     ]
-    sim = FunctionalSimulator(cfg, dram.copy())
-    sim.inp[:] = gen.integers(-128, 128, sim.inp.shape, dtype=np.int8)
-    sim.wgt[:] = gen.integers(-128, 128, sim.wgt.shape, dtype=np.int8)
-    inp, wgt = sim.inp.copy(), sim.wgt.copy()
-    sim.run([*program, Finish()])
-    acc, out = run_amaranth(cfg, dram, inp, wgt, program, arithmetic)
-    np.testing.assert_array_equal(acc, sim.acc)
-    np.testing.assert_array_equal(out, sim.out)
+    matches_functional(cfg, dram, gen, program, arithmetic)
