@@ -410,10 +410,8 @@ class ProgramValidator:
                 raise _Invalid(f"{name} index reaches {top}, past the {sram} depth {depth}"
                                + (" (with the depthwise window's rows)" if reach.get(name) else ""))
         uops = insn.iter_out * insn.iter_in * (insn.uop_end - insn.uop_bgn)
-        if reach["src"]:
-            # r cycles a micro-op, and (T-1)·r more to fill the window at each pass.
-            r = c.dw_column_rows
-            uops = uops * r + insn.iter_out * insn.iter_in * (c.dw_window_rows - r)
+        if reach["src"]:   # the window's cycles: T·r for a pass's first micro-op, r later
+            uops = insn.iter_out * insn.iter_in * c.dw_pass_cycles(insn.uop_end - insn.uop_bgn)
         self._work["uop_cycles"] += uops
         self._work["estimate"] += uops * per_uop
         if uops > self._heaviest[1]:

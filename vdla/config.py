@@ -461,6 +461,11 @@ class HardwareConfig:
         """Inp rows the depthwise window holds: dw_taps columns of `dw_column_rows`."""
         return self.dw_taps * self.dw_column_rows
 
+    def dw_pass_cycles(self, micro_ops: int) -> int:
+        """Issue cycles of one pass of `micro_ops` dw GEMM micro-ops (`vdla.isa.Gemm`):
+        the first loads the whole window (dw_window_rows), each later one a column."""
+        return (micro_ops + self.dw_taps - 1) * self.dw_column_rows
+
     @property
     def gemm_lut_multipliers(self) -> int:
         """The GEMM core's multipliers (product pairs) built from LUTs (`gemm_dsp_limit`)."""

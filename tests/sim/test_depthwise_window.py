@@ -104,6 +104,8 @@ def test_config_name_and_features():
     config = CONFIGS[2]
     assert config.name.endswith("-dw3") and config.features == ("dw3",)
     assert (config.dw_column_rows, config.dw_window_rows) == (2, 6)
+    # A pass of 5 micro-ops: the first loads 6 rows, the 4 others 2 each.
+    assert config.dw_pass_cycles(5) == 6 + 4 * 2
 
 
 def _validate(config, insn, uops):

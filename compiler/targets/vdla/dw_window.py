@@ -51,9 +51,9 @@ def window_eligible(c: int, o: int, groups: int, kernel_w: int, dilation_w: int,
     """Whether a convolution can run on the depthwise window: the config has one with at
     least `kernel_w` taps, the layer is depthwise (c == o == groups: each output channel
     reads its own input channel) and its taps are adjacent columns (no column dilation:
-    the window slides one column at a time)."""
-    return (config.dw_taps >= kernel_w and c == o == groups and dilation_w == 1
-            and config.block_out % config.block_in == 0)
+    the window slides one column at a time). A config with the window has block_out a
+    multiple of block_in (`HardwareConfig` checks it)."""
+    return config.dw_taps >= kernel_w and c == o == groups and dilation_w == 1
 
 
 def wgt_rows(layer: Conv2dLayer) -> int:
@@ -71,7 +71,7 @@ def walk(layer: Conv2dLayer, tile_w: int) -> int:
 def pass_cycles(layer: Conv2dLayer, tile_w: int, config: HardwareConfig) -> int:
     """GEMM cycles of one pass (`vdla.isa.Gemm`'s `dw` rule, `sim.validate`'s count): the
     first micro-op loads T columns of r rows, each later one r rows."""
-    return (walk(layer, tile_w) + config.dw_taps - 1) * config.dw_column_rows
+    return config.dw_pass_cycles(walk(layer, tile_w))
 
 
 def tile_gemm_cycles(layer: Conv2dLayer, tile_h: int, tile_w: int, tile_co: int,
