@@ -218,29 +218,27 @@ def _lacking_features(has: HardwareConfig, lacks: HardwareConfig) -> list[tuple[
     return found
 
 
-def _dw_uses(program: Program, shown: int = 3) -> str:
+def _at(what: str, indices: list[int], shown: int = 3) -> str:
+    """``what at instruction(s) 4, 9, 14 and 3 more`` (the first `shown` indices)."""
+    more = f" and {len(indices) - shown} more" if len(indices) > shown else ""
+    return f"{what} at instruction(s) {', '.join(map(str, indices[:shown]))}{more}"
+
+
+def _dw_uses(program: Program) -> str:
     """The GEMMs of `program` with the dw bit, by index: ``dw GEMMs at instruction(s)
     2, 5, 8 and 1 more``; "" when none."""
     at = [i for i, insn in enumerate(program.insns) if isinstance(insn, Gemm) and insn.dw]
-    if not at:
-        return ""
-    more = f" and {len(at) - shown} more" if len(at) > shown else ""
-    return f"dw GEMMs at instruction(s) {', '.join(map(str, at[:shown]))}{more}"
+    return _at("dw GEMMs", at) if at else ""
 
 
-def _alu_uses(program: Program, config: HardwareConfig, shown: int = 3) -> str:
+def _alu_uses(program: Program, config: HardwareConfig) -> str:
     """The ALU instructions of `program` whose op `config` lacks, per op with the first
-    `shown` indices: ``REQ at instruction(s) 4, 9, 14 and 3 more``; "" when none."""
+    indices: ``REQ at instruction(s) 4, 9, 14 and 3 more``; "" when none."""
     at: dict[AluOp, list[int]] = {}
     for index, insn in enumerate(program.insns):
         if isinstance(insn, Alu) and insn.alu_opcode not in config.alu_ops:
             at.setdefault(insn.alu_opcode, []).append(index)
-    parts = []
-    for op, indices in sorted(at.items()):
-        more = f" and {len(indices) - shown} more" if len(indices) > shown else ""
-        parts.append(f"{op.name} at instruction(s) "
-                     f"{', '.join(map(str, indices[:shown]))}{more}")
-    return "; ".join(parts)
+    return "; ".join(_at(op.name, indices) for op, indices in sorted(at.items()))
 
 
 def _in_stat_order(stats: dict) -> dict:
