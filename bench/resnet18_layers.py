@@ -3,7 +3,8 @@
 Each layer (the shapes of `vdla.compiler.frontend.workloads.RESNET18`, as the synthetic
 one-node graph `workload_graph` builds: bias, one requantization shift, ReLU) is lowered with the default schedule chooser restricted to one virtual
 thread, and to two, and run on the Verilator backend with the default config and the
-default DRAM model (8 bytes per cycle each way, 32 cycles of read latency). Every output
+default DRAM model (the config's `dram_bytes_per_cycle` each way, 8 unless the config
+says otherwise; 32 cycles of read latency). Every output
 is checked bit-exactly against the integer reference.
 
 Printed per layer and thread count: the schedule, cycles, GEMM utilization (useful MACs /
@@ -60,7 +61,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     config = load_config(args.config)
     dev = vdla.runtime.open(config, backend="verilator")
-    print(f"ResNet-18 conv layers on Verilator, config {config.name}, default DRAM model")
+    print(f"ResNet-18 conv layers on Verilator, config {config.name}, default DRAM model "
+          f"at {config.dram_bytes_per_cycle:g} bytes/cycle")
     print(f"{'layer':5s} {'thr':>3s} {'schedule':24s} {'cycles':>9s} {'util':>6s} "
           f"{'load%':>6s} {'model':>9s} {'exact':>5s}")
     results = {}

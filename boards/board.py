@@ -113,7 +113,13 @@ class Board:
         or a PLL gives it); the untested vendor scripts request this clock
     dram_bus_width : bits of the DRAM port the accelerator's AXI master connects to
         (Zynq's S_AXI_HP0: 64; Zynq UltraScale+'s S_AXI_HP0_FPD: 128; ...). The board's
-        default config uses it, and a config for the board must match it.
+        default config uses it; a config for the board must match it, or be wider where
+        the port has its own clock (`dram_port_mhz`)
+    dram_port_mhz : the fastest clock of the DRAM port where it may run faster than the
+        accelerator (Zynq-7000's HP ports take 150 MHz on the -1 speed grade), else None.
+        A config with a wider bus is then bridged to the port by the project's AXI
+        interconnect (a width and a clock converter), and the port, at this clock, carries
+        ``dram_bus_width / 8 * dram_port_mhz / clock_mhz`` bytes per accelerator cycle
     dram_gbytes_per_s : peak bandwidth of the board's DRAM chips; with the port width
         and the clock it sets the simulated bytes per cycle
     dram_read_latency_ns : latency of a read burst's first beat through the port
@@ -139,6 +145,7 @@ class Board:
     host: str
     config: HardwareConfig
     dram_base: int = 0
+    dram_port_mhz: float | None = None
     vendor: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
@@ -146,6 +153,9 @@ class Board:
             raise ValueError(f"board {self.name}: register_base {self.register_base:#x} is not "
                              f"aligned to the {REGISTER_WINDOW_BYTES}-byte window")
         # The default config is checked like any other and reports time at the board's clock.
+        if self.dram_port_mhz is not None and not self.dram_port_mhz > self.clock_mhz:
+            raise ValueError(f"board {self.name}: dram_port_mhz {self.dram_port_mhz!r} must "
+                             f"be above the clock ({self.clock_mhz:g} MHz), or None")
         object.__setattr__(self, "config", self.apply(self.config))
 
     @property
@@ -153,30 +163,53 @@ class Board:
         return self.part.family_info
 
     def apply(self, config: HardwareConfig | None) -> HardwareConfig:
-        """`config` (the board's default when None) for this board: its clock becomes the
-        board's, and its DRAM bus must be the board's port width (the wrapper wires the
-        master straight to that port, and the memory model assumes it)."""
+        """`config` (the board's default when None) on this board: its clock becomes the
+        board's and its `dram_bytes_per_cycle` what the board's DRAM gives it
+        (`dram_bytes_per_cycle`). Its DRAM bus must be the board's port width (the wrapper
+        wires the master straight to that port), or, where the port has its own faster
+        clock (`dram_port_mhz`), any wider bus (`bridged`: the project puts a width and
+        clock converter between them)."""
         if config is None:
             return self.config
-        if config.dram_bus_width != self.dram_bus_width:
+        width = config.dram_bus_width
+        wider = self.dram_port_mhz is not None and width > self.dram_bus_width
+        if width != self.dram_bus_width and not wider:
+            allowed = (f"{self.dram_bus_width} bits" if not self.dram_port_mhz else
+                       f"{self.dram_bus_width} bits or wider (bridged to the port at "
+                       f"{self.dram_port_mhz:g} MHz)")
             raise ValueError(
-                f"config {config.name} has a {config.dram_bus_width}-bit DRAM bus, but "
-                f"{self.name}'s DRAM port ({self.host}) is {self.dram_bus_width} bits; set "
+                f"config {config.name} has a {width}-bit DRAM bus, but "
+                f"{self.name}'s DRAM port ({self.host}) takes {allowed}; set "
                 f'"dram_bus_width": {self.dram_bus_width} in the config')
-        return dataclasses.replace(config, clock_mhz=self.clock_mhz)
+        return dataclasses.replace(config, clock_mhz=self.clock_mhz,
+                                   dram_bytes_per_cycle=self.dram_bytes_per_cycle(config))
 
-    def dram_timing(self):
-        """The Verilator DRAM model of this board at its clock (`DramTiming`): bytes per
-        cycle = the lesser of the port's width and the DRAM's peak bandwidth at the clock,
-        read latency = `dram_read_latency_ns` in cycles. Every config for the board has
-        the port's width (`apply`), so the model is the board's alone."""
-        port_bytes = self.dram_bus_width / 8
-        dram_bytes = self.dram_gbytes_per_s * 1e9 / (self.clock_mhz * 1e6)
-        per_cycle = min(port_bytes, dram_bytes)
-        # DramTiming takes eighths of a byte; round down (never faster than the board).
-        per_cycle = math.floor(per_cycle * 8) / 8
+    def bridged(self, config: HardwareConfig | None = None) -> bool:
+        """Whether `config` (the board's default when None) reaches the DRAM port through
+        a width and clock converter: its bus is wider than the port (`apply`)."""
+        config = self.config if config is None else config
+        return config.dram_bus_width > self.dram_bus_width
+
+    def dram_bytes_per_cycle(self, config: HardwareConfig | None = None) -> float:
+        """Bytes per accelerator cycle, each way, the board's DRAM gives `config` (the
+        board's default when None): the least of its bus width, what the port carries
+        (its width at the accelerator's clock, or, bridged, at `dram_port_mhz`) and the
+        DRAM chips' peak bandwidth at the clock; rounded down to eighths of a byte (the
+        DRAM model's unit: never faster than the board)."""
+        config = self.config if config is None else config
+        port = self.dram_bus_width / 8
+        if self.bridged(config):
+            port *= self.dram_port_mhz / self.clock_mhz
+        dram = self.dram_gbytes_per_s * 1e9 / (self.clock_mhz * 1e6)
+        return math.floor(min(port, config.dram_bus_width / 8, dram) * 8) / 8
+
+    def dram_timing(self, config: HardwareConfig | None = None):
+        """The Verilator DRAM model of `config` (the board's default when None) on this
+        board (`DramTiming`): the bytes per cycle of `dram_bytes_per_cycle`, read latency
+        = `dram_read_latency_ns` in cycles of the board's clock."""
+        config = self.apply(config)
         latency = max(1, math.ceil(self.dram_read_latency_ns * self.clock_mhz / 1e3))
-        return DramTiming(read_latency=latency, bytes_per_cycle=per_cycle)
+        return DramTiming(read_latency=latency, bytes_per_cycle=config.dram_bytes_per_cycle)
 
     def open_device(self, config: HardwareConfig | None = None, backend: str = "functional",
                     **options):
@@ -185,7 +218,7 @@ class Board:
         (unless `options` give ``dram``)."""
         config = self.apply(config)
         if backend == "verilator":
-            options.setdefault("dram", self.dram_timing())
+            options.setdefault("dram", self.dram_timing(config))
         return vdla.runtime.open(config, backend=backend, **options)
 
     def check_memory(self, config: HardwareConfig | None = None) -> None:
@@ -217,6 +250,7 @@ class Board:
             "name": self.name, "title": self.title, "part": self.part.name,
             "family": self.part.family, "vendor": self.family.vendor,
             "clock_mhz": self.clock_mhz, "dram_bus_width": self.dram_bus_width,
+            "dram_port_mhz": self.dram_port_mhz,
             "dram_gbytes_per_s": self.dram_gbytes_per_s,
             "dram_read_latency_ns": self.dram_read_latency_ns,
             "register_base": self.register_base, "dram_base": self.dram_base,

@@ -43,9 +43,13 @@ LFE5U_85F = Part("LFE5U-85F-6BG381C", "ecp5",
 _VTA = HardwareConfig()
 
 #: Zynq-7000: the accelerator's registers behind M_AXI_GP0 (Vivado's first address for
-#: a PL peripheral there), its DRAM master on S_AXI_HP0 (64 bits).
+#: a PL peripheral there), its DRAM master on S_AXI_HP0 (64 bits). The HP ports have
+#: their own clock, up to 150 MHz (the Zynq-7000 TRM's 1,200 MB/s read per port), so a
+#: 128-bit master at 100 MHz bridged to HP0 at 150 MHz gets 12 bytes a cycle.
+_ZYNQ7_HP_MHZ = 150
 _ZYNQ7_VENDOR = {"ps_ip": "processing_system7", "ctrl_port": "M_AXI_GP0",
-                 "dram_port": "S_AXI_HP0", "irq_pin": "IRQ_F2P", "fclk": "FCLK_CLK0"}
+                 "dram_port": "S_AXI_HP0", "irq_pin": "IRQ_F2P", "fclk": "FCLK_CLK0",
+                 "port_fclk": "FCLK_CLK1"}
 #: Zynq UltraScale+: registers behind M_AXI_HPM0_FPD, DRAM on S_AXI_HP0_FPD (128 bits).
 _ZYNQMP_VENDOR = {"ps_ip": "zynq_ultra_ps_e", "ctrl_port": "M_AXI_HPM0_FPD",
                   "dram_port": "S_AXI_HP0_FPD", "irq_pin": "pl_ps_irq0", "fclk": "pl_clk0"}
@@ -54,6 +58,7 @@ BOARDS = {board.name: board for board in (
     Board(
         name="pynq-z1", title="Digilent PYNQ-Z1", part=XC7Z020, clock_mhz=100,
         dram_bus_width=64, dram_gbytes_per_s=2.1, dram_read_latency_ns=200,
+        dram_port_mhz=_ZYNQ7_HP_MHZ,
         dram_size=512 * MiB, register_base=0x43C0_0000,
         host="Zynq-7000 Cortex-A9: M_AXI_GP0 to the registers, S_AXI_HP0 to DDR3",
         config=_VTA,
@@ -61,6 +66,7 @@ BOARDS = {board.name: board for board in (
     Board(
         name="pynq-z2", title="TUL PYNQ-Z2", part=XC7Z020, clock_mhz=100,
         dram_bus_width=64, dram_gbytes_per_s=2.1, dram_read_latency_ns=200,
+        dram_port_mhz=_ZYNQ7_HP_MHZ,
         dram_size=512 * MiB, register_base=0x43C0_0000,
         host="Zynq-7000 Cortex-A9: M_AXI_GP0 to the registers, S_AXI_HP0 to DDR3",
         config=_VTA,

@@ -46,21 +46,26 @@ _CONSTRAINTS = {"xilinx": "{board_id}.xdc", "intel": "{board_id}.sdc",
                 "lattice": "{board_id}.lpf"}
 
 #: Processing-system settings for the Vivado template: the PS IP's automation rule,
-#: its configuration (ports, widths, clock, interrupt) and its external pins.
+#: its configuration (ports, widths, clocks, interrupt; of a board and a config) and its
+#: external pins. A config whose bus is wider than the port (`Board.bridged`) gets a
+#: second fabric clock at the port's speed for the port alone.
 _XILINX_PS = {
     "processing_system7": {
         "rule": "xilinx.com:bd_rule:processing_system7",
-        "config": lambda b: {
+        "config": lambda b, c: {
             "CONFIG.PCW_USE_M_AXI_GP0": 1, "CONFIG.PCW_USE_S_AXI_HP0": 1,
             "CONFIG.PCW_S_AXI_HP0_DATA_WIDTH": b.dram_bus_width,
             "CONFIG.PCW_FPGA0_PERIPHERAL_FREQMHZ": f"{b.clock_mhz:g}",
+            **({"CONFIG.PCW_EN_CLK1_PORT": 1,
+                "CONFIG.PCW_FPGA1_PERIPHERAL_FREQMHZ": f"{b.dram_port_mhz:g}"}
+               if b.bridged(c) else {}),
             "CONFIG.PCW_USE_FABRIC_INTERRUPT": 1, "CONFIG.PCW_IRQ_F2P_INTR": 1},
         "external": "apply_bd_automation -rule xilinx.com:bd_rule:processing_system7 "
                     "-config {make_external \"FIXED_IO, DDR\"} $ps",
     },
     "zynq_ultra_ps_e": {
         "rule": "xilinx.com:bd_rule:zynq_ultra_ps_e",
-        "config": lambda b: {
+        "config": lambda b, c: {
             "CONFIG.PSU__USE__M_AXI_GP0": 1, "CONFIG.PSU__USE__M_AXI_GP1": 0,
             "CONFIG.PSU__USE__M_AXI_GP2": 0, "CONFIG.PSU__USE__S_AXI_GP2": 1,
             "CONFIG.PSU__SAXIGP2__DATA_WIDTH": b.dram_bus_width,
@@ -124,6 +129,7 @@ def _values(board: Board, config: HardwareConfig, core: dict) -> dict:
         "period_ns": f"{1e3 / board.clock_mhz:.3f}",
         "register_base": f"0x{board.register_base:08X}",
         "register_range": REGISTER_WINDOW_BYTES, "dram_bus_width": board.dram_bus_width,
+        **_dram_link(board, config),
         "config_name": config.name, "wrapper": wrapper_mod.WRAPPER_NAME,
         "vdla_version": core["generator"]["vdla"],
         "constraints": _CONSTRAINTS[board.family.vendor].format(board_id=ident),
@@ -132,7 +138,8 @@ def _values(board: Board, config: HardwareConfig, core: dict) -> dict:
     if "ps_ip" in vendor:
         ps = _XILINX_PS[vendor["ps_ip"]]
         values["ps_rule"] = ps["rule"]
-        values["ps_config"] = " ".join(f"{k} {{{v}}}" for k, v in ps["config"](board).items())
+        values["ps_config"] = " ".join(f"{k} {{{v}}}"
+                                       for k, v in ps["config"](board, config).items())
         values["ps_external"] = ps["external"]
     if "clock_pin_mhz" in vendor:
         values["clock_pin_hz"] = int(vendor["clock_pin_mhz"] * 1e6)
@@ -141,6 +148,22 @@ def _values(board: Board, config: HardwareConfig, core: dict) -> dict:
         values.update(_platform_designer_ports(core))
     values.update({k: v for k, v in vendor.items() if k not in values})
     return values
+
+
+def _dram_link(board: Board, config: HardwareConfig) -> dict[str, str]:
+    """How the Vivado template connects the accelerator's master to the DRAM port: the
+    automation's clock options, and the link in words. A master as wide as the port
+    shares the fabric clock with it; a wider one (`Board.bridged`) reaches it through
+    the interconnect's width and clock converters, with the port on its own clock at
+    `Board.dram_port_mhz`."""
+    if not board.bridged(config):
+        return {"dram_clocks": "Clk Auto", "dram_link": f"{board.dram_bus_width} bits"}
+    fclk, port_fclk = board.vendor.get("fclk"), board.vendor.get("port_fclk")
+    return {"dram_clocks": f"Clk_master /ps/{fclk} Clk_slave /ps/{port_fclk} "
+                           f"Clk_xbar /ps/{port_fclk}",
+            "dram_link": f"a {config.dram_bus_width}-bit master bridged to the "
+                         f"{board.dram_bus_width}-bit port at {board.dram_port_mhz:g} MHz "
+                         f"from {port_fclk}"}
 
 
 def _platform_designer_ports(core: dict) -> dict[str, str]:

@@ -57,7 +57,7 @@ def confirm(record: Mapping, spec: SweepSpec, *, loaded: dict | None = None,
         if m.name not in loaded:
             loaded[m.name] = pipeline.load_model(m.name, note=None)
         target = targets.get("vdla", config=config, backend="verilator",
-                             dram=board.dram_timing(), log=log)
+                             dram=board.dram_timing(config), log=log)
         log(f"{config.name}: {m.name} on Verilator ...")
         outcome = pipeline.run_model(loaded[m.name], target)
         cycles = outcome.result.summary.get("vdla", {}).get("cycles")

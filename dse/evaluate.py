@@ -154,7 +154,7 @@ class Evaluator:
 
     def _target(self, config: HardwareConfig):
         return targets.get("vdla", config=config, backend="functional",
-                           dram=self.board.dram_timing())
+                           dram=self.board.dram_timing(config))
 
     def baseline_ops(self, name: str) -> set[str]:
         """The ops of model `name` that the board's default config runs on the accelerator."""

@@ -23,7 +23,7 @@ from typing import Any, Mapping
 
 from vdla._fileio import atomic_write
 
-__all__ = ["AluOp", "HardwareConfig", "INSN_BITS", "ISA_FIXED_WIDTHS"]
+__all__ = ["AluOp", "HardwareConfig", "INSN_BITS", "ISA_FIXED_WIDTHS", "PLATFORM_FIELDS"]
 
 #: Every instruction is one 128-bit word, fetched as such by the hardware.
 INSN_BITS = 128
@@ -126,6 +126,13 @@ class HardwareConfig:
         column of a block_out-channel pixel). The semantics are `vdla.isa.Gemm`'s.
     clock_mhz : float
         Clock frequency used to report time; does not change the hardware.
+    dram_bytes_per_cycle : float
+        Bytes a cycle the DRAM gives the accelerator each way (a multiple of 1/8 from
+        0.125 to 1024; 8, the default, is a 64-bit port at the accelerator's clock). Like
+        the clock it belongs to the platform, not the hardware (`PLATFORM_FIELDS`): it is
+        never in the name, and a board sets both (`vdla.boards.Board.apply`). The
+        compiler's timing model and schedule choosers plan with it, and the Verilator
+        backend's DRAM model defaults to it.
     """
 
     batch: int = 1
@@ -146,6 +153,7 @@ class HardwareConfig:
     gemm_dsp_limit: int = 0
     dw_taps: int = 0
     clock_mhz: float = 100.0
+    dram_bytes_per_cycle: float = 8.0
 
     # --- validation -------------------------------------------------------------------
 
@@ -200,6 +208,11 @@ class HardwareConfig:
             raise ValueError(
                 f"HardwareConfig.clock_mhz must be a positive number (at most "
                 f"{sys.float_info.max:.3g}), not {self.clock_mhz!r}")
+        bpc = self.dram_bytes_per_cycle
+        if (not isinstance(bpc, (int, float)) or isinstance(bpc, bool)
+                or not 0.125 <= bpc <= 1024 or bpc * 8 != int(bpc * 8)):
+            raise ValueError(f"HardwareConfig.dram_bytes_per_cycle must be a multiple of 1/8 "
+                             f"from 0.125 to 1024, not {bpc!r}")
         if self.uop_bits > 64:
             raise ValueError(
                 f"HardwareConfig {self._sizes()}: a micro-op needs {self.uop_bits} bits "
@@ -631,12 +644,22 @@ class HardwareConfig:
         except (ValueError, TypeError) as exc:
             raise ValueError(f"{where}: {exc}") from None
 
+    def hardware(self) -> "HardwareConfig":
+        """This config with its platform fields (`PLATFORM_FIELDS`: the clock and the
+        DRAM's bandwidth) at their defaults: the same hardware, one key for its Verilog
+        and its netlists."""
+        return dataclasses.replace(self, **{f: _DEFAULT_EXTRAS[f] for f in PLATFORM_FIELDS})
+
     def replace(self, **changes) -> "HardwareConfig":
         """A copy with some parameters changed (validated like a new config)."""
         return dataclasses.replace(self, **changes)
 
 
 _DEFAULT_EXTRAS = {f.name: f.default for f in dataclasses.fields(HardwareConfig)}
+
+#: Fields that describe the platform the hardware runs on, not the hardware: never in
+#: the name or the Verilog, set by a board (`HardwareConfig.hardware` resets them).
+PLATFORM_FIELDS = ("clock_mhz", "dram_bytes_per_cycle")
 
 #: Boolean feature fields past VTA and their short names (config name suffixes).
 FEATURE_FLAGS = {"alu_hold": "hold"}

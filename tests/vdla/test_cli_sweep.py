@@ -93,6 +93,11 @@ def test_cli_flags_make_a_sampled_sweep_without_a_file(tmp_path, capsys, search)
     assert "6 points" in stdout
 
 
+# Slow (a minute or two on two cores: Ray's actors each import vdla and load the models):
+# tests/dse/test_execute.py::test_ray_executor_gives_the_same_records runs the executor
+# the sweep uses on a local Ray instance against the local one, and the local sweep tests
+# here run the same evaluator and the same command line.
+@pytest.mark.slow
 def test_the_same_sweep_runs_on_ray(tmp_path, capsys, spec_file):
     pytest.importorskip("ray", reason="Ray is not installed: pip install 'vdla[ray]'")
     local, ray = tmp_path / "local", tmp_path / "ray"

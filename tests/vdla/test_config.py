@@ -188,6 +188,15 @@ def test_clock_is_not_part_of_the_name():
     assert HardwareConfig(clock_mhz=333.3).name == DEFAULT_NAME
 
 
+def test_the_platform_fields_are_not_the_hardware():
+    # The clock and the DRAM's bandwidth: not in the name, reset by hardware().
+    fast = HardwareConfig(clock_mhz=150, dram_bytes_per_cycle=12.5, block_out=32)
+    assert fast.name == HardwareConfig(block_out=32).name
+    assert fast.hardware() == HardwareConfig(block_out=32) != fast
+    assert HardwareConfig.from_dict(fast.to_dict()) == fast
+    assert HardwareConfig().dram_bytes_per_cycle == 8.0
+
+
 def test_default_instruction_field_widths():
     # docs/isa.md's layout table, widths only: GEMM's first 64-bit word uses 63 bits, its second 64.
     widths = HardwareConfig().insn_field_widths()
@@ -225,6 +234,8 @@ BAD_VALUES = {
     "token_queue_depth": [0, 1, -1, 1 << 20, "512", 512.0, None],
     "dram_bus_width": [0, 16, 48, 2048, -64, "64", 64.0, True],
     "clock_mhz": [0, -100, float("nan"), float("inf"), "100", True, None],
+    # eighths of a byte, 0.125 to 1024
+    "dram_bytes_per_cycle": [0, 0.1, 12.3, 2048, -8, "8", True, None, float("nan")],
 }
 
 

@@ -22,7 +22,7 @@ from vdla.cli.target_args import make_target
 from vdla.shipped import SHIPPED_DIR, load_config, resolve_config, shipped, shipped_names
 
 ROOT = Path(__file__).resolve().parents[2]
-PLUS_NAME = "1x16x32_i8w8a32_15_15_17_17-req-hold-dw3-dsp220"
+PLUS_NAME = "1x16x32_i8w8a32_15_15_17_17-req-hold-dw3-dsp220-bus128"
 VTA_PLUS_NAME = "1x16x16_i8w8a32_15_15_18_17-req-hold"
 FEATURE_OPS = {AluOp.MIN, AluOp.MAX, AluOp.ADD, AluOp.SHR, AluOp.REQ}
 
@@ -33,16 +33,19 @@ def test_pynq_z1_plus_is_the_16x32_core_with_the_features():
     assert entry.config.features == ("req", "hold", "dw3")
     assert entry.config == HardwareConfig(block_out=32, wgt_buff_size=128 * 1024,
                                           alu_ops=FEATURE_OPS, alu_hold=True,
-                                          gemm_dsp_limit=220, dw_taps=3)
+                                          gemm_dsp_limit=220, dw_taps=3, dram_bus_width=128,
+                                          dram_bytes_per_cycle=12)
     assert entry.config.gemm_lut_multipliers == 36
     assert entry.board == "pynq-z1" and entry.fits is True
+    # Its 128-bit bus is bridged to HP0 at 150 MHz: the bandwidth it states is the board's.
+    assert get_board("pynq-z1").apply(entry.config) == entry.config
     # vdla estimate of this config: every DSP48 of the xc7z020, 96% of its LUTs.
     assert entry.figures["resources"]["dsp"] == {"used": 220, "of": 220}
-    assert entry.figures["resources"]["lut"] == {"used": 51169, "of": 53200}
+    assert entry.figures["resources"]["lut"] == {"used": 50993, "of": 53200}
     runs = {run["model"]: run for run in entry.figures["runs"]}
-    assert runs["resnet18"]["cycles"] == 4972918 and runs["resnet18"]["bit_exact"]
+    assert runs["resnet18"]["cycles"] == 4412797 and runs["resnet18"]["bit_exact"]
     # The goals: ResNet-18 <= 7.6 M cycles, MobileNet-v1 <= 2.8 M.
-    assert runs["mobilenet_v1"]["cycles"] == 2374614 and runs["mobilenet_v1"]["bit_exact"]
+    assert runs["mobilenet_v1"]["cycles"] == 2084406 and runs["mobilenet_v1"]["bit_exact"]
 
 
 def test_vta_plus_is_the_default_sizes_with_req_and_hold():
@@ -65,7 +68,8 @@ def test_every_shipped_config_fits_its_board_as_recorded(name):
     entry = shipped(name)
     assert entry.description.strip() and entry.path == SHIPPED_DIR / f"{name}.json"
     board = get_board(entry.board)
-    assert board.apply(entry.config).clock_mhz == board.clock_mhz
+    # The platform it states (clock, DRAM bandwidth) is the board's.
+    assert board.apply(entry.config) == entry.config
     capacity = dataclasses.asdict(board.part.capacity)
     resources = {k: v for k, v in entry.figures["resources"].items() if k != "source"}
     assert resources and {k: v["of"] for k, v in resources.items()} == \
@@ -190,13 +194,13 @@ def test_config_list_text_and_json(capsys):
     header, row = text.splitlines()[:2]
     assert header.split() == ["name", "config", "features", "board", "fits", "figures"]
     assert row.split()[:6] == ["pynq-z1-plus", PLUS_NAME, "req,", "hold,", "dw3", "pynq-z1"]
-    assert "yes: LUT 51,169/53,200, FF 7,662/106,400, DSP 220/220, BRAM 126.5/140" in row
-    assert "resnet18 4,972,918 cycles (verilator, bit-exact, 46a2395" in row
+    assert "yes: LUT 50,993/53,200, FF 7,767/106,400, DSP 220/220, BRAM 119/140" in row
+    assert "resnet18 4,412,797 cycles (verilator, bit-exact, " in row
     assert main(["config", "list", "--json"]) == 0
     (entry,) = [e for e in json.loads(capsys.readouterr().out) if e["name"] == "pynq-z1-plus"]
     assert entry["config_name"] == PLUS_NAME and entry["features"] == ["req", "hold", "dw3"]
     assert entry["board"] == "pynq-z1" and entry["fits"] is True
-    assert entry["figures"]["runs"][0]["cycles"] == 4972918
+    assert entry["figures"]["runs"][0]["cycles"] == 4412797
     assert HardwareConfig.from_dict(entry["config"]).name == PLUS_NAME
 
 

@@ -59,7 +59,7 @@ class VdlaCommandLine:
             board = get_board(board)
             config = board.apply(config)
             if backend == "verilator":      # the board's memory, on the timed model
-                device_options["dram"] = board.dram_timing()
+                device_options["dram"] = board.dram_timing(config)
         return cls(config, backend=backend, board=board, **device_options)
 
     def describe_schedule(self, schedule: Mapping[str, Any]) -> str:
@@ -90,7 +90,7 @@ class VdlaCommandLine:
         utilization of the whole model."""
         lines = []
         if self.board is not None:
-            board, dram = self.board, self.board.dram_timing()
+            board, dram = self.board, self.board.dram_timing(self.config)
             lines.append(f"board: {board.name} ({board.part.name}) at {board.clock_mhz:g} MHz, "
                          f"DRAM {dram.bytes_per_cycle:g} bytes/cycle, {dram.read_latency}-cycle"
                          " read latency" + ("" if self.backend == "verilator"

@@ -85,9 +85,6 @@ INSN_CYCLES = 9
 #: Latency a DMA instruction adds when it cannot overlap the previous one (the DRAM
 #: model's 32-cycle read latency plus the DMA engine's own turnaround).
 DMA_CYCLES = 40
-#: The DRAM model's bandwidth in each direction, bytes per cycle (its default,
-#: `vdla.sim.verilator.DramTiming.bytes_per_cycle`; docs/tool-facts.md, the simulated DRAM).
-BYTES_PER_CYCLE = 8.0
 #: A STORE row of one out element (x_size 1: block_in > block_out, `store_activation`)
 #: is one DRAM write burst of its own: about 2.35 cycles (measured on 1x32x8 at 8 bytes a
 #: cycle: 196 such rows in 479 cycles, 196 contiguous elements in 215).

@@ -47,7 +47,7 @@ from vdla.compiler.ir.layout import parse_layout
 from vdla.compiler.ir.ops import conv_output_size
 from vdla.compiler.ir.tensor import Node
 from vdla.compiler.reference.integer import wrap32
-from vdla.compiler.targets.vdla.common import (BYTES_PER_CYCLE, DMA_CYCLES, INSN_CYCLES,
+from vdla.compiler.targets.vdla.common import (DMA_CYCLES, INSN_CYCLES,
                                                ITER_MAX, PAD_ELEM_CYCLES, PAD_MAX, ceil_div,
                                                check_tile_sizes, gemm_bias_limit, inp_group,
                                                out_group,
@@ -758,7 +758,7 @@ def _channel_tilings(layer: Conv2dLayer, s: Conv2dSchedule) -> tuple[list, int, 
 def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: HardwareConfig, *,
                     alu_passes: tuple[int, int] | None = None,
                     residual_passes: tuple[int, int] | None = None,
-                    bytes_per_cycle: float = BYTES_PER_CYCLE) -> Conv2dEstimate:
+                    bytes_per_cycle: float | None = None) -> Conv2dEstimate:
     """Predict the cycles of `layer` lowered with `schedule` on `config`.
 
     `alu_passes` = (passes with an immediate, passes with a vector operand) of the
@@ -767,10 +767,11 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
     bias GEMM adds it). The residual's
     passes are counted from `layer.has_residual` (int8 loads widened on the GEMM core, or
     a LOAD ACC; then `residual_passes`, the residual's requantization as (immediate,
-    vector) passes, default a shift; then an ADD)."""
+    vector) passes, default a shift; then an ADD). `bytes_per_cycle`: the DRAM's each
+    way, default the config's `dram_bytes_per_cycle`."""
     s = schedule.clamped(layer)
     c = config
-    bw = float(bytes_per_cycle)
+    bw = float(bytes_per_cycle or config.dram_bytes_per_cycle)
     if alu_passes is None:   # a shift, the clamp (MAX, MIN or REQ's), a bias ADD row
         alu_passes = ((1 if AluOp.REQ in config.alu_ops else 3), 0 if layer.bias_gemm else 1)
     imm, vec = alu_passes

@@ -76,7 +76,7 @@ import numpy as np
 
 from vdla.compiler.ir.graph import Graph
 from vdla.compiler.ir.tensor import Node
-from vdla.compiler.targets.vdla.common import (BYTES_PER_CYCLE, DMA_CYCLES, INSN_CYCLES,
+from vdla.compiler.targets.vdla.common import (DMA_CYCLES, INSN_CYCLES,
                                                PerChannelBlocks, ITER_MAX, IdentityTables,
                                                KernelTable, ceil_div, check_array,
                                                pack_activation, store_activation, store_cycles,
@@ -557,15 +557,16 @@ def _emit(L: ElementwiseLayer, s: ElementwiseSchedule, c: HardwareConfig, u: Ele
 
 def estimate_elementwise(layer: ElementwiseLayer, schedule: ElementwiseSchedule,
                          config: HardwareConfig, *,
-                         bytes_per_cycle: float = BYTES_PER_CYCLE) -> int:
+                         bytes_per_cycle: float | None = None) -> int:
     """Predicted cycles of `layer` lowered with `schedule` on `config`. Tiles alternate
     between two input and two output regions, so while the compute module works on a
     tile the next tile's loads and the previous tile's stores run: a tile costs the
-    longest of its loads (the operands' bytes at `bytes_per_cycle`), its compute
+    longest of its loads (the operands' bytes at `bytes_per_cycle`, default the config's
+    `dram_bytes_per_cycle`), its compute
     (`ElementwiseLayer.entry_cycles` per acc entry, plus `INSN_CYCLES` per instruction)
     and its stores; the first tile's loads and the last one's stores do not overlap."""
     s = schedule.clamped(layer)
-    c, bw = config, float(bytes_per_cycle)
+    c, bw = config, float(bytes_per_cycle or config.dram_bytes_per_cycle)
     per_entry, insns = layer.entry_cycles(), layer.instructions()
     cycles = first = last = 0.0
     for tp, npix in tile_split(layer.pixels, s.tile_p):

@@ -19,7 +19,6 @@ import dataclasses
 from typing import Any, Mapping
 
 from vdla.compiler.ir.graph import Graph
-from vdla.compiler.targets.vdla.common import BYTES_PER_CYCLE
 from vdla.compiler.targets.vdla.conv_layer import (Conv2dLayer, alu_passes, choose_conv2d,
                                                    conv2d_workload, estimate_conv2d,
                                                    residual_passes)
@@ -63,12 +62,13 @@ def estimate_graph(graph: Graph, target, *, schedules: Mapping[str, Any] | None 
 
     schedules : node name -> schedule to estimate instead of the default chooser's
     bytes_per_cycle : the DRAM bandwidth per direction; default: the target's DRAM model
-        (``device_options["dram"]``), else `BYTES_PER_CYCLE`
+        (``device_options["dram"]``), else the config's `dram_bytes_per_cycle`
     """
     config: HardwareConfig = target.config
     if bytes_per_cycle is None:
         dram = target.device_options.get("dram")
-        bytes_per_cycle = BYTES_PER_CYCLE if dram is None else float(dram.bytes_per_cycle)
+        bytes_per_cycle = (config.dram_bytes_per_cycle if dram is None
+                           else float(dram.bytes_per_cycle))
     schedules = dict(schedules or {})
     out = []
     for node in graph.nodes():

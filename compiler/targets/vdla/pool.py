@@ -68,7 +68,7 @@ import numpy as np
 
 from vdla.compiler.ir.graph import Graph
 from vdla.compiler.ir.tensor import Node
-from vdla.compiler.targets.vdla.common import (BYTES_PER_CYCLE, DMA_CYCLES, INSN_CYCLES,
+from vdla.compiler.targets.vdla.common import (DMA_CYCLES, INSN_CYCLES,
                                                PerChannelBlocks, ITER_MAX, PAD_MAX,
                                                IdentityTables, KernelTable, activation_dma,
                                                ceil_div, check_array, check_tile_sizes,
@@ -400,7 +400,7 @@ TILE_SYNC = 6
 
 
 def estimate_pool2d(layer: Pool2dLayer, schedule: Pool2dSchedule, config: HardwareConfig, *,
-                    bytes_per_cycle: float = BYTES_PER_CYCLE) -> int:
+                    bytes_per_cycle: float | None = None) -> int:
     """Predicted cycles of `layer` (a `Pool2dLayer`) lowered with `schedule` (a
     `Pool2dSchedule`, see `vdla.compiler.targets.vdla.pool`). Tiles alternate between two
     input and two output regions, so while the compute module works on a tile the next
@@ -409,9 +409,10 @@ def estimate_pool2d(layer: Pool2dLayer, schedule: Pool2dSchedule, config: Hardwa
     from module to module; before them the tables load (the constant rows on the compute
     module: a LOAD ACC). (Within 2% of Verilator on ResNet-18's max pool and on global
     average pools of 512 to 2048 channels; see `bench/pools.py` and
-    `bench/model_layers.py`.)"""
+    `bench/model_layers.py`.) `bytes_per_cycle`: the DRAM's, default the config's
+    `dram_bytes_per_cycle`."""
     s = schedule.clamped(layer)
-    c, bw = config, float(bytes_per_cycle)
+    c, bw = config, float(bytes_per_cycle or config.dram_bytes_per_cycle)
     imm_steps, vec_steps = layer.imm_passes, layer.vec_passes
     tables = (layer.const_rows * layer.blocks * c.acc_elem_bytes
               + layer.ratio * c.wgt_elem_bytes) / bw + 3 * DMA_CYCLES

@@ -61,6 +61,21 @@ def test_chooser_prefers_two_threads_where_loads_are_long_and_raises_when_nothin
         choose_conv2d(layer, tiny)
 
 
+def test_the_model_and_the_chooser_plan_with_the_configs_dram_bandwidth():
+    # C11 on 512 MACs streams 10.4 weight bytes per cycle of GEMM work: the DRAM limits.
+    narrow = vdla.HardwareConfig(block_out=32, wgt_buff_size=128 * 1024)
+    wide = narrow.replace(dram_bus_width=128, dram_bytes_per_cycle=12.0)
+    _, _, layer = layer_of(RESNET18["C11"], narrow)
+    s = choose_conv2d(layer, narrow)
+    assert (estimate_conv2d(layer, s, wide).cycles
+            == estimate_conv2d(layer, s, narrow, bytes_per_cycle=12).cycles
+            < estimate_conv2d(layer, s, narrow).cycles)
+    best = estimate_conv2d(layer, choose_conv2d(layer, wide), wide).cycles
+    assert best <= estimate_conv2d(layer, s, wide).cycles
+    slow = estimate_conv2d(layer, s, narrow).cycles
+    assert layer.macs / (best * 512) > 0.9 > layer.macs / (slow * 512)
+
+
 @pytest.mark.parametrize("workload, schedule, tolerance", [
     (ConvWorkload(14, 14, 64, 64, 3, 1, 1), Conv2dSchedule(7, 14, 2, 2, oc_nthread=2), 0.05),
     (ConvWorkload(14, 14, 64, 64, 3, 1, 1), Conv2dSchedule(7, 14, 4, 4), 0.05),
