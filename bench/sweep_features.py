@@ -1,6 +1,6 @@
 """The pynq-z1 design space with the features past VTA as dimensions: ResNet-18 and
 MobileNet-v1, each a ``vdla sweep`` over the GEMM core's shape, the weight and
-accumulator buffers, the ALU's REQ, alu_hold, the GEMM core's DSP limit and its depthwise
+accumulator buffers, the DRAM bus's width, the ALU's REQ, alu_hold, the GEMM core's DSP limit and its depthwise
 window, then the Pareto fronts of latency against LUTs with and without the features in
 one plot.
 
@@ -40,14 +40,18 @@ from vdla.dse.resources import feature_terms  # noqa: E402
 BASE_OPS = ["MIN", "MAX", "ADD", "SHR"]
 #: The pynq-z1's part's LUTs (the plot's right edge).
 XC7Z020_LUTS = 53_200
-#: The grid: every (block_in, block_out) from 8 to 32, two sizes of each large buffer,
-#: and every feature past VTA (REQ, hold, the DSP limit of the xc7z020's 220 DSP48s, a
+#: The grid: every (block_in, block_out) from 8 to 32, two sizes of the acc buffer (the
+#: wgt buffer at 128 KiB: 256 KiB was within 0.5% of its cycles on every front point of
+#: an earlier run with both, at commit 702fe43, and the same block RAM), the DRAM bus at the HP port's width and at twice it (bridged to the port at 150 MHz:
+#: 12 bytes a cycle instead of 8; either front may take it, it is VTA's parameter), and
+#: every feature past VTA (REQ, hold, the DSP limit of the xc7z020's 220 DSP48s, a
 #: three-tap depthwise window where block_out is a multiple of block_in).
 PARAMETERS = {
     "block_in": [8, 16, 32],
     "block_out": [8, 16, 32],
-    "wgt_buff_size": ["128K", "256K"],
+    "wgt_buff_size": ["128K"],
     "acc_buff_size": ["64K", "128K"],
+    "dram_bus_width": [64, 128],
     "alu_ops": [BASE_OPS, BASE_OPS + ["REQ"]],
     "alu_hold": [False, True],
     "gemm_dsp_limit": [0, 220],

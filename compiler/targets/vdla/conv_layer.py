@@ -791,6 +791,7 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
     paired = 0          # two threads: per chunk, the longer of loads and GEMMs
     first_load = last_store = first_compute = 0
     tiles, lone = 0, 0.0     # tiles in all; what the last one adds running alone
+    drain = 0.0              # two threads: from the last load's end to the last store's
     for th, nh in tile_split(layer.out_h, s.tile_h):
         rows = window_rows(layer, th)
         for tw, nw in tile_split(layer.out_w, s.tile_w):
@@ -835,6 +836,9 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
                 tiles += m
                 # The last tile in program order is an edge tile of every axis.
                 lone = tile_serial - tile_paired
+                if threads == 2:
+                    drain = _pair_run(tile_chunks, tile_gemm / tile_chunks,
+                                      tile_load / tile_chunks, epi, st, pairs=2)[1]
                 first_load = max(first_load, tile_load / tile_chunks)
                 first_compute = max(first_compute, tile_gemm + epi)
                 last_store = max(last_store, st)
@@ -858,16 +862,13 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
                                         table_compute + region_resets - first_load)
     else:
         # The busiest module bounds the time; chunk pairs add the waits of a thread whose
-        # loads take longer than the other's GEMM.
-        # Weight switches stall the compute module (a thread waits for its new
-        # weights): they add to its time, not to the load module's, which already
-        # counts every weight load (`once`). So a load-bound layer pays none (MobileNet-
-        # v1's features.3.dw on the 1x16x32 window: 60,545 cycles on Verilator, 62,785
-        # with the switches added on top of the loads).
+        # loads take longer than the other's GEMM; weight switches stall the compute
+        # module only (`_weight_switches`); a load-bound layer ends with its drain.
         switches = (_weight_switches(layer, s, tilings, once, c, bw, first_load,
                                      first_compute) if weight_reuse else 0.0)
         cycles = (max(paired + switches, load - table_load, store) + last_store
                   + max(table_load + first_load, table_compute + region_resets))
+        cycles = max(cycles, load + drain)
         if tiles % 2:
             # An odd tile count leaves the last group one thread: its loads and GEMMs
             # take turns.
@@ -893,6 +894,13 @@ def _tile_paired(layer: Conv2dLayer, chunk_pairs: float, first: tuple[float, flo
 
 def _pair_period(chunks: int, gemm: float, load: float, epilogue: float, store: float,
                  pairs: int = 4) -> float:
+    """The steady-state cycles of a pair of tiles of two threads (`_pair_run`)."""
+    ends = _pair_run(chunks, gemm, load, epilogue, store, pairs)[0]
+    return ends[-1] - ends[-2]
+
+
+def _pair_run(chunks: int, gemm: float, load: float, epilogue: float, store: float,
+              pairs: int = 4) -> tuple[list[float], float]:
     """The steady-state cycles of a pair of tiles (one per thread) of two threads that
     take turns chunk by chunk, from their dependencies, module by module in program
     order: a chunk's loads wait for the thread's previous chunk's GEMMs (its buffer) and
@@ -908,7 +916,15 @@ def _pair_period(chunks: int, gemm: float, load: float, epilogue: float, store: 
     what this exceeds `_tile_paired` by to the pairs after the first of a tile class
     with four pairs or more: fewer are mostly their start and end, which the first
     loads and the last stores model (ResNet-18's layer4.0.downsample on 1x16x16, two
-    pairs: 60,054 cycles on Verilator, 61,641 without the term, 62,782 with it)."""
+    pairs: 60,054 cycles on Verilator, 61,641 without the term, 62,782 with it).
+    Returns each pair's end on the compute module, and the *drain*: from the last load's
+    end to the last store's. A load-bound layer ends that long after its loads: the
+    compute module still has the last pair's GEMMs and epilogues in program order, then
+    the stores come (on a 1x16x32 core at 12 bytes a cycle, ResNet-18's
+    layer4.0.downsample with its residual fused ends 3,849 cycles after its last chunk's
+    GEMM starts, both threads' epilogues, 1,213 cycles each, after it; the model's tail
+    had been the first load and the last store, 1,468: 33,044 cycles against
+    Verilator's 35,501, now 36,002)."""
     compute = loads = stores = 0.0
     stored = [0.0, 0.0]       # each thread's last store's end
     computed = [0.0, 0.0]     # each thread's last chunk's end (its buffers free)
@@ -923,7 +939,7 @@ def _pair_period(chunks: int, gemm: float, load: float, epilogue: float, store: 
                     compute += epilogue
                     stores = stored[t] = max(stores, compute) + store
         ends.append(compute)
-    return ends[-1] - ends[-2]
+    return ends, stores - loads
 
 
 def _weight_switches(layer: Conv2dLayer, s: Conv2dSchedule, tilings, once: float,
@@ -931,7 +947,12 @@ def _weight_switches(layer: Conv2dLayer, s: Conv2dSchedule, tilings, once: float
                      tile_compute: float) -> float:
     """Two threads that load each weight block once: what their weight loads add to the
     busiest module's time. `once` is every weight load; `first_load` and `tile_compute`
-    a tile's first loads and its compute (the most of each over the layer's tiles)."""
+    a tile's first loads and its compute (the most of each over the layer's tiles).
+    Weight switches stall the compute module (a thread waits for its new weights): they
+    add to its time, not to the load module's, which already counts every weight load
+    (`once`). So a load-bound layer pays none (MobileNet-v1's features.3.dw on the 1x16x32
+    window: 60,545 cycles on Verilator, 62,785 with the switches added on top of the
+    loads)."""
     first_gap = first_load - tile_compute
     if s.h_nthread > 1:
         # Threads over rows switch output-channel tiles together, each loading its own
