@@ -115,6 +115,21 @@ def test_dram_timing_changes_cycles_not_results():
     assert seen["fast"] < seen["default"] < seen["slow"], seen
 
 
+def test_the_default_dram_has_the_configs_bandwidth():
+    # The compiler plans with the config's dram_bytes_per_cycle: Verilator's DRAM model
+    # defaults to it (the same Verilog: the model build is shared).
+    a, b = gemm_operands(32, 32, 64, seed=5)
+    seen = {}
+    for bpc in (8.0, 1.0):
+        config = CFG.replace(dram_bytes_per_cycle=bpc)
+        with vdla.runtime.open(config, backend="verilator", dram_size=DRAM) as d:
+            assert d.simulator.validator.bytes_per_cycle == bpc
+            out, stats, _ = blocked_gemm(d, a, b, shift=6, virtual_threads=1)
+        np.testing.assert_array_equal(out, blocked_gemm_reference(a, b, 6))
+        seen[bpc] = stats["cycles"]
+    assert seen[1.0] > seen[8.0], seen
+
+
 @pytest.mark.parametrize("field, value, allowed", [
     ("read_latency", 0, "from 1"), ("max_reads", 1.5, "integer"),
     ("bytes_per_cycle", 0, "from 0.125"), ("write_latency", True, "integer")])

@@ -406,16 +406,23 @@ def estimate_pool2d(layer: Pool2dLayer, schedule: Pool2dSchedule, config: Hardwa
     input and two output regions, so while the compute module works on a tile the next
     tile's window loads and the previous tile's stores run: a tile costs the longest of
     its loads, its compute and its stores, plus `TILE_SYNC` for the tokens that hand it
-    from module to module; before them the tables load (the constant rows on the compute
-    module: a LOAD ACC). (Within 2% of Verilator on ResNet-18's max pool and on global
+    from module to module; before them the tables load (the micro-ops and the constant
+    rows on the compute module, the identity blocks on the load module, sharing the DRAM
+    with the first window's loads). (Within 2% of Verilator on ResNet-18's max pool and on global
     average pools of 512 to 2048 channels; see `bench/pools.py` and
     `bench/model_layers.py`.) `bytes_per_cycle`: the DRAM's, default the config's
     `dram_bytes_per_cycle`."""
     s = schedule.clamped(layer)
     c, bw = config, float(bytes_per_cycle or config.dram_bytes_per_cycle)
     imm_steps, vec_steps = layer.imm_passes, layer.vec_passes
+    # The micro-op table counts, at about a micro-op a cycle however wide the bus, and
+    # the first window's loads wait behind it on the DRAM: a global pool on a 1x16x8 core
+    # has 395 micro-ops (the 49 taps of 4 output blocks, in two regions), and its LOAD
+    # UOP took 614 cycles on Verilator, the first LOAD INP beside it 620 instead of 133
+    # (ResNet-18's: 5,447 cycles; the model said 4,924 without the table, 5,319 with it).
     tables = (layer.const_rows * layer.blocks * c.acc_elem_bytes
-              + layer.ratio * c.wgt_elem_bytes) / bw + 3 * DMA_CYCLES
+              + layer.ratio * c.wgt_elem_bytes) / bw + 3 * DMA_CYCLES \
+        + _uop_count(layer, s, c)
     cycles = first = 0.0
     for th, nh in tile_split(layer.out_h, s.tile_h):
         rows = (th - 1) * layer.stride_h + layer.kernel_h
@@ -442,6 +449,13 @@ def estimate_pool2d(layer: Pool2dLayer, schedule: Pool2dSchedule, config: Hardwa
                 cycles += m * (max(load, compute, store) + TILE_SYNC)
                 first = max(first, load)
     return int(math.ceil(tables + first + cycles))
+
+
+@functools.lru_cache(maxsize=1024)
+def _uop_count(layer: Pool2dLayer, schedule: Pool2dSchedule, config: HardwareConfig) -> int:
+    """The micro-ops of `layer`'s table with `schedule` (`PoolUops`; it walks every tile,
+    so the chooser's candidates are counted once each)."""
+    return len(PoolUops(layer, schedule, config).uops)
 
 
 @functools.lru_cache(maxsize=256)
