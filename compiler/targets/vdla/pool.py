@@ -415,14 +415,16 @@ def estimate_pool2d(layer: Pool2dLayer, schedule: Pool2dSchedule, config: Hardwa
     s = schedule.clamped(layer)
     c, bw = config, float(bytes_per_cycle or config.dram_bytes_per_cycle)
     imm_steps, vec_steps = layer.imm_passes, layer.vec_passes
-    # The micro-op table counts, at about a micro-op a cycle however wide the bus, and
-    # the first window's loads wait behind it on the DRAM: a global pool on a 1x16x8 core
-    # has 395 micro-ops (the 49 taps of 4 output blocks, in two regions), and its LOAD
-    # UOP took 614 cycles on Verilator, the first LOAD INP beside it 620 instead of 133
-    # (ResNet-18's: 5,447 cycles; the model said 4,924 without the table, 5,319 with it).
+    # The micro-op table counts, and the first window's loads wait behind it on the
+    # DRAM: a global pool on a 1x16x8 core (64-bit bus) has 395 micro-ops (the 49 taps
+    # of 4 output blocks, in two regions), its LOAD UOP took 614 cycles on Verilator and
+    # the first LOAD INP beside it 620 instead of 133. Fitted to two configs: what the
+    # table delays is twice its bytes over the bus's width (ResNet-18's global pool on
+    # that core: 5,447 cycles, the model 4,924 without the term, 5,319 with it; on the
+    # 1x16x32 core with a 128-bit bus, 199 micro-ops: 3,281 cycles, 3,203 and 3,303).
     tables = (layer.const_rows * layer.blocks * c.acc_elem_bytes
               + layer.ratio * c.wgt_elem_bytes) / bw + 3 * DMA_CYCLES \
-        + _uop_count(layer, s, c)
+        + 2 * _uop_count(layer, s, c) * c.uop_bytes / (c.dram_bus_width // 8)
     cycles = first = 0.0
     for th, nh in tile_split(layer.out_h, s.tile_h):
         rows = (th - 1) * layer.stride_h + layer.kernel_h
