@@ -51,6 +51,9 @@ VALUES = {
     "gemm_dsp_limit": st.one_of(st.integers(-2, 1 << 10), st.booleans()),
     "dw_taps": st.one_of(st.sampled_from([0, 0, 2, 3, 4, 8]), st.integers(-1, 20), st.booleans()),
     "clock_mhz": st.one_of(st.floats(), st.integers(-5, 1 << 1100)),
+    # eighths of a byte mostly, and any float
+    "dram_bytes_per_cycle": st.one_of(st.integers(0, 8200).map(lambda e: e / 8), st.floats(),
+                                      st.integers(-5, 2000)),
 }
 #: VTA's keys: log2 of each size.
 VTA_KEYS = ("LOG_INP_WIDTH", "LOG_WGT_WIDTH", "LOG_ACC_WIDTH", "LOG_BATCH", "LOG_BLOCK",
