@@ -1,7 +1,7 @@
 """The pynq-z1 design space with the features past VTA as dimensions: ResNet-18 and
-MobileNet-v1, each a ``vdla sweep`` over the GEMM core's shape, the weight and
-accumulator buffers, the DRAM bus's width, the ALU's REQ, alu_hold, the GEMM core's DSP limit and its depthwise
-window, then the Pareto fronts of latency against LUTs with and without the features in
+MobileNet-v1, each a ``vdla sweep`` over the GEMM core's shape, the accumulator buffer,
+the DRAM bus's width, the ALU's REQ, alu_hold, the GEMM core's DSP limit and its
+depthwise window, then the Pareto fronts of latency against LUTs with and without the features in
 one plot.
 
     python bench/sweep_features.py [--out bench-sweep-features] [--jobs 2]
@@ -42,8 +42,9 @@ BASE_OPS = ["MIN", "MAX", "ADD", "SHR"]
 XC7Z020_LUTS = 53_200
 #: The grid: every (block_in, block_out) from 8 to 32, two sizes of the acc buffer (the
 #: wgt buffer at 128 KiB: 256 KiB was within 0.5% of its cycles on every front point of
-#: an earlier run with both, at commit 702fe43, and the same block RAM), the DRAM bus at the HP port's width and at twice it (bridged to the port at 150 MHz:
-#: 12 bytes a cycle instead of 8; either front may take it, it is VTA's parameter), and
+#: an earlier run with both, at commit 702fe43, and the same block RAM), the DRAM bus at
+#: the HP port's width and at twice it (bridged to the port at 150 MHz: 12 bytes a cycle
+#: instead of 8; either front may take it, it is VTA's parameter), and
 #: every feature past VTA (REQ, hold, the DSP limit of the xc7z020's 220 DSP48s, a
 #: three-tap depthwise window where block_out is a multiple of block_in).
 PARAMETERS = {

@@ -152,10 +152,10 @@ class Board:
         if self.register_base % REGISTER_WINDOW_BYTES:
             raise ValueError(f"board {self.name}: register_base {self.register_base:#x} is not "
                              f"aligned to the {REGISTER_WINDOW_BYTES}-byte window")
-        # The default config is checked like any other and reports time at the board's clock.
         if self.dram_port_mhz is not None and not self.dram_port_mhz > self.clock_mhz:
             raise ValueError(f"board {self.name}: dram_port_mhz {self.dram_port_mhz!r} must "
                              f"be above the clock ({self.clock_mhz:g} MHz), or None")
+        # The default config is checked like any other and reports time at the board's clock.
         object.__setattr__(self, "config", self.apply(self.config))
 
     @property
@@ -164,8 +164,8 @@ class Board:
 
     def apply(self, config: HardwareConfig | None) -> HardwareConfig:
         """`config` (the board's default when None) on this board: its clock becomes the
-        board's and its `dram_bytes_per_cycle` what the board's DRAM gives it
-        (`dram_bytes_per_cycle`). Its DRAM bus must be the board's port width (the wrapper
+        board's and its `dram_bytes_per_cycle` what the board's DRAM gives it (the method
+        `dram_bytes_per_cycle`). Its DRAM bus must be the board's port width (the wrapper
         wires the master straight to that port), or, where the port has its own faster
         clock (`dram_port_mhz`), any wider bus (`bridged`: the project puts a width and
         clock converter between them)."""

@@ -791,7 +791,7 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
     paired = 0          # two threads: per chunk, the longer of loads and GEMMs
     first_load = last_store = first_compute = 0
     tiles, lone = 0, 0.0     # tiles in all; what the last one adds running alone
-    drain = 0.0              # two threads: from the last load's end to the last store's
+    last = None              # the last tile class: (chunks, GEMM, loads, epilogue, stores)
     for th, nh in tile_split(layer.out_h, s.tile_h):
         rows = window_rows(layer, th)
         for tw, nw in tile_split(layer.out_w, s.tile_w):
@@ -836,9 +836,7 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
                 tiles += m
                 # The last tile in program order is an edge tile of every axis.
                 lone = tile_serial - tile_paired
-                if threads == 2:
-                    drain = _pair_run(tile_chunks, tile_gemm / tile_chunks,
-                                      tile_load / tile_chunks, epi, st, pairs=2)[1]
+                last = (tile_chunks, tile_gemm / tile_chunks, tile_load / tile_chunks, epi, st)
                 first_load = max(first_load, tile_load / tile_chunks)
                 first_compute = max(first_compute, tile_gemm + epi)
                 last_store = max(last_store, st)
@@ -868,7 +866,8 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
                                      first_compute) if weight_reuse else 0.0)
         cycles = (max(paired + switches, load - table_load, store) + last_store
                   + max(table_load + first_load, table_compute + region_resets))
-        cycles = max(cycles, load + drain)
+        # From the last load's end to the last store's (`_pair_run`), of the last tiles.
+        cycles = max(cycles, load + _pair_run(*last, pairs=2)[1])
         if tiles % 2:
             # An odd tile count leaves the last group one thread: its loads and GEMMs
             # take turns.

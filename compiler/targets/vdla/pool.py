@@ -408,8 +408,8 @@ def estimate_pool2d(layer: Pool2dLayer, schedule: Pool2dSchedule, config: Hardwa
     its loads, its compute and its stores, plus `TILE_SYNC` for the tokens that hand it
     from module to module; before them the tables load (the micro-ops and the constant
     rows on the compute module, the identity blocks on the load module, sharing the DRAM
-    with the first window's loads). (Within 2% of Verilator on ResNet-18's max pool and on global
-    average pools of 512 to 2048 channels; see `bench/pools.py` and
+    with the first window's loads). (Within 2% of Verilator on ResNet-18's max pool and on
+    global average pools of 512 to 2048 channels; see `bench/pools.py` and
     `bench/model_layers.py`.) `bytes_per_cycle`: the DRAM's, default the config's
     `dram_bytes_per_cycle`."""
     s = schedule.clamped(layer)
