@@ -12,9 +12,11 @@ on yosys; `vdla.dse.resources`), and only points that fit the xc7z020 count. A p
 *without features* when it is VTA's ISA and hardware (no REQ, no hold, every multiplier
 a DSP, no depthwise window). Prints, per model, both fronts (the best point of each at the most LUTs it may
 use) and writes ``OUT/<model>/`` (the sweep's own reports, its printed table in
-``sweep.txt``) and ``OUT/fronts.png``.
-Confirmation runs (Verilator and yosys) of front points are ``vdla sweep --confirm``'s
-job; the shipped configs (``vdla config list``) carry the ones that were run.
+``sweep.txt``), ``OUT/fronts.png`` and ``OUT/fronts.json`` (both fronts of each model,
+every point with its config, for ``bench/front_timing.py``).
+Confirmation runs of front points: ``bench/front_timing.py`` runs the timing model
+against Verilator on every feature combination of the fronts; ``vdla sweep --confirm``
+adds yosys; the shipped configs (``vdla config list``) carry the ones that were run.
 """
 
 from __future__ import annotations
@@ -161,6 +163,12 @@ def main(argv=None) -> int:
     for i, result in enumerate(results):
         print(("\n" if i else "") + "\n".join(report(result)))
     plot(results, args.out / "fronts.png")
+    fronts = {r["model"]: {kind: [{key: p[key] for key in ("config_name", "config", "objectives")}
+                                  for p in r[kind]] for kind in ("with", "without")}
+              for r in results}
+    atomic_write(args.out / "fronts.json", json.dumps(
+        {"board": "pynq-z1", "command": "python3 bench/sweep_features.py", "fronts": fronts},
+        indent=1).encode() + b"\n")
     print(f"wrote {args.out / 'fronts.png'} ({time.perf_counter() - start:.0f} s)")
     return 0
 

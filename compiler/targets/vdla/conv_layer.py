@@ -790,6 +790,7 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
     serial = 0          # one thread: the time of the modules taking turns
     paired = 0          # two threads: per chunk, the longer of loads and GEMMs
     first_load = last_store = first_compute = 0
+    head_load = last_paired = None   # the first tile's first loads, the last tile's time
     tiles, lone = 0, 0.0     # tiles in all; what the last one adds running alone
     last = None              # the last tile class: (chunks, GEMM, loads, epilogue, stores)
     for th, nh in tile_split(layer.out_h, s.tile_h):
@@ -836,8 +837,10 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
                 tiles += m
                 # The last tile in program order is an edge tile of every axis.
                 lone = tile_serial - tile_paired
+                last_paired = tile_paired
                 last = (tile_chunks, tile_gemm / tile_chunks, tile_load / tile_chunks, epi, st)
                 first_load = max(first_load, tile_load / tile_chunks)
+                head_load = first[0] if head_load is None else head_load
                 first_compute = max(first_compute, tile_gemm + epi)
                 last_store = max(last_store, st)
     once = 0.0
@@ -863,7 +866,8 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
         # loads take longer than the other's GEMM; weight switches stall the compute
         # module only (`_weight_switches`); a load-bound layer ends with its drain.
         switches = (_weight_switches(layer, s, tilings, once, c, bw, first_load,
-                                     first_compute) if weight_reuse else 0.0)
+                                     first_compute, (head_load, last_paired))
+                    if weight_reuse else 0.0)
         cycles = (max(paired + switches, load - table_load, store) + last_store
                   + max(table_load + first_load, table_compute + region_resets))
         # From the last load's end to the last store's (`_pair_run`), of the last tiles.
@@ -943,10 +947,12 @@ def _pair_run(chunks: int, gemm: float, load: float, epilogue: float, store: flo
 
 def _weight_switches(layer: Conv2dLayer, s: Conv2dSchedule, tilings, once: float,
                      c: HardwareConfig, bw: float, first_load: float,
-                     tile_compute: float) -> float:
+                     tile_compute: float, edges: tuple[float, float]) -> float:
     """Two threads that load each weight block once: what their weight loads add to the
     busiest module's time. `once` is every weight load; `first_load` and `tile_compute`
-    a tile's first loads and its compute (the most of each over the layer's tiles).
+    a tile's first loads and its compute (the most of each over the layer's tiles);
+    `edges` the first tile's first loads and the last tile's time with two threads
+    (`_tile_paired`).
     Weight switches stall the compute module (a thread waits for its new weights): they
     add to its time, not to the load module's, which already counts every weight load
     (`once`). So a load-bound layer pays none (MobileNet-v1's features.3.dw on the 1x16x32
@@ -955,16 +961,20 @@ def _weight_switches(layer: Conv2dLayer, s: Conv2dSchedule, tilings, once: float
     first_gap = first_load - tile_compute
     if s.h_nthread > 1:
         # Threads over rows switch output-channel tiles together, each loading its own
-        # copy of the tile's weights: the first copy while the other thread computes its
-        # last tile of the previous output-channel tile (at the start, while the compute
-        # module waits), the second (and its first inputs) while the first thread's first
-        # tile computes.
+        # copy of the tile's weights. The first copy and the first thread's first inputs
+        # load while the other thread computes the last tile of the previous
+        # output-channel tile, a bottom edge tile that may be short (at the start, while
+        # the compute module waits); the second copy and its first inputs while the first
+        # thread's first tile computes. MobileNet-v1's features.3.dw on pynq-z1-plus
+        # (three rows a tile, the last tile one row): the compute module waits 694
+        # cycles at each switch on Verilator, 1,221 of loads against 529 of compute.
+        head_load, last_paired = edges
         taps = layer.wgt_taps
         total, started = 0.0, False
         for tco, nco, chunks in tilings:
             w = tco * chunks[0][0] * taps * c.wgt_elem_bytes / bw + DMA_CYCLES
             for _ in range(nco * layer.batch_blocks):
-                total += (max(0.0, w - tile_compute) if started else w) \
+                total += (max(0.0, w + head_load - last_paired) if started else w) \
                     + max(0.0, w + first_gap)
                 started = True
         return total
