@@ -23,13 +23,17 @@ was run for. A part is looked up through the boards that use it (`family_of`).
   records the tools' versions). On the ECP5 they are nextpnr's packed counts, as
   ``vdla estimate`` reports them for a design that fits.
 * **Features past VTA** (`feature_terms`: the ALU's REQ, per ALU lane; ``alu_hold``, a
-  constant; LUT-built multiplier pairs; the depthwise window, per lane and tap) add LUT and FF terms fitted to what each adds in the calibration data: every
-  calibration config with features is paired with the same config without them, and the
-  terms are fitted by non-negative least squares to the differences, so the base
-  model's error at that config does not leak into a feature's price and the base
-  coefficients stay those of the configs without features. A family whose calibration
-  has no config with a feature cannot price it: `ResourceModel.predict` refuses such a
-  config, naming the command that calibrates it (`ResourceModel.unpriced`).
+  constant; LUT-built multiplier pairs; the depthwise window, per lane and tap) add LUT
+  and FF terms fitted to what each adds in the calibration data: every calibration
+  config with features is paired with the same config without them, and the terms are
+  fitted by non-negative least squares to the differences, so the base model's error at
+  that config does not leak into a feature's price and the base coefficients stay those
+  of the configs without features. A family whose calibration has no config with a
+  feature cannot price it: `ResourceModel.predict` refuses such a config, naming the
+  command that calibrates it (`ResourceModel.unpriced`).
+* **A DRAM bus other than the port's** (a wider bus bridged to the port, `Board.apply`)
+  is priced the same way, per bit (``wide_bus``, `bus_pairs`): the base terms are fitted
+  to the configs on the family's board's bus (`ResourceModel.bus_width`).
 
 The errors of the fit on its own data are kept with the model (`fit_errors`), and the
 sweep's confirmation step reports the error on the points it synthesizes.
@@ -51,7 +55,8 @@ from vdla.config import AluOp, HardwareConfig
 from vdla.dse.resource_rules import (XILINX_BRAM, DspCells, gemm_multipliers, memories,
                                      mul_lanes, rules_for)
 
-__all__ = ["CALIBRATION_DIR", "MIN_POINTS", "ResourceModel", "bram_tiles", "calibrated_families",
+__all__ = ["CALIBRATION_DIR", "MIN_POINTS", "ResourceModel", "bram_tiles", "bus_pairs",
+           "calibrated_families",
            "calibrated_parts", "calibration_path", "counted_bram", "family_of", "feature_pairs",
            "feature_terms", "features", "gemm_dsps", "without_features"]
 
@@ -149,6 +154,35 @@ def feature_pairs(points: Mapping[str, Mapping]) -> list[tuple[str, str]]:
     return pairs
 
 
+def _base_bus_width(configs) -> int:
+    """The DRAM bus most of `configs` have (a family's calibration: its board's port)."""
+    widths = [c.dram_bus_width for c in configs]
+    return max(sorted(set(widths)), key=widths.count)
+
+
+def bus_pairs(points: Mapping[str, Mapping], bus_width: int) -> list[tuple[str, str]]:
+    """(config with another DRAM bus than `bus_width`, the same config with it) for each
+    calibration point (name -> point) whose bus differs; ValueError naming a point whose
+    counterpart is not calibrated. A bus wider than the port (bridged, `Board.apply`)
+    widens the DMA engines' word registers and the paths between bus words and SRAM
+    rows: the ``wide_bus`` term, per bit, is fitted to what it adds."""
+    # As hardware: the board gives a bridged bus more bytes a cycle (a platform field).
+    configs = {HardwareConfig.from_dict(p["config"]).hardware(): name
+               for name, p in points.items()}
+    pairs = []
+    for config, name in configs.items():
+        if config.dram_bus_width != bus_width:
+            base = config.replace(dram_bus_width=bus_width).hardware()
+            if base not in configs:
+                raise ValueError(f"calibration config {name!r} ({config.name}) has a "
+                                 f"{config.dram_bus_width}-bit DRAM bus but the same config "
+                                 f"with the family's {bus_width} bits ({base.name}) is not "
+                                 "calibrated: the bus's cost is what it adds to it; calibrate "
+                                 "that config too (scripts/calibrate_resources.py)")
+            pairs.append((name, configs[base]))
+    return sorted(pairs)
+
+
 def calibrated_families() -> list[str]:
     """The families with a complete calibration file (at least `MIN_POINTS` configs
     without features past VTA; a file with fewer is a calibration run not finished
@@ -204,6 +238,9 @@ class ResourceModel:
     dsp_cells : the hard-multiplier cells of each multiplier (`DspCells`)
     tools : the versions of the tools the calibration ran
     fit_errors : the fit's relative error per resource on each calibration config
+    bus_width : the DRAM bus of the configs the base terms are fitted to (the family's
+        board's port); the ``wide_bus`` term, where the calibration has it, prices each
+        bit a config's bus differs by (`bus_pairs`)
     """
 
     part: str
@@ -215,6 +252,7 @@ class ResourceModel:
     tools: Mapping[str, str]
     points: int
     fit_errors: Mapping[str, Mapping[str, float]]
+    bus_width: int = 64
 
     @classmethod
     def for_family(cls, family: str) -> "ResourceModel":
@@ -269,7 +307,9 @@ class ResourceModel:
         named = list(data["points"].items())
         configs = {name: HardwareConfig.from_dict(p["config"]) for name, p in named}
         measured = {name: p["resources"] for name, p in named}
-        base = [name for name, _ in named if not any(feature_terms(configs[name]).values())]
+        bus_width = _base_bus_width(configs.values())
+        base = [name for name, _ in named if not any(feature_terms(configs[name]).values())
+                and configs[name].dram_bus_width == bus_width]
         if len(base) < MIN_POINTS:
             raise ValueError(f"{family}: {len(base)} calibration configs without features "
                              f"past VTA; the model needs at least {MIN_POINTS}, two more "
@@ -290,6 +330,12 @@ class ResourceModel:
             for key in ("lut", "ff"):
                 b = np.array([measured[n][key] - measured[m][key] for n, m in pairs], float)
                 coef[key].update(zip(terms, _nnls(a, b).tolist()))
+        wide = bus_pairs(data["points"], bus_width)
+        if wide:
+            a = np.array([[configs[n].dram_bus_width - bus_width] for n, _ in wide], float)
+            for key in ("lut", "ff"):
+                b = np.array([measured[n][key] - measured[m][key] for n, m in wide], float)
+                coef[key]["wide_bus"] = float(np.linalg.lstsq(a, b, rcond=None)[0][0])
         offsets = [measured[n]["bram"] - rules.counted_bram(configs[n]) for n in base]
         # Every config, those with features too: a feature that made yosys use a hard
         # multiplier would make their cells differ, and the fit refuses that.
@@ -297,7 +343,8 @@ class ResourceModel:
                                     [(name, configs[name], p["cells"]) for name, p in named])
         model = cls(part=data["part"], family=family, lut=coef["lut"], ff=coef["ff"],
                     bram_offset=float(np.median(offsets)), dsp_cells=dsp_cells,
-                    tools=dict(data.get("tools", {})), points=len(named), fit_errors={})
+                    tools=dict(data.get("tools", {})), points=len(named), fit_errors={},
+                    bus_width=bus_width)
         errors = {}
         for name, c in configs.items():
             p, m = model.predict(c), measured[name]
@@ -308,7 +355,11 @@ class ResourceModel:
     def unpriced(self, config: HardwareConfig) -> list[str]:
         """The features past VTA of `config` (`feature_terms`) this family's calibration
         has no config with, so cannot price."""
-        return [t for t, v in feature_terms(config).items() if v and t not in self.lut]
+        missing = [t for t, v in feature_terms(config).items() if v and t not in self.lut]
+        if config.dram_bus_width != self.bus_width and "wide_bus" not in self.lut:
+            missing.append(f"a {config.dram_bus_width}-bit DRAM bus (calibrated: "
+                           f"{self.bus_width} bits)")
+        return missing
 
     def check_priced(self, config: HardwareConfig) -> None:
         """ValueError naming the features of `config` this model cannot price
@@ -335,6 +386,8 @@ class ResourceModel:
         ValueError when `config` has a feature past VTA the calibration cannot price."""
         self.check_priced(config)
         f = {**features(config), **{t: v for t, v in feature_terms(config).items() if v}}
+        if config.dram_bus_width != self.bus_width:
+            f["wide_bus"] = float(config.dram_bus_width - self.bus_width)
         lut = sum(self.lut[n] * v for n, v in f.items())
         ff = sum(self.ff[n] * v for n, v in f.items())
         dsp = self.rules.dsp(self.dsp_cells.cells(config))

@@ -132,7 +132,11 @@ FEATURE_CONFIGS = {
                   # on 8 lanes, and 3 taps of two rows a column on 16 lanes (the shape
                   # of pynq-z1-plus's window, block_out = 2 block_in).
                   "b1_8x8_small_dw4": ("b1_8x8_small", dict(dw_taps=4)),
-                  "b1_8x16_dw3": ("b1_8x16", dict(dw_taps=3))},
+                  "b1_8x16_dw3": ("b1_8x16", dict(dw_taps=3)),
+                  # The 128-bit DRAM bus bridged to the 64-bit HP port (pynq-z1-plus's):
+                  # the wide_bus term, per bit, on an 8-lane and a 16-lane core.
+                  "b1_16x8_mul_bus128": ("b1_16x8_mul", dict(dram_bus_width=128)),
+                  "b1_16x16_default_bus128": ("b1_16x16_default", dict(dram_bus_width=128))},
     "cyclone-v": {"s1_8x8_req": ("s1_8x8", dict(alu_ops=REQ)),
                   "s1_8x8_hold": ("s1_8x8", dict(alu_hold=True)),
                   "s1_16x4_req_hold": ("s1_16x4", dict(alu_ops=REQ, alu_hold=True)),
@@ -213,7 +217,8 @@ def main(argv=None) -> int:
     if args.only and set(args.only) - set(family_configs):
         parser.error(f"unknown configs for {family}: {sorted(set(args.only) - set(family_configs))}"
                      f"; known: {', '.join(family_configs)}")
-    configs = {name: board.apply(HardwareConfig(dram_bus_width=board.dram_bus_width, **kwargs))
+    configs = {name: board.apply(HardwareConfig(**{"dram_bus_width": board.dram_bus_width,
+                                                   **kwargs}))
                for name, kwargs in family_configs.items()}
     if args.list:
         for name, config in configs.items():

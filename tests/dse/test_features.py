@@ -11,7 +11,7 @@ import pytest
 from vdla.boards.catalog import BOARDS
 from vdla.config import AluOp, HardwareConfig
 from vdla.dse.evaluate import Evaluator
-from vdla.dse.resources import (ResourceModel, calibrated_families, calibration_path,
+from vdla.dse.resources import (ResourceModel, bus_pairs, calibrated_families, calibration_path,
                                 feature_pairs, feature_terms, without_features)
 from vdla.dse.spec import SweepSpec
 
@@ -108,6 +108,49 @@ def test_a_feature_config_without_its_base_is_refused():
     with pytest.raises(ValueError, match=f"{name!r} .* has features past VTA but its config "
                                          "without them .* is not calibrated"):
         ResourceModel.fit(dict(data, points=points))
+
+
+def test_a_wider_dram_bus_is_priced_per_bit_from_its_pairs():
+    # The 7-series' calibration has the 128-bit bus (bridged to the HP port) on two
+    # cores, each beside the same core on the port's 64 bits.
+    data = load("zynq-7000")
+    model = ResourceModel.fit(data)
+    assert model.bus_width == 64
+    pairs = bus_pairs(data["points"], 64)
+    assert len(pairs) >= 2
+    points = data["points"]
+    for key in ("lut", "ff"):
+        added = [points[n]["resources"][key] - points[m]["resources"][key] for n, m in pairs]
+        # One term per bit, fitted by least squares through the origin: the mean here.
+        assert 64 * getattr(model, key)["wide_bus"] == pytest.approx(sum(added) / len(added))
+    small = HardwareConfig(block_out=8, wgt_buff_size=128 * 1024, acc_buff_size=64 * 1024,
+                           alu_ops=REQ, alu_hold=True)
+    for config in (HardwareConfig(), small):
+        wide, narrow = model.predict(config.replace(dram_bus_width=128)), model.predict(config)
+        assert wide.lut - narrow.lut == pytest.approx(64 * model.lut["wide_bus"], abs=1)
+        # No DSP; block RAM is counted from the memories, whose write lanes the bus sets.
+        assert wide.dsp == narrow.dsp
+
+
+def test_a_bus_config_without_its_counterpart_is_refused():
+    data = load("zynq-7000")
+    name, _ = bus_pairs(data["points"], 64)[0]
+    # The wide-bus config's core no longer matches any config on the 64-bit bus.
+    points = json.loads(json.dumps(data["points"]))
+    points[name]["config"]["uop_buff_size"] //= 2
+    with pytest.raises(ValueError, match=f"{name!r} .* has a 128-bit DRAM bus but the same "
+                                         "config with the family's 64 bits .* is not "
+                                         "calibrated"):
+        ResourceModel.fit(dict(data, points=points))
+
+
+def test_a_bus_the_calibration_has_no_pair_for_is_a_clear_error():
+    # The UltraScale+ calibration is all on its boards' 128-bit port.
+    model = ResourceModel.for_family("zynq-ultrascale+")
+    assert model.unpriced(HardwareConfig(dram_bus_width=128)) == []
+    with pytest.raises(ValueError, match=r"cannot price a 256-bit DRAM bus \(calibrated: 128 "
+                                         r"bits\)"):
+        model.predict(HardwareConfig(dram_bus_width=256))
 
 
 def unpriced_model():

@@ -782,9 +782,6 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
     taps = layer.wgt_taps
     threads = s.nthreads
     tilings, co_tiles, weight_reuse = _channel_tilings(layer, s)
-    # Bytes of one buffer element (a whole batch x block vector or weight block).
-    wgt_entry = c.wgt_elem_bytes
-    out_entry = c.out_elem_bytes
 
     gemm = epilogue = load = store = 0
     serial = 0          # one thread: the time of the modules taking turns
@@ -792,6 +789,7 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
     first_load = last_store = first_compute = 0
     head_load = last_paired = None   # the first tile's first loads, the last tile's time
     tiles, lone = 0, 0.0     # tiles in all; what the last one adds running alone
+    load_waits = 0.0         # two threads: the load module's waits for their buffers
     last = None              # the last tile class: (chunks, GEMM, loads, epilogue, stores)
     for th, nh in tile_split(layer.out_h, s.tile_h):
         rows = window_rows(layer, th)
@@ -801,21 +799,15 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
             plane = th * tw
             for tco, nco, chunks in tilings:
                 m = nh * nw * nco * layer.batch_blocks
-                tile_load, tile_gemm, chunk_pairs, first = _chunk_costs(
-                    layer, chunks, tco, rows * cols, (th, tw), weight_reuse, c, bw, pads)
+                tile_load, tile_gemm, chunk_pairs, seq, res_epi, res_head = _tile_costs(
+                    layer, chunks, tco, (rows * cols, pads), (th, tw), weight_reuse, c, bw,
+                    res_passes)
                 entries = plane * tco
-                epi = _epilogue_cycles(layer, entries, tco, c, (imm, vec), reset)
-                res, res_epi = _residual_cost(layer, plane, tco, c, bw, res_passes)
-                epi += res_epi
-                if res:
-                    # The residual tile comes with the first chunk's loads; with two
-                    # threads it loads during the other thread's GEMM too.
-                    tile_load += res
-                    chunk_pairs += max(first[0] + res, first[1]) - max(*first)
-                    first = (first[0] + res, first[1])
+                epi = _epilogue_cycles(layer, entries, tco, c, (imm, vec), reset) + res_epi
+                late = layer.late_residual and bool(layer.residual_ratio)
                 st = store_cycles(entries, tco * (1 if tw == layer.out_w else th), c, bw,
                                   layer.out_group) if layer.out_group > 1 else \
-                    entries * out_entry / bw + tco * DMA_CYCLES / 4
+                    entries * c.out_elem_bytes / bw + tco * DMA_CYCLES / 4
                 tile_chunks = sum(n for _, n in chunks)
                 # GEMM instructions: one a chunk, or a window layer's one per kernel row.
                 insns = tile_chunks * (layer.kernel_h if layer.window else 1)
@@ -827,27 +819,29 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
                 # (not after the last tile: added back below).
                 overlap = min(tile_load / tile_chunks, epi + st)
                 tile_serial = tile_load + tile_gemm + epi + st - overlap
-                tile_paired = _tile_paired(layer, chunk_pairs, first, tile_gemm, epi)
+                tile_paired = _tile_paired(layer, chunk_pairs, (seq[0][0], seq[0][1] - res_head),
+                                           tile_gemm, epi)
                 serial += m * tile_serial
                 paired += m * tile_paired
-                if threads == 2 and m >= 8:
-                    paired += (m - 2) * max(0.0, _pair_period(
-                        tile_chunks, tile_gemm / tile_chunks, tile_load / tile_chunks,
-                        epi, st) / 2 - tile_paired)
+                if threads == 2:
+                    more, waits = _pair_terms(m, (seq, epi - res_head, st, 2, late),
+                                              tile_paired, first_class=not tiles)
+                    paired += more
+                    load_waits += waits
                 tiles += m
                 # The last tile in program order is an edge tile of every axis.
                 lone = tile_serial - tile_paired
                 last_paired = tile_paired
-                last = (tile_chunks, tile_gemm / tile_chunks, tile_load / tile_chunks, epi, st)
+                last = (seq, epi - res_head, st, 2, late)
                 first_load = max(first_load, tile_load / tile_chunks)
-                head_load = first[0] if head_load is None else head_load
+                head_load = seq[0][0] if head_load is None else head_load
                 first_compute = max(first_compute, tile_gemm + epi)
                 last_store = max(last_store, st)
     once = 0.0
     if weight_reuse:
         # Each thread loads the weights of its output-channel blocks once per batch block;
         # threads over rows each load every block's (into their own region).
-        once = s.h_nthread * (layer.batch_blocks * layer.weight_blocks * taps * wgt_entry
+        once = s.h_nthread * (layer.batch_blocks * layer.weight_blocks * taps * c.wgt_elem_bytes
                               / bw + co_tiles * DMA_CYCLES)
         load += once
         serial += once
@@ -870,8 +864,9 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
                     if weight_reuse else 0.0)
         cycles = (max(paired + switches, load - table_load, store) + last_store
                   + max(table_load + first_load, table_compute + region_resets))
-        # From the last load's end to the last store's (`_pair_run`), of the last tiles.
-        cycles = max(cycles, load + _pair_run(*last, pairs=2)[1])
+        # The loads, their waits for the compute module and, from the last load's end to
+        # the last store's, the drain of the last tiles (`_pair_run`).
+        cycles = max(cycles, load + load_waits + _pair_run(*last)[1])
         if tiles % 2:
             # An odd tile count leaves the last group one thread: its loads and GEMMs
             # take turns.
@@ -895,22 +890,36 @@ def _tile_paired(layer: Conv2dLayer, chunk_pairs: float, first: tuple[float, flo
     return max(chunk_pairs, tile_gemm + epi)
 
 
-def _pair_period(chunks: int, gemm: float, load: float, epilogue: float, store: float,
-                 pairs: int = 4) -> float:
+def _pair_terms(m: int, run: tuple, tile_paired: float, first_class: bool):
+    """What `m` tiles of one class add, with two threads, to the compute module's time
+    beyond `tile_paired` each (the steady pairs after the first two tiles, where there
+    are four pairs or more), and the load module's waits (`_pair_run`'s, the first pair
+    of the layer's from free buffers). `run`: `_pair_run`'s arguments."""
+    waits = _pair_run(*run)[2]
+    load_waits = m / 2 * waits[1] - (waits[1] - waits[0]) * first_class
+    more = 0.0
+    if m >= 8:
+        more = (m - 2) * max(0.0, _pair_period(*run[:3], run[4]) / 2 - tile_paired)
+    return more, load_waits
+
+
+def _pair_period(chunks: list[tuple[float, float]], epilogue: float, store: float,
+                 late: bool = False) -> float:
     """The steady-state cycles of a pair of tiles of two threads (`_pair_run`)."""
-    ends = _pair_run(chunks, gemm, load, epilogue, store, pairs)[0]
+    ends = _pair_run(chunks, epilogue, store, 4, late)[0]
     return ends[-1] - ends[-2]
 
 
-def _pair_run(chunks: int, gemm: float, load: float, epilogue: float, store: float,
-              pairs: int = 4) -> tuple[list[float], float]:
+def _pair_run(chunks: list[tuple[float, float]], epilogue: float, store: float,
+              pairs: int = 4, late: bool = False) -> tuple[list[float], float, list[float]]:
     """The steady-state cycles of a pair of tiles (one per thread) of two threads that
     take turns chunk by chunk, from their dependencies, module by module in program
     order: a chunk's loads wait for the thread's previous chunk's GEMMs (its buffer) and
     for the loads before them; a chunk's GEMMs for its loads and the compute module; a
     tile's first GEMM for the thread's previous stores (the GEMMs write the out buffer
     the stores read); a tile's stores for its epilogue and the stores before them.
-    `gemm` and `load` are per chunk, `epilogue` and `store` per tile. When the stores
+    `chunks` are each chunk's (loads, GEMMs) in program order, `epilogue` and `store` per
+    tile: chunks that differ keep their own waits. When the stores
     take longer than the compute between a thread's epilogue and its next tile (the
     other thread's last chunk and epilogue), the compute module waits: pointwise layers
     of a 1x16x32 core whose tiles load as long as they compute (MobileNet-v1's
@@ -920,8 +929,20 @@ def _pair_run(chunks: int, gemm: float, load: float, epilogue: float, store: flo
     with four pairs or more: fewer are mostly their start and end, which the first
     loads and the last stores model (ResNet-18's layer4.0.downsample on 1x16x16, two
     pairs: 60,054 cycles on Verilator, 61,641 without the term, 62,782 with it).
-    Returns each pair's end on the compute module, and the *drain*: from the last load's
-    end to the last store's. A load-bound layer ends that long after its loads: the
+    Returns each pair's end on the compute module, the *drain* and each pair's *load
+    waits*: the time the load module waits for a thread's
+    buffer to be free, a chunk's loads for its own thread's previous GEMMs. A layer
+    bound by its loads still waits there where its chunks differ: a short last chunk
+    loads before the other thread's long one has computed (MobileNet-v1's
+    features.11.pw on pynq-z1-plus, chunks of 6 input blocks and a last one of 2: 1,837
+    cycles a pair on Verilator, 1,468 here; 64,074 cycles against 60,474 without them,
+    63,410 with them). The residual's reset and widening run before a tile's first
+    GEMMs, so they are not in its `epilogue` here; a `late` residual is widened in the
+    epilogue from the thread's inp buffer, which frees the buffer only after it
+    (ResNet-50's layer3.1.conv3 on pynq-z1-plus: the next tile's first loads wait 946
+    cycles, the shift and the widening GEMM).
+    The drain is from the last load's end to the last store's. A load-bound layer ends
+    that long after its loads: the
     compute module still has the last pair's GEMMs and epilogues in program order, then
     the stores come (on a 1x16x32 core at 12 bytes a cycle, ResNet-18's
     layer4.0.downsample with its residual fused ends 3,849 cycles after its last chunk's
@@ -931,18 +952,22 @@ def _pair_run(chunks: int, gemm: float, load: float, epilogue: float, store: flo
     compute = loads = stores = 0.0
     stored = [0.0, 0.0]       # each thread's last store's end
     computed = [0.0, 0.0]     # each thread's last chunk's end (its buffers free)
-    ends = []
+    ends, waits = [], []
     for _ in range(pairs):
-        for j in range(chunks):
+        waits.append(0.0)
+        for j, (load, gemm) in enumerate(chunks):
             for t in (0, 1):
+                waits[-1] += max(0.0, computed[t] - loads)
                 loads = max(loads, computed[t]) + load
                 start = max(compute, loads, stored[t] if j == 0 else 0.0)
                 compute = computed[t] = start + gemm
-                if j == chunks - 1:
+                if j == len(chunks) - 1:
                     compute += epilogue
+                    if late:   # the epilogue widens the residual from the inp buffer
+                        computed[t] = compute
                     stores = stored[t] = max(stores, compute) + store
         ends.append(compute)
-    return ends, stores - loads
+    return ends, stores - loads, waits
 
 
 def _weight_switches(layer: Conv2dLayer, s: Conv2dSchedule, tilings, once: float,
@@ -1013,10 +1038,32 @@ def _window_pads(layer: Conv2dLayer, s: Conv2dSchedule, th: int, tw: int) -> flo
         * inside(layer.out_w, s.tile_w, tw, layer.stride_w, layer.pads[1], cols, layer.w))
 
 
+def _tile_costs(layer: Conv2dLayer, chunks, tco: int, window: tuple[int, float],
+                tile: tuple[int, int], weight_reuse: bool, c: HardwareConfig, bw: float,
+                res_passes: tuple[int, int]):
+    """One tile's chunks with its residual (`_chunk_costs`, `_residual_cost`): (load
+    cycles, GEMM cycles, the sum over chunks of the longer of the two, each chunk's (load,
+    GEMM), the residual's compute cycles, those of them before the first GEMMs).
+    `window`: the input positions and those in the padding."""
+    tile_load, tile_gemm, chunk_pairs, seq = _chunk_costs(
+        layer, chunks, tco, window[0], tile, weight_reuse, c, bw, window[1])
+    first = seq[0]
+    res, res_epi, res_head = _residual_cost(layer, tile[0] * tile[1], tco, c, bw, res_passes)
+    if res:
+        # The residual tile comes with the first chunk's loads; with two threads it loads
+        # during the other thread's GEMM too.
+        tile_load += res
+        chunk_pairs += max(first[0] + res, first[1]) - max(*first)
+    # Its reset and widening run before the first chunk's GEMMs (or, late, in the
+    # epilogue: `res_head` is 0).
+    seq = [(first[0] + res, first[1] + res_head), *seq[1:]]
+    return tile_load, tile_gemm, chunk_pairs, seq, res_epi, res_head
+
+
 def _chunk_costs(layer: Conv2dLayer, chunks, tco: int, window: int, tile: tuple[int, int],
                  weight_reuse: bool, c: HardwareConfig, bw: float, pads: float = 0.0):
     """One tile's input-channel chunks: (load cycles, GEMM cycles, the sum over chunks of
-    the longer of the two, and the first chunk's (load, GEMM)). A chunk loads whole
+    the longer of the two, and each chunk's (load, GEMM) in order). A chunk loads whole
     activation blocks of its `window` input positions, `pads` of them in the padding (a
     diagonal tile one input block per output block) and, unless they are reused, its
     weights: one 2-D DMA per activation block and one of weights, each paying the DRAM
@@ -1026,7 +1073,7 @@ def _chunk_costs(layer: Conv2dLayer, chunks, tco: int, window: int, tile: tuple[
     grp = layer.inp_group
     plane = tile[0] * tile[1]
     tile_load = tile_gemm = chunk_pairs = 0.0
-    first = None
+    seq = []
     for tci, nci in chunks:
         blocks = (tco * grp if layer.window else tco if layer.diagonal
                   else ceil_div(tci, grp) * grp)
@@ -1039,13 +1086,14 @@ def _chunk_costs(layer: Conv2dLayer, chunks, tco: int, window: int, tile: tuple[
         tile_load += nci * ld
         tile_gemm += nci * g
         chunk_pairs += nci * max(ld, g)
-        first = first or (ld, g)
-    return tile_load, tile_gemm, chunk_pairs, first
+        seq += [(ld, g)] * nci
+    return tile_load, tile_gemm, chunk_pairs, seq
 
 
 def _residual_cost(layer: Conv2dLayer, plane: int, tco: int, c: HardwareConfig, bw: float,
-                   passes: tuple[int, int]) -> tuple[float, float]:
-    """(load-module cycles, compute cycles) of one tile's residual (`plane` positions x
+                   passes: tuple[int, int]) -> tuple[float, float, float]:
+    """(load-module cycles, compute cycles, those of them before the tile's first GEMMs)
+    of one tile's residual (`plane` positions x
     `tco` output blocks; `passes` its requantization's (immediate, vector) ALU passes).
     The int8 residual tile comes with the first chunk's loads, one DMA per output block
     (its ratio input blocks side by side); the compute module resets its acc tile, widens
@@ -1061,15 +1109,15 @@ def _residual_cost(layer: Conv2dLayer, plane: int, tco: int, c: HardwareConfig, 
             widen = 1
             load = ceil_div(tco, og) * (plane * c.inp_elem_bytes / bw + DMA_CYCLES)
         if layer.late_residual:
-            return load, entries * widen + INSN_CYCLES
-        # Its reset, widening and immediate passes, its vector passes (held on an
-        # alu_hold config), then the ADD onto the conv tile (src moves: never held).
+            return load, entries * widen + INSN_CYCLES, 0.0
+        # Its reset and widening (first), its immediate passes, its vector passes (held on
+        # an alu_hold config), then the ADD onto the conv tile (src moves: never held).
         return load, (entries * (1 + widen + imm + 2) + vec * vector_pass_cycles(entries, tco, c)
-                      + (2 + imm + vec) * INSN_CYCLES)
+                      + (2 + imm + vec) * INSN_CYCLES), entries * (1 + widen) + INSN_CYCLES
     if layer.has_residual:
         return 0.0, (entries * (c.acc_elem_bytes / bw + imm + 2)
-                     + vec * vector_pass_cycles(entries, tco, c) + tco * DMA_CYCLES)
-    return 0.0, 0.0
+                     + vec * vector_pass_cycles(entries, tco, c) + tco * DMA_CYCLES), 0.0
+    return 0.0, 0.0, 0.0
 
 
 def _table_cycles(layer: Conv2dLayer, s, c: HardwareConfig, bw: float) -> tuple[float, float]:
