@@ -25,6 +25,7 @@ import argparse
 import contextlib
 import io
 import json
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -166,8 +167,11 @@ def main(argv=None) -> int:
     fronts = {r["model"]: {kind: [{key: p[key] for key in ("config_name", "config", "objectives")}
                                   for p in r[kind]] for kind in ("with", "without")}
               for r in results}
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True, cwd=Path(__file__).parent).stdout.strip() or "unknown"
     atomic_write(args.out / "fronts.json", json.dumps(
-        {"board": "pynq-z1", "command": "python3 bench/sweep_features.py", "fronts": fronts},
+        {"board": "pynq-z1", "command": "python3 bench/sweep_features.py", "commit": commit,
+         "fronts": fronts},
         indent=1).encode() + b"\n")
     print(f"wrote {args.out / 'fronts.png'} ({time.perf_counter() - start:.0f} s)")
     return 0

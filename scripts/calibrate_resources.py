@@ -52,7 +52,8 @@ from vdla._fileio import atomic_write
 from vdla.boards import get as get_board
 from vdla.boards.estimate import estimate
 from vdla.config import AluOp, REQUIRED_ALU_OPS
-from vdla.dse.resources import ResourceModel, calibrated_families, feature_pairs, feature_terms
+from vdla.dse.resources import (ResourceModel, bus_pairs, calibrated_families, feature_pairs,
+                                feature_terms)
 
 K = 1024
 MUL = REQUIRED_ALU_OPS | {AluOp.MUL}
@@ -287,7 +288,30 @@ def table() -> str:
                 f"{p['lut']:,} / {m['lut']:,} | {100 * e['lut']:+.1f}% | "
                 f"{100 * e['ff']:+.1f}% | {p['dsp']:g} / {m['dsp']:g} | "
                 f"{p['bram']:g} / {m['bram']:g} |")
-    return "\n".join(fits) + "\n\n" + "\n".join(confirmed) + "\n\n" + feature_table()
+    return ("\n".join(fits) + "\n\n" + "\n".join(confirmed) + "\n\n" + feature_table()
+            + "\n\n" + bus_table())
+
+
+def bus_table() -> str:
+    """What a DRAM bus wider than the board's port costs by yosys (the config on the wide
+    bus minus the same config on the port's), next to the model's ``wide_bus`` term."""
+    rows = ["| family | board | config | bus bits | LUT | FF | DSP | BRAM | model: LUT / FF |",
+            "|---|---|---|---|---|---|---|---|---|"]
+    for family in calibrated_families():
+        data = json.loads(calibration_path(family).read_text())
+        model = ResourceModel.fit(data)
+        points = data["points"]
+        for name, base in bus_pairs(points, model.bus_width):
+            config = HardwareConfig.from_dict(points[name]["config"])
+            m, b = points[name]["resources"], points[base]["resources"]
+            bits = config.dram_bus_width - model.bus_width
+            rows.append(f"| {family} | {data['board']} | {config.name} | "
+                        f"{model.bus_width} → {config.dram_bus_width} | "
+                        f"{m['lut'] - b['lut']:+,} | {m['ff'] - b['ff']:+,} | "
+                        f"{m['dsp'] - b['dsp']:+g} | {m['bram'] - b['bram']:+g} | "
+                        f"{bits * model.lut['wide_bus']:+,.0f} / "
+                        f"{bits * model.ff['wide_bus']:+,.0f} |")
+    return "\n".join(rows)
 
 
 def feature_table() -> str:

@@ -134,9 +134,10 @@ FIGURES = [
            "the three models layer by layer on VTA's sizes with REQ and hold, beside the "
            "timing model"),
     Figure("model_layers_pynq_z1_plus",
-           "python3 bench/model_layers.py --config pynq-z1-plus --models resnet18 mobilenet_v1",
-           "ResNet-18 and MobileNet-v1 layer by layer on pynq-z1-plus (1x16x32, REQ, hold, "
-           "220 DSPs)"),
+           "python3 bench/model_layers.py --config pynq-z1-plus --models resnet18 mobilenet_v1 "
+           "resnet50",
+           "the three models layer by layer on pynq-z1-plus (1x16x32, REQ, hold, the "
+           "window, 220 DSPs, a 128-bit bus)"),
     Figure("resnet18_layers_vta_plus", "python3 bench/resnet18_layers.py --config vta-plus",
            "ResNet-18's C2-C11 on VTA's sizes with REQ and hold"),
     Figure("resnet18_layers_pynq_z1_plus",
@@ -148,6 +149,11 @@ FIGURES = [
            "ResNet-18 and MobileNet-v1 on pynq-z1 with the features past VTA as sweep "
            "dimensions: the fronts with and without them",
            plots={"sweep/fronts.png": "sweep_features.png"}),
+    Figure("front_timing",
+           "python3 bench/front_timing.py bench/baselines/sweep_features_fronts.json "
+           "--out {tmp}/front-timing.json",
+           "the timing model against Verilator on every layer of the three models for each "
+           "feature combination on the features sweep's fronts"),
     Figure("pools", "python3 bench/pools.py", "pools on Verilator against the timing model"),
     Figure("hw_timing", "python3 bench/hw_timing.py",
            "cycles of GEMM and ALU instructions, load/store/fetch bus words per cycle"),
