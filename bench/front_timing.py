@@ -2,7 +2,7 @@
 ResNet-50, for every feature combination on the fronts of `bench/sweep_features.py`.
 
     python3 bench/front_timing.py FRONTS.json [--out front-timing.json] [--resume]
-                                  [--models resnet18 mobilenet_v1 resnet50]
+                                  [--models resnet18 mobilenet_v1 resnet50] [--jobs 2]
     python3 bench/front_timing.py --config NAME|FILE ...     # chosen configs instead
 
 The sweep picks its fronts by the timing model, so the model has to hold wherever a front
@@ -14,8 +14,9 @@ backend with the pynq-z1's DRAM (bit-exact against the integer reference,
 `bench/model_layers.py`'s run), and each layer's cycles are set beside the timing model's.
 
 Prints, per config and model, the cycles, the model's total error, its worst layer and
-the layers beyond 3%; then one line per combination. The results go to ``--out`` after
-every config (atomically), so ``--resume`` goes on where a run stopped.
+the layers beyond 3%; then one line per combination. ``--jobs`` runs configs in that
+many processes (each its own Verilator model). The results go to ``--out`` after every
+config (atomically), so ``--resume`` goes on where a run stopped.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import argparse
 import json
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -63,6 +65,7 @@ def front_configs(path: Path) -> list[HardwareConfig]:
 
 def measure(config: HardwareConfig, models: list[str]) -> dict:
     """Every layer of `models` on `config`: Verilator's cycles and the timing model's."""
+    sys.stdout = sys.stderr     # a worker's own progress stays off the table
     out = {}
     for model in models:
         result = run(model, {}, config)
@@ -71,8 +74,9 @@ def measure(config: HardwareConfig, models: list[str]) -> dict:
     return out
 
 
-def summary(name: str, model: str, layers: dict) -> tuple[str, list[str]]:
-    """One line for `model` on the config `name`, and the layers beyond `LIMIT`."""
+def summary(model: str, layers: dict) -> tuple[str, list[str]]:
+    """One line for `model`'s layers (name -> [Verilator, timing model]), and the layers
+    beyond `LIMIT`."""
     cycles = sum(v for v, _ in layers.values())
     est = sum(e for _, e in layers.values())
     errors = {op: e / v - 1 for op, (v, e) in layers.items()}
@@ -93,7 +97,10 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, default=Path("front-timing.json"))
     parser.add_argument("--resume", action="store_true",
                         help="keep the configs --out already holds and run the rest")
+    parser.add_argument("--jobs", type=int, default=1, help="configs run at once")
     args = parser.parse_args(argv)
+    if args.jobs < 1:
+        parser.error(f"--jobs must be 1 or more, not {args.jobs}")
     if bool(args.fronts) == bool(args.config):
         parser.error("give either FRONTS.json or --config")
     if args.fronts and not args.fronts.is_file():
@@ -108,25 +115,35 @@ def main(argv=None) -> int:
           f"(commit {doc['commit']})", flush=True)
     print(f"  {'model':<13} {'Verilator':>12} {'timing model':>12} {'err':>7}", flush=True)
     missed = {}
-    for i, config in enumerate(configs, 1):
-        name = config.name
-        print(f"[{i}/{len(configs)}] {name} ({combination(config)}; "
-              f"{config.dram_bytes_per_cycle:g} bytes a cycle)", flush=True)
-        if name not in doc["configs"]:
-            doc["configs"][name] = {"combination": combination(config),
-                                    "config": config.to_dict(),
-                                    "models": measure(config, args.models)}
-            atomic_write(args.out, json.dumps(doc, indent=1).encode() + b"\n")
-        for model, result in doc["configs"][name]["models"].items():
-            line, off = summary(name, model, result["layers"])
-            print(line, flush=True)
-            missed.setdefault(name, []).extend(f"{model} {op}" for op in off)
+    with ProcessPoolExecutor(args.jobs) as pool:
+        # Submitted in order, reported in order; each result is saved as it arrives.
+        running = {c.name: pool.submit(measure, c, args.models) for c in configs
+                   if c.name not in doc["configs"]}
+        for i, config in enumerate(configs, 1):
+            name = config.name
+            if name in running:
+                doc["configs"][name] = {"combination": combination(config),
+                                        "config": config.to_dict(),
+                                        "models": running[name].result()}
+                atomic_write(args.out, json.dumps(doc, indent=1).encode() + b"\n")
+            print(f"[{i}/{len(configs)}] {name} ({combination(config)}; "
+                  f"{config.dram_bytes_per_cycle:g} bytes a cycle)", flush=True)
+            report(doc["configs"][name]["models"], missed.setdefault(name, []))
     print(f"\nper combination ({time.perf_counter() - start:.0f} s):")
     for name, off in missed.items():
         print(f"  {doc['configs'][name]['combination']:<28} {name.split('_')[0]:<8} "
               + (f"{len(off)} layers beyond {100 * LIMIT:g}%: {', '.join(off)}" if off
                  else f"every layer within {100 * LIMIT:g}%"))
     return 0
+
+
+def report(models: dict, missed: list) -> None:
+    """Print one config's models (`summary`) and add their layers beyond `LIMIT` to
+    `missed`."""
+    for model, result in models.items():
+        line, off = summary(model, result["layers"])
+        print(line, flush=True)
+        missed.extend(f"{model} {op}" for op in off)
 
 
 if __name__ == "__main__":

@@ -151,7 +151,7 @@ FIGURES = [
            plots={"sweep/fronts.png": "sweep_features.png"}),
     Figure("front_timing",
            "python3 bench/front_timing.py bench/baselines/sweep_features_fronts.json "
-           "--out {tmp}/front-timing.json",
+           "--out {tmp}/front-timing.json --jobs 2",
            "the timing model against Verilator on every layer of the three models for each "
            "feature combination on the features sweep's fronts"),
     Figure("pools", "python3 bench/pools.py", "pools on Verilator against the timing model"),
