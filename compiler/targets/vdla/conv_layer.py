@@ -790,7 +790,8 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
     head_load = last_paired = None   # the first tile's first loads, the last tile's time
     tiles, lone = 0, 0.0     # tiles in all; what the last one adds running alone
     load_waits = 0.0         # two threads: the load module's waits for their buffers
-    last = None              # the last tile class: (chunks, GEMM, loads, epilogue, stores)
+    last = None              # `_pair_run`'s arguments for the last tile class
+    late = layer.late_residual and bool(layer.residual_ratio)   # widened in the epilogue
     for th, nh in tile_split(layer.out_h, s.tile_h):
         rows = window_rows(layer, th)
         for tw, nw in tile_split(layer.out_w, s.tile_w):
@@ -805,7 +806,6 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
                     res_passes)
                 entries = plane * tco
                 epi = _epilogue_cycles(layer, entries, tco, c, (imm, vec), reset) + res_epi
-                late = layer.late_residual and bool(layer.residual_ratio)
                 st = store_cycles(entries, tco * (1 if tw == layer.out_w else th), c, bw,
                                   layer.out_group) if layer.out_group > 1 else \
                     entries * c.out_elem_bytes / bw + tco * DMA_CYCLES / 4
@@ -933,37 +933,39 @@ def _pair_run(chunks: list[tuple[float, float]], epilogue: float, store: float,
     for the loads before them; a chunk's GEMMs for its loads and the compute module; a
     tile's first GEMM for the thread's previous stores (the GEMMs write the out buffer
     the stores read); a tile's stores for its epilogue and the stores before them.
-    `chunks` are each chunk's (loads, GEMMs) in program order, `epilogue` and `store` per
-    tile: chunks that differ keep their own waits. When the stores
-    take longer than the compute between a thread's epilogue and its next tile (the
-    other thread's last chunk and epilogue), the compute module waits: pointwise layers
-    of a 1x16x32 core whose tiles load as long as they compute (MobileNet-v1's
-    features.2.pw: 9,611 cycles a pair on Verilator, 9,591 here). Simulated over a few
-    pairs: every pair after the first repeats the same waits. `estimate_conv2d` adds
-    what this exceeds `_tile_paired` by to the pairs after the first of a tile class
-    with four pairs or more: fewer are mostly their start and end, which the first
-    loads and the last stores model (ResNet-18's layer4.0.downsample on 1x16x16, two
-    pairs: 60,054 cycles on Verilator, 61,641 without the term, 62,782 with it).
+    `chunks` are each chunk's (loads, GEMMs) in program order, so chunks that differ
+    keep their own waits; `epilogue` and `store` are per tile. The residual's reset and
+    widening run before a tile's first GEMMs (in its first chunk's GEMMs here, not in
+    its `epilogue`); a `late` residual is widened in the epilogue from the thread's inp
+    buffer, which frees the buffer only after it (ResNet-50's layer3.1.conv3 on
+    pynq-z1-plus: the next tile's first loads wait 946 cycles, the shift and the
+    widening GEMM).
+
+    When the stores take longer than the compute between a thread's epilogue and its
+    next tile (the other thread's last chunk and epilogue), the compute module waits:
+    pointwise layers of a 1x16x32 core whose tiles load as long as they compute
+    (MobileNet-v1's features.2.pw: 9,611 cycles a pair on Verilator, 9,591 here).
+    Simulated over a few pairs: every pair after the first repeats the same waits.
+    `estimate_conv2d` adds what this exceeds `_tile_paired` by to the pairs after the
+    first of a tile class with four pairs or more: fewer are mostly their start and
+    end, which the first loads and the last stores model (ResNet-18's
+    layer4.0.downsample on 1x16x16, two pairs: 60,054 cycles on Verilator, 61,641
+    without the term, 62,782 with it).
+
     Returns each pair's end on the compute module, the *drain* and each pair's *load
-    waits*: the time the load module waits for a thread's
-    buffer to be free, a chunk's loads for its own thread's previous GEMMs. A layer
-    bound by its loads still waits there where its chunks differ: a short last chunk
-    loads before the other thread's long one has computed (MobileNet-v1's
-    features.11.pw on pynq-z1-plus, chunks of 6 input blocks and a last one of 2: 1,837
-    cycles a pair on Verilator, 1,468 here; 64,074 cycles against 60,474 without them,
-    63,410 with them). The residual's reset and widening run before a tile's first
-    GEMMs, so they are not in its `epilogue` here; a `late` residual is widened in the
-    epilogue from the thread's inp buffer, which frees the buffer only after it
-    (ResNet-50's layer3.1.conv3 on pynq-z1-plus: the next tile's first loads wait 946
-    cycles, the shift and the widening GEMM).
-    The drain is from the last load's end to the last store's. A load-bound layer ends
-    that long after its loads: the
-    compute module still has the last pair's GEMMs and epilogues in program order, then
-    the stores come (on a 1x16x32 core at 12 bytes a cycle, ResNet-18's
-    layer4.0.downsample with its residual fused ends 3,849 cycles after its last chunk's
-    GEMM starts, both threads' epilogues, 1,213 cycles each, after it; the model's tail
-    had been the first load and the last store, 1,468: 33,044 cycles against
-    Verilator's 35,501, now 36,002)."""
+    waits*. The load waits are the time the load module waits for a thread's buffer (a
+    chunk's loads for its own thread's previous GEMMs): a layer bound by its loads still
+    waits there where its chunks differ, a short last chunk loading before the other
+    thread's long one has computed (MobileNet-v1's features.11.pw on pynq-z1-plus,
+    chunks of 6 input blocks and a last one of 2: 1,837 cycles a pair on Verilator,
+    1,468 here; 64,074 cycles against 60,474 without them, 63,410 with them). The drain
+    is from the last load's end to the last store's: a load-bound layer ends that long
+    after its loads, for the compute module still has the last pair's GEMMs and
+    epilogues in program order, then the stores come (on a 1x16x32 core at 12 bytes a
+    cycle, ResNet-18's layer4.0.downsample with its residual fused ends 3,849 cycles
+    after its last chunk's GEMM starts, both threads' epilogues, 1,213 cycles each,
+    after it; the model's tail had been the first load and the last store, 1,468:
+    33,044 cycles against Verilator's 35,501, now 35,840)."""
     compute = loads = stores = 0.0
     stored = [0.0, 0.0]       # each thread's last store's end
     computed = [0.0, 0.0]     # each thread's last chunk's end (its buffers free)
