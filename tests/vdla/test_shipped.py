@@ -43,9 +43,10 @@ def test_pynq_z1_plus_is_the_16x32_core_with_the_features():
     assert entry.figures["resources"]["dsp"] == {"used": 220, "of": 220}
     assert entry.figures["resources"]["lut"] == {"used": 50993, "of": 53200}
     runs = {run["model"]: run for run in entry.figures["runs"]}
-    assert runs["resnet18"]["cycles"] == 4412797 and runs["resnet18"]["bit_exact"]
-    # The goals: ResNet-18 <= 7.6 M cycles, MobileNet-v1 <= 2.8 M.
-    assert runs["mobilenet_v1"]["cycles"] == 2084406 and runs["mobilenet_v1"]["bit_exact"]
+    # The goals: ResNet-18 <= 7.6 M cycles, MobileNet-v1 <= 2.8 M, bit-exact
+    # (bench/model_layers.py --config pynq-z1-plus measures them).
+    assert runs["resnet18"]["cycles"] <= 7_600_000 and runs["resnet18"]["bit_exact"]
+    assert runs["mobilenet_v1"]["cycles"] <= 2_800_000 and runs["mobilenet_v1"]["bit_exact"]
 
 
 def test_vta_plus_is_the_default_sizes_with_req_and_hold():
@@ -195,12 +196,13 @@ def test_config_list_text_and_json(capsys):
     assert header.split() == ["name", "config", "features", "board", "fits", "figures"]
     assert row.split()[:6] == ["pynq-z1-plus", PLUS_NAME, "req,", "hold,", "dw3", "pynq-z1"]
     assert "yes: LUT 50,993/53,200, FF 7,767/106,400, DSP 220/220, BRAM 119/140" in row
-    assert "resnet18 4,412,797 cycles (verilator, bit-exact, " in row
+    cycles = shipped("pynq-z1-plus").figures["runs"][0]["cycles"]
+    assert f"resnet18 {cycles:,} cycles (verilator, bit-exact, " in row
     assert main(["config", "list", "--json"]) == 0
     (entry,) = [e for e in json.loads(capsys.readouterr().out) if e["name"] == "pynq-z1-plus"]
     assert entry["config_name"] == PLUS_NAME and entry["features"] == ["req", "hold", "dw3"]
     assert entry["board"] == "pynq-z1" and entry["fits"] is True
-    assert entry["figures"]["runs"][0]["cycles"] == 4412797
+    assert entry["figures"]["runs"][0]["cycles"] == cycles
     assert HardwareConfig.from_dict(entry["config"]).name == PLUS_NAME
 
 
