@@ -828,7 +828,7 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
                     more, waits = _pair_terms(m, (seq, epi - res_head, st, 2, late),
                                               tile_paired, first_class=not tiles)
                     paired += more
-                    load_waits += waits
+                    load_waits += waits * (s.oc_nthread == 2)   # `_pair_terms`
                 tiles += m
                 seqs.append(seq)
                 if len(seqs) == 2 and s.oc_nthread == 2 and co_tiles % 2 == 0:
@@ -909,7 +909,10 @@ def _pair_terms(m: int, run: tuple, tile_paired: float, first_class: bool):
     """What `m` tiles of one class add, with two threads, to the compute module's time
     beyond `tile_paired` each (the steady pairs after the first two tiles, where there
     are four pairs or more), and the load module's waits (`_pair_run`'s, the first pair
-    of the layer's from free buffers). `run`: `_pair_run`'s arguments."""
+    of the layer's from free buffers). `run`: `_pair_run`'s arguments. The waits are
+    measured over output channels (`oc_nthread`); over rows (weights kept, a residual in
+    the first chunk) they overstate, and `estimate_conv2d` leaves them out: ResNet-50's
+    layer3.1.conv3 on 1x32x16 takes 244,530 cycles on Verilator, 252,469 with them."""
     waits = _pair_run(*run)[2]
     load_waits = m / 2 * waits[1] - (waits[1] - waits[0]) * first_class
     more = 0.0
@@ -1010,14 +1013,18 @@ def _weight_switches(layer: Conv2dLayer, s: Conv2dSchedule, tilings, once: float
         # thread's first tile computes. MobileNet-v1's features.3.dw on pynq-z1-plus
         # (three rows a tile, the last tile one row): the compute module waits 694
         # cycles at each switch on Verilator, 1,221 of loads against 529 of compute.
+        # Measured so on window layers only: elsewhere the first copy alone against a
+        # whole tile's compute matches (ResNet-50's layer3.1.conv3 on 1x32x16, rows of
+        # three: 244,530 cycles on Verilator, 244,906 so, 262,539 with the inputs).
         head_load, last_paired = edges
         taps = layer.wgt_taps
         total, started = 0.0, False
         for tco, nco, chunks in tilings:
             w = tco * chunks[0][0] * taps * c.wgt_elem_bytes / bw + DMA_CYCLES
             for _ in range(nco * layer.batch_blocks):
-                total += (max(0.0, w + head_load - last_paired) if started else w) \
-                    + max(0.0, w + first_gap)
+                first = (max(0.0, w + head_load - last_paired) if layer.window
+                         else max(0.0, w - tile_compute))
+                total += (first if started else w) + max(0.0, w + first_gap)
                 started = True
         return total
     # Threads over output channels start at the same time: the first thread's weights
