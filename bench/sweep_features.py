@@ -10,8 +10,8 @@ one plot.
 Every point is priced by the timing model and the resource model (calibrated per family
 on yosys; `vdla.dse.resources`), and only points that fit the xc7z020 count. A point is
 *without features* when it is VTA's ISA and hardware (no REQ, no hold, every multiplier
-a DSP, no depthwise window). Prints, per model, both fronts (the best point of each at the most LUTs it may
-use) and writes ``OUT/<model>/`` (the sweep's own reports, its printed table in
+a DSP, no depthwise window). Prints, per model, both fronts (the best point of each at
+the most LUTs it may use) and writes ``OUT/<model>/`` (the sweep's own reports, its printed table in
 ``sweep.txt``), ``OUT/fronts.png`` and ``OUT/fronts.json`` (both fronts of each model,
 every point with its config, for ``bench/front_timing.py``).
 Confirmation runs of front points: ``bench/front_timing.py`` runs the timing model
@@ -25,7 +25,6 @@ import argparse
 import contextlib
 import io
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -39,6 +38,9 @@ from vdla import HardwareConfig  # noqa: E402
 from vdla._fileio import atomic_write  # noqa: E402
 from vdla.cli import main as vdla_main  # noqa: E402
 from vdla.dse.resources import feature_terms  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from model_layers import _commit  # noqa: E402
 
 BASE_OPS = ["MIN", "MAX", "ADD", "SHR"]
 #: The pynq-z1's part's LUTs (the plot's right edge).
@@ -167,8 +169,7 @@ def main(argv=None) -> int:
     fronts = {r["model"]: {kind: [{key: p[key] for key in ("config_name", "config", "objectives")}
                                   for p in r[kind]] for kind in ("with", "without")}
               for r in results}
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True, cwd=Path(__file__).parent).stdout.strip() or "unknown"
+    commit = _commit()
     atomic_write(args.out / "fronts.json", json.dumps(
         {"board": "pynq-z1", "command": "python3 bench/sweep_features.py", "commit": commit,
          "fronts": fronts},

@@ -57,3 +57,13 @@ def test_a_missing_fronts_file_is_named(tmp_path, capsys):
     with pytest.raises(SystemExit):
         _bench().main([str(tmp_path / "nope.json")])
     assert "nope.json" in capsys.readouterr().err
+
+
+def test_bad_arguments_are_named(tmp_path, capsys):
+    bench = _bench()
+    with pytest.raises(SystemExit):
+        bench.main(["--config", "vta-plus", "--jobs", "0"])
+    assert "--jobs must be 1 or more, not 0" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        bench.main([])
+    assert "give either FRONTS.json or --config" in capsys.readouterr().err

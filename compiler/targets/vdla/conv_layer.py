@@ -831,8 +831,8 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
                     load_waits += waits * (s.oc_nthread == 2)   # `_pair_terms`
                 tiles += m
                 seqs.append(seq)
-                if len(seqs) == 2 and s.oc_nthread == 2 and co_tiles % 2 == 0:
-                    paired += nh * nw * layer.batch_blocks * _mixed_pair(*seqs)
+                if len(seqs) == 2 and s.oc_nthread == 2 and len(layer.spans) == 1:
+                    paired += nh * nw * layer.batch_blocks * _mixed_pair(*seqs, co_tiles)
                 # The last tile in program order is an edge tile of every axis.
                 lone = tile_serial - tile_paired
                 last_paired = tile_paired
@@ -892,7 +892,8 @@ def _tile_paired(layer: Conv2dLayer, chunk_pairs: float, first: tuple[float, flo
     return max(chunk_pairs, tile_gemm + epi)
 
 
-def _mixed_pair(whole: list[tuple[float, float]], short: list[tuple[float, float]]) -> float:
+def _mixed_pair(whole: list[tuple[float, float]], short: list[tuple[float, float]],
+                co_tiles: int) -> float:
     """Two threads over output channels whose channels end in a short output-channel
     tile, an even count of them: each position's last group pairs a whole tile with the
     short one. What that pair takes beyond each tile's own chunks (`_tile_paired`), from
@@ -900,7 +901,10 @@ def _mixed_pair(whole: list[tuple[float, float]], short: list[tuple[float, float
     chunk pair takes at least one thread's loads and GEMMs in turn, which the short
     tile's chunks cannot hide (ResNet-18's layer4.1.conv2 on VTA's default sizes, tiles of
     6 and 2 output blocks: the compute module waits 1,031 cycles a chunk on Verilator,
-    1,080 here; 501,544 cycles against 468,440 without it)."""
+    1,080 here; 501,544 cycles against 468,440 without it). An odd count leaves the short
+    tile alone in its group (`estimate_conv2d`'s lone tile)."""
+    if co_tiles % 2:
+        return 0.0
     return sum(max(g0 + g1, l0 + l1, l0 + g0, l1 + g1) - max(l0, g0) - max(l1, g1)
                for (l0, g0), (l1, g1) in zip(whole, short))
 
