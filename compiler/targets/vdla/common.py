@@ -87,20 +87,26 @@ INSN_CYCLES = 9
 DMA_CYCLES = 40
 #: A STORE row of one out element (x_size 1: block_in > block_out, `store_activation`)
 #: is one DRAM write burst of its own: about 2.35 cycles (measured on 1x32x8 at 8 bytes a
-#: cycle: 196 such rows in 479 cycles, 196 contiguous elements in 215).
+#: cycle: 196 such rows in 479 cycles, 196 contiguous elements in 215), or half a cycle
+#: more than its bytes take (1x32x16 at 8 bytes a cycle: 2.5 cycles a row of 16 bytes,
+#: 36 cycles a STORE of 7 rows, 194 of 70).
 STORE_ROW_CYCLES = 2.35
+#: What a STORE takes beyond its bytes (or rows), back to back with others as well: 20
+#: cycles (the above; on 1x16x32, 694 cycles for 5,376 bytes at 8 bytes a cycle, 170 for
+#: 1,792 at 12).
+STORE_CYCLES = 20
 
 
 def store_cycles(entries: int, stores: int, config: HardwareConfig, bytes_per_cycle: float,
                  group: int = 1) -> float:
     """Store-module cycles of `stores` STOREs of `entries` out elements in all, each to
     its place in an activation block of `group` out elements a pixel (`out_group`): at
-    the DRAM's bandwidth, or a row each where `group` > 1, plus a quarter of `DMA_CYCLES`
-    per STORE (consecutive STOREs overlap their latency)."""
+    the DRAM's bandwidth, or a row each where `group` > 1, plus `STORE_CYCLES` per
+    STORE."""
     if group == 1:
-        return entries * config.out_elem_bytes / bytes_per_cycle + stores * DMA_CYCLES / 4
-    per = max(config.out_elem_bytes / bytes_per_cycle, STORE_ROW_CYCLES)
-    return entries * per + stores * DMA_CYCLES / 4
+        return entries * config.out_elem_bytes / bytes_per_cycle + stores * STORE_CYCLES
+    per = max(config.out_elem_bytes / bytes_per_cycle + 0.5, STORE_ROW_CYCLES)
+    return entries * per + stores * STORE_CYCLES
 
 
 def tile_split(total: int, tile: int) -> list[tuple[int, int]]:

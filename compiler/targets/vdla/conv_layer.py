@@ -779,7 +779,6 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
     # With the ALU's REQ the epilogue ends in one (`requant.clamp_steps`), which clears
     # the tile: each thread resets its region once instead of every tile.
     reset = 0 if AluOp.REQ in c.alu_ops else 1
-    taps = layer.wgt_taps
     threads = s.nthreads
     tilings, co_tiles, weight_reuse = _channel_tilings(layer, s)
 
@@ -788,10 +787,10 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
     paired = 0          # two threads: per chunk, the longer of loads and GEMMs
     first_load = last_store = first_compute = 0
     head_load = last_paired = None   # the first tile's first loads, the last tile's time
+    sides = {}               # per tile class: its first loads, what the next tile's overlap
     tiles, lone = 0, 0.0     # tiles in all; what the last one adds running alone
     load_waits = 0.0         # two threads: the load module's waits for their buffers
     last = None              # `_pair_run`'s arguments for the last tile class
-    late = layer.late_residual and bool(layer.residual_ratio)   # widened in the epilogue
     for th, nh in tile_split(layer.out_h, s.tile_h):
         rows = window_rows(layer, th)
         for tw, nw in tile_split(layer.out_w, s.tile_w):
@@ -799,16 +798,15 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
             pads = _window_pads(layer, s, th, tw)
             plane = th * tw
             seqs = []
-            for tco, nco, chunks in tilings:
+            for k, (tco, nco, chunks) in enumerate(tilings):
                 m = nh * nw * nco * layer.batch_blocks
                 tile_load, tile_gemm, chunk_pairs, seq, res_epi, res_head = _tile_costs(
                     layer, chunks, tco, (rows * cols, pads), (th, tw), weight_reuse, c, bw,
                     res_passes)
                 entries = plane * tco
                 epi = _epilogue_cycles(layer, entries, tco, c, (imm, vec), reset) + res_epi
-                st = store_cycles(entries, tco * (1 if tw == layer.out_w else th), c, bw,
-                                  layer.out_group) if layer.out_group > 1 else \
-                    entries * c.out_elem_bytes / bw + tco * DMA_CYCLES / 4
+                st = store_cycles(entries, tco * (1 if tw == layer.out_w or layer.out_group == 1
+                                                  else th), c, bw, layer.out_group)
                 tile_chunks = sum(n for _, n in chunks)
                 # GEMM instructions: one a chunk, or a window layer's one per kernel row.
                 insns = tile_chunks * (layer.kernel_h if layer.window else 1)
@@ -816,17 +814,17 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
                 epilogue += m * (epi + insns * INSN_CYCLES)
                 load += m * tile_load
                 store += m * st
-                # The next tile's first loads overlap this tile's epilogue and stores
-                # (not after the last tile: added back below).
-                overlap = min(tile_load / tile_chunks, epi + st)
-                tile_serial = tile_load + tile_gemm + epi + st - overlap
+                # One thread: a tile's first loads overlap the previous tile's epilogue
+                # and stores (`_serial_overlaps`).
+                sides[th, tw, k] = (tile_load / tile_chunks,
+                                    epi + st - (entries + INSN_CYCLES) * layer.bias_gemm)
                 tile_paired = _tile_paired(layer, chunk_pairs, (seq[0][0], seq[0][1] - res_head),
                                            tile_gemm, epi)
-                serial += m * tile_serial
+                serial += m * (tile_load + tile_gemm + epi + st)
                 paired += m * tile_paired
+                run = _pair_args(layer, seq, (epi, res_head, st), entries, reset, c)
                 if threads == 2:
-                    more, waits = _pair_terms(m, (seq, epi - res_head, st, 2, late),
-                                              tile_paired, first_class=not tiles)
+                    more, waits = _pair_terms(m, run, tile_paired, first_class=not tiles)
                     paired += more
                     load_waits += waits * (s.oc_nthread == 2)   # `_pair_terms`
                 tiles += m
@@ -834,17 +832,18 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
                 if len(seqs) == 2 and s.oc_nthread == 2 and len(layer.spans) == 1:
                     paired += nh * nw * layer.batch_blocks * _mixed_pair(*seqs, co_tiles)
                 # The last tile in program order is an edge tile of every axis.
-                lone = tile_serial - tile_paired
+                lone = tile_load + tile_gemm + epi + st - min(*sides[th, tw, k]) - tile_paired
                 last_paired = tile_paired
-                last = (seq, epi - res_head, st, 2, late)
+                last = run
                 first_load = max(first_load, tile_load / tile_chunks)
                 head_load = seq[0][0] if head_load is None else head_load
                 first_compute = max(first_compute, tile_gemm + epi)
                 last_store = max(last_store, st)
     # Each thread loads the weights of its output-channel blocks once per batch block;
     # threads over rows each load every block's (into their own region).
-    once = weight_reuse * s.h_nthread * (layer.batch_blocks * layer.weight_blocks * taps
-                                         * c.wgt_elem_bytes / bw + co_tiles * DMA_CYCLES)
+    once = weight_reuse * s.h_nthread * (layer.batch_blocks * layer.weight_blocks
+                                         * layer.wgt_taps * c.wgt_elem_bytes / bw
+                                         + co_tiles * DMA_CYCLES)
     load += once
     serial += once
     table_load, table_compute = _table_cycles(layer, s, c, bw)
@@ -855,14 +854,15 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
     # compute module (then the region resets), the blocks and the ones vector on the load
     # module (then the first inputs).
     if threads == 1:
-        cycles = serial + overlap + max(table_load,
-                                        table_compute + region_resets - first_load)
+        cycles = (serial - _serial_overlaps(layer, s, tilings, sides)
+                  + max(table_load, table_compute + region_resets - first_load))
     else:
         # The busiest module bounds the time; chunk pairs add the waits of a thread whose
         # loads take longer than the other's GEMM; weight switches stall the compute
         # module only (`_weight_switches`); a load-bound layer ends with its drain.
         switches = (_weight_switches(layer, s, tilings, once, c, bw, first_load,
-                                     first_compute, (head_load, last_paired))
+                                     first_compute, (head_load, last_paired,
+                                                     last[1] - last[4]))
                     if weight_reuse else 0.0)
         cycles = (max(paired + switches, load - table_load, store) + last_store
                   + max(table_load + first_load, table_compute + region_resets))
@@ -875,6 +875,46 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
             cycles += max(0.0, lone)
     return Conv2dEstimate(int(math.ceil(cycles)), int(gemm), int(epilogue + region_resets),
                           int(load), int(store))
+
+
+def _serial_overlaps(layer: Conv2dLayer, s: Conv2dSchedule, tilings, sides: dict) -> float:
+    """One thread: what the tiles' first loads overlap in all. Each tile's overlap its
+    predecessor's epilogue and stores, but for its bias GEMM, which waits for them, in
+    program order (batch blocks, output-channel tiles, rows, columns: `_ConvEmitter.groups`
+    in `vdla.compiler.targets.vdla.conv`); the first tile's overlap nothing. `sides` maps
+    a tile class (rows, columns, index in `tilings`) to (its first loads, what they may overlap
+    after it). The stem of ResNet-18 on a 1x16x32 core at 8 bytes a cycle: 9,172 cycles a
+    tile on Verilator, 8,826 when the bias GEMM overlapped too; its layer4.0.downsample on
+    1x32x16 (tiles of two rows and a last one of one): 60,295 cycles on Verilator, 58,217
+    when each tile overlapped its own class's epilogue, 58,817 so."""
+    rows, cols = tile_split(layer.out_h, s.tile_h), tile_split(layer.out_w, s.tile_w)
+    cos = [(k, nco) for k, (_, nco, _) in enumerate(tilings)]
+    nb = layer.batch_blocks
+
+    def overlaps(prev, cur, n):
+        return n * min(sides[cur][0], sides[prev][1])
+
+    total = 0.0
+    for k, nco in cos:
+        for th, nh in rows:          # along a row
+            total += sum(overlaps((th, a, k), (th, b, k), n * nh * nco * nb)
+                         for (a, b), n in _steps(cols).items())
+        total += sum(overlaps((a, cols[-1][0], k), (b, cols[0][0], k), n * nco * nb)
+                     for (a, b), n in _steps(rows).items())
+    first, last = (rows[0][0], cols[0][0]), (rows[-1][0], cols[-1][0])
+    total += sum(overlaps((*last, a), (*first, b), n * nb) for (a, b), n in _steps(cos).items())
+    return total + overlaps((*last, cos[-1][0]), (*first, cos[0][0]), nb - 1)
+
+
+def _steps(classes: list[tuple]) -> dict[tuple, int]:
+    """The steps between consecutive items of the sequence of `classes` (class, count),
+    each class repeated count times: {(previous, next): steps}."""
+    steps: dict[tuple, int] = {}
+    for i, (k, n) in enumerate(classes):
+        pairs = [((k, k), n - 1)] + ([((classes[i - 1][0], k), 1)] if i else [])
+        for key, count in pairs:
+            steps[key] = steps.get(key, 0) + count
+    return steps
 
 
 def _tile_paired(layer: Conv2dLayer, chunk_pairs: float, first: tuple[float, float],
@@ -912,7 +952,10 @@ def _mixed_pair(whole: list[tuple[float, float]], short: list[tuple[float, float
 def _pair_terms(m: int, run: tuple, tile_paired: float, first_class: bool):
     """What `m` tiles of one class add, with two threads, to the compute module's time
     beyond `tile_paired` each (the steady pairs after the first two tiles, where there
-    are four pairs or more), and the load module's waits (`_pair_run`'s, the first pair
+    are two pairs or more; less than nothing where `_tile_paired` overstates a pair, as
+    it does a load-bound one: MobileNet-v1's features.11.pw on 1x32x16, two pairs, 101,938
+    cycles on Verilator, 105,763 without the term, 103,797 with it), and the load
+    module's waits (`_pair_run`'s, the first pair
     of the layer's from free buffers). `run`: `_pair_run`'s arguments. The waits are
     measured over output channels (`oc_nthread`); over rows (weights kept, a residual in
     the first chunk) they overstate, and `estimate_conv2d` leaves them out: ResNet-50's
@@ -920,20 +963,20 @@ def _pair_terms(m: int, run: tuple, tile_paired: float, first_class: bool):
     waits = _pair_run(*run)[2]
     load_waits = m / 2 * waits[1] - (waits[1] - waits[0]) * first_class
     more = 0.0
-    if m >= 8:
-        more = (m - 2) * max(0.0, _pair_period(*run[:3], run[4]) / 2 - tile_paired)
+    if m >= 4:
+        more = (m - 2) * (_pair_period(*run[:3], run[4]) / 2 - tile_paired)
     return more, load_waits
 
 
 def _pair_period(chunks: list[tuple[float, float]], epilogue: float, store: float,
-                 late: bool = False) -> float:
+                 held: float = 0.0) -> float:
     """The steady-state cycles of a pair of tiles of two threads (`_pair_run`)."""
-    ends = _pair_run(chunks, epilogue, store, 4, late)[0]
+    ends = _pair_run(chunks, epilogue, store, 4, held)[0]
     return ends[-1] - ends[-2]
 
 
 def _pair_run(chunks: list[tuple[float, float]], epilogue: float, store: float,
-              pairs: int = 4, late: bool = False) -> tuple[list[float], float, list[float]]:
+              pairs: int = 4, held: float = 0.0) -> tuple[list[float], float, list[float]]:
     """The steady-state cycles of a pair of tiles (one per thread) of two threads that
     take turns chunk by chunk, from their dependencies, module by module in program
     order: a chunk's loads wait for the thread's previous chunk's GEMMs (its buffer) and
@@ -943,21 +986,20 @@ def _pair_run(chunks: list[tuple[float, float]], epilogue: float, store: float,
     `chunks` are each chunk's (loads, GEMMs) in program order, so chunks that differ
     keep their own waits; `epilogue` and `store` are per tile. The residual's reset and
     widening run before a tile's first GEMMs (in its first chunk's GEMMs here, not in
-    its `epilogue`); a `late` residual is widened in the epilogue from the thread's inp
-    buffer, which frees the buffer only after it (ResNet-50's layer3.1.conv3 on
-    pynq-z1-plus: the next tile's first loads wait 946 cycles, the shift and the
-    widening GEMM).
+    its `epilogue`); a late residual is widened in the epilogue from the thread's inp
+    buffer, which the epilogue then holds for its first `held` cycles, all but the
+    clamp (ResNet-50's layer3.1.conv3 on pynq-z1-plus: the next tile's first loads wait
+    946 cycles, the shift and the widening GEMM; on a 1x16x32 core without REQ, two
+    threads over rows of seven: 21,314 cycles a pair on Verilator, 23,488 when the
+    clamp held the buffer too, 21,604 now).
 
     When the stores take longer than the compute between a thread's epilogue and its
     next tile (the other thread's last chunk and epilogue), the compute module waits:
     pointwise layers of a 1x16x32 core whose tiles load as long as they compute
     (MobileNet-v1's features.2.pw: 9,611 cycles a pair on Verilator, 9,591 here).
     Simulated over a few pairs: every pair after the first repeats the same waits.
-    `estimate_conv2d` adds what this exceeds `_tile_paired` by to the pairs after the
-    first of a tile class with four pairs or more: fewer are mostly their start and
-    end, which the first loads and the last stores model (ResNet-18's
-    layer4.0.downsample on 1x16x16, two pairs: 60,054 cycles on Verilator, 61,641
-    without the term, 62,782 with it).
+    `estimate_conv2d` adds what this differs from `_tile_paired` by to the pairs after
+    the first of a tile class with two pairs or more (`_pair_terms`).
 
     Returns each pair's end on the compute module, the *drain* and each pair's *load
     waits*. The load waits are the time the load module waits for a thread's buffer (a
@@ -986,9 +1028,8 @@ def _pair_run(chunks: list[tuple[float, float]], epilogue: float, store: float,
                 start = max(compute, loads, stored[t] if j == 0 else 0.0)
                 compute = computed[t] = start + gemm
                 if j == len(chunks) - 1:
+                    computed[t] += held
                     compute += epilogue
-                    if late:   # the epilogue widens the residual from the inp buffer
-                        computed[t] = compute
                     stores = stored[t] = max(stores, compute) + store
         ends.append(compute)
     return ends, stores - loads, waits
@@ -996,12 +1037,12 @@ def _pair_run(chunks: list[tuple[float, float]], epilogue: float, store: float,
 
 def _weight_switches(layer: Conv2dLayer, s: Conv2dSchedule, tilings, once: float,
                      c: HardwareConfig, bw: float, first_load: float,
-                     tile_compute: float, edges: tuple[float, float]) -> float:
+                     tile_compute: float, edges: tuple[float, float, float]) -> float:
     """Two threads that load each weight block once: what their weight loads add to the
     busiest module's time. `once` is every weight load; `first_load` and `tile_compute`
     a tile's first loads and its compute (the most of each over the layer's tiles);
-    `edges` the first tile's first loads and the last tile's time with two threads
-    (`_tile_paired`).
+    `edges` the first tile's first loads, the last tile's time with two threads
+    (`_tile_paired`) and what of its epilogue runs after its inp buffer frees.
     Weight switches stall the compute module (a thread waits for its new weights): they
     add to its time, not to the load module's, which already counts every weight load
     (`once`). So a load-bound layer pays none (MobileNet-v1's features.3.dw on the 1x16x32
@@ -1017,17 +1058,21 @@ def _weight_switches(layer: Conv2dLayer, s: Conv2dSchedule, tilings, once: float
         # thread's first tile computes. MobileNet-v1's features.3.dw on pynq-z1-plus
         # (three rows a tile, the last tile one row): the compute module waits 694
         # cycles at each switch on Verilator, 1,221 of loads against 529 of compute.
-        # Measured so on window layers only: elsewhere the first copy alone against a
-        # whole tile's compute matches (ResNet-50's layer3.1.conv3 on 1x32x16, rows of
-        # three: 244,530 cycles on Verilator, 244,906 so, 262,539 with the inputs).
-        head_load, last_paired = edges
+        # Elsewhere the first thread's loads start when its inp buffer frees, so the
+        # rest of its own epilogue (`released`: all of it but for a late residual's
+        # widening) hides them too. ResNet-50's layer3.1.conv3 on a 1x16x32 core at 8
+        # bytes a cycle (rows of three, the residual late): 3,300 cycles of waits at
+        # a switch on Verilator; 207,877 cycles in all, 183,498 with the weights alone
+        # against a whole tile, 208,684 so. On 1x32x16 (the residual early): 244,530 on
+        # Verilator, 249,554 so. Window layers keep their measured rule.
+        head_load, last_paired, released = edges
         taps = layer.wgt_taps
         total, started = 0.0, False
         for tco, nco, chunks in tilings:
             w = tco * chunks[0][0] * taps * c.wgt_elem_bytes / bw + DMA_CYCLES
             for _ in range(nco * layer.batch_blocks):
                 first = (max(0.0, w + head_load - last_paired) if layer.window
-                         else max(0.0, w - tile_compute))
+                         else max(0.0, w + head_load - last_paired - released))
                 total += (first if started else w) + max(0.0, w + first_gap)
                 started = True
         return total
@@ -1035,6 +1080,37 @@ def _weight_switches(layer: Conv2dLayer, s: Conv2dSchedule, tilings, once: float
     # load while the compute module waits, and the second thread's weights and first
     # loads after them, while only the first thread's first tile computes.
     return once / 2 + max(0.0, once / 2 + first_gap)
+
+
+def _pair_args(layer: Conv2dLayer, seq: list, tile: tuple[float, float, float],
+               entries: int, reset: int, c: HardwareConfig) -> tuple:
+    """`_pair_run`'s arguments for a tile of `entries` acc entries, chunks `seq`, and
+    `tile` = (epilogue, its residual's head, stores): with two threads the tile's own
+    reset and bias GEMM (`_head_cycles`), like its residual's reset and widening, run
+    before its first chunk's GEMMs; a late residual holds the inp buffer for all of the
+    epilogue but the clamp. ResNet-50's layer3.0.conv3 on 1x32x16 (rows of five, chunks
+    of 3, 3 and 2 input blocks): 16,642 cycles a pair on Verilator; 17,551 when the
+    epilogue took them, for the other thread's first chunk then waited for its loads;
+    16,704 so."""
+    epi, res_head, st = tile
+    own = _head_cycles(layer, entries, reset)
+    pair_epi = epi - res_head - own
+    late = layer.late_residual and bool(layer.residual_ratio)   # widened in the epilogue
+    return ([(seq[0][0], seq[0][1] + own), *seq[1:]], pair_epi, st, 2,
+            pair_epi - _clamp_cycles(entries, c) if late else 0.0)
+
+
+def _head_cycles(layer: Conv2dLayer, entries: int, reset: int) -> float:
+    """What of a tile's epilogue (`_epilogue_cycles`) runs before its first chunk's GEMMs:
+    the reset of its `entries` acc entries (`reset`: 0 where a REQ clears them) and the
+    bias GEMM."""
+    return reset * (entries + INSN_CYCLES) + layer.bias_gemm * (entries + INSN_CYCLES)
+
+
+def _clamp_cycles(entries: int, c: HardwareConfig) -> float:
+    """The clamp's cycles over a tile of `entries` acc entries (MAX and MIN, or with the
+    ALU's REQ one REQ): what follows a late residual's widening in the epilogue."""
+    return (1 if AluOp.REQ in c.alu_ops else 2) * (entries + INSN_CYCLES)
 
 
 def _epilogue_cycles(layer: Conv2dLayer, entries: int, tco: int, c: HardwareConfig,
