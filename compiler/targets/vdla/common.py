@@ -105,6 +105,7 @@ def store_cycles(entries: int, stores: int, config: HardwareConfig, bytes_per_cy
     STORE."""
     if group == 1:
         return entries * config.out_elem_bytes / bytes_per_cycle + stores * STORE_CYCLES
+    # A row: its bytes and half a cycle, at least `STORE_ROW_CYCLES` (measured above).
     per = max(config.out_elem_bytes / bytes_per_cycle + 0.5, STORE_ROW_CYCLES)
     return entries * per + stores * STORE_CYCLES
 

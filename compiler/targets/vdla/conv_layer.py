@@ -816,8 +816,8 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
                 store += m * st
                 # One thread: a tile's first loads overlap the previous tile's epilogue
                 # and stores (`_serial_overlaps`).
-                sides[th, tw, k] = (tile_load / tile_chunks,
-                                    epi + st - (entries + INSN_CYCLES) * layer.bias_gemm)
+                sides[th, tw, k] = (tile_load / tile_chunks,   # (reset 0: the bias GEMM)
+                                    epi + st - _head_cycles(layer, entries, reset=0))
                 tile_paired = _tile_paired(layer, chunk_pairs, (seq[0][0], seq[0][1] - res_head),
                                            tile_gemm, epi)
                 serial += m * (tile_load + tile_gemm + epi + st)
@@ -955,8 +955,7 @@ def _pair_terms(m: int, run: tuple, tile_paired: float, first_class: bool):
     are two pairs or more; less than nothing where `_tile_paired` overstates a pair, as
     it does a load-bound one: MobileNet-v1's features.11.pw on 1x32x16, two pairs, 101,938
     cycles on Verilator, 105,763 without the term, 103,797 with it), and the load
-    module's waits (`_pair_run`'s, the first pair
-    of the layer's from free buffers). `run`: `_pair_run`'s arguments. The waits are
+    module's waits (`_pair_run`'s, the first pair of the layer's from free buffers). `run`: `_pair_run`'s arguments. The waits are
     measured over output channels (`oc_nthread`); over rows (weights kept, a residual in
     the first chunk) they overstate, and `estimate_conv2d` leaves them out: ResNet-50's
     layer3.1.conv3 on 1x32x16 takes 244,530 cycles on Verilator, 252,469 with them."""
@@ -991,7 +990,7 @@ def _pair_run(chunks: list[tuple[float, float]], epilogue: float, store: float,
     clamp (ResNet-50's layer3.1.conv3 on pynq-z1-plus: the next tile's first loads wait
     946 cycles, the shift and the widening GEMM; on a 1x16x32 core without REQ, two
     threads over rows of seven: 21,314 cycles a pair on Verilator, 23,488 when the
-    clamp held the buffer too, 21,604 now).
+    clamp held the buffer too, 21,693 now).
 
     When the stores take longer than the compute between a thread's epilogue and its
     next tile (the other thread's last chunk and epilogue), the compute module waits:
@@ -1104,7 +1103,7 @@ def _head_cycles(layer: Conv2dLayer, entries: int, reset: int) -> float:
     """What of a tile's epilogue (`_epilogue_cycles`) runs before its first chunk's GEMMs:
     the reset of its `entries` acc entries (`reset`: 0 where a REQ clears them) and the
     bias GEMM."""
-    return reset * (entries + INSN_CYCLES) + layer.bias_gemm * (entries + INSN_CYCLES)
+    return (reset + layer.bias_gemm) * (entries + INSN_CYCLES)
 
 
 def _clamp_cycles(entries: int, c: HardwareConfig) -> float:

@@ -9,8 +9,8 @@ import pytest
 import vdla
 from vdla.compiler.targets.vdla import Conv2dLayer, Conv2dSchedule, lower_conv2d, run_conv2d
 from vdla.compiler.targets.vdla.conv import conv_uop_table
-from vdla.compiler.targets.vdla.conv_layer import (choose_conv2d, conv_uop_count, estimate_conv2d,
-                                                   schedule_space)
+from vdla.compiler.targets.vdla.conv_layer import (_steps, choose_conv2d, conv_uop_count,
+                                                   estimate_conv2d, schedule_space)
 from vdla.compiler.frontend.workloads import RESNET18, ConvWorkload, parse_workload, workload_graph
 
 DEFAULT = vdla.HardwareConfig()
@@ -82,6 +82,9 @@ def test_the_model_and_the_chooser_plan_with_the_configs_dram_bandwidth():
     (ConvWorkload(7, 7, 128, 128, 3, 1, 1), Conv2dSchedule(7, 7, 1, 2, oc_nthread=2), 0.05),
     # Small 1x1 layers are dominated by DMA latencies the model only approximates.
     (ConvWorkload(14, 14, 64, 128, 1, 0, 2), Conv2dSchedule(2, 7, 4, 8, h_nthread=2), 0.2),
+    # One thread, rows of three and a last one of one: each tile's first loads overlap
+    # its predecessor's epilogue and stores, a short tile's after a whole one's.
+    (ConvWorkload(7, 7, 256, 256, 1, 0, 1), Conv2dSchedule(3, 7, 16, 8), 0.03),
 ])
 def test_estimate_is_close_to_the_cycle_accurate_backend(workload, schedule, tolerance):
     """The model ranks schedules for the chooser and the tuner: it must track Verilator's
@@ -95,6 +98,13 @@ def test_estimate_is_close_to_the_cycle_accurate_backend(workload, schedule, tol
     estimate = estimate_conv2d(layer, schedule, DEFAULT)
     assert estimate.gemm == layer.gemm_uops
     assert abs(estimate.cycles / stats["cycles"] - 1) < tolerance, (estimate, stats["cycles"])
+
+
+def test_serial_overlaps_count_the_steps_between_tile_classes():
+    """A whole row tile after the short last one of the previous output-channel tile
+    overlaps that short tile's epilogue, not its own class's."""
+    assert _steps([("W", 3), ("S", 1)]) == {("W", "W"): 2, ("W", "S"): 1, ("S", "S"): 0}
+    assert _steps([("W", 1)]) == {("W", "W"): 0}
 
 
 def test_workload_graph_runs_bit_exact_with_the_default_schedule():
