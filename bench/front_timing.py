@@ -9,12 +9,12 @@ The sweep picks its fronts by the timing model, so the model has to hold whereve
 goes. A *feature combination* is what a config's name adds to its sizes (``req-hold``,
 ``hold-dw3-bus128``, ...): the ISA features and the DRAM bus. The GEMM core's DSP limit is
 left out: it builds some multiplier pairs from LUTs in the same pipeline, so it changes
-no cycle (MobileNet-v1 on pynq-z1-plus takes 2,082,662 cycles on Verilator with and
-without it). For each combination on either model's front (with or without features)
-its fastest point (the most LUTs) runs every model layer by layer on the cycle-accurate
-Verilator backend with the pynq-z1's DRAM (bit-exact against the integer reference,
-`bench/model_layers.py`'s run), and each layer's cycles are set beside the timing
-model's.
+no cycle (MobileNet-v1 on pynq-z1-plus took 2,082,662 cycles on Verilator with and
+without it at commit 191557f). For each combination on either model's front (with or
+without features) its fastest point (the most LUTs) runs every model layer by layer on
+the cycle-accurate Verilator backend with the pynq-z1's DRAM (bit-exact against the
+integer reference, `bench/model_layers.py`'s run), and each layer's cycles are set
+beside the timing model's.
 
 Prints, per config and model, the cycles, the model's total error, its worst layer and
 the layers beyond 3%; then one line per combination. ``--jobs`` runs configs in that

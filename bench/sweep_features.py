@@ -6,6 +6,7 @@ one plot.
 
     python bench/sweep_features.py [--out bench-sweep-features] [--jobs 2]
                                    [--models resnet18 mobilenet_v1]
+    python bench/sweep_features.py --replot FRONTS.json [--out DIR]   # the plot alone
 
 Every point is priced by the timing model and the resource model (calibrated per family
 on yosys; `vdla.dse.resources`), and only points that fit the xc7z020 count. A point is
@@ -13,7 +14,8 @@ on yosys; `vdla.dse.resources`), and only points that fit the xc7z020 count. A p
 a DSP, no depthwise window). Prints, per model, both fronts (the best point of each at
 the most LUTs it may use) and writes ``OUT/<model>/`` (the sweep's own reports, its printed table in
 ``sweep.txt``), ``OUT/fronts.png`` and ``OUT/fronts.json`` (both fronts of each model,
-every point with its config, for ``bench/front_timing.py``).
+every point with its config, for ``bench/front_timing.py``). ``--replot`` draws
+``OUT/fronts.png`` again from an earlier run's ``fronts.json``, sweeping nothing.
 Confirmation runs of front points: ``bench/front_timing.py`` runs the timing model
 against Verilator on every feature combination of the fronts; ``vdla sweep --confirm``
 adds yosys; the shipped configs (``vdla config list``) carry the ones that were run.
@@ -142,17 +144,21 @@ def plot(results: list[dict], path: Path) -> None:
             short = best["config_name"].split("_")[0] + "".join(
                 f"-{x}" for x in best["config_name"].split("-")[1:])
             ax.step(xs, ys + ys[-1:], where="post", markevery=range(len(pts)),
-                    label=f"{kind} features past VTA (fastest: {short}, "
+                    label=f"{kind} features past VTA\n(fastest: {short}, "
                           f"{best['objectives']['latency_ms']:.1f} ms)", **style)
         ax.axvline(XC7Z020_LUTS, color="tab:red", linestyle=":", label="xc7z020 LUTs")
         ax.set_xlabel("LUTs (resource model)")
         ax.set_ylabel("latency, ms at 100 MHz (timing model)")
         ax.set_title(f"{result['model']} on pynq-z1: Pareto fronts")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        # The fronts fall from the upper left: the legend goes above their right ends.
+        ax.legend(fontsize=8, loc="upper right")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=110)
     plt.close(fig)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, png.getvalue())
 
 
 def main(argv=None) -> int:
@@ -160,8 +166,19 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default="bench-sweep-features", type=Path)
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--models", nargs="+", default=["resnet18", "mobilenet_v1"])
+    parser.add_argument("--replot", type=Path, metavar="FRONTS.json",
+                        help="only draw OUT/fronts.png from an earlier run's fronts.json")
     args = parser.parse_args(argv)
     start = time.perf_counter()
+    if args.replot:
+        if not args.replot.is_file():
+            parser.error(f"no fronts file at {args.replot} (a run of this script writes it)")
+        doc = json.loads(args.replot.read_text())
+        plot([{"model": model, **fronts} for model, fronts in doc["fronts"].items()],
+             args.out / "fronts.png")
+        print(f"wrote {args.out / 'fronts.png'} from {args.replot} (commit "
+              f"{doc.get('commit', 'unknown')})")
+        return 0
     results = [sweep(model, args.out / model, args.jobs) for model in args.models]
     for i, result in enumerate(results):
         print(("\n" if i else "") + "\n".join(report(result)))

@@ -72,11 +72,14 @@ def window_cols(layer, tile_w: int) -> int:
     return (tile_w - 1) * layer.stride_w + (layer.kernel_w - 1) * dilation + 1
 
 
-#: What a LOAD's zero padding costs per element: the writer puts a zero in the SRAM per
-#: cycle while the reads of the data run ahead, so a padded element costs less than a
-#: read one (measured on MobileNet-v1's features.11 depthwise layer, whose one 15 x 15
-#: window per tile has 29 padded elements: the load module was busy 26,344 cycles, 1,403
-#: fewer than counting the padding as data, about half a cycle per padded element).
+#: What a LOAD's zero padding costs per element where its writer is the limit (a bus word
+#: a cycle, no faster than the DRAM): the writer puts a zero in the SRAM per cycle while
+#: the reads of the data run ahead, so a padded element costs less than a read one
+#: (measured on MobileNet-v1's features.11 depthwise layer, whose one 15 x 15 window per
+#: tile has 29 padded elements: the load module was busy 26,344 cycles, 1,403 fewer than
+#: counting the padding as data, about half a cycle per padded element). Where the DRAM
+#: is the limit (a bus wider than its bytes a cycle), the zeros fill the writer's idle
+#: cycles (`conv_layer._chunk_costs`).
 PAD_ELEM_CYCLES = 0.5
 
 #: Pipeline fill and drain of one GEMM/ALU instruction (measured: 100 back-to-back

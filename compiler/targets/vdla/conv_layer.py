@@ -732,6 +732,23 @@ class Conv2dEstimate:
         return self.gemm + self.epilogue
 
 
+@dataclasses.dataclass(frozen=True)
+class _TileClass:
+    """What `estimate_conv2d` keeps of a class of tiles (same rows, columns and channel
+    tiling) for the terms between consecutive tiles, in cycles: its first chunk's loads
+    (`first_load`); what of it the next tile's first loads may overlap with one thread
+    (`overlap`: its epilogue but the bias GEMM, and its stores); its GEMMs with the
+    epilogue (`compute`); its stores (`store`); with two threads, what of its epilogue
+    follows its GEMMs and its inp buffer (`released`), and its reset (`reset`)."""
+
+    first_load: float
+    overlap: float
+    compute: float
+    store: float
+    released: float
+    reset: float
+
+
 def _channel_tilings(layer: Conv2dLayer, s: Conv2dSchedule) -> tuple[list, int, bool]:
     """How clamped schedule `s` cuts `layer`'s channels, as `estimate_conv2d` counts
     them: (tilings, output-channel tiles, weight reuse). `tilings` lists the
@@ -786,11 +803,10 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
     serial = 0          # one thread: the time of the modules taking turns
     paired = 0          # two threads: per chunk, the longer of loads and GEMMs
     first_load = last_store = first_compute = 0
-    head_load = last_paired = None   # the first tile's first loads, the last tile's time
-    sides = {}               # per tile class: its first loads, what the next tile's overlap
+    head_load = last_paired = last = None   # first tile's loads; last's time, `_pair_run`
+    sides = {}               # (rows, columns, `tilings` index) -> `_TileClass`
     tiles, lone = 0, 0.0     # tiles in all; what the last one adds running alone
     load_waits = 0.0         # two threads: the load module's waits for their buffers
-    last = None              # `_pair_run`'s arguments for the last tile class
     for th, nh in tile_split(layer.out_h, s.tile_h):
         rows = window_rows(layer, th)
         for tw, nw in tile_split(layer.out_w, s.tile_w):
@@ -814,15 +830,15 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
                 epilogue += m * (epi + insns * INSN_CYCLES)
                 load += m * tile_load
                 store += m * st
-                # One thread: a tile's first loads overlap the previous tile's epilogue
-                # and stores (`_serial_overlaps`).
-                sides[th, tw, k] = (tile_load / tile_chunks,   # (reset 0: the bias GEMM)
-                                    epi + st - _head_cycles(layer, entries, reset=0))
+                # For `_serial_overlaps`, `_store_waits` and `_weight_switches`.
+                run = _pair_args(layer, seq, (epi, res_head, st), entries, reset, c)
+                sides[th, tw, k] = _TileClass(
+                    tile_load / tile_chunks, epi + st - _head_cycles(layer, entries, reset=0),
+                    tile_gemm + epi, st, run[1] - run[4], reset * (entries + INSN_CYCLES))
                 tile_paired = _tile_paired(layer, chunk_pairs, (seq[0][0], seq[0][1] - res_head),
                                            tile_gemm, epi)
                 serial += m * (tile_load + tile_gemm + epi + st)
                 paired += m * tile_paired
-                run = _pair_args(layer, seq, (epi, res_head, st), entries, reset, c)
                 if threads == 2:
                     more, waits = _pair_terms(m, run, tile_paired, first_class=not tiles)
                     paired += more
@@ -832,7 +848,8 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
                 if len(seqs) == 2 and s.oc_nthread == 2 and len(layer.spans) == 1:
                     paired += nh * nw * layer.batch_blocks * _mixed_pair(*seqs, co_tiles)
                 # The last tile in program order is an edge tile of every axis.
-                lone = tile_load + tile_gemm + epi + st - min(*sides[th, tw, k]) - tile_paired
+                lone = (tile_load + tile_gemm + epi + st - tile_paired
+                        - min(sides[th, tw, k].first_load, sides[th, tw, k].overlap))
                 last_paired = tile_paired
                 last = run
                 first_load = max(first_load, tile_load / tile_chunks)
@@ -850,9 +867,8 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
     load += table_load
     # Without a reset per tile, each thread resets its whole region once, first.
     region_resets = 0 if reset else threads * (s.tile_h * s.tile_w * s.tile_co + INSN_CYCLES)
-    # The tables load on both modules at once: the micro-ops and constant rows on the
-    # compute module (then the region resets), the blocks and the ones vector on the load
-    # module (then the first inputs).
+    # The tables load on both modules at once (`_table_cycles`); then the compute module
+    # resets its regions, and the load module loads the first inputs.
     if threads == 1:
         cycles = (serial - _serial_overlaps(layer, s, tilings, sides)
                   + max(table_load, table_compute + region_resets - first_load))
@@ -861,9 +877,8 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
         # loads take longer than the other's GEMM; weight switches stall the compute
         # module only (`_weight_switches`); a load-bound layer ends with its drain.
         switches = (_weight_switches(layer, s, tilings, once, c, bw, first_load,
-                                     first_compute, (head_load, last_paired,
-                                                     last[1] - last[4]))
-                    if weight_reuse else 0.0)
+                                     first_compute, (head_load, last_paired, sides))
+                    if weight_reuse else 0.0) + _store_waits(layer, s, tilings, sides)
         cycles = (max(paired + switches, load - table_load, store) + last_store
                   + max(table_load + first_load, table_compute + region_resets))
         # The loads, their waits for the compute module and, from the last load's end to
@@ -882,17 +897,17 @@ def _serial_overlaps(layer: Conv2dLayer, s: Conv2dSchedule, tilings, sides: dict
     predecessor's epilogue and stores, but for its bias GEMM, which waits for them, in
     program order (batch blocks, output-channel tiles, rows, columns: `_ConvEmitter.groups`
     in `vdla.compiler.targets.vdla.conv`); the first tile's overlap nothing. `sides` maps
-    a tile class (rows, columns, index in `tilings`) to (its first loads, what they may overlap
-    after it). The stem of ResNet-18 on a 1x16x32 core at 8 bytes a cycle: 9,172 cycles a
-    tile on Verilator, 8,826 when the bias GEMM overlapped too; its layer4.0.downsample on
-    1x32x16 (tiles of two rows and a last one of one): 60,295 cycles on Verilator, 58,217
-    when each tile overlapped its own class's epilogue, 58,817 so."""
+    a tile class (rows, columns, index in `tilings`) to its `_TileClass`. The stem of
+    ResNet-18 on a 1x16x32 core at 8 bytes a cycle: 9,172 cycles a tile on Verilator,
+    8,826 when the bias GEMM overlapped too; its layer4.0.downsample on 1x32x16 (tiles of
+    two rows and a last one of one): 60,295 cycles on Verilator, 58,217 when each tile
+    overlapped its own class's epilogue, 58,817 so."""
     rows, cols = tile_split(layer.out_h, s.tile_h), tile_split(layer.out_w, s.tile_w)
     cos = [(k, nco) for k, (_, nco, _) in enumerate(tilings)]
     nb = layer.batch_blocks
 
     def overlaps(prev, cur, n):
-        return n * min(sides[cur][0], sides[prev][1])
+        return n * min(sides[cur].first_load, sides[prev].overlap)
 
     total = 0.0
     for k, nco in cos:
@@ -904,6 +919,44 @@ def _serial_overlaps(layer: Conv2dLayer, s: Conv2dSchedule, tilings, sides: dict
     first, last = (rows[0][0], cols[0][0]), (rows[-1][0], cols[-1][0])
     total += sum(overlaps((*last, a), (*first, b), n * nb) for (a, b), n in _steps(cos).items())
     return total + overlaps((*last, cos[-1][0]), (*first, cos[0][0]), nb - 1)
+
+
+def _store_waits(layer: Conv2dLayer, s: Conv2dSchedule, tilings, sides: dict) -> float:
+    """Two threads over rows: the compute module's waits where a tile is followed by one
+    of another class. A tile's first GEMM waits for the stores of its thread's previous
+    tile, two tiles back, which run during the tile between; each class's own pairs
+    count that wait (`_pair_run`), but a short last row tile between two whole ones hides
+    less of the whole tile's stores. `sides` maps a tile class to its `_TileClass`; the
+    order is `_ConvEmitter.groups`' (batch blocks, output channels, columns, rows).
+    MobileNet-v1's features.1.pw on 1x16x32-req-hold-dw3, tiles of five rows and a last
+    one of one: the compute module waits 850 cycles after each last row tile but the
+    layer's last on Verilator, 848 here (83,540 cycles; 80,562 without it)."""
+    if s.h_nthread != 2:
+        return 0.0
+    levels = [[(k, nco) for k, (_, nco, _) in enumerate(tilings)],
+              tile_split(layer.out_w, s.tile_w), tile_split(layer.out_h, s.tile_h)]
+    nb = layer.batch_blocks
+
+    def wait(a, b, n=1):      # classes as (rows, columns, output-channel tiling)
+        prev, cur = sides[a[::-1]], sides[b[::-1]]
+        st_a, comp_b, st_b = prev.store, cur.compute, cur.store
+        return n * max(0.0, st_a - comp_b - max(0.0, st_b - comp_b))
+
+    (ks, cols, rows), last = levels, tuple(level[-1][0] for level in levels)
+    total = sum(wait((k, tw, a), (k, tw, b), n * nco * nw * nb)
+                for k, nco in ks for tw, nw in cols for (a, b), n in _steps(rows).items())
+    total += sum(wait((k, a, rows[-1][0]), (k, b, rows[0][0]), n * nco * nb)
+                 for k, nco in ks for (a, b), n in _steps(cols).items())
+    total += sum(wait((a, cols[-1][0], rows[-1][0]), (b, cols[0][0], rows[0][0]), n * nb)
+                 for (a, b), n in _steps(ks).items())
+    total += wait(last, (ks[0][0], cols[0][0], rows[0][0]), nb - 1)
+    # The layer's last tile has no tile after it to wait: its predecessor's class.
+    for i in (2, 1, 0):
+        if levels[i][-1][1] > 1:
+            break
+        if len(levels[i]) > 1:
+            return total - wait((*last[:i], levels[i][-2][0], *last[i + 1:]), last)
+    return total
 
 
 def _steps(classes: list[tuple]) -> dict[tuple, int]:
@@ -955,10 +1008,11 @@ def _pair_terms(m: int, run: tuple, tile_paired: float, first_class: bool):
     are two pairs or more; less than nothing where `_tile_paired` overstates a pair, as
     it does a load-bound one: MobileNet-v1's features.11.pw on 1x32x16, two pairs, 101,938
     cycles on Verilator, 105,763 without the term, 103,797 with it), and the load
-    module's waits (`_pair_run`'s, the first pair of the layer's from free buffers). `run`: `_pair_run`'s arguments. The waits are
-    measured over output channels (`oc_nthread`); over rows (weights kept, a residual in
-    the first chunk) they overstate, and `estimate_conv2d` leaves them out: ResNet-50's
-    layer3.1.conv3 on 1x32x16 takes 244,530 cycles on Verilator, 252,469 with them."""
+    module's waits (`_pair_run`'s, the first pair of the layer's from free buffers).
+    `run`: `_pair_run`'s arguments. The waits are measured over output channels
+    (`oc_nthread`); over rows (weights kept, a residual in the first chunk) they
+    overstate, and `estimate_conv2d` leaves them out: ResNet-50's layer3.1.conv3 on
+    1x32x16 takes 244,530 cycles on Verilator, 252,469 with them."""
     waits = _pair_run(*run)[2]
     load_waits = m / 2 * waits[1] - (waits[1] - waits[0]) * first_class
     more = 0.0
@@ -1041,7 +1095,7 @@ def _weight_switches(layer: Conv2dLayer, s: Conv2dSchedule, tilings, once: float
     busiest module's time. `once` is every weight load; `first_load` and `tile_compute`
     a tile's first loads and its compute (the most of each over the layer's tiles);
     `edges` the first tile's first loads, the last tile's time with two threads
-    (`_tile_paired`) and what of its epilogue runs after its inp buffer frees.
+    (`_tile_paired`) and `estimate_conv2d`'s tile classes (`sides`).
     Weight switches stall the compute module (a thread waits for its new weights): they
     add to its time, not to the load module's, which already counts every weight load
     (`once`). So a load-bound layer pays none (MobileNet-v1's features.3.dw on the 1x16x32
@@ -1057,21 +1111,27 @@ def _weight_switches(layer: Conv2dLayer, s: Conv2dSchedule, tilings, once: float
         # thread's first tile computes. MobileNet-v1's features.3.dw on pynq-z1-plus
         # (three rows a tile, the last tile one row): the compute module waits 694
         # cycles at each switch on Verilator, 1,221 of loads against 529 of compute.
-        # Elsewhere the first thread's loads start when its inp buffer frees, so the
-        # rest of its own epilogue (`released`: all of it but for a late residual's
-        # widening) hides them too. ResNet-50's layer3.1.conv3 on a 1x16x32 core at 8
-        # bytes a cycle (rows of three, the residual late): 3,300 cycles of waits at
-        # a switch on Verilator; 207,877 cycles in all, 183,498 with the weights alone
-        # against a whole tile, 208,684 so. On 1x32x16 (the residual early): 244,530 on
-        # Verilator, 249,554 so. Window layers keep their measured rule.
-        head_load, last_paired, released = edges
+        # Elsewhere the first thread's loads start when its inp buffer frees, after its
+        # previous tile's GEMMs: a whole row tile's, two tiles back. So the rest of that
+        # tile's epilogue (`released`: all of it but for a late residual's widening)
+        # hides them too, and so does the new tile's reset, which needs no loads.
+        # ResNet-50's layer3.1.conv3 on a 1x16x32 core at 8 bytes a cycle (rows of
+        # three, the residual late): 3,300 cycles of waits at a switch on Verilator;
+        # 207,877 cycles in all, 183,498 with the weights alone against a whole tile.
+        # MobileNet-v1's features.5.dw on 1x32x16 (rows of five, the last tile of four):
+        # 215 cycles at a switch on Verilator, 451 with the short tile's epilogue
+        # released and no reset. Window layers keep their measured rule.
+        head_load, last_paired, sides = edges
         taps = layer.wgt_taps
         total, started = 0.0, False
-        for tco, nco, chunks in tilings:
+        whole, cols = s.tile_h, tile_split(layer.out_w, s.tile_w)[-1][0]
+        for k, (tco, nco, chunks) in enumerate(tilings):
             w = tco * chunks[0][0] * taps * c.wgt_elem_bytes / bw + DMA_CYCLES
+            released, own_reset = (sides[whole, cols, k].released,
+                                   sides[whole, cols, k].reset)
             for _ in range(nco * layer.batch_blocks):
                 first = (max(0.0, w + head_load - last_paired) if layer.window
-                         else max(0.0, w + head_load - last_paired - released))
+                         else max(0.0, w + head_load - last_paired - released - own_reset))
                 total += (first if started else w) + max(0.0, w + first_gap)
                 started = True
         return total
@@ -1182,8 +1242,16 @@ def _chunk_costs(layer: Conv2dLayer, chunks, tco: int, window: int, tile: tuple[
                   else ceil_div(tci, grp) * grp)
         wgt = 0 if weight_reuse else tco * tci * taps * c.wgt_elem_bytes
         dmas = blocks if layer.diagonal else blocks // grp
-        ld = ((blocks * (window - pads) * c.inp_elem_bytes + wgt) / bw
-              + blocks * pads * PAD_ELEM_CYCLES + (dmas + (wgt > 0)) * DMA_CYCLES)
+        data = blocks * (window - pads)
+        # The LOAD's writer takes a bus word (or an element narrower) a cycle, and writes
+        # a zero for each padded element meanwhile: the padding costs only where the
+        # writer, not the DRAM, is the limit (a 128-bit bus at 12 bytes a cycle keeps
+        # ahead of the DRAM: MobileNet-v1's features.11.dw on 1x16x32, 58 padded elements
+        # a tile, loads its inputs in 565 cycles on Verilator, 563 without them).
+        inp = max(data * c.inp_elem_bytes / bw,
+                  data * max(1, c.inp_elem_bytes / (c.dram_bus_width // 8))
+                  + blocks * pads * PAD_ELEM_CYCLES)
+        ld = inp + wgt / bw + (dmas + (wgt > 0)) * DMA_CYCLES
         g = (dw_window.tile_gemm_cycles(layer, *tile, tco, c) if layer.window
              else plane * tco * tci * taps + INSN_CYCLES)
         tile_load += nci * ld
@@ -1226,14 +1294,33 @@ def _residual_cost(layer: Conv2dLayer, plane: int, tco: int, c: HardwareConfig, 
 def _table_cycles(layer: Conv2dLayer, s, c: HardwareConfig, bw: float) -> tuple[float, float]:
     """The tables a program loads first, as (load-module cycles: the identity and bias
     blocks and the ones vector; compute-module cycles: the micro-ops and the constant
-    rows, a LOAD UOP and a LOAD ACC)."""
-    load = ((layer.residual_ratio + layer.bias_gemm * layer.out_blocks) * c.wgt_elem_bytes
-            + layer.bias_gemm * c.inp_elem_bytes) / bw \
-        + (2 * layer.bias_gemm + (layer.residual_ratio > 0)) * DMA_CYCLES
-    compute = (conv_uop_count(layer, s) * c.uop_bytes
-               + layer.const_rows * layer.out_blocks * c.acc_elem_bytes) / bw \
-        + (1 + (layer.const_rows > 0)) * DMA_CYCLES
+    rows, a LOAD UOP and a LOAD ACC).
+
+    Both modules load at once over one read channel, so the load module's tables end no
+    sooner than the channel has carried all of them (`_shared_tables`)."""
+    load_bytes = ((layer.residual_ratio + layer.bias_gemm * layer.out_blocks)
+                  * c.wgt_elem_bytes + layer.bias_gemm * c.inp_elem_bytes)
+    load = load_bytes / bw + (2 * layer.bias_gemm + (layer.residual_ratio > 0)) * DMA_CYCLES
+    uops = conv_uop_count(layer, s)
+    const_bytes = layer.const_rows * layer.out_blocks * c.acc_elem_bytes
+    compute = (uops * c.uop_bytes + const_bytes) / bw + (1 + (layer.const_rows > 0)) * DMA_CYCLES
+    if load_bytes:
+        load = max(load, _shared_tables(uops, load_bytes + const_bytes, c, bw))
     return load, compute
+
+
+def _shared_tables(uops: int, other_bytes: int, c: HardwareConfig, bw: float) -> float:
+    """Cycles for the one read channel to carry the micro-op table and `other_bytes` of
+    other tables, both modules loading at once: a DMA latency on each module, the other
+    bytes at the DRAM's rate, and the micro-ops no faster than the DMA writer takes them,
+    one a cycle (narrower than a bus word, they are picked out of each beat one by one,
+    and the channel's beats wait for them).
+
+    Measured on MobileNet-v1 `features.12.dw` on 1x16x32-req-dw3 at 8 bytes a cycle
+    (110 micro-ops, 4,096 bytes of constant rows on the compute module; the 16,400-byte
+    bias row and ones vector on the load module): the load module's tables end at cycle
+    3,040; this bound gives 2,752, the two modules apart 2,130."""
+    return uops * max(1.0, c.uop_bytes / bw) + other_bytes / bw + 2 * DMA_CYCLES
 
 
 def schedule_space(layer: Conv2dLayer, config: HardwareConfig, *,

@@ -9,7 +9,9 @@ import pytest
 import vdla
 from vdla.compiler.targets.vdla import Conv2dLayer, Conv2dSchedule, lower_conv2d, run_conv2d
 from vdla.compiler.targets.vdla.conv import conv_uop_table
-from vdla.compiler.targets.vdla.conv_layer import (_steps, choose_conv2d, conv_uop_count,
+from vdla.compiler.targets.vdla.conv_layer import (_chunk_costs, _shared_tables, _steps,
+                                                   _store_waits, _table_cycles, _TileClass,
+                                                   choose_conv2d, conv_uop_count,
                                                    estimate_conv2d, schedule_space)
 from vdla.compiler.frontend.workloads import RESNET18, ConvWorkload, parse_workload, workload_graph
 
@@ -67,8 +69,11 @@ def test_the_model_and_the_chooser_plan_with_the_configs_dram_bandwidth():
     wide = narrow.replace(dram_bus_width=128, dram_bytes_per_cycle=12.0)
     _, _, layer = layer_of(RESNET18["C11"], narrow)
     s = choose_conv2d(layer, narrow)
+    # `bytes_per_cycle` overrides the config's (the bus width stays: it sets what the
+    # LOADs' padding costs).
     assert (estimate_conv2d(layer, s, wide).cycles
-            == estimate_conv2d(layer, s, narrow, bytes_per_cycle=12).cycles
+            == estimate_conv2d(layer, s, wide.replace(dram_bytes_per_cycle=8.0),
+                               bytes_per_cycle=12).cycles
             < estimate_conv2d(layer, s, narrow).cycles)
     best = estimate_conv2d(layer, choose_conv2d(layer, wide), wide).cycles
     assert best <= estimate_conv2d(layer, s, wide).cycles
@@ -105,6 +110,55 @@ def test_serial_overlaps_count_the_steps_between_tile_classes():
     overlaps that short tile's epilogue, not its own class's."""
     assert _steps([("W", 3), ("S", 1)]) == {("W", "W"): 2, ("W", "S"): 1, ("S", "S"): 0}
     assert _steps([("W", 1)]) == {("W", "W"): 0}
+
+
+def test_store_waits_count_a_short_row_tile_between_whole_ones_but_the_last():
+    """Two threads over rows: after each short last row tile but the layer's last, the
+    next whole tile waits for the stores of the whole tile before the short one, less
+    the short tile's compute (MobileNet-v1's features.1.pw on 1x16x32-req-hold-dw3:
+    56 rows of five and a last one of one, four columns of 14)."""
+    _, _, layer = layer_of(ConvWorkload(56, 56, 64, 128, 1, 0, 1))
+    tilings = [(8, 1, [(4, 1)])]
+    def tile(compute, store):
+        return _TileClass(first_load=900, overlap=1500, compute=compute, store=store,
+                          released=580, reset=147)
+
+    sides = {(5, 14, 0): tile(1704, 1208), (1, 14, 0): tile(360, 312)}
+    rows = Conv2dSchedule(5, 14, 4, 8, h_nthread=2)
+    assert _store_waits(layer, rows, tilings, sides) == 3 * (1208 - 360)
+    # A short tile that outlasts the whole tile's stores leaves nothing to wait for.
+    assert _store_waits(layer, rows, tilings, {**sides, (1, 14, 0): tile(1300, 312)}) == 0
+    assert _store_waits(layer, Conv2dSchedule(5, 14, 4, 8), tilings, sides) == 0
+
+
+def test_the_tables_of_both_modules_share_the_read_channel():
+    """The load module's tables (the bias row and the ones vector of a bias GEMM) end no
+    sooner than the channel has carried the compute module's micro-ops too, at one a
+    cycle (narrower than a bus word)."""
+    config = vdla.HardwareConfig(block_out=32)
+    _, _, layer = layer_of(ConvWorkload(7, 7, 1024, 1024, 1, 0, 1), config)
+    assert layer.bias_gemm and not layer.const_rows
+    s = choose_conv2d(layer, config)
+    load, _ = _table_cycles(layer, s, config, 8.0)
+    uops = conv_uop_count(layer, s)
+    bias_row = layer.out_blocks * config.wgt_elem_bytes + config.inp_elem_bytes
+    assert load == _shared_tables(uops, bias_row, config, 8.0) == uops + bias_row / 8 + 80
+    assert load > bias_row / 8 + 2 * 40      # the load module's tables alone
+
+
+def test_padding_costs_only_where_the_loads_writer_is_the_limit():
+    """A LOAD writes a bus word a cycle and a zero for each padded element: on a 64-bit
+    bus at 8 bytes a cycle the writer is the limit and each zero costs half a cycle; on a
+    128-bit bus at 12 bytes a cycle the zeros fill the writer's idle cycles."""
+    _, _, layer = layer_of(ConvWorkload(14, 14, 32, 32, 3, 1, 2))
+    window, pads = 15 * 15, 29            # a 7 x 7 tile's window, 29 positions padded
+    blocks = layer.in_blocks              # one DMA each (one block a pixel)
+    data = blocks * (window - pads) * DEFAULT.inp_elem_bytes
+    narrow = _chunk_costs(layer, [(blocks, 1)], 1, window, (7, 7), True, DEFAULT, 8.0, pads)
+    assert narrow[0] == data / 8 + blocks * pads * 0.5 + blocks * 40
+    wide = DEFAULT.replace(dram_bus_width=128, dram_bytes_per_cycle=12.0)
+    assert _chunk_costs(layer, [(blocks, 1)], 1, window, (7, 7), True, wide, 12.0,
+                        pads)[0] == data / 12 + blocks * 40
 
 
 def test_workload_graph_runs_bit_exact_with_the_default_schedule():
