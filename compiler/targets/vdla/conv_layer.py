@@ -739,7 +739,8 @@ class _TileClass:
     (`first_load`); what of it the next tile's first loads may overlap with one thread
     (`overlap`: its epilogue but the bias GEMM, and its stores); its GEMMs with the
     epilogue (`compute`); its stores (`store`); with two threads, what of its epilogue
-    follows its GEMMs and its inp buffer (`released`), and its reset (`reset`)."""
+    runs after its GEMMs have freed its inp buffer (`released`), and its reset (`reset`:
+    0 where a REQ clears the tile)."""
 
     first_load: float
     overlap: float
