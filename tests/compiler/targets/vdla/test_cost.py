@@ -119,6 +119,7 @@ def test_store_waits_count_a_short_row_tile_between_whole_ones_but_the_last():
     56 rows of five and a last one of one, four columns of 14)."""
     _, _, layer = layer_of(ConvWorkload(56, 56, 64, 128, 1, 0, 1))
     tilings = [(8, 1, [(4, 1)])]
+
     def tile(compute, store):
         return _TileClass(first_load=900, overlap=1500, compute=compute, store=store,
                           released=580, reset=147)
