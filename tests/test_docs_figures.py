@@ -2,12 +2,12 @@
 defines, its file exists and says where it came from. Nothing here runs a figure's
 command (they take minutes); the script's own logic is checked with a quick fake one."""
 
-import importlib.util
 import re
-import sys
 from pathlib import Path
 
 import pytest
+
+from script_loading import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -16,12 +16,7 @@ SNIPPET = re.compile(r'^\s*-{1,}8<-{1,}\s+"([^"]+)"\s*$', re.MULTILINE)
 
 
 def _load_script():
-    spec = importlib.util.spec_from_file_location("docs_figures",
-                                                  ROOT / "scripts" / "docs_figures.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module        # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ROOT / "scripts" / "docs_figures.py")
 
 
 figures = _load_script()

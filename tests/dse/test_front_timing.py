@@ -1,7 +1,6 @@
 """bench/front_timing.py's choice of configs from a features sweep's fronts (the Verilator
 runs themselves are the bench script's job, minutes a config)."""
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -9,15 +8,13 @@ import pytest
 
 from vdla import HardwareConfig
 
+from script_loading import load_script
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("front_timing",
-                                                  ROOT / "bench" / "front_timing.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ROOT / "bench" / "front_timing.py")
 
 
 def _point(lut, **params):

@@ -1,7 +1,6 @@
 """bench/sweep_features.py's replot of an earlier run's fronts (the sweep itself is the
 bench script's job, most of an hour)."""
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -9,15 +8,13 @@ import pytest
 
 from vdla import HardwareConfig
 
+from script_loading import load_script
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("sweep_features",
-                                                  ROOT / "bench" / "sweep_features.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ROOT / "bench" / "sweep_features.py")
 
 
 def _point(lut, latency_ms, **params):

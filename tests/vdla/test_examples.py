@@ -4,7 +4,6 @@ check), on both backends."""
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -14,14 +13,13 @@ import pytest
 
 from vdla.cli import main
 
+from script_loading import load_script
+
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def _gemm_script():
-    spec = importlib.util.spec_from_file_location("blocked_gemm", EXAMPLES / "blocked_gemm.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(EXAMPLES / "blocked_gemm.py")
 
 
 @pytest.mark.parametrize("backend", ["functional", "verilator"])
