@@ -285,13 +285,16 @@ class VerilatorDevice(Device):
     gemm_arithmetic : "wide" (default) or "packed": the form of the GEMM core simulated
         (`vdla.hw.compute.GemmArithmetic`); same results and cycles, "wide" runs faster,
         "packed" is the netlist written for boards
+    optimise : how hard the model's build optimises: "O3", "lto" or "pgo" (default
+        ``$VDLA_VERILATOR_OPTIMISE``, else "pgo"; `vdla.sim.verilator.build`)
+    library : load this model library of `config` instead of building one
     """
 
     backend = "verilator"
 
     def __init__(self, config: HardwareConfig, dram_size: int = DEFAULT_DRAM_SIZE, *,
                  dram=None, max_cycles: int | None = None, waveform=None, cache=None,
-                 log=None, gemm_arithmetic="wide"):
+                 log=None, gemm_arithmetic="wide", optimise=None, library=None):
         super().__init__(config, dram_size)
         if log is None:
             def log(message):
@@ -299,7 +302,8 @@ class VerilatorDevice(Device):
         self.max_cycles = max_cycles
         self.simulator = VerilatorSimulator(config, dram_size, timing=dram, waveform=waveform,
                                             cache=cache, log=log,
-                                            gemm_arithmetic=gemm_arithmetic)
+                                            gemm_arithmetic=gemm_arithmetic, optimise=optimise,
+                                            library=library)
         self.dram = self.simulator.dram
         self.timeline = None
 

@@ -7,7 +7,8 @@ is the one that prints the summary.
 
 Also: Triton runs the GPU target's kernels under its interpreter in every test process.
 Triton reads ``TRITON_INTERPRET`` once, when it is first imported, so it is set here,
-before any test module can import it (tests/compiler/targets/gpu)."""
+before any test module can import it (tests/compiler/targets/gpu). And the Verilator
+models' build level (below)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,10 @@ import pytest
 import fuzzing
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
+# The suite builds the Verilator models of many configs: at "lto" each build takes a
+# third of a profile-guided one's time, and runs the same programs in the same cycles
+# (tests/sim/test_verilator_optimise.py builds a profile-guided model and checks that).
+os.environ.setdefault("VDLA_VERILATOR_OPTIMISE", "lto")
 
 
 def pytest_sessionfinish(session):

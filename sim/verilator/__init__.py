@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 from vdla.config import HardwareConfig
 from vdla.isa import Module, format_insn
@@ -64,12 +65,19 @@ class VerilatorSimulator:
         The form of the GEMM core to simulate (`vdla.hw.compute.GemmArithmetic`): the
         same results in the same cycles; "wide" is the faster model, "packed" the
         netlist `vdla verilog` writes for boards (tests run programs on both).
+    optimise : "O3", "lto" or "pgo", optional
+        How hard the model's build optimises (`build_model`; default
+        ``$VDLA_VERILATOR_OPTIMISE``, else "pgo").
+    library : path, optional
+        A model library of `config` to load as it is, instead of building one (the
+        profile-guided build's training run loads its instrumented build so).
     """
 
     def __init__(self, config: HardwareConfig, dram_size: int, *,
                  timing: DramTiming | None = None, waveform: str | os.PathLike | None = None,
                  cache: str | os.PathLike | None = None, log=None,
-                 gemm_arithmetic: str = "wide"):
+                 gemm_arithmetic: str = "wide", optimise: str | None = None,
+                 library: str | os.PathLike | None = None):
         self.config = config
         if timing is None:   # the DRAM the compiler planned for (the config's bandwidth)
             timing = DramTiming(bytes_per_cycle=config.dram_bytes_per_cycle)
@@ -81,8 +89,14 @@ class VerilatorSimulator:
             if fmt not in WAVEFORM_FORMATS:
                 raise ValueError(f"waveform file {os.fspath(waveform)!r} must end in "
                                  f"{' or '.join('.' + f for f in WAVEFORM_FORMATS)}")
-        self.build: ModelBuild = build_model(config, waveform=fmt, cache=cache, log=log,
-                                             gemm_arithmetic=gemm_arithmetic)
+        if library is not None:
+            if fmt is not None:
+                raise ValueError("a waveform needs a traced build; a given library is "
+                                 "loaded as it is")
+            self.build = ModelBuild(Path(library), "given", False, 0.0, None)
+        else:
+            self.build = build_model(config, waveform=fmt, cache=cache, log=log,
+                                     gemm_arithmetic=gemm_arithmetic, optimise=optimise)
         self.model = VerilatorModel(self.build.library, COUNTERS, dram_size=dram_size,
                                     timing=timing, waveform=waveform)
         self.dram = self.model.dram
