@@ -236,7 +236,7 @@ class Evaluator:
 
 
 def make_evaluator(spec: Mapping, tune_records: str | None = None) -> Evaluator:
-    """A worker's evaluator (`vdla.dse.execute`: built once per worker process)."""
+    """A worker's evaluator (`vdla.execute`: built once per worker process)."""
     return Evaluator(spec, tune_records=tune_records)
 
 

@@ -17,7 +17,7 @@ from vdla.config import HardwareConfig
 from vdla.dse import report
 from vdla.dse.confirm import confirm
 from vdla.dse.evaluate import Evaluator, make_evaluator
-from vdla.dse.execute import make_executor
+from vdla.execute import make_executor
 from vdla.dse.pareto import pareto_front
 from vdla.dse.search import run_sweep, violation
 from vdla.dse.spec import ModelSpec, SweepSpec, parse_param

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from process_testing import alive, children, wait_for
-from vdla.dse.execute import EvaluationError, LocalExecutor, make_executor
+from vdla.execute import EvaluationError, LocalExecutor, make_executor
 
 
 def square_evaluator(offset):
@@ -85,7 +85,7 @@ def test_bad_jobs_are_refused():
 
 PARENT = textwrap.dedent("""
     import time
-    from vdla.dse.execute import LocalExecutor
+    from vdla.execute import LocalExecutor
     def factory():
         return lambda task: {"key": str(task)}
     executor = LocalExecutor(factory, 2)

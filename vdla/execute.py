@@ -1,13 +1,17 @@
-"""Running a sweep's evaluations in parallel: local worker processes, or a Ray cluster.
+"""Running independent evaluations in parallel: local worker processes, or a Ray cluster.
+
+A design-space sweep's evaluations and a model's ops simulated one per worker (`vdla
+run --jobs`, `vdla.compiler.targets.op_parallel`) both run here, so what works on one
+machine works on a cluster.
 
     with make_executor(factory, jobs=2) as executor:         # or ray="auto"
         for index, record in executor.map_unordered(tasks):
             ...
 
 `factory` is a picklable callable (a top-level function, or a ``functools.partial`` of
-one) that each worker calls once to build its evaluator (which loads and quantizes the
-models once per worker); the evaluator is then called with each task. Both executors
-run this same code in their workers (`_Worker`), so a sweep is the same on one machine
+one) that each worker calls once to build its evaluator (a sweep's loads and quantizes
+its models, a parallel run's opens its device session); the evaluator is then called with each task. Both executors
+run this same code in their workers (`_Worker`), so the work is the same on one machine
 and on a cluster:
 
 * `LocalExecutor` (the default, no set-up): with one job the evaluator runs in this
@@ -38,7 +42,8 @@ class EvaluationError(RuntimeError):
 
 
 class Executor(Protocol):
-    """What a sweep needs of an executor (`LocalExecutor`, `RayExecutor`)."""
+    """What a sweep or a parallel run needs of an executor (`LocalExecutor`,
+    `RayExecutor`)."""
 
     #: evaluations that run at once
     workers: int
@@ -113,7 +118,7 @@ class LocalExecutor:
         while len(alive) < self.workers:
             parent, child = context.Pipe()
             process = start_worker(context, _serve, (child, self.factory),
-                                   name="vdla-sweep-worker")
+                                   name="vdla-worker")
             child.close()
             alive.append((process, parent))
         self._procs = alive
@@ -216,7 +221,7 @@ class RayExecutor:
 
     def __init__(self, factory: Callable, address: str, *, jobs: int | None = None):
         try:
-            import ray  # heavy (and optional): only a sweep with --ray needs it
+            import ray  # heavy (and optional): only --ray needs it
         except ImportError:
             raise ValueError("--ray needs Ray: pip install 'vdla[ray]'") from None
         self._ray, self.address = ray, address
