@@ -26,9 +26,14 @@ model of the default config (`vdla.hw`; one figure per fact below):
 from __future__ import annotations
 
 import dataclasses
+import functools
+import inspect
+from pathlib import Path
+from typing import Any, Callable
 
 import numpy as np
 
+from vdla._memo import remembered
 from vdla.config import ISA_FIXED_WIDTHS, AluOp, HardwareConfig
 from vdla.isa import Load, MemoryType, Program, Store, Uop
 from vdla.runtime.builder import ProgramBuilder
@@ -526,3 +531,42 @@ def start_lowering(what: str, node, graph, config: HardwareConfig, schedule, des
                         f"{type(schedule).__name__}")
     schedule.check(layer, config)
     return node, described, schedule.clamped(layer)
+
+
+# --- the default schedules, remembered across processes ------------------------------------
+
+#: The folder of `cache_root()` that holds the default choosers' answers.
+SCHEDULE_CACHE = "schedules"
+
+
+@functools.cache
+def chooser_sources() -> tuple[Path, ...]:
+    """The files whose code decides a default chooser's answer (the choosers, their
+    timing models and fits: this folder's modules; the config; the ISA): the answers
+    remembered for other versions of them are never used."""
+    return (*Path(__file__).resolve().parent.glob("*.py"),
+            Path(inspect.getfile(HardwareConfig)).resolve(),
+            *Path(inspect.getfile(Program)).resolve().parent.glob("*.py"))
+
+
+def remembered_schedule(kind: str, layer, config: HardwareConfig, choose: Callable[[], Any],
+                        schedule_type: type, accept: Callable[[Any], bool] | None = None,
+                        **options) -> Any:
+    """`choose()`, the default `schedule_type` of `layer` on `config`, answered from the
+    on-disk cache (``cache_root()/schedules``, `vdla._memo`) when it holds the answer for
+    `kind`, the layer's fields, the whole config, `options` and `chooser_sources`.
+
+    A remembered schedule is used only if it still fits the layer's buffers and
+    `accept(schedule)` (when given) holds; any other is chosen again and rewritten."""
+    def decode(data):
+        if not isinstance(data, dict):
+            raise TypeError(f"a remembered schedule is a JSON object, not {data!r}")
+        schedule = schedule_type(**data)
+        if not schedule.fits(layer, config) or (accept is not None and not accept(schedule)):
+            raise ValueError(f"remembered schedule {schedule} does not serve {layer}")
+        return schedule
+
+    return remembered(SCHEDULE_CACHE, kind,
+                      {"layer": layer, "config": config.to_dict(), "options": options},
+                      choose, to_json=dataclasses.asdict, from_json=decode,
+                      sources=chooser_sources())

@@ -51,7 +51,8 @@ from vdla.compiler.targets.vdla.common import (DMA_CYCLES, INSN_CYCLES,
                                                ITER_MAX, PAD_ELEM_CYCLES, PAD_MAX, ceil_div,
                                                check_tile_sizes, gemm_bias_limit, inp_group,
                                                out_group,
-                                               overflow_detail, store_cycles, tile_candidates,
+                                               overflow_detail, remembered_schedule,
+                                               store_cycles, tile_candidates,
                                                tile_split, vector_pass_cycles, window_cols,
                                                window_rows)
 from vdla.compiler.targets.vdla.requant import (AluStep, check_alu_ops, clamp_steps,
@@ -1353,11 +1354,22 @@ def choose_conv2d(layer: Conv2dLayer, config: HardwareConfig, *,
     output-width tilings are searched first (full rows make the longest DMA rows) and
     every width only when none of those fits, so a schedule is found whenever the
     smallest tiling fits. Raises ValueError when nothing fits (naming the buffers the
-    smallest tiles overflow)."""
+    smallest tiles overflow).
+
+    The search ranks tens of thousands of schedules for a model, so its answers are
+    remembered on disk across processes too (`common.remembered_schedule`)."""
     options = {None: ((1, 1), (2, 1), (1, 2)), 1: ((1, 1),), 2: ((2, 1), (1, 2))}
     if nthreads not in options:
         raise ValueError(f"nthreads must be 1, 2 or None (either), not {nthreads!r}")
     threads = options[nthreads]
+    return remembered_schedule(
+        "conv2d", layer, config, lambda: _search_conv2d(layer, config, nthreads, threads),
+        Conv2dSchedule, lambda s: (s.oc_nthread, s.h_nthread) in threads, nthreads=nthreads)
+
+
+def _search_conv2d(layer: Conv2dLayer, config: HardwareConfig, nthreads: int | None,
+                   threads: tuple[tuple[int, int], ...]) -> Conv2dSchedule:
+    """`choose_conv2d`'s search, over the (oc_nthread, h_nthread) pairs `threads`."""
     best, best_cycles = None, None
     for width_tiles in (4, None):
         for s in schedule_space(layer, config, threads=threads, width_tiles=width_tiles):
@@ -1373,4 +1385,3 @@ def choose_conv2d(layer: Conv2dLayer, config: HardwareConfig, *,
         raise ValueError(f"conv2d layer {layer} has no schedule with {nthreads} virtual "
                          f"threads that fits config {config.name}")
     return best
-

@@ -74,9 +74,9 @@ from vdla.compiler.targets.vdla.common import (DMA_CYCLES, INSN_CYCLES,
                                                ceil_div, check_array, check_tile_sizes,
                                                layout_arena, pack_activation, store_activation,
                                                store_cycles, unpack_activation, load_tables,
-                                               overflow_detail, run_arena, start_lowering,
-                                               tile_candidates, tile_split, window_cols,
-                                               window_rows)
+                                               overflow_detail, remembered_schedule,
+                                               run_arena, start_lowering, tile_candidates,
+                                               tile_split, window_cols, window_rows)
 from vdla.compiler.targets.vdla.requant import AluStep, check_alu_ops, requant_steps
 from vdla.compiler.targets.vdla.support import pool_weight_scale
 from vdla.config import AluOp, HardwareConfig
@@ -464,7 +464,13 @@ def _uop_count(layer: Pool2dLayer, schedule: Pool2dSchedule, config: HardwareCon
 def choose_pool2d(layer: Pool2dLayer, config: HardwareConfig) -> Pool2dSchedule:
     """The `Pool2dSchedule` of `layer` with the fewest estimated cycles among tilings that
     fit: the widest few output-width tilings, every channel tiling, and for each the
-    tallest tile that fits. Raises ValueError when not even 1x1x1 tiles fit."""
+    tallest tile that fits. Raises ValueError when not even 1x1x1 tiles fit. Remembered
+    on disk across processes (`common.remembered_schedule`)."""
+    return remembered_schedule("pool2d", layer, config, lambda: _search_pool2d(layer, config),
+                               Pool2dSchedule)
+
+
+def _search_pool2d(layer: Pool2dLayer, config: HardwareConfig) -> Pool2dSchedule:
     ranked = []
     for tw in tile_candidates(layer.out_w, 4):
         for tc in tile_candidates(layer.blocks):

@@ -62,9 +62,12 @@ def residual_conv():
 @pytest.mark.parametrize("config", [vdla.HardwareConfig(), vdla.HardwareConfig(block_out=32)],
                          ids=["default", "block_out32"])
 @pytest.mark.parametrize("make", [resnet18_conv, residual_conv], ids=["resnet18_C11", "residual"])
-def test_lowering_a_conv_stays_in_its_family(make, config):
+def test_lowering_a_conv_stays_in_its_family(make, config, tmp_path, monkeypatch):
     node, graph = make()
-    choose_conv2d.cache_clear()   # the default chooser and its timing model run too
+    # The default chooser and its timing model run too: neither the in-process cache nor
+    # the one on disk answers.
+    monkeypatch.setenv("VDLA_CACHE", str(tmp_path))
+    choose_conv2d.cache_clear()
     entered = modules_entered(lower_conv2d, node, graph, config)
     assert entered, "the tracer saw no module of the target"
     assert entered <= CONV_FAMILY, (

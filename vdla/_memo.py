@@ -1,0 +1,149 @@
+"""A persistent memo of what a pure function answers (the vdla target's default schedule
+choosers: tens of thousands of timing-model calls per model), shared across processes.
+
+    value = remembered("schedules", "conv2d", {"layer": layer, "config": config.to_dict()},
+                       compute, to_json=dataclasses.asdict, from_json=decode,
+                       sources=files)
+
+Where: ``cache_root()/<folder>/<digest of the sources>/<digest of the key>.json``, one
+JSON file an answer. The key is the kind, `key` (plain data and dataclasses, written as
+sorted JSON) and, through the folder, the SHA-256 of every file in `sources`, so an
+edited source never answers from its old version's entries. An entry records its key's
+digest and a checksum of its value; it is written whole (`atomic_write`: a temporary
+file renamed into place), so concurrent processes never see half of one, and two that
+compute the same answer write the same bytes. An entry that cannot be read, fails its
+checksum or is refused by `from_json` is computed again and rewritten, never used. A
+cache that cannot be written (a read-only folder) only costs the computing.
+
+The folders of other source versions are removed when a new version's folder is made
+if nothing was written to them for `STALE_DAYS` days.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import functools
+import hashlib
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, TypeVar
+
+from vdla._buildcache import cache_root
+from vdla._fileio import atomic_write
+
+__all__ = ["STALE_DAYS", "entry_path", "remembered", "source_digest"]
+
+#: Days without a write after which another source version's folder is removed.
+STALE_DAYS = 30
+
+#: The format of an entry; a change makes every older entry unreadable, so recomputed.
+FORMAT = 1
+
+T = TypeVar("T")
+
+
+@functools.cache
+def _digest_of(paths: tuple[Path, ...]) -> str:
+    digest = hashlib.sha256()
+    for path in sorted({p.resolve() for p in paths}):
+        digest.update(path.name.encode() + b"\0")
+        digest.update(path.read_bytes())
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+def source_digest(sources: Iterable[str | os.PathLike]) -> str:
+    """SHA-256 of the files `sources` (names and contents, in sorted order); read once
+    per process for the same files."""
+    return _digest_of(tuple(Path(p) for p in sources))
+
+
+def _plain(value: Any) -> Any:
+    """`value` as JSON can write it: a dataclass as its type's name and fields, an enum as
+    its name, a set sorted."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {"__type__": type(value).__qualname__,
+                **{f.name: getattr(value, f.name) for f in dataclasses.fields(value)}}
+    if isinstance(value, enum.Enum):
+        return value.name
+    if isinstance(value, (set, frozenset)):
+        return sorted(_plain(v) if isinstance(v, enum.Enum) else v for v in value)
+    raise TypeError(f"cannot key a memo on {type(value).__name__}: {value!r}")
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=_plain)
+
+
+def entry_path(folder: str, kind: str, key: Mapping[str, Any],
+               sources: Iterable[str | os.PathLike]) -> Path:
+    """The file that holds (or would hold) the answer for `kind` and `key`."""
+    key_digest = hashlib.sha256(_canonical({"kind": kind, "key": key}).encode()).hexdigest()
+    return cache_root() / folder / source_digest(sources)[:24] / f"{key_digest[:40]}.json"
+
+
+def _checksum(name: str, value_text: str) -> str:
+    return hashlib.sha256(f"{FORMAT}\0{name}\0{value_text}".encode()).hexdigest()
+
+
+def _read(path: Path) -> Any:
+    """The value stored in `path`, or raise (OSError, ValueError, KeyError, TypeError)."""
+    entry = json.loads(path.read_bytes())
+    value_text = _canonical(entry["value"])
+    if entry["format"] != FORMAT or entry["check"] != _checksum(path.stem, value_text):
+        raise ValueError(f"memo entry {path} fails its checksum")
+    return entry["value"]
+
+
+def _write(path: Path, value: Any) -> None:
+    value_text = _canonical(value)
+    entry = {"format": FORMAT, "check": _checksum(path.stem, value_text),
+             "value": json.loads(value_text)}
+    fresh = not path.parent.is_dir()
+    atomic_write(path, (json.dumps(entry, sort_keys=True) + "\n").encode())
+    if fresh:
+        _prune(path.parent)
+
+
+def _prune(keep: Path) -> None:
+    """Remove the folders beside `keep` (other source versions) unwritten for
+    `STALE_DAYS` days."""
+    cutoff = time.time() - STALE_DAYS * 86400
+    for other in keep.parent.iterdir():
+        try:
+            if other != keep and other.is_dir() and other.stat().st_mtime < cutoff:
+                shutil.rmtree(other, ignore_errors=True)
+        except OSError:
+            pass
+
+
+def remembered(folder: str, kind: str, key: Mapping[str, Any], compute: Callable[[], T], *,
+               to_json: Callable[[T], Any], from_json: Callable[[Any], T],
+               sources: Iterable[str | os.PathLike]) -> T:
+    """`compute()`, answered from the memo when it holds `kind` and `key` for these
+    `sources`, else computed and stored (see the module docstring).
+
+    folder : the memo's folder under `cache_root()` (``"schedules"``)
+    kind : what is memoized (``"conv2d"``); part of the key
+    key : everything the answer depends on besides `sources`: plain JSON data,
+        dataclasses, enums and sets
+    to_json : the answer as plain JSON data
+    from_json : the answer back from it; raises ValueError, KeyError or TypeError for
+        data it refuses (then the answer is computed again)
+    sources : the files whose code computes the answer
+    An exception of `compute` propagates and stores nothing."""
+    path = entry_path(folder, kind, key, sources)
+    try:
+        return from_json(_read(path))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        pass    # no entry, or one not to trust: compute it again
+    value = compute()
+    try:
+        _write(path, to_json(value))
+    except OSError:
+        pass    # a cache that cannot be written: the answer is still right
+    return value
