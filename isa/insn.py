@@ -81,14 +81,18 @@ class Insn:
     _signed_fields = ()  # fields holding two's-complement values
 
     def __post_init__(self):
-        kind = type(self).__name__
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if f.type in ("bool", bool):
-                object.__setattr__(self, f.name, _check_flag(kind, f.name, value))
-            elif f.name not in ("memory_type", "alu_opcode"):
-                object.__setattr__(self, f.name, _check_int(
-                    kind, f.name, value, signed=f.name in self._signed_fields))
+        # A compiled model builds tens of thousands of instructions: plain bools and
+        # ints, the common case, are checked in place; anything else is converted.
+        values = self.__dict__
+        for name, check in _field_checks(type(self)):
+            value = values[name]
+            if check is _FLAG:
+                if value is not True and value is not False:
+                    object.__setattr__(self, name, _check_flag(type(self).__name__, name,
+                                                               value))
+            elif type(value) is not int or (check is _UNSIGNED and value < 0):
+                object.__setattr__(self, name, _check_int(
+                    type(self).__name__, name, value, signed=check is _SIGNED))
 
     @property
     def module(self) -> Module:
@@ -100,7 +104,27 @@ class Insn:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
 
+#: How `Insn.__post_init__` checks a field: a flag, an unsigned or a signed integer.
+_FLAG, _UNSIGNED, _SIGNED = "flag", "unsigned", "signed"
+_FIELD_CHECKS: dict[type, tuple[tuple[str, str], ...]] = {}
+
+
+def _field_checks(cls: type) -> tuple[tuple[str, str], ...]:
+    """(field, check) of instruction class `cls`'s fields, in order; the enum fields
+    (`memory_type`, `alu_opcode`) are coerced by their own classes."""
+    checks = _FIELD_CHECKS.get(cls)
+    if checks is None:
+        checks = tuple((f.name, _FLAG if f.type in ("bool", bool) else
+                        _SIGNED if f.name in cls._signed_fields else _UNSIGNED)
+                       for f in dataclasses.fields(cls)
+                       if f.name not in ("memory_type", "alu_opcode"))
+        _FIELD_CHECKS[cls] = checks
+    return checks
+
+
 def _coerce_enum(kind: str, name: str, enum_type, value, allowed):
+    if type(value) is enum_type and value in allowed:
+        return value
     # A name or an integer; a float or bool would otherwise match a value by equality.
     if not isinstance(value, str) and (isinstance(value, bool)
                                        or not hasattr(type(value), "__index__")):
@@ -264,7 +288,9 @@ class Uop:
 
     def __post_init__(self):
         for name in ("dst", "src", "wgt"):
-            object.__setattr__(self, name, _check_int("Uop", name, getattr(self, name)))
+            value = getattr(self, name)
+            if type(value) is not int or value < 0:   # else already what the check gives
+                object.__setattr__(self, name, _check_int("Uop", name, value))
 
 
 #: Instruction class of each opcode.
