@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Iterable, Sequence
 
 from vdla.config import INSN_BITS, HardwareConfig
@@ -52,17 +53,23 @@ def encode(insn: Insn, config: HardwareConfig) -> int:
         raise EncodeError(f"GEMM field dw=1 (the depthwise window) is not implemented by "
                           f"config {config.name} (it needs dw_taps > 0)")
     word = 0
-    values = insn.fields()
-    values["opcode"] = insn.opcode
-    for name, (lsb, width) in layout.fields.items():
-        value = int(values[name])
-        low, high = _field_range(name, width)
+    values = vars(insn)     # the fields (the opcode is the class's)
+    for name, lsb, width, low, high in _encoder(config, kind):
+        value = int(insn.opcode if name == "opcode" else values[name])
         if not low <= value <= high:
             raise EncodeError(
                 f"{kind} field {name}={value} does not fit its {width}-bit field "
                 f"(allowed {low}..{high}) in config {config.name}")
         word |= (value & ((1 << width) - 1)) << lsb
     return word
+
+
+@functools.lru_cache(maxsize=256)
+def _encoder(config: HardwareConfig, kind: str) -> tuple[tuple[str, int, int, int, int], ...]:
+    """(name, lsb, width, lowest, highest value) of each field of instruction `kind` on
+    `config`, in layout order: what `encode` checks and packs, worked out once."""
+    return tuple((name, lsb, width, *_field_range(name, width))
+                 for name, (lsb, width) in layouts_for(config)[kind].fields.items())
 
 
 def decode(word: int, config: HardwareConfig) -> Insn:
@@ -85,9 +92,7 @@ def decode(word: int, config: HardwareConfig) -> Insn:
     if stray:
         raise DecodeError(f"{opcode.name} instruction word {word:#034x} sets bits "
                           f"{stray:#x} that no field uses (they must be zero)")
-    values = {name: (word >> lsb) & ((1 << width) - 1)
-              for name, (lsb, width) in layout.fields.items()}
-    del values["opcode"]
+    values = {name: (word >> lsb) & mask for name, lsb, mask in _decoder(config, opcode.name)}
     if "imm" in values and values["imm"] >> (layout.fields["imm"][1] - 1):
         values["imm"] -= 1 << layout.fields["imm"][1]
     if "memory_type" in values:
@@ -105,6 +110,15 @@ def decode(word: int, config: HardwareConfig) -> Insn:
                           f"{insn.alu_opcode.name}, which config {config.name} does not "
                           f"implement (allowed {allowed})")
     return insn
+
+
+@functools.lru_cache(maxsize=256)
+def _decoder(config: HardwareConfig, kind: str) -> tuple[tuple[str, int, int], ...]:
+    """(name, lsb, mask) of each field of instruction `kind` on `config` but the opcode,
+    in layout order: what `decode` extracts, worked out once."""
+    return tuple((name, lsb, (1 << width) - 1)
+                 for name, (lsb, width) in layouts_for(config)[kind].fields.items()
+                 if name != "opcode")
 
 
 def encode_stream(insns: Iterable[Insn], config: HardwareConfig) -> bytes:
