@@ -43,9 +43,11 @@ from vdla.compiler.reference import run_reference
 # the pipeline's names for them stay.
 from vdla.compiler.reference.tolerance import (FLOAT16_TOLERANCE, FLOAT_TOLERANCE,
                                                TOLERANCES, relative_error)
+from vdla.compiler.targets import op_parallel
 from vdla.compiler.targets.base import Progress, Target
 from vdla.compiler.targets.model import CompiledModel, RunResult, compile_model
 from vdla.compiler.tuner.tune import best_schedules
+from vdla.execute import make_executor
 
 __all__ = ["FLOAT16_TOLERANCE", "FLOAT_TOLERANCE", "LoadedModel", "Outcome", "PRECISIONS",
            "TOLERANCES", "check", "check_model_spec", "compile_for", "graph_for",
@@ -276,6 +278,9 @@ class Outcome:
     quantize_seconds : wall time of prepare + quantize (at float32: prepare)
     precision : ``int8`` or ``float32``
     max_error : the largest `relative_error` of an output (0.0 when bit-exact)
+    run_seconds : wall time of the run (a parallel run's: the reference that feeds it,
+        the ops on the workers and the replay)
+    parallel : where a parallel run's ops ran (``2 local processes``), or None
     """
 
     model: LoadedModel
@@ -290,32 +295,52 @@ class Outcome:
     quantize_seconds: float
     precision: str = "int8"
     max_error: float = 0.0
+    run_seconds: float = 0.0
+    parallel: str | None = None
 
 
 def run_model(model: LoadedModel | str, target: Target, *, records: Any = None,
               mode: str | None = None, device: Any = None, precision: str = "int8",
               compile_progress: Progress | None = None,
-              run_progress: Progress | None = None) -> Outcome:
+              run_progress: Progress | None = None, jobs: int = 1,
+              ray: str | None = None, chain: bool = False) -> Outcome:
     """The whole chain: `model` (a `LoadedModel`, or a spec for `load_model`) quantized
     for `target` (or `mode`; at ``precision="float32"`` or ``"float16"`` prepared, not
     quantized), compiled (with `records`' best schedules), run once on its feed (on
     `device` if given, else the target's own), and checked against the reference:
-    bit-exactly for int8, within `TOLERANCES` for the float precisions."""
+    bit-exactly for int8, within `TOLERANCES` for the float precisions.
+
+    With `jobs` > 1 or `ray` (a Ray address, `vdla.execute`), the ops the target lets
+    run apart are run in parallel, fed from the reference (`op_parallel`; `chain`: in
+    runs of consecutive ops, one a worker), and the model's run replays them: the same
+    cycles, outputs and report as one after another."""
     model = load_model(model) if isinstance(model, str) else model
     start = time.perf_counter()
     graph = graph_for(model, target, precision=precision, mode=mode)
     quantize_seconds = time.perf_counter() - start
     compiled, schedules = compile_for(graph, target, records=records,
                                       progress=compile_progress)
+    reference = replayed = parallel = None
+    start = time.perf_counter()
+    if (jobs > 1 or ray) and target.parallel_ops(compiled.ops_on(target.name)):
+        reference = run_reference(graph, model.feed, keep=True)
+        with make_executor(op_parallel.worker_factory(compiled), jobs=jobs,
+                           ray=ray) as executor:
+            parallel = executor.describe()
+            replayed = op_parallel.run_ops(compiled, reference, executor, chain=chain,
+                                           progress=run_progress)
     with compiled.session(device) as session:
-        result = session.run(model.feed, progress=run_progress, keep=True)
-    reference = run_reference(graph, model.feed, keep=True)
+        result = session.run(model.feed, progress=None if replayed else run_progress,
+                             keep=True, replayed=replayed)
+    run_seconds = time.perf_counter() - start
+    if reference is None:
+        reference = run_reference(graph, model.feed, keep=True)
     tolerance = TOLERANCES.get(precision)
     ok, mismatch = check(result.values, reference, graph, tolerance=tolerance)
     error = max((relative_error(result.values[n], reference[n]) for n in graph.outputs),
                 default=0.0)
     return Outcome(model, target, graph, compiled, schedules, result, reference, ok,
-                   mismatch, quantize_seconds, precision, error)
+                   mismatch, quantize_seconds, precision, error, run_seconds, parallel)
 
 
 def tasks_from_workload(spec: str, target) -> list:

@@ -206,6 +206,14 @@ class TargetSession(abc.ABC):
         """The value of held `tensor`, read back to the host."""
         raise ValueError(f"{type(self).__name__} holds no tensors (fetch {tensor!r})")
 
+    def replay(self, op: CompiledOp, node: Node, ran: OpRun) -> OpRun:
+        """Take `ran`, the run of `op` in another session of the same compiled model (its
+        outputs as arrays; `vdla.compiler.targets.op_parallel`), as its run here: the
+        `OpRun` that `run` would have returned, with the outputs this session holds
+        written into its memory. The default, for a session that holds no tensors, hands
+        `ran` back."""
+        return ran
+
     def drain_transfers(self) -> list["Transfer"]:
         """The host transfers this session made inside `run` since the last call (a
         session that packs every op's operands itself reports them here); none by
@@ -244,6 +252,13 @@ class Target(abc.ABC):
     #: How the figures it puts in `OpStats.extra` show in the per-op table (key ->
     #: column); a figure not listed shows under its key.
     extra_columns: ClassVar[Mapping[str, ExtraColumn]] = {}
+
+    def parallel_ops(self, ops: Sequence[CompiledOp]) -> list[CompiledOp]:
+        """Of its compiled `ops`, those a parallel run may run apart, each in a session of
+        its own fed its inputs (`vdla.compiler.targets.op_parallel`): ops whose outputs
+        and counters depend on their inputs alone. None by default: the ops run in
+        order in one session."""
+        return []
 
     @classmethod
     def from_cli(cls, options: Mapping[str, Any], *, precision: str = "int8",

@@ -31,8 +31,8 @@ import numpy as np
 from vdla.compiler.ir.graph import DTYPES, Graph
 from vdla.compiler.passes.partition import Partition, partition
 from vdla.compiler.reference.executor import check_inputs
-from vdla.compiler.targets.base import (WALL, CompiledOp, DeviceValue, GraphRun, OpStats,
-                                        Progress, Target, TargetSession, Transfer)
+from vdla.compiler.targets.base import (WALL, CompiledOp, DeviceValue, GraphRun, OpRun,
+                                        OpStats, Progress, Target, TargetSession, Transfer)
 from vdla.compiler.targets.host import HOST, HostTarget
 
 __all__ = ["CompiledModel", "ModelSession", "RunResult", "compile_model"]
@@ -222,12 +222,16 @@ class ModelSession:
         return next(iter(self._sessions.values())).run_graph(values)
 
     def run(self, feed: Mapping[str, np.ndarray], *, progress: Progress | None = None,
-            keep: bool = False) -> RunResult:
+            keep: bool = False,
+            replayed: Mapping[str, tuple[OpRun, float]] | None = None) -> RunResult:
         """Run the model once.
 
         feed : graph input name -> array (checked like `run_reference`'s inputs)
         progress : called as each op starts, with (ops done, total ops, op name)
         keep : also return every intermediate tensor in `RunResult.values`
+        replayed : op name -> (its `OpRun` from another session, its wall seconds there):
+            these ops are not run but taken as run (`TargetSession.replay`; a parallel
+            run's ops, `vdla.compiler.targets.op_parallel`)
         Raises ValueError for a bad feed or a closed session, and what a target raises
         for an op that cannot complete (the simulators' `vdla.sim.SimError`)."""
         if self.closed:
@@ -265,8 +269,12 @@ class ModelSession:
                         written.add((op.target, t))
                     args.append(DeviceValue(session, t))
             t0 = time.perf_counter()
-            ran = session.run(op, node, args)
-            seconds = time.perf_counter() - t0
+            if replayed is not None and op.name in replayed:
+                ran, seconds = replayed[op.name]
+                ran = session.replay(op, node, ran)
+            else:
+                ran = session.run(op, node, args)
+                seconds = time.perf_counter() - t0
             moved = session.drain_transfers()
             transfers.extend(dataclasses.replace(m, between=self._between(m.tensor, m.direction))
                              for m in moved)

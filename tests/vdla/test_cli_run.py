@@ -25,7 +25,7 @@ REPORT_KEYS = {"model", "target", "options", "board", "input", "batch", "quantiz
                "quantize_seconds", "compile_seconds", "wall_seconds", "summary", "records",
                "tuned_ops", "ops", "precision", "max_error", "whole_graph_seconds",
                "whole_graph_op_seconds", "host", "transfers", "end_to_end_seconds",
-               "device_seconds", "device_time", "ops_on_target"}
+               "device_seconds", "device_time", "ops_on_target", "parallel"}
 
 
 def run_json(tmp_path, capsys, *args: str) -> tuple[dict, str]:
@@ -221,6 +221,19 @@ def error_of(capsys, *args: str) -> str:
     return captured.err
 
 
+def test_ops_in_parallel_give_the_sequential_report(tmp_path, capsys):
+    """--jobs 2 simulates the ops in two worker processes: the same per-op cycles, bytes
+    and totals as --jobs 1, and the report says where they ran."""
+    one, _ = run_json(tmp_path, capsys, "digits_cnn", "--sim", "verilator", "--jobs", "1")
+    two, out = run_json(tmp_path, capsys, "digits_cnn", "--sim", "verilator", "--jobs", "2")
+    assert one["parallel"] is None and two["parallel"] == "2 local processes"
+    assert "s wall (ops on 2 local processes)" in out
+    for key in ("cycles", "gemm_utilization", "bit_exact", "summary"):
+        assert one[key] == two[key], key
+    assert ([(op["name"], op["cycles"], op["bytes"]) for op in one["ops"]]
+            == [(op["name"], op["cycles"], op["bytes"]) for op in two["ops"]])
+
+
 def test_errors(tmp_path, capsys):
     err = error_of(capsys, "resnet19", "--sim", "functional")
     assert "unknown model 'resnet19'" in err
@@ -235,6 +248,10 @@ def test_errors(tmp_path, capsys):
     assert "cannot read" in error_of(capsys, "digits_cnn", "--config", str(tmp_path / "c.json"))
     assert "--batch must be a positive integer, not 0" in error_of(
         capsys, "digits_cnn", "--sim", "functional", "--batch", "0")
+    assert "--jobs must be a positive integer, not 0" in error_of(
+        capsys, "digits_cnn", "--jobs", "0")
+    assert "--chain cuts the ops among several workers: give --jobs N > 1 or --ray" in error_of(
+        capsys, "digits_cnn", "--jobs", "1", "--chain")
     assert "unknown target 'gpu0'; available: vdla, host" in error_of(
         capsys, "digits_cnn", "--target", "gpu0")
     assert "--sim, --board apply to --target vdla, not to --target host" in error_of(

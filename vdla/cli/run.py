@@ -7,6 +7,7 @@ back to back (the GPU target on CUDA) is also timed running it in one call."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from pathlib import Path
 
@@ -51,8 +52,26 @@ def add_parser(sub) -> None:
     run_.add_argument("--records", metavar="DB",
                       help="compile each tunable op with its best schedule in this tuning "
                            "records file (vdla tune); the target's default for the others")
+    run_.add_argument("--jobs", type=int, default=default_jobs(), metavar="N",
+                      help="simulate the ops of a target that runs them apart (vdla) in N "
+                           "worker processes at once, each fed its inputs from the reference: "
+                           "the same cycles and outputs as one after another (default: the "
+                           f"cores, {default_jobs()}; 1 runs them in order in this process)")
+    run_.add_argument("--ray", metavar="ADDRESS",
+                      help="simulate the ops on Ray instead: auto (a running cluster), local "
+                           "(an instance on this machine with --jobs CPUs) or host:port "
+                           "(needs pip install 'vdla[ray]')")
+    run_.add_argument("--chain", action="store_true",
+                      help="with --jobs or --ray: each worker runs consecutive ops, feeding "
+                           "each from the one before it, and only the first from the reference")
     add_target_options(run_, "run")
     run_.set_defaults(func=run)
+
+
+def default_jobs() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
+        (os.cpu_count() or 1)
 
 
 def check_model_options(args) -> None:
@@ -63,6 +82,15 @@ def check_model_options(args) -> None:
         raise CliError(f"--seed must be a non-negative integer, not {args.seed}")
     if args.batch is not None and args.batch < 1:
         raise CliError(f"--batch must be a positive integer, not {args.batch}")
+
+
+def check_parallel_options(args) -> None:
+    """CliError for a bad --jobs, or --chain with one job and no --ray."""
+    if args.jobs < 1:
+        raise CliError(f"--jobs must be a positive integer, not {args.jobs}")
+    if args.chain and args.jobs == 1 and not args.ray:
+        raise CliError("--chain cuts the ops among several workers: give --jobs N > 1 or "
+                       "--ray")
 
 
 def _open_records(path: str | None) -> Records | None:
@@ -107,6 +135,7 @@ def _op_table(ops, target) -> list[str]:
 
 def run(args) -> int:
     check_model_options(args)
+    check_parallel_options(args)
     target = make_target(args.target, args, "run", precision=args.precision, log=log)
     records = _open_records(args.records)
     if records is not None and not target.measure_backends:
@@ -118,7 +147,8 @@ def run(args) -> int:
     try:
         outcome = pipeline.run_model(model, target, records=records,
                                      precision=getattr(args, "precision", "int8"),
-                                     compile_progress=compile_show, run_progress=run_show)
+                                     compile_progress=compile_show, run_progress=run_show,
+                                     jobs=args.jobs, ray=args.ray, chain=args.chain)
     finally:
         compile_done()
         run_done()
@@ -202,7 +232,8 @@ def _report(args, target, outcome, whole=None) -> None:
                 print(line)
     prepared = "prepare + quantize" if outcome.precision == "int8" else "prepare"
     print(f"{prepared}: {outcome.quantize_seconds:.2f} s; compile: "
-          f"{compiled.compile_seconds:.2f} s; run: {result.wall_seconds:.2f} s wall")
+          f"{compiled.compile_seconds:.2f} s; run: {outcome.run_seconds:.2f} s wall"
+          + (f" (ops on {outcome.parallel})" if outcome.parallel else ""))
     if whole is not None:
         print(f"whole graph in one call: {whole[0] * 1e3:.3f} ms (median of "
               f"{WHOLE_GRAPH_RUNS} runs; the op-by-op run above took "
@@ -307,7 +338,10 @@ def _json_report(args, target, outcome, whole=None) -> dict:
             "gemm_utilization": summary.get("gemm_utilization"),
             "quantize_seconds": outcome.quantize_seconds,
             "compile_seconds": outcome.compiled.compile_seconds,
-            "wall_seconds": result.wall_seconds, "summary": result.summary,
+            # The run's wall time (a parallel run's: the reference that feeds it, the ops
+            # on the workers, the replay) and where its ops ran in parallel (or null).
+            "wall_seconds": outcome.run_seconds, "parallel": outcome.parallel,
+            "summary": result.summary,
             # How many ops ran on the target (0: all fell back to the host; see "ops").
             "ops_on_target": len(outcome.compiled.ops_on(target.name)),
             # The host's ops and activation moves (`RunResult.host_time`), each move, and

@@ -31,53 +31,36 @@ import dataclasses
 import time
 from typing import Any, Mapping, Sequence
 
-import numpy as np
 
 import vdla.runtime
 from vdla.compiler.ir.graph import Graph
 from vdla.compiler.ir.tensor import Node
-from vdla.compiler.targets.base import (CompiledOp, DeviceValue, OpRun, OpStats, Progress,
-                                        Support, Target, TargetSession, Transfer)
+from vdla.compiler.targets.base import CompiledOp, Progress, Support, Target
 from vdla.compiler.targets.vdla.channel_map import carries_map, map_problem, physical_node
 from vdla.compiler.targets.vdla.command_line import VdlaCommandLine
-from vdla.compiler.targets.vdla.conv import LoweredConv2d, lower_conv2d
+from vdla.compiler.targets.vdla.conv import lower_conv2d
 from vdla.compiler.targets.vdla.conv_layer import Conv2dSchedule, conv2d_layer
 from vdla.compiler.targets.vdla.elementwise import (ELEMENTWISE_OPS, ElementwiseSchedule,
-                                                    LoweredElementwise, choose_elementwise,
-                                                    elementwise_layer, lower_elementwise)
+                                                    choose_elementwise, elementwise_layer,
+                                                    lower_elementwise)
 from vdla.compiler.targets.vdla.estimate import estimate_graph
+from vdla.compiler.targets.vdla.kernel import VdlaKernel, activation_regions
 from vdla.compiler.targets.vdla.placement import (VIEW_OPS, BufferPlan, concat_conflicts,
                                                   concat_view_problem, flatten_view_problem,
-                                                  plan_buffers, relocate_to, resident)
-from vdla.compiler.targets.vdla.pool import (POOL_OPS, LoweredPool2d, Pool2dSchedule,
-                                             choose_pool2d, lower_pool2d, pool2d_layer)
+                                                  plan_buffers, resident)
+from vdla.compiler.targets.vdla.pool import (POOL_OPS, Pool2dSchedule, choose_pool2d,
+                                             lower_pool2d, pool2d_layer)
+from vdla.compiler.targets.vdla.session import VdlaSession
 from vdla.compiler.targets.vdla.support import describe
-from vdla.compiler.targets.vdla.tap_pack import pack_taps, tap_packs
+from vdla.compiler.targets.vdla.tap_pack import tap_packs
 from vdla.compiler.targets.vdla.tuning import BACKENDS as TUNE_BACKENDS
 from vdla.compiler.targets.vdla.tuning import conv_tasks
 from vdla.config import AluOp, HardwareConfig
 
-__all__ = ["GEMM_OPS", "VdlaKernel", "VdlaTarget"]
+__all__ = ["GEMM_OPS", "VdlaKernel", "VdlaSession", "VdlaTarget", "activation_regions"]
 
 #: The integer GEMM ops the accelerator runs (pools: `POOL_OPS`).
 GEMM_OPS = ("qconv2d", "qdense")
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class VdlaKernel:
-    """A compiled op on the accelerator: the lowered program (`LoweredConv2d` or
-    `LoweredPool2d`, `LoweredElementwise`; None for a view: concat, flatten, reshape),
-    the arena regions written once per session ({region: array}), and the model's
-    `BufferPlan` (shared by all its ops; None where activations do not stay in DRAM)."""
-
-    lowered: LoweredConv2d | LoweredPool2d | LoweredElementwise | None
-    static: Mapping[str, np.ndarray]
-    plan: BufferPlan | None = dataclasses.field(default=None, repr=False)
-    macs: int | None = None    # the node's useful MACs where the lowered layer has pads
-
-    @property
-    def useful_macs(self) -> int:
-        return self.macs if self.macs is not None else self.lowered.layer.macs
 
 
 def _activations(graph: Graph, nodes: Sequence[Node]) -> dict[str, list[str]]:
@@ -116,19 +99,6 @@ def _planned_shapes(graph: Graph, nodes: Sequence[Node], config: HardwareConfig)
         planned.tensors[name] = dataclasses.replace(t, shape=tp.packed_shape(t.shape[0],
                                                                              t.shape[2]))
     return planned
-
-
-def activation_regions(lowered, node: Node) -> dict[str, str]:
-    """The arena regions of `lowered` (of graph node `node`) that hold activations:
-    {region: tensor name} (input, an int8 residual, elementwise operands, output)."""
-    if isinstance(lowered, LoweredElementwise):
-        regions = {f"input{i}": node.inputs[i] for i in lowered.layer.inputs}
-    else:
-        regions = {"input": node.inputs[0]}
-    if isinstance(lowered, LoweredConv2d) and lowered.layer.has_residual:
-        regions["residual"] = node.inputs[3]
-    regions["output"] = node.outputs[0]
-    return regions
 
 
 class VdlaTarget(VdlaCommandLine, Target):
@@ -367,207 +337,7 @@ class VdlaTarget(VdlaCommandLine, Target):
     def tasks(self, graph: Graph) -> list:
         return conv_tasks(graph, self)
 
-
-@dataclasses.dataclass
-class _Placed:
-    """An op placed in DRAM: its arena and its relocated program."""
-
-    arena: int
-    insn_addr: int
-    insn_count: int
-
-
-class VdlaSession(TargetSession):
-    """The accelerator's ops of a compiled model resident on a device.
-
-    target : the `VdlaTarget`
-    graph : the compiled graph
-    ops : its `CompiledOp` s on this target
-    device : an open `vdla.runtime.Device` of the target's config, or None to open one
-        of the target's backend (closed with the session; a given one stays open)
-    Allocates every op's arena and program and the activation buffers of the ops' plan
-    (if any) and writes the static data now.
-    """
-
-    def __init__(self, target: VdlaTarget, graph: Graph, ops: Sequence[CompiledOp],
-                 device: Any = None):
-        self.target, self.graph = target, graph
-        config = target.config
-        if device is not None and getattr(device, "config", None) != config:
-            raise ValueError(f"the model is compiled for config {config.name}; the device has "
-                             f"{getattr(getattr(device, 'config', None), 'name', device)!r}")
-        plans = {id(op.kernel.plan): op.kernel.plan for op in ops}
-        if len(plans) > 1:
-            raise ValueError("the ops were compiled apart (they carry different buffer plans); "
-                             "compile the model's ops together (compile_nodes)")
-        self.plan: BufferPlan | None = next(iter(plans.values()), None)
-        views = [op.name for op in ops if op.kernel.lowered is None]
-        if views and self.plan is None:
-            raise ValueError(f"view ops {views} need the buffer plan of compile_nodes")
-        self._own = device is None
-        self.device = device if device is not None else vdla.runtime.open(
-            config, backend=target.backend, **target.device_options)
-        self._placed: dict[str, _Placed] = {}
-        # Inputs the host writes with kernel columns packed into channels.
-        self._tap_packs = {graph.node(op.name).inputs[0]: op.kernel.lowered.layer.packed
-                           for op in ops if isinstance(op.kernel.lowered, LoweredConv2d)
-                           and op.kernel.lowered.layer.packed is not None}
-        self._allocated: list[int] = []
-        self._buffers: dict[str, int] = {}
-        self._transfers: list[Transfer] = []
-        try:
-            if self.plan is not None:
-                for name, buf in self.plan.buffers.items():
-                    self._buffers[name] = self._alloc(buf.nbytes)
-            for op in ops:
-                if op.kernel.lowered is not None:
-                    self._placed[op.name] = self._place(op.kernel, graph.node(op.name))
-        except BaseException:
-            self.close()
-            raise
-
-    def _alloc(self, nbytes: int) -> int:
-        addr = self.device.alloc(nbytes)
-        self._allocated.append(addr)
-        return addr
-
-    def _place(self, kernel: VdlaKernel, node: Node) -> _Placed:
-        lowered, dev = kernel.lowered, self.device
-        arena = self._alloc(lowered.arena_bytes)
-        for region, array in kernel.static.items():
-            if array.nbytes:
-                dev.write(arena + lowered.regions[region].offset, array)
-        if self.plan is None:
-            program = lowered.relocate(arena)
-        else:
-            moved = {}
-            for region, tensor in activation_regions(lowered, node).items():
-                p = self.plan.placements[tensor]
-                moved[region] = (self._buffers[p.buffer], p, self.plan.buffers[p.buffer])
-            program = relocate_to(lowered.program, self.target.config, lowered.regions,
-                                  arena, moved)
-        insn_addr, count = dev.load_program(program)
-        self._allocated.append(insn_addr)
-        return _Placed(arena, insn_addr, count)
-
-    def close(self):
-        device, self.device = self.device, None
-        if device is None:
-            return
-        for addr in self._allocated:
-            device.free(addr)
-        self._allocated, self._placed, self._buffers = [], {}, {}
-        if self._own:
-            device.close()
-
-    # --- activations in DRAM ------------------------------------------------------------
-
-    def holds(self, tensor: str) -> bool:
-        return self.plan is not None and tensor in self.plan.placements
-
-    def put(self, tensor: str, value: np.ndarray) -> int:
-        self._check_open("put")
-        base = self._buffers[self.plan.placements[tensor].buffer]
-        if tensor in self._tap_packs:
-            value = pack_taps(np.asarray(value), self._tap_packs[tensor])
-        runs = self.plan.pack_placed(tensor, value)
-        for offset, data in runs:
-            self.device.write(base + offset, data)
-        return sum(data.nbytes for _, data in runs)
-
-    def fetch(self, tensor: str) -> np.ndarray:
-        self._check_open("fetch")
-        base = self._buffers[self.plan.placements[tensor].buffer]
-        return self.plan.unpack_placed(tensor, [self.device.read(base + offset, nbytes)
-                                                for offset, nbytes in
-                                                self.plan.read_runs(tensor)])
-
-    def drain_transfers(self) -> list[Transfer]:
-        moved, self._transfers = self._transfers, []
-        return moved
-
-    def _check_open(self, what: str):
-        if self.device is None:
-            raise ValueError(f"the vdla session is closed ({what})")
-
-    # --- running --------------------------------------------------------------------------
-
-    def run(self, op: CompiledOp, node: Node, args) -> OpRun:
-        self._check_open("run")
-        lowered = op.kernel.lowered
-        if self.plan is not None:
-            for name, arg in zip(node.inputs, args):
-                if self.holds(name) and not (isinstance(arg, DeviceValue)
-                                             and arg.session is self):
-                    raise ValueError(f"{node.op} node {node.name!r}: input {name!r} lives in "
-                                     "this session's DRAM; pass it as its DeviceValue")
-            if lowered is None:     # a view: its output is already where its readers look
-                # No program: no cycles on a backend that counts them (the functional
-                # one counts none, and reports wall time like its other ops).
-                clocked = self.device.backend == "verilator"
-                return OpRun([DeviceValue(self, out) for out in node.outputs], 0, 0, 0,
-                             {"gemm_utilization": None, "view": True},
-                             0.0 if clocked else None,
-                             f"cycles at {self.target.config.clock_mhz:g} MHz" if clocked
-                             else None)
-            stats = self.device.run(self._placed[op.name].insn_addr,
-                                    self._placed[op.name].insn_count)
-            return self._op_run(op.kernel, stats, [DeviceValue(self, node.outputs[0])])
-        return self._run_in_arena(op, node, args)
-
-    def _run_in_arena(self, op: CompiledOp, node: Node, args) -> OpRun:
-        """Run `op` with its activations packed into its own arena and its output
-        unpacked after it (a config whose activations cannot stay in DRAM); the moves
-        are reported as transfers."""
-        lowered, dev, placed = op.kernel.lowered, self.device, self._placed[op.name]
-        t0 = time.perf_counter()
-        if isinstance(lowered, LoweredPool2d):
-            data = lowered.input_data(args[0])
-        elif isinstance(lowered, LoweredElementwise):
-            data = lowered.input_data(*args)   # a zero constant operand is not written
-        else:
-            data = lowered.input_data(args[0], args[3] if len(args) > 3 else None)
-        names = activation_regions(lowered, node)
-        for region, array in data.items():
-            if array.nbytes:
-                dev.write(placed.arena + lowered.regions[region].offset, array)
-            self._transfers.append(Transfer(names[region], self.target.name, "to_target",
-                                            op.name, array.nbytes, time.perf_counter() - t0))
-            t0 = time.perf_counter()
-        stats = dev.run(placed.insn_addr, placed.insn_count)
-        t0 = time.perf_counter()
-        out = lowered.regions["output"]
-        y = lowered.unpack_output(dev.read(placed.arena + out.offset, out.nbytes))
-        self._transfers.append(Transfer(node.outputs[0], self.target.name, "to_host", op.name,
-                                        out.nbytes, time.perf_counter() - t0))
-        return self._op_run(op.kernel, stats, [y])
-
-    def _op_run(self, kernel: VdlaKernel, stats: dict, outputs: list) -> OpRun:
-        cycles = stats.get("cycles")
-        macs = kernel.useful_macs
-        config = self.target.config
-        util = macs / (int(cycles) * config.macs_per_cycle) if cycles and macs else None
-        return OpRun(outputs, None if cycles is None else int(cycles), macs,
-                     int(stats["dram_bytes_read"]) + int(stats["dram_bytes_written"]),
-                     {"gemm_utilization": util},
-                     None if cycles is None else int(cycles) / (config.clock_mhz * 1e6),
-                     None if cycles is None else f"cycles at {config.clock_mhz:g} MHz")
-
-    def summary(self, stats: Sequence[OpStats]) -> dict:
-        """The backend; the total cycles of this target's ops (None on a backend without
-        cycles) and their time at the config's clock; ``macs``, the useful MACs of its
-        ops (the layers' own sizes, no block padding; pools do none); and
-        ``gemm_utilization``, those MACs over the total cycles times the GEMM core's peak
-        MACs per cycle (batch x block_in x block_out). The cycles are every program's on
-        the accelerator, pools and epilogues included; ops on the host and the host's
-        packing between ops are not counted. None without cycles or MACs."""
-        config = self.target.config
-        cycles = [s.cycles for s in stats if not s.extra.get("view")]   # views: no program
-        total = None if not cycles or None in cycles else int(sum(cycles))
-        macs = sum(s.macs or 0 for s in stats)
-        util = macs / (total * config.macs_per_cycle) if total and macs else None
-        return {"backend": None if self.device is None else self.device.backend,
-                "cycles": total, "clock_mhz": config.clock_mhz,
-                "seconds_at_clock": None if total is None else total / (config.clock_mhz * 1e6),
-                "macs": macs, "macs_per_cycle": config.macs_per_cycle,
-                "gemm_utilization": util}
+    def parallel_ops(self, ops: Sequence[CompiledOp]) -> list[CompiledOp]:
+        """Every op with a program: its cycles and outputs depend on its inputs alone (the
+        session places each op at the same addresses, `_Placed`). Views run nothing."""
+        return [op for op in ops if op.kernel is not None and op.kernel.lowered is not None]

@@ -1,0 +1,49 @@
+"""What compiling an op for the accelerator gives: its kernel (the lowered program, the
+data written once per session, the model's buffer plan), and which of its arena's
+regions hold activations. Shared by the target (`target`), which makes kernels, and the
+session (`session`), which runs them."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Mapping
+
+import numpy as np
+
+from vdla.compiler.ir.tensor import Node
+from vdla.compiler.targets.vdla.conv import LoweredConv2d
+from vdla.compiler.targets.vdla.elementwise import LoweredElementwise
+from vdla.compiler.targets.vdla.placement import BufferPlan
+from vdla.compiler.targets.vdla.pool import LoweredPool2d
+
+__all__ = ["VdlaKernel", "activation_regions"]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class VdlaKernel:
+    """A compiled op on the accelerator: the lowered program (`LoweredConv2d` or
+    `LoweredPool2d`, `LoweredElementwise`; None for a view: concat, flatten, reshape),
+    the arena regions written once per session ({region: array}), and the model's
+    `BufferPlan` (shared by all its ops; None where activations do not stay in DRAM)."""
+
+    lowered: LoweredConv2d | LoweredPool2d | LoweredElementwise | None
+    static: Mapping[str, np.ndarray]
+    plan: BufferPlan | None = dataclasses.field(default=None, repr=False)
+    macs: int | None = None    # the node's useful MACs where the lowered layer has pads
+
+    @property
+    def useful_macs(self) -> int:
+        return self.macs if self.macs is not None else self.lowered.layer.macs
+
+
+def activation_regions(lowered, node: Node) -> dict[str, str]:
+    """The arena regions of `lowered` (of graph node `node`) that hold activations:
+    {region: tensor name} (input, an int8 residual, elementwise operands, output)."""
+    if isinstance(lowered, LoweredElementwise):
+        regions = {f"input{i}": node.inputs[i] for i in lowered.layer.inputs}
+    else:
+        regions = {"input": node.inputs[0]}
+    if isinstance(lowered, LoweredConv2d) and lowered.layer.has_residual:
+        regions["residual"] = node.inputs[3]
+    regions["output"] = node.outputs[0]
+    return regions
