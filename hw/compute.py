@@ -37,7 +37,7 @@ from __future__ import annotations
 import enum
 from types import SimpleNamespace
 
-from amaranth import Const, Module, Mux, Signal, signed
+from amaranth import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
@@ -73,13 +73,23 @@ class GemmArithmetic(enum.Enum):
         the operands instead of the products (the reduce stage multiplies and adds).
         Verilator turns this into plain machine arithmetic, with no sign extension or
         masking between the operations.
-        The Verilator backend simulates this form by default, because its model runs
-        about 1.5x faster. Synthesis would need one DSP per product (256 for the default
-        core).
+        Synthesis would need one DSP per product (256 for the default core).
+    NATIVE
+        As WIDE up to the operand registers; the reduce stage's products and sums come
+        from outside the design: the operands leave on output ports and the sums come
+        back on an input port (`native_gemm_ports`), which the Verilator harness drives
+        every cycle from the operands it sees (its C++ multiplies the same operands and
+        wraps the sums at the accumulator width as the adder trees do). The sums are
+        still registered inside, in the same stage, so the cycles are the same. The
+        harness computes them with vector instructions in a few nanoseconds, where the
+        Verilated trees were 256 scalar multiply-adds a cycle. The Verilator backend
+        simulates this form by default (tests run programs on all three forms); it is
+        not a circuit, and no synthesis tool can build it.
     """
 
     PACKED = "packed"
     WIDE = "wide"
+    NATIVE = "native"
 
 # Two int8 × int8 products that share the inp operand are computed by one multiplier:
 # (w_hi · 2**PACK_SHIFT + w_lo) · x holds w_lo·x in its low PACK_SHIFT bits (a 16-bit
@@ -88,6 +98,20 @@ class GemmArithmetic(enum.Enum):
 # x 8 bits: one DSP48E1 (25 × 18) per pair, so the default 16 × 16 core needs 128
 # multipliers instead of 256, inside the xc7z020's 220 DSP48s.
 PACK_SHIFT = 16
+
+
+def native_gemm_ports(config: HardwareConfig) -> dict[str, int]:
+    """The NATIVE form's ports (name -> width) on the compute module and the top: the
+    operands out (``native_gemm_x``: one inp row, batch x block_in elements, or with a
+    dw window every lane's own inputs, batch x block_out x block_in; ``native_gemm_w``:
+    one wgt row) and the lanes' sums in (``native_gemm_sums``: acc_width bits a lane,
+    lane b x block_out + n at the bottom)."""
+    x_bits = config.batch * config.block_in * config.inp_width
+    if config.dw_taps:
+        x_bits *= config.block_out
+    return {"native_gemm_x": x_bits,
+            "native_gemm_w": config.block_out * config.block_in * config.wgt_width,
+            "native_gemm_sums": config.batch * config.block_out * config.acc_width}
 
 
 def packed_products(x, w_lo, w_hi):
@@ -201,6 +225,11 @@ class ComputeModule(wiring.Component):
         if self.probes:
             members["acc_probe_addr"] = In(range(cfg.acc_depth))
             members["acc_probe_data"] = Out(cfg.acc_elem_bytes * 8)
+        if self.arithmetic is GemmArithmetic.NATIVE:
+            widths = native_gemm_ports(cfg)
+            members.update(native_gemm_x=Out(widths["native_gemm_x"]),
+                           native_gemm_w=Out(widths["native_gemm_w"]),
+                           native_gemm_sums=In(widths["native_gemm_sums"]))
         super().__init__(members)
 
     @staticmethod
@@ -216,6 +245,19 @@ class ComputeModule(wiring.Component):
         wide = Signal(signed(bits), name=name)
         m.d.comb += wide.eq(value)
         return wide
+
+    def _native_products(self, m: Module, lane_input, wgt_q, inp_q, per_lane: bool):
+        """The NATIVE form: the operands out, every lane's sum of products back in (see
+        `GemmArithmetic`). Its x operand is the registered inp row, or with a dw window
+        (`per_lane`) every lane's own inputs, lane by lane."""
+        cfg = self.config
+        if per_lane:
+            x = Cat(*(lane_input(b, n, k).as_unsigned() for b in range(cfg.batch)
+                      for n in range(cfg.block_out) for k in range(cfg.block_in)))
+        else:
+            x = inp_q
+        m.d.comb += [self.native_gemm_x.eq(x), self.native_gemm_w.eq(wgt_q)]
+        return self.native_gemm_sums
 
     def elaborate(self, platform):
         m = Module()
@@ -394,9 +436,17 @@ class ComputeModule(wiring.Component):
               for k in range(cfg.block_in)] for b in range(cfg.batch)]
         w = [[self.wgt.data.word_select(n * cfg.block_in + k, wgt_bits).as_signed()
               for k in range(cfg.block_in)] for n in range(cfg.block_out)]
-        wide = self.arithmetic is GemmArithmetic.WIDE
+        native = self.arithmetic is GemmArithmetic.NATIVE
+        wide = self.arithmetic is GemmArithmetic.WIDE or native
         packed = not wide and cfg.block_out % 2 == 0
-        if wide:
+        if native:
+            # The same operand registers as WIDE; the black box multiplies and adds.
+            inp_q = Signal.like(self.inp.data, reset_less=True, name="inp_operands")
+            wgt_q = Signal.like(self.wgt.data, reset_less=True, name="wgt_operands")
+            m.d.sync += [inp_q.eq(self.inp.data), wgt_q.eq(self.wgt.data)]
+            x = [[inp_q.word_select(b * cfg.block_in + k, inp_bits).as_signed()
+                  for k in range(cfg.block_in)] for b in range(cfg.batch)]
+        elif wide:
             # The stage registers the operands (the SRAM words) rather than the products,
             # and the reduce stage multiplies and adds: the same sums in the same cycle,
             # with 256 fewer registers for Verilator to store and reload every cycle.
@@ -417,14 +467,17 @@ class ComputeModule(wiring.Component):
                  for n, row in enumerate(w)]
         # Lane n's column-k multiplier input; dw beats' rows shift into the window here.
         lane_input = (DwWindow(cfg, self.inp.data, multiply_valid & beats.dw, registered=wide)
-                      .elaborate(m, beats.dw, x, cfg.acc_width if wide else inp_bits)
+                      .elaborate(m, beats.dw, x,
+                                 cfg.acc_width if wide and not native else inp_bits)
                       if beats else lambda b, n, k: x[b][k])
+        if native:
+            native_sums = self._native_products(m, lane_input, wgt_q, inp_q, bool(beats))
         # product[b][n][k] -> its multiplier output register; with packing, lanes 2j and
         # 2j+1 share one register holding the packed product. Past `gemm_dsp_limit`
         # multipliers, a pair is two LUT-built products in two registers instead.
         registers = {}
         dsp_left = cfg.gemm_dsp_limit or None
-        for b in range(cfg.batch):
+        for b in range(cfg.batch if not native else 0):
             for k in range(cfg.block_in):
                 if packed:
                     for j in range(cfg.block_out // 2):
@@ -474,8 +527,12 @@ class ComputeModule(wiring.Component):
         m.d.sync += [write_valid.eq(reduce_valid), write_dst.eq(reduce_dst)]
         for b in range(cfg.batch):
             for n in range(cfg.block_out):
-                tree = _adder_tree(products[b][n], wrap=cfg.acc_width if wide else None)
-                m.d.sync += sums[b * cfg.block_out + n].eq(tree)
+                lane = b * cfg.block_out + n
+                if native:
+                    tree = native_sums.word_select(lane, cfg.acc_width).as_signed()
+                else:
+                    tree = _adder_tree(products[b][n], wrap=cfg.acc_width if wide else None)
+                m.d.sync += sums[lane].eq(tree)
         # One acc read port: the dst read of the micro-op in this stage, else the src read
         # of a vector ALU micro-op in the multiply stage (vector micro-ops are two cycles
         # apart, so the stage after one is empty and the port is free for it).

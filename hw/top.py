@@ -8,7 +8,7 @@ from amaranth.lib.wiring import In, Out
 
 from vdla.config import HardwareConfig
 from vdla.hw.axi import AxiLiteSignature, AxiSignature, ReadArbiter, connect_write_client
-from vdla.hw.compute import ComputeModule, GemmArithmetic
+from vdla.hw.compute import ComputeModule, GemmArithmetic, native_gemm_ports
 from vdla.hw.compute import gemm_arithmetic as gemm_arithmetic_of
 from vdla.hw.control import ControlRegisters
 from vdla.hw.dma import DRAM_ADDR_WIDTH
@@ -39,9 +39,11 @@ class Accelerator(wiring.Component):
     Parameters
     ----------
     config : HardwareConfig
-    gemm_arithmetic : GemmArithmetic or its value ("packed", "wide")
+    gemm_arithmetic : GemmArithmetic or its value ("packed", "wide", "native")
         How the GEMM core's multipliers and adder trees are written (same results and
-        cycles): PACKED for synthesis (the default), WIDE for a faster Verilator model.
+        cycles): PACKED for synthesis (the default), WIDE for a faster Verilator model,
+        NATIVE for the fastest, whose products the simulator computes (it adds the
+        ports `native_gemm_ports` names).
 
     Ports
     -----
@@ -70,13 +72,17 @@ class Accelerator(wiring.Component):
             self._MustUse__silence = True
             raise
         self.config = config
-        super().__init__({
+        members = {
             "s_axi_ctrl": In(AxiLiteSignature(addr_width=CONTROL_ADDR_WIDTH)),
             "m_axi": Out(AxiSignature(addr_width=DRAM_ADDR_WIDTH,
                                       data_width=config.dram_bus_width, id_width=AXI_ID_WIDTH)),
             "irq": Out(1),
             "state": Out(32),
-        })
+        }
+        if self.gemm_arithmetic is GemmArithmetic.NATIVE:   # the simulator's GEMM ports
+            members.update({name: (In if name.endswith("sums") else Out)(width)
+                            for name, width in native_gemm_ports(config).items()})
+        super().__init__(members)
 
     def elaborate(self, platform):
         m = Module()
@@ -86,6 +92,10 @@ class Accelerator(wiring.Component):
         m.submodules.fetch = fetch = FetchModule(cfg)
         m.submodules.load = load = LoadModule(cfg)
         m.submodules.compute = compute = ComputeModule(cfg, arithmetic=self.gemm_arithmetic)
+        if self.gemm_arithmetic is GemmArithmetic.NATIVE:
+            m.d.comb += [self.native_gemm_x.eq(compute.native_gemm_x),
+                         self.native_gemm_w.eq(compute.native_gemm_w),
+                         compute.native_gemm_sums.eq(self.native_gemm_sums)]
         m.submodules.store = store = StoreModule(cfg)
         m.submodules.arbiter = arbiter = ReadArbiter(
             n_clients=len(READ_CLIENTS), addr_width=DRAM_ADDR_WIDTH,

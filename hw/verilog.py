@@ -62,7 +62,8 @@ def to_verilog(config: HardwareConfig, name: str = TOP_NAME, *,
                gemm_arithmetic="packed") -> str:
     """The Verilog text of `Accelerator(config, gemm_arithmetic=...)` with top module
     `name` (`vdla.hw.compute.GemmArithmetic`: "packed" for synthesis, the default;
-    "wide" for the fastest Verilator model)."""
+    "wide" for a faster Verilator model; "native", with the GEMM's products left to the
+    simulator, for the fastest)."""
     from amaranth.back import verilog         # heavy: Amaranth (module docstring)
     from vdla.hw.top import Accelerator
     return verilog.convert(Accelerator(config, gemm_arithmetic=gemm_arithmetic), name=name,
@@ -114,10 +115,10 @@ def generate(config: HardwareConfig, out_dir: str | os.PathLike,
     return paths
 
 
-def _signature_only(config: HardwareConfig):
+def _signature_only(config: HardwareConfig, gemm_arithmetic="packed"):
     """An `Accelerator` used only for its signature (ports), never elaborated."""
     from vdla.hw.top import Accelerator       # heavy: Amaranth (module docstring)
-    top = Accelerator(config)
+    top = Accelerator(config, gemm_arithmetic=gemm_arithmetic)
     top._MustUse__silence = True  # Amaranth warns about unelaborated designs otherwise
     return top
 

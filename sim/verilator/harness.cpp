@@ -36,6 +36,104 @@
 
 #define VDLA_API extern "C" __attribute__((visibility("default")))
 
+#ifdef VDLA_GEMM_NATIVE
+// The NATIVE GEMM form's products and sums (vdla.hw.compute.GemmArithmetic.NATIVE): the
+// design puts the reduce stage's operands on native_gemm_x and native_gemm_w, and
+// registers native_gemm_sums, which `tick` drives from them every cycle (the operands
+// are registers, so their values between two edges are known when the cycle starts).
+// The same integers as the WIDE form's multipliers and adder trees: each lane's sum of
+// its block_in products of signed inp and wgt elements, wrapped at the accumulator
+// width (wrapping every partial sum, as the trees do, is wrapping the total). Vectors
+// are the ports' storage: little-endian bytes, element 0 at the bottom.
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+namespace native_gemm {
+constexpr int GB = VDLA_GEMM_BATCH, GI = VDLA_GEMM_BLOCK_IN, GO = VDLA_GEMM_BLOCK_OUT;
+constexpr int INP_BITS = VDLA_GEMM_INP_BITS, WGT_BITS = VDLA_GEMM_WGT_BITS,
+              ACC_BITS = VDLA_GEMM_ACC_BITS;
+// x: one inp row for every lane of a batch row, or (a dw window) every lane's own.
+constexpr int X_LANE = VDLA_GEMM_PER_LANE ? GI : 0;
+constexpr int X_ROW = VDLA_GEMM_PER_LANE ? GO * GI : GI;
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the ports' bytes");
+
+// Bits [at, at + width) of a little-endian bit vector, as a signed value.
+inline int64_t field(const uint8_t* v, int at, int width) {
+    uint64_t bits = 0;
+    for (int i = 0; i < width; ++i) bits |= uint64_t(v[(at + i) / 8] >> ((at + i) % 8) & 1) << i;
+    return int64_t(bits << (64 - width)) >> (64 - width);
+}
+inline void put_field(uint8_t* v, int at, int width, int64_t value) {
+    for (int i = 0; i < width; ++i) {
+        uint8_t bit = uint8_t(1u << ((at + i) % 8));
+        if (value >> i & 1) v[(at + i) / 8] |= bit; else v[(at + i) / 8] &= uint8_t(~bit);
+    }
+}
+
+#if defined(__SSE2__)
+// Four lanes' sums at once with SSE2 (every x86-64 has it): bytes sign-extended to 16
+// bits, pmaddwd's pairwise products summed into 32-bit words, the four lanes' partial
+// sums transposed and added. Exact: a pair of int8 products is at most 2 * 2^14.
+inline __m128i widen_lo(__m128i v) { return _mm_srai_epi16(_mm_unpacklo_epi8(v, v), 8); }
+inline __m128i widen_hi(__m128i v) { return _mm_srai_epi16(_mm_unpackhi_epi8(v, v), 8); }
+inline __m128i dot4(const int8_t* x, const int8_t* w) {   // 4 lanes: w rows n..n+3
+    __m128i part[4];
+    for (int j = 0; j < 4; ++j) {
+        __m128i acc = _mm_setzero_si128();
+        for (int k = 0; k < GI; k += 16) {
+            __m128i xv = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x + k));
+            __m128i wv = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + j * GI + k));
+            acc = _mm_add_epi32(acc, _mm_add_epi32(_mm_madd_epi16(widen_lo(xv), widen_lo(wv)),
+                                                   _mm_madd_epi16(widen_hi(xv), widen_hi(wv))));
+        }
+        part[j] = acc;
+    }
+    __m128i u01 = _mm_add_epi32(_mm_unpacklo_epi32(part[0], part[1]),
+                                _mm_unpackhi_epi32(part[0], part[1]));
+    __m128i u23 = _mm_add_epi32(_mm_unpacklo_epi32(part[2], part[3]),
+                                _mm_unpackhi_epi32(part[2], part[3]));
+    return _mm_add_epi32(_mm_unpacklo_epi64(u01, u23), _mm_unpackhi_epi64(u01, u23));
+}
+#endif
+
+void sums(const uint8_t* __restrict x, const uint8_t* __restrict w, uint8_t* __restrict out) {
+#if defined(__SSE2__)
+    if constexpr (INP_BITS == 8 && WGT_BITS == 8 && ACC_BITS == 32 && GI % 16 == 0 &&
+                  GO % 4 == 0 && !VDLA_GEMM_PER_LANE) {
+        const auto* xb = reinterpret_cast<const int8_t*>(x);
+        const auto* wb = reinterpret_cast<const int8_t*>(w);
+        for (int b = 0; b < GB; ++b)
+            for (int n = 0; n < GO; n += 4)
+                _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 4 * (b * GO + n)),
+                                 dot4(xb + b * X_ROW, wb + n * GI));
+        return;
+    }
+#endif
+    if constexpr (INP_BITS == 8 && WGT_BITS == 8 && ACC_BITS == 32) {
+        const auto* xb = reinterpret_cast<const int8_t*>(x);
+        const auto* wb = reinterpret_cast<const int8_t*>(w);
+        for (int b = 0; b < GB; ++b)
+            for (int n = 0; n < GO; ++n) {
+                const int8_t* xv = xb + b * X_ROW + n * X_LANE;
+                const int8_t* wv = wb + n * GI;
+                int32_t acc = 0;
+                for (int k = 0; k < GI; ++k) acc += int32_t(xv[k]) * int32_t(wv[k]);
+                std::memcpy(out + 4 * (b * GO + n), &acc, 4);
+            }
+    } else {   // other widths: bit by bit (no shipped config)
+        for (int b = 0; b < GB; ++b)
+            for (int n = 0; n < GO; ++n) {
+                int64_t acc = 0;
+                for (int k = 0; k < GI; ++k)
+                    acc += field(x, (b * X_ROW + n * X_LANE + k) * INP_BITS, INP_BITS) *
+                           field(w, (n * GI + k) * WGT_BITS, WGT_BITS);
+                put_field(out, (b * GO + n) * ACC_BITS, ACC_BITS, acc);
+            }
+    }
+}
+}  // namespace native_gemm
+#endif
+
 // The model's scheduler, which Verilator generates in the same library. `tick` calls it
 // directly rather than through `eval()`: see `settle` and `edge` below. (Internal to
 // Verilator; the build pins its version and hashes it into the cache key.)
@@ -66,6 +164,12 @@ template <std::size_t N>
 inline void get_bytes(const VlWide<N>& port, uint8_t* dst, size_t n) {
     std::memcpy(dst, port.m_storage, std::min(n, sizeof(port.m_storage)));
 }
+
+// A port's storage as bytes (little-endian on the hosts Verilator runs on).
+template <typename T>
+inline uint8_t* port_bytes(T& port) { return reinterpret_cast<uint8_t*>(&port); }
+template <std::size_t N>
+inline uint8_t* port_bytes(VlWide<N>& port) { return reinterpret_cast<uint8_t*>(port.m_storage); }
 
 // The top's AXI ports (Verilator spells the "__" of Amaranth's names as "___05F").
 #define AXI(name) VDLA_M_AXI(name)
@@ -249,6 +353,10 @@ struct Model {
         t.CTRL(arvalid) = h_arvalid;
         t.CTRL(araddr) = h_araddr;
         t.CTRL(rready) = h_rready;
+#ifdef VDLA_GEMM_NATIVE
+        native_gemm::sums(port_bytes(t.native_gemm_x), port_bytes(t.native_gemm_w),
+                          port_bytes(t.native_gemm_sums));
+#endif
 
         // 2. settle.
         t.clk = 0;
@@ -416,6 +524,10 @@ struct Model {
         writes.clear();
         bresps.clear();
         error.clear();
+        // Two: the Verilator build registers the reset (vdla.sim.verilator.build.
+        // registered_reset), so the design leaves reset at the first edge and runs its
+        // first cycle at the second, as a design with a raw reset does at the first.
+        tick();
         tick();
     }
 
