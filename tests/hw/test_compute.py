@@ -27,8 +27,9 @@ from vdla.sim import FunctionalSimulator
 def test_gemm_arithmetic_names():
     assert gemm_arithmetic("WIDE") is GemmArithmetic.WIDE
     assert gemm_arithmetic(GemmArithmetic.PACKED) is GemmArithmetic.PACKED
+    assert gemm_arithmetic("native") is GemmArithmetic.NATIVE
     with pytest.raises(ValueError, match="GEMM arithmetic must be one of 'packed', 'wide', "
-                                         "not 'fast'"):
+                                         "'native', not 'fast'"):
         ComputeModule(HardwareConfig(), arithmetic="fast")
 
 
