@@ -24,6 +24,8 @@ compiles the same float graph for a target that stores and multiplies it in floa
 from __future__ import annotations
 
 import dataclasses
+import functools
+import hashlib
 import sys
 import time
 from pathlib import Path
@@ -47,6 +49,7 @@ from vdla.compiler.targets import op_parallel
 from vdla.compiler.targets.base import Progress, Target
 from vdla.compiler.targets.model import CompiledModel, RunResult, compile_model
 from vdla.compiler.tuner.tune import best_schedules
+from vdla._memo import remembered_object
 from vdla.execute import make_executor
 
 __all__ = ["FLOAT16_TOLERANCE", "FLOAT_TOLERANCE", "LoadedModel", "Outcome", "PRECISIONS",
@@ -194,9 +197,34 @@ def requant_mode(targets: Sequence[Target]) -> str:
 def quantize_for(model: LoadedModel, targets: Target | Sequence[Target], *,
                  mode: str | None = None) -> Graph:
     """`model` quantized on its calibration samples (`quantize` prepares it first: BN
-    folding, fusion), for `mode` (default: `requant_mode` of `targets`)."""
+    folding, fusion), for `mode` (default: `requant_mode` of `targets`).
+
+    Remembered on disk (`vdla._memo`, ``$VDLA_CACHE/quantized``): calibrating runs the
+    float reference on every sample (about a second for ResNet-18), and a model run
+    again quantizes the same. The key is the float graph's `Graph.fingerprint`, the
+    calibration samples' bytes, the mode, and the sources of the passes, the reference
+    and the IR."""
     targets = [targets] if isinstance(targets, Target) else list(targets)
-    return quantize(model.graph, model.calibration, mode or requant_mode(targets))
+    mode = mode or requant_mode(targets)
+    samples = hashlib.sha256()
+    for name in sorted(model.calibration):
+        a = np.ascontiguousarray(model.calibration[name])
+        samples.update(f"{name} {a.dtype} {a.shape}\0".encode() + a.tobytes())
+    key = {"graph": model.graph.fingerprint(), "mode": mode,
+           "calibration": samples.hexdigest()}
+    return remembered_object("quantized", "graph", key,
+                             lambda: quantize(model.graph, model.calibration, mode),
+                             check=lambda value: isinstance(value, Graph),
+                             sources=_quantizer_sources())
+
+
+@functools.cache
+def _quantizer_sources() -> tuple[Path, ...]:
+    """The files whose code decides a quantized graph: the passes, the reference
+    kernels and the IR."""
+    root = Path(__file__).resolve().parent
+    return tuple(sorted(p for folder in ("passes", "reference", "ir")
+                        for p in (root / folder).rglob("*.py")))
 
 
 def graph_for(model: LoadedModel, targets: Target | Sequence[Target], *,

@@ -27,6 +27,7 @@ import functools
 import hashlib
 import json
 import os
+import pickle
 import shutil
 import time
 from pathlib import Path
@@ -35,7 +36,7 @@ from typing import Any, Callable, Iterable, Mapping, TypeVar
 from vdla._buildcache import cache_root
 from vdla._fileio import atomic_write
 
-__all__ = ["STALE_DAYS", "entry_path", "remembered", "source_digest"]
+__all__ = ["STALE_DAYS", "entry_path", "remembered", "remembered_object", "source_digest"]
 
 #: Days without a write after which another source version's folder is removed.
 STALE_DAYS = 30
@@ -119,6 +120,39 @@ def _prune(keep: Path) -> None:
                 shutil.rmtree(other, ignore_errors=True)
         except OSError:
             pass
+
+
+def remembered_object(folder: str, kind: str, key: Mapping[str, Any],
+                      compute: Callable[[], T], *, check: Callable[[Any], bool],
+                      sources: Iterable[str | os.PathLike]) -> T:
+    """As `remembered`, for an answer that is no JSON data (a quantized graph: numpy
+    arrays in Python objects): stored with pickle, in ``<digest>.pickle`` beside the
+    JSON entries, with a SHA-256 of the pickle's bytes in front of them. An entry whose
+    checksum fails, that does not unpickle, or that `check` refuses is computed again.
+    The entries are this user's own cache, written by this code: pickle is no wider a
+    door than the cache's compiled libraries, which are loaded too."""
+    path = entry_path(folder, kind, key, sources).with_suffix(".pickle")
+    try:
+        blob = path.read_bytes()
+        digest, body = blob[:64], blob[64:]
+        if digest.decode() != hashlib.sha256(body).hexdigest():
+            raise ValueError(f"memo entry {path} fails its checksum")
+        value = pickle.loads(body)
+        if check(value):
+            return value
+    except (OSError, ValueError, UnicodeDecodeError, pickle.UnpicklingError, EOFError,
+            AttributeError, ImportError, TypeError):
+        pass    # no entry, or one not to trust: compute it again
+    value = compute()
+    body = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    try:
+        fresh = not path.parent.is_dir()
+        atomic_write(path, hashlib.sha256(body).hexdigest().encode() + body)
+        if fresh:
+            _prune(path.parent)
+    except OSError:
+        pass
+    return value
 
 
 def remembered(folder: str, kind: str, key: Mapping[str, Any], compute: Callable[[], T], *,

@@ -20,6 +20,7 @@ and names the node and tensor at fault.
 from __future__ import annotations
 
 import copy
+import hashlib
 import itertools
 from typing import Any, Iterable
 
@@ -229,6 +230,37 @@ class Graph:
                              copy.deepcopy(node.attrs)))
         out._counter = itertools.count(next(copy.copy(self._counter)))
         return out
+
+    def fingerprint(self) -> str:
+        """SHA-256 of everything the graph holds: its inputs and outputs, every tensor
+        (name, shape, dtype, scale, layout, and a constant's bytes) and every node in
+        order (name, op, inputs, outputs, attributes). Equal graphs give equal
+        fingerprints (a cache key: `vdla.compiler.pipeline.quantize_for`)."""
+        digest = hashlib.sha256()
+
+        def add(value):
+            if isinstance(value, np.ndarray):
+                digest.update(f"array {value.dtype} {value.shape}".encode())
+                digest.update(np.ascontiguousarray(value).tobytes())
+            elif isinstance(value, dict):
+                for k in sorted(value, key=str):
+                    add(("key", k))
+                    add(value[k])
+            elif isinstance(value, (list, tuple)):
+                digest.update(f"seq {len(value)}".encode())
+                for item in value:
+                    add(item)
+            else:
+                digest.update(repr(value).encode())
+            digest.update(b"\0")
+
+        add([self.name, self.inputs, self.outputs])
+        for name in sorted(self.tensors):
+            t = self.tensors[name]
+            add([t.name, t.shape, t.dtype, t.scale, t.layout, t.data])
+        for node in self.nodes():
+            add([node.name, node.op, node.inputs, node.outputs, node.attrs])
+        return digest.hexdigest()
 
     # --- checks --------------------------------------------------------------------------
 

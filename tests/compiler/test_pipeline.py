@@ -97,3 +97,45 @@ def test_load_model_refuses_a_bad_batch(batch):
     with pytest.raises(ValueError, match=rf"the batch must be a positive integer, not "
                                          rf"{re.escape(repr(batch))}"):
         pipeline.load_model("small_cnn", batch=batch)
+
+
+# --- the quantized graph, remembered on disk (quantize_for) ---------------------------------
+
+def test_a_quantized_graph_is_remembered_and_keyed_on_what_decides_it(tmp_path, monkeypatch):
+    """The second quantization of the same model is read from $VDLA_CACHE, equal to the
+    first; other calibration samples or another mode quantize again; a damaged entry is
+    quantized again, never used."""
+    monkeypatch.setenv("VDLA_CACHE", str(tmp_path))
+    calls = []
+    real = pipeline.quantize
+
+    def counting(*args):
+        calls.append(args[2])
+        return real(*args)
+
+    monkeypatch.setattr(pipeline, "quantize", counting)
+    target = targets.get("vdla")
+    model = pipeline.load_model("small_cnn")
+    first = pipeline.quantize_for(model, target)
+    second = pipeline.quantize_for(model, target)
+    assert len(calls) == 1 and second.fingerprint() == first.fingerprint()
+    pipeline.quantize_for(pipeline.load_model("small_cnn", seed=1), target)
+    assert len(calls) == 2
+    entries = list(tmp_path.glob("quantized/*/*.pickle"))
+    assert len(entries) == 2
+    for entry in entries:
+        entry.write_bytes(entry.read_bytes()[:-10])      # truncated
+    assert pipeline.quantize_for(model, target).fingerprint() == first.fingerprint()
+    assert len(calls) == 3
+
+
+def test_a_graph_fingerprint_sees_one_weight():
+    graph = pipeline.load_model("small_cnn").graph
+    before = graph.fingerprint()
+    assert graph.copy().fingerprint() == before
+    name = next(n for n, t in graph.tensors.items() if t.is_constant and t.data.size > 1)
+    changed = graph.copy()
+    data = changed.tensors[name].data.copy()
+    data.flat[0] += 1
+    changed.tensors[name].data = data
+    assert changed.fingerprint() != before
