@@ -4,6 +4,8 @@ which token queues its dependency flags name (docs/isa.md, routing and dependenc
 
 from __future__ import annotations
 
+import functools
+
 from typing import Sequence
 
 import numpy as np
@@ -70,7 +72,17 @@ def fetch_program(dram: np.ndarray, insn_addr: int, insn_count: int,
     if insn_addr < 0 or insn_count < 1 or end > len(dram):
         raise ProgramError(f"instructions {insn_addr:#x}..{end:#x} ({insn_count} of them) "
                            f"are not inside DRAM (0..{len(dram):#x})")
+    stream = dram[insn_addr:end].tobytes()
     try:
-        return decode_stream(dram[insn_addr:end].tobytes(), config)
+        return list(_decoded(stream, config))
     except DecodeError as exc:
         raise ProgramError(f"fetch at {insn_addr:#x}: {exc}") from None
+
+
+@functools.lru_cache(maxsize=32)
+def _decoded(stream: bytes, config: HardwareConfig) -> tuple[Insn, ...]:
+    """`decode_stream`, remembered by the bytes: a run decodes its program to validate
+    it and again to count its work, and a tuner or a bench runs one program many times
+    (decoding is about a millisecond per hundred instructions). Instructions are frozen,
+    so sharing them is safe."""
+    return tuple(decode_stream(stream, config))

