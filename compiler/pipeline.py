@@ -309,6 +309,8 @@ class Outcome:
     run_seconds : wall time of the run (a parallel run's: the reference that feeds it,
         the ops on the workers and the replay)
     parallel : where a parallel run's ops ran (``2 local processes``), or None
+    simulate_seconds : wall time of the target's ops: a parallel run's phase on the
+        workers, else the sum of the target's ops' wall times
     """
 
     model: LoadedModel
@@ -325,6 +327,7 @@ class Outcome:
     max_error: float = 0.0
     run_seconds: float = 0.0
     parallel: str | None = None
+    simulate_seconds: float = 0.0
 
 
 def run_model(model: LoadedModel | str, target: Target, *, records: Any = None,
@@ -355,20 +358,24 @@ def run_model(model: LoadedModel | str, target: Target, *, records: Any = None,
         with make_executor(op_parallel.worker_factory(compiled), jobs=jobs,
                            ray=ray) as executor:
             parallel = executor.describe()
+            simulating = time.perf_counter()
             replayed = op_parallel.run_ops(compiled, reference, executor, chain=chain,
                                            progress=run_progress)
+            simulate_seconds = time.perf_counter() - simulating
     with compiled.session(device) as session:
         result = session.run(model.feed, progress=None if replayed else run_progress,
                              keep=True, replayed=replayed)
     run_seconds = time.perf_counter() - start
     if reference is None:
         reference = run_reference(graph, model.feed, keep=True)
+        simulate_seconds = sum(s.wall_seconds for s in result.ops if s.target == target.name)
     tolerance = TOLERANCES.get(precision)
     ok, mismatch = check(result.values, reference, graph, tolerance=tolerance)
     error = max((relative_error(result.values[n], reference[n]) for n in graph.outputs),
                 default=0.0)
     return Outcome(model, target, graph, compiled, schedules, result, reference, ok,
-                   mismatch, quantize_seconds, precision, error, run_seconds, parallel)
+                   mismatch, quantize_seconds, precision, error, run_seconds, parallel,
+                   simulate_seconds)
 
 
 def tasks_from_workload(spec: str, target) -> list:

@@ -157,8 +157,15 @@ FIGURES = [
     Figure("pools", "python3 bench/pools.py", "pools on Verilator against the timing model"),
     Figure("hw_timing", "python3 bench/hw_timing.py",
            "cycles of GEMM and ALU instructions, load/store/fetch bus words per cycle"),
-    Figure("sim_speed", "python3 bench/sim_speed.py --no-cold --repeat 3",
-           "the Verilator backend's simulated cycles per second"),
+    Figure("sim_speed", "python3 bench/sim_speed.py --no-cold --repeat 5",
+           "the Verilator backend's simulated cycles per second: the old build and each "
+           "speed-up"),
+    Figure("sim_scaling", "python3 bench/sim_scaling.py --out {tmp}/scaling",
+           "ResNet-18's ops simulated in parallel on local processes and Ray actors, and "
+           "a cluster projection, with its plot",
+           plots={"scaling/sim_scaling.png": "sim_scaling.png"}),
+    Figure("resnet18_e2e", "python3 bench/resnet18_e2e.py",
+           "vdla run resnet18 and resnet50 end to end, warm, sequential and in parallel"),
     Figure("functional_sim", "python3 bench/functional_sim.py --repeat 3",
            "the functional simulator's int8 MAC/s on blocked GEMMs"),
     Figure("cpu_speed",

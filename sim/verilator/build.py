@@ -16,8 +16,8 @@ cached:
   SHA-256; an entry whose library does not match (truncated, corrupt) is rebuilt, never
   loaded.
 
-The model is compiled for speed (``docs/simulation.md``, "The Verilator model's
-speed"), at one of three levels (`OPTIMISE_LEVELS`, each its own cache entry):
+The model is compiled for speed (``docs/simulation.md``, "Builds and caching"), at one
+of three levels (`OPTIMISE_LEVELS`, each its own cache entry):
 
 - ``O3``: g++ -O3, the recipe before link-time optimisation (kept to measure against);
 - ``lto``: -O3 with link-time optimisation, which inlines across the files Verilator
@@ -26,8 +26,8 @@ speed"), at one of three levels (`OPTIMISE_LEVELS`, each its own cache entry):
   instrumented for g++'s profiler runs a training workload
   (`vdla.sim.verilator.training`: blocked GEMMs with their requantization, the
   accelerator's common paths), and a second build optimises with the counts it
-  recorded. About 1.2-1.3x faster than ``O3``; the build takes about three times as
-  long (about a minute, once per config).
+  recorded. About 1.1-1.3x faster than ``lto``; the build takes about twice as long
+  (about a minute, once per config).
 
 ``$VDLA_VERILATOR_OPTIMISE`` sets the level (the test suite builds most models at
 ``lto``, to keep its builds short); `build_model`'s ``optimise`` overrides it.

@@ -4,7 +4,7 @@ A profile-guided build (`vdla.sim.verilator.build`) first compiles the model wit
 profiler, runs this workload on it in a child process (the profiles are written when
 the process exits), and compiles again with the counts. The profile tells g++ which
 branches of the model's cycle function are taken, which it lays out and inlines for:
-about 1.3x on the default config (``docs/simulation.md``).
+about 1.1-1.3x on the default config (``docs/simulation.md``).
 
 The workload is the hand-written blocked GEMM of `vdla.runtime.kernels` with its
 requantization (an ALU shift, a clamp), with one and with two virtual threads: every

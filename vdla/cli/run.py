@@ -233,7 +233,8 @@ def _report(args, target, outcome, whole=None) -> None:
     prepared = "prepare + quantize" if outcome.precision == "int8" else "prepare"
     print(f"{prepared}: {outcome.quantize_seconds:.2f} s; compile: "
           f"{compiled.compile_seconds:.2f} s; run: {outcome.run_seconds:.2f} s wall"
-          + (f" (ops on {outcome.parallel})" if outcome.parallel else ""))
+          + (f" (ops on {outcome.parallel}: {outcome.simulate_seconds:.2f} s)"
+             if outcome.parallel else ""))
     if whole is not None:
         print(f"whole graph in one call: {whole[0] * 1e3:.3f} ms (median of "
               f"{WHOLE_GRAPH_RUNS} runs; the op-by-op run above took "
@@ -341,6 +342,7 @@ def _json_report(args, target, outcome, whole=None) -> dict:
             # The run's wall time (a parallel run's: the reference that feeds it, the ops
             # on the workers, the replay) and where its ops ran in parallel (or null).
             "wall_seconds": outcome.run_seconds, "parallel": outcome.parallel,
+            "simulate_seconds": outcome.simulate_seconds,
             "summary": result.summary,
             # How many ops ran on the target (0: all fell back to the host; see "ops").
             "ops_on_target": len(outcome.compiled.ops_on(target.name)),
