@@ -33,6 +33,9 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+import vdla.config
+import vdla.isa
+import vdla.runtime
 from vdla.compiler.frontend import zoo
 from vdla.compiler.frontend.datasets import digits_split, random_inputs
 from vdla.compiler.frontend.workloads import (RESNET18, conv_matches, model_graph,
@@ -255,7 +258,34 @@ def compile_for(quantized: Graph, target: Target, *, records: Any = None,
     if records is not None:
         schedules = {name: s for name, (s, _) in
                      best_schedules(records, quantized, target, backend).items()}
-    return compile_model(quantized, target, schedules=schedules, progress=progress), schedules
+    key = target.compile_key()
+    if key is None:
+        return compile_model(quantized, target, schedules=schedules, progress=progress), \
+            schedules
+    # Remembered on disk ($VDLA_CACHE/compiled): emitting a model's tens of thousands of
+    # instructions in Python takes seconds (ResNet-50: about two), and a model run again
+    # compiles the same programs. The key is the quantized graph's fingerprint, what the
+    # target says decides its programs, the schedules and the compiler's sources.
+    start = time.perf_counter()
+    compiled = remembered_object(
+        "compiled", "model", {"graph": quantized.fingerprint(), "target": key,
+                              "schedules": schedules},
+        lambda: compile_model(quantized, target, schedules=schedules, progress=progress),
+        check=lambda value: isinstance(value, CompiledModel), sources=_compiler_sources())
+    # The caller's graph and target (equal to the remembered ones), and this call's time.
+    return dataclasses.replace(compiled, graph=quantized, target=target,
+                               compile_seconds=time.perf_counter() - start), schedules
+
+
+@functools.cache
+def _compiler_sources() -> tuple[Path, ...]:
+    """The files whose code decides a compiled model: the compiler, the ISA, the
+    runtime's program builder and the config."""
+    folders = [Path(__file__).resolve().parent]
+    files = [p for folder in folders for p in folder.rglob("*.py")]
+    for package in (vdla.isa, vdla.runtime):
+        files += [p for folder in package.__path__ for p in Path(folder).glob("*.py")]
+    return tuple(sorted(files + [Path(vdla.config.__file__)]))
 
 
 def check(values: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarray],

@@ -253,6 +253,12 @@ class Target(abc.ABC):
     #: column); a figure not listed shows under its key.
     extra_columns: ClassVar[Mapping[str, ExtraColumn]] = {}
 
+    def compile_key(self) -> dict | None:
+        """What, besides the graph and the schedules, decides what this target compiles
+        (plain JSON data), for remembering compiled models on disk
+        (`vdla.compiler.pipeline.compile_for`); None (the default): never remembered."""
+        return None
+
     def parallel_ops(self, ops: Sequence[CompiledOp]) -> list[CompiledOp]:
         """Of its compiled `ops`, those a parallel run may run apart, each in a session of
         its own fed its inputs (`vdla.compiler.targets.op_parallel`): ops whose outputs

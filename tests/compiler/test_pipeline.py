@@ -3,6 +3,7 @@ bad arguments."""
 
 import re
 
+import numpy as np
 import pytest
 
 import vdla
@@ -139,3 +140,38 @@ def test_a_graph_fingerprint_sees_one_weight():
     data.flat[0] += 1
     changed.tensors[name].data = data
     assert changed.fingerprint() != before
+
+
+def test_a_compiled_model_is_remembered_for_its_graph_config_and_schedules(tmp_path,
+                                                                           monkeypatch):
+    """compile_for on the vdla target reads a model compiled before from $VDLA_CACHE: the
+    same programs and static data, the caller's graph and target; another config
+    compiles again. A target without a compile key (the host) is never remembered."""
+    monkeypatch.setenv("VDLA_CACHE", str(tmp_path))
+    calls = []
+    real = pipeline.compile_model
+
+    def counting(graph, target, **options):
+        calls.append(target.name)
+        return real(graph, target, **options)
+
+    monkeypatch.setattr(pipeline, "compile_model", counting)
+    target = targets.get("vdla")
+    quantized = pipeline.graph_for(pipeline.load_model("small_cnn"), target)
+    first, _ = pipeline.compile_for(quantized, target)
+    second, _ = pipeline.compile_for(quantized, target)
+    assert calls == ["vdla"]
+    assert second.target is target and second.graph is quantized
+    for a, b in zip(first.ops, second.ops):
+        assert a.name == b.name and a.schedule == b.schedule
+        if getattr(a.kernel, "lowered", None) is not None:
+            assert a.kernel.lowered.program.to_bytes() == b.kernel.lowered.program.to_bytes()
+            assert all(np.array_equal(a.kernel.static[k], b.kernel.static[k])
+                       for k in a.kernel.static)
+    other = targets.get("vdla", config=vdla.HardwareConfig(block_out=32))
+    pipeline.compile_for(pipeline.graph_for(pipeline.load_model("small_cnn"), other), other)
+    assert calls == ["vdla", "vdla"]
+    host = targets.get("host")
+    pipeline.compile_for(quantized, host)
+    pipeline.compile_for(quantized, host)
+    assert calls == ["vdla", "vdla", "host", "host"]

@@ -337,6 +337,11 @@ class VdlaTarget(VdlaCommandLine, Target):
     def tasks(self, graph: Graph) -> list:
         return conv_tasks(graph, self)
 
+    def compile_key(self) -> dict:
+        """The whole config: every parameter can change a program. (The backend and the
+        board change where it runs, not what is compiled.)"""
+        return {"config": self.config.to_dict()}
+
     def parallel_ops(self, ops: Sequence[CompiledOp]) -> list[CompiledOp]:
         """Every op with a program: its cycles and outputs depend on its inputs alone (the
         session places each op at the same addresses, `_Placed`). Views run nothing."""
