@@ -144,7 +144,12 @@ def load_model(spec: str, *, seed: int = 0, calibration: int = 4, batch: int | N
         graph = from_onnx(spec, batch=batch)
         notes = [_dynamic_note(d, batch) for d in graph.metadata["onnx"]["dynamic_dims"]]
     else:
-        graph = zoo.get(spec, batch=batch or 1)
+        # Remembered on disk: building a zoo model draws its seeded weights (about a
+        # second for ResNet-50), the same every time.
+        graph = remembered_object("zoo", spec, {"batch": batch or 1},
+                                  lambda: zoo.get(spec, batch=batch or 1),
+                                  check=lambda value: isinstance(value, Graph),
+                                  sources=_zoo_sources())
     if len(graph.inputs) != 1:
         raise ValueError(f"{spec}: the pipeline feeds models with one input; this one has "
                          f"{len(graph.inputs)} ({', '.join(graph.inputs)})")
@@ -219,6 +224,29 @@ def quantize_for(model: LoadedModel, targets: Target | Sequence[Target], *,
                              lambda: quantize(model.graph, model.calibration, mode),
                              check=lambda value: isinstance(value, Graph),
                              sources=_quantizer_sources())
+
+
+def reference_of(graph: Graph, feed: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Every tensor of `graph`'s reference run on `feed` (`run_reference` with
+    ``keep=True``), remembered on disk like the quantized graph (`quantize_for`): a model
+    checked again is checked against the same reference (ResNet-50's takes about a
+    second). The key is the graph's fingerprint, the feed's bytes and the sources."""
+    inputs = hashlib.sha256()
+    for name in sorted(feed):
+        a = np.ascontiguousarray(feed[name])
+        inputs.update(f"{name} {a.dtype} {a.shape}\0".encode() + a.tobytes())
+    return remembered_object("reference", "values",
+                             {"graph": graph.fingerprint(), "feed": inputs.hexdigest()},
+                             lambda: run_reference(graph, feed, keep=True),
+                             check=lambda value: isinstance(value, dict),
+                             sources=_quantizer_sources())
+
+
+@functools.cache
+def _zoo_sources() -> tuple[Path, ...]:
+    """The files whose code builds the zoo's models: the front half and the IR."""
+    root = Path(__file__).resolve().parent
+    return tuple(sorted(p for folder in ("frontend", "ir") for p in (root / folder).rglob("*.py")))
 
 
 @functools.cache
@@ -384,7 +412,7 @@ def run_model(model: LoadedModel | str, target: Target, *, records: Any = None,
     reference = replayed = parallel = None
     start = time.perf_counter()
     if (jobs > 1 or ray) and target.parallel_ops(compiled.ops_on(target.name)):
-        reference = run_reference(graph, model.feed, keep=True)
+        reference = reference_of(graph, model.feed)
         with make_executor(op_parallel.worker_factory(compiled), jobs=jobs,
                            ray=ray) as executor:
             parallel = executor.describe()
@@ -397,7 +425,7 @@ def run_model(model: LoadedModel | str, target: Target, *, records: Any = None,
                              keep=True, replayed=replayed)
     run_seconds = time.perf_counter() - start
     if reference is None:
-        reference = run_reference(graph, model.feed, keep=True)
+        reference = reference_of(graph, model.feed)
         simulate_seconds = sum(s.wall_seconds for s in result.ops if s.target == target.name)
     tolerance = TOLERANCES.get(precision)
     ok, mismatch = check(result.values, reference, graph, tolerance=tolerance)

@@ -175,3 +175,20 @@ def test_a_compiled_model_is_remembered_for_its_graph_config_and_schedules(tmp_p
     pipeline.compile_for(quantized, host)
     pipeline.compile_for(quantized, host)
     assert calls == ["vdla", "vdla", "host", "host"]
+
+
+def test_the_reference_and_zoo_models_are_remembered(tmp_path, monkeypatch):
+    monkeypatch.setenv("VDLA_CACHE", str(tmp_path))
+    model = pipeline.load_model("small_cnn")
+    again = pipeline.load_model("small_cnn")
+    assert again.graph.fingerprint() == model.graph.fingerprint()
+    assert list(tmp_path.glob("zoo/*/*.pickle"))
+    quantized = pipeline.graph_for(model, targets.get("vdla"))
+    first = pipeline.reference_of(quantized, model.feed)
+    fresh = pipeline.run_reference(quantized, model.feed, keep=True)
+    assert first.keys() == fresh.keys()
+    assert all(np.array_equal(first[k], fresh[k]) for k in fresh)
+    changed = {k: v + 1 for k, v in model.feed.items()}
+    other = pipeline.reference_of(quantized, changed)
+    assert not all(np.array_equal(other[k], first[k]) for k in first)
+    assert len(list(tmp_path.glob("reference/*/*.pickle"))) == 2
