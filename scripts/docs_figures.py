@@ -164,6 +164,8 @@ FIGURES = [
            "ResNet-18's ops simulated in parallel on local processes and Ray actors, and "
            "a cluster projection, with its plot",
            plots={"scaling/sim_scaling.png": "sim_scaling.png"}),
+    Figure("tuner_speed", "python3 bench/tuner_speed.py --per-task 4",
+           "the tuner's measurements per minute on C2-C11, the old build against today's"),
     Figure("resnet18_e2e", "python3 bench/resnet18_e2e.py",
            "vdla run resnet18 and resnet50 end to end, warm, sequential and in parallel"),
     Figure("functional_sim", "python3 bench/functional_sim.py --repeat 3",
