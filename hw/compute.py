@@ -347,22 +347,17 @@ class ComputeModule(wiring.Component):
         native = self.arithmetic is GemmArithmetic.NATIVE
         wide = self.arithmetic is GemmArithmetic.WIDE or native
         packed = not wide and cfg.block_out % 2 == 0
-        if native:
-            # The same operand registers as WIDE; the black box multiplies and adds.
-            inp_q = Signal.like(self.inp.data, reset_less=True, name="inp_operands")
-            wgt_q = Signal.like(self.wgt.data, reset_less=True, name="wgt_operands")
-            m.d.sync += [inp_q.eq(self.inp.data), wgt_q.eq(self.wgt.data)]
-            x = [[inp_q.word_select(b * cfg.block_in + k, inp_bits).as_signed()
-                  for k in range(cfg.block_in)] for b in range(cfg.batch)]
-        elif wide:
+        if wide:
             # The stage registers the operands (the SRAM words) rather than the products,
             # and the reduce stage multiplies and adds: the same sums in the same cycle,
             # with 256 fewer registers for Verilator to store and reload every cycle.
+            # (NATIVE: the same registers; the simulator multiplies and adds.)
             inp_q = Signal.like(self.inp.data, reset_less=True, name="inp_operands")
             wgt_q = Signal.like(self.wgt.data, reset_less=True, name="wgt_operands")
             m.d.sync += [inp_q.eq(self.inp.data), wgt_q.eq(self.wgt.data)]
             x = [[inp_q.word_select(b * cfg.block_in + k, inp_bits).as_signed()
                   for k in range(cfg.block_in)] for b in range(cfg.batch)]
+        if wide and not native:
             w = [[wgt_q.word_select(n * cfg.block_in + k, wgt_bits).as_signed()
                   for k in range(cfg.block_in)] for n in range(cfg.block_out)]
             # Each operand sign-extended once to the accumulator width; products and sums
