@@ -1,0 +1,239 @@
+"""The functional simulator's fast paths against one-micro-op-at-a-time references.
+
+`vdla.sim.functional_plan` runs GEMMs whose micro-ops form a matrix product (groups of
+taps by destination sharing a weight sequence, as a convolution's; or sharing an input
+sequence) as one BLAS product, and caches every loop nest's indices by its micro-ops'
+bytes. These tests drive those paths directly: random nests of those shapes (any issue
+order, loops that move one operand, both or neither, repeated destinations), a cache
+that must not survive a change of micro-ops, the 32-bit ALU arithmetic against the
+64-bit one it replaced, and strided DMA.
+"""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import vdla
+from vdla import AluOp
+from vdla.isa import Alu, Finish, Gemm, Load, MemoryType, Store, Uop, encode_uops
+from vdla.sim import FunctionalSimulator
+from vdla.sim.functional_alu import alu_apply, alu_apply_wide
+from vdla.sim.functional_plan import PlanCache, plan_gemm
+from vdla_testing import reference_alu, reference_gemm
+
+SMALL = dict(uop_buff_size=128, inp_buff_size=256, wgt_buff_size=512, acc_buff_size=1024,
+             alu_ops=set(AluOp))
+CONFIGS = {
+    "batch2": vdla.HardwareConfig(batch=2, block_in=4, block_out=4, **SMALL),
+    "batch1": vdla.HardwareConfig(batch=1, block_in=4, block_out=8,
+                                  **{**SMALL, "inp_buff_size": 128, "wgt_buff_size": 1024}),
+}
+DEPTH = 32
+for _cfg in CONFIGS.values():
+    assert _cfg.inp_depth == _cfg.wgt_depth == _cfg.uop_depth == DEPTH <= _cfg.acc_depth
+REACH = 2 * 3 + 2 * 3   # the largest offset the loops below add to a micro-op's field
+
+
+@st.composite
+def grouped_nests(draw, shared: str):
+    """A GEMM of matrix-product shape: `groups` destinations of `taps` micro-ops each,
+    every group reading the same `shared` ("wgt" or "src") sequence, micro-ops in any
+    order, loops with factors 0..3 (0 on both operands: the same product in many rows;
+    0 on dst: sums into one row)."""
+    groups, taps = draw(st.integers(1, 4)), draw(st.integers(1, 4))
+    field = st.integers(0, DEPTH - 1 - REACH)
+    dsts = draw(st.lists(field, min_size=groups, max_size=groups, unique=True))
+    sequence = [draw(field) for _ in range(taps)]
+    own = [[draw(field) for _ in range(taps)] for _ in range(groups)]
+    pairs = [(g, t) for g in range(groups) for t in range(taps)]
+    order = draw(st.permutations(pairs))
+    uops = [Uop(dsts[g], own[g][t] if shared == "wgt" else sequence[t],
+                sequence[t] if shared == "wgt" else own[g][t]) for g, t in order]
+    loop = dict(iter_out=draw(st.integers(1, 3)), iter_in=draw(st.integers(1, 3)),
+                uop_bgn=0, uop_end=len(uops))
+    factors = {f"{p}_factor_{w}": draw(st.integers(0, 3)) for p in ("dst", "src", "wgt")
+               for w in ("out", "in")}
+    return uops, loop, factors
+
+
+def _simulator(cfg, seed, acc_range=2**31):
+    """A simulator with random SRAM contents; returns (simulator, a copy of them)."""
+    rng = np.random.default_rng(seed)
+    sim = FunctionalSimulator(cfg, np.zeros(1 << 16, np.uint8))
+    sim.inp[...] = rng.integers(-128, 128, sim.inp.shape)
+    sim.wgt[...] = rng.integers(-128, 128, sim.wgt.shape)
+    sim.acc[...] = rng.integers(-acc_range, acc_range, sim.acc.shape, dtype=np.int64)
+    sim.out[...] = rng.integers(-128, 128, sim.out.shape)
+    state = {k: getattr(sim, k).copy() for k in ("inp", "wgt", "acc", "out")}
+    return sim, state
+
+
+def _run(sim, uops, *insns):
+    """Load `uops` at uop 0 and run `insns`."""
+    cfg = sim.config
+    sim.dram[:len(uops) * cfg.uop_bytes] = np.frombuffer(encode_uops(uops, cfg), np.uint8)
+    load = Load(memory_type=MemoryType.UOP, y_size=1, x_size=len(uops), x_stride=len(uops))
+    return sim.run([load, *insns, Finish()])
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+@pytest.mark.parametrize("shared", ["wgt", "src"])
+@settings(max_examples=120, deadline=None)
+@given(data=st.data(), seed=st.integers(0, 2**32 - 1))
+def test_grouped_gemm_matches_sequential_reference(name, shared, data, seed):
+    cfg = CONFIGS[name]
+    uops, loop, factors = data.draw(grouped_nests(shared))
+    insn = Gemm(**loop, **factors)
+    sim, state = _simulator(cfg, seed)
+    stats = _run(sim, uops, insn)
+    # The nest has the shape the planner turns into a product.
+    fields = [np.array([getattr(u, f) for u in uops]) for f in ("dst", "src", "wgt")]
+    assert plan_gemm(insn, *fields, cfg) is not None
+    reference_gemm(insn, uops, state["inp"], state["wgt"], state["acc"], state["out"])
+    np.testing.assert_array_equal(sim.acc, state["acc"])
+    np.testing.assert_array_equal(sim.out, state["out"])
+    count = loop["iter_out"] * loop["iter_in"] * len(uops)
+    assert stats["gemm_uops"] == count
+    assert stats["gemm_macs"] == count * cfg.macs_per_cycle
+
+
+def test_long_grouped_reduction_leaves_float32_exactly():
+    """Three groups of 80 taps (K = 80 x 16 = 1280 products per output): past float32's
+    exact range, so the plan computes in float64; the result must equal int64 math."""
+    cfg = vdla.HardwareConfig()
+    taps, groups = 80, 3
+    sim = FunctionalSimulator(cfg, np.zeros(1 << 16, np.uint8))
+    rng = np.random.default_rng(1)
+    sim.inp[:taps + groups] = -128
+    sim.wgt[:taps] = -128
+    sim.inp[0, 0, 0] = rng.integers(-128, 128)
+    sim.acc[:] = 0
+    uops = [Uop(g, g + t, t) for g in range(groups) for t in range(taps)]
+    before = {k: getattr(sim, k).copy() for k in ("inp", "wgt", "acc", "out")}
+    _run(sim, uops, Gemm(uop_bgn=0, uop_end=len(uops), iter_out=1, iter_in=1))
+    reference_gemm(Gemm(uop_bgn=0, uop_end=len(uops), iter_out=1, iter_in=1), uops,
+                   before["inp"], before["wgt"], before["acc"], before["out"])
+    assert abs(int(before["acc"][1, 0, 0])) > 2**24
+    np.testing.assert_array_equal(sim.acc, before["acc"])
+    np.testing.assert_array_equal(sim.out, before["out"])
+
+
+def test_changed_micro_ops_do_not_reuse_a_stale_plan():
+    """The same GEMM and ALU instructions over the same uop range, after a LOAD put other
+    micro-ops there: each run must follow the micro-ops it finds."""
+    cfg = CONFIGS["batch2"]
+    gemm = Gemm(uop_bgn=0, uop_end=4, iter_out=2, iter_in=2, dst_factor_out=8,
+                dst_factor_in=4, src_factor_in=5, wgt_factor_out=4)
+    alu = Alu(alu_opcode=AluOp.ADD, uop_bgn=0, uop_end=4, iter_out=2, iter_in=1,
+              dst_factor_out=8, src_factor_out=1)
+    first = [Uop(g, g + t, t) for g in range(2) for t in range(2)]
+    second = [Uop(g + 1, 2 * g + t, 3 - t) for g in range(2) for t in range(2)]
+    sim, _ = _simulator(cfg, 7)
+    for uops in (first, second, first):
+        for insn, reference in ((gemm, "gemm"), (alu, "alu")):
+            state = {k: getattr(sim, k).copy() for k in ("inp", "wgt", "acc", "out")}
+            _run(sim, uops, insn)
+            if reference == "gemm":
+                reference_gemm(insn, uops, state["inp"], state["wgt"], state["acc"],
+                               state["out"])
+            else:
+                reference_alu(insn, uops, state["acc"], state["out"])
+            np.testing.assert_array_equal(sim.acc, state["acc"])
+            np.testing.assert_array_equal(sim.out, state["out"])
+    # Two micro-op contents x two nests were planned; the third round reused the first's.
+    assert (sim.plans.misses, sim.plans.hits) == (4, 2)
+
+
+def test_plans_are_shared_by_instructions_that_differ_only_in_flags_and_opcode():
+    cfg = CONFIGS["batch2"]
+    uops = [Uop(d, d + 1, 0) for d in range(3)]
+    sim, _ = _simulator(cfg, 3)
+    nest = dict(uop_bgn=0, uop_end=3, iter_out=2, iter_in=1, dst_factor_out=3)
+    _run(sim, uops, Alu(alu_opcode=AluOp.MAX, use_imm=True, imm=0, **nest),
+         Alu(alu_opcode=AluOp.ADD, use_imm=True, imm=-5, **nest))
+    assert (sim.plans.misses, sim.plans.hits) == (1, 1)
+
+
+def test_plan_cache_drops_the_oldest_past_its_limit():
+    class Plan:
+        def __init__(self, elems):
+            self.elems = elems
+
+    cache = PlanCache(limit=10)
+    cache.lookup("a", lambda: Plan(4))
+    cache.lookup("b", lambda: Plan(4))
+    cache.lookup("none", lambda: None)          # "no fast path" costs nothing
+    cache.lookup("c", lambda: Plan(4))          # 12 > 10: "a" goes
+    assert list(cache.plans) == ["b", "none", "c"] and cache.elems == 8
+    assert cache.lookup("b", lambda: pytest.fail("b is cached")).elems == 4
+    big = cache.lookup("big", lambda: Plan(50))  # alone over the limit: kept until the next
+    assert big.elems == 50 and list(cache.plans) == ["big"]
+    assert (cache.hits, cache.misses) == (1, 5)
+
+
+LANES = st.lists(st.integers(-2**31, 2**31 - 1), min_size=6, max_size=6)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.sampled_from(list(AluOp)), LANES, st.one_of(
+    st.integers(-2**15, 2**15 - 1), st.integers(-2**31, 2**31 - 1), LANES))
+def test_alu_32_bit_arithmetic_equals_the_64_bit_one(op, lanes, operand):
+    """`alu_apply` (32-bit, with shortcuts) against `alu_apply_wide` (the int64 form)."""
+    a = np.array(lanes, dtype=np.int32).reshape(3, 1, 2)
+    if isinstance(operand, list):
+        b = np.array(operand, dtype=np.int32).reshape(3, 1, 2)
+        use_imm = False
+    else:
+        b, use_imm = operand, True
+    got = alu_apply(op, a.copy(), b, use_imm)
+    want = alu_apply_wide(op, a.copy(), b if use_imm else b.copy(), use_imm)
+    assert got.dtype == np.int32
+    np.testing.assert_array_equal(got, want)
+
+
+def test_alu_shift_amounts_at_the_edges():
+    """SHR by -32..31 (negative: left) with an immediate and per lane, and REQ's clamp."""
+    a = np.array([[[-2**31, 2**31 - 1, -1, 1, 12345, -777]]], dtype=np.int32)
+    for amount in range(-40, 40):
+        for op in (AluOp.SHR, AluOp.REQ):
+            imm = amount | (0x85 << 8)
+            np.testing.assert_array_equal(alu_apply(op, a, imm), alu_apply_wide(op, a, imm))
+            lanes = np.full(a.shape, amount | (0x10 << 8) | (0x7E << 16), dtype=np.int32)
+            np.testing.assert_array_equal(alu_apply(op, a, lanes, False),
+                                          alu_apply_wide(op, a, lanes, False))
+
+
+def test_strided_loads_and_stores_match_elementwise_copies():
+    """LOADs whose rows overlap in DRAM (x_stride < x_size) or end at its last element,
+    and strided STOREs, against copies one element at a time."""
+    cfg = vdla.HardwareConfig()
+    elem = cfg.inp_elem_bytes
+    dram = np.random.default_rng(5).integers(0, 256, 1 << 16, dtype=np.uint8)
+    sim = FunctionalSimulator(cfg, dram)
+    last = len(dram) // elem
+    cases = [dict(dram_base=10, y_size=4, x_size=6, x_stride=3),      # rows overlap
+             dict(dram_base=last - 2 * 9 - 5, y_size=3, x_size=5, x_stride=9),  # at the end
+             dict(dram_base=100, y_size=3, x_size=4, x_stride=7, y_pad_0=1, x_pad_1=2)]
+    for fields in cases:
+        load = Load(memory_type=MemoryType.INP, sram_base=20, **fields)
+        sim.run([load, Finish()])
+        rows = fields["y_size"] + fields.get("y_pad_0", 0)
+        width = fields["x_size"] + fields.get("x_pad_1", 0)
+        want = np.zeros((rows, width, elem), np.uint8)
+        for y in range(fields["y_size"]):
+            for x in range(fields["x_size"]):
+                at = (fields["dram_base"] + y * fields["x_stride"] + x) * elem
+                want[y + fields.get("y_pad_0", 0), x] = dram[at:at + elem]
+        got = sim.sram[MemoryType.INP][20:20 + rows * width].reshape(rows, width, elem)
+        np.testing.assert_array_equal(got, want)
+    out = cfg.out_elem_bytes
+    sim.sram[MemoryType.OUT][:12] = np.arange(12 * out, dtype=np.uint8).reshape(12, out)
+    store = Store(sram_base=0, dram_base=last * elem // out - 2 * 5 - 4, y_size=3, x_size=4,
+                  x_stride=5, push_prev=True)
+    before = dram.copy()
+    sim.run([store, Finish(pop_next=True)])
+    for y in range(3):
+        for x in range(4):
+            at = (store.dram_base + y * 5 + x) * out
+            before[at:at + out] = sim.sram[MemoryType.OUT][y * 4 + x]
+    np.testing.assert_array_equal(dram, before)
