@@ -27,17 +27,19 @@ instruction (pooling, reductions) keep their sequential meaning (`vdla.sim.funct
 
 A compiled model runs the same loop nests over the same micro-ops once per tile, so the
 index work of each (its plan) is cached, keyed by the loop nest and the micro-ops' bytes
-(`vdla.sim.functional_plan.PlanCache`). Performance note, measured on ResNet-18's 23
+(`vdla.sim.functional_plan.PlanCache`). Performance notes, measured on ResNet-18's 23
 programs: numpy's ``take`` and 1-D record scatters move SRAM rows several times faster
-than fancy indexing on 3-D arrays.
+than fancy indexing on 3-D arrays, and BLAS runs on one thread (`_OneBlasThread`).
 """
 
 from __future__ import annotations
 
 import collections
+import threading
 from typing import Sequence
 
 import numpy as np
+from threadpoolctl import ThreadpoolController
 
 from vdla.config import AluOp, HardwareConfig
 from vdla.isa import INSN_BYTES, Alu, Gemm, Insn, Load, MemoryType, Store
@@ -51,6 +53,51 @@ __all__ = ["FunctionalSimulator", "dw_window", "holds_operand"]
 
 # Elements per batch of products: bounds the memory of temporary arrays.
 _CHUNK_ELEMS = 1 << 22
+
+
+class _OneBlasThread:
+    """Context manager: numpy's BLAS on one thread while a program runs (nested and
+    concurrent uses share one setting; the last to leave restores it).
+
+    The products here are small (a tile: hundreds of rows), and OpenBLAS's worker
+    threads spin after every call: on this project's shared 2-core machines, with the
+    other core busy, two threads ran ResNet-18's 23 programs about eight times slower
+    than one (14.6 s against 1.8 s, before the plans of `vdla.sim.functional_plan`);
+    on an idle machine two threads gain nothing on products of this size.
+    """
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._users = 0
+        self._libraries = None
+        self._saved: list[int] = []
+
+    def __enter__(self):
+        with self._lock:
+            if self._users == 0:
+                if self._libraries is None:
+                    self._libraries = _blas_libraries()
+                self._saved = [lib.num_threads for lib in self._libraries]
+                for lib in self._libraries:
+                    lib.set_num_threads(1)
+            self._users += 1
+        return self
+
+    def __exit__(self, *exc):
+        with self._lock:
+            self._users -= 1
+            if self._users == 0:
+                for lib, threads in zip(self._libraries, self._saved):
+                    lib.set_num_threads(threads)
+
+
+def _blas_libraries() -> list:
+    """threadpoolctl's controllers of the BLAS libraries loaded (found once: looking
+    takes about 2 ms)."""
+    return ThreadpoolController().select(user_api="blas").lib_controllers
+
+
+_ONE_BLAS_THREAD = _OneBlasThread()
 
 
 def _unique_inverse(index: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray]:
@@ -139,8 +186,9 @@ class FunctionalSimulator:
         plan = self.validator.validate(insns, self.dram, insn_addr=insn_addr,
                                        max_cycles=max_cycles)
         self.stats = stats = collections.Counter()
-        for index in plan.order:
-            self._execute(insns[index])
+        with _ONE_BLAS_THREAD:
+            for index in plan.order:
+                self._execute(insns[index])
         for module, count in plan.module_insns.items():
             stats[f"{module}_insns"] = count
         stats["instructions"] = plan.finish + 1

@@ -6,11 +6,12 @@ sequence) as one BLAS product, and caches every loop nest's indices by its micro
 bytes. These tests drive those paths directly: random nests of those shapes (any issue
 order, loops that move one operand, both or neither, repeated destinations), a cache
 that must not survive a change of micro-ops, the 32-bit ALU arithmetic against the
-64-bit one it replaced, and strided DMA.
+64-bit one it replaced, strided DMA, and BLAS's thread count during a run.
 """
 
 import numpy as np
 import pytest
+import threadpoolctl
 from hypothesis import given, settings, strategies as st
 
 import vdla
@@ -237,3 +238,21 @@ def test_strided_loads_and_stores_match_elementwise_copies():
             at = (store.dram_base + y * 5 + x) * out
             before[at:at + out] = sim.sram[MemoryType.OUT][y * 4 + x]
     np.testing.assert_array_equal(dram, before)
+
+
+def test_blas_runs_on_one_thread_during_a_run_and_gets_its_threads_back():
+    seen = []
+
+    class Watching(FunctionalSimulator):
+        def _gemm(self, insn):
+            seen.append([i["num_threads"] for i in threadpoolctl.threadpool_info()
+                         if i["user_api"] == "blas"])
+            super()._gemm(insn)
+
+    before = [i["num_threads"] for i in threadpoolctl.threadpool_info()
+              if i["user_api"] == "blas"]
+    sim = Watching(vdla.HardwareConfig(), np.zeros(1 << 16, np.uint8))
+    sim.run([Gemm(reset_reg=True, uop_bgn=0, uop_end=1, iter_out=1, iter_in=1), Finish()])
+    assert seen and all(n == 1 for n in seen[0])
+    assert [i["num_threads"] for i in threadpoolctl.threadpool_info()
+            if i["user_api"] == "blas"] == before
