@@ -6,7 +6,8 @@ sequence) as one BLAS product, and caches every loop nest's indices by its micro
 bytes. These tests drive those paths directly: random nests of those shapes (any issue
 order, loops that move one operand, both or neither, repeated destinations), a cache
 that must not survive a change of micro-ops, the 32-bit ALU arithmetic against the
-64-bit one it replaced, strided DMA, and BLAS's thread count during a run.
+64-bit one it replaced, strided DMA, the decoding memo of `run_from_dram`, and BLAS's
+thread count during a run.
 """
 
 import numpy as np
@@ -16,10 +17,11 @@ from hypothesis import given, settings, strategies as st
 
 import vdla
 from vdla import AluOp
-from vdla.isa import Alu, Finish, Gemm, Load, MemoryType, Store, Uop, encode_uops
-from vdla.sim import FunctionalSimulator
+from vdla.isa import Alu, Finish, Gemm, Load, MemoryType, Store, Uop, encode_stream, encode_uops
+from vdla.sim import FunctionalSimulator, ProgramError
 from vdla.sim.functional_alu import alu_apply, alu_apply_wide
 from vdla.sim.functional_plan import PlanCache, plan_gemm
+from vdla.sim.protocol import fetch_program
 from vdla_testing import reference_alu, reference_gemm
 
 SMALL = dict(uop_buff_size=128, inp_buff_size=256, wgt_buff_size=512, acc_buff_size=1024,
@@ -238,6 +240,25 @@ def test_strided_loads_and_stores_match_elementwise_copies():
             at = (store.dram_base + y * 5 + x) * out
             before[at:at + out] = sim.sram[MemoryType.OUT][y * 4 + x]
     np.testing.assert_array_equal(dram, before)
+
+
+def test_run_from_dram_decodes_like_fetch_and_fails_like_it():
+    cfg = vdla.HardwareConfig()
+    sim = FunctionalSimulator(cfg, np.zeros(1 << 16, np.uint8))
+    program = [Gemm(reset_reg=True, uop_bgn=0, uop_end=0), Finish()]
+    stream = np.frombuffer(encode_stream(program, cfg), np.uint8)
+    sim.dram[256:256 + len(stream)] = stream
+    assert sim._fetch(256, 2) == fetch_program(sim.dram, 256, 2, cfg) == program
+    sim.run_from_dram(256, 2)
+    sim.dram[256 + 16] = 0b111                       # an opcode that does not exist
+    with pytest.raises(ProgramError) as fetched:
+        fetch_program(sim.dram, 256, 2, cfg)
+    with pytest.raises(ProgramError) as ran:
+        sim.run_from_dram(256, 2)
+    assert str(ran.value) == str(fetched.value)
+    for addr, count in ((8, 1), (np.int64(256), 0), (1 << 20, 1), ("256", 1)):
+        with pytest.raises(ProgramError):
+            sim.run_from_dram(addr, count)
 
 
 def test_blas_runs_on_one_thread_during_a_run_and_gets_its_threads_back():
