@@ -156,6 +156,7 @@ class FunctionalSimulator:
         self.uop_wgt = np.zeros(c.uop_depth, dtype=np.int64)
         self.validator = ProgramValidator(config)
         self._dram_views: dict = {}   # DRAM as elements of each memory type
+        self._load_stat = {m: f"load_bytes_{m.name.lower()}" for m in MemoryType}
         self._words: dict = {}        # instruction word -> decoded instruction (frozen)
         # Index plans of the loop nests run so far (`vdla.sim.functional_plan`).
         self.plans = PlanCache()
@@ -298,9 +299,8 @@ class FunctionalSimulator:
               insn.x_pad_0:insn.x_pad_0 + insn.x_size] = data
         if mem == MemoryType.UOP:
             self._decode_uops(insn.sram_base, end)
-        key = mem.name.lower()
         nbytes = insn.y_size * insn.x_size * self._elem_bytes[mem]
-        self.stats[f"load_bytes_{key}"] += nbytes
+        self.stats[self._load_stat[mem]] += nbytes
         self.stats["dram_bytes_read"] += nbytes
 
     def _decode_uops(self, begin: int, end: int):
@@ -406,8 +406,12 @@ class FunctionalSimulator:
             products = np.broadcast_to(products, (len(products), plan.repeat) + products.shape[2:])
             self._accumulate(plan.dst, products.reshape(-1, c.batch, c.block_out))
             return
-        dst = plan.dst
-        acc = _take(self.acc, dst).reshape(-1, plan.repeat, c.batch, c.block_out)
+        dst, repeat = plan.dst, plan.repeat
+        if plan.order is not None:
+            products = np.broadcast_to(products, (len(products), repeat) + products.shape[2:])
+            products = products.reshape(-1, c.batch, c.block_out).take(plan.order, axis=0)
+            products, repeat = products.reshape(-1, 1, c.batch, c.block_out), 1
+        acc = _take(self.acc, dst).reshape(-1, repeat, c.batch, c.block_out)
         # Sums modulo 2**32 (uint32 arithmetic wraps) equal the hardware's sequential
         # int32 wrap; float32 products are below 2**24, so they convert exactly.
         if plan.exact32:

@@ -64,11 +64,16 @@ class GemmPlan:
         blocks, columns of wgt blocks, and taps (micro-ops) summed per result
     dst : the acc row of each result, flat, (batches · rows · cols, repeat) in
         (batch, row, col) order; `repeat` > 1 when loops that move neither operand
-        land the same product in several rows
+        land the same product in several rows. When the rows are distinct and
+        consecutive (in that order, or in `order`), a slice of them
     repeat : how many rows each product is added to
     distinct : whether no acc row appears twice in `dst` (then no sums need merging)
     exact32 : whether float32 is exact for the product (every partial sum of int8
         products stays below 2**24)
+    order : None, or the permutation of the results (repeats included) that makes a
+        `dst` slice consecutive (a convolution's pixels come in (row, pixel, channel
+        block) order, its acc tile in (channel block, row, pixel) order): a gather of
+        the small products instead of a gather and a scatter of acc rows
     """
 
     src: np.ndarray
@@ -81,11 +86,14 @@ class GemmPlan:
     repeat: int
     distinct: bool
     exact32: bool
+    order: np.ndarray | None = None
 
     @property
     def elems(self) -> int:
         """Index elements the plan holds (what it costs the cache)."""
-        return len(self.src) + len(self.wgt) + len(self.dst)
+        return (len(self.src) + len(self.wgt) + (1 if isinstance(self.dst, slice) else
+                                                   len(self.dst))
+                + (0 if self.order is None else len(self.order)))
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -250,9 +258,16 @@ def plan_gemm(insn, udst: np.ndarray, usrc: np.ndarray, uwgt: np.ndarray,
     present = np.zeros(c.acc_depth, dtype=bool)
     present[dst] = True
     distinct = np.count_nonzero(present) == len(dst)
+    order = None
+    if distinct and dst.max() - dst.min() == len(dst) - 1:   # a block of rows
+        order = np.argsort(dst)
+        if (order == np.arange(len(dst))).all():
+            order = None
+        dst = slice(int(dst.min()), int(dst.max()) + 1)
     # float32 is exact while every partial sum of int8 products stays below 2**24.
     exact32 = taps * c.block_in * 2**14 < 2**24
-    return GemmPlan(src, wgt, batches, rows, cols, taps, dst, repeat, distinct, exact32)
+    return GemmPlan(src, wgt, batches, rows, cols, taps, dst, repeat, distinct, exact32,
+                    order)
 
 
 def plan_alu(insn, udst: np.ndarray, usrc: np.ndarray, config: HardwareConfig) -> AluPlan:

@@ -100,6 +100,26 @@ def test_grouped_gemm_matches_sequential_reference(name, shared, data, seed):
     assert stats["gemm_macs"] == count * cfg.macs_per_cycle
 
 
+def test_convolution_shaped_gemm_writes_its_tile_as_one_block():
+    """A 3x3-tap convolution row over 2 output-channel blocks: its results come in
+    (row, pixel, channel block) order, its acc tile is (channel block, row, pixel); the
+    plan permutes the products onto one consecutive block of acc rows."""
+    cfg = CONFIGS["batch2"]
+    pixels, rows, blocks, taps = 3, 2, 2, 3
+    uops = [Uop(p, p + t, t) for p in range(pixels) for t in range(taps)]
+    insn = Gemm(uop_bgn=0, uop_end=len(uops), iter_out=blocks, iter_in=rows,
+                dst_factor_out=rows * pixels, dst_factor_in=pixels, src_factor_in=4,
+                wgt_factor_out=taps)
+    fields = [np.array([getattr(u, f) for u in uops]) for f in ("dst", "src", "wgt")]
+    plan = plan_gemm(insn, *fields, cfg)
+    assert plan.dst == slice(0, blocks * rows * pixels) and plan.order is not None
+    sim, state = _simulator(cfg, 11)
+    _run(sim, uops, insn)
+    reference_gemm(insn, uops, state["inp"], state["wgt"], state["acc"], state["out"])
+    np.testing.assert_array_equal(sim.acc, state["acc"])
+    np.testing.assert_array_equal(sim.out, state["out"])
+
+
 def test_long_grouped_reduction_leaves_float32_exactly():
     """Three groups of 80 taps (K = 80 x 16 = 1280 products per output): past float32's
     exact range, so the plan computes in float64; the result must equal int64 math."""
