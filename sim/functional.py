@@ -256,15 +256,15 @@ class FunctionalSimulator:
         written (then writes must land in order) or the block is not inside DRAM."""
         view = self._dram_view(memory_type)
         y, x, stride = insn.y_size, insn.x_size, insn.x_stride
-        if writeable and y > 1 and stride < x:
-            return None
+        if y < 1 or (writeable and y > 1 and stride < x):
+            return None  # no rows (a LOAD of padding only), or rows that overlap
         start = insn.dram_base
         if stride >= x and start + y * stride <= len(view):
             # Whole rows of the stride fit: a reshape and a slice, no strides to build.
             return view[start:start + y * stride].reshape(y, stride, -1)[:, :x]
         stop = start + (y - 1) * stride + x
         part = view[start:stop]
-        if y < 1 or len(part) != stop - start:
+        if len(part) != stop - start:
             return None
         step, byte = part.strides
         return np.lib.stride_tricks.as_strided(part, (y, x, view.shape[1]),

@@ -236,7 +236,8 @@ def test_strided_loads_and_stores_match_elementwise_copies():
     last = len(dram) // elem
     cases = [dict(dram_base=10, y_size=4, x_size=6, x_stride=3),      # rows overlap
              dict(dram_base=last - 2 * 9 - 5, y_size=3, x_size=5, x_stride=9),  # at the end
-             dict(dram_base=100, y_size=3, x_size=4, x_stride=7, y_pad_0=1, x_pad_1=2)]
+             dict(dram_base=100, y_size=3, x_size=4, x_stride=7, y_pad_0=1, x_pad_1=2),
+             dict(dram_base=0, y_size=0, x_size=1, x_stride=1, y_pad_0=2)]   # padding only
     for fields in cases:
         load = Load(memory_type=MemoryType.INP, sram_base=20, **fields)
         sim.run([load, Finish()])
