@@ -26,7 +26,7 @@ ALU micro-ops are applied in conflict-free runs so read-after-write chains insid
 instruction (pooling, reductions) keep their sequential meaning (`vdla.sim.functional_alu`).
 
 A compiled model runs the same loop nests over the same micro-ops once per tile, so the
-index work of each (its plan) is cached, keyed by the loop nest and the micro-ops' bytes
+index work of each (its plan) is cached, keyed by the loop nest and its micro-ops
 (`vdla.sim.functional_plan.PlanCache`), and each distinct instruction word is decoded
 once. Performance notes, measured on ResNet-18's 23 programs: numpy's ``take`` and 1-D
 record scatters move SRAM rows several times faster than fancy indexing on 3-D arrays,
@@ -335,15 +335,18 @@ class FunctionalSimulator:
     def _plan(self, insn, make):
         """The cached plan of `insn` over the micro-ops it reads now, made by
         ``make(insn)`` on a miss (None is a plan too: "no fast path")."""
-        # The raw micro-op bytes are in the key, so a LOAD that changes them misses; the
-        # rest is what the plan is made from (not the flags, the ALU opcode or immediate).
+        # The key is what a plan is made from: the loop nest (not the flags, the ALU
+        # opcode or immediate) and the decoded micro-ops, so a LOAD that changes them
+        # (or anything else that does) misses.
         if isinstance(insn, Gemm):
             kind = ("gemm", insn.dw, insn.wgt_factor_out, insn.wgt_factor_in)
         else:
             kind = ("alu", insn.use_imm)
+        uops = slice(insn.uop_bgn, insn.uop_end)
         key = (kind, insn.reset_reg, insn.uop_bgn, insn.uop_end, insn.iter_out, insn.iter_in,
                insn.dst_factor_out, insn.dst_factor_in, insn.src_factor_out,
-               insn.src_factor_in, self.sram[MemoryType.UOP][insn.uop_bgn:insn.uop_end].tobytes())
+               insn.src_factor_in, self.uop_dst[uops].tobytes(), self.uop_src[uops].tobytes(),
+               self.uop_wgt[uops].tobytes())
         return self.plans.lookup(key, lambda: make(insn))
 
     def _gemm(self, insn: Gemm):

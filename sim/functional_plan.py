@@ -6,9 +6,9 @@ per tile, its epilogue's ALU instructions after it), each time over the same mic
 only the SRAM data changes. The index arithmetic of a loop nest (every micro-op's dst,
 src and wgt, the shape of its products, which destinations repeat, how ALU read-after-
 write chains split) costs more than the arithmetic on small tiles, so `PlanCache` keeps
-it, keyed by the instruction and the bytes of its micro-ops in the uop buffer: a LOAD
-that changes those micro-ops changes the key, so a plan is never used for micro-ops it
-was not made from.
+it, keyed by the loop nest and the decoded micro-ops it reads (their dst, src and wgt
+fields): a LOAD that changes those micro-ops changes the key, so a plan is never used
+for micro-ops it was not made from.
 
 A GEMM whose micro-ops form a matrix product (`plan_gemm`) runs as one BLAS product
 over gathered operands, the convolution's im2col: the micro-ops fall into groups of
@@ -121,7 +121,7 @@ class AluPlan:
 
 
 class PlanCache:
-    """Plans by (instruction, its micro-ops' bytes), oldest dropped first past
+    """Plans by (loop nest, its decoded micro-ops), oldest dropped first past
     `CACHE_ELEMS` index elements.
 
     Parameters

@@ -167,6 +167,24 @@ def test_changed_micro_ops_do_not_reuse_a_stale_plan():
     assert (sim.plans.misses, sim.plans.hits) == (4, 2)
 
 
+def test_micro_ops_changed_in_place_do_not_reuse_a_stale_plan():
+    """The key is the decoded micro-ops themselves, so a white-box edit of them (as
+    tests/sim/test_depthwise_window.py makes) is seen too."""
+    cfg = CONFIGS["batch2"]
+    uops = [Uop(g, g + t, t) for g in range(2) for t in range(2)]
+    gemm = Gemm(uop_bgn=0, uop_end=4, iter_out=1, iter_in=2, dst_factor_in=4,
+                src_factor_in=3)
+    sim, _ = _simulator(cfg, 5)
+    _run(sim, uops, gemm)
+    sim.uop_dst[:4] += 8                          # every micro-op now writes 8 rows on
+    state = {k: getattr(sim, k).copy() for k in ("inp", "wgt", "acc", "out")}
+    sim.run([gemm, Finish()])
+    moved = [Uop(u.dst + 8, u.src, u.wgt) for u in uops]
+    reference_gemm(gemm, moved, state["inp"], state["wgt"], state["acc"], state["out"])
+    np.testing.assert_array_equal(sim.acc, state["acc"])
+    assert sim.plans.misses == 2
+
+
 def test_plans_are_shared_by_instructions_that_differ_only_in_flags_and_opcode():
     cfg = CONFIGS["batch2"]
     uops = [Uop(d, d + 1, 0) for d in range(3)]
