@@ -154,7 +154,8 @@ def main():
     print(f"machine: {machine()}")
     cold_s, cached_s = time_build(config, cold=not args.no_cold)
     builds = {label: build_model(config, log=print, **recipe) for label, recipe in LADDER}
-    runs = {label: GemmRun("verilator", config, a, b, library=builds[label].library)
+    libraries = {label: build.library for label, build in builds.items()}
+    runs = {label: GemmRun("verilator", config, a, b, library=libraries[label])
             for label, _ in LADDER}
     if not args.no_packed:
         runs["packed"] = GemmRun("verilator", config, a, b, gemm_arithmetic="packed")
@@ -187,7 +188,7 @@ def main():
                                    "the wall time"),
         ("build, cold (default)", "skipped" if cold_s is None else f"{cold_s:.1f} s"),
         ("build, cached", "skipped" if cached_s is None else f"{cached_s:.2f} s"),
-        ("model library", f"{builds[default].library}"),
+        ("model library", f"{libraries[default]}"),
     ]
     width = max(len(name) for name, _ in rows)
     for name, value in rows:
