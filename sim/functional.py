@@ -27,8 +27,8 @@ instruction (pooling, reductions) keep their sequential meaning (`vdla.sim.funct
 
 A compiled model runs the same loop nests over the same micro-ops once per tile, so the
 index work of each (its plan) is cached, keyed by the loop nest and its micro-ops
-(`vdla.sim.functional_plan.PlanCache`), and each distinct instruction word is decoded
-once. Performance notes, measured on ResNet-18's 23 programs: numpy's ``take`` and 1-D
+(`vdla.sim.functional_plan.PlanCache`); each distinct instruction word is decoded once
+(`vdla.sim.protocol.fetch_program`, for every backend). Performance notes, measured on ResNet-18's 23 programs: numpy's ``take`` and 1-D
 record scatters move SRAM rows several times faster than fancy indexing on 3-D arrays,
 and BLAS runs on one thread (`_OneBlasThread`).
 """
@@ -44,7 +44,6 @@ from threadpoolctl import ThreadpoolController
 
 from vdla.config import AluOp, HardwareConfig
 from vdla.isa import INSN_BYTES, Alu, Gemm, Insn, Load, MemoryType, Store
-from vdla.isa.encoding import DecodeError, decode
 from vdla.sim.functional_alu import alu_apply, alu_runs, holds_operand
 from vdla.sim.functional_plan import (AluPlan, GemmPlan, PlanCache, loop_indices, plan_alu,
                                       plan_gemm)
@@ -55,9 +54,6 @@ __all__ = ["FunctionalSimulator", "dw_window", "holds_operand"]
 
 # Elements per batch of products: bounds the memory of temporary arrays.
 _CHUNK_ELEMS = 1 << 22
-
-# Decoded instruction words kept between runs (a large model's programs hold ~50k).
-_WORDS_KEPT = 1 << 16
 
 
 class _OneBlasThread:
@@ -157,7 +153,6 @@ class FunctionalSimulator:
         self.validator = ProgramValidator(config)
         self._dram_views: dict = {}   # DRAM as elements of each memory type
         self._load_stat = {m: f"load_bytes_{m.name.lower()}" for m in MemoryType}
-        self._words: dict = {}        # instruction word -> decoded instruction (frozen)
         # Index plans of the loop nests run so far (`vdla.sim.functional_plan`).
         self.plans = PlanCache()
 
@@ -166,35 +161,8 @@ class FunctionalSimulator:
     def run_from_dram(self, insn_addr: int, insn_count: int, *,
                       max_cycles: int | None = None) -> dict:
         """Fetch `insn_count` instructions from DRAM byte address `insn_addr` and run them."""
-        insns = self._fetch(insn_addr, insn_count)
+        insns = fetch_program(self.dram, insn_addr, insn_count, self.config)
         return self.run(insns, insn_addr=insn_addr, max_cycles=max_cycles)
-
-    def _fetch(self, insn_addr, insn_count) -> list[Insn]:
-        """`vdla.sim.protocol.fetch_program`'s instructions, decoding each distinct
-        instruction word once: a compiled model's programs repeat the same GEMM and ALU
-        words once per tile, and decoding (a Python object per word) was a third of
-        ResNet-18's time once the work itself was fast. Anything unusual (an address or
-        count fetch refuses, a word that does not decode) goes to `fetch_program`, which
-        raises its own error."""
-        if not (_is_int(insn_addr) and _is_int(insn_count)) or insn_addr % INSN_BYTES \
-                or insn_addr < 0 or insn_count < 1 \
-                or insn_addr + insn_count * INSN_BYTES > len(self.dram):
-            return fetch_program(self.dram, insn_addr, insn_count, self.config)
-        end = insn_addr + insn_count * INSN_BYTES
-        halves = self.dram[insn_addr:end].view("<u8").tolist()
-        words, insns = self._words, []
-        for low, high in zip(halves[0::2], halves[1::2]):
-            word = low | high << 64
-            insn = words.get(word)
-            if insn is None:
-                try:
-                    insn = words[word] = decode(word, self.config)
-                except DecodeError:
-                    return fetch_program(self.dram, insn_addr, insn_count, self.config)
-            insns.append(insn)
-        if len(words) > _WORDS_KEPT:
-            words.clear()
-        return insns
 
     def run(self, insns: Sequence[Insn], *, insn_addr: int | None = None,
             max_cycles: int | None = None) -> dict:
@@ -552,11 +520,6 @@ def dw_window(src: np.ndarray, pass_uops: int, config: HardwareConfig) -> np.nda
                     passes[:, :1, None] + (t + m) * r)             # (p, u, T)
     rows = late[..., None] + np.arange(r)                          # (p, u, T, r)
     return rows.reshape(len(src), taps * r)
-
-
-def _is_int(value) -> bool:
-    """Whether `value` is an integer `fetch_program` takes (not a bool)."""
-    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
 
 def _records(sram: np.ndarray) -> np.ndarray:

@@ -11,7 +11,7 @@ from typing import Sequence
 import numpy as np
 
 from vdla.config import HardwareConfig
-from vdla.isa import INSN_BYTES, DecodeError, Insn, Module, decode_stream, format_insn
+from vdla.isa import INSN_BYTES, DecodeError, Insn, Module, decode, format_insn
 from vdla.sim.errors import ProgramError
 
 __all__ = ["FLAG_QUEUES", "MODULES", "Route", "route", "route_program", "fetch_program"]
@@ -72,17 +72,21 @@ def fetch_program(dram: np.ndarray, insn_addr: int, insn_count: int,
     if insn_addr < 0 or insn_count < 1 or end > len(dram):
         raise ProgramError(f"instructions {insn_addr:#x}..{end:#x} ({insn_count} of them) "
                            f"are not inside DRAM (0..{len(dram):#x})")
-    stream = dram[insn_addr:end].tobytes()
-    try:
-        return list(_decoded(stream, config))
-    except DecodeError as exc:
-        raise ProgramError(f"fetch at {insn_addr:#x}: {exc}") from None
+    halves = dram[insn_addr:end].view("<u8").tolist()
+    insns = []
+    for index, (low, high) in enumerate(zip(halves[0::2], halves[1::2])):
+        try:
+            insns.append(_decoded(low | high << 64, config))
+        except DecodeError as exc:
+            raise ProgramError(f"fetch at {insn_addr:#x}: instruction {index}: {exc}") \
+                from None
+    return insns
 
 
-@functools.lru_cache(maxsize=32)
-def _decoded(stream: bytes, config: HardwareConfig) -> tuple[Insn, ...]:
-    """`decode_stream`, remembered by the bytes: a run decodes its program to validate
-    it and again to count its work, and a tuner or a bench runs one program many times
-    (decoding is about a millisecond per hundred instructions). Instructions are frozen,
-    so sharing them is safe."""
-    return tuple(decode_stream(stream, config))
+@functools.lru_cache(maxsize=1 << 16)
+def _decoded(word: int, config: HardwareConfig) -> Insn:
+    """`decode`, remembered by the word: a compiled model's programs repeat the same GEMM
+    and ALU words once per tile, every backend decodes a program to validate it and again
+    to count its work, and a tuner or a bench runs one program many times (decoding is
+    about 12 us a word). Instructions are frozen, so sharing them is safe."""
+    return decode(word, config)

@@ -287,7 +287,10 @@ def test_run_from_dram_decodes_like_fetch_and_fails_like_it():
     program = [Gemm(reset_reg=True, uop_bgn=0, uop_end=0), Finish()]
     stream = np.frombuffer(encode_stream(program, cfg), np.uint8)
     sim.dram[256:256 + len(stream)] = stream
-    assert sim._fetch(256, 2) == fetch_program(sim.dram, 256, 2, cfg) == program
+    fetched_once = fetch_program(sim.dram, 256, 2, cfg)
+    assert fetched_once == fetch_program(sim.dram, 256, 2, cfg) == program
+    # Each word is decoded once, for every backend: the same frozen instructions again.
+    assert all(a is b for a, b in zip(fetched_once, fetch_program(sim.dram, 256, 2, cfg)))
     sim.run_from_dram(256, 2)
     sim.dram[256 + 16] = 0b111                       # an opcode that does not exist
     with pytest.raises(ProgramError) as fetched:
