@@ -214,12 +214,8 @@ def quantize_for(model: LoadedModel, targets: Target | Sequence[Target], *,
     and the IR."""
     targets = [targets] if isinstance(targets, Target) else list(targets)
     mode = mode or requant_mode(targets)
-    samples = hashlib.sha256()
-    for name in sorted(model.calibration):
-        a = np.ascontiguousarray(model.calibration[name])
-        samples.update(f"{name} {a.dtype} {a.shape}\0".encode() + a.tobytes())
     key = {"graph": model.graph.fingerprint(), "mode": mode,
-           "calibration": samples.hexdigest()}
+           "calibration": _arrays_digest(model.calibration)}
     return remembered_object("quantized", "graph", key,
                              lambda: quantize(model.graph, model.calibration, mode),
                              check=lambda value: isinstance(value, Graph),
@@ -231,15 +227,20 @@ def reference_of(graph: Graph, feed: Mapping[str, np.ndarray]) -> dict[str, np.n
     ``keep=True``), remembered on disk like the quantized graph (`quantize_for`): a model
     checked again is checked against the same reference (ResNet-50's takes about a
     second). The key is the graph's fingerprint, the feed's bytes and the sources."""
-    inputs = hashlib.sha256()
-    for name in sorted(feed):
-        a = np.ascontiguousarray(feed[name])
-        inputs.update(f"{name} {a.dtype} {a.shape}\0".encode() + a.tobytes())
     return remembered_object("reference", "values",
-                             {"graph": graph.fingerprint(), "feed": inputs.hexdigest()},
+                             {"graph": graph.fingerprint(), "feed": _arrays_digest(feed)},
                              lambda: run_reference(graph, feed, keep=True),
                              check=lambda value: isinstance(value, dict),
                              sources=_quantizer_sources())
+
+
+def _arrays_digest(arrays: Mapping[str, np.ndarray]) -> str:
+    """SHA-256 of named arrays: each name, dtype, shape and bytes, in name order."""
+    digest = hashlib.sha256()
+    for name in sorted(arrays):
+        a = np.ascontiguousarray(arrays[name])
+        digest.update(f"{name} {a.dtype} {a.shape}\0".encode() + a.tobytes())
+    return digest.hexdigest()
 
 
 @functools.cache

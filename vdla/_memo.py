@@ -104,8 +104,13 @@ def _write(path: Path, value: Any) -> None:
     value_text = _canonical(value)
     entry = {"format": FORMAT, "check": _checksum(path.stem, value_text),
              "value": json.loads(value_text)}
+    _store(path, (json.dumps(entry, sort_keys=True) + "\n").encode())
+
+
+def _store(path: Path, data: bytes) -> None:
+    """Write an entry whole; the first in a new source version's folder prunes the old."""
     fresh = not path.parent.is_dir()
-    atomic_write(path, (json.dumps(entry, sort_keys=True) + "\n").encode())
+    atomic_write(path, data)
     if fresh:
         _prune(path.parent)
 
@@ -146,12 +151,9 @@ def remembered_object(folder: str, kind: str, key: Mapping[str, Any],
     value = compute()
     body = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
     try:
-        fresh = not path.parent.is_dir()
-        atomic_write(path, hashlib.sha256(body).hexdigest().encode() + body)
-        if fresh:
-            _prune(path.parent)
+        _store(path, hashlib.sha256(body).hexdigest().encode() + body)
     except OSError:
-        pass
+        pass    # a cache that cannot be written: the answer is still right
     return value
 
 

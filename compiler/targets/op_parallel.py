@@ -100,9 +100,6 @@ class OpWorker:
             done[name] = (dataclasses.replace(ran, outputs=outputs), seconds)
         return done
 
-    def close(self):
-        self.session.close()
-
 
 def worker_factory(compiled: CompiledModel) -> Callable[[], OpWorker]:
     """The picklable factory an executor's workers build their `OpWorker` with."""

@@ -254,6 +254,8 @@ def test_errors(tmp_path, capsys):
         capsys, "digits_cnn", "--jobs", "0")
     assert "--chain cuts the ops among several workers: give --jobs N > 1 or --ray" in error_of(
         capsys, "digits_cnn", "--jobs", "1", "--chain")
+    pytest.importorskip("ray")
+    assert "--ray auto: no Ray cluster found" in error_of(capsys, "digits_cnn", "--ray", "auto")
     assert "unknown target 'gpu0'; available: vdla, host" in error_of(
         capsys, "digits_cnn", "--target", "gpu0")
     assert "--sim, --board apply to --target vdla, not to --target host" in error_of(
