@@ -11,8 +11,9 @@ quantized graph, the default schedules), as any second run finds them.
 For each model the sequential run (``--jobs 1``) and the parallel one (``--jobs N``,
 default: the cores) must agree on every op's cycles and be bit-exact. The figures are
 the best of `--repeat` runs (timeit's convention: noise only adds time), with the
-command's own breakdown (prepare + quantize, compile, run; in the parallel run, the
-phase on the workers, "simulating").
+medians next to them for how noisy the machine was, and the command's own
+breakdown (prepare + quantize, compile, run; in the parallel run, the phase on the
+workers, "simulating").
 
 Targets (issue 38, on two cores): ResNet-18 at most 5 s end to end with the simulation
 itself at most 2.5 s; ResNet-50 at most 10 s.
@@ -25,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -48,9 +50,14 @@ def run_once(model: str, jobs: int, out: Path) -> tuple[float, dict]:
     return wall, json.loads(out.read_text())
 
 
-def best(model: str, jobs: int, repeat: int, folder: Path) -> tuple[float, dict]:
+def best(model: str, jobs: int, repeat: int, folder: Path) -> tuple[float, dict, dict]:
+    """The fastest of `repeat` runs (wall, report) and the medians of the runs' wall
+    and simulating seconds (``{"wall": ..., "simulate": ...}``), for how much noise
+    there was."""
     runs = [run_once(model, jobs, folder / f"{model}-{jobs}-{i}.json") for i in range(repeat)]
-    return min(runs, key=lambda r: r[0])
+    medians = {"wall": statistics.median(wall for wall, _ in runs),
+               "simulate": statistics.median(r["simulate_seconds"] for _, r in runs)}
+    return (*min(runs, key=lambda r: r[0]), medians)
 
 
 def op_cycles(report: dict) -> dict:
@@ -70,21 +77,22 @@ def main(argv=None) -> int:
         folder = Path(folder)
         for model in args.models:
             run_once(model, args.jobs, folder / "warm.json")   # fills the caches
-            (seq_s, seq), (par_s, par) = (best(model, jobs, args.repeat, folder)
-                                          for jobs in (1, args.jobs))
+            (seq_s, seq, seq_m), (par_s, par, par_m) = (
+                best(model, jobs, args.repeat, folder) for jobs in (1, args.jobs))
             same = op_cycles(seq) == op_cycles(par)
             exact = seq["bit_exact"] and par["bit_exact"]
             print(f"{model}: {seq['cycles']:,} cycles; bit-exact: "
                   f"{'yes' if exact else 'NO'}; per-op cycles, sequential = parallel: "
                   f"{'yes' if same else 'NO'}")
-            for label, wall, report in (("--jobs 1", seq_s, seq),
-                                        (f"--jobs {args.jobs}", par_s, par)):
+            for label, wall, report, medians in (("--jobs 1", seq_s, seq, seq_m),
+                                                 (f"--jobs {args.jobs}", par_s, par, par_m)):
                 parts = [report[k] for k in ("quantize_seconds", "compile_seconds",
                                              "wall_seconds")]
                 print(f"  {label:<9} {wall:6.2f} s end to end: prepare + quantize "
                       f"{parts[0]:.2f} s, compile {parts[1]:.2f} s, run {parts[2]:.2f} s "
                       f"(simulating {report['simulate_seconds']:.2f} s), start-up, loading "
-                      f"and the report {wall - sum(parts):.2f} s")
+                      f"and the report {wall - sum(parts):.2f} s; median of the runs "
+                      f"{medians['wall']:.2f} s (simulating {medians['simulate']:.2f} s)")
             whole, sim = TARGETS.get(model, (None, None))
             verdicts = []
             if whole is not None:

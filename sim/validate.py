@@ -166,11 +166,13 @@ class ProgramValidator:
             return self._walk(insns, routes, insn_addr, max_cycles)
         finally:   # per-run state: nothing of a run (its DRAM) outlives it
             self._dram = self._shadow = self._work = self._protected = None
+            self._reaches = {}
 
     def _walk(self, insns, routes, insn_addr, max_cycles) -> Plan:
         c = self.config
         self._protected = self._protected_spans(insns, insn_addr)
         self._shadow = tuple(a.copy() for a in self.uops)
+        self._reaches: dict[tuple[int, int, int], int] = {}
         self._work = collections.Counter()
         self._heaviest = (None, 0, None)  # (index, micro-op cycles, insn) of the longest loop
         queues = {m: collections.deque() for m in MODULES}
@@ -334,6 +336,7 @@ class ProgramValidator:
             raw = view[(rows_at[:, None] + np.arange(insn.x_size, dtype=np.int64)).reshape(-1)]
             for field, values in zip(self._shadow, decode_uops(raw, self.config)):
                 field[insn.sram_base:end] = values
+            self._reaches.clear()
         self._work["estimate"] += self._dma_cycles(insn, self.read_latency)
         self._work["read_bytes"] += insn.y_size * insn.x_size * self._elem_bytes[mem]
 
@@ -373,36 +376,47 @@ class ProgramValidator:
                               (insn.dram_base * elem, last * elem)))
         return spans
 
+    def _reach(self, field: int, begin: int, end: int) -> int:
+        """The largest value of micro-op field `field` (dst, src, wgt) over uop buffer
+        entries [begin, end): remembered until the next LOAD of micro-ops (`_load`),
+        since a program's loops mostly reuse a few ranges."""
+        key = (field, begin, end)
+        top = self._reaches.get(key)
+        if top is None:
+            top = self._reaches[key] = int(self._shadow[field][begin:end].max())
+        return top
+
     def _loop(self, index: int, insn):
         c = self.config
         if isinstance(insn, Alu) and insn.alu_opcode not in c.alu_ops:
             raise _Invalid(f"ALU {insn.alu_opcode.name} is not in this config's alu_ops "
                            f"({', '.join(sorted(op.name for op in c.alu_ops))})")
-        if insn.uop_end < insn.uop_bgn or insn.uop_end > c.uop_depth:
+        depths = self._depths   # (the config's depths are properties: computed per call)
+        if insn.uop_end < insn.uop_bgn or insn.uop_end > depths[MemoryType.UOP]:
             raise _Invalid(f"micro-op range {insn.uop_bgn}..{insn.uop_end} is not inside "
-                           f"the uop buffer (0..{c.uop_depth})")
+                           f"the uop buffer (0..{depths[MemoryType.UOP]})")
         if not (insn.iter_out and insn.iter_in and insn.uop_end > insn.uop_bgn):
             return
-        udst, usrc, uwgt = self._shadow
-        fields = {"dst": (udst, "dst", c.acc_depth, "acc buffer")}
+        udst, usrc, uwgt = range(3)     # the micro-op fields, as `_reach` indexes them
+        fields = {"dst": (udst, "dst", depths[MemoryType.ACC], "acc buffer")}
         reach = {"src": 0}   # rows read past src: the depthwise window's
         if isinstance(insn, Gemm):
             if insn.dw and not c.dw_taps:
                 raise _Invalid("GEMM dw (the depthwise window) is not implemented by this "
                                "config (it needs dw_taps > 0)")
             if not insn.reset_reg:
-                fields["src"] = (usrc, "src", c.inp_depth, "inp buffer")
-                fields["wgt"] = (uwgt, "wgt", c.wgt_depth, "wgt buffer")
+                fields["src"] = (usrc, "src", depths[MemoryType.INP], "inp buffer")
+                fields["wgt"] = (uwgt, "wgt", depths[MemoryType.WGT], "wgt buffer")
             per_uop = 1
             if insn.dw and not insn.reset_reg:
                 reach["src"] = c.dw_window_rows - 1
         else:
             vector = not insn.use_imm and not insn.reset_reg
             if vector:
-                fields["src"] = (usrc, "src", c.acc_depth, "acc buffer")
+                fields["src"] = (usrc, "src", depths[MemoryType.ACC], "acc buffer")
             per_uop = 2 if vector else 1  # a vector operand reads the acc buffer twice
         for name, (uop_field, prefix, depth, sram) in fields.items():
-            top = (int(uop_field[insn.uop_bgn:insn.uop_end].max())
+            top = (self._reach(uop_field, insn.uop_bgn, insn.uop_end)
                    + (insn.iter_out - 1) * getattr(insn, f"{prefix}_factor_out")
                    + (insn.iter_in - 1) * getattr(insn, f"{prefix}_factor_in")
                    + reach.get(name, 0))

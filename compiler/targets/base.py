@@ -266,6 +266,13 @@ class Target(abc.ABC):
         order in one session."""
         return []
 
+    def op_cost(self, op: CompiledOp) -> float | None:
+        """How long `op` (one of `parallel_ops`) runs, in any unit the target's ops share,
+        or None when the target cannot tell: a parallel run hands out the longest tasks
+        first, so that no worker is left with a long one at the end. None by default
+        (tasks go out in graph order)."""
+        return None
+
     @classmethod
     def from_cli(cls, options: Mapping[str, Any], *, precision: str = "int8",
                  log: Callable[[str], None] | None = None) -> "Target":

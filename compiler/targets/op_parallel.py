@@ -8,9 +8,10 @@ cluster (`vdla.execute`), with the cycles and outputs they have one after anothe
 
 1. the reference runs the graph and keeps every tensor;
 2. each op the target lets run apart (`Target.parallel_ops`) becomes a task: its name
-   and the tensors it reads (`OpTask`). A worker (`OpWorker`) opens a session of the
-   compiled model once, and for each task writes the inputs where the op reads them,
-   runs it, and sends back its `OpRun` with the outputs as arrays. Every session
+   and the tensors it reads (`OpTask`), handed out the longest first (`Target.op_cost`).
+   A worker (`OpWorker`) opens a session of the compiled model once, and for each task
+   writes the inputs where the op reads them, runs it, and sends back its `OpRun` with
+   the outputs as arrays. Every session
    places each op at the same addresses (the vdla target allocates in one order), so
    an op's DMA bursts, and with them its cycles, are those of the sequential run;
 3. the model then runs as usual in this process, except that those ops are not run but
@@ -110,9 +111,13 @@ def op_tasks(compiled: CompiledModel, reference: Mapping[str, np.ndarray], *,
              chain: int = 0) -> list[OpTask]:
     """The tasks of `compiled`'s ops that run apart (`Target.parallel_ops`), fed from
     `reference` (every tensor of the graph's reference run). One op a task; with `chain`
-    N > 0, N runs of consecutive ops of about equal length (in ops)."""
+    N > 0, N runs of consecutive ops of about equal length (in ops). The longest tasks
+    come first where the target can tell (`Target.op_cost`): a worker handed a long op
+    last would finish alone."""
     graph, target = compiled.graph, compiled.target
-    ops = [op.name for op in target.parallel_ops(compiled.ops_on(target.name))]
+    parallel = target.parallel_ops(compiled.ops_on(target.name))
+    costs = {op.name: target.op_cost(op) for op in parallel}
+    ops = [op.name for op in parallel]
     if chain:
         size = -(-len(ops) // chain) if ops else 1
         groups = [tuple(ops[i:i + size]) for i in range(0, len(ops), size)]
@@ -129,6 +134,8 @@ def op_tasks(compiled: CompiledModel, reference: Mapping[str, np.ndarray], *,
                     inputs[t] = reference[t]
             made.update(node.outputs)
         tasks.append(OpTask(group, inputs))
+    if None not in costs.values():   # stable: equal costs stay in graph order
+        tasks.sort(key=lambda task: -sum(costs[name] for name in task.ops))
     return tasks
 
 

@@ -19,6 +19,7 @@ import dataclasses
 from typing import Any, Mapping
 
 from vdla.compiler.ir.graph import Graph
+from vdla.compiler.ir.tensor import Node
 from vdla.compiler.targets.vdla.conv_layer import (Conv2dLayer, alu_passes, choose_conv2d,
                                                    conv2d_workload, estimate_conv2d,
                                                    residual_passes)
@@ -29,7 +30,7 @@ from vdla.compiler.targets.vdla.pool import (POOL_OPS, choose_pool2d, estimate_p
                                              pool2d_layer)
 from vdla.config import HardwareConfig
 
-__all__ = ["OpEstimate", "estimate_graph"]
+__all__ = ["OpEstimate", "estimate_graph", "estimate_node"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,11 +65,7 @@ def estimate_graph(graph: Graph, target, *, schedules: Mapping[str, Any] | None 
     bytes_per_cycle : the DRAM bandwidth per direction; default: the target's DRAM model
         (``device_options["dram"]``), else the config's `dram_bytes_per_cycle`
     """
-    config: HardwareConfig = target.config
-    if bytes_per_cycle is None:
-        dram = target.device_options.get("dram")
-        bytes_per_cycle = (config.dram_bytes_per_cycle if dram is None
-                           else float(dram.bytes_per_cycle))
+    bytes_per_cycle = _bandwidth(target, bytes_per_cycle)
     schedules = dict(schedules or {})
     out = []
     for node in graph.nodes():
@@ -76,28 +73,44 @@ def estimate_graph(graph: Graph, target, *, schedules: Mapping[str, Any] | None 
         if not ok:
             out.append(OpEstimate(node.name, node.op, "host", reason, None, None, None))
             continue
-        if node.op in VIEW_OPS:    # no program: its producers write where readers look
-            out.append(OpEstimate(node.name, node.op, "vdla", reason, 0, 0, None))
-            continue
-        if node.op in POOL_OPS:
-            layer, _, _ = pool2d_layer(node, graph, config)
-            schedule = schedules.get(node.name) or choose_pool2d(layer, config)
-            cycles = estimate_pool2d(layer, schedule, config, bytes_per_cycle=bytes_per_cycle)
-            macs = 0
-        elif node.op in ELEMENTWISE_OPS:
-            layer, _ = elementwise_layer(node, graph, config)
-            schedule = schedules.get(node.name) or choose_elementwise(layer, config)
-            cycles = estimate_elementwise(layer, schedule, config,
-                                          bytes_per_cycle=bytes_per_cycle)
-            macs = 0
-        else:
-            workload = conv2d_workload(node, graph, config)
-            layer = Conv2dLayer.from_node(node, graph, config)
-            schedule = schedules.get(node.name) or choose_conv2d(layer, config)
-            cycles = estimate_conv2d(layer, schedule, config, alu_passes=alu_passes(workload),
-                                     residual_passes=residual_passes(workload),
-                                     bytes_per_cycle=bytes_per_cycle).cycles
-            macs = layer.macs
-        out.append(OpEstimate(node.name, node.op, "vdla", reason, int(cycles), macs,
-                              dataclasses.asdict(schedule)))
+        out.append(estimate_node(node, graph, target, schedules.get(node.name),
+                                 bytes_per_cycle=bytes_per_cycle, reason=reason))
     return out
+
+
+def estimate_node(node: Node, graph: Graph, target, schedule: Any = None, *,
+                  bytes_per_cycle: float | None = None, reason: str = "") -> OpEstimate:
+    """The estimate of one node `target` supports, with `schedule` (default: the default
+    chooser's); `bytes_per_cycle` as in `estimate_graph`."""
+    config: HardwareConfig = target.config
+    bytes_per_cycle = _bandwidth(target, bytes_per_cycle)
+    if node.op in VIEW_OPS:    # no program: its producers write where readers look
+        return OpEstimate(node.name, node.op, "vdla", reason, 0, 0, None)
+    if node.op in POOL_OPS:
+        layer, _, _ = pool2d_layer(node, graph, config)
+        schedule = schedule or choose_pool2d(layer, config)
+        cycles = estimate_pool2d(layer, schedule, config, bytes_per_cycle=bytes_per_cycle)
+        macs = 0
+    elif node.op in ELEMENTWISE_OPS:
+        layer, _ = elementwise_layer(node, graph, config)
+        schedule = schedule or choose_elementwise(layer, config)
+        cycles = estimate_elementwise(layer, schedule, config, bytes_per_cycle=bytes_per_cycle)
+        macs = 0
+    else:
+        workload = conv2d_workload(node, graph, config)
+        layer = Conv2dLayer.from_node(node, graph, config)
+        schedule = schedule or choose_conv2d(layer, config)
+        cycles = estimate_conv2d(layer, schedule, config, alu_passes=alu_passes(workload),
+                                 residual_passes=residual_passes(workload),
+                                 bytes_per_cycle=bytes_per_cycle).cycles
+        macs = layer.macs
+    return OpEstimate(node.name, node.op, "vdla", reason, int(cycles), macs,
+                      dataclasses.asdict(schedule))
+
+
+def _bandwidth(target, bytes_per_cycle: float | None) -> float:
+    """`bytes_per_cycle`, else the target's DRAM model's, else its config's."""
+    if bytes_per_cycle is not None:
+        return bytes_per_cycle
+    dram = target.device_options.get("dram")
+    return target.config.dram_bytes_per_cycle if dram is None else float(dram.bytes_per_cycle)

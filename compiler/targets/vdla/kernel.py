@@ -24,12 +24,22 @@ class VdlaKernel:
     """A compiled op on the accelerator: the lowered program (`LoweredConv2d` or
     `LoweredPool2d`, `LoweredElementwise`; None for a view: concat, flatten, reshape),
     the arena regions written once per session ({region: array}), and the model's
-    `BufferPlan` (shared by all its ops; None where activations do not stay in DRAM)."""
+    `BufferPlan` (shared by all its ops; None where activations do not stay in DRAM);
+    ``estimated_cycles``, the timing model's cycles for its schedule (a parallel run
+    dispatches the longest ops first); ``encoded``, the program's instruction words
+    (encoded once, when compiled: a session relocates them, `common.relocate_encoded`)."""
 
     lowered: LoweredConv2d | LoweredPool2d | LoweredElementwise | None
     static: Mapping[str, np.ndarray]
     plan: BufferPlan | None = dataclasses.field(default=None, repr=False)
     macs: int | None = None    # the node's useful MACs where the lowered layer has pads
+    estimated_cycles: int | None = None
+    encoded: bytes | None = dataclasses.field(default=None, repr=False)
+
+    @property
+    def program_bytes(self) -> bytes:
+        """The lowered program's instruction words (`encoded`, else encoded now)."""
+        return self.encoded if self.encoded is not None else self.lowered.program.to_bytes()
 
     @property
     def useful_macs(self) -> int:

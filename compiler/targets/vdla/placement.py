@@ -46,7 +46,7 @@ from vdla.isa import Program
 __all__ = ["Buffer", "BufferPlan", "Placement", "VIEW_OPS", "activation_block",
            "concat_conflicts",
            "concat_view_problem",
-           "flatten_view_problem", "plan_buffers", "relocate_to", "resident"]
+           "flatten_view_problem", "plan_buffers", "region_mover", "relocate_to", "resident"]
 
 #: Ops that are views of a buffer on the accelerator (no program; no data moves).
 VIEW_OPS = ("concat", "flatten", "reshape")
@@ -388,6 +388,13 @@ def relocate_to(program: Program, config: HardwareConfig, regions: dict, arena: 
     its tensor's placement, and every other one in the arena at byte address `arena`
     (`common.relocate`). Raises ValueError for an access that would not stay inside one
     batch block's slice (the placement could not hold it as one DMA)."""
+    return relocate(program, arena, config, region_mover(regions, moved))
+
+
+def region_mover(regions: dict, moved: dict[str, tuple[int, Placement, Buffer]]):
+    """The ``move`` of `common.relocate` (and `common.relocate_encoded`) that
+    `relocate_to` relocates with: an access of a region in `moved` goes to its tensor's
+    placement, any other stays in the arena."""
     spans = sorted((r.offset, r.offset + r.nbytes, name) for name, r in regions.items()
                    if r.nbytes)
 
@@ -396,7 +403,7 @@ def relocate_to(program: Program, config: HardwareConfig, regions: dict, arena: 
         name = next((n for lo, hi, n in spans if lo <= byte < hi), None)
         return None if name not in moved else _moved(insn, size, regions[name], *moved[name])
 
-    return relocate(program, arena, config, move)
+    return move
 
 
 def _moved(insn, size: int, region, address: int, p: Placement, buf: Buffer) -> int:

@@ -25,7 +25,8 @@ from vdla.compiler.targets.base import (CompiledOp, DeviceValue, OpRun, OpStats,
 from vdla.compiler.targets.vdla.conv import LoweredConv2d
 from vdla.compiler.targets.vdla.elementwise import LoweredElementwise
 from vdla.compiler.targets.vdla.kernel import VdlaKernel, activation_regions
-from vdla.compiler.targets.vdla.placement import BufferPlan, relocate_to
+from vdla.compiler.targets.vdla.common import relocate_encoded
+from vdla.compiler.targets.vdla.placement import BufferPlan, region_mover
 from vdla.compiler.targets.vdla.pool import LoweredPool2d
 from vdla.compiler.targets.vdla.tap_pack import pack_taps
 from vdla.isa import INSN_BYTES
@@ -123,20 +124,19 @@ class VdlaSession(TargetSession):
         for region, array in kernel.static.items():
             if array.nbytes:
                 dev.write(arena + lowered.regions[region].offset, array)
-        if self.plan is None:
-            program = lowered.relocate(arena)
-        else:
+        move = None
+        if self.plan is not None:
             moved = {}
             for region, tensor in activation_regions(lowered, node).items():
                 p = self.plan.placements[tensor]
                 moved[region] = (self._buffers[p.buffer], p, self.plan.buffers[p.buffer])
-            program = relocate_to(lowered.program, self.target.config, lowered.regions,
-                                  arena, moved)
-        problem = program_mismatch(program, self.target.config)
-        if problem or len(program) != placed.insn_count:
-            raise ValueError(problem or f"op {op.name!r}: relocating its program changed its "
-                             f"length ({placed.insn_count} -> {len(program)} instructions)")
-        dev.write(placed.insn_addr, program.to_bytes())
+            move = region_mover(lowered.regions, moved)
+        problem = program_mismatch(lowered.program, self.target.config)
+        if problem:
+            raise ValueError(problem)
+        program = relocate_encoded(lowered.program, kernel.program_bytes, arena,
+                                   self.target.config, move)
+        dev.write(placed.insn_addr, program)
         placed.written = True
         return placed
 

@@ -43,7 +43,7 @@ from vdla.compiler.targets.vdla.conv_layer import Conv2dSchedule, conv2d_layer
 from vdla.compiler.targets.vdla.elementwise import (ELEMENTWISE_OPS, ElementwiseSchedule,
                                                     choose_elementwise, elementwise_layer,
                                                     lower_elementwise)
-from vdla.compiler.targets.vdla.estimate import estimate_graph
+from vdla.compiler.targets.vdla.estimate import estimate_graph, estimate_node
 from vdla.compiler.targets.vdla.kernel import VdlaKernel, activation_regions
 from vdla.compiler.targets.vdla.placement import (VIEW_OPS, BufferPlan, concat_conflicts,
                                                   concat_view_problem, flatten_view_problem,
@@ -286,8 +286,11 @@ class VdlaTarget(VdlaCommandLine, Target):
             lowered = lower_conv2d(node, graph, self.config, schedule)
             bias = graph.constant(node.input(2)) if node.input(2) else None
             static = lowered.static_data(graph.constant(node.inputs[1]), bias)
+        estimated = estimate_node(node, graph, self, lowered.schedule).cycles
         return CompiledOp(node.name, node.op, self.name, "",
-                          dataclasses.asdict(lowered.schedule), VdlaKernel(lowered, static))
+                          dataclasses.asdict(lowered.schedule),
+                          VdlaKernel(lowered, static, estimated_cycles=estimated,
+                                     encoded=lowered.program.to_bytes()))
 
     def compile_nodes(self, graph: Graph, nodes: Sequence[Node], *,
                       schedules: Mapping[str, Any], progress: Progress | None = None,
@@ -346,3 +349,7 @@ class VdlaTarget(VdlaCommandLine, Target):
         """Every op with a program: its cycles and outputs depend on its inputs alone (the
         session places each op at the same addresses, `_Placed`). Views run nothing."""
         return [op for op in ops if op.kernel is not None and op.kernel.lowered is not None]
+
+    def op_cost(self, op: CompiledOp) -> float | None:
+        """The timing model's cycles of the op's schedule."""
+        return getattr(op.kernel, "estimated_cycles", None)

@@ -13,7 +13,10 @@ from vdla.compiler.passes import quantize
 from vdla.compiler.reference.executor import run_reference
 from vdla.compiler.targets.model import compile_model
 from vdla.compiler.targets.vdla import VdlaTarget
-from vdla.compiler.targets.vdla.placement import plan_buffers
+from vdla.compiler.targets.vdla.common import relocate_encoded
+from vdla.compiler.targets.vdla.kernel import activation_regions
+from vdla.compiler.targets.vdla.placement import plan_buffers, region_mover, relocate_to
+from vdla.isa import EncodeError
 
 CFG = vdla.HardwareConfig()
 RNG = np.random.default_rng(11)
@@ -264,3 +267,43 @@ def test_bad_values_get_clear_errors():
             vdla_session.run(op, node, [x] + [None] * (len(node.inputs) - 1))
     with pytest.raises(ValueError, match="session is closed"):
         vdla_session.fetch(cat)
+
+
+@pytest.mark.parametrize("batch, config", [(1, CFG), (3, vdla.HardwareConfig(batch=2)),
+                                           (2, vdla.HardwareConfig(batch=2, block_out=32))],
+                         ids=["plan", "plan-batch-blocks", "arenas"])
+def test_encoded_relocation_is_the_instructions_relocation(batch, config):
+    """A session relocates each op's compiled words (`relocate_encoded`, no instruction
+    rebuilt): byte for byte what relocating the instructions and encoding them gives,
+    into the buffer plan's placements and into an arena alone (a config without a plan),
+    at an arena address that moves every access."""
+    q = quantized(dense_block((24, 40), batch=batch), config)
+    compiled = compile_model(q, VdlaTarget(config, backend="functional"))
+    arena, checked = 0x10_0000, 0
+    for op in compiled.ops_on("vdla"):
+        kernel, node = op.kernel, q.node(op.name)
+        lowered = kernel.lowered
+        if lowered is None:
+            continue
+        assert kernel.encoded == lowered.program.to_bytes()
+        move, moved = None, {}
+        if kernel.plan is not None:
+            for region, tensor in activation_regions(lowered, node).items():
+                p = kernel.plan.placements[tensor]
+                moved[region] = (0x40_0000 + 0x1_0000 * len(moved), p,
+                                 kernel.plan.buffers[p.buffer])
+            move = region_mover(lowered.regions, moved)
+            want = relocate_to(lowered.program, config, lowered.regions, arena, moved)
+        else:
+            want = lowered.relocate(arena)
+        got = relocate_encoded(lowered.program, kernel.encoded, arena, config, move)
+        assert got == want.to_bytes(), op.name
+        assert got != kernel.encoded
+        checked += 1
+    assert checked >= 4
+    op = next(op for op in compiled.ops_on("vdla") if op.kernel.lowered is not None)
+    lowered = op.kernel.lowered
+    with pytest.raises(EncodeError, match=r"dram_base=\d+ does not fit its 32-bit field"):
+        relocate_encoded(lowered.program, op.kernel.encoded, 1 << 40, config)
+    with pytest.raises(ValueError, match="the encoded program has 16 bytes"):
+        relocate_encoded(lowered.program, op.kernel.encoded[:16], arena, config)
