@@ -27,7 +27,7 @@ class VdlaKernel:
     `BufferPlan` (shared by all its ops; None where activations do not stay in DRAM);
     ``estimated_cycles``, the timing model's cycles for its schedule (a parallel run
     dispatches the longest ops first); ``encoded``, the program's instruction words
-    (encoded once, when compiled: a session relocates them, `common.relocate_encoded`)."""
+    (encoded once, when compiled: a session relocates them, `relocate.relocate_encoded`)."""
 
     lowered: LoweredConv2d | LoweredPool2d | LoweredElementwise | None
     static: Mapping[str, np.ndarray]

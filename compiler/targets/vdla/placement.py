@@ -39,7 +39,8 @@ import numpy as np
 
 from vdla.compiler.ir.graph import Graph
 from vdla.compiler.targets.vdla.common import (activation_block, ceil_div, pack_activation,
-                                               relocate, unpack_activation)
+                                               unpack_activation)
+from vdla.compiler.targets.vdla.relocate import relocate
 from vdla.config import HardwareConfig
 from vdla.isa import Program
 
@@ -386,13 +387,13 @@ def relocate_to(program: Program, config: HardwareConfig, regions: dict, arena: 
     """`program` (emitted for an arena at address 0 with `regions`) with every LOAD/STORE
     of a region in `moved` ({region: (buffer byte address, placement, buffer)}) inside
     its tensor's placement, and every other one in the arena at byte address `arena`
-    (`common.relocate`). Raises ValueError for an access that would not stay inside one
+    (`relocate.relocate`). Raises ValueError for an access that would not stay inside one
     batch block's slice (the placement could not hold it as one DMA)."""
     return relocate(program, arena, config, region_mover(regions, moved))
 
 
 def region_mover(regions: dict, moved: dict[str, tuple[int, Placement, Buffer]]):
-    """The ``move`` of `common.relocate` (and `common.relocate_encoded`) that
+    """The ``move`` of `relocate.relocate` (and `relocate.relocate_encoded`) that
     `relocate_to` relocates with: an access of a region in `moved` goes to its tensor's
     placement, any other stays in the arena."""
     spans = sorted((r.offset, r.offset + r.nbytes, name) for name, r in regions.items()

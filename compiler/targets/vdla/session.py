@@ -25,7 +25,7 @@ from vdla.compiler.targets.base import (CompiledOp, DeviceValue, OpRun, OpStats,
 from vdla.compiler.targets.vdla.conv import LoweredConv2d
 from vdla.compiler.targets.vdla.elementwise import LoweredElementwise
 from vdla.compiler.targets.vdla.kernel import VdlaKernel, activation_regions
-from vdla.compiler.targets.vdla.common import relocate_encoded
+from vdla.compiler.targets.vdla.relocate import relocate_encoded
 from vdla.compiler.targets.vdla.placement import BufferPlan, region_mover
 from vdla.compiler.targets.vdla.pool import LoweredPool2d
 from vdla.compiler.targets.vdla.tap_pack import pack_taps
