@@ -17,3 +17,12 @@ def faulty_measure(task, schedule, context, *, data=None, backend=None):
     if (schedule.tile_h, schedule.tile_w) == (1, 2) and schedule.h_nthread == 1:
         time.sleep(3600)                  # hangs: the wall-clock limit kills the worker
     return task.measure(schedule, context, data=data, backend=backend)
+
+
+def dying_measure(task, schedule, context, *, data=None, backend=None):
+    """`faulty_measure` without the hang: for runners with no wall-clock limit."""
+    if (schedule.tile_h, schedule.tile_w) == (1, 1):
+        os._exit(3)
+    if (schedule.tile_h, schedule.tile_w) == (2, 2):
+        raise RuntimeError("injected failure")
+    return task.measure(schedule, context, data=data, backend=backend)

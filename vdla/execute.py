@@ -38,7 +38,12 @@ __all__ = ["EvaluationError", "Executor", "LocalExecutor", "RayExecutor", "make_
 
 
 class EvaluationError(RuntimeError):
-    """An evaluation raised, or its worker died; the message names the task."""
+    """An evaluation raised, or its worker died; the message names the task, and
+    ``index`` is its index in the tasks mapped (None where unknown)."""
+
+    def __init__(self, message: str, index: int | None = None):
+        super().__init__(message)
+        self.index = index
 
 
 class Executor(Protocol):
@@ -132,7 +137,7 @@ class LocalExecutor:
                     yield index, self._local(task)
                 except Exception as exc:
                     raise EvaluationError(f"evaluating task {index} ({task!r}) failed: "
-                                          f"{exc}") from exc
+                                          f"{exc}", index) from exc
             return
         if not tasks:
             return
@@ -148,7 +153,7 @@ class LocalExecutor:
             except (BrokenPipeError, ConnectionResetError):   # it died while idle
                 process.join(1)
                 raise EvaluationError(f"the worker for task {index} ({task!r}) died "
-                                      f"(exit code {process.exitcode})") from None
+                                      f"(exit code {process.exitcode})", index) from None
 
         try:
             for process, conn in self._procs:
@@ -168,11 +173,11 @@ class LocalExecutor:
                         process.join(1)
                         raise EvaluationError(
                             f"the worker evaluating task {index} ({tasks[index]!r}) died "
-                            f"(exit code {process.exitcode})") from None
+                            f"(exit code {process.exitcode})", index) from None
                     del busy[conn]
                     if not ok:
                         raise EvaluationError(f"evaluating task {got} ({tasks[got]!r}) "
-                                              f"failed in a worker:\n{value}")
+                                              f"failed in a worker:\n{value}", got)
                     if todo:
                         send(process, conn)
                     yield got, value
@@ -264,7 +269,7 @@ class RayExecutor:
                         record = ray.get(ref)
                     except Exception as exc:  # noqa: BLE001 - Ray wraps the worker's error
                         raise EvaluationError(f"evaluating task {index} ({tasks[index]!r}) "
-                                              f"failed on Ray:\n{exc}") from None
+                                              f"failed on Ray:\n{exc}", index) from None
                     yield index, record
         except BaseException:
             # Actor tasks cannot be force-cancelled; ray.shutdown in `close` ends them.

@@ -4,7 +4,8 @@
   default, estimate, features, measure, to and from a plain dict);
   a model's tasks come from its target (`Target.tasks(graph)`);
 * `vdla.compiler.tuner.runner`: measuring schedules (`LocalRunner`: worker processes;
-  `InProcessRunner`: this process; `ReplayRunner`: from records);
+  `ExecutorRunner`: the executors of `vdla.execute`, Ray included; `InProcessRunner`:
+  this process; `ReplayRunner`: from records);
 * `vdla.compiler.tuner.search`: `ModelTuner` (gradient-boosted trees + simulated
   annealing), `RandomTuner`, `GridTuner`;
 * `vdla.compiler.tuner.records`: `Records`, the SQLite measurement log, keyed by target,
@@ -18,11 +19,12 @@ are the command-line faces of this package.
 
 from vdla.compiler.tuner.measure import MeasureInput, MeasureResult
 from vdla.compiler.tuner.records import Record, Records
-from vdla.compiler.tuner.runner import InProcessRunner, LocalRunner, ReplayRunner
+from vdla.compiler.tuner.runner import (ExecutorRunner, InProcessRunner, LocalRunner,
+                                        ReplayRunner)
 from vdla.compiler.tuner.search import GridTuner, ModelTuner, RandomTuner, make_tuner
 from vdla.compiler.tuner.task import TuneTask
 from vdla.compiler.tuner.tune import TuneResult, best_schedules, tune_task
 
-__all__ = ["GridTuner", "InProcessRunner", "LocalRunner", "MeasureInput", "MeasureResult", "ModelTuner",
-           "RandomTuner", "Record", "Records", "ReplayRunner", "TuneResult", "TuneTask",
-           "best_schedules", "make_tuner", "tune_task"]
+__all__ = ["ExecutorRunner", "GridTuner", "InProcessRunner", "LocalRunner", "MeasureInput",
+           "MeasureResult", "ModelTuner", "RandomTuner", "Record", "Records", "ReplayRunner",
+           "TuneResult", "TuneTask", "best_schedules", "make_tuner", "tune_task"]

@@ -1,11 +1,13 @@
-"""Measuring schedules: the runner interface, local worker processes, and a replay runner.
+"""Measuring schedules: the runner interface, local worker processes, an executor (Ray),
+and a replay runner.
 
 A runner has one method that matters, ``measure(inputs) -> results``: a list of
 `MeasureInput` (task, schedule) in, one `MeasureResult` per input out, in the same order,
 whatever order they finished in. The search (`vdla.compiler.tuner.search`) only ever
-calls that, so a distributed engine (a Ray actor pool, say) plugs in as another class
-with the same method and a ``backend`` attribute, without touching the search. A runner
-may also take ``measure(inputs, on_result=callback)`` and call ``callback(index, result)``
+calls that, so another engine plugs in as another class with the same method and a
+``backend`` attribute, without touching the search: `ExecutorRunner` measures on the
+executors of `vdla.execute` (local processes, or a Ray cluster: ``vdla tune --ray``).
+A runner may also take ``measure(inputs, on_result=callback)`` and call ``callback(index, result)``
 as each measurement finishes (in any order), so progress moves per measurement; the
 tuning loop passes it only to runners whose ``measure`` has that parameter, and reports
 a batch's results one by one after the batch otherwise. A runner whose ``measure`` is
@@ -28,6 +30,7 @@ the parent handles.
 from __future__ import annotations
 
 import collections
+import functools
 import multiprocessing
 import multiprocessing.connection
 import sys
@@ -37,9 +40,10 @@ from typing import Callable, Sequence
 from vdla._workers import start_worker
 from vdla.compiler.tuner.measure import MeasureInput, MeasureResult, one_line
 from vdla.compiler.tuner.records import Records
+from vdla.execute import EvaluationError, make_executor
 
-__all__ = ["InProcessRunner", "LocalRunner", "MeasureInput", "MeasureResult", "OnResult",
-           "ReplayRunner", "measure_task"]
+__all__ = ["ExecutorRunner", "InProcessRunner", "LocalRunner", "MeasureInput",
+           "MeasureResult", "OnResult", "ReplayRunner", "measure_task"]
 
 #: Wall-clock limit of one measurement (seconds) unless the runner is given another: a
 #: backstop for a measurement that hangs outside its own budget.
@@ -57,6 +61,23 @@ def measure_task(task, schedule, context, *, data, backend: str) -> MeasureResul
 
 
 Measure = Callable[..., MeasureResult]
+
+
+def _prepare(inputs: Sequence[MeasureInput], backend: str, prepared: set,
+             log: Callable[[str], None]):
+    """Check that every input's task measures on `backend`, and prepare each platform
+    once in this process (`TuneTask.prepare`: a Verilator model is built here, not once
+    per worker); `prepared` holds the context keys done."""
+    for inp in inputs:
+        task = inp.task
+        if backend not in task.measure_backends:
+            raise ValueError(f"unknown measurement backend {backend!r} for task "
+                             f"{task.name} of target {task.target!r}; available: "
+                             f"{', '.join(task.measure_backends)}")
+        key = task.context_key(backend)
+        if key not in prepared:
+            task.prepare(backend, log)
+            prepared.add(key)
 
 
 class _Measurer:
@@ -85,6 +106,13 @@ class _Measurer:
         for context in contexts.values():
             if hasattr(context, "close"):
                 context.close()
+
+
+def _pair_measurer(backend: str, measure: Measure) -> Callable[[tuple], MeasureResult]:
+    """An executor worker's evaluator (`ExecutorRunner`): a `_Measurer`, called with a
+    (task, schedule) pair."""
+    measurer = _Measurer(backend, measure)
+    return lambda pair: measurer(*pair)
 
 
 def _worker(conn, backend: str, measure: Measure):
@@ -179,16 +207,7 @@ class LocalRunner:
         self._prepared: set = set()
 
     def _prepare(self, inputs: Sequence[MeasureInput]):
-        for inp in inputs:
-            task = inp.task
-            if self.backend not in task.measure_backends:
-                raise ValueError(f"unknown measurement backend {self.backend!r} for task "
-                                 f"{task.name} of target {task.target!r}; available: "
-                                 f"{', '.join(task.measure_backends)}")
-            key = task.context_key(self.backend)
-            if key not in self._prepared:   # once here, not once per worker
-                task.prepare(self.backend, self._log)
-                self._prepared.add(key)
+        _prepare(inputs, self.backend, self._prepared, self._log)
         while len(self._workers) < self.jobs:
             self._workers.append(_Worker(self._context, self.backend, self._measure))
 
@@ -289,6 +308,91 @@ class LocalRunner:
         self.close()
 
 
+class ExecutorRunner:
+    """Measure on a `vdla.execute` executor: the local worker processes or the Ray
+    cluster that a parallel ``vdla run`` and a design sweep use (``vdla tune --ray``).
+    Each worker builds one `_Measurer` (a context per platform, each task's data) and
+    measures the (task, schedule) pairs it is handed, idle workers first.
+
+    backend, measure, log : as `LocalRunner`'s (`measure` must be importable by name)
+    jobs, ray : as `vdla.execute.make_executor`'s (``ray``: ``auto``, ``local`` or a
+        cluster address; None for local worker processes)
+    The executor starts on the first `measure` (a Ray instance takes seconds), or at
+    `start`, and stops at `close`. A measurement whose worker dies comes back as a
+    ``crash`` result and the others go on. Unlike `LocalRunner` there is no wall-clock
+    limit (an actor on a cluster cannot be killed from here): the task's cycle budget
+    bounds a measurement.
+    """
+
+    def __init__(self, backend: str, *, jobs: int = 1, ray: str | None = None,
+                 measure: Measure = measure_task, log: Callable[[str], None] | None = None):
+        if not isinstance(backend, str) or not backend:
+            raise ValueError(f"backend must be a measurement backend's name, not {backend!r}")
+        if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+            raise ValueError(f"jobs must be a positive integer, not {jobs!r}")
+        self.backend, self.jobs, self.ray, self._measure = backend, jobs, ray, measure
+        self._log = log or (lambda message: print(f"vdla: {message}", file=sys.stderr,
+                                                  flush=True))
+        self._prepared: set = set()
+        self._executor = None
+
+    def start(self) -> None:
+        """Start the executor now, not at the first `measure` (ValueError from
+        `make_executor`: Ray missing, no cluster at the address)."""
+        if self._executor is None:
+            self._executor = make_executor(
+                functools.partial(_pair_measurer, self.backend, self._measure),
+                jobs=self.jobs, ray=self.ray)
+
+    def describe(self) -> str:
+        """Where measurements run (``2 local processes``, ``4 Ray actors on ...``)."""
+        if self._executor is None:
+            return f"Ray ({self.ray})" if self.ray else f"{self.jobs} local processes"
+        return self._executor.describe()
+
+    def measure(self, inputs: Sequence[MeasureInput], on_result: OnResult | None = None
+                ) -> list[MeasureResult]:
+        """One result per input, in the order of `inputs`; `on_result` as
+        `LocalRunner.measure`'s."""
+        inputs = list(inputs)
+        if not inputs:
+            return []
+        _prepare(inputs, self.backend, self._prepared, self._log)
+        self.start()
+        results: list[MeasureResult | None] = [None] * len(inputs)
+        todo = list(range(len(inputs)))
+
+        def done(index: int, result: MeasureResult):
+            results[index] = result
+            if on_result is not None:
+                on_result(index, result)
+
+        while todo:
+            pairs = [(inputs[i].task, inputs[i].schedule) for i in todo]
+            try:
+                for j, result in self._executor.map_unordered(pairs):
+                    done(todo[j], result)
+            except EvaluationError as exc:
+                # The measurer returns a task's own failures as results: this is its
+                # worker dying. The rest are measured again (the executor replaces it).
+                if exc.index is None:
+                    raise
+                done(todo[exc.index], MeasureResult("crash", error=one_line(exc)))
+            todo = [i for i in todo if results[i] is None]
+        return results
+
+    def close(self):
+        executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.close()
+
+    def __enter__(self) -> "ExecutorRunner":
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
 class InProcessRunner:
     """Measure in this process, one input after another: for callers that are worker
     processes themselves (a design sweep's workers tune each point's schedules; a
@@ -310,15 +414,8 @@ class InProcessRunner:
                 ) -> list[MeasureResult]:
         out = []
         for index, inp in enumerate(inputs):
-            task = inp.task
-            if self.backend not in task.measure_backends:
-                raise ValueError(f"unknown measurement backend {self.backend!r} for task "
-                                 f"{task.name}; available: {', '.join(task.measure_backends)}")
-            key = task.context_key(self.backend)
-            if key not in self._prepared:
-                task.prepare(self.backend, self._log)
-                self._prepared.add(key)
-            out.append(self._measurer(task, inp.schedule))
+            _prepare([inp], self.backend, self._prepared, self._log)
+            out.append(self._measurer(inp.task, inp.schedule))
             if on_result is not None:
                 on_result(index, out[-1])
         return out

@@ -16,8 +16,9 @@ from vdla.cli import main
 from vdla.compiler import passes, pipeline, quantize, zoo
 from vdla.compiler.frontend.workloads import RESNET18, parse_workload, workload_graph
 from vdla.compiler.targets.vdla import Conv2dSchedule, VdlaTarget
-from vdla.compiler.tuner import (LocalRunner, MeasureInput, ModelTuner, Record, Records,
-                                 ReplayRunner, best_schedules, make_tuner, tune_task)
+from vdla.compiler.tuner import (ExecutorRunner, LocalRunner, MeasureInput, ModelTuner,
+                                 Record, Records, ReplayRunner, best_schedules, make_tuner,
+                                 tune_task)
 from vdla.compiler.pipeline import tasks_from_workload
 from vdla.compiler.tuner.records import OK
 
@@ -528,3 +529,45 @@ def test_cli_records_that_is_a_folder_is_a_usage_error(tmp_path, monkeypatch, ca
         main(["tune", "--layer", "C5", "--trials", "2", "--records", "."])
     assert exit_.value.code == 2
     assert "argument --records: '.' is a folder" in capsys.readouterr().err
+
+
+def test_the_executor_runner_measures_as_the_local_runner(tmp_path):
+    """`ExecutorRunner` (the executors of `vdla.execute`: what `vdla tune --ray` uses)
+    finds what `LocalRunner` finds, schedule for schedule; a worker that dies is a crash
+    result, a measurement that raises an error result, and the others go on."""
+    from tuner_faults import dying_measure
+
+    task = task_from_workload(TINY, CFG)
+    space = task.space()
+    with LocalRunner("functional", jobs=1, measure=dying_measure) as local:
+        want = tune_task(task, local, trials=len(space), tuner="grid",
+                         measure_default=False, batch=8)
+    with ExecutorRunner("functional", jobs=2, measure=dying_measure) as runner:
+        assert runner.describe() == "2 local processes"
+        got = tune_task(task, runner, trials=len(space), tuner="grid",
+                        measure_default=False, batch=8)
+        again = runner.measure([MeasureInput(task, space[0])])   # still usable
+    assert [(s, r.status, r.cycles) for s, r in got.history] == \
+        [(s, r.status, r.cycles) for s, r in want.history]
+    statuses = {r.status for _, r in got.history}
+    assert statuses == {OK, "crash", "error"}
+    assert "died" in next(r.error for _, r in got.history if r.status == "crash")
+    assert (got.best, got.best_cycles) == (want.best, want.best_cycles)
+    assert len(again) == 1
+    with pytest.raises(ValueError, match="jobs must be a positive integer"):
+        ExecutorRunner("functional", jobs=0)
+
+
+def test_vdla_tune_on_ray_gives_the_local_records(tmp_path, capsys):
+    pytest.importorskip("ray", reason="Ray is not installed: pip install 'vdla[ray]'")
+    rows = {}
+    for where in ([], ["--ray", "local"]):
+        db = tmp_path / f"{len(rows)}.db"
+        assert main(["tune", "--layer", TINY, "--trials", "6", "--measure", "functional",
+                     "--jobs", "2", "--records", str(db), *where]) == 0
+        out = capsys.readouterr().out
+        assert ("Ray actors on a local Ray instance" in out) == bool(where)
+        with Records(db) as records:
+            rows[len(rows)] = sorted((json.dumps(r.schedule, sort_keys=True), r.cycles)
+                                     for r in records.query())
+    assert rows[0] == rows[1] and len(rows[0]) == 6

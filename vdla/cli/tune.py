@@ -11,7 +11,7 @@ from vdla.cli.common import CliError, log, on_interrupt, output_file, table, wri
 from vdla.cli.run import DEFAULT_TARGET
 from vdla.cli.target_args import add_target_options, make_target
 from vdla.compiler import pipeline, targets
-from vdla.compiler.tuner import LocalRunner, Records, tune_task
+from vdla.compiler.tuner import ExecutorRunner, LocalRunner, Records, tune_task
 from vdla.compiler.tuner.search import TUNERS
 from vdla.compiler.tuner.tune import CONFIRM, CONFIRM_ROUNDS
 
@@ -45,6 +45,11 @@ def add_parser(sub) -> None:
                       help="SQLite records file (created if missing)")
     tune.add_argument("--jobs", type=int, default=1, metavar="J",
                       help="parallel measurement processes (default 1)")
+    tune.add_argument("--ray", metavar="ADDRESS",
+                      help="measure on Ray actors instead of local processes: auto (a running "
+                           "cluster), local (an instance on this machine with --jobs CPUs) or "
+                           "host:port (needs pip install 'vdla[ray]'); --timeout does not "
+                           "apply there: each measurement's cycle budget bounds it")
     tune.add_argument("--json", type=output_file,
                       metavar="PATH", help="also write the results as JSON here")
     tune.add_argument("--measure", metavar="BACKEND",
@@ -180,6 +185,20 @@ class _Progress:
                 f"{self.total} trials")
 
 
+def _runner(args, measure: str):
+    """Local worker processes with a wall-clock limit per measurement (`LocalRunner`),
+    or with --ray the executor a parallel run and a sweep use (`ExecutorRunner`),
+    started now so that a missing cluster is an error before any tuning."""
+    if not args.ray:
+        return LocalRunner(measure, jobs=args.jobs, timeout=args.timeout)
+    runner = ExecutorRunner(measure, jobs=args.jobs, ray=args.ray)
+    try:
+        runner.start()
+    except ValueError as e:
+        raise CliError(str(e)) from None
+    return runner
+
+
 def run(args) -> int:
     _check_args(args)
     # How schedules are measured is the target's to define (its tasks open their own
@@ -196,18 +215,22 @@ def run(args) -> int:
     start = time.perf_counter()
     results = []
     progress = _Progress(len(tasks))
-    records = _SessionRecords(args.records)
-    # Ctrl-C: the runner kills its busy workers, tune_task keeps what finished.
-    on_interrupt(args, lambda: progress.interrupted(records.added, args.records))
-    try:
-        with records, LocalRunner(measure, jobs=args.jobs, timeout=args.timeout) as runner:
-            for task in tasks:
-                results.append(tune_task(task, runner, trials=args.trials, records=records,
-                                         tuner=args.tuner, batch=args.batch,
-                                         seed=args.seed, progress=progress))
-                progress.next()
-    finally:
-        progress.end()
+    runner = _runner(args, measure)     # first: a missing Ray cluster writes no records
+    with runner:
+        records = _SessionRecords(args.records)
+        # Ctrl-C: the runner kills its busy workers, tune_task keeps what finished.
+        on_interrupt(args, lambda: progress.interrupted(records.added, args.records))
+        try:
+            with records:
+                for task in tasks:
+                    results.append(tune_task(task, runner, trials=args.trials,
+                                             records=records, tuner=args.tuner,
+                                             batch=args.batch, seed=args.seed,
+                                             progress=progress))
+                    progress.next()
+        finally:
+            progress.end()
+        where = runner.describe() if args.ray else ""
     wall = time.perf_counter() - start
     # The JSON before the summary: a closed stdout (`| head`) ends the command.
     if args.json:
@@ -247,7 +270,8 @@ def run(args) -> int:
     failures = sum(r.failures for r in results)
     measured = sum(len(r.history) for r in results)
     confirmed = sum(r.confirmations for r in results)
-    print(f"{measured} measurements in {wall:.1f} s ({args.jobs} job(s))"
+    print(f"{measured} measurements in {wall:.1f} s ("
+          + (where if args.ray else f"{args.jobs} job(s)") + ")"
           + (f"; {failures} failed (kept in the records with their error)" if failures else ""))
     if confirmed:
         print(f"wall time varies from run to run: each workload's {CONFIRM} fastest schedules "
