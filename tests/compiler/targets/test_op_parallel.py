@@ -2,6 +2,8 @@
 the same cycles, outputs and report as the sequential run, on the Verilator model, on
 local worker processes, chained, and on a local Ray instance."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -58,6 +60,7 @@ def test_chained_runs_feed_each_op_from_the_one_before():
     reference = pipeline.run_reference(compiled.graph, model.feed, keep=True)
     tasks = op_parallel.op_tasks(compiled, reference, chain=2)
     ops = [op.name for op in TARGET.parallel_ops(compiled.ops_on(TARGET.name))]
+    tasks.sort(key=lambda task: ops.index(task.ops[0]))   # (handed out longest first)
     assert [name for task in tasks for name in task.ops] == ops and len(tasks) == 2
     second = tasks[1]
     first_node = compiled.graph.node(second.ops[0])
@@ -66,6 +69,28 @@ def test_chained_runs_feed_each_op_from_the_one_before():
     assert set(first_node.inputs) & set(second.inputs)
     assert not made & set(second.inputs)
     check_model("small_cnn", jobs=2, chain=True)
+
+
+class _NoCosts(VdlaTarget):
+    def op_cost(self, op):
+        return None
+
+
+def test_tasks_go_out_longest_first():
+    """By the timing model's cycles for each op's schedule (`Target.op_cost`): ResNet-18's
+    conv1 first, its global pool last; a target that cannot tell keeps graph order."""
+    model = pipeline.load_model("resnet18")
+    compiled, _ = pipeline.compile_for(pipeline.graph_for(model, TARGET), TARGET)
+    reference = pipeline.run_reference(compiled.graph, model.feed, keep=True)
+    ops = {op.name: op for op in TARGET.parallel_ops(compiled.ops_on(TARGET.name))}
+    tasks = op_parallel.op_tasks(compiled, reference)
+    costs = [TARGET.op_cost(ops[task.ops[0]]) for task in tasks]
+    assert all(isinstance(c, int) and c > 0 for c in costs)
+    assert costs == sorted(costs, reverse=True) and len(tasks) == len(ops)
+    assert tasks[0].ops == ("conv1",) and tasks[-1].ops == ("avgpool",)
+    unordered = dataclasses.replace(compiled, target=_NoCosts(TARGET.config,
+                                                              backend="verilator"))
+    assert [t.ops[0] for t in op_parallel.op_tasks(unordered, reference)] == list(ops)
 
 
 def test_views_and_host_ops_stay_in_the_model_run():
