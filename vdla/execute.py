@@ -1,8 +1,9 @@
 """Running independent evaluations in parallel: local worker processes, or a Ray cluster.
 
-A design-space sweep's evaluations and a model's ops simulated one per worker (`vdla
-run --jobs`, `vdla.compiler.targets.op_parallel`) both run here, so what works on one
-machine works on a cluster.
+A design-space sweep's evaluations, a model's ops simulated one per worker (`vdla
+run --jobs`, `vdla.compiler.targets.op_parallel`) and a tuner's measurements on Ray
+(`vdla tune --ray`, `ExecutorRunner`) all run here, so what works on one machine works
+on a cluster.
 
     with make_executor(factory, jobs=2) as executor:         # or ray="auto"
         for index, record in executor.map_unordered(tasks):
@@ -10,9 +11,10 @@ machine works on a cluster.
 
 `factory` is a picklable callable (a top-level function, or a ``functools.partial`` of
 one) that each worker calls once to build its evaluator (a sweep's loads and quantizes
-its models, a parallel run's opens its device session); the evaluator is then called with each task. Both executors
-run this same code in their workers (`_Worker`), so the work is the same on one machine
-and on a cluster:
+its models, a parallel run's opens its device session, a tuner's opens its measurement
+contexts); the evaluator is then called with each task. Both executors run this same
+code in their workers (`_Worker`), so the work is the same on one machine and on a
+cluster:
 
 * `LocalExecutor` (the default, no set-up): with one job the evaluator runs in this
   process; with more, in worker processes started by `vdla._workers.start_worker` (they
@@ -21,7 +23,8 @@ and on a cluster:
   evaluation comes back with the worker's traceback.
 * `RayExecutor` (``--ray auto|local|ADDRESS``): one Ray actor per CPU of the cluster
   (or `jobs`), each building its evaluator once; tasks go to idle actors and results are
-  yielded as they finish. Ray is an optional extra: ``pip install 'vdla[ray]'``.
+  yielded as they finish. An actor whose process dies is an `EvaluationError` naming
+  the task, and Ray restarts it for the tasks after. Ray is an optional extra: ``pip install 'vdla[ray]'``.
 """
 
 from __future__ import annotations
@@ -241,7 +244,11 @@ class RayExecutor:
                                  "one with 'ray start --head', or use --ray local") from None
         cpus = int(ray.cluster_resources().get("CPU", 1))
         self.workers = jobs or cpus
-        actor = ray.remote(num_cpus=1)(_Worker)
+        # An actor whose process dies (a crashing evaluation) is restarted by Ray, so
+        # later tasks do not go to a dead actor; the task it was running fails (an
+        # EvaluationError). Restarting cannot loop: `_Worker` builds its evaluator at
+        # its first task, not when it starts.
+        actor = ray.remote(num_cpus=1, max_restarts=-1)(_Worker)
         self._actors = [actor.remote(factory) for _ in range(self.workers)]
         self._cpus = cpus
 

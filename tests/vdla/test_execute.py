@@ -53,6 +53,7 @@ def test_a_failing_evaluation_is_an_error_with_the_traceback(jobs):
     with LocalExecutor(FACTORY, jobs) as executor:
         with pytest.raises(EvaluationError, match="task 2") as info:
             list(executor.map_unordered([1, 2, "raise"]))
+        assert info.value.index == 2
         assert "ArithmeticError" in str(info.value) or isinstance(
             info.value.__cause__, ArithmeticError)
         assert results(executor, [3]) == [(0, 10)]      # still usable
@@ -60,8 +61,10 @@ def test_a_failing_evaluation_is_an_error_with_the_traceback(jobs):
 
 def test_a_dying_worker_is_an_error_not_a_hang():
     with LocalExecutor(FACTORY, 2) as executor:
-        with pytest.raises(EvaluationError, match=r"task 1 \('die'\) died \(exit code 3\)"):
+        with pytest.raises(EvaluationError, match=r"task 1 \('die'\) died \(exit code 3\)") \
+                as info:
             list(executor.map_unordered([1, "die", 3]))
+        assert info.value.index == 1
         assert results(executor, [2, 3]) == [(0, 5), (1, 10)]  # a new worker replaces it
 
 
@@ -122,3 +125,9 @@ def test_ray_executor_gives_the_same_records():
         assert results(executor, tasks) == expected
         with pytest.raises(EvaluationError, match="task 1"):
             list(executor.map_unordered([0, "raise"]))
+        # A dying actor is an error naming its task; Ray restarts it, so the next tasks
+        # do not go to a dead actor.
+        with pytest.raises(EvaluationError, match="task 1") as info:
+            list(executor.map_unordered([1, "die", 3]))
+        assert info.value.index == 1
+        assert results(executor, [2, 3, 4, 5]) == [(0, 5), (1, 10), (2, 17), (3, 26)]
