@@ -16,7 +16,9 @@ checksum or is refused by `from_json` is computed again and rewritten, never use
 cache that cannot be written (a read-only folder) only costs the computing.
 
 The folders of other source versions are removed when a new version's folder is made
-if nothing was written to them for `STALE_DAYS` days.
+if nothing was written to them for `STALE_DAYS` days, or if `KEEP_VERSIONS` others were
+written more recently: a compiled ResNet-50 is about 100 MB, and every edit of a source
+makes a new version, so a developer's cache would otherwise grow by that much an edit.
 """
 
 from __future__ import annotations
@@ -36,10 +38,14 @@ from typing import Any, Callable, Iterable, Mapping, TypeVar
 from vdla._buildcache import cache_root
 from vdla._fileio import atomic_write
 
-__all__ = ["STALE_DAYS", "entry_path", "remembered", "remembered_object", "source_digest"]
+__all__ = ["KEEP_VERSIONS", "STALE_DAYS", "entry_path", "remembered", "remembered_object",
+           "source_digest"]
 
 #: Days without a write after which another source version's folder is removed.
 STALE_DAYS = 30
+#: Other source versions' folders kept (the most recently written), for going back and
+#: forth between versions (two branches) without recomputing.
+KEEP_VERSIONS = 3
 
 #: The format of an entry; a change makes every older entry unreadable, so recomputed.
 FORMAT = 1
@@ -117,14 +123,19 @@ def _store(path: Path, data: bytes) -> None:
 
 def _prune(keep: Path) -> None:
     """Remove the folders beside `keep` (other source versions) unwritten for
-    `STALE_DAYS` days."""
+    `STALE_DAYS` days, and all but the `KEEP_VERSIONS` most recently written."""
     cutoff = time.time() - STALE_DAYS * 86400
+    others = []
     for other in keep.parent.iterdir():
         try:
-            if other != keep and other.is_dir() and other.stat().st_mtime < cutoff:
-                shutil.rmtree(other, ignore_errors=True)
+            if other != keep and other.is_dir():
+                others.append((other.stat().st_mtime, other))
         except OSError:
-            pass
+            pass        # removed by another process meanwhile
+    others.sort(reverse=True)
+    for rank, (mtime, other) in enumerate(others):
+        if rank >= KEEP_VERSIONS or mtime < cutoff:
+            shutil.rmtree(other, ignore_errors=True)
 
 
 def remembered_object(folder: str, kind: str, key: Mapping[str, Any],

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 import pytest
 
@@ -164,6 +165,21 @@ def test_changed_sources_are_another_folder_and_old_folders_are_pruned(tmp_path,
     assert answer("x") == 4
     assert not old.exists()
     assert len(list((tmp_path / "cache" / "memo").iterdir())) == 2
+    # However recent, only the KEEP_VERSIONS most recently written others stay.
+    memo = tmp_path / "cache" / "memo"
+    for folder in memo.iterdir():                   # written before the ones below
+        os.utime(folder, (time.time() - 5000,) * 2)
+    folders = []
+    for version in range(5, 5 + _memo.KEEP_VERSIONS + 2):
+        before = set(memo.iterdir())
+        source.write_text(f"A = {version}\n")
+        _memo._digest_of.cache_clear()
+        answer("x")
+        [made] = set(memo.iterdir()) - before
+        folders.append(made)
+        recent = time.time() - 1000 + version      # written in the order they were made
+        os.utime(made, (recent, recent))
+    assert set(memo.iterdir()) == set(folders[-1 - _memo.KEEP_VERSIONS:])
 
 
 def test_an_unwritable_cache_still_answers(tmp_path, monkeypatch):
