@@ -9,7 +9,8 @@ a first, untimed run of each model fills the caches (the Verilator model, the
 quantized graph, the default schedules), as any second run finds them.
 
 For each model the sequential run (``--jobs 1``) and the parallel one (``--jobs N``,
-default: the cores) must agree on every op's cycles and be bit-exact. The figures are
+default: the cores) run in turns and must agree on every op's cycles and be bit-exact;
+the ratio of their simulating phases is the median over the pairs. The figures are
 the best of `--repeat` runs (timeit's convention: noise only adds time), with the
 medians next to them for how noisy the machine was, and the command's own
 breakdown (prepare + quantize, compile, run; in the parallel run, the phase on the
@@ -50,11 +51,10 @@ def run_once(model: str, jobs: int, out: Path) -> tuple[float, dict]:
     return wall, json.loads(out.read_text())
 
 
-def best(model: str, jobs: int, repeat: int, folder: Path) -> tuple[float, dict, dict]:
-    """The fastest of `repeat` runs (wall, report) and the medians of the runs' wall
-    and simulating seconds (``{"wall": ..., "simulate": ...}``), for how much noise
-    there was."""
-    runs = [run_once(model, jobs, folder / f"{model}-{jobs}-{i}.json") for i in range(repeat)]
+def summary(runs: list[tuple[float, dict]]) -> tuple[float, dict, dict]:
+    """The fastest of `runs` (wall, report) and the medians of the runs' wall and
+    simulating seconds (``{"wall": ..., "simulate": ...}``), for how much noise there
+    was."""
     medians = {"wall": statistics.median(wall for wall, _ in runs),
                "simulate": statistics.median(r["simulate_seconds"] for _, r in runs)}
     return (*min(runs, key=lambda r: r[0]), medians)
@@ -70,6 +70,9 @@ def main(argv=None) -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)))
     args = parser.parse_args(argv)
+    if args.jobs < 2 or args.repeat < 1:
+        parser.error(f"--jobs must be at least 2 (it is compared with --jobs 1) and --repeat "
+                     f"at least 1, not {args.jobs} and {args.repeat}")
     print(f"vdla run MODEL, warm, best of {args.repeat}; machine: {cpu_name()}, "
           f"{len(os.sched_getaffinity(0))} cores")
     ok = True
@@ -77,8 +80,15 @@ def main(argv=None) -> int:
         folder = Path(folder)
         for model in args.models:
             run_once(model, args.jobs, folder / "warm.json")   # fills the caches
-            (seq_s, seq, seq_m), (par_s, par, par_m) = (
-                best(model, jobs, args.repeat, folder) for jobs in (1, args.jobs))
+            # Interleaved, sequential then parallel, so that each pair saw the same
+            # machine: their ratio holds when the machine's speed moves.
+            runs = {1: [], args.jobs: []}
+            for i in range(args.repeat):
+                for jobs in runs:
+                    runs[jobs].append(run_once(model, jobs, folder / f"{model}-{jobs}-{i}.json"))
+            (seq_s, seq, seq_m), (par_s, par, par_m) = (summary(runs[j]) for j in runs)
+            ratio = statistics.median(p["simulate_seconds"] / s["simulate_seconds"]
+                                      for (_, s), (_, p) in zip(runs[1], runs[args.jobs]))
             same = op_cycles(seq) == op_cycles(par)
             exact = seq["bit_exact"] and par["bit_exact"]
             print(f"{model}: {seq['cycles']:,} cycles; bit-exact: "
@@ -101,6 +111,8 @@ def main(argv=None) -> int:
             if sim is not None:
                 verdicts.append(f"simulating {par['simulate_seconds']:.2f} s vs {sim:g} s: "
                                 f"{'met' if par['simulate_seconds'] <= sim else 'MISSED'}")
+            print(f"  simulating with --jobs {args.jobs} takes {ratio:.2f}x the sequential "
+                  "time (median of the interleaved pairs)")
             if verdicts:
                 print("  " + "; ".join(verdicts))
             ok &= same and exact

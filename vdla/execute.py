@@ -24,7 +24,7 @@ cluster:
 * `RayExecutor` (``--ray auto|local|ADDRESS``): one Ray actor per CPU of the cluster
   (or `jobs`), each building its evaluator once; tasks go to idle actors and results are
   yielded as they finish. An actor whose process dies is an `EvaluationError` naming
-  the task, and Ray restarts it for the tasks after. Ray is an optional extra: ``pip install 'vdla[ray]'``.
+  the task, and a new actor takes its place for the tasks after. Ray is an optional extra: ``pip install 'vdla[ray]'``.
 """
 
 from __future__ import annotations
@@ -244,12 +244,8 @@ class RayExecutor:
                                  "one with 'ray start --head', or use --ray local") from None
         cpus = int(ray.cluster_resources().get("CPU", 1))
         self.workers = jobs or cpus
-        # An actor whose process dies (a crashing evaluation) is restarted by Ray, so
-        # later tasks do not go to a dead actor; the task it was running fails (an
-        # EvaluationError). Restarting cannot loop: `_Worker` builds its evaluator at
-        # its first task, not when it starts.
-        actor = ray.remote(num_cpus=1, max_restarts=-1)(_Worker)
-        self._actors = [actor.remote(factory) for _ in range(self.workers)]
+        self._actor_class, self._factory = ray.remote(num_cpus=1)(_Worker), factory
+        self._actors = [self._actor_class.remote(factory) for _ in range(self.workers)]
         self._cpus = cpus
 
     def describe(self) -> str:
@@ -271,12 +267,14 @@ class RayExecutor:
                 done, _ = ray.wait(list(pending), num_returns=1)
                 for ref in done:
                     actor, index = pending.pop(ref)
-                    idle.append(actor)
                     try:
                         record = ray.get(ref)
                     except Exception as exc:  # noqa: BLE001 - Ray wraps the worker's error
+                        if isinstance(exc, ray.exceptions.RayActorError):
+                            self._replace(actor)     # its process died: a new actor
                         raise EvaluationError(f"evaluating task {index} ({tasks[index]!r}) "
                                               f"failed on Ray:\n{exc}", index) from None
+                    idle.append(actor)
                     yield index, record
         except BaseException:
             # Actor tasks cannot be force-cancelled; ray.shutdown in `close` ends them.
@@ -286,6 +284,16 @@ class RayExecutor:
                 except Exception:  # noqa: BLE001 - already finished or gone
                     pass
             raise
+
+    def _replace(self, actor):
+        """A new actor in place of `actor`, whose process died (a crashing evaluation):
+        later tasks must not go to it. (Ray's own restart would answer them with "the
+        actor is restarting" for a while.)"""
+        try:
+            self._ray.kill(actor, no_restart=True)
+        except Exception:  # noqa: BLE001 - gone already
+            pass
+        self._actors[self._actors.index(actor)] = self._actor_class.remote(self._factory)
 
     def close(self):
         if self._ray.is_initialized():
