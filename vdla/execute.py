@@ -24,7 +24,8 @@ cluster:
 * `RayExecutor` (``--ray auto|local|ADDRESS``): one Ray actor per CPU of the cluster
   (or `jobs`), each building its evaluator once; tasks go to idle actors and results are
   yielded as they finish. An actor whose process dies is an `EvaluationError` naming
-  the task, and a new actor takes its place for the tasks after. Ray is an optional extra: ``pip install 'vdla[ray]'``.
+  the task, and a new actor takes its place for the tasks after. Ray is an optional
+  extra: ``pip install 'vdla[ray]'``.
 """
 
 from __future__ import annotations
