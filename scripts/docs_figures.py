@@ -166,7 +166,7 @@ FIGURES = [
            plots={"scaling/sim_scaling.png": "sim_scaling.png"}),
     Figure("tuner_speed", "python3 bench/tuner_speed.py --per-task 4",
            "the tuner's measurements per minute on C2-C11, the old build against today's"),
-    Figure("resnet18_e2e", "python3 bench/resnet18_e2e.py",
+    Figure("resnet18_e2e", "python3 bench/resnet18_e2e.py --repeat 5",
            "vdla run resnet18 and resnet50 end to end, warm, sequential and in parallel"),
     Figure("functional_sim", "python3 bench/functional_sim.py --repeat 3",
            "the functional simulator's int8 MAC/s on blocked GEMMs"),
