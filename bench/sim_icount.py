@@ -144,7 +144,8 @@ def main(argv=None) -> int:
     missing = [tool for tool in ("valgrind", "cc") if shutil.which(tool) is None]
     if missing:
         raise SystemExit(f"needs {' and '.join(missing)} on the PATH")
-    libraries = {"default build": build_model(vdla.HardwareConfig()).library}
+    default = build_model(vdla.HardwareConfig())
+    libraries = {"default build": default.library}
     for item in args.library:
         label, sep, path = item.partition("=")
         if not sep or not Path(path).is_file():
