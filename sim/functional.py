@@ -28,9 +28,10 @@ instruction (pooling, reductions) keep their sequential meaning (`vdla.sim.funct
 A compiled model runs the same loop nests over the same micro-ops once per tile, so the
 index work of each (its plan) is cached, keyed by the loop nest and its micro-ops
 (`vdla.sim.functional_plan.PlanCache`); each distinct instruction word is decoded once
-(`vdla.sim.protocol.fetch_program`, for every backend). Performance notes, measured on ResNet-18's 23 programs: numpy's ``take`` and 1-D
-record scatters move SRAM rows several times faster than fancy indexing on 3-D arrays,
-and BLAS runs on one thread (`_OneBlasThread`).
+(`vdla.sim.protocol.fetch_program`, for every backend). Performance notes, measured
+on ResNet-18's 23 programs: numpy's ``take`` and 1-D record scatters move SRAM rows
+several times faster than fancy indexing on 3-D arrays, and BLAS runs on one thread
+(`_OneBlasThread`).
 """
 
 from __future__ import annotations
@@ -291,11 +292,6 @@ class FunctionalSimulator:
         self.stats["dram_bytes_written"] += nbytes
 
     @staticmethod
-    def _indices(insn, uop_field: np.ndarray, prefix: str) -> np.ndarray:
-        """The field's index for every (iter_out, iter_in, micro-op), flattened in loop order."""
-        return loop_indices(insn, uop_field, prefix)
-
-    @staticmethod
     def _has_work(insn) -> bool:
         """Whether a GEMM or ALU loop nest runs at least once."""
         return bool(insn.iter_out and insn.iter_in and insn.uop_end > insn.uop_bgn)
@@ -336,16 +332,16 @@ class FunctionalSimulator:
         if plan is not None:
             self._gemm_planned(plan)
             return
-        dst = self._indices(insn, self.uop_dst, "dst")
-        src = self._indices(insn, self.uop_src, "src")
-        wgt = self._indices(insn, self.uop_wgt, "wgt")
+        dst = loop_indices(insn, self.uop_dst, "dst")
+        src = loop_indices(insn, self.uop_src, "src")
+        wgt = loop_indices(insn, self.uop_wgt, "wgt")
         step = max(1, _CHUNK_ELEMS // (c.batch * c.block_out))
         for start in range(0, len(dst), step):
             part = slice(start, start + step)
             self._accumulate(dst[part], self._gemm_products(src[part], wgt[part]))
 
     def _reset_plan(self, insn) -> AluPlan:
-        dst = self._indices(insn, self.uop_dst, "dst")
+        dst = loop_indices(insn, self.uop_dst, "dst")
         return AluPlan(dst, None, alu_runs(dst, None, self.config.acc_depth))
 
     def _matmul_plan(self, insn: Gemm) -> GemmPlan | None:
@@ -410,9 +406,9 @@ class FunctionalSimulator:
         """A depthwise-window GEMM (`vdla.isa.Gemm`'s `dw`): each micro-op's window rows
         (`dw_window`), its lanes' inputs picked from them, times its weight row."""
         c = self.config
-        dst = self._indices(insn, self.uop_dst, "dst")
-        src = self._indices(insn, self.uop_src, "src")
-        wgt = self._indices(insn, self.uop_wgt, "wgt")
+        dst = loop_indices(insn, self.uop_dst, "dst")
+        src = loop_indices(insn, self.uop_src, "src")
+        wgt = loop_indices(insn, self.uop_wgt, "wgt")
         rows = dw_window(src, insn.uop_end - insn.uop_bgn, c)      # (n, T·r)
         taps, r, bi = c.dw_taps, c.dw_column_rows, c.block_in
         n = np.arange(c.block_out)[:, None]

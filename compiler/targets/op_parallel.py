@@ -11,9 +11,9 @@ cluster (`vdla.execute`), with the cycles and outputs they have one after anothe
    and the tensors it reads (`OpTask`), handed out the longest first (`Target.op_cost`).
    A worker (`OpWorker`) opens a session of the compiled model once, and for each task
    writes the inputs where the op reads them, runs it, and sends back its `OpRun` with
-   the outputs as arrays. Every session
-   places each op at the same addresses (the vdla target allocates in one order), so
-   an op's DMA bursts, and with them its cycles, are those of the sequential run;
+   the outputs as arrays. Every session places each op at the same addresses (the vdla
+   target allocates in one order), so an op's DMA bursts, and with them its cycles, are
+   those of the sequential run;
 3. the model then runs as usual in this process, except that those ops are not run but
    replayed (`ModelSession.run`'s ``replayed``): their outputs are written where the
    sequential run's would be, so host ops, transfers, outputs and the report come out

@@ -37,11 +37,6 @@ class VdlaKernel:
     encoded: bytes | None = dataclasses.field(default=None, repr=False)
 
     @property
-    def program_bytes(self) -> bytes:
-        """The lowered program's instruction words (`encoded`, else encoded now)."""
-        return self.encoded if self.encoded is not None else self.lowered.program.to_bytes()
-
-    @property
     def useful_macs(self) -> int:
         return self.macs if self.macs is not None else self.lowered.layer.macs
 

@@ -134,7 +134,7 @@ class VdlaSession(TargetSession):
         problem = program_mismatch(lowered.program, self.target.config)
         if problem:
             raise ValueError(problem)
-        program = relocate_encoded(lowered.program, kernel.program_bytes, arena,
+        program = relocate_encoded(lowered.program, kernel.encoded, arena,
                                    self.target.config, move)
         dev.write(placed.insn_addr, program)
         placed.written = True

@@ -352,4 +352,4 @@ class VdlaTarget(VdlaCommandLine, Target):
 
     def op_cost(self, op: CompiledOp) -> float | None:
         """The timing model's cycles of the op's schedule."""
-        return getattr(op.kernel, "estimated_cycles", None)
+        return op.kernel.estimated_cycles
