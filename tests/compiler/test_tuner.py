@@ -571,3 +571,15 @@ def test_vdla_tune_on_ray_gives_the_local_records(tmp_path, capsys):
             rows[len(rows)] = sorted((json.dumps(r.schedule, sort_keys=True), r.cycles)
                                      for r in records.query())
     assert rows[0] == rows[1] and len(rows[0]) == 6
+
+
+def test_vdla_tune_ray_without_a_cluster_is_a_clear_error(tmp_path, monkeypatch, capsys):
+    """--ray auto with no cluster running: one line naming the option, before any
+    records file is written."""
+    pytest.importorskip("ray", reason="Ray is not installed: pip install 'vdla[ray]'")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    assert main(["tune", "--layer", TINY, "--trials", "2", "--measure", "functional",
+                 "--records", "x.db", "--ray", "auto"]) == 1
+    assert "--ray auto: no Ray cluster found" in capsys.readouterr().err
+    assert not (tmp_path / "x.db").exists()
