@@ -6,11 +6,12 @@ functional simulator on the same program.
 The builds (`LADDER`) are measured in one run, in interleaved rounds, so that the ratios
 hold whatever the machine's speed that minute: the old build (the recipe before issue
 38: g++ -O3, the WIDE GEMM core, the raw reset), then one change at a time: the reset
-behind a register, the NATIVE GEMM core (its products computed by the harness),
+behind a register, the NATIVE GEMM core (its products, and the SRAMs they read, held by
+the harness, and its bus inputs latched so that one evaluation settles a cycle),
 link-time optimisation (what the test suite builds), profile-guided optimisation (the
 default).
 
-The backend simulates the NATIVE form of the GEMM core by default (`vdla.hw.compute.
+The backend simulates the NATIVE form of the GEMM core by default (`vdla.hw.gemm_forms.
 GemmArithmetic`); the PACKED form that `vdla verilog` writes for boards (two products per
 DSP) gives the same results in the same cycles, and its speed is printed too
 (`--no-packed` skips it).

@@ -48,7 +48,7 @@ from vdla.hw.dw_window import DwBeats, DwWindow
 from vdla.hw.gemm_forms import (PACK_SHIFT, GemmArithmetic, adder_tree, gemm_arithmetic,
                                 lut_product, native_gemm_ports, packed_products,
                                 unpack_products)
-from vdla.hw.layouts import DMA_FIELDS, MemoryType, Opcode, insn_layout, uop_view_layout
+from vdla.hw.layouts import MemoryType, Opcode, dma_command, insn_layout, uop_view_layout
 from vdla.hw.queues import TokenSignature
 from vdla.hw.sequencer import InsnSequencer
 from vdla.hw.sram import Sram
@@ -98,6 +98,10 @@ class ComputeModule(wiring.Component):
         The head instruction waits for a token on that queue.
     acc_probe_addr : In(range(acc_depth)), acc_probe_data : Out(acc_elem_bytes * 8)
         Only with ``probes``: a synchronous read port into the acc SRAM.
+    native_gemm_read : Out(1), native_gemm_x : Out, native_gemm_sums : In
+        Only in the NATIVE form (`native_gemm_ports`; ``native_gemm_x`` with a dw
+        window only). The form reads neither ``wgt.data`` nor, without a dw window,
+        ``inp.data``: the harness reads those rows at ``wgt.addr`` and ``inp.addr``.
     """
 
     def __init__(self, config: HardwareConfig, *, probes: bool = False,
@@ -134,10 +138,10 @@ class ComputeModule(wiring.Component):
             members["acc_probe_addr"] = In(range(cfg.acc_depth))
             members["acc_probe_data"] = Out(cfg.acc_elem_bytes * 8)
         if self.arithmetic is GemmArithmetic.NATIVE:
+            # The top puts the inp and wgt read addresses on its own ports.
             widths = native_gemm_ports(cfg)
-            members.update(native_gemm_x=Out(widths["native_gemm_x"]),
-                           native_gemm_w=Out(widths["native_gemm_w"]),
-                           native_gemm_sums=In(widths["native_gemm_sums"]))
+            members.update({name: (In if name == "native_gemm_sums" else Out)(width)
+                            for name, width in widths.items() if not name.endswith("_addr")})
         super().__init__(members)
 
     @staticmethod
@@ -154,17 +158,17 @@ class ComputeModule(wiring.Component):
         m.d.comb += wide.eq(value)
         return wide
 
-    def _native_products(self, m: Module, lane_input, wgt_q, inp_q, per_lane: bool):
-        """The NATIVE form: the operands out, every lane's sum of products back in (see
-        `GemmArithmetic`). Its x operand is the registered inp row, or with a dw window
-        (`per_lane`) every lane's own inputs, lane by lane."""
+    def _native_products(self, m: Module, lane_input, read, per_lane: bool):
+        """The NATIVE form: the harness reads the operand stage's rows when `read` (see
+        `GemmArithmetic`) and gives back every lane's sum of products. With a dw window
+        (`per_lane`) the x operand is every lane's own inputs, lane by lane, out of the
+        reduce stage."""
         cfg = self.config
+        m.d.comb += self.native_gemm_read.eq(read)
         if per_lane:
-            x = Cat(*(lane_input(b, n, k).as_unsigned() for b in range(cfg.batch)
-                      for n in range(cfg.block_out) for k in range(cfg.block_in)))
-        else:
-            x = inp_q
-        m.d.comb += [self.native_gemm_x.eq(x), self.native_gemm_w.eq(wgt_q)]
+            m.d.comb += self.native_gemm_x.eq(
+                Cat(*(lane_input(b, n, k).as_unsigned() for b in range(cfg.batch)
+                      for n in range(cfg.block_out) for k in range(cfg.block_in))))
         return self.native_gemm_sums
 
     def elaborate(self, platform):
@@ -204,8 +208,7 @@ class ComputeModule(wiring.Component):
         is_load = opcode == Opcode.LOAD
         for mem, dma in self._dma.items():
             m.submodules[f"dma_{mem.name.lower()}"] = dma
-            for field in DMA_FIELDS:
-                m.d.comb += getattr(dma.cmd.payload, field).eq(getattr(load, field))
+            m.d.comb += dma.cmd.payload.eq(dma_command(load))
             m.d.comb += dma.cmd.valid.eq(seq.first & is_load & (load.memory_type == mem))
         # One DMA runs at a time: the read port follows the instruction's memory type.
         with m.If(load.memory_type == MemoryType.ACC):
@@ -347,17 +350,19 @@ class ComputeModule(wiring.Component):
         native = self.arithmetic is GemmArithmetic.NATIVE
         wide = self.arithmetic is GemmArithmetic.WIDE or native
         packed = not wide and cfg.block_out % 2 == 0
-        if wide:
+        if wide and not (native and not beats):
             # The stage registers the operands (the SRAM words) rather than the products,
             # and the reduce stage multiplies and adds: the same sums in the same cycle,
             # with 256 fewer registers for Verilator to store and reload every cycle.
-            # (NATIVE: the same registers; the simulator multiplies and adds.)
+            # (NATIVE keeps only a dw window's inp operands, which feed the window; the
+            # harness reads the rest out of the SRAMs itself.)
             inp_q = Signal.like(self.inp.data, reset_less=True, name="inp_operands")
-            wgt_q = Signal.like(self.wgt.data, reset_less=True, name="wgt_operands")
-            m.d.sync += [inp_q.eq(self.inp.data), wgt_q.eq(self.wgt.data)]
+            m.d.sync += inp_q.eq(self.inp.data)
             x = [[inp_q.word_select(b * cfg.block_in + k, inp_bits).as_signed()
                   for k in range(cfg.block_in)] for b in range(cfg.batch)]
         if wide and not native:
+            wgt_q = Signal.like(self.wgt.data, reset_less=True, name="wgt_operands")
+            m.d.sync += wgt_q.eq(self.wgt.data)
             w = [[wgt_q.word_select(n * cfg.block_in + k, wgt_bits).as_signed()
                   for k in range(cfg.block_in)] for n in range(cfg.block_out)]
             # Each operand sign-extended once to the accumulator width; products and sums
@@ -374,7 +379,7 @@ class ComputeModule(wiring.Component):
                                  cfg.acc_width if wide and not native else inp_bits)
                       if beats else lambda b, n, k: x[b][k])
         if native:
-            native_sums = self._native_products(m, lane_input, wgt_q, inp_q, bool(beats))
+            native_sums = self._native_products(m, lane_input, operand_valid, bool(beats))
         # product[b][n][k] -> its multiplier output register; with packing, lanes 2j and
         # 2j+1 share one register holding the packed product. Past `gemm_dsp_limit`
         # multipliers, a pair is two LUT-built products in two registers instead.
@@ -462,7 +467,10 @@ class ComputeModule(wiring.Component):
         # because each read is exactly one cycle before the write it may depend on:
         # keep it so when adding stages.
         acc_bits = cfg.acc_width
+        # Each lane's result and its narrowing are gathered and assigned once (a simulator
+        # then assigns each vector once, not once per lane).
         result = Signal(acc_sram.signature.elem_bits)
+        results, narrowed = [], []
         for lane in range(lanes):
             a = acc_read.data.word_select(lane, acc_bits).as_signed()
             src_value = src_data.word_select(lane, acc_bits).as_signed()
@@ -475,16 +483,17 @@ class ComputeModule(wiring.Component):
             with m.Else():
                 m.d.comb += value.eq(_alu_lane(m, cfg, alu_op, a, operand, lane, use_imm))
             if AluOp.REQ in cfg.alu_ops:   # REQ clears the accumulator it narrows
-                m.d.comb += result.word_select(lane, acc_bits).eq(
-                    Mux(is_alu & ~reset & (alu_op == AluOp.REQ), 0, value))
+                results.append(Mux(is_alu & ~reset & (alu_op == AluOp.REQ), 0, value))
             else:
-                m.d.comb += result.word_select(lane, acc_bits).eq(value)
-            m.d.comb += self.out.data.word_select(lane, cfg.out_width).eq(value)
+                results.append(value)
+            narrowed.append(value[:cfg.out_width])
+        m.d.comb += [result.eq(Cat(*results)), self.out.data.eq(Cat(*narrowed))]
         with m.If(write_valid):
             m.d.comb += [acc_write.addr.eq(write_dst), acc_write.data.eq(result),
                          acc_write.en.eq(Const(-1, len(acc_write.en)))]
         with m.Else():
-            m.d.comb += [acc_write.addr.eq(acc_dma.sram.addr), acc_write.data.eq(acc_dma.sram.data),
+            m.d.comb += [acc_write.addr.eq(acc_dma.sram.addr),
+                         acc_write.data.eq(acc_dma.sram.data.replicate(acc_dma.lanes)),
                          acc_write.en.eq(acc_dma.sram.en)]
         m.d.comb += [self.out.addr.eq(write_dst), self.out.en.eq(write_valid)]
 

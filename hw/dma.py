@@ -10,8 +10,9 @@ Two halves run at once: the *requester* turns rows into legal AXI bursts and iss
 ahead (several outstanding, up to the slave), while the *writer* walks the padded
 output block, writing a zero element per cycle for padding and taking beats from DRAM
 for data, one bus word per cycle. An element wider than the bus is written lane by lane
-through a write port with bus-word granularity (no wide shift register); an element
-narrower than the bus (the 32-bit micro-ops) is picked out of the beat, one per cycle.
+through a write port with bus-word granularity (no wide shift register; the port
+carries the word, `SramWriteSignature` with ``word``); an element narrower than the bus
+(the 32-bit micro-ops) is picked out of the beat, one per cycle.
 """
 
 from __future__ import annotations
@@ -26,8 +27,7 @@ from vdla.hw.axi import AXI_4K, ReadClientSignature
 from vdla.hw.layouts import dma_command_layout
 
 __all__ = ["DRAM_ADDR_WIDTH", "MAX_BURST_BEATS", "SramWriteSignature", "SramReadSignature",
-           "LoadDma",
-           "dram_burst_len"]
+           "LoadDma", "dram_burst_len", "sram_lanes"]
 
 # Byte addresses to DRAM are 32-bit (a 4 GiB window, as on the Zynq HP ports).
 DRAM_ADDR_WIDTH = 32
@@ -42,21 +42,28 @@ class SramWriteSignature(wiring.Signature):
     Members
     -------
     addr : Out(range(depth))
-    data : Out(elem_bits)
+    data : Out(elem_bits), or with ``word`` Out(elem_bits // lanes)
+        The element; with ``word``, one lane's worth, which the SRAM writes into every
+        lane whose enable is set (`vdla.hw.sram.Sram`). A DMA engine writes one bus
+        word per cycle, or zeros into every lane: carrying the word rather than the
+        element replicated spares a simulator a copy of the widest element each cycle.
     en : Out(lanes)
         One write enable per lane of ``elem_bits // lanes`` bits; all ones writes the
         whole element.
     """
 
-    def __init__(self, *, depth: int, elem_bits: int, lanes: int = 1):
+    def __init__(self, *, depth: int, elem_bits: int, lanes: int = 1, word: bool = False):
         if elem_bits % lanes:
             raise TypeError(f"{elem_bits}-bit elements do not split into {lanes} lanes")
-        self.depth, self.elem_bits, self.lanes = depth, elem_bits, lanes
-        super().__init__({"addr": Out(range(depth)), "data": Out(elem_bits), "en": Out(lanes)})
+        self.depth, self.elem_bits, self.lanes, self.word = depth, elem_bits, lanes, word
+        super().__init__({"addr": Out(range(depth)),
+                          "data": Out(elem_bits // lanes if word else elem_bits),
+                          "en": Out(lanes)})
 
     def __eq__(self, other):
-        return (type(other) is type(self) and (other.depth, other.elem_bits, other.lanes)
-                == (self.depth, self.elem_bits, self.lanes))
+        return (type(other) is type(self)
+                and (other.depth, other.elem_bits, other.lanes, other.word)
+                == (self.depth, self.elem_bits, self.lanes, self.word))
 
 
 class SramReadSignature(wiring.Signature):
@@ -76,6 +83,12 @@ class SramReadSignature(wiring.Signature):
     def __eq__(self, other):
         return (type(other) is type(self)
                 and (other.depth, other.elem_bits) == (self.depth, self.elem_bits))
+
+
+def sram_lanes(config: HardwareConfig, elem_bytes: int) -> int:
+    """Bus words in an SRAM element of `elem_bytes` (1 for elements up to a bus word):
+    the lanes of the write port a `LoadDma` fills it through."""
+    return max(1, elem_bytes // (config.dram_bus_width // 8))
 
 
 def dram_burst_len(m: Module, addr, beats_left, *, bus_bytes: int, name: str):
@@ -112,8 +125,9 @@ class LoadDma(wiring.Component):
         A command is in progress.
     read : Out(ReadClientSignature)
         Bursts to DRAM and their beats.
-    sram : Out(SramWriteSignature(depth, elem_bytes * 8, lanes))
-        ``lanes`` is the number of bus words in an element (1 for elements up to a bus word).
+    sram : Out(SramWriteSignature(depth, elem_bytes * 8, lanes, word=True))
+        ``lanes`` is the number of bus words in an element (`sram_lanes`: 1 for elements
+        up to a bus word); ``data`` is the bus word (zeros for padding) or the element.
     """
 
     def __init__(self, config: HardwareConfig, *, elem_bytes: int, depth: int):
@@ -122,7 +136,7 @@ class LoadDma(wiring.Component):
         self.config = config
         self.elem_bytes = elem_bytes
         self.bus_bytes = config.dram_bus_width // 8
-        self.lanes = max(1, elem_bytes // self.bus_bytes)
+        self.lanes = sram_lanes(config, elem_bytes)
         self.depth = depth
         super().__init__({
             "cmd": In(stream.Signature(dma_command_layout(config))),
@@ -131,7 +145,7 @@ class LoadDma(wiring.Component):
             "read": Out(ReadClientSignature(addr_width=DRAM_ADDR_WIDTH,
                                             data_width=config.dram_bus_width)),
             "sram": Out(SramWriteSignature(depth=depth, elem_bits=elem_bytes * 8,
-                                           lanes=self.lanes)),
+                                           lanes=self.lanes, word=True)),
         })
 
     def elaborate(self, platform):
@@ -232,7 +246,7 @@ class LoadDma(wiring.Component):
                     # Element wider than the bus: this beat is lane `lane` of it.
                     m.d.comb += [
                         beat.ready.eq(1),
-                        self.sram.data.eq(beat.payload.data.replicate(self.lanes)),
+                        self.sram.data.eq(beat.payload.data),
                         self.sram.en.eq(Mux(beat.valid, Const(1, self.lanes) << lane, 0)),
                         last_lane.eq(lane == self.lanes - 1),
                         advance.eq(beat.valid & last_lane),

@@ -7,13 +7,17 @@ from them."""
 from __future__ import annotations
 
 import enum
+from typing import NamedTuple
 
 from amaranth import Mux
+from amaranth.utils import bits_for
 
 from vdla.config import HardwareConfig
+from vdla.hw.dma import sram_lanes
 
-__all__ = ["GemmArithmetic", "PACK_SHIFT", "adder_tree", "gemm_arithmetic", "lut_product",
-           "native_gemm_ports", "packed_products", "unpack_products"]
+__all__ = ["GemmArithmetic", "NativeMemory", "PACK_SHIFT", "adder_tree", "gemm_arithmetic",
+           "lut_product", "native_gemm_memories", "native_gemm_ports", "packed_products",
+           "unpack_products"]
 
 
 class GemmArithmetic(enum.Enum):
@@ -36,16 +40,26 @@ class GemmArithmetic(enum.Enum):
         masking between the operations.
         Synthesis would need one DSP per product (256 for the default core).
     NATIVE
-        As WIDE up to the operand registers; the reduce stage's products and sums come
-        from outside the design: the operands leave on output ports and the sums come
-        back on an input port (`native_gemm_ports`), which the Verilator harness drives
-        every cycle from the operands it sees (its C++ multiplies the same operands and
-        wraps the sums at the accumulator width as the adder trees do). The sums are
-        still registered inside, in the same stage, so the cycles are the same. The
-        harness computes them with vector instructions in a few nanoseconds, where the
-        Verilated trees were 256 scalar multiply-adds a cycle. The Verilator backend
-        simulates this form by default (tests run programs on all three forms); it is
-        not a circuit, and no synthesis tool can build it.
+        As WIDE in what it computes, for the simulator only: the products and sums,
+        and the SRAMs they read, live in the Verilator harness (`native_gemm_ports`).
+        The wgt SRAM, and the inp SRAM too without a dw window, are left out of the
+        design: the load module's write ports go out on ports, and the harness writes
+        its own copy of each memory, as the SRAM would at the clock edge. The operand
+        stage puts its addresses on ports; in that cycle, before the edge, the harness
+        reads those rows from its copies, which is what the SRAMs' read ports would
+        give. Two cycles later, with the micro-op in the reduce stage, it drives the
+        lanes' sums (wrapped at the accumulator width, as the adder trees wrap) on an
+        input port, and the design registers them in the same stage as the other
+        forms, so the cycles are the same. With a dw window the x operand is every
+        lane's own inputs, which only the design's window holds: the inp SRAM stays in
+        the design and that operand leaves on a port, from the reduce stage.
+        The harness computes the sums with vector instructions in a few nanoseconds,
+        where the Verilated trees were 256 scalar multiply-adds a cycle, and Verilator
+        no longer copies 2,048-bit weight rows through SRAM read data, operand
+        registers and ports every cycle, nor checks 32 lane enables of the wgt SRAM's
+        write port. The Verilator backend simulates this form by default (tests run
+        programs on all three forms); it is not a circuit, and no synthesis tool can
+        build it.
     """
 
     PACKED = "packed"
@@ -61,18 +75,58 @@ class GemmArithmetic(enum.Enum):
 PACK_SHIFT = 16
 
 
+class NativeMemory(NamedTuple):
+    """The shape of an SRAM that the NATIVE form's harness holds (`native_gemm_memories`):
+    `depth` rows of `row_bytes`, written `lanes` bus words at a time."""
+    depth: int
+    row_bytes: int
+    lanes: int
+
+
+def native_gemm_memories(config: HardwareConfig) -> dict[str, NativeMemory]:
+    """The SRAMs the NATIVE form leaves to the harness, by name: wgt, and inp without a
+    dw window (whose window reads the inp SRAM inside the design)."""
+    memories = {} if config.dw_taps else {"inp": (config.inp_depth, config.inp_elem_bytes)}
+    memories["wgt"] = (config.wgt_depth, config.wgt_elem_bytes)
+    return {name: NativeMemory(depth, row_bytes, sram_lanes(config, row_bytes))
+            for name, (depth, row_bytes) in memories.items()}
+
+
 def native_gemm_ports(config: HardwareConfig) -> dict[str, int]:
-    """The NATIVE form's ports (name -> width) on the compute module and the top: the
-    operands out (``native_gemm_x``: one inp row, batch x block_in elements, or with a
-    dw window every lane's own inputs, batch x block_out x block_in; ``native_gemm_w``:
-    one wgt row) and the lanes' sums in (``native_gemm_sums``: acc_width bits a lane,
-    lane b x block_out + n at the bottom)."""
-    x_bits = config.batch * config.block_in * config.inp_width
+    """The NATIVE form's ports on the top (name -> width; ``native_gemm_sums`` is the
+    input), in the order of a cycle:
+
+    ``native_M_write_addr``, ``native_M_write_en``, ``native_M_write_word`` (M: inp, wgt)
+        The load module's write port into each SRAM M of `native_gemm_memories`: in
+        this cycle, ``word`` (a bus word, or the element where an element is no wider
+        than one) is written into every lane of row ``addr`` whose ``en`` bit is set
+        (the DMA engine writes one lane of a data beat, or every lane of padding with
+        a zero word).
+    ``native_gemm_read``
+        1 when the operand stage holds a micro-op: the harness reads its rows now.
+    ``native_gemm_inp_addr``, ``native_gemm_wgt_addr``
+        The operand stage's inp and wgt addresses. Without a dw window only: with one,
+        the x operand is ``native_gemm_x`` instead.
+    ``native_gemm_x`` (dw window only)
+        The reduce stage's x operand: every lane's own inputs, batch x block_out x
+        block_in elements, lane b x block_out + n at the bottom.
+    ``native_gemm_sums`` (in)
+        The reduce stage's sums, acc_width bits a lane, lane b x block_out + n at the
+        bottom, from the operands read two cycles before."""
+    ports = {}
+    for name, memory in native_gemm_memories(config).items():
+        ports[f"native_{name}_write_addr"] = bits_for(memory.depth - 1)
+        ports[f"native_{name}_write_en"] = memory.lanes
+        ports[f"native_{name}_write_word"] = memory.row_bytes * 8 // memory.lanes
+    ports["native_gemm_read"] = 1
     if config.dw_taps:
-        x_bits *= config.block_out
-    return {"native_gemm_x": x_bits,
-            "native_gemm_w": config.block_out * config.block_in * config.wgt_width,
-            "native_gemm_sums": config.batch * config.block_out * config.acc_width}
+        ports["native_gemm_x"] = (config.batch * config.block_out * config.block_in
+                                  * config.inp_width)
+    else:
+        ports["native_gemm_inp_addr"] = bits_for(config.inp_depth - 1)
+    ports["native_gemm_wgt_addr"] = bits_for(config.wgt_depth - 1)
+    ports["native_gemm_sums"] = config.batch * config.block_out * config.acc_width
+    return ports
 
 
 def packed_products(x, w_lo, w_hi):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 
-from amaranth.hdl import signed, unsigned
+from amaranth.hdl import Cat, Value, signed, unsigned
 from amaranth.lib import data
 
 from vdla.config import INSN_BITS, HardwareConfig
@@ -17,7 +17,7 @@ from vdla.isa import layouts_for, uop_layout
 from vdla.isa.insn import MemoryType, Opcode
 
 __all__ = ["insn_layout", "uop_view_layout", "INSN_BITS", "Opcode", "MemoryType",
-           "DMA_FIELDS", "dma_command_layout"]
+           "DMA_FIELDS", "dma_command", "dma_command_layout"]
 
 _SIGNED_FIELDS = {"imm"}
 
@@ -49,3 +49,10 @@ def dma_command_layout(config: HardwareConfig) -> data.StructLayout:
     """What a DMA engine takes from a LOAD/STORE instruction (same field widths)."""
     fields = layouts_for(config)["LOAD"].fields
     return data.StructLayout({name: unsigned(fields[name][1]) for name in DMA_FIELDS})
+
+
+def dma_command(insn) -> Value:
+    """The `dma_command_layout` value of `insn` (a View of a LOAD or STORE instruction):
+    its fields in one concatenation, which a simulator computes in one assignment
+    rather than one masked update of the command per field."""
+    return Cat(*(getattr(insn, name) for name in DMA_FIELDS))

@@ -9,7 +9,7 @@ from amaranth.lib.wiring import In, Out
 from vdla.config import INSN_BITS, HardwareConfig
 from vdla.hw.axi import ReadClientSignature, connect_read_client
 from vdla.hw.dma import DRAM_ADDR_WIDTH, LoadDma
-from vdla.hw.layouts import DMA_FIELDS
+from vdla.hw.layouts import dma_command
 from vdla.hw.layouts import MemoryType, insn_layout
 from vdla.hw.queues import TokenSignature
 from vdla.hw.sequencer import InsnSequencer
@@ -73,8 +73,7 @@ class LoadModule(wiring.Component):
         for mem, dma in self._dma.items():
             m.submodules[f"dma_{mem.name.lower()}"] = dma
             selected = insn.memory_type == mem
-            for field in DMA_FIELDS:
-                m.d.comb += getattr(dma.cmd.payload, field).eq(getattr(insn, field))
+            m.d.comb += dma.cmd.payload.eq(dma_command(insn))
             m.d.comb += dma.cmd.valid.eq(seq.first & selected)
             wiring.connect(m, dma.sram, wiring.flipped(targets[mem]))
             with m.If(seq.executing & selected & dma.done):

@@ -43,7 +43,11 @@ class Sram:
         return port
 
     def elaborate(self, m: Module, write):
-        """Add the memory to `m`, written by interface `write` (a SramWriteSignature port)."""
+        """Add the memory to `m`, written by interface `write` (a SramWriteSignature port;
+        data one lane wide, a ``word`` port's, goes into every lane)."""
         m.submodules[self.name] = self.memory
-        m.d.comb += [self.write_port.addr.eq(write.addr), self.write_port.data.eq(write.data),
+        data = write.data
+        if len(data) != len(self.write_port.data):
+            data = data.replicate(len(self.write_port.data) // len(data))
+        m.d.comb += [self.write_port.addr.eq(write.addr), self.write_port.data.eq(data),
                      self.write_port.en.eq(write.en)]

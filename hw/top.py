@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from amaranth import Module
+from amaranth import Cat, Const, Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -13,6 +13,7 @@ from vdla.hw.compute import gemm_arithmetic as gemm_arithmetic_of
 from vdla.hw.control import ControlRegisters
 from vdla.hw.dma import DRAM_ADDR_WIDTH
 from vdla.hw.fetch import FetchModule
+from vdla.hw.gemm_forms import native_gemm_memories
 from vdla.hw.load import LoadModule
 from vdla.hw.queues import CommandQueue, DepQueue
 from vdla.hw.sram import Sram
@@ -42,8 +43,8 @@ class Accelerator(wiring.Component):
     gemm_arithmetic : GemmArithmetic or its value ("packed", "wide", "native")
         How the GEMM core's multipliers and adder trees are written (same results and
         cycles): PACKED for synthesis (the default), WIDE for a faster Verilator model,
-        NATIVE for the fastest, whose products the simulator computes (it adds the
-        ports `native_gemm_ports` names).
+        NATIVE for the fastest, whose products, and the wgt and inp SRAMs they read,
+        the simulator holds (it adds the ports `native_gemm_ports` names).
 
     Ports
     -----
@@ -92,16 +93,24 @@ class Accelerator(wiring.Component):
         m.submodules.fetch = fetch = FetchModule(cfg)
         m.submodules.load = load = LoadModule(cfg)
         m.submodules.compute = compute = ComputeModule(cfg, arithmetic=self.gemm_arithmetic)
-        if self.gemm_arithmetic is GemmArithmetic.NATIVE:
-            m.d.comb += [self.native_gemm_x.eq(compute.native_gemm_x),
-                         self.native_gemm_w.eq(compute.native_gemm_w),
+        native = self.gemm_arithmetic is GemmArithmetic.NATIVE
+        if native:
+            m.d.comb += [self.native_gemm_read.eq(compute.native_gemm_read),
+                         self.native_gemm_wgt_addr.eq(compute.wgt.addr),
                          compute.native_gemm_sums.eq(self.native_gemm_sums)]
+            if cfg.dw_taps:
+                m.d.comb += self.native_gemm_x.eq(compute.native_gemm_x)
+            else:
+                m.d.comb += self.native_gemm_inp_addr.eq(compute.inp.addr)
         m.submodules.store = store = StoreModule(cfg)
         m.submodules.arbiter = arbiter = ReadArbiter(
             n_clients=len(READ_CLIENTS), addr_width=DRAM_ADDR_WIDTH,
             data_width=cfg.dram_bus_width, id_width=AXI_ID_WIDTH)
 
-        wiring.connect(m, wiring.flipped(self.s_axi_ctrl), control.bus)
+        # The NATIVE form's simulator drives the bus inputs a cycle ahead (`_latched`).
+        s_axi_ctrl = _latched(m, self.s_axi_ctrl, "s_axi_ctrl") if native else self.s_axi_ctrl
+        m_axi = _latched(m, self.m_axi, "m_axi") if native else self.m_axi
+        wiring.connect(m, wiring.flipped(s_axi_ctrl), control.bus)
         m.d.comb += [fetch.start.eq(control.start), fetch.insn_addr.eq(control.insn_addr),
                      fetch.insn_count.eq(control.insn_count), control.finish.eq(compute.finish)]
         m.d.comb += self.irq.eq(control.done)
@@ -145,27 +154,36 @@ class Accelerator(wiring.Component):
         state["wait_token_store_compute"] = compute.wait_pop_next
         state["wait_token_compute_store"] = store.wait_pop_prev
         assert state.keys() == STATE_BITS.keys(), state.keys() ^ STATE_BITS.keys()
+        bits = [Const(0, 1)] * len(self.state)   # one assignment, not one per bit
         for name, (bit, _) in STATE_BITS.items():
-            m.d.comb += self.state[bit].eq(state[name])
+            bits[bit] = state[name]
+        m.d.comb += self.state.eq(Cat(*bits))
         m.d.comb += control.state.eq(self.state)
 
-        # SRAMs shared between modules.
-        inp = Sram("inp", depth=cfg.inp_depth, elem_bits=cfg.inp_elem_bytes * 8,
-                   lanes=load.inp.signature.lanes)
-        wgt = Sram("wgt", depth=cfg.wgt_depth, elem_bits=cfg.wgt_elem_bytes * 8,
-                   lanes=load.wgt.signature.lanes)
+        # SRAMs shared between modules. The NATIVE form leaves inp and wgt, or some of
+        # them, to the harness (`native_gemm_memories`): their write ports go out of the
+        # top, and they have no read ports here.
+        harness_held = native_gemm_memories(cfg) if native else {}
+        for name, write, read in (("inp", load.inp, compute.inp), ("wgt", load.wgt, compute.wgt)):
+            if name in harness_held:
+                m.d.comb += [
+                    getattr(self, f"native_{name}_write_addr").eq(write.addr),
+                    getattr(self, f"native_{name}_write_en").eq(write.en),
+                    getattr(self, f"native_{name}_write_word").eq(write.data),
+                ]
+                continue
+            sram = Sram(name, depth=write.signature.depth,
+                        elem_bits=write.signature.elem_bits, lanes=write.signature.lanes)
+            sram.elaborate(m, write)
+            sram.connect_read(m, read)
         out = Sram("out", depth=cfg.out_depth, elem_bits=cfg.out_elem_bytes * 8)
-        inp.elaborate(m, load.inp)
-        wgt.elaborate(m, load.wgt)
         out.elaborate(m, compute.out)
-        inp.connect_read(m, compute.inp)
-        wgt.connect_read(m, compute.wgt)
         out.connect_read(m, store.out)
 
         # DRAM: reads arbitrated by ID, writes from the store module only.
         for client, module in zip(arbiter.clients, (fetch, load, compute)):
             wiring.connect(m, module.read, client)
-        axi = self.m_axi
+        axi = m_axi
         arb = arbiter.axi
         for name in ("arid", "araddr", "arlen", "arsize", "arburst", "arvalid", "rready"):
             m.d.comb += getattr(axi, name).eq(getattr(arb, name))
@@ -190,3 +208,28 @@ class Accelerator(wiring.Component):
             control.bytes_written.eq((axi.wvalid & axi.wready) * bus_bytes),
         ]
         return m
+
+
+def _latched(m: Module, port, name: str):
+    """A stand-in for interface `port` of the top whose inputs reach the design through a
+    register, for the NATIVE form's simulator, which drives each input a cycle ahead:
+    the value for cycle t + 1 before the edge that ends cycle t. The design sees every
+    input in the same cycle as it would without the registers, and no logic depends on
+    a top-level input any more, only on registers. Verilator evaluates logic that
+    depends on inputs twice a cycle: before the edge, for the inputs the harness has
+    just set, and again after it, since the registers it also reads have changed. Here
+    everything is evaluated once, after the edge (`vdla.sim.verilator`'s harness then
+    never runs the input region). The registers have no reset, so their D inputs are
+    the ports themselves."""
+    inner = port.signature.create(path=(f"{name}_latched",))
+    for path, member, value in port.signature.flatten(port):
+        inner_value = inner
+        for step in path:
+            inner_value = getattr(inner_value, step)
+        if member.flow == In:
+            held = Signal.like(value, reset_less=True, name=f"{'__'.join(map(str, path))}_q")
+            m.d.sync += held.eq(value)
+            m.d.comb += inner_value.eq(held)
+        else:
+            m.d.comb += value.eq(inner_value)
+    return inner

@@ -45,6 +45,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -262,8 +263,13 @@ def harness_header(config: HardwareConfig, waveform: str | None,
 
 
 def _native_gemm_defines(config: HardwareConfig) -> list[str]:
-    """The NATIVE GEMM form's C++ facts (`vdla.hw.compute.native_gemm_ports`)."""
-    return ["#define VDLA_GEMM_NATIVE 1",
+    """The NATIVE GEMM form's C++ facts (`vdla.hw.gemm_forms.native_gemm_ports`) and the
+    shapes of the SRAMs its harness holds (`native_gemm_memories`)."""
+    from vdla.hw.gemm_forms import native_gemm_memories   # heavy: Amaranth
+
+    memories = [f"#define VDLA_NATIVE_{name.upper()} {shape.depth}, {shape.row_bytes}, "
+                f"{shape.lanes}" for name, shape in native_gemm_memories(config).items()]
+    return ["#define VDLA_GEMM_NATIVE 1", "#define VDLA_INPUTS_AHEAD 1", *memories,
             f"#define VDLA_GEMM_BATCH {config.batch}",
             f"#define VDLA_GEMM_BLOCK_IN {config.block_in}",
             f"#define VDLA_GEMM_BLOCK_OUT {config.block_out}",
@@ -444,6 +450,8 @@ def build_model(config: HardwareConfig, *, waveform: str | None = None,
             _run_verilator(tmp, verilog, header, waveform, optimise, "use")
         else:
             _run_verilator(tmp, verilog, header, waveform, optimise)
+        if "VDLA_INPUTS_AHEAD" in header:
+            _check_inputs_latched(tmp / "obj")
         os.replace(tmp / "obj" / LIBRARY_NAME, tmp / LIBRARY_NAME)
         # The object files are not needed to load the model: keep the cache small.
         shutil.rmtree(tmp / "obj")
@@ -467,6 +475,19 @@ def build_note(config: HardwareConfig, waveform: str | None, builds: Path,
     return (f"building the Verilator model of {config.name} with {waveform.upper()} tracing: "
             "a waveform needs a model built with tracing, cached apart from the untraced "
             f"one (about a minute, once; cached in {builds}) ...")
+
+
+def _check_inputs_latched(obj: Path):
+    """Raise BuildError if the Verilated model has logic in its input region. The harness
+    of a model whose inputs are latched (`vdla.hw.top._latched`, the NATIVE form) never
+    runs that region: any logic there would see its inputs a cycle early, so the model
+    would be wrong without failing."""
+    found = sorted({name for path in obj.glob(f"V{TOP_NAME}___024root*.cpp")
+                    for name in re.findall(r"\b(\w*___ico_sequent\w*)\(", path.read_text())})
+    if found:
+        raise BuildError(f"the Verilator model has logic that depends on a top-level input "
+                         f"({', '.join(found[:3])}); its harness drives the inputs a cycle "
+                         "ahead and needs every input latched before any logic reads it")
 
 
 def _clean_objects(obj: Path):

@@ -37,14 +37,20 @@
 #define VDLA_API extern "C" __attribute__((visibility("default")))
 
 #ifdef VDLA_GEMM_NATIVE
-// The NATIVE GEMM form's products and sums (vdla.hw.compute.GemmArithmetic.NATIVE): the
-// design puts the reduce stage's operands on native_gemm_x and native_gemm_w, and
-// registers native_gemm_sums, which `tick` drives from them every cycle (the operands
-// are registers, so their values between two edges are known when the cycle starts).
+// The NATIVE GEMM form (vdla.hw.gemm_forms.GemmArithmetic.NATIVE) leaves the GEMM's
+// products and sums, and the wgt SRAM (and the inp SRAM without a dw window), to this
+// harness. `tick` writes its copies of the SRAMs from the load module's write ports
+// (native_M_write_*), as the SRAMs would at the clock edge. When native_gemm_read is
+// high, the design's operand stage holds a micro-op, and `tick` copies the rows at
+// native_gemm_inp_addr and native_gemm_wgt_addr, before the edge, as the SRAMs' read
+// ports would (reading first: a row written at the same edge is read as it was).
+// Two cycles later, with the micro-op in the reduce stage, `tick` drives
+// native_gemm_sums from them, which the design registers. (With a dw window the x
+// operand is every lane's own inputs, on native_gemm_x, from the reduce stage.)
 // The same integers as the WIDE form's multipliers and adder trees: each lane's sum of
 // its block_in products of signed inp and wgt elements, wrapped at the accumulator
 // width (wrapping every partial sum, as the trees do, is wrapping the total). Vectors
-// are the ports' storage: little-endian bytes, element 0 at the bottom.
+// are little-endian bytes, element 0 at the bottom.
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
@@ -131,6 +137,101 @@ void sums(const uint8_t* __restrict x, const uint8_t* __restrict w, uint8_t* __r
             }
     }
 }
+
+// An SRAM held by the harness: DEPTH rows of ROW_BYTES, written LANES words at a time.
+template <uint32_t DEPTH, int ROW_BYTES_, int LANES>
+struct Sram {
+    static constexpr int ROW_BYTES = ROW_BYTES_;
+    static constexpr int WORD_BYTES = ROW_BYTES / LANES;
+    std::vector<uint8_t> rows = std::vector<uint8_t>(size_t(DEPTH) * ROW_BYTES);
+
+    // Row `addr` into `dst` (zeros past the end, where the address is wider than the
+    // depth needs).
+    void read(uint32_t addr, uint8_t* dst) const {
+        if (addr < DEPTH) std::memcpy(dst, &rows[size_t(addr) * ROW_BYTES], ROW_BYTES);
+        else std::memset(dst, 0, ROW_BYTES);
+    }
+    // The write port: `word` into every lane of row `addr` whose bit in `en` is set
+    // (little-endian bytes, lane 0 at bit 0).
+    void write(uint32_t addr, const uint8_t* en, const uint8_t* word) {
+        if (addr >= DEPTH) return;
+        uint8_t* row = &rows[size_t(addr) * ROW_BYTES];
+        for (int lane = 0; lane < LANES; ++lane)
+            if (en[lane / 8] >> (lane % 8) & 1) std::memcpy(row + lane * WORD_BYTES, word, WORD_BYTES);
+    }
+};
+
+// A port's storage as little-endian bytes, and whether any of its bits is set.
+template <typename T>
+inline const uint8_t* bytes_of(const T& port) { return reinterpret_cast<const uint8_t*>(&port); }
+template <std::size_t N>
+inline const uint8_t* bytes_of(const VlWide<N>& port) {
+    return reinterpret_cast<const uint8_t*>(port.m_storage);
+}
+template <typename T>
+inline bool any(const T& port) { return port != 0; }
+template <std::size_t N>
+inline bool any(const VlWide<N>& port) {
+    for (std::size_t i = 0; i < N; ++i) if (port.m_storage[i]) return true;
+    return false;
+}
+
+// The harness's part of the NATIVE form: its SRAMs and the operand rows of the
+// micro-ops in flight (the one read this cycle, in the operand stage, and those of the
+// multiply and reduce stages, read one and two cycles before).
+struct Native {
+    using WgtSram = Sram<VDLA_NATIVE_WGT>;
+    WgtSram wgt;
+#if !VDLA_GEMM_PER_LANE
+    using InpSram = Sram<VDLA_NATIVE_INP>;
+    InpSram inp;
+    static constexpr int X_BYTES = InpSram::ROW_BYTES;
+#else
+    static constexpr int X_BYTES = 1;   // the x operand comes on native_gemm_x
+#endif
+    struct Slot {
+        bool valid = false;
+        alignas(16) uint8_t x[X_BYTES];
+        alignas(16) uint8_t w[WgtSram::ROW_BYTES];
+    } slots[3];
+
+    // Before the edge of `cycle`, inputs not yet settled: drive the reduce stage's sums,
+    // then read this cycle's operand rows (all from registers). The reduce stage's slot
+    // is (cycle - 2) mod 3 = (cycle + 1) mod 3.
+    template <typename Top>
+    void operands(uint64_t cycle, Top& t) {
+        const Slot& reduce = slots[(cycle + 1) % 3];
+        if (reduce.valid) {
+            uint8_t* out = reinterpret_cast<uint8_t*>(&t.native_gemm_sums);
+#if VDLA_GEMM_PER_LANE
+            sums(bytes_of(t.native_gemm_x), reduce.w, out);
+#else
+            sums(reduce.x, reduce.w, out);
+#endif
+        }
+        Slot& operand = slots[cycle % 3];
+        operand.valid = t.native_gemm_read;
+        if (operand.valid) {
+#if !VDLA_GEMM_PER_LANE
+            inp.read(t.native_gemm_inp_addr, operand.x);
+#endif
+            wgt.read(t.native_gemm_wgt_addr, operand.w);
+        }
+    }
+    // Settled, before the edge: the load module's writes of this cycle (after this
+    // cycle's reads, as the SRAMs read first).
+    template <typename Top>
+    void writes(const Top& t) {
+        if (any(t.native_wgt_write_en))
+            wgt.write(t.native_wgt_write_addr, bytes_of(t.native_wgt_write_en),
+                      bytes_of(t.native_wgt_write_word));
+#if !VDLA_GEMM_PER_LANE
+        if (any(t.native_inp_write_en))
+            inp.write(t.native_inp_write_addr, bytes_of(t.native_inp_write_en),
+                      bytes_of(t.native_inp_write_word));
+#endif
+    }
+};
 }  // namespace native_gemm
 #endif
 
@@ -164,12 +265,6 @@ template <std::size_t N>
 inline void get_bytes(const VlWide<N>& port, uint8_t* dst, size_t n) {
     std::memcpy(dst, port.m_storage, std::min(n, sizeof(port.m_storage)));
 }
-
-// A port's storage as bytes (little-endian on the hosts Verilator runs on).
-template <typename T>
-inline uint8_t* port_bytes(T& port) { return reinterpret_cast<uint8_t*>(&port); }
-template <std::size_t N>
-inline uint8_t* port_bytes(VlWide<N>& port) { return reinterpret_cast<uint8_t*>(port.m_storage); }
 
 // The top's AXI ports (Verilator spells the "__" of Amaranth's names as "___05F").
 #define AXI(name) VDLA_M_AXI(name)
@@ -235,6 +330,9 @@ struct Model {
     uint64_t dram_size = 0;
     DramParams p{};
     uint64_t cycle = 0;         // clock cycles since the model was created
+#ifdef VDLA_GEMM_NATIVE
+    native_gemm::Native native;   // the NATIVE form's SRAMs and operands
+#endif
 
     // DRAM model state.
     std::deque<Burst> reads;    // accepted AR, in order
@@ -316,9 +414,15 @@ struct Model {
     }
 
     // --- one clock cycle ------------------------------------------------------------------
-    void tick() {
+    // What `sample` saw, for `update`: the transfers of this cycle.
+    struct Transfers {
+        bool ar, r, aw, w, b, h_aw, h_w, h_b, h_ar, h_r;
+        Burst new_read, new_write;
+    };
+
+    // The DRAM model's and the host's inputs to the design for cycle `cycle`.
+    void drive() {
         VDLA_TOP& t = *top;
-        // 1. drive.
         const Burst* rb = nullptr;
         if (!reads.empty() && reads.front().ready_at <= cycle && read_credit >= BUS_BYTES)
             rb = &reads.front();
@@ -353,44 +457,35 @@ struct Model {
         t.CTRL(arvalid) = h_arvalid;
         t.CTRL(araddr) = h_araddr;
         t.CTRL(rready) = h_rready;
-#ifdef VDLA_GEMM_NATIVE
-        native_gemm::sums(port_bytes(t.native_gemm_x), port_bytes(t.native_gemm_w),
-                          port_bytes(t.native_gemm_sums));
-#endif
+    }
 
-        // 2. settle.
-        t.clk = 0;
-        settle();
-#if VM_TRACE
-        if (trace) trace->dump(10 * cycle);
-#endif
-        // 3. sample.
-        bool ar = t.AXI(arvalid) && t.AXI(arready);
-        bool r = t.AXI(rvalid) && t.AXI(rready);
-        bool aw = t.AXI(awvalid) && t.AXI(awready);
-        bool w = t.AXI(wvalid) && t.AXI(wready);
-        bool b = t.AXI(bvalid) && t.AXI(bready);
-        Burst new_read{}, new_write{};
-        if (ar) new_read = accept(t.AXI(araddr), t.AXI(arlen), t.AXI(arsize), t.AXI(arburst),
-                                  t.AXI(arid), true);
-        if (aw) new_write = accept(t.AXI(awaddr), t.AXI(awlen), t.AXI(awsize), t.AXI(awburst),
-                                   t.AXI(awid), false);
-        if (w) write_beat();   // data and strobes are only valid now
-        bool h_aw = h_awvalid && t.CTRL(awready);
-        bool h_w = h_wvalid && t.CTRL(wready);
-        bool h_b = h_bready && t.CTRL(bvalid);
-        bool h_ar = h_arvalid && t.CTRL(arready);
-        bool h_r = h_rready && t.CTRL(rvalid);
-        if (h_r) host_rdata = t.CTRL(rdata);
+    // The handshakes of this cycle, from the settled design and the inputs it sees (the
+    // input ports hold them: both ways of ticking set them before the design settles).
+    Transfers sample() {
+        VDLA_TOP& t = *top;
+        Transfers x{};
+        x.ar = t.AXI(arvalid) && t.AXI(arready);
+        x.r = t.AXI(rvalid) && t.AXI(rready);
+        x.aw = t.AXI(awvalid) && t.AXI(awready);
+        x.w = t.AXI(wvalid) && t.AXI(wready);
+        x.b = t.AXI(bvalid) && t.AXI(bready);
+        if (x.ar) x.new_read = accept(t.AXI(araddr), t.AXI(arlen), t.AXI(arsize), t.AXI(arburst),
+                                      t.AXI(arid), true);
+        if (x.aw) x.new_write = accept(t.AXI(awaddr), t.AXI(awlen), t.AXI(awsize), t.AXI(awburst),
+                                       t.AXI(awid), false);
+        if (x.w) write_beat();   // data and strobes are only valid now
+        x.h_aw = t.CTRL(awvalid) && t.CTRL(awready);
+        x.h_w = t.CTRL(wvalid) && t.CTRL(wready);
+        x.h_b = t.CTRL(bready) && t.CTRL(bvalid);
+        x.h_ar = t.CTRL(arvalid) && t.CTRL(arready);
+        x.h_r = t.CTRL(rready) && t.CTRL(rvalid);
+        if (x.h_r) host_rdata = t.CTRL(rdata);
+        return x;
+    }
 
-        // 4. edge.
-        t.clk = 1;
-        edge();
-#if VM_TRACE
-        if (trace) trace->dump(10 * cycle + 5);
-#endif
-        // 5. update.
-        if (r) {
+    // The models after this cycle's transfers.
+    void update(const Transfers& x) {
+        if (x.r) {
             Burst& head = reads.front();
             head.addr = next_beat_addr(head);
             if (--head.beats == 0) {
@@ -399,27 +494,92 @@ struct Model {
             }
             read_credit -= BUS_BYTES;
         }
-        if (b) {
+        if (x.b) {
             bresps.pop_front();
             ++writes_served;
         }
-        if (ar) {
-            new_read.ready_at = cycle + std::max<uint64_t>(1, p.read_latency);
-            reads.push_back(new_read);
+        if (x.ar) {
+            Burst read = x.new_read;
+            read.ready_at = cycle + std::max<uint64_t>(1, p.read_latency);
+            reads.push_back(read);
         }
-        if (aw) writes.push_back(new_write);
-        if (w) write_credit -= BUS_BYTES;
-        if (h_aw) h_awvalid = false;
-        if (h_w) h_wvalid = false;
-        if (h_b) { h_bready = false; host_done = true; }
-        if (h_ar) h_arvalid = false;
-        if (h_r) { h_rready = false; host_done = true; }
+        if (x.aw) writes.push_back(x.new_write);
+        if (x.w) write_credit -= BUS_BYTES;
+        if (x.h_aw) h_awvalid = false;
+        if (x.h_w) h_wvalid = false;
+        if (x.h_b) { h_bready = false; host_done = true; }
+        if (x.h_ar) h_arvalid = false;
+        if (x.h_r) { h_rready = false; host_done = true; }
         // Bandwidth: credit accrues each cycle; it cannot be saved up beyond one beat.
         read_credit = std::min(read_credit + p.bytes_per_cycle, double(BUS_BYTES) + p.bytes_per_cycle);
         write_credit = std::min(write_credit + p.bytes_per_cycle, double(BUS_BYTES) + p.bytes_per_cycle);
-        ++cycle;
+    }
 
-        uint32_t state = t.state;
+#if VDLA_INPUTS_AHEAD
+    // The NATIVE form's top latches every input but the sums and the reset, whose only
+    // readers are registers, at the clock edge (vdla.hw.top._latched), so the design
+    // depends on no input between two edges. The inputs for a cycle are therefore set
+    // before the edge that starts it, and one evaluation a cycle, the edge's, settles
+    // everything: the design's outputs of cycle t are ready when `tick` begins.
+    // A host transfer asked for between two ticks is seen a cycle later than in the
+    // other forms (`INPUT_DELAY`); the accelerator's cycles are the same.
+    static constexpr uint64_t INPUT_DELAY = 1;
+    void tick() {
+        VDLA_TOP& t = *top;
+#if VM_TRACE
+        if (trace) { t.clk = 0; trace->dump(10 * cycle); }
+#endif
+        native.operands(cycle, t);
+        native.writes(t);
+        Transfers x = sample();
+        update(x);
+        ++cycle;
+        drive();
+        t.clk = 0;
+        VDLA_ROOT_FN(eval_phase__act)(root());   // the clock is seen low: the next rise is an edge
+        t.clk = 1;
+        edge();
+#if VM_TRACE
+        if (trace) trace->dump(10 * cycle - 5);
+#endif
+        watch();
+    }
+#else
+    static constexpr uint64_t INPUT_DELAY = 0;
+    void tick() {
+        VDLA_TOP& t = *top;
+        // 1. drive.
+        drive();
+#ifdef VDLA_GEMM_NATIVE
+        native.operands(cycle, t);
+#endif
+        // 2. settle.
+        t.clk = 0;
+        settle();
+#if VM_TRACE
+        if (trace) trace->dump(10 * cycle);
+#endif
+        // 3. sample.
+#ifdef VDLA_GEMM_NATIVE
+        native.writes(t);
+#endif
+        Transfers x = sample();
+        // 4. edge.
+        t.clk = 1;
+        edge();
+#if VM_TRACE
+        if (trace) trace->dump(10 * cycle + 5);
+#endif
+        // 5. update.
+        update(x);
+        ++cycle;
+        watch();
+    }
+#endif
+
+    // The watchdog's and the timeline's record of STATE.
+    void watch() {
+        uint32_t state = top->state;
         if (state != last_state) {
             last_state = state;
             last_change = cycle;
@@ -666,7 +826,7 @@ VDLA_API int32_t vdla_run(void* h, uint64_t insn_addr, uint64_t insn_count, uint
         return out->status;
     }
     // Cycle 0 of the run (and of its timeline) is the first cycle of the start write.
-    uint64_t start = m->cycle;
+    uint64_t start = m->cycle + Model::INPUT_DELAY;
     m->record = record != 0;
     m->timeline.clear();
     m->record_base = start;
