@@ -243,8 +243,11 @@ class VerilatorModel:
 
     def poke(self, name: str, value: int):
         """Set input port `name`; it takes effect at the next `eval` or `step`. The ports of
-        ``m_axi`` are driven by the DRAM model and ``clk`` by `step`, so poking them is
-        overwritten; ``s_axi_ctrl`` is left alone except during `ctrl_read`/`ctrl_write`."""
+        ``m_axi`` and ``s_axi_ctrl`` are driven every cycle by the DRAM model and the host
+        side, and ``clk`` by `step`, so a poke of them lasts until the next cycle. In the
+        NATIVE form (the default) the bus inputs are latched at the clock edge
+        (`vdla.hw.top._latched`): a poked bus input reaches the design at an edge, not at
+        `eval`."""
         index, width, is_input = self._port(name)
         if not is_input:
             raise ValueError(f"port {name!r} is an output; only inputs can be poked")
