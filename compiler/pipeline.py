@@ -51,14 +51,15 @@ from vdla.compiler.reference.tolerance import (FLOAT16_TOLERANCE, FLOAT_TOLERANC
 from vdla.compiler.targets import op_parallel
 from vdla.compiler.targets.base import Progress, Target
 from vdla.compiler.targets.model import CompiledModel, RunResult, compile_model
+from vdla.compiler.tuner.dataset import DatasetPlan
 from vdla.compiler.tuner.tune import best_schedules
 from vdla._memo import remembered_object
 from vdla.execute import make_executor
 
 __all__ = ["FLOAT16_TOLERANCE", "FLOAT_TOLERANCE", "LoadedModel", "Outcome", "PRECISIONS",
            "TOLERANCES", "check", "check_model_spec", "compile_for", "graph_for",
-           "load_model", "quantize_for", "relative_error", "requant_mode", "run_model",
-           "tasks_from_workload"]
+           "dataset_plan", "load_model", "quantize_for", "relative_error", "requant_mode",
+           "run_model", "tasks_from_workload"]
 
 #: What `run_model` compiles: the quantized graph, or the prepared float graph.
 PRECISIONS = ("int8", "float32", "float16")
@@ -474,3 +475,35 @@ def tasks_from_workload(spec: str, target) -> list:
         raise ValueError(f"target {target.name!r} has no tunable task for workload {name} "
                          f"({workload}): it does not run that layer of ResNet-18")
     return found
+
+
+def dataset_plan(platforms: Sequence[Target], *, held_out: Sequence[Target] = (),
+                 models: Sequence[str] = (), shapes: Sequence[str] = (), per_task: int = 8,
+                 seed: int = 0, held_out_models: Sequence[str] = (),
+                 log: Callable[[str], None] = lambda message: None) -> DatasetPlan:
+    """The `DatasetPlan` of a training set (`vdla.compiler.tuner.dataset`): the tasks of
+    every tunable op of `models` and of every workload of `shapes` (as
+    `tasks_from_workload` takes them) on each of `platforms` (targets, one a platform:
+    `Target.platforms`); `held_out` platforms are named in the manifest and not measured.
+    A shape a platform cannot tune is left out, and `log` says so."""
+    def tasks_of(target) -> list:
+        tasks = []
+        for name in models:
+            tasks += target.tasks(graph_for(load_model(name), target))
+        for spec in shapes:
+            try:
+                tasks += tasks_from_workload(spec, target)
+            except ValueError as exc:
+                log(f"left out {spec}: {exc}")
+        return tasks
+
+    measured = [(target, tasks_of(target)) for target in platforms]
+    # A held-out platform's name is its tasks' (`TuneTask.platform`), so it takes a task.
+    kept_out = [(target, tasks_of(target)[:1]) for target in held_out]
+    return DatasetPlan(
+        tasks=[task for _, tasks in measured for task in tasks],
+        platforms={tasks[0].platform: target.platform_params()
+                   for target, tasks in measured + kept_out if tasks},
+        models=tuple(models), shapes=tuple(shapes), per_task=per_task, seed=seed,
+        held_out_models=tuple(held_out_models),
+        held_out_platforms=tuple(tasks[0].platform for _, tasks in kept_out if tasks))

@@ -354,6 +354,17 @@ class Target(abc.ABC):
         """This target's settings as JSON values, for reports (config, backend, ...)."""
         return {}
 
+    def platforms(self, count: int, *, seed: int = 0) -> list["Target"]:
+        """`count` targets like this one on as many platforms, for a training set that
+        spans them (`vdla.compiler.tuner.dataset`): the accelerator's hardware configs,
+        say. ValueError by default: a target without platforms to draw."""
+        raise ValueError(f"target {self.name!r} has no platforms to draw for a training set")
+
+    def platform_params(self) -> dict:
+        """What this target's platform is, as JSON values, for a training set's manifest:
+        `options` by default."""
+        return self.options()
+
     def check_graph(self, graph: Graph) -> None:
         """Raise ValueError for a graph this target cannot take at all (before
         partitioning); by default every graph is fine."""

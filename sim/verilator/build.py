@@ -68,7 +68,7 @@ from vdla.sim.verilator import training
 
 __all__ = ["LIBRARY_NAME", "OPTIMISE_ENV", "OPTIMISE_LEVELS", "WAVEFORM_FORMATS",
            "BuildError", "ModelBuild", "build_model", "build_note", "cached_verilog",
-           "default_optimise", "harness_header", "registered_reset"]
+           "default_optimise", "harness_header", "registered_reset", "tool_versions"]
 
 LIBRARY_NAME = "libvdla_sim.so"
 #: Waveform formats a build can dump: VCD always; FST needs the lz4 headers at build time.
@@ -111,6 +111,12 @@ class ModelBuild:
 # --- identities of the tools --------------------------------------------------------------
 
 @lru_cache(maxsize=None)
+def tool_versions() -> dict[str, str]:
+    """The versions of the tools a model's cycles come from: Verilator's and the C++
+    compiler's (for a training set's manifest)."""
+    return {"verilator": _verilator_version(), "compiler": _compiler_identity(_cxx())}
+
+
 def _verilator_version() -> str:
     return version("verilator")
 

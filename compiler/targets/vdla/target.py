@@ -48,6 +48,7 @@ from vdla.compiler.targets.vdla.kernel import VdlaKernel, activation_regions
 from vdla.compiler.targets.vdla.placement import (VIEW_OPS, BufferPlan, concat_conflicts,
                                                   concat_view_problem, flatten_view_problem,
                                                   plan_buffers, resident)
+from vdla.compiler.targets.vdla.platforms import sample_configs
 from vdla.compiler.targets.vdla.pool import (POOL_OPS, Pool2dSchedule, choose_pool2d,
                                              lower_pool2d, pool2d_layer)
 from vdla.compiler.targets.vdla.session import VdlaSession
@@ -56,6 +57,7 @@ from vdla.compiler.targets.vdla.tap_pack import tap_packs
 from vdla.compiler.targets.vdla.tuning import BACKENDS as TUNE_BACKENDS
 from vdla.compiler.targets.vdla.tuning import conv_tasks
 from vdla.config import AluOp, HardwareConfig
+from vdla.sim.verilator.build import tool_versions
 
 __all__ = ["GEMM_OPS", "VdlaKernel", "VdlaSession", "VdlaTarget", "activation_regions"]
 
@@ -146,6 +148,19 @@ class VdlaTarget(VdlaCommandLine, Target):
                 "clock_mhz": self.config.clock_mhz,
                 "board": None if self.board is None else self.board.name,
                 "dram": None if dram is None else dataclasses.asdict(dram)}
+
+    def platforms(self, count: int, *, seed: int = 0) -> list["VdlaTarget"]:
+        """Targets on `count` configs drawn from `CONFIG_SPACE` over this one's config
+        (`sample_configs`), with this one's backend and options."""
+        return [VdlaTarget(config, backend=self.backend, board=self.board,
+                           **self.device_options)
+                for config in sample_configs(count, seed=seed, base=self.config)]
+
+    def platform_params(self) -> dict:
+        params = {**self.options(), "hardware": self.config.to_dict()}
+        if self.backend == "verilator":
+            params["tools"] = tool_versions()
+        return params
 
     def capabilities(self) -> list[tuple[str, str]]:
         c = self.config

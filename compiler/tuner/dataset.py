@@ -1,0 +1,159 @@
+"""Training sets for cost models that learn across layers and platforms: measured
+schedules of many workloads on many platforms, kept in a records file with a manifest.
+
+    platforms = targets.get("vdla").platforms(10, seed=0)   # one target per config
+    plan = pipeline.dataset_plan(platforms[:8], held_out=platforms[8:],
+                                 models=("resnet18", "mobilenet_v1"),
+                                 shapes=random_shapes(16, seed=0), per_task=12)
+    with Records("train.db") as db, LocalRunner("verilator", jobs=2) as runner:
+        manifest = generate(plan, runner, db)
+
+Each (platform, workload) task gets `tune_task` with the random tuner: its default
+schedule and ``per_task - 1`` others drawn at random from its space, so the set covers
+the space rather than only what a tuner would pick; the records resume a stopped run as
+they resume tuning. A task whose space is empty on a platform (its tiles cannot fit the
+buffers) is skipped and named in the manifest. The manifest (`Manifest`, JSON) gives
+the counts by platform and workload, the platforms' parameters (with the versions of
+the tools that measure them), what was held out, vdla's version and the time the
+generation took, so a trained model can say what it
+learned from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import time
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+import vdla
+from vdla._fileio import atomic_write
+from vdla.compiler.tuner.records import Records
+from vdla.compiler.tuner.tune import tune_task
+
+__all__ = ["DatasetPlan", "Manifest", "generate", "random_shapes"]
+
+def random_shapes(count: int, *, seed: int = 0) -> list[str]:
+    """`count` convolution workloads (``H,W,Cin,Cout,k,pad,stride``) drawn at random from
+    the sizes of image models' layers: planes of 7 to 56, 16 to 256 channels, 1x1 and
+    3x3 kernels (same padding), strides 1 and 2."""
+    rng = np.random.default_rng(seed)
+    shapes = []
+    while len(shapes) < count:
+        side = int(rng.choice([7, 14, 28, 56]))
+        cin, cout = (int(16 * rng.integers(1, 17)) for _ in range(2))
+        k = int(rng.choice([1, 3]))
+        stride = int(rng.choice([1, 2])) if side > 7 else 1
+        spec = f"{side},{side},{cin},{cout},{k},{k // 2},{stride}"
+        if spec not in shapes:
+            shapes.append(spec)
+    return shapes
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetPlan:
+    """What a training set measures (`vdla.compiler.pipeline.dataset_plan` makes one from
+    a target's platforms, models and shapes).
+
+    tasks : every (platform, workload) task to measure (`TuneTask`)
+    platforms : each platform's parameters by its name (`TuneTask.platform`; the held-out
+        ones too), for the manifest
+    models, shapes : what the tasks came from, for the manifest
+    per_task : schedules measured per task, the default among them
+    seed : seeds each task's random draw
+    held_out_models, held_out_platforms : names kept out of the set (not measured),
+        recorded in the manifest for the figures that test on them
+    batch : schedules measured at once
+    """
+
+    tasks: Sequence[Any]
+    platforms: Mapping[str, dict]
+    models: Sequence[str] = ()
+    shapes: Sequence[str] = ()
+    per_task: int = 8
+    seed: int = 0
+    held_out_models: Sequence[str] = ()
+    held_out_platforms: Sequence[str] = ()
+    batch: int = 8
+
+    def __post_init__(self):
+        if isinstance(self.per_task, bool) or not isinstance(self.per_task, int) \
+                or self.per_task < 1:
+            raise ValueError(f"per_task must be a positive integer, not {self.per_task!r}")
+        clash = sorted(set(self.models) & set(self.held_out_models))
+        if clash:
+            raise ValueError(f"models both measured and held out: {clash}")
+        held = [t.name for t in self.tasks if t.platform in self.held_out_platforms]
+        if held:
+            raise ValueError(f"tasks on held-out platforms: {held[:3]}")
+        if not self.tasks:
+            raise ValueError("a dataset needs tasks to measure")
+
+
+@dataclasses.dataclass
+class Manifest:
+    """What a generation measured; `write` keeps it as JSON beside the records."""
+
+    records: str
+    backend: str
+    platforms: dict[str, dict]
+    models: list[str]
+    shapes: list[str]
+    per_task: int
+    seed: int
+    held_out: dict[str, list]
+    counts: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
+    skipped: list[dict] = dataclasses.field(default_factory=list)
+    measured: int = 0
+    failed: int = 0
+    seconds: float = 0.0
+    created: str = ""
+    tools: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    @property
+    def total(self) -> int:
+        return sum(sum(c.values()) for c in self.counts.values())
+
+    def write(self, path: str | Path) -> None:
+        atomic_write(Path(path), (json.dumps({**dataclasses.asdict(self),
+                                              "total": self.total}, indent=1) + "\n").encode())
+
+
+#: Called with (platform, task name, tasks done, tasks in all) after each task.
+Progress = Callable[[str, str, int, int], None]
+
+
+def generate(plan: DatasetPlan, runner, records: Records, *,
+             progress: Progress | None = None) -> Manifest:
+    """Measure `plan` with `runner` into `records` and return its `Manifest` (not yet
+    written). A run stopped part way and started again measures only what is missing."""
+    start = time.perf_counter()
+    manifest = Manifest(
+        records=str(getattr(records, "path", "")), backend=runner.backend,
+        platforms={name: dict(params) for name, params in plan.platforms.items()},
+        models=list(plan.models), shapes=list(plan.shapes), per_task=plan.per_task,
+        seed=plan.seed, held_out={"models": list(plan.held_out_models),
+                                  "platforms": list(plan.held_out_platforms)},
+        created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        tools={"vdla": vdla.__version__})
+    work = list(plan.tasks)
+    for done, task in enumerate(work, 1):
+        try:
+            result = tune_task(task, runner, trials=plan.per_task, records=records,
+                               tuner="random", batch=plan.batch, seed=plan.seed)
+        except ValueError as exc:   # no schedule fits this platform
+            manifest.skipped.append({"platform": task.platform, "workload": task.name,
+                                     "why": str(exc)})
+        else:
+            counts = manifest.counts.setdefault(task.platform, {})
+            counts[task.key] = result.trials
+            manifest.measured += len(result.history)
+            manifest.failed += result.failures
+        if progress is not None:
+            progress(task.platform, task.name, done, len(work))
+    manifest.seconds = round(time.perf_counter() - start, 1)
+    return manifest

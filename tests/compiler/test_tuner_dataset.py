@@ -1,0 +1,98 @@
+"""Training sets for learned cost models (`vdla.compiler.tuner.dataset`, ``vdla dataset``),
+measured here with the functional backend (the same loop as Verilator's, in seconds)."""
+
+import json
+
+import pytest
+
+import vdla
+from vdla.cli import main
+from vdla.compiler import pipeline, targets
+from vdla.compiler.targets.vdla.platforms import CONFIG_SPACE, sample_configs
+from vdla.compiler.tuner import LocalRunner, Records
+from vdla.compiler.tuner.dataset import DatasetPlan, generate, random_shapes
+from vdla.compiler.frontend.workloads import parse_workload
+
+SHAPES = ("14,14,16,32,3,1,1", "7,7,16,16,1,0,1")
+
+
+def test_configs_are_drawn_distinct_valid_and_seeded():
+    drawn = sample_configs(6, seed=1)
+    assert len({c.name for c in drawn}) == 6
+    assert [c.name for c in drawn] == [c.name for c in sample_configs(6, seed=1)]
+    assert [c.name for c in drawn] != [c.name for c in sample_configs(6, seed=2)]
+    for c in drawn:
+        assert c.block_in in CONFIG_SPACE["block_in"] and c.alu_hold in (False, True)
+    base = vdla.HardwareConfig(alu_ops=("ADD", "MAX", "MIN", "SHR", "MUL"))
+    assert all("MUL" in {op.name for op in c.alu_ops}
+               for c in sample_configs(3, seed=0, base=base))   # the base's other fields
+    with pytest.raises(ValueError, match=r"\['clock'\] are not HardwareConfig fields"):
+        sample_configs(1, space={"clock": (100,)})
+    with pytest.raises(ValueError, match="holds 2 valid configs, fewer than the 3"):
+        sample_configs(3, space={"alu_hold": (False, True)})
+
+
+def test_random_shapes_are_seeded_valid_workloads():
+    shapes = random_shapes(12, seed=4)
+    assert len(set(shapes)) == 12 and shapes == random_shapes(12, seed=4)
+    for spec in shapes:
+        parse_workload(spec)   # raises for a bad one
+
+
+def test_a_plan_refuses_what_it_cannot_measure():
+    target = targets.get("vdla")
+    [task] = pipeline.tasks_from_workload(SHAPES[0], target)
+    with pytest.raises(ValueError, match="per_task must be a positive integer"):
+        DatasetPlan(tasks=[task], platforms={}, per_task=0)
+    with pytest.raises(ValueError, match=r"both measured and held out: \['resnet18'\]"):
+        DatasetPlan(tasks=[task], platforms={}, models=("resnet18",),
+                    held_out_models=("resnet18",))
+    with pytest.raises(ValueError, match="tasks on held-out platforms"):
+        DatasetPlan(tasks=[task], platforms={}, held_out_platforms=(task.platform,))
+    with pytest.raises(ValueError, match="tasks to measure"):
+        DatasetPlan(tasks=[], platforms={})
+    with pytest.raises(ValueError, match="has no platforms to draw"):
+        targets.get("host").platforms(2)
+
+
+def test_generate_measures_every_platform_resumes_and_holds_out(tmp_path):
+    drawn = targets.get("vdla", backend="functional").platforms(3, seed=0)
+    left_out = []
+    plan = pipeline.dataset_plan(drawn[:2], held_out=drawn[2:], shapes=SHAPES, per_task=3,
+                                 held_out_models=("mobilenet_v1",), log=left_out.append)
+    assert len(plan.tasks) == 4 and not left_out
+    seen = []
+    with Records(tmp_path / "set.db") as db, LocalRunner("functional", jobs=2) as runner:
+        first = generate(plan, runner, db, progress=lambda *a: seen.append(a))
+        again = generate(plan, runner, db)
+        rows = db.query()
+    platforms = [t.config.name for t in drawn]
+    assert sorted(first.counts) == sorted(platforms[:2])
+    assert all(len(c) == 2 and set(c.values()) == {3} for c in first.counts.values())
+    assert first.measured == first.total == 12 == len(rows) and first.failed == 0
+    assert {r.config for r in rows} == set(platforms[:2])
+    assert again.measured == 0 and again.total == 12          # resumed: nothing new
+    assert first.held_out == {"models": ["mobilenet_v1"], "platforms": [platforms[2]]}
+    assert first.platforms[platforms[2]]["hardware"]["block_in"] == drawn[2].config.block_in
+    assert [a[2:] for a in seen] == [(i, 4) for i in range(1, 5)]
+    first.write(tmp_path / "m.json")
+    written = json.loads((tmp_path / "m.json").read_text())
+    assert written["total"] == 12 and written["backend"] == "functional"
+    assert written["tools"]["vdla"] == vdla.__version__ and written["created"]
+    # A Verilator-measured platform says which tools measured it.
+    assert set(targets.get("vdla").platform_params()["tools"]) == {"verilator", "compiler"}
+
+
+def test_vdla_dataset_writes_records_and_a_manifest(tmp_path, capsys):
+    db = tmp_path / "set.db"
+    assert main(["dataset", "--records", str(db), "--platforms", "2", "--held-out-platforms",
+                 "1", "--shapes", "2", "--per-task", "2", "--measure", "functional",
+                 "--jobs", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "training set: 8 measurements on 2 platforms" in out and "held out" in out
+    manifest = json.loads((tmp_path / "set.db.manifest.json").read_text())
+    assert manifest["total"] == 8 and len(manifest["held_out"]["platforms"]) == 1
+    assert main(["dataset", "--records", str(db), "--shapes", "0"]) == 1
+    assert "nothing to measure" in capsys.readouterr().err
+    assert main(["dataset", "--records", str(db), "--target", "host", "--shapes", "1"]) == 1
+    assert "no tunable ops" in capsys.readouterr().err

@@ -1,0 +1,118 @@
+"""``vdla dataset``: measure a training set for cost models that learn across layers and
+platforms: random schedules of many workloads (models' tunable ops and random
+convolutions) on many platforms of a target (the accelerator's hardware configs), into
+a records file with a JSON manifest (`vdla.compiler.tuner.dataset`)."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from vdla.cli.common import CliError, log, on_interrupt, output_file, table
+from vdla.cli.run import DEFAULT_TARGET
+from vdla.cli.target_args import add_target_options, make_target
+from vdla.compiler import pipeline, targets
+from vdla.compiler.tuner import LocalRunner, Records
+from vdla.compiler.tuner.dataset import generate, random_shapes
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "dataset", help="measure a training set for learned cost models: random schedules "
+                        "of many workloads on many platforms, into records and a manifest",
+        description="Measure a training set: on each of --platforms platforms of the target "
+                    "(the accelerator: hardware configs drawn from a space of them), the "
+                    "default and --per-task - 1 random schedules of every tunable op of "
+                    "each MODEL and of --shapes random convolutions, on the target's "
+                    "first measurement backend (the accelerator: Verilator). Records go to "
+                    "--records; a stopped run, started again, measures only what is "
+                    "missing. The manifest says what was measured, held out and with "
+                    "which tools.")
+    p.add_argument("models", metavar="MODEL", nargs="*",
+                   help="zoo model names (or .onnx paths) whose tunable ops are workloads")
+    p.add_argument("--records", required=True, type=output_file, metavar="DB",
+                   help="SQLite records file (created if missing)")
+    p.add_argument("--manifest", type=output_file, metavar="PATH",
+                   help="where the manifest goes (default: DB with .manifest.json)")
+    p.add_argument("--target", default=DEFAULT_TARGET, metavar="NAME",
+                   help=f"the target measured: {', '.join(targets.names())} (default "
+                        f"{DEFAULT_TARGET}; its platforms are the target's to draw)")
+    p.add_argument("--platforms", type=int, default=4, metavar="N",
+                   help="platforms measured (default 4)")
+    p.add_argument("--held-out-platforms", type=int, default=0, metavar="H",
+                   help="further platforms drawn and named in the manifest, not measured "
+                        "(default 0)")
+    p.add_argument("--held-out-models", nargs="+", default=[], metavar="MODEL",
+                   help="models named in the manifest as held out (not measured)")
+    p.add_argument("--shapes", type=int, default=8, metavar="K",
+                   help="random convolution workloads besides the models' (default 8)")
+    p.add_argument("--per-task", type=int, default=8, metavar="K",
+                   help="schedules per (platform, workload), the default among them "
+                        "(default 8)")
+    p.add_argument("--measure", metavar="BACKEND",
+                   help="one of the target's measurement backends (default its first: "
+                        "the accelerator's is verilator)")
+    p.add_argument("--jobs", type=int, default=1, metavar="J",
+                   help="parallel measurement processes (default 1)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seeds the platforms, the shapes and the schedules (default 0)")
+    p.add_argument("--timeout", type=float, default=600.0, metavar="SEC",
+                   help="wall-clock limit of one measurement (default 600)")
+    add_target_options(p, "tune")
+    p.set_defaults(func=run)
+
+
+def _check_args(args):
+    for name, least in (("platforms", 1), ("held_out_platforms", 0), ("shapes", 0),
+                        ("per_task", 1), ("jobs", 1)):
+        value = getattr(args, name)
+        if value < least:
+            raise CliError(f"--{name.replace('_', '-')} must be at least {least}, not {value}")
+    if not args.models and not args.shapes:
+        raise CliError("nothing to measure: name a MODEL or give --shapes K > 0")
+
+
+def run(args) -> int:
+    _check_args(args)
+    target = make_target(args.target, args, "tune", log=log)
+    measure = args.measure or (target.measure_backends or (None,))[0]
+    if measure is None:
+        raise CliError(f"target {target.name!r} has no tunable ops to measure")
+    try:
+        target.check_measure(measure)
+        drawn = target.platforms(args.platforms + args.held_out_platforms, seed=args.seed)
+        plan = pipeline.dataset_plan(
+            drawn[:args.platforms], held_out=drawn[args.platforms:], models=args.models,
+            shapes=random_shapes(args.shapes, seed=args.seed), per_task=args.per_task,
+            seed=args.seed, held_out_models=args.held_out_models, log=log)
+    except ValueError as e:
+        raise CliError(str(e)) from None
+    manifest_path = args.manifest or f"{args.records}.manifest.json"
+    start = time.perf_counter()
+
+    def progress(platform, task, done, total):
+        print(f"[{done}/{total}] {platform}: {task}", file=sys.stderr, flush=True)
+
+    with LocalRunner(measure, jobs=args.jobs, timeout=args.timeout) as runner, \
+            Records(args.records) as records:
+        on_interrupt(args, f"the records in {args.records} keep what was measured; the "
+                           "same command resumes")
+        manifest = generate(plan, runner, records, progress=progress)
+    manifest.write(manifest_path)
+    print(f"training set: {manifest.total} measurements on {len(manifest.counts)} platforms "
+          f"({manifest.measured} new, {manifest.failed} failed) in "
+          f"{time.perf_counter() - start:.0f} s, {measure} measurements; records "
+          f"{args.records}; manifest {manifest_path}")
+    rows = [(platform, str(len(counts)), str(sum(counts.values())),
+             str(sum(s["platform"] == platform for s in manifest.skipped)))
+            for platform, counts in manifest.counts.items()]
+    for line in table(("platform", "workloads", "measurements", "skipped"), rows,
+                      right={1, 2, 3}):
+        print("  " + line)
+    held = manifest.held_out
+    if held["platforms"] or held["models"]:
+        print(f"held out (not measured): platforms {', '.join(held['platforms']) or '-'}; "
+              f"models {', '.join(held['models']) or '-'}")
+    return 0
