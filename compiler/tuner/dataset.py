@@ -111,6 +111,7 @@ class Manifest:
     measured: int = 0
     failed: int = 0
     seconds: float = 0.0
+    complete: bool = False
     created: str = ""
     tools: dict[str, str] = dataclasses.field(default_factory=dict)
 
@@ -128,9 +129,13 @@ Progress = Callable[[str, str, int, int], None]
 
 
 def generate(plan: DatasetPlan, runner, records: Records, *,
-             progress: Progress | None = None) -> Manifest:
+             progress: Progress | None = None,
+             checkpoint: Callable[[Manifest], None] | None = None) -> Manifest:
     """Measure `plan` with `runner` into `records` and return its `Manifest` (not yet
-    written). A run stopped part way and started again measures only what is missing."""
+    written). A run stopped part way and started again measures only what is missing.
+    `checkpoint` is called with the manifest so far after every task (``complete``
+    False until the last), so that a long run stopped part way still says what its
+    records hold."""
     start = time.perf_counter()
     manifest = Manifest(
         records=str(getattr(records, "path", "")), backend=runner.backend,
@@ -153,7 +158,10 @@ def generate(plan: DatasetPlan, runner, records: Records, *,
             counts[task.key] = result.trials
             manifest.measured += len(result.history)
             manifest.failed += result.failures
+        manifest.seconds = round(time.perf_counter() - start, 1)
+        manifest.complete = done == len(work)
+        if checkpoint is not None:
+            checkpoint(manifest)
         if progress is not None:
             progress(task.platform, task.name, done, len(work))
-    manifest.seconds = round(time.perf_counter() - start, 1)
     return manifest

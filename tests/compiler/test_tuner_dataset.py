@@ -63,7 +63,9 @@ def test_generate_measures_every_platform_resumes_and_holds_out(tmp_path):
     assert len(plan.tasks) == 4 and not left_out
     seen = []
     with Records(tmp_path / "set.db") as db, LocalRunner("functional", jobs=2) as runner:
-        first = generate(plan, runner, db, progress=lambda *a: seen.append(a))
+        kept = []
+        first = generate(plan, runner, db, progress=lambda *a: seen.append(a),
+                         checkpoint=lambda m: kept.append((m.total, m.complete)))
         again = generate(plan, runner, db)
         rows = db.query()
     platforms = [t.config.name for t in drawn]
@@ -75,6 +77,7 @@ def test_generate_measures_every_platform_resumes_and_holds_out(tmp_path):
     assert first.held_out == {"models": ["mobilenet_v1"], "platforms": [platforms[2]]}
     assert first.platforms[platforms[2]]["hardware"]["block_in"] == drawn[2].config.block_in
     assert [a[2:] for a in seen] == [(i, 4) for i in range(1, 5)]
+    assert kept == [(3, False), (6, False), (9, False), (12, True)]
     first.write(tmp_path / "m.json")
     written = json.loads((tmp_path / "m.json").read_text())
     assert written["total"] == 12 and written["backend"] == "functional"

@@ -99,7 +99,10 @@ def run(args) -> int:
             Records(args.records) as records:
         on_interrupt(args, f"the records in {args.records} keep what was measured; the "
                            "same command resumes")
-        manifest = generate(plan, runner, records, progress=progress)
+        # The manifest is rewritten after every task: a stopped run still says what its
+        # records hold ("complete": false).
+        manifest = generate(plan, runner, records, progress=progress,
+                            checkpoint=lambda m: m.write(manifest_path))
     manifest.write(manifest_path)
     print(f"training set: {manifest.total} measurements on {len(manifest.counts)} platforms "
           f"({manifest.measured} new, {manifest.failed} failed) in "

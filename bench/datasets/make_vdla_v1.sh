@@ -1,0 +1,10 @@
+#!/bin/sh
+# The accelerator's first training set (issue 39): what the learned cost model is
+# trained on. Resumable: run again to measure only what is missing (the records and the
+# manifest are written next to this script). Two workers on two cores took about ... .
+set -e
+cd "$(dirname "$0")/../.."
+exec vdla dataset resnet18 mobilenet_v1 \
+    --platforms 8 --held-out-platforms 2 --held-out-models resnet50 \
+    --shapes 16 --per-task 12 --seed 0 --jobs 2 \
+    --records bench/datasets/vdla_v1.db "$@"
