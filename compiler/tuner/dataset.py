@@ -146,6 +146,13 @@ def generate(plan: DatasetPlan, runner, records: Records, *,
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         tools={"vdla": vdla.__version__})
     work = list(plan.tasks)
+    # What the records already hold for each task, so that every manifest written says
+    # what they hold, not only what this run measured.
+    for task in work:
+        held = len({r.schedule_json for r in records.query(
+            task.key, task.platform, runner.backend, target=task.target)})
+        if held:
+            manifest.counts.setdefault(task.platform, {})[task.key] = held
     for done, task in enumerate(work, 1):
         try:
             result = tune_task(task, runner, trials=plan.per_task, records=records,

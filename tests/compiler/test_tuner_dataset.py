@@ -66,7 +66,8 @@ def test_generate_measures_every_platform_resumes_and_holds_out(tmp_path):
         kept = []
         first = generate(plan, runner, db, progress=lambda *a: seen.append(a),
                          checkpoint=lambda m: kept.append((m.total, m.complete)))
-        again = generate(plan, runner, db)
+        resumed = []
+        again = generate(plan, runner, db, checkpoint=lambda m: resumed.append(m.total))
         rows = db.query()
     platforms = [t.config.name for t in drawn]
     assert sorted(first.counts) == sorted(platforms[:2])
@@ -74,6 +75,7 @@ def test_generate_measures_every_platform_resumes_and_holds_out(tmp_path):
     assert first.measured == first.total == 12 == len(rows) and first.failed == 0
     assert {r.config for r in rows} == set(platforms[:2])
     assert again.measured == 0 and again.total == 12          # resumed: nothing new
+    assert resumed[0] == 12   # its first manifest already counts what the records hold
     assert first.held_out == {"models": ["mobilenet_v1"], "platforms": [platforms[2]]}
     assert first.platforms[platforms[2]]["hardware"]["block_in"] == drawn[2].config.block_in
     assert [a[2:] for a in seen] == [(i, 4) for i in range(1, 5)]
