@@ -97,6 +97,18 @@ class TuneTask(abc.ABC):
         schedule of a task has the same number of features for the same `estimate`
         kind."""
 
+    #: The features of `transfer_features` (`vdla.compiler.tuner.features.FeatureSet`),
+    #: or None for a task that has none: a cost model that spans tasks, configs and
+    #: platforms cannot learn it.
+    feature_set: Any = None
+
+    def transfer_features(self, schedule) -> dict[str, float]:
+        """`schedule`'s values of `feature_set`, meaning the same on every workload and
+        platform of the target (unlike `features`, which serve one task's search).
+        ValueError for a task without a feature set."""
+        raise ValueError(f"task {self.name} ({self.target}) has no features that span "
+                         "tasks and platforms")
+
     @abc.abstractmethod
     def knobs(self, schedule) -> tuple[int, ...]:
         """`schedule` as a point of the knob grid (one integer per knob, ordered within a

@@ -3,6 +3,7 @@ measured here with the functional backend (the same loop as Verilator's, in seco
 
 import json
 
+import numpy as np
 import pytest
 
 import vdla
@@ -10,7 +11,9 @@ from vdla.cli import main
 from vdla.compiler import pipeline, targets
 from vdla.compiler.targets.vdla.platforms import CONFIG_SPACE, sample_configs
 from vdla.compiler.tuner import LocalRunner, Records
+from vdla.compiler.targets.vdla.features import CONV2D
 from vdla.compiler.tuner.dataset import DatasetPlan, generate, random_shapes
+from vdla.compiler.tuner.learned import pairwise_accuracy, top1_ratio, training_rows
 from vdla.compiler.frontend.workloads import parse_workload
 
 SHAPES = ("14,14,16,32,3,1,1", "7,7,16,16,1,0,1")
@@ -101,3 +104,38 @@ def test_vdla_dataset_writes_records_and_a_manifest(tmp_path, capsys):
     assert "nothing to measure" in capsys.readouterr().err
     assert main(["dataset", "--records", str(db), "--target", "host", "--shapes", "1"]) == 1
     assert "no tunable ops" in capsys.readouterr().err
+
+
+# --- rows and figures for learned models (vdla.compiler.tuner.learned) --------------------
+
+def test_ranking_figures_compare_schedules_of_one_task_only():
+    y = np.array([1.0, 2.0, 3.0, 10.0, 20.0])
+    groups = np.array([0, 0, 0, 1, 1])
+    assert pairwise_accuracy(y, y, groups) == 1.0
+    assert pairwise_accuracy(-y, y, groups) == 0.0
+    # Across groups the order is free: only within-task pairs count.
+    assert pairwise_accuracy(np.array([30.0, 31.0, 32.0, 0.0, 1.0]), y, groups) == 1.0
+    assert pairwise_accuracy(np.zeros(5), y, groups) == 0.5         # ties count half
+    assert top1_ratio(y, y, groups) == 1.0
+    # Picks the 2nd of task 0 (2 over 1 in log2: 2x) and the best of task 1.
+    assert top1_ratio(np.array([5.0, 0.0, 9.0, 0.0, 1.0]), y, groups) == pytest.approx(2 ** 0.5)
+    with pytest.raises(ValueError, match="no pair"):
+        pairwise_accuracy(np.zeros(2), np.ones(2), np.zeros(2, dtype=int))
+
+
+def test_training_rows_join_records_to_features(tmp_path):
+    drawn = targets.get("vdla", backend="functional").platforms(2, seed=0)
+    plan = pipeline.dataset_plan(drawn, shapes=SHAPES, per_task=4)
+    with Records(tmp_path / "set.db") as db, LocalRunner("functional", jobs=2) as runner:
+        generate(plan, runner, db)
+        rows = training_rows(plan.tasks, db, "functional")
+        assert len(training_rows(plan.tasks, db, "verilator")) == 0   # another backend
+    assert rows.x.shape == (16, len(CONV2D.names)) and rows.feature_names == CONV2D.names
+    assert len(rows.tasks) == 4 and sorted(set(rows.groups.tolist())) == [0, 1, 2, 3]
+    assert np.isfinite(rows.x).all() and (rows.y > 0).all()
+    # The functional backend's cost is the timing model's: it ranks itself perfectly.
+    est = (rows.x[:, CONV2D.names.index("log_est_over_ideal")]
+           + rows.x[:, CONV2D.names.index("log_ideal_cycles")])
+    assert top1_ratio(est, rows.y, rows.groups) == 1.0
+    with pytest.raises(ValueError, match="one feature set"):
+        training_rows([object()], db, "functional")

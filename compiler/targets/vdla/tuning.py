@@ -38,6 +38,7 @@ from vdla.compiler.targets.vdla.conv_layer import (Conv2dEstimate, Conv2dLayer, 
                                                    alu_passes, choose_conv2d, conv2d_workload,
                                                    estimate_conv2d, residual_passes,
                                                    schedule_space)
+from vdla.compiler.targets.vdla.features import CONV2D, conv2d_values
 from vdla.compiler.tuner.measure import MeasureResult, one_line
 from vdla.compiler.tuner.task import OneNodeTask, TaskData, merge_tasks, one_node_graph
 from vdla.config import HardwareConfig
@@ -136,6 +137,12 @@ class ConvTask(OneNodeTask):
                 part / estimate.cycles for part in
                 (estimate.gemm, estimate.epilogue, estimate.load, estimate.store)]
         return feats
+
+    feature_set = CONV2D
+
+    def transfer_features(self, schedule: Conv2dSchedule) -> dict[str, float]:
+        """`CONV2D`'s values (`conv2d_values`), with the timing model's estimate."""
+        return conv2d_values(self.layer, schedule, self.config, self.estimate(schedule))
 
     def schedule_to_dict(self, schedule: Conv2dSchedule) -> dict:
         return dataclasses.asdict(schedule)
