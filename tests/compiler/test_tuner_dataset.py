@@ -12,7 +12,9 @@ from vdla.compiler import pipeline, targets
 from vdla.compiler.targets.vdla.platforms import CONFIG_SPACE, sample_configs
 from vdla.compiler.tuner import LocalRunner, Records
 from vdla.compiler.targets.vdla.features import CONV2D
+from vdla.compiler.tuner.cost_model import CostModel
 from vdla.compiler.tuner.dataset import DatasetPlan, generate, random_shapes
+from vdla.compiler.tuner.features import FeatureSet
 from vdla.compiler.tuner.learned import pairwise_accuracy, top1_ratio, training_rows
 from vdla.compiler.frontend.workloads import parse_workload
 
@@ -139,3 +141,24 @@ def test_training_rows_join_records_to_features(tmp_path):
     assert top1_ratio(est, rows.y, rows.groups) == 1.0
     with pytest.raises(ValueError, match="one feature set"):
         training_rows([object()], db, "functional")
+
+
+def test_a_cost_model_predicts_as_its_learner_and_round_trips(tmp_path):
+    from sklearn.ensemble import GradientBoostingRegressor
+
+    drawn = targets.get("vdla", backend="functional").platforms(2, seed=1)
+    plan = pipeline.dataset_plan(drawn, shapes=SHAPES, per_task=6)
+    with Records(tmp_path / "set.db") as db, LocalRunner("functional", jobs=2) as runner:
+        generate(plan, runner, db)
+        rows = training_rows(plan.tasks, db, "functional")
+    model = CostModel.fit(rows, CONV2D, trees=30, depth=3, seed=0, meta={"note": "t"})
+    learner = GradientBoostingRegressor(n_estimators=30, max_depth=3, learning_rate=0.1,
+                                        random_state=0).fit(rows.x, rows.y)
+    assert np.allclose(model.predict(rows.x), learner.predict(rows.x))
+    model.save(tmp_path / "m.npz")
+    loaded = CostModel.load(tmp_path / "m.npz", CONV2D)
+    assert np.array_equal(loaded.predict(rows.x), model.predict(rows.x))
+    assert loaded.meta["note"] == "t" and loaded.meta["rows"] == len(rows)
+    other = FeatureSet("vdla.conv2d", 2, CONV2D.features)
+    with pytest.raises(ValueError, match="version 1, this vdla's 2"):
+        CostModel.load(tmp_path / "m.npz", other)

@@ -1,0 +1,122 @@
+"""A cost model learned across tasks and platforms, kept as plain arrays.
+
+    model = CostModel.fit(rows, feature_set)          # rows: `learned.training_rows`
+    model.predict(x)                                  # log2 cost, lower is faster
+    model.save("model.npz"); CostModel.load("model.npz", feature_set)
+
+The learner is scikit-learn's gradient-boosted regression trees on the rows' log2 costs.
+Its trees are stored as their documented arrays (``tree_.children_left`` and
+``children_right``, ``feature``, ``threshold``, ``value``) in a NumPy ``.npz`` file, with
+the feature set's name, version and fingerprint, and evaluated with NumPy: a model file
+is data, never code (no pickle), so one found on a path cannot run anything, and a file
+for another feature set is refused with both versions named.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+
+from vdla._fileio import atomic_write
+
+__all__ = ["CostModel", "FORMAT"]
+
+#: The file format's version: bump when the arrays a file holds change meaning.
+FORMAT = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class CostModel:
+    """Regression trees summed: ``base + rate * sum(tree(x))``, each tree as parallel
+    arrays over its nodes (`left`, `right`: child indices, -1 at a leaf; `feature`,
+    `threshold`: go left when ``x[feature] <= threshold``; `value`: a leaf's output),
+    concatenated with `offsets` (the first node of each tree). `meta` says what it was
+    trained on and for which feature set."""
+
+    base: float
+    rate: float
+    offsets: np.ndarray
+    left: np.ndarray
+    right: np.ndarray
+    feature: np.ndarray
+    threshold: np.ndarray
+    value: np.ndarray
+    meta: dict
+
+    @classmethod
+    def fit(cls, rows, feature_set, *, trees: int = 200, depth: int = 4,
+            rate: float = 0.1, seed: int = 0, meta: dict | None = None) -> "CostModel":
+        """Gradient-boosted trees fitted to `rows` (`learned.Rows` of `feature_set`)."""
+        if rows.feature_names != feature_set.names:
+            raise ValueError(f"the rows' features are not {feature_set.name} "
+                             f"v{feature_set.version}'s")
+        if len(rows) < 2:
+            raise ValueError(f"{len(rows)} rows: too few to learn from")
+        # heavy: scikit-learn, only to train
+        from sklearn.ensemble import GradientBoostingRegressor
+
+        learner = GradientBoostingRegressor(n_estimators=trees, max_depth=depth,
+                                            learning_rate=rate, random_state=seed)
+        learner.fit(rows.x, rows.y)
+        parts = [est.tree_ for est in learner.estimators_[:, 0]]
+        sizes = [t.node_count for t in parts]
+        offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+        return cls(
+            base=float(np.ravel(learner.init_.predict(rows.x[:1]))[0]), rate=float(rate),
+            offsets=offsets,
+            left=np.concatenate([t.children_left for t in parts]).astype(np.int64),
+            right=np.concatenate([t.children_right for t in parts]).astype(np.int64),
+            feature=np.concatenate([t.feature for t in parts]).astype(np.int64),
+            threshold=np.concatenate([t.threshold for t in parts]).astype(np.float64),
+            value=np.concatenate([t.value[:, 0, 0] for t in parts]).astype(np.float64),
+            meta={"format": FORMAT, "features": feature_set.name,
+                  "version": feature_set.version, "fingerprint": feature_set.fingerprint(),
+                  "rows": len(rows), "tasks": len(rows.tasks), **(meta or {})})
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        """log2 cost of each row of `x` (features in the feature set's order)."""
+        x = np.atleast_2d(np.asarray(x, dtype=np.float64))
+        out = np.full(len(x), self.base)
+        rows = np.arange(len(x))
+        for start in self.offsets:
+            node = np.full(len(x), start)
+            while True:
+                leaf = self.left[node] < 0
+                if leaf.all():
+                    break
+                go_left = x[rows, self.feature[node]] <= self.threshold[node]
+                step = np.where(go_left, self.left[node], self.right[node]) + start
+                node = np.where(leaf, node, step)
+            out += self.rate * self.value[node]
+        return out
+
+    def save(self, path: str | Path) -> None:
+        """Write the model as an ``.npz`` of arrays and its metadata as JSON text."""
+        buffer = io.BytesIO()
+        np.savez_compressed(buffer, base=self.base, rate=self.rate, offsets=self.offsets,
+                            left=self.left, right=self.right, feature=self.feature,
+                            threshold=self.threshold, value=self.value,
+                            meta=np.array(json.dumps(self.meta, sort_keys=True)))
+        atomic_write(Path(path), buffer.getvalue())
+
+    @classmethod
+    def load(cls, path: str | Path, feature_set) -> "CostModel":
+        """The model at `path`, for `feature_set`. ValueError naming the difference when
+        the file is of another format, feature set, version or set of names."""
+        with np.load(Path(path), allow_pickle=False) as data:
+            meta = json.loads(str(data["meta"]))
+            want = {"format": FORMAT, "features": feature_set.name,
+                    "version": feature_set.version, "fingerprint": feature_set.fingerprint()}
+            wrong = {k: (meta.get(k), v) for k, v in want.items() if meta.get(k) != v}
+            if wrong:
+                raise ValueError(f"{path}: a cost model for another feature set (" + "; ".join(
+                    f"{k} {got!r}, this vdla's {need!r}" for k, (got, need) in wrong.items())
+                    + ")")
+            return cls(base=float(data["base"]), rate=float(data["rate"]),
+                       offsets=data["offsets"], left=data["left"], right=data["right"],
+                       feature=data["feature"], threshold=data["threshold"],
+                       value=data["value"], meta=meta)
