@@ -48,7 +48,7 @@ from vdla.compiler.reference import run_reference
 # the pipeline's names for them stay.
 from vdla.compiler.reference.tolerance import (FLOAT16_TOLERANCE, FLOAT_TOLERANCE,
                                                TOLERANCES, relative_error)
-from vdla.compiler.targets import op_parallel
+from vdla.compiler.targets import op_parallel, registry
 from vdla.compiler.targets.base import Progress, Target
 from vdla.compiler.targets.model import CompiledModel, RunResult, compile_model
 from vdla.compiler.tuner.dataset import DatasetPlan
@@ -58,8 +58,8 @@ from vdla.execute import make_executor
 
 __all__ = ["FLOAT16_TOLERANCE", "FLOAT_TOLERANCE", "LoadedModel", "Outcome", "PRECISIONS",
            "TOLERANCES", "check", "check_model_spec", "compile_for", "graph_for",
-           "dataset_plan", "load_model", "quantize_for", "relative_error", "requant_mode",
-           "run_model", "tasks_from_workload"]
+           "dataset_plan", "load_model", "plan_from_manifest", "quantize_for",
+           "relative_error", "requant_mode", "run_model", "tasks_from_workload"]
 
 #: What `run_model` compiles: the quantized graph, or the prepared float graph.
 PRECISIONS = ("int8", "float32", "float16")
@@ -507,3 +507,21 @@ def dataset_plan(platforms: Sequence[Target], *, held_out: Sequence[Target] = ()
         models=tuple(models), shapes=tuple(shapes), per_task=per_task, seed=seed,
         held_out_models=tuple(held_out_models),
         held_out_platforms=tuple(tasks[0].platform for _, tasks in kept_out if tasks))
+
+
+def plan_from_manifest(manifest: Mapping[str, Any], *,
+                       log: Callable[[str], None] = lambda message: None
+                       ) -> tuple[DatasetPlan, list[Target]]:
+    """The plan a training set's manifest (`Manifest`, as read from its JSON) was
+    measured with, and the targets of its held-out platforms: its tasks again, for
+    `vdla.compiler.tuner.learned.training_rows` to join with its records."""
+    cls = type(registry.get(manifest["target"]))
+    held = set(manifest["held_out"]["platforms"])
+    platforms = {name: cls.from_platform(params)
+                 for name, params in manifest["platforms"].items()}
+    plan = dataset_plan([t for name, t in platforms.items() if name not in held],
+                        held_out=[t for name, t in platforms.items() if name in held],
+                        models=manifest["models"], shapes=manifest["shapes"],
+                        per_task=manifest["per_task"], seed=manifest["seed"],
+                        held_out_models=manifest["held_out"]["models"], log=log)
+    return plan, [t for name, t in platforms.items() if name in held]

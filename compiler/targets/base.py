@@ -365,6 +365,12 @@ class Target(abc.ABC):
         `options` by default."""
         return self.options()
 
+    @classmethod
+    def from_platform(cls, params: Mapping[str, Any]) -> "Target":
+        """The target `platform_params` described (a training set's manifest names its
+        platforms so). ValueError by default: a target without platforms."""
+        raise ValueError(f"target {cls.name!r} has no platforms to rebuild from a manifest")
+
     def check_graph(self, graph: Graph) -> None:
         """Raise ValueError for a graph this target cannot take at all (before
         partitioning); by default every graph is fine."""

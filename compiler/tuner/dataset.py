@@ -99,6 +99,7 @@ class Manifest:
     """What a generation measured; `write` keeps it as JSON beside the records."""
 
     records: str
+    target: str
     backend: str
     platforms: dict[str, dict]
     models: list[str]
@@ -138,7 +139,8 @@ def generate(plan: DatasetPlan, runner, records: Records, *,
     records hold."""
     start = time.perf_counter()
     manifest = Manifest(
-        records=str(getattr(records, "path", "")), backend=runner.backend,
+        records=str(getattr(records, "path", "")), target=plan.tasks[0].target,
+        backend=runner.backend,
         platforms={name: dict(params) for name, params in plan.platforms.items()},
         models=list(plan.models), shapes=list(plan.shapes), per_task=plan.per_task,
         seed=plan.seed, held_out={"models": list(plan.held_out_models),

@@ -4,7 +4,7 @@ judge them.
     rows = training_rows(tasks, records, "verilator")      # from a training set's tasks
     rows.x, rows.y, rows.groups                            # features, log2 cost, task ids
     pairwise_accuracy(predicted, rows.y, rows.groups)      # ordered pairs within a task
-    top1_ratio(predicted, rows.y, rows.groups)             # picked over best, per task
+    top1_ratio(predicted, rows.y, rows.groups)             # best over picked, per task
 
 A row is one measured schedule of one task: its `TuneTask.transfer_features` in the
 order of the task's `feature_set`, and the base-2 logarithm of its cost (the median of
@@ -91,9 +91,10 @@ def pairwise_accuracy(predicted: np.ndarray, y: np.ndarray, groups: np.ndarray) 
 
 
 def top1_ratio(predicted: np.ndarray, y: np.ndarray, groups: np.ndarray) -> float:
-    """The geometric mean over tasks of the cost of the schedule `predicted` ranks first
-    over the best measured cost (1.0: it always picks the best)."""
-    logs = [float(y[groups == g][np.argmin(predicted[groups == g])] - y[groups == g].min())
+    """The geometric mean over tasks of the best measured cost over the cost of the
+    schedule `predicted` ranks first: 1.0 when it always picks the best, 0.5 when what it
+    picks takes twice as long (the issue's top-1 figure)."""
+    logs = [float(y[groups == g].min() - y[groups == g][np.argmin(predicted[groups == g])])
             for g in np.unique(groups)]
     if not logs:
         raise ValueError("no task to pick a schedule for")

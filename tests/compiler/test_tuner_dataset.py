@@ -120,7 +120,7 @@ def test_ranking_figures_compare_schedules_of_one_task_only():
     assert pairwise_accuracy(np.zeros(5), y, groups) == 0.5         # ties count half
     assert top1_ratio(y, y, groups) == 1.0
     # Picks the 2nd of task 0 (2 over 1 in log2: 2x) and the best of task 1.
-    assert top1_ratio(np.array([5.0, 0.0, 9.0, 0.0, 1.0]), y, groups) == pytest.approx(2 ** 0.5)
+    assert top1_ratio(np.array([5.0, 0.0, 9.0, 0.0, 1.0]), y, groups) == pytest.approx(2 ** -0.5)
     with pytest.raises(ValueError, match="no pair"):
         pairwise_accuracy(np.zeros(2), np.ones(2), np.zeros(2, dtype=int))
 
@@ -162,3 +162,16 @@ def test_a_cost_model_predicts_as_its_learner_and_round_trips(tmp_path):
     other = FeatureSet("vdla.conv2d", 2, CONV2D.features)
     with pytest.raises(ValueError, match="version 1, this vdla's 2"):
         CostModel.load(tmp_path / "m.npz", other)
+
+
+def test_a_manifest_gives_back_its_plan(tmp_path):
+    drawn = targets.get("vdla", backend="functional").platforms(3, seed=2)
+    plan = pipeline.dataset_plan(drawn[:2], held_out=drawn[2:], shapes=SHAPES, per_task=2)
+    with Records(tmp_path / "set.db") as db, LocalRunner("functional", jobs=2) as runner:
+        generate(plan, runner, db).write(tmp_path / "m.json")
+    again, held = pipeline.plan_from_manifest(json.loads((tmp_path / "m.json").read_text()))
+    assert [(t.platform, t.key) for t in again.tasks] == [(t.platform, t.key) for t in plan.tasks]
+    assert [t.config.name for t in held] == [drawn[2].config.name]
+    assert held[0].backend == "functional"
+    with pytest.raises(ValueError, match="has no platforms to rebuild"):
+        type(targets.get("host")).from_platform({})

@@ -156,6 +156,15 @@ class VdlaTarget(VdlaCommandLine, Target):
                            **self.device_options)
                 for config in sample_configs(count, seed=seed, base=self.config)]
 
+    @classmethod
+    def from_platform(cls, params) -> "VdlaTarget":
+        try:
+            config = HardwareConfig.from_dict(params["hardware"])
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"a vdla platform needs its hardware config, not {params!r}") \
+                from exc
+        return cls(config, backend=params.get("backend", "verilator"))
+
     def platform_params(self) -> dict:
         params = {**self.options(), "hardware": self.config.to_dict()}
         if self.backend == "verilator":
