@@ -47,10 +47,17 @@ class CostModel:
     value: np.ndarray
     meta: dict
 
+    #: Features whose sum the trees correct (the feature set's `baseline`), or empty.
+    baseline: tuple[str, ...] = ()
+    names: tuple[str, ...] = ()
+
     @classmethod
     def fit(cls, rows, feature_set, *, trees: int = 200, depth: int = 4,
-            rate: float = 0.1, seed: int = 0, meta: dict | None = None) -> "CostModel":
-        """Gradient-boosted trees fitted to `rows` (`learned.Rows` of `feature_set`)."""
+            rate: float = 0.1, seed: int = 0, residual: bool = False,
+            meta: dict | None = None) -> "CostModel":
+        """Gradient-boosted trees fitted to `rows` (`learned.Rows` of `feature_set`). With
+        `residual`, they learn what the feature set's `baseline` (the target's own model)
+        gets wrong, and predict its estimate corrected."""
         if rows.feature_names != feature_set.names:
             raise ValueError(f"the rows' features are not {feature_set.name} "
                              f"v{feature_set.version}'s")
@@ -61,7 +68,11 @@ class CostModel:
 
         learner = GradientBoostingRegressor(n_estimators=trees, max_depth=depth,
                                             learning_rate=rate, random_state=seed)
-        learner.fit(rows.x, rows.y)
+        baseline = tuple(feature_set.baseline) if residual else ()
+        if residual and not baseline:
+            raise ValueError(f"feature set {feature_set.name} has no baseline to correct")
+        prior = feature_set.baseline_of(rows.x) if residual else 0.0
+        learner.fit(rows.x, rows.y - prior)
         parts = [est.tree_ for est in learner.estimators_[:, 0]]
         sizes = [t.node_count for t in parts]
         offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
@@ -73,7 +84,8 @@ class CostModel:
             feature=np.concatenate([t.feature for t in parts]).astype(np.int64),
             threshold=np.concatenate([t.threshold for t in parts]).astype(np.float64),
             value=np.concatenate([t.value[:, 0, 0] for t in parts]).astype(np.float64),
-            meta={"format": FORMAT, "features": feature_set.name,
+            baseline=baseline, names=tuple(feature_set.names),
+            meta={"format": FORMAT, "features": feature_set.name, "residual": bool(residual),
                   "version": feature_set.version, "fingerprint": feature_set.fingerprint(),
                   "rows": len(rows), "tasks": len(rows.tasks), **(meta or {})})
 
@@ -81,6 +93,8 @@ class CostModel:
         """log2 cost of each row of `x` (features in the feature set's order)."""
         x = np.atleast_2d(np.asarray(x, dtype=np.float64))
         out = np.full(len(x), self.base)
+        for name in self.baseline:
+            out += x[:, self.names.index(name)]
         rows = np.arange(len(x))
         for start in self.offsets:
             node = np.full(len(x), start)
@@ -119,4 +133,6 @@ class CostModel:
             return cls(base=float(data["base"]), rate=float(data["rate"]),
                        offsets=data["offsets"], left=data["left"], right=data["right"],
                        feature=data["feature"], threshold=data["threshold"],
-                       value=data["value"], meta=meta)
+                       value=data["value"], meta=meta,
+                       baseline=tuple(feature_set.baseline) if meta.get("residual") else (),
+                       names=tuple(feature_set.names))

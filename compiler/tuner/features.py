@@ -38,17 +38,22 @@ class Feature:
 @dataclasses.dataclass(frozen=True)
 class FeatureSet:
     """The ordered features of one kind of task (`name`, e.g. ``vdla.conv2d``) at one
-    `version`."""
+    `version`. `baseline` names features whose sum is a prior estimate of the log2 cost
+    (the target's own model), which a learned model may start from and correct."""
 
     name: str
     version: int
     features: tuple[Feature, ...]
+    baseline: tuple[str, ...] = ()
 
     def __post_init__(self):
         names = [f.name for f in self.features]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"feature set {self.name}: features named twice: {dupes}")
+        unknown = [n for n in self.baseline if n not in names]
+        if unknown:
+            raise ValueError(f"feature set {self.name}: baseline features not in it: {unknown}")
         undocumented = [f.name for f in self.features if not f.doc.strip()]
         if undocumented:
             raise ValueError(f"feature set {self.name}: features without a doc: {undocumented}")
@@ -56,6 +61,11 @@ class FeatureSet:
     @property
     def names(self) -> tuple[str, ...]:
         return tuple(f.name for f in self.features)
+
+    def baseline_of(self, x: np.ndarray) -> np.ndarray:
+        """The baseline estimate of each row of `x` (zeros without a baseline)."""
+        x = np.atleast_2d(x)
+        return sum((x[:, self.names.index(n)] for n in self.baseline), np.zeros(len(x)))
 
     def fingerprint(self) -> str:
         """A short hash of the names in order: what a trained model checks besides the

@@ -159,6 +159,17 @@ def test_a_cost_model_predicts_as_its_learner_and_round_trips(tmp_path):
     loaded = CostModel.load(tmp_path / "m.npz", CONV2D)
     assert np.array_equal(loaded.predict(rows.x), model.predict(rows.x))
     assert loaded.meta["note"] == "t" and loaded.meta["rows"] == len(rows)
+    # Correcting the timing model: its estimate plus trees fitted to its error.
+    fixed = CostModel.fit(rows, CONV2D, trees=30, depth=3, seed=0, residual=True)
+    prior = CONV2D.baseline_of(rows.x)
+    error = GradientBoostingRegressor(n_estimators=30, max_depth=3, learning_rate=0.1,
+                                      random_state=0).fit(rows.x, rows.y - prior)
+    assert np.allclose(fixed.predict(rows.x), prior + error.predict(rows.x))
+    fixed.save(tmp_path / "r.npz")
+    assert np.array_equal(CostModel.load(tmp_path / "r.npz", CONV2D).predict(rows.x),
+                          fixed.predict(rows.x))
+    with pytest.raises(ValueError, match="no baseline to correct"):
+        CostModel.fit(rows, FeatureSet("vdla.conv2d", 1, CONV2D.features), residual=True)
     other = FeatureSet("vdla.conv2d", 2, CONV2D.features)
     with pytest.raises(ValueError, match="version 1, this vdla's 2"):
         CostModel.load(tmp_path / "m.npz", other)

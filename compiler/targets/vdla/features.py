@@ -62,7 +62,7 @@ CONV2D = FeatureSet("vdla.conv2d", 1, (
     Feature("est_epilogue", "the epilogue's share (reset, ALU passes, residual, overheads)"),
     Feature("est_load", "the load module's share"),
     Feature("est_store", "the store module's share"),
-))
+), baseline=("log_est_over_ideal", "log_ideal_cycles"))   # the timing model's log2 cycles
 
 
 def conv2d_values(layer: Conv2dLayer, schedule: Conv2dSchedule, config: HardwareConfig,
