@@ -186,3 +186,17 @@ def test_a_manifest_gives_back_its_plan(tmp_path):
     assert held[0].backend == "functional"
     with pytest.raises(ValueError, match="has no platforms to rebuild"):
         type(targets.get("host")).from_platform({})
+
+
+def test_the_cpu_platforms_are_the_instruction_sets_this_machine_runs():
+    from vdla.compiler.targets.cpu import isa as cpu_isa
+    from vdla.compiler.targets.cpu.build import machine_features
+
+    cpu = targets.get("cpu")
+    runs = [n for n, isa in cpu_isa.ISAS.items() if isa.runs_on(machine_features())]
+    drawn = cpu.platforms(len(runs))
+    assert [t.options()["isa"] for t in drawn] == runs and runs[-1] == "portable"
+    again = type(cpu).from_platform(drawn[-1].platform_params())
+    assert again.options() == drawn[-1].options()
+    with pytest.raises(ValueError, match=f"runs {len(runs)} instruction sets"):
+        cpu.platforms(len(runs) + 1)

@@ -36,6 +36,7 @@ from threadpoolctl import threadpool_limits
 
 from vdla.compiler.targets.cpu import isa as cpu_isa
 from vdla.compiler.targets.cpu import ops as cpu_ops
+from vdla._platform import cpu_name
 from vdla.compiler.targets.cpu.build import machine_features
 from vdla.compiler.targets.cpu.kernel import Kernel
 from vdla.compiler.targets.cpu.library import aligned_empty, function, load, start_team
@@ -161,6 +162,27 @@ class CpuTarget(Target):
         except (OSError, ValueError, RuntimeError):   # no compiler: `repr` still works
             isa = self._isa_name
         return {"threads": self.threads, "isa": isa}
+
+    def platforms(self, count: int, *, seed: int = 0) -> list["CpuTarget"]:
+        """Targets for the first `count` instruction sets this machine runs, widest first
+        (each a platform of its own; `seed` draws nothing here). ValueError when the
+        machine runs fewer."""
+        features = machine_features()
+        runs = [name for name, isa in cpu_isa.ISAS.items() if isa.runs_on(features)]
+        if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= len(runs):
+            raise ValueError(f"this machine runs {len(runs)} instruction sets "
+                             f"({', '.join(runs)}), so 0 to {len(runs)} platforms, not {count!r}")
+        return [CpuTarget(threads=self.threads, isa=name, log=self._log)
+                for name in runs[:count]]
+
+    def platform_params(self) -> dict:
+        return {**self.options(), "cpu": cpu_name()}
+
+    @classmethod
+    def from_platform(cls, params) -> "CpuTarget":
+        if not isinstance(params, dict) or "isa" not in params:
+            raise ValueError(f"a cpu platform needs its isa, not {params!r}")
+        return cls(threads=params.get("threads"), isa=params["isa"])
 
     def capabilities(self) -> list[tuple[str, str]]:
         return [("conv2d, qconv2d", "float32 or int8: any kernel, stride, padding, dilation "
