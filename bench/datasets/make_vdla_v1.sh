@@ -1,7 +1,9 @@
 #!/bin/sh
 # The accelerator's first training set (issue 39): what the learned cost model is
 # trained on. Resumable: run again to measure only what is missing (the records and the
-# manifest are written next to this script). Two workers on two cores took about ... .
+# manifest are written next to this script). On an AMD EPYC with 2 cores (2 workers)
+# it measured 4,992 schedules in 3,223 s (with 8 Verilator builds); the manifest's own
+# `seconds` is its last run's (a resume that measured nothing).
 set -e
 cd "$(dirname "$0")/../.."
 exec vdla dataset resnet18 mobilenet_v1 \
