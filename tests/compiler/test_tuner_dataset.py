@@ -125,12 +125,19 @@ def test_ranking_figures_compare_schedules_of_one_task_only():
         pairwise_accuracy(np.zeros(2), np.ones(2), np.zeros(2, dtype=int))
 
 
-def test_training_rows_join_records_to_features(tmp_path):
-    drawn = targets.get("vdla", backend="functional").platforms(2, seed=0)
-    plan = pipeline.dataset_plan(drawn, shapes=SHAPES, per_task=4)
-    with Records(tmp_path / "set.db") as db, LocalRunner("functional", jobs=2) as runner:
+def measured_rows(folder, *, seed: int, per_task: int):
+    """The functional training set of SHAPES on two drawn configs: (its plan, its rows,
+    its records file)."""
+    drawn = targets.get("vdla", backend="functional").platforms(2, seed=seed)
+    plan = pipeline.dataset_plan(drawn, shapes=SHAPES, per_task=per_task)
+    with Records(folder / "set.db") as db, LocalRunner("functional", jobs=2) as runner:
         generate(plan, runner, db)
-        rows = training_rows(plan.tasks, db, "functional")
+        return plan, training_rows(plan.tasks, db, "functional"), folder / "set.db"
+
+
+def test_training_rows_join_records_to_features(tmp_path):
+    plan, rows, path = measured_rows(tmp_path, seed=0, per_task=4)
+    with Records(path) as db:
         assert len(training_rows(plan.tasks, db, "verilator")) == 0   # another backend
     assert rows.x.shape == (16, len(CONV2D.names)) and rows.feature_names == CONV2D.names
     assert len(rows.tasks) == 4 and sorted(set(rows.groups.tolist())) == [0, 1, 2, 3]
@@ -139,18 +146,14 @@ def test_training_rows_join_records_to_features(tmp_path):
     est = (rows.x[:, CONV2D.names.index("log_est_over_ideal")]
            + rows.x[:, CONV2D.names.index("log_ideal_cycles")])
     assert top1_ratio(est, rows.y, rows.groups) == 1.0
-    with pytest.raises(ValueError, match="one feature set"):
+    with Records(path) as db, pytest.raises(ValueError, match="one feature set"):
         training_rows([object()], db, "functional")
 
 
 def test_a_cost_model_predicts_as_its_learner_and_round_trips(tmp_path):
     from sklearn.ensemble import GradientBoostingRegressor
 
-    drawn = targets.get("vdla", backend="functional").platforms(2, seed=1)
-    plan = pipeline.dataset_plan(drawn, shapes=SHAPES, per_task=6)
-    with Records(tmp_path / "set.db") as db, LocalRunner("functional", jobs=2) as runner:
-        generate(plan, runner, db)
-        rows = training_rows(plan.tasks, db, "functional")
+    _, rows, _ = measured_rows(tmp_path, seed=1, per_task=6)
     model = CostModel.fit(rows, CONV2D, trees=30, depth=3, seed=0, meta={"note": "t"})
     learner = GradientBoostingRegressor(n_estimators=30, max_depth=3, learning_rate=0.1,
                                         random_state=0).fit(rows.x, rows.y)
