@@ -31,18 +31,11 @@ from vdla._platform import cpu_name
 from vdla.compiler import pipeline
 from vdla.compiler.tuner import Records
 from vdla.compiler.tuner.cost_model import CostModel
-from vdla.compiler.tuner.learned import Rows, pairwise_accuracy, top1_ratio, training_rows
+from vdla.compiler.tuner.learned import pairwise_accuracy, top1_ratio, training_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_MANIFEST = ROOT / "bench" / "datasets" / "vdla_v1.db.manifest.json"
 TARGETS = {"pairwise": 0.90, "top1": 0.97}
-
-
-def subset(rows: Rows, keep: np.ndarray) -> Rows:
-    """The rows where `keep`, groups renumbered."""
-    groups, new = np.unique(rows.groups[keep], return_inverse=True)
-    return Rows(rows.x[keep], rows.y[keep], new, rows.feature_names,
-                tuple(rows.tasks[g] for g in groups))
 
 
 def main(argv=None) -> int:
@@ -81,7 +74,7 @@ def main(argv=None) -> int:
     logs = {"est": [], "model": [], "residual": []}
     for platform in platforms:
         test = platform_of == platform
-        train, held = subset(rows, ~test), subset(rows, test)
+        train, held = rows.subset(~test), rows.subset(test)
         model = CostModel.fit(train, feature_set, trees=args.trees, depth=args.depth)
         fixed = CostModel.fit(train, feature_set, trees=args.trees, depth=args.depth,
                               residual=True)

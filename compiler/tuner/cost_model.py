@@ -18,6 +18,7 @@ import dataclasses
 import io
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -47,9 +48,9 @@ class CostModel:
     value: np.ndarray
     meta: dict
 
-    #: Features whose sum the trees correct (the feature set's `baseline`), or empty.
-    baseline: tuple[str, ...] = ()
-    names: tuple[str, ...] = ()
+    #: The feature set it reads, and whether the trees correct its `baseline`.
+    feature_set: Any = None
+    residual: bool = False
 
     @classmethod
     def fit(cls, rows, feature_set, *, trees: int = 200, depth: int = 4,
@@ -68,8 +69,7 @@ class CostModel:
 
         learner = GradientBoostingRegressor(n_estimators=trees, max_depth=depth,
                                             learning_rate=rate, random_state=seed)
-        baseline = tuple(feature_set.baseline) if residual else ()
-        if residual and not baseline:
+        if residual and not feature_set.baseline:
             raise ValueError(f"feature set {feature_set.name} has no baseline to correct")
         prior = feature_set.baseline_of(rows.x) if residual else 0.0
         learner.fit(rows.x, rows.y - prior)
@@ -84,7 +84,7 @@ class CostModel:
             feature=np.concatenate([t.feature for t in parts]).astype(np.int64),
             threshold=np.concatenate([t.threshold for t in parts]).astype(np.float64),
             value=np.concatenate([t.value[:, 0, 0] for t in parts]).astype(np.float64),
-            baseline=baseline, names=tuple(feature_set.names),
+            feature_set=feature_set, residual=bool(residual),
             meta={"format": FORMAT, "features": feature_set.name, "residual": bool(residual),
                   "version": feature_set.version, "fingerprint": feature_set.fingerprint(),
                   "rows": len(rows), "tasks": len(rows.tasks), **(meta or {})})
@@ -93,8 +93,8 @@ class CostModel:
         """log2 cost of each row of `x` (features in the feature set's order)."""
         x = np.atleast_2d(np.asarray(x, dtype=np.float64))
         out = np.full(len(x), self.base)
-        for name in self.baseline:
-            out += x[:, self.names.index(name)]
+        if self.residual:
+            out += self.feature_set.baseline_of(x)
         rows = np.arange(len(x))
         for start in self.offsets:
             node = np.full(len(x), start)
@@ -134,5 +134,4 @@ class CostModel:
                        offsets=data["offsets"], left=data["left"], right=data["right"],
                        feature=data["feature"], threshold=data["threshold"],
                        value=data["value"], meta=meta,
-                       baseline=tuple(feature_set.baseline) if meta.get("residual") else (),
-                       names=tuple(feature_set.names))
+                       feature_set=feature_set, residual=bool(meta.get("residual")))

@@ -42,6 +42,12 @@ class Rows:
     def __len__(self) -> int:
         return len(self.y)
 
+    def subset(self, keep: np.ndarray) -> "Rows":
+        """The rows where `keep` (a boolean mask), their tasks renumbered."""
+        groups, new = np.unique(self.groups[keep], return_inverse=True)
+        return Rows(self.x[keep], self.y[keep], new, self.feature_names,
+                    tuple(self.tasks[g] for g in groups))
+
 
 def training_rows(tasks: Sequence, records: Records, backend: str) -> Rows:
     """The rows of every ok measurement of `tasks` (`TuneTask`s of one feature set) on

@@ -110,13 +110,13 @@ class ModelBuild:
 
 # --- identities of the tools --------------------------------------------------------------
 
-@lru_cache(maxsize=None)
 def tool_versions() -> dict[str, str]:
     """The versions of the tools a model's cycles come from: Verilator's and the C++
     compiler's (for a training set's manifest)."""
     return {"verilator": _verilator_version(), "compiler": _compiler_identity(_cxx())}
 
 
+@lru_cache(maxsize=None)
 def _verilator_version() -> str:
     return version("verilator")
 
@@ -275,7 +275,7 @@ def _native_gemm_defines(config: HardwareConfig) -> list[str]:
 
     memories = [f"#define VDLA_NATIVE_{name.upper()} {shape.depth}, {shape.row_bytes}, "
                 f"{shape.lanes}" for name, shape in native_gemm_memories(config).items()]
-    return ["#define VDLA_GEMM_NATIVE 1", "#define VDLA_INPUTS_AHEAD 1", *memories,
+    return ["#define VDLA_GEMM_NATIVE 1", *memories,
             f"#define VDLA_GEMM_BATCH {config.batch}",
             f"#define VDLA_GEMM_BLOCK_IN {config.block_in}",
             f"#define VDLA_GEMM_BLOCK_OUT {config.block_out}",
@@ -425,7 +425,8 @@ def build_model(config: HardwareConfig, *, waveform: str | None = None,
         pass
     verilog = cached_verilog(config, root, gemm_arithmetic, reset)
     from vdla.hw.compute import gemm_arithmetic as arithmetic_of   # heavy: Amaranth
-    header = harness_header(config, waveform, arithmetic_of(gemm_arithmetic).value)
+    arithmetic = arithmetic_of(gemm_arithmetic).value
+    header = harness_header(config, waveform, arithmetic)
     key = _build_key(verilog, header, waveform, optimise)
     entry = builds / key
     library = entry / LIBRARY_NAME
@@ -456,7 +457,7 @@ def build_model(config: HardwareConfig, *, waveform: str | None = None,
             _run_verilator(tmp, verilog, header, waveform, optimise, "use")
         else:
             _run_verilator(tmp, verilog, header, waveform, optimise)
-        if "VDLA_INPUTS_AHEAD" in header:
+        if arithmetic == "native":   # its top latches the inputs (`_latched`)
             _check_inputs_latched(tmp / "obj")
         os.replace(tmp / "obj" / LIBRARY_NAME, tmp / LIBRARY_NAME)
         # The object files are not needed to load the model: keep the cache small.

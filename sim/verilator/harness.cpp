@@ -515,7 +515,7 @@ struct Model {
         write_credit = std::min(write_credit + p.bytes_per_cycle, double(BUS_BYTES) + p.bytes_per_cycle);
     }
 
-#if VDLA_INPUTS_AHEAD
+#ifdef VDLA_GEMM_NATIVE
     // The NATIVE form's top latches every input but the sums and the reset, whose only
     // readers are registers, at the clock edge (vdla.hw.top._latched), so the design
     // depends on no input between two edges. The inputs for a cycle are therefore set
@@ -550,9 +550,6 @@ struct Model {
         VDLA_TOP& t = *top;
         // 1. drive.
         drive();
-#ifdef VDLA_GEMM_NATIVE
-        native.operands(cycle, t);
-#endif
         // 2. settle.
         t.clk = 0;
         settle();
@@ -560,9 +557,6 @@ struct Model {
         if (trace) trace->dump(10 * cycle);
 #endif
         // 3. sample.
-#ifdef VDLA_GEMM_NATIVE
-        native.writes(t);
-#endif
         Transfers x = sample();
         // 4. edge.
         t.clk = 1;

@@ -106,6 +106,17 @@ def test_vdla_dataset_writes_records_and_a_manifest(tmp_path, capsys):
     assert "nothing to measure" in capsys.readouterr().err
     assert main(["dataset", "--records", str(db), "--target", "host", "--shapes", "1"]) == 1
     assert "no tunable ops" in capsys.readouterr().err
+    for flag, value, message in (("--per-task", "0", "--per-task must be at least 1, not 0"),
+                                 ("--jobs", "0", "--jobs must be at least 1, not 0"),
+                                 ("--held-out-platforms", "-1",
+                                  "--held-out-platforms must be at least 0, not -1"),
+                                 ("--platforms", "0", "--platforms must be at least 1, not 0")):
+        assert main(["dataset", "--records", str(db), flag, value]) == 1
+        assert message in capsys.readouterr().err
+    # More platforms than the target has: its own error, before anything is measured.
+    assert main(["dataset", "--records", str(tmp_path / "cpu.db"), "--target", "cpu",
+                 "--platforms", "9", "--shapes", "1"]) == 1
+    assert "instruction sets" in capsys.readouterr().err and not (tmp_path / "cpu.db").exists()
 
 
 # --- rows and figures for learned models (vdla.compiler.tuner.learned) --------------------
