@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import json
 import sys
 import time
 from pathlib import Path
@@ -52,17 +53,23 @@ from vdla.compiler.targets import op_parallel, registry
 from vdla.compiler.targets.base import Progress, Target
 from vdla.compiler.targets.model import CompiledModel, RunResult, compile_model
 from vdla.compiler.tuner.dataset import DatasetPlan
+from vdla.compiler.tuner.learned import Rows, learned_schedules, training_rows
+from vdla.compiler.tuner.records import Records
 from vdla.compiler.tuner.tune import best_schedules
 from vdla._memo import remembered_object
 from vdla.execute import make_executor
 
-__all__ = ["FLOAT16_TOLERANCE", "FLOAT_TOLERANCE", "LoadedModel", "Outcome", "PRECISIONS",
-           "TOLERANCES", "check", "check_model_spec", "compile_for", "graph_for",
+__all__ = ["CHOOSERS", "FLOAT16_TOLERANCE", "FLOAT_TOLERANCE", "LoadedModel", "Outcome",
+           "PRECISIONS", "TOLERANCES", "check", "check_model_spec", "compile_for", "graph_for",
            "dataset_plan", "load_model", "plan_from_manifest", "quantize_for",
-           "relative_error", "requant_mode", "run_model", "tasks_from_workload"]
+           "relative_error", "requant_mode", "run_model", "tasks_from_workload",
+           "training_set"]
 
 #: What `run_model` compiles: the quantized graph, or the prepared float graph.
 PRECISIONS = ("int8", "float32", "float16")
+#: Who picks the schedules the records do not give (`compile_for`): the target's own
+#: chooser, or its pretrained cost model.
+CHOOSERS = ("default", "learned")
 #: Appended to a named workload's task whose nodes add a residual (``C8+residual``).
 RESIDUAL_SUFFIX = "+residual"
 
@@ -278,20 +285,26 @@ def graph_for(model: LoadedModel, targets: Target | Sequence[Target], *,
 
 
 def compile_for(quantized: Graph, target: Target, *, records: Any = None,
-                backend: str | None = None, progress: Progress | None = None
-                ) -> tuple[CompiledModel, dict]:
+                backend: str | None = None, progress: Progress | None = None,
+                chooser: str = "default") -> tuple[CompiledModel, dict]:
     """`quantized` compiled for `target`, with the best schedule the tuning `records` (a
     `vdla.compiler.tuner.Records`, or None) hold for each of its tunable nodes (measured
-    on `backend`, default each task's first measurement backend). Returns (the compiled
-    model, node name -> schedule taken from the records)."""
-    schedules = {}
+    on `backend`, default each task's first measurement backend), and for the others the
+    `chooser`'s: ``default``, the target's own; ``learned``, what the target's pretrained
+    cost model ranks first (`learned_schedules`; the default where it has none). Returns
+    (the compiled model, node name -> schedule taken from the records)."""
+    if chooser not in CHOOSERS:
+        raise ValueError(f"chooser must be one of {', '.join(CHOOSERS)}, not {chooser!r}")
+    recorded = {}
     if records is not None:
-        schedules = {name: s for name, (s, _) in
-                     best_schedules(records, quantized, target, backend).items()}
+        recorded = {name: s for name, (s, _) in
+                    best_schedules(records, quantized, target, backend).items()}
+    chosen = learned_schedules(quantized, target) if chooser == "learned" else {}
+    schedules = {**chosen, **recorded}      # the records win
     key = target.compile_key()
     if key is None:
         return compile_model(quantized, target, schedules=schedules, progress=progress), \
-            schedules
+            recorded
     # Remembered on disk ($VDLA_CACHE/compiled): emitting a model's tens of thousands of
     # instructions in Python takes seconds (ResNet-50: about two), and a model run again
     # compiles the same programs. The key is the quantized graph's fingerprint, what the
@@ -304,7 +317,7 @@ def compile_for(quantized: Graph, target: Target, *, records: Any = None,
         check=lambda value: isinstance(value, CompiledModel), sources=_compiler_sources())
     # The caller's graph and target (equal to the remembered ones), and this call's time.
     return dataclasses.replace(compiled, graph=quantized, target=target,
-                               compile_seconds=time.perf_counter() - start), schedules
+                               compile_seconds=time.perf_counter() - start), recorded
 
 
 @functools.cache
@@ -394,10 +407,12 @@ def run_model(model: LoadedModel | str, target: Target, *, records: Any = None,
               mode: str | None = None, device: Any = None, precision: str = "int8",
               compile_progress: Progress | None = None,
               run_progress: Progress | None = None, jobs: int = 1,
-              ray: str | None = None, chain: bool = False) -> Outcome:
+              ray: str | None = None, chain: bool = False,
+              chooser: str = "default") -> Outcome:
     """The whole chain: `model` (a `LoadedModel`, or a spec for `load_model`) quantized
     for `target` (or `mode`; at ``precision="float32"`` or ``"float16"`` prepared, not
-    quantized), compiled (with `records`' best schedules), run once on its feed (on
+    quantized), compiled (with `records`' best schedules, the others by `chooser`, as in
+    `compile_for`), run once on its feed (on
     `device` if given, else the target's own), and checked against the reference:
     bit-exactly for int8, within `TOLERANCES` for the float precisions.
 
@@ -410,7 +425,7 @@ def run_model(model: LoadedModel | str, target: Target, *, records: Any = None,
     graph = graph_for(model, target, precision=precision, mode=mode)
     quantize_seconds = time.perf_counter() - start
     compiled, schedules = compile_for(graph, target, records=records,
-                                      progress=compile_progress)
+                                      progress=compile_progress, chooser=chooser)
     reference = replayed = parallel = None
     start = time.perf_counter()
     if (jobs > 1 or ray) and target.parallel_ops(compiled.ops_on(target.name)):
@@ -525,3 +540,24 @@ def plan_from_manifest(manifest: Mapping[str, Any], *,
                         per_task=manifest["per_task"], seed=manifest["seed"],
                         held_out_models=manifest["held_out"]["models"], log=log)
     return plan, [t for name, t in platforms.items() if name in held]
+
+
+def training_set(manifest_path: str | Path) -> tuple[Rows, dict]:
+    """The rows (`vdla.compiler.tuner.learned.Rows`) of the training set whose manifest
+    is at `manifest_path`, and the manifest. Its records file is the manifest's
+    ``records`` path, relative to the working folder or, failing that, a file of that
+    name beside the manifest. ValueError naming the file that cannot be read."""
+    path = Path(manifest_path)
+    try:
+        manifest = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"manifest {path}: {exc}") from None
+    records = Path(manifest["records"])
+    if not records.is_file():
+        records = path.parent / records.name
+    if not records.is_file():
+        raise ValueError(f"manifest {path}: its records {manifest['records']!r} are neither "
+                         f"there nor beside it")
+    plan, _ = plan_from_manifest(manifest)
+    with Records(records) as db:
+        return training_rows(plan.tasks, db, manifest["backend"]), manifest

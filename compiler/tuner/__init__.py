@@ -6,12 +6,18 @@
 * `vdla.compiler.tuner.runner`: measuring schedules (`LocalRunner`: worker processes;
   `ExecutorRunner`: the executors of `vdla.execute`, Ray included; `InProcessRunner`:
   this process; `ReplayRunner`: from records);
-* `vdla.compiler.tuner.search`: `ModelTuner` (gradient-boosted trees + simulated
+* `vdla.compiler.tuner.search`: `PretrainedTuner` (the target's pretrained cost model,
+  learning online), `ModelTuner` (gradient-boosted trees from scratch + simulated
   annealing), `RandomTuner`, `GridTuner`;
 * `vdla.compiler.tuner.records`: `Records`, the SQLite measurement log, keyed by target,
   workload, platform and backend;
 * `vdla.compiler.tuner.tune`: `tune_task`, the loop, and `best_schedules` for
-  `compile_model`.
+  `compile_model`;
+* `vdla.compiler.tuner.scheduler`: `tune_tasks`, one budget spent on a model's tasks
+  where the model's cost falls most;
+* `vdla.compiler.tuner.features`, `cost_model`, `learned`, `dataset`: the feature sets,
+  the cost model trained across tasks and platforms, its rows and figures, and the
+  training sets it learns from (`vdla dataset`).
 
 Nothing here names a target's schedule classes. ``vdla tune`` and ``vdla run --records``
 are the command-line faces of this package.
@@ -21,10 +27,13 @@ from vdla.compiler.tuner.measure import MeasureInput, MeasureResult
 from vdla.compiler.tuner.records import Record, Records
 from vdla.compiler.tuner.runner import (ExecutorRunner, InProcessRunner, LocalRunner,
                                         ReplayRunner)
-from vdla.compiler.tuner.search import GridTuner, ModelTuner, RandomTuner, make_tuner
+from vdla.compiler.tuner.scheduler import ModelTuning, tune_tasks
+from vdla.compiler.tuner.search import (GridTuner, ModelTuner, PretrainedTuner, RandomTuner,
+                                        make_tuner)
 from vdla.compiler.tuner.task import TuneTask
 from vdla.compiler.tuner.tune import TuneResult, best_schedules, tune_task
 
 __all__ = ["ExecutorRunner", "GridTuner", "InProcessRunner", "LocalRunner", "MeasureInput",
-           "MeasureResult", "ModelTuner", "RandomTuner", "Record", "Records", "ReplayRunner",
-           "TuneResult", "TuneTask", "best_schedules", "make_tuner", "tune_task"]
+           "MeasureResult", "ModelTuner", "ModelTuning", "PretrainedTuner", "RandomTuner",
+           "Record", "Records", "ReplayRunner", "TuneResult", "TuneTask", "best_schedules",
+           "make_tuner", "tune_task", "tune_tasks"]

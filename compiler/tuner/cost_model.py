@@ -10,11 +10,18 @@ Its trees are stored as their documented arrays (``tree_.children_left`` and
 the feature set's name, version and fingerprint, and evaluated with NumPy: a model file
 is data, never code (no pickle), so one found on a path cannot run anything, and a file
 for another feature set is refused with both versions named.
+
+A target ships its pretrained models as package data, one file a feature set named by
+`file_name` (``vdla.conv2d-v1.npz``); `shipped` loads one the first time a tuner or the
+learned chooser asks for it, and `digest` names a model's contents (what a remembered
+choice is keyed on).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import hashlib
 import io
 import json
 from pathlib import Path
@@ -24,7 +31,7 @@ import numpy as np
 
 from vdla._fileio import atomic_write
 
-__all__ = ["CostModel", "FORMAT"]
+__all__ = ["CostModel", "FORMAT", "file_name", "shipped"]
 
 #: The file format's version: bump when the arrays a file holds change meaning.
 FORMAT = 1
@@ -89,6 +96,17 @@ class CostModel:
                   "version": feature_set.version, "fingerprint": feature_set.fingerprint(),
                   "rows": len(rows), "tasks": len(rows.tasks), **(meta or {})})
 
+    @functools.cached_property
+    def digest(self) -> str:
+        """A short hash of the model's arrays and metadata: two models with the same
+        digest predict the same."""
+        h = hashlib.sha256(json.dumps(self.meta, sort_keys=True).encode())
+        h.update(np.float64([self.base, self.rate]).tobytes())
+        for a in (self.offsets, self.left, self.right, self.feature, self.threshold,
+                  self.value):
+            h.update(np.ascontiguousarray(a).tobytes())
+        return h.hexdigest()[:16]
+
     def predict(self, x: np.ndarray) -> np.ndarray:
         """log2 cost of each row of `x` (features in the feature set's order)."""
         x = np.atleast_2d(np.asarray(x, dtype=np.float64))
@@ -135,3 +153,19 @@ class CostModel:
                        feature=data["feature"], threshold=data["threshold"],
                        value=data["value"], meta=meta,
                        feature_set=feature_set, residual=bool(meta.get("residual")))
+
+
+def file_name(feature_set) -> str:
+    """The file a model of `feature_set` is shipped as: ``<name>-v<version>.npz``."""
+    return f"{feature_set.name}-v{feature_set.version}.npz"
+
+
+@functools.cache
+def shipped(folder: Path, feature_set) -> CostModel | None:
+    """The model of `feature_set` shipped in `folder` (`file_name`), loaded once per
+    process; None when the folder has none. A file for another version of the features
+    is an error (`CostModel.load`): the package was built from mismatched files."""
+    path = Path(folder) / file_name(feature_set)
+    if not path.is_file():
+        return None
+    return CostModel.load(path, feature_set)

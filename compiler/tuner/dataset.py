@@ -37,17 +37,27 @@ from vdla.compiler.tuner.tune import tune_task
 
 __all__ = ["DatasetPlan", "Manifest", "generate", "random_shapes"]
 
-def random_shapes(count: int, *, seed: int = 0) -> list[str]:
+#: The planes (output side) and channels `random_shapes` draws from: image models'
+#: layers, and with ``small=True`` layers shrunk as tuning benchmarks shrink them (a
+#: quarter of the side, half the channels: ``bench/tuner.py``'s reduced layers), where a
+#: schedule's fixed costs (loads before the first GEMM, the last store) weigh most.
+SIDES = {False: (7, 14, 28, 56), True: (2, 4, 7, 14)}
+CHANNELS = {False: (16, 256), True: (16, 128)}
+
+
+def random_shapes(count: int, *, seed: int = 0, small: bool = False) -> list[str]:
     """`count` convolution workloads (``H,W,Cin,Cout,k,pad,stride``) drawn at random from
-    the sizes of image models' layers: planes of 7 to 56, 16 to 256 channels, 1x1 and
-    3x3 kernels (same padding), strides 1 and 2."""
+    the sizes of image models' layers: planes of 7 to 56, 16 to 256 channels (with
+    `small`: planes of 2 to 14, 16 to 128 channels), 1x1 and 3x3 kernels (same padding),
+    strides 1 and 2."""
     rng = np.random.default_rng(seed)
+    low, high = CHANNELS[small]
     shapes = []
     while len(shapes) < count:
-        side = int(rng.choice([7, 14, 28, 56]))
-        cin, cout = (int(16 * rng.integers(1, 17)) for _ in range(2))
+        side = int(rng.choice(SIDES[small]))
+        cin, cout = (int(16 * rng.integers(low // 16, high // 16 + 1)) for _ in range(2))
         k = int(rng.choice([1, 3]))
-        stride = int(rng.choice([1, 2])) if side > 7 else 1
+        stride = int(rng.choice([1, 2])) if side > 7 or (small and side > 2) else 1
         spec = f"{side},{side},{cin},{cout},{k},{k // 2},{stride}"
         if spec not in shapes:
             shapes.append(spec)

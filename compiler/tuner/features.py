@@ -18,6 +18,7 @@ version: `FeatureSet.fingerprint` (the names in order) is pinned by the tests ne
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import math
 from typing import Mapping
@@ -58,8 +59,9 @@ class FeatureSet:
         if undocumented:
             raise ValueError(f"feature set {self.name}: features without a doc: {undocumented}")
 
-    @property
+    @functools.cached_property
     def names(self) -> tuple[str, ...]:
+        # Cached: a tuner asks for it once per schedule of a space.
         return tuple(f.name for f in self.features)
 
     def baseline_of(self, x: np.ndarray) -> np.ndarray:

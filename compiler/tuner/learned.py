@@ -5,12 +5,19 @@ judge them.
     rows.x, rows.y, rows.groups                            # features, log2 cost, task ids
     pairwise_accuracy(predicted, rows.y, rows.groups)      # ordered pairs within a task
     top1_ratio(predicted, rows.y, rows.groups)             # best over picked, per task
+    learned_schedules(graph, target)                       # zero-shot: no measurement
 
 A row is one measured schedule of one task: its `TuneTask.transfer_features` in the
 order of the task's `feature_set`, and the base-2 logarithm of its cost (the median of
 its measurements). What a model is judged on is ranking within a task (which schedule
 to compile), so both figures compare schedules of the same task only (TenSet's and
 Ansor's ranking figures).
+
+The learned chooser (``vdla run --chooser learned``) compiles each tunable op with the
+schedule the target's pretrained model (`TuneTask.pretrained`) ranks first, measuring
+nothing: `learned_choice` for one task, remembered on disk (``cache_root()/schedules``)
+keyed on the task, the model's digest and the task's `sources`, since ranking a space of
+thousands takes a second.
 """
 
 from __future__ import annotations
@@ -18,13 +25,15 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
+from vdla._memo import remembered
 from vdla.compiler.tuner.records import OK, Records
 
-__all__ = ["Rows", "pairwise_accuracy", "top1_ratio", "training_rows"]
+__all__ = ["Rows", "learned_choice", "learned_schedules", "pairwise_accuracy", "top1_ratio",
+           "training_rows"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,6 +50,17 @@ class Rows:
 
     def __len__(self) -> int:
         return len(self.y)
+
+    @classmethod
+    def join(cls, parts: Sequence["Rows"]) -> "Rows":
+        """The rows of `parts` (of one feature set) together, their tasks renumbered."""
+        names = {p.feature_names for p in parts}
+        if len(names) != 1:
+            raise ValueError(f"rows of {len(names)} different feature sets cannot be joined")
+        offsets = np.cumsum([0] + [len(p.tasks) for p in parts[:-1]])
+        return cls(np.concatenate([p.x for p in parts]), np.concatenate([p.y for p in parts]),
+                   np.concatenate([p.groups + o for p, o in zip(parts, offsets)]),
+                   names.pop(), tuple(t for p in parts for t in p.tasks))
 
     def subset(self, keep: np.ndarray) -> "Rows":
         """The rows where `keep` (a boolean mask), their tasks renumbered."""
@@ -105,3 +125,35 @@ def top1_ratio(predicted: np.ndarray, y: np.ndarray, groups: np.ndarray) -> floa
     if not logs:
         raise ValueError("no task to pick a schedule for")
     return float(2.0 ** np.mean(logs))
+
+
+def learned_choice(task) -> Any:
+    """The schedule of `task`'s space that its pretrained model predicts fastest, or
+    None when the task has none (`TuneTask.pretrained`)."""
+    model = task.pretrained()
+    if model is None:
+        return None
+
+    def choose():
+        space = task.space()
+        x = np.array([task.feature_set.vector(task.transfer_features(s)) for s in space])
+        return space[int(np.argmin(model.predict(x)))]
+
+    sources = task.sources()
+    if not sources:
+        return choose()
+    key = {"target": task.target, "platform": task.platform, "workload": task.key,
+           "model": model.digest}
+    return remembered("schedules", "learned", key, choose, to_json=task.schedule_to_dict,
+                      from_json=task.schedule_from_dict, sources=sources)
+
+
+def learned_schedules(graph, target) -> dict[str, Any]:
+    """node name -> `learned_choice` for each tunable node of `graph` on `target` whose
+    task has a pretrained model (the others keep the target's default)."""
+    found = {}
+    for task in target.tasks(graph):
+        choice = learned_choice(task)
+        if choice is not None:
+            found.update(dict.fromkeys(task.nodes, choice))
+    return found

@@ -109,6 +109,19 @@ class TuneTask(abc.ABC):
         raise ValueError(f"task {self.name} ({self.target}) has no features that span "
                          "tasks and platforms")
 
+    def pretrained(self) -> Any:
+        """The cost model of `feature_set` this target ships, trained on other tasks and
+        platforms (`vdla.compiler.tuner.cost_model.CostModel`, predicting log2 cost from
+        `transfer_features`), or None when it ships none: the pretrained tuner then
+        starts from scratch and the learned chooser keeps the default."""
+        return None
+
+    def sources(self) -> tuple:
+        """The files whose code decides the task's space and `transfer_features`: a
+        choice made from them is remembered on disk keyed on their contents
+        (`vdla.compiler.tuner.learned.learned_choice`); () remembers nothing."""
+        return ()
+
     @abc.abstractmethod
     def knobs(self, schedule) -> tuple[int, ...]:
         """`schedule` as a point of the knob grid (one integer per knob, ordered within a

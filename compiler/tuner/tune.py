@@ -35,8 +35,8 @@ from vdla.compiler.tuner.records import Records
 from vdla.compiler.tuner.search import make_tuner
 from vdla.compiler.tuner.task import TuneTask
 
-__all__ = ["CONFIRM", "CONFIRM_ROUNDS", "Progress", "TuneResult", "UnreadableRecords",
-           "best_schedules", "readable", "tune_task"]
+__all__ = ["CONFIRM", "CONFIRM_ROUNDS", "Progress", "TaskTuning", "TuneResult",
+           "UnreadableRecords", "best_schedules", "measure_recorded", "readable", "tune_task"]
 
 #: A noisy task's fastest schedules measured again after the search ...
 CONFIRM = 4
@@ -121,6 +121,111 @@ def _previous(records: Records | None, task: TuneTask, backend: str) -> dict:
     return found
 
 
+class TaskTuning:
+    """One task's tuning in progress: its tuner, what the records held for it, what this
+    run measured. `tune_task` steps one until its budget is spent; the task scheduler
+    (`vdla.compiler.tuner.scheduler`) steps several, choosing which each time. The
+    arguments are `tune_task`'s; `budget` is the task's trials capped at its space."""
+
+    def __init__(self, task: TuneTask, runner, *, trials: int, records: Records | None = None,
+                 tuner: str = "model", seed: int = 0, measure_default: bool = True,
+                 progress: Progress | None = None, tuner_options: dict | None = None):
+        if isinstance(trials, bool) or not isinstance(trials, int) or trials < 0:
+            raise ValueError(f"trials must be a non-negative integer, not {trials!r}")
+        space = task.space()
+        if not space:
+            task.default_schedule()   # raises, naming why (the buffers the smallest tiles overflow)
+            raise ValueError(f"task {task.name}: no schedule fits {task.platform}")
+        self.task, self.runner, self.records = task, runner, records
+        self.measure_default, self.progress = measure_default, progress
+        self.search = make_tuner(tuner, task, space, seed=seed, **(tuner_options or {}))
+        self.previous = {s: c for s, c in _previous(records, task, runner.backend).items()
+                         if s in self.search.index}
+        self.search.update(list(self.previous), list(self.previous.values()))
+        self.default = task.default_schedule()
+        self.budget = min(trials, len(space))
+        self.history: list[tuple[Any, MeasureResult]] = []
+        if progress is not None:
+            progress(task, self.done, self.budget, self.best()[0])
+
+    @property
+    def done(self) -> int:
+        """Trials so far, the records' included (at most the budget)."""
+        return min(len(self.search.measured), self.budget)
+
+    @property
+    def left(self) -> int:
+        """Trials the budget still allows."""
+        return max(0, self.budget - len(self.search.measured))
+
+    def best(self) -> tuple[int | None, Any]:
+        """(cost, schedule) of the fastest measured, or (None, None)."""
+        # Schedules are never measured twice, so the tuner's table is the whole record.
+        ok = [(c, i) for i, c in self.search.measured.items() if c is not None]
+        if not ok:
+            return None, None
+        cycles, index = min(ok)
+        return cycles, self.search.space[index]
+
+    def propose(self, n: int) -> list:
+        """Up to `n` schedules to measure next (the default first, if it is to be
+        measured and was not), within the budget; [] when it or the space is spent."""
+        n = min(n, self.left)
+        if n <= 0:
+            return []
+        search, default = self.search, self.default
+        first = [default] if self.measure_default and \
+            search.index[default] not in search.measured else []
+        return (first + [s for s in search.propose(n) if s not in first])[:n]
+
+    def absorb(self, proposal: Sequence, results: Sequence[MeasureResult]) -> None:
+        """Teach the tuner what `proposal` (from `propose`) measured."""
+        self.search.update(proposal, [r.cycles if r.ok else None for r in results])
+        self.history += zip(proposal, results)
+
+    def step(self, n: int) -> int:
+        """Measure one batch of up to `n` schedules (`propose`), record it and teach the
+        tuner; how many were measured (0: the budget or the space is spent)."""
+        proposal = self.propose(n)
+        if not proposal:
+            return 0
+        inputs = [MeasureInput(self.task, s) for s in proposal]
+        finished: dict[int, MeasureResult] = {}
+        best_before = self.best()[0]
+        progress, measured = self.progress, len(self.search.measured)
+
+        def on_result(index: int, result: MeasureResult):
+            finished[index] = result
+            if progress is not None:
+                costs = [r.cycles for r in finished.values() if r.ok]
+                costs += [] if best_before is None else [best_before]
+                progress(self.task, measured + len(finished), self.budget,
+                         min(costs, default=None))
+
+        self.absorb(proposal, measure_recorded(self.runner, inputs, self.records, on_result,
+                                                finished))
+        return len(proposal)
+
+    def result(self, confirm: int | None = None) -> TuneResult:
+        """What was found; a noisy task first confirms its best (`confirm`, as in
+        `tune_task`)."""
+        task, search, default = self.task, self.search, self.default
+        best_cycles, best_schedule = self.best()
+        default_cycles = search.measured.get(search.index[default])
+        confirm = (CONFIRM if task.noisy else 0) if confirm is None else confirm
+        done = 0
+        if confirm and best_schedule is not None:
+            costs = _confirm(task, self.runner, search, default, confirm, self.records,
+                             self.previous, self.history)
+            done = sum(len(c) for c in costs.values()) - len(costs)
+            medians = {s: sorted(c)[(len(c) - 1) // 2] for s, c in costs.items()}
+            best_schedule = min(medians, key=lambda s: (medians[s], search.index[s]))
+            best_cycles = medians[best_schedule]
+            default_cycles = medians.get(default, default_cycles)
+        return TuneResult(task, len(search.space), best_schedule, best_cycles, default,
+                          default_cycles, tuple(self.history), len(self.previous), done)
+
+
 def tune_task(task: TuneTask, runner, *, trials: int, records: Records | None = None,
               tuner: str = "model", batch: int = 8, seed: int = 0,
               measure_default: bool = True, progress: Progress | None = None,
@@ -132,7 +237,9 @@ def tune_task(task: TuneTask, runner, *, trials: int, records: Records | None = 
         ``on_result`` reports each measurement as it finishes)
     trials : measurements in all, records included (capped at the space's size)
     records : a `Records` to resume from and write to (None: nothing is kept)
-    tuner : ``model`` (learned cost model and simulated annealing), ``random`` or ``grid``
+    tuner : ``pretrained`` (the target's pretrained cost model, learning online; from
+        scratch where the target ships none), ``model`` (a cost model learned from
+        scratch and simulated annealing), ``random`` or ``grid``
     batch : schedules measured per round (the runner measures a batch in parallel)
     seed : makes the search deterministic
     measure_default : measure the default chooser's schedule first, so the result can
@@ -143,68 +250,19 @@ def tune_task(task: TuneTask, runner, *, trials: int, records: Records | None = 
     """
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
         raise ValueError(f"trials must be a positive integer, not {trials!r}")
+    check_batch(batch)
+    tuning = TaskTuning(task, runner, trials=trials, records=records, tuner=tuner, seed=seed,
+                        measure_default=measure_default, progress=progress,
+                        tuner_options=tuner_options)
+    while tuning.step(batch):
+        pass
+    return tuning.result(confirm)
+
+
+def check_batch(batch) -> None:
+    """ValueError unless `batch` is a positive integer."""
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
         raise ValueError(f"batch must be a positive integer, not {batch!r}")
-    space = task.space()
-    if not space:
-        task.default_schedule()   # raises, naming why (the buffers the smallest tiles overflow)
-        raise ValueError(f"task {task.name}: no schedule fits {task.platform}")
-    search = make_tuner(tuner, task, space, seed=seed, **(tuner_options or {}))
-    previous = {s: c for s, c in _previous(records, task, runner.backend).items()
-                if s in search.index}
-    search.update(list(previous), list(previous.values()))
-    default = task.default_schedule()
-    budget = min(trials, len(space))
-    history: list[tuple[Any, MeasureResult]] = []
-
-    def best() -> tuple[int | None, Any]:
-        # Schedules are never measured twice, so the tuner's table is the whole record.
-        ok = [(c, i) for i, c in search.measured.items() if c is not None]
-        if not ok:
-            return None, None
-        cycles, index = min(ok)
-        return cycles, search.space[index]
-
-    if progress is not None:
-        progress(task, min(len(search.measured), budget), budget, best()[0])
-    while len(search.measured) < budget:
-        n = budget - len(search.measured)
-        first = [default] if measure_default and search.index[default] not in search.measured \
-            else []
-        proposal = (first + [s for s in search.propose(min(batch, n)) if s not in first])
-        proposal = proposal[: min(batch, n)]
-        if not proposal:
-            break
-        inputs = [MeasureInput(task, s) for s in proposal]
-        finished: dict[int, MeasureResult] = {}
-        best_before = best()[0]
-
-        def on_result(index: int, result: MeasureResult):
-            finished[index] = result
-            if progress is not None:
-                costs = [r.cycles for r in finished.values() if r.ok]
-                costs += [] if best_before is None else [best_before]
-                progress(task, len(search.measured) + len(finished), budget,
-                         min(costs, default=None))
-
-        results = _measure_recorded(runner, inputs, records, on_result, finished)
-        search.update(proposal, [r.cycles if r.ok else None for r in results])
-        history += zip(proposal, results)
-
-    best_cycles, best_schedule = best()
-    default_cycles = search.measured.get(search.index[default])
-    confirm = (CONFIRM if task.noisy else 0) if confirm is None else confirm
-    done = 0
-    if confirm and best_schedule is not None:
-        costs = _confirm(task, runner, search, default, confirm, records, previous,
-                         history)
-        done = sum(len(c) for c in costs.values()) - len(costs)
-        medians = {s: sorted(c)[(len(c) - 1) // 2] for s, c in costs.items()}
-        best_schedule = min(medians, key=lambda s: (medians[s], search.index[s]))
-        best_cycles = medians[best_schedule]
-        default_cycles = medians.get(default, default_cycles)
-    return TuneResult(task, len(space), best_schedule, best_cycles, default,
-                      default_cycles, tuple(history), len(previous), done)
 
 
 def _confirm(task: TuneTask, runner, search, default, count: int, records, previous,
@@ -221,7 +279,7 @@ def _confirm(task: TuneTask, runner, search, default, count: int, records, previ
     for _ in range(CONFIRM_ROUNDS):
         inputs = [MeasureInput(task, s) for s in picks]
         finished: dict[int, MeasureResult] = {}
-        results = _measure_recorded(runner, inputs, records,
+        results = measure_recorded(runner, inputs, records,
                                     lambda i, r: finished.__setitem__(i, r), finished)
         for s, r in zip(picks, results):
             if r.ok:
@@ -229,9 +287,10 @@ def _confirm(task: TuneTask, runner, search, default, count: int, records, previ
     return costs
 
 
-def _measure_recorded(runner, inputs, records, on_result, finished) -> list:
-    """`_measure`, with every result added to `records`; interrupted (Ctrl-C) or failed,
-    what finished (`on_result` fills `finished`) is kept, in the batch's order."""
+def measure_recorded(runner, inputs, records, on_result, finished) -> list:
+    """`runner` measures `inputs` (of any tasks), every result added to `records`;
+    ``on_result(index, result)`` is called as each finishes and must fill `finished`, so
+    that, interrupted (Ctrl-C) or failed, what finished is kept, in the batch's order."""
     try:
         results = _measure(runner, inputs, on_result)
     except BaseException:

@@ -406,7 +406,8 @@ def test_the_model_tuner_learns_without_the_timing_model(measured_space):
 
 def test_bad_arguments_are_refused():
     task = task_from_workload(TINY, CFG)
-    with pytest.raises(ValueError, match="unknown tuner 'best'; available: model, random"):
+    with pytest.raises(ValueError,
+                       match="unknown tuner .best.; available: pretrained, model, random"):
         make_tuner("best", task, task.space())
     with pytest.raises(ValueError, match="trials must be a positive integer, not 0"):
         tune_task(task, None, trials=0)
@@ -424,8 +425,8 @@ def test_bad_arguments_are_refused():
 
 def test_vdla_tune_then_run_with_the_records(tmp_path, capsys):
     db, report = tmp_path / "digits.db", tmp_path / "tune.json"
-    assert main(["tune", "digits_cnn", "--trials", "10", "--records", str(db), "--jobs", "2",
-                 "--json", str(report)]) == 0
+    assert main(["tune", "digits_cnn", "--trials", "40", "--split", "equal", "--records",
+                 str(db), "--jobs", "2", "--json", str(report)]) == 0
     out = capsys.readouterr().out
     assert "tuned digits_cnn: 4 workload(s)" in out and "speedup" in out
     tuned = json.loads(report.read_text())
@@ -455,13 +456,13 @@ def test_vdla_tune_then_run_with_the_records(tmp_path, capsys):
             assert w["best"]["schedule"] != w["default"]["schedule"]
 
     # A second tune resumes: no new measurements.
-    assert main(["tune", "digits_cnn", "--trials", "10", "--records", str(db)]) == 0
+    assert main(["tune", "digits_cnn", "--trials", "40", "--records", str(db)]) == 0
     assert "0 measurements" in capsys.readouterr().out
 
 
 def test_vdla_tune_a_layer_with_the_fast_mode(tmp_path, capsys):
-    assert main(["tune", "--layer", TINY, "--layer", "C11", "--trials", "3", "--measure",
-                 "functional", "--records", str(tmp_path / "f.db")]) == 0
+    assert main(["tune", "--layer", TINY, "--layer", "C11", "--trials", "9", "--split",
+                 "equal", "--measure", "functional", "--records", str(tmp_path / "f.db")]) == 0
     out = capsys.readouterr().out
     assert "3 workload(s)" in out and "functional measurements" in out
     assert "1x512x7x7 -> 512, k3x3 s1 +residual" in out and "C11+residual" in out
@@ -472,10 +473,11 @@ def test_vdla_tune_a_layer_with_the_fast_mode(tmp_path, capsys):
 def test_a_tuned_named_layer_serves_the_model(tmp_path, capsys):
     """`vdla tune --layer C8` then `vdla run resnet18 --records`: the run compiles C8's
     three nodes (two with a ReLU, one with a residual add) with the records' schedules.
-    Verilator measurements, because `vdla run` takes the cycle-accurate records; one
-    trial (the default schedule) each keeps it short."""
+    Verilator measurements, because `vdla run` takes the cycle-accurate records; two
+    trials split equally (the default schedule each) keep it short."""
     db, report = tmp_path / "c8.db", tmp_path / "run.json"
-    assert main(["tune", "--layer", "C8", "--trials", "1", "--records", str(db)]) == 0
+    assert main(["tune", "--layer", "C8", "--trials", "2", "--split", "equal", "--records",
+                 str(db)]) == 0
     assert "2 workload(s)" in capsys.readouterr().out
     assert main(["run", "resnet18", "--sim", "functional", "--records", str(db),
                  "--json", str(report)]) == 0

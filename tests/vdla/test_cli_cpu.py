@@ -110,8 +110,8 @@ def test_isa_and_threads_belong_to_the_cpu_target(capsys):
 
 def test_tune_then_run_with_the_records(tmp_path, capsys):
     db = tmp_path / "cpu.db"
-    assert main(["tune", "digits_cnn", "--target", "cpu", "--trials", "3", "--records",
-                 str(db), "--threads", "1"]) == 0
+    assert main(["tune", "digits_cnn", "--target", "cpu", "--trials", "12", "--split", "equal",
+                 "--records", str(db), "--threads", "1"]) == 0
     out = capsys.readouterr().out
     assert "target cpu" in out and "wall measurements" in out and " ns " in out
     # The note on repeated measurements is a whole sentence (it once ended mid-phrase).

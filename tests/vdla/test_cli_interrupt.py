@@ -151,20 +151,19 @@ class _Task:
 
 def test_tune_progress_in_a_log_prints_now_and_then():
     out, now = io.StringIO(), [0.0]
-    progress = tune_cmd._Progress(2, stream=out, interval=10.0, clock=lambda: now[0])
-    for done in range(41):          # a measurement every 3 s
-        progress(_Task(), done, 40, None if done == 0 else 1000 - done)
+    progress = tune_cmd._Progress("cycles", stream=out, interval=10.0, clock=lambda: now[0])
+    assert progress.interrupted(0, "t.db") == ("vdla tune stopped before measuring; nothing "
+                                               "added to t.db")
+    for done in range(6, 47):       # 6 trials in the records; a measurement every 3 s
         now[0] += 3.0
+        progress(_Task(), done, 46, None if done < 8 else 10_000 - done)
     lines = out.getvalue().splitlines()
-    # Every 10 s (4 measurements), then the workload's end.
-    assert lines[0] == "vdla: tuning [1/2] C5: 4/40 trials, best 996 cycles"
-    assert lines[1].startswith("vdla: tuning [1/2] C5: 8/40 trials")
-    assert lines[-1] == "vdla: tuned [1/2] C5: 40 trials, best 960 cycles"
-    assert len(lines) == 10
-    progress.next()
-    progress(_Task(), 5, 40, 7)
-    assert progress.interrupted(3, "t.db") == ("3 measurements kept in t.db; stopped in "
-                                               "workload 2 of 2 (C5) at 5 of 40 trials")
+    # Every 10 s (4 measurements), then the budget's end.
+    assert lines[0] == "vdla: tuning: 9/46 trials (C5), tuned ops 9,991 cycles"
+    assert lines[1].startswith("vdla: tuning: 13/46 trials (C5)")
+    assert lines[-1] == "vdla: tuned: 46 trials, tuned ops 9,954 cycles"
+    assert len(lines) == 11
+    assert progress.interrupted(3, "t.db") == "3 of 40 measurements kept in t.db"
 
 
 def test_importing_the_command_line_loads_no_numpy():

@@ -15,6 +15,7 @@ import time
 
 from vdla._fileio import atomic_write
 from vdla.cli.common import CliError, log, output_file, table, write_json
+from vdla.cli.run import _open_records, add_chooser_option
 from vdla.cli.target_args import (add_target_options, check_target_options, make_target,
                                   target_factory, unavailable)
 from vdla.compiler import pipeline, targets
@@ -50,6 +51,10 @@ def add_parser(sub) -> None:
     p.add_argument("--seed", type=int, default=0, help="seeds the input (default 0)")
     p.add_argument("--calibration", type=int, default=4, metavar="N",
                    help="calibration inputs (default 4)")
+    p.add_argument("--records", metavar="DB",
+                   help="compile each target's tunable ops with their best schedules in this "
+                        "tuning records file (vdla tune; records are kept per target)")
+    add_chooser_option(p)
     p.add_argument("--chart", type=output_file,
                    metavar="PNG", help="bar chart path (default compare-MODEL.png)")
     p.add_argument("--json", type=output_file,
@@ -102,32 +107,13 @@ def run(args) -> int:
     model = pipeline.load_model(args.model, seed=args.seed, calibration=args.calibration)
     mode = pipeline.requant_mode(chosen)
     results, failed, outputs = {}, [], {}
-    for target in chosen:
-        log(f"running {args.model} on {target.name} ...")
-        start = time.perf_counter()
-        outcome = pipeline.run_model(model, target, mode=mode)
-        outputs[target.name] = outcome.result.outputs
-        groups = _by_group(outcome.result.ops, lambda s: s.device_seconds)
-        summary = outcome.result.summary.get(target.name, {})
-        results[target.name] = {
-            "bit_exact": outcome.bit_exact, "mismatch": outcome.mismatch,
-            "groups": groups, "total_seconds": sum(groups.values()),
-            "ops_on_target": len(outcome.compiled.ops_on(target.name)),
-            "ops": len(outcome.compiled.ops), "options": target.options(),
-            # The ops that fell back to the host, and why (none on the host target).
-            "ops_on_host": {} if target.name == targets.HOST else {
-                s.name: s.reason for s in outcome.result.ops if s.target == targets.HOST},
-            "seconds_to_run": time.perf_counter() - start,
-            "time": target.time_note(summary), "label": target.column_label(summary)}
-        column = target.estimate_column()
-        if column is not None:
-            estimate = _by_group(outcome.result.ops, column.op_seconds)
-            results[f"{target.name} est."] = {
-                **results[target.name], "estimate": True, "groups": estimate,
-                "label": column.label, "total_seconds": sum(estimate.values()),
-                "seconds_to_run": 0.0, "time": column.note}
-        if not outcome.bit_exact:
-            failed.append(f"{target.name}: {outcome.mismatch}")
+    records = _open_records(args.records)
+    try:
+        for target in chosen:
+            _run_one(args, model, mode, target, records, results, failed, outputs)
+    finally:
+        if records is not None:
+            records.close()
     same = _same_outputs(outputs)
     # The files first: a reader of stdout that stops early (`| head`) ends the command
     # at its next print, and must not cost the files asked for.
@@ -136,6 +122,7 @@ def run(args) -> int:
     if args.json:
         write_json(args.json, {"model": args.model, "requantization": mode,
                                "board": getattr(args, "board", None),
+                               "chooser": args.chooser, "records": args.records,
                                "outputs_identical": same,
                                "targets": results})
     _print(args, mode, results, same)
@@ -228,3 +215,34 @@ def _chart(path: str, model: str, results) -> None:
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=130)
     atomic_write(path, buffer.getvalue())
+
+
+def _run_one(args, model, mode, target, records, results, failed, outputs) -> None:
+    """Run `model` on `target`, adding its row to `results` (and its estimate column's,
+    if any), its outputs to `outputs` and any mismatch to `failed`."""
+    log(f"running {args.model} on {target.name} ...")
+    start = time.perf_counter()
+    outcome = pipeline.run_model(model, target, mode=mode, records=records,
+                                 chooser=args.chooser)
+    outputs[target.name] = outcome.result.outputs
+    groups = _by_group(outcome.result.ops, lambda s: s.device_seconds)
+    summary = outcome.result.summary.get(target.name, {})
+    results[target.name] = {
+        "bit_exact": outcome.bit_exact, "mismatch": outcome.mismatch,
+        "groups": groups, "total_seconds": sum(groups.values()),
+        "ops_on_target": len(outcome.compiled.ops_on(target.name)),
+        "ops": len(outcome.compiled.ops), "options": target.options(),
+        # The ops that fell back to the host, and why (none on the host target).
+        "ops_on_host": {} if target.name == targets.HOST else {
+            s.name: s.reason for s in outcome.result.ops if s.target == targets.HOST},
+        "seconds_to_run": time.perf_counter() - start,
+        "time": target.time_note(summary), "label": target.column_label(summary)}
+    column = target.estimate_column()
+    if column is not None:
+        estimate = _by_group(outcome.result.ops, column.op_seconds)
+        results[f"{target.name} est."] = {
+            **results[target.name], "estimate": True, "groups": estimate,
+            "label": column.label, "total_seconds": sum(estimate.values()),
+            "seconds_to_run": 0.0, "time": column.note}
+    if not outcome.bit_exact:
+        failed.append(f"{target.name}: {outcome.mismatch}")

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from vdla.cli.common import CliError, log, progress_line
-from vdla.cli.run import _open_records, check_model_options
+from vdla.cli.run import _open_records, add_chooser_option, check_model_options
 from vdla.cli.target_args import add_target_options, make_target
 from vdla.compiler import pipeline, targets
 
@@ -41,6 +41,7 @@ def add_parser(sub) -> None:
     p.add_argument("--records", metavar="DB",
                    help="compile each tunable op with its best schedule in these tuning "
                         "records (vdla tune --target cpu)")
+    add_chooser_option(p)
     p.add_argument("--calibration", type=int, default=4, metavar="N",
                    help="calibration samples for quantization (default 4)")
     p.add_argument("--seed", type=int, default=0, help="seeds the inputs (default 0)")
@@ -67,7 +68,7 @@ def run(args) -> int:
     show, done = progress_line("compiling")
     try:
         compiled, schedules = pipeline.compile_for(graph, target, records=records,
-                                                   progress=show)
+                                                   progress=show, chooser=args.chooser)
     finally:
         done()
         if records is not None:

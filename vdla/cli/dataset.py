@@ -48,6 +48,9 @@ def add_parser(sub) -> None:
                    help="models named in the manifest as held out (not measured)")
     p.add_argument("--shapes", type=int, default=8, metavar="K",
                    help="random convolution workloads besides the models' (default 8)")
+    p.add_argument("--small-shapes", type=int, default=0, metavar="K",
+                   help="random small convolution workloads (planes of 2 to 14, 16 to 128 "
+                        "channels: layers as tuning benchmarks shrink them; default 0)")
     p.add_argument("--per-task", type=int, default=8, metavar="K",
                    help="schedules per (platform, workload), the default among them "
                         "(default 8)")
@@ -66,12 +69,14 @@ def add_parser(sub) -> None:
 
 def _check_args(args):
     for name, least in (("platforms", 1), ("held_out_platforms", 0), ("shapes", 0),
+                        ("small_shapes", 0),
                         ("per_task", 1), ("jobs", 1)):
         value = getattr(args, name)
         if value < least:
             raise CliError(f"--{name.replace('_', '-')} must be at least {least}, not {value}")
-    if not args.models and not args.shapes:
-        raise CliError("nothing to measure: name a MODEL or give --shapes K > 0")
+    if not args.models and not args.shapes and not args.small_shapes:
+        raise CliError("nothing to measure: name a MODEL or give --shapes or --small-shapes "
+                       "K > 0")
 
 
 def run(args) -> int:
@@ -85,7 +90,9 @@ def run(args) -> int:
         drawn = target.platforms(args.platforms + args.held_out_platforms, seed=args.seed)
         plan = pipeline.dataset_plan(
             drawn[:args.platforms], held_out=drawn[args.platforms:], models=args.models,
-            shapes=random_shapes(args.shapes, seed=args.seed), per_task=args.per_task,
+            shapes=random_shapes(args.shapes, seed=args.seed)
+            + random_shapes(args.small_shapes, seed=args.seed, small=True),
+            per_task=args.per_task,
             seed=args.seed, held_out_models=args.held_out_models, log=log)
     except ValueError as e:
         raise CliError(str(e)) from None

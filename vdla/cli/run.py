@@ -52,6 +52,7 @@ def add_parser(sub) -> None:
     run_.add_argument("--records", metavar="DB",
                       help="compile each tunable op with its best schedule in this tuning "
                            "records file (vdla tune); the target's default for the others")
+    add_chooser_option(run_)
     run_.add_argument("--jobs", type=int, default=default_jobs(), metavar="N",
                       help="simulate the ops of a target that runs them apart (vdla) in N "
                            "worker processes at once, each fed its inputs from the reference: "
@@ -66,6 +67,15 @@ def add_parser(sub) -> None:
                            "each from the one before it, and only the first from the reference")
     add_target_options(run_, "run")
     run_.set_defaults(func=run)
+
+
+def add_chooser_option(parser) -> None:
+    """--chooser, of the commands that compile a model (run, compile, compare)."""
+    parser.add_argument("--chooser", choices=pipeline.CHOOSERS, default="default",
+                        help="who picks the schedule of each tunable op that --records does "
+                             "not give: default, the target's own chooser (the default); "
+                             "learned, the target's pretrained cost model, measuring "
+                             "nothing (the target's own where it ships no model)")
 
 
 def default_jobs() -> int:
@@ -148,7 +158,8 @@ def run(args) -> int:
         outcome = pipeline.run_model(model, target, records=records,
                                      precision=getattr(args, "precision", "int8"),
                                      compile_progress=compile_show, run_progress=run_show,
-                                     jobs=args.jobs, ray=args.ray, chain=args.chain)
+                                     jobs=args.jobs, ray=args.ray, chain=args.chain,
+                                     chooser=args.chooser)
     finally:
         compile_done()
         run_done()
@@ -217,10 +228,12 @@ def _report(args, target, outcome, whole=None) -> None:
     if target.name != targets.HOST:
         for line in host_op_lines(result.ops):
             print(f"  {line}")
-    if args.records:
+    if args.records or args.chooser != "default":
         tunable = {n for t in target.tasks(outcome.quantized) for n in t.nodes}
-        print(f"schedules: {len(outcome.schedules)} of {len(tunable)} tunable ops from the "
-              f"records {args.records}, the others from the default chooser")
+        print("schedules: " + (f"{len(outcome.schedules)} of {len(tunable)} tunable ops from "
+                               f"the records {args.records}, the others" if args.records
+                               else f"{len(tunable)} tunable ops")
+              + f" from the {args.chooser} chooser")
     # A target that ran nothing has no totals, and "no host work between its ops"
     # would read as if it had run them: say so instead (at the end, on stderr).
     ran_nothing = target.name != targets.HOST and mine == 0

@@ -11,7 +11,8 @@ from vdla.cli.common import CliError, log, on_interrupt, output_file, table, wri
 from vdla.cli.run import DEFAULT_TARGET
 from vdla.cli.target_args import add_target_options, make_target
 from vdla.compiler import pipeline, targets
-from vdla.compiler.tuner import ExecutorRunner, LocalRunner, Records, tune_task
+from vdla.compiler.tuner import ExecutorRunner, LocalRunner, Records, tune_tasks
+from vdla.compiler.tuner.scheduler import SPLITS
 from vdla.compiler.tuner.search import TUNERS
 from vdla.compiler.tuner.tune import CONFIRM, CONFIRM_ROUNDS
 
@@ -40,7 +41,12 @@ def add_parser(sub) -> None:
                       help=f"the target whose schedules are tuned: {', '.join(targets.names())}"
                            f" (default {DEFAULT_TARGET})")
     tune.add_argument("--trials", type=int, required=True, metavar="N",
-                      help="measurements per workload, those already in the records included")
+                      help="measurements in all, for the whole model (or every --layer "
+                           "workload), those already in the records included; --split "
+                           "decides which workload each goes to")
+    tune.add_argument("--split", choices=SPLITS, default="gradient",
+                      help="gradient: each batch to the workload where the model's cost is "
+                           "expected to fall most (default); equal: N / workloads each")
     tune.add_argument("--records", required=True, type=output_file, metavar="DB",
                       help="SQLite records file (created if missing)")
     tune.add_argument("--jobs", type=int, default=1, metavar="J",
@@ -52,14 +58,18 @@ def add_parser(sub) -> None:
                            "apply there: each measurement's cycle budget bounds it")
     tune.add_argument("--json", type=output_file,
                       metavar="PATH", help="also write the results as JSON here")
+    tune.add_argument("--plot", type=output_file, metavar="PNG",
+                      help="also plot the tuned ops' cost against measurements here")
     tune.add_argument("--measure", metavar="BACKEND",
                       help="how schedules are measured, one of the target's measurement "
                            "backends (the accelerator: verilator, cycle-accurate, the default; "
                            "functional, the fast mode: functional simulator + analytical "
                            "timing model)")
-    tune.add_argument("--tuner", choices=tuple(TUNERS), default="model",
-                      help="model: learned cost model + simulated annealing (default); "
-                           "random or grid: baselines")
+    tune.add_argument("--tuner", choices=tuple(TUNERS), default="pretrained",
+                      help="pretrained: the target's pretrained cost model, learning from "
+                           "each measurement (default; from scratch where the target ships "
+                           "none); model: a cost model learned from scratch + simulated "
+                           "annealing; random or grid: baselines")
     tune.add_argument("--batch", type=int, default=8, metavar="B",
                       help="schedules measured per round (default 8)")
     tune.add_argument("--seed", type=int, default=0, help="seeds the search (default 0)")
@@ -115,11 +125,11 @@ class _SessionRecords(Records):
 
 class _Progress:
     """Tuning progress on stderr, moving with every measurement: on a terminal one line,
-    updated in place; otherwise (a log) a line at most every `interval` seconds while a
-    workload is tuned and one when it is done. It remembers how far tuning got, for the
-    line an interrupt prints (`interrupted`).
+    updated in place; otherwise (a log) a line at most every `interval` seconds and one
+    when the budget is spent. It remembers how far tuning got, for the line an interrupt
+    prints (`interrupted`).
 
-    count : workloads to tune
+    unit : what the costs count (the tasks' unit)
     stream : where the lines go (default: stderr)
     interval : least seconds between two lines when `stream` is not a terminal
     clock : the time in seconds (default `time.monotonic`)
@@ -128,44 +138,37 @@ class _Progress:
     #: Default of `interval`: often enough to see a long run move, rare enough for a log.
     INTERVAL = 10.0
 
-    def __init__(self, count: int, *, stream=None, interval: float = INTERVAL,
+    def __init__(self, unit: str, *, stream=None, interval: float = INTERVAL,
                  clock=time.monotonic):
-        self.count, self.index = count, 0
+        self.unit = unit
         self.stream = stream or sys.stderr
         self.tty = self.stream.isatty()
         self.interval, self.clock = interval, clock
         self.task, self.done, self.total = None, 0, 0
-        self.planned = 0          # measurements to make in the workloads begun so far
-        self._begun = -1          # index of the last workload begun
-        self._last_line = 0.0     # when the last log line was printed
-        self._line_open = False   # a terminal line to end
+        self.first: int | None = None   # trials the records held when tuning began
+        self._last_line = clock()       # when the last log line was printed
+        self._line_open = False         # a terminal line to end
 
-    def __call__(self, task, done: int, total: int, best: int | None):
-        if self._begun != self.index:    # a workload's first call: the records' share
-            self._begun, self._last_line = self.index, self.clock()
-            self.planned += total - done
+    def __call__(self, task, done: int, total: int, cost: int | None):
+        """`done` of `total` trials spent, the last on `task`; `cost`: the tuned ops'."""
+        if self.first is None:
+            self.first = done
         self.task, self.done, self.total = task, done, total
-        where = f"[{self.index + 1}/{self.count}] {task.name}"
-        best_text = f"best {'-' if best is None else f'{best:,}'} {task.unit}"
+        cost_text = f"tuned ops {'-' if cost is None else f'{cost:,}'} {self.unit}"
         if self.tty:
             width = 20
             filled = width * done // max(total, 1)
-            self._print(f"\r\x1b[Ktuning {where} [{'#' * filled}{'.' * (width - filled)}] "
-                        f"{done}/{total} trials, {best_text}", end="")
+            self._print(f"\r\x1b[Ktuning [{'#' * filled}{'.' * (width - filled)}] "
+                        f"{done}/{total} trials, {task.name}, {cost_text}", end="")
             self._line_open = True
         elif done == total:
-            self._print(f"vdla: tuned {where}: {done} trials, {best_text}")
+            self._print(f"vdla: tuned: {done} trials, {cost_text}")
         elif self.clock() - self._last_line >= self.interval:
-            self._print(f"vdla: tuning {where}: {done}/{total} trials, {best_text}")
+            self._print(f"vdla: tuning: {done}/{total} trials ({task.name}), {cost_text}")
             self._last_line = self.clock()
 
     def _print(self, text: str, end: str = "\n"):
         print(text, end=end, file=self.stream, flush=True)
-
-    def next(self):
-        """The current workload is done."""
-        self.index += 1
-        self.end()
 
     def end(self):
         """End the terminal's progress line (nothing in a log)."""
@@ -174,15 +177,10 @@ class _Progress:
             self._line_open = False
 
     def interrupted(self, kept: int, records: str) -> str:
-        """What an interrupt leaves: `kept` measurements added to the `records` file, and
-        where tuning stopped."""
-        if self.task is None:
+        """What an interrupt leaves: `kept` measurements added to the `records` file."""
+        if self.task is None or self.first is None:
             return f"vdla tune stopped before measuring; nothing added to {records}"
-        if self.count == 1:
-            return f"{kept} of {self.planned} measurements kept in {records}"
-        return (f"{kept} measurements kept in {records}; stopped in workload "
-                f"{self.index + 1} of {self.count} ({self.task.name}) at {self.done} of "
-                f"{self.total} trials")
+        return f"{kept} of {self.total - self.first} measurements kept in {records}"
 
 
 def _runner(args, measure: str):
@@ -212,61 +210,113 @@ def run(args) -> int:
     except ValueError as e:
         raise CliError(str(e)) from None
     tasks, what = _tasks(args, target)
+    if args.tuner == "pretrained":
+        log(_pretrained_note(tasks))
     start = time.perf_counter()
-    results = []
-    progress = _Progress(len(tasks))
+    progress = _Progress(tasks[0].unit)
     runner = _runner(args, measure)     # first: a missing Ray cluster writes no records
     with runner:
         records = _SessionRecords(args.records)
-        # Ctrl-C: the runner kills its busy workers, tune_task keeps what finished.
+        # Ctrl-C: the runner kills its busy workers, tune_tasks keeps what finished.
         on_interrupt(args, lambda: progress.interrupted(records.added, args.records))
         try:
             with records:
-                for task in tasks:
-                    results.append(tune_task(task, runner, trials=args.trials,
-                                             records=records, tuner=args.tuner,
-                                             batch=args.batch, seed=args.seed,
-                                             progress=progress))
-                    progress.next()
+                tuning = tune_tasks(tasks, runner, trials=args.trials, records=records,
+                                    tuner=args.tuner, batch=args.batch, seed=args.seed,
+                                    split=args.split, progress=progress)
         finally:
             progress.end()
         where = runner.describe() if args.ray else ""
     wall = time.perf_counter() - start
-    # The JSON before the summary: a closed stdout (`| head`) ends the command.
+    # The JSON and the plot before the summary: a closed stdout (`| head`) ends the command.
     if args.json:
-        write_json(args.json, {
-            "what": what, "target": target.name, "options": target.options(),
-            "platform": tasks[0].platform, "measure": measure, "tuner": args.tuner,
-            "seed": args.seed, "records": str(args.records), "wall_seconds": wall,
-            "workloads": [{
-                "name": r.task.name, "key": r.task.key, "nodes": list(r.task.nodes),
-                "space": r.space_size, "trials": r.trials, "resumed": r.resumed,
-                "failures": r.failures, "confirmations": r.confirmations,
-                "unit": r.task.unit,
-                "default": {"schedule": r.task.schedule_to_dict(r.default),
-                            "cycles": r.default_cycles},
-                "best": {"schedule": None if r.best is None else r.task.schedule_to_dict(r.best),
-                         "cycles": r.best_cycles},
-                "speedup": r.speedup} for r in results]})
+        write_json(args.json, _document(args, target, tasks, measure, tuning, what, wall))
+    if args.plot:
+        _plot(args, args.plot, tuning, what, target, tasks[0])
+    _summary(args, target, tasks, measure, tuning, what, wall, where)
+    return 0
+
+
+def _pretrained_note(tasks) -> str:
+    """Which pretrained model the tuner starts from, or that it starts from scratch."""
+    models = {t.pretrained() is not None for t in tasks}
+    if models == {False}:
+        return (f"no pretrained cost model for target {tasks[0].target}'s tasks: tuning "
+                "from scratch (the model tuner)")
+    model = next(t.pretrained() for t in tasks if t.pretrained() is not None)
+    meta = model.meta
+    seen = tasks[0].platform in meta.get("platforms", ())
+    note = (f"starting from the pretrained cost model {meta['features']} "
+            f"v{meta['version']} ({meta['rows']:,} measured schedules on "
+            f"{len(meta.get('platforms', ()))} platforms; {tasks[0].platform} is "
+            f"{'one' if seen else 'not one'} of them)")
+    if False in models:
+        note += "; the tasks it has no features for are tuned from scratch"
+    return note
+
+
+def _document(args, target, tasks, measure, tuning, what, wall) -> dict:
+    results = tuning.results
+    return {
+        "what": what, "target": target.name, "options": target.options(),
+        "platform": tasks[0].platform, "measure": measure, "tuner": args.tuner,
+        "split": args.split, "trials": args.trials, "seed": args.seed,
+        "records": str(args.records), "wall_seconds": wall,
+        "cost": {"default": tuning.cost("default"), "best": tuning.cost("best"),
+                 "unit": tasks[0].unit},
+        "curve": {"first_trial": tuning.resumed + 1, "cost": list(tuning.curve)},
+        "workloads": [{
+            "name": r.task.name, "key": r.task.key, "nodes": list(r.task.nodes),
+            "space": r.space_size, "trials": r.trials, "resumed": r.resumed,
+            "failures": r.failures, "confirmations": r.confirmations,
+            "unit": r.task.unit,
+            "default": {"schedule": r.task.schedule_to_dict(r.default),
+                        "cycles": r.default_cycles},
+            "best": {"schedule": None if r.best is None else r.task.schedule_to_dict(r.best),
+                     "cycles": r.best_cycles},
+            "speedup": r.speedup} for r in results]}
+
+
+def _plot(args, path, tuning, what, target, task) -> None:
+    """The tuned ops' cost after each measurement of this run (a PNG at `path`)."""
+    # heavy: matplotlib, only for --plot
+    from vdla.compiler.tuner.plot import tuning_curves
+
+    try:
+        tuning_curves({f"{tuning.results[0].task.name if len(tuning.results) == 1 else what}"
+                       f" ({args.tuner}, {args.split} split)":
+                       (tuning.resumed + 1, tuning.curve)}, path,
+                      title=f"vdla tune {what} on {target.name} ({task.platform})",
+                      unit=task.unit)
+    except ValueError as e:
+        log(f"--plot {path}: not written: {e}")
+
+
+def _summary(args, target, tasks, measure, tuning, what, wall, where) -> None:
+    results = tuning.results
 
     def sched(task, s):
         return "-" if s is None else target.describe_schedule(task.schedule_to_dict(s))
 
     print(f"tuned {what}: {len(tasks)} workload(s), target {target.name}, platform "
           f"{tasks[0].platform}, "
-          f"{measure} measurements, {args.tuner} tuner, seed {args.seed}; records "
-          f"{args.records}")
+          f"{measure} measurements, {args.tuner} tuner, {args.split} split, seed "
+          f"{args.seed}; records {args.records}")
     unit = tasks[0].unit
-    header = ("workload", "shape", "space", "trials", "default", unit, "best found", unit,
-              "speedup")
-    rows = [(r.task.name, r.task.describe(), str(r.space_size),
+    header = ("workload", "shape", "nodes", "space", "trials", "default", unit, "best found",
+              unit, "speedup")
+    rows = [(r.task.name, r.task.describe(), str(len(r.task.nodes) or 1), str(r.space_size),
              f"{r.trials}" + (f" ({r.resumed} resumed)" if r.resumed else ""),
              sched(r.task, r.default),
              "-" if r.default_cycles is None else f"{r.default_cycles:,}",
              sched(r.task, r.best), "-" if r.best_cycles is None else f"{r.best_cycles:,}",
              "-" if r.speedup is None else f"{r.speedup:.3f}x") for r in results]
-    for line in table(header, rows, right={2, 3, 5, 7, 8}):
+    for line in table(header, rows, right={2, 3, 4, 6, 8, 9}):
         print("  " + line)
+    before, after = tuning.cost("default"), tuning.cost("best")
+    if before and after:
+        print(f"tuned ops (each workload's cost times its nodes): {before:,} {unit} with the "
+              f"default schedules, {after:,} with the best found ({before / after:.3f}x)")
     failures = sum(r.failures for r in results)
     measured = sum(len(r.history) for r in results)
     confirmed = sum(r.confirmations for r in results)
@@ -278,4 +328,3 @@ def run(args) -> int:
               f"and its default were measured {CONFIRM_ROUNDS} more times, interleaved "
               f"({confirmed} measurements); the table gives the median of each one's "
               "measurements.")
-    return 0

@@ -28,24 +28,30 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from pathlib import Path
 from typing import Any, Callable
 
 import vdla.runtime
 from vdla.compiler.ir.graph import Graph
-from vdla.compiler.targets.vdla.common import ceil_div
+from vdla.compiler.targets.vdla.common import ceil_div, chooser_sources
 from vdla.compiler.targets.vdla.conv import lower_conv2d, run_conv2d
 from vdla.compiler.targets.vdla.conv_layer import (Conv2dEstimate, Conv2dLayer, Conv2dSchedule,
                                                    alu_passes, choose_conv2d, conv2d_workload,
                                                    estimate_conv2d, residual_passes,
                                                    schedule_space)
 from vdla.compiler.targets.vdla.features import CONV2D, conv2d_values
+from vdla.compiler.tuner.cost_model import shipped
 from vdla.compiler.tuner.measure import MeasureResult, one_line
 from vdla.compiler.tuner.task import OneNodeTask, TaskData, merge_tasks, one_node_graph
 from vdla.config import HardwareConfig
 from vdla.sim.errors import WatchdogError
 from vdla.sim.verilator.build import build_model
 
-__all__ = ["BACKENDS", "THREADS", "ConvTask", "conv_tasks", "cycle_budget"]
+__all__ = ["BACKENDS", "PRETRAINED", "THREADS", "ConvTask", "conv_tasks", "cycle_budget"]
+
+#: The package-data folder of the pretrained cost models (`ConvTask.pretrained`):
+#: scripts/train_cost_model.py writes them from a training set's records.
+PRETRAINED = Path(__file__).resolve().parent / "models"
 
 #: How a schedule can be measured: on a device of each backend, the cycle-accurate one
 #: first (the default).
@@ -143,6 +149,15 @@ class ConvTask(OneNodeTask):
     def transfer_features(self, schedule: Conv2dSchedule) -> dict[str, float]:
         """`CONV2D`'s values (`conv2d_values`), with the timing model's estimate."""
         return conv2d_values(self.layer, schedule, self.config, self.estimate(schedule))
+
+    def sources(self) -> tuple[Path, ...]:
+        """The default choosers' sources: this folder's modules (the space, the timing
+        model, the features), the config and the ISA."""
+        return chooser_sources()
+
+    def pretrained(self):
+        """`CONV2D`'s model shipped in `PRETRAINED` (scripts/train_cost_model.py)."""
+        return shipped(PRETRAINED, CONV2D)
 
     def schedule_to_dict(self, schedule: Conv2dSchedule) -> dict:
         return dataclasses.asdict(schedule)

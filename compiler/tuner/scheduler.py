@@ -1,0 +1,201 @@
+"""The task scheduler: one measurement budget spent on a whole model's tasks.
+
+    results = tune_tasks(target.tasks(graph), runner, trials=64, records=db,
+                         tuner="pretrained", split="gradient")
+
+A model's tasks do not matter equally: ResNet-18's first convolution runs once and
+takes a few percent of the model, a 3x3 convolution of layer1 runs four times. And they
+do not gain equally from more measurements: where the default schedule is already the
+best, measuring more is wasted. Splitting the budget equally (``split="equal"``,
+AutoTVM's way: N / tasks each) ignores both. ``split="gradient"`` spends it where the
+model's end-to-end cost is expected to fall most, as Ansor's task scheduler does:
+
+1. Warm-up, in `WARMUP` rounds: each task's default schedule, then each task's tuner's
+   first pick, while the budget lasts (tasks side by side, a batch at a time): every
+   task then has a measured cost and its tuner has seen the task.
+2. Then each round measures a batch of the task with the largest expected gain:
+   ``weight x (best measured - best predicted)``, where the weight is how many of the
+   model's nodes the task's schedule serves (`TuneTask.nodes`) and the best predicted is
+   the tuner's `expected_best` (its model's cost for the best schedule not measured yet).
+   A task whose tuner predicts nothing (random search, a model not fitted yet) is
+   weighed by its share of the model over its measurements so far,
+   ``weight x best / trials``: DynaTune's optimism for arms tried least. If no task is
+   predicted to gain, that share decides alone.
+
+The model's cost here is the tuned ops' sum, ``sum(weight x best)``: what tuning can
+change (the untuned ops' cost stays).
+
+`trials` counts the records' measurements of the tasks as spent, so an interrupted run
+resumes with what is left of the same budget.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Sequence
+
+from vdla.compiler.tuner.measure import MeasureInput
+from vdla.compiler.tuner.records import Records
+from vdla.compiler.tuner.task import TuneTask
+from vdla.compiler.tuner.tune import TaskTuning, TuneResult, check_batch, measure_recorded
+
+__all__ = ["SPLITS", "WARMUP", "ModelTuning", "tune_tasks"]
+
+#: How a budget is split among tasks (see the module docstring).
+SPLITS = ("gradient", "equal")
+#: Measurements each task gets before the gradient decides (the default and one more).
+WARMUP = 2
+
+#: Called with (the task measured, trials done, the budget, the tuned ops' cost or None)
+#: before the first measurement and after each one.
+ModelProgress = Callable[[TuneTask, int, int, "int | None"], None]
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelTuning:
+    """What `tune_tasks` did: each task's result (in the tasks' order), the order in
+    which tasks were measured (task index per batch, warm-up included), the tuned ops'
+    cost after each of this run's measurements (None until every task has one), and
+    `resumed`, the trials the records held before them."""
+
+    results: tuple[TuneResult, ...]
+    order: tuple[int, ...]
+    curve: tuple[int | None, ...]
+    resumed: int = 0
+
+    @property
+    def trials(self) -> int:
+        return sum(r.trials for r in self.results)
+
+    def cost(self, which: str) -> int | None:
+        """``sum(weight x cost)`` over the tasks of the ``default`` or the ``best``
+        schedules; None unless every task has it."""
+        total = 0
+        for r in self.results:
+            value = r.default_cycles if which == "default" else r.best_cycles
+            if value is None:
+                return None
+            total += _weight(r.task) * value
+        return total
+
+
+def _weight(task: TuneTask) -> int:
+    return len(task.nodes) or 1
+
+
+def tune_tasks(tasks: Sequence[TuneTask], runner, *, trials: int,
+               records: Records | None = None, tuner: str = "pretrained", batch: int = 8,
+               seed: int = 0, split: str = "gradient",
+               progress: ModelProgress | None = None) -> ModelTuning:
+    """Tune `tasks` with `trials` measurements in all (records included), split by
+    `split` (``gradient`` or ``equal``; see the module docstring). The other arguments
+    are `tune_task`'s; every task measures its default first."""
+    if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
+        raise ValueError(f"trials must be a positive integer, not {trials!r}")
+    check_batch(batch)
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {', '.join(SPLITS)}, not {split!r}")
+    if not tasks:
+        raise ValueError("no task to tune")
+    batch_start: list = []      # (trials spent, the task's done) when its batch began
+
+    def hook(task, done, budget, best):
+        # A task's progress, per measurement: the model's, while one of its batches runs.
+        if progress is not None and batch_start:
+            spent_then, done_then = batch_start
+            progress(task, spent_then + done - done_then, trials,
+                     cost({task.uid: best} if best is not None else {}))
+
+    # Each task may take its whole space: the scheduler, not a per-task cap, decides.
+    states = [TaskTuning(t, runner, trials=len(t.space()), records=records, tuner=tuner,
+                         seed=seed, progress=hook) for t in tasks]
+    order: list[int] = []
+    curve: list[int | None] = []
+    spent = resumed = sum(s.done for s in states)
+
+    def cost(instead: dict | None = None) -> int | None:
+        bests = [(instead or {}).get(s.task.uid, s.best()[0]) for s in states]
+        if any(b is None for b in bests):
+            return None
+        return sum(_weight(s.task) * b for s, b in zip(states, bests))
+
+    def measure(index: int, n: int) -> int:
+        nonlocal spent
+        state = states[index]
+        batch_start[:] = [spent, len(state.search.measured)]
+        running = state.best()[0]
+        got = state.step(min(n, trials - spent))
+        batch_start.clear()
+        spent += got
+        if got:
+            order.append(index)
+            for _, result in state.history[-got:]:     # the curve, measurement by measurement
+                if result.ok:
+                    running = result.cycles if running is None else min(running, result.cycles)
+                curve.append(cost({} if running is None else {state.task.uid: running}))
+        return got
+
+    def warm_up(index_round: int) -> None:
+        # Round r: one schedule of each task with fewer than r + 1 trials, `batch` of
+        # them measured at once (tasks side by side: the workers stay busy).
+        nonlocal spent
+        wanting = [i for i, s in enumerate(states) if s.done <= index_round and s.left]
+        for start in range(0, len(wanting), batch):
+            picks = []
+            for i in wanting[start:start + batch]:
+                if spent + len(picks) >= trials:
+                    break
+                picks += [(i, s) for s in states[i].propose(1)]
+            if not picks:
+                return
+            inputs = [MeasureInput(states[i].task, s) for i, s in picks]
+            finished: dict = {}
+
+            def on_result(k, result, base=spent):
+                finished[k] = result
+                if progress is not None:
+                    progress(inputs[k].task, base + len(finished), trials, None)
+
+            results = measure_recorded(runner, inputs, records, on_result, finished)
+            for (i, schedule), result in zip(picks, results):
+                states[i].absorb([schedule], [result])
+                spent += 1
+                order.append(i)
+                curve.append(cost())
+
+    if progress is not None:
+        progress(tasks[0], min(spent, trials), trials, cost())
+    if split == "equal":
+        share, extra = divmod(max(0, trials - spent), len(tasks))
+        for i, s in enumerate(states):
+            goal = s.done + share + (i < extra)
+            while s.done < goal and measure(i, min(batch, goal - s.done)):
+                pass
+    else:
+        for index_round in range(WARMUP):
+            warm_up(index_round)
+        while spent < trials:
+            ranked = sorted(range(len(states)), key=lambda i: -_gain(states[i]))
+            if not any(measure(i, batch) for i in ranked):   # lazily: the first that can
+                break       # every space is spent
+    return ModelTuning(tuple(s.result() for s in states), tuple(order), tuple(curve),
+                       resumed)
+
+
+def _gain(state: TaskTuning) -> float:
+    """The expected fall in the tuned ops' cost from measuring more of `state`'s task
+    (see the module docstring); -1 for a task with nothing left to measure."""
+    if not state.left:
+        return -1.0
+    best = state.best()[0]
+    if best is None:
+        return float("inf")       # nothing measured (all failed): its cost is unknown
+    weight = _weight(state.task)
+    share = weight * best / max(1, len(state.search.measured))
+    expected = state.search.expected_best()
+    if expected is None:
+        return share
+    # A predicted gain ranks first; among tasks predicted to gain nothing, the share
+    # decides (scaled down so that any predicted gain outranks it).
+    predicted = weight * (best - expected)
+    return predicted if predicted > 0 else share * 1e-6

@@ -1,0 +1,234 @@
+"""Tuning that starts from what was learned elsewhere: the shipped pretrained model, the
+pretrained tuner that corrects it online, the learned chooser (zero-shot schedules), and
+the task scheduler that spends one budget on a model's tasks. Measured with the
+functional backend, or replayed from records made here."""
+
+import json
+
+import numpy as np
+import pytest
+
+import vdla
+from vdla.cli import main
+from vdla.compiler import pipeline, targets
+from vdla.compiler.pipeline import tasks_from_workload
+from vdla.compiler.targets.vdla import VdlaTarget
+from vdla.compiler.targets.vdla.features import CONV2D
+from vdla.compiler.targets.vdla.tuning import PRETRAINED
+from vdla.compiler.tuner import (LocalRunner, ModelTuner, PretrainedTuner, Records,
+                                 ReplayRunner, make_tuner, tune_task, tune_tasks)
+from vdla.compiler.tuner.cost_model import CostModel, file_name, shipped
+from vdla.compiler.tuner.learned import learned_choice, learned_schedules
+
+CFG = vdla.HardwareConfig()
+SMALL = "14,14,16,32,3,1,1"
+TINY = "7,7,16,16,1,0,1"
+
+
+def task_of(spec, config=CFG, backend="functional"):
+    return tasks_from_workload(spec, VdlaTarget(config, backend=backend))[0]
+
+
+def vectors(task):
+    space = task.space()
+    return space, np.array([CONV2D.vector(task.transfer_features(s)) for s in space])
+
+
+# --- the shipped model ---------------------------------------------------------------------
+
+def test_the_accelerator_ships_a_model_of_its_feature_set():
+    task = task_of(SMALL)
+    model = task.pretrained()
+    assert isinstance(model, CostModel) and model is task_of(TINY).pretrained()  # loaded once
+    assert (PRETRAINED / file_name(CONV2D)).is_file()
+    assert model.meta["features"] == CONV2D.name and model.meta["version"] == CONV2D.version
+    assert model.meta["residual"] and model.meta["rows"] > 1000
+    # Trained without the held-out configs, which it names.
+    assert not set(model.meta["held_out"]["platforms"]) & set(model.meta["platforms"])
+    _, x = vectors(task)
+    assert np.isfinite(model.predict(x)).all()
+    assert len(model.digest) == 16 and model.digest == CostModel.load(
+        PRETRAINED / file_name(CONV2D), CONV2D).digest
+
+
+def test_no_model_in_a_folder_is_none(tmp_path):
+    assert shipped(tmp_path, CONV2D) is None
+
+
+def test_a_target_without_a_model_tunes_from_scratch():
+    cpu = targets.get("cpu")
+    [task] = tasks_from_workload(TINY, cpu)
+    assert task.pretrained() is None
+    assert isinstance(make_tuner("pretrained", task, task.space()), ModelTuner)
+    with pytest.raises(ValueError, match="no pretrained cost model"):
+        PretrainedTuner(task, task.space())
+
+
+# --- the pretrained tuner --------------------------------------------------------------------
+
+def test_the_pretrained_tuner_proposes_the_models_best_first():
+    task = task_of(SMALL)
+    space, x = vectors(task)
+    predicted = task.pretrained().predict(x)
+    tuner = make_tuner("pretrained", task, space)
+    assert isinstance(tuner, PretrainedTuner)
+    first = tuner.propose(4)
+    assert first == [space[i] for i in np.argsort(predicted, kind="stable")[:4]]
+    assert tuner.expected_best() == pytest.approx(2.0 ** predicted.min())
+
+
+def test_the_pretrained_tuner_learns_what_the_model_gets_wrong():
+    """Measurements that contradict the model bend its ranking: schedules told to be
+    twice as slow as predicted stop being proposed."""
+    task = task_of(SMALL)
+    space, x = vectors(task)
+    tuner = PretrainedTuner(task, space, learn_after=3)
+    first = tuner.propose(6)
+    index = {s: i for i, s in enumerate(space)}
+    slow = [int(2.0 ** (tuner.prior[index[s]] + 1)) for s in first]
+    tuner.update(first, slow)
+    again = tuner.propose(6)
+    assert not set(again) & set(first)
+    # The correction was fitted to the residuals (+1 in log2) of what was measured.
+    measured = [index[s] for s in first]
+    assert np.allclose(tuner.predicted[measured] - tuner.prior[measured], 1.0, atol=0.5)
+    # A failed measurement counts as slower than the slowest.
+    tuner.update(again[:1], [None])
+    assert tuner.propose(1) and again[0] not in tuner.propose(len(space))
+
+
+def test_tune_task_with_the_pretrained_tuner_measures_its_picks(tmp_path):
+    task = task_of(TINY)
+    with Records(tmp_path / "r.db") as db, LocalRunner("functional", jobs=1) as runner:
+        result = tune_task(task, runner, trials=5, records=db, tuner="pretrained", batch=2)
+    assert result.trials == 5 and result.failures == 0
+    assert result.history[0][0] == task.default_schedule()
+    assert result.best_cycles <= result.default_cycles
+
+
+# --- the learned chooser ---------------------------------------------------------------------
+
+def test_the_learned_chooser_picks_the_models_best_and_remembers_it(monkeypatch, tmp_path):
+    monkeypatch.setenv("VDLA_CACHE", str(tmp_path / "cache"))
+    task = task_of(SMALL)
+    space, x = vectors(task)
+    want = space[int(np.argmin(task.pretrained().predict(x)))]
+    assert learned_choice(task) == want
+
+    def refuse(self, x):
+        raise AssertionError("predicted again: the choice was not remembered")
+
+    monkeypatch.setattr(CostModel, "predict", refuse)
+    assert learned_choice(task) == want
+    assert learned_choice(tasks_from_workload(TINY, targets.get("cpu"))[0]) is None
+
+
+def test_compile_with_the_learned_chooser_lets_the_records_win(tmp_path):
+    target = VdlaTarget(CFG, backend="functional")
+    graph = pipeline.graph_for(pipeline.load_model("small_cnn"), target)
+    tasks = target.tasks(graph)
+    learned = learned_schedules(graph, target)
+    assert sorted(learned) == sorted(n for t in tasks for n in t.nodes)
+    # One task tuned into the records: its best wins over the learned pick.
+    with Records(tmp_path / "r.db") as db, LocalRunner("functional", jobs=1) as runner:
+        tuned = tune_task(tasks[0], runner, trials=3, records=db, tuner="random", seed=3)
+        _, recorded = pipeline.compile_for(graph, target, records=db, chooser="learned",
+                                           backend="functional")
+    assert recorded == dict.fromkeys(tasks[0].nodes, tuned.best)
+    with pytest.raises(ValueError, match="chooser must be one of default, learned"):
+        pipeline.compile_for(graph, target, chooser="best")
+
+
+def test_vdla_run_and_compare_take_the_learned_chooser(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "small_cnn", "--sim", "functional", "--chooser", "learned",
+                 "--jobs", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "from the learned chooser" in out and "bit-exact vs the quantized reference: yes" in out
+    assert main(["compare", "small_cnn", "--targets", "vdla,host", "--chooser", "learned",
+                 "--json", "c.json"]) == 0
+    assert json.loads((tmp_path / "c.json").read_text())["chooser"] == "learned"
+
+
+# --- the task scheduler ----------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def replayed(tmp_path_factory):
+    """Three tasks whose whole spaces are measured once (functional), then replayed."""
+    folder = tmp_path_factory.mktemp("sched")
+    target = VdlaTarget(CFG, backend="functional")
+    tasks = [tasks_from_workload(spec, target)[0] for spec in (TINY, SMALL, "7,7,32,16,3,1,1")]
+    db = Records(folder / "all.db")
+    with LocalRunner("functional", jobs=2) as runner:
+        for task in tasks:
+            tune_task(task, runner, trials=len(task.space()), records=db, tuner="grid",
+                      measure_default=False, batch=64)
+    yield tasks, ReplayRunner(db, "functional")
+    db.close()
+
+
+def test_an_equal_split_gives_each_task_its_share(replayed):
+    tasks, replay = replayed
+    tuning = tune_tasks(tasks, replay, trials=10, tuner="random", split="equal", batch=2)
+    assert [r.trials for r in tuning.results] == [4, 3, 3]
+    assert tuning.trials == 10 and len(tuning.curve) == 10 and tuning.resumed == 0
+    assert all(r.history[0][0] == r.task.default_schedule() for r in tuning.results)
+
+
+def test_the_gradient_split_warms_up_every_task_then_follows_the_gain(replayed):
+    tasks, replay = replayed
+    tuning = tune_tasks(tasks, replay, trials=14, tuner="pretrained", batch=2)
+    assert tuning.trials == 14 and len(tuning.curve) == 14
+    # Warm-up: the defaults first (one batch side by side), then each tuner's first pick.
+    assert tuning.order[:6] == (0, 1, 2, 0, 1, 2)
+    assert all(r.trials >= 2 and r.default_cycles is not None for r in tuning.results)
+    assert tuning.cost("best") <= tuning.cost("default")
+    curve = [c for c in tuning.curve if c is not None]
+    assert curve == sorted(curve, reverse=True) and curve[-1] == tuning.cost("best")
+    # Deterministic for a seed.
+    again = tune_tasks(tasks, replay, trials=14, tuner="pretrained", batch=2)
+    assert again.order == tuning.order and again.curve == tuning.curve
+
+
+def test_the_scheduler_spends_more_where_more_is_to_gain(replayed):
+    """A task whose default is far from its best gets the batches after the warm-up."""
+    tasks, replay = replayed
+    tuning = tune_tasks(tasks, replay, trials=len(tasks) * 2 + 8, tuner="model", batch=4)
+    share = [r.trials for r in tuning.results]
+    heavy = max(range(len(tasks)), key=lambda i: tuning.results[i].default_cycles
+                * len(tasks[i].nodes))
+    assert share[heavy] == max(share)
+
+
+def test_the_scheduler_resumes_within_the_same_budget(replayed, tmp_path):
+    tasks, replay = replayed
+    with Records(tmp_path / "r.db") as db:
+        first = tune_tasks(tasks, replay, trials=8, records=db, batch=2, tuner="random")
+        again = tune_tasks(tasks, replay, trials=8, records=db, batch=2, tuner="random")
+        more = tune_tasks(tasks, replay, trials=11, records=db, batch=2, tuner="random")
+    assert first.trials == 8 and again.resumed == 8 and again.curve == ()
+    assert more.resumed == 8 and len(more.curve) == 3
+
+
+def test_the_scheduler_refuses_bad_arguments(replayed):
+    tasks, replay = replayed
+    with pytest.raises(ValueError, match="split must be one of gradient, equal, not 'fair'"):
+        tune_tasks(tasks, replay, trials=4, split="fair")
+    with pytest.raises(ValueError, match="trials must be a positive integer, not 0"):
+        tune_tasks(tasks, replay, trials=0)
+    with pytest.raises(ValueError, match="no task to tune"):
+        tune_tasks([], replay, trials=4)
+
+
+def test_vdla_tune_spends_the_budget_on_the_model_and_plots_it(tmp_path, capsys):
+    db, report, plot = tmp_path / "t.db", tmp_path / "t.json", tmp_path / "t.png"
+    assert main(["tune", "small_cnn", "--trials", "9", "--batch", "2", "--measure",
+                 "functional", "--records", str(db), "--json", str(report), "--plot",
+                 str(plot)]) == 0
+    captured = capsys.readouterr()
+    assert "starting from the pretrained cost model vdla.conv2d v1" in captured.err
+    assert "gradient split" in captured.out and "tuned ops (each workload" in captured.out
+    doc = json.loads(report.read_text())
+    assert sum(w["trials"] for w in doc["workloads"]) == 9 and doc["split"] == "gradient"
+    assert len(doc["curve"]["cost"]) == 9 and doc["cost"]["best"] <= doc["cost"]["default"]
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
