@@ -52,7 +52,7 @@ from vdla.compiler.reference.tolerance import (FLOAT16_TOLERANCE, FLOAT_TOLERANC
 from vdla.compiler.targets import op_parallel, registry
 from vdla.compiler.targets.base import Progress, Target
 from vdla.compiler.targets.model import CompiledModel, RunResult, compile_model
-from vdla.compiler.tuner.dataset import DatasetPlan
+from vdla.compiler.tuner.dataset import DatasetPlan, local_records
 from vdla.compiler.tuner.learned import Rows, learned_schedules, training_rows
 from vdla.compiler.tuner.records import Records
 from vdla.compiler.tuner.tune import best_schedules
@@ -494,7 +494,7 @@ def tasks_from_workload(spec: str, target) -> list:
 
 def dataset_plan(platforms: Sequence[Target], *, held_out: Sequence[Target] = (),
                  models: Sequence[str] = (), shapes: Sequence[str] = (), per_task: int = 8,
-                 seed: int = 0, held_out_models: Sequence[str] = (),
+                 seed: int = 0, held_out_models: Sequence[str] = (), picked: int = 0,
                  log: Callable[[str], None] = lambda message: None) -> DatasetPlan:
     """The `DatasetPlan` of a training set (`vdla.compiler.tuner.dataset`): the tasks of
     every tunable op of `models` and of every workload of `shapes` (as
@@ -520,7 +520,7 @@ def dataset_plan(platforms: Sequence[Target], *, held_out: Sequence[Target] = ()
         platforms={tasks[0].platform: target.platform_params()
                    for target, tasks in measured + kept_out if tasks},
         models=tuple(models), shapes=tuple(shapes), per_task=per_task, seed=seed,
-        held_out_models=tuple(held_out_models),
+        picked=picked, held_out_models=tuple(held_out_models),
         held_out_platforms=tuple(tasks[0].platform for _, tasks in kept_out if tasks))
 
 
@@ -538,6 +538,7 @@ def plan_from_manifest(manifest: Mapping[str, Any], *,
                         held_out=[t for name, t in platforms.items() if name in held],
                         models=manifest["models"], shapes=manifest["shapes"],
                         per_task=manifest["per_task"], seed=manifest["seed"],
+                        picked=manifest.get("picked", 0),
                         held_out_models=manifest["held_out"]["models"], log=log)
     return plan, [t for name, t in platforms.items() if name in held]
 
@@ -546,18 +547,21 @@ def training_set(manifest_path: str | Path) -> tuple[Rows, dict]:
     """The rows (`vdla.compiler.tuner.learned.Rows`) of the training set whose manifest
     is at `manifest_path`, and the manifest. Its records file is the manifest's
     ``records`` path, relative to the working folder or, failing that, a file of that
-    name beside the manifest. ValueError naming the file that cannot be read."""
+    name beside the manifest, either one possibly compressed (`local_records`).
+    ValueError naming the file that cannot be read."""
     path = Path(manifest_path)
     try:
         manifest = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as exc:
         raise ValueError(f"manifest {path}: {exc}") from None
     records = Path(manifest["records"])
-    if not records.is_file():
-        records = path.parent / records.name
-    if not records.is_file():
+    try:
+        records = local_records(records if records.is_absolute() or records.is_file()
+                                or Path(f"{records}.xz").is_file()
+                                else path.parent / records.name)
+    except FileNotFoundError as exc:
         raise ValueError(f"manifest {path}: its records {manifest['records']!r} are neither "
-                         f"there nor beside it")
+                         f"there nor beside it ({exc})") from None
     plan, _ = plan_from_manifest(manifest)
     with Records(records) as db:
         return training_rows(plan.tasks, db, manifest["backend"]), manifest

@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import hashlib
 import json
+import lzma
 import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -31,11 +33,12 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 import vdla
+from vdla._buildcache import cache_root
 from vdla._fileio import atomic_write
 from vdla.compiler.tuner.records import Records
 from vdla.compiler.tuner.tune import tune_task
 
-__all__ = ["DatasetPlan", "Manifest", "generate", "random_shapes"]
+__all__ = ["DatasetPlan", "Manifest", "generate", "local_records", "random_shapes"]
 
 #: The planes (output side) and channels `random_shapes` draws from: image models'
 #: layers, and with ``small=True`` layers shrunk as tuning benchmarks shrink them (a
@@ -74,6 +77,10 @@ class DatasetPlan:
         ones too), for the manifest
     models, shapes : what the tasks came from, for the manifest
     per_task : schedules measured per task, the default among them
+    picked : schedules measured per task after those, chosen by the target's pretrained
+        model (`PretrainedTuner`: its best-ranked, corrected by the task's measurements):
+        where the model is wrong at the top of its ranking, which random schedules
+        rarely show
     seed : seeds each task's random draw
     held_out_models, held_out_platforms : names kept out of the set (not measured),
         recorded in the manifest for the figures that test on them
@@ -86,6 +93,7 @@ class DatasetPlan:
     shapes: Sequence[str] = ()
     per_task: int = 8
     seed: int = 0
+    picked: int = 0
     held_out_models: Sequence[str] = ()
     held_out_platforms: Sequence[str] = ()
     batch: int = 8
@@ -94,6 +102,9 @@ class DatasetPlan:
         if isinstance(self.per_task, bool) or not isinstance(self.per_task, int) \
                 or self.per_task < 1:
             raise ValueError(f"per_task must be a positive integer, not {self.per_task!r}")
+        if isinstance(self.picked, bool) or not isinstance(self.picked, int) \
+                or self.picked < 0:
+            raise ValueError(f"picked must be a non-negative integer, not {self.picked!r}")
         clash = sorted(set(self.models) & set(self.held_out_models))
         if clash:
             raise ValueError(f"models both measured and held out: {clash}")
@@ -117,6 +128,9 @@ class Manifest:
     per_task: int
     seed: int
     held_out: dict[str, list]
+    picked: int = 0
+    #: The digests of the models that chose the picked schedules (`CostModel.digest`).
+    picked_by: list[str] = dataclasses.field(default_factory=list)
     counts: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
     skipped: list[dict] = dataclasses.field(default_factory=list)
     measured: int = 0
@@ -155,6 +169,7 @@ def generate(plan: DatasetPlan, runner, records: Records, *,
         models=list(plan.models), shapes=list(plan.shapes), per_task=plan.per_task,
         seed=plan.seed, held_out={"models": list(plan.held_out_models),
                                   "platforms": list(plan.held_out_platforms)},
+        picked=plan.picked,
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         tools={"vdla": vdla.__version__})
     work = list(plan.tasks)
@@ -167,16 +182,24 @@ def generate(plan: DatasetPlan, runner, records: Records, *,
             manifest.counts.setdefault(task.platform, {})[task.key] = held
     for done, task in enumerate(work, 1):
         try:
-            result = tune_task(task, runner, trials=plan.per_task, records=records,
-                               tuner="random", batch=plan.batch, seed=plan.seed)
+            results = [tune_task(task, runner, trials=plan.per_task, records=records,
+                                 tuner="random", batch=plan.batch, seed=plan.seed)]
+            if plan.picked:
+                results.append(tune_task(task, runner, trials=plan.per_task + plan.picked,
+                                         records=records, tuner="pretrained",
+                                         batch=plan.batch, seed=plan.seed,
+                                         measure_default=False))
+                model = task.pretrained()
+                if model is not None and model.digest not in manifest.picked_by:
+                    manifest.picked_by.append(model.digest)
         except ValueError as exc:   # no schedule fits this platform
             manifest.skipped.append({"platform": task.platform, "workload": task.name,
                                      "why": str(exc)})
         else:
             counts = manifest.counts.setdefault(task.platform, {})
-            counts[task.key] = result.trials
-            manifest.measured += len(result.history)
-            manifest.failed += result.failures
+            counts[task.key] = results[-1].trials      # the records' and this run's
+            manifest.measured += sum(len(r.history) for r in results)
+            manifest.failed += sum(r.failures for r in results)
         manifest.seconds = round(time.perf_counter() - start, 1)
         manifest.complete = done == len(work)
         if checkpoint is not None:
@@ -184,3 +207,23 @@ def generate(plan: DatasetPlan, runner, records: Records, *,
         if progress is not None:
             progress(task.platform, task.name, done, len(work))
     return manifest
+
+
+def local_records(path: str | Path) -> Path:
+    """A training set's records file to open: `path` where it exists, else `path` with
+    ``.xz`` appended, decompressed once into vdla's cache (``cache_root()/datasets``,
+    named by the compressed file's hash). A repository keeps its sets compressed:
+    records repeat their workload keys row after row, and xz shrinks them about 19x.
+    FileNotFoundError naming both paths when neither exists."""
+    path = Path(path)
+    if path.is_file():
+        return path
+    packed = path.with_name(path.name + ".xz")
+    if not packed.is_file():
+        raise FileNotFoundError(f"no records at {path} or {packed}")
+    data = packed.read_bytes()
+    out = cache_root() / "datasets" / f"{hashlib.sha256(data).hexdigest()[:16]}-{path.name}"
+    if not out.is_file():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(out, lzma.decompress(data))
+    return out

@@ -29,11 +29,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from vdla._memo import remembered
+from vdla._memo import remembered, remembered_object
 from vdla.compiler.tuner.records import OK, Records
 
-__all__ = ["Rows", "learned_choice", "learned_schedules", "pairwise_accuracy", "top1_ratio",
-           "training_rows"]
+__all__ = ["MARGIN", "Rows", "learned_choice", "learned_schedules", "pairwise_accuracy",
+           "remembered_space", "space_features", "top1_ratio", "training_rows"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,23 +127,71 @@ def top1_ratio(predicted: np.ndarray, y: np.ndarray, groups: np.ndarray) -> floa
     return float(2.0 ** np.mean(logs))
 
 
-def learned_choice(task) -> Any:
-    """The schedule of `task`'s space that its pretrained model predicts fastest, or
-    None when the task has none (`TuneTask.pretrained`)."""
+#: The learned chooser keeps the task's default schedule unless the model predicts its
+#: own pick faster by more than this share: where the target's chooser is already right
+#: (the timing model within a percent or two of Verilator), the two disagree within the
+#: model's own error, and following it would lose as often as win (docs/tuner.md).
+MARGIN = 0.01
+
+
+def remembered_space(task) -> list:
+    """`task.space()`, remembered on disk (``cache_root()/features``) keyed on the task
+    and its `sources`: enumerating a convolution's thousands of tilings and checking each
+    against the buffers takes a fifth of a second a layer, which a whole model's tuning
+    run would pay before its first measurement. Tasks without sources compute it."""
+    sources = task.sources()
+    if not sources:
+        return task.space()
+    key = {"target": task.target, "platform": task.platform_key(), "workload": task.key}
+    return list(remembered_object("features", "schedules", key,
+                                  lambda: tuple(task.space()), sources=sources,
+                                  check=lambda value: isinstance(value, tuple)))
+
+
+def space_features(task, space: Sequence | None = None) -> np.ndarray:
+    """The `feature_set` vectors of every schedule of `task`'s space (or of `space`, the
+    task's space as a caller already has it), one row a schedule, remembered on disk
+    (``cache_root()/features``) keyed on the task, its feature set and its `sources`:
+    computing them runs the target's timing model on every schedule, about a second per
+    layer, and the pretrained tuner and the learned chooser both need them."""
+    space = remembered_space(task) if space is None else space
+
+    def compute() -> np.ndarray:
+        return np.array([task.feature_set.vector(task.transfer_features(s)) for s in space],
+                        dtype=np.float64).reshape(len(space), len(task.feature_set.names))
+
+    sources = task.sources()
+    if not sources:
+        return compute()
+    fs = task.feature_set
+    key = {"target": task.target, "platform": task.platform_key(), "workload": task.key,
+           "features": [fs.name, fs.version, fs.fingerprint()], "schedules": len(space)}
+    return remembered_object("features", "space", key, compute, sources=sources,
+                             check=lambda x: isinstance(x, np.ndarray)
+                             and x.shape == (len(space), len(fs.names)))
+
+
+def learned_choice(task, *, margin: float = MARGIN) -> Any:
+    """The schedule of `task`'s space that its pretrained model predicts fastest, unless
+    it predicts the default schedule within `margin` of it (then the default); None when
+    the task has no model (`TuneTask.pretrained`)."""
     model = task.pretrained()
     if model is None:
         return None
 
     def choose():
-        space = task.space()
-        x = np.array([task.feature_set.vector(task.transfer_features(s)) for s in space])
-        return space[int(np.argmin(model.predict(x)))]
+        space = remembered_space(task)
+        predicted = model.predict(space_features(task, space))
+        pick, default = int(np.argmin(predicted)), task.default_schedule()
+        fallback = space.index(default) if default in space else pick
+        return space[pick] if predicted[fallback] - predicted[pick] > math.log2(1 + margin) \
+            else space[fallback]
 
     sources = task.sources()
     if not sources:
         return choose()
-    key = {"target": task.target, "platform": task.platform, "workload": task.key,
-           "model": model.digest}
+    key = {"target": task.target, "platform": task.platform_key(), "workload": task.key,
+           "model": model.digest, "margin": margin}
     return remembered("schedules", "learned", key, choose, to_json=task.schedule_to_dict,
                       from_json=task.schedule_from_dict, sources=sources)
 

@@ -107,8 +107,8 @@ def tune_tasks(tasks: Sequence[TuneTask], runner, *, trials: int,
                      cost({task.uid: best} if best is not None else {}))
 
     # Each task may take its whole space: the scheduler, not a per-task cap, decides.
-    states = [TaskTuning(t, runner, trials=len(t.space()), records=records, tuner=tuner,
-                         seed=seed, progress=hook) for t in tasks]
+    states = [TaskTuning(t, runner, trials=None, records=records, tuner=tuner, seed=seed,
+                         progress=hook) for t in tasks]
     order: list[int] = []
     curve: list[int | None] = []
     spent = resumed = sum(s.done for s in states)

@@ -38,6 +38,7 @@ from typing import Sequence
 
 import numpy as np
 
+from vdla.compiler.tuner.learned import space_features
 from vdla.compiler.tuner.task import TuneTask
 
 __all__ = ["GridTuner", "ModelTuner", "PretrainedTuner", "RandomTuner", "TUNERS", "Tuner",
@@ -223,7 +224,8 @@ class PretrainedTuner(Tuner):
 
     Every round ranks the whole space (the model reads `TuneTask.transfer_features`;
     predicting thousands of schedules takes milliseconds) and proposes the best
-    unmeasured ones, an `explore` share of each batch drawn at random. Once `learn_after`
+    unmeasured ones (one of each group of schedules whose features are equal: they cost
+    the same), an `explore` share of each batch drawn at random. Once `learn_after`
     measurements succeed, gradient-boosted trees on the same features learn the
     residual, measured log2 cost minus the pretrained prediction (a failed schedule
     counts as twice the slowest), and their correction is added to the prediction of
@@ -243,11 +245,12 @@ class PretrainedTuner(Tuner):
         if self.pretrained is None:
             raise ValueError(f"task {task.name} ({task.target}, {task.platform}): no "
                              "pretrained cost model for it; use the model tuner")
-        feature_set = task.feature_set
-        self.features = np.array([feature_set.vector(task.transfer_features(s))
-                                  for s in self.space], dtype=np.float64)
+        self.features = space_features(task, self.space)
         self.prior = self.pretrained.predict(self.features)      # log2 cost
         self.predicted = self.prior.copy()
+        # Schedules the features cannot tell apart (tile sizes that clamp to the same
+        # tiling) cost the same: one of each such group is worth measuring.
+        self.twin = np.unique(self.features, axis=0, return_inverse=True)[1].ravel()
         self.explore, self.learn_after = explore, learn_after
         self._fitted_on = 0
 
@@ -283,7 +286,18 @@ class PretrainedTuner(Tuner):
         self._learn()
         n_random = int(self.explore * n)
         order = np.argsort(self.predicted[todo], kind="stable")
-        picked = [todo[int(k)] for k in order[: n - n_random]]
+        seen = {int(self.twin[i]) for i in self.measured}
+        picked = []
+        for k in order:
+            i = todo[int(k)]
+            if len(picked) == n - n_random:
+                break
+            if self.twin[i] not in seen:      # not the twin of one measured or picked
+                seen.add(int(self.twin[i]))
+                picked.append(i)
+        # Only twins left: they are still schedules to measure.
+        picked += [todo[int(k)] for k in order if todo[int(k)] not in set(picked)][
+            : n - n_random - len(picked)]
         rest = [i for i in todo if i not in set(picked)]
         if n_random and rest:
             picked += [int(i) for i in self.rng.choice(rest, min(n_random, len(rest)),

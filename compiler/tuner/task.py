@@ -116,6 +116,12 @@ class TuneTask(abc.ABC):
         starts from scratch and the learned chooser keeps the default."""
         return None
 
+    def platform_key(self) -> Any:
+        """Everything about the platform that the space, the features and the costs
+        depend on, as JSON data, for keys of what is remembered on disk (default: the
+        platform's name)."""
+        return self.platform
+
     def sources(self) -> tuple:
         """The files whose code decides the task's space and `transfer_features`: a
         choice made from them is remembered on disk keyed on their contents

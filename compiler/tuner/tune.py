@@ -30,6 +30,7 @@ import inspect
 import warnings
 from typing import Any, Callable, Iterable, Sequence
 
+from vdla.compiler.tuner.learned import remembered_space
 from vdla.compiler.tuner.measure import MeasureInput, MeasureResult
 from vdla.compiler.tuner.records import Records
 from vdla.compiler.tuner.search import make_tuner
@@ -125,14 +126,17 @@ class TaskTuning:
     """One task's tuning in progress: its tuner, what the records held for it, what this
     run measured. `tune_task` steps one until its budget is spent; the task scheduler
     (`vdla.compiler.tuner.scheduler`) steps several, choosing which each time. The
-    arguments are `tune_task`'s; `budget` is the task's trials capped at its space."""
+    arguments are `tune_task`'s; `budget` is the task's trials capped at its space (None:
+    the whole space)."""
 
-    def __init__(self, task: TuneTask, runner, *, trials: int, records: Records | None = None,
+    def __init__(self, task: TuneTask, runner, *, trials: int | None,
+                 records: Records | None = None,
                  tuner: str = "model", seed: int = 0, measure_default: bool = True,
                  progress: Progress | None = None, tuner_options: dict | None = None):
-        if isinstance(trials, bool) or not isinstance(trials, int) or trials < 0:
+        if trials is not None and (isinstance(trials, bool) or not isinstance(trials, int)
+                                   or trials < 0):
             raise ValueError(f"trials must be a non-negative integer, not {trials!r}")
-        space = task.space()
+        space = remembered_space(task)
         if not space:
             task.default_schedule()   # raises, naming why (the buffers the smallest tiles overflow)
             raise ValueError(f"task {task.name}: no schedule fits {task.platform}")
@@ -143,7 +147,7 @@ class TaskTuning:
                          if s in self.search.index}
         self.search.update(list(self.previous), list(self.previous.values()))
         self.default = task.default_schedule()
-        self.budget = min(trials, len(space))
+        self.budget = len(space) if trials is None else min(trials, len(space))
         self.history: list[tuple[Any, MeasureResult]] = []
         if progress is not None:
             progress(task, self.done, self.budget, self.best()[0])

@@ -10,7 +10,7 @@ import vdla
 from vdla.cli import main
 from vdla.compiler import pipeline, targets
 from vdla.compiler.targets.vdla.platforms import CONFIG_SPACE, sample_configs
-from vdla.compiler.tuner import LocalRunner, Records
+from vdla.compiler.tuner import LocalRunner, PretrainedTuner, Records
 from vdla.compiler.targets.vdla.features import CONV2D
 from vdla.compiler.tuner.cost_model import CostModel
 from vdla.compiler.tuner.dataset import DatasetPlan, generate, random_shapes
@@ -91,6 +91,27 @@ def test_generate_measures_every_platform_resumes_and_holds_out(tmp_path):
     assert written["tools"]["vdla"] == vdla.__version__ and written["created"]
     # A Verilator-measured platform says which tools measured it.
     assert set(targets.get("vdla").platform_params()["tools"]) == {"verilator", "compiler"}
+
+
+def test_picked_schedules_come_after_the_random_ones(tmp_path):
+    """`picked`: the pretrained tuner's choices, measured after the random draw of the
+    same task (never one twice), and the model that chose them named in the manifest."""
+    drawn = targets.get("vdla", backend="functional").platforms(1, seed=4)
+    plan = pipeline.dataset_plan(drawn, shapes=SHAPES[:1], per_task=3, picked=2)
+    with Records(tmp_path / "set.db") as db, LocalRunner("functional", jobs=1) as runner:
+        manifest = generate(plan, runner, db)
+        rows = db.query()
+    task = plan.tasks[0]
+    assert manifest.total == manifest.measured == 5 == len(rows) == len(
+        {r.schedule_json for r in rows})
+    assert manifest.picked == 2 and manifest.picked_by == [task.pretrained().digest]
+    # The two picked are the model's best-ranked among what the draw left.
+    tuner = PretrainedTuner(task, task.space())
+    first = [task.schedule_from_dict(r.schedule) for r in rows[:3]]
+    tuner.update(first, [r.cycles for r in rows[:3]])
+    assert [task.schedule_from_dict(r.schedule) for r in rows[3:]] == tuner.propose(2)
+    with pytest.raises(ValueError, match="picked must be a non-negative integer, not -1"):
+        pipeline.dataset_plan(drawn, shapes=SHAPES[:1], picked=-1)
 
 
 def test_vdla_dataset_writes_records_and_a_manifest(tmp_path, capsys):
@@ -214,3 +235,27 @@ def test_the_cpu_platforms_are_the_instruction_sets_this_machine_runs():
     assert again.options() == drawn[-1].options()
     with pytest.raises(ValueError, match=f"runs {len(runs)} instruction sets"):
         cpu.platforms(len(runs) + 1)
+
+
+def test_a_compressed_training_set_is_unpacked_once_into_the_cache(tmp_path, monkeypatch):
+    import lzma
+    from types import SimpleNamespace
+
+    from vdla.compiler.tuner.dataset import local_records
+
+    monkeypatch.setenv("VDLA_CACHE", str(tmp_path / "cache"))
+    plan, rows, path = measured_rows(tmp_path, seed=3, per_task=2)
+    with Records(path) as db:     # all measured already: the runner measures nothing
+        generate(plan, SimpleNamespace(backend="functional"), db).write(tmp_path / "m.json")
+    (tmp_path / "set.db.xz").write_bytes(lzma.compress(path.read_bytes()))
+    path.unlink()
+    again, manifest = pipeline.training_set(tmp_path / "m.json")
+    assert np.array_equal(again.x, rows.x) and np.array_equal(again.y, rows.y)
+    unpacked = local_records(path)
+    assert unpacked.parent == tmp_path / "cache" / "datasets" and unpacked.is_file()
+    assert local_records(path) == unpacked
+    with pytest.raises(FileNotFoundError, match="no records at"):
+        local_records(tmp_path / "none.db")
+    with pytest.raises(ValueError, match="are neither there nor beside it"):
+        (tmp_path / "set.db.xz").unlink()
+        pipeline.training_set(tmp_path / "m.json")

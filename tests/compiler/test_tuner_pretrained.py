@@ -3,6 +3,7 @@ pretrained tuner that corrects it online, the learned chooser (zero-shot schedul
 the task scheduler that spends one budget on a model's tasks. Measured with the
 functional backend, or replayed from records made here."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -18,7 +19,8 @@ from vdla.compiler.targets.vdla.tuning import PRETRAINED
 from vdla.compiler.tuner import (LocalRunner, ModelTuner, PretrainedTuner, Records,
                                  ReplayRunner, make_tuner, tune_task, tune_tasks)
 from vdla.compiler.tuner.cost_model import CostModel, file_name, shipped
-from vdla.compiler.tuner.learned import learned_choice, learned_schedules
+from vdla.compiler.tuner.learned import (learned_choice, learned_schedules, remembered_space,
+                                         space_features)
 
 CFG = vdla.HardwareConfig()
 SMALL = "14,14,16,32,3,1,1"
@@ -77,6 +79,24 @@ def test_the_pretrained_tuner_proposes_the_models_best_first():
     assert tuner.expected_best() == pytest.approx(2.0 ** predicted.min())
 
 
+
+def test_the_pretrained_tuner_measures_one_of_each_twin():
+    """Schedules whose features are equal (tile sizes that clamp to one tiling: a 1x16x32
+    core's 4x4x64 layer has 117 schedules, 78 distinct) cost the same: one of each
+    group is proposed before any twin."""
+    config = dataclasses.replace(CFG, block_out=32, inp_buff_size=1 << 16,
+                                 acc_buff_size=1 << 16)
+    task = task_of("4,4,64,64,3,1,1", config)
+    space, x = vectors(task)
+    distinct = len(np.unique(x, axis=0))
+    assert distinct < len(space)
+    tuner = PretrainedTuner(task, space)
+    index = {s: i for i, s in enumerate(space)}
+    many = tuner.propose(len(space))
+    assert len({tuner.twin[index[s]] for s in many[:distinct]}) == distinct
+    assert sorted(map(index.get, many)) == list(range(len(space)))   # twins last, all there
+
+
 def test_the_pretrained_tuner_learns_what_the_model_gets_wrong():
     """Measurements that contradict the model bend its ranking: schedules told to be
     twice as slow as predicted stop being proposed."""
@@ -112,14 +132,20 @@ def test_the_learned_chooser_picks_the_models_best_and_remembers_it(monkeypatch,
     monkeypatch.setenv("VDLA_CACHE", str(tmp_path / "cache"))
     task = task_of(SMALL)
     space, x = vectors(task)
-    want = space[int(np.argmin(task.pretrained().predict(x)))]
-    assert learned_choice(task) == want
+    predicted = task.pretrained().predict(x)
+    best, default = int(np.argmin(predicted)), space.index(task.default_schedule())
+    gain = 2.0 ** (predicted[default] - predicted[best]) - 1.0
+    assert gain > 0.001        # the model prefers another schedule, by this much
+    # Past the margin, its pick; within it, the default.
+    want = space[best]
+    assert learned_choice(task, margin=gain / 2) == want
+    assert learned_choice(task, margin=gain * 2) == space[default]
 
     def refuse(self, x):
         raise AssertionError("predicted again: the choice was not remembered")
 
     monkeypatch.setattr(CostModel, "predict", refuse)
-    assert learned_choice(task) == want
+    assert learned_choice(task, margin=gain / 2) == want
     assert learned_choice(tasks_from_workload(TINY, targets.get("cpu"))[0]) is None
 
 
@@ -232,3 +258,23 @@ def test_vdla_tune_spends_the_budget_on_the_model_and_plots_it(tmp_path, capsys)
     assert sum(w["trials"] for w in doc["workloads"]) == 9 and doc["split"] == "gradient"
     assert len(doc["curve"]["cost"]) == 9 and doc["cost"]["best"] <= doc["cost"]["default"]
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_spaces_and_features_are_computed_once_per_machine(monkeypatch, tmp_path):
+    monkeypatch.setenv("VDLA_CACHE", str(tmp_path / "cache"))
+    task = task_of(TINY)
+    space, x = vectors(task)
+    assert remembered_space(task) == space
+    assert np.array_equal(space_features(task), x)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("computed again: not remembered")
+
+    monkeypatch.setattr(type(task), "space", refuse)
+    monkeypatch.setattr(type(task), "transfer_features", refuse)
+    assert remembered_space(task) == space
+    assert np.array_equal(space_features(task), x)
+    # Another config is another entry.
+    other = task_of(TINY, dataclasses.replace(CFG, acc_buff_size=CFG.acc_buff_size // 2))
+    with pytest.raises(AssertionError, match="not remembered"):
+        remembered_space(other)

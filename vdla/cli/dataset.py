@@ -54,6 +54,11 @@ def add_parser(sub) -> None:
     p.add_argument("--per-task", type=int, default=8, metavar="K",
                    help="schedules per (platform, workload), the default among them "
                         "(default 8)")
+    p.add_argument("--picked", type=int, default=0, metavar="K",
+                   help="then K more per (platform, workload), the target's pretrained model's "
+                        "best-ranked (corrected by what the workload measured): where the "
+                        "model is wrong at the top of its ranking, which random schedules "
+                        "rarely show (default 0)")
     p.add_argument("--measure", metavar="BACKEND",
                    help="one of the target's measurement backends (default its first: "
                         "the accelerator's is verilator)")
@@ -69,7 +74,7 @@ def add_parser(sub) -> None:
 
 def _check_args(args):
     for name, least in (("platforms", 1), ("held_out_platforms", 0), ("shapes", 0),
-                        ("small_shapes", 0),
+                        ("small_shapes", 0), ("picked", 0),
                         ("per_task", 1), ("jobs", 1)):
         value = getattr(args, name)
         if value < least:
@@ -92,7 +97,7 @@ def run(args) -> int:
             drawn[:args.platforms], held_out=drawn[args.platforms:], models=args.models,
             shapes=random_shapes(args.shapes, seed=args.seed)
             + random_shapes(args.small_shapes, seed=args.seed, small=True),
-            per_task=args.per_task,
+            per_task=args.per_task, picked=args.picked,
             seed=args.seed, held_out_models=args.held_out_models, log=log)
     except ValueError as e:
         raise CliError(str(e)) from None

@@ -1031,7 +1031,18 @@ def _pair_period(chunks: list[tuple[float, float]], epilogue: float, store: floa
 
 
 def _pair_run(chunks: list[tuple[float, float]], epilogue: float, store: float,
-              pairs: int = 4, held: float = 0.0) -> tuple[list[float], float, list[float]]:
+              pairs: int = 4, held: float = 0.0) -> tuple[tuple[float, ...], float,
+                                                         tuple[float, ...]]:
+    """`_simulate_pairs`, remembered: a space's schedules share few distinct chunk
+    patterns, and ranking a whole space (the pretrained tuner, the learned chooser) asks
+    for the same ones hundreds of thousands of times."""
+    return _simulate_pairs(tuple(chunks), epilogue, store, pairs, held)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _simulate_pairs(chunks: tuple[tuple[float, float], ...], epilogue: float, store: float,
+                    pairs: int, held: float) -> tuple[tuple[float, ...], float,
+                                                      tuple[float, ...]]:
     """The steady-state cycles of a pair of tiles (one per thread) of two threads that
     take turns chunk by chunk, from their dependencies, module by module in program
     order: a chunk's loads wait for the thread's previous chunk's GEMMs (its buffer) and
@@ -1087,7 +1098,7 @@ def _pair_run(chunks: list[tuple[float, float]], epilogue: float, store: float,
                     compute += epilogue
                     stores = stored[t] = max(stores, compute) + store
         ends.append(compute)
-    return ends, stores - loads, waits
+    return tuple(ends), stores - loads, tuple(waits)
 
 
 def _weight_switches(layer: Conv2dLayer, s: Conv2dSchedule, tilings, once: float,

@@ -150,6 +150,11 @@ class ConvTask(OneNodeTask):
         """`CONV2D`'s values (`conv2d_values`), with the timing model's estimate."""
         return conv2d_values(self.layer, schedule, self.config, self.estimate(schedule))
 
+    def platform_key(self) -> dict:
+        """The whole config: its name leaves out the DRAM's bandwidth and the clock,
+        which the timing model (a feature) reads."""
+        return self.config.to_dict()
+
     def sources(self) -> tuple[Path, ...]:
         """The default choosers' sources: this folder's modules (the space, the timing
         model, the features), the config and the ISA."""

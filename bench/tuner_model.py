@@ -1,0 +1,231 @@
+"""Whole models on configs the pretrained model never saw (issue 39), on Verilator:
+zero-shot schedules, and a whole model tuned in 64 measurements.
+
+Part 1, ``zeroshot``: ResNet-18 and MobileNet-v1 on each of `--configs` configs of
+``bench/datasets/make_vdla_fewshot_v1.py`` (none in a training set), run on Verilator
+with every tunable op's schedule from the default chooser, from the learned chooser
+(`--chooser learned`: the pretrained model's first pick, nothing measured) and from a
+`--tuned`-trial run of `vdla tune` (the pretrained tuner and the task scheduler):
+the model's cycles each way. Targets: learned <= default on every config, and within 3%
+of the tuned run.
+
+Part 2, ``model``: ResNet-18 on `--model-config` (default: the first training set's first
+held-out config, a 32x32 core with the ALU's src hold, where the default chooser is 9%
+off the tuned schedules), tuned by several strategies, each from empty records:
+
+* ``pretrained + scheduler``: `vdla tune resnet18 --trials 64`'s way;
+* ``pretrained, equal split``: the same model, 64 / tasks each;
+* ``scratch, equal split``: the from-scratch model tuner, 64 / tasks each;
+* ``random, equal split``: random search;
+* ``scratch, 1000 trials``: the reference, AutoTVM's way (``--reference`` trials).
+
+Printed: the tuned ops' cost (each task's best cycles times its nodes) with the
+default schedules and after each strategy, the share of the reference's improvement
+each gets (target: >= 99% for pretrained + scheduler), and the tuning overhead (wall
+time outside measurements: fitting, search, features) over the measurements' wall time
+(target: <= 10%). The spaces and features of a (config, workload) are computed once and
+remembered in vdla's cache (`remembered_space`, `space_features`); the first run on a
+config pays for them, and the bench prints what that costs for the model's tasks. The
+tuning curves are plotted (``--plot``).
+
+Records: one file per (config, model, strategy) under ``--records`` (default
+``bench-tuner-model`` in vdla's cache folder), so a rerun resumes and measures nothing
+twice.
+
+    python bench/tuner_model.py [--part zeroshot model] [--configs 5] [--tuned 256]
+                                [--reference 1000] [--jobs 2] [--plot PNG]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+from vdla._buildcache import cache_root  # noqa: E402
+from vdla._platform import cpu_name  # noqa: E402
+from vdla.compiler import pipeline  # noqa: E402
+from vdla.compiler.targets.vdla import VdlaTarget  # noqa: E402
+from vdla.compiler.tuner import LocalRunner, Records, tune_tasks  # noqa: E402
+from vdla.compiler.tuner.plot import tuning_curves  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench" / "datasets"))
+from make_vdla_fewshot_v1 import configs as unseen_configs  # noqa: E402
+
+MODELS = ("resnet18", "mobilenet_v1")
+#: Part 2's config: vdla_v1's first held-out config.
+HELD_OUT = "1x32x32_i8w8a32_15_14_19_18-hold"
+STRATEGIES = {   # name -> (tuner, split, trials: "few" or "reference")
+    "pretrained + scheduler": ("pretrained", "gradient", "few"),
+    "pretrained, equal split": ("pretrained", "equal", "few"),
+    "scratch, equal split": ("model", "equal", "few"),
+    "random, equal split": ("random", "equal", "few"),
+    "scratch, reference": ("model", "equal", "reference"),
+}
+
+
+class TimedRunner:
+    """A runner that adds up the wall time of its `measure` calls."""
+
+    def __init__(self, runner):
+        self.runner, self.backend, self.seconds = runner, runner.backend, 0.0
+
+    def measure(self, inputs, on_result=None):
+        start = time.perf_counter()
+        try:
+            if on_result is None:
+                return self.runner.measure(inputs)
+            return self.runner.measure(inputs, on_result=on_result)
+        finally:
+            self.seconds += time.perf_counter() - start
+
+
+def tune(tasks, runner, path: Path, *, trials: int, tuner: str, split: str, batch: int):
+    """`tune_tasks` into the records at `path`: (its `ModelTuning`, the measurements' wall
+    seconds, the whole wall seconds)."""
+    timed = TimedRunner(runner)
+    start = time.perf_counter()
+    with Records(path) as db:
+        tuning = tune_tasks(tasks, timed, trials=trials, records=db, tuner=tuner, split=split,
+                            batch=batch)
+    return tuning, timed.seconds, time.perf_counter() - start
+
+
+def cycles(model, target, **options) -> int:
+    outcome = pipeline.run_model(model, target, jobs=2, **options)
+    if not outcome.bit_exact:
+        raise SystemExit(f"{model.name} on {target.config.name}: not bit-exact: "
+                         f"{outcome.mismatch}")
+    return outcome.result.cycles
+
+
+def zeroshot(args, runner) -> bool:
+    print(f"Part 1: zero-shot on {args.configs} unseen configs: the model's Verilator cycles "
+          f"with the default chooser, the learned chooser, and a {args.tuned}-trial tune "
+          "(pretrained + scheduler)")
+    print(f"  {'config':34s} {'model':13s} {'default':>11s} {'learned':>11s} {'tuned':>11s} "
+          f"{'learned/default':>15s} {'learned/tuned':>13s}")
+    ok = True
+    for config in unseen_configs()[:args.configs]:
+        target = VdlaTarget(config)
+        for name in MODELS:
+            model = pipeline.load_model(name)
+            graph = pipeline.graph_for(model, target)
+            path = args.records / config.name / f"{name}-tuned.db"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tune(target.tasks(graph), runner, path, trials=args.tuned, tuner="pretrained",
+                 split="gradient", batch=args.batch)
+            default = cycles(model, target)
+            learned = cycles(model, target, chooser="learned")
+            with Records(path) as db:
+                tuned = cycles(model, target, records=db)
+            ok &= learned <= default and learned <= tuned * 1.03
+            print(f"  {config.name:34s} {name:13s} {default:11,} {learned:11,} {tuned:11,} "
+                  f"{learned / default:15.4f} {learned / tuned:13.4f}", flush=True)
+    print("  " + ("PASS" if ok else "BELOW") + " (targets: learned <= default, learned <= "
+          "1.03 x tuned, on every config)")
+    return ok
+
+
+def first_run_cost(tasks) -> float:
+    """Seconds to enumerate the spaces of `tasks` and compute their features without
+    the cache: what a first tuning run on a config pays once."""
+    start = time.perf_counter()
+    for task in tasks:
+        for schedule in task.space():
+            task.feature_set.vector(task.transfer_features(schedule))
+    return time.perf_counter() - start
+
+
+def whole_model(args, runner) -> bool:
+    config = next(c for c in unseen_configs() if c.name == args.model_config)
+    target = VdlaTarget(config)
+    tasks = target.tasks(pipeline.graph_for(pipeline.load_model("resnet18"), target))
+    cold = first_run_cost(tasks)
+    print(f"\nPart 2: ResNet-18 ({len(tasks)} tasks) tuned on {config.name} (no training set "
+          f"measured it), each strategy from empty records; Verilator, {args.jobs} jobs, "
+          f"batches of {args.batch}")
+    print(f"  {'strategy':26s} {'trials':>6s} {'tuned ops':>11s} {'speedup':>8s} "
+          f"{'of the reference gain':>21s} {'overhead':>8s}")
+    results, curves = {}, {}
+    for name in args.strategies:
+        tuner, split, budget = STRATEGIES[name]
+        trials = args.few if budget == "few" else args.reference
+        path = args.records / config.name / f"resnet18-{name.replace(' ', '_')}.db"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if budget == "reference":
+            path = path.with_name(f"resnet18-scratch-{trials}.db")
+        tuning, measuring, wall = tune(tasks, runner, path, trials=trials, tuner=tuner,
+                                       split=split, batch=args.batch)
+        overhead = (wall - measuring) / measuring if tuning.curve else None
+        results[name] = (tuning, trials, overhead)
+        if budget == "few":
+            curves[f"{name} ({trials})"] = (tuning.resumed + 1, tuning.curve)
+    if "scratch, reference" not in results or "pretrained + scheduler" not in results:
+        print("  (the figures need both 'scratch, reference' and 'pretrained + scheduler')")
+        return False
+    default = results["scratch, reference"][0].cost("default")
+    reference_gain = default - results["scratch, reference"][0].cost("best")
+    ok = True
+    for name, (tuning, trials, overhead) in results.items():
+        best = tuning.cost("best")
+        share = (default - best) / reference_gain if reference_gain else float("nan")
+        note = "resumed" if overhead is None else f"{overhead:8.1%}"
+        print(f"  {name:26s} {trials:6d} {best:11,} {default / best:7.4f}x {share:21.1%} "
+              f"{note:>8s}")
+        if overhead is not None and name != "scratch, reference":
+            ok &= overhead <= 0.10
+    share = (default - results["pretrained + scheduler"][0].cost("best")) / reference_gain
+    ok &= share >= 0.99
+    print(f"  default schedules: {default:,} cycles (the tuned ops' sum)")
+    print(f"  a first run on a config also computes its tasks' spaces and features once: "
+          f"{cold:.1f} s for these {len(tasks)} tasks (then cached)")
+    print("  " + ("PASS" if ok else "BELOW") + " (targets: pretrained + scheduler >= 99% of the "
+          "reference's gain; overhead <= 10% of measuring)")
+    if args.plot:
+        reference = results["scratch, reference"][0].cost("best")
+        tuning_curves(curves, args.plot, unit="cycles",
+                      title=f"ResNet-18 on {config.name}: tuned ops' cycles",
+                      reference={f"scratch, {args.reference} trials": reference,
+                                 "default schedules": default})
+        print(f"  wrote {args.plot}")
+    return ok
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--part", nargs="+", choices=("zeroshot", "model"),
+                        default=["zeroshot", "model"])
+    parser.add_argument("--configs", type=int, default=5)
+    parser.add_argument("--tuned", type=int, default=256)
+    parser.add_argument("--few", type=int, default=64)
+    parser.add_argument("--reference", type=int, default=1000)
+    parser.add_argument("--model-config", default=HELD_OUT)
+    parser.add_argument("--strategies", nargs="+", choices=tuple(STRATEGIES),
+                        default=list(STRATEGIES), metavar="NAME",
+                        help=f"the part-2 strategies to run (default all: "
+                             f"{', '.join(STRATEGIES)})")
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--records", type=Path, default=cache_root() / "bench-tuner-model")
+    parser.add_argument("--plot", type=Path)
+    args = parser.parse_args(argv)
+    start = time.perf_counter()
+    print(f"machine: {cpu_name()}, {len(os.sched_getaffinity(0))} cores")
+    ok = True
+    with LocalRunner("verilator", jobs=args.jobs) as runner:
+        if "zeroshot" in args.part:
+            ok &= zeroshot(args, runner)
+        if "model" in args.part:
+            ok &= whole_model(args, runner)
+    print(f"(took {time.perf_counter() - start:.0f} s)")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
