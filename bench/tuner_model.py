@@ -224,7 +224,9 @@ def main(argv=None) -> int:
         if "model" in args.part:
             ok &= whole_model(args, runner)
     print(f"(took {time.perf_counter() - start:.0f} s)")
-    return 0 if ok else 1
+    # A figure below its target is a result to report, not a failure of the bench.
+    print("all targets met" if ok else "some targets not met: see BELOW above")
+    return 0
 
 
 if __name__ == "__main__":

@@ -116,8 +116,8 @@ FIGURES = [
            "vdla roofline resnet18 --gpu h100-sxm,h100-pcie,h200,a100-sxm,l4,t4,rtx-4090 "
            "--top 1",
            "every named GPU's datasheet peaks and its source, and ResNet-18's totals on each"),
-    Figure("tune_c8", "vdla tune --layer C8 --trials 16 --records {tmp}/tune.db --jobs 2",
-           "16 Verilator-measured schedules of ResNet-18's C8 layers against the default"),
+    Figure("tune_c8", "vdla tune --layer C8 --trials 32 --records {tmp}/tune.db --jobs 2",
+           "32 Verilator-measured schedules of ResNet-18's C8 layers against the default"),
     Figure("sweep_resnet18", RESNET18_SWEEP,
            "a 54-point sweep of ResNet-18 on pynq-z1's xc7z020: front, invalid reasons, plot",
            plots={"sweep/sweep.png": "sweep_resnet18_xc7z020.png"}),
@@ -166,6 +166,13 @@ FIGURES = [
            plots={"scaling/sim_scaling.png": "sim_scaling.png"}),
     Figure("tuner_speed", "python3 bench/tuner_speed.py --per-task 4",
            "the tuner's measurements per minute on C2-C11, the old build against today's"),
+    Figure("tuner_transfer", "python3 bench/tuner_transfer.py",
+           "the cost model on configs it never saw: ranking, and few-shot tuning of the "
+           "reduced layers (replayed Verilator measurements)"),
+    Figure("tuner_model", "python3 bench/tuner_model.py --plot {tmp}/tuner_model.png",
+           "zero-shot schedules and ResNet-18 tuned in 64 measurements on unseen configs "
+           "(Verilator; resumes from its records in vdla's cache)",
+           plots={"tuner_model.png": "tuner_model_resnet18.png"}),
     Figure("resnet18_e2e", "python3 bench/resnet18_e2e.py --repeat 5",
            "vdla run resnet18 and resnet50 end to end, warm, sequential and in parallel"),
     Figure("functional_sim", "python3 bench/functional_sim.py --repeat 3",

@@ -73,6 +73,8 @@ CHECKS = {
         lambda out: "vdla {'tile_h'" in out and "host None" in out,
     "tune_task(task, runner":
         lambda out: int(out.split()[0]) > 100 and out.split()[-1] == "True",
+    "tune_tasks(target.tasks(graph)":
+        lambda out: out.split() == ["12", "True"],
     "layouts_for(big_uop)":
         lambda out: out.split() == ["1x16x16_i8w8a32_17_13_16_15", "22:8", "66:53", "75:67"],
     "session.run_graph(model.feed)":

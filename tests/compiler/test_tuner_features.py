@@ -83,3 +83,37 @@ def test_a_feature_set_refuses_bad_vectors_and_definitions():
     with pytest.raises(ValueError, match=r"without a doc: \['b'\]"):
         FeatureSet("t", 1, (Feature("a", "one"), Feature("b", " ")))
     assert fs.table().splitlines()[2] == "| `a` | one |"
+
+
+# --- the CPU target's ----------------------------------------------------------------------
+
+def test_the_cpu_feature_sets_are_pinned_and_documented():
+    from vdla.compiler.targets.cpu.features import CONV2D as CPU_CONV, DENSE as CPU_DENSE
+
+    text = DOCS.read_text()
+    for fs, fingerprint in ((CPU_CONV, "b99243e74d02"), (CPU_DENSE, "e5a166677f5e")):
+        assert (fs.version, fs.fingerprint()) == (1, fingerprint), fs.name
+        missing = [n for n in fs.names if not re.search(rf"`{n}`", text)]
+        assert not missing, f"docs/tuner.md lacks {fs.name}'s {missing}"
+
+
+def test_cpu_features_read_the_instruction_set_and_the_schedule():
+    """The same layer on each instruction set this machine runs: finite vectors that
+    differ in the platform's features; two schedules differ in the schedule's."""
+    from vdla.compiler import targets
+
+    from vdla.compiler.targets.cpu.isa import ISAS
+    from vdla.compiler.targets.cpu.target import machine_features
+
+    found = {}
+    runs = sum(isa.runs_on(machine_features()) for isa in ISAS.values())
+    for target in targets.get("cpu").platforms(runs):
+        [task] = tasks_from_workload("14,14,32,64,3,1,1", target)
+        space = task.space()
+        vectors = np.array([task.feature_set.vector(task.transfer_features(s))
+                            for s in space[:50]])
+        assert np.isfinite(vectors).all() and len(np.unique(vectors, axis=0)) > 1
+        names = task.feature_set.names
+        found[task.isa] = vectors[0][[names.index("log_vector_lanes"),
+                                      names.index("int8_dot")]]
+    assert len({tuple(v) for v in found.values()}) == len(found)   # one point per ISA

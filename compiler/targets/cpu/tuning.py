@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -29,6 +30,7 @@ import numpy as np
 from vdla._platform import cpu_name
 from vdla.compiler.ir.graph import Graph
 from vdla.compiler.targets.cpu import isa as cpu_isa
+from vdla.compiler.targets.cpu.features import CONV2D, DENSE, conv2d_values, dense_values
 from vdla.compiler.targets.cpu.library import (aligned_empty, build_kernels, call, load,
                                                start_team, time_runs)
 from vdla.compiler.targets.cpu.lower import node_kernel
@@ -144,6 +146,24 @@ class CpuTask(OneNodeTask):
         if estimate is not None:
             feats.append(math.log(max(estimate.cycles, 1e-9)))
         return feats
+
+    @property
+    def feature_set(self):
+        """`CONV2D` or `DENSE` (`vdla.compiler.targets.cpu.features`)."""
+        return CONV2D if self.conv else DENSE
+
+    def transfer_features(self, schedule) -> dict[str, float]:
+        if self.conv:
+            return conv2d_values(self.shape, schedule, self._isa, self.threads)
+        return dense_values(self.shape, schedule, self._isa, self.threads,
+                            self.estimate(schedule).cycles)
+
+    def platform_key(self) -> dict:
+        return {"cpu": cpu_name(), "threads": self.threads, "isa": self.isa}
+
+    def sources(self) -> tuple[Path, ...]:
+        """This folder's modules: the space, the chooser's model, the features."""
+        return tuple(sorted(Path(__file__).resolve().parent.glob("*.py")))
 
     def schedule_to_dict(self, schedule) -> dict:
         return schedule.to_dict()
