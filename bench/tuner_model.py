@@ -164,8 +164,8 @@ def whole_model(args, runner) -> bool:
                                        split=split, batch=args.batch)
         overhead = (wall - measuring) / measuring if tuning.curve else None
         results[name] = (tuning, trials, overhead)
-        if budget == "few":
-            curves[f"{name} ({trials})"] = (tuning.resumed + 1, tuning.curve)
+        if budget == "few":    # from the defaults' cost, a task untuned yet at its default
+            curves[f"{name} ({trials})"] = (tuning.resumed + 1, tuning.default_curve())
     if "scratch, reference" not in results or "pretrained + scheduler" not in results:
         print("  (the figures need both 'scratch, reference' and 'pretrained + scheduler')")
         return False

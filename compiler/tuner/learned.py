@@ -33,7 +33,8 @@ from vdla._memo import remembered, remembered_object
 from vdla.compiler.tuner.records import OK, Records
 
 __all__ = ["MARGIN", "Rows", "learned_choice", "learned_schedules", "pairwise_accuracy",
-           "remembered_space", "space_features", "top1_ratio", "training_rows"]
+           "remembered_space", "space_features", "space_predictions", "top1_ratio",
+           "training_rows"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -173,6 +174,25 @@ def space_features(task, space: Sequence | None = None) -> np.ndarray:
                              and x.shape == (len(space), len(fs.names)))
 
 
+def space_predictions(task, model, space: Sequence | None = None) -> np.ndarray:
+    """`model`'s log2 cost of every schedule of `task`'s space (`space_features`),
+    remembered on disk as the features are, keyed on the model's digest too: a tuning
+    run that starts from the same model on the same workload reads them back."""
+    space = remembered_space(task) if space is None else space
+
+    def compute() -> np.ndarray:
+        return model.predict(space_features(task, space))
+
+    sources = task.sources()
+    if not sources:
+        return compute()
+    key = {"target": task.target, "platform": task.platform_key(), "workload": task.key,
+           "model": model.digest, "schedules": len(space)}
+    return remembered_object("features", "predictions", key, compute, sources=sources,
+                             check=lambda p: isinstance(p, np.ndarray)
+                             and p.shape == (len(space),))
+
+
 def learned_choice(task, *, margin: float = MARGIN) -> Any:
     """The schedule of `task`'s space that its pretrained model predicts fastest, unless
     it predicts the default schedule within `margin` of it (then the default); None when
@@ -183,7 +203,7 @@ def learned_choice(task, *, margin: float = MARGIN) -> Any:
 
     def choose():
         space = remembered_space(task)
-        predicted = model.predict(space_features(task, space))
+        predicted = space_predictions(task, model, space)
         pick, default = int(np.argmin(predicted)), task.default_schedule()
         fallback = space.index(default) if default in space else pick
         return space[pick] if predicted[fallback] - predicted[pick] > math.log2(1 + margin) \

@@ -55,13 +55,31 @@ ModelProgress = Callable[[TuneTask, int, int, "int | None"], None]
 class ModelTuning:
     """What `tune_tasks` did: each task's result (in the tasks' order), the order in
     which tasks were measured (task index per batch, warm-up included), the tuned ops'
-    cost after each of this run's measurements (None until every task has one), and
-    `resumed`, the trials the records held before them."""
+    cost after each of this run's measurements (None until every task has one),
+    `resumed`, the trials the records held before them, and `trace`, each measurement's
+    (task index, cost or None) in order."""
 
     results: tuple[TuneResult, ...]
     order: tuple[int, ...]
     curve: tuple[int | None, ...]
     resumed: int = 0
+    trace: tuple[tuple[int, int | None], ...] = ()
+
+    def default_curve(self) -> list[int | None]:
+        """The tuned ops' cost after each measurement, a task not measured yet counted
+        at its default schedule's cost (measured in this run or the records): a curve
+        that starts where compiling with the defaults does, whatever the split. None
+        where a task's default has no measured cost. Of this run's measurements: what
+        the records held before is not in the trace."""
+        best = {i: r.default_cycles for i, r in enumerate(self.results)}
+        out = []
+        for i, cost in self.trace:
+            if cost is not None and best[i] is not None:
+                best[i] = min(best[i], cost)
+            values = list(best.values())
+            out.append(None if None in values else sum(
+                _weight(r.task) * best[k] for k, r in enumerate(self.results)))
+        return out
 
     @property
     def trials(self) -> int:
@@ -111,6 +129,7 @@ def tune_tasks(tasks: Sequence[TuneTask], runner, *, trials: int,
                          progress=hook) for t in tasks]
     order: list[int] = []
     curve: list[int | None] = []
+    trace: list[tuple[int, int | None]] = []
     spent = resumed = sum(s.done for s in states)
 
     def cost(instead: dict | None = None) -> int | None:
@@ -130,6 +149,7 @@ def tune_tasks(tasks: Sequence[TuneTask], runner, *, trials: int,
         if got:
             order.append(index)
             for _, result in state.history[-got:]:     # the curve, measurement by measurement
+                trace.append((index, result.cycles if result.ok else None))
                 if result.ok:
                     running = result.cycles if running is None else min(running, result.cycles)
                 curve.append(cost({} if running is None else {state.task.uid: running}))
@@ -159,6 +179,7 @@ def tune_tasks(tasks: Sequence[TuneTask], runner, *, trials: int,
             results = measure_recorded(runner, inputs, records, on_result, finished)
             for (i, schedule), result in zip(picks, results):
                 states[i].absorb([schedule], [result])
+                trace.append((i, result.cycles if result.ok else None))
                 spent += 1
                 order.append(i)
                 curve.append(cost())
@@ -179,7 +200,7 @@ def tune_tasks(tasks: Sequence[TuneTask], runner, *, trials: int,
             if not any(measure(i, batch) for i in ranked):   # lazily: the first that can
                 break       # every space is spent
     return ModelTuning(tuple(s.result() for s in states), tuple(order), tuple(curve),
-                       resumed)
+                       resumed, tuple(trace))
 
 
 def _gain(state: TaskTuning) -> float:

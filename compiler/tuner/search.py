@@ -33,12 +33,15 @@ results it was given, never on timing or on how many workers measured them.
 
 from __future__ import annotations
 
+import importlib
 import math
+import sys
+import threading
 from typing import Sequence
 
 import numpy as np
 
-from vdla.compiler.tuner.learned import space_features
+from vdla.compiler.tuner.learned import space_features, space_predictions
 from vdla.compiler.tuner.task import TuneTask
 
 __all__ = ["GridTuner", "ModelTuner", "PretrainedTuner", "RandomTuner", "TUNERS", "Tuner",
@@ -219,6 +222,15 @@ class ModelTuner(Tuner):
         return [self.space[i] for i in picked]
 
 
+def _import_learner_meanwhile() -> None:
+    """Import scikit-learn's trees in a thread: a second and a half that the first
+    measurements hide (the tuner needs them only once measurements come in, and this
+    process mostly waits on its workers while they measure)."""
+    if "sklearn.ensemble" not in sys.modules:
+        threading.Thread(target=importlib.import_module, args=("sklearn.ensemble",),
+                         daemon=True).start()
+
+
 class PretrainedTuner(Tuner):
     """The target's pretrained cost model, corrected online (see the module docstring).
 
@@ -246,11 +258,9 @@ class PretrainedTuner(Tuner):
             raise ValueError(f"task {task.name} ({task.target}, {task.platform}): no "
                              "pretrained cost model for it; use the model tuner")
         self.features = space_features(task, self.space)
-        self.prior = self.pretrained.predict(self.features)      # log2 cost
+        self.prior = space_predictions(task, self.pretrained, self.space)   # log2 cost
         self.predicted = self.prior.copy()
-        # Schedules the features cannot tell apart (tile sizes that clamp to the same
-        # tiling) cost the same: one of each such group is worth measuring.
-        self.twin = np.unique(self.features, axis=0, return_inverse=True)[1].ravel()
+        _import_learner_meanwhile()
         self.explore, self.learn_after = explore, learn_after
         self._fitted_on = 0
 
@@ -286,14 +296,16 @@ class PretrainedTuner(Tuner):
         self._learn()
         n_random = int(self.explore * n)
         order = np.argsort(self.predicted[todo], kind="stable")
-        seen = {int(self.twin[i]) for i in self.measured}
+        # Schedules the features cannot tell apart (tile sizes that clamp to the same
+        # tiling) cost the same: one of each such group is worth measuring.
+        seen = {self.features[i].tobytes() for i in self.measured}
         picked = []
         for k in order:
             i = todo[int(k)]
             if len(picked) == n - n_random:
                 break
-            if self.twin[i] not in seen:      # not the twin of one measured or picked
-                seen.add(int(self.twin[i]))
+            if self.features[i].tobytes() not in seen:   # no twin measured or picked
+                seen.add(self.features[i].tobytes())
                 picked.append(i)
         # Only twins left: they are still schedules to measure.
         picked += [todo[int(k)] for k in order if todo[int(k)] not in set(picked)][

@@ -93,7 +93,7 @@ def test_the_pretrained_tuner_measures_one_of_each_twin():
     tuner = PretrainedTuner(task, space)
     index = {s: i for i, s in enumerate(space)}
     many = tuner.propose(len(space))
-    assert len({tuner.twin[index[s]] for s in many[:distinct]}) == distinct
+    assert len({x[index[s]].tobytes() for s in many[:distinct]}) == distinct
     assert sorted(map(index.get, many)) == list(range(len(space)))   # twins last, all there
 
 
@@ -211,6 +211,11 @@ def test_the_gradient_split_warms_up_every_task_then_follows_the_gain(replayed):
     assert tuning.cost("best") <= tuning.cost("default")
     curve = [c for c in tuning.curve if c is not None]
     assert curve == sorted(curve, reverse=True) and curve[-1] == tuning.cost("best")
+    # The same, counting a task not measured yet at its default: from the defaults' cost.
+    assert [i for i, _ in tuning.trace][:6] == [0, 1, 2, 0, 1, 2] and len(tuning.trace) == 14
+    filled = tuning.default_curve()
+    assert filled[0] == tuning.cost("default") and filled[-1] == tuning.cost("best")
+    assert filled == sorted(filled, reverse=True)
     # Deterministic for a seed.
     again = tune_tasks(tasks, replay, trials=14, tuner="pretrained", batch=2)
     assert again.order == tuning.order and again.curve == tuning.curve

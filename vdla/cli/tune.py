@@ -59,7 +59,8 @@ def add_parser(sub) -> None:
     tune.add_argument("--json", type=output_file,
                       metavar="PATH", help="also write the results as JSON here")
     tune.add_argument("--plot", type=output_file, metavar="PNG",
-                      help="also plot the tuned ops' cost against measurements here")
+                      help="also plot the tuned ops' cost against this run's measurements "
+                           "here (a workload not measured yet at its default's cost)")
     tune.add_argument("--measure", metavar="BACKEND",
                       help="how schedules are measured, one of the target's measurement "
                            "backends (the accelerator: verilator, cycle-accurate, the default; "
@@ -264,7 +265,8 @@ def _document(args, target, tasks, measure, tuning, what, wall) -> dict:
         "records": str(args.records), "wall_seconds": wall,
         "cost": {"default": tuning.cost("default"), "best": tuning.cost("best"),
                  "unit": tasks[0].unit},
-        "curve": {"first_trial": tuning.resumed + 1, "cost": list(tuning.curve)},
+        # After each measurement of this run, a workload not measured yet at its default.
+        "curve": {"first_trial": tuning.resumed + 1, "cost": tuning.default_curve()},
         "workloads": [{
             "name": r.task.name, "key": r.task.key, "nodes": list(r.task.nodes),
             "space": r.space_size, "trials": r.trials, "resumed": r.resumed,
@@ -285,7 +287,7 @@ def _plot(args, path, tuning, what, target, task) -> None:
     try:
         tuning_curves({f"{tuning.results[0].task.name if len(tuning.results) == 1 else what}"
                        f" ({args.tuner}, {args.split} split)":
-                       (tuning.resumed + 1, tuning.curve)}, path,
+                       (tuning.resumed + 1, tuning.default_curve())}, path,
                       title=f"vdla tune {what} on {target.name} ({task.platform})",
                       unit=task.unit)
     except ValueError as e:
