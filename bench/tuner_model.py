@@ -178,7 +178,9 @@ def whole_model(args, runner) -> bool:
         note = "resumed" if overhead is None else f"{overhead:8.1%}"
         print(f"  {name:26s} {trials:6d} {best:11,} {default / best:7.4f}x {share:21.1%} "
               f"{note:>8s}")
-        if overhead is not None and name != "scratch, reference":
+        # The target is the pretrained tuner's (and the reference's, when it ran here);
+        # the 64-trial from-scratch and random runs are the curves' baselines.
+        if overhead is not None and (name.startswith("pretrained") or trials == args.reference):
             ok &= overhead <= 0.10
     share = (default - results["pretrained + scheduler"][0].cost("best")) / reference_gain
     ok &= share >= 0.99
@@ -186,7 +188,8 @@ def whole_model(args, runner) -> bool:
     print(f"  a first run on a config also computes its tasks' spaces and features once: "
           f"{cold:.1f} s for these {len(tasks)} tasks (then cached)")
     print("  " + ("PASS" if ok else "BELOW") + " (targets: pretrained + scheduler >= 99% of the "
-          "reference's gain; overhead <= 10% of measuring)")
+          "reference's gain; the pretrained runs' and the reference's overhead <= 10% of "
+          "measuring)")
     if args.plot:
         reference = results["scratch, reference"][0].cost("best")
         tuning_curves(curves, args.plot, unit="cycles",
