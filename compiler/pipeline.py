@@ -543,12 +543,15 @@ def plan_from_manifest(manifest: Mapping[str, Any], *,
     return plan, [t for name, t in platforms.items() if name in held]
 
 
-def training_set(manifest_path: str | Path) -> tuple[Rows, dict]:
+def training_set(manifest_path: str | Path, *, feature_set: str | None = None
+                 ) -> tuple[Rows, dict]:
     """The rows (`vdla.compiler.tuner.learned.Rows`) of the training set whose manifest
     is at `manifest_path`, and the manifest. Its records file is the manifest's
     ``records`` path, relative to the working folder or, failing that, a file of that
     name beside the manifest, either one possibly compressed (`local_records`).
-    ValueError naming the file that cannot be read."""
+    `feature_set` (a name) keeps the tasks of that feature set only, for a set whose
+    tasks have several (the CPU target's convolutions and dense layers). ValueError
+    naming the file that cannot be read."""
     path = Path(manifest_path)
     try:
         manifest = json.loads(path.read_text())
@@ -563,5 +566,9 @@ def training_set(manifest_path: str | Path) -> tuple[Rows, dict]:
         raise ValueError(f"manifest {path}: its records {manifest['records']!r} are neither "
                          f"there nor beside it ({exc})") from None
     plan, _ = plan_from_manifest(manifest)
+    tasks = [t for t in plan.tasks if feature_set is None
+             or getattr(t.feature_set, "name", None) == feature_set]
+    if not tasks:
+        raise ValueError(f"manifest {path}: no task of feature set {feature_set!r}")
     with Records(records) as db:
-        return training_rows(plan.tasks, db, manifest["backend"]), manifest
+        return training_rows(tasks, db, manifest["backend"]), manifest

@@ -182,13 +182,15 @@ def generate(plan: DatasetPlan, runner, records: Records, *,
             manifest.counts.setdefault(task.platform, {})[task.key] = held
     for done, task in enumerate(work, 1):
         try:
+            # No confirmation rounds for wall-time tasks: a set wants many schedules, and
+            # each measurement is already the median of many runs.
             results = [tune_task(task, runner, trials=plan.per_task, records=records,
-                                 tuner="random", batch=plan.batch, seed=plan.seed)]
+                                 tuner="random", batch=plan.batch, seed=plan.seed, confirm=0)]
             if plan.picked:
                 results.append(tune_task(task, runner, trials=plan.per_task + plan.picked,
                                          records=records, tuner="pretrained",
                                          batch=plan.batch, seed=plan.seed,
-                                         measure_default=False))
+                                         measure_default=False, confirm=0))
                 model = task.pretrained()
                 if model is not None and model.digest not in manifest.picked_by:
                     manifest.picked_by.append(model.digest)

@@ -10,8 +10,9 @@ best, measuring more is wasted. Splitting the budget equally (``split="equal"``,
 AutoTVM's way: N / tasks each) ignores both. ``split="gradient"`` spends it where the
 model's end-to-end cost is expected to fall most, as Ansor's task scheduler does:
 
-1. Warm-up, in `WARMUP` rounds: each task's default schedule, then each task's tuner's
-   first pick, while the budget lasts (tasks side by side, a batch at a time): every
+1. Warm-up: each task's default schedule and its tuner's first pick (`WARMUP`), while
+   the budget lasts, tasks side by side a batch at a time, the tasks whose tuners
+   predict the largest gain first (a pretrained model predicts before measuring): every
    task then has a measured cost and its tuner has seen the task.
 2. Then each round measures a batch of the task with the largest expected gain:
    ``weight x (best measured - best predicted)``, where the weight is how many of the
@@ -155,17 +156,17 @@ def tune_tasks(tasks: Sequence[TuneTask], runner, *, trials: int,
                 curve.append(cost({} if running is None else {state.task.uid: running}))
         return got
 
-    def warm_up(index_round: int) -> None:
-        # Round r: one schedule of each task with fewer than r + 1 trials, `batch` of
-        # them measured at once (tasks side by side: the workers stay busy).
+    def warm_up() -> None:
+        # Each task's first `WARMUP` schedules (its default, its tuner's first pick), the
+        # tasks by the gain their tuners predict before measuring (the largest first, so
+        # that a layer whose default is far off is fixed early), `batch` schedules at once
+        # (tasks side by side: the workers stay busy).
         nonlocal spent
-        wanting = [i for i, s in enumerate(states) if s.done <= index_round and s.left]
-        for start in range(0, len(wanting), batch):
-            picks = []
-            for i in wanting[start:start + batch]:
-                if spent + len(picks) >= trials:
-                    break
-                picks += [(i, s) for s in states[i].propose(1)]
+        wanting = sorted((i for i, s in enumerate(states) if s.done < WARMUP and s.left),
+                         key=lambda i: -_prior_gain(states[i]))
+        queue = [(i, s) for i in wanting for s in states[i].propose(WARMUP - states[i].done)]
+        for start in range(0, len(queue), batch):
+            picks = queue[start:start + batch][:max(0, trials - spent)]
             if not picks:
                 return
             inputs = [MeasureInput(states[i].task, s) for i, s in picks]
@@ -193,14 +194,24 @@ def tune_tasks(tasks: Sequence[TuneTask], runner, *, trials: int,
             while s.done < goal and measure(i, min(batch, goal - s.done)):
                 pass
     else:
-        for index_round in range(WARMUP):
-            warm_up(index_round)
+        warm_up()
         while spent < trials:
             ranked = sorted(range(len(states)), key=lambda i: -_gain(states[i]))
             if not any(measure(i, batch) for i in ranked):   # lazily: the first that can
                 break       # every space is spent
     return ModelTuning(tuple(s.result() for s in states), tuple(order), tuple(curve),
                        resumed, tuple(trace))
+
+
+def _prior_gain(state: TaskTuning) -> float:
+    """What a task is expected to gain before it is measured: its weight times its
+    predicted default cost over the predicted best (0 without predictions); ties keep the
+    tasks' order."""
+    default = state.search.predicted_cost(state.default)
+    expected = state.search.expected_best()
+    if default is None or expected is None:
+        return 0.0
+    return _weight(state.task) * (default - expected)
 
 
 def _gain(state: TaskTuning) -> float:

@@ -84,6 +84,10 @@ class Tuner:
         the task's unit; None without a model (or when everything was measured)."""
         return None
 
+    def predicted_cost(self, schedule) -> float | None:
+        """The cost the tuner's model predicts for `schedule`; None without a model."""
+        return None
+
 
 class GridTuner(Tuner):
     def propose(self, n: int) -> list:
@@ -287,6 +291,10 @@ class PretrainedTuner(Tuner):
         self._learn()
         todo = self.unmeasured()
         return float(2.0 ** self.predicted[todo].min()) if todo else None
+
+    def predicted_cost(self, schedule) -> float | None:
+        self._learn()
+        return float(2.0 ** self.predicted[self.index[schedule]])
 
     def propose(self, n: int) -> list:
         todo = self.unmeasured()

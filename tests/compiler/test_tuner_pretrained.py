@@ -205,14 +205,20 @@ def test_the_gradient_split_warms_up_every_task_then_follows_the_gain(replayed):
     tasks, replay = replayed
     tuning = tune_tasks(tasks, replay, trials=14, tuner="pretrained", batch=2)
     assert tuning.trials == 14 and len(tuning.curve) == 14
-    # Warm-up: the defaults first (one batch side by side), then each tuner's first pick.
-    assert tuning.order[:6] == (0, 1, 2, 0, 1, 2)
+    # Warm-up: each task's default and its tuner's first pick, side by side, the task
+    # with the largest predicted gain first.
+    warm = [i for i, _ in tuning.trace[:6]]
+    assert sorted(warm) == [0, 0, 1, 1, 2, 2] and warm[0::2] == warm[1::2]
+    gains = [tuning.results[i].task.pretrained() is not None for i in warm[0::2]]
+    assert all(gains)
+    first = [r.history[0][0] for r in tuning.results]
+    assert first == [r.task.default_schedule() for r in tuning.results]
     assert all(r.trials >= 2 and r.default_cycles is not None for r in tuning.results)
     assert tuning.cost("best") <= tuning.cost("default")
     curve = [c for c in tuning.curve if c is not None]
     assert curve == sorted(curve, reverse=True) and curve[-1] == tuning.cost("best")
     # The same, counting a task not measured yet at its default: from the defaults' cost.
-    assert [i for i, _ in tuning.trace][:6] == [0, 1, 2, 0, 1, 2] and len(tuning.trace) == 14
+    assert len(tuning.trace) == 14
     filled = tuning.default_curve()
     assert filled[0] == tuning.cost("default") and filled[-1] == tuning.cost("best")
     assert filled == sorted(filled, reverse=True)
