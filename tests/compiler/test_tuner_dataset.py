@@ -131,7 +131,10 @@ def test_vdla_dataset_writes_records_and_a_manifest(tmp_path, capsys):
                                  ("--jobs", "0", "--jobs must be at least 1, not 0"),
                                  ("--held-out-platforms", "-1",
                                   "--held-out-platforms must be at least 0, not -1"),
-                                 ("--platforms", "0", "--platforms must be at least 1, not 0")):
+                                 ("--platforms", "0", "--platforms must be at least 1, not 0"),
+                                 ("--picked", "-1", "--picked must be at least 0, not -1"),
+                                 ("--small-shapes", "-2",
+                                  "--small-shapes must be at least 0, not -2")):
         assert main(["dataset", "--records", str(db), flag, value]) == 1
         assert message in capsys.readouterr().err
     # More platforms than the target has: its own error, before anything is measured.
