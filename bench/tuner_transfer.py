@@ -23,11 +23,12 @@ until a schedule within 2% of the exhaustive best was measured:
   worst over `--seeds` seeds, with a budget of a quarter of the space;
 * ``random``: random search, mean over 50 seeds.
 
-Part 3, ``cpu``: the CPU target's convolutions (``bench/datasets/make_cpu_v1.sh``, wall
-time on each instruction set this machine runs): leave one instruction set out; a
-model trained on the set ranking ResNet-50's layers, which it held out
-(``make_cpu_test_v1.sh``); and the widest instruction set's model adapted to the next
-one down with at most 5% of the set's measurements, tested on that one's others.
+Part 3, ``cpu``: the CPU target's convolutions (``bench/datasets/make_cpu_v2.sh``: int8
+and float32, wall time on each instruction set this machine runs): leave one
+instruction set out; a model trained on the set ranking ResNet-50's layers, which it
+held out (``make_cpu_test_v2.sh``); and the widest instruction set's model adapted to
+the next one down with at most 5% of the set's measurements, tested on that one's
+others.
 
     python bench/tuner_transfer.py [--part ranking fewshot cpu] [--seeds 5]
 
@@ -39,6 +40,8 @@ held-out model and adapted instruction set: pairwise >= 0.85.
 from __future__ import annotations
 
 import argparse
+import itertools
+import json
 import os
 import statistics
 import sys
@@ -51,7 +54,8 @@ from vdla._platform import cpu_name
 from vdla.compiler import pipeline
 from vdla.compiler.targets.cpu.features import CONV2D as CPU_CONV
 from vdla.compiler.tuner import Records, ReplayRunner, tune_task
-from vdla.compiler.tuner.cost_model import CostModel
+from vdla.compiler.targets.cpu.tuning import PRETRAINED as CPU_PRETRAINED
+from vdla.compiler.tuner.cost_model import CostModel, shipped
 from vdla.compiler.tuner.dataset import local_records
 from vdla.compiler.tuner.learned import Rows, pairwise_accuracy, top1_ratio
 
@@ -64,8 +68,8 @@ from make_vdla_fewshot_v1 import tasks as fewshot_tasks  # noqa: E402
 
 MANIFESTS = (DATASETS / "vdla_v1.db.manifest.json", DATASETS / "vdla_small_v1.db.manifest.json")
 TARGETS = {"pairwise": 0.90, "top1": 0.97, "cpu_pairwise": 0.85}
-CPU_MANIFEST = DATASETS / "cpu_v1.db.manifest.json"
-CPU_TEST = DATASETS / "cpu_test_v1.db.manifest.json"
+CPU_MANIFESTS = (DATASETS / "cpu_v2.db.manifest.json", DATASETS / "cpu_f32_v2.db.manifest.json")
+CPU_TEST = DATASETS / "cpu_test_v2.db.manifest.json"
 WITHIN = 1.02
 FEW = 4
 
@@ -200,39 +204,71 @@ def _figures(model_or_est, rows) -> tuple[float, float]:
             top1_ratio(predicted, rows.y, rows.groups))
 
 
+def repeat_agreement(manifest: Path) -> tuple[float, int, int] | None:
+    """For a set measured in rounds (``vdla dataset --rounds``): the share of pairs of
+    schedules of one task that the first round's costs order as the second round's do,
+    the pairs and the rounds; None for a set of one round."""
+    path = local_records(DATASETS / Path(json.loads(manifest.read_text())["records"]).name)
+    runs: dict[tuple, dict[str, list[int]]] = {}
+    with Records(path) as db:
+        for r in db.query(status="ok"):
+            task = runs.setdefault((r.config, r.workload), {})
+            task.setdefault(json.dumps(r.schedule, sort_keys=True), []).append(r.cycles)
+    agree = total = 0
+    rounds = max((len(c) for t in runs.values() for c in t.values()), default=1)
+    for task in runs.values():
+        twice = [c for c in task.values() if len(c) >= 2]
+        for a, b in itertools.combinations(twice, 2):
+            if a[1] != b[1] and a[0] != b[0]:
+                agree += (a[0] < b[0]) == (a[1] < b[1])
+                total += 1
+    return (agree / total, total, rounds) if total else None
+
+
 def cpu(args) -> bool:
     """The CPU target's convolutions: leave one instruction set out; a held-out model's
     layers; the widest instruction set's model adapted to the next one down with at most
     5% of the training set's measurements."""
     try:
-        rows, manifest = pipeline.training_set(CPU_MANIFEST, feature_set=CPU_CONV.name)
+        rows = Rows.join([pipeline.training_set(path, feature_set=CPU_CONV.name)[0]
+                          for path in CPU_MANIFESTS])
     except ValueError as exc:
-        raise SystemExit(f"{exc}: run bench/datasets/make_cpu_v1.sh first")
+        raise SystemExit(f"{exc}: run bench/datasets/make_cpu_v2.sh first")
+    # The shipped model's settings (chosen by scripts/train_cost_model.py --cv).
+    meta = shipped(CPU_PRETRAINED, CPU_CONV).meta
+    settings = {"trees": meta["trees"], "depth": meta["depth"], "rate": meta["rate"],
+                "residual": True}
     isa_of = np.array([rows.tasks[g][0].rsplit(", ", 1)[-1] for g in rows.groups])
     isas = [i for i in ("avx512vnni", "avx2", "portable") if i in set(isa_of)]
     est = CPU_CONV.baseline_of(rows.x)
-    print(f"\nPart 3: the CPU target's convolutions, wall time ({CPU_MANIFEST.name}: "
+    print(f"\nPart 3: the CPU target's convolutions, wall time (cpu_v2 and cpu_f32_v2: "
           f"{len(rows)} measured schedules of {len(rows.tasks)} tasks on {', '.join(isas)}); "
-          f"the learned model corrects the chooser's cost model")
+          f"the learned model corrects the chooser's cost model ({meta['trees']} trees of "
+          f"depth {meta['depth']}, rate {meta['rate']}, as shipped)")
     print(f"  {'held-out instruction set':26s} {'rows':>5s}   chooser's model    learned residual")
     print(" " * 36 + "pairwise  top-1   pairwise  top-1")
     ok = True
     for isa in isas:
         test = isa_of == isa
-        model = CostModel.fit(rows.subset(~test), CPU_CONV, trees=args.trees, depth=args.depth,
-                              residual=True)
+        model = CostModel.fit(rows.subset(~test), CPU_CONV, **settings)
         held = rows.subset(test)
         cells = "   ".join(f"{p:8.3f} {t:6.3f}" for p, t in (
             _figures(est[test], held), _figures(model, held)))
         print(f"  {isa:26s} {len(held):5d}   {cells}")
     # A held-out model's layers (ResNet-50), on the widest instruction set.
-    model = CostModel.fit(rows, CPU_CONV, trees=args.trees, depth=args.depth, residual=True)
+    model = CostModel.fit(rows, CPU_CONV, **settings)
     try:
         held, _ = pipeline.training_set(CPU_TEST, feature_set=CPU_CONV.name)
     except ValueError as exc:
-        raise SystemExit(f"{exc}: run bench/datasets/make_cpu_test_v1.sh first")
+        raise SystemExit(f"{exc}: run bench/datasets/make_cpu_test_v2.sh first")
     pair, top = _figures(model, held)
     base = _figures(CPU_CONV.baseline_of(held.x), held)
+    ceiling = repeat_agreement(CPU_TEST)
+    if ceiling is not None:
+        print(f"  two measurements of the same ResNet-50 schedules, minutes apart, order "
+              f"{ceiling[0]:.3f} of {ceiling[1]:,} pairs alike: the ceiling of any model "
+              f"ranked against one measurement (the rows below take the median of "
+              f"{ceiling[2]})")
     ok &= pair >= TARGETS["cpu_pairwise"]
     print(f"  held-out model (ResNet-50, {len(held)} schedules of {len(held.tasks)} layers): "
           f"pairwise {pair:.3f}, top-1 {top:.4f} (the chooser's model: {base[0]:.3f}, "
@@ -252,10 +288,8 @@ def cpu(args) -> bool:
         test[on_target] = True
         test[few] = False
         held = rows.subset(test)
-        only = CostModel.fit(rows.subset(keep), CPU_CONV, trees=args.trees, depth=args.depth,
-                             residual=True)
-        adapted = CostModel.fit(rows.subset(adapt), CPU_CONV, trees=args.trees,
-                                depth=args.depth, residual=True)
+        only = CostModel.fit(rows.subset(keep), CPU_CONV, **settings)
+        adapted = CostModel.fit(rows.subset(adapt), CPU_CONV, **settings)
         figures = [_figures(est[test], held), _figures(only, held), _figures(adapted, held)]
         ok &= figures[2][0] >= TARGETS["cpu_pairwise"]
         print(f"  adapted from {source} to {target} with {len(few)} of its measurements "

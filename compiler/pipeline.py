@@ -495,16 +495,23 @@ def tasks_from_workload(spec: str, target) -> list:
 def dataset_plan(platforms: Sequence[Target], *, held_out: Sequence[Target] = (),
                  models: Sequence[str] = (), shapes: Sequence[str] = (), per_task: int = 8,
                  seed: int = 0, held_out_models: Sequence[str] = (), picked: int = 0,
+                 precision: str = "int8", rounds: int = 1,
                  log: Callable[[str], None] = lambda message: None) -> DatasetPlan:
     """The `DatasetPlan` of a training set (`vdla.compiler.tuner.dataset`): the tasks of
     every tunable op of `models` and of every workload of `shapes` (as
     `tasks_from_workload` takes them) on each of `platforms` (targets, one a platform:
     `Target.platforms`); `held_out` platforms are named in the manifest and not measured.
+    The models run at `precision` (`graph_for`); the random shapes are int8 layers, so
+    another precision takes none. Every schedule is measured `rounds` times in the end.
     A shape a platform cannot tune is left out, and `log` says so."""
+    if shapes and precision != "int8":
+        raise ValueError(f"random shapes are int8 convolutions: a {precision} training set "
+                         f"takes the models' layers only, not {len(shapes)} shapes")
+
     def tasks_of(target) -> list:
         tasks = []
         for name in models:
-            tasks += target.tasks(graph_for(load_model(name), target))
+            tasks += target.tasks(graph_for(load_model(name), target, precision=precision))
         for spec in shapes:
             try:
                 tasks += tasks_from_workload(spec, target)
@@ -520,7 +527,8 @@ def dataset_plan(platforms: Sequence[Target], *, held_out: Sequence[Target] = ()
         platforms={tasks[0].platform: target.platform_params()
                    for target, tasks in measured + kept_out if tasks},
         models=tuple(models), shapes=tuple(shapes), per_task=per_task, seed=seed,
-        picked=picked, held_out_models=tuple(held_out_models),
+        picked=picked, held_out_models=tuple(held_out_models), precision=precision,
+        rounds=rounds,
         held_out_platforms=tuple(tasks[0].platform for _, tasks in kept_out if tasks))
 
 
@@ -539,6 +547,8 @@ def plan_from_manifest(manifest: Mapping[str, Any], *,
                         models=manifest["models"], shapes=manifest["shapes"],
                         per_task=manifest["per_task"], seed=manifest["seed"],
                         picked=manifest.get("picked", 0),
+                        precision=manifest.get("precision", "int8"),
+                        rounds=manifest.get("rounds", 1),
                         held_out_models=manifest["held_out"]["models"], log=log)
     return plan, [t for name, t in platforms.items() if name in held]
 

@@ -169,10 +169,16 @@ FIGURES = [
     Figure("tuner_transfer", "python3 bench/tuner_transfer.py",
            "the cost model on configs it never saw: ranking, and few-shot tuning of the "
            "reduced layers (replayed Verilator measurements)"),
-    Figure("tuner_model", "python3 bench/tuner_model.py --plot {tmp}/tuner_model.png",
+    Figure("tuner_model", "python3 bench/tuner_model.py --part zeroshot model "
+           "--plot {tmp}/tuner_model.png",
            "zero-shot schedules and ResNet-18 tuned in 64 measurements on unseen configs "
            "(Verilator; resumes from its records in vdla's cache)",
            plots={"tuner_model.png": "tuner_model_resnet18.png"}),
+    Figure("tuner_model_cpu", "python3 bench/tuner_model.py --part cpu "
+           "--cpu-plot {tmp}/tuner_model_cpu.png",
+           "MobileNet-v1 float32 tuned in 64 measurements on the CPU, against 1,000 from "
+           "scratch (wall time, one thread; resumes from its records in vdla's cache)",
+           plots={"tuner_model_cpu.png": "tuner_model_mobilenet_cpu.png"}),
     Figure("resnet18_e2e", "python3 bench/resnet18_e2e.py --repeat 5",
            "vdla run resnet18 and resnet50 end to end, warm, sequential and in parallel"),
     Figure("functional_sim", "python3 bench/functional_sim.py --repeat 3",

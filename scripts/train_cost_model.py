@@ -1,6 +1,8 @@
 """Train the cost model a target ships, from a training set's records.
 
 Usage: python scripts/train_cost_model.py [--manifest M.json ...]
+       python scripts/train_cost_model.py --manifest bench/datasets/cpu_v2.db.manifest.json \
+           bench/datasets/cpu_f32_v2.db.manifest.json
 
 Reads the manifests that ``vdla dataset`` wrote (default: the accelerator's training
 sets in bench/datasets; each manifest's plan makes its tasks again, joined with its
@@ -9,6 +11,8 @@ and models (the held-out ones are never measured into them, so the figures of
 ``bench/tuner_transfer.py`` stay honest), and writes it, atomically, into the
 target's package-data folder as ``<feature set>-v<version>.npz``
 (``compiler/targets/vdla/models/vdla.conv2d-v1.npz``). ``--out DIR`` writes elsewhere.
+A target whose tasks read several feature sets (the CPU's convolutions and dense layers)
+gets one model per feature set that has at least ``--min-tasks`` tasks in the sets.
 
 The learner (why these settings: docs/tuner.md, "The pretrained model"): scikit-learn's
 gradient-boosted regression trees that learn what the feature set's baseline (the
@@ -19,16 +23,18 @@ the same records and versions give the same file.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import sklearn
 
 import vdla
 from vdla.compiler import pipeline
 from vdla.compiler.tuner.cost_model import CostModel, file_name
-from vdla.compiler.tuner.learned import Rows
+from vdla.compiler.tuner.learned import Rows, pairwise_accuracy, top1_ratio
 
 ROOT = Path(__file__).resolve().parents[1]
 DATASETS = ROOT / "bench" / "datasets"
@@ -36,7 +42,8 @@ DATASETS = ROOT / "bench" / "datasets"
 DEFAULT_MANIFESTS = (DATASETS / "vdla_v1.db.manifest.json",
                      DATASETS / "vdla_small_v1.db.manifest.json")
 #: Where each target's models go (the folder its tasks' `pretrained` reads).
-OUT = {"vdla": ROOT / "compiler" / "targets" / "vdla" / "models"}
+OUT = {"vdla": ROOT / "compiler" / "targets" / "vdla" / "models",
+       "cpu": ROOT / "compiler" / "targets" / "cpu" / "models"}
 
 
 def main(argv=None) -> int:
@@ -46,13 +53,19 @@ def main(argv=None) -> int:
                         "the target's package-data folder)")
     parser.add_argument("--trees", type=int, default=200)
     parser.add_argument("--depth", type=int, default=4)
+    parser.add_argument("--rate", type=float, default=0.1, help="the trees' learning rate")
+    parser.add_argument("--cv", type=int, metavar="K", help="write nothing: print the "
+                        "ranking figures of K-fold cross-validation over the sets' tasks "
+                        "(each fold's tasks left out of its training), by platform, for "
+                        "choosing the settings")
+    parser.add_argument("--min-tasks", type=int, default=20, help="a feature set with fewer "
+                        "tasks in the sets gets no model (default 20)")
     args = parser.parse_args(argv)
     start = time.perf_counter()
     try:
-        sets = [pipeline.training_set(path) for path in args.manifest]
-    except ValueError as exc:
-        raise SystemExit(str(exc)) from None
-    manifests = [m for _, m in sets]
+        manifests = [json.loads(path.read_text()) for path in args.manifest]
+    except (OSError, json.JSONDecodeError) as exc:
+        raise SystemExit(f"manifest: {exc}") from None
     kinds = {(m["target"], m["backend"]) for m in manifests}
     if len(kinds) != 1:
         raise SystemExit(f"the manifests are of different targets or backends: {sorted(kinds)}")
@@ -60,28 +73,72 @@ def main(argv=None) -> int:
     out = args.out or OUT.get(target)
     if out is None:
         raise SystemExit(f"target {target!r} has no model folder; give --out")
-    rows = Rows.join([r for r, _ in sets])
-    feature_set = pipeline.plan_from_manifest(manifests[0])[0].tasks[0].feature_set
+    # A target's tasks may read several feature sets (the CPU's convolutions and dense
+    # layers): one model each, for those with enough tasks to learn across.
+    feature_sets = {}
+    for m in manifests:
+        for task in pipeline.plan_from_manifest(m)[0].tasks:
+            feature_sets.setdefault(task.feature_set.name, task.feature_set)
+    for name, feature_set in feature_sets.items():
+        try:
+            rows = Rows.join([pipeline.training_set(path, feature_set=name)[0]
+                              for path in args.manifest])
+        except ValueError as exc:
+            raise SystemExit(str(exc)) from None
+        if len(rows.tasks) < args.min_tasks:
+            print(f"{name}: {len(rows.tasks)} tasks, fewer than --min-tasks "
+                  f"{args.min_tasks}: no model written")
+            continue
+        if args.cv:
+            _cross_validate(args, feature_set, rows)
+        else:
+            _write(args, manifests, out, feature_set, rows)
+    print(f"({time.perf_counter() - start:.1f} s)")
+    return 0
+
+
+def _cross_validate(args, feature_set, rows: Rows) -> None:
+    """K-fold cross-validation by task (seeded): every row predicted by a model that
+    never saw its task, then pairwise accuracy and top-1 per platform."""
+    rng = np.random.default_rng(0)
+    fold_of_task = rng.integers(args.cv, size=len(rows.tasks))
+    fold = fold_of_task[rows.groups]
+    predicted = np.zeros(len(rows))
+    for k in range(args.cv):
+        model = CostModel.fit(rows.subset(fold != k), feature_set, trees=args.trees,
+                              depth=args.depth, rate=args.rate, residual=True)
+        predicted[fold == k] = model.predict(rows.x[fold == k])
+    platform = np.array([rows.tasks[g][0] for g in rows.groups])
+    print(f"{feature_set.name} v{feature_set.version}, {args.trees} trees of depth "
+          f"{args.depth}, rate {args.rate}: {args.cv}-fold cross-validation by task")
+    for name in sorted(set(platform)):
+        at = platform == name
+        print(f"  {name:40s} pairwise "
+              f"{pairwise_accuracy(predicted[at], rows.y[at], rows.groups[at]):.3f}, top-1 "
+              f"{top1_ratio(predicted[at], rows.y[at], rows.groups[at]):.4f}")
+
+
+def _write(args, manifests: list[dict], out: Path, feature_set, rows: Rows) -> None:
     platforms = sorted({platform for platform, _, _ in rows.tasks})
+    # A model is held out at a precision (a set may measure it at another).
     held_out = {"platforms": sorted({p for m in manifests for p in m["held_out"]["platforms"]}),
-                "models": sorted({n for m in manifests for n in m["held_out"]["models"]})}
+                "models": sorted({f"{n} ({m.get('precision', 'int8')})" for m in manifests
+                                  for n in m["held_out"]["models"]})}
     trained = set(platforms) & set(held_out["platforms"])
     if trained:
         raise SystemExit(f"platforms held out by one set are measured by another: {trained}")
     model = CostModel.fit(rows, feature_set, trees=args.trees, depth=args.depth,
-                          residual=True, meta={
+                          rate=args.rate, residual=True, meta={
                               "trained_on": [p.name for p in args.manifest],
                               "platforms": platforms, "held_out": held_out, "trees": args.trees,
-                              "depth": args.depth, "vdla": vdla.__version__,
+                              "depth": args.depth, "rate": args.rate, "vdla": vdla.__version__,
                               "sklearn": sklearn.__version__})
     out.mkdir(parents=True, exist_ok=True)
     path = out / file_name(feature_set)
     model.save(path)
     print(f"{path}: {feature_set.name} v{feature_set.version}, {len(rows)} schedules of "
           f"{len(rows.tasks)} tasks on {len(platforms)} platforms, {args.trees} trees of "
-          f"depth {args.depth}, {path.stat().st_size:,} bytes "
-          f"({time.perf_counter() - start:.1f} s)")
-    return 0
+          f"depth {args.depth}, {path.stat().st_size:,} bytes")
 
 
 if __name__ == "__main__":

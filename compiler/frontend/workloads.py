@@ -2,8 +2,9 @@
 is in docs/tool-facts.md), the model graph they are found in, and a synthetic one-node graph for any
 workload.
 
-A workload is (H, W, Cin, Cout, k, pad, stride), batch 1. `parse_workload` reads a name
-(``C5``) or the seven numbers (``"28,28,128,128,3,1,1"``).
+A workload is (H, W, Cin, Cout, k, pad, stride[, groups]), batch 1. `parse_workload` reads
+a name (``C5``), the seven numbers (``"28,28,128,128,3,1,1"``) or eight with the groups
+(``"28,28,128,128,3,1,1,128"``: depthwise, one channel a group).
 
 A *named* workload (``C1``..``C11``) is ResNet-18's own layer, epilogue included:
 `model_graph` is the zoo's ResNet-18 quantized exactly as ``vdla run resnet18`` quantizes
@@ -54,12 +55,17 @@ class ConvWorkload(NamedTuple):
     k: int
     pad: int
     stride: int
+    groups: int = 1
 
     @property
     def macs(self) -> int:
         ho = conv_output_size(self.h, self.k, self.stride, self.pad, self.pad)
         wo = conv_output_size(self.w, self.k, self.stride, self.pad, self.pad)
-        return ho * wo * self.cout * self.cin * self.k * self.k
+        return ho * wo * self.cout * (self.cin // self.groups) * self.k * self.k
+
+    def spec(self) -> str:
+        """The workload as `parse_workload` reads it (the groups only when not 1)."""
+        return ",".join(map(str, self if self.groups != 1 else self[:7]))
 
 
 #: ResNet-18's conv workloads C1-C11 (H, W, Cin, Cout, k, pad, stride), batch 1.
@@ -80,7 +86,7 @@ RESNET18: dict[str, ConvWorkload] = {name: ConvWorkload(*shape) for name, shape 
 
 def parse_workload(spec: str) -> tuple[str, ConvWorkload]:
     """(name, workload) from a ResNet-18 workload name (``C5``, any case) or
-    ``H,W,Cin,Cout,k,pad,stride``. Raises ValueError naming what is wrong."""
+    ``H,W,Cin,Cout,k,pad,stride[,groups]``. Raises ValueError naming what is wrong."""
     text = str(spec).strip()
     if text.upper() in RESNET18:
         return text.upper(), RESNET18[text.upper()]
@@ -89,13 +95,17 @@ def parse_workload(spec: str) -> tuple[str, ConvWorkload]:
         values = [int(p) for p in parts]
     except ValueError:
         values = []
-    if len(values) != 7:
+    if len(values) not in (7, 8):
         raise ValueError(f"workload {spec!r} is neither a ResNet-18 workload name "
-                         f"({', '.join(RESNET18)}) nor H,W,Cin,Cout,k,pad,stride (7 integers)")
+                         f"({', '.join(RESNET18)}) nor H,W,Cin,Cout,k,pad,stride[,groups] "
+                         "(7 or 8 integers)")
     w = ConvWorkload(*values)
-    if min(w.h, w.w, w.cin, w.cout, w.k, w.stride) < 1 or w.pad < 0:
-        raise ValueError(f"workload {spec!r}: sizes, kernel and stride must be >= 1 and the "
-                         "pad >= 0")
+    if min(w.h, w.w, w.cin, w.cout, w.k, w.stride, w.groups) < 1 or w.pad < 0:
+        raise ValueError(f"workload {spec!r}: sizes, kernel, stride and groups must be >= 1 "
+                         "and the pad >= 0")
+    if w.cin % w.groups or w.cout % w.groups:
+        raise ValueError(f"workload {spec!r}: {w.groups} groups do not divide {w.cin} input "
+                         f"and {w.cout} output channels")
     if (w.h + 2 * w.pad - w.k) < 0 or (w.w + 2 * w.pad - w.k) < 0:
         raise ValueError(f"workload {spec!r}: a {w.k}x{w.k} kernel does not fit the padded "
                          f"{w.h}x{w.w} input")
@@ -117,17 +127,18 @@ def model_graph(mode: str) -> Graph:
 
 
 def conv_matches(node: Node, graph: Graph, workload: ConvWorkload) -> bool:
-    """Whether `node` of quantized `graph` is a plain (NCHW, OIHW, ungrouped, undilated)
-    batch-1 ``qconv2d`` computing `workload`'s shape, whatever its epilogue."""
+    """Whether `node` of quantized `graph` is a plain (NCHW, OIHW, undilated) batch-1
+    ``qconv2d`` computing `workload`'s shape and groups, whatever its epilogue."""
     w, a = workload, node.attrs
-    if node.op != "qconv2d" or a.get("groups", 1) != 1:
+    if node.op != "qconv2d" or a.get("groups", 1) != w.groups:
         return False
     if (a.get("data_layout", "NCHW"), a.get("kernel_layout", "OIHW")) != ("NCHW", "OIHW"):
         return False
     if tuple(a.get("dilations", (1, 1))) != (1, 1):
         return False
     x, weights = (graph.tensors[name].shape for name in node.inputs[:2])
-    return (tuple(x) == (1, w.cin, w.h, w.w) and tuple(weights) == (w.cout, w.cin, w.k, w.k)
+    return (tuple(x) == (1, w.cin, w.h, w.w)
+            and tuple(weights) == (w.cout, w.cin // w.groups, w.k, w.k)
             and tuple(a["strides"]) == (w.stride, w.stride)
             and tuple(a["pads"]) == (w.pad,) * 4)
 
@@ -145,14 +156,16 @@ def workload_graph(workload: ConvWorkload, *, seed: int = 0, shift: int = 10,
     Its epilogue is its own, not a model's (see the module docstring)."""
     rng = np.random.default_rng(seed)
     w = workload
-    g = Graph(f"conv_{w.h}x{w.w}_{w.cin}_{w.cout}_k{w.k}p{w.pad}s{w.stride}")
+    g = Graph(f"conv_{w.h}x{w.w}_{w.cin}_{w.cout}_k{w.k}p{w.pad}s{w.stride}"
+              + (f"g{w.groups}" if w.groups != 1 else ""))
     x = g.add_input("x", (1, w.cin, w.h, w.w), "int8")
-    weights = g.add_constant("w", rng.integers(-8, 8, (w.cout, w.cin, w.k, w.k))
+    weights = g.add_constant("w", rng.integers(-8, 8, (w.cout, w.cin // w.groups, w.k, w.k))
                              .astype(np.int8), "int8")
     bias = g.add_constant("b", rng.integers(-2000, 2000, (w.cout,)).astype(np.int32), "int32")
+    groups = {"groups": w.groups} if w.groups != 1 else {}
     y = g.add_node("qconv2d", [x, weights, bias], name="conv", strides=(w.stride, w.stride),
                    pads=(w.pad,) * 4, shift=(shift,), out_min=0 if relu else -128,
-                   out_max=127)
+                   out_max=127, **groups)
     g.set_outputs([y])
     feed = {"x": rng.integers(-128, 128, (1, w.cin, w.h, w.w)).astype(np.int8)}
     return g, feed

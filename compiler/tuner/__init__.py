@@ -17,7 +17,9 @@
   where the model's cost falls most;
 * `vdla.compiler.tuner.features`, `cost_model`, `learned`, `dataset`: the feature sets,
   the cost model trained across tasks and platforms, its rows and figures, and the
-  training sets it learns from (`vdla dataset`).
+  training sets it learns from (`vdla dataset`);
+* `vdla.compiler.tuner.candidates`: the schedules a pretrained model ranks (a whole
+  space, or a large one's sample widened around the model's best).
 
 Nothing here names a target's schedule classes. ``vdla tune`` and ``vdla run --records``
 are the command-line faces of this package.

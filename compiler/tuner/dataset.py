@@ -35,10 +35,13 @@ import numpy as np
 import vdla
 from vdla._buildcache import cache_root
 from vdla._fileio import atomic_write
-from vdla.compiler.tuner.records import Records
+from vdla.compiler.frontend.workloads import ConvWorkload
+from vdla.compiler.tuner.measure import MeasureInput
+from vdla.compiler.tuner.records import OK, Records
 from vdla.compiler.tuner.tune import tune_task
 
-__all__ = ["DatasetPlan", "Manifest", "generate", "local_records", "random_shapes"]
+__all__ = ["DatasetPlan", "Manifest", "generate", "local_records", "measure_again",
+           "random_shapes"]
 
 #: The planes (output side) and channels `random_shapes` draws from: image models'
 #: layers, and with ``small=True`` layers shrunk as tuning benchmarks shrink them (a
@@ -48,12 +51,16 @@ SIDES = {False: (7, 14, 28, 56), True: (2, 4, 7, 14)}
 CHANNELS = {False: (16, 256), True: (16, 128)}
 
 
-def random_shapes(count: int, *, seed: int = 0, small: bool = False) -> list[str]:
-    """`count` convolution workloads (``H,W,Cin,Cout,k,pad,stride``) drawn at random from
-    the sizes of image models' layers: planes of 7 to 56, 16 to 256 channels (with
-    `small`: planes of 2 to 14, 16 to 128 channels), 1x1 and 3x3 kernels (same padding),
-    strides 1 and 2."""
-    rng = np.random.default_rng(seed)
+def random_shapes(count: int, *, seed: int = 0, small: bool = False,
+                  grouped: bool = False) -> list[str]:
+    """`count` convolution workloads (``H,W,Cin,Cout,k,pad,stride[,groups]``) drawn at
+    random from the sizes of image models' layers: planes of 7 to 56, 16 to 256 channels
+    (with `small`: planes of 2 to 14, 16 to 128 channels), 1x1 and 3x3 kernels (same
+    padding), strides 1 and 2. With `grouped`, grouped ones instead, from their own
+    random stream (the plain draws stay what they were): half depthwise (one channel a
+    group, 3x3 kernels, as MobileNet's), half with 2, 4 or 8 groups of at least 16
+    channels (as ResNeXt's)."""
+    rng = np.random.default_rng([seed, 1] if grouped else seed)
     low, high = CHANNELS[small]
     shapes = []
     while len(shapes) < count:
@@ -61,7 +68,13 @@ def random_shapes(count: int, *, seed: int = 0, small: bool = False) -> list[str
         cin, cout = (int(16 * rng.integers(low // 16, high // 16 + 1)) for _ in range(2))
         k = int(rng.choice([1, 3]))
         stride = int(rng.choice([1, 2])) if side > 7 or (small and side > 2) else 1
-        spec = f"{side},{side},{cin},{cout},{k},{k // 2},{stride}"
+        groups = 1
+        if grouped and len(shapes) % 2 == 0:        # depthwise
+            cout, k, groups = cin, 3, cin
+        elif grouped:
+            groups = int(rng.choice([2, 4, 8]))
+            cin, cout = (max(c // (16 * groups), 1) * 16 * groups for c in (cin, cout))
+        spec = ConvWorkload(side, side, cin, cout, k, k // 2, stride, groups).spec()
         if spec not in shapes:
             shapes.append(spec)
     return shapes
@@ -84,6 +97,11 @@ class DatasetPlan:
     seed : seeds each task's random draw
     held_out_models, held_out_platforms : names kept out of the set (not measured),
         recorded in the manifest for the figures that test on them
+    precision : what the models' layers compute (``int8``, ``float32``)
+    rounds : how many times every schedule is measured in the end, each round a pass over
+        the whole set after the last (wall times: a schedule's measurements minutes
+        apart, under different noise; the rows take their median, and two rounds show
+        how far two measurements of one schedule agree)
     batch : schedules measured at once
     """
 
@@ -96,6 +114,8 @@ class DatasetPlan:
     picked: int = 0
     held_out_models: Sequence[str] = ()
     held_out_platforms: Sequence[str] = ()
+    precision: str = "int8"
+    rounds: int = 1
     batch: int = 8
 
     def __post_init__(self):
@@ -105,6 +125,9 @@ class DatasetPlan:
         if isinstance(self.picked, bool) or not isinstance(self.picked, int) \
                 or self.picked < 0:
             raise ValueError(f"picked must be a non-negative integer, not {self.picked!r}")
+        if isinstance(self.rounds, bool) or not isinstance(self.rounds, int) \
+                or self.rounds < 1:
+            raise ValueError(f"rounds must be a positive integer, not {self.rounds!r}")
         clash = sorted(set(self.models) & set(self.held_out_models))
         if clash:
             raise ValueError(f"models both measured and held out: {clash}")
@@ -129,6 +152,8 @@ class Manifest:
     seed: int
     held_out: dict[str, list]
     picked: int = 0
+    precision: str = "int8"
+    rounds: int = 1
     #: The digests of the models that chose the picked schedules (`CostModel.digest`).
     picked_by: list[str] = dataclasses.field(default_factory=list)
     counts: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
@@ -169,7 +194,7 @@ def generate(plan: DatasetPlan, runner, records: Records, *,
         models=list(plan.models), shapes=list(plan.shapes), per_task=plan.per_task,
         seed=plan.seed, held_out={"models": list(plan.held_out_models),
                                   "platforms": list(plan.held_out_platforms)},
-        picked=plan.picked,
+        picked=plan.picked, precision=plan.precision, rounds=plan.rounds,
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         tools={"vdla": vdla.__version__})
     work = list(plan.tasks)
@@ -208,7 +233,35 @@ def generate(plan: DatasetPlan, runner, records: Records, *,
             checkpoint(manifest)
         if progress is not None:
             progress(task.platform, task.name, done, len(work))
+    for round_ in range(2, plan.rounds + 1):
+        manifest.complete = False
+        for done, task in enumerate(work, 1):
+            results = measure_again(task, runner, records, round_)
+            manifest.measured += len(results)
+            manifest.failed += sum(not r.ok for r in results)
+            manifest.seconds = round(time.perf_counter() - start, 1)
+            manifest.complete = round_ == plan.rounds and done == len(work)
+            if checkpoint is not None:
+                checkpoint(manifest)
+            if progress is not None:
+                progress(task.platform, f"{task.name} (round {round_})", done, len(work))
     return manifest
+
+
+def measure_again(task, runner, records: Records, rounds: int) -> list:
+    """Measure again each schedule of `task` in `records` that has fewer than `rounds`
+    ok measurements (one more each); the results, each added to `records`."""
+    counts: dict[str, list] = {}
+    for record in records.query(task.key, task.platform, runner.backend, target=task.target,
+                                status=OK):
+        counts.setdefault(record.schedule_json, []).append(record.schedule)
+    inputs = [MeasureInput(task, task.schedule_from_dict(found[0]))
+              for _, found in sorted(counts.items()) if len(found) < rounds]
+    if not inputs:
+        return []
+    results = runner.measure(inputs)
+    records.add(*(r.record(inp, runner.backend) for inp, r in zip(inputs, results)))
+    return results
 
 
 def local_records(path: str | Path) -> Path:

@@ -17,7 +17,8 @@ The learned chooser (``vdla run --chooser learned``) compiles each tunable op wi
 schedule the target's pretrained model (`TuneTask.pretrained`) ranks first, measuring
 nothing: `learned_choice` for one task, remembered on disk (``cache_root()/schedules``)
 keyed on the task, the model's digest and the task's `sources`, since ranking a space of
-thousands takes a second.
+thousands takes a second (`vdla.compiler.tuner.candidates`: a larger space is sampled
+and searched around the model's best).
 """
 
 from __future__ import annotations
@@ -29,12 +30,12 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from vdla._memo import remembered, remembered_object
+from vdla._memo import remembered
+from vdla.compiler.tuner.candidates import POOL, Candidates, remembered_space
 from vdla.compiler.tuner.records import OK, Records
 
 __all__ = ["MARGIN", "Rows", "learned_choice", "learned_schedules", "pairwise_accuracy",
-           "remembered_space", "space_features", "space_predictions", "top1_ratio",
-           "training_rows"]
+           "top1_ratio", "training_rows"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,83 +138,30 @@ def top1_ratio(predicted: np.ndarray, y: np.ndarray, groups: np.ndarray) -> floa
 MARGIN = 0.05
 
 
-def remembered_space(task) -> list:
-    """`task.space()`, remembered on disk (``cache_root()/features``) keyed on the task
-    and its `sources`: enumerating a convolution's thousands of tilings and checking each
-    against the buffers takes a fifth of a second a layer, which a whole model's tuning
-    run would pay before its first measurement. Tasks without sources compute it."""
-    sources = task.sources()
-    if not sources:
-        return task.space()
-    key = {"target": task.target, "platform": task.platform_key(), "workload": task.key}
-    return list(remembered_object("features", "schedules", key,
-                                  lambda: tuple(task.space()), sources=sources,
-                                  check=lambda value: isinstance(value, tuple)))
-
-
-def space_features(task, space: Sequence | None = None) -> np.ndarray:
-    """The `feature_set` vectors of every schedule of `task`'s space (or of `space`, the
-    task's space as a caller already has it), one row a schedule, remembered on disk
-    (``cache_root()/features``) keyed on the task, its feature set and its `sources`:
-    computing them runs the target's timing model on every schedule, about a second per
-    layer, and the pretrained tuner and the learned chooser both need them."""
-    space = remembered_space(task) if space is None else space
-
-    def compute() -> np.ndarray:
-        return np.array([task.feature_set.vector(task.transfer_features(s)) for s in space],
-                        dtype=np.float64).reshape(len(space), len(task.feature_set.names))
-
-    sources = task.sources()
-    if not sources:
-        return compute()
-    fs = task.feature_set
-    key = {"target": task.target, "platform": task.platform_key(), "workload": task.key,
-           "features": [fs.name, fs.version, fs.fingerprint()], "schedules": len(space)}
-    return remembered_object("features", "space", key, compute, sources=sources,
-                             check=lambda x: isinstance(x, np.ndarray)
-                             and x.shape == (len(space), len(fs.names)))
-
-
-def space_predictions(task, model, space: Sequence | None = None) -> np.ndarray:
-    """`model`'s log2 cost of every schedule of `task`'s space (`space_features`),
-    remembered on disk as the features are, keyed on the model's digest too: a tuning
-    run that starts from the same model on the same workload reads them back."""
-    space = remembered_space(task) if space is None else space
-
-    def compute() -> np.ndarray:
-        return model.predict(space_features(task, space))
-
-    sources = task.sources()
-    if not sources:
-        return compute()
-    key = {"target": task.target, "platform": task.platform_key(), "workload": task.key,
-           "model": model.digest, "schedules": len(space)}
-    return remembered_object("features", "predictions", key, compute, sources=sources,
-                             check=lambda p: isinstance(p, np.ndarray)
-                             and p.shape == (len(space),))
-
-
-def learned_choice(task, *, margin: float = MARGIN) -> Any:
+def learned_choice(task, *, margin: float = MARGIN, pool: int = POOL) -> Any:
     """The schedule of `task`'s space that its pretrained model predicts fastest, unless
     it predicts the default schedule within `margin` of it (then the default); None when
-    the task has no model (`TuneTask.pretrained`)."""
+    the task has no model (`TuneTask.pretrained`). A space larger than `pool` is ranked
+    on a sample widened around the model's best (`Candidates`)."""
     model = task.pretrained()
     if model is None:
         return None
 
     def choose():
         space = remembered_space(task)
-        predicted = space_predictions(task, model, space)
-        pick, default = int(np.argmin(predicted)), task.default_schedule()
-        fallback = space.index(default) if default in space else pick
-        return space[pick] if predicted[fallback] - predicted[pick] > math.log2(1 + margin) \
-            else space[fallback]
+        found = Candidates(task, model, space, pool=pool)
+        found.climb(found.prior)
+        default = task.default_schedule()
+        pick = int(np.argmin(found.prior))
+        fallback = found.add([space.index(default)])[0] if default in space else pick
+        better = found.prior[fallback] - found.prior[pick] > math.log2(1 + margin)
+        return space[int(found.index[pick if better else fallback])]
 
     sources = task.sources()
     if not sources:
         return choose()
     key = {"target": task.target, "platform": task.platform_key(), "workload": task.key,
-           "model": model.digest, "margin": margin}
+           "model": model.digest, "margin": margin, "pool": pool}
     return remembered("schedules", "learned", key, choose, to_json=task.schedule_to_dict,
                       from_json=task.schedule_from_dict, sources=sources)
 

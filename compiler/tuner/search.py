@@ -41,7 +41,7 @@ from typing import Sequence
 
 import numpy as np
 
-from vdla.compiler.tuner.learned import space_features, space_predictions
+from vdla.compiler.tuner.candidates import POOL, Candidates
 from vdla.compiler.tuner.task import TuneTask
 
 __all__ = ["GridTuner", "ModelTuner", "PretrainedTuner", "RandomTuner", "TUNERS", "Tuner",
@@ -238,9 +238,10 @@ def _import_learner_meanwhile() -> None:
 class PretrainedTuner(Tuner):
     """The target's pretrained cost model, corrected online (see the module docstring).
 
-    Every round ranks the whole space (the model reads `TuneTask.transfer_features`;
-    predicting thousands of schedules takes milliseconds) and proposes the best
-    unmeasured ones (one of each group of schedules whose features are equal: they cost
+    Every round ranks the space (`Candidates`: the whole space, whose features are
+    remembered, or a large space's sample widened around the best by hill climbing
+    after every correction; the model reads `TuneTask.transfer_features`) and proposes
+    the best unmeasured ones (one of each group of schedules whose features are equal: they cost
     the same), an `explore` share of each batch drawn at random. Once `learn_after`
     measurements succeed, gradient-boosted trees on the same features learn the
     residual, measured log2 cost minus the pretrained prediction (a failed schedule
@@ -251,78 +252,108 @@ class PretrainedTuner(Tuner):
     explore : share of each batch drawn at random (0: the pretrained ranking is
         trusted; it was right within 1% on unseen configs, docs/tuner.md)
     learn_after : successful measurements before the correction is fitted
+    pool : a space larger than this is ranked on a sample of this many (`Candidates`)
     ValueError when the task has no feature set or no model is given or shipped.
     """
 
     def __init__(self, task, space, *, seed: int = 0, model=None, explore: float = 0.0,
-                 learn_after: int = 3):
+                 learn_after: int = 3, pool: int = POOL):
         super().__init__(task, space, seed=seed)
         self.pretrained = model if model is not None else task.pretrained()
         if self.pretrained is None:
             raise ValueError(f"task {task.name} ({task.target}, {task.platform}): no "
                              "pretrained cost model for it; use the model tuner")
-        self.features = space_features(task, self.space)
-        self.prior = space_predictions(task, self.pretrained, self.space)   # log2 cost
-        self.predicted = self.prior.copy()
+        self.found = Candidates(task, self.pretrained, self.space, pool=pool, seed=seed)
+        self.fix = None            # the online correction, once fitted
         _import_learner_meanwhile()
         self.explore, self.learn_after = explore, learn_after
         self._fitted_on = 0
+        self._climbed = False
+
+    @property
+    def predicted(self) -> np.ndarray:
+        """log2 cost of every candidate row, corrected by what was measured."""
+        found = self.found
+        if self.fix is None:
+            return found.prior
+        return found.prior + self.fix.predict(found.features)
+
+    def update(self, schedules, cycles):
+        super().update(schedules, cycles)
+        self.found.add(self.measured)     # schedules measured outside the candidates
 
     def _learn(self):
         ok = {i: c for i, c in self.measured.items() if c is not None}
         if len(ok) < self.learn_after or len(self.measured) == self._fitted_on:
+            if not self._climbed:      # the model's own best, widened once
+                self.found.climb(lambda: self.predicted)
+                self._climbed = True
             return
         # heavy: scikit-learn, only once measurements come in
         from sklearn.ensemble import GradientBoostingRegressor
 
         worst = math.log2(max(ok.values())) + 1.0
-        rows = sorted(self.measured)
+        measured = sorted(self.measured)
+        rows = self.found.add(measured)
         y = np.array([math.log2(self.measured[i]) if self.measured[i] is not None else worst
-                      for i in rows])
+                      for i in measured])
         # Shallow and shrunk: a handful of measurements should bend the ranking near
         # them, not replace what the model learned from thousands.
         fix = GradientBoostingRegressor(n_estimators=40, max_depth=2, learning_rate=0.1,
                                         random_state=self.seed)
-        fix.fit(self.features[rows], y - self.prior[rows])
-        self.predicted = self.prior + fix.predict(self.features)
+        fix.fit(self.found.features[rows], y - self.found.prior[rows])
+        self.fix = fix
         self._fitted_on = len(self.measured)
+        # What the correction now ranks best, widened (a sampled space only).
+        self.found.climb(lambda: self.predicted)
+
+    def _todo(self) -> np.ndarray:
+        """The candidate rows not measured yet."""
+        return np.array([r for r, i in enumerate(self.found.index)
+                         if int(i) not in self.measured], dtype=np.int64)
 
     def expected_best(self) -> float | None:
         self._learn()
-        todo = self.unmeasured()
-        return float(2.0 ** self.predicted[todo].min()) if todo else None
+        todo = self._todo()
+        return float(2.0 ** self.predicted[todo].min()) if len(todo) else None
 
     def predicted_cost(self, schedule) -> float | None:
         self._learn()
-        return float(2.0 ** self.predicted[self.index[schedule]])
+        row = self.found.add([self.index[schedule]])[0]
+        return float(2.0 ** self.predicted[row])
 
     def propose(self, n: int) -> list:
-        todo = self.unmeasured()
+        self._learn()
+        todo = self._todo()
+        if len(todo) < n and not self.found.whole:
+            # The sample ran out: rank what remains of the space (rare: a whole budget
+            # larger than the sample).
+            self.found.add([i for i in range(len(self.space)) if i not in self.measured])
+            todo = self._todo()
         n = min(n, len(todo))
         if n == 0:
             return []
-        self._learn()
+        predicted, features, index = self.predicted, self.found.features, self.found.index
         n_random = int(self.explore * n)
-        order = np.argsort(self.predicted[todo], kind="stable")
+        order = todo[np.argsort(predicted[todo], kind="stable")]
         # Schedules the features cannot tell apart (tile sizes that clamp to the same
         # tiling) cost the same: one of each such group is worth measuring.
-        seen = {self.features[i].tobytes() for i in self.measured}
+        seen = {features[self.found.row[i]].tobytes() for i in self.measured}
         picked = []
-        for k in order:
-            i = todo[int(k)]
+        for r in order:
             if len(picked) == n - n_random:
                 break
-            if self.features[i].tobytes() not in seen:   # no twin measured or picked
-                seen.add(self.features[i].tobytes())
-                picked.append(i)
+            if features[r].tobytes() not in seen:   # no twin measured or picked
+                seen.add(features[r].tobytes())
+                picked.append(int(r))
         # Only twins left: they are still schedules to measure.
-        picked += [todo[int(k)] for k in order if todo[int(k)] not in set(picked)][
-            : n - n_random - len(picked)]
-        rest = [i for i in todo if i not in set(picked)]
+        chosen = set(picked)
+        picked += [int(r) for r in order if int(r) not in chosen][: n - n_random - len(picked)]
+        rest = [int(r) for r in todo if int(r) not in set(picked)]
         if n_random and rest:
-            picked += [int(i) for i in self.rng.choice(rest, min(n_random, len(rest)),
+            picked += [int(r) for r in self.rng.choice(rest, min(n_random, len(rest)),
                                                        replace=False)]
-        return [self.space[i] for i in picked]
+        return [self.space[int(index[r])] for r in picked]
 
 
 TUNERS = {"pretrained": PretrainedTuner, "model": ModelTuner, "random": RandomTuner,

@@ -30,7 +30,7 @@ import inspect
 import warnings
 from typing import Any, Callable, Iterable, Sequence
 
-from vdla.compiler.tuner.learned import remembered_space
+from vdla.compiler.tuner.candidates import remembered_space
 from vdla.compiler.tuner.measure import MeasureInput, MeasureResult
 from vdla.compiler.tuner.records import Records
 from vdla.compiler.tuner.search import make_tuner

@@ -13,7 +13,7 @@ from vdla.compiler.targets.vdla.platforms import CONFIG_SPACE, sample_configs
 from vdla.compiler.tuner import LocalRunner, PretrainedTuner, Records
 from vdla.compiler.targets.vdla.features import CONV2D
 from vdla.compiler.tuner.cost_model import CostModel
-from vdla.compiler.tuner.dataset import DatasetPlan, generate, random_shapes
+from vdla.compiler.tuner.dataset import DatasetPlan, generate, measure_again, random_shapes
 from vdla.compiler.tuner.features import FeatureSet
 from vdla.compiler.tuner.learned import pairwise_accuracy, top1_ratio, training_rows
 from vdla.compiler.frontend.workloads import parse_workload
@@ -44,6 +44,35 @@ def test_random_shapes_are_seeded_valid_workloads():
         parse_workload(spec)   # raises for a bad one
 
 
+def test_random_grouped_shapes_are_depthwise_and_grouped_workloads():
+    shapes = random_shapes(10, seed=4, grouped=True)
+    assert len(set(shapes)) == 10 and shapes == random_shapes(10, seed=4, grouped=True)
+    workloads = [parse_workload(spec)[1] for spec in shapes]
+    depthwise = [w for w in workloads if w.groups == w.cin == w.cout]
+    assert len(depthwise) == 5 and all(w.k == 3 for w in depthwise)
+    others = [w for w in workloads if w not in depthwise]
+    assert all(w.groups in (2, 4, 8) and w.cin % (16 * w.groups) == 0
+               and w.cout % (16 * w.groups) == 0 for w in others)
+    assert all(w.spec() == spec for w, spec in zip(workloads, shapes))
+    # Their own stream: the plain draws are what they were.
+    assert random_shapes(5, seed=4) == random_shapes(12, seed=4)[:5]
+    # Both targets tune them: the CPU and the accelerator run grouped convolutions.
+    [task] = pipeline.tasks_from_workload(shapes[0], targets.get("vdla"))
+    assert '"groups":' in task.key and task.space()
+
+
+def test_a_grouped_workload_is_parsed_and_checked():
+    name, w = parse_workload("14,14,64,128,3,1,2,4")
+    assert w.groups == 4 and w.macs == 7 * 7 * 128 * 16 * 9 and w.spec() == name
+    assert parse_workload("7,7,16,32,3,1,1")[1].groups == 1
+    with pytest.raises(ValueError, match="4 groups do not divide 18 input"):
+        parse_workload("14,14,18,128,3,1,2,4")
+    with pytest.raises(ValueError, match="groups must be >= 1"):
+        parse_workload("14,14,16,16,3,1,1,0")
+    with pytest.raises(ValueError, match="7 or 8 integers"):
+        parse_workload("14,14,16,16,3,1,1,1,1")
+
+
 def test_a_plan_refuses_what_it_cannot_measure():
     target = targets.get("vdla")
     [task] = pipeline.tasks_from_workload(SHAPES[0], target)
@@ -56,6 +85,8 @@ def test_a_plan_refuses_what_it_cannot_measure():
         DatasetPlan(tasks=[task], platforms={}, held_out_platforms=(task.platform,))
     with pytest.raises(ValueError, match="tasks to measure"):
         DatasetPlan(tasks=[], platforms={})
+    with pytest.raises(ValueError, match="rounds must be a positive integer, not 0"):
+        DatasetPlan(tasks=[task], platforms={}, rounds=0)
     with pytest.raises(ValueError, match="has no platforms to draw"):
         targets.get("host").platforms(2)
 
@@ -134,9 +165,17 @@ def test_vdla_dataset_writes_records_and_a_manifest(tmp_path, capsys):
                                  ("--platforms", "0", "--platforms must be at least 1, not 0"),
                                  ("--picked", "-1", "--picked must be at least 0, not -1"),
                                  ("--small-shapes", "-2",
-                                  "--small-shapes must be at least 0, not -2")):
+                                  "--small-shapes must be at least 0, not -2"),
+                                 ("--grouped-shapes", "-1",
+                                  "--grouped-shapes must be at least 0, not -1"),
+                                 ("--rounds", "0", "--rounds must be at least 1, not 0")):
         assert main(["dataset", "--records", str(db), flag, value]) == 1
         assert message in capsys.readouterr().err
+    # Random shapes are int8 layers: a float32 set refuses them, writing nothing.
+    assert main(["dataset", "--records", str(tmp_path / "f.db"), "--target", "cpu",
+                 "--platforms", "1", "--precision", "float32", "--shapes", "2"]) == 1
+    assert "random shapes are int8" in capsys.readouterr().err
+    assert not (tmp_path / "f.db").exists()
     # More platforms than the target has: its own error, before anything is measured.
     assert main(["dataset", "--records", str(tmp_path / "cpu.db"), "--target", "cpu",
                  "--platforms", "9", "--shapes", "1"]) == 1
@@ -238,6 +277,37 @@ def test_the_cpu_platforms_are_the_instruction_sets_this_machine_runs():
     assert again.options() == drawn[-1].options()
     with pytest.raises(ValueError, match=f"runs {len(runs)} instruction sets"):
         cpu.platforms(len(runs) + 1)
+
+
+def test_a_float32_cpu_set_measures_the_models_float_layers(tmp_path):
+    """`--precision float32`: the models' float layers, measured by wall time, their
+    precision in the manifest and back in the plan; random shapes (int8) refused."""
+    cpu = targets.get("cpu").platforms(1)[0]
+    with pytest.raises(ValueError, match="random shapes are int8 convolutions: a float32 "
+                                         "training set takes the models' layers only"):
+        pipeline.dataset_plan([cpu], shapes=SHAPES, precision="float32")
+    plan = pipeline.dataset_plan([cpu], models=["small_cnn"], per_task=2, precision="float32",
+                                 rounds=2)
+    assert plan.tasks and all('"dtype":"float32"' in t.key for t in plan.tasks)
+    with Records(tmp_path / "set.db") as db, LocalRunner("wall") as runner:
+        generate(plan, runner, db).write(tmp_path / "m.json")
+        # Two rounds: every schedule measured twice, the second pass after the first.
+        records = db.query()
+        schedules = {(r.workload, json.dumps(r.schedule, sort_keys=True)) for r in records}
+        assert len(records) == 2 * len(schedules) == 2 * 2 * len(plan.tasks)
+        assert [r.workload for r in records[:len(schedules)]] == \
+            [r.workload for r in records[len(schedules):]]
+        # Nothing more to measure for the same rounds.
+        assert measure_again(plan.tasks[0], runner, db, 2) == []
+    manifest = json.loads((tmp_path / "m.json").read_text())
+    assert manifest["precision"] == "float32" and manifest["rounds"] == 2
+    assert manifest["measured"] == 16 and manifest["complete"]
+    assert sum(map(len, manifest["counts"].values())) == len(plan.tasks)
+    again, _ = pipeline.plan_from_manifest(manifest)
+    assert [t.key for t in again.tasks] == [t.key for t in plan.tasks]
+    with pytest.raises(SystemExit, match="2"):
+        main(["dataset", "small_cnn", "--target", "cpu", "--platforms", "1",
+              "--precision", "float16", "--records", str(tmp_path / "x.db")])
 
 
 def test_a_compressed_training_set_is_unpacked_once_into_the_cache(tmp_path, monkeypatch):

@@ -19,8 +19,8 @@ from vdla.compiler.targets.vdla.tuning import PRETRAINED
 from vdla.compiler.tuner import (LocalRunner, ModelTuner, PretrainedTuner, Records,
                                  ReplayRunner, make_tuner, tune_task, tune_tasks)
 from vdla.compiler.tuner.cost_model import CostModel, file_name, shipped
-from vdla.compiler.tuner.learned import (learned_choice, learned_schedules, remembered_space,
-                                         space_features)
+from vdla.compiler.tuner.candidates import remembered_space, space_features
+from vdla.compiler.tuner.learned import learned_choice, learned_schedules
 
 CFG = vdla.HardwareConfig()
 SMALL = "14,14,16,32,3,1,1"
@@ -57,13 +57,24 @@ def test_no_model_in_a_folder_is_none(tmp_path):
     assert shipped(tmp_path, CONV2D) is None
 
 
-def test_a_target_without_a_model_tunes_from_scratch():
+def test_the_cpu_ships_a_model_of_its_convolutions_only():
+    """The CPU's convolutions have a model (trained on int8 and float32, three instruction
+    sets, without ResNet-50 and MobileNet-v1 float32); its dense layers, too few in the
+    set, have none and are tuned from scratch."""
     cpu = targets.get("cpu")
-    [task] = tasks_from_workload(TINY, cpu)
-    assert task.pretrained() is None
-    assert isinstance(make_tuner("pretrained", task, task.space()), ModelTuner)
+    tasks = cpu.tasks(pipeline.graph_for(pipeline.load_model("small_cnn"), cpu))
+    conv = next(t for t in tasks if t.conv)
+    dense = next(t for t in tasks if not t.conv)
+    model = conv.pretrained()
+    assert isinstance(model, CostModel) and model.meta["features"] == "cpu.conv2d"
+    assert {"resnet50 (int8)", "mobilenet_v1 (float32)"} <= set(model.meta["held_out"]["models"])
+    space = conv.space()
+    x = np.array([conv.feature_set.vector(conv.transfer_features(s)) for s in space[:50]])
+    assert np.isfinite(model.predict(x)).all()
+    assert dense.pretrained() is None
+    assert isinstance(make_tuner("pretrained", dense, dense.space()), ModelTuner)
     with pytest.raises(ValueError, match="no pretrained cost model"):
-        PretrainedTuner(task, task.space())
+        PretrainedTuner(dense, dense.space())
 
 
 # --- the pretrained tuner --------------------------------------------------------------------
@@ -105,13 +116,14 @@ def test_the_pretrained_tuner_learns_what_the_model_gets_wrong():
     tuner = PretrainedTuner(task, space, learn_after=3)
     first = tuner.propose(6)
     index = {s: i for i, s in enumerate(space)}
-    slow = [int(2.0 ** (tuner.prior[index[s]] + 1)) for s in first]
+    prior = tuner.found.prior            # a whole space: its rows in the space's order
+    slow = [int(2.0 ** (prior[index[s]] + 1)) for s in first]
     tuner.update(first, slow)
     again = tuner.propose(6)
     assert not set(again) & set(first)
     # The correction was fitted to the residuals (+1 in log2) of what was measured.
     measured = [index[s] for s in first]
-    assert np.allclose(tuner.predicted[measured] - tuner.prior[measured], 1.0, atol=0.5)
+    assert np.allclose(tuner.predicted[measured] - prior[measured], 1.0, atol=0.5)
     # A failed measurement counts as slower than the slowest.
     tuner.update(again[:1], [None])
     assert tuner.propose(1) and again[0] not in tuner.propose(len(space))
@@ -146,7 +158,11 @@ def test_the_learned_chooser_picks_the_models_best_and_remembers_it(monkeypatch,
 
     monkeypatch.setattr(CostModel, "predict", refuse)
     assert learned_choice(task, margin=gain / 2) == want
-    assert learned_choice(tasks_from_workload(TINY, targets.get("cpu"))[0]) is None
+    # A task with no model (the CPU's dense layers) keeps its default: no choice.
+    cpu = targets.get("cpu")
+    dense = next(t for t in cpu.tasks(pipeline.graph_for(pipeline.load_model("small_cnn"), cpu))
+                 if not t.conv)
+    assert learned_choice(dense) is None
 
 
 def test_compile_with_the_learned_chooser_lets_the_records_win(tmp_path):

@@ -51,6 +51,9 @@ def add_parser(sub) -> None:
     p.add_argument("--small-shapes", type=int, default=0, metavar="K",
                    help="random small convolution workloads (planes of 2 to 14, 16 to 128 "
                         "channels: layers as tuning benchmarks shrink them; default 0)")
+    p.add_argument("--grouped-shapes", type=int, default=0, metavar="K",
+                   help="random grouped convolution workloads: half depthwise (3x3, one "
+                        "channel a group), half with 2, 4 or 8 groups (default 0)")
     p.add_argument("--per-task", type=int, default=8, metavar="K",
                    help="schedules per (platform, workload), the default among them "
                         "(default 8)")
@@ -59,6 +62,13 @@ def add_parser(sub) -> None:
                         "best-ranked (corrected by what the workload measured): where the "
                         "model is wrong at the top of its ranking, which random schedules "
                         "rarely show (default 0)")
+    p.add_argument("--rounds", type=int, default=1, metavar="R",
+                   help="then measure every schedule again until each has R measurements, "
+                        "a pass over the whole set a round (wall times: the rows take the "
+                        "median; two rounds show how far two measurements agree; default 1)")
+    p.add_argument("--precision", default="int8", choices=("int8", "float32"),
+                   help="what the models' layers compute (default int8; the random shapes "
+                        "are int8 layers, so float32 takes --shapes 0)")
     p.add_argument("--measure", metavar="BACKEND",
                    help="one of the target's measurement backends (default its first: "
                         "the accelerator's is verilator)")
@@ -74,14 +84,16 @@ def add_parser(sub) -> None:
 
 def _check_args(args):
     for name, least in (("platforms", 1), ("held_out_platforms", 0), ("shapes", 0),
-                        ("small_shapes", 0), ("picked", 0),
+                        ("small_shapes", 0), ("grouped_shapes", 0), ("picked", 0),
+                        ("rounds", 1),
                         ("per_task", 1), ("jobs", 1)):
         value = getattr(args, name)
         if value < least:
             raise CliError(f"--{name.replace('_', '-')} must be at least {least}, not {value}")
-    if not args.models and not args.shapes and not args.small_shapes:
-        raise CliError("nothing to measure: name a MODEL or give --shapes or --small-shapes "
-                       "K > 0")
+    if not args.models and not args.shapes and not args.small_shapes \
+            and not args.grouped_shapes:
+        raise CliError("nothing to measure: name a MODEL or give --shapes, --small-shapes or "
+                       "--grouped-shapes K > 0")
 
 
 def run(args) -> int:
@@ -96,9 +108,11 @@ def run(args) -> int:
         plan = pipeline.dataset_plan(
             drawn[:args.platforms], held_out=drawn[args.platforms:], models=args.models,
             shapes=random_shapes(args.shapes, seed=args.seed)
-            + random_shapes(args.small_shapes, seed=args.seed, small=True),
+            + random_shapes(args.small_shapes, seed=args.seed, small=True)
+            + random_shapes(args.grouped_shapes, seed=args.seed, grouped=True),
             per_task=args.per_task, picked=args.picked,
-            seed=args.seed, held_out_models=args.held_out_models, log=log)
+            seed=args.seed, held_out_models=args.held_out_models,
+            precision=args.precision, rounds=args.rounds, log=log)
     except ValueError as e:
         raise CliError(str(e)) from None
     manifest_path = args.manifest or f"{args.records}.manifest.json"
@@ -116,8 +130,9 @@ def run(args) -> int:
         manifest = generate(plan, runner, records, progress=progress,
                             checkpoint=lambda m: m.write(manifest_path))
     manifest.write(manifest_path)
-    print(f"training set: {manifest.total} measurements on {len(manifest.counts)} platforms "
-          f"({manifest.measured} new, {manifest.failed} failed) in "
+    rounds = f", each measured {args.rounds} times" if args.rounds > 1 else ""
+    print(f"training set: {manifest.total} measurements on {len(manifest.counts)} platforms"
+          f"{rounds} ({manifest.measured} new, {manifest.failed} failed) in "
           f"{time.perf_counter() - start:.0f} s, {measure} measurements; records "
           f"{args.records}; manifest {manifest_path}")
     rows = [(platform, str(len(counts)), str(sum(counts.values())),

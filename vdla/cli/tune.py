@@ -252,7 +252,10 @@ def _pretrained_note(tasks) -> str:
             f"{len(meta.get('platforms', ()))} platforms; {tasks[0].platform} is "
             f"{'one' if seen else 'not one'} of them)")
     if False in models:
-        note += "; the tasks it has no features for are tuned from scratch"
+        others = sorted({t.feature_set.name for t in tasks if t.pretrained() is None
+                         and t.feature_set is not None})
+        note += (f"; the tasks with no model ({', '.join(others) or 'no features'}) are "
+                 "tuned from scratch")
     return note
 
 

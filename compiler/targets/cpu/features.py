@@ -16,7 +16,7 @@ import math
 
 from vdla.compiler.targets.cpu.isa import Isa
 from vdla.compiler.targets.cpu.schedule import (ORDERS, PARALLEL, ConvSchedule, DenseSchedule,
-                                                estimate_conv)
+                                                cost_terms, estimate_conv)
 from vdla.compiler.targets.cpu.shapes import ConvShape, DenseShape
 from vdla.compiler.tuner.features import Feature, FeatureSet, log2
 
@@ -34,7 +34,7 @@ _PLATFORM = (
     Feature("log_threads", "log2 of the thread count the layer runs on"),
 )
 
-CONV2D = FeatureSet("cpu.conv2d", 1, (
+CONV2D = FeatureSet("cpu.conv2d", 2, (
     # The workload.
     Feature("log_macs", "log2 of the layer's useful multiply-accumulates"),
     Feature("log_out_pixels", "log2 of output pixels (batch x rows x columns)"),
@@ -71,9 +71,22 @@ CONV2D = FeatureSet("cpu.conv2d", 1, (
     Feature("log_wgt_tile_bytes", "log2 of the weight bytes one channel tile reads"),
     Feature("log_inp_tile_bytes", "log2 of the input bytes one row tile reads"),
     Feature("log_wgt_bytes", "log2 of the layer's weight bytes"),
+    Feature("log_in_bytes", "log2 of the layer's input bytes"),
+    Feature("log_wgt_per_px", "log2 of a channel tile's weight bytes over the pixels of "
+            "one register tile: the weight traffic behind each output vector"),
+    Feature("log_passes", "log2 of the passes over the accumulators (the group's padded "
+            "input channels over tile_ci)"),
+    Feature("log_px_blocks", "log2 of a row tile's pixel blocks (nv x vl pixels each)"),
+    Feature("tap_loads", "input vectors loaded per reduction step: kernel taps x nv"),
     *_PLATFORM,
-    # The chooser's model.
+    # The chooser's model, whole and by term (`cost_terms`).
     Feature("log_est", "log2 of the chooser's cost (about cycles at a nominal rate)"),
+    Feature("log_work", "log2 of the register tiles' vector multiply-adds at 16 lanes, "
+            "padding included (the chooser's work term)"),
+    Feature("log_restream", "log2 of 1 + the cycles the chooser counts for reading weights "
+            "and input again beyond the cache"),
+    Feature("log_stall", "log2 of 1 + the cycles the chooser counts for a register tile "
+            "waiting for weights from memory"),
 ), baseline=("log_est",))
 
 DENSE = FeatureSet("cpu.dense", 1, (
@@ -112,6 +125,7 @@ def conv2d_values(shape: ConvShape, s: ConvSchedule, isa: Isa, threads: int) -> 
     team = 1 if s.parallel == "none" else threads
     plane = shape.ho * shape.grid_pitch
     taps = shape.kh * shape.kw
+    terms = cost_terms(shape, s)
     return {
         "log_macs": log2(shape.macs), "log_out_pixels": log2(shape.n * shape.ho * shape.wo),
         "log_cin_group": log2(shape.cg), "log_cout_group": log2(shape.og),
@@ -134,8 +148,16 @@ def conv2d_values(shape: ConvShape, s: ConvSchedule, isa: Isa, threads: int) -> 
         "log_inp_tile_bytes": log2(min(shape.h, (s.tile_h - 1) * shape.sh + shape.kh)
                                    * shape.w * s.tile_ci * elem),
         "log_wgt_bytes": log2(shape.groups * og * shape.cg_padded * taps * elem),
+        "log_in_bytes": log2(shape.groups * shape.cg_padded * shape.h * shape.w * elem),
+        "log_wgt_per_px": log2(s.tile_co * s.tile_ci * taps * elem) - log2(s.nv * s.vl),
+        "log_passes": log2(shape.cg_padded / s.tile_ci),
+        "log_px_blocks": log2(_blocks(min(s.tile_h, shape.ho) * shape.grid_pitch,
+                                      s.nv * s.vl)),
+        "tap_loads": float(taps * s.nv),
         **_platform(isa, threads),
         "log_est": log2(estimate_conv(shape, s, threads)),
+        "log_work": log2(terms["work"]), "log_restream": math.log2(1 + terms["restream"]),
+        "log_stall": math.log2(1 + terms["stall"]),
     }
 
 

@@ -42,7 +42,8 @@ from typing import Iterator
 from vdla.compiler.targets.cpu.isa import Isa
 
 __all__ = ["ConvSchedule", "DenseSchedule", "LANES", "ORDERS", "PARALLEL", "ScheduleError",
-           "choose_conv", "choose_dense", "conv_space", "dense_space", "estimate_conv"]
+           "choose_conv", "choose_dense", "conv_space", "cost_terms", "dense_space",
+           "estimate_conv"]
 
 ORDERS = ("co", "px")
 LANES = ("px", "co")
@@ -218,6 +219,15 @@ def estimate_conv(conv, s: ConvSchedule, threads: int = 2) -> float:
     cost = cost * (16 / s.vl) * balance / team
     cost += (_restream(conv, s) + _first_block_stall(conv, s)) / team
     return cost + (0 if s.parallel == "none" else _TEAM_CYCLES)
+
+
+def cost_terms(conv, s: ConvSchedule) -> dict[str, float]:
+    """Terms of `estimate_conv` for the learned models' features: ``work``, the register
+    tiles' vector multiply-adds at 16 lanes (padding included); ``restream``, the cycles
+    of reading weights and input again beyond the cache; ``stall``, the cycles a register
+    tile waits for weights from memory."""
+    return {"work": _work(conv, s.mr, s.nv, s.vl, s.tile_h) * 16 / s.vl,
+            "restream": _restream(conv, s), "stall": _first_block_stall(conv, s)}
 
 
 #: Caches a layer's weights or input stay in across work items (bytes: one core's L2),

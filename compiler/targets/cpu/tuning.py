@@ -6,10 +6,17 @@ kernel with the schedule (cached by content hash: a schedule's build is shared b
 model with that layer shape), checks one run against the reference (int8 bit-exact,
 float within 1e-4 relative), then runs it `MIN_RUNS` times or for `MIN_SECONDS`,
 whichever is longer (at most `MAX_RUNS`), each run with the layer's weights evicted
-from the caches first (as inside a model), and reports the median in nanoseconds, with
-the spread in the counters. The median of many runs on an idle machine is what makes a
-wall-time tuner usable: measure with one job (``vdla tune --jobs 1``, the default), so
-that no other measurement shares the cores.
+from the caches first (as inside a model), and reports the fastest run in nanoseconds,
+with the median and the spread in the counters. Measure with one job (``vdla tune
+--jobs 1``, the default), so that no other measurement shares the cores.
+
+Why the fastest run and not the median: other work on the machine (a neighbour on a
+shared host, the tuner's own compiler) only ever adds time, in windows longer than many
+runs. Re-measuring ResNet-50's layers three times on a 2-core host moved a schedule's
+median by up to 1.8x between rounds while its fastest run moved by under 1%, and a
+training set taken with medians ranked a layer's schedules no better than the chooser's
+rule (docs/tuner.md, "The CPU target's training set"). Records taken before this change
+hold medians (their counters name ``min_ns`` instead of ``median_ns``).
 
 The workload key is the layer's `ConvShape` / `DenseShape` (sizes, groups, epilogue,
 whether the input is known non-negative) as canonical JSON; the platform is the CPU's
@@ -34,19 +41,24 @@ from vdla.compiler.targets.cpu.features import CONV2D, DENSE, conv2d_values, den
 from vdla.compiler.targets.cpu.library import (aligned_empty, build_kernels, call, load,
                                                start_team, time_runs)
 from vdla.compiler.targets.cpu.lower import node_kernel
-from vdla.compiler.targets.cpu.schedule import (ORDERS, PARALLEL, ConvSchedule, DenseSchedule,
-                                                choose_conv, choose_dense,
+from vdla.compiler.targets.cpu.schedule import (LANES, ORDERS, PARALLEL, ConvSchedule,
+                                                DenseSchedule, choose_conv, choose_dense,
                                                 conv_space, dense_space, estimate_conv)
 from vdla.compiler.targets.cpu.shapes import ConvShape, DenseShape, input_nonnegative
+from vdla.compiler.tuner.cost_model import shipped
 from vdla.compiler.tuner.task import OneNodeTask, TaskData, merge_tasks, one_node_graph
 
-__all__ = ["CpuTask", "MIN_RUNS", "MIN_SECONDS", "cpu_tasks"]
+__all__ = ["CpuTask", "MIN_RUNS", "MIN_SECONDS", "PRETRAINED", "cpu_tasks"]
 
 #: A measurement runs the kernel at least this many times ...
 MIN_RUNS = 7
 #: ... and for at least this long, but at most `MAX_RUNS` times.
 MIN_SECONDS = 0.15
 MAX_RUNS = 400
+
+#: The cost models this target ships, one per feature set (scripts/train_cost_model.py
+#: writes them from bench/datasets/make_cpu_v2.sh's set).
+PRETRAINED = Path(__file__).resolve().parent / "models"
 
 _TUNABLE = ("conv2d", "qconv2d", "dense", "qdense")
 
@@ -121,7 +133,7 @@ class CpuTask(OneNodeTask):
     def knobs(self, s) -> tuple[int, ...]:
         if self.conv:
             return (s.vl, s.mr, s.nv, s.tile_co, s.tile_h, s.tile_ci, ORDERS.index(s.order),
-                    s.unroll, PARALLEL.index(s.parallel))
+                    s.unroll, PARALLEL.index(s.parallel), LANES.index(s.lanes))
         return (s.vl, s.ov, s.unroll, int(s.parallel == "none"))
 
     def features(self, s, estimate: Any = None) -> list[float]:
@@ -151,6 +163,11 @@ class CpuTask(OneNodeTask):
     def feature_set(self):
         """`CONV2D` or `DENSE` (`vdla.compiler.targets.cpu.features`)."""
         return CONV2D if self.conv else DENSE
+
+    def pretrained(self):
+        """The model of this task's feature set shipped in `PRETRAINED`, if any (the
+        convolutions have one; the dense layers are too few in the set to learn from)."""
+        return shipped(PRETRAINED, self.feature_set)
 
     def transfer_features(self, schedule) -> dict[str, float]:
         if self.conv:
@@ -202,12 +219,12 @@ class CpuTask(OneNodeTask):
         return out, (inputs, out)
 
     def time(self, compiled, ran, context: Any, data: TaskData, backend: str):
-        """The median of repeated runs in nanoseconds (module docstring), with the
-        spread."""
+        """The fastest of repeated runs in nanoseconds (module docstring), with the
+        median and the spread."""
         (lib, kernel, ws), (inputs, out) = compiled, ran
         ns = _time(lambda runs: time_runs(lib, kernel, inputs, out, ws, runs)) * 1e9
-        return int(round(float(np.median(ns)))), {
-            "runs": int(ns.size), "min_ns": int(ns.min()),
+        return int(ns.min()), {
+            "runs": int(ns.size), "median_ns": int(round(float(np.median(ns)))),
             "p25_ns": int(np.percentile(ns, 25)), "p75_ns": int(np.percentile(ns, 75))}
 
 

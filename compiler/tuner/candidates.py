@@ -1,0 +1,219 @@
+"""The schedules of a task's space that a pretrained model ranks.
+
+A space of a few thousand schedules is ranked whole: its features are computed once and
+remembered (`space_features`, `space_predictions`). Some spaces are far larger:
+the CPU target's register tiles, loop orders and cache tiles give a MobileNet-v1
+pointwise layer 218,880 schedules, whose features take five seconds and 60 MB each, for
+a ranking that only its top matters for. Such a space is ranked on a seeded sample of
+`POOL` schedules, and the sample is widened around the model's best by hill climbing
+on the knob grid (`TuneTask.knobs`: one step along one knob, as simulated annealing
+moves in `ModelTuner`), in the spirit of Ansor's search, which mutates the cost model's
+best programs rather than ranking a space it cannot enumerate:
+
+    found = Candidates(task, model, space)
+    found.climb(found.prior)              # the sample's best and their neighbours' best
+    space[found.index[found.prior.argmin()]]
+
+`PretrainedTuner` climbs again after each correction it learns from measurements, and
+the learned chooser climbs once on the model's own predictions.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import numpy as np
+
+from vdla._memo import remembered_object
+
+__all__ = ["Candidates", "KnobGrid", "POOL", "remembered_space", "space_features",
+           "space_predictions"]
+
+#: A space larger than this is ranked on a sample of this many schedules and the
+#: neighbourhoods of the sample's best (module docstring). 16,384 keeps every space of
+#: the accelerator's layers whole (the largest hold a few thousand schedules).
+POOL = 16384
+#: Hill climbing widens around this many of the best-ranked candidates a round ...
+CLIMB_TOP = 16
+#: ... for at most this many rounds (it stops sooner when the best stay the same).
+CLIMB_ROUNDS = 8
+
+
+def remembered_space(task) -> list:
+    """`task.space()`, remembered on disk (``cache_root()/features``) keyed on the task
+    and its `sources`: enumerating a convolution's thousands of tilings and checking each
+    against the buffers takes a fifth of a second a layer, which a whole model's tuning
+    run would pay before its first measurement. Tasks without sources compute it."""
+    sources = task.sources()
+    if not sources:
+        return task.space()
+    key = {"target": task.target, "platform": task.platform_key(), "workload": task.key}
+    return list(remembered_object("features", "schedules", key,
+                                  lambda: tuple(task.space()), sources=sources,
+                                  check=lambda value: isinstance(value, tuple)))
+
+
+def space_features(task, space: Sequence | None = None) -> np.ndarray:
+    """The `feature_set` vectors of every schedule of `task`'s space (or of `space`, the
+    task's space as a caller already has it), one row a schedule, remembered on disk
+    (``cache_root()/features``) keyed on the task, its feature set and its `sources`:
+    computing them runs the target's timing model on every schedule, about a second per
+    layer, and the pretrained tuner and the learned chooser both need them."""
+    space = remembered_space(task) if space is None else space
+
+    def compute() -> np.ndarray:
+        return np.array([task.feature_set.vector(task.transfer_features(s)) for s in space],
+                        dtype=np.float64).reshape(len(space), len(task.feature_set.names))
+
+    sources = task.sources()
+    if not sources:
+        return compute()
+    fs = task.feature_set
+    key = {"target": task.target, "platform": task.platform_key(), "workload": task.key,
+           "features": [fs.name, fs.version, fs.fingerprint()], "schedules": len(space)}
+    return remembered_object("features", "space", key, compute, sources=sources,
+                             check=lambda x: isinstance(x, np.ndarray)
+                             and x.shape == (len(space), len(fs.names)))
+
+
+def space_predictions(task, model, space: Sequence | None = None) -> np.ndarray:
+    """`model`'s log2 cost of every schedule of `task`'s space (`space_features`),
+    remembered on disk as the features are, keyed on the model's digest too: a tuning
+    run that starts from the same model on the same workload reads them back."""
+    space = remembered_space(task) if space is None else space
+
+    def compute() -> np.ndarray:
+        return model.predict(space_features(task, space))
+
+    sources = task.sources()
+    if not sources:
+        return compute()
+    key = {"target": task.target, "platform": task.platform_key(), "workload": task.key,
+           "model": model.digest, "schedules": len(space)}
+    return remembered_object("features", "predictions", key, compute, sources=sources,
+                             check=lambda p: isinstance(p, np.ndarray)
+                             and p.shape == (len(space),))
+
+
+def _remembered(task, space: Sequence, what: dict, compute, shape):
+    """`compute()` remembered on disk as `space_features` are (keyed on the task, its
+    feature set, the space's size and `what`); an array of `shape`, or any value when
+    `shape` is None."""
+    sources = task.sources()
+    if not sources:
+        return compute()
+    fs = task.feature_set
+    key = {"target": task.target, "platform": task.platform_key(), "workload": task.key,
+           "features": [fs.name, fs.version, fs.fingerprint()], "schedules": len(space),
+           **what}
+    return remembered_object("features", "candidates", key, compute, sources=sources,
+                             check=lambda value: value is not None and (
+                                 shape is None or getattr(value, "shape", None) == shape))
+
+
+class KnobGrid:
+    """A space's knob grid: each schedule a point (`TuneTask.knobs`, each knob's values
+    ranked), looked up by a mixed-radix code of its point.
+
+    task, space : the task and its schedules, in the space's order
+    """
+
+    def __init__(self, task, space: Sequence):
+        knobs = np.array([task.knobs(s) for s in space], dtype=np.int64)
+        self.coords = np.stack([np.unique(knobs[:, d], return_inverse=True)[1]
+                                for d in range(knobs.shape[1])], axis=1)
+        self.size = self.coords.max(axis=0) + 1
+        self.radix = np.concatenate([[1], np.cumprod(self.size[:-1])]).astype(np.int64)
+        codes = self.coords @ self.radix
+        self.order = np.argsort(codes, kind="stable")
+        self.codes = codes[self.order]
+
+    def neighbours(self, indices: np.ndarray) -> np.ndarray:
+        """The space indices one step along one knob from any of `indices`, sorted."""
+        points = self.coords[np.asarray(indices, dtype=np.int64)]
+        steps = []
+        for d in range(points.shape[1]):
+            for delta in (-1, 1):
+                moved = points.copy()
+                moved[:, d] += delta
+                steps.append(moved)
+        moved = np.concatenate(steps)
+        moved = moved[((moved >= 0) & (moved < self.size)).all(axis=1)]
+        codes = moved @ self.radix
+        at = np.minimum(np.searchsorted(self.codes, codes), len(self.codes) - 1)
+        return np.unique(self.order[at[self.codes[at] == codes]])
+
+
+class Candidates:
+    """The schedules of `space` that `model` ranks, with their features and the model's
+    log2 cost (`prior`), one row each; `index` gives a row's space index, `row` the
+    reverse.
+
+    task : the `TuneTask` (its `feature_set` and `transfer_features`)
+    model : a `CostModel` of the task's feature set
+    space : the task's schedules
+    pool : a space larger than this is sampled (module docstring)
+    seed : seeds the sample
+    """
+
+    def __init__(self, task, model, space: Sequence, *, pool: int = POOL, seed: int = 0):
+        self.task, self.model, self.space = task, model, space
+        self.whole = len(space) <= pool
+        self.grid: KnobGrid | None = None
+        if self.whole:
+            self.index = np.arange(len(space), dtype=np.int64)
+            self.features = space_features(task, space)
+            self.prior = space_predictions(task, model, space)
+        else:
+            rng = np.random.default_rng(seed)
+            self.index = np.sort(rng.choice(len(space), pool, replace=False)).astype(np.int64)
+            self.features = _remembered(task, space, {"sample": [pool, seed]},
+                                        lambda: self._features(self.index),
+                                        (len(self.index), len(task.feature_set.names)))
+            self.prior = model.predict(self.features)
+        self.row = {int(i): r for r, i in enumerate(self.index)}
+
+    def _features(self, indices) -> np.ndarray:
+        fs = self.task.feature_set
+        return np.array([fs.vector(self.task.transfer_features(self.space[i]))
+                         for i in indices], dtype=np.float64).reshape(len(indices),
+                                                                      len(fs.names))
+
+    def _rank(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        x = self._features(indices)
+        return x, self.model.predict(x)
+
+    def add(self, indices) -> np.ndarray:
+        """Rank the schedules of `indices` (space indices) not ranked yet; their rows."""
+        new = np.array(sorted({int(i) for i in indices} - self.row.keys()), dtype=np.int64)
+        if len(new):
+            x, prior = self._rank(new)
+            start = len(self.index)
+            self.index = np.concatenate([self.index, new])
+            self.features = np.concatenate([self.features, x])
+            self.prior = np.concatenate([self.prior, prior])
+            self.row.update({int(i): start + k for k, i in enumerate(new)})
+        return np.array([self.row[int(i)] for i in indices], dtype=np.int64)
+
+    def climb(self, score: np.ndarray | Callable[[], np.ndarray], *,
+              top: int = CLIMB_TOP, rounds: int = CLIMB_ROUNDS) -> None:
+        """Widen a sampled space around its best: rank the knob-grid neighbours of the
+        `top` rows with the lowest `score` (the log2 costs of every row, or a function
+        that gives them for the rows as they now are), until the best `top` stay the
+        same or `rounds` pass. A whole space has nothing to widen."""
+        if self.whole:
+            return
+        if self.grid is None:
+            self.grid = _remembered(self.task, self.space, {"grid": "knobs"},
+                                    lambda: KnobGrid(self.task, self.space), None)
+        scores = score if callable(score) else (lambda: score)
+        best = None
+        for _ in range(rounds):
+            values = scores()
+            if len(values) < len(self.index):   # a fixed score: the new rows' priors
+                values = np.concatenate([values, self.prior[len(values):]])
+            lead = frozenset(int(self.index[r]) for r in np.argsort(values, kind="stable")[:top])
+            if lead == best:
+                return
+            best = lead
+            self.add(self.grid.neighbours(np.array(sorted(lead))))
