@@ -187,9 +187,10 @@ def side_by_side(results: dict, runner, rounds: int = 3) -> dict[str, int]:
 
 
 def whole_model(args, runner, target, model: str, *, precision: str, folder: Path,
-                where: str) -> bool:
+                where: str, short: str) -> bool:
     """Part 2 (or 3): `model` at `precision` on `target`, tuned by each strategy from
-    empty records kept under `folder`; `where` names the platform in the heading."""
+    empty records kept under `folder`; `where` names the platform in the heading,
+    `short` in the plot's title."""
     tasks = target.tasks(pipeline.graph_for(pipeline.load_model(model), target,
                                             precision=precision))
     noisy = any(task.noisy for task in tasks)
@@ -200,7 +201,7 @@ def whole_model(args, runner, target, model: str, *, precision: str, folder: Pat
           f"{args.batch}")
     print(f"  {'strategy':26s} {'trials':>6s} {'tuned ops':>13s} {'speedup':>8s} "
           f"{'of the reference gain':>21s} {'overhead':>8s}")
-    results, curves = {}, {}
+    results, curves, runs = {}, {}, {}
     for name in args.strategies:
         tuner, split, budget = STRATEGIES[name]
         trials = args.few if budget == "few" else args.reference
@@ -214,6 +215,7 @@ def whole_model(args, runner, target, model: str, *, precision: str, folder: Pat
         results[name] = (tuning, trials, overhead)
         if budget == "few":    # from the defaults' cost, a task untuned yet at its default
             curves[f"{name} ({trials})"] = (tuning.resumed + 1, tuning.default_curve())
+            runs[f"{name} ({trials})"] = tuning.cost("default")
     if "scratch, reference" not in results or "pretrained + scheduler" not in results:
         print("  (the figures need both 'scratch, reference' and 'pretrained + scheduler')")
         return False
@@ -245,11 +247,22 @@ def whole_model(args, runner, target, model: str, *, precision: str, folder: Pat
           "reference's gain; the pretrained runs' and the reference's overhead <= 10% of "
           "measuring)")
     plot = args.plot if not noisy else args.cpu_plot
-    if plot:
-        tuning_curves(curves, plot, unit=unit,
-                      title=f"{model} {precision} on {where}: tuned ops' {unit}",
+    if plot and not noisy:
+        tuning_curves(curves, plot, unit=unit, title=f"{model} on {short}: tuned ops' {unit}",
                       reference={f"scratch, {args.reference} trials": cost["scratch, reference"],
                                  "default schedules": default})
+    elif plot:
+        # Wall times drift between runs minutes apart (the defaults measured 10% apart
+        # in two of them): each curve is its own run's speedup over its own defaults, and
+        # the reference line the side-by-side figure.
+        speedups = {name: (first, [None if c is None else runs[name] / c for c in curve])
+                    for name, (first, curve) in curves.items()}
+        tuning_curves(speedups, plot, unit=unit,
+                      title=f"{model} {precision} on {short}: speedup of the tuned ops",
+                      ylabel="speedup over the default schedules (same run)",
+                      reference={f"scratch, {args.reference} trials":
+                                 default / cost["scratch, reference"]})
+    if plot:
         print(f"  wrote {plot}")
     return ok
 
@@ -283,7 +296,8 @@ def main(argv=None) -> int:
             config = next(c for c in unseen_configs() if c.name == args.model_config)
             ok &= whole_model(args, runner, VdlaTarget(config), "resnet18", precision="int8",
                               folder=args.records / config.name,
-                              where=f"{config.name} (no training set measured it)")
+                              where=f"{config.name} (no training set measured it)",
+                              short=config.name)
     if "cpu" in args.part:
         # One thread and one job, as the CPU's training set was measured: nothing else
         # shares the cores while a schedule is timed.
@@ -292,7 +306,8 @@ def main(argv=None) -> int:
             ok &= whole_model(args, runner, target, "mobilenet_v1", precision="float32",
                               folder=args.records / f"cpu-{target.isa.name}-1-thread",
                               where=f"the CPU ({target.isa.name}, 1 thread; the training "
-                                    f"set never measured this model at float32)")
+                                    f"set never measured this model at float32)",
+                              short=f"the CPU ({target.isa.name}, 1 thread)")
     print(f"(took {time.perf_counter() - start:.0f} s)")
     # A figure below its target is a result to report, not a failure of the bench.
     print("all targets met" if ok else "some targets not met: see BELOW above")

@@ -26,9 +26,11 @@ until a schedule within 2% of the exhaustive best was measured:
 Part 3, ``cpu``: the CPU target's convolutions (``bench/datasets/make_cpu_v2.sh``: int8
 and float32, wall time on each instruction set this machine runs): leave one
 instruction set out; a model trained on the set ranking ResNet-50's layers, which it
-held out (``make_cpu_test_v2.sh``); and the widest instruction set's model adapted to
-the next one down with at most 5% of the set's measurements, tested on that one's
-others.
+held out (``make_cpu_test_v2.sh``), beside how often two measurements of the same
+schedules agree (the test set is measured in three rounds: the ceiling of any model
+ranked against wall times); and the widest instruction set's model adapted to the next
+one down with at most 5% of the set's measurements, tested on that one's others. The
+models are trained with the shipped model's settings (its metadata).
 
     python bench/tuner_transfer.py [--part ranking fewshot cpu] [--seeds 5]
 

@@ -39,8 +39,8 @@ import vdla.isa
 import vdla.runtime
 from vdla.compiler.frontend import zoo
 from vdla.compiler.frontend.datasets import digits_split, random_inputs
-from vdla.compiler.frontend.workloads import (RESNET18, conv_matches, model_graph,
-                                              parse_workload, workload_graph)
+from vdla.compiler.frontend.workloads import (RESNET18, conv_matches, float_workload_graph,
+                                              model_graph, parse_workload, workload_graph)
 from vdla.compiler.ir.graph import Graph
 from vdla.compiler.passes.prepare import prepare
 from vdla.compiler.passes.quantize import quantize
@@ -453,7 +453,7 @@ def run_model(model: LoadedModel | str, target: Target, *, records: Any = None,
                    simulate_seconds)
 
 
-def tasks_from_workload(spec: str, target) -> list:
+def tasks_from_workload(spec: str, target, *, precision: str = "int8") -> list:
     """The tasks (`TuneTask`) of a workload on `target` (a
     `vdla.compiler.targets.Target`), named after it.
 
@@ -463,14 +463,26 @@ def tasks_from_workload(spec: str, target) -> list:
         requantization mode, as ``vdla run`` does). One name may give several tasks: a
         task whose nodes all add a residual is named with `RESIDUAL_SUFFIX`
         (``C8+residual``), and a further task of the same name gets ``#2``, ``#3``.
-        Or ``H,W,Cin,Cout,k,pad,stride``: the one task of the synthetic one-node graph
-        `workload_graph` builds (bias, per-tensor requantization shift, ReLU clamp), named
-        `spec`; its records serve only a model layer with that same epilogue.
+        Or ``H,W,Cin,Cout,k,pad,stride[,groups]``: the one task of the synthetic
+        one-node graph `workload_graph` builds (bias, per-tensor requantization shift,
+        ReLU clamp), named `spec`; its records serve only a model layer with that same
+        epilogue.
     target : the target whose tasks these are
+    precision : ``int8``, or ``float32`` for a numbered workload on a target that runs
+        floats (`float_workload_graph`: a float convolution with a bias and a ReLU)
     Raises ValueError naming what is wrong, or when the target cannot tune the workload."""
     name, workload = parse_workload(spec)
+    if precision not in ("int8", "float32"):
+        raise ValueError(f"a workload's precision is int8 or float32, not {precision!r}")
+    if precision != "int8":
+        if name in RESNET18:
+            raise ValueError(f"workload {name} is ResNet-18's int8 layer; a float32 workload "
+                             "is H,W,Cin,Cout,k,pad,stride[,groups]")
+        target.check_precision(precision)
     if name not in RESNET18:
-        tasks = target.tasks(workload_graph(workload)[0])
+        graph = workload_graph(workload)[0] if precision == "int8" else \
+            float_workload_graph(workload)
+        tasks = target.tasks(graph)
         if len(tasks) != 1:
             raise ValueError(f"target {target.name!r} has no tunable task for workload "
                              f"{spec!r} ({workload}): it does not run that convolution")
@@ -501,25 +513,24 @@ def dataset_plan(platforms: Sequence[Target], *, held_out: Sequence[Target] = ()
     every tunable op of `models` and of every workload of `shapes` (as
     `tasks_from_workload` takes them) on each of `platforms` (targets, one a platform:
     `Target.platforms`); `held_out` platforms are named in the manifest and not measured.
-    The models run at `precision` (`graph_for`); the random shapes are int8 layers, so
-    another precision takes none. Every schedule is measured `rounds` times in the end.
+    The models and the shapes run at `precision` (`graph_for`, `tasks_from_workload`).
+    Every schedule is measured `rounds` times in the end.
     A shape a platform cannot tune is left out, and `log` says so."""
-    if shapes and precision != "int8":
-        raise ValueError(f"random shapes are int8 convolutions: a {precision} training set "
-                         f"takes the models' layers only, not {len(shapes)} shapes")
-
     def tasks_of(target) -> list:
         tasks = []
         for name in models:
             tasks += target.tasks(graph_for(load_model(name), target, precision=precision))
         for spec in shapes:
             try:
-                tasks += tasks_from_workload(spec, target)
+                tasks += tasks_from_workload(spec, target, precision=precision)
             except ValueError as exc:
                 log(f"left out {spec}: {exc}")
         return tasks
 
     measured = [(target, tasks_of(target)) for target in platforms]
+    if platforms and not any(tasks for _, tasks in measured):
+        raise ValueError(f"target {platforms[0].name!r} has no tunable {precision} op among "
+                         f"the models and shapes given")
     # A held-out platform's name is its tasks' (`TuneTask.platform`), so it takes a task.
     kept_out = [(target, tasks_of(target)[:1]) for target in held_out]
     return DatasetPlan(

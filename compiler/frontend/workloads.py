@@ -29,14 +29,17 @@ from typing import NamedTuple
 import numpy as np
 
 from vdla.compiler.frontend import zoo
+from vdla.compiler.frontend.builder import GraphBuilder
 from vdla.compiler.frontend.datasets import random_inputs
 from vdla.compiler.ir.graph import Graph
 from vdla.compiler.ir.ops import conv_output_size
 from vdla.compiler.ir.tensor import Node
+from vdla.compiler.passes.prepare import prepare
 from vdla.compiler.passes.quantize import quantize
 
 __all__ = ["MODEL", "MODEL_CALIBRATION", "MODEL_SEED", "RESNET18", "ConvWorkload",
-           "conv_matches", "model_graph", "parse_workload", "workload_graph"]
+           "conv_matches", "float_workload_graph", "model_graph", "parse_workload",
+           "workload_graph"]
 
 #: The model whose layers the names C1..C11 are.
 MODEL = "resnet18"
@@ -169,3 +172,17 @@ def workload_graph(workload: ConvWorkload, *, seed: int = 0, shift: int = 10,
     g.set_outputs([y])
     feed = {"x": rng.integers(-128, 128, (1, w.cin, w.h, w.w)).astype(np.int8)}
     return g, feed
+
+
+def float_workload_graph(workload: ConvWorkload, *, seed: int = 0) -> Graph:
+    """A synthetic float32 graph computing `workload`: one ``conv2d`` with He-normal
+    weights and a small bias, then a ReLU, prepared as a float model is (`prepare`: the
+    ReLU fused into the convolution), so that its one tunable node has a float model
+    layer's epilogue. `seed` seeds the weights."""
+    w = workload
+    b = GraphBuilder(f"conv_{w.h}x{w.w}_{w.cin}_{w.cout}_k{w.k}p{w.pad}s{w.stride}"
+                     + (f"g{w.groups}" if w.groups != 1 else "") + "_f32", seed=seed)
+    x = b.input("x", (1, w.cin, w.h, w.w))
+    y = b.conv(x, w.cout, w.k, stride=w.stride, padding=w.pad, groups=w.groups, bias=True,
+               name="conv")
+    return prepare(b.build(b.relu(y, name="relu")))

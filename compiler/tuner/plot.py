@@ -22,10 +22,12 @@ __all__ = ["tuning_curves"]
 
 def tuning_curves(curves: Mapping[str, tuple[int, Sequence[float | None]]],
                   path: str | Path, *, title: str, unit: str,
-                  reference: Mapping[str, float] | None = None) -> Path:
+                  reference: Mapping[str, float] | None = None,
+                  ylabel: str | None = None) -> Path:
     """Plot `curves` (name -> (first trial, costs)) and write a PNG at `path`
     (atomically). `reference`: label -> a cost drawn as a dotted horizontal line.
-    ValueError when no curve has a cost."""
+    `ylabel` replaces "tuned ops' cost (unit)" (for curves of another quantity, such as
+    a speedup). ValueError when no curve has a cost."""
     # heavy: matplotlib, only to plot
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure  # heavy, as above
@@ -50,9 +52,11 @@ def tuning_curves(curves: Mapping[str, tuple[int, Sequence[float | None]]],
                     xytext=(-4, 3), textcoords="offset points", ha="right", fontsize=8,
                     color="0.3")
     ax.set_xlabel("measurements")
-    ax.set_ylabel(f"tuned ops' cost ({unit})")
-    # Whole numbers with separators: matplotlib's offset notation (+8.555e6) hides them.
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:,.0f}"))
+    ax.set_ylabel(ylabel or f"tuned ops' cost ({unit})")
+    if ylabel is None:
+        # Whole numbers with separators: matplotlib's offset notation (+8.555e6) hides
+        # them.
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:,.0f}"))
     ax.set_title(title, fontsize=10)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)

@@ -15,9 +15,17 @@ model's end-to-end cost is expected to fall most, as Ansor's task scheduler does
    predict the largest gain first (a pretrained model predicts before measuring): every
    task then has a measured cost and its tuner has seen the task.
 2. Then each round measures a batch of the task with the largest expected gain:
-   ``weight x (best measured - best predicted)``, where the weight is how many of the
-   model's nodes the task's schedule serves (`TuneTask.nodes`) and the best predicted is
-   the tuner's `expected_best` (its model's cost for the best schedule not measured yet).
+   ``weight x (best measured - best predicted + best measured x error)``, where the
+   weight is how many of the model's nodes the task's schedule serves (`TuneTask.nodes`),
+   the best predicted is the tuner's `expected_best` (its model's cost for the best
+   schedule not measured yet) and the error is how far the tuner's pretrained model was
+   off on this task's measurements so far (`Tuner.model_error`): where the model has
+   been wrong, its prediction that nothing more is to gain is worth little, and the
+   task's cost times that error is what it may be hiding (an upper confidence bound, as
+   bandit schedulers weigh arms, with the model's own measured error as the width). A
+   model that ranks a task right (the accelerator's, 1-3% off) barely moves it; one
+   that does not (the CPU's on float depthwise layers it never saw, 20-50% off) sends
+   the budget there.
    A task whose tuner predicts nothing (random search, a model not fitted yet) is
    weighed by its share of the model over its measurements so far,
    ``weight x best / trials``: DynaTune's optimism for arms tried least. If no task is
@@ -229,5 +237,5 @@ def _gain(state: TaskTuning) -> float:
         return share
     # A predicted gain ranks first; among tasks predicted to gain nothing, the share
     # decides (scaled down so that any predicted gain outranks it).
-    predicted = weight * (best - expected)
+    predicted = weight * (best - expected + best * (state.search.model_error() or 0.0))
     return predicted if predicted > 0 else share * 1e-6

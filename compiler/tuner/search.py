@@ -88,6 +88,12 @@ class Tuner:
         """The cost the tuner's model predicts for `schedule`; None without a model."""
         return None
 
+    def model_error(self) -> float | None:
+        """How far a pretrained model was off on this task's measurements: the mean of
+        ``|measured / predicted - 1|`` over them, before any online correction; None
+        without a pretrained model or a successful measurement."""
+        return None
+
 
 class GridTuner(Tuner):
     def propose(self, n: int) -> list:
@@ -321,6 +327,14 @@ class PretrainedTuner(Tuner):
         self._learn()
         row = self.found.add([self.index[schedule]])[0]
         return float(2.0 ** self.predicted[row])
+
+    def model_error(self) -> float | None:
+        ok = [(i, c) for i, c in self.measured.items() if c is not None]
+        if not ok:
+            return None
+        rows = self.found.add([i for i, _ in ok])
+        measured = np.log2([c for _, c in ok])
+        return float(np.mean(np.abs(2.0 ** (measured - self.found.prior[rows]) - 1.0)))
 
     def propose(self, n: int) -> list:
         self._learn()

@@ -64,6 +64,8 @@ class TuneTask(abc.ABC):
     noisy : whether measuring a schedule twice can give different costs (wall time); the
         tuner then confirms its best candidates by measuring them again
         (`vdla.compiler.tuner.tune.tune_task`)
+    cheap_space : whether `space()` is quicker to enumerate than to read back from disk
+        (`vdla.compiler.tuner.candidates.remembered_space` then does not remember it)
     """
 
     target: str
@@ -74,6 +76,7 @@ class TuneTask(abc.ABC):
     measure_backends: tuple[str, ...]
     unit: str = "cycles"
     noisy: bool = False
+    cheap_space: bool = False
 
     # --- the space ----------------------------------------------------------------------
 

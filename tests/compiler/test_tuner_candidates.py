@@ -65,9 +65,12 @@ def test_a_large_space_is_sampled_and_widened_around_the_best(conv):
         assert np.isclose(found.prior[r], model.predict(x[None])[0])
     rows = found.add([int(found.index[5]), 0, 1])
     assert rows[0] == 5 and found.add([0])[0] == rows[1]    # added once
-    # The whole space's best by the model is at most a few percent better.
+    # From a sample of 5% of the space, the climb ends within a few percent of the
+    # model's best over the whole space.
     whole = Candidates(task, model, space, pool=len(space))
-    assert 2 ** (found.prior.min() - whole.prior.min()) < 1.05
+    wider = Candidates(task, model, space, pool=len(space) // 20)
+    wider.climb(wider.prior)
+    assert 2 ** (wider.prior.min() - whole.prior.min()) < 1.05
 
 
 def test_the_pretrained_tuner_searches_past_its_sample(conv):
@@ -90,7 +93,8 @@ def test_the_pretrained_tuner_searches_past_its_sample(conv):
 
 def test_the_learned_chooser_ranks_a_sampled_space(conv):
     task, space = conv
-    whole, sampled = learned_choice(task, pool=len(space)), learned_choice(task, pool=64)
+    whole = learned_choice(task, pool=len(space))
+    sampled = learned_choice(task, pool=len(space) // 20)
     assert whole in space and sampled in space
     model = task.pretrained()
     x = np.array([task.feature_set.vector(task.transfer_features(s)) for s in (whole, sampled)])

@@ -171,10 +171,10 @@ def test_vdla_dataset_writes_records_and_a_manifest(tmp_path, capsys):
                                  ("--rounds", "0", "--rounds must be at least 1, not 0")):
         assert main(["dataset", "--records", str(db), flag, value]) == 1
         assert message in capsys.readouterr().err
-    # Random shapes are int8 layers: a float32 set refuses them, writing nothing.
-    assert main(["dataset", "--records", str(tmp_path / "f.db"), "--target", "cpu",
-                 "--platforms", "1", "--precision", "float32", "--shapes", "2"]) == 1
-    assert "random shapes are int8" in capsys.readouterr().err
+    # A float32 set on a target that runs no floats: refused, nothing written.
+    assert main(["dataset", "--records", str(tmp_path / "f.db"), "--precision", "float32",
+                 "--shapes", "2"]) == 1
+    assert "has no tunable float32 op" in capsys.readouterr().err
     assert not (tmp_path / "f.db").exists()
     # More platforms than the target has: its own error, before anything is measured.
     assert main(["dataset", "--records", str(tmp_path / "cpu.db"), "--target", "cpu",
@@ -283,11 +283,17 @@ def test_a_float32_cpu_set_measures_the_models_float_layers(tmp_path):
     """`--precision float32`: the models' float layers, measured by wall time, their
     precision in the manifest and back in the plan; random shapes (int8) refused."""
     cpu = targets.get("cpu").platforms(1)[0]
-    with pytest.raises(ValueError, match="random shapes are int8 convolutions: a float32 "
-                                         "training set takes the models' layers only"):
-        pipeline.dataset_plan([cpu], shapes=SHAPES, precision="float32")
+    with pytest.raises(ValueError, match="C5 is ResNet-18's int8 layer"):
+        pipeline.tasks_from_workload("C5", cpu, precision="float32")
+    with pytest.raises(ValueError, match="no tunable float32 op among the models and shapes"):
+        pipeline.dataset_plan([cpu], shapes=["C5"], precision="float32")
     plan = pipeline.dataset_plan([cpu], models=["small_cnn"], per_task=2, precision="float32",
                                  rounds=2)
+    # A random shape at float32: a float convolution with the ReLU fused, as a model's.
+    [shape] = pipeline.dataset_plan([cpu], shapes=["7,7,32,32,3,1,1,32"],
+                                    precision="float32").tasks
+    assert '"dtype":"float32"' in shape.key and '"activation":"relu"' in shape.key
+    assert '"groups":32' in shape.key
     assert plan.tasks and all('"dtype":"float32"' in t.key for t in plan.tasks)
     with Records(tmp_path / "set.db") as db, LocalRunner("wall") as runner:
         generate(plan, runner, db).write(tmp_path / "m.json")

@@ -8,19 +8,29 @@ import json
 
 import numpy as np
 import pytest
-
-import vdla
-from vdla.cli import main
 from vdla.compiler import pipeline, targets
 from vdla.compiler.pipeline import tasks_from_workload
 from vdla.compiler.targets.vdla import VdlaTarget
 from vdla.compiler.targets.vdla.features import CONV2D
 from vdla.compiler.targets.vdla.tuning import PRETRAINED
-from vdla.compiler.tuner import (LocalRunner, ModelTuner, PretrainedTuner, Records,
-                                 ReplayRunner, make_tuner, tune_task, tune_tasks)
-from vdla.compiler.tuner.cost_model import CostModel, file_name, shipped
+from vdla.compiler.tuner import (
+    LocalRunner,
+    ModelTuner,
+    PretrainedTuner,
+    Records,
+    ReplayRunner,
+    make_tuner,
+    scheduler,
+    tune_task,
+    tune_tasks,
+)
 from vdla.compiler.tuner.candidates import remembered_space, space_features
+from vdla.compiler.tuner.cost_model import CostModel, file_name, shipped
 from vdla.compiler.tuner.learned import learned_choice, learned_schedules
+from vdla.compiler.tuner.tune import TaskTuning
+
+import vdla
+from vdla.cli import main
 
 CFG = vdla.HardwareConfig()
 SMALL = "14,14,16,32,3,1,1"
@@ -251,6 +261,33 @@ def test_the_scheduler_spends_more_where_more_is_to_gain(replayed):
     heavy = max(range(len(tasks)), key=lambda i: tuning.results[i].default_cycles
                 * len(tasks[i].nodes))
     assert share[heavy] == max(share)
+
+
+def test_the_scheduler_weighs_a_task_by_how_wrong_its_model_was(replayed):
+    """Where the pretrained model was off on a task's measurements, the scheduler
+    expects more to gain there (`Tuner.model_error`): the same measurements with a model
+    off by half give the task a larger gain than with the shipped model."""
+    tasks, replay = replayed
+    task = tasks[1]
+
+    class Off:
+        """The shipped model, predicting every schedule 1.5 times too slow."""
+
+        def __init__(self, model):
+            self.model, self.digest = model, model.digest + "-off"
+
+        def predict(self, x):
+            return self.model.predict(x) + np.log2(1.5)
+
+    gains = {}
+    for name, model in (("shipped", task.pretrained()), ("off", Off(task.pretrained()))):
+        state = TaskTuning(task, replay, trials=None, tuner="pretrained",
+                           tuner_options={"model": model})
+        state.step(4)
+        gains[name] = (state.search.model_error(), scheduler._gain(state))
+    assert gains["shipped"][0] < 0.1 and 0.25 < gains["off"][0] < 0.4     # |1/1.5 - 1|
+    assert gains["off"][1] > gains["shipped"][1] > 0
+    assert PretrainedTuner(task, task.space()).model_error() is None   # nothing measured
 
 
 def test_the_scheduler_resumes_within_the_same_budget(replayed, tmp_path):

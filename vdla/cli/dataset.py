@@ -67,8 +67,8 @@ def add_parser(sub) -> None:
                         "a pass over the whole set a round (wall times: the rows take the "
                         "median; two rounds show how far two measurements agree; default 1)")
     p.add_argument("--precision", default="int8", choices=("int8", "float32"),
-                   help="what the models' layers compute (default int8; the random shapes "
-                        "are int8 layers, so float32 takes --shapes 0)")
+                   help="what the models' layers and the random shapes compute (default "
+                        "int8)")
     p.add_argument("--measure", metavar="BACKEND",
                    help="one of the target's measurement backends (default its first: "
                         "the accelerator's is verilator)")

@@ -382,20 +382,22 @@ def conv_space(conv, isa: Isa) -> Iterator[ConvSchedule]:
     ci_options = sorted({c for c in (64, 128, 256, conv.cg_padded)
                          if conv.ci_step <= c <= conv.cg_padded and c % conv.ci_step == 0})
     grid = conv.ho * conv.grid_pitch
+    depthwise = conv.depthwise      # read once: the loops below run a million times
+    # A depthwise layer runs one loop order, no unroll, and no split by channel tiles.
+    orders, unrolls = (("co",), (1,)) if depthwise else (ORDERS, UNROLLS[:2])
+    parallels = tuple(p for p in PARALLEL if not (depthwise and p == "co"))
     for vl in isa.lanes:
         for mr, nv in itertools.product(range(1, budget + 1), range(1, 7)):
             if not _fits(mr, nv, isa) or mr > conv.og:
                 continue
-            if (nv - 1) * vl >= grid or (conv.depthwise and mr > 1):
+            if (nv - 1) * vl >= grid or (depthwise and mr > 1):
                 continue
             co_options = sorted({min(mr * k, conv.og_padded(mr)) for k in (1, 2, 4, 8)}
                                 | {conv.og_padded(mr)})
-            if conv.depthwise:
+            if depthwise:
                 co_options = [conv.og_padded(mr)]
             for tile_co, tile_h, tile_ci, order, unroll, parallel in itertools.product(
-                    co_options, h_options, ci_options, ORDERS, UNROLLS[:2], PARALLEL):
-                if conv.depthwise and (order != "co" or unroll != 1 or parallel == "co"):
-                    continue
+                    co_options, h_options, ci_options, orders, unrolls, parallels):
                 yield ConvSchedule(vl, mr, nv, tile_co, tile_h, tile_ci, order, unroll,
                                    parallel)
     if conv.pointwise:

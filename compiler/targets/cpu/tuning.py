@@ -85,6 +85,7 @@ class CpuTask(OneNodeTask):
     measure_backends = ("wall",)
     unit = "ns"
     noisy = True
+    cheap_space = True
 
     @functools.cached_property
     def _isa(self):
