@@ -10,7 +10,7 @@ import vdla
 from vdla.cli import main
 from vdla.compiler import pipeline, targets
 from vdla.compiler.targets.vdla.platforms import CONFIG_SPACE, sample_configs
-from vdla.compiler.tuner import LocalRunner, PretrainedTuner, Records
+from vdla.compiler.tuner import InProcessRunner, LocalRunner, PretrainedTuner, Records
 from vdla.compiler.targets.vdla.features import CONV2D
 from vdla.compiler.tuner.cost_model import CostModel
 from vdla.compiler.tuner.dataset import DatasetPlan, generate, measure_again, random_shapes
@@ -295,7 +295,10 @@ def test_a_float32_cpu_set_measures_the_models_float_layers(tmp_path):
     assert '"dtype":"float32"' in shape.key and '"activation":"relu"' in shape.key
     assert '"groups":32' in shape.key
     assert plan.tasks and all('"dtype":"float32"' in t.key for t in plan.tasks)
-    with Records(tmp_path / "set.db") as db, LocalRunner("wall") as runner:
+    # In this process: a worker forked from a test process whose OpenMP team is running
+    # (other CPU tests start one) can hang starting its own.
+    with Records(tmp_path / "set.db") as db:
+        runner = InProcessRunner("wall")
         generate(plan, runner, db).write(tmp_path / "m.json")
         # Two rounds: every schedule measured twice, the second pass after the first.
         records = db.query()
