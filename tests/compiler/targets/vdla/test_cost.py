@@ -27,7 +27,7 @@ def test_workloads_parse_by_name_and_by_numbers():
     assert parse_workload("c5") == ("C5", ConvWorkload(28, 28, 128, 128, 3, 1, 1))
     assert parse_workload("7,7,16,32,3,1,1")[1] == ConvWorkload(7, 7, 16, 32, 3, 1, 1)
     assert RESNET18["C2"].macs == 56 * 56 * 64 * 64 * 9
-    for bad, match in [("C12", "neither a ResNet-18"), ("1,2,3", "7 integers"),
+    for bad, match in [("C12", "neither a ResNet-18"), ("1,2,3", "7 or 8 integers"),
                        ("7,7,16,32,3,1,0", ">= 1"), ("2,2,16,16,7,1,1", "does not fit")]:
         with pytest.raises(ValueError, match=match):
             parse_workload(bad)
