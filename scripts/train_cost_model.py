@@ -61,6 +61,8 @@ def main(argv=None) -> int:
     parser.add_argument("--min-tasks", type=int, default=20, help="a feature set with fewer "
                         "tasks in the sets gets no model (default 20)")
     args = parser.parse_args(argv)
+    if args.cv is not None and args.cv < 2:
+        parser.error(f"--cv must be at least 2 folds, not {args.cv}")
     start = time.perf_counter()
     try:
         manifests = [json.loads(path.read_text()) for path in args.manifest]

@@ -64,16 +64,13 @@ def space_features(task, space: Sequence | None = None) -> np.ndarray:
     space = remembered_space(task) if space is None else space
 
     def compute() -> np.ndarray:
-        return np.array([task.feature_set.vector(task.transfer_features(s)) for s in space],
-                        dtype=np.float64).reshape(len(space), len(task.feature_set.names))
+        return _vectors(task, space)
 
     sources = task.sources()
     if not sources:
         return compute()
     fs = task.feature_set
-    key = {"target": task.target, "platform": task.platform_key(), "workload": task.key,
-           "features": [fs.name, fs.version, fs.fingerprint()], "schedules": len(space)}
-    return remembered_object("features", "space", key, compute, sources=sources,
+    return remembered_object("features", "space", _key(task, space), compute, sources=sources,
                              check=lambda x: isinstance(x, np.ndarray)
                              and x.shape == (len(space), len(fs.names)))
 
@@ -97,6 +94,20 @@ def space_predictions(task, model, space: Sequence | None = None) -> np.ndarray:
                              and p.shape == (len(space),))
 
 
+def _vectors(task, schedules: Sequence) -> np.ndarray:
+    """The `feature_set` vectors of `schedules`, one row each."""
+    names = task.feature_set.names
+    return np.array([task.feature_set.vector(task.transfer_features(s)) for s in schedules],
+                    dtype=np.float64).reshape(len(schedules), len(names))
+
+
+def _key(task, space: Sequence) -> dict:
+    """What a memo of `task`'s space and features is keyed on."""
+    fs = task.feature_set
+    return {"target": task.target, "platform": task.platform_key(), "workload": task.key,
+            "features": [fs.name, fs.version, fs.fingerprint()], "schedules": len(space)}
+
+
 def _remembered(task, space: Sequence, what: dict, compute, shape):
     """`compute()` remembered on disk as `space_features` are (keyed on the task, its
     feature set, the space's size and `what`); an array of `shape`, or any value when
@@ -104,10 +115,7 @@ def _remembered(task, space: Sequence, what: dict, compute, shape):
     sources = task.sources()
     if not sources:
         return compute()
-    fs = task.feature_set
-    key = {"target": task.target, "platform": task.platform_key(), "workload": task.key,
-           "features": [fs.name, fs.version, fs.fingerprint()], "schedules": len(space),
-           **what}
+    key = {**_key(task, space), **what}
     return remembered_object("features", "candidates", key, compute, sources=sources,
                              check=lambda value: value is not None and (
                                  shape is None or getattr(value, "shape", None) == shape))
@@ -129,6 +137,17 @@ class KnobGrid:
         codes = self.coords @ self.radix
         self.order = np.argsort(codes, kind="stable")
         self.codes = codes[self.order]
+
+    def at(self, point) -> int | None:
+        """The space index of the schedule at grid `point` (one rank a knob), or None
+        off the grid."""
+        point = np.asarray(point, dtype=np.int64)
+        if ((point < 0) | (point >= self.size)).any():
+            return None
+        code = int(point @ self.radix)
+        at = int(np.searchsorted(self.codes, code))
+        return int(self.order[at]) if at < len(self.codes) and self.codes[at] == code \
+            else None
 
     def neighbours(self, indices: np.ndarray) -> np.ndarray:
         """The space indices one step along one knob from any of `indices`, sorted."""
@@ -178,10 +197,7 @@ class Candidates:
         self.row = {int(i): r for r, i in enumerate(self.index)}
 
     def _features(self, indices) -> np.ndarray:
-        fs = self.task.feature_set
-        return np.array([fs.vector(self.task.transfer_features(self.space[i]))
-                         for i in indices], dtype=np.float64).reshape(len(indices),
-                                                                      len(fs.names))
+        return _vectors(self.task, [self.space[i] for i in indices])
 
     def _rank(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         x = self._features(indices)

@@ -41,7 +41,7 @@ from typing import Sequence
 
 import numpy as np
 
-from vdla.compiler.tuner.candidates import POOL, Candidates
+from vdla.compiler.tuner.candidates import POOL, Candidates, KnobGrid
 from vdla.compiler.tuner.task import TuneTask
 
 __all__ = ["GridTuner", "ModelTuner", "PretrainedTuner", "RandomTuner", "TUNERS", "Tuner",
@@ -125,11 +125,7 @@ class ModelTuner(Tuner):
         self.use_estimate, self.explore = use_estimate, explore
         self.chains, self.steps = chains, steps
         # The knob grid: each knob's sorted candidate values; a schedule is a point.
-        knobs = np.array([task.knobs(s) for s in self.space], dtype=np.int64)
-        # Each knob's value -> its rank among the knob's values (np.unique's inverse).
-        self.coords = np.stack([np.unique(knobs[:, d], return_inverse=True)[1]
-                                for d in range(knobs.shape[1])], axis=1)
-        self.position = {tuple(int(v) for v in point): i for i, point in enumerate(self.coords)}
+        self.grid = KnobGrid(task, self.space)
         estimates = [task.estimate(s) for s in self.space] if use_estimate else []
         if use_estimate and any(e is None for e in estimates):
             estimates, self.use_estimate = [], False     # the target has no model
@@ -191,11 +187,11 @@ class ModelTuner(Tuner):
             temp = spread * (1.0 - step / self.steps)
             proposal = current.copy()
             for c in range(len(current)):
-                knob = int(self.rng.integers(self.coords.shape[1]))
+                knob = int(self.rng.integers(self.grid.coords.shape[1]))
                 delta = 1 if self.rng.random() < 0.5 else -1
-                point = self.coords[current[c]].copy()
+                point = self.grid.coords[current[c]].copy()
                 point[knob] += delta
-                j = self.position.get(tuple(int(v) for v in point))
+                j = self.grid.at(point)
                 if j is not None:
                     proposal[c] = j
             new_score = score(proposal)

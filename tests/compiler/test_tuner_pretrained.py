@@ -5,32 +5,25 @@ functional backend, or replayed from records made here."""
 
 import dataclasses
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
+
+import vdla
+from script_loading import load_script
+from vdla.cli import main
 from vdla.compiler import pipeline, targets
 from vdla.compiler.pipeline import tasks_from_workload
 from vdla.compiler.targets.vdla import VdlaTarget
 from vdla.compiler.targets.vdla.features import CONV2D
 from vdla.compiler.targets.vdla.tuning import PRETRAINED
-from vdla.compiler.tuner import (
-    LocalRunner,
-    ModelTuner,
-    PretrainedTuner,
-    Records,
-    ReplayRunner,
-    make_tuner,
-    scheduler,
-    tune_task,
-    tune_tasks,
-)
+from vdla.compiler.tuner import (LocalRunner, ModelTuner, PretrainedTuner, Records,
+                                 ReplayRunner, make_tuner, scheduler, tune_task, tune_tasks)
 from vdla.compiler.tuner.candidates import remembered_space, space_features
 from vdla.compiler.tuner.cost_model import CostModel, file_name, shipped
 from vdla.compiler.tuner.learned import learned_choice, learned_schedules
 from vdla.compiler.tuner.tune import TaskTuning
-
-import vdla
-from vdla.cli import main
 
 CFG = vdla.HardwareConfig()
 SMALL = "14,14,16,32,3,1,1"
@@ -342,3 +335,18 @@ def test_spaces_and_features_are_computed_once_per_machine(monkeypatch, tmp_path
     other = task_of(TINY, dataclasses.replace(CFG, acc_buff_size=CFG.acc_buff_size // 2))
     with pytest.raises(AssertionError, match="not remembered"):
         remembered_space(other)
+
+
+# --- retraining (scripts/train_cost_model.py) ---------------------------------------------
+
+def test_the_training_script_cross_validates_and_refuses_bad_folds(capsys):
+    root = Path(__file__).resolve().parents[2]
+    script = load_script(root / "scripts" / "train_cost_model.py")
+    sets = [str(root / "bench" / "datasets" / f"cpu{n}_v2.db.manifest.json")
+            for n in ("", "_f32")]
+    with pytest.raises(SystemExit, match="2"):
+        script.main(["--manifest", *sets, "--cv", "1"])
+    assert "--cv must be at least 2 folds, not 1" in capsys.readouterr().err
+    assert script.main(["--manifest", *sets, "--cv", "2", "--trees", "20"]) == 0
+    out = capsys.readouterr().out
+    assert "2-fold cross-validation by task" in out and "avx512vnni" in out and "pairwise" in out
