@@ -34,7 +34,9 @@ Part 3, ``cpu``: the same strategies and targets for MobileNet-v1 float32 on the
 a model and precision the CPU's training set never measured (``make_cpu_v2.sh``). Wall
 times are noisy and the fastest of a long search is flattered by its luck, so the
 strategies are compared by their picks measured again side by side: every strategy's
-best schedule of every task, and the defaults, in three interleaved rounds (medians).
+best schedule of every task and its default, one after another in slots of a few
+milliseconds, 15 rounds (`TuneTask.side_by_side`), each pick by its median ratio to the
+default.
 Its curves go to ``--cpu-plot``.
 
 Records: one file per (platform, model, strategy) under ``--records`` (default
@@ -49,7 +51,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -64,8 +65,8 @@ from vdla.compiler import pipeline  # noqa: E402
 from vdla.compiler.targets.cpu.target import CpuTarget  # noqa: E402
 from vdla.compiler.targets.vdla import VdlaTarget  # noqa: E402
 from vdla.compiler.tuner import LocalRunner, Records, tune_tasks  # noqa: E402
-from vdla.compiler.tuner.candidates import POOL, KnobGrid  # noqa: E402
-from vdla.compiler.tuner.measure import MeasureInput  # noqa: E402
+from vdla.compiler.tuner.candidates import (POOL, Candidates, KnobGrid,  # noqa: E402
+                                            remembered_space)
 from vdla.compiler.tuner.plot import tuning_curves  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -163,27 +164,37 @@ def first_run_cost(tasks) -> float:
     return time.perf_counter() - start
 
 
-def side_by_side(results: dict, runner, rounds: int = 3) -> dict[str, int]:
-    """Wall-time tasks: every strategy's best schedule of every task, and the defaults,
-    measured again in `rounds` interleaved rounds (each a pass over all of them), so that
-    the strategies are compared under the same machine noise rather than by the fastest
-    of their own noisy searches. The tuned ops' cost (each task's median over the rounds
-    times its nodes) by strategy, ``default`` included."""
+def warm_caches(tasks) -> None:
+    """Fill the on-disk caches the pretrained tuner reads (`Candidates`: a space's
+    features and predictions, a large space's sample and knob grid) before any strategy
+    runs, so that none of their overheads holds what only a platform's first run pays
+    (`first_run_cost` prints that)."""
+    for task in tasks:
+        model = task.pretrained()
+        if model is not None:
+            Candidates(task, model, remembered_space(task)).climb(lambda: np.zeros(0))
+
+
+def side_by_side(results: dict) -> dict[str, int]:
+    """Wall-time tasks: every strategy's best schedule of every task and its default,
+    measured again in turn (`TuneTask.side_by_side`: on the CPU, slots of a few
+    milliseconds in 15 rounds), so that the strategies are compared under the same
+    machine state rather than by the fastest of their own noisy searches. A pick's cost
+    is its median ratio to the default over the rounds times the default's fastest
+    slot; the tuned ops' cost (each task's times its nodes) by strategy, ``default``
+    included."""
     first = next(iter(results.values()))[0]
-    picks = {"default": [r.default for r in first.results]}
-    picks.update({name: [r.best for r in tuning.results]
-                  for name, (tuning, _, _) in results.items()})
-    inputs = [(name, k, MeasureInput(r.task, schedule)) for name, schedules in picks.items()
-              for k, (r, schedule) in enumerate(zip(first.results, schedules))]
-    costs: dict[tuple[str, int], list[int]] = {}
-    for _ in range(rounds):
-        for (name, k, _), got in zip(inputs, runner.measure([i for _, _, i in inputs])):
-            if not got.ok:
-                raise SystemExit(f"re-measuring {name}'s {got}")
-            costs.setdefault((name, k), []).append(got.cycles)
-    weights = [len(r.task.nodes) for r in first.results]
-    return {name: sum(w * int(statistics.median(costs[name, k])) for k, w in enumerate(weights))
-            for name in picks}
+    names = ["default", *results]
+    total = dict.fromkeys(names, 0)
+    for k, r in enumerate(first.results):
+        picks = [r.default] + [tuning.results[k].best for tuning, _, _ in results.values()]
+        unique = list(dict.fromkeys(picks))
+        times = r.task.side_by_side(unique)
+        anchor = float(times[:, 0].min())
+        for name, pick in zip(names, picks):
+            ratio = float(np.median(times[:, unique.index(pick)] / times[:, 0]))
+            total[name] += len(r.task.nodes) * int(round(ratio * anchor))
+    return total
 
 
 def whole_model(args, runner, target, model: str, *, precision: str, folder: Path,
@@ -196,6 +207,7 @@ def whole_model(args, runner, target, model: str, *, precision: str, folder: Pat
     noisy = any(task.noisy for task in tasks)
     unit = tasks[0].unit
     cold = first_run_cost(tasks)
+    warm_caches(tasks)
     print(f"\n{model} {precision} ({len(tasks)} tasks) tuned on {where}, each strategy from "
           f"empty records; {runner.backend}, {getattr(runner, 'jobs', 1)} jobs, batches of "
           f"{args.batch}")
@@ -220,7 +232,7 @@ def whole_model(args, runner, target, model: str, *, precision: str, folder: Pat
         print("  (the figures need both 'scratch, reference' and 'pretrained + scheduler')")
         return False
     # Wall times: compare what each strategy picked, measured again side by side.
-    cost = side_by_side(results, runner) if noisy else {
+    cost = side_by_side(results) if noisy else {
         "default": results["scratch, reference"][0].cost("default"),
         **{name: tuning.cost("best") for name, (tuning, _, _) in results.items()}}
     default = cost["default"]
@@ -239,8 +251,8 @@ def whole_model(args, runner, target, model: str, *, precision: str, folder: Pat
     share = (default - cost["pretrained + scheduler"]) / reference_gain
     ok &= share >= 0.99
     print(f"  default schedules: {default:,} {unit} (the tuned ops' sum)"
-          + (": every strategy's picks and the defaults measured again in 3 interleaved "
-             "rounds, medians" if noisy else ""))
+          + (": each task's picks and default measured again in turn, 15 rounds of "
+             "slots a few ms long, a pick by its median ratio to the default" if noisy else ""))
     print(f"  a first run on a platform also computes its tasks' spaces and features once: "
           f"{cold:.1f} s for these {len(tasks)} tasks (then cached)")
     print("  " + ("PASS" if ok else "BELOW") + " (targets: pretrained + scheduler >= 99% of the "

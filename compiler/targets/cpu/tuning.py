@@ -219,6 +219,42 @@ class CpuTask(OneNodeTask):
         call(lib, kernel, inputs, out, workspace=ws, threads=self.threads)
         return out, (inputs, out)
 
+    def side_by_side(self, schedules, rounds: int = 15, *,
+                     slot_seconds: float = 0.004) -> np.ndarray:
+        """`TuneTask.side_by_side`, finer: `rounds` rounds, each giving every schedule
+        one slot of about `slot_seconds` (at least three runs) in order, a slot's figure
+        its fastest run in nanoseconds.
+
+        Why slots and not whole measurements: on a shared host, other machines' memory
+        traffic slows a kernel that reads its weights from DRAM by up to 2x, for windows
+        longer than one `time` measurement, so two schedules measured seconds apart can
+        differ by that much whatever they are (a MobileNet-v1 layer's default schedule
+        took 535 and 1,272 us in two passes a minute apart, each the fastest of 280
+        runs). Slots milliseconds apart share the machine's state (on this AMD EPYC
+        host, a loop over 4 MB ran 1.65x slower while the other core streamed 64 MB; a
+        loop in registers did not slow at all). Each schedule is built as `compile`
+        builds it and checked once against the reference."""
+        if rounds < 1 or slot_seconds <= 0:
+            raise ValueError(f"side_by_side: rounds must be >= 1 and slot_seconds > 0, "
+                             f"not {rounds} and {slot_seconds}")
+        data = self.measure_data()
+        slots = []
+        for schedule in schedules:
+            compiled = self.compile(schedule, "wall")
+            out, (inputs, _) = self.run(compiled, None, data, "wall")
+            bad = self.check(out, data.want)
+            if bad:
+                raise ValueError(f"{self.name}: schedule {schedule} is wrong: {bad}")
+            lib, kernel, ws = compiled
+            runs = functools.partial(time_runs, lib, kernel, inputs, out, ws)
+            once = float(np.min(runs(3)))          # warm, and how long one run takes
+            slots.append((runs, max(3, int(slot_seconds / max(once, 1e-7)))))
+        times = np.empty((rounds, len(slots)))
+        for r in range(rounds):
+            for k, (runs, n) in enumerate(slots):
+                times[r, k] = np.min(runs(n)) * 1e9
+        return times
+
     def time(self, compiled, ran, context: Any, data: TaskData, backend: str):
         """The fastest of repeated runs in nanoseconds (module docstring), with the
         median and the spread."""

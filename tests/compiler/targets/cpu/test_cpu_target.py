@@ -305,3 +305,21 @@ class TestTuning:
             outcome = pipeline.run_model(loaded, best, records=records)
         assert outcome.bit_exact and set(outcome.schedules) == set(task.nodes)
         assert outcome.schedules[task.nodes[0]] == result.best
+
+    def test_side_by_side_times_schedules_in_turn(self, task):
+        """Slots of each schedule in turn, round after round (`CpuTask.side_by_side`),
+        and the base's whole measurements in turn: one row a round, one column a
+        schedule, each checked against the reference first."""
+        from vdla.compiler.tuner.task import TuneTask
+        default = task.default_schedule()
+        other = next(s for s in task.space() if s != default)
+        times = task.side_by_side([default, other, default], rounds=4, slot_seconds=0.001)
+        assert times.shape == (4, 3) and (times > 0).all()
+        # The same kernel twice, slots apart: alike (a shared host allows no closer bound).
+        assert 0.5 < np.median(times[:, 2] / times[:, 0]) < 2
+        whole = TuneTask.side_by_side(task, [default, other], rounds=2)
+        assert whole.shape == (2, 2) and (whole > 0).all()
+        with pytest.raises(ValueError, match="rounds must be >= 1 and slot_seconds > 0"):
+            task.side_by_side([default], rounds=0)
+        with pytest.raises(ValueError, match="schedule knob"):
+            TuneTask.side_by_side(task, [ConvSchedule(16, 40, 1, 40, 1, 4)], rounds=1)
