@@ -883,25 +883,41 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
         switches = (_weight_switches(layer, s, tilings, once, c, bw, first_load,
                                      first_compute, (head_load, last_paired, sides))
                     if weight_reuse else 0.0) + _store_waits(layer, s, tilings, sides)
-        # The first chunk's loads are the head (`first_load`, before the first GEMM), so
-        # neither chain counts them again: not the pairs (where they outlast its GEMMs,
-        # their pair's share is those loads) nor the loads after the head. Counted twice,
-        # load-bound layers with two threads over output channels came out up to 36% high
-        # (ResNet-18's C6/r on a 1x32x32 core, tile_ci=1: 11,694 cycles on Verilator,
-        # 13,824 when counted twice, 11,657 now); over the three recorded Verilator sets
-        # of `bench/datasets` the model's mean error fell from 1.2-3.0% to 0.7-1.3%.
-        excess = max(0.0, head_load - head_gemm)
-        cycles = (max(paired + switches - excess, load - table_load - head_load, store)
-                  + last_store + max(table_load + first_load, table_compute + region_resets))
-        if tiles % 2:
-            # An odd tile count leaves the last group one thread: its loads and GEMMs
-            # take turns. A load-bound layer's drain below already holds its tail.
-            cycles += max(0.0, lone)
-        # The loads, their waits for the compute module and, from the last load's end to
-        # the last store's, the drain of the last tiles (`_pair_run`).
-        cycles = max(cycles, load + load_waits + _pair_run(*last)[1])
+        cycles = _two_thread_cycles(
+            paired + switches, load, store,
+            (table_load, first_load, head_load, head_gemm, table_compute + region_resets),
+            (last_store, lone if tiles % 2 else 0.0, load_waits, _pair_run(*last)[1]))
     return Conv2dEstimate(int(math.ceil(cycles)), int(gemm), int(epilogue + region_resets),
                           int(load), int(store))
+
+
+def _two_thread_cycles(compute: float, load: float, store: float, head: tuple,
+                       tail: tuple) -> float:
+    """Two threads: the longer of the compute module's chain (its pairs and weight
+    switches, `compute`) and the load module's (`load`, the tables' included), from the
+    head: (table loads, the first loads before any GEMM, the first chunk's loads and
+    GEMMs, the compute module's table loads and resets) and the tail: (the last store,
+    what an odd tile count's lone last tile adds, the load module's waits, the drain
+    after the last load, `_pair_run`'s).
+
+    The first chunk's loads are in the head, so neither chain counts them again: not
+    the pairs (where they outlast its GEMMs, their pair's share is those loads) nor the
+    loads after the head. Counted twice, load-bound layers with two threads over output
+    channels came out up to 36% high (ResNet-18's C6/r on a 1x32x32 core, tile_ci=1:
+    11,694 cycles on Verilator, 13,824 when counted twice, 11,657 now); over the
+    recorded Verilator sets of `bench/datasets` the mean error fell from 1.2-3.0% to
+    0.7-1.3% (`bench/timing_records.py`)."""
+    table_load, first_load, head_load, head_gemm, compute_head = head
+    last_store, lone, load_waits, drain = tail
+    excess = max(0.0, head_load - head_gemm)
+    cycles = (max(compute - excess, load - table_load - head_load, store) + last_store
+              + max(table_load + first_load, compute_head))
+    # An odd tile count leaves the last group one thread: its loads and GEMMs take turns.
+    # A load-bound layer's drain below already holds its tail.
+    cycles += max(0.0, lone)
+    # The loads, their waits for the compute module and, from the last load's end to the
+    # last store's, the drain of the last tiles.
+    return max(cycles, load + load_waits + drain)
 
 
 def _serial_overlaps(layer: Conv2dLayer, s: Conv2dSchedule, tilings, sides: dict) -> float:

@@ -8,6 +8,8 @@ import pytest
 
 import vdla
 from vdla.compiler.targets.vdla import Conv2dLayer, Conv2dSchedule, lower_conv2d, run_conv2d
+from vdla.compiler.targets.vdla.common import (DMA_BURST_CYCLES, DMA_CYCLES, DMA_READ_SLOTS,
+                                               dma_row_cycles)
 from vdla.compiler.targets.vdla.conv import conv_uop_table
 from vdla.compiler.targets.vdla.conv_layer import (_chunk_costs, _shared_tables, _steps,
                                                    _store_waits, _table_cycles, _TileClass,
@@ -152,14 +154,42 @@ def test_padding_costs_only_where_the_loads_writer_is_the_limit():
     bus at 8 bytes a cycle the writer is the limit and each zero costs half a cycle; on a
     128-bit bus at 12 bytes a cycle the zeros fill the writer's idle cycles."""
     _, _, layer = layer_of(ConvWorkload(14, 14, 32, 32, 3, 1, 2))
-    window, pads = 15 * 15, 29            # a 7 x 7 tile's window, 29 positions padded
+    window, pads = (15, 15), 29           # a 7 x 7 tile's window, 29 positions padded
     blocks = layer.in_blocks              # one DMA each (one block a pixel)
-    data = blocks * (window - pads) * DEFAULT.inp_elem_bytes
+    data = blocks * (15 * 15 - pads) * DEFAULT.inp_elem_bytes
     narrow = _chunk_costs(layer, [(blocks, 1)], 1, window, (7, 7), True, DEFAULT, 8.0, pads)
     assert narrow[0] == data / 8 + blocks * pads * 0.5 + blocks * 40
     wide = DEFAULT.replace(dram_bus_width=128, dram_bytes_per_cycle=12.0)
     assert _chunk_costs(layer, [(blocks, 1)], 1, window, (7, 7), True, wide, 12.0,
                         pads)[0] == data / 12 + blocks * 40
+
+
+def test_narrow_rows_wait_for_the_drams_read_slots():
+    """A LOAD issues one read burst a row; once the DRAM's eight read slots are full, a
+    row of a bus word or two waits for one to free (`dma_row_cycles`), which the
+    Verilator model shows on LOADs of 13 and 26 one-element rows, where rows of ten bus
+    words keep the bus busy."""
+    from vdla.isa import MemoryType
+    from vdla.runtime import COMPUTE, LOAD, ProgramBuilder
+
+    assert dma_row_cycles(8, 2.0) == 0 and dma_row_cycles(13, 10.0) == 0
+    assert dma_row_cycles(13, 2.0) == 5 * ((DMA_BURST_CYCLES + 2.0) / DMA_READ_SLOTS - 2.0)
+    row_bytes = DEFAULT.inp_elem_bytes
+    with vdla.runtime.open(DEFAULT, backend="verilator", log=lambda message: None) as dev:
+        data, at = dev.alloc(1 << 14), dev.alloc(4096)
+        for rows, elems in ((13, 1), (26, 1), (13, 5)):
+            p = ProgramBuilder(DEFAULT)
+            p.load(MemoryType.INP, dram_base=data // row_bytes, y_size=rows, x_size=elems,
+                   x_stride=64)
+            p.dep_push(LOAD, COMPUTE)
+            p.dep_pop(LOAD, COMPUTE)
+            program = p.finish()
+            dev.write(at, program.to_bytes())
+            dev.run(at, len(program), timeline=True)
+            (start, end, _), = dev.timeline.intervals("load")
+            per_row = elems * row_bytes / DEFAULT.dram_bytes_per_cycle
+            model = DMA_CYCLES + rows * per_row + dma_row_cycles(rows, per_row)
+            assert abs((end - start) - model) <= 5, (rows, elems, end - start, model)
 
 
 def test_workload_graph_runs_bit_exact_with_the_default_schedule():
