@@ -277,6 +277,12 @@ def test_the_cpu_platforms_are_the_instruction_sets_this_machine_runs():
     assert again.options() == drawn[-1].options()
     with pytest.raises(ValueError, match=f"runs {len(runs)} instruction sets"):
         cpu.platforms(len(runs) + 1)
+    # A target made for a narrower instruction set (`vdla dataset --isa avx2`) starts at
+    # its own: the widest is not measured behind the user's back.
+    narrower = targets.get("cpu", isa=runs[1]).platforms(len(runs) - 1)
+    assert [t.options()["isa"] for t in narrower] == runs[1:]
+    with pytest.raises(ValueError, match=f"from {runs[1]} down"):
+        targets.get("cpu", isa=runs[1]).platforms(len(runs))
 
 
 def test_a_float32_cpu_set_measures_the_models_float_layers(tmp_path):

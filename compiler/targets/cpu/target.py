@@ -164,14 +164,17 @@ class CpuTarget(Target):
         return {"threads": self.threads, "isa": isa}
 
     def platforms(self, count: int, *, seed: int = 0) -> list["CpuTarget"]:
-        """Targets for the first `count` instruction sets this machine runs, widest first
-        (each a platform of its own; `seed` draws nothing here). ValueError when the
-        machine runs fewer."""
+        """Targets for the first `count` instruction sets this machine runs, widest first,
+        from this target's own down (`--isa avx2` starts at avx2; each a platform of its
+        own; `seed` draws nothing here). ValueError when there are fewer."""
         features = machine_features()
         runs = [name for name, isa in cpu_isa.ISAS.items() if isa.runs_on(features)]
+        if self.isa.name in runs:
+            runs = runs[runs.index(self.isa.name):]
         if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= len(runs):
-            raise ValueError(f"this machine runs {len(runs)} instruction sets "
-                             f"({', '.join(runs)}), so 0 to {len(runs)} platforms, not {count!r}")
+            raise ValueError(f"this machine runs {len(runs)} instruction sets from "
+                             f"{self.isa.name} down ({', '.join(runs)}), so 0 to {len(runs)} "
+                             f"platforms, not {count!r}")
         return [CpuTarget(threads=self.threads, isa=name, log=self._log)
                 for name in runs[:count]]
 
