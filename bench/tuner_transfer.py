@@ -59,7 +59,7 @@ from vdla.compiler.tuner import Records, ReplayRunner, tune_task
 from vdla.compiler.targets.cpu.tuning import PRETRAINED as CPU_PRETRAINED
 from vdla.compiler.tuner.cost_model import CostModel, shipped
 from vdla.compiler.tuner.dataset import local_records
-from vdla.compiler.tuner.learned import Rows, pairwise_accuracy, top1_ratio
+from vdla.compiler.tuner.learned import MARGIN, Rows, pairwise_accuracy, top1_ratio
 
 ROOT = Path(__file__).resolve().parents[1]
 DATASETS = ROOT / "bench" / "datasets"
@@ -94,6 +94,7 @@ def ranking(args) -> bool:
     print(" " * 48 + "pairwise  top-1   pairwise  top-1   pairwise  top-1")
     logs = {"est": [], "model": [], "residual": []}
     errors, optimism = [], []   # the corrected model's, centred per task; its pick's
+    corrected = np.zeros(len(rows))   # each row as the model that did not see it predicts
     for platform in platforms:
         test = platform_of == platform
         train, held = rows.subset(~test), rows.subset(test)
@@ -107,6 +108,7 @@ def ranking(args) -> bool:
                              top1_ratio(predicted, held.y, held.groups))
             logs[name].append(figures[name])
         errors_and_optimism(fixed.predict(held.x), held, errors, optimism)
+        corrected[test] = fixed.predict(held.x)
         cells = "   ".join(f"{p:8.3f} {t:6.3f}" for p, t in figures.values())
         print(f"  {platform:34s} {len(held):5d} {len(held.tasks):5d}   {cells}")
     ok = True
@@ -125,7 +127,52 @@ def ranking(args) -> bool:
           f"tasks, {low[1]:.1%} on 1% (`learned.MARGIN` rests on these)")
     print(("PASS" if ok else "BELOW") + f" (both learned models; targets: pairwise >= "
           f"{TARGETS['pairwise']}, top-1 >= {TARGETS['top1']})")
+    defaults = default_rows(rows, [t for _, manifest in sets
+                                   for t in pipeline.plan_from_manifest(manifest)[0].tasks])
+    print(f"  the learned chooser's rule on each task's measured schedules (its default "
+          f"among them: {int((defaults >= 0).sum())} tasks), the model that did not see the "
+          f"platform ranking, margin {MARGIN:.0%}:")
+    for veto in (False, True):
+        followed, ratios = chooser_rule(corrected, est, rows, defaults, veto=veto)
+        print(f"    {'margin and the timing model' if veto else 'margin only':27s} follows "
+              f"{followed:3d} picks; cycles over the default's: geometric mean "
+              f"{np.exp2(np.mean(ratios)):.4f}, worst {np.exp2(ratios.max()):.4f}, "
+              f"{int((ratios > 0).sum())} tasks slower, {int((ratios < 0).sum())} faster")
     return ok
+
+
+def default_rows(rows: Rows, tasks) -> np.ndarray:
+    """For each task of `rows`, the row of its default schedule (-1 where unmeasured),
+    found by its features."""
+    by_name = {(t.platform, t.key, t.name): t for t in tasks}
+    found = np.full(len(rows.tasks), -1, dtype=np.int64)
+    for g, described in enumerate(rows.tasks):
+        task = by_name.get(described)
+        if task is None:
+            continue
+        want = task.feature_set.vector(task.transfer_features(task.default_schedule()))
+        mine = np.flatnonzero(rows.groups == g)
+        hits = mine[np.all(rows.x[mine] == want, axis=1)]
+        if len(hits):
+            found[g] = hits[0]
+    return found
+
+
+def chooser_rule(predicted: np.ndarray, est: np.ndarray, rows: Rows, defaults: np.ndarray,
+                 *, veto: bool) -> tuple[int, np.ndarray]:
+    """`learned.learned_choice`'s rule on each task's measured schedules: the model's
+    first pick where it predicts it more than `MARGIN` faster than the default (and,
+    with `veto`, the timing model `est` does not have it slower), else the default.
+    (picks followed, log2 of each task's measured cost over its default's)."""
+    followed, logs = 0, []
+    for g in np.flatnonzero(defaults >= 0):
+        mine = np.flatnonzero(rows.groups == g)
+        pick, default = mine[np.argmin(predicted[mine])], defaults[g]
+        follow = predicted[default] - predicted[pick] > np.log2(1 + MARGIN)
+        follow &= not veto or est[pick] <= est[default]
+        followed += int(follow)
+        logs.append(rows.y[pick if follow else default] - rows.y[default])
+    return followed, np.array(logs)
 
 
 def errors_and_optimism(predicted: np.ndarray, held, errors: list, optimism: list) -> None:

@@ -40,12 +40,16 @@ class Feature:
 class FeatureSet:
     """The ordered features of one kind of task (`name`, e.g. ``vdla.conv2d``) at one
     `version`. `baseline` names features whose sum is a prior estimate of the log2 cost
-    (the target's own model), which a learned model may start from and correct."""
+    (the target's own model), which a learned model may start from and correct.
+    `baseline_vetoes` says that estimate ranks a task's schedules well enough to overrule
+    its learned correction: the learned chooser then keeps the default schedule where
+    the baseline has it faster than the model's pick (`learned.learned_choice`)."""
 
     name: str
     version: int
     features: tuple[Feature, ...]
     baseline: tuple[str, ...] = ()
+    baseline_vetoes: bool = False
 
     def __post_init__(self):
         names = [f.name for f in self.features]
@@ -55,6 +59,8 @@ class FeatureSet:
         unknown = [n for n in self.baseline if n not in names]
         if unknown:
             raise ValueError(f"feature set {self.name}: baseline features not in it: {unknown}")
+        if self.baseline_vetoes and not self.baseline:
+            raise ValueError(f"feature set {self.name}: baseline_vetoes without a baseline")
         undocumented = [f.name for f in self.features if not f.doc.strip()]
         if undocumented:
             raise ValueError(f"feature set {self.name}: features without a doc: {undocumented}")

@@ -22,7 +22,7 @@ from vdla.compiler.tuner import (LocalRunner, ModelTuner, PretrainedTuner, Recor
                                  ReplayRunner, make_tuner, scheduler, tune_task, tune_tasks)
 from vdla.compiler.tuner.candidates import remembered_space, space_features
 from vdla.compiler.tuner.cost_model import CostModel, file_name, shipped
-from vdla.compiler.tuner.learned import learned_choice, learned_schedules
+from vdla.compiler.tuner.learned import Rows, learned_choice, learned_schedules
 from vdla.compiler.tuner.tune import TaskTuning
 
 CFG = vdla.HardwareConfig()
@@ -143,11 +143,21 @@ def test_tune_task_with_the_pretrained_tuner_measures_its_picks(tmp_path):
 
 # --- the learned chooser ---------------------------------------------------------------------
 
+def without_veto(monkeypatch, task) -> CostModel:
+    """`task`'s model with a feature set whose baseline vetoes nothing, as its model."""
+    model = dataclasses.replace(task.pretrained(), feature_set=dataclasses.replace(
+        CONV2D, baseline_vetoes=False))
+    monkeypatch.setattr(type(task), "pretrained", lambda self: model)
+    return model
+
+
 def test_the_learned_chooser_picks_the_models_best_and_remembers_it(monkeypatch, tmp_path):
     monkeypatch.setenv("VDLA_CACHE", str(tmp_path / "cache"))
     task = task_of(SMALL)
+    # The margin alone: the timing model's veto is the next test's.
+    model = without_veto(monkeypatch, task)
     space, x = vectors(task)
-    predicted = task.pretrained().predict(x)
+    predicted = model.predict(x)
     best, default = int(np.argmin(predicted)), space.index(task.default_schedule())
     gain = 2.0 ** (predicted[default] - predicted[best]) - 1.0
     assert gain > 0.001        # the model prefers another schedule, by this much
@@ -350,3 +360,48 @@ def test_the_training_script_cross_validates_and_refuses_bad_folds(capsys):
     assert script.main(["--manifest", *sets, "--cv", "2", "--trees", "20"]) == 0
     out = capsys.readouterr().out
     assert "2-fold cross-validation by task" in out and "avx512vnni" in out and "pairwise" in out
+
+
+def test_the_timing_model_vetoes_a_pick_it_has_slower_than_the_default(monkeypatch, tmp_path):
+    """The accelerator's timing model overrules its learned correction
+    (`FeatureSet.baseline_vetoes`): here the correction has its pick faster than the
+    default (by more than the margin asked) and the timing model has it slower, so the
+    default stays; a feature set whose baseline vetoes nothing (the CPU's) follows the
+    model."""
+    monkeypatch.setenv("VDLA_CACHE", str(tmp_path / "cache"))
+    task = task_of(SMALL)
+    model = task.pretrained()
+    space, x = vectors(task)
+    predicted = model.predict(x)
+    best, default = int(np.argmin(predicted)), space.index(task.default_schedule())
+    gain = 2.0 ** (predicted[default] - predicted[best]) - 1.0
+    own = CONV2D.baseline_of(x[[best, default]])
+    assert gain > 0.001 and own[0] > own[1], "the premise: the two estimates disagree"
+    assert CONV2D.baseline_vetoes
+    assert learned_choice(task, margin=gain / 2) == space[default]
+    without_veto(monkeypatch, task)
+    monkeypatch.setenv("VDLA_CACHE", str(tmp_path / "plain"))
+    assert learned_choice(task, margin=gain / 2) == space[best]
+    with pytest.raises(ValueError, match="baseline_vetoes without a baseline"):
+        dataclasses.replace(CONV2D, baseline=(), baseline_vetoes=True)
+
+
+def test_the_bench_replays_the_choosers_rule_on_measured_schedules():
+    """bench/tuner_transfer.py's check of `learned_choice`'s rule on held-out records:
+    the model's pick where it gains more than the margin (and the timing model agrees,
+    with the veto), else the default."""
+    bench = load_script(Path(vdla.__file__).parents[1] / "bench" / "tuner_transfer.py")
+    # Two tasks of three schedules each; row 0 and row 3 are the defaults.
+    y = np.log2([100.0, 90.0, 95.0, 100.0, 104.0, 99.0])
+    predicted = np.log2([100.0, 80.0, 99.0, 100.0, 80.0, 99.0])    # 25% gains predicted
+    est = np.log2([100.0, 90.0, 95.0, 100.0, 110.0, 99.0])         # the second: slower
+    rows = Rows(np.zeros((6, 1)), y, np.array([0, 0, 0, 1, 1, 1]), ("f",),
+                (("p", "a", "a"), ("p", "b", "b")))
+    defaults = np.array([0, 3])
+    followed, logs = bench.chooser_rule(predicted, est, rows, defaults, veto=False)
+    assert followed == 2 and np.allclose(np.exp2(logs), [0.90, 1.04])
+    followed, logs = bench.chooser_rule(predicted, est, rows, defaults, veto=True)
+    assert followed == 1 and np.allclose(np.exp2(logs), [0.90, 1.0])
+    # A task whose default was not measured is left out.
+    followed, logs = bench.chooser_rule(predicted, est, rows, np.array([0, -1]), veto=True)
+    assert followed == 1 and len(logs) == 1
