@@ -65,9 +65,9 @@ from vdla.compiler import pipeline  # noqa: E402
 from vdla.compiler.targets.cpu.target import CpuTarget  # noqa: E402
 from vdla.compiler.targets.vdla import VdlaTarget  # noqa: E402
 from vdla.compiler.tuner import LocalRunner, Records, tune_tasks  # noqa: E402
-from vdla.compiler.tuner.candidates import (POOL, Candidates, KnobGrid,  # noqa: E402
-                                            remembered_space)
+from vdla.compiler.tuner.candidates import POOL, Candidates, remembered_space  # noqa: E402
 from vdla.compiler.tuner.plot import tuning_curves  # noqa: E402
+from vdla.compiler.tuner.space import knob_grid  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench" / "datasets"))
@@ -160,7 +160,7 @@ def first_run_cost(tasks) -> float:
         for i in sample:
             task.feature_set.vector(task.transfer_features(space[i]))
         if len(space) > POOL:
-            KnobGrid(task, space)
+            knob_grid(task, space)
     return time.perf_counter() - start
 
 

@@ -25,8 +25,9 @@ from typing import Callable, Sequence
 import numpy as np
 
 from vdla._memo import remembered_object
+from vdla.compiler.tuner.space import KnobGrid, ProductSpace
 
-__all__ = ["Candidates", "KnobGrid", "POOL", "remembered_space", "space_features",
+__all__ = ["Candidates", "POOL", "remembered_space", "space_features",
            "space_predictions"]
 
 #: A space larger than this is ranked on a sample of this many schedules and the
@@ -39,13 +40,13 @@ CLIMB_TOP = 16
 CLIMB_ROUNDS = 8
 
 
-def remembered_space(task) -> list:
+def remembered_space(task) -> Sequence:
     """`task.space()`, remembered on disk (``cache_root()/features``) keyed on the task
     and its `sources`: enumerating a convolution's thousands of tilings and checking each
     against the buffers takes a fifth of a second a layer, which a whole model's tuning
     run would pay before its first measurement. Tasks without sources compute it, and so
-    do tasks whose space is cheap (`TuneTask.cheap_space`: the CPU's 218,880 register
-    tilings of a layer enumerate in 0.4 s and unpickle in 0.5 s)."""
+    do tasks whose space is cheap (`TuneTask.cheap_space`: the CPU's products of tiles,
+    `space.ProductSpace`, made in microseconds and never listed)."""
     sources = task.sources()
     if not sources or task.cheap_space:
         return task.space()
@@ -121,50 +122,6 @@ def _remembered(task, space: Sequence, what: dict, compute, shape):
                                  shape is None or getattr(value, "shape", None) == shape))
 
 
-class KnobGrid:
-    """A space's knob grid: each schedule a point (`TuneTask.knobs`, each knob's values
-    ranked), looked up by a mixed-radix code of its point.
-
-    task, space : the task and its schedules, in the space's order
-    """
-
-    def __init__(self, task, space: Sequence):
-        knobs = np.array([task.knobs(s) for s in space], dtype=np.int64)
-        self.coords = np.stack([np.unique(knobs[:, d], return_inverse=True)[1]
-                                for d in range(knobs.shape[1])], axis=1)
-        self.size = self.coords.max(axis=0) + 1
-        self.radix = np.concatenate([[1], np.cumprod(self.size[:-1])]).astype(np.int64)
-        codes = self.coords @ self.radix
-        self.order = np.argsort(codes, kind="stable")
-        self.codes = codes[self.order]
-
-    def at(self, point) -> int | None:
-        """The space index of the schedule at grid `point` (one rank a knob), or None
-        off the grid."""
-        point = np.asarray(point, dtype=np.int64)
-        if ((point < 0) | (point >= self.size)).any():
-            return None
-        code = int(point @ self.radix)
-        at = int(np.searchsorted(self.codes, code))
-        return int(self.order[at]) if at < len(self.codes) and self.codes[at] == code \
-            else None
-
-    def neighbours(self, indices: np.ndarray) -> np.ndarray:
-        """The space indices one step along one knob from any of `indices`, sorted."""
-        points = self.coords[np.asarray(indices, dtype=np.int64)]
-        steps = []
-        for d in range(points.shape[1]):
-            for delta in (-1, 1):
-                moved = points.copy()
-                moved[:, d] += delta
-                steps.append(moved)
-        moved = np.concatenate(steps)
-        moved = moved[((moved >= 0) & (moved < self.size)).all(axis=1)]
-        codes = moved @ self.radix
-        at = np.minimum(np.searchsorted(self.codes, codes), len(self.codes) - 1)
-        return np.unique(self.order[at[self.codes[at] == codes]])
-
-
 class Candidates:
     """The schedules of `space` that `model` ranks, with their features and the model's
     log2 cost (`prior`), one row each; `index` gives a row's space index, `row` the
@@ -180,7 +137,7 @@ class Candidates:
     def __init__(self, task, model, space: Sequence, *, pool: int = POOL, seed: int = 0):
         self.task, self.model, self.space = task, model, space
         self.whole = len(space) <= pool
-        self.grid: KnobGrid | None = None
+        self.grid = None   # the knob grid, made by the first climb
         if self.whole:
             self.index = np.arange(len(space), dtype=np.int64)
             self.features = space_features(task, space)
@@ -223,9 +180,10 @@ class Candidates:
         same or `rounds` pass. A whole space has nothing to widen."""
         if self.whole:
             return
-        if self.grid is None:
-            self.grid = _remembered(self.task, self.space, {"grid": "knobs"},
-                                    lambda: KnobGrid(self.task, self.space), None)
+        if self.grid is None:    # a product space's grid lists nothing: nothing to keep
+            self.grid = self.space.grid() if isinstance(self.space, ProductSpace) else \
+                _remembered(self.task, self.space, {"grid": "knobs"},
+                            lambda: KnobGrid(self.task, self.space), None)
         scores = score if callable(score) else (lambda: score)
         best = None
         for _ in range(rounds):

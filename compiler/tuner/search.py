@@ -41,7 +41,8 @@ from typing import Sequence
 
 import numpy as np
 
-from vdla.compiler.tuner.candidates import POOL, Candidates, KnobGrid
+from vdla.compiler.tuner.candidates import POOL, Candidates
+from vdla.compiler.tuner.space import as_space, knob_grid
 from vdla.compiler.tuner.task import TuneTask
 
 __all__ = ["GridTuner", "ModelTuner", "PretrainedTuner", "RandomTuner", "TUNERS", "Tuner",
@@ -52,26 +53,49 @@ class Tuner:
     """Base: keeps the space, what was measured and the results.
 
     task : the `TuneTask`
-    space : its valid schedules (`TuneTask.space()`)
+    space : its valid schedules (`TuneTask.space()`: a list, or a `ProductSpace` that
+        is never listed)
     seed : seeds every random choice
     """
 
     def __init__(self, task: TuneTask, space: Sequence, *, seed: int = 0):
-        if not space:
+        if not len(space):
             raise ValueError(f"task {task.name}: the schedule space is empty")
-        self.task, self.space, self.seed = task, list(space), int(seed)
-        self.index = {s: i for i, s in enumerate(self.space)}
+        self.task, self.space, self.seed = task, as_space(space), int(seed)
         self.measured: dict[int, int | None] = {}     # space index -> cycles (None: failed)
         self.rng = np.random.default_rng(self.seed)
 
+    def position(self, schedule) -> int | None:
+        """`schedule`'s index in the space, or None when it is not in it."""
+        return self.space.position(schedule)
+
     def unmeasured(self) -> list[int]:
         return [i for i in range(len(self.space)) if i not in self.measured]
+
+    def some_unmeasured(self, n: int, *, besides=()) -> list[int]:
+        """Up to `n` distinct random indices neither measured nor in `besides`. A large
+        space is drawn from with rejection (what was measured is a sliver of it), not
+        listed."""
+        taken = set(self.measured) | {int(i) for i in besides}
+        free = len(self.space) - len(taken)
+        if free <= 0 or n <= 0:
+            return []
+        if len(self.space) <= POOL or free < 4 * n + 64:   # a small space, or few left
+            left = [i for i in range(len(self.space)) if i not in taken]
+            return [int(i) for i in self.rng.choice(left, min(n, len(left)), replace=False)]
+        found: list[int] = []
+        while len(found) < n:
+            i = int(self.rng.integers(len(self.space)))
+            if i not in taken:
+                taken.add(i)
+                found.append(i)
+        return found
 
     def update(self, schedules: Sequence, cycles: Sequence[int | None]):
         """Tell the tuner what `schedules` measured (None for a failed measurement).
         Schedules outside the space are ignored."""
         for s, c in zip(schedules, cycles):
-            i = self.index.get(s)
+            i = self.position(s)
             if i is not None:
                 self.measured[i] = None if c is None else int(c)
 
@@ -97,16 +121,31 @@ class Tuner:
 
 class GridTuner(Tuner):
     def propose(self, n: int) -> list:
-        return [self.space[i] for i in self.unmeasured()[:n]]
+        found = []
+        for i in range(len(self.space)):
+            if len(found) == n:
+                break
+            if i not in self.measured:
+                found.append(self.space[i])
+        return found
 
 
 class RandomTuner(Tuner):
     def __init__(self, task, space, *, seed: int = 0):
         super().__init__(task, space, seed=seed)
-        self.order = [int(i) for i in self.rng.permutation(len(self.space))]
+        self.order = self.rng.permutation(len(self.space))
+        self._next = 0      # the order before it is all measured
 
     def propose(self, n: int) -> list:
-        return [self.space[i] for i in self.order if i not in self.measured][:n]
+        found, at = [], self._next
+        while len(found) < n and at < len(self.order):
+            i = int(self.order[at])
+            if i not in self.measured:
+                found.append(self.space[i])
+            elif at == self._next:
+                self._next += 1
+            at += 1
+        return found
 
 
 class ModelTuner(Tuner):
@@ -125,24 +164,43 @@ class ModelTuner(Tuner):
         self.use_estimate, self.explore = use_estimate, explore
         self.chains, self.steps = chains, steps
         # The knob grid: each knob's sorted candidate values; a schedule is a point.
-        self.grid = KnobGrid(task, self.space)
-        estimates = [task.estimate(s) for s in self.space] if use_estimate else []
-        if use_estimate and any(e is None for e in estimates):
-            estimates, self.use_estimate = [], False     # the target has no model
-        self.estimates = (np.array([e.cycles for e in estimates], dtype=np.float64)
-                          if estimates else None)
-        self.features = np.array([task.features(s, e) for s, e in
-                                  zip(self.space, estimates or [None] * len(self.space))],
-                                 dtype=np.float64)
+        self.grid = knob_grid(task, self.space)
+        # A space larger than POOL (the CPU's) is never featurized whole: its rows are
+        # computed as annealing visits them, and the first batch is screened on a sample.
+        self.whole = len(self.space) <= POOL
+        self._rows: dict[int, np.ndarray] = {}
+        if use_estimate and task.estimate(self.space[0]) is None:
+            self.use_estimate = False       # the target has no model
+        self.estimates = self.features = None
+        if self.whole:
+            estimates = [task.estimate(s) for s in self.space] if self.use_estimate else []
+            self.estimates = (np.array([e.cycles for e in estimates], dtype=np.float64)
+                              if estimates else None)
+            self.features = np.array([task.features(s, e) for s, e in
+                                      zip(self.space, estimates or [None] * len(self.space))],
+                                     dtype=np.float64)
         self.model = None
+
+    def features_of(self, indices) -> np.ndarray:
+        """The feature rows of the schedules at `indices`."""
+        if self.whole:
+            return self.features[indices]
+        for i in indices:
+            if int(i) not in self._rows:
+                s = self.space[int(i)]
+                self._rows[int(i)] = np.array(self.task.features(
+                    s, self.task.estimate(s) if self.use_estimate else None), dtype=np.float64)
+        return np.array([self._rows[int(i)] for i in indices], dtype=np.float64)
 
     # --- learning -------------------------------------------------------------------------
 
     def expected_best(self) -> float | None:
-        todo = self.unmeasured()
+        # A large space: the best of what annealing has visited.
+        todo = self.unmeasured() if self.whole else [i for i in self._rows
+                                                      if i not in self.measured]
         if self.model is None or not todo:
             return None
-        return float(math.exp(self.model.predict(self.features[todo]).min()))
+        return float(math.exp(self.model.predict(self.features_of(todo)).min()))
 
     def _fit(self) -> bool:
         ok = {i: c for i, c in self.measured.items() if c is not None}
@@ -158,19 +216,18 @@ class ModelTuner(Tuner):
              for i in rows]
         self.model = GradientBoostingRegressor(n_estimators=120, max_depth=3,
                                                learning_rate=0.1, random_state=self.seed)
-        self.model.fit(self.features[rows], np.asarray(y))
+        self.model.fit(self.features_of(rows), np.asarray(y))
         return True
 
     def _anneal(self, scores_of, n: int) -> list[int]:
         """Simulated annealing on the knob grid with the model's predictions; the `n`
         best unmeasured points it visited, best first."""
         count = len(self.space)
-        todo = np.array(self.unmeasured())
-        chains = min(self.chains, len(todo))
+        chains = min(self.chains, count - len(self.measured))
         # Start from the best measured points and random unmeasured ones.
         ok = sorted((c, i) for i, c in self.measured.items() if c is not None)
         starts = [i for _, i in ok[: chains // 2]]
-        starts += [int(i) for i in self.rng.choice(todo, chains - len(starts), replace=False)]
+        starts += self.some_unmeasured(chains - len(starts))
         current = np.array(starts)
         cache: dict[int, float] = {}
 
@@ -187,9 +244,9 @@ class ModelTuner(Tuner):
             temp = spread * (1.0 - step / self.steps)
             proposal = current.copy()
             for c in range(len(current)):
-                knob = int(self.rng.integers(self.grid.coords.shape[1]))
+                knob = int(self.rng.integers(self.grid.dims))
                 delta = 1 if self.rng.random() < 0.5 else -1
-                point = self.grid.coords[current[c]].copy()
+                point = self.grid.point(current[c])
                 point[knob] += delta
                 j = self.grid.at(point)
                 if j is not None:
@@ -206,25 +263,24 @@ class ModelTuner(Tuner):
         return [p for _, p in ranked[:n]]
 
     def propose(self, n: int) -> list:
-        todo = self.unmeasured()
-        n = min(n, len(todo))
+        n = min(n, len(self.space) - len(self.measured))
         if n == 0:
             return []
         if self._fit():
             n_random = int(round(self.explore * n)) if n > 1 else 0
-            picked = self._anneal(lambda pts: self.model.predict(self.features[pts]),
+            picked = self._anneal(lambda pts: self.model.predict(self.features_of(pts)),
                                   n - n_random)
         elif self.use_estimate:
-            # Pre-screening: the target model's fastest, then random ones.
+            # Pre-screening: the target model's fastest, then random ones (of a sample,
+            # in a large space).
             n_random = n // 2
-            est = self.estimates[todo]
+            todo = self.unmeasured() if self.whole else sorted(self.some_unmeasured(POOL))
+            est = (self.estimates[todo] if self.whole else
+                   [self.task.estimate(self.space[i]).cycles for i in todo])
             picked = [todo[int(k)] for k in np.argsort(est, kind="stable")[: n - n_random]]
         else:
             n_random, picked = n, []
-        rest = [i for i in todo if i not in set(picked)]
-        if n - len(picked) > 0 and rest:
-            picked += [int(i) for i in self.rng.choice(rest, min(n - len(picked), len(rest)),
-                                                       replace=False)]
+        picked += self.some_unmeasured(n - len(picked), besides=picked)
         return [self.space[i] for i in picked]
 
 
@@ -311,8 +367,8 @@ class PretrainedTuner(Tuner):
 
     def _todo(self) -> np.ndarray:
         """The candidate rows not measured yet."""
-        return np.array([r for r, i in enumerate(self.found.index)
-                         if int(i) not in self.measured], dtype=np.int64)
+        measured = np.fromiter(self.measured, dtype=np.int64, count=len(self.measured))
+        return np.flatnonzero(~np.isin(self.found.index, measured)).astype(np.int64)
 
     def expected_best(self) -> float | None:
         self._learn()
@@ -321,7 +377,7 @@ class PretrainedTuner(Tuner):
 
     def predicted_cost(self, schedule) -> float | None:
         self._learn()
-        row = self.found.add([self.index[schedule]])[0]
+        row = self.found.add([self.position(schedule)])[0]
         return float(2.0 ** self.predicted[row])
 
     def model_error(self) -> float | None:
@@ -358,8 +414,13 @@ class PretrainedTuner(Tuner):
                 picked.append(int(r))
         # Only twins left: they are still schedules to measure.
         chosen = set(picked)
-        picked += [int(r) for r in order if int(r) not in chosen][: n - n_random - len(picked)]
-        rest = [int(r) for r in todo if int(r) not in set(picked)]
+        for r in order:
+            if len(picked) >= n - n_random:
+                break
+            if int(r) not in chosen:
+                picked.append(int(r))
+        chosen = set(picked)
+        rest = [int(r) for r in todo if int(r) not in chosen] if n_random else []
         if n_random and rest:
             picked += [int(r) for r in self.rng.choice(rest, min(n_random, len(rest)),
                                                        replace=False)]

@@ -64,8 +64,9 @@ class TuneTask(abc.ABC):
     noisy : whether measuring a schedule twice can give different costs (wall time); the
         tuner then confirms its best candidates by measuring them again
         (`vdla.compiler.tuner.tune.tune_task`)
-    cheap_space : whether `space()` is quicker to enumerate than to read back from disk
-        (`vdla.compiler.tuner.candidates.remembered_space` then does not remember it)
+    cheap_space : whether `space()` is quicker to make than to read back from disk (a
+        `vdla.compiler.tuner.space.ProductSpace`, never listed: the CPU's; then
+        `vdla.compiler.tuner.candidates.remembered_space` does not remember it)
     """
 
     target: str
@@ -81,8 +82,9 @@ class TuneTask(abc.ABC):
     # --- the space ----------------------------------------------------------------------
 
     @abc.abstractmethod
-    def space(self) -> list[Hashable]:
-        """Every valid schedule, in a fixed order (the same in every process)."""
+    def space(self) -> Sequence[Hashable]:
+        """Every valid schedule, in a fixed order (the same in every process): a list,
+        or a `vdla.compiler.tuner.space.ProductSpace` for a space too large to list."""
 
     @abc.abstractmethod
     def default_schedule(self) -> Hashable:

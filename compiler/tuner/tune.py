@@ -144,7 +144,7 @@ class TaskTuning:
         self.measure_default, self.progress = measure_default, progress
         self.search = make_tuner(tuner, task, space, seed=seed, **(tuner_options or {}))
         self.previous = {s: c for s, c in _previous(records, task, runner.backend).items()
-                         if s in self.search.index}
+                         if self.search.position(s) is not None}
         self.search.update(list(self.previous), list(self.previous.values()))
         self.default = task.default_schedule()
         self.budget = len(space) if trials is None else min(trials, len(space))
@@ -179,7 +179,7 @@ class TaskTuning:
             return []
         search, default = self.search, self.default
         first = [default] if self.measure_default and \
-            search.index[default] not in search.measured else []
+            search.position(default) not in search.measured else []
         return (first + [s for s in search.propose(n) if s not in first])[:n]
 
     def absorb(self, proposal: Sequence, results: Sequence[MeasureResult]) -> None:
@@ -215,7 +215,7 @@ class TaskTuning:
         `tune_task`)."""
         task, search, default = self.task, self.search, self.default
         best_cycles, best_schedule = self.best()
-        default_cycles = search.measured.get(search.index[default])
+        default_cycles = search.measured.get(search.position(default))
         confirm = (CONFIRM if task.noisy else 0) if confirm is None else confirm
         done = 0
         if confirm and best_schedule is not None:
@@ -223,7 +223,7 @@ class TaskTuning:
                              self.previous, self.history)
             done = sum(len(c) for c in costs.values()) - len(costs)
             medians = {s: sorted(c)[(len(c) - 1) // 2] for s, c in costs.items()}
-            best_schedule = min(medians, key=lambda s: (medians[s], search.index[s]))
+            best_schedule = min(medians, key=lambda s: (medians[s], search.position(s)))
             best_cycles = medians[best_schedule]
             default_cycles = medians.get(default, default_cycles)
         return TuneResult(task, len(search.space), best_schedule, best_cycles, default,
@@ -275,10 +275,10 @@ def _confirm(task: TuneTask, runner, search, default, count: int, records, previ
     interleaved rounds; schedule -> all its ok costs (this run's and the records')."""
     ok = sorted((c, i) for i, c in search.measured.items() if c is not None)
     picks = [search.space[i] for _, i in ok[:count]]
-    if search.measured.get(search.index[default]) is not None and default not in picks:
+    if search.measured.get(search.position(default)) is not None and default not in picks:
         picks.append(default)
     recorded = _all_costs(records, task, runner.backend)
-    costs = {s: [c for s2, c in recorded if s2 == s] or [search.measured[search.index[s]]]
+    costs = {s: [c for s2, c in recorded if s2 == s] or [search.measured[search.position(s)]]
              for s in picks}
     for _ in range(CONFIRM_ROUNDS):
         inputs = [MeasureInput(task, s) for s in picks]

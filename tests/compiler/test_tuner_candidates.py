@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from vdla.compiler import pipeline, targets
-from vdla.compiler.tuner.candidates import Candidates, KnobGrid
+from vdla.compiler.tuner.candidates import Candidates
+from vdla.compiler.tuner.space import KnobGrid
 from vdla.compiler.tuner.learned import learned_choice
 from vdla.compiler.tuner.search import PretrainedTuner
 
@@ -83,9 +84,9 @@ def test_the_pretrained_tuner_searches_past_its_sample(conv):
         seen |= set(batch)
         tuner.update(batch, [1000 + 10 * round_ + k for k in range(8)])
     # A schedule measured outside the candidates (the records, the default) joins them.
-    outside = next(s for s in space if s not in seen and tuner.index[s] not in tuner.found.row)
+    outside = next(s for s in space if s not in seen and tuner.position(s) not in tuner.found.row)
     tuner.update([outside], [500])
-    assert tuner.index[outside] in tuner.found.row
+    assert tuner.position(outside) in tuner.found.row
     assert tuner.predicted_cost(outside) > 0 and tuner.expected_best() > 0
     # Past the sample and its neighbourhoods, it goes on into the rest of the space.
     assert len(tuner.propose(len(space))) == len(space) - len(seen) - 1

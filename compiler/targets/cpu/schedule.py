@@ -42,8 +42,8 @@ from typing import Iterator
 from vdla.compiler.targets.cpu.isa import Isa
 
 __all__ = ["ConvSchedule", "DenseSchedule", "LANES", "ORDERS", "PARALLEL", "ScheduleError",
-           "choose_conv", "choose_dense", "conv_space", "cost_terms", "dense_space",
-           "estimate_conv"]
+           "SpaceBlock", "choose_conv", "choose_dense", "conv_blocks", "conv_space",
+           "cost_terms", "dense_blocks", "dense_space", "estimate_conv"]
 
 ORDERS = ("co", "px")
 LANES = ("px", "co")
@@ -371,7 +371,22 @@ def _choose_depthwise(conv, isa: Isa, threads: int) -> ConvSchedule:
 
 def conv_space(conv, isa: Isa) -> Iterator[ConvSchedule]:
     """Every schedule the tuner may try for `conv`, in a fixed order (the default
-    chooser's choice among them)."""
+    chooser's choice among them): `conv_blocks`' products in turn."""
+    for fixed, axes in conv_blocks(conv, isa):
+        names = [name for name, _ in axes]
+        for values in itertools.product(*(v for _, v in axes)):
+            yield ConvSchedule(**fixed, **dict(zip(names, values)))
+
+
+#: A block of a space: the fields it fixes, and each other field with its values, in
+#: order (the last varies fastest). `CpuTask.space` keeps the blocks of a layer's space,
+#: which reach a million schedules a model, rather than list them.
+SpaceBlock = tuple[dict, tuple[tuple[str, tuple], ...]]
+
+
+def conv_blocks(conv, isa: Isa) -> list[SpaceBlock]:
+    """`conv`'s schedule space as products, one a register tile (vector width, rows,
+    vectors, lanes) crossed with its cache tiles, loop orders, unrolls and splits."""
     budget = _MAX_TILE[isa.registers]
     h_options = _heights(conv)
     if conv.depthwise:     # the default's halvings of the rows too
@@ -379,13 +394,15 @@ def conv_space(conv, isa: Isa) -> Iterator[ConvSchedule]:
         while h > 1:
             h = _blocks(h, 2)
             h_options = sorted(set(h_options) | {h})
-    ci_options = sorted({c for c in (64, 128, 256, conv.cg_padded)
-                         if conv.ci_step <= c <= conv.cg_padded and c % conv.ci_step == 0})
+    ci_options = tuple(sorted({c for c in (64, 128, 256, conv.cg_padded)
+                               if conv.ci_step <= c <= conv.cg_padded and c % conv.ci_step == 0}))
+    h_options = tuple(h_options)
     grid = conv.ho * conv.grid_pitch
-    depthwise = conv.depthwise      # read once: the loops below run a million times
+    depthwise = conv.depthwise
     # A depthwise layer runs one loop order, no unroll, and no split by channel tiles.
     orders, unrolls = (("co",), (1,)) if depthwise else (ORDERS, UNROLLS[:2])
     parallels = tuple(p for p in PARALLEL if not (depthwise and p == "co"))
+    blocks = []
     for vl in isa.lanes:
         for mr, nv in itertools.product(range(1, budget + 1), range(1, 7)):
             if not _fits(mr, nv, isa) or mr > conv.og:
@@ -396,26 +413,30 @@ def conv_space(conv, isa: Isa) -> Iterator[ConvSchedule]:
                                 | {conv.og_padded(mr)})
             if depthwise:
                 co_options = [conv.og_padded(mr)]
-            for tile_co, tile_h, tile_ci, order, unroll, parallel in itertools.product(
-                    co_options, h_options, ci_options, orders, unrolls, parallels):
-                yield ConvSchedule(vl, mr, nv, tile_co, tile_h, tile_ci, order, unroll,
-                                   parallel)
+            blocks.append(({"vl": vl, "mr": mr, "nv": nv, "lanes": "px"},
+                           (("tile_co", tuple(co_options)), ("tile_h", h_options),
+                            ("tile_ci", ci_options), ("order", orders), ("unroll", unrolls),
+                            ("parallel", parallels))))
     if conv.pointwise:
-        yield from _channel_lanes_space(conv, isa, h_options, ci_options)
+        blocks += _channel_lanes_blocks(conv, isa, h_options, ci_options)
+    return blocks
 
 
-def _channel_lanes_space(conv, isa: Isa, h_options, ci_options) -> Iterator[ConvSchedule]:
+def _channel_lanes_blocks(conv, isa: Isa, h_options, ci_options) -> list[SpaceBlock]:
     """A pointwise layer's schedules with vectors along output channels."""
+    blocks = []
     for vl in isa.lanes:
         for mr, nv in ((8, 1), (8, 2), (8, 3), (16, 1)):
             if not _fits(mr, nv, isa) or (nv - 1) * vl >= conv.og:
                 continue
             width = nv * vl
-            co_options = sorted({min(width * k, conv.og_padded(width)) for k in (1, 2, 4)})
-            for tile_co, tile_h, tile_ci, order, unroll, parallel in itertools.product(
-                    co_options, h_options, ci_options, ORDERS, UNROLLS[:2], PARALLEL):
-                yield ConvSchedule(vl, mr, nv, tile_co, tile_h, tile_ci, order, unroll,
-                                   parallel, lanes="co")
+            co_options = tuple(sorted({min(width * k, conv.og_padded(width))
+                                       for k in (1, 2, 4)}))
+            blocks.append(({"vl": vl, "mr": mr, "nv": nv, "lanes": "co"},
+                           (("tile_co", co_options), ("tile_h", h_options),
+                            ("tile_ci", ci_options), ("order", ORDERS),
+                            ("unroll", UNROLLS[:2]), ("parallel", PARALLEL))))
+    return blocks
 
 
 @dataclasses.dataclass(frozen=True)
@@ -457,9 +478,14 @@ def choose_dense(dense, isa: Isa) -> DenseSchedule:
 
 
 def dense_space(dense, isa: Isa) -> Iterator[DenseSchedule]:
-    for vl in isa.lanes:
-        for ov in range(1, 9):
-            if ov > 1 and (ov - 1) * vl >= dense.o:
-                continue
-            for unroll, parallel in itertools.product(UNROLLS, ("all", "none")):
-                yield DenseSchedule(vl, ov, unroll, parallel)
+    for fixed, axes in dense_blocks(dense, isa):
+        for unroll, parallel in itertools.product(*(v for _, v in axes)):
+            yield DenseSchedule(**fixed, unroll=unroll, parallel=parallel)
+
+
+def dense_blocks(dense, isa: Isa) -> list[SpaceBlock]:
+    """`dense_space` as products (`conv_blocks`): a register tile crossed with the
+    reduction's unrolls and the split."""
+    return [({"vl": vl, "ov": ov}, (("unroll", UNROLLS), ("parallel", ("all", "none"))))
+            for vl in isa.lanes for ov in range(1, 9)
+            if not (ov > 1 and (ov - 1) * vl >= dense.o)]

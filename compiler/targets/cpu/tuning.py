@@ -43,9 +43,10 @@ from vdla.compiler.targets.cpu.library import (aligned_empty, build_kernels, cal
 from vdla.compiler.targets.cpu.lower import node_kernel
 from vdla.compiler.targets.cpu.schedule import (LANES, ORDERS, PARALLEL, ConvSchedule,
                                                 DenseSchedule, choose_conv, choose_dense,
-                                                conv_space, dense_space, estimate_conv)
+                                                conv_blocks, dense_blocks, estimate_conv)
 from vdla.compiler.targets.cpu.shapes import ConvShape, DenseShape, input_nonnegative
 from vdla.compiler.tuner.cost_model import shipped
+from vdla.compiler.tuner.space import Block, ProductSpace
 from vdla.compiler.tuner.task import OneNodeTask, TaskData, merge_tasks, one_node_graph
 
 __all__ = ["CpuTask", "MIN_RUNS", "MIN_SECONDS", "PRETRAINED", "cpu_tasks"]
@@ -61,6 +62,10 @@ MAX_RUNS = 400
 PRETRAINED = Path(__file__).resolve().parent / "models"
 
 _TUNABLE = ("conv2d", "qconv2d", "dense", "qdense")
+
+#: How the string knobs rank on the knob grid: as `CpuTask.knobs` numbers them.
+CONV_RANKS = {"order": ORDERS.index, "parallel": PARALLEL.index, "lanes": LANES.index}
+DENSE_RANKS = {"parallel": lambda value: value == "none"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,10 +119,16 @@ class CpuTask(OneNodeTask):
 
     # --- the space --------------------------------------------------------------------------
 
-    def space(self) -> list:
+    def space(self) -> ProductSpace:
+        """The layer's schedules as products (`conv_blocks`), never listed: a MobileNet-v1
+        pointwise layer has 218,880 of them, the model 1.4 million."""
         if self.conv:
-            return list(conv_space(self.shape, self._isa))
-        return list(dense_space(self.shape, self._isa))
+            return ProductSpace(ConvSchedule, [Block(f, a) for f, a in
+                                               conv_blocks(self.shape, self._isa)],
+                                ranks=CONV_RANKS)
+        return ProductSpace(DenseSchedule, [Block(f, a) for f, a in
+                                            dense_blocks(self.shape, self._isa)],
+                            ranks=DENSE_RANKS)
 
     def default_schedule(self):
         if self.conv:
