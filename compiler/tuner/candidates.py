@@ -27,7 +27,7 @@ import numpy as np
 from vdla._memo import remembered_object
 from vdla.compiler.tuner.space import KnobGrid, ProductSpace
 
-__all__ = ["Candidates", "POOL", "remembered_space", "space_features",
+__all__ = ["Candidates", "POOL", "remembered", "remembered_space", "space_features",
            "space_predictions"]
 
 #: A space larger than this is ranked on a sample of this many schedules and the
@@ -112,14 +112,21 @@ def _key(task, space: Sequence) -> dict:
 def _remembered(task, space: Sequence, what: dict, compute, shape):
     """`compute()` remembered on disk as `space_features` are (keyed on the task, its
     feature set, the space's size and `what`); an array of `shape`, or any value when
-    `shape` is None."""
+    `shape` is None. A task without sources or a feature set computes it."""
     sources = task.sources()
-    if not sources:
+    if not sources or task.feature_set is None:
         return compute()
     key = {**_key(task, space), **what}
     return remembered_object("features", "candidates", key, compute, sources=sources,
                              check=lambda value: value is not None and (
                                  shape is None or getattr(value, "shape", None) == shape))
+
+
+def remembered(task, space: Sequence, what: dict, compute):
+    """`compute()` for `task`'s `space`, remembered on disk with its features (keyed on
+    the task, its feature set, its sources and `what`): what a tuner derives from a whole
+    space once and reads back in every later run (the from-scratch tuner's features)."""
+    return _remembered(task, space, what, compute, None)
 
 
 class Candidates:

@@ -41,7 +41,7 @@ from typing import Sequence
 
 import numpy as np
 
-from vdla.compiler.tuner.candidates import POOL, Candidates
+from vdla.compiler.tuner.candidates import POOL, Candidates, remembered
 from vdla.compiler.tuner.space import as_space, knob_grid
 from vdla.compiler.tuner.task import TuneTask
 
@@ -172,14 +172,20 @@ class ModelTuner(Tuner):
         if use_estimate and task.estimate(self.space[0]) is None:
             self.use_estimate = False       # the target has no model
         self.estimates = self.features = None
-        if self.whole:
-            estimates = [task.estimate(s) for s in self.space] if self.use_estimate else []
-            self.estimates = (np.array([e.cycles for e in estimates], dtype=np.float64)
-                              if estimates else None)
-            self.features = np.array([task.features(s, e) for s, e in
-                                      zip(self.space, estimates or [None] * len(self.space))],
-                                     dtype=np.float64)
+        if self.whole:      # the timing model on every schedule: computed once, kept
+            self.estimates, self.features = remembered(
+                task, self.space, {"scratch": "features", "estimate": self.use_estimate},
+                self._whole_rows)
         self.model = None
+
+    def _whole_rows(self) -> tuple[np.ndarray | None, np.ndarray]:
+        """(the estimates or None, the features) of every schedule of the space."""
+        task, space = self.task, self.space
+        estimates = [task.estimate(s) for s in space] if self.use_estimate else []
+        return ((np.array([e.cycles for e in estimates], dtype=np.float64)
+                 if estimates else None),
+                np.array([task.features(s, e) for s, e in
+                          zip(space, estimates or [None] * len(space))], dtype=np.float64))
 
     def features_of(self, indices) -> np.ndarray:
         """The feature rows of the schedules at `indices`."""

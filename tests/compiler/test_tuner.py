@@ -9,6 +9,7 @@ import multiprocessing
 import pickle
 import sqlite3
 
+import numpy as np
 import pytest
 
 import vdla
@@ -119,7 +120,6 @@ def test_tasks_of_a_model_are_its_distinct_convolutions():
 
 
 def _normal(shape):
-    import numpy as np
     return np.random.default_rng(0).standard_normal(shape).astype("float32")
 
 
@@ -402,6 +402,24 @@ def test_the_model_tuner_learns_without_the_timing_model(measured_space):
     # Its later rounds (after the first, random, batch) beat its first round.
     cycles = [r.cycles for _, r in result.history]
     assert min(cycles[8:]) < min(cycles[:8])
+
+
+def test_the_model_tuner_keeps_a_spaces_features(monkeypatch, tmp_path):
+    """The from-scratch tuner runs the timing model on every schedule once; a later
+    tuner of the same task reads the rows back (the on-disk cache), equal."""
+    monkeypatch.setenv("VDLA_CACHE", str(tmp_path))
+    task = task_from_workload("14,14,16,32,3,1,1")
+    first = ModelTuner(task, task.space())
+
+    def refuse(self, *args):
+        raise AssertionError("computed again")
+
+    monkeypatch.setattr(type(task), "features", refuse)
+    again = ModelTuner(task, task.space())
+    assert np.array_equal(again.features, first.features)
+    assert np.array_equal(again.estimates, first.estimates)
+    with pytest.raises(AssertionError, match="computed again"):    # another key: computed
+        ModelTuner(task, task.space(), use_estimate=False)
 
 
 def test_bad_arguments_are_refused():
