@@ -29,7 +29,7 @@ from vdla.sim.protocol import fetch_program
 from vdla.sim.verilator import VerilatorSimulator
 
 __all__ = ["Device", "FunctionalDevice", "VerilatorDevice", "open", "BACKENDS", "STAT_KEYS",
-           "dram_alignment", "program_mismatch"]
+           "dram_alignment", "in_stat_order", "program_mismatch"]
 
 #: The keys of every backend's `Device.run` statistics: the program's counters, fixed by
 #: its instructions (`vdla.sim.counters.WORK_COUNTERS`: instructions, DMA bytes, GEMM and
@@ -241,7 +241,7 @@ def _alu_uses(program: Program, config: HardwareConfig) -> str:
     return "; ".join(_at(op.name, indices) for op, indices in sorted(at.items()))
 
 
-def _in_stat_order(stats: dict) -> dict:
+def in_stat_order(stats: dict) -> dict:
     """`stats` with every `STAT_KEYS` key (None where it has none), in that order."""
     return {key: stats.get(key) for key in STAT_KEYS} | stats
 
@@ -264,7 +264,7 @@ class FunctionalDevice(Device):
         start = time.perf_counter()
         counted = self.simulator.run_from_dram(insn_addr, insn_count, max_cycles=max_cycles)
         wall = time.perf_counter() - start
-        return _in_stat_order({**dict.fromkeys(WORK_COUNTERS, 0), **counted,
+        return in_stat_order({**dict.fromkeys(WORK_COUNTERS, 0), **counted,
                                "wall_seconds": wall})
 
 
@@ -326,7 +326,7 @@ class VerilatorDevice(Device):
         # whole bus words) the hardware's value stays.
         work = work_counters(fetch_program(self.dram, insn_addr, insn_count, self.config),
                              self.config)
-        return _in_stat_order({**work, **stats})
+        return in_stat_order({**work, **stats})
 
     def close(self):
         simulator, self.simulator = getattr(self, "simulator", None), None

@@ -152,16 +152,18 @@ class ProgramValidator:
     # --- the walk -----------------------------------------------------------------------
 
     def validate(self, insns: Sequence[Insn], dram: np.ndarray, *, insn_addr: int | None = None,
-                 max_cycles: int | None = None) -> Plan:
+                 max_cycles: int | None = None, dram_base: int = 0) -> Plan:
         """Check `insns` (to run over `dram`, fetched from byte `insn_addr` when known)
         and return its `Plan`; raise `ProgramError` (`BudgetError` for work past
-        `max_cycles`, or past `DEFAULT_MAX_CYCLES` when None) or `DeadlockError`."""
+        `max_cycles`, or past `DEFAULT_MAX_CYCLES` when None) or `DeadlockError`.
+        `dram_base` is the bus address of `dram`'s first byte: a board's DMA region sits
+        at its physical address, and the program addresses it there (0 in a simulator)."""
         if max_cycles is not None and (isinstance(max_cycles, bool) or not isinstance(
                 max_cycles, (int, np.integer)) or max_cycles < 1):
             raise ValueError(f"max_cycles must be a positive integer, not {max_cycles!r}")
         insns = list(insns)
         routes = route_program(insns)
-        self._dram = dram
+        self._dram, self._base = dram, int(dram_base)
         try:
             return self._walk(insns, routes, insn_addr, max_cycles)
         finally:   # per-run state: nothing of a run (its DRAM) outlives it
@@ -306,13 +308,17 @@ class ProgramValidator:
     def _dram_span(self, insn, what: str) -> tuple[int, int]:
         """The DRAM byte range [begin, end) of a 2-D LOAD or STORE, range-checked."""
         elem = self._elem_bytes[insn.memory_type]
-        count = len(self._dram) // elem
+        count = (self._base + len(self._dram)) // elem
         last = insn.dram_base + (insn.y_size - 1) * insn.x_stride + insn.x_size - 1
         if last >= count:
             raise _Invalid(
                 f"{what} DRAM elements {insn.dram_base}..{last} of {elem} bytes (byte "
                 f"{insn.dram_base * elem:#x}..{(last + 1) * elem - 1:#x}) past the end of "
-                f"DRAM ({len(self._dram):#x} bytes)")
+                f"DRAM ({self._base + len(self._dram):#x} bytes)")
+        if insn.dram_base * elem < self._base:
+            raise _Invalid(
+                f"{what} DRAM byte {insn.dram_base * elem:#x}, below the DRAM the device "
+                f"holds ({self._base:#x}..{self._base + len(self._dram) - 1:#x})")
         return insn.dram_base * elem, (last + 1) * elem
 
     def _load(self, insn: Load):
@@ -332,7 +338,8 @@ class ProgramValidator:
         if mem == MemoryType.UOP and insn.y_size:
             elem = self._elem_bytes[mem]
             view = self._dram[:len(self._dram) // elem * elem].reshape(-1, elem)
-            rows_at = insn.dram_base + insn.x_stride * np.arange(insn.y_size, dtype=np.int64)
+            rows_at = insn.dram_base - self._base // elem + insn.x_stride * np.arange(
+                insn.y_size, dtype=np.int64)
             raw = view[(rows_at[:, None] + np.arange(insn.x_size, dtype=np.int64)).reshape(-1)]
             for field, values in zip(self._shadow, decode_uops(raw, self.config)):
                 field[insn.sram_base:end] = values

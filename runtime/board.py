@@ -1,0 +1,386 @@
+"""The accelerator on a Zynq board, behind the device API.
+
+    dev = BoardDevice.open_board("pynq-z1", config)      # on the board's Linux
+    a = dev.alloc(nbytes); dev.write(a, x); stats = dev.run(insn_addr, insn_count)
+
+Two layers sit under the device, and a test swaps them as a pair
+(``tests/board_shim.py`` drives the Verilator model of the same Verilog through
+them, register access for register access):
+
+- `Mmio`: the control registers (`vdla.isa.registers`), 32-bit reads and writes at
+  byte offsets of the 4 KiB window at the board's `register_base`: `pynq.MMIO`
+  (`PynqMmio`) or a mapping of ``/dev/mem`` (`DevMemMmio`) where pynq is absent.
+- `DmaMemory`: one physically contiguous region the accelerator's AXI master reads and
+  writes, mapped into this process: `pynq.allocate` (`PynqMemory`) or a u-dma-buf
+  device (`UdmabufMemory`). The addresses the device hands out (`alloc`) are bus
+  addresses, the region's physical address plus an offset, because the accelerator has
+  no base register: its instructions carry the addresses it puts on the bus.
+
+The protocol of a run (docs/isa.md, "Memory map"), the same on every board:
+
+1. once, at open: read ID (must be `ACCEL_ID`) and VERSION (must be `REGMAP_VERSION`);
+2. flush the CPU's caches over what the host wrote since the last run;
+3. write INSN_ADDR, then INSN_COUNT, then CTRL = `CTRL_START`;
+4. read CTRL until `STATUS_DONE` is set, sleeping between reads, for at most
+   `timeout` seconds; a run still going then reads STATE and every counter and raises
+   `BoardTimeout`, naming the units that are busy and what each waits on;
+5. read every counter (`COUNTERS`: low word, then high word), which froze at done;
+6. invalidate the CPU's caches over the region before the host reads results.
+
+Every register access goes through `Mmio.read` and `Mmio.write`, so a log of them is
+the protocol as the hardware saw it (`RegisterLog`).
+"""
+
+from __future__ import annotations
+
+import abc
+import mmap
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+from vdla.boards import BOARDS
+from vdla.config import HardwareConfig
+from vdla.isa.registers import (ACCEL_ID, COUNTERS, CTRL_START, REGISTERS, REGMAP_VERSION,
+                                STATE_BITS, STATUS_DONE)
+from vdla.runtime.allocator import DramAllocator
+from vdla.runtime.device import Device, dram_alignment, in_stat_order
+from vdla.sim.counters import work_counters
+from vdla.sim.protocol import fetch_program
+from vdla.sim.validate import ProgramValidator
+
+__all__ = ["BoardDevice", "BoardError", "BoardTimeout", "DevMemMmio", "DmaMemory", "Mmio",
+           "PynqMemory", "PynqMmio", "RegisterLog", "UdmabufMemory", "decode_state"]
+
+#: Bytes of the control window (`vdla.isa.registers.CONTROL_ADDR_WIDTH`).
+WINDOW = 4096
+#: Seconds between two reads of CTRL while a run goes on: short runs finish within a
+#: few reads, and the processor is not kept busy on long ones.
+POLL_SECONDS = 0.0002
+
+
+class BoardError(RuntimeError):
+    """The board is not the accelerator this device expects (ID, register map)."""
+
+
+class BoardTimeout(RuntimeError):
+    """A run did not finish within the timeout. `state` is the STATE register,
+    `counters` every counter as read then."""
+
+    def __init__(self, message: str, state: int, counters: dict[str, int]):
+        super().__init__(message)
+        self.state, self.counters = state, counters
+
+
+class Mmio(abc.ABC):
+    """The control window: 32-bit registers at byte offsets."""
+
+    @abc.abstractmethod
+    def read(self, offset: int) -> int:
+        """The 32-bit register at `offset`."""
+
+    @abc.abstractmethod
+    def write(self, offset: int, value: int) -> None:
+        """Write `value` (32 bits) to the register at `offset`."""
+
+    def close(self) -> None:
+        pass
+
+
+class DmaMemory(abc.ABC):
+    """A physically contiguous region the accelerator masters.
+
+    physical_address : the bus address of its first byte
+    array : the region as this process sees it, a uint8 numpy array
+    """
+
+    physical_address: int
+    array: np.ndarray
+
+    @abc.abstractmethod
+    def flush(self, offset: int, nbytes: int) -> None:
+        """Write the CPU's caches over [offset, offset + nbytes) back to DRAM, before the
+        accelerator reads it."""
+
+    @abc.abstractmethod
+    def invalidate(self, offset: int, nbytes: int) -> None:
+        """Drop the CPU's cached copies of [offset, offset + nbytes), before the host
+        reads what the accelerator wrote."""
+
+    def close(self) -> None:
+        pass
+
+
+class RegisterLog(Mmio):
+    """An `Mmio` that passes every access on to `inner` and records it in `accesses`
+    as ``("r" | "w", register name, value)``: the protocol as the hardware saw it."""
+
+    def __init__(self, inner: Mmio):
+        self.inner, self.accesses = inner, []
+
+    def read(self, offset: int) -> int:
+        value = self.inner.read(offset)
+        self.accesses.append(("r", register_name(offset), value))
+        return value
+
+    def write(self, offset: int, value: int) -> None:
+        self.inner.write(offset, value)
+        self.accesses.append(("w", register_name(offset), value))
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def register_name(offset: int) -> str:
+    """The name of the register at `offset` (a counter's ``_LO`` or ``_HI`` half)."""
+    for name, (at, *_) in REGISTERS.items():
+        if at == offset:
+            return name
+    for name, (at, _) in COUNTERS.items():
+        if offset in (at, at + 4):
+            return f"{name.upper()}_{'LO' if offset == at else 'HI'}"
+    return f"{offset:#x}"
+
+
+def decode_state(state: int) -> str:
+    """The STATE register in words: every bit set, with what it means."""
+    found = [f"{name} ({text})" for name, (bit, text) in STATE_BITS.items()
+             if state >> bit & 1]
+    return "; ".join(found) if found else "nothing busy, nothing waiting"
+
+
+class BoardDevice(Device):
+    """The accelerator of `config` behind `mmio`, over the DMA region `memory`.
+
+    config : the `HardwareConfig` the bitstream was built from
+    mmio, memory : the control window and the DMA region (`Mmio`, `DmaMemory`)
+    timeout : seconds a run may take before `BoardTimeout`
+    poll : seconds between reads of CTRL while a run goes on
+    BoardError when the window does not answer as a vdla accelerator of this register
+    map's version, naming what it read.
+    """
+
+    backend = "board"
+
+    def __init__(self, config: HardwareConfig, *, mmio: Mmio, memory: DmaMemory,
+                 timeout: float = 10.0, poll: float = POLL_SECONDS):
+        if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or timeout <= 0:
+            raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
+        super().__init__(config, len(memory.array))
+        self.mmio, self.memory = mmio, memory
+        self.timeout, self.poll = float(timeout), float(poll)
+        base = int(memory.physical_address)
+        align = dram_alignment(config)
+        if base % align:
+            raise ValueError(f"the DMA region's physical address {base:#x} is not a "
+                             f"multiple of {align} bytes, the config's DRAM alignment")
+        # Bus addresses: the region's own. Its first aligned block stays unused, as a
+        # simulator leaves address 0, so that a compiled model lands at the same offsets
+        # from a page, and bursts alike, on a board as in simulation.
+        self.base = base
+        self.allocator = DramAllocator(base + len(memory.array), alignment=align,
+                                       base=base + align)
+        self.validator = ProgramValidator(config)
+        self._check_identity()
+
+    # --- opening ----------------------------------------------------------------------------
+
+    @classmethod
+    def open_board(cls, board: str, config: HardwareConfig | None = None, *,
+                   dram_size: int = 64 << 20, **options) -> "BoardDevice":
+        """The accelerator on this machine's `board` (`vdla.boards.BOARDS`): its
+        registers at the board's `register_base` through pynq where it is installed,
+        else ``/dev/mem``; `dram_size` bytes of DMA memory from `pynq.allocate`, else
+        the first u-dma-buf device. Runs on the board's Linux, as root."""
+        if board not in BOARDS:
+            raise ValueError(f"unknown board {board!r}: one of {', '.join(sorted(BOARDS))}")
+        spec = BOARDS[board]
+        config = spec.config if config is None else config
+        try:
+            import pynq  # noqa: F401  heavy, and on the board image only
+        except ImportError:
+            mmio, memory = DevMemMmio(spec.register_base), UdmabufMemory()
+        else:
+            mmio, memory = PynqMmio(spec.register_base), PynqMemory(dram_size)
+        return cls(config, mmio=mmio, memory=memory, **options)
+
+    def _check_identity(self) -> None:
+        ident = self.mmio.read(REGISTERS["ID"][0])
+        if ident != ACCEL_ID:
+            raise BoardError(f"the control window reads ID {ident:#010x}, not a vdla "
+                             f"accelerator's {ACCEL_ID:#010x}: is the bitstream loaded, and "
+                             "the register base the board's?")
+        version = self.mmio.read(REGISTERS["VERSION"][0])
+        if version != REGMAP_VERSION:
+            raise BoardError(f"the accelerator's register map is version {version}; this "
+                             f"runtime speaks version {REGMAP_VERSION}: build the bitstream "
+                             "and the runtime from one vdla")
+
+    # --- memory -----------------------------------------------------------------------------
+
+    def _write(self, addr: int, raw: np.ndarray):
+        at = addr - self.base
+        self.memory.array[at:at + len(raw)] = raw
+        self.memory.flush(at, len(raw))
+
+    def _read(self, addr: int, nbytes: int) -> np.ndarray:
+        at = addr - self.base
+        self.memory.invalidate(at, nbytes)
+        return self.memory.array[at:at + nbytes].copy()
+
+    # --- running ----------------------------------------------------------------------------
+
+    def run(self, insn_addr: int, insn_count: int, *, validate: bool = True,
+            timeout: float | None = None) -> dict:
+        """As `Device.run`: the program is checked as on every backend (`validate`
+        False leaves a bad one to the timeout), started, and waited for; the stats are
+        the hardware's counters, the program's own counts and ``wall_seconds``.
+        `BoardTimeout` after `timeout` seconds (the device's by default)."""
+        insns = fetch_program(self.memory.array, int(insn_addr) - self.base, int(insn_count),
+                              self.config)
+        if validate:
+            self.validator.validate(insns, self.memory.array, insn_addr=int(insn_addr),
+                                    dram_base=self.base)
+        regs = self.mmio
+        start = time.perf_counter()
+        regs.write(REGISTERS["INSN_ADDR"][0], int(insn_addr))
+        regs.write(REGISTERS["INSN_COUNT"][0], int(insn_count))
+        regs.write(REGISTERS["CTRL"][0], CTRL_START)
+        limit = start + (self.timeout if timeout is None else float(timeout))
+        while not regs.read(REGISTERS["CTRL"][0]) & STATUS_DONE:
+            if time.perf_counter() > limit:
+                self._timed_out(time.perf_counter() - start)
+            time.sleep(self.poll)
+        wall = time.perf_counter() - start
+        counters = self._counters()
+        self.memory.invalidate(0, len(self.memory.array))
+        return in_stat_order({**work_counters(insns, self.config), **counters,
+                              "wall_seconds": wall})
+
+    def _counters(self) -> dict[str, int]:
+        out = {}
+        for name, (offset, _) in COUNTERS.items():
+            low = self.mmio.read(offset)
+            out[name] = low | self.mmio.read(offset + 4) << 32
+        return out
+
+    def _timed_out(self, seconds: float):
+        state = self.mmio.read(REGISTERS["STATE"][0])
+        counters = self._counters()
+        raise BoardTimeout(
+            f"the accelerator did not finish in {seconds:.1f} s ({counters['cycles']:,} "
+            f"cycles counted): STATE {state:#010x}: {decode_state(state)}; instructions "
+            f"fetched {counters['fetched_insns']}, retired by load "
+            f"{counters['load_insns']}, compute {counters['compute_insns']}, store "
+            f"{counters['store_insns']}. Reset the accelerator (reload the bitstream) "
+            "before the next run.", state, counters)
+
+    def close(self):
+        mmio, memory, self.mmio, self.memory = self.mmio, self.memory, None, None
+        if mmio is not None:
+            mmio.close()
+        if memory is not None:
+            memory.close()
+
+
+# --- the board's own layers --------------------------------------------------------------------
+
+class PynqMmio(Mmio):
+    """The control window through `pynq.MMIO`."""
+
+    def __init__(self, base: int, length: int = WINDOW):
+        from pynq import MMIO  # heavy (it loads the overlay's drivers), board image only
+        self._mmio = MMIO(base, length)
+
+    def read(self, offset: int) -> int:
+        return int(self._mmio.read(offset))
+
+    def write(self, offset: int, value: int) -> None:
+        self._mmio.write(offset, int(value) & 0xFFFFFFFF)
+
+
+class DevMemMmio(Mmio):
+    """The control window mapped from ``/dev/mem`` (uncached: O_SYNC), for a Linux
+    without pynq. Needs root."""
+
+    def __init__(self, base: int, length: int = WINDOW, path: str = "/dev/mem"):
+        page = mmap.PAGESIZE
+        if base % page:
+            raise ValueError(f"register base {base:#x} is not page-aligned ({page} bytes)")
+        fd = os.open(path, os.O_RDWR | os.O_SYNC)
+        try:
+            self._map = mmap.mmap(fd, length, mmap.MAP_SHARED,
+                                  mmap.PROT_READ | mmap.PROT_WRITE, offset=base)
+        finally:
+            os.close(fd)
+        self._words = np.frombuffer(self._map, dtype="<u4")
+
+    def read(self, offset: int) -> int:
+        return int(self._words[offset // 4])
+
+    def write(self, offset: int, value: int) -> None:
+        self._words[offset // 4] = int(value) & 0xFFFFFFFF
+
+    def close(self) -> None:
+        self._words = None
+        self._map.close()
+
+
+class PynqMemory(DmaMemory):
+    """`nbytes` of contiguous memory from `pynq.allocate` (its CMA pool)."""
+
+    def __init__(self, nbytes: int):
+        from pynq import allocate  # heavy (it loads the overlay's drivers), board image only
+        self._buffer = allocate(shape=(nbytes,), dtype=np.uint8)
+        self.physical_address = int(self._buffer.device_address)
+        self.array = self._buffer
+
+    def flush(self, offset: int, nbytes: int) -> None:
+        if not self._buffer.coherent:
+            self._buffer.flush()
+
+    def invalidate(self, offset: int, nbytes: int) -> None:
+        if not self._buffer.coherent:
+            self._buffer.invalidate()
+
+    def close(self) -> None:
+        self._buffer.freebuffer()
+
+
+class UdmabufMemory(DmaMemory):
+    """The u-dma-buf device `name` (a kernel module that reserves contiguous memory and
+    exports its physical address and cache syncs in sysfs), mapped with caching so the
+    host reads fast, synced around each run."""
+
+    def __init__(self, name: str = "udmabuf0"):
+        sysfs = next((p for p in (Path("/sys/class/u-dma-buf") / name,
+                                  Path("/sys/class/udmabuf") / name) if p.is_dir()), None)
+        if sysfs is None:
+            raise FileNotFoundError(f"no u-dma-buf device {name!r} (load the u-dma-buf "
+                                    "module, or install pynq)")
+        self._sysfs = sysfs
+        self.physical_address = int((sysfs / "phys_addr").read_text(), 0)
+        size = int((sysfs / "size").read_text(), 0)
+        fd = os.open(f"/dev/{name}", os.O_RDWR)
+        try:
+            self._map = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        finally:
+            os.close(fd)
+        self.array = np.frombuffer(self._map, dtype=np.uint8)
+
+    def _sync(self, what: str, offset: int, nbytes: int) -> None:
+        (self._sysfs / "sync_offset").write_text(str(offset))
+        (self._sysfs / "sync_size").write_text(str(nbytes))
+        (self._sysfs / what).write_text("1")
+
+    def flush(self, offset: int, nbytes: int) -> None:
+        self._sync("sync_for_device", offset, nbytes)
+
+    def invalidate(self, offset: int, nbytes: int) -> None:
+        self._sync("sync_for_cpu", offset, nbytes)
+
+    def close(self) -> None:
+        self.array = None
+        self._map.close()

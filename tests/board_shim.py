@@ -1,0 +1,52 @@
+"""The board's two lower layers (`vdla.runtime.board.Mmio`, `DmaMemory`) over the
+Verilator model of the same Verilog: a test fixture, so that the board runtime's own
+code, the code that runs on the board, makes every register access it would make there,
+in the same order, on the RTL's AXI4-Lite port, and the accelerator masters the model's
+DRAM as it would the board's.
+
+    sim = VerilatorSimulator(config, dram_size)
+    board = BoardDevice(config, mmio=RegisterLog(VerilatorMmio(sim.model)),
+                        memory=VerilatorMemory(sim.model, base=1 << 20))
+"""
+
+from __future__ import annotations
+
+from vdla.isa.registers import REGISTERS
+from vdla.runtime.board import DmaMemory, Mmio
+
+CTRL = REGISTERS["CTRL"][0]
+
+
+class VerilatorMmio(Mmio):
+    """The model's control window. Time passes on a board between two reads of CTRL
+    while the host polls; here each such read first runs the model `cycles` cycles
+    (in the model's own loop, not cycle by cycle from Python). The counters freeze at
+    done, so how far past it the model ran does not change what the host reads."""
+
+    def __init__(self, model, cycles: int = 4096):
+        self.model, self.cycles = model, cycles
+
+    def read(self, offset: int) -> int:
+        if offset == CTRL:
+            self.model.step(self.cycles)
+        return self.model.ctrl_read(offset)
+
+    def write(self, offset: int, value: int) -> None:
+        self.model.ctrl_write(offset, value)
+
+
+class VerilatorMemory(DmaMemory):
+    """The model's DRAM from bus address `base` on, as a board's DMA region at that
+    physical address: the accelerator reads and writes it where the host does. The
+    cache operations are recorded in `syncs` (nothing is cached here)."""
+
+    def __init__(self, model, base: int = 0):
+        self.physical_address = base
+        self.array = model.dram[base:]
+        self.syncs: list[tuple[str, int, int]] = []
+
+    def flush(self, offset: int, nbytes: int) -> None:
+        self.syncs.append(("flush", offset, nbytes))
+
+    def invalidate(self, offset: int, nbytes: int) -> None:
+        self.syncs.append(("invalidate", offset, nbytes))

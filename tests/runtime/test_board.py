@@ -1,0 +1,163 @@
+"""The board runtime (`vdla.runtime.board.BoardDevice`) on the Verilator model of the same
+Verilog: its register protocol made on the RTL's AXI4-Lite port (`board_shim`), its
+results and counters against the Verilator backend's, its errors."""
+
+import numpy as np
+import pytest
+
+import vdla
+from board_shim import VerilatorMemory, VerilatorMmio
+from vdla.compiler import pipeline
+from vdla.compiler.targets.vdla import VdlaTarget
+from vdla.isa import Finish, Gemm, Load, MemoryType, Program
+from vdla.isa.registers import COUNTERS, CTRL_START, REGISTERS, STATUS_DONE
+from vdla.runtime import STAT_KEYS
+from vdla.runtime.board import (BoardDevice, BoardError, BoardTimeout, RegisterLog,
+                                decode_state)
+from vdla.runtime.kernels import blocked_gemm, blocked_gemm_reference
+from vdla.sim import DeadlockError, ProgramError
+from vdla.sim.verilator import VerilatorSimulator
+
+CFG = vdla.HardwareConfig()
+DRAM = 64 << 20
+#: The DMA region's physical address in the shim: not 0, so that the runtime's bus
+#: addresses (region + offset) are tested as a board's are.
+BASE = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def sim():
+    simulator = VerilatorSimulator(CFG, DRAM, log=lambda message: None)
+    yield simulator
+    simulator.close()
+
+
+def board(sim, **options) -> BoardDevice:
+    return BoardDevice(CFG, mmio=RegisterLog(VerilatorMmio(sim.model)),
+                       memory=VerilatorMemory(sim.model, base=BASE), **options)
+
+
+def runs(accesses) -> list[list]:
+    """The register accesses of each run: from the INSN_ADDR write on."""
+    found = []
+    for access in accesses:
+        if access[:2] == ("w", "INSN_ADDR"):
+            found.append([])
+        if found:
+            found[-1].append(access)
+    return found
+
+
+def check_protocol(run) -> None:
+    """One run's accesses as docs/boards.md gives them: INSN_ADDR, INSN_COUNT, CTRL =
+    START; CTRL read until DONE; every counter's low and high word in the map's order."""
+    assert [x[:2] for x in run[:3]] == [("w", "INSN_ADDR"), ("w", "INSN_COUNT"),
+                                        ("w", "CTRL")]
+    assert run[0][2] > BASE and run[2][2] == CTRL_START
+    polls = [x for x in run[3:] if x[1] == "CTRL"]
+    assert all(x[0] == "r" for x in polls) and polls[-1][2] & STATUS_DONE
+    assert not any(p[2] & STATUS_DONE for p in polls[:-1])
+    reads = run[3 + len(polls):]
+    assert [x[:2] for x in reads] == [("r", f"{name.upper()}_{half}") for name in COUNTERS
+                                      for half in ("LO", "HI")]
+
+
+def test_the_protocol_of_a_run(sim):
+    """ID and VERSION once at open, then each run as `check_protocol` says."""
+    dev = board(sim)
+    log = dev.mmio.accesses
+    assert [a[:2] for a in log] == [("r", "ID"), ("r", "VERSION")]
+    a, b = (np.arange(256, dtype=np.int64).reshape(16, 16).astype(np.int8) for _ in range(2))
+    blocked_gemm(dev, a, b)
+    (run,) = runs(log)
+    check_protocol(run)
+
+
+def test_a_gemm_on_the_board_matches_the_verilator_backend(sim):
+    rng = np.random.default_rng(3)
+    a = rng.integers(-128, 128, size=(48, 64), dtype=np.int8)
+    b = rng.integers(-128, 128, size=(32, 64), dtype=np.int8)
+    dev = board(sim)
+    out, stats, _ = blocked_gemm(dev, a, b, shift=6)
+    assert np.array_equal(out, blocked_gemm_reference(a, b, 6))
+    assert tuple(stats)[:len(STAT_KEYS)] == STAT_KEYS
+    with vdla.runtime.open(CFG, backend="verilator", dram_size=DRAM) as ref:
+        want, want_stats, _ = blocked_gemm(ref, a, b, shift=6)
+    assert np.array_equal(out, want)
+    assert {k: v for k, v in stats.items() if k != "wall_seconds"} == \
+        {k: v for k, v in want_stats.items() if k != "wall_seconds"}
+    # The host flushed what it wrote and invalidated before reading the results back.
+    kinds = {kind for kind, _, _ in dev.memory.syncs}
+    assert kinds == {"flush", "invalidate"}
+
+
+@pytest.mark.parametrize("model", ["small_cnn", "resnet18", "mobilenet_v1"])
+def test_a_model_through_the_board_is_bit_exact_in_the_same_cycles(sim, model):
+    """The zoo's models through the board runtime on the shim: outputs bit-exact, cycles
+    those of ``vdla run --sim verilator``, every run by the protocol (about 15 s for
+    ResNet-18, both ways)."""
+    target = VdlaTarget(CFG, backend="verilator")
+    dev = board(sim)
+    on_board = pipeline.run_model(model, target, device=dev)
+    assert on_board.bit_exact, on_board.mismatch
+    reference = pipeline.run_model(model, target)
+    assert on_board.result.cycles == reference.result.cycles
+    done = runs(dev.mmio.accesses)
+    assert done
+    for run in done:
+        check_protocol(run)
+
+
+def test_a_hang_ends_in_the_timeout_with_the_state_decoded(sim):
+    """A compute instruction waits for a token no load pushes: unchecked (validate
+    False), the run never finishes, and the timeout names what each unit waits on."""
+    dev = board(sim, timeout=0.3)
+    at = dev.alloc(CFG.inp_elem_bytes) // CFG.inp_elem_bytes
+    insns = [Load(memory_type=MemoryType.INP, y_size=1, x_size=1, x_stride=1, dram_base=at),
+             Gemm(pop_prev=True), Finish()]
+    addr, count = dev.load_program(Program(insns, CFG))
+    with pytest.raises(BoardTimeout) as info:
+        dev.run(addr, count, validate=False)
+    message = str(info.value)
+    assert "did not finish in 0.3 s" in message and "wait_token_load_compute" in message
+    assert info.value.state and info.value.counters["cycles"] > 0
+    assert decode_state(info.value.state) in message
+    sim.model.reset()
+    # Validated, the same program is refused before it starts.
+    with pytest.raises(DeadlockError, match="token"):
+        dev.run(addr, count)
+    # Below the region: refused by the same checks, naming the region.
+    low = [Load(memory_type=MemoryType.INP, y_size=1, x_size=1, x_stride=1), Finish()]
+    with pytest.raises(ProgramError, match="below the DRAM the device holds"):
+        dev.run(*dev.load_program(Program(low, CFG)))
+
+
+def test_a_window_that_is_not_the_accelerator_is_refused(sim):
+    class Elsewhere(VerilatorMmio):       # a window of some other peripheral
+        def read(self, offset):
+            return 0xDEADBEEF if offset == REGISTERS["ID"][0] else super().read(offset)
+
+    with pytest.raises(BoardError, match="reads ID 0xdeadbeef, not a vdla"):
+        BoardDevice(CFG, mmio=Elsewhere(sim.model), memory=VerilatorMemory(sim.model, BASE))
+
+    class OldMap(VerilatorMmio):
+        def read(self, offset):
+            return 1 if offset == REGISTERS["VERSION"][0] else super().read(offset)
+
+    with pytest.raises(BoardError, match="register map is version 1"):
+        BoardDevice(CFG, mmio=OldMap(sim.model), memory=VerilatorMemory(sim.model, BASE))
+
+
+def test_addresses_are_the_regions_and_checked(sim):
+    dev = board(sim)
+    addr = dev.alloc(100)
+    assert addr > BASE and addr % vdla.runtime.dram_alignment(CFG) == 0
+    dev.write(addr, np.arange(100, dtype=np.uint8))
+    assert np.array_equal(dev.read(addr, 100), np.arange(100, dtype=np.uint8))
+    assert np.array_equal(sim.model.dram[addr:addr + 100], np.arange(100, dtype=np.uint8))
+    with pytest.raises(ValueError, match="not inside one allocated DRAM block"):
+        dev.read(BASE - 64, 16)
+    with pytest.raises(ProgramError, match="not inside DRAM"):
+        dev.run(BASE + DRAM, 1)
+    with pytest.raises(ValueError, match="timeout must be a positive number"):
+        board(sim, timeout=0)
