@@ -354,6 +354,13 @@ class Target(abc.ABC):
         """This target's settings as JSON values, for reports (config, backend, ...)."""
         return {}
 
+    def on_device(self, device: Any) -> "Target":
+        """This target for `device`, an open device of another machine (`vdla run
+        --remote`: a board's accelerator): the same options on the device's platform.
+        ValueError by default: a target that runs on no such device."""
+        raise ValueError(f"target {self.name!r} runs on no remote device; --remote runs "
+                         "on an accelerator's")
+
     def platforms(self, count: int, *, seed: int = 0) -> list["Target"]:
         """`count` targets like this one on as many platforms, for a training set that
         spans them (`vdla.compiler.tuner.dataset`): the accelerator's hardware configs,

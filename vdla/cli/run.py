@@ -65,6 +65,11 @@ def add_parser(sub) -> None:
     run_.add_argument("--chain", action="store_true",
                       help="with --jobs or --ray: each worker runs consecutive ops, feeding "
                            "each from the one before it, and only the first from the reference")
+    run_.add_argument("--remote", metavar="HOST:PORT",
+                      help="run on the accelerator `vdla serve` serves there (a board's), "
+                           "compiling here for its config; the ops run one after another")
+    run_.add_argument("--key-file", metavar="PATH",
+                      help="with --remote: the shared key (default $VDLA_REMOTE_KEY)")
     add_target_options(run_, "run")
     run_.set_defaults(func=run)
 
@@ -76,6 +81,34 @@ def add_chooser_option(parser) -> None:
                              "not give: default, the target's own chooser (the default); "
                              "learned, the target's pretrained cost model, measuring "
                              "nothing (the target's own where it ships no model)")
+
+
+def _remote(args, target):
+    """(the `RemoteDevice` at ``--remote``, the target compiling for its config). CliError
+    for another target than the accelerator, a config the server does not have, a key
+    missing, or a server that cannot be reached or refuses the key."""
+    # Imported here: sockets and the runtime, only for --remote (heavy: numpy).
+    from vdla.runtime.remote import RemoteDevice, RemoteError, read_key
+
+    if args.ray:
+        raise CliError("--remote and --ray: one runs the ops on the remote accelerator, the "
+                       "other on a cluster; give one")
+    try:
+        device = RemoteDevice(args.remote, key=read_key(args.key_file))
+    except (ValueError, RemoteError) as exc:
+        raise CliError(str(exc)) from None
+    try:
+        remote = target.on_device(device)
+    except ValueError as exc:
+        device.close()
+        raise CliError(str(exc)) from None
+    chosen = getattr(args, "config", None) or getattr(args, "board", None)
+    if chosen and getattr(target, "config", None) != device.config:
+        device.close()
+        raise CliError(f"--remote {args.remote} runs config {device.config.name}; this run "
+                       f"asks for {target.config.name}: drop --config/--board to compile for "
+                       "the server's")
+    return device, remote
 
 
 def default_jobs() -> int:
@@ -150,6 +183,12 @@ def run(args) -> int:
     records = _open_records(args.records)
     if records is not None and not target.measure_backends:
         raise CliError(f"--records: target {target.name!r} has no tunable ops")
+    device, jobs = None, args.jobs
+    if getattr(args, "remote", None):
+        device, target = _remote(args, target)
+        jobs = 1      # one accelerator: the ops run in order on it
+    elif getattr(args, "key_file", None):
+        raise CliError("--key-file goes with --remote HOST:PORT")
     model = pipeline.load_model(args.model, seed=args.seed, calibration=args.calibration,
                                 batch=args.batch)
     compile_show, compile_done = progress_line("compiling")
@@ -158,13 +197,15 @@ def run(args) -> int:
         outcome = pipeline.run_model(model, target, records=records,
                                      precision=getattr(args, "precision", "int8"),
                                      compile_progress=compile_show, run_progress=run_show,
-                                     jobs=args.jobs, ray=args.ray, chain=args.chain,
-                                     chooser=args.chooser)
+                                     jobs=jobs, ray=args.ray, chain=args.chain,
+                                     chooser=args.chooser, device=device)
     finally:
         compile_done()
         run_done()
         if records is not None:
             records.close()
+        if device is not None:
+            device.close()
     whole = _whole_graph(outcome) if outcome.bit_exact else None
     if args.json:   # before the report: a closed stdout (`| head`) ends the command
         write_json(args.json, _json_report(args, target, outcome, whole))

@@ -149,6 +149,10 @@ class VdlaTarget(VdlaCommandLine, Target):
                 "board": None if self.board is None else self.board.name,
                 "dram": None if dram is None else dataclasses.asdict(dram)}
 
+    def on_device(self, device) -> "VdlaTarget":
+        """This target on `device`'s config (the board's bitstream's), its options kept."""
+        return VdlaTarget(device.config, backend=self.backend, **self.device_options)
+
     def platforms(self, count: int, *, seed: int = 0) -> list["VdlaTarget"]:
         """Targets on `count` configs drawn from `CONFIG_SPACE` over this one's config
         (`sample_configs`), with this one's backend and options."""
