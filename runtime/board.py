@@ -34,6 +34,8 @@ the protocol as the hardware saw it (`RegisterLog`).
 from __future__ import annotations
 
 import abc
+import dataclasses
+import json
 import mmap
 import os
 import time
@@ -42,17 +44,18 @@ from pathlib import Path
 import numpy as np
 
 from vdla.boards import BOARDS
-from vdla.config import HardwareConfig
+from vdla.config import FEATURE_FLAGS, HardwareConfig
 from vdla.isa.registers import (ACCEL_ID, COUNTERS, CTRL_START, REGISTERS, REGMAP_VERSION,
                                 STATE_BITS, STATUS_DONE)
 from vdla.runtime.allocator import DramAllocator
-from vdla.runtime.device import Device, dram_alignment, in_stat_order
+from vdla.runtime.device import Device, dram_alignment, in_stat_order, lacking_features
 from vdla.sim.counters import work_counters
 from vdla.sim.protocol import fetch_program
 from vdla.sim.validate import ProgramValidator
 
 __all__ = ["BoardDevice", "BoardError", "BoardTimeout", "DevMemMmio", "DmaMemory", "Mmio",
-           "PynqMemory", "PynqMmio", "RegisterLog", "UdmabufMemory", "decode_state"]
+           "PynqMemory", "PynqMmio", "RegisterLog", "UdmabufMemory", "bitstream_config",
+           "bitstream_mismatch", "decode_state"]
 
 #: Bytes of the control window (`vdla.isa.registers.CONTROL_ADDR_WIDTH`).
 WINDOW = 4096
@@ -189,14 +192,26 @@ class BoardDevice(Device):
 
     @classmethod
     def open_board(cls, board: str, config: HardwareConfig | None = None, *,
-                   dram_size: int = 64 << 20, **options) -> "BoardDevice":
+                   manifest: str | os.PathLike | None = None, dram_size: int = 64 << 20,
+                   **options) -> "BoardDevice":
         """The accelerator on this machine's `board` (`vdla.boards.BOARDS`): its
         registers at the board's `register_base` through pynq where it is installed,
         else ``/dev/mem``; `dram_size` bytes of DMA memory from `pynq.allocate`, else
-        the first u-dma-buf device. Runs on the board's Linux, as root."""
+        the first u-dma-buf device. Runs on the board's Linux, as root.
+
+        The config is the bitstream's: its `manifest` (the ``manifest.json`` `vdla
+        verilog --board` writes beside the project) when given, else `config`, else the
+        board's default. `BoardError` when `config` and the manifest's differ, naming
+        how (`bitstream_mismatch`): programs of one do not run on the other."""
         if board not in BOARDS:
             raise ValueError(f"unknown board {board!r}: one of {', '.join(sorted(BOARDS))}")
         spec = BOARDS[board]
+        if manifest is not None:
+            built = bitstream_config(manifest)
+            problem = bitstream_mismatch(built, config) if config is not None else ""
+            if problem:
+                raise BoardError(problem)
+            config = built
         config = spec.config if config is None else config
         try:
             import pynq  # noqa: F401  heavy, and on the board image only
@@ -283,6 +298,41 @@ class BoardDevice(Device):
             mmio.close()
         if memory is not None:
             memory.close()
+
+
+def bitstream_config(manifest: str | os.PathLike) -> HardwareConfig:
+    """The config a bitstream was built from: its project's ``manifest.json``."""
+    try:
+        data = json.loads(Path(manifest).read_text())
+        return HardwareConfig.from_dict(data["config"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise BoardError(f"bitstream manifest {os.fspath(manifest)!r}: {exc}") from None
+
+
+def bitstream_mismatch(bitstream: HardwareConfig, model: HardwareConfig) -> str:
+    """Why a model compiled for `model` cannot run on a bitstream of `bitstream`, naming
+    the features one has and the other lacks and every other parameter that differs;
+    "" when they are the same config."""
+    if bitstream == model:
+        return ""
+    parts = [f"the bitstream is config {bitstream.name}, the model is compiled for "
+             f"{model.name}"]
+    needed = lacking_features(model, bitstream)
+    if needed:
+        parts.append("the model needs feature(s) " + ", ".join(f"{s} ({w})" for s, w in needed)
+                     + ", which the bitstream lacks")
+    extra = lacking_features(bitstream, model)
+    if extra:
+        parts.append("the bitstream has feature(s) " + ", ".join(s for s, _ in extra)
+                     + ", which the model's config lacks")
+    skip = {"alu_ops", "dw_taps", *FEATURE_FLAGS}     # said above
+    others = [f"{f.name} (bitstream {getattr(bitstream, f.name)!r}, model "
+              f"{getattr(model, f.name)!r})" for f in dataclasses.fields(HardwareConfig)
+              if f.name not in skip and getattr(bitstream, f.name) != getattr(model, f.name)]
+    if others:
+        parts.append("they differ in " + ", ".join(others))
+    return "; ".join(parts) + ": build the bitstream for the model's config, or compile " \
+        "the model for the bitstream's"
 
 
 # --- the board's own layers --------------------------------------------------------------------

@@ -29,7 +29,7 @@ from vdla.sim.protocol import fetch_program
 from vdla.sim.verilator import VerilatorSimulator
 
 __all__ = ["Device", "FunctionalDevice", "VerilatorDevice", "open", "BACKENDS", "STAT_KEYS",
-           "dram_alignment", "in_stat_order", "program_mismatch"]
+           "dram_alignment", "in_stat_order", "lacking_features", "program_mismatch"]
 
 #: The keys of every backend's `Device.run` statistics: the program's counters, fixed by
 #: its instructions (`vdla.sim.counters.WORK_COUNTERS`: instructions, DMA bytes, GEMM and
@@ -177,14 +177,14 @@ def program_mismatch(program: Program, config: HardwareConfig) -> str:
                     f"{config.name} lacks (it needs dw_taps > 0): {dw_uses}")
         return ""
     text = f"program is encoded for config {pc.name}, the device has {config.name}"
-    needed = _lacking_features(pc, config)
+    needed = lacking_features(pc, config)
     if needed:
         listed = ", ".join(f"{short} ({what})" for short, what in needed)
         text += f"; the program needs feature(s) {listed}, which config {config.name} lacks"
     uses = "; ".join(u for u in (missing_ops, dw_uses) if u)
     if uses:
         text += f" (it uses {uses})"
-    extra = [short for short, _ in _lacking_features(config, pc)]
+    extra = [short for short, _ in lacking_features(config, pc)]
     if extra:
         text += f"; config {config.name} has feature(s) {', '.join(extra)}, which the " \
                 "program's config lacks"
@@ -199,7 +199,7 @@ def program_mismatch(program: Program, config: HardwareConfig) -> str:
     return text
 
 
-def _lacking_features(has: HardwareConfig, lacks: HardwareConfig) -> list[tuple[str, str]]:
+def lacking_features(has: HardwareConfig, lacks: HardwareConfig) -> list[tuple[str, str]]:
     """The optional features `has` has and `lacks` lacks, each as (short name, what it
     is): ``("req", "the ALU's REQ")``, ``("hold", "alu_hold")``, ``("dw3", "the
     depthwise window, dw_taps=3")``; the optional ALU ops (MUL among them, which

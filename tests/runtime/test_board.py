@@ -2,6 +2,9 @@
 Verilog: its register protocol made on the RTL's AXI4-Lite port (`board_shim`), its
 results and counters against the Verilator backend's, its errors."""
 
+import dataclasses
+import json
+
 import numpy as np
 import pytest
 
@@ -13,7 +16,7 @@ from vdla.isa import Finish, Gemm, Load, MemoryType, Program
 from vdla.isa.registers import COUNTERS, CTRL_START, REGISTERS, STATUS_DONE
 from vdla.runtime import STAT_KEYS
 from vdla.runtime.board import (BoardDevice, BoardError, BoardTimeout, RegisterLog,
-                                decode_state)
+                                bitstream_config, bitstream_mismatch, decode_state)
 from vdla.runtime.kernels import blocked_gemm, blocked_gemm_reference
 from vdla.sim import DeadlockError, ProgramError
 from vdla.sim.verilator import VerilatorSimulator
@@ -161,3 +164,26 @@ def test_addresses_are_the_regions_and_checked(sim):
         dev.run(BASE + DRAM, 1)
     with pytest.raises(ValueError, match="timeout must be a positive number"):
         board(sim, timeout=0)
+
+
+def test_a_mismatched_bitstream_is_refused(sim, tmp_path):
+    """A model compiled for another block size, or for a feature the bitstream lacks,
+    is refused before anything runs: at open against the bitstream's manifest, and at
+    load (`program_mismatch`) on a board opened for another config."""
+    wide = dataclasses.replace(CFG, block_in=32, block_out=32)
+    held = dataclasses.replace(CFG, alu_hold=True)
+    text = bitstream_mismatch(CFG, wide)
+    assert "block_in (bitstream 16, model 32)" in text and "block_out" in text
+    text = bitstream_mismatch(CFG, held)
+    assert "the model needs feature(s) hold (alu_hold), which the bitstream lacks" in text
+    assert bitstream_mismatch(CFG, CFG) == ""
+    # The manifest vdla verilog --board writes, against the config a model asks for.
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text(json.dumps({"config": CFG.to_dict()}))
+    assert bitstream_config(manifest) == CFG
+    with pytest.raises(BoardError, match="needs feature"):
+        BoardDevice.open_board("pynq-z1", held, manifest=manifest)
+    # On a board of CFG, a program encoded for the wider core does not load.
+    dev = board(sim)
+    with pytest.raises(ValueError, match="program is encoded for config .*block_in"):
+        dev.load_program(Program([Finish()], wide))
