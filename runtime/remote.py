@@ -396,7 +396,9 @@ class RemoteDevice(Device):
         data = self._call({"call": "read", "addr": addr, "nbytes": nbytes})[1]
         return np.frombuffer(data, dtype=np.uint8).copy()
 
-    def run(self, insn_addr: int, insn_count: int, **options) -> dict:
+    def run(self, insn_addr: int, insn_count: int) -> dict:
+        """As `Device.run`, on the server's device with its own checks and limits (a
+        board's timeout); ``wall_seconds`` is the server's where it reports one."""
         start = time.perf_counter()
         stats = self._call({"call": "run", "insn_addr": int(insn_addr),
                             "insn_count": int(insn_count)})[0]["stats"]
