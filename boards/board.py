@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from typing import Any, Mapping
 
 import vdla.runtime
 from vdla.config import HardwareConfig
 from vdla.isa.registers import CONTROL_ADDR_WIDTH
+from vdla.runtime.board import (BoardDevice, BoardError, DevMemMmio, PynqMemory, PynqMmio,
+                                UdmabufMemory, bitstream_config, bitstream_mismatch)
 from vdla.sim.verilator import DramTiming
 
 __all__ = ["Board", "Family", "Part", "Resources", "FAMILIES", "REGISTER_WINDOW_BYTES"]
@@ -220,6 +223,34 @@ class Board:
         if backend == "verilator":
             options.setdefault("dram", self.dram_timing(config))
         return vdla.runtime.open(config, backend=backend, **options)
+
+    def open_hardware(self, config: HardwareConfig | None = None, *,
+                      manifest: str | os.PathLike | None = None, dram_size: int = 64 << 20,
+                      **options):
+        """The accelerator of this board's bitstream, from the board's own Linux (as
+        root): a `vdla.runtime.board.BoardDevice` with its registers at `register_base`
+        through pynq where it is installed, else ``/dev/mem``, and `dram_size` bytes of
+        DMA memory from `pynq.allocate`, else the first u-dma-buf device. `options` go
+        to the device (``timeout``).
+
+        The config is the bitstream's: its `manifest` (the ``manifest.json`` `vdla
+        verilog --board` writes beside the project) when given, else `config`, else the
+        board's default. `BoardError` when `config` and the manifest's differ, naming
+        how (`bitstream_mismatch`): programs of one do not run on the other."""
+        if manifest is not None:
+            built = bitstream_config(manifest)
+            problem = bitstream_mismatch(built, config) if config is not None else ""
+            if problem:
+                raise BoardError(problem)
+            config = built
+        config = self.config if config is None else config
+        try:
+            import pynq  # noqa: F401  heavy, and on the board image only
+        except ImportError:
+            mmio, memory = DevMemMmio(self.register_base), UdmabufMemory()
+        else:
+            mmio, memory = PynqMmio(self.register_base), PynqMemory(dram_size)
+        return BoardDevice(config, mmio=mmio, memory=memory, **options)
 
     def check_memory(self, config: HardwareConfig | None = None) -> None:
         """Fail fast (before minutes of synthesis) when the config's SRAMs alone need more

@@ -1,6 +1,6 @@
 """The accelerator on a Zynq board, behind the device API.
 
-    dev = BoardDevice.open_board("pynq-z1", config)      # on the board's Linux
+    dev = vdla.boards.get("pynq-z1").open_hardware()     # on the board's Linux
     a = dev.alloc(nbytes); dev.write(a, x); stats = dev.run(insn_addr, insn_count)
 
 Two layers sit under the device, and a test swaps them as a pair
@@ -43,7 +43,6 @@ from pathlib import Path
 
 import numpy as np
 
-from vdla.boards import BOARDS
 from vdla.config import FEATURE_FLAGS, HardwareConfig
 from vdla.isa.registers import (ACCEL_ID, COUNTERS, CTRL_START, REGISTERS, REGMAP_VERSION,
                                 STATE_BITS, STATUS_DONE)
@@ -187,39 +186,6 @@ class BoardDevice(Device):
                                        base=base + align)
         self.validator = ProgramValidator(config)
         self._check_identity()
-
-    # --- opening ----------------------------------------------------------------------------
-
-    @classmethod
-    def open_board(cls, board: str, config: HardwareConfig | None = None, *,
-                   manifest: str | os.PathLike | None = None, dram_size: int = 64 << 20,
-                   **options) -> "BoardDevice":
-        """The accelerator on this machine's `board` (`vdla.boards.BOARDS`): its
-        registers at the board's `register_base` through pynq where it is installed,
-        else ``/dev/mem``; `dram_size` bytes of DMA memory from `pynq.allocate`, else
-        the first u-dma-buf device. Runs on the board's Linux, as root.
-
-        The config is the bitstream's: its `manifest` (the ``manifest.json`` `vdla
-        verilog --board` writes beside the project) when given, else `config`, else the
-        board's default. `BoardError` when `config` and the manifest's differ, naming
-        how (`bitstream_mismatch`): programs of one do not run on the other."""
-        if board not in BOARDS:
-            raise ValueError(f"unknown board {board!r}: one of {', '.join(sorted(BOARDS))}")
-        spec = BOARDS[board]
-        if manifest is not None:
-            built = bitstream_config(manifest)
-            problem = bitstream_mismatch(built, config) if config is not None else ""
-            if problem:
-                raise BoardError(problem)
-            config = built
-        config = spec.config if config is None else config
-        try:
-            import pynq  # noqa: F401  heavy, and on the board image only
-        except ImportError:
-            mmio, memory = DevMemMmio(spec.register_base), UdmabufMemory()
-        else:
-            mmio, memory = PynqMmio(spec.register_base), PynqMemory(dram_size)
-        return cls(config, mmio=mmio, memory=memory, **options)
 
     def _check_identity(self) -> None:
         ident = self.mmio.read(REGISTERS["ID"][0])

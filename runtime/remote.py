@@ -2,7 +2,7 @@
 from a workstation as any device (`RemoteDevice`), so that ``vdla run MODEL --remote
 HOST:PORT`` compiles here and runs there.
 
-    serve(lambda: BoardDevice.open_board("pynq-z1"), port=9091, key=b"...")   # the board
+    serve(vdla.boards.get("pynq-z1").open_hardware, port=9091, key=b"...")   # the board
     with RemoteDevice("board:9091", key=b"...") as dev: ...                  # anywhere
 
 What crosses the wire is the device API's own calls (``config``, ``alloc``, ``free``,

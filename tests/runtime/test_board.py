@@ -10,6 +10,7 @@ import pytest
 
 import vdla
 from board_shim import VerilatorMemory, VerilatorMmio
+from vdla.boards import BOARDS
 from vdla.compiler import pipeline
 from vdla.compiler.targets.vdla import VdlaTarget
 from vdla.isa import Finish, Gemm, Load, MemoryType, Program
@@ -182,7 +183,7 @@ def test_a_mismatched_bitstream_is_refused(sim, tmp_path):
     manifest.write_text(json.dumps({"config": CFG.to_dict()}))
     assert bitstream_config(manifest) == CFG
     with pytest.raises(BoardError, match="needs feature"):
-        BoardDevice.open_board("pynq-z1", held, manifest=manifest)
+        BOARDS["pynq-z1"].open_hardware(held, manifest=manifest)
     # On a board of CFG, a program encoded for the wider core does not load.
     dev = board(sim)
     with pytest.raises(ValueError, match="program is encoded for config .*block_in"):

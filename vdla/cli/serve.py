@@ -45,10 +45,12 @@ def run(args) -> int:
         raise CliError(f"--port must be 0..65535, not {args.port}")
     config = load_config(args.config) if args.config else None
     if args.board:
-        from vdla.runtime.board import BoardDevice  # heavy: the board's own layers
+        from vdla.boards import BOARDS  # heavy: the boards load the runtime
+        if args.board not in BOARDS:
+            raise CliError(f"--board {args.board!r}: one of {', '.join(sorted(BOARDS))}")
 
         def open_device():
-            return BoardDevice.open_board(args.board, config, timeout=args.timeout)
+            return BOARDS[args.board].open_hardware(config, timeout=args.timeout)
     else:
         def open_device():
             return vdla.runtime.open(config, backend=args.sim)
