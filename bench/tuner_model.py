@@ -67,6 +67,7 @@ from vdla.compiler.targets.vdla import VdlaTarget  # noqa: E402
 from vdla.compiler.tuner import LocalRunner, ModelTuner, Records, tune_tasks  # noqa: E402
 from vdla.compiler.tuner.candidates import POOL, Candidates, remembered_space  # noqa: E402
 from vdla.compiler.tuner.plot import tuning_curves  # noqa: E402
+from vdla.compiler.tuner.search import scratch_rows  # noqa: E402
 from vdla.compiler.tuner.space import knob_grid  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -167,7 +168,7 @@ def first_run_cost(tasks) -> tuple[float, float]:
         pretrained += time.perf_counter() - start
         start = time.perf_counter()
         if len(space) <= POOL:
-            ModelTuner(task, space)._whole_rows()
+            scratch_rows(task, space, task.estimate(space[0]) is not None)
         scratch += time.perf_counter() - start
     return pretrained, scratch
 

@@ -27,7 +27,7 @@ import numpy as np
 from vdla._memo import remembered_object
 from vdla.compiler.tuner.space import KnobGrid, ProductSpace
 
-__all__ = ["Candidates", "POOL", "remembered", "remembered_space", "space_features",
+__all__ = ["Candidates", "POOL", "remembered_rows", "remembered_space", "space_features",
            "space_predictions"]
 
 #: A space larger than this is ranked on a sample of this many schedules and the
@@ -122,7 +122,7 @@ def _remembered(task, space: Sequence, what: dict, compute, shape):
                                  shape is None or getattr(value, "shape", None) == shape))
 
 
-def remembered(task, space: Sequence, what: dict, compute):
+def remembered_rows(task, space: Sequence, what: dict, compute):
     """`compute()` for `task`'s `space`, remembered on disk with its features (keyed on
     the task, its feature set, its sources and `what`): what a tuner derives from a whole
     space once and reads back in every later run (the from-scratch tuner's features)."""

@@ -41,7 +41,7 @@ from typing import Sequence
 
 import numpy as np
 
-from vdla.compiler.tuner.candidates import POOL, Candidates, remembered
+from vdla.compiler.tuner.candidates import POOL, Candidates, remembered_rows
 from vdla.compiler.tuner.space import as_space, knob_grid
 from vdla.compiler.tuner.task import TuneTask
 
@@ -155,6 +155,17 @@ class RandomTuner(Tuner):
 SCREEN = 2048
 
 
+def scratch_rows(task, space: Sequence, use_estimate: bool
+                 ) -> tuple[np.ndarray | None, np.ndarray]:
+    """What `ModelTuner` learns from on a whole space: (the target's estimates, or None
+    without `use_estimate`, and `TuneTask.features` of every schedule)."""
+    estimates = [task.estimate(s) for s in space] if use_estimate else []
+    return ((np.array([e.cycles for e in estimates], dtype=np.float64)
+             if estimates else None),
+            np.array([task.features(s, e) for s, e in
+                      zip(space, estimates or [None] * len(space))], dtype=np.float64))
+
+
 class ModelTuner(Tuner):
     """Learned cost model + simulated annealing (see the module docstring).
 
@@ -180,19 +191,10 @@ class ModelTuner(Tuner):
             self.use_estimate = False       # the target has no model
         self.estimates = self.features = None
         if self.whole:      # the timing model on every schedule: computed once, kept
-            self.estimates, self.features = remembered(
+            self.estimates, self.features = remembered_rows(
                 task, self.space, {"scratch": "features", "estimate": self.use_estimate},
-                self._whole_rows)
+                lambda: scratch_rows(task, self.space, self.use_estimate))
         self.model = None
-
-    def _whole_rows(self) -> tuple[np.ndarray | None, np.ndarray]:
-        """(the estimates or None, the features) of every schedule of the space."""
-        task, space = self.task, self.space
-        estimates = [task.estimate(s) for s in space] if self.use_estimate else []
-        return ((np.array([e.cycles for e in estimates], dtype=np.float64)
-                 if estimates else None),
-                np.array([task.features(s, e) for s, e in
-                          zip(space, estimates or [None] * len(space))], dtype=np.float64))
 
     def features_of(self, indices) -> np.ndarray:
         """The feature rows of the schedules at `indices`."""

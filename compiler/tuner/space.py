@@ -103,6 +103,7 @@ class ProductSpace(Sequence):
         self._axis_at = [[{v: i for i, v in enumerate(values)} for _, values in b.axes]
                          for b in self.blocks]
         self.ranks = dict(ranks or {})
+        self.names = self._names()
 
     def __len__(self) -> int:
         return int(self._starts[-1])
@@ -147,7 +148,7 @@ class ProductSpace(Sequence):
     def position(self, schedule) -> int | None:
         """`schedule`'s index, or None when it is not in the space."""
         try:
-            fields = {n: getattr(schedule, n) for n in self._names()}
+            fields = {n: getattr(schedule, n) for n in self.names}
         except AttributeError:
             return None
         at = self.position_of(fields)
@@ -184,7 +185,7 @@ class ProductGrid:
 
     def __init__(self, space: ProductSpace):
         self.space = space
-        self.names = space._names()
+        self.names = space.names
         values: dict[str, set] = {n: set() for n in self.names}
         for b in space.blocks:
             for n, v in b.fixed.items():

@@ -43,6 +43,8 @@ def run(args) -> int:
         raise CliError(str(exc)) from None
     if not 0 <= args.port < 65536:
         raise CliError(f"--port must be 0..65535, not {args.port}")
+    if not args.timeout > 0:
+        raise CliError(f"--timeout must be a positive number of seconds, not {args.timeout}")
     config = load_config(args.config) if args.config else None
     if args.board:
         from vdla.boards import BOARDS  # heavy: the boards load the runtime
