@@ -70,6 +70,9 @@ class Device(abc.ABC):
     """
 
     backend: str = ""
+    #: The bus address of DRAM offset 0: 0 on a simulator, a board's DMA region's
+    #: physical address (`vdla.runtime.board.BoardDevice`), which its programs carry.
+    base: int = 0
 
     def __init__(self, config: HardwareConfig, dram_size: int):
         if not isinstance(config, HardwareConfig):

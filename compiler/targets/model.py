@@ -196,6 +196,13 @@ class ModelSession:
     def closed(self) -> bool:
         return self._sessions is None
 
+    def target_session(self, name: str) -> TargetSession:
+        """The open session of the target named `name` (KeyError for a target the model
+        does not use)."""
+        if self.closed:
+            raise ValueError("ModelSession.target_session: the session is closed")
+        return self._sessions[name]
+
     def close(self):
         """Close every target session (idempotent)."""
         sessions, self._sessions = self._sessions, None

@@ -65,7 +65,7 @@ def test_compile_float_small_cnn(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["compile", "digits_cnn", "--target", "vdla"], "has no stand-alone form"),
+    (["compile", "digits_cnn", "--target", "host"], "has no stand-alone form"),
     (["compile", "nosuch"], "unknown model 'nosuch'"),
     (["compile", "digits_cnn", "--threads", "0"], "--threads must be a positive integer"),
     (["compile", "digits_cnn", "--isa", "mmx"], "unknown CPU instruction set 'mmx'"),

@@ -34,7 +34,8 @@ OUTPUT_OPTIONS = [
     (["export", "small_cnn"], "-o"),
 ]
 #: Options that name a folder the command may create.
-FOLDER_OPTIONS = {("compile", "output"), ("verilog", "output"), ("sweep", "out")}
+FOLDER_OPTIONS = {("compile", "output"), ("verilog", "output"), ("sweep", "out"),
+                  ("deploy", "output")}
 OUTPUT_DESTS = {"json", "chart", "plot", "dump", "trace", "wave", "output", "records", "best",
                 "store"}
 

@@ -34,7 +34,7 @@ __all__ = ["COMMANDS", "CliError", "build_parser", "main"]
 #: The commands, by module name in `vdla.cli`.
 COMMANDS = ("config", "asm", "disasm", "verilog", "boards", "estimate", "sim", "demo",
             "export", "targets", "run", "compare", "roofline", "compile", "tune", "dataset",
-            "sweep", "serve")
+            "sweep", "serve", "deploy")
 #: Exit status of an interrupted command (128 + SIGINT, as shells report it).
 INTERRUPTED = 130
 #: Exit status when stdout's reader went away (128 + SIGPIPE, as shells report it).

@@ -87,9 +87,14 @@ def run(args) -> int:
         print(f"build it with `make -C {folder}`; run it with `cd {folder} && ./run_model "
               "model.params in.bin my_out.bin` (in.bin: the seeded input; out.bin: the "
               "reference's output for it; README.md gives the files' byte layout)")
-    else:
+    elif "Makefile" in files:
         print(f"build it with `make -C {folder}`; README.md says how to run it")
-    if args.check:
+    elif "README.md" in files:
+        print(f"{folder}/README.md says how to run it")
+    if args.check and "Makefile" not in files:
+        print(f"--check builds a C project; {target.name}'s form is none (it was played back "
+              "and checked against the reference as it was written)")
+    elif args.check:
         _check(folder, model, graph, args.precision)
     return 0
 

@@ -34,7 +34,7 @@ from typing import Any, Callable
 import numpy as np
 
 from vdla._memo import remembered
-from vdla.compiler.targets.vdla.relocate import relocate
+from vdla.isa.relocate import relocate
 from vdla.config import ISA_FIXED_WIDTHS, HardwareConfig
 from vdla.isa import MemoryType, Program, Uop
 from vdla.runtime.builder import ProgramBuilder

@@ -40,7 +40,7 @@ import numpy as np
 from vdla.compiler.ir.graph import Graph
 from vdla.compiler.targets.vdla.common import (activation_block, ceil_div, pack_activation,
                                                unpack_activation)
-from vdla.compiler.targets.vdla.relocate import relocate
+from vdla.isa.relocate import relocate
 from vdla.config import HardwareConfig
 from vdla.isa import Program
 

@@ -25,7 +25,7 @@ from vdla.compiler.targets.base import (CompiledOp, DeviceValue, OpRun, OpStats,
 from vdla.compiler.targets.vdla.conv import LoweredConv2d
 from vdla.compiler.targets.vdla.elementwise import LoweredElementwise
 from vdla.compiler.targets.vdla.kernel import VdlaKernel, activation_regions
-from vdla.compiler.targets.vdla.relocate import relocate_encoded
+from vdla.isa.relocate import relocate_encoded
 from vdla.compiler.targets.vdla.placement import BufferPlan, region_mover
 from vdla.compiler.targets.vdla.pool import LoweredPool2d
 from vdla.compiler.targets.vdla.tap_pack import pack_taps
@@ -164,6 +164,14 @@ class VdlaSession(TargetSession):
         for offset, data in runs:
             self.device.write(base + offset, data)
         return sum(data.nbytes for _, data in runs)
+
+    def locations(self, tensor: str) -> list[tuple[int, int]]:
+        """[(DRAM address, bytes)] where held `tensor` lies, in the order `put` writes
+        and `fetch` reads them (an exported model's inputs and outputs,
+        `vdla.compiler.targets.vdla.export`)."""
+        self._check_open("locations")
+        base = self._buffers[self.plan.placements[tensor].buffer]
+        return [(base + offset, nbytes) for offset, nbytes in self.plan.read_runs(tensor)]
 
     def fetch(self, tensor: str) -> np.ndarray:
         self._check_open("fetch")

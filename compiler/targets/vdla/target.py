@@ -28,11 +28,14 @@ those moves as transfers between accelerator ops.
 from __future__ import annotations
 
 import dataclasses
+import io
 import time
 from typing import Any, Mapping, Sequence
 
+import numpy as np
 
 import vdla.runtime
+from vdla._fileio import atomic_write
 from vdla.compiler.ir.graph import Graph
 from vdla.compiler.ir.tensor import Node
 from vdla.compiler.targets.base import CompiledOp, Progress, Support, Target
@@ -44,6 +47,7 @@ from vdla.compiler.targets.vdla.elementwise import (ELEMENTWISE_OPS, Elementwise
                                                     choose_elementwise, elementwise_layer,
                                                     lower_elementwise)
 from vdla.compiler.targets.vdla.estimate import estimate_graph, estimate_node
+from vdla.compiler.targets.vdla.export import export_model
 from vdla.compiler.targets.vdla.kernel import VdlaKernel, activation_regions
 from vdla.compiler.targets.vdla.placement import (VIEW_OPS, BufferPlan, concat_conflicts,
                                                   concat_view_problem, flatten_view_problem,
@@ -148,6 +152,22 @@ class VdlaTarget(VdlaCommandLine, Target):
                 "clock_mhz": self.config.clock_mhz,
                 "board": None if self.board is None else self.board.name,
                 "dram": None if dram is None else dataclasses.asdict(dram)}
+
+    def export(self, compiled, out_dir, *, example=None, exact: bool = True):
+        """The model as a device script that plays on any device of this config, a
+        board's included, without the compiler (`vdla.compiler.targets.vdla.export`):
+        ``model.json`` and ``model.npz``, and with `example` its inputs and outputs as
+        ``example.npz``. ValueError for a model with host ops between accelerator ops."""
+        graph = compiled.graph
+        feed = {name: (example[name] if example is not None else
+                       np.zeros(graph.tensors[name].shape, np.float32))
+                for name in graph.inputs}
+        folder = export_model(compiled, out_dir, feed)
+        if example is not None:
+            buffer = io.BytesIO()
+            np.savez(buffer, **{name: np.asarray(v) for name, v in example.items()})
+            atomic_write(folder / "example.npz", buffer.getvalue())
+        return folder
 
     def on_device(self, device) -> "VdlaTarget":
         """This target on `device`'s config (the board's bitstream's), its options kept."""

@@ -15,7 +15,7 @@ from vdla.compiler.targets.model import compile_model
 from vdla.compiler.targets.vdla import VdlaTarget
 from vdla.compiler.targets.vdla.kernel import activation_regions
 from vdla.compiler.targets.vdla.placement import plan_buffers, region_mover, relocate_to
-from vdla.compiler.targets.vdla.relocate import relocate_encoded
+from vdla.isa.relocate import relocate_encoded
 from vdla.isa import EncodeError
 
 CFG = vdla.HardwareConfig()

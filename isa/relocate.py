@@ -1,6 +1,9 @@
-"""Moving an op's program to where its data lies: every LOAD/STORE's DRAM address, from
-the arena at address 0 the program was emitted for to the arena (and, where activations
-stay in DRAM, the buffers: `placement.region_mover`) a session allocated.
+"""Moving a program to where its data lies: every LOAD/STORE's DRAM address, from the
+arena at address 0 the program was emitted for to the arena (and, where activations
+stay in DRAM, the buffers: the compiler's `placement.region_mover`) a session
+allocated, or a whole recorded model from a simulator's addresses to a board's DMA
+region (`vdla.runtime.bundle`). It is the ISA's business, not one back end's: which
+fields are DRAM addresses, and in which units, is the instruction layout's.
 
 `relocate` rebuilds the instructions; `relocate_encoded` rewrites only the dram_base
 fields of the words compiled once (`VdlaKernel.encoded`), which is what a session does
@@ -12,7 +15,10 @@ from __future__ import annotations
 import dataclasses
 
 from vdla.config import HardwareConfig
-from vdla.isa import INSN_BYTES, EncodeError, Load, MemoryType, Program, Store, layouts_for
+from vdla.isa.encoding import INSN_BYTES, EncodeError
+from vdla.isa.insn import Load, MemoryType, Store
+from vdla.isa.layout import layouts_for
+from vdla.isa.program import Program
 
 __all__ = ["relocate", "relocate_encoded", "relocated_bases"]
 

@@ -1,0 +1,149 @@
+"""The board side of a deploy bundle: what ``python3 run.py [image.npy]`` does on the
+board (`vdla.boards.bundle` writes run.py, which calls `main`).
+
+1. check the bundle's files against its manifest (`check_bundle`);
+2. load the device script (`vdla.runtime.bundle.DeviceScript`);
+3. with ``--bitstream``, load it through pynq (its ``.hwh`` beside it);
+4. refuse a bitstream whose manifest (``project/manifest.json`` by default: the config
+   the Vivado project was generated for) differs from the model's config or features,
+   naming the difference (`vdla.runtime.board.bitstream_mismatch`);
+5. open the accelerator (`Board.open_hardware`), with a DMA region the size the model
+   needs;
+6. run the input (the image, or the bundled example) through the model
+   (`run_exported`: quantized on the host as at compile time, played on the device,
+   dequantized) and print the cycles per op, the run's time and the top classes; the
+   example's outputs are checked bit for bit against those the compiler's reference
+   computed.
+
+Exit status: 0 done (and, for the example, bit-exact); 1 an error, named on stderr, or
+an example that differs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from vdla.boards import get as get_board
+from vdla.boards.bundle import BundleMismatch, check_bundle
+from vdla.compiler.targets.vdla.export import run_exported
+from vdla.runtime.board import BoardError, BoardTimeout, bitstream_config, bitstream_mismatch
+from vdla.runtime.bundle import BundleError, DeviceScript
+
+__all__ = ["main"]
+
+#: Bytes the DMA region is rounded up to (pynq's allocations are pages; a MiB keeps the
+#: region's size a round number in the board's logs).
+REGION_ROUND = 1 << 20
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="run.py", description="run this bundle's model on "
+                                "the board's accelerator")
+    p.add_argument("image", nargs="?", help="a .npy float32 array of the model's input "
+                   "shape (default: the bundled example, checked bit for bit)")
+    p.add_argument("--bitstream", metavar="BIT", help="load this bitstream first (pynq; "
+                   "its .hwh beside it); default: the one already loaded")
+    p.add_argument("--manifest", metavar="JSON", help="the bitstream's manifest (default: "
+                   "project/manifest.json, the config the project was generated for)")
+    p.add_argument("--timeout", type=float, default=10.0, metavar="S",
+                   help="seconds one op may run before the run is stopped (default 10)")
+    p.add_argument("--top", type=int, default=5, metavar="K",
+                   help="classes to print (default 5)")
+    p.add_argument("-o", "--output", metavar="NPY", help="also save the output here")
+    return p
+
+
+def main(argv: list[str], *, bundle: str | os.PathLike,
+         open_device: Callable | None = None) -> int:
+    """Run.py's work (module docstring); returns the exit status. `open_device(config,
+    manifest, dram_size, timeout)` opens the accelerator instead of the board's
+    hardware (a test's Verilator shim)."""
+    args = _parser().parse_args(argv)
+    bundle = Path(bundle)
+    try:
+        info = check_bundle(bundle)
+        script = DeviceScript.load(bundle / "model")
+        manifest = Path(args.manifest) if args.manifest else bundle / "project" / "manifest.json"
+        problem = bitstream_mismatch(bitstream_config(manifest), script.config)
+        if problem:
+            raise BoardError(f"{manifest}: {problem}")
+        feed, expected = _feed(args.image, script, bundle)
+        if args.bitstream:
+            _load_bitstream(args.bitstream)
+        size = -(-script.dram_bytes // REGION_ROUND) * REGION_ROUND
+        if open_device is None:
+            try:
+                device = get_board(info["board"]).open_hardware(
+                    script.config, manifest=manifest, dram_size=size, timeout=args.timeout)
+            except OSError as exc:
+                raise BoardError(f"cannot open the accelerator ({exc}): run.py runs on the "
+                                 "board's Linux, as root, with the bitstream loaded") from None
+        else:
+            device = open_device(script.config, manifest, size, args.timeout)
+        try:
+            start = time.perf_counter()
+            outputs, runs = run_exported(script, device, feed)
+            wall = time.perf_counter() - start
+        finally:
+            device.close()
+    except (BundleMismatch, BundleError, BoardError, BoardTimeout, OSError,
+            ValueError) as exc:
+        print(f"run.py: error: {exc}", file=sys.stderr)
+        return 1
+    _report(info, script, runs, wall, outputs, args.top)
+    if args.output:
+        np.save(args.output, next(iter(outputs.values())))
+    if expected is not None:
+        same = all(np.array_equal(outputs[name], want) for name, want in expected.items())
+        print(f"the bundled example: {'bit-exact' if same else 'DIFFERS from'} the "
+              "compiler's reference")
+        return 0 if same else 1
+    return 0
+
+
+def _feed(image: str | None, script: DeviceScript, bundle: Path):
+    """(the feed, the expected outputs or None)."""
+    if image is not None:
+        (t,) = script.inputs if len(script.inputs) == 1 else (None,)
+        if t is None:
+            raise ValueError(f"the model has {len(script.inputs)} inputs; run.py takes one")
+        return {t["from"]: np.load(image, allow_pickle=False)}, None
+    path = bundle / "model" / "example.npz"
+    if not path.is_file():
+        raise ValueError("no image given and the bundle has no example (model/example.npz)")
+    with np.load(path, allow_pickle=False) as npz:
+        feed = {t["from"]: npz[t["from"]] for t in script.inputs}
+        expected = {t["to"]: npz[t["to"]] for t in script.outputs if t["to"] in npz.files}
+    return feed, expected
+
+
+def _load_bitstream(path: str) -> None:
+    try:
+        import pynq  # heavy, and on the board image only
+    except ImportError:
+        raise BoardError("--bitstream needs pynq (the PYNQ image has it); without it, load "
+                         "the bitstream with fpgautil and leave --bitstream out") from None
+    pynq.Overlay(path)
+
+
+def _report(info: dict, script: DeviceScript, runs: list, wall: float, outputs: dict,
+            top: int) -> None:
+    cycles = sum(int(r.get("cycles") or 0) for r in runs)
+    clock = script.config.clock_mhz
+    print(f"{info['model']} on {info['board']} ({script.config.name}): {len(runs)} "
+          f"programs, {cycles:,} cycles = {cycles / (clock * 1e3):.3f} ms at {clock:g} MHz; "
+          f"{wall * 1e3:.1f} ms wall with the host's part")
+    width = max((len(r["op"]) for r in runs), default=2)
+    for r in runs:
+        print(f"  {r['op']:<{width}}  {int(r.get('cycles') or 0):>12,} cycles")
+    for name, value in outputs.items():
+        flat = np.asarray(value).reshape(-1)
+        best = np.argsort(-flat, kind="stable")[:top]
+        print(f"{name}: top {len(best)}: " + ", ".join(f"{i} ({flat[i]:.3f})" for i in best))

@@ -1,0 +1,200 @@
+"""A compiled model as a script of device calls, to run where no compiler is: the model
+half of ``vdla deploy``'s bundle (`vdla.compiler.targets.vdla.export` records it).
+
+    script = DeviceScript.load("bundle/model")        # model.json + model.npz
+    outputs, runs = script.play(device, {"input_q": q})   # int8 in, int8 out
+
+A model on the accelerator is, seen from the device, a fixed sequence of calls: allocate
+the buffers, arenas and programs; write the weights and programs; write the quantized
+inputs; run each op's program; read the outputs. The exporter records that sequence
+from a session on the functional simulator, and this module plays it back on any
+`vdla.runtime.Device`: a board's (`vdla.runtime.board.BoardDevice`), a simulator's, or a
+remote one. Playing needs numpy and the ISA's encoding, nothing of the compiler.
+
+The steps (``model.json``'s ``steps``, in order):
+
+- ``alloc``: ``bytes``, and ``at``, the address the recording got. A device's allocator
+  hands out the same offsets from its `Device.base` for the same sequence, and the
+  play checks that it does.
+- ``write``: array ``blob`` of ``model.npz`` at ``at``; with ``program``, the bytes are
+  instructions, whose LOAD/STORE addresses move by the device's `base`
+  (`vdla.isa.relocate.relocate_encoded`): the accelerator has no base register, so a
+  board's programs carry bus addresses.
+- ``input``: input ``tensor``'s bytes at ``at``: ``q.reshape(-1)[map]``, where ``map``
+  (an int32 array of ``model.npz``) gives the element each byte holds and -1 a byte of
+  padding (zero). The maps are the compiler's packing (blocked layout, tap packing)
+  written down, so the player does not need the compiler's code for it.
+- ``run``: the program at ``at``, ``count`` instructions (op ``op``).
+- ``output``: output ``tensor``'s bytes, read at ``at`` (``bytes``); the value is
+  ``raw[map]`` over the output's reads concatenated, reshaped to its shape.
+
+`DeviceScript.play` frees what it allocated, so a device plays a script again and again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+from typing import Mapping
+
+import numpy as np
+
+from vdla.config import HardwareConfig
+from vdla.isa.encoding import decode_stream
+from vdla.isa.program import Program
+from vdla.isa.relocate import relocate_encoded
+
+__all__ = ["FORMAT", "BundleError", "DeviceScript"]
+
+#: The version of ``model.json``'s layout; a player refuses another.
+FORMAT = "vdla-device-script/1"
+STEPS = ("alloc", "write", "input", "run", "output")
+
+
+class BundleError(ValueError):
+    """A device script that cannot be played: malformed, for another config, or a device
+    that does not place it as it was recorded."""
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceScript:
+    """config : the `HardwareConfig` the programs are encoded for
+    steps : the device calls (module docstring), in order
+    arrays : ``model.npz``'s arrays by name (blobs and maps)
+    inputs, outputs : per tensor: ``name``, ``shape`` (int8 values)
+    dram_bytes : the DRAM the recording used, from address 0 (a board's DMA region must
+        hold at least this)
+    meta : the rest of ``model.json`` (the model, its ops, the host's quantize and
+        dequantize, which the exporter's own runner applies)
+    """
+
+    config: HardwareConfig
+    steps: tuple[dict, ...]
+    arrays: Mapping[str, np.ndarray]
+    inputs: tuple[dict, ...]
+    outputs: tuple[dict, ...]
+    dram_bytes: int
+    meta: dict
+
+    # --- files ------------------------------------------------------------------------------
+
+    def to_json(self) -> dict:
+        return {"format": FORMAT, "config": self.config.to_dict(),
+                "dram_bytes": self.dram_bytes, "inputs": list(self.inputs),
+                "outputs": list(self.outputs), "steps": list(self.steps), **self.meta}
+
+    @classmethod
+    def load(cls, folder: str | os.PathLike) -> "DeviceScript":
+        """The script of ``model.json`` and ``model.npz`` in `folder`. BundleError for
+        missing files, another format, or steps naming arrays that are not there."""
+        folder = Path(folder)
+        try:
+            data = json.loads((folder / "model.json").read_text())
+            with np.load(folder / "model.npz", allow_pickle=False) as npz:
+                arrays = {name: npz[name] for name in npz.files}
+        except (OSError, ValueError) as exc:
+            raise BundleError(f"{os.fspath(folder)}: not a device script ({exc})") from None
+        if data.get("format") != FORMAT:
+            raise BundleError(f"{folder / 'model.json'}: format {data.get('format')!r}; this "
+                              f"vdla plays {FORMAT!r}: export the model with this vdla")
+        try:
+            config = HardwareConfig.from_dict(data.pop("config"))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise BundleError(f"{folder / 'model.json'}: bad config ({exc})") from None
+        keys = ("format", "dram_bytes", "inputs", "outputs", "steps")
+        script = cls(config, tuple(data["steps"]), arrays, tuple(data["inputs"]),
+                     tuple(data["outputs"]), int(data["dram_bytes"]),
+                     {k: v for k, v in data.items() if k not in keys})
+        script.check()
+        return script
+
+    def check(self) -> None:
+        """BundleError for a step of an unknown kind or naming a missing array or tensor."""
+        for i, step in enumerate(self.steps):
+            kind = step.get("do")
+            if kind not in STEPS:
+                raise BundleError(f"step {i}: unknown kind {kind!r} (allowed {list(STEPS)})")
+            for key in ("blob", "map"):
+                if key in step and step[key] not in self.arrays:
+                    raise BundleError(f"step {i} ({kind}): array {step[key]!r} is not in "
+                                      "model.npz")
+            if kind in ("input", "output"):
+                listed = self.inputs if kind == "input" else self.outputs
+                if not 0 <= step["tensor"] < len(listed):
+                    raise BundleError(f"step {i} ({kind}): tensor {step['tensor']} of "
+                                      f"{len(listed)}")
+
+    # --- playing ----------------------------------------------------------------------------
+
+    def play(self, device, inputs: Mapping[str, np.ndarray]) -> tuple[dict, list[dict]]:
+        """Run the script on `device` (open, of this script's config) with the int8
+        `inputs` (by tensor name); returns ({output tensor name: int8 array}, the stats of
+        each run, in order, with ``op``). BundleError for a device of another config, one
+        whose DRAM is too small or that places an allocation elsewhere than recorded, or
+        inputs of the wrong names, shapes or types."""
+        if device.config != self.config:
+            raise BundleError(f"the model is compiled for config {self.config.name}; the "
+                              f"device runs {device.config.name}")
+        values = self._inputs(inputs)
+        base = int(getattr(device, "base", 0))
+        if device.dram_size < self.dram_bytes:
+            raise BundleError(f"the model needs {self.dram_bytes:,} bytes of DRAM; the "
+                              f"device has {device.dram_size:,}")
+        allocated, raw, runs = [], [[] for _ in self.outputs], []
+        try:
+            for i, step in enumerate(self.steps):
+                kind = step["do"]
+                if kind == "alloc":
+                    addr = device.alloc(step["bytes"])
+                    allocated.append(addr)
+                    if addr != step["at"] + base:
+                        raise BundleError(
+                            f"step {i}: the device allocated {step['bytes']:,} bytes at "
+                            f"{addr:#x}, not at {step['at'] + base:#x} as recorded (offset "
+                            f"{step['at']:#x} from its base {base:#x}): its allocator differs")
+                elif kind == "write":
+                    data = self.arrays[step["blob"]]
+                    if step.get("program") and base:
+                        data = self._moved(step["blob"], base)
+                    device.write(step["at"] + base, data)
+                elif kind == "input":
+                    index = self.arrays[step["map"]]
+                    flat = values[step["tensor"]].reshape(-1)
+                    device.write(step["at"] + base,
+                                 np.where(index >= 0, flat[np.maximum(index, 0)], 0)
+                                 .astype(np.int8))
+                elif kind == "run":
+                    stats = device.run(step["at"] + base, step["count"])
+                    runs.append({"op": step.get("op", ""), **stats})
+                else:
+                    raw[step["tensor"]].append(device.read(step["at"] + base, step["bytes"]))
+        finally:
+            for addr in reversed(allocated):
+                device.free(addr)
+        outputs = {}
+        for i, out in enumerate(self.outputs):
+            data = np.concatenate(raw[i]) if raw[i] else np.zeros(0, np.uint8)
+            index = self.arrays[out["map"]]
+            outputs[out["name"]] = data[index].view(np.int8).reshape(out["shape"])
+        return outputs, runs
+
+    def _inputs(self, inputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        names = [t["name"] for t in self.inputs]
+        if set(inputs) != set(names):
+            raise BundleError(f"the model's int8 inputs are {names}, not {sorted(inputs)}")
+        out = []
+        for t in self.inputs:
+            x = np.asarray(inputs[t["name"]])
+            if x.dtype != np.int8 or list(x.shape) != list(t["shape"]):
+                raise BundleError(f"input {t['name']!r} must be int8 of shape "
+                                  f"{tuple(t['shape'])}, not {x.dtype} {x.shape}")
+            out.append(x)
+        return out
+
+    def _moved(self, blob: str, base: int) -> bytes:
+        """Program `blob` with every LOAD/STORE moved by `base` bytes."""
+        encoded = self.arrays[blob].tobytes()
+        program = Program(tuple(decode_stream(encoded, self.config)), self.config)
+        return relocate_encoded(program, encoded, base, self.config)
