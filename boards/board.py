@@ -16,7 +16,8 @@ import vdla.runtime
 from vdla.config import HardwareConfig
 from vdla.isa.registers import CONTROL_ADDR_WIDTH
 from vdla.runtime.board import (BoardDevice, BoardError, DevMemMmio, PynqMemory, PynqMmio,
-                                UdmabufMemory, bitstream_config, bitstream_mismatch)
+                                UdmabufMemory, UioInterrupt, bitstream_config,
+                                bitstream_mismatch)
 from vdla.sim.verilator import DramTiming
 
 __all__ = ["Board", "Family", "Part", "Resources", "FAMILIES", "REGISTER_WINDOW_BYTES"]
@@ -230,8 +231,9 @@ class Board:
         """The accelerator of this board's bitstream, from the board's own Linux (as
         root): a `vdla.runtime.board.BoardDevice` with its registers at `register_base`
         through pynq where it is installed, else ``/dev/mem``, and `dram_size` bytes of
-        DMA memory from `pynq.allocate`, else the first u-dma-buf device. `options` go
-        to the device (``timeout``).
+        DMA memory from `pynq.allocate`, else the first u-dma-buf device, and the done
+        interrupt where a UIO device named ``vdla`` has it (else CTRL is polled).
+        `options` go to the device (``timeout``, ``interrupt``).
 
         The config is the bitstream's: its `manifest` (the ``manifest.json`` `vdla
         verilog --board` writes beside the project) when given, else `config`, else the
@@ -250,6 +252,10 @@ class Board:
             mmio, memory = DevMemMmio(self.register_base), UdmabufMemory()
         else:
             mmio, memory = PynqMmio(self.register_base), PynqMemory(dram_size)
+        # The done interrupt where the board's Linux exposes it as a UIO device (a
+        # device-tree overlay, docs/boards.md); else the runtime polls CTRL.
+        if "interrupt" not in options and UioInterrupt.device() is not None:
+            options["interrupt"] = UioInterrupt()
         return BoardDevice(config, mmio=mmio, memory=memory, **options)
 
     def check_memory(self, config: HardwareConfig | None = None) -> None:

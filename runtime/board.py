@@ -21,11 +21,17 @@ The protocol of a run (docs/isa.md, "Memory map"), the same on every board:
 1. once, at open: read ID (must be `ACCEL_ID`) and VERSION (must be `REGMAP_VERSION`);
 2. flush the CPU's caches over what the host wrote since the last run;
 3. write INSN_ADDR, then INSN_COUNT, then CTRL = `CTRL_START`;
-4. read CTRL until `STATUS_DONE` is set, sleeping between reads, for at most
-   `timeout` seconds; a run still going then reads STATE and every counter and raises
+4. wait for the done interrupt where there is one (`Interrupt`: the core's ``irq``,
+   through a UIO device), then read CTRL until `STATUS_DONE` is set (one read after the
+   interrupt; without one, reads with sleeps between them), for at most `timeout`
+   seconds; a run still going then reads STATE and every counter and raises
    `BoardTimeout`, naming the units that are busy and what each waits on;
 5. read every counter (`COUNTERS`: low word, then high word), which froze at done;
 6. invalidate the CPU's caches over the region before the host reads results.
+
+An optional third layer, `Interrupt`, waits for the core's done interrupt instead of
+reading CTRL again and again: the Linux UIO device of the interrupt (`UioInterrupt`),
+swapped in the tests for the Verilator model's ``irq`` port.
 
 Every register access goes through `Mmio.read` and `Mmio.write`, so a log of them is
 the protocol as the hardware saw it (`RegisterLog`).
@@ -38,6 +44,8 @@ import dataclasses
 import json
 import mmap
 import os
+import select
+import struct
 import time
 from pathlib import Path
 
@@ -52,9 +60,9 @@ from vdla.sim.counters import work_counters
 from vdla.sim.protocol import fetch_program
 from vdla.sim.validate import ProgramValidator
 
-__all__ = ["BoardDevice", "BoardError", "BoardTimeout", "DevMemMmio", "DmaMemory", "Mmio",
-           "PynqMemory", "PynqMmio", "RegisterLog", "UdmabufMemory", "bitstream_config",
-           "bitstream_mismatch", "decode_state"]
+__all__ = ["BoardDevice", "BoardError", "BoardTimeout", "DevMemMmio", "DmaMemory", "Interrupt",
+           "Mmio", "PynqMemory", "PynqMmio", "RegisterLog", "UdmabufMemory", "UioInterrupt",
+           "bitstream_config", "bitstream_mismatch", "decode_state"]
 
 #: Bytes of the control window (`vdla.isa.registers.CONTROL_ADDR_WIDTH`).
 WINDOW = 4096
@@ -115,6 +123,61 @@ class DmaMemory(abc.ABC):
         pass
 
 
+class Interrupt(abc.ABC):
+    """The accelerator's done interrupt: the core's ``irq`` output, high while a finished
+    run's done flag is set (the next START clears it), wired to the processor by the
+    board's project (Zynq's IRQ_F2P, Zynq UltraScale+'s pl_ps_irq0)."""
+
+    @abc.abstractmethod
+    def arm(self) -> None:
+        """Enable the interrupt for one firing, after START: the previous run's level has
+        fallen by then, and a run that already finished holds it high, so none is
+        lost."""
+
+    @abc.abstractmethod
+    def wait(self, seconds: float) -> bool:
+        """Block until the interrupt fires (True) or `seconds` pass (False)."""
+
+    def close(self) -> None:
+        pass
+
+
+class UioInterrupt(Interrupt):
+    """The interrupt through the Linux UIO device named `name` (a device-tree node of
+    ``compatible = "generic-uio"`` for the fabric interrupt, docs/boards.md): writing 1
+    enables it, a read returns once it has fired (the kernel masks it again)."""
+
+    def __init__(self, name: str = "vdla"):
+        device = self.device(name)
+        if device is None:
+            raise FileNotFoundError(f"no UIO device named {name!r} in /sys/class/uio")
+        self.fd = os.open(f"/dev/{device}", os.O_RDWR)
+
+    @staticmethod
+    def device(name: str = "vdla") -> str | None:
+        """The UIO device (``uio0``, ...) named `name`, or None."""
+        for path in sorted(Path("/sys/class/uio").glob("uio*")):
+            try:
+                if (path / "name").read_text().strip() == name:
+                    return path.name
+            except OSError:
+                continue
+        return None
+
+    def arm(self) -> None:
+        os.write(self.fd, struct.pack("=I", 1))
+
+    def wait(self, seconds: float) -> bool:
+        ready, _, _ = select.select([self.fd], [], [], max(0.0, seconds))
+        if not ready:
+            return False
+        os.read(self.fd, 4)     # the count of firings; reading it consumes this one
+        return True
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
 class RegisterLog(Mmio):
     """An `Mmio` that passes every access on to `inner` and records it in `accesses`
     as ``("r" | "w", register name, value)``: the protocol as the hardware saw it."""
@@ -158,6 +221,7 @@ class BoardDevice(Device):
 
     config : the `HardwareConfig` the bitstream was built from
     mmio, memory : the control window and the DMA region (`Mmio`, `DmaMemory`)
+    interrupt : the done interrupt (`Interrupt`), or None to poll CTRL
     timeout : seconds a run may take before `BoardTimeout`
     poll : seconds between reads of CTRL while a run goes on
     BoardError when the window does not answer as a vdla accelerator of this register
@@ -167,11 +231,12 @@ class BoardDevice(Device):
     backend = "board"
 
     def __init__(self, config: HardwareConfig, *, mmio: Mmio, memory: DmaMemory,
-                 timeout: float = 10.0, poll: float = POLL_SECONDS):
+                 interrupt: Interrupt | None = None, timeout: float = 10.0,
+                 poll: float = POLL_SECONDS):
         if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or timeout <= 0:
             raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
         super().__init__(config, len(memory.array))
-        self.mmio, self.memory = mmio, memory
+        self.mmio, self.memory, self.interrupt = mmio, memory, interrupt
         self.timeout, self.poll = float(timeout), float(poll)
         base = int(memory.physical_address)
         align = dram_alignment(config)
@@ -230,6 +295,9 @@ class BoardDevice(Device):
         regs.write(REGISTERS["INSN_COUNT"][0], int(insn_count))
         regs.write(REGISTERS["CTRL"][0], CTRL_START)
         limit = start + (self.timeout if timeout is None else float(timeout))
+        if self.interrupt is not None:
+            self.interrupt.arm()
+            self.interrupt.wait(limit - time.perf_counter())   # then CTRL says which
         while not regs.read(REGISTERS["CTRL"][0]) & STATUS_DONE:
             if time.perf_counter() > limit:
                 self._timed_out(time.perf_counter() - start)
@@ -259,6 +327,9 @@ class BoardDevice(Device):
 
     def close(self):
         mmio, memory, self.mmio, self.memory = self.mmio, self.memory, None, None
+        interrupt, self.interrupt = self.interrupt, None
+        if interrupt is not None:
+            interrupt.close()
         if mmio is not None:
             mmio.close()
         if memory is not None:

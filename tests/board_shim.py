@@ -6,13 +6,16 @@ DRAM as it would the board's.
 
     sim = VerilatorSimulator(config, dram_size)
     board = BoardDevice(config, mmio=RegisterLog(VerilatorMmio(sim.model)),
-                        memory=VerilatorMemory(sim.model, base=1 << 20))
+                        memory=VerilatorMemory(sim.model, base=1 << 20),
+                        interrupt=VerilatorInterrupt(sim.model))   # or poll: None
 """
 
 from __future__ import annotations
 
+import time
+
 from vdla.isa.registers import REGISTERS
-from vdla.runtime.board import DmaMemory, Mmio
+from vdla.runtime.board import DmaMemory, Interrupt, Mmio
 
 CTRL = REGISTERS["CTRL"][0]
 
@@ -50,3 +53,23 @@ class VerilatorMemory(DmaMemory):
 
     def invalidate(self, offset: int, nbytes: int) -> None:
         self.syncs.append(("invalidate", offset, nbytes))
+
+
+class VerilatorInterrupt(Interrupt):
+    """The core's ``irq`` port of the model, as the processor's interrupt line: `wait`
+    runs the model `cycles` cycles at a time (in its own loop) until the port is high.
+    `armed` counts the `arm` calls."""
+
+    def __init__(self, model, cycles: int = 4096):
+        self.model, self.cycles, self.armed = model, cycles, 0
+
+    def arm(self) -> None:
+        self.armed += 1
+
+    def wait(self, seconds: float) -> bool:
+        limit = time.perf_counter() + seconds
+        while not self.model.peek("irq"):
+            if time.perf_counter() > limit:
+                return False
+            self.model.step(self.cycles)
+        return True

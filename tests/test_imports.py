@@ -125,6 +125,11 @@ def test_the_layers_point_one_way():
     assert not offenders("vdla.compiler.tuner", ("vdla.compiler.targets",))
     assert not offenders("vdla.compiler.pipeline", ("vdla.compiler.targets.vdla",))
     assert not offenders("vdla.cli", ("vdla.compiler.targets.vdla",))
+    # The boards import no part of the compiler, but the deploy bundle's runner, which
+    # plays a compiled model on the board; nothing in the compiler imports it.
+    assert {m for m, _ in offenders("vdla.boards", ("vdla.compiler",), direct)} <= \
+        {"vdla.boards.runner"}
+    assert not offenders("vdla.compiler", ("vdla.boards.runner", "vdla.boards.bundle"))
 
 
 #: The target folders under `vdla.compiler.targets` (a module outside them is the

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import vdla
-from board_shim import VerilatorMemory, VerilatorMmio
+from board_shim import VerilatorInterrupt, VerilatorMemory, VerilatorMmio
 from vdla.boards import BOARDS
 from vdla.compiler import pipeline
 from vdla.compiler.targets.vdla import VdlaTarget
@@ -110,6 +110,42 @@ def test_a_model_through_the_board_is_bit_exact_in_the_same_cycles(sim, model):
     assert done
     for run in done:
         check_protocol(run)
+
+
+def test_completion_by_interrupt(sim):
+    """With the done interrupt (the model's irq port as the line), a run reads CTRL once,
+    after the interrupt, and gives the polled run's outputs and counters; a model runs
+    bit-exact in the same cycles."""
+    rng = np.random.default_rng(4)
+    a = rng.integers(-128, 128, size=(32, 64), dtype=np.int8)
+    b = rng.integers(-128, 128, size=(48, 64), dtype=np.int8)
+    polled = board(sim)
+    want, want_stats, _ = blocked_gemm(polled, a, b, shift=5)
+    line = VerilatorInterrupt(sim.model)
+    dev = board(sim, interrupt=line)
+    out, stats, _ = blocked_gemm(dev, a, b, shift=5)
+    assert np.array_equal(out, want) and line.armed == 1
+    assert {k: v for k, v in stats.items() if k != "wall_seconds"} == \
+        {k: v for k, v in want_stats.items() if k != "wall_seconds"}
+    (run,) = runs(dev.mmio.accesses)
+    check_protocol(run)
+    assert [x[:2] for x in run[3:5]] == [("r", "CTRL"), ("r", "CYCLES_LO")]
+    target = VdlaTarget(CFG, backend="verilator")
+    on_board = pipeline.run_model("small_cnn", target,
+                                  device=board(sim, interrupt=VerilatorInterrupt(sim.model)))
+    assert on_board.bit_exact
+    assert on_board.result.cycles == pipeline.run_model("small_cnn", target).result.cycles
+
+
+def test_a_hang_with_the_interrupt_ends_in_the_timeout(sim):
+    dev = board(sim, timeout=0.3, interrupt=VerilatorInterrupt(sim.model))
+    at = dev.alloc(CFG.inp_elem_bytes) // CFG.inp_elem_bytes
+    insns = [Load(memory_type=MemoryType.INP, y_size=1, x_size=1, x_stride=1, dram_base=at),
+             Gemm(pop_prev=True), Finish()]
+    addr, count = dev.load_program(Program(insns, CFG))
+    with pytest.raises(BoardTimeout, match="wait_token_load_compute"):
+        dev.run(addr, count, validate=False)
+    sim.model.reset()
 
 
 def test_a_hang_ends_in_the_timeout_with_the_state_decoded(sim):
