@@ -18,7 +18,6 @@ was written is named, so a model never runs on a mix of two deploys.
 from __future__ import annotations
 
 import datetime
-import hashlib
 import json
 import os
 import shutil
@@ -27,7 +26,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import vdla
-from vdla._fileio import atomic_write
+from vdla._fileio import atomic_write, sha256_file
 from vdla.boards.board import Board
 from vdla.boards.catalog import BOARDS
 from vdla.boards.project import generate
@@ -60,17 +59,9 @@ class BundleMismatch(ValueError):
     """A bundle whose files are not the ones its manifest lists."""
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _files(folder: Path) -> dict[str, str]:
     """{path relative to `folder`: SHA-256} of every file but the manifest, sorted."""
-    return {p.relative_to(folder).as_posix(): _sha256(p)
+    return {p.relative_to(folder).as_posix(): sha256_file(p)
             for p in sorted(folder.rglob("*"))
             if p.is_file() and p.relative_to(folder).as_posix() != MANIFEST}
 
@@ -132,7 +123,7 @@ def check_bundle(folder: str | os.PathLike) -> dict:
         path = folder / name
         if not path.is_file():
             raise BundleMismatch(f"{name}: listed in the bundle's manifest but missing")
-        found = _sha256(path)
+        found = sha256_file(path)
         if found != digest:
             raise BundleMismatch(f"{name}: changed since `vdla deploy` wrote it (SHA-256 "
                                  f"{found[:12]}..., the manifest has {digest[:12]}...): "

@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import json
 import os
 import shutil
 from pathlib import Path
 from typing import Callable, Iterator
+
+from vdla._fileio import sha256_file
 
 __all__ = ["CACHE_ENV", "build_entry", "cache_root", "sha256_file", "valid_entry",
            "write_entry"]
@@ -42,14 +43,6 @@ def cache_root() -> Path:
         return Path(env).expanduser()
     xdg = os.environ.get("XDG_CACHE_HOME")
     return (Path(xdg) if xdg else Path.home() / ".cache") / "vdla"
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def valid_entry(folder: Path) -> bool:

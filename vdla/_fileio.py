@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import tempfile
 from pathlib import Path
 
-__all__ = ["atomic_write"]
+__all__ = ["atomic_write", "sha256_file"]
 
 
 def _umask() -> int:
@@ -45,3 +46,12 @@ def atomic_write(path: str | os.PathLike, data: bytes) -> Path:
             pass
         raise
     return path
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    """The SHA-256 of the file at `path`, in hex, read a MiB at a time."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
