@@ -65,7 +65,12 @@ def main(argv: list[str], *, bundle: str | os.PathLike,
     """Run.py's work (module docstring); returns the exit status. `open_device(config,
     manifest, dram_size, timeout)` opens the accelerator instead of the board's
     hardware (a test's Verilator shim)."""
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not args.timeout > 0:
+        parser.error(f"--timeout must be a positive number of seconds, not {args.timeout}")
+    if args.top < 1:
+        parser.error(f"--top must be a positive integer, not {args.top}")
     bundle = Path(bundle)
     try:
         info = check_bundle(bundle)
@@ -111,10 +116,9 @@ def main(argv: list[str], *, bundle: str | os.PathLike,
 def _feed(image: str | None, script: DeviceScript, bundle: Path):
     """(the feed, the expected outputs or None)."""
     if image is not None:
-        (t,) = script.inputs if len(script.inputs) == 1 else (None,)
-        if t is None:
+        if len(script.inputs) != 1:
             raise ValueError(f"the model has {len(script.inputs)} inputs; run.py takes one")
-        return {t["from"]: np.load(image, allow_pickle=False)}, None
+        return {script.inputs[0]["from"]: np.load(image, allow_pickle=False)}, None
     path = bundle / "model" / "example.npz"
     if not path.is_file():
         raise ValueError("no image given and the bundle has no example (model/example.npz)")
@@ -135,14 +139,17 @@ def _load_bitstream(path: str) -> None:
 
 def _report(info: dict, script: DeviceScript, runs: list, wall: float, outputs: dict,
             top: int) -> None:
-    cycles = sum(int(r.get("cycles") or 0) for r in runs)
     clock = script.config.clock_mhz
+    counted = all(r.get("cycles") is not None for r in runs)   # (a simulator may not count)
+    cycles = sum(int(r["cycles"]) for r in runs) if counted else None
+    timing = (f"{cycles:,} cycles = {cycles / (clock * 1e3):.3f} ms at {clock:g} MHz; "
+              if counted else "no cycle counters; ")
     print(f"{info['model']} on {info['board']} ({script.config.name}): {len(runs)} "
-          f"programs, {cycles:,} cycles = {cycles / (clock * 1e3):.3f} ms at {clock:g} MHz; "
-          f"{wall * 1e3:.1f} ms wall with the host's part")
+          f"programs, {timing}{wall * 1e3:.1f} ms wall with the host's part")
     width = max((len(r["op"]) for r in runs), default=2)
     for r in runs:
-        print(f"  {r['op']:<{width}}  {int(r.get('cycles') or 0):>12,} cycles")
+        if r.get("cycles") is not None:
+            print(f"  {r['op']:<{width}}  {int(r['cycles']):>12,} cycles")
     for name, value in outputs.items():
         flat = np.asarray(value).reshape(-1)
         best = np.argsort(-flat, kind="stable")[:top]

@@ -146,6 +146,12 @@ def test_a_model_that_needs_a_feature_the_bitstream_lacks(tmp_path, capsys):
 
 
 def test_deploy_refuses_bad_requests(tmp_path, capsys):
+    assert vdla_main(["deploy", "small_cnn", "--board", "nosuch", "-o",
+                      str(tmp_path / "x")]) == 1
+    assert "unknown board 'nosuch'; known boards: pynq-z1" in capsys.readouterr().err
+    assert vdla_main(["deploy", "small_cnn", "--board", "pynq-z1", "--calibration", "0",
+                      "-o", str(tmp_path / "x")]) == 1
+    assert "--calibration must be a positive integer" in capsys.readouterr().err
     assert vdla_main(["deploy", "small_cnn", "--board", "de10-nano", "-o",
                       str(tmp_path / "x")]) == 1
     assert "runs on a Zynq's Linux; deploy to pynq-z1, pynq-z2" in capsys.readouterr().err
@@ -156,6 +162,30 @@ def test_deploy_refuses_bad_requests(tmp_path, capsys):
                       str(tmp_path / "full")]) == 1
     assert "is not an empty folder" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["full"]   # nothing left aside
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--timeout", "0"], "--timeout must be a positive number of seconds, not 0.0"),
+    (["--top", "0"], "--top must be a positive integer, not 0"),
+])
+def test_the_runner_refuses_bad_options(bundle, capsys, argv, says):
+    with pytest.raises(SystemExit) as exit_:
+        run_bundle(argv, bundle=bundle, open_device=None)
+    assert exit_.value.code == 2 and says in capsys.readouterr().err
+
+
+def test_the_runner_names_a_missing_manifest_or_example(bundle, tmp_path, capsys):
+    assert run_bundle(["--manifest", str(tmp_path / "none.json")], bundle=bundle,
+                      open_device=None) == 1
+    assert "bitstream manifest" in capsys.readouterr().err
+    copy = tmp_path / "b"
+    shutil.copytree(bundle, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    del manifest["files"]["model/example.npz"]
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    (copy / "model" / "example.npz").unlink()
+    assert run_bundle([], bundle=copy, open_device=None) == 1
+    assert "no image given and the bundle has no example" in capsys.readouterr().err
 
 
 def test_a_host_op_between_accelerator_ops_is_refused():

@@ -6,7 +6,7 @@ The bundle is played back on the functional simulator before it is written."""
 
 from __future__ import annotations
 
-from vdla.cli.common import CONFIG_HELP, CliError, board_config, log
+from vdla.cli.common import CONFIG_HELP, board_config, log
 from vdla.cli.run import (DEFAULT_TARGET, _open_records, add_chooser_option,
                           check_model_options)
 
@@ -42,10 +42,7 @@ def run(args) -> int:
     from vdla.boards.bundle import write_bundle
     from vdla.compiler import pipeline, targets
 
-    try:
-        board, config = board_config(args.board, args.config)
-    except (KeyError, ValueError) as exc:
-        raise CliError(str(exc).strip('"')) from None
+    board, config = board_config(args.board, args.config)     # (ValueError: main says so)
     target = targets.get(DEFAULT_TARGET, config=config, backend="functional")
     records = _open_records(args.records)
     model = pipeline.load_model(args.model, seed=args.seed, calibration=args.calibration,
@@ -61,11 +58,8 @@ def run(args) -> int:
     reference = pipeline.reference_of(graph, model.feed)
     example = {**model.feed, **{name: reference[name] for name in graph.outputs}}
     log("recording the model's device calls and playing them back ...")
-    try:
-        manifest = write_bundle(board, target, compiled, args.output, example=example,
-                                model=args.model)
-    except ValueError as exc:
-        raise CliError(str(exc)) from None
+    manifest = write_bundle(board, target, compiled, args.output, example=example,
+                            model=args.model)
     files = manifest["files"]
     print(f"{args.output}: {args.model} for {board.title} ({config.name}, "
           f"{board.clock_mhz:g} MHz): {len(files)} files, "

@@ -2,7 +2,7 @@
 deploy``): a device script (`vdla.runtime.bundle.DeviceScript`) that plays the model on
 any device without the compiler, and the host's two ends of it.
 
-    folder = export_model(compiled, "bundle/model")          # model.json + model.npz
+    folder = export_model(compiled, "bundle/model", example)  # model.json, model.npz
     outputs, runs = run_exported("bundle/model", device, {"input": x})   # float in/out
 
 **Recording.** The model runs once on the functional simulator through a device that
@@ -14,7 +14,8 @@ session's own `put`, written down as an index map by probing it: each probe writ
 digits (base 127) of every element's index plus one, so the bytes written spell out
 which element each came from, and zero marks padding. A random probe then checks the
 map. Outputs are mapped the same way through `fetch`. The exported script is finally
-played on a fresh functional simulator and must give the recorded outputs.
+played on a fresh functional simulator, host ends included, and must give the recorded
+run's outputs.
 
 A folder also gets a README.md saying what its files are.
 
@@ -38,7 +39,7 @@ import numpy as np
 import vdla.runtime
 from vdla._fileio import atomic_write
 from vdla.compiler.ir.tensor import Node
-from vdla.compiler.reference import KERNELS, run_reference
+from vdla.compiler.reference import KERNELS
 from vdla.isa import INSN_BYTES
 from vdla.runtime.bundle import BundleError, DeviceScript
 
@@ -139,14 +140,14 @@ def _gather_map(size: int, apply, what: str) -> np.ndarray:
 
 
 def _record(compiled, feed: Mapping[str, np.ndarray]):
-    """(the device log of one run of `compiled` on `feed`, the session's locations of
-    the int8 ends, the input maps per write, the output maps)."""
+    """(the device log of one run of `compiled` on `feed`, its host ends, the input
+    maps (locations, map), the output maps, the run's outputs)."""
     ins, outs = host_ends(compiled)
     config = compiled.target.config
     recorder = _Recorder(vdla.runtime.open(config, backend="functional"))
     try:
         with compiled.session(recorder) as session:
-            session.run(feed)
+            recorded = session.run(feed).outputs
             recorder.on = False
             device_session = session.target_session(compiled.target.name)
             graph = compiled.graph
@@ -182,7 +183,7 @@ def _record(compiled, feed: Mapping[str, np.ndarray]):
                 out_maps.append((where, _probe_output(raw, fetch, t["name"])))
     finally:
         recorder.close()
-    return recorder.log, ins, outs, in_maps, out_maps
+    return recorder.log, ins, outs, in_maps, out_maps, recorded
 
 
 def _probe_output(raw: int, fetch, name: str) -> np.ndarray:
@@ -233,15 +234,20 @@ def _steps(log, ins, in_maps, outs, out_maps, arrays: dict) -> tuple[list, int]:
     return steps, top
 
 
-def export_model(compiled, out_dir: str | os.PathLike, feed: Mapping[str, np.ndarray],
-                 *, name: str = "") -> Path:
+def export_model(compiled, out_dir: str | os.PathLike,
+                 example: Mapping[str, np.ndarray] | None = None, *, name: str = "") -> Path:
     """Write `compiled` (a `CompiledModel` of the accelerator) into `out_dir` as a device
-    script (``model.json``, ``model.npz``), recorded from a run on `feed` (graph input
-    -> float array; any value: the script does not depend on it) and checked by playing
-    it back on a fresh functional simulator. Returns the folder. ValueError for a model
-    with host ops between accelerator ops (`host_ends`)."""
-    log, ins, outs, in_maps, out_maps = _record(compiled, feed)
-    graph, config = compiled.graph, compiled.target.config
+    script (``model.json``, ``model.npz``, ``README.md``), recorded from a run on
+    `example`'s inputs (graph input -> float array; zeros when None: the script does not
+    depend on the values) and checked by playing it back on a fresh functional
+    simulator, and `example` (inputs and outputs) as ``example.npz``. Returns the
+    folder. ValueError for a model with host ops between accelerator ops
+    (`host_ends`)."""
+    graph = compiled.graph
+    feed = {name: (np.zeros(graph.tensors[name].shape, np.float32) if example is None
+                   else example[name]) for name in graph.inputs}
+    log, ins, outs, in_maps, out_maps, recorded = _record(compiled, feed)
+    config = compiled.target.config
     arrays: dict[str, np.ndarray] = {}
     steps, top = _steps(log, ins, in_maps, outs, out_maps, arrays)
     run_ops = [op.name for op in compiled.ops if op.target == compiled.target.name
@@ -263,11 +269,11 @@ def export_model(compiled, out_dir: str | os.PathLike, feed: Mapping[str, np.nda
     script = DeviceScript(config, tuple(steps), arrays, tuple(ins), tuple(outs),
                           top + vdla.runtime.dram_alignment(config), meta)
     script.check()
-    _self_check(script, compiled, feed)
+    _self_check(script, feed, recorded)
     out = Path(out_dir)
-    buffer = io.BytesIO()
-    np.savez(buffer, **arrays)
-    atomic_write(out / "model.npz", buffer.getvalue())
+    atomic_write(out / "model.npz", _npz(arrays))
+    if example is not None:
+        atomic_write(out / "example.npz", _npz({k: np.asarray(v) for k, v in example.items()}))
     atomic_write(out / "model.json", (json.dumps(script.to_json(), indent=1) + "\n").encode())
     atomic_write(out / "README.md", _README.format(model=meta["model"], config=config.name,
                                                    steps=len(steps), runs=len(runs)).encode())
@@ -277,7 +283,7 @@ def export_model(compiled, out_dir: str | os.PathLike, feed: Mapping[str, np.nda
 _README = """# {model} for the vdla accelerator, config `{config}`
 
 A device script: the {steps} device calls that run the model, {runs} of them programs,
-recorded from the compiler's session and checked against its reference.
+recorded from the compiler's session and checked by playing it back.
 
 - `model.json`: the config, the steps, the int8 ends and the host's quantize and
   dequantize;
@@ -294,17 +300,21 @@ Play it on any device of the config, a board's included, with vdla installed:
 """
 
 
-def _self_check(script: DeviceScript, compiled, feed) -> None:
-    """Play `script` on a fresh functional simulator: its outputs must be the
-    reference's."""
-    reference = run_reference(compiled.graph, feed, keep=True)
+def _npz(arrays: Mapping[str, np.ndarray]) -> bytes:
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    return buffer.getvalue()
+
+
+def _self_check(script: DeviceScript, feed, recorded: Mapping[str, np.ndarray]) -> None:
+    """Play `script` on a fresh functional simulator, host ends included: its outputs
+    must be those of the run it was recorded from."""
     with vdla.runtime.open(script.config, backend="functional") as device:
-        outputs, _ = script.play(device, {t["name"]: reference[t["name"]]
-                                          for t in script.inputs})
-    for t in script.outputs:
-        if not np.array_equal(outputs[t["name"]], reference[t["name"]]):
-            raise ValueError(f"the exported script's {t['name']!r} differs from the "
-                             "reference: the recording is wrong (please report it)")
+        outputs, _ = run_exported(script, device, feed)
+    for name, value in recorded.items():
+        if not np.array_equal(outputs[name], value):
+            raise ValueError(f"the exported script's output {name!r} differs from the run "
+                             "it was recorded from: the recording is wrong (please report it)")
 
 
 def run_exported(script: DeviceScript | str | os.PathLike, device,

@@ -28,14 +28,10 @@ those moves as transfers between accelerator ops.
 from __future__ import annotations
 
 import dataclasses
-import io
 import time
 from typing import Any, Mapping, Sequence
 
-import numpy as np
-
 import vdla.runtime
-from vdla._fileio import atomic_write
 from vdla.compiler.ir.graph import Graph
 from vdla.compiler.ir.tensor import Node
 from vdla.compiler.targets.base import CompiledOp, Progress, Support, Target
@@ -158,16 +154,7 @@ class VdlaTarget(VdlaCommandLine, Target):
         board's included, without the compiler (`vdla.compiler.targets.vdla.export`):
         ``model.json`` and ``model.npz``, and with `example` its inputs and outputs as
         ``example.npz``. ValueError for a model with host ops between accelerator ops."""
-        graph = compiled.graph
-        feed = {name: (example[name] if example is not None else
-                       np.zeros(graph.tensors[name].shape, np.float32))
-                for name in graph.inputs}
-        folder = export_model(compiled, out_dir, feed)
-        if example is not None:
-            buffer = io.BytesIO()
-            np.savez(buffer, **{name: np.asarray(v) for name, v in example.items()})
-            atomic_write(folder / "example.npz", buffer.getvalue())
-        return folder
+        return export_model(compiled, out_dir, example)
 
     def on_device(self, device) -> "VdlaTarget":
         """This target on `device`'s config (the board's bitstream's), its options kept."""
