@@ -29,8 +29,10 @@ instruction set out; a model trained on the set ranking ResNet-50's layers, whic
 held out (``make_cpu_test_v2.sh``), beside how often two measurements of the same
 schedules agree (the test set is measured in three rounds: the ceiling of any model
 ranked against wall times); and the widest instruction set's model adapted to the next
-one down with at most 5% of the set's measurements, tested on that one's others. The
-models are trained with the shipped model's settings (its metadata).
+one down with at most 5% of the set's measurements, tested on that one's others, and on
+avx2 once more against its schedules measured side by side
+(``make_cpu_avx2_sbs.sh``), whose order two halves of the rounds agree on. The models
+are trained with the shipped model's settings (its metadata).
 
     python bench/tuner_transfer.py [--part ranking fewshot cpu] [--seeds 5]
 
@@ -58,7 +60,7 @@ from vdla.compiler.targets.cpu.features import CONV2D as CPU_CONV
 from vdla.compiler.tuner import Records, ReplayRunner, tune_task
 from vdla.compiler.targets.cpu.tuning import PRETRAINED as CPU_PRETRAINED
 from vdla.compiler.tuner.cost_model import CostModel, shipped
-from vdla.compiler.tuner.dataset import local_records
+from vdla.compiler.tuner.dataset import SIDE_BY_SIDE, local_records
 from vdla.compiler.tuner.learned import MARGIN, Rows, pairwise_accuracy, top1_ratio
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -72,10 +74,11 @@ MANIFESTS = (DATASETS / "vdla_v1.db.manifest.json", DATASETS / "vdla_small_v1.db
 TARGETS = {"pairwise": 0.90, "top1": 0.97, "cpu_pairwise": 0.85}
 CPU_MANIFESTS = (DATASETS / "cpu_v2.db.manifest.json", DATASETS / "cpu_f32_v2.db.manifest.json")
 CPU_TEST = DATASETS / "cpu_test_v2.db.manifest.json"
-#: avx2 alone, each schedule measured in three rounds (make_cpu_avx2_r3.sh): the
-#: adaptation tested against medians, where one measurement's noise matters less.
-CPU_AVX2_ROUNDS = (DATASETS / "cpu_avx2_r3.db.manifest.json",
-                   DATASETS / "cpu_f32_avx2_r3.db.manifest.json")
+#: avx2 alone, each workload's schedules measured side by side in 21 rounds
+#: (make_cpu_avx2_sbs.sh): the adaptation tested against costs that two halves of the
+#: rounds order alike, where one whole measurement orders 0.87 of pairs as another.
+CPU_AVX2_SIDE = (DATASETS / "cpu_avx2_sbs.db.manifest.json",
+                 DATASETS / "cpu_f32_avx2_sbs.db.manifest.json")
 WITHIN = 1.02
 FEW = 4
 
@@ -280,18 +283,33 @@ def _figures(model_or_est, rows) -> tuple[float, float]:
 def repeat_agreement(manifest: Path) -> tuple[float, int, int] | None:
     """For a set measured in rounds (``vdla dataset --rounds``): the share of pairs of
     schedules of one task that the first round's costs order as the second round's do,
-    the pairs and the rounds; None for a set of one round."""
+    the pairs and the rounds. For a set measured side by side (``--side-by-side``): the
+    same for the medians of its even and of its odd rounds. None for a set of one
+    round."""
     path = local_records(DATASETS / Path(json.loads(manifest.read_text())["records"]).name)
-    runs: dict[tuple, dict[str, list[int]]] = {}
+    runs: dict[tuple, dict[str, tuple[list, list]]] = {}
     with Records(path) as db:
         for r in db.query(status="ok"):
-            task = runs.setdefault((r.config, r.workload), {})
-            task.setdefault(json.dumps(r.schedule, sort_keys=True), []).append(r.cycles)
+            own, side = runs.setdefault((r.config, r.workload), {}).setdefault(
+                json.dumps(r.schedule, sort_keys=True), ([], []))
+            if SIDE_BY_SIDE in r.counters:
+                side.append((r.counters[SIDE_BY_SIDE], r.cycles))
+            else:
+                own.append(r.cycles)
+
+    def two(own: list, side: list) -> tuple | None:
+        if side:
+            return (statistics.median(c for k, c in side if k % 2 == 0),
+                    statistics.median(c for k, c in side if k % 2 == 1)) \
+                if len(side) >= 2 else None
+        return (own[0], own[1]) if len(own) >= 2 else None
+
     agree = total = 0
-    rounds = max((len(c) for t in runs.values() for c in t.values()), default=1)
+    rounds = max((len(side) or len(own) for task in runs.values()
+                  for own, side in task.values()), default=1)
     for task in runs.values():
-        twice = [c for c in task.values() if len(c) >= 2]
-        for a, b in itertools.combinations(twice, 2):
+        pairs = [t for t in (two(*figures) for figures in task.values()) if t]
+        for a, b in itertools.combinations(pairs, 2):
             if a[1] != b[1] and a[0] != b[0]:
                 agree += (a[0] < b[0]) == (a[1] < b[1])
                 total += 1
@@ -372,19 +390,20 @@ def cpu(args) -> bool:
               f"{figures[2][0]:.3f} / {figures[2][1]:.4f}: "
               + ("PASS" if figures[2][0] >= TARGETS["cpu_pairwise"] else "BELOW")
               + f" (target pairwise >= {TARGETS['cpu_pairwise']})")
-        if target == "avx2" and all(m.exists() for m in CPU_AVX2_ROUNDS):
-            ok &= adapted_on_rounds(rows.subset(isa_of == source), len(rows), settings)
+        if target == "avx2" and all(m.exists() for m in CPU_AVX2_SIDE):
+            ok &= adapted_side_by_side(rows.subset(isa_of == source), len(rows), settings)
     return ok
 
 
-def adapted_on_rounds(source: Rows, set_size: int, settings: dict) -> bool:
-    """The adaptation against avx2's three-round medians (`CPU_AVX2_ROUNDS`): whole tasks
-    of them, up to 5% of the training set's size, added to the widest instruction set's
-    rows; the rest ranked. Beside it, the most these features and learner reach there:
-    each fifth of avx2's tasks ranked by a model given the other four fifths."""
+def adapted_side_by_side(source: Rows, set_size: int, settings: dict) -> bool:
+    """The adaptation against avx2's schedules measured side by side (`CPU_AVX2_SIDE`):
+    whole tasks of them, up to 5% of the training set's size, added to the widest
+    instruction set's rows; the rest ranked. Beside it, the most these features and
+    learner reach there: each fifth of avx2's tasks ranked by a model given the other
+    four fifths."""
     rounds = Rows.join([pipeline.training_set(p, feature_set=CPU_CONV.name)[0]
-                        for p in CPU_AVX2_ROUNDS])
-    agree = repeat_agreement(CPU_AVX2_ROUNDS[0])
+                        for p in CPU_AVX2_SIDE])
+    agree = repeat_agreement(CPU_AVX2_SIDE[0])
     budget = int(0.05 * set_size)
     pairs = []
     for seed in range(3):
@@ -404,8 +423,9 @@ def adapted_on_rounds(source: Rows, set_size: int, settings: dict) -> bool:
         model = CostModel.fit(Rows.join([source, rounds.subset(~test)]), CPU_CONV, **settings)
         predicted[test] = model.predict(rounds.x[test])
     mean = statistics.mean(pairs)
-    print(f"  against avx2's medians of {agree[2]} rounds ({len(rounds)} schedules of "
-          f"{len(rounds.tasks)} tasks; two rounds order {agree[0]:.3f} of their pairs alike): "
+    print(f"  against avx2 measured side by side, {agree[2]} rounds ({len(rounds)} schedules "
+          f"of {len(rounds.tasks)} tasks; the medians of two halves of the rounds order "
+          f"{agree[0]:.3f} of their pairs alike): "
           f"adapted with whole tasks ({budget} rows at most, 3 draws) {mean:.3f} "
           f"({min(pairs):.3f}-{max(pairs):.3f}): "
           + ("PASS" if mean >= TARGETS["cpu_pairwise"] else "BELOW")

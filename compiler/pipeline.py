@@ -507,14 +507,15 @@ def tasks_from_workload(spec: str, target, *, precision: str = "int8") -> list:
 def dataset_plan(platforms: Sequence[Target], *, held_out: Sequence[Target] = (),
                  models: Sequence[str] = (), shapes: Sequence[str] = (), per_task: int = 8,
                  seed: int = 0, held_out_models: Sequence[str] = (), picked: int = 0,
-                 precision: str = "int8", rounds: int = 1,
+                 precision: str = "int8", rounds: int = 1, side_by_side: int = 0,
                  log: Callable[[str], None] = lambda message: None) -> DatasetPlan:
     """The `DatasetPlan` of a training set (`vdla.compiler.tuner.dataset`): the tasks of
     every tunable op of `models` and of every workload of `shapes` (as
     `tasks_from_workload` takes them) on each of `platforms` (targets, one a platform:
     `Target.platforms`); `held_out` platforms are named in the manifest and not measured.
     The models and the shapes run at `precision` (`graph_for`, `tasks_from_workload`).
-    Every schedule is measured `rounds` times in the end.
+    Every schedule is measured `rounds` times in the end, then each task's schedules
+    `side_by_side` rounds in turn (`DatasetPlan`).
     A shape a platform cannot tune is left out, and `log` says so."""
     def tasks_of(target) -> list:
         tasks = []
@@ -539,7 +540,7 @@ def dataset_plan(platforms: Sequence[Target], *, held_out: Sequence[Target] = ()
                    for target, tasks in measured + kept_out if tasks},
         models=tuple(models), shapes=tuple(shapes), per_task=per_task, seed=seed,
         picked=picked, held_out_models=tuple(held_out_models), precision=precision,
-        rounds=rounds,
+        rounds=rounds, side_by_side=side_by_side,
         held_out_platforms=tuple(tasks[0].platform for _, tasks in kept_out if tasks))
 
 
@@ -560,6 +561,7 @@ def plan_from_manifest(manifest: Mapping[str, Any], *,
                         picked=manifest.get("picked", 0),
                         precision=manifest.get("precision", "int8"),
                         rounds=manifest.get("rounds", 1),
+                        side_by_side=manifest.get("side_by_side", 0),
                         held_out_models=manifest["held_out"]["models"], log=log)
     return plan, [t for name, t in platforms.items() if name in held]
 

@@ -4,7 +4,9 @@ workload.
 
 A workload is (H, W, Cin, Cout, k, pad, stride[, groups]), batch 1. `parse_workload` reads
 a name (``C5``), the seven numbers (``"28,28,128,128,3,1,1"``) or eight with the groups
-(``"28,28,128,128,3,1,1,128"``: depthwise, one channel a group).
+(``"28,28,128,128,3,1,1,128"``: depthwise, one channel a group). A dense (fully
+connected) workload is ``dense:IN,OUT[,BATCH]`` (`DenseWorkload`), as a classifier's last
+layer (``dense:512,1000``).
 
 A *named* workload (``C1``..``C11``) is ResNet-18's own layer, epilogue included:
 `model_graph` is the zoo's ResNet-18 quantized exactly as ``vdla run resnet18`` quantizes
@@ -15,7 +17,8 @@ records tuned on these nodes are the ones ``vdla run resnet18 --records`` looks 
 name can be several nodes with different epilogues (C8 with a ReLU, and with a residual
 add before the ReLU).
 
-`workload_graph` builds a *synthetic* graph with one ``qconv2d`` node for any workload:
+`workload_graph` builds a *synthetic* graph with one ``qconv2d`` (or ``qdense``) node for
+any workload:
 random int8 weights, an int32 bias, a per-tensor requantization shift and a ReLU clamp,
 and a random int8 input. Its epilogue is its own (a quantized model shifts per channel),
 so what is tuned on it serves only a model layer with that same epilogue.
@@ -38,7 +41,7 @@ from vdla.compiler.passes.prepare import prepare
 from vdla.compiler.passes.quantize import quantize
 
 __all__ = ["MODEL", "MODEL_CALIBRATION", "MODEL_SEED", "RESNET18", "ConvWorkload",
-           "conv_matches", "float_workload_graph", "model_graph", "parse_workload",
+           "DenseWorkload", "conv_matches", "float_workload_graph", "model_graph", "parse_workload",
            "workload_graph"]
 
 #: The model whose layers the names C1..C11 are.
@@ -71,6 +74,25 @@ class ConvWorkload(NamedTuple):
         return ",".join(map(str, self if self.groups != 1 else self[:7]))
 
 
+class DenseWorkload(NamedTuple):
+    """A fully connected layer: `batch` rows of `cin` features to `cout`."""
+
+    cin: int
+    cout: int
+    batch: int = 1
+
+    #: What a dense workload's text starts with (`parse_workload`).
+    PREFIX = "dense:"
+
+    @property
+    def macs(self) -> int:
+        return self.batch * self.cin * self.cout
+
+    def spec(self) -> str:
+        """The workload as `parse_workload` reads it (the batch only when not 1)."""
+        return self.PREFIX + ",".join(map(str, self if self.batch != 1 else self[:2]))
+
+
 #: ResNet-18's conv workloads C1-C11 (H, W, Cin, Cout, k, pad, stride), batch 1.
 RESNET18: dict[str, ConvWorkload] = {name: ConvWorkload(*shape) for name, shape in {
     "C1": (224, 224, 3, 64, 7, 3, 2),
@@ -87,12 +109,15 @@ RESNET18: dict[str, ConvWorkload] = {name: ConvWorkload(*shape) for name, shape 
 }.items()}
 
 
-def parse_workload(spec: str) -> tuple[str, ConvWorkload]:
-    """(name, workload) from a ResNet-18 workload name (``C5``, any case) or
-    ``H,W,Cin,Cout,k,pad,stride[,groups]``. Raises ValueError naming what is wrong."""
+def parse_workload(spec: str) -> tuple[str, ConvWorkload | DenseWorkload]:
+    """(name, workload) from a ResNet-18 workload name (``C5``, any case),
+    ``H,W,Cin,Cout,k,pad,stride[,groups]`` or ``dense:IN,OUT[,BATCH]``. Raises ValueError
+    naming what is wrong."""
     text = str(spec).strip()
     if text.upper() in RESNET18:
         return text.upper(), RESNET18[text.upper()]
+    if text.lower().startswith(DenseWorkload.PREFIX):
+        return text.lower(), _parse_dense(text)
     parts = text.split(",")
     try:
         values = [int(p) for p in parts]
@@ -113,6 +138,19 @@ def parse_workload(spec: str) -> tuple[str, ConvWorkload]:
         raise ValueError(f"workload {spec!r}: a {w.k}x{w.k} kernel does not fit the padded "
                          f"{w.h}x{w.w} input")
     return text, w
+
+
+def _parse_dense(text: str) -> DenseWorkload:
+    try:
+        values = [int(p) for p in text[len(DenseWorkload.PREFIX):].split(",")]
+    except ValueError:
+        values = []
+    if len(values) not in (2, 3):
+        raise ValueError(f"workload {text!r}: a dense workload is dense:IN,OUT[,BATCH] (2 or 3 "
+                         "integers)")
+    if min(values) < 1:
+        raise ValueError(f"workload {text!r}: the features and the batch must be >= 1")
+    return DenseWorkload(*values)
 
 
 @functools.lru_cache(maxsize=4)
@@ -146,10 +184,10 @@ def conv_matches(node: Node, graph: Graph, workload: ConvWorkload) -> bool:
             and tuple(a["pads"]) == (w.pad,) * 4)
 
 
-def workload_graph(workload: ConvWorkload, *, seed: int = 0, shift: int = 10,
-                   relu: bool = True) -> tuple[Graph, dict[str, np.ndarray]]:
-    """A synthetic graph with one qconv2d node ``conv`` computing `workload`, and a feed
-    {"x": int8 input}.
+def workload_graph(workload: ConvWorkload | DenseWorkload, *, seed: int = 0,
+                   shift: int = 10, relu: bool = True) -> tuple[Graph, dict[str, np.ndarray]]:
+    """A synthetic graph with one qconv2d node ``conv`` (a `DenseWorkload`: one qdense
+    node ``dense``) computing `workload`, and a feed {"x": int8 input}.
 
     workload : the shape
     seed : seeds the int8 weights in [-8, 8), the int32 bias and the input
@@ -158,6 +196,8 @@ def workload_graph(workload: ConvWorkload, *, seed: int = 0, shift: int = 10,
     relu : clamp at 0 (ReLU) rather than at -128
     Its epilogue is its own, not a model's (see the module docstring)."""
     rng = np.random.default_rng(seed)
+    if isinstance(workload, DenseWorkload):
+        return _dense_graph(workload, rng, shift, relu)
     w = workload
     g = Graph(f"conv_{w.h}x{w.w}_{w.cin}_{w.cout}_k{w.k}p{w.pad}s{w.stride}"
               + (f"g{w.groups}" if w.groups != 1 else ""))
@@ -174,11 +214,27 @@ def workload_graph(workload: ConvWorkload, *, seed: int = 0, shift: int = 10,
     return g, feed
 
 
-def float_workload_graph(workload: ConvWorkload, *, seed: int = 0) -> Graph:
-    """A synthetic float32 graph computing `workload`: one ``conv2d`` with He-normal
-    weights and a small bias, then a ReLU, prepared as a float model is (`prepare`: the
-    ReLU fused into the convolution), so that its one tunable node has a float model
-    layer's epilogue. `seed` seeds the weights."""
+def _dense_graph(w: DenseWorkload, rng, shift: int, relu: bool
+                 ) -> tuple[Graph, dict[str, np.ndarray]]:
+    g = Graph(f"dense_{w.cin}_{w.cout}" + (f"_n{w.batch}" if w.batch != 1 else ""))
+    x = g.add_input("x", (w.batch, w.cin), "int8")
+    weights = g.add_constant("w", rng.integers(-8, 8, (w.cout, w.cin)).astype(np.int8), "int8")
+    bias = g.add_constant("b", rng.integers(-2000, 2000, (w.cout,)).astype(np.int32), "int32")
+    y = g.add_node("qdense", [x, weights, bias], name="dense", shift=(shift,),
+                   out_min=0 if relu else -128, out_max=127)
+    g.set_outputs([y])
+    return g, {"x": rng.integers(-128, 128, (w.batch, w.cin)).astype(np.int8)}
+
+
+def float_workload_graph(workload: ConvWorkload | DenseWorkload, *, seed: int = 0) -> Graph:
+    """A synthetic float32 graph computing `workload`: one ``conv2d`` (or ``dense``) with
+    He-normal weights and a small bias, then a ReLU, prepared as a float model is
+    (`prepare`: the ReLU fused into the convolution), so that its one tunable node has a
+    float model layer's epilogue. `seed` seeds the weights."""
+    if isinstance(workload, DenseWorkload):
+        b = GraphBuilder(f"dense_{workload.cin}_{workload.cout}_f32", seed=seed)
+        x = b.input("x", (workload.batch, workload.cin))
+        return prepare(b.build(b.relu(b.dense(x, workload.cout, name="dense"), name="relu")))
     w = workload
     b = GraphBuilder(f"conv_{w.h}x{w.w}_{w.cin}_{w.cout}_k{w.k}p{w.pad}s{w.stride}"
                      + (f"g{w.groups}" if w.groups != 1 else "") + "_f32", seed=seed)

@@ -35,13 +35,13 @@ import numpy as np
 import vdla
 from vdla._buildcache import cache_root
 from vdla._fileio import atomic_write
-from vdla.compiler.frontend.workloads import ConvWorkload
+from vdla.compiler.frontend.workloads import ConvWorkload, DenseWorkload
 from vdla.compiler.tuner.measure import MeasureInput
-from vdla.compiler.tuner.records import OK, Records
+from vdla.compiler.tuner.records import OK, Record, Records
 from vdla.compiler.tuner.tune import tune_task
 
-__all__ = ["DatasetPlan", "Manifest", "generate", "local_records", "measure_again",
-           "random_shapes"]
+__all__ = ["DatasetPlan", "Manifest", "SIDE_BY_SIDE", "generate", "local_records",
+           "measure_again", "measure_side_by_side", "random_shapes"]
 
 #: The planes (output side) and channels `random_shapes` draws from: image models'
 #: layers, and with ``small=True`` layers shrunk as tuning benchmarks shrink them (a
@@ -52,14 +52,18 @@ CHANNELS = {False: (16, 256), True: (16, 128)}
 
 
 def random_shapes(count: int, *, seed: int = 0, small: bool = False,
-                  grouped: bool = False) -> list[str]:
+                  grouped: bool = False, dense: bool = False) -> list[str]:
     """`count` convolution workloads (``H,W,Cin,Cout,k,pad,stride[,groups]``) drawn at
     random from the sizes of image models' layers: planes of 7 to 56, 16 to 256 channels
     (with `small`: planes of 2 to 14, 16 to 128 channels), 1x1 and 3x3 kernels (same
     padding), strides 1 and 2. With `grouped`, grouped ones instead, from their own
     random stream (the plain draws stay what they were): half depthwise (one channel a
     group, 3x3 kernels, as MobileNet's), half with 2, 4 or 8 groups of at least 16
-    channels (as ResNeXt's)."""
+    channels (as ResNeXt's). With `dense`, fully connected layers instead
+    (``dense:IN,OUT[,BATCH]``, their own stream too): 64 to 4,096 input features in steps of
+    64 (a classifier's pooled features), 10 to 1,024 outputs, batch 1, 4 or 8."""
+    if dense:
+        return _random_dense(count, seed)
     rng = np.random.default_rng([seed, 1] if grouped else seed)
     low, high = CHANNELS[small]
     shapes = []
@@ -75,6 +79,17 @@ def random_shapes(count: int, *, seed: int = 0, small: bool = False,
             groups = int(rng.choice([2, 4, 8]))
             cin, cout = (max(c // (16 * groups), 1) * 16 * groups for c in (cin, cout))
         spec = ConvWorkload(side, side, cin, cout, k, k // 2, stride, groups).spec()
+        if spec not in shapes:
+            shapes.append(spec)
+    return shapes
+
+
+def _random_dense(count: int, seed: int) -> list[str]:
+    rng = np.random.default_rng([seed, 2])
+    shapes: list[str] = []
+    while len(shapes) < count:
+        spec = DenseWorkload(int(64 * rng.integers(1, 65)), int(rng.integers(10, 1025)),
+                             int(rng.choice([1, 1, 4, 8]))).spec()
         if spec not in shapes:
             shapes.append(spec)
     return shapes
@@ -102,6 +117,12 @@ class DatasetPlan:
         the whole set after the last (wall times: a schedule's measurements minutes
         apart, under different noise; the rows take their median, and two rounds show
         how far two measurements of one schedule agree)
+    side_by_side : then, for a target measured by wall time (`TuneTask.noisy`), every
+        task's schedules measured again in turn, in this process, this many rounds
+        (`TuneTask.side_by_side`: on the CPU, slots of a few milliseconds), each round's
+        figure a row of the records: schedules compared under the same state of the
+        machine, where whole measurements minutes apart compare the machine's moods
+        (``docs/tuner.md``); 0 for none
     batch : schedules measured at once
     """
 
@@ -116,6 +137,7 @@ class DatasetPlan:
     held_out_platforms: Sequence[str] = ()
     precision: str = "int8"
     rounds: int = 1
+    side_by_side: int = 0
     batch: int = 8
 
     def __post_init__(self):
@@ -128,6 +150,14 @@ class DatasetPlan:
         if isinstance(self.rounds, bool) or not isinstance(self.rounds, int) \
                 or self.rounds < 1:
             raise ValueError(f"rounds must be a positive integer, not {self.rounds!r}")
+        if isinstance(self.side_by_side, bool) or not isinstance(self.side_by_side, int) \
+                or self.side_by_side < 0:
+            raise ValueError(f"side_by_side must be a non-negative integer, not "
+                             f"{self.side_by_side!r}")
+        steady = sorted({t.target for t in self.tasks if not getattr(t, "noisy", False)})
+        if self.side_by_side and steady:
+            raise ValueError(f"side_by_side compares schedules measured by wall time; target "
+                             f"{steady[0]!r} measures the same cost every time")
         clash = sorted(set(self.models) & set(self.held_out_models))
         if clash:
             raise ValueError(f"models both measured and held out: {clash}")
@@ -154,6 +184,7 @@ class Manifest:
     picked: int = 0
     precision: str = "int8"
     rounds: int = 1
+    side_by_side: int = 0
     #: The digests of the models that chose the picked schedules (`CostModel.digest`).
     picked_by: list[str] = dataclasses.field(default_factory=list)
     counts: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
@@ -195,6 +226,7 @@ def generate(plan: DatasetPlan, runner, records: Records, *,
         seed=plan.seed, held_out={"models": list(plan.held_out_models),
                                   "platforms": list(plan.held_out_platforms)},
         picked=plan.picked, precision=plan.precision, rounds=plan.rounds,
+        side_by_side=plan.side_by_side,
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         tools={"vdla": vdla.__version__})
     work = list(plan.tasks)
@@ -245,6 +277,17 @@ def generate(plan: DatasetPlan, runner, records: Records, *,
                 checkpoint(manifest)
             if progress is not None:
                 progress(task.platform, f"{task.name} (round {round_})", done, len(work))
+    if plan.side_by_side:
+        manifest.complete = False
+        for done, task in enumerate(work, 1):
+            added = measure_side_by_side(task, runner.backend, records, plan.side_by_side)
+            manifest.measured += added
+            manifest.seconds = round(time.perf_counter() - start, 1)
+            manifest.complete = done == len(work)
+            if checkpoint is not None:
+                checkpoint(manifest)
+            if progress is not None:
+                progress(task.platform, f"{task.name} (side by side)", done, len(work))
     return manifest
 
 
@@ -262,6 +305,34 @@ def measure_again(task, runner, records: Records, rounds: int) -> list:
     results = runner.measure(inputs)
     records.add(*(r.record(inp, runner.backend) for inp, r in zip(inputs, results)))
     return results
+
+
+#: The counter a side-by-side row carries: its round (from 0).
+SIDE_BY_SIDE = "side_by_side_round"
+
+
+def measure_side_by_side(task, backend: str, records: Records, rounds: int) -> int:
+    """Measure `task`'s schedules in `records` (its ok measurements on `backend`) in
+    turn, `rounds` rounds (`TuneTask.side_by_side`), each round's figure of each schedule
+    added as a row whose counters name the round (`SIDE_BY_SIDE`); the rows added. A
+    task whose records already hold side-by-side rows is left as it is (a resumed run)."""
+    found: dict[str, dict] = {}
+    for record in records.query(task.key, task.platform, backend, target=task.target,
+                                status=OK):
+        if SIDE_BY_SIDE in record.counters:
+            return 0
+        found.setdefault(record.schedule_json, record.schedule)
+    if not found:
+        return 0
+    schedules = [found[key] for key in sorted(found)]
+    start = time.perf_counter()
+    costs = task.side_by_side([task.schedule_from_dict(s) for s in schedules], rounds)
+    seconds = (time.perf_counter() - start) / costs.size
+    records.add(*(Record(target=task.target, workload=task.key, config=task.platform,
+                         backend=backend, schedule=schedule, cycles=int(round(cost)),
+                         status=OK, counters={SIDE_BY_SIDE: r}, seconds=seconds)
+                  for r, row in enumerate(costs) for schedule, cost in zip(schedules, row)))
+    return int(costs.size)
 
 
 def local_records(path: str | Path) -> Path:

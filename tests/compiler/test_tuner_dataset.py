@@ -61,6 +61,46 @@ def test_random_grouped_shapes_are_depthwise_and_grouped_workloads():
     assert '"groups":' in task.key and task.space()
 
 
+def test_random_dense_shapes_are_fully_connected_workloads_both_targets_measure(tmp_path):
+    """``--dense-shapes``: fully connected layers, seeded, in their own stream; parsed
+    back, refused when malformed; the accelerator's tasks (conv2d features: a dense
+    layer is its GEMM) and the CPU's (its dense features) measured into a set."""
+    from vdla.compiler.frontend.workloads import DenseWorkload
+
+    shapes = random_shapes(8, seed=3, dense=True)
+    assert len(set(shapes)) == 8 and shapes == random_shapes(8, seed=3, dense=True)
+    workloads = [parse_workload(spec)[1] for spec in shapes]
+    assert all(isinstance(w, DenseWorkload) and w.spec() == spec
+               for w, spec in zip(workloads, shapes))
+    assert all(64 <= w.cin <= 4096 and w.cin % 64 == 0 and 10 <= w.cout <= 1024
+               and w.batch in (1, 4, 8) for w in workloads)
+    assert parse_workload("Dense:512,1000") == ("dense:512,1000", DenseWorkload(512, 1000))
+    assert DenseWorkload(64, 10, 4).macs == 64 * 10 * 4
+    for bad, message in (("dense:512", "dense:IN,OUT"), ("dense:a,b", "dense:IN,OUT"),
+                         ("dense:0,10", "must be >= 1")):
+        with pytest.raises(ValueError, match=message):
+            parse_workload(bad)
+    vdla_platform = targets.get("vdla", backend="functional").platforms(1, seed=0)[0]
+    cpu = targets.get("cpu", threads=1).platforms(1)[0]
+    [on_vdla] = pipeline.tasks_from_workload("dense:256,64,4", vdla_platform)
+    [on_cpu] = pipeline.tasks_from_workload("dense:256,64,4", cpu)
+    [float_cpu] = pipeline.tasks_from_workload("dense:256,64,4", cpu, precision="float32")
+    assert on_vdla.feature_set.name == "vdla.conv2d" and '"dense":true' in on_vdla.key
+    assert on_cpu.feature_set.name == float_cpu.feature_set.name == "cpu.dense"
+    assert '"dtype":"float32"' in float_cpu.key and '"activation":"relu"' in float_cpu.key
+    plan = pipeline.dataset_plan([vdla_platform], shapes=["dense:256,64,4"], per_task=3)
+    with Records(tmp_path / "vdla.db") as db:
+        generate(plan, InProcessRunner("functional"), db)
+        assert len(training_rows(plan.tasks, db, "functional")) == 3
+    # The CPU's in this process (see the float32 set below).
+    plan = pipeline.dataset_plan([cpu], shapes=["dense:256,64,4"], per_task=3,
+                                 precision="float32")
+    with Records(tmp_path / "cpu.db") as db:
+        manifest = generate(plan, InProcessRunner("wall"), db)
+        assert manifest.failed == 0
+        assert len(training_rows(plan.tasks, db, "wall")) == 3
+
+
 def test_a_grouped_workload_is_parsed_and_checked():
     name, w = parse_workload("14,14,64,128,3,1,2,4")
     assert w.groups == 4 and w.macs == 7 * 7 * 128 * 16 * 9 and w.spec() == name
@@ -87,6 +127,11 @@ def test_a_plan_refuses_what_it_cannot_measure():
         DatasetPlan(tasks=[], platforms={})
     with pytest.raises(ValueError, match="rounds must be a positive integer, not 0"):
         DatasetPlan(tasks=[task], platforms={}, rounds=0)
+    with pytest.raises(ValueError, match="side_by_side must be a non-negative integer"):
+        DatasetPlan(tasks=[task], platforms={}, side_by_side=-1)
+    # Verilator counts the same cycles every time: nothing to compare side by side.
+    with pytest.raises(ValueError, match="target 'vdla' measures the same cost every time"):
+        DatasetPlan(tasks=[task], platforms={}, side_by_side=3)
     with pytest.raises(ValueError, match="has no platforms to draw"):
         targets.get("host").platforms(2)
 
@@ -168,7 +213,11 @@ def test_vdla_dataset_writes_records_and_a_manifest(tmp_path, capsys):
                                   "--small-shapes must be at least 0, not -2"),
                                  ("--grouped-shapes", "-1",
                                   "--grouped-shapes must be at least 0, not -1"),
-                                 ("--rounds", "0", "--rounds must be at least 1, not 0")):
+                                 ("--dense-shapes", "-1",
+                                  "--dense-shapes must be at least 0, not -1"),
+                                 ("--rounds", "0", "--rounds must be at least 1, not 0"),
+                                 ("--side-by-side", "-1",
+                                  "--side-by-side must be at least 0, not -1")):
         assert main(["dataset", "--records", str(db), flag, value]) == 1
         assert message in capsys.readouterr().err
     # A float32 set on a target that runs no floats: refused, nothing written.
@@ -323,6 +372,42 @@ def test_a_float32_cpu_set_measures_the_models_float_layers(tmp_path):
     with pytest.raises(SystemExit, match="2"):
         main(["dataset", "small_cnn", "--target", "cpu", "--platforms", "1",
               "--precision", "float16", "--records", str(tmp_path / "x.db")])
+
+
+def test_a_cpu_set_measured_side_by_side_takes_each_rounds_figures(tmp_path):
+    """`--side-by-side R`: after their own measurements, each workload's schedules are
+    measured in turn R rounds, each figure a row naming its round; a row's cost is the
+    median of its figures; a resumed run adds nothing; the manifest and the plan keep R."""
+    from vdla.compiler.tuner.dataset import SIDE_BY_SIDE, measure_side_by_side
+
+    cpu = targets.get("cpu", threads=1).platforms(1)[0]
+    plan = pipeline.dataset_plan([cpu], shapes=["7,7,16,16,3,1,1"], per_task=3,
+                                 side_by_side=4)
+    [task] = plan.tasks
+    with Records(tmp_path / "set.db") as db:
+        # In this process, as the float32 set above.
+        manifest = generate(plan, InProcessRunner("wall"), db)
+        records = db.query()
+        own = [r for r in records if SIDE_BY_SIDE not in r.counters]
+        slots = [r for r in records if SIDE_BY_SIDE in r.counters]
+        assert len(own) == 3 and len(slots) == 4 * 3 and manifest.measured == 3 + 12
+        # Round by round, every schedule once, in the same order.
+        assert [r.counters[SIDE_BY_SIDE] for r in slots] == [0] * 3 + [1] * 3 + [2] * 3 + [3] * 3
+        assert [r.schedule for r in slots[:3]] == [r.schedule for r in slots[3:6]]
+        assert {json.dumps(r.schedule, sort_keys=True) for r in slots} == \
+            {json.dumps(r.schedule, sort_keys=True) for r in own}
+        assert all(r.ok and r.cycles > 0 and r.backend == "wall" for r in slots)
+        assert measure_side_by_side(task, "wall", db, 4) == 0
+        rows = training_rows(plan.tasks, db, "wall")
+        by_schedule = {}
+        for r in records:
+            by_schedule.setdefault(json.dumps(r.schedule, sort_keys=True), []).append(r.cycles)
+        assert sorted(rows.y) == sorted(np.log2(np.median(c)) for c in by_schedule.values())
+    manifest.write(tmp_path / "m.json")
+    written = json.loads((tmp_path / "m.json").read_text())
+    assert written["side_by_side"] == 4 and written["complete"]
+    again, _ = pipeline.plan_from_manifest(written)
+    assert again.side_by_side == 4
 
 
 def test_a_compressed_training_set_is_unpacked_once_into_the_cache(tmp_path, monkeypatch):

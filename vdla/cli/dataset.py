@@ -54,6 +54,9 @@ def add_parser(sub) -> None:
     p.add_argument("--grouped-shapes", type=int, default=0, metavar="K",
                    help="random grouped convolution workloads: half depthwise (3x3, one "
                         "channel a group), half with 2, 4 or 8 groups (default 0)")
+    p.add_argument("--dense-shapes", type=int, default=0, metavar="K",
+                   help="random dense (fully connected) workloads: 64 to 4,096 inputs, 10 "
+                        "to 1,024 outputs, batch 1, 4 or 8 (default 0)")
     p.add_argument("--per-task", type=int, default=8, metavar="K",
                    help="schedules per (platform, workload), the default among them "
                         "(default 8)")
@@ -66,6 +69,11 @@ def add_parser(sub) -> None:
                    help="then measure every schedule again until each has R measurements, "
                         "a pass over the whole set a round (wall times: the rows take the "
                         "median; two rounds show how far two measurements agree; default 1)")
+    p.add_argument("--side-by-side", type=int, default=0, metavar="R",
+                   help="then measure each workload's schedules again in turn, R rounds of "
+                        "slots of a few milliseconds, each round's figure a row (wall "
+                        "times: schedules compared under the same state of a shared machine; "
+                        "default 0, none)")
     p.add_argument("--precision", default="int8", choices=("int8", "float32"),
                    help="what the models' layers and the random shapes compute (default "
                         "int8)")
@@ -84,16 +92,17 @@ def add_parser(sub) -> None:
 
 def _check_args(args):
     for name, least in (("platforms", 1), ("held_out_platforms", 0), ("shapes", 0),
-                        ("small_shapes", 0), ("grouped_shapes", 0), ("picked", 0),
-                        ("rounds", 1),
+                        ("small_shapes", 0), ("grouped_shapes", 0), ("dense_shapes", 0),
+                        ("picked", 0),
+                        ("rounds", 1), ("side_by_side", 0),
                         ("per_task", 1), ("jobs", 1)):
         value = getattr(args, name)
         if value < least:
             raise CliError(f"--{name.replace('_', '-')} must be at least {least}, not {value}")
     if not args.models and not args.shapes and not args.small_shapes \
-            and not args.grouped_shapes:
-        raise CliError("nothing to measure: name a MODEL or give --shapes, --small-shapes or "
-                       "--grouped-shapes K > 0")
+            and not args.grouped_shapes and not args.dense_shapes:
+        raise CliError("nothing to measure: name a MODEL or give --shapes, --small-shapes, "
+                       "--grouped-shapes or --dense-shapes K > 0")
 
 
 def run(args) -> int:
@@ -109,10 +118,12 @@ def run(args) -> int:
             drawn[:args.platforms], held_out=drawn[args.platforms:], models=args.models,
             shapes=random_shapes(args.shapes, seed=args.seed)
             + random_shapes(args.small_shapes, seed=args.seed, small=True)
-            + random_shapes(args.grouped_shapes, seed=args.seed, grouped=True),
+            + random_shapes(args.grouped_shapes, seed=args.seed, grouped=True)
+            + random_shapes(args.dense_shapes, seed=args.seed, dense=True),
             per_task=args.per_task, picked=args.picked,
             seed=args.seed, held_out_models=args.held_out_models,
-            precision=args.precision, rounds=args.rounds, log=log)
+            precision=args.precision, rounds=args.rounds, side_by_side=args.side_by_side,
+            log=log)
     except ValueError as e:
         raise CliError(str(e)) from None
     manifest_path = args.manifest or f"{args.records}.manifest.json"
@@ -131,6 +142,8 @@ def run(args) -> int:
                             checkpoint=lambda m: m.write(manifest_path))
     manifest.write(manifest_path)
     rounds = f", each measured {args.rounds} times" if args.rounds > 1 else ""
+    if args.side_by_side:
+        rounds += f", then {args.side_by_side} rounds side by side"
     print(f"training set: {manifest.total} measurements on {len(manifest.counts)} platforms"
           f"{rounds} ({manifest.measured} new, {manifest.failed} failed) in "
           f"{time.perf_counter() - start:.0f} s, {measure} measurements; records "

@@ -33,10 +33,11 @@ def add_parser(sub) -> None:
     tune.add_argument("model", metavar="MODEL", nargs="?",
                       help="zoo model name (resnet18, digits_cnn, ...) or an .onnx path")
     tune.add_argument("--layer", metavar="SPEC", action="append",
-                      help="a single conv workload instead of a model: a ResNet-18 layer name "
+                      help="a single workload instead of a model: a ResNet-18 layer name "
                            "(C1..C11; its tasks are the model's own, epilogue included, "
-                           "so `vdla run resnet18 --records` uses them) or "
-                           "H,W,Cin,Cout,k,pad,stride; may be repeated")
+                           "so `vdla run resnet18 --records` uses them), "
+                           "H,W,Cin,Cout,k,pad,stride[,groups] or dense:IN,OUT[,BATCH]; may "
+                           "be repeated")
     tune.add_argument("--target", default=DEFAULT_TARGET, metavar="NAME",
                       help=f"the target whose schedules are tuned: {', '.join(targets.names())}"
                            f" (default {DEFAULT_TARGET})")
