@@ -80,6 +80,17 @@ def test_the_cpu_ships_a_model_of_its_convolutions_only():
         PretrainedTuner(dense, dense.space())
 
 
+def test_vdla_tune_says_a_workload_with_no_model_is_tuned_from_scratch(tmp_path, capsys):
+    """A dense workload on the CPU (no model): the note before the run and the summary
+    name the model tuner, not the pretrained one asked for by default."""
+    assert main(["tune", "--layer", "dense:64,16", "--target", "cpu", "--trials", "2",
+                 "--records", str(tmp_path / "r.db")]) == 0
+    captured = capsys.readouterr()
+    assert "no pretrained cost model for target cpu's tasks: tuning from scratch" in \
+        captured.err
+    assert "model (no pretrained model) tuner" in captured.out
+
+
 # --- the pretrained tuner --------------------------------------------------------------------
 
 def test_the_pretrained_tuner_proposes_the_models_best_first():

@@ -260,6 +260,14 @@ def _pretrained_note(tasks) -> str:
     return note
 
 
+def _tuner_ran(args, tasks) -> str:
+    """The tuner as it ran: the pretrained one is the model tuner where no task has a
+    model (`_pretrained_note` says so before the run)."""
+    if args.tuner == "pretrained" and all(t.pretrained() is None for t in tasks):
+        return "model (no pretrained model)"
+    return args.tuner
+
+
 def _document(args, target, tasks, measure, tuning, what, wall) -> dict:
     results = tuning.results
     return {
@@ -306,7 +314,7 @@ def _summary(args, target, tasks, measure, tuning, what, wall, where) -> None:
 
     print(f"tuned {what}: {len(tasks)} workload(s), target {target.name}, platform "
           f"{tasks[0].platform}, "
-          f"{measure} measurements, {args.tuner} tuner, {args.split} split, seed "
+          f"{measure} measurements, {_tuner_ran(args, tasks)} tuner, {args.split} split, seed "
           f"{args.seed}; records {args.records}")
     unit = tasks[0].unit
     header = ("workload", "shape", "nodes", "space", "trials", "default", unit, "best found",
