@@ -166,6 +166,14 @@ class Board:
     def family(self) -> Family:
         return self.part.family_info
 
+    @property
+    def runs_runtime(self) -> bool:
+        """Whether vdla's board runtime runs on this board's own Linux: a Zynq's, whose
+        processor reaches the accelerator's registers and DMA memory (pynq, or
+        ``/dev/mem`` and u-dma-buf). Other boards' projects build, and have no host
+        for it."""
+        return self.family.name.startswith("zynq")
+
     def apply(self, config: HardwareConfig | None) -> HardwareConfig:
         """`config` (the board's default when None) on this board: its clock becomes the
         board's and its `dram_bytes_per_cycle` what the board's DRAM gives it (the method
@@ -238,7 +246,11 @@ class Board:
         The config is the bitstream's: its `manifest` (the ``manifest.json`` `vdla
         verilog --board` writes beside the project) when given, else `config`, else the
         board's default. `BoardError` when `config` and the manifest's differ, naming
-        how (`bitstream_mismatch`): programs of one do not run on the other."""
+        how (`bitstream_mismatch`): programs of one do not run on the other, or when the
+        board has no processor for the runtime (`runs_runtime`)."""
+        if not self.runs_runtime:
+            raise BoardError(f"board {self.name} ({self.family.name}): the board runtime runs "
+                             "on a Zynq's Linux")
         if manifest is not None:
             built = bitstream_config(manifest)
             problem = bitstream_mismatch(built, config) if config is not None else ""

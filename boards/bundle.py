@@ -66,21 +66,16 @@ def _files(folder: Path) -> dict[str, str]:
             if p.is_file() and p.relative_to(folder).as_posix() != MANIFEST}
 
 
-def zynq(board: Board) -> bool:
-    """Whether the board runtime runs on `board` (a Zynq's Linux, pynq or /dev/mem)."""
-    return board.family.name.startswith("zynq")
-
-
 def write_bundle(board: Board, target: Any, compiled: Any, out_dir: str | os.PathLike, *,
                  example: Mapping | None = None, model: str = "") -> dict:
     """Write the bundle of `compiled` (a model compiled by `target`, the accelerator on
     `board`'s config) into `out_dir`, which must not exist or be empty; returns its
     manifest. The folder is written aside and renamed into place, so an error leaves
     none. ValueError for a board without the runtime or a model that does not export."""
-    if not zynq(board):
+    if not board.runs_runtime:
         raise ValueError(f"board {board.name} ({board.family.name}): the board runtime runs "
                          "on a Zynq's Linux; deploy to "
-                         f"{', '.join(n for n, b in BOARDS.items() if zynq(b))}")
+                         f"{', '.join(n for n, b in BOARDS.items() if b.runs_runtime)}")
     out = Path(out_dir)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ValueError(f"-o {os.fspath(out)!r} exists and is not an empty folder")

@@ -246,6 +246,11 @@ def test_a_mismatched_bitstream_is_refused(sim, tmp_path):
     assert bitstream_config(manifest) == CFG
     with pytest.raises(BoardError, match="needs feature"):
         BOARDS["pynq-z1"].open_hardware(held, manifest=manifest)
+    # A board with no processor for the runtime: refused before any device is touched.
+    assert BOARDS["pynq-z1"].runs_runtime and not BOARDS["de10-nano"].runs_runtime
+    with pytest.raises(BoardError, match=r"board de10-nano \(cyclone-v\): the board "
+                                         r"runtime runs on a Zynq's Linux"):
+        BOARDS["de10-nano"].open_hardware()
     # On a board of CFG, a program encoded for the wider core does not load.
     dev = board(sim)
     with pytest.raises(ValueError, match="program is encoded for config .*block_in"):

@@ -12,6 +12,8 @@ KEY = "0123456789abcdef0123456789abcdef"
     (["--sim", "functional", "--port", "70000"], "--port must be 0..65535, not 70000"),
     (["--board", "pynq-z1", "--timeout", "0"], "--timeout must be a positive number"),
     (["--board", "nosuch"], "--board 'nosuch': one of"),
+    (["--board", "de10-nano"], "--board de10-nano: the board runtime runs on a Zynq's Linux; "
+                               "serve from pynq-z1, pynq-z2"),
     (["--sim", "functional", "--config", "no-such-config"], "no-such-config"),
 ])
 def test_bad_serve_options(args, message, monkeypatch, capsys):
