@@ -18,7 +18,8 @@ from vdla.runtime.builder import ProgramBuilder
 from vdla.runtime.device import Device
 from vdla.runtime.tokens import PingPong, RegionTokens
 
-__all__ = ["GemmSchedule", "BlockedGemm", "blocked_gemm", "blocked_gemm_reference", "pack_rows", "unpack_rows"]
+__all__ = ["GemmSchedule", "BlockedGemm", "blocked_gemm", "blocked_gemm_reference", "pack_rows",
+           "unpack_rows"]
 
 
 def blocked_gemm_reference(a: np.ndarray, b: np.ndarray, shift: int) -> np.ndarray:
@@ -78,7 +79,8 @@ class BlockedGemm:
         c = dev.config
         a, b = np.asarray(a), np.asarray(b)
         if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[1]:
-            raise ValueError(f"blocked GEMM needs a (M, K) and b (N, K); got {a.shape} and {b.shape}")
+            raise ValueError(f"blocked GEMM needs a (M, K) and b (N, K); got {a.shape} and "
+                             f"{b.shape}")
         if a.dtype != np.int8 or b.dtype != np.int8:
             raise ValueError(f"blocked GEMM takes int8 operands, not {a.dtype} and {b.dtype}")
         if not 0 <= shift <= 31:
@@ -110,8 +112,8 @@ class BlockedGemm:
             self.program = self._build(a_addr, b_addr, uop_addr, len(uops), kernels)
             self._insn_addr, self._insn_count = dev.load_program(self.program)
             self._addrs.append(self._insn_addr)
-        except BaseException:
-            self.free()  # leave the device's DRAM as it was
+        except BaseException as exc:
+            self._free_after(exc)  # leave the device's DRAM as it was
             raise
 
     def _alloc(self, nbytes: int) -> int:
@@ -156,9 +158,11 @@ class BlockedGemm:
             # Load into this thread's inp/wgt regions once compute has read them (WAR).
             tokens.load_into(("inp", t))
             p.load(MemoryType.INP, sram_base=self._inp.base(t),
-                   dram_base=a_addr // c.inp_elem_bytes + m0 * kb, y_size=tm, x_size=kb, x_stride=kb)
+                   dram_base=a_addr // c.inp_elem_bytes + m0 * kb, y_size=tm, x_size=kb,
+                   x_stride=kb)
             p.load(MemoryType.WGT, sram_base=self._wgt.base(t),
-                   dram_base=b_addr // c.wgt_elem_bytes + n0 * kb, y_size=tn, x_size=kb, x_stride=kb)
+                   dram_base=b_addr // c.wgt_elem_bytes + n0 * kb, y_size=tn, x_size=kb,
+                   x_stride=kb)
             tokens.loaded()
 
             # Compute once the loads are in (RAW) and this thread's acc/out region is
@@ -180,7 +184,8 @@ class BlockedGemm:
 
             # Store once the results are in (RAW).
             tokens.wait_computed()
-            p.store(sram_base=self._acc.base(t), dram_base=self._c_addr // c.out_elem_bytes + m0 * nb + n0,
+            p.store(sram_base=self._acc.base(t),
+                    dram_base=self._c_addr // c.out_elem_bytes + m0 * nb + n0,
                     y_size=tm, x_size=tn, x_stride=nb)
             tokens.stored(("acc", t))
         return tokens.finish()
@@ -194,7 +199,8 @@ class BlockedGemm:
         c = self.dev.config
         mb, _, nb = self.blocks
         raw = self.dev.read(self._c_addr, self._c_bytes).view(np.int8)
-        return unpack_rows(raw.reshape(mb, nb, c.batch, c.block_out))[:self.shape[0], :self.shape[1]]
+        rows = unpack_rows(raw.reshape(mb, nb, c.batch, c.block_out))
+        return rows[:self.shape[0], :self.shape[1]]
 
     def free(self):
         for addr in self._addrs:
@@ -204,8 +210,20 @@ class BlockedGemm:
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
-        self.free()
+    def __exit__(self, exc_type, exc, tb):
+        if exc is None:
+            self.free()
+        else:
+            self._free_after(exc)
+
+    def _free_after(self, exc: BaseException) -> None:
+        """`free` while `exc` propagates. Where freeing fails too (a remote device whose
+        connection broke with `exc`), `exc` stays the error reported, with a note that
+        says so: the first error says what went wrong."""
+        try:
+            self.free()
+        except Exception as again:
+            exc.add_note(f"freeing the GEMM's device memory failed too: {again}")
 
 
 def blocked_gemm(dev: Device, a: np.ndarray, b: np.ndarray, *, shift: int = 0,

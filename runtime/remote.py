@@ -309,7 +309,7 @@ def _dispatch(device: Device, call, header: dict, payload: bytes,
               owned: set[int]) -> tuple[dict, bytes]:
     if call == "config":
         return {"config": device.config.to_dict(), "backend": device.backend,
-                "dram_size": device.dram_size}, b""
+                "dram_size": device.dram_size, "base": device.base}, b""
     if call == "alloc":
         nbytes = _int(header, "nbytes")
         if not 0 < nbytes <= device.dram_size:
@@ -346,7 +346,8 @@ class RemoteDevice(Device):
 
     key : the shared key (`read_key`)
     timeout : seconds to wait for any answer (a run included) before `RemoteError`
-    The config is the server's (``config``); `backend` says it is remote and what."""
+    The config and `base` are the server's device's (``config``); `backend` says it is
+    remote and what."""
 
     def __init__(self, address: str, *, key: bytes, timeout: float = 120.0):
         host, _, port = address.rpartition(":")
@@ -364,6 +365,9 @@ class RemoteDevice(Device):
             self.sock.close()
             raise
         self.backend = f"remote {info['backend']}"
+        # The server's device's base (a board's DMA region), which a device script's
+        # addresses and programs move by (`vdla.runtime.bundle`); 0 from an older server.
+        self.base = int(info.get("base", 0))
         super().__init__(HardwareConfig.from_dict(info["config"]), int(info["dram_size"]))
 
     def _call(self, header: dict, payload: bytes | np.ndarray = b"") -> tuple[dict, bytes]:
