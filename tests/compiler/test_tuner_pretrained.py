@@ -83,8 +83,10 @@ def test_the_cpu_ships_a_model_of_its_convolutions_only():
 def test_vdla_tune_says_a_workload_with_no_model_is_tuned_from_scratch(tmp_path, capsys):
     """A dense workload on the CPU (no model): the note before the run and the summary
     name the model tuner, not the pretrained one asked for by default."""
+    # One thread: a measuring worker forked from a test process whose OpenMP team runs
+    # (other CPU tests start one) can hang starting a team of its own.
     assert main(["tune", "--layer", "dense:64,16", "--target", "cpu", "--trials", "2",
-                 "--records", str(tmp_path / "r.db")]) == 0
+                 "--threads", "1", "--records", str(tmp_path / "r.db")]) == 0
     captured = capsys.readouterr()
     assert "no pretrained cost model for target cpu's tasks: tuning from scratch" in \
         captured.err
