@@ -9,6 +9,6 @@ resources with the part's capacity.
 """
 
 from vdla.boards.board import Board, Family, Part, Resources
-from vdla.boards.catalog import BOARDS, get, names
+from vdla.boards.catalog import BOARDS, get, names, runtime_hosts
 
-__all__ = ["Board", "Family", "Part", "Resources", "BOARDS", "get", "names"]
+__all__ = ["Board", "Family", "Part", "Resources", "BOARDS", "get", "names", "runtime_hosts"]

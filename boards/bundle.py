@@ -28,7 +28,7 @@ from typing import Any, Mapping
 import vdla
 from vdla._fileio import atomic_write, sha256_file
 from vdla.boards.board import Board
-from vdla.boards.catalog import BOARDS
+from vdla.boards.catalog import runtime_hosts
 from vdla.boards.project import generate
 
 __all__ = ["FORMAT", "MANIFEST", "BundleMismatch", "check_bundle", "write_bundle"]
@@ -74,8 +74,7 @@ def write_bundle(board: Board, target: Any, compiled: Any, out_dir: str | os.Pat
     none. ValueError for a board without the runtime or a model that does not export."""
     if not board.runs_runtime:
         raise ValueError(f"board {board.name} ({board.family.name}): the board runtime runs "
-                         "on a Zynq's Linux; deploy to "
-                         f"{', '.join(n for n, b in BOARDS.items() if b.runs_runtime)}")
+                         f"on a Zynq's Linux; deploy to {runtime_hosts()}")
     out = Path(out_dir)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ValueError(f"-o {os.fspath(out)!r} exists and is not an empty folder")

@@ -22,7 +22,7 @@ from __future__ import annotations
 from vdla.boards.board import Board, Part, Resources
 from vdla.config import HardwareConfig
 
-__all__ = ["BOARDS", "get", "names"]
+__all__ = ["BOARDS", "get", "names", "runtime_hosts"]
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -127,6 +127,12 @@ BOARDS = {board.name: board for board in (
 
 def names() -> list[str]:
     return list(BOARDS)
+
+
+def runtime_hosts() -> str:
+    """The boards whose Linux runs the board runtime (`Board.runs_runtime`), for the
+    errors that refuse the others."""
+    return ", ".join(name for name, board in BOARDS.items() if board.runs_runtime)
 
 
 def get(name: str) -> Board:

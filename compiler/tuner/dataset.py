@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import hashlib
 import json
 import lzma
@@ -154,7 +155,7 @@ class DatasetPlan:
                 or self.side_by_side < 0:
             raise ValueError(f"side_by_side must be a non-negative integer, not "
                              f"{self.side_by_side!r}")
-        steady = sorted({t.target for t in self.tasks if not getattr(t, "noisy", False)})
+        steady = sorted({t.target for t in self.tasks if not t.noisy})
         if self.side_by_side and steady:
             raise ValueError(f"side_by_side compares schedules measured by wall time; target "
                              f"{steady[0]!r} measures the same cost every time")
@@ -265,29 +266,25 @@ def generate(plan: DatasetPlan, runner, records: Records, *,
             checkpoint(manifest)
         if progress is not None:
             progress(task.platform, task.name, done, len(work))
-    for round_ in range(2, plan.rounds + 1):
-        manifest.complete = False
+    # Then the passes over the whole set: further rounds, then side by side.
+    passes = [(f"round {r}", functools.partial(measure_again, runner=runner, records=records,
+                                                rounds=r))
+              for r in range(2, plan.rounds + 1)]
+    if plan.side_by_side:
+        passes.append(("side by side", functools.partial(
+            measure_side_by_side, backend=runner.backend, records=records,
+            rounds=plan.side_by_side)))
+    for index, (label, measure) in enumerate(passes, 1):
         for done, task in enumerate(work, 1):
-            results = measure_again(task, runner, records, round_)
+            results = measure(task)
             manifest.measured += len(results)
             manifest.failed += sum(not r.ok for r in results)
             manifest.seconds = round(time.perf_counter() - start, 1)
-            manifest.complete = round_ == plan.rounds and done == len(work)
+            manifest.complete = index == len(passes) and done == len(work)
             if checkpoint is not None:
                 checkpoint(manifest)
             if progress is not None:
-                progress(task.platform, f"{task.name} (round {round_})", done, len(work))
-    if plan.side_by_side:
-        manifest.complete = False
-        for done, task in enumerate(work, 1):
-            added = measure_side_by_side(task, runner.backend, records, plan.side_by_side)
-            manifest.measured += added
-            manifest.seconds = round(time.perf_counter() - start, 1)
-            manifest.complete = done == len(work)
-            if checkpoint is not None:
-                checkpoint(manifest)
-            if progress is not None:
-                progress(task.platform, f"{task.name} (side by side)", done, len(work))
+                progress(task.platform, f"{task.name} ({label})", done, len(work))
     return manifest
 
 
@@ -311,7 +308,7 @@ def measure_again(task, runner, records: Records, rounds: int) -> list:
 SIDE_BY_SIDE = "side_by_side_round"
 
 
-def measure_side_by_side(task, backend: str, records: Records, rounds: int) -> int:
+def measure_side_by_side(task, backend: str, records: Records, rounds: int) -> list:
     """Measure `task`'s schedules in `records` (its ok measurements on `backend`) in
     turn, `rounds` rounds (`TuneTask.side_by_side`), each round's figure of each schedule
     added as a row whose counters name the round (`SIDE_BY_SIDE`); the rows added. A
@@ -320,19 +317,21 @@ def measure_side_by_side(task, backend: str, records: Records, rounds: int) -> i
     for record in records.query(task.key, task.platform, backend, target=task.target,
                                 status=OK):
         if SIDE_BY_SIDE in record.counters:
-            return 0
+            return []
         found.setdefault(record.schedule_json, record.schedule)
     if not found:
-        return 0
+        return []
     schedules = [found[key] for key in sorted(found)]
     start = time.perf_counter()
-    costs = task.side_by_side([task.schedule_from_dict(s) for s in schedules], rounds)
+    costs = task.side_by_side([task.schedule_from_dict(s) for s in schedules], rounds,
+                              backend=backend)
     seconds = (time.perf_counter() - start) / costs.size
-    records.add(*(Record(target=task.target, workload=task.key, config=task.platform,
-                         backend=backend, schedule=schedule, cycles=int(round(cost)),
-                         status=OK, counters={SIDE_BY_SIDE: r}, seconds=seconds)
-                  for r, row in enumerate(costs) for schedule, cost in zip(schedules, row)))
-    return int(costs.size)
+    rows = [Record(target=task.target, workload=task.key, config=task.platform,
+                   backend=backend, schedule=schedule, cycles=int(round(cost)), status=OK,
+                   counters={SIDE_BY_SIDE: r}, seconds=seconds)
+            for r, row in enumerate(costs) for schedule, cost in zip(schedules, row)]
+    records.add(*rows)
+    return rows
 
 
 def local_records(path: str | Path) -> Path:

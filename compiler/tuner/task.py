@@ -182,13 +182,15 @@ class TuneTask(abc.ABC):
         Any failure is a result with its status (error, wrong, timeout), not an
         exception."""
 
-    def side_by_side(self, schedules: Sequence, rounds: int = 3) -> np.ndarray:
+    def side_by_side(self, schedules: Sequence, rounds: int = 3, *,
+                     backend: str | None = None) -> np.ndarray:
         """The costs of `schedules` measured in turn, `rounds` times over, in this
-        process: a (rounds, len(schedules)) array, for comparing schedules of a `noisy`
-        task under the same state of the machine (the ratios of a row). This measures each
-        whole (`measure` with no context: a target measured by wall time); a target that
-        can time its kernels run by run interleaves them finer. ValueError naming a
-        schedule that fails."""
+        process, on `backend` (default the first of `measure_backends`): a (rounds,
+        len(schedules)) array, for comparing schedules of a `noisy` task under the same
+        state of the machine (the ratios of a row). This measures each whole (`measure`
+        with no context: a target measured by wall time); a target that can time its
+        kernels run by run interleaves them finer. ValueError naming a schedule that
+        fails."""
         if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
             raise ValueError(f"side_by_side: rounds must be an integer >= 1, not {rounds!r}")
         data = self.measure_data()
@@ -196,7 +198,7 @@ class TuneTask(abc.ABC):
         for r in range(rounds):
             for k, schedule in enumerate(schedules):
                 got = self.measure(schedule, None, data=data,
-                                   backend=self.measure_backends[0])
+                                   backend=backend or self.measure_backends[0])
                 if not got.ok:
                     raise ValueError(f"{self.name}: schedule {schedule}: {got.status}: "
                                      f"{got.error}")

@@ -397,7 +397,7 @@ def test_a_cpu_set_measured_side_by_side_takes_each_rounds_figures(tmp_path):
         assert {json.dumps(r.schedule, sort_keys=True) for r in slots} == \
             {json.dumps(r.schedule, sort_keys=True) for r in own}
         assert all(r.ok and r.cycles > 0 and r.backend == "wall" for r in slots)
-        assert measure_side_by_side(task, "wall", db, 4) == 0
+        assert measure_side_by_side(task, "wall", db, 4) == []
         rows = training_rows(plan.tasks, db, "wall")
         by_schedule = {}
         for r in records:

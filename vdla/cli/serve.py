@@ -47,14 +47,13 @@ def run(args) -> int:
         raise CliError(f"--timeout must be a positive number of seconds, not {args.timeout}")
     config = load_config(args.config) if args.config else None
     if args.board:
-        from vdla.boards import BOARDS  # heavy: the boards load the runtime
+        from vdla.boards import BOARDS, runtime_hosts  # heavy: the boards load the runtime
         if args.board not in BOARDS:
             raise CliError(f"--board {args.board!r}: one of {', '.join(sorted(BOARDS))}")
         if not BOARDS[args.board].runs_runtime:
             # Checked here: the board is opened only when a client connects.
-            hosts = ", ".join(n for n, b in BOARDS.items() if b.runs_runtime)
             raise CliError(f"--board {args.board}: the board runtime runs on a Zynq's Linux; "
-                           f"serve from {hosts}")
+                           f"serve from {runtime_hosts()}")
 
         def open_device():
             return BOARDS[args.board].open_hardware(config, timeout=args.timeout)

@@ -241,8 +241,7 @@ def run(args) -> int:
 
 def _pretrained_note(tasks) -> str:
     """Which pretrained model the tuner starts from, or that it starts from scratch."""
-    models = {t.pretrained() is not None for t in tasks}
-    if models == {False}:
+    if _untrained(tasks):
         return (f"no pretrained cost model for target {tasks[0].target}'s tasks: tuning "
                 "from scratch (the model tuner)")
     model = next(t.pretrained() for t in tasks if t.pretrained() is not None)
@@ -252,7 +251,7 @@ def _pretrained_note(tasks) -> str:
             f"v{meta['version']} ({meta['rows']:,} measured schedules on "
             f"{len(meta.get('platforms', ()))} platforms; {tasks[0].platform} is "
             f"{'one' if seen else 'not one'} of them)")
-    if False in models:
+    if any(t.pretrained() is None for t in tasks):
         others = sorted({t.feature_set.name for t in tasks if t.pretrained() is None
                          and t.feature_set is not None})
         note += (f"; the tasks with no model ({', '.join(others) or 'no features'}) are "
@@ -260,10 +259,16 @@ def _pretrained_note(tasks) -> str:
     return note
 
 
+def _untrained(tasks) -> bool:
+    """Whether no task has a pretrained model (the pretrained tuner then runs the model
+    tuner on each)."""
+    return all(t.pretrained() is None for t in tasks)
+
+
 def _tuner_ran(args, tasks) -> str:
     """The tuner as it ran: the pretrained one is the model tuner where no task has a
     model (`_pretrained_note` says so before the run)."""
-    if args.tuner == "pretrained" and all(t.pretrained() is None for t in tasks):
+    if args.tuner == "pretrained" and _untrained(tasks):
         return "model (no pretrained model)"
     return args.tuner
 

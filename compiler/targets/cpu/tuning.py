@@ -230,11 +230,11 @@ class CpuTask(OneNodeTask):
         call(lib, kernel, inputs, out, workspace=ws, threads=self.threads)
         return out, (inputs, out)
 
-    def side_by_side(self, schedules, rounds: int = 15, *,
+    def side_by_side(self, schedules, rounds: int = 15, *, backend: str | None = None,
                      slot_seconds: float = 0.004) -> np.ndarray:
         """`TuneTask.side_by_side`, finer: `rounds` rounds, each giving every schedule
         one slot of about `slot_seconds` (at least three runs) in order, a slot's figure
-        its fastest run in nanoseconds.
+        its fastest run in nanoseconds (wall time, the one `backend`).
 
         Why slots and not whole measurements: on a shared host, other machines' memory
         traffic slows a kernel that reads its weights from DRAM by up to 2x, for windows
