@@ -144,10 +144,13 @@ class Transfer:
 
 class GraphRun(NamedTuple):
     """A whole graph run in one call (`TargetSession.run_graph`): the graph's outputs by
-    name, and each op's wall time measured inside the program (op name -> seconds)."""
+    name, each op's wall time measured inside the program (op name -> seconds), and the
+    time of each step the program adds between ops (a CPU layout conversion's name ->
+    seconds; empty for most targets)."""
 
     outputs: dict[str, np.ndarray]
     op_seconds: dict[str, float]
+    layout_seconds: dict[str, float] = {}
 
 
 @dataclasses.dataclass(frozen=True)

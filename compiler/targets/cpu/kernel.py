@@ -4,7 +4,7 @@ Every generated function has one signature, so the session and the model runner 
 them alike:
 
     void NAME(const void *const *in,        /* the node's computed inputs, in order */
-              void *out,                    /* its output (plain layout)            */
+              void *out,                    /* its output (`Kernel.out_block`'s layout) */
               const unsigned char *params,  /* its constants: packed weights, tables */
               unsigned char *ws);           /* scratch: `Kernel.workspace(threads)` */
 
@@ -70,6 +70,9 @@ class Kernel:
     shared_bytes : scratch every thread shares
     thread_bytes : scratch each thread owns (after the shared part)
     macs : useful multiply-accumulates of one run (None: not a GEMM op)
+    in_blocks : the layout each of `inputs` must be in (`vdla.compiler.targets.cpu.layout`:
+        0 plain, ``c`` blocked NCHW{c}c); empty: all plain
+    out_block : the layout of its output (0: plain)
     """
 
     body: str
@@ -78,6 +81,12 @@ class Kernel:
     shared_bytes: int = 0
     thread_bytes: int = 0
     macs: int | None = None
+    in_blocks: tuple[int, ...] = ()
+    out_block: int = 0
+
+    def in_block(self, k: int) -> int:
+        """The layout input `k` must be in."""
+        return self.in_blocks[k] if self.in_blocks else 0
 
     @property
     def name(self) -> str:

@@ -33,9 +33,10 @@ from vdla.compiler.targets.cpu.build import BASE_FLAGS, CBuild, write_project
 from vdla.compiler.targets.cpu.cfiles import render, static_text
 from vdla.compiler.targets.cpu.isa import Isa
 from vdla.compiler.targets.cpu.kernel import ALIGN, Kernel, align
+from vdla.compiler.targets.cpu.layout import PLAIN, blocked_bytes, convert_kernel, describe
 from vdla.compiler.targets.cpu.library import HEADER, build_kernels, header_text, kernels_source
 
-__all__ = ["PARAMS_MAGIC", "Program", "plan_memory"]
+__all__ = ["PARAMS_MAGIC", "Program", "Step", "plan_memory", "plan_steps"]
 
 #: The params file's first 8 bytes; then the blob's size (little-endian uint64), the blob.
 PARAMS_MAGIC = b"VDLAPRM1"
@@ -44,37 +45,94 @@ _C_TYPES = {"float32": "float", "int8": "int8_t", "int32": "int32_t", "uint8": "
             "float64": "double", "int64": "int64_t"}
 
 
-def _nbytes(graph: Graph, tensor: str) -> int:
+def _nbytes(graph: Graph, tensor: str, block: int = PLAIN) -> int:
     t = graph.tensors[tensor]
-    return int(np.prod(t.shape, dtype=np.int64)) * np.dtype(DTYPES[t.dtype]).itemsize
+    itemsize = np.dtype(DTYPES[t.dtype]).itemsize
+    return blocked_bytes(t.shape, itemsize, block)
 
 
-def plan_memory(graph: Graph, nodes: Sequence[Node]) -> tuple[dict[str, int], int]:
-    """Arena offsets (`ALIGN`-aligned) of the tensors `nodes` compute that are not graph
-    outputs, and the arena's size: first fit, in execution order, of each tensor over
-    the span from its producer to its last consumer."""
-    last_use: dict[str, int] = {}
-    for i, node in enumerate(nodes):
-        for t in node.inputs:
-            if t:
-                last_use[t] = i
+#: A buffer of the program: a tensor in one layout (`vdla.compiler.targets.cpu.layout`).
+Buffer = tuple[str, int]
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """One call of the runner: a node's kernel, or a layout conversion (``node`` None).
+
+    name : the node's name, or ``layout:TENSOR:NCHW->NCHW16c`` for a conversion
+    kernel : the function it calls
+    reads : the buffers of ``kernel.inputs``, in order; writes : its output buffer
+    """
+
+    name: str
+    kernel: Kernel
+    reads: tuple[Buffer, ...]
+    writes: Buffer
+    node: Node | None = None
+
+
+def plan_steps(graph: Graph, nodes: Sequence[Node], kernels: Mapping[str, Kernel]
+               ) -> list[Step]:
+    """The nodes' kernels in order, with a conversion before every read of a tensor in
+    another layout than its producer wrote (one per tensor and layout, reused by later
+    readers), and after a node whose graph output it writes blocked. Graph inputs and
+    outputs are plain."""
+    written: dict[str, int] = {t: PLAIN for t in graph.inputs}
+    have: set[Buffer] = {(t, PLAIN) for t in graph.inputs}
+    steps: list[Step] = []
+
+    def convert(tensor: str, block: int) -> None:
+        if (tensor, block) in have:
+            return
+        src = written[tensor]
+        t = graph.tensors[tensor]
+        kernel = convert_kernel(t.shape, t.dtype, src, block)
+        steps.append(Step(f"layout:{tensor}:{describe(src)}->{describe(block)}", kernel,
+                          ((tensor, src),), (tensor, block)))
+        have.add((tensor, block))
+
+    for node in nodes:
+        kernel = kernels[node.name]
+        reads = []
+        for k, tensor in enumerate(kernel.inputs):
+            if tensor not in written:        # produced by a node not in this program
+                written[tensor] = PLAIN
+                have.add((tensor, PLAIN))
+            convert(tensor, kernel.in_block(k))
+            reads.append((tensor, kernel.in_block(k)))
+        out = node.outputs[0]
+        written[out] = kernel.out_block
+        have.add((out, kernel.out_block))
+        steps.append(Step(node.name, kernel, tuple(reads), (out, kernel.out_block), node))
+        if out in graph.outputs and kernel.out_block != PLAIN:
+            convert(out, PLAIN)
+    return steps
+
+
+def plan_memory(graph: Graph, steps: Sequence[Step]) -> tuple[dict[Buffer, int], int]:
+    """Arena offsets (`ALIGN`-aligned) of the buffers `steps` write that are not the
+    graph's inputs or plain outputs, and the arena's size: first fit, in execution
+    order, of each buffer over the span from its writer to its last reader."""
+    last_use: dict[Buffer, int] = {}
+    for i, step in enumerate(steps):
+        for b in step.reads:
+            last_use[b] = i
     placed: list[tuple[int, int, int]] = []   # (offset, end, last step alive)
     offsets, size = {}, 0
-    for i, node in enumerate(nodes):
+    for i, step in enumerate(steps):
         live = [p for p in placed if p[2] >= i]
-        for t in node.outputs:
-            if t in graph.outputs:
-                continue
-            need = align(max(_nbytes(graph, t), 1))
-            offset = 0
-            for start, end, _ in sorted(live):
-                if offset + need <= start:
-                    break
-                offset = max(offset, align(end))
-            placed.append((offset, offset + need, last_use.get(t, i)))
-            live.append(placed[-1])
-            offsets[t] = offset
-            size = max(size, offset + need)
+        b = step.writes
+        if b[1] == PLAIN and b[0] in graph.outputs:
+            continue
+        need = align(max(_nbytes(graph, *b), 1))
+        offset = 0
+        for start, end, _ in sorted(live):
+            if offset + need <= start:
+                break
+            offset = max(offset, align(end))
+        placed.append((offset, offset + need, last_use.get(b, i)))
+        offsets[b] = offset
+        size = max(size, offset + need)
     return offsets, size
 
 
@@ -88,7 +146,9 @@ class Program:
     build : the library (None until `compile`)
     offsets : node name -> byte offset of its params in `blob`
     blob : every kernel's params (uint8, `ALIGN`-aligned parts)
-    arena : tensor -> arena offset, and `arena_size` (for the whole-graph runner)
+    steps : what the whole-graph runner calls (`plan_steps`: the nodes, and layout
+        conversions between them), when the program is `complete`
+    arena : buffer -> arena offset, and `arena_size` (for the whole-graph runner)
     """
 
     graph: Graph
@@ -97,7 +157,8 @@ class Program:
     isa: Isa
     offsets: Mapping[str, int]
     blob: np.ndarray
-    arena: Mapping[str, int]
+    steps: tuple[Step, ...]
+    arena: Mapping[Buffer, int]
     arena_size: int
     build: CBuild | None = None
 
@@ -112,8 +173,12 @@ class Program:
         for node in nodes:
             p = kernels[node.name].params
             blob[offsets[node.name]:offsets[node.name] + p.size] = p
-        arena, arena_size = plan_memory(graph, nodes) if cls._covers(graph, nodes) else ({}, 0)
-        return cls(graph, tuple(nodes), dict(kernels), isa, offsets, blob, arena, arena_size)
+        steps, arena, arena_size = (), {}, 0
+        if cls._covers(graph, nodes):
+            steps = tuple(plan_steps(graph, nodes, kernels))
+            arena, arena_size = plan_memory(graph, steps)
+        return cls(graph, tuple(nodes), dict(kernels), isa, offsets, blob, steps, arena,
+                   arena_size)
 
     @staticmethod
     def _covers(graph: Graph, nodes: Sequence[Node]) -> bool:
@@ -125,46 +190,58 @@ class Program:
         Cached: the graph's node order is a topological sort, too slow for every run."""
         return self._covers(self.graph, self.nodes)
 
+    @property
+    def conversions(self) -> tuple[Step, ...]:
+        """The runner's layout conversions."""
+        return tuple(step for step in self.steps if step.node is None)
+
+    def _all_kernels(self) -> list[Kernel]:
+        return [self.kernels[n.name] for n in self.nodes] + [
+            step.kernel for step in self.conversions]
+
     def workspace(self, threads: int) -> int:
         """Scratch bytes the largest op needs on `threads` threads."""
-        return max([k.workspace(threads) for k in self.kernels.values()] + [ALIGN])
+        return max([k.workspace(threads) for k in self._all_kernels()] + [ALIGN])
 
     # --- C --------------------------------------------------------------------------------
 
     def source(self) -> str:
         """The library's C text: the kernels, and the runner when `complete`."""
-        return kernels_source([self.kernels[n.name] for n in self.nodes]) + (
+        return kernels_source(self._all_kernels()) + (
             self.runner_source() if self.complete else "")
 
     def runner_source(self) -> str:
-        """``vdla_model_run`` and the size queries (see `header`)."""
+        """``vdla_model_run`` and the size queries (see `header`). ``seconds`` gets one
+        figure per step (`steps`: nodes and conversions, in order)."""
         g = self.graph
-        where = {name: f"(unsigned char *)inputs[{i}]" for i, name in enumerate(g.inputs)}
-        where.update({name: f"(unsigned char *)outputs[{i}]"
+        where = {(name, PLAIN): f"(unsigned char *)inputs[{i}]"
+                 for i, name in enumerate(g.inputs)}
+        where.update({(name, PLAIN): f"(unsigned char *)outputs[{i}]"
                       for i, name in enumerate(g.outputs)})
-        where.update({t: f"arena + {off}" for t, off in self.arena.items()})
+        where.update({b: f"arena + {off}" for b, off in self.arena.items()})
         calls = []
-        for node in self.nodes:
-            kernel = self.kernels[node.name]
-            ins = ", ".join(f"(const void *){where[t]}" for t in kernel.inputs) or "NULL"
-            k = len(calls)
-            calls.append(f"    {{   /* {node.name} ({node.op}) */\n"
+        for k, step in enumerate(self.steps):
+            kernel = step.kernel
+            ins = ", ".join(f"(const void *){where[b]}" for b in step.reads) or "NULL"
+            params = (f"params + {self.offsets[step.node.name]}" if step.node is not None
+                      else "params")
+            what = f"{step.node.name} ({step.node.op})" if step.node else step.name
+            calls.append(f"    {{   /* {what} */\n"
                          f"        const void *in[] = {{{ins}}};\n"
                          f"        if (seconds) vdla_tick(&t0);\n"
-                         f"        {kernel.name}(in, {where[node.outputs[0]]}, params + "
-                         f"{self.offsets[node.name]}, ws);\n"
+                         f"        {kernel.name}(in, {where[step.writes]}, {params}, ws);\n"
                          f"        if (seconds) seconds[{k}] = vdla_tock(&t0);\n    }}")
         ws_terms = sorted({(align(k.shared_bytes), align(k.thread_bytes))
-                           for k in self.kernels.values()})
+                           for k in self._all_kernels()})
         ws_lines = "\n".join(f"    m = vdla_max_size(m, (size_t){s} + (size_t)threads * {t});"
                              for s, t in ws_terms)
-        return render("runner.c", GRAPH=repr(g.name), OPS=len(self.nodes),
+        return render("runner.c", GRAPH=repr(g.name), OPS=len(self.steps),
                       PARAMS_SIZE=self.blob.size, ARENA_SIZE=max(self.arena_size, ALIGN),
                       ALIGN=ALIGN, WORKSPACE_TERMS=ws_lines, CALLS="\n".join(calls))
 
     def compile(self, *, log: Callable[[str], None] | None = None) -> "Program":
         """This program with its library built (or found in the cache)."""
-        build = build_kernels([self.kernels[n.name] for n in self.nodes], self.isa,
+        build = build_kernels(self._all_kernels(), self.isa,
                               extra=self.runner_source() if self.complete else "",
                               log=log)
         return dataclasses.replace(self, build=build)
@@ -197,6 +274,7 @@ class Program:
                  for i, t in enumerate(g.inputs)]
         lines += [f"#define VDLA_MODEL_OUTPUT{i}_BYTES {_nbytes(g, t)}"
                   for i, t in enumerate(g.outputs)]
+        lines.append(f"#define VDLA_MODEL_STEPS {len(self.steps)}")
         return "\n".join(lines) + "\n"
 
     def params_file(self) -> bytes:

@@ -41,12 +41,15 @@ from typing import Iterator
 
 from vdla.compiler.targets.cpu.isa import Isa
 
-__all__ = ["ConvSchedule", "DenseSchedule", "LANES", "ORDERS", "PARALLEL", "ScheduleError",
+__all__ = ["ConvSchedule", "DenseSchedule", "LANES", "LAYOUTS", "ORDERS", "PARALLEL",
+           "ScheduleError",
            "SpaceBlock", "choose_conv", "choose_dense", "conv_blocks", "conv_space",
            "cost_terms", "dense_blocks", "dense_space", "estimate_conv"]
 
 ORDERS = ("co", "px")
 LANES = ("px", "co")
+#: Activation layouts (`vdla.compiler.targets.cpu.layout`): plain NCHW, or NCHW{vl}c.
+LAYOUTS = ("plain", "nchwc")
 PARALLEL = ("all", "co", "h", "none")
 #: Below this many multiply-adds a layer runs on one thread by default: starting and
 #: joining the OpenMP team (some microseconds) costs more than the second core saves.
@@ -109,6 +112,7 @@ class ConvSchedule:
     unroll: int = 1
     parallel: str = "all"
     lanes: str = "px"
+    layout: str = "plain"
 
     @property
     def unit(self) -> int:
@@ -121,6 +125,11 @@ class ConvSchedule:
         if self.lanes not in LANES:
             raise ScheduleError(f"schedule knob lanes={self.lanes!r}: allowed "
                                 f"{list(LANES)}")
+        if self.layout not in LAYOUTS:
+            raise ScheduleError(f"schedule knob layout={self.layout!r}: allowed "
+                                f"{list(LAYOUTS)}")
+        if self.layout == "nchwc":
+            return self._check_blocked(conv, isa)
         if self.lanes == "co" and not conv.pointwise:
             raise ScheduleError(
                 f"schedule knob lanes='co' (vectors along output channels) needs a float32 "
@@ -175,8 +184,68 @@ class ConvSchedule:
                                 f"{list(PARALLEL)}")
         return self
 
+    def _check_blocked(self, conv, isa: Isa) -> "ConvSchedule":
+        """`check` for ``layout="nchwc"`` (`vdla.compiler.targets.cpu.blocked`): vectors
+        along output channels, ``mr`` pixels by ``nv`` channel vectors."""
+        if self.lanes != "co":
+            raise ScheduleError(f"schedule knob layout='nchwc' runs vectors along output "
+                                f"channels: lanes must be 'co', not {self.lanes!r}")
+        if conv.groups != 1 and not conv.depthwise:
+            raise ScheduleError(f"schedule knob layout='nchwc' needs one group or a "
+                                f"depthwise convolution, not {conv.groups} groups of "
+                                f"{conv.cg} channels; allowed layout='plain'")
+        if conv.depthwise and (conv.og != 1 or self.nv != 1):
+            raise ScheduleError(f"schedule knob layout='nchwc' runs a depthwise convolution "
+                                f"with one output per channel (not {conv.og}) and one "
+                                f"channel block per tile: nv must be 1, not {self.nv}")
+        if conv.int8 and conv.offset and not conv.depthwise:
+            raise ScheduleError("schedule knob layout='nchwc' needs an int8 input known to "
+                                "be non-negative (its producer clamps at 0 or above); this "
+                                "layer's input may be negative: allowed layout='plain'")
+        if self.vl not in isa.lanes:
+            raise ScheduleError(f"schedule knob vl={self.vl!r} is not a vector width of "
+                                f"the {isa.name} code: allowed {list(isa.lanes)}")
+        budget = _MAX_TILE[isa.registers]
+        _check_int("mr", self.mr, 1, budget, what=" (output pixels in registers)")
+        _check_int("nv", self.nv, 1, budget)
+        if not _fits(self.mr, self.nv, isa):
+            raise ScheduleError(
+                f"schedule knobs mr={self.mr} and nv={self.nv} need {self.mr * self.nv} "
+                f"accumulator and {self.nv} weight registers; {isa.name} has "
+                f"{isa.registers} vector registers (mr * nv <= {budget})")
+        unit = self.unit
+        channels = conv.o if conv.depthwise else conv.og
+        top = -(-channels // unit) * unit
+        _check_int("tile_co", self.tile_co, unit, top,
+                   what=f" (a multiple of nv * vl = {unit}, up to the {channels} output "
+                        f"channels rounded up: {top})")
+        if self.tile_co % unit:
+            raise ScheduleError(f"schedule knob tile_co={self.tile_co} must be a multiple "
+                                f"of nv * vl = {unit}")
+        _check_int("tile_h", self.tile_h, 1, conv.ho,
+                   what=f" (the output has {conv.ho} rows)")
+        if self.tile_ci != conv.cg_padded:
+            raise ScheduleError(f"schedule knob tile_ci={self.tile_ci}: with "
+                                f"layout='nchwc' every input channel is summed in registers "
+                                f"in one pass, so tile_ci must be {conv.cg_padded}")
+        if self.order not in ORDERS:
+            raise ScheduleError(f"schedule knob order={self.order!r}: allowed "
+                                f"{list(ORDERS)}")
+        if self.unroll not in UNROLLS:
+            raise ScheduleError(f"schedule knob unroll={self.unroll!r}: allowed "
+                                f"{list(UNROLLS)}")
+        if self.parallel not in PARALLEL:
+            raise ScheduleError(f"schedule knob parallel={self.parallel!r}: allowed "
+                                f"{list(PARALLEL)}")
+        return self
+
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """The knobs by name; ``layout`` only when blocked, so that records and builds
+        from before the knob existed read and hash as they did."""
+        out = dataclasses.asdict(self)
+        if out["layout"] == "plain":
+            del out["layout"]
+        return out
 
     @classmethod
     def from_dict(cls, data: dict) -> "ConvSchedule":

@@ -35,6 +35,7 @@ from vdla.compiler.targets.options import TargetOption
 from threadpoolctl import threadpool_limits
 
 from vdla.compiler.targets.cpu import isa as cpu_isa
+from vdla.compiler.targets.cpu import layout
 from vdla.compiler.targets.cpu import ops as cpu_ops
 from vdla._platform import cpu_name
 from vdla.compiler.targets.cpu.build import machine_features
@@ -325,12 +326,17 @@ class CpuSession(TargetSession):
     def run(self, op: CompiledOp, node: Node, args) -> OpRun:
         lib, fn, kernel, params = self._functions[op.name]
         by_name = dict(zip(node.inputs, args))
-        arrays = [np.ascontiguousarray(by_name[t]) for t in kernel.inputs]
+        # The kernel's layouts: inputs blocked and the output unblocked here, in numpy
+        # (the whole-graph runner converts in C, only where a layout changes).
+        arrays = [layout.to_blocked(np.asarray(by_name[t]), kernel.in_block(k))
+                  for k, t in enumerate(kernel.inputs)]
         pointers = (ctypes.c_void_p * max(1, len(arrays)))(*[a.ctypes.data for a in arrays])
         t = self.graph.tensors[node.outputs[0]]
-        out = np.empty(t.shape, DTYPES[t.dtype])
+        out = np.empty(layout.block_shape(t.shape, kernel.out_block), DTYPES[t.dtype])
         self._set_threads()
         lib.vdla_call(fn, pointers, out.ctypes.data, params, self._workspace.ctypes.data)
+        if kernel.out_block:
+            out = layout.from_blocked(out, t.shape[1])
         return OpRun([out], macs=kernel.macs)
 
     def run_graph(self, feed: Mapping[str, np.ndarray]) -> GraphRun | None:
@@ -354,15 +360,16 @@ class CpuSession(TargetSession):
                    for name in g.outputs]
         ins = (ctypes.c_void_p * len(inputs))(*[a.ctypes.data for a in inputs])
         outs = (ctypes.c_void_p * len(outputs))(*[a.ctypes.data for a in outputs])
-        seconds = np.zeros(len(program.nodes), np.float64)
+        seconds = np.zeros(max(1, len(program.steps)), np.float64)
         self._set_threads()
         status = lib.vdla_model_run_timed(blob.ctypes.data, self._arena.ctypes.data,
                                           self._workspace.ctypes.data, ins, outs,
                                           seconds.ctypes.data)
         if status:
             raise RuntimeError(f"vdla_model_run returned {status}")
-        return GraphRun(dict(zip(g.outputs, outputs)),
-                        {n.name: float(t) for n, t in zip(program.nodes, seconds)})
+        ops = {s.name: float(t) for s, t in zip(program.steps, seconds) if s.node is not None}
+        layouts = {s.name: float(t) for s, t in zip(program.steps, seconds) if s.node is None}
+        return GraphRun(dict(zip(g.outputs, outputs)), ops, layouts)
 
     def close(self) -> None:
         self._functions, self._programs = {}, {}

@@ -37,6 +37,7 @@ import numpy as np
 from vdla._platform import cpu_name
 from vdla.compiler.ir.graph import Graph
 from vdla.compiler.targets.cpu import isa as cpu_isa
+from vdla.compiler.targets.cpu import layout
 from vdla.compiler.targets.cpu.features import CONV2D, DENSE, conv2d_values, dense_values
 from vdla.compiler.targets.cpu.library import (aligned_empty, build_kernels, call, load,
                                                start_team, time_runs)
@@ -225,10 +226,13 @@ class CpuTask(OneNodeTask):
 
     def run(self, compiled, context: Any, data: TaskData, backend: str):
         lib, kernel, ws = compiled
-        inputs = [data.feed[t] for t in kernel.inputs]
-        out = np.empty_like(data.want)
-        call(lib, kernel, inputs, out, workspace=ws, threads=self.threads)
-        return out, (inputs, out)
+        # In the kernel's layouts (a blocked schedule reads and writes NCHW{vl}c).
+        inputs = [layout.to_blocked(data.feed[t], kernel.in_block(k))
+                  for k, t in enumerate(kernel.inputs)]
+        raw = np.empty(layout.block_shape(data.want.shape, kernel.out_block), data.want.dtype)
+        call(lib, kernel, inputs, raw, workspace=ws, threads=self.threads)
+        out = layout.from_blocked(raw, data.want.shape[1]) if kernel.out_block else raw
+        return out, (inputs, raw)
 
     def side_by_side(self, schedules, rounds: int = 15, *, backend: str | None = None,
                      slot_seconds: float = 0.004) -> np.ndarray:
@@ -252,12 +256,12 @@ class CpuTask(OneNodeTask):
         slots = []
         for schedule in schedules:
             compiled = self.compile(schedule, "wall")
-            out, (inputs, _) = self.run(compiled, None, data, "wall")
+            out, (inputs, raw) = self.run(compiled, None, data, "wall")
             bad = self.check(out, data.want)
             if bad:
                 raise ValueError(f"{self.name}: schedule {schedule} is wrong: {bad}")
             lib, kernel, ws = compiled
-            runs = functools.partial(time_runs, lib, kernel, inputs, out, ws)
+            runs = functools.partial(time_runs, lib, kernel, inputs, raw, ws)
             once = float(np.min(runs(3)))          # warm, and how long one run takes
             slots.append((runs, max(3, int(slot_seconds / max(once, 1e-7)))))
         times = np.empty((rounds, len(slots)))

@@ -34,7 +34,8 @@ size_t vdla_model_arena_size(void);
 size_t vdla_model_workspace_size(int threads);
 int vdla_model_run(const unsigned char *params, unsigned char *arena, unsigned char *ws,
                    const void *const *inputs, void *const *outputs);
-/* the same, each op's wall time in seconds[] (one per op, in the graph's order) */
+/* the same, the wall time of each step in seconds[] (one per op in the graph's order,
+   and one per layout conversion between them: VDLA_MODEL_STEPS in all) */
 int vdla_model_run_timed(const unsigned char *params, unsigned char *arena,
                          unsigned char *ws, const void *const *inputs,
                          void *const *outputs, double *seconds);

@@ -1,0 +1,438 @@
+"""Convolutions on blocked layouts (``NCHW{c}c``, `vdla.compiler.targets.cpu.layout`),
+with vectors along output channels: a schedule with ``layout="nchwc"`` picks them.
+
+    kernel = blocked_kernel(shape, schedule, weights, bias, node, isa, inputs)
+
+The input, the residual and the output are blocked with ``c = vl`` (the schedule's
+vector width), so a vector is one pixel's ``vl`` channels of a channel block. The
+register tile is ``mr`` output pixels of one row by ``nv`` vectors of output channels;
+each step of the reduction loads ``nv`` weight vectors and broadcasts one input value
+per pixel (int8: one 32-bit word, four consecutive channels, which ``vpdpbusd``
+multiplies with four channels of each output lane). The input is read where it is:
+no repacking, no padded copy. Padding is handled by bounds: a row's taps are clipped to
+the input's rows once per output row, and the few output columns whose taps reach past
+the left or right edge (``pl / sw`` at each end, or so) run one pixel at a time with
+their taps clipped; the columns between run whole register tiles with every tap inside.
+
+int8 needs an input known non-negative (its producer's ``out_min`` >= 0, as after a
+ReLU): the broadcast bytes are the unsigned operand of ``vpdpbusd`` (AVX2:
+``vpmaddubsw``, exact for inputs in [0, 127]); the chooser keeps a layer whose input may
+be negative in the plain layout (`vdla.compiler.targets.cpu.conv`, which stores it as
+``x + 128``). The epilogue is the plain kernels' (`conv.epilogue_tables`), on whole
+vectors: bias, requantization per channel, residual, clamp; float32: bias, residual,
+activation.
+
+Depthwise convolutions on blocked layouts are `depthwise_blocked`'s
+(`vdla.compiler.targets.cpu.blocked`): each lane is a channel, each tap one vector
+multiply-add.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from vdla.compiler.ir.tensor import Node
+from vdla.compiler.reference.integer import per_channel
+from vdla.compiler.targets.cpu.conv import indent
+from vdla.compiler.targets.cpu.isa import Isa
+from vdla.compiler.targets.cpu.kernel import SIGNATURE, Kernel, Params
+from vdla.compiler.targets.cpu.schedule import ConvSchedule
+from vdla.compiler.targets.cpu.shapes import ConvShape
+
+__all__ = ["blocked_kernel"]
+
+
+def _blocks(total: int, size: int) -> int:
+    return -(-total // size)
+
+
+# --- tables ---------------------------------------------------------------------------------
+
+def _tables(shape: ConvShape, node: Node, weights: np.ndarray, bias, params: Params,
+            padded: int) -> dict:
+    """The epilogue's per-channel tables, padded to `padded` channels (identity
+    requantization, zero bias past the layer's channels): name -> byte offset."""
+    a, o = node.attrs, shape.o
+    out = {}
+
+    def pad(values, dtype, fill=0):
+        full = np.full(padded, fill, dtype)
+        full[:o] = values
+        return full
+
+    if shape.int8:
+        b = np.zeros(o, np.int64) if bias is None else np.asarray(bias, np.int64)
+        out["bias"] = params.add(pad(b.astype(np.int32), np.int32))
+        out["mul"] = params.add(pad(per_channel(a["multiplier"], o, 0), np.int32))
+        out["shf"] = params.add(pad(per_channel(a["shift"], o), np.int32))
+        if shape.residual:
+            out["rmul"] = params.add(pad(per_channel(a["residual_multiplier"], o, 0), np.int32))
+            out["rshf"] = params.add(pad(per_channel(a["residual_shift"], o), np.int32))
+        out["lim"] = params.add(np.array([a["out_min"], a["out_max"]], np.int32))
+    else:
+        b = np.zeros(o, np.float32) if bias is None else np.asarray(bias, np.float32)
+        out["bias"] = params.add(pad(b, np.float32))
+        lo = a.get("clip_min") if shape.activation == "clip" else None
+        hi = a.get("clip_max") if shape.activation == "clip" else None
+        out["lim"] = params.add(np.array([-np.inf if lo is None else lo,
+                                          np.inf if hi is None else hi], np.float32))
+    return out
+
+
+def _pointers(shape: ConvShape, offsets: dict) -> str:
+    t = "int32_t" if shape.int8 else "float"
+    return "".join(f"    const {t} *restrict {k} = (const {t} *)(params + {off});\n"
+                   for k, off in offsets.items())
+
+
+def _epilogue(shape: ConvShape, vl: int, acc: str, chan: str, at: str) -> list[str]:
+    """C statements that finish vector `acc` of channels [`chan`, `chan` + vl) and store
+    it at element offset `at` of ``y`` (the residual at the same offset of ``res``)."""
+    t = f"vi{vl}" if shape.int8 else f"vf{vl}"
+    if shape.int8:
+        lines = [f"{t} a = ({t})((vu{vl}){acc} + (vu{vl}){t}_load(bias + {chan}));",
+                 f"a = {t}_rqv(a, {t}_load(mul + {chan}), {t}_load(shf + {chan}));"]
+        if shape.residual:
+            lines.append(f"a = ({t})((vu{vl})a + (vu{vl}){t}_rqv({t}_from_s8(res + {at}), "
+                         f"{t}_load(rmul + {chan}), {t}_load(rshf + {chan})));")
+        lines.append(f"a = {t}_max({t}_min(a, {t}_bcast(lim[1])), {t}_bcast(lim[0]));")
+        lines.append(f"{t}_store_s8(y + {at}, a);")
+        return lines
+    lines = [f"{t} a = {acc} + {t}_load(bias + {chan});"]
+    if shape.residual:
+        lines.append(f"a += {t}_load(res + {at});")
+    if shape.activation == "relu":
+        lines.append(f"a = {t}_max(a, ({t}){{0}});")
+    elif shape.activation == "clip":
+        lines.append(f"a = {t}_max({t}_min(a, {t}_bcast(lim[1])), {t}_bcast(lim[0]));")
+    lines.append(f"{t}_store(y + {at}, a);")
+    return lines
+
+
+# --- dense convolutions -----------------------------------------------------------------------
+
+def _pack_weights(shape: ConvShape, w: np.ndarray, vl: int, nv: int) -> np.ndarray:
+    """``[channel tile of nv * vl][input block][kh][kw][step of the block][nv * vl][k]``,
+    k = 4 input channels (int8) or 1 (float32); padded channels are zero."""
+    k = 4 if shape.int8 else 1
+    width = nv * vl
+    op, cp = _blocks(shape.o, width) * width, _blocks(shape.c, vl) * vl
+    wp = np.zeros((op, cp, shape.kh, shape.kw), w.dtype)
+    wp[:shape.o, :shape.c] = w
+    wp = wp.reshape(op // width, width, cp // vl, vl // k, k, shape.kh, shape.kw)
+    return np.ascontiguousarray(wp.transpose(0, 2, 5, 6, 3, 1, 4))
+
+
+def _tile(shape: ConvShape, s: ConvSchedule, mr: int, pointers: str,
+          start: int | None = None) -> str:
+    """C of one register tile: `mr` pixels from output column ``ox`` of row ``oy`` by
+    ``nv`` channel vectors from block ``cb``, over every input channel and tap, then
+    the epilogue (`pointers`: its tables, `_pointers`). With `start`, the tile sits at
+    output column `start` and reaches into the padding: the taps that read outside the
+    image's columns are left out of its text (known when the C is written)."""
+    vl, nv = s.vl, s.nv
+    int8 = shape.int8
+    t = f"vi{vl}" if int8 else f"vf{vl}"
+    k = 4 if int8 else 1
+    steps, width = vl // k, nv * vl
+    el = "uint8_t" if int8 else "float"
+    wt = "int8_t" if int8 else "float"
+    accs = [[f"a{j}_{v}" for v in range(nv)] for j in range(mr)]
+    flat = [a for row in accs for a in row]
+
+    def inside(j: int, kx: int) -> bool:
+        if start is None:
+            return True
+        ix = (start + j) * shape.sw - shape.pl + kx * shape.dw
+        return 0 <= ix < shape.w
+
+    def step(kx: int) -> list[str]:
+        """The statements of one reduction step of tap column `kx`."""
+        pixels = [j for j in range(mr) if inside(j, kx)]
+        if not pixels:
+            return []
+        lines = [f"const {t} w{v} = {t}_load(wk + ((size_t){kx * steps} + q) * "
+                 f"{width * k} + {v * vl * k});" for v in range(nv)]
+        for j in pixels:
+            at = f"xk + ((size_t){(j * shape.sw + kx * shape.dw) * vl} + q * {k})"
+            if int8:
+                lines.append(f"{{ int32_t b; memcpy(&b, {at}, 4); const {t} bv = "
+                             f"{t}_bcast(b); "
+                             + " ".join(f"{accs[j][v]} = {t}_dot4vv({accs[j][v]}, bv, w{v});"
+                                        for v in range(nv)) + " }")
+            else:
+                lines.append(f"{{ const {t} bv = {t}_bcast(*({at})); "
+                             + " ".join(f"{accs[j][v]} += w{v} * bv;" for v in range(nv))
+                             + " }")
+        return lines
+
+    taps = "\n            ".join(
+        f"""#pragma GCC unroll {s.unroll}
+            for (int q = 0; q < {steps}; q++) {{
+                {indent(chr(10).join(lines), 16)}
+            }}""" for lines in (step(kx) for kx in range(shape.kw)) if lines)
+    stores = []
+    for j in range(mr):
+        for v in range(nv):
+            at = f"(((size_t)(cb + {v}) * {shape.ho} + oy) * {shape.wo} + ox + {j}) * {vl}"
+            body = _epilogue(shape, vl, accs[j][v], f"(cb + {v}) * {vl}", at)
+            guard = f"if (cb + {v} < {_blocks(shape.o, vl)}) " if v else ""
+            stores.append(guard + "{ " + " ".join(body) + " }")
+    name = f"NAME_tile{mr}" if start is None else f"NAME_at{start}"
+    fixed = "" if start is None else f"    const int ox = {start};\n"
+    ox_arg = "int ox, " if start is None else ""
+    cbi = _blocks(shape.c, vl)
+    out_t = "int8_t" if int8 else "float"
+    return f"""
+VDLA_INLINE void {name}(const {el} *restrict x, const {wt} *restrict wc, int oy, {ox_arg}
+        int cb, int ky0, int ky1, const {out_t} *restrict res, {out_t} *restrict y,
+        const unsigned char *restrict params) {{
+    (void)res;
+{fixed}{pointers}    {t} {", ".join(flat)};
+    {" ".join(f"{a} = ({t}){{0}};" for a in flat)}
+    const int iy0 = oy * {shape.sh} - {shape.pt}, ix0 = ox * {shape.sw} - {shape.pl};
+    for (int c = 0; c < {cbi}; c++) {{
+        for (int ky = ky0; ky < ky1; ky++) {{
+            const {el} *xk = x + (((size_t)c * {shape.h} + iy0 + ky * {shape.dh}) * {shape.w}
+                                  + ix0) * {vl};
+            const {wt} *wk = wc + ((size_t)c * {shape.kh} + ky) * {shape.kw * steps * width * k};
+            (void)xk; (void)wk;
+            {taps}
+        }}
+    }}
+    {(chr(10) + "    ").join(stores)}
+}}
+"""
+
+
+def _tap_rows(shape: ConvShape) -> str:
+    """C: ``ky0``, ``ky1``, the kernel rows whose taps read inside the image for output
+    row ``oy`` (the rest read padding)."""
+    first = f"({shape.pt} - oy * {shape.sh} + {shape.dh - 1}) / {shape.dh}"
+    last = f"({shape.h - 1 + shape.pt} - oy * {shape.sh}) / {shape.dh} + 1"
+    return (f"const int ky0 = vdla_max(0, {first});\n"
+            f"const int ky1 = vdla_min({shape.kh}, {last});")
+
+
+def _row(shape: ConvShape, s: ConvSchedule, make) -> tuple[str, str]:
+    """The tile functions of one output row and the C that calls them: the row cut in
+    tiles of ``mr`` pixels from column 0; tiles with every tap inside the image share one
+    function (a loop over a run of them), the others get one each. ``make(size, start)``
+    writes a tile function (`_tile`, `_depthwise_tile`; `start` None: every tap inside)."""
+    mr = s.mr
+    functions, calls = {}, []
+    run: list[int] = []
+
+    def flush():
+        if run:
+            calls.append(f"for (int ox = {run[0]}; ox <= {run[-1]}; ox += {mr}) "
+                         f"NAME_tile{mr}(xb, wc, oy, ox, cb, ky0, ky1, rb, yb, params);")
+            run.clear()
+
+    for start in range(0, shape.wo, mr):
+        size = min(mr, shape.wo - start)
+        inside = all(0 <= (start + j) * shape.sw - shape.pl + kx * shape.dw < shape.w
+                     for j in range(size) for kx in range(shape.kw))
+        if inside and size == mr:
+            functions.setdefault(f"tile{mr}", lambda: make(mr, None))
+            run.append(start)
+            continue
+        flush()
+        if inside:
+            functions.setdefault(f"tile{size}", lambda size=size: make(size, None))
+            calls.append(f"NAME_tile{size}(xb, wc, oy, {start}, cb, ky0, ky1, rb, yb, params);")
+        else:
+            functions[f"at{start}"] = lambda start=start, size=size: make(size, start)
+            calls.append(f"NAME_at{start}(xb, wc, oy, cb, ky0, ky1, rb, yb, params);")
+    flush()
+    return "".join(f() for f in functions.values()), "\n".join(calls)
+
+
+def blocked_kernel(shape: ConvShape, schedule: ConvSchedule, weights: np.ndarray,
+                   bias: np.ndarray | None, node: Node, isa: Isa,
+                   inputs: tuple[str, ...]) -> Kernel:
+    """The `Kernel` of convolution `shape` (one group) with `schedule` (``layout=
+    "nchwc"``, checked on `isa`); arguments as `conv.conv_kernel`'s. Its input, residual
+    and output are blocked by ``schedule.vl``."""
+    s = schedule.check(shape, isa)
+    if shape.depthwise:
+        return _depthwise_kernel(shape, s, weights, bias, node, inputs)
+    if shape.groups != 1:
+        raise ValueError(f"blocked_kernel: {shape.describe()} has {shape.groups} groups; "
+                         "it computes one-group and depthwise convolutions")
+    vl, nv = s.vl, s.nv
+    width = nv * vl
+    params = Params()
+    w_off = params.add(_pack_weights(shape, np.asarray(weights), vl, nv))
+    cbo = _blocks(shape.o, vl)
+    offsets = _tables(shape, node, np.asarray(weights), bias, params, _blocks(shape.o, width)
+                      * width)
+    pointers = _pointers(shape, offsets)
+    tiles, calls = _row(shape, s, lambda size, start: _tile(shape, s, size, pointers, start))
+    k = 4 if shape.int8 else 1
+    wstride = _blocks(shape.c, vl) * shape.kh * shape.kw * (vl // k) * width * k
+    el = "uint8_t" if shape.int8 else "float"
+    out_t = "int8_t" if shape.int8 else "float"
+    wt = "int8_t" if shape.int8 else "float"
+    cts = _blocks(cbo, s.tile_co // vl)           # channel tiles (work items)
+    rts = _blocks(shape.ho, s.tile_h)
+    per_ct = s.tile_co // width                   # register tiles per channel tile
+    in_size = _blocks(shape.c, vl) * shape.h * shape.w * vl
+    out_size = cbo * shape.ho * shape.wo * vl
+    res_decl = (f"const {out_t} *restrict res = (const {out_t} *)in[1];" if shape.residual
+                else f"const {out_t} *restrict res = NULL;")
+    row = f"{_tap_rows(shape)}\n{calls}"
+    mt = f"for (int mt = 0; mt < {per_ct}; mt++)"
+    ry = "for (int oy = oy0; oy < oy1; oy++)"
+    outer, inner_loop = (mt, ry) if s.order == "co" else (ry, mt)
+    body = f"""
+/* {shape.dtype} conv {shape.describe()}, NCHW{vl}c; schedule {schedule.to_dict()} */
+{tiles}
+void NAME{SIGNATURE} {{
+    const {el} *restrict x = (const {el} *)in[0];
+    {res_decl}
+    {out_t} *restrict y = ({out_t} *)out_;
+    const {wt} *restrict wp = (const {wt} *)(params + {w_off});
+    (void)ws;
+    #pragma omp parallel if({0 if s.parallel == "none" else 1})
+    for (int b = 0; b < {shape.n}; b++) {{
+        const {el} *xb = x + (size_t)b * {in_size};
+        {out_t} *yb = y + (size_t)b * {out_size};
+        const {out_t} *rb = res ? res + (size_t)b * {out_size} : NULL;
+        {indent(_item_loops(s, cts, rts), 8)} {{
+            const int oy0 = rt * {s.tile_h}, oy1 = vdla_min(oy0 + {s.tile_h}, {shape.ho});
+            {outer}
+            {inner_loop} {{
+                const int cb = (ct * {per_ct} + mt) * {nv};
+                if (cb >= {cbo}) continue;
+                const {wt} *wc = wp + (size_t)(cb / {nv}) * {wstride};
+                {indent(row, 16)}
+            }}
+        }}
+    }}
+}}
+"""
+    return Kernel(body, params.blob(), inputs, 0, 0, shape.macs,
+                  in_blocks=(vl,) * len(inputs), out_block=vl)
+
+
+def _item_loops(s: ConvSchedule, cts: int, rts: int) -> str:
+    ct = f"for (int ct = 0; ct < {cts}; ct++)"
+    rt = f"for (int rt = 0; rt < {rts}; rt++)"
+    if s.parallel in ("all", "none"):
+        return f"#pragma omp for collapse(2) schedule(static)\n{ct}\n{rt}"
+    if s.parallel == "co":
+        return f"#pragma omp for schedule(static)\n{ct}\n{rt}"
+    return f"#pragma omp for schedule(static)\n{rt}\n{ct}"
+
+
+# --- depthwise convolutions -------------------------------------------------------------------
+
+def _depthwise_tile(shape: ConvShape, s: ConvSchedule, mr: int, pointers: str,
+                    start: int | None = None) -> str:
+    """C of a depthwise register tile: `mr` pixels from output column ``ox`` of row
+    ``oy``, one channel block ``cb``: per tap, one weight vector (a tap's weight of
+    each of the block's channels) and one input vector per pixel (int8: widened to
+    int32 lanes). `start` as in `_tile`."""
+    vl, int8 = s.vl, shape.int8
+    t = f"vi{vl}" if int8 else f"vf{vl}"
+    el = "int8_t" if int8 else "float"
+    wt = "int32_t" if int8 else "float"
+    accs = [f"a{j}" for j in range(mr)]
+    lines = []
+    for kx in range(shape.kw):
+        pixels = [j for j in range(mr)
+                  if start is None or 0 <= (start + j) * shape.sw - shape.pl + kx * shape.dw
+                  < shape.w]
+        if not pixels:
+            continue
+        lines.append(f"{{ const {t} w = {t}_load(wk + {kx * vl}); "
+                     + " ".join(
+                         f"{accs[j]} += "
+                         + (f"{t}_from_s8(xk + {(j * shape.sw + kx * shape.dw) * vl})" if int8
+                            else f"{t}_load(xk + {(j * shape.sw + kx * shape.dw) * vl})")
+                         + " * w;" for j in pixels) + " }")
+    stores = []
+    for j in range(mr):
+        at = f"(((size_t)cb * {shape.ho} + oy) * {shape.wo} + ox + {j}) * {vl}"
+        stores.append("{ " + " ".join(_epilogue(shape, vl, accs[j], f"cb * {vl}", at)) + " }")
+    name = f"NAME_tile{mr}" if start is None else f"NAME_at{start}"
+    fixed = "" if start is None else f"    const int ox = {start};\n"
+    ox_arg = "int ox, " if start is None else ""
+    return f"""
+VDLA_INLINE void {name}(const {el} *restrict x, const {wt} *restrict wc, int oy, {ox_arg}
+        int cb, int ky0, int ky1, const {el} *restrict res, {el} *restrict y,
+        const unsigned char *restrict params) {{
+    (void)res;
+{fixed}{pointers}    {t} {", ".join(accs)};
+    {" ".join(f"{a} = ({t}){{0}};" for a in accs)}
+    const int iy0 = oy * {shape.sh} - {shape.pt}, ix0 = ox * {shape.sw} - {shape.pl};
+    for (int ky = ky0; ky < ky1; ky++) {{
+        const {el} *xk = x + (((size_t)cb * {shape.h} + iy0 + ky * {shape.dh}) * {shape.w}
+                              + ix0) * {vl};
+        const {wt} *wk = wc + (size_t)ky * {shape.kw * vl};
+        (void)xk; (void)wk;
+        {(chr(10) + "        ").join(lines)}
+    }}
+    {(chr(10) + "    ").join(stores)}
+}}
+"""
+
+
+def _depthwise_kernel(shape: ConvShape, s: ConvSchedule, weights, bias, node: Node,
+                      inputs: tuple[str, ...]) -> Kernel:
+    """`blocked_kernel` of a depthwise convolution (one channel per group, one output
+    per channel): work items are channel blocks by row tiles (``tile_co`` channels,
+    ``tile_h`` rows); weights packed ``[block][kh][kw][vl]``."""
+    vl = s.vl
+    cbo = _blocks(shape.o, vl)
+    w = np.zeros((cbo * vl, shape.kh, shape.kw), np.int32 if shape.int8 else np.float32)
+    w[:shape.o] = np.asarray(weights).reshape(shape.o, shape.kh, shape.kw)
+    params = Params()
+    w_off = params.add(np.ascontiguousarray(w.reshape(cbo, vl, shape.kh, shape.kw)
+                                            .transpose(0, 2, 3, 1)))
+    offsets = _tables(shape, node, np.asarray(weights), bias, params, cbo * vl)
+    pointers = _pointers(shape, offsets)
+    tiles, calls = _row(shape, s, lambda size, start: _depthwise_tile(shape, s, size,
+                                                                        pointers, start))
+    el = "int8_t" if shape.int8 else "float"
+    wt = "int32_t" if shape.int8 else "float"
+    per_ct = s.tile_co // vl
+    cts, rts = _blocks(cbo, per_ct), _blocks(shape.ho, s.tile_h)
+    in_size = cbo * shape.h * shape.w * vl
+    out_size = cbo * shape.ho * shape.wo * vl
+    res_decl = (f"const {el} *restrict res = (const {el} *)in[1];" if shape.residual
+                else f"const {el} *restrict res = NULL;")
+    mt = f"for (int mt = 0; mt < {per_ct}; mt++)"
+    ry = "for (int oy = oy0; oy < oy1; oy++)"
+    outer, inner_loop = (mt, ry) if s.order == "co" else (ry, mt)
+    body = f"""
+/* {shape.dtype} depthwise conv {shape.describe()}, NCHW{vl}c; schedule {s.to_dict()} */
+{tiles}
+void NAME{SIGNATURE} {{
+    const {el} *restrict x = (const {el} *)in[0];
+    {res_decl}
+    {el} *restrict y = ({el} *)out_;
+    const {wt} *restrict wp = (const {wt} *)(params + {w_off});
+    (void)ws;
+    #pragma omp parallel if({0 if s.parallel == "none" else 1})
+    for (int b = 0; b < {shape.n}; b++) {{
+        const {el} *xb = x + (size_t)b * {in_size};
+        {el} *yb = y + (size_t)b * {out_size};
+        const {el} *rb = res ? res + (size_t)b * {out_size} : NULL;
+        {indent(_item_loops(s, cts, rts), 8)} {{
+            const int oy0 = rt * {s.tile_h}, oy1 = vdla_min(oy0 + {s.tile_h}, {shape.ho});
+            {outer}
+            {inner_loop} {{
+                const int cb = ct * {per_ct} + mt;
+                if (cb >= {cbo}) continue;
+                const {wt} *wc = wp + (size_t)cb * {shape.kh * shape.kw * vl};
+                {indent(_tap_rows(shape), 16)}
+                {indent(calls, 16)}
+            }}
+        }}
+    }}
+}}
+"""
+    return Kernel(body, params.blob(), inputs, 0, 0, shape.macs,
+                  in_blocks=(vl,) * len(inputs), out_block=vl)
