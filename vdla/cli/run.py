@@ -220,9 +220,10 @@ def run(args) -> int:
 WHOLE_GRAPH_RUNS = 20
 
 
-def _whole_graph(outcome) -> tuple[float, dict[str, float]] | None:
+def _whole_graph(outcome) -> tuple[float, dict[str, float], dict[str, float]] | None:
     """For a target that compiles the graph into one program (the CPU target): the
-    median wall time of the whole graph in one call and of each op inside it, over
+    median wall time of the whole graph in one call, of each op inside it and of each
+    layout conversion the program runs between ops (`GraphRun.layout_seconds`), over
     `WHOLE_GRAPH_RUNS` runs after a warm-up run whose outputs must be the op-by-op run's;
     None for other targets."""
     # numpy is a heavy import; this module loads without it (vdla.cli's rule).
@@ -237,13 +238,17 @@ def _whole_graph(outcome) -> tuple[float, dict[str, float]] | None:
                 raise CliError(f"the whole-graph run's output {name!r} differs from the "
                                "op-by-op run's")
         totals, per_op = [], {name: [] for name in first.op_seconds}
+        per_layout = {name: [] for name in first.layout_seconds}
         for _ in range(WHOLE_GRAPH_RUNS):
             start = time.perf_counter()
             run = session.run_graph(outcome.model.feed)
             totals.append(time.perf_counter() - start)
             for name, seconds in run.op_seconds.items():
                 per_op[name].append(seconds)
-    return float(np.median(totals)), {k: float(np.median(v)) for k, v in per_op.items()}
+            for name, seconds in run.layout_seconds.items():
+                per_layout[name].append(seconds)
+    return (float(np.median(totals)), {k: float(np.median(v)) for k, v in per_op.items()},
+            {k: float(np.median(v)) for k, v in per_layout.items()})
 
 
 def _reference(outcome) -> str:
@@ -293,6 +298,11 @@ def _report(args, target, outcome, whole=None) -> None:
         print(f"whole graph in one call: {whole[0] * 1e3:.3f} ms (median of "
               f"{WHOLE_GRAPH_RUNS} runs; the op-by-op run above took "
               f"{result.wall_seconds * 1e3:.1f} ms with Python between the ops)")
+        if whole[2]:
+            print(f"layout conversions inside it: {len(whole[2])} in "
+                  f"{sum(whole[2].values()) * 1e3:.3f} ms ("
+                  + ", ".join(f"{name.removeprefix('layout:')} {seconds * 1e3:.3f} ms"
+                              for name, seconds in whole[2].items()) + ")")
     if outcome.precision != "int8":
         print(f"within {pipeline.TOLERANCES[outcome.precision]:g} of the float reference: "
               f"{'yes' if outcome.bit_exact else 'NO'} (max relative error "
@@ -388,6 +398,8 @@ def _json_report(args, target, outcome, whole=None) -> dict:
             "whole_graph_seconds": None if whole is None else whole[0],
             # per op, inside one call of the whole graph (where the target has one)
             "whole_graph_op_seconds": None if whole is None else whole[1],
+            # the CPU target's layout conversions between ops, inside the same call
+            "whole_graph_layout_seconds": None if whole is None else whole[2],
             "cycles": result.cycles, "seconds_at_clock": summary.get("seconds_at_clock"),
             # Only a target that counts cycles and MACs has it (the host: null).
             "gemm_utilization": summary.get("gemm_utilization"),

@@ -36,7 +36,8 @@ from vdla.compiler.reference.integer import per_channel
 from vdla.compiler.targets.cpu.conv import indent
 from vdla.compiler.targets.cpu.isa import Isa
 from vdla.compiler.targets.cpu.kernel import SIGNATURE, Kernel, Params
-from vdla.compiler.targets.cpu.schedule import ConvSchedule
+from vdla.compiler.targets.cpu.layout import PLAIN
+from vdla.compiler.targets.cpu.schedule import ConvSchedule, input_block
 from vdla.compiler.targets.cpu.shapes import ConvShape
 
 __all__ = ["blocked_kernel"]
@@ -111,15 +112,16 @@ def _epilogue(shape: ConvShape, vl: int, acc: str, chan: str, at: str) -> list[s
 
 # --- dense convolutions -----------------------------------------------------------------------
 
-def _pack_weights(shape: ConvShape, w: np.ndarray, vl: int, nv: int) -> np.ndarray:
+def _pack_weights(shape: ConvShape, w: np.ndarray, vl: int, nv: int, ib: int) -> np.ndarray:
     """``[channel tile of nv * vl][input block][kh][kw][step of the block][nv * vl][k]``,
-    k = 4 input channels (int8) or 1 (float32); padded channels are zero."""
+    input blocks of `ib` channels, k = 4 input channels (int8) or 1 (float32); padded
+    channels are zero."""
     k = 4 if shape.int8 else 1
     width = nv * vl
-    op, cp = _blocks(shape.o, width) * width, _blocks(shape.c, vl) * vl
+    op, cp = _blocks(shape.o, width) * width, _blocks(shape.c, ib) * ib
     wp = np.zeros((op, cp, shape.kh, shape.kw), w.dtype)
     wp[:shape.o, :shape.c] = w
-    wp = wp.reshape(op // width, width, cp // vl, vl // k, k, shape.kh, shape.kw)
+    wp = wp.reshape(op // width, width, cp // ib, ib // k, k, shape.kh, shape.kw)
     return np.ascontiguousarray(wp.transpose(0, 2, 5, 6, 3, 1, 4))
 
 
@@ -134,7 +136,8 @@ def _tile(shape: ConvShape, s: ConvSchedule, mr: int, pointers: str,
     int8 = shape.int8
     t = f"vi{vl}" if int8 else f"vf{vl}"
     k = 4 if int8 else 1
-    steps, width = vl // k, nv * vl
+    ib = input_block(shape, vl)
+    steps, width = ib // k, nv * vl
     el = "uint8_t" if int8 else "float"
     wt = "int8_t" if int8 else "float"
     accs = [[f"a{j}_{v}" for v in range(nv)] for j in range(mr)]
@@ -154,7 +157,7 @@ def _tile(shape: ConvShape, s: ConvSchedule, mr: int, pointers: str,
         lines = [f"const {t} w{v} = {t}_load(wk + ((size_t){kx * steps} + q) * "
                  f"{width * k} + {v * vl * k});" for v in range(nv)]
         for j in pixels:
-            at = f"xk + ((size_t){(j * shape.sw + kx * shape.dw) * vl} + q * {k})"
+            at = f"xk + ((size_t){(j * shape.sw + kx * shape.dw) * ib} + q * {k})"
             if int8:
                 lines.append(f"{{ int32_t b; memcpy(&b, {at}, 4); const {t} bv = "
                              f"{t}_bcast(b); "
@@ -181,7 +184,7 @@ def _tile(shape: ConvShape, s: ConvSchedule, mr: int, pointers: str,
     name = f"NAME_tile{mr}" if start is None else f"NAME_at{start}"
     fixed = "" if start is None else f"    const int ox = {start};\n"
     ox_arg = "int ox, " if start is None else ""
-    cbi = _blocks(shape.c, vl)
+    cbi = _blocks(shape.c, ib)
     out_t = "int8_t" if int8 else "float"
     return f"""
 VDLA_INLINE void {name}(const {el} *restrict x, const {wt} *restrict wc, int oy, {ox_arg}
@@ -194,7 +197,7 @@ VDLA_INLINE void {name}(const {el} *restrict x, const {wt} *restrict wc, int oy,
     for (int c = 0; c < {cbi}; c++) {{
         for (int ky = ky0; ky < ky1; ky++) {{
             const {el} *xk = x + (((size_t)c * {shape.h} + iy0 + ky * {shape.dh}) * {shape.w}
-                                  + ix0) * {vl};
+                                  + ix0) * {ib};
             const {wt} *wk = wc + ((size_t)c * {shape.kh} + ky) * {shape.kw * steps * width * k};
             (void)xk; (void)wk;
             {taps}
@@ -263,21 +266,22 @@ def blocked_kernel(shape: ConvShape, schedule: ConvSchedule, weights: np.ndarray
     vl, nv = s.vl, s.nv
     width = nv * vl
     params = Params()
-    w_off = params.add(_pack_weights(shape, np.asarray(weights), vl, nv))
+    ib = input_block(shape, vl)
+    w_off = params.add(_pack_weights(shape, np.asarray(weights), vl, nv, ib))
     cbo = _blocks(shape.o, vl)
     offsets = _tables(shape, node, np.asarray(weights), bias, params, _blocks(shape.o, width)
                       * width)
     pointers = _pointers(shape, offsets)
     tiles, calls = _row(shape, s, lambda size, start: _tile(shape, s, size, pointers, start))
     k = 4 if shape.int8 else 1
-    wstride = _blocks(shape.c, vl) * shape.kh * shape.kw * (vl // k) * width * k
+    wstride = _blocks(shape.c, ib) * shape.kh * shape.kw * (ib // k) * width * k
     el = "uint8_t" if shape.int8 else "float"
     out_t = "int8_t" if shape.int8 else "float"
     wt = "int8_t" if shape.int8 else "float"
     cts = _blocks(cbo, s.tile_co // vl)           # channel tiles (work items)
     rts = _blocks(shape.ho, s.tile_h)
     per_ct = s.tile_co // width                   # register tiles per channel tile
-    in_size = _blocks(shape.c, vl) * shape.h * shape.w * vl
+    in_size = _blocks(shape.c, ib) * shape.h * shape.w * ib
     out_size = cbo * shape.ho * shape.wo * vl
     res_decl = (f"const {out_t} *restrict res = (const {out_t} *)in[1];" if shape.residual
                 else f"const {out_t} *restrict res = NULL;")
@@ -312,8 +316,9 @@ void NAME{SIGNATURE} {{
     }}
 }}
 """
-    return Kernel(body, params.blob(), inputs, 0, 0, shape.macs,
-                  in_blocks=(vl,) * len(inputs), out_block=vl)
+    reads = (vl if ib == vl else PLAIN,) + (vl,) * (len(inputs) - 1)
+    return Kernel(body, params.blob(), inputs, 0, 0, shape.macs, in_blocks=reads,
+                  out_block=vl)
 
 
 def _item_loops(s: ConvSchedule, cts: int, rts: int) -> str:

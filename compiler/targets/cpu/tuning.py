@@ -42,7 +42,7 @@ from vdla.compiler.targets.cpu.features import CONV2D, DENSE, conv2d_values, den
 from vdla.compiler.targets.cpu.library import (aligned_empty, build_kernels, call, load,
                                                start_team, time_runs)
 from vdla.compiler.targets.cpu.lower import node_kernel
-from vdla.compiler.targets.cpu.schedule import (LANES, ORDERS, PARALLEL, ConvSchedule,
+from vdla.compiler.targets.cpu.schedule import (LANES, LAYOUTS, ORDERS, PARALLEL, ConvSchedule,
                                                 DenseSchedule, choose_conv, choose_dense,
                                                 conv_blocks, dense_blocks, estimate_conv)
 from vdla.compiler.targets.cpu.shapes import ConvShape, DenseShape, input_nonnegative
@@ -65,7 +65,8 @@ PRETRAINED = Path(__file__).resolve().parent / "models"
 _TUNABLE = ("conv2d", "qconv2d", "dense", "qdense")
 
 #: How the string knobs rank on the knob grid: as `CpuTask.knobs` numbers them.
-CONV_RANKS = {"order": ORDERS.index, "parallel": PARALLEL.index, "lanes": LANES.index}
+CONV_RANKS = {"order": ORDERS.index, "parallel": PARALLEL.index, "lanes": LANES.index,
+              "layout": LAYOUTS.index}
 DENSE_RANKS = {"parallel": lambda value: value == "none"}
 
 
@@ -146,7 +147,8 @@ class CpuTask(OneNodeTask):
     def knobs(self, s) -> tuple[int, ...]:
         if self.conv:
             return (s.vl, s.mr, s.nv, s.tile_co, s.tile_h, s.tile_ci, ORDERS.index(s.order),
-                    s.unroll, PARALLEL.index(s.parallel), LANES.index(s.lanes))
+                    s.unroll, PARALLEL.index(s.parallel), LANES.index(s.lanes),
+                    LAYOUTS.index(s.layout))
         return (s.vl, s.ov, s.unroll, int(s.parallel == "none"))
 
     def features(self, s, estimate: Any = None) -> list[float]:
