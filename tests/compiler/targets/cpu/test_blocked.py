@@ -1,0 +1,180 @@
+"""Blocked activation layouts (NCHW{vl}c) on the CPU target: the conversions, the
+blocked convolution kernels on every instruction set against the references, the
+knob's errors, and the whole-graph runner's conversions (only where a layout changes)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from vdla.compiler import pipeline, targets
+from vdla.compiler.targets.cpu import isa as cpu_isa
+from vdla.compiler.targets.cpu import layout
+from vdla.compiler.targets.cpu.build import machine_features
+from vdla.compiler.targets.cpu.library import build_kernels, call, load
+from vdla.compiler.targets.cpu.schedule import (ConvSchedule, ScheduleError, choose_conv,
+                                                input_block)
+from vdla.compiler.targets.cpu.shapes import ConvShape
+from vdla.compiler.targets.model import compile_model
+
+from gemm_graphs import assert_matches, conv_graph
+
+ISAS = [name for name, isa in cpu_isa.ISAS.items() if isa.runs_on(machine_features())]
+
+
+@pytest.fixture(scope="module", params=ISAS)
+def cpu(request):
+    return targets.get("cpu", threads=2, isa=request.param)
+
+
+@pytest.fixture(scope="module")
+def best():
+    return targets.get("cpu", threads=2)
+
+
+# --- conversions ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("shape, block", [((2, 37, 5, 3), 16), ((1, 8, 4, 4), 8),
+                                          ((1, 3, 7, 9), 16)])
+def test_numpy_round_trip_pads_with_zeros(shape, block):
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    b = layout.to_blocked(x, block)
+    assert b.shape == layout.block_shape(shape, block)
+    np.testing.assert_array_equal(layout.from_blocked(b, shape[1]), x)
+    padded = -(-shape[1] // block) * block - shape[1]
+    if padded:
+        assert not b[:, -1, ..., block - padded:].any()
+
+
+@pytest.mark.parametrize("src, dst", [(0, 16), (16, 0), (8, 16), (16, 8), (0, 8)])
+@pytest.mark.parametrize("dtype", ["int8", "float32"])
+def test_c_conversion_matches_numpy(best, src, dst, dtype):
+    shape = (2, 21, 6, 5)
+    rng = np.random.default_rng(1)
+    x = (rng.standard_normal(shape) * 50).astype(dtype)
+    kernel = layout.convert_kernel(shape, dtype, src, dst)
+    lib = load(build_kernels([kernel], best.isa))
+    out = np.full(layout.block_shape(shape, dst), 99, dtype)   # padding must be rewritten
+    call(lib, kernel, [layout.to_blocked(x, src)], out)
+    np.testing.assert_array_equal(out, layout.to_blocked(x, dst))
+
+
+def test_converting_to_the_same_layout_is_refused():
+    with pytest.raises(ValueError, match="both NCHW16c"):
+        layout.convert_kernel((1, 16, 2, 2), "float32", 16, 16)
+
+
+# --- kernels ----------------------------------------------------------------------------------
+
+def _run(target, g, feed, schedule):
+    compiled = compile_model(g, target, schedules={"conv": schedule})
+    with compiled.session() as session:
+        outputs = session.run(feed).outputs
+        whole = session.run_graph(feed)
+    for name, value in whole.outputs.items():
+        np.testing.assert_array_equal(value, outputs[name])
+    return outputs, whole
+
+
+DENSE = [dict(dtype="float32"),
+         dict(dtype="float32", k=1, pad=0, residual=True, activation="relu", n=2),
+         dict(dtype="float32", k=7, stride=2, pad=3, c=3, o=20, h=15, w=13),   # plain input
+         dict(dtype="float32", k=3, pad=1, h=2, w=2, c=5, o=37, activation="clip"),
+         dict(nonnegative=True, out_min=0),
+         dict(nonnegative=True, residual=True, c=33, o=17, k=1, pad=0, multiply=True),
+         dict(nonnegative=True, k=3, stride=2, pad=1, c=40, o=40, h=14, w=14),
+         dict(nonnegative=True, dilation=2, k=3, pad=2, n=2, per_channel=False)]
+DEPTHWISE = [dict(groups=24, c=24, o=24, k=3, stride=2),
+             dict(groups=24, c=24, o=24, dtype="float32", activation="relu"),
+             dict(groups=40, c=40, o=40, k=5, pad=2, h=7, w=7),
+             dict(groups=17, c=17, o=17, residual=True, n=2, dtype="float32"),
+             dict(groups=17, c=17, o=17, residual=True, multiply=True)]
+
+
+@pytest.mark.parametrize("case", DENSE + DEPTHWISE, ids=str)
+def test_blocked_convolutions_on_every_isa(cpu, case):
+    """Register tiles of one pixel up to whole rows, channel tails, the row's edge tiles,
+    strides, dilation, residuals and activations: int8 bit-exact, float32 within the
+    tolerance, op by op and in the whole-graph runner."""
+    rng = np.random.default_rng(3)
+    g, feed = conv_graph(rng, **case)
+    if case.get("activation") == "clip":
+        g.node("conv").attrs.update(clip_min=-0.5, clip_max=0.75)
+    shape = ConvShape.from_node(g.node("conv"), g)
+    vl = cpu.isa.lanes[0]
+    tiles = [(1, 1), (4, 1), (7, 1), (12, 1)] if shape.depthwise else \
+        [(1, 1), (4, 2), (5, 2), (3, 1), (12, 1)]
+    for mr, nv in tiles:
+        s = ConvSchedule(vl, mr, nv, nv * vl, max(1, shape.ho // 3), shape.cg_padded, "co",
+                         2 if mr == 4 else 1, "all", "co", "nchwc")
+        outputs, whole = _run(cpu, g, feed, s)
+        assert_matches(g, outputs, feed)
+        # The input and the residual come in plain, the output goes out plain.
+        plain_input = input_block(shape, vl) == 1
+        assert len(whole.layout_seconds) == (1 if plain_input else 2) + shape.residual
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(lanes="px"), "lanes must be 'co'"),
+    (dict(layout="nhwc"), "layout='nhwc'"),
+    (dict(tile_ci=4), "tile_ci must be 20"),
+    (dict(tile_co=20), "multiple of nv \\* vl"),
+    (dict(mr=20, nv=2), "registers"),
+])
+def test_blocked_knob_errors(best, change, message):
+    g, _ = conv_graph(np.random.default_rng(0), dtype="float32")
+    shape = ConvShape.from_node(g.node("conv"), g)
+    vl = best.isa.lanes[0]
+    base = dict(vl=vl, mr=4, nv=1, tile_co=vl, tile_h=3, tile_ci=shape.cg_padded,
+                lanes="co", layout="nchwc")
+    with pytest.raises(ScheduleError, match=message):
+        ConvSchedule(**{**base, **change}).check(shape, best.isa)
+
+
+@pytest.mark.parametrize("case, message", [
+    (dict(groups=2, c=14, o=10), "one group or a depthwise"),
+    (dict(), "known to be non-negative"),
+    (dict(groups=8, c=8, o=16), "one output per channel"),
+])
+def test_blocked_refusals_name_the_layer(best, case, message):
+    g, _ = conv_graph(np.random.default_rng(0), **case)
+    shape = ConvShape.from_node(g.node("conv"), g)
+    s = ConvSchedule(best.isa.lanes[0], 1, 1, best.isa.lanes[0], 1, shape.cg_padded,
+                     lanes="co", layout="nchwc")
+    with pytest.raises(ScheduleError, match=message):
+        s.check(shape, best.isa)
+    assert choose_conv(shape, best.isa).layout == "plain"
+
+
+def test_schedule_dict_keeps_its_old_form_when_plain(best):
+    g, _ = conv_graph(np.random.default_rng(0), dtype="float32", groups=2, c=14, o=10)
+    plain = choose_conv(ConvShape.from_node(g.node("conv"), g), best.isa)
+    assert "layout" not in plain.to_dict()
+    assert ConvSchedule.from_dict(plain.to_dict()) == plain
+    blocked = dict(plain.to_dict(), lanes="co", layout="nchwc")
+    assert ConvSchedule.from_dict(blocked).layout == "nchwc"
+
+
+# --- the program ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("model, precision", [("small_cnn", "float32"), ("small_cnn", "int8"),
+                                              ("mobilenet_v1", "float32")])
+def test_a_model_converts_only_where_the_layout_changes(best, model, precision):
+    """Blocked layers hand their outputs to each other unconverted: a conversion is
+    placed where a plain op reads a blocked tensor or the other way round."""
+    m = pipeline.load_model(model, note=None)
+    graph = pipeline.graph_for(m, best, precision=precision)
+    compiled = compile_model(graph, best)
+    program = compiled.ops[0].kernel.program
+    blocked = [n.name for n in program.nodes if program.kernels[n.name].out_block]
+    assert blocked, "the default chooser should block some layers"
+    for step in program.conversions:
+        tensor, src, dst = step.reads[0][0], step.reads[0][1], step.writes[1]
+        readers = [s for s in program.steps if (tensor, dst) in s.reads]
+        assert src != dst and (readers or tensor in graph.outputs)
+    with compiled.session() as session:
+        whole = session.run_graph(m.feed)
+        ref = session.run(m.feed).outputs
+    assert set(whole.layout_seconds) == {s.name for s in program.conversions}
+    for name, value in whole.outputs.items():
+        np.testing.assert_array_equal(value, ref[name])
