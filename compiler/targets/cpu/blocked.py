@@ -4,27 +4,32 @@ with vectors along output channels: a schedule with ``layout="nchwc"`` picks the
     kernel = blocked_kernel(shape, schedule, weights, bias, node, isa, inputs)
 
 The input, the residual and the output are blocked with ``c = vl`` (the schedule's
-vector width), so a vector is one pixel's ``vl`` channels of a channel block. The
-register tile is ``mr`` output pixels of one row by ``nv`` vectors of output channels;
-each step of the reduction loads ``nv`` weight vectors and broadcasts one input value
-per pixel (int8: one 32-bit word, four consecutive channels, which ``vpdpbusd``
-multiplies with four channels of each output lane). The input is read where it is:
-no repacking, no padded copy. Padding is handled by bounds: a row's taps are clipped to
-the input's rows once per output row, and the few output columns whose taps reach past
-the left or right edge (``pl / sw`` at each end, or so) run one pixel at a time with
-their taps clipped; the columns between run whole register tiles with every tap inside.
+vector width), so a vector is one pixel's ``vl`` channels of a channel block. A float32
+layer with fewer than 8 input channels (a model's RGB input) reads its plain input
+instead, each channel a block of one (`schedule.input_block`).
 
-int8 needs an input known non-negative (its producer's ``out_min`` >= 0, as after a
-ReLU): the broadcast bytes are the unsigned operand of ``vpdpbusd`` (AVX2:
-``vpmaddubsw``, exact for inputs in [0, 127]); the chooser keeps a layer whose input may
-be negative in the plain layout (`vdla.compiler.targets.cpu.conv`, which stores it as
-``x + 128``). The epilogue is the plain kernels' (`conv.epilogue_tables`), on whole
+One-group layers: the register tile is ``mr`` output pixels of one row by ``nv``
+vectors of output channels; each step of the reduction loads ``nv`` weight vectors and
+broadcasts one input value per pixel (int8: one 32-bit word, four consecutive channels,
+which ``vpdpbusd`` multiplies with four channels of each output lane). Depthwise layers
+(one output per channel): ``mr`` pixels by one channel block, each tap one weight
+vector times one input vector per pixel (int8: widened to int32 lanes).
+
+The input is read where it is: no repacking, no padded copy. Padding is handled by
+bounds: an output row's kernel rows are clipped to the image once per row (``ky0``,
+``ky1``), and the row is cut in tiles from column 0; a tile whose taps all read inside
+the image runs the shared tile function, and the one or two tiles at the row's ends get
+functions of their own with the taps that would read padding left out of the text (the
+shape is known when the C is written, so no test runs in the loops).
+
+int8 one-group layers need an input known non-negative (its producer's ``out_min`` >=
+0, as after a ReLU): the broadcast bytes are the unsigned operand of ``vpdpbusd``
+(AVX2: ``vpmaddubsw``, exact for inputs in [0, 127]); the chooser keeps a layer whose
+input may be negative in the plain layout (`vdla.compiler.targets.cpu.conv`, which
+stores it as ``x + 128``). The epilogue is the plain kernels' arithmetic on whole
 vectors: bias, requantization per channel, residual, clamp; float32: bias, residual,
-activation.
-
-Depthwise convolutions on blocked layouts are `depthwise_blocked`'s
-(`vdla.compiler.targets.cpu.blocked`): each lane is a channel, each tap one vector
-multiply-add.
+activation. Padded output channels come out as the epilogue of zero sums, finite, and
+every consumer's weights for them are zero.
 """
 
 from __future__ import annotations

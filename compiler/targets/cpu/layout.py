@@ -70,11 +70,17 @@ def from_blocked(x: np.ndarray, channels: int, block: int | None = None) -> np.n
     return np.ascontiguousarray(plain[:, :channels])
 
 
+#: Pixels a conversion moves per channel at a time: a tile of this many pixels by one
+#: channel block is transposed in L1 (reads and writes each run along memory).
+_TILE = 64
+
+
 def convert_kernel(shape, dtype: str, src: int, dst: int) -> Kernel:
     """A C kernel that copies an (N, C, ...) tensor of `dtype` from layout `src` to
     layout `dst` (blocks; one of them plain, or both blocked with different blocks).
-    Work runs over (image, channel block) pairs, split among the OpenMP team when the
-    tensor is large; padded channels are written as zero."""
+    Plain <-> blocked runs over (image, channel block, tile of `_TILE` pixels), each
+    tile transposed through L1; the work is split among the OpenMP team when the tensor
+    is large; padded channels are written as zero."""
     if src == dst:
         raise ValueError(f"convert_kernel: source and destination are both {describe(src)}")
     t = _CTYPES[dtype]
@@ -82,30 +88,44 @@ def convert_kernel(shape, dtype: str, src: int, dst: int) -> Kernel:
     p = int(np.prod(rest, dtype=np.int64)) if rest else 1
     big = n * c * p >= 1 << 15
     pragma = "#pragma omp parallel for collapse(2) schedule(static)\n    " if big else ""
-    # Element (b, ch, q) sits at in_index in the source and out_index in the destination.
+    if PLAIN in (src, dst):
+        block = src or dst
+        cbs = -(-c // block)
+        plain = f"x[((size_t)b * {c} + ch) * {p} + q]"
+        blocked = f"y[(((size_t)b * {cbs} + cb) * {p} + q) * {block} + l]"
+        if dst == PLAIN:
+            plain, blocked = (f"y[((size_t)b * {c} + ch) * {p} + q]",
+                              f"x[(((size_t)b * {cbs} + cb) * {p} + q) * {block} + l]")
+            move = f"if (ch < {c}) for (int q = q0; q < q1; q++) {plain} = {blocked};"
+        else:
+            move = (f"if (ch < {c}) for (int q = q0; q < q1; q++) {blocked} = {plain};\n"
+                    f"            else for (int q = q0; q < q1; q++) {blocked} = 0;")
+        loops = f"""{pragma}for (int b = 0; b < {n}; b++)
+    for (int cb = 0; cb < {cbs}; cb++)
+        for (int q0 = 0; q0 < {p}; q0 += {_TILE}) {{
+            const int q1 = q0 + {_TILE} < {p} ? q0 + {_TILE} : {p};
+            for (int l = 0; l < {block}; l++) {{
+                const int ch = cb * {block} + l;
+                {move}
+            }}
+        }}"""
+    else:
+        s_cb, d_cb = -(-c // src), -(-c // dst)
 
-    def index(block: int, cbs: int) -> str:
-        if block == PLAIN:
-            return f"((size_t)b * {c} + ch) * {p} + q"
-        return (f"(((size_t)b * {cbs} + ch / {block}) * {p} + q) * {block} + ch % {block}")
+        def index(block: int, cbs: int) -> str:
+            return f"(((size_t)b * {cbs} + ch / {block}) * {p} + q) * {block} + ch % {block}"
 
-    s_cb, d_cb = -(-c // src) if src else c, -(-c // dst) if dst else c
-    pad = ""
-    if dst != PLAIN and c % dst:
-        # The padded channels of the last block, zeroed so a consumer's sums stay finite.
-        pad = f"""
-    for (int b = 0; b < {n}; b++)
+        loops = f"""{pragma}for (int b = 0; b < {n}; b++)
+    for (int ch = 0; ch < {d_cb * dst}; ch++)
         for (size_t q = 0; q < {p}; q++)
-            for (int ch = {c}; ch < {d_cb * dst}; ch++) y[{index(dst, d_cb)}] = 0;"""
+            y[{index(dst, d_cb)}] = ch < {c} ? x[{index(src, s_cb)}] : 0;"""
     body = f"""
 /* {dtype} {list(shape)}: {describe(src)} -> {describe(dst)} */
 void NAME{SIGNATURE} {{
     const {t} *restrict x = (const {t} *)in[0];
     {t} *restrict y = ({t} *)out_;
     (void)params; (void)ws;
-    {pragma}for (int b = 0; b < {n}; b++)
-    for (int ch = 0; ch < {c}; ch++)
-        for (size_t q = 0; q < {p}; q++) y[{index(dst, d_cb)}] = x[{index(src, s_cb)}];{pad}
+    {loops}
 }}
 """
     return Kernel(body, Params().blob(), ("x",), in_blocks=(src,), out_block=dst)

@@ -34,7 +34,8 @@ GEMM_OPS = {"conv2d": ConvSchedule, "qconv2d": ConvSchedule,
 
 
 def node_kernel(node: Node, graph: Graph, isa: Isa, *, schedule: Any = None,
-                threads: int = 2, nonnegative: bool | None = None) -> tuple[Kernel, Any]:
+                threads: int = 2, nonnegative: bool | None = None,
+                in_block: int = 0) -> tuple[Kernel, Any]:
     """`node`'s kernel and the schedule it was generated with (None for an op without
     schedules).
 
@@ -44,6 +45,8 @@ def node_kernel(node: Node, graph: Graph, isa: Isa, *, schedule: Any = None,
     threads : the team the default chooser plans work items for
     nonnegative : overrides what the graph says of an int8 input's sign (a tuning task's
         one-node graph has no producer to ask)
+    in_block : the layout the node's first input is produced in (0: plain); ops without
+        schedules that read blocked inputs follow it (`ops.build`)
     """
     inputs = tuple(t for t in node.inputs if t and not graph.tensors[t].is_constant)
     kind = GEMM_OPS.get(node.op)
@@ -51,7 +54,7 @@ def node_kernel(node: Node, graph: Graph, isa: Isa, *, schedule: Any = None,
         if schedule is not None:
             raise TypeError(f"node {node.name!r} ({node.op}) has no schedules on the CPU "
                             f"target; got {schedule!r}")
-        return ops.build(node, graph, isa), None
+        return ops.build(node, graph, isa, in_block), None
     if schedule is not None and not isinstance(schedule, kind):
         raise TypeError(f"node {node.name!r} ({node.op}) takes a {kind.__name__}, not "
                         f"{type(schedule).__name__}: {schedule!r}")

@@ -14,7 +14,9 @@ reference's float64 result rounds to), and the float average pools within roundi
 (relu and clip do).
 
 Tensors are in plain layouts (C-contiguous, the graph's shapes); a tensor with a packed
-``layout`` is refused. The C text holds shapes and attribute flags only: requantization
+``layout`` is refused. The max pool and the global pools also read the CPU target's
+blocked layout (NCHW{c}c, `vdla.compiler.targets.cpu.layout`) when their producer
+writes it (`build`'s ``in_block``). The C text holds shapes and attribute flags only: requantization
 tables, scales, clip bounds and constant operands travel in ``params``, so one source
 (and one cached build) serves every model of the same shapes.
 
@@ -54,7 +56,9 @@ from vdla.compiler.targets.cpu.kernel import SIGNATURE, Kernel, Params
 from vdla.compiler.targets.cpu.opbase import (COPY_PARALLEL_MIN, COPY_PIECE, CTYPES,
                                              OK, Sources, dtype_refusal, indent,
                                              kernel, requant_attrs_refusal, size)
-from vdla.compiler.targets.cpu.pools import global_pool_kernel, pool_kernel, pool_refusal
+from vdla.compiler.targets.cpu.pools import (BLOCKED_POOLS, blocked_global_pool_kernel,
+                                            blocked_pool_kernel, global_pool_kernel,
+                                            pool_kernel, pool_refusal)
 
 __all__ = ["CAPABILITIES", "OPS", "build", "supports"]
 
@@ -181,7 +185,7 @@ def supports(node: Node, graph: Graph) -> Support:
     return Support(False, reason) if reason else Support(True, OK)
 
 
-def build(node: Node, graph: Graph, isa: Isa) -> Kernel:
+def build(node: Node, graph: Graph, isa: Isa, in_block: int = 0) -> Kernel:
     """`node`'s kernel: one C function and its params (`vdla.compiler.targets.cpu.kernel`).
 
     node : a node of `graph` that `supports` accepts
@@ -189,8 +193,15 @@ def build(node: Node, graph: Graph, isa: Isa) -> Kernel:
     isa : the instruction set the library is built for; these kernels are plain C loops
         that gcc vectorizes for whatever the ISA's flags select, so the text is the same
         for every ISA
+    in_block : the layout its first input's producer writes (`vdla.compiler.targets.cpu
+        .layout`); the pools of `BLOCKED_POOLS` read a blocked input where it is, the
+        other ops read it plain (the program converts it)
     Raises ValueError with `supports`' reason for a node it refuses."""
     support = supports(node, graph)
     if not support.ok:
         raise ValueError(support.reason)
+    if in_block and node.op in BLOCKED_POOLS:
+        if node.op == "max_pool2d":
+            return blocked_pool_kernel(node, graph, in_block)
+        return blocked_global_pool_kernel(node, graph, in_block)
     return _OPS[node.op][1](node, graph)

@@ -3,6 +3,8 @@ and int8): see `vdla.compiler.targets.cpu.ops` for how the loops run."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from vdla.compiler.ir.graph import Graph
@@ -13,7 +15,8 @@ from vdla.compiler.targets.cpu.opbase import (PARALLEL_MIN, POOL_ROW_MAX, CTYPES
                                              RQ_HELPER, Sources, dtype_refusal,
                                              kernel, rq_tables)
 
-__all__ = ["global_pool_kernel", "pool_kernel", "pool_refusal"]
+__all__ = ["BLOCKED_POOLS", "blocked_global_pool_kernel", "blocked_pool_kernel",
+           "global_pool_kernel", "pool_kernel", "pool_refusal"]
 
 
 # --- pools ---------------------------------------------------------------------------------
@@ -214,3 +217,100 @@ def pool_refusal(node: Node, graph: Graph, allowed: tuple[str, ...]) -> str | No
         return (f"{node.op} node {node.name!r}: a padded input row of {row} bytes exceeds "
                 f"the {POOL_ROW_MAX} bytes a pool keeps on the stack")
     return None
+
+
+# --- blocked layouts -------------------------------------------------------------------------
+
+#: The pools that read a blocked input (`vdla.compiler.targets.cpu.layout`): a max pool
+#: keeps it blocked, the global pools write their (N, C, 1, 1) output plain.
+BLOCKED_POOLS = frozenset({"max_pool2d", "global_avg_pool2d", "qglobal_avg_pool2d"})
+
+
+def blocked_pool_kernel(node: Node, graph: Graph, block: int) -> Kernel:
+    """``max_pool2d`` on an input in layout NCHW{block}c, its output in the same layout:
+    each output pixel the maximum of the window's pixel vectors, the window clipped to
+    the image (a max over the taps inside equals one over the padding's minimum)."""
+    p = _Pool(node, graph)
+    t = CTYPES[graph.tensors[node.inputs[0]].dtype]
+    cb = -(-p.c // block)
+    params = Params()
+    sources = Sources(graph, params)
+    x = sources.pointer(node.inputs[0], t)
+    pragma = ("#pragma omp parallel for collapse(2) schedule(static)"
+              if p.work >= PARALLEL_MIN else "")
+    fill = "-128" if t == "int8_t" else "-INFINITY"
+    body = f"""
+/* max_pool2d {p.n}x{p.c}x{p.h}x{p.w} -> {p.oh}x{p.ow}, NCHW{block}c, window {p.kh}x{p.kw},
+   strides {p.sh}x{p.sw}, pads {p.pt},{p.pl},{p.pb},{p.pr} */
+void NAME{SIGNATURE} {{
+    const {t} *restrict x = {x};
+    {t} *restrict y = ({t} *)out_;
+    (void)params; (void)ws;
+    {pragma}
+    for (int plane = 0; plane < {p.n * cb}; plane++)
+    for (int r = 0; r < {p.oh}; r++) {{
+        const {t} *restrict xc = x + (size_t)plane * {p.h * p.w * block};
+        const int r0 = r * {p.sh} - {p.pt};
+        const int i0 = vdla_max(r0, 0), i1 = vdla_min(r0 + {p.kh}, {p.h});
+        for (int q = 0; q < {p.ow}; q++) {{
+            const int c0 = q * {p.sw} - {p.pl};
+            const int j0 = vdla_max(c0, 0), j1 = vdla_min(c0 + {p.kw}, {p.w});
+            {t} m[{block}];
+            for (int l = 0; l < {block}; l++) m[l] = {fill};
+            for (int i = i0; i < i1; i++)
+                for (int j = j0; j < j1; j++) {{
+                    const {t} *restrict v = xc + ((size_t)i * {p.w} + j) * {block};
+                    for (int l = 0; l < {block}; l++) m[l] = v[l] > m[l] ? v[l] : m[l];
+                }}
+            {t} *restrict out = y + (((size_t)plane * {p.oh} + r) * {p.ow} + q) * {block};
+            for (int l = 0; l < {block}; l++) out[l] = m[l];
+        }}
+    }}
+}}
+"""
+    return dataclasses.replace(kernel(body, params, sources), in_blocks=(block,),
+                               out_block=block)
+
+
+def blocked_global_pool_kernel(node: Node, graph: Graph, block: int) -> Kernel:
+    """``global_avg_pool2d`` / ``qglobal_avg_pool2d`` on an input in layout NCHW{block}c,
+    their (N, C, 1, 1) output plain: per channel block, the lanes' sums (float32: in
+    double, as the plain kernel; int8: modulo 2**32), then the mean or the requantized,
+    clipped sum of each of the block's real channels."""
+    n, c, h, w = graph.tensors[node.inputs[0]].shape
+    hw, cb = h * w, -(-c // block)
+    params = Params()
+    sources = Sources(graph, params)
+    pragma = "#pragma omp parallel for schedule(static)" if n * c * hw >= PARALLEL_MIN else ""
+    int8 = node.op == "qglobal_avg_pool2d"
+    t, acc = ("int8_t", "uint32_t") if int8 else ("float", "double")
+    x = sources.pointer(node.inputs[0], t)
+    helper, tables, finish = "", "", f"y[(size_t)b * {c} + ch] = (float)(s[l] / {float(hw)!r});"
+    if int8:
+        off = params.add(rq_tables(node.attrs["multiplier"], node.attrs["shift"], c))
+        helper = RQ_HELPER
+        tables = f"    const uint32_t *restrict rq = (const uint32_t *)(params + {off});\n"
+        finish = (f"y[(size_t)b * {c} + ch] = vdla_clamp8(NAME_rq((int32_t)s[l], rq[ch], "
+                  f"rq[{c} + ch], rq[{2 * c} + ch], rq[{3 * c} + ch]), {INT8_MIN}, {INT8_MAX});")
+    load = "(uint32_t)(int32_t)" if int8 else "(double)"
+    body = f"""{helper}
+/* {node.op} {n}x{c}x{h}x{w}, NCHW{block}c -> plain */
+void NAME{SIGNATURE} {{
+    const {t} *restrict x = {x};
+    {t} *restrict y = ({t} *)out_;
+{tables}    (void)ws;
+    {pragma}
+    for (int plane = 0; plane < {n * cb}; plane++) {{
+        const int b = plane / {cb}, blk = plane % {cb};
+        const {t} *restrict xc = x + (size_t)plane * {hw * block};
+        {acc} s[{block}] = {{0}};
+        for (int i = 0; i < {hw}; i++)
+            for (int l = 0; l < {block}; l++) s[l] += {load}xc[(size_t)i * {block} + l];
+        for (int l = 0; l < {block}; l++) {{
+            const int ch = blk * {block} + l;
+            if (ch < {c}) {{ {finish} }}
+        }}
+    }}
+}}
+"""
+    return dataclasses.replace(kernel(body, params, sources), in_blocks=(block,))

@@ -42,9 +42,9 @@ from typing import Iterator
 from vdla.compiler.targets.cpu.isa import Isa
 
 __all__ = ["ConvSchedule", "DenseSchedule", "LANES", "LAYOUTS", "ORDERS", "PARALLEL",
-           "ScheduleError",
-           "SpaceBlock", "blocked_fits", "choose_conv", "input_block", "choose_dense", "conv_blocks", "conv_space",
-           "cost_terms", "dense_blocks", "dense_space", "estimate_conv"]
+           "ScheduleError", "SpaceBlock", "blocked_fits", "choose_conv", "choose_dense",
+           "conv_blocks", "conv_space", "cost_terms", "dense_blocks", "dense_space",
+           "estimate_conv", "input_block"]
 
 ORDERS = ("co", "px")
 LANES = ("px", "co")

@@ -241,10 +241,10 @@ class CpuTarget(Target):
     # --- compiling --------------------------------------------------------------------------
 
     def kernel(self, node: Node, graph: Graph, schedule: Any = None, *,
-               nonnegative: bool | None = None) -> tuple[Kernel, Any]:
+               nonnegative: bool | None = None, in_block: int = 0) -> tuple[Kernel, Any]:
         """`node`'s kernel for this target's ISA and threads (`lower.node_kernel`)."""
         return node_kernel(node, graph, self.isa, schedule=schedule, threads=self.team,
-                           nonnegative=nonnegative)
+                           nonnegative=nonnegative, in_block=in_block)
 
     def compile_nodes(self, graph: Graph, nodes: Sequence[Node], *,
                       schedules: Mapping[str, Any], progress: Progress | None = None,
@@ -252,11 +252,14 @@ class CpuTarget(Target):
         total = len(nodes) if total is None else total
         t0 = time.perf_counter()
         kernels, used = {}, {}
+        blocks: dict[str, int] = {}        # tensor -> the layout its producer writes
         for i, node in enumerate(nodes):
             if progress is not None:
                 progress(start + i, total, node.name)
-            kernels[node.name], used[node.name] = self.kernel(node, graph,
-                                                              schedules.get(node.name))
+            first = node.inputs[0] if node.inputs else ""
+            kernels[node.name], used[node.name] = self.kernel(
+                node, graph, schedules.get(node.name), in_block=blocks.get(first, 0))
+            blocks[node.outputs[0]] = kernels[node.name].out_block
         program = Program.create(graph, nodes, kernels, self.isa).compile(log=self._log)
         seconds = (time.perf_counter() - t0) / max(1, len(nodes))
         return [CompiledOp(node.name, node.op, self.name, "",

@@ -7,9 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vdla.compiler import pipeline, targets
+from vdla.compiler import pipeline, run_reference, targets
+from vdla.compiler.ir.tensor import DTYPES
 from vdla.compiler.targets.cpu import isa as cpu_isa
-from vdla.compiler.targets.cpu import layout
+from vdla.compiler.targets.cpu import layout, ops
 from vdla.compiler.targets.cpu.build import machine_features
 from vdla.compiler.targets.cpu.library import build_kernels, call, load
 from vdla.compiler.targets.cpu.schedule import (ConvSchedule, ScheduleError, choose_conv,
@@ -18,6 +19,7 @@ from vdla.compiler.targets.cpu.shapes import ConvShape
 from vdla.compiler.targets.model import compile_model
 
 from gemm_graphs import assert_matches, conv_graph
+from op_cases import CASES
 
 ISAS = [name for name, isa in cpu_isa.ISAS.items() if isa.runs_on(machine_features())]
 
@@ -178,3 +180,30 @@ def test_a_model_converts_only_where_the_layout_changes(best, model, precision):
     assert set(whole.layout_seconds) == {s.name for s in program.conversions}
     for name, value in whole.outputs.items():
         np.testing.assert_array_equal(value, ref[name])
+
+
+# --- pools that read blocked inputs ---------------------------------------------------------
+
+POOL_CASES = [name for name in CASES
+              if name.startswith(("max_pool2d", "global_avg_pool2d", "qglobal_avg_pool2d"))]
+
+
+@pytest.mark.parametrize("name", POOL_CASES)
+@pytest.mark.parametrize("block", [8, 16])
+def test_pools_on_blocked_inputs_match_the_reference(best, name, block):
+    """Max pools (every window, stride, padding and ceil mode of the op cases, windows
+    wholly in the padding too) keep the blocked layout; global pools write plain."""
+    g, feed = CASES[name]()
+    node = g.nodes()[0]
+    want = run_reference(g, feed)[g.outputs[0]]
+    kernel = ops.build(node, g, best.isa, in_block=block)
+    assert kernel.in_blocks == (block,)
+    lib = load(build_kernels([kernel], best.isa))
+    t = g.tensors[g.outputs[0]]
+    out = np.empty(layout.block_shape(t.shape, kernel.out_block), DTYPES[t.dtype])
+    call(lib, kernel, [layout.to_blocked(feed[node.inputs[0]], block)], out, threads=2)
+    got = layout.from_blocked(out, t.shape[1]) if kernel.out_block else out
+    if node.op == "global_avg_pool2d":
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+    else:
+        np.testing.assert_array_equal(got, want)
