@@ -427,7 +427,8 @@ def _choose_blocked(conv, isa: Isa, threads: int) -> ConvSchedule:
     on depthwise ones). One-group layers: a whole output row (up to the register budget:
     28 pixels on AVX-512) by one channel vector, each weight vector loaded once for that
     many broadcast multiply-adds; int8 rows of 14 pixels or fewer take up to three
-    channel vectors (ResNet-18's 7x7 int8 layers: 7x3 beat 7x1). Depthwise layers: 8
+    channel vectors (ResNet-18's 7x7 int8 layers: 7x3 beat 7x1); a stem layer that
+    reads its plain input, 7 pixels by two channel vectors. Depthwise layers: 8
     pixels by one channel block. Work items are one register tile of channels by whole
     planes, cut in row tiles only when there are too few channel tiles for the team."""
     vl = isa.lanes[0]
@@ -435,6 +436,10 @@ def _choose_blocked(conv, isa: Isa, threads: int) -> ConvSchedule:
     blocks = _blocks(conv.o if conv.depthwise else conv.og, vl)
     if conv.depthwise:
         mr, nv = min(8, conv.wo), 1
+    elif input_block(conv, vl) == 1:
+        # A stem layer reading its plain input: 7 pixels by two channel vectors (ResNet's
+        # 7x7 and MobileNet's 3x3 stride-2 stems, 1.45x faster than whole rows).
+        mr, nv = min(7, conv.wo), min(2, blocks)
     else:
         mr, nv = min(budget, conv.wo), 1
         if conv.int8 and conv.wo <= 14:
