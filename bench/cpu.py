@@ -59,7 +59,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")   # numpy's BLAS off our core
 
 import numpy as np  # noqa: E402
 
-from vdla.compiler import Graph, pipeline, run_reference, targets  # noqa: E402
+from vdla.compiler import Graph, baseline, pipeline, run_reference, targets  # noqa: E402
 from vdla.compiler.frontend.onnx_export import save_onnx  # noqa: E402
 from vdla.compiler.targets.model import compile_model  # noqa: E402
 from vdla._platform import cpu_name  # noqa: E402
@@ -91,42 +91,6 @@ class Config:
         return statistics.median(self.times)
 
 
-def ort_session(path: Path, threads: int):
-    import onnxruntime as ort
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-
-
-def ort_quantize(fp32: Path, model, out: Path, activations: str) -> Path:
-    """onnxruntime's own static QDQ quantization of `fp32` on `model`'s calibration
-    samples, after its recommended pre-processing."""
-    from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
-                                          quantize_static)
-    from onnxruntime.quantization.shape_inference import quant_pre_process
-
-    pre = out.with_name(out.stem + "-pre.onnx")
-    if not pre.exists():
-        quant_pre_process(str(fp32), str(pre))
-    name = model.graph.inputs[0]
-    samples = model.calibration[name]
-
-    class Reader(CalibrationDataReader):
-        def __init__(self):
-            self.items = iter({name: s.astype(np.float32)} for s in samples)
-
-        def get_next(self):
-            return next(self.items, None)
-
-    quantize_static(str(pre), str(out), Reader(), quant_format=QuantFormat.QDQ,
-                    activation_type=QuantType.QInt8 if activations == "s8" else QuantType.QUInt8,
-                    weight_type=QuantType.QInt8, per_channel=True)
-    return out
-
-
 def vdla_runner(graph: Graph, target, feed, records=None):
     schedules = {}
     if records is not None:
@@ -153,10 +117,10 @@ def speed(models, args, records: Records | None, workdir: Path) -> list[dict]:
         ort_models = {"ort-fp32": fp32}
         for act in ("s8", "u8"):
             path = workdir / f"{name}-{act}.onnx"
-            ort_models[f"ort-{act}"] = path if path.exists() else ort_quantize(
+            ort_models[f"ort-{act}"] = path if path.exists() else baseline.quantize_qdq(
                 fp32, model, path, act)
         for who, path in ort_models.items():
-            session = ort_session(path, args.threads)
+            session = baseline.session(path, args.threads)
             feed = {session.get_inputs()[0].name: x}
             configs.append(Config(name, "float32" if who == "ort-fp32" else "int8", who,
                                   lambda s=session, f=feed: s.run(None, f)))

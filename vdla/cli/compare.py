@@ -15,10 +15,10 @@ import time
 
 from vdla._fileio import atomic_write
 from vdla.cli.common import CliError, log, output_file, table, write_json
-from vdla.cli.run import _open_records, add_chooser_option
+from vdla.cli.run import WHOLE_GRAPH_RUNS, _open_records, _whole_graph, add_chooser_option
 from vdla.cli.target_args import (add_target_options, check_target_options, make_target,
                                   target_factory, unavailable)
-from vdla.compiler import pipeline, targets
+from vdla.compiler import baseline, pipeline, targets
 
 __all__ = ["GROUPS", "add_parser", "run"]
 
@@ -59,6 +59,13 @@ def add_parser(sub) -> None:
                    metavar="PNG", help="bar chart path (default compare-MODEL.png)")
     p.add_argument("--json", type=output_file,
                    metavar="PATH", help="also write the comparison as JSON here")
+    p.add_argument("--onnxruntime", action="store_true",
+                   help="add onnxruntime as reference columns: the float model exported to "
+                        "ONNX, and onnxruntime's own static QDQ int8 of it on the same "
+                        "calibration samples (its numerics differ from vdla's: a speed "
+                        "reference, not checked bit for bit); needs the onnxruntime extra")
+    p.add_argument("--runs", type=int, default=10, metavar="N",
+                   help="timed runs of each onnxruntime column (default 10)")
     p.set_defaults(func=run)
 
 
@@ -104,6 +111,12 @@ def _by_group(ops, seconds) -> dict[str, float]:
 
 def run(args) -> int:
     chosen = _targets(args)
+    if args.onnxruntime:
+        missing = baseline.available()
+        if missing:
+            raise CliError(f"--onnxruntime: {missing}")
+        if args.runs < 1:
+            raise CliError(f"--runs must be a positive integer, not {args.runs}")
     model = pipeline.load_model(args.model, seed=args.seed, calibration=args.calibration)
     mode = pipeline.requant_mode(chosen)
     results, failed, outputs = {}, [], {}
@@ -114,6 +127,8 @@ def run(args) -> int:
     finally:
         if records is not None:
             records.close()
+    if args.onnxruntime:
+        _onnxruntime(args, model, results)
     same = _same_outputs(outputs)
     # The files first: a reader of stdout that stops early (`| head`) ends the command
     # at its next print, and must not cost the files asked for.
@@ -159,9 +174,9 @@ def _print(args, mode, results, same: bool = True) -> None:
     rows.append(["total", *(_ms(results[n]["total_seconds"]) for n in names)])
     rows.append(["ops on the target", *(f"{results[n]['ops_on_target']}/{results[n]['ops']}"
                                         for n in names)])
-    rows.append(["bit-exact", *("-" if results[n].get("estimate") else
+    rows.append(["bit-exact", *("-" if _aside(results[n]) else
                                 "yes" if results[n]["bit_exact"] else "NO" for n in names)])
-    rows.append(["same outputs", *("-" if results[n].get("estimate") else
+    rows.append(["same outputs", *("-" if _aside(results[n]) else
                                    "yes" if same else "NO" for n in names)])
     labels = [results[n].get("label", n) for n in names]
     for line in table(["time (ms)", *labels], rows, right=set(range(1, len(names) + 1))):
@@ -169,7 +184,7 @@ def _print(args, mode, results, same: bool = True) -> None:
     for n, label in zip(names, labels):
         print(f"  {label}: {results[n]['time']}")
     for n, label in zip(names, labels):
-        if results[n].get("estimate") or not results[n]["ops_on_host"]:
+        if _aside(results[n]) or not results[n]["ops_on_host"]:
             continue
         # One line per reason: a model's ops often fall back for the same one.
         by_reason = collections.defaultdict(list)
@@ -200,7 +215,8 @@ def _chart(path: str, model: str, results) -> None:
         xs = [k + (i - (len(names) - 1) / 2) * width for k in range(len(groups))]
         total = results[name]["total_seconds"] * 1e3
         estimate = results[name].get("estimate", False)
-        ax.bar(xs, values, width, hatch="//" if estimate else None,
+        hatch = "//" if estimate else ".." if results[name].get("reference") else None
+        ax.bar(xs, values, width, hatch=hatch,
                label=f"{results[name].get('label', name)}\n(total "
                      f"{f'{total:,.0f}' if total >= 100 else f'{total:.3g}'} ms"
                      f"{', estimate' if estimate else ''})")
@@ -208,7 +224,7 @@ def _chart(path: str, model: str, results) -> None:
     ax.set_yscale("log")
     ax.set_ylabel("time (ms, log scale)")
     ax.set_title(f"{model}: time per op group (each target's device time; hatched: "
-                 "estimates)", fontsize="medium")
+                 "estimates; dotted: onnxruntime, a reference)", fontsize="medium")
     ax.grid(True, axis="y", which="major", alpha=0.3)
     ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
@@ -227,6 +243,17 @@ def _run_one(args, model, mode, target, records, results, failed, outputs) -> No
     outputs[target.name] = outcome.result.outputs
     groups = _by_group(outcome.result.ops, lambda s: s.device_seconds)
     summary = outcome.result.summary.get(target.name, {})
+    # A target that runs the whole graph in one call (the CPU target): its ops' times
+    # inside that call, and its layout conversions between them, rather than op-by-op
+    # calls from Python (which convert layouts in numpy around every op).
+    whole = _whole_graph(outcome) if outcome.bit_exact else None
+    whole_note = ""
+    if whole is not None:
+        groups = _by_group(outcome.result.ops, lambda s: whole[1].get(s.name, s.device_seconds))
+        if whole[2]:
+            groups["layout"] = groups.get("layout", 0.0) + sum(whole[2].values())
+        whole_note = (f" (each op inside one call of the compiled graph, median of "
+                      f"{WHOLE_GRAPH_RUNS} runs; the call took {whole[0] * 1e3:.3f} ms)")
     results[target.name] = {
         "bit_exact": outcome.bit_exact, "mismatch": outcome.mismatch,
         "groups": groups, "total_seconds": sum(groups.values()),
@@ -236,7 +263,8 @@ def _run_one(args, model, mode, target, records, results, failed, outputs) -> No
         "ops_on_host": {} if target.name == targets.HOST else {
             s.name: s.reason for s in outcome.result.ops if s.target == targets.HOST},
         "seconds_to_run": time.perf_counter() - start,
-        "time": target.time_note(summary), "label": target.column_label(summary)}
+        "time": target.time_note(summary) + whole_note,
+        "label": target.column_label(summary)}
     column = target.estimate_column()
     if column is not None:
         estimate = _by_group(outcome.result.ops, column.op_seconds)
@@ -246,3 +274,52 @@ def _run_one(args, model, mode, target, records, results, failed, outputs) -> No
             "seconds_to_run": 0.0, "time": column.note}
     if not outcome.bit_exact:
         failed.append(f"{target.name}: {outcome.mismatch}")
+
+
+def _aside(result: dict) -> bool:
+    """A column that is not a target's run: an estimate, or onnxruntime's reference."""
+    return bool(result.get("estimate") or result.get("reference"))
+
+
+def _onnxruntime(args, model, results) -> None:
+    """onnxruntime's columns (`vdla.compiler.baseline`): the float model exported to
+    ONNX, and onnxruntime's static QDQ int8 of it, each timed `args.runs` times on the
+    CPU target's thread count (``--threads``, else the cores); per op group from its
+    profiler, with its largest relative error against the float reference."""
+    import tempfile
+    from pathlib import Path
+
+    import numpy as np  # heavy; the module loads without it (vdla.cli's rule)
+    import onnxruntime  # heavy, and optional (checked in `run`)
+    from vdla.compiler.frontend.onnx_export import save_onnx  # heavy: onnx
+    from vdla.compiler.reference import run_reference  # heavy: numpy kernels
+    from vdla.compiler.targets.cpu.target import default_threads  # heavy: ctypes, numpy
+
+    threads = getattr(args, "threads", None) or default_threads()
+    want = run_reference(model.graph, model.feed)[model.graph.outputs[0]]
+    x = np.asarray(model.feed[model.graph.inputs[0]], np.float32)
+    with tempfile.TemporaryDirectory(prefix="vdla-compare-") as tmp:
+        fp32 = save_onnx(model.graph, Path(tmp) / "model.onnx")
+        log(f"onnxruntime {onnxruntime.__version__}: quantizing {args.model} (static QDQ, "
+            "uint8 activations) ...")
+        int8 = baseline.quantize_qdq(fp32, model, Path(tmp) / "model-u8.onnx", "u8")
+        for key, path, what in (("onnxruntime fp32", fp32, "float32"),
+                                ("onnxruntime int8", int8, "its static QDQ int8")):
+            log(f"running {args.model} on onnxruntime ({what}, {threads} threads) ...")
+            name = baseline.session(path, threads).get_inputs()[0].name
+            run = baseline.profile(path, threads, {name: x}, args.runs)
+            error = pipeline.relative_error(np.asarray(run.outputs[0], np.float64), want)
+            results[key] = {
+                "reference": True, "bit_exact": None, "mismatch": None,
+                "groups": run.group_seconds, "total_seconds": sum(run.group_seconds.values()),
+                "wall_seconds": run.total_seconds, "max_error": error,
+                "ops_on_target": run.kernels, "ops": run.kernels,
+                "options": {"threads": threads, "version": onnxruntime.__version__},
+                "ops_on_host": {}, "seconds_to_run": 0.0,
+                "label": f"{key} (ref.)",
+                "time": (f"onnxruntime {onnxruntime.__version__} ({what}), a reference "
+                         f"implementation whose numerics differ from vdla's: wall time on "
+                         f"this machine, {threads} threads, kernel times from its profiler "
+                         f"(a run took {run.total_seconds * 1e3:.3f} ms, median of "
+                         f"{args.runs}); largest relative error against the float "
+                         f"reference {error:.2g}")}
