@@ -57,3 +57,32 @@ def test_board_times_the_accelerator_at_its_clock(tmp_path, capsys):
     assert doc["board"] == "pynq-z1" and doc["outputs_identical"] is True
     assert main(["compare", "digits_cnn", "--board", "pynq-z1", "--targets", "cpu"]) == 1
     assert "--board applies to --target vdla, not to --target cpu" in capsys.readouterr().err
+
+
+def test_onnxruntime_reference_columns(tmp_path, capsys, monkeypatch):
+    """onnxruntime float32 and its own QDQ int8 as columns beside the targets': timed per
+    op group, labelled as references, never counted as bit-exact or mismatching."""
+    chart, out = tmp_path / "c.png", tmp_path / "c.json"
+    assert main(["compare", "digits_cnn", "--targets", "cpu", "--threads", "1",
+                 "--onnxruntime", "--runs", "2", "--chart", str(chart),
+                 "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "onnxruntime fp32 (ref.)" in text and "onnxruntime int8 (ref.)" in text
+    assert "a reference implementation whose numerics differ from vdla's" in text
+    doc = json.loads(out.read_text())
+    assert doc["outputs_identical"] and doc["targets"]["cpu"]["bit_exact"]
+    for key in ("onnxruntime fp32", "onnxruntime int8"):
+        column = doc["targets"][key]
+        assert column["reference"] and column["bit_exact"] is None
+        assert column["groups"]["conv"] > 0 and column["wall_seconds"] > 0
+        assert column["options"]["threads"] == 1
+    assert doc["targets"]["onnxruntime fp32"]["max_error"] < 1e-4
+    assert doc["targets"]["onnxruntime int8"]["max_error"] > 0     # its own quantization
+    # --runs is checked; without onnxruntime the flag says what to install.
+    assert main(["compare", "digits_cnn", "--targets", "cpu", "--onnxruntime",
+                 "--runs", "0"]) == 1
+    assert "--runs must be a positive integer" in capsys.readouterr().err
+    from vdla.compiler import baseline
+    monkeypatch.setattr(baseline.importlib.util, "find_spec", lambda name: None)
+    assert main(["compare", "digits_cnn", "--targets", "cpu", "--onnxruntime"]) == 1
+    assert "pip install 'vdla[onnxruntime]'" in capsys.readouterr().err
