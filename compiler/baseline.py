@@ -21,11 +21,13 @@ import importlib.util
 import json
 import os
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
 
-__all__ = ["OP_GROUPS", "ProfiledRun", "available", "profile", "quantize_qdq", "session"]
+__all__ = ["OP_GROUPS", "ProfiledRun", "available", "default_threads", "profile",
+           "quantize_qdq", "session"]
 
 #: onnxruntime's kernels (after its graph optimizations) -> `vdla compare`'s op groups.
 #: ``ReorderInput``/``ReorderOutput`` are its NCHWc layout conversions.
@@ -43,6 +45,14 @@ OP_GROUPS = {
     **dict.fromkeys(("Flatten", "Reshape", "Transpose", "Concat", "Pad", "ReorderInput",
                      "ReorderOutput", "Squeeze", "Unsqueeze"), "layout"),
 }
+
+
+def default_threads() -> int:
+    """The cores this process may run on (onnxruntime's team when none is asked for)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:          # not Linux
+        return os.cpu_count() or 1
 
 
 def available() -> str | None:
@@ -75,8 +85,9 @@ def quantize_qdq(fp32: str | os.PathLike, model, out: str | os.PathLike,
     `model`'s calibration samples (`pipeline.Model.calibration`), after its recommended
     pre-processing (``quant_pre_process``): per-channel int8 weights, `activations`
     ``"u8"`` (the faster path of its x86 kernels) or ``"s8"``. Written to `out`."""
+    # heavy, and optional: onnxruntime
     from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
-                                          quantize_static)  # heavy, and optional
+                                          quantize_static)
     from onnxruntime.quantization.shape_inference import quant_pre_process  # heavy, as above
     if activations not in ("u8", "s8"):
         raise ValueError(f"activations must be 'u8' or 's8', not {activations!r}")
@@ -116,7 +127,6 @@ def profile(path: str | os.PathLike, threads: int, feed: dict, runs: int = 10
     """Run the model at `path` `runs` times (after two warm-up runs) in a profiling
     session: the median wall time, and the profiler's kernel times per op group
     (`OP_GROUPS`; other kernels are "other"), averaged over the runs."""
-    import time
     if runs < 1:
         raise ValueError(f"runs must be >= 1, not {runs}")
     with tempfile.TemporaryDirectory(prefix="vdla-ort-") as tmp:

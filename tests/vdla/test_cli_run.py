@@ -24,7 +24,7 @@ REPORT_KEYS = {"model", "target", "options", "board", "input", "batch", "quantiz
                "bit_exact", "mismatch", "cycles", "seconds_at_clock", "gemm_utilization",
                "quantize_seconds", "compile_seconds", "wall_seconds", "summary", "records",
                "tuned_ops", "ops", "precision", "max_error", "whole_graph_seconds",
-               "whole_graph_op_seconds", "host", "transfers", "end_to_end_seconds",
+               "whole_graph_op_seconds", "whole_graph_layout_seconds", "host", "transfers", "end_to_end_seconds",
                "device_seconds", "device_time", "ops_on_target", "parallel",
                "simulate_seconds"}
 

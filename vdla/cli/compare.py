@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import collections
 import io
+import tempfile
 import time
+from pathlib import Path
 
 from vdla._fileio import atomic_write
 from vdla.cli.common import CliError, log, output_file, table, write_json
@@ -286,16 +288,12 @@ def _onnxruntime(args, model, results) -> None:
     ONNX, and onnxruntime's static QDQ int8 of it, each timed `args.runs` times on the
     CPU target's thread count (``--threads``, else the cores); per op group from its
     profiler, with its largest relative error against the float reference."""
-    import tempfile
-    from pathlib import Path
-
     import numpy as np  # heavy; the module loads without it (vdla.cli's rule)
     import onnxruntime  # heavy, and optional (checked in `run`)
     from vdla.compiler.frontend.onnx_export import save_onnx  # heavy: onnx
     from vdla.compiler.reference import run_reference  # heavy: numpy kernels
-    from vdla.compiler.targets.cpu.target import default_threads  # heavy: ctypes, numpy
 
-    threads = getattr(args, "threads", None) or default_threads()
+    threads = getattr(args, "threads", None) or baseline.default_threads()
     want = run_reference(model.graph, model.feed)[model.graph.outputs[0]]
     x = np.asarray(model.feed[model.graph.inputs[0]], np.float32)
     with tempfile.TemporaryDirectory(prefix="vdla-compare-") as tmp:

@@ -31,6 +31,12 @@ A `DenseSchedule` (lanes along output features): ``vl``, ``ov`` (vectors of outp
 registers), ``unroll``.
 
 `ScheduleError` (a ValueError) names the knob, its value and what is allowed.
+
+Why this module is long: one `ConvSchedule` covers every convolution kernel (pixel
+vectors, channel vectors on plain layouts, blocked layouts), and its checks, the
+default chooser and the tuner's space of each kernel share the register budget
+(`_fits`) and the work and cache terms of the chooser's cost model; split, the three
+would import each other's private helpers.
 """
 
 from __future__ import annotations
@@ -426,9 +432,9 @@ def _choose_blocked(conv, isa: Isa, threads: int) -> ConvSchedule:
     threads, AVX-512: 1.1-1.5x faster than the plain kernels on one-group layers, 2-5x
     on depthwise ones). One-group layers: a whole output row (up to the register budget:
     28 pixels on AVX-512) by one channel vector, each weight vector loaded once for that
-    many broadcast multiply-adds; int8 rows of 14 pixels or fewer take up to three
-    channel vectors (ResNet-18's 7x7 int8 layers: 7x3 beat 7x1); a stem layer that
-    reads its plain input, 7 pixels by two channel vectors. Depthwise layers: 8
+    many broadcast multiply-adds (with the next tile's weights prefetched, this beat
+    wider channel tiles on ResNet-18's 7x7 int8 layers too: 7x1 1.15x faster than 7x3); a
+    stem layer that reads its plain input, 7 pixels by two channel vectors. Depthwise layers: 8
     pixels by one channel block. Work items are one register tile of channels by whole
     planes, cut in row tiles only when there are too few channel tiles for the team."""
     vl = isa.lanes[0]
@@ -438,14 +444,13 @@ def _choose_blocked(conv, isa: Isa, threads: int) -> ConvSchedule:
         mr, nv = min(8, conv.wo), 1
     elif input_block(conv, vl) == 1:
         # A stem layer reading its plain input: 7 pixels by two channel vectors (ResNet's
-        # 7x7 and MobileNet's 3x3 stride-2 stems, 1.45x faster than whole rows).
+        # 7x7 and MobileNet's 3x3 stride-2 stems, 1.45x faster than whole rows); fewer
+        # pixels where the registers do not hold that (AVX2: 6 by 2).
         mr, nv = min(7, conv.wo), min(2, blocks)
+        while not _fits(mr, nv, isa):
+            mr -= 1
     else:
         mr, nv = min(budget, conv.wo), 1
-        if conv.int8 and conv.wo <= 14:
-            nv = max(1, min(3, budget // mr, blocks))
-            while not _fits(mr, nv, isa):
-                nv -= 1
     cts = _blocks(blocks, nv)
     tile_h = conv.ho
     if cts < 2 * threads:

@@ -207,3 +207,18 @@ def test_pools_on_blocked_inputs_match_the_reference(best, name, block):
         np.testing.assert_allclose(got, want, rtol=1e-6)
     else:
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("case", [dict(dtype="float32", c=3, o=64, k=7, stride=2, pad=3,
+                                       h=30, w=30),
+                                  dict(dtype="float32", c=64, o=64, h=56, w=56),
+                                  dict(nonnegative=True, c=64, o=128, h=7, w=7),
+                                  dict(groups=32, c=32, o=32, h=20, w=20)], ids=str)
+def test_the_chooser_fits_every_isa(cpu, case):
+    """The default's blocked register tile fits each instruction set's registers (a
+    stem's 7x2 tile does not fit AVX2's, which takes 6x2)."""
+    g, _ = conv_graph(np.random.default_rng(0), **case)
+    shape = ConvShape.from_node(g.node("conv"), g)
+    chosen = choose_conv(shape, cpu.isa, 2)
+    assert chosen.layout == "nchwc"
+    assert chosen.check(shape, cpu.isa) is chosen
