@@ -288,14 +288,38 @@ def blocked_kernel(shape: ConvShape, schedule: ConvSchedule, weights: np.ndarray
     per_ct = s.tile_co // width                   # register tiles per channel tile
     in_size = _blocks(shape.c, ib) * shape.h * shape.w * ib
     out_size = cbo * shape.ho * shape.wo * vl
-    res_decl = (f"const {out_t} *restrict res = (const {out_t} *)in[1];" if shape.residual
+    step = f"""const int cb = (ct * {per_ct} + mt) * {nv};
+if (cb >= {cbo}) continue;
+const {wt} *wc = wp + (size_t)(cb / {nv}) * {wstride};
+{_prefetch(s, wstride * (1 if shape.int8 else 4))}
+{_tap_rows(shape)}
+{calls}"""
+    body = _entry(f"{shape.dtype} conv {shape.describe()}, NCHW{vl}c; schedule "
+                  f"{schedule.to_dict()}", s, tiles, (el, out_t, wt), w_off, shape.n,
+                  shape.ho, (in_size, out_size), (cts, rts, per_ct), shape.residual, step)
+    reads = (vl if ib == vl else PLAIN,) + (vl,) * (len(inputs) - 1)
+    return Kernel(body, params.blob(), inputs, 0, 0, shape.macs, in_blocks=reads,
+                  out_block=vl)
+
+
+def _entry(title: str, s: ConvSchedule, tiles: str, types: tuple[str, str, str], w_off: int,
+           images: int, rows: int, sizes: tuple[int, int], items: tuple[int, int, int],
+           residual: bool, step: str) -> str:
+    """C of a blocked kernel's function ``NAME`` after its tile functions `tiles`: per
+    image, OpenMP shares the work items (channel tiles by row tiles: `items` is their
+    counts and the register tiles per channel tile); each runs `step` (C that sets ``cb``
+    and ``wc`` and calls the row's tiles) for its register tiles and rows in the
+    schedule's order. `types`: input, output and weight C types; `rows`: the output's;
+    `sizes`: an image's input and output elements."""
+    el, out_t, wt = types
+    cts, rts, per_ct = items
+    res_decl = (f"const {out_t} *restrict res = (const {out_t} *)in[1];" if residual
                 else f"const {out_t} *restrict res = NULL;")
-    row = f"{_tap_rows(shape)}\n{calls}"
     mt = f"for (int mt = 0; mt < {per_ct}; mt++)"
     ry = "for (int oy = oy0; oy < oy1; oy++)"
     outer, inner_loop = (mt, ry) if s.order == "co" else (ry, mt)
-    body = f"""
-/* {shape.dtype} conv {shape.describe()}, NCHW{vl}c; schedule {schedule.to_dict()} */
+    return f"""
+/* {title} */
 {tiles}
 void NAME{SIGNATURE} {{
     const {el} *restrict x = (const {el} *)in[0];
@@ -304,27 +328,20 @@ void NAME{SIGNATURE} {{
     const {wt} *restrict wp = (const {wt} *)(params + {w_off});
     (void)ws;
     #pragma omp parallel if({0 if s.parallel == "none" else 1})
-    for (int b = 0; b < {shape.n}; b++) {{
-        const {el} *xb = x + (size_t)b * {in_size};
-        {out_t} *yb = y + (size_t)b * {out_size};
-        const {out_t} *rb = res ? res + (size_t)b * {out_size} : NULL;
+    for (int b = 0; b < {images}; b++) {{
+        const {el} *xb = x + (size_t)b * {sizes[0]};
+        {out_t} *yb = y + (size_t)b * {sizes[1]};
+        const {out_t} *rb = res ? res + (size_t)b * {sizes[1]} : NULL;
         {indent(_item_loops(s, cts, rts), 8)} {{
-            const int oy0 = rt * {s.tile_h}, oy1 = vdla_min(oy0 + {s.tile_h}, {shape.ho});
+            const int oy0 = rt * {s.tile_h}, oy1 = vdla_min(oy0 + {s.tile_h}, {rows});
             {outer}
             {inner_loop} {{
-                const int cb = (ct * {per_ct} + mt) * {nv};
-                if (cb >= {cbo}) continue;
-                const {wt} *wc = wp + (size_t)(cb / {nv}) * {wstride};
-                {indent(_prefetch(s, wstride * (1 if shape.int8 else 4)), 16)}
-                {indent(row, 16)}
+                {indent(step, 16)}
             }}
         }}
     }}
 }}
 """
-    reads = (vl if ib == vl else PLAIN,) + (vl,) * (len(inputs) - 1)
-    return Kernel(body, params.blob(), inputs, 0, 0, shape.macs, in_blocks=reads,
-                  out_block=vl)
 
 
 #: Weight bytes of a register tile from which the kernel prefetches the next tile's.
@@ -436,38 +453,13 @@ def _depthwise_kernel(shape: ConvShape, s: ConvSchedule, weights, bias, node: No
     cts, rts = _blocks(cbo, per_ct), _blocks(shape.ho, s.tile_h)
     in_size = cbo * shape.h * shape.w * vl
     out_size = cbo * shape.ho * shape.wo * vl
-    res_decl = (f"const {el} *restrict res = (const {el} *)in[1];" if shape.residual
-                else f"const {el} *restrict res = NULL;")
-    mt = f"for (int mt = 0; mt < {per_ct}; mt++)"
-    ry = "for (int oy = oy0; oy < oy1; oy++)"
-    outer, inner_loop = (mt, ry) if s.order == "co" else (ry, mt)
-    body = f"""
-/* {shape.dtype} depthwise conv {shape.describe()}, NCHW{vl}c; schedule {s.to_dict()} */
-{tiles}
-void NAME{SIGNATURE} {{
-    const {el} *restrict x = (const {el} *)in[0];
-    {res_decl}
-    {el} *restrict y = ({el} *)out_;
-    const {wt} *restrict wp = (const {wt} *)(params + {w_off});
-    (void)ws;
-    #pragma omp parallel if({0 if s.parallel == "none" else 1})
-    for (int b = 0; b < {shape.n}; b++) {{
-        const {el} *xb = x + (size_t)b * {in_size};
-        {el} *yb = y + (size_t)b * {out_size};
-        const {el} *rb = res ? res + (size_t)b * {out_size} : NULL;
-        {indent(_item_loops(s, cts, rts), 8)} {{
-            const int oy0 = rt * {s.tile_h}, oy1 = vdla_min(oy0 + {s.tile_h}, {shape.ho});
-            {outer}
-            {inner_loop} {{
-                const int cb = ct * {per_ct} + mt;
-                if (cb >= {cbo}) continue;
-                const {wt} *wc = wp + (size_t)cb * {shape.kh * shape.kw * vl};
-                {indent(_tap_rows(shape), 16)}
-                {indent(calls, 16)}
-            }}
-        }}
-    }}
-}}
-"""
+    step = f"""const int cb = ct * {per_ct} + mt;
+if (cb >= {cbo}) continue;
+const {wt} *wc = wp + (size_t)cb * {shape.kh * shape.kw * vl};
+{_tap_rows(shape)}
+{calls}"""
+    body = _entry(f"{shape.dtype} depthwise conv {shape.describe()}, NCHW{vl}c; schedule "
+                  f"{s.to_dict()}", s, tiles, (el, el, wt), w_off, shape.n,
+                  shape.ho, (in_size, out_size), (cts, rts, per_ct), shape.residual, step)
     return Kernel(body, params.blob(), inputs, 0, 0, shape.macs,
                   in_blocks=(vl,) * len(inputs), out_block=vl)

@@ -152,12 +152,7 @@ class ConvSchedule:
         if self.lanes == "co" and self.mr % 8:
             raise ScheduleError(f"schedule knob mr={self.mr!r} must be a multiple of 8 "
                                 f"with lanes='co' (the tile is stored in 8x8 transposes)")
-        _check_int("nv", self.nv, 1, budget)
-        if not _fits(self.mr, self.nv, isa):
-            raise ScheduleError(
-                f"schedule knobs mr={self.mr} and nv={self.nv} need {self.mr * self.nv} "
-                f"accumulator and {self.nv} input registers; {isa.name} has "
-                f"{isa.registers} vector registers (mr * nv <= {budget})")
+        self._check_registers(isa, "input")
         unit = self.unit
         unit_name = "nv * vl" if self.lanes == "co" else "mr"
         _check_int("tile_co", self.tile_co, unit, None,
@@ -179,6 +174,10 @@ class ConvSchedule:
         if self.tile_ci % step:
             raise ScheduleError(f"schedule knob tile_ci={self.tile_ci} must be a multiple "
                                 f"of {step} (int8 sums four input channels per step)")
+        return self._check_loops()
+
+    def _check_loops(self) -> "ConvSchedule":
+        """The loop knobs every layout shares: order, unroll and the split."""
         if self.order not in ORDERS:
             raise ScheduleError(f"schedule knob order={self.order!r}: allowed "
                                 f"{list(ORDERS)}")
@@ -189,6 +188,17 @@ class ConvSchedule:
             raise ScheduleError(f"schedule knob parallel={self.parallel!r}: allowed "
                                 f"{list(PARALLEL)}")
         return self
+
+    def _check_registers(self, isa: Isa, loaded: str) -> None:
+        """Whether the register tile (and its `loaded` vectors: the inputs or the weights
+        each step loads) fits `isa`'s registers."""
+        budget = _MAX_TILE[isa.registers]
+        _check_int("nv", self.nv, 1, budget)
+        if not _fits(self.mr, self.nv, isa):
+            raise ScheduleError(
+                f"schedule knobs mr={self.mr} and nv={self.nv} need {self.mr * self.nv} "
+                f"accumulator and {self.nv} {loaded} registers; {isa.name} has "
+                f"{isa.registers} vector registers (mr * nv <= {budget})")
 
     def _check_blocked(self, conv, isa: Isa) -> "ConvSchedule":
         """`check` for ``layout="nchwc"`` (`vdla.compiler.targets.cpu.blocked`): vectors
@@ -211,14 +221,9 @@ class ConvSchedule:
         if self.vl not in isa.lanes:
             raise ScheduleError(f"schedule knob vl={self.vl!r} is not a vector width of "
                                 f"the {isa.name} code: allowed {list(isa.lanes)}")
-        budget = _MAX_TILE[isa.registers]
-        _check_int("mr", self.mr, 1, budget, what=" (output pixels in registers)")
-        _check_int("nv", self.nv, 1, budget)
-        if not _fits(self.mr, self.nv, isa):
-            raise ScheduleError(
-                f"schedule knobs mr={self.mr} and nv={self.nv} need {self.mr * self.nv} "
-                f"accumulator and {self.nv} weight registers; {isa.name} has "
-                f"{isa.registers} vector registers (mr * nv <= {budget})")
+        _check_int("mr", self.mr, 1, _MAX_TILE[isa.registers],
+                   what=" (output pixels in registers)")
+        self._check_registers(isa, "weight")
         unit = self.unit
         channels = conv.o if conv.depthwise else conv.og
         top = -(-channels // unit) * unit
@@ -234,16 +239,7 @@ class ConvSchedule:
             raise ScheduleError(f"schedule knob tile_ci={self.tile_ci}: with "
                                 f"layout='nchwc' every input channel is summed in registers "
                                 f"in one pass, so tile_ci must be {conv.cg_padded}")
-        if self.order not in ORDERS:
-            raise ScheduleError(f"schedule knob order={self.order!r}: allowed "
-                                f"{list(ORDERS)}")
-        if self.unroll not in UNROLLS:
-            raise ScheduleError(f"schedule knob unroll={self.unroll!r}: allowed "
-                                f"{list(UNROLLS)}")
-        if self.parallel not in PARALLEL:
-            raise ScheduleError(f"schedule knob parallel={self.parallel!r}: allowed "
-                                f"{list(PARALLEL)}")
-        return self
+        return self._check_loops()
 
     def to_dict(self) -> dict:
         """The knobs by name; ``layout`` only when blocked, so that records and builds

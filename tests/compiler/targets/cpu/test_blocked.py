@@ -7,11 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vdla.compiler import pipeline, run_reference, targets
+from vdla.compiler import pipeline, run_reference
 from vdla.compiler.ir.tensor import DTYPES
-from vdla.compiler.targets.cpu import isa as cpu_isa
 from vdla.compiler.targets.cpu import layout, ops
-from vdla.compiler.targets.cpu.build import machine_features
 from vdla.compiler.targets.cpu.library import build_kernels, call, load
 from vdla.compiler.targets.cpu.schedule import (ConvSchedule, ScheduleError, choose_conv,
                                                 input_block)
@@ -20,19 +18,6 @@ from vdla.compiler.targets.model import compile_model
 
 from gemm_graphs import assert_matches, conv_graph
 from op_cases import CASES
-
-ISAS = [name for name, isa in cpu_isa.ISAS.items() if isa.runs_on(machine_features())]
-
-
-@pytest.fixture(scope="module", params=ISAS)
-def cpu(request):
-    return targets.get("cpu", threads=2, isa=request.param)
-
-
-@pytest.fixture(scope="module")
-def best():
-    return targets.get("cpu", threads=2)
-
 
 # --- conversions ------------------------------------------------------------------------------
 

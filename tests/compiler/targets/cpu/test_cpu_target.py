@@ -15,27 +15,12 @@ import numpy as np
 import pytest
 
 from vdla.compiler import Graph, pipeline, run_reference, targets
-from vdla.compiler.targets.cpu import isa as cpu_isa
-from vdla.compiler.targets.cpu.build import machine_features
 from vdla.compiler.targets.cpu.shapes import ConvShape
 from vdla.compiler.targets.cpu.schedule import (ConvSchedule, DenseSchedule, ScheduleError,
                                                 choose_conv, conv_space)
 from vdla.compiler.targets.model import compile_model
 
 from gemm_graphs import FLOAT_TOLERANCE, assert_matches, conv_graph, dense_graph
-
-ISAS = [name for name, isa in cpu_isa.ISAS.items() if isa.runs_on(machine_features())]
-
-
-@pytest.fixture(scope="module", params=ISAS)
-def cpu(request):
-    return targets.get("cpu", threads=2, isa=request.param)
-
-
-@pytest.fixture(scope="module")
-def best():
-    return targets.get("cpu", threads=2)
-
 
 def run_cpu(target, g, feed, schedules=None):
     compiled = compile_model(g, target, schedules=schedules)
