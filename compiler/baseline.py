@@ -3,7 +3,7 @@ target, run on the same model (`vdla compare --onnxruntime`, `bench/cpu.py`).
 
     fp32 = save_onnx(model.graph, "m.onnx")            # vdla.compiler.frontend.onnx_export
     int8 = quantize_qdq(fp32, model, "m-u8.onnx")      # onnxruntime's own static QDQ int8
-    run = profile(session(int8, threads=2), feed, runs=20)
+    run = profile(int8, 2, [x], runs=20)               # inputs in the model's order
     run.total_seconds, run.group_seconds               # per op group, as `vdla compare`'s
 
 onnxruntime is an optional dependency (``pip install vdla[onnxruntime]``); `available`
@@ -122,15 +122,20 @@ class ProfiledRun:
     kernels: int
 
 
-def profile(path: str | os.PathLike, threads: int, feed: dict, runs: int = 10
-            ) -> ProfiledRun:
-    """Run the model at `path` `runs` times (after two warm-up runs) in a profiling
-    session: the median wall time, and the profiler's kernel times per op group
-    (`OP_GROUPS`; other kernels are "other"), averaged over the runs."""
-    if runs < 1:
-        raise ValueError(f"runs must be >= 1, not {runs}")
+def profile(path: str | os.PathLike, threads: int, inputs, runs: int = 10) -> ProfiledRun:
+    """Run the model at `path` on `inputs` (arrays in the order of its inputs) `runs`
+    times, after two warm-up runs, in a profiling session: the median wall time, and
+    the profiler's kernel times per op group (`OP_GROUPS`; other kernels are "other"),
+    averaged over the runs."""
+    if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
+        raise ValueError(f"runs must be a positive integer, not {runs!r}")
     with tempfile.TemporaryDirectory(prefix="vdla-ort-") as tmp:
         s = session(path, threads, profile_to=str(Path(tmp) / "ort"))
+        names = [i.name for i in s.get_inputs()]
+        if len(inputs) != len(names):
+            raise ValueError(f"the model at {path} takes {len(names)} inputs ({names}), "
+                             f"not {len(inputs)}")
+        feed = dict(zip(names, inputs))
         outputs = s.run(None, feed)
         s.run(None, feed)
         walls = []

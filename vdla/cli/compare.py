@@ -291,10 +291,9 @@ def _onnxruntime(args, model, results) -> None:
     import numpy as np  # heavy; the module loads without it (vdla.cli's rule)
     import onnxruntime  # heavy, and optional (checked in `run`)
     from vdla.compiler.frontend.onnx_export import save_onnx  # heavy: onnx
-    from vdla.compiler.reference import run_reference  # heavy: numpy kernels
 
     threads = getattr(args, "threads", None) or baseline.default_threads()
-    want = run_reference(model.graph, model.feed)[model.graph.outputs[0]]
+    want = pipeline.reference_of(model.graph, model.feed)[model.graph.outputs[0]]
     x = np.asarray(model.feed[model.graph.inputs[0]], np.float32)
     with tempfile.TemporaryDirectory(prefix="vdla-compare-") as tmp:
         fp32 = save_onnx(model.graph, Path(tmp) / "model.onnx")
@@ -304,8 +303,7 @@ def _onnxruntime(args, model, results) -> None:
         for key, path, what in (("onnxruntime fp32", fp32, "float32"),
                                 ("onnxruntime int8", int8, "its static QDQ int8")):
             log(f"running {args.model} on onnxruntime ({what}, {threads} threads) ...")
-            name = baseline.session(path, threads).get_inputs()[0].name
-            run = baseline.profile(path, threads, {name: x}, args.runs)
+            run = baseline.profile(path, threads, [x], args.runs)
             error = pipeline.relative_error(np.asarray(run.outputs[0], np.float64), want)
             results[key] = {
                 "reference": True, "bit_exact": None, "mismatch": None,

@@ -34,11 +34,12 @@ every consumer's weights for them are zero.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from vdla.compiler.ir.tensor import Node
-from vdla.compiler.reference.integer import per_channel
-from vdla.compiler.targets.cpu.conv import indent
+from vdla.compiler.targets.cpu.conv import Code, epilogue_tables, indent, table_pointers
 from vdla.compiler.targets.cpu.isa import Isa
 from vdla.compiler.targets.cpu.kernel import SIGNATURE, Kernel, Params
 from vdla.compiler.targets.cpu.layout import PLAIN
@@ -52,44 +53,7 @@ def _blocks(total: int, size: int) -> int:
     return -(-total // size)
 
 
-# --- tables ---------------------------------------------------------------------------------
-
-def _tables(shape: ConvShape, node: Node, weights: np.ndarray, bias, params: Params,
-            padded: int) -> dict:
-    """The epilogue's per-channel tables, padded to `padded` channels (identity
-    requantization, zero bias past the layer's channels): name -> byte offset."""
-    a, o = node.attrs, shape.o
-    out = {}
-
-    def pad(values, dtype, fill=0):
-        full = np.full(padded, fill, dtype)
-        full[:o] = values
-        return full
-
-    if shape.int8:
-        b = np.zeros(o, np.int64) if bias is None else np.asarray(bias, np.int64)
-        out["bias"] = params.add(pad(b.astype(np.int32), np.int32))
-        out["mul"] = params.add(pad(per_channel(a["multiplier"], o, 0), np.int32))
-        out["shf"] = params.add(pad(per_channel(a["shift"], o), np.int32))
-        if shape.residual:
-            out["rmul"] = params.add(pad(per_channel(a["residual_multiplier"], o, 0), np.int32))
-            out["rshf"] = params.add(pad(per_channel(a["residual_shift"], o), np.int32))
-        out["lim"] = params.add(np.array([a["out_min"], a["out_max"]], np.int32))
-    else:
-        b = np.zeros(o, np.float32) if bias is None else np.asarray(bias, np.float32)
-        out["bias"] = params.add(pad(b, np.float32))
-        lo = a.get("clip_min") if shape.activation == "clip" else None
-        hi = a.get("clip_max") if shape.activation == "clip" else None
-        out["lim"] = params.add(np.array([-np.inf if lo is None else lo,
-                                          np.inf if hi is None else hi], np.float32))
-    return out
-
-
-def _pointers(shape: ConvShape, offsets: dict) -> str:
-    t = "int32_t" if shape.int8 else "float"
-    return "".join(f"    const {t} *restrict {k} = (const {t} *)(params + {off});\n"
-                   for k, off in offsets.items())
-
+# --- the epilogue ----------------------------------------------------------------------------
 
 def _epilogue(shape: ConvShape, vl: int, acc: str, chan: str, at: str) -> list[str]:
     """C statements that finish vector `acc` of channels [`chan`, `chan` + vl) and store
@@ -134,7 +98,7 @@ def _tile(shape: ConvShape, s: ConvSchedule, mr: int, pointers: str,
           start: int | None = None) -> str:
     """C of one register tile: `mr` pixels from output column ``ox`` of row ``oy`` by
     ``nv`` channel vectors from block ``cb``, over every input channel and tap, then
-    the epilogue (`pointers`: its tables, `_pointers`). With `start`, the tile sits at
+    the epilogue (`pointers`: its tables, `conv.table_pointers`). With `start`, the tile sits at
     output column `start` and reaches into the padding: the taps that read outside the
     image's columns are left out of its text (known when the C is written)."""
     vl, nv = s.vl, s.nv
@@ -274,9 +238,9 @@ def blocked_kernel(shape: ConvShape, schedule: ConvSchedule, weights: np.ndarray
     ib = input_block(shape, vl)
     w_off = params.add(_pack_weights(shape, np.asarray(weights), vl, nv, ib))
     cbo = _blocks(shape.o, vl)
-    offsets = _tables(shape, node, np.asarray(weights), bias, params, _blocks(shape.o, width)
-                      * width)
-    pointers = _pointers(shape, offsets)
+    offsets = epilogue_tables(shape, node, np.asarray(weights), bias, params,
+                              _blocks(shape.o, width) * width)
+    pointers = table_pointers(shape, offsets, Code(shape, vl))
     tiles, calls = _row(shape, s, lambda size, start: _tile(shape, s, size, pointers, start))
     k = 4 if shape.int8 else 1
     wstride = _blocks(shape.c, ib) * shape.kh * shape.kw * (ib // k) * width * k
@@ -443,8 +407,10 @@ def _depthwise_kernel(shape: ConvShape, s: ConvSchedule, weights, bias, node: No
     params = Params()
     w_off = params.add(np.ascontiguousarray(w.reshape(cbo, vl, shape.kh, shape.kw)
                                             .transpose(0, 2, 3, 1)))
-    offsets = _tables(shape, node, np.asarray(weights), bias, params, cbo * vl)
-    pointers = _pointers(shape, offsets)
+    # The input is read as signed bytes: no offset for the bias to absorb.
+    plain = dataclasses.replace(shape, offset=False)
+    offsets = epilogue_tables(plain, node, np.asarray(weights), bias, params, cbo * vl)
+    pointers = table_pointers(shape, offsets, Code(shape, vl))
     tiles, calls = _row(shape, s, lambda size, start: _depthwise_tile(shape, s, size,
                                                                         pointers, start))
     el = "int8_t" if shape.int8 else "float"

@@ -61,25 +61,34 @@ def _pack_weights(shape: ConvShape, w: np.ndarray, mr: int) -> np.ndarray:
     return np.ascontiguousarray(wg.transpose(0, 1, 3, 5, 2, 4))
 
 
-def epilogue_tables(shape: ConvShape, node: Node, w: np.ndarray, bias, params: Params) -> dict:
-    """The epilogue's constants in `params`: name -> byte offset."""
+def epilogue_tables(shape: ConvShape, node: Node, w: np.ndarray, bias, params: Params,
+                    padded: int | None = None) -> dict:
+    """The epilogue's constants in `params`: name -> byte offset. With `padded`, the
+    per-channel tables run to that many channels, the ones past the layer's zero (no
+    bias, no multiplier, no shift), for kernels that load them as whole vectors."""
     a, o = node.attrs, shape.o
     out = {}
+
+    def add(values: np.ndarray) -> int:
+        if padded is not None:
+            values = np.concatenate([values, np.zeros(padded - values.size, values.dtype)])
+        return params.add(values)
+
     if shape.int8:
         b = np.zeros(o, np.int64) if bias is None else np.asarray(bias, np.int64)
         if shape.offset:
             # The input is stored as x + 128: sum((x + 128) w) - 128 sum(w) = sum(x w).
             b = b - 128 * w.reshape(o, -1).astype(np.int64).sum(axis=1)
-        out["bias"] = params.add(b.astype(np.int32))     # wraps modulo 2**32, as the sum
-        out["mul"] = params.add(per_channel(a["multiplier"], o, 0))
-        out["shf"] = params.add(per_channel(a["shift"], o))
+        out["bias"] = add(b.astype(np.int32))     # wraps modulo 2**32, as the sum
+        out["mul"] = add(per_channel(a["multiplier"], o, 0))
+        out["shf"] = add(per_channel(a["shift"], o))
         if shape.residual:
-            out["rmul"] = params.add(per_channel(a["residual_multiplier"], o, 0))
-            out["rshf"] = params.add(per_channel(a["residual_shift"], o))
+            out["rmul"] = add(per_channel(a["residual_multiplier"], o, 0))
+            out["rshf"] = add(per_channel(a["residual_shift"], o))
         out["lim"] = params.add(np.array([a["out_min"], a["out_max"]], np.int32))
     else:
         b = np.zeros(o, np.float32) if bias is None else np.asarray(bias, np.float32)
-        out["bias"] = params.add(b)
+        out["bias"] = add(b)
         lo = a.get("clip_min") if shape.activation == "clip" else None
         hi = a.get("clip_max") if shape.activation == "clip" else None
         out["lim"] = params.add(np.array([-np.inf if lo is None else lo,

@@ -20,12 +20,14 @@ places a conversion wherever a producer's layout is not its consumer's.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from vdla.compiler.targets.cpu.kernel import SIGNATURE, Kernel, Params
 
 __all__ = ["PLAIN", "block_shape", "blocked_bytes", "convert_kernel", "describe",
-           "from_blocked", "to_blocked"]
+           "from_blocked", "kernel_inputs", "kernel_output", "to_blocked"]
 
 #: The plain layout's block.
 PLAIN = 0
@@ -61,10 +63,8 @@ def to_blocked(x: np.ndarray, block: int) -> np.ndarray:
     return np.ascontiguousarray(np.moveaxis(moved, 2, -1))
 
 
-def from_blocked(x: np.ndarray, channels: int, block: int | None = None) -> np.ndarray:
+def from_blocked(x: np.ndarray, channels: int) -> np.ndarray:
     """The plain (N, `channels`, ...) tensor of blocked array `x` (N, CB, ..., c)."""
-    if block == PLAIN:
-        return np.ascontiguousarray(x)
     n, cb, *rest, c = x.shape
     plain = np.moveaxis(x, -1, 2).reshape(n, cb * c, *rest)
     return np.ascontiguousarray(plain[:, :channels])
@@ -73,6 +73,22 @@ def from_blocked(x: np.ndarray, channels: int, block: int | None = None) -> np.n
 #: Pixels a conversion moves per channel at a time: a tile of this many pixels by one
 #: channel block is transposed in L1 (reads and writes each run along memory).
 _TILE = 64
+
+
+def kernel_inputs(kernel: Kernel, arrays) -> list[np.ndarray]:
+    """Plain `arrays` (``kernel.inputs``' values, in order) in the layouts `kernel`
+    reads: how the op-by-op session and the tuner call a kernel from numpy."""
+    return [to_blocked(np.asarray(a), kernel.in_block(k)) for k, a in enumerate(arrays)]
+
+
+def kernel_output(kernel: Kernel, shape, dtype
+                  ) -> tuple[np.ndarray, Callable[[np.ndarray], np.ndarray]]:
+    """The array `kernel` writes a (`shape`, `dtype`) output into, and the function that
+    turns it back into the plain tensor."""
+    raw = np.empty(block_shape(shape, kernel.out_block), dtype)
+    if kernel.out_block == PLAIN:
+        return raw, lambda out: out
+    return raw, lambda out: from_blocked(out, shape[1])
 
 
 def convert_kernel(shape, dtype: str, src: int, dst: int) -> Kernel:

@@ -331,16 +331,13 @@ class CpuSession(TargetSession):
         by_name = dict(zip(node.inputs, args))
         # The kernel's layouts: inputs blocked and the output unblocked here, in numpy
         # (the whole-graph runner converts in C, only where a layout changes).
-        arrays = [layout.to_blocked(np.asarray(by_name[t]), kernel.in_block(k))
-                  for k, t in enumerate(kernel.inputs)]
+        arrays = layout.kernel_inputs(kernel, [by_name[t] for t in kernel.inputs])
         pointers = (ctypes.c_void_p * max(1, len(arrays)))(*[a.ctypes.data for a in arrays])
         t = self.graph.tensors[node.outputs[0]]
-        out = np.empty(layout.block_shape(t.shape, kernel.out_block), DTYPES[t.dtype])
+        raw, plain = layout.kernel_output(kernel, t.shape, DTYPES[t.dtype])
         self._set_threads()
-        lib.vdla_call(fn, pointers, out.ctypes.data, params, self._workspace.ctypes.data)
-        if kernel.out_block:
-            out = layout.from_blocked(out, t.shape[1])
-        return OpRun([out], macs=kernel.macs)
+        lib.vdla_call(fn, pointers, raw.ctypes.data, params, self._workspace.ctypes.data)
+        return OpRun([plain(raw)], macs=kernel.macs)
 
     def run_graph(self, feed: Mapping[str, np.ndarray]) -> GraphRun | None:
         """The whole graph in one call of the compiled runner (``vdla_model_run_timed``:

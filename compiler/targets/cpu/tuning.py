@@ -229,12 +229,10 @@ class CpuTask(OneNodeTask):
     def run(self, compiled, context: Any, data: TaskData, backend: str):
         lib, kernel, ws = compiled
         # In the kernel's layouts (a blocked schedule reads and writes NCHW{vl}c).
-        inputs = [layout.to_blocked(data.feed[t], kernel.in_block(k))
-                  for k, t in enumerate(kernel.inputs)]
-        raw = np.empty(layout.block_shape(data.want.shape, kernel.out_block), data.want.dtype)
+        inputs = layout.kernel_inputs(kernel, [data.feed[t] for t in kernel.inputs])
+        raw, plain = layout.kernel_output(kernel, data.want.shape, data.want.dtype)
         call(lib, kernel, inputs, raw, workspace=ws, threads=self.threads)
-        out = layout.from_blocked(raw, data.want.shape[1]) if kernel.out_block else raw
-        return out, (inputs, raw)
+        return plain(raw), (inputs, raw)
 
     def side_by_side(self, schedules, rounds: int = 15, *, backend: str | None = None,
                      slot_seconds: float = 0.004) -> np.ndarray:
