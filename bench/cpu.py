@@ -37,8 +37,14 @@ instruction set this machine runs, and the zoo models: int8 bit-exact against th
 integer reference, float32's largest relative error against the float reference.
 
     python bench/cpu.py [--models resnet18 resnet50 mobilenet_v1] [--trials 32]
-                        [--skip-tune] [--skip-convergence] [--skip-exactness]
-                        [--out bench-cpu]
+                        [--isa avx2] [--skip-tune] [--skip-convergence]
+                        [--skip-exactness] [--out bench-cpu]
+
+MODEL is a zoo name or an .onnx file (`bench/heldout.py` exports models the bench never
+tuned on). `--isa` makes vdla generate code for another instruction set this machine
+runs (AVX2 code on an AVX-512 machine); onnxruntime picks its kernels from the machine's
+CPU features and has no setting that restricts them, so it runs as usual, and the report
+says so.
 
 Writes OUT/cpu.json and OUT/cpu.png (speed against onnxruntime).
 """
@@ -65,6 +71,7 @@ from vdla.compiler.targets.model import compile_model  # noqa: E402
 from vdla._platform import cpu_name  # noqa: E402
 from vdla.compiler.pipeline import tasks_from_workload  # noqa: E402
 from vdla.compiler.tuner import LocalRunner, Records, tune_task  # noqa: E402
+from vdla.compiler.targets.cpu import isa as cpu_isa  # noqa: E402
 
 MODELS = ("resnet18", "resnet50", "mobilenet_v1")
 GOAL = 1.0
@@ -105,12 +112,22 @@ def vdla_runner(graph: Graph, target, feed, records=None):
     return (lambda: session.run_graph(feed)), run.outputs, len(schedules)
 
 
+def model_name(spec: str) -> str:
+    """A zoo name, or an .onnx file's stem: the name the report and the files use."""
+    return Path(spec).stem if spec.lower().endswith(".onnx") else spec
+
+
+def cpu_target(args):
+    return targets.get("cpu", threads=args.threads, isa=args.isa)
+
+
 def speed(models, args, records: Records | None, workdir: Path) -> list[dict]:
-    target = targets.get("cpu", threads=args.threads)
+    target = cpu_target(args)
     configs: list[Config] = []
     checks = []
-    for name in models:
-        model = pipeline.load_model(name, calibration=args.calibration, note=None)
+    for spec in models:
+        name = model_name(spec)
+        model = pipeline.load_model(spec, calibration=args.calibration, note=None)
         x = model.feed[model.graph.inputs[0]].astype(np.float32)
         fp32 = save_onnx(model.graph, workdir / f"{name}.onnx")
         log(f"{name}: onnxruntime's quantization (int8 and uint8 activations) ...")
@@ -154,7 +171,7 @@ def speed(models, args, records: Records | None, workdir: Path) -> list[dict]:
             config.times += block
             config.rounds.append(statistics.median(block))
     rows = []
-    for name in models:
+    for name in map(model_name, models):
         for precision in ("float32", "int8"):
             mine = [c for c in configs if c.model == name and c.precision == precision]
             ort = {c.who: c for c in mine if c.who.startswith("ort")}
@@ -242,11 +259,12 @@ def plot_speed(rows, path: Path, *, threads: int, isa: str) -> None:
 # --- part 2: tuning -----------------------------------------------------------------------
 
 def tune(models, args, records: Records) -> list[dict]:
-    target = targets.get("cpu", threads=args.threads)
+    target = cpu_target(args)
     rows = []
     with LocalRunner("wall", jobs=1, log=log) as runner:
-        for name in models:
-            model = pipeline.load_model(name, calibration=args.calibration, note=None)
+        for spec in models:
+            name = model_name(spec)
+            model = pipeline.load_model(spec, calibration=args.calibration, note=None)
             for precision in ("float32", "int8"):
                 graph = pipeline.graph_for(model, target, precision=precision)
                 tasks = target.tasks(graph)
@@ -304,7 +322,7 @@ def layer_task(spec: str, target, args):
 
 
 def convergence(args, out: Path) -> list[dict]:
-    target = targets.get("cpu", threads=args.threads)
+    target = cpu_target(args)
     rows = []
     folder = out / "convergence"
     folder.mkdir(exist_ok=True)
@@ -359,7 +377,6 @@ def print_convergence(rows, long_trials: int) -> None:
 # --- part 4: exactness -------------------------------------------------------------------
 
 def exactness(args) -> dict:
-    from vdla.compiler.targets.cpu import isa as cpu_isa
     from vdla.compiler.targets.cpu.build import machine_features
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "compiler"
@@ -390,7 +407,7 @@ def exactness(args) -> dict:
                 else:
                     out["float_max_error"] = max(out["float_max_error"],
                                                  pipeline.relative_error(got, want))
-    target = targets.get("cpu", threads=args.threads)
+    target = cpu_target(args)
     for name in ("digits_cnn", "small_cnn", "mobilenet_v1", "resnet18", "resnet50"):
         model = pipeline.load_model(name, calibration=args.calibration, note=None)
         result = {}
@@ -413,10 +430,20 @@ def print_exactness(e) -> None:
 
 # --- main ----------------------------------------------------------------------------------
 
+def model_spec(spec: str) -> str:
+    try:
+        return pipeline.check_model_spec(spec)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e))
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
+    p.add_argument("--models", nargs="+", default=list(MODELS), type=model_spec,
+                   help=f"zoo names or .onnx files (default: {' '.join(MODELS)})")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--isa", default=None, choices=list(cpu_isa.ISAS),
+                   help="vdla's instruction set (default: the best this machine runs)")
     p.add_argument("--calibration", type=int, default=4)
     p.add_argument("--runs", type=int, default=10, help="runs per block (default 10)")
     p.add_argument("--rounds", type=int, default=9, help="interleaved rounds (default 9)")
@@ -443,11 +470,16 @@ def main(argv=None) -> int:
     records_path = Path(args.records) if args.records else out / "cpu-records.db"
     report = {"threads": args.threads, "models": args.models}
     report["cpu"] = cpu_name()
-    report["isa"] = targets.get("cpu").isa.name
+    try:
+        report["isa"] = cpu_target(args).isa.name
+    except ValueError as e:             # an ISA this machine or its compiler lacks
+        raise SystemExit(f"--isa {args.isa}: {e}")
+    report["machine_isa"] = cpu_isa.detect().name
     import onnxruntime
     report["onnxruntime"] = onnxruntime.__version__
-    print(f"machine: {report['cpu']}, {os.cpu_count()} cores; vdla's code for "
-          f"{report['isa']}; onnxruntime {report['onnxruntime']}")
+    print(f"machine: {report['cpu']}, {os.cpu_count()} cores, {report['machine_isa']}; "
+          f"vdla's code for {report['isa']}; onnxruntime {report['onnxruntime']} (its "
+          f"kernels for the machine's own features: it has no setting that restricts them)")
     records = None
     if not args.skip_tune:
         started = time.perf_counter()
