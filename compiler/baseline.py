@@ -114,12 +114,16 @@ def quantize_qdq(fp32: str | os.PathLike, model, out: str | os.PathLike,
 @dataclasses.dataclass(frozen=True)
 class ProfiledRun:
     """What `profile` measured: the outputs, the median wall time of a run, each op
-    group's time per run (the profiler's kernel times), and the kernels' count per run."""
+    group's time per run (the profiler's kernel times), the kernels' count per run, and
+    each kernel's time per run by onnxruntime's node name (its fused nodes take the name
+    of the last node they absorbed, e.g. ``layer1.0.relu1_nchwc``) with its op type."""
 
     outputs: list
     total_seconds: float
     group_seconds: dict[str, float]
     kernels: int
+    node_seconds: dict[str, float] = dataclasses.field(default_factory=dict)
+    node_ops: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 def profile(path: str | os.PathLike, threads: int, inputs, runs: int = 10) -> ProfiledRun:
@@ -147,9 +151,16 @@ def profile(path: str | os.PathLike, threads: int, inputs, runs: int = 10) -> Pr
     kernels = [e for e in trace if e.get("cat") == "Node"
                and e.get("name", "").endswith("_kernel_time")]
     groups: dict[str, float] = collections.defaultdict(float)
+    nodes: dict[str, float] = collections.defaultdict(float)
+    ops: dict[str, str] = {}
     for e in kernels:
-        groups[OP_GROUPS.get(e.get("args", {}).get("op_name", ""), "other")] += e["dur"]
+        op = e.get("args", {}).get("op_name", "")
+        groups[OP_GROUPS.get(op, "other")] += e["dur"]
+        node = e["name"][:-len("_kernel_time")]
+        nodes[node] += e["dur"]
+        ops[node] = op
     total_runs = runs + 2                    # the profiler saw the warm-up runs too
     return ProfiledRun(outputs, float(np.median(walls)),
                        {g: us * 1e-6 / total_runs for g, us in groups.items()},
-                       len(kernels) // total_runs)
+                       len(kernels) // total_runs,
+                       {n: us * 1e-6 / total_runs for n, us in nodes.items()}, ops)

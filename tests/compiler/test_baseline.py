@@ -24,6 +24,10 @@ def test_profile_times_groups_and_matches_the_float_reference(digits):
     want = pipeline.reference_of(model.graph, model.feed)[model.graph.outputs[0]]
     np.testing.assert_allclose(run.outputs[0], want, rtol=1e-4, atol=1e-5)
     assert run.group_seconds["conv"] > 0 and run.total_seconds > 0 and run.kernels > 0
+    # Per node: the same kernels, by onnxruntime's node names, with their op types.
+    assert sum(run.node_seconds.values()) == pytest.approx(sum(run.group_seconds.values()))
+    convs = [n for n, op in run.node_ops.items() if baseline.OP_GROUPS.get(op) == "conv"]
+    assert convs and all(run.node_seconds[n] > 0 for n in convs)
 
 
 @pytest.mark.parametrize("call, message", [

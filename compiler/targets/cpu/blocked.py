@@ -39,7 +39,8 @@ import dataclasses
 import numpy as np
 
 from vdla.compiler.ir.tensor import Node
-from vdla.compiler.targets.cpu.conv import Code, epilogue_tables, indent, table_pointers
+from vdla.compiler.targets.cpu.conv import (Code, epilogue_tables, indent, item_count,
+                                            table_pointers)
 from vdla.compiler.targets.cpu.isa import Isa
 from vdla.compiler.targets.cpu.kernel import SIGNATURE, Kernel, Params
 from vdla.compiler.targets.cpu.layout import PLAIN
@@ -263,7 +264,7 @@ const {wt} *wc = wp + (size_t)(cb / {nv}) * {wstride};
                   shape.ho, (in_size, out_size), (cts, rts, per_ct), shape.residual, step)
     reads = (vl if ib == vl else PLAIN,) + (vl,) * (len(inputs) - 1)
     return Kernel(body, params.blob(), inputs, 0, 0, shape.macs, in_blocks=reads,
-                  out_block=vl)
+                  out_block=vl, items=item_count(s, 1, cts, rts))
 
 
 def _entry(title: str, s: ConvSchedule, tiles: str, types: tuple[str, str, str], w_off: int,
@@ -428,4 +429,4 @@ const {wt} *wc = wp + (size_t)cb * {shape.kh * shape.kw * vl};
                   f"{s.to_dict()}", s, tiles, (el, el, wt), w_off, shape.n,
                   shape.ho, (in_size, out_size), (cts, rts, per_ct), shape.residual, step)
     return Kernel(body, params.blob(), inputs, 0, 0, shape.macs,
-                  in_blocks=(vl,) * len(inputs), out_block=vl)
+                  in_blocks=(vl,) * len(inputs), out_block=vl, items=item_count(s, 1, cts, rts))

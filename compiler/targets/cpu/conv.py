@@ -404,7 +404,8 @@ void NAME{SIGNATURE} {{
     }}
 }}
 """
-    return Kernel(body, params.blob(), inputs, shared, thread, shape.macs)
+    return Kernel(body, params.blob(), inputs, shared, thread, shape.macs,
+                  items=item_count(s, shape.groups, ct_count, rt_count))
 
 
 def _prep_loop(direct: bool, ngc: int, plane_rows: int) -> str:
@@ -422,6 +423,11 @@ def _tile_call(direct: bool, block: int, size: int) -> str:
     if not direct:
         return "NAME_tile"
     return f"(g0 + {block} > {size} ? NAME_tile_tail : NAME_tile)"
+
+
+def item_count(s: ConvSchedule, groups: int, cts: int, rts: int) -> int:
+    """How many work items `item_loops` shares among the threads (1: none shared)."""
+    return {"none": 1, "all": groups * cts * rts, "co": groups * cts, "h": rts}[s.parallel]
 
 
 def item_loops(s: ConvSchedule, groups: int, cts: int, rts: int) -> str:

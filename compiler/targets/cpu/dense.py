@@ -159,4 +159,5 @@ void NAME{SIGNATURE} {{
     }}
 }}
 """
-    return Kernel(body, params.blob(), inputs, 0, 0, shape.macs)
+    return Kernel(body, params.blob(), inputs, 0, 0, shape.macs,
+                  items=1 if s.parallel == "none" else shape.n * tiles)

@@ -69,7 +69,9 @@ def depthwise_kernel(shape: ConvShape, schedule: ConvSchedule, weights, bias, no
         f"\n/* {shape.dtype} depthwise conv {shape.describe()}; schedule {s.to_dict()} */",
         _load_function(shape, scratch), _rows_function(shape, s, code, offsets, scratch),
         _entry_function(shape, s, code, w_off, scratch)])
-    return Kernel(body, params.blob(), inputs, 0, scratch.thread, shape.macs)
+    rts = -(-shape.ho // s.tile_h)
+    items = 1 if s.parallel == "none" else rts if s.parallel == "h" else shape.groups * rts
+    return Kernel(body, params.blob(), inputs, 0, scratch.thread, shape.macs, items=items)
 
 
 def _load_function(shape: ConvShape, scratch: _Scratch) -> str:

@@ -73,6 +73,9 @@ class Kernel:
     in_blocks : the layout each of `inputs` must be in (`vdla.compiler.targets.cpu.layout`:
         0 plain, ``c`` blocked NCHW{c}c); empty: all plain
     out_block : the layout of its output (0: plain)
+    items : the work items OpenMP shares among the threads per image, with a static
+        schedule (1: the kernel runs on one thread; None: not counted). What a thread
+        count can get out of the kernel: ``bench/cpu_scaling.py`` projects from it.
     """
 
     body: str
@@ -83,6 +86,7 @@ class Kernel:
     macs: int | None = None
     in_blocks: tuple[int, ...] = ()
     out_block: int = 0
+    items: int | None = None
 
     def in_block(self, k: int) -> int:
         """The layout input `k` must be in."""

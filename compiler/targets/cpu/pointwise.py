@@ -30,7 +30,8 @@ from __future__ import annotations
 import numpy as np
 
 from vdla.compiler.ir.tensor import Node
-from vdla.compiler.targets.cpu.conv import Code, epilogue_tables, item_loops, table_pointers
+from vdla.compiler.targets.cpu.conv import (Code, epilogue_tables, item_count, item_loops,
+                                            table_pointers)
 from vdla.compiler.targets.cpu.isa import Isa
 from vdla.compiler.targets.cpu.kernel import SIGNATURE, Kernel, Params, align
 from vdla.compiler.targets.cpu.schedule import ConvSchedule
@@ -223,4 +224,5 @@ void NAME{SIGNATURE} {{
     }}
 }}
 """
-    return Kernel(body, params.blob(), inputs, 0, thread, shape.macs)
+    return Kernel(body, params.blob(), inputs, 0, thread, shape.macs,
+                  items=item_count(s, 1, ct_count, rt_count))

@@ -364,11 +364,14 @@ def _restream(conv, s: ConvSchedule) -> float:
 _TEAM_CYCLES = 15_000
 
 
-def choose_conv(conv, isa: Isa, threads: int = 2) -> ConvSchedule:
-    """The default schedule: the register tile, rows per work item and channels per
-    work item `estimate_conv` rates cheapest (channels per item: two register tiles),
-    every input channel in one pass."""
-    if blocked_fits(conv, isa):
+def choose_conv(conv, isa: Isa, threads: int = 2, *, blocked: bool = True) -> ConvSchedule:
+    """The default schedule: the blocked layout where `blocked_fits` (and `blocked`),
+    else the plain layout's register tile, rows per work item and channels per work
+    item `estimate_conv` rates cheapest (channels per item: two register tiles), every
+    input channel in one pass. `blocked=False` gives the plain layout's choice for every
+    layer: what the target chose before it had blocked layouts (`bench/cpu_layers.py`
+    compares the two)."""
+    if blocked and blocked_fits(conv, isa):
         return _choose_blocked(conv, isa, threads)
     if conv.depthwise:
         return _choose_depthwise(conv, isa, threads)

@@ -246,20 +246,29 @@ class CpuTarget(Target):
         return node_kernel(node, graph, self.isa, schedule=schedule, threads=self.team,
                            nonnegative=nonnegative, in_block=in_block)
 
+    def kernels(self, graph: Graph, nodes: Sequence[Node], *, schedules: Mapping[str, Any],
+                progress: Progress | None = None, start: int = 0, total: int | None = None
+                ) -> tuple[dict[str, Kernel], dict[str, Any]]:
+        """Each of `nodes`' kernel (C text, not compiled) and the schedule it used, by
+        node name; each reads its input in the layout its producer writes."""
+        kernels, used = {}, {}
+        blocks: dict[str, int] = {}        # tensor -> the layout its producer writes
+        for i, node in enumerate(nodes):
+            if progress is not None:
+                progress(start + i, len(nodes) if total is None else total, node.name)
+            first = node.inputs[0] if node.inputs else ""
+            kernels[node.name], used[node.name] = self.kernel(
+                node, graph, schedules.get(node.name), in_block=blocks.get(first, 0))
+            blocks[node.outputs[0]] = kernels[node.name].out_block
+        return kernels, used
+
     def compile_nodes(self, graph: Graph, nodes: Sequence[Node], *,
                       schedules: Mapping[str, Any], progress: Progress | None = None,
                       start: int = 0, total: int | None = None) -> list[CompiledOp]:
         total = len(nodes) if total is None else total
         t0 = time.perf_counter()
-        kernels, used = {}, {}
-        blocks: dict[str, int] = {}        # tensor -> the layout its producer writes
-        for i, node in enumerate(nodes):
-            if progress is not None:
-                progress(start + i, total, node.name)
-            first = node.inputs[0] if node.inputs else ""
-            kernels[node.name], used[node.name] = self.kernel(
-                node, graph, schedules.get(node.name), in_block=blocks.get(first, 0))
-            blocks[node.outputs[0]] = kernels[node.name].out_block
+        kernels, used = self.kernels(graph, nodes, schedules=schedules, progress=progress,
+                                     start=start, total=total)
         program = Program.create(graph, nodes, kernels, self.isa).compile(log=self._log)
         seconds = (time.perf_counter() - t0) / max(1, len(nodes))
         return [CompiledOp(node.name, node.op, self.name, "",

@@ -7,12 +7,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vdla.compiler import pipeline, run_reference
+from vdla.compiler import pipeline, run_reference, targets
 from vdla.compiler.ir.tensor import DTYPES
 from vdla.compiler.targets.cpu import layout, ops
 from vdla.compiler.targets.cpu.library import build_kernels, call, load
-from vdla.compiler.targets.cpu.schedule import (ConvSchedule, ScheduleError, choose_conv,
-                                                input_block)
+from vdla.compiler.targets.cpu.schedule import (ConvSchedule, ScheduleError, blocked_fits,
+                                                choose_conv, input_block)
 from vdla.compiler.targets.cpu.shapes import ConvShape
 from vdla.compiler.targets.model import compile_model
 
@@ -207,3 +207,36 @@ def test_the_chooser_fits_every_isa(cpu, case):
     chosen = choose_conv(shape, cpu.isa, 2)
     assert chosen.layout == "nchwc"
     assert chosen.check(shape, cpu.isa) is chosen
+
+
+# --- work items (what a thread count can get out of a kernel) ---------------------------------
+
+@pytest.mark.parametrize("threads", [2, 16])
+def test_kernels_count_their_work_items(threads):
+    """`Kernel.items` is what each kernel's OpenMP loop shares: the blocked layers'
+    channel tiles by row tiles, a serial layer's one; the chooser for more threads cuts
+    rows until there are items for every thread (2 per thread)."""
+    target = targets.get("cpu", threads=threads)
+    m = pipeline.load_model("mobilenet_v1", note=None)
+    graph = pipeline.graph_for(m, target, precision="int8")
+    kernels, used = target.kernels(graph, graph.nodes(), schedules={})
+    node = "features.12.dw.conv"             # 1024 channels, 7x7
+    s = used[node]
+    blocks = -(-1024 // s.vl)
+    assert kernels[node].items == -(-blocks // (s.tile_co // s.vl)) * -(-7 // s.tile_h)
+    for name, kernel in kernels.items():
+        s = used[name]
+        if getattr(s, "layout", "") == "nchwc" and s.parallel != "none":
+            assert kernel.items >= 2 * threads or s.tile_h == 1, (name, kernel.items)
+        elif s is not None and s.parallel == "none":
+            assert kernel.items == 1, name
+
+
+def test_the_plain_chooser_never_blocks(best):
+    m = pipeline.load_model("mobilenet_v1", note=None)
+    graph = pipeline.graph_for(m, best, precision="float32")
+    for task in best.tasks(graph):
+        if task.conv:
+            assert choose_conv(task.shape, best.isa, 2, blocked=False).layout == "plain"
+            assert (choose_conv(task.shape, best.isa, 2).layout == "nchwc") == \
+                blocked_fits(task.shape, best.isa)
