@@ -5,10 +5,17 @@ instruction sets, and `vdla tune --target cpu` feeding `vdla run --records`."""
 from __future__ import annotations
 
 import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
 
 import pytest
 
 from vdla.cli import main
+
+from script_loading import load_script
 
 
 def test_compile_writes_a_project_that_builds_and_matches(tmp_path, capsys):
@@ -57,6 +64,60 @@ def test_compile_writes_an_example_input_that_run_model_reproduces(tmp_path, cap
     expected = (out / "out.bin").read_bytes()
     assert len(expected) == 10 * 4 and (out / "my_out.bin").read_bytes() == expected
 
+
+def _built_project(tmp_path, model: str) -> Path:
+    """`vdla compile MODEL` into tmp_path, built with make (skips without make or cc)."""
+    make, cc = shutil.which("make"), shutil.which("cc") or shutil.which("gcc")
+    if make is None or cc is None:
+        pytest.skip("needs make and a C compiler")
+    out = tmp_path / model
+    assert main(["compile", model, "-o", str(out)]) == 0
+    build = subprocess.run([make, "-j2", f"CC={cc}"], cwd=out, capture_output=True, text=True)
+    assert build.returncode == 0, build.stdout + build.stderr
+    return out
+
+
+def test_run_model_repeats_and_prints_the_median(tmp_path, capsys):
+    """run_model's optional last argument: N timed runs after the untimed one, the
+    median printed (the line bench/cpu_project.py parses), the output still out.bin
+    byte for byte; without it, one timed run as before."""
+    out = _built_project(tmp_path, "digits_cnn")
+    capsys.readouterr()
+    expected = (out / "out.bin").read_bytes()
+    line = re.compile(r"^([0-9.]+) ms per run \(median of (\d+) runs?; min ([0-9.]+), "
+                      r"mean ([0-9.]+)\)$")
+    for extra, runs in (([], 1), (["7"], 7)):
+        (out / "my_out.bin").unlink(missing_ok=True)
+        run = subprocess.run(["./run_model", "model.params", "in.bin", "my_out.bin", *extra],
+                             cwd=out, capture_output=True, text=True,
+                             env={**os.environ, "OMP_NUM_THREADS": "1"})
+        assert run.returncode == 0, run.stderr
+        match = line.match(run.stdout.strip())
+        assert match, run.stdout
+        median, minimum, mean = float(match[1]), float(match[3]), float(match[4])
+        assert int(match[2]) == runs and 0 < minimum <= median and mean > 0
+        assert (out / "my_out.bin").read_bytes() == expected
+    readme = (out / "README.md").read_text()
+    assert "is a repeat count N" in readme and "median time per run" in readme
+
+
+def test_cpu_project_bench_runs(tmp_path, capsys, monkeypatch):
+    """bench/cpu_project.py end to end on a small model, one short round: its table, its
+    JSON, and outputs identical to the in-process runner's at both precisions."""
+    # the bench sets OMP_NUM_THREADS for itself; monkeypatch puts the old value back
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    if shutil.which("make") is None:
+        pytest.skip("needs make")
+    bench = load_script(Path(__file__).resolve().parents[2] / "bench" / "cpu_project.py")
+    assert bench.main(["--models", "digits_cnn", "--threads", "1", "--runs", "3",
+                       "--rounds", "1", "--pause", "0", "--out", str(tmp_path)]) == 0
+    text = capsys.readouterr().out
+    assert "digits_cnn    float32" in text and "digits_cnn    int8" in text
+    rows = json.loads((tmp_path / "cpu_project.json").read_text())["rows"]
+    assert [r["precision"] for r in rows] == ["float32", "int8"]
+    for r in rows:
+        assert r["c_ms"] > 0 and r["in_process_ms"] > 0 and len(r["ratio_rounds"]) == 1
+    assert rows[1]["identical"] and rows[0]["max_error"] <= 1e-4
 
 def test_compile_float_small_cnn(tmp_path, capsys):
     assert main(["compile", "small_cnn", "-o", str(tmp_path / "p"), "--precision", "float32",
