@@ -47,7 +47,7 @@ from vdla.compiler.targets.cpu.layout import PLAIN
 from vdla.compiler.targets.cpu.schedule import ConvSchedule, input_block
 from vdla.compiler.targets.cpu.shapes import ConvShape
 
-__all__ = ["blocked_kernel"]
+__all__ = ["blocked_kernel", "epilogue"]
 
 
 def _blocks(total: int, size: int) -> int:
@@ -56,7 +56,7 @@ def _blocks(total: int, size: int) -> int:
 
 # --- the epilogue ----------------------------------------------------------------------------
 
-def _epilogue(shape: ConvShape, vl: int, acc: str, chan: str, at: str) -> list[str]:
+def epilogue(shape: ConvShape, vl: int, acc: str, chan: str, at: str) -> list[str]:
     """C statements that finish vector `acc` of channels [`chan`, `chan` + vl) and store
     it at element offset `at` of ``y`` (the residual at the same offset of ``res``)."""
     t = f"vi{vl}" if shape.int8 else f"vf{vl}"
@@ -148,7 +148,7 @@ def _tile(shape: ConvShape, s: ConvSchedule, mr: int, pointers: str,
     for j in range(mr):
         for v in range(nv):
             at = f"(((size_t)(cb + {v}) * {shape.ho} + oy) * {shape.wo} + ox + {j}) * {vl}"
-            body = _epilogue(shape, vl, accs[j][v], f"(cb + {v}) * {vl}", at)
+            body = epilogue(shape, vl, accs[j][v], f"(cb + {v}) * {vl}", at)
             guard = f"if (cb + {v} < {_blocks(shape.o, vl)}) " if v else ""
             stores.append(guard + "{ " + " ".join(body) + " }")
     name = f"NAME_tile{mr}" if start is None else f"NAME_at{start}"
@@ -372,7 +372,7 @@ def _depthwise_tile(shape: ConvShape, s: ConvSchedule, mr: int, pointers: str,
     stores = []
     for j in range(mr):
         at = f"(((size_t)cb * {shape.ho} + oy) * {shape.wo} + ox + {j}) * {vl}"
-        stores.append("{ " + " ".join(_epilogue(shape, vl, accs[j], f"cb * {vl}", at)) + " }")
+        stores.append("{ " + " ".join(epilogue(shape, vl, accs[j], f"cb * {vl}", at)) + " }")
     name = f"NAME_tile{mr}" if start is None else f"NAME_at{start}"
     fixed = "" if start is None else f"    const int ox = {start};\n"
     ox_arg = "int ox, " if start is None else ""

@@ -16,6 +16,7 @@ from vdla.compiler.ir.graph import Graph
 from vdla.compiler.ir.tensor import Node
 from vdla.compiler.targets.cpu import ops
 from vdla.compiler.targets.cpu.blocked import blocked_kernel
+from vdla.compiler.targets.cpu.winograd import winograd_kernel
 from vdla.compiler.targets.cpu.conv import conv_kernel
 from vdla.compiler.targets.cpu.dense import dense_kernel
 from vdla.compiler.targets.cpu.depthwise import depthwise_kernel
@@ -66,6 +67,9 @@ def node_kernel(node: Node, graph: Graph, isa: Isa, *, schedule: Any = None,
         return dense_kernel(shape, schedule, w, bias, node, isa, inputs), schedule
     shape = ConvShape.from_node(node, graph, nonnegative=nonnegative)
     schedule = schedule or choose_conv(shape, isa, threads)
+    if schedule.layout == "nchwc" and schedule.wino:
+        return winograd_kernel(shape, schedule.check(shape, isa), w, bias, node,
+                               inputs), schedule
     if schedule.layout == "nchwc":
         return blocked_kernel(shape, schedule, w, bias, node, isa, inputs), schedule
     if shape.depthwise:

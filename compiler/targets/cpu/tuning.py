@@ -148,7 +148,7 @@ class CpuTask(OneNodeTask):
         if self.conv:
             return (s.vl, s.mr, s.nv, s.tile_co, s.tile_h, s.tile_ci, ORDERS.index(s.order),
                     s.unroll, PARALLEL.index(s.parallel), LANES.index(s.lanes),
-                    LAYOUTS.index(s.layout))
+                    LAYOUTS.index(s.layout), s.wino)
         return (s.vl, s.ov, s.unroll, int(s.parallel == "none"))
 
     def features(self, s, estimate: Any = None) -> list[float]:

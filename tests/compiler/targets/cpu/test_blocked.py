@@ -240,3 +240,81 @@ def test_the_plain_chooser_never_blocks(best):
             assert choose_conv(task.shape, best.isa, 2, blocked=False).layout == "plain"
             assert (choose_conv(task.shape, best.isa, 2).layout == "nchwc") == \
                 blocked_fits(task.shape, best.isa)
+
+
+# --- Winograd F(2x2, 3x3) -----------------------------------------------------------------------
+
+WINOGRAD = [dict(dtype="float32"),                                    # 9x9: odd, both edges
+            dict(dtype="float32", h=8, w=10, c=33, o=17, pad=0),      # valid, channel tails
+            dict(dtype="float32", h=7, w=7, residual=True, activation="relu", n=2),
+            dict(dtype="float32", h=2, w=2, c=16, o=16, activation="clip"),
+            dict(dtype="float32", h=14, w=14, c=8, o=40, bias=False)]
+
+
+@pytest.mark.parametrize("case", WINOGRAD, ids=str)
+def test_winograd_on_every_isa(cpu, case):
+    """Winograd tiles at the image's edges and past odd sizes, channel tails, residuals,
+    activations and batches, register tiles that do and do not divide a work item's
+    tiles, both loop orders: within the float tolerance of the reference, op by op and
+    in the whole-graph runner."""
+    rng = np.random.default_rng(5)
+    g, feed = conv_graph(rng, **case)
+    if case.get("activation") == "clip":
+        g.node("conv").attrs.update(clip_min=-0.5, clip_max=0.75)
+    shape = ConvShape.from_node(g.node("conv"), g)
+    vl = cpu.isa.lanes[0]
+    top = -(-shape.o // vl) * vl
+    for mr, tile_co, tile_h, order, unroll in [(1, vl, 2, "co", 1), (3, top, 3, "px", 2),
+                                               (8, vl, shape.ho, "co", 1),
+                                               (12, top, 4, "co", 2)]:
+        s = ConvSchedule(vl, mr, 1, tile_co, min(tile_h, shape.ho), shape.cg_padded, order,
+                         unroll, "all", "co", "nchwc", wino=2)
+        outputs, _ = _run(cpu, g, feed, s)
+        assert_matches(g, outputs, feed)
+
+
+def test_winograd_weights_transform_back_to_the_convolution():
+    """U = G g G^T, multiplied point by point with a tile's V = B^T d B and transformed
+    back (A^T M A), is the 3x3 convolution of the 4x4 tile: F(2x2, 3x3) itself."""
+    from vdla.compiler.targets.cpu.winograd import transform_weights
+    rng = np.random.default_rng(0)
+    g, d = rng.standard_normal((3, 3)), rng.standard_normal((4, 4))
+    u = transform_weights(g.reshape(1, 1, 3, 3), 1).reshape(4, 4)
+    bt = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]])
+    at = np.array([[1, 1, 1, 0], [0, 1, -1, -1]])
+    got = at @ (u * (bt @ d @ bt.T)) @ at.T
+    want = [[np.sum(g * d[i:i + 3, j:j + 3]) for j in range(2)] for i in range(2)]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("case, change, message", [
+    (dict(), dict(), "float32 3x3"),                                          # int8
+    (dict(dtype="float32", stride=2), dict(), "stride 1"),
+    (dict(dtype="float32", k=5, pad=2), dict(), "float32 3x3"),
+    (dict(dtype="float32", c=3), dict(), "at least 8 input channels"),
+    (dict(dtype="float32"), dict(nv=2, tile_co=2 * 16), "nv must be 1"),
+    (dict(dtype="float32"), dict(wino=4), "allowed \\[0, 2\\]"),
+    (dict(dtype="float32"), dict(layout="plain", lanes="px"), "layout must be 'nchwc'"),
+])
+def test_winograd_refusals_name_the_knob(best, case, change, message):
+    g, _ = conv_graph(np.random.default_rng(0), nonnegative=True, **case)
+    shape = ConvShape.from_node(g.node("conv"), g)
+    vl = best.isa.lanes[0]
+    base = dict(vl=vl, mr=4, nv=1, tile_co=vl, tile_h=2, tile_ci=shape.cg_padded,
+                lanes="co", layout="nchwc", wino=2)
+    if "tile_co" in change:
+        change = dict(change, tile_co=change["nv"] * vl)
+    with pytest.raises(ScheduleError, match=message):
+        ConvSchedule(**{**base, **change}).check(shape, best.isa)
+
+
+def test_the_chooser_picks_winograd_where_it_fits(best):
+    m = pipeline.load_model("resnet18", note=None)
+    for precision in ("float32", "int8"):
+        graph = pipeline.graph_for(m, best, precision=precision)
+        for task in best.tasks(graph):
+            if task.conv:
+                s = task.default_schedule()
+                fits = precision == "float32" and task.shape.kh == 3 and task.shape.sh == 1
+                assert bool(s.wino) == fits, task.describe()
+                assert s.to_dict().get("wino", 0) == s.wino
