@@ -22,11 +22,15 @@ the image runs the shared tile function, and the one or two tiles at the row's e
 functions of their own with the taps that would read padding left out of the text (the
 shape is known when the C is written, so no test runs in the loops).
 
-int8 one-group layers need an input known non-negative (its producer's ``out_min`` >=
-0, as after a ReLU): the broadcast bytes are the unsigned operand of ``vpdpbusd``
-(AVX2: ``vpmaddubsw``, exact for inputs in [0, 127]); the chooser keeps a layer whose
-input may be negative in the plain layout (`vdla.compiler.targets.cpu.conv`, which
-stores it as ``x + 128``). The epilogue is the plain kernels' arithmetic on whole
+int8 one-group layers: the broadcast bytes are the unsigned operand of ``vpdpbusd``
+(AVX2: ``vpmaddubsw``, exact for inputs in [0, 127]). An input known non-negative (its
+producer's ``out_min`` >= 0, as after a ReLU) is read as it is. An input that may be
+negative is read as ``x + 128`` (each broadcast word XOR 0x80808080; AVX2: the
+nibble-split dot product, exact for any byte), and the bias takes away ``128 * sum(w)``
+over the taps that read inside the image: the sum over every tap, plus a correction
+for the output rows and columns whose taps reach into the padding, from a table of
+(row class, column class) per channel (`_offset_tables`; a 3x3 layer has at most three
+classes of each). The epilogue is the plain kernels' arithmetic on whole
 vectors: bias, requantization per channel, residual, clamp; float32: bias, residual,
 activation. Padded output channels come out as the epilogue of zero sums, finite, and
 every consumer's weights for them are zero.
@@ -96,12 +100,13 @@ def _pack_weights(shape: ConvShape, w: np.ndarray, vl: int, nv: int, ib: int) ->
 
 
 def _tile(shape: ConvShape, s: ConvSchedule, mr: int, pointers: str,
-          start: int | None = None) -> str:
+          start: int | None = None, offset: "_Offset | None" = None) -> str:
     """C of one register tile: `mr` pixels from output column ``ox`` of row ``oy`` by
     ``nv`` channel vectors from block ``cb``, over every input channel and tap, then
     the epilogue (`pointers`: its tables, `conv.table_pointers`). With `start`, the tile sits at
     output column `start` and reaches into the padding: the taps that read outside the
-    image's columns are left out of its text (known when the C is written)."""
+    image's columns are left out of its text (known when the C is written). `offset`: an
+    int8 input that may be negative (`_offset_tables`)."""
     vl, nv = s.vl, s.nv
     int8 = shape.int8
     t = f"vi{vl}" if int8 else f"vf{vl}"
@@ -129,9 +134,11 @@ def _tile(shape: ConvShape, s: ConvSchedule, mr: int, pointers: str,
         for j in pixels:
             at = f"xk + ((size_t){(j * shape.sw + kx * shape.dw) * ib} + q * {k})"
             if int8:
-                lines.append(f"{{ int32_t b; memcpy(&b, {at}, 4); const {t} bv = "
+                flip = " b ^= (int32_t)0x80808080u;" if shape.offset else ""
+                dot = f"{t}_dot4vv_any" if shape.offset else f"{t}_dot4vv"
+                lines.append(f"{{ int32_t b; memcpy(&b, {at}, 4);{flip} const {t} bv = "
                              f"{t}_bcast(b); "
-                             + " ".join(f"{accs[j][v]} = {t}_dot4vv({accs[j][v]}, bv, w{v});"
+                             + " ".join(f"{accs[j][v]} = {dot}({accs[j][v]}, bv, w{v});"
                                         for v in range(nv)) + " }")
             else:
                 lines.append(f"{{ const {t} bv = {t}_bcast(*({at})); "
@@ -149,6 +156,10 @@ def _tile(shape: ConvShape, s: ConvSchedule, mr: int, pointers: str,
         for v in range(nv):
             at = f"(((size_t)(cb + {v}) * {shape.ho} + oy) * {shape.wo} + ox + {j}) * {vl}"
             body = epilogue(shape, vl, accs[j][v], f"(cb + {v}) * {vl}", at)
+            if offset is not None:
+                cc = offset.full_column if start is None else offset.column_class(start + j)
+                body.insert(0, f"{accs[j][v]} = ({t})((vu{vl}){accs[j][v]} + (vu{vl}){t}_load("
+                               f"cr + {cc * offset.padded} + (cb + {v}) * {vl}));")
             guard = f"if (cb + {v} < {_blocks(shape.o, vl)}) " if v else ""
             stores.append(guard + "{ " + " ".join(body) + " }")
     name = f"NAME_tile{mr}" if start is None else f"NAME_at{start}"
@@ -161,7 +172,7 @@ VDLA_INLINE void {name}(const {el} *restrict x, const {wt} *restrict wc, int oy,
         int cb, int ky0, int ky1, const {out_t} *restrict res, {out_t} *restrict y,
         const unsigned char *restrict params) {{
     (void)res;
-{fixed}{pointers}    {t} {", ".join(flat)};
+{fixed}{pointers}{"" if offset is None else offset.pointers}    {t} {", ".join(flat)};
     {" ".join(f"{a} = ({t}){{0}};" for a in flat)}
     const int iy0 = oy * {shape.sh} - {shape.pt}, ix0 = ox * {shape.sw} - {shape.pl};
     for (int c = 0; c < {cbi}; c++) {{
@@ -176,6 +187,61 @@ VDLA_INLINE void {name}(const {el} *restrict x, const {wt} *restrict wc, int oy,
     {(chr(10) + "    ").join(stores)}
 }}
 """
+
+
+@dataclasses.dataclass(frozen=True)
+class _Offset:
+    """An int8 input read as ``x + 128`` (`_offset_tables`): the C that points ``cr`` at
+    the output row's corrections, the channels each class's row of the table holds, the
+    column class of each output column, and the class of columns whose taps all read
+    inside the image."""
+
+    pointers: str
+    padded: int
+    columns: tuple[int, ...]
+    full_column: int
+
+    def column_class(self, ox: int) -> int:
+        return self.columns[ox]
+
+
+def _inside(first: int, stride: int, dil: int, pad: int, size: int, k: int,
+            out: int) -> list[tuple[int, int]]:
+    """Per output position, the taps [k0, k1) that read inside an input of `size`."""
+    spans = []
+    for o in range(out):
+        taps = [t for t in range(k) if 0 <= o * stride - pad + t * dil < size]
+        spans.append((taps[0], taps[-1] + 1) if taps else (0, 0))
+    return spans
+
+
+def _offset_tables(shape: ConvShape, w: np.ndarray, params: Params,
+                   padded: int) -> tuple[_Offset, str]:
+    """The corrections of an int8 layer whose input is read as ``x + 128``: the bias
+    (`conv.epilogue_tables`) takes away ``128 * sum(w)`` over every tap; an output whose
+    taps are clipped at the image's edges gets ``128 * sum(w)`` of the clipped taps back.
+    Returns the `_Offset` and the C of the row-class table ``NAME_rc``."""
+    rows = _inside(0, shape.sh, shape.dh, shape.pt, shape.h, shape.kh, shape.ho)
+    cols = _inside(0, shape.sw, shape.dw, shape.pl, shape.w, shape.kw, shape.wo)
+    row_kinds, col_kinds = sorted(set(rows)), sorted(set(cols))
+    full = (0, shape.kw)
+    if full not in col_kinds:
+        col_kinds.append(full)
+    per_tap = w.reshape(shape.o, shape.c, shape.kh, shape.kw).astype(np.int64).sum(axis=1)
+    total = per_tap.sum(axis=(1, 2))
+    table = np.zeros((len(row_kinds), len(col_kinds), padded), np.int64)
+    for r, (a, b) in enumerate(row_kinds):
+        for c, (x0, x1) in enumerate(col_kinds):
+            table[r, c, :shape.o] = 128 * (total - per_tap[:, a:b, x0:x1].sum(axis=(1, 2)))
+    # Two's complement wrap, as the sums' arithmetic (`conv.epilogue_tables`' bias).
+    wrapped = ((table + 2 ** 31) % 2 ** 32 - 2 ** 31).astype(np.int32)
+    off = params.add(wrapped)
+    classes = ", ".join(str(row_kinds.index(r)) for r in rows)
+    pointers = (f"    const int32_t *restrict cr = (const int32_t *)(params + {off})\n"
+                f"        + (size_t)NAME_rc[oy] * {len(col_kinds) * padded};\n")
+    offset = _Offset(pointers, padded, tuple(col_kinds.index(c) for c in cols),
+                     col_kinds.index(full))
+    return offset, f"static const unsigned char NAME_rc[{shape.ho}] = {{{classes}}};\n"
 
 
 def _tap_rows(shape: ConvShape) -> str:
@@ -242,7 +308,13 @@ def blocked_kernel(shape: ConvShape, schedule: ConvSchedule, weights: np.ndarray
     offsets = epilogue_tables(shape, node, np.asarray(weights), bias, params,
                               _blocks(shape.o, width) * width)
     pointers = table_pointers(shape, offsets, Code(shape, vl))
-    tiles, calls = _row(shape, s, lambda size, start: _tile(shape, s, size, pointers, start))
+    offset, rc_table = None, ""
+    if shape.int8 and shape.offset:
+        offset, rc_table = _offset_tables(shape, np.asarray(weights), params,
+                                          _blocks(shape.o, width) * width)
+    tiles, calls = _row(shape, s, lambda size, start: _tile(shape, s, size, pointers, start,
+                                                            offset))
+    tiles = rc_table + tiles
     k = 4 if shape.int8 else 1
     wstride = _blocks(shape.c, ib) * shape.kh * shape.kw * (ib // k) * width * k
     el = "uint8_t" if shape.int8 else "float"

@@ -219,10 +219,6 @@ class ConvSchedule:
             raise ScheduleError(f"schedule knob layout='nchwc' runs a depthwise convolution "
                                 f"with one output per channel (not {conv.og}) and one "
                                 f"channel block per tile: nv must be 1, not {self.nv}")
-        if conv.int8 and conv.offset and not conv.depthwise:
-            raise ScheduleError("schedule knob layout='nchwc' needs an int8 input known to "
-                                "be non-negative (its producer clamps at 0 or above); this "
-                                "layer's input may be negative: allowed layout='plain'")
         if self.vl not in isa.lanes:
             raise ScheduleError(f"schedule knob vl={self.vl!r} is not a vector width of "
                                 f"the {isa.name} code: allowed {list(isa.lanes)}")
@@ -463,12 +459,14 @@ def winograd_fits(conv, isa: Isa) -> bool:
 def blocked_fits(conv, isa: Isa) -> bool:
     """Whether the default chooser gives `conv` the blocked layout (`_choose_blocked`):
     a depthwise layer, a float32 one-group layer, or an int8 one with at least
-    `_BLOCKED_MIN_CHANNELS` input channels known non-negative."""
+    `_BLOCKED_MIN_CHANNELS` input channels (an input that may be negative is read as
+    ``x + 128``; MobileNet-v2's expansion layers read the projections' signed sums, and
+    a plain layer between blocked ones cost two conversions of a 6x-wide tensor)."""
     if conv.depthwise:
         return conv.og == 1
     if conv.groups != 1:
         return False
-    return not conv.int8 or (conv.cg >= _BLOCKED_MIN_CHANNELS and not conv.offset)
+    return not conv.int8 or conv.cg >= _BLOCKED_MIN_CHANNELS
 
 
 def _choose_blocked(conv, isa: Isa, threads: int) -> ConvSchedule:
@@ -627,7 +625,7 @@ def _blocked_valid(conv) -> bool:
     """Whether ``layout="nchwc"`` runs `conv` at all (`ConvSchedule._check_blocked`)."""
     if conv.depthwise:
         return conv.og == 1
-    return conv.groups == 1 and not (conv.int8 and conv.offset)
+    return conv.groups == 1
 
 
 #: Register tiles' pixel counts the tuner tries with the blocked layout (and the row's

@@ -70,7 +70,13 @@ DENSE = [dict(dtype="float32"),
          dict(nonnegative=True, out_min=0),
          dict(nonnegative=True, residual=True, c=33, o=17, k=1, pad=0, multiply=True),
          dict(nonnegative=True, k=3, stride=2, pad=1, c=40, o=40, h=14, w=14),
-         dict(nonnegative=True, dilation=2, k=3, pad=2, n=2, per_channel=False)]
+         dict(nonnegative=True, dilation=2, k=3, pad=2, n=2, per_channel=False),
+         # int8 inputs that may be negative: read as x + 128, corrected at the edges
+         dict(),
+         dict(k=3, stride=2, pad=1, c=40, o=40, h=14, w=14, residual=True),
+         dict(k=1, pad=0, c=33, o=17, out_min=0),
+         dict(k=5, pad=1, h=8, w=11, c=24, o=20, n=2),
+         dict(dilation=2, k=3, pad=2, h=6, w=6)]
 DEPTHWISE = [dict(groups=24, c=24, o=24, k=3, stride=2),
              dict(groups=24, c=24, o=24, dtype="float32", activation="relu"),
              dict(groups=40, c=40, o=40, k=5, pad=2, h=7, w=7),
@@ -120,7 +126,6 @@ def test_blocked_knob_errors(best, change, message):
 
 @pytest.mark.parametrize("case, message", [
     (dict(groups=2, c=14, o=10), "one group or a depthwise"),
-    (dict(), "known to be non-negative"),
     (dict(groups=8, c=8, o=16), "one output per channel"),
 ])
 def test_blocked_refusals_name_the_layer(best, case, message):
