@@ -48,7 +48,7 @@ from vdla.compiler.targets.cpu.conv import (Code, epilogue_tables, indent, item_
 from vdla.compiler.targets.cpu.isa import Isa
 from vdla.compiler.targets.cpu.kernel import SIGNATURE, Kernel, Params
 from vdla.compiler.targets.cpu.layout import PLAIN
-from vdla.compiler.targets.cpu.schedule import ConvSchedule, input_block
+from vdla.compiler.targets.cpu.schedule import ConvSchedule, flattens, input_block
 from vdla.compiler.targets.cpu.shapes import ConvShape
 
 __all__ = ["blocked_kernel", "epilogue"]
@@ -287,6 +287,25 @@ def _row(shape: ConvShape, s: ConvSchedule, make) -> tuple[str, str]:
     return "".join(f() for f in functions.values()), "\n".join(calls)
 
 
+def _flattened(shape: ConvShape, s: ConvSchedule) -> tuple[ConvShape, ConvSchedule]:
+    """A 1x1 layer with stride 1 and no padding reads input pixel p for output pixel p,
+    and the blocked layout keeps a channel block's pixels in one run: its plane can be
+    cut in rows of any width. Narrow planes are cut in rows of at least ``mr`` pixels
+    (the smallest divisor of the plane's size that holds a register tile, else the whole
+    plane), so a register tile reaches over the image's rows: a 7x7 plane's tile holds
+    28 pixels where a row holds 7, four times the multiply-adds per weight vector
+    loaded. ``tile_h`` keeps its share of the plane. Other layers are returned as they
+    are."""
+    if not (flattens(shape) and shape.w < s.mr):
+        return shape, s
+    plane = shape.h * shape.w
+    width = min(d for d in range(s.mr, plane + 1) if plane % d == 0)
+    rows = plane // width
+    tile_h = min(rows, max(1, -(-s.tile_h * rows // shape.h)))
+    return (dataclasses.replace(shape, h=rows, w=width),
+            dataclasses.replace(s, tile_h=tile_h))
+
+
 def blocked_kernel(shape: ConvShape, schedule: ConvSchedule, weights: np.ndarray,
                    bias: np.ndarray | None, node: Node, isa: Isa,
                    inputs: tuple[str, ...]) -> Kernel:
@@ -299,6 +318,7 @@ def blocked_kernel(shape: ConvShape, schedule: ConvSchedule, weights: np.ndarray
     if shape.groups != 1:
         raise ValueError(f"blocked_kernel: {shape.describe()} has {shape.groups} groups; "
                          "it computes one-group and depthwise convolutions")
+    shape, s = _flattened(shape, s)
     vl, nv = s.vl, s.nv
     width = nv * vl
     params = Params()
