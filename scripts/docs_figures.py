@@ -185,8 +185,8 @@ FIGURES = [
     Figure("functional_sim", "python3 bench/functional_sim.py --repeat 3",
            "the functional simulator's int8 MAC/s on blocked GEMMs"),
     Figure("cpu_speed",
-           "python3 bench/cpu.py --models resnet18 mobilenet_v1 --threads 1 --skip-tune "
-           "--skip-convergence --skip-exactness --rounds 3 --out {tmp}/cpu",
+           "python3 bench/cpu.py --threads 2 --skip-tune --skip-convergence --skip-exactness "
+           "--rounds 9 --out {tmp}/cpu",
            "the CPU target against onnxruntime (default schedules), with its chart",
            plots={"cpu/cpu.png": "cpu_speed.png"}),
 ]
