@@ -98,6 +98,12 @@ VDLA_INLINE vi##N vi##N##_rq(vi##N a, int32_t m, int32_t s) {                   
     if (s > 0) return ((vi##N)(u + (1u << (s - 1)))) >> s;                                   \
     return (vi##N)(u << (-s));                                                               \
 }                                                                                            \
+/* per-lane multipliers, every one nonzero, and shifts, every one in [1, 31]: rqv's      \
+   arithmetic without its selects (what most layers' tables hold) */                        \
+VDLA_INLINE vi##N vi##N##_rqp(vi##N a, vi##N m, vi##N s) {                                   \
+    vu##N one = (vu##N){0} + 1u, u = (vu##N)a * (vu##N)m;                                    \
+    return ((vi##N)(u + (one << ((vu##N)s - one)))) >> s;                                    \
+}                                                                                            \
 /* per-lane multipliers (0: none) and shifts */                                              \
 VDLA_INLINE vi##N vi##N##_rqv(vi##N a, vi##N m, vi##N s) {                                   \
     vu##N u = (vu##N)a, one = (vu##N){0} + 1u;                                               \
