@@ -13,11 +13,13 @@ code the target would generate there), each layer's work items (`Kernel.items`: 
 OpenMP shares among the threads with a static schedule), the items per thread
 (``ceil(items / threads)``) and the parallel efficiency that split allows,
 ``items / (threads * ceil(items / threads))``. The model's bound weighs each layer by
-its measured 1-thread time: ``sum(t1) / sum(t1 / (threads * efficiency))``. A bound,
-not a forecast: it assumes each core runs as fast as this one does alone, and leaves out
-memory bandwidth shared by the cores, each op's thread-team start (some microseconds),
-and ops whose items are not counted (pools, elementwise ops, conversions: taken as
-split perfectly, their share of the time is printed).
+its measured 1-thread time: ``sum(t1) / sum(t1 / (threads * efficiency))``; then the
+same with each op's thread-team start and join added (`--team-us`, 5 us by default),
+which at 16 cores is a large share of a layer of some microseconds. A bound, not a
+forecast: it assumes each core runs as fast as this one does alone, and leaves out
+memory bandwidth shared by the cores and ops whose items are not counted (pools,
+elementwise ops, conversions: taken as split perfectly, their share of the time is
+printed).
 
     python bench/cpu_scaling.py [--models resnet18 resnet50 mobilenet_v1] [--threads 2]
                                 [--project 16] [--rounds 5] [--runs 10] [--out bench-cpu]
@@ -55,7 +57,7 @@ def efficiency(items: int, threads: int) -> float:
     return items / (threads * math.ceil(items / threads))
 
 
-def projection(graph, times1: dict[str, float], threads: int) -> dict:
+def projection(graph, times1: dict[str, float], threads: int, team_us: float) -> dict:
     """Each op's work items under a `threads`-thread target's default schedules, and
     the bound on the model's speedup over 1 thread (module docstring)."""
     target = targets.get("cpu", threads=threads)
@@ -75,9 +77,11 @@ def projection(graph, times1: dict[str, float], threads: int) -> dict:
                        "efficiency": eff, "t1_us": t1 * 1e6,
                        "schedule": None if used[name] is None else used[name].to_dict()})
     total = counted + uncounted
+    teams = len(kernels) * team_us * 1e-6
     return {"threads": threads, "layers": layers, "ops": len(kernels),
-            "projected_ms": ideal * 1e3,
+            "projected_ms": ideal * 1e3, "team_ms": teams * 1e3,
             "speedup_bound": total / ideal if ideal else float("nan"),
+            "speedup_with_teams": total / (ideal + teams) if ideal else float("nan"),
             "uncounted_share": uncounted / total if total else 0.0}
 
 
@@ -132,7 +136,7 @@ def measure(name: str, precision: str, args, onnx_dir: Path) -> dict:
     measured = {f"{who}@{threads}": statistics.median(w) * 1e3
                 for (who, threads), w in walls.items()}
     return {"model": name, "precision": precision, "ms": measured,
-            "projection": projection(graph, times1, args.project)}
+            "projection": projection(graph, times1, args.project, args.team_us)}
 
 
 def print_result(r: dict, threads: int, top: int) -> None:
@@ -143,9 +147,9 @@ def print_result(r: dict, threads: int, top: int) -> None:
         cells.append(f"{who} {one:.2f} -> {many:.2f} ms ({one / many:.2f}x)")
     p = r["projection"]
     print(f"{r['model']:13}{r['precision']:8} 1 -> {threads} threads: {'; '.join(cells)}; "
-          f"{p['threads']} cores: bound {p['speedup_bound']:.1f}x "
-          f"(uncounted ops {p['uncounted_share']:.0%} of the time; {p['ops']} ops in "
-          f"{p['projected_ms']:.2f} ms: each op's team start, some us, matters there)")
+          f"{p['threads']} cores: bound {p['speedup_bound']:.1f}x, {p['projected_ms']:.2f} ms "
+          f"(uncounted ops {p['uncounted_share']:.0%} of the time); with {p['ops']} team "
+          f"starts ({p['team_ms']:.2f} ms) {p['speedup_with_teams']:.1f}x")
     uneven = [x for x in p["layers"] if x["efficiency"] < 1]
     if not uneven:
         print(f"    every counted layer splits evenly over {p['threads']} threads")
@@ -167,6 +171,9 @@ def main(argv=None) -> int:
     p.add_argument("--runs", type=int, default=10)
     p.add_argument("--pause", type=float, default=0.3)
     p.add_argument("--top", type=int, default=3, help="worst-split layers printed per model")
+    p.add_argument("--team-us", type=float, default=5.0,
+                   help="an OpenMP team's start and join per op, us (default 5: about "
+                        "15,000 cycles, the default chooser's own figure)")
     p.add_argument("--out", default="bench-cpu")
     args = p.parse_args(argv)
     for spec in args.models:
