@@ -45,11 +45,8 @@ import argparse
 import json
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 
-#: Highest ONNX IR version written (onnxruntime rejects files newer than it knows).
-MAX_IR_VERSION = 10
 #: float32's bound for these models (tighter than pipeline.FLOAT_TOLERANCE, 1e-4).
 FLOAT_BOUND = 1e-5
 
@@ -72,23 +69,20 @@ def _torch():
     return torch, torch.nn
 
 
+def _blocks():
+    """tests/onnx_blocks.py, whose torch helpers the tests' networks use: one seeded
+    BatchNorm randomizer and one exporter for every torch model this project writes."""
+    tests = Path(__file__).resolve().parents[1] / "tests"
+    if str(tests) not in sys.path:
+        sys.path.insert(0, str(tests))
+    import onnx_blocks  # heavy: torch, on first use
+    return onnx_blocks
+
+
 def _randomize_batch_norms(model, seed: int):
     """Every BatchNorm2d's affine parameters and running statistics drawn (seeded), and
-    the model in eval mode, so BN is a non-trivial per-channel affine map.
-
-    model : the torch module
-    seed : seeds the draw
-    Returns `model`."""
-    torch, nn = _torch()
-    generator = torch.Generator().manual_seed(seed + 1)
-    for m in model.modules():
-        if isinstance(m, nn.BatchNorm2d):
-            n = m.num_features
-            m.weight.data = torch.rand(n, generator=generator) + 0.5
-            m.bias.data = torch.randn(n, generator=generator) * 0.2
-            m.running_mean = torch.randn(n, generator=generator) * 0.2
-            m.running_var = torch.rand(n, generator=generator) + 0.5
-    return model.eval()
+    the model in eval mode (`onnx_blocks.randomize_batch_norms`)."""
+    return _blocks().randomize_batch_norms(model, seed)
 
 
 def _target(path: str | Path, name: str) -> Path:
@@ -105,28 +99,10 @@ def _target(path: str | Path, name: str) -> Path:
 
 
 def _export(model, size: int, path: Path) -> Path:
-    """Export `model` (eval mode) for a 1x3x`size`x`size` input to `path`, with the IR
-    version capped at `MAX_IR_VERSION`, and check it with onnx's checker.
-
-    model : the torch module
-    size : the input's height and width
-    path : the .onnx file written
-    Returns `path`."""
-    torch, _ = _torch()
-    # onnx is heavy too, and only exporting needs it.
-    import onnx
-
-    x = torch.zeros(1, 3, size, size)
-    with warnings.catch_warnings(), torch.no_grad():
-        warnings.simplefilter("ignore")     # the legacy exporter's deprecation notice
-        torch.onnx.export(model, (x,), str(path), dynamo=False, opset_version=13,
-                          input_names=["input"], output_names=["logits"])
-    proto = onnx.load(str(path))
-    if proto.ir_version > MAX_IR_VERSION:
-        proto.ir_version = MAX_IR_VERSION
-        onnx.save(proto, str(path))
-    onnx.checker.check_model(proto)
-    return path
+    """Export `model` (eval mode) for a 1x3x`size`x`size` input to `path`
+    (`onnx_blocks.export`: opset 13, the IR version capped, checked by onnx's checker);
+    returns `path`."""
+    return _blocks().export(model, (1, 3, size, size), path)
 
 
 # --- MobileNet-v2 ---------------------------------------------------------------------------

@@ -59,7 +59,7 @@ def _target(path: str | Path, name: str) -> Path:
     return path / f"{name}.onnx"
 
 
-def _randomize_batch_norms(model, seed: int):
+def randomize_batch_norms(model, seed: int):
     """Give every BatchNorm2d random affine parameters and running statistics (seeded)
     and put the model in eval mode, so BN is a non-trivial per-channel affine map."""
     torch, nn = _torch()
@@ -74,7 +74,7 @@ def _randomize_batch_norms(model, seed: int):
     return model.eval()
 
 
-def _export(model, shape: tuple[int, ...], path: Path) -> Path:
+def export(model, shape: tuple[int, ...], path: Path) -> Path:
     """Export `model` (eval mode) for an input of `shape` to `path` (opset 13, legacy
     exporter), with the IR version capped at `MAX_IR_VERSION`; returns `path`."""
     torch, _ = _torch()
@@ -154,8 +154,8 @@ def inception_block(path: str | Path, *, seed: int = 0) -> Path:
             x = self.b(self.pool(self.a(self.stem(x))))
             return self.fc(torch.flatten(self.gap(x), 1))
 
-    model = _randomize_batch_norms(Inception(), seed)
-    return _export(model, INPUT_SHAPES["inception_block"], _target(path, "inception_block"))
+    model = randomize_batch_norms(Inception(), seed)
+    return export(model, INPUT_SHAPES["inception_block"], _target(path, "inception_block"))
 
 
 # --- DenseNet --------------------------------------------------------------------------------
@@ -206,8 +206,8 @@ def densenet_block(path: str | Path, *, seed: int = 0, growth: int = 12) -> Path
             x = self.final(self.transition(self.block(self.stem(x))))
             return self.fc(torch.flatten(self.gap(x), 1))
 
-    model = _randomize_batch_norms(DenseNet(), seed)
-    return _export(model, INPUT_SHAPES["densenet_block"], _target(path, "densenet_block"))
+    model = randomize_batch_norms(DenseNet(), seed)
+    return export(model, INPUT_SHAPES["densenet_block"], _target(path, "densenet_block"))
 
 
 # --- AlexNet with grouped convolutions -------------------------------------------------------
@@ -263,8 +263,8 @@ def alexnet_grouped(path: str | Path, *, seed: int = 0) -> Path:
         nn.Conv2d(144, 96, 3, padding=1, groups=2), nn.ReLU(), nn.MaxPool2d(3, 2),
         nn.Flatten(), nn.Linear(96 * 3 * 3, 256), nn.ReLU(), nn.Dropout(0.5),
         nn.Linear(256, 128), nn.ReLU(), nn.Linear(128, 10))
-    model = _randomize_batch_norms(model, seed)
-    return _export(model, INPUT_SHAPES["alexnet_grouped"], _target(path, "alexnet_grouped"))
+    model = randomize_batch_norms(model, seed)
+    return export(model, INPUT_SHAPES["alexnet_grouped"], _target(path, "alexnet_grouped"))
 
 
 #: The input shape of each block.
