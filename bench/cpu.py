@@ -227,11 +227,16 @@ def plot_speed(rows, path: Path, *, threads: int, isa: str) -> None:
     ax = fig.add_subplot()
     labels = [f"{r['model']}\n{r['precision']}\nonnxruntime {r['ort_ms']:.1f} ms"
               + (f" ({r['ort_best'][4:]})" if r["precision"] == "int8" else "") for r in rows]
-    width = 0.38
     top = 1.0
-    for i, (who, color) in enumerate((("vdla-default", "#9ecae1"), ("vdla-tuned", "#08519c"))):
+    # Only the columns the run measured (no tuned bars, and no legend entry, without
+    # records), side by side around each group's tick.
+    columns = [(who, color) for who, color in (("vdla-default", "#9ecae1"),
+                                                ("vdla-tuned", "#08519c"))
+               if any(who in r for r in rows)]
+    width = 0.76 / len(columns)
+    for i, (who, color) in enumerate(columns):
         values = [r[who]["speed"] if who in r else 0 for r in rows]
-        xs = [k + (i - 0.5) * width for k in range(len(rows))]
+        xs = [k + (i - (len(columns) - 1) / 2) * width for k in range(len(rows))]
         ax.bar(xs, values, width, color=color, label=f"vdla cpu, {who[5:]} schedules")
         for x, v, r in zip(xs, values, rows):
             if v:
