@@ -162,10 +162,14 @@ def _tile(shape: ConvShape, s: ConvSchedule, mr: int, pointers: str,
                              f"{t}_bcast(b); "
                              + " ".join(f"{accs[j][v]} = {dot}({accs[j][v]}, bv, w{v});"
                                         for v in range(nv)) + " }")
+            elif nv > 1:
+                # Each multiply-add reads the input itself, as a folded broadcast
+                # (`vf*_fma_bcast`, vdla_cpu.h): a shared broadcast register cost a slot
+                # on the multiply-add pipes.
+                lines.append(" ".join(f"{t}_fma_bcast({accs[j][v]}, w{v}, {at});"
+                                      for v in range(nv)))
             else:
-                lines.append(f"{{ const {t} bv = {t}_bcast(*({at})); "
-                             + " ".join(f"{accs[j][v]} += w{v} * bv;" for v in range(nv))
-                             + " }")
+                lines.append(f"{{ const {t} bv = {t}_bcast(*({at})); {accs[j][0]} += w0 * bv; }}")
         return lines
 
     taps = "\n            ".join(
