@@ -77,8 +77,10 @@ def projection(graph, times1: dict[str, float], threads: int, team_us: float) ->
                        "efficiency": eff, "t1_us": t1 * 1e6,
                        "schedule": None if used[name] is None else used[name].to_dict()})
     total = counted + uncounted
-    teams = len(kernels) * team_us * 1e-6
-    return {"threads": threads, "layers": layers, "ops": len(kernels),
+    # One team per op that starts one: a serial kernel (one item) does not.
+    started = sum(1 for k in kernels.values() if k.items != 1)
+    teams = started * team_us * 1e-6
+    return {"threads": threads, "layers": layers, "ops": started,
             "projected_ms": ideal * 1e3, "team_ms": teams * 1e3,
             "speedup_bound": total / ideal if ideal else float("nan"),
             "speedup_with_teams": total / (ideal + teams) if ideal else float("nan"),

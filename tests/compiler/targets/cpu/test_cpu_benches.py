@@ -1,0 +1,62 @@
+"""bench/cpu_layers.py and bench/cpu_scaling.py end to end on a small model, one short
+round each: every convolution is matched to an onnxruntime kernel, and every layer's work
+items are counted and projected."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from script_loading import load_script
+
+BENCH = Path(__file__).resolve().parents[4] / "bench"
+
+pytest.importorskip("onnxruntime")
+
+
+def test_layers_bench_matches_every_convolution(tmp_path, capsys):
+    bench = load_script(BENCH / "cpu_layers.py")
+    assert bench.main(["--models", "small_cnn", "--rounds", "1", "--runs", "2", "--pause", "0",
+                       "--threads", "1", "--all", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "small_cnn float32" in out and "small_cnn int8" in out
+    results = json.loads((tmp_path / "cpu_layers.json").read_text())["results"]
+    assert [r["precision"] for r in results] == ["float32", "int8"]
+    for r in results:
+        assert r["layers"] and r["convs"] == len(r["layers"])
+        for layer in r["layers"]:
+            # onnxruntime's fused kernels, named after the last node they absorbed, are
+            # matched back to the convolution that starts each chain.
+            assert layer["ort_us"] > 0 and layer["before_us"] > 0 and layer["after_us"] > 0
+        assert r["before_ms"] > 0 and r["after_ms"] > 0 and r["conversions"] >= 0
+
+
+def test_scaling_bench_counts_work_items(tmp_path, capsys):
+    bench = load_script(BENCH / "cpu_scaling.py")
+    assert bench.main(["--models", "small_cnn", "--precisions", "int8", "--rounds", "1",
+                       "--runs", "2", "--pause", "0", "--project", "4",
+                       "--out", str(tmp_path)]) == 0
+    assert "1 -> 2 threads" in capsys.readouterr().out
+    (r,) = json.loads((tmp_path / "cpu_scaling.json").read_text())["results"]
+    assert set(r["ms"]) == {"vdla@1", "vdla@2", "ort@1", "ort@2"}
+    p = r["projection"]
+    assert p["threads"] == 4 and p["layers"]
+    # A model this small may lose to its teams' starts: the bound says so, below 1.
+    assert 0 < p["speedup_with_teams"] <= p["speedup_bound"] <= 4
+    for layer in p["layers"]:
+        assert layer["items"] >= 1 and 0 < layer["efficiency"] <= 1
+        assert layer["per_thread"] == -(-layer["items"] // 4)
+
+
+@pytest.mark.parametrize("script, argv, message", [
+    ("cpu_layers.py", ["--models", "nosuch"], "unknown model 'nosuch'"),
+    ("cpu_scaling.py", ["--models", "nosuch"], "unknown model 'nosuch'"),
+    ("cpu_scaling.py", ["--project", "0"], "--threads and --project must be positive"),
+])
+def test_bad_arguments_name_the_value(script, argv, message, capsys):
+    bench = load_script(BENCH / script)
+    with pytest.raises(SystemExit):
+        bench.main(argv)
+    assert message in capsys.readouterr().err
