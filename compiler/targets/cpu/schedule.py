@@ -22,6 +22,10 @@ pixels (each output row padded to the input's row pitch) times output channels. 
              channels: float32 pointwise layers only, `vdla.compiler.targets.cpu.pointwise`;
              there the register tile is mr pixels (a multiple of 8) by nv vectors of
              channels, and tile_co a multiple of nv * vl)
+    layout   "plain" (NCHW) or "nchwc" (blocked, `vdla.compiler.targets.cpu.blocked`:
+             mr pixels by nv channel vectors, every input channel in one pass)
+    wino     0 (direct) or 2: Winograd F(2x2, 3x3) on the blocked layout
+             (`vdla.compiler.targets.cpu.winograd`; mr is then 2x2 tiles)
 
 Packing: the weights are packed for the schedule (``[group][channel tile][input
 channels][tap][mr]``, int8 ones four input channels to a 32-bit word), the input is
