@@ -494,6 +494,7 @@ def _choose_blocked(conv, isa: Isa, threads: int) -> ConvSchedule:
     vl = isa.lanes[0]
     budget = _MAX_TILE[isa.registers]
     blocks = _blocks(conv.o if conv.depthwise else conv.og, vl)
+    order, per_item = "co", 1          # register tiles per work item
     if conv.depthwise:
         mr, nv = min(8, conv.wo), 1
     elif input_block(conv, vl) == 1:
@@ -513,19 +514,23 @@ def _choose_blocked(conv, isa: Isa, threads: int) -> ConvSchedule:
         # value read by two multiply-adds as a folded broadcast (`vf16_fma_bcast`), so
         # the input is read half as often as with one vector: MobileNet-v1 1.08x and
         # ResNet-50 1.05-1.07x faster in the whole graph (2 threads), though level with
-        # one vector when a layer is timed alone.
+        # one vector when a layer is timed alone. Two register tiles per work item, the
+        # rows outer (`order="px"`: each input row serves both, and no prefetch of the
+        # next tile's weights, which here cost more than it saved): MobileNet-v1 1.05x
+        # faster again, ResNet-50 level.
         mr, nv = min(14, conv.ho * conv.wo if flattens(conv) else conv.wo), 2
+        order, per_item = "px", min(2, _blocks(blocks, nv))
     else:
         # A whole row, or for a 1x1 layer whose rows a tile can reach over
         # (`blocked._flattened`) as many pixels as the registers hold (MobileNet-v1's
         # 14x14 pointwise layers 1.04x faster than one row, its 7x7 ones level).
         mr, nv = min(budget, conv.ho * conv.wo if flattens(conv) else conv.wo), 1
-    cts = _blocks(blocks, nv)
+    cts = _blocks(blocks, nv * per_item)
     tile_h = conv.ho
     if cts < 2 * threads:
         tile_h = _blocks(conv.ho, _blocks(2 * threads, cts))
     serial = conv.macs < SERIAL_MACS
-    return ConvSchedule(vl, mr, nv, nv * vl, tile_h, conv.cg_padded, "co", 1,
+    return ConvSchedule(vl, mr, nv, per_item * nv * vl, tile_h, conv.cg_padded, order, 1,
                         "none" if serial else "all", lanes="co", layout="nchwc")
 
 
