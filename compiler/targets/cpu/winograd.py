@@ -18,7 +18,8 @@ the transforms are additions of whole vectors. Two phases per image, separated b
 OpenMP barrier of the first's loop:
 
 1. the input transform, shared by the threads over (input block, tile row), into the
-   workspace ``V[16][input block][tile][vl]`` (padding read as zeros);
+   workspace ``V[16][input block][tile][vl]`` (padding read as zeros; each point's
+   slice one vector longer, `_point_stride`);
 2. the products and the output transform, shared over work items of ``tile_co``
    output channels by ``tile_h`` output rows: per register tile of ``mr`` tiles, the
    16 products into the thread's scratch ``M[16][mr][vl]``, then each tile's 2x2
@@ -66,6 +67,14 @@ def transform_weights(weights: np.ndarray, vl: int) -> np.ndarray:
     return np.ascontiguousarray(padded.reshape(op // vl, vl, cp, 16).transpose(0, 3, 2, 1))
 
 
+def _point_stride(shape: ConvShape, vl: int, tiles: int) -> int:
+    """Floats from one point's slice of ``V`` to the next: its input blocks' tiles, and
+    one vector more. Without it the 16 slices of a 56x56 layer of 64 channels start
+    49 x 4 KB apart, all in the same cache sets, and each tile's 16 stores fought over
+    them."""
+    return _blocks(shape.c, vl) * tiles * vl + vl
+
+
 def _input_transform(shape: ConvShape, vl: int, tiles: int, tw: int) -> str:
     """C of ``NAME_in``: tile row ``tr`` of input block ``cb`` into ``V``."""
     t = f"vf{vl}"
@@ -90,7 +99,7 @@ def _input_transform(shape: ConvShape, vl: int, tiles: int, tw: int) -> str:
         v = [f"s{i}0 - s{i}2", f"s{i}1 + s{i}2", f"s{i}2 - s{i}1", f"s{i}1 - s{i}3"]
         for j in range(4):
             xi = 4 * i + j
-            stores.append(f"{t}_store(v + (size_t){xi * tiles * vl} * {_blocks(shape.c, vl)}, "
+            stores.append(f"{t}_store(v + (size_t){xi} * {_point_stride(shape, vl, tiles)}, "
                           f"{v[j]});")
     return f"""
 VDLA_INLINE void NAME_in(const float *restrict xb, float *restrict V, int cb, int tr) {{
@@ -126,7 +135,8 @@ VDLA_INLINE void NAME_mm{n}(const float *restrict V, const float *restrict U,
         {" ".join(f"{a} = ({t}){{0}};" for a in accs)}
         const float *uw = U + ((size_t)ob * 16 + xi) * {cb * vl * vl};
         for (int c = 0; c < {cb}; c++) {{
-            const float *vx = V + (((size_t)xi * {cb} + c) * {tiles} + t0) * {vl};
+            const float *vx = V + (size_t)xi * {_point_stride(shape, vl, tiles)}
+                              + ((size_t)c * {tiles} + t0) * {vl};
             const float *wc = uw + (size_t)c * {vl * vl};
             #pragma GCC unroll {s.unroll}
             for (int q = 0; q < {vl}; q++) {{
@@ -196,7 +206,7 @@ def winograd_kernel(shape: ConvShape, schedule: ConvSchedule, weights, bias, nod
                     min(s.mr, (th - (rts - 1) * rows_per) * tw)} - {0})
     products = "".join(_products(shape, s, n, tiles) for n in sizes)
     dispatch = " ".join(f"case {n}: NAME_mm{n}(V, U, M, ob, t0); break;" for n in sizes)
-    v_bytes = 16 * cbi * tiles * vl * 4
+    v_bytes = 16 * _point_stride(shape, vl, tiles) * 4
     m_bytes = 16 * s.mr * vl * 4
     in_size, out_size = cbi * shape.h * shape.w * vl, cbo * shape.ho * shape.wo * vl
     res_decl = ("const float *restrict res = (const float *)in[1];" if shape.residual
