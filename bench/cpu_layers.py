@@ -131,13 +131,13 @@ def measure(model_name: str, precision: str, args, onnx_dir: Path) -> dict:
     x = np.asarray(model.feed[model.graph.inputs[0]], np.float32)
     graph = pipeline.graph_for(model, target, precision=precision)
     sessions = {}
+    reference = pipeline.reference_of(graph, model.feed)
     for who, schedules in (("before", plain_schedules(graph, target)), ("after", {})):
         compiled = compile_model(graph, target, schedules=schedules)
         session = compiled.session()
         first = session.run_graph(model.feed)
         if first is None:
             raise SystemExit(f"{model_name}: not every op runs on the CPU target")
-        reference = pipeline.reference_of(graph, model.feed)
         error = max(pipeline.relative_error(first.outputs[o], reference[o])
                     for o in graph.outputs)
         if precision == "int8" and error != 0.0 or error > pipeline.FLOAT_TOLERANCE:

@@ -54,6 +54,8 @@ def test_scaling_bench_counts_work_items(tmp_path, capsys):
     ("cpu_layers.py", ["--models", "nosuch"], "unknown model 'nosuch'"),
     ("cpu_scaling.py", ["--models", "nosuch"], "unknown model 'nosuch'"),
     ("cpu_scaling.py", ["--project", "0"], "--threads and --project must be positive"),
+    ("cpu.py", ["--models", "nosuch"], "unknown model 'nosuch'"),
+    ("cpu.py", ["--isa", "mmx"], "invalid choice: 'mmx'"),
 ])
 def test_bad_arguments_name_the_value(script, argv, message, capsys):
     bench = load_script(BENCH / script)
