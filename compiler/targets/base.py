@@ -385,6 +385,15 @@ class Target(abc.ABC):
         """Raise ValueError for a graph this target cannot take at all (before
         partitioning); by default every graph is fine."""
 
+    def choose_schedules(self, graph: Graph, options: Mapping[str, Sequence[tuple[Any, Any]]]
+                         ) -> dict[str, tuple[Any, Any]]:
+        """node name -> the (schedule, cost) to compile it with, from `options`: each
+        tuned node's recorded schedules with their costs, fastest first
+        (`vdla.compiler.tuner.best_schedules`). The default takes each node's fastest; a
+        target whose nodes' schedules interact (the CPU's layouts: neighbours that
+        disagree pay for a conversion) weighs them together."""
+        return {name: found[0] for name, found in options.items() if found}
+
     def compile_op(self, node: Node, graph: Graph, schedule: Any = None) -> CompiledOp:
         """Compile one node this target `supports`; `schedule` is one of this target's
         schedules (from the tuner's records) or None for its default. Raise ValueError

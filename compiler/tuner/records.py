@@ -204,9 +204,16 @@ class Records(SqliteFile):
     def best(self, workload: str, config: str, backend: str, *,
              target: str) -> Record | None:
         """The schedule with the lowest cost for the workload of `target` on the config,
-        measured on `backend`, or None: a schedule's cost is the median of its ok rows
-        (the lower median; one row: its cost), and the oldest schedule wins among equals.
-        Returned as its first ok row with ``cycles`` set to that median."""
+        measured on `backend`, or None: `ranked`'s first."""
+        ranked = self.ranked(workload, config, backend, target=target)
+        return ranked[0] if ranked else None
+
+    def ranked(self, workload: str, config: str, backend: str, *,
+               target: str) -> list[Record]:
+        """Every schedule measured ok for the workload of `target` on the config and
+        `backend`, fastest first: a schedule's cost is the median of its ok rows (the
+        lower median; one row: its cost), and the oldest schedule goes first among
+        equals. Each is its first ok row with ``cycles`` set to that median."""
         rows = self._db.execute(
             f"SELECT {', '.join(_COLUMNS)}, id FROM measurements WHERE target = ? AND "
             "workload = ? AND config = ? AND backend = ? AND status = ? ORDER BY id",
@@ -214,16 +221,13 @@ class Records(SqliteFile):
         by_schedule: dict[str, list] = {}
         for row in rows:
             by_schedule.setdefault(row[_COLUMNS.index("schedule")], []).append(row)
-        best = None
+        found = []
         for group in by_schedule.values():
             costs = sorted(r[_COLUMNS.index("cycles")] for r in group)
-            cost = costs[(len(costs) - 1) // 2]
-            key = (cost, group[0][-1])
-            if best is None or key < best[0]:
-                best = (key, group[0])
-        if best is None:
-            return None
-        return dataclasses.replace(self._record(best[1][:-1]), cycles=best[0][0])
+            found.append(((costs[(len(costs) - 1) // 2], group[0][-1]), group[0]))
+        found.sort(key=lambda item: item[0])
+        return [dataclasses.replace(self._record(row[:-1]), cycles=key[0])
+                for key, row in found]
 
     def __len__(self) -> int:
         return self._db.execute("SELECT COUNT(*) FROM measurements").fetchone()[0]

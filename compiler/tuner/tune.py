@@ -335,18 +335,20 @@ def _measure(runner, inputs: Sequence[MeasureInput],
 
 def best_schedules(records: Records, graph, target, backend: str | None = None
                    ) -> dict[str, tuple[Any, int]]:
-    """node name -> (schedule, cost) of the best record for each tunable node of quantized
-    `graph` on `target` (`Target.tasks`), measured on `backend` (default: each task's
-    first measurement backend, for the accelerator ``verilator``). Nodes without a usable
-    record are left out: they get the target's default. For `compile_model`'s
+    """node name -> (schedule, cost) of the recorded schedule `target` picks for each
+    tunable node of quantized `graph` (`Target.tasks`), measured on `backend` (default:
+    each task's first measurement backend, for the accelerator ``verilator``): its
+    fastest, unless the target weighs the nodes together (`Target.choose_schedules`: the
+    CPU's layouts, where neighbours that disagree pay for a conversion). Nodes without a
+    usable record are left out: they get the target's default. For `compile_model`'s
     ``schedules``."""
-    found = {}
+    options = {}
     for task in target.tasks(graph):
-        r = records.best(task.key, task.platform, backend or task.measure_backends[0],
-                         target=task.target)
-        read = readable(task, [] if r is None else [r])
+        ranked = records.ranked(task.key, task.platform, backend or task.measure_backends[0],
+                                target=task.target)
+        read = [(s, r.cycles) for s, r in readable(task, ranked)]
         if not read:       # none, or unreadable (said so): the target's default
             continue
         for node in task.nodes:
-            found[node] = (read[0][0], r.cycles)
-    return found
+            options[node] = read
+    return target.choose_schedules(graph, options)

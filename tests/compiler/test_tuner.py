@@ -149,6 +149,24 @@ def test_records_round_trip_and_best(tmp_path):
     assert sqlite3.connect(path).execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
+def test_records_rank_schedules_by_their_median(tmp_path):
+    """`Records.ranked`: every schedule once, fastest first by the lower median of its
+    ok rows, the oldest first among equals; `best` is its first."""
+    rows = [record(cycles=300, schedule={"tile_h": 3}), record(cycles=100, schedule={"tile_h": 3}),
+            record(cycles=500, schedule={"tile_h": 3}),          # median 300
+            record(cycles=250, schedule={"tile_h": 2}),
+            record(cycles=None, status="crash", counters={}, error="died",
+                   schedule={"tile_h": 1}),
+            record(cycles=250, schedule={"tile_h": 4})]          # ties with tile_h 2
+    with Records(tmp_path / "r.db") as db:
+        db.add(*rows)
+        ranked = db.ranked("w", CFG.name, "verilator", target="vdla")
+        assert [(r.schedule["tile_h"], r.cycles) for r in ranked] == [(2, 250), (4, 250),
+                                                                       (3, 300)]
+        assert db.best("w", CFG.name, "verilator", target="vdla") == ranked[0]
+        assert db.ranked("w", CFG.name, "functional", target="vdla") == []
+
+
 def test_records_reject_bad_rows_and_files(tmp_path):
     with pytest.raises(ValueError, match="status must be one of"):
         record(status="great")
@@ -183,9 +201,9 @@ def test_unreadable_records_are_reported_not_skipped_silently(tmp_path):
             result = tune_task(task, ReplayRunner(db, "functional"), trials=1, records=db)
         assert result.resumed == 1 and result.best == good
         graph = workload_graph(parse_workload(TINY)[1])[0]
-        with pytest.warns(UnreadableRecords, match="1 record"):
-            # the best record (700 cycles) is unreadable: the node keeps its default
-            assert best_schedules(db, graph, TARGET, "functional") == {}
+        with pytest.warns(UnreadableRecords, match=r"2 record\(s\)"):
+            # the two fastest records are unreadable: the node gets the fastest it reads
+            assert best_schedules(db, graph, TARGET, "functional") == {"conv": (good, 900)}
 
 
 def test_a_version_1_records_file_is_migrated(tmp_path):

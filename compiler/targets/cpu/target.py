@@ -40,6 +40,7 @@ from vdla.compiler.targets.cpu import ops as cpu_ops
 from vdla._platform import cpu_name
 from vdla.compiler.targets.cpu.build import machine_features
 from vdla.compiler.targets.cpu.kernel import Kernel
+from vdla.compiler.targets.cpu.layout_choice import choose_layouts
 from vdla.compiler.targets.cpu.library import aligned_empty, function, load, start_team
 from vdla.compiler.targets.cpu.lower import node_kernel
 from vdla.compiler.targets.cpu.program import Program
@@ -247,20 +248,36 @@ class CpuTarget(Target):
                            nonnegative=nonnegative, in_block=in_block)
 
     def kernels(self, graph: Graph, nodes: Sequence[Node], *, schedules: Mapping[str, Any],
-                progress: Progress | None = None, start: int = 0, total: int | None = None
-                ) -> tuple[dict[str, Kernel], dict[str, Any]]:
+                progress: Progress | None = None, start: int = 0, total: int | None = None,
+                memo: dict | None = None) -> tuple[dict[str, Kernel], dict[str, Any]]:
         """Each of `nodes`' kernel (C text, not compiled) and the schedule it used, by
-        node name; each reads its input in the layout its producer writes."""
+        node name; each reads its input in the layout its producer writes. `memo`, a
+        dict kept between calls, holds the kernels made, by node, schedule and input
+        layout (`choose_schedules` tries many schedules of a few nodes)."""
         kernels, used = {}, {}
         blocks: dict[str, int] = {}        # tensor -> the layout its producer writes
         for i, node in enumerate(nodes):
             if progress is not None:
                 progress(start + i, len(nodes) if total is None else total, node.name)
             first = node.inputs[0] if node.inputs else ""
-            kernels[node.name], used[node.name] = self.kernel(
-                node, graph, schedules.get(node.name), in_block=blocks.get(first, 0))
+            schedule, in_block = schedules.get(node.name), blocks.get(first, 0)
+            key = (node.name, schedule, in_block)
+            made = None if memo is None else memo.get(key)
+            if made is None:
+                made = self.kernel(node, graph, schedule, in_block=in_block)
+                if memo is not None:
+                    memo[key] = made
+            kernels[node.name], used[node.name] = made
             blocks[node.outputs[0]] = kernels[node.name].out_block
         return kernels, used
+
+    def choose_schedules(self, graph: Graph, options: Mapping[str, Sequence[tuple[Any, Any]]]
+                         ) -> dict[str, tuple[Any, Any]]:
+        """Each tuned node's recorded schedule, its layout chosen with its neighbours'
+        (`layout_choice.choose_layouts`: a node whose fastest schedule writes another
+        layout than its neighbours read pays for the conversions)."""
+        nodes = [n for n in graph.nodes() if self.supports(n, graph).ok]
+        return choose_layouts(graph, nodes, options, self.kernels)
 
     def compile_nodes(self, graph: Graph, nodes: Sequence[Node], *,
                       schedules: Mapping[str, Any], progress: Progress | None = None,
