@@ -22,8 +22,10 @@ by tens of percent from one minute to the next (its second core is sometimes onl
 half there), and blocks measured seconds apart see the same machine.
 
 Part 2, tuning: per model and precision, `vdla tune`'s loop (the default schedule
-first, then the model tuner) with `--trials` wall-time measurements per distinct layer,
-kept in `--records` (a second run resumes). Printed per layer: default and tuned time.
+first, then `--tuner`, by default the pretrained model corrected online) with `--trials`
+wall-time measurements per distinct layer, kept in `--records` (a second run resumes).
+Printed per layer: default and tuned time. The tuned column of part 1 compiles the
+records' schedules with their layouts chosen for the whole graph (`best_schedules`).
 
 Part 3, convergence: for `--layers` (ResNet-18 names, H,W,Cin,Cout,k,pad,stride, or
 MODEL:PRECISION:NODE), a long run of `--long-trials`, then fresh runs of the model tuner
@@ -71,6 +73,7 @@ from vdla.compiler.targets.model import compile_model  # noqa: E402
 from vdla._platform import cpu_name  # noqa: E402
 from vdla.compiler.pipeline import tasks_from_workload  # noqa: E402
 from vdla.compiler.tuner import LocalRunner, Records, tune_task  # noqa: E402
+from vdla.compiler.tuner.search import TUNERS  # noqa: E402
 from vdla.compiler.targets.cpu import isa as cpu_isa  # noqa: E402
 
 MODELS = ("resnet18", "resnet50", "mobilenet_v1")
@@ -276,7 +279,7 @@ def tune(models, args, records: Records) -> list[dict]:
                 for i, task in enumerate(tasks):
                     log(f"tuning {name} {precision} [{i + 1}/{len(tasks)}] {task.describe()}")
                     r = tune_task(task, runner, trials=args.trials, records=records,
-                                  seed=args.seed)
+                                  tuner=args.tuner, seed=args.seed)
                     rows.append({"model": name, "precision": precision, "layer": task.name,
                                  "shape": task.describe(), "nodes": len(task.nodes),
                                  "space": r.space_size, "trials": r.trials,
@@ -455,6 +458,9 @@ def main(argv=None) -> int:
     p.add_argument("--pause", type=float, default=0.3,
                    help="seconds between blocks (default 0.3)")
     p.add_argument("--trials", type=int, default=32, help="tuning trials per layer")
+    p.add_argument("--tuner", default="pretrained", choices=list(TUNERS),
+                   help="the search (default pretrained: the shipped cost model, which "
+                        "knows the layout and Winograd knobs, corrected online)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--layers", nargs="+", default=[
         "mobilenet_v1:int8:features.1.pw.conv", "resnet50:int8:layer2.0.conv1",

@@ -31,7 +31,7 @@ tuning curves are plotted (``--plot``).
 
 Part 3, ``cpu``: the same strategies and targets for MobileNet-v1 float32 on the CPU
 (the widest instruction set this machine runs, one thread, one measurement at a time),
-a model and precision the CPU's training set never measured (``make_cpu_v2.sh``). Wall
+a model and precision the CPU's training set never measured (``make_cpu_v3.sh``). Wall
 times are noisy and the fastest of a long search is flattered by its luck, so the
 strategies are compared by their picks measured again side by side: every strategy's
 best schedule of every task and its default, one after another in slots of a few

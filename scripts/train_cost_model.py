@@ -1,8 +1,10 @@
 """Train the cost model a target ships, from a training set's records.
 
 Usage: python scripts/train_cost_model.py [--manifest M.json ...]
-       python scripts/train_cost_model.py --manifest bench/datasets/cpu_v2.db.manifest.json \
-           bench/datasets/cpu_f32_v2.db.manifest.json
+       python scripts/train_cost_model.py --manifest bench/datasets/cpu_v3.db.manifest.json \
+           bench/datasets/cpu_f32_v3.db.manifest.json --trees 300 --depth 6 --rate 0.05 \
+           --test bench/datasets/cpu_test_v3.db.manifest.json \
+           bench/datasets/cpu_f32_test_v3.db.manifest.json
 
 Reads the manifests that ``vdla dataset`` wrote (default: the accelerator's training
 sets in bench/datasets; each manifest's plan makes its tasks again, joined with its
@@ -60,6 +62,15 @@ def main(argv=None) -> int:
                         "choosing the settings")
     parser.add_argument("--min-tasks", type=int, default=20, help="a feature set with fewer "
                         "tasks in the sets gets no model (default 20)")
+    parser.add_argument("--test", type=Path, nargs="+", default=[], metavar="M.json",
+                        help="then rank each written model on these manifests' sets (held "
+                        "out of the training sets), beside its baseline feature alone (the "
+                        "target's own cost model), by platform")
+    parser.add_argument("--classes", nargs="+", default=[], metavar="FEATURE",
+                        help="with --test, also: on tasks that measured several classes of "
+                        "schedule (the values of these features; the CPU's: blocked "
+                        "winograd), how often the first-ranked schedule is of the class of "
+                        "the fastest measured, and what a wrong class costs")
     args = parser.parse_args(argv)
     if args.cv is not None and args.cv < 2:
         parser.error(f"--cv must be at least 2 folds, not {args.cv}")
@@ -94,7 +105,9 @@ def main(argv=None) -> int:
         if args.cv:
             _cross_validate(args, feature_set, rows)
         else:
-            _write(args, manifests, out, feature_set, rows)
+            model = _write(args, manifests, out, feature_set, rows)
+            if args.test:
+                _test(args, model, feature_set)
     print(f"({time.perf_counter() - start:.1f} s)")
     return 0
 
@@ -120,7 +133,58 @@ def _cross_validate(args, feature_set, rows: Rows) -> None:
               f"{top1_ratio(predicted[at], rows.y[at], rows.groups[at]):.4f}")
 
 
-def _write(args, manifests: list[dict], out: Path, feature_set, rows: Rows) -> None:
+def _test(args, model: CostModel, feature_set) -> None:
+    """`model`'s ranking of the `args.test` sets, beside the baseline feature's."""
+    try:
+        rows = Rows.join([pipeline.training_set(path, feature_set=feature_set.name)[0]
+                          for path in args.test])
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"--test: {exc}") from None
+    predicted = model.predict(rows.x)
+    baseline = sum(rows.x[:, rows.feature_names.index(n)] for n in feature_set.baseline)
+    platform = np.array([rows.tasks[g][0] for g in rows.groups])
+    print(f"held out ({', '.join(p.name for p in args.test)}): {len(rows)} schedules of "
+          f"{len(rows.tasks)} tasks")
+    for name in sorted(set(platform)):
+        at = platform == name
+        figures = [(f"{pairwise_accuracy(p[at], rows.y[at], rows.groups[at]):.3f}",
+                    f"{top1_ratio(p[at], rows.y[at], rows.groups[at]):.4f}")
+                   for p in (predicted, baseline)]
+        print(f"  {name:40s} pairwise {figures[0][0]} (baseline {figures[1][0]}), top-1 "
+              f"{figures[0][1]} (baseline {figures[1][1]})")
+        if args.classes:
+            _classes(args.classes, rows, at, {"model": predicted, "baseline": baseline})
+
+
+def _classes(names: list[str], rows: Rows, at: np.ndarray, rankings: dict) -> None:
+    """How often each ranking's first pick is of the fastest measured schedule's class
+    (its values of the features `names`), on the tasks among `at` that measured two
+    classes or more; and the geometric mean of the fastest of the picked class over the
+    fastest of all."""
+    try:
+        columns = [rows.feature_names.index(n) for n in names]
+    except ValueError:
+        raise SystemExit(f"--classes: the features are {', '.join(rows.feature_names)}, "
+                         f"not all of {', '.join(names)}") from None
+    kinds = [tuple(row) for row in rows.x[:, columns]]
+    tasks = [g for g in np.unique(rows.groups[at])
+             if len({kinds[i] for i in np.flatnonzero(rows.groups == g)}) > 1]
+    for label, ranked in rankings.items():
+        right, costs = 0, []
+        for g in tasks:
+            rows_of = np.flatnonzero(rows.groups == g)
+            fastest = {}
+            for i in rows_of:
+                fastest[kinds[i]] = min(fastest.get(kinds[i], np.inf), rows.y[i])
+            picked = kinds[rows_of[np.argmin(ranked[rows_of])]]
+            right += fastest[picked] == min(fastest.values())
+            costs.append(fastest[picked] - min(fastest.values()))
+        print(f"    {label}: the fastest class ({', '.join(names)}) first on {right} of "
+              f"{len(tasks)} tasks; the picked class's fastest at "
+              f"{2 ** np.mean(costs) if costs else 1.0:.3f}x the fastest (geometric mean)")
+
+
+def _write(args, manifests: list[dict], out: Path, feature_set, rows: Rows) -> CostModel:
     platforms = sorted({platform for platform, _, _ in rows.tasks})
     # A model is held out at a precision (a set may measure it at another).
     held_out = {"platforms": sorted({p for m in manifests for p in m["held_out"]["platforms"]}),
@@ -141,6 +205,7 @@ def _write(args, manifests: list[dict], out: Path, feature_set, rows: Rows) -> N
     print(f"{path}: {feature_set.name} v{feature_set.version}, {len(rows)} schedules of "
           f"{len(rows.tasks)} tasks on {len(platforms)} platforms, {args.trees} trees of "
           f"depth {args.depth}, {path.stat().st_size:,} bytes")
+    return model
 
 
 if __name__ == "__main__":

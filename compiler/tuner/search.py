@@ -21,7 +21,8 @@ A tuner proposes the next schedules to measure and learns from the results:
   best guesses, and keeps learning online: trees fitted to what the pretrained model
   got wrong on this task's measurements correct its predictions. A task whose target
   ships no model is tuned by `ModelTuner` instead (`make_tuner`; the CLI says so).
-* `RandomTuner`: a seeded random order of the space. `GridTuner`: the space in order.
+* `RandomTuner`: a seeded random order of the space (of its parts in turn, where the
+  task names parts: `TuneTask.strata`). `GridTuner`: the space in order.
 
 A tuner with a model also answers `expected_best`: the cost it predicts for the best
 schedule not measured yet, which the task scheduler (`vdla.compiler.tuner.schedule`)
@@ -133,7 +134,16 @@ class GridTuner(Tuner):
 class RandomTuner(Tuner):
     def __init__(self, task, space, *, seed: int = 0):
         super().__init__(task, space, seed=seed)
-        self.order = self.rng.permutation(len(self.space))
+        strata = task.strata(self.space)
+        if not strata:
+            self.order = self.rng.permutation(len(self.space))
+        else:
+            # Round robin over the strata, each in its own random order: the k-th draw
+            # of stratum j goes to place k * len(strata) + j.
+            orders = [self.rng.permutation(np.asarray(part)) for part in strata]
+            places = np.concatenate([np.arange(len(o)) * len(orders) + j
+                                     for j, o in enumerate(orders)])
+            self.order = np.concatenate(orders)[np.argsort(places, kind="stable")]
         self._next = 0      # the order before it is all measured
 
     def propose(self, n: int) -> list:

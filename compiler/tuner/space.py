@@ -24,7 +24,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import math
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Hashable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -131,6 +131,15 @@ class ProductSpace(Sequence):
         if i < 0:
             i += len(self)
         return self.make(**self.fields(i))
+
+    def strata(self, key: Callable[[Mapping[str, Any]], Hashable]) -> list[np.ndarray]:
+        """The space's indices grouped by `key` of each block's fixed fields, one array
+        a group, in the order the groups first appear."""
+        groups: dict[Hashable, list[np.ndarray]] = {}
+        for block, start in zip(self.blocks, self._starts):
+            groups.setdefault(key(block.fixed), []).append(
+                np.arange(start, start + block.size, dtype=np.int64))
+        return [np.concatenate(parts) for parts in groups.values()]
 
     def position_of(self, fields: Mapping[str, Any]) -> int | None:
         """The index of the schedule with `fields`, or None when none has them."""

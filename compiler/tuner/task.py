@@ -90,6 +90,13 @@ class TuneTask(abc.ABC):
     def default_schedule(self) -> Hashable:
         """What the target compiles with when the records hold nothing."""
 
+    def strata(self, space) -> list | None:
+        """Parts of `space` (arrays of its indices) that the random tuner draws from in
+        turn, each in its own random order, so that a small part that runs differently
+        (the CPU's blocked layouts and Winograd, a tenth of a layer's space) is sampled
+        as often as the rest; None (the default): the space as one."""
+        return None
+
     def estimate(self, schedule) -> Any:
         """A model's prediction for `schedule`, an object with a ``cycles`` attribute in
         the task's unit (lower is better), or None when the target has no model."""

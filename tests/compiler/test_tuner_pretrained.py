@@ -5,6 +5,7 @@ functional backend, or replayed from records made here."""
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -365,7 +366,7 @@ def test_spaces_and_features_are_computed_once_per_machine(monkeypatch, tmp_path
 def test_the_training_script_cross_validates_and_refuses_bad_folds(capsys):
     root = Path(__file__).resolve().parents[2]
     script = load_script(root / "scripts" / "train_cost_model.py")
-    sets = [str(root / "bench" / "datasets" / f"cpu{n}_v2.db.manifest.json")
+    sets = [str(root / "bench" / "datasets" / f"cpu{n}_v3.db.manifest.json")
             for n in ("", "_f32")]
     with pytest.raises(SystemExit, match="2"):
         script.main(["--manifest", *sets, "--cv", "1"])
@@ -373,6 +374,24 @@ def test_the_training_script_cross_validates_and_refuses_bad_folds(capsys):
     assert script.main(["--manifest", *sets, "--cv", "2", "--trees", "20"]) == 0
     out = capsys.readouterr().out
     assert "2-fold cross-validation by task" in out and "avx512vnni" in out and "pairwise" in out
+
+
+def test_the_training_script_ranks_its_model_on_held_out_sets(capsys, tmp_path):
+    """``--test``: the written model (to ``--out``, not the shipped folder) ranks sets
+    it never saw, beside its baseline feature; a bad manifest is named."""
+    sets = Path(__file__).resolve().parents[2] / "bench" / "datasets"
+    script = load_script(sets.parents[1] / "scripts" / "train_cost_model.py")
+    assert script.main(["--manifest", str(sets / "cpu_f32_v3.db.manifest.json"),
+                        "--trees", "20", "--out", str(tmp_path),
+                        "--test", str(sets / "cpu_f32_test_v3.db.manifest.json")]) == 0
+    out = capsys.readouterr().out
+    assert (tmp_path / "cpu.conv2d-v3.npz").is_file()
+    assert re.search(r"held out \(cpu_f32_test_v3.db.manifest.json\): \d+ schedules of "
+                     r"\d+ tasks\n  AMD EPYC, 1 threads, avx512vnni +pairwise 0\.\d+ "
+                     r"\(baseline 0\.\d+\), top-1", out), out
+    with pytest.raises(SystemExit, match="--test: "):
+        script.main(["--manifest", str(sets / "cpu_f32_v3.db.manifest.json"), "--trees", "5",
+                     "--out", str(tmp_path), "--test", str(sets / "cpu_avx2_sbs.db.xz")])
 
 
 def test_the_timing_model_vetoes_a_pick_it_has_slower_than_the_default(monkeypatch, tmp_path):

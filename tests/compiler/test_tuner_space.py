@@ -111,3 +111,29 @@ def test_the_tuners_run_on_a_space_they_never_list(cpu_tasks, monkeypatch):
             tuner.update(batch, [1000 + 50 * k - 10 * round_ for k in range(6)])
         assert len(tuner.measured) == 18
     assert tuner.expected_best() > 0 and tuner.model is not None
+
+
+def test_a_product_space_splits_into_strata_by_its_blocks():
+    space = ProductSpace(dict, [
+        Block({"layout": "plain", "mr": 1}, (("tile_h", (1, 2)), ("tile_co", (8, 16)))),
+        Block({"layout": "nchwc", "mr": 1}, (("tile_h", (1, 2, 4)),)),
+        Block({"layout": "plain", "mr": 2}, (("tile_h", (1,)),))])
+    strata = space.strata(lambda fixed: fixed["layout"])
+    assert [list(s) for s in strata] == [[0, 1, 2, 3, 7], [4, 5, 6]]
+    assert {space[int(i)]["layout"] for i in strata[1]} == {"nchwc"}
+
+
+def test_the_random_tuner_draws_the_cpu_strata_in_turn(cpu_tasks):
+    """A CPU convolution's random order takes its plain, blocked and Winograd schedules in
+    turn (`CpuTask.strata`): the blocked ones are a tenth of a pointwise space, a third of
+    every draw; each stratum once in all, and the order the same for a seed."""
+    task = cpu_tasks[-1]                         # MobileNet-v1's first pointwise layer
+    space = task.space()
+    order = RandomTuner(task, space, seed=3).order
+    assert sorted(order) == list(range(len(space)))
+    first = [space[int(i)].layout for i in order[:12]]
+    assert first == ["plain", "nchwc"] * 6
+    assert np.array_equal(order, RandomTuner(task, space, seed=3).order)
+    assert sum(s.layout != "plain" for s in space[::97]) < len(space[::97]) / 3
+    dense = next(t for t in cpu_tasks if not t.conv)
+    assert dense.strata(dense.space()) is None

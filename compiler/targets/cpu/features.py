@@ -34,7 +34,7 @@ _PLATFORM = (
     Feature("log_threads", "log2 of the thread count the layer runs on"),
 )
 
-CONV2D = FeatureSet("cpu.conv2d", 2, (
+CONV2D = FeatureSet("cpu.conv2d", 3, (
     # The workload.
     Feature("log_macs", "log2 of the layer's useful multiply-accumulates"),
     Feature("log_out_pixels", "log2 of output pixels (batch x rows x columns)"),
@@ -58,6 +58,10 @@ CONV2D = FeatureSet("cpu.conv2d", 2, (
     Feature("order_px", "1 when the loops run pixel blocks outside channel tiles"),
     Feature("lanes_co", "1 when the vector lanes run along output channels"),
     Feature("log_unroll", "log2 of the reduction loop's unroll"),
+    Feature("blocked", "1 when the layer reads and writes the blocked layout NCHW{vl}c "
+            "(its register tile is then mr pixels by nv channel vectors)"),
+    Feature("winograd", "1 for Winograd F(2x2, 3x3) (the blocked layout's float 3x3 "
+            "layers)"),
     *(Feature(f"parallel_{p}", f"1 when the threads split the work by {p}")
       for p in PARALLEL if p != "all"),
     Feature("waste_co", "padding the register tiles add to the output channels, as a "
@@ -139,6 +143,7 @@ def conv2d_values(shape: ConvShape, s: ConvSchedule, isa: Isa, threads: int) -> 
         "tile_ci_share": s.tile_ci / shape.cg_padded,
         "order_px": float(s.order == ORDERS[1]), "lanes_co": float(s.lanes == "co"),
         "log_unroll": log2(s.unroll),
+        "blocked": float(s.layout != "plain"), "winograd": float(s.wino > 0),
         **{f"parallel_{p}": float(s.parallel == p) for p in PARALLEL if p != "all"},
         "waste_co": og / shape.og - 1.0,
         "waste_px": _blocks(plane, s.nv * s.vl) * s.nv * s.vl / max(plane, 1) - 1.0,

@@ -59,7 +59,7 @@ MIN_SECONDS = 0.15
 MAX_RUNS = 400
 
 #: The cost models this target ships, one per feature set (scripts/train_cost_model.py
-#: writes them from bench/datasets/make_cpu_v2.sh's set).
+#: writes them from bench/datasets/make_cpu_v3.sh's set).
 PRETRAINED = Path(__file__).resolve().parent / "models"
 
 _TUNABLE = ("conv2d", "qconv2d", "dense", "qdense")
@@ -132,6 +132,15 @@ class CpuTask(OneNodeTask):
                                             dense_blocks(self.shape, self._isa)],
                             ranks=DENSE_RANKS)
 
+    def strata(self, space: ProductSpace) -> list | None:
+        """A convolution's space in three parts, drawn from in turn by the random tuner
+        (training sets): the plain layout, the blocked layout, and Winograd. The blocked
+        schedules are 4 to 28% of a layer's space and Winograd's 1%, so a uniform draw of
+        12 would rarely show how either runs."""
+        if not self.conv:
+            return None
+        return space.strata(lambda fixed: (fixed["layout"], fixed["wino"] > 0))
+
     def default_schedule(self):
         if self.conv:
             return choose_conv(self.shape, self._isa, self.threads)
@@ -166,7 +175,8 @@ class CpuTask(OneNodeTask):
                      math.ceil(s.tile_h * shape.grid_pitch / (s.nv * s.vl)) * s.nv * s.vl
                      / (s.tile_h * shape.grid_pitch) - 1.0,
                      math.ceil(items / self.threads) * self.threads / items - 1.0,
-                     math.log2(max(1, grid))]
+                     math.log2(max(1, grid)), float(LAYOUTS.index(s.layout)),
+                     float(s.wino)]
         else:
             feats = [float(s.vl), float(s.ov), float(s.unroll), float(s.parallel == "none"),
                      math.ceil(shape.o / (s.vl * s.ov)) * s.vl * s.ov / shape.o - 1.0]
