@@ -28,7 +28,6 @@ import datetime
 import os
 import re
 import shlex
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -184,6 +183,9 @@ FIGURES = [
            "vdla run resnet18 and resnet50 end to end, warm, sequential and in parallel"),
     Figure("functional_sim", "python3 bench/functional_sim.py --repeat 3",
            "the functional simulator's int8 MAC/s on blocked GEMMs"),
+    Figure("cpu_fusion", "python3 bench/cpu_fusion.py --rounds 15",
+           "MobileNet-v1 with its depthwise and pointwise pairs fused and unfused, "
+           "alternating in one process"),
     Figure("cpu_speed",
            "python3 bench/cpu.py --threads 2 --skip-tune --skip-convergence --skip-exactness "
            "--rounds 9 --out {tmp}/cpu",

@@ -52,7 +52,7 @@ from vdla.compiler.targets.cpu.layout import PLAIN
 from vdla.compiler.targets.cpu.schedule import ConvSchedule, flattens, input_block
 from vdla.compiler.targets.cpu.shapes import ConvShape
 
-__all__ = ["blocked_kernel", "epilogue"]
+__all__ = ["blocked_kernel", "epilogue", "keeps_rows"]
 
 
 def _blocks(total: int, size: int) -> int:
@@ -332,15 +332,22 @@ def _flattened(shape: ConvShape, s: ConvSchedule) -> tuple[ConvShape, ConvSchedu
             dataclasses.replace(s, tile_h=tile_h))
 
 
+def keeps_rows(shape: ConvShape, s: ConvSchedule) -> bool:
+    """Whether the kernel of `shape` with `s` computes the layer's own output rows
+    (`_flattened` cuts a narrow 1x1 plane in rows of other widths)."""
+    return _flattened(shape, s)[0] is shape
+
+
 def blocked_kernel(shape: ConvShape, schedule: ConvSchedule, weights: np.ndarray,
                    bias: np.ndarray | None, node: Node, isa: Isa,
-                   inputs: tuple[str, ...]) -> Kernel:
+                   inputs: tuple[str, ...], *, band: bool = False) -> Kernel:
     """The `Kernel` of convolution `shape` (one group) with `schedule` (``layout=
     "nchwc"``, checked on `isa`); arguments as `conv.conv_kernel`'s. Its input, residual
-    and output are blocked by ``schedule.vl``."""
+    and output are blocked by ``schedule.vl``. With `band`, its C is a band of rows for a
+    fused kernel (`_entry`), not a function of its own."""
     s = schedule.check(shape, isa)
     if shape.depthwise:
-        return _depthwise_kernel(shape, s, weights, bias, node, inputs)
+        return _depthwise_kernel(shape, s, weights, bias, node, inputs, band)
     if shape.groups != 1:
         raise ValueError(f"blocked_kernel: {shape.describe()} has {shape.groups} groups; "
                          "it computes one-group and depthwise convolutions")
@@ -380,7 +387,8 @@ const {wt} *wc = wp + (size_t)(cb / {nv}) * {wstride};
 {calls}"""
     body = _entry(f"{shape.dtype} conv {shape.describe()}, NCHW{vl}c; schedule "
                   f"{schedule.to_dict()}", s, tiles, (el, out_t, wt), w_off, shape.n,
-                  shape.ho, (in_size, out_size), (cts, rts, per_ct), shape.residual, step)
+                  shape.ho, (in_size, out_size), (cts, rts, per_ct), shape.residual, step,
+                  band)
     reads = (vl if ib == vl else PLAIN,) + (vl,) * (len(inputs) - 1)
     return Kernel(body, params.blob(), inputs, 0, 0, shape.macs, in_blocks=reads,
                   out_block=vl, items=item_count(s, 1, cts, rts))
@@ -388,13 +396,15 @@ const {wt} *wc = wp + (size_t)(cb / {nv}) * {wstride};
 
 def _entry(title: str, s: ConvSchedule, tiles: str, types: tuple[str, str, str], w_off: int,
            images: int, rows: int, sizes: tuple[int, int], items: tuple[int, int, int],
-           residual: bool, step: str) -> str:
+           residual: bool, step: str, band: bool = False) -> str:
     """C of a blocked kernel's function ``NAME`` after its tile functions `tiles`: per
     image, OpenMP shares the work items (channel tiles by row tiles: `items` is their
     counts and the register tiles per channel tile); each runs `step` (C that sets ``cb``
     and ``wc`` and calls the row's tiles) for its register tiles and rows in the
     schedule's order. `types`: input, output and weight C types; `rows`: the output's;
-    `sizes`: an image's input and output elements."""
+    `sizes`: an image's input and output elements. With `band`, ``NAME`` is instead a
+    part of a fused kernel (`vdla.compiler.targets.cpu.fusion`): every channel tile of
+    output rows ``oy0`` to ``oy1`` of image ``b``, on the calling thread."""
     el, out_t, wt = types
     cts, rts, per_ct = items
     res_decl = (f"const {out_t} *restrict res = (const {out_t} *)in[1];" if residual
@@ -402,6 +412,24 @@ def _entry(title: str, s: ConvSchedule, tiles: str, types: tuple[str, str, str],
     mt = f"for (int mt = 0; mt < {per_ct}; mt++)"
     ry = "for (int oy = oy0; oy < oy1; oy++)"
     outer, inner_loop = (mt, ry) if s.order == "co" else (ry, mt)
+    if band:
+        return f"""
+/* {title}: rows oy0 to oy1 of image b */
+{tiles}
+VDLA_INLINE void NAME(const {el} *restrict x, const {out_t} *restrict res,
+        {out_t} *restrict y, const unsigned char *restrict params, int b, int oy0, int oy1) {{
+    const {wt} *restrict wp = (const {wt} *)(params + {w_off});
+    const {el} *xb = x + (size_t)b * {sizes[0]};
+    {out_t} *yb = y + (size_t)b * {sizes[1]};
+    const {out_t} *rb = res ? res + (size_t)b * {sizes[1]} : NULL;
+    for (int ct = 0; ct < {cts}; ct++) {{
+        {outer}
+        {inner_loop} {{
+            {indent(step, 12)}
+        }}
+    }}
+}}
+"""
     return f"""
 /* {title} */
 {tiles}
@@ -517,7 +545,7 @@ VDLA_INLINE void {name}(const {el} *restrict x, const {wt} *restrict wc, int oy,
 
 
 def _depthwise_kernel(shape: ConvShape, s: ConvSchedule, weights, bias, node: Node,
-                      inputs: tuple[str, ...]) -> Kernel:
+                      inputs: tuple[str, ...], band: bool = False) -> Kernel:
     """`blocked_kernel` of a depthwise convolution (one channel per group, one output
     per channel): work items are channel blocks by row tiles (``tile_co`` channels,
     ``tile_h`` rows); weights packed ``[block][kh][kw][vl]``."""
@@ -548,6 +576,7 @@ const {wt} *wc = wp + (size_t)cb * {shape.kh * shape.kw * vl};
 {calls}"""
     body = _entry(f"{shape.dtype} depthwise conv {shape.describe()}, NCHW{vl}c; schedule "
                   f"{s.to_dict()}", s, tiles, (el, el, wt), w_off, shape.n,
-                  shape.ho, (in_size, out_size), (cts, rts, per_ct), shape.residual, step)
+                  shape.ho, (in_size, out_size), (cts, rts, per_ct), shape.residual, step,
+                  band)
     return Kernel(body, params.blob(), inputs, 0, 0, shape.macs,
                   in_blocks=(vl,) * len(inputs), out_block=vl, items=item_count(s, 1, cts, rts))

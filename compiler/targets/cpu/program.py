@@ -31,6 +31,7 @@ from vdla.compiler.ir.graph import DTYPES, Graph
 from vdla.compiler.ir.tensor import Node
 from vdla.compiler.targets.cpu.build import BASE_FLAGS, CBuild, write_project
 from vdla.compiler.targets.cpu.cfiles import render, static_text
+from vdla.compiler.targets.cpu.fusion import Fusion
 from vdla.compiler.targets.cpu.isa import Isa
 from vdla.compiler.targets.cpu.kernel import ALIGN, Kernel, align
 from vdla.compiler.targets.cpu.layout import PLAIN, blocked_bytes, convert_kernel, describe
@@ -62,6 +63,8 @@ class Step:
     name : the node's name, or ``layout:TENSOR:NCHW->NCHW16c`` for a conversion
     kernel : the function it calls
     reads : the buffers of ``kernel.inputs``, in order; writes : its output buffer
+    fused : for a fused kernel (`vdla.compiler.targets.cpu.fusion`), the node it runs
+        before `node` (its time is counted in `node`'s)
     """
 
     name: str
@@ -69,14 +72,18 @@ class Step:
     reads: tuple[Buffer, ...]
     writes: Buffer
     node: Node | None = None
+    fused: str = ""
 
 
-def plan_steps(graph: Graph, nodes: Sequence[Node], kernels: Mapping[str, Kernel]
-               ) -> list[Step]:
+def plan_steps(graph: Graph, nodes: Sequence[Node], kernels: Mapping[str, Kernel],
+               fused: Mapping[str, Fusion] | None = None) -> list[Step]:
     """The nodes' kernels in order, with a conversion before every read of a tensor in
     another layout than its producer wrote (one per tensor and layout, reused by later
     readers), and after a node whose graph output it writes blocked. Graph inputs and
-    outputs are plain."""
+    outputs are plain. `fused`: node name -> the `Fusion` that runs it with the node
+    before it, in that node's place (whose own step is left out)."""
+    fused = fused or {}
+    first = {f.first: name for name, f in fused.items()}
     written: dict[str, int] = {t: PLAIN for t in graph.inputs}
     have: set[Buffer] = {(t, PLAIN) for t in graph.inputs}
     steps: list[Step] = []
@@ -92,7 +99,11 @@ def plan_steps(graph: Graph, nodes: Sequence[Node], kernels: Mapping[str, Kernel
         have.add((tensor, block))
 
     for node in nodes:
-        kernel = kernels[node.name]
+        if node.name in first:          # runs in the fused kernel of the node after it
+            written[node.outputs[0]] = kernels[node.name].out_block
+            continue
+        fusion = fused.get(node.name)
+        kernel = kernels[node.name] if fusion is None else fusion.kernel
         reads = []
         for k, tensor in enumerate(kernel.inputs):
             if tensor not in written:        # produced by a node not in this program
@@ -103,10 +114,16 @@ def plan_steps(graph: Graph, nodes: Sequence[Node], kernels: Mapping[str, Kernel
         out = node.outputs[0]
         written[out] = kernel.out_block
         have.add((out, kernel.out_block))
-        steps.append(Step(node.name, kernel, tuple(reads), (out, kernel.out_block), node))
+        steps.append(Step(node.name, kernel, tuple(reads), (out, kernel.out_block), node,
+                          "" if fusion is None else fusion.first))
         if out in graph.outputs and kernel.out_block != PLAIN:
             convert(out, PLAIN)
     return steps
+
+
+def fused_key(name: str) -> str:
+    """The key of node `name`'s fused kernel in `Program.offsets`."""
+    return f"fused:{name}"
 
 
 def plan_memory(graph: Graph, steps: Sequence[Step]) -> tuple[dict[Buffer, int], int]:
@@ -164,19 +181,24 @@ class Program:
 
     @classmethod
     def create(cls, graph: Graph, nodes: Sequence[Node], kernels: Mapping[str, Kernel],
-               isa: Isa) -> "Program":
-        offsets, size = {}, 0
-        for node in nodes:
-            offsets[node.name] = size
-            size = align(size + kernels[node.name].params.size)
-        blob = np.zeros(max(size, ALIGN), np.uint8)
-        for node in nodes:
-            p = kernels[node.name].params
-            blob[offsets[node.name]:offsets[node.name] + p.size] = p
+               isa: Isa, fused: Mapping[str, Fusion] | None = None) -> "Program":
+        """The program of `nodes` with `kernels`; `fused` (node name -> `Fusion`, see
+        `plan_steps`) changes what the whole-graph runner calls, not the nodes' own
+        kernels (the session's op-by-op calls)."""
         steps, arena, arena_size = (), {}, 0
         if cls._covers(graph, nodes):
-            steps = tuple(plan_steps(graph, nodes, kernels))
+            steps = tuple(plan_steps(graph, nodes, kernels, fused))
             arena, arena_size = plan_memory(graph, steps)
+        # The nodes' params, then the fused kernels' (`fused_key`).
+        parts = [(node.name, kernels[node.name]) for node in nodes]
+        parts += [(fused_key(step.name), step.kernel) for step in steps if step.fused]
+        offsets, size = {}, 0
+        for name, kernel in parts:
+            offsets[name] = size
+            size = align(size + kernel.params.size)
+        blob = np.zeros(max(size, ALIGN), np.uint8)
+        for name, kernel in parts:
+            blob[offsets[name]:offsets[name] + kernel.params.size] = kernel.params
         return cls(graph, tuple(nodes), dict(kernels), isa, offsets, blob, steps, arena,
                    arena_size)
 
@@ -197,7 +219,7 @@ class Program:
 
     def _all_kernels(self) -> list[Kernel]:
         return [self.kernels[n.name] for n in self.nodes] + [
-            step.kernel for step in self.conversions]
+            step.kernel for step in self.steps if step.node is None or step.fused]
 
     def workspace(self, threads: int) -> int:
         """Scratch bytes the largest op needs on `threads` threads."""
@@ -223,9 +245,10 @@ class Program:
         for k, step in enumerate(self.steps):
             kernel = step.kernel
             ins = ", ".join(f"(const void *){where[b]}" for b in step.reads) or "NULL"
-            params = (f"params + {self.offsets[step.node.name]}" if step.node is not None
-                      else "params")
-            what = f"{step.node.name} ({step.node.op})" if step.node else step.name
+            params = ("params" if step.node is None else
+                      f"params + {self.offsets[fused_key(step.name) if step.fused else step.name]}")
+            what = (f"{step.fused} + " if step.fused else "") + (
+                f"{step.node.name} ({step.node.op})" if step.node else step.name)
             calls.append(f"    {{   /* {what} */\n"
                          f"        const void *in[] = {{{ins}}};\n"
                          f"        if (seconds) vdla_tick(&t0);\n"

@@ -39,6 +39,7 @@ from vdla.compiler.targets.cpu import layout
 from vdla.compiler.targets.cpu import ops as cpu_ops
 from vdla._platform import cpu_name
 from vdla.compiler.targets.cpu.build import machine_features
+from vdla.compiler.targets.cpu.fusion import fusions
 from vdla.compiler.targets.cpu.kernel import Kernel
 from vdla.compiler.targets.cpu.layout_choice import choose_layouts
 from vdla.compiler.targets.cpu.library import aligned_empty, function, load, start_team
@@ -99,6 +100,8 @@ class CpuTarget(Target):
         (``avx512vnni``, ``avx2``, ``portable``) or None for the best this machine's
         compiler offers
     log : receives build progress (default: nothing)
+    fuse : whether the whole-graph runner runs fusable depthwise and pointwise pairs as
+        one kernel (`fusion`); False runs every node's own (per-layer figures)
     """
 
     name = "cpu"
@@ -126,7 +129,8 @@ class CpuTarget(Target):
             target.isa          # probes the compiler: ValueError for an ISA it lacks
         return target
 
-    def __init__(self, *, threads: int | None = None, isa: str | None = None, log=None):
+    def __init__(self, *, threads: int | None = None, isa: str | None = None, log=None,
+                 fuse: bool = True):
         if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
                                     or threads < 1):
             raise ValueError(f"CpuTarget: threads must be a positive integer, not {threads!r}")
@@ -134,6 +138,7 @@ class CpuTarget(Target):
             raise ValueError(f"CpuTarget: isa must be one of {', '.join(cpu_isa.ISAS)} or "
                              f"None, not {isa!r}")
         self.threads, self._isa_name, self._log = threads, isa, log
+        self.fuse = bool(fuse)
         self._isa = None
         claim_cores()
 
@@ -286,7 +291,8 @@ class CpuTarget(Target):
         t0 = time.perf_counter()
         kernels, used = self.kernels(graph, nodes, schedules=schedules, progress=progress,
                                      start=start, total=total)
-        program = Program.create(graph, nodes, kernels, self.isa).compile(log=self._log)
+        fused = fusions(graph, nodes, used, self.isa, self.team) if self.fuse else {}
+        program = Program.create(graph, nodes, kernels, self.isa, fused).compile(log=self._log)
         seconds = (time.perf_counter() - t0) / max(1, len(nodes))
         return [CompiledOp(node.name, node.op, self.name, "",
                            None if used[node.name] is None else used[node.name].to_dict(),
@@ -394,6 +400,8 @@ class CpuSession(TargetSession):
         if status:
             raise RuntimeError(f"vdla_model_run returned {status}")
         ops = {s.name: float(t) for s, t in zip(program.steps, seconds) if s.node is not None}
+        # A fused step's time is its second node's; the first ran inside it.
+        ops.update({s.fused: 0.0 for s in program.steps if s.fused})
         layouts = {s.name: float(t) for s, t in zip(program.steps, seconds) if s.node is None}
         return GraphRun(dict(zip(g.outputs, outputs)), ops, layouts)
 
