@@ -13,8 +13,8 @@ Per model and precision (batch 1, `--threads` threads), in `--rounds` interleave
   where a layout changes).
 
 vdla's layer times are the whole-graph runner's own per-op times (`GraphRun.op_seconds`,
-one C call per run); each layer's figure is the median over the rounds of each round's
-median. onnxruntime fuses a convolution with its batch norm, activation and residual add
+one C call per run), with every layer its own kernel (``fuse=False``); each layer's
+figure is the median over the rounds of each round's median. onnxruntime fuses a convolution with its batch norm, activation and residual add
 and names the fused kernel after the last node it absorbed; each of its kernels is
 matched to the convolution that starts that chain in the exported graph.
 
@@ -119,7 +119,9 @@ def layer_info(graph: Graph, target) -> dict[str, dict]:
 
 
 def measure(model_name: str, precision: str, args, onnx_dir: Path) -> dict:
-    target = targets.get("cpu", threads=args.threads)
+    # Each layer's own kernel: a fused depthwise and pointwise pair has one time for the
+    # two (bench/cpu_fusion.py measures those).
+    target = targets.get("cpu", threads=args.threads, fuse=False)
     model = pipeline.load_model(model_name, calibration=args.calibration, note=None)
     fp32 = save_onnx(model.graph, onnx_dir / f"{model_name}.onnx")
     path = fp32
