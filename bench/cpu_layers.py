@@ -14,8 +14,9 @@ Per model and precision (batch 1, `--threads` threads), in `--rounds` interleave
 
 vdla's layer times are the whole-graph runner's own per-op times (`GraphRun.op_seconds`,
 one C call per run), with every layer its own kernel (``fuse=False``); each layer's
-figure is the median over the rounds of each round's median. onnxruntime fuses a convolution with its batch norm, activation and residual add
-and names the fused kernel after the last node it absorbed; each of its kernels is
+figure is the median over the rounds of each round's median. onnxruntime fuses a
+convolution with its batch norm, activation and residual add and names the fused kernel
+after the last node it absorbed; each of its kernels is
 matched to the convolution that starts that chain in the exported graph.
 
 Printed: a table of the depthwise and pointwise layers (and, with `--all`, every
