@@ -98,6 +98,11 @@ def main(argv=None) -> int:
     for name in ("threads", "rounds", "runs"):
         if getattr(args, name) < 1:
             p.error(f"--{name} must be at least 1, not {getattr(args, name)}")
+    for spec in args.models:
+        try:
+            pipeline.check_model_spec(spec)
+        except ValueError as e:
+            p.error(str(e))
     isa = targets.get("cpu").isa.name
     print(f"machine: {cpu_name()}, {os.cpu_count()} cores; vdla's code for {isa}")
     for model in args.models:

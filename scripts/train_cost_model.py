@@ -74,6 +74,10 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.cv is not None and args.cv < 2:
         parser.error(f"--cv must be at least 2 folds, not {args.cv}")
+    if args.test and args.cv is not None:
+        parser.error("--test ranks the model written, and --cv writes none: give one")
+    if args.classes and not args.test:
+        parser.error("--classes counts on the --test sets: give --test too")
     start = time.perf_counter()
     try:
         manifests = [json.loads(path.read_text()) for path in args.manifest]

@@ -392,6 +392,17 @@ def test_the_training_script_ranks_its_model_on_held_out_sets(capsys, tmp_path):
     with pytest.raises(SystemExit, match="--test: "):
         script.main(["--manifest", str(sets / "cpu_f32_v3.db.manifest.json"), "--trees", "5",
                      "--out", str(tmp_path), "--test", str(sets / "cpu_avx2_sbs.db.xz")])
+    with pytest.raises(SystemExit, match="--classes: the features are .*, not all of "
+                                         "blocked, tiled"):
+        script.main(["--manifest", str(sets / "cpu_f32_v3.db.manifest.json"), "--trees", "5",
+                     "--out", str(tmp_path), "--test",
+                     str(sets / "cpu_f32_test_v3.db.manifest.json"),
+                     "--classes", "blocked", "tiled"])
+    for bad, message in ((["--cv", "2", "--test", "x.json"], "--test ranks the model written"),
+                         (["--classes", "blocked"], "--classes counts on the --test sets")):
+        with pytest.raises(SystemExit, match="2"):
+            script.main(["--manifest", str(sets / "cpu_f32_v3.db.manifest.json"), *bad])
+        assert message in capsys.readouterr().err
 
 
 def test_the_timing_model_vetoes_a_pick_it_has_slower_than_the_default(monkeypatch, tmp_path):

@@ -6,7 +6,7 @@ leaves the cores' L2 between the two layers, and the pointwise layer reads it ba
 L3 or memory. The fused kernel cuts the output rows in bands and, per band, on one
 thread, runs the depthwise layer's rows into a buffer and then the pointwise layer's
 same rows from it, while they are in L2 (a 1x1 layer of stride 1 reads exactly its own
-rows). Both parts are the blocked kernels' own C (`blocked.blocked_kernel` with
+rows). Both parts are the blocked kernels' own C (`lower.node_kernel` with
 ``band=True``): the same tiles, epilogues and requantization, so the outputs are the
 unfused kernels' to the bit.
 
@@ -29,9 +29,10 @@ import numpy as np
 
 from vdla.compiler.ir.graph import Graph
 from vdla.compiler.ir.tensor import Node
-from vdla.compiler.targets.cpu.blocked import blocked_kernel, keeps_rows
+from vdla.compiler.targets.cpu.blocked import keeps_rows
 from vdla.compiler.targets.cpu.isa import Isa
 from vdla.compiler.targets.cpu.kernel import SIGNATURE, Kernel, align
+from vdla.compiler.targets.cpu.lower import node_kernel
 from vdla.compiler.targets.cpu.shapes import ConvShape
 
 __all__ = ["BAND_BYTES", "Fusion", "MAX_WEIGHT_BYTES", "MIN_BYTES", "fused_kernel",
@@ -116,15 +117,10 @@ def fused_kernel(graph: Graph, d: Node, p: Node, sd: Any, sp: Any, isa: Isa,
     band's rows stay where the unfused kernels would put them."""
     ds, ps = _shape(d, graph), _shape(p, graph)
     vl = sd.vl
-    parts = []
-    for node, shape, s in ((d, ds, sd), (p, ps, sp)):
-        inputs = tuple(t for t in node.inputs if t and not graph.tensors[t].is_constant)
-        bias = graph.constant(node.input(2)) if node.input(2) else None
-        parts.append(blocked_kernel(shape, s, graph.constant(node.inputs[1]), bias, node,
-                                    isa, inputs, band=True))
-    first, second = parts
+    first, second = (node_kernel(node, graph, isa, schedule=s, band=True)[0]
+                     for node, s in ((d, sd), (p, sp)))
     elem = 1 if ds.int8 else 4
-    el = mid_t = "int8_t" if ds.int8 else "float"
+    el = "int8_t" if ds.int8 else "float"          # the input's and the buffer's
     out_t = "int8_t" if ps.int8 else "float"
     plane = -(-ds.o // vl) * vl * ds.ho * ds.wo          # the depthwise output, an image
     # Bands of about BAND_BYTES, as many as a multiple of the team, so that every
@@ -133,7 +129,7 @@ def fused_kernel(graph: Graph, d: Node, p: Node, sd: Any, sp: Any, isa: Isa,
     rows = -(-ds.ho // (threads * max(1, share)))
     bands = -(-ds.ho // rows)
     offset = align(first.params.size)
-    res = "(const {0} *)in[1]".format(out_t) if ps.residual else "NULL"
+    res = f"(const {out_t} *)in[1]" if ps.residual else "NULL"
     body = (first.body.replace("NAME", "NAME_dw") + second.body.replace("NAME", "NAME_pw")
             + f"""
 /* {ds.dtype} depthwise {ds.describe()} then pointwise {ps.describe()}, fused in bands
@@ -142,7 +138,7 @@ void NAME{SIGNATURE} {{
     const {el} *restrict x = (const {el} *)in[0];
     const {out_t} *restrict res = {res};
     {out_t} *restrict y = ({out_t} *)out_;
-    {mid_t} *restrict mid = ({mid_t} *)ws;
+    {el} *restrict mid = ({el} *)ws;
     #pragma omp parallel
     for (int b = 0; b < {ds.n}; b++) {{
         #pragma omp for schedule(static)

@@ -106,8 +106,9 @@ def aligned_empty(nbytes: int) -> np.ndarray:
     2 MB boundary, so every page of it can be huge. Why: the whole-graph runner's
     workspace and arena are megabytes read with large strides (Winograd's transformed
     input, 3.2 MB on ResNet-50), and with numpy's own allocation whether they got huge
-    pages depended on where the allocation fell: ResNet-18 float32 ran in 12.2 ms in
-    some processes and 17.6 ms in others."""
+    pages depended on where the allocation fell. (ResNet-18 float32 ran in 12.2 ms in
+    some processes and 17.6 ms in others; such slow runs became rarer with this, but
+    the host's own slow spells turned out the larger cause: docs/targets/cpu.md.)"""
     if nbytes < _HUGE:
         raw = np.empty(nbytes + ALIGN, np.uint8)
         start = (-raw.ctypes.data) % ALIGN

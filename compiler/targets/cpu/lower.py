@@ -36,7 +36,7 @@ GEMM_OPS = {"conv2d": ConvSchedule, "qconv2d": ConvSchedule,
 
 def node_kernel(node: Node, graph: Graph, isa: Isa, *, schedule: Any = None,
                 threads: int = 2, nonnegative: bool | None = None,
-                in_block: int = 0) -> tuple[Kernel, Any]:
+                in_block: int = 0, band: bool = False) -> tuple[Kernel, Any]:
     """`node`'s kernel and the schedule it was generated with (None for an op without
     schedules).
 
@@ -48,6 +48,9 @@ def node_kernel(node: Node, graph: Graph, isa: Isa, *, schedule: Any = None,
         one-node graph has no producer to ask)
     in_block : the layout the node's first input is produced in (0: plain); ops without
         schedules that read blocked inputs follow it (`ops.build`)
+    band : a blocked direct convolution's C as a band of rows for a fused kernel
+        (`blocked.blocked_kernel`, `vdla.compiler.targets.cpu.fusion`); ValueError for
+        any other kernel
     """
     inputs = tuple(t for t in node.inputs if t and not graph.tensors[t].is_constant)
     kind = GEMM_OPS.get(node.op)
@@ -67,6 +70,12 @@ def node_kernel(node: Node, graph: Graph, isa: Isa, *, schedule: Any = None,
         return dense_kernel(shape, schedule, w, bias, node, isa, inputs), schedule
     shape = ConvShape.from_node(node, graph, nonnegative=nonnegative)
     schedule = schedule or choose_conv(shape, isa, threads)
+    if band:
+        if schedule.layout != "nchwc" or schedule.wino:
+            raise ValueError(f"node {node.name!r}: only a blocked direct convolution runs "
+                             f"as a band of a fused kernel, not {schedule!r}")
+        return blocked_kernel(shape, schedule, w, bias, node, isa, inputs,
+                              band=True), schedule
     if schedule.layout == "nchwc" and schedule.wino:
         return winograd_kernel(shape, schedule.check(shape, isa), w, bias, node,
                                inputs), schedule

@@ -137,8 +137,10 @@ class CpuTarget(Target):
         if isa is not None and not isinstance(isa, str):
             raise ValueError(f"CpuTarget: isa must be one of {', '.join(cpu_isa.ISAS)} or "
                              f"None, not {isa!r}")
+        if not isinstance(fuse, bool):
+            raise ValueError(f"CpuTarget: fuse must be True or False, not {fuse!r}")
         self.threads, self._isa_name, self._log = threads, isa, log
-        self.fuse = bool(fuse)
+        self.fuse = fuse
         self._isa = None
         claim_cores()
 

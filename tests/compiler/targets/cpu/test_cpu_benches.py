@@ -1,6 +1,7 @@
 """bench/cpu_layers.py and bench/cpu_scaling.py end to end on a small model, one short
 round each: every convolution is matched to an onnxruntime kernel, and every layer's work
-items are counted and projected."""
+items are counted and projected; bench/cpu_fusion.py on MobileNet-v1's fused pairs; and
+the benches' bad arguments."""
 
 from __future__ import annotations
 
@@ -50,12 +51,24 @@ def test_scaling_bench_counts_work_items(tmp_path, capsys):
         assert layer["per_thread"] == -(-layer["items"] // 4)
 
 
+def test_fusion_bench_times_mobilenets_pairs(capsys):
+    bench = load_script(BENCH / "cpu_fusion.py")
+    assert bench.main(["--rounds", "1", "--runs", "2", "--pause", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "mobilenet_v1 float32" in out and "outputs identical" in out
+    assert "features.0.dw.conv + features.0.pw.conv" in out
+    assert "mobilenet_v1 int8: no pair fuses" in out
+
+
 @pytest.mark.parametrize("script, argv, message", [
     ("cpu_layers.py", ["--models", "nosuch"], "unknown model 'nosuch'"),
     ("cpu_scaling.py", ["--models", "nosuch"], "unknown model 'nosuch'"),
     ("cpu_scaling.py", ["--project", "0"], "--threads and --project must be positive"),
     ("cpu.py", ["--models", "nosuch"], "unknown model 'nosuch'"),
     ("cpu.py", ["--isa", "mmx"], "invalid choice: 'mmx'"),
+    ("cpu_fusion.py", ["--models", "nosuch"], "unknown model 'nosuch'"),
+    ("cpu_fusion.py", ["--rounds", "0"], "--rounds must be at least 1, not 0"),
+    ("cpu_fusion.py", ["--precisions", "float16"], "invalid choice: 'float16'"),
 ])
 def test_bad_arguments_name_the_value(script, argv, message, capsys):
     bench = load_script(BENCH / script)

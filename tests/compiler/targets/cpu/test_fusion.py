@@ -129,3 +129,17 @@ def test_a_target_without_fusion_runs_every_node(fuse_all):
     g, _ = dw_pw_graph(np.random.default_rng(1), dtype="int8")
     compiled = compile_model(g, targets.get("cpu", threads=2, fuse=False))
     assert [s.name for s in _program(compiled).steps if s.node is not None] == ["dw", "pw"]
+    with pytest.raises(ValueError, match="fuse must be True or False, not 'no'"):
+        targets.get("cpu", fuse="no")
+
+
+def test_only_a_blocked_direct_convolution_is_a_band(best):
+    from vdla.compiler.targets.cpu.lower import node_kernel
+    from vdla.compiler.targets.cpu.schedule import choose_conv
+    from vdla.compiler.targets.cpu.shapes import ConvShape
+
+    g, _ = dw_pw_graph(np.random.default_rng(2), dtype="float32")
+    node = g.node("pw")
+    plain = choose_conv(ConvShape.from_node(node, g), best.isa, best.team, blocked=False)
+    with pytest.raises(ValueError, match="only a blocked direct convolution runs as a band"):
+        node_kernel(node, g, best.isa, schedule=plain, band=True)
