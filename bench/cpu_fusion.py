@@ -1,5 +1,6 @@
-"""The CPU target's fused depthwise and pointwise pairs (`compiler/targets/cpu/fusion.py`)
-against the same layers unfused, in whole-graph runs.
+"""The CPU target's fused pairs (`compiler/targets/cpu/fusion.py`: a depthwise and a
+pointwise convolution, a convolution and its max pool) against the same layers
+unfused, in whole-graph runs.
 
 For each model and precision: the graph compiled twice, with fusion (the default) and
 without (``CpuTarget(fuse=False)``), both sessions open in one process and run in
@@ -9,7 +10,7 @@ rounds' ratios; and per fused pair, its time inside the fused run against the su
 its two layers' times unfused (each the median over every run). Outputs are compared:
 fused and unfused must be the same bytes.
 
-    python bench/cpu_fusion.py [--models mobilenet_v1] [--precisions float32 int8]
+    python bench/cpu_fusion.py [--models mobilenet_v1 resnet18] [--precisions float32 int8]
                                [--threads 2] [--rounds 15] [--runs 10]
 """
 
@@ -87,7 +88,7 @@ def measure(model_name: str, precision: str, args) -> None:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--models", nargs="+", default=["mobilenet_v1"])
+    p.add_argument("--models", nargs="+", default=["mobilenet_v1", "resnet18"])
     p.add_argument("--precisions", nargs="+", default=["float32", "int8"],
                    choices=["float32", "int8"])
     p.add_argument("--threads", type=int, default=2)

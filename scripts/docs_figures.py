@@ -184,8 +184,8 @@ FIGURES = [
     Figure("functional_sim", "python3 bench/functional_sim.py --repeat 3",
            "the functional simulator's int8 MAC/s on blocked GEMMs"),
     Figure("cpu_fusion", "python3 bench/cpu_fusion.py --rounds 15",
-           "MobileNet-v1 with its depthwise and pointwise pairs fused and unfused, "
-           "alternating in one process"),
+           "MobileNet-v1's depthwise and pointwise pairs and ResNet-18's stem and max "
+           "pool, fused and unfused, alternating in one process"),
     Figure("cpu_speed",
            "python3 bench/cpu.py --threads 2 --skip-tune --skip-convergence --skip-exactness "
            "--rounds 9 --out {tmp}/cpu",

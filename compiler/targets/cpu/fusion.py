@@ -1,4 +1,5 @@
-"""A depthwise convolution and the pointwise one that reads it, fused into one kernel.
+"""Two layers fused into one kernel: a depthwise convolution and the pointwise one that
+reads it, and a convolution and the max pool that reads it.
 
 MobileNet's pairs: a 3x3 depthwise layer writes a plane of channels that only the 1x1
 layer after it reads. On the large planes (112x112x32 float32 is 1.6 MB) that plane
@@ -10,12 +11,21 @@ rows). Both parts are the blocked kernels' own C (`lower.node_kernel` with
 ``band=True``): the same tiles, epilogues and requantization, so the outputs are the
 unfused kernels' to the bit.
 
-    pairs = fusions(graph, nodes, schedules, isa)   # pointwise name -> Fusion
+A convolution and its max pool (ResNet's stem: 112x112x64 float32, 3.2 MB, then a 3x3
+pool of stride 2) run the same way, with one difference: a pool's windows overlap, so
+its band of rows reads a row or two of the convolution band before it. The bands go in
+rounds of one per thread: each thread computes its band's convolution rows, the team
+waits at a barrier, and each thread pools its band, the rows it reads from its
+neighbour's band then written. Every convolution row is computed once.
 
-Fused where it saves a pass over memory and costs no other: both layers blocked with
-one vector width, the depthwise output read by the pointwise layer alone, an image of
-it at least `MIN_BYTES`, and the pointwise weights at most `MAX_WEIGHT_BYTES` (a band
-reads them all; tiles that do not fit in cache would trade the saved pass for another).
+    pairs = fusions(graph, nodes, schedules, isa, threads)  # second node -> Fusion
+
+Fused where it saves a pass over memory and costs no other: the first layer's output
+read by the second alone, an image of it at least `MIN_BYTES`; for a depthwise and a
+pointwise layer, both blocked with one vector width and the pointwise weights at most
+`MAX_WEIGHT_BYTES` (a band reads them all; tiles that do not fit in cache would trade
+the saved pass for another); for a convolution and a max pool, the convolution blocked
+(the pool then reads its layout).
 The whole-graph runner calls the fused kernel in place of the two
 (`program.plan_steps`); the session's op-by-op calls still run each layer alone.
 """
@@ -33,12 +43,13 @@ from vdla.compiler.targets.cpu.blocked import keeps_rows
 from vdla.compiler.targets.cpu.isa import Isa
 from vdla.compiler.targets.cpu.kernel import SIGNATURE, Kernel, align
 from vdla.compiler.targets.cpu.lower import node_kernel
+from vdla.compiler.targets.cpu.pools import PoolShape, blocked_pool_kernel
 from vdla.compiler.targets.cpu.shapes import ConvShape
 
 __all__ = ["BAND_BYTES", "Fusion", "MAX_WEIGHT_BYTES", "MIN_BYTES", "fused_kernel",
-           "fusions"]
+           "fusions", "pooled_kernel"]
 
-#: An image of the depthwise output from this size on leaves a core's share of L2
+#: An image of the first layer's output from this size on leaves a core's share of L2
 #: (1 MB on the EPYC, shared with the weights and the input rows).
 MIN_BYTES = 512 * 1024
 #: Pointwise weights up to this size: every band reads them all.
@@ -54,8 +65,9 @@ _CONVS = ("conv2d", "qconv2d")
 
 @dataclasses.dataclass(frozen=True)
 class Fusion:
-    """The depthwise node `first` fused with the pointwise node reading it; `kernel` runs
-    both, reading `first`'s input (and the pointwise residual, if any)."""
+    """Node `first` fused with the node reading it (a pointwise convolution or a max
+    pool); `kernel` runs both, reading `first`'s input (and the pointwise residual, if
+    any)."""
 
     first: str
     kernel: Kernel
@@ -69,15 +81,33 @@ def _blocked(schedule: Any) -> bool:
     return getattr(schedule, "layout", "plain") != "plain" and not schedule.wino
 
 
+def _only_reader(graph: Graph, first: Node, second: Node) -> bool:
+    """Whether `second` is the only reader of `first`'s output, which is no graph
+    output, through its first input."""
+    out = first.outputs[0]
+    return (out not in graph.outputs and second.inputs[0] == out
+            and [c.name for c in graph.consumers(out)] == [second.name])
+
+
+def _image_bytes(shape: ConvShape, vl: int) -> int:
+    """An image of convolution `shape`'s output, blocked by `vl`."""
+    return -(-shape.o // vl) * vl * shape.ho * shape.wo * (1 if shape.int8 else 4)
+
+
+def _conv_pool(graph: Graph, c: Node, p: Node, sc: Any) -> bool:
+    """Whether convolution `c` (with schedule `sc`) and max pool `p` fuse."""
+    if c.op not in _CONVS or p.op != "max_pool2d" or not _blocked(sc) \
+            or not _only_reader(graph, c, p):
+        return False
+    shape = _shape(c, graph)
+    return keeps_rows(shape, sc) and _image_bytes(shape, sc.vl) >= MIN_BYTES
+
+
 def _pair(graph: Graph, d: Node, p: Node, sd: Any, sp: Any) -> bool:
     """Whether depthwise `d` and pointwise `p` (with schedules `sd`, `sp`) fuse."""
     if d.op not in _CONVS or p.op != d.op or not (_blocked(sd) and _blocked(sp)):
         return False
-    if sd.vl != sp.vl:
-        return False
-    out = d.outputs[0]
-    if out in graph.outputs or [c.name for c in graph.consumers(out)] != [p.name] \
-            or p.inputs[0] != out:
+    if sd.vl != sp.vl or not _only_reader(graph, d, p):
         return False
     ds, ps = _shape(d, graph), _shape(p, graph)
     if not (ds.depthwise and ds.og == 1) or ds.residual:
@@ -86,15 +116,14 @@ def _pair(graph: Graph, d: Node, p: Node, sd: Any, sp: Any) -> bool:
             and ps.pt == ps.pb == ps.pl == ps.pr == 0 and keeps_rows(ps, sp)):
         return False
     elem = 1 if ds.int8 else 4
-    image = -(-ds.o // sd.vl) * sd.vl * ds.ho * ds.wo * elem
-    return image >= MIN_BYTES and ps.o * ps.c * elem <= MAX_WEIGHT_BYTES
+    return _image_bytes(ds, sd.vl) >= MIN_BYTES and ps.o * ps.c * elem <= MAX_WEIGHT_BYTES
 
 
 def fusions(graph: Graph, nodes: Sequence[Node], schedules: Mapping[str, Any], isa: Isa,
             threads: int) -> dict[str, Fusion]:
-    """pointwise node name -> its `Fusion` with the depthwise node before it, for every
-    pair of `nodes` that fuses with the `schedules` their kernels were made with, on a
-    team of `threads`."""
+    """second node's name -> its `Fusion` with the node before it, for every pair of
+    `nodes` that fuses (a depthwise and a pointwise convolution, a convolution and a max
+    pool) with the `schedules` their kernels were made with, on a team of `threads`."""
     found = {}
     names = {n.name for n in nodes}
     for d in nodes:
@@ -103,10 +132,22 @@ def fusions(graph: Graph, nodes: Sequence[Node], schedules: Mapping[str, Any], i
             continue
         p = consumers[0]
         sd, sp = schedules.get(d.name), schedules.get(p.name)
-        if sd is None or sp is None or not _pair(graph, d, p, sd, sp):
+        if sd is None:
             continue
-        found[p.name] = Fusion(d.name, fused_kernel(graph, d, p, sd, sp, isa, threads))
+        if sp is not None and _pair(graph, d, p, sd, sp):
+            found[p.name] = Fusion(d.name, fused_kernel(graph, d, p, sd, sp, isa, threads))
+        elif sp is None and _conv_pool(graph, d, p, sd):
+            found[p.name] = Fusion(d.name, pooled_kernel(graph, d, p, sd, isa, threads))
     return found
+
+
+def _bands(rows: int, image_bytes: int, threads: int) -> tuple[int, int]:
+    """(rows per band, bands) for `rows` output rows of an image of `image_bytes`: bands
+    of about `BAND_BYTES`, as many as a multiple of the team, so that every thread gets
+    as many (with 19 bands, one of two threads ran 10)."""
+    share = -(-image_bytes // (threads * BAND_BYTES))
+    per = -(-rows // (threads * max(1, share)))
+    return per, -(-rows // per)
 
 
 def fused_kernel(graph: Graph, d: Node, p: Node, sd: Any, sp: Any, isa: Isa,
@@ -123,11 +164,7 @@ def fused_kernel(graph: Graph, d: Node, p: Node, sd: Any, sp: Any, isa: Isa,
     el = "int8_t" if ds.int8 else "float"          # the input's and the buffer's
     out_t = "int8_t" if ps.int8 else "float"
     plane = -(-ds.o // vl) * vl * ds.ho * ds.wo          # the depthwise output, an image
-    # Bands of about BAND_BYTES, as many as a multiple of the team, so that every
-    # thread gets as many (with 19 bands, one of two threads ran 10).
-    share = -(-ds.ho * (plane // ds.ho * elem) // (threads * BAND_BYTES))
-    rows = -(-ds.ho // (threads * max(1, share)))
-    bands = -(-ds.ho // rows)
+    rows, bands = _bands(ds.ho, plane * elem, threads)
     offset = align(first.params.size)
     res = f"(const {out_t} *)in[1]" if ps.residual else "NULL"
     body = (first.body.replace("NAME", "NAME_dw") + second.body.replace("NAME", "NAME_pw")
@@ -156,3 +193,55 @@ void NAME{SIGNATURE} {{
     return Kernel(body, blob, (d.inputs[0],) + second.inputs[1:], ds.n * plane * elem, 0,
                   first.macs + second.macs, in_blocks=(first.in_block(0),)
                   + tuple(second.in_blocks[1:]), out_block=second.out_block, items=bands)
+
+
+def pooled_kernel(graph: Graph, c: Node, p: Node, sc: Any, isa: Isa, threads: int) -> Kernel:
+    """The kernel running convolution `c` and max pool `p` band by band on a team of
+    `threads` (see the module docstring): it reads `c`'s input (and residual) and writes
+    `p`'s output; the convolution's output goes to the workspace, whole, each row where
+    the unfused kernel would put it. Band k pools output rows ``k * rows`` on, after the
+    convolution rows ``own[k]`` to ``own[k + 1]``: up to the last row its windows reach,
+    so that a band reads only rows of its own and earlier bands."""
+    cs = _shape(c, graph)
+    vl = sc.vl
+    conv = node_kernel(c, graph, isa, schedule=sc, band=True)[0]
+    pool = blocked_pool_kernel(p, graph, vl, band=True)
+    ps = PoolShape(p, graph)
+    oh = ps.oh
+    image = _image_bytes(cs, vl)
+    rows, bands = _bands(oh, image, threads)
+    own = [0]
+    for k in range(1, bands):
+        own.append(min(cs.ho, max(own[-1], (k * rows - 1) * ps.sh - ps.pt + ps.kh)))
+    own.append(cs.ho)
+    el = "int8_t" if cs.int8 else "float"
+    t = "int8_t" if cs.int8 else "float"
+    res = f"(const {t} *)in[1]" if cs.residual else "NULL"
+    body = (conv.body.replace("NAME", "NAME_cv") + pool.body.replace("NAME", "NAME_pl")
+            + f"""
+static const int NAME_own[{bands + 1}] = {{{", ".join(map(str, own))}}};
+
+/* {cs.dtype} conv {cs.describe()} then max pool to {oh} rows, fused in bands of {rows}
+   pooled rows (NCHW{vl}c), in rounds of {threads} */
+void NAME{SIGNATURE} {{
+    const {el} *restrict x = (const {el} *)in[0];
+    const {t} *restrict res = {res};
+    {t} *restrict y = ({t} *)out_;
+    {t} *restrict mid = ({t} *)ws;
+    (void)res;
+    #pragma omp parallel
+    for (int b = 0; b < {cs.n}; b++)
+    for (int k0 = 0; k0 < {bands}; k0 += {threads}) {{
+        const int k1 = vdla_min(k0 + {threads}, {bands});
+        #pragma omp for schedule(static)
+        for (int k = k0; k < k1; k++)
+            NAME_cv((const void *)x, res, mid, params, b, NAME_own[k], NAME_own[k + 1]);
+        /* the barrier above: every row up to own[k1] is written */
+        #pragma omp for schedule(static) nowait
+        for (int k = k0; k < k1; k++)
+            NAME_pl(mid, y, b, k * {rows}, vdla_min((k + 1) * {rows}, {oh}));
+    }}
+}}
+""")
+    return Kernel(body, conv.params, conv.inputs, image * cs.n, 0, conv.macs,
+                  in_blocks=conv.in_blocks, out_block=vl, items=bands)

@@ -12,10 +12,10 @@ from vdla.compiler.ir.tensor import DTYPES, Node
 from vdla.compiler.reference.integer import (INT8_MAX, INT8_MIN)
 from vdla.compiler.targets.cpu.kernel import SIGNATURE, Kernel, Params
 from vdla.compiler.targets.cpu.opbase import (PARALLEL_MIN, POOL_ROW_MAX, CTYPES,
-                                             RQ_HELPER, Sources, dtype_refusal,
+                                             RQ_HELPER, Sources, dtype_refusal, indent,
                                              kernel, rq_tables)
 
-__all__ = ["BLOCKED_POOLS", "blocked_global_pool_kernel", "blocked_pool_kernel",
+__all__ = ["BLOCKED_POOLS", "PoolShape", "blocked_global_pool_kernel", "blocked_pool_kernel",
            "global_pool_kernel", "pool_kernel", "pool_refusal"]
 
 
@@ -27,7 +27,7 @@ def _ints(value, count: int) -> tuple[int, ...]:
         tuple(int(v) for v in value)
 
 
-class _Pool:
+class PoolShape:
     """A 2-D pool's sizes: input (n, c, h, w), output (oh, ow), window (kh, kw), strides
     (sh, sw), leading pads (pt, pl) and the padded row buffer's width `wp`, of which
     input columns [0, `wc`) land at [pl, pl + wc)."""
@@ -54,7 +54,7 @@ class _Pool:
 
 def pool_kernel(node: Node, graph: Graph) -> Kernel:
     """``max_pool2d`` (int8, float32), ``avg_pool2d`` (float32) and ``qavg_pool2d``."""
-    p = _Pool(node, graph)
+    p = PoolShape(node, graph)
     params = Params()
     sources = Sources(graph, params)
     t_in = CTYPES[graph.tensors[node.inputs[0]].dtype]
@@ -212,7 +212,7 @@ def pool_refusal(node: Node, graph: Graph, allowed: tuple[str, ...]) -> str | No
                 f"{graph.tensors[node.inputs[0]].shape} is not 4-D NCHW")
     if node.op in ("global_avg_pool2d", "qglobal_avg_pool2d"):
         return None
-    row = _Pool(node, graph).row_bytes
+    row = PoolShape(node, graph).row_bytes
     if row > POOL_ROW_MAX:
         return (f"{node.op} node {node.name!r}: a padded input row of {row} bytes exceeds "
                 f"the {POOL_ROW_MAX} bytes a pool keeps on the stack")
@@ -226,22 +226,64 @@ def pool_refusal(node: Node, graph: Graph, allowed: tuple[str, ...]) -> str | No
 BLOCKED_POOLS = frozenset({"max_pool2d", "global_avg_pool2d", "qglobal_avg_pool2d"})
 
 
-def blocked_pool_kernel(node: Node, graph: Graph, block: int) -> Kernel:
+def blocked_pool_kernel(node: Node, graph: Graph, block: int, *,
+                        band: bool = False) -> Kernel:
     """``max_pool2d`` on an input in layout NCHW{block}c, its output in the same layout:
     each output pixel the maximum of the window's pixel vectors, the window clipped to
-    the image (a max over the taps inside equals one over the padding's minimum)."""
-    p = _Pool(node, graph)
+    the image (a max over the taps inside equals one over the padding's minimum). With
+    `band`, its C is ``NAME(x, y, b, r0, r1)``: output rows ``r0`` to ``r1`` of image
+    ``b``, every channel block, on the calling thread (a part of a fused kernel,
+    `vdla.compiler.targets.cpu.fusion`)."""
+    p = PoolShape(node, graph)
     t = CTYPES[graph.tensors[node.inputs[0]].dtype]
     cb = -(-p.c // block)
     params = Params()
     sources = Sources(graph, params)
+    size = 1 if t == "int8_t" else 4
+    # Pixel vectors of GCC's vector types (a plain loop over the lanes stays scalar:
+    # gcc does not vectorize its select); a > b ? a : b lane by lane, as before.
+    types = f"""typedef {t} NAME_v __attribute__((vector_size({block * size})));
+typedef {"int8_t" if size == 1 else "int32_t"} NAME_m __attribute__((vector_size({block * size})));
+VDLA_INLINE NAME_v NAME_max(NAME_v a, NAME_v b) {{
+    NAME_m m = a > b; return (NAME_v)(((NAME_m)a & m) | ((NAME_m)b & ~m)); }}
+"""
+    fill = "-128" if t == "int8_t" else "-INFINITY"
+    row = f"""const {t} *restrict xc = x + (size_t)plane * {p.h * p.w * block};
+const int r0 = r * {p.sh} - {p.pt};
+const int i0 = vdla_max(r0, 0), i1 = vdla_min(r0 + {p.kh}, {p.h});
+for (int q = 0; q < {p.ow}; q++) {{
+    const int c0 = q * {p.sw} - {p.pl};
+    const int j0 = vdla_max(c0, 0), j1 = vdla_min(c0 + {p.kw}, {p.w});
+    NAME_v m = (NAME_v){{0}} + ({t}){fill};
+    for (int i = i0; i < i1; i++)
+        for (int j = j0; j < j1; j++) {{
+            NAME_v v;
+            memcpy(&v, xc + ((size_t)i * {p.w} + j) * {block}, sizeof v);
+            m = NAME_max(v, m);
+        }}
+    memcpy(y + (((size_t)plane * {p.oh} + r) * {p.ow} + q) * {block}, &m, sizeof m);
+}}"""
+    title = (f"max_pool2d {p.n}x{p.c}x{p.h}x{p.w} -> {p.oh}x{p.ow}, NCHW{block}c, window "
+             f"{p.kh}x{p.kw},\n   strides {p.sh}x{p.sw}, pads {p.pt},{p.pl},{p.pb},{p.pr}")
+    if band:
+        body = f"""
+/* {title}: rows r0 to r1 of image b */
+{types}
+VDLA_INLINE void NAME(const {t} *restrict x, {t} *restrict y, int b, int r0_, int r1_) {{
+    for (int plane = b * {cb}; plane < (b + 1) * {cb}; plane++)
+    for (int r = r0_; r < r1_; r++) {{
+        {indent(row, 8)}
+    }}
+}}
+"""
+        return Kernel(body, params.blob(), (node.inputs[0],), 0, 0, None,
+                      in_blocks=(block,), out_block=block)
     x = sources.pointer(node.inputs[0], t)
     pragma = ("#pragma omp parallel for collapse(2) schedule(static)"
               if p.work >= PARALLEL_MIN else "")
-    fill = "-128" if t == "int8_t" else "-INFINITY"
     body = f"""
-/* max_pool2d {p.n}x{p.c}x{p.h}x{p.w} -> {p.oh}x{p.ow}, NCHW{block}c, window {p.kh}x{p.kw},
-   strides {p.sh}x{p.sw}, pads {p.pt},{p.pl},{p.pb},{p.pr} */
+/* {title} */
+{types}
 void NAME{SIGNATURE} {{
     const {t} *restrict x = {x};
     {t} *restrict y = ({t} *)out_;
@@ -249,22 +291,7 @@ void NAME{SIGNATURE} {{
     {pragma}
     for (int plane = 0; plane < {p.n * cb}; plane++)
     for (int r = 0; r < {p.oh}; r++) {{
-        const {t} *restrict xc = x + (size_t)plane * {p.h * p.w * block};
-        const int r0 = r * {p.sh} - {p.pt};
-        const int i0 = vdla_max(r0, 0), i1 = vdla_min(r0 + {p.kh}, {p.h});
-        for (int q = 0; q < {p.ow}; q++) {{
-            const int c0 = q * {p.sw} - {p.pl};
-            const int j0 = vdla_max(c0, 0), j1 = vdla_min(c0 + {p.kw}, {p.w});
-            {t} m[{block}];
-            for (int l = 0; l < {block}; l++) m[l] = {fill};
-            for (int i = i0; i < i1; i++)
-                for (int j = j0; j < j1; j++) {{
-                    const {t} *restrict v = xc + ((size_t)i * {p.w} + j) * {block};
-                    for (int l = 0; l < {block}; l++) m[l] = v[l] > m[l] ? v[l] : m[l];
-                }}
-            {t} *restrict out = y + (((size_t)plane * {p.oh} + r) * {p.ow} + q) * {block};
-            for (int l = 0; l < {block}; l++) out[l] = m[l];
-        }}
+        {indent(row, 8)}
     }}
 }}
 """

@@ -51,13 +51,14 @@ def test_scaling_bench_counts_work_items(tmp_path, capsys):
         assert layer["per_thread"] == -(-layer["items"] // 4)
 
 
-def test_fusion_bench_times_mobilenets_pairs(capsys):
+def test_fusion_bench_times_mobilenets_and_resnets_pairs(capsys):
     bench = load_script(BENCH / "cpu_fusion.py")
     assert bench.main(["--rounds", "1", "--runs", "2", "--pause", "0"]) == 0
     out = capsys.readouterr().out
     assert "mobilenet_v1 float32" in out and "outputs identical" in out
     assert "features.0.dw.conv + features.0.pw.conv" in out
     assert "mobilenet_v1 int8: no pair fuses" in out
+    assert "conv1 + maxpool" in out and "resnet18 int8: no pair fuses" in out
 
 
 @pytest.mark.parametrize("script, argv, message", [

@@ -143,3 +143,105 @@ def test_only_a_blocked_direct_convolution_is_a_band(best):
     plain = choose_conv(ConvShape.from_node(node, g), best.isa, best.team, blocked=False)
     with pytest.raises(ValueError, match="only a blocked direct convolution runs as a band"):
         node_kernel(node, g, best.isa, schedule=plain, band=True)
+
+
+# --- a convolution and the max pool after it ------------------------------------------------
+
+def conv_pool_graph(rng, *, dtype: str, c: int = 16, h: int = 23, w: int = 30, o: int = 24,
+                    k: int = 3, pool: tuple[int, int, int] = (3, 2, 1), residual: bool = False):
+    """x -> k x k convolution of stride 1 (ReLU; a residual input with `residual`) ->
+    max pool (window, stride, pad = `pool`) -> y."""
+    g = Graph("convpool")
+    f32 = dtype == "float32"
+    x = g.add_input("x", (1, c, h, w), dtype)
+
+    def data(shape):
+        return (rng.standard_normal(shape).astype(np.float32) if f32
+                else rng.integers(-128, 128, shape).astype(np.int8))
+
+    feed = {"x": data((1, c, h, w))}
+    bias = (g.add_constant("b", rng.standard_normal(o).astype(np.float32), dtype) if f32
+            else g.add_constant("b", rng.integers(-3000, 3000, o).astype(np.int32), "int32"))
+    attrs = ({"activation": "relu"} if f32 else
+             {"shift": tuple(int(s) for s in rng.integers(6, 12, o)), "out_min": 0,
+              "out_max": 127})
+    extra = ()
+    if residual:
+        extra = (g.add_input("r", (1, o, h, w), dtype),)
+        feed["r"] = data((1, o, h, w))
+        if not f32:
+            attrs["residual_shift"] = 1
+    y = g.add_node("conv2d" if f32 else "qconv2d",
+                   [x, g.add_constant("w", data((o, c, k, k)), dtype), bias, *extra],
+                   name="conv", strides=(1, 1), pads=(k // 2,) * 4, dilations=(1, 1),
+                   groups=1, **attrs)
+    window, stride, pad = pool
+    z = g.add_node("max_pool2d", [y], name="pool", kernel=(window, window),
+                   strides=(stride, stride), pads=(pad,) * 4)
+    g.set_outputs([z])
+    return g, feed
+
+
+POOL_CASES = [dict(dtype=d, pool=p, residual=r) for d in ("int8", "float32")
+              for p in ((3, 2, 1), (2, 2, 0), (3, 1, 1), (5, 3, 2)) for r in (False, True)]
+
+
+@pytest.mark.parametrize("case", POOL_CASES,
+                         ids=lambda c: "-".join(f"{k}{v}" for k, v in c.items()))
+def test_a_fused_convolution_and_pool_give_the_unfused_kernels_outputs(cpu, fuse_all, case):
+    """Bands of one pooled row, in rounds of a team of two: every band's windows reach
+    into the band before it (window 3 and 5) or not (window 2), and the outputs are the
+    unfused kernels' to the bit on every instruction set."""
+    g, feed = conv_pool_graph(np.random.default_rng(11), **case)
+    compiled = compile_model(g, cpu, schedules={"conv": _conv_schedule(g, cpu), "pool": None})
+    program = _program(compiled)
+    assert [(s.fused, s.name) for s in program.steps if s.fused] == [("conv", "pool")]
+    with compiled.session() as session:
+        whole = session.run_graph(feed)
+        alone = session.run(feed).outputs
+    for name, value in whole.outputs.items():
+        np.testing.assert_array_equal(value, alone[name])
+    assert_matches(g, whole.outputs, feed)
+    assert whole.op_seconds["conv"] == 0.0 and whole.op_seconds["pool"] > 0
+
+
+def test_the_pooled_bands_own_every_convolution_row_once(best, fuse_all):
+    """Band k computes convolution rows own[k] to own[k + 1]: together every row, each
+    once, and each band's up to the last row its pooled windows reach."""
+    g, _ = conv_pool_graph(np.random.default_rng(4), dtype="float32", h=23)
+    kernel = fusion.pooled_kernel(g, g.node("conv"), g.node("pool"),
+                                  _conv_schedule(g, best), best.isa, 2)
+    line = next(x for x in kernel.body.splitlines() if "_own[" in x and "static" in x)
+    own = [int(v) for v in line.split("{")[1].split("}")[0].split(",")]
+    assert own[0] == 0 and own[-1] == 23 and own == sorted(own)
+    # 12 pooled rows in bands of one: pooled row k - 1's window ends before conv row 2k
+    assert own[1:-1] == [2 * k for k in range(1, 12)]
+
+
+def _conv_schedule(g, target):
+    """The default chooser's blocked schedule for node "conv", direct (Winograd does not
+    run in bands)."""
+    import dataclasses
+
+    from vdla.compiler.targets.cpu.schedule import choose_conv
+    from vdla.compiler.targets.cpu.shapes import ConvShape
+    schedule = choose_conv(ConvShape.from_node(g.node("conv"), g), target.isa, target.team)
+    assert schedule.layout == "nchwc"
+    return dataclasses.replace(schedule, wino=0)
+
+
+@pytest.mark.parametrize("precision, pairs", [("float32", [("conv1", "maxpool")]),
+                                              ("int8", [])])
+def test_resnet_fuses_its_stem_and_pool_where_the_stem_is_blocked(best, precision, pairs):
+    """ResNet-18's stem (112x112x64) and its max pool fuse in float32, where the default
+    chooser blocks the stem; int8's stem is a plain kernel (three input channels) and
+    runs alone. The model's outputs are the unfused ones."""
+    model = pipeline.load_model("resnet18", note=None)
+    graph = pipeline.graph_for(model, best, precision=precision)
+    compiled = compile_model(graph, best)
+    assert [(s.fused, s.name) for s in _program(compiled).steps if s.fused] == pairs
+    with compiled.session() as session:
+        whole = session.run_graph(model.feed)
+        alone = session.run(model.feed).outputs
+    for name, value in whole.outputs.items():
+        np.testing.assert_array_equal(value, alone[name])
