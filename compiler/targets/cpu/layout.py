@@ -38,10 +38,11 @@ _CTYPES = {"float32": "float", "int8": "int8_t", "uint8": "uint8_t", "int32": "i
 
 #: What a conversion moves per nanosecond, its reads and writes together (bytes), for
 #: `conversion_ns`. Measured in whole-graph runs on the 2-core EPYC (bench/cpu_layers.py,
-#: 2 threads): MobileNet-v1 int8's 32x112x112 stem output to NCHW32c took 0.089 ms (9
-#: bytes a nanosecond), ResNet-50 int8's 64x56x56 pool output 0.056 ms (7). The lower
-#: is taken: a graph-level choice that doubts a conversion keeps neighbours agreeing.
-CONVERT_BYTES_PER_NS = 7.0
+#: 2 threads): MobileNet-v1 int8's 32x112x112 stem output to NCHW32c took 0.023 ms (35
+#: bytes a nanosecond), ResNet-18's and ResNet-50's 64x56x56 pool output 0.009 ms (45).
+#: The lower is taken: a graph-level choice that doubts a conversion keeps neighbours
+#: agreeing.
+CONVERT_BYTES_PER_NS = 35.0
 
 
 def conversion_ns(shape, itemsize: int, src: int, dst: int) -> float:
@@ -86,9 +87,9 @@ def from_blocked(x: np.ndarray, channels: int) -> np.ndarray:
     return np.ascontiguousarray(plain[:, :channels])
 
 
-#: Pixels a conversion moves per channel at a time: a tile of this many pixels by one
-#: channel block is transposed in L1 (reads and writes each run along memory).
-_TILE = 64
+#: The widest tile a conversion transposes in registers: this many pixels by as many
+#: channels (fewer where the block is smaller).
+_TILE = 16
 
 
 def kernel_inputs(kernel: Kernel, arrays) -> list[np.ndarray]:
@@ -110,9 +111,9 @@ def kernel_output(kernel: Kernel, shape, dtype
 def convert_kernel(shape, dtype: str, src: int, dst: int) -> Kernel:
     """A C kernel that copies an (N, C, ...) tensor of `dtype` from layout `src` to
     layout `dst` (blocks; one of them plain, or both blocked with different blocks).
-    Plain <-> blocked runs over (image, channel block, tile of `_TILE` pixels), each
-    tile transposed through L1; the work is split among the OpenMP team when the tensor
-    is large; padded channels are written as zero."""
+    Plain <-> blocked transposes tiles of L pixels by L channels in registers (L the
+    block, at most `_TILE`; `_transpose_loops`); the work is split among the OpenMP
+    team when the tensor is large; padded channels are written as zero."""
     if src == dst:
         raise ValueError(f"convert_kernel: source and destination are both {describe(src)}")
     t = _CTYPES[dtype]
@@ -120,27 +121,10 @@ def convert_kernel(shape, dtype: str, src: int, dst: int) -> Kernel:
     p = int(np.prod(rest, dtype=np.int64)) if rest else 1
     big = n * c * p >= 1 << 15
     pragma = "#pragma omp parallel for collapse(2) schedule(static)\n    " if big else ""
+    types = ""
     if PLAIN in (src, dst):
-        block = src or dst
-        cbs = -(-c // block)
-        plain = f"x[((size_t)b * {c} + ch) * {p} + q]"
-        blocked = f"y[(((size_t)b * {cbs} + cb) * {p} + q) * {block} + l]"
-        if dst == PLAIN:
-            plain, blocked = (f"y[((size_t)b * {c} + ch) * {p} + q]",
-                              f"x[(((size_t)b * {cbs} + cb) * {p} + q) * {block} + l]")
-            move = f"if (ch < {c}) for (int q = q0; q < q1; q++) {plain} = {blocked};"
-        else:
-            move = (f"if (ch < {c}) for (int q = q0; q < q1; q++) {blocked} = {plain};\n"
-                    f"            else for (int q = q0; q < q1; q++) {blocked} = 0;")
-        loops = f"""{pragma}for (int b = 0; b < {n}; b++)
-    for (int cb = 0; cb < {cbs}; cb++)
-        for (int q0 = 0; q0 < {p}; q0 += {_TILE}) {{
-            const int q1 = q0 + {_TILE} < {p} ? q0 + {_TILE} : {p};
-            for (int l = 0; l < {block}; l++) {{
-                const int ch = cb * {block} + l;
-                {move}
-            }}
-        }}"""
+        types, loops = _transpose_loops(t, np.dtype(dtype).itemsize, n, c, p, src or dst,
+                                        to_plain=dst == PLAIN, parallel=big)
     else:
         s_cb, d_cb = -(-c // src), -(-c // dst)
 
@@ -153,6 +137,7 @@ def convert_kernel(shape, dtype: str, src: int, dst: int) -> Kernel:
             y[{index(dst, d_cb)}] = ch < {c} ? x[{index(src, s_cb)}] : 0;"""
     body = f"""
 /* {dtype} {list(shape)}: {describe(src)} -> {describe(dst)} */
+{types}
 void NAME{SIGNATURE} {{
     const {t} *restrict x = (const {t} *)in[0];
     {t} *restrict y = ({t} *)out_;
@@ -161,3 +146,83 @@ void NAME{SIGNATURE} {{
 }}
 """
     return Kernel(body, Params().blob(), ("x",), in_blocks=(src,), out_block=dst)
+
+
+def _transpose(t: str, itemsize: int, lanes: int) -> str:
+    """C of ``NAME_tr(r)``: the `lanes` x `lanes` tile of `t` in vectors ``r[0..lanes)``
+    transposed in place, in log2(`lanes`) rounds that interleave vector i with vector
+    i + lanes/2 (the low halves into vector 2i, the high halves into 2i + 1)."""
+    half = lanes // 2
+    lo = ", ".join(f"{j}, {j + lanes}" for j in range(half))
+    hi = ", ".join(f"{j + half}, {j + half + lanes}" for j in range(half))
+    rounds = []
+    a, b = "r", "t"
+    for _ in range(lanes.bit_length() - 1):
+        rounds.append(f"""    for (int i = 0; i < {half}; i++) {{
+        {b}[2 * i] = VDLA_SHUFFLE2({a}[i], {a}[i + {half}], NAME_m, {lo});
+        {b}[2 * i + 1] = VDLA_SHUFFLE2({a}[i], {a}[i + {half}], NAME_m, {hi});
+    }}""")
+        a, b = b, a
+    back = "    memcpy(r, t, sizeof t);\n" if a == "t" else ""
+    return f"""typedef {t} NAME_v __attribute__((vector_size({lanes * itemsize})));
+typedef int{8 * itemsize}_t NAME_m __attribute__((vector_size({lanes * itemsize})));
+VDLA_INLINE void NAME_tr(NAME_v *restrict r) {{
+    NAME_v t[{lanes}];
+{chr(10).join(rounds)}
+{back}}}
+"""
+
+
+def _transpose_loops(t: str, itemsize: int, n: int, c: int, p: int, block: int, *,
+                     to_plain: bool, parallel: bool) -> tuple[str, str]:
+    """(helper C, loops C) of a plain <-> blocked conversion of an (n, c, p-pixel) tensor
+    of `t` with channel block `block` (``x`` read, ``y`` written): whole tiles of L
+    pixels by L channels (L = min(block, `_TILE`)) transposed in registers (a scalar
+    loop over the lanes ran at 3 bytes a nanosecond; MobileNet-v1 int8's 400 KB stem
+    output took 0.13 ms), the pixels past the last whole tile one by one."""
+    lanes = min(block, _TILE)
+    cbs = -(-c // block)
+    # (a block that is no power of two, which no kernel writes, goes one by one)
+    tiles = p // lanes if lanes > 1 and not lanes & (lanes - 1) else 0
+    plain = f"((size_t)b * {c} + ch) * {p} + q"
+    blocked = f"(((size_t)b * {cbs} + cb) * {p} + q) * {block} + l"
+    if to_plain:
+        load = f"""for (int k = 0; k < {lanes}; k++)
+                memcpy(&r[k], x + (((size_t)b * {cbs} + cb) * {p} + q0 + k) * {block} + h,
+                       sizeof r[k]);"""
+        store = f"""for (int k = 0; k < {lanes}; k++) {{
+                const int ch = cb * {block} + h + k;
+                if (ch < {c}) memcpy(y + ((size_t)b * {c} + ch) * {p} + q0, &r[k], sizeof r[k]);
+            }}"""
+        tail = f"if (ch < {c}) y[{plain}] = x[{blocked}];"
+    else:
+        load = f"""for (int k = 0; k < {lanes}; k++) {{
+                const int ch = cb * {block} + h + k;
+                if (ch < {c}) memcpy(&r[k], x + ((size_t)b * {c} + ch) * {p} + q0, sizeof r[k]);
+                else r[k] = (NAME_v){{0}};
+            }}"""
+        store = f"""for (int k = 0; k < {lanes}; k++)
+                memcpy(y + (((size_t)b * {cbs} + cb) * {p} + q0 + k) * {block} + h, &r[k],
+                       sizeof r[k]);"""
+        tail = f"y[{blocked}] = ch < {c} ? x[{plain}] : 0;"
+    pragma = "#pragma omp parallel for collapse(3) schedule(static)\n    " if parallel else ""
+    whole = "" if not tiles else f"""{pragma}for (int b = 0; b < {n}; b++)
+    for (int cb = 0; cb < {cbs}; cb++)
+        for (int tile = 0; tile < {tiles}; tile++) {{
+            const int q0 = tile * {lanes};
+            for (int h = 0; h < {block}; h += {lanes}) {{
+            NAME_v r[{lanes}];
+            {load}
+            NAME_tr(r);
+            {store}
+            }}
+        }}
+    """
+    loops = whole + f"""for (int b = 0; b < {n}; b++)
+    for (int cb = 0; cb < {cbs}; cb++)
+        for (int q = {tiles * lanes}; q < {p}; q++)
+            for (int l = 0; l < {block}; l++) {{
+                const int ch = cb * {block} + l;
+                {tail}
+            }}"""
+    return (_transpose(t, itemsize, lanes) if tiles else ""), loops

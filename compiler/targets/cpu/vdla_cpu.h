@@ -41,6 +41,14 @@ _Static_assert((-3 >> 1) == -2, "vdla's CPU target needs arithmetic >> on signed
 #pragma GCC diagnostic ignored "-Wpsabi"
 #endif
 
+/* Two vectors shuffled by constant indices into their concatenation; M is the integer
+   vector type of the indices, which gcc's builtin takes and clang's does not. */
+#if defined(__clang__)
+#define VDLA_SHUFFLE2(a, b, M, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
+#else
+#define VDLA_SHUFFLE2(a, b, M, ...) __builtin_shuffle(a, b, (M){__VA_ARGS__})
+#endif
+
 /* requantize(a, multiplier, shift) of vdla.compiler.reference.integer; m == 0: none. */
 VDLA_INLINE int32_t vdla_rq(int32_t a, int32_t m, int32_t s) {
     uint32_t u = (uint32_t)a;
