@@ -23,12 +23,13 @@ until a schedule within 2% of the exhaustive best was measured:
   worst over `--seeds` seeds, with a budget of a quarter of the space;
 * ``random``: random search, mean over 50 seeds.
 
-Part 3, ``cpu``: the CPU target's convolutions (``bench/datasets/make_cpu_v2.sh``: int8
-and float32, wall time on each instruction set this machine runs): leave one
-instruction set out; a model trained on the set ranking ResNet-50's layers, which it
-held out (``make_cpu_test_v2.sh``), beside how often two measurements of the same
-schedules agree (the test set is measured in three rounds: the ceiling of any model
-ranked against wall times); and the widest instruction set's model adapted to the next
+Part 3, ``cpu``: the CPU target's convolutions (``bench/datasets/make_cpu_v3.sh``: int8
+and float32, plain, blocked and Winograd schedules, wall time on each instruction set
+this machine runs): leave one instruction set out; a model trained on the set ranking
+ResNet-50's layers, which it held out (``make_cpu_test_v3.sh``, int8 and float32),
+beside how often two measurements of the same schedules agree (``make_cpu_test_v2.sh``'s
+int8 layers, measured in three rounds: the ceiling of any model ranked against wall
+times); and the widest instruction set's model adapted to the next
 one down with at most 5% of the set's measurements, tested on that one's others, and on
 avx2 once more against its schedules measured side by side
 (``make_cpu_avx2_sbs.sh``), whose order two halves of the rounds agree on. The models
@@ -72,8 +73,12 @@ from make_vdla_fewshot_v1 import tasks as fewshot_tasks  # noqa: E402
 
 MANIFESTS = (DATASETS / "vdla_v1.db.manifest.json", DATASETS / "vdla_small_v1.db.manifest.json")
 TARGETS = {"pairwise": 0.90, "top1": 0.97, "cpu_pairwise": 0.85}
-CPU_MANIFESTS = (DATASETS / "cpu_v2.db.manifest.json", DATASETS / "cpu_f32_v2.db.manifest.json")
-CPU_TEST = DATASETS / "cpu_test_v2.db.manifest.json"
+CPU_MANIFESTS = (DATASETS / "cpu_v3.db.manifest.json", DATASETS / "cpu_f32_v3.db.manifest.json")
+CPU_TEST = (DATASETS / "cpu_test_v3.db.manifest.json",
+            DATASETS / "cpu_f32_test_v3.db.manifest.json")
+#: ResNet-50's int8 layers measured in three rounds (plain schedules): how often two
+#: measurements of one schedule order a pair alike, whatever the features.
+CPU_REPEAT = DATASETS / "cpu_test_v2.db.manifest.json"
 #: avx2 alone, each workload's schedules measured side by side in 21 rounds
 #: (make_cpu_avx2_sbs.sh): the adaptation tested against costs that two halves of the
 #: rounds order alike, where one whole measurement orders 0.87 of pairs as another.
@@ -324,7 +329,7 @@ def cpu(args) -> bool:
         rows = Rows.join([pipeline.training_set(path, feature_set=CPU_CONV.name)[0]
                           for path in CPU_MANIFESTS])
     except ValueError as exc:
-        raise SystemExit(f"{exc}: run bench/datasets/make_cpu_v2.sh first")
+        raise SystemExit(f"{exc}: run bench/datasets/make_cpu_v3.sh first")
     # The shipped model's settings (chosen by scripts/train_cost_model.py --cv).
     meta = shipped(CPU_PRETRAINED, CPU_CONV).meta
     settings = {"trees": meta["trees"], "depth": meta["depth"], "rate": meta["rate"],
@@ -332,7 +337,8 @@ def cpu(args) -> bool:
     isa_of = np.array([rows.tasks[g][0].rsplit(", ", 1)[-1] for g in rows.groups])
     isas = [i for i in ("avx512vnni", "avx2", "portable") if i in set(isa_of)]
     est = CPU_CONV.baseline_of(rows.x)
-    print(f"\nPart 3: the CPU target's convolutions, wall time (cpu_v2 and cpu_f32_v2: "
+    names = " and ".join(m.name.split(".")[0] for m in CPU_MANIFESTS)
+    print(f"\nPart 3: the CPU target's convolutions, wall time ({names}: "
           f"{len(rows)} measured schedules of {len(rows.tasks)} tasks on {', '.join(isas)}); "
           f"the learned model corrects the chooser's cost model ({meta['trees']} trees of "
           f"depth {meta['depth']}, rate {meta['rate']}, as shipped)")
@@ -349,19 +355,21 @@ def cpu(args) -> bool:
     # A held-out model's layers (ResNet-50), on the widest instruction set.
     model = CostModel.fit(rows, CPU_CONV, **settings)
     try:
-        held, _ = pipeline.training_set(CPU_TEST, feature_set=CPU_CONV.name)
+        held = Rows.join([pipeline.training_set(path, feature_set=CPU_CONV.name)[0]
+                          for path in CPU_TEST])
     except ValueError as exc:
-        raise SystemExit(f"{exc}: run bench/datasets/make_cpu_test_v2.sh first")
+        raise SystemExit(f"{exc}: run bench/datasets/make_cpu_test_v3.sh first")
     pair, top = _figures(model, held)
     base = _figures(CPU_CONV.baseline_of(held.x), held)
-    ceiling = repeat_agreement(CPU_TEST)
+    ceiling = repeat_agreement(CPU_REPEAT) if CPU_REPEAT.exists() else None
     if ceiling is not None:
-        print(f"  two measurements of the same ResNet-50 schedules, minutes apart, order "
-              f"{ceiling[0]:.3f} of {ceiling[1]:,} pairs alike: the ceiling of any model "
-              f"ranked against one measurement (the rows below take the median of "
-              f"{ceiling[2]})")
+        print(f"  two measurements of the same ResNet-50 int8 schedules, minutes apart, "
+              f"order {ceiling[0]:.3f} of {ceiling[1]:,} pairs alike: the ceiling of any "
+              f"model ranked against one measurement (make_cpu_test_v2.sh, {ceiling[2]} "
+              f"rounds)")
     ok &= pair >= TARGETS["cpu_pairwise"]
-    print(f"  held-out model (ResNet-50, {len(held)} schedules of {len(held.tasks)} layers): "
+    print(f"  held-out model (ResNet-50, int8 and float32, {len(held)} schedules of "
+          f"{len(held.tasks)} layers): "
           f"pairwise {pair:.3f}, top-1 {top:.4f} (the chooser's model: {base[0]:.3f}, "
           f"{base[1]:.4f}): " + ("PASS" if pair >= TARGETS["cpu_pairwise"] else "BELOW")
           + f" (target pairwise >= {TARGETS['cpu_pairwise']})")

@@ -188,22 +188,24 @@ def _transpose_loops(t: str, itemsize: int, n: int, c: int, p: int, block: int, 
     blocked = f"(((size_t)b * {cbs} + cb) * {p} + q) * {block} + l"
     if to_plain:
         load = f"""for (int k = 0; k < {lanes}; k++)
-                memcpy(&r[k], x + (((size_t)b * {cbs} + cb) * {p} + q0 + k) * {block} + h,
-                       sizeof r[k]);"""
+                    memcpy(&r[k], x + (((size_t)b * {cbs} + cb) * {p} + q0 + k) * {block} + h,
+                           sizeof r[k]);"""
         store = f"""for (int k = 0; k < {lanes}; k++) {{
-                const int ch = cb * {block} + h + k;
-                if (ch < {c}) memcpy(y + ((size_t)b * {c} + ch) * {p} + q0, &r[k], sizeof r[k]);
-            }}"""
+                    const int ch = cb * {block} + h + k;
+                    if (ch < {c})
+                        memcpy(y + ((size_t)b * {c} + ch) * {p} + q0, &r[k], sizeof r[k]);
+                }}"""
         tail = f"if (ch < {c}) y[{plain}] = x[{blocked}];"
     else:
         load = f"""for (int k = 0; k < {lanes}; k++) {{
-                const int ch = cb * {block} + h + k;
-                if (ch < {c}) memcpy(&r[k], x + ((size_t)b * {c} + ch) * {p} + q0, sizeof r[k]);
-                else r[k] = (NAME_v){{0}};
-            }}"""
+                    const int ch = cb * {block} + h + k;
+                    if (ch < {c})
+                        memcpy(&r[k], x + ((size_t)b * {c} + ch) * {p} + q0, sizeof r[k]);
+                    else r[k] = (NAME_v){{0}};
+                }}"""
         store = f"""for (int k = 0; k < {lanes}; k++)
-                memcpy(y + (((size_t)b * {cbs} + cb) * {p} + q0 + k) * {block} + h, &r[k],
-                       sizeof r[k]);"""
+                    memcpy(y + (((size_t)b * {cbs} + cb) * {p} + q0 + k) * {block} + h, &r[k],
+                           sizeof r[k]);"""
         tail = f"y[{blocked}] = ch < {c} ? x[{plain}] : 0;"
     pragma = "#pragma omp parallel for collapse(3) schedule(static)\n    " if parallel else ""
     whole = "" if not tiles else f"""{pragma}for (int b = 0; b < {n}; b++)
@@ -211,10 +213,10 @@ def _transpose_loops(t: str, itemsize: int, n: int, c: int, p: int, block: int, 
         for (int tile = 0; tile < {tiles}; tile++) {{
             const int q0 = tile * {lanes};
             for (int h = 0; h < {block}; h += {lanes}) {{
-            NAME_v r[{lanes}];
-            {load}
-            NAME_tr(r);
-            {store}
+                NAME_v r[{lanes}];
+                {load}
+                NAME_tr(r);
+                {store}
             }}
         }}
     """
