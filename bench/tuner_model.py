@@ -36,7 +36,9 @@ times are noisy and the fastest of a long search is flattered by its luck, so th
 strategies are compared by their picks measured again side by side: every strategy's
 best schedule of every task and its default, one after another in slots of a few
 milliseconds, 15 rounds (`TuneTask.side_by_side`), each pick by its median ratio to the
-default.
+default. Where the reference gains less than `SIDE_NOISE` (about what two side-by-side
+measurements of the same picks differ by), no share of its gain is defined, and the
+target is the pretrained tuner's picks within `SIDE_NOISE` of the reference's.
 Its curves go to ``--cpu-plot``.
 
 Records: one file per (platform, model, strategy) under ``--records`` (default
@@ -74,6 +76,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench" / "datasets"))
 from make_vdla_fewshot_v1 import configs as unseen_configs  # noqa: E402
 
+#: How far two side-by-side measurements of the same picks put the tuned ops' total
+#: apart (docs/tuner.md: over 20 layers, about 1%).
+SIDE_NOISE = 0.01
 MODELS = ("resnet18", "mobilenet_v1")
 #: Part 2's config: vdla_v1's first held-out config.
 HELD_OUT = "1x32x32_i8w8a32_15_14_19_18-hold"
@@ -251,19 +256,29 @@ def whole_model(args, runner, target, model: str, *, precision: str, folder: Pat
         **{name: tuning.cost("best") for name, (tuning, _, _) in results.items()}}
     default = cost["default"]
     reference_gain = default - cost["scratch, reference"]
+    # Side by side, the same picks' total agrees within about 1% between runs: a
+    # reference that gains less than that gains nothing measurable, and a share of it
+    # is noise over noise. The target is then to land within that 1% of the reference.
+    flat = noisy and reference_gain < SIDE_NOISE * default
     ok = True
     for name, (tuning, trials, overhead) in results.items():
         best = cost[name]
-        share = (default - best) / reference_gain if reference_gain else float("nan")
+        share = (default - best) / reference_gain if reference_gain and not flat \
+            else float("nan")
         note = "resumed" if overhead is None else f"{overhead:8.1%}"
-        print(f"  {name:26s} {trials:6d} {best:13,} {default / best:7.4f}x {share:21.1%} "
-              f"{note:>8s}")
+        print(f"  {name:26s} {trials:6d} {best:13,} {default / best:7.4f}x "
+              f"{'n/a' if flat else f'{share:.1%}':>21s} {note:>8s}")
         # The target is the pretrained tuner's (and the reference's, when it ran here);
         # the 64-trial from-scratch and random runs are the curves' baselines.
         if overhead is not None and (name.startswith("pretrained") or trials == args.reference):
             ok &= overhead <= 0.10
-    share = (default - cost["pretrained + scheduler"]) / reference_gain
-    ok &= share >= 0.99
+    if flat:
+        ok &= cost["pretrained + scheduler"] <= cost["scratch, reference"] * (1 + SIDE_NOISE)
+        print(f"  the reference gains {default / cost['scratch, reference'] - 1:+.2%} on the "
+              f"defaults, under the side-by-side noise ({SIDE_NOISE:.0%}): no share of it is "
+              f"defined; the target is pretrained + scheduler within {SIDE_NOISE:.0%} of it")
+    else:
+        ok &= (default - cost["pretrained + scheduler"]) / reference_gain >= 0.99
     print(f"  default schedules: {default:,} {unit} (the tuned ops' sum)"
           + (": each task's picks and default measured again in turn, 15 rounds of "
              "slots a few ms long, a pick by its median ratio to the default" if noisy else ""))
@@ -271,7 +286,8 @@ def whole_model(args, runner, target, model: str, *, precision: str, folder: Pat
           f"(then cached): {cold[0]:.1f} s for these {len(tasks)} tasks for the pretrained "
           f"tuner, {cold[1]:.1f} s more for the from-scratch one")
     print("  " + ("PASS" if ok else "BELOW") + " (targets: pretrained + scheduler >= 99% of the "
-          "reference's gain; the pretrained runs' and the reference's overhead <= 10% of "
+          "reference's gain, or within 1% of the reference where it gains nothing "
+          "measurable; the pretrained runs' and the reference's overhead <= 10% of "
           "measuring)")
     plot = args.plot if not noisy else args.cpu_plot
     if plot and not noisy:
