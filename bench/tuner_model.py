@@ -290,7 +290,11 @@ def whole_model(args, runner, target, model: str, *, precision: str, folder: Pat
           "measurable; the pretrained runs' and the reference's overhead <= 10% of "
           "measuring)")
     plot = args.plot if not noisy else args.cpu_plot
-    if plot and not noisy:
+    if plot and not any(c is not None for _, curve in curves.values() for c in curve):
+        print(f"  no tuning curve to plot: every strategy resumed from its records "
+              f"(delete {folder} to measure again)")
+        plot = None
+    elif plot and not noisy:
         tuning_curves(curves, plot, unit=unit, title=f"{model} on {short}: tuned ops' {unit}",
                       reference={f"scratch, {args.reference} trials": cost["scratch, reference"],
                                  "default schedules": default})
