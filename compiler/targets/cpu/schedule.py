@@ -643,13 +643,19 @@ def conv_blocks(conv, isa: Isa) -> list[SpaceBlock]:
                             ("parallel", parallels))))
     if conv.pointwise:
         blocks += _channel_lanes_blocks(conv, isa, h_options, ci_options)
-    if _blocked_valid(conv):
+    if _blocked_valid(conv) and (conv.depthwise or not conv.int8
+                                 or conv.cg >= _BLOCKED_MIN_CHANNELS):
         blocks += _blocked_blocks(conv, isa, h_options)
     return blocks
 
 
 def _blocked_valid(conv) -> bool:
-    """Whether ``layout="nchwc"`` runs `conv` at all (`ConvSchedule._check_blocked`)."""
+    """Whether ``layout="nchwc"`` runs `conv` at all (`ConvSchedule._check_blocked`).
+    The space leaves it out for int8 layers with fewer than `_BLOCKED_MIN_CHANNELS`
+    input channels too (the stems' 3): their blocked kernels read 4-channel words of a
+    plain input and ran 3-4x slower than the plain ones (MobileNet-v1's stem 391 against
+    96 us at 2 threads), yet the learned model ranked them first, and `--chooser
+    learned` picked them on every int8 zoo model."""
     if conv.depthwise:
         return conv.og == 1
     return conv.groups == 1

@@ -130,6 +130,21 @@ def test_blocked_knob_errors(best, change, message):
         ConvSchedule(**{**base, **change}).check(shape, best.isa)
 
 
+@pytest.mark.parametrize("dtype, c, blocked", [("int8", 3, False), ("int8", 7, False),
+                                             ("int8", 8, True), ("float32", 3, True)])
+def test_the_space_blocks_int8_layers_only_from_8_input_channels(best, dtype, c, blocked):
+    """The int8 stems' blocked kernels ran 3-4x slower than the plain ones, and the
+    learned chooser picked them: the space holds the blocked layout for an int8
+    one-group layer from `blocked_fits`' 8 input channels on, for float32 from 1."""
+    from vdla.compiler.targets.cpu.schedule import conv_space
+
+    g, _ = conv_graph(np.random.default_rng(0), dtype=dtype, c=c, o=16, h=8, w=8)
+    shape = ConvShape.from_node(g.node("conv"), g)
+    layouts = {s.layout for s in conv_space(shape, best.isa)}
+    assert layouts == ({"plain", "nchwc"} if blocked else {"plain"})
+    assert blocked_fits(shape, best.isa) == blocked
+
+
 @pytest.mark.parametrize("case, message", [
     (dict(groups=2, c=14, o=10), "one group or a depthwise"),
     (dict(groups=8, c=8, o=16), "one output per channel"),
