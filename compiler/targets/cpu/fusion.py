@@ -160,11 +160,10 @@ def fused_kernel(graph: Graph, d: Node, p: Node, sd: Any, sp: Any, isa: Isa,
     vl = sd.vl
     first, second = (node_kernel(node, graph, isa, schedule=s, band=True)[0]
                      for node, s in ((d, sd), (p, sp)))
-    elem = 1 if ds.int8 else 4
     el = "int8_t" if ds.int8 else "float"          # the input's and the buffer's
     out_t = "int8_t" if ps.int8 else "float"
-    plane = -(-ds.o // vl) * vl * ds.ho * ds.wo          # the depthwise output, an image
-    rows, bands = _bands(ds.ho, plane * elem, threads)
+    image = _image_bytes(ds, vl)                   # the depthwise output's
+    rows, bands = _bands(ds.ho, image, threads)
     offset = align(first.params.size)
     res = f"(const {out_t} *)in[1]" if ps.residual else "NULL"
     body = (first.body.replace("NAME", "NAME_dw") + second.body.replace("NAME", "NAME_pw")
@@ -190,7 +189,7 @@ void NAME{SIGNATURE} {{
     blob = np.zeros(offset + second.params.size, np.uint8)
     blob[:first.params.size] = first.params
     blob[offset:] = second.params
-    return Kernel(body, blob, (d.inputs[0],) + second.inputs[1:], ds.n * plane * elem, 0,
+    return Kernel(body, blob, (d.inputs[0],) + second.inputs[1:], ds.n * image, 0,
                   first.macs + second.macs, in_blocks=(first.in_block(0),)
                   + tuple(second.in_blocks[1:]), out_block=second.out_block, items=bands)
 
@@ -207,24 +206,22 @@ def pooled_kernel(graph: Graph, c: Node, p: Node, sc: Any, isa: Isa, threads: in
     conv = node_kernel(c, graph, isa, schedule=sc, band=True)[0]
     pool = blocked_pool_kernel(p, graph, vl, band=True)
     ps = PoolShape(p, graph)
-    oh = ps.oh
     image = _image_bytes(cs, vl)
-    rows, bands = _bands(oh, image, threads)
+    rows, bands = _bands(ps.oh, image, threads)
     own = [0]
     for k in range(1, bands):
         own.append(min(cs.ho, max(own[-1], (k * rows - 1) * ps.sh - ps.pt + ps.kh)))
     own.append(cs.ho)
-    el = "int8_t" if cs.int8 else "float"
-    t = "int8_t" if cs.int8 else "float"
+    t = "int8_t" if cs.int8 else "float"           # the input's, the buffer's and the output's
     res = f"(const {t} *)in[1]" if cs.residual else "NULL"
     body = (conv.body.replace("NAME", "NAME_cv") + pool.body.replace("NAME", "NAME_pl")
             + f"""
 static const int NAME_own[{bands + 1}] = {{{", ".join(map(str, own))}}};
 
-/* {cs.dtype} conv {cs.describe()} then max pool to {oh} rows, fused in bands of {rows}
+/* {cs.dtype} conv {cs.describe()} then max pool to {ps.oh} rows, fused in bands of {rows}
    pooled rows (NCHW{vl}c), in rounds of {threads} */
 void NAME{SIGNATURE} {{
-    const {el} *restrict x = (const {el} *)in[0];
+    const {t} *restrict x = (const {t} *)in[0];
     const {t} *restrict res = {res};
     {t} *restrict y = ({t} *)out_;
     {t} *restrict mid = ({t} *)ws;
@@ -239,7 +236,7 @@ void NAME{SIGNATURE} {{
         /* the barrier above: every row up to own[k1] is written */
         #pragma omp for schedule(static) nowait
         for (int k = k0; k < k1; k++)
-            NAME_pl(mid, y, b, k * {rows}, vdla_min((k + 1) * {rows}, {oh}));
+            NAME_pl(mid, y, b, k * {rows}, vdla_min((k + 1) * {rows}, {ps.oh}));
     }}
 }}
 """)

@@ -238,7 +238,6 @@ def blocked_pool_kernel(node: Node, graph: Graph, block: int, *,
     t = CTYPES[graph.tensors[node.inputs[0]].dtype]
     cb = -(-p.c // block)
     params = Params()
-    sources = Sources(graph, params)
     size = 1 if t == "int8_t" else 4
     # Pixel vectors of GCC's vector types (a plain loop over the lanes stays scalar:
     # gcc does not vectorize its select); a > b ? a : b lane by lane, as before.
@@ -278,6 +277,7 @@ VDLA_INLINE void NAME(const {t} *restrict x, {t} *restrict y, int b, int r0_, in
 """
         return Kernel(body, params.blob(), (node.inputs[0],), 0, 0, None,
                       in_blocks=(block,), out_block=block)
+    sources = Sources(graph, params)
     x = sources.pointer(node.inputs[0], t)
     pragma = ("#pragma omp parallel for collapse(2) schedule(static)"
               if p.work >= PARALLEL_MIN else "")

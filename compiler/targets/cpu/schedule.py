@@ -469,7 +469,8 @@ def winograd_fits(conv, isa: Isa) -> bool:
 
 
 def blocked_fits(conv, isa: Isa) -> bool:
-    """Whether the default chooser gives `conv` the blocked layout (`_choose_blocked`):
+    """Whether the default chooser gives `conv` the blocked layout (`_choose_blocked`),
+    and the tuner's space holds it (`conv_blocks`):
     a depthwise layer, a float32 one-group layer, or an int8 one with at least
     `_BLOCKED_MIN_CHANNELS` input channels (an input that may be negative is read as
     ``x + 128``; MobileNet-v2's expansion layers read the projections' signed sums, and
@@ -643,22 +644,14 @@ def conv_blocks(conv, isa: Isa) -> list[SpaceBlock]:
                             ("parallel", parallels))))
     if conv.pointwise:
         blocks += _channel_lanes_blocks(conv, isa, h_options, ci_options)
-    if _blocked_valid(conv) and (conv.depthwise or not conv.int8
-                                 or conv.cg >= _BLOCKED_MIN_CHANNELS):
+    # The blocked layout where the default chooser would take it: the int8 stems' (3
+    # input channels) blocked kernels read 4-channel words of a plain input and ran
+    # 3-4x slower than the plain ones (MobileNet-v1's stem 391 against 96 us at 2
+    # threads), yet the learned model ranked them first, and `--chooser learned` picked
+    # them on every int8 zoo model.
+    if blocked_fits(conv, isa):
         blocks += _blocked_blocks(conv, isa, h_options)
     return blocks
-
-
-def _blocked_valid(conv) -> bool:
-    """Whether ``layout="nchwc"`` runs `conv` at all (`ConvSchedule._check_blocked`).
-    The space leaves it out for int8 layers with fewer than `_BLOCKED_MIN_CHANNELS`
-    input channels too (the stems' 3): their blocked kernels read 4-channel words of a
-    plain input and ran 3-4x slower than the plain ones (MobileNet-v1's stem 391 against
-    96 us at 2 threads), yet the learned model ranked them first, and `--chooser
-    learned` picked them on every int8 zoo model."""
-    if conv.depthwise:
-        return conv.og == 1
-    return conv.groups == 1
 
 
 #: Register tiles' pixel counts the tuner tries with the blocked layout (and the row's

@@ -100,8 +100,9 @@ class CpuTarget(Target):
         (``avx512vnni``, ``avx2``, ``portable``) or None for the best this machine's
         compiler offers
     log : receives build progress (default: nothing)
-    fuse : whether the whole-graph runner runs fusable depthwise and pointwise pairs as
-        one kernel (`fusion`); False runs every node's own (per-layer figures)
+    fuse : whether the whole-graph runner runs fusable pairs (a depthwise and a pointwise
+        convolution, a convolution and its max pool) as one kernel (`fusion`); False
+        runs every node's own (per-layer figures)
     """
 
     name = "cpu"
