@@ -35,14 +35,15 @@ import time
 from pathlib import Path
 
 from vdla._platform import cpu_name
+from vdla._tools import python_module_argv
 
 TARGETS = {"resnet18": (5.0, 2.5), "resnet50": (10.0, None)}
 
 
 def run_once(model: str, jobs: int, out: Path) -> tuple[float, dict]:
     """Wall time of one `vdla run` and its JSON report."""
-    command = [sys.executable, "-m", "vdla", "run", model, "--jobs", str(jobs),
-               "--json", str(out)]
+    command = python_module_argv("vdla", "run", model, "--jobs", str(jobs),
+                                 "--json", str(out))
     start = time.perf_counter()
     proc = subprocess.run(command, capture_output=True, text=True)
     wall = time.perf_counter() - start

@@ -69,7 +69,8 @@ def time_build(config, cold: bool):
         probe = ("import json, sys, time, vdla; from vdla.sim.verilator import build_model; "
                  "t = time.perf_counter(); b = build_model(vdla.HardwareConfig(), cache=sys.argv[1]); "
                  "print(json.dumps([b.built, time.perf_counter() - t]))")
-        out = subprocess.run([sys.executable, "-c", probe, folder], capture_output=True,
+        # -P: the current folder (perhaps a clone's root) stays off the child's path.
+        out = subprocess.run([sys.executable, "-P", "-c", probe, folder], capture_output=True,
                              text=True, check=True).stdout
         built_again, cached_s = json.loads(out)
         assert first.built and not built_again

@@ -34,6 +34,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from vdla._tools import python_module_argv
+
 ROOT = Path(__file__).resolve().parents[1]
 FIGURES_DIR = ROOT / "docs" / "figures"
 IMG_DIR = ROOT / "docs" / "img"
@@ -61,8 +63,8 @@ class Figure:
 
     def argv(self, tmp: Path) -> list[str]:
         words = shlex.split(self.command.replace("{tmp}", str(tmp)))
-        if words[0] == "vdla":            # the CLI of this checkout, whatever is on PATH
-            return [sys.executable, "-m", "vdla", *words[1:]]
+        if words[0] == "vdla":            # the CLI of this interpreter, whatever is on PATH
+            return python_module_argv("vdla", *words[1:])
         if words[0] == "python3":
             return [sys.executable, *words[1:]]
         raise ValueError(f"figure {self.name}: a command starts with vdla or python3, "

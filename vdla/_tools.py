@@ -16,6 +16,13 @@ put them first:
 
 System tools the builds need (g++, make, perl) are found on PATH by the programs that
 run them, as usual.
+
+Python itself is one of the programs vdla runs (the profile-guided build's training
+run). `python_module_argv` starts it so that it imports the *installed* vdla wherever the
+user stands: ``python -m`` puts the current folder first on ``sys.path``, and in a clone
+of the repository that folder holds a ``vdla/`` without the subpackages pyproject maps
+onto ``vdla.*`` from other folders (``sim/`` becomes ``vdla.sim``), so a non-editable
+install would import the clone's half of the package and fail.
 """
 
 from __future__ import annotations
@@ -27,7 +34,8 @@ import sys
 import sysconfig
 from pathlib import Path
 
-__all__ = ["ToolNotFound", "find_tool", "tool_folders", "verilator_bin"]
+__all__ = ["ToolNotFound", "find_tool", "python_module_argv", "tool_folders",
+           "verilator_bin"]
 
 
 class ToolNotFound(FileNotFoundError):
@@ -107,3 +115,16 @@ def verilator_bin() -> Path:
     if shutil.which("verilator", path=str(folder)) is None:
         raise ToolNotFound("verilator", [str(folder)], hint)
     return folder
+
+
+def python_module_argv(module: str, *args: str) -> list[str]:
+    """The command that runs `module` (``python -m``) with this interpreter, `args` after.
+
+    ``-P`` (Python 3.11's ``safe_path``) keeps the current folder off the child's
+    ``sys.path``, so the child imports the installed vdla, not a source tree the user
+    stands in (see the module). It changes nothing else: site-packages, an editable
+    install's import hooks and ``PYTHONPATH`` are as in any child. Every Python child
+    vdla starts by command line is started through this (a test checks the sources)."""
+    if not isinstance(module, str) or not module or module.startswith("-"):
+        raise ValueError(f"module must be a dotted module name, not {module!r}")
+    return [sys.executable, "-P", "-m", module, *map(str, args)]

@@ -25,17 +25,23 @@ cluster:
   (or `jobs`), each building its evaluator once; tasks go to idle actors and results are
   yielded as they finish. An actor whose process dies is an `EvaluationError` naming
   the task, and a new actor takes its place for the tasks after. Ray is an optional
-  extra: ``pip install 'vdla[ray]'``.
+  extra: ``pip install 'vdla[ray]'``. Ray puts the driver's current folder first on
+  every worker's ``sys.path`` and starts a local instance's workers in it; the driver
+  stands in a folder of vdla's cache while it connects (`_outside_source_trees`), so a
+  user in a clone of the repository does not have its half of the package shadow the
+  installed one in the workers.
 """
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import multiprocessing.connection
 import os
 import traceback
 from typing import Any, Callable, Iterator, Protocol, Sequence
 
+from vdla._buildcache import cache_root
 from vdla._workers import start_worker
 
 __all__ = ["EvaluationError", "Executor", "LocalExecutor", "RayExecutor", "make_executor"]
@@ -220,6 +226,26 @@ class LocalExecutor:
         self.close()
 
 
+@contextlib.contextmanager
+def _outside_source_trees():
+    """Stand in an empty folder of vdla's cache (``ray/``) for the block, then go back.
+
+    `ray.init` adds the driver's current folder to its workers' ``sys.path``, ahead of
+    site-packages, and a local instance's workers start in it. In a clone of this
+    repository that folder holds a ``vdla/`` without the subpackages pyproject maps from
+    other folders, so the workers of a non-editable install would fail to import
+    ``vdla.dse`` or ``vdla.sim``. The folder is kept (a local instance's workers keep it
+    as their working folder)."""
+    folder = cache_root() / "ray"
+    folder.mkdir(parents=True, exist_ok=True)
+    before = os.getcwd()
+    os.chdir(folder)
+    try:
+        yield
+    finally:
+        os.chdir(before)
+
+
 class RayExecutor:
     """Evaluations on Ray actors.
 
@@ -234,15 +260,17 @@ class RayExecutor:
         except ImportError:
             raise ValueError("--ray needs Ray: pip install 'vdla[ray]'") from None
         self._ray, self.address = ray, address
-        if address == "local":
-            ray.init(num_cpus=jobs or os.cpu_count(), include_dashboard=False,
-                     log_to_driver=False)
-        else:
-            try:
-                ray.init(address=address, log_to_driver=False)
-            except ConnectionError as exc:   # Ray's own words name its CLI's --address
-                raise ValueError(f"--ray {address}: no Ray cluster found ({exc}); start "
-                                 "one with 'ray start --head', or use --ray local") from None
+        with _outside_source_trees():
+            if address == "local":
+                ray.init(num_cpus=jobs or os.cpu_count(), include_dashboard=False,
+                         log_to_driver=False)
+            else:
+                try:
+                    ray.init(address=address, log_to_driver=False)
+                except ConnectionError as exc:   # Ray's words name its CLI's --address
+                    raise ValueError(f"--ray {address}: no Ray cluster found ({exc}); "
+                                     "start one with 'ray start --head', or use --ray "
+                                     "local") from None
         cpus = int(ray.cluster_resources().get("CPU", 1))
         self.workers = jobs or cpus
         self._actor_class, self._factory = ray.remote(num_cpus=1)(_Worker), factory

@@ -19,7 +19,9 @@ build's cache key (`source_hash`), so a changed workload rebuilds the models.
 
 The workload itself is `vdla.sim.verilator.training_workload`, run by module name in
 the child process (it uses `vdla.runtime`, which builds models with this package: it
-is never imported here).
+is never imported here). The child runs in the build's folder with the current folder
+kept off its ``sys.path`` (`vdla._tools.python_module_argv`), so it imports the
+installed vdla even when the user stands in a clone of the repository.
 """
 
 from __future__ import annotations
@@ -28,9 +30,10 @@ import hashlib
 import json
 import os
 import subprocess
-import sys
 from functools import lru_cache
 from pathlib import Path
+
+from vdla._tools import python_module_argv
 
 __all__ = ["TrainingFailed", "source_hash", "train"]
 
@@ -59,12 +62,12 @@ def train(library: Path, config, log_path: Path) -> None:
     Raises TrainingFailed with the end of the log (`log_path`) if it fails."""
     env = dict(os.environ)
     env["OPENBLAS_NUM_THREADS"] = "1"   # the reference's matrix product: one core is plenty
-    command = [sys.executable, "-m", WORKLOAD_MODULE, str(library),
-               json.dumps(config.to_dict())]
+    command = python_module_argv(WORKLOAD_MODULE, str(Path(library).resolve()),
+                                 json.dumps(config.to_dict()))
     with open(log_path, "w") as out:
         try:
             proc = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                  timeout=TIMEOUT_S)
+                                  cwd=Path(log_path).resolve().parent, timeout=TIMEOUT_S)
         except subprocess.TimeoutExpired:
             raise TrainingFailed(f"the profile-guided build's training run took over "
                                  f"{TIMEOUT_S} s") from None
