@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -211,3 +212,19 @@ def test_the_docs_sweep_specs_parse_and_their_values_are_allowed():
     for text in specs:
         spec = SweepSpec.from_dict(tomllib.loads(text))
         spec.check_values(boards.get(spec.board).config)
+
+
+def test_the_sites_default_output_folder_is_ignored_by_git():
+    """``mkdocs build`` without ``--site-dir`` writes mkdocs.yml's site_dir (``site/``);
+    git ignores it, so building the docs leaves ``git status`` clean."""
+    git = shutil.which("git")
+    if git is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    site_dir = "site"
+    for line in (ROOT / "mkdocs.yml").read_text().splitlines():
+        if line.startswith("site_dir:"):
+            site_dir = line.split(":", 1)[1].strip().strip("'\"")
+    probe = f"{site_dir}/index.html"
+    ignored = subprocess.run([git, "check-ignore", "-q", "--no-index", probe], cwd=ROOT)
+    assert ignored.returncode == 0, f"git does not ignore {probe}: add /{site_dir}/ to " \
+                                    ".gitignore"
