@@ -292,6 +292,13 @@ class Target(abc.ABC):
         with how to install it), or None when it can."""
         return None
 
+    @classmethod
+    def left_out_by_default(cls) -> str | None:
+        """Why a comparison that names no targets (``vdla compare`` without
+        ``--targets``) leaves this target out, or None when it joins: by default, only
+        when it cannot run here (`unavailable`)."""
+        return cls.unavailable()
+
     @property
     def precisions(self) -> tuple[str, ...]:
         """What a run of this target can compile (`vdla.compiler.pipeline.PRECISIONS`):

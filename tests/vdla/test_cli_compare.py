@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from vdla.cli import main
 
 
 def test_digits_on_every_target(tmp_path, capsys):
     chart, out = tmp_path / "c.png", tmp_path / "c.json"
-    assert main(["compare", "digits_cnn", "--chart", str(chart), "--json", str(out),
-                 "--threads", "1"]) == 0
+    assert main(["compare", "digits_cnn", "--targets", "vdla,cpu,gpu,host", "--chart",
+                 str(chart), "--json", str(out), "--threads", "1"]) == 0
     text = capsys.readouterr().out
     assert "on vdla, cpu, gpu, gpu est., host" in text and "bit-exact" in text
     assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and chart.stat().st_size > 10_000
@@ -23,6 +25,26 @@ def test_digits_on_every_target(tmp_path, capsys):
         assert abs(sum(result["groups"].values()) - result["total_seconds"]) < 1e-9
     from vdla.compiler.targets.cpu.isa import detect
     assert doc["targets"]["cpu"]["options"] == {"threads": 1, "isa": detect().name}
+
+
+def test_the_default_targets_leave_out_the_gpu_interpreter(tmp_path, capsys):
+    """Without --targets: the accelerator, the CPU and the host; the GPU target only where
+    it runs on a CUDA GPU, with a note saying why it is not there otherwise."""
+    pytest.importorskip("triton", reason="the gpu extra is not installed")
+    from vdla.compiler.targets.gpu import runtime
+
+    out = tmp_path / "c.json"
+    assert main(["compare", "digits_cnn", "--chart", str(tmp_path / "c.png"), "--json",
+                 str(out), "--threads", "1"]) == 0
+    captured = capsys.readouterr()
+    targets = set(json.loads(out.read_text())["targets"])
+    if runtime.auto_mode() == "cuda":
+        assert targets == {"vdla", "cpu", "gpu", "gpu est.", "host"}
+    else:
+        assert targets == {"vdla", "cpu", "host"}
+        assert "note: no gpu column (no CUDA GPU here; Triton's interpreter" in captured.err
+        assert "name gpu in --targets to add it" in captured.err
+    # Named, the interpreter's column joins (test_digits_on_every_target runs it).
 
 
 def test_unknown_targets_and_bad_threads_are_clear_errors(tmp_path, capsys):

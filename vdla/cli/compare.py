@@ -4,8 +4,10 @@ each other and the reference, time per op group and in total, a table and a char
 Each target says what its times are (`OpStats.device_time`: the accelerator's cycles at
 its clock, a GPU's CUDA events, the host's wall time) and may add a column of estimates
 beside its own (`Target.estimate_column`: the GPU target's roofline on the GPU ``--gpu``
-names), labelled as an estimate. A default target that cannot run here (its extra not
-installed) is left out with a note; one asked for by name is an error."""
+names), labelled as an estimate. Without ``--targets`` the comparison takes the targets
+that run here at their own speed (`Target.left_out_by_default`: the GPU target only on a
+CUDA GPU, not on Triton's interpreter) and says which it left out and why; a target
+named in ``--targets`` that cannot run here is an error."""
 
 from __future__ import annotations
 
@@ -32,7 +34,8 @@ GROUPS = {**dict.fromkeys(("qconv2d", "conv2d"), "conv"),
           **dict.fromkeys(("qadd", "add", "mul", "relu", "clip"), "elementwise"),
           **dict.fromkeys(("quantize", "dequantize"), "quantize"),
           **dict.fromkeys(("flatten", "reshape", "transpose", "concat", "pad"), "layout")}
-#: The targets compared by default, where they are available (gpu: with the gpu extra).
+#: The targets compared without --targets, in this order, each where it runs here at its
+#: own speed (`Target.left_out_by_default`: gpu on a CUDA GPU, not on the interpreter).
 DEFAULT_TARGETS = ("vdla", "cpu", "gpu", "host")
 
 
@@ -48,8 +51,10 @@ def add_parser(sub) -> None:
                     "machine. Writes a bar chart (PNG) of time per op group and target.")
     add_target_options(p, "compare")
     p.add_argument("model", metavar="MODEL", help="zoo model name or an .onnx path")
-    p.add_argument("--targets", metavar="A,B,...", default=",".join(DEFAULT_TARGETS),
-                   help=f"targets to compare (default {','.join(DEFAULT_TARGETS)})")
+    p.add_argument("--targets", metavar="A,B,...",
+                   help=f"targets to compare (default {','.join(DEFAULT_TARGETS)}, each "
+                        "where it runs here at its own speed: gpu only on a CUDA GPU, "
+                        "since Triton's interpreter takes minutes; name it to add it)")
     p.add_argument("--seed", type=int, default=0, help="seeds the input (default 0)")
     p.add_argument("--calibration", type=int, default=4, metavar="N",
                    help="calibration inputs (default 4)")
@@ -78,7 +83,9 @@ def _targets(args) -> list:
         raise CliError(f"--calibration must be a positive integer, not {args.calibration}")
     if args.seed < 0:
         raise CliError(f"--seed must be a non-negative integer, not {args.seed}")
-    names = [n.strip() for n in args.targets.split(",") if n.strip()]
+    named = args.targets is not None
+    names = [n.strip() for n in (args.targets.split(",") if named else DEFAULT_TARGETS)
+             if n.strip()]
     unknown = []
     for name in names:
         try:
@@ -90,11 +97,15 @@ def _targets(args) -> list:
                        f"available: {', '.join(targets.names())}")
     chosen, dropped = [], {}
     for name in names:
-        missing = unavailable(name)
+        if named:
+            missing = unavailable(name)
+            if missing is not None:
+                raise CliError(f"--targets {name}: {missing}")
+        else:
+            left_out = getattr(target_factory(name), "left_out_by_default", None)
+            missing = left_out() if left_out is not None else unavailable(name)
         if missing is None:
             chosen.append(name)
-        elif args.targets != ",".join(DEFAULT_TARGETS):
-            raise CliError(f"--targets {name}: {missing}")
         else:
             dropped[name] = missing
     check_target_options(args, chosen, "compare", dropped)

@@ -61,6 +61,15 @@ _ON = ("1", "true", "on", "yes")
 _mode: str | None = None
 
 
+def auto_mode() -> str:
+    """The mode ``auto`` runs in here (this process's mode, once one is fixed), without
+    fixing it: ``cuda`` or ``interpreter``. Requires the gpu extra."""
+    if _mode is not None:
+        return _mode
+    forced = os.environ.get("TRITON_INTERPRET", "0").lower() in _ON
+    return "interpreter" if forced or not cuda_available() else "cuda"
+
+
 def resolve(device: str) -> str:
     """The mode a target asked for `device` runs in: ``auto`` is ``cuda`` when a CUDA GPU
     is present and ``TRITON_INTERPRET`` is not set, else ``interpreter``. The first call

@@ -100,6 +100,17 @@ class GpuTarget(Target):
         return None
 
     @classmethod
+    def left_out_by_default(cls) -> str | None:
+        """Left out of a default comparison without a CUDA GPU: the interpreter runs the
+        same kernels bit for bit, but takes minutes for a ResNet and times no GPU."""
+        missing = cls.unavailable()
+        if missing is not None or runtime.auto_mode() == "cuda":
+            return missing
+        return ("no CUDA GPU here; Triton's interpreter would run its kernels on the CPU, "
+                "bit-exact but slow (over a minute for ResNet-18) and timing no GPU: name "
+                "gpu in --targets to add it")
+
+    @classmethod
     def from_cli(cls, options, *, precision: str = "int8", log=None) -> "GpuTarget":
         """``--device`` and ``--gpu``, floats stored as the precision says (float16 or
         float32); a missing extra, an unknown GPU or ``--device cuda`` without a GPU is
