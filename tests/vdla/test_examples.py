@@ -56,3 +56,32 @@ def test_the_script_writes_the_image_and_checks_a_dump(tmp_path):
     dump.write_bytes(bytes(wrong))
     check = subprocess.run([*run, "check", str(dump)], capture_output=True, text=True)
     assert check.returncode == 1 and "differs from numpy in 1 of 64" in check.stderr
+
+
+def test_the_sweep_examples_latency_bound_does_what_its_comment_says(tmp_path, capsys):
+    """examples/sweep_small_cnn.toml's comment: the bound takes the 1x8x8 cores (the
+    slowest) off the front, every faster core shape stays on it, and 1x16x16 is the
+    fastest. A change to the timing model that moves a shape across the bound fails
+    here, not in a reader's run."""
+    import json
+
+    from vdla.dse.spec import SweepSpec
+
+    spec_path = EXAMPLES / "sweep_small_cnn.toml"
+    spec = SweepSpec.from_toml(spec_path)
+    out = tmp_path / "out"
+    assert main(["sweep", str(spec_path), "--out", str(out), "--no-plots"]) == 0
+    capsys.readouterr()
+    doc = json.loads((out / "sweep.json").read_text())
+    valid = [p for p in doc["points"] if p["valid"] and p["fits"]]
+    shape = lambda p: f"{p['params']['block_in']}x{p['params']['block_out']}"  # noqa: E731
+    latency = {}
+    for p in valid:
+        latency.setdefault(shape(p), []).append(p["objectives"]["latency_ms"])
+    assert set(latency) == {"8x8", "8x16", "16x8", "16x16"}
+    assert min(latency["8x8"]) > spec.max_latency_ms
+    faster = [v for s, vs in latency.items() if s != "8x8" for v in vs]
+    assert max(faster) < spec.max_latency_ms
+    on_front = {shape(p) for p in valid if p["key"] in doc["front"]}
+    assert "8x8" not in on_front and "16x16" in on_front
+    assert min(latency["16x16"]) == min(v for vs in latency.values() for v in vs)
