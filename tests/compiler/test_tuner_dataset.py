@@ -17,6 +17,7 @@ from vdla.compiler.tuner.dataset import DatasetPlan, generate, measure_again, ra
 from vdla.compiler.tuner.features import FeatureSet
 from vdla.compiler.tuner.learned import pairwise_accuracy, top1_ratio, training_rows
 from vdla.compiler.frontend.workloads import parse_workload
+from platform_testing import FOREIGN_CPU, pretend_cpu
 
 SHAPES = ("14,14,16,32,3,1,1", "7,7,16,16,1,0,1")
 
@@ -326,8 +327,40 @@ def test_the_cpu_platforms_are_the_instruction_sets_this_machine_runs():
     assert again.options() == drawn[-1].options()
     with pytest.raises(ValueError, match=f"runs {len(runs)} instruction sets"):
         cpu.platforms(len(runs) + 1)
-    # A target made for a narrower instruction set (`vdla dataset --isa avx2`) starts at
-    # its own: the widest is not measured behind the user's back.
+
+
+def test_a_cpu_platform_of_another_machine_reads_its_records_and_measures_nothing(
+        monkeypatch):
+    """A training set's platform is the machine that measured it (its manifest names the
+    CPU): re-made on another CPU, with an instruction set this one may lack, its tasks
+    name that machine's records and refuse to measure here."""
+    pretend_cpu(monkeypatch, FOREIGN_CPU)
+    recorded = {"threads": 1, "isa": "avx512vnni", "cpu": "AMD EPYC"}
+    target = type(targets.get("cpu")).from_platform(recorded)
+    assert target.platform_params() == recorded
+    [task] = pipeline.tasks_from_workload("7,7,16,16,1,0,1", target)
+    assert task.platform == "AMD EPYC, 1 threads, avx512vnni"
+    assert task.platform_key() == recorded
+    with pytest.raises(ValueError, match="'AMD EPYC' .* is not measured on this one, "
+                                         r"'Intel\(R\) Xeon"):
+        task.compile(task.default_schedule(), "wall")
+    [own] = pipeline.tasks_from_workload("7,7,16,16,1,0,1",
+                                         targets.get("cpu", threads=1, isa="portable"))
+    assert own.platform == f"{FOREIGN_CPU}, 1 threads, portable"
+    with pytest.raises(ValueError, match="needs the CPU's name and its isa"):
+        type(target)(cpu="AMD EPYC")
+
+
+def test_a_narrower_cpu_target_draws_its_platforms_from_its_own_down():
+    """A target made for a narrower instruction set (`vdla dataset --isa avx2`) starts at
+    its own: the widest is not measured behind the user's back."""
+    from vdla.compiler.targets.cpu import isa as cpu_isa
+    from vdla.compiler.targets.cpu.build import machine_features
+
+    runs = [n for n, isa in cpu_isa.ISAS.items() if isa.runs_on(machine_features())]
+    if len(runs) < 2:
+        pytest.skip(f"this machine's compiler offers only {runs[0]}: no instruction set "
+                    "narrower than its best")
     narrower = targets.get("cpu", isa=runs[1]).platforms(len(runs) - 1)
     assert [t.options()["isa"] for t in narrower] == runs[1:]
     with pytest.raises(ValueError, match=f"from {runs[1]} down"):

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import vdla
+from platform_testing import FOREIGN_CPU, pretend_cpu
 from script_loading import load_script
 from vdla.cli import main
 from vdla.compiler import pipeline, targets
@@ -363,7 +364,16 @@ def test_spaces_and_features_are_computed_once_per_machine(monkeypatch, tmp_path
 
 # --- retraining (scripts/train_cost_model.py) ---------------------------------------------
 
-def test_the_training_script_cross_validates_and_refuses_bad_folds(capsys):
+@pytest.fixture
+def foreign_cpu(monkeypatch):
+    """Stand in for a machine whose CPU none of the committed sets names: a set trains
+    the same model on any machine (`CpuTarget.from_platform` reads the set's platform
+    under the CPU its manifest names, not this machine's, which the training then never
+    consults: one run under a foreign name covers the machine that measured the sets)."""
+    pretend_cpu(monkeypatch, FOREIGN_CPU)
+
+
+def test_the_training_script_cross_validates_and_refuses_bad_folds(capsys, foreign_cpu):
     root = Path(__file__).resolve().parents[2]
     script = load_script(root / "scripts" / "train_cost_model.py")
     sets = [str(root / "bench" / "datasets" / f"cpu{n}_v3.db.manifest.json")
@@ -376,7 +386,7 @@ def test_the_training_script_cross_validates_and_refuses_bad_folds(capsys):
     assert "2-fold cross-validation by task" in out and "avx512vnni" in out and "pairwise" in out
 
 
-def test_the_training_script_ranks_its_model_on_held_out_sets(capsys, tmp_path):
+def test_the_training_script_ranks_its_model_on_held_out_sets(capsys, tmp_path, foreign_cpu):
     """``--test``: the written model (to ``--out``, not the shipped folder) ranks sets
     it never saw, beside its baseline feature; a bad manifest is named."""
     sets = Path(__file__).resolve().parents[2] / "bench" / "datasets"

@@ -103,6 +103,10 @@ class CpuTarget(Target):
     fuse : whether the whole-graph runner runs fusable pairs (a depthwise and a pointwise
         convolution, a convolution and its max pool) as one kernel (`fusion`); False
         runs every node's own (per-layer figures)
+    cpu : the name of the CPU a training set's platform was measured on (its manifest
+        names it: `from_platform`): `isa` is then taken as named, not probed (this
+        machine may lack it), and the target's tasks read that CPU's records and measure
+        only on a machine of that name. None (the default): this machine
     """
 
     name = "cpu"
@@ -131,7 +135,7 @@ class CpuTarget(Target):
         return target
 
     def __init__(self, *, threads: int | None = None, isa: str | None = None, log=None,
-                 fuse: bool = True):
+                 fuse: bool = True, cpu: str | None = None):
         if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
                                     or threads < 1):
             raise ValueError(f"CpuTarget: threads must be a positive integer, not {threads!r}")
@@ -140,20 +144,24 @@ class CpuTarget(Target):
                              f"None, not {isa!r}")
         if not isinstance(fuse, bool):
             raise ValueError(f"CpuTarget: fuse must be True or False, not {fuse!r}")
+        if cpu is not None and (not isinstance(cpu, str) or not cpu or isa is None):
+            raise ValueError(f"CpuTarget: a platform of another CPU needs the CPU's name and "
+                             f"its isa, not cpu={cpu!r}, isa={isa!r}")
         self.threads, self._isa_name, self._log = threads, isa, log
-        self.fuse = fuse
+        self.fuse, self.cpu = fuse, cpu
         self._isa = None
         claim_cores()
 
     @property
     def isa(self) -> cpu_isa.Isa:
-        """The instruction set the code is generated for (probed once)."""
+        """The instruction set the code is generated for (probed once; another CPU's
+        platform's as named: this machine may lack it)."""
         if self._isa is None:
             if self._isa_name is None:
                 self._isa = cpu_isa.detect()
             else:
                 chosen = cpu_isa.get(self._isa_name)
-                if not chosen.runs_on(machine_features()):
+                if self.cpu is None and not chosen.runs_on(machine_features()):
                     raise ValueError(f"CpuTarget: this machine's C compiler does not offer "
                                      f"{chosen.name} (it needs {', '.join(chosen.requires)})")
                 self._isa = chosen
@@ -189,13 +197,24 @@ class CpuTarget(Target):
                 for name in runs[:count]]
 
     def platform_params(self) -> dict:
-        return {**self.options(), "cpu": cpu_name()}
+        return {**self.options(), "cpu": self.cpu if self.cpu is not None else cpu_name()}
 
     @classmethod
     def from_platform(cls, params) -> "CpuTarget":
+        """The platform a training set's manifest names, as it was measured: on the CPU
+        the manifest names, whichever machine reads the set.
+
+        Why not this machine's: a set is a file that any machine trains from
+        (scripts/train_cost_model.py, bench/tuner_transfer.py), and the same set must
+        give the same model everywhere. Tasks named after this machine's CPU would find
+        none of the records of the machine that measured them, and this machine need
+        not offer the set's instruction sets (an AVX2-only one reading a set measured
+        with AVX-512) for code that is never built here. A manifest that does not name
+        the CPU is taken to be this machine's."""
         if not isinstance(params, dict) or "isa" not in params:
             raise ValueError(f"a cpu platform needs its isa, not {params!r}")
-        return cls(threads=params.get("threads"), isa=params["isa"])
+        return cls(threads=params.get("threads"), isa=params["isa"],
+                   cpu=params.get("cpu") or cpu_name())
 
     def capabilities(self) -> list[tuple[str, str]]:
         return [("conv2d, qconv2d", "float32 or int8: any kernel, stride, padding, dilation "

@@ -82,11 +82,16 @@ class CpuTask(OneNodeTask):
     name, graph, node, nodes : as in `OneNodeTask`
     isa : the instruction set's name; threads : the thread count it is measured with
     nonnegative : whether the model's input to the node is known non-negative (int8)
+    cpu : the name of the CPU whose records the task reads (its `platform`); None for
+        this machine's (`cpu_name`). A task made again from a training set's manifest
+        (`CpuTarget.from_platform`) names the CPU the set was measured on, and measures
+        only on a machine of that name.
     """
 
     isa: str = dataclasses.field(kw_only=True)
     threads: int = dataclasses.field(kw_only=True)
     nonnegative: bool = dataclasses.field(kw_only=True, default=False)
+    cpu: str | None = dataclasses.field(kw_only=True, default=None)
 
     target = "cpu"
     measure_backends = ("wall",)
@@ -109,8 +114,13 @@ class CpuTask(OneNodeTask):
         return cls.from_node(node, self.graph, nonnegative=self.nonnegative)
 
     @property
+    def on_cpu(self) -> str:
+        """The CPU the task's records name: its own `cpu`, else this machine's."""
+        return self.cpu if self.cpu is not None else cpu_name()
+
+    @property
     def platform(self) -> str:
-        return f"{cpu_name()}, {self.threads} threads, {self.isa}"
+        return f"{self.on_cpu}, {self.threads} threads, {self.isa}"
 
     @property
     def workload(self) -> dict:
@@ -201,7 +211,7 @@ class CpuTask(OneNodeTask):
                             self.estimate(schedule).cycles)
 
     def platform_key(self) -> dict:
-        return {"cpu": cpu_name(), "threads": self.threads, "isa": self.isa}
+        return {"cpu": self.on_cpu, "threads": self.threads, "isa": self.isa}
 
     def sources(self) -> tuple[Path, ...]:
         """This folder's modules: the space, the chooser's model, the features."""
@@ -227,7 +237,11 @@ class CpuTask(OneNodeTask):
     def compile(self, schedule, backend: str):
         """The kernel built into a library (cached by content hash: a schedule's build is
         shared by every model with that layer shape), its team started, its parameters
-        and workspace aligned."""
+        and workspace aligned. ValueError for a task of another machine's CPU: what it
+        measured here would be filed under that machine's name."""
+        if self.on_cpu != cpu_name():
+            raise ValueError(f"{self.name}: a task of the CPU {self.on_cpu!r} (a training "
+                             f"set's platform) is not measured on this one, {cpu_name()!r}")
         kernel = self.kernel(schedule)
         lib = load(build_kernels([kernel], self._isa))
         start_team(lib, self.threads)
@@ -311,6 +325,7 @@ def cpu_tasks(graph: Graph, target) -> list[CpuTask]:
             continue
         nonneg = node.op.startswith("q") and input_nonnegative(graph, node.inputs[0])
         found.append((CpuTask(node.name, one_node_graph(node, graph), node.name,
-                              isa=target.isa.name, threads=target.team, nonnegative=nonneg),
+                              isa=target.isa.name, threads=target.team, nonnegative=nonneg,
+                              cpu=target.cpu),
                       node))
     return merge_tasks(found)
