@@ -55,9 +55,10 @@ SPLITS = ("gradient", "equal")
 #: Measurements each task gets before the gradient decides (the default and one more).
 WARMUP = 2
 
-#: Called with (the task measured, trials done, the budget, the tuned ops' cost or None)
-#: before the first measurement and after each one.
-ModelProgress = Callable[[TuneTask, int, int, "int | None"], None]
+#: Called with (the task measured, trials done, the budget, the tuned ops' cost or None,
+#: how many tasks have a measured cost) before the first measurement and after each one.
+#: The cost is None until every task has one; the count says how far it is from there.
+ModelProgress = Callable[[TuneTask, int, int, "int | None", int], None]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,8 +131,9 @@ def tune_tasks(tasks: Sequence[TuneTask], runner, *, trials: int,
         # A task's progress, per measurement: the model's, while one of its batches runs.
         if progress is not None and batch_start:
             spent_then, done_then = batch_start
-            progress(task, spent_then + done - done_then, trials,
-                     cost({task.uid: best} if best is not None else {}))
+            instead = {task.uid: best} if best is not None else {}
+            progress(task, spent_then + done - done_then, trials, cost(instead),
+                     measured(instead))
 
     # Each task may take its whole space: the scheduler, not a per-task cap, decides.
     states = [TaskTuning(t, runner, trials=None, records=records, tuner=tuner, seed=seed,
@@ -146,6 +148,10 @@ def tune_tasks(tasks: Sequence[TuneTask], runner, *, trials: int,
         if any(b is None for b in bests):
             return None
         return sum(_weight(s.task) * b for s, b in zip(states, bests))
+
+    def measured(instead: dict | None = None) -> int:
+        # The tasks with a measured cost (`instead`: as in `cost`).
+        return sum((instead or {}).get(s.task.uid, s.best()[0]) is not None for s in states)
 
     def measure(index: int, n: int) -> int:
         nonlocal spent
@@ -183,7 +189,17 @@ def tune_tasks(tasks: Sequence[TuneTask], runner, *, trials: int,
             def on_result(k, result, base=spent):
                 finished[k] = result
                 if progress is not None:
-                    progress(inputs[k].task, base + len(finished), trials, None)
+                    # The batch is absorbed when it ends: until then, each task's best
+                    # counts this batch's finished measurements too.
+                    instead: dict = {}
+                    for j, r in finished.items():
+                        task = inputs[j].task
+                        if r.ok:
+                            known = instead.get(task.uid, states[picks[j][0]].best()[0])
+                            instead[task.uid] = r.cycles if known is None else \
+                                min(known, r.cycles)
+                    progress(inputs[k].task, base + len(finished), trials, cost(instead),
+                             measured(instead))
 
             results = measure_recorded(runner, inputs, records, on_result, finished)
             for (i, schedule), result in zip(picks, results):
@@ -194,7 +210,7 @@ def tune_tasks(tasks: Sequence[TuneTask], runner, *, trials: int,
                 curve.append(cost())
 
     if progress is not None:
-        progress(tasks[0], min(spent, trials), trials, cost())
+        progress(tasks[0], min(spent, trials), trials, cost(), measured())
     if split == "equal":
         share, extra = divmod(max(0, trials - spent), len(tasks))
         for i, s in enumerate(states):

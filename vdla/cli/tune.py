@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 import time
+from typing import NamedTuple
 
 from vdla.cli.common import CliError, log, on_interrupt, output_file, table, write_json
 from vdla.cli.run import DEFAULT_TARGET
@@ -132,6 +133,7 @@ class _Progress:
     prints (`interrupted`).
 
     unit : what the costs count (the tasks' unit)
+    workloads : how many workloads are tuned (the tuned ops' cost needs each measured)
     stream : where the lines go (default: stderr)
     interval : least seconds between two lines when `stream` is not a terminal
     clock : the time in seconds (default `time.monotonic`)
@@ -140,9 +142,9 @@ class _Progress:
     #: Default of `interval`: often enough to see a long run move, rare enough for a log.
     INTERVAL = 10.0
 
-    def __init__(self, unit: str, *, stream=None, interval: float = INTERVAL,
-                 clock=time.monotonic):
-        self.unit = unit
+    def __init__(self, unit: str, workloads: int = 1, *, stream=None,
+                 interval: float = INTERVAL, clock=time.monotonic):
+        self.unit, self.workloads = unit, workloads
         self.stream = stream or sys.stderr
         self.tty = self.stream.isatty()
         self.interval, self.clock = interval, clock
@@ -151,12 +153,14 @@ class _Progress:
         self._last_line = clock()       # when the last log line was printed
         self._line_open = False         # a terminal line to end
 
-    def __call__(self, task, done: int, total: int, cost: int | None):
-        """`done` of `total` trials spent, the last on `task`; `cost`: the tuned ops'."""
+    def __call__(self, task, done: int, total: int, cost: int | None,
+                 measured: int = 0):
+        """`done` of `total` trials spent, the last on `task`; `cost`: the tuned ops' (None
+        until every workload has a measured cost; `measured` of them have one)."""
         if self.first is None:
             self.first = done
         self.task, self.done, self.total = task, done, total
-        cost_text = f"tuned ops {'-' if cost is None else f'{cost:,}'} {self.unit}"
+        cost_text = self.cost_text(cost, measured)
         if self.tty:
             width = 20
             filled = width * done // max(total, 1)
@@ -168,6 +172,13 @@ class _Progress:
         elif self.clock() - self._last_line >= self.interval:
             self._print(f"vdla: tuning: {done}/{total} trials ({task.name}), {cost_text}")
             self._last_line = self.clock()
+
+    def cost_text(self, cost: int | None, measured: int) -> str:
+        """The tuned ops' cost, or until each workload has one, how many have: a sum over
+        some workloads would jump each time another joins it, and read as a regression."""
+        if cost is not None:
+            return f"tuned ops {cost:,} {self.unit}"
+        return f"{measured} of {self.workloads} workload{'s' * (self.workloads > 1)} measured"
 
     def _print(self, text: str, end: str = "\n"):
         print(text, end=end, file=self.stream, flush=True)
@@ -215,7 +226,7 @@ def run(args) -> int:
     if args.tuner == "pretrained":
         log(_pretrained_note(tasks))
     start = time.perf_counter()
-    progress = _Progress(tasks[0].unit)
+    progress = _Progress(tasks[0].unit, len(tasks))
     runner = _runner(args, measure)     # first: a missing Ray cluster writes no records
     with runner:
         records = _SessionRecords(args.records)
@@ -280,8 +291,7 @@ def _document(args, target, tasks, measure, tuning, what, wall) -> dict:
         "platform": tasks[0].platform, "measure": measure, "tuner": args.tuner,
         "split": args.split, "trials": args.trials, "seed": args.seed,
         "records": str(args.records), "wall_seconds": wall,
-        "cost": {"default": tuning.cost("default"), "best": tuning.cost("best"),
-                 "unit": tasks[0].unit},
+        "cost": _cost_document(tuning.results, args.trials, tasks[0].unit),
         # After each measurement of this run, a workload not measured yet at its default.
         "curve": {"first_trial": tuning.resumed + 1, "cost": tuning.default_curve()},
         "workloads": [{
@@ -294,6 +304,68 @@ def _document(args, target, tasks, measure, tuning, what, wall) -> dict:
             "best": {"schedule": None if r.best is None else r.task.schedule_to_dict(r.best),
                      "cycles": r.best_cycles},
             "speedup": r.speedup} for r in results]}
+
+
+class _Totals(NamedTuple):
+    """The tuned ops' cost (each workload's cost times its nodes) with the default
+    schedules and with the best found, over the workloads where both are measured
+    (`counted`, their names), and (name, why) of each workload left out."""
+
+    default: int
+    best: int
+    counted: tuple[str, ...]
+    left_out: tuple[tuple[str, str], ...]
+
+
+def _totals(results, trials: int) -> _Totals:
+    """The totals over the workloads whose default and best costs were measured. A
+    workload without them is left out and named, never counted at a guess: an untuned
+    workload costs its default schedule's cost, and that is what was not measured (on
+    the accelerator the timing model's estimate of it is not what Verilator measures)."""
+    default = best = 0
+    counted, left_out = [], []
+    for r in results:
+        name = r.task.name
+        if r.default_cycles is not None and r.best_cycles is not None:
+            weight = len(r.task.nodes) or 1
+            default += weight * r.default_cycles
+            best += weight * r.best_cycles
+            counted.append(name)
+        elif r.trials == 0:
+            left_out.append((name, f"no trials: --trials {trials} ran out before them"))
+        elif r.best_cycles is None:
+            left_out.append((name, "every measurement failed"))
+        elif any(s == r.default and not m.ok for s, m in r.history):
+            left_out.append((name, "the default schedule's measurement failed"))
+        else:
+            left_out.append((name, "the default schedule not measured"))
+    return _Totals(default, best, tuple(counted), tuple(left_out))
+
+
+def _total_line(totals: _Totals, unit: str) -> str:
+    """The summary's line of the tuned ops' total before and after tuning: over every
+    workload, or over those measured, naming the others by why they are left out."""
+    why: dict[str, list[str]] = {}
+    for name, reason in totals.left_out:
+        why.setdefault(reason, []).append(name)
+    left = "; ".join(f"{', '.join(names)} ({reason})" for reason, names in why.items())
+    if not totals.counted:
+        return f"tuned ops: no total before and after tuning, no workload measured: {left}"
+    every = len(totals.counted) + len(totals.left_out)
+    over = f", over the {len(totals.counted)} of {every} workloads measured" if left else ""
+    line = (f"tuned ops (each workload's cost times its nodes){over}: {totals.default:,} "
+            f"{unit} with the default schedules, {totals.best:,} with the best found"
+            + (f" ({totals.default / totals.best:.3f}x)" if totals.best else ""))
+    return line + (f"; left out: {left}" if left else "")
+
+
+def _cost_document(results, trials: int, unit: str) -> dict:
+    """The JSON's ``cost``: the totals the summary prints, with what they count."""
+    totals = _totals(results, trials)
+    return {"default": totals.default if totals.counted else None,
+            "best": totals.best if totals.counted else None, "unit": unit,
+            "workloads": list(totals.counted),
+            "left_out": [{"name": name, "why": why} for name, why in totals.left_out]}
 
 
 def _plot(args, path, tuning, what, target, task) -> None:
@@ -332,10 +404,7 @@ def _summary(args, target, tasks, measure, tuning, what, wall, where) -> None:
              "-" if r.speedup is None else f"{r.speedup:.3f}x") for r in results]
     for line in table(header, rows, right={2, 3, 4, 6, 8, 9}):
         print("  " + line)
-    before, after = tuning.cost("default"), tuning.cost("best")
-    if before and after:
-        print(f"tuned ops (each workload's cost times its nodes): {before:,} {unit} with the "
-              f"default schedules, {after:,} with the best found ({before / after:.3f}x)")
+    print(_total_line(_totals(results, args.trials), unit))
     failures = sum(r.failures for r in results)
     measured = sum(len(r.history) for r in results)
     confirmed = sum(r.confirmations for r in results)
