@@ -47,8 +47,10 @@ class ShippedConfig:
     figures : its measured figures as the file records them: ``fits`` (bool, whether it
         fits the board), ``resources`` (each resource: ``used`` and ``of``, with a
         ``source``), ``runs`` (models run on it: ``model``, ``cycles``, ``backend``,
-        ``bit_exact``, ``commit`` and optionally ``baseline``: another config's
-        ``config`` name and ``cycles``)
+        ``bit_exact``, ``commit``, the commit they were measured at, and optionally
+        ``baseline``: another config's ``config`` name and ``cycles``). The runs are
+        `bench/model_layers.py`'s totals in the documentation's figures, copied by hand
+        when those are measured again (tests/vdla/test_shipped.py checks the two agree)
     path : the file it was read from
     """
 

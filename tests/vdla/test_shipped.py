@@ -7,6 +7,7 @@ computed with the code under test."""
 import argparse
 import dataclasses
 import json
+import re
 import shutil
 import tomllib
 from pathlib import Path
@@ -189,21 +190,111 @@ def test_asm_with_a_shipped_config_assembles_req(tmp_path, capsys):
     assert out.stat().st_size == 2 * 16
 
 
-def test_config_list_text_and_json(capsys):
-    assert main(["config", "list"]) == 0
+def test_config_list_wide_gives_a_row_per_config_and_json(capsys):
+    assert main(["config", "list", "--wide"]) == 0
     text = capsys.readouterr().out
     header, row = text.splitlines()[:2]
     assert header.split() == ["name", "config", "features", "board", "fits", "figures"]
     assert row.split()[:6] == ["pynq-z1-plus", PLUS_NAME, "req,", "hold,", "dw3", "pynq-z1"]
     assert "yes: LUT 50,993/53,200, FF 7,767/106,400, DSP 220/220, BRAM 119/140" in row
     cycles = shipped("pynq-z1-plus").figures["runs"][0]["cycles"]
-    assert f"resnet18 {cycles:,} cycles (verilator, bit-exact, " in row
+    assert f"resnet18 {cycles:,} cycles (verilator, bit-exact, commit " in row
+    # Every recorded figure of every config in its one row, unbroken.
+    for name in shipped_names():
+        entry = shipped(name)
+        [row] = [line for line in text.splitlines() if line.startswith(f"{name} ")]
+        for run in entry.figures["runs"]:
+            assert (f"{run['model']} {run['cycles']:,} cycles (verilator, bit-exact, commit "
+                    f"{run['commit']}, {run['baseline']['cycles']:,} on "
+                    f"{run['baseline']['config']})") in row
+        assert f"\n{name}: {entry.description}\n" in text
+        assert f"  resources: {entry.figures['resources']['source']}\n" in text
     assert main(["config", "list", "--json"]) == 0
     (entry,) = [e for e in json.loads(capsys.readouterr().out) if e["name"] == "pynq-z1-plus"]
     assert entry["config_name"] == PLUS_NAME and entry["features"] == ["req", "hold", "dw3"]
     assert entry["board"] == "pynq-z1" and entry["fits"] is True
     assert entry["figures"]["runs"][0]["cycles"] == cycles
     assert HardwareConfig.from_dict(entry["config"]).name == PLUS_NAME
+
+
+def test_config_list_fits_an_80_column_terminal(capsys):
+    """The table's rows were about 400 characters; by default each config is a block of
+    lines within 80 columns, wrapped, with the same figures and their commits."""
+    assert main(["config", "list"]) == 0
+    text = capsys.readouterr().out
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= 80, max(lines, key=len)
+    assert lines[0] == f"pynq-z1-plus: {PLUS_NAME}"
+    assert f"vta-plus: {VTA_PLUS_NAME}" in lines
+    assert "  features   req, hold, dw3" in lines and "  board      pynq-z1" in lines
+    words = " ".join(text.split())        # the text as one line, its wrapping undone
+    for name in shipped_names():
+        entry = shipped(name)
+        assert " ".join(entry.description.split()) in words
+        assert " ".join(entry.figures["resources"]["source"].split()) in words
+        for run in entry.figures["runs"]:
+            assert (f"{run['model']} {run['cycles']:,} cycles (verilator, bit-exact, commit "
+                    f"{run['commit']}, {run['baseline']['cycles']:,} on "
+                    f"{run['baseline']['config']})") in words
+    assert "yes: LUT 50,993/53,200, FF 7,767/106,400, DSP 220/220, BRAM 119/140" in words
+    assert lines[-1].endswith("`--wide` prints a row per config.")
+
+
+# --- the recorded figures are today's ------------------------------------------------------
+
+#: The figures of `bench/model_layers.py` (scripts/docs_figures.py runs it at the commit the
+#: documentation describes): the default config's, and each shipped config's.
+MODEL_LAYERS = {None: "model_layers.txt", "vta-plus": "model_layers_vta_plus.txt",
+                "pynq-z1-plus": "model_layers_pynq_z1_plus.txt"}
+
+
+def _model_layers(name):
+    """(commit, {model: (config name, cycles, bit-exact)}) of a model_layers figure."""
+    text = (ROOT / "docs" / "figures" / MODEL_LAYERS[name]).read_text()
+    commit = re.search(r"# commit (\w+),", text.splitlines()[0]).group(1)
+    runs = {}
+    for m in re.finditer(r"^(\w+): Verilator, config (\S+?)(?: \([^)]*\))?, "
+                         r"(bit-exact|NOT bit-exact)$(?s:.*?)^  total: ([\d,]+) cycles",
+                         text, re.MULTILINE):
+        runs[m.group(1)] = (m.group(2), int(m.group(4).replace(",", "")),
+                            m.group(3) == "bit-exact")
+    return commit, runs
+
+
+@pytest.mark.parametrize("name", shipped_names())
+def test_the_recorded_runs_are_the_documented_measurements(name):
+    """Each shipped config's runs are the cycles bench/model_layers.py measured for the
+    documentation, at the commit the file names, and so is each baseline. The files had
+    kept an older commit's figures after the documentation's were measured again (8,929,286
+    where `vdla run resnet18` gives 8,927,958): comparing the two is cheap; a run on
+    Verilator is not (see the slow test below)."""
+    entry = shipped(name)
+    commit, measured = _model_layers(name)
+    baseline_commit, baseline = _model_layers(None)
+    for run in entry.figures["runs"]:
+        model = run["model"]
+        assert (entry.config.name, run["cycles"], run["bit_exact"]) == measured[model]
+        assert run["commit"] == commit
+        base = run["baseline"]
+        assert (base["config"], base["cycles"]) == baseline[model][:2]
+        assert baseline_commit == commit
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, model", [(name, run["model"]) for name in shipped_names()
+                                         for run in shipped(name).figures["runs"]])
+def test_the_recorded_runs_are_what_vdla_run_measures(tmp_path, capsys, name, model):
+    """The same on Verilator, now (a minute to build each config's model the first time,
+    up to half a minute a run): what catches a change of the hardware or the compiler
+    that moved the cycles without the figures being measured again."""
+    run = next(r for r in shipped(name).figures["runs"] if r["model"] == model)
+    for config, cycles in ((name, run["cycles"]), (None, run["baseline"]["cycles"])):
+        report = tmp_path / f"{config}.json"
+        assert main(["run", model, "--json", str(report)]
+                    + (["--config", config] if config else [])) == 0
+        capsys.readouterr()
+        document = json.loads(report.read_text())
+        assert document["bit_exact"] and document["cycles"] == cycles
 
 
 def test_config_show_a_shipped_name(capsys):
