@@ -39,6 +39,7 @@ size), while values that do not fit together make invalid points, each with its 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import hashlib
 import itertools
 import json
@@ -64,10 +65,28 @@ DEFAULT_OBJECTIVES = ("latency_ms", "lut", "bram", "dsp")
 _TOP_KEYS = ("board", "search", "trials", "seed", "tune", "models", "parameters",
              "objectives", "constraints", "name")
 _CONSTRAINTS = ("fits", "max_latency_ms")
+_MODEL_KEYS = ("name", "weight")
+_RANGE_KEYS = ("min", "max", "step")
 _SUFFIX = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 #: Combinations of the other parameters `SweepSpec.check_values` tries with a value that
 #: makes no config with the base's: all of them up to this many, else this many at random.
 JOINT_TRIES = 2_000
+
+
+def _named(unknown: Sequence, known: Sequence[str]) -> str:
+    """The `unknown` keys or names, each quoted and, where one is a misspelling of a
+    `known` one (`difflib.get_close_matches`), followed by what it is close to: an error
+    names what was written, never the whole table it was written in."""
+    words = []
+    for key in unknown:
+        close = difflib.get_close_matches(str(key), list(known), n=1)
+        words.append(repr(key) + (f" (did you mean {close[0]!r}?)" if close else ""))
+    return ", ".join(words)
+
+
+def _unknown_keys(table: Mapping, known: Sequence[str]) -> list:
+    """The keys of `table` that are not `known`, in the order they were written."""
+    return [key for key in table if key not in known]
 
 
 def parse_value(text: Any) -> Any:
@@ -93,10 +112,15 @@ def parse_value(text: Any) -> Any:
 def _expand(name: str, values: Any) -> list:
     """The values of one parameter: a list, or a range table."""
     if isinstance(values, Mapping):
-        unknown = set(values) - {"min", "max", "step"}
-        if unknown or not {"min", "max"} <= set(values):
-            raise ValueError(f"parameter {name!r}: a range is {{min, max}} (powers of two) or "
-                             f"{{min, max, step}}, not {dict(values)!r}")
+        form = "a range is {min, max} (powers of two) or {min, max, step}"
+        unknown = _unknown_keys(values, _RANGE_KEYS)
+        if unknown:
+            raise ValueError(f"parameter {name!r}: unknown key(s) "
+                             f"{_named(unknown, _RANGE_KEYS)} in its range; {form}")
+        missing = [key for key in ("min", "max") if key not in values]
+        if missing:
+            raise ValueError(f"parameter {name!r}: its range lacks "
+                             f"{' and '.join(missing)}; {form}")
         lo, hi = parse_value(values["min"]), parse_value(values["max"])
         if not all(isinstance(v, int) and not isinstance(v, bool) for v in (lo, hi)) or lo > hi:
             raise ValueError(f"parameter {name!r}: range bounds must be integers with min <= "
@@ -188,8 +212,9 @@ class SweepSpec:
         fields = {f.name for f in dataclasses.fields(HardwareConfig)}
         unknown = sorted(set(self.parameters) - fields)
         if unknown:
-            raise ValueError(f"unknown sweep parameter(s) {', '.join(map(repr, unknown))}; the "
-                             f"parameters are HardwareConfig's fields: {', '.join(sorted(fields))}")
+            raise ValueError(f"unknown sweep parameter(s) {_named(unknown, sorted(fields))}; "
+                             f"the parameters are HardwareConfig's fields: "
+                             f"{', '.join(sorted(fields))}")
         if not self.parameters:
             raise ValueError("a sweep needs at least one parameter with values")
         for name, values in self.parameters.items():
@@ -197,7 +222,8 @@ class SweepSpec:
                 raise ValueError(f"parameter {name!r} has no values")
         check_objectives(list(self.objectives))
         if self.search not in SEARCHES:
-            raise ValueError(f"unknown search {self.search!r}; known: {', '.join(SEARCHES)}")
+            raise ValueError(f"unknown search {_named([self.search], SEARCHES)}; known: "
+                             f"{', '.join(SEARCHES)}")
         if isinstance(self.trials, bool) or not isinstance(self.trials, int) or self.trials < 1:
             raise ValueError(f"trials must be a positive integer, not {self.trials!r}")
         if isinstance(self.tune, bool) or not isinstance(self.tune, int) or self.tune < 0:
@@ -225,9 +251,9 @@ class SweepSpec:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, name: str = "sweep") -> "SweepSpec":
-        unknown = sorted(set(data) - set(_TOP_KEYS))
+        unknown = _unknown_keys(data, _TOP_KEYS)
         if unknown:
-            raise ValueError(f"unknown key(s) {', '.join(map(repr, unknown))}; a sweep spec has "
+            raise ValueError(f"unknown key(s) {_named(unknown, _TOP_KEYS)}; a sweep spec has "
                              f"{', '.join(_TOP_KEYS)}")
         if "board" not in data:
             raise ValueError("a sweep spec names its board: board = \"pynq-z1\"")
@@ -235,8 +261,16 @@ class SweepSpec:
         for m in data.get("models", []):
             if isinstance(m, str):
                 m = {"name": m}
-            if not isinstance(m, Mapping) or "name" not in m or set(m) - {"name", "weight"}:
-                raise ValueError(f"a model is {{name = ..., weight = ...}}, not {m!r}")
+            if not isinstance(m, Mapping):
+                raise ValueError(f"a model is a name (a zoo model or an .onnx path) or a "
+                                 f"table {{name = ..., weight = ...}}, not {m!r}")
+            unknown = _unknown_keys(m, _MODEL_KEYS)
+            if unknown:
+                which = f"model {m['name']!r}" if "name" in m else "a model in [[models]]"
+                raise ValueError(f"{which}: unknown key(s) {_named(unknown, _MODEL_KEYS)}; "
+                                 f"a model has {', '.join(_MODEL_KEYS)}")
+            if "name" not in m:
+                raise ValueError("a model in [[models]] has no name (name = \"resnet18\")")
             models.append(ModelSpec(str(m["name"]), m.get("weight", 1.0)))
         params = data.get("parameters", {})
         if not isinstance(params, Mapping):
@@ -245,9 +279,16 @@ class SweepSpec:
         if not isinstance(objectives, (list, tuple)):
             raise ValueError(f"objectives is a list of names, such as {list(DEFAULT_OBJECTIVES)}")
         constraints = data.get("constraints", {})
-        if not isinstance(constraints, Mapping) or set(constraints) - set(_CONSTRAINTS):
-            raise ValueError(f"[constraints] may hold {', '.join(_CONSTRAINTS)}, not "
-                             f"{dict(constraints)!r}")
+        if not isinstance(constraints, Mapping):
+            raise ValueError(f"[constraints] must be a table holding "
+                             f"{', '.join(_CONSTRAINTS)}, not {constraints!r}")
+        unknown = _unknown_keys(constraints, _CONSTRAINTS)
+        if unknown:
+            raise ValueError(f"unknown constraint(s) {_named(unknown, _CONSTRAINTS)}; "
+                             f"[constraints] may hold {', '.join(_CONSTRAINTS)}")
+        if not isinstance(constraints.get("fits", True), bool):
+            raise ValueError(f"constraint fits must be true or false, not "
+                             f"{constraints['fits']!r}")
         return cls(board=str(data["board"]), models=tuple(models),
                    parameters={k: tuple(_expand(k, v)) for k, v in params.items()},
                    objectives=tuple(objectives), fits=bool(constraints.get("fits", True)),

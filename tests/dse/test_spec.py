@@ -89,7 +89,8 @@ def test_every_config_field_is_a_parameter_with_no_list_to_keep():
     ("board = 'x'\nmodels = ['resnet18']\ncolour = 1\n[parameters]\nblock_in = [8]",
      "unknown key(s) 'colour'"),
     ("board = 'x'\nmodels = ['resnet18']\n[constraints]\nfit = true\n[parameters]\nblock_in = [8]",
-     "[constraints] may hold"),
+     "unknown constraint(s) 'fit' (did you mean 'fits'?); [constraints] may hold fits, "
+     "max_latency_ms"),
     ("board = = 'x'", "not valid TOML"),
 ])
 def test_bad_specs_are_refused_naming_the_file_and_the_problem(tmp_path, text, message):
@@ -97,6 +98,45 @@ def test_bad_specs_are_refused_naming_the_file_and_the_problem(tmp_path, text, m
     with pytest.raises(ValueError) as info:
         SweepSpec.from_toml(path)
     assert message in str(info.value) and str(path) in str(info.value)
+
+
+BASE = "board = 'x'\nmodels = ['resnet18']\n"
+
+
+@pytest.mark.parametrize("text, message", [
+    (BASE + "[constraints]\nfits = true\nmax_latncy_ms = 1.0\n[parameters]\nblock_in = [8]",
+     "sweep spec {path}: unknown constraint(s) 'max_latncy_ms' (did you mean "
+     "'max_latency_ms'?); [constraints] may hold fits, max_latency_ms"),
+    (BASE + "[constraints]\nfits = 'no'\n[parameters]\nblock_in = [8]",
+     "constraint fits must be true or false, not 'no'"),
+    (BASE + "serch = 'grid'\n[parameters]\nblock_in = [8]",
+     "unknown key(s) 'serch' (did you mean 'search'?); a sweep spec has board, search,"),
+    (BASE + "search = 'nsg2'\n[parameters]\nblock_in = [8]",
+     "unknown search 'nsg2' (did you mean 'nsga2'?); known: auto, grid, nsga2, tpe"),
+    ("board = 'x'\n[[models]]\nname = 'resnet18'\nwieght = 2\n[parameters]\nblock_in = [8]",
+     "model 'resnet18': unknown key(s) 'wieght' (did you mean 'weight'?); a model has name, "
+     "weight"),
+    ("board = 'x'\n[[models]]\nweight = 2\n[parameters]\nblock_in = [8]",
+     "a model in [[models]] has no name"),
+    ("board = 'x'\nmodels = [3]\n[parameters]\nblock_in = [8]",
+     "a model is a name (a zoo model or an .onnx path) or a table {name = ..., weight = ...}, "
+     "not 3"),
+    (BASE + "[parameters]\nblok_in = [8]",
+     "unknown sweep parameter(s) 'blok_in' (did you mean 'block_in'?); the parameters are "),
+    (BASE + "[parameters]\nblock_in = {min = 8, mx = 32}",
+     "parameter 'block_in': unknown key(s) 'mx' (did you mean 'max'?) in its range; a range "
+     "is {min, max} (powers of two) or {min, max, step}"),
+    (BASE + "[parameters]\nblock_in = {min = 8}",
+     "parameter 'block_in': its range lacks max;"),
+])
+def test_a_misspelt_key_is_named_with_its_close_match_not_its_table(tmp_path, text, message):
+    """Each section of a spec names the key it does not know (and the one it is close
+    to), never by printing the table it was written in."""
+    path = write(tmp_path, text)
+    with pytest.raises(ValueError) as info:
+        SweepSpec.from_toml(path)
+    assert message.replace("{path}", str(path)) in str(info.value)
+    assert "{" not in str(info.value).replace("{min, max", "").replace("{name = ", "")
 
 
 def test_missing_spec_file_is_a_clear_error(tmp_path):

@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from vdla.cli import build_parser, main
-from vdla.cli.common import output_file
+from vdla.cli.common import CliError, check_output_file, output_file
 
 #: Each command with an option that names one file to write, and that option. A command
 #: line that parses but for that option (the files it reads need not exist).
@@ -66,34 +66,55 @@ def test_every_output_file_option_is_checked():
 @pytest.mark.parametrize("argv, option", OUTPUT_OPTIONS,
                          ids=[f"{a[0]}{o}" for a, o in OUTPUT_OPTIONS])
 def test_a_missing_parent_folder_is_an_error_not_created(tmp_path, capsys, argv, option):
+    """A bad value, not a usage error: exit status 1 and one line naming the option, the
+    path and the missing folder (argparse's status 2 came with the whole usage text)."""
     target = tmp_path / "nonexistent" / "dir" / "out.json"
-    with pytest.raises(SystemExit) as exit_:
-        main([*argv, option, str(target)])
-    assert exit_.value.code == 2
+    assert main([*argv, option, str(target)]) == 1
     err = capsys.readouterr().err
+    assert err.startswith("vdla: error: ") and len(err.splitlines()) == 1
     assert option in err and repr(str(target)) in err
     assert f"{str(tmp_path / 'nonexistent')!r} does not exist" in err
+    assert "usage:" not in err
     assert not (tmp_path / "nonexistent").exists()
 
 
+def test_a_usage_error_beside_a_bad_output_path_is_still_a_usage_error(tmp_path, capsys):
+    target = str(tmp_path / "nonexistent" / "out.json")
+    with pytest.raises(SystemExit) as exit_:
+        main(["run", "small_cnn", "--json", target, "--no-such-option"])
+    assert exit_.value.code == 2
+    assert "unrecognized arguments: --no-such-option" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:
+        main(["tune", "small_cnn", "--records", target])       # --trials is required
+    assert exit_.value.code == 2
+    assert "the following arguments are required: --trials" in capsys.readouterr().err
+
+
+def test_another_commands_flag_of_the_same_name_is_not_a_path(capsys):
+    """``config list --json`` is a flag, ``run --json`` a path: only the options of the
+    command given are checked."""
+    assert main(["config", "list", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)
+
+
 def test_a_parent_that_is_a_file_is_named():
-    with pytest.raises(argparse.ArgumentTypeError, match="is not a folder"):
-        output_file(__file__ + "/x.json")
+    with pytest.raises(CliError, match="is not a folder"):
+        check_output_file(__file__ + "/x.json")
 
 
 def test_a_file_in_the_working_folder_is_fine(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
+    check_output_file("x.json")
     assert output_file("x.json") == "x.json"
 
 
 def test_export_onto_a_folder_says_it_is_a_folder(tmp_path, capsys):
     """It printed ``[Errno 21] Is a directory`` with a temporary file's name."""
-    with pytest.raises(SystemExit) as exit_:
-        main(["export", "small_cnn", "-o", str(tmp_path)])
-    assert exit_.value.code == 2
+    assert main(["export", "small_cnn", "-o", str(tmp_path)]) == 1
     err = capsys.readouterr().err
-    assert f"argument -o/--output: {str(tmp_path)!r} is a folder" in err
+    assert err.startswith(f"vdla: error: -o/--output: {str(tmp_path)!r} is a folder")
     assert "writes one file" in err and ".tmp" not in err and "Errno" not in err
+    assert len(err.splitlines()) == 1
     assert list(tmp_path.iterdir()) == []
 
 

@@ -333,22 +333,20 @@ def test_an_empty_front_names_the_constraint_that_emptied_it():
 @pytest.mark.parametrize("flag", ["--best", "--json", "--store"])
 def test_an_output_file_in_a_missing_folder_is_refused_before_the_sweep(tmp_path, capsys,
                                                                          flag):
-    """Refused by argparse (`output_file`), a usage error, before any evaluation."""
+    """Refused once the command line has parsed (`output_file`), a bad value (exit 1),
+    before any evaluation."""
     target = tmp_path / "nope" / "f.json"
     args = ["--board", "pynq-z1", "--model", "small_cnn", "--param", "block_in=16",
             "--out", tmp_path / "o", flag]
-    with pytest.raises(SystemExit) as exit_:
-        sweep(capsys, *args, target)
-    err = capsys.readouterr().err
-    assert exit_.value.code == 2
-    assert f"argument {flag}: cannot write {str(target)!r}: {str(tmp_path / 'nope')!r} " \
-           "does not exist" in err
+    status, _, err = sweep(capsys, *args, target)
+    assert status == 1
+    assert err.startswith(f"vdla: error: {flag}: cannot write {str(target)!r}: "
+                          f"{str(tmp_path / 'nope')!r} does not exist")
     assert "evaluating" not in err and not (tmp_path / "o").exists()
     assert not (tmp_path / "nope").exists()
     # A folder where a file is wanted.
-    with pytest.raises(SystemExit):
-        sweep(capsys, *args, tmp_path)
-    assert f"argument {flag}: {str(tmp_path)!r} is a folder" in capsys.readouterr().err
+    status, _, err = sweep(capsys, *args, tmp_path)
+    assert status == 1 and f"vdla: error: {flag}: {str(tmp_path)!r} is a folder" in err
 
 
 def test_an_out_that_is_a_file_is_refused(tmp_path, capsys):

@@ -27,7 +27,7 @@ import sys
 import warnings
 
 import vdla
-from vdla.cli.common import CliError
+from vdla.cli.common import CliError, check_output_files
 
 __all__ = ["COMMANDS", "CliError", "build_parser", "main"]
 
@@ -61,7 +61,11 @@ def _main(argv: list[str] | None) -> int:
     args = None
     try:
         # Importing the commands is most of start-up: Ctrl-C there ends cleanly too.
-        args = build_parser().parse_args(argv)
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        # The output paths once the command line is known to be well formed: a usage
+        # error (exit 2) wins, and a path that cannot be written is a bad value (exit 1).
+        check_output_files(parser, args)
         status = args.func(args)
         # Buffered output meets a closed pipe here, not at the interpreter's exit (where
         # it would be printed as an ignored exception).

@@ -19,9 +19,9 @@ from vdla.config import HardwareConfig
 if TYPE_CHECKING:
     from vdla.boards import Board
 
-__all__ = ["CONFIG_HELP", "CliError", "board_config", "int_arg", "load_config",
-           "log", "on_interrupt", "output_file", "progress_line", "read_file", "table",
-           "write_json"]
+__all__ = ["CONFIG_HELP", "CliError", "board_config", "check_output_file",
+           "check_output_files", "int_arg", "load_config", "log", "on_interrupt",
+           "output_file", "progress_line", "read_file", "table", "write_json"]
 
 #: The help of every command's ``--config`` (the vdla target's says the same in its own
 #: words); `vdla.shipped.resolve_config` is what the value means. It ends with the
@@ -85,28 +85,61 @@ def int_arg(text: str) -> int:
 
 def output_file(text: str) -> str:
     """The argparse ``type=`` of every option that names one file to write (``--json``,
-    ``--chart``, ``-o FILE``, ...): the path, checked before the command does any work.
+    ``--chart``, ``-o FILE``, ...). It returns the path as given and marks the option for
+    `check_output_files`, which `vdla.cli.main` runs once the whole command line has
+    parsed: a path that cannot be written is a bad value (exit status 1, one ``vdla:
+    error:`` line), not a usage error, which argparse would report with the whole usage
+    text and status 2, and before a misspelt option, which is one."""
+    return text
+
+
+def check_output_file(text: str) -> None:
+    """CliError unless the file `text` can be created where it names, checked before the
+    command does any work.
 
     A missing parent folder is an error, not created: a mistyped folder would otherwise
     become a new folder (``--json /nonexistent/dir/x.json`` made one at the root). A path
     that is a folder is an error too (the file would have to replace it). Only options
-    that name an output *folder* (``-o DIR`` of compile and verilog) create it. argparse
-    prefixes the message with the option (``argument --json: ...``)."""
+    that name an output *folder* (``-o DIR`` of compile and verilog) create it."""
     path = Path(text)
     if path.is_dir():
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is a folder; this option writes one file: give the file's path "
-            f"(such as {str(path / 'NAME')!r})")
+        raise CliError(f"{text!r} is a folder; this option writes one file: give the file's "
+                       f"path (such as {str(path / 'NAME')!r})")
     parent = path.parent
     if not parent.is_dir():
         missing = parent
         while not missing.parent.is_dir():      # name the first folder that is not there
             missing = missing.parent
         what = "is not a folder" if missing.exists() else "does not exist"
-        raise argparse.ArgumentTypeError(
-            f"cannot write {text!r}: {str(missing)!r} {what} (vdla creates no folder for "
-            "an output file; make it first, or give a path in an existing folder)")
-    return text
+        raise CliError(f"cannot write {text!r}: {str(missing)!r} {what} (vdla creates no "
+                       "folder for an output file; make it first, or give a path in an "
+                       "existing folder)")
+
+
+def check_output_files(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Check (`check_output_file`) every path given to an option of the parsed command
+    whose type is `output_file`; the CliError names the option as argparse would
+    (``-o/--output: ...``)."""
+    for action in _chosen_actions(parser, args):
+        value = getattr(args, action.dest, None)
+        if action.type is not output_file or value is None:
+            continue
+        for text in value if isinstance(value, list) else [value]:
+            try:
+                check_output_file(text)
+            except CliError as exc:
+                option = "/".join(action.option_strings) or action.metavar or action.dest
+                raise CliError(f"{option}: {exc}") from None
+
+
+def _chosen_actions(parser: argparse.ArgumentParser, args: argparse.Namespace):
+    """The actions of `parser` and of each subcommand's parser that `args` chose (the
+    same option of another subcommand may be a flag, such as ``config list --json``)."""
+    while parser is not None:
+        yield from parser._actions
+        sub = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)),
+                   None)
+        parser = None if sub is None else sub.choices.get(getattr(args, sub.dest, None))
 
 
 def write_json(path: str | Path, data) -> None:

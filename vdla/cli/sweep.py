@@ -235,7 +235,7 @@ def _why_no_front(records, spec, part: str) -> str:
 
 def _check_outputs(args, out: Path) -> None:
     """Refuse an --out that is a file before the sweep runs. The output files (--json,
-    --best, --store) are checked by argparse (`output_file`: their folder must exist);
+    --best, --store) are checked before (`output_file`: their folder must exist);
     the output folder itself is created."""
     if out.exists() and not out.is_dir():
         raise CliError(f"--out {out} is a file, not a folder")
