@@ -13,6 +13,13 @@ loaded. A build holds an exclusive lock on ``builds/.locks/<key>.lock`` (release
 kernel when its process dies), works in a private temporary folder and renames it into
 place (atomic). A build killed half-way leaves only a temporary folder, which the next
 build of the key removes.
+
+The lock file names its holder (`holder_record`: its pid and the pid of the command it
+works for), so that a process that has to wait can say whom it waits for. A command's
+own worker processes wait for each other in silence: the op-parallel runner's two
+workers both need the model, one builds it and says so ("building the Verilator model
+..."), and the other's "waiting for another process" read as if someone else were
+building. Only a genuinely other command is reported, with its pid.
 """
 
 from __future__ import annotations
@@ -22,13 +29,14 @@ import fcntl
 import json
 import os
 import shutil
+import time
 from pathlib import Path
 from typing import Callable, Iterator
 
 from vdla._fileio import sha256_file
 
-__all__ = ["CACHE_ENV", "build_entry", "cache_root", "sha256_file", "valid_entry",
-           "write_entry"]
+__all__ = ["CACHE_ENV", "build_entry", "cache_root", "command_pid", "holder_record",
+           "sha256_file", "valid_entry", "write_entry"]
 
 #: The environment variable that moves every cache of vdla.
 CACHE_ENV = "VDLA_CACHE"
@@ -65,6 +73,66 @@ def write_entry(folder: Path, library: str, info: dict) -> None:
     (folder / "entry.json").write_text(json.dumps(info, indent=2) + "\n")
 
 
+def command_pid() -> int:
+    """The pid of the command this process works for: its parent's when it is a
+    multiprocessing worker (the workers of a parallel run, a sweep or the tuner are the
+    command's children, started by `vdla._workers.start_worker`), else its own. Two
+    commands started from one shell are two commands (the shell is no multiprocessing
+    parent), where the parent pids alone would make them siblings."""
+    import multiprocessing     # light, and only when a lock is taken or waited for
+
+    parent = multiprocessing.parent_process()
+    return parent.pid if parent is not None else os.getpid()
+
+
+def holder_record() -> dict:
+    """What a build writes into its key's lock file once it holds the lock: its pid and
+    its `command_pid`."""
+    return {"pid": os.getpid(), "command": command_pid()}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:             # another user's process: alive
+        return True
+    return True
+
+
+def _holder(lock, tries: int = 20, pause: float = 0.05) -> dict | None:
+    """The record of the process that holds `lock` (an open lock file), or None when it
+    cannot be told. A holder writes its record just after it takes the lock, so an empty
+    file, or the record of a process that has died (the previous holder's), is read
+    again a few times, `pause` seconds apart."""
+    for attempt in range(tries):
+        try:
+            lock.seek(0)
+            record = json.loads(lock.read() or "null")
+            if (isinstance(record, dict) and isinstance(record.get("pid"), int)
+                    and isinstance(record.get("command"), int) and _alive(record["pid"])):
+                return record
+        except (OSError, ValueError):
+            pass
+        if attempt + 1 < tries:
+            time.sleep(pause)
+    return None
+
+
+def waiting_message(holder: dict | None, waiting: str) -> str | None:
+    """The line a process logs while `holder` (its `holder_record`, None when unknown)
+    builds `waiting`: None when the holder works for the same command, whose own build
+    line already said that the model is being built and how long it takes (a second
+    line, "waiting for another process", read as if someone else were building); else
+    who builds it."""
+    if holder is None:
+        return f"waiting for another process building {waiting} ..."
+    if holder["command"] == command_pid():
+        return None
+    return f"waiting for another process (pid {holder['pid']}) building {waiting} ..."
+
+
 @contextlib.contextmanager
 def build_entry(builds: Path, key: str, *, log: Callable[[str], None],
                 waiting: str) -> Iterator[Path | None]:
@@ -73,7 +141,8 @@ def build_entry(builds: Path, key: str, *, log: Callable[[str], None],
     the entry when the block ends normally (and is removed when it raises).
 
     log : receives the waiting and rebuilding messages
-    waiting : what is being built, for the message while another process builds it
+    waiting : what is being built, for the message while another command's process
+        builds it (a worker of the same command waits without one: `waiting_message`)
     """
     entry = builds / key
     if valid_entry(entry):
@@ -81,12 +150,20 @@ def build_entry(builds: Path, key: str, *, log: Callable[[str], None],
         return
     locks = builds / ".locks"
     locks.mkdir(parents=True, exist_ok=True)
-    with open(locks / f"{key}.lock", "w") as lock:
+    # Opened without truncating: the holder's record is what a waiter reads.
+    fd = os.open(locks / f"{key}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    with os.fdopen(fd, "r+") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            log(f"waiting for another process building {waiting} ...")
+            message = waiting_message(_holder(lock), waiting)
+            if message is not None:
+                log(message)
             fcntl.flock(lock, fcntl.LOCK_EX)
+        lock.seek(0)
+        lock.truncate()
+        lock.write(json.dumps(holder_record()))
+        lock.flush()
         if valid_entry(entry):          # built by the process we waited for
             yield None
             return
