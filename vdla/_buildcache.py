@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import multiprocessing
 import os
 import shutil
 import time
@@ -79,8 +80,6 @@ def command_pid() -> int:
     command's children, started by `vdla._workers.start_worker`), else its own. Two
     commands started from one shell are two commands (the shell is no multiprocessing
     parent), where the parent pids alone would make them siblings."""
-    import multiprocessing     # light, and only when a lock is taken or waited for
-
     parent = multiprocessing.parent_process()
     return parent.pid if parent is not None else os.getpid()
 

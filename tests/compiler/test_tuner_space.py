@@ -94,7 +94,9 @@ def test_the_tuners_run_on_a_space_they_never_list(cpu_tasks, monkeypatch):
     the space (iterating it fails here)."""
     task = cpu_tasks[-1]
     space = task.space()
-    assert len(space) > 50_000
+    # Tens of thousands of schedules on every instruction set (about 21,000 with AVX2's
+    # 8 lanes, more with AVX-512's 16): too many to list for each proposal.
+    assert len(space) > 10_000
 
     def refuse(self):
         raise AssertionError("the space was listed")
@@ -125,8 +127,9 @@ def test_a_product_space_splits_into_strata_by_its_blocks():
 
 def test_the_random_tuner_draws_the_cpu_strata_in_turn(cpu_tasks):
     """A CPU convolution's random order takes its plain, blocked and Winograd schedules in
-    turn (`CpuTask.strata`): the blocked ones are a tenth of a pointwise space, a third of
-    every draw; each stratum once in all, and the order the same for a seed."""
+    turn (`CpuTask.strata`): the blocked ones are a minority of a pointwise space (a tenth
+    with AVX-512's 16 lanes, about a third with AVX2's 8), half of the first draws; each
+    stratum once in all, and the order the same for a seed."""
     task = cpu_tasks[-1]                         # MobileNet-v1's first pointwise layer
     space = task.space()
     order = RandomTuner(task, space, seed=3).order
@@ -134,6 +137,6 @@ def test_the_random_tuner_draws_the_cpu_strata_in_turn(cpu_tasks):
     first = [space[int(i)].layout for i in order[:12]]
     assert first == ["plain", "nchwc"] * 6
     assert np.array_equal(order, RandomTuner(task, space, seed=3).order)
-    assert sum(s.layout != "plain" for s in space[::97]) < len(space[::97]) / 3
+    assert sum(s.layout != "plain" for s in space[::97]) < len(space[::97]) / 2
     dense = next(t for t in cpu_tasks if not t.conv)
     assert dense.strata(dense.space()) is None

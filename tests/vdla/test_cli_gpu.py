@@ -46,11 +46,11 @@ def test_run_float16(capsys):
 
 @needs_triton
 def test_compare_lists_every_target_with_matching_outputs(tmp_path, capsys):
-    """The default targets: vdla, cpu, gpu (the interpreter here), its roofline estimate
+    """Every target named: vdla, cpu, gpu (the interpreter here), its roofline estimate
     and host, all bit-exact and with the same outputs."""
     chart, out = tmp_path / "c.png", tmp_path / "c.json"
-    assert main(["compare", "small_cnn", "--chart", str(chart), "--json", str(out),
-                 "--threads", "1", "--gpu", "l4"]) == 0
+    assert main(["compare", "small_cnn", "--targets", "vdla,cpu,gpu,host", "--chart",
+                 str(chart), "--json", str(out), "--threads", "1", "--gpu", "l4"]) == 0
     text = capsys.readouterr().out
     assert "on vdla, cpu, gpu, gpu est., host" in text
     assert "gpu (interpreter)" in text and "gpu est. (l4)" in text
@@ -96,11 +96,25 @@ def test_run_errors(capsys, argv, message):
     assert message in capsys.readouterr().err
 
 
+@needs_triton
 def test_compare_unknown_gpu(capsys):
-    """Checked before any model runs, with or without the gpu extra."""
-    assert main(["compare", "digits_cnn", "--gpu", "v100"]) == 1
+    """Checked before any model runs."""
+    assert main(["compare", "digits_cnn", "--targets", "vdla,gpu", "--gpu", "v100"]) == 1
     assert ("--gpu: unknown GPU 'v100'; known GPUs: h100-sxm, h100-pcie, h200, a100-sxm, l4, "
             "t4, rtx-4090") in capsys.readouterr().err
+
+
+def test_a_gpu_option_without_the_gpu_target_says_how_to_add_it(capsys):
+    """Without --targets, where the default targets leave the GPU target out (no CUDA
+    GPU, or no gpu extra), its option is an error that says why and what to do."""
+    if runtime.available() and runtime.auto_mode() == "cuda":
+        pytest.skip("a CUDA GPU: the default targets hold gpu")
+    assert main(["compare", "digits_cnn", "--gpu", "l4"]) == 1
+    err = capsys.readouterr().err
+    assert "--gpu applies to --target gpu, not to --target vdla, cpu, host (gpu is left " \
+           "out: " in err
+    if runtime.available():
+        assert "name gpu in --targets to add it" in err
 
 
 @needs_triton

@@ -61,12 +61,13 @@ def add_target_options(parser, command: str) -> None:
 def check_target_options(args, chosen: list[str], command: str,
                          dropped: dict[str, str] | None = None) -> None:
     """CliError for an option given although none of the `chosen` targets takes it;
-    `dropped` (target -> why it cannot run here) names the targets left out."""
+    `dropped` (target -> why it was left out: it cannot run here, or a comparison leaves
+    it out by default) names the targets left out."""
     dropped = dropped or {}
     for flag, (option, owners) in _declared(command).items():
         if getattr(args, option.dest, None) is None or set(owners) & set(chosen):
             continue
-        why = "; ".join(f"{n} cannot run here: {dropped[n]}" for n in owners if n in dropped)
+        why = "; ".join(f"{n} is left out: {dropped[n]}" for n in owners if n in dropped)
         raise CliError(f"{flag} applies to --target{'s' if len(owners) > 1 else ''} "
                        f"{', '.join(owners)}, not to --target {', '.join(chosen)}"
                        + (f" ({why})" if why else ""))
