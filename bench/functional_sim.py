@@ -11,7 +11,7 @@ time and useful MACs in the model's first run, which is what ``vdla run`` report
 op's wall includes writing its program and weights on first use, fetching, validating and
 running it), then the best of `--repeat` more runs of the same session (warm: programs in
 DRAM, loop-nest plans and decoded instructions cached). Every run is checked bit-exactly
-against the quantized reference. Target (issue 38): at least 2 GMAC/s over the model's
+against the quantized reference. Target: at least 2 GMAC/s over the model's
 accelerator ops and at most 1 s for all of them, in the first run; the PASS/BELOW line
 names the machine, since wall times depend on it (and on its load).
 

@@ -16,7 +16,7 @@ medians next to them for how noisy the machine was, and the command's own
 breakdown (prepare + quantize, compile, run; in the parallel run, the phase on the
 workers, "simulating").
 
-Targets (issue 38, on two cores): ResNet-18 at most 5 s end to end with the simulation
+Targets (on two cores): ResNet-18 at most 5 s end to end with the simulation
 itself at most 2.5 s; ResNet-50 at most 10 s.
 
     python bench/resnet18_e2e.py [--models resnet18 resnet50] [--repeat 3] [--jobs N]

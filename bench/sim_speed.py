@@ -17,7 +17,7 @@ DSP) gives the same results in the same cycles, and its speed is printed too
 (`--no-packed` skips it).
 
 Target: at least 2,000,000 simulated cycles per second on a two-core machine with the
-default build (issue 38; anchors: Gemmini on Verilator 34-120 k cycles/s; Amaranth's
+default build (anchors: Gemmini on Verilator 34-120 k cycles/s; Amaranth's
 Python simulator ~10 k cycles/s).
 
     python bench/sim_speed.py [--size M N K] [--repeat R] [--no-cold] [--no-packed]
@@ -79,7 +79,7 @@ def time_build(config, cold: bool):
         shutil.rmtree(folder, ignore_errors=True)
 
 
-#: The builds measured, from the recipe before issue 38 (the old build) to today's
+#: The builds measured, from the recipe before the simulator's speed-up (the old build) to today's
 #: default, each step adding one change (`vdla.sim.verilator.build_model`'s options).
 LADDER = (
     ("old: O3, wide GEMM, raw reset", dict(optimise="O3", gemm_arithmetic="wide",

@@ -6,7 +6,7 @@ Runs ``vdla sweep`` (the same code path as the command) on the spec's grid (972 
 the GEMM core's shape, every buffer, the ALU's multiplier) with the timing and resource
 models, then confirms `--confirm` points spread along the Pareto front with Verilator
 (whole-model cycles, outputs bit-exact) and yosys (the ``vdla estimate`` flow), and
-prints the figures issue 20 asks for:
+prints these figures:
 
 * at least 500 valid design points in at most 30 minutes on this 2-core machine;
 * on each confirmed point, the timing model within 5% of Verilator's cycles, and the

@@ -14,7 +14,7 @@ the N schedules it misses most.
 
 What it is for: a change to the timing model (``compiler/targets/vdla/conv_layer.py``)
 shows here, over thousands of schedules, what it does beyond the layers it was made
-for (issue 39: the two-thread first-load fix took the mean error from 1.2/3.0/2.2% to
+for (the two-thread first-load fix took the mean error from 1.2/3.0/2.2% to
 0.9/1.3/0.7%).
 """
 

@@ -1,4 +1,4 @@
-"""Whole models on platforms the pretrained models never saw (issue 39): zero-shot
+"""Whole models on platforms the pretrained models never saw: zero-shot
 schedules and a whole model tuned in 64 measurements on Verilator, and a whole model
 tuned in 64 measurements on the CPU.
 

@@ -1,5 +1,5 @@
 """The tuner's measurements per minute on ResNet-18's layers C2-C11: the Verilator model
-of the old build (the recipe before issue 38: g++ -O3, the WIDE GEMM core, the raw reset)
+of the old build (the recipe before the simulator's speed-up: g++ -O3, the WIDE GEMM core, the raw reset)
 against today's default build, side by side.
 
 Each layer's tasks (`vdla.compiler.pipeline.tasks_from_workload`: ``C8`` and

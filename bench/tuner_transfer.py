@@ -1,5 +1,5 @@
-"""How well the cost model learned across configs transfers to configs it has not seen
-(issue 39), from Verilator measurements replayed from records: no simulation here.
+"""How well the cost model learned across configs transfers to configs it has not seen,
+from Verilator measurements replayed from records: no simulation here.
 
 Part 1, ``ranking``: leave one platform out over the training sets
 (``bench/datasets/make_*``). For each platform in turn, a `CostModel` is trained on
@@ -37,7 +37,7 @@ are trained with the shipped model's settings (its metadata).
 
     python bench/tuner_transfer.py [--part ranking fewshot cpu] [--seeds 5]
 
-Targets (issue 39): held-out ranking pairwise >= 0.90 and top-1 >= 0.97 (geometric
+Targets: held-out ranking pairwise >= 0.90 and top-1 >= 0.97 (geometric
 mean); few-shot: every layer of every config within 2% in <= 4 measurements; the CPU's
 held-out model and adapted instruction set: pairwise >= 0.85.
 """

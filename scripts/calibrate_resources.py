@@ -107,7 +107,7 @@ _SMALL = ["b1_16x8_mul", "b2_8x8", "b1_8x8_small", "b1_32x8", "b1_16x16_mul_smal
 
 REQ = REQUIRED_ALU_OPS | {AluOp.REQ}
 
-#: family -> configs with the features past VTA (issue 37): name -> (the family's base
+#: family -> configs with the features past VTA: name -> (the family's base
 #: config it adds them to, the fields it changes). The model prices a feature by what it
 #: adds to the same config without it (`vdla.dse.resources.feature_terms`), so each
 #: config is the base with features added, and the base must be in the family's set.

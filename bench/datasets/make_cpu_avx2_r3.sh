@@ -1,5 +1,5 @@
 #!/bin/sh
-# avx2 alone, every schedule measured in three rounds (issue 39's adaptation figure): the
+# avx2 alone, every schedule measured in three rounds (the adaptation figure of bench/tuner_transfer.py): the
 # workloads of make_cpu_v2.sh (int8 and float32, same seeds and counts), on one
 # platform, the avx2 code, one thread, one job; each row takes the median of its three
 # runs, and the rounds show how far two measurements of one schedule agree. About 35

@@ -1,6 +1,6 @@
 #!/bin/sh
-# avx2 alone, every workload's schedules measured side by side (issue 39's adaptation
-# figure, against labels two halves of whose rounds order 0.99 of pairs alike): the
+# avx2 alone, every workload's schedules measured side by side (the adaptation figure of
+# bench/tuner_transfer.py, against labels two halves of whose rounds order 0.99 of pairs alike): the
 # workloads and schedules of make_cpu_v2.sh (int8 and float32, same seeds and counts) on
 # the avx2 code, one thread, one job; after each schedule's own measurement, every
 # workload's 12 schedules in turn, 21 rounds of slots of a few milliseconds

@@ -1,5 +1,5 @@
 #!/bin/sh
-# The CPU target's held-out model (issue 39): ResNet-50's int8 layers on the widest
+# The CPU target's held-out set: ResNet-50's int8 layers on the widest
 # instruction set this machine runs, 12 schedules each, one thread, one job, for
 # bench/tuner_transfer.py's held-out ranking. Each schedule is measured three times, in
 # three passes over the set (--rounds 3): the rows take the median, and the rounds show

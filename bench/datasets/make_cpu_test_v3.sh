@@ -1,5 +1,5 @@
 #!/bin/sh
-# The CPU target's held-out model for `cpu.conv2d` version 3 (issue 40): ResNet-50's
+# The CPU target's held-out model for `cpu.conv2d` version 3: ResNet-50's
 # int8 and float32 layers on the widest instruction set this machine runs, 12 schedules
 # each drawn as make_cpu_v3.sh draws them (plain, blocked and Winograd in turn), one
 # thread, one job. make_cpu_v3.sh's set never measured ResNet-50, so

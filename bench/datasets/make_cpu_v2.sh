@@ -1,5 +1,5 @@
 #!/bin/sh
-# The CPU target's training set (issue 39), two manifests over one records file, on
+# The CPU target's training set, two manifests over one records file, on
 # every instruction set this machine runs (each a platform: avx512vnni, avx2, portable),
 # one thread, measured by wall time (the fastest of many runs) with one job, so that no
 # other measurement shares the cores:
@@ -9,7 +9,7 @@
 #               as float layers. MobileNet-v1 float32 is held out: bench/tuner_model.py
 #               tunes it as a model the set never measured at that precision.
 # ResNet-50 is held out of both; make_cpu_test_v2.sh measures its layers. Resumable; the
-# records are kept xz-compressed. Extra arguments go to both runs. Since issue 40 the
+# records are kept xz-compressed. Extra arguments go to both runs. Since the layout and Winograd became knobs the
 # random tuner draws a layer's plain, blocked and Winograd schedules in turn
 # (`CpuTask.strata`), so a new run draws other schedules than this set holds.
 exec sh "$(dirname "$0")/cpu_set.sh" v2 "$@"

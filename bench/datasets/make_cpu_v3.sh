@@ -1,5 +1,5 @@
 #!/bin/sh
-# The CPU target's training set for `cpu.conv2d` version 3 (issue 40: the blocked layout
+# The CPU target's training set for `cpu.conv2d` version 3 (the blocked layout
 # and Winograd are knobs), two manifests over one records file, on every instruction set
 # this machine runs (each a platform: avx512vnni, avx2, portable), one thread, measured
 # by wall time (the fastest of many runs) with one job, so that no other measurement

@@ -1,6 +1,6 @@
 """Exhaustive Verilator measurements of ResNet-18's reduced layers on five configs that
 the first training set (``vdla_v1``) never measured: what the few-shot and zero-shot
-figures of ``bench/tuner_transfer.py`` replay (issue 39).
+figures of ``bench/tuner_transfer.py`` replay.
 
 The configs: the default config, the two that ``vdla_v1`` holds out, and the next two
 of the same seeded draw (`sample_configs` with the set's seed, after its ten). The

@@ -1,5 +1,5 @@
 #!/bin/sh
-# The accelerator's second training set (issue 39): small convolutions (planes of 2 to
+# The accelerator's second training set: small convolutions (planes of 2 to
 # 14, 16 to 128 channels) on the first set's eight configs, with the same two held out
 # (the same --platforms, --held-out-platforms and --seed draw the same configs). Small
 # layers are where a schedule's fixed costs weigh most and the timing model is least

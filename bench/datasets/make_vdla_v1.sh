@@ -1,5 +1,5 @@
 #!/bin/sh
-# The accelerator's first training set (issue 39): what the learned cost model is
+# The accelerator's first training set: what the learned cost model is
 # trained on. Resumable: run again to measure only what is missing (the records and the
 # manifest are written next to this script; the repository keeps the records
 # xz-compressed, which a resume unpacks first). On an AMD EPYC with 2 cores (2 workers)

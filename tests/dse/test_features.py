@@ -15,8 +15,8 @@ from vdla.dse.resources import (ResourceModel, bus_pairs, calibrated_families, c
                                 feature_pairs, feature_terms, without_features)
 from vdla.dse.spec import SweepSpec
 
-#: The families whose calibration has configs with the features (issue 37 asks for the
-#: 7-series and one more).
+#: The families whose calibration has configs with the features (the 7-series
+#: and one more at least).
 PRICED = [f for f in calibrated_families()
           if feature_pairs(json.loads(calibration_path(f).read_text())["points"])]
 REQ = HardwareConfig().alu_ops | {AluOp.REQ}

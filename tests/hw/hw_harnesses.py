@@ -79,7 +79,7 @@ class LoadHarness(wiring.Component):
         return m
 
 
-#: The configs the hardware is tested and linted with (issue 3: the default and at least
+#: The configs the hardware is tested and linted with (the default and at least
 #: batch 2, block 8, block 32, small buffers, and MUL on/off).
 HW_CONFIGS = {
     "default": HardwareConfig(),
