@@ -44,8 +44,8 @@ BOARD_PACKAGES = ("numpy", "networkx", "threadpoolctl")
 BOARD_INSTALL = ("build vdla's wheel in your clone of it on the workstation (`python3 -m "
                  "pip wheel --no-deps -w dist .`), copy `dist/vdla-*.whl` to the board and "
                  "install it there with what it needs on a board: `sudo pip3 install "
-                 f"--no-deps vdla-*.whl {' '.join(BOARD_PACKAGES[1:])}` (numpy comes with "
-                 "pynq images; the wheel needs Python 3.11 or newer)")
+                 f"--no-deps vdla-*.whl {' '.join(p for p in BOARD_PACKAGES if p != 'numpy')}` "
+                 "(numpy comes with pynq images; the wheel needs Python 3.11 or newer)")
 
 #: The bundle manifest's layout version.
 FORMAT = "vdla-bundle/1"

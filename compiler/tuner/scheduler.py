@@ -48,7 +48,7 @@ from vdla.compiler.tuner.records import Records
 from vdla.compiler.tuner.task import TuneTask
 from vdla.compiler.tuner.tune import TaskTuning, TuneResult, check_batch, measure_recorded
 
-__all__ = ["SPLITS", "WARMUP", "ModelTuning", "tune_tasks"]
+__all__ = ["SPLITS", "WARMUP", "ModelTuning", "total_cost", "tune_tasks"]
 
 #: How a budget is split among tasks (see the module docstring).
 SPLITS = ("gradient", "equal")
@@ -98,13 +98,20 @@ class ModelTuning:
     def cost(self, which: str) -> int | None:
         """``sum(weight x cost)`` over the tasks of the ``default`` or the ``best``
         schedules; None unless every task has it."""
-        total = 0
-        for r in self.results:
-            value = r.default_cycles if which == "default" else r.best_cycles
-            if value is None:
-                return None
-            total += _weight(r.task) * value
-        return total
+        return total_cost(self.results, which)
+
+
+def total_cost(results, which: str) -> int | None:
+    """``sum(weight x cost)`` over `results` (`TuneResult`, some or all of a run's) of
+    the ``default`` or the ``best`` schedules, each task weighted by the nodes it serves;
+    None unless every one has it."""
+    total = 0
+    for r in results:
+        value = r.default_cycles if which == "default" else r.best_cycles
+        if value is None:
+            return None
+        total += _weight(r.task) * value
+    return total
 
 
 def _weight(task: TuneTask) -> int:

@@ -102,7 +102,8 @@ def _python_children(path: Path) -> list[tuple[int, str]]:
     """(line, source) of each call in `path` whose argument list starts with
     `sys.executable` followed by ``-m`` or ``-c`` (a child that puts the current folder
     first on its ``sys.path``)."""
-    tree = ast.parse(path.read_text(), str(path))
+    source = path.read_text()
+    tree = ast.parse(source, str(path))
     found = []
     for node in ast.walk(tree):
         if not isinstance(node, ast.List) or len(node.elts) < 2:
@@ -110,7 +111,7 @@ def _python_children(path: Path) -> list[tuple[int, str]]:
         first, second = node.elts[0], node.elts[1]
         if (isinstance(first, ast.Attribute) and first.attr == "executable"
                 and isinstance(second, ast.Constant) and second.value in ("-m", "-c")):
-            found.append((node.lineno, ast.get_source_segment(path.read_text(), node)))
+            found.append((node.lineno, ast.get_source_segment(source, node)))
     return found
 
 

@@ -13,7 +13,7 @@ from vdla.cli.run import DEFAULT_TARGET
 from vdla.cli.target_args import add_target_options, make_target
 from vdla.compiler import pipeline, targets
 from vdla.compiler.tuner import ExecutorRunner, LocalRunner, Records, tune_tasks
-from vdla.compiler.tuner.scheduler import SPLITS
+from vdla.compiler.tuner.scheduler import SPLITS, total_cost
 from vdla.compiler.tuner.search import TUNERS
 from vdla.compiler.tuner.tune import CONFIRM, CONFIRM_ROUNDS
 
@@ -322,15 +322,11 @@ def _totals(results, trials: int) -> _Totals:
     workload without them is left out and named, never counted at a guess: an untuned
     workload costs its default schedule's cost, and that is what was not measured (on
     the accelerator the timing model's estimate of it is not what Verilator measures)."""
-    default = best = 0
     counted, left_out = [], []
     for r in results:
         name = r.task.name
         if r.default_cycles is not None and r.best_cycles is not None:
-            weight = len(r.task.nodes) or 1
-            default += weight * r.default_cycles
-            best += weight * r.best_cycles
-            counted.append(name)
+            counted.append(r)
         elif r.trials == 0:
             left_out.append((name, f"no trials: --trials {trials} ran out before them"))
         elif r.best_cycles is None:
@@ -339,7 +335,8 @@ def _totals(results, trials: int) -> _Totals:
             left_out.append((name, "the default schedule's measurement failed"))
         else:
             left_out.append((name, "the default schedule not measured"))
-    return _Totals(default, best, tuple(counted), tuple(left_out))
+    return _Totals(total_cost(counted, "default"), total_cost(counted, "best"),
+                   tuple(r.task.name for r in counted), tuple(left_out))
 
 
 def _total_line(totals: _Totals, unit: str) -> str:

@@ -66,8 +66,12 @@ def auto_mode() -> str:
     fixing it: ``cuda`` or ``interpreter``. Requires the gpu extra."""
     if _mode is not None:
         return _mode
-    forced = os.environ.get("TRITON_INTERPRET", "0").lower() in _ON
-    return "interpreter" if forced or not cuda_available() else "cuda"
+    return "interpreter" if _interpreter_forced() or not cuda_available() else "cuda"
+
+
+def _interpreter_forced() -> bool:
+    """Whether ``TRITON_INTERPRET`` asks for Triton's interpreter."""
+    return os.environ.get("TRITON_INTERPRET", "0").lower() in _ON
 
 
 def resolve(device: str) -> str:
@@ -80,7 +84,7 @@ def resolve(device: str) -> str:
         raise ValueError(f"gpu target: device must be one of {', '.join(DEVICES)}, not "
                          f"{device!r}")
     require()
-    forced = os.environ.get("TRITON_INTERPRET", "0").lower() in _ON
+    forced = _interpreter_forced()
     if _mode is None:
         if device == "cuda" and forced:
             raise ValueError("gpu target: device 'cuda' asked for, but TRITON_INTERPRET is "
