@@ -6,6 +6,8 @@ Its data flow, one module per step:
     schedule    the knobs, their checks, the default chooser and the tuner's space
     lower       a node to its kernel: conv, depthwise, dense, or ops (pools,
                 elementwise, copies; opbase holds what they share)
+    epilogue    what every convolution and dense kernel does after its sums (bias,
+                requantization, residual, activation or clamp, store), written once
     kernel      the compiled form of one op: a C function, its params, its scratch
     program     a graph's kernels as one library, the whole-graph runner, the
                 stand-alone project (vdla compile)

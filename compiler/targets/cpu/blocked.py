@@ -31,9 +31,9 @@ over the taps that read inside the image: the sum over every tap, plus a correct
 for the output rows and columns whose taps reach into the padding, from a table of
 (row class, column class) per channel (`_offset_tables`; a 3x3 layer has at most three
 classes of each). The epilogue is the plain kernels' arithmetic on whole
-vectors: bias, requantization per channel, residual, clamp; float32: bias, residual,
-activation. Padded output channels come out as the epilogue of zero sums, finite, and
-every consumer's weights for them are zero.
+vectors (`vdla.compiler.targets.cpu.epilogue`): bias, requantization per channel,
+residual, clamp; float32: bias, residual, activation. Padded output channels come out
+as the epilogue of zero sums, finite, and every consumer's weights for them are zero.
 """
 
 from __future__ import annotations
@@ -43,66 +43,30 @@ import dataclasses
 import numpy as np
 
 from vdla.compiler.ir.tensor import Node
-from vdla.compiler.reference.integer import per_channel
-from vdla.compiler.targets.cpu.conv import (Code, epilogue_tables, indent, item_count,
-                                            table_pointers)
+from vdla.compiler.targets.cpu.conv import indent, item_count
+from vdla.compiler.targets.cpu.epilogue import (Epilogue, Operands, requantizers,
+                                               table_pointers, tables)
 from vdla.compiler.targets.cpu.isa import Isa
 from vdla.compiler.targets.cpu.kernel import SIGNATURE, Kernel, Params
 from vdla.compiler.targets.cpu.layout import PLAIN
 from vdla.compiler.targets.cpu.schedule import ConvSchedule, flattens, input_block
 from vdla.compiler.targets.cpu.shapes import ConvShape
 
-__all__ = ["blocked_kernel", "epilogue", "keeps_rows"]
+__all__ = ["blocked_kernel", "keeps_rows", "vector_epilogue"]
 
 
 def _blocks(total: int, size: int) -> int:
     return -(-total // size)
 
 
-# --- the epilogue ----------------------------------------------------------------------------
-
-def requantizers(shape: ConvShape, node: Node) -> tuple[str, str]:
-    """The requantization functions of an int8 layer's output and residual: ``rqp``
-    where every channel has a multiplier and a shift in [1, 31] (5 vector operations),
-    else ``rqv`` (any multiplier or shift, with selects: about 15). On ResNet-50's 1x1
-    layers of 64 input channels the epilogue took more instructions than the sums."""
-    a = node.attrs
-
-    def fast(mul, shift) -> str:
-        m, sh = per_channel(mul, shape.o, 0), per_channel(shift, shape.o)
-        return "rqp" if (m != 0).all() and ((sh >= 1) & (sh <= 31)).all() else "rqv"
-
-    if not shape.int8:
-        return "rqv", "rqv"
-    res = (fast(a.get("residual_multiplier"), a.get("residual_shift")) if shape.residual
-           else "rqv")
-    return fast(a.get("multiplier"), a.get("shift")), res
-
-
-def epilogue(shape: ConvShape, vl: int, acc: str, chan: str, at: str,
-             rq: tuple[str, str] = ("rqv", "rqv")) -> list[str]:
+def vector_epilogue(shape: ConvShape, vl: int, acc: str, chan: str, at: str,
+                    rq: tuple[str, str] = ("rqv", "rqv")) -> list[str]:
     """C statements that finish vector `acc` of channels [`chan`, `chan` + vl) and store
-    it at element offset `at` of ``y`` (the residual at the same offset of ``res``);
-    `rq`: the int8 output's and residual's requantization functions (`requantizers`)."""
-    t = f"vi{vl}" if shape.int8 else f"vf{vl}"
-    if shape.int8:
-        lines = [f"{t} a = ({t})((vu{vl}){acc} + (vu{vl}){t}_load(bias + {chan}));",
-                 f"a = {t}_{rq[0]}(a, {t}_load(mul + {chan}), {t}_load(shf + {chan}));"]
-        if shape.residual:
-            lines.append(f"a = ({t})((vu{vl})a + (vu{vl}){t}_{rq[1]}({t}_from_s8(res + {at}), "
-                         f"{t}_load(rmul + {chan}), {t}_load(rshf + {chan})));")
-        lines.append(f"a = {t}_max({t}_min(a, {t}_bcast(lim[1])), {t}_bcast(lim[0]));")
-        lines.append(f"{t}_store_s8(y + {at}, a);")
-        return lines
-    lines = [f"{t} a = {acc} + {t}_load(bias + {chan});"]
-    if shape.residual:
-        lines.append(f"a += {t}_load(res + {at});")
-    if shape.activation == "relu":
-        lines.append(f"a = {t}_max(a, ({t}){{0}});")
-    elif shape.activation == "clip":
-        lines.append(f"a = {t}_max({t}_min(a, {t}_bcast(lim[1])), {t}_bcast(lim[0]));")
-    lines.append(f"{t}_store(y + {at}, a);")
-    return lines
+    it at element offset `at` of ``y`` (the residual at the same offset of ``res``): the
+    blocked layout's epilogue (`vdla.compiler.targets.cpu.epilogue`), its constants one
+    channel per lane. `rq`: the int8 output's and residual's requantizers."""
+    ep = Epilogue.of(shape, vl, rq)
+    return ep.statements(acc, Operands.lanes(ep, chan), f"y + {at}", res=f"res + {at}")
 
 
 # --- dense convolutions -----------------------------------------------------------------------
@@ -125,10 +89,11 @@ def _tile(shape: ConvShape, s: ConvSchedule, mr: int, pointers: str,
           rq: tuple[str, str] = ("rqv", "rqv")) -> str:
     """C of one register tile: `mr` pixels from output column ``ox`` of row ``oy`` by
     ``nv`` channel vectors from block ``cb``, over every input channel and tap, then
-    the epilogue (`pointers`: its tables, `conv.table_pointers`). With `start`, the tile sits at
-    output column `start` and reaches into the padding: the taps that read outside the
-    image's columns are left out of its text (known when the C is written). `offset`: an
-    int8 input that may be negative (`_offset_tables`); `rq`: the requantizers (`requantizers`)."""
+    the epilogue (`pointers`: its tables, `epilogue.table_pointers`). With `start`, the
+    tile sits at output column `start` and reaches into the padding: the taps that read
+    outside the image's columns are left out of its text (known when the C is written).
+    `offset`: an int8 input that may be negative (`_offset_tables`); `rq`: the
+    requantizers (`epilogue.requantizers`)."""
     vl, nv = s.vl, s.nv
     int8 = shape.int8
     t = f"vi{vl}" if int8 else f"vf{vl}"
@@ -181,7 +146,7 @@ def _tile(shape: ConvShape, s: ConvSchedule, mr: int, pointers: str,
     for j in range(mr):
         for v in range(nv):
             at = f"(((size_t)(cb + {v}) * {shape.ho} + oy) * {shape.wo} + ox + {j}) * {vl}"
-            body = epilogue(shape, vl, accs[j][v], f"(cb + {v}) * {vl}", at, rq)
+            body = vector_epilogue(shape, vl, accs[j][v], f"(cb + {v}) * {vl}", at, rq)
             if offset is not None:
                 cc = offset.full_column if start is None else offset.column_class(start + j)
                 body.insert(0, f"{accs[j][v]} = ({t})((vu{vl}){accs[j][v]} + (vu{vl}){t}_load("
@@ -244,7 +209,7 @@ def _inside(first: int, stride: int, dil: int, pad: int, size: int, k: int,
 def _offset_tables(shape: ConvShape, w: np.ndarray, params: Params,
                    padded: int) -> tuple[_Offset, str]:
     """The corrections of an int8 layer whose input is read as ``x + 128``: the bias
-    (`conv.epilogue_tables`) takes away ``128 * sum(w)`` over every tap; an output whose
+    (`epilogue.tables`) takes away ``128 * sum(w)`` over every tap; an output whose
     taps are clipped at the image's edges gets ``128 * sum(w)`` of the clipped taps back.
     Returns the `_Offset` and the C of the row-class table ``NAME_rc``."""
     rows = _inside(0, shape.sh, shape.dh, shape.pt, shape.h, shape.kh, shape.ho)
@@ -259,7 +224,7 @@ def _offset_tables(shape: ConvShape, w: np.ndarray, params: Params,
     for r, (a, b) in enumerate(row_kinds):
         for c, (x0, x1) in enumerate(col_kinds):
             table[r, c, :shape.o] = 128 * (total - per_tap[:, a:b, x0:x1].sum(axis=(1, 2)))
-    # Two's complement wrap, as the sums' arithmetic (`conv.epilogue_tables`' bias).
+    # Two's complement wrap, as the sums' arithmetic (`epilogue.tables`' bias).
     wrapped = ((table + 2 ** 31) % 2 ** 32 - 2 ** 31).astype(np.int32)
     off = params.add(wrapped)
     classes = ", ".join(str(row_kinds.index(r)) for r in rows)
@@ -358,9 +323,9 @@ def blocked_kernel(shape: ConvShape, schedule: ConvSchedule, weights: np.ndarray
     ib = input_block(shape, vl)
     w_off = params.add(_pack_weights(shape, np.asarray(weights), vl, nv, ib))
     cbo = _blocks(shape.o, vl)
-    offsets = epilogue_tables(shape, node, np.asarray(weights), bias, params,
-                              _blocks(shape.o, width) * width)
-    pointers = table_pointers(shape, offsets, Code(shape, vl))
+    offsets = tables(shape, node, np.asarray(weights), bias, params,
+                     _blocks(shape.o, width) * width)
+    pointers = table_pointers(shape, offsets)
     offset, rc_table = None, ""
     if shape.int8 and shape.offset:
         offset, rc_table = _offset_tables(shape, np.asarray(weights), params,
@@ -519,8 +484,8 @@ def _depthwise_tile(shape: ConvShape, s: ConvSchedule, mr: int, pointers: str,
     stores = []
     for j in range(mr):
         at = f"(((size_t)cb * {shape.ho} + oy) * {shape.wo} + ox + {j}) * {vl}"
-        stores.append("{ " + " ".join(epilogue(shape, vl, accs[j], f"cb * {vl}", at, rq))
-                      + " }")
+        stores.append("{ " + " ".join(vector_epilogue(shape, vl, accs[j], f"cb * {vl}", at,
+                                                      rq)) + " }")
     name = f"NAME_tile{mr}" if start is None else f"NAME_at{start}"
     fixed = "" if start is None else f"    const int ox = {start};\n"
     ox_arg = "int ox, " if start is None else ""
@@ -558,8 +523,8 @@ def _depthwise_kernel(shape: ConvShape, s: ConvSchedule, weights, bias, node: No
                                             .transpose(0, 2, 3, 1)))
     # The input is read as signed bytes: no offset for the bias to absorb.
     plain = dataclasses.replace(shape, offset=False)
-    offsets = epilogue_tables(plain, node, np.asarray(weights), bias, params, cbo * vl)
-    pointers = table_pointers(shape, offsets, Code(shape, vl))
+    offsets = tables(plain, node, np.asarray(weights), bias, params, cbo * vl)
+    pointers = table_pointers(shape, offsets)
     rq = requantizers(shape, node)
     tiles, calls = _row(shape, s, lambda size, start: _depthwise_tile(shape, s, size,
                                                                         pointers, rq, start))

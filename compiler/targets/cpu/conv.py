@@ -22,7 +22,8 @@ int8: the four products per lane are summed by `vi_dot4` (u8 × s8: AVX-512 VNNI
 AVX2 or portable). An input not known to be non-negative (its producer's ``out_min`` < 0)
 is stored as ``x + 128`` (exact in u8) and the bias absorbs ``-128 · sum(w)`` (modulo
 2**32, like every other step), so the sums are the reference's sums. The epilogue is
-`vdla.compiler.reference.integer`'s, lane by lane.
+`vdla.compiler.reference.integer`'s, lane by lane (`vdla.compiler.targets.cpu.epilogue`,
+which every kernel shares).
 
 float32: fused multiply-adds in float32 (the reference sums in float64; the
 difference is the rounding of the sums), then bias, residual and activation.
@@ -38,14 +39,14 @@ from __future__ import annotations
 import numpy as np
 
 from vdla.compiler.ir.tensor import Node
+from vdla.compiler.targets.cpu.epilogue import (Epilogue, Lanes, Operands, table_pointers,
+                                               tables)
 from vdla.compiler.targets.cpu.isa import Isa
 from vdla.compiler.targets.cpu.kernel import SIGNATURE, Kernel, Params, align
 from vdla.compiler.targets.cpu.schedule import ConvSchedule
-from vdla.compiler.reference.integer import per_channel
 from vdla.compiler.targets.cpu.shapes import ConvShape
 
-__all__ = ["Code", "conv_kernel", "epilogue_tables", "indent", "item_loops",
-           "table_pointers"]
+__all__ = ["Code", "conv_kernel", "indent", "item_count", "item_loops"]
 
 # --- weights and tables ---------------------------------------------------------------------
 
@@ -59,41 +60,6 @@ def _pack_weights(shape: ConvShape, w: np.ndarray, mr: int) -> np.ndarray:
     step = shape.ci_step
     wg = wg.reshape(g, ogp // mr, mr, cgp // step, step, taps)
     return np.ascontiguousarray(wg.transpose(0, 1, 3, 5, 2, 4))
-
-
-def epilogue_tables(shape: ConvShape, node: Node, w: np.ndarray, bias, params: Params,
-                    padded: int | None = None) -> dict:
-    """The epilogue's constants in `params`: name -> byte offset. With `padded`, the
-    per-channel tables run to that many channels, the ones past the layer's zero (no
-    bias, no multiplier, no shift), for kernels that load them as whole vectors."""
-    a, o = node.attrs, shape.o
-    out = {}
-
-    def add(values: np.ndarray) -> int:
-        if padded is not None:
-            values = np.concatenate([values, np.zeros(padded - values.size, values.dtype)])
-        return params.add(values)
-
-    if shape.int8:
-        b = np.zeros(o, np.int64) if bias is None else np.asarray(bias, np.int64)
-        if shape.offset:
-            # The input is stored as x + 128: sum((x + 128) w) - 128 sum(w) = sum(x w).
-            b = b - 128 * w.reshape(o, -1).astype(np.int64).sum(axis=1)
-        out["bias"] = add(b.astype(np.int32))     # wraps modulo 2**32, as the sum
-        out["mul"] = add(per_channel(a["multiplier"], o, 0))
-        out["shf"] = add(per_channel(a["shift"], o))
-        if shape.residual:
-            out["rmul"] = add(per_channel(a["residual_multiplier"], o, 0))
-            out["rshf"] = add(per_channel(a["residual_shift"], o))
-        out["lim"] = params.add(np.array([a["out_min"], a["out_max"]], np.int32))
-    else:
-        b = np.zeros(o, np.float32) if bias is None else np.asarray(bias, np.float32)
-        out["bias"] = add(b)
-        lo = a.get("clip_min") if shape.activation == "clip" else None
-        hi = a.get("clip_max") if shape.activation == "clip" else None
-        out["lim"] = params.add(np.array([-np.inf if lo is None else lo,
-                                          np.inf if hi is None else hi], np.float32))
-    return out
 
 
 # --- C --------------------------------------------------------------------------------------
@@ -166,8 +132,10 @@ def _prep(shape: ConvShape, code: Code, plane_bytes: int) -> str:
 
 def _epilogue(shape: ConvShape, code: Code, acc: str, chan: str, junk: bool) -> str:
     """C statements for one output vector: `acc` (an expression) of global channel
-    `chan` at grid index ``gv``, up to grid index ``ge``, stored."""
-    vl, t = code.vl, code.acc
+    `chan` at grid index ``gv``, up to grid index ``ge``, finished (`epilogue`) and
+    stored. With `junk`, the grid's columns past the output's width are dropped
+    (``NAME_keep``)."""
+    vl = code.vl
     full = (1 << vl) - 1
     if junk:
         # unsigned: a division by a constant becomes a multiply
@@ -180,43 +148,11 @@ def _epilogue(shape: ConvShape, code: Code, acc: str, chan: str, junk: bool) -> 
     else:
         where = f"const int n = vdla_min({vl}, ge - gv); const size_t o = (size_t)gv;"
     plane = f"(size_t)({chan}) * {shape.ho * shape.wo}"
-    lines = [where]
-    if shape.int8:
-        lines.append(f"{t} a = ({t})((vu{vl}){acc} + (uint32_t)bias[{chan}]);")
-        lines.append(f"a = {t}_rq(a, mul[{chan}], shf[{chan}]);")
-        if shape.residual:
-            rp = f"res + {plane} + o"
-            load = (f"{t}_from_s8_keep({rp}, keep)" if junk else
-                    f"(n == {vl} ? {t}_from_s8({rp}) : {t}_from_s8_n({rp}, n))")
-            lines.append(f"a = ({t})((vu{vl})a + (vu{vl}){t}_rq({load}, rmul[{chan}], "
-                         f"rshf[{chan}]));")
-        lines.append(f"a = {t}_max({t}_min(a, {t}_bcast(lim[1])), {t}_bcast(lim[0]));")
-        yp = f"y + {plane} + o"
-        lines.append(f"{t}_store_s8_keep({yp}, a, keep);" if junk else
-                     f"if (n == {vl}) {t}_store_s8({yp}, a); else {t}_store_s8_n({yp}, a, n);")
-    else:
-        lines.append(f"{t} a = {acc} + bias[{chan}];")
-        if shape.residual:
-            rp = f"res + {plane} + o"
-            lines.append(f"a += {t}_load_keep({rp}, keep);" if junk else
-                         f"a += (n == {vl} ? {t}_load({rp}) : {t}_load_n({rp}, n));")
-        if shape.activation == "relu":
-            lines.append(f"a = {t}_max(a, ({t}){{0}});")
-        elif shape.activation == "clip":
-            lines.append(f"a = {t}_max({t}_min(a, {t}_bcast(lim[1])), {t}_bcast(lim[0]));")
-        yp = f"y + {plane} + o"
-        lines.append(f"{t}_store_keep({yp}, a, keep);" if junk else
-                     f"if (n == {vl}) {t}_store({yp}, a); else {t}_store_n({yp}, a, n);")
-    return "\n".join(lines)
-
-
-def table_pointers(shape: ConvShape, offsets: dict, code: Code) -> str:
-    if shape.int8:
-        names = ["bias", "mul", "shf", "lim"] + (["rmul", "rshf"] if shape.residual else [])
-        return "".join(f"    const int32_t *restrict {k} = (const int32_t *)(params + "
-                       f"{offsets[k]});\n" for k in names)
-    return "".join(f"    const float *restrict {k} = (const float *)(params + {offsets[k]});\n"
-                   for k in ("bias", "lim"))
+    ep = Epilogue.of(shape, vl, ("rq", "rq"))
+    lanes = Lanes("keep", "keep") if junk else Lanes("first", "n")
+    return "\n".join([where] + ep.statements(acc, Operands.channel(ep, chan),
+                                               f"y + {plane} + o", res=f"res + {plane} + o",
+                                               lanes=lanes))
 
 
 def _tile_gemm(shape: ConvShape, s: ConvSchedule, code: Code, plane_bytes: int,
@@ -281,7 +217,7 @@ VDLA_INLINE void {name}(const {pointer} *restrict xc, const {code.wt} *restrict 
         {code.scalar} *restrict part, int ptile, const {code.out} *restrict res,
         {code.out} *restrict y, const unsigned char *restrict params) {{
     (void)mt; (void)gb; (void)first; (void)last; (void)part; (void)ptile; (void)res;
-{table_pointers(shape, offsets, code)}    {t} {", ".join(flat)};
+{table_pointers(shape, offsets)}    {t} {", ".join(flat)};
     {init}
     #pragma GCC unroll {s.unroll}
     for (int c = 0; c < nsteps; c++, xc += {step_bytes}, wc += {wstep}) {{
@@ -322,7 +258,7 @@ def conv_kernel(shape: ConvShape, schedule: ConvSchedule, weights: np.ndarray,
     code = Code(shape, s.vl)
     params = Params()
     w_off = params.add(_pack_weights(shape, np.asarray(weights), s.mr))
-    offsets = epilogue_tables(shape, node, np.asarray(weights), bias, params)
+    offsets = tables(shape, node, np.asarray(weights), bias, params)
     block = s.nv * s.vl
     plane_rows = shape.plane_rows(block)
     pitch = shape.grid_pitch

@@ -17,7 +17,8 @@ import dataclasses
 import numpy as np
 
 from vdla.compiler.ir.tensor import Node
-from vdla.compiler.targets.cpu.conv import Code, indent, epilogue_tables, table_pointers
+from vdla.compiler.targets.cpu.conv import Code, indent
+from vdla.compiler.targets.cpu.epilogue import Epilogue, Lanes, Operands, table_pointers, tables
 from vdla.compiler.targets.cpu.kernel import SIGNATURE, Kernel, Params, align
 from vdla.compiler.targets.cpu.schedule import ConvSchedule
 from vdla.compiler.targets.cpu.shapes import ConvShape
@@ -63,7 +64,7 @@ def depthwise_kernel(shape: ConvShape, schedule: ConvSchedule, weights, bias, no
     w = np.asarray(weights).reshape(shape.o, shape.kh * shape.kw)
     w_off = params.add(w.astype(np.int32) if shape.int8 else w.astype(np.float32))
     plain = dataclasses.replace(shape, offset=False)
-    offsets = epilogue_tables(plain, node, w, bias, params)
+    offsets = tables(plain, node, w, bias, params)
     scratch = _Scratch.of(shape, s)
     body = "\n".join([
         f"\n/* {shape.dtype} depthwise conv {shape.describe()}; schedule {s.to_dict()} */",
@@ -90,7 +91,7 @@ def _rows_function(shape: ConvShape, s: ConvSchedule, code: Code, offsets,
                    scratch: _Scratch) -> str:
     """C of ``NAME_rows``: output rows [r0, r1) of channel `chan` from the loaded planes
     `xc`, ``nv`` vectors of a row at a time (the row's last one masked), each tap's
-    weight broadcast; `offsets` are the epilogue tables' (`epilogue_tables`)."""
+    weight broadcast; `offsets` are the epilogue tables' (`epilogue.tables`)."""
     vl, nv, t = s.vl, s.nv, code.acc
     block, pitch, plane_bytes = nv * vl, shape.grid_pitch, scratch.plane_bytes
     wt = "int32_t" if shape.int8 else "float"
@@ -107,7 +108,7 @@ static void NAME_rows(const unsigned char *restrict xc, const {wt} *restrict wc,
         int r0, int r1, const {code.out} *restrict res, {code.out} *restrict y,
         const unsigned char *restrict params) {{
     (void)res;
-{table_pointers(shape, offsets, code)}    {consts}
+{table_pointers(shape, offsets)}    {consts}
     {weights_c}
     for (int r = r0; r < r1; r++) {{
         for (int c0 = 0; c0 < {shape.wo}; c0 += {block}) {{
@@ -132,34 +133,21 @@ static void NAME_rows(const unsigned char *restrict xc, const {wt} *restrict wc,
 
 def _epilogue(shape: ConvShape, vl: int, t: str) -> tuple[str, list[str]]:
     """C of the output step: the channel's constants (once per call of ``NAME_rows``),
-    and the statements that finish accumulator ``acc[v]`` (bias, requantization or
-    activation, the residual, the clamp) and store its `n` pixels at ``y + out``.
-    `t` is the accumulator's vector type, `vl` its lanes."""
+    and the statements that finish accumulator ``acc[v]`` (`epilogue`, its constants
+    those scalars) and store its `n` pixels at ``y + out``. `t` is the accumulator's
+    vector type, `vl` its lanes."""
+    ep = Epilogue.of(shape, vl, ("rq", "rq"))
     if shape.int8:
         consts = ("const uint32_t bv = (uint32_t)bias[chan]; const int32_t m = mul[chan], "
                   "sh = shf[chan];" + (" const int32_t rm = rmul[chan], rs = rshf[chan];"
                                         if shape.residual else "")
                   + f" const {t} lo = {t}_bcast(lim[0]), hi = {t}_bcast(lim[1]);")
-        rp = "res + out"
-        finish = [f"{t} a = {t}_rq(({t})((vu{vl})acc[v] + bv), m, sh);"]
-        if shape.residual:
-            finish.append(f"a = ({t})((vu{vl})a + (vu{vl}){t}_rq(n == {vl} ? "
-                          f"{t}_from_s8({rp}) : {t}_from_s8_n({rp}, n), rm, rs));")
-        finish.append(f"a = {t}_max({t}_min(a, hi), lo);")
-        finish.append(f"if (n == {vl}) {t}_store_s8(y + out, a); "
-                      f"else {t}_store_s8_n(y + out, a, n);")
-        return consts, finish
-    consts = (f"const float bv = bias[chan]; const {t} lo = {t}_bcast(lim[0]), "
-              f"hi = {t}_bcast(lim[1]); (void)lo; (void)hi;")
-    finish = [f"{t} a = acc[v] + bv;"]
-    if shape.residual:
-        finish.append(f"a += n == {vl} ? {t}_load(res + out) : {t}_load_n(res + out, n);")
-    if shape.activation == "relu":
-        finish.append(f"a = {t}_max(a, ({t}){{0}});")
-    elif shape.activation == "clip":
-        finish.append(f"a = {t}_max({t}_min(a, hi), lo);")
-    finish.append(f"if (n == {vl}) {t}_store(y + out, a); else {t}_store_n(y + out, a, n);")
-    return consts, finish
+    else:
+        consts = (f"const float bv = bias[chan]; const {t} lo = {t}_bcast(lim[0]), "
+                  f"hi = {t}_bcast(lim[1]); (void)lo; (void)hi;")
+    ops = Operands(bias="bv", lo="lo", hi="hi", mul="m", shf="sh", rmul="rm", rshf="rs")
+    return consts, ep.statements("acc[v]", ops, "y + out", res="res + out",
+                                 lanes=Lanes("first", "n"))
 
 
 def _entry_function(shape: ConvShape, s: ConvSchedule, code: Code, w_off: int,

@@ -30,8 +30,9 @@ from __future__ import annotations
 import numpy as np
 
 from vdla.compiler.ir.tensor import Node
-from vdla.compiler.targets.cpu.conv import (Code, epilogue_tables, item_count, item_loops,
-                                            table_pointers)
+from vdla.compiler.targets.cpu.conv import Code, item_count, item_loops
+from vdla.compiler.targets.cpu.epilogue import (Epilogue, Lanes, Operands, table_pointers,
+                                               tables)
 from vdla.compiler.targets.cpu.isa import Isa
 from vdla.compiler.targets.cpu.kernel import SIGNATURE, Kernel, Params, align
 from vdla.compiler.targets.cpu.schedule import ConvSchedule
@@ -90,7 +91,7 @@ VDLA_INLINE void NAME_tile{"_tail" if tail else ""}(const float *restrict x,
         float *restrict part, const float *restrict res, float *restrict y,
         const unsigned char *restrict params) {{
     (void)first; (void)last; (void)part; (void)res;
-{table_pointers(shape, offsets, code)}{where}    {t} {", ".join(flat)};
+{table_pointers(shape, offsets)}{where}    {t} {", ".join(flat)};
     {init}
     #pragma GCC unroll {s.unroll}
     for (int c = 0; c < nsteps; c++, x += {plane}, wc += {width}) {{
@@ -107,14 +108,14 @@ def _epilogue(shape: ConvShape, s: ConvSchedule, code: Code) -> str:
     pixels x 8 channels is then transposed in registers (`vf8_transpose8`) into 8
     channel rows of 8 pixels, which take the residual and the activation and are
     stored (the tile's last pixels masked by ``np``, its channels past the layer's
-    end skipped by ``nch``)."""
+    end skipped by ``nch``): the steps of `vdla.compiler.targets.cpu.epilogue` after its
+    first, on rows of 8 lanes."""
     vl, t, mr, nv = s.vl, code.acc, s.mr, s.nv
     plane = shape.h * shape.w
-    act = ""
-    if shape.activation == "relu":
-        act = "r = vf8_max(r, (vf8){0});"
-    elif shape.activation == "clip":
-        act = "r = vf8_max(vf8_min(r, vf8_bcast(lim[1])), vf8_bcast(lim[0]));"
+    rows_ep = Epilogue.of(shape, 8)
+    ops = Operands.channel(rows_ep, "k")    # its clip bounds: the bias went in before
+    lanes = Lanes("first", "n8")
+    act = rows_ep.bound(ops, "r")
     out = [f"const {t} bias{v} = {t}_load(bias + oc0 + {v * vl});" for v in range(nv)]
     for q in range(mr // 8):
         block = [f"const int n8 = vdla_min(8, np - {q * 8});"]
@@ -125,10 +126,8 @@ def _epilogue(shape: ConvShape, s: ConvSchedule, code: Code) -> str:
                 for j in range(8):
                     acc = f"a{q * 8 + j}_{v} + bias{v}"
                     rows.append(acc if vl == 8 else f"vf16_half({acc}, {h})")
-                res = ""
-                if shape.residual:
-                    rp = f"res + (size_t)(oc0 + {cb} + k) * {plane} + p0 + {q * 8}"
-                    res = f"r += n8 == 8 ? vf8_load({rp}) : vf8_load_n({rp}, n8);"
+                rp = f"res + (size_t)(oc0 + {cb} + k) * {plane} + p0 + {q * 8}"
+                res = rows_ep.add_residual(ops, rp, lanes, "r")
                 yp = f"y + (size_t)(oc0 + {cb} + k) * {plane} + p0 + {q * 8}"
                 block.append(f"""if ({cb} < nch) {{
             vf8 rows[8] = {{{", ".join(rows)}}};
@@ -136,7 +135,7 @@ def _epilogue(shape: ConvShape, s: ConvSchedule, code: Code) -> str:
             for (int k = 0; k < vdla_min(8, nch - {cb}); k++) {{
                 vf8 r = rows[k];
                 {res} {act}
-                if (n8 == 8) vf8_store({yp}, r); else vf8_store_n({yp}, r, n8);
+                {rows_ep.store(yp, lanes, "r")}
             }}
         }}""")
         out.append("if (np > %d) {\n        %s\n    }" % (q * 8, "\n        ".join(block)))
@@ -160,7 +159,7 @@ def pointwise_kernel(shape: ConvShape, schedule: ConvSchedule, weights: np.ndarr
     b = np.zeros(shape.og_padded(width), np.float32)
     if bias is not None:
         b[:shape.o] = np.asarray(bias, np.float32)
-    offsets = epilogue_tables(shape, node, weights, b, params)
+    offsets = tables(shape, node, weights, b, params)
     plane = shape.h * shape.w
     passes = -(-shape.c // s.tile_ci)
     ct_count = -(-shape.og_padded(width) // s.tile_co)

@@ -36,9 +36,9 @@ from __future__ import annotations
 import numpy as np
 
 from vdla.compiler.ir.tensor import Node
-from vdla.compiler.targets.cpu.blocked import epilogue
-from vdla.compiler.targets.cpu.conv import (Code, epilogue_tables, indent, item_count,
-                                            item_loops, table_pointers)
+from vdla.compiler.targets.cpu.blocked import vector_epilogue
+from vdla.compiler.targets.cpu.conv import indent, item_count, item_loops
+from vdla.compiler.targets.cpu.epilogue import table_pointers, tables
 from vdla.compiler.targets.cpu.kernel import SIGNATURE, Kernel, Params, align
 from vdla.compiler.targets.cpu.schedule import ConvSchedule
 from vdla.compiler.targets.cpu.shapes import ConvShape
@@ -164,7 +164,7 @@ def _output_transform(shape: ConvShape, s: ConvSchedule, pointers: str, tw: int)
     for dy in range(2):
         for dx, expr in enumerate((f"r{dy}0 + r{dy}1 + r{dy}2", f"r{dy}1 - r{dy}2 - r{dy}3")):
             at = f"(((size_t)ob * {shape.ho} + oy + {dy}) * {shape.wo} + ox + {dx}) * {vl}"
-            body = epilogue(shape, vl, f"y{dy}{dx}", f"ob * {vl}", at)
+            body = vector_epilogue(shape, vl, f"y{dy}{dx}", f"ob * {vl}", at)
             guard = [c for c, need in ((f"oy + {dy} < {shape.ho}", dy and shape.ho % 2),
                                        (f"ox + {dx} < {shape.wo}", dx and shape.wo % 2))
                      if need]
@@ -195,8 +195,8 @@ def winograd_kernel(shape: ConvShape, schedule: ConvSchedule, weights, bias, nod
     cbi, cbo = _blocks(shape.c, vl), _blocks(shape.o, vl)
     params = Params()
     u_off = params.add(transform_weights(weights, vl))
-    offsets = epilogue_tables(shape, node, np.asarray(weights), bias, params, cbo * vl)
-    pointers = table_pointers(shape, offsets, Code(shape, vl))
+    offsets = tables(shape, node, np.asarray(weights), bias, params, cbo * vl)
+    pointers = table_pointers(shape, offsets)
     # Work items: tile_co channels by tile_h output rows (whole tile rows).
     rows_per = _blocks(s.tile_h, 2)
     per_ct = s.tile_co // vl
