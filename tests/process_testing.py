@@ -1,9 +1,9 @@
 """Processes for the tests of killed and interrupted commands (Linux: /proc and a pty).
 
-`children`, `alive` and `wait_for` look processes up in /proc (psutil is not a
-dependency). `Command` runs ``python -m vdla ...`` as a user at a terminal does: stderr on
-a pseudo-terminal (so progress lines update in place) and its own process group, which
-`Command.signal_group` signals as a whole, as a terminal's Ctrl-C does."""
+`children`, `descendants`, `alive` and `wait_for` look processes up in /proc (psutil is
+not a dependency). `Command` runs ``python -m vdla ...`` as a user at a terminal does:
+stderr on a pseudo-terminal (so progress lines update in place) and its own process
+group, which `Command.signal_group` signals as a whole, as a terminal's Ctrl-C does."""
 
 from __future__ import annotations
 
@@ -47,6 +47,17 @@ def children(pid: int) -> set[int]:
             stat = _stat(int(entry))
             if stat is not None and stat[1] == pid and stat[0] != "Z":
                 found.add(int(entry))
+    return found
+
+
+def descendants(pid: int) -> set[int]:
+    """The live processes below `pid`, at any depth (a pool's fork server and the
+    workers it forked, which are the server's children, not the pool's)."""
+    found, todo = set(), [pid]
+    while todo:
+        below = children(todo.pop())
+        found |= below
+        todo.extend(below)
     return found
 
 

@@ -14,7 +14,9 @@ a batch's results one by one after the batch otherwise. A runner whose ``measure
 interrupted (Ctrl-C: KeyboardInterrupt) or raises must stay usable: `LocalRunner` kills
 the workers that were measuring, so no stale result answers a later input.
 
-`LocalRunner(backend, jobs)` measures in `jobs` worker processes. Each worker keeps one
+`LocalRunner(backend, jobs)` measures in `jobs` worker processes: the local pool of
+`vdla.execute.LocalExecutor`, which sweeps and parallel runs use too, with a wall-clock
+limit per measurement. Each worker keeps one
 measurement context per platform open for its whole life (`TuneTask.open_context`: the
 accelerator's device; its Verilator model is built once, in the parent, by
 `TuneTask.prepare`, before any worker starts) and each task's data (inputs and reference
@@ -22,34 +24,28 @@ output, `TuneTask.measure_data`). A measurement that raises, produces a wrong ou
 runs past its budget, runs past the wall-clock limit (the worker is killed) or kills its
 worker (the worker is restarted) comes back as a result with that status: the search
 goes on. What a measurement does is the task's own (`TuneTask.measure`); the runner
-never looks inside a task or a schedule. Workers are started by `vdla._workers`: they
-die with the process that started them (even a SIGKILLed one) and ignore SIGINT, which
-the parent handles.
+never looks inside a task or a schedule. Workers are started by `vdla._workers`: forked
+by a fork server (never from this process, which may have run a multi-threaded model),
+they die with the process that started them (even a SIGKILLed one) and ignore SIGINT,
+which the parent handles.
 """
 
 from __future__ import annotations
 
-import collections
 import functools
-import multiprocessing
-import multiprocessing.connection
 import sys
-import time
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Sequence
 
-from vdla._workers import start_worker
 from vdla.compiler.tuner.measure import MeasureInput, MeasureResult, one_line
 from vdla.compiler.tuner.records import Records
-from vdla.execute import EvaluationError, make_executor
+from vdla.execute import EvaluationError, LocalExecutor, Outcome, make_executor
 
 __all__ = ["ExecutorRunner", "InProcessRunner", "LocalRunner", "MeasureInput",
-           "MeasureResult", "OnResult", "ReplayRunner", "measure_task"]
+           "MeasureResult", "OnResult", "ReplayRunner", "measure_task", "prepare_tasks"]
 
 #: Wall-clock limit of one measurement (seconds) unless the runner is given another: a
 #: backstop for a measurement that hangs outside its own budget.
 DEFAULT_TIMEOUT = 600.0
-#: Seconds an idle worker gets to close its contexts and exit before it is killed.
-STOP_WAIT = 5.0
 
 #: ``on_result(index, result)``: the measurement of ``inputs[index]`` finished.
 OnResult = Callable[[int, MeasureResult], None]
@@ -63,13 +59,13 @@ def measure_task(task, schedule, context, *, data, backend: str) -> MeasureResul
 Measure = Callable[..., MeasureResult]
 
 
-def _prepare(inputs: Sequence[MeasureInput], backend: str, prepared: set,
-             log: Callable[[str], None]):
-    """Check that every input's task measures on `backend`, and prepare each platform
-    once in this process (`TuneTask.prepare`: a Verilator model is built here, not once
-    per worker); `prepared` holds the context keys done."""
-    for inp in inputs:
-        task = inp.task
+def prepare_tasks(tasks: Iterable, backend: str, prepared: set,
+                  log: Callable[[str], None]) -> None:
+    """Check that every task measures on `backend`, and prepare each platform once in
+    this process (`TuneTask.prepare`: a Verilator model is built here, not once per
+    worker at the same time); `prepared` holds the context keys done and is updated.
+    ValueError naming the task for a backend it does not measure on."""
+    for task in tasks:
         if backend not in task.measure_backends:
             raise ValueError(f"unknown measurement backend {backend!r} for task "
                              f"{task.name} of target {task.target!r}; available: "
@@ -78,6 +74,12 @@ def _prepare(inputs: Sequence[MeasureInput], backend: str, prepared: set,
         if key not in prepared:
             task.prepare(backend, log)
             prepared.add(key)
+
+
+def _prepare(inputs: Sequence[MeasureInput], backend: str, prepared: set,
+             log: Callable[[str], None]):
+    """`prepare_tasks` for the inputs' tasks."""
+    prepare_tasks((inp.task for inp in inputs), backend, prepared, log)
 
 
 class _Measurer:
@@ -89,7 +91,9 @@ class _Measurer:
         self.contexts, self.tasks, self.data = {}, {}, {}
 
     def __call__(self, task, schedule) -> MeasureResult:
-        task = self.tasks.setdefault(task if isinstance(task, tuple) else task.uid, task)
+        # Each input brings its task pickled: the first of each uid is kept (its data
+        # and context are built once).
+        task = self.tasks.setdefault(task.uid, task)
         try:
             if task.uid not in self.data:
                 self.data[task.uid] = task.measure_data()
@@ -108,71 +112,18 @@ class _Measurer:
                 context.close()
 
 
-def _pair_measurer(backend: str, measure: Measure) -> Callable[[tuple], MeasureResult]:
-    """An executor worker's evaluator (`ExecutorRunner`): a `_Measurer`, called with a
-    (task, schedule) pair."""
-    measurer = _Measurer(backend, measure)
-    return lambda pair: measurer(*pair)
+class _PairMeasurer(_Measurer):
+    """An executor worker's evaluator (`LocalRunner`, `ExecutorRunner`): a `_Measurer`
+    called with a (task, schedule) pair; the executor's worker closes it on its way
+    out."""
 
-
-def _worker(conn, backend: str, measure: Measure):
-    """A worker process: receive (task or task uid, schedule), send a MeasureResult."""
-    measurer = _Measurer(backend, measure)
-    try:
-        while True:
-            message = conn.recv()
-            if message is None:
-                break
-            conn.send(measurer(*message))
-    except (EOFError, BrokenPipeError):
-        pass        # the parent closed its end without a goodbye: nobody wants results
-    finally:
-        measurer.close()
-
-
-class _Worker:
-    """A worker process, the parent's end of its pipe, and the input it is measuring."""
-
-    def __init__(self, context, backend: str, measure: Measure):
-        self.conn, child = context.Pipe()
-        self.process = start_worker(context, _worker, (child, backend, measure))
-        child.close()
-        self.known: set[tuple] = set()    # uids of the tasks the worker holds
-        self.job: tuple[int, float] | None = None   # (input index, start time)
-
-    def send(self, index: int, inp: MeasureInput):
-        uid = inp.task.uid
-        self.conn.send((uid if uid in self.known else inp.task, inp.schedule))
-        self.known.add(uid)
-        self.job = (index, time.monotonic())
-
-    def ask_to_stop(self):
-        try:
-            self.conn.send(None)
-        except OSError:      # it is gone already (BrokenPipeError)
-            pass
-
-    def stop(self, *, kill: bool = False):
-        """Ask the worker to exit (it closes its contexts) or, with `kill` (it is busy,
-        hung or dead), kill it; one still alive after `STOP_WAIT` seconds is killed."""
-        if kill:
-            self.process.kill()
-        else:
-            self.ask_to_stop()
-        self.finish(time.monotonic() + STOP_WAIT)
-
-    def finish(self, deadline: float):
-        """Wait until `deadline` (a `time.monotonic` time) for the process to exit, kill it
-        if it has not, and close the pipe."""
-        self.process.join(max(0.0, deadline - time.monotonic()))
-        if self.process.is_alive():
-            self.process.kill()
-            self.process.join()
-        self.conn.close()
+    def __call__(self, pair) -> MeasureResult:
+        return super().__call__(*pair)
 
 
 class LocalRunner:
-    """Measure in `jobs` local worker processes.
+    """Measure in `jobs` local worker processes: the pool of `vdla.execute.LocalExecutor`
+    (the one a sweep uses), with a wall-clock limit per measurement.
 
     backend : how the tasks are measured (one of each task's ``measure_backends``: for
         the accelerator ``verilator`` or ``functional``, the fast mode)
@@ -180,12 +131,12 @@ class LocalRunner:
     timeout : wall-clock seconds one measurement may take before its worker is killed
     measure : the function a worker calls, ``measure(task, schedule, context, data=...,
         backend=...)`` (default `measure_task`); it must be importable by name (a
-        module-level function), since workers may be started with ``spawn``
+        module-level function): workers get it pickled (`vdla._workers`)
     log : receives progress lines of a task's preparation, such as a Verilator build
         (default: printed to stderr)
     Workers start on the first `measure` and live until `close` (or the ``with`` block
     ends); a dead or killed worker is replaced. They are started from the thread that
-    calls `measure`, and die with it (`vdla._workers`): use a runner from one thread.
+    calls `measure` (`vdla._workers`): use a runner from one thread.
     """
 
     def __init__(self, backend: str, jobs: int = 1, *,
@@ -200,16 +151,9 @@ class LocalRunner:
         self.backend, self.jobs, self.timeout, self._measure = backend, jobs, timeout, measure
         self._log = log or (lambda message: print(f"vdla: {message}", file=sys.stderr,
                                                   flush=True))
-        # fork starts a worker in milliseconds; spawn (the default off Linux) re-imports.
-        method = "fork" if sys.platform.startswith("linux") else "spawn"
-        self._context = multiprocessing.get_context(method)
-        self._workers: list[_Worker] = []
+        self._pool = LocalExecutor(functools.partial(_PairMeasurer, backend, measure), jobs,
+                                   timeout=timeout, processes=True)
         self._prepared: set = set()
-
-    def _prepare(self, inputs: Sequence[MeasureInput]):
-        _prepare(inputs, self.backend, self._prepared, self._log)
-        while len(self._workers) < self.jobs:
-            self._workers.append(_Worker(self._context, self.backend, self._measure))
 
     def measure(self, inputs: Sequence[MeasureInput], on_result: OnResult | None = None
                 ) -> list[MeasureResult]:
@@ -224,88 +168,46 @@ class LocalRunner:
         inputs = list(inputs)
         if not inputs:
             return []
-        self._prepare(inputs)
-        try:
-            return self._run_batch(inputs, on_result)
-        except BaseException:
-            # A busy worker would send its result later, as the answer to whatever it is
-            # sent next; and a measurement may run for minutes. Kill; `_prepare` refills.
-            busy = [w for w in self._workers if w.job is not None]
-            self._workers = [w for w in self._workers if w.job is None]
-            for w in busy:
-                w.stop(kill=True)
-            raise
-
-    def _run_batch(self, inputs: list[MeasureInput],
-                   on_result: OnResult | None) -> list[MeasureResult]:
+        _prepare(inputs, self.backend, self._prepared, self._log)
         results: list[MeasureResult | None] = [None] * len(inputs)
-        pending = collections.deque(enumerate(inputs))
-        while pending or any(w.job for w in self._workers):
-            for i, w in enumerate(self._workers):
-                if w.job is None and pending:
-                    if not w.process.is_alive():      # died while idle: replace it
-                        w.stop(kill=True)
-                        w = self._workers[i] = _Worker(self._context, self.backend,
-                                                       self._measure)
-                    w.send(*pending.popleft())
-            busy = [w for w in self._workers if w.job]
-            now = time.monotonic()
-            wait = min(max(0.0, w.job[1] + self.timeout - now) for w in busy)
-            multiprocessing.connection.wait(
-                [w.conn for w in busy] + [w.process.sentinel for w in busy],
-                timeout=wait + 0.01)
-            for i, w in enumerate(self._workers):
-                if w.job is None:
-                    continue
-                index, started = w.job
-                result = None
-                try:
-                    if w.conn.poll():
-                        result = w.conn.recv()
-                except (EOFError, OSError):
-                    pass
-                if result is None and not w.process.is_alive():
-                    code = w.process.exitcode
-                    result = MeasureResult("crash", error=f"the worker process died "
-                                           f"(exit code {code}) while measuring",
-                                           seconds=time.monotonic() - started)
-                elif result is None and time.monotonic() - started > self.timeout:
-                    result = MeasureResult("timeout", error=f"no result after "
-                                           f"{self.timeout:g} s of wall time; the worker "
-                                           "was killed", seconds=time.monotonic() - started)
-                    w.process.kill()
-                if result is None:
-                    continue
-                results[index] = result
-                w.job = None
-                if not w.process.is_alive() or result.status in ("crash", "timeout"):
-                    w.stop(kill=True)
-                    self._workers[i] = _Worker(self._context, self.backend, self._measure)
+        outcomes = self._pool.outcomes([(inp.task, inp.schedule) for inp in inputs])
+        try:
+            for outcome in outcomes:
+                results[outcome.index] = result = _result(outcome)
                 if on_result is not None:
-                    on_result(index, result)
+                    on_result(outcome.index, result)
+        finally:
+            # Left early (an exception, Ctrl-C): the busy workers are killed, so none
+            # answers a later input with this batch's result.
+            outcomes.close()
         return results
 
     def close(self):
         """Stop the workers: idle ones are asked to exit, all at once (each closes its
-        contexts), and killed if they have not after `STOP_WAIT` seconds; busy ones (a
-        `measure` interrupted in a way it could not clean up) are killed."""
-        workers, self._workers = self._workers, []
-        try:
-            for w in workers:
-                if w.job is None:
-                    w.ask_to_stop()
-                else:
-                    w.process.kill()
-        finally:
-            deadline = time.monotonic() + STOP_WAIT
-            for w in workers:
-                w.finish(deadline)
+        contexts), and killed if they have not after `vdla.execute.STOP_WAIT` seconds;
+        busy ones (a `measure` interrupted in a way it could not clean up) are killed."""
+        self._pool.close()
 
     def __enter__(self) -> "LocalRunner":
         return self
 
     def __exit__(self, *exc):
         self.close()
+
+
+def _result(outcome: Outcome) -> MeasureResult:
+    """A measurement's result from the pool's outcome for it: the measurer returns a
+    task's own failures as results, so the rest is the worker's (its death, a timeout, a
+    result that could not be sent back)."""
+    if outcome.status == "ok":
+        return outcome.value
+    if outcome.status == "died":
+        return MeasureResult("crash", error=f"the worker process died ({outcome.value}) "
+                             "while measuring", seconds=outcome.seconds)
+    if outcome.status == "timeout":
+        return MeasureResult("timeout", error=outcome.value, seconds=outcome.seconds)
+    return MeasureResult("error", error=outcome.value.strip().splitlines()[-1],
+                         seconds=outcome.seconds)
 
 
 class ExecutorRunner:
@@ -341,7 +243,7 @@ class ExecutorRunner:
         `make_executor`: Ray missing, no cluster at the address)."""
         if self._executor is None:
             self._executor = make_executor(
-                functools.partial(_pair_measurer, self.backend, self._measure),
+                functools.partial(_PairMeasurer, self.backend, self._measure),
                 jobs=self.jobs, ray=self.ray)
 
     def describe(self) -> str:

@@ -10,13 +10,14 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
 import vdla
-from process_testing import LINUX, alive, children, interruptible, wait_for
+from process_testing import LINUX, alive, children, descendants, interruptible, wait_for
 from vdla.compiler.targets.vdla import VdlaTarget
-from vdla.compiler.pipeline import tasks_from_workload
+from vdla.compiler.tuner.workload_tasks import tasks_from_workload
 from vdla.compiler.tuner import (LocalRunner, MeasureInput, MeasureResult, Records,
                                  ReplayRunner, tune_task)
 
@@ -25,20 +26,20 @@ TARGET = VdlaTarget(vdla.HardwareConfig())
 TINY = "7,7,16,16,1,0,1"
 
 #: A parent process whose two workers hang in their measurement. It prints "measuring"
-#: once it has sent them their inputs; an interrupt ends it with "interrupted".
+#: once it has sent them their inputs; an interrupt ends it with "interrupted". (The
+#: measurement comes from a module: workers get it pickled, by name.)
 HANGING_PARENT = f"""
-import sys, time
+import sys
+sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})   # tuner_faults
 import vdla
 from vdla.compiler.targets.vdla import VdlaTarget
-from vdla.compiler.pipeline import tasks_from_workload
+from vdla.compiler.tuner.workload_tasks import tasks_from_workload
 from vdla.compiler.tuner import LocalRunner, MeasureInput
-
-def hang(task, schedule, context, *, data, backend):
-    time.sleep(3600)
+from tuner_faults import hanging_measure
 
 task = tasks_from_workload({TINY!r}, VdlaTarget(vdla.HardwareConfig()))[0]
 try:
-    with LocalRunner("functional", jobs=2, measure=hang) as runner:
+    with LocalRunner("functional", jobs=2, measure=hanging_measure) as runner:
         print("measuring", flush=True)
         runner.measure([MeasureInput(task, s) for s in task.space()[:2]])
 except KeyboardInterrupt:
@@ -52,13 +53,18 @@ def _task():
 
 
 def _hanging_parent():
-    """(the parent process, its two workers' pids), the workers measuring."""
+    """(the parent process, its two workers' pids), the workers measuring. The workers
+    are the fork server's children (`vdla._workers`), not the parent's."""
     parent = subprocess.Popen([sys.executable, "-c", HANGING_PARENT], stdout=subprocess.PIPE,
                               text=True, preexec_fn=interruptible)
     assert parent.stdout.readline().strip() == "measuring"
-    assert wait_for(lambda: len(children(parent.pid)) == 2, 30)
-    time.sleep(0.3)       # the inputs are sent (the workers start at once: fork)
-    return parent, children(parent.pid)
+
+    def workers():
+        return descendants(parent.pid) - children(parent.pid)
+
+    assert wait_for(lambda: len(workers()) == 2, 30)
+    time.sleep(1.0)       # the inputs are sent, once the workers have imported the task's
+    return parent, workers()
 
 
 @pytest.mark.skipif(not LINUX, reason="looks processes up in /proc")

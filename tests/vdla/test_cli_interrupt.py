@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from process_testing import LINUX, Command, alive, children, visible_lines, wait_for
+from process_testing import LINUX, Command, alive, children, descendants, visible_lines, wait_for
 from vdla.cli import main
 from vdla.cli import tune as tune_cmd
 from vdla.cli.common import on_interrupt
@@ -52,6 +52,12 @@ def _after_interrupt(command: Command, seconds: float = 30) -> tuple[int, list[s
     return code, visible_lines(command.stderr[mark:]), time.monotonic() - start
 
 
+def _workers(pid: int) -> set[int]:
+    """The pool's workers below `pid`: the fork server's children (`vdla._workers`), one
+    level below the fork server and multiprocessing's resource tracker."""
+    return descendants(pid) - children(pid)
+
+
 @linux_only
 def test_ctrl_c_ends_vdla_tune_with_what_was_kept(tmp_path):
     db = tmp_path / "t.db"
@@ -60,7 +66,7 @@ def test_ctrl_c_ends_vdla_tune_with_what_was_kept(tmp_path):
     with Command(args, tmp_path) as tune:
         # The progress line moves per measurement: wait for the third.
         assert tune.read_until(rb"\] 3/200 trials", 180), tune.stderr.decode()
-        workers = children(tune.pid)
+        workers = _workers(tune.pid)
         assert len(workers) == 2
         code, lines, seconds = _after_interrupt(tune)
     assert code == 130 and seconds < 10
@@ -73,7 +79,7 @@ def test_ctrl_c_ends_vdla_tune_with_what_was_kept(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.db"]
     rows = _intact(db)
     assert len(rows) == int(kept.group(1)) >= 3
-    assert not any(alive(w) for w in workers)
+    assert wait_for(lambda: not any(alive(w) for w in workers), 5)
 
 
 @linux_only
@@ -83,10 +89,10 @@ def test_ctrl_c_ends_vdla_run_with_one_line(tmp_path):
     args = ["run", "resnet18", "--jobs", "2", "--json", "out.json"]
     with Command(args, tmp_path) as run:
         assert run.read_until(rb"running on vdla \[", 180), run.stderr.decode()
-        helpers = children(run.pid)
+        helpers = descendants(run.pid)
         code, lines, _ = _after_interrupt(run)
         stdout = run.stdout()
-    assert not any(alive(p) for p in helpers)
+    assert wait_for(lambda: not any(alive(p) for p in helpers), 5)
     assert code == 130
     assert b"Traceback" not in run.stderr
     assert lines == ["vdla: interrupted: vdla run resnet18 stopped; no partial output written"]
@@ -101,8 +107,8 @@ def test_a_killed_vdla_tune_takes_its_workers_along(tmp_path):
     args = ["tune", "--layer", SLOW_LAYER, "--trials", "40", "--jobs", "2", "--measure",
             "functional", "--records", str(db)]
     with Command(args, tmp_path) as tune:
-        assert wait_for(lambda: len(children(tune.pid)) == 2, 120), tune.stderr.decode()
-        workers = children(tune.pid)
+        assert wait_for(lambda: len(_workers(tune.pid)) == 2, 120), tune.stderr.decode()
+        workers = _workers(tune.pid)
         time.sleep(0.5)          # measuring now: each measurement takes seconds
         tune.process.kill()
         tune.process.wait()
@@ -183,7 +189,7 @@ def test_ctrl_c_ends_vdla_sweep_and_a_second_run_resumes(tmp_path):
     with Command(args, tmp_path) as sweep:
         # The progress line (a terminal's) moves per point: wait for the third.
         assert sweep.read_until(rb"sweep \[3/32\]", 180), sweep.stderr.decode()
-        workers = children(sweep.pid)
+        workers = descendants(sweep.pid)
         code, lines, seconds = _after_interrupt(sweep)
     assert code == 130 and seconds < 10
     assert b"Traceback" not in sweep.stderr
@@ -192,7 +198,7 @@ def test_ctrl_c_ends_vdla_sweep_and_a_second_run_resumes(tmp_path):
                         r"finished point is kept in out/sweep.db \(run again to resume\)",
                         lines[0])
     assert kept, lines[0]
-    assert not any(alive(w) for w in workers)
+    assert wait_for(lambda: not any(alive(w) for w in workers), 5)
     assert not (tmp_path / "out" / "sweep.json").exists()     # no report of half a sweep
     assert main(["sweep", *args[1:-3], "--out", str(tmp_path / "out"), "--no-plots"]) == 0
     doc = json.loads((tmp_path / "out" / "sweep.json").read_text())

@@ -1,8 +1,8 @@
 """vdla._workers: a worker dies with its parent, even a SIGKILLed one (the parent-death
-signal, the portable watcher thread, the parent that died before the worker could
-tell), and ignores SIGINT, which its parent handles."""
+signal, the fork server's workers' watcher of their owner, the portable watcher thread,
+the parent that died before the worker could tell), and ignores SIGINT, which its
+parent handles."""
 
-import multiprocessing
 import os
 import signal
 import subprocess
@@ -49,7 +49,7 @@ def _parent(tmp_path, *args) -> tuple[subprocess.Popen, int]:
     return parent, int(parent.stdout.readline())
 
 
-@pytest.mark.parametrize("method", ["fork", "spawn"])
+@pytest.mark.parametrize("method", ["forkserver", "fork", "spawn"])
 def test_a_worker_dies_when_its_parent_is_killed(tmp_path, method):
     parent, worker = _parent(tmp_path, method)
     try:
@@ -87,8 +87,9 @@ def test_a_worker_whose_parent_died_before_it_could_tell_exits_at_once(pdeathsig
     assert out.returncode == 1 and "still here" not in out.stdout
 
 
-def test_a_worker_ignores_sigint(tmp_path):
-    parent, worker = _parent(tmp_path, "fork")
+@pytest.mark.parametrize("method", ["forkserver", "fork"])
+def test_a_worker_ignores_sigint(tmp_path, method):
+    parent, worker = _parent(tmp_path, method)
     try:
         time.sleep(0.3)
         os.kill(worker, signal.SIGINT)        # what a terminal's Ctrl-C sends it too
@@ -100,6 +101,8 @@ def test_a_worker_ignores_sigint(tmp_path):
     assert wait_for(lambda: not alive(worker), 2.0)
 
 
-def test_forkserver_is_refused():
-    with pytest.raises(ValueError, match="'fork' or 'spawn', not 'forkserver'"):
-        _workers.start_worker(multiprocessing.get_context("forkserver"), print)
+def test_workers_start_from_the_fork_server_on_linux():
+    assert _workers.worker_context().get_start_method() == "forkserver"
+    with pytest.raises(ValueError, match="one of forkserver, fork, spawn, not 'bogus'"):
+        _workers.start_worker(type("Context", (), {"get_start_method": lambda s: "bogus"})(),
+                              print)
