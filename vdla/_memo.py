@@ -3,21 +3,25 @@ choosers: tens of thousands of timing-model calls per model), shared across proc
 
     value = remembered("schedules", "conv2d", {"layer": layer, "config": config.to_dict()},
                        compute, to_json=dataclasses.asdict, from_json=decode,
-                       sources=files)
+                       code=_search_conv2d)
 
-Where: ``cache_root()/<folder>/<digest of the sources>/<digest of the key>.json``, one
-JSON file an answer. The key is the kind, `key` (plain data and dataclasses, written as
-sorted JSON) and, through the folder, the SHA-256 of every file in `sources`, so an
-edited source never answers from its old version's entries. An entry records its key's
-digest and a checksum of its value; it is written whole (`atomic_write`: a temporary
-file renamed into place), so concurrent processes never see half of one, and two that
-compute the same answer write the same bytes. An entry that cannot be read, fails its
+Where: ``cache_root()/<folder>/<digest of the code>/<digest of the key>.json``, one
+JSON file an answer. The key is the kind, `key` (the answer's inputs: plain data and
+dataclasses, written as sorted JSON) and, through the folder, the digest of the code that
+computes the answer (`vdla._keys.code_digest`): `code` names the module, function or
+object whose code that is, and the digest covers its module and every project module it
+imports, transitively, derived from the source rather than listed by hand, so an edited
+module never answers from its old version's entries, and an edit to one the code does
+not import keeps them. An entry records its key's digest and a checksum of its value;
+it is written whole (`atomic_write`: a temporary file renamed into place), so
+concurrent processes never see half of one, and two that compute the same answer write
+the same bytes. An entry that cannot be read, fails its
 checksum or is refused by `from_json` is computed again and rewritten, never used. A
 cache that cannot be written (a read-only folder) only costs the computing.
 
-The folders of other source versions are removed when a new version's folder is made
+The folders of other code versions are removed when a new version's folder is made
 if nothing was written to them for `STALE_DAYS` days, or if `KEEP_VERSIONS` others were
-written more recently: a compiled ResNet-50 is about 100 MB, and every edit of a source
+written more recently: a compiled ResNet-50 is about 100 MB, and every edit of the code
 makes a new version, so a developer's cache would otherwise grow by that much an edit.
 """
 
@@ -25,25 +29,23 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import functools
 import hashlib
 import json
-import os
 import pickle
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, TypeVar
+from typing import Any, Callable, Mapping, TypeVar
 
 from vdla._buildcache import cache_root
 from vdla._fileio import atomic_write
+from vdla._keys import code_digest
 
-__all__ = ["KEEP_VERSIONS", "STALE_DAYS", "entry_path", "remembered", "remembered_object",
-           "source_digest"]
+__all__ = ["KEEP_VERSIONS", "STALE_DAYS", "entry_path", "remembered", "remembered_object"]
 
-#: Days without a write after which another source version's folder is removed.
+#: Days without a write after which another code version's folder is removed.
 STALE_DAYS = 30
-#: Other source versions' folders kept (the most recently written), for going back and
+#: Other code versions' folders kept (the most recently written), for going back and
 #: forth between versions (two branches) without recomputing.
 KEEP_VERSIONS = 3
 
@@ -51,22 +53,6 @@ KEEP_VERSIONS = 3
 FORMAT = 1
 
 T = TypeVar("T")
-
-
-@functools.cache
-def _digest_of(paths: tuple[Path, ...]) -> str:
-    digest = hashlib.sha256()
-    for path in sorted({p.resolve() for p in paths}):
-        digest.update(path.name.encode() + b"\0")
-        digest.update(path.read_bytes())
-        digest.update(b"\0")
-    return digest.hexdigest()
-
-
-def source_digest(sources: Iterable[str | os.PathLike]) -> str:
-    """SHA-256 of the files `sources` (names and contents, in sorted order); read once
-    per process for the same files."""
-    return _digest_of(tuple(Path(p) for p in sources))
 
 
 def _plain(value: Any) -> Any:
@@ -86,11 +72,11 @@ def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), default=_plain)
 
 
-def entry_path(folder: str, kind: str, key: Mapping[str, Any],
-               sources: Iterable[str | os.PathLike]) -> Path:
-    """The file that holds (or would hold) the answer for `kind` and `key`."""
+def entry_path(folder: str, kind: str, key: Mapping[str, Any], code: Any) -> Path:
+    """The file that holds (or would hold) the answer for `kind` and `key` computed by
+    `code` (`vdla._keys.code_digest`)."""
     key_digest = hashlib.sha256(_canonical({"kind": kind, "key": key}).encode()).hexdigest()
-    return cache_root() / folder / source_digest(sources)[:24] / f"{key_digest[:40]}.json"
+    return cache_root() / folder / code_digest(code)[:24] / f"{key_digest[:40]}.json"
 
 
 def _checksum(name: str, value_text: str) -> str:
@@ -114,7 +100,7 @@ def _write(path: Path, value: Any) -> None:
 
 
 def _store(path: Path, data: bytes) -> None:
-    """Write an entry whole; the first in a new source version's folder prunes the old."""
+    """Write an entry whole; the first in a new code version's folder prunes the old."""
     fresh = not path.parent.is_dir()
     atomic_write(path, data)
     if fresh:
@@ -122,7 +108,7 @@ def _store(path: Path, data: bytes) -> None:
 
 
 def _prune(keep: Path) -> None:
-    """Remove the folders beside `keep` (other source versions) unwritten for
+    """Remove the folders beside `keep` (other code versions) unwritten for
     `STALE_DAYS` days, and all but the `KEEP_VERSIONS` most recently written."""
     cutoff = time.time() - STALE_DAYS * 86400
     others = []
@@ -140,14 +126,14 @@ def _prune(keep: Path) -> None:
 
 def remembered_object(folder: str, kind: str, key: Mapping[str, Any],
                       compute: Callable[[], T], *, check: Callable[[Any], bool],
-                      sources: Iterable[str | os.PathLike]) -> T:
+                      code: Any) -> T:
     """As `remembered`, for an answer that is no JSON data (a quantized graph: numpy
     arrays in Python objects): stored with pickle, in ``<digest>.pickle`` beside the
     JSON entries, with a SHA-256 of the pickle's bytes in front of them. An entry whose
     checksum fails, that does not unpickle, or that `check` refuses is computed again.
     The entries are this user's own cache, written by this code: pickle is no wider a
     door than the cache's compiled libraries, which are loaded too."""
-    path = entry_path(folder, kind, key, sources).with_suffix(".pickle")
+    path = entry_path(folder, kind, key, code).with_suffix(".pickle")
     try:
         blob = path.read_bytes()
         digest, body = blob[:64], blob[64:]
@@ -170,20 +156,25 @@ def remembered_object(folder: str, kind: str, key: Mapping[str, Any],
 
 def remembered(folder: str, kind: str, key: Mapping[str, Any], compute: Callable[[], T], *,
                to_json: Callable[[T], Any], from_json: Callable[[Any], T],
-               sources: Iterable[str | os.PathLike]) -> T:
-    """`compute()`, answered from the memo when it holds `kind` and `key` for these
-    `sources`, else computed and stored (see the module docstring).
+               code: Any) -> T:
+    """`compute()`, answered from the memo when it holds `kind` and `key` for this
+    version of `code`, else computed and stored (see the module docstring).
 
     folder : the memo's folder under `cache_root()` (``"schedules"``)
     kind : what is memoized (``"conv2d"``); part of the key
-    key : everything the answer depends on besides `sources`: plain JSON data,
+    key : everything the answer depends on besides the code: plain JSON data,
         dataclasses, enums and sets
     to_json : the answer as plain JSON data
     from_json : the answer back from it; raises ValueError, KeyError or TypeError for
         data it refuses (then the answer is computed again)
-    sources : the files whose code computes the answer
+    code : what computes the answer: a module or its name (``__name__``), a function
+        (``compute``'s own when it is a module's function, not a lambda), a class, an
+        object (its class's module: a task reached through it), a `vdla._keys.Package`
+        for code reached through objects of many kinds, or a tuple of these. The
+        memo's folder is named by the digest of their modules and of every project
+        module they import (`vdla._keys.code_digest`), derived once per process.
     An exception of `compute` propagates and stores nothing."""
-    path = entry_path(folder, kind, key, sources)
+    path = entry_path(folder, kind, key, code)
     try:
         return from_json(_read(path))
     except (OSError, ValueError, KeyError, TypeError, AttributeError):

@@ -15,7 +15,7 @@ best programs rather than ranking a space it cannot enumerate:
     space[found.index[found.prior.argmin()]]
 
 `PretrainedTuner` climbs again after each correction it learns from measurements, and
-the learned chooser climbs once on the model's own predictions.
+the pretrained chooser climbs once on the model's own predictions.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ import numpy as np
 from vdla._memo import remembered_object
 from vdla.compiler.tuner.space import KnobGrid, ProductSpace
 
-__all__ = ["Candidates", "POOL", "remembered_rows", "remembered_space", "space_features",
-           "space_predictions"]
+__all__ = ["Candidates", "POOL", "memo_code", "memo_key", "remembered_rows",
+           "remembered_space", "space_features", "space_predictions"]
 
 #: A space larger than this is ranked on a sample of this many schedules and the
 #: neighbourhoods of the sample's best (module docstring). 16,384 keeps every space of
@@ -40,40 +40,53 @@ CLIMB_TOP = 16
 CLIMB_ROUNDS = 8
 
 
+def memo_key(task, space: Sequence | None = None, **what) -> dict:
+    """What a memo of `task` is keyed on besides its code (`memo_code`): the target, the
+    platform (`TuneTask.platform_key`), the workload, the task's feature set (name,
+    version, fingerprint) when it has one, the size of `space` when given, and `what`
+    (the model's digest, a sample's size and seed, ...)."""
+    key = {"target": task.target, "platform": task.platform_key(), "workload": task.key,
+           **what}
+    fs = task.feature_set
+    if fs is not None:
+        key["features"] = [fs.name, fs.version, fs.fingerprint()]
+    if space is not None:
+        key["schedules"] = len(space)
+    return key
+
+
+def memo_code(task, *code) -> tuple:
+    """The code that a memo of `task` is keyed on (`vdla._memo`): this module's (the
+    sampling, the climb), the task's class's (its space, timing model and features,
+    reached through the task, not imported here) and `code` (a cost model, whose
+    `predict` is reached the same way; the module of a rule built on these)."""
+    return (__name__, task, *code)
+
+
 def remembered_space(task) -> Sequence:
     """`task.space()`, remembered on disk (``cache_root()/features``) keyed on the task
-    and its `sources`: enumerating a convolution's thousands of tilings and checking each
-    against the buffers takes a fifth of a second a layer, which a whole model's tuning
-    run would pay before its first measurement. Tasks without sources compute it, and so
-    do tasks whose space is cheap (`TuneTask.cheap_space`: the CPU's products of tiles,
-    `space.ProductSpace`, made in microseconds and never listed)."""
-    sources = task.sources()
-    if not sources or task.cheap_space:
+    and its code (`memo_key`, `memo_code`): enumerating a convolution's thousands of
+    tilings and checking each against the buffers takes a fifth of a second a layer,
+    which a whole model's tuning run would pay before its first measurement. Tasks not
+    `TuneTask.remembered_on_disk` compute it, and so do tasks whose space is cheap
+    (`TuneTask.cheap_space`: the CPU's products of tiles, `space.ProductSpace`, made in
+    microseconds and never listed)."""
+    if not task.remembered_on_disk or task.cheap_space:
         return task.space()
-    key = {"target": task.target, "platform": task.platform_key(), "workload": task.key}
-    return list(remembered_object("features", "schedules", key,
-                                  lambda: tuple(task.space()), sources=sources,
+    return list(remembered_object("features", "schedules", memo_key(task),
+                                  lambda: tuple(task.space()), code=memo_code(task),
                                   check=lambda value: isinstance(value, tuple)))
 
 
 def space_features(task, space: Sequence | None = None) -> np.ndarray:
     """The `feature_set` vectors of every schedule of `task`'s space (or of `space`, the
     task's space as a caller already has it), one row a schedule, remembered on disk
-    (``cache_root()/features``) keyed on the task, its feature set and its `sources`:
+    (``cache_root()/features``) keyed on the task, its feature set and its code:
     computing them runs the target's timing model on every schedule, about a second per
-    layer, and the pretrained tuner and the learned chooser both need them."""
+    layer, and the pretrained tuner and the pretrained chooser both need them."""
     space = remembered_space(task) if space is None else space
-
-    def compute() -> np.ndarray:
-        return _vectors(task, space)
-
-    sources = task.sources()
-    if not sources:
-        return compute()
-    fs = task.feature_set
-    return remembered_object("features", "space", _key(task, space), compute, sources=sources,
-                             check=lambda x: isinstance(x, np.ndarray)
-                             and x.shape == (len(space), len(fs.names)))
+    return _remembered(task, space, {}, lambda: _vectors(task, space),
+                       (len(space), len(task.feature_set.names)), "space")
 
 
 def space_predictions(task, model, space: Sequence | None = None) -> np.ndarray:
@@ -81,18 +94,9 @@ def space_predictions(task, model, space: Sequence | None = None) -> np.ndarray:
     remembered on disk as the features are, keyed on the model's digest too: a tuning
     run that starts from the same model on the same workload reads them back."""
     space = remembered_space(task) if space is None else space
-
-    def compute() -> np.ndarray:
-        return model.predict(space_features(task, space))
-
-    sources = task.sources()
-    if not sources:
-        return compute()
-    key = {"target": task.target, "platform": task.platform_key(), "workload": task.key,
-           "model": model.digest, "schedules": len(space)}
-    return remembered_object("features", "predictions", key, compute, sources=sources,
-                             check=lambda p: isinstance(p, np.ndarray)
-                             and p.shape == (len(space),))
+    return _remembered(task, space, {"model": model.digest},
+                       lambda: model.predict(space_features(task, space)), (len(space),),
+                       "predictions", model)
 
 
 def _vectors(task, schedules: Sequence) -> np.ndarray:
@@ -102,31 +106,27 @@ def _vectors(task, schedules: Sequence) -> np.ndarray:
                     dtype=np.float64).reshape(len(schedules), len(names))
 
 
-def _key(task, space: Sequence) -> dict:
-    """What a memo of `task`'s space and features is keyed on."""
-    fs = task.feature_set
-    return {"target": task.target, "platform": task.platform_key(), "workload": task.key,
-            "features": [fs.name, fs.version, fs.fingerprint()], "schedules": len(space)}
-
-
-def _remembered(task, space: Sequence, what: dict, compute, shape):
-    """`compute()` remembered on disk as `space_features` are (keyed on the task, its
-    feature set, the space's size and `what`); an array of `shape`, or any value when
-    `shape` is None. A task without sources or a feature set computes it."""
-    sources = task.sources()
-    if not sources or task.feature_set is None:
+def _remembered(task, space: Sequence, what: dict, compute, shape, kind="candidates",
+                *code):
+    """`compute()` remembered on disk (``cache_root()/features``, as `kind`) keyed on
+    the task, its feature set, the space's size and `what` (`memo_key`) and on the code
+    of this module, the task and `code` (`memo_code`: a model whose predictions these
+    are); an array of `shape`, or any value when `shape` is None. A task not
+    `TuneTask.remembered_on_disk`, or without a feature set, computes it."""
+    if not task.remembered_on_disk or task.feature_set is None:
         return compute()
-    key = {**_key(task, space), **what}
-    return remembered_object("features", "candidates", key, compute, sources=sources,
+    return remembered_object("features", kind, memo_key(task, space, **what), compute,
+                             code=memo_code(task, *code),
                              check=lambda value: value is not None and (
                                  shape is None or getattr(value, "shape", None) == shape))
 
 
 def remembered_rows(task, space: Sequence, what: dict, compute):
     """`compute()` for `task`'s `space`, remembered on disk with its features (keyed on
-    the task, its feature set, its sources and `what`): what a tuner derives from a whole
-    space once and reads back in every later run (the from-scratch tuner's features)."""
-    return _remembered(task, space, what, compute, None)
+    the task, its feature set, its code, `compute`'s module's code and `what`): what a
+    tuner derives from a whole space once and reads back in every later run (the
+    from-scratch tuner's features)."""
+    return _remembered(task, space, what, compute, None, "candidates", compute)
 
 
 class Candidates:
@@ -157,7 +157,8 @@ class Candidates:
                                         (len(self.index), len(task.feature_set.names)))
             self.prior = _remembered(task, space, {"sample": [pool, seed],
                                                    "model": model.digest},
-                                     lambda: model.predict(self.features), (pool,))
+                                     lambda: model.predict(self.features), (pool,),
+                                     "candidates", model)
         self.row = {int(i): r for r, i in enumerate(self.index)}
 
     def _features(self, indices) -> np.ndarray:

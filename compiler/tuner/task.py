@@ -19,7 +19,8 @@ own compile path, run it once and check it, then time it. A target's task keeps 
 space, default, features, how it compiles and how it times (its measurement backend).
 
 The tasks of a named workload (``C5``, ``H,W,Cin,Cout,k,pad,stride``) come from
-`vdla.compiler.pipeline.tasks_from_workload`, which builds its graph in the front half.
+`vdla.compiler.tuner.workload_tasks.tasks_from_workload`, which builds its graph in
+the front half.
 """
 
 from __future__ import annotations
@@ -67,6 +68,12 @@ class TuneTask(abc.ABC):
     cheap_space : whether `space()` is quicker to make than to read back from disk (a
         `vdla.compiler.tuner.space.ProductSpace`, never listed: the CPU's; then
         `vdla.compiler.tuner.candidates.remembered_space` does not remember it)
+    remembered_on_disk : whether what is derived from the task's space (its features,
+        a pretrained model's predictions and choice: `vdla.compiler.tuner.candidates`)
+        is remembered on disk, keyed on the task and on the code of its class (its
+        module and every project module it imports, `vdla._keys`: the space, the
+        timing model, the features); False for a task whose answers are quick or not
+        the same in every process
     """
 
     target: str
@@ -78,6 +85,7 @@ class TuneTask(abc.ABC):
     unit: str = "cycles"
     noisy: bool = False
     cheap_space: bool = False
+    remembered_on_disk: bool = False
 
     # --- the space ----------------------------------------------------------------------
 
@@ -125,7 +133,7 @@ class TuneTask(abc.ABC):
         """The cost model of `feature_set` this target ships, trained on other tasks and
         platforms (`vdla.compiler.tuner.cost_model.CostModel`, predicting log2 cost from
         `transfer_features`), or None when it ships none: the pretrained tuner then
-        starts from scratch and the learned chooser keeps the default."""
+        starts from scratch and the pretrained chooser keeps the default."""
         return None
 
     def platform_key(self) -> Any:
@@ -133,12 +141,6 @@ class TuneTask(abc.ABC):
         depend on, as JSON data, for keys of what is remembered on disk (default: the
         platform's name)."""
         return self.platform
-
-    def sources(self) -> tuple:
-        """The files whose code decides the task's space and `transfer_features`: a
-        choice made from them is remembered on disk keyed on their contents
-        (`vdla.compiler.tuner.learned.learned_choice`); () remembers nothing."""
-        return ()
 
     @abc.abstractmethod
     def knobs(self, schedule) -> tuple[int, ...]:

@@ -98,6 +98,7 @@ class CpuTask(OneNodeTask):
     unit = "ns"
     noisy = True
     cheap_space = True
+    remembered_on_disk = True
 
     @functools.cached_property
     def _isa(self):
@@ -212,10 +213,6 @@ class CpuTask(OneNodeTask):
 
     def platform_key(self) -> dict:
         return {"cpu": self.on_cpu, "threads": self.threads, "isa": self.isa}
-
-    def sources(self) -> tuple[Path, ...]:
-        """This folder's modules: the space, the chooser's model, the features."""
-        return tuple(sorted(Path(__file__).resolve().parent.glob("*.py")))
 
     def schedule_to_dict(self, schedule) -> dict:
         return schedule.to_dict()

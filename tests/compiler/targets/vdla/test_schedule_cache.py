@@ -1,20 +1,22 @@
 """The default choosers' answers remembered on disk (`common.remembered_schedule`,
 `vdla._memo`): the same schedule as the search, a new entry for a new key or new
-sources, nothing trusted that does not check, all under ``$VDLA_CACHE``."""
+code, nothing trusted that does not check, all under ``$VDLA_CACHE``."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import sys
 import time
 
 import pytest
 
 import vdla
-from vdla import _memo
+from vdla import _keys, _memo
 from vdla.compiler.frontend.workloads import ConvWorkload, workload_graph
 from vdla.compiler.targets.vdla import Conv2dLayer, Conv2dSchedule, conv_layer, pool
-from vdla.compiler.targets.vdla.common import SCHEDULE_CACHE, chooser_sources
+from vdla.compiler.targets.vdla.common import SCHEDULE_CACHE
 from vdla.compiler.targets.vdla.conv_layer import choose_conv2d
 from vdla.compiler.targets.vdla.pool import Pool2dLayer, choose_pool2d
 
@@ -51,9 +53,11 @@ def from_disk_only(monkeypatch):
 
 
 def conv_entry(layer, config, nthreads=None):
+    """The entry of `choose_conv2d`'s answer: keyed on the code of its module (the
+    chooser's `choose` is a function of `conv_layer`)."""
     return _memo.entry_path(SCHEDULE_CACHE, "conv2d",
                             {"layer": layer, "config": config.to_dict(),
-                             "options": {"nthreads": nthreads}}, chooser_sources())
+                             "options": {"nthreads": nthreads}}, conv_layer)
 
 
 def test_a_remembered_choice_is_the_searched_one(cache, monkeypatch):
@@ -141,27 +145,31 @@ def test_the_cache_is_under_vdla_cache(tmp_path, monkeypatch):
     choose_conv2d.cache_clear()
 
 
-def test_changed_sources_are_another_folder_and_old_folders_are_pruned(tmp_path, monkeypatch):
+def test_changed_code_is_another_folder_and_old_folders_are_pruned(tmp_path, monkeypatch):
     monkeypatch.setenv("VDLA_CACHE", str(tmp_path / "cache"))
-    source = tmp_path / "model.py"
+    # The memo's code: a module of its own, loaded from a file the test edits.
+    source = tmp_path / "memo_schedule_model.py"
+    source.write_text("A = 1\n")
+    spec = importlib.util.spec_from_file_location("memo_schedule_model", source)
+    monkeypatch.setitem(sys.modules, "memo_schedule_model",
+                        importlib.util.module_from_spec(spec))
     calls = []
 
     def answer(key):
         return _memo.remembered("memo", "kind", key, lambda: calls.append(key) or len(calls),
-                                to_json=int, from_json=int, sources=[source])
+                                to_json=int, from_json=int, code="memo_schedule_model")
 
-    source.write_text("A = 1\n")
     assert [answer("x"), answer("x"), answer("y")] == [1, 1, 2]
     old = next((tmp_path / "cache" / "memo").iterdir())
     source.write_text("A = 2\n")
-    _memo._digest_of.cache_clear()      # a new process reads the edited source
+    _keys.forget()                      # a new process reads the edited source
     assert answer("x") == 3
     assert len(list((tmp_path / "cache" / "memo").iterdir())) == 2
     # A folder of other sources unwritten for STALE_DAYS goes when the next one is made.
     stale = 1e9
     os.utime(old, (stale, stale))
     source.write_text("A = 3\n")
-    _memo._digest_of.cache_clear()
+    _keys.forget()
     assert answer("x") == 4
     assert not old.exists()
     assert len(list((tmp_path / "cache" / "memo").iterdir())) == 2
@@ -173,7 +181,7 @@ def test_changed_sources_are_another_folder_and_old_folders_are_pruned(tmp_path,
     for version in range(5, 5 + _memo.KEEP_VERSIONS + 2):
         before = set(memo.iterdir())
         source.write_text(f"A = {version}\n")
-        _memo._digest_of.cache_clear()
+        _keys.forget()
         answer("x")
         [made] = set(memo.iterdir()) - before
         folders.append(made)
