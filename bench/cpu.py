@@ -71,7 +71,7 @@ from vdla.compiler import Graph, baseline, pipeline, run_reference, targets  # n
 from vdla.compiler.frontend.onnx_export import save_onnx  # noqa: E402
 from vdla.compiler.targets.model import compile_model  # noqa: E402
 from vdla._platform import cpu_name  # noqa: E402
-from vdla.compiler.pipeline import tasks_from_workload  # noqa: E402
+from vdla.compiler.tuner.workload_tasks import tasks_from_workload  # noqa: E402
 from vdla.compiler.tuner import LocalRunner, Records, tune_task  # noqa: E402
 from vdla.compiler.tuner.search import TUNERS  # noqa: E402
 from vdla.compiler.targets.cpu import isa as cpu_isa  # noqa: E402

@@ -10,7 +10,7 @@ pick, so they test the model where the whole-model benches (``model_layers.py``,
 (`pairwise_accuracy`, `top1_ratio`: the default chooser's view). ``--worst N`` lists
 the N schedules it misses most.
 
-    python bench/timing_records.py [--worst 10]
+    python bench/timing_records.py [--worst 10]     # from anywhere: it imports only vdla
 
 What it is for: a change to the timing model (``compiler/targets/vdla/conv_layer.py``)
 shows here, over thousands of schedules, what it does beyond the layers it was made
@@ -29,15 +29,15 @@ from pathlib import Path
 
 import numpy as np
 
-from vdla.compiler import pipeline, targets
+from vdla.compiler import targets, training_sets
 from vdla.compiler.tuner import Records
 from vdla.compiler.tuner.dataset import local_records
-from vdla.compiler.tuner.learned import pairwise_accuracy, top1_ratio
+from vdla.compiler.tuner.rows import pairwise_accuracy, top1_ratio
+from vdla.compiler.training_sets import fewshot_set
 from vdla.compiler.tuner.records import OK
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench" / "datasets"))
-import make_vdla_fewshot_v1 as fewshot  # noqa: E402
+DATASETS = ROOT / "bench" / "datasets"
 
 MANIFESTS = ("vdla_v1", "vdla_small_v1")
 
@@ -47,10 +47,11 @@ def sets():
     for name in MANIFESTS:
         path = ROOT / "bench" / "datasets" / f"{name}.db.manifest.json"
         manifest = json.loads(path.read_text())
-        plan, _ = pipeline.plan_from_manifest(manifest)
+        plan, _ = training_sets.plan_from_manifest(manifest)
         yield name, plan.tasks, local_records(path.parent / Path(manifest["records"]).name)
-    tasks = [t for config in fewshot.configs() for t in fewshot.tasks(config)]
-    yield "vdla_fewshot_v1", tasks, local_records(fewshot.RECORDS)
+    tasks = [t for _, tasks in fewshot_set(DATASETS / "vdla_v1.db.manifest.json")
+             for t in tasks]
+    yield "vdla_fewshot_v1", tasks, local_records(DATASETS / "vdla_fewshot_v1.db")
 
 
 def rows_of(tasks, records: Path):

@@ -39,21 +39,16 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import vdla  # noqa: E402
 from vdla._buildcache import cache_root  # noqa: E402
-from vdla.compiler.pipeline import tasks_from_workload  # noqa: E402
+from vdla.compiler.tuner.workload_tasks import (REDUCED_LAYERS, reduced_spec,  # noqa: E402
+                                                 tasks_from_workload)
 from vdla.compiler.tuner import (LocalRunner, MeasureInput, Records, ReplayRunner,  # noqa: E402
                                  tune_task)
 from vdla.compiler.frontend.workloads import RESNET18  # noqa: E402
 from vdla.compiler.targets import get as get_target  # noqa: E402
 
-LAYERS = [f"C{i}" for i in range(2, 12)]
+LAYERS = list(REDUCED_LAYERS)
 WITHIN = 1.05
 BUDGET = 0.10
-
-
-def reduced_spec(name: str) -> str:
-    w = RESNET18[name]
-    return (f"{math.ceil(w.h / 4)},{math.ceil(w.w / 4)},{w.cin // 2},{w.cout // 2},"
-            f"{w.k},{w.pad},{w.stride}")
 
 
 def short(s) -> str:

@@ -47,11 +47,14 @@ twice.
 
     python bench/tuner_model.py [--part zeroshot model cpu] [--configs 5] [--tuned 256]
                                 [--reference 1000] [--jobs 2] [--plot PNG] [--cpu-plot PNG]
+
+(from anywhere: it imports only the installed package)
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -71,10 +74,18 @@ from vdla.compiler.tuner.candidates import POOL, Candidates, remembered_space  #
 from vdla.compiler.tuner.plot import tuning_curves  # noqa: E402
 from vdla.compiler.tuner.search import scratch_rows  # noqa: E402
 from vdla.compiler.tuner.space import knob_grid  # noqa: E402
+from vdla.compiler.training_sets import unseen_platforms  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench" / "datasets"))
-from make_vdla_fewshot_v1 import configs as unseen_configs  # noqa: E402
+
+
+def unseen_configs() -> list:
+    """The configs no training set measured (``bench/datasets/make_vdla_fewshot_v1.py``'s
+    five): the platforms ``vdla_v1`` never trained on (`unseen_platforms`)."""
+    training = json.loads((ROOT / "bench" / "datasets" / "vdla_v1.db.manifest.json")
+                          .read_text())
+    return [target.config for target in unseen_platforms(training)]
+
 
 #: How far two side-by-side measurements of the same picks put the tuned ops' total
 #: apart (docs/tuner.md: over 20 layers, about 1%).
@@ -187,7 +198,7 @@ def warm_caches(tasks) -> None:
     for task in tasks:
         model = task.pretrained()
         space = remembered_space(task)
-        if model is not None:     # what `learned_choice` does, the climb included
+        if model is not None:     # what `pretrained_choice` does, the climb included
             found = Candidates(task, model, space)
             found.climb(found.prior)
         if len(space) <= POOL:

@@ -2,7 +2,7 @@
 of the old build (the recipe before the simulator's speed-up: g++ -O3, the WIDE GEMM core, the raw reset)
 against today's default build, side by side.
 
-Each layer's tasks (`vdla.compiler.pipeline.tasks_from_workload`: ``C8`` and
+Each layer's tasks (`vdla.compiler.tuner.workload_tasks.tasks_from_workload`: ``C8`` and
 ``C8+residual`` are two) get the same `--per-task` schedules, drawn from the task's valid
 space with a fixed seed, and both builds measure them all through the tuner's own
 runner (`LocalRunner`, `--jobs` worker processes, each compiling a schedule and running
@@ -30,7 +30,7 @@ import time  # noqa: E402
 import vdla  # noqa: E402
 import vdla.runtime  # noqa: E402
 from vdla._platform import cpu_name  # noqa: E402
-from vdla.compiler.pipeline import tasks_from_workload  # noqa: E402
+from vdla.compiler.tuner.workload_tasks import tasks_from_workload  # noqa: E402
 from vdla.compiler.targets import get as get_target  # noqa: E402
 from vdla.compiler.targets.vdla import tuning  # noqa: E402
 from vdla.compiler.tuner import LocalRunner, MeasureInput  # noqa: E402

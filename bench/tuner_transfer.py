@@ -35,7 +35,7 @@ avx2 once more against its schedules measured side by side
 (``make_cpu_avx2_sbs.sh``), whose order two halves of the rounds agree on. The models
 are trained with the shipped model's settings (its metadata).
 
-    python bench/tuner_transfer.py [--part ranking fewshot cpu] [--seeds 5]
+    python bench/tuner_transfer.py [--part ranking fewshot cpu] [--seeds 5]   # from anywhere
 
 Targets: held-out ranking pairwise >= 0.90 and top-1 >= 0.97 (geometric
 mean); few-shot: every layer of every config within 2% in <= 4 measurements; the CPU's
@@ -56,20 +56,20 @@ from pathlib import Path
 import numpy as np
 
 from vdla._platform import cpu_name
-from vdla.compiler import pipeline
+from vdla.compiler import training_sets
 from vdla.compiler.targets.cpu.features import CONV2D as CPU_CONV
 from vdla.compiler.tuner import Records, ReplayRunner, tune_task
 from vdla.compiler.targets.cpu.tuning import PRETRAINED as CPU_PRETRAINED
 from vdla.compiler.tuner.cost_model import CostModel, shipped
 from vdla.compiler.tuner.dataset import SIDE_BY_SIDE, local_records
-from vdla.compiler.tuner.learned import MARGIN, Rows, pairwise_accuracy, top1_ratio
+from vdla.compiler.tuner.pretrained_chooser import MARGIN
+from vdla.compiler.tuner.rows import Rows, pairwise_accuracy, top1_ratio
+from vdla.compiler.training_sets import fewshot_set
 
 ROOT = Path(__file__).resolve().parents[1]
 DATASETS = ROOT / "bench" / "datasets"
-sys.path.insert(0, str(DATASETS))
-from make_vdla_fewshot_v1 import RECORDS as FEWSHOT_RECORDS  # noqa: E402
-from make_vdla_fewshot_v1 import configs as fewshot_configs  # noqa: E402
-from make_vdla_fewshot_v1 import tasks as fewshot_tasks  # noqa: E402
+#: The few-shot set's records (``bench/datasets/make_vdla_fewshot_v1.py`` measures them).
+FEWSHOT_RECORDS = DATASETS / "vdla_fewshot_v1.db"
 
 MANIFESTS = (DATASETS / "vdla_v1.db.manifest.json", DATASETS / "vdla_small_v1.db.manifest.json")
 TARGETS = {"pairwise": 0.90, "top1": 0.97, "cpu_pairwise": 0.85}
@@ -89,9 +89,9 @@ FEW = 4
 
 
 def ranking(args) -> bool:
-    sets = [pipeline.training_set(path) for path in args.manifest]
+    sets = [training_sets.training_set(path) for path in args.manifest]
     rows = Rows.join([r for r, _ in sets])
-    feature_set = pipeline.plan_from_manifest(sets[0][1])[0].tasks[0].feature_set
+    feature_set = training_sets.plan_from_manifest(sets[0][1])[0].tasks[0].feature_set
     platform_of = np.array([rows.tasks[g][0] for g in rows.groups])
     platforms = sorted(set(platform_of))
     if len(platforms) < 2:
@@ -140,7 +140,7 @@ def ranking(args) -> bool:
     print(("PASS" if ok else "BELOW") + f" (both learned models; targets: pairwise >= "
           f"{TARGETS['pairwise']}, top-1 >= {TARGETS['top1']})")
     defaults = default_rows(rows, [t for _, manifest in sets
-                                   for t in pipeline.plan_from_manifest(manifest)[0].tasks])
+                                   for t in training_sets.plan_from_manifest(manifest)[0].tasks])
     print(f"  the learned chooser's rule on each task's measured schedules (its default "
           f"among them: {int((defaults >= 0).sum())} tasks), the model that did not see the "
           f"platform ranking, margin {MARGIN:.0%}:")
@@ -172,7 +172,7 @@ def default_rows(rows: Rows, tasks) -> np.ndarray:
 
 def chooser_rule(predicted: np.ndarray, est: np.ndarray, rows: Rows, defaults: np.ndarray,
                  *, veto: bool) -> tuple[int, np.ndarray]:
-    """`learned.learned_choice`'s rule on each task's measured schedules: the model's
+    """`pretrained_chooser.pretrained_choice`'s rule on each task's measured schedules: the model's
     first pick where it predicts it more than `MARGIN` faster than the default (and,
     with `veto`, the timing model `est` does not have it slower), else the default.
     (picks followed, log2 of each task's measured cost over its default's)."""
@@ -227,9 +227,9 @@ def fewshot(args) -> bool:
     worst, pairs, tops, ok = [], [], [], True
     with Records(records) as db:
         replay = ReplayRunner(db, "verilator")
-        for config in fewshot_configs():
+        for config, tasks in fewshot_set(DATASETS / "vdla_v1.db.manifest.json"):
             logs, ys, groups = [], [], []
-            for g, task in enumerate(fewshot_tasks(config)):
+            for g, task in enumerate(tasks):
                 space = task.space()
                 full = tune_task(task, replay, trials=len(space), tuner="grid",
                                  measure_default=False, batch=len(space))
@@ -326,7 +326,7 @@ def cpu(args) -> bool:
     layers; the widest instruction set's model adapted to the next one down with at most
     5% of the training set's measurements."""
     try:
-        rows = Rows.join([pipeline.training_set(path, feature_set=CPU_CONV.name)[0]
+        rows = Rows.join([training_sets.training_set(path, feature_set=CPU_CONV.name)[0]
                           for path in CPU_MANIFESTS])
     except ValueError as exc:
         raise SystemExit(f"{exc}: run bench/datasets/make_cpu_v3.sh first")
@@ -355,7 +355,7 @@ def cpu(args) -> bool:
     # A held-out model's layers (ResNet-50), on the widest instruction set.
     model = CostModel.fit(rows, CPU_CONV, **settings)
     try:
-        held = Rows.join([pipeline.training_set(path, feature_set=CPU_CONV.name)[0]
+        held = Rows.join([training_sets.training_set(path, feature_set=CPU_CONV.name)[0]
                           for path in CPU_TEST])
     except ValueError as exc:
         raise SystemExit(f"{exc}: run bench/datasets/make_cpu_test_v3.sh first")
@@ -409,7 +409,7 @@ def adapted_side_by_side(source: Rows, set_size: int, settings: dict) -> bool:
     instruction set's rows; the rest ranked. Beside it, the most these features and
     learner reach there: each fifth of avx2's tasks ranked by a model given the other
     four fifths."""
-    rounds = Rows.join([pipeline.training_set(p, feature_set=CPU_CONV.name)[0]
+    rounds = Rows.join([training_sets.training_set(p, feature_set=CPU_CONV.name)[0]
                         for p in CPU_AVX2_SIDE])
     agree = repeat_agreement(CPU_AVX2_SIDE[0])
     budget = int(0.05 * set_size)

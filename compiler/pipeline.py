@@ -24,9 +24,7 @@ compiles the same float graph for a target that stores and multiplies it in floa
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
-import json
 import sys
 import time
 from pathlib import Path
@@ -34,13 +32,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-import vdla.config
-import vdla.isa
-import vdla.runtime
 from vdla.compiler.frontend import zoo
 from vdla.compiler.frontend.datasets import digits_split, random_inputs
-from vdla.compiler.frontend.workloads import (RESNET18, conv_matches, float_workload_graph,
-                                              model_graph, parse_workload, workload_graph)
 from vdla.compiler.ir.graph import Graph
 from vdla.compiler.passes.prepare import prepare
 from vdla.compiler.passes.quantize import quantize
@@ -49,29 +42,29 @@ from vdla.compiler.reference import run_reference
 # the pipeline's names for them stay.
 from vdla.compiler.reference.tolerance import (FLOAT16_TOLERANCE, FLOAT_TOLERANCE,
                                                TOLERANCES, relative_error)
-from vdla.compiler.targets import op_parallel, registry
+from vdla.compiler.targets import op_parallel
 from vdla.compiler.targets.base import Progress, Target
 from vdla.compiler.targets.model import CompiledModel, RunResult, compile_model
-from vdla.compiler.tuner.dataset import DatasetPlan, local_records
-from vdla.compiler.tuner.learned import Rows, learned_schedules, training_rows
-from vdla.compiler.tuner.records import Records
+from vdla.compiler.tuner.pretrained_chooser import pretrained_schedules
 from vdla.compiler.tuner.tune import best_schedules
+from vdla._keys import Package
 from vdla._memo import remembered_object
 from vdla.execute import make_executor
 
-__all__ = ["CHOOSERS", "FLOAT16_TOLERANCE", "FLOAT_TOLERANCE", "LoadedModel", "Outcome",
-           "PRECISIONS", "TOLERANCES", "check", "check_model_spec", "compile_for", "graph_for",
-           "dataset_plan", "load_model", "plan_from_manifest", "quantize_for",
-           "relative_error", "requant_mode", "run_model", "tasks_from_workload",
-           "training_set"]
+__all__ = ["CHOOSERS", "CHOOSER_ALIASES", "FLOAT16_TOLERANCE", "FLOAT_TOLERANCE",
+           "LoadedModel", "Outcome", "PRECISIONS", "TOLERANCES", "check", "check_model_spec",
+           "compile_for", "graph_for", "load_model", "quantize_for", "relative_error",
+           "requant_mode", "run_model"]
 
 #: What `run_model` compiles: the quantized graph, or the prepared float graph.
 PRECISIONS = ("int8", "float32", "float16")
 #: Who picks the schedules the records do not give (`compile_for`): the target's own
-#: chooser, or its pretrained cost model.
-CHOOSERS = ("default", "learned")
-#: Appended to a named workload's task whose nodes add a residual (``C8+residual``).
-RESIDUAL_SUFFIX = "+residual"
+#: chooser, or its pretrained cost model (the one ``vdla tune --tuner pretrained``
+#: starts from: `vdla.compiler.tuner.pretrained_chooser`). The last are old names, still
+#: taken so that existing commands and records keep working (`CHOOSER_ALIASES`).
+CHOOSERS = ("default", "pretrained", "learned")
+#: An old chooser name -> the name it now has.
+CHOOSER_ALIASES = {"learned": "pretrained"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,7 +150,7 @@ def load_model(spec: str, *, seed: int = 0, calibration: int = 4, batch: int | N
         graph = remembered_object("zoo", spec, {"batch": batch or 1},
                                   lambda: zoo.get(spec, batch=batch or 1),
                                   check=lambda value: isinstance(value, Graph),
-                                  sources=_zoo_sources())
+                                  code=zoo.get)
     if len(graph.inputs) != 1:
         raise ValueError(f"{spec}: the pipeline feeds models with one input; this one has "
                          f"{len(graph.inputs)} ({', '.join(graph.inputs)})")
@@ -218,8 +211,9 @@ def quantize_for(model: LoadedModel, targets: Target | Sequence[Target], *,
     Remembered on disk (`vdla._memo`, ``$VDLA_CACHE/quantized``): calibrating runs the
     float reference on every sample (about a second for ResNet-18), and a model run
     again quantizes the same. The key is the float graph's `Graph.fingerprint`, the
-    calibration samples' bytes, the mode, and the sources of the passes, the reference
-    and the IR."""
+    calibration samples' bytes, the mode, and the code of `quantize` (its module and
+    every project module it imports: the passes, the IR) and of the reference package,
+    whose kernels are reached through its registry, not imported by name."""
     targets = [targets] if isinstance(targets, Target) else list(targets)
     mode = mode or requant_mode(targets)
     key = {"graph": model.graph.fingerprint(), "mode": mode,
@@ -227,19 +221,20 @@ def quantize_for(model: LoadedModel, targets: Target | Sequence[Target], *,
     return remembered_object("quantized", "graph", key,
                              lambda: quantize(model.graph, model.calibration, mode),
                              check=lambda value: isinstance(value, Graph),
-                             sources=_quantizer_sources())
+                             code=(quantize, Package("vdla.compiler.reference")))
 
 
 def reference_of(graph: Graph, feed: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Every tensor of `graph`'s reference run on `feed` (`run_reference` with
     ``keep=True``), remembered on disk like the quantized graph (`quantize_for`): a model
     checked again is checked against the same reference (ResNet-50's takes about a
-    second). The key is the graph's fingerprint, the feed's bytes and the sources."""
+    second). The key is the graph's fingerprint, the feed's bytes and the code of the
+    reference package (its kernels are reached through its registry)."""
     return remembered_object("reference", "values",
                              {"graph": graph.fingerprint(), "feed": _arrays_digest(feed)},
                              lambda: run_reference(graph, feed, keep=True),
                              check=lambda value: isinstance(value, dict),
-                             sources=_quantizer_sources())
+                             code=Package("vdla.compiler.reference"))
 
 
 def _arrays_digest(arrays: Mapping[str, np.ndarray]) -> str:
@@ -249,22 +244,6 @@ def _arrays_digest(arrays: Mapping[str, np.ndarray]) -> str:
         a = np.ascontiguousarray(arrays[name])
         digest.update(f"{name} {a.dtype} {a.shape}\0".encode() + a.tobytes())
     return digest.hexdigest()
-
-
-@functools.cache
-def _zoo_sources() -> tuple[Path, ...]:
-    """The files whose code builds the zoo's models: the front half and the IR."""
-    root = Path(__file__).resolve().parent
-    return tuple(sorted(p for folder in ("frontend", "ir") for p in (root / folder).rglob("*.py")))
-
-
-@functools.cache
-def _quantizer_sources() -> tuple[Path, ...]:
-    """The files whose code decides a quantized graph: the passes, the reference
-    kernels and the IR."""
-    root = Path(__file__).resolve().parent
-    return tuple(sorted(p for folder in ("passes", "reference", "ir")
-                        for p in (root / folder).rglob("*.py")))
 
 
 def graph_for(model: LoadedModel, targets: Target | Sequence[Target], *,
@@ -290,8 +269,9 @@ def compile_for(quantized: Graph, target: Target, *, records: Any = None,
     """`quantized` compiled for `target`, with the best schedule the tuning `records` (a
     `vdla.compiler.tuner.Records`, or None) hold for each of its tunable nodes (measured
     on `backend`, default each task's first measurement backend), and for the others the
-    `chooser`'s: ``default``, the target's own; ``learned``, what the target's pretrained
-    cost model ranks first (`learned_schedules`; the default where it has none). Returns
+    `chooser`'s: ``default``, the target's own; ``pretrained``, what the target's
+    pretrained cost model ranks first (`pretrained_schedules`; the default where it has
+    none; ``learned`` is its old name, `CHOOSER_ALIASES`). Returns
     (the compiled model, node name -> schedule taken from the records)."""
     if chooser not in CHOOSERS:
         raise ValueError(f"chooser must be one of {', '.join(CHOOSERS)}, not {chooser!r}")
@@ -299,7 +279,8 @@ def compile_for(quantized: Graph, target: Target, *, records: Any = None,
     if records is not None:
         recorded = {name: s for name, (s, _) in
                     best_schedules(records, quantized, target, backend).items()}
-    chosen = learned_schedules(quantized, target) if chooser == "learned" else {}
+    chooser = CHOOSER_ALIASES.get(chooser, chooser)
+    chosen = pretrained_schedules(quantized, target) if chooser == "pretrained" else {}
     schedules = {**chosen, **recorded}      # the records win
     key = target.compile_key()
     if key is None:
@@ -308,27 +289,19 @@ def compile_for(quantized: Graph, target: Target, *, records: Any = None,
     # Remembered on disk ($VDLA_CACHE/compiled): emitting a model's tens of thousands of
     # instructions in Python takes seconds (ResNet-50: about two), and a model run again
     # compiles the same programs. The key is the quantized graph's fingerprint, what the
-    # target says decides its programs, the schedules and the compiler's sources.
+    # target says decides its programs, the schedules and the code of the whole compiler
+    # (and what it imports: the ISA, the runtime's program builder, the config): the
+    # target's lowerings are reached through the target object, not imported here.
     start = time.perf_counter()
     compiled = remembered_object(
         "compiled", "model", {"graph": quantized.fingerprint(), "target": key,
                               "schedules": schedules},
         lambda: compile_model(quantized, target, schedules=schedules, progress=progress),
-        check=lambda value: isinstance(value, CompiledModel), sources=_compiler_sources())
+        check=lambda value: isinstance(value, CompiledModel),
+        code=(compile_model, Package("vdla.compiler")))
     # The caller's graph and target (equal to the remembered ones), and this call's time.
     return dataclasses.replace(compiled, graph=quantized, target=target,
                                compile_seconds=time.perf_counter() - start), recorded
-
-
-@functools.cache
-def _compiler_sources() -> tuple[Path, ...]:
-    """The files whose code decides a compiled model: the compiler, the ISA, the
-    runtime's program builder and the config."""
-    folders = [Path(__file__).resolve().parent]
-    files = [p for folder in folders for p in folder.rglob("*.py")]
-    for package in (vdla.isa, vdla.runtime):
-        files += [p for folder in package.__path__ for p in Path(folder).glob("*.py")]
-    return tuple(sorted(files + [Path(vdla.config.__file__)]))
 
 
 def check(values: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarray],
@@ -451,147 +424,3 @@ def run_model(model: LoadedModel | str, target: Target, *, records: Any = None,
     return Outcome(model, target, graph, compiled, schedules, result, reference, ok,
                    mismatch, quantize_seconds, precision, error, run_seconds, parallel,
                    simulate_seconds)
-
-
-def tasks_from_workload(spec: str, target, *, precision: str = "int8") -> list:
-    """The tasks (`TuneTask`) of a workload on `target` (a
-    `vdla.compiler.targets.Target`), named after it.
-
-    spec : a ResNet-18 workload name (``C5``, any case): the target's tasks of
-        ResNet-18's own layers of that shape, epilogue included
-        (`vdla.compiler.frontend.workloads.model_graph`, quantized for the target's first
-        requantization mode, as ``vdla run`` does). One name may give several tasks: a
-        task whose nodes all add a residual is named with `RESIDUAL_SUFFIX`
-        (``C8+residual``), and a further task of the same name gets ``#2``, ``#3``.
-        Or ``H,W,Cin,Cout,k,pad,stride[,groups]``: the one task of the synthetic
-        one-node graph `workload_graph` builds (bias, per-tensor requantization shift,
-        ReLU clamp), named `spec`; its records serve only a model layer with that same
-        epilogue.
-    target : the target whose tasks these are
-    precision : ``int8``, or ``float32`` for a numbered workload on a target that runs
-        floats (`float_workload_graph`: a float convolution with a bias and a ReLU)
-    Raises ValueError naming what is wrong, or when the target cannot tune the workload."""
-    name, workload = parse_workload(spec)
-    if precision not in ("int8", "float32"):
-        raise ValueError(f"a workload's precision is int8 or float32, not {precision!r}")
-    if precision != "int8":
-        if name in RESNET18:
-            raise ValueError(f"workload {name} is ResNet-18's int8 layer; a float32 workload "
-                             "is H,W,Cin,Cout,k,pad,stride[,groups]")
-        target.check_precision(precision)
-    if name not in RESNET18:
-        graph = workload_graph(workload)[0] if precision == "int8" else \
-            float_workload_graph(workload)
-        tasks = target.tasks(graph)
-        if len(tasks) != 1:
-            raise ValueError(f"target {target.name!r} has no tunable task for workload "
-                             f"{spec!r} ({workload}): it does not run that convolution")
-        return [tasks[0].with_name(name)]
-    graph = model_graph(target.requant_modes[0])
-    found = []
-    for task in target.tasks(graph):
-        nodes = [graph.node(n) for n in task.nodes if conv_matches(graph.node(n), graph,
-                                                                   workload)]
-        if not nodes:
-            continue
-        # The suffix tells the epilogues apart, which is what makes these separate tasks.
-        base = name + (RESIDUAL_SUFFIX if all(n.input(3) for n in nodes) else "")
-        taken = sum(t.name == base or t.name.startswith(base + "#") for t in found)
-        found.append(task.with_name(base if not taken else f"{base}#{taken + 1}"))
-    if not found:
-        raise ValueError(f"target {target.name!r} has no tunable task for workload {name} "
-                         f"({workload}): it does not run that layer of ResNet-18")
-    return found
-
-
-def dataset_plan(platforms: Sequence[Target], *, held_out: Sequence[Target] = (),
-                 models: Sequence[str] = (), shapes: Sequence[str] = (), per_task: int = 8,
-                 seed: int = 0, held_out_models: Sequence[str] = (), picked: int = 0,
-                 precision: str = "int8", rounds: int = 1, side_by_side: int = 0,
-                 log: Callable[[str], None] = lambda message: None) -> DatasetPlan:
-    """The `DatasetPlan` of a training set (`vdla.compiler.tuner.dataset`): the tasks of
-    every tunable op of `models` and of every workload of `shapes` (as
-    `tasks_from_workload` takes them) on each of `platforms` (targets, one a platform:
-    `Target.platforms`); `held_out` platforms are named in the manifest and not measured.
-    The models and the shapes run at `precision` (`graph_for`, `tasks_from_workload`).
-    Every schedule is measured `rounds` times in the end, then each task's schedules
-    `side_by_side` rounds in turn (`DatasetPlan`).
-    A shape a platform cannot tune is left out, and `log` says so."""
-    def tasks_of(target) -> list:
-        tasks = []
-        for name in models:
-            tasks += target.tasks(graph_for(load_model(name), target, precision=precision))
-        for spec in shapes:
-            try:
-                tasks += tasks_from_workload(spec, target, precision=precision)
-            except ValueError as exc:
-                log(f"left out {spec}: {exc}")
-        return tasks
-
-    measured = [(target, tasks_of(target)) for target in platforms]
-    if platforms and not any(tasks for _, tasks in measured):
-        raise ValueError(f"target {platforms[0].name!r} has no tunable {precision} op among "
-                         f"the models and shapes given")
-    # A held-out platform's name is its tasks' (`TuneTask.platform`), so it takes a task.
-    kept_out = [(target, tasks_of(target)[:1]) for target in held_out]
-    return DatasetPlan(
-        tasks=[task for _, tasks in measured for task in tasks],
-        platforms={tasks[0].platform: target.platform_params()
-                   for target, tasks in measured + kept_out if tasks},
-        models=tuple(models), shapes=tuple(shapes), per_task=per_task, seed=seed,
-        picked=picked, held_out_models=tuple(held_out_models), precision=precision,
-        rounds=rounds, side_by_side=side_by_side,
-        held_out_platforms=tuple(tasks[0].platform for _, tasks in kept_out if tasks))
-
-
-def plan_from_manifest(manifest: Mapping[str, Any], *,
-                       log: Callable[[str], None] = lambda message: None
-                       ) -> tuple[DatasetPlan, list[Target]]:
-    """The plan a training set's manifest (`Manifest`, as read from its JSON) was
-    measured with, and the targets of its held-out platforms: its tasks again, for
-    `vdla.compiler.tuner.learned.training_rows` to join with its records."""
-    cls = type(registry.get(manifest["target"]))
-    held = set(manifest["held_out"]["platforms"])
-    platforms = {name: cls.from_platform(params)
-                 for name, params in manifest["platforms"].items()}
-    plan = dataset_plan([t for name, t in platforms.items() if name not in held],
-                        held_out=[t for name, t in platforms.items() if name in held],
-                        models=manifest["models"], shapes=manifest["shapes"],
-                        per_task=manifest["per_task"], seed=manifest["seed"],
-                        picked=manifest.get("picked", 0),
-                        precision=manifest.get("precision", "int8"),
-                        rounds=manifest.get("rounds", 1),
-                        side_by_side=manifest.get("side_by_side", 0),
-                        held_out_models=manifest["held_out"]["models"], log=log)
-    return plan, [t for name, t in platforms.items() if name in held]
-
-
-def training_set(manifest_path: str | Path, *, feature_set: str | None = None
-                 ) -> tuple[Rows, dict]:
-    """The rows (`vdla.compiler.tuner.learned.Rows`) of the training set whose manifest
-    is at `manifest_path`, and the manifest. Its records file is the manifest's
-    ``records`` path, relative to the working folder or, failing that, a file of that
-    name beside the manifest, either one possibly compressed (`local_records`).
-    `feature_set` (a name) keeps the tasks of that feature set only, for a set whose
-    tasks have several (the CPU target's convolutions and dense layers). ValueError
-    naming the file that cannot be read."""
-    path = Path(manifest_path)
-    try:
-        manifest = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ValueError(f"manifest {path}: {exc}") from None
-    records = Path(manifest["records"])
-    try:
-        records = local_records(records if records.is_absolute() or records.is_file()
-                                or Path(f"{records}.xz").is_file()
-                                else path.parent / records.name)
-    except FileNotFoundError as exc:
-        raise ValueError(f"manifest {path}: its records {manifest['records']!r} are neither "
-                         f"there nor beside it ({exc})") from None
-    plan, _ = plan_from_manifest(manifest)
-    tasks = [t for t in plan.tasks if feature_set is None
-             or getattr(t.feature_set, "name", None) == feature_set]
-    if not tasks:
-        raise ValueError(f"manifest {path}: no task of feature set {feature_set!r}")
-    with Records(records) as db:
-        return training_rows(tasks, db, manifest["backend"]), manifest

@@ -34,9 +34,9 @@ import numpy as np
 import sklearn
 
 import vdla
-from vdla.compiler import pipeline
+from vdla.compiler import training_sets
 from vdla.compiler.tuner.cost_model import CostModel, file_name
-from vdla.compiler.tuner.learned import Rows, pairwise_accuracy, top1_ratio
+from vdla.compiler.tuner.rows import Rows, pairwise_accuracy, top1_ratio
 
 ROOT = Path(__file__).resolve().parents[1]
 DATASETS = ROOT / "bench" / "datasets"
@@ -94,11 +94,11 @@ def main(argv=None) -> int:
     # layers): one model each, for those with enough tasks to learn across.
     feature_sets = {}
     for m in manifests:
-        for task in pipeline.plan_from_manifest(m)[0].tasks:
+        for task in training_sets.plan_from_manifest(m)[0].tasks:
             feature_sets.setdefault(task.feature_set.name, task.feature_set)
     for name, feature_set in feature_sets.items():
         try:
-            rows = Rows.join([pipeline.training_set(path, feature_set=name)[0]
+            rows = Rows.join([training_sets.training_set(path, feature_set=name)[0]
                               for path in args.manifest])
         except ValueError as exc:
             raise SystemExit(str(exc)) from None
@@ -140,7 +140,7 @@ def _cross_validate(args, feature_set, rows: Rows) -> None:
 def _test(args, model: CostModel, feature_set) -> None:
     """`model`'s ranking of the `args.test` sets, beside the baseline feature's."""
     try:
-        rows = Rows.join([pipeline.training_set(path, feature_set=feature_set.name)[0]
+        rows = Rows.join([training_sets.training_set(path, feature_set=feature_set.name)[0]
                           for path in args.test])
     except (OSError, ValueError) as exc:
         raise SystemExit(f"--test: {exc}") from None

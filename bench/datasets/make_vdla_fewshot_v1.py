@@ -3,10 +3,15 @@ the first training set (``vdla_v1``) never measured: what the few-shot and zero-
 figures of ``bench/tuner_transfer.py`` replay.
 
 The configs: the default config, the two that ``vdla_v1`` holds out, and the next two
-of the same seeded draw (`sample_configs` with the set's seed, after its ten). The
-layers: C2-C11 with the image 4x smaller on each side and half the channels
-(``bench/tuner.py``'s reduced layers, ``C5/r``), whose whole schedule spaces (91-345
-schedules each) can be measured. Resumable: run again to measure only what is missing.
+of the same seeded draw (`vdla.compiler.training_sets.unseen_platforms`: the set's
+draw with its seed, after its ten; the benches that replay this set take its configs
+and tasks from the package the same way). The layers: C2-C11 with the image 4x
+smaller on each side and half the channels (`vdla.compiler.tuner.workload_tasks.
+reduced_tasks`, ``bench/tuner.py``'s reduced layers, ``C5/r``), whose whole schedule
+spaces (91-345 schedules each) can be measured. Resumable: run again to measure only
+what is missing.
+
+Run from anywhere (it imports only the installed package):
 
     python bench/datasets/make_vdla_fewshot_v1.py [--jobs 2] [--records FILE]
 
@@ -30,14 +35,12 @@ from pathlib import Path
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from vdla.config import HardwareConfig  # noqa: E402
-from vdla.compiler.pipeline import tasks_from_workload  # noqa: E402
 from vdla.compiler.targets import get as get_target  # noqa: E402
-from vdla.compiler.targets.vdla.platforms import sample_configs  # noqa: E402
+from vdla.compiler.training_sets import unseen_platforms  # noqa: E402
 from vdla.compiler.tuner import LocalRunner, Records, tune_task  # noqa: E402
+from vdla.compiler.tuner.workload_tasks import reduced_tasks  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-from tuner import LAYERS, reduced_spec  # noqa: E402
 
 TRAINING = HERE / "vdla_v1.db.manifest.json"
 RECORDS = HERE / "vdla_fewshot_v1.db"
@@ -46,22 +49,12 @@ RECORDS = HERE / "vdla_fewshot_v1.db"
 def configs() -> list[HardwareConfig]:
     """The default config, the training set's held-out configs, and the next two of its
     draw: five configs it never measured."""
-    manifest = json.loads(TRAINING.read_text())
-    seen = set(manifest["platforms"])
-    held = manifest["held_out"]["platforms"]
-    drawn = sample_configs(len(seen) + 2, seed=manifest["seed"])
-    by_name = {c.name: c for c in drawn}
-    picked = [HardwareConfig()] + [by_name[n] for n in held]
-    picked += [c for c in drawn if c.name not in seen][:2]
-    trained = seen - set(held)
-    assert not {c.name for c in picked} & trained, "a few-shot config was trained on"
-    return picked
+    return [target.config for target in unseen_platforms(json.loads(TRAINING.read_text()))]
 
 
 def tasks(config: HardwareConfig) -> list:
-    target = get_target("vdla", config=config)
-    return [tasks_from_workload(reduced_spec(name), target)[0].with_name(f"{name}/r")
-            for name in LAYERS]
+    """ResNet-18's reduced layers (``C5/r``) on `config`."""
+    return reduced_tasks(get_target("vdla", config=config))
 
 
 def main(argv=None) -> int:

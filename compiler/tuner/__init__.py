@@ -15,11 +15,19 @@
   `compile_model`;
 * `vdla.compiler.tuner.scheduler`: `tune_tasks`, one budget spent on a model's tasks
   where the model's cost falls most;
-* `vdla.compiler.tuner.features`, `cost_model`, `learned`, `dataset`: the feature sets,
-  the cost model trained across tasks and platforms, its rows and figures, and the
-  training sets it learns from (`vdla dataset`);
-* `vdla.compiler.tuner.candidates`: the schedules a pretrained model ranks (a whole
-  space, or a large one's sample widened around the model's best).
+* `vdla.compiler.tuner.workload_tasks`: `tasks_from_workload`, the tasks of a named
+  workload (``C8``, ``H,W,Cin,Cout,k,pad,stride``) for ``vdla tune --layer``, the
+  training sets and the benches;
+* the learned tuner (docs/architecture.md draws it): `dataset` measures training sets
+  (``vdla dataset``; their plans: `vdla.compiler.training_sets`, one layer up since a
+  plan loads models and names targets); `features` (each target's `FeatureSet`:
+  the cost model's inputs); `rows` (a training set's rows, and the ranking figures that
+  judge a model); `cost_model` (`CostModel`, trained across tasks and platforms, shipped
+  per target as its pretrained model); `candidates` (the schedules a pretrained model
+  ranks: a whole space, or a large one's sample widened around the model's best);
+  `pretrained_chooser` (``vdla run --chooser pretrained``: the model's picks, measuring
+  nothing), beside `search.PretrainedTuner` (``vdla tune --tuner pretrained``: the same
+  model, corrected by measurements).
 
 Nothing here names a target's schedule classes. ``vdla tune`` and ``vdla run --records``
 are the command-line faces of this package.

@@ -1,6 +1,6 @@
 """A cost model learned across tasks and platforms, kept as plain arrays.
 
-    model = CostModel.fit(rows, feature_set)          # rows: `learned.training_rows`
+    model = CostModel.fit(rows, feature_set)          # rows: `rows.training_rows`
     model.predict(x)                                  # log2 cost, lower is faster
     model.save("model.npz"); CostModel.load("model.npz", feature_set)
 
@@ -13,7 +13,7 @@ for another feature set is refused with both versions named.
 
 A target ships its pretrained models as package data, one file a feature set named by
 `file_name` (``vdla.conv2d-v1.npz``); `shipped` loads one the first time a tuner or the
-learned chooser asks for it, and `digest` names a model's contents (what a remembered
+pretrained chooser asks for it, and `digest` names a model's contents (what a remembered
 choice is keyed on).
 """
 
@@ -67,7 +67,7 @@ class CostModel:
     def fit(cls, rows, feature_set, *, trees: int = 200, depth: int = 4,
             rate: float = 0.1, seed: int = 0, residual: bool = False,
             meta: dict | None = None) -> "CostModel":
-        """Gradient-boosted trees fitted to `rows` (`learned.Rows` of `feature_set`). With
+        """Gradient-boosted trees fitted to `rows` (`rows.Rows` of `feature_set`). With
         `residual`, they learn what the feature set's `baseline` (the target's own model)
         gets wrong, and predict its estimate corrected."""
         if rows.feature_names != feature_set.names:

@@ -2,21 +2,23 @@
 schedules of many workloads on many platforms, kept in a records file with a manifest.
 
     platforms = targets.get("vdla").platforms(10, seed=0)   # one target per config
-    plan = pipeline.dataset_plan(platforms[:8], held_out=platforms[8:],
-                                 models=("resnet18", "mobilenet_v1"),
-                                 shapes=random_shapes(16, seed=0), per_task=12)
-    with Records("train.db") as db, LocalRunner("verilator", jobs=2) as runner:
-        manifest = generate(plan, runner, db)
+    plan = training_sets.dataset_plan(platforms[:8], held_out=platforms[8:],
+                                      models=("resnet18", "mobilenet_v1"),
+                                      shapes=random_shapes(16, seed=0), per_task=12)
+    with Records("train.db") as db:
+        manifest = generate(plan, db, backend="verilator", jobs=2)   # or ray="auto"
 
 Each (platform, workload) task gets `tune_task` with the random tuner: its default
 schedule and ``per_task - 1`` others drawn at random from its space, so the set covers
 the space rather than only what a tuner would pick; the records resume a stopped run as
 they resume tuning. A task whose space is empty on a platform (its tiles cannot fit the
-buffers) is skipped and named in the manifest. The manifest (`Manifest`, JSON) gives
-the counts by platform and workload, the platforms' parameters (with the versions of
-the tools that measure them), what was held out, vdla's version and the time the
-generation took, so a trained model can say what it
-learned from.
+buffers) is skipped and named in the manifest. The tasks are measured on the executors
+of `vdla.execute` (local processes or a Ray cluster), one task an evaluation, and only
+this process writes the records. The manifest (`Manifest`, JSON) gives the counts by
+platform and workload, the platforms' parameters (with the versions of the tools that
+measure them), what was held out, vdla's version and the time the generation took, so
+a trained model can say what it learned from. The plan itself (which tasks, from which
+models and shapes) is made by `vdla.compiler.training_sets.dataset_plan`.
 """
 
 from __future__ import annotations
@@ -27,7 +29,9 @@ import functools
 import hashlib
 import json
 import lzma
+import tempfile
 import time
+import traceback
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -37,12 +41,14 @@ import vdla
 from vdla._buildcache import cache_root
 from vdla._fileio import atomic_write
 from vdla.compiler.frontend.workloads import ConvWorkload, DenseWorkload
-from vdla.compiler.tuner.measure import MeasureInput
+from vdla.compiler.tuner.measure import MeasureInput, one_line
 from vdla.compiler.tuner.records import OK, Record, Records
+from vdla.compiler.tuner.runner import InProcessRunner, prepare_tasks
 from vdla.compiler.tuner.tune import tune_task
+from vdla.execute import EvaluationError, Executor, make_executor
 
 __all__ = ["DatasetPlan", "Manifest", "SIDE_BY_SIDE", "generate", "local_records",
-           "measure_again", "measure_side_by_side", "random_shapes"]
+           "measure_again", "measure_side_by_side", "measuring_executor", "random_shapes"]
 
 #: The planes (output side) and channels `random_shapes` draws from: image models'
 #: layers, and with ``small=True`` layers shrunk as tuning benchmarks shrink them (a
@@ -98,8 +104,8 @@ def _random_dense(count: int, seed: int) -> list[str]:
 
 @dataclasses.dataclass(frozen=True)
 class DatasetPlan:
-    """What a training set measures (`vdla.compiler.pipeline.dataset_plan` makes one from
-    a target's platforms, models and shapes).
+    """What a training set measures (`vdla.compiler.training_sets.dataset_plan` makes
+    one from a target's platforms, models and shapes).
 
     tasks : every (platform, workload) task to measure (`TuneTask`)
     platforms : each platform's parameters by its name (`TuneTask.platform`; the held-out
@@ -210,18 +216,51 @@ class Manifest:
 Progress = Callable[[str, str, int, int], None]
 
 
-def generate(plan: DatasetPlan, runner, records: Records, *,
+def measuring_executor(plan: DatasetPlan, backend: str, *, jobs: int = 1,
+                       ray: str | None = None) -> Executor:
+    """The executor `generate` measures `plan` on: `jobs` local processes (1: this
+    process), or the Ray cluster at `ray` (``auto``, ``local``, ``host:port``), as
+    `vdla.execute.make_executor` takes them; each worker a `_TaskMeasurer`. Made before
+    the records are opened, a Ray address that answers nothing is an error (ValueError)
+    before any file is written. Close it (a context manager) when done."""
+    return make_executor(functools.partial(_TaskMeasurer, backend, plan.per_task,
+                                           plan.picked, plan.seed, plan.batch),
+                         jobs=jobs, ray=ray)
+
+
+def generate(plan: DatasetPlan, records: Records, *, backend: str, jobs: int = 1,
+             ray: str | None = None, executor: Executor | None = None,
              progress: Progress | None = None,
-             checkpoint: Callable[[Manifest], None] | None = None) -> Manifest:
-    """Measure `plan` with `runner` into `records` and return its `Manifest` (not yet
+             checkpoint: Callable[[Manifest], None] | None = None,
+             log: Callable[[str], None] = lambda message: None) -> Manifest:
+    """Measure `plan` on `backend` into `records` and return its `Manifest` (not yet
     written). A run stopped part way and started again measures only what is missing.
-    `checkpoint` is called with the manifest so far after every task (``complete``
-    False until the last), so that a long run stopped part way still says what its
-    records hold."""
+
+    backend : the measurement backend (one of every task's `TuneTask.measure_backends`)
+    jobs, ray : where the tasks are measured, as `vdla.execute.make_executor` takes them
+        (``vdla sweep``'s, ``vdla tune --ray``'s and a parallel ``vdla run``'s executor):
+        `jobs` local processes (1: this process), or the Ray cluster at `ray` (``auto``,
+        ``local``, ``host:port``)
+    executor : instead of `jobs` and `ray`, one `measuring_executor` made for this plan
+        and backend (the caller closes it)
+    progress : called after each task, in the order they finish
+    checkpoint : called with the manifest so far after every task (``complete`` False
+        until the last), so that a long run stopped part way still says what its
+        records hold
+    log : receives where the measurements run and the platforms' preparation
+
+    Each task is one evaluation of the executor (`_TaskMeasurer`): its schedules drawn
+    and measured in a worker, on a copy of the task's rows, and the new rows written to
+    `records` here, so the records file has one writer and the draw of every task is
+    the same as one job's (only the measured wall times differ). Why whole tasks, not
+    single measurements: a training set is hundreds of small tasks (a few schedules
+    each), so tasks keep every worker busy where one task's batch would not.
+    The side-by-side rounds run in this process, one task after another: they compare a
+    task's schedules under one state of the machine."""
     start = time.perf_counter()
     manifest = Manifest(
         records=str(getattr(records, "path", "")), target=plan.tasks[0].target,
-        backend=runner.backend,
+        backend=backend,
         platforms={name: dict(params) for name, params in plan.platforms.items()},
         models=list(plan.models), shapes=list(plan.shapes), per_task=plan.per_task,
         seed=plan.seed, held_out={"models": list(plan.held_out_models),
@@ -231,61 +270,193 @@ def generate(plan: DatasetPlan, runner, records: Records, *,
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         tools={"vdla": vdla.__version__})
     work = list(plan.tasks)
+    # Each platform once, here, before any worker starts.
+    prepare_tasks(work, backend, set(), log)
     # What the records already hold for each task, so that every manifest written says
     # what they hold, not only what this run measured.
     for task in work:
-        held = len({r.schedule_json for r in records.query(
-            task.key, task.platform, runner.backend, target=task.target)})
+        held = len({r.schedule_json for r in _held(records, task, backend)})
         if held:
             manifest.counts.setdefault(task.platform, {})[task.key] = held
-    for done, task in enumerate(work, 1):
-        try:
-            # No confirmation rounds for wall-time tasks: a set wants many schedules, and
-            # each measurement is already the median of many runs.
-            results = [tune_task(task, runner, trials=plan.per_task, records=records,
-                                 tuner="random", batch=plan.batch, seed=plan.seed, confirm=0)]
-            if plan.picked:
-                results.append(tune_task(task, runner, trials=plan.per_task + plan.picked,
-                                         records=records, tuner="pretrained",
-                                         batch=plan.batch, seed=plan.seed,
-                                         measure_default=False, confirm=0))
-                model = task.pretrained()
-                if model is not None and model.digest not in manifest.picked_by:
-                    manifest.picked_by.append(model.digest)
-        except ValueError as exc:   # no schedule fits this platform
-            manifest.skipped.append({"platform": task.platform, "workload": task.name,
-                                     "why": str(exc)})
-        else:
-            counts = manifest.counts.setdefault(task.platform, {})
-            counts[task.key] = results[-1].trials      # the records' and this run's
-            manifest.measured += sum(len(r.history) for r in results)
-            manifest.failed += sum(r.failures for r in results)
+    rounds = list(range(2, plan.rounds + 1))
+    passes = 1 + len(rounds) + bool(plan.side_by_side)
+
+    def note(task, label: str, done: int, finished_pass: int):
         manifest.seconds = round(time.perf_counter() - start, 1)
-        manifest.complete = done == len(work)
+        manifest.complete = finished_pass == passes and done == len(work)
         if checkpoint is not None:
             checkpoint(manifest)
         if progress is not None:
-            progress(task.platform, task.name, done, len(work))
-    # Then the passes over the whole set: further rounds, then side by side.
-    passes = [(f"round {r}", functools.partial(measure_again, runner=runner, records=records,
-                                                rounds=r))
-              for r in range(2, plan.rounds + 1)]
+            progress(task.platform, task.name + label, done, len(work))
+
+    own = executor is None
+    executor = measuring_executor(plan, backend, jobs=jobs, ray=ray) if own else executor
+    try:
+        log(f"measuring on {executor.describe()}")
+        pending = [_Job("draw", task, ()) for task in work]
+        for done, (job, found) in enumerate(_evaluate(executor, pending, records, backend), 1):
+            _count_draw(manifest, job.task, found)
+            note(job.task, "", done, 1)
+        # Then the passes over the whole set: further rounds, then side by side.
+        for index, r in enumerate(rounds, 2):
+            pending = [_Job("again", task, (), rounds=r) for task in work]
+            for done, (job, found) in enumerate(_evaluate(executor, pending, records, backend),
+                                                1):
+                manifest.measured += found.get("measured", 0)
+                manifest.failed += found.get("failed", 0)
+                note(job.task, f" (round {r})", done, index)
+    finally:
+        if own:
+            executor.close()
     if plan.side_by_side:
-        passes.append(("side by side", functools.partial(
-            measure_side_by_side, backend=runner.backend, records=records,
-            rounds=plan.side_by_side)))
-    for index, (label, measure) in enumerate(passes, 1):
         for done, task in enumerate(work, 1):
-            results = measure(task)
-            manifest.measured += len(results)
-            manifest.failed += sum(not r.ok for r in results)
-            manifest.seconds = round(time.perf_counter() - start, 1)
-            manifest.complete = index == len(passes) and done == len(work)
-            if checkpoint is not None:
-                checkpoint(manifest)
-            if progress is not None:
-                progress(task.platform, f"{task.name} ({label})", done, len(work))
+            rows = measure_side_by_side(task, backend, records, plan.side_by_side)
+            manifest.measured += len(rows)
+            note(task, " (side by side)", done, passes)
+    _in_plan_order(manifest, work)
     return manifest
+
+
+def _in_plan_order(manifest: Manifest, work: Sequence) -> None:
+    """The manifest's counts and skipped tasks in the order of the plan's tasks, whatever
+    order the tasks finished in (so that every number of jobs writes the same manifest)."""
+    counts: dict[str, dict[str, int]] = {}
+    for task in work:
+        if task.key in manifest.counts.get(task.platform, {}):
+            counts.setdefault(task.platform, {})[task.key] = \
+                manifest.counts[task.platform][task.key]
+    manifest.counts = counts
+    order = {(t.platform, t.name): i for i, t in enumerate(work)}
+    manifest.skipped.sort(key=lambda s: order.get((s["platform"], s["workload"]), len(order)))
+
+
+def _held(records: Records, task, backend: str) -> list[Record]:
+    """The task's rows on `backend` in `records`, oldest first."""
+    return records.query(task.key, task.platform, backend, target=task.target)
+
+
+def _count_draw(manifest: Manifest, task, found: dict) -> None:
+    """Add one task's draw (`_TaskMeasurer.draw`'s answer) to `manifest`."""
+    if "skipped" in found:
+        manifest.skipped.append({"platform": task.platform, "workload": task.name,
+                                 "why": found["skipped"]})
+        return
+    counts = manifest.counts.setdefault(task.platform, {})
+    counts[task.key] = found["trials"]          # the records' and this run's
+    manifest.measured += found["measured"]
+    manifest.failed += found["failed"]
+    if found.get("picked_by") and found["picked_by"] not in manifest.picked_by:
+        manifest.picked_by.append(found["picked_by"])
+
+
+#: Times a task is handed to a fresh worker after its worker died before it is skipped.
+RETRIES = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class _Job:
+    """One evaluation of `generate`'s executor: ``draw`` a task's random (and picked)
+    schedules, or measure its schedules ``again`` until each has `rounds` ok rows; `held`
+    are the task's rows in the records (filled in when the job is sent)."""
+
+    kind: str
+    task: Any
+    held: tuple[Record, ...]
+    rounds: int = 0
+
+    def __repr__(self) -> str:      # what an executor's error names
+        return f"{self.kind} {self.task.platform}: {self.task.name}"
+
+
+def _evaluate(executor, jobs: Sequence[_Job], records: Records, backend: str):
+    """(job, its answer) as each of `jobs` finishes on `executor`, its new rows added to
+    `records` first. A job whose worker died is sent again (`RETRIES` times), then
+    answered as skipped; a job that raised in its worker raises here."""
+    todo = list(range(len(jobs)))
+    deaths = [0] * len(jobs)
+    while todo:
+        # The rows as the records hold them now: a job sent again starts from there.
+        sent = [dataclasses.replace(jobs[i], held=tuple(_held(records, jobs[i].task,
+                                                              backend)))
+                for i in todo]
+        finished = set()
+        try:
+            for j, found in executor.map_unordered(sent):
+                if "raised" in found:
+                    raise RuntimeError(f"measuring {sent[j]!r} failed in its worker:\n"
+                                       f"{found['raised']}")
+                records.add(*found.pop("rows", ()))
+                finished.add(todo[j])
+                yield sent[j], found
+        except EvaluationError as exc:
+            if exc.index is None:
+                raise
+            dead = todo[exc.index]
+            deaths[dead] += 1
+            if deaths[dead] > RETRIES:
+                finished.add(dead)
+                yield jobs[dead], {"skipped": f"its worker died {deaths[dead]} times: "
+                                              f"{one_line(exc)}", "measured": 0, "failed": 0}
+        todo = [i for i in todo if i not in finished]
+
+
+class _TaskMeasurer:
+    """What each worker of `generate`'s executor builds once: a runner measuring in the
+    worker (`InProcessRunner`: the executor's processes are the parallelism; it keeps
+    one measurement context per platform for the worker's life), and the plan's draw.
+
+    backend, per_task, picked, seed, batch : the plan's (`DatasetPlan`)
+    Called with a `_Job`, it copies the job's rows into a records file of its own, runs
+    the job on it and answers with the rows it added (``rows``) and its counts; a task
+    whose space is empty on its platform (nothing fits its buffers) answers
+    ``skipped``, and any other exception ``raised`` (its traceback), which the parent
+    raises."""
+
+    def __init__(self, backend: str, per_task: int, picked: int, seed: int, batch: int):
+        self.runner = InProcessRunner(backend)
+        self.backend, self.per_task, self.picked = backend, per_task, picked
+        self.seed, self.batch = seed, batch
+
+    def __call__(self, job: _Job) -> dict:
+        with tempfile.TemporaryDirectory(prefix="vdla-dataset-") as folder, \
+                Records(Path(folder) / "task.db") as copy:
+            copy.add(*job.held)
+            try:
+                found = self.draw(job.task, copy) if job.kind == "draw" else \
+                    self.again(job.task, copy, job.rounds)
+            except ValueError as exc:   # no schedule fits this platform
+                return {"skipped": str(exc)}
+            except Exception:  # noqa: BLE001 - the parent raises it, with this traceback
+                return {"raised": traceback.format_exc()}
+            found["rows"] = _held(copy, job.task, self.backend)[len(job.held):]
+            return found
+
+    def close(self) -> None:
+        """Close the runner's measurement contexts (the executor calls this as the
+        worker stops)."""
+        self.runner.close()
+
+    def draw(self, task, records: Records) -> dict:
+        """The task's default and random schedules, then the picked ones, measured into
+        `records` (`tune_task`, resuming from what they hold)."""
+        # No confirmation rounds for wall-time tasks: a set wants many schedules, and
+        # each measurement is already the median of many runs.
+        results = [tune_task(task, self.runner, trials=self.per_task, records=records,
+                             tuner="random", batch=self.batch, seed=self.seed, confirm=0)]
+        picked_by = None
+        if self.picked:
+            results.append(tune_task(task, self.runner, trials=self.per_task + self.picked,
+                                     records=records, tuner="pretrained", batch=self.batch,
+                                     seed=self.seed, measure_default=False, confirm=0))
+            model = task.pretrained()
+            picked_by = model.digest if model is not None else None
+        return {"trials": results[-1].trials, "measured": sum(len(r.history) for r in results),
+                "failed": sum(r.failures for r in results), "picked_by": picked_by}
+
+    def again(self, task, records: Records, rounds: int) -> dict:
+        """`measure_again`'s measurements of the task, into `records`."""
+        results = measure_again(task, self.runner, records, rounds)
+        return {"measured": len(results), "failed": sum(not r.ok for r in results)}
 
 
 def measure_again(task, runner, records: Records, rounds: int) -> list:

@@ -42,8 +42,8 @@ class FeatureSet:
     `version`. `baseline` names features whose sum is a prior estimate of the log2 cost
     (the target's own model), which a learned model may start from and correct.
     `baseline_vetoes` says that estimate ranks a task's schedules well enough to overrule
-    its learned correction: the learned chooser then keeps the default schedule where
-    the baseline has it faster than the model's pick (`learned.learned_choice`)."""
+    its learned correction: the pretrained chooser then keeps the default schedule where
+    the baseline has it faster than the model's pick (`pretrained_chooser.pretrained_choice`)."""
 
     name: str
     version: int

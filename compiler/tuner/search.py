@@ -25,7 +25,7 @@ A tuner proposes the next schedules to measure and learns from the results:
   task names parts: `TuneTask.strata`). `GridTuner`: the space in order.
 
 A tuner with a model also answers `expected_best`: the cost it predicts for the best
-schedule not measured yet, which the task scheduler (`vdla.compiler.tuner.schedule`)
+schedule not measured yet, which the task scheduler (`vdla.compiler.tuner.scheduler`)
 weighs against the best measured one.
 
 Every tuner is deterministic for a seed: its proposals depend only on the seed and on the

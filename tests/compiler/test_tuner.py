@@ -20,7 +20,7 @@ from vdla.compiler.targets.vdla import Conv2dSchedule, VdlaTarget
 from vdla.compiler.tuner import (ExecutorRunner, LocalRunner, MeasureInput, ModelTuner,
                                  Record, Records, ReplayRunner, best_schedules, make_tuner,
                                  tune_task)
-from vdla.compiler.pipeline import tasks_from_workload
+from vdla.compiler.tuner.workload_tasks import tasks_from_workload
 from vdla.compiler.tuner.records import OK
 
 CFG = vdla.HardwareConfig()

@@ -7,7 +7,7 @@ import pytest
 from vdla.compiler import pipeline, targets
 from vdla.compiler.tuner.candidates import Candidates
 from vdla.compiler.tuner.space import KnobGrid
-from vdla.compiler.tuner.learned import learned_choice
+from vdla.compiler.tuner.pretrained_chooser import pretrained_choice
 from vdla.compiler.tuner.search import PretrainedTuner
 
 
@@ -92,10 +92,10 @@ def test_the_pretrained_tuner_searches_past_its_sample(conv):
     assert len(tuner.propose(len(space))) == len(space) - len(seen) - 1
 
 
-def test_the_learned_chooser_ranks_a_sampled_space(conv):
+def test_the_pretrained_chooser_ranks_a_sampled_space(conv):
     task, space = conv
-    whole = learned_choice(task, pool=len(space))
-    sampled = learned_choice(task, pool=len(space) // 20)
+    whole = pretrained_choice(task, pool=len(space))
+    sampled = pretrained_choice(task, pool=len(space) // 20)
     assert whole in space and sampled in space
     model = task.pretrained()
     x = np.array([task.feature_set.vector(task.transfer_features(s)) for s in (whole, sampled)])

@@ -1,21 +1,24 @@
-"""Training sets for learned cost models (`vdla.compiler.tuner.dataset`, ``vdla dataset``),
-measured here with the functional backend (the same loop as Verilator's, in seconds)."""
+"""Training sets for learned cost models (`vdla.compiler.tuner.dataset`,
+`vdla.compiler.training_sets`, ``vdla dataset``), measured here with the functional
+backend (the same loop as Verilator's, in seconds)."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import vdla
 from vdla.cli import main
-from vdla.compiler import pipeline, targets
+from vdla.compiler import targets, training_sets
 from vdla.compiler.targets.vdla.platforms import CONFIG_SPACE, sample_configs
-from vdla.compiler.tuner import InProcessRunner, LocalRunner, PretrainedTuner, Records
+from vdla.compiler.tuner import InProcessRunner, PretrainedTuner, Records
 from vdla.compiler.targets.vdla.features import CONV2D
 from vdla.compiler.tuner.cost_model import CostModel
 from vdla.compiler.tuner.dataset import DatasetPlan, generate, measure_again, random_shapes
 from vdla.compiler.tuner.features import FeatureSet
-from vdla.compiler.tuner.learned import pairwise_accuracy, top1_ratio, training_rows
+from vdla.compiler.tuner.rows import pairwise_accuracy, top1_ratio, training_rows
+from vdla.compiler.tuner.workload_tasks import reduced_spec, reduced_tasks, tasks_from_workload
 from vdla.compiler.frontend.workloads import parse_workload
 from platform_testing import FOREIGN_CPU, pretend_cpu
 
@@ -58,7 +61,7 @@ def test_random_grouped_shapes_are_depthwise_and_grouped_workloads():
     # Their own stream: the plain draws are what they were.
     assert random_shapes(5, seed=4) == random_shapes(12, seed=4)[:5]
     # Both targets tune them: the CPU and the accelerator run grouped convolutions.
-    [task] = pipeline.tasks_from_workload(shapes[0], targets.get("vdla"))
+    [task] = tasks_from_workload(shapes[0], targets.get("vdla"))
     assert '"groups":' in task.key and task.space()
 
 
@@ -83,21 +86,21 @@ def test_random_dense_shapes_are_fully_connected_workloads_both_targets_measure(
             parse_workload(bad)
     vdla_platform = targets.get("vdla", backend="functional").platforms(1, seed=0)[0]
     cpu = targets.get("cpu", threads=1).platforms(1)[0]
-    [on_vdla] = pipeline.tasks_from_workload("dense:256,64,4", vdla_platform)
-    [on_cpu] = pipeline.tasks_from_workload("dense:256,64,4", cpu)
-    [float_cpu] = pipeline.tasks_from_workload("dense:256,64,4", cpu, precision="float32")
+    [on_vdla] = tasks_from_workload("dense:256,64,4", vdla_platform)
+    [on_cpu] = tasks_from_workload("dense:256,64,4", cpu)
+    [float_cpu] = tasks_from_workload("dense:256,64,4", cpu, precision="float32")
     assert on_vdla.feature_set.name == "vdla.conv2d" and '"dense":true' in on_vdla.key
     assert on_cpu.feature_set.name == float_cpu.feature_set.name == "cpu.dense"
     assert '"dtype":"float32"' in float_cpu.key and '"activation":"relu"' in float_cpu.key
-    plan = pipeline.dataset_plan([vdla_platform], shapes=["dense:256,64,4"], per_task=3)
+    plan = training_sets.dataset_plan([vdla_platform], shapes=["dense:256,64,4"], per_task=3)
     with Records(tmp_path / "vdla.db") as db:
-        generate(plan, InProcessRunner("functional"), db)
+        generate(plan, db, backend="functional")
         assert len(training_rows(plan.tasks, db, "functional")) == 3
     # The CPU's in this process (see the float32 set below).
-    plan = pipeline.dataset_plan([cpu], shapes=["dense:256,64,4"], per_task=3,
+    plan = training_sets.dataset_plan([cpu], shapes=["dense:256,64,4"], per_task=3,
                                  precision="float32")
     with Records(tmp_path / "cpu.db") as db:
-        manifest = generate(plan, InProcessRunner("wall"), db)
+        manifest = generate(plan, db, backend="wall")
         assert manifest.failed == 0
         assert len(training_rows(plan.tasks, db, "wall")) == 3
 
@@ -116,7 +119,7 @@ def test_a_grouped_workload_is_parsed_and_checked():
 
 def test_a_plan_refuses_what_it_cannot_measure():
     target = targets.get("vdla")
-    [task] = pipeline.tasks_from_workload(SHAPES[0], target)
+    [task] = tasks_from_workload(SHAPES[0], target)
     with pytest.raises(ValueError, match="per_task must be a positive integer"):
         DatasetPlan(tasks=[task], platforms={}, per_task=0)
     with pytest.raises(ValueError, match=r"both measured and held out: \['resnet18'\]"):
@@ -140,16 +143,18 @@ def test_a_plan_refuses_what_it_cannot_measure():
 def test_generate_measures_every_platform_resumes_and_holds_out(tmp_path):
     drawn = targets.get("vdla", backend="functional").platforms(3, seed=0)
     left_out = []
-    plan = pipeline.dataset_plan(drawn[:2], held_out=drawn[2:], shapes=SHAPES, per_task=3,
+    plan = training_sets.dataset_plan(drawn[:2], held_out=drawn[2:], shapes=SHAPES, per_task=3,
                                  held_out_models=("mobilenet_v1",), log=left_out.append)
     assert len(plan.tasks) == 4 and not left_out
     seen = []
-    with Records(tmp_path / "set.db") as db, LocalRunner("functional", jobs=2) as runner:
+    with Records(tmp_path / "set.db") as db:
         kept = []
-        first = generate(plan, runner, db, progress=lambda *a: seen.append(a),
+        first = generate(plan, db, backend="functional", jobs=2,
+                         progress=lambda *a: seen.append(a),
                          checkpoint=lambda m: kept.append((m.total, m.complete)))
         resumed = []
-        again = generate(plan, runner, db, checkpoint=lambda m: resumed.append(m.total))
+        again = generate(plan, db, backend="functional", jobs=2,
+                         checkpoint=lambda m: resumed.append(m.total))
         rows = db.query()
     platforms = [t.config.name for t in drawn]
     assert sorted(first.counts) == sorted(platforms[:2])
@@ -170,13 +175,78 @@ def test_generate_measures_every_platform_resumes_and_holds_out(tmp_path):
     assert set(targets.get("vdla").platform_params()["tools"]) == {"verilator", "compiler"}
 
 
+def _rows_of(path) -> list:
+    """(platform, workload, schedule, cost, status) of every row of the records at
+    `path`, in a fixed order: what a training set holds apart from when and how fast."""
+    with Records(path) as db:
+        return sorted((r.config, r.workload, r.schedule_json, r.cycles, r.status)
+                      for r in db.query())
+
+
+def test_parallel_jobs_measure_the_same_set_as_one(tmp_path):
+    """`jobs` 2 (two worker processes, each a task at a time) measures the schedules one
+    job measures, with the same costs and the same manifest; the records are written by
+    this process only, and each task's rows stay in the order it measured them."""
+    drawn = targets.get("vdla", backend="functional").platforms(2, seed=5)
+    plan = training_sets.dataset_plan(drawn, shapes=SHAPES + ("28,28,16,16,3,1,2",),
+                                      per_task=3, picked=1, rounds=2)
+    manifests, seen = {}, {}
+    for jobs in (1, 2):
+        progress = seen[jobs] = []
+        with Records(tmp_path / f"{jobs}.db") as db:
+            manifests[jobs] = generate(plan, db, backend="functional", jobs=jobs,
+                                       progress=lambda *a, into=progress: into.append(a))
+            order = {task.key: [r.schedule_json for r in db.query(task.key, task.platform)]
+                     for task in plan.tasks[:1]}
+        manifests[jobs].write(tmp_path / f"{jobs}.json")
+    one, two = (json.loads((tmp_path / f"{j}.json").read_text()) for j in (1, 2))
+    for varying in ("created", "seconds", "records"):
+        one.pop(varying), two.pop(varying)
+    assert one == two and one["complete"] and one["failed"] == 0
+    assert one["measured"] == one["total"] * 2 == 2 * len(plan.tasks) * 4
+    assert _rows_of(tmp_path / "1.db") == _rows_of(tmp_path / "2.db")
+    # Every task reported once a pass (two passes: the draw, round 2), in any order.
+    assert sorted(a[1] for a in seen[2]) == sorted(a[1] for a in seen[1])
+    assert [a[2:] for a in seen[2]] == [(i, len(plan.tasks)) for i in range(1, 7)] * 2
+    with Records(tmp_path / "1.db") as db:
+        task = plan.tasks[0]
+        assert [r.schedule_json for r in db.query(task.key, task.platform)] == \
+            order[task.key]
+
+
+def test_a_set_measured_on_ray_holds_the_local_rows(tmp_path):
+    """``--ray local``: the same executor as `vdla sweep --ray`; the same rows as local
+    processes, the records written here."""
+    pytest.importorskip("ray", reason="Ray is not installed: pip install 'vdla[ray]'")
+    drawn = targets.get("vdla", backend="functional").platforms(1, seed=6)
+    plan = training_sets.dataset_plan(drawn, shapes=SHAPES, per_task=3)
+    for where in ({"jobs": 2}, {"jobs": 2, "ray": "local"}):
+        with Records(tmp_path / f"{len(where)}.db") as db:
+            said = []
+            generate(plan, db, backend="functional", log=said.append, **where)
+            assert ("Ray" in said[0]) == ("ray" in where)
+    assert _rows_of(tmp_path / "1.db") == _rows_of(tmp_path / "2.db") != []
+
+
+def test_vdla_dataset_ray_without_a_cluster_is_a_clear_error(tmp_path, monkeypatch, capsys):
+    """--ray auto with no cluster running: one line naming the option, before the
+    records file is written (the executor starts before the records open)."""
+    pytest.importorskip("ray", reason="Ray is not installed: pip install 'vdla[ray]'")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    assert main(["dataset", "--records", "x.db", "--shapes", "1", "--per-task", "1",
+                 "--measure", "functional", "--ray", "auto"]) == 1
+    assert "--ray auto: no Ray cluster found" in capsys.readouterr().err
+    assert not (tmp_path / "x.db").exists()
+
+
 def test_picked_schedules_come_after_the_random_ones(tmp_path):
     """`picked`: the pretrained tuner's choices, measured after the random draw of the
     same task (never one twice), and the model that chose them named in the manifest."""
     drawn = targets.get("vdla", backend="functional").platforms(1, seed=4)
-    plan = pipeline.dataset_plan(drawn, shapes=SHAPES[:1], per_task=3, picked=2)
-    with Records(tmp_path / "set.db") as db, LocalRunner("functional", jobs=1) as runner:
-        manifest = generate(plan, runner, db)
+    plan = training_sets.dataset_plan(drawn, shapes=SHAPES[:1], per_task=3, picked=2)
+    with Records(tmp_path / "set.db") as db:
+        manifest = generate(plan, db, backend="functional")
         rows = db.query()
     task = plan.tasks[0]
     assert manifest.total == manifest.measured == 5 == len(rows) == len(
@@ -188,7 +258,7 @@ def test_picked_schedules_come_after_the_random_ones(tmp_path):
     tuner.update(first, [r.cycles for r in rows[:3]])
     assert [task.schedule_from_dict(r.schedule) for r in rows[3:]] == tuner.propose(2)
     with pytest.raises(ValueError, match="picked must be a non-negative integer, not -1"):
-        pipeline.dataset_plan(drawn, shapes=SHAPES[:1], picked=-1)
+        training_sets.dataset_plan(drawn, shapes=SHAPES[:1], picked=-1)
 
 
 def test_vdla_dataset_writes_records_and_a_manifest(tmp_path, capsys):
@@ -232,7 +302,7 @@ def test_vdla_dataset_writes_records_and_a_manifest(tmp_path, capsys):
     assert "instruction sets" in capsys.readouterr().err and not (tmp_path / "cpu.db").exists()
 
 
-# --- rows and figures for learned models (vdla.compiler.tuner.learned) --------------------
+# --- rows and figures for learned models (vdla.compiler.tuner.rows) -----------------------
 
 def test_ranking_figures_compare_schedules_of_one_task_only():
     y = np.array([1.0, 2.0, 3.0, 10.0, 20.0])
@@ -253,9 +323,9 @@ def measured_rows(folder, *, seed: int, per_task: int):
     """The functional training set of SHAPES on two drawn configs: (its plan, its rows,
     its records file)."""
     drawn = targets.get("vdla", backend="functional").platforms(2, seed=seed)
-    plan = pipeline.dataset_plan(drawn, shapes=SHAPES, per_task=per_task)
-    with Records(folder / "set.db") as db, LocalRunner("functional", jobs=2) as runner:
-        generate(plan, runner, db)
+    plan = training_sets.dataset_plan(drawn, shapes=SHAPES, per_task=per_task)
+    with Records(folder / "set.db") as db:
+        generate(plan, db, backend="functional", jobs=2)
         return plan, training_rows(plan.tasks, db, "functional"), folder / "set.db"
 
 
@@ -304,15 +374,41 @@ def test_a_cost_model_predicts_as_its_learner_and_round_trips(tmp_path):
 
 def test_a_manifest_gives_back_its_plan(tmp_path):
     drawn = targets.get("vdla", backend="functional").platforms(3, seed=2)
-    plan = pipeline.dataset_plan(drawn[:2], held_out=drawn[2:], shapes=SHAPES, per_task=2)
-    with Records(tmp_path / "set.db") as db, LocalRunner("functional", jobs=2) as runner:
-        generate(plan, runner, db).write(tmp_path / "m.json")
-    again, held = pipeline.plan_from_manifest(json.loads((tmp_path / "m.json").read_text()))
+    plan = training_sets.dataset_plan(drawn[:2], held_out=drawn[2:], shapes=SHAPES, per_task=2)
+    with Records(tmp_path / "set.db") as db:
+        generate(plan, db, backend="functional", jobs=2).write(tmp_path / "m.json")
+    again, held = training_sets.plan_from_manifest(json.loads((tmp_path / "m.json").read_text()))
     assert [(t.platform, t.key) for t in again.tasks] == [(t.platform, t.key) for t in plan.tasks]
     assert [t.config.name for t in held] == [drawn[2].config.name]
     assert held[0].backend == "functional"
     with pytest.raises(ValueError, match="has no platforms to rebuild"):
         type(targets.get("host")).from_platform({})
+
+
+def test_unseen_platforms_are_the_default_the_held_out_and_the_next_drawn():
+    """What a set never trained on, for the few-shot and zero-shot figures: the
+    default platform, the held-out ones (in the manifest's order) and the next of the
+    set's own draw; a default the set trained on is refused."""
+    root = Path(vdla.__file__).resolve().parents[1]
+    manifest = json.loads((root / "bench" / "datasets" / "vdla_v1.db.manifest.json")
+                          .read_text())
+    unseen = training_sets.unseen_platforms(manifest)
+    names = [t.config.name for t in unseen]
+    held = manifest["held_out"]["platforms"]
+    assert names[0] == vdla.HardwareConfig().name and names[1:3] == held
+    assert len(names) == 5 and not set(names) & (set(manifest["platforms"]) - set(held))
+    drawn = [t.config.name for t in targets.get("vdla").platforms(
+        len(manifest["platforms"]) + 2, seed=manifest["seed"])]
+    assert names[3:] == [n for n in drawn if n not in manifest["platforms"]]
+    # The reduced layers on one of them: ResNet-18's C2-C11, a quarter of the side.
+    tasks = reduced_tasks(unseen[1])
+    assert [t.name for t in tasks] == [f"C{i}/r" for i in range(2, 12)]
+    assert reduced_spec("C5") == "7,7,64,64,3,1,1"
+    default = targets.get("vdla")
+    trained = {"target": "vdla", "seed": 0, "held_out": {"platforms": [], "models": []},
+               "platforms": {default.config.name: default.platform_params()}}
+    with pytest.raises(ValueError, match="were trained on: they are not unseen"):
+        training_sets.unseen_platforms(trained)
 
 
 def test_the_cpu_platforms_are_the_instruction_sets_this_machine_runs():
@@ -338,13 +434,13 @@ def test_a_cpu_platform_of_another_machine_reads_its_records_and_measures_nothin
     recorded = {"threads": 1, "isa": "avx512vnni", "cpu": "AMD EPYC"}
     target = type(targets.get("cpu")).from_platform(recorded)
     assert target.platform_params() == recorded
-    [task] = pipeline.tasks_from_workload("7,7,16,16,1,0,1", target)
+    [task] = tasks_from_workload("7,7,16,16,1,0,1", target)
     assert task.platform == "AMD EPYC, 1 threads, avx512vnni"
     assert task.platform_key() == recorded
     with pytest.raises(ValueError, match="'AMD EPYC' .* is not measured on this one, "
                                          r"'Intel\(R\) Xeon"):
         task.compile(task.default_schedule(), "wall")
-    [own] = pipeline.tasks_from_workload("7,7,16,16,1,0,1",
+    [own] = tasks_from_workload("7,7,16,16,1,0,1",
                                          targets.get("cpu", threads=1, isa="portable"))
     assert own.platform == f"{FOREIGN_CPU}, 1 threads, portable"
     with pytest.raises(ValueError, match="needs the CPU's name and its isa"):
@@ -372,13 +468,13 @@ def test_a_float32_cpu_set_measures_the_models_float_layers(tmp_path):
     precision in the manifest and back in the plan; random shapes (int8) refused."""
     cpu = targets.get("cpu").platforms(1)[0]
     with pytest.raises(ValueError, match="C5 is ResNet-18's int8 layer"):
-        pipeline.tasks_from_workload("C5", cpu, precision="float32")
+        tasks_from_workload("C5", cpu, precision="float32")
     with pytest.raises(ValueError, match="no tunable float32 op among the models and shapes"):
-        pipeline.dataset_plan([cpu], shapes=["C5"], precision="float32")
-    plan = pipeline.dataset_plan([cpu], models=["small_cnn"], per_task=2, precision="float32",
+        training_sets.dataset_plan([cpu], shapes=["C5"], precision="float32")
+    plan = training_sets.dataset_plan([cpu], models=["small_cnn"], per_task=2, precision="float32",
                                  rounds=2)
     # A random shape at float32: a float convolution with the ReLU fused, as a model's.
-    [shape] = pipeline.dataset_plan([cpu], shapes=["7,7,32,32,3,1,1,32"],
+    [shape] = training_sets.dataset_plan([cpu], shapes=["7,7,32,32,3,1,1,32"],
                                     precision="float32").tasks
     assert '"dtype":"float32"' in shape.key and '"activation":"relu"' in shape.key
     assert '"groups":32' in shape.key
@@ -386,8 +482,7 @@ def test_a_float32_cpu_set_measures_the_models_float_layers(tmp_path):
     # In this process: a worker forked from a test process whose OpenMP team is running
     # (other CPU tests start one) can hang starting its own.
     with Records(tmp_path / "set.db") as db:
-        runner = InProcessRunner("wall")
-        generate(plan, runner, db).write(tmp_path / "m.json")
+        generate(plan, db, backend="wall").write(tmp_path / "m.json")
         # Two rounds: every schedule measured twice, the second pass after the first.
         records = db.query()
         schedules = {(r.workload, json.dumps(r.schedule, sort_keys=True)) for r in records}
@@ -395,12 +490,12 @@ def test_a_float32_cpu_set_measures_the_models_float_layers(tmp_path):
         assert [r.workload for r in records[:len(schedules)]] == \
             [r.workload for r in records[len(schedules):]]
         # Nothing more to measure for the same rounds.
-        assert measure_again(plan.tasks[0], runner, db, 2) == []
+        assert measure_again(plan.tasks[0], InProcessRunner("wall"), db, 2) == []
     manifest = json.loads((tmp_path / "m.json").read_text())
     assert manifest["precision"] == "float32" and manifest["rounds"] == 2
     assert manifest["measured"] == 16 and manifest["complete"]
     assert sum(map(len, manifest["counts"].values())) == len(plan.tasks)
-    again, _ = pipeline.plan_from_manifest(manifest)
+    again, _ = training_sets.plan_from_manifest(manifest)
     assert [t.key for t in again.tasks] == [t.key for t in plan.tasks]
     with pytest.raises(SystemExit, match="2"):
         main(["dataset", "small_cnn", "--target", "cpu", "--platforms", "1",
@@ -414,12 +509,12 @@ def test_a_cpu_set_measured_side_by_side_takes_each_rounds_figures(tmp_path):
     from vdla.compiler.tuner.dataset import SIDE_BY_SIDE, measure_side_by_side
 
     cpu = targets.get("cpu", threads=1).platforms(1)[0]
-    plan = pipeline.dataset_plan([cpu], shapes=["7,7,16,16,3,1,1"], per_task=3,
+    plan = training_sets.dataset_plan([cpu], shapes=["7,7,16,16,3,1,1"], per_task=3,
                                  side_by_side=4)
     [task] = plan.tasks
     with Records(tmp_path / "set.db") as db:
         # In this process, as the float32 set above.
-        manifest = generate(plan, InProcessRunner("wall"), db)
+        manifest = generate(plan, db, backend="wall")
         records = db.query()
         own = [r for r in records if SIDE_BY_SIDE not in r.counters]
         slots = [r for r in records if SIDE_BY_SIDE in r.counters]
@@ -439,23 +534,23 @@ def test_a_cpu_set_measured_side_by_side_takes_each_rounds_figures(tmp_path):
     manifest.write(tmp_path / "m.json")
     written = json.loads((tmp_path / "m.json").read_text())
     assert written["side_by_side"] == 4 and written["complete"]
-    again, _ = pipeline.plan_from_manifest(written)
+    again, _ = training_sets.plan_from_manifest(written)
     assert again.side_by_side == 4
 
 
 def test_a_compressed_training_set_is_unpacked_once_into_the_cache(tmp_path, monkeypatch):
     import lzma
-    from types import SimpleNamespace
-
     from vdla.compiler.tuner.dataset import local_records
 
     monkeypatch.setenv("VDLA_CACHE", str(tmp_path / "cache"))
     plan, rows, path = measured_rows(tmp_path, seed=3, per_task=2)
-    with Records(path) as db:     # all measured already: the runner measures nothing
-        generate(plan, SimpleNamespace(backend="functional"), db).write(tmp_path / "m.json")
+    with Records(path) as db:     # all measured already: nothing is measured again
+        manifest = generate(plan, db, backend="functional")
+        assert manifest.measured == 0 and manifest.complete
+        manifest.write(tmp_path / "m.json")
     (tmp_path / "set.db.xz").write_bytes(lzma.compress(path.read_bytes()))
     path.unlink()
-    again, manifest = pipeline.training_set(tmp_path / "m.json")
+    again, manifest = training_sets.training_set(tmp_path / "m.json")
     assert np.array_equal(again.x, rows.x) and np.array_equal(again.y, rows.y)
     unpacked = local_records(path)
     assert unpacked.parent == tmp_path / "cache" / "datasets" and unpacked.is_file()
@@ -464,4 +559,4 @@ def test_a_compressed_training_set_is_unpacked_once_into_the_cache(tmp_path, mon
         local_records(tmp_path / "none.db")
     with pytest.raises(ValueError, match="are neither there nor beside it"):
         (tmp_path / "set.db.xz").unlink()
-        pipeline.training_set(tmp_path / "m.json")
+        training_sets.training_set(tmp_path / "m.json")

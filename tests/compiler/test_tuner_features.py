@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import vdla
-from vdla.compiler.pipeline import tasks_from_workload
+from vdla.compiler.tuner.workload_tasks import tasks_from_workload
 from vdla.compiler.targets.vdla import VdlaTarget
 from vdla.compiler.targets.vdla.features import CONV2D, conv2d_values
 from vdla.compiler.tuner.features import Feature, FeatureSet

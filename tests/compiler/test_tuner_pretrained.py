@@ -1,5 +1,6 @@
 """Tuning that starts from what was learned elsewhere: the shipped pretrained model, the
-pretrained tuner that corrects it online, the learned chooser (zero-shot schedules), and
+pretrained tuner that corrects it online, the pretrained chooser (zero-shot schedules;
+``--chooser learned`` is its old name), and
 the task scheduler that spends one budget on a model's tasks. Measured with the
 functional backend, or replayed from records made here."""
 
@@ -16,7 +17,7 @@ from platform_testing import FOREIGN_CPU, pretend_cpu
 from script_loading import load_script
 from vdla.cli import main
 from vdla.compiler import pipeline, targets
-from vdla.compiler.pipeline import tasks_from_workload
+from vdla.compiler.tuner.workload_tasks import tasks_from_workload
 from vdla.compiler.targets.vdla import VdlaTarget
 from vdla.compiler.targets.vdla.features import CONV2D
 from vdla.compiler.targets.vdla.tuning import PRETRAINED
@@ -24,7 +25,8 @@ from vdla.compiler.tuner import (LocalRunner, ModelTuner, PretrainedTuner, Recor
                                  ReplayRunner, make_tuner, scheduler, tune_task, tune_tasks)
 from vdla.compiler.tuner.candidates import remembered_space, space_features
 from vdla.compiler.tuner.cost_model import CostModel, file_name, shipped
-from vdla.compiler.tuner.learned import Rows, learned_choice, learned_schedules
+from vdla.compiler.tuner.pretrained_chooser import pretrained_choice, pretrained_schedules
+from vdla.compiler.tuner.rows import Rows
 from vdla.compiler.tuner.tune import TaskTuning
 
 CFG = vdla.HardwareConfig()
@@ -156,7 +158,7 @@ def test_tune_task_with_the_pretrained_tuner_measures_its_picks(tmp_path):
     assert result.best_cycles <= result.default_cycles
 
 
-# --- the learned chooser ---------------------------------------------------------------------
+# --- the pretrained chooser ------------------------------------------------------------------
 
 def without_veto(monkeypatch, task) -> CostModel:
     """`task`'s model with a feature set whose baseline vetoes nothing, as its model."""
@@ -166,7 +168,7 @@ def without_veto(monkeypatch, task) -> CostModel:
     return model
 
 
-def test_the_learned_chooser_picks_the_models_best_and_remembers_it(monkeypatch, tmp_path):
+def test_the_pretrained_chooser_picks_the_models_best_and_remembers_it(monkeypatch, tmp_path):
     monkeypatch.setenv("VDLA_CACHE", str(tmp_path / "cache"))
     task = task_of(SMALL)
     # The margin alone: the timing model's veto is the next test's.
@@ -178,46 +180,49 @@ def test_the_learned_chooser_picks_the_models_best_and_remembers_it(monkeypatch,
     assert gain > 0.001        # the model prefers another schedule, by this much
     # Past the margin, its pick; within it, the default.
     want = space[best]
-    assert learned_choice(task, margin=gain / 2) == want
-    assert learned_choice(task, margin=gain * 2) == space[default]
+    assert pretrained_choice(task, margin=gain / 2) == want
+    assert pretrained_choice(task, margin=gain * 2) == space[default]
 
     def refuse(self, x):
         raise AssertionError("predicted again: the choice was not remembered")
 
     monkeypatch.setattr(CostModel, "predict", refuse)
-    assert learned_choice(task, margin=gain / 2) == want
+    assert pretrained_choice(task, margin=gain / 2) == want
     # A task with no model (the CPU's dense layers) keeps its default: no choice.
     cpu = targets.get("cpu")
     dense = next(t for t in cpu.tasks(pipeline.graph_for(pipeline.load_model("small_cnn"), cpu))
                  if not t.conv)
-    assert learned_choice(dense) is None
+    assert pretrained_choice(dense) is None
 
 
-def test_compile_with_the_learned_chooser_lets_the_records_win(tmp_path):
+def test_compile_with_the_pretrained_chooser_lets_the_records_win(tmp_path):
     target = VdlaTarget(CFG, backend="functional")
     graph = pipeline.graph_for(pipeline.load_model("small_cnn"), target)
     tasks = target.tasks(graph)
-    learned = learned_schedules(graph, target)
-    assert sorted(learned) == sorted(n for t in tasks for n in t.nodes)
-    # One task tuned into the records: its best wins over the learned pick.
+    picked = pretrained_schedules(graph, target)
+    assert sorted(picked) == sorted(n for t in tasks for n in t.nodes)
+    # One task tuned into the records: its best wins over the pretrained pick, whichever
+    # name the chooser is given (``learned``: its old name).
     with Records(tmp_path / "r.db") as db, LocalRunner("functional", jobs=1) as runner:
         tuned = tune_task(tasks[0], runner, trials=3, records=db, tuner="random", seed=3)
-        _, recorded = pipeline.compile_for(graph, target, records=db, chooser="learned",
-                                           backend="functional")
-    assert recorded == dict.fromkeys(tasks[0].nodes, tuned.best)
-    with pytest.raises(ValueError, match="chooser must be one of default, learned"):
+        for chooser in ("pretrained", "learned"):
+            compiled, recorded = pipeline.compile_for(graph, target, records=db,
+                                                      chooser=chooser, backend="functional")
+            assert recorded == dict.fromkeys(tasks[0].nodes, tuned.best)
+    with pytest.raises(ValueError, match="chooser must be one of default, pretrained, learned"):
         pipeline.compile_for(graph, target, chooser="best")
 
 
-def test_vdla_run_and_compare_take_the_learned_chooser(tmp_path, capsys, monkeypatch):
+def test_run_and_compare_take_the_pretrained_chooser_by_either_name(tmp_path, capsys,
+                                                                   monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert main(["run", "small_cnn", "--sim", "functional", "--chooser", "learned",
                  "--jobs", "1"]) == 0
     out = capsys.readouterr().out
-    assert "from the learned chooser" in out and "bit-exact vs the quantized reference: yes" in out
+    assert "from the pretrained chooser" in out and "bit-exact vs the quantized reference: yes" in out
     assert main(["compare", "small_cnn", "--targets", "vdla,host", "--chooser", "learned",
                  "--json", "c.json"]) == 0
-    assert json.loads((tmp_path / "c.json").read_text())["chooser"] == "learned"
+    assert json.loads((tmp_path / "c.json").read_text())["chooser"] == "pretrained"
 
 
 # --- the task scheduler ----------------------------------------------------------------------
@@ -431,16 +436,16 @@ def test_the_timing_model_vetoes_a_pick_it_has_slower_than_the_default(monkeypat
     own = CONV2D.baseline_of(x[[best, default]])
     assert gain > 0.001 and own[0] > own[1], "the premise: the two estimates disagree"
     assert CONV2D.baseline_vetoes
-    assert learned_choice(task, margin=gain / 2) == space[default]
+    assert pretrained_choice(task, margin=gain / 2) == space[default]
     without_veto(monkeypatch, task)
     monkeypatch.setenv("VDLA_CACHE", str(tmp_path / "plain"))
-    assert learned_choice(task, margin=gain / 2) == space[best]
+    assert pretrained_choice(task, margin=gain / 2) == space[best]
     with pytest.raises(ValueError, match="baseline_vetoes without a baseline"):
         dataclasses.replace(CONV2D, baseline=(), baseline_vetoes=True)
 
 
 def test_the_bench_replays_the_choosers_rule_on_measured_schedules():
-    """bench/tuner_transfer.py's check of `learned_choice`'s rule on held-out records:
+    """bench/tuner_transfer.py's check of `pretrained_choice`'s rule on held-out records:
     the model's pick where it gains more than the margin (and the timing model agrees,
     with the veto), else the default."""
     bench = load_script(Path(vdla.__file__).parents[1] / "bench" / "tuner_transfer.py")

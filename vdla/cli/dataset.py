@@ -1,19 +1,22 @@
 """``vdla dataset``: measure a training set for cost models that learn across layers and
 platforms: random schedules of many workloads (models' tunable ops and random
 convolutions) on many platforms of a target (the accelerator's hardware configs), into
-a records file with a JSON manifest (`vdla.compiler.tuner.dataset`)."""
+a records file with a JSON manifest (`vdla.compiler.tuner.dataset`). The tasks are
+measured on local processes (``--jobs``) or a Ray cluster (``--ray``), the executors
+``vdla sweep``, ``vdla tune --ray`` and a parallel ``vdla run`` use; this process alone
+writes the records."""
 
 from __future__ import annotations
 
 import sys
 import time
 
-from vdla.cli.common import CliError, log, on_interrupt, output_file, table
-from vdla.cli.run import DEFAULT_TARGET
-from vdla.cli.target_args import add_target_options, make_target
-from vdla.compiler import pipeline, targets
-from vdla.compiler.tuner import LocalRunner, Records
-from vdla.compiler.tuner.dataset import generate, random_shapes
+from vdla.cli.common import (CliError, add_ray_option, add_records_output_option, log,
+                             on_interrupt, output_file, table)
+from vdla.cli.target_args import DEFAULT_TARGET, add_target_options, make_target
+from vdla.compiler import targets, training_sets
+from vdla.compiler.tuner import Records
+from vdla.compiler.tuner.dataset import generate, measuring_executor, random_shapes
 
 __all__ = ["add_parser", "run"]
 
@@ -32,8 +35,7 @@ def add_parser(sub) -> None:
                     "which tools.")
     p.add_argument("models", metavar="MODEL", nargs="*",
                    help="zoo model names (or .onnx paths) whose tunable ops are workloads")
-    p.add_argument("--records", required=True, type=output_file, metavar="DB",
-                   help="SQLite records file (created if missing)")
+    add_records_output_option(p)
     p.add_argument("--manifest", type=output_file, metavar="PATH",
                    help="where the manifest goes (default: DB with .manifest.json)")
     p.add_argument("--target", default=DEFAULT_TARGET, metavar="NAME",
@@ -81,11 +83,13 @@ def add_parser(sub) -> None:
                    help="one of the target's measurement backends (default its first: "
                         "the accelerator's is verilator)")
     p.add_argument("--jobs", type=int, default=1, metavar="J",
-                   help="parallel measurement processes (default 1)")
+                   help="local worker processes, each measuring a (platform, workload) "
+                        "task at a time, or the CPUs of --ray local's instance (default 1: "
+                        "this process; the schedules and rows are the same for any J, "
+                        "only wall times differ)")
+    add_ray_option(p, "measure on Ray instead", "the records are written here")
     p.add_argument("--seed", type=int, default=0,
                    help="seeds the platforms, the shapes and the schedules (default 0)")
-    p.add_argument("--timeout", type=float, default=600.0, metavar="SEC",
-                   help="wall-clock limit of one measurement (default 600)")
     add_target_options(p, "tune")
     p.set_defaults(func=run)
 
@@ -114,7 +118,7 @@ def run(args) -> int:
     try:
         target.check_measure(measure)
         drawn = target.platforms(args.platforms + args.held_out_platforms, seed=args.seed)
-        plan = pipeline.dataset_plan(
+        plan = training_sets.dataset_plan(
             drawn[:args.platforms], held_out=drawn[args.platforms:], models=args.models,
             shapes=random_shapes(args.shapes, seed=args.seed)
             + random_shapes(args.small_shapes, seed=args.seed, small=True)
@@ -132,13 +136,19 @@ def run(args) -> int:
     def progress(platform, task, done, total):
         print(f"[{done}/{total}] {platform}: {task}", file=sys.stderr, flush=True)
 
-    with LocalRunner(measure, jobs=args.jobs, timeout=args.timeout) as runner, \
-            Records(args.records) as records:
+    try:
+        # Started before the records are opened: a --ray address with no cluster is an
+        # error before any file is written.
+        executor = measuring_executor(plan, measure, jobs=args.jobs, ray=args.ray)
+    except ValueError as e:     # Ray missing, no cluster at the address
+        raise CliError(str(e)) from None
+    with executor, Records(args.records) as records:
         on_interrupt(args, f"the records in {args.records} keep what was measured; the "
                            "same command resumes")
         # The manifest is rewritten after every task: a stopped run still says what its
         # records hold ("complete": false).
-        manifest = generate(plan, runner, records, progress=progress,
+        manifest = generate(plan, records, backend=measure, executor=executor,
+                            progress=progress, log=log,
                             checkpoint=lambda m: m.write(manifest_path))
     manifest.write(manifest_path)
     rounds = f", each measured {args.rounds} times" if args.rounds > 1 else ""

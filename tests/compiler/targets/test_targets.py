@@ -25,7 +25,7 @@ from vdla.compiler.reference.integer import requantize, wrap32
 from vdla.compiler.reference.numerics import pool2d_windows
 from vdla.compiler.targets import (CompiledOp, OpRun, Support, Target, TargetOption,
                                    TargetSession, compile_model)
-from vdla.compiler.pipeline import tasks_from_workload
+from vdla.compiler.tuner.workload_tasks import tasks_from_workload
 from vdla.compiler.tuner import LocalRunner, Records, tune_task
 from vdla.compiler.tuner.task import OneNodeTask, merge_tasks, one_node_graph
 

@@ -1,24 +1,18 @@
-"""Rows for cost models that learn across tasks and platforms, and the figures that
-judge them.
+"""Rows for cost models that learn across tasks and platforms, and the ranking figures
+that judge them.
 
     rows = training_rows(tasks, records, "verilator")      # from a training set's tasks
     rows.x, rows.y, rows.groups                            # features, log2 cost, task ids
     pairwise_accuracy(predicted, rows.y, rows.groups)      # ordered pairs within a task
     top1_ratio(predicted, rows.y, rows.groups)             # best over picked, per task
-    learned_schedules(graph, target)                       # zero-shot: no measurement
 
 A row is one measured schedule of one task: its `TuneTask.transfer_features` in the
-order of the task's `feature_set`, and the base-2 logarithm of its cost (the median of
-its measurements). What a model is judged on is ranking within a task (which schedule
-to compile), so both figures compare schedules of the same task only (TenSet's and
-Ansor's ranking figures).
-
-The learned chooser (``vdla run --chooser learned``) compiles each tunable op with the
-schedule the target's pretrained model (`TuneTask.pretrained`) ranks first, measuring
-nothing: `learned_choice` for one task, remembered on disk (``cache_root()/schedules``)
-keyed on the task, the model's digest and the task's `sources`, since ranking a space of
-thousands takes a second (`vdla.compiler.tuner.candidates`: a larger space is sampled
-and searched around the model's best).
+order of the task's `feature_set` (`vdla.compiler.tuner.features`), and the base-2
+logarithm of its cost (the median of its measurements). What a model is judged on is
+ranking within a task (which schedule to compile), so both figures compare schedules of
+the same task only (TenSet's and Ansor's ranking figures). A training set's rows come
+from `vdla.compiler.training_sets.training_set`; the model they train is
+`vdla.compiler.tuner.cost_model.CostModel` (``scripts/train_cost_model.py``).
 """
 
 from __future__ import annotations
@@ -26,17 +20,13 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
-from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 
-from vdla._memo import remembered
-from vdla.compiler.tuner.candidates import POOL, Candidates, remembered_space
 from vdla.compiler.tuner.records import OK, Records
 
-__all__ = ["MARGIN", "Rows", "learned_choice", "learned_schedules", "pairwise_accuracy",
-           "top1_ratio", "training_rows"]
+__all__ = ["Rows", "pairwise_accuracy", "top1_ratio", "training_rows"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,73 +112,9 @@ def pairwise_accuracy(predicted: np.ndarray, y: np.ndarray, groups: np.ndarray) 
 def top1_ratio(predicted: np.ndarray, y: np.ndarray, groups: np.ndarray) -> float:
     """The geometric mean over tasks of the best measured cost over the cost of the
     schedule `predicted` ranks first: 1.0 when it always picks the best, 0.5 when what it
-    picks takes twice as long (the issue's top-1 figure)."""
+    picks takes twice as long (the top-1 figure of TenSet and Ansor)."""
     logs = [float(y[groups == g].min() - y[groups == g][np.argmin(predicted[groups == g])])
             for g in np.unique(groups)]
     if not logs:
         raise ValueError("no task to pick a schedule for")
     return float(2.0 ** np.mean(logs))
-
-
-#: The learned chooser keeps the task's default schedule unless the model predicts its
-#: own pick faster by more than this share. The model's error on one schedule of a
-#: config it never saw is under 2.7% for 95% of schedules (leaving each training config
-#: out in turn, centred per task: `bench/tuner_transfer.py`), and its first pick, the
-#: one of thousands it flatters most, is predicted 2.9% too fast or more on 5% of tasks;
-#: below about 5% a predicted gain is as likely that error as a gain, and following it
-#: loses as often as it wins (docs/tuner.md).
-MARGIN = 0.05
-
-
-def learned_choice(task, *, margin: float = MARGIN, pool: int = POOL) -> Any:
-    """The schedule of `task`'s space that its pretrained model predicts fastest, unless
-    it predicts the default schedule within `margin` of it, or the target's own estimate
-    has the default faster and overrules the model (`FeatureSet.baseline_vetoes`) (then
-    the default); None when the task has no model (`TuneTask.pretrained`). A space
-    larger than `pool` is ranked on a sample widened around the model's best
-    (`Candidates`).
-
-    Why the second condition: the correction is learned across tasks, and where it turns
-    the target's own order of two schedules of one task around it extrapolates. On the
-    five configs no training set measured, every pick that paid off had both estimates
-    agree (by 7% to 2.1x), and the one that lost did not: MobileNet-v1's
-    ``features.2.dw`` on the default config, corrected 9.8% faster, timing model 1.2%
-    slower, measured 1.1% slower (docs/tuner.md). Zero-shot promises no more cycles than
-    the default chooser, so a pick must convince both. The CPU's own estimate ranks
-    schedules at pairwise 0.6-0.7 and vetoes nothing."""
-    model = task.pretrained()
-    if model is None:
-        return None
-
-    def choose():
-        space = remembered_space(task)
-        found = Candidates(task, model, space, pool=pool)
-        found.climb(found.prior)
-        default = task.default_schedule()
-        pick = int(np.argmin(found.prior))
-        fallback = found.add([space.index(default)])[0] if default in space else pick
-        better = found.prior[fallback] - found.prior[pick] > math.log2(1 + margin)
-        if better and model.feature_set.baseline_vetoes:
-            own = model.feature_set.baseline_of(found.features[[pick, fallback]])
-            better = own[0] <= own[1]
-        return space[int(found.index[pick if better else fallback])]
-
-    sources = task.sources()
-    if not sources:
-        return choose()
-    key = {"target": task.target, "platform": task.platform_key(), "workload": task.key,
-           "model": model.digest, "margin": margin, "pool": pool}
-    # This module's rule decides the choice too: a change to it forgets the old ones.
-    return remembered("schedules", "learned", key, choose, to_json=task.schedule_to_dict,
-                      from_json=task.schedule_from_dict, sources=(*sources, Path(__file__)))
-
-
-def learned_schedules(graph, target) -> dict[str, Any]:
-    """node name -> `learned_choice` for each tunable node of `graph` on `target` whose
-    task has a pretrained model (the others keep the target's default)."""
-    found = {}
-    for task in target.tasks(graph):
-        choice = learned_choice(task)
-        if choice is not None:
-            found.update(dict.fromkeys(task.nodes, choice))
-    return found
