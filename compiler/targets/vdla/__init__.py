@@ -33,8 +33,9 @@ The data flow through this folder, from `compile_model` to a program:
 """
 
 from vdla.compiler.targets.vdla.conv import LoweredConv2d, lower_conv2d, run_conv2d
-from vdla.compiler.targets.vdla.conv_layer import (Conv2dLayer, Conv2dSchedule, choose_conv2d,
-                                                   estimate_conv2d)
+from vdla.compiler.targets.vdla.conv_layer import Conv2dLayer, choose_conv2d
+from vdla.compiler.targets.vdla.conv_schedule import Conv2dSchedule
+from vdla.compiler.targets.vdla.timing import estimate_conv2d
 from vdla.compiler.targets.vdla.elementwise import (ElementwiseLayer, ElementwiseSchedule,
                                                     LoweredElementwise, lower_elementwise,
                                                     run_elementwise)

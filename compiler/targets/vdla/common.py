@@ -7,7 +7,7 @@ block of DRAM with named regions (micro-ops, constant rows, operands, output), e
 aligned for every element type. Its program is emitted for an arena at address 0;
 `relocate` moves every LOAD/STORE to wherever the runtime allocated the arena.
 
-What the timing models (`conv_layer.estimate_conv2d`, `pool.estimate_pool2d`,
+What the timing models (`timing.estimate_conv2d`, `pool.estimate_pool2d`,
 `elementwise.estimate_elementwise`) know about the hardware, measured on the Verilator
 model of the default config (`vdla.hw`; one figure per fact below):
 
@@ -26,9 +26,6 @@ model of the default config (`vdla.hw`; one figure per fact below):
 from __future__ import annotations
 
 import dataclasses
-import functools
-import inspect
-from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -85,7 +82,7 @@ def window_cols(layer, tile_w: int) -> int:
 #: tile has 29 padded elements: the load module was busy 26,344 cycles, 1,403 fewer than
 #: counting the padding as data, about half a cycle per padded element). Where the DRAM
 #: is the limit (a bus wider than its bytes a cycle), the zeros fill the writer's idle
-#: cycles (`conv_layer._chunk_costs`).
+#: cycles (`timing._chunk_costs`).
 PAD_ELEM_CYCLES = 0.5
 
 #: Pipeline fill and drain of one GEMM/ALU instruction (measured: 100 back-to-back
@@ -534,22 +531,14 @@ def start_lowering(what: str, node, graph, config: HardwareConfig, schedule, des
 SCHEDULE_CACHE = "schedules"
 
 
-@functools.cache
-def chooser_sources() -> tuple[Path, ...]:
-    """The files whose code decides a default chooser's answer (the choosers, their
-    timing models and fits: this folder's modules; the config; the ISA): the answers
-    remembered for other versions of them are never used."""
-    return (*Path(__file__).resolve().parent.glob("*.py"),
-            Path(inspect.getfile(HardwareConfig)).resolve(),
-            *Path(inspect.getfile(Program)).resolve().parent.glob("*.py"))
-
-
 def remembered_schedule(kind: str, layer, config: HardwareConfig, choose: Callable[[], Any],
                         schedule_type: type, accept: Callable[[Any], bool] | None = None,
                         **options) -> Any:
     """`choose()`, the default `schedule_type` of `layer` on `config`, answered from the
     on-disk cache (``cache_root()/schedules``, `vdla._memo`) when it holds the answer for
-    `kind`, the layer's fields, the whole config, `options` and `chooser_sources`.
+    `kind`, the layer's fields, the whole config, `options` and this version of the code
+    of `choose`'s module (the chooser's: `conv_layer`, `pool`; with every project module
+    it imports, so its timing model and fits, the config and the ISA: `vdla._keys`).
 
     A remembered schedule is used only if it still fits the layer's buffers and
     `accept(schedule)` (when given) holds; any other is chosen again and rewritten."""
@@ -563,5 +552,4 @@ def remembered_schedule(kind: str, layer, config: HardwareConfig, choose: Callab
 
     return remembered(SCHEDULE_CACHE, kind,
                       {"layer": layer, "config": config.to_dict(), "options": options},
-                      choose, to_json=dataclasses.asdict, from_json=decode,
-                      sources=chooser_sources())
+                      choose, to_json=dataclasses.asdict, from_json=decode, code=choose)

@@ -90,10 +90,11 @@ from vdla.compiler.targets.vdla.common import (ArenaProgram, acc_rows, activatio
                                                run_arena, start_lowering, store_activation,
                                                unpack_activation,
                                                window_cols, window_rows)
-from vdla.compiler.targets.vdla.conv_layer import (Conv2dLayer, Conv2dSchedule, ConvEpilogue,
-                                                   acc_region, choose_conv2d, chunk_sizes,
-                                                   co_starts, conv2d_layer, inp_blocks,
-                                                   inp_chunk, res_planes, residual_inp)
+from vdla.compiler.targets.vdla.conv_layer import (Conv2dLayer, ConvEpilogue, choose_conv2d,
+                                                   conv2d_layer)
+from vdla.compiler.targets.vdla.conv_schedule import (Conv2dSchedule, acc_region, chunk_sizes,
+                                                      co_starts, inp_blocks, inp_chunk,
+                                                      res_planes, residual_inp)
 from vdla.compiler.targets.vdla.dw_window import (emit_window_gemms, window_uops,
                                                   window_weights)
 from vdla.compiler.targets.vdla.grouped import grouped_weights

@@ -7,10 +7,12 @@ take, without lowering anything.
 This is what a design-space sweep evaluates per design point (`vdla.dse`): it decides
 which nodes run on the accelerator the way `VdlaTarget.supports` does, picks each one's
 schedule as compilation would (the given schedule, else the default chooser) and asks
-each op family's timing model (`conv_layer`, `pool`, `elementwise`) for its cycles, with
-the epilogue's ALU passes the tuner's tasks count (`conv_layer.alu_passes`). No program
-is emitted, so a ResNet-18 takes well under a second per config once the chooser's
-cache is warm for the shapes.
+each op family's timing model (`timing` for the convolutions, `pool`, `elementwise`) for
+its cycles, with the epilogue's ALU passes the tuner's tasks count
+(`conv_layer.alu_passes`). No program is emitted, so a ResNet-18 takes well under a
+second per config once the chooser has ranked its layers' tilings for the config's
+block shape and ALU (`conv_layer.choose_conv2d`: configs that differ only in their
+buffers share that ranking) or its on-disk cache answers.
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ from typing import Any, Mapping
 from vdla.compiler.ir.graph import Graph
 from vdla.compiler.ir.tensor import Node
 from vdla.compiler.targets.vdla.conv_layer import (Conv2dLayer, alu_passes, choose_conv2d,
-                                                   conv2d_workload, estimate_conv2d,
-                                                   residual_passes)
+                                                   conv2d_workload, residual_passes)
+from vdla.compiler.targets.vdla.timing import estimate_conv2d
 from vdla.compiler.targets.vdla.elementwise import (ELEMENTWISE_OPS, choose_elementwise,
                                                     elementwise_layer, estimate_elementwise)
 from vdla.compiler.targets.vdla.placement import VIEW_OPS

@@ -9,9 +9,12 @@ schedule can hope for."""
 from __future__ import annotations
 
 from vdla.compiler.targets.vdla.common import ceil_div
-from vdla.compiler.targets.vdla.conv_layer import Conv2dEstimate, Conv2dLayer, Conv2dSchedule
+from vdla.compiler.targets.vdla.conv_layer import Conv2dLayer
+from vdla.compiler.targets.vdla.conv_schedule import Conv2dSchedule
+from vdla.compiler.targets.vdla.timing import Conv2dEstimate
 from vdla.compiler.tuner.features import Feature, FeatureSet, log2
 from vdla.config import HardwareConfig
+from vdla.extensions import EXTENSIONS
 
 __all__ = ["CONV2D", "conv2d_values"]
 
@@ -53,9 +56,8 @@ CONV2D = FeatureSet("vdla.conv2d", 1, (
     *(Feature(f"log_{b}_depth", f"log2 of the {b} buffer's depth, in elements")
       for b in _BUFFERS),
     Feature("log_bus_bytes", "log2 of DRAM bytes a cycle each way"),
-    Feature("alu_hold", "1 when the config holds the ALU's src operand (`alu_hold`)"),
-    Feature("dw_taps", "the depthwise window's taps (0: none)"),
-    Feature("dsp_limited", "1 when the GEMM core's DSP budget makes some products from LUTs"),
+    # The hardware extensions' inputs, as each declares it (`vdla.extensions`).
+    *(Feature(ext.cost_input[0], ext.cost_input[1]) for ext in EXTENSIONS if ext.cost_input),
     # The analytical timing model.
     Feature("log_est_over_ideal", "log2 of the timing model's cycles over the ideal cycles"),
     Feature("est_gemm", "the GEMM's share of the timing model's busy cycles"),
@@ -65,7 +67,7 @@ CONV2D = FeatureSet("vdla.conv2d", 1, (
 ), baseline=("log_est_over_ideal", "log_ideal_cycles"),   # the timing model's log2 cycles
     # It ranks the schedules of a config it never saw at pairwise 0.98 against Verilator
     # (bench/tuner_transfer.py, part 1): where the correction turns its order around, the
-    # correction is the likelier one wrong (learned.learned_choice).
+    # correction is the likelier one wrong (`pretrained_chooser.pretrained_choice`).
     baseline_vetoes=True)
 
 
@@ -104,8 +106,7 @@ def conv2d_values(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardware
         "log_block_out": log2(config.block_out),
         **{f"log_{b}_depth": log2(depths[b]) for b in _BUFFERS},
         "log_bus_bytes": log2(config.dram_bytes_per_cycle),
-        "alu_hold": float(config.alu_hold), "dw_taps": float(config.dw_taps),
-        "dsp_limited": float(bool(config.gemm_dsp_limit)),
+        **{ext.cost_input[0]: ext.cost_value(config) for ext in EXTENSIONS if ext.cost_input},
     })
     busy = max(1, estimate.gemm + estimate.epilogue + estimate.load + estimate.store)
     values.update({

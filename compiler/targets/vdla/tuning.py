@@ -33,12 +33,13 @@ from typing import Any, Callable
 
 import vdla.runtime
 from vdla.compiler.ir.graph import Graph
-from vdla.compiler.targets.vdla.common import ceil_div, chooser_sources
+from vdla.compiler.targets.vdla.common import ceil_div
 from vdla.compiler.targets.vdla.conv import lower_conv2d, run_conv2d
-from vdla.compiler.targets.vdla.conv_layer import (Conv2dEstimate, Conv2dLayer, Conv2dSchedule,
-                                                   alu_passes, choose_conv2d, conv2d_workload,
-                                                   estimate_conv2d, residual_passes,
+from vdla.compiler.targets.vdla.conv_layer import (Conv2dLayer, alu_passes, choose_conv2d,
+                                                   conv2d_workload, residual_passes,
                                                    schedule_space)
+from vdla.compiler.targets.vdla.conv_schedule import Conv2dSchedule
+from vdla.compiler.targets.vdla.timing import Conv2dEstimate, estimate_conv2d
 from vdla.compiler.targets.vdla.features import CONV2D, conv2d_values
 from vdla.compiler.tuner.cost_model import shipped
 from vdla.compiler.tuner.measure import MeasureResult, one_line
@@ -84,6 +85,7 @@ class ConvTask(OneNodeTask):
     target = "vdla"
     measure_backends = BACKENDS
     unit = "cycles"
+    remembered_on_disk = True
 
     @property
     def platform(self) -> str:
@@ -154,11 +156,6 @@ class ConvTask(OneNodeTask):
         """The whole config: its name leaves out the DRAM's bandwidth and the clock,
         which the timing model (a feature) reads."""
         return self.config.to_dict()
-
-    def sources(self) -> tuple[Path, ...]:
-        """The default choosers' sources: this folder's modules (the space, the timing
-        model, the features), the config and the ISA."""
-        return chooser_sources()
 
     def pretrained(self):
         """`CONV2D`'s model shipped in `PRETRAINED` (scripts/train_cost_model.py)."""

@@ -11,7 +11,8 @@ import pytest
 import vdla
 from vdla.compiler import Graph, run_reference
 from vdla.compiler.targets.vdla import Conv2dLayer, Conv2dSchedule, lower_conv2d, run_conv2d
-from vdla.compiler.targets.vdla.conv_layer import choose_conv2d, estimate_conv2d
+from vdla.compiler.targets.vdla.conv_layer import choose_conv2d
+from vdla.compiler.targets.vdla.timing import estimate_conv2d
 from vdla.isa import Load, MemoryType
 
 DEFAULT = vdla.HardwareConfig()

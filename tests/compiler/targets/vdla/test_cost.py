@@ -11,10 +11,10 @@ from vdla.compiler.targets.vdla import Conv2dLayer, Conv2dSchedule, lower_conv2d
 from vdla.compiler.targets.vdla.common import (DMA_BURST_CYCLES, DMA_CYCLES, DMA_READ_SLOTS,
                                                dma_row_cycles)
 from vdla.compiler.targets.vdla.conv import conv_uop_table
-from vdla.compiler.targets.vdla.conv_layer import (_chunk_costs, _shared_tables, _steps,
-                                                   _store_waits, _table_cycles, _TileClass,
-                                                   choose_conv2d, conv_uop_count,
-                                                   estimate_conv2d, schedule_space)
+from vdla.compiler.targets.vdla.conv_layer import choose_conv2d, schedule_space
+from vdla.compiler.targets.vdla.conv_schedule import conv_uop_count
+from vdla.compiler.targets.vdla.timing import (_chunk_costs, _shared_tables, _steps, _store_waits,
+                                               _table_cycles, _TileClass, estimate_conv2d)
 from vdla.compiler.frontend.workloads import RESNET18, ConvWorkload, parse_workload, workload_graph
 
 DEFAULT = vdla.HardwareConfig()

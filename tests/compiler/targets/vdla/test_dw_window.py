@@ -15,8 +15,8 @@ from .test_conv2d import conv_graph
 from vdla.compiler import run_reference
 from vdla.compiler.targets.vdla import Conv2dSchedule, lower_conv2d, run_conv2d
 from vdla.compiler.targets.vdla.common import tile_split
-from vdla.compiler.targets.vdla.conv_layer import (Conv2dLayer, choose_conv2d, conv2d_layer,
-                                                   estimate_conv2d)
+from vdla.compiler.targets.vdla.conv_layer import Conv2dLayer, choose_conv2d, conv2d_layer
+from vdla.compiler.targets.vdla.timing import estimate_conv2d
 from vdla.compiler.targets.vdla.dw_window import walk, window_weights, wgt_rows
 from vdla.isa import Gemm
 

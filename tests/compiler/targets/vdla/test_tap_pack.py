@@ -12,7 +12,8 @@ import pytest
 
 import vdla
 from vdla.compiler import Graph, run_reference
-from vdla.compiler.targets.vdla.conv_layer import conv2d_layer, estimate_conv2d
+from vdla.compiler.targets.vdla.conv_layer import conv2d_layer
+from vdla.compiler.targets.vdla.timing import estimate_conv2d
 from vdla.compiler.targets.vdla.tap_pack import pack_tap_weights, pack_taps, tap_packs
 
 from .test_conv2d import check_conv
