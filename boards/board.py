@@ -15,9 +15,9 @@ from typing import Any, Mapping
 import vdla.runtime
 from vdla.config import HardwareConfig
 from vdla.isa.registers import CONTROL_ADDR_WIDTH
-from vdla.runtime.board import (BoardDevice, BoardError, DevMemMmio, PynqMemory, PynqMmio,
-                                UdmabufMemory, UioInterrupt, bitstream_config,
-                                bitstream_mismatch)
+from vdla.deploy.board.hardware import (BoardError, bitstream_config, bitstream_mismatch,
+                                        open_layers)
+from vdla.deploy.board_device import BoardDevice
 from vdla.sim.verilator import DramTiming
 
 __all__ = ["Board", "Family", "Part", "Resources", "FAMILIES", "REGISTER_WINDOW_BYTES"]
@@ -237,7 +237,7 @@ class Board:
                       manifest: str | os.PathLike | None = None, dram_size: int = 64 << 20,
                       **options):
         """The accelerator of this board's bitstream, from the board's own Linux (as
-        root): a `vdla.runtime.board.BoardDevice` with its registers at `register_base`
+        root): a `vdla.deploy.board_device.BoardDevice` with its registers at `register_base`
         through pynq where it is installed, else ``/dev/mem``, and `dram_size` bytes of
         DMA memory from `pynq.allocate`, else the first u-dma-buf device, and the done
         interrupt where a UIO device named ``vdla`` has it (else CTRL is polled).
@@ -258,16 +258,11 @@ class Board:
                 raise BoardError(problem)
             config = built
         config = self.config if config is None else config
-        try:
-            import pynq  # noqa: F401  heavy, and on the board image only
-        except ImportError:
-            mmio, memory = DevMemMmio(self.register_base), UdmabufMemory()
-        else:
-            mmio, memory = PynqMmio(self.register_base), PynqMemory(dram_size)
-        # The done interrupt where the board's Linux exposes it as a UIO device (a
-        # device-tree overlay, docs/boards.md); else the runtime polls CTRL.
-        if "interrupt" not in options and UioInterrupt.device() is not None:
-            options["interrupt"] = UioInterrupt()
+        # The same layers the bundle's runner opens (`open_layers`); the done interrupt
+        # where the board's Linux exposes it as a UIO device, else the runtime polls CTRL.
+        mmio, memory, interrupt = open_layers(self.register_base, dram_size)
+        if "interrupt" not in options and interrupt is not None:
+            options["interrupt"] = interrupt
         return BoardDevice(config, mmio=mmio, memory=memory, **options)
 
     def check_memory(self, config: HardwareConfig | None = None) -> None:

@@ -2,7 +2,7 @@
 arena at address 0 the program was emitted for to the arena (and, where activations
 stay in DRAM, the buffers: the compiler's `placement.region_mover`) a session
 allocated, or a whole recorded model from a simulator's addresses to a board's DMA
-region (`vdla.runtime.bundle`). It is the ISA's business, not one back end's: which
+region (`vdla.deploy.board.player`). It is the ISA's business, not one back end's: which
 fields are DRAM addresses, and in which units, is the instruction layout's.
 
 `relocate` rebuilds the instructions; `relocate_encoded` rewrites only the dram_base

@@ -366,7 +366,7 @@ class RemoteDevice(Device):
             raise
         self.backend = f"remote {info['backend']}"
         # The server's device's base (a board's DMA region), which a device script's
-        # addresses and programs move by (`vdla.runtime.bundle`); 0 from an older server.
+        # addresses and programs move by (`vdla.deploy.board.player`); 0 from an older server.
         self.base = int(info.get("base", 0))
         super().__init__(HardwareConfig.from_dict(info["config"]), int(info["dram_size"]))
 

@@ -1,9 +1,10 @@
-"""What a board needs: the bundle's runner and `vdla serve` run with vdla and
-`BOARD_PACKAGES` alone. Each runs in a child process in which every other package vdla
-depends on (its requirements and every extra's, read from the installed metadata) is
-blocked from import, so a module that starts importing the compiler's or the hardware's
-dependencies on the board's path fails here; the install steps the bundle's README and
-docs/boards.md give name exactly those packages."""
+"""What a board needs for `vdla serve`: vdla and `BOARD_PACKAGES` alone. It runs in a
+child process in which every other package vdla depends on (its requirements and every
+extra's, read from the installed metadata) is blocked from import, so a module that
+starts importing the compiler's or the hardware's dependencies on the board's path fails
+here; the install steps docs/boards.md gives name exactly those packages. A bundle needs
+none of it: it carries its code (tests/deploy/test_board_imports.py), and its README
+says so (tests/boards/test_deploy.py)."""
 
 from __future__ import annotations
 
@@ -14,10 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
-from vdla.boards.bundle import BOARD_INSTALL, BOARD_PACKAGES
-from vdla.cli import main as vdla_main
+from vdla.deploy.bundle_writer import BOARD_PACKAGES
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -32,15 +30,6 @@ class Blocker(importlib.abc.MetaPathFinder):
         return None
 sys.meta_path.insert(0, Blocker())
 del sys.argv[1]
-'''
-
-RUN_BUNDLE = BLOCKER + '''
-from pathlib import Path
-from vdla.boards.runner import main
-from vdla.runtime import open as open_device
-# The board's device is the functional simulator here: the runner's own code runs.
-opener = lambda config, manifest, size, timeout: open_device(config, backend="functional")
-sys.exit(main([], bundle=Path(sys.argv[1]), open_device=opener))
 '''
 
 SERVE_HELP = BLOCKER + '''
@@ -83,33 +72,17 @@ def test_the_blocked_set_holds_the_workstations_tools():
     assert not blocked & {"numpy", "networkx", "threadpoolctl"}
 
 
-def test_the_runner_plays_a_bundle_with_the_board_packages_alone(tmp_path):
-    bundle = tmp_path / "small_cnn"
-    assert vdla_main(["deploy", "small_cnn", "--board", "pynq-z1", "-o", str(bundle)]) == 0
-    proc = child(RUN_BUNDLE, str(bundle))
+def test_vdla_serve_starts_with_the_board_packages_alone():
+    proc = child(SERVE_HELP)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "the bundled example: bit-exact" in proc.stdout
+    assert "usage: vdla serve" in proc.stdout
     # The control: the blocker works (the compiler's front half needs onnx).
     proc = child(BLOCKER + "import vdla.compiler.frontend.onnx_import")
     assert proc.returncode != 0 and "is not installed on a board" in proc.stderr
 
 
-def test_vdla_serve_starts_with_the_board_packages_alone():
-    proc = child(SERVE_HELP)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "usage: vdla serve" in proc.stdout
-
-
-@pytest.mark.parametrize("page", ["bundle", "docs/boards.md"])
-def test_the_install_steps_name_the_board_packages(tmp_path, page):
-    if page == "bundle":
-        bundle = tmp_path / "b"
-        assert vdla_main(["deploy", "small_cnn", "--board", "pynq-z1", "-o",
-                          str(bundle)]) == 0
-        text = (bundle / "README.md").read_text()
-        assert BOARD_INSTALL in text
-    else:
-        text = " ".join((ROOT / page).read_text().split())
+def test_the_install_steps_name_the_board_packages():
+    text = " ".join((ROOT / "docs/boards.md").read_text().split())
     command = re.search(r"pip3 install --no-deps vdla-\*\.whl ([\w ]+)`", text)
     assert command, "the page gives the board's pip command"
     assert set(command.group(1).split()) | {"numpy"} == set(BOARD_PACKAGES)

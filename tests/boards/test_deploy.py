@@ -6,6 +6,7 @@ mismatched bitstreams and models the board cannot run alone refused."""
 
 import dataclasses
 import json
+import re
 import shutil
 import subprocess
 
@@ -14,15 +15,17 @@ import pytest
 
 from board_shim import VerilatorMemory, VerilatorMmio
 from vdla.boards import BOARDS
-from vdla.boards.runner import main as run_bundle
 from vdla.cli import main as vdla_main
 from vdla.compiler import pipeline
 from vdla.compiler.targets.host import HOST
 from vdla.compiler.targets.vdla import VdlaTarget
-from vdla.compiler.targets.vdla.export import host_ends, run_exported
+from vdla.compiler.targets.vdla.export import host_ends
+from vdla.deploy.board.hardware import RegisterLog
+from vdla.deploy.board.player import BundleError, DeviceScript, run_exported
+from vdla.deploy.board.runner import main as run_bundle
+from vdla.deploy.board_device import BoardDevice
+from vdla.deploy.bundle_writer import BUNDLE_INSTALL
 from vdla.runtime import open as open_device
-from vdla.runtime.board import BoardDevice, RegisterLog
-from vdla.runtime.bundle import BundleError, DeviceScript
 from vdla.sim.verilator import VerilatorSimulator
 
 BOARD = BOARDS["pynq-z1"]
@@ -59,12 +62,20 @@ def test_the_bundle_holds_the_project_the_model_and_a_manifest(bundle):
     assert manifest["config"] == BOARD.config.name
     files = set(manifest["files"])
     assert {"run.py", "README.md", "model/model.json", "model/model.npz",
+            "lib/vdla/deploy/board/runner.py", "lib/vdla/isa/encoding.py",
             "model/example.npz", "project/manifest.json", "project/build_vivado.tcl",
             "project/vdla_accelerator.v"} <= files
     script = DeviceScript.load(bundle / "model")
     assert script.config == BOARD.config
     assert [s["op"] for s in script.steps if s["do"] == "run"] == [
         "conv1", "pool1", "conv2", "pool2", "conv3", "pool3", "logits"]
+
+
+def test_the_bundles_readme_asks_for_numpy_alone(bundle):
+    """The bundle carries its code: the board needs numpy, not vdla."""
+    text = (bundle / "README.md").read_text()
+    assert BUNDLE_INSTALL in " ".join(text.split())
+    assert "pip3 install numpy" in text and not re.search(r"pip3? install[^`]*vdla", text)
 
 
 @pytest.mark.skipif(shutil.which("tclsh") is None, reason="no tclsh")
@@ -112,7 +123,7 @@ def test_a_changed_file_is_refused(bundle, tmp_path, capsys):
 
 @pytest.mark.parametrize("change, says", [
     ({"block_in": 32, "block_out": 32}, "block_in (bitstream 32, model 16)"),
-    ({"alu_hold": True}, "the bitstream has feature(s) hold"),
+    ({"alu_hold": True}, "the bitstream has extension(s) hold"),
 ])
 def test_a_mismatched_bitstream_is_refused(bundle, tmp_path, capsys, change, says):
     """The bitstream's manifest (--manifest: one built for another config) against the
@@ -141,7 +152,7 @@ def test_a_model_that_needs_a_feature_the_bitstream_lacks(tmp_path, capsys):
     manifest = tmp_path / "bitstream.json"
     manifest.write_text(json.dumps({"config": BOARD.config.to_dict()}))
     assert run_bundle(["--manifest", str(manifest)], bundle=out, open_device=None) == 1
-    assert "the model needs feature(s) hold (alu_hold), which the bitstream lacks" in \
+    assert "the model needs extension(s) hold (alu_hold), which the bitstream lacks" in \
         capsys.readouterr().err
 
 

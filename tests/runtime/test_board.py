@@ -1,4 +1,4 @@
-"""The board runtime (`vdla.runtime.board.BoardDevice`) on the Verilator model of the same
+"""The board runtime (`vdla.deploy.board_device.BoardDevice`) on the Verilator model of the same
 Verilog: its register protocol made on the RTL's AXI4-Lite port (`board_shim`), its
 results and counters against the Verilator backend's, its errors."""
 
@@ -17,8 +17,9 @@ from vdla.compiler.targets.vdla import VdlaTarget
 from vdla.isa import Finish, Gemm, Load, MemoryType, Program
 from vdla.isa.registers import COUNTERS, CTRL_START, REGISTERS, STATUS_DONE
 from vdla.runtime import STAT_KEYS
-from vdla.runtime.board import (BoardDevice, BoardError, BoardTimeout, RegisterLog,
-                                bitstream_config, bitstream_mismatch, decode_state)
+from vdla.deploy.board.hardware import (BoardError, BoardTimeout, RegisterLog, bitstream_config,
+                                        bitstream_mismatch, decode_state)
+from vdla.deploy.board_device import BoardDevice
 from vdla.runtime.kernels import blocked_gemm, blocked_gemm_reference
 from vdla.sim import DeadlockError, ProgramError
 from vdla.sim.verilator import VerilatorSimulator
@@ -238,13 +239,13 @@ def test_a_mismatched_bitstream_is_refused(sim, tmp_path):
     text = bitstream_mismatch(CFG, wide)
     assert "block_in (bitstream 16, model 32)" in text and "block_out" in text
     text = bitstream_mismatch(CFG, held)
-    assert "the model needs feature(s) hold (alu_hold), which the bitstream lacks" in text
+    assert "the model needs extension(s) hold (alu_hold), which the bitstream lacks" in text
     assert bitstream_mismatch(CFG, CFG) == ""
     # The manifest vdla verilog --board writes, against the config a model asks for.
     manifest = tmp_path / "manifest.json"
     manifest.write_text(json.dumps({"config": CFG.to_dict()}))
     assert bitstream_config(manifest) == CFG
-    with pytest.raises(BoardError, match="needs feature"):
+    with pytest.raises(BoardError, match="needs extension"):
         BOARDS["pynq-z1"].open_hardware(held, manifest=manifest)
     # A board with no processor for the runtime: refused before any device is touched.
     assert BOARDS["pynq-z1"].runs_runtime and not BOARDS["de10-nano"].runs_runtime

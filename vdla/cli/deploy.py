@@ -1,14 +1,16 @@
 """``vdla deploy MODEL --board B -o DIR``: a folder to copy to a Zynq board that runs the
-model there (`vdla.boards.bundle`): the board's project (the Vivado script that builds
+model there (`vdla.deploy.bundle_writer`): the board's project (the Vivado script that builds
 the bitstream and its .hwh), the model compiled for the board's config as a device
-script, a runner (``python3 run.py image.npy``) and a manifest with every file's hash.
+script, the board-side code the runner needs (so the board needs only numpy), a runner
+(``python3 run.py image.npy``) and a manifest with every file's hash.
 The bundle is played back on the functional simulator before it is written."""
 
 from __future__ import annotations
 
-from vdla.cli.common import CONFIG_HELP, board_config, log
-from vdla.cli.run import (DEFAULT_TARGET, _open_records, add_chooser_option,
-                          check_model_options)
+from vdla.cli.common import (CONFIG_HELP, add_batch_option, add_calibration_option,
+                             add_records_option, add_seed_option, board_config,
+                             check_model_options, log, open_records)
+from vdla.cli.target_args import DEFAULT_TARGET, add_chooser_option
 
 __all__ = ["add_parser", "run"]
 
@@ -24,27 +26,23 @@ def add_parser(sub) -> None:
                    help=f"the accelerator's config (default: the board's); {CONFIG_HELP}")
     p.add_argument("-o", "--output", required=True, metavar="DIR",
                    help="the bundle's folder (must not exist, or be empty)")
-    p.add_argument("--records", metavar="DB",
-                   help="compile each tunable op with its best schedule in these tuning "
-                        "records (vdla tune)")
+    add_records_option(p)
     add_chooser_option(p)
-    p.add_argument("--seed", type=int, default=0,
-                   help="seeds the bundled example input (default 0)")
-    p.add_argument("--calibration", type=int, default=4, metavar="N",
-                   help="calibration samples for quantization (default 4)")
-    p.add_argument("--batch", type=int, metavar="N", help="batch size (default 1)")
+    add_seed_option(p)
+    add_calibration_option(p)
+    add_batch_option(p)
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     check_model_options(args)
     # heavy: the compiler and the boards (numpy), only once a command runs
-    from vdla.boards.bundle import write_bundle
+    from vdla.deploy.bundle_writer import write_bundle
     from vdla.compiler import pipeline, targets
 
     board, config = board_config(args.board, args.config)     # (ValueError: main says so)
     target = targets.get(DEFAULT_TARGET, config=config, backend="functional")
-    records = _open_records(args.records)
+    records = open_records(args.records)
     model = pipeline.load_model(args.model, seed=args.seed, calibration=args.calibration,
                                 batch=args.batch)
     graph = pipeline.graph_for(model, target)

@@ -1,6 +1,6 @@
 """``vdla serve``: serve this machine's accelerator to ``vdla run MODEL --remote
 HOST:PORT`` on a workstation (`vdla.runtime.remote`). On a board's Linux, ``--board NAME``
-serves the bitstream's accelerator (`vdla.runtime.board.BoardDevice`, as root); anywhere,
+serves the bitstream's accelerator (`vdla.deploy.board_device.BoardDevice`, as root); anywhere,
 ``--sim functional|verilator`` serves a simulated one. Clients must hold the shared key
 (``--key-file`` or ``$VDLA_REMOTE_KEY``)."""
 

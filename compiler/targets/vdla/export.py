@@ -1,6 +1,7 @@
 """The accelerator's stand-alone form of a compiled model (`VdlaTarget.export`, ``vdla
-deploy``): a device script (`vdla.runtime.bundle.DeviceScript`) that plays the model on
-any device without the compiler, and the host's two ends of it.
+deploy``): a device script (`vdla.deploy.board.player.DeviceScript`) that plays the model
+on any device without the compiler, and the host's two ends of it (`run_exported`,
+there too, re-exported here: the board runs it).
 
     folder = export_model(compiled, "bundle/model", example)  # model.json, model.npz
     outputs, runs = run_exported("bundle/model", device, {"input": x})   # float in/out
@@ -32,16 +33,14 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Mapping
 
 import numpy as np
 
 import vdla.runtime
 from vdla._fileio import atomic_write
-from vdla.compiler.ir.tensor import Node
-from vdla.compiler.reference import KERNELS
+from vdla.deploy.board.player import DeviceScript, run_exported
 from vdla.isa import INSN_BYTES
-from vdla.runtime.bundle import BundleError, DeviceScript
 
 __all__ = ["export_model", "host_ends", "run_exported"]
 
@@ -264,7 +263,8 @@ def export_model(compiled, out_dir: str | os.PathLike,
         t["shape"] = list(graph.tensors[t["name"]].shape)
     for t in ins:
         t["from_shape"] = list(graph.tensors[t["from"]].shape)
-    meta = {"model": name or graph.name, "features": list(config.features),
+    meta = {"model": name or graph.name, "extensions": list(config.program_extensions),
+            "dram_alignment": vdla.runtime.dram_alignment(config),
             "ops": [{"name": op.name, "op": op.op, "on": op.target} for op in compiled.ops]}
     script = DeviceScript(config, tuple(steps), arrays, tuple(ins), tuple(outs),
                           top + vdla.runtime.dram_alignment(config), meta)
@@ -293,7 +293,7 @@ recorded from the compiler's session and checked by playing it back.
 
 Play it on any device of the config, a board's included, with vdla installed:
 
-    from vdla.compiler.targets.vdla.export import run_exported
+    from vdla.deploy.board.player import run_exported
     outputs, runs = run_exported("this/folder", device, {{"input": x}})
 
 `vdla deploy MODEL --board B` puts it in a bundle with the board's project and a runner.
@@ -315,30 +315,3 @@ def _self_check(script: DeviceScript, feed, recorded: Mapping[str, np.ndarray]) 
         if not np.array_equal(outputs[name], value):
             raise ValueError(f"the exported script's output {name!r} differs from the run "
                              "it was recorded from: the recording is wrong (please report it)")
-
-
-def run_exported(script: DeviceScript | str | os.PathLike, device,
-                 feed: Mapping[str, Any]) -> tuple[dict, list[dict]]:
-    """Run an exported model on `device`: the float `feed` (graph input -> array)
-    quantized as the model's host did, the script played, its outputs dequantized.
-    Returns ({graph output: float32 array}, the stats of each run). BundleError for a
-    feed missing an input or of the wrong shape."""
-    if not isinstance(script, DeviceScript):
-        script = DeviceScript.load(script)
-    q = {}
-    for t in script.inputs:
-        if t["from"] not in feed:
-            raise BundleError(f"the model's input {t['from']!r} is missing from the feed "
-                              f"(it has {sorted(feed)})")
-        x = np.asarray(feed[t["from"]], np.float32)
-        if list(x.shape) != list(t["from_shape"]):
-            raise BundleError(f"input {t['from']!r} must have shape {tuple(t['from_shape'])}, "
-                              f"not {x.shape}")
-        node = Node(t["name"], "quantize", [t["from"]], [t["name"]], t["quantize"])
-        q[t["name"]] = KERNELS["quantize"](node, [x], None)[0]
-    outputs, runs = script.play(device, q)
-    out = {}
-    for t in script.outputs:
-        node = Node(t["to"], "dequantize", [t["name"]], [t["to"]], t["dequantize"])
-        out[t["to"]] = KERNELS["dequantize"](node, [outputs[t["name"]]], None)[0]
-    return out, runs

@@ -1,14 +1,18 @@
-"""The board side of a deploy bundle: what ``python3 run.py [image.npy]`` does on the
-board (`vdla.boards.bundle` writes run.py, which calls `main`).
+"""What ``python3 run.py [image.npy]`` does on the board (`vdla.deploy.bundle_writer`
+writes run.py, which puts the bundle's carried code first on the path and calls
+`main`). Board side (`vdla.deploy.board`): the standard library, numpy and vdla's light
+core; pynq only to load a bitstream and open the hardware.
 
-1. check the bundle's files against its manifest (`check_bundle`);
-2. load the device script (`vdla.runtime.bundle.DeviceScript`);
+1. check the bundle's files, the carried code included, against its manifest
+   (`vdla.deploy.board.manifest.check_bundle`);
+2. load the device script (`vdla.deploy.board.player.DeviceScript`);
 3. with ``--bitstream``, load it through pynq (its ``.hwh`` beside it);
 4. refuse a bitstream whose manifest (``project/manifest.json`` by default: the config
-   the Vivado project was generated for) differs from the model's config or features,
-   naming the difference (`vdla.runtime.board.bitstream_mismatch`);
-5. open the accelerator (`Board.open_hardware`), with a DMA region the size the model
-   needs;
+   the Vivado project was generated for) differs from the model's config or extensions,
+   naming the difference (`vdla.deploy.board.hardware.bitstream_mismatch`);
+5. open the accelerator at the board's register base (the manifest's
+   ``register_base``; `vdla.deploy.board.hardware.open_layers`), with a DMA region the
+   size the model needs, as the device the script plays on (`RegionDevice`);
 6. run the input (the image, or the bundled example) through the model
    (`run_exported`: quantized on the host as at compile time, played on the device,
    dequantized) and print the cycles per op, the run's time and the top classes; the
@@ -30,11 +34,10 @@ from typing import Callable
 
 import numpy as np
 
-from vdla.boards import get as get_board
-from vdla.boards.bundle import BundleMismatch, check_bundle
-from vdla.compiler.targets.vdla.export import run_exported
-from vdla.runtime.board import BoardError, BoardTimeout, bitstream_config, bitstream_mismatch
-from vdla.runtime.bundle import BundleError, DeviceScript
+from vdla.deploy.board.hardware import (Accelerator, BoardError, BoardTimeout, RegionDevice,
+                                        bitstream_config, bitstream_mismatch, open_layers)
+from vdla.deploy.board.manifest import BundleMismatch, check_bundle
+from vdla.deploy.board.player import BundleError, DeviceScript, run_exported
 
 __all__ = ["main"]
 
@@ -62,9 +65,13 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str], *, bundle: str | os.PathLike,
          open_device: Callable | None = None) -> int:
-    """Run.py's work (module docstring); returns the exit status. `open_device(config,
-    manifest, dram_size, timeout)` opens the accelerator instead of the board's
-    hardware (a test's Verilator shim)."""
+    """Run.py's work (module docstring); returns the exit status.
+
+    argv : run.py's arguments (`_parser`)
+    bundle : the bundle's folder
+    open_device : ``open_device(config, manifest, dram_size, timeout)`` opens the
+        device instead of the board's hardware (a test's Verilator shim, a simulator)
+    """
     parser = _parser()
     args = parser.parse_args(argv)
     if not args.timeout > 0:
@@ -85,8 +92,8 @@ def main(argv: list[str], *, bundle: str | os.PathLike,
         size = -(-script.dram_bytes // REGION_ROUND) * REGION_ROUND
         if open_device is None:
             try:
-                device = get_board(info["board"]).open_hardware(
-                    script.config, manifest=manifest, dram_size=size, timeout=args.timeout)
+                device = RegionDevice(script.config, Accelerator(
+                    *open_layers(int(info["register_base"]), size), timeout=args.timeout))
             except OSError as exc:
                 raise BoardError(f"cannot open the accelerator ({exc}): run.py runs on the "
                                  "board's Linux, as root, with the bitstream loaded") from None

@@ -1,21 +1,26 @@
 """A compiled model as a script of device calls, to run where no compiler is: the model
-half of ``vdla deploy``'s bundle (`vdla.compiler.targets.vdla.export` records it).
+half of ``vdla deploy``'s bundle (`vdla.compiler.targets.vdla.export` records it). Board
+side (`vdla.deploy.board`): the standard library, numpy and vdla's light core.
 
     script = DeviceScript.load("bundle/model")        # model.json + model.npz
     outputs, runs = script.play(device, {"input_q": q})   # int8 in, int8 out
+    outputs, runs = run_exported(script, device, {"input": x})   # float in and out
 
 A model on the accelerator is, seen from the device, a fixed sequence of calls: allocate
 the buffers, arenas and programs; write the weights and programs; write the quantized
 inputs; run each op's program; read the outputs. The exporter records that sequence
 from a session on the functional simulator, and this module plays it back on any
-`vdla.runtime.Device`: a board's (`vdla.runtime.board.BoardDevice`), a simulator's, or a
-remote one. Playing needs numpy and the ISA's encoding, nothing of the compiler.
+`vdla.runtime.Device` (a simulator's, a remote one, a board's
+`vdla.deploy.board_device.BoardDevice`) or, on a board without vdla, the DMA region of
+`vdla.deploy.board.hardware.RegionDevice`. Playing needs numpy and the ISA's encoding,
+nothing of the compiler.
 
 The steps (``model.json``'s ``steps``, in order):
 
 - ``alloc``: ``bytes``, and ``at``, the address the recording got. A device's allocator
   hands out the same offsets from its `Device.base` for the same sequence, and the
-  play checks that it does.
+  play checks that it does; a device with ``place`` (`RegionDevice`) puts the buffer
+  at ``at`` itself, its base a multiple of the script's ``dram_alignment``.
 - ``write``: array ``blob`` of ``model.npz`` at ``at``; with ``program``, the bytes are
   instructions, whose LOAD/STORE addresses move by the device's `base`
   (`vdla.isa.relocate.relocate_encoded`): the accelerator has no base register, so a
@@ -29,6 +34,10 @@ The steps (``model.json``'s ``steps``, in order):
   ``raw[map]`` over the output's reads concatenated, reshaped to its shape.
 
 `DeviceScript.play` frees what it allocated, so a device plays a script again and again.
+
+`run_exported` adds the host's two ends: the float inputs quantized and the int8
+outputs dequantized with the arithmetic of the compiler's reference kernels
+(``quantize``, ``dequantize``), which `quantize` and `dequantize` here are.
 """
 
 from __future__ import annotations
@@ -37,7 +46,7 @@ import dataclasses
 import json
 import os
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -46,7 +55,7 @@ from vdla.isa.encoding import decode_stream
 from vdla.isa.program import Program
 from vdla.isa.relocate import relocate_encoded
 
-__all__ = ["FORMAT", "BundleError", "DeviceScript"]
+__all__ = ["FORMAT", "BundleError", "DeviceScript", "dequantize", "quantize", "run_exported"]
 
 #: The version of ``model.json``'s layout; a player refuses another.
 FORMAT = "vdla-device-script/1"
@@ -139,6 +148,11 @@ class DeviceScript:
                               f"device runs {device.config.name}")
         values = self._inputs(inputs)
         base = int(getattr(device, "base", 0))
+        placing = hasattr(device, "place")
+        align = int(self.meta.get("dram_alignment", 1))
+        if placing and base % align:
+            raise BundleError(f"the device's DRAM starts at {base:#x}, not a multiple of "
+                              f"{align} bytes, the config's DRAM alignment")
         if device.dram_size < self.dram_bytes:
             raise BundleError(f"the model needs {self.dram_bytes:,} bytes of DRAM; the "
                               f"device has {device.dram_size:,}")
@@ -146,7 +160,9 @@ class DeviceScript:
         try:
             for i, step in enumerate(self.steps):
                 kind = step["do"]
-                if kind == "alloc":
+                if kind == "alloc" and placing:
+                    device.place(step["at"], step["bytes"])
+                elif kind == "alloc":
                     addr = device.alloc(step["bytes"])
                     allocated.append(addr)
                     if addr != step["at"] + base:
@@ -198,3 +214,48 @@ class DeviceScript:
         encoded = self.arrays[blob].tobytes()
         program = Program(tuple(decode_stream(encoded, self.config)), self.config)
         return relocate_encoded(program, encoded, base, self.config)
+
+
+def quantize(x, scale: float) -> np.ndarray:
+    """Float `x` to int8 at `scale`: x / scale rounded half up, clipped to [-128, 127]:
+    the compiler's reference ``quantize`` kernel's arithmetic, in float64."""
+    q = np.floor(np.asarray(x, dtype=np.float64) / float(scale) + 0.5)
+    return np.clip(q, -128, 127).astype(np.int8)
+
+
+def dequantize(q: np.ndarray, scale: float) -> np.ndarray:
+    """Int8 `q` at `scale` to float32 (the reference ``dequantize``: in float64, then
+    rounded to float32)."""
+    return (np.asarray(q).astype(np.float64) * float(scale)).astype(np.float32)
+
+
+def run_exported(script: DeviceScript | str | os.PathLike, device,
+                 feed: Mapping[str, Any]) -> tuple[dict, list[dict]]:
+    """Run an exported model on `device`: the float `feed` (graph input -> array)
+    quantized as the model's host did, the script played, its outputs dequantized.
+
+    script : a `DeviceScript`, or the folder of one
+    device : what `DeviceScript.play` plays on
+    feed : graph input name -> float array of the input's shape
+    Returns ({graph output: float32 array}, the stats of each run). BundleError for a
+    feed missing an input or of the wrong shape, or a quantize of another dtype than
+    int8."""
+    if not isinstance(script, DeviceScript):
+        script = DeviceScript.load(script)
+    q = {}
+    for t in script.inputs:
+        if t["from"] not in feed:
+            raise BundleError(f"the model's input {t['from']!r} is missing from the feed "
+                              f"(it has {sorted(feed)})")
+        x = np.asarray(feed[t["from"]], np.float32)
+        if list(x.shape) != list(t["from_shape"]):
+            raise BundleError(f"input {t['from']!r} must have shape {tuple(t['from_shape'])}, "
+                              f"not {x.shape}")
+        if t["quantize"].get("dtype", "int8") != "int8":
+            raise BundleError(f"input {t['from']!r}: quantize to {t['quantize']['dtype']!r}; "
+                              "only 'int8' is supported")
+        q[t["name"]] = quantize(x, t["quantize"]["scale"])
+    outputs, runs = script.play(device, q)
+    out = {t["to"]: dequantize(outputs[t["name"]], t["dequantize"]["scale"])
+           for t in script.outputs}
+    return out, runs

@@ -1,9 +1,12 @@
-"""The accelerator on a Zynq board, behind the device API.
+"""The accelerator on a Zynq board, seen from the board's Linux: its control registers
+and its DMA memory, the protocol of a run, and the checks of a bitstream. Board side
+(`vdla.deploy.board`): the standard library, numpy and vdla's light core; pynq only
+where it is used.
 
-    dev = vdla.boards.get("pynq-z1").open_hardware()     # on the board's Linux
-    a = dev.alloc(nbytes); dev.write(a, x); stats = dev.run(insn_addr, insn_count)
+    accel = Accelerator(*open_layers(register_base, dram_size))
+    device = RegionDevice(config, accel)        # what a device script plays on
 
-Two layers sit under the device, and a test swaps them as a pair
+Two layers sit under the accelerator, and a test swaps them as a pair
 (``tests/board_shim.py`` drives the Verilator model of the same Verilog through
 them, register access for register access):
 
@@ -12,11 +15,12 @@ them, register access for register access):
   (`PynqMmio`) or a mapping of ``/dev/mem`` (`DevMemMmio`) where pynq is absent.
 - `DmaMemory`: one physically contiguous region the accelerator's AXI master reads and
   writes, mapped into this process: `pynq.allocate` (`PynqMemory`) or a u-dma-buf
-  device (`UdmabufMemory`). The addresses the device hands out (`alloc`) are bus
-  addresses, the region's physical address plus an offset, because the accelerator has
-  no base register: its instructions carry the addresses it puts on the bus.
+  device (`UdmabufMemory`). The addresses the accelerator sees are bus addresses, the
+  region's physical address plus an offset, because it has no base register: its
+  instructions carry the addresses it puts on the bus.
 
-The protocol of a run (docs/isa.md, "Memory map"), the same on every board:
+The protocol of a run (docs/isa.md, "Memory map"), the same on every board
+(`Accelerator`):
 
 1. once, at open: read ID (must be `ACCEL_ID`) and VERSION (must be `REGMAP_VERSION`);
 2. flush the CPU's caches over what the host wrote since the last run;
@@ -35,6 +39,12 @@ swapped in the tests for the Verilator model's ``irq`` port.
 
 Every register access goes through `Mmio.read` and `Mmio.write`, so a log of them is
 the protocol as the hardware saw it (`RegisterLog`).
+
+Two devices are built on `Accelerator`: `RegionDevice` here, the device a bundle's
+device script plays on (the script's own placement, nothing checked but the region's
+bounds: the script's programs were validated when it was exported), and
+`vdla.deploy.board_device.BoardDevice`, vdla's full device API (its allocator,
+programs validated before they start, work counters), which needs vdla installed.
 """
 
 from __future__ import annotations
@@ -51,18 +61,16 @@ from pathlib import Path
 
 import numpy as np
 
-from vdla.config import FEATURE_FLAGS, HardwareConfig
+from vdla.config import HardwareConfig
+from vdla.extensions import EXTENSIONS, lacking_extensions
+from vdla.isa import INSN_BYTES
 from vdla.isa.registers import (ACCEL_ID, COUNTERS, CTRL_START, REGISTERS, REGMAP_VERSION,
                                 STATE_BITS, STATUS_DONE)
-from vdla.runtime.allocator import DramAllocator
-from vdla.runtime.device import Device, dram_alignment, in_stat_order, lacking_features
-from vdla.sim.counters import work_counters
-from vdla.sim.protocol import fetch_program
-from vdla.sim.validate import ProgramValidator
 
-__all__ = ["BoardDevice", "BoardError", "BoardTimeout", "DevMemMmio", "DmaMemory", "Interrupt",
-           "Mmio", "PynqMemory", "PynqMmio", "RegisterLog", "UdmabufMemory", "UioInterrupt",
-           "bitstream_config", "bitstream_mismatch", "decode_state"]
+__all__ = ["Accelerator", "BoardError", "BoardTimeout", "DevMemMmio", "DmaMemory",
+           "Interrupt", "Mmio", "PynqMemory", "PynqMmio", "RegionDevice", "RegisterLog",
+           "UdmabufMemory", "UioInterrupt", "bitstream_config", "bitstream_mismatch",
+           "decode_state", "open_layers", "register_name"]
 
 #: Bytes of the control window (`vdla.isa.registers.CONTROL_ADDR_WIDTH`).
 WINDOW = 4096
@@ -216,41 +224,34 @@ def decode_state(state: int) -> str:
     return "; ".join(found) if found else "nothing busy, nothing waiting"
 
 
-class BoardDevice(Device):
-    """The accelerator of `config` behind `mmio`, over the DMA region `memory`.
+class Accelerator:
+    """The accelerator behind `mmio`, over the DMA region `memory`: the register protocol
+    of a run (module docstring) and the region's cache maintenance, nothing of vdla's
+    device API (no allocator, no program checks: the devices built on it add those).
 
-    config : the `HardwareConfig` the bitstream was built from
     mmio, memory : the control window and the DMA region (`Mmio`, `DmaMemory`)
     interrupt : the done interrupt (`Interrupt`), or None to poll CTRL
     timeout : seconds a run may take before `BoardTimeout`
     poll : seconds between reads of CTRL while a run goes on
     BoardError when the window does not answer as a vdla accelerator of this register
-    map's version, naming what it read.
+    map's version, naming what it read; ValueError for a timeout that is not a positive
+    number.
     """
 
-    backend = "board"
-
-    def __init__(self, config: HardwareConfig, *, mmio: Mmio, memory: DmaMemory,
-                 interrupt: Interrupt | None = None, timeout: float = 10.0,
-                 poll: float = POLL_SECONDS):
+    def __init__(self, mmio: Mmio, memory: DmaMemory, interrupt: Interrupt | None = None, *,
+                 timeout: float = 10.0, poll: float = POLL_SECONDS):
         if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or timeout <= 0:
             raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
-        super().__init__(config, len(memory.array))
         self.mmio, self.memory, self.interrupt = mmio, memory, interrupt
         self.timeout, self.poll = float(timeout), float(poll)
-        base = int(memory.physical_address)
-        align = dram_alignment(config)
-        if base % align:
-            raise ValueError(f"the DMA region's physical address {base:#x} is not a "
-                             f"multiple of {align} bytes, the config's DRAM alignment")
-        # Bus addresses: the region's own. Its first aligned block stays unused, as a
-        # simulator leaves address 0, so that a compiled model lands at the same offsets
-        # from a page, and bursts alike, on a board as in simulation.
-        self.base = base
-        self.allocator = DramAllocator(base + len(memory.array), alignment=align,
-                                       base=base + align)
-        self.validator = ProgramValidator(config)
+        #: The bus address of the region's first byte: what its offsets are moved by.
+        self.base = int(memory.physical_address)
         self._check_identity()
+
+    @property
+    def size(self) -> int:
+        """Bytes of the DMA region."""
+        return len(self.memory.array)
 
     def _check_identity(self) -> None:
         ident = self.mmio.read(REGISTERS["ID"][0])
@@ -264,31 +265,27 @@ class BoardDevice(Device):
                              f"runtime speaks version {REGMAP_VERSION}: build the bitstream "
                              "and the runtime from one vdla")
 
-    # --- memory -----------------------------------------------------------------------------
+    # --- the region ---------------------------------------------------------------------------
 
-    def _write(self, addr: int, raw: np.ndarray):
-        at = addr - self.base
-        self.memory.array[at:at + len(raw)] = raw
-        self.memory.flush(at, len(raw))
+    def write(self, offset: int, raw: np.ndarray) -> None:
+        """Copy the uint8 array `raw` into the region at `offset`, then flush the CPU's
+        caches over it (the accelerator reads DRAM, not the caches)."""
+        self.memory.array[offset:offset + len(raw)] = raw
+        self.memory.flush(offset, len(raw))
 
-    def _read(self, addr: int, nbytes: int) -> np.ndarray:
-        at = addr - self.base
-        self.memory.invalidate(at, nbytes)
-        return self.memory.array[at:at + nbytes].copy()
+    def read(self, offset: int, nbytes: int) -> np.ndarray:
+        """A copy of `nbytes` of the region at `offset`, read after invalidating the CPU's
+        cached copies (the accelerator wrote DRAM behind them)."""
+        self.memory.invalidate(offset, nbytes)
+        return self.memory.array[offset:offset + nbytes].copy()
 
-    # --- running ----------------------------------------------------------------------------
+    # --- running ------------------------------------------------------------------------------
 
-    def run(self, insn_addr: int, insn_count: int, *, validate: bool = True,
-            timeout: float | None = None) -> dict:
-        """As `Device.run`: the program is checked as on every backend (`validate`
-        False leaves a bad one to the timeout), started, and waited for; the stats are
-        the hardware's counters, the program's own counts and ``wall_seconds``.
-        `BoardTimeout` after `timeout` seconds (the device's by default)."""
-        insns = fetch_program(self.memory.array, int(insn_addr) - self.base, int(insn_count),
-                              self.config)
-        if validate:
-            self.validator.validate(insns, self.memory.array, insn_addr=int(insn_addr),
-                                    dram_base=self.base)
+    def run(self, insn_addr: int, insn_count: int, timeout: float | None = None) -> dict:
+        """Start the `insn_count` instructions at bus address `insn_addr` and wait for
+        done (steps 3 to 5 of the module docstring); returns every hardware counter
+        (`COUNTERS`) and ``wall_seconds``. `BoardTimeout` after `timeout` seconds (the
+        accelerator's by default)."""
         regs = self.mmio
         start = time.perf_counter()
         regs.write(REGISTERS["INSN_ADDR"][0], int(insn_addr))
@@ -303,11 +300,10 @@ class BoardDevice(Device):
                 self._timed_out(time.perf_counter() - start)
             time.sleep(self.poll)
         wall = time.perf_counter() - start
-        counters = self._counters()     # (`_read` invalidates what the host reads)
-        return in_stat_order({**work_counters(insns, self.config), **counters,
-                              "wall_seconds": wall})
+        return {**self.counters(), "wall_seconds": wall}
 
-    def _counters(self) -> dict[str, int]:
+    def counters(self) -> dict[str, int]:
+        """Every hardware counter, its low word read before its high word."""
         out = {}
         for name, (offset, _) in COUNTERS.items():
             low = self.mmio.read(offset)
@@ -316,7 +312,7 @@ class BoardDevice(Device):
 
     def _timed_out(self, seconds: float):
         state = self.mmio.read(REGISTERS["STATE"][0])
-        counters = self._counters()
+        counters = self.counters()
         raise BoardTimeout(
             f"the accelerator did not finish in {seconds:.1f} s ({counters['cycles']:,} "
             f"cycles counted): STATE {state:#010x}: {decode_state(state)}; instructions "
@@ -325,7 +321,7 @@ class BoardDevice(Device):
             f"{counters['store_insns']}. Reset the accelerator (reload the bitstream) "
             "before the next run.", state, counters)
 
-    def close(self):
+    def close(self) -> None:
         mmio, memory, self.mmio, self.memory = self.mmio, self.memory, None, None
         interrupt, self.interrupt = self.interrupt, None
         if interrupt is not None:
@@ -335,6 +331,74 @@ class BoardDevice(Device):
         if memory is not None:
             memory.close()
 
+
+class RegionDevice:
+    """The device a device script (`vdla.deploy.board.player.DeviceScript`) plays on, on
+    the board: `accelerator`'s DMA region, its buffers placed where the script recorded
+    them (`place`), so no allocator runs here; the recording's allocator gave those
+    places, and its programs were validated when the script was exported. Writes and
+    reads are checked against the region's bounds only.
+
+    config : the `HardwareConfig` of the bitstream (the script's, checked by the runner)
+    accelerator : the `Accelerator`; `close` closes it
+    """
+
+    backend = "board"
+
+    def __init__(self, config: HardwareConfig, accelerator: Accelerator):
+        self.config, self.accelerator = config, accelerator
+        self.base, self.dram_size = accelerator.base, accelerator.size
+
+    def place(self, offset: int, nbytes: int) -> int:
+        """The bus address of `nbytes` at region offset `offset`; ValueError when they do
+        not fit in the region."""
+        if offset < 0 or offset + nbytes > self.dram_size:
+            raise ValueError(f"{nbytes:,} bytes at offset {offset:#x} do not fit in the DMA "
+                             f"region of {self.dram_size:,} bytes")
+        return self.base + offset
+
+    def _offset(self, addr: int, nbytes: int, what: str) -> int:
+        offset = int(addr) - self.base
+        if offset < 0 or offset + nbytes > self.dram_size:
+            raise ValueError(f"{what} of {nbytes:,} bytes at {int(addr):#x} is outside the DMA "
+                             f"region ({self.base:#x}, {self.dram_size:,} bytes)")
+        return offset
+
+    def write(self, addr: int, data) -> None:
+        """Copy a numpy array (little-endian) or bytes into the region at bus address
+        `addr`."""
+        raw = np.frombuffer(memoryview(data).cast("B"), np.uint8) \
+            if not isinstance(data, np.ndarray) \
+            else np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+        self.accelerator.write(self._offset(addr, len(raw), "write"), raw)
+
+    def read(self, addr: int, nbytes: int) -> np.ndarray:
+        """A copy of `nbytes` at bus address `addr`, as uint8."""
+        return self.accelerator.read(self._offset(addr, nbytes, "read"), int(nbytes))
+
+    def run(self, insn_addr: int, insn_count: int) -> dict:
+        """`Accelerator.run`: the hardware counters and ``wall_seconds``."""
+        self._offset(insn_addr, INSN_BYTES * int(insn_count), "a program")
+        return self.accelerator.run(insn_addr, insn_count)
+
+    def close(self) -> None:
+        self.accelerator.close()
+
+
+def open_layers(register_base: int, dram_size: int) -> tuple[Mmio, DmaMemory, Interrupt | None]:
+    """The board's own layers, from its Linux (as root): the control window at
+    `register_base` and `dram_size` bytes of DMA memory through pynq where it is
+    installed, else ``/dev/mem`` and the first u-dma-buf device; and the done interrupt
+    where a UIO device named ``vdla`` has it (a device-tree overlay, docs/boards.md), else
+    None (CTRL is polled). OSError when the board's Linux lacks them."""
+    try:
+        import pynq  # noqa: F401  heavy (it loads the overlay's drivers), board image only
+    except ImportError:
+        mmio, memory = DevMemMmio(register_base), UdmabufMemory()
+    else:
+        mmio, memory = PynqMmio(register_base), PynqMemory(dram_size)
+    interrupt = UioInterrupt() if UioInterrupt.device() is not None else None
+    return mmio, memory, interrupt
 
 def bitstream_config(manifest: str | os.PathLike) -> HardwareConfig:
     """The config a bitstream was built from: its project's ``manifest.json``."""
@@ -347,21 +411,21 @@ def bitstream_config(manifest: str | os.PathLike) -> HardwareConfig:
 
 def bitstream_mismatch(bitstream: HardwareConfig, model: HardwareConfig) -> str:
     """Why a model compiled for `model` cannot run on a bitstream of `bitstream`, naming
-    the features one has and the other lacks and every other parameter that differs;
+    the extensions one has and the other lacks and every other parameter that differs;
     "" when they are the same config."""
     if bitstream == model:
         return ""
     parts = [f"the bitstream is config {bitstream.name}, the model is compiled for "
              f"{model.name}"]
-    needed = lacking_features(model, bitstream)
+    needed = lacking_extensions(model, bitstream)
     if needed:
-        parts.append("the model needs feature(s) " + ", ".join(f"{s} ({w})" for s, w in needed)
+        parts.append("the model needs extension(s) " + ", ".join(f"{s} ({w})" for s, w in needed)
                      + ", which the bitstream lacks")
-    extra = lacking_features(bitstream, model)
+    extra = lacking_extensions(bitstream, model)
     if extra:
-        parts.append("the bitstream has feature(s) " + ", ".join(s for s, _ in extra)
+        parts.append("the bitstream has extension(s) " + ", ".join(s for s, _ in extra)
                      + ", which the model's config lacks")
-    skip = {"alu_ops", "dw_taps", *FEATURE_FLAGS}     # said above
+    skip = {ext.field for ext in EXTENSIONS if ext.in_programs}     # said above
     others = [f"{f.name} (bitstream {getattr(bitstream, f.name)!r}, model "
               f"{getattr(model, f.name)!r})" for f in dataclasses.fields(HardwareConfig)
               if f.name not in skip and getattr(bitstream, f.name) != getattr(model, f.name)]
