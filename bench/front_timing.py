@@ -1,17 +1,17 @@
 """The timing model against Verilator on every layer of ResNet-18, MobileNet-v1 and
-ResNet-50, for every feature combination on the fronts of `bench/sweep_features.py`.
+ResNet-50, for every extension combination on the fronts of `bench/sweep_extensions.py`.
 
     python3 bench/front_timing.py FRONTS.json [--out front-timing.json] [--resume]
                                   [--models resnet18 mobilenet_v1 resnet50] [--jobs 2]
     python3 bench/front_timing.py --config NAME|FILE ...     # chosen configs instead
 
 The sweep picks its fronts by the timing model, so the model has to hold wherever a front
-goes. A *feature combination* is what a config's name adds to its sizes (``req-hold``,
-``hold-dw3-bus128``, ...): the ISA features and the DRAM bus. The GEMM core's DSP limit is
+goes. A *extension combination* is what a config's name adds to its sizes (``req-hold``,
+``hold-dw3-bus128``, ...): the ISA extensions and the DRAM bus. The GEMM core's DSP limit is
 left out: it builds some multiplier pairs from LUTs in the same pipeline, so it changes
 no cycle (MobileNet-v1 on pynq-z1-plus took 2,082,662 cycles on Verilator with and
 without it at commit 191557f). For each combination on either model's front (with or
-without features) its fastest point (the most LUTs) runs every model layer by layer on
+without extensions) its fastest point (the most LUTs) runs every model layer by layer on
 the cycle-accurate Verilator backend with the pynq-z1's DRAM (bit-exact against the
 integer reference, `bench/model_layers.py`'s run), and each layer's cycles are set
 beside the timing model's.
@@ -52,7 +52,7 @@ def combination(config: HardwareConfig) -> str:
 
 
 def front_configs(path: Path) -> list[HardwareConfig]:
-    """One config per feature combination on the fronts in `path` (`sweep_features.py`'s
+    """One config per extension combination on the fronts in `path` (`sweep_extensions.py`'s
     fronts.json): the fastest, the one with the most LUTs."""
     doc = json.loads(path.read_text())
     board = get_board(doc.get("board", "pynq-z1"))
@@ -94,7 +94,7 @@ def summary(model: str, layers: dict) -> tuple[str, list[str]]:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("fronts", nargs="?", type=Path,
-                        help="sweep_features.py's OUT/fronts.json")
+                        help="sweep_extensions.py's OUT/fronts.json")
     parser.add_argument("--config", nargs="+", metavar="NAME|FILE",
                         help="run these configs (shipped names or JSON files) instead")
     parser.add_argument("--models", nargs="+", default=MODELS, metavar="MODEL")
@@ -108,7 +108,7 @@ def main(argv=None) -> int:
     if bool(args.fronts) == bool(args.config):
         parser.error("give either FRONTS.json or --config")
     if args.fronts and not args.fronts.is_file():
-        parser.error(f"no fronts file at {args.fronts} (bench/sweep_features.py writes it)")
+        parser.error(f"no fronts file at {args.fronts} (bench/sweep_extensions.py writes it)")
     configs = ([load_config(c) for c in args.config] if args.config
                else front_configs(args.fronts))
     doc = {"commit": _commit(), "models": args.models, "configs": {}}

@@ -102,7 +102,7 @@ class Evaluator:
                                         "resource_calibration": _file_digest(calib)}}
 
     def _check_priced(self) -> None:
-        """ValueError when a parameter value brings a feature past VTA that the board's
+        """ValueError when a parameter value brings an extension past VTA that the board's
         resource model cannot price (its family's calibration has no config with it):
         the sweep's error, before any point is evaluated, not every such point's."""
         base = self.board.config.to_dict()

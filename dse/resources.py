@@ -22,14 +22,14 @@ was run for. A part is looked up through the boards that use it (`family_of`).
   squares to the calibration data (made by ``scripts/calibrate_resources.py``, which
   records the tools' versions). On the ECP5 they are nextpnr's packed counts, as
   ``vdla estimate`` reports them for a design that fits.
-* **Features past VTA** (`feature_terms`: the ALU's REQ, per ALU lane; ``alu_hold``, a
-  constant; LUT-built multiplier pairs; the depthwise window, per lane and tap) add LUT
-  and FF terms fitted to what each adds in the calibration data: every calibration
-  config with features is paired with the same config without them, and the terms are
-  fitted by non-negative least squares to the differences, so the base model's error at
-  that config does not leak into a feature's price and the base coefficients stay those
-  of the configs without features. A family whose calibration has no config with a
-  feature cannot price it: `ResourceModel.predict` refuses such a config, naming the
+* **Extensions past VTA** (`vdla.extensions`; `extension_terms`: the ALU's REQ, per ALU
+  lane; ``alu_hold``, a constant; LUT-built multiplier pairs; the depthwise window, per
+  lane and tap) add LUT and FF terms fitted to what each adds in the calibration data:
+  every calibration config with extensions is paired with the same config without them,
+  and the terms are fitted by non-negative least squares to the differences, so the base
+  model's error at that config does not leak into an extension's price and the base
+  coefficients stay those of the configs without extensions. A family whose calibration
+  has no config with an extension cannot price it: `ResourceModel.predict` refuses such a config, naming the
   command that calibrates it (`ResourceModel.unpriced`).
 * **A DRAM bus other than the port's** (a wider bus bridged to the port, `Board.apply`)
   is priced the same way, per bit (``wide_bus``, `bus_pairs`): the base terms are fitted
@@ -52,13 +52,15 @@ import numpy as np
 from vdla.boards.board import FAMILIES, Board, Resources
 from vdla.boards.catalog import BOARDS
 from vdla.config import AluOp, HardwareConfig
+from vdla.extensions import EXTENSIONS
 from vdla.dse.resource_rules import (XILINX_BRAM, DspCells, gemm_multipliers, memories,
                                      mul_lanes, rules_for)
 
 __all__ = ["CALIBRATION_DIR", "MIN_POINTS", "ResourceModel", "bram_tiles", "bus_pairs",
            "calibrated_families",
-           "calibrated_parts", "calibration_path", "counted_bram", "family_of", "feature_pairs",
-           "feature_terms", "features", "gemm_dsps", "without_features"]
+           "calibrated_parts", "calibration_path", "counted_bram", "extension_pairs",
+           "extension_terms", "family_of", "features", "gemm_dsps", "TERM_EXTENSIONS",
+           "without_extensions"]
 
 #: Where the calibration data lives (one JSON file per family: ``<family>.json``).
 CALIBRATION_DIR = Path(__file__).resolve().parent / "calibration"
@@ -93,9 +95,9 @@ def features(c: HardwareConfig) -> dict[str, float]:
             "mul_lanes": float(mul_lanes(c))}
 
 
-def feature_terms(c: HardwareConfig) -> dict[str, float]:
-    """How much of each feature past VTA `c` has (a LUT/FF term each, fitted to what the
-    feature adds to the same config without it): ``req_lanes``, the ALU lanes with REQ
+def extension_terms(c: HardwareConfig) -> dict[str, float]:
+    """How much of each extension past VTA `c` has (a LUT/FF term each, fitted to what
+    the extension adds to the same config without it; `TERM_EXTENSIONS` says whose): ``req_lanes``, the ALU lanes with REQ
     (each lane gets two int8 comparisons and muxes for the clamp and a mux that writes 0
     to the accumulator; the shift is there already), and ``alu_hold``, 1 with alu_hold
     (a few control flip-flops and a capture enable on the src operand register, the
@@ -112,43 +114,52 @@ def feature_terms(c: HardwareConfig) -> dict[str, float]:
             "dw_window": float(c.batch * c.block_out * c.dw_taps)}
 
 
-def without_features(c: HardwareConfig) -> HardwareConfig:
-    """`c` without the features `feature_terms` prices (the config a feature's cost is
-    measured against)."""
-    return c.replace(alu_ops=c.alu_ops - {AluOp.REQ}, alu_hold=False, gemm_dsp_limit=0,
-                     dw_taps=0)
+#: Each `extension_terms` term: the extension it prices (its `vdla.extensions` key) and
+#: what one unit of it is, for tables; a test keeps every extension priced by a term.
+TERM_EXTENSIONS = {"req_lanes": ("req", "REQ per ALU lane"), "alu_hold": ("hold", "alu_hold"),
+                   "lut_pairs": ("dsp", "LUT-built pair"),
+                   "dw_window": ("dw", "dw window per lane and tap")}
+
+
+def without_extensions(c: HardwareConfig) -> HardwareConfig:
+    """`c` without any extension past VTA (the config an extension's cost is measured
+    against)."""
+    changes = {}
+    for ext in EXTENSIONS:     # each changes its own field
+        changes.update(ext.without(c))
+    return c.replace(**changes)
 
 
 def calibration_path(family: str) -> Path:
     return CALIBRATION_DIR / f"{family}.json"
 
 
-#: Calibration configs without features past VTA a family needs: two more than the base
-#: LUT/FF model has features (the feature terms are fitted to the differences that
-#: configs with features make, `feature_pairs`).
+#: Calibration configs without extensions past VTA a family needs: two more than the
+#: base LUT/FF model has features (the extension terms are fitted to the differences
+#: that configs with extensions make, `extension_pairs`).
 MIN_POINTS = len(features(HardwareConfig())) + 2
 
 
-def _has_features(config: Mapping) -> bool:
-    return any(feature_terms(HardwareConfig.from_dict(config)).values())
+def _has_extensions(config: Mapping) -> bool:
+    return any(extension_terms(HardwareConfig.from_dict(config)).values())
 
 
-def feature_pairs(points: Mapping[str, Mapping]) -> list[tuple[str, str]]:
-    """(config with features, the same config without them) for each calibration point
-    (name -> point, as in a calibration file) with features past VTA; ValueError naming
-    a point whose config without features is not calibrated (its features' cost would
-    be unknown)."""
+def extension_pairs(points: Mapping[str, Mapping]) -> list[tuple[str, str]]:
+    """(config with extensions, the same config without them) for each calibration point
+    (name -> point, as in a calibration file) with extensions past VTA; ValueError naming
+    a point whose config without extensions is not calibrated (their cost would be
+    unknown)."""
     bases = {HardwareConfig.from_dict(p["config"]): name for name, p in points.items()
-             if not _has_features(p["config"])}
+             if not _has_extensions(p["config"])}
     pairs = []
     for name, point in points.items():
         config = HardwareConfig.from_dict(point["config"])
-        if any(feature_terms(config).values()):
-            base = without_features(config)
+        if any(extension_terms(config).values()):
+            base = without_extensions(config)
             if base not in bases:
-                raise ValueError(f"calibration config {name!r} ({config.name}) has features "
+                raise ValueError(f"calibration config {name!r} ({config.name}) has extensions "
                                  f"past VTA but its config without them ({base.name}) is not "
-                                 "calibrated: the features' cost is what they add to it; "
+                                 "calibrated: the extensions' cost is what they add to it; "
                                  "calibrate that config too (scripts/calibrate_resources.py)")
             pairs.append((name, bases[base]))
     return pairs
@@ -185,12 +196,12 @@ def bus_pairs(points: Mapping[str, Mapping], bus_width: int) -> list[tuple[str, 
 
 def calibrated_families() -> list[str]:
     """The families with a complete calibration file (at least `MIN_POINTS` configs
-    without features past VTA; a file with fewer is a calibration run not finished
+    without extensions past VTA; a file with fewer is a calibration run not finished
     yet)."""
     found = []
     for path in CALIBRATION_DIR.glob("*.json"):
         points = json.loads(path.read_text()).get("points", {}).values()
-        if path.stem in FAMILIES and sum(not _has_features(p["config"])
+        if path.stem in FAMILIES and sum(not _has_extensions(p["config"])
                                          for p in points) >= MIN_POINTS:
             found.append(path.stem)
     return sorted(found)
@@ -232,7 +243,7 @@ class ResourceModel:
 
     family : the family (`vdla.boards.board.FAMILIES`; the calibration file's stem)
     part : the part the calibration ran for (yosys's counts do not depend on it)
-    lut, ff : feature name -> coefficient (`features`, and the `feature_terms` the
+    lut, ff : feature name -> coefficient (`features`, and the `extension_terms` the
         calibration has configs with)
     bram_offset : block RAMs that the counted tiling misses (fitted constant)
     dsp_cells : the hard-multiplier cells of each multiplier (`DspCells`)
@@ -300,18 +311,19 @@ class ResourceModel:
     @classmethod
     def fit(cls, data: Mapping) -> "ResourceModel":
         """Fit to a calibration document (``scripts/calibrate_resources.py``'s JSON): the
-        base LUT/FF terms and the block RAM offset to the configs without features past
-        VTA, the feature terms to what they add (`feature_pairs`), the DSP cells to all."""
+        base LUT/FF terms and the block RAM offset to the configs without extensions past
+        VTA, the extension terms to what they add (`extension_pairs`), the DSP cells to
+        all."""
         family = data["family"]
         rules = rules_for(family)
         named = list(data["points"].items())
         configs = {name: HardwareConfig.from_dict(p["config"]) for name, p in named}
         measured = {name: p["resources"] for name, p in named}
         bus_width = _base_bus_width(configs.values())
-        base = [name for name, _ in named if not any(feature_terms(configs[name]).values())
+        base = [name for name, _ in named if not any(extension_terms(configs[name]).values())
                 and configs[name].dram_bus_width == bus_width]
         if len(base) < MIN_POINTS:
-            raise ValueError(f"{family}: {len(base)} calibration configs without features "
+            raise ValueError(f"{family}: {len(base)} calibration configs without extensions "
                              f"past VTA; the model needs at least {MIN_POINTS}, two more "
                              f"than its LUT/FF features: finish the calibration with `python "
                              f"scripts/calibrate_resources.py --family {family}`")
@@ -321,12 +333,12 @@ class ResourceModel:
         for key in ("lut", "ff"):
             b = np.array([measured[n][key] for n in base], dtype=float)
             coef[key] = dict(zip(names, _nnls(a, b).tolist()))
-        pairs = feature_pairs(data["points"])
+        pairs = extension_pairs(data["points"])
         if pairs:
-            # Only the terms some config has: a feature no config has stays unpriced.
-            terms = [t for t in feature_terms(configs[pairs[0][0]])
-                     if any(feature_terms(configs[n])[t] for n, _ in pairs)]
-            a = np.array([[feature_terms(configs[n])[t] for t in terms] for n, _ in pairs])
+            # Only the terms some config has: an extension no config has stays unpriced.
+            terms = [t for t in extension_terms(configs[pairs[0][0]])
+                     if any(extension_terms(configs[n])[t] for n, _ in pairs)]
+            a = np.array([[extension_terms(configs[n])[t] for t in terms] for n, _ in pairs])
             for key in ("lut", "ff"):
                 b = np.array([measured[n][key] - measured[m][key] for n, m in pairs], float)
                 coef[key].update(zip(terms, _nnls(a, b).tolist()))
@@ -337,7 +349,7 @@ class ResourceModel:
                 b = np.array([measured[n][key] - measured[m][key] for n, m in wide], float)
                 coef[key]["wide_bus"] = float(np.linalg.lstsq(a, b, rcond=None)[0][0])
         offsets = [measured[n]["bram"] - rules.counted_bram(configs[n]) for n in base]
-        # Every config, those with features too: a feature that made yosys use a hard
+        # Every config, those with extensions too: one that made yosys use a hard
         # multiplier would make their cells differ, and the fit refuses that.
         dsp_cells = DspCells.derive(rules.dsp_prefixes,
                                     [(name, configs[name], p["cells"]) for name, p in named])
@@ -353,23 +365,23 @@ class ResourceModel:
         return dataclasses.replace(model, fit_errors=errors)
 
     def unpriced(self, config: HardwareConfig) -> list[str]:
-        """The features past VTA of `config` (`feature_terms`) this family's calibration
-        has no config with, so cannot price."""
-        missing = [t for t, v in feature_terms(config).items() if v and t not in self.lut]
+        """The extensions past VTA of `config` (`extension_terms`) this family's
+        calibration has no config with, so cannot price."""
+        missing = [t for t, v in extension_terms(config).items() if v and t not in self.lut]
         if config.dram_bus_width != self.bus_width and "wide_bus" not in self.lut:
             missing.append(f"a {config.dram_bus_width}-bit DRAM bus (calibrated: "
                            f"{self.bus_width} bits)")
         return missing
 
     def check_priced(self, config: HardwareConfig) -> None:
-        """ValueError naming the features of `config` this model cannot price
+        """ValueError naming the extensions of `config` this model cannot price
         (`unpriced`) and the command that calibrates them."""
         missing = self.unpriced(config)
         if missing:
             raise ValueError(
                 f"the {self.family} resource model cannot price {', '.join(missing)} "
                 f"({config.name}): its calibration has no config with it; add one to "
-                "FEATURE_CONFIGS in scripts/calibrate_resources.py and run `python "
+                "EXTENSION_CONFIGS in scripts/calibrate_resources.py and run `python "
                 f"scripts/calibrate_resources.py --family {self.family}`")
 
     @property
@@ -383,9 +395,10 @@ class ResourceModel:
 
     def predict(self, config: HardwareConfig) -> Resources:
         """LUT, FF, DSP and BRAM of `config` as ``vdla estimate`` would count them;
-        ValueError when `config` has a feature past VTA the calibration cannot price."""
+        ValueError when `config` has an extension past VTA the calibration cannot
+        price."""
         self.check_priced(config)
-        f = {**features(config), **{t: v for t, v in feature_terms(config).items() if v}}
+        f = {**features(config), **{t: v for t, v in extension_terms(config).items() if v}}
         if config.dram_bus_width != self.bus_width:
             f["wide_bus"] = float(config.dram_bus_width - self.bus_width)
         lut = sum(self.lut[n] * v for n, v in f.items())

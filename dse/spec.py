@@ -29,7 +29,7 @@ A spec file::
     max_latency_ms = 50.0              # optional
 
 The parameters are `vdla.HardwareConfig`'s own fields, checked against
-``dataclasses.fields`` when the spec is read: a feature added to the config later is
+``dataclasses.fields`` when the spec is read: an extension added to the config later is
 sweepable with no change here. Every value is what ``HardwareConfig.from_dict`` takes
 (``alu_ops`` as lists of op names); `SweepSpec.check_values` refuses, before anything is
 evaluated, a value that HardwareConfig refuses for itself (a misspelt op, a negative

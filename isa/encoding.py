@@ -6,6 +6,7 @@ import functools
 from typing import Iterable, Sequence
 
 from vdla.config import INSN_BITS, HardwareConfig
+from vdla.extensions import insn_bits
 from vdla.isa.insn import INSN_TYPES, Alu, Insn, MemoryType, Opcode, Uop
 from vdla.isa.layout import layouts_for, uop_layout
 
@@ -49,9 +50,12 @@ def encode(insn: Insn, config: HardwareConfig) -> int:
         raise EncodeError(f"ALU field alu_opcode={insn.alu_opcode.name} is not implemented by "
                           f"config {config.name} (allowed {allowed})")
     layout = layouts_for(config)[kind]
-    if getattr(insn, "dw", False) and "dw" not in layout.fields:
-        raise EncodeError(f"GEMM field dw=1 (the depthwise window) is not implemented by "
-                          f"config {config.name} (it needs dw_taps > 0)")
+    # An extension's bit (the GEMM's dw) set on a config whose layout lacks it.
+    for ext, bits in insn_bits(kind):
+        if getattr(insn, bits.field, 0) and bits.field not in layout.fields:
+            raise EncodeError(f"{kind} field {bits.field}={int(getattr(insn, bits.field))} (the "
+                              f"{ext.title}) is not implemented by config {config.name} (it "
+                              f"needs {ext.needs()})")
     word = 0
     values = vars(insn)     # the fields (the opcode is the class's)
     for name, lsb, width, low, high in _encoder(config, kind):

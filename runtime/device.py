@@ -19,7 +19,8 @@ import time
 
 import numpy as np
 
-from vdla.config import FEATURE_FLAGS, AluOp, HardwareConfig
+from vdla.config import AluOp, HardwareConfig
+from vdla.extensions import EXTENSIONS, lacking_extensions
 from vdla.isa import INSN_BYTES, Alu, Gemm, Program
 from vdla.isa.registers import COUNTERS
 from vdla.runtime.allocator import DramAllocator
@@ -29,7 +30,8 @@ from vdla.sim.protocol import fetch_program
 from vdla.sim.verilator import VerilatorSimulator
 
 __all__ = ["Device", "FunctionalDevice", "VerilatorDevice", "open", "BACKENDS", "STAT_KEYS",
-           "dram_alignment", "in_stat_order", "lacking_features", "program_mismatch"]
+           "dram_alignment", "in_stat_order", 
+           "program_mismatch"]
 
 #: The keys of every backend's `Device.run` statistics: the program's counters, fixed by
 #: its instructions (`vdla.sim.counters.WORK_COUNTERS`: instructions, DMA bytes, GEMM and
@@ -71,7 +73,7 @@ class Device(abc.ABC):
 
     backend: str = ""
     #: The bus address of DRAM offset 0: 0 on a simulator, a board's DMA region's
-    #: physical address (`vdla.runtime.board.BoardDevice`), which its programs carry.
+    #: physical address (`vdla.deploy.board_device.BoardDevice`), which its programs carry.
     base: int = 0
 
     def __init__(self, config: HardwareConfig, dram_size: int):
@@ -117,7 +119,7 @@ class Device(abc.ABC):
         program : a `vdla.isa.Program` encoded for this device's config
         Raises ValueError, before anything is written, for a program encoded for another
         config or with an ALU instruction this device's ALU lacks (`program_mismatch`
-        says which features and instructions): such a program would not run as written.
+        says which extensions and instructions): such a program would not run as written.
         """
         problem = program_mismatch(program, self.config)
         if problem:
@@ -160,39 +162,42 @@ def program_mismatch(program: Program, config: HardwareConfig) -> str:
     program : the program to load
     config : the device's config
     A program runs only on the config it is encoded for: the ISA's field widths, the ALU
-    ops and the features' semantics (`alu_hold`'s held operand, the depthwise window's
-    taps) all follow from it. The reason names the features the program's config has
-    and `config` lacks, the ALU instructions (by index) whose op `config` lacks, the dw
-    GEMMs (by index) when `config`'s window differs, and any other parameter that differs.
+    ops and the extensions' semantics (`alu_hold`'s held operand, the depthwise window's
+    taps) all follow from it. The reason names the extensions the program's config has
+    and `config` lacks, the ALU instructions (by index) whose op `config` lacks, the
+    instructions (by index) with an extension's bit (the dw GEMMs) when `config`'s
+    extension differs, and any other parameter that differs.
     """
     pc = program.config
     missing_ops = _alu_uses(program, config)
-    dw_uses = _dw_uses(program) if config.dw_taps != pc.dw_taps or not config.dw_taps else ""
+    bit_uses = _bit_uses(program, config)
     if pc == config:
-        # A Program built by hand may hold an op or a dw bit its own config lacks (it is
-        # checked only when encoded): name it before the encoder's less specific refusal.
+        # A Program built by hand may hold an op or an extension's bit (dw) its own
+        # config lacks (it is checked only when encoded): name it before the encoder's
+        # less specific refusal.
         if missing_ops:
             return (f"program has ALU instructions config {config.name} lacks: "
                     f"{missing_ops} (its ALU has "
                     f"{', '.join(op.name for op in sorted(config.alu_ops))})")
-        if dw_uses:
-            return (f"program has GEMMs with the depthwise window's dw bit, which config "
-                    f"{config.name} lacks (it needs dw_taps > 0): {dw_uses}")
+        for ext, bits, uses in bit_uses:
+            return (f"program has {bits.layout}s with the {ext.title}'s {bits.field} bit, "
+                    f"which config {config.name} lacks (it needs {ext.needs()}): {uses}")
         return ""
     text = f"program is encoded for config {pc.name}, the device has {config.name}"
-    needed = lacking_features(pc, config)
+    needed = lacking_extensions(pc, config)
     if needed:
         listed = ", ".join(f"{short} ({what})" for short, what in needed)
-        text += f"; the program needs feature(s) {listed}, which config {config.name} lacks"
-    uses = "; ".join(u for u in (missing_ops, dw_uses) if u)
+        text += f"; the program needs extension(s) {listed}, which config {config.name} lacks"
+    uses = "; ".join(u for u in (missing_ops, *(u for _, _, u in bit_uses)) if u)
     if uses:
         text += f" (it uses {uses})"
-    extra = [short for short, _ in lacking_features(config, pc)]
+    extra = [short for short, _ in lacking_extensions(config, pc)]
     if extra:
-        text += f"; config {config.name} has feature(s) {', '.join(extra)}, which the " \
+        text += f"; config {config.name} has extension(s) {', '.join(extra)}, which the " \
                 "program's config lacks"
-    # What the feature lists above do not already say (the clock, the sizes).
-    skip = {"alu_ops", "dw_taps", *FEATURE_FLAGS}
+    # What the extension lists above do not already say (the clock, the sizes, and the
+    # extensions only synthesis sees, like the DSP limit).
+    skip = {ext.field for ext in EXTENSIONS if ext.in_programs}
     others = [f"{f.name} (program {getattr(pc, f.name)!r}, device "
               f"{getattr(config, f.name)!r})"
               for f in dataclasses.fields(HardwareConfig)
@@ -202,36 +207,28 @@ def program_mismatch(program: Program, config: HardwareConfig) -> str:
     return text
 
 
-def lacking_features(has: HardwareConfig, lacks: HardwareConfig) -> list[tuple[str, str]]:
-    """The optional features `has` has and `lacks` lacks, each as (short name, what it
-    is): ``("req", "the ALU's REQ")``, ``("hold", "alu_hold")``, ``("dw3", "the
-    depthwise window, dw_taps=3")``; the optional ALU ops (MUL among them, which
-    predates the feature list), the boolean feature fields, then the depthwise window
-    (which `lacks` lacks unless it has as many taps)."""
-    field_of = {short: field for field, short in FEATURE_FLAGS.items()}
-    found = []
-    for op in sorted(has.alu_ops - lacks.alu_ops):
-        found.append((op.name.lower(), f"the ALU's {op.name}"))
-    for short in has.features:
-        field = field_of.get(short)
-        if field is not None and not getattr(lacks, field):
-            found.append((short, field))
-    if has.dw_taps and has.dw_taps != lacks.dw_taps:
-        found.append((f"dw{has.dw_taps}", f"the depthwise window, dw_taps={has.dw_taps}"))
-    return found
-
-
 def _at(what: str, indices: list[int], shown: int = 3) -> str:
     """``what at instruction(s) 4, 9, 14 and 3 more`` (the first `shown` indices)."""
     more = f" and {len(indices) - shown} more" if len(indices) > shown else ""
     return f"{what} at instruction(s) {', '.join(map(str, indices[:shown]))}{more}"
 
 
-def _dw_uses(program: Program) -> str:
-    """The GEMMs of `program` with the dw bit, by index: ``dw GEMMs at instruction(s)
-    2, 5, 8 and 1 more``; "" when none."""
-    at = [i for i, insn in enumerate(program.insns) if isinstance(insn, Gemm) and insn.dw]
-    return _at("dw GEMMs", at) if at else ""
+def _bit_uses(program: Program, config: HardwareConfig) -> list[tuple]:
+    """For each extension's instruction bit (`vdla.extensions.InsnBits`: the GEMM's dw)
+    that `config` lacks or has otherwise than the program's config (a window of other
+    taps), the instructions of `program` that set it, by index: (extension, bits,
+    ``dw GEMMs at instruction(s) 2, 5, 8 and 1 more``); none where no instruction sets it."""
+    found = []
+    kinds = {"GEMM": Gemm, "ALU": Alu}
+    for ext in EXTENSIONS:
+        if ext.present(config) and ext.value(config) == ext.value(program.config):
+            continue
+        for bits in ext.insn_bits:
+            at = [i for i, insn in enumerate(program.insns)
+                  if isinstance(insn, kinds[bits.layout]) and getattr(insn, bits.field, 0)]
+            if at:
+                found.append((ext, bits, _at(f"{bits.field} {bits.layout}s", at)))
+    return found
 
 
 def _alu_uses(program: Program, config: HardwareConfig) -> str:

@@ -23,9 +23,9 @@ and running the same command again continues where it stopped.
 
 The configs span what a sweep varies: the GEMM core's shape (batch x block_in x
 block_out), every buffer's size, the optional ALU multiplier, with at least two more
-configs than the model has LUT/FF features; on the families that price the features
-past VTA (REQ, alu_hold), some of those configs again with the features
-(`FEATURE_CONFIGS`). Synthesis time grows with the core, so the
+configs than the model has LUT/FF features; on the families that price the extensions
+past VTA (`vdla.extensions`: REQ, alu_hold, the depthwise window, the DSP limit), some
+of those configs again with extensions (`EXTENSION_CONFIGS`). Synthesis time grows with the core, so the
 UltraScale+ leaves out the two largest of the 7-series' nine, and the Cyclone V and the
 ECP5, whose hard multipliers limit them to small cores, use small ones (`SMALL_CONFIGS`).
 They need not fit the part (synthesis counts what they would use), only pass the quick
@@ -34,8 +34,8 @@ routed, so every ECP5 config fits the LFE5U-85F and the data is nextpnr's throug
 
 ``--confirm`` synthesizes the family's `CONFIRM` points, which the model is not fitted
 to, and records measured and predicted resources under "confirmed" in the same file;
-``--table`` prints every family's fit, its confirmations and what each feature past VTA
-costs by yosys (the config with the feature minus the same config without) as Markdown
+``--table`` prints every family's fit, its confirmations and what each extension past VTA
+costs by yosys (the config with it minus the same config without) as Markdown
 (docs/sweeps.md).
 """
 
@@ -52,8 +52,8 @@ from vdla._fileio import atomic_write
 from vdla.boards import get as get_board
 from vdla.boards.estimate import estimate
 from vdla.config import AluOp, REQUIRED_ALU_OPS
-from vdla.dse.resources import (ResourceModel, bus_pairs, calibrated_families, feature_pairs,
-                                feature_terms)
+from vdla.dse.resources import (TERM_EXTENSIONS, ResourceModel, bus_pairs, calibrated_families,
+                                extension_pairs, extension_terms)
 
 K = 1024
 MUL = REQUIRED_ALU_OPS | {AluOp.MUL}
@@ -107,19 +107,19 @@ _SMALL = ["b1_16x8_mul", "b2_8x8", "b1_8x8_small", "b1_32x8", "b1_16x16_mul_smal
 
 REQ = REQUIRED_ALU_OPS | {AluOp.REQ}
 
-#: family -> configs with the features past VTA: name -> (the family's base
-#: config it adds them to, the fields it changes). The model prices a feature by what it
-#: adds to the same config without it (`vdla.dse.resources.feature_terms`), so each
-#: config is the base with features added, and the base must be in the family's set.
+#: family -> configs with the extensions past VTA: name -> (the family's base
+#: config it adds them to, the fields it changes). The model prices an extension by what
+#: it adds to the same config without it (`vdla.dse.resources.extension_terms`), so each
+#: config is the base with extensions added, and the base must be in the family's set.
 #: The smallest set that identifies the two terms (REQ per ALU lane, alu_hold a
 #: constant) and checks their form: REQ alone and alu_hold alone on one base (each
 #: term measured by itself), and both on a base with another ALU lane count (REQ's cost
 #: per lane, and the two adding up). On the 7-series, both on the default config too:
-#: that is pynq-z1's default config with both features (``vdla estimate``'s check that
+#: that is pynq-z1's default config with both extensions (``vdla estimate``'s check that
 #: it fits), and a second measurement of the sum on 16 lanes. The second bases are the
 #: cheapest to synthesize of their family (1x16x8-mul: 8 lanes to the default's 16;
 #: 1x16x4: 4 lanes to 1x8x8's 8).
-FEATURE_CONFIGS = {
+EXTENSION_CONFIGS = {
     "zynq-7000": {"b1_16x16_default_req": ("b1_16x16_default", dict(alu_ops=REQ)),
                   "b1_16x16_default_hold": ("b1_16x16_default", dict(alu_hold=True)),
                   "b1_16x16_default_req_hold": ("b1_16x16_default",
@@ -145,10 +145,10 @@ FEATURE_CONFIGS = {
 }
 
 
-def _with_features(configs: dict, features: dict) -> dict:
-    """`configs` and, after them, each feature config (its base's arguments, changed)."""
+def _with_extensions(configs: dict, extensions: dict) -> dict:
+    """`configs` and, after them, each extension config (its base's arguments, changed)."""
     return {**configs, **{name: {**configs[base], **fields}
-                          for name, (base, fields) in features.items()}}
+                          for name, (base, fields) in extensions.items()}}
 
 
 #: family -> the board whose part is synthesized.
@@ -156,9 +156,9 @@ FAMILY_BOARDS = {"zynq-7000": "pynq-z1", "zynq-ultrascale+": "ultra96-v2",
                  "cyclone-v": "de10-nano", "ecp5": "ulx3s-85f"}
 #: family -> its configs (name -> HardwareConfig keyword arguments).
 FAMILY_CONFIGS = {
-    "zynq-7000": _with_features(CONFIGS, FEATURE_CONFIGS["zynq-7000"]),
+    "zynq-7000": _with_extensions(CONFIGS, EXTENSION_CONFIGS["zynq-7000"]),
     "zynq-ultrascale+": {name: CONFIGS[name] for name in _SMALL},
-    "cyclone-v": _with_features(SMALL_CONFIGS, FEATURE_CONFIGS["cyclone-v"]),
+    "cyclone-v": _with_extensions(SMALL_CONFIGS, EXTENSION_CONFIGS["cyclone-v"]),
     "ecp5": SMALL_CONFIGS,
 }
 
@@ -176,8 +176,8 @@ CONFIRM = {
     "zynq-ultrascale+": {"ultra96-v2_8x8": ("ultra96-v2", dict(block_in=8, block_out=8,
                                                                wgt_buff_size=64 * K,
                                                                acc_buff_size=32 * K))},
-    # With both features past VTA on a config none of the feature configs is based on:
-    # the feature terms out of the data they were fitted to.
+    # With both ALU extensions on a config none of the extension configs is based on:
+    # the extension terms out of the data they were fitted to.
     "cyclone-v": {"de10-nano_default": ("de10-nano", {}),
                   "de10-nano_default_req_hold": ("de10-nano", dict(alu_ops=REQ,
                                                                    alu_hold=True))},
@@ -194,7 +194,7 @@ def main(argv=None) -> int:
     which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument("--table", action="store_true",
                        help="print the calibrated families' fits, confirmations and "
-                            "features' costs as Markdown (docs/sweeps.md) and stop")
+                            "extensions' costs as Markdown (docs/sweeps.md) and stop")
     which.add_argument("--family", choices=sorted(FAMILY_BOARDS),
                        help="family to calibrate (on its board's part, FAMILY_BOARDS)")
     which.add_argument("--board", help="calibrate this board's family on its part")
@@ -260,7 +260,7 @@ def main(argv=None) -> int:
 
 
 def table() -> str:
-    """The calibrated families' fits, confirmation points and features' costs, as
+    """The calibrated families' fits, confirmation points and extensions' costs, as
     Markdown tables."""
     fits = ["| family | calibrated on | configs | worst LUT fit error | FF | BRAM | DSP | "
             "DSP cells per GEMM / ALU multiplier | tools | synthesis time |",
@@ -288,7 +288,7 @@ def table() -> str:
                 f"{p['lut']:,} / {m['lut']:,} | {100 * e['lut']:+.1f}% | "
                 f"{100 * e['ff']:+.1f}% | {p['dsp']:g} / {m['dsp']:g} | "
                 f"{p['bram']:g} / {m['bram']:g} |")
-    return ("\n".join(fits) + "\n\n" + "\n".join(confirmed) + "\n\n" + feature_table()
+    return ("\n".join(fits) + "\n\n" + "\n".join(confirmed) + "\n\n" + extension_table()
             + "\n\n" + bus_table())
 
 
@@ -314,17 +314,19 @@ def bus_table() -> str:
     return "\n".join(rows)
 
 
-def feature_table() -> str:
-    """What each feature past VTA costs by yosys on each family with feature configs:
-    the calibration measurements themselves (the config with the feature minus the same
-    config without), next to the model's fitted terms for the same difference."""
+def extension_table() -> str:
+    """What each extension past VTA costs by yosys on each family with extension configs:
+    the calibration measurements themselves (the config with the extension minus the
+    same config without), next to the model's fitted terms for the same difference; one
+    term column per `vdla.dse.resources.TERM_EXTENSIONS` term."""
     rows = ["| family | board | config | ALU lanes | LUT | FF | DSP | BRAM | "
             "model: LUT / FF |", "|---|---|---|---|---|---|---|---|---|"]
-    terms = ["| family | REQ per ALU lane: LUT / FF | alu_hold: LUT / FF | LUT-built pair: "
-             "LUT / FF | dw window per lane and tap: LUT / FF |", "|---|---|---|---|---|"]
+    terms = ["| family | " + " | ".join(f"{label}: LUT / FF"
+                                         for _, label in TERM_EXTENSIONS.values()) + " |",
+             "|---" * (1 + len(TERM_EXTENSIONS)) + "|"]
     for family in calibrated_families():
         data = json.loads(calibration_path(family).read_text())
-        pairs = feature_pairs(data["points"])
+        pairs = extension_pairs(data["points"])
         if not pairs:
             continue
         model = ResourceModel.fit(data)
@@ -332,7 +334,7 @@ def feature_table() -> str:
         for name, base in pairs:
             config = HardwareConfig.from_dict(points[name]["config"])
             m, b = points[name]["resources"], points[base]["resources"]
-            f = feature_terms(config)
+            f = extension_terms(config)
             fitted = {k: sum(getattr(model, k).get(t, 0.0) * v for t, v in f.items())
                       for k in ("lut", "ff")}
             rows.append(f"| {family} | {data['board']} | {config.name} | "
@@ -342,7 +344,7 @@ def feature_table() -> str:
                         f"{fitted['ff']:+,.0f} |")
         terms.append(f"| {family} | " + " | ".join(
             " / ".join(f"{getattr(model, k)[t]:,.1f}" if t in getattr(model, k) else "—"
-                       for k in ("lut", "ff")) for t in ("req_lanes", "alu_hold", "lut_pairs", "dw_window")) + " |")
+                       for k in ("lut", "ff")) for t in TERM_EXTENSIONS) + " |")
     return "\n".join(rows) + "\n\n" + "\n".join(terms)
 
 

@@ -145,17 +145,17 @@ FIGURES = [
     Figure("resnet18_layers_pynq_z1_plus",
            "python3 bench/resnet18_layers.py --config pynq-z1-plus",
            "ResNet-18's C2-C11 on pynq-z1-plus"),
-    Figure("feature_table", "python3 bench/features.py",
-           "what each feature past VTA saves on Verilator and costs by yosys"),
-    Figure("sweep_features", "python3 bench/sweep_features.py --out {tmp}/sweep",
-           "ResNet-18 and MobileNet-v1 on pynq-z1 with the features past VTA as sweep "
+    Figure("extension_table", "python3 bench/extensions.py",
+           "what each extension past VTA saves on Verilator and costs by yosys"),
+    Figure("sweep_extensions", "python3 bench/sweep_extensions.py --out {tmp}/sweep",
+           "ResNet-18 and MobileNet-v1 on pynq-z1 with the extensions past VTA as sweep "
            "dimensions: the fronts with and without them",
-           plots={"sweep/fronts.png": "sweep_features.png"}),
+           plots={"sweep/fronts.png": "sweep_extensions.png"}),
     Figure("front_timing",
-           "python3 bench/front_timing.py bench/baselines/sweep_features_fronts.json "
+           "python3 bench/front_timing.py bench/baselines/sweep_extensions_fronts.json "
            "--out {tmp}/front-timing.json --jobs 2",
            "the timing model against Verilator on every layer of the three models for each "
-           "feature combination on the features sweep's fronts"),
+           "extension combination on the extensions sweep's fronts"),
     Figure("pools", "python3 bench/pools.py", "pools on Verilator against the timing model"),
     Figure("hw_timing", "python3 bench/hw_timing.py",
            "cycles of GEMM and ALU instructions, load/store/fetch bus words per cycle"),

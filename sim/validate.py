@@ -37,6 +37,7 @@ from typing import Sequence
 import numpy as np
 
 from vdla.config import HardwareConfig
+from vdla.extensions import insn_bits
 from vdla.isa import INSN_BYTES, Alu, Finish, Gemm, Insn, Load, MemoryType, Store, format_insn
 from vdla.sim.errors import DeadlockError, ProgramError, Wait
 from vdla.sim.protocol import MODULES, route_program
@@ -398,6 +399,11 @@ class ProgramValidator:
         if isinstance(insn, Alu) and insn.alu_opcode not in c.alu_ops:
             raise _Invalid(f"ALU {insn.alu_opcode.name} is not in this config's alu_ops "
                            f"({', '.join(sorted(op.name for op in c.alu_ops))})")
+        kind = "GEMM" if isinstance(insn, Gemm) else "ALU"
+        for ext, bits in insn_bits(kind):   # an extension's bit (the GEMM's dw) it lacks
+            if getattr(insn, bits.field, 0) and not ext.present(c):
+                raise _Invalid(f"{kind} {bits.field} (the {ext.title}) is not implemented by "
+                               f"this config (it needs {ext.needs()})")
         depths = self._depths   # (the config's depths are properties: computed per call)
         if insn.uop_end < insn.uop_bgn or insn.uop_end > depths[MemoryType.UOP]:
             raise _Invalid(f"micro-op range {insn.uop_bgn}..{insn.uop_end} is not inside "
@@ -408,9 +414,6 @@ class ProgramValidator:
         fields = {"dst": (udst, "dst", depths[MemoryType.ACC], "acc buffer")}
         reach = {"src": 0}   # rows read past src: the depthwise window's
         if isinstance(insn, Gemm):
-            if insn.dw and not c.dw_taps:
-                raise _Invalid("GEMM dw (the depthwise window) is not implemented by this "
-                               "config (it needs dw_taps > 0)")
             if not insn.reset_reg:
                 fields["src"] = (usrc, "src", depths[MemoryType.INP], "inp buffer")
                 fields["wgt"] = (uwgt, "wgt", depths[MemoryType.WGT], "wgt buffer")

@@ -5,9 +5,10 @@ name of a design) is derived here from a handful of parameters, the way VTA's
 ``Environment`` derives its constants from ``vta_config.json``.
 
 Why this module is long: the class is the single source of truth for every derived
-number, the features past VTA and their validation, and the three document forms a
-config is read from (vdla's keys, VTA's ``LOG_*`` keys, ``vdla config show --json``);
-splitting any of them out would leave a second place that knows the parameters.
+number, the extensions past VTA (declared in `vdla.extensions`) and their validation,
+and the three document forms a config is read from (vdla's keys, VTA's ``LOG_*`` keys,
+``vdla config show --json``); splitting any of them out would leave a second place that
+knows the parameters.
 """
 
 from __future__ import annotations
@@ -22,8 +23,10 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from vdla._fileio import atomic_write
+from vdla.extensions import EXTENSIONS, insn_bits
 
-__all__ = ["AluOp", "HardwareConfig", "INSN_BITS", "ISA_FIXED_WIDTHS", "PLATFORM_FIELDS"]
+__all__ = ["AluOp", "EXTENSION_FLAGS", "HardwareConfig", "INSN_BITS", "ISA_FIXED_WIDTHS",
+           "PLATFORM_FIELDS"]
 
 #: Every instruction is one 128-bit word, fetched as such by the hardware.
 INSN_BITS = 128
@@ -104,20 +107,20 @@ class HardwareConfig:
         Width in bits of the AXI4 data bus to DRAM (32 to 1024, power of two).
     alu_ops : frozenset of AluOp
         ALU operations the hardware implements; MIN, MAX, ADD and SHR always, MUL and REQ
-        optional (features past VTA).
+        optional (REQ is an extension past VTA, `vdla.extensions`).
     gemm_dsp_limit : int
-        The most hard multipliers (DSP slices) the GEMM core's packed form may use; its
-        product pairs past the limit are built from LUT logic (shifted adds) instead, so
-        a core wider than a part's DSP count can still fit it. 0 (the default): no limit.
+        An extension past VTA: the most hard multipliers (DSP slices) the GEMM core's
+        packed form may use; its product pairs past the limit are built from LUT logic
+        (shifted adds) instead, so a core wider than a part's DSP count can still fit it. 0 (the default): no limit.
         The results and the cycles are the same either way; only synthesis differs.
     alu_hold : bool
-        A feature past VTA: a vector ALU instruction with one micro-op and
+        An extension past VTA: a vector ALU instruction with one micro-op and
         ``src_factor_in == 0`` reads its operand row once per outer iteration and holds
         it, so it issues one micro-op per cycle instead of one every second cycle (the
         acc buffer has one read port). A micro-op of such an instruction that writes the
         row it reads does not change the operand the rest of its outer iteration uses.
     dw_taps : int
-        A feature past VTA: the GEMM core's *depthwise window* of this many kernel taps
+        An extension past VTA: the GEMM core's *depthwise window* of this many kernel taps
         along a row (0, the default: none; else 2 to block_in / 2). A GEMM with its `dw`
         bit set multiplies each output lane's channel by the taps of a sliding window of
         input columns held in registers, instead of reducing over input channels, so a
@@ -190,17 +193,11 @@ class HardwareConfig:
                 raise ValueError(
                     f"HardwareConfig.{field} must be an integer from 2 to 65536, not {value!r}")
         self._check_pow2("dram_bus_width", 32, 1024)
-        limit = self.gemm_dsp_limit
-        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
-            raise ValueError(f"HardwareConfig.gemm_dsp_limit must be a non-negative integer "
-                             f"(0: no limit), not {limit!r}")
-        if limit >= self.gemm_multipliers:   # no pair past it: the same hardware as none
-            object.__setattr__(self, "gemm_dsp_limit", 0)
-        self._check_dw_taps()
-        for field in FEATURE_FLAGS:
-            if not isinstance(getattr(self, field), bool):
-                raise ValueError(f"HardwareConfig.{field} must be true or false, not "
-                                 f"{getattr(self, field)!r}")
+        # Each extension validates its own field (`vdla.extensions`), and may normalize
+        # it (a DSP limit past the core's multipliers is no limit: one name per design).
+        for ext in EXTENSIONS:
+            if ext.check is not None:
+                object.__setattr__(self, ext.field, ext.check(self))
         if (not isinstance(self.clock_mhz, (int, float)) or isinstance(self.clock_mhz, bool)
                 # Also NaN, infinity, and an int past the floats (math.isfinite would
                 # raise OverflowError on one; the derived figures divide it as a float).
@@ -219,24 +216,6 @@ class HardwareConfig:
                 "(dst + src + wgt index widths), more than 64; make the acc, inp or wgt "
                 "buffer smaller or the blocks larger")
         self._check_isa_fits()
-
-    def _check_dw_taps(self):
-        taps = self.dw_taps
-        if not isinstance(taps, int) or isinstance(taps, bool) or taps < 0:
-            raise ValueError(f"HardwareConfig.dw_taps must be a non-negative integer (0: no "
-                             f"depthwise window), not {taps!r}")
-        if not taps:
-            return
-        if not 2 <= taps <= self.block_in // 2:
-            raise ValueError(
-                f"HardwareConfig.dw_taps={taps} is out of range for block_in={self.block_in}: "
-                f"each tap takes two of the core's block_in multiplier columns, so 2 to "
-                f"{self.block_in // 2} taps are allowed (or 0 for none)")
-        if self.block_out % self.block_in:
-            raise ValueError(
-                f"HardwareConfig.dw_taps={taps} needs block_out ({self.block_out}) to be a "
-                f"multiple of block_in ({self.block_in}): a window column is the block_out "
-                f"channels of one pixel, block_out / block_in whole inp rows")
 
     def _check_pow2(self, field: str, low: int, high: int):
         value = getattr(self, field)
@@ -404,18 +383,24 @@ class HardwareConfig:
         loop = header + [("reset_reg", 1), ("uop_bgn", self.log_uop_depth),
                          ("uop_end", self.log_uop_depth + 1), ("iter_out", w["iter"]),
                          ("iter_in", w["iter"])]
-        # The depthwise window's bit exists only where the hardware has the window, so
-        # the default layout stays VTA's.
-        gemm = (loop + ([("dw", 1)] if self.dw_taps else []), [("dst_factor_out", self.log_acc_depth), ("dst_factor_in", self.log_acc_depth),
+        # An extension's bits (the depthwise window's dw) exist only where the hardware
+        # has the extension, so the default layout stays VTA's.
+        gemm = (loop + self._extension_bits("GEMM"), [("dst_factor_out", self.log_acc_depth), ("dst_factor_in", self.log_acc_depth),
                        ("src_factor_out", self.log_inp_depth), ("src_factor_in", self.log_inp_depth),
                        ("wgt_factor_out", self.log_wgt_depth), ("wgt_factor_in", self.log_wgt_depth)])
         # The ALU's src is an acc index, so its src factors have the acc depth's width
         # (VTA uses the inp depth's, which is the same number for its default config).
-        alu = (loop, [("dst_factor_out", self.log_acc_depth), ("dst_factor_in", self.log_acc_depth),
+        alu = (loop + self._extension_bits("ALU"), [("dst_factor_out", self.log_acc_depth), ("dst_factor_in", self.log_acc_depth),
                       ("src_factor_out", self.log_acc_depth), ("src_factor_in", self.log_acc_depth),
                       ("alu_opcode", w["alu_opcode"]), ("use_imm", 1), ("imm", w["imm"])])
         finish = (header, [])
         return {"LOAD": mem, "STORE": mem, "GEMM": gemm, "ALU": alu, "FINISH": finish}
+
+    def _extension_bits(self, layout: str) -> list[tuple[str, int]]:
+        """The (field, width) pairs the extensions this config has add to the first
+        group of `layout` (`vdla.extensions.InsnBits`), in registry order."""
+        return [(bits.field, bits.width) for ext, bits in insn_bits(layout)
+                if ext.present(self)]
 
     # --- names --------------------------------------------------------------------------
 
@@ -424,8 +409,9 @@ class HardwareConfig:
         """Short name, VTA-style: ``1x16x16_i8w8a32_15_15_18_17`` for the default.
 
         Parameters outside VTA's name that change the hardware are appended when they
-        differ from the default (``-mul``, ``-req``, ``-hold``, ``-dw3``, ``-dsp220``, ``-cq64``,
-        ``-tq16``, ``-bus128``); the clock is not part of the hardware and never appears.
+        differ from the default: ``-mul``, then the extensions (`extensions`: ``-req``,
+        ``-hold``, ``-dw3``, ``-dsp220``), then ``-cq64``, ``-tq16``, ``-bus128``; the
+        clock is not part of the hardware and never appears.
         """
         core = (f"{self.batch}x{self.block_in}x{self.block_out}_"
                 f"i{self.inp_width}w{self.wgt_width}a{self.acc_width}_"
@@ -435,9 +421,7 @@ class HardwareConfig:
         extras = []
         if AluOp.MUL in self.alu_ops:
             extras.append("mul")
-        extras += self.features
-        if self.gemm_dsp_limit:
-            extras.append(f"dsp{self.gemm_dsp_limit}")
+        extras += self.extensions
         if self.cmd_queue_depth != default["cmd_queue_depth"]:
             extras.append(f"cq{self.cmd_queue_depth}")
         if self.token_queue_depth != default["token_queue_depth"]:
@@ -447,14 +431,20 @@ class HardwareConfig:
         return "-".join([core] + extras)
 
     @property
-    def features(self) -> tuple[str, ...]:
-        """Short names of the features past VTA this config has, in a fixed order (each
-        is also a suffix of `name`): ``req`` (the ALU's REQ), ``hold`` (`alu_hold`),
-        ``dw3`` (`dw_taps` = 3).
+    def extensions(self) -> tuple[str, ...]:
+        """Short names of the extensions past VTA this config has (`vdla.extensions`), in
+        the registry's order, each also a suffix of `name`: ``req`` (the ALU's REQ),
+        ``hold`` (`alu_hold`), ``dw3`` (`dw_taps` = 3), ``dsp220`` (`gemm_dsp_limit`).
         MUL predates them and keeps its own ``mul`` suffix."""
-        found = ["req"] if AluOp.REQ in self.alu_ops else []
-        found += [FEATURE_FLAGS[f] for f in FEATURE_FLAGS if getattr(self, f)]
-        return tuple(found + ([f"dw{self.dw_taps}"] if self.dw_taps else []))
+        return tuple(s for s in (ext.short(self) for ext in EXTENSIONS) if s)
+
+    @property
+    def program_extensions(self) -> tuple[str, ...]:
+        """The `extensions` a program compiled for this config may depend on (all but
+        those that change only synthesis, like the DSP limit): what a device must have
+        to run it, and what the older ``features`` key of data files listed."""
+        return tuple(s for s in (ext.short(self) for ext in EXTENSIONS if ext.in_programs)
+                     if s)
 
     @property
     def gemm_multipliers(self) -> int:
@@ -506,7 +496,7 @@ class HardwareConfig:
             "out_buff_size": self.out_buff_size,
             "uop_fields": {"dst": self.uop_dst_bits, "src": self.uop_src_bits,
                            "wgt": self.uop_wgt_bits},
-            "features": list(self.features),
+            "extensions": list(self.extensions),
             "macs_per_cycle": self.macs_per_cycle,
             "peak_gops": 2 * self.macs_per_cycle * self.clock_mhz / 1000,
         }
@@ -569,7 +559,8 @@ class HardwareConfig:
                              f"{type(params).__name__}")
         config = cls._from_fields(params)
         if "derived" in data:
-            _check_same("derived", data["derived"], config.derived())
+            _check_same("derived", _derived_of_older(data["derived"], config),
+                        config.derived())
         if "insn_layouts" in data:
             _check_same("insn_layouts", data["insn_layouts"], config._insn_bit_ranges())
         return config
@@ -661,11 +652,26 @@ _DEFAULT_EXTRAS = {f.name: f.default for f in dataclasses.fields(HardwareConfig)
 #: the name or the Verilog, set by a board (`HardwareConfig.hardware` resets them).
 PLATFORM_FIELDS = ("clock_mhz", "dram_bytes_per_cycle")
 
-#: Boolean feature fields past VTA and their short names (config name suffixes).
-FEATURE_FLAGS = {"alu_hold": "hold"}
+#: The boolean extension fields past VTA and their short names (config name suffixes).
+EXTENSION_FLAGS = {ext.field: ext.key for ext in EXTENSIONS if ext.kind == "flag"}
+
 
 #: The top-level keys of the document ``vdla config show --json`` writes.
 SHOW_DOCUMENT_KEYS = ("parameters", "derived", "insn_layouts")
+
+
+def _derived_of_older(derived: Any, config: HardwareConfig) -> Any:
+    """A ``derived`` object as an older vdla wrote it, in today's keys: the one place
+    that reads the older ``features`` key, which listed the extensions a program may
+    depend on (`HardwareConfig.program_extensions`; the DSP limit was not among them).
+    It is checked here against that list and dropped, so that an older document still
+    loads and a wrong one is still refused."""
+    if not isinstance(derived, Mapping) or "features" not in derived:
+        return derived
+    derived = dict(derived)
+    _check_same("derived.features", derived.pop("features"),
+                list(config.program_extensions))
+    return derived
 
 
 def _check_same(where: str, given: Any, expected: Any) -> None:

@@ -69,7 +69,7 @@ class ShippedConfig:
     def to_dict(self) -> dict[str, Any]:
         """What ``vdla config list --json`` prints for it."""
         return {"name": self.name, "config_name": self.config.name,
-                "features": list(self.config.features), "board": self.board,
+                "extensions": list(self.config.extensions), "board": self.board,
                 "fits": self.fits, "description": self.description,
                 "figures": dict(self.figures), "config": self.config.to_dict()}
 

@@ -9,8 +9,8 @@ about 1.1-1.3x on the default config (``docs/simulation.md``).
 The workload is the hand-written blocked GEMM of `vdla.runtime.kernels` with its
 requantization (an ALU shift, a clamp), with one and with two virtual threads: every
 module and queue, the GEMM core, the vector ALU, the DMA of instructions, micro-ops,
-inputs, weights and outputs, and the token handshakes. Paths it leaves untouched (a
-feature's datapath, padding) are optimised as if there were no profile
+inputs, weights and outputs, and the token handshakes. Paths it leaves untouched (an
+extension's datapath, padding) are optimised as if there were no profile
 (``-fprofile-partial-training``), so they run no slower than in a build without one.
 
 It is small (about 700,000 cycles on the default config, a few seconds instrumented):

@@ -1,4 +1,4 @@
-"""bench/front_timing.py's choice of configs from a features sweep's fronts (the Verilator
+"""bench/front_timing.py's choice of configs from an extensions sweep's fronts (the Verilator
 runs themselves are the bench script's job, minutes a config)."""
 
 import json
@@ -18,7 +18,7 @@ def _bench():
 
 
 def _point(lut, **params):
-    # The features sweep's buffers: 128 KiB of weights, 64 KiB of accumulators.
+    # The extensions sweep's buffers: 128 KiB of weights, 64 KiB of accumulators.
     config = HardwareConfig(**{"wgt_buff_size": 131072, "acc_buff_size": 65536, **params})
     return {"config_name": config.name, "config": config.to_dict(),
             "objectives": {"lut": lut, "latency_ms": 1.0}}

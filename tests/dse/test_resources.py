@@ -14,7 +14,7 @@ from vdla.config import AluOp, HardwareConfig
 from vdla.dse.resource_rules import EBR, M10K, RULES, XILINX_BRAM, gemm_multipliers, memories
 from vdla.dse.resources import (MIN_POINTS, ResourceModel, bram_tiles, calibrated_families,
                                 calibrated_parts, calibration_path, counted_bram,
-                                feature_pairs, feature_terms, gemm_dsps, without_features)
+                                extension_pairs, extension_terms, gemm_dsps, without_extensions)
 
 FAMILY_NAMES = calibrated_families()
 #: The boards whose family has a calibration.
@@ -193,13 +193,13 @@ def test_a_board_whose_family_is_not_calibrated_yet_is_a_clear_error(board):
 
 def test_too_little_calibration_data_is_refused():
     data = load("zynq-7000")
-    # Configs with features past VTA do not count, nor those on another DRAM bus than the
+    # Configs with extensions past VTA do not count, nor those on another DRAM bus than the
     # board's: the base terms are fitted without them.
     base = [n for n, p in data["points"].items()
-            if not any(feature_terms(HardwareConfig.from_dict(p["config"])).values())
+            if not any(extension_terms(HardwareConfig.from_dict(p["config"])).values())
             and p["config"]["dram_bus_width"] == 64]
     few = {n: p for n, p in data["points"].items() if n not in base[MIN_POINTS - 1:]}
-    with pytest.raises(ValueError, match="zynq-7000: 6 calibration configs without features "
+    with pytest.raises(ValueError, match="zynq-7000: 6 calibration configs without extensions "
                                          "past VTA; the model needs at least 7.*--family "
                                          "zynq-7000"):
         ResourceModel.fit(dict(data, points=few))

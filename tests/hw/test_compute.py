@@ -74,12 +74,12 @@ def test_packed_int8_products_are_exact():
 
 @pytest.mark.parametrize("name, arithmetic", [
     ("default", "packed"), ("batch2", "packed"), ("block8", "packed"),
-    ("mul-bus128", "packed"), ("features", "packed"), ("dw3", "packed"), ("dw4-r1", "packed"),
+    ("mul-bus128", "packed"), ("extended", "packed"), ("dw3", "packed"), ("dw4-r1", "packed"),
     # The Verilator backend's form of the GEMM core (one 32-bit multiplier per product).
     # batch2-wide is slow: batch2-packed (the batch) and default-wide (the form) cover it.
     # dw3-wide is slow: the window's wide form runs in Amaranth's simulator on two dw
     # cores, r = 2 and r = 1 (test_small_dw_core_matches_functional_simulator), and on
-    # Verilator, which builds the wide form, in every differential run of the FEATURES
+    # Verilator, which builds the wide form, in every differential run of the EXTENDED
     # config (r = 1).
     ("default", "wide"), pytest.param("batch2", "wide", marks=pytest.mark.slow),
     pytest.param("dw3", "wide", marks=pytest.mark.slow)])

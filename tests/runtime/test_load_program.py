@@ -1,5 +1,5 @@
 """`Device.load_program` refuses a program the device would not run as written: encoded
-for another config (naming the features the device lacks and the instructions that use
+for another config (naming the extensions the device lacks and the instructions that use
 them), or holding an ALU op the device's ALU does not have. Nothing is written then. On
 a device of the program's own config it loads and runs (the ISA page's REQ example)."""
 
@@ -37,35 +37,35 @@ def default_dev():
         yield d
 
 
-def test_a_program_for_a_config_with_features_names_those_the_device_lacks(default_dev):
+def test_a_program_for_a_config_with_extensions_names_those_the_device_lacks(default_dev):
     program = _req_program(PLUS, count=5)
     in_use = default_dev.allocator.bytes_in_use
     with pytest.raises(ValueError) as exc:
         default_dev.load_program(program)
     message = str(exc.value)
     assert message.startswith(f"program is encoded for config {PLUS.name}, the device has "
-                              f"{DEFAULT.name}; the program needs feature(s) req (the ALU's "
+                              f"{DEFAULT.name}; the program needs extension(s) req (the ALU's "
                               f"REQ), hold (alu_hold), which config {DEFAULT.name} lacks")
     # The REQ instructions by index: the GEMM is instruction 0.
     assert "(it uses REQ at instruction(s) 1, 2, 3 and 2 more)" in message
     assert default_dev.allocator.bytes_in_use == in_use      # nothing written
 
 
-def test_a_feature_without_an_instruction_is_named_too(default_dev):
+def test_an_extension_without_an_instruction_is_named_too(default_dev):
     """alu_hold changes no encoding, only what a program means: still refused."""
     p = ProgramBuilder(HOLD)
     p.alu(AluOp.ADD, uop_bgn=0, uop_end=1, iter_out=1, iter_in=4, dst_factor_in=1)
     with pytest.raises(ValueError, match=re.escape(
-            "the program needs feature(s) hold (alu_hold), which config "
+            "the program needs extension(s) hold (alu_hold), which config "
             f"{DEFAULT.name} lacks")) as exc:
         default_dev.load_program(p.finish())
     assert "instruction" not in str(exc.value)
 
 
-def test_a_device_with_more_features_names_them():
+def test_a_device_with_more_extensions_names_them():
     with vdla.runtime.open(PLUS, dram_size=1 << 20) as dev:
         with pytest.raises(ValueError, match=re.escape(
-                f"config {PLUS.name} has feature(s) req, hold, which the program's config "
+                f"config {PLUS.name} has extension(s) req, hold, which the program's config "
                 "lacks")):
             dev.load_program(ProgramBuilder(DEFAULT).finish())
 
@@ -86,9 +86,9 @@ def test_a_program_with_the_depthwise_window_is_refused_without_it(default_dev):
     message = str(exc.value)
     assert message.startswith(
         f"program is encoded for config {DW3.name}, the device has {DEFAULT.name}; the "
-        f"program needs feature(s) dw3 (the depthwise window, dw_taps=3), which config "
+        f"program needs extension(s) dw3 (the depthwise window, dw_taps=3), which config "
         f"{DEFAULT.name} lacks (it uses dw GEMMs at instruction(s) 1, 2)"), message
-    assert "differ in" not in message            # dw_taps is named as the feature
+    assert "differ in" not in message            # dw_taps is named as the extension
     assert default_dev.allocator.bytes_in_use == in_use      # nothing written
 
 
@@ -97,9 +97,9 @@ def test_a_window_of_other_taps_is_refused():
     dw4 = DEFAULT.replace(dw_taps=4)
     assert program_mismatch(_dw_program(DW3), dw4) == (
         f"program is encoded for config {DW3.name}, the device has {dw4.name}; the program "
-        f"needs feature(s) dw3 (the depthwise window, dw_taps=3), which config {dw4.name} "
+        f"needs extension(s) dw3 (the depthwise window, dw_taps=3), which config {dw4.name} "
         f"lacks (it uses dw GEMMs at instruction(s) 1, 2); config {dw4.name} has "
-        f"feature(s) dw4, which the program's config lacks")
+        f"extension(s) dw4, which the program's config lacks")
     # A program of the window's config without dw GEMMs is still refused elsewhere: its
     # encoding has the dw bit.
     assert "dw3" in program_mismatch(ProgramBuilder(DW3).finish(), DEFAULT)

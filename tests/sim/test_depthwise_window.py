@@ -100,9 +100,9 @@ def test_bad_dw_taps(bad, match):
         HardwareConfig(**bad)
 
 
-def test_config_name_and_features():
+def test_config_name_and_extensions():
     config = CONFIGS[2]
-    assert config.name.endswith("-dw3") and config.features == ("dw3",)
+    assert config.name.endswith("-dw3") and config.extensions == ("dw3",)
     assert (config.dw_column_rows, config.dw_window_rows) == (2, 6)
     # A pass of 5 micro-ops: the first loads 6 rows, the 4 others 2 each.
     assert config.dw_pass_cycles(5) == 6 + 4 * 2

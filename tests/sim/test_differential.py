@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import vdla
-from differential import (B2X8X32, CANDIDATE, DW, FEATURES, SMALL_QUEUES, DifferentialDevice,
+from differential import (B2X8X32, CANDIDATE, DW, EXTENDED, SMALL_QUEUES, DifferentialDevice,
                           open_differential, pair_with)
 from program_gen import DEADLOCK_WAITS, deadlock_program, random_program
 from vdla.isa import DEP_FLAGS, Alu, Finish, Gemm, Load, MemoryType, Store
@@ -32,18 +32,18 @@ CONFIGS = {
     "default": vdla.HardwareConfig(),
     "b2x8x32": B2X8X32,
     "smallq": SMALL_QUEUES,
-    "features": FEATURES,
+    "extended": EXTENDED,
 }
-#: Each feature past VTA alone, besides `FEATURES` (all): slow, as `FEATURES` runs the
+#: Each extension past VTA alone, besides `EXTENDED` (all): slow, as `EXTENDED` runs the
 #: same generator and hardware for all at once (a Verilator model to build each). The
-#: depthwise window's is `DW`, with two inp rows a window column (FEATURES' has one).
-SINGLE_FEATURES = {
-    "req": FEATURES.replace(alu_hold=False, dw_taps=0),
-    "hold": FEATURES.replace(alu_ops=FEATURES.alu_ops - {vdla.AluOp.REQ}, dw_taps=0),
+#: depthwise window's is `DW`, with two inp rows a window column (EXTENDED' has one).
+SINGLE_EXTENSIONS = {
+    "req": EXTENDED.replace(alu_hold=False, dw_taps=0),
+    "hold": EXTENDED.replace(alu_ops=EXTENDED.alu_ops - {vdla.AluOp.REQ}, dw_taps=0),
     "dw": DW,
 }
-ALL_CONFIGS = {**CONFIGS, **SINGLE_FEATURES}
-CONFIG_PARAMS = [pytest.param(name, marks=pytest.mark.slow) if name in SINGLE_FEATURES
+ALL_CONFIGS = {**CONFIGS, **SINGLE_EXTENSIONS}
+CONFIG_PARAMS = [pytest.param(name, marks=pytest.mark.slow) if name in SINGLE_EXTENSIONS
                  else name for name in ALL_CONFIGS]
 DRAM_SIZE = 1 << 24
 SEEDS = range(30)
@@ -111,7 +111,7 @@ def test_deadlock_reports_the_same_waits(name):
 
 # --- the generator covers what it claims --------------------------------------------------------
 
-def _features(program, config) -> set:
+def _extensions_used(program, config) -> set:
     """What a program exercises, read from its instructions."""
     bus = config.dram_bus_width // 8
     elem = {MemoryType.UOP: config.uop_bytes, MemoryType.INP: config.inp_elem_bytes,
@@ -143,7 +143,7 @@ def _features(program, config) -> set:
     return seen
 
 
-def _expected_features(config) -> set:
+def _expected_extensions(config) -> set:
     bus = config.dram_bus_width // 8
     mems = ("UOP", "INP", "WGT", "ACC", "OUT")
     small = {"UOP": config.uop_bytes, "INP": config.inp_elem_bytes, "WGT": config.wgt_elem_bytes,
@@ -196,8 +196,8 @@ def test_generator_coverage(name):
             halves = {insn.sram_base >= config.inp_depth // 2 for insn in generated.program
                       if isinstance(insn, Load) and insn.memory_type == MemoryType.INP}
             assert halves == {False, True} or threads == 1
-            seen |= _features(generated.program, config)
-    assert _expected_features(config) - seen == set()
+            seen |= _extensions_used(generated.program, config)
+    assert _expected_extensions(config) - seen == set()
 
 
 _NEIGHBOURS = {LOAD: {"prev": None, "next": COMPUTE}, COMPUTE: {"prev": LOAD, "next": STORE},

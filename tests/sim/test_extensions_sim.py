@@ -1,17 +1,17 @@
-"""The ALU features past VTA (REQ, `alu_hold`) on both backends, against numpy.
+"""The ALU extensions past VTA (REQ, `alu_hold`) on both backends, against numpy.
 
 Each test writes a small program by hand, runs it on a `DifferentialDevice` (the
 functional simulator and Verilator, which must agree byte for byte) and checks the
 result against values computed here in numpy from the ISA's definition, so the two
 simulators cannot agree on a wrong answer. The random programs of `test_differential`
-cover the features' other shapes on the `FEATURES` config.
+cover the extensions' other shapes on the `EXTENDED` config.
 """
 
 import numpy as np
 import pytest
 
 import vdla
-from differential import CANDIDATE, FEATURES, pair_with
+from differential import CANDIDATE, EXTENDED, pair_with
 from vdla.config import AluOp
 from vdla.isa import Alu, MemoryType, Uop, encode_uops
 from vdla.runtime import COMPUTE, STORE, ProgramBuilder
@@ -21,7 +21,7 @@ DRAM_SIZE = 1 << 22
 
 @pytest.fixture(scope="module")
 def candidate():
-    with vdla.runtime.open(FEATURES, backend=CANDIDATE, dram_size=DRAM_SIZE) as d:
+    with vdla.runtime.open(EXTENDED, backend=CANDIDATE, dram_size=DRAM_SIZE) as d:
         yield d
 
 
@@ -64,7 +64,7 @@ def _run_alu(dev, acc: np.ndarray, uop: Uop, stored: int | None = None,
 
 
 def _acc(rng, rows: int, low: int = -5000, high: int = 5000) -> np.ndarray:
-    c = FEATURES
+    c = EXTENDED
     return rng.integers(low, high, size=(rows, c.batch, c.block_out)).astype(np.int32)
 
 
@@ -127,7 +127,7 @@ def test_req_shifts_then_clamps(dev, use_imm):
     """REQ = SHR by the operand's bits 5:0, then min(max(., lo), hi) with lo in bits 15:8
     and hi in bits 23:16 (127 with an immediate); lo > hi gives hi."""
     rng = np.random.default_rng(3)
-    c = FEATURES
+    c = EXTENDED
     acc = _acc(rng, 16, -200_000, 200_000)
     shift, lo, hi = 7, -20, 90
     if use_imm:

@@ -155,13 +155,13 @@ def test_mul_config_has_all_ops():
     assert cfg.name.endswith("-mul")
 
 
-def test_features_past_vta_are_named_and_listed():
-    """Each feature is off by default, a suffix of the name, listed in `features` and
+def test_extensions_past_vta_are_named_and_listed():
+    """Each extension is off by default, a suffix of the name, listed in `extensions` and
     the derived values, and kept by JSON."""
-    assert HardwareConfig().features == ()
+    assert HardwareConfig().extensions == ()
     cfg = HardwareConfig(alu_ops=["MIN", "MAX", "ADD", "SHR", "MUL", "REQ"], alu_hold=True)
     assert cfg.name == DEFAULT_NAME + "-mul-req-hold"
-    assert cfg.features == ("req", "hold") and cfg.derived()["features"] == ["req", "hold"]
+    assert cfg.extensions == ("req", "hold") and cfg.derived()["extensions"] == ["req", "hold"]
     assert HardwareConfig.from_json(cfg.to_json()) == cfg
     assert HardwareConfig.from_json(cfg.to_json()).name == cfg.name
 
@@ -179,7 +179,7 @@ def test_a_dsp_limit_past_the_core_is_no_limit():
 
 
 @pytest.mark.parametrize("value", [1, "yes", None])
-def test_feature_flags_must_be_booleans(value):
+def test_extension_flags_must_be_booleans(value):
     with pytest.raises(ValueError, match=r"alu_hold must be true or false, not"):
         HardwareConfig(alu_hold=value)
 

@@ -25,15 +25,15 @@ from vdla.shipped import SHIPPED_DIR, load_config, resolve_config, shipped, ship
 ROOT = Path(__file__).resolve().parents[2]
 PLUS_NAME = "1x16x32_i8w8a32_15_15_17_17-req-hold-dw3-dsp220-bus128"
 VTA_PLUS_NAME = "1x16x16_i8w8a32_15_15_18_17-req-hold"
-FEATURE_OPS = {AluOp.MIN, AluOp.MAX, AluOp.ADD, AluOp.SHR, AluOp.REQ}
+EXTENSION_OPS = {AluOp.MIN, AluOp.MAX, AluOp.ADD, AluOp.SHR, AluOp.REQ}
 
 
-def test_pynq_z1_plus_is_the_16x32_core_with_the_features():
+def test_pynq_z1_plus_is_the_16x32_core_with_the_extensions():
     entry = shipped("pynq-z1-plus")
     assert entry.config.name == PLUS_NAME
-    assert entry.config.features == ("req", "hold", "dw3")
+    assert entry.config.extensions == ("req", "hold", "dw3", "dsp220")
     assert entry.config == HardwareConfig(block_out=32, wgt_buff_size=128 * 1024,
-                                          alu_ops=FEATURE_OPS, alu_hold=True,
+                                          alu_ops=EXTENSION_OPS, alu_hold=True,
                                           gemm_dsp_limit=220, dw_taps=3, dram_bus_width=128,
                                           dram_bytes_per_cycle=12)
     assert entry.config.gemm_lut_multipliers == 36
@@ -53,7 +53,7 @@ def test_pynq_z1_plus_is_the_16x32_core_with_the_features():
 def test_vta_plus_is_the_default_sizes_with_req_and_hold():
     entry = shipped("vta-plus")
     assert entry.config.name == VTA_PLUS_NAME
-    assert entry.config == HardwareConfig().replace(alu_ops=FEATURE_OPS, alu_hold=True)
+    assert entry.config == HardwareConfig().replace(alu_ops=EXTENSION_OPS, alu_hold=True)
     # vdla estimate of this config: the default's DSP and block RAM, more LUTs.
     assert entry.figures["resources"]["bram"] == {"used": 126.5, "of": 140}
     assert entry.figures["resources"]["dsp"] == {"used": 128, "of": 220}
@@ -194,8 +194,8 @@ def test_config_list_wide_gives_a_row_per_config_and_json(capsys):
     assert main(["config", "list", "--wide"]) == 0
     text = capsys.readouterr().out
     header, row = text.splitlines()[:2]
-    assert header.split() == ["name", "config", "features", "board", "fits", "figures"]
-    assert row.split()[:6] == ["pynq-z1-plus", PLUS_NAME, "req,", "hold,", "dw3", "pynq-z1"]
+    assert header.split() == ["name", "config", "extensions", "board", "fits", "figures"]
+    assert row.split()[:6] == ["pynq-z1-plus", PLUS_NAME, "req,", "hold,", "dw3,", "dsp220"]
     assert "yes: LUT 50,993/53,200, FF 7,767/106,400, DSP 220/220, BRAM 119/140" in row
     cycles = shipped("pynq-z1-plus").figures["runs"][0]["cycles"]
     assert f"resnet18 {cycles:,} cycles (verilator, bit-exact, commit " in row
@@ -211,7 +211,7 @@ def test_config_list_wide_gives_a_row_per_config_and_json(capsys):
         assert f"  resources: {entry.figures['resources']['source']}\n" in text
     assert main(["config", "list", "--json"]) == 0
     (entry,) = [e for e in json.loads(capsys.readouterr().out) if e["name"] == "pynq-z1-plus"]
-    assert entry["config_name"] == PLUS_NAME and entry["features"] == ["req", "hold", "dw3"]
+    assert entry["config_name"] == PLUS_NAME and entry["extensions"] == ["req", "hold", "dw3", "dsp220"]
     assert entry["board"] == "pynq-z1" and entry["fits"] is True
     assert entry["figures"]["runs"][0]["cycles"] == cycles
     assert HardwareConfig.from_dict(entry["config"]).name == PLUS_NAME
@@ -226,7 +226,7 @@ def test_config_list_fits_an_80_column_terminal(capsys):
     assert max(len(line) for line in lines) <= 80, max(lines, key=len)
     assert lines[0] == f"pynq-z1-plus: {PLUS_NAME}"
     assert f"vta-plus: {VTA_PLUS_NAME}" in lines
-    assert "  features   req, hold, dw3" in lines and "  board      pynq-z1" in lines
+    assert "  extensions  req, hold, dw3, dsp220" in lines and "  board       pynq-z1" in lines
     words = " ".join(text.split())        # the text as one line, its wrapping undone
     for name in shipped_names():
         entry = shipped(name)
@@ -304,7 +304,7 @@ def test_config_show_a_shipped_name(capsys):
     assert lines[1].startswith("shipped as pynq-z1-plus for pynq-z1: ")
     assert main(["config", "show", "--config", "pynq-z1-plus", "--json"]) == 0
     document = json.loads(capsys.readouterr().out)
-    assert document["derived"]["features"] == ["req", "hold", "dw3"]
+    assert document["derived"]["extensions"] == ["req", "hold", "dw3", "dsp220"]
     assert vdla.HardwareConfig.from_dict(document).name == PLUS_NAME
     assert main(["config", "show", "--config", "no-such-config"]) == 1
     err = capsys.readouterr().err

@@ -32,7 +32,7 @@ def add_parser(sub) -> None:
     listing = config_sub.add_parser(
         "list", help="the configs shipped with vdla (names --config takes)",
         description="The configs shipped with vdla: each one's name (what --config takes), "
-                    "config name, features past VTA, the board it is meant for, whether "
+                    "config name, extensions past VTA, the board it is meant for, whether "
                     "it fits that board and its measured figures with the commit they were "
                     "measured at, as its file records them (nothing is synthesised or "
                     f"run). Printed as one block per config, {WIDTH} columns wide.")
@@ -86,8 +86,8 @@ def run_list(args) -> int:
         print("\n\n".join("\n".join(_block(entry)) for entry in entries))
         print("\n" + textwrap.fill(FOOTER + " `--wide` prints a row per config.", WIDTH))
         return 0
-    header = ("name", "config", "features", "board", "fits", "figures")
-    rows = [(e.name, e.config.name, ", ".join(e.config.features) or "-", e.board or "-",
+    header = ("name", "config", "extensions", "board", "fits", "figures")
+    rows = [(e.name, e.config.name, ", ".join(e.config.extensions) or "-", e.board or "-",
              _fits_cell(e), _runs_cell(e.figures.get("runs", []))) for e in entries]
     print("\n".join(table(header, rows)))
     for entry in entries:
@@ -106,7 +106,7 @@ def _block(entry: ShippedConfig) -> list[str]:
     lines = [f"{entry.name}: {entry.config.name}"]
     lines += textwrap.wrap(entry.description, WIDTH, initial_indent="  ",
                            subsequent_indent="  ", break_on_hyphens=False)
-    fields = [("features", ", ".join(entry.config.features) or "-"),
+    fields = [("extensions", ", ".join(entry.config.extensions) or "-"),
               ("board", entry.board or "-"), ("fits", _fits_cell(entry))]
     source = entry.figures.get("resources", {}).get("source")
     if source:

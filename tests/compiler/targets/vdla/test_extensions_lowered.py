@@ -1,7 +1,7 @@
-"""vdla back half on configs with features past VTA (REQ, `alu_hold`): convolutions
+"""vdla back half on configs with extensions past VTA (REQ, `alu_hold`): convolutions
 lowered for them match the integer reference bit-exactly on the functional simulator,
-use the features (REQ ends the epilogue, no MAX/MIN), and the timing model counts what
-they save. Verilator runs of the same programs are in `test_features_verilator`."""
+use the extensions (REQ ends the epilogue, no MAX/MIN), and the timing model counts what
+they save."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import pytest
 import vdla
 from .test_conv2d import check_conv, conv_graph
 from vdla.compiler.targets.vdla import lower_conv2d
-from vdla.compiler.targets.vdla.conv_layer import conv2d_layer, estimate_conv2d
+from vdla.compiler.targets.vdla.conv_layer import conv2d_layer
+from vdla.compiler.targets.vdla.timing import estimate_conv2d
 from vdla.config import AluOp
 from vdla.isa import Alu
 

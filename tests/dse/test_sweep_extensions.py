@@ -1,4 +1,4 @@
-"""bench/sweep_features.py's replot of an earlier run's fronts (the sweep itself is the
+"""bench/sweep_extensions.py's replot of an earlier run's fronts (the sweep itself is the
 bench script's job, most of an hour)."""
 
 import json
@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _bench():
-    return load_script(ROOT / "bench" / "sweep_features.py")
+    return load_script(ROOT / "bench" / "sweep_extensions.py")
 
 
 def _point(lut, latency_ms, **params):

@@ -1,23 +1,23 @@
-"""The pynq-z1 design space with the features past VTA as dimensions: ResNet-18 and
+"""The pynq-z1 design space with the extensions past VTA as dimensions: ResNet-18 and
 MobileNet-v1, each a ``vdla sweep`` over the GEMM core's shape, the accumulator buffer,
 the DRAM bus's width, the ALU's REQ, alu_hold, the GEMM core's DSP limit and its
-depthwise window, then the Pareto fronts of latency against LUTs with and without the features in
-one plot.
+depthwise window (every extension of `vdla.extensions`), then the Pareto fronts of latency
+against LUTs with and without the extensions in one plot.
 
-    python bench/sweep_features.py [--out bench-sweep-features] [--jobs 2]
-                                   [--models resnet18 mobilenet_v1]
-    python bench/sweep_features.py --replot FRONTS.json [--out DIR]   # the plot alone
+    python bench/sweep_extensions.py [--out bench-sweep-extensions] [--jobs 2]
+                                     [--models resnet18 mobilenet_v1]
+    python bench/sweep_extensions.py --replot FRONTS.json [--out DIR]   # the plot alone
 
 Every point is priced by the timing model and the resource model (calibrated per family
 on yosys; `vdla.dse.resources`), and only points that fit the xc7z020 count. A point is
-*without features* when it is VTA's ISA and hardware (no REQ, no hold, every multiplier
+*without extensions* when it is VTA's ISA and hardware (no REQ, no hold, every multiplier
 a DSP, no depthwise window). Prints, per model, both fronts (the best point of each at
 the most LUTs it may use) and writes ``OUT/<model>/`` (the sweep's own reports, its printed table in
 ``sweep.txt``), ``OUT/fronts.png`` and ``OUT/fronts.json`` (both fronts of each model,
 every point with its config, for ``bench/front_timing.py``). ``--replot`` draws
 ``OUT/fronts.png`` again from an earlier run's ``fronts.json``, sweeping nothing.
 Confirmation runs of front points: ``bench/front_timing.py`` runs the timing model
-against Verilator on every feature combination of the fronts; ``vdla sweep --confirm``
+against Verilator on every extension combination of the fronts; ``vdla sweep --confirm``
 adds yosys; the shipped configs (``vdla config list``) carry the ones that were run.
 """
 
@@ -39,7 +39,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from vdla import HardwareConfig  # noqa: E402
 from vdla._fileio import atomic_write  # noqa: E402
 from vdla.cli import main as vdla_main  # noqa: E402
-from vdla.dse.resources import feature_terms  # noqa: E402
+from vdla.extensions import EXTENSIONS  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from model_layers import _commit  # noqa: E402
@@ -52,18 +52,18 @@ XC7Z020_LUTS = 53_200
 #: an earlier run with both, at commit 702fe43, and the same block RAM), the DRAM bus at
 #: the HP port's width and at twice it (bridged to the port at 150 MHz: 12 bytes a cycle
 #: instead of 8; either front may take it, it is VTA's parameter), and
-#: every feature past VTA (REQ, hold, the DSP limit of the xc7z020's 220 DSP48s, a
-#: three-tap depthwise window where block_out is a multiple of block_in).
+#: every extension past VTA, off and at its example value (`vdla.extensions`: REQ, hold,
+#: a three-tap depthwise window where block_out is a multiple of block_in, the DSP limit
+#: of the xc7z020's 220 DSP48s).
 PARAMETERS = {
     "block_in": [8, 16, 32],
     "block_out": [8, 16, 32],
     "wgt_buff_size": ["128K"],
     "acc_buff_size": ["64K", "128K"],
     "dram_bus_width": [64, 128],
-    "alu_ops": [BASE_OPS, BASE_OPS + ["REQ"]],
-    "alu_hold": [False, True],
-    "gemm_dsp_limit": [0, 220],
-    "dw_taps": [0, 3],
+    **{ext.field: ([BASE_OPS, BASE_OPS + [ext.alu_op]] if ext.kind == "alu_op"
+                   else [False if ext.kind == "flag" else 0, ext.example])
+       for ext in EXTENSIONS},
 }
 
 
@@ -77,9 +77,9 @@ def spec_text(model: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def has_features(config: dict) -> bool:
-    """Whether a point's config has a feature past VTA (what the resource model prices)."""
-    return any(feature_terms(HardwareConfig.from_dict(config)).values())
+def has_extensions(config: dict) -> bool:
+    """Whether a point's config has an extension past VTA."""
+    return bool(HardwareConfig.from_dict(config).extensions)
 
 
 def front(points: list[dict]) -> list[dict]:
@@ -106,7 +106,7 @@ def sweep(model: str, out: Path, jobs: int) -> dict:
         raise SystemExit(f"vdla sweep failed for {model} (exit {status})")
     doc = json.loads((out / "sweep.json").read_text())
     fitting = [p for p in doc["points"] if p["valid"] and p.get("fits")]
-    plain = [p for p in fitting if not has_features(p["config"])]
+    plain = [p for p in fitting if not has_extensions(p["config"])]
     return {"model": model, "points": len(doc["points"]), "fitting": len(fitting),
             "with": front(fitting), "without": front(plain)}
 
@@ -116,7 +116,7 @@ def report(result: dict) -> list[str]:
              "xc7z020; Pareto fronts of latency (ms at 100 MHz, timing model) against LUTs "
              "(resource model)"]
     for kind in ("without", "with"):
-        lines.append(f"  {kind} features:")
+        lines.append(f"  {kind} extensions:")
         for p in result[kind]:
             o = p["objectives"]
             lines.append(f"    {p['config_name']:<48} {o['lut']:>7,} LUT  "
@@ -133,7 +133,7 @@ def plot(results: list[dict], path: Path) -> None:
     fig, axes = plt.subplots(1, len(results), figsize=(6 * len(results), 4.2), squeeze=False)
     for ax, result in zip(axes[0], results):
         # The fronts run on to the part's LUTs (the best a design within them reaches);
-        # the front without features on top, open, where the two coincide.
+        # the front without extensions on top, open, where the two coincide.
         for kind, style in (("with", dict(color="tab:blue", marker="s", zorder=2)),
                             ("without", dict(color="black", marker="o", linestyle="--",
                                              markerfacecolor="none", zorder=3))):
@@ -144,7 +144,7 @@ def plot(results: list[dict], path: Path) -> None:
             short = best["config_name"].split("_")[0] + "".join(
                 f"-{x}" for x in best["config_name"].split("-")[1:])
             ax.step(xs, ys + ys[-1:], where="post", markevery=range(len(pts)),
-                    label=f"{kind} features past VTA\n(fastest: {short}, "
+                    label=f"{kind} extensions past VTA\n(fastest: {short}, "
                           f"{best['objectives']['latency_ms']:.1f} ms)", **style)
         ax.axvline(XC7Z020_LUTS, color="tab:red", linestyle=":", label="xc7z020 LUTs")
         ax.set_xlabel("LUTs (resource model)")
@@ -163,7 +163,7 @@ def plot(results: list[dict], path: Path) -> None:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="bench-sweep-features", type=Path)
+    parser.add_argument("--out", default="bench-sweep-extensions", type=Path)
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--models", nargs="+", default=["resnet18", "mobilenet_v1"])
     parser.add_argument("--replot", type=Path, metavar="FRONTS.json",
@@ -188,7 +188,7 @@ def main(argv=None) -> int:
               for r in results}
     commit = _commit()
     atomic_write(args.out / "fronts.json", json.dumps(
-        {"board": "pynq-z1", "command": "python3 bench/sweep_features.py", "commit": commit,
+        {"board": "pynq-z1", "command": "python3 bench/sweep_extensions.py", "commit": commit,
          "fronts": fronts},
         indent=1).encode() + b"\n")
     print(f"wrote {args.out / 'fronts.png'} ({time.perf_counter() - start:.0f} s)")

@@ -1,4 +1,4 @@
-"""The features past VTA (REQ, alu_hold) in the resource model and the sweep's space: their
+"""The extensions past VTA (REQ, alu_hold) in the resource model and the sweep's space: their
 terms fitted to what each adds in the calibration data, a clear error where a family
 cannot price one, and a grid sweep over them with the timing and resource models."""
 
@@ -12,13 +12,13 @@ from vdla.boards.catalog import BOARDS
 from vdla.config import AluOp, HardwareConfig
 from vdla.dse.evaluate import Evaluator
 from vdla.dse.resources import (ResourceModel, bus_pairs, calibrated_families, calibration_path,
-                                feature_pairs, feature_terms, without_features)
+                                extension_pairs, extension_terms, without_extensions)
 from vdla.dse.spec import SweepSpec
 
-#: The families whose calibration has configs with the features (the 7-series
+#: The families whose calibration has configs with the extensions (the 7-series
 #: and one more at least).
 PRICED = [f for f in calibrated_families()
-          if feature_pairs(json.loads(calibration_path(f).read_text())["points"])]
+          if extension_pairs(json.loads(calibration_path(f).read_text())["points"])]
 REQ = HardwareConfig().alu_ops | {AluOp.REQ}
 BASE_OPS = ["MIN", "MAX", "ADD", "SHR"]
 
@@ -29,20 +29,20 @@ def load(family):
 
 def test_the_terms_count_req_per_alu_lane_and_hold_once():
     none = {"req_lanes": 0.0, "alu_hold": 0.0, "lut_pairs": 0.0, "dw_window": 0.0}
-    assert feature_terms(HardwareConfig()) == none
-    assert feature_terms(HardwareConfig(alu_ops=REQ)) == {**none, "req_lanes": 16.0}
+    assert extension_terms(HardwareConfig()) == none
+    assert extension_terms(HardwareConfig(alu_ops=REQ)) == {**none, "req_lanes": 16.0}
     both = HardwareConfig(batch=2, block_in=8, block_out=8, alu_ops=REQ, alu_hold=True,
                           acc_buff_size=64 * 1024, wgt_buff_size=64 * 1024)
-    assert feature_terms(both) == {**none, "req_lanes": 16.0, "alu_hold": 1.0}
+    assert extension_terms(both) == {**none, "req_lanes": 16.0, "alu_hold": 1.0}
     # The depthwise window: its registers and input multiplexers, per lane and tap.
     window = HardwareConfig(block_out=32, dw_taps=3)
-    assert feature_terms(window)["dw_window"] == 96.0
-    assert without_features(window) == HardwareConfig(block_out=32)
+    assert extension_terms(window)["dw_window"] == 96.0
+    assert without_extensions(window) == HardwareConfig(block_out=32)
     # 256 multiplier pairs, 220 of them DSPs: 36 built from LUTs.
     limited = HardwareConfig(block_out=32, gemm_dsp_limit=220)
-    assert feature_terms(limited)["lut_pairs"] == 36.0
-    assert without_features(limited) == HardwareConfig(block_out=32)
-    plain = without_features(both)
+    assert extension_terms(limited)["lut_pairs"] == 36.0
+    assert without_extensions(limited) == HardwareConfig(block_out=32)
+    plain = without_extensions(both)
     assert not plain.alu_hold and AluOp.REQ not in plain.alu_ops
     assert plain == HardwareConfig(batch=2, block_in=8, block_out=8,
                                    acc_buff_size=64 * 1024, wgt_buff_size=64 * 1024)
@@ -59,9 +59,9 @@ def test_the_seven_series_and_a_second_family_price_both_features():
 @pytest.mark.parametrize("family", PRICED)
 def test_the_features_add_logic_and_no_dsp_or_block_ram(family):
     points = load(family)["points"]
-    for name, base in feature_pairs(points):
+    for name, base in extension_pairs(points):
         m, b = points[name]["resources"], points[base]["resources"]
-        terms = feature_terms(HardwareConfig.from_dict(points[name]["config"]))
+        terms = extension_terms(HardwareConfig.from_dict(points[name]["config"]))
         # A DSP limit trades DSPs for LUTs, one per LUT-built multiplier pair.
         assert b["dsp"] - m["dsp"] == terms["lut_pairs"] and m["bram"] == b["bram"], name
         assert m["lut"] > b["lut"] or not terms["lut_pairs"], name
@@ -72,26 +72,26 @@ def test_the_features_add_logic_and_no_dsp_or_block_ram(family):
 
 
 @pytest.mark.parametrize("family", PRICED)
-def test_the_feature_terms_are_fitted_to_the_differences(family):
+def test_the_extension_terms_are_fitted_to_the_differences(family):
     data = load(family)
     model = ResourceModel.fit(data)
-    # The base terms are those of the configs without features: adding feature configs
+    # The base terms are those of the configs without extensions: adding extension configs
     # to a calibration changes no prediction for a config without them.
     plain = {n: p for n, p in data["points"].items()
-             if not any(feature_terms(HardwareConfig.from_dict(p["config"])).values())}
+             if not any(extension_terms(HardwareConfig.from_dict(p["config"])).values())}
     base_model = ResourceModel.fit(dict(data, points=plain))
     for key in ("lut", "ff"):
         assert {k: v for k, v in getattr(model, key).items() if k in getattr(base_model, key)} \
             == pytest.approx(dict(getattr(base_model, key)))
     # Each measured difference is the fitted terms' within a tenth of the default
-    # config's cost of both ALU features (a few hundred LUTs out of tens of thousands),
+    # config's cost of both ALU extensions (a few hundred LUTs out of tens of thousands),
     # or of the difference itself where that is larger: a term fitted to two configs
     # (the depthwise window's, per lane and tap) cannot meet both exactly.
     both = HardwareConfig(alu_ops=REQ, alu_hold=True)
     scale = {k: getattr(model.predict(both), k) - getattr(model.predict(HardwareConfig()), k)
              for k in ("lut", "ff")}
     points = data["points"]
-    for name, base in feature_pairs(points):
+    for name, base in extension_pairs(points):
         config = HardwareConfig.from_dict(points[name]["config"])
         got = model.predict(config).to_dict()
         want = model.predict(HardwareConfig.from_dict(points[base]["config"])).to_dict()
@@ -103,9 +103,9 @@ def test_the_feature_terms_are_fitted_to_the_differences(family):
 
 def test_a_feature_config_without_its_base_is_refused():
     data = load("zynq-7000")
-    name, base = feature_pairs(data["points"])[0]
+    name, base = extension_pairs(data["points"])[0]
     points = {n: p for n, p in data["points"].items() if n != base}
-    with pytest.raises(ValueError, match=f"{name!r} .* has features past VTA but its config "
+    with pytest.raises(ValueError, match=f"{name!r} .* has extensions past VTA but its config "
                                          "without them .* is not calibrated"):
         ResourceModel.fit(dict(data, points=points))
 
@@ -154,10 +154,10 @@ def test_a_bus_the_calibration_has_no_pair_for_is_a_clear_error():
 
 
 def unpriced_model():
-    """The 7-series' model fitted without its feature configs: it prices neither."""
+    """The 7-series' model fitted without its extension configs: it prices neither."""
     data = load("zynq-7000")
     plain = {n: p for n, p in data["points"].items()
-             if not any(feature_terms(HardwareConfig.from_dict(p["config"])).values())}
+             if not any(extension_terms(HardwareConfig.from_dict(p["config"])).values())}
     return ResourceModel.fit(dict(data, points=plain))
 
 
@@ -167,7 +167,7 @@ def test_a_feature_the_calibration_has_no_config_with_is_a_clear_error():
     model.predict(HardwareConfig())
     with pytest.raises(ValueError, match=r"zynq-7000 resource model cannot price req_lanes, "
                                          r"alu_hold \(1x16x16.*-req-hold\): its calibration "
-                                         r"has no config with it.*FEATURE_CONFIGS.*--family "
+                                         r"has no config with it.*EXTENSION_CONFIGS.*--family "
                                          r"zynq-7000"):
         model.predict(HardwareConfig(alu_ops=REQ, alu_hold=True))
 
@@ -203,7 +203,7 @@ def test_a_grid_sweep_over_the_features(tmp_path, capsys):
         assert point["objectives"]["lut"] == model.predict(config).lut
         assert point["objectives"]["ff"] == model.predict(config).ff
     plain, req, hold, both = (points[n]["objectives"] for n in names)
-    # Each feature costs logic (REQ LUTs, alu_hold flip-flops) and saves cycles (REQ: one
+    # Each extension costs logic (REQ LUTs, alu_hold flip-flops) and saves cycles (REQ: one
     # ALU pass for the requantization; alu_hold: one micro-op a cycle); the costs add up.
     assert req["lut"] > plain["lut"] and hold["ff"] > plain["ff"]
     for key in ("lut", "ff"):

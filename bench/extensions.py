@@ -1,13 +1,15 @@
-"""What each feature past VTA buys and costs: whole models on Verilator with VTA's
-default sizes and each feature alone and together (cycles, every run bit-exact), then
-what each costs by yosys on the families the resource model calibrates it on.
+"""What each extension past VTA buys and costs: whole models on Verilator with VTA's
+default sizes and each extension alone and all together (cycles, every run bit-exact),
+then what each costs by yosys on the families the resource model calibrates it on.
 
-    python bench/features.py [--models resnet18 mobilenet_v1 resnet50]
+    python bench/extensions.py [--models resnet18 mobilenet_v1 resnet50]
 
 The cycles are ``vdla run MODEL --config ...``'s (the pipeline's whole-model run on the
 Verilator backend); the costs are the calibration measurements of
 `scripts/calibrate_resources.py` (`dse/calibration/<family>.json`): a config with the
-feature minus the same config without it, both synthesized by yosys.
+extension minus the same config without it, both synthesized by yosys. The extensions
+are `vdla.extensions.EXTENSIONS`; those that change no cycle (the DSP limit: only
+synthesis differs) are in the cost table only.
 """
 
 from __future__ import annotations
@@ -23,20 +25,26 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 from vdla import HardwareConfig  # noqa: E402
 from vdla.compiler import pipeline  # noqa: E402
 from vdla.compiler.targets import get as get_target  # noqa: E402
-from vdla.config import REQUIRED_ALU_OPS, AluOp  # noqa: E402
-from vdla.dse.resources import (calibrated_families, calibration_path,  # noqa: E402
-                                feature_pairs, feature_terms)
+from vdla.dse.resources import (TERM_EXTENSIONS, calibrated_families,  # noqa: E402
+                                calibration_path, extension_pairs, extension_terms)
+from vdla.extensions import EXTENSIONS, by_key  # noqa: E402
 
-REQ = REQUIRED_ALU_OPS | {AluOp.REQ}
-#: VTA's default sizes with each feature past VTA alone and together.
-VARIANTS = {"VTA": HardwareConfig(), "REQ": HardwareConfig(alu_ops=REQ),
-            "hold": HardwareConfig(alu_hold=True),
-            "REQ + hold": HardwareConfig(alu_ops=REQ, alu_hold=True),
-            "dw3": HardwareConfig(dw_taps=3),
-            "all": HardwareConfig(alu_ops=REQ, alu_hold=True, dw_taps=3)}
-#: The resource model's term of each feature (`vdla.dse.resources.feature_terms`).
-TERMS = {"req_lanes": "REQ", "alu_hold": "hold", "lut_pairs": "DSP limit",
-         "dw_window": "dw window"}
+
+def _variants() -> dict[str, HardwareConfig]:
+    """VTA's default sizes, then with each extension a program sees alone (at its example
+    value), then with all of them."""
+    base, variants, together = HardwareConfig(), {"VTA": HardwareConfig()}, {}
+    for ext in EXTENSIONS:
+        if ext.in_programs:   # the others change no cycle
+            config = base.replace(**ext.with_(base))
+            variants[ext.alu_op or ext.short(config)] = config
+            together.update(ext.with_(base))
+    variants["all"] = base.replace(**together)
+    return variants
+
+
+#: The configs the cycle table runs: label -> config.
+VARIANTS = _variants()
 
 
 def cycles(model: str, config: HardwareConfig) -> int:
@@ -63,17 +71,18 @@ def cycle_table(models: list[str]) -> list[str]:
 
 
 def cost_table() -> list[str]:
-    lines = ["", "what each feature costs by yosys (calibration runs: the config with it "
+    lines = ["", "what each extension costs by yosys (calibration runs: the config with it "
              "minus the same config without; LUT is ALMs on the Cyclone V)",
-             f"  {'family':<11} {'feature':<11} {'config':<44} {'LUT':>7} {'FF':>5} "
+             f"  {'family':<11} {'extension':<16} {'config':<44} {'LUT':>7} {'FF':>5} "
              f"{'DSP':>5} {'BRAM':>5}"]
     for family in calibrated_families():
         points = json.loads(calibration_path(family).read_text())["points"]
-        for name, base in feature_pairs(points):
+        for name, base in extension_pairs(points):
             config = HardwareConfig.from_dict(points[name]["config"])
-            feats = " + ".join(TERMS[t] for t, v in feature_terms(config).items() if v)
+            exts = " + ".join(by_key(TERM_EXTENSIONS[t][0]).title
+                              for t, v in extension_terms(config).items() if v)
             m, b = points[name]["resources"], points[base]["resources"]
-            lines.append(f"  {family:<11} {feats:<11} {config.name:<44} "
+            lines.append(f"  {family:<11} {exts:<16} {config.name:<44} "
                          f"{m['lut'] - b['lut']:>+7,} {m['ff'] - b['ff']:>+5,} "
                          f"{m['dsp'] - b['dsp']:>+5g} {m['bram'] - b['bram']:>+5g}")
     return lines
