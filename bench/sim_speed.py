@@ -4,8 +4,8 @@ by side, the model's build time cold and cached, and the wall-clock ratio agains
 functional simulator on the same program.
 
 The builds (`LADDER`) are measured in one run, in interleaved rounds, so that the ratios
-hold whatever the machine's speed that minute: the old build (the recipe before issue
-38: g++ -O3, the WIDE GEMM core, the raw reset), then one change at a time: the reset
+hold whatever the machine's speed that minute: the old build (the recipe before
+the speed-up: g++ -O3, the WIDE GEMM core, the raw reset), then one change at a time: the reset
 behind a register, the NATIVE GEMM core (its products, and the SRAMs they read, held by
 the harness, and its bus inputs latched so that one evaluation settles a cycle),
 link-time optimisation (what the test suite builds), profile-guided optimisation (the

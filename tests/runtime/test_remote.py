@@ -2,6 +2,7 @@
 on localhost, the board runtime over the Verilator shim as the "board"."""
 
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -19,7 +20,7 @@ from vdla.cli import main
 from vdla.compiler import pipeline
 from vdla.compiler.targets.vdla import VdlaTarget
 from vdla.compiler.targets.vdla.export import run_exported
-from vdla.runtime.board import BoardDevice
+from vdla.deploy.board_device import BoardDevice
 from vdla.runtime.kernels import blocked_gemm, blocked_gemm_reference
 from vdla.runtime.remote import (MAGIC, NONCE, RemoteDevice, RemoteError, _Channel, _mac,
                                  serve)
@@ -156,7 +157,7 @@ SERVE = textwrap.dedent("""
     sys.path.insert(0, {tests!r})
     import vdla
     from board_shim import VerilatorMemory, VerilatorMmio
-    from vdla.runtime.board import BoardDevice
+    from vdla.deploy.board_device import BoardDevice
     from vdla.runtime.remote import serve
     from vdla.sim.verilator import VerilatorSimulator
     sim = VerilatorSimulator(vdla.HardwareConfig(), 64 << 20, log=lambda m: None)
@@ -218,6 +219,57 @@ def test_vdla_run_remote_gives_the_usual_report(capsys, monkeypatch):
 
     assert "bit-exact vs the quantized reference: yes" in remote
     assert cycles(remote) == cycles(local)
+
+
+@pytest.fixture
+def functional_server(monkeypatch):
+    """A real ``vdla serve --sim functional`` on 127.0.0.1 (any free port), its address;
+    the key is in ``$VDLA_REMOTE_KEY`` for the server and the client alike."""
+    monkeypatch.setenv("VDLA_REMOTE_KEY", KEY.decode())
+    proc = subprocess.Popen([sys.executable, "-m", "vdla", "serve", "--sim", "functional",
+                             "--host", "127.0.0.1", "--port", "0"],
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stderr.readline()   # "vdla: vdla serve: functional device, ... on H:P"
+        found = re.search(r" on (127\.0\.0\.1:\d+)$", line.strip())
+        assert found, f"vdla serve said {line!r}"
+        yield found[1]
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stderr.close()
+
+
+def test_a_remote_run_records_the_servers_backend(functional_server, capsys, tmp_path):
+    """``vdla run --remote`` against a server of the functional simulator: the record
+    says the run ran on it (``options.backend``: remote functional), not on the Verilator
+    model the target would open here by default, and the report says so too."""
+    path = tmp_path / "remote.json"
+    assert main(["run", "small_cnn", "--remote", functional_server, "--json", str(path)]) == 0
+    out = capsys.readouterr().out
+    record = json.loads(path.read_text())
+    assert record["bit_exact"] is True
+    assert record["options"]["backend"] == "remote functional"
+    assert record["summary"]["vdla"]["backend"] == "remote functional"
+    assert record["options"]["dram"] is None and record["cycles"] is None
+    assert f"ran on the accelerator `vdla serve` serves at {functional_server} (remote " \
+           "functional backend)" in out
+    assert "remote functional backend," in out.splitlines()[0]     # the title line
+    assert "verilator" not in out.lower()       # no header or hint of the local model
+
+
+@pytest.mark.parametrize("sim", ["functional", "verilator"])
+def test_a_board_run_records_the_simulator_it_ran_on(sim, capsys, tmp_path):
+    """``vdla run --board`` simulates the board here: the record names the board and the
+    simulator that ran it (and, on the timed model, the board's memory timing)."""
+    path = tmp_path / "board.json"
+    assert main(["run", "small_cnn", "--board", "pynq-z1", "--sim", sim, "--jobs", "1",
+                 "--json", str(path)]) == 0
+    capsys.readouterr()
+    record = json.loads(path.read_text())
+    assert record["options"]["backend"] == record["summary"]["vdla"]["backend"] == sim
+    assert record["board"] == record["options"]["board"] == "pynq-z1"
+    assert (record["options"]["dram"] is not None) == (sim == "verilator")
 
 
 def test_remote_errors_on_the_command_line(capsys, monkeypatch):

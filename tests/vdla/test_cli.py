@@ -1,5 +1,6 @@
 """The vdla command line: config show, asm/disasm, demo, and its errors."""
 
+import argparse
 import json
 import subprocess
 import sys
@@ -7,6 +8,7 @@ import sys
 import pytest
 
 import vdla
+from vdla import cli
 from vdla.cli import main
 
 PROGRAM = """\
@@ -143,3 +145,58 @@ def test_exit_status_1_for_a_user_error_2_for_a_usage_error(command, capsys, tmp
         main([*args, "--no-such-option"])
     assert exc.value.code == 2
     assert "unrecognized arguments: --no-such-option" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", cli.COMMANDS)
+def test_every_commands_help_works(command, capsys):
+    """``vdla COMMAND --help`` prints the command's usage and exits 0."""
+    with pytest.raises(SystemExit) as exc:
+        main([command, "--help"])
+    assert exc.value.code == 0
+    assert capsys.readouterr().out.startswith(f"usage: vdla {command}")
+
+
+def _option_actions() -> dict[str, dict[str, object]]:
+    """flag -> command -> its argparse action, over every command's parser."""
+    parser = cli.build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    found: dict[str, dict[str, object]] = {}
+    for command, p in sub.choices.items():
+        for action in p._actions:
+            for flag in action.option_strings:
+                found.setdefault(flag, {})[command] = action
+    return found
+
+
+#: The options declared once (`vdla.cli.common`, `vdla.cli.target_args`), and the commands
+#: whose option of that name means something else, declared apart: tune's --seed seeds
+#: its search and its --batch is schedules per round, dataset's --seed seeds the platforms
+#: and the shapes, sweep's seeds its sampler; tune's and dataset's --records are written,
+#: not read (their own shared declaration); roofline's --precision names a GPU's units,
+#: dataset's takes no float16.
+SHARED = {"--calibration": set(), "--seed": {"tune", "dataset", "sweep", "demo"},
+          "--batch": {"tune", "export"}, "--records": {"tune", "dataset"},
+          "--precision": {"roofline", "dataset"}, "--chooser": set()}
+
+
+@pytest.mark.parametrize("flag", sorted(SHARED))
+def test_a_shared_option_says_the_same_in_every_command(flag):
+    """Each option several commands take alike has one help text, one default and one
+    type in all of them (it is declared once, in `vdla.cli.common` or
+    `vdla.cli.target_args`)."""
+    actions = _option_actions()[flag]
+    alike = {c: a for c, a in actions.items() if c not in SHARED[flag]}
+    assert len(alike) >= 2, f"{flag}: taken by {sorted(alike)} only"
+    described = {(a.help, a.default, a.type, a.metavar, tuple(a.choices or ()))
+                 for a in alike.values()}
+    assert len(described) == 1, (f"{flag} is described {len(described)} ways in "
+                                 f"{', '.join(sorted(alike))}: {described}")
+
+
+def test_the_ray_address_is_described_once():
+    """--ray says what ADDRESS may be in the same words in every command that takes it."""
+    from vdla.cli.common import RAY_ADDRESS_HELP
+
+    actions = _option_actions()["--ray"]
+    assert {"run", "tune", "sweep"} <= set(actions)
+    assert all(RAY_ADDRESS_HELP in a.help for a in actions.values())

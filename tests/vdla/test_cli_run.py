@@ -10,8 +10,7 @@ import pytest
 import vdla
 from vdla import cli
 from vdla.cli import main
-from vdla.cli import run as run_cmd
-from vdla.cli.target_args import make_target
+from vdla.cli.target_args import DEFAULT_TARGET, make_target
 from vdla.compiler import pipeline, zoo
 
 from onnx_testing import dynamic_batch_model
@@ -207,7 +206,7 @@ def test_the_host_target_reports_the_same_keys(tmp_path, capsys):
 
 def test_default_target_and_backend():
     args = cli.build_parser().parse_args(["run", "resnet18"])
-    assert args.target == run_cmd.DEFAULT_TARGET == "vdla"
+    assert args.target == DEFAULT_TARGET == "vdla"
     assert args.sim is None
     target = make_target(args.target, args, "run")
     assert target.options()["backend"] == "verilator" and target.board is None

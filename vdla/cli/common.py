@@ -1,5 +1,11 @@
 """What the command modules share: the user-facing error, what an interrupt keeps,
-config and file loading, progress on a terminal, atomic JSON output and table formatting.
+config and file loading, progress on a terminal, atomic JSON output and table formatting,
+the options of the commands that load a model (each declared here once, with one help
+text and one default: ``--calibration``, ``--seed``, ``--batch``, ``--records``), the
+tuning records they open and the timing of a whole-graph run.
+
+The options that need the compiler to describe them (``--precision``, ``--chooser``,
+``--target``'s default) are `vdla.cli.target_args`'s.
 
 Importing this module is light (no numpy): `vdla.cli.main` imports it before its own
 Ctrl-C handling starts."""
@@ -9,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Sequence
 
@@ -18,10 +25,14 @@ from vdla.config import HardwareConfig
 
 if TYPE_CHECKING:
     from vdla.boards import Board
+    from vdla.compiler.tuner import Records
 
-__all__ = ["CONFIG_HELP", "CliError", "board_config", "check_output_file",
-           "check_output_files", "int_arg", "load_config", "log", "on_interrupt",
-           "output_file", "progress_line", "read_file", "table", "write_json"]
+__all__ = ["CONFIG_HELP", "DEFAULT_CALIBRATION", "RAY_ADDRESS_HELP", "WHOLE_GRAPH_RUNS", "CliError",
+           "add_batch_option", "add_calibration_option", "add_ray_option",
+           "add_records_option", "add_records_output_option", "add_seed_option",
+           "board_config", "check_model_options", "check_output_file", "check_output_files",
+           "int_arg", "load_config", "log", "on_interrupt", "open_records", "output_file",
+           "progress_line", "read_file", "table", "whole_graph", "write_json"]
 
 #: The help of every command's ``--config`` (the vdla target's says the same in its own
 #: words); `vdla.shipped.resolve_config` is what the value means. It ends with the
@@ -169,3 +180,158 @@ def table(header: Sequence[str], rows: Sequence[Sequence[str]], *,
     return ["  ".join(f"{str(v):>{w}}" if i in right else f"{str(v):<{w}}"
                       for i, (v, w) in enumerate(zip(row, widths))).rstrip()
             for row in [header, *rows]]
+
+
+# --- The options of the commands that load a model --------------------------------------
+# Each is declared once, here, so that every command that takes it says the same thing
+# and has the same default (tests/vdla/test_cli.py checks the help of each is one text).
+
+#: ``--calibration``'s default: the calibration samples a model is quantized on.
+DEFAULT_CALIBRATION = 4
+#: What ``--ray ADDRESS`` may be, in every command that runs work on Ray.
+RAY_ADDRESS_HELP = ("auto (a running cluster), local (an instance on this machine with "
+                    "--jobs CPUs) or host:port (needs pip install 'vdla[ray]')")
+
+
+def add_calibration_option(parser: argparse.ArgumentParser) -> None:
+    """``--calibration N``: how many calibration samples the model is quantized on
+    (`vdla.compiler.pipeline.load_model`'s ``calibration``), for every command that
+    quantizes a model (run, compile, compare, roofline, tune, deploy).
+
+    parser : the command's parser
+    """
+    parser.add_argument("--calibration", type=int, default=DEFAULT_CALIBRATION, metavar="N",
+                        help="calibration samples the model is quantized on (default "
+                             f"{DEFAULT_CALIBRATION})")
+
+
+def add_seed_option(parser: argparse.ArgumentParser) -> None:
+    """``--seed N``: what seeds the model's inputs (`load_model`'s ``seed``), for the
+    commands that run or compile a model on its inputs. A command whose seed seeds
+    something else (tune's search, sweep's sampler) declares its own.
+
+    parser : the command's parser
+    """
+    parser.add_argument("--seed", type=int, default=0, metavar="N",
+                        help="seeds the model's inputs (digits_cnn: the test image's index) "
+                             "(default 0)")
+
+
+def add_batch_option(parser: argparse.ArgumentParser) -> None:
+    """``--batch N``: the model's batch size (`load_model`'s ``batch``). Not tune's
+    ``--batch``, which is the schedules measured per round.
+
+    parser : the command's parser
+    """
+    parser.add_argument("--batch", type=int, metavar="N",
+                        help="batch size: a zoo model is built with it, an ONNX model's "
+                             "dynamic batch dimension set to it (default 1; an ONNX model "
+                             "that fixes another batch is an error)")
+
+
+def add_records_option(parser: argparse.ArgumentParser) -> None:
+    """``--records DB``, read: the tuning records a model is compiled with (`open_records`
+    opens them), for the commands that compile a model (run, compile, compare, deploy).
+
+    parser : the command's parser
+    """
+    parser.add_argument("--records", metavar="DB",
+                        help="compile each tunable op with its best schedule for the target "
+                             "in this tuning records file (vdla tune writes one; records are "
+                             "kept per target); --chooser picks the others'")
+
+
+def add_records_output_option(parser: argparse.ArgumentParser) -> None:
+    """``--records DB``, written: the records file a command that measures schedules
+    appends every measurement to (tune, dataset); required.
+
+    parser : the command's parser
+    """
+    parser.add_argument("--records", required=True, type=output_file, metavar="DB",
+                        help="SQLite records file every measurement is appended to "
+                             "(created if missing)")
+
+
+def add_ray_option(parser: argparse.ArgumentParser, what: str, note: str = "") -> None:
+    """``--ray ADDRESS``: run the command's work on Ray instead of local processes, the
+    address said the same way in every command (`RAY_ADDRESS_HELP`).
+
+    parser : the command's parser
+    what : what goes to Ray, as the start of the help ("simulate the ops on Ray instead")
+    note : what else the command says of it, after the address (or nothing)
+    """
+    parser.add_argument("--ray", metavar="ADDRESS",
+                        help=f"{what}: {RAY_ADDRESS_HELP}" + (f"; {note}" if note else ""))
+
+
+def check_model_options(args: argparse.Namespace) -> None:
+    """CliError for a bad ``--calibration``, ``--seed`` or ``--batch`` of a command that
+    loads a model; an option the command does not take is not checked.
+
+    args : the command's parsed arguments
+    """
+    calibration = getattr(args, "calibration", None)
+    if calibration is not None and calibration < 1:
+        raise CliError(f"--calibration must be a positive integer, not {calibration}")
+    seed = getattr(args, "seed", None)
+    if seed is not None and seed < 0:
+        raise CliError(f"--seed must be a non-negative integer, not {seed}")
+    batch = getattr(args, "batch", None)
+    if batch is not None and batch < 1:
+        raise CliError(f"--batch must be a positive integer, not {batch}")
+
+
+def open_records(path: str | None) -> Records | None:
+    """The tuning records ``--records`` names, opened for reading (the caller closes
+    them), or None without the option. CliError for a file that does not exist: opening
+    would create an empty one, and the run would silently use no tuned schedule.
+
+    path : the option's value, or None
+    """
+    if path is None:
+        return None
+    if not Path(path).is_file():
+        raise CliError(f"records file {path!r} does not exist (vdla tune --records {path} "
+                       "writes one)")
+    # heavy: the tuner loads numpy; only a command given --records needs it.
+    from vdla.compiler.tuner import Records
+
+    return Records(path)
+
+
+#: Runs of the whole graph in one call that `whole_graph` times (their median is reported).
+WHOLE_GRAPH_RUNS = 20
+
+
+def whole_graph(outcome) -> tuple[float, dict[str, float], dict[str, float]] | None:
+    """For a target that compiles the graph into one program (the CPU target): the
+    median wall time of the whole graph in one call, of each op inside it and of each
+    layout conversion the program runs between ops (`GraphRun.layout_seconds`), over
+    `WHOLE_GRAPH_RUNS` runs after a warm-up run whose outputs must be the op-by-op run's;
+    None for other targets. Shared by ``vdla run`` and ``vdla compare``.
+
+    outcome : the `vdla.compiler.pipeline.Outcome` of an op-by-op run
+    """
+    # heavy: numpy; this module loads without it (vdla.cli's rule).
+    import numpy as np
+
+    with outcome.compiled.session() as session:
+        first = session.run_graph(outcome.model.feed)
+        if first is None:
+            return None
+        for name, value in first.outputs.items():
+            if not np.array_equal(value, outcome.result.outputs[name]):
+                raise CliError(f"the whole-graph run's output {name!r} differs from the "
+                               "op-by-op run's")
+        totals, per_op = [], {name: [] for name in first.op_seconds}
+        per_layout = {name: [] for name in first.layout_seconds}
+        for _ in range(WHOLE_GRAPH_RUNS):
+            start = time.perf_counter()
+            run = session.run_graph(outcome.model.feed)
+            totals.append(time.perf_counter() - start)
+            for name, seconds in run.op_seconds.items():
+                per_op[name].append(seconds)
+            for name, seconds in run.layout_seconds.items():
+                per_layout[name].append(seconds)
+    return (float(np.median(totals)), {k: float(np.median(v)) for k, v in per_op.items()},
+            {k: float(np.median(v)) for k, v in per_layout.items()})

@@ -18,10 +18,12 @@ import time
 from pathlib import Path
 
 from vdla._fileio import atomic_write
-from vdla.cli.common import CliError, log, output_file, table, write_json
-from vdla.cli.run import WHOLE_GRAPH_RUNS, _open_records, _whole_graph, add_chooser_option
-from vdla.cli.target_args import (add_target_options, check_target_options, make_target,
-                                  target_factory, unavailable)
+from vdla.cli.common import (WHOLE_GRAPH_RUNS, CliError, add_calibration_option,
+                             add_records_option, add_seed_option, check_model_options, log,
+                             open_records, output_file, table, whole_graph, write_json)
+from vdla.cli.target_args import (add_chooser_option, add_target_options,
+                                  check_target_options, make_target, target_factory,
+                                  unavailable)
 from vdla.compiler import baseline, pipeline, targets
 
 __all__ = ["GROUPS", "add_parser", "run"]
@@ -55,12 +57,9 @@ def add_parser(sub) -> None:
                    help=f"targets to compare (default {','.join(DEFAULT_TARGETS)}, each "
                         "where it runs here at its own speed: gpu only on a CUDA GPU, "
                         "since Triton's interpreter takes minutes; name it to add it)")
-    p.add_argument("--seed", type=int, default=0, help="seeds the input (default 0)")
-    p.add_argument("--calibration", type=int, default=4, metavar="N",
-                   help="calibration inputs (default 4)")
-    p.add_argument("--records", metavar="DB",
-                   help="compile each target's tunable ops with their best schedules in this "
-                        "tuning records file (vdla tune; records are kept per target)")
+    add_seed_option(p)
+    add_calibration_option(p)
+    add_records_option(p)
     add_chooser_option(p)
     p.add_argument("--chart", type=output_file,
                    metavar="PNG", help="bar chart path (default compare-MODEL.png)")
@@ -79,10 +78,7 @@ def add_parser(sub) -> None:
 def _targets(args) -> list:
     """The targets --targets names, each built from its own options; a default one that
     cannot run here is left out with a note, one named is an error."""
-    if args.calibration < 1:
-        raise CliError(f"--calibration must be a positive integer, not {args.calibration}")
-    if args.seed < 0:
-        raise CliError(f"--seed must be a non-negative integer, not {args.seed}")
+    check_model_options(args)
     named = args.targets is not None
     names = [n.strip() for n in (args.targets.split(",") if named else DEFAULT_TARGETS)
              if n.strip()]
@@ -133,7 +129,7 @@ def run(args) -> int:
     model = pipeline.load_model(args.model, seed=args.seed, calibration=args.calibration)
     mode = pipeline.requant_mode(chosen)
     results, failed, outputs = {}, [], {}
-    records = _open_records(args.records)
+    records = open_records(args.records)
     try:
         for target in chosen:
             _run_one(args, model, mode, target, records, results, failed, outputs)
@@ -259,7 +255,7 @@ def _run_one(args, model, mode, target, records, results, failed, outputs) -> No
     # A target that runs the whole graph in one call (the CPU target): its ops' times
     # inside that call, and its layout conversions between them, rather than op-by-op
     # calls from Python (which convert layouts in numpy around every op).
-    whole = _whole_graph(outcome) if outcome.bit_exact else None
+    whole = whole_graph(outcome) if outcome.bit_exact else None
     whole_note = ""
     if whole is not None:
         groups = _by_group(outcome.result.ops, lambda s: whole[1].get(s.name, s.device_seconds))

@@ -13,9 +13,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from vdla.cli.common import CliError, log, progress_line
-from vdla.cli.run import _open_records, add_chooser_option, check_model_options
-from vdla.cli.target_args import add_target_options, make_target
+from vdla.cli.common import (CliError, add_batch_option, add_calibration_option,
+                             add_records_option, add_seed_option, check_model_options, log,
+                             open_records, progress_line)
+from vdla.cli.target_args import (add_chooser_option, add_precision_option,
+                                  add_target_options, make_target)
 from vdla.compiler import pipeline, targets
 
 __all__ = ["add_parser", "run"]
@@ -36,16 +38,12 @@ def add_parser(sub) -> None:
     p.add_argument("--target", default="cpu", metavar="NAME",
                    help=f"the target ({', '.join(targets.names())}); only targets with a "
                         "stand-alone form (cpu) can be written (default cpu)")
-    p.add_argument("--precision", choices=pipeline.PRECISIONS, default="int8",
-                   help="int8: the quantized graph (default); float32: the float graph")
-    p.add_argument("--records", metavar="DB",
-                   help="compile each tunable op with its best schedule in these tuning "
-                        "records (vdla tune --target cpu)")
+    add_precision_option(p)
+    add_records_option(p)
     add_chooser_option(p)
-    p.add_argument("--calibration", type=int, default=4, metavar="N",
-                   help="calibration samples for quantization (default 4)")
-    p.add_argument("--seed", type=int, default=0, help="seeds the inputs (default 0)")
-    p.add_argument("--batch", type=int, metavar="N", help="batch size (default 1)")
+    add_calibration_option(p)
+    add_seed_option(p)
+    add_batch_option(p)
     p.add_argument("--check", action="store_true",
                    help="then build the project with make and run its example on the "
                         "model's input; its output must match the reference")
@@ -59,7 +57,7 @@ def run(args) -> int:
     if out.exists() and not out.is_dir():
         raise CliError(f"-o {args.output!r} is a file; give a folder to write the project in")
     target = make_target(args.target, args, "compile", precision=args.precision, log=log)
-    records = _open_records(args.records)
+    records = open_records(args.records)
     if records is not None and not target.measure_backends:
         raise CliError(f"--records: target {target.name!r} has no tunable ops")
     model = pipeline.load_model(args.model, seed=args.seed, calibration=args.calibration,

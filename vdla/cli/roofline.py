@@ -8,8 +8,9 @@ import io
 import math
 
 from vdla._fileio import atomic_write
-from vdla.cli.common import CliError, output_file, table, write_json
-from vdla.cli.run import check_model_options
+from vdla.cli.common import (CliError, add_batch_option, add_calibration_option,
+                             add_seed_option, check_model_options, output_file, table,
+                             write_json)
 from vdla.compiler import pipeline
 from vdla.compiler.passes.prepare import prepare
 from vdla.compiler.targets import gpu as gpu_target
@@ -42,6 +43,7 @@ def add_parser(sub) -> None:
     p.add_argument("--gpu", metavar="A,B,...", default=",".join(DEFAULT_GPUS),
                    help=f"GPUs to estimate: {', '.join(gpus.names())} (default "
                         f"{','.join(DEFAULT_GPUS)})")
+    # Not target_args' --precision: this one names the GPU's units the graph runs on.
     p.add_argument("--precision", choices=gpus.PRECISIONS, default="int8",
                    help="int8: the quantized graph on the INT8 tensor cores (default); "
                         "float16: the float graph held in fp16 on the FP16 tensor cores; "
@@ -49,11 +51,9 @@ def add_parser(sub) -> None:
     p.add_argument("--top", type=int, metavar="N",
                    help="list only the N most expensive kernels per GPU (default: all, "
                         "in graph order)")
-    p.add_argument("--seed", type=int, default=0, help="seeds the inputs (default 0)")
-    p.add_argument("--calibration", type=int, default=4, metavar="N",
-                   help="calibration samples for quantization (default 4)")
-    p.add_argument("--batch", type=int, metavar="N",
-                   help="batch size (default 1; see `vdla run --help`)")
+    add_seed_option(p)
+    add_calibration_option(p)
+    add_batch_option(p)
     p.add_argument("--json", type=output_file,
                    metavar="PATH", help="also write the estimates as JSON here")
     p.add_argument("--plot", type=output_file,

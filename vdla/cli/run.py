@@ -8,19 +8,18 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import time
-from pathlib import Path
 
-from vdla.cli.common import CliError, log, output_file, progress_line, table, write_json
-from vdla.cli.target_args import add_target_options, make_target
+from vdla.cli.common import (WHOLE_GRAPH_RUNS, CliError, add_batch_option,
+                             add_calibration_option, add_ray_option, add_records_option,
+                             add_seed_option, check_model_options, log, open_records,
+                             output_file, progress_line, table, whole_graph, write_json)
+from vdla.cli.target_args import (DEFAULT_TARGET, add_chooser_option, add_precision_option,
+                                  add_target_options, make_target)
 from vdla.compiler import pipeline, targets
 from vdla.compiler.targets.base import WALL
 from vdla.compiler.targets.options import ExtraColumn
-from vdla.compiler.tuner import Records
 
-__all__ = ["DEFAULT_TARGET", "add_parser", "run"]
-
-DEFAULT_TARGET = "vdla"
+__all__ = ["add_parser", "run"]
 
 
 def add_parser(sub) -> None:
@@ -35,33 +34,18 @@ def add_parser(sub) -> None:
                            "run fall back to the host")
     run_.add_argument("--json", type=output_file,
                       metavar="PATH", help="also write the results as JSON here")
-    run_.add_argument("--seed", type=int, default=0,
-                      help="seeds the inputs (digits_cnn: the test image's index) (default 0)")
-    run_.add_argument("--calibration", type=int, default=4, metavar="N",
-                      help="calibration samples for quantization (default 4)")
-    run_.add_argument("--batch", type=int, metavar="N",
-                      help="batch size: a zoo model is built with it, an ONNX model's dynamic "
-                           "batch dimension set to it (default 1; an ONNX model that fixes "
-                           "another batch is an error)")
-    run_.add_argument("--precision", choices=pipeline.PRECISIONS, default="int8",
-                      help="int8: the quantized graph, checked bit-exactly (default); "
-                           "float32: the float graph (targets that run float ops), checked "
-                           f"within {pipeline.FLOAT_TOLERANCE:g} relative; float16: the float "
-                           "graph stored and multiplied in float16 (the gpu target), within "
-                           f"{pipeline.FLOAT16_TOLERANCE:g}")
-    run_.add_argument("--records", metavar="DB",
-                      help="compile each tunable op with its best schedule in this tuning "
-                           "records file (vdla tune); the target's default for the others")
+    add_seed_option(run_)
+    add_calibration_option(run_)
+    add_batch_option(run_)
+    add_precision_option(run_)
+    add_records_option(run_)
     add_chooser_option(run_)
-    run_.add_argument("--jobs", type=int, default=default_jobs(), metavar="N",
+    run_.add_argument("--jobs", type=int, default=_default_jobs(), metavar="N",
                       help="simulate the ops of a target that runs them apart (vdla) in N "
                            "worker processes at once, each fed its inputs from the reference: "
                            "the same cycles and outputs as one after another (default: the "
-                           f"cores, {default_jobs()}; 1 runs them in order in this process)")
-    run_.add_argument("--ray", metavar="ADDRESS",
-                      help="simulate the ops on Ray instead: auto (a running cluster), local "
-                           "(an instance on this machine with --jobs CPUs) or host:port "
-                           "(needs pip install 'vdla[ray]')")
+                           f"cores, {_default_jobs()}; 1 runs them in order in this process)")
+    add_ray_option(run_, "simulate the ops on Ray instead")
     run_.add_argument("--chain", action="store_true",
                       help="with --jobs or --ray: each worker runs consecutive ops, feeding "
                            "each from the one before it, and only the first from the reference")
@@ -72,15 +56,6 @@ def add_parser(sub) -> None:
                       help="with --remote: the shared key (default $VDLA_REMOTE_KEY)")
     add_target_options(run_, "run")
     run_.set_defaults(func=run)
-
-
-def add_chooser_option(parser) -> None:
-    """--chooser, of the commands that compile a model (run, compile, compare)."""
-    parser.add_argument("--chooser", choices=pipeline.CHOOSERS, default="default",
-                        help="who picks the schedule of each tunable op that --records does "
-                             "not give: default, the target's own chooser (the default); "
-                             "learned, the target's pretrained cost model, measuring "
-                             "nothing (the target's own where it ships no model)")
 
 
 def _remote(args, target):
@@ -111,38 +86,19 @@ def _remote(args, target):
     return device, remote
 
 
-def default_jobs() -> int:
+def _default_jobs() -> int:
     """The cores this process may run on."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
         (os.cpu_count() or 1)
 
 
-def check_model_options(args) -> None:
-    """CliError for a bad --calibration, --seed or --batch (vdla run and vdla compile)."""
-    if args.calibration < 1:
-        raise CliError(f"--calibration must be a positive integer, not {args.calibration}")
-    if args.seed < 0:
-        raise CliError(f"--seed must be a non-negative integer, not {args.seed}")
-    if args.batch is not None and args.batch < 1:
-        raise CliError(f"--batch must be a positive integer, not {args.batch}")
-
-
-def check_parallel_options(args) -> None:
+def _check_parallel_options(args) -> None:
     """CliError for a bad --jobs, or --chain with one job and no --ray."""
     if args.jobs < 1:
         raise CliError(f"--jobs must be a positive integer, not {args.jobs}")
     if args.chain and args.jobs == 1 and not args.ray:
         raise CliError("--chain cuts the ops among several workers: give --jobs N > 1 or "
                        "--ray")
-
-
-def _open_records(path: str | None) -> Records | None:
-    if path is None:
-        return None
-    if not Path(path).is_file():
-        raise CliError(f"records file {path!r} does not exist (vdla tune --records {path} "
-                       "writes one)")
-    return Records(path)
 
 
 def _op_table(ops, target) -> list[str]:
@@ -178,9 +134,9 @@ def _op_table(ops, target) -> list[str]:
 
 def run(args) -> int:
     check_model_options(args)
-    check_parallel_options(args)
+    _check_parallel_options(args)
     target = make_target(args.target, args, "run", precision=args.precision, log=log)
-    records = _open_records(args.records)
+    records = open_records(args.records)
     if records is not None and not target.measure_backends:
         raise CliError(f"--records: target {target.name!r} has no tunable ops")
     device, jobs = None, args.jobs
@@ -206,62 +162,30 @@ def run(args) -> int:
             records.close()
         if device is not None:
             device.close()
-    whole = _whole_graph(outcome) if outcome.bit_exact else None
+    whole = whole_graph(outcome) if outcome.bit_exact else None
     if args.json:   # before the report: a closed stdout (`| head`) ends the command
         write_json(args.json, _json_report(args, target, outcome, whole))
-    _report(args, target, outcome, whole)
+    _report(args, target, outcome, whole, device)
     if not outcome.bit_exact:
         raise CliError(f"{args.model}: the {target.name} outputs differ from the "
                        f"{_reference(outcome)} ({outcome.mismatch})")
     return 0
 
 
-#: Runs of the whole graph in one call that `vdla run` times (their median is reported).
-WHOLE_GRAPH_RUNS = 20
-
-
-def _whole_graph(outcome) -> tuple[float, dict[str, float], dict[str, float]] | None:
-    """For a target that compiles the graph into one program (the CPU target): the
-    median wall time of the whole graph in one call, of each op inside it and of each
-    layout conversion the program runs between ops (`GraphRun.layout_seconds`), over
-    `WHOLE_GRAPH_RUNS` runs after a warm-up run whose outputs must be the op-by-op run's;
-    None for other targets."""
-    # numpy is a heavy import; this module loads without it (vdla.cli's rule).
-    import numpy as np
-
-    with outcome.compiled.session() as session:
-        first = session.run_graph(outcome.model.feed)
-        if first is None:
-            return None
-        for name, value in first.outputs.items():
-            if not np.array_equal(value, outcome.result.outputs[name]):
-                raise CliError(f"the whole-graph run's output {name!r} differs from the "
-                               "op-by-op run's")
-        totals, per_op = [], {name: [] for name in first.op_seconds}
-        per_layout = {name: [] for name in first.layout_seconds}
-        for _ in range(WHOLE_GRAPH_RUNS):
-            start = time.perf_counter()
-            run = session.run_graph(outcome.model.feed)
-            totals.append(time.perf_counter() - start)
-            for name, seconds in run.op_seconds.items():
-                per_op[name].append(seconds)
-            for name, seconds in run.layout_seconds.items():
-                per_layout[name].append(seconds)
-    return (float(np.median(totals)), {k: float(np.median(v)) for k, v in per_op.items()},
-            {k: float(np.median(v)) for k, v in per_layout.items()})
-
-
 def _reference(outcome) -> str:
     return "quantized reference" if outcome.precision == "int8" else "float reference"
 
 
-def _report(args, target, outcome, whole=None) -> None:
+def _report(args, target, outcome, whole=None, device=None) -> None:
     compiled, result = outcome.compiled, outcome.result
     mine = len(compiled.ops_on(target.name))
     where = (f"{mine} on {target.name}, {len(compiled.ops) - mine} on the host"
              if target.name != targets.HOST else "all on the host")
     print(f"{args.model}: {len(compiled.ops)} ops ({where}), {target.title()}, "
           f"{outcome.model.input_note}")
+    if device is not None:
+        print(f"  ran on the accelerator `vdla serve` serves at {args.remote} "
+              f"({device.backend} backend)")
     summary = result.summary.get(target.name, {})
     ops = result.ops
     if whole is not None:
@@ -387,7 +311,9 @@ def _json_report(args, target, outcome, whole=None) -> dict:
     summary = result.summary.get(target.name, {})
     host = result.host_time()
     device = _device_time(target, result)
-    return {"model": args.model, "target": target.name, "options": target.options(),
+    return {"model": args.model, "target": target.name,
+            # A --remote run's target names the server's backend (`VdlaTarget.on_device`).
+            "options": target.options(),
             "board": target.options().get("board"), "input": outcome.model.input_note,
             "batch": outcome.model.batch,
             "precision": outcome.precision,

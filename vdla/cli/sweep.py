@@ -12,7 +12,8 @@ import time
 from pathlib import Path
 
 from vdla._fileio import atomic_write
-from vdla.cli.common import CliError, log, on_interrupt, output_file, write_json
+from vdla.cli.common import (CliError, add_ray_option, log, on_interrupt, output_file,
+                             write_json)
 from vdla.config import HardwareConfig
 from vdla.dse import report
 from vdla.dse.confirm import confirm
@@ -72,9 +73,7 @@ def add_parser(sub) -> None:
     p.add_argument("--jobs", type=int, default=2, metavar="J",
                    help="local worker processes, or the CPUs of --ray local's instance "
                         "(default 2)")
-    p.add_argument("--ray", metavar="ADDRESS",
-                   help="evaluate on a Ray cluster: auto, local, or host:port (pip install "
-                        "'vdla[ray]')")
+    add_ray_option(p, "evaluate the points on Ray instead of local processes")
     p.add_argument("--out", metavar="DIR",
                    help="where reports go, created if need be (default "
                         "sweep-<spec name or models>-<board>)")

@@ -1,7 +1,9 @@
 """Targets on the command line, with no target named here: every registered target's own
 options (`vdla.compiler.targets.options.TargetOption`) are added to a command's parser,
 each target is built from its own (`Target.from_cli`), and an option given for a target
-that does not take it is an error naming the targets that do.
+that does not take it is an error naming the targets that do. Also the options every
+command that compiles for a target says the same way: ``--precision``, ``--chooser`` and
+``--target``'s default (`DEFAULT_TARGET`), each declared here once.
 
     add_target_options(parser, "run")
     target = make_target(args.target, args, "run", precision=args.precision)
@@ -12,10 +14,56 @@ from __future__ import annotations
 from typing import Callable
 
 from vdla.cli.common import CliError
-from vdla.compiler import targets
+from vdla.compiler import pipeline, targets
 
-__all__ = ["add_target_options", "check_target_options", "make_target", "target_factory",
+__all__ = ["DEFAULT_TARGET", "add_chooser_option", "add_precision_option",
+           "add_target_options", "check_target_options", "make_target", "target_factory",
            "unavailable"]
+
+#: The target of the commands that run, tune or measure a model when --target is not
+#: given (run, tune, dataset) and that deploy compiles for: the simulated accelerator.
+DEFAULT_TARGET = "vdla"
+
+
+def _chooser_name(name: str) -> str:
+    """A --chooser name as the pipeline names it now (an old name read as the new one, so
+    the report and the record say the new)."""
+    return pipeline.CHOOSER_ALIASES.get(name, name)
+
+
+def add_chooser_option(parser) -> None:
+    """``--chooser``, of the commands that compile a model (run, compile, compare,
+    deploy): who picks the schedules the records do not give (`pipeline.CHOOSERS`).
+
+    parser : the command's parser
+    """
+    # The names come from the pipeline (the one place they are defined): the cost
+    # model's chooser, and the old names it still takes.
+    aliases = pipeline.CHOOSER_ALIASES
+    model = ", ".join(c for c in pipeline.CHOOSERS if c != "default" and c not in aliases)
+    old = "".join(f"; {a}: {n}'s old name" for a, n in aliases.items())
+    parser.add_argument("--chooser", choices=pipeline.CHOOSERS, default="default",
+                        type=_chooser_name,
+                        help="who picks the schedule of each tunable op that --records does "
+                             "not give: default, the target's own chooser (the default); "
+                             f"{model}, the target's pretrained cost model, measuring "
+                             f"nothing (the target's own where it ships no model){old}")
+
+
+def add_precision_option(parser) -> None:
+    """``--precision``, of the commands that compile a model's graph for a target (run,
+    compile, tune): which graph, the quantized or the float one (`pipeline.PRECISIONS`),
+    and how closely its outputs match the reference. (``vdla roofline --precision`` names
+    a GPU's tensor cores instead, and declares its own.)
+
+    parser : the command's parser
+    """
+    parser.add_argument("--precision", choices=pipeline.PRECISIONS, default="int8",
+                        help="int8: the quantized graph, bit-exact against its reference "
+                             "(default); float32: the float graph (targets that run float "
+                             f"ops), within {pipeline.FLOAT_TOLERANCE:g} relative; float16: "
+                             "the float graph stored and multiplied in float16 (the gpu "
+                             f"target), within {pipeline.FLOAT16_TOLERANCE:g}")
 
 
 def target_factory(name: str):

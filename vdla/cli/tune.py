@@ -8,14 +8,17 @@ import sys
 import time
 from typing import NamedTuple
 
-from vdla.cli.common import CliError, log, on_interrupt, output_file, table, write_json
-from vdla.cli.run import DEFAULT_TARGET
-from vdla.cli.target_args import add_target_options, make_target
+from vdla.cli.common import (CliError, add_calibration_option, add_ray_option,
+                             add_records_output_option, check_model_options, log,
+                             on_interrupt, output_file, table, write_json)
+from vdla.cli.target_args import (DEFAULT_TARGET, add_precision_option, add_target_options,
+                                  make_target)
 from vdla.compiler import pipeline, targets
 from vdla.compiler.tuner import ExecutorRunner, LocalRunner, Records, tune_tasks
 from vdla.compiler.tuner.scheduler import SPLITS, total_cost
 from vdla.compiler.tuner.search import TUNERS
 from vdla.compiler.tuner.tune import CONFIRM, CONFIRM_ROUNDS
+from vdla.compiler.tuner.workload_tasks import tasks_from_workload
 
 __all__ = ["add_parser", "run"]
 
@@ -49,15 +52,11 @@ def add_parser(sub) -> None:
     tune.add_argument("--split", choices=SPLITS, default="gradient",
                       help="gradient: each batch to the workload where the model's cost is "
                            "expected to fall most (default); equal: N / workloads each")
-    tune.add_argument("--records", required=True, type=output_file, metavar="DB",
-                      help="SQLite records file (created if missing)")
+    add_records_output_option(tune)
     tune.add_argument("--jobs", type=int, default=1, metavar="J",
                       help="parallel measurement processes (default 1)")
-    tune.add_argument("--ray", metavar="ADDRESS",
-                      help="measure on Ray actors instead of local processes: auto (a running "
-                           "cluster), local (an instance on this machine with --jobs CPUs) or "
-                           "host:port (needs pip install 'vdla[ray]'); --timeout does not "
-                           "apply there: each measurement's cycle budget bounds it")
+    add_ray_option(tune, "measure on Ray actors instead of local processes",
+                   "--timeout does not apply there: each measurement's cycle budget bounds it")
     tune.add_argument("--json", type=output_file,
                       metavar="PATH", help="also write the results as JSON here")
     tune.add_argument("--plot", type=output_file, metavar="PNG",
@@ -78,12 +77,8 @@ def add_parser(sub) -> None:
     tune.add_argument("--seed", type=int, default=0, help="seeds the search (default 0)")
     tune.add_argument("--timeout", type=float, default=600.0, metavar="SEC",
                       help="wall-clock limit of one measurement (default 600)")
-    tune.add_argument("--calibration", type=int, default=4, metavar="N",
-                      help="calibration samples for quantizing MODEL (default 4)")
-    tune.add_argument("--precision", choices=pipeline.PRECISIONS, default="int8",
-                      help="int8: the quantized graph's ops (default); float32: the float "
-                           "graph's (the cpu and gpu targets); float16: the float graph in "
-                           "fp16 (the gpu target)")
+    add_calibration_option(tune)
+    add_precision_option(tune)
     add_target_options(tune, "tune")
     tune.set_defaults(func=run)
 
@@ -95,10 +90,7 @@ def _check_args(args):
             raise CliError(f"--{name} must be a positive integer, not {value}")
     if not args.timeout > 0:
         raise CliError(f"--timeout must be a positive number of seconds, not {args.timeout}")
-    if args.seed < 0:
-        raise CliError(f"--seed must be a non-negative integer, not {args.seed}")
-    if args.calibration < 1:
-        raise CliError(f"--calibration must be a positive integer, not {args.calibration}")
+    check_model_options(args)   # --seed and --calibration (--batch: checked above)
     if (args.model is None) == (not args.layer):
         raise CliError("vdla tune needs a MODEL or --layer SPEC (one or the other)")
 
@@ -106,7 +98,7 @@ def _check_args(args):
 def _tasks(args, target):
     if args.layer:
         return ([task for spec in args.layer
-                 for task in pipeline.tasks_from_workload(spec, target)], ", ".join(args.layer))
+                 for task in tasks_from_workload(spec, target)], ", ".join(args.layer))
     model = pipeline.load_model(args.model, calibration=args.calibration)
     tasks = target.tasks(pipeline.graph_for(model, target, precision=args.precision))
     if not tasks:

@@ -78,7 +78,7 @@ class VdlaCommandLine:
         return text
 
     def title(self) -> str:
-        return f"config {self.config.name}, {self.backend} backend"
+        return f"config {self.config.name}, {self.device_backend or self.backend} backend"
 
     def time_note(self, summary: Mapping[str, Any]) -> str:
         board = "" if self.board is None else f" ({self.board.name})"
@@ -96,8 +96,9 @@ class VdlaCommandLine:
                          " read latency" + ("" if self.backend == "verilator"
                                             else " (the functional backend has no timing)"))
         if summary.get("cycles") is None:
+            hint = "" if self.device_backend else "; use --sim verilator"
             lines.append(f"total cycles: - (the {summary.get('backend')} backend counts no "
-                         "cycles; use --sim verilator)")
+                         f"cycles{hint})")
         else:
             lines.append(f"total cycles: {summary['cycles']:,} = "
                          f"{summary['seconds_at_clock'] * 1e3:.3f} ms at "

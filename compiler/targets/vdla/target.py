@@ -38,7 +38,8 @@ from vdla.compiler.targets.base import CompiledOp, Progress, Support, Target
 from vdla.compiler.targets.vdla.channel_map import carries_map, map_problem, physical_node
 from vdla.compiler.targets.vdla.command_line import VdlaCommandLine
 from vdla.compiler.targets.vdla.conv import lower_conv2d
-from vdla.compiler.targets.vdla.conv_layer import Conv2dSchedule, conv2d_layer
+from vdla.compiler.targets.vdla.conv_layer import conv2d_layer
+from vdla.compiler.targets.vdla.conv_schedule import Conv2dSchedule
 from vdla.compiler.targets.vdla.elementwise import (ELEMENTWISE_OPS, ElementwiseSchedule,
                                                     choose_elementwise, elementwise_layer,
                                                     lower_elementwise)
@@ -134,6 +135,9 @@ class VdlaTarget(VdlaCommandLine, Target):
                              f"{', '.join(vdla.runtime.BACKENDS)}")
         self.config, self.backend, self.device_options = config, backend, dict(device_options)
         self.board = board
+        # What a device of its own (`on_device`: a `vdla serve` at --remote) says it is
+        # ("remote functional"); None: the session opens a `backend` device here.
+        self.device_backend: str | None = None
         # (graph, its size, concat refusals, the views' plan) of the last graph asked about
         self._views_cache = None
 
@@ -143,8 +147,10 @@ class VdlaTarget(VdlaCommandLine, Target):
         return ("multiply", "shift") if AluOp.MUL in self.config.alu_ops else ("shift",)
 
     def options(self) -> dict:
-        dram = self.device_options.get("dram")
-        return {"config": self.config.name, "backend": self.backend,
+        # A run on a device of its own ran there, whatever `backend` says, and this
+        # machine's memory timing (a board's DRAM on the local model) played no part in it.
+        dram = None if self.device_backend else self.device_options.get("dram")
+        return {"config": self.config.name, "backend": self.device_backend or self.backend,
                 "clock_mhz": self.config.clock_mhz,
                 "board": None if self.board is None else self.board.name,
                 "dram": None if dram is None else dataclasses.asdict(dram)}
@@ -157,8 +163,11 @@ class VdlaTarget(VdlaCommandLine, Target):
         return export_model(compiled, out_dir, example)
 
     def on_device(self, device) -> "VdlaTarget":
-        """This target on `device`'s config (the board's bitstream's), its options kept."""
-        return VdlaTarget(device.config, backend=self.backend, **self.device_options)
+        """This target on `device`'s config (the board's bitstream's), its options kept;
+        its options and title name the device's backend (`device.backend`)."""
+        target = VdlaTarget(device.config, backend=self.backend, **self.device_options)
+        target.device_backend = device.backend
+        return target
 
     def platforms(self, count: int, *, seed: int = 0) -> list["VdlaTarget"]:
         """Targets on `count` configs drawn from `CONFIG_SPACE` over this one's config
