@@ -197,6 +197,8 @@ class Extension:
 
 
 _HW = "hw/compute.py"
+_TIMING = "compiler/targets/vdla/timing.py (timing model)"
+_RESOURCES = "dse/resources.py (resource model)"
 
 #: Every extension, in the order of their name suffixes (after MUL's ``-mul``, which
 #: predates them and is one of the ALU ops, not an extension).
@@ -214,8 +216,8 @@ EXTENSIONS: tuple[Extension, ...] = (
         identifiers=("REQ",),
         implemented_in=(_HW, "sim/functional_alu.py", "sim/verilator/ (the C++ model)",
                         "compiler/targets/vdla/requant.py", "compiler/targets/vdla/conv.py",
-                        "compiler/targets/vdla/timing.py (timing model)",
-                        "dse/resources.py (resource model)")),
+                        _TIMING,
+                        _RESOURCES)),
     Extension(
         key="hold", title="hold", field="alu_hold", kind="flag",
         description="a vector ALU instruction with one micro-op holds its operand row and "
@@ -231,8 +233,8 @@ EXTENSIONS: tuple[Extension, ...] = (
                     "value"),
         identifiers=("alu_hold",),
         implemented_in=(_HW, "sim/functional_alu.py", "compiler/targets/vdla/common.py "
-                        "(ALU cycles)", "compiler/targets/vdla/timing.py (timing model)",
-                        "dse/resources.py (resource model)")),
+                        "(ALU cycles)", _TIMING,
+                        _RESOURCES)),
     Extension(
         key="dw", title="depthwise window", field="dw_taps", kind="count",
         description="the GEMM core's depthwise window: each lane multiplies its own channel "
@@ -253,7 +255,7 @@ EXTENSIONS: tuple[Extension, ...] = (
                         "sim/validate.py (the window's reach)",
                         "sim/verilator/build.py (the C++ model)",
                         "compiler/targets/vdla/dw_window.py",
-                        "dse/resources.py (resource model)")),
+                        _RESOURCES)),
     Extension(
         key="dsp", title="DSP limit", field="gemm_dsp_limit", kind="count",
         description="the GEMM core's multiplier pairs past this many are shifted adds in "
@@ -268,7 +270,7 @@ EXTENSIONS: tuple[Extension, ...] = (
                     "from LUTs", "present"),
         identifiers=("gemm_dsp_limit", "gemm_lut_multipliers"),
         implemented_in=(_HW, "hw/gemm_forms.py", "dse/resource_rules.py",
-                        "dse/resources.py (resource model)")),
+                        _RESOURCES)),
 )
 
 _BY_KEY = {ext.key: ext for ext in EXTENSIONS}
