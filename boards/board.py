@@ -260,8 +260,9 @@ class Board:
         config = self.config if config is None else config
         # The same layers the bundle's runner opens (`open_layers`); the done interrupt
         # where the board's Linux exposes it as a UIO device, else the runtime polls CTRL.
-        mmio, memory, interrupt = open_layers(self.register_base, dram_size)
-        if "interrupt" not in options and interrupt is not None:
+        mmio, memory, interrupt = open_layers(self.register_base, dram_size,
+                                              interrupt="interrupt" not in options)
+        if interrupt is not None:
             options["interrupt"] = interrupt
         return BoardDevice(config, mmio=mmio, memory=memory, **options)
 

@@ -385,20 +385,22 @@ class RegionDevice:
         self.accelerator.close()
 
 
-def open_layers(register_base: int, dram_size: int) -> tuple[Mmio, DmaMemory, Interrupt | None]:
+def open_layers(register_base: int, dram_size: int, *,
+                interrupt: bool = True) -> tuple[Mmio, DmaMemory, Interrupt | None]:
     """The board's own layers, from its Linux (as root): the control window at
     `register_base` and `dram_size` bytes of DMA memory through pynq where it is
     installed, else ``/dev/mem`` and the first u-dma-buf device; and the done interrupt
     where a UIO device named ``vdla`` has it (a device-tree overlay, docs/boards.md), else
-    None (CTRL is polled). OSError when the board's Linux lacks them."""
+    None (CTRL is polled; also with ``interrupt=False``, for a caller that brings its
+    own). OSError when the board's Linux lacks them."""
     try:
         import pynq  # noqa: F401  heavy (it loads the overlay's drivers), board image only
     except ImportError:
         mmio, memory = DevMemMmio(register_base), UdmabufMemory()
     else:
         mmio, memory = PynqMmio(register_base), PynqMemory(dram_size)
-    interrupt = UioInterrupt() if UioInterrupt.device() is not None else None
-    return mmio, memory, interrupt
+    done = UioInterrupt() if interrupt and UioInterrupt.device() is not None else None
+    return mmio, memory, done
 
 def bitstream_config(manifest: str | os.PathLike) -> HardwareConfig:
     """The config a bitstream was built from: its project's ``manifest.json``."""
