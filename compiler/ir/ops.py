@@ -7,7 +7,9 @@ Float operators (what importers and the model zoo produce)::
                                        pads (top, left, bottom, right), dilations, groups,
                                        activation (None | "relu" | "clip"), clip_min,
                                        clip_max. y = act(conv(x, w) + bias + residual).
-    dense(x, w, [bias], [residual])    x (N, K), w (M, K): y = act(x @ w.T + bias + residual)
+    dense(x, w, [bias], [residual])    x (N, K), w (M, K): y = act(x @ w.T + bias + residual);
+                                       dense alone also takes activation "gelu" (erf
+                                       form) and "gelu_tanh"
     matmul(a, b)                       numpy matmul
     batch_norm(x, scale, bias, mean, var)   attr epsilon, over axis 1
     relu(x); clip(x) attrs min, max (None: unbounded)
@@ -30,6 +32,9 @@ arithmetic, which `run_reference` executes exactly)::
     qdense(x, w, [bias], [residual])   likewise for dense
     qadd(a, b)                         int8 + int8 -> int8 with a requantization of each
     qavg_pool2d(x), qglobal_avg_pool2d(x)  int8 -> int8 (sum, then requantization)
+
+The operators of sequence models (transformers: layer_norm, gelu, gather, attention,
+qmatmul, qsoftmax, ...) are in `vdla.compiler.ir.ops_sequence`.
 
 Layout operators: ``layout_transform(x)`` attrs src, dst, channels and batch (the
 unpadded sizes of axes 1 and 0, needed to crop a tensor whose channels or batch were
@@ -294,10 +299,11 @@ def _infer_conv(graph, node, out_dtype=None):
     return [((n, o, ho, wo), out_dtype or _dtype(graph, node, 0))]
 
 
-def _check_activation(node):
+def _check_activation(node, extra=()):
     act = node.attrs.get("activation")
-    if act not in (None, "relu", "clip"):
-        _fail(node, f"activation {act!r} is not one of None, 'relu', 'clip'")
+    allowed = (None, "relu", "clip") + tuple(extra)
+    if act not in allowed:
+        _fail(node, f"activation {act!r} is not one of {', '.join(map(repr, allowed))}")
 
 
 def _infer_dense(graph, node, out_dtype=None):
@@ -316,7 +322,8 @@ def _infer_dense(graph, node, out_dtype=None):
     residual = _shape(graph, node, 3)
     if residual is not None and residual != (x[0], wshape[0]):
         _fail(node, f"residual has shape {residual}; the output is {(x[0], wshape[0])}")
-    _check_activation(node)
+    # A float dense may end in a GELU (fused from a transformer's feed-forward layer).
+    _check_activation(node, ("gelu", "gelu_tanh") if node.op == "dense" else ())
     return [((x[0], wshape[0]), out_dtype or _dtype(graph, node, 0))]
 
 

@@ -16,7 +16,7 @@ __all__ = ["DTYPES", "GraphError", "Node", "Tensor"]
 
 #: Element types of tensors, by name, and their numpy types.
 DTYPES = {"float32": np.float32, "int8": np.int8, "uint8": np.uint8, "int32": np.int32,
-          "int64": np.int64}
+          "int64": np.int64, "bool": np.bool_}
 
 
 class GraphError(ValueError):

@@ -16,15 +16,17 @@ caller (or a test) can compare the two:
   ``conv2d``;
 * `fuse`: a per-channel constant ``add`` into the conv2d/dense bias, an ``add`` of
   another activation into its residual input, ``relu``/``clip`` into its activation;
-* `prepare`: the standard pipeline before quantization (all of the above, then
+* `prepare`: the standard pipeline before quantization (all of the above, with
+  `vdla.compiler.passes.fuse_transformer` after constant folding: transformer layers
+  written out become ``layer_norm``, ``gelu``, dense attributes and ``attention``; then
   `Graph.validate`).
 
 The depthwise convolutions are made before `fuse`, so a ReLU after a batch norm that
 had nothing to fold into (one after a concat, DenseNet-style) fuses into them.
 
 What a pass changed is recorded in ``graph.metadata`` (``"folded_constants"``,
-``"removed_noops"``, ``"folded_batch_norm"``, ``"folded_channel_affine"``, ``"fused"``)
-for humans and tests.
+``"removed_noops"``, ``"folded_batch_norm"``, ``"folded_channel_affine"``, ``"fused"``,
+``"fused_transformer"``) for humans and tests.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import numpy as np
 from vdla.compiler.ir.graph import Graph
 from vdla.compiler.ir.ops import infer_node
 from vdla.compiler.ir.tensor import GraphError, Node
+from vdla.compiler.passes.fuse_transformer import fuse_transformer
 from vdla.compiler.reference import KERNELS
 
 __all__ = ["fold_batch_norm", "fold_channel_affine", "fold_constants", "fuse",
@@ -292,6 +295,14 @@ def _channel_operand(g: Graph, node: Node) -> tuple[str, np.ndarray] | None:
     return None
 
 
+def _only_attention_mask(g: Graph, readers, tensor: str) -> bool:
+    """Whether `tensor` is read only as the mask of ``attention`` nodes (a BERT-style
+    additive mask, ``(1 - mask) * -10000``, is 4-D but has no channels)."""
+    names = readers.get(tensor, [])
+    return bool(names) and tensor not in g.outputs and all(
+        g.node(n).op == "attention" and g.node(n).input(3) == tensor for n in names)
+
+
 def fold_channel_affine(graph: Graph) -> Graph:
     """A copy of `graph` in which per-channel affine maps of NCHW float activations by
     constants become GEMM nodes the quantizer makes integer:
@@ -301,6 +312,8 @@ def fold_channel_affine(graph: Graph) -> Graph:
       ``x * a + c``;
     * ``add(x, c)`` alone, unless `x` comes from a conv2d/dense without activation that
       `fuse` will give it as a bias.
+
+    One whose result is only an ``attention`` node's mask stays as it is.
 
     Each becomes, like a batch norm (`fold_batch_norm`), either scaled weights and a
     shifted bias of the conv2d/dense producing `x` (when nothing else reads `x` and it has
@@ -336,6 +349,8 @@ def fold_channel_affine(graph: Graph) -> Graph:
             scale, shift = np.ones_like(vector), vector
         replaced = [node.name] + ([last.name] if last is not node else [])
         out = last.outputs[0]
+        if _only_attention_mask(g, readers, out):
+            continue                # a transformer's additive mask is no image channel map
         if _can_take_batch_norm(g, producer, x, readers):
             if last is not node:
                 g.remove_node(node.name)
@@ -463,6 +478,8 @@ def _fuse_activation(g: Graph, fused: list) -> bool:
             if act is None or act.op not in ("relu", "clip"):
                 break
             a = node.attrs
+            if a["activation"] not in (None, "relu", "clip"):
+                break               # a GELU (fuse_transformer) is no clamp to compose
             current = _bounds(a["activation"], a["clip_min"], a["clip_max"]) \
                 if a["activation"] else (-np.inf, np.inf)
             new = _bounds(act.op, act.attrs.get("min"), act.attrs.get("max"))
@@ -511,10 +528,13 @@ def fuse(graph: Graph) -> Graph:
 
 def prepare(graph: Graph) -> Graph:
     """The standard pipeline before quantization: `infer_shapes`, `fold_constants`,
+    `fuse_transformer` (transformer layers written out as fused ops; before the affine
+    folds, which would make an attention's 4-D scale a depthwise convolution),
     `fold_batch_norm`, `fold_channel_affine`, `fuse`, then `Graph.validate`. Returns a
     new graph."""
     g = infer_shapes(graph)
     g = fold_constants(g)
+    g = fuse_transformer(g)
     g = fold_batch_norm(g)
     g = fold_channel_affine(g)
     g = fuse(g)

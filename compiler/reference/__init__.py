@@ -5,12 +5,14 @@
 * `integer`: the integer arithmetic of quantized graphs (``requantize``, ``wrap32``, the
   bounds), the definition back halves reproduce bit for bit;
 * `registry`: ``KERNELS`` (op name -> kernel) and the ``@kernel`` decorator; the kernels
-  themselves are in `kernels_float` and `kernels_int`, loaded here;
+  themselves are in `kernels_float`, `kernels_sequence` (the float operators of
+  transformers) and `kernels_int`, loaded here;
 * `numerics`: windows and convolution sums the kernels share.
 """
 
 # Loading the kernel modules registers every kernel before anything runs a graph.
-from vdla.compiler.reference import kernels_float, kernels_int  # noqa: F401  (registers)
+from vdla.compiler.reference import (kernels_float, kernels_int,  # noqa: F401  (registers)
+                                     kernels_sequence)
 from vdla.compiler.reference.executor import check_inputs, run_reference
 from vdla.compiler.reference.registry import KERNELS, kernel
 

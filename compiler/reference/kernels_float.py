@@ -14,6 +14,7 @@ import numpy as np
 from vdla.compiler.ir.layout import transform
 from vdla.compiler.reference.numerics import (activation, avg_pool_sums, conv2d_accumulate,
                                               pool2d_windows)
+from vdla.compiler.reference.kernels_sequence import gelu
 from vdla.compiler.reference.registry import kernel
 
 __all__: list[str] = []
@@ -39,6 +40,9 @@ def _dense(node, args, graph):
         y = y + bias
     if residual is not None:
         y = y + residual
+    act = node.attrs.get("activation")
+    if act in ("gelu", "gelu_tanh"):
+        return [gelu(y, "tanh" if act == "gelu_tanh" else "none")]
     return [activation(node, y)]
 
 

@@ -1,5 +1,6 @@
 """Converters: one function per supported ONNX op type, writing the graph IR's float
-operators through the `Importer` (`@_converter("Conv")`, ...)."""
+operators through the `Importer` (`@_converter("Conv")`, ...). Those of sequence models
+(LayerNormalization, Gather, Slice, Cast, the reductions, ...) are in `converters_sequence`."""
 
 from __future__ import annotations
 
@@ -7,9 +8,8 @@ import math
 from typing import TYPE_CHECKING, Callable
 
 import numpy as np
-from onnx import TensorProto
 
-from vdla.compiler.frontend.onnx_import.nodes import OnnxNode, elem_type_name, reshape_target
+from vdla.compiler.frontend.onnx_import.nodes import OnnxNode, reshape_target
 
 if TYPE_CHECKING:  # annotations only: the importer calls the converters
     from vdla.compiler.frontend.onnx_import.importer import Importer
@@ -170,32 +170,6 @@ def _global_avg_pool(imp: Importer, node: OnnxNode):
     imp.emit(node, "global_avg_pool2d", [imp.tensor(node, node.inputs[0])], node.outputs[0])
 
 
-@_converter("ReduceMean")
-def _reduce_mean(imp: Importer, node: OnnxNode):
-    shape = imp.shape(node.inputs[0])
-    if imp.opset < 18:
-        axes = node.attrs.get("axes")
-    else:
-        axes = imp.const_input(node, 1, "axes")
-    if axes is None or len(np.asarray(axes).reshape(-1)) == 0:
-        if int(node.attrs.get("noop_with_empty_axes", 0)):
-            imp.alias(node.outputs[0], node.inputs[0])
-            return
-        axes = list(range(len(shape)))
-    axes = sorted(int(a) + len(shape) if int(a) < 0 else int(a)
-                  for a in np.asarray(axes).reshape(-1))
-    if len(shape) != 4 or axes != [2, 3]:
-        node.fail(f"ReduceMean over axes {axes} of a shape {shape} tensor is not supported; "
-                  "vdla imports the mean over the spatial axes [2, 3] of an NCHW tensor "
-                  "(global average pooling)")
-    x = imp.tensor(node, node.inputs[0])
-    if int(node.attrs.get("keepdims", 1)):
-        imp.emit(node, "global_avg_pool2d", [x], node.outputs[0])
-    else:
-        pooled = imp.emit(node, "global_avg_pool2d", [x])
-        imp.emit(node, "reshape", [pooled], node.outputs[0], shape=shape[:2])
-
-
 @_converter("Gemm")
 def _gemm(imp: Importer, node: OnnxNode):
     a, b, c = node.inputs[0], node.inputs[1], node.input(2)
@@ -268,12 +242,24 @@ def _gemm(imp: Importer, node: OnnxNode):
 def _matmul(imp: Importer, node: OnnxNode):
     a, b = node.inputs[0], node.inputs[1]
     b_value = imp.const(b)
+    a_shape = imp.shape(a)
     if b_value is not None and b_value.ndim == 2 and a not in imp.consts and \
-            len(imp.shape(a)) == 2:
-        w = np.ascontiguousarray(b_value.T.astype(np.float32))
-        imp.emit(node, "dense", [imp.tensor(node, a),
-                                 imp.materialize(f"{b}_t", w, node, derived=True)],
-                 node.outputs[0])
+            len(a_shape) >= 2:
+        # A layer: dense on (rows, K); a (..., S, K) input is reshaped to 2-D around it
+        # (the linear layers of transformers).
+        w = imp.materialize(f"{b}_t", np.ascontiguousarray(b_value.T.astype(np.float32)),
+                            node, derived=True)
+        x = imp.tensor(node, a)
+        if len(a_shape) == 2:
+            imp.emit(node, "dense", [x, w], node.outputs[0])
+            return
+        if a_shape[-1] != b_value.shape[0]:
+            node.fail(f"A {a_shape} and B {b_value.shape} do not multiply")
+        rows = int(np.prod(a_shape[:-1]))
+        flat = imp.emit(node, "reshape", [x], shape=(rows, a_shape[-1]))
+        y = imp.emit(node, "dense", [flat, w])
+        imp.emit(node, "reshape", [y], node.outputs[0],
+                 shape=tuple(a_shape[:-1]) + (b_value.shape[1],))
         return
     imp.emit(node, "matmul", [imp.tensor(node, a), imp.tensor(node, b)], node.outputs[0])
 
@@ -347,17 +333,6 @@ def _dropout(imp: Importer, node: OnnxNode):
 
 @_converter("Identity")
 def _identity(imp: Importer, node: OnnxNode):
-    imp.alias(node.outputs[0], node.inputs[0])
-
-
-@_converter("Cast")
-def _cast(imp: Importer, node: OnnxNode):
-    # A float-to-float cast of an activation changes nothing in a float32 graph.
-    to = int(node.attrs.get("to", 0))
-    dtype = imp.graph.tensors[imp.names[node.inputs[0]]].dtype
-    if to != TensorProto.FLOAT or dtype != "float32":
-        node.fail(f"Cast of the computed {dtype} tensor {node.inputs[0]!r} to "
-                  f"{elem_type_name(to)} is not supported; only float32 to float32 (FLOAT)")
     imp.alias(node.outputs[0], node.inputs[0])
 
 

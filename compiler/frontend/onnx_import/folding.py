@@ -1,9 +1,11 @@
 """Import-time evaluation of constant (shape) computations: the ``Shape -> Gather ->
-Unsqueeze -> Concat -> Reshape`` chains exporters write, evaluated with numpy so they
-never reach the graph (`@_folder("Shape")`, ...)."""
+Unsqueeze -> Concat -> Reshape`` chains exporters write, and the masks transformers build
+from constants (Trilu, Equal, Where, ...), evaluated with numpy so they never reach the
+graph (`@_folder("Shape")`, ...)."""
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Callable
 
 import numpy as np
@@ -226,3 +228,54 @@ def _f_flatten(imp, node, args):
 def _f_transpose(imp, node, args):
     perm = node.attrs.get("perm")
     return [np.transpose(args[0], perm if perm else None)]
+
+
+@_folder("Trilu")
+def _f_trilu(imp, node, args):
+    k = 0 if len(args) < 2 or args[1] is None else int(np.asarray(args[1]).reshape(()))
+    fn = np.triu if int(node.attrs.get("upper", 1)) else np.tril
+    return [fn(args[0], k)]
+
+
+@_folder("Pow")
+def _f_pow(imp, node, args):
+    a, b = args
+    _check_size(node, np.broadcast_shapes(np.shape(a), np.shape(b)))
+    if a.dtype.kind in "iu":
+        return [np.power(a.astype(np.float64), b).astype(a.dtype)]
+    return [np.power(a, b.astype(a.dtype)).astype(a.dtype)]
+
+
+@_folder("Mod")
+def _f_mod(imp, node, args):
+    a, b = args
+    if a.dtype.kind in "iu" and np.any(b == 0):
+        node.fail("integer Mod by zero")
+    fn = np.fmod if int(node.attrs.get("fmod", 0)) else np.mod
+    return [np.asarray(fn(a, b)).astype(a.dtype)]
+
+
+@_folder("Exp", "Tanh", "Erf")
+def _f_float_unary(imp, node, args):
+    x = np.asarray(args[0], dtype=np.float64)
+    fn = {"Exp": np.exp, "Tanh": np.tanh, "Erf": np.frompyfunc(math.erf, 1, 1)}[node.op]
+    return [np.asarray(fn(x), dtype=np.float64).astype(args[0].dtype)]
+
+
+@_folder("And", "Or", "Xor")
+def _f_logical(imp, node, args):
+    fn = {"And": np.logical_and, "Or": np.logical_or, "Xor": np.logical_xor}[node.op]
+    return [fn(args[0], args[1])]
+
+
+@_folder("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd")
+def _f_reduce(imp, node, args):
+    x = args[0]
+    axes = _axes_arg(imp, node, args)
+    if not axes and int(node.attrs.get("noop_with_empty_axes", 0)):
+        return [x]
+    axes = tuple(a % max(x.ndim, 1) for a in axes) if axes else None
+    fn = {"ReduceSum": np.sum, "ReduceMean": np.mean, "ReduceMax": np.max,
+          "ReduceMin": np.min, "ReduceProd": np.prod}[node.op]
+    return [np.asarray(fn(x, axis=axes, keepdims=bool(int(node.attrs.get("keepdims", 1)))))
+            .astype(x.dtype)]

@@ -7,9 +7,11 @@ bytes, or an `onnx.ModelProto`) and returns a validated `Graph` of the float ope
 them: Conv, BatchNormalization, Relu, Clip, Add, Mul, Sum, MaxPool, AveragePool,
 GlobalAveragePool, ReduceMean over H and W, Gemm, MatMul, Flatten, Reshape, Transpose,
 Concat, Softmax, Pad, LRN; Dropout and Identity disappear (their outputs alias their
-inputs). A model of opsets 1 to 6 is first upgraded to opset 7 with onnx's version
-converter (`loader.upgrade`), with a `UserWarning` saying so (``vdla: warning: ...`` on
-the command line) and ``metadata["onnx"]["upgraded_from"]`` set to its opset.
+inputs). The ops of transformers (LayerNormalization, Gelu, Gather of token ids, Slice,
+Split, Where, Erf, Pow, the reductions, ...) are converted by `converters_sequence`.
+A model of opsets 1 to 6 is first upgraded to opset 7 with onnx's version converter
+(`loader.upgrade`), with a `UserWarning` saying so (``vdla: warning: ...`` on the command
+line) and ``metadata["onnx"]["upgraded_from"]`` set to its opset.
 
 Exporters also emit small computations on shapes (``Shape -> Gather -> Unsqueeze ->
 Concat -> Reshape`` for ``x.view(x.size(0), -1)``). Every tensor here has a static shape
@@ -27,6 +29,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import numpy_helper
 
+from vdla.compiler.frontend.onnx_import import converters_sequence  # noqa: F401  (registers)
 from vdla.compiler.frontend.onnx_import.converters import CONVERTERS
 from vdla.compiler.frontend.onnx_import.folding import FOLDERS, META_INPUTS
 from vdla.compiler.frontend.onnx_import.loader import TESTED_OPSET, default_opset, load, upgrade
@@ -90,6 +93,7 @@ class Importer:
         self.consts: dict[str, np.ndarray] = {}      # ONNX name -> value known at import
         self.names: dict[str, str] = {}              # ONNX name -> graph tensor name
         self.const_tensors: dict[str, str] = {}      # ONNX name -> graph constant's name
+        self.sequences: dict[str, list[str]] = {}    # ONNX sequence -> its ONNX tensors
         g = model.graph
         self.reserved = ({i.name for i in g.input} | {t.name for t in g.initializer}
                          | {o for n in g.node for o in n.output})
@@ -138,7 +142,8 @@ class Importer:
         return self.graph.unique_name(want or "t")
 
     def known(self, onnx_name: str) -> bool:
-        return onnx_name in self.consts or onnx_name in self.names
+        return onnx_name in self.consts or onnx_name in self.names or \
+            onnx_name in self.sequences
 
     def const(self, onnx_name: str) -> np.ndarray | None:
         return self.consts.get(onnx_name) if onnx_name else None
@@ -166,10 +171,11 @@ class Importer:
         value = np.asarray(value)
         if value.dtype.kind == "f":
             value = value.astype(np.float32)
-        elif value.dtype not in (np.int8, np.uint8, np.int32, np.int64):
+        elif value.dtype not in (np.int8, np.uint8, np.int32, np.int64, np.bool_):
             what = node.where() if node else f"graph output {onnx_name!r} of {self.source!r}"
             raise OnnxImportError(f"{what}: constant {onnx_name!r} has dtype {value.dtype}; "
-                                  "graph constants are float32, int8, uint8, int32 or int64")
+                                  "graph constants are float32, int8, uint8, int32, int64 "
+                                  "or bool")
         base = self.preferred.get(onnx_name, onnx_name) or "const"
         free = base not in self.graph.tensors and base not in self.graph.nx
         # An ONNX value keeps its own name; a derived one must not take a later value's.
@@ -230,6 +236,9 @@ class Importer:
                 outputs.append(self.names[out.name])
             elif out.name in self.consts:
                 outputs.append(self.materialize(out.name, self.consts[out.name], None))
+            elif out.name in self.sequences:
+                raise OnnxImportError(f"graph output {out.name!r} of {self.source!r} is a "
+                                      "sequence; vdla's graphs output tensors")
             else:
                 raise OnnxImportError(f"graph output {out.name!r} of {self.source!r} is not "
                                       "produced by any node (is the model truncated?)")
@@ -266,7 +275,7 @@ class Importer:
                 raise OnnxImportError(
                     f"graph input {value.name!r} has element type "
                     f"{elem_type_name(ttype.elem_type)}; vdla imports float32, "
-                    "int8, uint8, int32 and int64 inputs")
+                    "int8, uint8, int32, int64 and bool inputs")
             dims = list(ttype.shape.dim) if ttype.HasField("shape") else None
             fixed = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None
                      for d in dims] if dims is not None else None

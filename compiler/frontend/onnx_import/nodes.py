@@ -109,7 +109,7 @@ def decode_attrs(proto, node: OnnxNode | None = None) -> dict[str, Any]:
     return attrs
 
 
-ELEM_TYPES = {1: "float32", 2: "uint8", 3: "int8", 6: "int32", 7: "int64"}
+ELEM_TYPES = {1: "float32", 2: "uint8", 3: "int8", 6: "int32", 7: "int64", 9: "bool"}
 
 
 def reshape_target(node: OnnxNode, in_shape, target, allowzero: bool) -> tuple[int, ...]:
