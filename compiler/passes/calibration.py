@@ -1,11 +1,18 @@
 """Calibration for `vdla.compiler.passes.quantize`: calibration data in the forms
 `quantize` and `quantize_error` take, split into per-sample input dicts
-(`split_samples`), and each tensor's range over them (`calibrate_ranges`).
+(`split_samples`), each tensor's range over them (`calibrate_ranges`), and the error of a
+quantized graph against its float one on such samples (`quantize_error`; exported by
+`vdla.compiler.passes.quantize` too).
+
+Inputs of any dtype calibrate: token ids (int64) and masks (bool) get ranges like float
+tensors, which the quantizer never uses for them. A range is over the finite values: an
+additive mask's ``-inf`` (a causal or padding exclusion) is no error, a NaN is.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import math
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -13,7 +20,7 @@ from vdla.compiler.ir.graph import Graph
 from vdla.compiler.reference.executor import run_reference
 from vdla.compiler.reference.integer import QuantizationError
 
-__all__ = ["calibrate_ranges", "split_samples"]
+__all__ = ["calibrate_ranges", "quantize_error", "split_samples"]
 
 
 # --- calibration data ---------------------------------------------------------------------
@@ -87,20 +94,32 @@ def split_samples(graph: Graph, data, what: str) -> list[dict[str, np.ndarray]]:
 _PERCENTILE_SAMPLE = 1 << 16
 
 
-def calibrate_ranges(graph: Graph, samples, percentile: float | None) -> dict[str, float]:
-    """The range of every non-constant tensor over the samples: max |value|, or the
-    given percentile of |value| (over a strided subsample of large tensors)."""
+def calibrate_ranges(graph: Graph, samples, percentile: float | None, *,
+                     observe: Callable[[dict[str, np.ndarray]], None] | None = None,
+                     infinite: set[str] | None = None) -> dict[str, float]:
+    """The range of every non-constant tensor over the samples: max |value| over its
+    finite values, or the given percentile of |value| (over a strided subsample of large
+    tensors). `observe`, if given, is called with every tensor's value (name -> array)
+    of each sample: what a pass records beyond ranges (inside a fused op); `infinite`,
+    if given, receives the names of the tensors that held an infinity. Raises
+    QuantizationError for a tensor with a NaN."""
     maxima: dict[str, float] = {}
     pools: dict[str, list[np.ndarray]] = {}
     for sample in samples:
         values = run_reference(graph, sample, keep=True)
+        if observe is not None:
+            observe(values)
         for name, value in values.items():
             if graph.tensors[name].is_constant:
                 continue
             v = np.abs(np.asarray(value, dtype=np.float64)).ravel()
-            if not np.all(np.isfinite(v)):
+            if np.isnan(v).any():
                 raise QuantizationError(f"calibration: tensor {name!r} has non-finite values "
-                                        "(inf or NaN) on a calibration sample")
+                                        "(NaN) on a calibration sample")
+            if not np.all(np.isfinite(v)):
+                v = v[np.isfinite(v)]
+                if infinite is not None:
+                    infinite.add(name)
             if percentile is None:
                 maxima[name] = max(maxima.get(name, 0.0), float(v.max(initial=0.0)))
             else:
@@ -110,3 +129,35 @@ def calibrate_ranges(graph: Graph, samples, percentile: float | None) -> dict[st
         maxima = {name: float(np.percentile(np.concatenate(parts), percentile))
                   for name, parts in pools.items()}
     return maxima
+
+
+def quantize_error(float_graph: Graph, quant_graph: Graph, inputs) -> dict[str, dict[str, float]]:
+    """Compare a float graph with its quantized version on `inputs` (one input dict, or
+    samples in the forms `quantize` takes for calibration).
+
+    Outputs are matched by position; returns, per output name of `float_graph`,
+    ``{"max_abs": max |float - quantized|, "range": max - min of the float output,
+    "relative": max_abs / range}`` over all samples (range 0 counts as 1)."""
+    if len(float_graph.outputs) != len(quant_graph.outputs):
+        raise QuantizationError(f"quantize_error: the float graph has "
+                                f"{len(float_graph.outputs)} outputs, the quantized one "
+                                f"{len(quant_graph.outputs)}")
+    samples = split_samples(float_graph, inputs, "inputs")
+    errors = {name: 0.0 for name in float_graph.outputs}
+    lows = {name: math.inf for name in float_graph.outputs}
+    highs = {name: -math.inf for name in float_graph.outputs}
+    for sample in samples:
+        f = run_reference(float_graph, sample)
+        qv = run_reference(quant_graph, sample)
+        for fname, qname in zip(float_graph.outputs, quant_graph.outputs):
+            a = np.asarray(f[fname], dtype=np.float64)
+            b = np.asarray(qv[qname], dtype=np.float64)
+            errors[fname] = max(errors[fname], float(np.abs(a - b).max(initial=0.0)))
+            lows[fname] = min(lows[fname], float(a.min(initial=math.inf)))
+            highs[fname] = max(highs[fname], float(a.max(initial=-math.inf)))
+    result = {}
+    for name in float_graph.outputs:
+        span = highs[name] - lows[name]
+        result[name] = {"max_abs": errors[name], "range": span,
+                        "relative": errors[name] / (span if span > 0 else 1.0)}
+    return result

@@ -48,14 +48,19 @@ count -> qavg_pool2d/qglobal_avg_pool2d, the int8-capable ops above stay as they
 their input's scale. Concat gives its output the largest of its inputs' scales (and its
 own calibrated one); an input produced by a requantizing operator that only feeds the
 concat is produced at that scale directly, any other input is rescaled by a
-``qadd`` with a zero operand. Every other op (softmax, lrn, matmul, a conv with computed
-weights, ...) runs in float: ``dequantize`` -> float op -> ``quantize`` where an integer
-consumer follows.
+``qadd`` with a zero operand. Transformers' operators (matmul of two activations,
+softmax, layer_norm, gelu, attention, embedding gathers) become the integer operators of
+`vdla.compiler.passes.quantize_transformer` (``integer_nonlinear=False`` keeps softmax,
+layer_norm, gelu and attention in float; a softmax that is a graph output stays float).
+Every other op (lrn, a conv with computed weights, ...) runs in float: ``dequantize`` ->
+float op -> ``quantize`` where an integer consumer follows; ``metadata["quantized"]
+["float_ops"]`` names the transformer operators left in float and why.
 
 *Quantizing early.* ``quantize`` is monotonic (non-decreasing) and maps 0 to 0, so it
 commutes exactly with ``max_pool2d`` (padding -inf and -128 both quantize to -128),
 ``relu``, ``clip`` (with the bounds quantized alike), ``flatten``, ``reshape``,
-``transpose`` and ``pad`` with value 0: ``op(quantize(x, s)) == quantize(op(x), s)``
+``transpose``, ``slice``, ``expand`` and ``pad`` with value 0:
+``op(quantize(x, s)) == quantize(op(x), s)``
 bit for bit. So such an op whose input is float (after an LRN, a softmax, a float
 graph input) and whose every reader is an integer op runs on int8 instead: its float
 input is quantized at the scale its readers would have quantized its output at, and
@@ -65,21 +70,22 @@ op on int8, where a target can run it. An op whose output is a graph output or a
 read by a float op stays in float.
 
 Integer tensors carry `Tensor.scale`; ``graph.metadata["quantized"]`` records
-``{"mode": "shift" | "multiply", "per_channel": bool}``.
+``{"mode": "shift" | "multiply", "per_channel": bool}``, plus ``"integer_nonlinear":
+False`` and ``"float_ops"`` where they apply.
 """
 
 from __future__ import annotations
 
 import copy
-import math
 
 import numpy as np
 
 from vdla.compiler.ir.graph import Graph
 from vdla.compiler.ir.tensor import Node
-from vdla.compiler.passes.calibration import calibrate_ranges, split_samples
+from vdla.compiler.passes.calibration import calibrate_ranges, quantize_error, split_samples
 from vdla.compiler.passes.prepare import prepare
-from vdla.compiler.reference.executor import run_reference
+from vdla.compiler.passes.quantize_transformer import (FREE_SCALE_KINDS, AttentionObserver,
+                                                       TransformerPlans, split_activations)
 from vdla.compiler.reference.integer import (INT8_MAX, INT8_MIN, INT32_MAX, INT32_MIN,
                                              POOL_MULTIPLIER_MAX, SHIFT_MAX,
                                              QuantizationError, requantize_params,
@@ -91,9 +97,10 @@ __all__ = ["MODES", "QuantizationError", "quantize", "quantize_error"]
 # --- the pass ----------------------------------------------------------------------------
 
 #: Float ops whose kernels work unchanged on int8 and keep the scale.
-_PASSTHROUGH = frozenset({"max_pool2d", "relu", "flatten", "reshape", "transpose", "pad"})
+_PASSTHROUGH = frozenset({"max_pool2d", "relu", "flatten", "reshape", "transpose", "pad",
+                          "slice", "expand"})
 #: Plan kinds whose output is requantized (its scale is free to choose).
-_REQUANTIZING = frozenset({"gemm", "qadd", "qpool", "qgpool"})
+_REQUANTIZING = frozenset({"gemm", "qadd", "qpool", "qgpool"}) | FREE_SCALE_KINDS
 #: Float ops that commute exactly with ``quantize`` (module docstring, "Quantizing early").
 _COMMUTING = _PASSTHROUGH | {"clip"}
 
@@ -106,13 +113,18 @@ def _pow2_up(scale: np.ndarray | float):
     return float(out) if out.ndim == 0 else out
 
 
-class _Quantizer:
+class _Quantizer(TransformerPlans):
     """One run of the pass: `plan` decides each node's integer form and each tensor's
-    scale, `emit` writes the new graph."""
+    scale, `emit` writes the new graph (the transformer operators' plans and emission:
+    `vdla.compiler.passes.quantize_transformer`)."""
 
     def __init__(self, graph: Graph, ranges: dict[str, float], multiply: bool,
-                 per_channel: bool):
+                 per_channel: bool, *, integer_nonlinear: bool = True,
+                 observer: AttentionObserver | None = None):
         self.g = graph
+        self.integer_nonlinear = integer_nonlinear
+        self.observer = observer
+        self.float_reasons: dict[str, str] = {}    # node -> why it stays in float
         self.ranges = ranges
         self.multiply = multiply
         self.per_channel = per_channel
@@ -130,6 +142,11 @@ class _Quantizer:
         self.early: dict[str, float] = {}
 
     # --- scales -----------------------------------------------------------------------
+
+    @staticmethod
+    def pow2_up(scale: float) -> float:
+        return _pow2_up(scale)
+
 
     def act_scale(self, tensor: str) -> float:
         """The calibrated scale of activation `tensor` (a power of two in shift mode)."""
@@ -170,6 +187,9 @@ class _Quantizer:
         def act(i: int) -> bool:
             return bool(node.input(i)) and not g.tensors[node.input(i)].is_constant
 
+        transformer = self.classify_transformer(node)
+        if transformer is not None:
+            return transformer
         if node.op in ("conv2d", "dense"):
             ok = (act(0) and const(1) and (not node.input(2) or const(2))
                   and (not node.input(3) or act(3)))
@@ -208,7 +228,9 @@ class _Quantizer:
         for node in g.nodes():
             kind = self.kind[node.name] = self.classify(node)
             out = node.outputs[0]
-            if kind in _REQUANTIZING:
+            if kind in FREE_SCALE_KINDS or kind in ("qsoftmax", "qembed", "pass_indexed"):
+                self.plan_transformer(node, kind)
+            elif kind in _REQUANTIZING:
                 self.scale[out] = self.act_scale(out)
             elif kind in ("pass", "qclip"):
                 self.scale[out] = self.scale[node.inputs[0]]
@@ -232,6 +254,12 @@ class _Quantizer:
             return self.early[reader.name]
         return self.act_scale(tensor)
 
+    def reads_float(self, reader: Node, tensor: str) -> bool:
+        """Whether `reader` reads `tensor` as float: a float op, or the additive mask of
+        an integer attention (turned into its bool exclusion)."""
+        return (self.kind[reader.name] == "float"
+                or (self.kind[reader.name] == "qattention" and reader.input(3) == tensor))
+
     def pull_into_int8(self):
         """Run on int8 the float ops that commute with ``quantize`` and whose every
         reader is integer (module docstring, "Quantizing early"): each quantizes its
@@ -247,7 +275,7 @@ class _Quantizer:
             if g.tensors[x].is_constant or y in g.outputs:
                 continue
             readers = g.consumers(y)
-            if not readers or any(self.kind[r.name] == "float" for r in readers):
+            if not readers or any(self.reads_float(r, y) for r in readers):
                 continue                # a float reader wants the exact float value
             scales = {self.read_scale(r, y) for r in readers}
             if len(scales) != 1:
@@ -311,6 +339,10 @@ class _Quantizer:
             cache = False
         key = (tensor, scale)
         if key not in self.converted:
+            if tensor in self.infinite:
+                raise QuantizationError(f"calibration: tensor {tensor!r} has non-finite "
+                                        "values (inf) on a calibration sample, and an "
+                                        "integer operator reads it")
             out = self.fresh(f"{tensor}_q")
             self.add("quantize", [self.get_float(tensor)], out,
                      self.fresh(f"{tensor}_quantize"), out_scale=scale, scale=scale,
@@ -499,7 +531,8 @@ MODES = ("shift", "multiply")
 
 
 def quantize(graph: Graph, calibration_inputs, mode: str = "shift", *,
-             per_channel: bool = True, percentile: float | None = None) -> Graph:
+             per_channel: bool = True, percentile: float | None = None,
+             integer_nonlinear: bool = True) -> Graph:
     """An int8 copy of float `graph` whose requantizations use `mode`.
 
     graph : a float Graph (it is not modified)
@@ -512,6 +545,9 @@ def quantize(graph: Graph, calibration_inputs, mode: str = "shift", *,
     per_channel : weight scales per output channel (True) or per tensor
     percentile : calibrate each tensor's range as this percentile (0 < p <= 100) of
         |value| instead of its maximum
+    integer_nonlinear : softmax, layer_norm, gelu and attention become the integer
+        operators of `vdla.compiler.reference.integer_transformer` (True) or stay in
+        float on the host (False, to compare; `vdla.compiler.passes.quantize_transformer`)
     Returns the quantized graph (validated): float inputs and outputs of the same names,
     integer operators in between (see the module docstring). Raises QuantizationError
     for empty or malformed calibration data and bad arguments."""
@@ -531,44 +567,24 @@ def quantize(graph: Graph, calibration_inputs, mode: str = "shift", *,
                                 f"not {percentile!r}")
     if "quantized" in graph.metadata:
         raise QuantizationError(f"quantize: graph {graph.name!r} is quantized already")
-    g = prepare(graph)
+    if not isinstance(integer_nonlinear, bool):
+        raise QuantizationError(f"quantize: integer_nonlinear must be True or False, not "
+                                f"{integer_nonlinear!r}")
+    g = split_activations(prepare(graph))
     samples = split_samples(g, calibration_inputs, "calibration_inputs")
-    ranges = calibrate_ranges(g, samples, percentile)
+    observer = AttentionObserver(g) if integer_nonlinear else None
+    infinite: set[str] = set()
+    ranges = calibrate_ranges(g, samples, percentile, infinite=infinite,
+                              observe=observer if observer and observer.nodes else None)
     multiply = mode == "multiply"
-    q = _Quantizer(g, ranges, multiply, bool(per_channel))
+    q = _Quantizer(g, ranges, multiply, bool(per_channel),
+                   integer_nonlinear=integer_nonlinear, observer=observer)
+    q.infinite = infinite
     q.plan()
     out = q.emit()
     out.metadata["quantized"] = {"mode": mode, "per_channel": bool(per_channel)}
+    if not integer_nonlinear:
+        out.metadata["quantized"]["integer_nonlinear"] = False
+    if q.float_reasons:
+        out.metadata["quantized"]["float_ops"] = dict(q.float_reasons)
     return out.validate()
-
-
-def quantize_error(float_graph: Graph, quant_graph: Graph, inputs) -> dict[str, dict[str, float]]:
-    """Compare a float graph with its quantized version on `inputs` (one input dict, or
-    samples in the forms `quantize` takes for calibration).
-
-    Outputs are matched by position; returns, per output name of `float_graph`,
-    ``{"max_abs": max |float - quantized|, "range": max - min of the float output,
-    "relative": max_abs / range}`` over all samples (range 0 counts as 1)."""
-    if len(float_graph.outputs) != len(quant_graph.outputs):
-        raise QuantizationError(f"quantize_error: the float graph has "
-                                f"{len(float_graph.outputs)} outputs, the quantized one "
-                                f"{len(quant_graph.outputs)}")
-    samples = split_samples(float_graph, inputs, "inputs")
-    errors = {name: 0.0 for name in float_graph.outputs}
-    lows = {name: math.inf for name in float_graph.outputs}
-    highs = {name: -math.inf for name in float_graph.outputs}
-    for sample in samples:
-        f = run_reference(float_graph, sample)
-        qv = run_reference(quant_graph, sample)
-        for fname, qname in zip(float_graph.outputs, quant_graph.outputs):
-            a = np.asarray(f[fname], dtype=np.float64)
-            b = np.asarray(qv[qname], dtype=np.float64)
-            errors[fname] = max(errors[fname], float(np.abs(a - b).max(initial=0.0)))
-            lows[fname] = min(lows[fname], float(a.min(initial=math.inf)))
-            highs[fname] = max(highs[fname], float(a.max(initial=-math.inf)))
-    result = {}
-    for name in float_graph.outputs:
-        span = highs[name] - lows[name]
-        result[name] = {"max_abs": errors[name], "range": span,
-                        "relative": errors[name] / (span if span > 0 else 1.0)}
-    return result

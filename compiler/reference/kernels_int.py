@@ -1,11 +1,14 @@
 """Reference kernels of the integer operators: exactly the arithmetic that
-`vdla.compiler.reference.integer` defines, which every back half reproduces bit for bit."""
+`vdla.compiler.reference.integer` (and, for transformers' operators,
+`vdla.compiler.reference.integer_transformer`) defines, which every back half reproduces
+bit for bit."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from vdla.compiler.ir.tensor import GraphError, Node
+from vdla.compiler.reference import integer_transformer
 from vdla.compiler.reference.integer import (INT8_MAX, INT8_MIN, QuantizationError,
                                              requantize, round_half_up, wrap32)
 from vdla.compiler.reference.numerics import avg_pool_sums, conv2d_accumulate
@@ -115,3 +118,64 @@ def _qglobal_avg_pool_kernel(node, args, graph):
     sums = args[0].astype(np.int64).sum(axis=(2, 3), keepdims=True)
     y = _requantize(node, sums, node.attrs["multiplier"], node.attrs["shift"])
     return [_clip_int8(node, y)]
+
+
+# --- transformers' integer operators (`vdla.compiler.reference.integer_transformer`) ------
+
+def _transformer_op(node: Node, fn, *args):
+    try:
+        return fn(*args)
+    except QuantizationError as e:
+        _fail(node, str(e))
+
+
+def _last_axis(node: Node, x):
+    axis = node.attrs.get("axis", -1)
+    if x is not None and axis not in (-1, x.ndim - 1):
+        _fail(node, f"axis {axis} is not supported; only the last axis (-1)")
+
+
+@kernel("qmatmul")
+def _qmatmul_kernel(node, args, graph):
+    a, b = args
+    _need_int(node, a, "input a")
+    _need_int(node, b, "input b")
+    at = node.attrs
+    return [_transformer_op(node, integer_transformer.qmatmul, a, b, at["multiplier"],
+                            at["shift"], at["out_min"], at["out_max"],
+                            bool(at["transpose_b"]))]
+
+
+@kernel("qsoftmax")
+def _qsoftmax_kernel(node, args, graph):
+    _need_int(node, args[0], "input")
+    _last_axis(node, args[0])
+    return [_transformer_op(node, integer_transformer.qsoftmax, args[0],
+                            node.attrs["params"])]
+
+
+@kernel("qlayer_norm")
+def _qlayer_norm_kernel(node, args, graph):
+    x, gamma, beta = (list(args) + [None, None])[:3]
+    _need_int(node, x, "input")
+    _need_int(node, gamma, "gamma", (np.int32,))
+    _need_int(node, beta, "beta", (np.int64,))
+    _last_axis(node, x)
+    return [_transformer_op(node, integer_transformer.qlayer_norm, x, gamma, beta,
+                            node.attrs["params"])]
+
+
+@kernel("qgelu")
+def _qgelu_kernel(node, args, graph):
+    _need_int(node, args[0], "input")
+    return [_transformer_op(node, integer_transformer.qgelu, args[0], node.attrs["params"])]
+
+
+@kernel("qattention")
+def _qattention_kernel(node, args, graph):
+    q, k, v, mask = (list(args) + [None])[:4]
+    for value, what in ((q, "q"), (k, "k"), (v, "v")):
+        _need_int(node, value, what)
+    _need_int(node, mask, "mask", (np.bool_,))
+    return [_transformer_op(node, integer_transformer.qattention, q, k, v, mask,
+                            node.attrs)]
