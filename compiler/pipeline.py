@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
 import sys
 import time
 from pathlib import Path
@@ -33,11 +34,11 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from vdla.compiler.frontend import zoo
-from vdla.compiler.frontend.datasets import digits_split, random_inputs
+from vdla.compiler.frontend.datasets import digits_split, model_inputs, random_inputs
 from vdla.compiler.ir.graph import Graph
 from vdla.compiler.passes.prepare import prepare
 from vdla.compiler.passes.quantize import quantize
-from vdla.compiler.reference import run_reference
+from vdla.compiler.reference import check_inputs, run_reference
 # The tolerances live with the reference (the targets' tuning tasks check with them too);
 # the pipeline's names for them stay.
 from vdla.compiler.reference.tolerance import (FLOAT16_TOLERANCE, FLOAT_TOLERANCE,
@@ -114,12 +115,15 @@ def check_model_spec(spec: str) -> str:
 
 
 def load_model(spec: str, *, seed: int = 0, calibration: int = 4, batch: int | None = None,
-               note: Callable[[str], None] | None = _print_note) -> LoadedModel:
+               note: Callable[[str], None] | None = _print_note,
+               inputs: str | os.PathLike | None = None) -> LoadedModel:
     """The model `spec` with `calibration` samples and one input.
 
     spec : a zoo name or a path to an .onnx file
-    seed : seeds the inputs; digits_cnn calibrates on training images and runs on test
-        images from index `seed`, other models use seeded standard-normal inputs
+    seed : seeds the inputs; digits_cnn and vit_digits calibrate on training images and
+        run on test images from index `seed`, other models use seeded standard-normal
+        inputs (token ids: inside their embedding table; masks: ones;
+        `datasets.model_inputs`)
     calibration : the number of calibration samples (each a whole batch)
     batch : the batch size. A zoo model is built with it; an ONNX model's dynamic
         (symbolic or unknown) batch dimension gets it, and an ONNX model that fixes
@@ -127,8 +131,40 @@ def load_model(spec: str, *, seed: int = 0, calibration: int = 4, batch: int | N
     note : called with each note about what loading chose for the user (the value a
         dynamic dimension got), which `LoadedModel.notes` also keeps; the default prints
         it on stderr as ``vdla: NOTE``; None keeps quiet
-    ValueError naming what is wrong (unknown model, missing file, several inputs, bad
+    inputs : an .npz file holding one array per graph input, by name: the input a run
+        uses instead of the generated one (`read_inputs`); the calibration samples stay
+        the generated ones
+    ValueError naming what is wrong (unknown model, missing file, no inputs, bad
     counts, a batch the ONNX model fixes otherwise)."""
+    model = _load_model(spec, seed=seed, calibration=calibration, batch=batch, note=note)
+    if inputs is None:
+        return model
+    return dataclasses.replace(model, feed=read_inputs(model.graph, inputs),
+                               input_note=f"the arrays of {Path(inputs).name}")
+
+
+def read_inputs(graph: Graph, path: str | os.PathLike) -> dict[str, np.ndarray]:
+    """The arrays of the .npz file `path`, one per input of `graph` by name, checked
+    against the graph's inputs (`check_inputs`: names, shapes, dtypes; a token id
+    outside its embedding table is refused when the gather runs). The file is a user's:
+    read without pickles. ValueError naming the file and what is wrong."""
+    path = Path(path)
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            arrays = {name: np.asarray(data[name]) for name in data.files}
+    except FileNotFoundError:
+        raise ValueError(f"--input {path}: no such file") from None
+    except (OSError, ValueError, EOFError) as e:
+        raise ValueError(f"--input {path}: not a readable .npz file of arrays ({e})") from None
+    try:
+        return check_inputs(graph, arrays)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"--input {path}: {e}") from None
+
+
+def _load_model(spec: str, *, seed: int, calibration: int, batch: int | None,
+                note: Callable[[str], None] | None) -> LoadedModel:
+    """`load_model` without its ``inputs``."""
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ValueError(f"the seed must be a non-negative integer, not {seed!r}")
     if isinstance(calibration, bool) or not isinstance(calibration, int) or calibration < 1:
@@ -146,19 +182,25 @@ def load_model(spec: str, *, seed: int = 0, calibration: int = 4, batch: int | N
         notes = [_dynamic_note(d, batch) for d in graph.metadata["onnx"]["dynamic_dims"]]
     else:
         # Remembered on disk: building a zoo model draws its seeded weights (about a
-        # second for ResNet-50), the same every time.
-        graph = remembered_object("zoo", spec, {"batch": batch or 1},
+        # second for ResNet-50), the same every time. Keyed on the trained models'
+        # files too: retraining one rebuilds it.
+        shipped = {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+                   for p in zoo.SHIPPED_WEIGHTS if p.is_file()}
+        graph = remembered_object("zoo", spec, {"batch": batch or 1, "shipped": shipped},
                                   lambda: zoo.get(spec, batch=batch or 1),
                                   check=lambda value: isinstance(value, Graph),
                                   code=zoo.get)
-    if len(graph.inputs) != 1:
-        raise ValueError(f"{spec}: the pipeline feeds models with one input; this one has "
-                         f"{len(graph.inputs)} ({', '.join(graph.inputs)})")
+    if not graph.inputs:
+        raise ValueError(f"{spec}: the model has no inputs")
     for message in notes if note is not None else ():
         note(message)
+    if len(graph.inputs) > 1 or graph.tensors[graph.inputs[0]].dtype != "float32":
+        # Token ids inside their embedding table's rows, masks of ones (model_inputs).
+        samples, feed, which = model_inputs(graph, seed=seed, calibration=calibration)
+        return LoadedModel(spec, graph, samples, feed, which, tuple(notes))
     name = graph.inputs[0]
     shape = graph.tensors[name].shape
-    if spec == "digits_cnn":
+    if spec in ("digits_cnn", "vit_digits"):     # models trained on the digits split
         x_train, _, x_test, y_test = digits_split()
         n = shape[0]
         index = seed % len(x_test)
@@ -204,7 +246,7 @@ def requant_mode(targets: Sequence[Target]) -> str:
 
 
 def quantize_for(model: LoadedModel, targets: Target | Sequence[Target], *,
-                 mode: str | None = None) -> Graph:
+                 mode: str | None = None, integer_nonlinear: bool = True) -> Graph:
     """`model` quantized on its calibration samples (`quantize` prepares it first: BN
     folding, fusion), for `mode` (default: `requant_mode` of `targets`).
 
@@ -213,13 +255,17 @@ def quantize_for(model: LoadedModel, targets: Target | Sequence[Target], *,
     again quantizes the same. The key is the float graph's `Graph.fingerprint`, the
     calibration samples' bytes, the mode, and the code of `quantize` (its module and
     every project module it imports: the passes, the IR) and of the reference package,
-    whose kernels are reached through its registry, not imported by name."""
+    whose kernels are reached through its registry, not imported by name.
+    `integer_nonlinear` False keeps softmax, LayerNorm, GELU and attention in float on the
+    host (`quantize`'s option of that name), to compare with their integer definitions."""
     targets = [targets] if isinstance(targets, Target) else list(targets)
     mode = mode or requant_mode(targets)
     key = {"graph": model.graph.fingerprint(), "mode": mode,
-           "calibration": _arrays_digest(model.calibration)}
+           "calibration": _arrays_digest(model.calibration),
+           "integer_nonlinear": bool(integer_nonlinear)}
     return remembered_object("quantized", "graph", key,
-                             lambda: quantize(model.graph, model.calibration, mode),
+                             lambda: quantize(model.graph, model.calibration, mode,
+                                              integer_nonlinear=integer_nonlinear),
                              check=lambda value: isinstance(value, Graph),
                              code=(quantize, Package("vdla.compiler.reference")))
 
@@ -247,11 +293,13 @@ def _arrays_digest(arrays: Mapping[str, np.ndarray]) -> str:
 
 
 def graph_for(model: LoadedModel, targets: Target | Sequence[Target], *,
-              precision: str = "int8", mode: str | None = None) -> Graph:
-    """The graph a run of `model` at `precision` compiles: `quantize_for`'s (int8) or
-    the prepared float graph (float32 and float16: BN folding, fusion, as the quantizer
-    starts). ValueError for a precision one of `targets` does not run
-(`Target.precisions`: float16 needs a target that stores floats as float16)."""
+              precision: str = "int8", mode: str | None = None,
+              integer_nonlinear: bool = True) -> Graph:
+    """The graph a run of `model` at `precision` compiles: `quantize_for`'s (int8, with
+    `integer_nonlinear`) or the prepared float graph (float32 and float16: BN folding,
+    fusion, as the quantizer starts). ValueError for a precision one of `targets` does
+    not run (`Target.precisions`: float16 needs a target that stores floats as
+    float16)."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, not "
                          f"{precision!r}")
@@ -260,7 +308,7 @@ def graph_for(model: LoadedModel, targets: Target | Sequence[Target], *,
         target.check_precision(precision)
     if precision != "int8":
         return prepare(model.graph)
-    return quantize_for(model, targets, mode=mode)
+    return quantize_for(model, targets, mode=mode, integer_nonlinear=integer_nonlinear)
 
 
 def compile_for(quantized: Graph, target: Target, *, records: Any = None,
@@ -381,7 +429,7 @@ def run_model(model: LoadedModel | str, target: Target, *, records: Any = None,
               compile_progress: Progress | None = None,
               run_progress: Progress | None = None, jobs: int = 1,
               ray: str | None = None, chain: bool = False,
-              chooser: str = "default") -> Outcome:
+              chooser: str = "default", integer_nonlinear: bool = True) -> Outcome:
     """The whole chain: `model` (a `LoadedModel`, or a spec for `load_model`) quantized
     for `target` (or `mode`; at ``precision="float32"`` or ``"float16"`` prepared, not
     quantized), compiled (with `records`' best schedules, the others by `chooser`, as in
@@ -392,10 +440,12 @@ def run_model(model: LoadedModel | str, target: Target, *, records: Any = None,
     With `jobs` > 1 or `ray` (a Ray address, `vdla.execute`), the ops the target lets
     run apart are run in parallel, fed from the reference (`op_parallel`; `chain`: in
     runs of consecutive ops, one a worker), and the model's run replays them: the same
-    cycles, outputs and report as one after another."""
+    cycles, outputs and report as one after another. `integer_nonlinear` as in
+    `quantize_for`."""
     model = load_model(model) if isinstance(model, str) else model
     start = time.perf_counter()
-    graph = graph_for(model, target, precision=precision, mode=mode)
+    graph = graph_for(model, target, precision=precision, mode=mode,
+                      integer_nonlinear=integer_nonlinear)
     quantize_seconds = time.perf_counter() - start
     compiled, schedules = compile_for(graph, target, records=records,
                                       progress=compile_progress, chooser=chooser)

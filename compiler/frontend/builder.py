@@ -20,6 +20,12 @@ its statistics, hence the BN parameters, depend on the input's spatial size but 
 the graph's batch. Variances are floored at 1e-3 of the layer's mean variance so a channel
 that happens to be constant on the calibration batch is not amplified without bound.
 
+Transformer layers (`linear`, `layer_norm`, `gelu`, `embedding`, `attention_heads`, and
+the shape operators between them) build the form an ONNX import of a torch.nn
+transformer takes, with BERT's and ViT's initializer (N(0, 0.02^2) linear weights and
+embeddings, zero biases, LayerNorm gamma 1 and beta 0); integer inputs (token ids,
+attention masks) come from ``input(..., dtype="int64")``.
+
 Example::
 
     b = GraphBuilder("tiny", seed=1)
@@ -36,9 +42,10 @@ from typing import Sequence
 
 import numpy as np
 
+from vdla.compiler.frontend.builder_transformer import TransformerLayers
 from vdla.compiler.ir.graph import Graph
 from vdla.compiler.ir.ops import get_op
-from vdla.compiler.ir.tensor import GraphError, Node
+from vdla.compiler.ir.tensor import DTYPES, GraphError, Node
 from vdla.compiler.reference.numerics import conv2d_accumulate, pool2d_windows
 
 __all__ = ["GraphBuilder"]
@@ -81,13 +88,15 @@ def _positive(value, what: str) -> int:
 # cannot run it whole, and float32 BLAS keeps building resnet50 fast.
 
 
-class GraphBuilder:
+class GraphBuilder(TransformerLayers):
     """Builds a float `Graph` layer by layer with seeded weights (see the module docstring).
 
     name : the graph's name
     seed : seeds ``np.random.default_rng`` for every weight (keyword-only)
     calibration_batch : images in the batch that sets BN statistics (None: enough for
         >= 16 positions per channel after 32x downsampling, computed at `input`)
+    eager : run every layer on the calibration batch as it is added (True); False skips
+        it, for models without batch norm (the transformers), which then build faster
 
     Every layer method takes tensor names and returns the output tensor's name. `name`
     names the node and its output tensor (an error if either is taken); without it a
@@ -95,7 +104,8 @@ class GraphBuilder:
     ``<node>.bias``, BN's ``<node>.{weight,bias,running_mean,running_var}``.
     """
 
-    def __init__(self, name: str, *, seed: int = 0, calibration_batch: int | None = None):
+    def __init__(self, name: str, *, seed: int = 0, calibration_batch: int | None = None,
+                 eager: bool = True):
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
             raise GraphError(f"seed must be a non-negative int, not {seed!r}")
         if calibration_batch is not None:
@@ -107,6 +117,8 @@ class GraphBuilder:
         self._data_rng = np.random.default_rng([self.seed, 0x0CA1])
         self._calibration_batch = calibration_batch
         self._values: dict[str, np.ndarray] = {}     # tensor -> its calibration value
+        self._n = 1                     # the calibration batch, once an input is made
+        self._eager = bool(eager)
         self._built = False
 
     # --- plumbing ------------------------------------------------------------------------
@@ -132,24 +144,30 @@ class GraphBuilder:
             raise GraphError(f"name {name!r} is already used in graph {self.graph.name!r}")
         return name
 
-    def _node(self, op: str, inputs: list[str], name: str | None, value, **attrs) -> str:
-        """Add node `op` and its output, both named `name`; `value()` computes the output
-        on the calibration batch, once the node is known to fit its inputs."""
+    def _node(self, op: str, inputs: list[str], name: str | None, value, *,
+              output: str | None = None, **attrs) -> str:
+        """Add node `op` and its output, both named `name` (the output `output` when
+        given); `value()` computes the output on the calibration batch, once the node is
+        known to fit its inputs."""
         self._check_open()
         node = self._name(name, op)
+        out = node if output is None else self._name(output, op)
         # Check the shapes before inserting, so a refused layer leaves no half-made node.
         opdef = get_op(op)
-        trial = Node(node, op, list(inputs), [node], opdef.normalize_attrs(attrs, node))
+        trial = Node(node, op, list(inputs), [out], opdef.normalize_attrs(attrs, node))
         opdef.check_arity(trial)
         opdef.infer(self.graph, trial)
         # A node and its single output share the name: readable graphs, unique tensors.
-        out = self.graph.add_node(op, inputs, [node], name=node, **attrs)
+        out = self.graph.add_node(op, inputs, [out], name=node, **attrs)
         shape = self.graph.tensors[out].shape
+        if not self._eager:
+            self._values[out] = None
+            return out
         v = value()
         if v.shape[1:] != tuple(shape[1:]):          # the batch axis differs by design
             raise GraphError(f"internal: calibration value of {out!r} has shape "
                              f"{v.shape}, the graph says {shape}")
-        self._values[out] = np.ascontiguousarray(v, dtype=np.float32)
+        self._values[out] = np.ascontiguousarray(v, dtype=DTYPES[self.graph.tensors[out].dtype])
         return out
 
     def _const(self, name: str, data: np.ndarray) -> str:
@@ -165,15 +183,26 @@ class GraphBuilder:
 
     # --- layers --------------------------------------------------------------------------
 
-    def input(self, name: str, shape: Sequence[int]) -> str:
-        """Declare a float32 graph input of `shape` (NCHW for images); returns `name`."""
+    def input(self, name: str, shape: Sequence[int], *, dtype: str = "float32",
+              high: int | None = None) -> str:
+        """Declare a graph input of `shape` (NCHW for images; (N, S) for token ids);
+        returns `name`. `dtype` float32 (default), int64 or int32: an integer input's
+        calibration values are uniform in [0, `high`) (token ids below the vocabulary
+        size), or all ones without `high` (an attention mask that attends everywhere)."""
         self._check_open()
         shape = tuple(shape)
         if not shape or not all(isinstance(d, (int, np.integer)) and not isinstance(d, bool)
                                 and d >= 1 for d in shape):
             raise GraphError(f"input {name!r}: shape must be positive ints, not {shape!r}")
+        if dtype not in ("float32", "int64", "int32"):
+            raise GraphError(f"input {name!r}: dtype must be float32, int64 or int32, not "
+                             f"{dtype!r}")
+        if high is not None and (dtype == "float32" or isinstance(high, bool)
+                                 or not isinstance(high, (int, np.integer)) or high < 1):
+            raise GraphError(f"input {name!r}: high ({high!r}) must be a positive int, and "
+                             "only integer inputs take it")
         self._name(name, "input")
-        self.graph.add_input(name, shape)
+        self.graph.add_input(name, shape, dtype)
         n = self._calibration_batch
         if n is None:
             # Enough images that a map 32x smaller keeps _CALIBRATION_POSITIONS positions.
@@ -181,7 +210,16 @@ class GraphBuilder:
             for d in shape[2:]:
                 spatial *= max(1, d // 32)
             n = max(1, math.ceil(_CALIBRATION_POSITIONS / spatial)) if len(shape) > 2 else 64
-        self._values[name] = self._data_rng.standard_normal((n,) + shape[1:], dtype=np.float32)
+        self._n = n
+        if not self._eager:
+            value = None
+        elif dtype == "float32":
+            value = self._data_rng.standard_normal((n,) + shape[1:], dtype=np.float32)
+        elif high is None:
+            value = np.ones((n,) + shape[1:], DTYPES[dtype])
+        else:
+            value = self._data_rng.integers(0, int(high), (n,) + shape[1:]).astype(DTYPES[dtype])
+        self._values[name] = value
         return name
 
     def conv(self, x: str, out_channels: int, kernel, *, stride=1, padding=0, groups: int = 1,
@@ -232,6 +270,9 @@ class GraphBuilder:
         if not epsilon > 0:
             raise GraphError(f"batch_norm: epsilon must be > 0, not {epsilon!r}")
         c = shape[1]
+        if not self._eager:
+            raise GraphError(f"batch_norm: its statistics come from the calibration batch; "
+                             f"graph {self.graph.name!r} is built with eager=False")
         node = self._name(name, "bn")
         lo, hi = (0.2, 0.5) if residual_branch else (0.5, 1.5)
         gamma = self.rng.uniform(lo, hi, c).astype(np.float32)
@@ -347,6 +388,8 @@ class GraphBuilder:
         """The value tensor `x` had on the calibration batch (for tests and debugging)."""
         if self._built:
             raise GraphError("calibration values are dropped by build()")
+        if not self._eager:
+            raise GraphError("calibration values are not computed with eager=False")
         return self._values[self._tensor(x)]
 
     def build(self, outputs: str | Sequence[str]) -> Graph:

@@ -5,6 +5,16 @@
 Clip; a dense becomes Gemm(transB=1) and the same tail) and returns a checked
 `onnx.ModelProto` that onnxruntime runs. `save_onnx(graph, path)` writes one to disk.
 
+The operators of transformers (`vdla.compiler.ir.ops_sequence`) map to their ONNX
+namesakes (Gather, Slice, Expand, Where, Cast, Sub, Div, Erf, Reduce*, ...), with token
+ids and masks as int64 or bool tensors; ``layer_norm`` is LayerNormalization from opset
+17 and written out (ReduceMean, Sub, Mul, Sqrt, Div) before it; ``gelu`` (and a dense
+layer's "gelu" / "gelu_tanh" activation) is Gelu from opset 20 and written out with Erf
+or Tanh before it, as torch's exporters write them; the fused ``attention`` is written
+out as MatMul(q, k^T), Mul by its scale, Add of the mask and of a constant causal mask
+(-inf above the diagonal), Softmax and MatMul. An operator the opset lacks is refused
+with the opset it needs.
+
 Quantized graphs (integer operators, scales) and packed layouts have no faithful plain
 ONNX form here; they are refused with an error naming the node.
 """
@@ -80,7 +90,9 @@ def save_onnx(graph: Graph, path: str | os.PathLike, *, opset: int = 13) -> Path
 
 # --- the exporter ------------------------------------------------------------------------
 
-_FLOAT_ONLY = "float32"
+#: Element types a float graph's tensors may have: float32 values, and integer or bool
+#: token ids, masks and shapes (never the int8 of quantized graphs).
+_PLAIN_DTYPES = ("float32", "int64", "int32", "bool")
 
 
 def _elem_type(dtype: str) -> int:
@@ -141,9 +153,10 @@ class _Exporter:
             if t.scale is not None:
                 raise OnnxExportError(f"node {node.name!r} ({node.op}): tensor {name!r} is "
                                       "quantized (it has a scale); to_onnx exports float graphs")
-            if t.dtype != _FLOAT_ONLY:
+            if t.dtype not in _PLAIN_DTYPES:
                 raise OnnxExportError(f"node {node.name!r} ({node.op}): tensor {name!r} is "
-                                      f"{t.dtype}; to_onnx exports float32 graphs")
+                                      f"{t.dtype}; to_onnx exports float32 graphs (with "
+                                      "int64, int32 or bool ids, masks and shapes)")
 
     def node(self, node: Node):
         fn = _EXPORTERS.get(node.op)
@@ -163,9 +176,50 @@ class _Exporter:
                           out if act is None else self.fresh(f"{out}_sum"), f"{node.name}_add")
         if act == "relu":
             self.emit("Relu", [y], out, f"{node.name}_relu")
+        elif act in ("gelu", "gelu_tanh"):
+            self.gelu(node, y, out, "tanh" if act == "gelu_tanh" else "none")
         elif act == "clip":
             self.clip(node, y, out, node.attrs.get("clip_min"), node.attrs.get("clip_max"),
                       f"{node.name}_clip")
+
+    def need(self, node: Node, opset: int, what: str):
+        if self.opset < opset:
+            raise OnnxExportError(f"node {node.name!r} ({node.op}): {what} needs opset "
+                                  f"{opset} or later; exporting at opset {self.opset}")
+
+    def scalar(self, node: Node, what: str, value: float) -> str:
+        return self.constant(f"{node.name}_{what}", np.float32(value))
+
+    def gelu(self, node: Node, x: str, out: str, approximate: str):
+        """GELU of `x` into `out`: opset 20's Gelu, else written out with Erf (or Tanh),
+        as torch's exporters write it before opset 20."""
+        if self.opset >= 20:
+            self.emit("Gelu", [x], out, f"{node.name}_gelu", approximate=approximate)
+            return
+        t = self.fresh(f"{out}_gelu")
+        if approximate == "tanh":
+            cube = self.emit("Mul", [self.emit("Mul", [x, x], f"{t}_sq", f"{node.name}_sq"), x],
+                             f"{t}_cube", f"{node.name}_cube")
+            inner = self.emit("Add", [x, self.emit("Mul", [cube, self.scalar(node, "c",
+                                                                            0.044715)],
+                                                   f"{t}_cubec", f"{node.name}_cubec")],
+                              f"{t}_inner", f"{node.name}_inner")
+            inner = self.emit("Mul", [inner, self.scalar(node, "k", np.sqrt(2 / np.pi))],
+                              f"{t}_scaled", f"{node.name}_scaled")
+            core = self.emit("Tanh", [inner], f"{t}_tanh", f"{node.name}_tanh")
+        else:
+            self.need(node, 9, "GELU (Erf)")
+            scaled = self.emit("Div", [x, self.scalar(node, "sqrt2", np.sqrt(2.0))],
+                               f"{t}_div", f"{node.name}_div")
+            core = self.emit("Erf", [scaled], f"{t}_erf", f"{node.name}_erf")
+        one_plus = self.emit("Add", [core, self.scalar(node, "one", 1.0)], f"{t}_add",
+                             f"{node.name}_add1")
+        half_x = self.emit("Mul", [x, self.scalar(node, "half", 0.5)], f"{t}_half",
+                           f"{node.name}_half")
+        self.emit("Mul", [half_x, one_plus], out, f"{node.name}_mul")
+
+    def axes(self, node: Node, rank: int) -> list[int]:
+        return [int(a) % rank for a in node.attrs["axes"]]
 
     def clip(self, node: Node, x: str, out: str, lo, hi, name: str):
         if self.opset < 11:
@@ -230,8 +284,11 @@ def _axis(axis, rank: int) -> int:
     return axis + rank if axis < 0 else axis
 
 
-def _simple(op_type: str, attrs: Callable[[Node, Graph], dict] = lambda node, graph: {}):
+def _simple(op_type: str, attrs: Callable[[Node, Graph], dict] = lambda node, graph: {},
+            opset: int = MIN_OPSET):
+    """An op that is one ONNX operator on the same inputs (from `opset` on)."""
     def export(ex: _Exporter, node: Node):
+        ex.need(node, opset, op_type)
         ex.emit(op_type, [ex.value(i) for i in node.inputs], node.outputs[0], node.name,
                 **attrs(node, ex.graph))
     return export
@@ -310,3 +367,127 @@ def _pad(ex: _Exporter, node: Node):
     ex.emit("Pad", [x, ex.constant(f"{node.name}_pads", np.array(pads, np.int64)),
                     ex.constant(f"{node.name}_value", np.float32(value))],
             node.outputs[0], node.name, mode="constant")
+
+
+# --- transformers ------------------------------------------------------------------------
+
+_EXPORTERS.update({
+    "sub": _simple("Sub"),
+    "div": _simple("Div"),
+    "pow": _simple("Pow"),
+    "sqrt": _simple("Sqrt"),
+    "erf": _simple("Erf", opset=9),
+    "tanh": _simple("Tanh"),
+    "exp": _simple("Exp"),
+    "neg": _simple("Neg"),
+    "where": _simple("Where", opset=9),
+    "less": _simple("Less", opset=9),
+    "greater": _simple("Greater", opset=9),
+    "equal": _simple("Equal", opset=11),          # Equal on floats: opset 11
+    "gather": _simple("Gather", lambda n, g: {"axis": _axis(n.attrs["axis"],
+                                                             len(g.tensors[n.inputs[0]].shape))}),
+    "cast": _simple("Cast", lambda n, g: {"to": _elem_type(n.attrs["dtype"])}),
+})
+
+
+@_exporter("reduce_mean", "reduce_sum", "reduce_max")
+def _reduce(ex: _Exporter, node: Node):
+    op_type = {"reduce_mean": "ReduceMean", "reduce_sum": "ReduceSum",
+               "reduce_max": "ReduceMax"}[node.op]
+    axes = ex.axes(node, _rank(ex.graph, node))
+    inputs = [ex.value(node.inputs[0])]
+    attrs = {"keepdims": int(bool(node.attrs["keepdims"]))}
+    # Axes became an input in opset 13 (ReduceSum) and 18 (the others); none: all axes.
+    as_input = ex.opset >= (13 if node.op == "reduce_sum" else 18)
+    if axes and as_input:
+        inputs.append(ex.constant(f"{node.name}_axes", np.array(axes, np.int64)))
+    elif axes:
+        attrs["axes"] = axes
+    ex.emit(op_type, inputs, node.outputs[0], node.name, **attrs)
+
+
+@_exporter("layer_norm")
+def _layer_norm(ex: _Exporter, node: Node):
+    x, scale, bias = (ex.value(node.input(i)) for i in range(3))
+    eps = float(node.attrs["epsilon"])
+    out = node.outputs[0]
+    if ex.opset >= 17:
+        ex.emit("LayerNormalization", [x, scale, bias], out, node.name, axis=-1, epsilon=eps)
+        return
+    # Written out as torch's exporter writes it before opset 17: the mean and the biased
+    # variance over the last axis.
+    t = ex.fresh(f"{out}_ln")
+    rank = _rank(ex.graph, node)
+
+    def mean(v: str, what: str) -> str:
+        return ex.emit("ReduceMean", [v], f"{t}_{what}", f"{node.name}_{what}",
+                       axes=[rank - 1], keepdims=1)
+    centered = ex.emit("Sub", [x, mean(x, "mean")], f"{t}_centered", f"{node.name}_sub")
+    square = ex.emit("Mul", [centered, centered], f"{t}_square", f"{node.name}_square")
+    std = ex.emit("Sqrt", [ex.emit("Add", [mean(square, "var"), ex.scalar(node, "eps", eps)],
+                                   f"{t}_vareps", f"{node.name}_add_eps")],
+                  f"{t}_std", f"{node.name}_sqrt")
+    normed = ex.emit("Div", [centered, std], f"{t}_normed", f"{node.name}_div")
+    if bias:
+        scaled = ex.emit("Mul", [normed, scale], f"{t}_scaled", f"{node.name}_scale")
+        ex.emit("Add", [scaled, bias], out, f"{node.name}_bias")
+    else:
+        ex.emit("Mul", [normed, scale], out, f"{node.name}_scale")
+
+
+@_exporter("gelu")
+def _gelu(ex: _Exporter, node: Node):
+    ex.gelu(node, ex.value(node.inputs[0]), node.outputs[0], node.attrs["approximate"])
+
+
+@_exporter("slice")
+def _slice(ex: _Exporter, node: Node):
+    a = node.attrs
+    n = len(a["starts"])
+    axes = list(a["axes"] or range(n))
+    steps = list(a["steps"] or (1,) * n)
+    x = ex.value(node.inputs[0])
+    if ex.opset < 10:
+        if any(st != 1 for st in steps):
+            ex.need(node, 10, f"slicing with steps {tuple(steps)}")
+        ex.emit("Slice", [x], node.outputs[0], node.name, starts=list(a["starts"]),
+                ends=list(a["ends"]), axes=axes)
+        return
+    ex.emit("Slice", [x] + [ex.constant(f"{node.name}_{what}", np.array(v, np.int64))
+                            for what, v in (("starts", a["starts"]), ("ends", a["ends"]),
+                                            ("axes", axes), ("steps", steps))],
+            node.outputs[0], node.name)
+
+
+@_exporter("expand")
+def _expand(ex: _Exporter, node: Node):
+    ex.need(node, 8, "Expand")
+    shape = np.array(ex.graph.tensors[node.outputs[0]].shape, np.int64)
+    ex.emit("Expand", [ex.value(node.inputs[0]), ex.constant(f"{node.name}_shape", shape)],
+            node.outputs[0], node.name)
+
+
+@_exporter("attention")
+def _attention(ex: _Exporter, node: Node):
+    """The fused attention core written out: MatMul(q, k^T) * scale [+ mask] [+ the causal
+    mask: -inf above the diagonal], Softmax over the keys, MatMul with v."""
+    q, k, v, mask = (ex.value(node.input(i)) for i in range(4))
+    t = ex.fresh(f"{node.outputs[0]}_attn")
+    rank = len(ex.graph.tensors[node.inputs[1]].shape)
+    perm = list(range(rank - 2)) + [rank - 1, rank - 2]
+    kt = ex.emit("Transpose", [k], f"{t}_kt", f"{node.name}_kt", perm=perm)
+    scores = ex.emit("MatMul", [q, kt], f"{t}_qk", f"{node.name}_qk")
+    scores = ex.emit("Mul", [scores, ex.scalar(node, "scale", float(node.attrs["scale"]))],
+                     f"{t}_scores", f"{node.name}_scale")
+    if mask:
+        scores = ex.emit("Add", [scores, mask], f"{t}_masked", f"{node.name}_mask")
+    if node.attrs["causal"]:
+        n_q = ex.graph.tensors[node.inputs[0]].shape[-2]
+        n_k = ex.graph.tensors[node.inputs[1]].shape[-2]
+        above = np.arange(n_k)[None, :] > np.arange(n_q)[:, None] + (n_k - n_q)
+        bias = ex.constant(f"{node.name}_causal",
+                           np.where(above, -np.inf, 0.0).astype(np.float32))
+        scores = ex.emit("Add", [scores, bias], f"{t}_causal", f"{node.name}_causal")
+    axis = rank - 1 if ex.opset < 13 else -1
+    probs = ex.emit("Softmax", [scores], f"{t}_probs", f"{node.name}_softmax", axis=axis)
+    ex.emit("MatMul", [probs, v], node.outputs[0], node.name)

@@ -16,9 +16,19 @@ small_cnn      3 x (conv3x3 + BN + ReLU) with max/avg pooling,       1x3x32x32
                flatten, dense
 digits_cnn     the CNN trained on scikit-learn's digits by           1x1x8x8
                ``scripts/train_digits.py`` (``models/digits_cnn.onnx``)
+vit_tiny       ViT (DeiT-tiny): 12 blocks, width 192, 3 heads        1x3x224x224
+bert_base      BERT-base encoder, classifier head                    ids, mask 1x128
+bert_tiny      BERT with 2 layers, width 128, 2 heads                ids, mask 1x128
+gpt_mini       GPT-2-style decoder: 4 blocks, width 256, 4 heads     ids 1x64
+vit_digits     a small ViT trained on the digits by                  1x1x8x8
+               ``scripts/train_vit_digits.py`` (``models/vit_digits.npz``)
 =============  ====================================================  ===============
 
-Every graph is NCHW float32 with one input named ``"input"`` and one output ``"logits"``
+The transformers (`vdla.compiler.frontend.zoo_transformers` describes them) take token
+ids ``input_ids`` (int64) and, for BERT, an ``attention_mask``; their sequence length is
+`seq_len`. They are built in the form an ONNX import of the torch model has.
+
+Every CNN is NCHW float32 with one input named ``"input"`` and one output ``"logits"``
 (the last dense layer's output, before any softmax). Weights of the seeded models come
 from `vdla.compiler.frontend.builder.GraphBuilder` (He-normal convolutions, data-dependent batch
 norm statistics); parameter counts equal torchvision's (resnet18: 11,689,512). BN is kept
@@ -30,13 +40,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
+from vdla.compiler.frontend import zoo_transformers
 from vdla.compiler.frontend.builder import GraphBuilder
 from vdla.compiler.ir.graph import Graph
 
-__all__ = ["DIGITS_MODEL", "MODELS", "get", "names"]
+__all__ = ["DIGITS_MODEL", "MODELS", "SHIPPED_WEIGHTS", "get", "names"]
 
 #: The trained digits model and its training record (written by scripts/train_digits.py).
 DIGITS_MODEL = Path(__file__).resolve().parent / "models" / "digits_cnn.onnx"
+#: The trained models' files the zoo reads: what a model built from them depends on
+#: besides the code (a cache of built models is keyed on their contents too).
+SHIPPED_WEIGHTS = (DIGITS_MODEL, zoo_transformers.VIT_DIGITS_MODEL)
 
 
 def _conv_bn(b: GraphBuilder, x: str, channels: int, kernel: int, stride: int, padding: int,
@@ -127,13 +141,15 @@ class _Spec:
         self.image_size, self.num_classes, self.min_size = image_size, num_classes, min_size
 
 
-MODELS: dict[str, _Spec | None] = {
+MODELS: dict[str, object] = {
     "resnet18": _Spec(_resnet(_basic_block, [2, 2, 2, 2]), 3, 224, 1000, 32),
     "resnet34": _Spec(_resnet(_basic_block, [3, 4, 6, 3]), 3, 224, 1000, 32),
     "resnet50": _Spec(_resnet(_bottleneck, [3, 4, 6, 3]), 3, 224, 1000, 32),
     "mobilenet_v1": _Spec(_mobilenet_v1, 3, 224, 1000, 32),
     "small_cnn": _Spec(_small_cnn, 3, 32, 10, 8),
     "digits_cnn": None,           # trained, loaded from DIGITS_MODEL
+    # transformers: their configuration (zoo_transformers.TRANSFORMERS)
+    **zoo_transformers.TRANSFORMERS,
 }
 
 
@@ -160,7 +176,7 @@ def _image_hw(name: str, image_size, spec: _Spec) -> tuple[int, int]:
 
 
 def get(name: str, *, batch: int = 1, image_size: int | tuple[int, int] | None = None,
-        num_classes: int | None = None, seed: int = 0) -> Graph:
+        num_classes: int | None = None, seed: int = 0, seq_len: int | None = None) -> Graph:
     """Build model `name` (one of `names()`) as a validated float `Graph`.
 
     batch : the input's batch size (>= 1); the weights do not depend on it
@@ -168,12 +184,22 @@ def get(name: str, *, batch: int = 1, image_size: int | tuple[int, int] | None =
         default; at least the model's total downsampling (32 for the ImageNet models)
     num_classes : classifier outputs; None: 1000 (ImageNet models), 10 (small_cnn)
     seed : seeds every weight of the seeded models
+    seq_len : tokens of the text models (bert_base, bert_tiny, gpt_mini); None: 128 for
+        BERT, 64 for gpt_mini; image models refuse it, text models refuse image_size
+        (num_classes is gpt_mini's vocabulary, 8192 by default)
 
     digits_cnn is trained: it takes only 8x8 images and 10 classes, ignores `seed`, and
-    needs the ONNX importer. Raises ValueError for an unknown name or a bad option."""
+    needs the ONNX importer. vit_digits is trained too: 8x8 images, 10 classes, its
+    weights from ``models/vit_digits.npz``. Raises ValueError for an unknown name or a
+    bad option."""
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; known models: {', '.join(names())}")
     batch = _check_int(batch, f"{name}: batch", 1)
+    if name in zoo_transformers.TRANSFORMERS:
+        return zoo_transformers.build(name, batch=batch, image_size=image_size,
+                                      num_classes=num_classes, seq_len=seq_len, seed=seed)
+    if seq_len is not None:
+        raise ValueError(f"{name}: seq_len is for text models; {name} takes image_size")
     if name == "digits_cnn":
         return _digits_cnn(batch, image_size, num_classes)
     spec = MODELS[name]

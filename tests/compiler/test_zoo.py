@@ -31,7 +31,8 @@ def _image(graph, seed=0):
 
 def test_names():
     assert zoo.names() == ["resnet18", "resnet34", "resnet50", "mobilenet_v1", "small_cnn",
-                           "digits_cnn"]
+                           "digits_cnn", "vit_tiny", "bert_base", "bert_tiny", "gpt_mini",
+                           "vit_digits"]
 
 
 @pytest.mark.parametrize("name, params, ops", [

@@ -28,7 +28,8 @@ if TYPE_CHECKING:
     from vdla.compiler.tuner import Records
 
 __all__ = ["CONFIG_HELP", "DEFAULT_CALIBRATION", "RAY_ADDRESS_HELP", "WHOLE_GRAPH_RUNS", "CliError",
-           "add_batch_option", "add_calibration_option", "add_ray_option",
+           "add_batch_option", "add_calibration_option", "add_float_nonlinear_option",
+           "add_input_option", "add_ray_option",
            "add_records_option", "add_records_output_option", "add_seed_option",
            "board_config", "check_model_options", "check_output_file", "check_output_files",
            "int_arg", "load_config", "log", "on_interrupt", "open_records", "output_file",
@@ -227,6 +228,30 @@ def add_batch_option(parser: argparse.ArgumentParser) -> None:
                         help="batch size: a zoo model is built with it, an ONNX model's "
                              "dynamic batch dimension set to it (default 1; an ONNX model "
                              "that fixes another batch is an error)")
+
+
+def add_input_option(parser: argparse.ArgumentParser) -> None:
+    """``--input FILE.npz``: the arrays a run feeds the model, one per input by name
+    (`load_model`'s ``inputs``), instead of the generated ones.
+
+    parser : the command's parser
+    """
+    parser.add_argument("--input", metavar="FILE.npz",
+                        help="run on these inputs: an .npz file with one array per model "
+                             "input, by name (default: generated: seeded normal values, "
+                             "token ids inside the embedding table, masks of ones)")
+
+
+def add_float_nonlinear_option(parser: argparse.ArgumentParser) -> None:
+    """``--float-nonlinear``: keep softmax, LayerNorm, GELU and attention in float on the
+    host when quantizing (`graph_for`'s ``integer_nonlinear`` False), to compare with
+    their integer definitions.
+
+    parser : the command's parser
+    """
+    parser.add_argument("--float-nonlinear", action="store_true",
+                        help="quantize with softmax, LayerNorm, GELU and attention kept in "
+                             "float on the host, to compare with their integer definitions")
 
 
 def add_records_option(parser: argparse.ArgumentParser) -> None:

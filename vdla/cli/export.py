@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from vdla.cli.common import CliError, output_file
-from vdla.compiler.frontend import zoo
+from vdla.compiler.frontend import zoo, zoo_transformers
 
 __all__ = ["add_parser", "run"]
 
@@ -37,10 +37,13 @@ def run(args) -> int:
         raise CliError(f"unknown model {args.model!r}; known models: {', '.join(zoo.names())}")
     graph = zoo.get(args.model, batch=args.batch, image_size=args.image_size)
     path = save_onnx(graph, args.output, opset=args.opset)
-    # Parameters as torch counts them: every constant but BN's running statistics.
+    # Parameters as torch counts them: every constant but BN's running statistics (a
+    # transformer's: but its masks and scalars).
     stats = {n.inputs[i] for n in graph.nodes() if n.op == "batch_norm" for i in (3, 4)}
-    params = sum(t.data.size for name, t in graph.tensors.items()
-                 if t.is_constant and name not in stats)
+    params = (zoo_transformers.parameter_count(graph)
+              if args.model in zoo_transformers.TRANSFORMERS else
+              sum(t.data.size for name, t in graph.tensors.items()
+                  if t.is_constant and name not in stats))
     print(f"{path}: {args.model}, {len(graph.nodes())} ops, {params:,} parameters, "
           f"opset {args.opset}")
     return 0

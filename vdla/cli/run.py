@@ -10,7 +10,8 @@ import dataclasses
 import os
 
 from vdla.cli.common import (WHOLE_GRAPH_RUNS, CliError, add_batch_option,
-                             add_calibration_option, add_ray_option, add_records_option,
+                             add_calibration_option, add_float_nonlinear_option,
+                             add_input_option, add_ray_option, add_records_option,
                              add_seed_option, check_model_options, log, open_records,
                              output_file, progress_line, table, whole_graph, write_json)
 from vdla.cli.target_args import (DEFAULT_TARGET, add_chooser_option, add_precision_option,
@@ -37,6 +38,8 @@ def add_parser(sub) -> None:
     add_seed_option(run_)
     add_calibration_option(run_)
     add_batch_option(run_)
+    add_input_option(run_)
+    add_float_nonlinear_option(run_)
     add_precision_option(run_)
     add_records_option(run_)
     add_chooser_option(run_)
@@ -146,7 +149,7 @@ def run(args) -> int:
     elif getattr(args, "key_file", None):
         raise CliError("--key-file goes with --remote HOST:PORT")
     model = pipeline.load_model(args.model, seed=args.seed, calibration=args.calibration,
-                                batch=args.batch)
+                                batch=args.batch, inputs=args.input)
     compile_show, compile_done = progress_line("compiling")
     run_show, run_done = progress_line(f"running on {target.name}")
     try:
@@ -154,7 +157,8 @@ def run(args) -> int:
                                      precision=getattr(args, "precision", "int8"),
                                      compile_progress=compile_show, run_progress=run_show,
                                      jobs=jobs, ray=args.ray, chain=args.chain,
-                                     chooser=args.chooser, device=device)
+                                     chooser=args.chooser, device=device,
+                                     integer_nonlinear=not args.float_nonlinear)
     finally:
         compile_done()
         run_done()
