@@ -16,8 +16,10 @@ warm-up) of
 * vdla's GPU target, int8, float16 and float32: the whole graph launched back to back
   (`GpuSession.run_graph`), timed by CUDA events from the first kernel to the last;
 * PyTorch on the same prepared float graph (BN folded; `torch.nn.functional`: cuDNN
-  convolutions), float16 and float32 (TF32 off, as vdla's ieee float32 dots): the same
-  weights and input, its outputs checked against the float reference first;
+  convolutions; for the transformers (vit_tiny, bert_tiny, bert_base, gpt_mini)
+  `scaled_dot_product_attention`, `layer_norm`, `gelu`, embedding look-ups), float16 and
+  float32 (TF32 off, as vdla's ieee float32 dots): the same weights and inputs (token
+  ids and masks too), its outputs checked against the float reference first;
 * onnxruntime's CUDA provider on the same float graph exported to ONNX (`to_onnx`), if
   the installed onnxruntime has that provider (the CPU wheel this project installs does
   not: `pip install onnxruntime-gpu` on a GPU machine).
@@ -27,7 +29,7 @@ the float ones and the roofline. `--baseline-device cpu` runs part 3's PyTorch b
 on the CPU (outputs checked, times of no interest): a check that the baseline's code is
 right on a machine without a GPU.
 
-    python bench/gpu.py [--models resnet18] [--gpus h100-sxm,a100-sxm] [--runs 50]
+    python bench/gpu.py [--models resnet18 bert_tiny] [--gpus h100-sxm,a100-sxm] [--runs 50]
                         [--skip-exactness] [--baseline-device cpu] [--out bench-gpu]
 
 Writes OUT/gpu.json and OUT/gpu.png (per model and precision: the roofline on each
@@ -125,13 +127,16 @@ def torch_forward(graph, dtype: str, device: str):
     import torch.nn.functional as F
 
     tdtype = getattr(torch, dtype)
-    consts = {name: torch.from_numpy(np.ascontiguousarray(t.data)).to(device, tdtype)
-              for name, t in graph.tensors.items() if t.is_constant and t.dtype == "float32"}
+    consts = {name: torch.from_numpy(np.ascontiguousarray(t.data)).to(
+                  device, tdtype if t.dtype == "float32" else None)
+              for name, t in graph.tensors.items() if t.is_constant}
 
     def act(node, y):
         kind = node.attrs.get("activation")
         if kind == "relu":
             return F.relu(y)
+        if kind in ("gelu", "gelu_tanh"):
+            return F.gelu(y, approximate="tanh" if kind == "gelu_tanh" else "none")
         if kind == "clip":
             lo, hi = node.attrs.get("clip_min"), node.attrs.get("clip_max")
             return torch.clamp(y, lo, hi)
@@ -163,20 +168,88 @@ def torch_forward(graph, dtype: str, device: str):
            "flatten": lambda node, x: torch.flatten(x, node.attrs.get("axis", 1)),
            "reshape": lambda node, x, *shape: x.reshape(graph.tensors[node.outputs[0]].shape),
            "add": lambda node, a, b: a + b, "mul": lambda node, a, b: a * b,
-           "relu": lambda node, x: F.relu(x)}
+           "relu": lambda node, x: F.relu(x),
+           **_torch_sequence_ops(graph, tdtype)}
     missing = sorted({n.op for n in graph.nodes()} - set(run))
     if missing:
         raise ValueError(f"the PyTorch baseline does not run {', '.join(missing)}")
 
-    def forward(x):
+    def forward(inputs: dict):
         values = dict(consts)
-        values[graph.inputs[0]] = x
+        values.update(inputs)
         for node in graph.nodes():
             args = [values[t] if t else None for t in node.inputs]
             values[node.outputs[0]] = run[node.op](node, *args)
         return values[graph.outputs[0]]
 
     return forward
+
+
+def _torch_sequence_ops(graph, tdtype) -> dict:
+    """The PyTorch baseline of the transformers' float ops (scaled_dot_product_attention,
+    layer_norm, gelu, embedding gathers, the layout and elementwise ops), by op."""
+    import torch  # heavy (the gpu extra)
+    import torch.nn.functional as F
+
+    def out_shape(node):
+        return tuple(graph.tensors[node.outputs[0]].shape)
+
+    def layer_norm(node, x, scale, bias=None):
+        return F.layer_norm(x, (x.shape[-1],), scale, bias, node.attrs["epsilon"])
+
+    def attention(node, q, k, v, mask=None):
+        s, t = q.shape[-2], k.shape[-2]
+        if node.attrs["causal"]:      # key t > query s + (T - S): excluded
+            bias = torch.full((s, t), float("-inf"), dtype=q.dtype, device=q.device)
+            bias = torch.triu(bias, diagonal=t - s + 1)
+            mask = bias if mask is None else mask + bias
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+                                              scale=node.attrs["scale"])
+
+    def gather(node, data, idx):
+        axis = node.attrs["axis"] % data.ndim
+        n = data.shape[axis]
+        idx = torch.where(idx < 0, idx + n, idx)
+        return torch.index_select(data, axis, idx.reshape(-1)).reshape(out_shape(node))
+
+    def slice_(node, x):
+        a = node.attrs
+        index = [slice(None)] * x.ndim
+        axes = a["axes"] or range(len(a["starts"]))
+        steps = a["steps"] or (1,) * len(a["starts"])
+        for ax, b, e, st in zip(axes, a["starts"], a["ends"], steps):
+            index[ax] = slice(int(b), int(e), int(st))
+        return x[tuple(index)]
+
+    def cast(node, x):
+        want = node.attrs["dtype"]
+        return x.to(tdtype if want == "float32" else getattr(torch, want))
+
+    def reduce(fn):
+        def run(node, x):
+            axes = tuple(node.attrs["axes"]) or tuple(range(x.ndim))
+            return fn(x, dim=axes, keepdim=bool(node.attrs["keepdims"]))
+        return run
+
+    return {"matmul": lambda node, a, b: torch.matmul(a, b),
+            "softmax": lambda node, x: torch.softmax(x, node.attrs["axis"]),
+            "layer_norm": layer_norm, "attention": attention, "gather": gather,
+            "gelu": lambda node, x: F.gelu(x, approximate=node.attrs["approximate"]),
+            "slice": slice_, "cast": cast,
+            "transpose": lambda node, x: x.permute(*(node.attrs["perm"]
+                                                     or reversed(range(x.ndim)))),
+            "expand": lambda node, x: torch.broadcast_to(x, out_shape(node)),
+            "concat": lambda node, *xs: torch.cat(xs, dim=node.attrs["axis"]),
+            "where": lambda node, c, a, b: torch.where(c, a, b),
+            "sub": lambda node, a, b: a - b, "div": lambda node, a, b: a / b,
+            "pow": lambda node, a, b: torch.pow(a, b),
+            "sqrt": lambda node, x: torch.sqrt(x), "erf": lambda node, x: torch.erf(x),
+            "tanh": lambda node, x: torch.tanh(x), "exp": lambda node, x: torch.exp(x),
+            "neg": lambda node, x: -x,
+            "equal": lambda node, a, b: a == b, "less": lambda node, a, b: a < b,
+            "greater": lambda node, a, b: a > b,
+            "reduce_mean": reduce(torch.mean), "reduce_sum": reduce(torch.sum),
+            "reduce_max": reduce(torch.amax)}
 
 
 def _cuda_median(fn, runs: int) -> float:
@@ -213,7 +286,6 @@ def speed_part(models: dict, runs: int, baseline_device: str) -> dict:
     for model_name, model in models.items():
         float_graph = prepare(model.graph)
         feed = model.feed
-        x = feed[float_graph.inputs[0]]
         want = run_reference(float_graph, feed)[float_graph.outputs[0]]
         row = found.setdefault(model_name, {})
         if cuda:
@@ -226,7 +298,9 @@ def speed_part(models: dict, runs: int, baseline_device: str) -> dict:
         for dtype in ("float16", "float32"):
             log(f"{model_name} {dtype}: PyTorch on {device} ...")
             forward = torch_forward(float_graph, dtype, device)
-            xt = torch.from_numpy(x).to(device, getattr(torch, dtype))
+            xt = {name: torch.from_numpy(np.ascontiguousarray(x)).to(
+                      device, getattr(torch, dtype) if x.dtype == np.float32 else None)
+                  for name, x in feed.items()}
             with torch.inference_mode():
                 got = forward(xt).float().cpu().numpy()
                 err = _check(got, want, pipeline.TOLERANCES[dtype], f"PyTorch {dtype}")

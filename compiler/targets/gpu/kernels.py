@@ -21,7 +21,8 @@ float ops within float32 (or float16) rounding.
   (pixels x channels) tile: an implicit GEMM's K would be kh*kw there, too short for a
   dot.
 * `_finish` is the epilogue all three share: bias, requantization, residual, clamp
-  (int8), or bias, residual, ReLU/clip (float).
+  (int8), or bias, residual, ReLU/clip/GELU (float; a transformer's dense may end
+  in a GELU).
 * `pool2d`, `global_pool`: windows and planes (max, int8 sums requantized, float means).
 * `binary`, `unary`: elementwise ops over a broadcast 4-D view (strides 0 on broadcast
   axes); `copy_rows`: one part of a concat into its slice of the output.
@@ -34,12 +35,14 @@ import triton.language as tl
 
 from vdla.compiler.targets.gpu import codes
 
-__all__ = ["binary", "conv_direct", "conv_gemm", "copy_rows", "gemm_finish", "global_pool",
-           "pool2d", "unary"]
+__all__ = ["binary", "conv_direct", "conv_gemm", "copy_rows", "gelu", "gemm_finish",
+           "global_pool", "pool2d", "requantize", "tanh", "unary"]
 
 # `codes` as Triton constants (a kernel reads no other globals).
 ACT_RELU = tl.constexpr(codes.ACT_RELU)
 ACT_CLIP = tl.constexpr(codes.ACT_CLIP)
+ACT_GELU = tl.constexpr(codes.ACT_GELU)
+ACT_GELU_TANH = tl.constexpr(codes.ACT_GELU_TANH)
 POOL_MAX = tl.constexpr(codes.POOL_MAX)
 POOL_QSUM = tl.constexpr(codes.POOL_QSUM)
 POOL_MEAN = tl.constexpr(codes.POOL_MEAN)
@@ -51,7 +54,7 @@ OP_QUANTIZE = tl.constexpr(codes.OP_QUANTIZE)
 
 
 @triton.jit
-def _requantize(a, m, s, HAS_M: tl.constexpr):
+def requantize(a, m, s, HAS_M: tl.constexpr):
     """`vdla.compiler.reference.integer.requantize` on int32 lanes: an optional multiply,
     then a rounding right shift (s > 0) or a left shift (s <= 0), each wrapping."""
     if HAS_M:
@@ -60,6 +63,25 @@ def _requantize(a, m, s, HAS_M: tl.constexpr):
     left = tl.maximum(-s, 0)
     up = (a + (1 << (right - 1))) >> right
     return tl.where(s > 0, up, a << left)
+
+
+@triton.jit
+def tanh(x):
+    """tanh in float32 from one exp: sign(x) (1 - e) / (1 + e), e = exp(-2|x|), which
+    neither overflows nor loses the sign (Triton's interpreter has no libdevice)."""
+    e = tl.exp(-2.0 * tl.abs(x))
+    t = (1.0 - e) / (1.0 + e)
+    return tl.where(x < 0, -t, t)
+
+
+@triton.jit
+def gelu(x, TANH: tl.constexpr):
+    """GELU of float32 `x`: x * Phi(x) by erf, or (TANH) its tanh approximation."""
+    if TANH:
+        y = 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))
+    else:
+        y = 0.5 * x * (1.0 + tl.math.erf(x * 0.7071067811865476))
+    return y
 
 
 @triton.jit
@@ -78,12 +100,12 @@ def _finish(acc, rm, co, c_ok, n_i, p, M, OC, HWO, out, bias, mult, shift, res, 
     if INT8:
         m = tl.load(mult + co, mask=c_ok, other=1)[None, :]
         s = tl.load(shift + co, mask=c_ok, other=0)[None, :]
-        y = _requantize(acc, m, s, HAS_MULT)
+        y = requantize(acc, m, s, HAS_MULT)
         if HAS_RES:
             r = tl.load(res + offs, mask=ok, other=0).to(tl.int32)
             rm_ = tl.load(rmult + co, mask=c_ok, other=1)[None, :]
             rs = tl.load(rshift + co, mask=c_ok, other=0)[None, :]
-            y = y + _requantize(r, rm_, rs, HAS_RMULT)
+            y = y + requantize(r, rm_, rs, HAS_RMULT)
         y = tl.minimum(tl.maximum(y, out_min), out_max)
     else:
         y = acc
@@ -94,6 +116,10 @@ def _finish(acc, rm, co, c_ok, n_i, p, M, OC, HWO, out, bias, mult, shift, res, 
         if ACT == ACT_CLIP:
             y = tl.minimum(tl.maximum(y, lo, propagate_nan=tl.PropagateNan.ALL), hi,
                            propagate_nan=tl.PropagateNan.ALL)
+        if ACT == ACT_GELU:
+            y = gelu(y, False)
+        if ACT == ACT_GELU_TANH:
+            y = gelu(y, True)
     tl.store(out + offs, y.to(out.dtype.element_ty), mask=ok)
 
 
@@ -269,7 +295,7 @@ def pool2d(x, out, mult, shift, TOTAL, C, H, W, HO, WO, SH, SW, PT, PL, H_END, W
         c = nc % C
         m = tl.load(mult + c, mask=ok, other=1)
         sh = tl.load(shift + c, mask=ok, other=0)
-        acc = tl.minimum(tl.maximum(_requantize(acc, m, sh, HAS_MULT), -128), 127)
+        acc = tl.minimum(tl.maximum(requantize(acc, m, sh, HAS_MULT), -128), 127)
     if MODE == POOL_MEAN:
         acc = acc / count      # 0 / 0 = NaN for a window wholly in the padding, as numpy
     tl.store(out + offs, acc.to(out.dtype.element_ty), mask=ok)
@@ -299,7 +325,7 @@ def global_pool(x, out, mult, shift, NC, C, HW, INT8: tl.constexpr, HAS_MULT: tl
         c = rc % C
         m = tl.load(mult + c, mask=c_ok, other=1)
         sh = tl.load(shift + c, mask=c_ok, other=0)
-        y = tl.minimum(tl.maximum(_requantize(total, m, sh, HAS_MULT), -128), 127)
+        y = tl.minimum(tl.maximum(requantize(total, m, sh, HAS_MULT), -128), 127)
     else:
         y = total / HW
     tl.store(out + rc, y.to(out.dtype.element_ty), mask=c_ok)
@@ -324,9 +350,9 @@ def binary(a, b, out, am, ash, bm, bsh, TOTAL, D1, D2, D3,
     va = tl.load(a + i0 * SA0 + i1 * SA1 + i2 * SA2 + i3 * SA3, mask=ok, other=0)
     vb = tl.load(b + i0 * SB0 + i1 * SB1 + i2 * SB2 + i3 * SB3, mask=ok, other=0)
     if OP == OP_QADD:
-        ya = _requantize(va.to(tl.int32), tl.load(am + i1, mask=ok, other=1),
+        ya = requantize(va.to(tl.int32), tl.load(am + i1, mask=ok, other=1),
                          tl.load(ash + i1, mask=ok, other=0), A_MULT)
-        yb = _requantize(vb.to(tl.int32), tl.load(bm + i1, mask=ok, other=1),
+        yb = requantize(vb.to(tl.int32), tl.load(bm + i1, mask=ok, other=1),
                          tl.load(bsh + i1, mask=ok, other=0), B_MULT)
         y = tl.minimum(tl.maximum(ya + yb, out_min), out_max)
     elif OP == OP_ADD:

@@ -4,17 +4,19 @@ Triton, so a model is lowered (and checked) without it.
     problem = refusal(node, graph)          # None, or why the GPU target does not run it
     kernel = lower(node, graph, schedule=None, float_dtype="float32")   # a `GpuKernel`
 
-A `GpuKernel` names its launches' arguments (`Ref`: the node's inputs and output, its
-constants, a scratch buffer) rather than holding device memory: the session binds them
-(`vdla.compiler.targets.gpu.target.GpuSession`). Requantization parameters become one
+The ops of sequence models (transformers: matmul, softmax, layer_norm, gather, attention,
+the elementwise and layout ops) are `lower_sequence`'s; their integer forms (qsoftmax,
+qlayer_norm, qgelu, qattention) `lower_integer`'s.
+
+A `GpuKernel` (`launches`) names its launches' arguments (`Ref`: the node's inputs and
+output, its constants, scratch buffers) rather than holding device memory: the session
+binds them (`vdla.compiler.targets.gpu.target.GpuSession`). Requantization parameters become one
 int32 per channel (a per-tensor value repeated), so one kernel serves both.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from typing import Any, Mapping, NamedTuple
 
 import numpy as np
 
@@ -23,11 +25,13 @@ from vdla.compiler.ir.tensor import Node
 from vdla.compiler.reference.integer import (INT8_MAX, INT8_MIN, INT8_PRODUCTS_MAX,
                                              MULTIPLIER_MAX, MULTIPLIER_MIN, SHIFT_MAX,
                                              SHIFT_MIN, per_channel)
-from vdla.compiler.targets.gpu import codes
-from vdla.compiler.targets.gpu.schedule import GemmSchedule, choose, gemm_shape, next_pow2
+from vdla.compiler.targets.gpu import codes, lower_integer, lower_sequence
+from vdla.compiler.targets.gpu.launches import GpuKernel, Launch, Ref
+from vdla.compiler.targets.gpu.schedule import (MATMUL_OPS, GemmSchedule, ScheduleError, choose,
+                                                gemm_shape, next_pow2)
 
-__all__ = ["FLOAT_DTYPES", "GEMM_OPS", "GpuKernel", "Launch", "OPS", "Ref", "VIEW_OPS",
-           "lower", "refusal"]
+__all__ = ["FLOAT_DTYPES", "GEMM_OPS", "GpuKernel", "Launch", "MATMUL_OPS", "OPS", "Ref",
+           "VIEW_OPS", "lower", "refusal"]
 
 #: Storage (and dot) dtypes of the float graph.
 FLOAT_DTYPES = ("float32", "float16")
@@ -35,48 +39,12 @@ GEMM_OPS = ("qconv2d", "conv2d", "qdense", "dense")
 VIEW_OPS = ("flatten", "reshape")
 _POOLS = ("max_pool2d", "avg_pool2d", "qavg_pool2d", "global_avg_pool2d", "qglobal_avg_pool2d")
 #: Every op the GPU target runs.
-OPS = GEMM_OPS + VIEW_OPS + _POOLS + tuple(codes.BINARY) + tuple(codes.UNARY) + ("concat",)
+OPS = (GEMM_OPS + VIEW_OPS + _POOLS + tuple(codes.BINARY) + tuple(codes.UNARY) + ("concat",)
+       + lower_sequence.SEQUENCE_OPS + lower_integer.INTEGER_OPS)
 _PLAIN = {"conv": ("NCHW", "OIHW", "NCHW"), "dense": ("NC", "OI", "NC")}
 #: Elements per program of the elementwise, pool and copy kernels.
 _BLOCK = 1024
 _POOL_BLOCK = 256
-
-
-class Ref(NamedTuple):
-    """A launch argument the session binds: ``in`` (node input `key`), ``out`` (output
-    0), ``const`` (constant `key`), ``scratch``, or ``dummy`` (an unused pointer of dtype
-    `key`)."""
-
-    kind: str
-    key: Any = None
-
-
-@dataclasses.dataclass(frozen=True)
-class Launch:
-    """One kernel launch: the kernel's name in `kernels`, its grid, its positional
-    arguments (`Ref`s and scalars) and its keyword ones (constexprs, num_warps,
-    num_stages)."""
-
-    kernel: str
-    grid: tuple[int, ...]
-    args: tuple
-    meta: Mapping[str, Any]
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class GpuKernel:
-    """A node lowered: its launches in order, the constants they read (uploaded once per
-    session), a scratch buffer (split-K partial sums: shape, dtype), the node's MACs and,
-    when the target names a GPU, its roofline estimate in seconds. A view (flatten,
-    reshape) has no launches: its output is its input's memory."""
-
-    node: str
-    launches: tuple[Launch, ...]
-    consts: Mapping[str, np.ndarray]
-    scratch: tuple[tuple[int, ...], str] | None = None
-    macs: int = 0
-    view: bool = False
-    roofline_seconds: float | None = None
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -89,6 +57,10 @@ def refusal(node: Node, graph: Graph) -> str | None:
     """Why the GPU target does not run `node` of `graph`, or None when it does."""
     if node.op not in OPS:
         return f"the GPU target does not run {node.op!r}"
+    if node.op in lower_sequence.SEQUENCE_OPS:
+        return lower_sequence.refusal(node, graph)
+    if node.op in lower_integer.INTEGER_OPS:
+        return lower_sequence.refusal(node, graph) or lower_integer.refusal(node, graph)
     dtypes = [graph.tensors[t].dtype for t in node.inputs if t]
     if node.op in GEMM_OPS:
         return _gemm_refusal(node, graph)
@@ -100,6 +72,8 @@ def refusal(node: Node, graph: Graph) -> str | None:
             return (f"{node.op} on a {len(x.shape)}-D {x.dtype} tensor: the GPU target runs "
                     f"it on 4-D (NCHW) {' or '.join(want)}")
         return _params_refusal(node, graph, "", x.shape[1]) if node.op.startswith("q") else None
+    if node.op in ("add", "mul") and _strided(node, graph):
+        return lower_sequence.refusal(node, graph)
     if node.op in codes.BINARY:
         want = "int8" if node.op == "qadd" else "float32"
         if any(d != want for d in dtypes):
@@ -123,6 +97,15 @@ def refusal(node: Node, graph: Graph) -> str | None:
     if node.op == "concat" and len(set(dtypes)) != 1:
         return f"concat of {'/'.join(dtypes)} parts: the GPU target needs one dtype"
     return None
+
+
+def _strided(node: Node, graph: Graph) -> bool:
+    """An add or mul that `binary` (float32, up to 4-D) does not take but
+    `lower_sequence`'s strided map does: more axes, or integer operands of one dtype."""
+    dtypes = {graph.tensors[t].dtype for t in node.inputs}
+    out = graph.tensors[node.outputs[0]].shape
+    return (len(dtypes) == 1 and dtypes <= {"float32", "int32", "int64"}
+            and (len(out) > 4 or dtypes != {"float32"}))
 
 
 def _gemm_refusal(node: Node, graph: Graph) -> str | None:
@@ -195,8 +178,9 @@ def _requant_consts(attrs, prefix: str, channels: int, consts: dict, key: str):
 def lower(node: Node, graph: Graph, schedule: GemmSchedule | None = None, *,
           float_dtype: str = "float32") -> tuple[GpuKernel, GemmSchedule | None]:
     """`node` (which `refusal` accepts) as a `GpuKernel`, and the GEMM schedule used (None
-    for other ops). `schedule` is for GEMM ops only (None: `choose`'s); `float_dtype` is
-    how float tensors are stored and multiplied (float32, or float16 with float32 sums).
+    for other ops). `schedule` is for GEMM ops and the batched matmuls only (None:
+    `choose`'s); `float_dtype` is how float tensors are stored and multiplied (float32,
+    or float16 with float32 sums).
     ValueError for a schedule that does not fit (`GemmSchedule.check`)."""
     if float_dtype not in FLOAT_DTYPES:
         raise ValueError(f"float_dtype must be one of {FLOAT_DTYPES}, not {float_dtype!r}")
@@ -205,13 +189,21 @@ def lower(node: Node, graph: Graph, schedule: GemmSchedule | None = None, *,
         raise ValueError(f"node {node.name!r}: {problem}")
     if node.op in GEMM_OPS:
         return _lower_gemm(node, graph, schedule, float_dtype)
+    if node.op in MATMUL_OPS:
+        return _lower_matmul(node, graph, schedule, float_dtype)
     if schedule is not None:
         raise ValueError(f"node {node.name!r} ({node.op}) takes no schedule; only "
-                         f"{', '.join(GEMM_OPS)} have one")
+                         f"{', '.join(GEMM_OPS + MATMUL_OPS)} have one")
     if node.op in VIEW_OPS:
         return GpuKernel(node.name, (), {}, view=True), None
+    if node.op in lower_sequence.SEQUENCE_OPS:
+        return lower_sequence.lower(node, graph, float_dtype), None
+    if node.op in lower_integer.INTEGER_OPS:
+        return lower_integer.lower(node, graph), None
     if node.op in _POOLS:
         return _lower_pool(node, graph), None
+    if node.op in ("add", "mul") and _strided(node, graph):
+        return lower_sequence.lower(node, graph, float_dtype), None
     if node.op in codes.BINARY:
         return _lower_binary(node, graph), None
     if node.op in codes.UNARY:
@@ -310,6 +302,23 @@ def _lower_gemm(node, graph, schedule, float_dtype):
                                 splits),
                                dict(BM=32, BN=32, num_warps=4, **epilogue)))
     return GpuKernel(node.name, tuple(launches), consts, scratch, macs), s
+
+
+def _lower_matmul(node, graph, schedule, float_dtype):
+    """A matmul or qmatmul with `schedule` (None: `choose`'s, without split-K): the
+    batched matmul kernel's tile, warps and stages."""
+    dot = "int8" if node.op == "qmatmul" else float_dtype
+    shape = gemm_shape(node, graph, dot)
+    if schedule is None:
+        schedule = choose(shape, split_k=False)
+    elif not isinstance(schedule, GemmSchedule):
+        raise TypeError(f"node {node.name!r}: a GPU GEMM schedule must be a GemmSchedule, "
+                        f"not {type(schedule).__name__}")
+    schedule.check(shape)
+    if schedule.split_k != 1:
+        raise ScheduleError(f"split_k {schedule.split_k!r}: a batched matmul ({node.op}) "
+                            "runs in one K slice (split_k 1)")
+    return lower_sequence.lower(node, graph, float_dtype, schedule), schedule
 
 
 def _lower_pool(node, graph):

@@ -17,16 +17,21 @@ library, so it answers "what would this model take on an H100?" anywhere.
 
 What a kernel counts (one kernel per graph node; the graph is the compiler's IR):
 
-* **ops**: a GEMM (conv2d, dense, their quantized forms, matmul) does ``2 * macs``
-  operations on the tensor cores, at ``gpu.peak(precision)``; a float GEMM left in a
-  quantized graph runs at the float32 peak. Every other kernel runs on the CUDA cores at
-  the FP32 peak: about one operation per output element (elementwise ops, quantize and
-  dequantize, and ops without a formula here such as lrn and softmax), one per window
-  element for a pool, one per input element for a global pool.
+* **ops**: a GEMM (conv2d, dense, their quantized forms, matmul, qmatmul) does
+  ``2 * macs`` operations on the tensor cores, at ``gpu.peak(precision)``; a float GEMM
+  left in a quantized graph runs at the float32 peak. Attention (``attention``,
+  ``qattention``) is two GEMMs, q @ k^T and p @ v, plus `SOFTMAX_OPS` per score on the
+  same peak. Every other kernel runs on the CUDA cores at the FP32 peak: `ELEMENT_OPS`
+  operations per output element for the ops with a formula there (softmax, LayerNorm,
+  GELU, erf, ...; their integer forms as defined in
+  `vdla.compiler.reference.integer_transformer`), one per window element for a pool, one
+  per input element for a global pool or a reduction, else one per output element
+  (elementwise ops, copies, quantize and dequantize, lrn).
 * **bytes**: the minimum DRAM traffic: each distinct input (activations and weights)
   read once, each output written once, at the size of its dtype; at precision
   ``"float16"`` float32 tensors count 2 bytes (the graph is float32, the kernels would
-  hold it in fp16).
+  hold it in fp16). A gather or a slice reads only what it outputs (the table's rows,
+  the slice), not the whole input; attention's scores stay on chip.
 * **views** (flatten, reshape) are not kernels: they relabel a tensor's shape, move no
   data and launch nothing.
 * **launches**: each kernel also costs `LAUNCH_SECONDS`, kept apart from the roofline
@@ -43,8 +48,8 @@ from vdla.compiler.ir.graph import Graph, Node
 from vdla.compiler.ir.layout import parse_layout, transform_shape
 from vdla.compiler.targets.gpu.gpus import PRECISIONS, Gpu, get as get_gpu
 
-__all__ = ["GEMM_OPS", "KernelEstimate", "LAUNCH_SECONDS", "ModelEstimate", "VIEW_OPS",
-           "default_precision", "estimate", "estimate_node"]
+__all__ = ["ELEMENT_OPS", "GEMM_OPS", "KernelEstimate", "LAUNCH_SECONDS", "ModelEstimate",
+           "SOFTMAX_OPS", "VIEW_OPS", "default_precision", "estimate", "estimate_node"]
 
 #: Time to launch one kernel, an assumption: a CUDA launch costs a few microseconds of
 #: host and driver time (2-5 us is the usual figure; a launch through a Python launcher
@@ -52,7 +57,25 @@ __all__ = ["GEMM_OPS", "KernelEstimate", "LAUNCH_SECONDS", "ModelEstimate", "VIE
 #: At batch 1 it is comparable with a small kernel's roofline time, so it is reported.
 LAUNCH_SECONDS = 3e-6
 #: Operators that run as matrix multiplications on the tensor cores.
-GEMM_OPS = frozenset({"conv2d", "qconv2d", "dense", "qdense", "matmul"})
+GEMM_OPS = frozenset({"conv2d", "qconv2d", "dense", "qdense", "matmul", "qmatmul",
+                      "attention", "qattention"})
+#: Operations per element of a row softmax: the max, the subtraction, the exp, the sum
+#: and the division (the integer one: a table look-up in place of the exp, a division).
+SOFTMAX_OPS = 5
+#: CUDA-core operations per output element of the ops that take more than one: softmax
+#: (`SOFTMAX_OPS`); LayerNorm (the mean's and the variance's sums, the centring, the
+#: square, the scale and the shift: 8; the integer one the same with an integer square
+#: root per row, negligible per element); GELU (erf's polynomial and the products,
+#: about 10; the tanh form about as many; the integer one a table look-up); the unary
+#: transcendental functions (a polynomial each, about 8) and pow (log, product, exp: 3).
+ELEMENT_OPS = {"softmax": SOFTMAX_OPS, "qsoftmax": SOFTMAX_OPS, "layer_norm": 8,
+               "qlayer_norm": 8, "gelu": 10, "qgelu": 1, "erf": 8, "tanh": 8, "exp": 8,
+               "sqrt": 1, "pow": 3}
+#: Reductions: one operation per input element, like a global pool.
+_REDUCES = frozenset({"reduce_mean", "reduce_sum", "reduce_max"})
+#: Ops that read only as much of their first input as they write (a gather's rows of its
+#: table, a slice's window).
+_READ_AS_WRITTEN = frozenset({"gather", "slice"})
 #: Operators that only relabel a tensor's shape: no kernel, no cost.
 VIEW_OPS = frozenset({"flatten", "reshape"})
 # Pools: one operation per window element of each output; global pools read each input
@@ -60,7 +83,7 @@ VIEW_OPS = frozenset({"flatten", "reshape"})
 _WINDOW_POOLS = frozenset({"max_pool2d", "avg_pool2d", "qavg_pool2d"})
 _GLOBAL_POOLS = frozenset({"global_avg_pool2d", "qglobal_avg_pool2d"})
 # Bytes per element, by the IR's dtype names (`vdla.compiler.ir.tensor.DTYPES`).
-_ELEMENT_BYTES = {"float32": 4, "int8": 1, "uint8": 1, "int32": 4, "int64": 8}
+_ELEMENT_BYTES = {"float32": 4, "int8": 1, "uint8": 1, "int32": 4, "int64": 8, "bool": 1}
 
 
 @dataclass(frozen=True)
@@ -223,6 +246,8 @@ def estimate_node(graph: Graph, node: Node, gpu: Gpu, precision: str) -> KernelE
     macs = _macs(graph, node, out_elements) if node.op in GEMM_OPS else 0
     if node.op in GEMM_OPS:
         ops = 2 * macs
+        if node.op in ("attention", "qattention"):
+            ops += SOFTMAX_OPS * _scores(graph, node)
         float_gemm = graph.tensors[node.inputs[0]].dtype == "float32"
         kernel_precision = "float32" if precision == "int8" and float_gemm else precision
     else:
@@ -230,6 +255,10 @@ def estimate_node(graph: Graph, node: Node, gpu: Gpu, precision: str) -> KernelE
         kernel_precision = "float32"
     names = dict.fromkeys([t for t in node.inputs if t] + list(node.outputs))
     traffic = sum(_elements(graph, t) * _element_bytes(graph, t, precision) for t in names)
+    if node.op in _READ_AS_WRITTEN:
+        data = node.inputs[0]
+        traffic += (out_elements - _elements(graph, data)) * _element_bytes(graph, data,
+                                                                            precision)
     return KernelEstimate(node.name, node.op, kernel_precision, macs, ops, traffic,
                           compute_seconds=ops / gpu.peak(kernel_precision),
                           memory_seconds=traffic / gpu.bandwidth)
@@ -248,9 +277,13 @@ def _element_bytes(graph: Graph, tensor: str, precision: str) -> int:
 def _macs(graph: Graph, node: Node, out_elements: int) -> int:
     """Multiply-accumulates of a GEMM node: each output element sums over the
     reduction (a conv's I/groups x kH x kW, a dense's K, a matmul's last axis of a)."""
-    if node.op == "matmul":
+    if node.op in ("matmul", "qmatmul"):
         a = graph.tensors[node.inputs[0]].shape
         return out_elements * a[-1]
+    if node.op in ("attention", "qattention"):
+        d = graph.tensors[node.inputs[0]].shape[-1]
+        dv = graph.tensors[node.inputs[2]].shape[-1]
+        return _scores(graph, node) * (d + dv)
     weights = graph.tensors[node.inputs[1]].shape
     layout = parse_layout(node.attrs["kernel_layout"])
     # A packed weight tensor (OIHW16o16i, ...) holds the padded plain weights.
@@ -258,9 +291,21 @@ def _macs(graph: Graph, node: Node, out_elements: int) -> int:
     return out_elements * (math.prod(plain) // plain[0])
 
 
+def _scores(graph: Graph, node: Node) -> int:
+    """The scores of an attention node: batch x S queries x T keys."""
+    out = graph.tensors[node.outputs[0]].shape
+    t = graph.tensors[node.inputs[1]].shape[-2]
+    return math.prod(out[:-1]) * t
+
+
 def _cuda_core_ops(graph: Graph, node: Node, out_elements: int) -> int:
     """Operations of a kernel on the CUDA cores: one per window element of a pool's
-    outputs, one per input element of a global pool, else one per output element."""
+    outputs, one per input element of a global pool or a reduction, `ELEMENT_OPS` per
+    output element of the ops listed there, else one per output element."""
+    if node.op in ELEMENT_OPS:
+        return out_elements * ELEMENT_OPS[node.op]
+    if node.op in _REDUCES:
+        return _elements(graph, node.inputs[0])
     if node.op in _WINDOW_POOLS:
         kernel = node.attrs["kernel"]
         kernel = (kernel, kernel) if isinstance(kernel, int) else kernel

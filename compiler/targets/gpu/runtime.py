@@ -12,6 +12,7 @@ gets an error saying to use a new process.
 
     mode = runtime.resolve("auto")     # "cuda" when a CUDA GPU is there, else "interpreter"
     k = runtime.kernels()              # the module `vdla.compiler.targets.gpu.kernels`
+    fn = runtime.kernel("nd_map")      # a kernel of `kernels` or `sequence_kernels`
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import sys
 from vdla._platform import cpu_name
 
 __all__ = ["DEVICES", "INSTALL", "MODES", "available", "cuda_available", "device_name",
-           "kernels", "require", "resolve", "torch_device"]
+           "kernel", "kernels", "require", "resolve", "torch_device"]
 
 #: How to install what the GPU target needs.
 INSTALL = "pip install 'vdla[gpu]'  (Triton and PyTorch)"
@@ -120,6 +121,19 @@ def kernels():
     from vdla.compiler.targets.gpu import kernels as module
 
     return module
+
+
+def kernel(name: str):
+    """The Triton kernel `name` of `kernels` or `sequence_kernels` (a `Launch`'s kernel),
+    in the process's mode (`kernels`)."""
+    module = kernels()
+    # heavy: Triton, as above (the sequence kernels build on `kernels`' helpers)
+    from vdla.compiler.targets.gpu import sequence_kernels
+
+    for source in (module, sequence_kernels):
+        if name in source.__all__:
+            return getattr(source, name)
+    raise ValueError(f"the gpu target has no kernel {name!r}")
 
 
 def torch_device(mode: str):

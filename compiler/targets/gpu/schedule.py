@@ -4,7 +4,8 @@ space. No Triton here: schedules are chosen, checked and recorded without it.
 
 A `GemmShape` is what a schedule depends on: the implicit GEMM's M (output pixels), N
 (output channels per group) and K (input channels per group x kernel taps), the groups,
-and the dtype the dot runs on (``int8``, ``float32``, ``float16``).
+and the dtype the dot runs on (``int8``, ``float32``, ``float16``). A batched matmul
+(matmul, qmatmul) is `groups` GEMMs of M x N x K, one per batch index, without split-K.
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ import itertools
 import math
 from typing import Any
 
-__all__ = ["DOT_DTYPES", "GemmSchedule", "GemmShape", "ScheduleError", "choose", "gemm_shape",
-           "next_pow2", "space"]
+__all__ = ["DOT_DTYPES", "GemmSchedule", "GemmShape", "MATMUL_OPS", "ScheduleError", "choose",
+           "gemm_shape", "next_pow2", "space"]
 
+#: The batched matmuls (both operands may be computed), scheduled like the GEMMs.
+MATMUL_OPS = ("matmul", "qmatmul")
 #: What a GEMM's dot runs on.
 DOT_DTYPES = ("int8", "float32", "float16")
 #: tl.dot needs every tile side >= 16; int8 dots take K in steps of 32 on tensor cores.
@@ -132,13 +135,16 @@ def next_pow2(v: int) -> int:
 
 
 def gemm_shape(node, graph, dtype: str) -> GemmShape:
-    """The implicit GEMM of a conv2d/qconv2d or dense/qdense `node` of `graph`, its dot on
-    `dtype`."""
+    """The implicit GEMM of a conv2d/qconv2d or dense/qdense `node` of `graph`, or the
+    batched GEMMs of a matmul/qmatmul, its dot on `dtype`."""
     if dtype not in DOT_DTYPES:
         raise ValueError(f"dtype must be one of {DOT_DTYPES}, not {dtype!r}")
     x = graph.tensors[node.inputs[0]].shape
     w = graph.tensors[node.inputs[1]].shape
     out = graph.tensors[node.outputs[0]].shape
+    if node.op in MATMUL_OPS:
+        # one GEMM per batch index (`groups`: the broadcast batch axes' size)
+        return GemmShape(out[-2], out[-1], x[-1], math.prod(out[:-2]), dtype)
     if node.op.endswith("dense"):
         return GemmShape(x[0], w[0], w[1], 1, dtype)
     groups = int(node.attrs["groups"])
@@ -146,7 +152,7 @@ def gemm_shape(node, graph, dtype: str) -> GemmShape:
                      dtype)
 
 
-def choose(shape: GemmShape) -> GemmSchedule:
+def choose(shape: GemmShape, *, split_k: bool = True) -> GemmSchedule:
     """The default schedule: tiles as large as the GEMM allows up to 128x128, K steps of
     64 (int8, float16) or 32 (float32), 8 warps for 128x128 tiles, 3 stages, and K split
     until the GEMM has about `_BUSY_TILES` tiles (the late ResNet layers and dense layers
@@ -160,18 +166,20 @@ def choose(shape: GemmShape) -> GemmSchedule:
     steps = math.ceil(shape.k / bk)
     split = 1
     # Each slice keeps at least 4 K steps, so the pipeline has something to overlap.
-    while tiles * split * 2 <= _BUSY_TILES and steps // (split * 2) >= 4 and split < 16:
+    while split_k and tiles * split * 2 <= _BUSY_TILES and steps // (split * 2) >= 4 \
+            and split < 16:
         split *= 2
     return GemmSchedule(bm, bn, bk, warps, 3 if steps > 2 else 2, split)
 
 
-def space(shape: GemmShape) -> list[GemmSchedule]:
-    """Every schedule the tuner may try for `shape`, in a fixed order."""
+def space(shape: GemmShape, *, split_k: bool = True) -> list[GemmSchedule]:
+    """Every schedule the tuner may try for `shape`, in a fixed order (without `split_k`:
+    those of one K slice, for the batched matmul kernel, which has no split-K)."""
     blocks_k = (32, 64, 128) if shape.dtype == "int8" else (16, 32, 64)
     found = []
     for bm, bn, bk, warps, stages, split in itertools.product(
             (16, 32, 64, 128, 256), (16, 32, 64, 128, 256), blocks_k, (2, 4, 8), (2, 3, 4),
-            (1, 2, 4, 8, 16)):
+            (1, 2, 4, 8, 16) if split_k else (1,)):
         s = GemmSchedule(bm, bn, bk, warps, stages, split)
         try:
             s.check(shape)

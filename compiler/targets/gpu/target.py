@@ -27,6 +27,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from vdla.compiler.ir.graph import DTYPES, Graph
+from vdla.compiler.ir.ops_sequence import check_gather_indices
 from vdla.compiler.ir.tensor import Node
 from vdla.compiler.targets.base import (CompiledOp, DeviceValue, GraphRun, OpRun, Support,
                                         Target, TargetSession)
@@ -54,11 +55,28 @@ _CAPABILITIES = [
     ("max_pool2d, avg_pool2d, qavg_pool2d", "any window, stride, padding, ceil mode"),
     ("global_avg_pool2d, qglobal_avg_pool2d", "float means, int8 sums requantized"),
     ("qadd, add, mul", "int8 (requantized per tensor or channel, clamped) or float32, any "
-                       "numpy broadcast up to 4-D"),
+                       "numpy broadcast up to 4-D; add and mul also up to 6-D and on "
+                       "int32/int64"),
     ("relu, clip, quantize, dequantize", "elementwise (quantize/dequantize in float64, as "
                                          "the reference)"),
     ("concat, flatten, reshape", "concat copies each part into its slice; flatten and "
                                  "reshape are views"),
+    ("matmul, qmatmul", "batched over any broadcast batch axes, both operands computed or "
+                        "constant; int8 summed in int32 and requantized per tensor "
+                        "(transpose_b: a stride swap)"),
+    ("attention", "float32 or float16 in one pass over the keys (FlashAttention's online "
+                  "softmax): scale, additive mask, causal; the scores stay on chip"),
+    ("qattention", "int8, bit for bit: the scores requantized into a device buffer, the "
+                   "integer softmax of its rows (mask and causal keys left out), times v"),
+    ("qsoftmax, qlayer_norm, qgelu", "int8, bit for bit with the integer definitions "
+                                     "(exponentials and GELU as the reference's tables)"),
+    ("softmax, layer_norm, reduce_mean/sum/max", "float32 rows of the last axis (a reduction "
+                                                 "over other axes permutes them last first)"),
+    ("gelu, sqrt, erf, tanh, exp, neg, sub, div, pow, equal, less, greater, where, cast",
+     "elementwise over numpy broadcasts up to 6-D; dense may end in a GELU"),
+    ("gather", "any axis, int32/int64 indices checked on the device: one outside [-n, n) is "
+               "the reference's error, never read"),
+    ("transpose, slice, expand", "strided copies up to 6-D, any dtype"),
 ]
 
 
@@ -74,7 +92,8 @@ class GpuTarget(Target):
 
     name = "gpu"
     description = ("a GPU: Triton kernels (implicit-GEMM int8/float convolutions with fused "
-                   "epilogues) on CUDA, or on Triton's interpreter without one")
+                   "epilogues; transformers' attention, softmax, LayerNorm and GELU, int8 "
+                   "bit for bit) on CUDA, or on Triton's interpreter without one")
     measure_backends = runtime.MODES
     cli_options = (
         TargetOption("--device", f"where the kernels run: {', '.join(runtime.DEVICES)} (auto, "
@@ -282,7 +301,6 @@ class GpuSession(TargetSession):
 
         self._torch, self.graph, self.target = torch, graph, target
         self.mode = target.mode
-        self._k = runtime.kernels()
         self._dev = runtime.torch_device(self.mode)
         self._kernels: dict[str, GpuKernel] = {op.name: op.kernel for op in ops}
         self._consts = {name: {key: self._upload(arr) for key, arr in k.consts.items()}
@@ -290,6 +308,10 @@ class GpuSession(TargetSession):
         self._scratch = {name: torch.empty(k.scratch[0], dtype=getattr(torch, k.scratch[1]),
                                            device=self._dev)
                          for name, k in self._kernels.items() if k.scratch is not None}
+        self._buffers = {name: {key: torch.empty(shape, dtype=getattr(torch, dtype),
+                                                 device=self._dev)
+                                for key, (shape, dtype) in k.buffers.items()}
+                         for name, k in self._kernels.items() if k.buffers}
         self._dummies: dict[str, Any] = {}
         self._held = {t for op in ops for node in [graph.node(op.name)]
                       for t in (*node.inputs, *node.outputs)
@@ -347,6 +369,8 @@ class GpuSession(TargetSession):
             return self._consts[name][ref.key]
         if ref.kind == "scratch":
             return self._scratch[name]
+        if ref.kind == "buf":
+            return self._buffers[name][ref.key]
         return self._dummy(ref.key)
 
     def _launch(self, op_name: str, node: Node, inputs: list):
@@ -356,11 +380,28 @@ class GpuSession(TargetSession):
         if kernel.view:
             return inputs[0].reshape(shape)
         out = self._torch.empty(shape, dtype=self._storage(node.outputs[0]), device=self._dev)
+        for key in kernel.zeroed:
+            self._buffers[op_name][key].zero_()
         for launch in kernel.launches:
-            fn = getattr(self._k, launch.kernel)
+            fn = runtime.kernel(launch.kernel)
             fn[launch.grid](*(self._bind(a, op_name, inputs, out) for a in launch.args),
                             **launch.meta)
+        for check in kernel.checks:
+            self._check_indices(op_name, node, inputs, check)
         return out
+
+    def _check_indices(self, op_name: str, node: Node, inputs: list, check) -> None:
+        """A gather's bounds check (`IndexCheck`): the reference's ValueError, naming the
+        tensor, the index and the range, when the kernel found an index out of range."""
+        if int(self._buffers[op_name][check.buffer].item()) == 0:
+            return
+        name = node.inputs[check.indices]
+        t = self.graph.tensors[name]
+        indices = (t.data if t.is_constant
+                   else inputs[check.indices].cpu().numpy())
+        check_gather_indices(node, node.inputs[0], name, check.n, indices)
+        raise ValueError(f"node {node.name!r} (gather): the GPU kernel found an index of "
+                         f"{name!r} outside [{-check.n}, {check.n})")
 
     def _inputs(self, node: Node, args) -> list:
         inputs = []
@@ -436,4 +477,4 @@ class GpuSession(TargetSession):
                 "macs": sum(s.macs or 0 for s in stats)}
 
     def close(self) -> None:
-        self._values, self._consts, self._scratch = {}, {}, {}
+        self._values, self._consts, self._scratch, self._buffers = {}, {}, {}, {}

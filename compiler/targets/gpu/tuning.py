@@ -1,5 +1,5 @@
-"""The GPU target's tunable tasks: one convolution or dense layer's GEMM schedule (tiles,
-warps, stages, split-K) timed on the GPU.
+"""The GPU target's tunable tasks: one convolution, dense layer or batched matmul's GEMM
+schedule (tiles, warps, stages, split-K) timed on the GPU.
 
 A `GpuTask` holds a one-node graph and measures a schedule by compiling the node with it,
 checking one run against the reference (int8 bit-exact, float within its precision's
@@ -28,7 +28,7 @@ import numpy as np
 from vdla.compiler.ir.graph import Graph
 from vdla.compiler.targets.base import DeviceValue
 from vdla.compiler.targets.gpu import runtime
-from vdla.compiler.targets.gpu.lower import GEMM_OPS, refusal
+from vdla.compiler.targets.gpu.lower import GEMM_OPS, MATMUL_OPS, refusal
 from vdla.compiler.targets.gpu.schedule import GemmSchedule, choose, gemm_shape, space
 from vdla.compiler.tuner.task import OneNodeTask, TaskData, merge_tasks, one_node_graph
 
@@ -79,7 +79,8 @@ class GpuTask(OneNodeTask):
                 "w": list(self.graph.tensors[node.inputs[1]].shape),
                 "bias": bool(node.input(2)), "residual": bool(node.input(3)),
                 **{k: v for k, v in sorted(node.attrs.items())
-                   if k in ("strides", "pads", "dilations", "groups", "activation")
+                   if k in ("strides", "pads", "dilations", "groups", "activation",
+                            "transpose_b")
                    or (k == "multiplier" and v is not None)}}
 
     def describe(self) -> str:
@@ -87,11 +88,16 @@ class GpuTask(OneNodeTask):
 
     # --- the space --------------------------------------------------------------------------
 
+    @property
+    def _split_k(self) -> bool:
+        """Whether the kernel splits K (the batched matmul does not)."""
+        return self.graph.node(self.node).op not in MATMUL_OPS
+
     def space(self) -> list:
-        return space(self.shape)
+        return space(self.shape, split_k=self._split_k)
 
     def default_schedule(self):
-        return choose(self.shape)
+        return choose(self.shape, split_k=self._split_k)
 
     def knobs(self, s) -> tuple[int, ...]:
         return tuple(int(math.log2(getattr(s, k))) if k != "num_stages" else s.num_stages
@@ -169,10 +175,11 @@ class _Compiled:
 
 def gpu_tasks(graph: Graph, target) -> list[GpuTask]:
     """One `GpuTask` per distinct GEMM workload of `graph` that `target` runs (depthwise
-    convolutions run a kernel without a GEMM schedule), in the order of first use."""
+    convolutions run a kernel without a GEMM schedule; batched matmuls, a transformer's
+    attention products, have one without split-K), in the order of first use."""
     found = []
     for node in graph.nodes():
-        if node.op not in GEMM_OPS or refusal(node, graph):
+        if node.op not in GEMM_OPS + MATMUL_OPS or refusal(node, graph):
             continue
         if node.op.endswith("conv2d") and graph.tensors[node.inputs[1]].shape[1] == 1 \
                 and node.attrs["groups"] > 1:

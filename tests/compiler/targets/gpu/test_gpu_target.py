@@ -223,10 +223,10 @@ class TestErrors:
 
         rng = np.random.default_rng(0)
         for (op, inputs, attrs), reason in [
-                (("softmax", [((2, 8), "float32")], {}), "does not run 'softmax'"),
+                (("lrn", [((1, 4, 2, 2), "float32")], {}), "does not run 'lrn'"),
                 (("relu", [((2, 8), "int32")], {}), "relu on int32: the GPU target runs it "
                                                     "on int8 or float32"),
-                (("add", [((2, 3, 4, 5, 6), "float32")] * 2, {}), "at most 4-D"),
+                (("add", [((2, 3, 4, 5, 6, 1, 2), "float32")] * 2, {}), "at most 6-D"),
                 (("qadd", [((1, 5, 2, 2), "int8")] * 2, {"a_shift": (1, 2)}),
                  "a_shift \\(1, 2\\): one integer or one per channel \\(5\\)")]:
             g, _ = one_node(op, inputs, rng, **attrs)

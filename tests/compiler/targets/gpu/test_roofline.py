@@ -122,14 +122,18 @@ class TestKernels:
         pool = g.add_node("max_pool2d", [x], name="pool", kernel=(3, 3), strides=(2, 2))
         gap = g.add_node("global_avg_pool2d", [x], name="gap")
         soft = g.add_node("softmax", [x], name="softmax")
+        lrn = g.add_node("lrn", [x], name="lrn")
         a = g.add_input("a", (2, 3, 4))
         mm = g.add_node("matmul", [a, g.add_constant("b", np.ones((4, 5), np.float32))],
                         name="mm")
-        g.set_outputs([pool, gap, soft, mm])
+        g.set_outputs([pool, gap, soft, lrn, mm])
         k = {e.name: e for e in roofline.estimate(g, ROUND).kernels}
         assert k["pool"].ops == 4 * 3 * 3 * 3 * 3          # outputs x window
         assert k["gap"].ops == 4 * 8 * 8                     # every input once
-        assert k["softmax"].ops == 4 * 8 * 8 and k["softmax"].bytes == 2 * 4 * 256
+        # softmax's formula: max, subtraction, exp, sum, division per element
+        assert k["softmax"].ops == roofline.SOFTMAX_OPS * 4 * 8 * 8 == 5 * 256
+        assert k["softmax"].bytes == 2 * 4 * 256
+        assert k["lrn"].ops == 4 * 8 * 8                     # no formula: one per output
         assert (k["mm"].macs, k["mm"].ops) == (2 * 3 * 5 * 4, 2 * 2 * 3 * 5 * 4)
 
 
