@@ -25,17 +25,27 @@ from vdla.cli.target_args import (add_chooser_option, add_target_options,
                                   check_target_options, make_target, target_factory,
                                   unavailable)
 from vdla.compiler import baseline, pipeline, targets
+from vdla.compiler.passes import prepare
 
 __all__ = ["GROUPS", "add_parser", "run"]
 
-#: Op groups of the comparison (op -> group); other ops are "other".
+#: Op groups of the comparison (op -> group); other ops are "other". Transformers' ops
+#: are grouped like onnxruntime's kernels in its columns (`baseline.OP_GROUPS`):
+#: attention with its softmax, LayerNorm as "norm", the embedding's gather.
 GROUPS = {**dict.fromkeys(("qconv2d", "conv2d"), "conv"),
-          **dict.fromkeys(("qdense", "dense", "matmul"), "dense"),
+          **dict.fromkeys(("qdense", "dense", "matmul", "qmatmul"), "dense"),
           **dict.fromkeys(("max_pool2d", "qavg_pool2d", "qglobal_avg_pool2d", "avg_pool2d",
                            "global_avg_pool2d"), "pool"),
-          **dict.fromkeys(("qadd", "add", "mul", "relu", "clip"), "elementwise"),
+          **dict.fromkeys(("qadd", "add", "mul", "relu", "clip", "sub", "div", "pow", "sqrt",
+                           "erf", "tanh", "exp", "neg", "where", "gelu", "qgelu", "equal",
+                           "less", "greater"), "elementwise"),
+          **dict.fromkeys(("attention", "qattention", "softmax", "qsoftmax", "reduce_max",
+                           "reduce_sum"), "attention"),
+          **dict.fromkeys(("layer_norm", "qlayer_norm", "reduce_mean"), "norm"),
+          **dict.fromkeys(("gather",), "embedding"),
           **dict.fromkeys(("quantize", "dequantize"), "quantize"),
-          **dict.fromkeys(("flatten", "reshape", "transpose", "concat", "pad"), "layout")}
+          **dict.fromkeys(("flatten", "reshape", "transpose", "concat", "pad", "slice",
+                           "expand", "cast"), "layout")}
 #: The targets compared without --targets, in this order, each where it runs here at its
 #: own speed (`Target.left_out_by_default`: gpu on a CUDA GPU, not on the interpreter).
 DEFAULT_TARGETS = ("vdla", "cpu", "gpu", "host")
@@ -68,8 +78,11 @@ def add_parser(sub) -> None:
     p.add_argument("--onnxruntime", action="store_true",
                    help="add onnxruntime as reference columns: the float model exported to "
                         "ONNX, and onnxruntime's own static QDQ int8 of it on the same "
-                        "calibration samples (its numerics differ from vdla's: a speed "
-                        "reference, not checked bit for bit); needs the onnxruntime extra")
+                        "calibration samples; for a transformer, also its transformer "
+                        "optimizer's float model and its dynamic int8 of that, each column "
+                        "the faster of its precision (its numerics differ from vdla's: a "
+                        "speed reference, not checked bit for bit); needs the onnxruntime "
+                        "extra")
     p.add_argument("--runs", type=int, default=10, metavar="N",
                    help="timed runs of each onnxruntime column (default 10)")
     p.set_defaults(func=run)
@@ -294,35 +307,64 @@ def _onnxruntime(args, model, results) -> None:
     """onnxruntime's columns (`vdla.compiler.baseline`): the float model exported to
     ONNX, and onnxruntime's static QDQ int8 of it, each timed `args.runs` times on the
     CPU target's thread count (``--threads``, else the cores); per op group from its
-    profiler, with its largest relative error against the float reference."""
+    profiler, with its largest relative error against the float reference.
+
+    A transformer (`baseline.transformer_kind`) has more paths in onnxruntime
+    (`baseline.variants`: its transformer optimizer, its dynamic quantization): each
+    column is the faster of its precision (`baseline.fastest`), and says which. An ONNX
+    file given as MODEL is run as it is (its exporter's graph, which onnxruntime's
+    optimizer knows), not as vdla exports it again."""
     import numpy as np  # heavy; the module loads without it (vdla.cli's rule)
     import onnxruntime  # heavy, and optional (checked in `run`)
     from vdla.compiler.frontend.onnx_export import save_onnx  # heavy: onnx
 
     threads = getattr(args, "threads", None) or baseline.default_threads()
     want = pipeline.reference_of(model.graph, model.feed)[model.graph.outputs[0]]
-    x = np.asarray(model.feed[model.graph.inputs[0]], np.float32)
+    prepared = prepare(model.graph)
+    kind = baseline.transformer_kind(prepared)
+    heads, hidden = baseline.transformer_shape(prepared)
     with tempfile.TemporaryDirectory(prefix="vdla-compare-") as tmp:
-        fp32 = save_onnx(model.graph, Path(tmp) / "model.onnx")
-        log(f"onnxruntime {onnxruntime.__version__}: quantizing {args.model} (static QDQ, "
-            "uint8 activations) ...")
-        int8 = baseline.quantize_qdq(fp32, model, Path(tmp) / "model-u8.onnx", "u8")
-        for key, path, what in (("onnxruntime fp32", fp32, "float32"),
-                                ("onnxruntime int8", int8, "its static QDQ int8")):
-            log(f"running {args.model} on onnxruntime ({what}, {threads} threads) ...")
-            run = baseline.profile(path, threads, [x], args.runs)
+        if kind is not None and args.model.lower().endswith(".onnx"):
+            fp32 = Path(args.model)
+        else:
+            # LayerNormalization needs opset 17.
+            fp32 = save_onnx(model.graph, Path(tmp) / "model.onnx",
+                             **({} if kind is None else {"opset": 17}))
+        log(f"onnxruntime {onnxruntime.__version__}: quantizing {args.model} ("
+            + ("static QDQ, uint8 activations" if kind is None else
+               f"a {kind} transformer: its optimizer, static QDQ and dynamic int8")
+            + ") ...")
+        found = baseline.variants(fp32, model, Path(tmp) / "ort", kind=kind, heads=heads,
+                                  hidden=hidden, log=log)
+        picked = {v.precision: (v, {}) for v in found}
+        if kind is not None:
+            log(f"timing onnxruntime's {len(found)} ways ({threads} threads) to pick the "
+                "faster of each precision ...")
+            picked = baseline.fastest(found, threads, model.feed, runs=args.runs, rounds=1)
+        for key, precision in (("onnxruntime fp32", "float32"), ("onnxruntime int8", "int8")):
+            if precision not in picked:         # its tools built none (`variants` said why)
+                log(f"note: no {key} column (onnxruntime built no {precision} model)")
+                continue
+            variant, times = picked[precision]
+            log(f"running {args.model} on onnxruntime ({variant.what}, {threads} threads) ...")
+            run = baseline.profile(variant.path, threads, model.feed, args.runs)
             error = pipeline.relative_error(np.asarray(run.outputs[0], np.float64), want)
+            others = "; ".join(f"{k} {t * 1e3:.3f} ms" for k, t in times.items())
             results[key] = {
                 "reference": True, "bit_exact": None, "mismatch": None,
                 "groups": run.group_seconds, "total_seconds": sum(run.group_seconds.values()),
                 "wall_seconds": run.total_seconds, "max_error": error,
                 "ops_on_target": run.kernels, "ops": run.kernels,
-                "options": {"threads": threads, "version": onnxruntime.__version__},
+                "options": {"threads": threads, "version": onnxruntime.__version__,
+                            "variant": variant.key,
+                            **({"variants_seconds": times} if times else {})},
                 "ops_on_host": {}, "seconds_to_run": 0.0,
                 "label": f"{key} (ref.)",
-                "time": (f"onnxruntime {onnxruntime.__version__} ({what}), a reference "
-                         f"implementation whose numerics differ from vdla's: wall time on "
-                         f"this machine, {threads} threads, kernel times from its profiler "
-                         f"(a run took {run.total_seconds * 1e3:.3f} ms, median of "
+                "time": (f"onnxruntime {onnxruntime.__version__} ({variant.what}), a "
+                         f"reference implementation whose numerics differ from vdla's: wall "
+                         f"time on this machine, {threads} threads, kernel times from its "
+                         f"profiler (a run took {run.total_seconds * 1e3:.3f} ms, median of "
                          f"{args.runs}); largest relative error against the float "
-                         f"reference {error:.2g}")}
+                         f"reference {error:.2g}"
+                         + (f"; the fastest of its {precision} ways ({others})"
+                            if len(times) > 1 else ""))}
