@@ -72,3 +72,14 @@ def test_float_nonlinear_keeps_the_nonlinear_ops_in_float(tmp_path, capsys):
     assert "qattention" in ops(integer) and "qlayer_norm" in ops(integer)
     assert "attention" in ops(float_) and "layer_norm" in ops(float_)
     assert not {"qattention", "qlayer_norm", "qgelu", "qsoftmax"} & ops(float_)
+
+
+def test_compare_takes_the_same_inputs_and_float_option(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "in.npz"
+    np.savez(path, input_ids=np.ones((1, 128), np.int64), attention_mask=np.ones((1, 128),
+                                                                                  np.int64))
+    assert main(["compare", MODEL, "--targets", "host", "--input", str(path),
+                 "--float-nonlinear", "--json", "c.json"]) == 0
+    got = json.loads((tmp_path / "c.json").read_text())
+    assert got["input"] == "the arrays of in.npz" and got["integer_nonlinear"] is False

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from vdla._fileio import atomic_write
 from vdla.cli.common import (WHOLE_GRAPH_RUNS, CliError, add_calibration_option,
-                             add_records_option, add_seed_option, check_model_options, log,
+                             add_float_nonlinear_option, add_input_option, add_records_option, add_seed_option, check_model_options, log,
                              open_records, output_file, table, whole_graph, write_json)
 from vdla.cli.target_args import (add_chooser_option, add_target_options,
                                   check_target_options, make_target, target_factory,
@@ -69,6 +69,8 @@ def add_parser(sub) -> None:
                         "since Triton's interpreter takes minutes; name it to add it)")
     add_seed_option(p)
     add_calibration_option(p)
+    add_input_option(p)
+    add_float_nonlinear_option(p)
     add_records_option(p)
     add_chooser_option(p)
     p.add_argument("--chart", type=output_file,
@@ -139,7 +141,8 @@ def run(args) -> int:
             raise CliError(f"--onnxruntime: {missing}")
         if args.runs < 1:
             raise CliError(f"--runs must be a positive integer, not {args.runs}")
-    model = pipeline.load_model(args.model, seed=args.seed, calibration=args.calibration)
+    model = pipeline.load_model(args.model, seed=args.seed, calibration=args.calibration,
+                                inputs=args.input)
     mode = pipeline.requant_mode(chosen)
     results, failed, outputs = {}, [], {}
     records = open_records(args.records)
@@ -157,7 +160,9 @@ def run(args) -> int:
     chart = args.chart or f"compare-{args.model.replace('/', '_')}.png"
     _chart(chart, args.model, results)
     if args.json:
-        write_json(args.json, {"model": args.model, "requantization": mode,
+        write_json(args.json, {"model": args.model, "input": model.input_note,
+                               "integer_nonlinear": not args.float_nonlinear,
+                               "requantization": mode,
                                "board": getattr(args, "board", None),
                                "chooser": args.chooser, "records": args.records,
                                "outputs_identical": same,
@@ -261,7 +266,8 @@ def _run_one(args, model, mode, target, records, results, failed, outputs) -> No
     log(f"running {args.model} on {target.name} ...")
     start = time.perf_counter()
     outcome = pipeline.run_model(model, target, mode=mode, records=records,
-                                 chooser=args.chooser)
+                                 chooser=args.chooser,
+                                 integer_nonlinear=not args.float_nonlinear)
     outputs[target.name] = outcome.result.outputs
     groups = _by_group(outcome.result.ops, lambda s: s.device_seconds)
     summary = outcome.result.summary.get(target.name, {})
