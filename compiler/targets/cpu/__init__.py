@@ -4,8 +4,10 @@ Its data flow, one module per step:
 
     shapes      a node's sizes and epilogue (what its C depends on; the tuner's keys)
     schedule    the knobs, their checks, the default chooser and the tuner's space
-    lower       a node to its kernel: conv, depthwise, dense, or ops (pools,
-                elementwise, copies; opbase holds what they share)
+    lower       a node to its kernel: conv, depthwise, dense, patches (a ViT's patch
+                embedding as one GEMM), or ops (pools, elementwise, copies; opbase
+                holds what they share; and the sequence models' kernels: matmul,
+                norms, qnorms, attention, sequence)
     epilogue    what every convolution and dense kernel does after its sums (bias,
                 requantization, residual, activation or clamp, store), written once
     kernel      the compiled form of one op: a C function, its params, its scratch

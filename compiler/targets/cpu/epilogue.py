@@ -35,7 +35,8 @@ step 2 alone):
 1. the sums plus the bias;
 3. with a residual: the residual added;
 4. the activation (`ACTIVATIONS`): none; ReLU, ``max(a, 0)``; clip, ``max(min(a, hi),
-   lo)`` with an absent bound stored as an infinity (`tables`);
+   lo)`` with an absent bound stored as an infinity (`tables`); GELU, ``a * 0.5 * (1 +
+   erf(a / sqrt 2))`` or its tanh form (vector erf and tanh, a few ulps);
 5. the store.
 
 Which lanes are read and stored is the kernel's (`Lanes`): every lane, the first ``n``
@@ -77,8 +78,10 @@ from vdla.compiler.targets.cpu.kernel import Params
 __all__ = ["ACTIVATIONS", "ALL", "Epilogue", "Lanes", "Operands", "REQUANTIZERS",
            "requantizers", "table_pointers", "tables"]
 
-#: The activations a float32 kernel applies (``shape.activation``).
-ACTIVATIONS = (None, "relu", "clip")
+#: The activations a float32 kernel applies (``shape.activation``); GELU (erf or tanh
+#: form, `vdla_cpu.h`'s vector erf and tanh) only in dense layers, where a transformer's
+#: fused feed-forward layer ends in it.
+ACTIVATIONS = (None, "relu", "clip", "gelu", "gelu_tanh")
 #: `vdla_cpu.h`'s int8 requantizers: one multiplier and shift for every lane (scalar
 #: operands), per-lane tables of multipliers nonzero and shifts in [1, 31], any tables.
 REQUANTIZERS = ("rq", "rqp", "rqv")
@@ -333,6 +336,11 @@ class Epilogue:
             return f"{var} = {t}_max({t}_min({var}, {ops.hi}), {ops.lo});"
         if self.activation == "relu":
             return f"{var} = {t}_max({var}, ({t}){{0}});"
+        if self.activation == "gelu":
+            return f"{var} = {var} * 0.5f * (1.0f + {t}_erf({var} * 0.7071067811865476f));"
+        if self.activation == "gelu_tanh":
+            return (f"{var} = {var} * 0.5f * (1.0f + {t}_tanh(0.7978845608028654f * ({var} + "
+                    f"0.044715f * {var} * {var} * {var})));")
         return ""
 
     def store(self, out: str, lanes: Lanes = ALL, var: str = "a") -> str:

@@ -76,6 +76,8 @@ class Kernel:
     items : the work items OpenMP shares among the threads per image, with a static
         schedule (1: the kernel runs on one thread; None: not counted). What a thread
         count can get out of the kernel: ``bench/cpu_scaling.py`` projects from it.
+    checks : whether it checks its input and may report an error (``vdla_fail`` in
+        ``c/runtime.c``: a gather's index outside its table); the runner stops there
     """
 
     body: str
@@ -87,6 +89,7 @@ class Kernel:
     in_blocks: tuple[int, ...] = ()
     out_block: int = 0
     items: int | None = None
+    checks: bool = False
 
     def in_block(self, k: int) -> int:
         """The layout input `k` must be in."""

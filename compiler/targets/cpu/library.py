@@ -25,7 +25,7 @@ from vdla.compiler.targets.cpu.isa import Isa
 from vdla.compiler.targets.cpu.kernel import ALIGN, Kernel
 
 __all__ = ["HEADER", "aligned_empty", "build_kernels", "call", "kernels_source", "load",
-           "start_team", "time_runs"]
+           "raise_error", "start_team", "time_runs"]
 
 #: The header every generated file includes.
 HEADER = "vdla_cpu.h"
@@ -63,7 +63,20 @@ def load(build: CBuild) -> ctypes.CDLL:
     lib.vdla_pin_workers.restype = ctypes.c_int
     lib.vdla_call.argtypes = [ctypes.c_void_p] * 5
     lib.vdla_call.restype = None
+    lib.vdla_error.argtypes = []
+    lib.vdla_error.restype = ctypes.c_char_p
+    lib.vdla_clear_error.argtypes = []
+    lib.vdla_clear_error.restype = None
     return lib
+
+
+def raise_error(lib: ctypes.CDLL) -> None:
+    """Raise the ValueError a kernel reported through ``vdla_fail`` (an index outside its
+    table; `Kernel.checks`), if any, and clear it."""
+    message = lib.vdla_error()
+    if message:
+        lib.vdla_clear_error()
+        raise ValueError(message.decode(errors="replace"))
 
 
 #: The CPU the first `start_team` of this process left to the calling thread (None: none
@@ -153,4 +166,6 @@ def call(lib: ctypes.CDLL, kernel: Kernel, inputs: Sequence[np.ndarray], out: np
     params = kernel.params if kernel.params.size else np.zeros(1, np.uint8)
     lib.vdla_call(ctypes.cast(function(lib, kernel), ctypes.c_void_p), pointers,
                   out.ctypes.data, params.ctypes.data, workspace.ctypes.data)
+    if kernel.checks:
+        raise_error(lib)
     return out

@@ -3,8 +3,9 @@
     kernel, schedule = node_kernel(node, graph, isa, threads=2)
 
 Convolutions go to `vdla.compiler.targets.cpu.conv` (or `depthwise`, one input channel
-per group, or `pointwise`, a schedule with vectors along output channels), dense layers
-to `dense`, every other op to `ops`. The target and its tuning tasks both lower nodes
+per group, or `pointwise`, a schedule with vectors along output channels; a patch
+embedding without a tuned schedule to `patches`), dense layers to `dense`, every other
+op to `ops`. The target and its tuning tasks both lower nodes
 through here, so what the tuner measures is what models run.
 """
 
@@ -22,6 +23,7 @@ from vdla.compiler.targets.cpu.dense import dense_kernel
 from vdla.compiler.targets.cpu.depthwise import depthwise_kernel
 from vdla.compiler.targets.cpu.isa import Isa
 from vdla.compiler.targets.cpu.kernel import Kernel
+from vdla.compiler.targets.cpu.patches import is_patches, patches_kernel
 from vdla.compiler.targets.cpu.pointwise import pointwise_kernel
 from vdla.compiler.targets.cpu.schedule import (ConvSchedule, DenseSchedule, choose_conv,
                                                 choose_dense)
@@ -69,6 +71,9 @@ def node_kernel(node: Node, graph: Graph, isa: Isa, *, schedule: Any = None,
         schedule = schedule or choose_dense(shape, isa)
         return dense_kernel(shape, schedule, w, bias, node, isa, inputs), schedule
     shape = ConvShape.from_node(node, graph, nonnegative=nonnegative)
+    if schedule is None and not band and is_patches(shape):
+        # a ViT's patch embedding: one GEMM of many rows (`patches`), no schedule
+        return patches_kernel(shape, node, graph, isa, inputs), None
     schedule = schedule or choose_conv(shape, isa, threads)
     if band:
         if schedule.layout != "nchwc" or schedule.wino:

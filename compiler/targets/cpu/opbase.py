@@ -21,7 +21,7 @@ COPY_PIECE = 1 << 16
 POOL_ROW_MAX = 1 << 16
 
 CTYPES = {"float32": "float", "int8": "int8_t", "uint8": "uint8_t", "int32": "int32_t",
-           "int64": "int64_t"}
+           "int64": "int64_t", "bool": "uint8_t"}
 
 OK = "generated C on the host CPU"
 

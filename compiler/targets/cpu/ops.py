@@ -1,5 +1,10 @@
 """The CPU target's non-GEMM ops compiled to C: pools, elementwise ops, quantize and
-dequantize, concat and copies.
+dequantize, concat and copies; and, from their own modules, the ops of sequence models
+(`matmul`: matmul, qmatmul; `norms`: softmax, layer_norm, gelu; `qnorms`: qsoftmax,
+qlayer_norm, qgelu; `attention`: attention, qattention; `sequence`: transpose, slice,
+expand, gather, where, cast, comparisons, sub/div/pow, unary math, reductions, and
+add/mul with the broadcasts the elementwise kernels refuse), whose C depends on the
+instruction set.
 
     if supports(node, graph).ok:
         kernel = build(node, graph, isa)       # a `Kernel` (vdla.compiler.targets.cpu.kernel)
@@ -53,6 +58,12 @@ from vdla.compiler.targets.cpu.elementwise import (binary_kernel, binary_refusal
                                                    unary_refusal)
 from vdla.compiler.targets.cpu.isa import Isa
 from vdla.compiler.targets.cpu.kernel import SIGNATURE, Kernel, Params
+from vdla.compiler.targets.cpu.matmul import matmul_kernel, matmul_refusal, qmatmul_refusal
+from vdla.compiler.targets.cpu.attention import attention_kernel, attention_refusal
+from vdla.compiler.targets.cpu.norms import norm_kernel, norm_refusal
+from vdla.compiler.targets.cpu.qnorms import qnorm_kernel, qnorm_refusal
+from vdla.compiler.targets.cpu.sequence import (BROADCAST_OPS, SEQUENCE_OPS, sequence_kernel,
+                                               sequence_refusal)
 from vdla.compiler.targets.cpu.opbase import (COPY_PARALLEL_MIN, COPY_PIECE, CTYPES,
                                              OK, Sources, dtype_refusal, indent,
                                              kernel, requant_attrs_refusal, size)
@@ -79,6 +90,21 @@ CAPABILITIES: list[tuple[str, str]] = [
     ("dequantize", "int8 or int32 -> float32"),
     ("concat", "any axis, any number of inputs (computed or constant), one dtype"),
     ("flatten, reshape", "a copy of the bytes"),
+    ("matmul", "float32, batched (numpy broadcasting of the batch axes), either operand "
+               "computed or constant; register-tiled"),
+    ("qmatmul", "int8 (transpose_b too), exact int32 sums, requantized per tensor"),
+    ("softmax, layer_norm", "float32 over the last axis"),
+    ("gelu", "float32, erf or tanh form"),
+    ("transpose, slice, expand, where, cast, neg, equal, less, greater",
+     "any dtype (float32, int8, int32, int64, bool), any broadcast"),
+    ("gather", "any table dtype, int32/int64 indices, every index checked (a bad one is "
+               "an error, never read)"),
+    ("sub, div, pow, sqrt, erf, tanh, exp; add, mul with any broadcast", "float32"),
+    ("reduce_mean, reduce_sum, reduce_max", "float32, any axes"),
+    ("qsoftmax, qlayer_norm, qgelu", "int8, bit-exact with the integer definitions "
+                                     "(last axis; qgelu and the exponentials as tables)"),
+    ("attention, qattention", "the fused unit (scores, mask, causal, softmax, times v) in "
+                              "one kernel; float32, or int8 bit-exact"),
 ]
 
 
@@ -159,8 +185,23 @@ _OPS: dict[str, tuple[_Check, Callable[[Node, Graph], Kernel]]] = {
     "reshape": (_copy_refusal, _copy_kernel),
 }
 
+#: Ops whose C depends on the instruction set: (refusal, builder(node, graph, isa)).
+_ISA_OPS: dict[str, tuple[_Check, Callable[[Node, Graph, Isa], Kernel]]] = {
+    "matmul": (matmul_refusal, matmul_kernel),
+    "qmatmul": (qmatmul_refusal, matmul_kernel),
+    "softmax": (norm_refusal, norm_kernel),
+    "layer_norm": (norm_refusal, norm_kernel),
+    "gelu": (norm_refusal, norm_kernel),
+    "qsoftmax": (qnorm_refusal, qnorm_kernel),
+    "qlayer_norm": (qnorm_refusal, qnorm_kernel),
+    "qgelu": (qnorm_refusal, qnorm_kernel),
+    "attention": (attention_refusal, attention_kernel),
+    "qattention": (attention_refusal, attention_kernel),
+    **{op: (sequence_refusal, sequence_kernel) for op in SEQUENCE_OPS},
+}
+
 #: The ops this module compiles.
-OPS: frozenset[str] = frozenset(_OPS)
+OPS: frozenset[str] = frozenset(_OPS) | frozenset(_ISA_OPS)
 
 
 def supports(node: Node, graph: Graph) -> Support:
@@ -169,9 +210,9 @@ def supports(node: Node, graph: Graph) -> Support:
     node : a node of `graph` whose output shapes are inferred
     graph : the graph (its tensors' shapes, dtypes, layouts and constants)
     Returns a `Support` whose reason names the op, the node and what is refused."""
-    if node.op not in _OPS:
+    if node.op not in OPS:
         return Support(False, f"the CPU target's generic kernels do not run {node.op!r}; "
-                              f"they run {', '.join(sorted(_OPS))}")
+                              f"they run {', '.join(sorted(OPS))}")
     for name in [t for t in node.inputs if t] + list(node.outputs):
         t = graph.tensors[name]
         if t.layout:
@@ -181,7 +222,10 @@ def supports(node: Node, graph: Graph) -> Support:
         if t.shape is None:
             return Support(False, f"{node.op} node {node.name!r}: the shape of {name!r} is "
                                   "unknown (infer shapes first)")
-    reason = _OPS[node.op][0](node, graph)
+    reason = (_OPS.get(node.op) or _ISA_OPS[node.op])[0](node, graph)
+    if reason and node.op in BROADCAST_OPS:
+        # any other broadcast: the sequence module's strided loops
+        reason = sequence_refusal(node, graph) and reason
     return Support(False, reason) if reason else Support(True, OK)
 
 
@@ -204,4 +248,8 @@ def build(node: Node, graph: Graph, isa: Isa, in_block: int = 0) -> Kernel:
         if node.op == "max_pool2d":
             return blocked_pool_kernel(node, graph, in_block)
         return blocked_global_pool_kernel(node, graph, in_block)
+    if node.op in _ISA_OPS:
+        return _ISA_OPS[node.op][1](node, graph, isa)
+    if node.op in BROADCAST_OPS and _OPS[node.op][0](node, graph):
+        return sequence_kernel(node, graph, isa)
     return _OPS[node.op][1](node, graph)

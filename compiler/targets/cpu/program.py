@@ -253,7 +253,9 @@ class Program:
                          f"        const void *in[] = {{{ins}}};\n"
                          f"        if (seconds) vdla_tick(&t0);\n"
                          f"        {kernel.name}(in, {where[step.writes]}, {params}, ws);\n"
-                         f"        if (seconds) seconds[{k}] = vdla_tock(&t0);\n    }}")
+                         f"        if (seconds) seconds[{k}] = vdla_tock(&t0);\n"
+                         + (f"        if (vdla_error()) {{ vdla_release(&held); return 2; }}\n"
+                            if kernel.checks else "") + "    }")
         ws_terms = sorted({(align(k.shared_bytes), align(k.thread_bytes))
                            for k in self._all_kernels()})
         ws_lines = "\n".join(f"    m = vdla_max_size(m, (size_t){s} + (size_t)threads * {t});"

@@ -740,8 +740,12 @@ class DenseSchedule:
 
 
 def choose_dense(dense, isa: Isa) -> DenseSchedule:
+    """Four output vectors a step for one row (a batch-1 layer reads each weight once);
+    with several rows (a transformer's tokens) a register tile of rows by two (16
+    registers: 6 x 2) or four (32: 6 x 4) vectors, `dense.row_tile`'s rows."""
     vl = isa.lanes[0]
-    return DenseSchedule(vl, max(1, min(4, _blocks(dense.o, vl))), 1,
+    ov = 4 if dense.n < 4 or isa.registers >= 32 else 2
+    return DenseSchedule(vl, max(1, min(ov, _blocks(dense.o, vl))), 1,
                          "none" if dense.macs < SERIAL_MACS else "all")
 
 

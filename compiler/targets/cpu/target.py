@@ -42,7 +42,8 @@ from vdla.compiler.targets.cpu.build import machine_features
 from vdla.compiler.targets.cpu.fusion import fusions
 from vdla.compiler.targets.cpu.kernel import Kernel
 from vdla.compiler.targets.cpu.layout_choice import choose_layouts
-from vdla.compiler.targets.cpu.library import aligned_empty, function, load, start_team
+from vdla.compiler.targets.cpu.library import (aligned_empty, function, load, raise_error,
+                                              start_team)
 from vdla.compiler.targets.cpu.lower import node_kernel
 from vdla.compiler.targets.cpu.program import Program
 from vdla.compiler.targets.cpu.tuning import cpu_tasks
@@ -391,6 +392,8 @@ class CpuSession(TargetSession):
         raw, plain = layout.kernel_output(kernel, t.shape, DTYPES[t.dtype])
         self._set_threads()
         lib.vdla_call(fn, pointers, raw.ctypes.data, params, self._workspace.ctypes.data)
+        if kernel.checks:
+            raise_error(lib)
         return OpRun([plain(raw)], macs=kernel.macs)
 
     def run_graph(self, feed: Mapping[str, np.ndarray]) -> GraphRun | None:
@@ -419,6 +422,8 @@ class CpuSession(TargetSession):
         status = lib.vdla_model_run_timed(blob.ctypes.data, self._arena.ctypes.data,
                                           self._workspace.ctypes.data, ins, outs,
                                           seconds.ctypes.data)
+        if status == 2:
+            raise_error(lib)
         if status:
             raise RuntimeError(f"vdla_model_run returned {status}")
         ops = {s.name: float(t) for s, t in zip(program.steps, seconds) if s.node is not None}

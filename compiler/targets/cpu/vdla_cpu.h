@@ -218,6 +218,40 @@ VDLA_INLINE vi8 vi8_max(vi8 a, vi8 b) { return vi8_max_generic(a, b); }
 VDLA_INLINE vi8 vi8_min(vi8 a, vi8 b) { return vi8_min_generic(a, b); }
 #endif
 
+/* a * b + c rounded once (FMA) where the instruction set has it: the C standard mode the
+   target builds in (-std=c11) keeps gcc from contracting a * b + c itself. Elsewhere two
+   roundings (the float kernels are checked within a tolerance, not bit for bit). */
+#if defined(VDLA_X86) && defined(__FMA__)
+VDLA_INLINE vf8 vf8_fma(vf8 a, vf8 b, vf8 c) {
+    return (vf8)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c); }
+#else
+VDLA_INLINE vf8 vf8_fma(vf8 a, vf8 b, vf8 c) { return a * b + c; }
+#endif
+#if defined(VDLA_X86) && defined(__AVX512F__)
+VDLA_INLINE vf16 vf16_fma(vf16 a, vf16 b, vf16 c) {
+    return (vf16)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)c); }
+#elif defined(VDLA_X86) && defined(__FMA__)
+VDLA_INLINE vf16 vf16_fma(vf16 a, vf16 b, vf16 c) {
+    vf8 x[2], y[2], z[2];
+    memcpy(x, &a, 64); memcpy(y, &b, 64); memcpy(z, &c, 64);
+    x[0] = vf8_fma(x[0], y[0], z[0]); x[1] = vf8_fma(x[1], y[1], z[1]);
+    vf16 r; memcpy(&r, x, 64); return r; }
+#else
+VDLA_INLINE vf16 vf16_fma(vf16 a, vf16 b, vf16 c) { return a * b + c; }
+#endif
+
+/* Keeps a vector in a register: gcc otherwise folds a weight vector that a register tile
+   of several rows shares into every row's multiply as a memory operand, one load per row
+   instead of one per step, and the loads then bound the tile (a 6 x 2 tile of dense
+   rows: 18 loads for 12 multiply-adds). */
+#if defined(VDLA_X86) && defined(__AVX512F__)
+#define VDLA_IN_REGISTER(v) __asm__("" : "+v"(v))
+#elif defined(VDLA_X86)
+#define VDLA_IN_REGISTER(v) __asm__("" : "+x"(v))
+#else
+#define VDLA_IN_REGISTER(v) ((void)0)
+#endif
+
 /* ---- int8 dot products: acc + sum over the 4 bytes of each lane of u8(x) * s8(w) ------- */
 
 /* vv: both operands vectors (x: 4 u8 per lane, w: 4 s8 per lane); the others broadcast
@@ -294,6 +328,22 @@ VDLA_INLINE vi8 vi8_dot4vv_any(vi8 acc, vi8 x, vi8 w) {
     return (vi8)vdla_avx2_dot4_any((__m256i)acc, (__m256i)x, (__m256i)w);
 #else
     return vi8_dot4vv(acc, x, w);
+#endif
+}
+/* acc + the two int16 products of each lane's halves (x and w: two int16 per lane), exact
+   (AVX2 vpmaddwd; each pair sum is at most 2 * 2**30 when the int16 hold int8 values) */
+VDLA_INLINE vi8 vi8_madd16(vi8 acc, vi8 x, vi8 w) {
+#if defined(VDLA_X86) && defined(__AVX2__)
+    return (vi8)_mm256_add_epi32((__m256i)acc, _mm256_madd_epi16((__m256i)x, (__m256i)w));
+#else
+    return acc + ((x << 16) >> 16) * ((w << 16) >> 16) + (x >> 16) * (w >> 16);
+#endif
+}
+VDLA_INLINE vi16 vi16_madd16(vi16 acc, vi16 x, vi16 w) {
+#if defined(VDLA_X86) && defined(__AVX512BW__)
+    return (vi16)_mm512_add_epi32((__m512i)acc, _mm512_madd_epi16((__m512i)x, (__m512i)w));
+#else
+    return acc + ((x << 16) >> 16) * ((w << 16) >> 16) + (x >> 16) * (w >> 16);
 #endif
 }
 VDLA_INLINE vi16 vi16_dot4(vi16 acc, vi16 x, int32_t w) { return vi16_dot4vv(acc, x, vi16_bcast(w)); }
@@ -514,5 +564,60 @@ static inline void vdla_pack4(uint8_t *restrict dst, const int8_t *const src[4],
         for (c = lo; c < hi; c++) dst[c * 4 + l] = (uint8_t)((uint8_t)row[c * stride] ^ pad);
     }
 }
+
+/* ---- float math on vectors: exp, erf, tanh (the sequence models' softmax, GELU) --------
+ * Branch-free, so gcc keeps them in vectors; within a few float32 ulps of the C library
+ * in the ranges they are used in (relative error below 1e-6; the targets' float results
+ * are checked within 1e-4 of the float64 reference):
+ *   exp: Cephes' expf (x = n ln 2 + r, a degree-5 polynomial in r, 2^n put in the
+ *        exponent bits); 0 below -87.3 (where expf is denormal or 0), +inf above 88.7
+ *   erf: Eigen's rational approximation on [-4, 4] (outside: +-1)
+ *   tanh: sign(x) (1 - 2 / (exp(2|x|) + 1)), absolute error below 1e-7 */
+#define VDLA_MATH(N)                                                                         \
+VDLA_INLINE vf##N vf##N##_exp(vf##N x) {                                                     \
+    const vi##N under = x < -87.33654475f;                                                   \
+    x = vf##N##_min(vf##N##_max(x, vf##N##_bcast(-87.33654475f)), vf##N##_bcast(88.7f));     \
+    vf##N f = x * 1.44269504088896341f + 0.5f;                                               \
+    vi##N n = __builtin_convertvector(f, vi##N);                                             \
+    n += (vi##N)(__builtin_convertvector(n, vf##N) > f); /* truncation to floor */           \
+    const vf##N nf = __builtin_convertvector(n, vf##N);                                      \
+    const vf##N r = x - nf * 0.693359375f + nf * 2.12194440e-4f;                             \
+    vf##N y = vf##N##_bcast(1.9875691500E-4f);                                               \
+    y = y * r + 1.3981999507E-3f;                                                            \
+    y = y * r + 8.3334519073E-3f;                                                            \
+    y = y * r + 4.1665795894E-2f;                                                            \
+    y = y * r + 1.6666665459E-1f;                                                            \
+    y = y * r + 5.0000001201E-1f;                                                            \
+    y = y * (r * r) + r + 1.0f;                                                              \
+    y = y * (vf##N)((n + 127) << 23);                                                        \
+    return (vf##N)((vi##N)y & ~under);                                                       \
+}                                                                                            \
+VDLA_INLINE vf##N vf##N##_erf(vf##N a) {                                                     \
+    const vf##N x = vf##N##_min(vf##N##_max(a, vf##N##_bcast(-4.0f)), vf##N##_bcast(4.0f));  \
+    const vf##N x2 = x * x;                                                                  \
+    vf##N p = x2 * -2.72614225801306e-10f + 2.77068142495902e-08f;                           \
+    p = p * x2 + -2.10102402082508e-06f;                                                     \
+    p = p * x2 + -5.69250639462346e-05f;                                                     \
+    p = p * x2 + -7.34990630326855e-04f;                                                     \
+    p = p * x2 + -2.95459980854025e-03f;                                                     \
+    p = p * x2 + -1.60960333262415e-02f;                                                     \
+    p = p * x;                                                                               \
+    vf##N q = x2 * -1.45660718464996e-05f + -2.13374055278905e-04f;                          \
+    q = q * x2 + -1.68282697438203e-03f;                                                     \
+    q = q * x2 + -7.37332916720468e-03f;                                                     \
+    q = q * x2 + -1.42647390514189e-02f;                                                     \
+    return p / q;                                                                            \
+}                                                                                            \
+VDLA_INLINE vf##N vf##N##_tanh(vf##N x) {                                                    \
+    const vi##N sign = (vi##N)x & (vi##N){VDLA_REP##N((int32_t)0x80000000)};                 \
+    const vf##N ax = (vf##N)((vi##N)x & ~sign);                                              \
+    const vf##N t = 1.0f - 2.0f / (vf##N##_exp(ax + ax) + 1.0f);                             \
+    return (vf##N)((vi##N)t | sign);                                                         \
+}
+VDLA_MATH(16)
+VDLA_MATH(8)
+
+/* ---- errors a kernel reports (runtime.c): a bad index read from a tensor ---------------- */
+void vdla_fail(const char *prefix, long long value, const char *suffix);
 
 #endif /* VDLA_CPU_H */

@@ -1,11 +1,34 @@
 #define _GNU_SOURCE
 #include "vdla_cpu.h"
 
+#include <stdio.h>
 #include <time.h>
 #if defined(__linux__)
 #include <sched.h>
 #include <pthread.h>
 #endif
+
+/* The first error a kernel reported since vdla_clear_error (`vdla_fail`: an index read
+   from a tensor outside its table); the kernel reads nothing out of bounds and goes on,
+   and the caller (the session, the whole-graph runner) reports the error. */
+static char vdla_error_text[512];
+static volatile int vdla_error_flag;
+
+void vdla_fail(const char *prefix, long long value, const char *suffix) {
+#ifdef _OPENMP
+    #pragma omp critical(vdla_error)
+#endif
+    {
+        if (!vdla_error_flag) {
+            snprintf(vdla_error_text, sizeof vdla_error_text, "%s%lld%s", prefix, value, suffix);
+            vdla_error_flag = 1;
+        }
+    }
+}
+
+const char *vdla_error(void) { return vdla_error_flag ? vdla_error_text : NULL; }
+
+void vdla_clear_error(void) { vdla_error_flag = 0; }
 
 void vdla_set_threads(int n) {
 #ifdef _OPENMP

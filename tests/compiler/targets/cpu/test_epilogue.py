@@ -54,7 +54,10 @@ def test_one_channel_per_vector_reads_scalars():
 @pytest.mark.parametrize("activation, step", [
     (None, None),
     ("relu", "a = vf8_max(a, (vf8){0});"),
-    ("clip", "a = vf8_max(vf8_min(a, hi), lo);")])
+    ("clip", "a = vf8_max(vf8_min(a, hi), lo);"),
+    ("gelu", "a = a * 0.5f * (1.0f + vf8_erf(a * 0.7071067811865476f));"),
+    ("gelu_tanh", "a = a * 0.5f * (1.0f + vf8_tanh(0.7978845608028654f * (a + 0.044715f * a "
+                  "* a * a)));")])
 def test_float32_is_bias_residual_activation_store(activation, step):
     ep = Epilogue(8, False, residual=True, activation=activation)
     ops = Operands(bias="b", lo="lo", hi="hi")
@@ -65,7 +68,7 @@ def test_float32_is_bias_residual_activation_store(activation, step):
 
 @pytest.mark.parametrize("make, message", [
     (lambda: Epilogue(12, False), "12 lanes: allowed \\[8, 16\\]"),
-    (lambda: Epilogue(8, False, activation="gelu"), "'gelu'"),
+    (lambda: Epilogue(8, False, activation="swish"), "'swish'"),
     (lambda: Epilogue(8, True, activation="relu"), "None for int8"),
     (lambda: Epilogue(8, True, rq=("rqx", "rqv")), "'rqx'"),
     (lambda: Lanes("some", "n"), "'some': allowed 'all', 'first', 'keep'"),

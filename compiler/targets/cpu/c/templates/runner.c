@@ -17,13 +17,16 @@ static double vdla_tock(const struct timespec *t0) {
     return (double)(t1.tv_sec - t0->tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0->tv_nsec);
 }
 
-/* vdla_model_run, and with `seconds` (one double per op, in order) each op's wall time */
+/* vdla_model_run, and with `seconds` (one double per op, in order) each op's wall time.
+   Returns 0, 1 for a NULL argument, or 2 when an op found bad input (an index outside
+   its table: `vdla_error` says which; the ops after it did not run). */
 int vdla_model_run_timed(const unsigned char *restrict params, unsigned char *restrict arena,
                          unsigned char *restrict ws, const void *const *inputs,
                          void *const *outputs, double *seconds) {
     if (!params || !arena || !ws || !inputs || !outputs) return 1;
     struct timespec t0; (void)t0;
     vdla_holding held; vdla_hold(&held);
+    vdla_clear_error();
 @CALLS@
     vdla_release(&held);
     return 0;

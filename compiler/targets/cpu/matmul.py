@@ -1,0 +1,374 @@
+"""Batched matrix products compiled to C: ``matmul`` (float32) and ``qmatmul`` (int8).
+
+    if matmul_refusal(node, graph) is None:
+        kernel = matmul_kernel(node, graph, isa)
+
+Both follow numpy's ``matmul``: operands of rank 2 or more, the last two axes the
+matrices, the axes before them broadcast (``(B, H, S, D) @ (B, H, D, T)``, ``(B, S, D) @
+(D, N)``, ``(1, H, S, D) @ (B, 1, D, T)``). Either operand may be computed or constant.
+Each output batch's operand offsets are a table in ``params`` (the broadcast resolved
+when the C is written), so the loops see plain (M, K) @ (K, N) products.
+
+float32: a register tile of ``mr`` rows by ``nv`` vectors of ``vl`` columns (AVX-512:
+6 by 2 of 16; AVX2 and portable: 4 by 2 of 8). Each reduction step loads ``nv`` vectors
+of one row of B (contiguous: B is read in place, no packing), broadcasts ``mr`` values
+of A and does ``mr * nv`` multiply-adds in float32. OpenMP shares (batch, row block)
+pairs. The sums run in another order than the reference's float64, within float32
+rounding.
+
+int8 (``qmatmul``, `vdla.compiler.reference.integer`'s arithmetic): every B matrix is
+first packed into the scratch space as ``[K / 4][N][4]`` bytes (four consecutive k of one
+column side by side: one 32-bit lane; with ``transpose_b`` a plain 4-byte copy from B's
+rows), the K past a multiple of 4 zero, and its column sums taken. A's rows are read
+four bytes at a time as ``x + 128`` (the word XOR 0x80808080, an unsigned byte) and
+multiplied by the packed lanes with `vdla_cpu.h`'s exact dot products (``viN_dot4vv_any``:
+AVX-512 VNNI ``vpdpbusd``; AVX2 ``vpmaddubsw`` on nibbles, which cannot saturate;
+portable C); the sums lose ``128 * colsum`` (modulo 2**32, as the int32 reference
+wraps), are requantized by the node's one multiplier and shift (``viN_rq``) and clamped
+to [out_min, out_max]. Bit-exact against the reference on every instruction set.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from vdla.compiler.ir.graph import Graph
+from vdla.compiler.ir.tensor import Node
+from vdla.compiler.reference.integer import INT8_MAX, INT8_MIN, INT8_PRODUCTS_MAX
+from vdla.compiler.targets.cpu.isa import Isa
+from vdla.compiler.targets.cpu.kernel import SIGNATURE, Kernel, Params, align
+from vdla.compiler.targets.cpu.opbase import (Sources, dtype_refusal, requant_attrs_refusal,
+                                             size)
+
+__all__ = ["batch_offsets", "matmul_kernel", "matmul_refusal", "qmatmul_refusal",
+           "register_tile"]
+
+
+def register_tile(isa: Isa) -> tuple[int, int, int]:
+    """(vl, mr, nv) of the float32 register tile on `isa`: ``mr * nv`` accumulators, ``nv``
+    B vectors and one broadcast within its vector registers."""
+    vl = isa.lanes[0]
+    return (vl, 6, 2) if isa.registers >= 32 else (vl, 4, 2)
+
+
+def batch_offsets(a_shape, b_shape, out_batch) -> tuple[np.ndarray, np.ndarray]:
+    """Element offsets of each output batch's A and B matrices (numpy broadcasting of
+    the batch axes: an axis of size 1 repeats)."""
+    out_batch = tuple(out_batch)
+    count = size(out_batch)
+    idx = np.indices(out_batch).reshape(len(out_batch), count) if out_batch else \
+        np.zeros((0, 1), np.int64)
+    offsets = []
+    for shape in (a_shape, b_shape):
+        batch = (1,) * (len(out_batch) - (len(shape) - 2)) + tuple(shape[:-2])
+        matrix = shape[-1] * shape[-2]
+        strides = np.cumprod((1,) + batch[::-1])[:-1][::-1] * matrix
+        off = np.zeros(count, np.int64)
+        for d, (n, s) in enumerate(zip(batch, strides)):
+            if n > 1:
+                off += idx[d] * s
+        offsets.append(off)
+    return offsets[0], offsets[1]
+
+
+def matmul_refusal(node: Node, graph: Graph) -> str | None:
+    """float32 ``matmul``: operands of rank 2 or more (numpy's 1-D promotion is not run)."""
+    bad = dtype_refusal(node, graph, ("float32",))
+    if bad:
+        return bad
+    return _rank_refusal(node, graph)
+
+
+def _rank_refusal(node: Node, graph: Graph) -> str | None:
+    for name in node.inputs[:2]:
+        shape = graph.tensors[name].shape
+        if len(shape) < 2:
+            return (f"{node.op} node {node.name!r}: operand {name!r} has shape {shape}; the "
+                    "CPU target multiplies operands of rank 2 or more")
+    if size(graph.tensors[node.outputs[0]].shape) == 0:
+        return f"{node.op} node {node.name!r}: an empty output"
+    return None
+
+
+def qmatmul_refusal(node: Node, graph: Graph) -> str | None:
+    """``qmatmul``: int8 operands of rank >= 2, per-tensor requantization in bounds, and
+    at most `INT8_PRODUCTS_MAX` products per output (an int32 accumulator is exact)."""
+    bad = dtype_refusal(node, graph, ("int8",)) or _rank_refusal(node, graph)
+    if bad:
+        return bad
+    a = node.attrs
+    if np.size(a["shift"]) != 1 or (a["multiplier"] is not None
+                                    and np.size(a["multiplier"]) != 1):
+        return (f"qmatmul node {node.name!r}: per-channel requantization (shift "
+                f"{a['shift']!r}); the CPU target requantizes qmatmul per tensor")
+    bad = requant_attrs_refusal(node, graph)
+    if bad:
+        return bad
+    lo, hi = int(a["out_min"]), int(a["out_max"])
+    if not INT8_MIN <= lo <= hi <= INT8_MAX:
+        return (f"qmatmul node {node.name!r}: out_min {lo} and out_max {hi} must satisfy "
+                "-128 <= out_min <= out_max <= 127")
+    k = graph.tensors[node.inputs[0]].shape[-1]
+    if k > INT8_PRODUCTS_MAX:
+        return (f"qmatmul node {node.name!r} sums {k} products per output, more than an "
+                f"int32 accumulator holds exactly ({INT8_PRODUCTS_MAX})")
+    return None
+
+
+def _scalar(v) -> int:
+    return int(np.asarray(v).reshape(-1)[0])
+
+
+def matmul_kernel(node: Node, graph: Graph, isa: Isa) -> Kernel:
+    """The kernel of a ``matmul`` or ``qmatmul`` node that `matmul_refusal` /
+    `qmatmul_refusal` accepts."""
+    quant = node.op == "qmatmul"
+    a_shape = graph.tensors[node.inputs[0]].shape
+    b_shape = graph.tensors[node.inputs[1]].shape
+    out = graph.tensors[node.outputs[0]].shape
+    trans = quant and bool(node.attrs.get("transpose_b", False))
+    m, k = a_shape[-2], a_shape[-1]
+    n = b_shape[-2] if trans else b_shape[-1]
+    aoff, boff = batch_offsets(a_shape, b_shape, out[:-2])
+    params = Params()
+    sources = Sources(graph, params)
+    elem = "int8_t" if quant else "float"
+    a_ptr = sources.pointer(node.inputs[0], elem)
+    b_ptr = sources.pointer(node.inputs[1], elem)
+    offsets = params.add(np.stack([aoff, boff]).astype(np.int64))
+    batches = aoff.size
+    if quant:
+        return _qmatmul(node, params, sources, isa, a_ptr, b_ptr, offsets, batches, m, k, n,
+                        trans, boff)
+    vl, mr, nv = register_tile(isa)
+    v = f"vf{vl}"
+    blocks = -(-m // mr)
+    groups = _column_groups(n, nv, vl)
+    calls = "\n".join(f"    NAME_tile(a, b + {j0}, y + {j0}, rows, {g}, {last});"
+                      for j0, g, last in groups)
+    work = batches * blocks
+    macs = batches * m * k * n
+    parallel = 1 if macs >= 1 << 16 and work > 1 else 0
+    body = f"""
+/* matmul {a_shape} @ {b_shape} -> {out}: {batches} products {m}x{k} @ {k}x{n} */
+VDLA_INLINE void NAME_tile(const float *restrict a, const float *restrict b,
+                           float *restrict y, const int rows, const int nv, const int last) {{
+    {v} acc[{mr}][{nv}];
+    #pragma GCC unroll {mr}
+    for (int r = 0; r < rows; r++)
+        #pragma GCC unroll {nv}
+        for (int u = 0; u < nv; u++) acc[r][u] = ({v}){{0}};
+    for (int c = 0; c < {k}; c++) {{
+        {v} bv[{nv}];
+        #pragma GCC unroll {nv}
+        for (int u = 0; u < nv; u++)
+            bv[u] = last < {vl} && u == nv - 1 ? {v}_load_n(b + (size_t)c * {n} + u * {vl}, last)
+                                               : {v}_load(b + (size_t)c * {n} + u * {vl});
+        #pragma GCC unroll {mr}
+        for (int r = 0; r < rows; r++) {{
+            const {v} x = {v}_bcast(a[(size_t)r * {k} + c]);
+            #pragma GCC unroll {nv}
+            for (int u = 0; u < nv; u++) acc[r][u] = {v}_fma(x, bv[u], acc[r][u]);
+        }}
+    }}
+    #pragma GCC unroll {mr}
+    for (int r = 0; r < rows; r++)
+        #pragma GCC unroll {nv}
+        for (int u = 0; u < nv; u++) {{
+            if (last < {vl} && u == nv - 1) {v}_store_n(y + (size_t)r * {n} + u * {vl}, acc[r][u], last);
+            else {v}_store(y + (size_t)r * {n} + u * {vl}, acc[r][u]);
+        }}
+}}
+
+VDLA_INLINE void NAME_rows(const float *restrict a, const float *restrict b,
+                           float *restrict y, const int rows) {{
+{calls}
+}}
+
+void NAME{SIGNATURE} {{
+    const float *restrict A = {a_ptr};
+    const float *restrict B = {b_ptr};
+    float *restrict Y = (float *)out_;
+    const int64_t *restrict off = (const int64_t *)(params + {offsets});
+    (void)ws;
+    #pragma omp parallel for schedule(static) if({parallel})
+    for (int w = 0; w < {work}; w++) {{
+        const int bt = w / {blocks}, rb = w % {blocks};
+        const float *restrict a = A + off[bt] + (size_t)rb * {mr * k};
+        const float *restrict b = B + off[{batches} + bt];
+        float *restrict y = Y + (size_t)bt * {m * n} + (size_t)rb * {mr * n};
+        const int rows = {m} - rb * {mr} < {mr} ? {m} - rb * {mr} : {mr};
+        switch (rows) {{
+{_row_cases(mr)}
+        }}
+    }}
+}}
+"""
+    return Kernel(body, params.blob(), tuple(sources.inputs), macs=macs,
+                  items=work if parallel else 1)
+
+
+def _column_groups(n: int, nv: int, vl: int) -> list[tuple[int, int, int]]:
+    """The columns of an output row as (first column, vectors, lanes of the last one):
+    whole tiles of `nv` vectors, then single vectors, the last one partial."""
+    groups, j = [], 0
+    while j + nv * vl <= n:
+        groups.append((j, nv, vl))
+        j += nv * vl
+    while j < n:
+        groups.append((j, 1, min(vl, n - j)))
+        j += vl
+    return groups
+
+
+def _row_cases(mr: int, args: str = "a, b, y, {r}") -> str:
+    """C: a switch's cases calling ``NAME_rows`` with a constant row count each (`args`,
+    its arguments with ``{r}`` for the count)."""
+    return "\n".join(f"        case {r}: NAME_rows({args.format(r=r)}); break;"
+                     for r in range(1, mr + 1))
+
+
+def _qmatmul(node: Node, params: Params, sources: Sources, isa: Isa, a_ptr: str, b_ptr: str,
+             offsets: int, batches: int, m: int, k: int, n: int, trans: bool,
+             boff: np.ndarray) -> Kernel:
+    a = node.attrs
+    vl = isa.lanes[0]
+    v = f"vi{vl}"
+    mr, nv = (6, 2) if isa.registers >= 32 else (4, 2)
+    kq = -(-k // 4)                    # 32-bit words of a row of A
+    np_ = -(-n // vl) * vl             # packed columns (zero past n)
+    mult = 0 if a["multiplier"] is None else _scalar(a["multiplier"])
+    rq = params.add(np.array([mult, _scalar(a["shift"]), int(a["out_min"]),
+                              int(a["out_max"])], np.int32))
+    # the distinct B matrices, packed once each: the packed index of each batch's B
+    distinct, which = np.unique(boff, return_inverse=True)
+    packs = distinct.size
+    pack_off = params.add(distinct.astype(np.int64))
+    which_off = params.add(which.astype(np.int32))
+    panel = align(kq * np_ * 4)           # bytes of one packed B
+    sums = align(np_ * 4)                 # its column sums (int32)
+    one = panel + sums
+    pack_col = _pack_column(k, n, np_, trans)
+    groups = _column_groups(n, nv, vl)
+    calls = "\n".join(f"    NAME_tile(a, p + {j0 * 4}, cs + {j0}, y + {j0}, rows, {g}, {last}, rq);"
+                      for j0, g, last in groups)
+    blocks = -(-m // mr)
+    work = batches * blocks
+    macs = batches * m * k * n
+    parallel = 1 if macs >= 1 << 16 and work > 1 else 0
+    tail = k % 4
+    a_word = ("memcpy(&xw, a + (size_t)r * " + str(k) + " + 4 * q, 4);" if not tail else
+              f"if (q < {k // 4}) memcpy(&xw, a + (size_t)r * {k} + 4 * q, 4); "
+              f"else {{ xw = 0; memcpy(&xw, a + (size_t)r * {k} + 4 * q, {tail}); }}")
+    body = f"""
+/* qmatmul {node.attrs.get('transpose_b', False) and 'a @ b^T' or 'a @ b'}: {batches} products {m}x{k} @ {k}x{n} */
+VDLA_INLINE void NAME_tile(const int8_t *restrict a, const int8_t *restrict p,
+                           const int32_t *restrict cs, int8_t *restrict y, const int rows,
+                           const int nv, const int last, const int32_t *restrict rq) {{
+    {v} acc[{mr}][{nv}];
+    #pragma GCC unroll {mr}
+    for (int r = 0; r < rows; r++)
+        #pragma GCC unroll {nv}
+        for (int u = 0; u < nv; u++) acc[r][u] = ({v}){{0}};
+    for (int q = 0; q < {kq}; q++) {{
+        {v} bv[{nv}];
+        #pragma GCC unroll {nv}
+        for (int u = 0; u < nv; u++) bv[u] = {v}_load(p + ((size_t)q * {np_} + u * {vl}) * 4);
+        #pragma GCC unroll {mr}
+        for (int r = 0; r < rows; r++) {{
+            uint32_t xw; {a_word}
+            const {v} x = {v}_bcast((int32_t)(xw ^ 0x80808080u));
+            #pragma GCC unroll {nv}
+            for (int u = 0; u < nv; u++) acc[r][u] = {v}_dot4vv_any(acc[r][u], x, bv[u]);
+        }}
+    }}
+    const {v} lo = {v}_bcast(rq[2]), hi = {v}_bcast(rq[3]);
+    #pragma GCC unroll {nv}
+    for (int u = 0; u < nv; u++) {{
+        const {v} corr = {v}_load(cs + u * {vl}) * 128;
+        #pragma GCC unroll {mr}
+        for (int r = 0; r < rows; r++) {{
+            {v} t = ({v})((vu{vl})acc[r][u] - (vu{vl})corr);
+            t = {v}_rq(t, rq[0], rq[1]);
+            t = {v}_max({v}_min(t, hi), lo);
+            if (last < {vl} && u == nv - 1) {v}_store_s8_n(y + (size_t)r * {n} + u * {vl}, t, last);
+            else {v}_store_s8(y + (size_t)r * {n} + u * {vl}, t);
+        }}
+    }}
+}}
+
+VDLA_INLINE void NAME_rows(const int8_t *restrict a, const int8_t *restrict p,
+                           const int32_t *restrict cs, int8_t *restrict y, const int rows,
+                           const int32_t *restrict rq) {{
+{calls}
+}}
+
+void NAME{SIGNATURE} {{
+    const int8_t *restrict A = {a_ptr};
+    const int8_t *restrict B = {b_ptr};
+    int8_t *restrict Y = (int8_t *)out_;
+    const int64_t *restrict off = (const int64_t *)(params + {offsets});
+    const int64_t *restrict packed = (const int64_t *)(params + {pack_off});
+    const int32_t *restrict which = (const int32_t *)(params + {which_off});
+    const int32_t *restrict rq = (const int32_t *)(params + {rq});
+    #pragma omp parallel if({parallel})
+    {{
+        #pragma omp for schedule(static)
+        for (int t = 0; t < {packs * np_}; t++) {{
+            const int pk = t / {np_}, j = t % {np_};
+            const int8_t *restrict b = B + packed[pk];
+            int8_t *restrict p = (int8_t *)(ws + (size_t)pk * {one});
+            int32_t *restrict cs = (int32_t *)(ws + (size_t)pk * {one} + {panel});
+            if (j >= {n}) {{
+                for (int q = 0; q < {kq}; q++) memset(p + ((size_t)q * {np_} + j) * 4, 0, 4);
+                cs[j] = 0;
+                continue;
+            }}
+            if ({tail}) for (int q = {k // 4}; q < {kq}; q++) memset(p + ((size_t)q * {np_} + j) * 4, 0, 4);
+            {pack_col.strip()}
+        }}
+        #pragma omp for schedule(static)
+        for (int w = 0; w < {work}; w++) {{
+            const int bt = w / {blocks}, rb = w % {blocks};
+            const int8_t *restrict a = A + off[bt] + (size_t)rb * {mr * k};
+            const int8_t *restrict p = (const int8_t *)(ws + (size_t)which[bt] * {one});
+            const int32_t *restrict cs = (const int32_t *)(ws + (size_t)which[bt] * {one} + {panel});
+            int8_t *restrict y = Y + (size_t)bt * {m * n} + (size_t)rb * {mr * n};
+            const int rows = {m} - rb * {mr} < {mr} ? {m} - rb * {mr} : {mr};
+            switch (rows) {{
+{_row_cases(mr, "a, p, cs, y, {r}, rq")}
+            }}
+        }}
+    }}
+}}
+"""
+    return Kernel(body, params.blob(), tuple(sources.inputs), shared_bytes=packs * one,
+                  macs=macs, items=work if parallel else 1)
+
+
+def _pack_column(k: int, n: int, np_: int, trans: bool) -> str:
+    """C: column ``j`` of int8 B (read from ``b``; its rows with `trans`) packed into
+    ``p`` as ``[K / 4][np_][4]`` bytes, and its sum into ``cs[j]``."""
+    if trans:
+        pack_col = f"""
+            const int8_t *restrict row = b + (size_t)j * {k};
+            int32_t s = 0;
+            for (int q = 0; q < {k // 4}; q++) {{
+                memcpy(p + ((size_t)q * {np_} + j) * 4, row + 4 * q, 4);
+                s += row[4 * q] + row[4 * q + 1] + row[4 * q + 2] + row[4 * q + 3];
+            }}
+            for (int c = {k // 4 * 4}; c < {k}; c++) {{
+                p[((size_t)(c / 4) * {np_} + j) * 4 + c % 4] = row[c];
+                s += row[c];
+            }}
+            cs[j] = s;"""
+    else:
+        pack_col = f"""
+            int32_t s = 0;
+            for (int c = 0; c < {k}; c++) {{
+                const int8_t x = b[(size_t)c * {n} + j];
+                p[((size_t)(c / 4) * {np_} + j) * 4 + c % 4] = x;
+                s += x;
+            }}
+            cs[j] = s;"""
+    return pack_col

@@ -1,0 +1,87 @@
+"""Patch embeddings (a ViT's stem) compiled to C as one GEMM of many rows.
+
+    if is_patches(shape):                      # a ConvShape
+        kernel = patches_kernel(shape, node, graph, isa, inputs)
+
+A convolution whose kernel equals its stride, with no padding, dilation or groups (the
+16 x 16, stride-16 stem of a ViT), reads every input pixel once: its im2col matrix is a
+permutation of the input, one row per patch. The kernel gathers the patches into the
+scratch space (rows of C x kh x kw values in the weights' (c, i, j) order), multiplies
+them by the weights with the dense layers' row-tiled GEMM (`dense.dense_kernel`, its C
+under the name ``NAME_gemm``: bias, per-channel requantization, activation, the same
+epilogue as the convolution's), then transposes the (patches, O) result into the NCHW
+output. The general convolution kernel writes every one of the kernel's taps out, which
+for 16 x 16 taps is thousands of lines of C (minutes of gcc) and a register tile built
+for 3 x 3 windows.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from vdla.compiler.ir.graph import Graph
+from vdla.compiler.ir.tensor import Node
+from vdla.compiler.targets.cpu.dense import dense_kernel
+from vdla.compiler.targets.cpu.isa import Isa
+from vdla.compiler.targets.cpu.kernel import SIGNATURE, Kernel, Params, align
+from vdla.compiler.targets.cpu.schedule import choose_dense
+from vdla.compiler.targets.cpu.shapes import ConvShape, DenseShape
+
+__all__ = ["is_patches", "patches_kernel"]
+
+
+def is_patches(shape: ConvShape) -> bool:
+    """Whether the convolution of `shape` is a patch embedding (module docstring): a
+    kernel of at least 2 x 2 equal to its stride, no padding, dilation, groups or
+    residual."""
+    return (shape.kh == shape.sh and shape.kw == shape.sw and shape.kh * shape.kw >= 4
+            and shape.groups == 1 and shape.dh == shape.dw == 1 and not shape.residual
+            and shape.pt == shape.pl == shape.pb == shape.pr == 0)
+
+
+def patches_kernel(shape: ConvShape, node: Node, graph: Graph, isa: Isa,
+                   inputs: tuple[str, ...]) -> Kernel:
+    """The kernel of patch embedding `shape` (`is_patches`)."""
+    ho, wo = shape.h // shape.kh, shape.w // shape.kw
+    rows, depth = shape.n * ho * wo, shape.c * shape.kh * shape.kw
+    dense = DenseShape(n=rows, k=depth, o=shape.o, dtype=shape.dtype, bias=shape.bias,
+                       residual=False, offset=shape.offset, activation=shape.activation)
+    w = np.asarray(graph.constant(node.inputs[1])).reshape(shape.o, depth)
+    bias = graph.constant(node.input(2)) if node.input(2) else None
+    gemm = dense_kernel(dense, choose_dense(dense, isa), w, bias, node, isa, inputs)
+    params = Params()
+    g_off = params.add(gemm.params)
+    elem = "int8_t" if shape.int8 else "float"
+    size = 1 if shape.int8 else 4
+    g_ws = align(gemm.shared_bytes)
+    p_bytes = align(rows * depth * size)
+    y_bytes = align(rows * shape.o * size)
+    plane = ho * wo
+    body = gemm.body.replace("NAME", "NAME_gemm") + f"""
+/* patch embedding {shape.n}x{shape.c}x{shape.h}x{shape.w} -> {shape.o}, {shape.kh}x{shape.kw}
+   patches: {rows} x {depth} @ {depth} x {shape.o} */
+void NAME{SIGNATURE} {{
+    const {elem} *restrict X = (const {elem} *)in[0];
+    {elem} *restrict Y = ({elem} *)out_;
+    {elem} *restrict P = ({elem} *)(ws + {g_ws});
+    {elem} *restrict T = ({elem} *)(ws + {g_ws + p_bytes});
+    #pragma omp parallel for schedule(static)
+    for (int r = 0; r < {rows}; r++) {{
+        const int n = r / {plane}, ph = r % {plane} / {wo}, pw = r % {wo};
+        for (int c = 0; c < {shape.c}; c++)
+            for (int i = 0; i < {shape.kh}; i++)
+                memcpy(P + (size_t)r * {depth} + (c * {shape.kh} + i) * {shape.kw},
+                       X + (((size_t)n * {shape.c} + c) * {shape.h} + ph * {shape.kh} + i) * {shape.w}
+                         + pw * {shape.kw}, {shape.kw * size});
+    }}
+    const void *gin[1] = {{P}};
+    NAME_gemm(gin, T, params + {g_off}, ws);
+    #pragma omp parallel for collapse(2) schedule(static)
+    for (int n = 0; n < {shape.n}; n++)
+        for (int o = 0; o < {shape.o}; o++)
+            for (int p = 0; p < {plane}; p++)
+                Y[((size_t)n * {shape.o} + o) * {plane} + p] = T[((size_t)n * {plane} + p) * {shape.o} + o];
+}}
+"""
+    return Kernel(body, params.blob(), inputs, shared_bytes=g_ws + p_bytes + y_bytes,
+                  macs=gemm.macs, items=gemm.items)

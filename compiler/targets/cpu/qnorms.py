@@ -1,0 +1,196 @@
+"""The integer softmax, LayerNorm and GELU of quantized transformers compiled to C:
+``qsoftmax``, ``qlayer_norm``, ``qgelu``, bit for bit the definitions of
+`vdla.compiler.reference.integer_transformer` (its docstring has the formulas).
+
+    if qnorm_refusal(node, graph) is None:
+        kernel = qnorm_kernel(node, graph, isa)
+
+* ``qgelu`` is a function of the 256 int8 values: the kernel looks each one up in
+  ``gelu_table(node)`` (computed by the reference function itself, so equal by
+  construction).
+* ``qsoftmax``: per row of the last axis, the maximum m, then ``e = exp_table[x - m +
+  255]`` (the reference's exponential of ``(x - m) * c`` for the 256 possible
+  differences), the int32 sum s, and ``p = ((e << k) + (s >> 1)) // s`` clipped to 127.
+  The floor division of non-negative integers runs in double precision: with
+  ``e << k <= 2**30`` and s < 2**31 the quotient is below 2**15 + 1, and a quotient
+  that is not an integer is at least 1 / s <= 2**-30 away from one, far more than a
+  double's rounding there (2**-38), so truncating the double quotient is exact
+  (`SOFTMAX_C`, shared with the fused attention).
+* ``qlayer_norm``: per row, ``S = sum(x)``, ``Q = sum(x * x)`` (int32), ``v = D Q -
+  S**2`` and the floor square root of ``(v + eps) << 2P`` (int64; from a double square
+  root corrected by comparing squares, exact), ``inv = 2**(40 + P) // sd``, then per
+  value the int64 steps of the definition: ``z = (xc * inv + 2**23) >> 24``, ``y = (z *
+  G + B + 2**(R - 1)) >> R``, clipped. ``>>`` on signed int64 is arithmetic (floor),
+  as `vdla_cpu.h` checks.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from vdla.compiler.ir.graph import Graph
+from vdla.compiler.ir.tensor import Node
+from vdla.compiler.reference.integer import QuantizationError
+from vdla.compiler.reference.integer_transformer import (LN_RECIP_BITS, LN_VARIANCE_BOUND,
+                                                         LN_Z_BITS, MAX_LAYER_NORM_LENGTH,
+                                                         MAX_SOFTMAX_LENGTH, exp_table,
+                                                         gelu_table)
+from vdla.compiler.targets.cpu.isa import Isa
+from vdla.compiler.targets.cpu.kernel import SIGNATURE, Kernel, Params, align
+from vdla.compiler.targets.cpu.opbase import PARALLEL_MIN, Sources, size
+
+__all__ = ["SOFTMAX_C", "qnorm_kernel", "qnorm_refusal"]
+
+#: C: the integer softmax of one row of scores ``x[0 .. len)`` (int8 values)
+#: into int8 ``y``, keys where ``keep(j)`` is false left out (a C expression of j; "1":
+#: none), exponentials from the int32 table ``tab`` (`exp_table`), ``k`` the prob bits.
+#: Needs an int32 scratch row ``e`` of len values.
+SOFTMAX_C = """{{
+    int32_t m_ = -128;
+    for (int j = 0; j < {length}; j++) if ({keep}) m_ = {x}[j] > m_ ? {x}[j] : m_;
+    int32_t s_ = 0;
+    for (int j = 0; j < {length}; j++) {{
+        {e}[j] = ({keep}) ? {tab}[{x}[j] - m_ + 255] : 0;
+        s_ += {e}[j];
+    }}
+    if (s_ == 0) {{ for (int j = 0; j < {length}; j++) {y}[j] = 0; }}
+    else {{
+        const double ds = (double)s_;
+        const int32_t half = s_ >> 1;
+        for (int j = 0; j < {length}; j++) {{
+            const int32_t pr_ = (int32_t)((double)(({e}[j] << {k}) + half) / ds);
+            {y}[j] = (int8_t)(pr_ < 127 ? pr_ : 127);
+        }}
+    }}
+}}"""
+
+
+def qnorm_refusal(node: Node, graph: Graph) -> str | None:
+    """int8 input and output; the node's integer params valid (the reference's own
+    checks); softmax and layer norm over the last axis, rows within the definition's
+    lengths."""
+    x = graph.tensors[node.inputs[0]]
+    out = graph.tensors[node.outputs[0]]
+    if x.dtype != "int8" or out.dtype != "int8":
+        return (f"{node.op} node {node.name!r} on {x.dtype} -> {out.dtype}: the CPU target "
+                "runs it on int8")
+    if not x.shape or size(x.shape) == 0:
+        return f"{node.op} node {node.name!r}: input of shape {x.shape}"
+    try:
+        if node.op == "qgelu":
+            gelu_table(node)
+        elif node.op == "qsoftmax":
+            exp_table(node)
+    except (QuantizationError, KeyError, TypeError) as e:
+        return f"{node.op} node {node.name!r}: {e}"
+    if node.op in ("qsoftmax", "qlayer_norm"):
+        if int(node.attrs.get("axis", -1)) % len(x.shape) != len(x.shape) - 1:
+            return (f"{node.op} node {node.name!r} over axis {node.attrs['axis']}: the CPU "
+                    "target normalizes over the last axis")
+        limit = MAX_SOFTMAX_LENGTH if node.op == "qsoftmax" else MAX_LAYER_NORM_LENGTH
+        if x.shape[-1] > limit:
+            return (f"{node.op} node {node.name!r}: rows of {x.shape[-1]}; the definition "
+                    f"holds for at most {limit}")
+    if node.op == "qlayer_norm":
+        p = node.attrs.get("params")
+        if not isinstance(p, dict) or not {"eps", "sqrt_bits", "shift"} <= set(p):
+            return (f"qlayer_norm node {node.name!r}: params {p!r} must hold eps, sqrt_bits "
+                    "and shift")
+        d = x.shape[-1]
+        if (LN_VARIANCE_BOUND * d * d + int(p["eps"])) << (2 * int(p["sqrt_bits"])) >= 1 << 62:
+            return f"qlayer_norm node {node.name!r}: eps and sqrt_bits out of range"
+        for i, want in ((1, "int32"), (2, "int64")):
+            name = node.input(i)
+            if name and (graph.tensors[name].dtype != want
+                         or tuple(graph.tensors[name].shape) != (d,)):
+                return (f"qlayer_norm node {node.name!r}: {name!r} is "
+                        f"{graph.tensors[name].dtype} {graph.tensors[name].shape}; the "
+                        f"definition takes {want} ({d},)")
+    return None
+
+
+def qnorm_kernel(node: Node, graph: Graph, isa: Isa) -> Kernel:
+    """The kernel of a node `qnorm_refusal` accepts."""
+    params = Params()
+    sources = Sources(graph, params)
+    shape = graph.tensors[node.inputs[0]].shape
+    x_ptr = sources.pointer(node.inputs[0], "int8_t")
+    total = size(shape)
+    if node.op == "qgelu":
+        table = params.add(gelu_table(node).astype(np.int8))
+        pragma = "#pragma omp parallel for schedule(static)" if total >= PARALLEL_MIN else ""
+        body = f"""
+/* qgelu of {total} values: a 256-entry table */
+void NAME{SIGNATURE} {{
+    const int8_t *restrict X = {x_ptr};
+    const int8_t *restrict T = (const int8_t *)(params + {table}) + 128;
+    int8_t *restrict Y = (int8_t *)out_;
+    (void)ws;
+    {pragma}
+    for (size_t j = 0; j < {total}; j++) Y[j] = T[X[j]];
+}}
+"""
+        return Kernel(body, params.blob(), tuple(sources.inputs))
+    d = shape[-1]
+    rows = total // d
+    pragma = ("#pragma omp parallel for schedule(static)"
+              if rows > 1 and total >= PARALLEL_MIN // 8 else "")
+    if node.op == "qsoftmax":
+        table = params.add(exp_table(node).astype(np.int32))
+        k = int(node.attrs["params"]["prob_bits"])
+        row = SOFTMAX_C.format(length=d, keep="1", x="xr", e="e", tab="tab", y="y", k=k)
+        body = f"""
+/* qsoftmax over the last axis: {rows} rows of {d} */
+void NAME{SIGNATURE} {{
+    const int8_t *restrict X = {x_ptr};
+    const int32_t *restrict tab = (const int32_t *)(params + {table});
+    int8_t *restrict Y = (int8_t *)out_;
+    {pragma}
+    for (int r = 0; r < {rows}; r++) {{
+        int32_t *restrict e = (int32_t *)(ws + (size_t)omp_get_thread_num() * {align(4 * d)});
+        const int8_t *restrict xr = X + (size_t)r * {d};
+        int8_t *restrict y = Y + (size_t)r * {d};
+        {row}
+    }}
+}}
+"""
+        return Kernel(body, params.blob(), tuple(sources.inputs), thread_bytes=4 * d,
+                      items=rows if pragma else 1)
+    # qlayer_norm
+    p = node.attrs["params"]
+    eps, bits, r = int(p["eps"]), int(p["sqrt_bits"]), int(p["shift"])
+    g = (sources.pointer(node.input(1), "int32_t") if node.input(1) else
+         f"(const int32_t *)(params + {params.add(np.zeros(d, np.int32))})")
+    b = (sources.pointer(node.input(2), "int64_t") if node.input(2) else
+         f"(const int64_t *)(params + {params.add(np.zeros(d, np.int64))})")
+    zs = LN_RECIP_BITS - LN_Z_BITS
+    body = f"""
+/* qlayer_norm over the last axis: {rows} rows of {d} */
+void NAME{SIGNATURE} {{
+    const int8_t *restrict X = {x_ptr};
+    const int32_t *restrict G = {g};
+    const int64_t *restrict B = {b};
+    int8_t *restrict Y = (int8_t *)out_;
+    (void)ws;
+    {pragma}
+    for (int r = 0; r < {rows}; r++) {{
+        const int8_t *restrict x = X + (size_t)r * {d};
+        int8_t *restrict y = Y + (size_t)r * {d};
+        int32_t s = 0, q = 0;
+        for (int j = 0; j < {d}; j++) {{ s += x[j]; q += x[j] * x[j]; }}
+        const int64_t v = (int64_t){d} * q - (int64_t)s * s;
+        const int64_t n = (v + {eps}LL) << {2 * bits};
+        int64_t sd = (int64_t)sqrt((double)n);
+        while (sd * sd > n) sd--;
+        while ((sd + 1) * (sd + 1) <= n) sd++;
+        const int64_t inv = ((int64_t)1 << {LN_RECIP_BITS + bits}) / sd;
+        for (int j = 0; j < {d}; j++) {{
+            const int64_t xc = (int64_t){d} * x[j] - s;
+            const int64_t z = (xc * inv + ((int64_t)1 << {zs - 1})) >> {zs};
+            int64_t t = (z * G[j] + B[j] + ((int64_t)1 << {r - 1})) >> {r};
+            y[j] = (int8_t)(t < -128 ? -128 : t > 127 ? 127 : t);
+        }}
+    }}
+}}
+"""
+    return Kernel(body, params.blob(), tuple(sources.inputs), items=rows if pragma else 1)

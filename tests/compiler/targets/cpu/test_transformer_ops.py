@@ -1,0 +1,353 @@
+"""The CPU target's kernels of sequence models (transformers) against the reference, on
+one-node graphs of tiny shapes, on every instruction set this machine runs (avx512vnni
+where the machine has it, avx2, portable): batched float matmul (3-D, 4-D, broadcast
+batch axes, odd sizes), softmax, layer_norm, gelu (erf and tanh), the fused attention
+(mask, causal, broadcast mask), dense layers of many rows (the row-tiled GEMM, with GELU
+and residual), the layout and elementwise ops (transpose, slice, expand, where, cast,
+comparisons, sub/div/pow, add/mul with any broadcast, unary math, reductions), gather
+(with negative indices); and int8: qmatmul (transpose_b, broadcast batches, odd K, both
+requantization modes), qsoftmax, qlayer_norm, qgelu and qattention (mask, causal),
+which must match the integer definitions bit for bit. Float results are checked within
+1e-5 of the largest reference value (the data movement and once-rounded ops exactly).
+
+Every case of one ISA is built into one library (one compile, cached by content hash).
+Then: a bad gather index is a clear error from the op-by-op session and the whole-graph
+runner, never an out-of-bounds read; and a tiny GPT runs whole on the target, float32
+within tolerance and int8 bit-exactly."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from vdla.compiler import Graph, run_reference
+from vdla.compiler.ir.tensor import DTYPES
+from vdla.compiler.reference.integer_transformer import (gelu_params, layer_norm_params,
+                                                         softmax_params)
+from vdla.compiler.targets.cpu.build import machine_features
+from vdla.compiler.targets.cpu.isa import get as get_isa
+from vdla.compiler.targets.cpu.library import build_kernels, call, load
+from vdla.compiler.targets.cpu.lower import node_kernel
+
+ISAS = [pytest.param(name, marks=pytest.mark.skipif(
+            not get_isa(name).runs_on(machine_features()),
+            reason=f"this machine's compiler does not offer {name}"))
+        for name in ("avx512vnni", "avx2", "portable")]
+THREADS = 2
+TOLERANCE = 1e-5
+
+CASES: dict = {}
+
+
+def case(name: str, exact: bool = False):
+    def register(fn):
+        CASES[name] = (fn, exact)
+        return fn
+    return register
+
+
+def _data(rng, shape, dtype):
+    if dtype == "int8":
+        return rng.integers(-128, 128, shape).astype(np.int8)
+    if dtype == "bool":
+        return rng.random(shape) < 0.3
+    if dtype in ("int64", "int32"):
+        return rng.integers(-5, 5, shape).astype(dtype)
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def graph(op, inputs, seed=0, **attrs):
+    """One `op` node: `inputs` lists (shape, dtype) for graph inputs, or arrays for
+    constants."""
+    rng = np.random.default_rng(seed)
+    g = Graph(op)
+    names, feed = [], {}
+    for i, spec in enumerate(inputs):
+        if isinstance(spec, np.ndarray):
+            names.append(g.add_constant(f"k{i}", spec, str(spec.dtype)))
+        else:
+            names.append(g.add_input(f"x{i}", *spec))
+            feed[names[-1]] = _data(rng, *spec)
+    g.set_outputs([g.add_node(op, names, name="op", **attrs)])
+    return g, feed
+
+
+F = "float32"
+R = np.random.default_rng(7)
+
+# --- float -------------------------------------------------------------------------------
+
+for i, (a, b) in enumerate([((5, 7), (7, 9)), ((2, 3, 13, 17), (2, 3, 17, 21)),
+                            ((1, 3, 6, 8), (2, 1, 8, 16)), ((3, 10, 33), (33, 40)),
+                            ((2, 9, 16), (16, 3))]):
+    case(f"matmul{i}")(lambda a=a, b=b: graph("matmul", [(a, F), (b, F)]))
+case("matmul_const_b")(lambda: graph("matmul", [((2, 7, 12), F),
+                                                 R.standard_normal((12, 10)).astype(F)]))
+for shape in [(3, 5), (2, 3, 37), (1, 2, 9, 64)]:
+    case(f"softmax{shape}")(lambda s=shape: graph("softmax", [(s, F)], axis=-1))
+    case(f"layer_norm{shape}")(lambda s=shape: graph(
+        "layer_norm", [(s, F), R.standard_normal(s[-1]).astype(F),
+                       R.standard_normal(s[-1]).astype(F)], epsilon=1e-3))
+    for approximate in ("none", "tanh"):
+        case(f"gelu_{approximate}{shape}")(lambda s=shape, a=approximate: graph(
+            "gelu", [(s, F)], approximate=a))
+case("layer_norm_no_bias")(lambda: graph("layer_norm", [((4, 20), F),
+                                                        R.standard_normal(20).astype(F)]))
+ATTENTION = [  # (B, H, S, T, D, Dv, mask shape, causal)
+    (1, 2, 5, 5, 8, 8, None, False), (2, 3, 7, 9, 13, 11, (2, 1, 1, 9), False),
+    (1, 2, 16, 16, 16, 16, None, True), (1, 2, 6, 10, 8, 17, (1, 1, 6, 10), True)]
+for i, (b, h, s, t, d, dv, mask, causal) in enumerate(ATTENTION):
+    def make_attention(b=b, h=h, s=s, t=t, d=d, dv=dv, mask=mask, causal=causal):
+        ins = [((b, h, s, d), F), ((b, h, t, d), F), ((b, h, t, dv), F)]
+        if mask:
+            m = np.where(np.random.default_rng(1).random(mask) < 0.3, -1e4, 0.0)
+            ins.append(m.astype(F))
+        return graph("attention", ins, scale=d ** -0.5, causal=causal)
+    case(f"attention{i}")(make_attention)
+
+    def make_qattention(b=b, h=h, s=s, t=t, d=d, dv=dv, mask=mask, causal=causal):
+        ins = [((b, h, s, d), "int8"), ((b, h, t, d), "int8"), ((b, h, t, dv), "int8")]
+        if mask:
+            ins.append((mask, "bool"))
+        return graph("qattention", ins, causal=causal, qk_shift=(9,), qk_out_min=-128,
+                     qk_out_max=127, softmax_params=softmax_params(0.05, 0.5),
+                     pv_multiplier=300, pv_shift=(14,), pv_out_min=-120, pv_out_max=127)
+    case(f"qattention{i}", exact=True)(make_qattention)
+
+for n, k, o in [(7, 37, 11), (32, 30, 50)]:
+    w, bias = R.standard_normal((o, k)).astype(F), R.standard_normal(o).astype(F)
+    for act in (None, "gelu", "gelu_tanh"):
+        case(f"dense{n}x{k}x{o}_{act}")(lambda n=n, k=k, w=w, bias=bias, act=act: graph(
+            "dense", [((n, k), F), w, bias], activation=act))
+    case(f"dense{n}x{k}x{o}_residual")(lambda n=n, k=k, o=o, w=w, bias=bias: graph(
+        "dense", [((n, k), F), w, bias, ((n, o), F)]))
+    wq = R.integers(-128, 128, (o, k)).astype(np.int8)
+    bq = R.integers(-9000, 9000, o).astype(np.int32)
+    case(f"qdense{n}x{k}x{o}", exact=True)(lambda n=n, k=k, wq=wq, bq=bq: graph(
+        "qdense", [((n, k), "int8"), wq, bq], multiplier=(3001,), shift=(20,)))
+    case(f"qdense{n}x{k}x{o}_residual", exact=True)(lambda n=n, k=k, o=o, wq=wq, bq=bq: graph(
+        "qdense", [((n, k), "int8"), wq, bq, ((n, o), "int8")], shift=(8,),
+        residual_shift=0))
+
+# layout and elementwise ops: exact (data movement, float values rounded once)
+EXACT = {
+    "transpose": lambda: graph("transpose", [((2, 5, 3, 4), F)], perm=(0, 2, 1, 3)),
+    "transpose_int8": lambda: graph("transpose", [((2, 5, 3, 4), "int8")], perm=(3, 1, 0, 2)),
+    "transpose_reversed": lambda: graph("transpose", [((2, 5, 3), F)]),
+    "slice_steps": lambda: graph("slice", [((3, 10, 7), F)], starts=(1, 2), ends=(9, 7),
+                                 axes=(1, 2), steps=(2, 3)),
+    "slice_int8": lambda: graph("slice", [((6, 24), "int8")], starts=(8,), ends=(16,),
+                                axes=(1,), steps=(1,)),
+    "expand": lambda: graph("expand", [((1, 1, 5), F)], shape=(2, 3, 5)),
+    "expand_rank": lambda: graph("expand", [((3, 1), "int64")], shape=(2, 3, 4)),
+    "where": lambda: graph("where", [((1, 1, 4, 4), "bool"), ((2, 3, 4, 4), F),
+                                     np.array([-1e9], F)]),
+    "cast_float_int64": lambda: graph("cast", [((3, 7), F)], dtype="int64"),
+    "cast_int64_float": lambda: graph("cast", [((3, 7), "int64")], dtype="float32"),
+    "cast_int64_bool": lambda: graph("cast", [((3, 7), "int64")], dtype="bool"),
+    "cast_bool_float": lambda: graph("cast", [((3, 7), "bool")], dtype="float32"),
+    "equal": lambda: graph("equal", [((3, 7), "int64"), ((1, 7), "int64")]),
+    "less": lambda: graph("less", [((3, 7), F), ((3, 1), F)]),
+    "greater": lambda: graph("greater", [((3, 7), F), np.array([0.1], F)]),
+    "sub": lambda: graph("sub", [((2, 3, 7), F), ((3, 1), F)]),
+    "div": lambda: graph("div", [((2, 3, 7), F), (np.abs(R.standard_normal(7)) + 1).astype(F)]),
+    "pow2": lambda: graph("pow", [((2, 3, 7), F), np.array([2.0], F)]),
+    "neg": lambda: graph("neg", [((2, 3, 7), F)]),
+    "neg_int8": lambda: graph("neg", [((2, 3, 7), "int8")]),
+    "add_broadcast": lambda: graph("add", [((1, 1, 1, 9), F), ((2, 3, 9, 9), F)]),
+    "mul_broadcast": lambda: graph("mul", [((2, 3, 9, 9), F), ((2, 1, 9, 1), F)]),
+    "reduce_max": lambda: graph("reduce_max", [((2, 3, 37), F)], axes=(1,)),
+    "gather": lambda: graph("gather", [R.standard_normal((50, 16)).astype(F),
+                                       np.array([[0, 3, -1, 49, -50, 7, 7]], np.int64)]),
+    "gather_ids": lambda: graph("gather", [R.standard_normal((50, 16)).astype(F),
+                                           ((1, 9), "int64")]),
+    "gather_int8_axis1": lambda: graph("gather", [((4, 10, 3), "int8"),
+                                                  np.array([9, 0, -3, 2, 2], np.int32)],
+                                       axis=1),
+}
+for name, make in EXACT.items():
+    case(name, exact=True)(make)
+case("pow")(lambda: graph("pow", [np.abs(R.standard_normal((2, 3, 7))).astype(F),
+                                  ((1,), F)]))
+for op in ("erf", "tanh", "exp"):
+    case(op)(lambda op=op: graph(op, [((3, 37), F)]))
+
+
+@case("sqrt")
+def _sqrt():
+    g, feed = graph("sqrt", [((3, 37), F)])
+    return g, {name: np.abs(x) for name, x in feed.items()}
+
+case("reduce_mean")(lambda: graph("reduce_mean", [((2, 3, 37), F)], axes=(-1,)))
+case("reduce_sum")(lambda: graph("reduce_sum", [((2, 3, 37), F)], axes=(0, 2),
+                                 keepdims=False))
+case("reduce_all")(lambda: graph("reduce_mean", [((2, 3, 37), F)], axes=()))
+
+# --- int8 -----------------------------------------------------------------------------------
+
+QMATMUL = [  # (a, b, transpose_b, multiplier, shift)
+    ((5, 7), (7, 9), False, None, (6,)), ((2, 3, 13, 17), (2, 3, 21, 17), True, 3001, (17,)),
+    ((1, 3, 6, 8), (2, 1, 8, 16), False, None, (7,)), ((3, 10, 33), (33, 40), False, 77, (12,)),
+    ((2, 9, 5), (5, 3), False, None, (-2,)), ((1, 2, 24, 16), (1, 2, 24, 16), True, None, (8,))]
+for i, (a, b, tb, m, s) in enumerate(QMATMUL):
+    case(f"qmatmul{i}", exact=True)(lambda a=a, b=b, tb=tb, m=m, s=s: graph(
+        "qmatmul", [(a, "int8"), (b, "int8")], transpose_b=tb, multiplier=m, shift=s,
+        out_min=-100, out_max=120))
+for shape in [(3, 5), (2, 3, 37), (2, 64, 128)]:
+    for scale in (0.02, 0.5):
+        case(f"qsoftmax{shape}_{scale}", exact=True)(lambda s=shape, c=scale: graph(
+            "qsoftmax", [(s, "int8")], params=softmax_params(c, 0.6)))
+    d = shape[-1]
+    gamma, beta, p = layer_norm_params(R.standard_normal(d), R.standard_normal(d) * 0.3,
+                                       1e-5, 0.05, 0.04, d)
+    case(f"qlayer_norm{shape}", exact=True)(lambda s=shape, g=gamma, b=beta, p=p: graph(
+        "qlayer_norm", [(s, "int8"), g, b], params=p))
+    case(f"qgelu{shape}", exact=True)(lambda s=shape: graph(
+        "qgelu", [(s, "int8")], params=gelu_params(0.05, 0.03)))
+case("qlayer_norm_no_beta", exact=True)(lambda: graph(
+    "qlayer_norm", [((4, 33), "int8"), layer_norm_params(np.ones(33), None, 1e-5, 0.1,
+                                                         0.05, 33)[0]],
+    params=layer_norm_params(np.ones(33), None, 1e-5, 0.1, 0.05, 33)[2]))
+
+
+# --- running ------------------------------------------------------------------------------
+
+_GRAPHS: dict = {}
+_LIBRARIES: dict = {}
+
+
+def graph_of(name):
+    if name not in _GRAPHS:
+        g, feed = CASES[name][0]()
+        _GRAPHS[name] = (g, feed, run_reference(g, feed)[g.outputs[0]])
+    return _GRAPHS[name]
+
+
+def library(isa_name):
+    """Every case's kernel for `isa_name` in one library."""
+    if isa_name not in _LIBRARIES:
+        isa = get_isa(isa_name)
+        kernels = {name: node_kernel(graph_of(name)[0].nodes()[0], graph_of(name)[0], isa,
+                                     threads=THREADS)[0] for name in CASES}
+        lib = load(build_kernels(list(kernels.values()), isa, name="test_transformer_ops"))
+        _LIBRARIES[isa_name] = (lib, kernels)
+    return _LIBRARIES[isa_name]
+
+
+@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize("isa_name", ISAS)
+def test_kernel_matches_reference(isa_name, name):
+    g, feed, want = graph_of(name)
+    lib, kernels = library(isa_name)
+    lib.vdla_set_threads(THREADS)
+    kernel = kernels[name]
+    t = g.tensors[g.outputs[0]]
+    out = np.full(t.shape, 99, DTYPES[t.dtype])
+    call(lib, kernel, [feed[n] for n in kernel.inputs], out, threads=THREADS)
+    assert out.dtype == want.dtype and out.shape == want.shape
+    if CASES[name][1] or want.dtype.kind != "f":
+        np.testing.assert_array_equal(out, want)
+    else:
+        err = np.abs(out.astype(np.float64) - want).max() / np.abs(want).max()
+        assert err < TOLERANCE, f"{name}: relative error {err:.3g}"
+
+
+def test_every_op_of_the_spec_is_supported():
+    from vdla.compiler.targets.cpu import ops
+    for op in ("matmul", "softmax", "layer_norm", "gelu", "attention", "gather", "slice",
+               "expand", "where", "cast", "transpose", "sub", "div", "pow", "sqrt", "erf",
+               "tanh", "exp", "neg", "reduce_mean", "reduce_sum", "reduce_max", "equal",
+               "less", "greater", "qmatmul", "qsoftmax", "qlayer_norm", "qgelu",
+               "qattention"):
+        assert op in ops.OPS, op
+
+
+def test_refusals_say_why(best):
+    g, _ = graph("softmax", [((3, 5, 7), F)], axis=1)
+    reason = best.supports(g.nodes()[0], g).reason
+    assert "last axis" in reason and "axis 1" in reason
+    g, _ = graph("reduce_sum", [((3, 7), "int64")], axes=(1,))
+    assert "float32" in best.supports(g.nodes()[0], g).reason
+    g, _ = graph("qmatmul", [((3, 7), "int8"), ((7, 4), "int8")], shift=(3, 4))
+    assert "per tensor" in best.supports(g.nodes()[0], g).reason
+
+
+# --- through the target ---------------------------------------------------------------------
+
+def test_bad_gather_index_is_an_error_not_a_read(best):
+    from vdla.compiler.targets.model import compile_model
+    g = Graph("bad")
+    table = g.add_constant("table", R.standard_normal((50, 4)).astype(F))
+    ids = g.add_input("ids", (1, 3), "int64")
+    g.set_outputs([g.add_node("gather", [table, ids], name="emb")])
+    compiled = compile_model(g, best)
+    assert compiled.ops[0].target == "cpu"
+    want = ("node 'emb' (gather): index 50 in 'ids' is outside [-50, 50), the 50 entries of "
+            "'table' along axis 0")
+    with pytest.raises(ValueError) as reference:
+        run_reference(g, {"ids": np.array([[1, 50, 2]])})
+    assert str(reference.value) == want
+    with compiled.session() as session:
+        for run in (session.run, session.run_graph):
+            with pytest.raises(ValueError) as e:
+                run({"ids": np.array([[1, 50, 2]])})
+            assert str(e.value) == want
+            with pytest.raises(ValueError, match="index -51 in 'ids'"):
+                run({"ids": np.array([[-51, 0, 2]])})
+            good = {"ids": np.array([[1, -50, 49]])}      # after an error: fine again
+            np.testing.assert_array_equal(run(good).outputs[g.outputs[0]],
+                                          run_reference(g, good)[g.outputs[0]])
+
+
+@pytest.mark.parametrize("precision", ["float32", "int8"])
+def test_tiny_gpt_runs_whole_on_the_cpu(best, precision):
+    """A 4-layer causal decoder (the zoo's gpt_mini at 8 tokens and a vocabulary of 64)
+    prepared, fused and (int8) quantized: every node on the CPU target, the whole-graph
+    runner's output equal to the op-by-op one, and to the reference (int8 bit for bit)."""
+    from vdla.compiler.frontend import zoo
+    from vdla.compiler.passes import prepare, quantize
+    from vdla.compiler.targets.model import compile_model
+    g = zoo.get("gpt_mini", seq_len=8, num_classes=64)
+    rng = np.random.default_rng(0)
+
+    def feed():
+        return {"input_ids": rng.integers(0, 64, (1, 8)).astype(np.int64)}
+
+    x = feed()
+    g = prepare(g) if precision == "float32" else quantize(g, [feed(), feed()], "shift")
+    compiled = compile_model(g, best)
+    assert [op.name for op in compiled.ops if op.target != "cpu"] == []
+    ops = {node.op for node in g.nodes()}
+    assert ("qattention" if precision == "int8" else "attention") in ops
+    want = run_reference(g, x)[g.outputs[0]]
+    with compiled.session() as session:
+        whole = session.run_graph(x).outputs[g.outputs[0]]
+        one_by_one = session.run(x).outputs[g.outputs[0]]
+    np.testing.assert_array_equal(whole, one_by_one)
+    if precision == "int8":
+        np.testing.assert_array_equal(whole, want)
+    else:
+        assert np.abs(whole - want).max() / np.abs(want).max() < 1e-4
+
+
+@pytest.mark.parametrize("dtype", ["int8", "float32"])
+@pytest.mark.parametrize("case", [dict(n=1, c=3, h=32, w=32, o=24, k=8, stride=8, pad=0),
+                                  dict(n=2, c=3, h=18, w=20, o=10, k=4, stride=4, pad=0),
+                                  dict(n=1, c=5, h=12, w=12, o=9, k=3, stride=3, pad=0,
+                                       nonnegative=True)], ids=str)
+def test_patch_embedding_is_one_gemm(cpu, dtype, case):
+    """A convolution whose kernel is its stride (a ViT's stem) runs as patches gathered
+    into rows, the dense layers' GEMM and a transpose (`patches`), without a schedule:
+    exact in int8 (odd image sizes: the last rows and columns unused), within float
+    tolerance, and the same in the whole-graph runner."""
+    from gemm_graphs import assert_matches, conv_graph
+    from vdla.compiler.targets.model import compile_model
+    g, feed = conv_graph(np.random.default_rng(3), dtype=dtype,
+                         **({"activation": "relu"} if dtype == "float32" else {}), **case)
+    compiled = compile_model(g, cpu)
+    assert compiled.ops[-1].target == "cpu" and compiled.ops[-1].schedule is None
+    with compiled.session() as session:
+        out = session.run(feed).outputs
+        whole = session.run_graph(feed).outputs
+    np.testing.assert_array_equal(out[g.outputs[0]], whole[g.outputs[0]])
+    assert_matches(g, out, feed)
