@@ -104,15 +104,15 @@ def test_load_model_refuses_a_bad_batch(batch):
 
 def test_a_quantized_graph_is_remembered_and_keyed_on_what_decides_it(tmp_path, monkeypatch):
     """The second quantization of the same model is read from $VDLA_CACHE, equal to the
-    first; other calibration samples or another mode quantize again; a damaged entry is
-    quantized again, never used."""
+    first; other calibration samples, another mode or float nonlinear ops quantize again;
+    a damaged entry is quantized again, never used."""
     monkeypatch.setenv("VDLA_CACHE", str(tmp_path))
     calls = []
     real = pipeline.quantize
 
-    def counting(*args):
-        calls.append(args[2])
-        return real(*args)
+    def counting(*args, **kwargs):
+        calls.append((args[2], kwargs))
+        return real(*args, **kwargs)
 
     monkeypatch.setattr(pipeline, "quantize", counting)
     target = targets.get("vdla")
@@ -122,12 +122,16 @@ def test_a_quantized_graph_is_remembered_and_keyed_on_what_decides_it(tmp_path, 
     assert len(calls) == 1 and second.fingerprint() == first.fingerprint()
     pipeline.quantize_for(pipeline.load_model("small_cnn", seed=1), target)
     assert len(calls) == 2
+    # Softmax, LayerNorm and GELU kept in float is another graph (the same here: the
+    # model has none; what matters is that it is keyed apart).
+    pipeline.quantize_for(model, target, integer_nonlinear=False)
+    assert len(calls) == 3 and calls[-1][1] == {"integer_nonlinear": False}
     entries = list(tmp_path.glob("quantized/*/*.pickle"))
-    assert len(entries) == 2
+    assert len(entries) == 3
     for entry in entries:
         entry.write_bytes(entry.read_bytes()[:-10])      # truncated
     assert pipeline.quantize_for(model, target).fingerprint() == first.fingerprint()
-    assert len(calls) == 3
+    assert len(calls) == 4
 
 
 def test_a_graph_fingerprint_sees_one_weight():

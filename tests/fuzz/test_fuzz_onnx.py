@@ -219,9 +219,15 @@ FOUND = {
                 helper.make_node("Add", ["x", "e"], ["y"])],
                {"s": np.array([4], np.int64)}, opset=8),
         None),                                    # opset 8 has no ConstantOfShape: a model
-    "a constant output of another dtype": (
+    # A constant output of another dtype than float32: bool is one of the graph IR's
+    # dtypes (transformers' masks), so it imports.
+    "a constant bool output": (
         _model([helper.make_node("Equal", ["a", "a"], ["y"])], {"a": np.ones(2, np.int64)}),
-        r"graph output 'y' of 'the given bytes': constant 'y' has dtype bool"),
+        None),
+    "a reduction over one axis named twice": (
+        _model([helper.make_node("ReduceMean", ["a"], ["y"], axes=[0, 0])],
+               {"a": np.ones(3, np.float32)}),
+        r"axes \[0, 0\] must be distinct axes of a rank-1 input"),
 }
 
 

@@ -274,7 +274,14 @@ def _f_reduce(imp, node, args):
     axes = _axes_arg(imp, node, args)
     if not axes and int(node.attrs.get("noop_with_empty_axes", 0)):
         return [x]
-    axes = tuple(a % max(x.ndim, 1) for a in axes) if axes else None
+    if axes:
+        rank = max(x.ndim, 1)
+        if any(not -rank <= a < rank for a in axes) or len({a % rank for a in axes}) != len(axes):
+            node.fail(f"axes {list(axes)} must be distinct axes of a rank-{x.ndim} input "
+                      f"(each in [{-rank}, {rank}))")
+        axes = tuple(a % rank for a in axes)
+    else:
+        axes = None
     fn = {"ReduceSum": np.sum, "ReduceMean": np.mean, "ReduceMax": np.max,
           "ReduceMin": np.min, "ReduceProd": np.prod}[node.op]
     return [np.asarray(fn(x, axis=axes, keepdims=bool(int(node.attrs.get("keepdims", 1)))))
