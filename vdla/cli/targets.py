@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import textwrap
 
@@ -9,6 +10,9 @@ from vdla.cli.target_args import add_target_options, make_target, unavailable
 from vdla.compiler import targets
 
 __all__ = ["add_parser", "run"]
+
+#: The widest the op column of the listing gets (characters).
+OP_COLUMN = 28
 
 
 def add_parser(sub) -> None:
@@ -43,12 +47,13 @@ def run(args) -> int:
         print(f"{t['name']}: {t['description']}" + (f" ({settings})" if settings else ""))
         print(f"  requantization: {', '.join(t['requant_modes'])}; tuning: "
               + (", ".join(t["measure_backends"]) or "none"))
-        width = max((len(o["op"]) for o in t["ops"]), default=0)
+        # The op column no wider than OP_COLUMN: a long list of ops wraps in it.
+        width = min(max((len(o["op"]) for o in t["ops"]), default=0), OP_COLUMN)
         for o in t["ops"]:
+            names = textwrap.wrap(o["op"], width) or [""]
             lines = textwrap.wrap(o["runs"], 88 - width - 4) or [""]
-            print(f"  {o['op']:<{width}}  {lines[0]}")
-            for more in lines[1:]:
-                print(f"  {'':<{width}}  {more}")
+            for name, line in itertools.zip_longest(names, lines, fillvalue=""):
+                print(f"  {name:<{width}}  {line}".rstrip())
         print()
     print("Ops a target does not run fall back to the host target (the numpy reference "
           "kernels). `vdla run MODEL --target NAME` picks one.")
