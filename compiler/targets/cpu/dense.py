@@ -18,13 +18,25 @@ every row of the tile (a blocked GEMM; OpenMP shares (output tile, row block) pa
 output tiles outermost, so a tile's weights stay in the cache while the rows pass).
 
 int8 follows `vdla.compiler.targets.cpu.conv`: an input not known to be non-negative is
-read as ``x + 128`` and the bias absorbs ``-128 · sum(w)``. On AVX2 (no VNNI) a layer of
-4 rows or more whose input may be negative instead widens its input to int16 once, into
-the scratch space, and multiplies pairs of int16 with ``vpmaddwd`` (weights packed
-``[output tile][k / 2][ov * vl][2]`` as int16): exact (each pair sum below 2**15 * 2),
-no offset, and one instruction and an add per two products of a lane, where the
-unsigned-by-signed ``vpmaddubsw`` needs its bytes split in nibbles for ``x + 128`` (it
-would saturate otherwise): 1.75 times the instructions.
+read as ``x + 128`` and the bias absorbs ``-128 · sum(w)`` (AVX-512 VNNI ``vpdpbusd``;
+portable C). On AVX2 (no VNNI; `int8_path`), where the unsigned-by-signed
+``vpmaddubsw`` would saturate on ``x + 128`` (and splitting its bytes in nibbles costs
+ten instructions per four products), an input that may be negative is multiplied signed:
+
+* "sign", up to `SIGN_ROWS_MAX` rows when no weight is -128 (the quantizer's weights
+  are in [-127, 127]): ``x * w = |x| * (w * sgn(x))``, ``|x|`` once per broadcast word
+  of four inputs, the sign applied to each weight vector, then ``vpmaddubsw`` and
+  ``vpmaddwd`` with ones: each product at most 128 * 127 in magnitude, a pair at most
+  32512 < 2**15, so nothing saturates and the int32 sums are exact (the proof:
+  `vdla_cpu.h`, ``viN_dot4vv_sign``); no offset. It reads half the weight bytes of
+  "wide" but spends five vector instructions per four products of a lane where "wide"
+  spends four, so it wins where the weights' bytes bound the layer (few rows: 1.3-2x
+  faster) and loses where the multiply-adds do (0.8x at 128 rows; `SIGN_ROWS_MAX`).
+* "wide", more rows, or 4 rows or more with a -128 weight: the input widened to int16
+  once, into the scratch space, and pairs of int16 multiplied with ``vpmaddwd``
+  (weights packed ``[output tile][k / 2][ov * vl][2]`` as int16): exact, no offset.
+* "offset" below 4 rows with a -128 weight: ``x + 128`` split in nibbles
+  (``viN_dot4vv_any``).
 """
 
 from __future__ import annotations
@@ -41,7 +53,8 @@ from vdla.compiler.targets.cpu.isa import Isa
 from vdla.compiler.targets.cpu.kernel import SIGNATURE, Kernel, Params
 from vdla.compiler.targets.cpu.schedule import DenseSchedule
 
-__all__ = ["dense_kernel", "row_tile", "wide_int8"]
+__all__ = ["AVX2_INT8", "SIGN_ROWS_MAX", "dense_kernel", "int8_path", "row_tile",
+           "signed_weights"]
 
 
 def _pack16(shape: DenseShape, w: np.ndarray, tile: int) -> np.ndarray:
@@ -52,9 +65,43 @@ def _pack16(shape: DenseShape, w: np.ndarray, tile: int) -> np.ndarray:
     return np.ascontiguousarray(wp.reshape(op // tile, tile, k2, 2).transpose(0, 2, 1, 3))
 
 
-def wide_int8(shape: DenseShape, isa: Isa) -> bool:
-    """Whether an int8 layer runs on int16 pairs (``vpmaddwd``; module docstring)."""
-    return shape.int8 and shape.offset and isa.int8 == "maddubs" and shape.n >= 4
+#: How an int8 layer whose input may be negative multiplies on AVX2 (no VNNI; module
+#: docstring): "sign" (up to `SIGN_ROWS_MAX` rows, where the weights allow it), "wide"
+#: (int16 pairs) or "offset" (``x + 128`` split in nibbles). `int8_path` picks;
+#: ``dense_kernel(..., avx2_int8=...)`` forces one (benchmarks and tests compare them).
+AVX2_INT8 = ("sign", "wide", "offset")
+#: Rows up to which "sign" is the default: measured against "wide" on an AMD Zen 4 host
+#: (AVX2 only, one thread, weights evicted before each run; 768 -> 3072 unless said)
+#: 1 row 1.96x, 4 rows 1.36x, 8 1.31x, 12 1.09x faster; 16 rows 0.98x (768 -> 768:
+#: 1.00x, 3072 -> 768: 0.87x), 32 0.90x, 128 0.80x.
+SIGN_ROWS_MAX = 12
+
+
+def signed_weights(w: np.ndarray) -> bool:
+    """Whether int8 weights `w` can take the sign trick: none is -128 (whose negation
+    wraps to -128). `vdla.compiler.passes.quantize` writes weights in [-127, 127]."""
+    return w.size == 0 or int(np.min(w)) > -128
+
+
+def int8_path(shape: DenseShape, isa: Isa, w: np.ndarray, avx2_int8: str | None = None) -> str:
+    """How int8 layer `shape` with weights `w` multiplies: "plain" (an input known
+    non-negative: ``dot4`` words as they are), "offset" on VNNI and portable code
+    (``x + 128``), or on AVX2 one of `AVX2_INT8`: "sign" up to `SIGN_ROWS_MAX` rows
+    when no weight is -128, else "wide" for 4 rows or more and "offset" below.
+    `avx2_int8` forces an AVX2 path (ValueError: "sign" with a -128 weight, or an
+    unknown name)."""
+    if not (shape.int8 and shape.offset and isa.int8 == "maddubs"):
+        return "offset" if shape.int8 and shape.offset else "plain"
+    if avx2_int8 is None:
+        if shape.n <= SIGN_ROWS_MAX and signed_weights(w):
+            return "sign"
+        return "wide" if shape.n >= 4 else "offset"
+    if avx2_int8 not in AVX2_INT8:
+        raise ValueError(f"avx2_int8={avx2_int8!r}: allowed {list(AVX2_INT8)}")
+    if avx2_int8 == "sign" and not signed_weights(w):
+        raise ValueError(f"avx2_int8='sign' needs int8 weights in [-127, 127]; this "
+                         f"layer's weights hold -128")
+    return avx2_int8
 
 
 def _pack(shape: DenseShape, w: np.ndarray, tile: int) -> np.ndarray:
@@ -68,28 +115,40 @@ def _pack(shape: DenseShape, w: np.ndarray, tile: int) -> np.ndarray:
     return np.ascontiguousarray(wp)
 
 
-def row_tile(n: int, ov: int, isa: Isa) -> int:
-    """Rows of the register tile: as many as fit beside ``ov`` weight vectors and one
-    broadcast (``rows * ov + ov + 1`` vector registers), at most 6 and at most `n`."""
-    return max(1, min(6, n, (isa.registers - 1 - ov) // ov))
+#: Vector registers the "sign" int8 reduction needs beside its accumulators and weight
+#: vectors (the broadcast word, its absolute value, the ones of ``vpmaddwd``, the signed
+#: weights); the others need one (the broadcast).
+_SIGN_SPARE = 4
+
+
+def row_tile(n: int, ov: int, isa: Isa, spare: int = 1) -> int:
+    """Rows of the register tile: as many as fit beside ``ov`` weight vectors and
+    `spare` others (``rows * ov + ov + spare`` vector registers), at most 6 and at most
+    `n`."""
+    return max(1, min(6, n, (isa.registers - spare - ov) // ov))
 
 
 def dense_kernel(shape: DenseShape, schedule: DenseSchedule, weights: np.ndarray,
                  bias: np.ndarray | None, node: Node, isa: Isa,
-                 inputs: tuple[str, ...]) -> Kernel:
-    """The `Kernel` of dense layer `shape` with `schedule` (checked on `isa`)."""
+                 inputs: tuple[str, ...], *, avx2_int8: str | None = None) -> Kernel:
+    """The `Kernel` of dense layer `shape` with `schedule` (checked on `isa`);
+    `avx2_int8` forces an int8 path on AVX2 (`int8_path`)."""
     s = schedule.check(shape, isa)
     vl, ov = s.vl, s.ov
     tile = vl * ov
     tiles = -(-shape.o // tile)
     o_padded = tiles * tile
-    mr = row_tile(shape.n, ov, isa)
-    blocks = -(-shape.n // mr)
     params = Params()
     w = np.asarray(weights)
-    wide = wide_int8(shape, isa)
-    if wide:
-        shape = dataclasses.replace(shape, offset=False)    # int16 x: no offset
+    path = int8_path(shape, isa, w, avx2_int8)
+    mr = row_tile(shape.n, ov, isa, _SIGN_SPARE if path == "sign" else 1)
+    blocks = -(-shape.n // mr)
+    wide, sign = path == "wide", path == "sign"
+    if wide or sign:
+        shape = dataclasses.replace(shape, offset=False)    # signed x: no offset
+    if sign and not signed_weights(w):      # the C's exactness rests on this
+        raise ValueError(f"dense node {node.name!r}: the sign-trick int8 kernel needs "
+                         f"weights in [-127, 127]; they hold -128")
     w_off = params.add(_pack16(shape, w, tile) if wide else _pack(shape, w, tile))
     offsets = tables(shape, node, w, bias, params, o_padded)
     ep = Epilogue.of(shape, vl)
@@ -98,7 +157,7 @@ def dense_kernel(shape: DenseShape, schedule: DenseSchedule, weights: np.ndarray
     k2 = -(-k // 2)
     shared = shape.n * k2 * 4 if wide else 0
     elem = "int8_t" if shape.int8 else "float"
-    loop = _reduction(shape, s, t, wide)
+    loop = _reduction(shape, s, t, path)
     epilogue = "".join("\n                " + line for line in ep.statements(
         "acc[r][v]", Operands.lanes(ep, "o"), "y + row + o", res="res + row + o",
         lanes=Lanes("first", "n"), var="a"))
@@ -110,7 +169,7 @@ def dense_kernel(shape: DenseShape, schedule: DenseSchedule, weights: np.ndarray
                       for r in range(1, mr + 1))
     w_type = "int16_t" if wide else elem
     body = f"""
-/* {shape.dtype} dense {shape.describe()}; schedule {s.to_dict()}; {mr} rows a tile */
+/* {shape.dtype} dense {shape.describe()}; schedule {s.to_dict()}; {mr} rows a tile{"; int8 " + path if shape.int8 else ""} */
 VDLA_INLINE void NAME_block(const {elem} *restrict x, const {w_type} *restrict wt,
                             {elem} *restrict y, const int b0, const int ot, const int rows,
                             const unsigned char *restrict params, const void *res_,
@@ -169,10 +228,12 @@ def _widen(n: int, k: int, k2: int) -> str:
     }}"""
 
 
-def _reduction(shape: DenseShape, s: DenseSchedule, t: str, wide: bool) -> str:
+def _reduction(shape: DenseShape, s: DenseSchedule, t: str, path: str) -> str:
     """C: the reduction loop of a register tile (``rows`` rows by ``ov`` vectors of
-    accumulators ``acc``): float32 multiply-adds, int8 words of four (``x + 128`` when the
-    input may be negative) or, `wide`, pairs of int16 (``x16``)."""
+    accumulators ``acc``): float32 multiply-adds, int8 words of four (`path` "offset":
+    ``x + 128`` when the input may be negative; "sign": signed words, the sign moved
+    onto the weights) or, "wide", pairs of int16 (``x16``)."""
+    wide = path == "wide"
     vl, ov = s.vl, s.ov
     tile = vl * ov
     k = shape.k
@@ -193,17 +254,23 @@ def _reduction(shape: DenseShape, s: DenseSchedule, t: str, wide: bool) -> str:
         dot = f"{t}_dot4vv_any" if shape.offset else f"{t}_dot4vv"
         flip = "0x80808080u" if shape.offset else "0u"
         words, tail = divmod(k, 4)
+        # "sign": |x| once per broadcast word, the sign applied to each weight vector
+        # (`vdla_cpu.h` viN_dot4vv_sign; exact because no weight is -128, `int8_path`)
+        xa = f" const {t} xa = {t}_abs8(xv);" if path == "sign" else ""
+        mul = (f"{t}_dot4vv_sign(acc[r][v], xa, xv, wv[v])" if path == "sign" else
+               f"{dot}(acc[r][v], xv, wv[v])")
+        keep = " VDLA_IN_REGISTER(wv[v]);" if path == "sign" else ""
 
         def step(c: str, read: str) -> str:
             return f"""
             {{
                 {t} wv[{ov}];
-                for (int v = 0; v < {ov}; v++) wv[v] = {t}_load(wt + ((size_t){c} * {tile} + v * {vl}) * 4);
+                for (int v = 0; v < {ov}; v++) {{ wv[v] = {t}_load(wt + ((size_t){c} * {tile} + v * {vl}) * 4);{keep} }}
                 #pragma GCC unroll 8
                 for (int r = 0; r < rows; r++) {{
                     uint32_t xw; {read}
-                    const {t} xv = {t}_bcast((int32_t)(xw ^ {flip}));
-                    for (int v = 0; v < {ov}; v++) acc[r][v] = {dot}(acc[r][v], xv, wv[v]);
+                    const {t} xv = {t}_bcast((int32_t)(xw ^ {flip}));{xa}
+                    for (int v = 0; v < {ov}; v++) acc[r][v] = {mul};
                 }}
             }}"""
         loop = f"""

@@ -3,10 +3,12 @@ one-node graphs of tiny shapes, on every instruction set this machine runs (avx5
 where the machine has it, avx2, portable): batched float matmul (3-D, 4-D, broadcast
 batch axes, odd sizes), softmax, layer_norm, gelu (erf and tanh), the fused attention
 (mask, causal, broadcast mask), dense layers of many rows (the row-tiled GEMM, with GELU
-and residual), the layout and elementwise ops (transpose, slice, expand, where, cast,
+and residual; int8 on AVX2 through each of its reductions: the sign trick, int16 pairs,
+x + 128 in nibbles, on random operands and on extreme ones over up to 4096 products whose
+exact sums the output shows), the layout and elementwise ops (transpose, slice, expand, where, cast,
 comparisons, sub/div/pow, add/mul with any broadcast, unary math, reductions), gather
 (with negative indices); and int8: qmatmul (transpose_b, broadcast batches, odd K, both
-requantization modes), qsoftmax, qlayer_norm, qgelu and qattention (mask, causal),
+requantization modes, fewer and more than 4 rows, -128 x -128 over 4098 products), qsoftmax, qlayer_norm, qgelu and qattention (mask, causal),
 which must match the integer definitions bit for bit. Float results are checked within
 1e-5 of the largest reference value (the data movement and once-rounded ops exactly).
 
@@ -129,6 +131,51 @@ for n, k, o in [(7, 37, 11), (32, 30, 50)]:
         "qdense", [((n, k), "int8"), wq, bq, ((n, o), "int8")], shift=(8,),
         residual_shift=0))
 
+# The quantizer's weights ([-127, 127]): on AVX2 the sign trick (`dense.int8_path`); the
+# ones above hold -128 and take the int16 ("wide") and nibble ("offset") paths.
+for n, k, o in [(1, 37, 11), (3, 8, 9), (7, 37, 11), (32, 30, 50), (13, 66, 17)]:
+    wq = R.integers(-127, 128, (o, k)).astype(np.int8)
+    bq = R.integers(-9000, 9000, o).astype(np.int32)
+    case(f"qdense_sign{n}x{k}x{o}", exact=True)(lambda n=n, k=k, wq=wq, bq=bq: graph(
+        "qdense", [((n, k), "int8"), wq, bq], multiplier=(3001,), shift=(20,)))
+    case(f"qdense_sign{n}x{k}x{o}_residual", exact=True)(
+        lambda n=n, k=k, o=o, wq=wq, bq=bq: graph(
+            "qdense", [((n, k), "int8"), wq, bq, ((n, o), "int8")], shift=(8,),
+            residual_shift=0, out_min=-100, out_max=90))
+
+_EXTREME_X = {  # one row of activations over k, repeated on every row
+    "neg128": lambda k: np.full(k, -128),
+    "alternating": lambda k: np.where(np.arange(k) % 2, 127, -128),
+    "mixed": lambda k: np.random.default_rng(k).choice([-128, -127, -1, 0, 1, 127], k)}
+
+
+def _extreme_weights(o, k):
+    """Columns of +127, of -127, alternating, random +-127 and random in [-127, 127]."""
+    rng = np.random.default_rng(o + k)
+    cols = [np.full(k, 127), np.full(k, -127), np.where(np.arange(k) % 2, -127, 127)]
+    cols += [rng.choice([-127, 127], k) for _ in range(o - 5)]
+    cols += [rng.integers(-127, 128, k) for _ in range(2)]
+    return np.stack(cols).astype(np.int8)
+
+
+def extreme_dense(pattern, k, n=7, o=19):
+    """int8 dense of extreme operands (every pair sum of vpmaddubsw at its bound,
+    +-2 * 128 * 127) over up to 4096 products, its int32 sums made visible: the bias
+    cancels each output's exact sum to a small target and the shift is 0, so an error
+    of one in any accumulator changes the output."""
+    x = _EXTREME_X[pattern](k).astype(np.int64)
+    w = _extreme_weights(o, k)
+    target = np.random.default_rng(1).integers(-100, 100, o)
+    bias = (target - w.astype(np.int64) @ x).astype(np.int32)
+    g, _ = graph("qdense", [((n, k), "int8"), w, bias], shift=(0,))
+    return g, {"x0": np.tile(x.astype(np.int8), (n, 1))}
+
+
+for pattern in _EXTREME_X:
+    for k in (4096, 4093, 768):
+        case(f"qdense_extreme_{pattern}_k{k}", exact=True)(
+            lambda p=pattern, k=k: extreme_dense(p, k))
+
 # layout and elementwise ops: exact (data movement, float values rounded once)
 EXACT = {
     "transpose": lambda: graph("transpose", [((2, 5, 3, 4), F)], perm=(0, 2, 1, 3)),
@@ -188,11 +235,35 @@ case("reduce_all")(lambda: graph("reduce_mean", [((2, 3, 37), F)], axes=()))
 QMATMUL = [  # (a, b, transpose_b, multiplier, shift)
     ((5, 7), (7, 9), False, None, (6,)), ((2, 3, 13, 17), (2, 3, 21, 17), True, 3001, (17,)),
     ((1, 3, 6, 8), (2, 1, 8, 16), False, None, (7,)), ((3, 10, 33), (33, 40), False, 77, (12,)),
-    ((2, 9, 5), (5, 3), False, None, (-2,)), ((1, 2, 24, 16), (1, 2, 24, 16), True, None, (8,))]
+    ((2, 9, 5), (5, 3), False, None, (-2,)), ((1, 2, 24, 16), (1, 2, 24, 16), True, None, (8,)),
+    # fewer than 4 rows: AVX2 keeps x + 128 in nibbles (4 or more: int16 pairs)
+    ((2, 3, 3, 10), (2, 3, 10, 7), False, None, (6,)), ((1, 2, 1, 9), (1, 2, 5, 9), True, 55, (9,))]
 for i, (a, b, tb, m, s) in enumerate(QMATMUL):
     case(f"qmatmul{i}", exact=True)(lambda a=a, b=b, tb=tb, m=m, s=s: graph(
         "qmatmul", [(a, "int8"), (b, "int8")], transpose_b=tb, multiplier=m, shift=s,
         out_min=-100, out_max=120))
+
+
+def extreme_qmatmul(transpose_b, k=4098, m=5, n=19):
+    """qmatmul of two activations at their extremes over 4098 products: A all -128, B's
+    columns (-128, -128, 127, 127, 1, 1) repeated (pairs of products of 2 * 16384 and
+    2 * -16256) plus a small target t on the last entry, so each exact sum is -128 * t
+    and the output (shift 7) is -t."""
+    target = np.random.default_rng(2).integers(-50, 51, n)
+    b = np.tile(np.array([-128, -128, 127, 127, 1, 1]), k // 6)[:, None].repeat(n, 1)
+    b[-1] += target
+    b = b.astype(np.int8)
+    g, _ = graph("qmatmul", [((1, m, k), "int8"), ((1, n, k) if transpose_b else (k, n), "int8")],
+                 transpose_b=transpose_b, multiplier=None, shift=(7,), out_min=-128,
+                 out_max=127)
+    return g, {"x0": np.full((1, m, k), -128, np.int8),
+               "x1": b.T[None].copy() if transpose_b else b}
+
+
+for tb in (False, True):
+    for rows in (5, 3):
+        case(f"qmatmul_extreme_t{int(tb)}_m{rows}", exact=True)(
+            lambda tb=tb, rows=rows: extreme_qmatmul(tb, m=rows))
 for shape in [(3, 5), (2, 3, 37), (2, 64, 128)]:
     for scale in (0.02, 0.5):
         case(f"qsoftmax{shape}_{scale}", exact=True)(lambda s=shape, c=scale: graph(
@@ -270,6 +341,82 @@ def test_refusals_say_why(best):
     assert "float32" in best.supports(g.nodes()[0], g).reason
     g, _ = graph("qmatmul", [((3, 7), "int8"), ((7, 4), "int8")], shift=(3, 4))
     assert "per tensor" in best.supports(g.nodes()[0], g).reason
+
+
+_PATH_CASES = ["qdense_sign1x37x11", "qdense_sign3x8x9_residual", "qdense_sign7x37x11",
+               "qdense_sign13x66x17", "qdense_sign32x30x50_residual",
+               "qdense_extreme_mixed_k4093", "qdense_extreme_neg128_k4096"]
+
+
+@pytest.mark.skipif(not get_isa("avx2").runs_on(machine_features()),
+                    reason="this machine's compiler does not offer avx2")
+def test_every_avx2_int8_dense_path_is_exact():
+    """Each AVX2 int8 dense reduction forced on every case (the default picks one by
+    rows): "sign" (|x| times w with x's sign), "wide" (int16 pairs) and "offset" (x + 128
+    in nibbles), bit for bit the reference, on random and extreme operands."""
+    from vdla.compiler.targets.cpu.dense import AVX2_INT8, dense_kernel
+    from vdla.compiler.targets.cpu.schedule import choose_dense
+    from vdla.compiler.targets.cpu.shapes import DenseShape
+    isa = get_isa("avx2")
+    kernels = {}
+    for name in _PATH_CASES:
+        g = graph_of(name)[0]
+        node = g.nodes()[0]
+        shape = DenseShape.from_node(node, g)
+        w, bias = g.constant(node.inputs[1]), g.constant(node.inputs[2])
+        inputs = tuple(t for t in node.inputs if t and not g.tensors[t].is_constant)
+        for path in AVX2_INT8:
+            kernels[name, path] = dense_kernel(shape, choose_dense(shape, isa), w, bias,
+                                               node, isa, inputs, avx2_int8=path)
+            assert f"int8 {path} */" in kernels[name, path].body
+    lib = load(build_kernels(list(kernels.values()), isa, name="test_avx2_int8_paths"))
+    lib.vdla_set_threads(THREADS)
+    for (name, path), kernel in kernels.items():
+        g, feed, want = graph_of(name)
+        out = np.full(want.shape, 99, np.int8)
+        call(lib, kernel, [feed[n] for n in kernel.inputs], out, threads=THREADS)
+        np.testing.assert_array_equal(out, want, err_msg=f"{name}, {path}")
+
+
+def test_int8_dense_path_choice():
+    """The sign trick runs where it is exact (no -128 weight) and faster (few rows);
+    forcing it on a -128 weight is an error naming the value."""
+    from vdla.compiler.targets.cpu.dense import SIGN_ROWS_MAX, int8_path
+    from vdla.compiler.targets.cpu.shapes import DenseShape
+    avx2 = get_isa("avx2")
+    signed = np.array([[-127, 127]], np.int8)
+    full = np.array([[-128, 127]], np.int8)
+    for n in (1, 4, SIGN_ROWS_MAX):
+        assert int8_path(DenseShape(n=n, k=2, o=1), avx2, signed) == "sign"
+    assert int8_path(DenseShape(n=SIGN_ROWS_MAX + 1, k=2, o=1), avx2, signed) == "wide"
+    assert int8_path(DenseShape(n=3, k=2, o=1), avx2, full) == "offset"
+    assert int8_path(DenseShape(n=4, k=2, o=1), avx2, full) == "wide"
+    assert int8_path(DenseShape(n=4, k=2, o=1, offset=False), avx2, signed) == "plain"
+    for name in ("portable", "avx512vnni"):
+        assert int8_path(DenseShape(n=4, k=2, o=1), get_isa(name), signed) == "offset"
+    with pytest.raises(ValueError, match=r"weights in \[-127, 127\]; this layer's weights "
+                                         "hold -128"):
+        int8_path(DenseShape(n=4, k=2, o=1), avx2, full, "sign")
+    with pytest.raises(ValueError, match="avx2_int8='vnni': allowed"):
+        int8_path(DenseShape(n=4, k=2, o=1), avx2, signed, "vnni")
+
+
+def test_quantized_weights_are_never_minus_128():
+    """The sign trick's premise (`dense.signed_weights`): the quantizer writes int8
+    weights in [-127, 127], even for weights at their channel's negative extreme."""
+    from vdla.compiler.passes import quantize
+    from vdla.compiler.targets.cpu.dense import signed_weights
+    g = Graph("fc")
+    x = g.add_input("x", (4, 16), F)
+    w = R.standard_normal((8, 16)).astype(F)
+    w[:, 3] = -np.abs(w).max(axis=1) * 1.0001       # each row's largest is negative
+    g.set_outputs([g.add_node("dense", [x, g.add_constant("w", w)], name="fc")])
+    for mode in ("shift", "multiply"):
+        q = quantize(g, [{"x": R.standard_normal((4, 16)).astype(F)}], mode)
+        weights = [q.constant(n.inputs[1]) for n in q.nodes() if n.op == "qdense"]
+        assert weights and all(signed_weights(wq) for wq in weights)
+        if mode == "multiply":      # (shift mode rounds the scales up to powers of two)
+            assert min(int(wq.min()) for wq in weights) == -127
 
 
 # --- through the target ---------------------------------------------------------------------
