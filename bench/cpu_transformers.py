@@ -179,7 +179,7 @@ def print_rows(rows: list[dict], threads: int) -> None:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     p.add_argument("--models", nargs="+", default=list(MODELS), type=model_spec,
                    help=f"zoo names or .onnx files (default: {' '.join(MODELS)})")
     p.add_argument("--precisions", nargs="+", default=list(PRECISIONS), choices=PRECISIONS)
