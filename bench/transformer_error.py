@@ -15,10 +15,10 @@ vit_digits' accuracy is tests/compiler/test_transformer_zoo.py's.
 from __future__ import annotations
 
 import argparse
-import platform
 
 import numpy as np
 
+from vdla._platform import cpu_name
 from vdla.compiler import pipeline, run_reference
 from vdla.compiler.passes import prepare
 
@@ -28,7 +28,7 @@ def main(argv=None) -> int:
     p.add_argument("--models", nargs="+", default=["bert_tiny", "gpt_mini", "bert_base"])
     p.add_argument("--calibration", type=int, default=4)
     args = p.parse_args(argv)
-    print(f"machine: {platform.processor() or platform.machine()}; calibration "
+    print(f"machine: {cpu_name()}; calibration "
           f"{args.calibration} generated samples, multiply requantization")
     print(f"{'model':<10} {'softmax/LN/GELU':<16} {'max logit error':>16} {'top-1 agreement':>16}")
     for name in args.models:

@@ -193,6 +193,13 @@ FIGURES = [
            "--rounds 9 --out {tmp}/cpu",
            "the CPU target against onnxruntime (default schedules), with its chart",
            plots={"cpu/cpu.png": "cpu_speed.png"}),
+    Figure("cpu_transformers",
+           "python3 bench/cpu_transformers.py --runs 5 --rounds 3 --out {tmp}/transformers",
+           "the CPU target against onnxruntime's fastest way on BERT-base and ViT-tiny, "
+           "float32 and int8"),
+    Figure("transformer_error", "python3 bench/transformer_error.py",
+           "the seeded transformers' int8 logits against float, with the integer "
+           "softmax, LayerNorm and GELU and with them in float"),
 ]
 BY_NAME = {f.name: f for f in FIGURES}
 
