@@ -282,43 +282,10 @@ def _qmatmul(node: Node, params: Params, sources: Sources, isa: Isa, a_ptr: str,
     flip, dot = ("0u", f"{v}_madd16") if wide else ("0x80808080u", f"{v}_dot4vv_any")
     # (wide: no x + 128, so no column-sum correction)
     corr = f"({v}){{0}}" if wide else f"{v}_load(cs + u * {vl}) * 128"
+    tile = _qmatmul_tile(v, vl, mr, nv, kq, np_, n, a_type, a_word, flip, dot, corr)
     body = f"""
 /* qmatmul {node.attrs.get('transpose_b', False) and 'a @ b^T' or 'a @ b'}: {batches} products {m}x{k} @ {k}x{n} */
-VDLA_INLINE void NAME_tile(const {a_type} *restrict a, const int8_t *restrict p,
-                           const int32_t *restrict cs, int8_t *restrict y, const int rows,
-                           const int nv, const int last, const int32_t *restrict rq) {{
-    {v} acc[{mr}][{nv}];
-    #pragma GCC unroll {mr}
-    for (int r = 0; r < rows; r++)
-        #pragma GCC unroll {nv}
-        for (int u = 0; u < nv; u++) acc[r][u] = ({v}){{0}};
-    for (int q = 0; q < {kq}; q++) {{
-        {v} bv[{nv}];
-        #pragma GCC unroll {nv}
-        for (int u = 0; u < nv; u++) bv[u] = {v}_load(p + ((size_t)q * {np_} + u * {vl}) * 4);
-        #pragma GCC unroll {mr}
-        for (int r = 0; r < rows; r++) {{
-            uint32_t xw; {a_word}
-            const {v} x = {v}_bcast((int32_t)(xw ^ {flip}));
-            #pragma GCC unroll {nv}
-            for (int u = 0; u < nv; u++) acc[r][u] = {dot}(acc[r][u], x, bv[u]);
-        }}
-    }}
-    const {v} lo = {v}_bcast(rq[2]), hi = {v}_bcast(rq[3]);
-    #pragma GCC unroll {nv}
-    for (int u = 0; u < nv; u++) {{
-        const {v} corr = {corr};
-        #pragma GCC unroll {mr}
-        for (int r = 0; r < rows; r++) {{
-            {v} t = ({v})((vu{vl})acc[r][u] - (vu{vl})corr);
-            t = {v}_rq(t, rq[0], rq[1]);
-            t = {v}_max({v}_min(t, hi), lo);
-            if (last < {vl} && u == nv - 1) {v}_store_s8_n(y + (size_t)r * {n} + u * {vl}, t, last);
-            else {v}_store_s8(y + (size_t)r * {n} + u * {vl}, t);
-        }}
-    }}
-}}
-
+{tile}
 VDLA_INLINE void NAME_rows(const {a_type} *restrict a, const int8_t *restrict p,
                            const int32_t *restrict cs, int8_t *restrict y, const int rows,
                            const int32_t *restrict rq) {{
@@ -366,6 +333,47 @@ void NAME{SIGNATURE} {{
 """
     return Kernel(body, params.blob(), tuple(sources.inputs), shared_bytes=packs * one + a16,
                   macs=macs, items=work if parallel else 1)
+
+
+def _qmatmul_tile(v: str, vl: int, mr: int, nv: int, kq: int, np_: int, n: int, a_type: str,
+                  a_word: str, flip: str, dot: str, corr: str) -> str:
+    """C: `_qmatmul`'s register tile, ``NAME_tile``: up to `mr` rows of A by `nv` vectors
+    of packed B (`kq` words deep, `np_` packed columns), each row's exact int32 sums
+    corrected (`corr`), requantized and clamped into int8 Y (`n` columns)."""
+    return f"""VDLA_INLINE void NAME_tile(const {a_type} *restrict a, const int8_t *restrict p,
+                           const int32_t *restrict cs, int8_t *restrict y, const int rows,
+                           const int nv, const int last, const int32_t *restrict rq) {{
+    {v} acc[{mr}][{nv}];
+    #pragma GCC unroll {mr}
+    for (int r = 0; r < rows; r++)
+        #pragma GCC unroll {nv}
+        for (int u = 0; u < nv; u++) acc[r][u] = ({v}){{0}};
+    for (int q = 0; q < {kq}; q++) {{
+        {v} bv[{nv}];
+        #pragma GCC unroll {nv}
+        for (int u = 0; u < nv; u++) bv[u] = {v}_load(p + ((size_t)q * {np_} + u * {vl}) * 4);
+        #pragma GCC unroll {mr}
+        for (int r = 0; r < rows; r++) {{
+            uint32_t xw; {a_word}
+            const {v} x = {v}_bcast((int32_t)(xw ^ {flip}));
+            #pragma GCC unroll {nv}
+            for (int u = 0; u < nv; u++) acc[r][u] = {dot}(acc[r][u], x, bv[u]);
+        }}
+    }}
+    const {v} lo = {v}_bcast(rq[2]), hi = {v}_bcast(rq[3]);
+    #pragma GCC unroll {nv}
+    for (int u = 0; u < nv; u++) {{
+        const {v} corr = {corr};
+        #pragma GCC unroll {mr}
+        for (int r = 0; r < rows; r++) {{
+            {v} t = ({v})((vu{vl})acc[r][u] - (vu{vl})corr);
+            t = {v}_rq(t, rq[0], rq[1]);
+            t = {v}_max({v}_min(t, hi), lo);
+            if (last < {vl} && u == nv - 1) {v}_store_s8_n(y + (size_t)r * {n} + u * {vl}, t, last);
+            else {v}_store_s8(y + (size_t)r * {n} + u * {vl}, t);
+        }}
+    }}
+}}"""
 
 
 def _widen_rows(rows: int, k: int, kq: int, at: int) -> str:
