@@ -160,19 +160,7 @@ def speed(models, args, records: Records | None, workdir: Path) -> list[dict]:
                                      f"reference by {error:.3g}")
                 configs.append(Config(name, precision, who, run))
     log(f"timing {len(configs)} configurations: {args.rounds} rounds of {args.runs} runs ...")
-    for config in configs:
-        for _ in range(3):
-            config.run()
-    for r in range(args.rounds):
-        for config in configs:
-            time.sleep(args.pause)
-            block = []
-            for _ in range(args.runs):
-                t0 = time.perf_counter()
-                config.run()
-                block.append(time.perf_counter() - t0)
-            config.times += block
-            config.rounds.append(statistics.median(block))
+    time_interleaved(configs, args)
     rows = []
     for name in map(model_name, models):
         for precision in ("float32", "int8"):
@@ -444,6 +432,24 @@ def model_spec(spec: str) -> str:
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e))
 
+
+def time_interleaved(configs: list[Config], args) -> None:
+    """Each configuration's blocks of `args.runs` runs, interleaved over `args.rounds`
+    rounds with `args.pause` seconds before each block (after three warm-up runs each),
+    as both CPU benches time them: times into each `Config`'s ``times`` and ``rounds``."""
+    for config in configs:
+        for _ in range(3):
+            config.run()
+    for _ in range(args.rounds):
+        for config in configs:
+            time.sleep(args.pause)
+            block = []
+            for _ in range(args.runs):
+                t0 = time.perf_counter()
+                config.run()
+                block.append(time.perf_counter() - t0)
+            config.times += block
+            config.rounds.append(statistics.median(block))
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])

@@ -45,7 +45,8 @@ from pathlib import Path
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")   # numpy's BLAS off our cores
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cpu import Config, cpu_target, model_name, model_spec  # noqa: E402  (bench/cpu.py)
+from cpu import (Config, cpu_target, model_name, model_spec,  # noqa: E402  (bench/cpu.py)
+                 time_interleaved)
 
 from vdla._platform import cpu_name  # noqa: E402
 from vdla.compiler import baseline, pipeline, run_reference  # noqa: E402
@@ -122,25 +123,6 @@ def vdla_config(spec: str, model, precision: str, target) -> tuple[Config, dict]
             "host_reasons": {r: len(n) for r, n in reasons.items()},
             "compile_seconds": compile_seconds, "max_error": error, "ok": bool(ok)}
     return Config(name, precision, "vdla", run), info
-
-
-def time_interleaved(configs: list[Config], args) -> None:
-    """Each configuration's blocks of `args.runs` runs, interleaved over `args.rounds`
-    rounds with `args.pause` seconds before each block (after three warm-up runs each),
-    as `bench/cpu.py` times them: times into each `Config`'s ``times`` and ``rounds``."""
-    for config in configs:
-        for _ in range(3):
-            config.run()
-    for _ in range(args.rounds):
-        for config in configs:
-            time.sleep(args.pause)
-            block = []
-            for _ in range(args.runs):
-                t0 = time.perf_counter()
-                config.run()
-                block.append(time.perf_counter() - t0)
-            config.times += block
-            config.rounds.append(statistics.median(block))
 
 
 def rows_of(configs: list[Config], infos: dict) -> list[dict]:
