@@ -42,15 +42,22 @@ from vdla.compiler.targets.cpu.opbase import PARALLEL_MIN, Sources, size
 __all__ = ["SOFTMAX_C", "qnorm_kernel", "qnorm_refusal"]
 
 #: C: the integer softmax of one row of scores ``x[0 .. len)`` (int8 values)
-#: into int8 ``y``, keys where ``keep(j)`` is false left out (a C expression of j; "1":
-#: none), exponentials from the int32 table ``tab`` (`exp_table`), ``k`` the prob bits.
-#: Needs an int32 scratch row ``e`` of len values.
+#: into int8 ``y``, keys where ``keep`` is 0 left out (a C expression of j valued 0 or 1,
+#: evaluated for every j: "1" keeps all), exponentials from the int32 table ``tab``
+#: (`exp_table`), ``k`` the prob bits. Needs an int32 scratch row ``e`` of len values.
+#: No branch depends on ``keep`` (a left-out key's score counts as -128 for the maximum,
+#: its table index is clamped into the table and its exponential multiplied by 0), so
+#: that gcc vectorizes all three loops.
 SOFTMAX_C = """{{
     int32_t m_ = -128;
-    for (int j = 0; j < {length}; j++) if ({keep}) m_ = {x}[j] > m_ ? {x}[j] : m_;
+    for (int j = 0; j < {length}; j++) {{
+        const int32_t v_ = ({keep}) * ({x}[j] + 128) - 128;
+        m_ = v_ > m_ ? v_ : m_;
+    }}
     int32_t s_ = 0;
     for (int j = 0; j < {length}; j++) {{
-        {e}[j] = ({keep}) ? {tab}[{x}[j] - m_ + 255] : 0;
+        const int32_t d_ = {x}[j] - m_;
+        {e}[j] = ({keep}) * {tab}[(d_ < 0 ? d_ : 0) + 255];
         s_ += {e}[j];
     }}
     if (s_ == 0) {{ for (int j = 0; j < {length}; j++) {y}[j] = 0; }}

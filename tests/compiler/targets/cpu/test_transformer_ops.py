@@ -97,7 +97,9 @@ case("layer_norm_no_bias")(lambda: graph("layer_norm", [((4, 20), F),
                                                         R.standard_normal(20).astype(F)]))
 ATTENTION = [  # (B, H, S, T, D, Dv, mask shape, causal)
     (1, 2, 5, 5, 8, 8, None, False), (2, 3, 7, 9, 13, 11, (2, 1, 1, 9), False),
-    (1, 2, 16, 16, 16, 16, None, True), (1, 2, 6, 10, 8, 17, (1, 1, 6, 10), True)]
+    (1, 2, 16, 16, 16, 16, None, True), (1, 2, 6, 10, 8, 17, (1, 1, 6, 10), True),
+    # blocks of query rows with a partial last one; Dv of two, one and part of a vector
+    (1, 3, 13, 21, 24, 40, (1, 1, 13, 21), True), (2, 2, 20, 37, 16, 28, None, False)]
 for i, (b, h, s, t, d, dv, mask, causal) in enumerate(ATTENTION):
     def make_attention(b=b, h=h, s=s, t=t, d=d, dv=dv, mask=mask, causal=causal):
         ins = [((b, h, s, d), F), ((b, h, t, d), F), ((b, h, t, dv), F)]
