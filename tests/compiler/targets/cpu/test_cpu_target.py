@@ -308,3 +308,35 @@ class TestTuning:
             task.side_by_side([default], rounds=0)
         with pytest.raises(ValueError, match="schedule knob"):
             TuneTask.side_by_side(task, [ConvSchedule(16, 40, 1, 40, 1, 4)], rounds=1)
+
+
+def test_reshapes_are_views_in_the_whole_graph_runner(best):
+    """A reshape (or flatten) between two kernels takes its input's buffer instead of a
+    copy: of a graph input, of another view (a chain), of a tensor that lives on after
+    it; a reshape that writes a graph output still copies into the caller's buffer.
+    The outputs are the reference's to the bit, and the runner calls nothing for a
+    view."""
+    g = Graph("views")
+    x = g.add_input("x", (4, 6), "float32")
+    a = g.add_node("reshape", [x], name="r_in", shape=(2, 12))           # of a graph input
+    b = g.add_node("add", [a, a], name="double")
+    c = g.add_node("reshape", [b], name="r1", shape=(3, 8))
+    d = g.add_node("flatten", [g.add_node("reshape", [c], name="r2", shape=(1, 24, 1))],
+                   name="r3", axis=1)                                     # a chain
+    e = g.add_node("mul", [d, d], name="square")
+    f = g.add_node("add", [e, g.add_node("reshape", [b], name="r4", shape=(1, 24))],
+                   name="late")                                           # b lives on
+    g.add_node("reshape", [f], name="r_out", shape=(6, 4))               # a graph output
+    g.outputs = [g.node("r_out").outputs[0], b]
+    feed = {"x": np.random.default_rng(3).standard_normal((4, 6)).astype(np.float32)}
+    compiled = compile_model(g, best)
+    program = compiled.ops[0].kernel.program
+    views = {s.name for s in program.steps if s.view}
+    assert views == {"r_in", "r1", "r2", "r3", "r4"}
+    assert "a view of" in program.runner_source()
+    with compiled.session() as session:
+        whole = session.run_graph(feed)
+    want = run_reference(g, feed)
+    for name in g.outputs:
+        np.testing.assert_array_equal(whole.outputs[name], want[name])
+    assert set(whole.op_seconds) == {n.name for n in g.nodes()}
