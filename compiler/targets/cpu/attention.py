@@ -195,26 +195,12 @@ def _switch(call: str) -> str:
     return f"switch (rows) {{ {cases} }}"
 
 
-def _float_rows(node: Node, sh: _Shape, params: Params, m_at: str,
-                mask_row: tuple[str, int]) -> tuple[str, str, int, str]:
-    """(C functions of the block's two products, C of one block of query rows (module
-    docstring), its scratch bytes per thread, its declarations before the loop); `m_at`
-    reads the mask at row ``i``, key ``j``. A thread first copies the batch's K
-    transposed, (D, T) padded to `_Shape.tp` keys, into its scratch (once per batch it
-    meets: its blocks are consecutive), so that the scores are a register tile of
-    `ROWS` rows by two vectors of keys, ``D`` multiply-adds a step and no horizontal
-    sums; P.V is a tile of rows by two vectors along Dv, a key a step."""
+def _float_products(sh: _Shape) -> str:
+    """C: the float block's two register tiles, ``NAME_qk`` (the scores) and ``NAME_pv``
+    (the probabilities times v, Dv in steps of two vectors, then one, then single
+    columns)."""
     vl, d, dv, tp = sh.vl, sh.d, sh.dv, sh.tp
     v = f"vf{vl}"
-    scale = params.add(np.array([float(node.attrs["scale"])], np.float32))
-    add_mask = f"sr[j] += {m_at}; " if m_at else ""
-    # the mask's keys (`mask_row`: the row's C pointer, the keys' stride): consecutive (a
-    # vector load), or one value for the row (a broadcast)
-    m_row, m_col = mask_row
-    vector_mask = ""
-    if m_at:
-        vector_mask = (f"x += {v}_load({m_row} + j);" if m_col else
-                       f"x += {v}_bcast({m_row}[0]);")
     full = dv // (2 * vl) * 2 * vl          # columns of whole two-vector steps
     rest = ""
     if dv % (2 * vl) >= vl:                 # one more vector of columns
@@ -295,6 +281,30 @@ VDLA_INLINE void NAME_pv(const float *restrict s, const float *restrict vv,
     }}{rest}
 }}
 """
+    return functions
+
+
+def _float_rows(node: Node, sh: _Shape, params: Params, m_at: str,
+                mask_row: tuple[str, int]) -> tuple[str, str, int, str]:
+    """(C functions of the block's two products, C of one block of query rows (module
+    docstring), its scratch bytes per thread, its declarations before the loop); `m_at`
+    reads the mask at row ``i``, key ``j``. A thread first copies the batch's K
+    transposed, (D, T) padded to `_Shape.tp` keys, into its scratch (once per batch it
+    meets: its blocks are consecutive), so that the scores are a register tile of
+    `ROWS` rows by two vectors of keys, ``D`` multiply-adds a step and no horizontal
+    sums; P.V is a tile of rows by two vectors along Dv, a key a step."""
+    vl, d, tp = sh.vl, sh.d, sh.tp
+    v = f"vf{vl}"
+    scale = params.add(np.array([float(node.attrs["scale"])], np.float32))
+    add_mask = f"sr[j] += {m_at}; " if m_at else ""
+    # the mask's keys (`mask_row`: the row's C pointer, the keys' stride): consecutive (a
+    # vector load), or one value for the row (a broadcast)
+    m_row, m_col = mask_row
+    vector_mask = ""
+    if m_at:
+        vector_mask = (f"x += {v}_load({m_row} + j);" if m_col else
+                       f"x += {v}_bcast({m_row}[0]);")
+    functions = _float_products(sh)
     decls = f"    const float scale = *(const float *)(params + {scale});\n"
     row = f"""        float *restrict s = (float *)mine;
         float *restrict kt = (float *)(mine + {align(4 * ROWS * tp)});
@@ -345,39 +355,13 @@ VDLA_INLINE void NAME_pv(const float *restrict s, const float *restrict vv,
     return functions, row, align(4 * ROWS * tp) + align(4 * d * tp), decls
 
 
-def _int_rows(node: Node, sh: _Shape, params: Params,
-              m_at: str) -> tuple[str, str, int, str]:
-    """(C functions of the block's two products, C of one block of int8 query rows
-    (module docstring), its scratch bytes per thread, its declarations before the loop).
-    A thread holds the batch's K and V as pairs of int16 in 32-bit lanes (K: ``[D /
-    2][keys]``, V: ``[keys / 2][Dv]``, zeros past the ends), made once per batch it
-    meets, so both products are register tiles of `ROWS` rows by two vectors of
-    `vdla_cpu.h`'s exact ``madd16`` (AVX2 ``vpmaddwd``): the scores along keys, P.V
-    along Dv with two keys a step."""
-    a = node.attrs
+def _int_products(sh: _Shape, rqv: list[int]) -> str:
+    """C: the int8 block's two register tiles, ``NAME_qk`` (the scores, requantized by
+    ``rqv[0:4]``) and ``NAME_pv`` (the probabilities times v, by ``rqv[4:8]``)."""
     vl, d, dv, t_len, tp = sh.vl, sh.d, sh.dv, sh.t, sh.tp
     v = f"vi{vl}"
-    tab = params.add(exp_table(node).astype(np.int32))
-    # The requantizations' constants are written into the C: with them literal, gcc
-    # drops vdla_rq's branches, which would otherwise push the register tiles' 12
-    # accumulators to the stack.
-    rqv = [_scalar(a["qk_multiplier"]), _scalar(a["qk_shift"]), int(a["qk_out_min"]),
-           int(a["qk_out_max"]), _scalar(a["pv_multiplier"]), _scalar(a["pv_shift"]),
-           int(a["pv_out_min"]), int(a["pv_out_max"])]
     d2, t2 = -(-d // 2), -(-t_len // 2)
-    dvp = -(-dv // (2 * vl)) * 2 * vl       # columns, padded to steps of two vectors
-    parts = {"sc": align(ROWS * tp), "e": align(4 * t_len), "qw": align(4 * ROWS * d2),
-             "pw": align(4 * ROWS * t2), "kt": align(4 * d2 * tp), "vt": align(4 * t2 * dvp)}
-    at, offsets = 0, {}
-    for name, size_ in parts.items():
-        offsets[name] = at
-        at += size_
-    keep = "(j <= last)" + (f" & !{m_at}" if m_at else "")   # 0 or 1, no branch
-    softmax = SOFTMAX_C.format(length=t_len, keep=keep, x="x", e="e", tab="tab", y="x",
-                               k=int(a["softmax_params"]["prob_bits"]))
-    decls = (f"    const int32_t *restrict tab = (const int32_t *)(params + {tab});\n"
-             )
-    pair = "(uint32_t)(uint16_t)(int16_t)({lo}) | (uint32_t)(uint16_t)(int16_t)({hi}) << 16"
+    dvp = -(-dv // (2 * vl)) * 2 * vl
     functions = f"""
 /* the int8 scores of `rows` query rows (qw: rows x {d2} pairs) by the keys (kt: {d2}
    pairs x {tp} keys) up to `keys`, requantized and clipped, into sc (rows x {tp}) */
@@ -444,6 +428,42 @@ VDLA_INLINE void NAME_pv(const uint32_t *restrict pw, const uint32_t *restrict v
     }}
 }}
 """
+    return functions
+
+
+def _int_rows(node: Node, sh: _Shape, params: Params,
+              m_at: str) -> tuple[str, str, int, str]:
+    """(C functions of the block's two products, C of one block of int8 query rows
+    (module docstring), its scratch bytes per thread, its declarations before the loop).
+    A thread holds the batch's K and V as pairs of int16 in 32-bit lanes (K: ``[D /
+    2][keys]``, V: ``[keys / 2][Dv]``, zeros past the ends), made once per batch it
+    meets, so both products are register tiles of `ROWS` rows by two vectors of
+    `vdla_cpu.h`'s exact ``madd16`` (AVX2 ``vpmaddwd``): the scores along keys, P.V
+    along Dv with two keys a step."""
+    a = node.attrs
+    vl, d, dv, t_len, tp = sh.vl, sh.d, sh.dv, sh.t, sh.tp
+    tab = params.add(exp_table(node).astype(np.int32))
+    # The requantizations' constants are written into the C: with them literal, gcc
+    # drops vdla_rq's branches, which would otherwise push the register tiles' 12
+    # accumulators to the stack.
+    rqv = [_scalar(a["qk_multiplier"]), _scalar(a["qk_shift"]), int(a["qk_out_min"]),
+           int(a["qk_out_max"]), _scalar(a["pv_multiplier"]), _scalar(a["pv_shift"]),
+           int(a["pv_out_min"]), int(a["pv_out_max"])]
+    d2, t2 = -(-d // 2), -(-t_len // 2)
+    dvp = -(-dv // (2 * vl)) * 2 * vl       # columns, padded to steps of two vectors
+    parts = {"sc": align(ROWS * tp), "e": align(4 * t_len), "qw": align(4 * ROWS * d2),
+             "pw": align(4 * ROWS * t2), "kt": align(4 * d2 * tp), "vt": align(4 * t2 * dvp)}
+    at, offsets = 0, {}
+    for name, size_ in parts.items():
+        offsets[name] = at
+        at += size_
+    keep = "(j <= last)" + (f" & !{m_at}" if m_at else "")   # 0 or 1, no branch
+    softmax = SOFTMAX_C.format(length=t_len, keep=keep, x="x", e="e", tab="tab", y="x",
+                               k=int(a["softmax_params"]["prob_bits"]))
+    decls = (f"    const int32_t *restrict tab = (const int32_t *)(params + {tab});\n"
+             )
+    pair = "(uint32_t)(uint16_t)(int16_t)({lo}) | (uint32_t)(uint16_t)(int16_t)({hi}) << 16"
+    functions = _int_products(sh, rqv)
     row = f"""        int8_t *restrict sc = (int8_t *)(mine + {offsets['sc']});
         int32_t *restrict e = (int32_t *)(mine + {offsets['e']});
         uint32_t *restrict qw = (uint32_t *)(mine + {offsets['qw']});

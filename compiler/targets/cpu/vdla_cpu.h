@@ -37,6 +37,15 @@ _Static_assert((-3 >> 1) == -2, "vdla's CPU target needs arithmetic >> on signed
 
 #define VDLA_INLINE static inline __attribute__((always_inline))
 
+/* gcc vectorizes floor() and selects between doubles only without trapping math, which
+   -O3 keeps on; a kernel whose loops floor doubles asks for it (no kernel here traps on
+   or tests floating-point exceptions). */
+#if defined(__GNUC__) && !defined(__clang__)
+#define VDLA_NO_TRAPPING_MATH __attribute__((optimize("no-trapping-math")))
+#else
+#define VDLA_NO_TRAPPING_MATH
+#endif
+
 /* The 64-byte vector types are passed between always-inlined helpers only; gcc's note
    that their ABI changes without AVX-512 does not apply. */
 #if defined(__GNUC__) && !defined(__clang__)
