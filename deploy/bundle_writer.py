@@ -37,7 +37,7 @@ from vdla._fileio import atomic_write
 from vdla.boards.board import Board
 from vdla.boards.catalog import runtime_hosts
 from vdla.boards.project import generate
-from vdla.deploy.board.manifest import FORMAT, MANIFEST, file_hashes
+from vdla.deploy.board.manifest import FORMAT, INTEGRITY, MANIFEST, file_hashes
 
 __all__ = ["BOARD_INSTALL", "BOARD_PACKAGES", "BUNDLE_INSTALL", "BUNDLE_PACKAGES", "CARRIED",
            "carry", "write_bundle"]
@@ -49,8 +49,9 @@ __all__ = ["BOARD_INSTALL", "BOARD_PACKAGES", "BUNDLE_INSTALL", "BUNDLE_PACKAGES
 CARRIED = ("vdla", "vdla._fileio", "vdla.config", "vdla.extensions",
            "vdla.isa", "vdla.isa.asm", "vdla.isa.encoding", "vdla.isa.insn", "vdla.isa.layout",
            "vdla.isa.program", "vdla.isa.registers", "vdla.isa.relocate",
-           "vdla.deploy", "vdla.deploy.board", "vdla.deploy.board.hardware",
-           "vdla.deploy.board.manifest", "vdla.deploy.board.player", "vdla.deploy.board.runner")
+           "vdla.deploy", "vdla.deploy.board", "vdla.deploy.board.dma",
+           "vdla.deploy.board.hardware", "vdla.deploy.board.manifest",
+           "vdla.deploy.board.player", "vdla.deploy.board.runner")
 #: What a board needs for a bundle besides the bundle itself: numpy (and pynq, which
 #: PYNQ images have, to load a bitstream; without it the runner maps ``/dev/mem`` and a
 #: u-dma-buf device).
@@ -151,7 +152,7 @@ def write_bundle(board: Board, target: Any, compiled: Any, out_dir: str | os.Pat
                     "extensions": list(target.config.program_extensions), "vdla": vdla.__version__,
                     "created": datetime.datetime.now(datetime.timezone.utc)
                     .isoformat(timespec="seconds"),
-                    "files": file_hashes(work)}
+                    "integrity": INTEGRITY, "files": file_hashes(work)}
         atomic_write(work / MANIFEST, (json.dumps(manifest, indent=2) + "\n").encode())
         if out.exists():
             out.rmdir()
@@ -177,5 +178,7 @@ Written by `vdla deploy` for config `{config.name}` at {board.clock_mhz:g} MHz.
 
 The runner refuses a bundle whose files (its code in `lib/` included) changed since it
 was written, and a bitstream whose `project/manifest.json` config or extensions differ
-from the model's.
+from the model's. Those hashes guard against accidents, not against someone who can
+write this folder (they can rewrite `manifest.json` too, and `run.py` runs as root):
+keep the bundle where only you can write it.
 """

@@ -62,8 +62,10 @@ from pathlib import Path
 import numpy as np
 
 from vdla.config import HardwareConfig
+from vdla.deploy.board.dma import Blocks, check_dma
 from vdla.extensions import EXTENSIONS, lacking_extensions
 from vdla.isa import INSN_BYTES
+from vdla.isa.encoding import decode_stream
 from vdla.isa.registers import (ACCEL_ID, COUNTERS, CTRL_START, REGISTERS, REGMAP_VERSION,
                                 STATE_BITS, STATUS_DONE)
 
@@ -337,7 +339,10 @@ class RegionDevice:
     the board: `accelerator`'s DMA region, its buffers placed where the script recorded
     them (`place`), so no allocator runs here; the recording's allocator gave those
     places, and its programs were validated when the script was exported. Writes and
-    reads are checked against the region's bounds only.
+    reads are checked against the region's bounds; a program, before it starts, against
+    the blocks placed (`vdla.deploy.board.dma.check_dma`: its instructions and every
+    LOAD and STORE inside them), so a script edited by hand cannot reach the rest of
+    the region or, through a bus address, memory outside it.
 
     config : the `HardwareConfig` of the bitstream (the script's, checked by the runner)
     accelerator : the `Accelerator`; `close` closes it
@@ -348,13 +353,15 @@ class RegionDevice:
     def __init__(self, config: HardwareConfig, accelerator: Accelerator):
         self.config, self.accelerator = config, accelerator
         self.base, self.dram_size = accelerator.base, accelerator.size
+        self.placed: dict[int, int] = {}     # bus address -> bytes, of every block placed
 
     def place(self, offset: int, nbytes: int) -> int:
-        """The bus address of `nbytes` at region offset `offset`; ValueError when they do
-        not fit in the region."""
-        if offset < 0 or offset + nbytes > self.dram_size:
+        """The bus address of `nbytes` at region offset `offset`, which programs may then
+        reach; ValueError when they do not fit in the region."""
+        if offset < 0 or nbytes <= 0 or offset + nbytes > self.dram_size:
             raise ValueError(f"{nbytes:,} bytes at offset {offset:#x} do not fit in the DMA "
                              f"region of {self.dram_size:,} bytes")
+        self.placed[self.base + offset] = max(nbytes, self.placed.get(self.base + offset, 0))
         return self.base + offset
 
     def _offset(self, addr: int, nbytes: int, what: str) -> int:
@@ -377,8 +384,16 @@ class RegionDevice:
         return self.accelerator.read(self._offset(addr, nbytes, "read"), int(nbytes))
 
     def run(self, insn_addr: int, insn_count: int) -> dict:
-        """`Accelerator.run`: the hardware counters and ``wall_seconds``."""
-        self._offset(insn_addr, INSN_BYTES * int(insn_count), "a program")
+        """`Accelerator.run`: the hardware counters and ``wall_seconds``. ValueError
+        (`DmaOutsideBlocks`, or a word that does not decode) before the start for a
+        program whose instructions or DMA reach outside the blocks placed."""
+        insn_addr, insn_count = int(insn_addr), int(insn_count)
+        if insn_count < 1:
+            raise ValueError(f"a program of {insn_count} instructions: at least 1")
+        offset = self._offset(insn_addr, INSN_BYTES * insn_count, "a program")
+        encoded = self.accelerator.read(offset, INSN_BYTES * insn_count).tobytes()
+        check_dma(decode_stream(encoded, self.config), self.config, Blocks(self.placed),
+                  insn_addr=insn_addr, insn_count=insn_count)
         return self.accelerator.run(insn_addr, insn_count)
 
     def close(self) -> None:

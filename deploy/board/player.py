@@ -45,6 +45,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import zipfile
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -96,44 +97,70 @@ class DeviceScript:
 
     @classmethod
     def load(cls, folder: str | os.PathLike) -> "DeviceScript":
-        """The script of ``model.json`` and ``model.npz`` in `folder`. BundleError for
-        missing files, another format, or steps naming arrays that are not there."""
+        """The script of ``model.json`` and ``model.npz`` in `folder`.
+
+        folder : the script's folder (a bundle's ``model/``)
+        BundleError for missing or unreadable files, another format, or a layout that is
+        not the one `to_json` writes (each field's type and range is checked, naming the
+        field, its value and what is allowed), and steps naming arrays that are not
+        there."""
         folder = Path(folder)
+        where = folder / "model.json"
         try:
-            data = json.loads((folder / "model.json").read_text())
+            data = json.loads(where.read_text())
             with np.load(folder / "model.npz", allow_pickle=False) as npz:
                 arrays = {name: npz[name] for name in npz.files}
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, RecursionError, EOFError, zipfile.BadZipFile) as exc:
             raise BundleError(f"{os.fspath(folder)}: not a device script ({exc})") from None
+        if not isinstance(data, dict):
+            raise BundleError(f"{where}: a JSON object is needed, not a {type(data).__name__}")
         if data.get("format") != FORMAT:
-            raise BundleError(f"{folder / 'model.json'}: format {data.get('format')!r}; this "
+            raise BundleError(f"{where}: format {data.get('format')!r}; this "
                               f"vdla plays {FORMAT!r}: export the model with this vdla")
         try:
             config = HardwareConfig.from_dict(data.pop("config"))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise BundleError(f"{folder / 'model.json'}: bad config ({exc})") from None
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise BundleError(f"{where}: bad config ({exc})") from None
+        _check_layout(data, where)
         keys = ("format", "dram_bytes", "inputs", "outputs", "steps")
         script = cls(config, tuple(data["steps"]), arrays, tuple(data["inputs"]),
-                     tuple(data["outputs"]), int(data["dram_bytes"]),
+                     tuple(data["outputs"]), data["dram_bytes"],
                      {k: v for k, v in data.items() if k not in keys})
         script.check()
         return script
 
     def check(self) -> None:
-        """BundleError for a step of an unknown kind or naming a missing array or tensor."""
+        """BundleError for a step of an unknown kind, a field of the wrong type or range,
+        or naming a missing array or tensor, and for maps that are not integer arrays."""
         for i, step in enumerate(self.steps):
-            kind = step.get("do")
+            kind = step.get("do") if isinstance(step, dict) else None
             if kind not in STEPS:
                 raise BundleError(f"step {i}: unknown kind {kind!r} (allowed {list(STEPS)})")
+            for field, low in _STEP_FIELDS[kind].items():
+                _natural(step.get(field), low, f"step {i} ({kind}): {field}")
+            if not isinstance(step.get("op", ""), str):
+                raise BundleError(f"step {i} ({kind}): op must be a string, not "
+                                  f"{step['op']!r:.80}")
+            needed = {"write": "blob", "input": "map"}.get(kind)
+            if needed and needed not in step:
+                raise BundleError(f"step {i} ({kind}): needs a {needed}")
             for key in ("blob", "map"):
-                if key in step and step[key] not in self.arrays:
-                    raise BundleError(f"step {i} ({kind}): array {step[key]!r} is not in "
-                                      "model.npz")
+                if key in step:
+                    self._array(step[key], key == "map", f"step {i} ({kind})")
             if kind in ("input", "output"):
                 listed = self.inputs if kind == "input" else self.outputs
-                if not 0 <= step["tensor"] < len(listed):
+                if not step["tensor"] < len(listed):
                     raise BundleError(f"step {i} ({kind}): tensor {step['tensor']} of "
                                       f"{len(listed)}")
+        for t in self.outputs:
+            self._array(t["map"], True, f"output {t['name']!r}")
+
+    def _array(self, name, is_map: bool, what: str) -> None:
+        if not isinstance(name, str) or name not in self.arrays:
+            raise BundleError(f"{what}: array {name!r:.80} is not in model.npz")
+        if is_map and self.arrays[name].dtype.kind not in "iu":
+            raise BundleError(f"{what}: map {name!r} is {self.arrays[name].dtype}, not an "
+                              "integer array")
 
     # --- playing ----------------------------------------------------------------------------
 
@@ -176,8 +203,8 @@ class DeviceScript:
                         data = self._moved(step["blob"], base)
                     device.write(step["at"] + base, data)
                 elif kind == "input":
-                    index = self.arrays[step["map"]]
                     flat = values[step["tensor"]].reshape(-1)
+                    index = self._map(step["map"], flat.size, f"step {i} (input)")
                     device.write(step["at"] + base,
                                  np.where(index >= 0, flat[np.maximum(index, 0)], 0)
                                  .astype(np.int8))
@@ -192,9 +219,21 @@ class DeviceScript:
         outputs = {}
         for i, out in enumerate(self.outputs):
             data = np.concatenate(raw[i]) if raw[i] else np.zeros(0, np.uint8)
-            index = self.arrays[out["map"]]
+            index = self._map(out["map"], data.size, f"output {out['name']!r}")
+            if (index < 0).any() or index.size != int(np.prod(out["shape"])):
+                raise BundleError(f"output {out['name']!r}: map {out['map']!r} has "
+                                  f"{index.size} elements, a negative one or not the "
+                                  f"{int(np.prod(out['shape']))} of shape {out['shape']}")
             outputs[out["name"]] = data[index].view(np.int8).reshape(out["shape"])
         return outputs, runs
+
+    def _map(self, name: str, size: int, what: str) -> np.ndarray:
+        """Map `name`, checked to index an array of `size` elements (-1: padding)."""
+        index = self.arrays[name]
+        if index.size and (int(index.max()) >= size or int(index.min()) < -1):
+            raise BundleError(f"{what}: map {name!r} holds indices {int(index.min())}.."
+                              f"{int(index.max())}, outside -1..{size - 1}")
+        return index
 
     def _inputs(self, inputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:
         names = [t["name"] for t in self.inputs]
@@ -214,6 +253,60 @@ class DeviceScript:
         encoded = self.arrays[blob].tobytes()
         program = Program(tuple(decode_stream(encoded, self.config)), self.config)
         return relocate_encoded(program, encoded, base, self.config)
+
+
+#: Each step kind's integer fields, with the least value each may take.
+_STEP_FIELDS = {"alloc": {"at": 0, "bytes": 1}, "write": {"at": 0},
+                "input": {"at": 0, "tensor": 0}, "run": {"at": 0, "count": 1},
+                "output": {"at": 0, "bytes": 0, "tensor": 0}}
+
+
+def _natural(value, low: int, what: str) -> int:
+    """`value`, an integer of at least `low`; BundleError naming `what` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise BundleError(f"{what} must be an integer of at least {low}, not {value!r:.80}")
+    return value
+
+
+def _shape(value, what: str) -> None:
+    if not isinstance(value, list) or not all(
+            isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in value):
+        raise BundleError(f"{what} must be a list of non-negative integers, not "
+                          f"{value!r:.80}")
+
+
+def _scale(value, what: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 \
+            or value == float("inf"):
+        raise BundleError(f"{what} must be a positive number, not {value!r:.80}")
+
+
+def _check_layout(data: dict, where: Path) -> None:
+    """BundleError naming the first field of ``model.json`` (`data`, its config taken
+    out) whose type or range is not the layout `DeviceScript.to_json` writes."""
+    _natural(data.get("dram_bytes"), 0, f"{where}: dram_bytes")
+    if "dram_alignment" in data:
+        _natural(data["dram_alignment"], 1, f"{where}: dram_alignment")
+    for key in ("steps", "inputs", "outputs"):
+        if not isinstance(data.get(key), list) or not all(
+                isinstance(item, dict) for item in data[key]):
+            raise BundleError(f"{where}: {key} must be a list of JSON objects, not "
+                              f"{data.get(key)!r:.80}")
+    for kind, fields in (("inputs", ("name", "from")), ("outputs", ("name", "to", "map"))):
+        for i, t in enumerate(data[kind]):
+            what = f"{where}: {kind}[{i}]"
+            for field in fields:
+                if not isinstance(t.get(field), str):
+                    raise BundleError(f"{what}: {field} must be a string, not "
+                                      f"{t.get(field)!r:.80}")
+            _shape(t.get("shape"), f"{what}: shape")
+            ends = ("quantize", "from_shape") if kind == "inputs" else ("dequantize",)
+            end = t.get(ends[0])
+            if not isinstance(end, dict):
+                raise BundleError(f"{what}: {ends[0]} must be a JSON object, not {end!r:.80}")
+            _scale(end.get("scale"), f"{what}: {ends[0]} scale")
+            if kind == "inputs":
+                _shape(t.get("from_shape"), f"{what}: from_shape")
 
 
 def quantize(x, scale: float) -> np.ndarray:

@@ -19,8 +19,9 @@ core; pynq only to load a bitstream and open the hardware.
    example's outputs are checked bit for bit against those the compiler's reference
    computed.
 
-Exit status: 0 done (and, for the example, bit-exact); 1 an error, named on stderr, or
-an example that differs.
+Exit status: 0 done (and, for the example, bit-exact); 1 an error, named on stderr
+(``run.py: error: ...``, for every malformed bundle file too), or an example that
+differs.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import argparse
 import os
 import sys
 import time
+import zipfile
 from pathlib import Path
 from typing import Callable
 
@@ -109,9 +111,17 @@ def main(argv: list[str], *, bundle: str | os.PathLike,
             ValueError) as exc:
         print(f"run.py: error: {exc}", file=sys.stderr)
         return 1
+    except Exception as exc:    # a bundle file malformed in a way no check above names
+        print(f"run.py: error: {type(exc).__name__}: {exc} (is the bundle as `vdla deploy` "
+              "wrote it?)", file=sys.stderr)
+        return 1
     _report(info, script, runs, wall, outputs, args.top)
     if args.output:
-        np.save(args.output, next(iter(outputs.values())))
+        try:
+            np.save(args.output, next(iter(outputs.values())))
+        except OSError as exc:
+            print(f"run.py: error: -o {args.output}: {exc.strerror or exc}", file=sys.stderr)
+            return 1
     if expected is not None:
         same = all(np.array_equal(outputs[name], want) for name, want in expected.items())
         print(f"the bundled example: {'bit-exact' if same else 'DIFFERS from'} the "
@@ -129,7 +139,15 @@ def _feed(image: str | None, script: DeviceScript, bundle: Path):
     path = bundle / "model" / "example.npz"
     if not path.is_file():
         raise ValueError("no image given and the bundle has no example (model/example.npz)")
-    with np.load(path, allow_pickle=False) as npz:
+    try:
+        npz = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+        raise BundleError(f"{path}: not an example of the model's inputs ({exc})") from None
+    with npz:
+        missing = [t["from"] for t in script.inputs if t["from"] not in npz.files]
+        if missing:
+            raise BundleError(f"{path}: no array for the model's input(s) {missing} (it "
+                              f"holds {sorted(npz.files)})")
         feed = {t["from"]: npz[t["from"]] for t in script.inputs}
         expected = {t["to"]: npz[t["to"]] for t in script.outputs if t["to"] in npz.files}
     return feed, expected
