@@ -17,11 +17,13 @@ def _umask() -> int:
     return mask
 
 
-def atomic_write(path: str | os.PathLike, data: bytes) -> Path:
+def atomic_write(path: str | os.PathLike, data: bytes, *, mode: int | None = None) -> Path:
     """Write `data` to `path` so that readers see the old file or the new one, never half.
 
     The bytes go to a temporary file in the same folder, are flushed to disk, and are
-    renamed over `path` (rename is atomic within a file system).
+    renamed over `path` (rename is atomic within a file system). `mode` (``0o600`` for a
+    secret) is the new file's permissions from its first byte on; by default those a
+    plain open() would give, or the mode of the file it replaces.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -29,10 +31,11 @@ def atomic_write(path: str | os.PathLike, data: bytes) -> Path:
     try:
         # mkstemp creates the file 0600; give it the mode a plain open() would (0666 less
         # the umask), or keep the mode of the file it replaces.
-        try:
-            mode = path.stat().st_mode & 0o777
-        except FileNotFoundError:
-            mode = 0o666 & ~_umask()
+        if mode is None:
+            try:
+                mode = path.stat().st_mode & 0o777
+            except FileNotFoundError:
+                mode = 0o666 & ~_umask()
         os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as f:
             f.write(data)

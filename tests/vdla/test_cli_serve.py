@@ -1,11 +1,17 @@
 """``vdla serve``'s inputs: each bad one a clear error before anything listens. (Serving
-itself is tested end to end in tests/runtime/test_remote.py.)"""
+itself is tested end to end in tests/runtime/test_remote*.py.)"""
 
 import pytest
 
 from vdla.cli import main
+from vdla.runtime.remote import new_key
 
-KEY = "0123456789abcdef0123456789abcdef"
+
+@pytest.fixture(scope="module")
+def key_dir(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("serve") / "vdla-key"
+    new_key(folder)
+    return str(folder)
 
 
 @pytest.mark.parametrize("args, message", [
@@ -15,26 +21,26 @@ KEY = "0123456789abcdef0123456789abcdef"
     (["--board", "de10-nano"], "--board de10-nano: the board runtime runs on a Zynq's Linux; "
                                "serve from pynq-z1, pynq-z2"),
     (["--sim", "functional", "--config", "no-such-config"], "no-such-config"),
+    (["--sim", "functional", "--max-uops", "0"], "--max-uops must be a positive integer"),
+    (["--sim", "functional", "--session-seconds", "-1"],
+     "--session-seconds must be a positive number of seconds"),
 ])
-def test_bad_serve_options(args, message, monkeypatch, capsys):
-    monkeypatch.setenv("VDLA_REMOTE_KEY", KEY)
-    assert main(["serve", *args]) == 1
+def test_bad_serve_options(args, message, key_dir, capsys):
+    assert main(["serve", *args, "--key-dir", key_dir]) == 1
     assert message in capsys.readouterr().err
 
 
-def test_serve_needs_a_key(monkeypatch, capsys, tmp_path):
-    monkeypatch.delenv("VDLA_REMOTE_KEY", raising=False)
+def test_serve_needs_a_key(capsys, tmp_path):
     assert main(["serve", "--sim", "functional"]) == 1
-    assert "a shared key of at least 16 bytes is needed" in capsys.readouterr().err
-    short = tmp_path / "key"
-    short.write_text("short")
-    assert main(["serve", "--sim", "functional", "--key-file", str(short)]) == 1
-    assert "at least 16 bytes" in capsys.readouterr().err
-    assert main(["serve", "--sim", "functional", "--key-file", str(tmp_path / "none")]) == 1
-    assert "key file" in capsys.readouterr().err
+    assert "--key-dir DIR is needed" in capsys.readouterr().err
+    assert main(["serve", "--sim", "functional", "--key-dir", str(tmp_path / "none")]) == 1
+    err = capsys.readouterr().err
+    assert "key file" in err and "client.key" in err and "No such file" in err
 
 
 def test_serve_needs_a_board_or_a_simulator(capsys):
+    assert main(["serve"]) == 1
+    assert "give --board NAME or --sim functional|verilator" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        main(["serve"])
-    assert "one of the arguments --board --sim is required" in capsys.readouterr().err
+        main(["serve", "--sim", "functional", "--board", "pynq-z1"])
+    assert "not allowed with argument" in capsys.readouterr().err

@@ -56,7 +56,11 @@ def add_parser(sub) -> None:
                       help="run on the accelerator `vdla serve` serves there (a board's), "
                            "compiling here for its config; the ops run one after another")
     run_.add_argument("--key-file", metavar="PATH",
-                      help="with --remote: the shared key (default $VDLA_REMOTE_KEY)")
+                      help="with --remote: the client.key `vdla serve --new-key` wrote "
+                           "(default $VDLA_REMOTE_KEY_FILE)")
+    run_.add_argument("--remote-wait", type=float, default=0.0, metavar="S",
+                      help="with --remote: wait up to S seconds while another session "
+                           "holds the server's device (default 0: report it busy)")
     add_target_options(run_, "run")
     run_.set_defaults(func=run)
 
@@ -72,7 +76,8 @@ def _remote(args, target):
         raise CliError("--remote and --ray: one runs the ops on the remote accelerator, the "
                        "other on a cluster; give one")
     try:
-        device = RemoteDevice(args.remote, key=read_key(args.key_file))
+        device = RemoteDevice(args.remote, key=read_key(args.key_file),
+                              wait=args.remote_wait)
     except (ValueError, RemoteError) as exc:
         raise CliError(str(exc)) from None
     try:
