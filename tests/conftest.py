@@ -25,6 +25,17 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 os.environ.setdefault("VDLA_VERILATOR_OPTIMISE", "lto")
 
 
+@pytest.fixture(scope="session")
+def small_cnn_bundle(tmp_path_factory):
+    """`vdla deploy small_cnn --board pynq-z1`'s bundle, written once per test process
+    (its Verilog alone takes about 20 s; three test modules read it). Not to be changed:
+    a module takes its own copy (`bundles.copy_of`)."""
+    from vdla.cli import main as vdla_main
+    out = tmp_path_factory.mktemp("deploy") / "small_cnn"
+    assert vdla_main(["deploy", "small_cnn", "--board", "pynq-z1", "-o", str(out)]) == 0
+    return out
+
+
 def pytest_sessionfinish(session):
     # On an xdist worker: hand the counts to the controller (xdist sends workeroutput
     # after every pytest_sessionfinish hook has run).

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from board_shim import VerilatorMemory, VerilatorMmio
+from bundles import copy_of
 from vdla.boards import BOARDS
 from vdla.cli import main as vdla_main
 from vdla.compiler import pipeline
@@ -50,10 +51,8 @@ def shim(sim):
 
 
 @pytest.fixture(scope="module")
-def bundle(tmp_path_factory):
-    out = tmp_path_factory.mktemp("deploy") / "small_cnn"
-    assert vdla_main(["deploy", "small_cnn", "--board", "pynq-z1", "-o", str(out)]) == 0
-    return out
+def bundle(small_cnn_bundle, tmp_path_factory):
+    return copy_of(small_cnn_bundle, tmp_path_factory)
 
 
 def test_the_bundle_holds_the_project_the_model_and_a_manifest(bundle):

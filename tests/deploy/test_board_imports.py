@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 from board_shim import serve_layers
+from bundles import copy_of
 from vdla.boards import BOARDS
-from vdla.cli import main as vdla_main
 from vdla.compiler import pipeline
 from vdla.compiler.targets.vdla import VdlaTarget
 from vdla.deploy.bundle_writer import CARRIED
@@ -44,10 +44,8 @@ def sim():
 
 
 @pytest.fixture(scope="module")
-def bundle(tmp_path_factory):
-    out = tmp_path_factory.mktemp("deploy") / "small_cnn"
-    assert vdla_main(["deploy", "small_cnn", "--board", "pynq-z1", "-o", str(out)]) == 0
-    return out
+def bundle(small_cnn_bundle, tmp_path_factory):
+    return copy_of(small_cnn_bundle, tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vdla.cli import main as vdla_main
+from bundles import copy_of
 from vdla.config import HardwareConfig
 from vdla.deploy.board.dma import DmaOutsideBlocks
 from vdla.deploy.board.hardware import Accelerator, DmaMemory, Mmio, RegionDevice
@@ -77,10 +77,8 @@ def functional_device(config, manifest, size, timeout):
 
 
 @pytest.fixture(scope="module")
-def bundle(tmp_path_factory):
-    out = tmp_path_factory.mktemp("deploy") / "small_cnn"
-    assert vdla_main(["deploy", "small_cnn", "--board", "pynq-z1", "-o", str(out)]) == 0
-    return out
+def bundle(small_cnn_bundle, tmp_path_factory):
+    return copy_of(small_cnn_bundle, tmp_path_factory)
 
 
 @pytest.fixture
