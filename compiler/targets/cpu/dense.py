@@ -54,7 +54,7 @@ from vdla.compiler.targets.cpu.kernel import SIGNATURE, Kernel, Params
 from vdla.compiler.targets.cpu.schedule import DenseSchedule
 
 __all__ = ["AVX2_INT8", "SIGN_ROWS_MAX", "dense_kernel", "int8_path", "row_tile",
-           "signed_weights"]
+           "signed_weights", "tile_rows"]
 
 
 def _pack16(shape: DenseShape, w: np.ndarray, tile: int) -> np.ndarray:
@@ -128,6 +128,13 @@ def row_tile(n: int, ov: int, isa: Isa, spare: int = 1) -> int:
     return max(1, min(6, n, (isa.registers - spare - ov) // ov))
 
 
+def tile_rows(n: int, ov: int, isa: Isa, path: str | None) -> int:
+    """Rows of the register tile `dense_kernel` runs for `n` rows, ``ov`` output vectors
+    and int8 path `path` (`int8_path`; None for float32): the "sign" path keeps
+    `_SIGN_SPARE` registers beside its tile, the others one."""
+    return row_tile(n, ov, isa, _SIGN_SPARE if path == "sign" else 1)
+
+
 def dense_kernel(shape: DenseShape, schedule: DenseSchedule, weights: np.ndarray,
                  bias: np.ndarray | None, node: Node, isa: Isa,
                  inputs: tuple[str, ...], *, avx2_int8: str | None = None) -> Kernel:
@@ -141,7 +148,7 @@ def dense_kernel(shape: DenseShape, schedule: DenseSchedule, weights: np.ndarray
     params = Params()
     w = np.asarray(weights)
     path = int8_path(shape, isa, w, avx2_int8)
-    mr = row_tile(shape.n, ov, isa, _SIGN_SPARE if path == "sign" else 1)
+    mr = tile_rows(shape.n, ov, isa, path)
     blocks = -(-shape.n // mr)
     wide, sign = path == "wide", path == "sign"
     if wide or sign:
