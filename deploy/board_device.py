@@ -17,11 +17,14 @@ checked script on `vdla.deploy.board.hardware.RegionDevice` instead.
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from vdla.config import HardwareConfig
 from vdla.deploy.board.hardware import (POLL_SECONDS, Accelerator, DmaMemory, Interrupt,
                                         Mmio)
+from vdla.isa.registers import REGISTERS, STATUS_RUNNING
 from vdla.runtime.allocator import DramAllocator
 from vdla.runtime.device import Device, dram_alignment, in_stat_order
 from vdla.sim.counters import work_counters
@@ -92,6 +95,22 @@ class BoardDevice(Device):
                                     dram_base=self.base)
         stats = self.accelerator.run(insn_addr, insn_count, timeout)
         return in_stat_order({**work_counters(insns, self.config), **stats})
+
+    def wait_idle(self, seconds: float) -> bool:
+        """Wait up to `seconds` for the accelerator to stop running; whether it has.
+
+        A run stopped by its timeout (`BoardTimeout`) leaves the program running on the
+        board, and a start is ignored while one runs: ``vdla serve`` waits here at a
+        session's end, before it zeroes the session's memory and clears the SRAMs (the
+        program could still write both), and before its clearing program starts.
+        """
+        accelerator = self.accelerator
+        end = time.perf_counter() + seconds
+        while accelerator.mmio.read(REGISTERS["CTRL"][0]) & STATUS_RUNNING:
+            if time.perf_counter() > end:
+                return False
+            time.sleep(accelerator.poll)
+        return True
 
     def close(self):
         self.accelerator.close()

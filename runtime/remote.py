@@ -22,7 +22,9 @@ Three modules do the work:
   before anything in them is parsed, deadlines on every read and write;
 - `vdla.runtime.remote_server`: the server: connections in threads with a handshake
   deadline, one session holding the device (others told they are busy, or queued),
-  a session's memory isolated and zeroed, its budgets of micro-ops and wall time.
+  a session's memory isolated and zeroed, its budgets of micro-ops and wall time;
+- `vdla.runtime.remote_scrub`: the program that zeroes the accelerator's on-chip SRAMs
+  between sessions, run on the device itself.
 
 docs/boards.md, "Security", says what this protects and what it does not.
 """
@@ -39,16 +41,16 @@ from vdla.config import HardwareConfig
 from vdla.runtime.device import Device, in_stat_order
 from vdla.runtime.remote_keys import (RemoteKey, ServerKey, client_context, new_key, pin,
                                       read_key, read_server_key)
-from vdla.runtime.remote_server import BudgetExceeded, Busy, Limits, serve
+from vdla.runtime.remote_server import BudgetExceeded, Busy, Limits, NotCleared, serve
 from vdla.runtime.remote_wire import (MAX_HEADER, MAX_PAYLOAD, Closed, Deadline, RemoteError,
                                       TimedOut, handshake_client)
 
 __all__ = ["BudgetExceeded", "Busy", "Closed", "Limits", "MAX_HEADER", "MAX_PAYLOAD",
-           "RemoteDevice", "RemoteError", "RemoteKey", "ServerKey", "TimedOut", "new_key",
-           "read_key", "read_server_key", "serve"]
+           "NotCleared", "RemoteDevice", "RemoteError", "RemoteKey", "ServerKey", "TimedOut",
+           "new_key", "read_key", "read_server_key", "serve"]
 
 #: The errors a server names in its reply that the client raises as their own class.
-_ERRORS = {"Busy": Busy, "BudgetExceeded": BudgetExceeded}
+_ERRORS = {"Busy": Busy, "BudgetExceeded": BudgetExceeded, "NotCleared": NotCleared}
 
 
 class RemoteDevice(Device):

@@ -20,7 +20,11 @@ reply within as long; past that it is dropped and the device is free again.
 inside one of them; a program's instructions and every LOAD and STORE must lie inside
 them (`vdla.deploy.board.dma.check_dma`, before the program starts). Every block is
 zeroed when allocated and again when freed or when the session ends, so no session sees
-another's data, whatever the backend and however the last session ended.
+another's data, whatever the backend and however the last session ended. The on-chip
+SRAMs (micro-ops, inputs, weights, accumulators, outputs) are zeroed too, by a program
+run on the device itself (`vdla.runtime.remote_scrub`) when the server starts and after
+every session, before the next gets the device; if that fails, no session is opened
+again until the server is restarted.
 
 **Budgets.** A session's programs may run `Limits.max_uops` micro-ops (instructions,
 GEMM and ALU micro-ops, counted from the program before it starts:
@@ -52,11 +56,12 @@ from vdla.isa import INSN_BYTES
 from vdla.isa.encoding import decode_stream
 from vdla.runtime.device import Device, dram_alignment
 from vdla.runtime.remote_keys import ServerKey
+from vdla.runtime.remote_scrub import scrub
 from vdla.runtime.remote_wire import (MAX_PAYLOAD, Channel, Closed, Deadline, RemoteError,
                                       TimedOut, handshake_server)
 from vdla.sim.counters import work_counters
 
-__all__ = ["BudgetExceeded", "Busy", "DeviceQueue", "Limits", "serve"]
+__all__ = ["BudgetExceeded", "Busy", "DeviceQueue", "Limits", "NotCleared", "serve"]
 
 #: Bytes zeroed per write when a block is cleared (a board's block may be the region).
 _ZERO_CHUNK = 16 << 20
@@ -69,6 +74,11 @@ class Busy(RemoteError):
 
 class BudgetExceeded(RemoteError):
     """A run (or call) past the session's budget."""
+
+
+class NotCleared(RemoteError):
+    """The device's on-chip buffers could not be cleared after a session: no session is
+    opened on it again (the next could read what the last left)."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -189,6 +199,38 @@ class _Server:
         self._links: dict[int, _Link] = {}
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
+        #: Why the device's buffers are not known to be clear (None while they are).
+        self.not_cleared: str | None = None
+
+    def clear_device(self) -> str:
+        """Zero the device's on-chip SRAMs (`vdla.runtime.remote_scrub.scrub`); what it
+        cost, or why it failed (then `not_cleared` holds the reason and every later
+        ``open`` is refused with it). Called with the device held, or before serving."""
+        if self.not_cleared is not None:
+            return f"NOT CLEARED: {self.not_cleared}"
+        try:
+            return scrub(self.device).describe()
+        except Exception as exc:    # the device is then in a state nobody may inherit
+            self.not_cleared = (f"clearing the accelerator's on-chip buffers failed "
+                                f"({type(exc).__name__}: {exc}); restart vdla serve")
+            return f"NOT CLEARED: {self.not_cleared}"
+
+    def settle_device(self) -> None:
+        """Wait, up to `Limits.idle_seconds`, for a run the device still runs (a board's
+        stopped at its timeout: `vdla.deploy.board_device.BoardDevice.wait_idle`); if it
+        does not end, `not_cleared` says so. A simulator's run has ended with its call."""
+        wait_idle = getattr(self.device, "wait_idle", None)
+        if wait_idle is None or self.not_cleared is not None:
+            return
+        try:
+            idle = wait_idle(self.limits.idle_seconds)
+        except Exception as exc:    # a device gone wrong: as a run that will not end
+            idle, why = False, f"{type(exc).__name__}: {exc}"
+        else:
+            why = f"still running {self.limits.idle_seconds:g} s after the session ended"
+        if not idle:
+            self.not_cleared = (f"the accelerator did not stop ({why}); reload the "
+                                "bitstream, which resets it, and restart vdla serve")
 
     def admit(self, sock: socket.socket, peer: str) -> None:
         """Handle the new connection `sock` in a thread of its own, within
@@ -261,6 +303,11 @@ class _Server:
         except Busy as exc:
             _reply_error(channel, exc, limits.idle_seconds)
             raise
+        if self.not_cleared is not None:
+            self.queue.release()
+            error = NotCleared(f"refused: {self.not_cleared}")
+            _reply_error(channel, error, limits.idle_seconds)
+            raise error
         session = _Session(self, channel, link)
         try:
             self.log(f"{link.peer}: session opened")
@@ -268,7 +315,13 @@ class _Server:
                          deadline=Deadline(limits.idle_seconds, "the reply taken"))
             session.serve()
         finally:
-            session.clear()
+            # However the session ended, the next finds DRAM and the SRAMs zeroed. A
+            # board's run stopped at its timeout still runs: it could write both.
+            self.settle_device()
+            count = session.clear()
+            cleared = self.clear_device()
+            self.log(f"{link.peer}: session closed, {count} blocks zeroed and freed, "
+                     f"{cleared} ({session.uops:,} micro-ops run)")
             self.queue.release()
 
 
@@ -475,8 +528,9 @@ class _Session:
         for offset in range(0, length, _ZERO_CHUNK):
             self.device.write(addr + offset, zeros[:min(_ZERO_CHUNK, length - offset)])
 
-    def clear(self) -> None:
-        """Zero and free every block of this session (at its end, however it ended)."""
+    def clear(self) -> int:
+        """Zero and free every block of this session (at its end, however it ended);
+        how many there were."""
         count = len(self.blocks)
         for addr in list(self.blocks):
             try:
@@ -485,8 +539,7 @@ class _Session:
             except Exception as exc:    # a device gone wrong: said, and the rest still freed
                 self.server.log(f"{self.peer}: clearing block {addr:#x} failed: {exc}")
             del self.blocks[addr]
-        self.server.log(f"{self.peer}: session closed, {count} blocks zeroed and freed "
-                        f"({self.uops:,} micro-ops run)")
+        return count
 
 
 def serve(open_device: Callable[[], Device], *, key: ServerKey, host: str = "127.0.0.1",
@@ -509,12 +562,17 @@ def serve(open_device: Callable[[], Device], *, key: ServerKey, host: str = "127
     device = open_device()
     server = _Server(device, key, limits, log)
     try:
+        # What a program run before the server started left in the SRAMs (a board's
+        # last user, a bundle's run) is no session's to read either.
+        cleared = server.clear_device()
+        if server.not_cleared is not None:
+            raise NotCleared(f"vdla serve: {server.not_cleared}")
         with socket.create_server((host, port), backlog=128) as listener:
             if ready is not None:
                 ready(listener.getsockname()[1])
             log(f"vdla serve: {device.backend} device, config {device.config.name}, on "
                 f"{host}:{listener.getsockname()[1]} (TLS, certificate "
-                f"{key.fingerprint[:16]}...)")
+                f"{key.fingerprint[:16]}...); {cleared}")
             accepted = 0
             while connections is None or accepted < connections:
                 try:

@@ -18,13 +18,14 @@ import pytest
 
 import vdla
 from board_shim import VerilatorMemory, VerilatorMmio
-from remote_testing import (call, heavy_gemm, make_keys, raw_frame, session, store_at,
-                            uop_block, write_program)
+from remote_testing import (call, heavy_gemm, leftover_sram, make_keys, raw_frame, session,
+                            settled, store_at, uop_block, write_program)
 from vdla.cli import main
 from vdla.compiler import pipeline
 from vdla.compiler.targets.vdla import VdlaTarget
 from vdla.compiler.targets.vdla.export import run_exported
 from vdla.deploy.board_device import BoardDevice
+from vdla.isa import Program, Uop, encode_uops
 from vdla.runtime.kernels import blocked_gemm, blocked_gemm_reference
 from vdla.runtime.remote import RemoteDevice, RemoteError, serve
 from vdla.runtime.remote_wire import Deadline
@@ -42,13 +43,14 @@ def keys(tmp_path_factory):
 class Server:
     """`serve` in a thread over the board runtime on the shim; `log` its lines."""
 
-    def __init__(self, sim, keys, connections=None):
+    def __init__(self, sim, keys, connections=None, timeout=10.0):
         self.log, self.device = [], None
         ready = threading.Event()
 
         def open_device():
             self.device = BoardDevice(CFG, mmio=VerilatorMmio(sim.model),
-                                      memory=VerilatorMemory(sim.model, base=1 << 20))
+                                      memory=VerilatorMemory(sim.model, base=1 << 20),
+                                      timeout=timeout)
             return self.device
 
         def on_ready(port):
@@ -90,9 +92,8 @@ def test_a_model_runs_remotely_as_it_runs_here(server, keys):
     assert remote.bit_exact
     assert remote.result.cycles == pipeline.run_model("small_cnn", target).result.cycles
     # The client's blocks were freed when it left.
-    time.sleep(0.2)
+    assert settled(server.log)
     assert server.device.allocator.bytes_in_use == 0
-    assert any("session closed" in line for line in server.log)
 
 
 def test_an_exported_model_plays_remotely(server, keys, tmp_path):
@@ -148,7 +149,7 @@ def test_an_oversized_or_truncated_upload_is_refused_with_nothing_allocated(serv
         socket.socket.shutdown(sock, socket.SHUT_WR)
         with pytest.raises(RemoteError):
             channel.receive(Deadline(10))
-    time.sleep(0.2)
+    assert settled(server.log)
     assert "with a payload cut short (10 of 64 bytes)" in " ".join(server.log)
     assert server.device.allocator.bytes_in_use == 0     # both clients' blocks freed
     # A payload past the frame limit is refused from its length alone.
@@ -173,6 +174,36 @@ def test_the_board_server_checks_dma_and_budget_before_a_run(server, keys):
         reply, _ = call(channel, {"call": "run", "insn_addr": addr, "insn_count": count})
         assert reply["error"] == "BudgetExceeded"
         assert "of its budget of 500,000,000" in reply["message"]
+
+
+def test_the_board_server_clears_the_srams_between_sessions(server, keys):
+    """On the board runtime (the Verilator shim) as on the simulators: what session A
+    left in the SRAMs, session B (loading nothing) reads as zeros. The scrub is a
+    program the board runs, as many cycles as on Verilator."""
+    assert settled(server.log)
+    assert leftover_sram(server.address, keys.client) == {"out": 0, "gemm": 0}
+    assert settled(server.log)
+    assert re.search(r"on-chip buffers cleared \([\d,]+ cycles", server.log[-1])
+
+
+def test_a_board_run_past_its_timeout_ends_before_the_next_session(sim, keys):
+    """A run stopped by the board's timeout goes on running there (and the board ignores
+    a start meanwhile): the server waits for it to end before it zeroes the session's
+    memory and clears the SRAMs, so the next session reads zeros, not that run's
+    leftovers, and the clearing program is the one that ran."""
+    server = Server(sim, keys, connections=2, timeout=0.1)
+
+    def overrun(dev):
+        uops = dev.alloc(7 * CFG.uop_bytes)
+        dev.write(uops, encode_uops([Uop(0, 0, 0)] * 7, CFG))
+        program = Program(tuple(heavy_gemm(uops, 7, 500, 1000)), CFG)
+        with pytest.raises(RemoteError, match="did not finish in"):
+            dev.run(*dev.load_program(program))
+
+    assert leftover_sram(server.address, keys.client, then=overrun) == {"out": 0, "gemm": 0}
+    assert settled(server.log)
+    assert all(re.search(r"on-chip buffers cleared \([\d,]+ cycles", line)
+               for line in server.log if "session closed" in line)
 
 
 SERVE = textwrap.dedent("""

@@ -1,8 +1,10 @@
 """What the remote server keeps from whom, on 127.0.0.1 over the functional simulator:
 the wire is encrypted (a session captured by a proxy holds none of the model's weight
 bytes), a session reads nothing another left, a program's DMA stays inside its own
-session's blocks, a session's budgets of micro-ops and wall time hold, and keys are
-the tool's own, kept private, on a server that listens on 127.0.0.1 unless told."""
+session's blocks, no session reads the on-chip SRAMs another left (on the functional
+simulator and on Verilator; the board's test is in test_remote.py), a session's budgets
+of micro-ops and wall time hold, and keys are the tool's own, kept private, on a server
+that listens on 127.0.0.1 unless told."""
 
 import inspect
 import os
@@ -13,14 +15,18 @@ import time
 import numpy as np
 import pytest
 
-from remote_testing import (CFG, LiveServer, bit_exact_run, call, heavy_gemm, make_keys,
-                            session, store_at, uop_block, write_program)
+from remote_testing import (CFG, LiveServer, bit_exact_run, call, heavy_gemm, leftover_sram,
+                            make_keys, session, store_at, uop_block, write_program)
+import vdla
+from vdla.isa import MemoryType, Uop, encode_uops
+from vdla.runtime.builder import COMPUTE, LOAD, STORE, ProgramBuilder
 from vdla.cli import build_parser
 from vdla.compiler import pipeline
 from vdla.compiler.targets.vdla import VdlaTarget
 from vdla.runtime.kernels import blocked_gemm
-from vdla.runtime.remote import (BudgetExceeded, Limits, RemoteDevice, RemoteError, new_key,
-                                 read_key, read_server_key, serve)
+from vdla.runtime.remote import (BudgetExceeded, Limits, NotCleared, RemoteDevice,
+                                 RemoteError, new_key, read_key, read_server_key, serve)
+from vdla.runtime.remote_scrub import scrub, scrub_program, zero_block_bytes
 
 
 @pytest.fixture(scope="module")
@@ -116,6 +122,149 @@ def test_a_session_reads_nothing_the_last_one_left(server, keys):
         assert not second.read(again, len(secret)).any()
     time.sleep(0.1)
     assert not server.device.dram[addr:addr + len(secret)].any()   # zeroed when it closed
+
+
+def test_a_session_reads_nothing_the_last_one_left_in_the_srams(server, keys):
+    """Session A leaves rows of ones in inp and wgt, 16 in acc and out; session B, a new
+    connection, runs a program that loads nothing: its STORE of the out buffer and its
+    GEMM over A's inp, wgt, acc (and the uop SRAM as found) read zeros. Without the
+    scrub B read A's 16s and 32s (256 nonzero bytes each)."""
+    assert server.settled()
+    assert leftover_sram(server.address, keys.client) == {"out": 0, "gemm": 0}
+    assert server.settled() and "on-chip buffers cleared (" in server.log[-1]
+    sram = server.device.simulator.sram
+    assert not any(buffer.any() for buffer in sram.values())
+
+
+@pytest.mark.parametrize("config", [
+    CFG, vdla.HardwareConfig(dw_taps=3, alu_hold=True),
+    vdla.HardwareConfig(batch=2, block_in=8, block_out=32),
+    vdla.HardwareConfig(block_in=4, block_out=4, uop_buff_size=64, inp_buff_size=32,
+                        wgt_buff_size=64, acc_buff_size=64)], ids=lambda c: c.name)
+def test_the_scrub_zeroes_every_row_of_every_sram(config):
+    """Every byte of the uop, inp, wgt, acc and out SRAMs set, then `scrub`: all zero
+    (the decoded micro-ops too), its DRAM block freed and zeroed, on configs with the
+    extensions, other element sizes, and depths under the 16 rows a padded LOAD fills."""
+    device = vdla.runtime.open(config, "functional", dram_size=1 << 20)
+    simulator = device.simulator
+    for buffer in simulator.sram.values():
+        buffer[...] = 0xA5
+    simulator.uop_dst[:] = simulator.uop_src[:] = simulator.uop_wgt[:] = 3
+    done = scrub(device)
+    assert not any(buffer.any() for buffer in simulator.sram.values()), \
+        {m.name: int(np.count_nonzero(b)) for m, b in simulator.sram.items()}
+    assert not (simulator.uop_dst.any() or simulator.uop_src.any() or simulator.uop_wgt.any())
+    assert device.allocator.bytes_in_use == 0 and not device.dram.any()
+    assert done.stats["gemm_uops"] == config.acc_depth and done.cycles is None
+    loads = {insn.memory_type for insn in scrub_program(config, 0).insns
+             if insn.opcode == 0}
+    assert loads == {MemoryType.UOP, MemoryType.INP, MemoryType.WGT}
+    assert zero_block_bytes(config) <= max(config.uop_buff_size, config.wgt_buff_size)
+
+
+def test_a_server_whose_scrub_fails_opens_no_more_sessions(keys):
+    """A device whose scrub fails (here: its run raises) after a session: the next
+    client is refused with the reason, naming the fix; the server stays up."""
+    server = LiveServer(keys, dram_size=1 << 20)
+
+    def hung(*args, **kwargs):
+        raise RuntimeError("the accelerator hung")
+
+    with RemoteDevice(server.address, key=keys.client, wait=10) as dev:
+        dev.alloc(64)
+        server.device.run = hung
+    assert server.settled() and "NOT CLEARED" in server.log[-1]
+    with pytest.raises(NotCleared, match=r"clearing the accelerator's on-chip buffers failed "
+                                         r"\(RuntimeError: the accelerator hung\); restart"):
+        RemoteDevice(server.address, key=keys.client, wait=10)
+    assert server.alive()
+
+
+def test_the_verilator_server_clears_the_srams_between_sessions(keys):
+    """As on the functional simulator, on the cycle-accurate model of the Verilog: what
+    session A left in the SRAMs, session B reads as zeros; the scrub costs 12,628 cycles
+    of the default config (126 us at 100 MHz), as docs/boards.md says."""
+    server = LiveServer(keys, backend="verilator", dram_size=16 << 20)
+    assert leftover_sram(server.address, keys.client) == {"out": 0, "gemm": 0}
+    assert server.settled()
+    assert sum("on-chip buffers cleared (12,628 cycles" in line for line in server.log) == 3
+
+
+def _fill_every_sram(dev, ones: int, zero_uop: int) -> None:
+    """Every row of inp, wgt, uop and acc of `dev` loaded with bytes of 1 (from `ones`;
+    micro-op 0 from `zero_uop`, for the GEMM), and out set by a GEMM to acc's low byte."""
+    c, b = CFG, ProgramBuilder(CFG)
+    for memory, depth, elem in ((MemoryType.INP, c.inp_depth, c.inp_elem_bytes),
+                                (MemoryType.WGT, c.wgt_depth, c.wgt_elem_bytes)):
+        b.load(memory, dram_base=ones // elem, y_size=1, x_size=depth, x_stride=depth)
+    b.dep_push(LOAD, COMPUTE)
+    b.load(MemoryType.UOP, dram_base=ones // c.uop_bytes, y_size=1, x_size=c.uop_depth,
+           x_stride=c.uop_depth)
+    b.load(MemoryType.UOP, dram_base=zero_uop // c.uop_bytes, y_size=1, x_size=1, x_stride=1)
+    b.load(MemoryType.ACC, dram_base=ones // c.acc_elem_bytes, y_size=1, x_size=c.acc_depth,
+           x_stride=c.acc_depth)
+    b.dep_pop(LOAD, COMPUTE)
+    b.gemm(uop_end=1, iter_out=c.acc_depth, iter_in=1, dst_factor_out=1)
+    dev.run(*dev.load_program(b.finish()))
+
+
+def _gemm_then_store(b: ProgramBuilder, out: int, rows: int, **factors) -> None:
+    """acc[o] += inp[src] . wgt[wgt] for o < `rows` over micro-op 0 as the SRAM holds it
+    (`factors` step src and wgt), then out rows 0..rows-1 stored at byte `out`."""
+    b.gemm(uop_end=1, iter_out=rows, iter_in=1, dst_factor_out=1, **factors)
+    b.dep_push(COMPUTE, STORE)
+    b.dep_pop(COMPUTE, STORE)
+    b.store(dram_base=out // CFG.out_elem_bytes, y_size=1, x_size=rows, x_stride=rows)
+    b.dep_push(STORE, COMPUTE)
+    b.dep_pop(STORE, COMPUTE)
+
+
+def test_on_verilator_the_scrub_zeroes_every_row_of_every_sram_it_can_be_read_from():
+    """The cycle-accurate model: every row of every SRAM filled, `scrub`, then read back
+    through the ISA, every row: out stored as found; acc by a GEMM adding nothing; wgt's
+    rows times a row of ones loaded into inp; in a second round (that load overwrites
+    inp row 0) inp's rows times a row of ones loaded into wgt. All zeros. (The uop
+    SRAM, indices only, is checked row by row on the functional simulator.)"""
+    c = CFG
+    dev = vdla.runtime.open(c, "verilator", dram_size=16 << 20, log=lambda line: None)
+    try:
+        size = max(c.inp_buff_size, c.wgt_buff_size, c.acc_buff_size, c.uop_buff_size)
+        ones = dev.alloc(size)
+        dev.write(ones, np.ones(size, np.uint8))
+        zero_uop = dev.alloc(c.uop_bytes)
+        dev.write(zero_uop, encode_uops([Uop(0, 0, 0)], c))
+        rows = {"out": c.out_depth, "acc": c.acc_depth, "wgt": c.wgt_depth,
+                "inp": c.inp_depth}
+        outs = {name: dev.alloc(n * c.out_elem_bytes) for name, n in rows.items()}
+        for round_ in ("out acc wgt", "inp"):
+            _fill_every_sram(dev, ones, zero_uop)
+            assert scrub(dev).cycles > 0
+            b = ProgramBuilder(c)
+            if round_ == "inp":
+                b.load(MemoryType.WGT, dram_base=ones // c.wgt_elem_bytes, y_size=1,
+                       x_size=1, x_stride=1)
+                b.dep_push(LOAD, COMPUTE)
+                b.dep_pop(LOAD, COMPUTE)
+                _gemm_then_store(b, outs["inp"], c.inp_depth, src_factor_out=1)
+            else:
+                b.store(dram_base=outs["out"] // c.out_elem_bytes, y_size=1,
+                        x_size=c.out_depth, x_stride=c.out_depth)
+                b.dep_push(STORE, COMPUTE)
+                b.dep_pop(STORE, COMPUTE)
+                _gemm_then_store(b, outs["acc"], c.acc_depth)
+                b.dep_push(COMPUTE, LOAD)       # the GEMM read inp row 0 before this LOAD
+                b.dep_pop(COMPUTE, LOAD)
+                b.load(MemoryType.INP, dram_base=ones // c.inp_elem_bytes, y_size=1,
+                       x_size=1, x_stride=1)
+                b.dep_push(LOAD, COMPUTE)
+                b.dep_pop(LOAD, COMPUTE)
+                _gemm_then_store(b, outs["wgt"], c.wgt_depth, wgt_factor_out=1)
+            dev.run(*dev.load_program(b.finish()))
+        found = {name: int(np.count_nonzero(dev.read(addr, rows[name] * c.out_elem_bytes)))
+                 for name, addr in outs.items()}
+        assert found == dict.fromkeys(rows, 0)
+    finally:
+        dev.close()
 
 
 def test_a_freed_block_is_zeroed_before_anyone_gets_it_again(server, keys):
