@@ -17,11 +17,12 @@ itself, so the same mechanism serves the functional simulator, Verilator and a b
 
 Those are every SRAM the hardware has (`vdla.hw.top`: uop, inp, wgt, acc, out; the
 extensions add none). What else holds data between instructions is registers the ISA
-overwrites before it reads them: the depthwise window (`HardwareConfig.dw_taps`), which
-the first micro-op of every pass reloads; the held ALU operand (`alu_hold`), read again
-each outer iteration; the GEMM pipeline's operand and product registers, valid only for
-the micro-op in flight; and the command and token queues, which a program must leave
-empty (`vdla.sim.validate`). None of them is readable by a later program.
+overwrites before it reads them: the depthwise convolution's window of input columns,
+which the first micro-op of every pass reloads; the ALU's held operand, read again each
+outer iteration (both extensions, `vdla.extensions`); the GEMM pipeline's operand and
+product registers, valid only for the micro-op in flight; and the command and token
+queues, which a program must leave empty (`vdla.sim.validate`). None of them is
+readable by a later program.
 
 The program and its zero block live in a DRAM block the server allocates for the scrub
 alone (no session holds it) and frees, zeroed, when it is done.
