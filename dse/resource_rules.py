@@ -24,12 +24,13 @@ counting of ``vdla estimate`` (`vdla.boards.estimate.count_resources`):
     take (docs/boards.md); the other memories take the cheapest mode.
   - ECP5: an EBR (DP16KD, or PDPW16KD for the 36-bit mode) of 16K x 1, 8K x 2, 4K x 4,
     2K x 9, 1K x 18, 512 x 36 bits, with one enable per 9-bit byte.
-* **DSP.** The GEMM core has `gemm_multipliers` multipliers (two int8 products share one
-  when block_out is even, `vdla.hw.compute.packed_products`: a 25-bit packed weight times
-  the 8-bit input), and with the ALU's MUL each ALU lane has one 32 x 32 multiplier
-  (its low 32 bits). yosys maps each of the two kinds to the same hard-multiplier cells
-  every time; which cells (`DspCells`) is read off the calibration data by
-  `DspCells.derive` (it refuses data where they differ between configs), and the cells
+* **DSP.** The GEMM core has `gemm_multipliers` multipliers (with `dsp_pack`, two int8
+  products share one, `vdla.hw.gemm_forms.packed_products`: a 25-bit packed weight times
+  the 8-bit input; without it, an 8 x 8 multiplier per product), and with the ALU's MUL
+  each ALU lane has one 32 x 32 multiplier (its low 32 bits). yosys maps each of the
+  three kinds to the same hard-multiplier cells every time; which cells (`DspCells`) is
+  read off the calibration data by `DspCells.derive` (it refuses data where they differ
+  between configs), and the cells
   are counted with ``vdla estimate``'s rule: DSP48E1/E2 one each, MULT18X18D one each,
   Cyclone V blocks with a 27x27 multiplier one, an 18x18 half and a 9x9 a third.
 """
@@ -44,7 +45,7 @@ from vdla.boards.estimate import count_resources
 from vdla.config import AluOp, INSN_BITS, HardwareConfig
 
 __all__ = ["BlockRam", "DspCells", "Memory", "RULES", "FamilyRules", "gemm_multipliers",
-           "memories", "mul_lanes", "rules_for"]
+           "memories", "mul_lanes", "rules_for", "unpacked"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,10 +79,18 @@ def memories(c: HardwareConfig) -> list[Memory]:
 
 
 def gemm_multipliers(c: HardwareConfig) -> int:
-    """Hard multipliers of the GEMM core: one per pair of products when block_out is
-    even (`HardwareConfig.gemm_multipliers`), less the pairs built from LUTs past
+    """Hard multipliers of the GEMM core: one per pair of products with `dsp_pack`, else
+    one per product (`HardwareConfig.gemm_multipliers`), less those built from LUTs past
     `gemm_dsp_limit`."""
     return c.gemm_multipliers - c.gemm_lut_multipliers
+
+
+def unpacked(c: HardwareConfig) -> bool:
+    """Whether `c`'s GEMM multipliers are single products of `dsp_pack` off (a core with
+    block_out = 1 has no pair to pack either, but stores `dsp_pack` on: its products are
+    counted with the pair's cells, as before the setting existed; on the Xilinx
+    families both are one DSP48)."""
+    return not c.dsp_pack
 
 
 def mul_lanes(c: HardwareConfig) -> int:
@@ -152,16 +161,22 @@ EBR = BlockRam("EBR", ((16384, 1), (8192, 2), (4096, 4), (2048, 9), (1024, 18), 
 class DspCells:
     """The hard-multiplier cells yosys makes of each kind of multiplier.
 
-    gemm : cell type -> count for one GEMM multiplier (a packed pair, `gemm_multipliers`)
+    gemm : cell type -> count for one GEMM multiplier of a packed pair (`dsp_pack`,
+        `gemm_multipliers`)
     mul : cell type -> count for one ALU lane's 32 x 32 multiplier
+    single : cell type -> count for one GEMM multiplier of a single product (`dsp_pack`
+        off); None when no calibration config is unpacked (the model refuses such a
+        config, `vdla.dse.resources.ResourceModel.unpriced`)
     """
 
     gemm: Mapping[str, int]
     mul: Mapping[str, int]
+    single: Mapping[str, int] | None = None
 
     def cells(self, c: HardwareConfig) -> dict[str, int]:
         out: dict[str, int] = {}
-        for per, n in ((self.gemm, gemm_multipliers(c)), (self.mul, mul_lanes(c))):
+        gemm = self.single if unpacked(c) else self.gemm
+        for per, n in ((gemm or {}, gemm_multipliers(c)), (self.mul, mul_lanes(c))):
             for cell, k in per.items():
                 if k * n:
                     out[cell] = out.get(cell, 0) + k * n
@@ -171,49 +186,62 @@ class DspCells:
     def derive(cls, prefixes: tuple[str, ...],
                points: Iterable[tuple[str, HardwareConfig, Mapping[str, int]]]) -> "DspCells":
         """The cells per multiplier from calibration points (name, config, yosys's cells):
-        configs without MUL give the GEMM's, then those with MUL the lane's. ValueError
-        when a config's cells are not a whole number of the same per-multiplier cells:
-        the DSP count would no longer be structural."""
+        packed configs without MUL give the GEMM pair's, then those with MUL the lane's,
+        then the unpacked configs (less their lanes' cells) a single product's.
+        ValueError when a config's cells are not a whole number of the same
+        per-multiplier cells: the DSP count would no longer be structural."""
         points = [(name, c, {k: v for k, v in cells.items() if k.startswith(prefixes)})
                   for name, c, cells in points]
-
-        def per_unit(what, rows):
-            found = {}
-            for name, units, cells in rows:
-                if not units:
-                    continue
-                if any(v % units for v in cells.values()):
-                    raise ValueError(f"{name}: {cells} is not {units} equal {what}")
-                found[name] = {k: v // units for k, v in cells.items() if v}
-            kinds = {tuple(sorted(v.items())) for v in found.values()}
-            if len(kinds) > 1:
-                raise ValueError(f"the cells of one {what} differ between calibration "
-                                 f"configs ({found}): the DSP count is no longer "
-                                 "structural; update vdla.dse.resource_rules")
-            return dict(kinds.pop()) if kinds else None
-
-        gemm = per_unit("GEMM multipliers", [(n, gemm_multipliers(c), cells)
-                                              for n, c, cells in points if not mul_lanes(c)])
+        packed = [p for p in points if not unpacked(p[1])]
+        gemm = _per_unit("GEMM multipliers", [(n, gemm_multipliers(c), cells)
+                                              for n, c, cells in packed if not mul_lanes(c)])
         if gemm is None:
             raise ValueError("no calibration config without the ALU's MUL: the GEMM's "
                              "multiplier cells are unknown")
-        rest = []
-        for name, c, cells in points:
-            if mul_lanes(c):
-                left = dict(cells)
-                for k, v in gemm.items():
-                    left[k] = left.get(k, 0) - v * gemm_multipliers(c)
-                if any(v < 0 for v in left.values()):
-                    raise ValueError(f"{name}: fewer DSP cells {cells} than its GEMM needs")
-                rest.append((name, mul_lanes(c), left))
-        mul = per_unit("ALU multipliers", rest)
+        mul = _per_unit("ALU multipliers", [(n, mul_lanes(c), _less(n, cells, gemm,
+                                                                   gemm_multipliers(c)))
+                                            for n, c, cells in packed if mul_lanes(c)])
         if mul is None:
             raise ValueError("no calibration config with the ALU's MUL: its multiplier "
                              "cells are unknown")
-        return cls(gemm=gemm, mul=mul)
+        single = _per_unit("single-product GEMM multipliers",
+                           [(n, gemm_multipliers(c), _less(n, cells, mul, mul_lanes(c)))
+                            for n, c, cells in points if unpacked(c)])
+        return cls(gemm=gemm, mul=mul, single=single)
 
     def to_dict(self) -> dict:
-        return {"gemm": dict(self.gemm), "mul": dict(self.mul)}
+        return {"gemm": dict(self.gemm), "mul": dict(self.mul),
+                "single": None if self.single is None else dict(self.single)}
+
+
+def _per_unit(what: str, rows) -> dict[str, int] | None:
+    """The cells of one unit from (name, units, cells) rows, the same in every row; None
+    when no row has a unit."""
+    found = {}
+    for name, units, cells in rows:
+        if not units:
+            continue
+        if any(v % units for v in cells.values()):
+            raise ValueError(f"{name}: {cells} is not {units} equal {what}")
+        found[name] = {k: v // units for k, v in cells.items() if v}
+    kinds = {tuple(sorted(v.items())) for v in found.values()}
+    if len(kinds) > 1:
+        raise ValueError(f"the cells of one of the {what} differ between calibration "
+                         f"configs ({found}): the DSP count is no longer structural; "
+                         "update vdla.dse.resource_rules")
+    return dict(kinds.pop()) if kinds else None
+
+
+def _less(name: str, cells: Mapping[str, int], per: Mapping[str, int],
+          units: int) -> dict[str, int]:
+    """`cells` less `units` times the cells `per` unit; ValueError when fewer."""
+    left = dict(cells)
+    for k, v in per.items():
+        left[k] = left.get(k, 0) - v * units
+    if any(v < 0 for v in left.values()):
+        raise ValueError(f"{name}: fewer DSP cells {dict(cells)} than its other "
+                         "multipliers need")
+    return left
 
 
 # --- the families -----------------------------------------------------------------------------

@@ -31,6 +31,14 @@ was run for. A part is looked up through the boards that use it (`family_of`).
   coefficients stay those of the configs without extensions. A family whose calibration
   has no config with an extension cannot price it: `ResourceModel.predict` refuses such a config, naming the
   command that calibrates it (`ResourceModel.unpriced`).
+* **One product per DSP** (`dsp_pack` off; the default packs two products that share
+  an input into one multiplier) is priced the same way, per pair of products
+  (``unpacked_pairs``, `pack_pairs`): what the unpacked config changes in LUTs and FFs
+  from the same config packed (the low product's borrow and the wider adder-tree input
+  that packing adds, and how yosys maps the trees around them), fitted by least squares
+  with its sign (it is a saving); its DSPs are counted from the single product's cells
+  (`vdla.dse.resource_rules.DspCells`). A family whose calibration has no unpacked
+  config cannot price one.
 * **A DRAM bus other than the port's** (a wider bus bridged to the port, `Board.apply`)
   is priced the same way, per bit (``wide_bus``, `bus_pairs`): the base terms are fitted
   to the configs on the family's board's bus (`ResourceModel.bus_width`).
@@ -54,13 +62,13 @@ from vdla.boards.catalog import BOARDS
 from vdla.config import AluOp, HardwareConfig
 from vdla.extensions import EXTENSIONS
 from vdla.dse.resource_rules import (XILINX_BRAM, DspCells, gemm_multipliers, memories,
-                                     mul_lanes, rules_for)
+                                     mul_lanes, rules_for, unpacked)
 
 __all__ = ["CALIBRATION_DIR", "MIN_POINTS", "ResourceModel", "bram_tiles", "bus_pairs",
            "calibrated_families",
            "calibrated_parts", "calibration_path", "counted_bram", "extension_pairs",
-           "extension_terms", "family_of", "features", "gemm_dsps", "TERM_EXTENSIONS",
-           "without_extensions"]
+           "extension_terms", "family_of", "features", "gemm_dsps", "pack_pairs",
+           "TERM_EXTENSIONS", "unpacked_pairs", "without_extensions"]
 
 #: Where the calibration data lives (one JSON file per family: ``<family>.json``).
 CALIBRATION_DIR = Path(__file__).resolve().parent / "calibration"
@@ -78,8 +86,17 @@ def counted_bram(c: HardwareConfig, family: str = "zynq-7000") -> float:
 
 
 def gemm_dsps(c: HardwareConfig) -> int:
-    """DSP48s of the GEMM core on Xilinx: one per pair of products when block_out is even."""
+    """DSP48s of the GEMM core on Xilinx: one per pair of products with `dsp_pack`, one
+    per product without (either way, less those built from LUTs past `gemm_dsp_limit`)."""
     return gemm_multipliers(c)
+
+
+def unpacked_pairs(c: HardwareConfig) -> float:
+    """Pairs of products of `c`'s GEMM core on hard multipliers one product each
+    (`dsp_pack` off): the ``unpacked_pairs`` term; 0 for a packed config."""
+    if not unpacked(c):
+        return 0.0
+    return (c.macs_per_cycle - c.gemm_lut_products) / 2
 
 
 def features(c: HardwareConfig) -> dict[str, float]:
@@ -102,7 +119,8 @@ def extension_terms(c: HardwareConfig) -> dict[str, float]:
     to the accumulator; the shift is there already), and ``alu_hold``, 1 with alu_hold
     (a few control flip-flops and a capture enable on the src operand register, the
     same whatever the core's size), and ``lut_pairs``, the GEMM core's multiplier pairs
-    built from LUTs past `gemm_dsp_limit` (two 8 x 8 products of shifted adds each; the
+    built from LUTs past `gemm_dsp_limit` (two 8 x 8 products of shifted adds each, packed
+    or not: `HardwareConfig.gemm_lut_products` / 2; the
     DSPs they leave are counted by `vdla.dse.resource_rules.gemm_multipliers`), and
     ``dw_window``, batch · block_out · dw_taps for the depthwise window: its registers
     hold dw_taps columns of block_out channels (8 bits each), and a 2:1 multiplexer
@@ -110,7 +128,7 @@ def extension_terms(c: HardwareConfig) -> dict[str, float]:
     which is the same count (batch · block_out/2 pairs · 2·dw_taps columns)."""
     return {"req_lanes": float(c.batch * c.block_out if AluOp.REQ in c.alu_ops else 0),
             "alu_hold": 1.0 if c.alu_hold else 0.0,
-            "lut_pairs": float(c.gemm_lut_multipliers),
+            "lut_pairs": c.gemm_lut_products / 2,
             "dw_window": float(c.batch * c.block_out * c.dw_taps)}
 
 
@@ -144,6 +162,12 @@ def _has_extensions(config: Mapping) -> bool:
     return any(extension_terms(HardwareConfig.from_dict(config)).values())
 
 
+def _is_base(config: Mapping) -> bool:
+    """Whether a calibration config is one the base LUT/FF terms can be fitted to: no
+    extension past VTA, packed."""
+    return not _has_extensions(config) and HardwareConfig.from_dict(config).dsp_pack
+
+
 def extension_pairs(points: Mapping[str, Mapping]) -> list[tuple[str, str]]:
     """(config with extensions, the same config without them) for each calibration point
     (name -> point, as in a calibration file) with extensions past VTA; ValueError naming
@@ -169,6 +193,26 @@ def _base_bus_width(configs) -> int:
     """The DRAM bus most of `configs` have (a family's calibration: its board's port)."""
     widths = [c.dram_bus_width for c in configs]
     return max(sorted(set(widths)), key=widths.count)
+
+
+def pack_pairs(points: Mapping[str, Mapping]) -> list[tuple[str, str]]:
+    """(config with one product per DSP, the same config packed) for each calibration
+    point (name -> point) with `dsp_pack` off; ValueError naming a point whose packed
+    counterpart is not calibrated (what unpacking changes is measured against it)."""
+    configs = {HardwareConfig.from_dict(p["config"]).hardware(): name
+               for name, p in points.items()}
+    pairs = []
+    for config, name in configs.items():
+        if unpacked(config):
+            base = config.replace(dsp_pack=True)
+            if base not in configs:
+                raise ValueError(f"calibration config {name!r} ({config.name}) has one "
+                                 f"product per DSP but the same config packed ({base.name}) "
+                                 "is not calibrated: unpacking's cost is what it changes "
+                                 "there; calibrate that config too "
+                                 "(scripts/calibrate_resources.py)")
+            pairs.append((name, configs[base]))
+    return sorted(pairs)
 
 
 def bus_pairs(points: Mapping[str, Mapping], bus_width: int) -> list[tuple[str, str]]:
@@ -201,7 +245,7 @@ def calibrated_families() -> list[str]:
     found = []
     for path in CALIBRATION_DIR.glob("*.json"):
         points = json.loads(path.read_text()).get("points", {}).values()
-        if path.stem in FAMILIES and sum(not _has_extensions(p["config"])
+        if path.stem in FAMILIES and sum(_is_base(p["config"])
                                          for p in points) >= MIN_POINTS:
             found.append(path.stem)
     return sorted(found)
@@ -321,7 +365,8 @@ class ResourceModel:
         measured = {name: p["resources"] for name, p in named}
         bus_width = _base_bus_width(configs.values())
         base = [name for name, _ in named if not any(extension_terms(configs[name]).values())
-                and configs[name].dram_bus_width == bus_width]
+                and configs[name].dram_bus_width == bus_width
+                and not unpacked(configs[name])]
         if len(base) < MIN_POINTS:
             raise ValueError(f"{family}: {len(base)} calibration configs without extensions "
                              f"past VTA; the model needs at least {MIN_POINTS}, two more "
@@ -348,6 +393,12 @@ class ResourceModel:
             for key in ("lut", "ff"):
                 b = np.array([measured[n][key] - measured[m][key] for n, m in wide], float)
                 coef[key]["wide_bus"] = float(np.linalg.lstsq(a, b, rcond=None)[0][0])
+        packs = pack_pairs(data["points"])
+        if packs:
+            a = np.array([[unpacked_pairs(configs[n])] for n, _ in packs])
+            for key in ("lut", "ff"):
+                b = np.array([measured[n][key] - measured[m][key] for n, m in packs], float)
+                coef[key]["unpacked_pairs"] = float(np.linalg.lstsq(a, b, rcond=None)[0][0])
         offsets = [measured[n]["bram"] - rules.counted_bram(configs[n]) for n in base]
         # Every config, those with extensions too: one that made yosys use a hard
         # multiplier would make their cells differ, and the fit refuses that.
@@ -368,6 +419,9 @@ class ResourceModel:
         """The extensions past VTA of `config` (`extension_terms`) this family's
         calibration has no config with, so cannot price."""
         missing = [t for t, v in extension_terms(config).items() if v and t not in self.lut]
+        if unpacked_pairs(config) and ("unpacked_pairs" not in self.lut
+                                       or self.dsp_cells.single is None):
+            missing.append("one product per DSP (dsp_pack off)")
         if config.dram_bus_width != self.bus_width and "wide_bus" not in self.lut:
             missing.append(f"a {config.dram_bus_width}-bit DRAM bus (calibrated: "
                            f"{self.bus_width} bits)")
@@ -381,7 +435,8 @@ class ResourceModel:
             raise ValueError(
                 f"the {self.family} resource model cannot price {', '.join(missing)} "
                 f"({config.name}): its calibration has no config with it; add one to "
-                "EXTENSION_CONFIGS in scripts/calibrate_resources.py and run `python "
+                "EXTENSION_CONFIGS (UNPACKED_CONFIGS for dsp_pack) in "
+                "scripts/calibrate_resources.py and run `python "
                 f"scripts/calibrate_resources.py --family {self.family}`")
 
     @property
@@ -401,6 +456,8 @@ class ResourceModel:
         f = {**features(config), **{t: v for t, v in extension_terms(config).items() if v}}
         if config.dram_bus_width != self.bus_width:
             f["wide_bus"] = float(config.dram_bus_width - self.bus_width)
+        if unpacked_pairs(config):
+            f["unpacked_pairs"] = unpacked_pairs(config)
         lut = sum(self.lut[n] * v for n, v in f.items())
         ff = sum(self.ff[n] * v for n, v in f.items())
         dsp = self.rules.dsp(self.dsp_cells.cells(config))

@@ -349,7 +349,7 @@ class ComputeModule(wiring.Component):
               for k in range(cfg.block_in)] for n in range(cfg.block_out)]
         native = self.arithmetic is GemmArithmetic.NATIVE
         wide = self.arithmetic is GemmArithmetic.WIDE or native
-        packed = not wide and cfg.block_out % 2 == 0
+        packed = not wide and cfg.gemm_products_per_multiplier == 2   # `dsp_pack`
         if wide and not (native and not beats):
             # The stage registers the operands (the SRAM words) rather than the products,
             # and the reduce stage multiplies and adds: the same sums in the same cycle,
@@ -382,7 +382,7 @@ class ComputeModule(wiring.Component):
             native_sums = self._native_products(m, lane_input, operand_valid, bool(beats))
         # product[b][n][k] -> its multiplier output register; with packing, lanes 2j and
         # 2j+1 share one register holding the packed product. Past `gemm_dsp_limit`
-        # multipliers, a pair is two LUT-built products in two registers instead.
+        # multipliers, a pair (a product, unpacked) is LUT-built products in registers.
         registers = {}
         dsp_left = cfg.gemm_dsp_limit or None
         for b in range(cfg.batch if not native else 0):
@@ -409,6 +409,13 @@ class ComputeModule(wiring.Component):
                         if wide:
                             registers[b, n, k] = value[:cfg.acc_width].as_signed()
                             continue
+                        if dsp_left is not None and dsp_left <= 0:
+                            registers[b, n, k] = self._registered(
+                                m, lut_product(lane_input(b, n, k), w[n][k]),
+                                f"lutmul_b{b}_n{n}_k{k}")
+                            continue
+                        if dsp_left is not None:
+                            dsp_left -= 1
                         reg = Signal(signed(len(value)), name=f"mul_b{b}_n{n}_k{k}",
                                      reset_less=True)
                         m.d.sync += reg.eq(value)

@@ -9,15 +9,15 @@ from __future__ import annotations
 import enum
 from typing import NamedTuple
 
-from amaranth import Mux
+from amaranth import Elaboratable, Module, Mux, Signal, signed
 from amaranth.utils import bits_for
 
 from vdla.config import HardwareConfig
 from vdla.hw.dma import sram_lanes
 
-__all__ = ["GemmArithmetic", "NativeMemory", "PACK_SHIFT", "adder_tree", "gemm_arithmetic",
-           "lut_product", "native_gemm_memories", "native_gemm_ports", "packed_products",
-           "unpack_products"]
+__all__ = ["GemmArithmetic", "MultiplierPair", "NativeMemory", "PACK_SHIFT", "adder_tree",
+           "gemm_arithmetic", "lut_product", "native_gemm_memories", "native_gemm_ports",
+           "packed_products", "unpack_products"]
 
 
 class GemmArithmetic(enum.Enum):
@@ -29,9 +29,10 @@ class GemmArithmetic(enum.Enum):
 
     PACKED
         Two int8 products share one 25 x 8 multiplier (below: `packed_products`), and the
-        adder trees widen one bit per level. Synthesis maps a multiplier to one DSP48E1,
-        so the default 16 x 16 core needs 128 DSPs and fits the xc7z020. The default,
-        and what `vdla verilog` writes for boards.
+        adder trees widen one bit per level. Synthesis maps a multiplier to one DSP48E1
+        (one DSP48E2 on UltraScale+), so the default 16 x 16 core needs 128 DSPs and fits
+        the xc7z020. With `dsp_pack` off, one 8 x 8 multiplier per product instead (one
+        DSP each). The default, and what `vdla verilog` writes for boards.
     WIDE
         One multiplier per product, every operand, product and partial sum a 32-bit
         two's-complement value (the accumulator width), and the multiply stage registers
@@ -66,12 +67,15 @@ class GemmArithmetic(enum.Enum):
     WIDE = "wide"
     NATIVE = "native"
 
-# Two int8 × int8 products that share the inp operand are computed by one multiplier:
-# (w_hi · 2**PACK_SHIFT + w_lo) · x holds w_lo·x in its low PACK_SHIFT bits (a 16-bit
-# signed value: |w·x| <= 2**14) and w_hi·x above, minus the borrow of a negative low
-# product. The packed weight is 25 bits signed (it can be DSP48E1's pre-adder A + D) and
-# x 8 bits: one DSP48E1 (25 × 18) per pair, so the default 16 × 16 core needs 128
-# multipliers instead of 256, inside the xc7z020's 220 DSP48s.
+# Two int8 × int8 products that share the inp operand are computed by one multiplier
+# (`HardwareConfig.dsp_pack`): (w_hi · 2**PACK_SHIFT + w_lo) · x holds w_lo·x in its low
+# PACK_SHIFT bits (a 16-bit signed value: |w·x| <= 2**14) and w_hi·x above, minus the
+# borrow of a negative low product. The packed weight is 25 bits signed (it can be
+# DSP48E1's pre-adder A + D) and x 8 bits: one DSP48E1 (25 × 18) or DSP48E2 (27 × 18)
+# per pair, so the default 16 × 16 core needs 128 multipliers instead of 256, inside the
+# xc7z020's 220 DSP48s. Why 16 and not Xilinx's 18 (WP486, which packs into the
+# DSP48E2's 27-bit port): a 25-bit packed weight fits both families' ports, and 16 bits
+# hold the low product exactly, so one form serves the 7-series and UltraScale+.
 PACK_SHIFT = 16
 
 
@@ -133,6 +137,45 @@ def packed_products(x, w_lo, w_hi):
     """The packed product of signed 8-bit Amaranth values `x`, `w_lo`, `w_hi`: a
     33-bit signed value (25-bit packed weight times 8-bit x)."""
     return (w_hi.shift_left(PACK_SHIFT) + w_lo) * x
+
+
+class MultiplierPair(Elaboratable):
+    """Two int8 products that share an input, as the GEMM core's multiply stage makes
+    them: packed into one multiplier (`packed_products`, `unpack_products`) or one
+    multiplier each; the unit alone, for tests and for synthesis of the pair by itself
+    (scripts/dsp_pack_figure.py).
+
+    Parameters
+    packed : bool (keyword-only): one packed multiplier (`HardwareConfig.dsp_pack`), or two
+
+    Ports
+    x, w_lo, w_hi : Signal(signed(8)), in: the shared input and the two weights
+    lo, hi : Signal(signed(16)), out: w_lo·x and w_hi·x, two cycles after the inputs
+        (the multiplier's register, as the core's, then the unpacked products')
+    """
+
+    def __init__(self, *, packed: bool):
+        if not isinstance(packed, bool):
+            raise TypeError(f"MultiplierPair packed must be a bool, not {packed!r}")
+        self.packed = packed
+        self.x, self.w_lo, self.w_hi = (Signal(signed(8), name=n) for n in ("x", "w_lo", "w_hi"))
+        self.lo, self.hi = Signal(signed(16), name="lo"), Signal(signed(16), name="hi")
+
+    @property
+    def ports(self) -> list[Signal]:
+        return [self.x, self.w_lo, self.w_hi, self.lo, self.hi]
+
+    def elaborate(self, platform) -> Module:
+        m = Module()
+        if self.packed:
+            product = Signal(signed(8 + 25), name="product", reset_less=True)
+            m.d.sync += product.eq(packed_products(self.x, self.w_lo, self.w_hi))
+            lo, hi = unpack_products(product)
+        else:
+            lo, hi = (Signal(signed(16), name=n, reset_less=True) for n in ("lo_q", "hi_q"))
+            m.d.sync += [lo.eq(self.x * self.w_lo), hi.eq(self.x * self.w_hi)]
+        m.d.sync += [self.lo.eq(lo), self.hi.eq(hi)]
+        return m
 
 
 def lut_product(x, w):

@@ -34,9 +34,9 @@ routed, so every ECP5 config fits the LFE5U-85F and the data is nextpnr's throug
 
 ``--confirm`` synthesizes the family's `CONFIRM` points, which the model is not fitted
 to, and records measured and predicted resources under "confirmed" in the same file;
-``--table`` prints every family's fit, its confirmations and what each extension past VTA
-costs by yosys (the config with it minus the same config without) as Markdown
-(docs/sweeps.md).
+``--table`` prints every family's fit, its confirmations and what each extension past VTA,
+a wider bus and one product per DSP (`dsp_pack` off, `UNPACKED_CONFIGS`) cost by yosys
+(the config with it minus the same config without) as Markdown (docs/sweeps.md).
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ from vdla.boards import get as get_board
 from vdla.boards.estimate import estimate
 from vdla.config import AluOp, REQUIRED_ALU_OPS
 from vdla.dse.resources import (TERM_EXTENSIONS, ResourceModel, bus_pairs, calibrated_families,
-                                extension_pairs, extension_terms)
+                                extension_pairs, extension_terms, pack_pairs, unpacked_pairs)
 
 K = 1024
 MUL = REQUIRED_ALU_OPS | {AluOp.MUL}
@@ -145,6 +145,17 @@ EXTENSION_CONFIGS = {
 }
 
 
+#: family -> configs with one product per DSP (`dsp_pack` off), as `EXTENSION_CONFIGS`:
+#: name -> (the packed base config, the fields it changes). The model prices unpacking
+#: by what it changes in the same config packed (`vdla.dse.resources.pack_pairs`): the
+#: DSP cells of a single product, and LUTs per pair. Two core sizes on each family (32
+#: and 64 pairs: the term's form per pair).
+UNPACKED_CONFIGS = {
+    family: {"b1_16x8_mul_unpacked": ("b1_16x8_mul", dict(dsp_pack=False)),
+             "b1_8x8_small_unpacked": ("b1_8x8_small", dict(dsp_pack=False))}
+    for family in ("zynq-ultrascale+", "zynq-7000")}
+
+
 def _with_extensions(configs: dict, extensions: dict) -> dict:
     """`configs` and, after them, each extension config (its base's arguments, changed)."""
     return {**configs, **{name: {**configs[base], **fields}
@@ -156,8 +167,10 @@ FAMILY_BOARDS = {"zynq-7000": "pynq-z1", "zynq-ultrascale+": "ultra96-v2",
                  "cyclone-v": "de10-nano", "ecp5": "ulx3s-85f"}
 #: family -> its configs (name -> HardwareConfig keyword arguments).
 FAMILY_CONFIGS = {
-    "zynq-7000": _with_extensions(CONFIGS, EXTENSION_CONFIGS["zynq-7000"]),
-    "zynq-ultrascale+": {name: CONFIGS[name] for name in _SMALL},
+    "zynq-7000": _with_extensions(_with_extensions(CONFIGS, EXTENSION_CONFIGS["zynq-7000"]),
+                                  UNPACKED_CONFIGS["zynq-7000"]),
+    "zynq-ultrascale+": _with_extensions({name: CONFIGS[name] for name in _SMALL},
+                                         UNPACKED_CONFIGS["zynq-ultrascale+"]),
     "cyclone-v": _with_extensions(SMALL_CONFIGS, EXTENSION_CONFIGS["cyclone-v"]),
     "ecp5": SMALL_CONFIGS,
 }
@@ -175,7 +188,11 @@ CONFIRM = {
                                                            alu_hold=True))},
     "zynq-ultrascale+": {"ultra96-v2_8x8": ("ultra96-v2", dict(block_in=8, block_out=8,
                                                                wgt_buff_size=64 * K,
-                                                               acc_buff_size=32 * K))},
+                                                               acc_buff_size=32 * K)),
+                         # One product per DSP on a core no unpacked config is based on.
+                         "ultra96-v2_8x8_unpacked": ("ultra96-v2", dict(
+                             block_in=8, block_out=8, wgt_buff_size=64 * K,
+                             acc_buff_size=32 * K, dsp_pack=False))},
     # With both ALU extensions on a config none of the extension configs is based on:
     # the extension terms out of the data they were fitted to.
     "cyclone-v": {"de10-nano_default": ("de10-nano", {}),
@@ -263,7 +280,8 @@ def table() -> str:
     """The calibrated families' fits, confirmation points and extensions' costs, as
     Markdown tables."""
     fits = ["| family | calibrated on | configs | worst LUT fit error | FF | BRAM | DSP | "
-            "DSP cells per GEMM / ALU multiplier | tools | synthesis time |",
+            "DSP cells per GEMM pair / ALU multiplier / single product | tools | "
+            "synthesis time |",
             "|---|---|---|---|---|---|---|---|---|---|"]
     confirmed = ["| family | board | config | LUT model / measured | error | FF error | "
                  "DSP model / measured | BRAM model / measured |",
@@ -274,8 +292,9 @@ def table() -> str:
         worst = {k: max(abs(e[k]) for e in model.fit_errors.values())
                  for k in ("lut", "ff", "bram", "dsp")}
         seconds = [p["seconds"] for p in data["points"].values()]
-        cells = " / ".join(", ".join(f"{n} {c}" for c, n in sorted(per.items()))
-                           for per in (model.dsp_cells.gemm, model.dsp_cells.mul))
+        cells = " / ".join(", ".join(f"{n} {c}" for c, n in sorted(per.items())) if per
+                           else "—" for per in (model.dsp_cells.gemm, model.dsp_cells.mul,
+                                                model.dsp_cells.single))
         fits.append(f"| {family} | {data['board']} ({data['part']}) | {len(seconds)} | "
                     f"{100 * worst['lut']:.1f}% | {100 * worst['ff']:.1f}% | "
                     f"{100 * worst['bram']:.1f}% | {100 * worst['dsp']:.0f}% | {cells} | "
@@ -289,7 +308,28 @@ def table() -> str:
                 f"{100 * e['ff']:+.1f}% | {p['dsp']:g} / {m['dsp']:g} | "
                 f"{p['bram']:g} / {m['bram']:g} |")
     return ("\n".join(fits) + "\n\n" + "\n".join(confirmed) + "\n\n" + extension_table()
-            + "\n\n" + bus_table())
+            + "\n\n" + bus_table() + "\n\n" + pack_table())
+
+
+def pack_table() -> str:
+    """What one product per DSP (`dsp_pack` off) changes by yosys (the unpacked config
+    minus the same config packed), next to the model's ``unpacked_pairs`` term."""
+    rows = ["| family | board | config | pairs | LUT | FF | DSP | BRAM | model: LUT / FF |",
+            "|---|---|---|---|---|---|---|---|---|"]
+    for family in calibrated_families():
+        data = json.loads(calibration_path(family).read_text())
+        model = ResourceModel.fit(data)
+        points = data["points"]
+        for name, base in pack_pairs(points):
+            config = HardwareConfig.from_dict(points[name]["config"])
+            m, b = points[name]["resources"], points[base]["resources"]
+            pairs = unpacked_pairs(config)
+            rows.append(f"| {family} | {data['board']} | {config.name} | {pairs:g} | "
+                        f"{m['lut'] - b['lut']:+,} | {m['ff'] - b['ff']:+,} | "
+                        f"{m['dsp'] - b['dsp']:+g} | {m['bram'] - b['bram']:+g} | "
+                        f"{pairs * model.lut['unpacked_pairs']:+,.0f} / "
+                        f"{pairs * model.ff['unpacked_pairs']:+,.0f} |")
+    return "\n".join(rows)
 
 
 def bus_table() -> str:

@@ -113,6 +113,20 @@ class HardwareConfig:
         packed form may use; its product pairs past the limit are built from LUT logic
         (shifted adds) instead, so a core wider than a part's DSP count can still fit it. 0 (the default): no limit.
         The results and the cycles are the same either way; only synthesis differs.
+        It counts multipliers as `dsp_pack` builds them: product pairs when packed,
+        single products when not.
+    dsp_pack : bool
+        Whether the GEMM core's hard multipliers each compute two int8 products that
+        share an input (True, the default): a 25-bit packed weight holding both weights
+        times the 8-bit input, one DSP48E1/E2 per pair (`vdla.hw.gemm_forms`), or one
+        product each (False: one DSP per product, as VTA's core). Packing halves the
+        DSPs and costs a few LUTs and carries per pair (the low product's borrow added
+        back into the high one); results and cycles are the same either way, so, like
+        the DSP limit, only synthesis differs (a sweep dimension). On by default because
+        vdla's GEMM core has always been packed: every shipped config, calibration and
+        figure assumes it. A core with block_out = 1 has no pair to pack; its
+        `dsp_pack` is stored as True (one name per design). Off, the name ends in
+        ``-unpacked``.
     alu_hold : bool
         An extension past VTA: a vector ALU instruction with one micro-op and
         ``src_factor_in == 0`` reads its operand row once per outer iteration and holds
@@ -154,6 +168,7 @@ class HardwareConfig:
     alu_ops: frozenset = REQUIRED_ALU_OPS
     alu_hold: bool = False
     gemm_dsp_limit: int = 0
+    dsp_pack: bool = True
     dw_taps: int = 0
     clock_mhz: float = 100.0
     dram_bytes_per_cycle: float = 8.0
@@ -193,6 +208,11 @@ class HardwareConfig:
                 raise ValueError(
                     f"HardwareConfig.{field} must be an integer from 2 to 65536, not {value!r}")
         self._check_pow2("dram_bus_width", 32, 1024)
+        if not isinstance(self.dsp_pack, bool):
+            raise ValueError(f"HardwareConfig.dsp_pack must be true or false, not "
+                             f"{self.dsp_pack!r}")
+        if self.block_out % 2:   # no pair to pack: the same hardware either way
+            object.__setattr__(self, "dsp_pack", True)
         # Each extension validates its own field (`vdla.extensions`), and may normalize
         # it (a DSP limit past the core's multipliers is no limit: one name per design).
         for ext in EXTENSIONS:
@@ -410,8 +430,8 @@ class HardwareConfig:
 
         Parameters outside VTA's name that change the hardware are appended when they
         differ from the default: ``-mul``, then the extensions (`extensions`: ``-req``,
-        ``-hold``, ``-dw3``, ``-dsp220``), then ``-cq64``, ``-tq16``, ``-bus128``; the
-        clock is not part of the hardware and never appears.
+        ``-hold``, ``-dw3``, ``-dsp220``), then ``-unpacked`` (`dsp_pack` off), ``-cq64``,
+        ``-tq16``, ``-bus128``; the clock is not part of the hardware and never appears.
         """
         core = (f"{self.batch}x{self.block_in}x{self.block_out}_"
                 f"i{self.inp_width}w{self.wgt_width}a{self.acc_width}_"
@@ -422,6 +442,8 @@ class HardwareConfig:
         if AluOp.MUL in self.alu_ops:
             extras.append("mul")
         extras += self.extensions
+        if not self.dsp_pack:
+            extras.append("unpacked")
         if self.cmd_queue_depth != default["cmd_queue_depth"]:
             extras.append(f"cq{self.cmd_queue_depth}")
         if self.token_queue_depth != default["token_queue_depth"]:
@@ -448,10 +470,16 @@ class HardwareConfig:
 
     @property
     def gemm_multipliers(self) -> int:
-        """Multipliers of the GEMM core's packed form: one per pair of int8 products
-        sharing an input (`vdla.hw.compute.packed_products`) when block_out is even."""
-        products = self.batch * self.block_in * self.block_out
-        return products // 2 if self.block_out % 2 == 0 else products
+        """Multipliers of the GEMM core's synthesized form: one per pair of int8 products
+        sharing an input (`vdla.hw.gemm_forms.packed_products`) with `dsp_pack` (block_out
+        is then even), else one per product."""
+        return self.macs_per_cycle // self.gemm_products_per_multiplier
+
+    @property
+    def gemm_products_per_multiplier(self) -> int:
+        """Products one GEMM multiplier computes: 2 with `dsp_pack` (on an even
+        block_out), else 1."""
+        return 2 if self.dsp_pack and self.block_out % 2 == 0 else 1
 
     @property
     def dw_column_rows(self) -> int:
@@ -471,8 +499,15 @@ class HardwareConfig:
 
     @property
     def gemm_lut_multipliers(self) -> int:
-        """The GEMM core's multipliers (product pairs) built from LUTs (`gemm_dsp_limit`)."""
+        """The GEMM core's multipliers (product pairs, or products without `dsp_pack`)
+        built from LUTs (`gemm_dsp_limit`)."""
         return self.gemm_multipliers - self.gemm_dsp_limit if self.gemm_dsp_limit else 0
+
+    @property
+    def gemm_lut_products(self) -> int:
+        """The GEMM core's int8 products built from LUTs (`gemm_dsp_limit`): each is
+        `vdla.hw.gemm_forms.lut_product`, packed or not."""
+        return self.gemm_lut_multipliers * self.gemm_products_per_multiplier
 
     @property
     def macs_per_cycle(self) -> int:

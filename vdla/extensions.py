@@ -262,8 +262,9 @@ EXTENSIONS: tuple[Extension, ...] = (
                     "LUTs, not DSP slices",
         example=220, check=_check_gemm_dsp_limit, in_programs=False,
         config_doc="0 (no limit) or a positive integer",
-        changes="the GEMM core's multiplier pairs past the limit are shifted adds in LUTs "
-                "(`vdla.hw.compute.lut_product`), not DSP slices",
+        changes="the GEMM core's multiplier pairs (products, with `dsp_pack` off) past the "
+                "limit are shifted adds in LUTs (`vdla.hw.compute.lut_product`), not DSP "
+                "slices",
         compiler="nothing: results and cycles are the same; a core wider than the part's "
                  "DSPs can fit it",
         cost_input=("dsp_limited", "1 when the GEMM core's DSP budget makes some products "

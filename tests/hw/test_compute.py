@@ -1,7 +1,8 @@
-"""The compute module: the packed-multiplier identity (numpy), cocotb tests in Verilator
-of LOAD UOP/ACC, GEMM, ALU, tokens and throughput against the functional simulator, and
-short Amaranth simulations of a core too narrow to pack products (block_out 1), of one
-with LUT-built products (`gemm_dsp_limit`, and `lut_product` over every int8 pair) and of
+"""The compute module: cocotb tests in Verilator of LOAD UOP/ACC, GEMM, ALU, tokens and
+throughput against the functional simulator, and short Amaranth simulations of a core
+too narrow to pack products (block_out 1), of one with one product per DSP (`dsp_pack`
+off, with and without a DSP limit), of one with LUT-built products (`gemm_dsp_limit`,
+and `lut_product` over every int8 pair) and of
 two with the depthwise window (`dw_taps`; the cocotb tests of the dw configs also check
 its cycle contract); both forms of the GEMM arithmetic (packed for synthesis, wide for
 Verilator)."""
@@ -18,8 +19,7 @@ from cocotb_harness import run_cocotb
 from compute_harness import ComputeHarness
 from hw_harnesses import HW_CONFIGS
 from vdla import HardwareConfig
-from vdla.hw.compute import (PACK_SHIFT, ComputeModule, GemmArithmetic, gemm_arithmetic,
-                             lut_product)
+from vdla.hw.compute import ComputeModule, GemmArithmetic, gemm_arithmetic, lut_product
 from vdla.isa import Alu, Finish, Gemm, Load, Uop, encode, encode_uops
 from vdla.sim import FunctionalSimulator
 
@@ -54,22 +54,6 @@ def test_lut_products_are_exact():
     sim.add_testbench(testbench)
     sim.run()
     np.testing.assert_array_equal(got, np.outer(values, values))
-
-
-def test_packed_int8_products_are_exact():
-    """(w_hi·2**16 + w_lo)·x unpacks to w_lo·x and w_hi·x for every int8 triple, and the
-    packed operands fit a DSP48E1 (25-bit and 8-bit signed inputs)."""
-    w = np.arange(-128, 128, dtype=np.int64)
-    w_hi, w_lo = (a.reshape(-1) for a in np.meshgrid(w, w, indexing="ij"))
-    packed = (w_hi << PACK_SHIFT) + w_lo
-    assert packed.min() >= -2**24 and packed.max() < 2**24
-    for x in range(-128, 128):
-        p = packed * x
-        assert p.min() >= -2**32 and p.max() < 2**32        # a 33-bit signed product
-        lo = ((p & 0xFFFF) ^ 0x8000) - 0x8000               # p[0:16] as signed
-        hi = (p >> PACK_SHIFT) + ((p >> (PACK_SHIFT - 1)) & 1)
-        np.testing.assert_array_equal(lo, w_lo * x)
-        np.testing.assert_array_equal(hi, w_hi * x)
 
 
 @pytest.mark.parametrize("name, arithmetic", [
@@ -150,11 +134,18 @@ SMALL_CORES = {
     "unpacked": dict(batch=2, block_in=2, block_out=1),
     # Four multiplier pairs, one of them a DSP: three pairs of LUT-built products.
     "dsp_limit": dict(batch=1, block_in=2, block_out=4, gemm_dsp_limit=1),
+    # One product per DSP (`dsp_pack` off): eight multipliers, then three of them DSPs
+    # and five LUT-built products.
+    "dsp_unpacked": dict(batch=1, block_in=2, block_out=4, dsp_pack=False),
+    "dsp_unpacked_limit": dict(batch=1, block_in=2, block_out=4, dsp_pack=False,
+                               gemm_dsp_limit=3),
 }
 
 
-@pytest.mark.parametrize("core", list(SMALL_CORES))
-@pytest.mark.parametrize("arithmetic", ["packed", "wide"])
+@pytest.mark.parametrize("arithmetic, core", [
+    (arithmetic, core) for core in SMALL_CORES for arithmetic in ("packed", "wide")
+    # The wide form has one product per multiplier whatever `dsp_pack` says.
+    if arithmetic == "packed" or not core.startswith("dsp_unpacked")])
 def test_small_core_matches_functional_simulator(arithmetic, core):
     """Small GEMM cores in Amaranth's simulator, GEMM and ALU: the unpacked one and one
     whose `gemm_dsp_limit` builds most products from LUTs."""
@@ -162,6 +153,8 @@ def test_small_core_matches_functional_simulator(arithmetic, core):
                          acc_buff_size=256 * 4, **SMALL_CORES[core])
     if core == "dsp_limit":
         assert cfg.gemm_lut_multipliers == 3
+    if core == "dsp_unpacked_limit":
+        assert cfg.gemm_lut_products == 5 and cfg.gemm_multipliers == 8
     rng = random.Random(5)
     gen = np.random.default_rng(5)
     dram = gen.integers(0, 256, 1 << 12, dtype=np.uint8)

@@ -90,3 +90,22 @@ def test_extensions_are_only_elaborated_where_the_config_has_them():
         assert marker not in default and marker in extended, marker
     assert "dw_x_b0_n0_k6" not in extended     # columns past 2T: no mux
     assert len(extended) > len(default)
+
+
+def test_cli_writes_the_unpacked_core(tmp_path):
+    """`vdla verilog` of a config with `dsp_pack` off: one 16-bit product register per
+    product (lane 1's too), where the packed core has one 33-bit register per pair."""
+    small = HW_CONFIGS["small"]
+    written = {}
+    for dsp_pack in (True, False):
+        cfg = small.replace(dsp_pack=dsp_pack)
+        cfg.to_json(tmp_path / f"{dsp_pack}.json")
+        out = tmp_path / f"out{dsp_pack}"
+        assert main(["verilog", "--config", str(tmp_path / f"{dsp_pack}.json"),
+                     "-o", str(out)]) == 0
+        manifest = json.loads((out / "manifest.json").read_text())
+        assert manifest["config"]["dsp_pack"] is dsp_pack
+        assert ("-unpacked" in manifest["config_name"]) is not dsp_pack
+        written[dsp_pack] = (out / f"{TOP_NAME}.v").read_text()
+    assert "[32:0] mul_b0_n0_k0" in written[True] and "mul_b0_n1_k0" not in written[True]
+    assert "[15:0] mul_b0_n0_k0" in written[False] and "[15:0] mul_b0_n1_k0" in written[False]

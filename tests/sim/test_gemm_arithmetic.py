@@ -9,13 +9,17 @@ hardware counter, cycles included, must be equal. (Each form is also held to the
 functional simulator on its own: the differential tests run NATIVE on several configs,
 a dw window's and a 2 x 8 x 32 core's among them; the cocotb tests of the whole
 accelerator run PACKED.)
+
+Two products per DSP (`dsp_pack`) changes only the PACKED form: a small core's PACKED
+model with it on and with it off runs random programs and a blocked GEMM against the
+functional simulator, with the same cycles either way.
 """
 
 import numpy as np
 import pytest
 
 import vdla
-from differential import DifferentialDevice
+from differential import DifferentialDevice, pair_with
 from program_gen import random_program
 from vdla.runtime.kernels import blocked_gemm, blocked_gemm_reference
 
@@ -76,6 +80,40 @@ def test_blocked_gemm_agrees(models, form):
         assert dev.last_stats[0]["gemm_active"] > 0
     finally:
         dev.close()
+
+
+#: A small core for the `dsp_pack` models (32 multiplier pairs, or 64 multipliers).
+PACK_CFG = vdla.HardwareConfig(block_in=8, block_out=8, uop_buff_size=4096,
+                               inp_buff_size=8192, wgt_buff_size=32768, acc_buff_size=32768)
+
+
+def test_dsp_pack_on_and_off_match_the_functional_simulator():
+    """Whole programs on the PACKED form's Verilator model with two products per DSP and
+    with one: DRAM equal to the functional simulator's, and the same cycles both ways."""
+    cycles = {}
+    for dsp_pack in (True, False):
+        cfg = PACK_CFG.replace(dsp_pack=dsp_pack)
+        model = vdla.runtime.open(cfg, backend="verilator", dram_size=DRAM_SIZE,
+                                  gemm_arithmetic="packed", log=lambda message: None)
+        try:
+            runs = []
+            for seed in range(3):
+                with pair_with(model) as dev:
+                    generated = random_program(dev, np.random.default_rng([seed, 70]),
+                                               n_tiles=3 + seed, virtual_threads=2)
+                    dev.run(*dev.load_program(generated.program))
+                    runs.append(dev.last_stats[1]["cycles"])
+            with pair_with(model) as dev:
+                rng = np.random.default_rng(70)
+                a = rng.integers(-128, 128, size=(32, 64), dtype=np.int8)
+                b = rng.integers(-128, 128, size=(32, 64), dtype=np.int8)
+                result, _, _ = blocked_gemm(dev, a, b, shift=6, virtual_threads=2)
+                np.testing.assert_array_equal(result, blocked_gemm_reference(a, b, 6))
+                runs.append(dev.last_stats[1]["cycles"])
+            cycles[dsp_pack] = runs
+        finally:
+            model.close()
+    assert cycles[True] == cycles[False]
 
 
 def test_unknown_form_is_a_clear_error():
