@@ -138,12 +138,16 @@ def unseen_platforms(manifest: Mapping[str, Any], more: int = 2) -> list[Target]
     platforms with, `more` further). The few-shot and zero-shot figures test on them
     (``bench/tuner_transfer.py``, ``bench/datasets/make_vdla_fewshot_v1.py``).
     ValueError when one of them is a platform the set trained on."""
+    default = registry.get(manifest["target"])
+
     def key(params: Mapping[str, Any]) -> str:
-        # The tools' versions are when it was measured, not which platform it is.
+        # Read back as the target reads a platform, so that a field added to the
+        # target's parameters since the set was measured takes its default on both
+        # sides; the tools' versions are when it was measured, not which platform it is.
+        params = type(default).from_platform(params).platform_params()
         return json.dumps({k: v for k, v in params.items() if k != "tools"}, sort_keys=True)
 
     named = {key(params): name for name, params in manifest["platforms"].items()}
-    default = registry.get(manifest["target"])
     drawn = default.platforms(len(named) + more, seed=manifest["seed"])
     by_name = {named.get(key(t.platform_params())): t for t in drawn}
     held = manifest["held_out"]["platforms"]
