@@ -19,6 +19,7 @@ from pathlib import Path
 from importlib.metadata import PackageNotFoundError, version
 
 from vdla._fileio import atomic_write
+from vdla._memo import remembered
 from vdla.config import HardwareConfig
 from vdla.isa.registers import ACCEL_ID, CONTROL_ADDR_WIDTH, COUNTERS, register_map
 
@@ -83,7 +84,6 @@ def cached_verilog(config: HardwareConfig, name: str = TOP_NAME, *,
     Why: generating the default design takes about 20 s (most of it Amaranth writing the
     SRAMs' RTLIL), and the boards' projects and estimates, the deploy bundles and the
     Verilator builds ask for the same designs again and again."""
-    from vdla._memo import remembered
     arithmetic = getattr(gemm_arithmetic, "value", gemm_arithmetic)
     key = {"config": config.hardware().to_dict(), "name": name,
            "gemm_arithmetic": arithmetic, "amaranth": _package_version("amaranth"),
