@@ -4,8 +4,8 @@
 
 Convolutions go to `vdla.compiler.targets.cpu.conv` (or `depthwise`, one input channel
 per group, or `pointwise`, a schedule with vectors along output channels; a patch
-embedding without a tuned schedule to `patches`), dense layers to `dense`, every other
-op to `ops`. The target and its tuning tasks both lower nodes
+embedding without a tuned schedule to `patches`), dense layers to `dense`, batched
+matrix products to `matmul` (with a `MatmulSchedule`), every other op to `ops`. The target and its tuning tasks both lower nodes
 through here, so what the tuner measures is what models run.
 """
 
@@ -23,6 +23,8 @@ from vdla.compiler.targets.cpu.dense import dense_kernel
 from vdla.compiler.targets.cpu.depthwise import depthwise_kernel
 from vdla.compiler.targets.cpu.isa import Isa
 from vdla.compiler.targets.cpu.kernel import Kernel
+from vdla.compiler.targets.cpu.matmul import matmul_kernel
+from vdla.compiler.targets.cpu.matmul_schedule import MatmulSchedule, MatmulShape, choose_matmul
 from vdla.compiler.targets.cpu.patches import is_patches, patches_kernel
 from vdla.compiler.targets.cpu.pointwise import pointwise_kernel
 from vdla.compiler.targets.cpu.schedule import (ConvSchedule, DenseSchedule, choose_conv,
@@ -33,7 +35,8 @@ __all__ = ["GEMM_OPS", "node_kernel"]
 
 #: The ops with schedules (the tuner's), and the schedule type of each.
 GEMM_OPS = {"conv2d": ConvSchedule, "qconv2d": ConvSchedule,
-            "dense": DenseSchedule, "qdense": DenseSchedule}
+            "dense": DenseSchedule, "qdense": DenseSchedule,
+            "matmul": MatmulSchedule, "qmatmul": MatmulSchedule}
 
 
 def node_kernel(node: Node, graph: Graph, isa: Isa, *, schedule: Any = None,
@@ -42,9 +45,9 @@ def node_kernel(node: Node, graph: Graph, isa: Isa, *, schedule: Any = None,
     """`node`'s kernel and the schedule it was generated with (None for an op without
     schedules).
 
-    schedule : a `ConvSchedule` / `DenseSchedule`, or None for the default chooser's;
-        `ScheduleError` (a ValueError) names a knob that does not fit, TypeError a
-        schedule of the wrong kind
+    schedule : a `ConvSchedule` / `DenseSchedule` / `MatmulSchedule`, or None for the
+        default chooser's; `ScheduleError` (a ValueError) names a knob that does not
+        fit, TypeError a schedule of the wrong kind
     threads : the team the default chooser plans work items for
     nonnegative : overrides what the graph says of an int8 input's sign (a tuning task's
         one-node graph has no producer to ask)
@@ -64,6 +67,12 @@ def node_kernel(node: Node, graph: Graph, isa: Isa, *, schedule: Any = None,
     if schedule is not None and not isinstance(schedule, kind):
         raise TypeError(f"node {node.name!r} ({node.op}) takes a {kind.__name__}, not "
                         f"{type(schedule).__name__}: {schedule!r}")
+    if kind is MatmulSchedule:
+        support = ops.supports(node, graph)    # its operands may be computed: no weights
+        if not support.ok:
+            raise ValueError(support.reason)
+        schedule = schedule or choose_matmul(MatmulShape.from_node(node, graph), isa)
+        return matmul_kernel(node, graph, isa, schedule), schedule
     w = graph.constant(node.inputs[1])
     bias = graph.constant(node.input(2)) if node.input(2) else None
     if kind is DenseSchedule:

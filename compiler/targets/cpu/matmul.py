@@ -1,7 +1,7 @@
 """Batched matrix products compiled to C: ``matmul`` (float32) and ``qmatmul`` (int8).
 
     if matmul_refusal(node, graph) is None:
-        kernel = matmul_kernel(node, graph, isa)
+        kernel = matmul_kernel(node, graph, isa, schedule)   # a MatmulSchedule, or None
 
 Both follow numpy's ``matmul``: operands of rank 2 or more, the last two axes the
 matrices, the axes before them broadcast (``(B, H, S, D) @ (B, H, D, T)``, ``(B, S, D) @
@@ -9,12 +9,16 @@ matrices, the axes before them broadcast (``(B, H, S, D) @ (B, H, D, T)``, ``(B,
 Each output batch's operand offsets are a table in ``params`` (the broadcast resolved
 when the C is written), so the loops see plain (M, K) @ (K, N) products.
 
-float32: a register tile of ``mr`` rows by ``nv`` vectors of ``vl`` columns (AVX-512:
-6 by 2 of 16; AVX2 and portable: 4 by 2 of 8). Each reduction step loads ``nv`` vectors
-of one row of B (contiguous: B is read in place, no packing), broadcasts ``mr`` values
-of A and does ``mr * nv`` multiply-adds in float32. OpenMP shares (batch, row block)
-pairs. The sums run in another order than the reference's float64, within float32
-rounding.
+The register tile, the reduction's unroll, the threads and AVX2's int8 path are the
+knobs of a `MatmulSchedule` (`vdla.compiler.targets.cpu.matmul_schedule`, which the tuner
+searches); its default is the tile described here.
+
+float32: a register tile of ``mr`` rows by ``nv`` vectors of ``vl`` columns (by default
+AVX-512: 6 by 2 of 16; AVX2 and portable: 4 by 2 of 8). Each reduction step loads ``nv``
+vectors of one row of B (contiguous: B is read in place, no packing), broadcasts ``mr``
+values of A and does ``mr * nv`` multiply-adds in float32. OpenMP shares (batch, row
+block) pairs. The sums run in another order than the reference's float64, within
+float32 rounding.
 
 int8 (``qmatmul``, `vdla.compiler.reference.integer`'s arithmetic): every B matrix is
 first packed into the scratch space as ``[K / 4][N][4]`` bytes (four consecutive k of one
@@ -27,7 +31,8 @@ portable C); the sums lose ``128 * colsum`` (modulo 2**32, as the int32 referenc
 wraps), are requantized by the node's one multiplier and shift (``viN_rq``) and clamped
 to [out_min, out_max]. Bit-exact against the reference on every instruction set.
 
-On AVX2 with 4 rows of A or more, both operands are instead widened to int16 (B packed
+On AVX2 (``wide``, by default with 4 rows of A or more), both operands are instead
+widened to int16 (B packed
 ``[K / 2][N][2]``, A's rows once into the scratch space as words of two) and multiplied
 with ``vpmaddwd`` (``viN_madd16``): exact for every int8 value (a pair sum is at most
 2 * 128 * 128 = 2**15, in int32), no offset, four instructions per four products of a
@@ -48,18 +53,12 @@ from vdla.compiler.ir.tensor import Node
 from vdla.compiler.reference.integer import INT8_MAX, INT8_MIN, INT8_PRODUCTS_MAX
 from vdla.compiler.targets.cpu.isa import Isa
 from vdla.compiler.targets.cpu.kernel import SIGNATURE, Kernel, Params, align
+from vdla.compiler.targets.cpu.matmul_schedule import (MatmulSchedule, MatmulShape,
+                                                       choose_matmul, parallel_team)
 from vdla.compiler.targets.cpu.opbase import (Sources, dtype_refusal, requant_attrs_refusal,
                                              size)
 
-__all__ = ["batch_offsets", "matmul_kernel", "matmul_refusal", "qmatmul_refusal",
-           "register_tile"]
-
-
-def register_tile(isa: Isa) -> tuple[int, int, int]:
-    """(vl, mr, nv) of the float32 register tile on `isa`: ``mr * nv`` accumulators, ``nv``
-    B vectors and one broadcast within its vector registers."""
-    vl = isa.lanes[0]
-    return (vl, 6, 2) if isa.registers >= 32 else (vl, 4, 2)
+__all__ = ["batch_offsets", "matmul_kernel", "matmul_refusal", "qmatmul_refusal"]
 
 
 def batch_offsets(a_shape, b_shape, out_batch) -> tuple[np.ndarray, np.ndarray]:
@@ -130,16 +129,18 @@ def _scalar(v) -> int:
     return int(np.asarray(v).reshape(-1)[0])
 
 
-def matmul_kernel(node: Node, graph: Graph, isa: Isa) -> Kernel:
+def matmul_kernel(node: Node, graph: Graph, isa: Isa,
+                  schedule: MatmulSchedule | None = None) -> Kernel:
     """The kernel of a ``matmul`` or ``qmatmul`` node that `matmul_refusal` /
-    `qmatmul_refusal` accepts."""
+    `qmatmul_refusal` accepts, with `schedule` (None: `choose_matmul`'s; `ScheduleError`
+    for one that does not fit the node on `isa`)."""
+    shape = MatmulShape.from_node(node, graph)
+    s = (schedule or choose_matmul(shape, isa)).check(shape, isa)
     quant = node.op == "qmatmul"
     a_shape = graph.tensors[node.inputs[0]].shape
     b_shape = graph.tensors[node.inputs[1]].shape
     out = graph.tensors[node.outputs[0]].shape
-    trans = quant and bool(node.attrs.get("transpose_b", False))
-    m, k = a_shape[-2], a_shape[-1]
-    n = b_shape[-2] if trans else b_shape[-1]
+    m, k, n = shape.m, shape.k, shape.n
     aoff, boff = batch_offsets(a_shape, b_shape, out[:-2])
     params = Params()
     sources = Sources(graph, params)
@@ -149,9 +150,8 @@ def matmul_kernel(node: Node, graph: Graph, isa: Isa) -> Kernel:
     offsets = params.add(np.stack([aoff, boff]).astype(np.int64))
     batches = aoff.size
     if quant:
-        return _qmatmul(node, params, sources, isa, a_ptr, b_ptr, offsets, batches, m, k, n,
-                        trans, boff)
-    vl, mr, nv = register_tile(isa)
+        return _qmatmul(node, params, sources, s, shape, a_ptr, b_ptr, offsets, boff)
+    vl, mr, nv = s.vl, s.mr, s.nv
     v = f"vf{vl}"
     blocks = -(-m // mr)
     groups = _column_groups(n, nv, vl)
@@ -159,7 +159,7 @@ def matmul_kernel(node: Node, graph: Graph, isa: Isa) -> Kernel:
                       for j0, g, last in groups)
     work = batches * blocks
     macs = batches * m * k * n
-    parallel = 1 if macs >= 1 << 16 and work > 1 else 0
+    parallel = int(parallel_team(shape, s))
     body = f"""
 /* matmul {a_shape} @ {b_shape} -> {out}: {batches} products {m}x{k} @ {k}x{n} */
 VDLA_INLINE void NAME_tile(const float *restrict a, const float *restrict b,
@@ -169,7 +169,7 @@ VDLA_INLINE void NAME_tile(const float *restrict a, const float *restrict b,
     for (int r = 0; r < rows; r++)
         #pragma GCC unroll {nv}
         for (int u = 0; u < nv; u++) acc[r][u] = ({v}){{0}};
-    for (int c = 0; c < {k}; c++) {{
+    {_unroll(s)}for (int c = 0; c < {k}; c++) {{
         {v} bv[{nv}];
         #pragma GCC unroll {nv}
         for (int u = 0; u < nv; u++)
@@ -232,6 +232,12 @@ def _column_groups(n: int, nv: int, vl: int) -> list[tuple[int, int, int]]:
     return groups
 
 
+def _unroll(s: MatmulSchedule) -> str:
+    """C: the reduction loop's unroll pragma and the next line's indent (nothing at 1:
+    the default's C as it was)."""
+    return f"#pragma GCC unroll {s.unroll}\n    " if s.unroll > 1 else ""
+
+
 def _row_cases(mr: int, args: str = "a, b, y, {r}") -> str:
     """C: a switch's cases calling ``NAME_rows`` with a constant row count each (`args`,
     its arguments with ``{r}`` for the count)."""
@@ -239,15 +245,15 @@ def _row_cases(mr: int, args: str = "a, b, y, {r}") -> str:
                      for r in range(1, mr + 1))
 
 
-def _qmatmul(node: Node, params: Params, sources: Sources, isa: Isa, a_ptr: str, b_ptr: str,
-             offsets: int, batches: int, m: int, k: int, n: int, trans: bool,
+def _qmatmul(node: Node, params: Params, sources: Sources, s: MatmulSchedule,
+             shape: MatmulShape, a_ptr: str, b_ptr: str, offsets: int,
              boff: np.ndarray) -> Kernel:
     a = node.attrs
-    vl = isa.lanes[0]
+    batches, m, k, n, trans = shape.batches, shape.m, shape.k, shape.n, shape.transpose_b
+    vl, mr, nv = s.vl, s.mr, s.nv
     v = f"vi{vl}"
-    mr, nv = (6, 2) if isa.registers >= 32 else (4, 2)
-    wide = isa.int8 == "maddubs" and m >= 4    # AVX2: pairs of int16 (module docstring)
-    kq = -(-k // (2 if wide else 4))   # 32-bit words of a row of A
+    wide = bool(s.wide)                # AVX2: pairs of int16 (module docstring)
+    kq = shape.steps(wide)             # 32-bit words of a row of A
     np_ = -(-n // vl) * vl             # packed columns (zero past n)
     mult = 0 if a["multiplier"] is None else _scalar(a["multiplier"])
     rq = params.add(np.array([mult, _scalar(a["shift"]), int(a["out_min"]),
@@ -267,7 +273,7 @@ def _qmatmul(node: Node, params: Params, sources: Sources, isa: Isa, a_ptr: str,
     blocks = -(-m // mr)
     work = batches * blocks
     macs = batches * m * k * n
-    parallel = 1 if macs >= 1 << 16 and work > 1 else 0
+    parallel = int(parallel_team(shape, s))
     per_word = 2 if wide else 4
     tail = k % per_word
     a_rows = int(np.prod(sources.graph.tensors[node.inputs[0]].shape)) // k
@@ -282,7 +288,8 @@ def _qmatmul(node: Node, params: Params, sources: Sources, isa: Isa, a_ptr: str,
     flip, dot = ("0u", f"{v}_madd16") if wide else ("0x80808080u", f"{v}_dot4vv_any")
     # (wide: no x + 128, so no column-sum correction)
     corr = f"({v}){{0}}" if wide else f"{v}_load(cs + u * {vl}) * 128"
-    tile = _qmatmul_tile(v, vl, mr, nv, kq, np_, n, a_type, a_word, flip, dot, corr)
+    tile = _qmatmul_tile(v, vl, mr, nv, kq, np_, n, a_type, a_word, flip, dot, corr,
+                         _unroll(s))
     body = f"""
 /* qmatmul {node.attrs.get('transpose_b', False) and 'a @ b^T' or 'a @ b'}: {batches} products {m}x{k} @ {k}x{n} */
 {tile}
@@ -336,10 +343,11 @@ void NAME{SIGNATURE} {{
 
 
 def _qmatmul_tile(v: str, vl: int, mr: int, nv: int, kq: int, np_: int, n: int, a_type: str,
-                  a_word: str, flip: str, dot: str, corr: str) -> str:
+                  a_word: str, flip: str, dot: str, corr: str, unroll: str) -> str:
     """C: `_qmatmul`'s register tile, ``NAME_tile``: up to `mr` rows of A by `nv` vectors
     of packed B (`kq` words deep, `np_` packed columns), each row's exact int32 sums
-    corrected (`corr`), requantized and clamped into int8 Y (`n` columns)."""
+    corrected (`corr`), requantized and clamped into int8 Y (`n` columns); `unroll`
+    precedes the reduction loop (`_unroll`)."""
     return f"""VDLA_INLINE void NAME_tile(const {a_type} *restrict a, const int8_t *restrict p,
                            const int32_t *restrict cs, int8_t *restrict y, const int rows,
                            const int nv, const int last, const int32_t *restrict rq) {{
@@ -348,7 +356,7 @@ def _qmatmul_tile(v: str, vl: int, mr: int, nv: int, kq: int, np_: int, n: int, 
     for (int r = 0; r < rows; r++)
         #pragma GCC unroll {nv}
         for (int u = 0; u < nv; u++) acc[r][u] = ({v}){{0}};
-    for (int q = 0; q < {kq}; q++) {{
+    {unroll}for (int q = 0; q < {kq}; q++) {{
         {v} bv[{nv}];
         #pragma GCC unroll {nv}
         for (int u = 0; u < nv; u++) bv[u] = {v}_load(p + ((size_t)q * {np_} + u * {vl}) * 4);

@@ -32,14 +32,16 @@ channels][tap][mr]``, int8 ones four input channels to a 32-bit word), the input
 repacked once per run (padded, split by stride phase, int8 four channels to a pixel).
 
 A `DenseSchedule` (lanes along output features): ``vl``, ``ov`` (vectors of outputs in
-registers), ``unroll``.
+registers), ``unroll``. The batched matrix products' `MatmulSchedule` is
+`vdla.compiler.targets.cpu.matmul_schedule`'s (it shares `tile_fits`, `check_int` and
+`knobs_from_dict`).
 
 `ScheduleError` (a ValueError) names the knob, its value and what is allowed.
 
 Why this module is long: one `ConvSchedule` covers every convolution kernel (pixel
 vectors, channel vectors on plain layouts, blocked layouts), and its checks, the
 default chooser and the tuner's space of each kernel share the register budget
-(`_fits`) and the work and cache terms of the chooser's cost model; split, the three
+(`tile_fits`) and the work and cache terms of the chooser's cost model; split, the three
 would import each other's private helpers.
 """
 
@@ -51,10 +53,11 @@ from typing import Iterator
 
 from vdla.compiler.targets.cpu.isa import Isa
 
-__all__ = ["ConvSchedule", "DenseSchedule", "LANES", "LAYOUTS", "ORDERS", "PARALLEL",
-           "ScheduleError", "SpaceBlock", "blocked_fits", "choose_conv", "choose_dense",
-           "conv_blocks", "conv_space", "cost_terms", "dense_blocks", "dense_space",
-           "estimate_conv", "flattens", "input_block", "WINOGRAD", "winograd_fits"]
+__all__ = ["ConvSchedule", "DenseSchedule", "LANES", "LAYOUTS", "MAX_TILE", "ORDERS",
+           "PARALLEL", "ScheduleError", "SpaceBlock", "blocked_fits", "check_int",
+           "choose_conv", "choose_dense", "conv_blocks", "conv_space", "cost_terms",
+           "dense_blocks", "dense_space", "estimate_conv", "flattens", "input_block",
+           "knobs_from_dict", "tile_fits", "WINOGRAD", "winograd_fits"]
 
 ORDERS = ("co", "px")
 LANES = ("px", "co")
@@ -67,15 +70,17 @@ SERIAL_MACS = 150_000
 UNROLLS = (1, 2, 4)
 #: Accumulator registers a register tile may use at most (the rest hold the input
 #: vectors and the loop's pointers).
-_MAX_TILE = {32: 28, 16: 12}
+MAX_TILE = {32: 28, 16: 12}
 
 
 class ScheduleError(ValueError):
     """A schedule that does not fit its op: the message names the knob and the value."""
 
 
-def _check_int(name: str, value, low: int, high: int | None = None, *,
-               what: str = "") -> int:
+def check_int(name: str, value, low: int, high: int | None = None, *,
+              what: str = "") -> int:
+    """`value` of knob `name` when it is an integer in [low, high]; else `ScheduleError`
+    naming the knob, the value and the range (`what` adds to the message)."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise ScheduleError(f"schedule knob {name} must be an integer, not {value!r}")
     if value < low or (high is not None and value > high):
@@ -85,10 +90,10 @@ def _check_int(name: str, value, low: int, high: int | None = None, *,
     return value
 
 
-def _fits(mr: int, nv: int, isa: Isa) -> bool:
+def tile_fits(mr: int, nv: int, isa: Isa) -> bool:
     """Whether a register tile of mr x nv accumulators, plus nv vectors loaded per step,
     fits `isa`'s vector registers (two are left for the broadcast and the compiler)."""
-    return mr * nv <= _MAX_TILE[isa.registers] and mr * nv + nv <= isa.registers - 2
+    return mr * nv <= MAX_TILE[isa.registers] and mr * nv + nv <= isa.registers - 2
 
 
 def _heights(conv) -> list[int]:
@@ -96,7 +101,7 @@ def _heights(conv) -> list[int]:
     return sorted({h for h in _HEIGHTS + (conv.ho,) if h <= conv.ho})
 
 
-def _from_dict(cls, data, what: str):
+def knobs_from_dict(cls, data, what: str):
     """`cls` from its `to_dict` form, or `ScheduleError` naming the fields it needs.
     Fields with defaults may be missing (records written before the knob existed meant
     its default)."""
@@ -154,8 +159,8 @@ class ConvSchedule:
         if self.vl not in isa.lanes:
             raise ScheduleError(f"schedule knob vl={self.vl!r} is not a vector width of "
                                 f"the {isa.name} code: allowed {list(isa.lanes)}")
-        budget = _MAX_TILE[isa.registers]
-        _check_int("mr", self.mr, 1, 1 if conv.depthwise else budget,
+        budget = MAX_TILE[isa.registers]
+        check_int("mr", self.mr, 1, 1 if conv.depthwise else budget,
                    what=" (a depthwise convolution computes one channel at a time)"
                    if conv.depthwise else "")
         if self.lanes == "co" and self.mr % 8:
@@ -164,7 +169,7 @@ class ConvSchedule:
         self._check_registers(isa, "input")
         unit = self.unit
         unit_name = "nv * vl" if self.lanes == "co" else "mr"
-        _check_int("tile_co", self.tile_co, unit, None,
+        check_int("tile_co", self.tile_co, unit, None,
                    what=f" (at least {unit_name}={unit})")
         if self.tile_co % unit:
             raise ScheduleError(f"schedule knob tile_co={self.tile_co} must be a multiple "
@@ -173,10 +178,10 @@ class ConvSchedule:
             raise ScheduleError(f"schedule knob tile_co={self.tile_co} exceeds the "
                                 f"{conv.og} output channels per group (rounded up to "
                                 f"{unit_name}: {conv.og_padded(unit)})")
-        _check_int("tile_h", self.tile_h, 1, conv.ho,
+        check_int("tile_h", self.tile_h, 1, conv.ho,
                    what=f" (the output has {conv.ho} rows)")
         step = conv.ci_step
-        _check_int("tile_ci", self.tile_ci, step, conv.cg_padded,
+        check_int("tile_ci", self.tile_ci, step, conv.cg_padded,
                    what=f" (the group has {conv.cg} input channels"
                         + (f", padded to {conv.cg_padded}" if conv.cg_padded != conv.cg
                            else "") + ")")
@@ -201,9 +206,9 @@ class ConvSchedule:
     def _check_registers(self, isa: Isa, loaded: str) -> None:
         """Whether the register tile (and its `loaded` vectors: the inputs or the weights
         each step loads) fits `isa`'s registers."""
-        budget = _MAX_TILE[isa.registers]
-        _check_int("nv", self.nv, 1, budget)
-        if not _fits(self.mr, self.nv, isa):
+        budget = MAX_TILE[isa.registers]
+        check_int("nv", self.nv, 1, budget)
+        if not tile_fits(self.mr, self.nv, isa):
             raise ScheduleError(
                 f"schedule knobs mr={self.mr} and nv={self.nv} need {self.mr * self.nv} "
                 f"accumulator and {self.nv} {loaded} registers; {isa.name} has "
@@ -226,19 +231,19 @@ class ConvSchedule:
         if self.vl not in isa.lanes:
             raise ScheduleError(f"schedule knob vl={self.vl!r} is not a vector width of "
                                 f"the {isa.name} code: allowed {list(isa.lanes)}")
-        _check_int("mr", self.mr, 1, _MAX_TILE[isa.registers],
+        check_int("mr", self.mr, 1, MAX_TILE[isa.registers],
                    what=" (output pixels in registers)")
         self._check_registers(isa, "weight")
         unit = self.unit
         channels = conv.o if conv.depthwise else conv.og
         top = -(-channels // unit) * unit
-        _check_int("tile_co", self.tile_co, unit, top,
+        check_int("tile_co", self.tile_co, unit, top,
                    what=f" (a multiple of nv * vl = {unit}, up to the {channels} output "
                         f"channels rounded up: {top})")
         if self.tile_co % unit:
             raise ScheduleError(f"schedule knob tile_co={self.tile_co} must be a multiple "
                                 f"of nv * vl = {unit}")
-        _check_int("tile_h", self.tile_h, 1, conv.ho,
+        check_int("tile_h", self.tile_h, 1, conv.ho,
                    what=f" (the output has {conv.ho} rows)")
         if self.tile_ci != conv.cg_padded:
             raise ScheduleError(f"schedule knob tile_ci={self.tile_ci}: with "
@@ -277,7 +282,7 @@ class ConvSchedule:
 
     @classmethod
     def from_dict(cls, data: dict) -> "ConvSchedule":
-        return _from_dict(cls, data, "conv")
+        return knobs_from_dict(cls, data, "conv")
 
 
 def _blocks(total: int, size: int) -> int:
@@ -412,14 +417,14 @@ def choose_conv(conv, isa: Isa, threads: int = 2, *, blocked: bool = True) -> Co
     if conv.pointwise and conv.h * conv.w <= _CHANNEL_LANES_PLANE:
         return _choose_channel_lanes(conv, isa, threads)
     vl = isa.lanes[0]
-    budget = _MAX_TILE[isa.registers]
+    budget = MAX_TILE[isa.registers]
     heights = _heights(conv)
     top_mr = min(budget, 16 if isa.registers == 32 else 12, conv.og)
     best = None
     # One vector (many channels) or four (a whole small grid per tile): the tile shapes
     # that measured well; two and three vectors measured erratically (up to 1.9x slower).
     for mr, nv, tile_h in itertools.product(range(1, top_mr + 1), (1, 4), heights):
-        if not _fits(mr, nv, isa):
+        if not tile_fits(mr, nv, isa):
             continue
         if conv.depthwise and mr > 1:
             continue
@@ -493,7 +498,7 @@ def _choose_blocked(conv, isa: Isa, threads: int) -> ConvSchedule:
     pixels by one channel block. Work items are one register tile of channels by whole
     planes, cut in row tiles only when there are too few channel tiles for the team."""
     vl = isa.lanes[0]
-    budget = _MAX_TILE[isa.registers]
+    budget = MAX_TILE[isa.registers]
     blocks = _blocks(conv.o if conv.depthwise else conv.og, vl)
     order, per_item = "co", 1          # register tiles per work item
     if conv.depthwise:
@@ -503,7 +508,7 @@ def _choose_blocked(conv, isa: Isa, threads: int) -> ConvSchedule:
         # 7x7 and MobileNet's 3x3 stride-2 stems, 1.45x faster than whole rows); fewer
         # pixels where the registers do not hold that (AVX2: 6 by 2).
         mr, nv = min(7, conv.wo), min(2, blocks)
-        while not _fits(mr, nv, isa):
+        while not tile_fits(mr, nv, isa):
             mr -= 1
     elif winograd_fits(conv, isa):
         # Winograd F(2x2, 3x3): a register tile of as many 2x2 tiles as the registers
@@ -536,14 +541,14 @@ def _choose_blocked(conv, isa: Isa, threads: int) -> ConvSchedule:
 
 
 def _choose_winograd(conv, isa: Isa, threads: int) -> ConvSchedule:
-    """A Winograd layer's default: `_MAX_TILE` tiles by one channel vector, one channel
+    """A Winograd layer's default: `MAX_TILE` tiles by one channel vector, one channel
     block per work item, whole planes unless there are too few blocks for the team."""
     vl = isa.lanes[0]
     blocks = _blocks(conv.og, vl)
     tile_h = conv.ho
     if blocks < 2 * threads:
         tile_h = 2 * _blocks(_blocks(conv.ho, 2), _blocks(2 * threads, blocks))
-    return ConvSchedule(vl, _MAX_TILE[isa.registers], 1, vl, min(tile_h, conv.ho),
+    return ConvSchedule(vl, MAX_TILE[isa.registers], 1, vl, min(tile_h, conv.ho),
                         conv.cg_padded, "co", 1, "all", lanes="co", layout="nchwc", wino=2)
 
 
@@ -611,7 +616,7 @@ SpaceBlock = tuple[dict, tuple[tuple[str, tuple], ...]]
 def conv_blocks(conv, isa: Isa) -> list[SpaceBlock]:
     """`conv`'s schedule space as products, one a register tile (vector width, rows,
     vectors, lanes) crossed with its cache tiles, loop orders, unrolls and splits."""
-    budget = _MAX_TILE[isa.registers]
+    budget = MAX_TILE[isa.registers]
     h_options = _heights(conv)
     if conv.depthwise:     # the default's halvings of the rows too
         h = conv.ho
@@ -629,7 +634,7 @@ def conv_blocks(conv, isa: Isa) -> list[SpaceBlock]:
     blocks = []
     for vl in isa.lanes:
         for mr, nv in itertools.product(range(1, budget + 1), range(1, 7)):
-            if not _fits(mr, nv, isa) or mr > conv.og:
+            if not tile_fits(mr, nv, isa) or mr > conv.og:
                 continue
             if (nv - 1) * vl >= grid or (depthwise and mr > 1):
                 continue
@@ -663,7 +668,7 @@ def _blocked_blocks(conv, isa: Isa, h_options) -> list[SpaceBlock]:
     """A convolution's schedules on the blocked layout: a register tile (vector width,
     pixels, channel vectors) crossed with channels and rows per work item, loop order,
     unroll and split; the default chooser's among them."""
-    budget = _MAX_TILE[isa.registers]
+    budget = MAX_TILE[isa.registers]
     # The default's rows per work item depend on the team: every team size's is here.
     chosen = [_choose_blocked(conv, isa, team) for team in (1, 2, 4, 8, 16, 32, 64)]
     row = conv.ho * conv.wo if flattens(conv) else conv.wo     # a tile's pixels at most
@@ -675,7 +680,7 @@ def _blocked_blocks(conv, isa: Isa, h_options) -> list[SpaceBlock]:
     for vl in isa.lanes:
         for mr, nv in itertools.product(pixels, (1,) if conv.depthwise else (1, 2, 3, 4)):
             width = nv * vl
-            if not _fits(mr, nv, isa) or (nv - 1) * vl >= channels:
+            if not tile_fits(mr, nv, isa) or (nv - 1) * vl >= channels:
                 continue
             top = _blocks(channels, width) * width
             co_options = tuple(sorted({min(width * k, top) for k in (1, 2, 4)}))
@@ -694,7 +699,7 @@ def _channel_lanes_blocks(conv, isa: Isa, h_options, ci_options) -> list[SpaceBl
     blocks = []
     for vl in isa.lanes:
         for mr, nv in ((8, 1), (8, 2), (8, 3), (16, 1)):
-            if not _fits(mr, nv, isa) or (nv - 1) * vl >= conv.og:
+            if not tile_fits(mr, nv, isa) or (nv - 1) * vl >= conv.og:
                 continue
             width = nv * vl
             co_options = tuple(sorted({min(width * k, conv.og_padded(width))
@@ -722,7 +727,7 @@ class DenseSchedule:
         if self.vl not in isa.lanes:
             raise ScheduleError(f"schedule knob vl={self.vl!r} is not a vector width of "
                                 f"the {isa.name} code: allowed {list(isa.lanes)}")
-        _check_int("ov", self.ov, 1, _MAX_TILE[isa.registers])
+        check_int("ov", self.ov, 1, MAX_TILE[isa.registers])
         if self.unroll not in UNROLLS:
             raise ScheduleError(f"schedule knob unroll={self.unroll!r}: allowed "
                                 f"{list(UNROLLS)}")
@@ -736,7 +741,7 @@ class DenseSchedule:
 
     @classmethod
     def from_dict(cls, data: dict) -> "DenseSchedule":
-        return _from_dict(cls, data, "dense")
+        return knobs_from_dict(cls, data, "dense")
 
 
 def choose_dense(dense, isa: Isa) -> DenseSchedule:
