@@ -6,7 +6,10 @@ A workload is (H, W, Cin, Cout, k, pad, stride[, groups]), batch 1. `parse_workl
 a name (``C5``), the seven numbers (``"28,28,128,128,3,1,1"``) or eight with the groups
 (``"28,28,128,128,3,1,1,128"``: depthwise, one channel a group). A dense (fully
 connected) workload is ``dense:IN,OUT[,BATCH]`` (`DenseWorkload`), as a classifier's last
-layer (``dense:512,1000``).
+layer (``dense:512,1000``) or a transformer's linear layer over its tokens
+(``dense:768,3072,128``). A batched product of two activations is
+``matmul:M,K,N[,BATCH]`` (`MatmulWorkload`), as attention's scores of 12 heads
+(``matmul:128,64,128,12``).
 
 A *named* workload (``C1``..``C11``) is ResNet-18's own layer, epilogue included:
 `model_graph` is the zoo's ResNet-18 quantized exactly as ``vdla run resnet18`` quantizes
@@ -17,8 +20,8 @@ records tuned on these nodes are the ones ``vdla run resnet18 --records`` looks 
 name can be several nodes with different epilogues (C8 with a ReLU, and with a residual
 add before the ReLU).
 
-`workload_graph` builds a *synthetic* graph with one ``qconv2d`` (or ``qdense``) node for
-any workload:
+`workload_graph` builds a *synthetic* graph with one ``qconv2d`` (or ``qdense``,
+``qmatmul``) node for any workload:
 random int8 weights, an int32 bias, a per-tensor requantization shift and a ReLU clamp,
 and a random int8 input. Its epilogue is its own (a quantized model shifts per channel),
 so what is tuned on it serves only a model layer with that same epilogue.
@@ -41,7 +44,7 @@ from vdla.compiler.passes.prepare import prepare
 from vdla.compiler.passes.quantize import quantize
 
 __all__ = ["MODEL", "MODEL_CALIBRATION", "MODEL_SEED", "RESNET18", "ConvWorkload",
-           "DenseWorkload", "conv_matches", "float_workload_graph", "model_graph", "parse_workload",
+           "DenseWorkload", "MatmulWorkload", "conv_matches", "float_workload_graph", "model_graph", "parse_workload",
            "workload_graph"]
 
 #: The model whose layers the names C1..C11 are.
@@ -93,6 +96,27 @@ class DenseWorkload(NamedTuple):
         return self.PREFIX + ",".join(map(str, self if self.batch != 1 else self[:2]))
 
 
+class MatmulWorkload(NamedTuple):
+    """A batched product of two activations: `batch` products of (`m`, `k`) @ (`k`,
+    `n`)."""
+
+    m: int
+    k: int
+    n: int
+    batch: int = 1
+
+    #: What a product workload's text starts with (`parse_workload`).
+    PREFIX = "matmul:"
+
+    @property
+    def macs(self) -> int:
+        return self.batch * self.m * self.k * self.n
+
+    def spec(self) -> str:
+        """The workload as `parse_workload` reads it (the batch only when not 1)."""
+        return self.PREFIX + ",".join(map(str, self if self.batch != 1 else self[:3]))
+
+
 #: ResNet-18's conv workloads C1-C11 (H, W, Cin, Cout, k, pad, stride), batch 1.
 RESNET18: dict[str, ConvWorkload] = {name: ConvWorkload(*shape) for name, shape in {
     "C1": (224, 224, 3, 64, 7, 3, 2),
@@ -109,15 +133,16 @@ RESNET18: dict[str, ConvWorkload] = {name: ConvWorkload(*shape) for name, shape 
 }.items()}
 
 
-def parse_workload(spec: str) -> tuple[str, ConvWorkload | DenseWorkload]:
+def parse_workload(spec: str) -> tuple[str, ConvWorkload | DenseWorkload | MatmulWorkload]:
     """(name, workload) from a ResNet-18 workload name (``C5``, any case),
-    ``H,W,Cin,Cout,k,pad,stride[,groups]`` or ``dense:IN,OUT[,BATCH]``. Raises ValueError
-    naming what is wrong."""
+    ``H,W,Cin,Cout,k,pad,stride[,groups]``, ``dense:IN,OUT[,BATCH]`` or
+    ``matmul:M,K,N[,BATCH]``. Raises ValueError naming what is wrong."""
     text = str(spec).strip()
     if text.upper() in RESNET18:
         return text.upper(), RESNET18[text.upper()]
-    if text.lower().startswith(DenseWorkload.PREFIX):
-        return text.lower(), _parse_dense(text)
+    for kind in (DenseWorkload, MatmulWorkload):
+        if text.lower().startswith(kind.PREFIX):
+            return text.lower(), _parse_sizes(text, kind)
     parts = text.split(",")
     try:
         values = [int(p) for p in parts]
@@ -140,17 +165,22 @@ def parse_workload(spec: str) -> tuple[str, ConvWorkload | DenseWorkload]:
     return text, w
 
 
-def _parse_dense(text: str) -> DenseWorkload:
+def _parse_sizes(text: str, kind):
+    """A `DenseWorkload` or `MatmulWorkload` (`kind`) from its text: its prefix, then its
+    fields' sizes, the last (the batch) optional."""
     try:
-        values = [int(p) for p in text[len(DenseWorkload.PREFIX):].split(",")]
+        values = [int(p) for p in text[len(kind.PREFIX):].split(",")]
     except ValueError:
         values = []
-    if len(values) not in (2, 3):
-        raise ValueError(f"workload {text!r}: a dense workload is dense:IN,OUT[,BATCH] (2 or 3 "
-                         "integers)")
+    fields = [f.upper() for f in kind._fields]
+    fields = ["IN", "OUT", "BATCH"] if kind is DenseWorkload else fields
+    if len(values) not in (len(fields) - 1, len(fields)):
+        raise ValueError(f"workload {text!r}: a {kind.PREFIX[:-1]} workload is "
+                         f"{kind.PREFIX}{','.join(fields[:-1])}[,{fields[-1]}] "
+                         f"({len(fields) - 1} or {len(fields)} integers)")
     if min(values) < 1:
-        raise ValueError(f"workload {text!r}: the features and the batch must be >= 1")
-    return DenseWorkload(*values)
+        raise ValueError(f"workload {text!r}: the sizes and the batch must be >= 1")
+    return kind(*values)
 
 
 @functools.lru_cache(maxsize=4)
@@ -184,10 +214,12 @@ def conv_matches(node: Node, graph: Graph, workload: ConvWorkload) -> bool:
             and tuple(a["pads"]) == (w.pad,) * 4)
 
 
-def workload_graph(workload: ConvWorkload | DenseWorkload, *, seed: int = 0,
+def workload_graph(workload: ConvWorkload | DenseWorkload | MatmulWorkload, *, seed: int = 0,
                    shift: int = 10, relu: bool = True) -> tuple[Graph, dict[str, np.ndarray]]:
     """A synthetic graph with one qconv2d node ``conv`` (a `DenseWorkload`: one qdense
-    node ``dense``) computing `workload`, and a feed {"x": int8 input}.
+    node ``dense``; a `MatmulWorkload`: one qmatmul node ``matmul`` of int8 inputs "a"
+    and "b", its shift set from `shift` and k so that its outputs spread over int8)
+    computing `workload`, and a feed {"x": int8 input} ({"a", "b"}).
 
     workload : the shape
     seed : seeds the int8 weights in [-8, 8), the int32 bias and the input
@@ -198,6 +230,8 @@ def workload_graph(workload: ConvWorkload | DenseWorkload, *, seed: int = 0,
     rng = np.random.default_rng(seed)
     if isinstance(workload, DenseWorkload):
         return _dense_graph(workload, rng, shift, relu)
+    if isinstance(workload, MatmulWorkload):
+        return _matmul_graph(workload, rng, shift, relu)
     w = workload
     g = Graph(f"conv_{w.h}x{w.w}_{w.cin}_{w.cout}_k{w.k}p{w.pad}s{w.stride}"
               + (f"g{w.groups}" if w.groups != 1 else ""))
@@ -226,11 +260,34 @@ def _dense_graph(w: DenseWorkload, rng, shift: int, relu: bool
     return g, {"x": rng.integers(-128, 128, (w.batch, w.cin)).astype(np.int8)}
 
 
-def float_workload_graph(workload: ConvWorkload | DenseWorkload, *, seed: int = 0) -> Graph:
+def _matmul_graph(w: MatmulWorkload, rng, shift: int, relu: bool
+                  ) -> tuple[Graph, dict[str, np.ndarray]]:
+    g = Graph(f"matmul_{w.m}_{w.k}_{w.n}" + (f"_b{w.batch}" if w.batch != 1 else ""))
+    a = g.add_input("a", (w.batch, w.m, w.k), "int8")
+    b = g.add_input("b", (w.batch, w.k, w.n), "int8")
+    # A product of two uniform int8 spreads by about 2**12.4, a sum of k of them by
+    # sqrt(k) more: shift 10 - 4 + log2(k) / 2 leaves about 2**6 to 2**7 of it.
+    y = g.add_node("qmatmul", [a, b], name="matmul",
+                   shift=(shift - 4 + (w.k.bit_length() - 1) // 2,),
+                   out_min=0 if relu else -128, out_max=127)
+    g.set_outputs([y])
+    return g, {n: rng.integers(-128, 128, g.tensors[n].shape).astype(np.int8)
+               for n in ("a", "b")}
+
+
+def float_workload_graph(workload: ConvWorkload | DenseWorkload | MatmulWorkload, *,
+                         seed: int = 0) -> Graph:
     """A synthetic float32 graph computing `workload`: one ``conv2d`` (or ``dense``) with
     He-normal weights and a small bias, then a ReLU, prepared as a float model is
     (`prepare`: the ReLU fused into the convolution), so that its one tunable node has a
-    float model layer's epilogue. `seed` seeds the weights."""
+    float model layer's epilogue; a `MatmulWorkload` is one ``matmul`` node of inputs "a"
+    and "b". `seed` seeds the weights."""
+    if isinstance(workload, MatmulWorkload):
+        g = Graph(f"matmul_{workload.m}_{workload.k}_{workload.n}_b{workload.batch}_f32")
+        a = g.add_input("a", (workload.batch, workload.m, workload.k), "float32")
+        b = g.add_input("b", (workload.batch, workload.k, workload.n), "float32")
+        g.set_outputs([g.add_node("matmul", [a, b], name="matmul")])
+        return g
     if isinstance(workload, DenseWorkload):
         b = GraphBuilder(f"dense_{workload.cin}_{workload.cout}_f32", seed=seed)
         x = b.input("x", (workload.batch, workload.cin))

@@ -40,14 +40,15 @@ import numpy as np
 import vdla
 from vdla._buildcache import cache_root
 from vdla._fileio import atomic_write
-from vdla.compiler.frontend.workloads import ConvWorkload, DenseWorkload
+from vdla.compiler.frontend.workloads import ConvWorkload, DenseWorkload, MatmulWorkload
 from vdla.compiler.tuner.measure import MeasureInput, one_line
 from vdla.compiler.tuner.records import OK, Record, Records
 from vdla.compiler.tuner.runner import InProcessRunner, prepare_tasks
 from vdla.compiler.tuner.tune import tune_task
 from vdla.execute import EvaluationError, Executor, make_executor
 
-__all__ = ["DatasetPlan", "Manifest", "SIDE_BY_SIDE", "generate", "local_records",
+__all__ = ["DatasetPlan", "HEADS", "MAX_DRAWN_MACS", "Manifest", "PRODUCT_ROWS", "SIDE_BY_SIDE",
+           "TOKENS", "generate", "local_records",
            "measure_again", "measure_side_by_side", "measuring_executor", "random_shapes"]
 
 #: The planes (output side) and channels `random_shapes` draws from: image models'
@@ -58,8 +59,21 @@ SIDES = {False: (7, 14, 28, 56), True: (2, 4, 7, 14)}
 CHANNELS = {False: (16, 256), True: (16, 128)}
 
 
+#: Rows of a transformer's tokens `random_shapes` draws from (``tokens`` and
+#: ``matmul``): a sentence of 16 to 256 tokens, ViT's 50 and 197, and for the products
+#: also one to four rows (a decoder's step); and the products' batches (heads).
+TOKENS = (16, 32, 50, 64, 128, 197, 256)
+PRODUCT_ROWS = (1, 4) + TOKENS
+HEADS = (1, 2, 4, 8, 12)
+#: The most multiply-adds a drawn dense layer of many rows or product has: larger ones
+#: take seconds a schedule to measure on portable C, and the ranking is learned from
+#: the shapes' ratios (a held-out BERT-base layer has 302 million).
+MAX_DRAWN_MACS = {"tokens": 160_000_000, "matmul": 40_000_000}
+
+
 def random_shapes(count: int, *, seed: int = 0, small: bool = False,
-                  grouped: bool = False, dense: bool = False) -> list[str]:
+                  grouped: bool = False, dense: bool = False, tokens: bool = False,
+                  matmul: bool = False) -> list[str]:
     """`count` convolution workloads (``H,W,Cin,Cout,k,pad,stride[,groups]``) drawn at
     random from the sizes of image models' layers: planes of 7 to 56, 16 to 256 channels
     (with `small`: planes of 2 to 14, 16 to 128 channels), 1x1 and 3x3 kernels (same
@@ -68,9 +82,15 @@ def random_shapes(count: int, *, seed: int = 0, small: bool = False,
     group, 3x3 kernels, as MobileNet's), half with 2, 4 or 8 groups of at least 16
     channels (as ResNeXt's). With `dense`, fully connected layers instead
     (``dense:IN,OUT[,BATCH]``, their own stream too): 64 to 4,096 input features in steps of
-    64 (a classifier's pooled features), 10 to 1,024 outputs, batch 1, 4 or 8."""
+    64 (a classifier's pooled features), 10 to 1,024 outputs, batch 1, 4 or 8. With
+    `tokens`, dense layers of many rows (a transformer's linear layers over its
+    `TOKENS`): 64 to 3,072 features each way in steps of 64. With `matmul`, batched
+    products of two activations (``matmul:M,K,N,BATCH``: attention's scores and
+    values): `HEADS` products of `PRODUCT_ROWS` rows, as deep and as wide as `TOKENS`. Each its own stream, at most `MAX_DRAWN_MACS`."""
     if dense:
         return _random_dense(count, seed)
+    if tokens or matmul:
+        return _random_gemm(count, seed, matmul)
     rng = np.random.default_rng([seed, 1] if grouped else seed)
     low, high = CHANNELS[small]
     shapes = []
@@ -99,6 +119,22 @@ def _random_dense(count: int, seed: int) -> list[str]:
                              int(rng.choice([1, 1, 4, 8]))).spec()
         if spec not in shapes:
             shapes.append(spec)
+    return shapes
+
+
+def _random_gemm(count: int, seed: int, matmul: bool) -> list[str]:
+    rng = np.random.default_rng([seed, 4 if matmul else 3])
+    shapes: list[str] = []
+    while len(shapes) < count:
+        if matmul:
+            w = MatmulWorkload(int(rng.choice(PRODUCT_ROWS)), int(rng.choice(TOKENS)),
+                               int(rng.choice(TOKENS)), int(rng.choice(HEADS)))
+        else:
+            w = DenseWorkload(int(64 * rng.integers(1, 49)), int(64 * rng.integers(1, 49)),
+                              int(rng.choice(TOKENS)))
+        if w.macs <= MAX_DRAWN_MACS["matmul" if matmul else "tokens"] \
+                and w.spec() not in shapes:
+            shapes.append(w.spec())
     return shapes
 
 

@@ -105,6 +105,47 @@ def test_random_dense_shapes_are_fully_connected_workloads_both_targets_measure(
         assert len(training_rows(plan.tasks, db, "wall")) == 3
 
 
+def test_random_token_and_matmul_shapes_are_the_cpu_gemm_workloads(tmp_path):
+    """``--token-shapes`` (dense layers of many rows) and ``--matmul-shapes`` (batched
+    products of two activations): seeded, each in its own stream, bounded in work,
+    parsed back; the CPU's tasks of each read their own feature set, a product's set is
+    measured into rows, and the accelerator, which runs no products, leaves them out."""
+    from vdla.compiler.frontend.workloads import DenseWorkload, MatmulWorkload
+    from vdla.compiler.tuner.dataset import HEADS, MAX_DRAWN_MACS, PRODUCT_ROWS, TOKENS
+
+    tokens = random_shapes(10, seed=3, tokens=True)
+    products = random_shapes(10, seed=3, matmul=True)
+    assert tokens == random_shapes(10, seed=3, tokens=True) and len(set(tokens)) == 10
+    assert random_shapes(4, seed=3, dense=True) == random_shapes(8, seed=3, dense=True)[:4]
+    for spec in tokens:
+        w = parse_workload(spec)[1]
+        assert isinstance(w, DenseWorkload) and w.batch in TOKENS and w.spec() == spec
+        assert w.cin % 64 == 0 and w.cout % 64 == 0 and w.macs <= MAX_DRAWN_MACS["tokens"]
+    for spec in products:
+        w = parse_workload(spec)[1]
+        assert isinstance(w, MatmulWorkload) and w.spec() == spec
+        assert w.m in PRODUCT_ROWS and w.batch in HEADS and w.macs <= MAX_DRAWN_MACS["matmul"]
+    assert parse_workload("Matmul:5,7,9") == ("matmul:5,7,9", MatmulWorkload(5, 7, 9))
+    for bad in ("matmul:5,7", "matmul:a,b,c"):
+        with pytest.raises(ValueError, match="matmul:M,K,N"):
+            parse_workload(bad)
+    cpu = targets.get("cpu", threads=1).platforms(1)[0]
+    [on_cpu] = tasks_from_workload("dense:128,64,50", cpu)
+    [product] = tasks_from_workload("matmul:5,24,20,2", cpu)
+    [floats] = tasks_from_workload("matmul:5,24,20,2", cpu, precision="float32")
+    assert on_cpu.feature_set.name == "cpu.dense" and on_cpu.feature_set.version == 2
+    assert product.feature_set.name == floats.feature_set.name == "cpu.matmul"
+    assert '"op":"matmul"' in product.key and '"dtype":"float32"' in floats.key
+    plan = training_sets.dataset_plan([targets.get("vdla", backend="functional")],
+                                      shapes=["matmul:5,24,20,2", "dense:256,64,4"],
+                                      per_task=2)
+    assert len(plan.tasks) == 1
+    plan = training_sets.dataset_plan([cpu], shapes=["matmul:5,24,20,2"], per_task=3)
+    with Records(tmp_path / "cpu.db") as db:
+        assert generate(plan, db, backend="wall").failed == 0
+        assert len(training_rows(plan.tasks, db, "wall")) == 3
+
+
 def test_a_grouped_workload_is_parsed_and_checked():
     name, w = parse_workload("14,14,64,128,3,1,2,4")
     assert w.groups == 4 and w.macs == 7 * 7 * 128 * 16 * 9 and w.spec() == name
@@ -286,6 +327,10 @@ def test_vdla_dataset_writes_records_and_a_manifest(tmp_path, capsys):
                                   "--grouped-shapes must be at least 0, not -1"),
                                  ("--dense-shapes", "-1",
                                   "--dense-shapes must be at least 0, not -1"),
+                                 ("--token-shapes", "-1",
+                                  "--token-shapes must be at least 0, not -1"),
+                                 ("--matmul-shapes", "-1",
+                                  "--matmul-shapes must be at least 0, not -1"),
                                  ("--rounds", "0", "--rounds must be at least 1, not 0"),
                                  ("--side-by-side", "-1",
                                   "--side-by-side must be at least 0, not -1")):

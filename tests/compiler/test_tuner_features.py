@@ -88,11 +88,13 @@ def test_a_feature_set_refuses_bad_vectors_and_definitions():
 # --- the CPU target's ----------------------------------------------------------------------
 
 def test_the_cpu_feature_sets_are_pinned_and_documented():
-    from vdla.compiler.targets.cpu.features import CONV2D as CPU_CONV, DENSE as CPU_DENSE
+    from vdla.compiler.targets.cpu.features import (CONV2D as CPU_CONV, DENSE as CPU_DENSE,
+                                                    MATMUL as CPU_MATMUL)
 
     text = DOCS.read_text()
     for fs, version, fingerprint in ((CPU_CONV, 3, "da2555760ef8"),
-                                     (CPU_DENSE, 1, "e5a166677f5e")):
+                                     (CPU_DENSE, 2, "46b5df6f505f"),
+                                     (CPU_MATMUL, 1, "60710dbee2c4")):
         assert (fs.version, fs.fingerprint()) == (version, fingerprint), fs.name
         missing = [n for n in fs.names if not re.search(rf"`{n}`", text)]
         assert not missing, f"docs/tuner.md lacks {fs.name}'s {missing}"

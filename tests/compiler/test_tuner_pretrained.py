@@ -64,37 +64,53 @@ def test_no_model_in_a_folder_is_none(tmp_path):
     assert shipped(tmp_path, CONV2D) is None
 
 
-def test_the_cpu_ships_a_model_of_its_convolutions_only():
+def test_the_cpu_ships_models_of_its_convolutions_dense_layers_and_products():
     """The CPU's convolutions have a model (trained on int8 and float32, three instruction
-    sets, without ResNet-50 and MobileNet-v1 float32); its dense layers, too few in the
-    set, have none and are tuned from scratch."""
+    sets, without ResNet-50 and MobileNet-v1 float32), and so do its dense layers and its
+    batched products (trained on transformers' layers and random GEMMs, without
+    BERT-base); each predicts its task's space."""
     cpu = targets.get("cpu")
     tasks = cpu.tasks(pipeline.graph_for(pipeline.load_model("small_cnn"), cpu))
     conv = next(t for t in tasks if t.conv)
     dense = next(t for t in tasks if not t.conv)
+    [product] = tasks_from_workload("matmul:12,64,40,4", cpu)
     model = conv.pretrained()
     assert isinstance(model, CostModel) and model.meta["features"] == "cpu.conv2d"
     assert {"resnet50 (int8)", "mobilenet_v1 (float32)"} <= set(model.meta["held_out"]["models"])
-    space = conv.space()
-    x = np.array([conv.feature_set.vector(conv.transfer_features(s)) for s in space[:50]])
-    assert np.isfinite(model.predict(x)).all()
-    assert dense.pretrained() is None
-    assert isinstance(make_tuner("pretrained", dense, dense.space()), ModelTuner)
-    with pytest.raises(ValueError, match="no pretrained cost model"):
-        PretrainedTuner(dense, dense.space())
+    for task, name in ((conv, "cpu.conv2d"), (dense, "cpu.dense"), (product, "cpu.matmul")):
+        model = task.pretrained()
+        assert isinstance(model, CostModel) and model.meta["features"] == name
+        space = task.space()
+        x = np.array([task.feature_set.vector(task.transfer_features(s)) for s in space[:50]])
+        assert np.isfinite(model.predict(x)).all()
+        assert isinstance(make_tuner("pretrained", task, space), PretrainedTuner)
+    for task in (dense, product):
+        assert "bert_base (int8)" in task.pretrained().meta["held_out"]["models"]
 
 
-def test_vdla_tune_says_a_workload_with_no_model_is_tuned_from_scratch(tmp_path, capsys):
-    """A dense workload on the CPU (no model): the note before the run and the summary
-    name the model tuner, not the pretrained one asked for by default."""
+def test_vdla_tune_says_which_model_it_starts_from_or_that_it_has_none(tmp_path, capsys,
+                                                                       monkeypatch):
+    """A dense workload on the CPU: the note before the run names the dense layers'
+    model; with no model, the note and the summary name the model tuner, not the
+    pretrained one asked for by default."""
+    from vdla.compiler.targets.cpu.tuning import CpuTask
+
     # One thread: a measuring worker forked from a test process whose OpenMP team runs
     # (other CPU tests start one) can hang starting a team of its own.
-    assert main(["tune", "--layer", "dense:64,16", "--target", "cpu", "--trials", "2",
-                 "--threads", "1", "--records", str(tmp_path / "r.db")]) == 0
+    tune = ["tune", "--layer", "dense:64,16", "--target", "cpu", "--trials", "2",
+            "--threads", "1", "--records", str(tmp_path / "r.db")]
+    assert main(tune) == 0
+    assert "starting from the pretrained cost model cpu.dense v2" in capsys.readouterr().err
+    monkeypatch.setattr(CpuTask, "pretrained", lambda self: None)
+    assert main(tune[:-1] + [str(tmp_path / "other.db")]) == 0
     captured = capsys.readouterr()
     assert "no pretrained cost model for target cpu's tasks: tuning from scratch" in \
         captured.err
     assert "model (no pretrained model) tuner" in captured.out
+    with pytest.raises(ValueError, match="no pretrained cost model"):
+        task = tasks_from_workload("dense:64,16", targets.get("cpu"))[0]
+        PretrainedTuner(task, task.space())
+    assert isinstance(make_tuner("pretrained", task, task.space()), ModelTuner)
 
 
 # --- the pretrained tuner --------------------------------------------------------------------
@@ -188,7 +204,10 @@ def test_the_pretrained_chooser_picks_the_models_best_and_remembers_it(monkeypat
 
     monkeypatch.setattr(CostModel, "predict", refuse)
     assert pretrained_choice(task, margin=gain / 2) == want
-    # A task with no model (the CPU's dense layers) keeps its default: no choice.
+    # A task with no model keeps its default: no choice.
+    from vdla.compiler.targets.cpu.tuning import CpuTask
+
+    monkeypatch.setattr(CpuTask, "pretrained", lambda self: None)
     cpu = targets.get("cpu")
     dense = next(t for t in cpu.tasks(pipeline.graph_for(pipeline.load_model("small_cnn"), cpu))
                  if not t.conv)

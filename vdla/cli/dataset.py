@@ -28,7 +28,8 @@ def add_parser(sub) -> None:
         description="Measure a training set: on each of --platforms platforms of the target "
                     "(the accelerator: hardware configs drawn from a space of them), the "
                     "default and --per-task - 1 random schedules of every tunable op of "
-                    "each MODEL and of --shapes random convolutions, on the target's "
+                    "each MODEL and of the random workloads (--shapes convolutions and the "
+                    "other --*-shapes), on the target's "
                     "first measurement backend (the accelerator: Verilator). Records go to "
                     "--records; a stopped run, started again, measures only what is "
                     "missing. The manifest says what was measured, held out and with "
@@ -59,6 +60,14 @@ def add_parser(sub) -> None:
     p.add_argument("--dense-shapes", type=int, default=0, metavar="K",
                    help="random dense (fully connected) workloads: 64 to 4,096 inputs, 10 "
                         "to 1,024 outputs, batch 1, 4 or 8 (default 0)")
+    p.add_argument("--token-shapes", type=int, default=0, metavar="K",
+                   help="random dense workloads of many rows, as a transformer's linear "
+                        "layers over its tokens: 16 to 256 rows, 64 to 3,072 features each "
+                        "way (default 0)")
+    p.add_argument("--matmul-shapes", type=int, default=0, metavar="K",
+                   help="random batched products of two activations (matmul:M,K,N,BATCH), "
+                        "as attention's scores and values: 1 to 12 products of 1 to 256 "
+                        "rows, 16 to 256 deep and wide (default 0)")
     p.add_argument("--per-task", type=int, default=8, metavar="K",
                    help="schedules per (platform, workload), the default among them "
                         "(default 8)")
@@ -97,16 +106,17 @@ def add_parser(sub) -> None:
 def _check_args(args):
     for name, least in (("platforms", 1), ("held_out_platforms", 0), ("shapes", 0),
                         ("small_shapes", 0), ("grouped_shapes", 0), ("dense_shapes", 0),
-                        ("picked", 0),
+                        ("token_shapes", 0), ("matmul_shapes", 0), ("picked", 0),
                         ("rounds", 1), ("side_by_side", 0),
                         ("per_task", 1), ("jobs", 1)):
         value = getattr(args, name)
         if value < least:
             raise CliError(f"--{name.replace('_', '-')} must be at least {least}, not {value}")
-    if not args.models and not args.shapes and not args.small_shapes \
-            and not args.grouped_shapes and not args.dense_shapes:
+    if not args.models and not any((args.shapes, args.small_shapes, args.grouped_shapes,
+                                    args.dense_shapes, args.token_shapes, args.matmul_shapes)):
         raise CliError("nothing to measure: name a MODEL or give --shapes, --small-shapes, "
-                       "--grouped-shapes or --dense-shapes K > 0")
+                       "--grouped-shapes, --dense-shapes, --token-shapes or --matmul-shapes "
+                       "K > 0")
 
 
 def run(args) -> int:
@@ -123,7 +133,9 @@ def run(args) -> int:
             shapes=random_shapes(args.shapes, seed=args.seed)
             + random_shapes(args.small_shapes, seed=args.seed, small=True)
             + random_shapes(args.grouped_shapes, seed=args.seed, grouped=True)
-            + random_shapes(args.dense_shapes, seed=args.seed, dense=True),
+            + random_shapes(args.dense_shapes, seed=args.seed, dense=True)
+            + random_shapes(args.token_shapes, seed=args.seed, tokens=True)
+            + random_shapes(args.matmul_shapes, seed=args.seed, matmul=True),
             per_task=args.per_task, picked=args.picked,
             seed=args.seed, held_out_models=args.held_out_models,
             precision=args.precision, rounds=args.rounds, side_by_side=args.side_by_side,

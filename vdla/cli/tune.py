@@ -40,8 +40,9 @@ def add_parser(sub) -> None:
                       help="a single workload instead of a model: a ResNet-18 layer name "
                            "(C1..C11; its tasks are the model's own, epilogue included, "
                            "so `vdla run resnet18 --records` uses them), "
-                           "H,W,Cin,Cout,k,pad,stride[,groups] or dense:IN,OUT[,BATCH]; may "
-                           "be repeated")
+                           "H,W,Cin,Cout,k,pad,stride[,groups], dense:IN,OUT[,BATCH] or "
+                           "matmul:M,K,N[,BATCH] (a batched product of two activations); "
+                           "may be repeated")
     tune.add_argument("--target", default=DEFAULT_TARGET, metavar="NAME",
                       help=f"the target whose schedules are tuned: {', '.join(targets.names())}"
                            f" (default {DEFAULT_TARGET})")
@@ -247,13 +248,17 @@ def _pretrained_note(tasks) -> str:
     if _untrained(tasks):
         return (f"no pretrained cost model for target {tasks[0].target}'s tasks: tuning "
                 "from scratch (the model tuner)")
-    model = next(t.pretrained() for t in tasks if t.pretrained() is not None)
-    meta = model.meta
-    seen = tasks[0].platform in meta.get("platforms", ())
-    note = (f"starting from the pretrained cost model {meta['features']} "
-            f"v{meta['version']} ({meta['rows']:,} measured schedules on "
-            f"{len(meta.get('platforms', ()))} platforms; {tasks[0].platform} is "
-            f"{'one' if seen else 'not one'} of them)")
+    # One model a feature set (the CPU's convolutions, dense layers and products).
+    models = {m.digest: m for m in (t.pretrained() for t in tasks) if m is not None}
+    described = []
+    for model in models.values():
+        meta = model.meta
+        seen = tasks[0].platform in meta.get("platforms", ())
+        described.append(f"{meta['features']} v{meta['version']} ({meta['rows']:,} measured "
+                         f"schedules on {len(meta.get('platforms', ()))} platforms; "
+                         f"{tasks[0].platform} is {'one' if seen else 'not one'} of them)")
+    note = (f"starting from the pretrained cost model{'s' if len(described) > 1 else ''} "
+            + ", ".join(described))
     if any(t.pretrained() is None for t in tasks):
         others = sorted({t.feature_set.name for t in tasks if t.pretrained() is None
                          and t.feature_set is not None})

@@ -1,4 +1,5 @@
-"""The CPU target's tunable tasks: one convolution or dense workload on this machine.
+"""The CPU target's tunable tasks: one convolution, dense or batched matrix product
+workload on this machine.
 
 A `CpuTask` holds a one-node graph (the node with its constants, its activation and
 residual as graph inputs) and measures a schedule by wall time: it builds the node's
@@ -19,9 +20,12 @@ rule (docs/tuner.md, "The CPU target's training set"). Records taken before this
 hold medians (their counters name ``min_ns`` instead of ``median_ns``).
 
 The workload key is the layer's `ConvShape` / `DenseShape` (sizes, groups, epilogue,
-whether the input is known non-negative) as canonical JSON; the platform is the CPU's
-name, the thread count and the instruction set, so records taken on one machine or
-thread count are never used for another.
+whether the input is known non-negative) or `MatmulShape` (batches, sizes, how B is
+given and shared) as canonical JSON; the platform is the CPU's name, the thread count
+and the instruction set, so records taken on one machine or thread count are never
+used for another. A patch embedding (`patches.is_patches`) is no task: it runs as one
+GEMM whatever a convolution schedule says, and the convolution kernel a tuned schedule
+would give it is thousands of lines of C for its 16 x 16 taps.
 """
 
 from __future__ import annotations
@@ -38,10 +42,16 @@ from vdla._platform import cpu_name
 from vdla.compiler.ir.graph import Graph
 from vdla.compiler.targets.cpu import isa as cpu_isa
 from vdla.compiler.targets.cpu import layout
-from vdla.compiler.targets.cpu.features import CONV2D, DENSE, conv2d_values, dense_values
+from vdla.compiler.targets.cpu.dense import int8_path
+from vdla.compiler.targets.cpu.features import (CONV2D, DENSE, MATMUL, conv2d_values,
+                                                dense_values, matmul_values)
 from vdla.compiler.targets.cpu.library import (aligned_empty, build_kernels, call, load,
                                                start_team, time_runs)
 from vdla.compiler.targets.cpu.lower import node_kernel
+from vdla.compiler.targets.cpu.matmul_schedule import (MATMUL_PARALLEL, MatmulSchedule,
+                                                       MatmulShape, choose_matmul,
+                                                       estimate_matmul, matmul_blocks)
+from vdla.compiler.targets.cpu.patches import is_patches
 from vdla.compiler.targets.cpu.schedule import (LANES, LAYOUTS, ORDERS, PARALLEL, ConvSchedule,
                                                 DenseSchedule, choose_conv, choose_dense,
                                                 conv_blocks, dense_blocks, estimate_conv)
@@ -59,15 +69,19 @@ MIN_SECONDS = 0.15
 MAX_RUNS = 400
 
 #: The cost models this target ships, one per feature set (scripts/train_cost_model.py
-#: writes them from bench/datasets/make_cpu_v3.sh's set).
+#: writes them: the convolutions' from bench/datasets/make_cpu_v3.sh's set, the dense
+#: layers' and the products' from make_cpu_gemm_v1.sh's).
 PRETRAINED = Path(__file__).resolve().parent / "models"
 
-_TUNABLE = ("conv2d", "qconv2d", "dense", "qdense")
+#: The tunable ops by the kind of task they make.
+_TUNABLE = {"conv2d": "conv", "qconv2d": "conv", "dense": "dense", "qdense": "dense",
+            "matmul": "matmul", "qmatmul": "matmul"}
 
 #: How the string knobs rank on the knob grid: as `CpuTask.knobs` numbers them.
 CONV_RANKS = {"order": ORDERS.index, "parallel": PARALLEL.index, "lanes": LANES.index,
               "layout": LAYOUTS.index}
 DENSE_RANKS = {"parallel": lambda value: value == "none"}
+MATMUL_RANKS = {"parallel": MATMUL_PARALLEL.index}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,7 +91,7 @@ class _Estimate:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class CpuTask(OneNodeTask):
-    """One convolution or dense workload on this machine.
+    """One convolution, dense or batched matrix product workload on this machine.
 
     name, graph, node, nodes : as in `OneNodeTask`
     isa : the instruction set's name; threads : the thread count it is measured with
@@ -105,14 +119,28 @@ class CpuTask(OneNodeTask):
         return cpu_isa.get(self.isa)
 
     @property
+    def kind(self) -> str:
+        """``conv``, ``dense`` or ``matmul``: which kernel family the node is."""
+        return _TUNABLE[self.graph.node(self.node).op]
+
+    @property
     def conv(self) -> bool:
-        return self.graph.node(self.node).op.endswith("conv2d")
+        return self.kind == "conv"
 
     @functools.cached_property
     def shape(self):
         node = self.graph.node(self.node)
+        if self.kind == "matmul":
+            return MatmulShape.from_node(node, self.graph)
         cls = ConvShape if self.conv else DenseShape
         return cls.from_node(node, self.graph, nonnegative=self.nonnegative)
+
+    @functools.cached_property
+    def int8_path(self) -> str:
+        """A dense layer's int8 path as its kernel takes it (`dense.int8_path`: it reads
+        the weights); "plain" for float32."""
+        node = self.graph.node(self.node)
+        return int8_path(self.shape, self._isa, self.graph.constant(node.inputs[1]))
 
     @property
     def on_cpu(self) -> str:
@@ -125,7 +153,8 @@ class CpuTask(OneNodeTask):
 
     @property
     def workload(self) -> dict:
-        return {"op": "conv2d" if self.conv else "dense", **dataclasses.asdict(self.shape)}
+        op = {"conv": "conv2d", "dense": "dense", "matmul": "matmul"}[self.kind]
+        return {"op": op, **dataclasses.asdict(self.shape)}
 
     def describe(self) -> str:
         return f"{self.shape.dtype} {self.shape.describe()}"
@@ -139,6 +168,10 @@ class CpuTask(OneNodeTask):
             return ProductSpace(ConvSchedule, [Block(f, a) for f, a in
                                                conv_blocks(self.shape, self._isa)],
                                 ranks=CONV_RANKS)
+        if self.kind == "matmul":
+            return ProductSpace(MatmulSchedule, [Block(f, a) for f, a in
+                                                 matmul_blocks(self.shape, self._isa)],
+                                ranks=MATMUL_RANKS)
         return ProductSpace(DenseSchedule, [Block(f, a) for f, a in
                                             dense_blocks(self.shape, self._isa)],
                             ranks=DENSE_RANKS)
@@ -155,13 +188,18 @@ class CpuTask(OneNodeTask):
     def default_schedule(self):
         if self.conv:
             return choose_conv(self.shape, self._isa, self.threads)
+        if self.kind == "matmul":
+            return choose_matmul(self.shape, self._isa)
         return choose_dense(self.shape, self._isa)
 
     def estimate(self, schedule) -> _Estimate:
         """The chooser's cost model (relative: padded multiply-adds, extra input vectors,
-        idle threads), on the scale of nanoseconds at a nominal rate."""
+        idle threads), on the scale of nanoseconds at a nominal rate; a product's
+        `estimate_matmul` (about cycles)."""
         if self.conv:
             return _Estimate(estimate_conv(self.shape, schedule, self.threads))
+        if self.kind == "matmul":
+            return _Estimate(estimate_matmul(self.shape, schedule, self._isa, self.threads))
         return _Estimate(float(self.shape.macs) / 8 / schedule.ov ** 0.25)
 
     def knobs(self, s) -> tuple[int, ...]:
@@ -169,6 +207,8 @@ class CpuTask(OneNodeTask):
             return (s.vl, s.mr, s.nv, s.tile_co, s.tile_h, s.tile_ci, ORDERS.index(s.order),
                     s.unroll, PARALLEL.index(s.parallel), LANES.index(s.lanes),
                     LAYOUTS.index(s.layout), s.wino)
+        if self.kind == "matmul":
+            return (s.vl, s.mr, s.nv, s.unroll, MATMUL_PARALLEL.index(s.parallel), s.wide)
         return (s.vl, s.ov, s.unroll, int(s.parallel == "none"))
 
     def features(self, s, estimate: Any = None) -> list[float]:
@@ -188,6 +228,12 @@ class CpuTask(OneNodeTask):
                      math.ceil(items / self.threads) * self.threads / items - 1.0,
                      math.log2(max(1, grid)), float(LAYOUTS.index(s.layout)),
                      float(s.wino)]
+        elif self.kind == "matmul":
+            blocks = math.ceil(shape.m / s.mr)
+            feats = [float(s.vl), float(s.mr), float(s.nv), math.log2(s.mr * s.nv),
+                     float(s.unroll), float(MATMUL_PARALLEL.index(s.parallel)), float(s.wide),
+                     blocks * s.mr / shape.m - 1.0,
+                     shape.n % (s.nv * s.vl) / shape.n]
         else:
             feats = [float(s.vl), float(s.ov), float(s.unroll), float(s.parallel == "none"),
                      math.ceil(shape.o / (s.vl * s.ov)) * s.vl * s.ov / shape.o - 1.0]
@@ -197,19 +243,20 @@ class CpuTask(OneNodeTask):
 
     @property
     def feature_set(self):
-        """`CONV2D` or `DENSE` (`vdla.compiler.targets.cpu.features`)."""
-        return CONV2D if self.conv else DENSE
+        """`CONV2D`, `DENSE` or `MATMUL` (`vdla.compiler.targets.cpu.features`)."""
+        return {"conv": CONV2D, "dense": DENSE, "matmul": MATMUL}[self.kind]
 
     def pretrained(self):
-        """The model of this task's feature set shipped in `PRETRAINED`, if any (the
-        convolutions have one; the dense layers are too few in the set to learn from)."""
+        """The model of this task's feature set shipped in `PRETRAINED`, if any."""
         return shipped(PRETRAINED, self.feature_set)
 
     def transfer_features(self, schedule) -> dict[str, float]:
         if self.conv:
             return conv2d_values(self.shape, schedule, self._isa, self.threads)
+        if self.kind == "matmul":
+            return matmul_values(self.shape, schedule, self._isa, self.threads)
         return dense_values(self.shape, schedule, self._isa, self.threads,
-                            self.estimate(schedule).cycles)
+                            self.estimate(schedule).cycles, self.int8_path)
 
     def platform_key(self) -> dict:
         return {"cpu": self.on_cpu, "threads": self.threads, "isa": self.isa}
@@ -218,7 +265,8 @@ class CpuTask(OneNodeTask):
         return schedule.to_dict()
 
     def schedule_from_dict(self, data: dict):
-        return (ConvSchedule if self.conv else DenseSchedule).from_dict(data)
+        cls = {"conv": ConvSchedule, "dense": DenseSchedule, "matmul": MatmulSchedule}
+        return cls[self.kind].from_dict(data)
 
     # --- measuring: the target's kernel, built and timed in C -----------------------------
 
@@ -314,13 +362,18 @@ def _time(runs: Callable[[int], np.ndarray]) -> np.ndarray:
 
 
 def cpu_tasks(graph: Graph, target) -> list[CpuTask]:
-    """One `CpuTask` per distinct conv/dense workload of `graph` that `target` (a
-    `CpuTarget`) runs, in the order of their first node."""
+    """One `CpuTask` per distinct conv/dense/matmul workload of `graph` that `target` (a
+    `CpuTarget`) runs, in the order of their first node; patch embeddings are left out
+    (module docstring)."""
     found = []
     for node in graph.nodes():
         if node.op not in _TUNABLE or not target.supports(node, graph).ok:
             continue
-        nonneg = node.op.startswith("q") and input_nonnegative(graph, node.inputs[0])
+        if _TUNABLE[node.op] == "conv" and is_patches(ConvShape.from_node(node, graph)):
+            continue
+        # A product's kernel takes its operands as they come (no offset to drop).
+        nonneg = (node.op in ("qconv2d", "qdense")
+                  and input_nonnegative(graph, node.inputs[0]))
         found.append((CpuTask(node.name, one_node_graph(node, graph), node.name,
                               isa=target.isa.name, threads=target.team, nonnegative=nonneg,
                               cpu=target.cpu),
