@@ -83,7 +83,24 @@ def plan_from_manifest(manifest: Mapping[str, Any], *,
                        ) -> tuple[DatasetPlan, list[Target]]:
     """The plan a training set's manifest (`Manifest`, as read from its JSON) was
     measured with, and the targets of its held-out platforms: its tasks again, for
-    `vdla.compiler.tuner.rows.training_rows` to join with its records."""
+    `vdla.compiler.tuner.rows.training_rows` to join with its records.
+
+    Made once per process for each manifest (`_PLANS`, keyed on its JSON): making the
+    tasks builds every workload's graph on every platform, about 6 s for a CPU set, and
+    a training run asks for each manifest's plan more than once. `log` hears the first
+    making only."""
+    key = json.dumps(manifest, sort_keys=True)
+    if key not in _PLANS:
+        _PLANS[key] = _make_plan(manifest, log)
+    return _PLANS[key]
+
+
+#: `plan_from_manifest`'s plans made in this process, by manifest JSON.
+_PLANS: dict[str, tuple[DatasetPlan, list[Target]]] = {}
+
+
+def _make_plan(manifest: Mapping[str, Any], log: Callable[[str], None]
+               ) -> tuple[DatasetPlan, list[Target]]:
     cls = type(registry.get(manifest["target"]))
     held = set(manifest["held_out"]["platforms"])
     platforms = {name: cls.from_platform(params)

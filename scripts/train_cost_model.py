@@ -124,9 +124,12 @@ def main(argv=None) -> int:
         if args.cv:
             _cross_validate(args, feature_set, rows)
         else:
+            # The held-out sets read (and --classes checked) before the training, so
+            # that a bad one is named at once, not after minutes of trees.
+            held = _test_rows(args, feature_set) if args.test else None
             model = _write(args, manifests, out, feature_set, rows)
-            if args.test:
-                _test(args, model, feature_set)
+            if held is not None:
+                _test(args, model, feature_set, held)
     print(f"({time.perf_counter() - start:.1f} s)")
     return 0
 
@@ -157,13 +160,23 @@ def _cross_validate(args, feature_set, rows: Rows) -> None:
               f"top-1 {figures[0][1]:.4f} (baseline {figures[1][1]:.4f})")
 
 
-def _test(args, model: CostModel, feature_set) -> None:
-    """`model`'s ranking of the `args.test` sets, beside the baseline feature's."""
+def _test_rows(args, feature_set) -> Rows:
+    """The `args.test` sets' rows of `feature_set`; SystemExit naming a set that cannot
+    be read, or `args.classes` features the rows lack."""
     try:
         rows = Rows.join([training_sets.training_set(path, feature_set=feature_set.name)[0]
                           for path in args.test])
     except (OSError, ValueError) as exc:
         raise SystemExit(f"--test: {exc}") from None
+    if not set(args.classes) <= set(rows.feature_names):
+        raise SystemExit(f"--classes: the features are {', '.join(rows.feature_names)}, "
+                         f"not all of {', '.join(args.classes)}")
+    return rows
+
+
+def _test(args, model: CostModel, feature_set, rows: Rows) -> None:
+    """`model`'s ranking of the held-out `rows` (`_test_rows`), beside the baseline
+    feature's."""
     predicted = model.predict(rows.x)
     baseline = sum(rows.x[:, rows.feature_names.index(n)] for n in feature_set.baseline)
     platform = np.array([rows.tasks[g][0] for g in rows.groups])
