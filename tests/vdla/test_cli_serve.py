@@ -24,6 +24,8 @@ def key_dir(tmp_path_factory):
     (["--sim", "functional", "--max-uops", "0"], "--max-uops must be a positive integer"),
     (["--sim", "functional", "--session-seconds", "-1"],
      "--session-seconds must be a positive number of seconds"),
+    (["--sim", "functional", "--idle-seconds", "0"],
+     "--idle-seconds must be a positive number of seconds"),
 ])
 def test_bad_serve_options(args, message, key_dir, capsys):
     assert main(["serve", *args, "--key-dir", key_dir]) == 1

@@ -277,6 +277,12 @@ for shape in [(3, 5), (2, 3, 37), (2, 64, 128)]:
         "qlayer_norm", [(s, "int8"), g, b], params=p))
     case(f"qgelu{shape}", exact=True)(lambda s=shape: graph(
         "qgelu", [(s, "int8")], params=gelu_params(0.05, 0.03)))
+# A gamma 1e4 times smaller than its beta: a shift of 47, B past 2**53, so the kernel
+# takes int64 arithmetic with z tabulated, not doubles (`qnorms._exact_in_double`).
+_G64, _B64, _P64 = layer_norm_params(R.standard_normal(40) * 1e-4, R.standard_normal(40) * 1.5,
+                                     1e-5, 0.05, 0.04, 40)
+case("qlayer_norm_int64", exact=True)(lambda: graph(
+    "qlayer_norm", [((6, 40), "int8"), _G64, _B64], params=_P64))
 case("qlayer_norm_no_beta", exact=True)(lambda: graph(
     "qlayer_norm", [((4, 33), "int8"), layer_norm_params(np.ones(33), None, 1e-5, 0.1,
                                                          0.05, 33)[0]],
