@@ -26,7 +26,7 @@ from vdla.compiler.reference import integer_transformer
 from vdla.compiler.reference.integer import INT8_PRODUCTS_MAX, QuantizationError
 from vdla.compiler.targets.gpu import codes
 from vdla.compiler.targets.gpu.launches import GpuKernel, Launch, Ref
-from vdla.compiler.targets.gpu.lower_sequence import (RANK_MAX, attention_mask, batch_offsets,
+from vdla.compiler.targets.gpu.lower_sequence import (RANK_MAX, attention_operands,
                                                       dtype_of, nd_launch,
                                                       one_int, operand, requant_refusal,
                                                       row_tile, shape_of, strided_view)
@@ -171,31 +171,19 @@ def _lower_qattention(node, graph):
     """One `fused_qattention` launch (BM queries of one batch index a program): the
     definition's three steps, qmatmul(q, k^T), the integer softmax with the mask's and
     the causal bound's keys left out, qmatmul(p, v), bit for bit."""
-    q, k, v = (shape_of(graph, t) for t in node.inputs[:3])
-    out = shape_of(graph, node.outputs[0])
-    batch = out[:-2]
-    s, d = q[-2:]
-    t, dv = v[-2:]
-    nb = int(np.prod(batch))
     c = _integer_constants(node)
-    consts: dict = {"table": c["table"].astype(np.int32),
-                    "q_off": batch_offsets(q[:-2], batch, s * d),
-                    "k_off": batch_offsets(k[:-2], batch, t * d),
-                    "v_off": batch_offsets(v[:-2], batch, t * dv)}
-    refs = [operand(graph, node, i, consts) for i in range(3)]
-    mask = attention_mask(graph, node, batch, consts)
-    mask_ref, m_off, (smm, smn) = mask or (Ref("dummy", "bool"), Ref("dummy", "int64"),
-                                           (0, 0))
+    consts: dict = {"table": c["table"].astype(np.int32)}
+    a = attention_operands(graph, node, consts, "bool")
+    s, t, d, dv, nb = a.s, a.t, a.d, a.dv, a.nb
     qk_mult, qk = _requant(node, "qk_")
     pv_mult, pv = _requant(node, "pv_")
     bm = min(64, max(16, next_pow2(s)))
     # int8 dots: K sides (D, then the keys) of at least 32
     launch = Launch("fused_qattention", (-(-s // bm), nb),
-                    (*refs, Ref("out"), Ref("const", "table"), Ref("const", "q_off"),
-                     Ref("const", "k_off"), Ref("const", "v_off"), mask_ref, m_off, s, t, d,
-                     dv, smm, smn, c["prob_bits"], *qk, *pv),
+                    (*a.qkv, Ref("out"), Ref("const", "table"), *a.offsets, *a.mask, s, t,
+                     d, dv, *a.strides, c["prob_bits"], *qk, *pv),
                     dict(BM=bm, BN=min(64, max(32, next_pow2(t))), BD=max(32, next_pow2(d)),
                          BDV=max(16, next_pow2(dv)), QK_MULT=qk_mult, PV_MULT=pv_mult,
-                         HAS_MASK=mask is not None, CAUSAL=bool(node.attrs["causal"]),
+                         HAS_MASK=a.has_mask, CAUSAL=bool(node.attrs["causal"]),
                          num_warps=4))
     return GpuKernel(node.name, (launch,), consts, macs=nb * s * t * (d + dv))

@@ -26,6 +26,7 @@ helpers here (strided views, batch offsets, the matmul launch, the row tiles).
 
 from __future__ import annotations
 
+from typing import NamedTuple
 
 import numpy as np
 
@@ -38,7 +39,8 @@ from vdla.compiler.targets.gpu import codes
 from vdla.compiler.targets.gpu.launches import GpuKernel, IndexCheck, Launch, Ref
 from vdla.compiler.targets.gpu.schedule import next_pow2
 
-__all__ = ["RANK_MAX", "SEQUENCE_OPS", "attention_mask", "batch_offsets", "dtype_of",
+__all__ = ["RANK_MAX", "SEQUENCE_OPS", "AttentionOperands", "attention_operands",
+           "batch_offsets", "dtype_of",
            "lower", "nd_launch", "one_int", "operand", "refusal",
            "requant_refusal", "row_tile", "shape_of", "strided_view"]
 
@@ -399,39 +401,60 @@ def _lower_gather(node, graph):
                      zeroed=("err",), checks=(IndexCheck("err", 1, n),))
 
 
-def attention_mask(graph, node, batch, consts) -> tuple | None:
-    """An attention node's mask (input 3) as a batched operand over its scores (batch,
-    S, T): (Ref, the batch offsets' const Ref, (S stride, T stride)); None without."""
+class AttentionOperands(NamedTuple):
+    """What both attention launches (`flash_attention`, `fused_qattention`) take of an
+    `attention`/`qattention` node: its sizes (queries ``s``, keys ``t``, depths ``d`` and
+    ``dv``, ``nb`` batch indices), the q, k, v operands and their per-batch offsets (const
+    Refs), and the mask (its Ref, its offsets' Ref, its (S, T) strides; dummies and zero
+    strides without one)."""
+
+    s: int
+    t: int
+    d: int
+    dv: int
+    nb: int
+    qkv: tuple
+    offsets: tuple
+    mask: tuple
+    strides: tuple
+    has_mask: bool
+
+
+def attention_operands(graph, node, consts, mask_dtype: str) -> AttentionOperands:
+    """`AttentionOperands` of `node`, its constants added to `consts`; a missing mask
+    is a dummy Ref of `mask_dtype`."""
+    q, k, v = (shape_of(graph, t) for t in node.inputs[:3])
+    batch = shape_of(graph, node.outputs[0])[:-2]
+    s, d = q[-2:]
+    t, dv = v[-2:]
+    consts.update({"q_off": batch_offsets(q[:-2], batch, s * d),
+                   "k_off": batch_offsets(k[:-2], batch, t * d),
+                   "v_off": batch_offsets(v[:-2], batch, t * dv)})
+    qkv = tuple(operand(graph, node, i, consts) for i in range(3))
+    offsets = tuple(Ref("const", f"{n}_off") for n in "qkv")
     if not node.input(3):
-        return None
+        return AttentionOperands(s, t, d, dv, int(np.prod(batch)), qkv, offsets,
+                                 (Ref("dummy", mask_dtype), Ref("dummy", "int64")), (0, 0),
+                                 False)
     mshape = shape_of(graph, node.inputs[3])
     mshape = (1,) * (len(batch) + 2 - len(mshape)) + mshape
     consts["m_off"] = batch_offsets(mshape[:-2], batch, mshape[-2] * mshape[-1])
-    return (operand(graph, node, 3, consts), Ref("const", "m_off"),
-            (mshape[-1] if mshape[-2] > 1 else 0, 1 if mshape[-1] > 1 else 0))
+    return AttentionOperands(s, t, d, dv, int(np.prod(batch)), qkv, offsets,
+                             (operand(graph, node, 3, consts), Ref("const", "m_off")),
+                             (mshape[-1] if mshape[-2] > 1 else 0, 1 if mshape[-1] > 1 else 0),
+                             True)
 
 
 def _lower_attention(node, graph, fp16):
     """One `flash_attention` launch: BM queries of one batch index a program."""
-    q, k, v = (shape_of(graph, t) for t in node.inputs[:3])
-    out = shape_of(graph, node.outputs[0])
-    batch = out[:-2]
-    s, d = q[-2:]
-    t, dv = v[-2:]
-    nb = int(np.prod(batch))
-    consts: dict = {"q_off": batch_offsets(q[:-2], batch, s * d),
-                    "k_off": batch_offsets(k[:-2], batch, t * d),
-                    "v_off": batch_offsets(v[:-2], batch, t * dv)}
-    refs = [operand(graph, node, i, consts) for i in range(3)]
-    mask = attention_mask(graph, node, batch, consts)
-    mask_ref, m_off, (smm, smn) = mask or (Ref("dummy", "float32"), Ref("dummy", "int64"),
-                                           (0, 0))
+    consts: dict = {}
+    a = attention_operands(graph, node, consts, "float32")
+    s, t, d, dv, nb = a.s, a.t, a.d, a.dv, a.nb
     bm = min(64, max(16, next_pow2(s)))
     launch = Launch("flash_attention", (_cdiv(s, bm), nb),
-                    (*refs, Ref("out"), Ref("const", "q_off"), Ref("const", "k_off"),
-                     Ref("const", "v_off"), mask_ref, m_off, s, t, d, dv, smm, smn,
+                    (*a.qkv, Ref("out"), *a.offsets, *a.mask, s, t, d, dv, *a.strides,
                      float(node.attrs["scale"])),
                     dict(BM=bm, BN=min(64, max(16, next_pow2(t))), BD=max(16, next_pow2(d)),
-                         BDV=max(16, next_pow2(dv)), HAS_MASK=mask is not None,
+                         BDV=max(16, next_pow2(dv)), HAS_MASK=a.has_mask,
                          CAUSAL=bool(node.attrs["causal"]), FP16=fp16, num_warps=4))
     return GpuKernel(node.name, (launch,), consts, macs=nb * s * t * (d + dv))
