@@ -36,9 +36,10 @@ def data(rng, shape, dtype):
     return rng.standard_normal(shape).astype(np.float32)
 
 
-def one_node(op, inputs, rng, **attrs):
+def one_node(op, inputs, rng, *, fill=data, **attrs):
     """A graph of one `op` node; `inputs` lists (shape, dtype) for graph inputs or an
-    array for a constant. Returns (graph, feed)."""
+    array for a constant; `fill(rng, shape, dtype)` makes an input's values (default
+    `data`). Returns (graph, feed)."""
     g = Graph(op)
     names, feed = [], {}
     for i, spec in enumerate(inputs):
@@ -47,7 +48,7 @@ def one_node(op, inputs, rng, **attrs):
         else:
             shape, dtype = spec
             names.append(g.add_input(f"x{i}", shape, dtype))
-            feed[names[-1]] = data(rng, shape, dtype)
+            feed[names[-1]] = fill(rng, shape, dtype)
     g.set_outputs([g.add_node(op, names, name="op", **attrs)])
     return g, feed
 

@@ -31,6 +31,8 @@ from vdla.compiler.targets.cpu.isa import get as get_isa
 from vdla.compiler.targets.cpu.library import build_kernels, call, load
 from vdla.compiler.targets.cpu.lower import node_kernel
 
+from op_cases import one_node
+
 ISAS = [pytest.param(name, marks=pytest.mark.skipif(
             not get_isa(name).runs_on(machine_features()),
             reason=f"this machine's compiler does not offer {name}"))
@@ -59,19 +61,8 @@ def _data(rng, shape, dtype):
 
 
 def graph(op, inputs, seed=0, **attrs):
-    """One `op` node: `inputs` lists (shape, dtype) for graph inputs, or arrays for
-    constants."""
-    rng = np.random.default_rng(seed)
-    g = Graph(op)
-    names, feed = [], {}
-    for i, spec in enumerate(inputs):
-        if isinstance(spec, np.ndarray):
-            names.append(g.add_constant(f"k{i}", spec, str(spec.dtype)))
-        else:
-            names.append(g.add_input(f"x{i}", *spec))
-            feed[names[-1]] = _data(rng, *spec)
-    g.set_outputs([g.add_node(op, names, name="op", **attrs)])
-    return g, feed
+    """One `op` node (`op_cases.one_node`) with `_data`'s values, seeded."""
+    return one_node(op, inputs, np.random.default_rng(seed), fill=_data, **attrs)
 
 
 F = "float32"

@@ -16,12 +16,14 @@ import re
 import numpy as np
 import pytest
 
-from vdla.compiler import Graph, run_reference, targets
+from vdla.compiler import run_reference, targets
 from vdla.compiler.reference import integer_transformer as it
 from vdla.compiler.reference.tolerance import mismatch
 from vdla.compiler.targets.gpu import roofline, runtime
 from vdla.compiler.targets.gpu.schedule import GemmSchedule, choose, gemm_shape, space
 from vdla.compiler.targets.model import compile_model
+
+from op_cases import one_node
 
 
 # Checked without importing Triton: tests/conftest.py has set TRITON_INTERPRET first.
@@ -73,18 +75,8 @@ def rnd(rng, shape, dtype="float32"):
 
 
 def graph(op, inputs, rng, **attrs):
-    """One `op` node; `inputs`: (shape, dtype) graph inputs or arrays (constants)."""
-    g = Graph(op)
-    names, feed = [], {}
-    for i, spec in enumerate(inputs):
-        if isinstance(spec, np.ndarray):
-            names.append(g.add_constant(f"k{i}", spec, str(spec.dtype)))
-        else:
-            shape, dtype = spec
-            names.append(g.add_input(f"x{i}", shape, dtype))
-            feed[names[-1]] = rnd(rng, shape, dtype)
-    g.set_outputs([g.add_node(op, names, name="op", **attrs)])
-    return g, feed
+    """One `op` node (`op_cases.one_node`) with `rnd`'s values."""
+    return one_node(op, inputs, rng, fill=rnd, **attrs)
 
 
 F = "float32"
