@@ -24,7 +24,10 @@ printed are the median time per run and the speed ratio (onnxruntime's faster ti
 vdla's; >= 1.0 means vdla is as fast) as the median of each round's ratio.
 
     python bench/cpu_transformers.py [--models bert_base vit_tiny] [--threads 2]
-                                     [--precisions float32 int8] [--out bench-cpu-tf]
+                                     [--precisions float32 int8] [--ops] [--out bench-cpu-tf]
+
+``--ops`` then prints, for each vdla run, its time by op type as the whole-graph runner
+measures each op inside its one C call.
 
 MODEL is a zoo name or an .onnx file (an ONNX file is run by onnxruntime as it is, its
 exporter's graph). Writes OUT/cpu_transformers.json; onnxruntime's models are kept in
@@ -121,8 +124,41 @@ def vdla_config(spec: str, model, precision: str, target) -> tuple[Config, dict]
     ok = error == 0.0 if precision == "int8" else error <= pipeline.FLOAT_TOLERANCE
     info = {"nodes": len(compiled.ops), "where": dict(where), "how": how,
             "host_reasons": {r: len(n) for r, n in reasons.items()},
-            "compile_seconds": compile_seconds, "max_error": error, "ok": bool(ok)}
+            "compile_seconds": compile_seconds, "max_error": error, "ok": bool(ok),
+            "op_of": {n.name: n.op for n in graph.nodes()}}
     return Config(name, precision, "vdla", run), info
+
+
+def op_profile(config: Config, op_of: dict, runs: int) -> list[dict] | None:
+    """Where a whole-graph run's time goes, by op type: each node's time as the runner
+    measures it inside the C call (`GraphRun.op_seconds`), summed over the op type's
+    nodes, the median of `runs` runs; None for a model run op by op."""
+    totals = collections.defaultdict(list)
+    for _ in range(runs):
+        ran = config.run()
+        if not hasattr(ran, "op_seconds"):
+            return None
+        by_op = collections.Counter()
+        for node, seconds in ran.op_seconds.items():
+            by_op[op_of[node]] += seconds
+        for op, seconds in by_op.items():
+            totals[op].append(seconds)
+    count = collections.Counter(op_of.values())
+    rows = [{"op": op, "nodes": count[op], "ms": statistics.median(t) * 1e3}
+            for op, t in totals.items()]
+    return sorted(rows, key=lambda r: -r["ms"])
+
+
+def print_profile(name: str, precision: str, rows: list[dict] | None) -> None:
+    if rows is None:
+        print(f"\n{name} {precision}: run op by op, no profile inside the runner")
+        return
+    total = sum(r["ms"] for r in rows)
+    print(f"\n{name} {precision}: vdla's time by op type, inside the whole-graph runner "
+          f"(median of the runs; {total:.2f} ms in all)")
+    for r in rows:
+        if r["ms"] >= 0.005 * total:
+            print(f"  {r['op']:16}{r['nodes']:5} nodes{r['ms']:10.2f} ms{100 * r['ms'] / total:7.1f}%")
 
 
 def rows_of(configs: list[Config], infos: dict) -> list[dict]:
@@ -174,6 +210,9 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
     p.add_argument("--pause", type=float, default=0.3,
                    help="seconds between blocks (default 0.3)")
+    p.add_argument("--ops", action="store_true",
+                   help="then print where vdla's time goes by op type, as the whole-graph "
+                        "runner measures each op")
     p.add_argument("--out", default="bench-cpu-transformers",
                    help="output folder (default bench-cpu-transformers)")
     args = p.parse_args(argv)
@@ -207,8 +246,16 @@ def main(argv=None) -> int:
                     f"reference by {info['max_error']:.3g}")
     log(f"timing {len(configs)} configurations: {args.rounds} rounds of {args.runs} runs ...")
     time_interleaved(configs, args)
+    op_of = {key: info.pop("op_of") for key, info in infos.items()}
     report["speed"] = rows_of(configs, infos)
     print_rows(report["speed"], args.threads)
+    if args.ops:
+        report["ops"] = {}
+        for config in configs:
+            if config.who == "vdla":
+                rows = op_profile(config, op_of[config.model, config.precision], args.runs)
+                report["ops"][f"{config.model} {config.precision}"] = rows
+                print_profile(config.model, config.precision, rows)
     path = out / "cpu_transformers.json"
     path.write_text(json.dumps(report, indent=2, default=str) + "\n")
     print(f"\nwrote {path}")

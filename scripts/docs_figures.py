@@ -194,7 +194,7 @@ FIGURES = [
            "the CPU target against onnxruntime (default schedules), with its chart",
            plots={"cpu/cpu.png": "cpu_speed.png"}),
     Figure("cpu_transformers",
-           "python3 bench/cpu_transformers.py --runs 5 --rounds 3 --out {tmp}/transformers",
+           "python3 bench/cpu_transformers.py --runs 5 --rounds 3 --ops --out {tmp}/transformers",
            "the CPU target against onnxruntime's fastest way on BERT-base and ViT-tiny, "
            "float32 and int8"),
     Figure("transformer_error", "python3 bench/transformer_error.py",

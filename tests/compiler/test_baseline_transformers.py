@@ -220,7 +220,7 @@ def test_the_cpu_transformers_bench_runs(tmp_path, capsys):
     bench = load_script(Path(__file__).resolve().parents[2] / "bench" / "cpu_transformers.py")
     out = tmp_path / "out"
     assert bench.main(["--models", str(path), "--threads", "1", "--runs", "1", "--rounds",
-                       "1", "--pause", "0", "--calibration", "2", "--out", str(out)]) == 0
+                       "1", "--pause", "0", "--calibration", "2", "--ops", "--out", str(out)]) == 0
     text = capsys.readouterr().out
     assert text.startswith("machine: ") and "Speed against onnxruntime" in text
     doc = json.loads((out / "cpu_transformers.json").read_text())
@@ -233,3 +233,8 @@ def test_the_cpu_transformers_bench_runs(tmp_path, capsys):
         assert r["vdla_ms"] > 0 and r["ort_ms"] == min(r["ort"].values())
         assert sum(r["where"].values()) == r["nodes"] > 0
         assert f"vdla: {r['nodes']} nodes: " in text
+        # --ops: the time by op type inside the runner, every node counted once
+        profile = doc["ops"][f"{path.stem} {r['precision']}"]
+        assert sum(p["nodes"] for p in profile) == r["nodes"]
+        assert all(p["ms"] >= 0 for p in profile) and sum(p["ms"] for p in profile) > 0
+        assert f"{path.stem} {r['precision']}: vdla's time by op type" in text
