@@ -12,6 +12,8 @@ resnet50       ResNet, bottlenecks [3, 4, 6, 3], stride on the 3x3   1x3x224x224
                (torchvision's "v1.5")
 mobilenet_v1   MobileNet v1, width 1.0: 13 depthwise-separable       1x3x224x224
                blocks, each conv followed by BN + ReLU
+mobilenet_v2   MobileNet v2, width 1.0 (torchvision's): 17 inverted   1x3x224x224
+               residual blocks, ReLU6, linear bottlenecks
 small_cnn      3 x (conv3x3 + BN + ReLU) with max/avg pooling,       1x3x32x32
                flatten, dense
 digits_cnn     the CNN trained on scikit-learn's digits by           1x1x8x8
@@ -121,6 +123,43 @@ def _mobilenet_v1(b: GraphBuilder, x: str, num_classes: int) -> str:
     return _classifier(b, x, num_classes)
 
 
+#: MobileNet v2's inverted residual stages: (expansion t, output channels c, blocks n,
+#: stride s of the first block), as in the paper's Table 2 and torchvision.
+_MOBILENET_V2_STAGES = [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2),
+                        (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1)]
+
+
+def _conv_bn_relu6(b: GraphBuilder, x: str, channels: int, kernel: int, stride: int,
+                   prefix: str, *, groups: int = 1) -> str:
+    """torchvision's Conv2dNormActivation with ReLU6: conv (no bias, same padding), BN,
+    clip(0, 6); named ``prefix.0`` (conv), ``prefix.1`` (BN), ``prefix.2`` (ReLU6)."""
+    y = _conv_bn(b, x, channels, kernel, stride, kernel // 2, f"{prefix}.0", f"{prefix}.1",
+                 None, groups=groups)
+    return b.relu6(y, name=f"{prefix}.2")
+
+
+def _mobilenet_v2(b: GraphBuilder, x: str, num_classes: int) -> str:
+    x = _conv_bn_relu6(b, x, 32, 3, 2, "features.0")
+    index = 1
+    for t, c, n, s in _MOBILENET_V2_STAGES:
+        for i in range(n):
+            p, in_ch = f"features.{index}.conv", b.graph.tensors[x].shape[1]
+            stride = s if i == 0 else 1
+            y, layer = x, 0
+            if t != 1:   # the first block has no expansion
+                y = _conv_bn_relu6(b, y, in_ch * t, 1, 1, f"{p}.{layer}")
+                layer += 1
+            y = _conv_bn_relu6(b, y, in_ch * t if t != 1 else in_ch, 3, stride,
+                               f"{p}.{layer}", groups=in_ch * t if t != 1 else in_ch)
+            # The linear bottleneck: a projection with BN and no activation.
+            y = _conv_bn(b, y, c, 1, 1, 0, f"{p}.{layer + 1}", f"{p}.{layer + 2}", None,
+                         residual_branch=stride == 1 and in_ch == c)
+            x = b.add(y, x, name=f"features.{index}.add") if stride == 1 and in_ch == c else y
+            index += 1
+    x = _conv_bn_relu6(b, x, 1280, 1, 1, f"features.{index}")
+    return _classifier(b, x, num_classes)
+
+
 def _small_cnn(b: GraphBuilder, x: str, num_classes: int) -> str:
     x = _conv_bn(b, x, 16, 3, 1, 1, "conv1", "bn1", "relu1")
     x = b.max_pool(x, 2, 2, name="pool1")
@@ -146,6 +185,7 @@ MODELS: dict[str, object] = {
     "resnet34": _Spec(_resnet(_basic_block, [3, 4, 6, 3]), 3, 224, 1000, 32),
     "resnet50": _Spec(_resnet(_bottleneck, [3, 4, 6, 3]), 3, 224, 1000, 32),
     "mobilenet_v1": _Spec(_mobilenet_v1, 3, 224, 1000, 32),
+    "mobilenet_v2": _Spec(_mobilenet_v2, 3, 224, 1000, 32),
     "small_cnn": _Spec(_small_cnn, 3, 32, 10, 8),
     "digits_cnn": None,           # trained, loaded from DIGITS_MODEL
     # transformers: their configuration (zoo_transformers.TRANSFORMERS)

@@ -12,9 +12,10 @@ import pytest
 from vdla.compiler import run_reference, zoo
 
 HAVE_EXPORT = (Path(zoo.__file__).parent / "onnx_export.py").is_file()
-SEEDED = ["resnet18", "resnet34", "resnet50", "mobilenet_v1", "small_cnn"]
+SEEDED = ["resnet18", "resnet34", "resnet50", "mobilenet_v1", "mobilenet_v2", "small_cnn"]
 #: Small inputs keep the reference runs fast; 32 is the ImageNet models' minimum.
-SMALL = {"resnet18": 32, "resnet34": 32, "resnet50": 32, "mobilenet_v1": 32, "small_cnn": 32}
+SMALL = {"resnet18": 32, "resnet34": 32, "resnet50": 32, "mobilenet_v1": 32,
+         "mobilenet_v2": 32, "small_cnn": 32}
 
 
 def _params(graph) -> int:
@@ -30,7 +31,8 @@ def _image(graph, seed=0):
 
 
 def test_names():
-    assert zoo.names() == ["resnet18", "resnet34", "resnet50", "mobilenet_v1", "small_cnn",
+    assert zoo.names() == ["resnet18", "resnet34", "resnet50", "mobilenet_v1",
+                           "mobilenet_v2", "small_cnn",
                            "digits_cnn", "vit_tiny", "bert_base", "bert_tiny", "gpt_mini",
                            "vit_digits"]
 
@@ -40,6 +42,10 @@ def test_names():
     ("resnet50", 25_557_032, {"conv2d": 53, "batch_norm": 53, "relu": 49, "add": 16}),
     # MobileNet v1 1.0: 27 convs (1 + 13 depthwise + 13 pointwise), each with BN and ReLU.
     ("mobilenet_v1", 4_231_976, {"conv2d": 27, "batch_norm": 27, "relu": 27}),
+    # MobileNet v2 1.0 (torchvision's count): 52 convs (stem, 17 blocks of expand (but the
+    # first), depthwise and projection, the 1x1 to 1280), ReLU6 on all but the 17
+    # projections, 10 residual adds.
+    ("mobilenet_v2", 3_504_872, {"conv2d": 52, "batch_norm": 52, "clip": 35, "add": 10}),
 ])
 def test_full_size_models(name, params, ops):
     g = zoo.get(name)
@@ -73,6 +79,29 @@ def test_mobilenet_v1_parameters_from_its_architecture():
     assert _params(zoo.get("mobilenet_v1", image_size=32)) == total
 
 
+def test_mobilenet_v2_parameters_from_its_architecture():
+    # Count MobileNet v2 from the paper's table: stem 3x3 to 32, inverted residual blocks
+    # (t, c, n, s), the 1x1 to 1280 and the dense; BN (gamma, beta) after each conv.
+    total, cin = 3 * 32 * 9 + 2 * 32, 32
+    for t, c, n, _ in [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2),
+                       (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1)]:
+        for _ in range(n):
+            hidden = cin * t
+            if t != 1:
+                total += cin * hidden + 2 * hidden
+            total += hidden * 9 + 2 * hidden + hidden * c + 2 * c
+            cin = c
+    total += 320 * 1280 + 2 * 1280 + 1280 * 1000 + 1000
+    assert total == 3_504_872
+    g = zoo.get("mobilenet_v2", image_size=32)
+    assert _params(g) == total
+    # Names follow torchvision; the residual joins only where the shape is kept.
+    assert g.node("features.2.conv.1.0").attrs["groups"] == 96
+    assert g.node("features.2.conv.1.0").attrs["strides"] == (2, 2)
+    assert "features.2.add" not in g.nx and "features.3.add" in g.nx
+    assert g.node("features.18.2").op == "clip"
+
+
 def test_resnet50_is_v1_5_and_names_follow_torchvision():
     g = zoo.get("resnet50", image_size=64)
     # v1.5: the stride of a downsampling bottleneck sits on its 3x3 conv.
@@ -101,7 +130,7 @@ def test_models_run_to_sane_activations(name):
     assert np.all(np.isfinite(logits))
     assert not np.allclose(logits[0], logits[1], atol=1e-3)     # the input matters
     assert 0.05 < logits.std() < 50
-    relus = [n.outputs[0] for n in g.nodes() if n.op == "relu"]
+    relus = [n.outputs[0] for n in g.nodes() if n.op in ("relu", "clip")]   # clip: ReLU6
     assert relus
     for r in relus:
         v = values[r]
@@ -161,7 +190,7 @@ def test_bad_options(kwargs, match):
 
 @pytest.mark.skipif(not HAVE_EXPORT, reason="compiler/onnx_export.py is not there yet")
 @pytest.mark.parametrize("name, size", [("resnet18", 32), ("mobilenet_v1", 32),
-                                        ("small_cnn", 32)])
+                                        ("mobilenet_v2", 32), ("small_cnn", 32)])
 def test_onnx_export_matches_onnxruntime_and_round_trips(name, size):
     ort = pytest.importorskip("onnxruntime")
     from vdla.compiler import from_onnx, to_onnx
