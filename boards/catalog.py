@@ -51,8 +51,15 @@ _ZYNQ7_VENDOR = {"ps_ip": "processing_system7", "ctrl_port": "M_AXI_GP0",
                  "dram_port": "S_AXI_HP0", "irq_pin": "IRQ_F2P", "fclk": "FCLK_CLK0",
                  "port_fclk": "FCLK_CLK1"}
 #: Zynq UltraScale+: registers behind M_AXI_HPM0_FPD, DRAM on S_AXI_HP0_FPD (128 bits).
+#: The PL-side AXI ports run up to 333 MHz on the -2 speed grade (DS925's PS-PL AXI
+#: interface limit), so on the ZCU104 a wider master at the 150 MHz fabric clock, bridged
+#: to HP0 on a second PL clock at 333 MHz, gets up to 35.5 bytes a cycle (a 256-bit
+#: master: 32, which is also what the Vitis AI DPU's two 128-bit data ports give it per
+#: cycle at its 300 MHz).
+_ZYNQMP_HP_MHZ = 333
 _ZYNQMP_VENDOR = {"ps_ip": "zynq_ultra_ps_e", "ctrl_port": "M_AXI_HPM0_FPD",
-                  "dram_port": "S_AXI_HP0_FPD", "irq_pin": "pl_ps_irq0", "fclk": "pl_clk0"}
+                  "dram_port": "S_AXI_HP0_FPD", "irq_pin": "pl_ps_irq0", "fclk": "pl_clk0",
+                  "port_fclk": "pl_clk1"}
 
 BOARDS = {board.name: board for board in (
     Board(
@@ -83,6 +90,7 @@ BOARDS = {board.name: board for board in (
         name="zcu104", title="AMD Zynq UltraScale+ MPSoC ZCU104", part=XCZU7EV,
         clock_mhz=150, dram_bus_width=128, dram_gbytes_per_s=19.2,
         dram_read_latency_ns=160, dram_size=2 * GiB, register_base=0xA000_0000,
+        dram_port_mhz=_ZYNQMP_HP_MHZ,
         host="Zynq UltraScale+ Cortex-A53: M_AXI_HPM0_FPD to the registers, "
              "S_AXI_HP0_FPD to DDR4",
         config=HardwareConfig(block_in=32, block_out=32, inp_buff_size=64 * KiB,

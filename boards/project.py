@@ -71,6 +71,9 @@ _XILINX_PS = {
             "CONFIG.PSU__SAXIGP2__DATA_WIDTH": b.dram_bus_width,
             "CONFIG.PSU__FPGA_PL0_ENABLE": 1,
             "CONFIG.PSU__CRL_APB__PL0_REF_CTRL__FREQMHZ": f"{b.clock_mhz:g}",
+            **({"CONFIG.PSU__FPGA_PL1_ENABLE": 1,
+                "CONFIG.PSU__CRL_APB__PL1_REF_CTRL__FREQMHZ": f"{b.dram_port_mhz:g}"}
+               if b.bridged(c) else {}),
             "CONFIG.PSU__USE__IRQ0": 1},
         "external": "# Zynq UltraScale+: DDR and MIO are inside the PS; nothing to export.",
     },

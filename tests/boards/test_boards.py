@@ -412,23 +412,37 @@ def test_a_wider_bus_is_bridged_to_a_port_with_its_own_clock():
                                          r"64 bits or wider \(bridged to the port at 150 MHz\)"):
         pynq.apply(HardwareConfig(dram_bus_width=32))
     # A port without a clock of its own takes its width only.
-    with pytest.raises(ValueError, match="256-bit DRAM bus, but zcu104's DRAM port .* takes "
-                                         "128 bits; set"):
-        boards.get("zcu104").apply(HardwareConfig(dram_bus_width=256))
-    # The Vivado project gives HP0 its own 150 MHz clock and the interconnect both clocks
-    # (the script alone: `generate` would also elaborate the design).
-    def vivado(config):
-        config = pynq.apply(config)
-        return render(project._template("vivado.tcl"),
-                      project._values(pynq, config, manifest(config)))
+    with pytest.raises(ValueError, match="256-bit DRAM bus, but ultra96-v2's DRAM port .* "
+                                         "takes 128 bits; set"):
+        boards.get("ultra96-v2").apply(HardwareConfig(dram_bus_width=256))
+    # The ZCU104's HP0 runs to 333 MHz: a 256-bit master at 150 MHz gets 32 bytes a cycle
+    # (16 x 333 / 150 = 35.5 through the port), a 512-bit one the port's 35.5.
+    zcu = boards.get("zcu104")
+    assert zcu.apply(HardwareConfig(dram_bus_width=256)).dram_bytes_per_cycle == 32
+    assert zcu.apply(HardwareConfig(dram_bus_width=512)).dram_bytes_per_cycle == 35.5
+    assert zcu.config.dram_bytes_per_cycle == 16 and not zcu.bridged()
 
-    tcl = vivado(wide)
+    # The Vivado project gives HP0 its own clock and the interconnect both clocks (the
+    # script alone: `generate` would also elaborate the design).
+    def vivado(board, config):
+        config = board.apply(config)
+        return render(project._template("vivado.tcl"),
+                      project._values(board, config, manifest(config)))
+
+    tcl = vivado(pynq, wide)
     assert "CONFIG.PCW_EN_CLK1_PORT {1} CONFIG.PCW_FPGA1_PERIPHERAL_FREQMHZ {150}" in tcl
     assert ("Master /vdla/m_axi Clk_master /ps/FCLK_CLK0 Clk_slave /ps/FCLK_CLK1 "
             "Clk_xbar /ps/FCLK_CLK1] [get_bd_intf_pins ps/S_AXI_HP0]") in tcl
     assert "a 128-bit master bridged to the 64-bit port at 150 MHz from FCLK_CLK1" in tcl
-    plain = vivado(pynq.config)
+    plain = vivado(pynq, pynq.config)
     assert "FCLK_CLK1" not in plain and "Master /vdla/m_axi Clk Auto]" in plain
+    tcl = vivado(zcu, HardwareConfig(block_in=32, block_out=32, dram_bus_width=256))
+    assert ("CONFIG.PSU__FPGA_PL1_ENABLE {1} "
+            "CONFIG.PSU__CRL_APB__PL1_REF_CTRL__FREQMHZ {333}") in tcl
+    assert ("Master /vdla/m_axi Clk_master /ps/pl_clk0 Clk_slave /ps/pl_clk1 "
+            "Clk_xbar /ps/pl_clk1] [get_bd_intf_pins ps/S_AXI_HP0_FPD]") in tcl
+    assert "a 256-bit master bridged to the 128-bit port at 333 MHz from pl_clk1" in tcl
+    assert "pl_clk1" not in vivado(zcu, zcu.config)
 
 
 def test_run_on_a_board_uses_its_memory_and_clock(tmp_path, capsys):
