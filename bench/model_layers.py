@@ -3,7 +3,8 @@
 and the cycles a baseline commit took, with each model's total against its goal.
 
     python bench/model_layers.py [--models resnet18 resnet50 mobilenet_v1]
-                                 [--config FILE] [--baseline PATH] [--save-baseline PATH]
+                                 [--config FILE] [--board NAME] [--baseline PATH]
+                                 [--save-baseline PATH]
 
 Each model runs once on the cycle-accurate Verilator model (checked bit-exactly against
 the integer reference); the timing model (`VdlaTarget.estimate`, what the default chooser
@@ -24,6 +25,9 @@ takes, with a per-tensor shift) plus the residuals' widening, with loads, stores
 and instruction overheads free. A goal below it cannot be met by compiling for this ISA.
 
 ``--save-baseline`` writes the run's per-op cycles (with the commit) for a later run.
+``--board`` (by default the board a shipped config names) runs the config at the board's
+clock with the board's DRAM model, as ``vdla run --board`` does, and the timing model
+plans with the same bandwidth and latency.
 """
 
 from __future__ import annotations
@@ -40,7 +44,8 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from vdla import HardwareConfig  # noqa: E402
 from vdla._fileio import atomic_write  # noqa: E402
-from vdla.shipped import load_config  # noqa: E402
+from vdla.boards import get as get_board  # noqa: E402
+from vdla.shipped import load_config, resolve_config  # noqa: E402
 from vdla.compiler import pipeline  # noqa: E402
 from vdla.compiler.targets import get as get_target  # noqa: E402
 from vdla.compiler.targets.vdla.conv_layer import (Conv2dLayer, alu_passes,  # noqa: E402
@@ -88,8 +93,15 @@ def floor_cycles(node, graph, target, schedule) -> int | None:
     return e.gemm + e.epilogue
 
 
-def run(model: str, baseline: dict, config: HardwareConfig | None = None) -> dict:
-    target = get_target("vdla", config=config)
+def run(model: str, baseline: dict, config: HardwareConfig | None = None,
+        board=None) -> dict:
+    """`model` on Verilator and the timing model; on `board` (a `vdla.boards.Board`)
+    with its clock and DRAM model, else with the config's own."""
+    options = {}
+    if board is not None:
+        config = board.apply(config)
+        options["dram"] = board.dram_timing(config)
+    target = get_target("vdla", config=config, **options)
     start = time.perf_counter()
     outcome = pipeline.run_model(model, target)
     if not outcome.bit_exact:
@@ -169,14 +181,20 @@ def main(argv=None) -> int:
     parser.add_argument("--config", metavar="FILE|NAME",
                         help="the hardware config: a JSON file or a shipped config's name "
                              "(default: VTA's default config)")
+    parser.add_argument("--board", metavar="NAME",
+                        help="run at this board's clock with its DRAM model (default: the "
+                             "board a shipped config names; none for other configs)")
     args = parser.parse_args(argv)
-    config = load_config(args.config)
+    resolved = resolve_config(args.config)
+    board_name = args.board or (resolved.shipped.board if resolved.shipped else None)
+    board = get_board(board_name) if board_name else None
+    config = board.apply(resolved.config) if board else resolved.config
     baseline = {}
     if args.baseline and args.baseline.exists():
         baseline = json.loads(args.baseline.read_text())["cycles"]
     saved = {}
     for i, model in enumerate(args.models):
-        result = run(model, baseline, config)
+        result = run(model, baseline, config, board)
         print(("\n" if i else "") + "\n".join(report(result, config)), flush=True)
         saved[model] = {r["name"]: r["cycles"] for r in result["rows"]}
     if args.save_baseline:
