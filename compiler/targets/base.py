@@ -20,10 +20,11 @@ A target (`Target`):
 * may write a compiled model as something that runs without vdla (`export`);
 * describes itself to the command line (`vdla.compiler.targets.options`): its own
   options and how it is built from them (`cli_options`, `from_cli`), whether it can run
-  here (`unavailable`), its schedules in a few words (`describe_schedule`), the
-  measurement backends it refuses here (`check_measure`), and what its reports say
-  (`title`, `report_lines`, `time_note`, `column_label`, `extra_columns`,
-  `estimate_column`). The CLI compares no target name.
+  here (`unavailable`), the machine it runs on (`machine`, `machine_lines`), its
+  schedules in a few words (`describe_schedule`), the measurement backends it refuses
+  here (`check_measure`), and what its reports say (`title`, `report_lines`,
+  `time_note`, `column_label`, `extra_columns`, `estimate_column`). The CLI compares no
+  target name.
 
 `OpStats` is the per-op report every target fills the same way: name, op, target,
 reason, schedule, wall seconds, then cycles, MACs and bytes where the target has them
@@ -345,6 +346,18 @@ class Target(abc.ABC):
         """A column of estimates ``vdla compare`` shows beside this target's measured
         one (the GPU target's roofline on a named GPU), or None."""
         return None
+
+    def machine(self, *, use_cache: bool = True,
+                log: Callable[[str], None] | None = None) -> dict | None:
+        """The machine this target's code runs on, as JSON values, for `vdla targets`
+        (the CPU target's machine model: its caches, instruction sets and measured
+        throughput), or None (the default): a target that describes none. `use_cache`
+        False measures again what a target caches; `log` takes progress lines."""
+        return None
+
+    def machine_lines(self, machine: Mapping[str, Any]) -> list[str]:
+        """`machine` (what `machine` returned) as lines for people; none by default."""
+        return []
 
     @property
     def requant_modes(self) -> tuple[str, ...]:

@@ -18,6 +18,8 @@ Its data flow, one module per step:
     cfiles      the fixed C, Makefile and README text: files in c/ (c/templates/ with
                 @NAME@ placeholders), read and filled in
     isa         the instruction set the code is written for (AVX-512 VNNI, AVX2, C)
+    machine     the machine as the kernels see it (caches, ISA extensions, AMX tiles,
+                measured FMA and int8 throughput: machine_bench), cached per machine
     tuning      the tuner's tasks (wall time)
     target      `CpuTarget` and its sessions
 

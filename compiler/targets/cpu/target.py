@@ -38,13 +38,15 @@ from vdla.compiler.targets.cpu import isa as cpu_isa
 from vdla.compiler.targets.cpu import layout
 from vdla.compiler.targets.cpu import ops as cpu_ops
 from vdla._platform import cpu_name
-from vdla.compiler.targets.cpu.build import machine_features
+from vdla.compiler.targets.cpu.build import BuildError, machine_features
 from vdla.compiler.targets.cpu.fusion import fusions
 from vdla.compiler.targets.cpu.kernel import Kernel
 from vdla.compiler.targets.cpu.layout_choice import choose_layouts
 from vdla.compiler.targets.cpu.library import (aligned_empty, function, load, raise_error,
                                               start_team)
 from vdla.compiler.targets.cpu.lower import node_kernel
+from vdla.compiler.targets.cpu.machine import (MachineModel, cache_file, machine_model,
+                                              read_machine)
 from vdla.compiler.targets.cpu.program import Program
 from vdla.compiler.targets.cpu.tuning import cpu_tasks
 
@@ -181,6 +183,37 @@ class CpuTarget(Target):
         except (OSError, ValueError, RuntimeError):   # no compiler: `repr` still works
             isa = self._isa_name
         return {"threads": self.threads, "isa": isa}
+
+    def machine(self, *, use_cache: bool = True, log=None) -> dict | None:
+        """This machine's model (`machine.machine_model`: read, probed and measured once,
+        then cached) as {"model", "cache_file", "error"}; without a C compiler, what can
+        be read, unmeasured, and why. None for another CPU's platform (`cpu`).
+
+        use_cache : False measures again, even when a cached model exists
+        log : receives a line when it measures
+        """
+        if self.cpu is not None:
+            return None
+        try:
+            model = machine_model(use_cache=use_cache, log=log)
+        except (BuildError, OSError) as exc:
+            return {"model": read_machine().to_dict(), "cache_file": None, "error": str(exc)}
+        return {"model": model.to_dict(), "cache_file": str(cache_file(model)), "error": None}
+
+    def machine_lines(self, machine) -> list[str]:
+        """The model's lines (`MachineModel.lines`) and where it is cached, or why it
+        was not measured.
+
+        machine : what `machine` returned
+        """
+        lines = MachineModel.from_dict(machine["model"]).lines()
+        if machine["error"] is not None:
+            return lines + [f"not measured: {machine['error']}"]
+        # The cache under the home folder as ~/...: the line reads the same for everyone.
+        path, home = machine["cache_file"], os.path.expanduser("~")
+        if path.startswith(home + os.sep):
+            path = "~" + path[len(home):]
+        return lines + [f"measured once, cached in {path}"]
 
     def platforms(self, count: int, *, seed: int = 0) -> list["CpuTarget"]:
         """Targets for the first `count` instruction sets this machine runs, widest first,

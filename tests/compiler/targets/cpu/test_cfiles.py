@@ -44,7 +44,8 @@ def program() -> Program:
 
 
 def test_the_files_are_there():
-    assert STATIC_C == ["loader.c", "openmp_probe.c", "runtime.c"]
+    assert STATIC_C == ["amx_probe.c", "loader.c", "machine_bench.c", "openmp_probe.c",
+                        "runtime.c"]
     assert TEMPLATES == ["Makefile", "README.md", "program.mk", "run_model.c", "runner.c",
                          "vdla_model.h"]
 
