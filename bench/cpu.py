@@ -1,4 +1,4 @@
-"""The CPU target: its speed against onnxruntime, its tuner, and its exactness.
+"""The CPU target: its speed against onnxruntime and OpenVINO, its tuner, and its exactness.
 
 Part 1, speed (ResNet-18, ResNet-50, MobileNet-v1; batch 1; `--threads` threads, 2 by
 default), measured in one process, so the two compete on the same machine state:
@@ -10,16 +10,21 @@ default), measured in one process, so the two compete on the same machine state:
   quantization (`quantize_static`) on the same calibration samples; with int8
   activations (its default) and with uint8 activations (the faster path of its x86
   kernels). The goal is measured against the faster of the two.
+* OpenVINO (its CPU plugin, `vdla.compiler.baseline_openvino`; when it is installed, or
+  with `--openvino`): float32 on the same float ONNX model at inference precision f32,
+  int8 on the same two QDQ models, the faster of them; the same threads, the latency
+  hint. A second reference: the goal stays onnxruntime's.
 
 vdla runs through its whole-graph runner (one C call, `ModelSession.run_graph`), once
 with the default chooser's schedules and once with the tuned ones (part 2's records).
 Every configuration runs in blocks of `--runs` runs; the blocks of all configurations
 are interleaved over `--rounds` rounds, with a pause before each block so that no
 thread pool (onnxruntime's or OpenMP's) still spins from the block before. Printed: the
-median time per run, and the speed ratio (onnxruntime's time / vdla's; the goal is >=
-1.0) as the median over the rounds of each round's ratio: this machine's speed drifts
-by tens of percent from one minute to the next (its second core is sometimes only
-half there), and blocks measured seconds apart see the same machine.
+median time per run, and the speed ratios (onnxruntime's time / vdla's, the goal >=
+1.0, and OpenVINO's time / vdla's beside it) as the median over the rounds of each
+round's ratio: this machine's speed drifts by tens of percent from one minute to the
+next (its second core is sometimes only half there), and blocks measured seconds apart
+see the same machine.
 
 Part 2, tuning: per model and precision, `vdla tune`'s loop (the default schedule
 first, then `--tuner`, by default the pretrained model corrected online) with `--trials`
@@ -48,7 +53,8 @@ runs (AVX2 code on an AVX-512 machine); onnxruntime picks its kernels from the m
 CPU features and has no setting that restricts them, so it runs as usual, and the report
 says so.
 
-Writes OUT/cpu.json and OUT/cpu.png (speed against onnxruntime).
+Writes OUT/cpu.json and OUT/cpu.png (speed against onnxruntime; OpenVINO's bars beside
+vdla's, on the same scale).
 """
 
 from __future__ import annotations
@@ -67,7 +73,8 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")   # numpy's BLAS off our core
 
 import numpy as np  # noqa: E402
 
-from vdla.compiler import Graph, baseline, pipeline, run_reference, targets  # noqa: E402
+from vdla.compiler import (Graph, baseline, baseline_openvino, pipeline,  # noqa: E402
+                           run_reference, targets)
 from vdla.compiler.frontend.onnx_export import save_onnx  # noqa: E402
 from vdla.compiler.targets.model import compile_model  # noqa: E402
 from vdla._platform import cpu_name  # noqa: E402
@@ -91,7 +98,8 @@ def log(message: str) -> None:
 class Config:
     model: str
     precision: str
-    who: str                 # "ort-fp32", "ort-s8", "ort-u8", "vdla-default", "vdla-tuned"
+    who: str                 # "ort-fp32", "ort-s8", "ort-u8", "ov-fp32", "ov-s8", "ov-u8",
+    #                          "vdla-default", "vdla-tuned"
     run: object              # a callable running one inference
     times: list = dataclasses.field(default_factory=list)
     rounds: list = dataclasses.field(default_factory=list)   # each round's median
@@ -144,6 +152,10 @@ def speed(models, args, records: Records | None, workdir: Path) -> list[dict]:
             feed = {session.get_inputs()[0].name: x}
             configs.append(Config(name, "float32" if who == "ort-fp32" else "int8", who,
                                   lambda s=session, f=feed: s.run(None, f)))
+            if args.openvino:
+                configs.append(Config(name, "float32" if who == "ort-fp32" else "int8",
+                                      "ov" + who[3:],
+                                      baseline_openvino.runner(path, args.threads, [x])))
         for precision in ("float32", "int8"):
             log(f"{name} {precision}: compiling for the CPU target ...")
             graph = pipeline.graph_for(model, target, precision=precision)
@@ -170,14 +182,19 @@ def speed(models, args, records: Records | None, workdir: Path) -> list[dict]:
             row = {"model": name, "precision": precision,
                    "ort": {who: c.median * 1e3 for who, c in ort.items()},
                    "ort_best": base.who, "ort_ms": base.median * 1e3}
+            ov = {c.who: c for c in mine if c.who.startswith("ov")}
+            second = min(ov.values(), key=lambda c: c.median) if ov else None
+            if second is not None:
+                row.update(ov={who: c.median * 1e3 for who, c in ov.items()},
+                           ov_best=second.who, ov_ms=second.median * 1e3,
+                           openvino=speed_of(second, base))
             for c in mine:
                 if c.who.startswith("vdla"):
-                    # This machine's speed drifts (its second core is sometimes half
-                    # there): the ratio of each round's blocks, measured seconds apart,
-                    # then the median over the rounds.
-                    ratios = [o / v for o, v in zip(base.rounds, c.rounds)]
-                    row[c.who] = {"ms": c.median * 1e3, "speed": statistics.median(ratios),
-                                  "speed_rounds": ratios, "runs": len(c.times)}
+                    row[c.who] = speed_of(c, base)
+                    if second is not None:
+                        against = speed_of(c, second)
+                        row[c.who].update(speed_ov=against["speed"],
+                                          speed_ov_rounds=against["speed_rounds"])
             rows.append(row)
     for check in checks:
         for row in rows:
@@ -188,28 +205,58 @@ def speed(models, args, records: Records | None, workdir: Path) -> list[dict]:
     return rows
 
 
+def speed_of(config: Config, base: Config) -> dict:
+    """`config`'s median time per run and its speed against `base` (base's time /
+    config's): this machine's speed drifts (its second core is sometimes half there), so
+    the ratio of each round's blocks, measured seconds apart, then the median over the
+    rounds."""
+    ratios = [b / c for b, c in zip(base.rounds, config.rounds)]
+    return {"ms": config.median * 1e3, "speed": statistics.median(ratios),
+            "speed_rounds": ratios, "runs": len(config.times)}
+
+
 def print_speed(rows, threads: int) -> None:
-    print(f"\nSpeed against onnxruntime ({threads} threads, batch 1; median ms per run; "
-          f"speed = onnxruntime's time / vdla's, goal >= {GOAL})")
-    head = f"{'model':14}{'prec':9}{'onnxruntime':>22}{'vdla default':>22}{'vdla tuned':>22}  goal"
-    print(head)
+    with_ov = any("ov_ms" in r for r in rows)
+    print(f"\nSpeed against onnxruntime{' and OpenVINO' if with_ov else ''} ({threads} "
+          f"threads, batch 1; median ms per run; speed = onnxruntime's time / vdla's, goal "
+          f">= {GOAL}" + ("; then OpenVINO's time / vdla's" if with_ov else "") + ")")
+    width = 26 if with_ov else 22
+    print(f"{'model':14}{'prec':9}{'onnxruntime':>16}" + (f"{'openvino':>16}" if with_ov else "")
+          + f"{'vdla default':>{width}}{'vdla tuned':>{width}}  goal")
     for r in rows:
-        ort = (f"{r['ort_ms']:.2f} ({r['ort_best'][4:]})" if r["precision"] == "int8"
-               else f"{r['ort_ms']:.2f}")
+        refs = [_reference_cell(r, "ort")] + ([_reference_cell(r, "ov")] if with_ov else [])
         cells = []
         for who in ("vdla-default", "vdla-tuned"):
-            cells.append(f"{r[who]['ms']:.2f} ({r[who]['speed']:.2f}x)" if who in r else "-")
+            if who not in r:
+                cells.append("-")
+                continue
+            ratios = f"{r[who]['speed']:.2f}x" + (f", {r[who]['speed_ov']:.2f}x"
+                                                  if "speed_ov" in r[who] else "")
+            cells.append(f"{r[who]['ms']:.2f} ({ratios})")
         best = max(r[w]["speed"] for w in ("vdla-default", "vdla-tuned") if w in r)
-        print(f"{r['model']:14}{r['precision']:9}{ort:>22}{cells[0]:>22}{cells[1]:>22}  "
-              f"{'yes' if best >= GOAL else 'NO'}")
+        print(f"{r['model']:14}{r['precision']:9}" + "".join(f"{c:>16}" for c in refs)
+              + f"{cells[0]:>{width}}{cells[1]:>{width}}  {'yes' if best >= GOAL else 'NO'}")
         if r["precision"] == "int8":
-            print(f"{'':23}onnxruntime int8 activations {r['ort']['ort-s8']:.2f} ms, "
-                  f"uint8 activations {r['ort']['ort-u8']:.2f} ms")
+            for key, name in (("ort", "onnxruntime"), ("ov", "OpenVINO")):
+                if key in r:
+                    print(f"{'':23}{name} int8 activations {r[key][key + '-s8']:.2f} ms, "
+                          f"uint8 activations {r[key][key + '-u8']:.2f} ms")
+
+
+def _reference_cell(row: dict, key: str) -> str:
+    """A reference runtime's time in `row` (`key` "ort" or "ov"), int8 with the faster
+    of its two QDQ models; "-" where it did not run."""
+    if f"{key}_ms" not in row:
+        return "-"
+    variant = row[f"{key}_best"].split("-", 1)[1]
+    return (f"{row[f'{key}_ms']:.2f} ({variant})" if row["precision"] == "int8"
+            else f"{row[f'{key}_ms']:.2f}")
 
 
 def plot_speed(rows, path: Path, *, threads: int, isa: str) -> None:
-    """Bars of vdla's speed relative to onnxruntime (default and tuned schedules) per
-    model and precision, onnxruntime's time under each group, the goal as a line."""
+    """Bars of vdla's speed relative to onnxruntime (default and tuned schedules), and
+    OpenVINO's where it ran, per model and precision, onnxruntime's time under each
+    group, the goal as a line."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -221,14 +268,17 @@ def plot_speed(rows, path: Path, *, threads: int, isa: str) -> None:
     top = 1.0
     # Only the columns the run measured (no tuned bars, and no legend entry, without
     # records), side by side around each group's tick.
-    columns = [(who, color) for who, color in (("vdla-default", "#9ecae1"),
-                                                ("vdla-tuned", "#08519c"))
-               if any(who in r for r in rows)]
+    columns = [(who, color, label) for who, color, label in (
+        ("vdla-default", "#9ecae1", "vdla cpu, default schedules"),
+        ("vdla-tuned", "#08519c", "vdla cpu, tuned schedules"),
+        ("openvino", "#bdbdbd", "OpenVINO (int8: its faster variant)"))
+        if any(who in r for r in rows)]
     width = 0.76 / len(columns)
-    for i, (who, color) in enumerate(columns):
+    for i, (who, color, label) in enumerate(columns):
         values = [r[who]["speed"] if who in r else 0 for r in rows]
         xs = [k + (i - (len(columns) - 1) / 2) * width for k in range(len(rows))]
-        ax.bar(xs, values, width, color=color, label=f"vdla cpu, {who[5:]} schedules")
+        ax.bar(xs, values, width, color=color, label=label,
+               hatch=".." if who == "openvino" else None)
         for x, v, r in zip(xs, values, rows):
             if v:
                 ax.text(x, v + 0.015, f"{v:.2f}\n{r[who]['ms']:.1f} ms", ha="center",
@@ -243,7 +293,9 @@ def plot_speed(rows, path: Path, *, threads: int, isa: str) -> None:
     # The thread count and instruction set are the run's, never assumed: the figure names
     # what it measured.
     plural = "" if threads == 1 else "s"
-    ax.set_title(f"vdla's CPU target ({isa}) against onnxruntime: batch 1, {threads} "
+    others = ("onnxruntime and OpenVINO" if any("openvino" in r for r in rows)
+              else "onnxruntime")
+    ax.set_title(f"vdla's CPU target ({isa}) against {others}: batch 1, {threads} "
                  f"thread{plural}, measured side by side", fontsize="medium")
     ax.legend(fontsize="x-small", loc="upper center", ncol=4, bbox_to_anchor=(0.5, -0.22),
               frameon=False)
@@ -481,6 +533,9 @@ def main(argv=None) -> int:
     p.add_argument("--skip-speed", action="store_true")
     p.add_argument("--skip-convergence", action="store_true")
     p.add_argument("--skip-exactness", action="store_true")
+    p.add_argument("--openvino", action=argparse.BooleanOptionalAction, default=None,
+                   help="OpenVINO's columns in the speed part (default: when it is "
+                        "installed; --openvino without it is an error)")
     args = p.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -494,9 +549,19 @@ def main(argv=None) -> int:
     report["machine_isa"] = cpu_isa.detect().name
     import onnxruntime
     report["onnxruntime"] = onnxruntime.__version__
+    missing = baseline_openvino.available()
+    if args.openvino and missing:
+        raise SystemExit(f"--openvino: {missing}")
+    if args.openvino is None:
+        args.openvino = missing is None
+        if missing and not args.skip_speed:
+            log(f"no OpenVINO columns: {missing}")
+    report["openvino"] = baseline_openvino.version() if args.openvino else None
     print(f"machine: {report['cpu']}, {os.cpu_count()} cores, {report['machine_isa']}; "
-          f"vdla's code for {report['isa']}; onnxruntime {report['onnxruntime']} (its "
-          f"kernels for the machine's own features: it has no setting that restricts them)")
+          f"vdla's code for {report['isa']}; onnxruntime {report['onnxruntime']}"
+          + (f", OpenVINO {report['openvino']}" if args.openvino else "")
+          + " (their kernels for the machine's own features: neither has a setting that "
+            "restricts them)")
     records = None
     if not args.skip_tune:
         started = time.perf_counter()

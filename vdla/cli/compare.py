@@ -7,7 +7,12 @@ beside its own (`Target.estimate_column`: the GPU target's roofline on the GPU `
 names), labelled as an estimate. Without ``--targets`` the comparison takes the targets
 that run here at their own speed (`Target.left_out_by_default`: the GPU target only on a
 CUDA GPU, not on Triton's interpreter) and says which it left out and why; a target
-named in ``--targets`` that cannot run here is an error."""
+named in ``--targets`` that cannot run here is an error.
+
+``--reference onnxruntime,openvino`` adds other runtimes' columns as speed references
+(`vdla.compiler.baseline`, `vdla.compiler.baseline_openvino`): both run the float model
+exported to ONNX and the static QDQ int8 model onnxruntime's quantizer writes of it, on
+the CPU target's thread count; ``--onnxruntime`` is ``--reference onnxruntime``."""
 
 from __future__ import annotations
 
@@ -24,7 +29,7 @@ from vdla.cli.common import (WHOLE_GRAPH_RUNS, CliError, add_calibration_option,
 from vdla.cli.target_args import (add_chooser_option, add_target_options,
                                   check_target_options, make_target, target_factory,
                                   unavailable)
-from vdla.compiler import baseline, pipeline, targets
+from vdla.compiler import baseline, baseline_openvino, pipeline, targets
 from vdla.compiler.passes import prepare
 
 __all__ = ["GROUPS", "add_parser", "run"]
@@ -49,6 +54,9 @@ GROUPS = {**dict.fromkeys(("qconv2d", "conv2d"), "conv"),
 #: The targets compared without --targets, in this order, each where it runs here at its
 #: own speed (`Target.left_out_by_default`: gpu on a CUDA GPU, not on the interpreter).
 DEFAULT_TARGETS = ("vdla", "cpu", "gpu", "host")
+#: The reference runtimes ``--reference`` takes, their columns in this order, each with
+#: its module (`available` says what to install).
+REFERENCES = {"onnxruntime": baseline, "openvino": baseline_openvino}
 
 
 def add_parser(sub) -> None:
@@ -77,16 +85,21 @@ def add_parser(sub) -> None:
                    metavar="PNG", help="bar chart path (default compare-MODEL.png)")
     p.add_argument("--json", type=output_file,
                    metavar="PATH", help="also write the comparison as JSON here")
-    p.add_argument("--onnxruntime", action="store_true",
-                   help="add onnxruntime as reference columns: the float model exported to "
-                        "ONNX, and onnxruntime's own static QDQ int8 of it on the same "
-                        "calibration samples; for a transformer, also its transformer "
+    p.add_argument("--reference", metavar="A,B",
+                   help="add other runtimes as reference columns, float32 and int8 each "
+                        f"(of {', '.join(REFERENCES)}; their numerics differ from vdla's: "
+                        "speed references, not checked bit for bit). onnxruntime: the float "
+                        "model exported to ONNX, and its own static QDQ int8 of it on the "
+                        "same calibration samples; for a transformer, also its transformer "
                         "optimizer's float model and its dynamic int8 of that, each column "
-                        "the faster of its precision (its numerics differ from vdla's: a "
-                        "speed reference, not checked bit for bit); needs the onnxruntime "
-                        "extra")
+                        "the faster of its precision (the onnxruntime extra). openvino: its "
+                        "CPU plugin at inference precision f32 on the same float model, and "
+                        "on onnxruntime's static QDQ int8 model (the openvino extra)")
+    p.add_argument("--onnxruntime", action="store_true",
+                   help="the same as --reference onnxruntime (with --reference: added to "
+                        "its list)")
     p.add_argument("--runs", type=int, default=10, metavar="N",
-                   help="timed runs of each onnxruntime column (default 10)")
+                   help="timed runs of each reference column (default 10)")
     p.set_defaults(func=run)
 
 
@@ -133,14 +146,29 @@ def _by_group(ops, seconds) -> dict[str, float]:
     return dict(groups)
 
 
+def _references(args) -> list[str]:
+    """The reference runtimes ``--reference`` (and ``--onnxruntime``) name, in
+    `REFERENCES`' order; an unknown or uninstalled one is an error saying what to
+    install."""
+    named = [n.strip() for n in (args.reference or "").split(",") if n.strip()]
+    unknown = [n for n in named if n not in REFERENCES]
+    if unknown or (args.reference is not None and not named):
+        raise CliError(f"--reference: unknown reference(s) {', '.join(unknown) or '(none)'}; "
+                       f"available: {', '.join(REFERENCES)}")
+    chosen = [n for n in REFERENCES if n in named or (n == "onnxruntime" and args.onnxruntime)]
+    for name in chosen:
+        missing = REFERENCES[name].available()
+        if missing:
+            flag = "--onnxruntime" if name not in named else f"--reference {name}"
+            raise CliError(f"{flag}: {missing}")
+    if chosen and args.runs < 1:
+        raise CliError(f"--runs must be a positive integer, not {args.runs}")
+    return chosen
+
+
 def run(args) -> int:
     chosen = _targets(args)
-    if args.onnxruntime:
-        missing = baseline.available()
-        if missing:
-            raise CliError(f"--onnxruntime: {missing}")
-        if args.runs < 1:
-            raise CliError(f"--runs must be a positive integer, not {args.runs}")
+    references = _references(args)
     model = pipeline.load_model(args.model, seed=args.seed, calibration=args.calibration,
                                 inputs=args.input)
     mode = pipeline.requant_mode(chosen)
@@ -152,8 +180,8 @@ def run(args) -> int:
     finally:
         if records is not None:
             records.close()
-    if args.onnxruntime:
-        _onnxruntime(args, model, results)
+    if references:
+        _reference_columns(args, model, results, references)
     same = _same_outputs(outputs)
     # The files first: a reader of stdout that stops early (`| head`) ends the command
     # at its next print, and must not cost the files asked for.
@@ -251,7 +279,7 @@ def _chart(path: str, model: str, results) -> None:
     ax.set_yscale("log")
     ax.set_ylabel("time (ms, log scale)")
     ax.set_title(f"{model}: time per op group (each target's device time; hatched: "
-                 "estimates; dotted: onnxruntime, a reference)", fontsize="medium")
+                 "estimates; dotted: other runtimes, references)", fontsize="medium")
     ax.grid(True, axis="y", which="major", alpha=0.3)
     ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
@@ -305,23 +333,20 @@ def _run_one(args, model, mode, target, records, results, failed, outputs) -> No
 
 
 def _aside(result: dict) -> bool:
-    """A column that is not a target's run: an estimate, or onnxruntime's reference."""
+    """A column that is not a target's run: an estimate, or a reference runtime's."""
     return bool(result.get("estimate") or result.get("reference"))
 
 
-def _onnxruntime(args, model, results) -> None:
-    """onnxruntime's columns (`vdla.compiler.baseline`): the float model exported to
-    ONNX, and onnxruntime's static QDQ int8 of it, each timed `args.runs` times on the
-    CPU target's thread count (``--threads``, else the cores); per op group from its
-    profiler, with its largest relative error against the float reference.
-
-    A transformer (`baseline.transformer_kind`) has more paths in onnxruntime
-    (`baseline.variants`: its transformer optimizer, its dynamic quantization): each
-    column is the faster of its precision (`baseline.fastest`), and says which. An ONNX
-    file given as MODEL is run as it is (its exporter's graph, which onnxruntime's
-    optimizer knows), not as vdla exports it again."""
-    import numpy as np  # heavy; the module loads without it (vdla.cli's rule)
-    import onnxruntime  # heavy, and optional (checked in `run`)
+def _reference_columns(args, model, results, references: list[str]) -> None:
+    """The columns of the reference runtimes `references` (`REFERENCES`), each timed
+    `args.runs` times on the CPU target's thread count (``--threads``, else the cores),
+    with its largest relative error against the float reference. Their models are made
+    once: the float model exported to ONNX, and onnxruntime's static QDQ int8 of it
+    (`baseline.variants`; for a transformer, with onnxruntime's column, its optimizer's
+    and dynamic int8 paths too). An ONNX file given as MODEL for a transformer is run as
+    it is (its exporter's graph, which onnxruntime's optimizer knows), not as vdla
+    exports it again."""
+    import onnxruntime  # heavy, and optional (checked in `_references`)
     from vdla.compiler.frontend.onnx_export import save_onnx  # heavy: onnx
 
     threads = getattr(args, "threads", None) or baseline.default_threads()
@@ -329,6 +354,9 @@ def _onnxruntime(args, model, results) -> None:
     prepared = prepare(model.graph)
     kind = baseline.transformer_kind(prepared)
     heads, hidden = baseline.transformer_shape(prepared)
+    # onnxruntime's own transformer paths only for its own column: OpenVINO runs the
+    # exported float model and the static QDQ one.
+    paths = kind if "onnxruntime" in references else None
     with tempfile.TemporaryDirectory(prefix="vdla-compare-") as tmp:
         if kind is not None and args.model.lower().endswith(".onnx"):
             fp32 = Path(args.model)
@@ -337,40 +365,92 @@ def _onnxruntime(args, model, results) -> None:
             fp32 = save_onnx(model.graph, Path(tmp) / "model.onnx",
                              **({} if kind is None else {"opset": 17}))
         log(f"onnxruntime {onnxruntime.__version__}: quantizing {args.model} ("
-            + ("static QDQ, uint8 activations" if kind is None else
+            + ("static QDQ, uint8 activations" if paths is None else
                f"a {kind} transformer: its optimizer, static QDQ and dynamic int8")
             + ") ...")
-        found = baseline.variants(fp32, model, Path(tmp) / "ort", kind=kind, heads=heads,
+        found = baseline.variants(fp32, model, Path(tmp) / "ort", kind=paths, heads=heads,
                                   hidden=hidden, log=log)
-        picked = {v.precision: (v, {}) for v in found}
-        if kind is not None:
-            log(f"timing onnxruntime's {len(found)} ways ({threads} threads) to pick the "
-                "faster of each precision ...")
-            picked = baseline.fastest(found, threads, model.feed, runs=args.runs, rounds=1)
-        for key, precision in (("onnxruntime fp32", "float32"), ("onnxruntime int8", "int8")):
-            if precision not in picked:         # its tools built none (`variants` said why)
-                log(f"note: no {key} column (onnxruntime built no {precision} model)")
-                continue
-            variant, times = picked[precision]
-            log(f"running {args.model} on onnxruntime ({variant.what}, {threads} threads) ...")
-            run = baseline.profile(variant.path, threads, model.feed, args.runs)
-            error = pipeline.relative_error(np.asarray(run.outputs[0], np.float64), want)
-            others = "; ".join(f"{k} {t * 1e3:.3f} ms" for k, t in times.items())
-            results[key] = {
-                "reference": True, "bit_exact": None, "mismatch": None,
-                "groups": run.group_seconds, "total_seconds": sum(run.group_seconds.values()),
-                "wall_seconds": run.total_seconds, "max_error": error,
-                "ops_on_target": run.kernels, "ops": run.kernels,
-                "options": {"threads": threads, "version": onnxruntime.__version__,
-                            "variant": variant.key,
-                            **({"variants_seconds": times} if times else {})},
-                "ops_on_host": {}, "seconds_to_run": 0.0,
-                "label": f"{key} (ref.)",
-                "time": (f"onnxruntime {onnxruntime.__version__} ({variant.what}), a "
-                         f"reference implementation whose numerics differ from vdla's: wall "
-                         f"time on this machine, {threads} threads, kernel times from its "
-                         f"profiler (a run took {run.total_seconds * 1e3:.3f} ms, median of "
-                         f"{args.runs}); largest relative error against the float "
-                         f"reference {error:.2g}"
-                         + (f"; the fastest of its {precision} ways ({others})"
-                            if len(times) > 1 else ""))}
+        if "onnxruntime" in references:
+            _onnxruntime(args, model, results, found, threads, want, kind)
+        if "openvino" in references:
+            _openvino(args, model, results, found, threads, want)
+
+
+def _onnxruntime(args, model, results, found, threads: int, want, kind) -> None:
+    """onnxruntime's columns (`vdla.compiler.baseline`) from its models `found`, per op
+    group from its profiler. A transformer (`kind`) has more paths in onnxruntime: each
+    column is the faster of its precision (`baseline.fastest`), and says which."""
+    import numpy as np  # heavy; the module loads without it (vdla.cli's rule)
+    import onnxruntime  # heavy, and optional (checked in `_references`)
+
+    picked = {v.precision: (v, {}) for v in found}
+    if kind is not None:
+        log(f"timing onnxruntime's {len(found)} ways ({threads} threads) to pick the "
+            "faster of each precision ...")
+        picked = baseline.fastest(found, threads, model.feed, runs=args.runs, rounds=1)
+    for key, precision in (("onnxruntime fp32", "float32"), ("onnxruntime int8", "int8")):
+        if precision not in picked:         # its tools built none (`variants` said why)
+            log(f"note: no {key} column (onnxruntime built no {precision} model)")
+            continue
+        variant, times = picked[precision]
+        log(f"running {args.model} on onnxruntime ({variant.what}, {threads} threads) ...")
+        run = baseline.profile(variant.path, threads, model.feed, args.runs)
+        error = pipeline.relative_error(np.asarray(run.outputs[0], np.float64), want)
+        others = "; ".join(f"{k} {t * 1e3:.3f} ms" for k, t in times.items())
+        results[key] = _reference_result(
+            key, run, error, {"threads": threads, "version": onnxruntime.__version__,
+                              "variant": variant.key,
+                              **({"variants_seconds": times} if times else {})},
+            f"onnxruntime {onnxruntime.__version__} ({variant.what}), a reference "
+            f"implementation whose numerics differ from vdla's: wall time on this machine, "
+            f"{threads} threads, kernel times from its profiler (a run took "
+            f"{run.total_seconds * 1e3:.3f} ms, median of {args.runs}); largest relative "
+            f"error against the float reference {error:.2g}"
+            + (f"; the fastest of its {precision} ways ({others})" if len(times) > 1 else ""))
+
+
+def _openvino(args, model, results, found, threads: int, want) -> None:
+    """OpenVINO's columns (`vdla.compiler.baseline_openvino`): its CPU plugin at
+    inference precision f32 on the exported float model and on onnxruntime's static QDQ
+    int8 model (`found`'s ``fp32`` and ``int8-qdq-u8``), per op group from its
+    performance counters."""
+    import numpy as np  # heavy; the module loads without it (vdla.cli's rule)
+
+    version = baseline_openvino.version()
+    models = {v.key: v for v in found}
+    for key, variant, what in (
+            ("openvino fp32", "fp32", "float32, the exported model"),
+            ("openvino int8", "int8-qdq-u8", "int8, onnxruntime's static QDQ model (uint8 "
+                                            "activations) through its low-precision "
+                                            "transformations")):
+        if variant not in models:           # onnxruntime's quantizer made none (logged)
+            log(f"note: no {key} column (no {variant} model to give it)")
+            continue
+        log(f"running {args.model} on OpenVINO {version} ({what}, {threads} threads) ...")
+        run = baseline_openvino.profile(models[variant].path, threads, model.feed, args.runs)
+        error = pipeline.relative_error(np.asarray(run.outputs[0], np.float64), want)
+        # What its transformations made of the model: the precision each convolution and
+        # dense layer ran at (an int8 model's layers that stayed float show here).
+        layers = dict(collections.Counter(run.precisions.values()).most_common())
+        results[key] = _reference_result(
+            key, run, error, {"threads": threads, "version": version, "variant": variant,
+                              "inference_precision": "f32", "performance_hint": "LATENCY",
+                              "layer_precisions": layers},
+            f"OpenVINO {version}, its CPU plugin ({what}), a reference implementation "
+            f"whose numerics differ from vdla's: wall time on this machine, {threads} "
+            f"threads, inference precision f32, the latency hint; its convolution and dense "
+            f"layers ran at " + ", ".join(f"{p} ({n})" for p, n in layers.items())
+            + f"; node times from its performance counters (a run took "
+            f"{run.total_seconds * 1e3:.3f} ms, median of {args.runs}); largest relative "
+            f"error against the float reference {error:.2g}")
+
+
+def _reference_result(key: str, run, error: float, options: dict, note: str) -> dict:
+    """A reference runtime's column from its `run` (a `baseline.ProfiledRun`): never
+    counted as bit-exact or mismatching; `error` against the float reference instead."""
+    return {"reference": True, "bit_exact": None, "mismatch": None,
+            "groups": run.group_seconds, "total_seconds": sum(run.group_seconds.values()),
+            "wall_seconds": run.total_seconds, "max_error": error,
+            "ops_on_target": run.kernels, "ops": run.kernels, "options": options,
+            "ops_on_host": {}, "seconds_to_run": 0.0, "label": f"{key} (ref.)",
+            "time": note}
