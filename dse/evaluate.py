@@ -44,7 +44,7 @@ from vdla.dse.store import point_key
 __all__ = ["Design", "Evaluator", "MODEL_VERSION", "make_evaluator"]
 
 #: Bump when what an evaluation computes changes in a way the key does not show.
-MODEL_VERSION = 2
+MODEL_VERSION = 3
 
 
 @dataclasses.dataclass(frozen=True)

@@ -34,6 +34,7 @@ from vdla._memo import remembered
 from vdla.isa.relocate import relocate
 from vdla.config import ISA_FIXED_WIDTHS, HardwareConfig
 from vdla.isa import MemoryType, Program, Uop
+from vdla.isa.encoding import INSN_BYTES
 from vdla.runtime.builder import ProgramBuilder
 from vdla.runtime.device import dram_alignment
 
@@ -88,8 +89,38 @@ PAD_ELEM_CYCLES = 0.5
 #: Pipeline fill and drain of one GEMM/ALU instruction (measured: 100 back-to-back
 #: 10-micro-op instructions take 888 cycles more than 1000 micro-ops in one).
 INSN_CYCLES = 9
-#: Latency a DMA instruction adds when it cannot overlap the previous one (the DRAM
-#: model's 32-cycle read latency plus the DMA engine's own turnaround).
+#: The simulated DRAM's read latency, cycles from a read's address to its first data
+#: (the Verilator model's default, `DramTiming.read_latency`), and its bytes a cycle each
+#: way: the figures below were measured on them. A board's DRAM model has its own
+#: (`Board.dram_timing`: ZCU104's 160 ns are 24 cycles at 150 MHz); the timing models take
+#: both (``read_latency``, ``bytes_per_cycle``) and price every DMA on them (`dma_cycles`).
+READ_LATENCY = 32
+BYTES_PER_CYCLE = 8.0
+#: What a LOAD instruction takes beyond its data and the DRAM's latency: the DMA engine's
+#: turnaround, busy 3 cycles past them and a cycle idle before the next (measured alike
+#: on the default DRAM, 35 cycles beyond a LOAD's data, and on ZCU104's, 27).
+DMA_TURNAROUND = 4
+#: The instruction bytes the fetch module reads per DMA, on average, through the same
+#: read channel as the loads: the LOAD's own 16 and about as many of the GEMM, ALU and
+#: STORE instructions around it (a ResNet-18 layer's chunk: a LOAD of inputs, often one
+#: of weights, and a GEMM). At 8 bytes a cycle they hold the channel 4 cycles a DMA.
+FETCH_BYTES_PER_DMA = 2 * INSN_BYTES
+
+
+def dma_cycles(bytes_per_cycle: float = BYTES_PER_CYCLE,
+               read_latency: int | None = None) -> float:
+    """What a DMA instruction costs beyond its data when it cannot overlap the previous
+    one, on a DRAM of `bytes_per_cycle` and `read_latency` cycles (default
+    `READ_LATENCY`): the latency, the engine's turnaround (`DMA_TURNAROUND`) and the
+    instruction fetch's share of the read channel (`FETCH_BYTES_PER_DMA`). 40 cycles on
+    the default DRAM (`DMA_CYCLES`, fitted there over the recorded Verilator sets before
+    it was split so); 29 on ZCU104's at 32 bytes a cycle, where its LOADs take 28 each
+    back to back."""
+    latency = READ_LATENCY if read_latency is None else read_latency
+    return latency + DMA_TURNAROUND + FETCH_BYTES_PER_DMA / bytes_per_cycle
+
+
+#: `dma_cycles` on the default DRAM.
 DMA_CYCLES = 40
 #: The simulated DRAM accepts this many read bursts at once, each holding its place from
 #: its address to its last beat: the read latency (32 cycles) and a little more
@@ -98,14 +129,21 @@ DMA_READ_SLOTS = 8
 DMA_BURST_CYCLES = 34
 
 
-def dma_row_cycles(rows: int, row_cycles: float) -> float:
+def _latency_shift(read_latency: int | None) -> int:
+    """How much longer than `READ_LATENCY` a DRAM of `read_latency` cycles answers."""
+    return 0 if read_latency is None else read_latency - READ_LATENCY
+
+
+def dma_row_cycles(rows: int, row_cycles: float, read_latency: int | None = None) -> float:
     """What a LOAD of `rows` rows, each `row_cycles` of data (one read burst a row),
     takes beyond its data: once the DRAM's `DMA_READ_SLOTS` are full, a row is issued
     only as one ends, every ``(DMA_BURST_CYCLES + row_cycles) / DMA_READ_SLOTS``
-    cycles. Rows shorter than that leave the bus idle between them (measured on the
-    default config: 13 rows of one 16-byte element in 79 cycles, 26 in 141, where their
-    bytes take 26 and 52; rows of six bus words or more keep the bus busy)."""
-    gap = (DMA_BURST_CYCLES + row_cycles) / DMA_READ_SLOTS - row_cycles
+    cycles (a burst holds its slot for the DRAM's `read_latency` too, default
+    `READ_LATENCY`). Rows shorter than that leave the bus idle between them (measured on
+    the default config: 13 rows of one 16-byte element in 79 cycles, 26 in 141, where
+    their bytes take 26 and 52; rows of six bus words or more keep the bus busy)."""
+    burst = DMA_BURST_CYCLES + _latency_shift(read_latency)
+    gap = (burst + row_cycles) / DMA_READ_SLOTS - row_cycles
     return max(0, rows - DMA_READ_SLOTS) * max(0.0, gap)
 
 

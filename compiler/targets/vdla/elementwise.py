@@ -76,8 +76,8 @@ import numpy as np
 
 from vdla.compiler.ir.graph import Graph
 from vdla.compiler.ir.tensor import Node
-from vdla.compiler.targets.vdla.common import (DMA_CYCLES, INSN_CYCLES,
-                                               PerChannelBlocks, ITER_MAX, IdentityTables,
+from vdla.compiler.targets.vdla.common import (INSN_CYCLES, PerChannelBlocks, ITER_MAX,
+                                               IdentityTables, dma_cycles,
                                                KernelTable, ceil_div, check_array,
                                                pack_activation, store_activation, store_cycles,
                                                unpack_activation, check_tile_sizes, dense_dma,
@@ -557,14 +557,16 @@ def _emit(L: ElementwiseLayer, s: ElementwiseSchedule, c: HardwareConfig, u: Ele
 
 def estimate_elementwise(layer: ElementwiseLayer, schedule: ElementwiseSchedule,
                          config: HardwareConfig, *,
-                         bytes_per_cycle: float | None = None) -> int:
+                         bytes_per_cycle: float | None = None,
+                         read_latency: int | None = None) -> int:
     """Predicted cycles of `layer` lowered with `schedule` on `config`. Tiles alternate
     between two input and two output regions, so while the compute module works on a
     tile the next tile's loads and the previous tile's stores run: a tile costs the
     longest of its loads (the operands' bytes at `bytes_per_cycle`, default the config's
     `dram_bytes_per_cycle`), its compute
     (`ElementwiseLayer.entry_cycles` per acc entry, plus `INSN_CYCLES` per instruction)
-    and its stores; the first tile's loads and the last one's stores do not overlap."""
+    and its stores; the first tile's loads and the last one's stores do not overlap.
+    Each operand's LOAD pays the DRAM's `read_latency` (`common.dma_cycles`)."""
     s = schedule.clamped(layer)
     c, bw = config, float(bytes_per_cycle or config.dram_bytes_per_cycle)
     per_entry, insns = layer.entry_cycles(), layer.instructions()
@@ -574,7 +576,7 @@ def estimate_elementwise(layer: ElementwiseLayer, schedule: ElementwiseSchedule,
             m = npix * nc * layer.batch_blocks
             entries = tc * tp
             load = (layer.operands * layer.window_blocks(tc) * tp * c.inp_elem_bytes / bw
-                    + layer.operands * DMA_CYCLES)
+                    + layer.operands * dma_cycles(bw, read_latency))
             compute = entries * per_entry + insns * INSN_CYCLES
             store = store_cycles(entries, tc if layer.group > 1 else 1, c, bw, layer.group)
             cycles += m * max(load, compute, store)

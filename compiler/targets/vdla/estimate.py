@@ -61,7 +61,8 @@ class OpEstimate:
 def estimate_graph(graph: Graph, target, *, schedules: Mapping[str, Any] | None = None,
                    bytes_per_cycle: float | None = None) -> list[OpEstimate]:
     """Estimate every node of `graph` (quantized, plain layouts) on `target` (a
-    `VdlaTarget`; its config and its DRAM model's bandwidth, if it has one).
+    `VdlaTarget`; its config and its DRAM model's bandwidth and read latency, if it has
+    one).
 
     schedules : node name -> schedule to estimate instead of the default chooser's
     bytes_per_cycle : the DRAM bandwidth per direction; default: the target's DRAM model
@@ -86,17 +87,20 @@ def estimate_node(node: Node, graph: Graph, target, schedule: Any = None, *,
     chooser's); `bytes_per_cycle` as in `estimate_graph`."""
     config: HardwareConfig = target.config
     bytes_per_cycle = _bandwidth(target, bytes_per_cycle)
+    latency = _read_latency(target)
     if node.op in VIEW_OPS:    # no program: its producers write where readers look
         return OpEstimate(node.name, node.op, "vdla", reason, 0, 0, None)
     if node.op in POOL_OPS:
         layer, _, _ = pool2d_layer(node, graph, config)
         schedule = schedule or choose_pool2d(layer, config)
-        cycles = estimate_pool2d(layer, schedule, config, bytes_per_cycle=bytes_per_cycle)
+        cycles = estimate_pool2d(layer, schedule, config, bytes_per_cycle=bytes_per_cycle,
+                                 read_latency=latency)
         macs = 0
     elif node.op in ELEMENTWISE_OPS:
         layer, _ = elementwise_layer(node, graph, config)
         schedule = schedule or choose_elementwise(layer, config)
-        cycles = estimate_elementwise(layer, schedule, config, bytes_per_cycle=bytes_per_cycle)
+        cycles = estimate_elementwise(layer, schedule, config, bytes_per_cycle=bytes_per_cycle,
+                                      read_latency=latency)
         macs = 0
     else:
         workload = conv2d_workload(node, graph, config)
@@ -104,7 +108,7 @@ def estimate_node(node: Node, graph: Graph, target, schedule: Any = None, *,
         schedule = schedule or choose_conv2d(layer, config)
         cycles = estimate_conv2d(layer, schedule, config, alu_passes=alu_passes(workload),
                                  residual_passes=residual_passes(workload),
-                                 bytes_per_cycle=bytes_per_cycle).cycles
+                                 bytes_per_cycle=bytes_per_cycle, read_latency=latency).cycles
         macs = layer.macs
     return OpEstimate(node.name, node.op, "vdla", reason, int(cycles), macs,
                       dataclasses.asdict(schedule))
@@ -116,3 +120,10 @@ def _bandwidth(target, bytes_per_cycle: float | None) -> float:
         return bytes_per_cycle
     dram = target.device_options.get("dram")
     return target.config.dram_bytes_per_cycle if dram is None else float(dram.bytes_per_cycle)
+
+
+def _read_latency(target) -> int | None:
+    """The read latency of the target's DRAM model, in cycles; None (the simulated
+    DRAM's default, `common.READ_LATENCY`) without one."""
+    dram = target.device_options.get("dram")
+    return None if dram is None else int(dram.read_latency)

@@ -68,9 +68,9 @@ import numpy as np
 
 from vdla.compiler.ir.graph import Graph
 from vdla.compiler.ir.tensor import Node
-from vdla.compiler.targets.vdla.common import (DMA_CYCLES, INSN_CYCLES,
-                                               PerChannelBlocks, ITER_MAX, PAD_MAX,
-                                               IdentityTables, KernelTable, activation_dma,
+from vdla.compiler.targets.vdla.common import (INSN_CYCLES, PerChannelBlocks, ITER_MAX, PAD_MAX,
+                                               dma_cycles, IdentityTables, KernelTable,
+                                               activation_dma,
                                                ceil_div, check_array, check_tile_sizes,
                                                layout_arena, pack_activation, store_activation,
                                                store_cycles, unpack_activation, load_tables,
@@ -393,38 +393,49 @@ class PoolUops(KernelTable):
 
 # --- the timing model and the default schedule ----------------------------------------------
 
-#: Cycles a pool tile takes beyond its slowest module's work: the dependency tokens'
-#: hand-offs (measured on Verilator: global average pools of 512, 1024 and 2048 channels
-#: one block per tile take 6 cycles a tile more than their loads).
+#: Cycles a pool tile whose loads are the slowest module's work takes beyond them: the
+#: dependency tokens' hand-offs (measured on Verilator: global average pools of 512, 1024
+#: and 2048 channels one block per tile take 6 cycles a tile more than their loads). A
+#: tile its compute bounds waits for no token: ResNet-50's global pool on a 1x32x64 core
+#: at 32 bytes a cycle takes 254 cycles a tile, its compute's, its loads 252.
 TILE_SYNC = 6
 
 
 def estimate_pool2d(layer: Pool2dLayer, schedule: Pool2dSchedule, config: HardwareConfig, *,
-                    bytes_per_cycle: float | None = None) -> int:
+                    bytes_per_cycle: float | None = None,
+                    read_latency: int | None = None) -> int:
     """Predicted cycles of `layer` (a `Pool2dLayer`) lowered with `schedule` (a
     `Pool2dSchedule`, see `vdla.compiler.targets.vdla.pool`). Tiles alternate between two
     input and two output regions, so while the compute module works on a tile the next
     tile's window loads and the previous tile's stores run: a tile costs the longest of
-    its loads, its compute and its stores, plus `TILE_SYNC` for the tokens that hand it
-    from module to module; before them the tables load (the micro-ops and the constant
+    its loads (plus `TILE_SYNC` for the tokens that hand it from module to module), its
+    compute and its stores; before them the tables load (the micro-ops and the constant
     rows on the compute module, the identity blocks on the load module, sharing the DRAM
     with the first window's loads). (Within 2% of Verilator on ResNet-18's max pool and on
     global average pools of 512 to 2048 channels; see `bench/pools.py` and
     `bench/model_layers.py`.) `bytes_per_cycle`: the DRAM's, default the config's
-    `dram_bytes_per_cycle`."""
+    `dram_bytes_per_cycle`; `read_latency`: the DRAM's, which every DMA pays
+    (`common.dma_cycles`)."""
     s = schedule.clamped(layer)
     c, bw = config, float(bytes_per_cycle or config.dram_bytes_per_cycle)
+    dma = dma_cycles(bw, read_latency)
     imm_steps, vec_steps = layer.imm_passes, layer.vec_passes
     # The micro-op table counts, and the first window's loads wait behind it on the
     # DRAM: a global pool on a 1x16x8 core (64-bit bus) has 395 micro-ops (the 49 taps
     # of 4 output blocks, in two regions), its LOAD UOP took 614 cycles on Verilator and
-    # the first LOAD INP beside it 620 instead of 133. Fitted to two configs: what the
-    # table delays is twice its bytes over the bus's width (ResNet-18's global pool on
-    # that core: 5,447 cycles, the model 4,924 without the term, 5,319 with it; on the
-    # 1x16x32 core with a 128-bit bus, 199 micro-ops: 3,281 cycles, 3,203 and 3,303).
-    tables = (layer.const_rows * layer.blocks * c.acc_elem_bytes
-              + layer.ratio * c.wgt_elem_bytes) / bw + 3 * DMA_CYCLES \
-        + 2 * _uop_count(layer, s, c) * c.uop_bytes / (c.dram_bus_width // 8)
+    # the first LOAD INP beside it 620 instead of 133. Both modules load over one read
+    # channel, the micro-ops no faster than the DMA writer takes them, one a cycle
+    # (`timing._shared_tables`, the convolutions' rule): on a 1x32x64 core (256-bit bus,
+    # 32 bytes a cycle) the same table's LOAD UOP takes 455 cycles and the identity
+    # blocks beside it end at cycle 581, where this rule gives 581 and the earlier fit,
+    # twice the table's bytes over the bus's width, 347. ResNet-18's global pool on the
+    # 1x16x8 core: 5,453 cycles, the model 5,279 (5,714 with the fit); on the 1x16x32
+    # core with a 128-bit bus, 199 micro-ops: 3,281 cycles, 3,337 (3,303).
+    table_bytes = (layer.const_rows * layer.blocks * c.acc_elem_bytes
+                   + layer.ratio * c.wgt_elem_bytes)
+    uops = _uop_count(layer, s, c)
+    tables = max(table_bytes / bw + 3 * dma,
+                 uops * max(1.0, c.uop_bytes / bw) + table_bytes / bw + 2 * dma)
     cycles = first = 0.0
     for th, nh in tile_split(layer.out_h, s.tile_h):
         rows = (th - 1) * layer.stride_h + layer.kernel_h
@@ -436,7 +447,7 @@ def estimate_pool2d(layer: Pool2dLayer, schedule: Pool2dSchedule, config: Hardwa
                 window = layer.window_blocks(tc) * rows * cols
                 # One 2-D DMA per activation block, each paying the DRAM latency.
                 load = (window * c.inp_elem_bytes / bw
-                        + layer.window_blocks(tc) // layer.ratio * DMA_CYCLES)
+                        + layer.window_blocks(tc) // layer.ratio * dma)
                 store = store_cycles(entries, tc * (1 if tw == layer.out_w or layer.group == 1
                                                     else th), c, bw, layer.group)
                 if layer.kind == MAX:
@@ -448,7 +459,7 @@ def estimate_pool2d(layer: Pool2dLayer, schedule: Pool2dSchedule, config: Hardwa
                     compute = (entries * (1 + layer.taps * layer.ratio + imm_steps
                                           + 2 * vec_steps)
                                + (2 + imm_steps + vec_steps) * INSN_CYCLES)
-                cycles += m * (max(load, compute, store) + TILE_SYNC)
+                cycles += m * max(load + TILE_SYNC, compute, store)
                 first = max(first, load)
     return int(math.ceil(tables + first + cycles))
 

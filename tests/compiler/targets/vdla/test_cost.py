@@ -9,12 +9,13 @@ import pytest
 import vdla
 from vdla.compiler.targets.vdla import Conv2dLayer, Conv2dSchedule, lower_conv2d, run_conv2d
 from vdla.compiler.targets.vdla.common import (DMA_BURST_CYCLES, DMA_CYCLES, DMA_READ_SLOTS,
-                                               dma_row_cycles)
+                                               dma_cycles, dma_row_cycles)
 from vdla.compiler.targets.vdla.conv import conv_uop_table
 from vdla.compiler.targets.vdla.conv_layer import choose_conv2d, schedule_space
 from vdla.compiler.targets.vdla.conv_schedule import conv_uop_count
-from vdla.compiler.targets.vdla.timing import (_chunk_costs, _shared_tables, _steps, _store_waits,
-                                               _table_cycles, _TileClass, estimate_conv2d)
+from vdla.compiler.targets.vdla.timing import (_chunk_costs, _shared_tables, _table_cycles,
+                                               estimate_conv2d)
+from vdla.compiler.targets.vdla.timing_pairs import TileClass, steps, store_waits
 from vdla.compiler.frontend.workloads import RESNET18, ConvWorkload, parse_workload, workload_graph
 
 DEFAULT = vdla.HardwareConfig()
@@ -110,8 +111,8 @@ def test_estimate_is_close_to_the_cycle_accurate_backend(workload, schedule, tol
 def test_serial_overlaps_count_the_steps_between_tile_classes():
     """A whole row tile after the short last one of the previous output-channel tile
     overlaps that short tile's epilogue, not its own class's."""
-    assert _steps([("W", 3), ("S", 1)]) == {("W", "W"): 2, ("W", "S"): 1, ("S", "S"): 0}
-    assert _steps([("W", 1)]) == {("W", "W"): 0}
+    assert steps([("W", 3), ("S", 1)]) == {("W", "W"): 2, ("W", "S"): 1, ("S", "S"): 0}
+    assert steps([("W", 1)]) == {("W", "W"): 0}
 
 
 def test_store_waits_count_a_short_row_tile_between_whole_ones_but_the_last():
@@ -123,15 +124,15 @@ def test_store_waits_count_a_short_row_tile_between_whole_ones_but_the_last():
     tilings = [(8, 1, [(4, 1)])]
 
     def tile(compute, store):
-        return _TileClass(first_load=900, overlap=1500, compute=compute, store=store,
+        return TileClass(first_load=900, overlap=1500, compute=compute, store=store,
                           released=580, reset=147)
 
     sides = {(5, 14, 0): tile(1704, 1208), (1, 14, 0): tile(360, 312)}
     rows = Conv2dSchedule(5, 14, 4, 8, h_nthread=2)
-    assert _store_waits(layer, rows, tilings, sides) == 3 * (1208 - 360)
+    assert store_waits(layer, rows, tilings, sides) == 3 * (1208 - 360)
     # A short tile that outlasts the whole tile's stores leaves nothing to wait for.
-    assert _store_waits(layer, rows, tilings, {**sides, (1, 14, 0): tile(1300, 312)}) == 0
-    assert _store_waits(layer, Conv2dSchedule(5, 14, 4, 8), tilings, sides) == 0
+    assert store_waits(layer, rows, tilings, {**sides, (1, 14, 0): tile(1300, 312)}) == 0
+    assert store_waits(layer, Conv2dSchedule(5, 14, 4, 8), tilings, sides) == 0
 
 
 def test_the_tables_of_both_modules_share_the_read_channel():
@@ -161,7 +162,7 @@ def test_padding_costs_only_where_the_loads_writer_is_the_limit():
     assert narrow[0] == data / 8 + blocks * pads * 0.5 + blocks * 40
     wide = DEFAULT.replace(dram_bus_width=128, dram_bytes_per_cycle=12.0)
     assert _chunk_costs(layer, [(blocks, 1)], 1, window, (7, 7), True, wide, 12.0,
-                        pads)[0] == data / 12 + blocks * 40
+                        pads)[0] == data / 12 + blocks * dma_cycles(12.0)
 
 
 def test_narrow_rows_wait_for_the_drams_read_slots():

@@ -20,8 +20,8 @@ FOLDER = Path(vdla_target.__file__).resolve().parent
 #: Modules of the target's folder that lowering one convolution may enter: its family's
 #: (the layer and timing model, the emitter, what grouped convolutions and packed first
 #: layers add, the depthwise window) and the shared kernel.
-CONV_FAMILY = {"conv_layer.py", "conv_schedule.py", "timing.py", "conv.py", "grouped.py",
-               "tap_pack.py", "dw_window.py", "common.py", "requant.py"}
+CONV_FAMILY = {"conv_layer.py", "conv_schedule.py", "timing.py", "timing_pairs.py", "conv.py",
+               "grouped.py", "tap_pack.py", "dw_window.py", "common.py", "requant.py"}
 
 
 def modules_entered(fn, *args) -> set[str]:
