@@ -40,8 +40,13 @@ was run for. A part is looked up through the boards that use it (`family_of`).
   (`vdla.dse.resource_rules.DspCells`). A family whose calibration has no unpacked
   config cannot price one.
 * **A DRAM bus other than the port's** (a wider bus bridged to the port, `Board.apply`)
-  is priced the same way, per bit (``wide_bus``, `bus_pairs`): the base terms are fitted
-  to the configs on the family's board's bus (`ResourceModel.bus_width`).
+  is priced the same way, per bit above the port's width (``wide_bus``, `bus_pairs`):
+  the base terms are fitted to the configs on the calibration board's port
+  (`ResourceModel.bus_width`), which every board of the family has, so the term counts
+  the bits a config's bus has above its board's port (64 to 128 on the 7-series, 128 to
+  256 on the UltraScale+). A calibration point on a wide bus may have been synthesized on
+  another board of the family (one whose port can bridge it): the pairs are matched as
+  hardware (`HardwareConfig.hardware`), which the board does not change.
 
 The errors of the fit on its own data are kept with the model (`fit_errors`), and the
 sweep's confirmation step reports the error on the points it synthesizes.
@@ -173,13 +178,15 @@ def extension_pairs(points: Mapping[str, Mapping]) -> list[tuple[str, str]]:
     (name -> point, as in a calibration file) with extensions past VTA; ValueError naming
     a point whose config without extensions is not calibrated (their cost would be
     unknown)."""
-    bases = {HardwareConfig.from_dict(p["config"]): name for name, p in points.items()
-             if not _has_extensions(p["config"])}
+    # As hardware, as `bus_pairs`: a point may have been synthesized on another board of
+    # the family, or recorded before its board gave the DRAM's bandwidth (platform fields).
+    bases = {HardwareConfig.from_dict(p["config"]).hardware(): name
+             for name, p in points.items() if not _has_extensions(p["config"])}
     pairs = []
     for name, point in points.items():
         config = HardwareConfig.from_dict(point["config"])
         if any(extension_terms(config).values()):
-            base = without_extensions(config)
+            base = without_extensions(config).hardware()
             if base not in bases:
                 raise ValueError(f"calibration config {name!r} ({config.name}) has extensions "
                                  f"past VTA but its config without them ({base.name}) is not "

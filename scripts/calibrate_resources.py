@@ -15,19 +15,24 @@ uses, cached in ``~/.cache/vdla/estimates``) on each of the family's configs
 parameters, yosys's cell counts and the four resources as ``vdla estimate`` reports them
 (on the ECP5, nextpnr's packed counts), with the tools' versions and the time each run
 took. yosys's flow depends on the family, not on the part's size, so one file serves all
-the family's parts (the two Zynq UltraScale+ boards share the xczu3eg's run).
+the family's parts (the two Zynq UltraScale+ boards share the xczu3eg's run). A config
+whose DRAM bus the calibration board's port cannot take (a wider bus, where that port has
+no clock of its own to bridge it) runs on another board of the family with the same port
+(`calibration_board`: the UltraScale+'s 256-bit bus on the ZCU104's part), and its point
+names that board and part.
 
-The file is rewritten atomically after every config, and a config already in it (same
-parameters) is not run again unless ``--redo``: an interrupted run keeps what finished,
+The file is rewritten atomically after every config, and a config already in it (the
+same hardware) is not run again unless ``--redo``: an interrupted run keeps what finished,
 and running the same command again continues where it stopped.
 
 The configs span what a sweep varies: the GEMM core's shape (batch x block_in x
 block_out), every buffer's size, the optional ALU multiplier, with at least two more
 configs than the model has LUT/FF features; on the families that price the extensions
 past VTA (`vdla.extensions`: REQ, alu_hold, the depthwise window, the DSP limit), some
-of those configs again with extensions (`EXTENSION_CONFIGS`). Synthesis time grows with the core, so the
-UltraScale+ leaves out the two largest of the 7-series' nine, and the Cyclone V and the
-ECP5, whose hard multipliers limit them to small cores, use small ones (`SMALL_CONFIGS`).
+of those configs again with extensions or a wider DRAM bus (`EXTENSION_CONFIGS`).
+Synthesis time grows with the core, so the UltraScale+ leaves out the two largest of the
+7-series' nine, and the Cyclone V and the ECP5, whose hard multipliers limit them to
+small cores, use small ones (`SMALL_CONFIGS`).
 They need not fit the part (synthesis counts what they would use), only pass the quick
 on-chip memory check, except on the ECP5, where only a config that fits is placed and
 routed, so every ECP5 config fits the LFE5U-85F and the data is nextpnr's throughout.
@@ -49,7 +54,7 @@ from pathlib import Path
 
 from vdla import HardwareConfig
 from vdla._fileio import atomic_write
-from vdla.boards import get as get_board
+from vdla.boards import BOARDS, Board, get as get_board
 from vdla.boards.estimate import estimate
 from vdla.config import AluOp, REQUIRED_ALU_OPS
 from vdla.dse.resources import (TERM_EXTENSIONS, ResourceModel, bus_pairs, calibrated_families,
@@ -138,6 +143,25 @@ EXTENSION_CONFIGS = {
                   # the wide_bus term, per bit, on an 8-lane and a 16-lane core.
                   "b1_16x8_mul_bus128": ("b1_16x8_mul", dict(dram_bus_width=128)),
                   "b1_16x16_default_bus128": ("b1_16x16_default", dict(dram_bus_width=128))},
+    # The same terms on the cheapest of the family's seven bases: REQ alone and alu_hold
+    # alone on 1x16x8-mul (8 lanes), both on 1x8x16 (16 lanes); the window with two inp
+    # rows a column on 1x8x16 (block_out = 2 block_in, zcu104-plus's shape) and one row a
+    # column on 1x8x8. REQ alone on 1x8x8 too: REQ measured 114 LUTs a lane beside the
+    # ALU's MUL (1x16x8-mul) and 148 without it (1x8x16, with alu_hold), so a third
+    # point without MUL, as the cores a sweep builds mostly are (it measured 131).
+    "zynq-ultrascale+": {"b1_16x8_mul_req": ("b1_16x8_mul", dict(alu_ops=MUL | {AluOp.REQ})),
+                         "b1_16x8_mul_hold": ("b1_16x8_mul", dict(alu_hold=True)),
+                         "b1_8x8_small_req": ("b1_8x8_small", dict(alu_ops=REQ)),
+                         "b1_8x16_req_hold": ("b1_8x16", dict(alu_ops=REQ, alu_hold=True)),
+                         "b1_8x16_dw3": ("b1_8x16", dict(dw_taps=3)),
+                         "b1_8x8_small_dw4": ("b1_8x8_small", dict(dw_taps=4)),
+                         # The 256-bit bus bridged to the 128-bit HP port (zcu104-plus's):
+                         # on 1x16x8 (an inp row is half a bus word) and 1x32x8 (an inp
+                         # row is one bus word, as on a 1x32 core). The Ultra96-V2's port
+                         # has no clock of its own to bridge a wider bus, so these run on
+                         # the ZCU104's part (`calibration_board`).
+                         "b1_16x8_mul_bus256": ("b1_16x8_mul", dict(dram_bus_width=256)),
+                         "b1_32x8_bus256": ("b1_32x8", dict(dram_bus_width=256))},
     "cyclone-v": {"s1_8x8_req": ("s1_8x8", dict(alu_ops=REQ)),
                   "s1_8x8_hold": ("s1_8x8", dict(alu_hold=True)),
                   "s1_16x4_req_hold": ("s1_16x4", dict(alu_ops=REQ, alu_hold=True)),
@@ -169,8 +193,10 @@ FAMILY_BOARDS = {"zynq-7000": "pynq-z1", "zynq-ultrascale+": "ultra96-v2",
 FAMILY_CONFIGS = {
     "zynq-7000": _with_extensions(_with_extensions(CONFIGS, EXTENSION_CONFIGS["zynq-7000"]),
                                   UNPACKED_CONFIGS["zynq-7000"]),
-    "zynq-ultrascale+": _with_extensions({name: CONFIGS[name] for name in _SMALL},
-                                         UNPACKED_CONFIGS["zynq-ultrascale+"]),
+    "zynq-ultrascale+": _with_extensions(
+        _with_extensions({name: CONFIGS[name] for name in _SMALL},
+                         EXTENSION_CONFIGS["zynq-ultrascale+"]),
+        UNPACKED_CONFIGS["zynq-ultrascale+"]),
     "cyclone-v": _with_extensions(SMALL_CONFIGS, EXTENSION_CONFIGS["cyclone-v"]),
     "ecp5": SMALL_CONFIGS,
 }
@@ -192,7 +218,14 @@ CONFIRM = {
                          # One product per DSP on a core no unpacked config is based on.
                          "ultra96-v2_8x8_unpacked": ("ultra96-v2", dict(
                              block_in=8, block_out=8, wgt_buff_size=64 * K,
-                             acc_buff_size=32 * K, dsp_pack=False))},
+                             acc_buff_size=32 * K, dsp_pack=False)),
+                         # A 2,048-MAC core with every extension but the DSP limit and the
+                         # 256-bit bus bridged to the 128-bit HP port: each extension term
+                         # and the bus term far out of the small cores they are fitted on.
+                         "zcu104-plus": ("zcu104", dict(
+                             block_in=32, block_out=64, inp_buff_size=64 * K,
+                             wgt_buff_size=1024 * K, acc_buff_size=128 * K, alu_ops=REQ,
+                             alu_hold=True, dw_taps=3, dram_bus_width=256))},
     # With both ALU extensions on a config none of the extension configs is based on:
     # the extension terms out of the data they were fitted to.
     "cyclone-v": {"de10-nano_default": ("de10-nano", {}),
@@ -204,6 +237,30 @@ CONFIRM = {
 
 def calibration_path(family: str) -> Path:
     return Path(__file__).resolve().parent.parent / "dse" / "calibration" / f"{family}.json"
+
+
+def calibration_board(board: Board, config: HardwareConfig) -> Board:
+    """The board `config` is synthesized on: `board` (the family's calibration board),
+    or, for a bus its DRAM port cannot take (`Board.apply`: wider than a port without a
+    clock of its own to bridge it), the first board of the same family and port width
+    whose port can. yosys's run depends on the family and the Verilog only, neither of
+    which the board changes (its clock and DRAM are platform fields), so the netlist is
+    the one `board` would give.
+
+    board : the family's calibration board (`FAMILY_BOARDS`)
+    config : the config to synthesize
+    """
+    candidates = [board] + [b for b in BOARDS.values() if b.part.family == board.part.family
+                            and b.dram_bus_width == board.dram_bus_width and b is not board]
+    for candidate in candidates:
+        try:
+            candidate.apply(config)
+        except ValueError:
+            continue
+        return candidate
+    raise ValueError(f"no {board.part.family} board with {board.name}'s "
+                     f"{board.dram_bus_width}-bit DRAM port takes {config.name}'s "
+                     f"{config.dram_bus_width}-bit bus")
 
 
 def main(argv=None) -> int:
@@ -235,12 +292,15 @@ def main(argv=None) -> int:
     if args.only and set(args.only) - set(family_configs):
         parser.error(f"unknown configs for {family}: {sorted(set(args.only) - set(family_configs))}"
                      f"; known: {', '.join(family_configs)}")
-    configs = {name: board.apply(HardwareConfig(**{"dram_bus_width": board.dram_bus_width,
-                                                   **kwargs}))
-               for name, kwargs in family_configs.items()}
+    boards, configs = {}, {}
+    for name, kwargs in family_configs.items():
+        config = HardwareConfig(**{"dram_bus_width": board.dram_bus_width, **kwargs})
+        boards[name] = calibration_board(board, config)
+        configs[name] = boards[name].apply(config)
     if args.list:
         for name, config in configs.items():
-            print(f"{name:<22} {config.name}")
+            elsewhere = f" (on {boards[name].name})" if boards[name] is not board else ""
+            print(f"{name:<22} {config.name}{elsewhere}")
         return 0
     path = calibration_path(family)
     data = json.loads(path.read_text()) if path.exists() else {}
@@ -250,20 +310,26 @@ def main(argv=None) -> int:
     for i, name in enumerate(todo, 1):
         config = configs[name]
         done = points.get(name)
-        # Compared as configs: a file written before a field was added (alu_hold) holds
-        # the same config without that field's default.
-        if done and HardwareConfig.from_dict(done["config"]) == config and not args.redo:
+        # Compared as hardware (`HardwareConfig.hardware`): a file written before a field
+        # was added (alu_hold) holds the same config without that field's default, and
+        # one written before the board gave the DRAM's bandwidth holds another platform
+        # field (which no netlist depends on).
+        if (done and HardwareConfig.from_dict(done["config"]).hardware() == config.hardware()
+                and not args.redo):
             print(f"[{i}/{len(todo)}] {name}: in {path.name} already", flush=True)
             continue
         print(f"[{i}/{len(todo)}] {name} ({config.name}) ...", flush=True)
-        result = estimate(board, config, log=lambda message: print("  " + message, flush=True))
+        result = estimate(boards[name], config,
+                          log=lambda message: print("  " + message, flush=True))
         if family == "ecp5" and result.fmax_mhz is None:
             print(f"  does not fit {board.part.name} (not placed): left out", flush=True)
             continue
         points[name] = {"config": config.to_dict(), "config_name": config.name,
                         "cells": result.cells, "resources": result.resources.to_dict(),
                         "seconds": round(result.seconds, 1), "tools": result.tools,
-                        "fmax_mhz": result.fmax_mhz}
+                        "fmax_mhz": result.fmax_mhz,
+                        **({"board": boards[name].name, "part": boards[name].part.name}
+                           if boards[name] is not board else {})}
         print(f"  {result.resources.to_dict()} in {result.seconds:.0f} s"
               + (" (cached)" if result.cached else ""), flush=True)
         data = {**data, "part": board.part.name, "family": family,
@@ -311,6 +377,12 @@ def table() -> str:
             + "\n\n" + bus_table() + "\n\n" + pack_table())
 
 
+def _point_board(data: dict, name: str) -> str:
+    """The board calibration point `name` of `data` (a calibration file) was synthesized
+    on: its own where it names one (`calibration_board`), else the file's."""
+    return data["points"][name].get("board", data["board"])
+
+
 def pack_table() -> str:
     """What one product per DSP (`dsp_pack` off) changes by yosys (the unpacked config
     minus the same config packed), next to the model's ``unpacked_pairs`` term."""
@@ -324,7 +396,7 @@ def pack_table() -> str:
             config = HardwareConfig.from_dict(points[name]["config"])
             m, b = points[name]["resources"], points[base]["resources"]
             pairs = unpacked_pairs(config)
-            rows.append(f"| {family} | {data['board']} | {config.name} | {pairs:g} | "
+            rows.append(f"| {family} | {_point_board(data, name)} | {config.name} | {pairs:g} | "
                         f"{m['lut'] - b['lut']:+,} | {m['ff'] - b['ff']:+,} | "
                         f"{m['dsp'] - b['dsp']:+g} | {m['bram'] - b['bram']:+g} | "
                         f"{pairs * model.lut['unpacked_pairs']:+,.0f} / "
@@ -345,7 +417,7 @@ def bus_table() -> str:
             config = HardwareConfig.from_dict(points[name]["config"])
             m, b = points[name]["resources"], points[base]["resources"]
             bits = config.dram_bus_width - model.bus_width
-            rows.append(f"| {family} | {data['board']} | {config.name} | "
+            rows.append(f"| {family} | {_point_board(data, name)} | {config.name} | "
                         f"{model.bus_width} → {config.dram_bus_width} | "
                         f"{m['lut'] - b['lut']:+,} | {m['ff'] - b['ff']:+,} | "
                         f"{m['dsp'] - b['dsp']:+g} | {m['bram'] - b['bram']:+g} | "
@@ -377,7 +449,7 @@ def extension_table() -> str:
             f = extension_terms(config)
             fitted = {k: sum(getattr(model, k).get(t, 0.0) * v for t, v in f.items())
                       for k in ("lut", "ff")}
-            rows.append(f"| {family} | {data['board']} | {config.name} | "
+            rows.append(f"| {family} | {_point_board(data, name)} | {config.name} | "
                         f"{config.batch * config.block_out} | {m['lut'] - b['lut']:+,} | "
                         f"{m['ff'] - b['ff']:+,} | {m['dsp'] - b['dsp']:+g} | "
                         f"{m['bram'] - b['bram']:+g} | {fitted['lut']:+,.0f} / "
@@ -400,8 +472,9 @@ def confirm(family: str, *, redo: bool = False) -> int:
         board = get_board(board_name)
         config = board.apply(HardwareConfig.from_dict({**board.config.to_dict(), **fields}))
         done = confirmed.get(name)
-        # Compared as configs, as in main: a record may predate a field (alu_hold).
-        if done is None or HardwareConfig.from_dict(done["config"]) != config or redo:
+        # Compared as hardware, as in main: a record may predate a field (alu_hold).
+        if (done is None or redo
+                or HardwareConfig.from_dict(done["config"]).hardware() != config.hardware()):
             print(f"{name} ({config.name}) on {board.part.name} ...", flush=True)
             result = estimate(board, config,
                               log=lambda message: print("  " + message, flush=True))

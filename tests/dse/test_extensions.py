@@ -110,26 +110,49 @@ def test_a_feature_config_without_its_base_is_refused():
         ResourceModel.fit(dict(data, points=points))
 
 
-def test_a_wider_dram_bus_is_priced_per_bit_from_its_pairs():
-    # The 7-series' calibration has the 128-bit bus (bridged to the HP port) on two
-    # cores, each beside the same core on the port's 64 bits.
-    data = load("zynq-7000")
+#: family -> (its boards' DRAM port, the wider bus its calibration bridges to it).
+BRIDGED = {"zynq-7000": (64, 128), "zynq-ultrascale+": (128, 256)}
+
+
+@pytest.mark.parametrize("family", sorted(BRIDGED))
+def test_a_wider_dram_bus_is_priced_per_bit_from_its_pairs(family):
+    # Each family's calibration has the wider bus (bridged to the HP port) on two cores,
+    # each beside the same core on the port's width.
+    port, wide_bus = BRIDGED[family]
+    data = load(family)
     model = ResourceModel.fit(data)
-    assert model.bus_width == 64
-    pairs = bus_pairs(data["points"], 64)
+    assert model.bus_width == port
+    pairs = bus_pairs(data["points"], port)
     assert len(pairs) >= 2
     points = data["points"]
+    bits = wide_bus - port
     for key in ("lut", "ff"):
         added = [points[n]["resources"][key] - points[m]["resources"][key] for n, m in pairs]
         # One term per bit, fitted by least squares through the origin: the mean here.
-        assert 64 * getattr(model, key)["wide_bus"] == pytest.approx(sum(added) / len(added))
+        assert bits * getattr(model, key)["wide_bus"] == pytest.approx(sum(added) / len(added))
     small = HardwareConfig(block_out=8, wgt_buff_size=128 * 1024, acc_buff_size=64 * 1024,
-                           alu_ops=REQ, alu_hold=True)
-    for config in (HardwareConfig(), small):
-        wide, narrow = model.predict(config.replace(dram_bus_width=128)), model.predict(config)
-        assert wide.lut - narrow.lut == pytest.approx(64 * model.lut["wide_bus"], abs=1)
+                           alu_ops=REQ, alu_hold=True, dram_bus_width=port)
+    for config in (HardwareConfig(dram_bus_width=port), small):
+        wide, narrow = model.predict(config.replace(dram_bus_width=wide_bus)), model.predict(config)
+        assert wide.lut - narrow.lut == pytest.approx(bits * model.lut["wide_bus"], abs=1)
         # No DSP; block RAM is counted from the memories, whose write lanes the bus sets.
         assert wide.dsp == narrow.dsp
+
+
+@pytest.mark.parametrize("family", sorted(BRIDGED))
+def test_the_bus_term_counts_the_bits_above_every_boards_port(family):
+    # The base terms are fitted on the calibration board's port, which is every board's
+    # of the family: the term's bits are those above the port of whichever board.
+    model = ResourceModel.for_family(family)
+    boards = [b for b in BOARDS.values() if b.part.family == family]
+    assert boards and {b.dram_bus_width for b in boards} == {model.bus_width}
+    # The points on the wider bus pair with the same hardware on the port, also where
+    # one was synthesized on another board of the family (one whose port can bridge it).
+    points = load(family)["points"]
+    for name, base in bus_pairs(points, model.bus_width):
+        board = BOARDS[points[name].get("board", load(family)["board"])]
+        assert board.part.family == family and board.bridged(
+            HardwareConfig.from_dict(points[name]["config"])), name
 
 
 def test_a_bus_config_without_its_counterpart_is_refused():
@@ -145,12 +168,12 @@ def test_a_bus_config_without_its_counterpart_is_refused():
 
 
 def test_a_bus_the_calibration_has_no_pair_for_is_a_clear_error():
-    # The UltraScale+ calibration is all on its boards' 128-bit port.
-    model = ResourceModel.for_family("zynq-ultrascale+")
-    assert model.unpriced(HardwareConfig(dram_bus_width=128)) == []
-    with pytest.raises(ValueError, match=r"cannot price a 256-bit DRAM bus \(calibrated: 128 "
+    # The Cyclone V calibration is all on the de10-nano's 64-bit port.
+    model = ResourceModel.for_family("cyclone-v")
+    assert model.unpriced(HardwareConfig()) == []
+    with pytest.raises(ValueError, match=r"cannot price a 128-bit DRAM bus \(calibrated: 64 "
                                          r"bits\)"):
-        model.predict(HardwareConfig(dram_bus_width=256))
+        model.predict(HardwareConfig(dram_bus_width=128))
 
 
 def unpriced_model():
