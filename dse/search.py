@@ -69,11 +69,12 @@ class SweepResult:
 
 def violation(record: Mapping, spec: SweepSpec) -> float:
     """How far a valid record is from meeting the spec's constraints (<= 0: it meets
-    them): the worst resource's overuse of the part (a fraction), and the latency's
-    excess over the bound (a fraction of it)."""
+    them): the worst resource's use over the share of the part it may take
+    (`SweepSpec.max_utilization`, a fraction), and the latency's excess over the bound (a
+    fraction of it)."""
     worst = -1.0
     if spec.fits and record.get("utilization"):
-        worst = max(worst, max(record["utilization"].values()) - 1.0)
+        worst = max(worst, max(record["utilization"].values()) - spec.max_utilization)
     if spec.max_latency_ms is not None:
         worst = max(worst, record["objectives"]["latency_ms"] / spec.max_latency_ms - 1.0)
     return worst

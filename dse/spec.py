@@ -26,6 +26,7 @@ A spec file::
 
     [constraints]
     fits = true                        # the part's LUT, FF, DSP and BRAM
+    max_utilization = 0.95             # with fits: each at most this share of the part
     max_latency_ms = 50.0              # optional
 
 The parameters are `vdla.HardwareConfig`'s own fields, checked against
@@ -64,7 +65,7 @@ GRID_LIMIT = 2000
 DEFAULT_OBJECTIVES = ("latency_ms", "lut", "bram", "dsp")
 _TOP_KEYS = ("board", "search", "trials", "seed", "tune", "models", "parameters",
              "objectives", "constraints", "name")
-_CONSTRAINTS = ("fits", "max_latency_ms")
+_CONSTRAINTS = ("fits", "max_utilization", "max_latency_ms")
 _MODEL_KEYS = ("name", "weight")
 _RANGE_KEYS = ("min", "max", "step")
 _SUFFIX = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -180,6 +181,11 @@ class SweepSpec:
     objectives : objective names (`vdla.dse.pareto.OBJECTIVES`, which says whether each
         is minimized or maximized)
     fits : points that do not fit the part are kept but are not on the front
+    max_utilization : with `fits`, the share of each of the part's resources a point may
+        use (0 < x <= 1; 1, the default: all of it). Below 1 it leaves room for what a
+        system puts beside the accelerator (the processing system's interconnect, a
+        video pipeline) and for the resource model's error, and keeps a design off the
+        last block RAMs, where placement and timing get hard.
     max_latency_ms : points slower than this (weighted) are kept but not on the front
     search, trials, seed : how points are chosen (`SEARCHES`)
     tune : trials per convolution when each point's schedules are tuned
@@ -192,6 +198,7 @@ class SweepSpec:
     parameters: Mapping[str, tuple]
     objectives: tuple[str, ...] = DEFAULT_OBJECTIVES
     fits: bool = True
+    max_utilization: float = 1.0
     max_latency_ms: float | None = None
     search: str = "auto"
     trials: int = 500
@@ -228,6 +235,12 @@ class SweepSpec:
             raise ValueError(f"trials must be a positive integer, not {self.trials!r}")
         if isinstance(self.tune, bool) or not isinstance(self.tune, int) or self.tune < 0:
             raise ValueError(f"tune must be a non-negative integer, not {self.tune!r}")
+        if (isinstance(self.max_utilization, bool)
+                or not isinstance(self.max_utilization, (int, float))
+                or not 0 < self.max_utilization <= 1):
+            raise ValueError(f"max_utilization must be a number above 0 and at most 1 (a "
+                             f"share of each resource of the part), not "
+                             f"{self.max_utilization!r}")
         if self.max_latency_ms is not None and not (
                 isinstance(self.max_latency_ms, (int, float)) and self.max_latency_ms > 0):
             raise ValueError(f"max_latency_ms must be a positive number, not {self.max_latency_ms!r}")
@@ -292,6 +305,7 @@ class SweepSpec:
         return cls(board=str(data["board"]), models=tuple(models),
                    parameters={k: tuple(_expand(k, v)) for k, v in params.items()},
                    objectives=tuple(objectives), fits=bool(constraints.get("fits", True)),
+                   max_utilization=constraints.get("max_utilization", 1.0),
                    max_latency_ms=constraints.get("max_latency_ms"),
                    search=data.get("search", "auto"), trials=data.get("trials", 500),
                    seed=data.get("seed", 0), tune=data.get("tune", 0),
@@ -364,7 +378,9 @@ class SweepSpec:
                 "models": [dataclasses.asdict(m) for m in self.models],
                 "parameters": {k: list(v) for k, v in self.parameters.items()},
                 "objectives": list(self.objectives),
-                "constraints": {"fits": self.fits, "max_latency_ms": self.max_latency_ms}}
+                "constraints": {"fits": self.fits, "max_latency_ms": self.max_latency_ms,
+                                **({"max_utilization": self.max_utilization}
+                                   if self.max_utilization != 1.0 else {})}}
 
     @property
     def key(self) -> str:

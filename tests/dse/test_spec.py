@@ -7,8 +7,8 @@ import dataclasses
 import pytest
 
 from vdla.config import HardwareConfig
-from vdla.dse.spec import (DEFAULT_OBJECTIVES, GRID_LIMIT, SweepSpec, parse_param, parse_value,
-                           show_value)
+from vdla.dse.spec import (DEFAULT_OBJECTIVES, GRID_LIMIT, ModelSpec, SweepSpec, parse_param,
+                           parse_value, show_value)
 
 SPEC = """
 board = "pynq-z1"
@@ -90,7 +90,7 @@ def test_every_config_field_is_a_parameter_with_no_list_to_keep():
      "unknown key(s) 'colour'"),
     ("board = 'x'\nmodels = ['resnet18']\n[constraints]\nfit = true\n[parameters]\nblock_in = [8]",
      "unknown constraint(s) 'fit' (did you mean 'fits'?); [constraints] may hold fits, "
-     "max_latency_ms"),
+     "max_utilization, max_latency_ms"),
     ("board = = 'x'", "not valid TOML"),
 ])
 def test_bad_specs_are_refused_naming_the_file_and_the_problem(tmp_path, text, message):
@@ -106,7 +106,12 @@ BASE = "board = 'x'\nmodels = ['resnet18']\n"
 @pytest.mark.parametrize("text, message", [
     (BASE + "[constraints]\nfits = true\nmax_latncy_ms = 1.0\n[parameters]\nblock_in = [8]",
      "sweep spec {path}: unknown constraint(s) 'max_latncy_ms' (did you mean "
-     "'max_latency_ms'?); [constraints] may hold fits, max_latency_ms"),
+     "'max_latency_ms'?); [constraints] may hold fits, max_utilization, max_latency_ms"),
+    (BASE + "[constraints]\nmax_utilization = 1.5\n[parameters]\nblock_in = [8]",
+     "max_utilization must be a number above 0 and at most 1 (a share of each resource of "
+     "the part), not 1.5"),
+    (BASE + "[constraints]\nmax_utilization = 0\n[parameters]\nblock_in = [8]",
+     "max_utilization must be a number above 0 and at most 1"),
     (BASE + "[constraints]\nfits = 'no'\n[parameters]\nblock_in = [8]",
      "constraint fits must be true or false, not 'no'"),
     (BASE + "serch = 'grid'\n[parameters]\nblock_in = [8]",
@@ -250,3 +255,22 @@ def test_hardware_config_names_the_field_first_when_the_value_itself_is_wrong():
         with pytest.raises(ValueError) as info:
             HardwareConfig.from_dict({**HardwareConfig().to_dict(), field.name: "x"})
         assert str(info.value).startswith(f"HardwareConfig.{field.name} "), str(info.value)
+
+
+def test_max_utilization_keeps_a_share_of_the_part_free():
+    """With fits, a point over `max_utilization` of any resource violates the
+    constraints by how far it is over; the default (1) is the part itself, and the
+    spec's key changes only when the share is set."""
+    from vdla.dse.search import violation
+
+    base = SweepSpec(board="pynq-z1", models=(ModelSpec("resnet18"),),
+                     parameters={"block_in": (8,)})
+    tight = base.replace(max_utilization=0.95)
+    record = {"utilization": {"lut": 0.5, "ff": 0.2, "dsp": 0.4, "bram": 0.97},
+              "objectives": {"latency_ms": 1.0}}
+    assert violation(record, base) == pytest.approx(-0.03)
+    assert violation(record, tight) == pytest.approx(0.02)
+    assert violation(record, tight.replace(fits=False)) == -1.0
+    assert "max_utilization" not in base.to_dict()["constraints"]
+    assert tight.to_dict()["constraints"]["max_utilization"] == 0.95
+    assert base.key != tight.key

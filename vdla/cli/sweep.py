@@ -61,6 +61,9 @@ def add_parser(sub) -> None:
                         "gemm_utilization)")
     p.add_argument("--max-latency-ms", type=float, metavar="MS",
                    help="constraint: points slower than this are not on the front")
+    p.add_argument("--max-utilization", type=float, metavar="SHARE",
+                   help="constraint: points using more than this share (0 to 1) of any of "
+                        "the part's resources are not on the front (default 1)")
     p.add_argument("--search", choices=("auto", "grid", "nsga2", "tpe"),
                    help="grid, Optuna NSGA-II or multi-objective TPE (default auto: the grid "
                         "up to 2000 points)")
@@ -120,7 +123,7 @@ def _spec(args):
                                  if spec else {k: tuple(v) for k, v in params.items()})
     if args.objectives:
         changes["objectives"] = tuple(o.strip() for o in args.objectives.split(",") if o.strip())
-    for name in ("max_latency_ms", "search", "trials", "seed", "tune"):
+    for name in ("max_latency_ms", "max_utilization", "search", "trials", "seed", "tune"):
         if getattr(args, name) is not None:
             changes[name] = getattr(args, name)
     if spec is None:
@@ -209,12 +212,15 @@ def _why_no_front(records, spec, part: str) -> str:
         return (f"none of the {len(records)} point(s) is valid (their reasons are above); "
                 "change the parameters' values")
     if spec.fits:
+        limit = spec.max_utilization
         fitting = [r for r in valid if r.get("utilization")
-                   and max(r["utilization"].values()) <= 1.0]
+                   and max(r["utilization"].values()) <= limit]
         if not fitting:
             least = min(valid, key=lambda r: max(r["utilization"].values()))
             resource, share = max(least["utilization"].items(), key=lambda kv: kv[1])
-            return (f"no valid point fits {part} (constraint fits = true); the smallest, "
+            within = (f"fits within {100 * limit:g}% of" if limit < 1 else "fits")
+            which = (f"max_utilization = {limit:g}" if limit < 1 else "fits = true")
+            return (f"no valid point {within} {part} (constraint {which}); the smallest, "
                     f"{least['config_name']}, needs {100 * share:.0f}% of its "
                     f"{resource.upper()}")
         valid = fitting
