@@ -15,8 +15,9 @@ Columns: ``cycles`` (Verilator), ``DPU cycles`` (the DPU's latency times 300 MHz
 cycle), ``ms`` at the config's clock and at 300 MHz. The last column is the timing
 model's cycles for the same program at 300 MHz through one HP port (17.75 bytes a
 cycle instead of 32, and a 48-cycle read latency): what the cycles would become if the
-design ran at the DPU's clock without the DPU's second data port. The simulation's wall
-time is printed per model (op-parallel on ``--jobs`` local processes). ``--plot`` draws
+design ran at the DPU's clock without the DPU's second data port. ``run s`` is the wall
+time of the run on Verilator (op-parallel on ``--jobs`` local processes, with the
+reference run that feeds them; compiling is not counted). ``--plot`` draws
 the cycles side by side, each model's MAC bound marked.
 """
 
@@ -26,7 +27,6 @@ import argparse
 import dataclasses
 import os
 import sys
-import time
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
@@ -79,9 +79,8 @@ def run(model: str, config, board, jobs: int) -> dict:
     """`model` on Verilator on `board` (bit-exact or SystemExit), and the timing model's
     cycles of the same schedules at 300 MHz through one HP port."""
     target = get_target("vdla", config=config, dram=board.dram_timing(config))
-    start = time.perf_counter()
     outcome = pipeline.run_model(model, target, jobs=jobs)
-    seconds = time.perf_counter() - start
+    seconds = outcome.run_seconds
     if not outcome.bit_exact:
         raise SystemExit(f"{model}: not bit-exact against the reference: {outcome.mismatch}")
     ops = [s for s in outcome.result.ops if s.target == "vdla"]
@@ -100,12 +99,13 @@ def run(model: str, config, board, jobs: int) -> dict:
 
 
 def resource_lines(config, board, resources: dict | None) -> list[str]:
-    """vdla's resources by yosys (`resources`: a shipped config's recorded figures, or
-    None) beside the board's calibrated resource model, with the model's error."""
+    """vdla's recorded resources (`resources`: a shipped config's figures, by yosys where
+    its source says so, or None) beside the board's calibrated resource model, with the
+    model's error against them."""
     family = board.family
     predicted = ResourceModel.for_board(board).predict(config).to_dict()
     capacity = board.part.capacity
-    lines = ["", f"{'resource':<10} {'yosys':>10} {'model':>10} {'error':>7} {'of':>9}"]
+    lines = ["", f"{'resource':<10} {'recorded':>10} {'model':>10} {'error':>7} {'of':>9}"]
     for key, value in predicted.items():
         unit = {"lut": family.lut_unit, "bram": family.bram_unit}.get(key, "")
         used = resources.get(key, {}).get("used") if resources else None
@@ -114,7 +114,7 @@ def resource_lines(config, board, resources: dict | None) -> list[str]:
         lines.append(f"{key:<10} {shown} {value:>10,.0f} {error} {getattr(capacity, key):>9,g}"
                      + (f"  ({unit})" if unit else ""))
     if resources:
-        lines.append(f"yosys: {resources.get('source', '')}")
+        lines.append(f"recorded: {resources.get('source', '')}")
     return lines
 
 
@@ -125,7 +125,7 @@ def report(rows: list[dict], config, board, resources: dict | None) -> list[str]
              f"DPU: {DPU_SOURCE}", "",
              f"{'model':<13} {'DPU ms':>7} {'DPU cycles':>11} {'DPU bound':>9} "
              f"{'vdla cycles':>12} {'vdla bound':>10} {'cycles vs DPU':>13} "
-             f"{f'ms @{mhz:g}':>9} {'ms @300':>8} {'1 port @300':>12} {'sim s':>6}"]
+             f"{f'ms @{mhz:g}':>9} {'ms @300':>8} {'1 port @300':>12} {'run s':>6}"]
     for r in rows:
         dpu = dpu_cycles(r["model"])
         bound = r["macs"] / config.macs_per_cycle

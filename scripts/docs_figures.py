@@ -140,6 +140,19 @@ FIGURES = [
            "resnet50",
            "the three models layer by layer on pynq-z1-plus (1x16x32, REQ, hold, the "
            "window, 220 DSPs, a 128-bit bus)"),
+    Figure("model_layers_zcu104_plus",
+           "python3 bench/model_layers.py --config zcu104-plus --board zcu104 --models resnet50 "
+           "resnet18 mobilenet_v1 mobilenet_v2",
+           "the four models the DPU's latencies cover, layer by layer on zcu104-plus at the "
+           "ZCU104's DRAM model, beside the timing model"),
+    Figure("dpu_zcu104", "python3 bench/dpu.py --plot {tmp}/dpu.png",
+           "zcu104-plus against the Vitis AI DPU B4096 on the ZCU104: cycles on Verilator "
+           "beside the DPU's published latencies, resources, a plot",
+           plots={"dpu.png": "dpu_zcu104.png"}),
+    Figure("sweep_zcu104_dpu",
+           "vdla sweep bench/sweep_zcu104_dpu.toml --out {tmp}/sweep --best {tmp}/best.json",
+           "the ZCU104 sweep that chose zcu104-plus: its front and what it left out",
+           plots={"sweep/sweep.png": "sweep_zcu104_dpu.png"}),
     Figure("resnet18_layers_vta_plus", "python3 bench/resnet18_layers.py --config vta-plus",
            "ResNet-18's C2-C11 on VTA's sizes with REQ and hold"),
     Figure("resnet18_layers_pynq_z1_plus",
