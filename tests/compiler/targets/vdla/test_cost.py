@@ -17,8 +17,26 @@ from vdla.compiler.targets.vdla.timing import (_chunk_costs, _shared_tables, _ta
                                                estimate_conv2d)
 from vdla.compiler.targets.vdla.timing_pairs import TileClass, steps, store_waits
 from vdla.compiler.frontend.workloads import RESNET18, ConvWorkload, parse_workload, workload_graph
+from vdla.isa import MemoryType
+from vdla.runtime import COMPUTE, LOAD, ProgramBuilder
 
 DEFAULT = vdla.HardwareConfig()
+
+
+def timed_inp_load(dev, rows: int, elems: int, stride: int) -> tuple[int, int]:
+    """(first, last cycle) of one LOAD of `rows` x `elems` inp elements (`stride` apart in
+    DRAM) on the default config's device `dev`, from its Verilator timeline."""
+    data, at = dev.alloc(1 << 14), dev.alloc(4096)
+    p = ProgramBuilder(DEFAULT)
+    p.load(MemoryType.INP, dram_base=data // DEFAULT.inp_elem_bytes, y_size=rows,
+           x_size=elems, x_stride=stride)
+    p.dep_push(LOAD, COMPUTE)
+    p.dep_pop(LOAD, COMPUTE)
+    program = p.finish()
+    dev.write(at, program.to_bytes())
+    dev.run(at, len(program), timeline=True)
+    (start, end, _), = dev.timeline.intervals("load")
+    return start, end
 
 
 def layer_of(workload: ConvWorkload, config=DEFAULT):
@@ -170,24 +188,13 @@ def test_narrow_rows_wait_for_the_drams_read_slots():
     row of a bus word or two waits for one to free (`dma_row_cycles`), which the
     Verilator model shows on LOADs of 13 and 26 one-element rows, where rows of ten bus
     words keep the bus busy."""
-    from vdla.isa import MemoryType
-    from vdla.runtime import COMPUTE, LOAD, ProgramBuilder
 
     assert dma_row_cycles(8, 2.0) == 0 and dma_row_cycles(13, 10.0) == 0
     assert dma_row_cycles(13, 2.0) == 5 * ((DMA_BURST_CYCLES + 2.0) / DMA_READ_SLOTS - 2.0)
     row_bytes = DEFAULT.inp_elem_bytes
     with vdla.runtime.open(DEFAULT, backend="verilator", log=lambda message: None) as dev:
-        data, at = dev.alloc(1 << 14), dev.alloc(4096)
         for rows, elems in ((13, 1), (26, 1), (13, 5)):
-            p = ProgramBuilder(DEFAULT)
-            p.load(MemoryType.INP, dram_base=data // row_bytes, y_size=rows, x_size=elems,
-                   x_stride=64)
-            p.dep_push(LOAD, COMPUTE)
-            p.dep_pop(LOAD, COMPUTE)
-            program = p.finish()
-            dev.write(at, program.to_bytes())
-            dev.run(at, len(program), timeline=True)
-            (start, end, _), = dev.timeline.intervals("load")
+            start, end = timed_inp_load(dev, rows, elems, stride=64)
             per_row = elems * row_bytes / DEFAULT.dram_bytes_per_cycle
             model = DMA_CYCLES + rows * per_row + dma_row_cycles(rows, per_row)
             assert abs((end - start) - model) <= 5, (rows, elems, end - start, model)

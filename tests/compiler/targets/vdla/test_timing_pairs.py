@@ -23,6 +23,8 @@ from vdla.compiler.targets.vdla.timing_pairs import (TileCosts, mixed_groups, mi
 from vdla.compiler import Graph
 from vdla.sim.verilator import DramTiming
 
+from .test_cost import timed_inp_load
+
 DEFAULT = vdla.HardwareConfig()
 BOTH = vdla.HardwareConfig(alu_ops={"MIN", "MAX", "ADD", "SHR", "REQ"}, alu_hold=True)
 
@@ -52,9 +54,6 @@ def test_a_load_pays_the_drams_latency_and_the_engines_turnaround():
     idle one before the next (`DMA_TURNAROUND`), on the simulated DRAM's 32-cycle latency
     and on ZCU104's 24 alike; `dma_cycles` adds the instruction fetch's share of the read
     channel, 40 cycles a DMA on the default DRAM."""
-    from vdla.isa import MemoryType
-    from vdla.runtime import COMPUTE, LOAD, ProgramBuilder
-
     assert dma_cycles() == DMA_CYCLES == READ_LATENCY + DMA_TURNAROUND + 4
     assert dma_cycles(32.0, 24) == 24 + DMA_TURNAROUND + 1
     rows, elems = 4, 16
@@ -62,16 +61,7 @@ def test_a_load_pays_the_drams_latency_and_the_engines_turnaround():
     for latency in (READ_LATENCY, 24):
         with vdla.runtime.open(DEFAULT, backend="verilator", log=lambda message: None,
                                dram=DramTiming(read_latency=latency)) as dev:
-            source, at = dev.alloc(1 << 14), dev.alloc(4096)
-            p = ProgramBuilder(DEFAULT)
-            p.load(MemoryType.INP, dram_base=source // DEFAULT.inp_elem_bytes, y_size=rows,
-                   x_size=elems, x_stride=elems)
-            p.dep_push(LOAD, COMPUTE)
-            p.dep_pop(LOAD, COMPUTE)
-            program = p.finish()
-            dev.write(at, program.to_bytes())
-            dev.run(at, len(program), timeline=True)
-            (start, end, _), = dev.timeline.intervals("load")
+            start, end = timed_inp_load(dev, rows, elems, stride=elems)
             assert end - start == data + latency + DMA_TURNAROUND - 1, (latency, end - start)
 
 
