@@ -31,6 +31,13 @@ def test_zcu104_plus_is_a_2048_mac_core_on_1024_dsps_that_fits_with_room():
                for key in predicted.KEYS)
     # Unpacked, the same core needs more DSPs than the part has.
     assert config.replace(dsp_pack=False).gemm_multipliers > capacity.dsp
+    # yosys's count (`vdla estimate`, recorded in the file) against the model's: the
+    # DSPs and block RAMs exact, the LUTs and flip-flops within 2%.
+    measured = entry.figures["resources"]
+    assert entry.fits and "vdla estimate" in measured["source"]
+    assert measured["dsp"]["used"] == predicted.dsp and measured["bram"]["used"] == predicted.bram
+    for key in ("lut", "ff"):
+        assert abs(getattr(predicted, key) / measured[key]["used"] - 1) < 0.02
     runs = {run["model"]: run for run in entry.figures["runs"]}
     assert set(runs) == {"resnet50", "resnet18", "mobilenet_v1", "mobilenet_v2"}
     assert all(run["bit_exact"] and run["backend"] == "verilator" for run in runs.values())
