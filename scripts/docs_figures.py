@@ -104,10 +104,10 @@ FIGURES = [
     # Without the GPU target: on Triton's interpreter it takes minutes and times nothing
     # a GPU would; the GPU page has the roofline figures instead.
     Figure("compare_resnet18",
-           "vdla compare resnet18 --targets vdla,cpu,host --threads 1 --onnxruntime "
-           "--chart docs/img/compare_resnet18.png",
-           "ResNet-18 on the accelerator, the CPU and the host, onnxruntime beside them: "
-           "time per op group, bar chart"),
+           "vdla compare resnet18 --targets vdla,cpu,host --threads 1 "
+           "--reference onnxruntime,openvino --chart docs/img/compare_resnet18.png",
+           "ResNet-18 on the accelerator, the CPU and the host, onnxruntime and OpenVINO "
+           "beside them: time per op group, bar chart"),
     Figure("roofline_resnet18",
            "vdla roofline resnet18 --gpu h100-sxm,a100-sxm --plot docs/img/roofline_resnet18.png",
            "per-kernel roofline estimate of ResNet-18 (int8) on two GPUs"),
