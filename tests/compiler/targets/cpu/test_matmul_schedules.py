@@ -15,7 +15,6 @@ import pytest
 
 from vdla.compiler import Graph, run_reference
 from vdla.compiler.ir.tensor import DTYPES
-from vdla.compiler.targets.cpu.build import machine_features
 from vdla.compiler.targets.cpu.isa import get as get_isa
 from vdla.compiler.targets.cpu.library import build_kernels, call, load
 from vdla.compiler.targets.cpu.lower import node_kernel
@@ -24,10 +23,8 @@ from vdla.compiler.targets.cpu.matmul_schedule import (MatmulSchedule, MatmulSha
 from vdla.compiler.targets.cpu.schedule import ScheduleError
 from vdla.compiler.tuner.space import Block, ProductSpace
 
-ISAS = [pytest.param(name, marks=pytest.mark.skipif(
-            not get_isa(name).runs_on(machine_features()),
-            reason=f"this machine's compiler does not offer {name}"))
-        for name in ("avx512vnni", "avx2", "portable")]
+from .test_cpu_ops import ISAS  # the instruction sets this machine's compiler offers
+
 THREADS = 2
 TOLERANCE = 1e-5
 
