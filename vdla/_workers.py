@@ -99,6 +99,8 @@ _METHODS = ("forkserver", "fork", "spawn")
 _preload_named = False
 #: The workers started here that may still run (`_stop_fork_server` ends them at exit).
 _started: "weakref.WeakSet" = weakref.WeakSet()
+#: Serialises `_ensure_fork_server`'s changes to the environment.
+_server_lock = threading.Lock()
 #: Seconds `_stop_fork_server` waits for each process it stops.
 _EXIT_WAIT = 2.0
 
@@ -144,6 +146,8 @@ def start_worker(context, target: Callable, args: tuple = (), *, name: str | Non
     if method not in _METHODS:
         raise ValueError(f"worker start method must be one of {', '.join(_METHODS)}, "
                          f"not {method!r}")
+    if method == "forkserver":
+        _ensure_fork_server()
     process = context.Process(target=_bootstrap,
                               args=(os.getpid(), method == "forkserver", target,
                                     tuple(args)),
@@ -152,6 +156,33 @@ def start_worker(context, target: Callable, args: tuple = (), *, name: str | Non
         process.start()
     _started.add(process)
     return process
+
+
+def _ensure_fork_server() -> None:
+    """Start multiprocessing's fork server, if it is not running, on this process's
+    ``sys.path``. multiprocessing starts it as ``python -c``, which puts the current
+    folder first on its path, and Python 3.11's server ignores the path it is sent: in a
+    clone of the repository with a non-editable install, its preloading imported the
+    clone's ``vdla/`` folder (a package without the subpackages pyproject maps from other
+    folders), and every worker forked from it inherited that half package (``No module
+    named 'vdla.compiler'``). ``PYTHONSAFEPATH`` keeps the current folder off its path,
+    and ``PYTHONPATH`` gives it this process's (a ``''`` entry, the current folder, made
+    absolute), the path each worker is given anyway. The variables are set in
+    ``os.environ`` only while the server starts (the server inherits the environment),
+    under the lock that serialises starting workers."""
+    saved = {name: os.environ.get(name) for name in ("PYTHONSAFEPATH", "PYTHONPATH")}
+    path = [entry or os.getcwd() for entry in sys.path if isinstance(entry, str)]
+    with _server_lock:
+        os.environ["PYTHONSAFEPATH"] = "1"
+        os.environ["PYTHONPATH"] = os.pathsep.join(path)
+        try:
+            multiprocessing.forkserver.ensure_running()
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
 
 
 def _stop_fork_server():

@@ -98,6 +98,41 @@ def _where_vdla_comes_from():
     return lambda name: {"file": importlib.import_module(name).__file__}["file"]
 
 
+#: A script, run by its path, whose one worker reports the files `vdla` and `vdla.sim`
+#: come from: the local pools' real call site (`vdla.execute`), whose workers come from
+#: multiprocessing's fork server on Linux.
+POOL_SCRIPT = """
+import importlib
+from vdla.execute import LocalExecutor
+
+def where():
+    return lambda name: [importlib.import_module(n).__file__ for n in ("vdla", name)]
+
+if __name__ == "__main__":
+    with LocalExecutor(where, 1, processes=True) as executor:
+        [(_, files)] = list(executor.map_unordered(["vdla.sim"]))
+    print(*files, sep="\\n")
+"""
+
+
+def test_local_pool_workers_import_the_installed_package(source_tree, tmp_path):
+    """The fork server is started with ``python -c``, which puts the current folder
+    first on its path. Here the folder's ``vdla/`` imports (a clone's half package, the
+    case a raising one hides: the server's preloading swallows an import error, and each
+    worker is given the parent's path): without the guard the server preloads it and
+    every worker it forks inherits it."""
+    (source_tree / "vdla" / "__init__.py").write_text("")
+    script = tmp_path / "scripts" / "pool.py"   # its own folder, not the current one
+    script.parent.mkdir()
+    script.write_text(POOL_SCRIPT)
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    files = [Path(line) for line in proc.stdout.split()]
+    assert len(files) == 2 and all(f.is_file() for f in files), proc.stdout
+    assert not any(source_tree in f.parents for f in files), proc.stdout
+
+
 def _python_children(path: Path) -> list[tuple[int, str]]:
     """(line, source) of each call in `path` whose argument list starts with
     `sys.executable` followed by ``-m`` or ``-c`` (a child that puts the current folder
