@@ -13,6 +13,12 @@ at a known commit.
     python3 scripts/docs_figures.py --only run_resnet18 roofline_resnet18
     python3 scripts/docs_figures.py --list        # names, commands and output files
 
+A figure whose numbers belong to the machine it ran on (the CPU target against
+onnxruntime and OpenVINO) is kept per machine: its file is
+``docs/figures/NAME--MACHINE.txt`` (and its plots ``NAME--MACHINE.png``), MACHINE the CPU's
+name and the instruction set the CPU target generates for (``amd-epyc-avx2``), so a run on
+another kind of machine adds its file beside the others instead of replacing them.
+
 Run it at the commit the documentation describes, with the Verilator model cache warm
 (the first Verilator run of a config builds its model, about a minute). On two cores it
 took 12 minutes at a load average of 3 and half an hour where other work kept the load
@@ -52,6 +58,7 @@ class Figure:
     head : keep only the first `head` lines (applied before `tail`)
     plots : files the command writes under ``{tmp}`` -> their names in ``docs/img/``
     shows : what the figure is, for ``--list``
+    per_machine : keep one file (and plot) per kind of machine (`stem`)
     """
 
     name: str
@@ -60,6 +67,21 @@ class Figure:
     tail: int | None = None
     head: int | None = None
     plots: dict[str, str] = dataclasses.field(default_factory=dict)
+    per_machine: bool = False
+
+    def stem(self, slug: str | None = None) -> str:
+        """The file's stem: the name, and for a per-machine figure ``--`` and the slug
+        of the machine (default: this one, `machine_slug`)."""
+        if not self.per_machine:
+            return self.name
+        return f"{self.name}{MACHINE_SEP}{machine_slug() if slug is None else slug}"
+
+    def plot_name(self, name: str, slug: str | None = None) -> str:
+        """Plot `name`'s file in ``docs/img/`` (a per-machine figure's carries the slug)."""
+        if not self.per_machine:
+            return name
+        base, dot, ext = name.rpartition(".")
+        return f"{base}{MACHINE_SEP}{machine_slug() if slug is None else slug}{dot}{ext}"
 
     def argv(self, tmp: Path) -> list[str]:
         words = shlex.split(self.command.replace("{tmp}", str(tmp)))
@@ -204,8 +226,9 @@ FIGURES = [
     Figure("cpu_speed",
            "python3 bench/cpu.py --threads 2 --skip-tune --skip-convergence --skip-exactness "
            "--rounds 9 --out {tmp}/cpu",
-           "the CPU target against onnxruntime (default schedules), with its chart",
-           plots={"cpu/cpu.png": "cpu_speed.png"}),
+           "the CPU target against onnxruntime and OpenVINO (default schedules), with its "
+           "chart, one file per kind of machine",
+           plots={"cpu/cpu.png": "cpu_speed.png"}, per_machine=True),
     Figure("cpu_transformers",
            "python3 bench/cpu_transformers.py --runs 5 --rounds 3 --ops --out {tmp}/transformers",
            "the CPU target against onnxruntime's fastest way on BERT-base and ViT-tiny, "
@@ -231,7 +254,30 @@ def commit() -> str:
     return head + ("-dirty" if any(not p.startswith(ours) for p in changed) else "")
 
 
-ISA_NAMES = {"avx512vnni": "AVX-512 VNNI", "avx2": "AVX2", "portable": "portable C"}
+ISA_NAMES = {"amx": "AMX", "avx512vnni": "AVX-512 VNNI", "avx2": "AVX2",
+             "portable": "portable C"}
+#: Between a per-machine figure's name and its machine's slug in file names.
+MACHINE_SEP = "--"
+
+
+def machine_slug() -> str:
+    """This machine's kind for per-machine figure files: the CPU's name and the
+    instruction set the CPU target generates for, lower case, words joined by ``-``
+    (``amd-epyc-avx2``; trademark marks and the clock dropped)."""
+    from vdla._platform import cpu_name
+    from vdla.compiler.targets.cpu import isa
+    name = re.sub(r"\((r|tm)\)|\bcpu\b|@.*$", " ", cpu_name().lower())
+    return re.sub(r"[^a-z0-9]+", "-", f"{name} {isa.detect().name}").strip("-")
+
+
+def figure_of(stem: str) -> tuple[Figure, str | None]:
+    """The figure a file stem belongs to and its machine slug (None: not per machine).
+    KeyError for a stem no figure makes."""
+    name, sep, slug = stem.partition(MACHINE_SEP)
+    figure = BY_NAME[name]
+    if bool(sep) != figure.per_machine or (sep and not slug):
+        raise KeyError(stem)
+    return figure, slug or None
 
 
 def machine() -> str:
@@ -265,11 +311,11 @@ def make(figure: Figure, where: str) -> tuple[bool, float, str]:
             return False, seconds, f"exit status {done.returncode}: " + " | ".join(last)
         for src, dst in figure.plots.items():
             data = (Path(tmp) / src).read_bytes()
-            atomic_write(IMG_DIR / dst, data)
+            atomic_write(IMG_DIR / figure.plot_name(dst), data)
         # The scratch folder's name changes every run; the command line calls it OUT.
         output = done.stdout.replace(tmp, "OUT")
         text = provenance(figure, where, load, seconds) + "\n" + figure.trim(output)
-        atomic_write(FIGURES_DIR / f"{figure.name}.txt", text.encode())
+        atomic_write(FIGURES_DIR / f"{figure.stem()}.txt", text.encode())
     return True, seconds, ""
 
 
@@ -300,6 +346,9 @@ def sync_readme(text: str) -> str:
         if name not in BY_NAME:
             raise ValueError(f"README quotes figure {name!r}, which scripts/docs_figures.py "
                              f"does not define (known: {', '.join(BY_NAME)})")
+        if BY_NAME[name].per_machine:
+            raise ValueError(f"README quotes figure {name!r}, which is kept per machine: "
+                             "the README quotes one file, so quote a figure that is not")
         return m.group(1) + readme_quote(name, cut, int(n) if n else None) + m.group(6)
     return _README_BLOCK.sub(quote, text)
 
@@ -313,9 +362,10 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     chosen = [BY_NAME[n] for n in args.only] if args.only else FIGURES
     if args.list:
+        slug = "MACHINE"          # --list names no machine: it probes no compiler
         for f in chosen:
-            plots = "".join(f" + docs/img/{p}" for p in f.plots.values())
-            print(f"{f.name:24} docs/figures/{f.name}.txt{plots}\n{'':24} "
+            plots = "".join(f" + docs/img/{f.plot_name(p, slug)}" for p in f.plots.values())
+            print(f"{f.name:24} docs/figures/{f.stem(slug)}.txt{plots}\n{'':24} "
                   f"{f.shown_command()}\n{'':24} {f.shows}")
         return 0
     where = commit()

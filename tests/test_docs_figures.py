@@ -39,36 +39,61 @@ def test_every_included_figure_is_defined_and_written(page, path):
         pytest.skip("no page includes a figure")
     assert path.startswith("docs/figures/") and path.endswith(".txt"), \
         f"{page} includes {path}: pages include figures from docs/figures/NAME.txt"
-    name = Path(path).stem
-    assert name in figures.BY_NAME, \
-        f"{page} includes {path}, which scripts/docs_figures.py does not define"
+    stem = Path(path).stem
+    try:
+        figure, _ = figures.figure_of(stem)
+    except KeyError:
+        raise AssertionError(f"{page} includes {path}, which scripts/docs_figures.py does "
+                             "not define") from None
     assert (ROOT / path).is_file(), \
-        f"{page} includes {path}: run python3 scripts/docs_figures.py --only {name}"
+        f"{page} includes {path}: run python3 scripts/docs_figures.py --only {figure.name}"
 
 
 @pytest.mark.parametrize("path", sorted((DOCS / "figures").glob("*.txt")), ids=lambda p: p.stem)
 def test_every_figure_file_starts_with_its_provenance(path):
-    assert path.stem in figures.BY_NAME, \
-        f"{path.name} is no figure of scripts/docs_figures.py (a stale file?)"
+    try:
+        figure, _ = figures.figure_of(path.stem)
+    except KeyError:
+        raise AssertionError(f"{path.name} is no figure of scripts/docs_figures.py (a stale "
+                             "file?)") from None
     first = path.read_text().split("\n", 1)[0]
-    figure = figures.BY_NAME[path.stem]
     assert first.startswith(figures.PROVENANCE_PREFIX + figure.shown_command() + "    # commit "), \
         f"{path.name}: the first line must name its command and commit, not {first!r}"
     assert re.search(r"# commit [0-9a-f]{4,}(-dirty)?, \d{4}-\d\d-\d\d, .+, \d+ s$", first), first
 
 
 def test_every_figure_plot_exists():
-    for figure in figures.FIGURES:
+    for path in sorted((DOCS / "figures").glob("*.txt")):
+        figure, slug = figures.figure_of(path.stem)
         for name in figure.plots.values():
-            if (DOCS / "figures" / f"{figure.name}.txt").exists():
-                assert (DOCS / "img" / name).is_file(), f"{figure.name}: docs/img/{name}"
+            plot = figure.plot_name(name, slug)
+            assert (DOCS / "img" / plot).is_file(), f"{path.name}: docs/img/{plot}"
+
+
+def test_a_per_machine_figure_is_named_for_its_machine(monkeypatch):
+    monkeypatch.setattr(figures, "machine_slug", lambda: "amd-epyc-avx2")
+    speed = figures.BY_NAME["cpu_speed"]
+    assert speed.per_machine
+    assert speed.stem() == "cpu_speed--amd-epyc-avx2"
+    assert speed.plot_name("cpu_speed.png") == "cpu_speed--amd-epyc-avx2.png"
+    assert figures.figure_of("cpu_speed--intel-xeon-amx") == (speed, "intel-xeon-amx")
+    for stem in ("cpu_speed", "cpu_speed--", "targets--amd-epyc-avx2", "nope--x"):
+        with pytest.raises(KeyError):
+            figures.figure_of(stem)
+
+
+def test_the_machine_slug_names_the_cpu_and_the_instruction_set():
+    slug = figures.machine_slug()
+    assert re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", slug), slug
+    from vdla.compiler.targets.cpu import isa
+    assert slug.endswith("-" + isa.detect().name.replace("_", "-")), slug
 
 
 def test_list(capsys):
     assert figures.main(["--list"]) == 0
     out = capsys.readouterr().out
     for figure in figures.FIGURES:
-        assert f"docs/figures/{figure.name}.txt" in out
+        assert f"docs/figures/{figure.stem('MACHINE')}.txt" in out
         assert figure.shown_command() in out
 
 
@@ -110,6 +135,11 @@ def test_the_readme_quotes_its_figures_as_the_files_hold_them():
     assert figures.sync_readme(text) == text, (
         "README.md's figure blocks differ from docs/figures/: run "
         "`python3 scripts/docs_figures.py --only NAME` or copy them with sync_readme")
+
+
+def test_the_readme_refuses_a_per_machine_figure():
+    with pytest.raises(ValueError, match="per machine"):
+        figures.sync_readme("<!-- figure cpu_speed -->\n```text\nx\n```\n")
 
 
 def test_the_readme_refuses_an_unknown_figure():
