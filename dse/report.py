@@ -279,7 +279,7 @@ def _spans_decades(values: np.ndarray) -> bool:
 
 def plot(records: Sequence[Mapping], front: Sequence[Mapping], out_dir: str | Path, *,
          color_by: str | None, part: Mapping | None = None, basename: str = "sweep",
-         title: str | None = None) -> list[Path]:
+         title: str | None = None, max_utilization: float = 1.0) -> list[Path]:
     """Draw latency against LUT, BRAM and DSP (three panels) and write PNG and SVG.
 
     Every valid point is a small dot coloured by its value of the swept parameter
@@ -287,8 +287,10 @@ def plot(records: Sequence[Mapping], front: Sequence[Mapping], out_dir: str | Pa
     which no parameter varies: one colour and no such legend); the front's points are
     larger with black edges, and a step line joins those that are best in the panel's
     two axes. Invalid points are left out. `part` gives the part's capacity
-    ({lut, ff, dsp, bram}, optionally "name"), drawn as a dashed line in each panel.
-    Returns the paths written: ``out_dir/basename.png`` and ``.svg``.
+    ({lut, ff, dsp, bram}, optionally "name"), drawn as a dashed line in each panel;
+    `max_utilization` below 1 (the sweep's constraint: the share of each resource a
+    point may use) adds a dash-dot line at that share of it, so the points between the
+    two lines read as left out by the constraint, not by the part. Returns the paths written: ``out_dir/basename.png`` and ``.svg``.
     """
     # matplotlib is imported here: heavy (a second to load), and only plots need it.
     import matplotlib
@@ -362,6 +364,9 @@ def plot(records: Sequence[Mapping], front: Sequence[Mapping], out_dir: str | Pa
         if capacity.get(resource) is not None:
             ax.axvline(capacity[resource], color="firebrick", linestyle="--",
                        linewidth=1.2, zorder=1)
+            if max_utilization < 1:
+                ax.axvline(capacity[resource] * max_utilization, color="darkorange",
+                           linestyle="-.", linewidth=1.2, zorder=1)
         if _spans_decades(x):
             ax.set_xscale("log")
         unit = units.get(resource)
@@ -401,6 +406,9 @@ def plot(records: Sequence[Mapping], front: Sequence[Mapping], out_dir: str | Pa
     if any(capacity.get(k) is not None for k in PLOT_RESOURCES):
         handles.append(Line2D([], [], color="firebrick", linestyle="--",
                               label="part capacity"))
+        if max_utilization < 1:
+            handles.append(Line2D([], [], color="darkorange", linestyle="-.",
+                                  label=f"max_utilization ({max_utilization:.0%})"))
     fig.legend(handles=handles, loc="outside right upper", fontsize="small", frameon=False)
 
     if title is None:

@@ -151,6 +151,15 @@ def test_plot_writes_png_and_svg(tmp_path, sweep):
     assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == ["sweep.png", "sweep.svg"]
 
 
+def test_plot_draws_the_max_utilization_line_beside_the_capacity(tmp_path, sweep):
+    records, front = sweep
+    svg = plot(records, front, tmp_path, color_by="block_in", part=PART)[1].read_text()
+    assert "part capacity" in svg and "max_utilization" not in svg
+    svg = plot(records, front, tmp_path, color_by="block_in", part=PART,
+               basename="limited", max_utilization=0.96)[1].read_text()
+    assert "max_utilization (96%)" in svg
+
+
 def test_plot_colorbar_names_and_no_points(tmp_path, sweep):
     records, front = sweep
     # Many numeric values: a colorbar.

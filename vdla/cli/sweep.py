@@ -362,7 +362,8 @@ def _reports(records, front, spec, out, args, meta, evaluator):
         color = report.most_important_parameter(records, varied) if varied else None
         cap = evaluator.capacity
         part = {"name": evaluator.board.part.name, **{k: getattr(cap, k) for k in cap.KEYS}}
-        plots = report.plot(records, front, out, color_by=color, part=part)
+        plots = report.plot(records, front, out, color_by=color, part=part,
+                            max_utilization=spec.max_utilization)
         written += plots
         html = report.html_report(records, front, params, objectives, plots,
                                   title=f"vdla sweep {spec.name}", summary={
