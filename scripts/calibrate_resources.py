@@ -383,47 +383,46 @@ def _point_board(data: dict, name: str) -> str:
     return data["points"][name].get("board", data["board"])
 
 
-def pack_table() -> str:
-    """What one product per DSP (`dsp_pack` off) changes by yosys (the unpacked config
-    minus the same config packed), next to the model's ``unpacked_pairs`` term."""
-    rows = ["| family | board | config | pairs | LUT | FF | DSP | BRAM | model: LUT / FF |",
-            "|---|---|---|---|---|---|---|---|---|"]
+def _difference_table(column: str, pairs, term: str, amount, shown) -> str:
+    """What one feature costs by yosys, family by family: for each pair (the config with
+    the feature, the same config without) that ``pairs(points, model)`` finds in a
+    family's calibration points, the measured difference beside the model's `term` times
+    ``amount(config, model)``. `column` heads the feature's column and ``shown(config,
+    model, amount)`` fills it."""
+    rows = [f"| family | board | config | {column} | LUT | FF | DSP | BRAM | "
+            "model: LUT / FF |", "|---|---|---|---|---|---|---|---|---|"]
     for family in calibrated_families():
         data = json.loads(calibration_path(family).read_text())
         model = ResourceModel.fit(data)
         points = data["points"]
-        for name, base in pack_pairs(points):
+        for name, base in pairs(points, model):
             config = HardwareConfig.from_dict(points[name]["config"])
             m, b = points[name]["resources"], points[base]["resources"]
-            pairs = unpacked_pairs(config)
-            rows.append(f"| {family} | {_point_board(data, name)} | {config.name} | {pairs:g} | "
+            units = amount(config, model)
+            rows.append(f"| {family} | {_point_board(data, name)} | {config.name} | "
+                        f"{shown(config, model, units)} | "
                         f"{m['lut'] - b['lut']:+,} | {m['ff'] - b['ff']:+,} | "
                         f"{m['dsp'] - b['dsp']:+g} | {m['bram'] - b['bram']:+g} | "
-                        f"{pairs * model.lut['unpacked_pairs']:+,.0f} / "
-                        f"{pairs * model.ff['unpacked_pairs']:+,.0f} |")
+                        f"{units * model.lut[term]:+,.0f} / "
+                        f"{units * model.ff[term]:+,.0f} |")
     return "\n".join(rows)
+
+
+def pack_table() -> str:
+    """What one product per DSP (`dsp_pack` off) changes by yosys (the unpacked config
+    minus the same config packed), next to the model's ``unpacked_pairs`` term."""
+    return _difference_table("pairs", lambda points, model: pack_pairs(points),
+                             "unpacked_pairs", lambda config, model: unpacked_pairs(config),
+                             lambda config, model, pairs: f"{pairs:g}")
 
 
 def bus_table() -> str:
     """What a DRAM bus wider than the board's port costs by yosys (the config on the wide
     bus minus the same config on the port's), next to the model's ``wide_bus`` term."""
-    rows = ["| family | board | config | bus bits | LUT | FF | DSP | BRAM | model: LUT / FF |",
-            "|---|---|---|---|---|---|---|---|---|"]
-    for family in calibrated_families():
-        data = json.loads(calibration_path(family).read_text())
-        model = ResourceModel.fit(data)
-        points = data["points"]
-        for name, base in bus_pairs(points, model.bus_width):
-            config = HardwareConfig.from_dict(points[name]["config"])
-            m, b = points[name]["resources"], points[base]["resources"]
-            bits = config.dram_bus_width - model.bus_width
-            rows.append(f"| {family} | {_point_board(data, name)} | {config.name} | "
-                        f"{model.bus_width} → {config.dram_bus_width} | "
-                        f"{m['lut'] - b['lut']:+,} | {m['ff'] - b['ff']:+,} | "
-                        f"{m['dsp'] - b['dsp']:+g} | {m['bram'] - b['bram']:+g} | "
-                        f"{bits * model.lut['wide_bus']:+,.0f} / "
-                        f"{bits * model.ff['wide_bus']:+,.0f} |")
-    return "\n".join(rows)
+    return _difference_table(
+        "bus bits", lambda points, model: bus_pairs(points, model.bus_width), "wide_bus",
+        lambda config, model: config.dram_bus_width - model.bus_width,
+        lambda config, model, bits: f"{model.bus_width} → {config.dram_bus_width}")
 
 
 def extension_table() -> str:
