@@ -17,6 +17,9 @@ register tile of ``row_tile`` rows by ``ov`` vectors: each step's weight vectors
 every row of the tile (a blocked GEMM; OpenMP shares (output tile, row block) pairs,
 output tiles outermost, so a tile's weights stay in the cache while the rows pass).
 
+On AMX (the ``amx`` instruction set) an int8 layer runs on tiles instead
+(`vdla.compiler.targets.cpu.amx`: the weights packed as B tiles when the C is written).
+
 int8 follows `vdla.compiler.targets.cpu.conv`: an input not known to be non-negative is
 read as ``x + 128`` and the bias absorbs ``-128 · sum(w)`` (AVX-512 VNNI ``vpdpbusd``;
 portable C). On AVX2 (no VNNI; `int8_path`), where the unsigned-by-signed
@@ -46,6 +49,7 @@ import dataclasses
 import numpy as np
 
 from vdla.compiler.ir.tensor import Node
+from vdla.compiler.targets.cpu import amx
 from vdla.compiler.targets.cpu.epilogue import (Epilogue, Lanes, Operands, table_pointers,
                                                tables)
 from vdla.compiler.targets.cpu.shapes import DenseShape
@@ -139,8 +143,11 @@ def dense_kernel(shape: DenseShape, schedule: DenseSchedule, weights: np.ndarray
                  bias: np.ndarray | None, node: Node, isa: Isa,
                  inputs: tuple[str, ...], *, avx2_int8: str | None = None) -> Kernel:
     """The `Kernel` of dense layer `shape` with `schedule` (checked on `isa`);
-    `avx2_int8` forces an int8 path on AVX2 (`int8_path`)."""
+    `avx2_int8` forces an int8 path on AVX2 (`int8_path`); on AMX an int8 layer runs on
+    tiles (`vdla.compiler.targets.cpu.amx`)."""
     s = schedule.check(shape, isa)
+    if shape.int8 and isa.tiles:
+        return amx.qdense_kernel(shape, s, weights, bias, node, inputs)
     vl, ov = s.vl, s.ov
     tile = vl * ov
     tiles = -(-shape.o // tile)

@@ -38,7 +38,7 @@ from vdla.compiler.tuner.features import Feature, FeatureSet, log2
 __all__ = ["CONV2D", "DENSE", "MATMUL", "conv2d_values", "dense_values", "matmul_values"]
 
 #: How an instruction set runs int8 dot products, as a number (`Isa.int8`).
-_INT8 = {"portable": 0.0, "maddubs": 1.0, "vnni": 2.0}
+_INT8 = {"portable": 0.0, "maddubs": 1.0, "vnni": 2.0, "amx": 3.0}
 
 _PLATFORM = (
     Feature("log_vector_lanes", "log2 of the widest vector's 32-bit lanes of the "

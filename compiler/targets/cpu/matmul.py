@@ -51,6 +51,7 @@ import numpy as np
 from vdla.compiler.ir.graph import Graph
 from vdla.compiler.ir.tensor import Node
 from vdla.compiler.reference.integer import INT8_MAX, INT8_MIN, INT8_PRODUCTS_MAX
+from vdla.compiler.targets.cpu import amx
 from vdla.compiler.targets.cpu.isa import Isa
 from vdla.compiler.targets.cpu.kernel import SIGNATURE, Kernel, Params, align
 from vdla.compiler.targets.cpu.matmul_schedule import (MatmulSchedule, MatmulShape,
@@ -129,6 +130,20 @@ def _scalar(v) -> int:
     return int(np.asarray(v).reshape(-1)[0])
 
 
+def _matrices(shape) -> int:
+    """The matrices of an operand of `shape` (its batch axes' product)."""
+    return int(np.prod(shape[:-2], dtype=np.int64))
+
+
+def _requant(node: Node, params: Params) -> int:
+    """`node`'s multiplier (0: none), shift, out_min and out_max as int32 in `params`:
+    their offset."""
+    a = node.attrs
+    mult = 0 if a["multiplier"] is None else _scalar(a["multiplier"])
+    return params.add(np.array([mult, _scalar(a["shift"]), int(a["out_min"]),
+                                int(a["out_max"])], np.int32))
+
+
 def matmul_kernel(node: Node, graph: Graph, isa: Isa,
                   schedule: MatmulSchedule | None = None) -> Kernel:
     """The kernel of a ``matmul`` or ``qmatmul`` node that `matmul_refusal` /
@@ -149,6 +164,9 @@ def matmul_kernel(node: Node, graph: Graph, isa: Isa,
     b_ptr = sources.pointer(node.inputs[1], elem)
     offsets = params.add(np.stack([aoff, boff]).astype(np.int64))
     batches = aoff.size
+    if quant and isa.tiles:
+        return amx.qmatmul_kernel(node, shape, s, a_ptr, b_ptr, params, tuple(sources.inputs),
+                                  offsets, _matrices(a_shape), boff, _requant(node, params))
     if quant:
         return _qmatmul(node, params, sources, s, shape, a_ptr, b_ptr, offsets, boff)
     vl, mr, nv = s.vl, s.mr, s.nv
@@ -248,16 +266,13 @@ def _row_cases(mr: int, args: str = "a, b, y, {r}") -> str:
 def _qmatmul(node: Node, params: Params, sources: Sources, s: MatmulSchedule,
              shape: MatmulShape, a_ptr: str, b_ptr: str, offsets: int,
              boff: np.ndarray) -> Kernel:
-    a = node.attrs
     batches, m, k, n, trans = shape.batches, shape.m, shape.k, shape.n, shape.transpose_b
     vl, mr, nv = s.vl, s.mr, s.nv
     v = f"vi{vl}"
     wide = bool(s.wide)                # AVX2: pairs of int16 (module docstring)
     kq = shape.steps(wide)             # 32-bit words of a row of A
     np_ = -(-n // vl) * vl             # packed columns (zero past n)
-    mult = 0 if a["multiplier"] is None else _scalar(a["multiplier"])
-    rq = params.add(np.array([mult, _scalar(a["shift"]), int(a["out_min"]),
-                              int(a["out_max"])], np.int32))
+    rq = _requant(node, params)
     # the distinct B matrices, packed once each: the packed index of each batch's B
     distinct, which = np.unique(boff, return_inverse=True)
     packs = distinct.size

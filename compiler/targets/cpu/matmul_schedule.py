@@ -185,9 +185,11 @@ def matmul_blocks(shape: MatmulShape, isa: Isa) -> list[SpaceBlock]:
 #: be negative as ``x + 128`` split in nibbles) ten, three for a non-negative input
 #: ("dot4": ``vpmaddubsw``, ``vpmaddwd``, the add), five with the sign moved onto the
 #: weights ("sign", the dense layers'); AVX2's int16 pairs ("wide") two (``vpmaddwd``
-#: and the add) per word of two products. The dense layers' features use it too.
+#: and the add) per word of two products. The dense layers' features use it too. "amx"
+#: (tiles: `vdla.compiler.targets.cpu.amx`) counts as "vnni": the tile kernels' speed is
+#: not measured, and of the knobs they read only the team's.
 STEP_OPS = {"float32": 1.0, "vnni": 1.0, "portable": 4.0, "maddubs": 10.0, "dot4": 3.0,
-            "sign": 5.0, "wide": 2.0}
+            "sign": 5.0, "wide": 2.0, "amx": 1.0}
 
 
 def matmul_terms(shape: MatmulShape, s: MatmulSchedule, isa: Isa,

@@ -84,4 +84,4 @@ void NAME{SIGNATURE} {{
 }}
 """
     return Kernel(body, params.blob(), inputs, shared_bytes=g_ws + p_bytes + y_bytes,
-                  macs=gemm.macs, items=gemm.items)
+                  macs=gemm.macs, items=gemm.items, checks=gemm.checks)

@@ -100,8 +100,8 @@ class CpuTarget(Target):
 
     threads : OpenMP threads a session uses (None: the cores this process may use)
     isa : the instruction set to generate for: a name of `vdla.compiler.targets.cpu.isa.ISAS`
-        (``avx512vnni``, ``avx2``, ``portable``) or None for the best this machine's
-        compiler offers
+        (``amx``, ``avx512vnni``, ``avx2``, ``portable``) or None for the best this
+        machine runs (``amx`` only where the OS grants the tile state)
     log : receives build progress (default: nothing)
     fuse : whether the whole-graph runner runs fusable pairs (a depthwise and a pointwise
         convolution, a convolution and its max pool) as one kernel (`fusion`); False
@@ -164,9 +164,9 @@ class CpuTarget(Target):
                 self._isa = cpu_isa.detect()
             else:
                 chosen = cpu_isa.get(self._isa_name)
-                if self.cpu is None and not chosen.runs_on(machine_features()):
-                    raise ValueError(f"CpuTarget: this machine's C compiler does not offer "
-                                     f"{chosen.name} (it needs {', '.join(chosen.requires)})")
+                why = None if self.cpu is not None else chosen.refusal(machine_features())
+                if why is not None:
+                    raise ValueError(f"CpuTarget: {chosen.name} does not run here: {why}")
                 self._isa = chosen
         return self._isa
 

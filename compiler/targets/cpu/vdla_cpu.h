@@ -13,6 +13,8 @@
  *               saturation); elsewhere the same function
  *   viN_dot4vv_sign  acc + four s8 x s8 products per lane, w never -128 (AVX2: the
  *               sign moved onto w, then vpmaddubsw + vpmaddwd, exact)
+ *   vdla_amx_*  AMX tiles (the amx instruction set's int8 GEMMs; at the end), or with
+ *               -DVDLA_AMX_MODEL a software model of them for machines without AMX
  *
  * Integer arithmetic follows vdla.compiler.reference.integer: int32 lanes that wrap
  * (computed on uint32, where wrap-around is defined), >> arithmetic.
@@ -693,5 +695,181 @@ VDLA_MATH(8)
 
 /* ---- errors a kernel reports (runtime.c): a bad index read from a tensor ---------------- */
 void vdla_fail(const char *prefix, long long value, const char *suffix);
+
+/* ---- AMX tiles (the amx instruction set's int8 GEMMs: amx.py) -------------------------
+ * Eight tile registers tmm0-7 of up to 16 rows x 64 bytes. The kernels configure every
+ * tile as 16 rows x 64 bytes (vdla_amx_configure, once per call and thread) and compute
+ * blocks of up to 2 x 2 tiles of C (32 x 32 int32) with tdpbssd: C[m][n] += the signed
+ * products of A's row m (64 bytes: k) and B's tile row k / 4, bytes 4n..4n+3 (the packed
+ * [K / 4][N][4] layout). Built with VDLA_AMX_MODEL the same calls run on the software
+ * model below instead of the instructions. */
+#if defined(VDLA_AMX_MODEL) || (defined(VDLA_X86) && defined(__AMX_TILE__) && defined(__AMX_INT8__))
+#define VDLA_AMX 1
+
+#if defined(VDLA_AMX_MODEL)
+/* A software model of the AMX tiles, for testing the tile kernels on machines without
+ * AMX: the intrinsics the kernels use, by the same names, on a per-thread array of eight
+ * tiles, following the semantics Intel documents (the intrinsics guide's operations):
+ *   _tile_loadconfig  palette 1 (0: the INIT state, every tile unconfigured), the reserved
+ *                     bytes zero, each tile's rows <= 16 and colsb <= 64, both zero or
+ *                     neither. The tile data is left as a marker pattern (0xA5): a kernel
+ *                     that reads a tile it did not zero or load fails its tests;
+ *   _tile_zero        the whole tile 0;
+ *   _tile_loadd       rows x colsb bytes from base + row * stride, the rest of the tile 0;
+ *   _tile_dpbssd      dst[m][n] += sum over k < src1.colsb / 4 and i < 4 of
+ *                     src1[m][4k + i] * src2[k][4n + i], signed bytes, int32 sums that wrap
+ *                     (computed on uint32), for m < dst.rows, n < dst.colsb / 4; its shapes
+ *                     must agree (dst.rows == src1.rows, src1.colsb / 4 == src2.rows,
+ *                     dst.colsb == src2.colsb, each colsb a multiple of 4) and the three
+ *                     tiles differ, else the instruction faults;
+ *   _tile_stored      rows x colsb bytes to base + row * stride;
+ *   _tile_release     back to the INIT state.
+ * What the hardware would fault on (#GP, #UD) is reported through vdla_fail (the kernel's
+ * caller raises it) and the instruction is skipped. It checks the kernels' layouts and
+ * edges, bit for bit; it says nothing about their speed. */
+typedef struct {
+    int rows, colsb;
+    uint8_t data[16][64];
+} vdla_amx_tile;
+static _Thread_local struct { int palette; vdla_amx_tile tile[8]; } vdla_amx_model;
+
+static inline void vdla_amx_fault(int tile, const char *what) {
+    vdla_fail("the AMX model faulted at tile ", tile, what);
+}
+
+static inline void vdla_amx_model_loadconfig(const void *config) {
+    const uint8_t *c = (const uint8_t *)config;
+    int bad = c[0] > 1;
+    for (int i = 2; i < 16; i++) bad |= c[i] != 0;
+    for (int i = 32; i < 48; i++) bad |= c[i] != 0;
+    for (int i = 56; i < 64; i++) bad |= c[i] != 0;
+    for (int t = 0; t < 8 && !bad; t++) {
+        const int colsb = c[16 + 2 * t] | c[17 + 2 * t] << 8, rows = c[48 + t];
+        bad |= colsb > 64 || rows > 16 || (colsb == 0) != (rows == 0);
+    }
+    if (bad) { vdla_amx_fault(-1, ": an invalid tile configuration (#GP)"); return; }
+    vdla_amx_model.palette = c[0];
+    for (int t = 0; t < 8; t++) {
+        vdla_amx_tile *x = &vdla_amx_model.tile[t];
+        x->colsb = c[0] ? c[16 + 2 * t] | c[17 + 2 * t] << 8 : 0;
+        x->rows = c[0] ? c[48 + t] : 0;
+        memset(x->data, c[0] ? 0xA5 : 0, sizeof x->data);
+    }
+}
+
+static inline void vdla_amx_model_release(void) {
+    memset(&vdla_amx_model, 0, sizeof vdla_amx_model);
+}
+
+/* The tile `t` of an instruction, or NULL (reported) when the tiles are not configured or
+   `t` is not one of them. */
+static inline vdla_amx_tile *vdla_amx_model_tile(int t) {
+    if (!vdla_amx_model.palette || t < 0 || t > 7 || !vdla_amx_model.tile[t].rows) {
+        vdla_amx_fault(t, ": the tile is not configured (#UD)");
+        return NULL;
+    }
+    return &vdla_amx_model.tile[t];
+}
+
+static inline void vdla_amx_model_zero(int t) {
+    vdla_amx_tile *x = vdla_amx_model_tile(t);
+    if (x) memset(x->data, 0, sizeof x->data);
+}
+
+static inline void vdla_amx_model_loadd(int t, const void *base, long stride) {
+    vdla_amx_tile *x = vdla_amx_model_tile(t);
+    if (!x) return;
+    memset(x->data, 0, sizeof x->data);
+    for (int r = 0; r < x->rows; r++)
+        memcpy(x->data[r], (const uint8_t *)base + (ptrdiff_t)r * stride, (size_t)x->colsb);
+}
+
+static inline void vdla_amx_model_stored(int t, void *base, long stride) {
+    vdla_amx_tile *x = vdla_amx_model_tile(t);
+    if (!x) return;
+    for (int r = 0; r < x->rows; r++)
+        memcpy((uint8_t *)base + (ptrdiff_t)r * stride, x->data[r], (size_t)x->colsb);
+}
+
+static inline void vdla_amx_model_dpbssd(int d, int s1, int s2) {
+    vdla_amx_tile *c = vdla_amx_model_tile(d), *a = vdla_amx_model_tile(s1),
+                  *b = vdla_amx_model_tile(s2);
+    if (!c || !a || !b) return;
+    if (d == s1 || d == s2 || s1 == s2 || c->rows != a->rows || a->colsb / 4 != b->rows
+            || c->colsb != b->colsb || (c->colsb | a->colsb | b->colsb) % 4) {
+        vdla_amx_fault(d, ": tdpbssd's tiles do not fit together (#UD)");
+        return;
+    }
+    for (int m = 0; m < c->rows; m++)
+        for (int n = 0; n < c->colsb / 4; n++) {
+            uint32_t sum;
+            memcpy(&sum, c->data[m] + 4 * n, 4);
+            for (int k = 0; k < a->colsb / 4; k++)
+                for (int i = 0; i < 4; i++)
+                    sum += (uint32_t)((int32_t)(int8_t)a->data[m][4 * k + i]
+                                      * (int32_t)(int8_t)b->data[k][4 * n + i]);
+            memcpy(c->data[m] + 4 * n, &sum, 4);
+        }
+}
+
+/* The intrinsics' names (gcc's immintrin.h defines them as macros or functions when it
+   targets AMX; these names shadow both). */
+#undef _tile_loadconfig
+#undef _tile_release
+#undef _tile_zero
+#undef _tile_loadd
+#undef _tile_stored
+#undef _tile_dpbssd
+#define _tile_loadconfig(config) vdla_amx_model_loadconfig(config)
+#define _tile_release() vdla_amx_model_release()
+#define _tile_zero(t) vdla_amx_model_zero(t)
+#define _tile_loadd(t, base, stride) vdla_amx_model_loadd(t, base, stride)
+#define _tile_stored(t, base, stride) vdla_amx_model_stored(t, base, stride)
+#define _tile_dpbssd(d, s1, s2) vdla_amx_model_dpbssd(d, s1, s2)
+
+VDLA_INLINE int vdla_amx_ready(void) { return 1; }
+#else
+/* 1 when the OS grants this process the tile state (runtime.c: asked once); else 0, the
+   refusal reported through vdla_fail. */
+int vdla_amx_ready(void);
+#endif
+
+/* Every tile 16 rows x 64 bytes (palette 1), on the calling thread. */
+VDLA_INLINE void vdla_amx_configure(void) {
+    unsigned char config[64] __attribute__((aligned(64)));
+    memset(config, 0, sizeof config);
+    config[0] = 1;
+    for (int t = 0; t < 8; t++) { config[16 + 2 * t] = 64; config[48 + t] = 16; }
+    _tile_loadconfig(config);
+}
+
+/* C's block of rt x ct tiles (rt, ct: 1 or 2, constants where it is inlined) into c (32 x
+   32 int32, rows of 128 bytes): A's 16 * rt rows at a (rows of lda bytes, zero past K), B
+   packed at b (its tile rows ldb bytes apart; the second column tile 64 bytes on), kb
+   steps of 64 k. Tiles 0-3 accumulate, 4-5 hold A, 6-7 B. */
+VDLA_INLINE void vdla_amx_block(const int8_t *a, const size_t lda, const int8_t *b,
+                                const size_t ldb, const int kb, const int rt, const int ct,
+                                int32_t *c) {
+    _tile_zero(0);
+    if (ct > 1) _tile_zero(1);
+    if (rt > 1) _tile_zero(2);
+    if (rt > 1 && ct > 1) _tile_zero(3);
+    for (int q = 0; q < kb; q++) {
+        const int8_t *bq = b + (size_t)q * 16 * ldb;
+        _tile_loadd(4, a + (size_t)q * 64, lda);
+        if (rt > 1) _tile_loadd(5, a + 16 * lda + (size_t)q * 64, lda);
+        _tile_loadd(6, bq, ldb);
+        if (ct > 1) _tile_loadd(7, bq + 64, ldb);
+        _tile_dpbssd(0, 4, 6);
+        if (ct > 1) _tile_dpbssd(1, 4, 7);
+        if (rt > 1) _tile_dpbssd(2, 5, 6);
+        if (rt > 1 && ct > 1) _tile_dpbssd(3, 5, 7);
+    }
+    _tile_stored(0, c, 128);
+    if (ct > 1) _tile_stored(1, c + 16, 128);
+    if (rt > 1) _tile_stored(2, c + 16 * 32, 128);
+    if (rt > 1 && ct > 1) _tile_stored(3, c + 16 * 32 + 16, 128);
+}
+#endif /* VDLA_AMX */
 
 #endif /* VDLA_CPU_H */

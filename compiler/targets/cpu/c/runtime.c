@@ -38,6 +38,37 @@ void vdla_set_threads(int n) {
 #endif
 }
 
+/* Linux hands a process the AMX tile data state only when it asks (arch_prctl
+   ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA, 18); without it the first tile instruction
+   faults. The permission is the process's (every thread's, and those it starts later), so
+   it is asked once: the first AMX kernel to run asks, later calls read the answer. A
+   refusal is reported (vdla_fail) on every call, so no caller mistakes the kernel's
+   untouched output for a result. */
+#if defined(VDLA_AMX) && !defined(VDLA_AMX_MODEL)
+#if defined(__linux__)
+#include <errno.h>
+#include <unistd.h>
+#include <sys/syscall.h>
+#endif
+
+static volatile int vdla_amx_state;   /* 0: not asked yet; 1: granted; < 0: -errno */
+
+int vdla_amx_ready(void) {
+    if (vdla_amx_state == 0) {
+#if defined(__linux__) && defined(SYS_arch_prctl)
+        vdla_amx_state = syscall(SYS_arch_prctl, 0x1023, 18) == 0 ? 1 : (errno ? -errno : -1);
+#else
+        vdla_amx_state = -1;
+#endif
+    }
+    if (vdla_amx_state != 1)
+        vdla_fail("the OS refused this process the AMX tile state (arch_prctl "
+                  "ARCH_REQ_XCOMP_PERM: errno ", -vdla_amx_state, "), so its AMX kernels "
+                  "cannot run; build for avx512vnni instead");
+    return vdla_amx_state == 1;
+}
+#endif
+
 int vdla_max_threads(void) {
 #ifdef _OPENMP
     return omp_get_max_threads();

@@ -1,6 +1,6 @@
 """The CPU target's non-GEMM kernels (`vdla.compiler.targets.cpu.ops`) against the
-reference, on one-node graphs, on every instruction set this machine runs (avx512vnni
-where the machine has it, avx2, portable): pools (odd sizes, kernels 1-3, strides,
+reference, on one-node graphs, on every instruction set this machine runs (amx and
+avx512vnni where the machine has them, avx2, portable): pools (odd sizes, kernels 1-3, strides,
 pads, ceil mode, count_include_pad, windows wholly in the padding, batch 2), global
 pools, qadd (both requantization modes, per-tensor and per-channel, shifts from -31 to
 31, the quantizer's constant (1,) operand, broadcast operands), float add/mul with
@@ -33,8 +33,8 @@ from op_cases import CASES, S, one_node, qadd
 THREADS = 2
 ISAS = [pytest.param(name, marks=pytest.mark.skipif(
             not get_isa(name).runs_on(machine_features()),
-            reason=f"this machine's compiler does not offer {name}"))
-        for name in ("avx512vnni", "avx2", "portable")]
+            reason=f"{name} does not run here: {get_isa(name).refusal(machine_features())}"))
+        for name in ("amx", "avx512vnni", "avx2", "portable")]
 
 
 def test_concat_of_one_tensor_twice_reads_it_once():

@@ -1,0 +1,255 @@
+"""int8 matrix products on AMX tiles: the ``amx`` instruction set's ``qmatmul`` and
+``qdense`` kernels (`vdla.compiler.targets.cpu.isa`; `matmul` and `dense` hand them over).
+
+    kernel = qmatmul_kernel(node, shape, schedule, sources, params, ...)   # from matmul
+    kernel = qdense_kernel(shape, schedule, weights, bias, node, inputs)   # from dense
+
+Both are one GEMM, C (M x N, int32) = A (M x K, int8) times B (K x N, int8), on the tiles
+`vdla_cpu.h` configures: every tile 16 rows x 64 bytes, four accumulating a block of 2 x 2
+tiles of C (32 x 32 int32), two holding A's rows (16 rows x 64 k) and two B's (16 rows of
+four k for 16 columns: the packed ``[K / 4][N][4]`` layout, the VNNI kernels' own, is
+exactly a B tile's). ``tdpbssd`` multiplies signed bytes by signed bytes, so unlike the
+vector kernels there is no ``x + 128`` and no column-sum correction.
+
+The operands, in the scratch space or in ``params``:
+
+- B, packed with zeros past K (to a multiple of 64) and past N: ``qmatmul`` packs every
+  distinct B once per run as ``[K / 4][N16][4]`` (N16: N to a multiple of 16); ``qdense``
+  packs its constant weights when the C is written, as ``[O / 32][K / 4][32][4]`` (each
+  32-column block's tile rows 128 bytes apart, so a block's weights are contiguous).
+- A, copied once per run into rows of K64 bytes (K to a multiple of 64), each matrix's
+  rows to a multiple of 16, the copy zero past K and M. Why a copy, not smaller tile
+  configurations at the edges: one configuration (16 x 64 everywhere) serves every
+  block, loaded once per call and thread, and no load reads past A's end; the copy is
+  M x K bytes against M x K x N multiply-adds.
+
+A work item is one block of up to 32 x 32 outputs (OpenMP shares them; each thread
+configures its own tiles first and releases them after). Its sums go from the tiles to
+a 4 KiB int32 buffer on the thread's stack, and the shared vector epilogue
+(`vdla.compiler.targets.cpu.epilogue`: bias, requantization, residual, clamp, store)
+finishes them 16 lanes at a time, as the vector kernels do: the arithmetic after the
+sums is theirs.
+
+Without AMX hardware the kernels run on `vdla_cpu.h`'s software model of the tiles
+(built with ``-DVDLA_AMX_MODEL``: `modelled`), which checks their layouts and edges bit
+for bit and says nothing of their speed. Their speed has not been measured on AMX
+hardware yet.
+
+Linux grants a process the tile state only on request: the kernels call
+``vdla_amx_ready`` (``c/runtime.c``: asked once per process) and report a refusal as an
+error instead of faulting (`Kernel.checks`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from vdla.compiler.ir.tensor import Node
+from vdla.compiler.targets.cpu.epilogue import (Epilogue, Lanes, Operands, table_pointers,
+                                               tables)
+from vdla.compiler.targets.cpu.isa import Isa
+from vdla.compiler.targets.cpu.kernel import SIGNATURE, Kernel, Params, align
+from vdla.compiler.targets.cpu.matmul_schedule import PARALLEL_MACS, MatmulSchedule, MatmulShape
+from vdla.compiler.targets.cpu.schedule import DenseSchedule
+from vdla.compiler.targets.cpu.shapes import DenseShape
+
+__all__ = ["BLOCK", "MODEL_FLAG", "modelled", "pack_weights", "qdense_kernel",
+           "qmatmul_kernel"]
+
+#: Rows and int32 columns of a block of C: 2 x 2 tiles of 16 x 16.
+BLOCK = 32
+#: The k of one tile step (a tile row of A: 64 bytes).
+K_STEP = 64
+#: The flag that builds the tile kernels on `vdla_cpu.h`'s software model.
+MODEL_FLAG = "-DVDLA_AMX_MODEL"
+
+
+def modelled(isa: Isa) -> Isa:
+    """`isa` (``amx``) built on the software model of the tiles: the tests' way to run the
+    tile kernels on a machine without AMX. Its vector code (the same C) is built as
+    portable C (``-DVDLA_PORTABLE``): a machine without AMX may lack AVX-512 too, whose
+    register constraints its 16-lane kernels use."""
+    if not isa.tiles:
+        raise ValueError(f"{isa.name} has no tile kernels to model")
+    return dataclasses.replace(isa, flags=isa.flags + ("-DVDLA_PORTABLE", MODEL_FLAG))
+
+
+def _round(n: int, to: int) -> int:
+    return -(-n // to) * to
+
+
+def pack_weights(w: np.ndarray) -> np.ndarray:
+    """int8 weights (O, K) as B tiles ``[O / 32][K64 / 4][32][4]`` (zeros past O and K):
+    block ``ob``'s tile row ``q`` holds columns 32 ob .. 32 ob + 31, four k each."""
+    o, k = w.shape
+    full = np.zeros((_round(o, BLOCK), _round(k, K_STEP)), np.int8)
+    full[:o, :k] = w
+    blocks, kp = full.shape[0] // BLOCK, full.shape[1]
+    return np.ascontiguousarray(full.reshape(blocks, BLOCK, kp // 4, 4).transpose(0, 2, 1, 3))
+
+
+# --- the C both kernels share -------------------------------------------------------------
+
+def _copy_rows(src: str, dst: str, mats: int, m: int, k: int) -> str:
+    """C (inside a parallel region): `mats` int8 matrices of `m` rows of `k` at `src`
+    into `dst` as rows of K64 bytes, each matrix's rows to a multiple of 16, zero past."""
+    mp, kp = _round(m, 16), _round(k, K_STEP)
+    return f"""
+        #pragma omp for schedule(static)
+        for (int i = 0; i < {mats * mp}; i++) {{
+            int8_t *restrict o = {dst} + (size_t)i * {kp};
+            const int r = i % {mp};
+            if (r < {m}) {{
+                memcpy(o, {src} + ((size_t)(i / {mp}) * {m} + r) * {k}, {k});
+                memset(o + {k}, 0, {kp - k});
+            }} else memset(o, 0, {kp});
+        }}"""
+
+
+def _block(a: str, b: str, ldb: int, k: int) -> str:
+    """C: the sums of one block (``rows`` x ``cols`` of C, each at most `BLOCK`) into
+    ``c``: A's rows at `a` (K64 bytes apart), B's tile rows at `b` (`ldb` bytes apart)."""
+    kp = _round(k, K_STEP)
+    cases = " ".join(f"case {2 * (rt - 1) + ct - 1}: vdla_amx_block({a}, {kp}, {b}, {ldb}, "
+                     f"{kp // K_STEP}, {rt}, {ct}, c); break;"
+                     for rt in (1, 2) for ct in (1, 2))
+    return f"switch ((rows > 16) * 2 + (cols > 16)) {{ {cases} }}"
+
+
+def _finish(ep: Epilogue, ops: Operands, out: str, res: str | None = None,
+            before: str = "") -> str:
+    """C: the block's ``rows`` x ``cols`` sums in ``c`` finished by epilogue `ep` with
+    constants `ops`, 16 lanes at a time (``u``-th vector of row ``r``; ``last`` lanes),
+    stored at `out` (the residual read at `res`); `before` declares what they use."""
+    lines = ep.statements("vi16_load(c + r * 32 + 16 * u)", ops, out, res=res,
+                          lanes=Lanes("first", "last"), var="t")
+    body = "".join("\n                    " + line for line in lines)
+    return f"""
+            for (int r = 0; r < rows; r++)
+                for (int u = 0; 16 * u < cols; u++) {{
+                    const int last = vdla_min(16, cols - 16 * u);{before}{body}
+                }}"""
+
+
+#: C: the start of every tile kernel: nothing runs where the tiles are refused.
+_READY = "    if (!vdla_amx_ready()) return;      /* refused: reported (c/runtime.c) */"
+
+#: C: a thread's tiles and sums (tile kernels' parallel region, before the work items).
+_TILES = """
+        vdla_amx_configure();
+        int32_t c[32 * 32] __attribute__((aligned(64)));"""
+
+
+# --- qmatmul --------------------------------------------------------------------------------
+
+def qmatmul_kernel(node: Node, shape: MatmulShape, s: MatmulSchedule, a_ptr: str, b_ptr: str,
+                   params: Params, inputs: tuple[str, ...], offsets: int, a_mats: int,
+                   boff: np.ndarray, rq: int) -> Kernel:
+    """The tile kernel of ``qmatmul`` `node` (`shape`, checked schedule `s`: only its
+    team's knob applies). `a_ptr`, `b_ptr`: C expressions of the operands; `params`
+    holds, at `offsets`, each output batch's A and B element offsets (`matmul.
+    batch_offsets`; `boff` the B ones) and at `rq` the multiplier, shift, out_min and
+    out_max (int32); `a_mats`: A's matrices."""
+    batches, m, k, n, trans = shape.batches, shape.m, shape.k, shape.n, shape.transpose_b
+    n16, kp, mp = _round(n, 16), _round(k, K_STEP), _round(m, 16)
+    distinct, which = np.unique(boff, return_inverse=True)
+    packs = distinct.size
+    pack_off = params.add(distinct.astype(np.int64))
+    which_off = params.add(which.astype(np.int32))
+    panel = align(kp // 4 * n16 * 4)
+    rbs, cbs = -(-m // BLOCK), -(-n // BLOCK)
+    work = batches * cbs * rbs
+    parallel = int(s.parallel == "all" and shape.macs >= PARALLEL_MACS and work > 1)
+    read = f"b[(size_t)j * {k} + q]" if trans else f"b[(size_t)q * {n} + j]"
+    ep = Epilogue(16, True, rq=("rq", "rqv"))
+    ops = Operands(bias="0u", lo="lo", hi="hi", mul="rq[0]", shf="rq[1]")
+    body = f"""
+/* qmatmul on AMX tiles: {batches} products {m}x{k} @ {k}x{n}{' (b transposed)' if trans else ''} */
+void NAME{SIGNATURE} {{
+{_READY}
+    const int8_t *restrict A = {a_ptr};
+    const int8_t *restrict B = {b_ptr};
+    int8_t *restrict Y = (int8_t *)out_;
+    const int64_t *restrict off = (const int64_t *)(params + {offsets});
+    const int64_t *restrict packed = (const int64_t *)(params + {pack_off});
+    const int32_t *restrict which = (const int32_t *)(params + {which_off});
+    const int32_t *restrict rq = (const int32_t *)(params + {rq});
+    int8_t *restrict pa = (int8_t *)(ws + {packs * panel});
+    #pragma omp parallel if({parallel})
+    {{
+        #pragma omp for schedule(static)
+        for (int t = 0; t < {packs * n16}; t++) {{
+            const int pk = t / {n16}, j = t % {n16};
+            const int8_t *restrict b = B + packed[pk];
+            int8_t *restrict p = (int8_t *)(ws + (size_t)pk * {panel}) + (size_t)j * 4;
+            for (int q = 0; q < {kp}; q++)
+                p[(size_t)(q / 4) * {n16 * 4} + q % 4] = j < {n} && q < {k} ? {read} : 0;
+        }}{_copy_rows("A", "pa", a_mats, m, k)}{_TILES}
+        const vi16 lo = vi16_bcast(rq[2]), hi = vi16_bcast(rq[3]);
+        #pragma omp for schedule(static)
+        for (int w = 0; w < {work}; w++) {{
+            const int bt = w / {cbs * rbs}, cb = w / {rbs} % {cbs}, rb = w % {rbs};
+            const int rows = vdla_min({BLOCK}, {m} - rb * {BLOCK});
+            const int cols = vdla_min({BLOCK}, {n} - cb * {BLOCK});
+            const int8_t *restrict a = pa + (size_t)(off[bt] / {m * k} * {mp} + rb * {BLOCK}) * {kp};
+            const int8_t *restrict b = (const int8_t *)(ws + (size_t)which[bt] * {panel}) + cb * {BLOCK * 4};
+            int8_t *restrict y = Y + (size_t)bt * {m * n} + (size_t)rb * {BLOCK * n} + cb * {BLOCK};
+            {_block("a", "b", n16 * 4, k)}{_finish(ep, ops, f"y + (size_t)r * {n} + 16 * u")}
+        }}
+        _tile_release();
+    }}
+}}
+"""
+    shared = packs * panel + align(a_mats * mp * kp)
+    return Kernel(body, params.blob(), inputs, shared_bytes=shared,
+                  macs=batches * m * k * n, items=work if parallel else 1, checks=True)
+
+
+# --- qdense ---------------------------------------------------------------------------------
+
+def qdense_kernel(shape: DenseShape, s: DenseSchedule, weights: np.ndarray, bias,
+                  node: Node, inputs: tuple[str, ...]) -> Kernel:
+    """The tile kernel of int8 dense layer `shape` (checked schedule `s`: only its team's
+    knob applies) with `weights` (O, K) and `bias` (or None)."""
+    shape = dataclasses.replace(shape, offset=False)     # signed x signed: no x + 128
+    n, k, o = shape.n, shape.k, shape.o
+    kp = _round(k, K_STEP)
+    params = Params()
+    w_off = params.add(pack_weights(np.asarray(weights)))
+    offsets = tables(shape, node, weights, bias, params, _round(o, BLOCK))
+    rbs, obs = -(-n // BLOCK), -(-o // BLOCK)
+    parallel = int(s.parallel != "none")
+    ep = Epilogue.of(shape, 16)
+    res = "const int8_t *restrict res = (const int8_t *)in[1];" if shape.residual else ""
+    finish = _finish(ep, Operands.lanes(ep, "o"), "y + row + o", res="res + row + o",
+                     before=f"\n                    const int o = ob * {BLOCK} + 16 * u; "
+                            f"const size_t row = (size_t)(rb * {BLOCK} + r) * {o};")
+    body = f"""
+/* int8 dense {shape.describe()} on AMX tiles */
+void NAME{SIGNATURE} {{
+{_READY}
+    const int8_t *restrict X = (const int8_t *)in[0];
+    {res}
+    int8_t *restrict y = (int8_t *)out_;
+    const int8_t *restrict wp = (const int8_t *)(params + {w_off});
+{table_pointers(shape, offsets)}    (void)lim;
+    int8_t *restrict pa = (int8_t *)ws;
+    #pragma omp parallel if({parallel})
+    {{{_copy_rows("X", "pa", 1, n, k)}{_TILES}
+        #pragma omp for collapse(2) schedule(static)
+        for (int ob = 0; ob < {obs}; ob++)
+        for (int rb = 0; rb < {rbs}; rb++) {{
+            const int rows = vdla_min({BLOCK}, {n} - rb * {BLOCK});
+            const int cols = vdla_min({BLOCK}, {o} - ob * {BLOCK});
+            const int8_t *restrict a = pa + (size_t)rb * {BLOCK * kp};
+            const int8_t *restrict b = wp + (size_t)ob * {kp // 4 * BLOCK * 4};
+            {_block("a", "b", BLOCK * 4, k)}{finish}
+        }}
+        _tile_release();
+    }}
+}}
+"""
+    return Kernel(body, params.blob(), inputs, align(_round(n, 16) * kp), 0, shape.macs,
+                  items=rbs * obs if parallel else 1, checks=True)
