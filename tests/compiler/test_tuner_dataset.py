@@ -133,7 +133,7 @@ def test_random_token_and_matmul_shapes_are_the_cpu_gemm_workloads(tmp_path):
     [on_cpu] = tasks_from_workload("dense:128,64,50", cpu)
     [product] = tasks_from_workload("matmul:5,24,20,2", cpu)
     [floats] = tasks_from_workload("matmul:5,24,20,2", cpu, precision="float32")
-    assert on_cpu.feature_set.name == "cpu.dense" and on_cpu.feature_set.version == 2
+    assert on_cpu.feature_set.name == "cpu.dense" and on_cpu.feature_set.version == 3
     assert product.feature_set.name == floats.feature_set.name == "cpu.matmul"
     assert '"op":"matmul"' in product.key and '"dtype":"float32"' in floats.key
     plan = training_sets.dataset_plan([targets.get("vdla", backend="functional")],
@@ -481,7 +481,9 @@ def test_a_cpu_platform_of_another_machine_reads_its_records_and_measures_nothin
     assert target.platform_params() == recorded
     [task] = tasks_from_workload("7,7,16,16,1,0,1", target)
     assert task.platform == "AMD EPYC, 1 threads, avx512vnni"
-    assert task.platform_key() == recorded
+    # a platform that names no machine model gets the nominal one's costs (memo keys name them)
+    assert task.platform_key() == {**recorded, "machine": task.costs.key()}
+    assert task.costs.source == "nominal"
     with pytest.raises(ValueError, match="'AMD EPYC' .* is not measured on this one, "
                                          r"'Intel\(R\) Xeon"):
         task.compile(task.default_schedule(), "wall")

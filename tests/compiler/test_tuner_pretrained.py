@@ -100,7 +100,7 @@ def test_vdla_tune_says_which_model_it_starts_from_or_that_it_has_none(tmp_path,
     tune = ["tune", "--layer", "dense:64,16", "--target", "cpu", "--trials", "2",
             "--threads", "1", "--records", str(tmp_path / "r.db")]
     assert main(tune) == 0
-    assert "starting from the pretrained cost model cpu.dense v2" in capsys.readouterr().err
+    assert "starting from the pretrained cost model cpu.dense v3" in capsys.readouterr().err
     monkeypatch.setattr(CpuTask, "pretrained", lambda self: None)
     assert main(tune[:-1] + [str(tmp_path / "other.db")]) == 0
     captured = capsys.readouterr()
@@ -419,7 +419,7 @@ def test_the_training_script_ranks_its_model_on_held_out_sets(capsys, tmp_path, 
                         "--trees", "20", "--out", str(tmp_path),
                         "--test", str(sets / "cpu_f32_test_v3.db.manifest.json")]) == 0
     out = capsys.readouterr().out
-    assert (tmp_path / "cpu.conv2d-v3.npz").is_file()
+    assert (tmp_path / "cpu.conv2d-v4.npz").is_file()
     assert re.search(r"held out \(cpu_f32_test_v3.db.manifest.json\): \d+ schedules of "
                      r"\d+ tasks\n  AMD EPYC, 1 threads, avx512vnni +pairwise 0\.\d+ "
                      r"\(baseline 0\.\d+\), top-1", out), out

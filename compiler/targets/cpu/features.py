@@ -4,7 +4,9 @@ structure, its footprints, the instruction set and the thread count, and the
 chooser's cost model. Sizes are logarithms, so that one model reads the same meaning
 on every layer; the instruction set enters as numbers (vector width, registers, how
 int8 dot products run), so that a model trained on one can be adapted to another
-(`bench/tuner_transfer.py`'s CPU part).
+(`bench/tuner_transfer.py`'s CPU part), and so does the machine (`MachineCosts`: one
+core's FMA lanes and int8 multiply-adds a cycle, its L1d and L2, AMX), so that rows of
+AMD and Intel machines train one model.
 
 The chooser's cost (`estimate_conv`) counts about cycles at a nominal rate while the
 costs are nanoseconds on this machine: a model that corrects it (``residual=True``)
@@ -28,6 +30,7 @@ import math
 
 from vdla.compiler.targets.cpu.dense import tile_rows
 from vdla.compiler.targets.cpu.isa import Isa
+from vdla.compiler.targets.cpu.machine import NOMINAL, MachineCosts
 from vdla.compiler.targets.cpu.matmul_schedule import (STEP_OPS, MatmulSchedule, MatmulShape,
                                                        estimate_matmul, matmul_terms)
 from vdla.compiler.targets.cpu.schedule import (ORDERS, PARALLEL, ConvSchedule, DenseSchedule,
@@ -47,9 +50,27 @@ _PLATFORM = (
     Feature("int8_dot", "how int8 dot products run: 0 portable C, 1 AVX2 "
             "vpmaddubsw+vpmaddwd, 2 AVX-512 VNNI vpdpbusd"),
     Feature("log_threads", "log2 of the thread count the layer runs on"),
+    # The machine (`MachineCosts`), per cycle of one core.
+    Feature("log_fma_lanes", "log2 of the machine's float32 lane-FMAs a cycle at the "
+            "instruction set's widest vector (2 x 512-bit ports: 5, Zen 4's 512-bit FMA "
+            "as two halves or 2 x 256-bit: 4)"),
+    Feature("log_int8_macs", "log2 of the machine's int8 multiply-adds a cycle on the "
+            "instruction set's int8 path: measured where its benchmark ran that path, "
+            "else from the FMA lanes (`_INT8_PER_LANE`)"),
+    Feature("log_l1d", "log2 of the L1 data cache bytes of one core"),
+    Feature("log_l2", "log2 of the L2 cache bytes of one core"),
+    Feature("amx", "1 when the machine runs AMX int8 tiles"),
 )
 
-CONV2D = FeatureSet("cpu.conv2d", 3, (
+#: int8 multiply-adds per float32 lane-FMA of the same cycle, by int8 path (`Isa.int8`),
+#: for a path the machine's benchmark did not measure: vpdpbusd sums four products a
+#: 32-bit lane at the FMA's rate (AMX's vector code is VNNI's), AVX2's vpmaddubsw,
+#: vpmaddwd and add four in three instructions, portable C about one.
+_INT8_PER_LANE = {"portable": 1.0, "maddubs": 4.0 / 3.0, "vnni": 4.0, "amx": 4.0}
+#: The benchmark's name of each path it measures (`machine_bench.Figures.int8_path`).
+_INT8_BENCH = {"maddubs": "vpmaddubsw+vpmaddwd", "vnni": "vpdpbusd", "amx": "vpdpbusd"}
+
+CONV2D = FeatureSet("cpu.conv2d", 4, (
     # The workload.
     Feature("log_macs", "log2 of the layer's useful multiply-accumulates"),
     Feature("log_out_pixels", "log2 of output pixels (batch x rows x columns)"),
@@ -116,7 +137,7 @@ _DENSE_PATHS = {
     "offset": "the input read as x + 128 (one that may be negative; AVX2 splits it in "
               "nibbles)"}
 
-DENSE = FeatureSet("cpu.dense", 2, (
+DENSE = FeatureSet("cpu.dense", 3, (
     # The workload.
     Feature("log_macs", "log2 of the layer's multiply-accumulates"),
     Feature("log_in", "log2 of the input features"),
@@ -160,7 +181,7 @@ DENSE = FeatureSet("cpu.dense", 2, (
     Feature("log_loads", "log2 of the weight vectors loaded (once a step per row block)"),
 ), baseline=("log_est",))
 
-MATMUL = FeatureSet("cpu.matmul", 1, (
+MATMUL = FeatureSet("cpu.matmul", 2, (
     # The workload.
     Feature("log_macs", "log2 of the products' multiply-accumulates"),
     Feature("log_batches", "log2 of the products (output batches)"),
@@ -208,18 +229,26 @@ MATMUL = FeatureSet("cpu.matmul", 1, (
 ), baseline=("log_est",))
 
 
-def _platform(isa: Isa, threads: int) -> dict[str, float]:
+def _platform(isa: Isa, threads: int, costs: MachineCosts) -> dict[str, float]:
+    lanes = costs.lanes_per_cycle(max(isa.lanes))
+    macs = costs.int8_macs
+    if macs is None or costs.int8_path != _INT8_BENCH.get(isa.int8):
+        macs = lanes * _INT8_PER_LANE[isa.int8]
     return {"log_vector_lanes": math.log2(max(isa.lanes)),
             "log_registers": math.log2(isa.registers), "int8_dot": _INT8[isa.int8],
-            "log_threads": math.log2(threads)}
+            "log_threads": math.log2(threads), "log_fma_lanes": math.log2(lanes),
+            "log_int8_macs": math.log2(macs), "log_l1d": math.log2(costs.l1d),
+            "log_l2": math.log2(costs.l2), "amx": float(costs.amx)}
 
 
 def _blocks(total: int, size: int) -> int:
     return -(-total // size)
 
 
-def conv2d_values(shape: ConvShape, s: ConvSchedule, isa: Isa, threads: int) -> dict:
-    """`CONV2D`'s values for `s` on `shape`, as `isa` runs it on `threads`."""
+def conv2d_values(shape: ConvShape, s: ConvSchedule, isa: Isa, threads: int,
+                  costs: MachineCosts = NOMINAL) -> dict:
+    """`CONV2D`'s values for `s` on `shape`, as `isa` runs it on `threads` of the machine
+    `costs` describes."""
     elem = 1 if shape.int8 else 4
     og = shape.og_padded(s.mr)
     tiles = _blocks(og, s.tile_co)
@@ -228,7 +257,7 @@ def conv2d_values(shape: ConvShape, s: ConvSchedule, isa: Isa, threads: int) -> 
     team = 1 if s.parallel == "none" else threads
     plane = shape.ho * shape.grid_pitch
     taps = shape.kh * shape.kw
-    terms = cost_terms(shape, s)
+    terms = cost_terms(shape, s, costs)
     return {
         "log_macs": log2(shape.macs), "log_out_pixels": log2(shape.n * shape.ho * shape.wo),
         "log_cin_group": log2(shape.cg), "log_cout_group": log2(shape.og),
@@ -258,8 +287,8 @@ def conv2d_values(shape: ConvShape, s: ConvSchedule, isa: Isa, threads: int) -> 
         "log_px_blocks": log2(_blocks(min(s.tile_h, shape.ho) * shape.grid_pitch,
                                       s.nv * s.vl)),
         "tap_loads": float(taps * s.nv),
-        **_platform(isa, threads),
-        "log_est": log2(estimate_conv(shape, s, threads)),
+        **_platform(isa, threads, costs),
+        "log_est": log2(estimate_conv(shape, s, threads, costs)),
         "log_work": log2(terms["work"]), "log_restream": math.log2(1 + terms["restream"]),
         "log_stall": math.log2(1 + terms["stall"]),
     }
@@ -277,10 +306,10 @@ def _dense_kind(shape: DenseShape, path: str, isa: Isa) -> str:
 
 
 def dense_values(shape: DenseShape, s: DenseSchedule, isa: Isa, threads: int,
-                 estimate: float, path: str) -> dict:
-    """`DENSE`'s values for `s` on `shape`, as `isa` runs it on `threads`; `estimate` is
-    the chooser's cost and `path` the layer's int8 path (`dense.int8_path`: "plain" for
-    float32)."""
+                 estimate: float, path: str, costs: MachineCosts = NOMINAL) -> dict:
+    """`DENSE`'s values for `s` on `shape`, as `isa` runs it on `threads` of the machine
+    `costs` describes; `estimate` is the chooser's cost and `path` the layer's int8 path
+    (`dense.int8_path`: "plain" for float32)."""
     width = s.vl * s.ov
     rows = tile_rows(shape.n, s.ov, isa, path)
     blocks = _blocks(shape.n, rows)
@@ -308,7 +337,7 @@ def dense_values(shape: DenseShape, s: DenseSchedule, isa: Isa, threads: int,
         "log_wgt_tile_bytes": log2(tile_bytes),
         "log_wgt_per_row": log2(tile_bytes) - log2(rows),
         "log_steps": log2(steps),
-        **_platform(isa, threads),
+        **_platform(isa, threads, costs),
         "log_est": log2(estimate),
         "log_work": log2(tiles * s.ov * shape.n * steps
                          * STEP_OPS[_dense_kind(shape, path, isa)]),
@@ -316,8 +345,10 @@ def dense_values(shape: DenseShape, s: DenseSchedule, isa: Isa, threads: int,
     }
 
 
-def matmul_values(shape: MatmulShape, s: MatmulSchedule, isa: Isa, threads: int) -> dict:
-    """`MATMUL`'s values for `s` on `shape`, as `isa` runs it on `threads`."""
+def matmul_values(shape: MatmulShape, s: MatmulSchedule, isa: Isa, threads: int,
+                  costs: MachineCosts = NOMINAL) -> dict:
+    """`MATMUL`'s values for `s` on `shape`, as `isa` runs it on `threads` of the machine
+    `costs` describes."""
     elem = 1 if shape.int8 else 4
     steps = shape.steps(bool(s.wide))
     vectors = _blocks(shape.n, s.vl)
@@ -343,7 +374,7 @@ def matmul_values(shape: MatmulShape, s: MatmulSchedule, isa: Isa, threads: int)
         "log_items": log2(items), "thread_idle": terms["idle"],
         "log_a_bytes": log2(shape.m * shape.k * elem), "log_b_bytes": log2(b_bytes),
         "log_b_per_row": log2(b_bytes) - log2(s.mr), "log_steps": log2(steps),
-        **_platform(isa, threads),
+        **_platform(isa, threads, costs),
         "log_est": log2(estimate_matmul(shape, s, isa, threads)),
         "log_work": log2(terms["work"]), "log_loads": log2(terms["loads"]),
         "log_broadcasts": log2(terms["broadcasts"]),

@@ -42,6 +42,7 @@ from vdla.compiler.ir.tensor import Node
 from vdla.compiler.targets.cpu.blocked import keeps_rows
 from vdla.compiler.targets.cpu.isa import Isa
 from vdla.compiler.targets.cpu.kernel import SIGNATURE, Kernel, align
+from vdla.compiler.targets.cpu.machine import NOMINAL, MachineCosts
 from vdla.compiler.targets.cpu.lower import node_kernel
 from vdla.compiler.targets.cpu.pools import PoolShape, blocked_pool_kernel
 from vdla.compiler.targets.cpu.shapes import ConvShape
@@ -50,7 +51,8 @@ __all__ = ["BAND_BYTES", "Fusion", "MAX_WEIGHT_BYTES", "MIN_BYTES", "fused_kerne
            "fusions", "pooled_kernel"]
 
 #: An image of the first layer's output from this size on leaves a core's share of L2
-#: (1 MB on the EPYC, shared with the weights and the input rows).
+#: (1 MB on the EPYC, shared with the weights and the input rows). This and the two
+#: sizes below are for a 1 MiB L2, scaled to the machine's (`MachineCosts.l2_bytes`).
 MIN_BYTES = 512 * 1024
 #: Pointwise weights up to this size: every band reads them all.
 MAX_WEIGHT_BYTES = 256 * 1024
@@ -94,16 +96,16 @@ def _image_bytes(shape: ConvShape, vl: int) -> int:
     return -(-shape.o // vl) * vl * shape.ho * shape.wo * (1 if shape.int8 else 4)
 
 
-def _conv_pool(graph: Graph, c: Node, p: Node, sc: Any) -> bool:
+def _conv_pool(graph: Graph, c: Node, p: Node, sc: Any, costs: MachineCosts) -> bool:
     """Whether convolution `c` (with schedule `sc`) and max pool `p` fuse."""
     if c.op not in _CONVS or p.op != "max_pool2d" or not _blocked(sc) \
             or not _only_reader(graph, c, p):
         return False
     shape = _shape(c, graph)
-    return keeps_rows(shape, sc) and _image_bytes(shape, sc.vl) >= MIN_BYTES
+    return keeps_rows(shape, sc) and _image_bytes(shape, sc.vl) >= costs.l2_bytes(MIN_BYTES)
 
 
-def _pair(graph: Graph, d: Node, p: Node, sd: Any, sp: Any) -> bool:
+def _pair(graph: Graph, d: Node, p: Node, sd: Any, sp: Any, costs: MachineCosts) -> bool:
     """Whether depthwise `d` and pointwise `p` (with schedules `sd`, `sp`) fuse."""
     if d.op not in _CONVS or p.op != d.op or not (_blocked(sd) and _blocked(sp)):
         return False
@@ -116,14 +118,16 @@ def _pair(graph: Graph, d: Node, p: Node, sd: Any, sp: Any) -> bool:
             and ps.pt == ps.pb == ps.pl == ps.pr == 0 and keeps_rows(ps, sp)):
         return False
     elem = 1 if ds.int8 else 4
-    return _image_bytes(ds, sd.vl) >= MIN_BYTES and ps.o * ps.c * elem <= MAX_WEIGHT_BYTES
+    return (_image_bytes(ds, sd.vl) >= costs.l2_bytes(MIN_BYTES)
+            and ps.o * ps.c * elem <= costs.l2_bytes(MAX_WEIGHT_BYTES))
 
 
 def fusions(graph: Graph, nodes: Sequence[Node], schedules: Mapping[str, Any], isa: Isa,
-            threads: int) -> dict[str, Fusion]:
+            threads: int, costs: MachineCosts = NOMINAL) -> dict[str, Fusion]:
     """second node's name -> its `Fusion` with the node before it, for every pair of
     `nodes` that fuses (a depthwise and a pointwise convolution, a convolution and a max
-    pool) with the `schedules` their kernels were made with, on a team of `threads`."""
+    pool) with the `schedules` their kernels were made with, on a team of `threads`, on
+    the machine `costs` describes (its L2 sets the sizes: `MIN_BYTES`, `BAND_BYTES`)."""
     found = {}
     names = {n.name for n in nodes}
     for d in nodes:
@@ -134,26 +138,31 @@ def fusions(graph: Graph, nodes: Sequence[Node], schedules: Mapping[str, Any], i
         sd, sp = schedules.get(d.name), schedules.get(p.name)
         if sd is None:
             continue
-        if sp is not None and _pair(graph, d, p, sd, sp):
-            found[p.name] = Fusion(d.name, fused_kernel(graph, d, p, sd, sp, isa, threads))
-        elif sp is None and _conv_pool(graph, d, p, sd):
-            found[p.name] = Fusion(d.name, pooled_kernel(graph, d, p, sd, isa, threads))
+        if sp is not None and _pair(graph, d, p, sd, sp, costs):
+            found[p.name] = Fusion(d.name, fused_kernel(graph, d, p, sd, sp, isa, threads,
+                                                        costs))
+        elif sp is None and _conv_pool(graph, d, p, sd, costs):
+            found[p.name] = Fusion(d.name, pooled_kernel(graph, d, p, sd, isa, threads,
+                                                         costs))
     return found
 
 
-def _bands(rows: int, image_bytes: int, threads: int) -> tuple[int, int]:
+def _bands(rows: int, image_bytes: int, threads: int, costs: MachineCosts
+           ) -> tuple[int, int]:
     """(rows per band, bands) for `rows` output rows of an image of `image_bytes`: bands
-    of about `BAND_BYTES`, as many as a multiple of the team, so that every thread gets
-    as many (with 19 bands, one of two threads ran 10)."""
-    share = -(-image_bytes // (threads * BAND_BYTES))
+    of about `BAND_BYTES` (scaled to the machine's L2), as many as a multiple of the
+    team, so that every thread gets as many (with 19 bands, one of two threads ran
+    10)."""
+    share = -(-image_bytes // (threads * max(1, costs.l2_bytes(BAND_BYTES))))
     per = -(-rows // (threads * max(1, share)))
     return per, -(-rows // per)
 
 
 def fused_kernel(graph: Graph, d: Node, p: Node, sd: Any, sp: Any, isa: Isa,
-                 threads: int) -> Kernel:
+                 threads: int, costs: MachineCosts = NOMINAL) -> Kernel:
     """The kernel running depthwise `d` and pointwise `p` band by band (see the module
-    docstring) on a team of `threads`: it reads `d`'s input (and `p`'s residual) and
+    docstring) on a team of `threads`, in bands sized for the L2 of the machine `costs`
+    describes: it reads `d`'s input (and `p`'s residual) and
     writes `p`'s output; the depthwise output goes to the workspace, whole, so each
     band's rows stay where the unfused kernels would put them."""
     ds, ps = _shape(d, graph), _shape(p, graph)
@@ -163,7 +172,7 @@ def fused_kernel(graph: Graph, d: Node, p: Node, sd: Any, sp: Any, isa: Isa,
     el = "int8_t" if ds.int8 else "float"          # the input's and the buffer's
     out_t = "int8_t" if ps.int8 else "float"
     image = _image_bytes(ds, vl)                   # the depthwise output's
-    rows, bands = _bands(ds.ho, image, threads)
+    rows, bands = _bands(ds.ho, image, threads, costs)
     offset = align(first.params.size)
     res = f"(const {out_t} *)in[1]" if ps.residual else "NULL"
     body = (first.body.replace("NAME", "NAME_dw") + second.body.replace("NAME", "NAME_pw")
@@ -194,9 +203,11 @@ void NAME{SIGNATURE} {{
                   + tuple(second.in_blocks[1:]), out_block=second.out_block, items=bands)
 
 
-def pooled_kernel(graph: Graph, c: Node, p: Node, sc: Any, isa: Isa, threads: int) -> Kernel:
+def pooled_kernel(graph: Graph, c: Node, p: Node, sc: Any, isa: Isa, threads: int,
+                  costs: MachineCosts = NOMINAL) -> Kernel:
     """The kernel running convolution `c` and max pool `p` band by band on a team of
-    `threads` (see the module docstring): it reads `c`'s input (and residual) and writes
+    `threads` (see the module docstring), in bands sized for the L2 of the machine
+    `costs` describes: it reads `c`'s input (and residual) and writes
     `p`'s output; the convolution's output goes to the workspace, whole, each row where
     the unfused kernel would put it. Band k pools output rows ``k * rows`` on, after the
     convolution rows ``own[k]`` to ``own[k + 1]``: up to the last row its windows reach,
@@ -207,7 +218,7 @@ def pooled_kernel(graph: Graph, c: Node, p: Node, sc: Any, isa: Isa, threads: in
     pool = blocked_pool_kernel(p, graph, vl, band=True)
     ps = PoolShape(p, graph)
     image = _image_bytes(cs, vl)
-    rows, bands = _bands(ps.oh, image, threads)
+    rows, bands = _bands(ps.oh, image, threads, costs)
     own = [0]
     for k in range(1, bands):
         own.append(min(cs.ho, max(own[-1], (k * rows - 1) * ps.sh - ps.pt + ps.kh)))

@@ -23,6 +23,7 @@ from vdla.compiler.targets.cpu.dense import dense_kernel
 from vdla.compiler.targets.cpu.depthwise import depthwise_kernel
 from vdla.compiler.targets.cpu.isa import Isa
 from vdla.compiler.targets.cpu.kernel import Kernel
+from vdla.compiler.targets.cpu.machine import NOMINAL, MachineCosts
 from vdla.compiler.targets.cpu.matmul import matmul_kernel
 from vdla.compiler.targets.cpu.matmul_schedule import MatmulSchedule, MatmulShape, choose_matmul
 from vdla.compiler.targets.cpu.patches import is_patches, patches_kernel
@@ -41,7 +42,8 @@ GEMM_OPS = {"conv2d": ConvSchedule, "qconv2d": ConvSchedule,
 
 def node_kernel(node: Node, graph: Graph, isa: Isa, *, schedule: Any = None,
                 threads: int = 2, nonnegative: bool | None = None,
-                in_block: int = 0, band: bool = False) -> tuple[Kernel, Any]:
+                in_block: int = 0, band: bool = False,
+                costs: MachineCosts = NOMINAL) -> tuple[Kernel, Any]:
     """`node`'s kernel and the schedule it was generated with (None for an op without
     schedules).
 
@@ -56,6 +58,7 @@ def node_kernel(node: Node, graph: Graph, isa: Isa, *, schedule: Any = None,
     band : a blocked direct convolution's C as a band of rows for a fused kernel
         (`blocked.blocked_kernel`, `vdla.compiler.targets.cpu.fusion`); ValueError for
         any other kernel
+    costs : the machine the default chooser plans for (`machine.MachineModel.costs`)
     """
     inputs = tuple(t for t in node.inputs if t and not graph.tensors[t].is_constant)
     kind = GEMM_OPS.get(node.op)
@@ -71,19 +74,19 @@ def node_kernel(node: Node, graph: Graph, isa: Isa, *, schedule: Any = None,
         support = ops.supports(node, graph)    # its operands may be computed: no weights
         if not support.ok:
             raise ValueError(support.reason)
-        schedule = schedule or choose_matmul(MatmulShape.from_node(node, graph), isa)
+        schedule = schedule or choose_matmul(MatmulShape.from_node(node, graph), isa, costs)
         return matmul_kernel(node, graph, isa, schedule), schedule
     w = graph.constant(node.inputs[1])
     bias = graph.constant(node.input(2)) if node.input(2) else None
     if kind is DenseSchedule:
         shape = DenseShape.from_node(node, graph, nonnegative=nonnegative)
-        schedule = schedule or choose_dense(shape, isa)
+        schedule = schedule or choose_dense(shape, isa, costs)
         return dense_kernel(shape, schedule, w, bias, node, isa, inputs), schedule
     shape = ConvShape.from_node(node, graph, nonnegative=nonnegative)
     if schedule is None and not band and is_patches(shape):
         # a ViT's patch embedding: one GEMM of many rows (`patches`), no schedule
         return patches_kernel(shape, node, graph, isa, inputs), None
-    schedule = schedule or choose_conv(shape, isa, threads)
+    schedule = schedule or choose_conv(shape, isa, threads, costs=costs)
     if band:
         if schedule.layout != "nchwc" or schedule.wino:
             raise ValueError(f"node {node.name!r}: only a blocked direct convolution runs "

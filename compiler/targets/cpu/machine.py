@@ -4,6 +4,7 @@ instruction set's name. Read and measured once per machine, then read from a cac
     model = machine_model()                   # measured the first time, then cached
     model.vector_bits, model.fma_ports(), model.has_amx
     print("\\n".join(model.lines()))
+    costs = model.costs()                     # what the default schedules read of it
 
 What a `MachineModel` holds, and where it comes from:
 
@@ -47,8 +48,9 @@ from vdla.compiler.targets.cpu.cfiles import static_text
 from vdla.compiler.targets.cpu.machine_bench import (BENCH_SOURCE, PROBE_SOURCE, Figures,
                                                     measure, probe_amx)
 
-__all__ = ["FORMAT", "ISA_FLAGS", "Cache", "MachineModel", "cache_file", "machine_model",
-           "parse_cpu_list", "parse_cpuinfo", "read_caches", "read_machine"]
+__all__ = ["FORMAT", "ISA_FLAGS", "NOMINAL", "Cache", "MachineCosts", "MachineModel",
+           "cache_file", "machine_model", "parse_cpu_list", "parse_cpuinfo", "read_caches",
+           "read_machine"]
 
 #: The ISA extensions the model records (as ``/proc/cpuinfo`` spells them).
 ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx_vnni",
@@ -163,6 +165,35 @@ class MachineModel:
         """int8 multiply-adds a nanosecond (GMAC/s) of one core."""
         return None if self.figures is None else self.figures.int8_macs_per_ns
 
+    def vector_isa(self) -> str:
+        """The instruction set of the CPU target (`isa.ISAS`' names) whose vector code
+        the flags allow: ``avx512vnni``, ``avx2`` or ``portable`` (AMX tiles aside: their
+        instruction set's vector code is ``avx512vnni``'s)."""
+        if self.has("avx512f") and self.has("avx512_vnni"):
+            return "avx512vnni"
+        return "avx2" if self.has("avx2") and self.has("fma") else "portable"
+
+    def costs(self) -> MachineCosts:
+        """What the default schedules read of this machine (`MachineCosts`): FMA ports
+        times lanes at 512 and 256 bits (a width not measured runs at the lanes a cycle
+        of the widest measured: a 512-bit FMA as two 256-bit halves, as on AMD Zen 4),
+        int8 multiply-adds a cycle, the L1d and L2 of one core, AMX. Without figures,
+        `NOMINAL`'s rates, with the caches read."""
+        l1d = _per_core(self.l1d, self.threads_per_core, NOMINAL.l1d)
+        l2 = _per_core(self.l2, self.threads_per_core, NOMINAL.l2)
+        lanes = {bits: ports * bits / 32 for bits in (512, 256)
+                 if (ports := self.fma_ports(bits))}
+        if self.fma_bits() not in lanes:            # not measured, or no clock
+            return dataclasses.replace(NOMINAL, l1d=l1d, l2=l2, amx=self.has_amx,
+                                       source=self.model_name)
+        widest = lanes[self.fma_bits()]
+        f = self.figures
+        macs = f.int8_macs_per_ns / f.clock_ghz if f.int8_macs_per_ns is not None else None
+        return MachineCosts(fma_lanes=tuple((b, lanes.get(b, widest)) for b in (512, 256)),
+                            int8_macs=None if macs is None else round(macs, 2),
+                            int8_path=f.int8_path if macs is not None else None,
+                            l1d=l1d, l2=l2, amx=self.has_amx, source=self.model_name)
+
     def to_dict(self) -> dict:
         return dataclasses.asdict(self) | {"flags": list(self.flags)}
 
@@ -249,6 +280,84 @@ class MachineModel:
         if extra:
             out.append(", ".join(extra))
         return out
+
+
+#: The caches the choosers' byte thresholds were set on (one AMD EPYC core's): a threshold
+#: of n bytes there is n x (this machine's cache / this one) elsewhere.
+NOMINAL_L1D, NOMINAL_L2 = 32 << 10, 1 << 20
+#: That core's float32 lane-FMAs a cycle by vector bits (AMD Zen 4: a 512-bit FMA as two
+#: 256-bit halves, so the same at both widths).
+NOMINAL_FMA_LANES = {512: 16.0, 256: 16.0}
+
+
+@dataclasses.dataclass(frozen=True)
+class MachineCosts:
+    """What the CPU target's default schedules read of a machine (`MachineModel.costs`):
+    one core's figures a cycle, the FMAs rounded to whole ports so that a shared host's
+    noise never moves a default.
+
+    fma_lanes : ((bits, float32 lane-FMAs a cycle), ...) for 512- and 256-bit vectors
+    int8_macs : int8 multiply-adds a cycle on the widest int8 path measured (`int8_path`),
+        None when not measured
+    int8_path : that path's instructions (`machine_bench.Figures.int8_path`), or None
+    l1d, l2 : bytes of L1 data and L2 cache one core has
+    amx : whether AMX int8 tiles run
+    source : where the figures come from: ``nominal``, or the CPU's name
+    """
+
+    fma_lanes: tuple[tuple[int, float], ...]
+    int8_macs: float | None
+    int8_path: str | None
+    l1d: int
+    l2: int
+    amx: bool = False
+    source: str = "nominal"
+
+    def lanes_per_cycle(self, vl: int) -> float:
+        """float32 lane-FMAs a cycle on vectors of `vl` 32-bit lanes."""
+        return dict(self.fma_lanes)[vl * 32]
+
+    def work_scale(self, vl: int) -> float:
+        """What the convolution chooser's work term counts per vector multiply-add of
+        `vl` lanes: the ``16 / vl`` its constants were fitted with on the `NOMINAL` host
+        (a 256-bit vector two 512-bit ones' share), times how much slower this machine's
+        FMAs are at that width than that host's (Sapphire Rapids' 512-bit: 0.5). Why not
+        the cycles a vector takes at the ports' rate (0.5 for 8 lanes on two 256-bit
+        ports): against the chooser's cache terms, fitted at 16 lanes, that picked plain
+        AVX2 tiles that ran 1.04-1.08x slower than the old scale's on that host."""
+        return 16 / vl * NOMINAL_FMA_LANES[vl * 32] / self.lanes_per_cycle(vl)
+
+    def vector_lanes(self, widths) -> int:
+        """Of the vector widths `widths` (lanes, an instruction set's), the one with the
+        most lane-FMAs a cycle; the wider on a tie (fewer instructions for the same
+        work: Zen 4's 512-bit FMA, two 256-bit halves, is level with two 256-bit ones)."""
+        return max(widths, key=lambda vl: (self.lanes_per_cycle(vl), vl))
+
+    def l1_bytes(self, nominal: int) -> int:
+        """`nominal` bytes of a 32 KiB L1 data cache, scaled to this one's."""
+        return nominal * self.l1d // NOMINAL_L1D
+
+    def l2_bytes(self, nominal: int) -> int:
+        """`nominal` bytes of a 1 MiB L2, scaled to this one's."""
+        return nominal * self.l2 // NOMINAL_L2
+
+    def key(self) -> dict:
+        """The costs as JSON values (memo keys)."""
+        return dataclasses.asdict(self) | {"fma_lanes": [list(p) for p in self.fma_lanes]}
+
+
+#: The costs of a machine without figures: the AMD EPYC (Zen 4) host the choosers' constants
+#: were tuned on, with AVX-512 (`NOMINAL_FMA_LANES`, 32 KiB of L1d and 1 MiB of L2 a
+#: core), so that the defaults there are the constants' exactly.
+NOMINAL = MachineCosts(fma_lanes=tuple(NOMINAL_FMA_LANES.items()), int8_macs=None,
+                       int8_path=None, l1d=NOMINAL_L1D, l2=NOMINAL_L2)
+
+
+def _per_core(cache: Cache | None, threads_per_core: int, nominal: int) -> int:
+    """A cache's bytes one core has (`nominal` when unknown)."""
+    if cache is None:
+        return nominal
+    return cache.size // max(1, cache.shared_cpus // max(1, threads_per_core))
 
 
 def _fields(cls, data) -> dict:

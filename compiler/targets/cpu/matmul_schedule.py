@@ -34,6 +34,7 @@ import numpy as np
 from vdla.compiler.ir.graph import Graph
 from vdla.compiler.ir.tensor import Node
 from vdla.compiler.targets.cpu.isa import Isa
+from vdla.compiler.targets.cpu.machine import NOMINAL, MachineCosts
 from vdla.compiler.targets.cpu.schedule import (UNROLLS, ScheduleError, SpaceBlock, check_int,
                                                 knobs_from_dict, tile_fits)
 
@@ -149,11 +150,14 @@ class MatmulSchedule:
         return knobs_from_dict(cls, data, "matmul")
 
 
-def choose_matmul(shape: MatmulShape, isa: Isa) -> MatmulSchedule:
-    """The default: the kernels' tile before they had knobs (module docstring)."""
+def choose_matmul(shape: MatmulShape, isa: Isa, costs: MachineCosts = NOMINAL
+                  ) -> MatmulSchedule:
+    """The default: the kernels' tile before they had knobs (module docstring), on
+    vectors of the width the machine `costs` describes runs fastest
+    (`MachineCosts.vector_lanes`: the widest on every machine measured)."""
     mr = 6 if isa.registers >= 32 else 4
     wide = int(shape.int8 and isa.int8 == "maddubs" and shape.m >= WIDE_ROWS)
-    return MatmulSchedule(isa.lanes[0], mr, 2, 1, "all", wide)
+    return MatmulSchedule(costs.vector_lanes(isa.lanes), mr, 2, 1, "all", wide)
 
 
 def matmul_blocks(shape: MatmulShape, isa: Isa) -> list[SpaceBlock]:

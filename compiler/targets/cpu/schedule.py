@@ -38,6 +38,10 @@ registers), ``unroll``. The batched matrix products' `MatmulSchedule` is
 
 `ScheduleError` (a ValueError) names the knob, its value and what is allowed.
 
+The default choosers take the machine as a `MachineCosts` (`machine.MachineModel.costs`:
+FMA lanes a cycle at each vector width, L1d and L2 a core), `NOMINAL` when none is given:
+the AMD EPYC host whose measurements set the rules and constants below.
+
 Why this module is long: one `ConvSchedule` covers every convolution kernel (pixel
 vectors, channel vectors on plain layouts, blocked layouts), and its checks, the
 default chooser and the tuner's space of each kernel share the register budget
@@ -52,6 +56,7 @@ import itertools
 from typing import Iterator
 
 from vdla.compiler.targets.cpu.isa import Isa
+from vdla.compiler.targets.cpu.machine import NOMINAL, MachineCosts
 
 __all__ = ["ConvSchedule", "DenseSchedule", "LANES", "LAYOUTS", "MAX_TILE", "ORDERS",
            "PARALLEL", "ScheduleError", "SpaceBlock", "blocked_fits", "check_int",
@@ -313,10 +318,13 @@ _HEIGHTS = (1, 2, 4, 8, 16, 32)
 _WINOGRAD_WORK = 0.55
 
 
-def estimate_conv(conv, s: ConvSchedule, threads: int = 2) -> float:
-    """The chooser's cost of schedule `s`, in about cycles (lower is better): padded
-    vector multiply-adds over the threads (counting the idle ones of unbalanced work
-    items), what extra pixel vectors cost, each tile's epilogue and loop start, and
+def estimate_conv(conv, s: ConvSchedule, threads: int = 2,
+                  costs: MachineCosts = NOMINAL) -> float:
+    """The chooser's cost of schedule `s`, in about cycles of one core of the machine
+    `costs` describes (lower is better): padded vector multiply-adds scaled by its FMA
+    rate for the width (`MachineCosts.work_scale`) over the threads (counting the idle
+    ones of unbalanced work items), what extra pixel vectors cost, each tile's epilogue
+    and loop start, reading beyond its L2 (`_restream`, `_first_block_stall`), and
     starting the OpenMP team."""
     items = conv.groups * _blocks(conv.og_padded(s.mr), s.tile_co) * _blocks(conv.ho, s.tile_h)
     team = 1 if s.parallel == "none" else threads
@@ -326,22 +334,26 @@ def estimate_conv(conv, s: ConvSchedule, threads: int = 2) -> float:
         cost *= _WINOGRAD_WORK
     cost += 8 * conv.groups * conv.og_padded(s.mr) * s.nv * _blocks(
         conv.ho * conv.grid_pitch, s.nv * s.vl) / s.mr
-    cost = cost * (16 / s.vl) * balance / team
-    cost += (_restream(conv, s) + _first_block_stall(conv, s)) / team
+    cost = cost * costs.work_scale(s.vl) * balance / team
+    cost += (_restream(conv, s, costs) + _first_block_stall(conv, s, costs)) / team
     return cost + (0 if s.parallel == "none" else _TEAM_CYCLES)
 
 
-def cost_terms(conv, s: ConvSchedule) -> dict[str, float]:
+def cost_terms(conv, s: ConvSchedule, costs: MachineCosts = NOMINAL) -> dict[str, float]:
     """Terms of `estimate_conv` for the learned models' features: ``work``, the register
-    tiles' vector multiply-adds at 16 lanes (padding included); ``restream``, the cycles
-    of reading weights and input again beyond the cache; ``stall``, the cycles a register
-    tile waits for weights from memory."""
+    tiles' vector multiply-adds scaled by 16 / vl (padding included; the same on every
+    machine); ``restream``, the cycles of reading weights and input again beyond the
+    cache of the machine `costs` describes; ``stall``, the cycles a register tile waits
+    for weights from memory there."""
     return {"work": _work(conv, s.mr, s.nv, s.vl, s.tile_h) * 16 / s.vl,
-            "restream": _restream(conv, s), "stall": _first_block_stall(conv, s)}
+            "restream": _restream(conv, s, costs),
+            "stall": _first_block_stall(conv, s, costs)}
 
 
-#: Caches a layer's weights or input stay in across work items (bytes: one core's L2),
-#: and bytes per cycle when they do not (from L3 or memory).
+#: Caches a layer's weights or input stay in across work items (bytes of a core's 1 MiB
+#: L2: half of it, the other operand and the output take the rest; scaled to the
+#: machine's L2, `MachineCosts.l2_bytes`), and bytes per cycle when they do not (from L3
+#: or memory).
 _CACHED = 512 * 1024
 _STREAM_BYTES_PER_CYCLE = 12
 
@@ -352,11 +364,12 @@ _STREAM_BYTES_PER_CYCLE = 12
 _MEMORY_BYTES_PER_CYCLE = 1.25
 
 
-#: Inputs up to this many bytes are re-read cheaply from L2 by narrow channel tiles.
+#: Inputs up to this many bytes (of a 1 MiB L2) are re-read cheaply from L2 by narrow
+#: channel tiles.
 _SMALL_INPUT = 256 * 1024
 
 
-def _first_block_stall(conv, s: ConvSchedule) -> float:
+def _first_block_stall(conv, s: ConvSchedule, costs: MachineCosts) -> float:
     """About the cycles a register tile waits for weights that come from memory: a
     channel tile's weights stream in while its first pixel block computes and stay in
     cache for the others, so a tile with few pixel blocks per row tile must hide the
@@ -371,30 +384,33 @@ def _first_block_stall(conv, s: ConvSchedule) -> float:
     # float layers 1.45x slower with 4x4 tiles than with 16x1, ResNet-50's 2048->512
     # 1x1 and its strided 1x1 shortcut 1.2-1.3x slower; its 512->2048 1x1 1.34x faster).
     inputs = conv.cg_padded * conv.groups * conv.h * conv.w * elem
-    if (weights <= _CACHED or conv.kh * conv.kw != 1 or conv.sh * conv.sw != 1
-            or inputs > _SMALL_INPUT):
+    if (weights <= costs.l2_bytes(_CACHED) or conv.kh * conv.kw != 1
+            or conv.sh * conv.sw != 1 or inputs > costs.l2_bytes(_SMALL_INPUT)):
         return 0.0
     blocks = _blocks(min(s.tile_h, conv.ho) * conv.grid_pitch, s.nv * s.vl)
     stream = weights / _MEMORY_BYTES_PER_CYCLE * _blocks(conv.ho, s.tile_h)
-    first = _work(conv, s.mr, s.nv, s.vl, s.tile_h) * (16 / s.vl) / blocks
+    first = (_work(conv, s.mr, s.nv, s.vl, s.tile_h) * costs.work_scale(s.vl)
+             / blocks)
     return max(0.0, stream - first)
 
 
-def _restream(conv, s: ConvSchedule) -> float:
+def _restream(conv, s: ConvSchedule, costs: MachineCosts) -> float:
     """About the cycles spent reading weights and input again: every row tile reads all
     the weights of its channel tiles, every channel tile all the input of its rows; what
-    exceeds `_CACHED` comes again from L3 or memory. Measured on MobileNet-v1's 7x7
-    1024->1024 float layer (4 MB of weights): split in 4 row tiles it ran 1.7x slower
-    in the model than alone, where the weights stay cached."""
+    exceeds `_CACHED` (scaled to the machine's L2) comes again from L3 or memory.
+    Measured on MobileNet-v1's 7x7 1024->1024 float layer (4 MB of weights): split in 4
+    row tiles it ran 1.7x slower in the model than alone, where the weights stay
+    cached."""
     elem = 1 if conv.int8 else 4
     weights = conv.groups * conv.og_padded(s.mr) * conv.cg_padded * conv.kh * conv.kw * elem
     inputs = conv.groups * conv.cg_padded * conv.hq * conv.grid_pitch * len(conv.phases) * elem
     rows = _blocks(conv.ho, s.tile_h)
     channels = _blocks(conv.og_padded(s.mr), s.tile_co)
     extra = 0
-    if weights > _CACHED:
+    cached = costs.l2_bytes(_CACHED)
+    if weights > cached:
         extra += (rows - 1) * weights
-    if inputs > _CACHED:
+    if inputs > cached:
         extra += (channels - 1) * inputs
     return extra / _STREAM_BYTES_PER_CYCLE
 
@@ -403,20 +419,26 @@ def _restream(conv, s: ConvSchedule) -> float:
 _TEAM_CYCLES = 15_000
 
 
-def choose_conv(conv, isa: Isa, threads: int = 2, *, blocked: bool = True) -> ConvSchedule:
+def choose_conv(conv, isa: Isa, threads: int = 2, *, blocked: bool = True,
+                costs: MachineCosts = NOMINAL) -> ConvSchedule:
     """The default schedule: the blocked layout where `blocked_fits` (and `blocked`),
     else the plain layout's register tile, rows per work item and channels per work
     item `estimate_conv` rates cheapest (channels per item: two register tiles), every
     input channel in one pass. `blocked=False` gives the plain layout's choice for every
     layer: what the target chose before it had blocked layouts (`bench/cpu_layers.py`
-    compares the two)."""
+    compares the two).
+
+    costs : the machine the schedule is for (`MachineModel.costs`; default `NOMINAL`,
+        the AMD EPYC host the rules were measured on): its FMA rate at each vector
+        width picks the width (`MachineCosts.vector_lanes`) and weighs the work against
+        re-reading what leaves its L2; its L1d bounds a depthwise row tile."""
+    vl = costs.vector_lanes(isa.lanes)
     if blocked and blocked_fits(conv, isa):
-        return _choose_blocked(conv, isa, threads)
+        return _choose_blocked(conv, isa, threads, vl)
     if conv.depthwise:
-        return _choose_depthwise(conv, isa, threads)
+        return _choose_depthwise(conv, isa, threads, costs)
     if conv.pointwise and conv.h * conv.w <= _CHANNEL_LANES_PLANE:
-        return _choose_channel_lanes(conv, isa, threads)
-    vl = isa.lanes[0]
+        return _choose_channel_lanes(conv, isa, threads, vl)
     budget = MAX_TILE[isa.registers]
     heights = _heights(conv)
     top_mr = min(budget, 16 if isa.registers == 32 else 12, conv.og)
@@ -432,7 +454,7 @@ def choose_conv(conv, isa: Isa, threads: int = 2, *, blocked: bool = True) -> Co
         serial = conv.macs < SERIAL_MACS
         s = ConvSchedule(vl, mr, nv, tile_co, tile_h, conv.cg_padded,
                          parallel="none" if serial else "all")
-        key = (estimate_conv(conv, s, threads), -mr * nv, tile_h)
+        key = (estimate_conv(conv, s, threads, costs), -mr * nv, tile_h)
         if best is None or key < best[0]:
             best = (key, s)
     return best[1]
@@ -487,7 +509,7 @@ def blocked_fits(conv, isa: Isa) -> bool:
     return not conv.int8 or conv.cg >= _BLOCKED_MIN_CHANNELS
 
 
-def _choose_blocked(conv, isa: Isa, threads: int) -> ConvSchedule:
+def _choose_blocked(conv, isa: Isa, threads: int, vl: int) -> ConvSchedule:
     """The blocked layout's default (measured on ResNet-18 and MobileNet-v1 at 2
     threads, AVX-512: 1.1-1.5x faster than the plain kernels on one-group layers, 2-5x
     on depthwise ones). One-group layers: a whole output row (up to the register budget:
@@ -496,8 +518,8 @@ def _choose_blocked(conv, isa: Isa, threads: int) -> ConvSchedule:
     wider channel tiles on ResNet-18's 7x7 int8 layers too: 7x1 1.15x faster than 7x3); a
     stem layer that reads its plain input, 7 pixels by two channel vectors. Depthwise layers: 8
     pixels by one channel block. Work items are one register tile of channels by whole
-    planes, cut in row tiles only when there are too few channel tiles for the team."""
-    vl = isa.lanes[0]
+    planes, cut in row tiles only when there are too few channel tiles for the team;
+    `vl` lanes a vector (the block)."""
     budget = MAX_TILE[isa.registers]
     blocks = _blocks(conv.o if conv.depthwise else conv.og, vl)
     order, per_item = "co", 1          # register tiles per work item
@@ -514,7 +536,7 @@ def _choose_blocked(conv, isa: Isa, threads: int) -> ConvSchedule:
         # Winograd F(2x2, 3x3): a register tile of as many 2x2 tiles as the registers
         # hold (1.5-2.0x faster than the direct kernel on ResNet-18's 3x3 float layers,
         # 56x56 to 7x7; AVX-512, 2 threads).
-        return _choose_winograd(conv, isa, threads)
+        return _choose_winograd(conv, isa, threads, vl)
     elif not conv.int8 and conv.kh == conv.kw == 1 and isa.registers == 32 and blocks > 1:
         # Float32 1x1 layers on AVX-512: 14 pixels by two channel vectors, each input
         # value read by two multiply-adds as a folded broadcast (`vf16_fma_bcast`), so
@@ -540,10 +562,10 @@ def _choose_blocked(conv, isa: Isa, threads: int) -> ConvSchedule:
                         "none" if serial else "all", lanes="co", layout="nchwc")
 
 
-def _choose_winograd(conv, isa: Isa, threads: int) -> ConvSchedule:
-    """A Winograd layer's default: `MAX_TILE` tiles by one channel vector, one channel
-    block per work item, whole planes unless there are too few blocks for the team."""
-    vl = isa.lanes[0]
+def _choose_winograd(conv, isa: Isa, threads: int, vl: int) -> ConvSchedule:
+    """A Winograd layer's default: `MAX_TILE` tiles by one channel vector of `vl` lanes,
+    one channel block per work item, whole planes unless there are too few blocks for
+    the team."""
     blocks = _blocks(conv.og, vl)
     tile_h = conv.ho
     if blocks < 2 * threads:
@@ -560,14 +582,13 @@ def _choose_winograd(conv, isa: Isa, threads: int) -> ConvSchedule:
 _CHANNEL_LANES_PLANE = 256
 
 
-def _choose_channel_lanes(conv, isa: Isa, threads: int) -> ConvSchedule:
+def _choose_channel_lanes(conv, isa: Isa, threads: int, vl: int) -> ConvSchedule:
     """A small-plane pointwise layer's default: 8 pixels by one vector of channels,
     the input-channel loop unrolled twice, every input channel in one pass. In the model
     this narrow tile beat the wider ones (8x2, 8x3, 16x1: 1.05-1.3x slower): its weight
     panel (one vector of channels by the input channels) stays in L1 while the tile
     sweeps the pixels. Whole planes per work item unless there are too few channel
-    tiles to share among the threads."""
-    vl = isa.lanes[0]
+    tiles to share among the threads. `vl` lanes a vector."""
     tiles = _blocks(conv.og, vl)
     rows = _blocks(2 * threads, tiles) if tiles < 2 * threads else 1
     tile_h = next((h for h in reversed(_heights(conv)) if _blocks(conv.ho, h) >= rows), 1)
@@ -576,22 +597,26 @@ def _choose_channel_lanes(conv, isa: Isa, threads: int) -> ConvSchedule:
                         "none" if serial else "all", lanes="co")
 
 
-#: A depthwise work item's slice of its channel's planes should stay in L1 (bytes).
+#: A depthwise work item's slice of its channel's planes should stay in L1 (bytes of a
+#: 32 KiB L1d; scaled to the machine's, `MachineCosts.l1_bytes`).
 _DEPTHWISE_LOCAL = 32 * 1024
 
 
-def _choose_depthwise(conv, isa: Isa, threads: int) -> ConvSchedule:
+def _choose_depthwise(conv, isa: Isa, threads: int, costs: MachineCosts) -> ConvSchedule:
     """A depthwise layer's default, after what the tuner found on MobileNet-v1 (default
     1.0-1.6x slower at 56x56 and up, 2.6-3.9x at 14x14 and 7x7 before this rule): the
-    vector width that pads an output row least, enough vectors to cover the row (up to
-    4), and whole planes per work item unless a plane's slice would outgrow L1."""
-    vl = min(isa.lanes, key=lambda v: (_blocks(conv.wo, v) * v - conv.wo, -v))
+    vector width whose padded output row takes the fewest cycles at the machine's FMA
+    rate for it (where the widths run level, as on Zen 4, the one that pads least),
+    enough vectors to cover the row (up to 4), and whole planes per work item unless a
+    plane's slice would outgrow the machine's L1d."""
+    vl = min(isa.lanes, key=lambda v: (_blocks(conv.wo, v) * v / costs.lanes_per_cycle(v),
+                                       -v))
     nv = max(1, min(4, _blocks(conv.wo, vl)))
     elem = 1 if conv.int8 else 4
     reach = ((conv.kh - 1) * conv.dh) // conv.sh
     tile_h = conv.ho
     while tile_h > 1 and len(conv.phases) * (tile_h + reach) * conv.grid_pitch * elem \
-            > _DEPTHWISE_LOCAL:
+            > costs.l1_bytes(_DEPTHWISE_LOCAL):
         tile_h = _blocks(tile_h, 2)
     serial = conv.macs < SERIAL_MACS
     return ConvSchedule(vl, 1, nv, conv.og_padded(1), tile_h, conv.cg_padded,
@@ -670,7 +695,8 @@ def _blocked_blocks(conv, isa: Isa, h_options) -> list[SpaceBlock]:
     unroll and split; the default chooser's among them."""
     budget = MAX_TILE[isa.registers]
     # The default's rows per work item depend on the team: every team size's is here.
-    chosen = [_choose_blocked(conv, isa, team) for team in (1, 2, 4, 8, 16, 32, 64)]
+    chosen = [_choose_blocked(conv, isa, team, vl) for team in (1, 2, 4, 8, 16, 32, 64)
+              for vl in isa.lanes]
     row = conv.ho * conv.wo if flattens(conv) else conv.wo     # a tile's pixels at most
     pixels = sorted({p for p in _BLOCKED_PIXELS + (min(row, budget),) if p <= row}
                     | {c.mr for c in chosen})
@@ -744,11 +770,12 @@ class DenseSchedule:
         return knobs_from_dict(cls, data, "dense")
 
 
-def choose_dense(dense, isa: Isa) -> DenseSchedule:
+def choose_dense(dense, isa: Isa, costs: MachineCosts = NOMINAL) -> DenseSchedule:
     """Four output vectors a step for one row (a batch-1 layer reads each weight once);
     with several rows (a transformer's tokens) a register tile of rows by two (16
-    registers: 6 x 2) or four (32: 6 x 4) vectors, `dense.row_tile`'s rows."""
-    vl = isa.lanes[0]
+    registers: 6 x 2) or four (32: 6 x 4) vectors, `dense.row_tile`'s rows; vectors of
+    the width `costs` (the machine) runs fastest (`MachineCosts.vector_lanes`)."""
+    vl = costs.vector_lanes(isa.lanes)
     ov = 4 if dense.n < 4 or isa.registers >= 32 else 2
     return DenseSchedule(vl, max(1, min(ov, _blocks(dense.o, vl))), 1,
                          "none" if dense.macs < SERIAL_MACS else "all")

@@ -45,8 +45,8 @@ from vdla.compiler.targets.cpu.layout_choice import choose_layouts
 from vdla.compiler.targets.cpu.library import (aligned_empty, function, load, raise_error,
                                               start_team)
 from vdla.compiler.targets.cpu.lower import node_kernel
-from vdla.compiler.targets.cpu.machine import (MachineModel, cache_file, machine_model,
-                                              read_machine)
+from vdla.compiler.targets.cpu.machine import (NOMINAL, MachineCosts, MachineModel,
+                                              cache_file, machine_model, read_machine)
 from vdla.compiler.targets.cpu.program import Program
 from vdla.compiler.targets.cpu.tuning import cpu_tasks
 
@@ -110,6 +110,10 @@ class CpuTarget(Target):
         names it: `from_platform`): `isa` is then taken as named, not probed (this
         machine may lack it), and the target's tasks read that CPU's records and measure
         only on a machine of that name. None (the default): this machine
+    machine : that CPU's machine model (a `MachineModel` or its `to_dict`), what the
+        default schedules and the cost models' features read of it (`costs`); only with
+        `cpu`. None: this machine's, measured (`machine.machine_model`); for another
+        CPU's platform, `machine.NOMINAL`'s costs
     """
 
     name = "cpu"
@@ -138,7 +142,8 @@ class CpuTarget(Target):
         return target
 
     def __init__(self, *, threads: int | None = None, isa: str | None = None, log=None,
-                 fuse: bool = True, cpu: str | None = None):
+                 fuse: bool = True, cpu: str | None = None,
+                 machine: MachineModel | Mapping | None = None):
         if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
                                     or threads < 1):
             raise ValueError(f"CpuTarget: threads must be a positive integer, not {threads!r}")
@@ -150,9 +155,15 @@ class CpuTarget(Target):
         if cpu is not None and (not isinstance(cpu, str) or not cpu or isa is None):
             raise ValueError(f"CpuTarget: a platform of another CPU needs the CPU's name and "
                              f"its isa, not cpu={cpu!r}, isa={isa!r}")
+        if machine is not None and cpu is None:
+            raise ValueError("CpuTarget: a machine model is another CPU's platform's: give "
+                             "its cpu too")
+        if isinstance(machine, Mapping):
+            machine = MachineModel.from_dict(machine)
         self.threads, self._isa_name, self._log = threads, isa, log
-        self.fuse, self.cpu = fuse, cpu
+        self.fuse, self.cpu, self._machine = fuse, cpu, machine
         self._isa = None
+        self._costs: MachineCosts | None = None
         claim_cores()
 
     @property
@@ -169,6 +180,26 @@ class CpuTarget(Target):
                     raise ValueError(f"CpuTarget: {chosen.name} does not run here: {why}")
                 self._isa = chosen
         return self._isa
+
+    @property
+    def costs(self) -> MachineCosts:
+        """What the default schedules read of the machine (`MachineModel.costs`): this
+        machine's measured model (read, unmeasured, without a C compiler), or the model
+        another CPU's platform came with (`machine.NOMINAL` without one)."""
+        if self._costs is None:
+            known = self._machine is not None or self.cpu is None
+            self._costs = self._machine_model().costs() if known else NOMINAL
+        return self._costs
+
+    def _machine_model(self) -> MachineModel:
+        """The machine the code is for: another CPU's platform's model, or this machine's
+        (measured once, then cached; read only when it cannot be measured)."""
+        if self._machine is not None:
+            return self._machine
+        try:
+            return machine_model()
+        except (BuildError, OSError):
+            return read_machine()
 
     @property
     def team(self) -> int:
@@ -231,7 +262,13 @@ class CpuTarget(Target):
                 for name in runs[:count]]
 
     def platform_params(self) -> dict:
-        return {**self.options(), "cpu": self.cpu if self.cpu is not None else cpu_name()}
+        """threads, isa, the CPU's name and its machine model (`MachineModel.to_dict`:
+        flags, caches, figures), so that a training set's rows carry the machine they
+        were measured on (absent for another CPU's platform that came without one)."""
+        params = {**self.options(), "cpu": self.cpu if self.cpu is not None else cpu_name()}
+        if self._machine is not None or self.cpu is None:
+            params["machine"] = self._machine_model().to_dict()
+        return params
 
     @classmethod
     def from_platform(cls, params) -> "CpuTarget":
@@ -244,11 +281,12 @@ class CpuTarget(Target):
         none of the records of the machine that measured them, and this machine need
         not offer the set's instruction sets (an AVX2-only one reading a set measured
         with AVX-512) for code that is never built here. A manifest that does not name
-        the CPU is taken to be this machine's."""
+        the CPU is taken to be this machine's. Its ``machine`` (the model of the machine
+        that measured it) is what the default schedules and the features read."""
         if not isinstance(params, dict) or "isa" not in params:
             raise ValueError(f"a cpu platform needs its isa, not {params!r}")
         return cls(threads=params.get("threads"), isa=params["isa"],
-                   cpu=params.get("cpu") or cpu_name())
+                   cpu=params.get("cpu") or cpu_name(), machine=params.get("machine"))
 
     def capabilities(self) -> list[tuple[str, str]]:
         return [("conv2d, qconv2d", "float32 or int8: any kernel, stride, padding, dilation "
@@ -306,7 +344,7 @@ class CpuTarget(Target):
                nonnegative: bool | None = None, in_block: int = 0) -> tuple[Kernel, Any]:
         """`node`'s kernel for this target's ISA and threads (`lower.node_kernel`)."""
         return node_kernel(node, graph, self.isa, schedule=schedule, threads=self.team,
-                           nonnegative=nonnegative, in_block=in_block)
+                           nonnegative=nonnegative, in_block=in_block, costs=self.costs)
 
     def kernels(self, graph: Graph, nodes: Sequence[Node], *, schedules: Mapping[str, Any],
                 progress: Progress | None = None, start: int = 0, total: int | None = None,
@@ -347,7 +385,8 @@ class CpuTarget(Target):
         t0 = time.perf_counter()
         kernels, used = self.kernels(graph, nodes, schedules=schedules, progress=progress,
                                      start=start, total=total)
-        fused = fusions(graph, nodes, used, self.isa, self.team) if self.fuse else {}
+        fused = (fusions(graph, nodes, used, self.isa, self.team, self.costs)
+                 if self.fuse else {})
         program = Program.create(graph, nodes, kernels, self.isa, fused).compile(log=self._log)
         seconds = (time.perf_counter() - t0) / max(1, len(nodes))
         return [CompiledOp(node.name, node.op, self.name, "",

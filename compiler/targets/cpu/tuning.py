@@ -48,6 +48,7 @@ from vdla.compiler.targets.cpu.features import (CONV2D, DENSE, MATMUL, conv2d_va
 from vdla.compiler.targets.cpu.library import (aligned_empty, build_kernels, call, load,
                                                start_team, time_runs)
 from vdla.compiler.targets.cpu.lower import node_kernel
+from vdla.compiler.targets.cpu.machine import NOMINAL, MachineCosts
 from vdla.compiler.targets.cpu.matmul_schedule import (MATMUL_PARALLEL, MatmulSchedule,
                                                        MatmulShape, choose_matmul,
                                                        estimate_matmul, matmul_blocks)
@@ -100,12 +101,15 @@ class CpuTask(OneNodeTask):
         this machine's (`cpu_name`). A task made again from a training set's manifest
         (`CpuTarget.from_platform`) names the CPU the set was measured on, and measures
         only on a machine of that name.
+    costs : what the default schedule and the features read of that machine
+        (`CpuTarget.costs`; `machine.NOMINAL` when not given)
     """
 
     isa: str = dataclasses.field(kw_only=True)
     threads: int = dataclasses.field(kw_only=True)
     nonnegative: bool = dataclasses.field(kw_only=True, default=False)
     cpu: str | None = dataclasses.field(kw_only=True, default=None)
+    costs: MachineCosts = dataclasses.field(kw_only=True, default=NOMINAL)
 
     target = "cpu"
     measure_backends = ("wall",)
@@ -187,17 +191,17 @@ class CpuTask(OneNodeTask):
 
     def default_schedule(self):
         if self.conv:
-            return choose_conv(self.shape, self._isa, self.threads)
+            return choose_conv(self.shape, self._isa, self.threads, costs=self.costs)
         if self.kind == "matmul":
-            return choose_matmul(self.shape, self._isa)
-        return choose_dense(self.shape, self._isa)
+            return choose_matmul(self.shape, self._isa, self.costs)
+        return choose_dense(self.shape, self._isa, self.costs)
 
     def estimate(self, schedule) -> _Estimate:
         """The chooser's cost model (relative: padded multiply-adds, extra input vectors,
         idle threads), on the scale of nanoseconds at a nominal rate; a product's
         `estimate_matmul` (about cycles)."""
         if self.conv:
-            return _Estimate(estimate_conv(self.shape, schedule, self.threads))
+            return _Estimate(estimate_conv(self.shape, schedule, self.threads, self.costs))
         if self.kind == "matmul":
             return _Estimate(estimate_matmul(self.shape, schedule, self._isa, self.threads))
         return _Estimate(float(self.shape.macs) / 8 / schedule.ov ** 0.25)
@@ -252,14 +256,17 @@ class CpuTask(OneNodeTask):
 
     def transfer_features(self, schedule) -> dict[str, float]:
         if self.conv:
-            return conv2d_values(self.shape, schedule, self._isa, self.threads)
+            return conv2d_values(self.shape, schedule, self._isa, self.threads, self.costs)
         if self.kind == "matmul":
-            return matmul_values(self.shape, schedule, self._isa, self.threads)
+            return matmul_values(self.shape, schedule, self._isa, self.threads, self.costs)
         return dense_values(self.shape, schedule, self._isa, self.threads,
-                            self.estimate(schedule).cycles, self.int8_path)
+                            self.estimate(schedule).cycles, self.int8_path, self.costs)
 
     def platform_key(self) -> dict:
-        return {"cpu": self.on_cpu, "threads": self.threads, "isa": self.isa}
+        """The platform as memos key it: the CPU, threads and ISA, and the machine's
+        costs (the default schedule and the features read them)."""
+        return {"cpu": self.on_cpu, "threads": self.threads, "isa": self.isa,
+                "machine": self.costs.key()}
 
     def schedule_to_dict(self, schedule) -> dict:
         return schedule.to_dict()
@@ -277,7 +284,7 @@ class CpuTask(OneNodeTask):
         """The node's kernel with `schedule` (as the target lowers it)."""
         return node_kernel(self.graph.node(self.node), self.graph, self._isa,
                            schedule=schedule, threads=self.threads,
-                           nonnegative=self.nonnegative)[0]
+                           nonnegative=self.nonnegative, costs=self.costs)[0]
 
     def compile(self, schedule, backend: str):
         """The kernel built into a library (cached by content hash: a schedule's build is
@@ -376,6 +383,6 @@ def cpu_tasks(graph: Graph, target) -> list[CpuTask]:
                   and input_nonnegative(graph, node.inputs[0]))
         found.append((CpuTask(node.name, one_node_graph(node, graph), node.name,
                               isa=target.isa.name, threads=target.team, nonnegative=nonneg,
-                              cpu=target.cpu),
+                              cpu=target.cpu, costs=target.costs),
                       node))
     return merge_tasks(found)
