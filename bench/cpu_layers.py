@@ -99,7 +99,8 @@ def plain_schedules(graph: Graph, target) -> dict:
     schedules = {}
     for task in target.tasks(graph):
         if task.conv:
-            schedule = choose_conv(task.shape, target.isa, target.team, blocked=False)
+            schedule = choose_conv(task.shape, target.isa, target.team, blocked=False,
+                                   costs=target.costs)
             schedules.update((n, schedule) for n in task.nodes)
     return schedules
 

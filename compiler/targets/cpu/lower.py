@@ -85,7 +85,7 @@ def node_kernel(node: Node, graph: Graph, isa: Isa, *, schedule: Any = None,
     shape = ConvShape.from_node(node, graph, nonnegative=nonnegative)
     if schedule is None and not band and is_patches(shape):
         # a ViT's patch embedding: one GEMM of many rows (`patches`), no schedule
-        return patches_kernel(shape, node, graph, isa, inputs), None
+        return patches_kernel(shape, node, graph, isa, inputs, costs), None
     schedule = schedule or choose_conv(shape, isa, threads, costs=costs)
     if band:
         if schedule.layout != "nchwc" or schedule.wino:

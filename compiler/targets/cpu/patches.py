@@ -24,6 +24,7 @@ from vdla.compiler.ir.tensor import Node
 from vdla.compiler.targets.cpu.dense import dense_kernel
 from vdla.compiler.targets.cpu.isa import Isa
 from vdla.compiler.targets.cpu.kernel import SIGNATURE, Kernel, Params, align
+from vdla.compiler.targets.cpu.machine import NOMINAL, MachineCosts
 from vdla.compiler.targets.cpu.schedule import choose_dense
 from vdla.compiler.targets.cpu.shapes import ConvShape, DenseShape
 
@@ -40,15 +41,16 @@ def is_patches(shape: ConvShape) -> bool:
 
 
 def patches_kernel(shape: ConvShape, node: Node, graph: Graph, isa: Isa,
-                   inputs: tuple[str, ...]) -> Kernel:
-    """The kernel of patch embedding `shape` (`is_patches`)."""
+                   inputs: tuple[str, ...], costs: MachineCosts = NOMINAL) -> Kernel:
+    """The kernel of patch embedding `shape` (`is_patches`); `costs`: the machine its
+    GEMM's default schedule is chosen for (`choose_dense`)."""
     ho, wo = shape.h // shape.kh, shape.w // shape.kw
     rows, depth = shape.n * ho * wo, shape.c * shape.kh * shape.kw
     dense = DenseShape(n=rows, k=depth, o=shape.o, dtype=shape.dtype, bias=shape.bias,
                        residual=False, offset=shape.offset, activation=shape.activation)
     w = np.asarray(graph.constant(node.inputs[1])).reshape(shape.o, depth)
     bias = graph.constant(node.input(2)) if node.input(2) else None
-    gemm = dense_kernel(dense, choose_dense(dense, isa), w, bias, node, isa, inputs)
+    gemm = dense_kernel(dense, choose_dense(dense, isa, costs), w, bias, node, isa, inputs)
     params = Params()
     g_off = params.add(gemm.params)
     elem = "int8_t" if shape.int8 else "float"
