@@ -26,7 +26,7 @@ from vdla.compiler.targets.cpu.kernel import Kernel
 from vdla.compiler.targets.cpu.machine import NOMINAL, MachineCosts
 from vdla.compiler.targets.cpu.matmul import matmul_kernel
 from vdla.compiler.targets.cpu.matmul_schedule import MatmulSchedule, MatmulShape, choose_matmul
-from vdla.compiler.targets.cpu.patches import is_patches, patches_kernel
+from vdla.compiler.targets.cpu.patches import patches_kernel, runs_as_gemm
 from vdla.compiler.targets.cpu.pointwise import pointwise_kernel
 from vdla.compiler.targets.cpu.schedule import (ConvSchedule, DenseSchedule, choose_conv,
                                                 choose_dense)
@@ -83,8 +83,9 @@ def node_kernel(node: Node, graph: Graph, isa: Isa, *, schedule: Any = None,
         schedule = schedule or choose_dense(shape, isa, costs)
         return dense_kernel(shape, schedule, w, bias, node, isa, inputs), schedule
     shape = ConvShape.from_node(node, graph, nonnegative=nonnegative)
-    if schedule is None and not band and is_patches(shape):
-        # a ViT's patch embedding: one GEMM of many rows (`patches`), no schedule
+    if schedule is None and not band and runs_as_gemm(shape, isa):
+        # a ViT's patch embedding, or an int8 stem without VNNI: one GEMM of many rows
+        # (`patches`), no schedule
         return patches_kernel(shape, node, graph, isa, inputs, costs), None
     schedule = schedule or choose_conv(shape, isa, threads, costs=costs)
     if band:

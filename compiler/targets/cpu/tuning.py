@@ -23,9 +23,10 @@ The workload key is the layer's `ConvShape` / `DenseShape` (sizes, groups, epilo
 whether the input is known non-negative) or `MatmulShape` (batches, sizes, how B is
 given and shared) as canonical JSON; the platform is the CPU's name, the thread count
 and the instruction set, so records taken on one machine or thread count are never
-used for another. A patch embedding (`patches.is_patches`) is no task: it runs as one
-GEMM whatever a convolution schedule says, and the convolution kernel a tuned schedule
-would give it is thousands of lines of C for its 16 x 16 taps.
+used for another. A convolution that runs as one GEMM (`patches.runs_as_gemm`: a patch
+embedding, an int8 stem without VNNI) is no task: the convolution kernel a tuned
+schedule would give a patch embedding is thousands of lines of C for its 16 x 16 taps,
+and a stem's direct kernels are the ones the GEMM replaces.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ from vdla.compiler.targets.cpu.machine import NOMINAL, MachineCosts
 from vdla.compiler.targets.cpu.matmul_schedule import (MATMUL_PARALLEL, MatmulSchedule,
                                                        MatmulShape, choose_matmul,
                                                        estimate_matmul, matmul_blocks)
-from vdla.compiler.targets.cpu.patches import is_patches
+from vdla.compiler.targets.cpu.patches import runs_as_gemm
 from vdla.compiler.targets.cpu.schedule import (LANES, LAYOUTS, ORDERS, PARALLEL, ConvSchedule,
                                                 DenseSchedule, choose_conv, choose_dense,
                                                 conv_blocks, dense_blocks, estimate_conv)
@@ -370,13 +371,14 @@ def _time(runs: Callable[[int], np.ndarray]) -> np.ndarray:
 
 def cpu_tasks(graph: Graph, target) -> list[CpuTask]:
     """One `CpuTask` per distinct conv/dense/matmul workload of `graph` that `target` (a
-    `CpuTarget`) runs, in the order of their first node; patch embeddings are left out
-    (module docstring)."""
+    `CpuTarget`) runs, in the order of their first node; convolutions that run as one GEMM
+    are left out (module docstring)."""
     found = []
     for node in graph.nodes():
         if node.op not in _TUNABLE or not target.supports(node, graph).ok:
             continue
-        if _TUNABLE[node.op] == "conv" and is_patches(ConvShape.from_node(node, graph)):
+        if _TUNABLE[node.op] == "conv" and runs_as_gemm(ConvShape.from_node(node, graph),
+                                                        target.isa):
             continue
         # A product's kernel takes its operands as they come (no offset to drop).
         nonneg = (node.op in ("qconv2d", "qdense")

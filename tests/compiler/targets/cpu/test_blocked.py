@@ -344,3 +344,34 @@ def test_the_chooser_picks_winograd_where_it_fits(best):
                 fits = precision == "float32" and task.shape.kh == 3 and task.shape.sh == 1
                 assert bool(s.wino) == fits, task.describe()
                 assert s.to_dict().get("wino", 0) == s.wino
+
+
+# --- int8 stems as one GEMM ------------------------------------------------------------------
+
+@pytest.mark.parametrize("case", [dict(n=1, c=3, h=23, w=19, o=20, k=7, stride=2, pad=3),
+                                  dict(n=2, c=3, h=12, w=11, o=9, k=3, stride=2, pad=1),
+                                  dict(n=1, c=4, h=9, w=10, o=8, k=3, stride=1, pad=2,
+                                       dilation=2)], ids=str)
+def test_an_int8_stem_with_a_signed_input_runs_as_one_gemm_without_vnni(cpu, case):
+    """A few-channel int8 convolution whose input may be negative runs as its im2col
+    rows times the weights (`patches.runs_as_gemm`) on an instruction set without VNNI,
+    its windows overlapping and reaching into the padding; elsewhere (and with a
+    non-negative input) the direct kernel. Bit-exact either way, one op and whole graph."""
+    from vdla.compiler.targets.cpu.patches import runs_as_gemm
+    g, feed = conv_graph(np.random.default_rng(5), **case)
+    node = next(n for n in g.nodes() if n.op == "qconv2d")
+    shape = ConvShape.from_node(node, g)
+    gemm = cpu.isa.vector_int8 in ("maddubs", "portable")
+    assert shape.offset and runs_as_gemm(shape, cpu.isa) == gemm
+    compiled = compile_model(g, cpu)
+    assert (compiled.ops[-1].schedule is None) == gemm
+    assert not any(t.nodes == (node.name,) for t in cpu.tasks(g)) or not gemm
+    with compiled.session() as session:
+        out = session.run(feed).outputs
+        whole = session.run_graph(feed).outputs
+    np.testing.assert_array_equal(out[g.outputs[0]], whole[g.outputs[0]])
+    assert_matches(g, out, feed)
+    relu = dict(case, nonnegative=True)
+    g, _ = conv_graph(np.random.default_rng(5), **relu)
+    node = next(n for n in g.nodes() if n.op == "qconv2d")
+    assert not runs_as_gemm(ConvShape.from_node(node, g), cpu.isa)
