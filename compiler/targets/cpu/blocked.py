@@ -134,7 +134,8 @@ def _tile(shape: ConvShape, s: ConvSchedule, mr: int, pointers: str,
                 lines.append(" ".join(f"{t}_fma_bcast({accs[j][v]}, w{v}, {at});"
                                       for v in range(nv)))
             else:
-                lines.append(f"{{ const {t} bv = {t}_bcast(*({at})); {accs[j][0]} += w0 * bv; }}")
+                lines.append(f"{{ const {t} bv = {t}_bcast(*({at})); "
+                             f"{accs[j][0]} = {t}_fma(w0, bv, {accs[j][0]}); }}")
         return lines
 
     taps = "\n            ".join(

@@ -188,7 +188,8 @@ def _tile_gemm(shape: ConvShape, s: ConvSchedule, code: Code, plane_bytes: int,
                                         for v in range(nv)) + " }")
             else:
                 lines.append(f"{{ const {t} w = {t}_bcast(wc[{k * mr + i}]); "
-                             + " ".join(f"{accs[i][v]} += x{v} * w;" for v in range(nv))
+                             + " ".join(f"{accs[i][v]} = {t}_fma(x{v}, w, {accs[i][v]});"
+                                      for v in range(nv))
                              + " }")
         body.append("{ " + "\n              ".join(lines) + " }")
     junk = shape.grid_pitch != shape.wo

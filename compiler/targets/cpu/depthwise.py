@@ -100,7 +100,8 @@ def _rows_function(shape: ConvShape, s: ConvSchedule, code: Code, offsets,
     for k, (p, off) in enumerate(shape.taps):
         base = f"(const {el} *)(xc + {p * plane_bytes}) + row + {off} + v * {vl}"
         load = f"{t}_from_s8({base})" if shape.int8 else f"{t}_load({base})"
-        steps.append(f"acc[v] += {load} * w{k};")
+        steps.append(f"acc[v] += {load} * w{k};" if shape.int8
+                     else f"acc[v] = {t}_fma({load}, {t}_bcast(w{k}), acc[v]);")
     weights_c = " ".join(f"const {wt} w{k} = wc[{k}];" for k in range(len(shape.taps)))
     consts, finish = _epilogue(shape, vl, t)
     return f"""\

@@ -70,7 +70,8 @@ def _tile(shape: ConvShape, s: ConvSchedule, code: Code, offsets: dict, passes: 
     body = [f"const {t} w{v} = {t}_load(wc + {v * vl});" for v in range(nv)]
     for j in range(mr):
         body.append(f"{{ const {t} b = {t}_bcast({pix[j]}); "
-                    + " ".join(f"{accs[j][v]} += w{v} * b;" for v in range(nv)) + " }")
+                    + " ".join(f"{accs[j][v]} = {t}_fma(w{v}, b, {accs[j][v]});"
+                               for v in range(nv)) + " }")
     width = nv * vl
     part = "part + (size_t)({k}) * {vl}"
     if passes > 1:

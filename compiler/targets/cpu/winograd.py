@@ -124,7 +124,7 @@ def _products(shape: ConvShape, s: ConvSchedule, n: int, tiles: int) -> str:
     vl, t = s.vl, f"vf{s.vl}"
     cb = _blocks(shape.c, vl)
     accs = [f"a{j}" for j in range(n)]
-    fmas = " ".join(f"{a} += w * {t}_bcast(vx[(size_t){j * vl} + q]);"
+    fmas = " ".join(f"{a} = {t}_fma(w, {t}_bcast(vx[(size_t){j * vl} + q]), {a});"
                     for j, a in enumerate(accs))
     stores = " ".join(f"{t}_store(m + {j * vl}, {a});" for j, a in enumerate(accs))
     return f"""
