@@ -515,14 +515,13 @@ def _choose_blocked(conv, isa: Isa, threads: int, vl: int) -> ConvSchedule:
     on depthwise ones). One-group layers: a whole output row (up to the register budget:
     28 pixels on AVX-512) by one channel vector, each weight vector loaded once for that
     many broadcast multiply-adds (with the next tile's weights prefetched, this beat
-    wider channel tiles on ResNet-18's 7x7 int8 layers too: 7x1 1.15x faster than 7x3); a
-    stem layer that reads its plain input, 7 pixels by two channel vectors. Depthwise layers: 8
-    pixels by one channel block. Work items are one register tile of channels by whole
-    planes, cut in row tiles only when there are too few channel tiles for the team;
-    `vl` lanes a vector (the block)."""
+    wider channel tiles on ResNet-18's 7x7 int8 layers too: 7x1 1.15x faster than 7x3);
+    AVX2 differs (below). Depthwise layers: 8 pixels by one channel block. Work items are
+    one register tile of channels by whole planes, cut in row tiles only when there are
+    too few channel tiles for the team; `vl` lanes a vector (the block)."""
     budget = MAX_TILE[isa.registers]
     blocks = _blocks(conv.o if conv.depthwise else conv.og, vl)
-    order, per_item = "co", 1          # register tiles per work item
+    order, per_item, unroll = "co", 1, 1          # per_item: register tiles per work item
     if conv.depthwise:
         mr, nv = min(8, conv.wo), 1
     elif input_block(conv, vl) == 1:
@@ -550,10 +549,11 @@ def _choose_blocked(conv, isa: Isa, threads: int, vl: int) -> ConvSchedule:
         order, per_item = "px", min(2, _blocks(blocks, nv))
     elif isa.registers == 16 and blocks > 1:
         # AVX2: 6 pixels by two vectors, rows outer (a row by one vector spilled int8's
-        # products). Whole graphs, AMD EPYC AVX2, 2 threads, 15 rounds: ResNet-50 and
-        # MobileNet-v1 float32 1.14x, 1.15x, int8 1.04x, 1.07x; ResNet-18 1.02x.
+        # products), float32's reduction unrolled twice. Whole graphs, AMD EPYC AVX2, 2
+        # threads, 15 rounds: ResNet-50 and MobileNet-v1 float32 1.14x, 1.15x (unrolled:
+        # 1.06x, 1.04x more), int8 1.04x, 1.07x; ResNet-18 1.02x.
         mr, nv = min(6, conv.ho * conv.wo if flattens(conv) else conv.wo), 2
-        order, per_item = "px", min(2, _blocks(blocks, nv))
+        order, per_item, unroll = "px", min(2, _blocks(blocks, nv)), 1 if conv.int8 else 2
     else:
         # A whole row, or for a 1x1 layer whose rows a tile can reach over
         # (`blocked._flattened`) as many pixels as the registers hold (MobileNet-v1's
@@ -564,8 +564,8 @@ def _choose_blocked(conv, isa: Isa, threads: int, vl: int) -> ConvSchedule:
     if cts < 2 * threads:
         tile_h = _blocks(conv.ho, _blocks(2 * threads, cts))
     serial = conv.macs < SERIAL_MACS
-    return ConvSchedule(vl, mr, nv, per_item * nv * vl, tile_h, conv.cg_padded, order, 1,
-                        "none" if serial else "all", lanes="co", layout="nchwc")
+    return ConvSchedule(vl, mr, nv, per_item * nv * vl, tile_h, conv.cg_padded, order,
+                        unroll, "none" if serial else "all", lanes="co", layout="nchwc")
 
 
 def _choose_winograd(conv, isa: Isa, threads: int, vl: int) -> ConvSchedule:
