@@ -230,3 +230,22 @@ def test_the_defaults_bench_compares_the_machines(tmp_path, capsys):
     with pytest.raises(SystemExit):
         bench.main(["--machines", str(tmp_path / "cpu_defaults.json")])
     assert "not a machine model" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("dtype", ["int8", "float32"])
+@pytest.mark.parametrize("c, h, o, k, s", [(64, 56, 64, 3, 1), (128, 28, 256, 3, 2),
+                                           (512, 14, 512, 1, 1)])
+def test_avx2_blocked_tiles_are_six_pixels_by_two_vectors(dtype, c, h, o, k, s):
+    """With 16 registers a one-group blocked direct convolution's default is 6 pixels by
+    two channel vectors, rows outer, two tiles a work item, float32's reduction unrolled
+    twice; with AVX-512's 32 a whole row (or 14 pixels) by one or two vectors, not
+    unrolled (`schedule._choose_blocked`)."""
+    shape = _conv(c, h, o, k, s, dtype=dtype)
+    avx2 = choose_conv(shape, AVX2, 2, costs=this_host().costs())
+    if dtype == "float32" and k == 3 and s == 1:
+        assert avx2.wino           # Winograd's own tile
+        return
+    assert (avx2.layout, avx2.wino, avx2.mr, avx2.nv, avx2.order) == ("nchwc", 0, 6, 2, "px")
+    assert avx2.tile_co == 4 * avx2.vl and avx2.unroll == (1 if dtype == "int8" else 2)
+    wide = choose_conv(shape, AVX512, 2, costs=zen4().costs())
+    assert wide.unroll == 1 and (wide.mr, wide.nv) != (6, 2)
