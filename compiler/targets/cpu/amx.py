@@ -50,7 +50,8 @@ from vdla.compiler.ir.tensor import Node
 from vdla.compiler.targets.cpu.epilogue import (Epilogue, Lanes, Operands, table_pointers,
                                                tables)
 from vdla.compiler.targets.cpu.isa import Isa
-from vdla.compiler.targets.cpu.kernel import SIGNATURE, Kernel, Params, align
+from vdla.compiler.targets.cpu.kernel import (SIGNATURE, Kernel, Params, align,
+                                              param_pointers)
 from vdla.compiler.targets.cpu.matmul_schedule import PARALLEL_MACS, MatmulSchedule, MatmulShape
 from vdla.compiler.targets.cpu.schedule import DenseSchedule
 from vdla.compiler.targets.cpu.shapes import DenseShape
@@ -172,10 +173,8 @@ void NAME{SIGNATURE} {{
     const int8_t *restrict A = {a_ptr};
     const int8_t *restrict B = {b_ptr};
     int8_t *restrict Y = (int8_t *)out_;
-    const int64_t *restrict off = (const int64_t *)(params + {offsets});
-    const int64_t *restrict packed = (const int64_t *)(params + {pack_off});
-    const int32_t *restrict which = (const int32_t *)(params + {which_off});
-    const int32_t *restrict rq = (const int32_t *)(params + {rq});
+{param_pointers(("int64_t", "off", offsets), ("int64_t", "packed", pack_off),
+                ("int32_t", "which", which_off), ("int32_t", "rq", rq))}
     int8_t *restrict pa = (int8_t *)(ws + {packs * panel});
     #pragma omp parallel if({parallel})
     {{

@@ -22,7 +22,7 @@ import hashlib
 
 import numpy as np
 
-__all__ = ["ALIGN", "Kernel", "Params", "SIGNATURE", "align"]
+__all__ = ["ALIGN", "Kernel", "Params", "SIGNATURE", "align", "param_pointers"]
 
 #: Alignment of every array in a params blob and of every buffer the runner hands out.
 ALIGN = 64
@@ -30,6 +30,13 @@ ALIGN = 64
 #: The parameter list of every generated function.
 SIGNATURE = ("(const void *const *restrict in, void *restrict out_, "
              "const unsigned char *restrict params, unsigned char *restrict ws)")
+
+
+def param_pointers(*pointers: tuple[str, str, int]) -> str:
+    """C declarations, one a line, of read-only pointers into a kernel's ``params``: each
+    (C element type, name, byte offset)."""
+    return "\n".join(f"    const {c_type} *restrict {name} = (const {c_type} *)(params + {at});"
+                     for c_type, name, at in pointers)
 
 
 def align(n: int, to: int = ALIGN) -> int:
