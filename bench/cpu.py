@@ -263,7 +263,8 @@ def plot_speed(rows, path: Path, *, threads: int, isa: str) -> None:
     fig = Figure(figsize=(9, 4.8))
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
-    labels = [f"{r['model']}\n{r['precision']}\nonnxruntime {r['ort_ms']:.1f} ms"
+    # The reference's time on lines of its own: on one line the neighbours' labels met.
+    labels = [f"{r['model']}\n{r['precision']}\nonnxruntime\n{r['ort_ms']:.1f} ms"
               + (f" ({r['ort_best'][4:]})" if r["precision"] == "int8" else "") for r in rows]
     top = 1.0
     # Only the columns the run measured (no tuned bars, and no legend entry, without
