@@ -76,3 +76,17 @@ def test_bad_arguments_name_the_value(script, argv, message, capsys):
     with pytest.raises(SystemExit):
         bench.main(argv)
     assert message in capsys.readouterr().err
+
+
+def test_knobs_bench_changes_the_blocked_convolutions_and_checks_them(capsys):
+    bench = load_script(BENCH / "cpu_knobs.py")
+    assert bench.main(["--set", "unroll=2", "--models", "small_cnn", "--rounds", "2",
+                       "--threads", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("machine: ") and "--set unroll=2" in lines[0]
+    rows = [line for line in lines[1:] if line.startswith("small_cnn")]
+    assert len(rows) == 2 and all(" speed " in row and "x (quartiles" in row for row in rows)
+    assert all(int(row.split()[2]) > 0 for row in rows)     # some nodes were changed
+    with pytest.raises(ValueError, match="knob=value pairs of vl, mr"):
+        bench.parse_knobs("wide=2")
+    assert bench.parse_knobs("mr=6,order=px") == {"mr": 6, "order": "px"}
