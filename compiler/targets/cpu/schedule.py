@@ -549,8 +549,8 @@ def _choose_blocked(conv, isa: Isa, threads: int, vl: int) -> ConvSchedule:
         order, per_item = "px", min(2, _blocks(blocks, nv))
     elif isa.registers == 16 and blocks > 1:
         # AVX2: 6 pixels by two vectors, rows outer (a row by one vector spilled int8's
-        # products), float32 unrolled twice. AMD EPYC AVX2, 2 threads, whole graphs: ResNet-50
-        # / MobileNet-v1 float32 1.14x / 1.15x (unrolled 1.06x / 1.04x more), int8 1.04x / 1.07x.
+        # products), float32 unrolled twice. bench/cpu_knobs.py, AMD EPYC AVX2: ResNet-50 /
+        # MobileNet-v1 float32 1.14x / 1.15x (unrolled 1.06x / 1.04x more), int8 1.04x / 1.07x.
         mr, nv = min(6, conv.ho * conv.wo if flattens(conv) else conv.wo), 2
         order, per_item, unroll = "px", min(2, _blocks(blocks, nv)), 1 if conv.int8 else 2
     else:
