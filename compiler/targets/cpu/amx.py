@@ -77,15 +77,11 @@ def modelled(isa: Isa) -> Isa:
     return dataclasses.replace(isa, flags=isa.flags + ("-DVDLA_PORTABLE", MODEL_FLAG))
 
 
-def _round(n: int, to: int) -> int:
-    return -(-n // to) * to
-
-
 def pack_weights(w: np.ndarray) -> np.ndarray:
     """int8 weights (O, K) as B tiles ``[O / 32][K64 / 4][32][4]`` (zeros past O and K):
     block ``ob``'s tile row ``q`` holds columns 32 ob .. 32 ob + 31, four k each."""
     o, k = w.shape
-    full = np.zeros((_round(o, BLOCK), _round(k, K_STEP)), np.int8)
+    full = np.zeros((align(o, BLOCK), align(k, K_STEP)), np.int8)
     full[:o, :k] = w
     blocks, kp = full.shape[0] // BLOCK, full.shape[1]
     return np.ascontiguousarray(full.reshape(blocks, BLOCK, kp // 4, 4).transpose(0, 2, 1, 3))
@@ -96,7 +92,7 @@ def pack_weights(w: np.ndarray) -> np.ndarray:
 def _copy_rows(src: str, dst: str, mats: int, m: int, k: int) -> str:
     """C (inside a parallel region): `mats` int8 matrices of `m` rows of `k` at `src`
     into `dst` as rows of K64 bytes, each matrix's rows to a multiple of 16, zero past."""
-    mp, kp = _round(m, 16), _round(k, K_STEP)
+    mp, kp = align(m, 16), align(k, K_STEP)
     return f"""
         #pragma omp for schedule(static)
         for (int i = 0; i < {mats * mp}; i++) {{
@@ -112,7 +108,7 @@ def _copy_rows(src: str, dst: str, mats: int, m: int, k: int) -> str:
 def _block(a: str, b: str, ldb: int, k: int) -> str:
     """C: the sums of one block (``rows`` x ``cols`` of C, each at most `BLOCK`) into
     ``c``: A's rows at `a` (K64 bytes apart), B's tile rows at `b` (`ldb` bytes apart)."""
-    kp = _round(k, K_STEP)
+    kp = align(k, K_STEP)
     cases = " ".join(f"case {2 * (rt - 1) + ct - 1}: vdla_amx_block({a}, {kp}, {b}, {ldb}, "
                      f"{kp // K_STEP}, {rt}, {ct}, c); break;"
                      for rt in (1, 2) for ct in (1, 2))
@@ -154,7 +150,7 @@ def qmatmul_kernel(node: Node, shape: MatmulShape, s: MatmulSchedule, a_ptr: str
     batch_offsets`; `boff` the B ones) and at `rq` the multiplier, shift, out_min and
     out_max (int32); `a_mats`: A's matrices."""
     batches, m, k, n, trans = shape.batches, shape.m, shape.k, shape.n, shape.transpose_b
-    n16, kp, mp = _round(n, 16), _round(k, K_STEP), _round(m, 16)
+    n16, kp, mp = align(n, 16), align(k, K_STEP), align(m, 16)
     distinct, which = np.unique(boff, return_inverse=True)
     packs = distinct.size
     pack_off = params.add(distinct.astype(np.int64))
@@ -214,10 +210,10 @@ def qdense_kernel(shape: DenseShape, s: DenseSchedule, weights: np.ndarray, bias
     knob applies) with `weights` (O, K) and `bias` (or None)."""
     shape = dataclasses.replace(shape, offset=False)     # signed x signed: no x + 128
     n, k, o = shape.n, shape.k, shape.o
-    kp = _round(k, K_STEP)
+    kp = align(k, K_STEP)
     params = Params()
     w_off = params.add(pack_weights(np.asarray(weights)))
-    offsets = tables(shape, node, weights, bias, params, _round(o, BLOCK))
+    offsets = tables(shape, node, weights, bias, params, align(o, BLOCK))
     rbs, obs = -(-n // BLOCK), -(-o // BLOCK)
     parallel = int(s.parallel != "none")
     ep = Epilogue.of(shape, 16)
@@ -250,5 +246,5 @@ void NAME{SIGNATURE} {{
     }}
 }}
 """
-    return Kernel(body, params.blob(), inputs, align(_round(n, 16) * kp), 0, shape.macs,
+    return Kernel(body, params.blob(), inputs, align(align(n, 16) * kp), 0, shape.macs,
                   items=rbs * obs if parallel else 1, checks=True)

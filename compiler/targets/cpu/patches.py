@@ -36,14 +36,10 @@ from vdla.compiler.targets.cpu.dense import dense_kernel
 from vdla.compiler.targets.cpu.isa import Isa
 from vdla.compiler.targets.cpu.kernel import SIGNATURE, Kernel, Params, align
 from vdla.compiler.targets.cpu.machine import NOMINAL, MachineCosts
-from vdla.compiler.targets.cpu.schedule import choose_dense
+from vdla.compiler.targets.cpu.schedule import blocked_fits, choose_dense
 from vdla.compiler.targets.cpu.shapes import ConvShape, DenseShape
 
 __all__ = ["is_patches", "patches_kernel", "runs_as_gemm"]
-
-#: Input channels below which an int8 convolution keeps the plain layout (the stems):
-#: `schedule`'s threshold for a blocked input.
-_STEM_CHANNELS = 8
 
 
 def is_patches(shape: ConvShape) -> bool:
@@ -57,13 +53,13 @@ def is_patches(shape: ConvShape) -> bool:
 
 def runs_as_gemm(shape: ConvShape, isa: Isa) -> bool:
     """Whether the default kernel of convolution `shape` on `isa` is this module's GEMM:
-    a patch embedding (`is_patches`), or an int8 stem (one group, fewer than 8 input
-    channels, at least 2 x 2 taps, no residual) whose input may be negative on an
-    instruction set without VNNI (module docstring)."""
+    a patch embedding (`is_patches`), or an int8 stem (one group, too few input channels
+    for the blocked layout, `schedule.blocked_fits`; at least 2 x 2 taps, no residual)
+    whose input may be negative on an instruction set without VNNI (module docstring)."""
     if is_patches(shape):
         return True
     return (shape.int8 and shape.offset and isa.vector_int8 in ("maddubs", "portable")
-            and shape.groups == 1 and shape.c < _STEM_CHANNELS
+            and shape.groups == 1 and not blocked_fits(shape, isa)
             and shape.kh * shape.kw >= 4 and not shape.residual)
 
 
