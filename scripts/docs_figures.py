@@ -216,6 +216,14 @@ FIGURES = [
            "MobileNet-v1 float32 tuned in 64 measurements on the CPU, against 1,000 from "
            "scratch (wall time, one thread; resumes from its records in vdla's cache)",
            plots={"tuner_model_cpu.png": "tuner_model_mobilenet_cpu.png"}),
+    Figure("tuner_adapt_cpu", "python3 bench/tuner_model.py --part cpu --cpu-model resnet18 "
+           "--cpu-precision float32 int8 --cpu-leave-out auto "
+           "--cpu-plot {tmp}/tuner_adapt_cpu.png",
+           "ResNet-18 tuned in 64 measurements on the CPU by models trained without this "
+           "machine's instruction set, against 1,000 from scratch (wall time, one thread; "
+           "resumes from its records in vdla's cache), one file per kind of machine",
+           plots={"tuner_adapt_cpu_float32.png": "tuner_adapt_cpu_float32.png",
+                  "tuner_adapt_cpu_int8.png": "tuner_adapt_cpu_int8.png"}, per_machine=True),
     Figure("resnet18_e2e", "python3 bench/resnet18_e2e.py --repeat 5",
            "vdla run resnet18 and resnet50 end to end, warm, sequential and in parallel"),
     Figure("functional_sim", "python3 bench/functional_sim.py --repeat 3",

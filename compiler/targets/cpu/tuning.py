@@ -104,6 +104,8 @@ class CpuTask(OneNodeTask):
         only on a machine of that name.
     costs : what the default schedule and the features read of that machine
         (`CpuTarget.costs`; `machine.NOMINAL` when not given)
+    models : the folder of cost models `pretrained` reads (None: the shipped ones,
+        `PRETRAINED`); a bench gives models trained without some rows here
     """
 
     isa: str = dataclasses.field(kw_only=True)
@@ -111,6 +113,7 @@ class CpuTask(OneNodeTask):
     nonnegative: bool = dataclasses.field(kw_only=True, default=False)
     cpu: str | None = dataclasses.field(kw_only=True, default=None)
     costs: MachineCosts = dataclasses.field(kw_only=True, default=NOMINAL)
+    models: Path | None = dataclasses.field(kw_only=True, default=None)
 
     target = "cpu"
     measure_backends = ("wall",)
@@ -252,8 +255,9 @@ class CpuTask(OneNodeTask):
         return {"conv": CONV2D, "dense": DENSE, "matmul": MATMUL}[self.kind]
 
     def pretrained(self):
-        """The model of this task's feature set shipped in `PRETRAINED`, if any."""
-        return shipped(PRETRAINED, self.feature_set)
+        """The model of this task's feature set in `models` (default the shipped ones,
+        `PRETRAINED`), if any."""
+        return shipped(PRETRAINED if self.models is None else self.models, self.feature_set)
 
     def transfer_features(self, schedule) -> dict[str, float]:
         if self.conv:

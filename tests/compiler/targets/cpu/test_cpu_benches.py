@@ -90,3 +90,24 @@ def test_knobs_bench_changes_the_blocked_convolutions_and_checks_them(capsys):
     with pytest.raises(ValueError, match="knob=value pairs of vl, mr"):
         bench.parse_knobs("wide=2")
     assert bench.parse_knobs("mr=6,order=px") == {"mr": 6, "order": "px"}
+
+
+def test_adaptation_bench_leaves_an_instruction_set_out(tmp_path):
+    """bench/tuner_model.py's CPU part: the pretrained strategies' models, trained as
+    shipped without one instruction set's rows, are the ones the remade tasks read."""
+    bench = load_script(BENCH / "tuner_model.py")
+    from vdla.compiler import pipeline
+    from vdla.compiler.targets.cpu.target import CpuTarget
+
+    target = CpuTarget(threads=1, isa="portable")
+    tasks = target.tasks(pipeline.graph_for(pipeline.load_model("small_cnn"), target,
+                                            precision="float32"))
+    remade, said = bench.left_out(tasks, "avx2", tmp_path, required=True)
+    assert "cpu.conv2d on" in said and all(t.models == tmp_path for t in remade)
+    shipped, model = tasks[0].pretrained(), remade[0].pretrained()
+    assert model.meta["left_out"] == "avx2" and model.digest != shipped.digest
+    # Fewer rows: the shipped model's metadata counts all of them.
+    assert model.meta["rows"] < shipped.meta["rows"]
+    with pytest.raises(SystemExit, match="no 'amx' platform"):
+        bench.left_out(tasks, "amx", tmp_path, required=True)
+    assert bench.left_out(tasks, "amx", tmp_path, required=False)[1].endswith("(no amx rows)")
