@@ -1,8 +1,13 @@
-"""int8 matrix products on AMX tiles: the ``amx`` instruction set's ``qmatmul`` and
-``qdense`` kernels (`vdla.compiler.targets.cpu.isa`; `matmul` and `dense` hand them over).
+"""int8 matrix products on AMX tiles: the ``amx`` instruction set's ``qmatmul``,
+``qdense`` and ``qconv2d`` kernels (`vdla.compiler.targets.cpu.isa`; `matmul`, `dense`
+and `patches` hand them over).
 
     kernel = qmatmul_kernel(node, shape, schedule, sources, params, ...)   # from matmul
     kernel = qdense_kernel(shape, schedule, weights, bias, node, inputs)   # from dense
+    kernel = qconv_kernel(shape, weights, bias, node, inputs)              # from patches
+
+A convolution is the GEMM of its im2col rows (`qconv_kernel`), the rows built straight
+into A's layout below.
 
 Both are one GEMM, C (M x N, int32) = A (M x K, int8) times B (K x N, int8), on the tiles
 `vdla_cpu.h` configures: every tile 16 rows x 64 bytes, four accumulating a block of 2 x 2
@@ -54,10 +59,10 @@ from vdla.compiler.targets.cpu.kernel import (SIGNATURE, Kernel, Params, align,
                                               param_pointers)
 from vdla.compiler.targets.cpu.matmul_schedule import PARALLEL_MACS, MatmulSchedule, MatmulShape
 from vdla.compiler.targets.cpu.schedule import DenseSchedule
-from vdla.compiler.targets.cpu.shapes import DenseShape
+from vdla.compiler.targets.cpu.shapes import ConvShape, DenseShape
 
-__all__ = ["BLOCK", "MODEL_FLAG", "modelled", "pack_weights", "qdense_kernel",
-           "qmatmul_kernel"]
+__all__ = ["BLOCK", "MODEL_FLAG", "modelled", "pack_weights", "qconv_kernel",
+           "qdense_kernel", "qmatmul_kernel"]
 
 #: Rows and int32 columns of a block of C: 2 x 2 tiles of 16 x 16.
 BLOCK = 32
@@ -247,4 +252,122 @@ void NAME{SIGNATURE} {{
 }}
 """
     return Kernel(body, params.blob(), inputs, align(align(n, 16) * kp), 0, shape.macs,
+                  items=rbs * obs if parallel else 1, checks=True)
+
+
+# --- qconv2d --------------------------------------------------------------------------------
+
+def qconv_kernel(shape: ConvShape, weights: np.ndarray, bias, node: Node,
+                 inputs: tuple[str, ...]) -> Kernel:
+    """The tile kernel of int8 convolution `shape` (one group) with `weights` (O, C, kh,
+    kw) and `bias` (or None): the GEMM of its im2col rows, NCHW in and out.
+
+    The input is first copied to one row of channels per pixel (NHWC), so that each tap
+    of an im2col row is one copy of C bytes; a row holds the taps in (ky, kx) order, the
+    channels inside, which is the order the weights are packed in. The rows go straight
+    into the tile kernels' A layout (K64 bytes apart, zero past K and past the last
+    row), so no second copy is made; a 1 x 1 convolution with stride 1 and no padding
+    writes its NHWC copy there and has no im2col step. The block loop and the epilogue
+    are `qdense_kernel`'s, on (pixel, channel) rows (a residual copied to that order
+    first); the rows then go back to NCHW."""
+    if not shape.int8 or shape.groups != 1:
+        raise ValueError(f"the tile convolution takes int8 with one group, not "
+                         f"{shape.dtype} with {shape.groups} groups")
+    n, c, h, w, o = shape.n, shape.c, shape.h, shape.w, shape.o
+    plane = shape.ho * shape.wo
+    m, depth = n * plane, c * shape.kh * shape.kw
+    kp, mp = align(depth, K_STEP), align(m, 16)
+    dense = DenseShape(n=m, k=depth, o=o, dtype="int8", bias=shape.bias,
+                       residual=shape.residual, offset=False)  # signed x signed
+    wk = np.asarray(weights).transpose(0, 2, 3, 1).reshape(o, depth)   # taps, then channels
+    params = Params()
+    w_off = params.add(pack_weights(wk))
+    offsets = tables(dense, node, wk, bias, params, align(o, BLOCK))
+    rbs, obs = -(-m // BLOCK), -(-o // BLOCK)
+    parallel = int(dense.macs >= PARALLEL_MACS)
+    ep = Epilogue.of(dense, 16)
+    direct = (shape.kh == shape.kw == shape.sh == shape.sw == 1
+              and shape.pt == shape.pl == shape.pb == shape.pr == 0)
+    a_bytes = align(mp * kp)
+    x_bytes = 0 if direct else align(n * h * w * c)
+    t_bytes = align(m * o)
+    pitch = kp if direct else c      # bytes from one pixel's channels to the next's
+    res = ""
+    if shape.residual:
+        res = f"""
+        #pragma omp for schedule(static)
+        for (int q = 0; q < {n * o}; q++)     /* the residual to (pixel, channel) rows */
+            for (int p = 0; p < {plane}; p++)
+                rt[((size_t)(q / {o}) * {plane} + p) * {o} + q % {o}] = R[(size_t)q * {plane} + p];"""
+    rows = "" if direct else f"""
+        #pragma omp for schedule(static)
+        for (int r = 0; r < {mp}; r++) {{     /* the im2col rows */
+            int8_t *restrict d = pa + (size_t)r * {kp};
+            if (r >= {m}) {{ memset(d, 0, {kp}); continue; }}
+            const int b = r / {plane}, oy = r % {plane} / {shape.wo}, ox = r % {shape.wo};
+            for (int i = 0; i < {shape.kh}; i++) {{
+                const int iy = oy * {shape.sh} - {shape.pt} + i * {shape.dh};
+                for (int j = 0; j < {shape.kw}; j++, d += {c}) {{
+                    const int ix = ox * {shape.sw} - {shape.pl} + j * {shape.dw};
+                    if (iy < 0 || iy >= {h} || ix < 0 || ix >= {w}) memset(d, 0, {c});
+                    else memcpy(d, xt + (((size_t)b * {h} + iy) * {w} + ix) * {c}, {c});
+                }}
+            }}
+            memset(d, 0, {kp - depth});
+        }}"""
+    tail = (f"""
+            for (int x = 0; x < {w}; x++)        /* zero past the channels */
+                memset(xt + ((size_t)q * {w} + x) * {pitch} + {c}, 0, {kp - c});"""
+            if direct and kp > c else "")
+    pad_rows = (f"""
+        #pragma omp for schedule(static)
+        for (int r = {m}; r < {mp}; r++) memset(pa + (size_t)r * {kp}, 0, {kp});"""
+                if direct and mp > m else "")
+    finish = _finish(ep, Operands.lanes(ep, "o"), "yt + row + o", res="rt + row + o",
+                     before=f"\n                    const int o = ob * {BLOCK} + 16 * u; "
+                            f"const size_t row = (size_t)(rb * {BLOCK} + r) * {o};")
+    body = f"""
+/* int8 convolution {shape.describe()} on AMX tiles: {m} im2col rows x {depth} @ {depth} x {o} */
+void NAME{SIGNATURE} {{
+{_READY}
+    const int8_t *restrict X = (const int8_t *)in[0];
+    {"const int8_t *restrict R = (const int8_t *)in[1];" if shape.residual else ""}
+    int8_t *restrict Y = (int8_t *)out_;
+    const int8_t *restrict wp = (const int8_t *)(params + {w_off});
+{table_pointers(dense, offsets)}    (void)lim;
+    int8_t *restrict pa = (int8_t *)ws;
+    int8_t *restrict xt = {"pa" if direct else f"(int8_t *)(ws + {a_bytes})"};
+    int8_t *restrict yt = (int8_t *)(ws + {a_bytes + x_bytes});
+    int8_t *restrict rt = (int8_t *)(ws + {a_bytes + x_bytes + t_bytes});
+    (void)rt;
+    #pragma omp parallel if({parallel})
+    {{
+        #pragma omp for schedule(static)
+        for (int q = 0; q < {n * h}; q++) {{      /* the input, one row of channels a pixel */
+            const int b = q / {h}, y = q % {h};
+            for (int ch = 0; ch < {c}; ch++) {{
+                const int8_t *restrict s = X + (((size_t)b * {c} + ch) * {h} + y) * {w};
+                for (int x = 0; x < {w}; x++) xt[((size_t)q * {w} + x) * {pitch} + ch] = s[x];
+            }}
+{tail}
+        }}{pad_rows}{rows}{res}{_TILES}
+        #pragma omp for collapse(2) schedule(static)
+        for (int ob = 0; ob < {obs}; ob++)
+        for (int rb = 0; rb < {rbs}; rb++) {{
+            const int rows = vdla_min({BLOCK}, {m} - rb * {BLOCK});
+            const int cols = vdla_min({BLOCK}, {o} - ob * {BLOCK});
+            const int8_t *restrict a = pa + (size_t)rb * {BLOCK * kp};
+            const int8_t *restrict b = wp + (size_t)ob * {kp // 4 * BLOCK * 4};
+            {_block("a", "b", BLOCK * 4, depth)}{finish}
+        }}
+        _tile_release();
+        #pragma omp for schedule(static)
+        for (int q = 0; q < {n * o}; q++)      /* (pixel, channel) rows back to NCHW */
+            for (int p = 0; p < {plane}; p++)
+                Y[(size_t)q * {plane} + p] = yt[((size_t)(q / {o}) * {plane} + p) * {o} + q % {o}];
+    }}
+}}
+"""
+    shared = a_bytes + x_bytes + t_bytes + (t_bytes if shape.residual else 0)
+    return Kernel(body, params.blob(), inputs, shared, 0, dense.macs,
                   items=rbs * obs if parallel else 1, checks=True)

@@ -24,6 +24,13 @@ products of a lane, while the dense layers widen it to int16 once and multiply w
 2 threads, 15 interleaved rounds): ResNet-18 int8's whole graph ran in 16.7 ms with its
 7 x 7 stem as one GEMM against 18.9 ms with the direct kernel (1.22x, the median of the
 rounds' ratios); the direct stem alone had taken 6.3 ms against onnxruntime's 1.8 ms.
+
+On an instruction set with AMX tiles every int8 convolution of one group is a GEMM of
+its im2col rows on the tiles (`amx.qconv_kernel`, its own layout of the rows; residuals
+too), since a tile multiplies 16 x 64 bytes by 64 x 16 in one instruction, 1,024 int8
+products a cycle against VNNI's 128 on 512 bits: the copies (the input to one row of
+channels a pixel, the im2col rows, the output back to NCHW) move about K + O bytes a row
+against K x O products. That is counted, not measured: no AMX machine was at hand.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ import numpy as np
 
 from vdla.compiler.ir.graph import Graph
 from vdla.compiler.ir.tensor import Node
+from vdla.compiler.targets.cpu import amx
 from vdla.compiler.targets.cpu.dense import dense_kernel
 from vdla.compiler.targets.cpu.isa import Isa
 from vdla.compiler.targets.cpu.kernel import SIGNATURE, Kernel, Params, align
@@ -53,10 +61,11 @@ def is_patches(shape: ConvShape) -> bool:
 
 def runs_as_gemm(shape: ConvShape, isa: Isa) -> bool:
     """Whether the default kernel of convolution `shape` on `isa` is this module's GEMM:
-    a patch embedding (`is_patches`), or an int8 stem (one group, too few input channels
+    a patch embedding (`is_patches`), any int8 convolution of one group on tiles (the
+    tile kernel, `amx.qconv_kernel`), or an int8 stem (one group, too few input channels
     for the blocked layout, `schedule.blocked_fits`; at least 2 x 2 taps, no residual)
     whose input may be negative on an instruction set without VNNI (module docstring)."""
-    if is_patches(shape):
+    if is_patches(shape) or (isa.tiles and shape.int8 and shape.groups == 1):
         return True
     return (shape.int8 and shape.offset and isa.vector_int8 in ("maddubs", "portable")
             and shape.groups == 1 and not blocked_fits(shape, isa)
@@ -67,6 +76,10 @@ def patches_kernel(shape: ConvShape, node: Node, graph: Graph, isa: Isa,
                    inputs: tuple[str, ...], costs: MachineCosts = NOMINAL) -> Kernel:
     """The kernel of convolution `shape` as one GEMM (`runs_as_gemm`); `costs`: the
     machine its GEMM's default schedule is chosen for (`choose_dense`)."""
+    if isa.tiles and shape.int8:
+        w = np.asarray(graph.constant(node.inputs[1]))
+        bias = graph.constant(node.input(2)) if node.input(2) else None
+        return amx.qconv_kernel(shape, w, bias, node, inputs)
     ho, wo = shape.ho, shape.wo
     rows, depth = shape.n * ho * wo, shape.c * shape.kh * shape.kw
     dense = DenseShape(n=rows, k=depth, o=shape.o, dtype=shape.dtype, bias=shape.bias,

@@ -1,6 +1,6 @@
 """The ``amx`` instruction set: its tile kernels (`vdla.compiler.targets.cpu.amx`, int8
-``qmatmul`` and ``qdense``) bit-exact against the integer reference, and what it takes
-to run it.
+``qmatmul``, ``qdense`` and ``qconv2d``) bit-exact against the integer reference, and
+what it takes to run it.
 
 This project's hosts (AMD EPYC) have no AMX, so the kernels run on `vdla_cpu.h`'s
 software model of the tiles (``-DVDLA_AMX_MODEL``), which follows Intel's documented
@@ -10,7 +10,9 @@ the model is compared with the instructions (skipped here, saying so). The real
 instructions' build of every kernel is compiled here either way (``objdump`` shows the
 tile instructions). Shapes: M, N and K not multiples of 16 or 64, one row, batches with
 broadcast operands, a B shared by every batch, transposed B, residuals, extreme
-operands over 4096 products; one and two threads."""
+operands over 4096 products; convolutions 1 x 1 (the direct rows) and k x k (im2col),
+strided, dilated, padded, a 3-channel stem, batches, residuals; one and two threads; a
+whole ResNet-18 and a quantized transformer."""
 
 from __future__ import annotations
 
@@ -178,6 +180,16 @@ QMATMUL = {  # (a, b, transpose_b, multiplier, shift)
 QDENSE = {  # (n, k, o, residual)
     "one_row": (1, 37, 11, False), "residual": (3, 8, 9, True), "tiles": (16, 64, 16, False),
     "edges": (33, 130, 50, True), "wide": (40, 768, 96, False)}
+QCONV = {  # conv_graph's arguments
+    "3x3": dict(c=20, h=9, w=9, o=24, k=3, stride=1, pad=1),
+    "team_3x3": dict(c=64, h=14, w=14, o=70, k=3, stride=1, pad=1, multiply=True),
+    "1x1": dict(n=2, c=70, h=5, w=7, o=40, k=1, stride=1, pad=0),
+    "1x1_s2": dict(c=64, h=8, w=8, o=33, k=1, stride=2, pad=0),
+    "stem": dict(c=3, h=20, w=22, o=16, k=7, stride=2, pad=3),
+    "residual": dict(n=2, c=16, h=6, w=6, o=50, k=3, stride=1, pad=1, residual=True,
+                     multiply=True),
+    "dilated": dict(c=8, h=11, w=10, o=8, k=3, stride=1, pad=2, dilation=2),
+}
 EXTREME = {"qmatmul_extreme_t0": lambda: extreme_qmatmul(False, m=5),
            "qmatmul_extreme_t1": lambda: extreme_qmatmul(True, m=17),
            "qdense_extreme": lambda: extreme_dense("alternating", 4093, n=17, o=40)}
@@ -200,8 +212,14 @@ def _qdense(case):
     return graph("qdense", ins, **extra)
 
 
+def _qconv(case):
+    from gemm_graphs import conv_graph
+    return conv_graph(np.random.default_rng(len(case)), dtype="int8", **QCONV[case])
+
+
 CASES = {**{f"qmatmul_{c}": (lambda c=c: _qmatmul(c)) for c in QMATMUL},
-         **{f"qdense_{c}": (lambda c=c: _qdense(c)) for c in QDENSE}, **EXTREME}
+         **{f"qdense_{c}": (lambda c=c: _qdense(c)) for c in QDENSE},
+         **{f"qconv_{c}": (lambda c=c: _qconv(c)) for c in QCONV}, **EXTREME}
 _MADE: dict = {}
 
 
@@ -259,6 +277,7 @@ def test_the_team_is_the_schedules_knob():
     assert cases["qmatmul_team"][3].items == 2 * 2 * 1
     assert cases["qdense_wide"][3].items == 2 * 3
     assert cases["qmatmul_tiny"][3].items == 1
+    assert cases["qconv_team_3x3"][3].items == 7 * 3 and cases["qconv_1x1_s2"][3].items == 1
 
 
 def test_the_instructions_build_compiles_here():
@@ -292,12 +311,21 @@ def test_a_refused_tile_state_is_an_error_not_a_fault():
 
 def test_ops_without_tiles_run_the_vnni_code():
     """Under amx, a layer that is not an int8 GEMM is the avx512vnni code, text for
-    text (an int8 convolution, a float dense layer); the tile kernels differ."""
+    text (a depthwise int8 convolution, a float one, a float dense layer); the tile
+    kernels differ, and an int8 convolution given a schedule (a tuned record) is the
+    vector code."""
     from gemm_graphs import conv_graph
+    vnni = get_isa("avx512vnni")
+    for kw in (dict(c=16, o=16, groups=16), dict(dtype="float32")):
+        g, _ = conv_graph(np.random.default_rng(0), **kw)
+        node = g.nodes()[-1]
+        assert node_kernel(node, g, AMX)[0].body == node_kernel(node, g, vnni)[0].body
     g, _ = conv_graph(np.random.default_rng(0))
     node = g.nodes()[-1]
-    vnni = get_isa("avx512vnni")
-    assert node_kernel(node, g, AMX)[0].body == node_kernel(node, g, vnni)[0].body
+    tiles, schedule = node_kernel(node, g, AMX)
+    assert schedule is None and "vdla_amx_block" in tiles.body
+    vector, schedule = node_kernel(node, g, vnni)
+    assert node_kernel(node, g, AMX, schedule=schedule)[0].body == vector.body
     fg, _ = graph("dense", [((4, 9), "float32"), np.ones((5, 9), np.float32)])
     assert node_kernel(fg.nodes()[0], fg, AMX)[0].body == \
         node_kernel(fg.nodes()[0], fg, vnni)[0].body
@@ -328,6 +356,42 @@ def test_a_quantized_transformer_runs_whole(kind):
     blob[:] = program.blob
     ws = aligned_empty(program.workspace(2))
     x = np.ascontiguousarray(feeds[2]["input_ids"])
+    want = run_reference(g, feeds[2])[g.outputs[0]]
+    out = np.empty_like(want)
+    ins = (ctypes.c_void_p * 1)(x.ctypes.data)
+    outs = (ctypes.c_void_p * 1)(out.ctypes.data)
+    run = lib.vdla_model_run
+    run.argtypes, run.restype = [ctypes.c_void_p] * 5, ctypes.c_int
+    assert run(blob.ctypes.data, arena.ctypes.data, ws.ctypes.data, ins, outs) == 0
+    np.testing.assert_array_equal(out, want)
+
+
+@pytest.mark.parametrize("kind", RUNS)
+def test_a_quantized_resnet_runs_whole(kind):
+    """ResNet-18 quantized (at 32 x 32), compiled for amx: every convolution of one
+    group on tiles (the stem, the 3 x 3s, the 1 x 1 shortcuts, the residual adds in
+    their epilogues) and its classifier too; the whole-graph runner's output is the
+    reference's, bit for bit."""
+    from vdla.compiler.frontend import zoo
+    from vdla.compiler.passes import quantize
+    isa = amx.modelled(AMX) if kind == "model" else AMX
+    g = zoo.get("resnet18", image_size=32, num_classes=10)
+    rng = np.random.default_rng(0)
+    feeds = [{"input": rng.standard_normal((1, 3, 32, 32)).astype(np.float32)}
+             for _ in range(3)]
+    g = quantize(g, feeds[:2], "shift")
+    nodes = g.nodes()
+    kernels = {n.name: node_kernel(n, g, isa, threads=2)[0] for n in nodes}
+    convs = [n for n in nodes if n.op == "qconv2d"]
+    assert len(convs) == 20
+    assert all("vdla_amx_block" in kernels[n.name].body for n in convs)
+    program = Program.create(g, nodes, kernels, isa).compile()
+    lib = load(program.build)
+    lib.vdla_set_threads(2)
+    blob, arena = aligned_empty(program.blob.size), aligned_empty(max(program.arena_size, 64))
+    blob[:] = program.blob
+    ws = aligned_empty(program.workspace(2))
+    x = np.ascontiguousarray(feeds[2]["input"])
     want = run_reference(g, feeds[2])[g.outputs[0]]
     out = np.empty_like(want)
     ins = (ctypes.c_void_p * 1)(x.ctypes.data)
