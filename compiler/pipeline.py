@@ -18,7 +18,9 @@ ops fused: what the quantizer starts from) and checks it against the float refer
 within `FLOAT_TOLERANCE` relative (max |difference| / max |reference|, per output), since
 a target's float sums round differently from the reference's float64 ones; ``float16``
 compiles the same float graph for a target that stores and multiplies it in float16
-(`Target.precisions`: the GPU target's option), checked within `FLOAT16_TOLERANCE`.
+(`Target.precisions`: the GPU target's option), checked within `FLOAT16_TOLERANCE`;
+``bf16`` compiles it for a target that runs its convolutions and dense layers in
+bfloat16 (the CPU target's AMX tiles), checked within `TOLERANCES`' bf16 entry.
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ __all__ = ["CHOOSERS", "CHOOSER_ALIASES", "FLOAT16_TOLERANCE", "FLOAT_TOLERANCE"
            "requant_mode", "run_model"]
 
 #: What `run_model` compiles: the quantized graph, or the prepared float graph.
-PRECISIONS = ("int8", "float32", "float16")
+PRECISIONS = ("int8", "float32", "float16", "bf16")
 #: Who picks the schedules the records do not give (`compile_for`): the target's own
 #: chooser, or its pretrained cost model (the one ``vdla tune --tuner pretrained``
 #: starts from: `vdla.compiler.tuner.pretrained_chooser`). The last are old names, still

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["FLOAT16_TOLERANCE", "FLOAT_TOLERANCE", "TOLERANCES", "mismatch",
+__all__ = ["BF16_TOLERANCE", "FLOAT16_TOLERANCE", "FLOAT_TOLERANCE", "TOLERANCES", "mismatch",
            "relative_error"]
 
 #: How far a float32 run may be from the float reference, relative.
@@ -19,8 +19,14 @@ FLOAT_TOLERANCE = 1e-4
 #: significant bits, 4.9e-4 relative each), sums in float32. Measured on the GPU target
 #: under Triton's interpreter: small_cnn 4.4e-4, digits_cnn 1.5e-3, ResNet-18 9.7e-4.
 FLOAT16_TOLERANCE = 1e-2
+#: How far a bf16 run may be: the operands of its convolutions and dense layers rounded
+#: to bfloat16 (8 significant bits, 3.9e-3 relative each), sums in float32, the rest
+#: float32. Measured on the CPU target's tile kernels (the software model of the tiles):
+#: see docs/targets/cpu.md, "bfloat16 on AMX tiles".
+BF16_TOLERANCE = 5e-2
 #: The tolerance of each float precision.
-TOLERANCES = {"float32": FLOAT_TOLERANCE, "float16": FLOAT16_TOLERANCE}
+TOLERANCES = {"float32": FLOAT_TOLERANCE, "float16": FLOAT16_TOLERANCE,
+              "bf16": BF16_TOLERANCE}
 
 
 def relative_error(value: np.ndarray, reference: np.ndarray) -> float:

@@ -82,6 +82,31 @@ def modelled(isa: Isa) -> Isa:
     return dataclasses.replace(isa, flags=isa.flags + ("-DVDLA_PORTABLE", MODEL_FLAG))
 
 
+def bfloat16(x: np.ndarray) -> np.ndarray:
+    """float32 values as bfloat16 bit patterns (uint16), rounded to nearest even, a NaN a
+    quiet NaN: what `vdla_cpu.h`'s ``vdla_bf16`` computes."""
+    u = np.ascontiguousarray(x, np.float32).view(np.uint32).astype(np.uint64)
+    rounded = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+    nan = (u & 0x7FFFFFFF) > 0x7F800000
+    return np.where(nan, ((u >> 16) | 0x40).astype(np.uint16), rounded)
+
+
+def from_bfloat16(b: np.ndarray) -> np.ndarray:
+    """bfloat16 bit patterns (uint16) as float32."""
+    return (np.asarray(b, np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def pack_bf16(w: np.ndarray) -> np.ndarray:
+    """float weights (O, K) as bfloat16 B tiles ``[O / 32][K32 / 2][32][2]`` (zeros past
+    O and K): block ``ob``'s tile row ``q`` holds columns 32 ob .. 32 ob + 31, two k
+    each, 128 bytes like an int8 tile row."""
+    o, k = w.shape
+    full = np.zeros((align(o, BLOCK), align(k, K_STEP // 2)), np.uint16)
+    full[:o, :k] = bfloat16(w)
+    blocks, kp = full.shape[0] // BLOCK, full.shape[1]
+    return np.ascontiguousarray(full.reshape(blocks, BLOCK, kp // 2, 2).transpose(0, 2, 1, 3))
+
+
 def pack_weights(w: np.ndarray) -> np.ndarray:
     """int8 weights (O, K) as B tiles ``[O / 32][K64 / 4][32][4]`` (zeros past O and K):
     block ``ob``'s tile row ``q`` holds columns 32 ob .. 32 ob + 31, four k each."""
@@ -110,11 +135,13 @@ def _copy_rows(src: str, dst: str, mats: int, m: int, k: int) -> str:
         }}"""
 
 
-def _block(a: str, b: str, ldb: int, k: int) -> str:
+def _block(a: str, b: str, ldb: int, k: int, bf16: bool = False) -> str:
     """C: the sums of one block (``rows`` x ``cols`` of C, each at most `BLOCK`) into
-    ``c``: A's rows at `a` (K64 bytes apart), B's tile rows at `b` (`ldb` bytes apart)."""
-    kp = align(k, K_STEP)
-    cases = " ".join(f"case {2 * (rt - 1) + ct - 1}: vdla_amx_block({a}, {kp}, {b}, {ldb}, "
+    ``c``: A's rows at `a` (K64 bytes apart: `k` bytes of int8, or `k` bfloat16 with
+    `bf16`), B's tile rows at `b` (`ldb` bytes apart)."""
+    kp = align(2 * k if bf16 else k, K_STEP)
+    fn = "vdla_amx_block_bf16" if bf16 else "vdla_amx_block"
+    cases = " ".join(f"case {2 * (rt - 1) + ct - 1}: {fn}({a}, {kp}, {b}, {ldb}, "
                      f"{kp // K_STEP}, {rt}, {ct}, c); break;"
                      for rt in (1, 2) for ct in (1, 2))
     return f"switch ((rows > 16) * 2 + (cols > 16)) {{ {cases} }}"
@@ -125,7 +152,7 @@ def _finish(ep: Epilogue, ops: Operands, out: str, res: str | None = None,
     """C: the block's ``rows`` x ``cols`` sums in ``c`` finished by epilogue `ep` with
     constants `ops`, 16 lanes at a time (``u``-th vector of row ``r``; ``last`` lanes),
     stored at `out` (the residual read at `res`); `before` declares what they use."""
-    lines = ep.statements("vi16_load(c + r * 32 + 16 * u)", ops, out, res=res,
+    lines = ep.statements(f"{ep.t}_load(c + r * 32 + 16 * u)", ops, out, res=res,
                           lanes=Lanes("first", "last"), var="t")
     body = "".join("\n                    " + line for line in lines)
     return f"""
@@ -142,6 +169,8 @@ _READY = "    if (!vdla_amx_ready()) return;      /* refused: reported (c/runtim
 _TILES = """
         vdla_amx_configure();
         int32_t c[32 * 32] __attribute__((aligned(64)));"""
+#: The same with float sums (bfloat16 products).
+_TILES_BF16 = _TILES.replace("int32_t c", "float c")
 
 
 # --- qmatmul --------------------------------------------------------------------------------
@@ -207,91 +236,110 @@ void NAME{SIGNATURE} {{
                   macs=batches * m * k * n, items=work if parallel else 1, checks=True)
 
 
-# --- qdense ---------------------------------------------------------------------------------
+# --- qdense, and dense at bfloat16 ------------------------------------------------------
 
 def qdense_kernel(shape: DenseShape, s: DenseSchedule, weights: np.ndarray, bias,
                   node: Node, inputs: tuple[str, ...]) -> Kernel:
-    """The tile kernel of int8 dense layer `shape` (checked schedule `s`: only its team's
-    knob applies) with `weights` (O, K) and `bias` (or None)."""
+    """The tile kernel of dense layer `shape` (int8, or float32 computed in bfloat16: the
+    bf16 precision; checked schedule `s`: only its team's knob applies) with `weights`
+    (O, K) and `bias` (or None). At bf16 the rows are rounded to bfloat16 as they are
+    copied."""
     shape = dataclasses.replace(shape, offset=False)     # signed x signed: no x + 128
+    bf16 = not shape.int8
     n, k, o = shape.n, shape.k, shape.o
-    kp = align(k, K_STEP)
+    size = 2 if bf16 else 1
+    kp = align(k, K_STEP // size)               # values of a row
     params = Params()
-    w_off = params.add(pack_weights(np.asarray(weights)))
+    w = np.asarray(weights)
+    w_off = params.add(pack_bf16(w) if bf16 else pack_weights(w))
     offsets = tables(shape, node, weights, bias, params, align(o, BLOCK))
     rbs, obs = -(-n // BLOCK), -(-o // BLOCK)
     parallel = int(s.parallel != "none")
     ep = Epilogue.of(shape, 16)
-    res = "const int8_t *restrict res = (const int8_t *)in[1];" if shape.residual else ""
+    el, at = ("float", "uint16_t") if bf16 else ("int8_t", "int8_t")
+    res = f"const {el} *restrict res = (const {el} *)in[1];" if shape.residual else ""
     finish = _finish(ep, Operands.lanes(ep, "o"), "y + row + o", res="res + row + o",
                      before=f"\n                    const int o = ob * {BLOCK} + 16 * u; "
                             f"const size_t row = (size_t)(rb * {BLOCK} + r) * {o};")
+    copy = _copy_rows("X", "pa", 1, n, k) if not bf16 else f"""
+        #pragma omp for schedule(static)
+        for (int r = 0; r < {align(n, 16)}; r++) {{     /* the rows in bfloat16 */
+            uint16_t *restrict d = pa + (size_t)r * {kp};
+            const float *restrict x = X + (size_t)r * {k};
+            for (int q = 0; q < {kp}; q++) d[q] = r < {n} && q < {k} ? vdla_bf16(x[q]) : 0;
+        }}"""
     body = f"""
-/* int8 dense {shape.describe()} on AMX tiles */
+/* {"bfloat16" if bf16 else "int8"} dense {shape.describe()} on AMX tiles */
 void NAME{SIGNATURE} {{
 {_READY}
-    const int8_t *restrict X = (const int8_t *)in[0];
+    const {el} *restrict X = (const {el} *)in[0];
     {res}
-    int8_t *restrict y = (int8_t *)out_;
-    const int8_t *restrict wp = (const int8_t *)(params + {w_off});
+    {el} *restrict y = ({el} *)out_;
+    const {at} *restrict wp = (const {at} *)(params + {w_off});
 {table_pointers(shape, offsets)}    (void)lim;
-    int8_t *restrict pa = (int8_t *)ws;
+    {at} *restrict pa = ({at} *)ws;
     #pragma omp parallel if({parallel})
-    {{{_copy_rows("X", "pa", 1, n, k)}{_TILES}
+    {{{copy}{_TILES_BF16 if bf16 else _TILES}
         #pragma omp for collapse(2) schedule(static)
         for (int ob = 0; ob < {obs}; ob++)
         for (int rb = 0; rb < {rbs}; rb++) {{
             const int rows = vdla_min({BLOCK}, {n} - rb * {BLOCK});
             const int cols = vdla_min({BLOCK}, {o} - ob * {BLOCK});
-            const int8_t *restrict a = pa + (size_t)rb * {BLOCK * kp};
-            const int8_t *restrict b = wp + (size_t)ob * {kp // 4 * BLOCK * 4};
-            {_block("a", "b", BLOCK * 4, k)}{finish}
+            const {at} *restrict a = pa + (size_t)rb * {BLOCK * kp};
+            const {at} *restrict b = wp + (size_t)ob * {kp * BLOCK};
+            {_block("a", "b", BLOCK * 4, k, bf16)}{finish}
         }}
         _tile_release();
     }}
 }}
 """
-    return Kernel(body, params.blob(), inputs, align(align(n, 16) * kp), 0, shape.macs,
-                  items=rbs * obs if parallel else 1, checks=True)
+    return Kernel(body, params.blob(), inputs, align(align(n, 16) * kp * size), 0,
+                  shape.macs, items=rbs * obs if parallel else 1, checks=True)
 
 
-# --- qconv2d --------------------------------------------------------------------------------
+# --- qconv2d, and conv2d at bfloat16 -----------------------------------------------------
 
 def qconv_kernel(shape: ConvShape, weights: np.ndarray, bias, node: Node,
                  inputs: tuple[str, ...]) -> Kernel:
-    """The tile kernel of int8 convolution `shape` (one group) with `weights` (O, C, kh,
-    kw) and `bias` (or None): the GEMM of its im2col rows, NCHW in and out.
+    """The tile kernel of convolution `shape` (one group; int8, or float32 computed in
+    bfloat16: the bf16 precision) with `weights` (O, C, kh, kw) and `bias` (or None): the
+    GEMM of its im2col rows, NCHW in and out.
 
-    The input is first copied to one row of channels per pixel (NHWC), so that each tap
-    of an im2col row is one copy of C bytes; a row holds the taps in (ky, kx) order, the
-    channels inside, which is the order the weights are packed in. The rows go straight
-    into the tile kernels' A layout (K64 bytes apart, zero past K and past the last
-    row), so no second copy is made; a 1 x 1 convolution with stride 1 and no padding
-    writes its NHWC copy there and has no im2col step. The block loop and the epilogue
-    are `qdense_kernel`'s, on (pixel, channel) rows (a residual copied to that order
-    first); the rows then go back to NCHW."""
-    if not shape.int8 or shape.groups != 1:
-        raise ValueError(f"the tile convolution takes int8 with one group, not "
-                         f"{shape.dtype} with {shape.groups} groups")
+    The input is first copied to one row of channels per pixel (NHWC; at bf16 rounded to
+    bfloat16 on the way), so that each tap of an im2col row is one copy of C values; a
+    row holds the taps in (ky, kx) order, the channels inside, which is the order the
+    weights are packed in. The rows go straight into the tile kernels' A layout (K64
+    bytes apart, zero past K and past the last row), so no second copy is made; a 1 x 1
+    convolution with stride 1 and no padding writes its NHWC copy there and has no im2col
+    step. The block loop and the epilogue are `qdense_kernel`'s, on (pixel, channel) rows
+    (a residual copied to that order first); the rows then go back to NCHW."""
+    if shape.groups != 1:
+        raise ValueError(f"the tile convolution takes one group, not {shape.groups}")
+    bf16 = not shape.int8
     n, c, h, w, o = shape.n, shape.c, shape.h, shape.w, shape.o
     plane = shape.ho * shape.wo
     m, depth = n * plane, c * shape.kh * shape.kw
-    kp, mp = align(depth, K_STEP), align(m, 16)
-    dense = DenseShape(n=m, k=depth, o=o, dtype="int8", bias=shape.bias,
-                       residual=shape.residual, offset=False)  # signed x signed
+    size = 2 if bf16 else 1                     # bytes of an A and B value
+    kp, mp = align(depth, K_STEP // size), align(m, 16)     # kp: values of a row
+    dense = DenseShape(n=m, k=depth, o=o, dtype=shape.dtype, bias=shape.bias,
+                       residual=shape.residual, offset=False,   # signed x signed
+                       activation=shape.activation)
     wk = np.asarray(weights).transpose(0, 2, 3, 1).reshape(o, depth)   # taps, then channels
     params = Params()
-    w_off = params.add(pack_weights(wk))
+    w_off = params.add(pack_bf16(wk) if bf16 else pack_weights(wk))
     offsets = tables(dense, node, wk, bias, params, align(o, BLOCK))
     rbs, obs = -(-m // BLOCK), -(-o // BLOCK)
     parallel = int(dense.macs >= PARALLEL_MACS)
     ep = Epilogue.of(dense, 16)
     direct = (shape.kh == shape.kw == shape.sh == shape.sw == 1
               and shape.pt == shape.pl == shape.pb == shape.pr == 0)
-    a_bytes = align(mp * kp)
-    x_bytes = 0 if direct else align(n * h * w * c)
-    t_bytes = align(m * o)
-    pitch = kp if direct else c      # bytes from one pixel's channels to the next's
+    el, at = ("float", "uint16_t") if bf16 else ("int8_t", "int8_t")   # NCHW's, A's
+    esz = 4 if bf16 else 1
+    a_bytes = align(mp * kp * size)
+    x_bytes = 0 if direct else align(n * h * w * c * size)
+    t_bytes = align(m * o * esz)
+    pitch = kp if direct else c      # values from one pixel's channels to the next's
+    read = "vdla_bf16(s[x])" if bf16 else "s[x]"
     res = ""
     if shape.residual:
         res = f"""
@@ -302,43 +350,44 @@ def qconv_kernel(shape: ConvShape, weights: np.ndarray, bias, node: Node,
     rows = "" if direct else f"""
         #pragma omp for schedule(static)
         for (int r = 0; r < {mp}; r++) {{     /* the im2col rows */
-            int8_t *restrict d = pa + (size_t)r * {kp};
-            if (r >= {m}) {{ memset(d, 0, {kp}); continue; }}
+            {at} *restrict d = pa + (size_t)r * {kp};
+            if (r >= {m}) {{ memset(d, 0, {kp * size}); continue; }}
             const int b = r / {plane}, oy = r % {plane} / {shape.wo}, ox = r % {shape.wo};
             for (int i = 0; i < {shape.kh}; i++) {{
                 const int iy = oy * {shape.sh} - {shape.pt} + i * {shape.dh};
                 for (int j = 0; j < {shape.kw}; j++, d += {c}) {{
                     const int ix = ox * {shape.sw} - {shape.pl} + j * {shape.dw};
-                    if (iy < 0 || iy >= {h} || ix < 0 || ix >= {w}) memset(d, 0, {c});
-                    else memcpy(d, xt + (((size_t)b * {h} + iy) * {w} + ix) * {c}, {c});
+                    if (iy < 0 || iy >= {h} || ix < 0 || ix >= {w}) memset(d, 0, {c * size});
+                    else memcpy(d, xt + (((size_t)b * {h} + iy) * {w} + ix) * {c}, {c * size});
                 }}
             }}
-            memset(d, 0, {kp - depth});
+            memset(d, 0, {(kp - depth) * size});
         }}"""
     tail = (f"""
             for (int x = 0; x < {w}; x++)        /* zero past the channels */
-                memset(xt + ((size_t)q * {w} + x) * {pitch} + {c}, 0, {kp - c});"""
+                memset(xt + ((size_t)q * {w} + x) * {pitch} + {c}, 0, {(kp - c) * size});"""
             if direct and kp > c else "")
     pad_rows = (f"""
         #pragma omp for schedule(static)
-        for (int r = {m}; r < {mp}; r++) memset(pa + (size_t)r * {kp}, 0, {kp});"""
+        for (int r = {m}; r < {mp}; r++) memset(pa + (size_t)r * {kp}, 0, {kp * size});"""
                 if direct and mp > m else "")
     finish = _finish(ep, Operands.lanes(ep, "o"), "yt + row + o", res="rt + row + o",
                      before=f"\n                    const int o = ob * {BLOCK} + 16 * u; "
                             f"const size_t row = (size_t)(rb * {BLOCK} + r) * {o};")
+    what = "bfloat16 " if bf16 else "int8 "
     body = f"""
-/* int8 convolution {shape.describe()} on AMX tiles: {m} im2col rows x {depth} @ {depth} x {o} */
+/* {what}convolution {shape.describe()} on AMX tiles: {m} im2col rows x {depth} @ {depth} x {o} */
 void NAME{SIGNATURE} {{
 {_READY}
-    const int8_t *restrict X = (const int8_t *)in[0];
-    {"const int8_t *restrict R = (const int8_t *)in[1];" if shape.residual else ""}
-    int8_t *restrict Y = (int8_t *)out_;
-    const int8_t *restrict wp = (const int8_t *)(params + {w_off});
+    const {el} *restrict X = (const {el} *)in[0];
+    {f"const {el} *restrict R = (const {el} *)in[1];" if shape.residual else ""}
+    {el} *restrict Y = ({el} *)out_;
+    const {at} *restrict wp = (const {at} *)(params + {w_off});
 {table_pointers(dense, offsets)}    (void)lim;
-    int8_t *restrict pa = (int8_t *)ws;
-    int8_t *restrict xt = {"pa" if direct else f"(int8_t *)(ws + {a_bytes})"};
-    int8_t *restrict yt = (int8_t *)(ws + {a_bytes + x_bytes});
-    int8_t *restrict rt = (int8_t *)(ws + {a_bytes + x_bytes + t_bytes});
+    {at} *restrict pa = ({at} *)ws;
+    {at} *restrict xt = {"pa" if direct else f"({at} *)(ws + {a_bytes})"};
+    {el} *restrict yt = ({el} *)(ws + {a_bytes + x_bytes});
+    {el} *restrict rt = ({el} *)(ws + {a_bytes + x_bytes + t_bytes});
     (void)rt;
     #pragma omp parallel if({parallel})
     {{
@@ -346,19 +395,18 @@ void NAME{SIGNATURE} {{
         for (int q = 0; q < {n * h}; q++) {{      /* the input, one row of channels a pixel */
             const int b = q / {h}, y = q % {h};
             for (int ch = 0; ch < {c}; ch++) {{
-                const int8_t *restrict s = X + (((size_t)b * {c} + ch) * {h} + y) * {w};
-                for (int x = 0; x < {w}; x++) xt[((size_t)q * {w} + x) * {pitch} + ch] = s[x];
-            }}
-{tail}
-        }}{pad_rows}{rows}{res}{_TILES}
+                const {el} *restrict s = X + (((size_t)b * {c} + ch) * {h} + y) * {w};
+                for (int x = 0; x < {w}; x++) xt[((size_t)q * {w} + x) * {pitch} + ch] = {read};
+            }}{tail}
+        }}{pad_rows}{rows}{res}{_TILES_BF16 if bf16 else _TILES}
         #pragma omp for collapse(2) schedule(static)
         for (int ob = 0; ob < {obs}; ob++)
         for (int rb = 0; rb < {rbs}; rb++) {{
             const int rows = vdla_min({BLOCK}, {m} - rb * {BLOCK});
             const int cols = vdla_min({BLOCK}, {o} - ob * {BLOCK});
-            const int8_t *restrict a = pa + (size_t)rb * {BLOCK * kp};
-            const int8_t *restrict b = wp + (size_t)ob * {kp // 4 * BLOCK * 4};
-            {_block("a", "b", BLOCK * 4, depth)}{finish}
+            const {at} *restrict a = pa + (size_t)rb * {BLOCK * kp};
+            const {at} *restrict b = wp + (size_t)ob * {kp // (4 // size) * BLOCK * (4 // size)};
+            {_block("a", "b", BLOCK * 4, depth, bf16)}{finish}
         }}
         _tile_release();
         #pragma omp for schedule(static)

@@ -102,12 +102,14 @@ class MachineFeatures:
     openmp: bool        # -fopenmp compiles and links a program
     amx_tile: bool      # __AMX_TILE__ (the CPU has AMX tiles; the OS may still refuse them)
     amx_int8: bool      # __AMX_INT8__
+    amx_bf16: bool = False      # __AMX_BF16__ (the bf16 precision's tdpbf16ps)
 
 
 _FEATURE_MACROS = {"sse4_1": "__SSE4_1__", "avx2": "__AVX2__", "fma": "__FMA__",
                    "avx512f": "__AVX512F__", "avx512vnni": "__AVX512VNNI__",
                    "avxvnni": "__AVXVNNI__", "neon": "__ARM_NEON",
-                   "amx_tile": "__AMX_TILE__", "amx_int8": "__AMX_INT8__"}
+                   "amx_tile": "__AMX_TILE__", "amx_int8": "__AMX_INT8__",
+                   "amx_bf16": "__AMX_BF16__"}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -15,7 +15,7 @@ from typing import Any
 
 from vdla.compiler.ir.graph import Graph
 from vdla.compiler.ir.tensor import Node
-from vdla.compiler.targets.cpu import ops
+from vdla.compiler.targets.cpu import amx, ops
 from vdla.compiler.targets.cpu.blocked import blocked_kernel
 from vdla.compiler.targets.cpu.winograd import winograd_kernel
 from vdla.compiler.targets.cpu.conv import conv_kernel
@@ -43,7 +43,7 @@ GEMM_OPS = {"conv2d": ConvSchedule, "qconv2d": ConvSchedule,
 def node_kernel(node: Node, graph: Graph, isa: Isa, *, schedule: Any = None,
                 threads: int = 2, nonnegative: bool | None = None,
                 in_block: int = 0, band: bool = False,
-                costs: MachineCosts = NOMINAL) -> tuple[Kernel, Any]:
+                costs: MachineCosts = NOMINAL, bf16: bool = False) -> tuple[Kernel, Any]:
     """`node`'s kernel and the schedule it was generated with (None for an op without
     schedules).
 
@@ -59,6 +59,9 @@ def node_kernel(node: Node, graph: Graph, isa: Isa, *, schedule: Any = None,
         (`blocked.blocked_kernel`, `vdla.compiler.targets.cpu.fusion`); ValueError for
         any other kernel
     costs : the machine the default chooser plans for (`machine.MachineModel.costs`)
+    bf16 : float convolutions of one group and dense layers in bfloat16 on AMX tiles
+        (`amx.qconv_kernel`, `amx.qdense_kernel`: the bf16 precision), whatever a float32
+        schedule says; ValueError on an instruction set without tiles
     """
     inputs = tuple(t for t in node.inputs if t and not graph.tensors[t].is_constant)
     kind = GEMM_OPS.get(node.op)
@@ -81,8 +84,14 @@ def node_kernel(node: Node, graph: Graph, isa: Isa, *, schedule: Any = None,
     if kind is DenseSchedule:
         shape = DenseShape.from_node(node, graph, nonnegative=nonnegative)
         schedule = schedule or choose_dense(shape, isa, costs)
+        if bf16 and not shape.int8:
+            return amx.qdense_kernel(shape, schedule.check(shape, _tiles(isa)), w, bias, node,
+                                     inputs), schedule
         return dense_kernel(shape, schedule, w, bias, node, isa, inputs), schedule
     shape = ConvShape.from_node(node, graph, nonnegative=nonnegative)
+    if bf16 and not shape.int8 and shape.groups == 1 and not band:
+        _tiles(isa)         # bfloat16 on tiles, whatever a float32 record says
+        return amx.qconv_kernel(shape, w, bias, node, inputs), None
     if schedule is None and not band and runs_as_gemm(shape, isa):
         # a ViT's patch embedding, or an int8 stem without VNNI: one GEMM of many rows
         # (`patches`), no schedule
@@ -105,3 +114,10 @@ def node_kernel(node: Node, graph: Graph, isa: Isa, *, schedule: Any = None,
     if schedule.lanes == "co":
         return pointwise_kernel(shape, schedule, w, bias, node, isa, inputs), schedule
     return conv_kernel(shape, schedule, w, bias, node, isa, inputs), schedule
+
+
+def _tiles(isa: Isa) -> Isa:
+    """`isa`, which must have tiles (the bf16 precision's kernels)."""
+    if not isa.tiles:
+        raise ValueError(f"bfloat16 kernels run on AMX tiles, and {isa.name} has none")
+    return isa

@@ -101,7 +101,9 @@ class CpuTarget(Target):
     threads : OpenMP threads a session uses (None: the cores this process may use)
     isa : the instruction set to generate for: a name of `vdla.compiler.targets.cpu.isa.ISAS`
         (``amx``, ``avx512vnni``, ``avx2``, ``portable``) or None for the best this
-        machine runs (``amx`` only where the OS grants the tile state)
+        machine runs (``amx`` only where the OS grants the tile state); or an `Isa`,
+        taken as it is (``amx.modelled``: the tile kernels on the software model of
+        the tiles, which runs anywhere)
     log : receives build progress (default: nothing)
     fuse : whether the whole-graph runner runs fusable pairs (a depthwise and a pointwise
         convolution, a convolution and its max pool) as one kernel (`fusion`); False
@@ -114,6 +116,9 @@ class CpuTarget(Target):
         default schedules and the cost models' features read of it (`costs`); only with
         `cpu`. None: this machine's, measured (`machine.machine_model`); for another
         CPU's platform, `machine.NOMINAL`'s costs
+    bf16 : run the float graph's convolutions of one group and dense layers in bfloat16
+        on AMX tiles (``--precision bf16``: `precisions` is then int8 and bf16, the rest
+        of the float graph float32); needs the ``amx`` instruction set and AMX-BF16
     """
 
     name = "cpu"
@@ -136,22 +141,24 @@ class CpuTarget(Target):
         threads, isa = options.get("threads"), options.get("isa")
         if threads is not None and threads < 1:
             raise ValueError(f"--threads must be a positive integer, not {threads}")
-        target = cls(threads=threads, isa=isa)
-        if isa is not None:
+        target = cls(threads=threads, isa=isa, bf16=precision == "bf16")
+        if isa is not None or target.bf16:
             target.isa          # probes the compiler: ValueError for an ISA it lacks
         return target
 
     def __init__(self, *, threads: int | None = None, isa: str | None = None, log=None,
                  fuse: bool = True, cpu: str | None = None,
-                 machine: MachineModel | Mapping | None = None):
+                 machine: MachineModel | Mapping | None = None, bf16: bool = False):
         if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
                                     or threads < 1):
             raise ValueError(f"CpuTarget: threads must be a positive integer, not {threads!r}")
-        if isa is not None and not isinstance(isa, str):
+        if isa is not None and not isinstance(isa, (str, cpu_isa.Isa)):
             raise ValueError(f"CpuTarget: isa must be one of {', '.join(cpu_isa.ISAS)} or "
                              f"None, not {isa!r}")
         if not isinstance(fuse, bool):
             raise ValueError(f"CpuTarget: fuse must be True or False, not {fuse!r}")
+        if not isinstance(bf16, bool):
+            raise ValueError(f"CpuTarget: bf16 must be True or False, not {bf16!r}")
         if cpu is not None and (not isinstance(cpu, str) or not cpu or isa is None):
             raise ValueError(f"CpuTarget: a platform of another CPU needs the CPU's name and "
                              f"its isa, not cpu={cpu!r}, isa={isa!r}")
@@ -160,10 +167,14 @@ class CpuTarget(Target):
                              "its cpu too")
         if isinstance(machine, Mapping):
             machine = MachineModel.from_dict(machine)
-        self.threads, self._isa_name, self._log = threads, isa, log
-        self.fuse, self.cpu, self._machine = fuse, cpu, machine
-        self._isa = None
+        given = isa if isinstance(isa, cpu_isa.Isa) else None
+        self.threads, self._log = threads, log
+        self._isa_name = given.name if given is not None else isa
+        self.fuse, self.cpu, self._machine, self.bf16 = fuse, cpu, machine, bf16
+        self._isa, self._given = given, given
         self._costs: MachineCosts | None = None
+        if given is not None and bf16:
+            self._check_bf16()
         claim_cores()
 
     @property
@@ -179,7 +190,29 @@ class CpuTarget(Target):
                 if why is not None:
                     raise ValueError(f"CpuTarget: {chosen.name} does not run here: {why}")
                 self._isa = chosen
+            if self.bf16:
+                self._check_bf16()
         return self._isa
+
+    def _check_bf16(self) -> None:
+        """ValueError unless bfloat16 runs on this target's tiles here."""
+        why = None
+        if not self._isa.tiles:
+            amx = cpu_isa.get("amx").refusal(machine_features())
+            why = (f"its instruction set is {self._isa.name}"
+                   + (f" (amx: {amx})" if amx else ""))
+        elif self.cpu is None and self._given is None and not machine_features().amx_bf16:
+            why = "this machine's AMX has no bfloat16 (its compiler lists no __AMX_BF16__)"
+        if why is not None:
+            self._isa = self._given
+            raise ValueError(f"CpuTarget: precision bf16 runs the float graph's "
+                             f"convolutions and dense layers on AMX tiles (tdpbf16ps), and "
+                             f"this target cannot: {why}")
+
+    @property
+    def precisions(self) -> tuple[str, ...]:
+        """int8, and the float graph in float32, or with `bf16` in bfloat16."""
+        return ("int8", "bf16" if self.bf16 else "float32")
 
     @property
     def costs(self) -> MachineCosts:
@@ -344,7 +377,8 @@ class CpuTarget(Target):
                nonnegative: bool | None = None, in_block: int = 0) -> tuple[Kernel, Any]:
         """`node`'s kernel for this target's ISA and threads (`lower.node_kernel`)."""
         return node_kernel(node, graph, self.isa, schedule=schedule, threads=self.team,
-                           nonnegative=nonnegative, in_block=in_block, costs=self.costs)
+                           nonnegative=nonnegative, in_block=in_block, costs=self.costs,
+                           bf16=self.bf16)
 
     def kernels(self, graph: Graph, nodes: Sequence[Node], *, schedules: Mapping[str, Any],
                 progress: Progress | None = None, start: int = 0, total: int | None = None,

@@ -725,6 +725,11 @@ void vdla_fail(const char *prefix, long long value, const char *suffix);
  *                     must agree (dst.rows == src1.rows, src1.colsb / 4 == src2.rows,
  *                     dst.colsb == src2.colsb, each colsb a multiple of 4) and the three
  *                     tiles differ, else the instruction faults;
+ *   _tile_dpbf16ps    dst[m][n] (float) += src1[m][2k] * src2[k][2n], then
+ *                     += src1[m][2k + 1] * src2[k][2n + 1], for k < src1.colsb / 4 in
+ *                     order: bfloat16 operands widened to float (a denormal read as 0),
+ *                     each product exact in float, each sum rounded to nearest even and
+ *                     a denormal sum flushed to 0 (MXCSR ignored); shapes as tdpbssd's;
  *   _tile_stored      rows x colsb bytes to base + row * stride;
  *   _tile_release     back to the INIT state.
  * What the hardware would fault on (#GP, #UD) is reported through vdla_fail (the kernel's
@@ -815,6 +820,46 @@ static inline void vdla_amx_model_dpbssd(int d, int s1, int s2) {
         }
 }
 
+/* A float's denormals as 0 (the tile float ops' DAZ and FTZ). */
+static inline float vdla_amx_flush(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if (!(u & 0x7f800000u)) u &= 0x80000000u;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* The bfloat16 at p (two bytes, little-endian) as a float. */
+static inline float vdla_amx_bf16(const uint8_t *p) {
+    const uint32_t u = (uint32_t)(p[0] | p[1] << 8) << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return vdla_amx_flush(f);
+}
+
+static inline void vdla_amx_model_dpbf16ps(int d, int s1, int s2) {
+    vdla_amx_tile *c = vdla_amx_model_tile(d), *a = vdla_amx_model_tile(s1),
+                  *b = vdla_amx_model_tile(s2);
+    if (!c || !a || !b) return;
+    if (d == s1 || d == s2 || s1 == s2 || c->rows != a->rows || a->colsb / 4 != b->rows
+            || c->colsb != b->colsb || (c->colsb | a->colsb | b->colsb) % 4) {
+        vdla_amx_fault(d, ": tdpbf16ps's tiles do not fit together (#UD)");
+        return;
+    }
+    for (int m = 0; m < c->rows; m++)
+        for (int n = 0; n < c->colsb / 4; n++) {
+            float sum;
+            memcpy(&sum, c->data[m] + 4 * n, 4);
+            for (int k = 0; k < a->colsb / 4; k++)
+                for (int i = 0; i < 2; i++) {
+                    const float product = vdla_amx_bf16(a->data[m] + 4 * k + 2 * i)
+                                          * vdla_amx_bf16(b->data[k] + 4 * n + 2 * i);
+                    sum = vdla_amx_flush(sum + product);
+                }
+            memcpy(c->data[m] + 4 * n, &sum, 4);
+        }
+}
+
 /* The intrinsics' names (gcc's immintrin.h defines them as macros or functions when it
    targets AMX; these names shadow both). */
 #undef _tile_loadconfig
@@ -823,12 +868,14 @@ static inline void vdla_amx_model_dpbssd(int d, int s1, int s2) {
 #undef _tile_loadd
 #undef _tile_stored
 #undef _tile_dpbssd
+#undef _tile_dpbf16ps
 #define _tile_loadconfig(config) vdla_amx_model_loadconfig(config)
 #define _tile_release() vdla_amx_model_release()
 #define _tile_zero(t) vdla_amx_model_zero(t)
 #define _tile_loadd(t, base, stride) vdla_amx_model_loadd(t, base, stride)
 #define _tile_stored(t, base, stride) vdla_amx_model_stored(t, base, stride)
 #define _tile_dpbssd(d, s1, s2) vdla_amx_model_dpbssd(d, s1, s2)
+#define _tile_dpbf16ps(d, s1, s2) vdla_amx_model_dpbf16ps(d, s1, s2)
 
 VDLA_INLINE int vdla_amx_ready(void) { return 1; }
 #else
@@ -873,6 +920,44 @@ VDLA_INLINE void vdla_amx_block(const int8_t *a, const size_t lda, const int8_t 
     if (rt > 1) _tile_stored(2, c + 16 * 32, 128);
     if (rt > 1 && ct > 1) _tile_stored(3, c + 16 * 32 + 16, 128);
 }
+
+#if defined(VDLA_AMX_MODEL) || defined(__AMX_BF16__)
+/* vdla_amx_block in bfloat16 (the bf16 precision's tile kernels): A's rows and B's tile
+   rows hold pairs of bfloat16 (32 k a step of 64 bytes), c float sums (tdpbf16ps). */
+VDLA_INLINE void vdla_amx_block_bf16(const uint16_t *a16, const size_t lda,
+                                     const uint16_t *b16, const size_t ldb, const int kb,
+                                     const int rt, const int ct, float *c) {
+    const int8_t *a = (const int8_t *)a16, *b = (const int8_t *)b16;
+    _tile_zero(0);
+    if (ct > 1) _tile_zero(1);
+    if (rt > 1) _tile_zero(2);
+    if (rt > 1 && ct > 1) _tile_zero(3);
+    for (int q = 0; q < kb; q++) {
+        const int8_t *bq = b + (size_t)q * 16 * ldb;
+        _tile_loadd(4, a + (size_t)q * 64, lda);
+        if (rt > 1) _tile_loadd(5, a + 16 * lda + (size_t)q * 64, lda);
+        _tile_loadd(6, bq, ldb);
+        if (ct > 1) _tile_loadd(7, bq + 64, ldb);
+        _tile_dpbf16ps(0, 4, 6);
+        if (ct > 1) _tile_dpbf16ps(1, 4, 7);
+        if (rt > 1) _tile_dpbf16ps(2, 5, 6);
+        if (rt > 1 && ct > 1) _tile_dpbf16ps(3, 5, 7);
+    }
+    _tile_stored(0, c, 128);
+    if (ct > 1) _tile_stored(1, c + 16, 128);
+    if (rt > 1) _tile_stored(2, c + 16 * 32, 128);
+    if (rt > 1 && ct > 1) _tile_stored(3, c + 16 * 32 + 16, 128);
+}
+#endif
 #endif /* VDLA_AMX */
+
+/* float to bfloat16, rounded to nearest even (a NaN stays a quiet NaN): what the bf16
+   precision's kernels store their operands in (the reference rounds the same way). */
+VDLA_INLINE uint16_t vdla_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)(u >> 16 | 0x40);
+    return (uint16_t)((u + 0x7fffu + (u >> 16 & 1)) >> 16);
+}
 
 #endif /* VDLA_CPU_H */
