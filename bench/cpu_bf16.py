@@ -1,5 +1,5 @@
 """What the bf16 precision costs in accuracy: the CPU target's whole-graph runner with the
-float graph's convolutions of one group and dense layers in bfloat16 on AMX tiles
+float graph's convolutions of one group and matrix products in bfloat16 on AMX tiles
 (``vdla run --precision bf16``), against the float32 reference.
 
 Per model, over `--inputs` inputs (the zoo's seeded ones; the trained digits models:

@@ -19,7 +19,7 @@ within `FLOAT_TOLERANCE` relative (max |difference| / max |reference|, per outpu
 a target's float sums round differently from the reference's float64 ones; ``float16``
 compiles the same float graph for a target that stores and multiplies it in float16
 (`Target.precisions`: the GPU target's option), checked within `FLOAT16_TOLERANCE`;
-``bf16`` compiles it for a target that runs its convolutions and dense layers in
+``bf16`` compiles it for a target that runs its convolutions and matrix products in
 bfloat16 (the CPU target's AMX tiles), checked within `TOLERANCES`' bf16 entry.
 """
 

@@ -19,7 +19,7 @@ FLOAT_TOLERANCE = 1e-4
 #: significant bits, 4.9e-4 relative each), sums in float32. Measured on the GPU target
 #: under Triton's interpreter: small_cnn 4.4e-4, digits_cnn 1.5e-3, ResNet-18 9.7e-4.
 FLOAT16_TOLERANCE = 1e-2
-#: How far a bf16 run may be: the operands of its convolutions and dense layers rounded
+#: How far a bf16 run may be: the operands of its convolutions and matrix products rounded
 #: to bfloat16 (8 significant bits, 3.9e-3 relative each), sums in float32, the rest
 #: float32. Measured on the CPU target's tile kernels (the software model of the tiles):
 #: see docs/targets/cpu.md, "bfloat16 on AMX tiles".

@@ -64,7 +64,7 @@ def add_precision_option(parser) -> None:
                              f"ops), within {pipeline.FLOAT_TOLERANCE:g} relative; float16: "
                              "the float graph stored and multiplied in float16 (the gpu "
                              f"target), within {pipeline.FLOAT16_TOLERANCE:g}; bf16: its "
-                             "convolutions and dense layers in bfloat16 on AMX tiles (the "
+                             "convolutions and matrix products in bfloat16 on AMX tiles (the "
                              f"cpu target), within {pipeline.TOLERANCES['bf16']:g}")
 
 

@@ -177,61 +177,85 @@ _TILES_BF16 = _TILES.replace("int32_t c", "float c")
 
 def qmatmul_kernel(node: Node, shape: MatmulShape, s: MatmulSchedule, a_ptr: str, b_ptr: str,
                    params: Params, inputs: tuple[str, ...], offsets: int, a_mats: int,
-                   boff: np.ndarray, rq: int) -> Kernel:
-    """The tile kernel of ``qmatmul`` `node` (`shape`, checked schedule `s`: only its
-    team's knob applies). `a_ptr`, `b_ptr`: C expressions of the operands; `params`
-    holds, at `offsets`, each output batch's A and B element offsets (`matmul.
-    batch_offsets`; `boff` the B ones) and at `rq` the multiplier, shift, out_min and
+                   boff: np.ndarray, rq: int | None) -> Kernel:
+    """The tile kernel of ``qmatmul`` `node`, or of a float ``matmul`` computed in
+    bfloat16 (the bf16 precision: its operands rounded as they are packed and copied,
+    its float sums stored as they are); `shape`, checked schedule `s`: only its team's
+    knob applies. `a_ptr`, `b_ptr`: C expressions of the operands; `params` holds, at
+    `offsets`, each output batch's A and B element offsets (`matmul.batch_offsets`;
+    `boff` the B ones) and, for ``qmatmul``, at `rq` the multiplier, shift, out_min and
     out_max (int32); `a_mats`: A's matrices."""
+    bf16 = node.op == "matmul"
     batches, m, k, n, trans = shape.batches, shape.m, shape.k, shape.n, shape.transpose_b
-    n16, kp, mp = align(n, 16), align(k, K_STEP), align(m, 16)
+    size = 2 if bf16 else 1
+    per = 4 // size                             # values of a 4-byte tile column
+    n16, kp, mp = align(n, 16), align(k, K_STEP // size), align(m, 16)
     distinct, which = np.unique(boff, return_inverse=True)
     packs = distinct.size
     pack_off = params.add(distinct.astype(np.int64))
     which_off = params.add(which.astype(np.int32))
-    panel = align(kp // 4 * n16 * 4)
+    panel = align(kp * n16 * size)
     rbs, cbs = -(-m // BLOCK), -(-n // BLOCK)
     work = batches * cbs * rbs
     parallel = int(s.parallel == "all" and shape.macs >= PARALLEL_MACS and work > 1)
     read = f"b[(size_t)j * {k} + q]" if trans else f"b[(size_t)q * {n} + j]"
-    ep = Epilogue(16, True, rq=("rq", "rqv"))
-    ops = Operands(bias="0u", lo="lo", hi="hi", mul="rq[0]", shf="rq[1]")
+    el, at = ("float", "uint16_t") if bf16 else ("int8_t", "int8_t")
+    if bf16:
+        read = f"vdla_bf16({read})"
+        copy = f"""
+        #pragma omp for schedule(static)
+        for (int i = 0; i < {a_mats * mp}; i++) {{     /* A's rows in bfloat16 */
+            uint16_t *restrict d = pa + (size_t)i * {kp};
+            const int r = i % {mp};
+            const float *restrict x = A + ((size_t)(i / {mp}) * {m} + r) * {k};
+            for (int q = 0; q < {kp}; q++) d[q] = r < {m} && q < {k} ? vdla_bf16(x[q]) : 0;
+        }}"""
+        rq_ptr, lims = (), ""
+        finish = f"""
+            for (int r = 0; r < rows; r++)
+                memcpy(y + (size_t)r * {n}, c + r * 32, (size_t)cols * 4);"""
+    else:
+        copy = _copy_rows("A", "pa", a_mats, m, k)
+        rq_ptr = (("int32_t", "rq", rq),)
+        lims = "\n        const vi16 lo = vi16_bcast(rq[2]), hi = vi16_bcast(rq[3]);"
+        finish = _finish(Epilogue(16, True, rq=("rq", "rqv")),
+                         Operands(bias="0u", lo="lo", hi="hi", mul="rq[0]", shf="rq[1]"),
+                         f"y + (size_t)r * {n} + 16 * u")
     body = f"""
-/* qmatmul on AMX tiles: {batches} products {m}x{k} @ {k}x{n}{' (b transposed)' if trans else ''} */
+/* {"matmul in bfloat16" if bf16 else "qmatmul"} on AMX tiles: {batches} products {m}x{k} @ {k}x{n}{' (b transposed)' if trans else ''} */
 void NAME{SIGNATURE} {{
 {_READY}
-    const int8_t *restrict A = {a_ptr};
-    const int8_t *restrict B = {b_ptr};
-    int8_t *restrict Y = (int8_t *)out_;
+    const {el} *restrict A = {a_ptr};
+    const {el} *restrict B = {b_ptr};
+    {el} *restrict Y = ({el} *)out_;
 {param_pointers(("int64_t", "off", offsets), ("int64_t", "packed", pack_off),
-                ("int32_t", "which", which_off), ("int32_t", "rq", rq))}
-    int8_t *restrict pa = (int8_t *)(ws + {packs * panel});
+                ("int32_t", "which", which_off), *rq_ptr)}
+    {at} *restrict pa = ({at} *)(ws + {packs * panel});
     #pragma omp parallel if({parallel})
     {{
         #pragma omp for schedule(static)
         for (int t = 0; t < {packs * n16}; t++) {{
             const int pk = t / {n16}, j = t % {n16};
-            const int8_t *restrict b = B + packed[pk];
-            int8_t *restrict p = (int8_t *)(ws + (size_t)pk * {panel}) + (size_t)j * 4;
+            const {el} *restrict b = B + packed[pk];
+            {at} *restrict p = ({at} *)(ws + (size_t)pk * {panel}) + (size_t)j * {per};
             for (int q = 0; q < {kp}; q++)
-                p[(size_t)(q / 4) * {n16 * 4} + q % 4] = j < {n} && q < {k} ? {read} : 0;
-        }}{_copy_rows("A", "pa", a_mats, m, k)}{_TILES}
-        const vi16 lo = vi16_bcast(rq[2]), hi = vi16_bcast(rq[3]);
+                p[(size_t)(q / {per}) * {n16 * per} + q % {per}] = j < {n} && q < {k} ? {read} : 0;
+        }}{copy}{_TILES_BF16 if bf16 else _TILES}{lims}
         #pragma omp for schedule(static)
         for (int w = 0; w < {work}; w++) {{
             const int bt = w / {cbs * rbs}, cb = w / {rbs} % {cbs}, rb = w % {rbs};
             const int rows = vdla_min({BLOCK}, {m} - rb * {BLOCK});
             const int cols = vdla_min({BLOCK}, {n} - cb * {BLOCK});
-            const int8_t *restrict a = pa + (size_t)(off[bt] / {m * k} * {mp} + rb * {BLOCK}) * {kp};
-            const int8_t *restrict b = (const int8_t *)(ws + (size_t)which[bt] * {panel}) + cb * {BLOCK * 4};
-            int8_t *restrict y = Y + (size_t)bt * {m * n} + (size_t)rb * {BLOCK * n} + cb * {BLOCK};
-            {_block("a", "b", n16 * 4, k)}{_finish(ep, ops, f"y + (size_t)r * {n} + 16 * u")}
+            const {at} *restrict a = pa + (size_t)(off[bt] / {m * k} * {mp} + rb * {BLOCK}) * {kp};
+            const {at} *restrict b = ({at} *)(ws + (size_t)which[bt] * {panel}) + cb * {BLOCK * per};
+            {el} *restrict y = Y + (size_t)bt * {m * n} + (size_t)rb * {BLOCK * n} + cb * {BLOCK};
+            {_block("a", "b", n16 * 4, k, bf16)}{finish}
         }}
         _tile_release();
     }}
 }}
 """
-    shared = packs * panel + align(a_mats * mp * kp)
+    shared = packs * panel + align(a_mats * mp * kp * size)
     return Kernel(body, params.blob(), inputs, shared_bytes=shared,
                   macs=batches * m * k * n, items=work if parallel else 1, checks=True)
 

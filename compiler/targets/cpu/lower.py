@@ -59,9 +59,10 @@ def node_kernel(node: Node, graph: Graph, isa: Isa, *, schedule: Any = None,
         (`blocked.blocked_kernel`, `vdla.compiler.targets.cpu.fusion`); ValueError for
         any other kernel
     costs : the machine the default chooser plans for (`machine.MachineModel.costs`)
-    bf16 : float convolutions of one group and dense layers in bfloat16 on AMX tiles
-        (`amx.qconv_kernel`, `amx.qdense_kernel`: the bf16 precision), whatever a float32
-        schedule says; ValueError on an instruction set without tiles
+    bf16 : float convolutions of one group, dense layers and batched products in
+        bfloat16 on AMX tiles (`amx.qconv_kernel`, `amx.qdense_kernel`,
+        `amx.qmatmul_kernel`: the bf16 precision), whatever a float32 schedule says;
+        ValueError on an instruction set without tiles
     """
     inputs = tuple(t for t in node.inputs if t and not graph.tensors[t].is_constant)
     kind = GEMM_OPS.get(node.op)
@@ -78,7 +79,7 @@ def node_kernel(node: Node, graph: Graph, isa: Isa, *, schedule: Any = None,
         if not support.ok:
             raise ValueError(support.reason)
         schedule = schedule or choose_matmul(MatmulShape.from_node(node, graph), isa, costs)
-        return matmul_kernel(node, graph, isa, schedule), schedule
+        return matmul_kernel(node, graph, isa, schedule, bf16=bf16), schedule
     w = graph.constant(node.inputs[1])
     bias = graph.constant(node.input(2)) if node.input(2) else None
     if kind is DenseSchedule:

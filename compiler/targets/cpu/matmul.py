@@ -146,10 +146,11 @@ def _requant(node: Node, params: Params) -> int:
 
 
 def matmul_kernel(node: Node, graph: Graph, isa: Isa,
-                  schedule: MatmulSchedule | None = None) -> Kernel:
+                  schedule: MatmulSchedule | None = None, *, bf16: bool = False) -> Kernel:
     """The kernel of a ``matmul`` or ``qmatmul`` node that `matmul_refusal` /
     `qmatmul_refusal` accepts, with `schedule` (None: `choose_matmul`'s; `ScheduleError`
-    for one that does not fit the node on `isa`)."""
+    for one that does not fit the node on `isa`); `bf16`: a float one in bfloat16 on
+    tiles (`amx.qmatmul_kernel`; `isa` must have them)."""
     shape = MatmulShape.from_node(node, graph)
     s = (schedule or choose_matmul(shape, isa)).check(shape, isa)
     quant = node.op == "qmatmul"
@@ -165,9 +166,12 @@ def matmul_kernel(node: Node, graph: Graph, isa: Isa,
     b_ptr = sources.pointer(node.inputs[1], elem)
     offsets = params.add(np.stack([aoff, boff]).astype(np.int64))
     batches = aoff.size
-    if quant and isa.tiles:
+    if bf16 and not quant and not isa.tiles:
+        raise ValueError(f"bfloat16 kernels run on AMX tiles, and {isa.name} has none")
+    if isa.tiles and (quant or bf16):
         return amx.qmatmul_kernel(node, shape, s, a_ptr, b_ptr, params, tuple(sources.inputs),
-                                  offsets, _matrices(a_shape), boff, _requant(node, params))
+                                  offsets, _matrices(a_shape), boff,
+                                  _requant(node, params) if quant else None)
     if quant:
         return _qmatmul(node, params, sources, s, shape, a_ptr, b_ptr, offsets, boff)
     vl, mr, nv = s.vl, s.mr, s.nv

@@ -116,9 +116,10 @@ class CpuTarget(Target):
         default schedules and the cost models' features read of it (`costs`); only with
         `cpu`. None: this machine's, measured (`machine.machine_model`); for another
         CPU's platform, `machine.NOMINAL`'s costs
-    bf16 : run the float graph's convolutions of one group and dense layers in bfloat16
-        on AMX tiles (``--precision bf16``: `precisions` is then int8 and bf16, the rest
-        of the float graph float32); needs the ``amx`` instruction set and AMX-BF16
+    bf16 : run the float graph's convolutions of one group, dense layers and batched
+        products in bfloat16 on AMX tiles (``--precision bf16``: `precisions` is then
+        int8 and bf16, the rest of the float graph float32); needs the ``amx``
+        instruction set and AMX-BF16
     """
 
     name = "cpu"
@@ -206,8 +207,8 @@ class CpuTarget(Target):
         if why is not None:
             self._isa = self._given
             raise ValueError(f"CpuTarget: precision bf16 runs the float graph's "
-                             f"convolutions and dense layers on AMX tiles (tdpbf16ps), and "
-                             f"this target cannot: {why}")
+                             f"convolutions, dense layers and batched products on AMX tiles "
+                             f"(tdpbf16ps), and this target cannot: {why}")
 
     @property
     def precisions(self) -> tuple[str, ...]:

@@ -384,8 +384,8 @@ def cpu_tasks(graph: Graph, target) -> list[CpuTask]:
         if _TUNABLE[node.op] == "conv" and runs_as_gemm(ConvShape.from_node(node, graph),
                                                         target.isa):
             continue
-        if getattr(target, "bf16", False) and node.op in ("conv2d", "dense") and (
-                node.op == "dense" or int(node.attrs["groups"]) == 1):
+        if getattr(target, "bf16", False) and node.op in ("conv2d", "dense", "matmul") and (
+                node.op != "conv2d" or int(node.attrs["groups"]) == 1):
             continue        # bfloat16 on tiles (`lower.node_kernel`): no schedule to tune
         # A product's kernel takes its operands as they come (no offset to drop).
         nonneg = (node.op in ("qconv2d", "qdense")

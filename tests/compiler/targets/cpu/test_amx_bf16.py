@@ -1,6 +1,6 @@
-"""The bf16 precision: the float graph's convolutions of one group and dense layers in
-bfloat16 on AMX tiles (``tdpbf16ps``; `amx.qconv_kernel`, `amx.qdense_kernel`), the rest
-float32.
+"""The bf16 precision: the float graph's convolutions of one group, dense layers and
+batched products in bfloat16 on AMX tiles (``tdpbf16ps``; `amx.qconv_kernel`,
+`amx.qdense_kernel`, `amx.qmatmul_kernel`), the rest float32.
 
 The operands are rounded to bfloat16 (to nearest even) as the kernels copy them, and
 every product of two bfloat16 values is exact in float, so a kernel's output is the
@@ -153,24 +153,42 @@ def _dense():
                            rng.standard_normal(37).astype(np.float32)])
 
 
+MATMULS = {  # (a, b): activation x activation, batches broadcast
+    "edges": ((2, 3, 17, 65), (2, 3, 65, 33)),
+    "broadcast": ((1, 3, 6, 40), (2, 1, 40, 20)),
+    "blocks": ((2, 40, 64), (2, 64, 70)),
+}
+
+
+def _matmul(case):
+    from .test_transformer_ops import graph
+    a, b = MATMULS[case]
+    return graph("matmul", [(a, "float32"), (b, "float32")])
+
+
 def _cases():
     from gemm_graphs import conv_graph
     cases = {f"conv_{name}": conv_graph(np.random.default_rng(len(name)), dtype="float32",
                                         **kw) for name, kw in CONVS.items()}
     cases["dense"] = _dense()
+    cases.update({f"matmul_{name}": _matmul(name) for name in MATMULS})
     return cases
 
 
 def _rounded_reference(g, feed):
-    """The reference on bfloat16-rounded inputs and weights (the exact products' sums)."""
+    """The reference on bfloat16-rounded operands (the exact products' sums): the node's
+    first two inputs, computed or constant."""
     node = g.nodes()[-1]
-    saved = g.tensors[node.inputs[1]].data
-    g.tensors[node.inputs[1]].data = _rounded(saved)
+    operands = node.inputs[:2]
+    saved = {t: g.tensors[t].data for t in operands if g.tensors[t].data is not None}
+    for t, data in saved.items():
+        g.tensors[t].data = _rounded(data)
     try:
-        return run_reference(g, {n: (_rounded(v) if n == node.inputs[0] else v)
+        return run_reference(g, {n: (_rounded(v) if n in operands else v)
                                  for n, v in feed.items()})[g.outputs[0]]
     finally:
-        g.tensors[node.inputs[1]].data = saved
+        for t, data in saved.items():
+            g.tensors[t].data = data
 
 
 @pytest.mark.parametrize("kind", RUNS)
@@ -183,7 +201,7 @@ def test_bf16_kernels_match_the_rounded_reference(kind):
     for name, (g, _) in cases.items():
         kernel, schedule = node_kernel(g.nodes()[-1], g, isa, threads=2, bf16=True)
         assert kernel.checks and "vdla_amx_block_bf16" in kernel.body, name
-        assert (schedule is None) == name.startswith("conv")
+        assert (schedule is None) == name.startswith("conv"), name
         kernels[name] = kernel
     lib = load(build_kernels(list(kernels.values()), isa, name=f"test_amx_bf16_{kind}"))
     for threads in (1, 2):
@@ -257,8 +275,9 @@ def test_bf16_is_a_precision_of_the_cpu_target_only_where_it_runs():
         assert CpuTarget.from_cli({}, precision="bf16").isa.tiles
         return
     with pytest.raises(ValueError, match=r"precision bf16 runs the float graph's "
-                                         r"convolutions and dense layers on AMX tiles "
-                                         r"\(tdpbf16ps\), and this target cannot: "):
+                                         r"convolutions, dense layers and batched products "
+                                         r"on AMX tiles \(tdpbf16ps\), and this target "
+                                         r"cannot: "):
         CpuTarget.from_cli({}, precision="bf16")
 
 
