@@ -123,8 +123,8 @@ class CpuTarget(Target):
     """
 
     name = "cpu"
-    description = ("the host CPU: generated C (AVX-512 VNNI, AVX2 or portable), built with "
-                   "the system C compiler (OpenMP)")
+    description = ("the host CPU: generated C (AMX tiles, AVX-512 VNNI, AVX2 or portable), "
+                   "built with the system C compiler (OpenMP)")
     measure_backends = ("wall",)
     cli_options = (
         TargetOption("--threads", "OpenMP threads of the generated code (default: the cores "
@@ -325,9 +325,11 @@ class CpuTarget(Target):
     def capabilities(self) -> list[tuple[str, str]]:
         return [("conv2d, qconv2d", "float32 or int8: any kernel, stride, padding, dilation "
                                     "and groups (depthwise too); bias, residual, ReLU/clip or "
-                                    "requantization and clamp; tuned schedules"),
+                                    "requantization and clamp; tuned schedules; on amx, int8 "
+                                    "(and bf16) of one group on the tiles"),
                 ("dense, qdense", "float32 or int8, with bias, residual, activation or "
-                                  "requantization; tuned schedules"),
+                                  "requantization; tuned schedules; on amx, int8 (and bf16) "
+                                  "on the tiles"),
                 *cpu_ops.CAPABILITIES]
 
     # --- which nodes ----------------------------------------------------------------------
