@@ -894,60 +894,39 @@ VDLA_INLINE void vdla_amx_configure(void) {
 }
 
 /* C's block of rt x ct tiles (rt, ct: 1 or 2, constants where it is inlined) into c (32 x
-   32 int32, rows of 128 bytes): A's 16 * rt rows at a (rows of lda bytes, zero past K), B
+   32 sums, rows of 128 bytes): A's 16 * rt rows at a (rows of lda bytes, zero past K), B
    packed at b (its tile rows ldb bytes apart; the second column tile 64 bytes on), kb
-   steps of 64 k. Tiles 0-3 accumulate, 4-5 hold A, 6-7 B. */
-VDLA_INLINE void vdla_amx_block(const int8_t *a, const size_t lda, const int8_t *b,
-                                const size_t ldb, const int kb, const int rt, const int ct,
-                                int32_t *c) {
-    _tile_zero(0);
-    if (ct > 1) _tile_zero(1);
-    if (rt > 1) _tile_zero(2);
-    if (rt > 1 && ct > 1) _tile_zero(3);
-    for (int q = 0; q < kb; q++) {
-        const int8_t *bq = b + (size_t)q * 16 * ldb;
-        _tile_loadd(4, a + (size_t)q * 64, lda);
-        if (rt > 1) _tile_loadd(5, a + 16 * lda + (size_t)q * 64, lda);
-        _tile_loadd(6, bq, ldb);
-        if (ct > 1) _tile_loadd(7, bq + 64, ldb);
-        _tile_dpbssd(0, 4, 6);
-        if (ct > 1) _tile_dpbssd(1, 4, 7);
-        if (rt > 1) _tile_dpbssd(2, 5, 6);
-        if (rt > 1 && ct > 1) _tile_dpbssd(3, 5, 7);
-    }
-    _tile_stored(0, c, 128);
-    if (ct > 1) _tile_stored(1, c + 16, 128);
-    if (rt > 1) _tile_stored(2, c + 16 * 32, 128);
-    if (rt > 1 && ct > 1) _tile_stored(3, c + 16 * 32 + 16, 128);
+   steps of 64 bytes of k. Tiles 0-3 accumulate, 4-5 hold A, 6-7 B. vdla_amx_block: int8
+   operands, int32 sums (tdpbssd); vdla_amx_block_bf16: pairs of bfloat16, float sums
+   (tdpbf16ps; the bf16 precision). One body, written once. */
+#define VDLA_AMX_BLOCK(name, elem, sum, dot)                                                \
+VDLA_INLINE void name(const elem *a_, const size_t lda, const elem *b_, const size_t ldb,  \
+                      const int kb, const int rt, const int ct, sum *c) {                  \
+    const int8_t *a = (const int8_t *)a_, *b = (const int8_t *)b_;                         \
+    _tile_zero(0);                                                                          \
+    if (ct > 1) _tile_zero(1);                                                              \
+    if (rt > 1) _tile_zero(2);                                                              \
+    if (rt > 1 && ct > 1) _tile_zero(3);                                                    \
+    for (int q = 0; q < kb; q++) {                                                          \
+        const int8_t *bq = b + (size_t)q * 16 * ldb;                                        \
+        _tile_loadd(4, a + (size_t)q * 64, lda);                                            \
+        if (rt > 1) _tile_loadd(5, a + 16 * lda + (size_t)q * 64, lda);                     \
+        _tile_loadd(6, bq, ldb);                                                            \
+        if (ct > 1) _tile_loadd(7, bq + 64, ldb);                                           \
+        dot(0, 4, 6);                                                                       \
+        if (ct > 1) dot(1, 4, 7);                                                           \
+        if (rt > 1) dot(2, 5, 6);                                                           \
+        if (rt > 1 && ct > 1) dot(3, 5, 7);                                                 \
+    }                                                                                       \
+    _tile_stored(0, c, 128);                                                                \
+    if (ct > 1) _tile_stored(1, c + 16, 128);                                               \
+    if (rt > 1) _tile_stored(2, c + 16 * 32, 128);                                          \
+    if (rt > 1 && ct > 1) _tile_stored(3, c + 16 * 32 + 16, 128);                           \
 }
 
+VDLA_AMX_BLOCK(vdla_amx_block, int8_t, int32_t, _tile_dpbssd)
 #if defined(VDLA_AMX_MODEL) || defined(__AMX_BF16__)
-/* vdla_amx_block in bfloat16 (the bf16 precision's tile kernels): A's rows and B's tile
-   rows hold pairs of bfloat16 (32 k a step of 64 bytes), c float sums (tdpbf16ps). */
-VDLA_INLINE void vdla_amx_block_bf16(const uint16_t *a16, const size_t lda,
-                                     const uint16_t *b16, const size_t ldb, const int kb,
-                                     const int rt, const int ct, float *c) {
-    const int8_t *a = (const int8_t *)a16, *b = (const int8_t *)b16;
-    _tile_zero(0);
-    if (ct > 1) _tile_zero(1);
-    if (rt > 1) _tile_zero(2);
-    if (rt > 1 && ct > 1) _tile_zero(3);
-    for (int q = 0; q < kb; q++) {
-        const int8_t *bq = b + (size_t)q * 16 * ldb;
-        _tile_loadd(4, a + (size_t)q * 64, lda);
-        if (rt > 1) _tile_loadd(5, a + 16 * lda + (size_t)q * 64, lda);
-        _tile_loadd(6, bq, ldb);
-        if (ct > 1) _tile_loadd(7, bq + 64, ldb);
-        _tile_dpbf16ps(0, 4, 6);
-        if (ct > 1) _tile_dpbf16ps(1, 4, 7);
-        if (rt > 1) _tile_dpbf16ps(2, 5, 6);
-        if (rt > 1 && ct > 1) _tile_dpbf16ps(3, 5, 7);
-    }
-    _tile_stored(0, c, 128);
-    if (ct > 1) _tile_stored(1, c + 16, 128);
-    if (rt > 1) _tile_stored(2, c + 16 * 32, 128);
-    if (rt > 1 && ct > 1) _tile_stored(3, c + 16 * 32 + 16, 128);
-}
+VDLA_AMX_BLOCK(vdla_amx_block_bf16, uint16_t, float, _tile_dpbf16ps)
 #endif
 #endif /* VDLA_AMX */
 

@@ -24,15 +24,13 @@ import subprocess
 import numpy as np
 import pytest
 
-from vdla.compiler import Graph, run_reference
+from vdla.compiler import run_reference
 from vdla.compiler.ir.tensor import DTYPES
 from vdla.compiler.targets.cpu import amx
 from vdla.compiler.targets.cpu.build import build_library, machine_features
 from vdla.compiler.targets.cpu.isa import ISAS, detect, get as get_isa, tiles_granted
-from vdla.compiler.targets.cpu.library import (HEADER, aligned_empty, build_kernels, call,
-                                               header_text, load)
+from vdla.compiler.targets.cpu.library import HEADER, build_kernels, call, header_text, load
 from vdla.compiler.targets.cpu.lower import node_kernel
-from vdla.compiler.targets.cpu.program import Program
 from vdla.compiler.targets.cpu.target import CpuTarget
 
 from .test_transformer_ops import extreme_dense, extreme_qmatmul, graph
@@ -334,6 +332,22 @@ def test_ops_without_tiles_run_the_vnni_code():
         node_kernel(qg.nodes()[0], qg, vnni)[0].body
 
 
+def run_whole(graph, feed, isa, *, bf16: bool = False):
+    """`graph` compiled by a CPU target on `isa` (2 threads; `bf16`: that precision) and
+    run once on `feed` by the target's session (the whole-graph runner): (the compiled
+    model, the outputs). Every node runs on the CPU target."""
+    from vdla.compiler import pipeline
+    compiled, _ = pipeline.compile_for(graph, CpuTarget(isa=isa, threads=2, bf16=bf16))
+    assert all(op.target == "cpu" for op in compiled.ops)
+    with compiled.session() as session:
+        return compiled, session.run(feed).outputs
+
+
+def tiled(compiled, block: str = "vdla_amx_block(") -> list[str]:
+    """The ops of `compiled` whose kernel runs on tiles (`block`: the block function)."""
+    return [op.name for op in compiled.ops if block in op.kernel.kernel.body]
+
+
 @pytest.mark.parametrize("kind", RUNS)
 def test_a_quantized_transformer_runs_whole(kind):
     """gpt_mini quantized, every node compiled for amx (its dense layers on tiles, the
@@ -341,29 +355,13 @@ def test_a_quantized_transformer_runs_whole(kind):
     reference's, bit for bit."""
     from vdla.compiler.frontend import zoo
     from vdla.compiler.passes import quantize
-    isa = amx.modelled(AMX) if kind == "model" else AMX
     g = zoo.get("gpt_mini", seq_len=8, num_classes=64)
     rng = np.random.default_rng(0)
     feeds = [{"input_ids": rng.integers(0, 64, (1, 8)).astype(np.int64)} for _ in range(3)]
     g = quantize(g, feeds[:2], "shift")
-    nodes = g.nodes()
-    kernels = {n.name: node_kernel(n, g, isa, threads=2)[0] for n in nodes}
-    assert sum(k.checks and "vdla_amx_block" in k.body for k in kernels.values()) >= 4
-    program = Program.create(g, nodes, kernels, isa).compile()
-    lib = load(program.build)
-    lib.vdla_set_threads(2)
-    blob, arena = aligned_empty(program.blob.size), aligned_empty(max(program.arena_size, 64))
-    blob[:] = program.blob
-    ws = aligned_empty(program.workspace(2))
-    x = np.ascontiguousarray(feeds[2]["input_ids"])
-    want = run_reference(g, feeds[2])[g.outputs[0]]
-    out = np.empty_like(want)
-    ins = (ctypes.c_void_p * 1)(x.ctypes.data)
-    outs = (ctypes.c_void_p * 1)(out.ctypes.data)
-    run = lib.vdla_model_run
-    run.argtypes, run.restype = [ctypes.c_void_p] * 5, ctypes.c_int
-    assert run(blob.ctypes.data, arena.ctypes.data, ws.ctypes.data, ins, outs) == 0
-    np.testing.assert_array_equal(out, want)
+    compiled, out = run_whole(g, feeds[2], amx.modelled(AMX) if kind == "model" else AMX)
+    assert len(tiled(compiled)) >= 4
+    np.testing.assert_array_equal(out[g.outputs[0]], run_reference(g, feeds[2])[g.outputs[0]])
 
 
 @pytest.mark.parametrize("kind", RUNS)
@@ -374,29 +372,12 @@ def test_a_quantized_resnet_runs_whole(kind):
     reference's, bit for bit."""
     from vdla.compiler.frontend import zoo
     from vdla.compiler.passes import quantize
-    isa = amx.modelled(AMX) if kind == "model" else AMX
     g = zoo.get("resnet18", image_size=32, num_classes=10)
     rng = np.random.default_rng(0)
     feeds = [{"input": rng.standard_normal((1, 3, 32, 32)).astype(np.float32)}
              for _ in range(3)]
     g = quantize(g, feeds[:2], "shift")
-    nodes = g.nodes()
-    kernels = {n.name: node_kernel(n, g, isa, threads=2)[0] for n in nodes}
-    convs = [n for n in nodes if n.op == "qconv2d"]
-    assert len(convs) == 20
-    assert all("vdla_amx_block" in kernels[n.name].body for n in convs)
-    program = Program.create(g, nodes, kernels, isa).compile()
-    lib = load(program.build)
-    lib.vdla_set_threads(2)
-    blob, arena = aligned_empty(program.blob.size), aligned_empty(max(program.arena_size, 64))
-    blob[:] = program.blob
-    ws = aligned_empty(program.workspace(2))
-    x = np.ascontiguousarray(feeds[2]["input"])
-    want = run_reference(g, feeds[2])[g.outputs[0]]
-    out = np.empty_like(want)
-    ins = (ctypes.c_void_p * 1)(x.ctypes.data)
-    outs = (ctypes.c_void_p * 1)(out.ctypes.data)
-    run = lib.vdla_model_run
-    run.argtypes, run.restype = [ctypes.c_void_p] * 5, ctypes.c_int
-    assert run(blob.ctypes.data, arena.ctypes.data, ws.ctypes.data, ins, outs) == 0
-    np.testing.assert_array_equal(out, want)
+    compiled, out = run_whole(g, feeds[2], amx.modelled(AMX) if kind == "model" else AMX)
+    convs = {n.name for n in g.nodes() if n.op == "qconv2d"}
+    assert len(convs) == 20 and convs <= set(tiled(compiled))
+    np.testing.assert_array_equal(out[g.outputs[0]], run_reference(g, feeds[2])[g.outputs[0]])

@@ -24,10 +24,8 @@ from vdla.compiler.reference.tolerance import BF16_TOLERANCE, relative_error
 from vdla.compiler.targets.cpu import amx
 from vdla.compiler.targets.cpu.build import build_library, machine_features
 from vdla.compiler.targets.cpu.isa import get as get_isa
-from vdla.compiler.targets.cpu.library import (HEADER, aligned_empty, build_kernels, call,
-                                               header_text, load)
+from vdla.compiler.targets.cpu.library import HEADER, build_kernels, call, header_text, load
 from vdla.compiler.targets.cpu.lower import node_kernel
-from vdla.compiler.targets.cpu.program import Program
 from vdla.compiler.targets.cpu.target import CpuTarget
 
 AMX = get_isa("amx")
@@ -229,32 +227,18 @@ def test_without_the_flag_a_float_layer_runs_float32():
 
 @pytest.mark.parametrize("kind", RUNS)
 def test_a_resnet_runs_whole_in_bf16(kind):
-    """ResNet-18's float graph (at 32 x 32) with every convolution and the classifier on
-    tiles in bfloat16: the whole-graph runner's output within the precision's tolerance
-    of the float32 reference (and well past float32's)."""
+    """ResNet-18's float graph (at 32 x 32) compiled by a bf16 CPU target: every
+    convolution and the classifier on tiles in bfloat16; the whole-graph runner's output
+    within the precision's tolerance of the float32 reference (and well past float32's)."""
     from vdla.compiler.frontend import zoo
     from vdla.compiler.passes.prepare import prepare
-    isa = _isa(kind)
+    from .test_amx import run_whole, tiled
     g = prepare(zoo.get("resnet18", image_size=32, num_classes=10))
-    nodes = g.nodes()
-    kernels = {n.name: node_kernel(n, g, isa, threads=2, bf16=True)[0] for n in nodes}
-    tiled = [n for n in nodes if "vdla_amx_block_bf16" in kernels[n.name].body]
-    assert len(tiled) == 21           # 20 convolutions and the classifier
-    program = Program.create(g, nodes, kernels, isa).compile()
-    lib = load(program.build)
-    lib.vdla_set_threads(2)
-    blob, arena = aligned_empty(program.blob.size), aligned_empty(max(program.arena_size, 64))
-    blob[:] = program.blob
-    ws = aligned_empty(program.workspace(2))
-    x = np.random.default_rng(0).standard_normal((1, 3, 32, 32)).astype(np.float32)
-    want = run_reference(g, {"input": x})[g.outputs[0]]
-    out = np.empty_like(want)
-    run = lib.vdla_model_run
-    run.argtypes, run.restype = [ctypes.c_void_p] * 5, ctypes.c_int
-    assert run(blob.ctypes.data, arena.ctypes.data, ws.ctypes.data,
-               (ctypes.c_void_p * 1)(x.ctypes.data),
-               (ctypes.c_void_p * 1)(out.ctypes.data)) == 0
-    err = relative_error(out, want)
+    feed = {"input": np.random.default_rng(0).standard_normal((1, 3, 32, 32))
+            .astype(np.float32)}
+    compiled, out = run_whole(g, feed, _isa(kind), bf16=True)
+    assert len(tiled(compiled, "vdla_amx_block_bf16")) == 21   # 20 convolutions, the fc
+    err = relative_error(out[g.outputs[0]], run_reference(g, feed)[g.outputs[0]])
     assert pipeline.FLOAT_TOLERANCE < err <= BF16_TOLERANCE, err
 
 
