@@ -799,15 +799,26 @@ static inline void vdla_amx_model_stored(int t, void *base, long stride) {
         memcpy((uint8_t *)base + (ptrdiff_t)r * stride, x->data[r], (size_t)x->colsb);
 }
 
-static inline void vdla_amx_model_dpbssd(int d, int s1, int s2) {
-    vdla_amx_tile *c = vdla_amx_model_tile(d), *a = vdla_amx_model_tile(s1),
-                  *b = vdla_amx_model_tile(s2);
-    if (!c || !a || !b) return;
-    if (d == s1 || d == s2 || s1 == s2 || c->rows != a->rows || a->colsb / 4 != b->rows
-            || c->colsb != b->colsb || (c->colsb | a->colsb | b->colsb) % 4) {
-        vdla_amx_fault(d, ": tdpbssd's tiles do not fit together (#UD)");
-        return;
+/* The tiles of a dot-product instruction (dst d += src1 s1 times src2 s2), or 0 (reported,
+   the instruction skipped) where the hardware faults: a tile not configured, one used
+   twice, or shapes that do not fit together. */
+static inline int vdla_amx_model_dot(int d, int s1, int s2, vdla_amx_tile **c,
+                                     vdla_amx_tile **a, vdla_amx_tile **b, const char *what) {
+    *c = vdla_amx_model_tile(d), *a = vdla_amx_model_tile(s1), *b = vdla_amx_model_tile(s2);
+    if (!*c || !*a || !*b) return 0;
+    if (d == s1 || d == s2 || s1 == s2 || (*c)->rows != (*a)->rows
+            || (*a)->colsb / 4 != (*b)->rows || (*c)->colsb != (*b)->colsb
+            || ((*c)->colsb | (*a)->colsb | (*b)->colsb) % 4) {
+        vdla_amx_fault(d, what);
+        return 0;
     }
+    return 1;
+}
+
+static inline void vdla_amx_model_dpbssd(int d, int s1, int s2) {
+    vdla_amx_tile *c, *a, *b;
+    if (!vdla_amx_model_dot(d, s1, s2, &c, &a, &b,
+                            ": tdpbssd's tiles do not fit together (#UD)")) return;
     for (int m = 0; m < c->rows; m++)
         for (int n = 0; n < c->colsb / 4; n++) {
             uint32_t sum;
@@ -838,14 +849,9 @@ static inline float vdla_amx_bf16(const uint8_t *p) {
 }
 
 static inline void vdla_amx_model_dpbf16ps(int d, int s1, int s2) {
-    vdla_amx_tile *c = vdla_amx_model_tile(d), *a = vdla_amx_model_tile(s1),
-                  *b = vdla_amx_model_tile(s2);
-    if (!c || !a || !b) return;
-    if (d == s1 || d == s2 || s1 == s2 || c->rows != a->rows || a->colsb / 4 != b->rows
-            || c->colsb != b->colsb || (c->colsb | a->colsb | b->colsb) % 4) {
-        vdla_amx_fault(d, ": tdpbf16ps's tiles do not fit together (#UD)");
-        return;
-    }
+    vdla_amx_tile *c, *a, *b;
+    if (!vdla_amx_model_dot(d, s1, s2, &c, &a, &b,
+                            ": tdpbf16ps's tiles do not fit together (#UD)")) return;
     for (int m = 0; m < c->rows; m++)
         for (int n = 0; n < c->colsb / 4; n++) {
             float sum;
