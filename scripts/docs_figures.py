@@ -241,6 +241,9 @@ FIGURES = [
            "python3 bench/cpu_transformers.py --runs 5 --rounds 3 --ops --out {tmp}/transformers",
            "the CPU target against onnxruntime's fastest way on BERT-base and ViT-tiny, "
            "float32 and int8"),
+    Figure("cpu_bf16", "python3 bench/cpu_bf16.py --inputs 8",
+           "the bf16 precision's error against float32 on the CPU target's tile kernels "
+           "(on the software model of the tiles where AMX-BF16 does not run)"),
     Figure("transformer_error", "python3 bench/transformer_error.py",
            "the seeded transformers' int8 logits against float, with the integer "
            "softmax, LayerNorm and GELU and with them in float"),
