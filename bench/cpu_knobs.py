@@ -1,13 +1,16 @@
 """Whole graphs with the CPU target's default schedules against the same graphs with
-some knobs of the blocked direct convolutions changed, side by side: how a change to a
-default rule (`vdla.compiler.targets.cpu.schedule._choose_blocked`) is measured before
-it is made.
+some knobs of the blocked direct convolutions (or, with ``--winograd``, of the Winograd
+ones) changed, side by side: how a change to a default rule
+(`vdla.compiler.targets.cpu.schedule._choose_blocked`, `_choose_winograd`) is measured
+before it is made.
 
     python bench/cpu_knobs.py --set mr=6,nv=2,order=px [--models resnet50 mobilenet_v1]
                               [--precisions float32 int8] [--rounds 15] [--threads 2]
+                              [--winograd]
 
 Per model and precision: every tuning task whose default is a blocked direct
-convolution (one group, not Winograd) gets its default with the `--set` knobs replaced
+convolution (one group, not Winograd; with ``--winograd`` a Winograd one instead) gets
+its default with the `--set` knobs replaced
 (`ConvSchedule` fields; a schedule the layer cannot take, `ConvSchedule.check`, keeps
 its default and is counted). Both programs are compiled, checked against the reference
 (int8 bit for bit, float32 within the pipeline's tolerance), then run in `--rounds`
@@ -21,7 +24,10 @@ the defaults of the time, the AVX2 rule's figures: ``--set mr=6,nv=2,order=px,ti
 (the defaults then: a row of up to 12 pixels by one vector) ResNet-50 and MobileNet-v1
 float32 1.14x and 1.15x, int8 1.04x and 1.07x, ResNet-18 1.02x; then, with that the
 default, ``--set unroll=2``: float32 ResNet-50 1.06x, MobileNet-v1 1.04x; int8 0.99x and
-1.00x (so only float32 took it).
+1.00x (so only float32 took it). On the Winograd layers, ``--winograd --set
+mr=8,unroll=2,order=px`` (the 1,000-trial tuner's pick there, about 1.2x on each layer
+measured alone at one thread): ResNet-18 float32 1.02x, ResNet-50 1.00x at 2 threads, so
+their default stayed.
 """
 
 from __future__ import annotations
@@ -56,15 +62,17 @@ def parse_knobs(text: str) -> dict:
     return knobs
 
 
-def changed_schedules(graph, target, knobs: dict) -> tuple[dict, int]:
-    """{node: its default with `knobs`} for the blocked direct convolutions, and how many
-    such tasks could not take them."""
+def changed_schedules(graph, target, knobs: dict, winograd: bool = False
+                      ) -> tuple[dict, int]:
+    """{node: its default with `knobs`} for the blocked direct convolutions (`winograd`:
+    the Winograd ones), and how many such tasks could not take them."""
     out, refused = {}, 0
     for task in target.tasks(graph):
         if not task.conv:
             continue
         default = task.default_schedule()
-        if default.layout != "nchwc" or default.wino or task.shape.depthwise:
+        if default.layout != "nchwc" or bool(default.wino) != winograd \
+                or task.shape.depthwise:
             continue
         try:
             schedule = dataclasses.replace(default, **knobs).check(task.shape, task._isa)
@@ -79,7 +87,7 @@ def measure(name: str, precision: str, knobs: dict, args) -> str:
     target = targets.get("cpu", threads=args.threads)
     model = pipeline.load_model(name, calibration=args.calibration, note=None)
     graph = pipeline.graph_for(model, target, precision=precision)
-    changed, refused = changed_schedules(graph, target, knobs)
+    changed, refused = changed_schedules(graph, target, knobs, args.winograd)
     reference = pipeline.reference_of(graph, model.feed)
     sessions = {}
     for who, schedules in (("default", {}), ("changed", changed)):
@@ -114,6 +122,9 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--calibration", type=int, default=8)
     p.add_argument("--rounds", type=int, default=15)
+    p.add_argument("--winograd", action="store_true",
+                   help="change the Winograd layers' defaults instead of the blocked "
+                        "direct ones'")
     args = p.parse_args(argv)
     try:
         knobs = parse_knobs(args.set)
@@ -123,7 +134,9 @@ def main(argv=None) -> int:
         p.error(f"--rounds must be at least 2, not {args.rounds}")
     isa = targets.get("cpu").isa.name
     print(f"machine: {cpu_name()}, {os.cpu_count()} cores; vdla's code for {isa}; "
-          f"{args.threads} threads; --set {args.set}; {args.rounds} interleaved rounds")
+          f"{args.threads} threads; --set {args.set}"
+          f"{' on the Winograd layers' if args.winograd else ''}; {args.rounds} interleaved "
+          f"rounds")
     for name in args.models:
         for precision in args.precisions:
             print(measure(name, precision, knobs, args), flush=True)
