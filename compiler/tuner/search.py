@@ -325,15 +325,17 @@ class PretrainedTuner(Tuner):
     remembered, or a large space's sample widened around the best by hill climbing
     after every correction; the model reads `TuneTask.transfer_features`) and proposes
     the best unmeasured ones (one of each group of schedules whose features are equal: they cost
-    the same), an `explore` share of each batch drawn at random. Once `learn_after`
+    the same), a share of each batch drawn at random: `explore`, or more where the
+    measurements contradict the pretrained ranking (`explore_share`). Once `learn_after`
     measurements succeed, gradient-boosted trees on the same features learn the
     residual, measured log2 cost minus the pretrained prediction (a failed schedule
     counts as twice the slowest), and their correction is added to the prediction of
     every schedule: what the measurements teach spreads to similar schedules.
 
     model : a `CostModel` of the task's feature set (default `task.pretrained()`)
-    explore : share of each batch drawn at random (0: the pretrained ranking is
-        trusted; it was right within 1% on unseen configs, docs/tuner.md)
+    explore : share of each batch drawn at random at least (0: the pretrained ranking
+        is trusted while the measurements agree with it; it was right within 1% on
+        unseen configs, docs/tuner.md)
     learn_after : successful measurements before the correction is fitted
     pool : a space larger than this is ranked on a sample of this many (`Candidates`)
     ValueError when the task has no feature set or no model is given or shipped.
@@ -413,6 +415,35 @@ class PretrainedTuner(Tuner):
         measured = np.log2([c for _, c in ok])
         return float(np.mean(np.abs(2.0 ** (measured - self.found.prior[rows]) - 1.0)))
 
+    #: A pair of measurements closer than this (relative) is not counted as ordered: a
+    #: noisy task's (wall time: two runs of one schedule differ by a few %), and an exact
+    #: one's (cycles), where the model's own accuracy is about this.
+    NOISE = {True: 0.05, False: 0.02}
+    #: The most of a batch that disagreement sends to random schedules.
+    MAX_EXPLORE = 0.5
+
+    def explore_share(self) -> float:
+        """The share of the next batch drawn at random: `explore`, or where at least three
+        measurements succeeded the share of their pairs the pretrained prediction orders
+        the other way round, up to `MAX_EXPLORE`. On a machine or config the model was
+        not trained for (an instruction set it never saw) its ranking may be wrong
+        everywhere, and the online correction needs more measurements than a small
+        budget gives each task; random schedules then find more than its picks."""
+        ok = [(i, c) for i, c in self.measured.items() if c is not None]
+        if len(ok) < 3:
+            return self.explore
+        prior = self.found.prior[self.found.add([i for i, _ in ok])]
+        cost = np.array([c for _, c in ok], dtype=np.float64)
+        floor = self.NOISE[bool(self.task.noisy)]
+        wrong = total = 0
+        for a in range(len(ok)):
+            for b in range(a + 1, len(ok)):
+                if abs(cost[a] - cost[b]) <= floor * min(cost[a], cost[b]):
+                    continue
+                total += 1
+                wrong += (prior[a] < prior[b]) != (cost[a] < cost[b])
+        return max(self.explore, min(self.MAX_EXPLORE, wrong / total if total else 0.0))
+
     def propose(self, n: int) -> list:
         self._learn()
         todo = self._todo()
@@ -425,7 +456,10 @@ class PretrainedTuner(Tuner):
         if n == 0:
             return []
         predicted, features, index = self.predicted, self.found.features, self.found.index
-        n_random = int(self.explore * n)
+        # A fractional share of a small batch is drawn with that probability.
+        share = self.explore_share() * n
+        rest = share - int(share)
+        n_random = int(share) + int(rest > 0 and self.rng.random() < rest)
         order = todo[np.argsort(predicted[todo], kind="stable")]
         # Schedules the features cannot tell apart (tile sizes that clamp to the same
         # tiling) cost the same: one of each such group is worth measuring.

@@ -165,6 +165,28 @@ def test_the_pretrained_tuner_learns_what_the_model_gets_wrong():
     assert tuner.propose(1) and again[0] not in tuner.propose(len(space))
 
 
+def test_the_pretrained_tuner_explores_where_the_measurements_contradict_it():
+    """Measurements that order the model's picks as it does keep its ranking trusted
+    (nothing random); measured in the opposite order, a share of each later batch is
+    drawn at random, up to a half, and a small batch draws one with that chance."""
+    task = task_of(SMALL)
+    space, _ = vectors(task)
+    index = {s: i for i, s in enumerate(space)}
+    agreed = PretrainedTuner(task, space, learn_after=99)
+    first = agreed.propose(4)
+    prior = agreed.found.prior
+    agreed.update(first, [int(2.0 ** (prior[index[s]] + 10)) for s in first])
+    assert agreed.explore_share() == 0.0
+    ranked = agreed.propose(4)
+    contradicted = PretrainedTuner(task, space, learn_after=99)
+    assert contradicted.propose(4) == first
+    contradicted.update(first, [1000 * (10 - k) for k in range(4)])    # reversed
+    assert contradicted.explore_share() == PretrainedTuner.MAX_EXPLORE
+    explored = contradicted.propose(4)
+    assert explored[:2] == ranked[:2] and set(explored[2:]) != set(ranked[2:])
+    assert PretrainedTuner(task, space, explore=0.25).explore_share() == 0.25
+
+
 def test_tune_task_with_the_pretrained_tuner_measures_its_picks(tmp_path):
     task = task_of(TINY)
     with Records(tmp_path / "r.db") as db, LocalRunner("functional", jobs=1) as runner:
