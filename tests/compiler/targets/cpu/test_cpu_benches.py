@@ -102,8 +102,9 @@ def test_adaptation_bench_leaves_an_instruction_set_out(tmp_path):
     target = CpuTarget(threads=1, isa="portable")
     tasks = target.tasks(pipeline.graph_for(pipeline.load_model("small_cnn"), target,
                                             precision="float32"))
+    tasks = [t for t in tasks if not t.conv]       # the dense model: quick to train
     remade, said = bench.left_out(tasks, "avx2", tmp_path, required=True)
-    assert "cpu.conv2d on" in said and all(t.models == tmp_path for t in remade)
+    assert said.startswith("cpu.dense on") and all(t.models == tmp_path for t in remade)
     shipped, model = tasks[0].pretrained(), remade[0].pretrained()
     assert model.meta["left_out"] == "avx2" and model.digest != shipped.digest
     # Fewer rows: the shipped model's metadata counts all of them.
