@@ -434,15 +434,12 @@ class PretrainedTuner(Tuner):
             return self.explore
         prior = self.found.prior[self.found.add([i for i, _ in ok])]
         cost = np.array([c for _, c in ok], dtype=np.float64)
+        a, b = np.triu_indices(len(ok), 1)          # every pair once
         floor = self.NOISE[bool(self.task.noisy)]
-        wrong = total = 0
-        for a in range(len(ok)):
-            for b in range(a + 1, len(ok)):
-                if abs(cost[a] - cost[b]) <= floor * min(cost[a], cost[b]):
-                    continue
-                total += 1
-                wrong += (prior[a] < prior[b]) != (cost[a] < cost[b])
-        return max(self.explore, min(self.MAX_EXPLORE, wrong / total if total else 0.0))
+        apart = np.abs(cost[a] - cost[b]) > floor * np.minimum(cost[a], cost[b])
+        wrong = (prior[a] < prior[b]) != (cost[a] < cost[b])
+        share = float(wrong[apart].mean()) if apart.any() else 0.0
+        return max(self.explore, min(self.MAX_EXPLORE, share))
 
     def propose(self, n: int) -> list:
         self._learn()

@@ -62,7 +62,7 @@ from vdla.compiler.targets.cpu.schedule import DenseSchedule
 from vdla.compiler.targets.cpu.shapes import ConvShape, DenseShape
 
 __all__ = ["BLOCK", "MODEL_FLAG", "modelled", "pack_weights", "qconv_kernel",
-           "qdense_kernel", "qmatmul_kernel"]
+           "qdense_kernel", "qmatmul_kernel", "runs_bf16"]
 
 #: Rows and int32 columns of a block of C: 2 x 2 tiles of 16 x 16.
 BLOCK = 32
@@ -70,6 +70,13 @@ BLOCK = 32
 K_STEP = 64
 #: The flag that builds the tile kernels on `vdla_cpu.h`'s software model.
 MODEL_FLAG = "-DVDLA_AMX_MODEL"
+
+
+def runs_bf16(node: Node) -> bool:
+    """Whether the bf16 precision runs float `node` in bfloat16 on tiles: a convolution of
+    one group, a dense layer or a batched product (the rest of the graph stays float32)."""
+    return node.op in ("dense", "matmul") or (node.op == "conv2d"
+                                               and int(node.attrs["groups"]) == 1)
 
 
 def modelled(isa: Isa) -> Isa:

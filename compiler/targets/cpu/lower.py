@@ -71,6 +71,9 @@ def node_kernel(node: Node, graph: Graph, isa: Isa, *, schedule: Any = None,
             raise TypeError(f"node {node.name!r} ({node.op}) has no schedules on the CPU "
                             f"target; got {schedule!r}")
         return ops.build(node, graph, isa, in_block), None
+    bf16 = bf16 and amx.runs_bf16(node)
+    if bf16 and not isa.tiles:
+        raise ValueError(f"bfloat16 kernels run on AMX tiles, and {isa.name} has none")
     if schedule is not None and not isinstance(schedule, kind):
         raise TypeError(f"node {node.name!r} ({node.op}) takes a {kind.__name__}, not "
                         f"{type(schedule).__name__}: {schedule!r}")
@@ -85,13 +88,12 @@ def node_kernel(node: Node, graph: Graph, isa: Isa, *, schedule: Any = None,
     if kind is DenseSchedule:
         shape = DenseShape.from_node(node, graph, nonnegative=nonnegative)
         schedule = schedule or choose_dense(shape, isa, costs)
-        if bf16 and not shape.int8:
-            return amx.qdense_kernel(shape, schedule.check(shape, _tiles(isa)), w, bias, node,
+        if bf16:
+            return amx.qdense_kernel(shape, schedule.check(shape, isa), w, bias, node,
                                      inputs), schedule
         return dense_kernel(shape, schedule, w, bias, node, isa, inputs), schedule
     shape = ConvShape.from_node(node, graph, nonnegative=nonnegative)
-    if bf16 and not shape.int8 and shape.groups == 1 and not band:
-        _tiles(isa)         # bfloat16 on tiles, whatever a float32 record says
+    if bf16 and not band:       # bfloat16 on tiles, whatever a float32 record says
         return amx.qconv_kernel(shape, w, bias, node, inputs), None
     if schedule is None and not band and runs_as_gemm(shape, isa):
         # a ViT's patch embedding, or an int8 stem without VNNI: one GEMM of many rows
@@ -115,10 +117,3 @@ def node_kernel(node: Node, graph: Graph, isa: Isa, *, schedule: Any = None,
     if schedule.lanes == "co":
         return pointwise_kernel(shape, schedule, w, bias, node, isa, inputs), schedule
     return conv_kernel(shape, schedule, w, bias, node, isa, inputs), schedule
-
-
-def _tiles(isa: Isa) -> Isa:
-    """`isa`, which must have tiles (the bf16 precision's kernels)."""
-    if not isa.tiles:
-        raise ValueError(f"bfloat16 kernels run on AMX tiles, and {isa.name} has none")
-    return isa

@@ -150,7 +150,7 @@ def matmul_kernel(node: Node, graph: Graph, isa: Isa,
     """The kernel of a ``matmul`` or ``qmatmul`` node that `matmul_refusal` /
     `qmatmul_refusal` accepts, with `schedule` (None: `choose_matmul`'s; `ScheduleError`
     for one that does not fit the node on `isa`); `bf16`: a float one in bfloat16 on
-    tiles (`amx.qmatmul_kernel`; `isa` must have them)."""
+    tiles (`amx.qmatmul_kernel`; `lower.node_kernel` checks that `isa` has them)."""
     shape = MatmulShape.from_node(node, graph)
     s = (schedule or choose_matmul(shape, isa)).check(shape, isa)
     quant = node.op == "qmatmul"
@@ -166,8 +166,6 @@ def matmul_kernel(node: Node, graph: Graph, isa: Isa,
     b_ptr = sources.pointer(node.inputs[1], elem)
     offsets = params.add(np.stack([aoff, boff]).astype(np.int64))
     batches = aoff.size
-    if bf16 and not quant and not isa.tiles:
-        raise ValueError(f"bfloat16 kernels run on AMX tiles, and {isa.name} has none")
     if isa.tiles and (quant or bf16):
         return amx.qmatmul_kernel(node, shape, s, a_ptr, b_ptr, params, tuple(sources.inputs),
                                   offsets, _matrices(a_shape), boff,

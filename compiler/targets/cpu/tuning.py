@@ -41,6 +41,7 @@ import numpy as np
 
 from vdla._platform import cpu_name
 from vdla.compiler.ir.graph import Graph
+from vdla.compiler.targets.cpu import amx
 from vdla.compiler.targets.cpu import isa as cpu_isa
 from vdla.compiler.targets.cpu import layout
 from vdla.compiler.targets.cpu.dense import int8_path
@@ -384,8 +385,7 @@ def cpu_tasks(graph: Graph, target) -> list[CpuTask]:
         if _TUNABLE[node.op] == "conv" and runs_as_gemm(ConvShape.from_node(node, graph),
                                                         target.isa):
             continue
-        if getattr(target, "bf16", False) and node.op in ("conv2d", "dense", "matmul") and (
-                node.op != "conv2d" or int(node.attrs["groups"]) == 1):
+        if target.bf16 and amx.runs_bf16(node):
             continue        # bfloat16 on tiles (`lower.node_kernel`): no schedule to tune
         # A product's kernel takes its operands as they come (no offset to drop).
         nonneg = (node.op in ("qconv2d", "qdense")

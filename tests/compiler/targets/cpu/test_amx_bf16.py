@@ -276,3 +276,16 @@ def test_the_instructions_build_compiles_here():
     text = subprocess.run(["objdump", "-d", str(build.path)], capture_output=True,
                           text=True, check=True).stdout
     assert "tdpbf16ps" in text and "tileloadd" in text
+
+
+def test_at_bf16_the_tile_layers_are_no_tuning_tasks():
+    """A layer the bf16 precision runs on tiles has no schedule to tune; a depthwise
+    convolution (float32 there) is still a task."""
+    from vdla.compiler.frontend import zoo
+    from vdla.compiler.passes.prepare import prepare
+    g = prepare(zoo.get("mobilenet_v1", image_size=32, num_classes=10))
+    tasks = CpuTarget(isa=amx.modelled(AMX), bf16=True).tasks(g)
+    nodes = {n: t for t in tasks for n in t.nodes}
+    assert tasks and all(t.conv and t.shape.depthwise for t in tasks)
+    assert not any(amx.runs_bf16(node) for node in g.nodes() if node.name in nodes)
+    assert len(CpuTarget(isa=amx.modelled(AMX)).tasks(g)) > len(tasks)
