@@ -279,19 +279,48 @@ def _row(shape: ConvShape, s: ConvSchedule, make) -> tuple[str, str]:
     return "".join(f() for f in functions.values()), "\n".join(calls)
 
 
+#: A 1x1 layer whose rows waste more than this share of its register tiles' pixels
+#: (AVX2's 6-pixel tiles: a 14-pixel row is 6 + 6 + 2, 18 pixel slots for 14; a 7-pixel
+#: row 6 + 1) is cut in rows of the width that wastes least (`_row_width`).
+_ROW_WASTE = 1 / 8
+
+
+def _tiles(plane: int, width: int, mr: int) -> int:
+    """Register tiles that cover `plane` pixels cut in rows of `width`, `mr` a tile."""
+    return plane // width * -(-width // mr)
+
+
+def _row_width(shape: ConvShape, mr: int, row_tiles: int = 1) -> int:
+    """The row width a flattened 1x1 plane is cut in: a divisor of the plane's size of
+    at least `mr` pixels (the whole plane when none is) with the fewest register tiles,
+    the smallest such, among those that leave at least `row_tiles` rows (the schedule's
+    row tiles, which give a large team its work items) where any does; the image's own
+    width where that wastes at most `_ROW_WASTE` more pixel slots (the layer then keeps
+    its rows, and a fused kernel may take it)."""
+    plane = shape.h * shape.w
+    widths = [d for d in range(mr, plane + 1) if plane % d == 0] or [plane]
+    widths = [d for d in widths if plane // d >= row_tiles] or widths
+    best = min(widths, key=lambda d: (_tiles(plane, d, mr), d))
+    if shape.w >= mr and (_tiles(plane, shape.w, mr) * mr
+                          <= (1 + _ROW_WASTE) * _tiles(plane, best, mr) * mr):
+        return shape.w
+    return best
+
+
 def _flattened(shape: ConvShape, s: ConvSchedule) -> tuple[ConvShape, ConvSchedule]:
     """A 1x1 layer with stride 1 and no padding reads input pixel p for output pixel p,
     and the blocked layout keeps a channel block's pixels in one run: its plane can be
-    cut in rows of any width. Narrow planes are cut in rows of at least ``mr`` pixels
-    (the smallest divisor of the plane's size that holds a register tile, else the whole
-    plane), so a register tile reaches over the image's rows: a 7x7 plane's tile holds
-    28 pixels where a row holds 7, four times the multiply-adds per weight vector
-    loaded. ``tile_h`` keeps its share of the plane. Other layers are returned as they
-    are."""
-    if not (flattens(shape) and shape.w < s.mr):
+    cut in rows of any width (`_row_width`). A narrow plane's tile then reaches over the
+    image's rows (a 7x7 plane's tile holds 28 pixels where a row holds 7, four times the
+    multiply-adds per weight vector loaded), and a row the tile does not divide stops
+    wasting its last tile (AVX2's 6-pixel tiles on 14x14 and 7x7 planes). ``tile_h``
+    keeps its share of the plane. Other layers are returned as they are."""
+    if not flattens(shape):
+        return shape, s
+    width = _row_width(shape, s.mr, -(-shape.h // s.tile_h))
+    if width == shape.w:
         return shape, s
     plane = shape.h * shape.w
-    width = min(d for d in range(s.mr, plane + 1) if plane % d == 0)
     rows = plane // width
     tile_h = min(rows, max(1, -(-s.tile_h * rows // shape.h)))
     return (dataclasses.replace(shape, h=rows, w=width),

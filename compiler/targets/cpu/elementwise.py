@@ -210,12 +210,31 @@ void NAME{SIGNATURE} {{
     return kernel(body, params, sources)
 
 
-#: Eight quantized values at a time, in GCC vector extensions: gcc does not vectorize
-#: floor() under the default -ftrapping-math, nor the scalar clamp-then-floor (its jump
-#: threading leaves branches), so the floor is spelled out: truncate, then subtract one
-#: where that rounded up. Clamping first is exact (floor commutes with clamping to the
-#: integers -128 and 127) and keeps the truncation in int32's range.
+#: Eight quantized values at a time. With AVX2, in intrinsics: four doubles a vector,
+#: clamped, floored (`vroundpd`) and converted. Otherwise in GCC vector extensions, the
+#: floor spelled out (truncate, then subtract one where that rounded up), since gcc does
+#: not vectorize floor() under the default -ftrapping-math, nor the scalar
+#: clamp-then-floor (its jump threading leaves branches). (The vector-extension form
+#: came out as scalar compares inside an OpenMP loop: 425 us for ResNet's 3x224x224 input
+#: on one AVX2 core, against 21 us in intrinsics.) Clamping first is exact (floor
+#: commutes with clamping to the integers -128 and 127) and keeps the conversion in
+#: int32's range; a NaN clamps to -128 either way.
 _QUANTIZE_HELPER = """
+#if defined(VDLA_X86) && defined(__AVX2__)
+VDLA_INLINE __m128i NAME_q4(__m128 x, __m256d scale) {
+    const __m256d v = _mm256_add_pd(_mm256_div_pd(_mm256_cvtps_pd(x), scale),
+                                    _mm256_set1_pd(0.5));
+    const __m256d c = _mm256_min_pd(_mm256_max_pd(v, _mm256_set1_pd(-128.0)),
+                                    _mm256_set1_pd(127.0));
+    return _mm256_cvtpd_epi32(_mm256_floor_pd(c));
+}
+VDLA_INLINE vi8 NAME_q8(vf8 x, double scale) {
+    const __m256d s = _mm256_set1_pd(scale);
+    const __m256 xf = (__m256)x;
+    return (vi8)_mm256_set_m128i(NAME_q4(_mm256_extractf128_ps(xf, 1), s),
+                                 NAME_q4(_mm256_castps256_ps128(xf), s));
+}
+#else
 typedef double NAME_vd __attribute__((vector_size(64)));
 typedef int64_t NAME_vl __attribute__((vector_size(64)));
 static inline vi8 NAME_q8(vf8 x, double scale) {
@@ -228,6 +247,7 @@ static inline vi8 NAME_q8(vf8 x, double scale) {
     const NAME_vd t = __builtin_convertvector(__builtin_convertvector(v, vi8), NAME_vd);
     return __builtin_convertvector(t - (NAME_vd)((NAME_vl)one & (t > v)), vi8);
 }
+#endif
 """
 
 

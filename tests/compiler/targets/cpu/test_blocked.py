@@ -9,7 +9,7 @@ import pytest
 
 from vdla.compiler import pipeline, run_reference, targets
 from vdla.compiler.ir.tensor import DTYPES
-from vdla.compiler.targets.cpu import layout, ops
+from vdla.compiler.targets.cpu import blocked, layout, ops
 from vdla.compiler.targets.cpu.library import build_kernels, call, load
 from vdla.compiler.targets.cpu.schedule import (ConvSchedule, ScheduleError, blocked_fits,
                                                 choose_conv, input_block)
@@ -375,3 +375,33 @@ def test_an_int8_stem_with_a_signed_input_runs_as_one_gemm_without_vnni(cpu, cas
     g, _ = conv_graph(np.random.default_rng(5), **relu)
     node = next(n for n in g.nodes() if n.op == "qconv2d")
     assert not runs_as_gemm(ConvShape.from_node(node, g), cpu.isa)
+
+
+@pytest.mark.parametrize("side, mr, width", [
+    (7, 6, 49), (14, 6, 196),        # AVX2's 6-pixel tiles: 6 + 1 and 6 + 6 + 2 a row
+    (28, 6, 28), (56, 6, 56),        # 30 and 60 slots a row: within the waste allowed
+    (14, 14, 14), (7, 14, 49),       # AVX-512's 14-pixel tiles: rows, or the plane
+    (14, 28, 28), (9, 4, 27)])
+def test_a_flattened_plane_is_cut_in_rows_that_waste_least(side, mr, width):
+    """A 1x1 layer keeps its rows unless a register tile wastes more than an eighth of
+    its pixel slots there; then the plane is cut in rows of the width with the fewest
+    tiles (the smallest such)."""
+    g, _ = conv_graph(np.random.default_rng(0), dtype="float32", k=1, pad=0, h=side, w=side)
+    shape = ConvShape.from_node(g.node("conv"), g)
+    assert blocked._row_width(shape, mr) == width
+    s = ConvSchedule(8, mr, 1, 8, side, shape.cg_padded, "co", 1, "all", "co", "nchwc")
+    assert blocked.keeps_rows(shape, s) == (width == side)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int8"])
+def test_avx2_tiles_on_small_planes_match_the_reference(cpu, dtype):
+    """The defaults' 6-pixel tiles over 14x14 and 7x7 pointwise planes cut in one row."""
+    for side in (14, 7):
+        g, feed = conv_graph(np.random.default_rng(side), dtype=dtype, k=1, pad=0, h=side,
+                             w=side, c=24, o=40, residual=True, nonnegative=dtype == "int8")
+        shape = ConvShape.from_node(g.node("conv"), g)
+        vl = cpu.isa.lanes[0]
+        s = ConvSchedule(vl, 6, 2, 4 * vl, side, shape.cg_padded, "px", 2, "all", "co",
+                         "nchwc").check(shape, cpu.isa)
+        outputs, _ = _run(cpu, g, feed, s)
+        assert_matches(g, outputs, feed)
