@@ -15,15 +15,17 @@ the (patches, O) result into the NCHW output. The general convolution kernel wri
 every one of the kernel's taps out, which for 16 x 16 taps is thousands of lines of C
 (minutes of gcc) and a register tile built for 3 x 3 windows.
 
-The same GEMM runs a CNN's int8 stem (a 7 x 7 or 3 x 3 kernel over 3 channels, stride
-2, padded: overlapping windows, so the im2col rows repeat pixels) where the input may be
-negative and the instruction set has no VNNI (`runs_as_gemm`). The direct kernel then
-reads the input as ``x + 128`` split in nibbles, ten vector instructions per four
-products of a lane, while the dense layers widen it to int16 once and multiply with
-``vpmaddwd``, exact for any byte (`dense.int8_path`). Measured on an AMD EPYC (AVX2 only,
-2 threads, 15 interleaved rounds): ResNet-18 int8's whole graph ran in 16.7 ms with its
-7 x 7 stem as one GEMM against 18.9 ms with the direct kernel (1.22x, the median of the
-rounds' ratios); the direct stem alone had taken 6.3 ms against onnxruntime's 1.8 ms.
+A CNN's int8 stem (a 7 x 7 or 3 x 3 kernel over 3 channels, stride 2, padded:
+overlapping windows, so the im2col rows repeat pixels) runs as a GEMM too where the
+input may be negative and the instruction set has no VNNI (`runs_as_gemm`), in its own
+kernel (`vdla.compiler.targets.cpu.stem`: int16 rows gathered a few at a time, the
+output blocked). The direct kernel then reads the input as ``x + 128`` split in
+nibbles, ten vector instructions per four products of a lane, while int16 pairs
+multiply with ``vpmaddwd``, exact for any byte. Measured on an AMD EPYC (AVX2 only, 2
+threads, 15 interleaved rounds): ResNet-18 int8's whole graph ran in 16.7 ms with its
+7 x 7 stem as this module's GEMM against 18.9 ms with the direct kernel (1.22x, the
+median of the rounds' ratios; the direct stem alone had taken 6.3 ms against
+onnxruntime's 1.8 ms), and the stem's own kernel gained 1.065x more.
 
 On an instruction set with AMX tiles every int8 convolution of one group is a GEMM of
 its im2col rows on the tiles (`amx.qconv_kernel`, its own layout of the rows; residuals
@@ -46,6 +48,7 @@ from vdla.compiler.targets.cpu.kernel import SIGNATURE, Kernel, Params, align
 from vdla.compiler.targets.cpu.machine import NOMINAL, MachineCosts
 from vdla.compiler.targets.cpu.schedule import blocked_fits, choose_dense
 from vdla.compiler.targets.cpu.shapes import ConvShape, DenseShape
+from vdla.compiler.targets.cpu.stem import stem_kernel
 
 __all__ = ["is_patches", "patches_kernel", "runs_as_gemm"]
 
@@ -80,6 +83,8 @@ def patches_kernel(shape: ConvShape, node: Node, graph: Graph, isa: Isa,
         w = np.asarray(graph.constant(node.inputs[1]))
         bias = graph.constant(node.input(2)) if node.input(2) else None
         return amx.qconv_kernel(shape, w, bias, node, inputs)
+    if shape.int8 and not is_patches(shape):
+        return stem_kernel(shape, node, graph, isa, inputs)
     ho, wo = shape.ho, shape.wo
     rows, depth = shape.n * ho * wo, shape.c * shape.kh * shape.kw
     dense = DenseShape(n=rows, k=depth, o=shape.o, dtype=shape.dtype, bias=shape.bias,

@@ -350,6 +350,8 @@ def test_the_chooser_picks_winograd_where_it_fits(best):
 
 @pytest.mark.parametrize("case", [dict(n=1, c=3, h=23, w=19, o=20, k=7, stride=2, pad=3),
                                   dict(n=2, c=3, h=12, w=11, o=9, k=3, stride=2, pad=1),
+                                  dict(n=1, c=3, h=15, w=13, o=40, k=3, stride=2, pad=1),
+                                  dict(n=1, c=3, h=60, w=41, o=24, k=11, stride=4, pad=5),
                                   dict(n=1, c=4, h=9, w=10, o=8, k=3, stride=1, pad=2,
                                        dilation=2)], ids=str)
 def test_an_int8_stem_with_a_signed_input_runs_as_one_gemm_without_vnni(cpu, case):
