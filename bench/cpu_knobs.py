@@ -62,10 +62,19 @@ def parse_knobs(text: str) -> dict:
     return knobs
 
 
-def changed_schedules(graph, target, knobs: dict, winograd: bool = False
-                      ) -> tuple[dict, int]:
+def parse_kernel(text: str) -> tuple[int, int]:
+    """``3x3`` -> (3, 3); argparse's error names the value otherwise."""
+    kh, sep, kw = text.partition("x")
+    if not (sep and kh.isdigit() and kw.isdigit() and int(kh) > 0 and int(kw) > 0):
+        raise argparse.ArgumentTypeError(f"--kernel takes KHxKW (3x3, 1x1), not {text!r}")
+    return int(kh), int(kw)
+
+
+def changed_schedules(graph, target, knobs: dict, winograd: bool = False,
+                      kernel: tuple[int, int] | None = None) -> tuple[dict, int]:
     """{node: its default with `knobs`} for the blocked direct convolutions (`winograd`:
-    the Winograd ones), and how many such tasks could not take them."""
+    the Winograd ones; `kernel`: only those of that kernel size, (kh, kw)), and how many
+    such tasks could not take them."""
     out, refused = {}, 0
     for task in target.tasks(graph):
         if not task.conv:
@@ -73,6 +82,8 @@ def changed_schedules(graph, target, knobs: dict, winograd: bool = False
         default = task.default_schedule()
         if default.layout != "nchwc" or bool(default.wino) != winograd \
                 or task.shape.depthwise:
+            continue
+        if kernel is not None and (task.shape.kh, task.shape.kw) != kernel:
             continue
         try:
             schedule = dataclasses.replace(default, **knobs).check(task.shape, task._isa)
@@ -87,7 +98,7 @@ def measure(name: str, precision: str, knobs: dict, args) -> str:
     target = targets.get("cpu", threads=args.threads)
     model = pipeline.load_model(name, calibration=args.calibration, note=None)
     graph = pipeline.graph_for(model, target, precision=precision)
-    changed, refused = changed_schedules(graph, target, knobs, args.winograd)
+    changed, refused = changed_schedules(graph, target, knobs, args.winograd, args.kernel)
     reference = pipeline.reference_of(graph, model.feed)
     sessions = {}
     for who, schedules in (("default", {}), ("changed", changed)):
@@ -125,6 +136,8 @@ def main(argv=None) -> int:
     p.add_argument("--winograd", action="store_true",
                    help="change the Winograd layers' defaults instead of the blocked "
                         "direct ones'")
+    p.add_argument("--kernel", type=parse_kernel, default=None, metavar="KHxKW",
+                   help="change only the layers of this kernel size (3x3, 1x1, ...)")
     args = p.parse_args(argv)
     try:
         knobs = parse_knobs(args.set)
@@ -135,7 +148,9 @@ def main(argv=None) -> int:
     isa = targets.get("cpu").isa.name
     print(f"machine: {cpu_name()}, {os.cpu_count()} cores; vdla's code for {isa}; "
           f"{args.threads} threads; --set {args.set}"
-          f"{' on the Winograd layers' if args.winograd else ''}; {args.rounds} interleaved "
+          f"{' on the Winograd layers' if args.winograd else ''}"
+          f"{f' on the {args.kernel[0]}x{args.kernel[1]} layers' if args.kernel else ''}; "
+          f"{args.rounds} interleaved "
           f"rounds")
     for name in args.models:
         for precision in args.precisions:

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from vdla.compiler import pipeline, targets
-from vdla.compiler.targets.cpu.schedule import ConvSchedule, conv_space, dense_space
+from vdla.compiler.targets.cpu.dense_schedule import dense_space
+from vdla.compiler.targets.cpu.schedule import ConvSchedule, conv_space
 from vdla.compiler.tuner.search import GridTuner, ModelTuner, RandomTuner
 from vdla.compiler.tuner.space import Block, KnobGrid, ListSpace, ProductSpace, knob_grid
 

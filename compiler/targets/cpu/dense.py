@@ -55,7 +55,7 @@ from vdla.compiler.targets.cpu.epilogue import (Epilogue, Lanes, Operands, table
 from vdla.compiler.targets.cpu.shapes import DenseShape
 from vdla.compiler.targets.cpu.isa import Isa
 from vdla.compiler.targets.cpu.kernel import SIGNATURE, Kernel, Params
-from vdla.compiler.targets.cpu.schedule import DenseSchedule
+from vdla.compiler.targets.cpu.dense_schedule import DenseSchedule
 
 __all__ = ["AVX2_INT8", "SIGN_ROWS_MAX", "dense_kernel", "int8_path", "row_tile",
            "signed_weights", "tile_rows"]

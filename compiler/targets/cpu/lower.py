@@ -28,8 +28,8 @@ from vdla.compiler.targets.cpu.matmul import matmul_kernel
 from vdla.compiler.targets.cpu.matmul_schedule import MatmulSchedule, MatmulShape, choose_matmul
 from vdla.compiler.targets.cpu.patches import patches_kernel, runs_as_gemm
 from vdla.compiler.targets.cpu.pointwise import pointwise_kernel
-from vdla.compiler.targets.cpu.schedule import (ConvSchedule, DenseSchedule, choose_conv,
-                                                choose_dense)
+from vdla.compiler.targets.cpu.dense_schedule import DenseSchedule, choose_dense
+from vdla.compiler.targets.cpu.schedule import ConvSchedule, choose_conv
 from vdla.compiler.targets.cpu.shapes import ConvShape, DenseShape
 
 __all__ = ["GEMM_OPS", "node_kernel"]

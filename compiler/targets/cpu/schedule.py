@@ -1,4 +1,4 @@
-"""Convolution and dense schedules of the CPU target: the knobs, their checks, the
+"""Convolution schedules of the CPU target: the knobs, their checks, the
 default chooser and the space the tuner searches.
 
 A convolution (`vdla.compiler.targets.cpu.conv`) computes the output as a grid of
@@ -31,10 +31,9 @@ Packing: the weights are packed for the schedule (``[group][channel tile][input
 channels][tap][mr]``, int8 ones four input channels to a 32-bit word), the input is
 repacked once per run (padded, split by stride phase, int8 four channels to a pixel).
 
-A `DenseSchedule` (lanes along output features): ``vl``, ``ov`` (vectors of outputs in
-registers), ``unroll``. The batched matrix products' `MatmulSchedule` is
-`vdla.compiler.targets.cpu.matmul_schedule`'s (it shares `tile_fits`, `check_int` and
-`knobs_from_dict`).
+The dense layers' `DenseSchedule` is `vdla.compiler.targets.cpu.dense_schedule`'s, the
+batched matrix products' `MatmulSchedule` `vdla.compiler.targets.cpu.matmul_schedule`'s
+(they share `MAX_TILE`, `tile_fits`, `check_int` and `knobs_from_dict`).
 
 `ScheduleError` (a ValueError) names the knob, its value and what is allowed.
 
@@ -58,11 +57,11 @@ from typing import Iterator
 from vdla.compiler.targets.cpu.isa import Isa
 from vdla.compiler.targets.cpu.machine import NOMINAL, MachineCosts
 
-__all__ = ["ConvSchedule", "DenseSchedule", "LANES", "LAYOUTS", "MAX_TILE", "ORDERS",
-           "PARALLEL", "ScheduleError", "SpaceBlock", "blocked_fits", "check_int",
-           "choose_conv", "choose_dense", "conv_blocks", "conv_space", "cost_terms",
-           "dense_blocks", "dense_space", "estimate_conv", "flattens", "input_block",
-           "knobs_from_dict", "tile_fits", "WINOGRAD", "winograd_fits"]
+__all__ = ["ConvSchedule", "LANES", "LAYOUTS", "MAX_TILE", "ORDERS", "PARALLEL",
+           "SERIAL_MACS", "ScheduleError", "SpaceBlock", "UNROLLS", "blocked_fits",
+           "check_int", "choose_conv", "conv_blocks", "conv_space", "cost_terms",
+           "estimate_conv", "flattens", "input_block", "knobs_from_dict", "tile_fits",
+           "WINOGRAD", "winograd_fits"]
 
 ORDERS = ("co", "px")
 LANES = ("px", "co")
@@ -547,9 +546,13 @@ def _choose_blocked(conv, isa: Isa, threads: int, vl: int) -> ConvSchedule:
         # faster again, ResNet-50 level.
         mr, nv = min(14, conv.ho * conv.wo if flattens(conv) else conv.wo), 2
         order, per_item = "px", min(2, _blocks(blocks, nv))
+    elif isa.registers == 16 and blocks > 1 and conv.int8 and conv.kh * conv.kw > 1:
+        mr, nv, per_item, unroll = _avx2_int8_taps_tile(conv)
+        order = "px"
     elif isa.registers == 16 and blocks > 1:
         # AVX2: 6 pixels by two vectors, rows outer (a row by one vector spilled int8's
-        # products), float32 unrolled twice. bench/cpu_knobs.py, AMD EPYC AVX2: ResNet-50 /
+        # products), float32 unrolled twice; int8 layers of more than one tap differ
+        # (`_avx2_int8_taps_tile`). bench/cpu_knobs.py, AMD EPYC AVX2: ResNet-50 /
         # MobileNet-v1 float32 1.14x / 1.15x (unrolled 1.06x / 1.04x more), int8 1.04x / 1.07x.
         mr, nv = min(6, conv.ho * conv.wo if flattens(conv) else conv.wo), 2
         order, per_item, unroll = "px", min(2, _blocks(blocks, nv)), 1 if conv.int8 else 2
@@ -565,6 +568,20 @@ def _choose_blocked(conv, isa: Isa, threads: int, vl: int) -> ConvSchedule:
     serial = conv.macs < SERIAL_MACS
     return ConvSchedule(vl, mr, nv, per_item * nv * vl, tile_h, conv.cg_padded, order,
                         unroll, "none" if serial else "all", lanes="co", layout="nchwc")
+
+
+def _avx2_int8_taps_tile(conv) -> tuple[int, int, int, int]:
+    """An AVX2 int8 layer of more than one tap: (mr, nv, register tiles per work item,
+    unroll). Rows of up to 7 pixels are one tile of one channel vector; wider ones 2
+    pixels by one vector, the reduction unrolled twice, one register tile per work item.
+    bench/cpu_knobs.py --kernel 3x3, AMD EPYC AVX2, 2 threads: ResNet-18 int8 1.14x,
+    ResNet-50 1.03x the whole graph against 6 x 2 (whose twelve accumulators, two weight
+    vectors, the broadcast and ``vpmaddubsw``'s product and ones leave AVX2's sixteen
+    registers short); on the 7x7 layers 7 x 1 measured 1.08x against 6 x 2 (a row of 7
+    is 6 + 1) where 2 x 1 gained 1.02x."""
+    if conv.wo <= 7:
+        return conv.wo, 1, 2, 1
+    return 2, 1, 1, 2
 
 
 def _choose_winograd(conv, isa: Isa, threads: int, vl: int) -> ConvSchedule:
@@ -741,60 +758,3 @@ def _channel_lanes_blocks(conv, isa: Isa, h_options, ci_options) -> list[SpaceBl
                             ("tile_ci", ci_options), ("order", ORDERS),
                             ("unroll", UNROLLS[:2]), ("parallel", PARALLEL))))
     return blocks
-
-
-@dataclasses.dataclass(frozen=True)
-class DenseSchedule:
-    """A dense layer's loop nest: ``vl`` lanes along output features, ``ov`` vectors of
-    outputs in registers, ``unroll`` of the reduction loop, ``parallel``: "all" (output
-    tiles over the threads) or "none"."""
-
-    vl: int
-    ov: int
-    unroll: int = 1
-    parallel: str = "all"
-
-    def check(self, dense, isa: Isa) -> "DenseSchedule":
-        if self.vl not in isa.lanes:
-            raise ScheduleError(f"schedule knob vl={self.vl!r} is not a vector width of "
-                                f"the {isa.name} code: allowed {list(isa.lanes)}")
-        check_int("ov", self.ov, 1, MAX_TILE[isa.registers])
-        if self.unroll not in UNROLLS:
-            raise ScheduleError(f"schedule knob unroll={self.unroll!r}: allowed "
-                                f"{list(UNROLLS)}")
-        if self.parallel not in ("all", "none"):
-            raise ScheduleError(f"schedule knob parallel={self.parallel!r}: allowed "
-                                "['all', 'none']")
-        return self
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> "DenseSchedule":
-        return knobs_from_dict(cls, data, "dense")
-
-
-def choose_dense(dense, isa: Isa, costs: MachineCosts = NOMINAL) -> DenseSchedule:
-    """Four output vectors a step for one row (a batch-1 layer reads each weight once);
-    with several rows (a transformer's tokens) a register tile of rows by two (16
-    registers: 6 x 2) or four (32: 6 x 4) vectors, `dense.row_tile`'s rows; vectors of
-    the width `costs` (the machine) runs fastest (`MachineCosts.vector_lanes`)."""
-    vl = costs.vector_lanes(isa.lanes)
-    ov = 4 if dense.n < 4 or isa.registers >= 32 else 2
-    return DenseSchedule(vl, max(1, min(ov, _blocks(dense.o, vl))), 1,
-                         "none" if dense.macs < SERIAL_MACS else "all")
-
-
-def dense_space(dense, isa: Isa) -> Iterator[DenseSchedule]:
-    for fixed, axes in dense_blocks(dense, isa):
-        for unroll, parallel in itertools.product(*(v for _, v in axes)):
-            yield DenseSchedule(**fixed, unroll=unroll, parallel=parallel)
-
-
-def dense_blocks(dense, isa: Isa) -> list[SpaceBlock]:
-    """`dense_space` as products (`conv_blocks`): a register tile crossed with the
-    reduction's unrolls and the split."""
-    return [({"vl": vl, "ov": ov}, (("unroll", UNROLLS), ("parallel", ("all", "none"))))
-            for vl in isa.lanes for ov in range(1, 9)
-            if not (ov > 1 and (ov - 1) * vl >= dense.o)]

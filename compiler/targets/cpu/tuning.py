@@ -55,9 +55,9 @@ from vdla.compiler.targets.cpu.matmul_schedule import (MATMUL_PARALLEL, MatmulSc
                                                        MatmulShape, choose_matmul,
                                                        estimate_matmul, matmul_blocks)
 from vdla.compiler.targets.cpu.patches import runs_as_gemm
+from vdla.compiler.targets.cpu.dense_schedule import DenseSchedule, choose_dense, dense_blocks
 from vdla.compiler.targets.cpu.schedule import (LANES, LAYOUTS, ORDERS, PARALLEL, ConvSchedule,
-                                                DenseSchedule, choose_conv, choose_dense,
-                                                conv_blocks, dense_blocks, estimate_conv)
+                                                choose_conv, conv_blocks, estimate_conv)
 from vdla.compiler.targets.cpu.shapes import ConvShape, DenseShape, input_nonnegative
 from vdla.compiler.tuner.cost_model import shipped
 from vdla.compiler.tuner.space import Block, ProductSpace

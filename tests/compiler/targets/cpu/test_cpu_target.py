@@ -16,8 +16,9 @@ import pytest
 
 from vdla.compiler import Graph, pipeline, run_reference, targets
 from vdla.compiler.targets.cpu.shapes import ConvShape
-from vdla.compiler.targets.cpu.schedule import (ConvSchedule, DenseSchedule, ScheduleError,
-                                                choose_conv, conv_space)
+from vdla.compiler.targets.cpu.dense_schedule import DenseSchedule
+from vdla.compiler.targets.cpu.schedule import (ConvSchedule, ScheduleError, choose_conv,
+                                                conv_space)
 from vdla.compiler.targets.model import compile_model
 
 from gemm_graphs import FLOAT_TOLERANCE, assert_matches, conv_graph, dense_graph

@@ -20,7 +20,8 @@ from vdla.compiler.targets.cpu.features import CONV2D, DENSE, MATMUL, conv2d_val
 from vdla.compiler.targets.cpu.isa import get as get_isa
 from vdla.compiler.targets.cpu.machine import NOMINAL, MachineModel, machine_model
 from vdla.compiler.targets.cpu.matmul_schedule import MatmulShape, choose_matmul
-from vdla.compiler.targets.cpu.schedule import choose_conv, choose_dense, estimate_conv
+from vdla.compiler.targets.cpu.dense_schedule import choose_dense
+from vdla.compiler.targets.cpu.schedule import choose_conv, estimate_conv
 from vdla.compiler.targets.cpu.shapes import ConvShape, DenseShape
 from vdla.compiler.targets.cpu.target import CpuTarget
 from vdla.compiler.tuner.workload_tasks import tasks_from_workload
@@ -234,18 +235,26 @@ def test_the_defaults_bench_compares_the_machines(tmp_path, capsys):
 
 @pytest.mark.parametrize("dtype", ["int8", "float32"])
 @pytest.mark.parametrize("c, h, o, k, s", [(64, 56, 64, 3, 1), (128, 28, 256, 3, 2),
-                                           (512, 14, 512, 1, 1)])
+                                           (512, 14, 512, 1, 1), (512, 7, 512, 3, 1)])
 def test_avx2_blocked_tiles_are_six_pixels_by_two_vectors(dtype, c, h, o, k, s):
     """With 16 registers a one-group blocked direct convolution's default is 6 pixels by
     two channel vectors, rows outer, two tiles a work item, float32's reduction unrolled
-    twice; with AVX-512's 32 a whole row (or 14 pixels) by one or two vectors, not
+    twice; int8 layers of more than one tap take one channel vector by 2 pixels (the
+    reduction unrolled twice, one tile a work item) or by a whole row of up to 7; with
+    AVX-512's 32 registers a whole row (or 14 pixels) by one or two vectors, not
     unrolled (`schedule._choose_blocked`)."""
     shape = _conv(c, h, o, k, s, dtype=dtype)
     avx2 = choose_conv(shape, AVX2, 2, costs=this_host().costs())
     if dtype == "float32" and k == 3 and s == 1:
         assert avx2.wino           # Winograd's own tile
         return
-    assert (avx2.layout, avx2.wino, avx2.mr, avx2.nv, avx2.order) == ("nchwc", 0, 6, 2, "px")
-    assert avx2.tile_co == 4 * avx2.vl and avx2.unroll == (1 if dtype == "int8" else 2)
+    assert (avx2.layout, avx2.wino, avx2.order) == ("nchwc", 0, "px")
+    if dtype == "int8" and k > 1:
+        wo = shape.wo
+        assert (avx2.mr, avx2.nv, avx2.unroll) == ((wo, 1, 1) if wo <= 7 else (2, 1, 2))
+        assert avx2.tile_co == (2 if wo <= 7 else 1) * avx2.vl
+    else:
+        assert (avx2.mr, avx2.nv) == (6, 2)
+        assert avx2.tile_co == 4 * avx2.vl and avx2.unroll == (1 if dtype == "int8" else 2)
     wide = choose_conv(shape, AVX512, 2, costs=zen4().costs())
     assert wide.unroll == 1 and (wide.mr, wide.nv) != (6, 2)

@@ -352,7 +352,7 @@ def test_every_avx2_int8_dense_path_is_exact():
     rows): "sign" (|x| times w with x's sign), "wide" (int16 pairs) and "offset" (x + 128
     in nibbles), bit for bit the reference, on random and extreme operands."""
     from vdla.compiler.targets.cpu.dense import AVX2_INT8, dense_kernel
-    from vdla.compiler.targets.cpu.schedule import choose_dense
+    from vdla.compiler.targets.cpu.dense_schedule import choose_dense
     from vdla.compiler.targets.cpu.shapes import DenseShape
     isa = get_isa("avx2")
     kernels = {}
