@@ -5,6 +5,8 @@ the benches' bad arguments."""
 
 from __future__ import annotations
 
+import argparse
+
 import json
 from pathlib import Path
 
@@ -90,6 +92,16 @@ def test_knobs_bench_changes_the_blocked_convolutions_and_checks_them(capsys):
     with pytest.raises(ValueError, match="knob=value pairs of vl, mr"):
         bench.parse_knobs("wide=2")
     assert bench.parse_knobs("mr=6,order=px") == {"mr": 6, "order": "px"}
+    assert bench.parse_kernel("3x3") == (3, 3)
+    with pytest.raises(argparse.ArgumentTypeError, match="KHxKW"):
+        bench.parse_kernel("3")
+    from vdla.compiler import pipeline, targets
+    target = targets.get("cpu", threads=1)
+    graph = pipeline.graph_for(pipeline.load_model("small_cnn"), target, precision="int8")
+    every, _ = bench.changed_schedules(graph, target, {"unroll": 2})
+    three, _ = bench.changed_schedules(graph, target, {"unroll": 2}, kernel=(3, 3))
+    none, _ = bench.changed_schedules(graph, target, {"unroll": 2}, kernel=(9, 9))
+    assert set(three) <= set(every) and three and not none
 
 
 def test_adaptation_bench_leaves_an_instruction_set_out(tmp_path):
