@@ -26,11 +26,12 @@ float32 1.14x and 1.15x, int8 1.04x and 1.07x, ResNet-18 1.02x; then, with that 
 default, ``--set unroll=2``: float32 ResNet-50 1.06x, MobileNet-v1 1.04x; int8 0.99x and
 1.00x (so only float32 took it). On the Winograd layers, ``--winograd --set
 mr=8,unroll=2,order=px`` (the 1,000-trial tuner's pick there, about 1.2x on each layer
-measured alone at one thread): ResNet-18 float32 1.02x, ResNet-50 1.00x at 2 threads, so
-their default stayed. ``--kernel 3x3 --set mr=2,nv=1,tile_co=8,unroll=2`` (the 3x3 layers
+measured alone at one thread): ResNet-18 float32 1.02x and 0.97x, ResNet-50 1.00x and
+1.00x at 2 threads in two runs, so their default stayed. ``--kernel 3x3 --set mr=2,nv=1,tile_co=8,unroll=2`` (the 3x3 layers
 only): int8 ResNet-18 1.14x, ResNet-50 1.03x, which made it AVX2's int8 rule for layers
 of several taps; on every int8 layer ResNet-18 1.08x, ResNet-50 0.99x and MobileNet-v1
-0.88x (so its 1x1 layers keep 6 x 2); on the float32 3x3 layers 0.81x and 0.86x.
+0.88x (so its 1x1 layers keep 6 x 2); on the float32 3x3 layers ResNet-18 0.81x and
+ResNet-50 0.86x.
 """
 
 from __future__ import annotations

@@ -52,13 +52,13 @@ import dataclasses
 import numpy as np
 
 from vdla.compiler.ir.tensor import Node
+from vdla.compiler.targets.cpu.dense_schedule import DenseSchedule
 from vdla.compiler.targets.cpu.epilogue import (Epilogue, Lanes, Operands, table_pointers,
                                                tables)
 from vdla.compiler.targets.cpu.isa import Isa
 from vdla.compiler.targets.cpu.kernel import (SIGNATURE, Kernel, Params, align,
                                               param_pointers)
 from vdla.compiler.targets.cpu.matmul_schedule import PARALLEL_MACS, MatmulSchedule, MatmulShape
-from vdla.compiler.targets.cpu.dense_schedule import DenseSchedule
 from vdla.compiler.targets.cpu.shapes import ConvShape, DenseShape
 
 __all__ = ["BLOCK", "MODEL_FLAG", "modelled", "pack_weights", "qconv_kernel",

@@ -57,15 +57,16 @@ from vdla.compiler.targets.cpu.isa import Isa
 from vdla.compiler.targets.cpu.kernel import SIGNATURE, Kernel, Params
 from vdla.compiler.targets.cpu.dense_schedule import DenseSchedule
 
-__all__ = ["AVX2_INT8", "SIGN_ROWS_MAX", "dense_kernel", "int8_path", "row_tile",
+__all__ = ["AVX2_INT8", "SIGN_ROWS_MAX", "dense_kernel", "int8_path", "pack16", "row_tile",
            "signed_weights", "tile_rows"]
 
 
-def _pack16(shape: DenseShape, w: np.ndarray, tile: int) -> np.ndarray:
-    """int8 weights as int16 ``[output tile][k / 2][tile][2]`` (zeros past o and k)."""
-    op, k2 = -(-shape.o // tile) * tile, -(-shape.k // 2)
+def pack16(w: np.ndarray, o: int, k: int, tile: int) -> np.ndarray:
+    """int8 weights ``(o, k)`` as int16 ``[output tile][k / 2][tile][2]``, zeros past o
+    and k: the layout ``vpmaddwd``'s pairs read (the dense layers' and `stem`'s)."""
+    op, k2 = -(-o // tile) * tile, -(-k // 2)
     wp = np.zeros((op, 2 * k2), np.int16)
-    wp[:shape.o, :shape.k] = w
+    wp[:o, :k] = np.asarray(w).reshape(o, k)
     return np.ascontiguousarray(wp.reshape(op // tile, tile, k2, 2).transpose(0, 2, 1, 3))
 
 
@@ -163,7 +164,7 @@ def dense_kernel(shape: DenseShape, schedule: DenseSchedule, weights: np.ndarray
     if sign and not signed_weights(w):      # the C's exactness rests on this
         raise ValueError(f"dense node {node.name!r}: the sign-trick int8 kernel needs "
                          f"weights in [-127, 127]; they hold -128")
-    w_off = params.add(_pack16(shape, w, tile) if wide else _pack(shape, w, tile))
+    w_off = params.add(pack16(w, shape.o, shape.k, tile) if wide else _pack(shape, w, tile))
     offsets = tables(shape, node, w, bias, params, o_padded)
     ep = Epilogue.of(shape, vl)
     t = ep.t

@@ -21,10 +21,6 @@ from vdla.compiler.targets.cpu.schedule import (MAX_TILE, SERIAL_MACS, UNROLLS, 
 __all__ = ["DenseSchedule", "choose_dense", "dense_blocks", "dense_space"]
 
 
-def _blocks(total: int, size: int) -> int:
-    return -(-total // size)
-
-
 @dataclasses.dataclass(frozen=True)
 class DenseSchedule:
     """A dense layer's loop nest: ``vl`` lanes along output features, ``ov`` vectors of
@@ -64,7 +60,7 @@ def choose_dense(dense, isa: Isa, costs: MachineCosts = NOMINAL) -> DenseSchedul
     the width `costs` (the machine) runs fastest (`MachineCosts.vector_lanes`)."""
     vl = costs.vector_lanes(isa.lanes)
     ov = 4 if dense.n < 4 or isa.registers >= 32 else 2
-    return DenseSchedule(vl, max(1, min(ov, _blocks(dense.o, vl))), 1,
+    return DenseSchedule(vl, max(1, min(ov, -(-dense.o // vl))), 1,
                          "none" if dense.macs < SERIAL_MACS else "all")
 
 

@@ -29,11 +29,11 @@ from __future__ import annotations
 import math
 
 from vdla.compiler.targets.cpu.dense import tile_rows
+from vdla.compiler.targets.cpu.dense_schedule import DenseSchedule
 from vdla.compiler.targets.cpu.isa import Isa
 from vdla.compiler.targets.cpu.machine import NOMINAL, MachineCosts
 from vdla.compiler.targets.cpu.matmul_schedule import (STEP_OPS, MatmulSchedule, MatmulShape,
                                                        estimate_matmul, matmul_terms)
-from vdla.compiler.targets.cpu.dense_schedule import DenseSchedule
 from vdla.compiler.targets.cpu.schedule import (ORDERS, PARALLEL, ConvSchedule, cost_terms,
                                                 estimate_conv)
 from vdla.compiler.targets.cpu.shapes import ConvShape, DenseShape

@@ -17,9 +17,9 @@ from vdla.compiler.ir.graph import Graph
 from vdla.compiler.ir.tensor import Node
 from vdla.compiler.targets.cpu import amx, ops
 from vdla.compiler.targets.cpu.blocked import blocked_kernel
-from vdla.compiler.targets.cpu.winograd import winograd_kernel
 from vdla.compiler.targets.cpu.conv import conv_kernel
 from vdla.compiler.targets.cpu.dense import dense_kernel
+from vdla.compiler.targets.cpu.dense_schedule import DenseSchedule, choose_dense
 from vdla.compiler.targets.cpu.depthwise import depthwise_kernel
 from vdla.compiler.targets.cpu.isa import Isa
 from vdla.compiler.targets.cpu.kernel import Kernel
@@ -28,9 +28,9 @@ from vdla.compiler.targets.cpu.matmul import matmul_kernel
 from vdla.compiler.targets.cpu.matmul_schedule import MatmulSchedule, MatmulShape, choose_matmul
 from vdla.compiler.targets.cpu.patches import patches_kernel, runs_as_gemm
 from vdla.compiler.targets.cpu.pointwise import pointwise_kernel
-from vdla.compiler.targets.cpu.dense_schedule import DenseSchedule, choose_dense
 from vdla.compiler.targets.cpu.schedule import ConvSchedule, choose_conv
 from vdla.compiler.targets.cpu.shapes import ConvShape, DenseShape
+from vdla.compiler.targets.cpu.winograd import winograd_kernel
 
 __all__ = ["GEMM_OPS", "node_kernel"]
 

@@ -43,10 +43,10 @@ from vdla.compiler.ir.graph import Graph
 from vdla.compiler.ir.tensor import Node
 from vdla.compiler.targets.cpu import amx
 from vdla.compiler.targets.cpu.dense import dense_kernel
+from vdla.compiler.targets.cpu.dense_schedule import choose_dense
 from vdla.compiler.targets.cpu.isa import Isa
 from vdla.compiler.targets.cpu.kernel import SIGNATURE, Kernel, Params, align
 from vdla.compiler.targets.cpu.machine import NOMINAL, MachineCosts
-from vdla.compiler.targets.cpu.dense_schedule import choose_dense
 from vdla.compiler.targets.cpu.schedule import blocked_fits
 from vdla.compiler.targets.cpu.shapes import ConvShape, DenseShape
 from vdla.compiler.targets.cpu.stem import stem_kernel

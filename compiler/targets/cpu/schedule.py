@@ -575,11 +575,11 @@ def _avx2_int8_taps_tile(conv) -> tuple[int, int, int, int]:
     unroll). Rows of up to 7 pixels are one tile of one channel vector; wider ones 2
     pixels by one vector, the reduction unrolled twice, one register tile per work item.
     bench/cpu_knobs.py --kernel 3x3, AMD EPYC AVX2, 2 threads: ResNet-18 int8 1.14x,
-    ResNet-50 1.03x the whole graph against 6 x 2 (whose twelve accumulators, two weight
+    ResNet-50 1.03x the whole graph against 6 x 2, whose twelve accumulators, two weight
     vectors, the broadcast and ``vpmaddubsw``'s product and ones leave AVX2's sixteen
-    registers short: gcc wrote 183 vector spills to the stack in a 3x3 layer's 6 x 2
-    kernel, 12 in its 2 x 1); on the 7x7 layers 7 x 1 measured 1.08x against 6 x 2 (a row of 7
-    is 6 + 1) where 2 x 1 gained 1.02x."""
+    registers short (gcc wrote 183 vector spills to the stack in a 3x3 layer's 6 x 2
+    kernel, 12 in its 2 x 1). On the 7x7 layers 7 x 1 measured 1.08x against 6 x 2 (a
+    row of 7 is 6 + 1) alone, where 2 x 1 gained 1.02x."""
     if conv.wo <= 7:
         return conv.wo, 1, 2, 1
     return 2, 1, 1, 2

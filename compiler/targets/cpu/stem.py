@@ -38,6 +38,8 @@ import numpy as np
 from vdla.compiler.ir.graph import Graph
 from vdla.compiler.ir.tensor import Node
 from vdla.compiler.targets.cpu.blocked import vector_epilogue
+from vdla.compiler.targets.cpu.conv import indent
+from vdla.compiler.targets.cpu.dense import pack16
 from vdla.compiler.targets.cpu.epilogue import requantizers, table_pointers, tables
 from vdla.compiler.targets.cpu.isa import Isa
 from vdla.compiler.targets.cpu.kernel import SIGNATURE, Kernel, Params, align
@@ -51,16 +53,6 @@ MR, NV = 6, 2
 #: Register tiles of pixels per work item: 48 pixels of a 7 x 7 stem's 148 int16 are
 #: 14 KB of rows, in L1 with the weights.
 CHUNK_TILES = 8
-
-
-def _pack(w: np.ndarray, o: int, k: int, width: int) -> np.ndarray:
-    """int8 weights ``(o, k)`` as int16 ``[output tile][k / 2][width][2]``, zeros past o
-    and k."""
-    k2 = -(-k // 2)
-    op = -(-o // width) * width
-    wp = np.zeros((op, 2 * k2), np.int16)
-    wp[:o, :k] = w.reshape(o, k)
-    return np.ascontiguousarray(wp.reshape(op // width, width, k2, 2).transpose(0, 2, 1, 3))
 
 
 def _gather(shape: ConvShape, k2: int) -> str:
@@ -123,7 +115,7 @@ def _tile(shape: ConvShape, vl: int, mr: int, k2: int, room: int, pointers: str,
           rq: tuple[str, str]) -> str:
     """C of ``NAME_tile{mr}``: `mr` gathered rows (``xt``) by the output tile of ``NV``
     channel vectors from block ``cb`` (its weights ``wt``), then the epilogue into the
-    blocked output of image ``yb`` at pixel ``p0``."""
+    blocked output of one image, ``y``, at pixel ``p0``."""
     width, plane = NV * vl, shape.ho * shape.wo
     cbo = -(-shape.o // vl)
     accs = [[f"a{j}_{v}" for v in range(NV)] for j in range(mr)]
@@ -175,7 +167,7 @@ def stem_kernel(shape: ConvShape, node: Node, graph: Graph, isa: Isa,
     w = np.asarray(graph.constant(node.inputs[1]))
     bias = graph.constant(node.input(2)) if node.input(2) else None
     params = Params()
-    w_off = params.add(_pack(w, shape.o, k, width))
+    w_off = params.add(pack16(w, shape.o, k, width))
     pointers = table_pointers(shape, tables(shape, node, w, bias, params, ots * width))
     rq = requantizers(shape, node)
     chunk = MR * CHUNK_TILES
@@ -198,7 +190,12 @@ void NAME{SIGNATURE} {{
     const int16_t *restrict wp = (const int16_t *)(params + {w_off});
     #pragma omp parallel
     {{
-        int16_t *restrict rows = (int16_t *)(ws + (size_t)omp_get_thread_num() * {thread_bytes});
+#ifdef _OPENMP
+        const int tid = omp_get_thread_num();
+#else
+        const int tid = 0;
+#endif
+        int16_t *restrict rows = (int16_t *)(ws + (size_t)tid * {thread_bytes});
         #pragma omp for schedule(static)
         for (int item = 0; item < {shape.n * chunks}; item++) {{
             const int b = item / {chunks}, p0 = item % {chunks} * {chunk};
@@ -207,7 +204,7 @@ void NAME{SIGNATURE} {{
             int8_t *restrict yb = y + (size_t)b * {out_size};
             NAME_rows(xb, rows, p0, count);
             int t = 0;
-            {chr(10).join("            " + c for c in calls.split(chr(10))).lstrip()}
+            {indent(calls, 12)}
         }}
     }}
 }}

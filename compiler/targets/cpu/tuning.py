@@ -45,6 +45,7 @@ from vdla.compiler.targets.cpu import amx
 from vdla.compiler.targets.cpu import isa as cpu_isa
 from vdla.compiler.targets.cpu import layout
 from vdla.compiler.targets.cpu.dense import int8_path
+from vdla.compiler.targets.cpu.dense_schedule import DenseSchedule, choose_dense, dense_blocks
 from vdla.compiler.targets.cpu.features import (CONV2D, DENSE, MATMUL, conv2d_values,
                                                 dense_values, matmul_values)
 from vdla.compiler.targets.cpu.library import (aligned_empty, build_kernels, call, load,
@@ -55,7 +56,6 @@ from vdla.compiler.targets.cpu.matmul_schedule import (MATMUL_PARALLEL, MatmulSc
                                                        MatmulShape, choose_matmul,
                                                        estimate_matmul, matmul_blocks)
 from vdla.compiler.targets.cpu.patches import runs_as_gemm
-from vdla.compiler.targets.cpu.dense_schedule import DenseSchedule, choose_dense, dense_blocks
 from vdla.compiler.targets.cpu.schedule import (LANES, LAYOUTS, ORDERS, PARALLEL, ConvSchedule,
                                                 choose_conv, conv_blocks, estimate_conv)
 from vdla.compiler.targets.cpu.shapes import ConvShape, DenseShape, input_nonnegative
