@@ -27,7 +27,8 @@
   ranks: a whole space, or a large one's sample widened around the model's best);
   `pretrained_chooser` (``vdla run --chooser pretrained``: the model's picks, measuring
   nothing), beside `search.PretrainedTuner` (``vdla tune --tuner pretrained``: the same
-  model, corrected by measurements).
+  model, corrected by measurements, its own task's and, through `correction`'s
+  `SharedCorrection`, the other tasks' of the same run).
 
 Nothing here names a target's schedule classes. ``vdla tune`` and ``vdla run --records``
 are the command-line faces of this package.

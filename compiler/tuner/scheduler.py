@@ -13,7 +13,10 @@ model's end-to-end cost is expected to fall most, as Ansor's task scheduler does
 1. Warm-up: each task's default schedule and its tuner's first pick (`WARMUP`), while
    the budget lasts, tasks side by side a batch at a time, the tasks whose tuners
    predict the largest gain first (a pretrained model predicts before measuring): every
-   task then has a measured cost and its tuner has seen the task.
+   task then has a measured cost and its tuner has seen the task. A batch's picks are
+   proposed once the batch before it is measured: the pretrained tuners share one
+   correction (`vdla.compiler.tuner.correction`), so a task late in the warm-up starts
+   from what the earlier tasks' measurements taught.
 2. Then each round measures a batch of the task with the largest expected gain:
    ``weight x (best measured - best predicted + best measured x error)``, where the
    weight is how many of the model's nodes the task's schedule serves (`TuneTask.nodes`),
@@ -43,6 +46,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Sequence
 
+from vdla.compiler.tuner.correction import SharedCorrection
 from vdla.compiler.tuner.measure import MeasureInput
 from vdla.compiler.tuner.records import Records
 from vdla.compiler.tuner.task import TuneTask
@@ -121,10 +125,12 @@ def _weight(task: TuneTask) -> int:
 def tune_tasks(tasks: Sequence[TuneTask], runner, *, trials: int,
                records: Records | None = None, tuner: str = "pretrained", batch: int = 8,
                seed: int = 0, split: str = "gradient",
-               progress: ModelProgress | None = None) -> ModelTuning:
+               progress: ModelProgress | None = None, share: bool = True) -> ModelTuning:
     """Tune `tasks` with `trials` measurements in all (records included), split by
-    `split` (``gradient`` or ``equal``; see the module docstring). The other arguments
-    are `tune_task`'s; every task measures its default first."""
+    `split` (``gradient`` or ``equal``; see the module docstring). With `share`, the
+    pretrained tuners of the tasks learn from each other's measurements
+    (`SharedCorrection`). The other arguments are `tune_task`'s; every task measures its
+    default first."""
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
         raise ValueError(f"trials must be a positive integer, not {trials!r}")
     check_batch(batch)
@@ -143,8 +149,10 @@ def tune_tasks(tasks: Sequence[TuneTask], runner, *, trials: int,
                      measured(instead))
 
     # Each task may take its whole space: the scheduler, not a per-task cap, decides.
+    options = {"shared": SharedCorrection(seed=seed)} if share and tuner == "pretrained" \
+        else None
     states = [TaskTuning(t, runner, trials=None, records=records, tuner=tuner, seed=seed,
-                         progress=hook) for t in tasks]
+                         progress=hook, tuner_options=options) for t in tasks]
     order: list[int] = []
     curve: list[int | None] = []
     trace: list[tuple[int, int | None]] = []
@@ -182,12 +190,17 @@ def tune_tasks(tasks: Sequence[TuneTask], runner, *, trials: int,
         # tasks by the gain their tuners predict before measuring (the largest first, so
         # that a layer whose default is far off is fixed early), `batch` schedules at once
         # (tasks side by side: the workers stay busy).
+        # A task's picks are proposed just before their batch is measured, so that what
+        # the batches before taught the shared correction guides them.
         nonlocal spent
         wanting = sorted((i for i, s in enumerate(states) if s.done < WARMUP and s.left),
                          key=lambda i: -_prior_gain(states[i]))
-        queue = [(i, s) for i in wanting for s in states[i].propose(WARMUP - states[i].done)]
-        for start in range(0, len(queue), batch):
-            picks = queue[start:start + batch][:max(0, trials - spent)]
+        queue: list = []
+        while wanting or queue:
+            while wanting and len(queue) < batch:
+                i = wanting.pop(0)
+                queue += [(i, s) for s in states[i].propose(WARMUP - states[i].done)]
+            picks, queue = queue[:batch][:max(0, trials - spent)], queue[batch:]
             if not picks:
                 return
             inputs = [MeasureInput(states[i].task, s) for i, s in picks]

@@ -43,6 +43,7 @@ from typing import Sequence
 import numpy as np
 
 from vdla.compiler.tuner.candidates import POOL, Candidates, remembered_rows
+from vdla.compiler.tuner.correction import SharedCorrection, correction_trees
 from vdla.compiler.tuner.space import as_space, knob_grid
 from vdla.compiler.tuner.task import TuneTask
 
@@ -330,7 +331,10 @@ class PretrainedTuner(Tuner):
     measurements succeed, gradient-boosted trees on the same features learn the
     residual, measured log2 cost minus the pretrained prediction (a failed schedule
     counts as twice the slowest), and their correction is added to the prediction of
-    every schedule: what the measurements teach spreads to similar schedules.
+    every schedule: what the measurements teach spreads to similar schedules. With
+    `shared`, the tuners of a model's tasks also learn from each other: each hands its
+    residuals to the `SharedCorrection`, whose trees (fitted on every task's) correct
+    the prediction first, and its own trees learn what those leave.
 
     model : a `CostModel` of the task's feature set (default `task.pretrained()`)
     explore : share of each batch drawn at random at least (0: the pretrained ranking
@@ -338,59 +342,85 @@ class PretrainedTuner(Tuner):
         unseen configs, docs/tuner.md)
     learn_after : successful measurements before the correction is fitted
     pool : a space larger than this is ranked on a sample of this many (`Candidates`)
+    shared : the `SharedCorrection` of the tuning run, or None to learn from this task's
+        measurements alone
     ValueError when the task has no feature set or no model is given or shipped.
     """
 
     def __init__(self, task, space, *, seed: int = 0, model=None, explore: float = 0.0,
-                 learn_after: int = 3, pool: int = POOL):
+                 learn_after: int = 3, pool: int = POOL,
+                 shared: SharedCorrection | None = None):
         super().__init__(task, space, seed=seed)
         self.pretrained = model if model is not None else task.pretrained()
         if self.pretrained is None:
             raise ValueError(f"task {task.name} ({task.target}, {task.platform}): no "
                              "pretrained cost model for it; use the model tuner")
         self.found = Candidates(task, self.pretrained, self.space, pool=pool, seed=seed)
-        self.fix = None            # the online correction, once fitted
+        self.fix = None            # the task's own correction, once fitted
+        self.common = None         # the shared correction, once fitted
         _import_learner_meanwhile()
         self.explore, self.learn_after = explore, learn_after
-        self._fitted_on = 0
-        self._climbed = False
+        self.shared = shared
+        self._token = None if shared is None else shared.join(task.feature_set)
+        self._fitted_on = (0, 0)     # (measurements, shared version) fitted on
+        self._taught = 0
+        self._climbed_on = None      # the fit last climbed on
 
     @property
     def predicted(self) -> np.ndarray:
         """log2 cost of every candidate row, corrected by what was measured."""
         found = self.found
-        if self.fix is None:
-            return found.prior
-        return found.prior + self.fix.predict(found.features)
+        predicted = found.prior
+        for fix in (self.common, self.fix):
+            if fix is not None:
+                predicted = predicted + fix.predict(found.features)
+        return predicted
 
     def update(self, schedules, cycles):
         super().update(schedules, cycles)
         self.found.add(self.measured)     # schedules measured outside the candidates
 
-    def _learn(self):
+    def _learn(self, climb: bool = True):
+        """Fit the corrections to what was measured since the last fit (this task's and,
+        through the shared correction, the other tasks'), and with `climb` widen a
+        sampled space around what they rank best. Only a proposal climbs: the task
+        scheduler asks every task's `expected_best` each round, and climbing every
+        task's space each time would cost more than the fit."""
         ok = {i: c for i, c in self.measured.items() if c is not None}
-        if len(ok) < self.learn_after or len(self.measured) == self._fitted_on:
-            if not self._climbed:      # the model's own best, widened once
-                self.found.climb(lambda: self.predicted)
-                self._climbed = True
-            return
-        # heavy: scikit-learn, only once measurements come in
-        from sklearn.ensemble import GradientBoostingRegressor
+        shared, features = self.shared, self.task.feature_set
+        if shared is not None and ok and len(self.measured) != self._taught:
+            self._teach(ok)          # the other tasks' tuners learn from it too
+            self._taught = len(self.measured)
+        state = (len(self.measured), 0 if shared is None else shared.version(features))
+        common = None if shared is None else shared.correction(features)
+        if state != self._fitted_on and (len(ok) >= self.learn_after or common is not None):
+            self._fitted_on, self.common = state, common
+            if len(ok) >= self.learn_after:
+                # The task's own correction: what the prior and the shared one leave.
+                rows, residuals = self._residuals(ok)
+                if common is not None:
+                    residuals = residuals - common.predict(self.found.features[rows])
+                self.fix = correction_trees(self.found.features[rows], residuals,
+                                            seed=self.seed)
+        if climb and self._climbed_on != self._fitted_on:
+            # What the corrections (or, before any, the model) rank best, widened.
+            self.found.climb(lambda: self.predicted)
+            self._climbed_on = self._fitted_on
 
+    def _residuals(self, ok: dict) -> tuple[np.ndarray, np.ndarray]:
+        """The candidate rows of every measurement and its measured log2 cost minus the
+        pretrained prediction (a failed schedule as twice the slowest measured)."""
         worst = math.log2(max(ok.values())) + 1.0
         measured = sorted(self.measured)
         rows = self.found.add(measured)
         y = np.array([math.log2(self.measured[i]) if self.measured[i] is not None else worst
                       for i in measured])
-        # Shallow and shrunk: a handful of measurements should bend the ranking near
-        # them, not replace what the model learned from thousands.
-        fix = GradientBoostingRegressor(n_estimators=40, max_depth=2, learning_rate=0.1,
-                                        random_state=self.seed)
-        fix.fit(self.found.features[rows], y - self.found.prior[rows])
-        self.fix = fix
-        self._fitted_on = len(self.measured)
-        # What the correction now ranks best, widened (a sampled space only).
-        self.found.climb(lambda: self.predicted)
+        return rows, y - self.found.prior[rows]
+
+    def _teach(self, ok: dict) -> None:
+        rows, residuals = self._residuals(ok)
+        self.shared.teach(self.task.feature_set, self._token, self.found.features[rows],
+                          residuals)
 
     def _todo(self) -> np.ndarray:
         """The candidate rows not measured yet."""
@@ -398,12 +428,12 @@ class PretrainedTuner(Tuner):
         return np.flatnonzero(~np.isin(self.found.index, measured)).astype(np.int64)
 
     def expected_best(self) -> float | None:
-        self._learn()
+        self._learn(climb=False)
         todo = self._todo()
         return float(2.0 ** self.predicted[todo].min()) if len(todo) else None
 
     def predicted_cost(self, schedule) -> float | None:
-        self._learn()
+        self._learn(climb=False)
         row = self.found.add([self.position(schedule)])[0]
         return float(2.0 ** self.predicted[row])
 

@@ -24,6 +24,7 @@ from vdla.compiler.targets.vdla.tuning import PRETRAINED
 from vdla.compiler.tuner import (LocalRunner, ModelTuner, PretrainedTuner, Records,
                                  ReplayRunner, make_tuner, scheduler, tune_task, tune_tasks)
 from vdla.compiler.tuner.candidates import remembered_space, space_features
+from vdla.compiler.tuner.correction import SharedCorrection
 from vdla.compiler.tuner.cost_model import CostModel, file_name, shipped
 from vdla.compiler.tuner.pretrained_chooser import pretrained_choice, pretrained_schedules
 from vdla.compiler.tuner.rows import Rows
@@ -185,6 +186,69 @@ def test_the_pretrained_tuner_explores_where_the_measurements_contradict_it():
     explored = contradicted.propose(4)
     assert explored[:2] == ranked[:2] and set(explored[2:]) != set(ranked[2:])
     assert PretrainedTuner(task, space, explore=0.25).explore_share() == 0.25
+
+
+def test_tuners_that_share_a_correction_learn_from_each_others_measurements():
+    """What one task measured bends another's ranking through the shared correction:
+    told that the model's picks on one task are eight times slower than predicted, a
+    second task's tuner, which measured nothing, predicts its own similar schedules
+    slower too; one that shares nothing keeps the pretrained ranking."""
+    task, other = task_of(SMALL), task_of("14,14,16,16,3,1,1")
+    space, _ = vectors(task)
+    other_space, _ = vectors(other)
+    shared = SharedCorrection()
+    teacher = PretrainedTuner(task, space, shared=shared)
+    learner = PretrainedTuner(other, other_space, shared=shared)
+    alone = PretrainedTuner(other, other_space)
+    assert shared.correction(CONV2D) is None            # nothing measured yet
+    first = teacher.propose(6)
+    index = {s: i for i, s in enumerate(space)}
+    prior = teacher.found.prior
+    teacher.update(first, [int(2.0 ** (prior[index[s]] + 3)) for s in first])
+    teacher.propose(1)                                 # it learns, and teaches
+    assert shared.rows(CONV2D) == 6 and shared.version(CONV2D) == 1
+    fix = shared.correction(CONV2D)
+    assert fix is not None and shared.correction(CONV2D) is fix   # fitted once a version
+    learner.expected_best()
+    assert learner.common is fix and learner.fix is None   # nothing of its own measured
+    shift = learner.predicted - learner.found.prior
+    assert shift.max() > 1.0 and np.allclose(alone.predicted, alone.found.prior)
+    # A tuner that measures again replaces what it taught, not adds to it.
+    more = teacher.propose(2)
+    teacher.update(more, [int(2.0 ** (prior[index[s]] + 3)) for s in more])
+    teacher.propose(1)
+    assert shared.rows(CONV2D) == 8 and shared.version(CONV2D) == 2
+
+
+def test_a_shared_correction_refuses_bad_input():
+    with pytest.raises(ValueError, match="min_rows must be a positive integer, not 0"):
+        SharedCorrection(min_rows=0)
+    shared = SharedCorrection()
+    token = shared.join(CONV2D)
+    with pytest.raises(ValueError, match=r"3 residuals with features of shape \(2, 1\)"):
+        shared.teach(CONV2D, token, np.zeros((2, 1)), np.zeros(3))
+
+
+def test_the_scheduler_shares_a_correction_among_pretrained_tuners_only(replayed,
+                                                                        monkeypatch):
+    """One run's pretrained tuners share one correction, which their measurements teach;
+    ``share=False`` and the other tuners make none."""
+    tasks, replay = replayed
+    made = []
+
+    class Recorded(SharedCorrection):
+        def __init__(self, **options):
+            super().__init__(**options)
+            made.append(self)
+
+    monkeypatch.setattr(scheduler, "SharedCorrection", Recorded)
+    tuning = tune_tasks(tasks, replay, trials=9, tuner="pretrained", batch=2)
+    [shared] = made
+    assert tuning.trials == 9 and 3 <= shared.rows(CONV2D) <= 9 and shared.version(CONV2D)
+    assert shared.correction(CONV2D) is not None
+    tune_tasks(tasks, replay, trials=9, tuner="pretrained", batch=2, share=False)
+    tune_tasks(tasks, replay, trials=4, tuner="random", batch=2)
+    assert len(made) == 1
 
 
 def test_tune_task_with_the_pretrained_tuner_measures_its_picks(tmp_path):
