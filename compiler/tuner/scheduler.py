@@ -190,17 +190,9 @@ def tune_tasks(tasks: Sequence[TuneTask], runner, *, trials: int,
         # tasks by the gain their tuners predict before measuring (the largest first, so
         # that a layer whose default is far off is fixed early), `batch` schedules at once
         # (tasks side by side: the workers stay busy).
-        # A task's picks are proposed just before their batch is measured, so that what
-        # the batches before taught the shared correction guides them.
         nonlocal spent
-        wanting = sorted((i for i, s in enumerate(states) if s.done < WARMUP and s.left),
-                         key=lambda i: -_prior_gain(states[i]))
-        queue: list = []
-        while wanting or queue:
-            while wanting and len(queue) < batch:
-                i = wanting.pop(0)
-                queue += [(i, s) for s in states[i].propose(WARMUP - states[i].done)]
-            picks, queue = queue[:batch][:max(0, trials - spent)], queue[batch:]
+        for picks in _warm_up_batches(states, batch):
+            picks = picks[:max(0, trials - spent)]
             if not picks:
                 return
             inputs = [MeasureInput(states[i].task, s) for i, s in picks]
@@ -245,6 +237,22 @@ def tune_tasks(tasks: Sequence[TuneTask], runner, *, trials: int,
                 break       # every space is spent
     return ModelTuning(tuple(s.result() for s in states), tuple(order), tuple(curve),
                        resumed, tuple(trace))
+
+
+def _warm_up_batches(states: Sequence[TaskTuning], batch: int):
+    """The warm-up's batches of (task index, schedule), `batch` at a time: each task's
+    first `WARMUP` schedules, the tasks by `_prior_gain`, the largest first. A batch's
+    picks are proposed when it is asked for, after the batch before it was measured and
+    absorbed, so that what those measurements taught the shared correction guides them."""
+    wanting = sorted((i for i, s in enumerate(states) if s.done < WARMUP and s.left),
+                     key=lambda i: -_prior_gain(states[i]))
+    queue: list = []
+    while wanting or queue:
+        while wanting and len(queue) < batch:
+            i = wanting.pop(0)
+            queue += [(i, s) for s in states[i].propose(WARMUP - states[i].done)]
+        picks, queue = queue[:batch], queue[batch:]
+        yield picks
 
 
 def _prior_gain(state: TaskTuning) -> float:
