@@ -31,9 +31,9 @@ __all__ = ["MARGIN", "pretrained_choice", "pretrained_schedules"]
 
 #: The pretrained chooser keeps the task's default schedule unless the model predicts its
 #: own pick faster by more than this share. The model's error on one schedule of a
-#: config it never saw is under 2.7% for 95% of schedules (leaving each training config
+#: config it never saw is under 2.2% for 95% of schedules (leaving each training config
 #: out in turn, centred per task: `bench/tuner_transfer.py`), and its first pick, the
-#: one of thousands it flatters most, is predicted 2.9% too fast or more on 5% of tasks;
+#: one of thousands it flatters most, is predicted 2.3% too fast or more on 5% of tasks;
 #: below about 5% a predicted gain is as likely that error as a gain, and following it
 #: loses as often as it wins (docs/tuner.md).
 MARGIN = 0.05
