@@ -18,7 +18,10 @@ off the tuned schedules), tuned by several strategies, each from empty records:
 * ``pretrained, equal split``: the same model, 64 / tasks each;
 * ``scratch, equal split``: the from-scratch model tuner, 64 / tasks each;
 * ``random, equal split``: random search;
-* ``scratch, 1000 trials``: the reference, AutoTVM's way (``--reference`` trials).
+* ``scratch, 1000 trials``: the reference, AutoTVM's way (``--reference`` trials);
+* ``unshared + scheduler``, only when named in ``--strategies``: the pretrained tuner
+  with the scheduler, each task learning from its own measurements alone
+  (``tune_tasks(share=False)``), to measure the shared correction against.
 
 Printed: the tuned ops' cost (each task's best cycles times its nodes) with the
 default schedules and after each strategy, the share of the reference's improvement
@@ -109,13 +112,16 @@ SHARE = {"cycles": 0.99, "wall": 0.95}
 MODELS = ("resnet18", "mobilenet_v1")
 #: Part 2's config: vdla_v1's first held-out config.
 HELD_OUT = "1x32x32_i8w8a32_15_14_19_18-hold"
-STRATEGIES = {   # name -> (tuner, split, trials: "few" or "reference")
-    "pretrained + scheduler": ("pretrained", "gradient", "few"),
-    "pretrained, equal split": ("pretrained", "equal", "few"),
-    "scratch, equal split": ("model", "equal", "few"),
-    "random, equal split": ("random", "equal", "few"),
-    "scratch, reference": ("model", "equal", "reference"),
+STRATEGIES = {   # name -> (tuner, split, trials: "few" or "reference", share)
+    "pretrained + scheduler": ("pretrained", "gradient", "few", True),
+    "pretrained, equal split": ("pretrained", "equal", "few", True),
+    "scratch, equal split": ("model", "equal", "few", True),
+    "random, equal split": ("random", "equal", "few", True),
+    "scratch, reference": ("model", "equal", "reference", True),
+    "unshared + scheduler": ("pretrained", "gradient", "few", False),
 }
+#: What runs unless `--strategies` names others (the unshared one is an ablation).
+DEFAULT_STRATEGIES = tuple(name for name in STRATEGIES if name != "unshared + scheduler")
 
 
 def left_out(tasks, isa: str, folder: Path, *, required: bool) -> tuple[list, str]:
@@ -179,14 +185,15 @@ class TimedRunner:
             self.seconds += time.perf_counter() - start
 
 
-def tune(tasks, runner, path: Path, *, trials: int, tuner: str, split: str, batch: int):
+def tune(tasks, runner, path: Path, *, trials: int, tuner: str, split: str, batch: int,
+         share: bool = True):
     """`tune_tasks` into the records at `path`: (its `ModelTuning`, the measurements' wall
     seconds, the whole wall seconds)."""
     timed = TimedRunner(runner)
     start = time.perf_counter()
     with Records(path) as db:
         tuning = tune_tasks(tasks, timed, trials=trials, records=db, tuner=tuner, split=split,
-                            batch=batch)
+                            batch=batch, share=share)
     return tuning, timed.seconds, time.perf_counter() - start
 
 
@@ -318,7 +325,7 @@ def whole_model(args, runner, target, model: str, *, precision: str, folder: Pat
           f"{'of the reference gain':>21s} {'overhead':>8s}")
     results, curves, runs = {}, {}, {}
     for name in args.strategies:
-        tuner, split, budget = STRATEGIES[name]
+        tuner, split, budget, share = STRATEGIES[name]
         trials = args.few if budget == "few" else args.reference
         folder.mkdir(parents=True, exist_ok=True)
         stem = model if precision == "int8" else f"{model}-{precision}"
@@ -326,7 +333,7 @@ def whole_model(args, runner, target, model: str, *, precision: str, folder: Pat
         path = folder / (f"{stem}-{name.replace(' ', '_')}{without}.db" if budget == "few"
                          else f"{stem}-scratch-{trials}.db")
         tuning, measuring, wall = tune(tasks, runner, path, trials=trials, tuner=tuner,
-                                       split=split, batch=args.batch)
+                                       split=split, batch=args.batch, share=share)
         overhead = (wall - measuring) / measuring if tuning.curve else None
         results[name] = (tuning, trials, overhead)
         if budget == "few":    # from the defaults' cost, a task untuned yet at its default
@@ -409,9 +416,10 @@ def main(argv=None) -> int:
     parser.add_argument("--reference", type=int, default=1000)
     parser.add_argument("--model-config", default=HELD_OUT)
     parser.add_argument("--strategies", nargs="+", choices=tuple(STRATEGIES),
-                        default=list(STRATEGIES), metavar="NAME",
-                        help=f"the part-2 strategies to run (default all: "
-                             f"{', '.join(STRATEGIES)})")
+                        default=list(DEFAULT_STRATEGIES), metavar="NAME",
+                        help=f"the strategies to run (default: "
+                             f"{', '.join(DEFAULT_STRATEGIES)}; also: "
+                             f"{', '.join(n for n in STRATEGIES if n not in DEFAULT_STRATEGIES)})")
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--records", type=Path, default=cache_root() / "bench-tuner-model")

@@ -124,3 +124,22 @@ def test_adaptation_bench_leaves_an_instruction_set_out(tmp_path):
     with pytest.raises(SystemExit, match="no 'amx' platform"):
         bench.left_out(tasks, "amx", tmp_path, required=True)
     assert bench.left_out(tasks, "amx", tmp_path, required=False)[1].endswith("(no amx rows)")
+
+
+def test_adaptation_bench_runs_the_unshared_tuner_only_when_named(tmp_path, monkeypatch):
+    """bench/tuner_model.py's ablation, the pretrained tuner without the shared
+    correction, is not a default strategy, and it reaches `tune_tasks` as share=False."""
+    bench = load_script(BENCH / "tuner_model.py")
+    assert "unshared + scheduler" not in bench.DEFAULT_STRATEGIES
+    assert "pretrained + scheduler" in bench.DEFAULT_STRATEGIES
+    seen = []
+    monkeypatch.setattr(bench, "tune_tasks", lambda *a, **kw: seen.append(kw["share"]))
+
+    class Runner:
+        backend = "wall"
+
+    for name in ("pretrained + scheduler", "unshared + scheduler"):
+        tuner, split, _, share = bench.STRATEGIES[name]
+        bench.tune([], Runner(), tmp_path / f"{len(seen)}.db", trials=1, tuner=tuner,
+                   split=split, batch=1, share=share)
+    assert seen == [True, False]
