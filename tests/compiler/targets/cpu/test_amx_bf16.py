@@ -111,7 +111,8 @@ def _spec(c, a, b):
 @pytest.mark.parametrize("kind", RUNS)
 def test_the_model_computes_what_intel_documents(kind):
     """Sums that round (values of many magnitudes), cancellation, denormal operands (read
-    as zero) and a C that holds values already: the documented order and rounding."""
+    as zero) and a C that holds values already: the documented order and rounding on the
+    model; on the hardware, the documented sums within their rounding."""
     flags = _isa(kind).flags
     lib = build_library({HEADER: header_text(), "probe.c": _PROBE},
                         name=f"amx_bf16_probe_{kind}", flags=flags, openmp=False).load()
@@ -129,7 +130,19 @@ def test_the_model_computes_what_intel_documents(kind):
     want[:m] = _spec(c[:m], a[:m], b)
     got = c.copy()
     assert lib.probe(m, a.ctypes.data, b.ctypes.data, got.ctypes.data) == 0
-    np.testing.assert_array_equal(got, want)
+    if kind == "model":
+        np.testing.assert_array_equal(got, want)
+        return
+    # Sapphire Rapids' tdpbf16ps rounds its sums in an order of its own: measured here,
+    # 28% of the outputs equal the documented sequence bit for bit, 41% the exact sum
+    # rounded once. So the hardware is held to the documented sums within float32
+    # rounding of its 33 terms (each product of two bfloat16 is exact in float32).
+    terms = np.abs(c[:m].astype(np.float64)) + np.abs(amx.from_bfloat16(a[:m])).astype(
+        np.float64) @ np.abs(amx.from_bfloat16(b)).astype(np.float64).reshape(
+        16, 16, 2).transpose(0, 2, 1).reshape(32, 16)
+    slack = 33 * np.finfo(np.float32).eps * terms
+    assert (np.abs(got[:m].astype(np.float64) - want[:m]) <= slack).all()
+    assert (got[m:] == c[m:]).all()                  # rows past m untouched
 
 
 # --- the kernels ---------------------------------------------------------------------------
