@@ -48,6 +48,7 @@ import numpy as np
 from vdla._platform import cpu_name
 from vdla.compiler import pipeline, targets
 from vdla.compiler.targets.cpu.schedule import ConvSchedule
+from vdla.compiler.targets.cpu import isa as cpu_isa
 from vdla.compiler.targets.model import compile_model
 
 KNOBS = {f.name: f.type for f in dataclasses.fields(ConvSchedule)}
@@ -99,7 +100,7 @@ def changed_schedules(graph, target, knobs: dict, winograd: bool = False,
 
 
 def measure(name: str, precision: str, knobs: dict, args) -> str:
-    target = targets.get("cpu", threads=args.threads)
+    target = targets.get("cpu", threads=args.threads, isa=args.isa)
     model = pipeline.load_model(name, calibration=args.calibration, note=None)
     graph = pipeline.graph_for(model, target, precision=precision)
     changed, refused = changed_schedules(graph, target, knobs, args.winograd, args.kernel)
@@ -135,6 +136,10 @@ def main(argv=None) -> int:
     p.add_argument("--precisions", nargs="+", default=["float32", "int8"],
                    choices=["float32", "int8"])
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--isa", default=None, choices=list(cpu_isa.ISAS),
+                   help="vdla's instruction set (default: the best this machine runs; on "
+                        "AMX tiles an int8 convolution of one group is a tile GEMM, "
+                        "without the knobs of a blocked layer)")
     p.add_argument("--calibration", type=int, default=8)
     p.add_argument("--rounds", type=int, default=15)
     p.add_argument("--winograd", action="store_true",
@@ -149,7 +154,7 @@ def main(argv=None) -> int:
         p.error(str(e))
     if args.rounds < 2:
         p.error(f"--rounds must be at least 2, not {args.rounds}")
-    isa = targets.get("cpu").isa.name
+    isa = targets.get("cpu", isa=args.isa).isa.name
     print(f"machine: {cpu_name()}, {os.cpu_count()} cores; vdla's code for {isa}; "
           f"{args.threads} threads; --set {args.set}"
           f"{' on the Winograd layers' if args.winograd else ''}"

@@ -47,6 +47,7 @@ import numpy as np  # noqa: E402
 from vdla.compiler import Graph, baseline, pipeline, targets  # noqa: E402
 from vdla.compiler.frontend.onnx_export import save_onnx  # noqa: E402
 from vdla.compiler.targets.cpu.schedule import choose_conv  # noqa: E402
+from vdla.compiler.targets.cpu import isa as cpu_isa  # noqa: E402
 from vdla.compiler.targets.model import compile_model  # noqa: E402
 from vdla._platform import cpu_name  # noqa: E402
 
@@ -123,7 +124,7 @@ def layer_info(graph: Graph, target) -> dict[str, dict]:
 def measure(model_name: str, precision: str, args, onnx_dir: Path) -> dict:
     # Each layer's own kernel: a fused depthwise and pointwise pair has one time for the
     # two (bench/cpu_fusion.py measures those).
-    target = targets.get("cpu", threads=args.threads, fuse=False)
+    target = targets.get("cpu", threads=args.threads, fuse=False, isa=args.isa)
     model = pipeline.load_model(model_name, calibration=args.calibration, note=None)
     fp32 = save_onnx(model.graph, onnx_dir / f"{model_name}.onnx")
     path = fp32
@@ -235,6 +236,10 @@ def main(argv=None) -> int:
     p.add_argument("--precisions", nargs="+", default=["float32", "int8"],
                    choices=["float32", "int8"])
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--isa", default=None, choices=list(cpu_isa.ISAS),
+                   help="vdla's instruction set (default: the best this machine runs; on "
+                        "AMX tiles an int8 convolution of one group is a tile GEMM, "
+                        "without the knobs of a blocked layer)")
     p.add_argument("--calibration", type=int, default=4)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--runs", type=int, default=10)
@@ -250,7 +255,7 @@ def main(argv=None) -> int:
     out = Path(args.out)
     onnx_dir = out / "onnx"          # shared with bench/cpu.py: quantizing takes minutes
     onnx_dir.mkdir(parents=True, exist_ok=True)
-    isa = targets.get("cpu").isa.name
+    isa = targets.get("cpu", isa=args.isa).isa.name
     print(f"machine: {cpu_name()}, {os.cpu_count()} cores; vdla's code for {isa}; "
           f"{args.threads} threads")
     results = []

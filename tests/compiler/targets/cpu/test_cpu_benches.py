@@ -19,10 +19,22 @@ BENCH = Path(__file__).resolve().parents[4] / "bench"
 pytest.importorskip("onnxruntime")
 
 
+def _vector_isa() -> str:
+    """The best instruction set here without tiles: the layer and knob benches look at
+    blocked convolutions, and on tiles an int8 one of one group is a tile GEMM."""
+    from vdla.compiler.targets.cpu.build import machine_features
+    from vdla.compiler.targets.cpu.isa import ISAS
+    return next(n for n, i in ISAS.items() if not i.tiles and i.runs_on(machine_features()))
+
+
+VECTOR_ISA = _vector_isa()
+
+
 def test_layers_bench_matches_every_convolution(tmp_path, capsys):
     bench = load_script(BENCH / "cpu_layers.py")
     assert bench.main(["--models", "small_cnn", "--rounds", "1", "--runs", "2", "--pause", "0",
-                       "--threads", "1", "--all", "--out", str(tmp_path)]) == 0
+                       "--threads", "1", "--all", "--out", str(tmp_path),
+                       "--isa", VECTOR_ISA]) == 0
     out = capsys.readouterr().out
     assert "small_cnn float32" in out and "small_cnn int8" in out
     results = json.loads((tmp_path / "cpu_layers.json").read_text())["results"]
@@ -83,7 +95,7 @@ def test_bad_arguments_name_the_value(script, argv, message, capsys):
 def test_knobs_bench_changes_the_blocked_convolutions_and_checks_them(capsys):
     bench = load_script(BENCH / "cpu_knobs.py")
     assert bench.main(["--set", "unroll=2", "--models", "small_cnn", "--rounds", "2",
-                       "--threads", "1"]) == 0
+                       "--threads", "1", "--isa", VECTOR_ISA]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("machine: ") and "--set unroll=2" in lines[0]
     rows = [line for line in lines[1:] if line.startswith("small_cnn")]
@@ -96,7 +108,7 @@ def test_knobs_bench_changes_the_blocked_convolutions_and_checks_them(capsys):
     with pytest.raises(argparse.ArgumentTypeError, match="KHxKW"):
         bench.parse_kernel("3")
     from vdla.compiler import pipeline, targets
-    target = targets.get("cpu", threads=1)
+    target = targets.get("cpu", threads=1, isa=VECTOR_ISA)
     graph = pipeline.graph_for(pipeline.load_model("small_cnn"), target, precision="int8")
     every, _ = bench.changed_schedules(graph, target, {"unroll": 2})
     three, _ = bench.changed_schedules(graph, target, {"unroll": 2}, kernel=(3, 3))
