@@ -240,7 +240,7 @@ FIGURES = [
     Figure("cpu_transformers",
            "python3 bench/cpu_transformers.py --runs 5 --rounds 3 --ops --out {tmp}/transformers",
            "the CPU target against onnxruntime's fastest way on BERT-base and ViT-tiny, "
-           "float32 and int8"),
+           "float32 and int8, one file per kind of machine", per_machine=True),
     Figure("cpu_bf16", "python3 bench/cpu_bf16.py --inputs 8",
            "the bf16 precision's error against float32 on the CPU target's tile kernels "
            "(on the software model of the tiles where AMX-BF16 does not run)"),
