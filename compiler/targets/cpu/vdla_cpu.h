@@ -905,32 +905,51 @@ VDLA_INLINE void vdla_amx_configure(void) {
    steps of 64 bytes of k. Tiles 0-3 accumulate, 4-5 hold A, 6-7 B. vdla_amx_block: int8
    operands, int32 sums (tdpbssd); vdla_amx_block_bf16: pairs of bfloat16, float sums
    (tdpbf16ps; the bf16 precision). One body, written once. */
+/* The parts of a block: its accumulating tiles zeroed, one step of 64 bytes of k (A's
+   rows at a_, B's tile rows at bq), the sums stored to c. */
+#define VDLA_AMX_ZERO(rt, ct)                                                               \
+    do { _tile_zero(0); if (ct > 1) _tile_zero(1); if (rt > 1) _tile_zero(2);              \
+         if (rt > 1 && ct > 1) _tile_zero(3); } while (0)
+#define VDLA_AMX_STEP(dot, a_, lda, bq, ldb, rt, ct)                                        \
+    do { _tile_loadd(4, a_, lda); if (rt > 1) _tile_loadd(5, (a_) + 16 * (lda), lda);      \
+         _tile_loadd(6, bq, ldb); if (ct > 1) _tile_loadd(7, (bq) + 64, ldb);              \
+         dot(0, 4, 6); if (ct > 1) dot(1, 4, 7); if (rt > 1) dot(2, 5, 6);                 \
+         if (rt > 1 && ct > 1) dot(3, 5, 7); } while (0)
+#define VDLA_AMX_STORE(c, rt, ct)                                                           \
+    do { _tile_stored(0, c, 128); if (ct > 1) _tile_stored(1, (c) + 16, 128);              \
+         if (rt > 1) _tile_stored(2, (c) + 16 * 32, 128);                                  \
+         if (rt > 1 && ct > 1) _tile_stored(3, (c) + 16 * 32 + 16, 128); } while (0)
+
 #define VDLA_AMX_BLOCK(name, elem, sum, dot)                                                \
 VDLA_INLINE void name(const elem *a_, const size_t lda, const elem *b_, const size_t ldb,  \
                       const int kb, const int rt, const int ct, sum *c) {                  \
     const int8_t *a = (const int8_t *)a_, *b = (const int8_t *)b_;                         \
-    _tile_zero(0);                                                                          \
-    if (ct > 1) _tile_zero(1);                                                              \
-    if (rt > 1) _tile_zero(2);                                                              \
-    if (rt > 1 && ct > 1) _tile_zero(3);                                                    \
+    VDLA_AMX_ZERO(rt, ct);                                                                  \
     for (int q = 0; q < kb; q++) {                                                          \
         const int8_t *bq = b + (size_t)q * 16 * ldb;                                        \
-        _tile_loadd(4, a + (size_t)q * 64, lda);                                            \
-        if (rt > 1) _tile_loadd(5, a + 16 * lda + (size_t)q * 64, lda);                     \
-        _tile_loadd(6, bq, ldb);                                                            \
-        if (ct > 1) _tile_loadd(7, bq + 64, ldb);                                           \
-        dot(0, 4, 6);                                                                       \
-        if (ct > 1) dot(1, 4, 7);                                                           \
-        if (rt > 1) dot(2, 5, 6);                                                           \
-        if (rt > 1 && ct > 1) dot(3, 5, 7);                                                 \
+        VDLA_AMX_STEP(dot, a + (size_t)q * 64, lda, bq, ldb, rt, ct);                       \
     }                                                                                       \
-    _tile_stored(0, c, 128);                                                                \
-    if (ct > 1) _tile_stored(1, c + 16, 128);                                               \
-    if (rt > 1) _tile_stored(2, c + 16 * 32, 128);                                          \
-    if (rt > 1 && ct > 1) _tile_stored(3, c + 16 * 32 + 16, 128);                           \
+    VDLA_AMX_STORE(c, rt, ct);                                                              \
 }
 
 VDLA_AMX_BLOCK(vdla_amx_block, int8_t, int32_t, _tile_dpbssd)
+
+/* vdla_amx_block for a convolution whose im2col rows are read in place: A's rows are
+   pixels of a zero-padded NHWC image, lda bytes apart (the stride times the channels),
+   tap t's first row at a + off[t], each tap cb steps of 64 channels; B packed as above,
+   the taps' steps in order. A row tile past the image's last pixels reads what follows
+   (the caller's slack); its sums are not used. */
+VDLA_INLINE void vdla_amx_taps_block(const int8_t *a, const size_t lda, const long *off,
+                                     const int taps, const int cb, const int8_t *b,
+                                     const size_t ldb, const int rt, const int ct,
+                                     int32_t *c) {
+    VDLA_AMX_ZERO(rt, ct);
+    for (int t = 0; t < taps; t++)
+        for (int s = 0; s < cb; s++)
+            VDLA_AMX_STEP(_tile_dpbssd, a + off[t] + 64 * s, lda,
+                          b + (size_t)(t * cb + s) * 16 * ldb, ldb, rt, ct);
+    VDLA_AMX_STORE(c, rt, ct);
+}
 #if defined(VDLA_AMX_MODEL) || defined(__AMX_BF16__)
 VDLA_AMX_BLOCK(vdla_amx_block_bf16, uint16_t, float, _tile_dpbf16ps)
 #endif

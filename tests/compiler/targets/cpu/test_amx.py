@@ -181,15 +181,16 @@ QMATMUL = {  # (a, b, transpose_b, multiplier, shift)
 QDENSE = {  # (n, k, o, residual)
     "one_row": (1, 37, 11, False), "residual": (3, 8, 9, True), "tiles": (16, 64, 16, False),
     "edges": (33, 130, 50, True), "wide": (40, 768, 96, False)}
-QCONV = {  # conv_graph's arguments
-    "3x3": dict(c=20, h=9, w=9, o=24, k=3, stride=1, pad=1),
+QCONV = {  # conv_graph's arguments: whole 64-channel steps, the rows read in place
+    "3x3": dict(c=64, h=9, w=9, o=24, k=3, stride=1, pad=1),
     "team_3x3": dict(c=64, h=14, w=14, o=70, k=3, stride=1, pad=1, multiply=True),
-    "1x1": dict(n=2, c=70, h=5, w=7, o=40, k=1, stride=1, pad=0),
+    "1x1": dict(n=2, c=128, h=5, w=7, o=40, k=1, stride=1, pad=0),
     "1x1_s2": dict(c=64, h=8, w=8, o=33, k=1, stride=2, pad=0),
-    "stem": dict(c=3, h=20, w=22, o=16, k=7, stride=2, pad=3),
-    "residual": dict(n=2, c=16, h=6, w=6, o=50, k=3, stride=1, pad=1, residual=True,
+    "wide_s2": dict(c=64, h=7, w=75, o=40, k=3, stride=2, pad=1),     # rows of 32 + 6
+    "residual": dict(n=2, c=64, h=6, w=6, o=50, k=3, stride=1, pad=1, residual=True,
                      multiply=True),
-    "dilated": dict(c=8, h=11, w=10, o=8, k=3, stride=1, pad=2, dilation=2),
+    "dilated": dict(c=128, h=11, w=10, o=8, k=3, stride=1, pad=2, dilation=2),
+    "even_k": dict(c=64, h=6, w=9, o=16, k=2, stride=1, pad=1),
 }
 EXTREME = {"qmatmul_extreme_t0": lambda: extreme_qmatmul(False, m=5),
            "qmatmul_extreme_t1": lambda: extreme_qmatmul(True, m=17),
@@ -245,7 +246,9 @@ def made(kind: str):
 def test_tile_kernels_match_the_reference(kind, name, threads):
     cases, lib = made(kind)
     g, feed, want, kernel = cases[name]
-    assert kernel.checks and "vdla_amx_block" in kernel.body and "tdpbssd" not in kernel.body
+    assert kernel.checks and "tdpbssd" not in kernel.body
+    assert ("vdla_amx_taps_block(" if name.startswith("qconv") else "vdla_amx_block(") \
+        in kernel.body
     lib.vdla_set_threads(threads)
     out = np.full(want.shape, 99, DTYPES[g.tensors[g.outputs[0]].dtype])
     call(lib, kernel, [feed[n] for n in kernel.inputs], out, threads=threads)
@@ -278,7 +281,8 @@ def test_the_team_is_the_schedules_knob():
     assert cases["qmatmul_team"][3].items == 2 * 2 * 1
     assert cases["qdense_wide"][3].items == 2 * 3
     assert cases["qmatmul_tiny"][3].items == 1
-    assert cases["qconv_team_3x3"][3].items == 7 * 3 and cases["qconv_1x1_s2"][3].items == 1
+    assert cases["qconv_team_3x3"][3].items == 14 * 3     # (output row, 32 channels)
+    assert cases["qconv_1x1_s2"][3].items == 1
 
 
 def test_the_instructions_build_compiles_here():
@@ -312,19 +316,19 @@ def test_a_refused_tile_state_is_an_error_not_a_fault():
 
 def test_ops_without_tiles_run_the_vnni_code():
     """Under amx, a layer that is not an int8 GEMM is the avx512vnni code, text for
-    text (a depthwise int8 convolution, a float one, a float dense layer); the tile
-    kernels differ, and an int8 convolution given a schedule (a tuned record) is the
-    vector code."""
+    text (a depthwise int8 convolution, a float one, a float dense layer, an int8
+    convolution whose channels are not whole 64-byte steps); the tile kernels differ,
+    and an int8 convolution given a schedule (a tuned record) is the vector code."""
     from gemm_graphs import conv_graph
     vnni = get_isa("avx512vnni")
-    for kw in (dict(c=16, o=16, groups=16), dict(dtype="float32")):
+    for kw in (dict(c=16, o=16, groups=16), dict(dtype="float32"), dict(c=3)):
         g, _ = conv_graph(np.random.default_rng(0), **kw)
         node = g.nodes()[-1]
         assert node_kernel(node, g, AMX)[0].body == node_kernel(node, g, vnni)[0].body
-    g, _ = conv_graph(np.random.default_rng(0))
+    g, _ = conv_graph(np.random.default_rng(0), c=64)
     node = g.nodes()[-1]
     tiles, schedule = node_kernel(node, g, AMX)
-    assert schedule is None and "vdla_amx_block" in tiles.body
+    assert schedule is None and "vdla_amx_taps_block(" in tiles.body
     vector, schedule = node_kernel(node, g, vnni)
     assert node_kernel(node, g, AMX, schedule=schedule)[0].body == vector.body
     fg, _ = graph("dense", [((4, 9), "float32"), np.ones((5, 9), np.float32)])
@@ -346,9 +350,11 @@ def run_whole(graph, feed, isa, *, bf16: bool = False):
         return compiled, session.run(feed).outputs
 
 
-def tiled(compiled, block: str = "vdla_amx_block(") -> list[str]:
-    """The ops of `compiled` whose kernel runs on tiles (`block`: the block function)."""
-    return [op.name for op in compiled.ops if block in op.kernel.kernel.body]
+def tiled(compiled, *blocks: str) -> list[str]:
+    """The ops of `compiled` whose kernel runs on tiles (`blocks`: the block functions,
+    by default the int8 ones: copied rows, or a convolution's read in place)."""
+    blocks = blocks or ("vdla_amx_block(", "vdla_amx_taps_block(")
+    return [op.name for op in compiled.ops if any(b in op.kernel.kernel.body for b in blocks)]
 
 
 @pytest.mark.parametrize("kind", RUNS)
@@ -369,10 +375,11 @@ def test_a_quantized_transformer_runs_whole(kind):
 
 @pytest.mark.parametrize("kind", RUNS)
 def test_a_quantized_resnet_runs_whole(kind):
-    """ResNet-18 quantized (at 32 x 32), compiled for amx: every convolution of one
-    group on tiles (the stem, the 3 x 3s, the 1 x 1 shortcuts, the residual adds in
-    their epilogues) and its classifier too; the whole-graph runner's output is the
-    reference's, bit for bit."""
+    """ResNet-18 quantized (at 32 x 32), compiled for amx: every convolution but the
+    3-channel stem on tiles, its rows read in place (the 3 x 3s, the 1 x 1 shortcuts of
+    stride 2, the residual adds in their epilogues), the stem on the VNNI code, and the
+    classifier on tiles too; the whole-graph runner's output is the reference's, bit
+    for bit."""
     from vdla.compiler.frontend import zoo
     from vdla.compiler.passes import quantize
     g = zoo.get("resnet18", image_size=32, num_classes=10)
@@ -382,5 +389,6 @@ def test_a_quantized_resnet_runs_whole(kind):
     g = quantize(g, feeds[:2], "shift")
     compiled, out = run_whole(g, feeds[2], amx.modelled(AMX) if kind == "model" else AMX)
     convs = {n.name for n in g.nodes() if n.op == "qconv2d"}
-    assert len(convs) == 20 and convs <= set(tiled(compiled))
+    assert len(convs) == 20 and convs - {"conv1"} <= set(tiled(compiled, "vdla_amx_taps_block("))
+    assert "conv1" not in tiled(compiled) and "logits" in tiled(compiled)
     np.testing.assert_array_equal(out[g.outputs[0]], run_reference(g, feeds[2])[g.outputs[0]])

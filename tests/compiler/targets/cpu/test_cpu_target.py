@@ -259,12 +259,6 @@ def test_no_compiler_says_how_to_install_one(tmp_path, monkeypatch, capsys):
 
 class TestTuning:
     @pytest.fixture(scope="class")
-    def best(self, best):
-        """The best vector instruction set: on tiles, small_cnn's int8 convolutions are
-        tile GEMMs with no schedule to tune."""
-        return targets.get("cpu", isa="avx512vnni", threads=best.team) if best.isa.tiles else best
-
-    @pytest.fixture(scope="class")
     def task(self, best):
         loaded = pipeline.load_model("small_cnn", calibration=1, note=None)
         tasks = best.tasks(pipeline.quantize_for(loaded, best))

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from vdla.compiler import Graph, pipeline
-from vdla.compiler.targets.cpu import fusion
+from vdla.compiler.targets.cpu import amx, fusion
+from vdla.compiler.targets.cpu.shapes import ConvShape
 from vdla.compiler.targets.model import compile_model
 
 from gemm_graphs import assert_matches
@@ -75,13 +76,13 @@ CASES = [dict(dtype=d, stride=s, residual=r, dw_min=m)
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(f"{k}{v}" for k, v in c.items()))
 def test_a_fused_pair_gives_the_unfused_kernels_outputs(cpu, fuse_all, case):
-    """On tiles, an int8 pointwise layer is a tile GEMM on plain tensors: nothing fuses,
-    and the outputs are still the reference's."""
+    """On tiles, an int8 pointwise layer of whole 64-channel steps is a tile GEMM on
+    plain tensors: nothing fuses, and the outputs are still the reference's."""
     g, feed = dw_pw_graph(np.random.default_rng(7), **case)
     compiled = compile_model(g, cpu)
     program = _program(compiled)
     fused = [s for s in program.steps if s.fused]
-    tiles = cpu.isa.tiles and case["dtype"] == "int8"
+    tiles = cpu.isa.tiles and amx.reads_in_place(ConvShape.from_node(g.node("pw"), g))
     assert [(s.fused, s.name) for s in fused] == ([] if tiles else [("dw", "pw")])
     assert [s.name for s in program.steps if s.node is not None] == (
         ["dw", "pw"] if tiles else ["pw"])
@@ -101,7 +102,6 @@ def test_only_pairs_whose_depthwise_output_nobody_else_reads_fuse(best, fuse_all
     g, _ = dw_pw_graph(rng, dtype="float32")
     plain = {n.name: None for n in g.nodes()}
     from vdla.compiler.targets.cpu.schedule import choose_conv
-    from vdla.compiler.targets.cpu.shapes import ConvShape
     plain["pw"] = choose_conv(ConvShape.from_node(g.node("pw"), g), best.isa, best.team,
                               blocked=False)
     program = _program(compile_model(g, best, schedules=plain))
@@ -150,7 +150,6 @@ def test_a_target_without_fusion_runs_every_node(fuse_all):
 def test_only_a_blocked_direct_convolution_is_a_band(best):
     from vdla.compiler.targets.cpu.lower import node_kernel
     from vdla.compiler.targets.cpu.schedule import choose_conv
-    from vdla.compiler.targets.cpu.shapes import ConvShape
 
     g, _ = dw_pw_graph(np.random.default_rng(2), dtype="float32")
     node = g.node("pw")
@@ -238,7 +237,6 @@ def _conv_schedule(g, target):
     import dataclasses
 
     from vdla.compiler.targets.cpu.schedule import choose_conv
-    from vdla.compiler.targets.cpu.shapes import ConvShape
     schedule = choose_conv(ConvShape.from_node(g.node("conv"), g), target.isa, target.team)
     assert schedule.layout == "nchwc"
     return dataclasses.replace(schedule, wino=0)
