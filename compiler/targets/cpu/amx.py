@@ -344,42 +344,46 @@ def reads_in_place(shape: ConvShape) -> bool:
 
 def _taps_kernel(shape: ConvShape, weights: np.ndarray, bias, node: Node,
                  inputs: tuple[str, ...]) -> Kernel:
-    """`qconv_kernel` for a convolution that `reads_in_place`. The input is copied once,
-    to a zero-padded NHWC image; a row tile of A is then 16 output pixels of one row,
-    read from that image at one tap, ``stride x C`` bytes apart, so no im2col rows are
-    written. A work item is 32 pixels of an output row (two row tiles) by 32 output
-    channels; its sums are finished into a small block and stored to NCHW channel by
-    channel (its residual read the same way), so no output or residual is transposed
-    whole."""
+    """`qconv_kernel` for a convolution that `reads_in_place`, its input, residual and
+    output blocked by 64 channels (``NCHW64c``: a pixel's 64 channels side by side, one
+    step of k; `layout`), so that these kernels hand their tensors to each other without
+    a transpose. The input is first copied to a zero-padded NHWC image, 64 bytes at a
+    time; a row tile of A is then 16 output pixels of one row, read from that image at
+    one tap, ``stride x C`` bytes apart, so no im2col rows are written. A work item is
+    32 pixels of an output row (two row tiles) by 32 output channels (half a block),
+    finished straight into the output; the channels past O are zeroed."""
     n, c, h, w, o = shape.n, shape.c, shape.h, shape.w, shape.o
     ho, wo, plane = shape.ho, shape.wo, shape.ho * shape.wo
     hp, wp = h + shape.pt + shape.pb, w + shape.pl + shape.pr
-    depth = c * shape.kh * shape.kw
+    depth, cb, ocb = c * shape.kh * shape.kw, c // K_STEP, -(-o // K_STEP)
     dense = DenseShape(n=n * plane, k=depth, o=o, dtype=shape.dtype, bias=shape.bias,
                        residual=shape.residual, offset=False, activation=shape.activation)
     wk = np.asarray(weights).transpose(0, 2, 3, 1).reshape(o, depth)   # taps, then channels
     params = Params()
     w_off = params.add(pack_weights(wk))
-    offsets = tables(dense, node, wk, bias, params, align(o, BLOCK))
+    offsets = tables(dense, node, wk, bias, params, align(o, K_STEP))
     taps = [(i * shape.dh * wp + j * shape.dw) * c
             for i in range(shape.kh) for j in range(shape.kw)]
-    chunks, obs = -(-wo // BLOCK), -(-o // BLOCK)
+    chunks, halves = -(-wo // BLOCK), 2 * ocb
     items = n * ho * chunks
+    parallel = dense.macs >= PARALLEL_MACS
     lda = shape.sw * c
     image = n * hp * wp * c
     slack = BLOCK * lda + K_STEP          # what a row tile past the last pixel reads
     ep = Epilogue.of(dense, 16)
-    finish = _finish(ep, Operands.lanes(ep, "o"), "blk + r * 32 + 16 * u",
-                     res="rblk + r * 32 + 16 * u",
+    at = (f"(((size_t)b * {ocb} + ob / 2) * {plane} + p0 + r) * {K_STEP} + (ob % 2) * "
+          f"{BLOCK}")
+    finish = _finish(ep, Operands.lanes(ep, "o"), f"Y + {at} + 16 * u",
+                     res=f"R + {at} + 16 * u",
                      before=f"\n                    const int o = ob * {BLOCK} + 16 * u;")
-    res_in = f"""
-            for (int ch = 0; ch < cols; ch++) {{    /* the residual's block, from NCHW */
-                const int8_t *restrict s = R + ((size_t)b * {o} + ob * {BLOCK} + ch) * {plane} + p0;
-                for (int r = 0; r < rows; r++) rblk[r * 32 + ch] = s[r];
-            }}""" if shape.residual else ""
+    copy = (f"memcpy(d + {shape.pl * c}, X + ((size_t)b * {h} + y) * {w * c}, {w * c});"
+            if cb == 1 else f"""for (int s = 0; s < {cb}; s++)
+                for (int x = 0; x < {w}; x++)
+                    memcpy(d + ({shape.pl} + x) * {c} + {K_STEP} * s,
+                           X + ((((size_t)b * {cb} + s) * {h} + y) * {w} + x) * {K_STEP}, {K_STEP});""")
     body = f"""
-/* int8 convolution {shape.describe()} on AMX tiles, its im2col rows ({n * plane} x {depth})
-   read in place from a padded NHWC copy: {len(taps)} taps of {c // K_STEP} steps */
+/* int8 convolution {shape.describe()} on AMX tiles, NCHW64c in and out, its im2col rows
+   ({n * plane} x {depth}) read in place from a padded NHWC copy: {len(taps)} taps of {cb} steps */
 void NAME{SIGNATURE} {{
 {_READY}
     static const long off[{len(taps)}] = {{{", ".join(map(str, taps))}}};
@@ -389,7 +393,7 @@ void NAME{SIGNATURE} {{
     const int8_t *restrict wp = (const int8_t *)(params + {w_off});
 {table_pointers(dense, offsets)}    (void)lim;
     int8_t *restrict xt = (int8_t *)ws;
-    #pragma omp parallel if({int(dense.macs >= PARALLEL_MACS)})
+    #pragma omp parallel if({int(parallel)})
     {{
         #pragma omp single nowait
         memset(xt + {image}, 0, {slack});
@@ -399,39 +403,34 @@ void NAME{SIGNATURE} {{
             const int b = q / {hp}, y = q % {hp} - {shape.pt};
             if (y < 0 || y >= {h}) {{ memset(d, 0, {wp * c}); continue; }}
             memset(d, 0, {shape.pl * c}); memset(d + {(shape.pl + w) * c}, 0, {shape.pr * c});
-            for (int ch = 0; ch < {c}; ch++) {{
-                const int8_t *restrict s = X + (((size_t)b * {c} + ch) * {h} + y) * {w};
-                for (int x = 0; x < {w}; x++) d[({shape.pl} + x) * {c} + ch] = s[x];
-            }}
+            {copy}
         }}{_TILES}
-        int8_t blk[32 * 32] __attribute__((aligned(64)));
-        int8_t rblk[32 * 32] __attribute__((aligned(64)));
-        (void)rblk;
         #pragma omp for collapse(2) schedule(static)
-        for (int ob = 0; ob < {obs}; ob++)
+        for (int ob = 0; ob < {halves}; ob++)
         for (int mb = 0; mb < {items}; mb++) {{
             const int b = mb / {ho * chunks}, oy = mb / {chunks} % {ho};
             const int ox0 = mb % {chunks} * {BLOCK};
             const int rows = vdla_min({BLOCK}, {wo} - ox0);
             const int cols = vdla_min({BLOCK}, {o} - ob * {BLOCK});
             const size_t p0 = (size_t)oy * {wo} + ox0;     /* the block's first pixel */
+            if (cols < {BLOCK})                          /* zero past O */
+                for (int r = 0; r < rows; r++)
+                    memset(Y + {at} + vdla_max(cols, 0), 0, {BLOCK} - vdla_max(cols, 0));
+            if (cols <= 0) continue;
             const int8_t *restrict a = xt + (((size_t)b * {hp} + oy * {shape.sh}) * {wp} + (size_t)ox0 * {shape.sw}) * {c};
-            const int8_t *restrict bw = wp + (size_t)ob * {depth * BLOCK};{res_in}
+            const int8_t *restrict bw = wp + (size_t)ob * {depth * BLOCK};
             switch ((rows > 16) * 2 + (cols > 16)) {{ {" ".join(
                 f"case {2 * (rt - 1) + ct - 1}: vdla_amx_taps_block(a, {lda}, off, {len(taps)}, "
-                f"{c // K_STEP}, bw, {BLOCK * 4}, {rt}, {ct}, c); break;"
+                f"{cb}, bw, {BLOCK * 4}, {rt}, {ct}, c); break;"
                 for rt in (1, 2) for ct in (1, 2))} }}{finish}
-            for (int ch = 0; ch < cols; ch++) {{    /* the block to NCHW */
-                int8_t *restrict d = Y + ((size_t)b * {o} + ob * {BLOCK} + ch) * {plane} + p0;
-                for (int r = 0; r < rows; r++) d[r] = blk[r * 32 + ch];
-            }}
         }}
         _tile_release();
     }}
 }}
 """
     return Kernel(body, params.blob(), inputs, align(image + slack), 0, dense.macs,
-                  items=items * obs if dense.macs >= PARALLEL_MACS else 1, checks=True)
+                  in_blocks=(K_STEP,) * len(inputs), out_block=K_STEP,
+                  items=items * halves if parallel else 1, checks=True)
 
 
 def qconv_kernel(shape: ConvShape, weights: np.ndarray, bias, node: Node,

@@ -127,14 +127,21 @@ def convert_kernel(shape, dtype: str, src: int, dst: int) -> Kernel:
                                         to_plain=dst == PLAIN, parallel=big)
     else:
         s_cb, d_cb = -(-c // src), -(-c // dst)
+        # runs of the smaller block's channels, whole in both layouts where it divides
+        # the larger (the kernels' blocks are powers of two), one copy each: the
+        # source's zero padding copies as it is, a run past its last block is zeroed
+        run = min(src, dst) if max(src, dst) % min(src, dst) == 0 else 1
 
         def index(block: int, cbs: int) -> str:
             return f"(((size_t)b * {cbs} + ch / {block}) * {p} + q) * {block} + ch % {block}"
 
         loops = f"""{pragma}for (int b = 0; b < {n}; b++)
-    for (int ch = 0; ch < {d_cb * dst}; ch++)
-        for (size_t q = 0; q < {p}; q++)
-            y[{index(dst, d_cb)}] = ch < {c} ? x[{index(src, s_cb)}] : 0;"""
+    for (int ch = 0; ch < {d_cb * dst}; ch += {run})
+        for (size_t q = 0; q < {p}; q++) {{
+            if (ch < {s_cb * src})
+                memcpy(y + {index(dst, d_cb)}, x + {index(src, s_cb)}, {run} * sizeof *y);
+            else memset(y + {index(dst, d_cb)}, 0, {run} * sizeof *y);
+        }}"""
     body = f"""
 /* {dtype} {list(shape)}: {describe(src)} -> {describe(dst)} */
 {types}

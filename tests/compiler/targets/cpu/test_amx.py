@@ -29,6 +29,7 @@ from vdla.compiler.ir.tensor import DTYPES
 from vdla.compiler.targets.cpu import amx
 from vdla.compiler.targets.cpu.build import build_library, machine_features
 from vdla.compiler.targets.cpu.isa import ISAS, detect, get as get_isa, tiles_granted
+from vdla.compiler.targets.cpu.layout import kernel_inputs, kernel_output
 from vdla.compiler.targets.cpu.library import HEADER, build_kernels, call, header_text, load
 from vdla.compiler.targets.cpu.lower import node_kernel
 from vdla.compiler.targets.cpu.target import CpuTarget
@@ -250,10 +251,15 @@ def test_tile_kernels_match_the_reference(kind, name, threads):
     assert ("vdla_amx_taps_block(" if name.startswith("qconv") else "vdla_amx_block(") \
         in kernel.body
     lib.vdla_set_threads(threads)
-    out = np.full(want.shape, 99, DTYPES[g.tensors[g.outputs[0]].dtype])
-    call(lib, kernel, [feed[n] for n in kernel.inputs], out, threads=threads)
+    raw, plain = kernel_output(kernel, want.shape, DTYPES[g.tensors[g.outputs[0]].dtype])
+    raw.fill(99)
+    call(lib, kernel, kernel_inputs(kernel, [feed[n] for n in kernel.inputs]), raw,
+         threads=threads)
     assert lib.vdla_error() is None
-    np.testing.assert_array_equal(out, want)
+    np.testing.assert_array_equal(plain(raw), want)
+    if kernel.out_block:                 # a convolution's NCHW64c: zero past O
+        assert kernel.out_block == 64 and raw.shape[1] == -(-want.shape[1] // 64)
+        assert (raw[:, -1, ..., want.shape[1] - 64 * (raw.shape[1] - 1):] == 0).all()
 
 
 @pytest.mark.parametrize("kind", RUNS)
@@ -281,7 +287,7 @@ def test_the_team_is_the_schedules_knob():
     assert cases["qmatmul_team"][3].items == 2 * 2 * 1
     assert cases["qdense_wide"][3].items == 2 * 3
     assert cases["qmatmul_tiny"][3].items == 1
-    assert cases["qconv_team_3x3"][3].items == 14 * 3     # (output row, 32 channels)
+    assert cases["qconv_team_3x3"][3].items == 14 * 4     # (output row, 32 of 128 channels)
     assert cases["qconv_1x1_s2"][3].items == 1
 
 

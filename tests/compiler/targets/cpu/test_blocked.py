@@ -34,7 +34,8 @@ def test_numpy_round_trip_pads_with_zeros(shape, block):
 
 
 @pytest.mark.parametrize("src, dst", [(0, 16), (16, 0), (8, 16), (16, 8), (0, 8), (8, 0),
-                                      (0, 32), (32, 0), (0, 4), (64, 0)])
+                                      (0, 32), (32, 0), (0, 4), (64, 0), (16, 64),
+                                      (64, 16), (64, 32), (8, 64), (24, 16)])
 @pytest.mark.parametrize("dtype", ["int8", "float32", "int32"])
 @pytest.mark.parametrize("shape", [(2, 21, 6, 5), (1, 37, 16, 2), (1, 64, 7, 9)],
                          ids=["x".join(map(str, s)) for s in ((2, 21, 6, 5), (1, 37, 16, 2),
@@ -42,7 +43,9 @@ def test_numpy_round_trip_pads_with_zeros(shape, block):
 def test_c_conversion_matches_numpy(cpu, src, dst, dtype, shape):
     """Every instruction set: whole 16-pixel tiles transposed in registers (32 and 63
     pixels: two and three of them, and a tail), a tail alone (30 pixels, with 21
-    channels: a padded block), blocks of 4 to 64 (tiles of 4 to 16 lanes)."""
+    channels: a padded block), blocks of 4 to 64 (tiles of 4 to 16 lanes); blocked to
+    blocked in runs of the smaller block (16 <-> 64: the VNNI and tile kernels'), or
+    channel by channel where it does not divide the larger (24 -> 16)."""
     rng = np.random.default_rng(1)
     x = (rng.standard_normal(shape) * 50).astype(dtype)
     kernel = layout.convert_kernel(shape, dtype, src, dst)
