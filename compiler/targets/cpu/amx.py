@@ -335,11 +335,21 @@ void NAME{SIGNATURE} {{
 
 # --- qconv2d, and conv2d at bfloat16 -----------------------------------------------------
 
+def _folds_rows(shape: ConvShape) -> bool:
+    """Whether a tap row of convolution `shape` (its kernel's width of pixels, all
+    channels) fits one 64-byte step of k: a few-channel stem, whose rows `_taps_kernel`
+    reads a kernel row at a time."""
+    return shape.c * ((shape.kw - 1) * shape.dw + 1) <= K_STEP
+
+
 def reads_in_place(shape: ConvShape) -> bool:
     """Whether int8 convolution `shape` reads its im2col rows in place (`_taps_kernel`):
-    one group, whole 64-byte steps of input channels (ResNet's body; not a 3-channel
-    stem, whose rows are copied)."""
-    return shape.int8 and shape.groups == 1 and shape.c % K_STEP == 0
+    one group, and whole 64-byte steps of input channels (ResNet's body) or a stem whose
+    kernel rows fit a step, its outputs whole 64-channel blocks (ResNet's 7 x 7 stem of
+    3 channels; not MobileNet's of 32 outputs, half of whose `NCHW64c` block would be
+    padding for its depthwise neighbour to convert away)."""
+    return shape.int8 and shape.groups == 1 and (
+        shape.c % K_STEP == 0 or (_folds_rows(shape) and shape.o % K_STEP == 0))
 
 
 def _taps_kernel(shape: ConvShape, weights: np.ndarray, bias, node: Node,
@@ -351,19 +361,37 @@ def _taps_kernel(shape: ConvShape, weights: np.ndarray, bias, node: Node,
     time; a row tile of A is then 16 output pixels of one row, read from that image at
     one tap, ``stride x C`` bytes apart, so no im2col rows are written. A work item is
     32 pixels of an output row (two row tiles) by 32 output channels (half a block),
-    finished straight into the output; the channels past O are zeroed."""
+    finished straight into the output; the channels past O are zeroed.
+
+    A stem (`_folds_rows`: too few channels for a step) reads its plain NCHW input, and a
+    step is one kernel row: the 64 bytes from a window's first pixel hold its kw pixels'
+    channels (the weights zero past them), so a row tile reads it at the window's start,
+    ``stride x C`` bytes apart, with kh steps in all."""
     n, c, h, w, o = shape.n, shape.c, shape.h, shape.w, shape.o
     ho, wo, plane = shape.ho, shape.wo, shape.ho * shape.wo
     hp, wp = h + shape.pt + shape.pb, w + shape.pl + shape.pr
-    depth, cb, ocb = c * shape.kh * shape.kw, c // K_STEP, -(-o // K_STEP)
-    dense = DenseShape(n=n * plane, k=depth, o=o, dtype=shape.dtype, bias=shape.bias,
-                       residual=shape.residual, offset=False, activation=shape.activation)
-    wk = np.asarray(weights).transpose(0, 2, 3, 1).reshape(o, depth)   # taps, then channels
+    ocb = -(-o // K_STEP)
+    dense = DenseShape(n=n * plane, k=c * shape.kh * shape.kw, o=o, dtype=shape.dtype,
+                       bias=shape.bias, residual=shape.residual, offset=False,
+                       activation=shape.activation)
+    w4 = np.asarray(weights)
+    wk = w4.transpose(0, 2, 3, 1).reshape(o, dense.k)       # taps, then channels
+    folded = c % K_STEP != 0          # a stem: one step a kernel row, its pixels inside
+    if folded:
+        steps = np.zeros((o, shape.kh, K_STEP), np.int8)
+        for j in range(shape.kw):     # pixel j of a row at byte j * dw * C: the rest zero
+            steps[:, :, j * shape.dw * c:j * shape.dw * c + c] = w4[:, :, :, j].transpose(
+                0, 2, 1)
+        taps, cb = [i * shape.dh * wp * c for i in range(shape.kh)], 1
+    else:
+        steps = wk
+        taps = [(i * shape.dh * wp + j * shape.dw) * c
+                for i in range(shape.kh) for j in range(shape.kw)]
+        cb = c // K_STEP
+    depth = len(taps) * cb * K_STEP
     params = Params()
-    w_off = params.add(pack_weights(wk))
+    w_off = params.add(pack_weights(steps.reshape(o, depth)))
     offsets = tables(dense, node, wk, bias, params, align(o, K_STEP))
-    taps = [(i * shape.dh * wp + j * shape.dw) * c
-            for i in range(shape.kh) for j in range(shape.kw)]
     chunks, halves = -(-wo // BLOCK), 2 * ocb
     items = n * ho * chunks
     parallel = dense.macs >= PARALLEL_MACS
@@ -376,14 +404,18 @@ def _taps_kernel(shape: ConvShape, weights: np.ndarray, bias, node: Node,
     finish = _finish(ep, Operands.lanes(ep, "o"), f"Y + {at} + 16 * u",
                      res=f"R + {at} + 16 * u",
                      before=f"\n                    const int o = ob * {BLOCK} + 16 * u;")
-    copy = (f"memcpy(d + {shape.pl * c}, X + ((size_t)b * {h} + y) * {w * c}, {w * c});"
+    copy = (f"""for (int ch = 0; ch < {c}; ch++) {{      /* NCHW in */
+                const int8_t *restrict s = X + (((size_t)b * {c} + ch) * {h} + y) * {w};
+                for (int x = 0; x < {w}; x++) d[({shape.pl} + x) * {c} + ch] = s[x];
+            }}""" if folded else
+            f"memcpy(d + {shape.pl * c}, X + ((size_t)b * {h} + y) * {w * c}, {w * c});"
             if cb == 1 else f"""for (int s = 0; s < {cb}; s++)
                 for (int x = 0; x < {w}; x++)
                     memcpy(d + ({shape.pl} + x) * {c} + {K_STEP} * s,
                            X + ((((size_t)b * {cb} + s) * {h} + y) * {w} + x) * {K_STEP}, {K_STEP});""")
     body = f"""
-/* int8 convolution {shape.describe()} on AMX tiles, NCHW64c in and out, its im2col rows
-   ({n * plane} x {depth}) read in place from a padded NHWC copy: {len(taps)} taps of {cb} steps */
+/* int8 convolution {shape.describe()} on AMX tiles, {"NCHW" if folded else "NCHW64c"} in and NCHW64c out, its im2col
+   rows ({n * plane} x {depth}) read in place from a padded NHWC copy: {len(taps)} {"kernel rows" if folded else "taps"} of {cb} steps */
 void NAME{SIGNATURE} {{
 {_READY}
     static const long off[{len(taps)}] = {{{", ".join(map(str, taps))}}};
@@ -429,7 +461,8 @@ void NAME{SIGNATURE} {{
 }}
 """
     return Kernel(body, params.blob(), inputs, align(image + slack), 0, dense.macs,
-                  in_blocks=(K_STEP,) * len(inputs), out_block=K_STEP,
+                  in_blocks=(0 if folded else K_STEP,) + (K_STEP,) * (len(inputs) - 1),
+                  out_block=K_STEP,
                   items=items * halves if parallel else 1, checks=True)
 
 
