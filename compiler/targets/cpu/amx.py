@@ -470,16 +470,14 @@ def qconv_kernel(shape: ConvShape, weights: np.ndarray, bias, node: Node,
                  inputs: tuple[str, ...]) -> Kernel:
     """The tile kernel of convolution `shape` (one group; int8, or float32 computed in
     bfloat16: the bf16 precision) with `weights` (O, C, kh, kw) and `bias` (or None): the
-    GEMM of its im2col rows, NCHW in and out.
-
-    The input is first copied to one row of channels per pixel (NHWC; at bf16 rounded to
-    bfloat16 on the way), so that each tap of an im2col row is one copy of C values; a
-    row holds the taps in (ky, kx) order, the channels inside, which is the order the
-    weights are packed in. The rows go straight into the tile kernels' A layout (K64
-    bytes apart, zero past K and past the last row), so no second copy is made; a 1 x 1
-    convolution with stride 1 and no padding writes its NHWC copy there and has no im2col
-    step. The block loop and the epilogue are `qdense_kernel`'s, on (pixel, channel) rows
-    (a residual copied to that order first); the rows then go back to NCHW."""
+    GEMM of its im2col rows; `_taps_kernel`'s where it `reads_in_place`, else NCHW in
+    and out on copied rows: the input copied to one row of channels per pixel (NHWC; at
+    bf16 rounded on the way), each tap of an im2col row one copy of C values, taps in
+    (ky, kx) order with the channels inside (the weights' order), the rows written
+    straight into A's tile layout (K64 bytes apart, zero past K and the last row); a 1 x 1
+    layer of stride 1 without padding has no im2col step. The block loop and epilogue
+    are `qdense_kernel`'s on (pixel, channel) rows (a residual copied to that order
+    first); the rows then go back to NCHW."""
     if shape.groups != 1:
         raise ValueError(f"the tile convolution takes one group, not {shape.groups}")
     if reads_in_place(shape):
