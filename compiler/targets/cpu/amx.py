@@ -6,13 +6,12 @@ and `patches` hand them over).
     kernel = qdense_kernel(shape, schedule, weights, bias, node, inputs)   # from dense
     kernel = qconv_kernel(shape, weights, bias, node, inputs)              # from patches
 
-A convolution is the GEMM of its im2col rows (`qconv_kernel`). An int8 one whose input
-channels come in whole 64-byte steps (`reads_in_place`: ResNet's body) reads those rows in
-place from a zero-padded NHWC copy of its input, a row tile at a time (`_taps_kernel`);
-any other (a patch embedding, every bf16 one) builds them straight into A's layout below.
-Which convolutions run here at all is `patches.runs_as_gemm`'s choice: on an Intel Xeon
-with AMX (2 cores, 2 threads) an int8 3-channel stem took 1.9 ms on copied rows against
-0.8 ms on the VNNI code, so it runs there.
+A convolution is the GEMM of its im2col rows (`qconv_kernel`). An int8 one that
+`reads_in_place` (input channels in whole 64-byte steps, or a stem whose kernel row fits
+a step) reads those rows in place from a zero-padded NHWC copy of its input, a row tile
+at a time (`_taps_kernel`); any other (a patch embedding whose row does not fit, every
+bf16 one) builds them straight into A's layout below. Which convolutions run here at
+all is `patches.runs_as_gemm`'s choice.
 
 Both are one GEMM, C (M x N, int32) = A (M x K, int8) times B (K x N, int8), on the tiles
 `vdla_cpu.h` configures: every tile 16 rows x 64 bytes, four accumulating a block of 2 x 2

@@ -68,9 +68,9 @@ def is_patches(shape: ConvShape) -> bool:
 def runs_as_gemm(shape: ConvShape, isa: Isa) -> bool:
     """Whether the default kernel of convolution `shape` on `isa` is this module's GEMM:
     a patch embedding (`is_patches`), an int8 convolution on tiles whose im2col rows the
-    tile kernel reads in place (`amx.reads_in_place`: one group, input channels in whole
-    64-byte steps; others run the VNNI code, faster there than copied rows), or an int8 stem (one group, too few input channels
-    for the blocked layout, `schedule.blocked_fits`; at least 2 x 2 taps, no residual)
+    tile kernel reads in place (`amx.reads_in_place`; others run the VNNI code, faster
+    there than copied rows), or an int8 stem (one group, too few input channels for the
+    blocked layout, `schedule.blocked_fits`; at least 2 x 2 taps, no residual)
     whose input may be negative on an instruction set without VNNI (module docstring)."""
     if is_patches(shape) or (isa.tiles and amx.reads_in_place(shape)):
         return True

@@ -21,7 +21,7 @@ pytest.importorskip("onnxruntime")
 
 def _vector_isa() -> str:
     """The best instruction set here without tiles: the layer and knob benches look at
-    blocked convolutions, and on tiles an int8 one of one group is a tile GEMM."""
+    blocked convolutions, and on tiles many int8 ones are tile GEMMs instead."""
     from vdla.compiler.targets.cpu.build import machine_features
     from vdla.compiler.targets.cpu.isa import ISAS
     return next(n for n, i in ISAS.items() if not i.tiles and i.runs_on(machine_features()))
@@ -39,6 +39,9 @@ def test_layers_bench_matches_every_convolution(tmp_path, capsys):
     assert "small_cnn float32" in out and "small_cnn int8" in out
     results = json.loads((tmp_path / "cpu_layers.json").read_text())["results"]
     assert [r["precision"] for r in results] == ["float32", "int8"]
+    with pytest.raises(SystemExit):
+        bench.main(["--isa", "sse2", "--out", str(tmp_path)])
+    assert "--isa: invalid choice: 'sse2'" in capsys.readouterr().err
     for r in results:
         assert r["layers"] and r["convs"] == len(r["layers"])
         for layer in r["layers"]:
@@ -101,6 +104,9 @@ def test_knobs_bench_changes_the_blocked_convolutions_and_checks_them(capsys):
     rows = [line for line in lines[1:] if line.startswith("small_cnn")]
     assert len(rows) == 2 and all(" speed " in row and "x (quartiles" in row for row in rows)
     assert all(int(row.split()[2]) > 0 for row in rows)     # some nodes were changed
+    with pytest.raises(SystemExit):
+        bench.main(["--set", "unroll=2", "--isa", "sse2"])
+    assert "--isa: invalid choice: 'sse2'" in capsys.readouterr().err
     with pytest.raises(ValueError, match="knob=value pairs of vl, mr"):
         bench.parse_knobs("wide=2")
     assert bench.parse_knobs("mr=6,order=px") == {"mr": 6, "order": "px"}
