@@ -1,7 +1,7 @@
 """bench/cpu_layers.py and bench/cpu_scaling.py end to end on a small model, one short
 round each: every convolution is matched to an onnxruntime kernel, and every layer's work
-items are counted and projected; bench/cpu_fusion.py on MobileNet-v1's fused pairs; and
-the benches' bad arguments."""
+items are counted and projected; bench/cpu_fusion.py on MobileNet-v1's fused pairs;
+bench/cpu_dense.py's prefetch on and off on BERT-tiny; and the benches' bad arguments."""
 
 from __future__ import annotations
 
@@ -78,6 +78,18 @@ def test_fusion_bench_times_mobilenets_and_resnets_pairs(capsys):
     assert "conv1 + maxpool" in out and "resnet18 int8: no pair fuses" in out
 
 
+def test_dense_bench_times_the_prefetch_both_ways_and_compares_the_bytes(capsys):
+    bench = load_script(BENCH / "cpu_dense.py")
+    assert bench.main(["--models", "bert_tiny", "--precisions", "float32", "int8",
+                       "--rounds", "2", "--runs", "1"]) == 0
+    out = capsys.readouterr().out
+    for precision in ("float32", "int8"):
+        line = next(row for row in out.splitlines() if row.startswith(f"bert_tiny  {precision}"))
+        assert "dense layers: off" in line and "x (quartiles" in line
+    from vdla.compiler.targets.cpu import dense
+    assert dense.PREFETCH_NEXT_PANEL        # put back after each compile
+
+
 @pytest.mark.parametrize("script, argv, message", [
     ("cpu_layers.py", ["--models", "nosuch"], "unknown model 'nosuch'"),
     ("cpu_scaling.py", ["--models", "nosuch"], "unknown model 'nosuch'"),
@@ -87,6 +99,9 @@ def test_fusion_bench_times_mobilenets_and_resnets_pairs(capsys):
     ("cpu_fusion.py", ["--models", "nosuch"], "unknown model 'nosuch'"),
     ("cpu_fusion.py", ["--rounds", "0"], "--rounds must be at least 1, not 0"),
     ("cpu_fusion.py", ["--precisions", "float16"], "invalid choice: 'float16'"),
+    ("cpu_dense.py", ["--models", "nosuch"], "unknown model 'nosuch'"),
+    ("cpu_dense.py", ["--rounds", "1"], "--rounds must be at least 2 (the ratios' quartiles), "
+                                        "not 1"),
 ])
 def test_bad_arguments_name_the_value(script, argv, message, capsys):
     bench = load_script(BENCH / script)

@@ -122,9 +122,16 @@ for n, k, o in [(7, 37, 11), (32, 30, 50)]:
         "qdense", [((n, k), "int8"), wq, bq, ((n, o), "int8")], shift=(8,),
         residual_shift=0))
 
+# Panels of weights past `dense._PREFETCH_MIN` bytes on every vector width: each row
+# block's call prefetches its share of the next panel (test_large_panels_prefetch).
+_W700 = R.standard_normal((130, 700)).astype(F)
+case("dense20x700x130_residual")(lambda: graph(
+    "dense", [((20, 700), F), _W700, R.standard_normal(130).astype(F), ((20, 130), F)]))
+
 # The quantizer's weights ([-127, 127]): on AVX2 the sign trick (`dense.int8_path`); the
 # ones above hold -128 and take the int16 ("wide") and nibble ("offset") paths.
-for n, k, o in [(1, 37, 11), (3, 8, 9), (7, 37, 11), (32, 30, 50), (13, 66, 17)]:
+for n, k, o in [(1, 37, 11), (3, 8, 9), (7, 37, 11), (32, 30, 50), (13, 66, 17),
+                (20, 2100, 70)]:
     wq = R.integers(-127, 128, (o, k)).astype(np.int8)
     bq = R.integers(-9000, 9000, o).astype(np.int32)
     case(f"qdense_sign{n}x{k}x{o}", exact=True)(lambda n=n, k=k, wq=wq, bq=bq: graph(
@@ -342,7 +349,18 @@ def test_refusals_say_why(best):
 
 _PATH_CASES = ["qdense_sign1x37x11", "qdense_sign3x8x9_residual", "qdense_sign7x37x11",
                "qdense_sign13x66x17", "qdense_sign32x30x50_residual",
-               "qdense_extreme_mixed_k4093", "qdense_extreme_neg128_k4096"]
+               "qdense_extreme_mixed_k4093", "qdense_extreme_neg128_k4096",
+               "qdense_sign20x2100x70"]
+
+
+@pytest.mark.parametrize("isa_name", [p for p in ISAS if not get_isa(p.values[0]).tiles])
+def test_large_panels_prefetch(isa_name):
+    """The cases of many rows and large panels prefetch the next panel (their outputs
+    are checked by test_kernel_matches_reference); a panel of a few KiB does not."""
+    _, kernels = library(isa_name)
+    for name in ("dense20x700x130_residual", "qdense_sign20x2100x70"):
+        assert "__builtin_prefetch(pf + (size_t)c *" in kernels[name].body, name
+    assert "__builtin_prefetch" not in kernels["dense32x30x50_None"].body
 
 
 @pytest.mark.skipif(not get_isa("avx2").runs_on(machine_features()),
