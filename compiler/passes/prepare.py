@@ -428,7 +428,10 @@ def _fuse_residual(g: Graph, fused: list) -> bool:
         candidates = []
         for k in (0, 1):
             y, other = add.inputs[k], add.inputs[1 - k]
-            producer = g.producer(y)
+            producer, view = g.producer(y), None
+            if producer is not None and producer.op == "reshape" \
+                    and _sole_consumer(g, readers, producer.inputs[0]) is producer:
+                view, producer = producer, g.producer(producer.inputs[0])
             if producer is None or not _fusible(g, producer) or y == other:
                 continue
             if producer.attrs["activation"] is not None or producer.input(3):
@@ -444,17 +447,36 @@ def _fuse_residual(g: Graph, fused: list) -> bool:
             if source is not None and nx.has_path(g.nx, producer.name, source.name):
                 continue
             # Prefer the conv whose other operand is ready earliest (graph inputs first).
-            candidates.append((order[source.name] if source else -1, k, producer, other))
+            candidates.append((order[source.name] if source else -1, k, producer, other,
+                               view))
         if not candidates:
             continue
-        _, _, producer, other = min(candidates, key=lambda c: (c[0], c[1]))
+        _, _, producer, other, view = min(candidates, key=lambda c: (c[0], c[1]))
         inputs = list(producer.inputs) + [""] * (4 - len(producer.inputs))
-        inputs[3] = other
-        new = _absorb(g, producer, add, inputs=inputs)
+        if view is None:
+            inputs[3] = other
+            new = _absorb(g, producer, add, inputs=inputs)
+        else:
+            new = _residual_through(g, producer, view, add, other, inputs)
         fused.append({"node": new.name, "op": new.op, "absorbed": add.name,
                       "absorbed_op": "add", "as": "residual", "residual": other})
         changed = True
     return changed
+
+
+def _residual_through(g: Graph, producer: Node, view: Node, add: Node, other: str,
+                      inputs: list) -> Node:
+    """``add(reshape(producer(x)), other)`` as ``reshape(producer(x, residual=
+    reshape(other)))``: a transformer's dense runs on (tokens, features) between two
+    reshapes of its (batch, tokens, features) activations, and its residual add reads
+    the reshaped output. Reshapes are views, so the residual costs no copy."""
+    shape = tuple(g.tensors[producer.outputs[0]].shape)
+    inputs[3] = g.add_node("reshape", [other], name=f"{add.name}.residual", shape=shape)
+    middle = view.outputs[0]
+    g.remove_node(add.name)
+    _rebuild(g, view, outputs=add.outputs)
+    del g.tensors[middle]
+    return _rebuild(g, producer, inputs=inputs)
 
 
 def _bounds(kind: str | None, lo, hi) -> tuple[float, float]:

@@ -408,6 +408,31 @@ def test_fuse_dense_bias_residual_relu():
     assert_same_outputs(g, out)
 
 
+@pytest.mark.parametrize("shared", [False, True])
+def test_fuse_residual_through_a_transformers_reshape(shared):
+    """A transformer's dense runs on (tokens, features) between reshapes of its (batch,
+    tokens, features) activations: the residual add after the reshape rides in the
+    dense, its other operand reshaped (a view); not when the reshaped output has another
+    reader."""
+    g = Graph("t")
+    x = g.add_input("x", (1, 6, 5))
+    flat = g.add_node("reshape", [x], shape=(6, 5))
+    y = g.add_node("dense", [flat, g.add_constant("w", rand(5, 5)), g.add_constant("b", rand(5))])
+    y3 = g.add_node("reshape", [y], shape=(1, 6, 5))
+    z = g.add_node("add", [x, y3])
+    g.set_outputs([z, y3] if shared else [z])
+    out = fuse(g)
+    if shared:
+        assert out.count_ops() == {"reshape": 2, "dense": 1, "add": 1}
+    else:
+        assert out.count_ops() == {"reshape": 3, "dense": 1}
+        dense = out.node(out.producer(out.producer(z).inputs[0]).name)
+        assert dense.op == "dense" and out.producer(dense.inputs[3]).inputs == ["x"]
+        assert out.tensors[dense.inputs[3]].shape == (6, 5)
+        assert [f["as"] for f in out.metadata["fused"]] == ["residual"]
+    assert_same_outputs(g, out)
+
+
 @pytest.mark.parametrize("chain, want", [
     ([("relu", {})], ("relu", None, None)),
     ([("clip", {"min": -1.0, "max": 0.5}), ("relu", {})], ("clip", 0.0, 0.5)),
