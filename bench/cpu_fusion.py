@@ -1,6 +1,7 @@
 """The CPU target's fused pairs (`compiler/targets/cpu/fusion.py`: a depthwise and a
-pointwise convolution, a convolution and its max pool) against the same layers
-unfused, in whole-graph runs.
+pointwise convolution, a convolution and its max pool) and its attentions that read
+and write their heads in place (`head_views.py`: ``--models vit_tiny bert_base``)
+against the same layers unfused, in whole-graph runs.
 
 For each model and precision: the graph compiled twice, with fusion (the default) and
 without (``CpuTarget(fuse=False)``), both sessions open in one process and run in
@@ -54,7 +55,7 @@ def measure(model_name: str, precision: str, args) -> None:
     pairs = [(s.fused, s.name) for s in fused_c.ops[0].kernel.program.steps if s.fused]
     if not pairs:
         print(f"\n{model_name} {precision}: no pair fuses (fusion.MIN_BYTES, "
-              f"MAX_WEIGHT_BYTES)")
+              f"MAX_WEIGHT_BYTES) and no attention reads its heads in place")
         return
     with fused_c.session() as fused, plain_c.session() as plain:
         a, b = fused.run_graph(model.feed), plain.run_graph(model.feed)
@@ -77,11 +78,12 @@ def measure(model_name: str, precision: str, args) -> None:
           f"{med['unfused']:.3f} ms, speed {statistics.median(ratios):.3f}x "
           f"(median of the rounds' ratios); outputs {'identical' if same else 'DIFFER'}")
     print(f"  {'pair':44}{'unfused us':>12}{'fused us':>10}{'speed':>8}")
-    for first, second in pairs:
-        before = sum(statistics.median(ops["unfused"][n]) for n in (first, second)) * 1e6
-        after = statistics.median(ops["fused"][second]) * 1e6
-        print(f"  {first + ' + ' + second:44}{before:>12.1f}{after:>10.1f}"
-              f"{before / after:>7.2f}x")
+    for absorbed, node in pairs:
+        before = sum(statistics.median(ops["unfused"][n]) for n in absorbed + (node,)) * 1e6
+        after = statistics.median(ops["fused"][node]) * 1e6
+        what = (f"{absorbed[0]} + {node}" if len(absorbed) == 1 else
+                f"{node} + {len(absorbed)} slices/transposes")
+        print(f"  {what:44}{before:>12.1f}{after:>10.1f}{before / after:>7.2f}x")
     if not same:
         raise SystemExit("fused and unfused outputs differ")
 

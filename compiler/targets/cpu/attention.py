@@ -94,8 +94,49 @@ def _scalar(v, none: int = 0) -> int:
     return none if v is None else int(np.asarray(v).reshape(-1)[0])
 
 
-def attention_kernel(node: Node, graph: Graph, isa: Isa) -> Kernel:
-    """The kernel of a node `attention_refusal` accepts."""
+@dataclasses.dataclass(frozen=True)
+class HeadView:
+    """An operand of shape (B, H, S, D) read in place from the tensor a transformer's
+    projection wrote, or the output written in place into the tensor its merge of heads
+    makes: element (b, h, s, d) at ``(b * S + s) * row + start + h * D + d`` of `source`
+    (``(B * S, row)`` or ``(B, S, row)`` elements: columns ``start`` on of the
+    projection's output, sliced, reshaped to (B, S, H, D) and transposed to heads first;
+    for the output, (B, S, H, D) with ``row = H * D``). `head_views` finds them."""
+
+    source: str
+    start: int
+    row: int
+
+    def offsets(self, shape: tuple[int, ...]) -> np.ndarray:
+        """Element offsets of each (b, h) head's first row, in ``b * H + h`` order."""
+        b, h, s, d = shape
+        heads = np.arange(b * h)
+        return (heads // h) * s * self.row + self.start + (heads % h) * d
+
+
+def _operands(node: Node, graph: Graph, views: tuple) -> tuple[list[str], list[np.ndarray],
+                                                              list[int]]:
+    """The tensors q, k and v are read from, each (b, h) head's offset in them and the
+    output's, and the elements from a row to the next of all four: the operands' own
+    (numpy broadcasting of batch axes), or their `HeadView` where `views` has one."""
+    t = graph.tensors
+    shapes = [t[n].shape for n in node.inputs[:3]] + [t[node.outputs[0]].shape]
+    batch, k_shape = shapes[3][:-2], shapes[1]
+    offsets = [batch_offsets(shape, k_shape, batch)[0] for shape in shapes[:3]]
+    offsets.append(np.arange(offsets[0].size) * shapes[3][-2] * shapes[3][-1])
+    names, rows = list(node.inputs[:3]), [shape[-1] for shape in shapes]
+    for i, view in enumerate(views):
+        if view is not None:
+            if i < 3:
+                names[i] = view.source
+            offsets[i], rows[i] = view.offsets(shapes[i]), view.row
+    return names, offsets, rows
+
+
+def attention_kernel(node: Node, graph: Graph, isa: Isa,
+                     views: tuple = (None, None, None, None)) -> Kernel:
+    """The kernel of a node `attention_refusal` accepts; `views` (q, k, v, output: a
+    `HeadView` or None) reads and writes those in place (`head_views`)."""
     t = graph.tensors
     quant = node.op == "qattention"
     q_shape, k_shape, v_shape = (t[n].shape for n in node.inputs[:3])
@@ -103,12 +144,11 @@ def attention_kernel(node: Node, graph: Graph, isa: Isa) -> Kernel:
     batch = out[:-2]
     s_len, d = q_shape[-2], q_shape[-1]
     t_len, dv = k_shape[-2], v_shape[-1]
-    qoff, koff = batch_offsets(q_shape, k_shape, batch)
-    voff, _ = batch_offsets(v_shape, k_shape, batch)
+    names, (qoff, koff, voff, yoff), rows = _operands(node, graph, views)
     params = Params()
     sources = Sources(graph, params)
     elem = "int8_t" if quant else "float"
-    ptr = [sources.pointer(n, elem) for n in node.inputs[:3]]
+    ptr = [sources.pointer(n, elem) for n in names]
     mask = node.input(3)
     m_decl, m_at, m_row, m_col = "", "", "", 0
     if mask:
@@ -122,7 +162,7 @@ def attention_kernel(node: Node, graph: Graph, isa: Isa) -> Kernel:
                   f"{params.add(moff)});")
         m_row, m_col = f"(M + moff[bt] + (size_t)i * {row})", col
         m_at = f"{m_row}[(size_t)j * {col}]"
-    tables = params.add(np.stack([qoff, koff, voff]).astype(np.int64))
+    tables = params.add(np.stack([qoff, koff, voff, yoff]).astype(np.int64))
     batches = qoff.size
     blocks = -(-s_len // ROWS)
     work = batches * blocks
@@ -132,7 +172,7 @@ def attention_kernel(node: Node, graph: Graph, isa: Isa) -> Kernel:
     macs = batches * s_len * t_len * (d + dv)
     parallel = 1 if work > 1 and macs >= PARALLEL_MIN else 0
     what = (f" mask {t[mask].shape}" if mask else "") + (" causal" if causal else "")
-    shape = _Shape(d, dv, t_len, isa.lanes[0])
+    shape = _Shape(d, dv, t_len, isa.lanes[0], *rows)
     if quant:
         blocks_c, row_c, scratch, decls = _int_rows(node, shape, params, m_at)
     else:
@@ -157,10 +197,10 @@ void NAME{SIGNATURE} {{
     for (int w = 0; w < {work}; w++) {{
         const int bt = w / {blocks}, i0 = (w % {blocks}) * {ROWS};
         const int rows = vdla_min({ROWS}, {s_len} - i0);
-        const {elem} *restrict q = Q + off[bt] + (size_t)i0 * {d};
+        const {elem} *restrict q = Q + off[bt] + (size_t)i0 * {shape.qs};
         const {elem} *restrict k = K + off[{batches} + bt];
         const {elem} *restrict vv = V + off[{2 * batches} + bt];
-        {elem} *restrict y = Y + ((size_t)bt * {s_len} + i0) * {dv};
+        {elem} *restrict y = Y + off[{3 * batches} + bt] + (size_t)i0 * {shape.ys};
         unsigned char *restrict mine = ws + (size_t)omp_get_thread_num() * {scratch};
         /* keys any row of the block sees (causal: the last row's) */
         const int keys = 1 + NAME_last(i0 + rows - 1);
@@ -175,13 +215,25 @@ void NAME{SIGNATURE} {{
 
 @dataclasses.dataclass(frozen=True)
 class _Shape:
-    """One head's sizes: ``d`` (q and k's depth), ``dv`` (v's), ``t`` keys, ``vl`` lanes.
-    ``tp``: keys padded to a step of the scores' register tile (two vectors)."""
+    """One head's sizes: ``d`` (q and k's depth), ``dv`` (v's), ``t`` keys, ``vl`` lanes;
+    the elements from one row of q, k, v and the output to the next (``qs``, ``ks``,
+    ``vs``, ``ys``: ``d``, ``d``, ``dv``, ``dv`` unless read or written in place,
+    `HeadView`). ``tp``: keys padded to a step of the scores' register tile (two
+    vectors)."""
 
     d: int
     dv: int
     t: int
     vl: int
+    qs: int = 0
+    ks: int = 0
+    vs: int = 0
+    ys: int = 0
+
+    def __post_init__(self):
+        for name, width in (("qs", self.d), ("ks", self.d), ("vs", self.dv), ("ys", self.dv)):
+            if not getattr(self, name):
+                object.__setattr__(self, name, width)
 
     @property
     def tp(self) -> int:
@@ -209,22 +261,22 @@ def _float_products(sh: _Shape) -> str:
         {v} acc[{ROWS}];
         for (int r = 0; r < rows; r++) acc[r] = ({v}){{0}};
         for (int j = 0; j < keys; j++) {{
-            {v} v0 = {v}_load(vv + (size_t)j * {dv} + {full}); VDLA_IN_REGISTER(v0);
+            {v} v0 = {v}_load(vv + (size_t)j * {sh.vs} + {full}); VDLA_IN_REGISTER(v0);
             #pragma GCC unroll 8
             for (int r = 0; r < rows; r++) acc[r] = {v}_fma({v}_bcast(s[(size_t)r * {tp} + j]), v0, acc[r]);
         }}
-        for (int r = 0; r < rows; r++) {v}_store(y + (size_t)r * {dv} + {full}, acc[r] * {v}_bcast(inv[r]));
+        for (int r = 0; r < rows; r++) {v}_store(y + (size_t)r * {sh.ys} + {full}, acc[r] * {v}_bcast(inv[r]));
     }}"""
     if dv % vl:                             # the last columns, one at a time
         rest += f"""
     for (int r = 0; r < rows; r++)
         for (int c = {dv - dv % vl}; c < {dv}; c++) {{
             float a = 0;
-            for (int j = 0; j < keys; j++) a += s[(size_t)r * {tp} + j] * vv[(size_t)j * {dv} + c];
-            y[(size_t)r * {dv} + c] = a * inv[r];
+            for (int j = 0; j < keys; j++) a += s[(size_t)r * {tp} + j] * vv[(size_t)j * {sh.vs} + c];
+            y[(size_t)r * {sh.ys} + c] = a * inv[r];
         }}"""
     functions = f"""
-/* the scores of `rows` query rows (q: rows x {d}) by the keys (kt: {d} x {tp}, K
+/* the scores of `rows` query rows (q: rows x {d}, rows {sh.qs} apart) by the keys (kt: {d} x {tp}, K
    transposed) up to `keys`, times the scale, into s (rows x {tp}) */
 VDLA_INLINE void NAME_qk(const float *restrict q, const float *restrict kt,
                          float *restrict s, const int keys, const int rows, const float scale) {{
@@ -238,7 +290,7 @@ VDLA_INLINE void NAME_qk(const float *restrict q, const float *restrict kt,
             VDLA_IN_REGISTER(k0); VDLA_IN_REGISTER(k1);
             #pragma GCC unroll 8
             for (int r = 0; r < rows; r++) {{
-                const {v} qb = {v}_bcast(q[(size_t)r * {d} + c]);
+                const {v} qb = {v}_bcast(q[(size_t)r * {sh.qs} + c]);
                 acc[r][0] = {v}_fma(qb, k0, acc[r][0]);
                 acc[r][1] = {v}_fma(qb, k1, acc[r][1]);
             }}
@@ -253,7 +305,7 @@ VDLA_INLINE void NAME_qk(const float *restrict q, const float *restrict kt,
 }}
 
 /* y (rows x {dv}) = the probabilities s (rows x {tp}, keys past `keys` unread) times
-   v ({dv} columns a key), each row times its inv */
+   v ({dv} columns a key, keys {sh.vs} apart), each row times its inv (rows {sh.ys} apart) */
 VDLA_INLINE void NAME_pv(const float *restrict s, const float *restrict vv,
                          float *restrict y, const float *restrict inv, const int keys,
                          const int rows) {{
@@ -262,7 +314,7 @@ VDLA_INLINE void NAME_pv(const float *restrict s, const float *restrict vv,
         #pragma GCC unroll 8
         for (int r = 0; r < rows; r++) acc[r][0] = acc[r][1] = ({v}){{0}};
         for (int j = 0; j < keys; j++) {{
-            const float *restrict vj = vv + (size_t)j * {dv} + c0;
+            const float *restrict vj = vv + (size_t)j * {sh.vs} + c0;
             {v} v0 = {v}_load(vj), v1 = {v}_load(vj + {vl});
             VDLA_IN_REGISTER(v0); VDLA_IN_REGISTER(v1);
             #pragma GCC unroll 8
@@ -275,8 +327,8 @@ VDLA_INLINE void NAME_pv(const float *restrict s, const float *restrict vv,
         #pragma GCC unroll 8
         for (int r = 0; r < rows; r++) {{
             const {v} ib = {v}_bcast(inv[r]);
-            {v}_store(y + (size_t)r * {dv} + c0, acc[r][0] * ib);
-            {v}_store(y + (size_t)r * {dv} + c0 + {vl}, acc[r][1] * ib);
+            {v}_store(y + (size_t)r * {sh.ys} + c0, acc[r][0] * ib);
+            {v}_store(y + (size_t)r * {sh.ys} + c0 + {vl}, acc[r][1] * ib);
         }}
     }}{rest}
 }}
@@ -311,7 +363,7 @@ def _float_rows(node: Node, sh: _Shape, params: Params, m_at: str,
         float inv[{ROWS}];
         if (have != bt) {{
             for (int c = 0; c < {d}; c++) {{
-                for (int j = 0; j < {sh.t}; j++) kt[c * {tp} + j] = k[(size_t)j * {d} + c];
+                for (int j = 0; j < {sh.t}; j++) kt[c * {tp} + j] = k[(size_t)j * {sh.ks} + c];
                 for (int j = {sh.t}; j < {tp}; j++) kt[c * {tp} + j] = 0;
             }}
             have = bt;
@@ -422,8 +474,8 @@ VDLA_INLINE void NAME_pv(const uint32_t *restrict pw, const uint32_t *restrict v
         const {v} lo = {v}_bcast({rqv[6]}), hi = {v}_bcast({rqv[7]});
         #pragma GCC unroll 8
         for (int r = 0; r < rows; r++) {{  /* (no loop over the two: acc stays in registers) */
-            NAME_put(y + (size_t)r * {dv}, c0, {v}_max({v}_min({v}_rq(acc[r][0], {rqv[4]}, {rqv[5]}), hi), lo));
-            NAME_put(y + (size_t)r * {dv}, c0 + {vl}, {v}_max({v}_min({v}_rq(acc[r][1], {rqv[4]}, {rqv[5]}), hi), lo));
+            NAME_put(y + (size_t)r * {sh.ys}, c0, {v}_max({v}_min({v}_rq(acc[r][0], {rqv[4]}, {rqv[5]}), hi), lo));
+            NAME_put(y + (size_t)r * {sh.ys}, c0 + {vl}, {v}_max({v}_min({v}_rq(acc[r][1], {rqv[4]}, {rqv[5]}), hi), lo));
         }}
     }}
 }}
@@ -474,20 +526,20 @@ def _int_rows(node: Node, sh: _Shape, params: Params,
             for (int c = 0; c < {d2}; c++)
                 for (int j = 0; j < {tp}; j++)
                     kt[c * {tp} + j] = j >= {t_len} ? 0 : {pair.format(
-                        lo=f"k[(size_t)j * {d} + 2 * c]",
-                        hi=f"2 * c + 1 < {d} ? k[(size_t)j * {d} + 2 * c + 1] : 0")};
+                        lo=f"k[(size_t)j * {sh.ks} + 2 * c]",
+                        hi=f"2 * c + 1 < {d} ? k[(size_t)j * {sh.ks} + 2 * c + 1] : 0")};
             for (int j = 0; j < {t2}; j++)
                 for (int c = 0; c < {dvp}; c++)
                     vt[j * {dvp} + c] = c >= {dv} ? 0 : {pair.format(
-                        lo=f"vv[(size_t)(2 * j) * {dv} + c]",
-                        hi=f"2 * j + 1 < {t_len} ? vv[(size_t)(2 * j + 1) * {dv} + c] : 0")};
+                        lo=f"vv[(size_t)(2 * j) * {sh.vs} + c]",
+                        hi=f"2 * j + 1 < {t_len} ? vv[(size_t)(2 * j + 1) * {sh.vs} + c] : 0")};
             have = bt;
         }}
         for (int r = 0; r < rows; r++)
             for (int c = 0; c < {d2}; c++)
                 qw[r * {d2} + c] = {pair.format(
-                    lo=f"q[(size_t)r * {d} + 2 * c]",
-                    hi=f"2 * c + 1 < {d} ? q[(size_t)r * {d} + 2 * c + 1] : 0")};
+                    lo=f"q[(size_t)r * {sh.qs} + 2 * c]",
+                    hi=f"2 * c + 1 < {d} ? q[(size_t)r * {sh.qs} + 2 * c + 1] : 0")};
         {_switch("NAME_qk(qw, kt, sc, keys, {rows})")}
         for (int r = 0; r < rows; r++) {{
             const int i = i0 + r, last = NAME_last(i);

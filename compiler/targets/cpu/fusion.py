@@ -1,5 +1,6 @@
 """Two layers fused into one kernel: a depthwise convolution and the pointwise one that
-reads it, and a convolution and the max pool that reads it.
+reads it, and a convolution and the max pool that reads it; and an attention that reads
+and writes its heads in place, its slices and transposes left out (`head_views`).
 
 MobileNet's pairs: a 3x3 depthwise layer writes a plane of channels that only the 1x1
 layer after it reads. On the large planes (112x112x32 float32 is 1.6 MB) that plane
@@ -39,7 +40,9 @@ import numpy as np
 
 from vdla.compiler.ir.graph import Graph
 from vdla.compiler.ir.tensor import Node
+from vdla.compiler.targets.cpu.attention import attention_kernel
 from vdla.compiler.targets.cpu.blocked import keeps_rows
+from vdla.compiler.targets.cpu.head_views import head_views
 from vdla.compiler.targets.cpu.isa import Isa
 from vdla.compiler.targets.cpu.kernel import SIGNATURE, Kernel, align
 from vdla.compiler.targets.cpu.machine import NOMINAL, MachineCosts
@@ -67,12 +70,16 @@ _CONVS = ("conv2d", "qconv2d")
 
 @dataclasses.dataclass(frozen=True)
 class Fusion:
-    """Node `first` fused with the node reading it (a pointwise convolution or a max
-    pool); `kernel` runs both, reading `first`'s input (and the pointwise residual, if
-    any)."""
+    """A node's `kernel` in the whole-graph runner that also does the work of the nodes
+    `absorbed`, whose own steps are left out: the node before it of a pair (a depthwise
+    and a pointwise convolution, a convolution and a max pool: the kernel reads that
+    node's input, and the pointwise residual if any), or an attention's slices and
+    transposes (`head_views`). `output`: the tensor the kernel writes, when not its
+    node's own (an absorbed node's after it; "" for its own)."""
 
-    first: str
+    absorbed: tuple[str, ...]
     kernel: Kernel
+    output: str = ""
 
 
 def _shape(node: Node, graph: Graph) -> ConvShape:
@@ -124,12 +131,13 @@ def _pair(graph: Graph, d: Node, p: Node, sd: Any, sp: Any, costs: MachineCosts)
 
 def fusions(graph: Graph, nodes: Sequence[Node], schedules: Mapping[str, Any], isa: Isa,
             threads: int, costs: MachineCosts = NOMINAL) -> dict[str, Fusion]:
-    """second node's name -> its `Fusion` with the node before it, for every pair of
-    `nodes` that fuses (a depthwise and a pointwise convolution, a convolution and a max
-    pool) with the `schedules` their kernels were made with, on a team of `threads`, on
-    the machine `costs` describes (its L2 sets the sizes: `MIN_BYTES`, `BAND_BYTES`)."""
-    found = {}
+    """node name -> its `Fusion`: the second node of every pair of `nodes` that fuses (a
+    depthwise and a pointwise convolution, a convolution and a max pool) with the
+    `schedules` their kernels were made with, on a team of `threads`, on the machine
+    `costs` describes (its L2 sets the sizes: `MIN_BYTES`, `BAND_BYTES`); and every
+    attention that reads or writes its heads in place (`head_views`)."""
     names = {n.name for n in nodes}
+    found = _attentions(graph, nodes, names, isa)
     for d in nodes:
         consumers = graph.consumers(d.outputs[0]) if d.outputs else []
         if len(consumers) != 1 or consumers[0].name not in names:
@@ -139,11 +147,25 @@ def fusions(graph: Graph, nodes: Sequence[Node], schedules: Mapping[str, Any], i
         if sd is None:
             continue
         if sp is not None and _pair(graph, d, p, sd, sp, costs):
-            found[p.name] = Fusion(d.name, fused_kernel(graph, d, p, sd, sp, isa, threads,
-                                                        costs))
+            found[p.name] = Fusion((d.name,), fused_kernel(graph, d, p, sd, sp, isa,
+                                                           threads, costs))
         elif sp is None and _conv_pool(graph, d, p, sd, costs):
-            found[p.name] = Fusion(d.name, pooled_kernel(graph, d, p, sd, isa, threads,
-                                                         costs))
+            found[p.name] = Fusion((d.name,), pooled_kernel(graph, d, p, sd, isa, threads,
+                                                            costs))
+    return found
+
+
+def _attentions(graph: Graph, nodes: Sequence[Node], names: set[str],
+                isa: Isa) -> dict[str, Fusion]:
+    """The attention nodes of `nodes` whose heads `head_views` reads or writes in place,
+    with the kernel that does."""
+    found = {}
+    for node in nodes:
+        if node.op in ("attention", "qattention"):
+            views, absorbed, output = head_views(graph, node, names)
+            if absorbed:
+                found[node.name] = Fusion(absorbed, attention_kernel(node, graph, isa, views),
+                                          output)
     return found
 
 

@@ -64,8 +64,8 @@ class Step:
     name : the node's name, or ``layout:TENSOR:NCHW->NCHW16c`` for a conversion
     kernel : the function it calls
     reads : the buffers of ``kernel.inputs``, in order; writes : its output buffer
-    fused : for a fused kernel (`vdla.compiler.targets.cpu.fusion`), the node it runs
-        before `node` (its time is counted in `node`'s)
+    fused : for a fused kernel (`vdla.compiler.targets.cpu.fusion`), the nodes whose work
+        it does besides `node`'s (their time is counted in `node`'s)
     view : a node of `VIEW_OPS` whose output is its input's bytes: the runner calls
         nothing and gives the output its input's buffer (`view_roots`)
     """
@@ -75,7 +75,7 @@ class Step:
     reads: tuple[Buffer, ...]
     writes: Buffer
     node: Node | None = None
-    fused: str = ""
+    fused: tuple[str, ...] = ()
     view: bool = False
 
 
@@ -109,10 +109,11 @@ def plan_steps(graph: Graph, nodes: Sequence[Node], kernels: Mapping[str, Kernel
     """The nodes' kernels in order, with a conversion before every read of a tensor in
     another layout than its producer wrote (one per tensor and layout, reused by later
     readers), and after a node whose graph output it writes blocked. Graph inputs and
-    outputs are plain. `fused`: node name -> the `Fusion` that runs it with the node
-    before it, in that node's place (whose own step is left out)."""
+    outputs are plain. `fused`: node name -> the `Fusion` that runs it with the nodes it
+    absorbs (whose own steps are left out), writing its `Fusion.output` if it names
+    one."""
     fused = fused or {}
-    first = {f.first: name for name, f in fused.items()}
+    first = {n: name for name, f in fused.items() for n in f.absorbed}
     written: dict[str, int] = {t: PLAIN for t in graph.inputs}
     have: set[Buffer] = {(t, PLAIN) for t in graph.inputs}
     steps: list[Step] = []
@@ -128,8 +129,8 @@ def plan_steps(graph: Graph, nodes: Sequence[Node], kernels: Mapping[str, Kernel
         have.add((tensor, block))
 
     for node in nodes:
-        if node.name in first:          # runs in the fused kernel of the node after it
-            written[node.outputs[0]] = kernels[node.name].out_block
+        if node.name in first:          # runs in the fused kernel of another node
+            written.setdefault(node.outputs[0], kernels[node.name].out_block)
             continue
         fusion = fused.get(node.name)
         kernel = kernels[node.name] if fusion is None else fusion.kernel
@@ -140,11 +141,11 @@ def plan_steps(graph: Graph, nodes: Sequence[Node], kernels: Mapping[str, Kernel
                 have.add((tensor, PLAIN))
             convert(tensor, kernel.in_block(k))
             reads.append((tensor, kernel.in_block(k)))
-        out = node.outputs[0]
+        out = fusion.output or node.outputs[0] if fusion else node.outputs[0]
         written[out] = kernel.out_block
         have.add((out, kernel.out_block))
         steps.append(Step(node.name, kernel, tuple(reads), (out, kernel.out_block), node,
-                          "" if fusion is None else fusion.first,
+                          () if fusion is None else fusion.absorbed,
                           fusion is None and _is_view(graph, node, kernel)))
         if out in graph.outputs and kernel.out_block != PLAIN:
             convert(out, PLAIN)
@@ -286,7 +287,7 @@ class Program:
             ins = ", ".join(f"(const void *){where[b]}" for b in step.reads) or "NULL"
             params = ("params" if step.node is None else
                       f"params + {self.offsets[fused_key(step.name) if step.fused else step.name]}")
-            what = (f"{step.fused} + " if step.fused else "") + (
+            what = "".join(f"{n} + " for n in step.fused) + (
                 f"{step.node.name} ({step.node.op})" if step.node else step.name)
             calls.append(f"    {{   /* {what} */\n"
                          f"        const void *in[] = {{{ins}}};\n"

@@ -536,8 +536,8 @@ class CpuSession(TargetSession):
         if status:
             raise RuntimeError(f"vdla_model_run returned {status}")
         ops = {s.name: float(t) for s, t in zip(program.steps, seconds) if s.node is not None}
-        # A fused step's time is its second node's; the first ran inside it.
-        ops.update({s.fused: 0.0 for s in program.steps if s.fused})
+        # A fused step's time is its node's; the nodes it absorbed ran inside it.
+        ops.update({n: 0.0 for s in program.steps for n in s.fused})
         layouts = {s.name: float(t) for s, t in zip(program.steps, seconds) if s.node is None}
         return GraphRun(dict(zip(g.outputs, outputs)), ops, layouts)
 

@@ -83,7 +83,7 @@ def test_a_fused_pair_gives_the_unfused_kernels_outputs(cpu, fuse_all, case):
     program = _program(compiled)
     fused = [s for s in program.steps if s.fused]
     tiles = cpu.isa.tiles and amx.reads_in_place(ConvShape.from_node(g.node("pw"), g))
-    assert [(s.fused, s.name) for s in fused] == ([] if tiles else [("dw", "pw")])
+    assert [(s.fused, s.name) for s in fused] == ([] if tiles else [(("dw",), "pw")])
     assert [s.name for s in program.steps if s.node is not None] == (
         ["dw", "pw"] if tiles else ["pw"])
     with compiled.session() as session:
@@ -129,7 +129,7 @@ def test_mobilenet_fuses_its_large_planes_only(best, precision):
     graph = pipeline.graph_for(model, best, precision=precision)
     compiled = compile_model(graph, best)
     fused = [(s.fused, s.name) for s in _program(compiled).steps if s.fused]
-    assert fused == [(f"{p}.dw.conv", f"{p}.pw.conv") for p in pairs]
+    assert fused == [((f"{p}.dw.conv",), f"{p}.pw.conv") for p in pairs]
     with compiled.session() as session:
         whole = session.run_graph(model.feed)
         alone = session.run(model.feed).outputs
@@ -208,7 +208,7 @@ def test_a_fused_convolution_and_pool_give_the_unfused_kernels_outputs(cpu, fuse
     g, feed = conv_pool_graph(np.random.default_rng(11), **case)
     compiled = compile_model(g, cpu, schedules={"conv": _conv_schedule(g, cpu), "pool": None})
     program = _program(compiled)
-    assert [(s.fused, s.name) for s in program.steps if s.fused] == [("conv", "pool")]
+    assert [(s.fused, s.name) for s in program.steps if s.fused] == [(("conv",), "pool")]
     with compiled.session() as session:
         whole = session.run_graph(feed)
         alone = session.run(feed).outputs
@@ -242,7 +242,7 @@ def _conv_schedule(g, target):
     return dataclasses.replace(schedule, wino=0)
 
 
-@pytest.mark.parametrize("precision, pairs", [("float32", [("conv1", "maxpool")]),
+@pytest.mark.parametrize("precision, pairs", [("float32", [(("conv1",), "maxpool")]),
                                               ("int8", [])])
 def test_resnet_fuses_its_stem_and_pool_where_the_stem_is_blocked(best, precision, pairs):
     """ResNet-18's stem (112x112x64) and its max pool fuse in float32, where the default
