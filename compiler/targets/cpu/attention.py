@@ -7,8 +7,8 @@
 
 One kernel runs the whole unit: q (..., S, D), k (..., T, D) (not transposed), v (...,
 T, Dv), an optional mask broadcast to the scores (..., S, T), and the causal exclusion
-(key t > query s + T - S). OpenMP shares (batch x heads x blocks of `ROWS` query rows);
-each block goes through:
+(key t > query s + T - S). OpenMP shares (batch x heads x blocks of `step_rows` query
+rows); each block goes through:
 
 1. its scores, a register tile of the block's rows by two vectors of keys: ``q . k_t``
    (float32: multiply-adds along D, then ``* scale``; int8: exact int32 sums of int16
@@ -17,14 +17,22 @@ each block goes through:
 2. the softmax of each row (float32: the mask added, max, vector exp, sum, ``1 / sum``;
    int8: `qnorms.SOFTMAX_C`, excluded keys (mask True, causal) left out of the maximum
    and the sum), keys past the row's causal diagonal zeroed;
-3. ``p . v``: a register tile of the rows by two vectors along Dv, a key (int8: two
-   keys) a step, then (float) each row times its ``1 / sum`` or (int8) ``requantize(
+3. ``p . v``: a register tile of the rows by `pv_vectors` vectors along Dv (int8: two),
+   a key (int8: two keys) a step, then (float) each row times its ``1 / sum`` or (int8) ``requantize(
    pv_multiplier, pv_shift)`` and the clip.
 
 Why blocks of rows: one query row at a time reads the head's K and V once per row from
 L2 and keeps few accumulators; five to a block, each K and V vector loaded serves five
 rows (BERT-base's int8 attention and ViT-tiny's float one 1.7x, ViT-tiny's int8 one
-1.4x faster than row by row on an AMD EPYC with AVX2).
+1.4x faster than row by row on an AMD EPYC with AVX2). With AVX-512's 32 registers, six
+rows and P.V four vectors wide.
+
+Each tile is a function of its own (`_dispatch`), and K transposed is stored in blocks of
+the scores' two vectors of keys, so that a step reads the next 128 bytes (AVX-512: K
+transposed whole, 64 x 224 floats for 197 tokens, put the next step's keys 896 bytes
+on). On an Intel Xeon with AMX, 2 threads, the four changes together: ViT-tiny's float
+attention 1.14x, BERT-base's 1.08x, both int8 ones 1.07x faster (one node, interleaved);
+with `vdla_cpu.h`'s exp as multiply-adds, the float ones 1.29x and 1.24x.
 
 Each thread keeps the block's scores (and int8: a row's exponentials, the rows' q and
 probabilities as int16 pairs) in its scratch space, with the head's K transposed (int8:
@@ -49,11 +57,21 @@ from vdla.compiler.targets.cpu.matmul import batch_offsets
 from vdla.compiler.targets.cpu.opbase import PARALLEL_MIN, Sources, size
 from vdla.compiler.targets.cpu.qnorms import SOFTMAX_C
 
-__all__ = ["ROWS", "attention_kernel", "attention_refusal"]
+__all__ = ["HeadView", "ROWS", "ROWS_32", "attention_kernel", "attention_refusal", "pv_vectors",
+           "step_rows"]
 
-#: Query rows a step: a register tile of 6 rows by two vectors (12 of the 16 AVX2
-#: registers as accumulators, two for the keys (or v) and one for the broadcast).
+#: Query rows a step with 16 vector registers (AVX2): a register tile of 5 rows by two
+#: vectors (10 accumulators, two for the keys (or v), one for the broadcast).
 ROWS = 5
+#: With 32 (AVX-512): 6 rows (P.V's tile of 6 rows by four vectors, `pv_vectors`, takes
+#: 29 registers), 1.10x faster than 5 on ViT-tiny's float attention and 1.03x on
+#: BERT-base's (Intel Xeon with AMX, 2 threads).
+ROWS_32 = 6
+
+
+def step_rows(isa: Isa) -> int:
+    """Query rows a step on `isa`: `ROWS`, or `ROWS_32` with 32 vector registers."""
+    return ROWS_32 if isa.registers >= 32 else ROWS
 
 
 def attention_refusal(node: Node, graph: Graph) -> str | None:
@@ -92,6 +110,14 @@ def attention_refusal(node: Node, graph: Graph) -> str | None:
 
 def _scalar(v, none: int = 0) -> int:
     return none if v is None else int(np.asarray(v).reshape(-1)[0])
+
+
+def pv_vectors(isa: Isa) -> int:
+    """Vectors of Dv in a step of the float P.V tile: four with 32 vector registers
+    (`ROWS_32` x 4 accumulators, four of V and the broadcast: 29), so that a head of depth
+    64 at 16 lanes is one pass over the probabilities and V instead of two; two with 16
+    (AVX2: 13 registers)."""
+    return 4 if isa.registers >= 32 else 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,7 +170,7 @@ def attention_kernel(node: Node, graph: Graph, isa: Isa,
     batch = out[:-2]
     s_len, d = q_shape[-2], q_shape[-1]
     t_len, dv = k_shape[-2], v_shape[-1]
-    names, (qoff, koff, voff, yoff), rows = _operands(node, graph, views)
+    names, (qoff, koff, voff, yoff), strides = _operands(node, graph, views)
     params = Params()
     sources = Sources(graph, params)
     elem = "int8_t" if quant else "float"
@@ -164,7 +190,8 @@ def attention_kernel(node: Node, graph: Graph, isa: Isa,
         m_at = f"{m_row}[(size_t)j * {col}]"
     tables = params.add(np.stack([qoff, koff, voff, yoff]).astype(np.int64))
     batches = qoff.size
-    blocks = -(-s_len // ROWS)
+    step = step_rows(isa)
+    blocks = -(-s_len // step)
     work = batches * blocks
     causal = bool(node.attrs.get("causal"))
     last = (f"(i + {t_len - s_len} < {t_len - 1} ? i + {t_len - s_len} : {t_len - 1})"
@@ -172,7 +199,7 @@ def attention_kernel(node: Node, graph: Graph, isa: Isa,
     macs = batches * s_len * t_len * (d + dv)
     parallel = 1 if work > 1 and macs >= PARALLEL_MIN else 0
     what = (f" mask {t[mask].shape}" if mask else "") + (" causal" if causal else "")
-    shape = _Shape(d, dv, t_len, isa.lanes[0], *rows)
+    shape = _Shape(d, dv, t_len, isa.lanes[0], *strides, pv_vectors(isa), step)
     if quant:
         blocks_c, row_c, scratch, decls = _int_rows(node, shape, params, m_at)
     else:
@@ -182,7 +209,7 @@ def attention_kernel(node: Node, graph: Graph, isa: Isa,
 /* the last key query row i sees */
 VDLA_INLINE int NAME_last(const int i) {{ (void)i; return {last}; }}
 {blocks_c}
-/* {node.op} q {q_shape} k {k_shape} v {v_shape}{what} -> {out}; {ROWS} query rows a step */
+/* {node.op} q {q_shape} k {k_shape} v {v_shape}{what} -> {out}; {step} query rows a step */
 void NAME{SIGNATURE} {{
     const {elem} *restrict Q = {ptr[0]};
     const {elem} *restrict K = {ptr[1]};
@@ -195,8 +222,8 @@ void NAME{SIGNATURE} {{
     int have = -1;     /* the batch whose K (and int8: V) this thread holds rearranged */
     #pragma omp for schedule(static)
     for (int w = 0; w < {work}; w++) {{
-        const int bt = w / {blocks}, i0 = (w % {blocks}) * {ROWS};
-        const int rows = vdla_min({ROWS}, {s_len} - i0);
+        const int bt = w / {blocks}, i0 = (w % {blocks}) * {step};
+        const int rows = vdla_min({step}, {s_len} - i0);
         const {elem} *restrict q = Q + off[bt] + (size_t)i0 * {shape.qs};
         const {elem} *restrict k = K + off[{batches} + bt];
         const {elem} *restrict vv = V + off[{2 * batches} + bt];
@@ -229,6 +256,8 @@ class _Shape:
     ks: int = 0
     vs: int = 0
     ys: int = 0
+    nv: int = 2
+    rows: int = ROWS
 
     def __post_init__(self):
         for name, width in (("qs", self.d), ("ks", self.d), ("vs", self.dv), ("ys", self.dv)):
@@ -240,32 +269,41 @@ class _Shape:
         return -(-self.t // (2 * self.vl)) * 2 * self.vl
 
 
-def _switch(call: str) -> str:
-    """C: `call` (a format string of ``{rows}``) with the block's row count a constant,
-    so that the register tile's loops over rows unroll."""
-    cases = " ".join(f"case {r}: {call.format(rows=r)}; break;" for r in range(1, ROWS + 1))
-    return f"switch (rows) {{ {cases} }}"
+def _dispatch(fn: str, params: str, most: int) -> str:
+    """C: ``NAME_{fn}_rows(params)``, which calls the register tile ``NAME_{fn}`` with the
+    block's row count (1 to `most`) a constant, so that its loops over rows unroll.
+
+    It is a function of its own (never inlined) so that the tile has the registers to
+    itself: inlined into the block's loop, gcc kept the softmax's exp constants in
+    registers across the tile and spilled one of P.V's accumulators to the stack on
+    AVX-512 (a store and a reload in each step's chain of multiply-adds)."""
+    names = [part.split()[-1] for part in params.split(",")]
+    cases = " ".join(
+        f"case {r}: NAME_{fn}({', '.join(str(r) if n == 'rows' else n for n in names)}); "
+        "break;" for r in range(1, most + 1))
+    return (f"static __attribute__((noinline)) void NAME_{fn}_rows({params}) {{\n"
+            f"    switch (rows) {{ {cases} }}\n}}\n")
 
 
 def _float_products(sh: _Shape) -> str:
     """C: the float block's two register tiles, ``NAME_qk`` (the scores) and ``NAME_pv``
-    (the probabilities times v, Dv in steps of two vectors, then one, then single
-    columns)."""
-    vl, d, dv, tp = sh.vl, sh.d, sh.dv, sh.tp
+    (the probabilities times v, Dv in steps of ``sh.nv`` vectors, then one vector at a
+    time, then single columns)."""
+    vl, d, dv, tp, nv = sh.vl, sh.d, sh.dv, sh.tp, sh.nv
     v = f"vf{vl}"
-    full = dv // (2 * vl) * 2 * vl          # columns of whole two-vector steps
+    full = dv // (nv * vl) * nv * vl        # columns of whole steps of nv vectors
     rest = ""
-    if dv % (2 * vl) >= vl:                 # one more vector of columns
+    if dv - full >= vl:                     # more whole vectors of columns, one a step
         rest += f"""
-    {{
-        {v} acc[{ROWS}];
+    for (int c0 = {full}; c0 + {vl} <= {dv}; c0 += {vl}) {{
+        {v} acc[{sh.rows}];
         for (int r = 0; r < rows; r++) acc[r] = ({v}){{0}};
         for (int j = 0; j < keys; j++) {{
-            {v} v0 = {v}_load(vv + (size_t)j * {sh.vs} + {full}); VDLA_IN_REGISTER(v0);
+            {v} v0 = {v}_load(vv + (size_t)j * {sh.vs} + c0); VDLA_IN_REGISTER(v0);
             #pragma GCC unroll 8
             for (int r = 0; r < rows; r++) acc[r] = {v}_fma({v}_bcast(s[(size_t)r * {tp} + j]), v0, acc[r]);
         }}
-        for (int r = 0; r < rows; r++) {v}_store(y + (size_t)r * {sh.ys} + {full}, acc[r] * {v}_bcast(inv[r]));
+        for (int r = 0; r < rows; r++) {v}_store(y + (size_t)r * {sh.ys} + c0, acc[r] * {v}_bcast(inv[r]));
     }}"""
     if dv % vl:                             # the last columns, one at a time
         rest += f"""
@@ -276,16 +314,17 @@ def _float_products(sh: _Shape) -> str:
             y[(size_t)r * {sh.ys} + c] = a * inv[r];
         }}"""
     functions = f"""
-/* the scores of `rows` query rows (q: rows x {d}, rows {sh.qs} apart) by the keys (kt: {d} x {tp}, K
-   transposed) up to `keys`, times the scale, into s (rows x {tp}) */
+/* the scores of `rows` query rows (q: rows x {d}, rows {sh.qs} apart) by the keys (kt: K
+   transposed in blocks of {2 * vl} keys, {tp // (2 * vl)} x {d} x {2 * vl}) up to `keys`, times
+   the scale, into s (rows x {tp}) */
 VDLA_INLINE void NAME_qk(const float *restrict q, const float *restrict kt,
                          float *restrict s, const int keys, const int rows, const float scale) {{
     for (int jb = 0; jb < keys; jb += {2 * vl}) {{
-        {v} acc[{ROWS}][2];
+        {v} acc[{sh.rows}][2];
         #pragma GCC unroll 8
         for (int r = 0; r < rows; r++) acc[r][0] = acc[r][1] = ({v}){{0}};
         for (int c = 0; c < {d}; c++) {{
-            const float *restrict kc = kt + (size_t)c * {tp} + jb;
+            const float *restrict kc = kt + (size_t)jb * {d} + c * {2 * vl};
             {v} k0 = {v}_load(kc), k1 = {v}_load(kc + {vl});
             VDLA_IN_REGISTER(k0); VDLA_IN_REGISTER(k1);
             #pragma GCC unroll 8
@@ -309,31 +348,37 @@ VDLA_INLINE void NAME_qk(const float *restrict q, const float *restrict kt,
 VDLA_INLINE void NAME_pv(const float *restrict s, const float *restrict vv,
                          float *restrict y, const float *restrict inv, const int keys,
                          const int rows) {{
-    for (int c0 = 0; c0 < {full}; c0 += {2 * vl}) {{
-        {v} acc[{ROWS}][2];
+    for (int c0 = 0; c0 < {full}; c0 += {nv * vl}) {{
+        {v} acc[{sh.rows}][{nv}];
         #pragma GCC unroll 8
-        for (int r = 0; r < rows; r++) acc[r][0] = acc[r][1] = ({v}){{0}};
+        for (int r = 0; r < rows; r++)
+            for (int u = 0; u < {nv}; u++) acc[r][u] = ({v}){{0}};
         for (int j = 0; j < keys; j++) {{
             const float *restrict vj = vv + (size_t)j * {sh.vs} + c0;
-            {v} v0 = {v}_load(vj), v1 = {v}_load(vj + {vl});
-            VDLA_IN_REGISTER(v0); VDLA_IN_REGISTER(v1);
+            {v} vw[{nv}];
+            for (int u = 0; u < {nv}; u++) {{ vw[u] = {v}_load(vj + u * {vl}); VDLA_IN_REGISTER(vw[u]); }}
             #pragma GCC unroll 8
             for (int r = 0; r < rows; r++) {{
                 const {v} pb = {v}_bcast(s[(size_t)r * {tp} + j]);
-                acc[r][0] = {v}_fma(pb, v0, acc[r][0]);
-                acc[r][1] = {v}_fma(pb, v1, acc[r][1]);
+                for (int u = 0; u < {nv}; u++) acc[r][u] = {v}_fma(pb, vw[u], acc[r][u]);
             }}
         }}
         #pragma GCC unroll 8
         for (int r = 0; r < rows; r++) {{
             const {v} ib = {v}_bcast(inv[r]);
-            {v}_store(y + (size_t)r * {sh.ys} + c0, acc[r][0] * ib);
-            {v}_store(y + (size_t)r * {sh.ys} + c0 + {vl}, acc[r][1] * ib);
+            for (int u = 0; u < {nv}; u++) {v}_store(y + (size_t)r * {sh.ys} + c0 + u * {vl}, acc[r][u] * ib);
         }}
     }}{rest}
 }}
 """
-    return functions
+    return functions + _dispatch("qk", _FLOAT_QK, sh.rows) + _dispatch("pv", _FLOAT_PV, sh.rows)
+
+
+#: The float tiles' parameters (`_dispatch`).
+_FLOAT_QK = ("const float *restrict q, const float *restrict kt, float *restrict s, "
+             "const int keys, const int rows, const float scale")
+_FLOAT_PV = ("const float *restrict s, const float *restrict vv, float *restrict y, "
+             "const float *restrict inv, const int keys, const int rows")
 
 
 def _float_rows(node: Node, sh: _Shape, params: Params, m_at: str,
@@ -343,7 +388,7 @@ def _float_rows(node: Node, sh: _Shape, params: Params, m_at: str,
     reads the mask at row ``i``, key ``j``. A thread first copies the batch's K
     transposed, (D, T) padded to `_Shape.tp` keys, into its scratch (once per batch it
     meets: its blocks are consecutive), so that the scores are a register tile of
-    `ROWS` rows by two vectors of keys, ``D`` multiply-adds a step and no horizontal
+    `step_rows` rows by two vectors of keys, ``D`` multiply-adds a step and no horizontal
     sums; P.V is a tile of rows by two vectors along Dv, a key a step."""
     vl, d, tp = sh.vl, sh.d, sh.tp
     v = f"vf{vl}"
@@ -359,16 +404,18 @@ def _float_rows(node: Node, sh: _Shape, params: Params, m_at: str,
     functions = _float_products(sh)
     decls = f"    const float scale = *(const float *)(params + {scale});\n"
     row = f"""        float *restrict s = (float *)mine;
-        float *restrict kt = (float *)(mine + {align(4 * ROWS * tp)});
-        float inv[{ROWS}];
+        float *restrict kt = (float *)(mine + {align(4 * sh.rows * tp)});
+        float inv[{sh.rows}];
         if (have != bt) {{
-            for (int c = 0; c < {d}; c++) {{
-                for (int j = 0; j < {sh.t}; j++) kt[c * {tp} + j] = k[(size_t)j * {sh.ks} + c];
-                for (int j = {sh.t}; j < {tp}; j++) kt[c * {tp} + j] = 0;
-            }}
+            /* in blocks of {2 * vl} keys, each ({d}, {2 * vl}): a step of the scores' tile
+               reads the next {8 * vl} bytes */
+            for (int j = 0; j < {tp}; j++)
+                for (int c = 0; c < {d}; c++)
+                    kt[(size_t)(j / {2 * vl}) * {2 * vl * d} + c * {2 * vl} + j % {2 * vl}] =
+                        j < {sh.t} ? k[(size_t)j * {sh.ks} + c] : 0;
             have = bt;
         }}
-        {_switch("NAME_qk(q, kt, s, keys, {rows}, scale)")}
+        NAME_qk_rows(q, kt, s, keys, rows, scale);
         for (int r = 0; r < rows; r++) {{
             const int i = i0 + r, last = NAME_last(i);
             float *restrict sr = s + (size_t)r * {tp};
@@ -403,8 +450,8 @@ def _float_rows(node: Node, sh: _Shape, params: Params, m_at: str,
             for (int l = 0; l < {vl}; l++) sum += sv[l];
             inv[r] = 1.0f / sum;
         }}
-        {_switch("NAME_pv(s, vv, y, inv, keys, {rows})")}"""
-    return functions, row, align(4 * ROWS * tp) + align(4 * d * tp), decls
+        NAME_pv_rows(s, vv, y, inv, keys, rows);"""
+    return functions, row, align(4 * sh.rows * tp) + align(4 * d * tp), decls
 
 
 def _int_products(sh: _Shape, rqv: list[int]) -> str:
@@ -415,16 +462,16 @@ def _int_products(sh: _Shape, rqv: list[int]) -> str:
     d2, t2 = -(-d // 2), -(-t_len // 2)
     dvp = -(-dv // (2 * vl)) * 2 * vl
     functions = f"""
-/* the int8 scores of `rows` query rows (qw: rows x {d2} pairs) by the keys (kt: {d2}
-   pairs x {tp} keys) up to `keys`, requantized and clipped, into sc (rows x {tp}) */
+/* the int8 scores of `rows` query rows (qw: rows x {d2} pairs) by the keys (kt: in
+   blocks of {2 * vl} keys, {tp // (2 * vl)} x {d2} pairs x {2 * vl}) up to `keys`, requantized and clipped, into sc (rows x {tp}) */
 VDLA_INLINE void NAME_qk(const uint32_t *restrict qw, const uint32_t *restrict kt,
                          int8_t *restrict sc, const int keys, const int rows) {{
     for (int jb = 0; jb < keys; jb += {2 * vl}) {{
-        {v} acc[{ROWS}][2];
+        {v} acc[{sh.rows}][2];
         #pragma GCC unroll 8
         for (int r = 0; r < rows; r++) acc[r][0] = acc[r][1] = ({v}){{0}};
         for (int c = 0; c < {d2}; c++) {{
-            const uint32_t *restrict kc = kt + (size_t)c * {tp} + jb;
+            const uint32_t *restrict kc = kt + (size_t)jb * {d2} + c * {2 * vl};
             {v} k0 = {v}_load(kc), k1 = {v}_load(kc + {vl});
             VDLA_IN_REGISTER(k0); VDLA_IN_REGISTER(k1);
             #pragma GCC unroll 8
@@ -457,7 +504,7 @@ VDLA_INLINE void NAME_put(int8_t *restrict y, const int c, const {v} o) {{
 VDLA_INLINE void NAME_pv(const uint32_t *restrict pw, const uint32_t *restrict vt,
                          int8_t *restrict y, const int pairs, const int rows) {{
     for (int c0 = 0; c0 < {dvp}; c0 += {2 * vl}) {{
-        {v} acc[{ROWS}][2];
+        {v} acc[{sh.rows}][2];
         #pragma GCC unroll 8
         for (int r = 0; r < rows; r++) acc[r][0] = acc[r][1] = ({v}){{0}};
         for (int j = 0; j < pairs; j++) {{
@@ -480,7 +527,14 @@ VDLA_INLINE void NAME_pv(const uint32_t *restrict pw, const uint32_t *restrict v
     }}
 }}
 """
-    return functions
+    return functions + _dispatch("qk", _INT_QK, sh.rows) + _dispatch("pv", _INT_PV, sh.rows)
+
+
+#: The int8 tiles' parameters (`_dispatch`).
+_INT_QK = ("const uint32_t *restrict qw, const uint32_t *restrict kt, int8_t *restrict sc, "
+           "const int keys, const int rows")
+_INT_PV = ("const uint32_t *restrict pw, const uint32_t *restrict vt, int8_t *restrict y, "
+           "const int pairs, const int rows")
 
 
 def _int_rows(node: Node, sh: _Shape, params: Params,
@@ -489,7 +543,7 @@ def _int_rows(node: Node, sh: _Shape, params: Params,
     (module docstring), its scratch bytes per thread, its declarations before the loop).
     A thread holds the batch's K and V as pairs of int16 in 32-bit lanes (K: ``[D /
     2][keys]``, V: ``[keys / 2][Dv]``, zeros past the ends), made once per batch it
-    meets, so both products are register tiles of `ROWS` rows by two vectors of
+    meets, so both products are register tiles of `step_rows` rows by two vectors of
     `vdla_cpu.h`'s exact ``madd16`` (AVX2 ``vpmaddwd``): the scores along keys, P.V
     along Dv with two keys a step."""
     a = node.attrs
@@ -503,8 +557,8 @@ def _int_rows(node: Node, sh: _Shape, params: Params,
            int(a["pv_out_min"]), int(a["pv_out_max"])]
     d2, t2 = -(-d // 2), -(-t_len // 2)
     dvp = -(-dv // (2 * vl)) * 2 * vl       # columns, padded to steps of two vectors
-    parts = {"sc": align(ROWS * tp), "e": align(4 * t_len), "qw": align(4 * ROWS * d2),
-             "pw": align(4 * ROWS * t2), "kt": align(4 * d2 * tp), "vt": align(4 * t2 * dvp)}
+    parts = {"sc": align(sh.rows * tp), "e": align(4 * t_len), "qw": align(4 * sh.rows * d2),
+             "pw": align(4 * sh.rows * t2), "kt": align(4 * d2 * tp), "vt": align(4 * t2 * dvp)}
     at, offsets = 0, {}
     for name, size_ in parts.items():
         offsets[name] = at
@@ -523,9 +577,10 @@ def _int_rows(node: Node, sh: _Shape, params: Params,
         uint32_t *restrict kt = (uint32_t *)(mine + {offsets['kt']});
         uint32_t *restrict vt = (uint32_t *)(mine + {offsets['vt']});
         if (have != bt) {{
-            for (int c = 0; c < {d2}; c++)
-                for (int j = 0; j < {tp}; j++)
-                    kt[c * {tp} + j] = j >= {t_len} ? 0 : {pair.format(
+            for (int j = 0; j < {tp}; j++)      /* blocks of {2 * vl} keys, as the float kt */
+                for (int c = 0; c < {d2}; c++)
+                    kt[(size_t)(j / {2 * vl}) * {2 * vl * d2} + c * {2 * vl} + j % {2 * vl}] =
+                        j >= {t_len} ? 0 : {pair.format(
                         lo=f"k[(size_t)j * {sh.ks} + 2 * c]",
                         hi=f"2 * c + 1 < {d} ? k[(size_t)j * {sh.ks} + 2 * c + 1] : 0")};
             for (int j = 0; j < {t2}; j++)
@@ -540,7 +595,7 @@ def _int_rows(node: Node, sh: _Shape, params: Params,
                 qw[r * {d2} + c] = {pair.format(
                     lo=f"q[(size_t)r * {sh.qs} + 2 * c]",
                     hi=f"2 * c + 1 < {d} ? q[(size_t)r * {sh.qs} + 2 * c + 1] : 0")};
-        {_switch("NAME_qk(qw, kt, sc, keys, {rows})")}
+        NAME_qk_rows(qw, kt, sc, keys, rows);
         for (int r = 0; r < rows; r++) {{
             const int i = i0 + r, last = NAME_last(i);
             int8_t *restrict x = sc + (size_t)r * {tp};   /* probabilities replace scores */
@@ -549,5 +604,5 @@ def _int_rows(node: Node, sh: _Shape, params: Params,
                 pw[r * {t2} + j] = {pair.format(lo="x[2 * j]",
                                                 hi=f"2 * j + 1 < {t_len} ? x[2 * j + 1] : 0")};
         }}
-        {_switch("NAME_pv(pw, vt, y, (keys + 1) / 2, {rows})")}"""
+        NAME_pv_rows(pw, vt, y, (keys + 1) / 2, rows);"""
     return functions, row, at, decls
