@@ -58,6 +58,16 @@ def _views(g: Graph):
     return head_views(g, node, {n.name for n in g.nodes()})
 
 
+def _both_paths(g: Graph, target, feed: dict):
+    """`g` compiled for `target`: the whole-graph runner's steps, and its outputs and the
+    op-by-op session's on `feed`."""
+    compiled = compile_model(g, target)
+    with compiled.session() as session:
+        whole = session.run_graph(feed).outputs
+        alone = session.run(feed).outputs
+    return compiled.ops[0].kernel.program.steps, whole, alone
+
+
 def test_a_packed_projection_is_read_in_place_and_the_merge_written():
     views, absorbed, output = _views(_graph())
     assert [(v.source, v.start, v.row) for v in views[:3]] == [
@@ -97,15 +107,11 @@ def test_chains_taken_and_left(change, operands, merged):
 def test_whole_graph_run_matches_the_op_by_op_one(best, change):
     g = _graph(**change)
     feed = _feed(g)
-    compiled = compile_model(g, best)
-    steps = compiled.ops[0].kernel.program.steps
+    steps, whole, alone = _both_paths(g, best, feed)
     attn = next(s for s in steps if s.name == "attn")
     assert set(attn.fused) == set(_views(g)[1])
     assert not {s.name for s in steps} & set(attn.fused)
     want = run_reference(g, feed)
-    with compiled.session() as session:
-        whole = session.run_graph(feed).outputs
-        alone = session.run(feed).outputs
     for name in g.outputs:
         np.testing.assert_array_equal(whole[name], alone[name])
         np.testing.assert_allclose(whole[name], want[name], rtol=1e-5, atol=1e-5)
@@ -119,15 +125,11 @@ def test_zoo_transformers_read_every_attention_in_place(best, name, precision):
     from vdla.compiler import pipeline
     model = pipeline.load_model(name, calibration=2, note=None)
     graph = pipeline.graph_for(model, best, precision=precision)
-    compiled = compile_model(graph, best)
-    steps = compiled.ops[0].kernel.program.steps
+    feed = dict(model.feed)
+    steps, whole, alone = _both_paths(graph, best, feed)
     attentions = [s for s in steps if s.node is not None and "attention" in s.node.op]
     assert attentions and all(len(s.fused) == 10 for s in attentions)
-    feed = dict(model.feed)
     want = run_reference(graph, feed)
-    with compiled.session() as session:
-        whole = session.run_graph(feed).outputs
-        alone = session.run(feed).outputs
     for out in graph.outputs:
         np.testing.assert_array_equal(whole[out], alone[out])
         if precision == "int8":
