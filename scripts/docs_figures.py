@@ -238,7 +238,7 @@ FIGURES = [
            "chart, one file per kind of machine",
            plots={"cpu/cpu.png": "cpu_speed.png"}, per_machine=True),
     Figure("cpu_transformers",
-           "python3 bench/cpu_transformers.py --runs 5 --rounds 7 --ops --out {tmp}/transformers",
+           "python3 bench/cpu_transformers.py --runs 5 --rounds 3 --ops --out {tmp}/transformers",
            "the CPU target against onnxruntime's fastest way on BERT-base and ViT-tiny, "
            "float32 and int8, one file per kind of machine", per_machine=True),
     Figure("cpu_bf16", "python3 bench/cpu_bf16.py --inputs 8",

@@ -57,7 +57,7 @@ from vdla.compiler.targets.cpu.matmul import batch_offsets
 from vdla.compiler.targets.cpu.opbase import PARALLEL_MIN, Sources, size
 from vdla.compiler.targets.cpu.qnorms import SOFTMAX_C
 
-__all__ = ["HeadView", "ROWS", "ROWS_32", "attention_kernel", "attention_refusal", "pv_vectors",
+__all__ = ["ROWS", "ROWS_32", "attention_kernel", "attention_refusal", "pv_vectors",
            "step_rows"]
 
 #: Query rows a step with 16 vector registers (AVX2): a register tile of 5 rows by two
@@ -120,31 +120,12 @@ def pv_vectors(isa: Isa) -> int:
     return 4 if isa.registers >= 32 else 2
 
 
-@dataclasses.dataclass(frozen=True)
-class HeadView:
-    """An operand of shape (B, H, S, D) read in place from the tensor a transformer's
-    projection wrote, or the output written in place into the tensor its merge of heads
-    makes: element (b, h, s, d) at ``(b * S + s) * row + start + h * D + d`` of `source`
-    (``(B * S, row)`` or ``(B, S, row)`` elements: columns ``start`` on of the
-    projection's output, sliced, reshaped to (B, S, H, D) and transposed to heads first;
-    for the output, (B, S, H, D) with ``row = H * D``). `head_views` finds them."""
-
-    source: str
-    start: int
-    row: int
-
-    def offsets(self, shape: tuple[int, ...]) -> np.ndarray:
-        """Element offsets of each (b, h) head's first row, in ``b * H + h`` order."""
-        b, h, s, d = shape
-        heads = np.arange(b * h)
-        return (heads // h) * s * self.row + self.start + (heads % h) * d
-
-
 def _operands(node: Node, graph: Graph, views: tuple) -> tuple[list[str], list[np.ndarray],
                                                               list[int]]:
     """The tensors q, k and v are read from, each (b, h) head's offset in them and the
     output's, and the elements from a row to the next of all four: the operands' own
-    (numpy broadcasting of batch axes), or their `HeadView` where `views` has one."""
+    (numpy broadcasting of batch axes), or their `head_views.HeadView` where `views` has
+    one."""
     t = graph.tensors
     shapes = [t[n].shape for n in node.inputs[:3]] + [t[node.outputs[0]].shape]
     batch, k_shape = shapes[3][:-2], shapes[1]
@@ -245,8 +226,8 @@ class _Shape:
     """One head's sizes: ``d`` (q and k's depth), ``dv`` (v's), ``t`` keys, ``vl`` lanes;
     the elements from one row of q, k, v and the output to the next (``qs``, ``ks``,
     ``vs``, ``ys``: ``d``, ``d``, ``dv``, ``dv`` unless read or written in place,
-    `HeadView`). ``tp``: keys padded to a step of the scores' register tile (two
-    vectors)."""
+    `head_views.HeadView`). ``tp``: keys padded to a step of the scores' register tile
+    (two vectors)."""
 
     d: int
     dv: int

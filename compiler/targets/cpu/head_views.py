@@ -10,7 +10,7 @@ and a reshape to (B * S, H * Dv) for the output projection. The reshapes are vie
 transposes a layer (ViT-tiny float32: 0.5 and 0.6 ms of about 16 ms on an Intel Xeon,
 2 threads). Here the attention kernel reads q, k and v from X in place (a head's row
 ``row`` elements from the next) and writes its output as (B, S, H, Dv) directly
-(`attention.HeadView`), and the runner leaves the slices and transposes out: their
+(`HeadView`), and the runner leaves the slices and transposes out: their
 `fusion.Fusion` names them (`program.plan_steps`).
 
 An operand's chain is taken when every tensor in it is read by the next node alone and
@@ -24,16 +24,38 @@ own kernel, so both paths are checked against each other (and the reference).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Collection
 
+import numpy as np
+
 from vdla.compiler.ir.graph import Graph
 from vdla.compiler.ir.tensor import Node
-from vdla.compiler.targets.cpu.attention import HeadView
 
-__all__ = ["head_views"]
+__all__ = ["HeadView", "head_views"]
 
 _HEADS_FIRST = (0, 2, 1, 3)
+
+
+@dataclasses.dataclass(frozen=True)
+class HeadView:
+    """An operand of shape (B, H, S, D) read in place from the tensor a transformer's
+    projection wrote, or the output written in place into the tensor its merge of heads
+    makes: element (b, h, s, d) at ``(b * S + s) * row + start + h * D + d`` of `source`
+    (``(B * S, row)`` or ``(B, S, row)`` elements: columns ``start`` on of the
+    projection's output, sliced, reshaped to (B, S, H, D) and transposed to heads first;
+    for the output, (B, S, H, D) with ``row = H * D``). `head_views` finds them."""
+
+    source: str
+    start: int
+    row: int
+
+    def offsets(self, shape: tuple[int, ...]) -> np.ndarray:
+        """Element offsets of each (b, h) head's first row, in ``b * H + h`` order."""
+        b, h, s, d = shape
+        heads = np.arange(b * h)
+        return (heads // h) * s * self.row + self.start + (heads % h) * d
 
 
 def _private(graph: Graph, tensor: str, reader: Node) -> bool:
