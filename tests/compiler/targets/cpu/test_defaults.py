@@ -51,6 +51,12 @@ def sapphire_rapids() -> MachineModel:
     return _model("intel_sapphire_rapids_published.json")
 
 
+def intel_host() -> MachineModel:
+    """This project's 2-core Intel Xeon host (Sapphire Rapids class, AMX), as
+    `machine_model` measured it on 2026-11-30."""
+    return _model("intel_xeon_amx_measured.json")
+
+
 AVX512, AVX2 = get_isa("avx512vnni"), get_isa("avx2")
 
 
@@ -76,6 +82,17 @@ def test_the_machines_costs():
     assert [intel.work_scale(vl) for vl in (16, 8)] == [0.5, 2.0]
     assert [m.vector_isa() for m in (this_host(), zen4(), sapphire_rapids())] == [
         "avx2", "avx512vnni", "avx512vnni"]
+
+
+def test_the_measured_intel_host_reads_as_its_published_class():
+    """The Intel host as measured: the costs the published Sapphire Rapids gives (two
+    512-bit FMA ports, rounded; its caches; AMX granted), VNNI's int8 path measured."""
+    measured, published = intel_host(), sapphire_rapids()
+    here, spec = measured.costs(), published.costs()
+    assert here.fma_lanes == spec.fma_lanes == ((512, 32.0), (256, 16.0))
+    assert (here.l1d, here.l2, here.amx) == (spec.l1d, spec.l2, True)
+    assert here.int8_path == "vpdpbusd" and measured.amx_usable
+    assert [here.work_scale(vl) for vl in (16, 8)] == [0.5, 2.0]
 
 
 def test_a_machine_without_figures_gets_the_nominal_rates_and_its_caches():
