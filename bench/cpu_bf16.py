@@ -13,7 +13,13 @@ Where the machine has no AMX-BF16 (this project's AMD hosts), the tile kernels r
 documented ``tdpbf16ps`` (its summation order and rounding): the errors are the
 hardware's, the times are not, and no time is printed.
 
+With ``--speed ROUNDS`` (AMX-BF16 machines only), each model's whole graph at bf16 and
+at float32 (the default CPU target) alternate over that many rounds of ``--runs`` runs;
+printed: each one's median time and the median of the rounds' ratios (float32's time
+over bf16's, so above 1 is bf16 faster), with their quartiles.
+
     python3 bench/cpu_bf16.py [--models resnet18 mobilenet_v1 digits_cnn] [--inputs 8]
+                              [--speed 9] [--runs 5]
 """
 
 from __future__ import annotations
@@ -78,15 +84,54 @@ def accuracy(session, graph, output: str) -> tuple[float, float]:
     return float((ref == y).mean()), float((got == y).mean())
 
 
+def speed(model: pipeline.LoadedModel, name: str, target: CpuTarget, args) -> str:
+    """One line: `model` at bf16 on `target` against float32 on the default CPU target,
+    whole graph, alternating rounds (`--speed`, `--runs`)."""
+    sessions = {}
+    for who, t, precision in (("bf16", target, "bf16"),
+                              ("float32", CpuTarget(threads=args.threads), "float32")):
+        graph = pipeline.graph_for(model, t, precision=precision)
+        sessions[who] = pipeline.compile_for(graph, t)[0].session()
+    feed = dict(model.feed)
+    times = {who: [] for who in sessions}
+    for _ in range(args.speed):
+        for who, session in sessions.items():
+            session.run_graph(feed)
+            runs = []
+            for _ in range(args.runs):
+                start = time.perf_counter()
+                session.run_graph(feed)
+                runs.append(time.perf_counter() - start)
+            times[who].append(statistics.median(runs))
+    for session in sessions.values():
+        session.close()
+    ratios = [f / b for f, b in zip(times["float32"], times["bf16"])]
+    q1, _, q3 = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else (ratios[0],) * 3
+    ms = {who: 1e3 * statistics.median(t) for who, t in times.items()}
+    return (f"{name:<13} bf16 {ms['bf16']:8.2f} ms  float32 {ms['float32']:8.2f} ms  "
+            f"bf16 speed {statistics.median(ratios):.2f}x float32's (quartiles "
+            f"{q1:.2f}-{q3:.2f})")
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     p.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
     p.add_argument("--inputs", type=int, default=8)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--speed", type=int, default=0, metavar="ROUNDS",
+                   help="also time bf16 against float32 in this many alternating rounds "
+                        "(machines with AMX-BF16 only)")
+    p.add_argument("--runs", type=int, default=5, help="runs a round with --speed")
     args = p.parse_args(argv)
     if args.inputs < 1:
         p.error(f"--inputs must be at least 1, not {args.inputs}")
+    if args.speed < 0 or args.runs < 1:
+        p.error(f"--speed must be 0 or more and --runs at least 1, not {args.speed} and "
+                f"{args.runs}")
     target, where = bf16_target(args.threads)
+    if args.speed and where != "AMX tiles":
+        p.error(f"--speed times the tiles, and this machine has no AMX-BF16: bf16 runs on "
+                f"{where}")
     print(f"machine: {cpu_name()}; bf16 kernels on {where}; {args.threads} threads")
     print(f"{'model':<13} {'tiles':>5} {'max error':>10} {'median':>8} {'top-1 agree':>12} "
           f"{'accuracy f32 / bf16':>20}")
@@ -109,6 +154,11 @@ def main(argv=None) -> int:
                    if name in TRAINED else "")
         print(f"{name:<13} {tiles:>5} {max(errors):>10.2e} {statistics.median(errors):>8.2e} "
               f"{statistics.mean(agree):>12.3f} {acc:>20}", flush=True)
+    if args.speed:
+        print(f"\nSpeed ({args.threads} threads, whole graph, {args.speed} alternating rounds "
+              f"of {args.runs} runs; float32: the default CPU target)")
+        for name in args.models:
+            print(speed(pipeline.load_model(name, note=None), name, target, args), flush=True)
     print(f"(took {time.perf_counter() - start:.0f} s)")
     return 0
 

@@ -1,7 +1,8 @@
 """bench/cpu_layers.py and bench/cpu_scaling.py end to end on a small model, one short
 round each: every convolution is matched to an onnxruntime kernel, and every layer's work
 items are counted and projected; bench/cpu_fusion.py on MobileNet-v1's fused pairs;
-bench/cpu_dense.py's prefetch on and off on BERT-tiny; and the benches' bad arguments."""
+bench/cpu_dense.py's prefetch on and off on BERT-tiny; bench/cpu_bf16.py's error and
+speed on the digits CNN; and the benches' bad arguments."""
 
 from __future__ import annotations
 
@@ -88,6 +89,26 @@ def test_dense_bench_times_the_prefetch_both_ways_and_compares_the_bytes(capsys)
         assert "dense layers: off" in line and "x (quartiles" in line
     from vdla.compiler.targets.cpu import dense
     assert dense.PREFETCH_NEXT_PANEL        # put back after each compile
+
+
+def test_bf16_bench_reports_the_error_and_where_it_can_the_speed(capsys):
+    """bench/cpu_bf16.py on the digits CNN: its error against float32 (natively or on the
+    tiles' software model), and with --speed the time against float32 where the machine
+    runs AMX-BF16, else a clear refusal."""
+    from vdla.compiler.targets.cpu.build import machine_features
+    bench = load_script(BENCH / "cpu_bf16.py")
+    assert bench.main(["--models", "digits_cnn", "--inputs", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "bf16 kernels on" in out and next(
+        row for row in out.splitlines() if row.startswith("digits_cnn"))
+    argv = ["--models", "digits_cnn", "--inputs", "1", "--speed", "2", "--runs", "1"]
+    if machine_features().amx_bf16:
+        assert bench.main(argv) == 0
+        assert "bf16 speed" in capsys.readouterr().out
+    else:
+        with pytest.raises(SystemExit):
+            bench.main(argv)
+        assert "this machine has no AMX-BF16" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("script, argv, message", [
