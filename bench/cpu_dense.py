@@ -24,10 +24,14 @@ import os
 import statistics
 import sys
 import time
+from pathlib import Path
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")   # numpy's BLAS off our cores
 
 import numpy as np  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cpu import model_spec  # noqa: E402  (bench/cpu.py)
 
 from vdla._platform import cpu_name  # noqa: E402
 from vdla.compiler import pipeline, targets  # noqa: E402
@@ -89,7 +93,7 @@ def measure(model_name: str, precision: str, args) -> str:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--models", nargs="+", default=["bert_base", "vit_tiny"])
+    p.add_argument("--models", nargs="+", default=["bert_base", "vit_tiny"], type=model_spec)
     p.add_argument("--precisions", nargs="+", default=["float32"],
                    choices=["float32", "int8"])
     p.add_argument("--threads", type=int, default=2)
@@ -101,11 +105,6 @@ def main(argv=None) -> int:
     for name in ("threads", "runs"):
         if getattr(args, name) < 1:
             p.error(f"--{name} must be at least 1, not {getattr(args, name)}")
-    for spec in args.models:
-        try:
-            pipeline.check_model_spec(spec)
-        except ValueError as e:
-            p.error(str(e))
     isa = targets.get("cpu").isa.name
     print(f"machine: {cpu_name()}, {os.cpu_count()} cores; vdla's code for {isa}; "
           f"{args.threads} threads; {args.rounds} interleaved rounds of {args.runs} runs; "

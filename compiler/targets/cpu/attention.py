@@ -18,8 +18,8 @@ rows); each block goes through:
    int8: `qnorms.SOFTMAX_C`, excluded keys (mask True, causal) left out of the maximum
    and the sum), keys past the row's causal diagonal zeroed;
 3. ``p . v``: a register tile of the rows by `pv_vectors` vectors along Dv (int8: two),
-   a key (int8: two keys) a step, then (float) each row times its ``1 / sum`` or (int8) ``requantize(
-   pv_multiplier, pv_shift)`` and the clip.
+   a key (int8: two keys) a step, then (float) each row times its ``1 / sum`` or (int8)
+   ``requantize(pv_multiplier, pv_shift)`` and the clip.
 
 Why blocks of rows: one query row at a time reads the head's K and V once per row from
 L2 and keeps few accumulators; five to a block, each K and V vector loaded serves five
@@ -225,25 +225,20 @@ void NAME{SIGNATURE} {{
 class _Shape:
     """One head's sizes: ``d`` (q and k's depth), ``dv`` (v's), ``t`` keys, ``vl`` lanes;
     the elements from one row of q, k, v and the output to the next (``qs``, ``ks``,
-    ``vs``, ``ys``: ``d``, ``d``, ``dv``, ``dv`` unless read or written in place,
-    `head_views.HeadView`). ``tp``: keys padded to a step of the scores' register tile
-    (two vectors)."""
+    ``vs``, ``ys``: `_operands`); ``nv`` vectors of P.V's tile (`pv_vectors`), ``rows``
+    query rows a step (`step_rows`). ``tp``: keys padded to a step of the scores'
+    register tile (two vectors)."""
 
     d: int
     dv: int
     t: int
     vl: int
-    qs: int = 0
-    ks: int = 0
-    vs: int = 0
-    ys: int = 0
-    nv: int = 2
-    rows: int = ROWS
-
-    def __post_init__(self):
-        for name, width in (("qs", self.d), ("ks", self.d), ("vs", self.dv), ("ys", self.dv)):
-            if not getattr(self, name):
-                object.__setattr__(self, name, width)
+    qs: int
+    ks: int
+    vs: int
+    ys: int
+    nv: int
+    rows: int
 
     @property
     def tp(self) -> int:
@@ -367,10 +362,11 @@ def _float_rows(node: Node, sh: _Shape, params: Params, m_at: str,
     """(C functions of the block's two products, C of one block of query rows (module
     docstring), its scratch bytes per thread, its declarations before the loop); `m_at`
     reads the mask at row ``i``, key ``j``. A thread first copies the batch's K
-    transposed, (D, T) padded to `_Shape.tp` keys, into its scratch (once per batch it
-    meets: its blocks are consecutive), so that the scores are a register tile of
-    `step_rows` rows by two vectors of keys, ``D`` multiply-adds a step and no horizontal
-    sums; P.V is a tile of rows by two vectors along Dv, a key a step."""
+    transposed, padded to `_Shape.tp` keys, in blocks of the tile's two vectors of keys
+    (each ``D`` x ``2 * vl``), into its scratch (once per batch it meets: its blocks are
+    consecutive), so that the scores are a register tile of `step_rows` rows by two
+    vectors of keys, ``D`` multiply-adds a step and no horizontal sums; P.V is a tile of
+    rows by `pv_vectors` vectors along Dv, a key a step."""
     vl, d, tp = sh.vl, sh.d, sh.tp
     v = f"vf{vl}"
     scale = params.add(np.array([float(node.attrs["scale"])], np.float32))
@@ -444,7 +440,8 @@ def _int_products(sh: _Shape, rqv: list[int]) -> str:
     dvp = -(-dv // (2 * vl)) * 2 * vl
     functions = f"""
 /* the int8 scores of `rows` query rows (qw: rows x {d2} pairs) by the keys (kt: in
-   blocks of {2 * vl} keys, {tp // (2 * vl)} x {d2} pairs x {2 * vl}) up to `keys`, requantized and clipped, into sc (rows x {tp}) */
+   blocks of {2 * vl} keys, {tp // (2 * vl)} x {d2} pairs x {2 * vl}) up to `keys`,
+   requantized and clipped, into sc (rows x {tp}) */
 VDLA_INLINE void NAME_qk(const uint32_t *restrict qw, const uint32_t *restrict kt,
                          int8_t *restrict sc, const int keys, const int rows) {{
     for (int jb = 0; jb < keys; jb += {2 * vl}) {{
@@ -522,8 +519,9 @@ def _int_rows(node: Node, sh: _Shape, params: Params,
               m_at: str) -> tuple[str, str, int, str]:
     """(C functions of the block's two products, C of one block of int8 query rows
     (module docstring), its scratch bytes per thread, its declarations before the loop).
-    A thread holds the batch's K and V as pairs of int16 in 32-bit lanes (K: ``[D /
-    2][keys]``, V: ``[keys / 2][Dv]``, zeros past the ends), made once per batch it
+    A thread holds the batch's K and V as pairs of int16 in 32-bit lanes (K: ``[keys /
+    2 vl][D / 2][2 vl]``, the float K's blocks; V: ``[keys / 2][Dv]``; zeros past the
+    ends), made once per batch it
     meets, so both products are register tiles of `step_rows` rows by two vectors of
     `vdla_cpu.h`'s exact ``madd16`` (AVX2 ``vpmaddwd``): the scores along keys, P.V
     along Dv with two keys a step."""

@@ -113,7 +113,7 @@ def plan_steps(graph: Graph, nodes: Sequence[Node], kernels: Mapping[str, Kernel
     absorbs (whose own steps are left out), writing its `Fusion.output` if it names
     one."""
     fused = fused or {}
-    first = {n: name for name, f in fused.items() for n in f.absorbed}
+    absorbed = {n for f in fused.values() for n in f.absorbed}
     written: dict[str, int] = {t: PLAIN for t in graph.inputs}
     have: set[Buffer] = {(t, PLAIN) for t in graph.inputs}
     steps: list[Step] = []
@@ -129,7 +129,7 @@ def plan_steps(graph: Graph, nodes: Sequence[Node], kernels: Mapping[str, Kernel
         have.add((tensor, block))
 
     for node in nodes:
-        if node.name in first:          # runs in the fused kernel of another node
+        if node.name in absorbed:       # runs in the fused kernel of another node
             written.setdefault(node.outputs[0], kernels[node.name].out_block)
             continue
         fusion = fused.get(node.name)
@@ -141,7 +141,7 @@ def plan_steps(graph: Graph, nodes: Sequence[Node], kernels: Mapping[str, Kernel
                 have.add((tensor, PLAIN))
             convert(tensor, kernel.in_block(k))
             reads.append((tensor, kernel.in_block(k)))
-        out = fusion.output or node.outputs[0] if fusion else node.outputs[0]
+        out = (fusion.output if fusion else "") or node.outputs[0]
         written[out] = kernel.out_block
         have.add((out, kernel.out_block))
         steps.append(Step(node.name, kernel, tuple(reads), (out, kernel.out_block), node,

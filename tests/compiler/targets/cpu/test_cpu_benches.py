@@ -123,6 +123,11 @@ def test_bf16_bench_reports_the_error_and_where_it_can_the_speed(capsys):
     ("cpu_dense.py", ["--models", "nosuch"], "unknown model 'nosuch'"),
     ("cpu_dense.py", ["--rounds", "1"], "--rounds must be at least 2 (the ratios' quartiles), "
                                         "not 1"),
+    ("cpu_dense.py", ["--runs", "0"], "--runs must be at least 1, not 0"),
+    ("cpu_bf16.py", ["--speed", "-1"], "--speed must be 0 or more and --runs at least 1, not "
+                                       "-1 and 5"),
+    ("cpu_bf16.py", ["--runs", "0"], "--speed must be 0 or more and --runs at least 1, not 0 "
+                                     "and 0"),
 ])
 def test_bad_arguments_name_the_value(script, argv, message, capsys):
     bench = load_script(BENCH / script)
