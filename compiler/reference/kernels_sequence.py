@@ -9,6 +9,7 @@ C library's double-precision erf, element by element.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -74,11 +75,15 @@ def _pow(node, args, graph):
     return [np.power(a, b.astype(a.dtype))]
 
 
+# The kernels made per op are partials of module-level functions, not closures: a
+# compiled model holds its host ops' kernels and is pickled into the compile cache.
+
+def _unary_kernel(fn, node, args, graph):
+    return [fn(_f64(args[0]))]
+
+
 def _unary(op, fn):
-    @kernel(op)
-    def run(node, args, graph):
-        return [fn(_f64(args[0]))]
-    return run
+    kernel(op)(functools.partial(_unary_kernel, fn))
 
 
 _unary("sqrt", np.sqrt)
@@ -97,13 +102,14 @@ def _axes(node, x):
     return tuple(a % x.ndim for a in axes) if axes else None
 
 
+def _reduce_kernel(fn, node, args, graph):
+    x = args[0]
+    x = _f64(x) if x.dtype.kind == "f" or node.op == "reduce_mean" else x
+    return [fn(x, axis=_axes(node, x), keepdims=bool(node.attrs["keepdims"]))]
+
+
 def _reduce(op, fn):
-    @kernel(op)
-    def run(node, args, graph):
-        x = args[0]
-        x = _f64(x) if x.dtype.kind == "f" or op == "reduce_mean" else x
-        return [fn(x, axis=_axes(node, x), keepdims=bool(node.attrs["keepdims"]))]
-    return run
+    kernel(op)(functools.partial(_reduce_kernel, fn))
 
 
 _reduce("reduce_mean", np.mean)
@@ -167,11 +173,12 @@ def _cast(node, args, graph):
     return [x.astype(dtype)]
 
 
+def _compare_kernel(fn, node, args, graph):
+    return [fn(*_arith(*args))]
+
+
 def _compare(op, fn):
-    @kernel(op)
-    def run(node, args, graph):
-        return [fn(*_arith(*args))]
-    return run
+    kernel(op)(functools.partial(_compare_kernel, fn))
 
 
 _compare("equal", np.equal)

@@ -185,3 +185,15 @@ def test_bool_tensors():
     g.set_outputs([g.add_node("cast", [x], dtype="float32")])
     out = run_reference(g, {"m": np.array([True, False])})
     assert out[g.outputs[0]].tolist() == [1.0, 0.0]
+
+
+def test_every_reference_kernel_pickles():
+    """A compiled model holds its host ops' kernels and is pickled into the compile
+    cache: no kernel may be a closure (the comparisons, reductions and unary functions
+    made per op were, and a BERT with a mask could not be cached)."""
+    import pickle
+
+    from vdla.compiler.reference.registry import KERNELS
+
+    for op, fn in KERNELS.items():
+        assert pickle.loads(pickle.dumps(fn)) is not None, op
