@@ -30,6 +30,7 @@ import numpy as np
 from vdla.compiler.ir.graph import Graph
 from vdla.compiler.ir.tensor import Node, Tensor
 from vdla.compiler.targets.vdla.pool import POOL_OPS
+from vdla.compiler.targets.vdla.sequence import ROW_BATCHES
 
 __all__ = ["carries_map", "map_problem", "physical_node"]
 
@@ -133,6 +134,10 @@ def physical_node(node: Node, graph: Graph, placements: dict) -> tuple[Node, Gra
                                             fill=np.asarray(value)[0]).tolist())
         if node.op == "qconv2d":
             attrs["groups"] = physical
+    # Only a batch of rows carries a channel map (a flatten of a feature map), and the
+    # scratch graph has no producers to tell one from a sequence: it says so
+    # (`sequence.pixel_rows`).
+    scratch.metadata[ROW_BATCHES] = frozenset(t for t in node.inputs + node.outputs if t)
     scratch.add_node(node.op, node.inputs, node.outputs, name=node.name, infer=False, **attrs)
     # (the scratch graph may have named it apart from a tensor of the same name)
     return dataclasses.replace(scratch.producer(node.outputs[0]), name=node.name), scratch

@@ -266,7 +266,7 @@ class LoweredConv2d(ArenaProgram):
     def pack_input(self, x: np.ndarray) -> np.ndarray:
         L = self.layer
         if L.dense:
-            x = check_array(x, (L.n, L.c), np.int8, "input").reshape(L.n, L.c, 1, 1)
+            x = _dense_image(check_array(x, _dense_shape(L, L.c), np.int8, "input"), L)
         if L.packed is not None:        # kernel taps packed into channels
             tp = L.packed
             h = tp.height if tp.im2col else L.h
@@ -346,8 +346,8 @@ class LoweredConv2d(ArenaProgram):
         elements for a LOAD ACC."""
         L, c = self.layer, self.config
         if L.dense:
-            residual = check_array(residual, (L.n, L.o), np.int8,
-                                   "residual").reshape(L.n, L.o, 1, 1)
+            residual = _dense_image(check_array(residual, _dense_shape(L, L.o), np.int8,
+                                                "residual"), L)
         r = check_array(residual, (L.n, L.o, L.out_h, L.out_w), np.int8, "residual")
         if not L.residual_ratio:
             return pack(r.astype(np.int32), "NCHW", self.out_layout)
@@ -357,7 +357,22 @@ class LoweredConv2d(ArenaProgram):
         L, c = self.layer, self.config
         y = unpack_activation(raw, c, c.block_out, (L.n, L.o, L.out_h, L.out_w),
                               L.out_planes * c.block_out)
-        return y.reshape(L.n, L.o) if L.dense else y
+        if not L.dense:
+            return y
+        return np.ascontiguousarray(y[0, :, :, 0].T) if L.sequence else y.reshape(L.n, L.o)
+
+
+def _dense_shape(L: Conv2dLayer, channels: int) -> tuple[int, int]:
+    """The plain (rows, channels) of a dense layer's operand with `channels` columns."""
+    return (L.h if L.sequence else L.n), channels
+
+
+def _dense_image(x: np.ndarray, L: Conv2dLayer) -> np.ndarray:
+    """A dense layer's plain (rows, channels) operand as the NCHW image the layer runs
+    over: N 1x1 images, or one rows x 1 image (`Conv2dLayer.sequence`)."""
+    if L.sequence:
+        return np.ascontiguousarray(x.T[None, :, :, None])
+    return x.reshape(x.shape[0], x.shape[1], 1, 1)
 
 
 def _arena(layer: Conv2dLayer, config: HardwareConfig, n_uops: int) -> tuple[dict, int]:

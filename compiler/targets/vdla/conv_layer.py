@@ -39,6 +39,7 @@ from vdla.compiler.targets.vdla.common import (ITER_MAX, PAD_MAX, ceil_div, gemm
                                                tile_candidates)
 from vdla.compiler.targets.vdla.requant import (AluStep, check_alu_ops, clamp_steps,
                                                 requant_steps)
+from vdla.compiler.targets.vdla.sequence import pixel_rows
 from vdla.compiler.targets.vdla import dw_window
 from vdla.compiler.targets.vdla.grouped import group_spans
 from vdla.compiler.targets.vdla.conv_schedule import Conv2dSchedule
@@ -140,7 +141,11 @@ class Conv2dLayer:
     (`common.inp_group`, `common.out_group`; 1 and 1 when block_in == block_out): a LOAD
     INP brings a pixel's `inp_group` elements contiguously and the micro-ops index the
     inp buffer ``pixel * inp_group + j``; a STORE writes each out element `out_group`
-    elements apart."""
+    elements apart.
+    `sequence`: a dense layer (`dense`) over a sequence laid out as the image of its rows
+    (`vdla.compiler.targets.vdla.sequence`): its rows are the `h` pixels of one
+    (1, C, rows, 1) image (`n` is 1), so its output-row tiles share the weight blocks
+    they load."""
 
     n: int
     c: int
@@ -170,6 +175,7 @@ class Conv2dLayer:
     inp_group: int = 1
     out_group: int = 1
     window: bool = False
+    sequence: bool = False
 
     def __post_init__(self):
         if not self.spans:
@@ -443,7 +449,7 @@ def conv2d_workload(node: Node, graph: Graph, config: HardwareConfig) -> dict:
             del fields[key]
     if not layer.has_residual:
         del fields["residual_ratio"]
-    for key in ("late_residual", "bias_gemm", "window"):
+    for key in ("late_residual", "bias_gemm", "window", "sequence"):
         if not fields[key]:
             del fields[key]
     # Undilated, unpacked layers keep the keys their records were written with.
@@ -464,7 +470,9 @@ def conv2d_workload(node: Node, graph: Graph, config: HardwareConfig) -> dict:
 
 def _dense_layer_and_epilogue(node: Node, graph: Graph,
                               config: HardwareConfig) -> tuple[Conv2dLayer, ConvEpilogue]:
-    """A qdense node is a 1x1 convolution over a 1x1 image: (N, C) x (O, C)."""
+    """A qdense node is a 1x1 convolution: (N, C) x (O, C) over N 1x1 images, or over one
+    N x 1 image where its input is a sequence (`sequence.pixel_rows`;
+    its residual must be one too)."""
     a = node.attrs
     for key, plain in (("data_layout", "NC"), ("kernel_layout", "OI"), ("out_layout", "NC")):
         if parse_layout(a[key]).name != plain:
@@ -473,10 +481,18 @@ def _dense_layer_and_epilogue(node: Node, graph: Graph,
     n, c = graph.tensors[node.inputs[0]].shape
     o, _ = graph.tensors[node.inputs[1]].shape
     has_residual = bool(node.input(3))
+    sequence = pixel_rows(graph, node.inputs[0], config)
+    if has_residual and pixel_rows(graph, node.input(3), config) != sequence:
+        kinds = ("a batch of rows", "a sequence laid out as the image of its rows")
+        raise ValueError(f"qdense node {node.name!r}: its input {node.inputs[0]!r} is "
+                         f"{kinds[sequence]} but its residual {node.input(3)!r} is "
+                         f"{kinds[not sequence]}; both must be laid out alike")
     padded_o = ceil_div(o, config.block_out) * config.block_out
     epilogue = _plan_epilogue(node, graph, o, padded_o, has_residual, config)
-    layer = Conv2dLayer(n=n, c=c, h=1, w=1, o=o, kernel_h=1, kernel_w=1,
-                        batch_blocks=ceil_div(n, config.batch),
+    rows = n if sequence else 1
+    n = 1 if sequence else n
+    layer = Conv2dLayer(n=n, c=c, h=rows, w=1, o=o, kernel_h=1, kernel_w=1,
+                        batch_blocks=ceil_div(n, config.batch), sequence=sequence,
                         in_blocks=ceil_div(c, config.block_in),
                         out_blocks=ceil_div(o, config.block_out),
                         has_residual=has_residual, const_rows=len(epilogue.rows), dense=True,

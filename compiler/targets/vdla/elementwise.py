@@ -85,6 +85,7 @@ from vdla.compiler.targets.vdla.common import (INSN_CYCLES, PerChannelBlocks, IT
                                                run_arena, start_lowering, tile_candidates,
                                                tile_split)
 from vdla.compiler.targets.vdla.requant import AluStep, check_alu_ops, requant_steps
+from vdla.compiler.targets.vdla.sequence import image_shape, pixel_rows
 from vdla.config import AluOp, HardwareConfig
 from vdla.isa import Program, Uop, encode_uops
 from vdla.runtime.builder import ProgramBuilder
@@ -103,7 +104,9 @@ ELEMENTWISE_OPS = ("relu", "qadd")
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ElementwiseLayer(PerChannelBlocks):
     """A standalone elementwise workload: `op` (``"relu"``, ``"qadd"``), plain sizes `n`,
-    `c`, `h`, `w` (h = w = 1 for an (N, C) tensor, `rank` 2), `batch_blocks`, output channel
+    `c`, `h`, `w` (h = w = 1 for an (N, C) tensor, `rank` 2; a sequence, (S, D) of rank 2
+    or (1, S, D) of rank 3, is the image (1, D, S, 1) of its rows, `sequence`:
+    `vdla.compiler.targets.vdla.sequence`), `batch_blocks`, output channel
     `blocks`, `ratio` input blocks per output block; `inputs`: the node inputs read, first
     operand first (a zero constant is not read); `first`, `second`: their requantization's
     ALU steps; `separate`: the second is widened into an acc region of its own and added
@@ -116,6 +119,7 @@ class ElementwiseLayer(PerChannelBlocks):
     h: int
     w: int
     rank: int = 4
+    sequence: bool = False
     batch_blocks: int
     blocks: int
     ratio: int = 1
@@ -170,8 +174,10 @@ class ElementwiseLayer(PerChannelBlocks):
         return len(ElementwiseUops(self, schedule.clamped(self), None).uops)
 
 
-def _plain_shape(graph: Graph, node: Node, name: str, what: str) -> tuple:
-    """(n, c, h, w, rank) of an int8 activation; ValueError naming the node otherwise."""
+def _plain_shape(graph: Graph, node: Node, name: str, what: str,
+                 config: HardwareConfig) -> tuple:
+    """(n, c, h, w, rank, sequence) of an int8 activation, a sequence as the image of its
+    rows; ValueError naming the node otherwise."""
     t = graph.tensors[name]
     if t.dtype != "int8":
         raise ValueError(f"{node.op} node {node.name!r}: {what} {name!r} is {t.dtype}; the "
@@ -181,12 +187,15 @@ def _plain_shape(graph: Graph, node: Node, name: str, what: str) -> tuple:
                          f"{t.layout!r}; lower_elementwise takes the plain NCHW/NC node and "
                          "packs itself")
     shape = tuple(int(d) for d in t.shape)
+    if len(shape) in (2, 3) and pixel_rows(graph, name, config):
+        return image_shape(shape) + (len(shape), True)
     if len(shape) == 4:
-        return shape + (4,)
+        return shape + (4, False)
     if len(shape) == 2:
-        return shape + (1, 1, 2)
+        return shape + (1, 1, 2, False)
     raise ValueError(f"{node.op} node {node.name!r}: {what} {name!r} has shape {shape}; "
-                     "elementwise ops on vdla take (N, C, H, W) or (N, C)")
+                     "elementwise ops on vdla take (N, C, H, W), (N, C) or a sequence "
+                     "(1, S, D)")
 
 
 def elementwise_layer(node: Node, graph: Graph,
@@ -222,20 +231,35 @@ def elementwise_layer(node: Node, graph: Graph,
     def label(i: int) -> str:
         return "input" if node.op == "relu" else f"input {'ab'[i]}"
 
-    shapes = [_plain_shape(graph, node, node.inputs[i], label(i)) for i in activations]
-    n, c, h, w, rank = shapes[0]
+    shapes = [_plain_shape(graph, node, node.inputs[i], label(i), config)
+              for i in activations]
+    n, c, h, w, rank, sequence = shapes[0]
     for (i, shape) in zip(activations, shapes):
-        plain = shape[:4] if shape[4] == 4 else shape[:2]
+        plain = tuple(graph.tensors[node.inputs[i]].shape)
         if plain != out_shape:
             raise ValueError(f"{node.op} node {node.name!r}: {label(i)} "
                              f"{node.inputs[i]!r} has shape {plain} but the output has "
                              f"{out_shape}; the accelerator does not broadcast (both "
                              "inputs must have the output's shape, (N, C, H, W) or (N, C))")
+        if shape[5] != sequence:
+            raise ValueError(f"{node.op} node {node.name!r}: {label(i)} "
+                             f"{node.inputs[i]!r} is laid out "
+                             f"{'as the image of its rows' if shape[5] else 'as a batch of rows'} but "
+                             f"{node.inputs[activations[0]]!r} is not: both must be alike")
 
     blocks = ceil_div(c, config.block_out)
     padded = blocks * config.block_out
     rows: list[np.ndarray] = []
     a = node.attrs
+    if sequence and len(out_shape) == 3:
+        # The reference requantizes along axis 1, the rows of a (1, S, D) sequence: the
+        # ALU's vector operands are per channel, so only one value for all runs here.
+        for key in ("a_multiplier", "a_shift", "b_multiplier", "b_shift"):
+            value = a.get(key)
+            if value is not None and np.size(value) > 1:
+                raise ValueError(f"{node.op} node {node.name!r}: {key} has {np.size(value)} "
+                                 f"values, one per row of the sequence {out_shape}; the "
+                                 "accelerator requantizes a sequence per tensor (one value)")
     if node.op == "relu":
         steps = {0: []}
         lo, hi = 0, 127
@@ -266,7 +290,7 @@ def elementwise_layer(node: Node, graph: Graph,
     clamp = tuple(st for st in (AluStep(AluOp.MAX, imm=lo), AluStep(AluOp.MIN, imm=hi))
                   if not (exact_int8 and st.imm == (-128 if st.op == AluOp.MAX else 127)))
     table = (np.stack(rows) if rows else np.zeros((0, padded), np.int64)).astype(np.int32)
-    layer = ElementwiseLayer(op=node.op, n=n, c=c, h=h, w=w, rank=rank,
+    layer = ElementwiseLayer(op=node.op, n=n, c=c, h=h, w=w, rank=rank, sequence=sequence,
                              batch_blocks=ceil_div(n, config.batch), blocks=blocks,
                              ratio=max(config.block_out // config.block_in, 1),
                              group=max(config.block_in // config.block_out, 1),
@@ -438,13 +462,14 @@ class LoweredElementwise(IdentityTables):
         want = 1 if L.op == "relu" else 2
         if len(args) != want:
             raise ValueError(f"{L.op} node {self.node!r} takes {want} input(s), got {len(args)}")
-        shape = (L.n, L.c, L.h, L.w) if L.rank == 4 else (L.n, L.c)
+        shape = _plain(L)
         padded = L.blocks * self.config.block_out
         data = {}
         for i in L.inputs:
             what = "input" if L.op == "relu" else f"input {'ab'[i]}"
             x = check_array(args[i], shape, np.int8, what, self.node)
-            x = x.reshape(L.n, L.c, L.h, L.w)
+            x = (x.reshape(L.h, L.c).T[None, :, :, None] if L.sequence
+                 else x.reshape(L.n, L.c, L.h, L.w))
             # whole output blocks of channels: `ratio` input blocks each
             data[f"input{i}"] = pack_activation(x, self.config, self.config.block_in,
                                                 channels=padded)
@@ -455,7 +480,16 @@ class LoweredElementwise(IdentityTables):
         L, c = self.layer, self.config
         y = unpack_activation(raw, c, c.block_out, (L.n, L.c, L.h, L.w),
                               L.out_planes * c.block_out)
+        if L.sequence:
+            return np.ascontiguousarray(y[0, :, :, 0].T.reshape(_plain(L)))
         return y if L.rank == 4 else y.reshape(L.n, L.c)
+
+
+def _plain(L: ElementwiseLayer) -> tuple[int, ...]:
+    """The plain shape of `L`'s operands and output."""
+    if L.sequence:
+        return (L.h, L.c) if L.rank == 2 else (1, L.h, L.c)
+    return (L.n, L.c, L.h, L.w) if L.rank == 4 else (L.n, L.c)
 
 
 def lower_elementwise(node: Node | str, graph: Graph, config: HardwareConfig,

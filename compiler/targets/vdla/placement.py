@@ -40,6 +40,7 @@ import numpy as np
 from vdla.compiler.ir.graph import Graph
 from vdla.compiler.targets.vdla.common import (activation_block, ceil_div, pack_activation,
                                                unpack_activation)
+from vdla.compiler.targets.vdla.sequence import image_shape, pixel_rows, sequence_rows
 from vdla.isa.relocate import relocate
 from vdla.config import HardwareConfig
 from vdla.isa import Program
@@ -90,7 +91,9 @@ class Placement:
     """Where one tensor lives: elements [`offset`, `offset` + `elems`) of every batch
     block's slice of buffer `buffer`. `shape` is the tensor's plain shape (N, C, H, W) or
     (N, K); `physical` its padded channel count (a multiple of the block) and `channels`
-    the physical position of each logical channel (None: the identity)."""
+    the physical position of each logical channel (None: the identity). `sequence`: a
+    sequence, (S, D) or (1, S, D), laid out as the image (1, D, S, 1) of its rows
+    (`vdla.compiler.targets.vdla.sequence`)."""
 
     buffer: str
     offset: int
@@ -98,6 +101,7 @@ class Placement:
     shape: tuple[int, ...]
     physical: int
     channels: np.ndarray | None = None
+    sequence: bool = False
 
     @property
     def identity(self) -> bool:
@@ -105,18 +109,22 @@ class Placement:
 
     def positions(self) -> np.ndarray:
         """The physical position of every logical channel."""
-        return np.arange(self.shape[1]) if self.channels is None else self.channels
+        if self.channels is not None:
+            return self.channels
+        return np.arange(self.shape[-1] if self.sequence else self.shape[1])
 
 
 def _placement(shape, buffer: str, offset: int, config: HardwareConfig,
-               channels: np.ndarray | None = None, physical: int | None = None) -> Placement:
+               channels: np.ndarray | None = None, physical: int | None = None,
+               sequence: bool = False) -> Placement:
     block = activation_block(config)
-    physical = physical if physical is not None else ceil_div(shape[1], block) * block
-    plane = int(np.prod(shape[2:])) if len(shape) > 2 else 1
-    if channels is not None and np.array_equal(channels, np.arange(shape[1])):
+    image = image_shape(shape) if sequence else shape
+    physical = physical if physical is not None else ceil_div(image[1], block) * block
+    plane = int(np.prod(image[2:])) if len(image) > 2 else 1
+    if channels is not None and np.array_equal(channels, np.arange(image[1])):
         channels = None
     return Placement(buffer, offset, physical // block * plane, tuple(shape), physical,
-                     channels)
+                     channels, sequence)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -146,7 +154,10 @@ class BufferPlan:
         if x.shape != p.shape or x.dtype != np.int8:
             raise ValueError(f"tensor {tensor!r} must be int8 of shape {p.shape}, not "
                              f"{x.dtype} {x.shape}")
-        x4 = x.reshape(x.shape[0], x.shape[1], -1, 1) if x.ndim == 2 else x
+        if p.sequence:
+            x4 = x.reshape(sequence_rows(x.shape)).T[None, :, :, None]
+        else:
+            x4 = x.reshape(x.shape[0], x.shape[1], -1, 1) if x.ndim == 2 else x
         if p.channels is not None:           # scatter to the physical positions
             full = np.zeros((x4.shape[0], p.physical) + x4.shape[2:], np.int8)
             full[:, p.channels] = x4
@@ -172,6 +183,10 @@ class BufferPlan:
         rest = p.shape[2:] if len(p.shape) == 4 else (1, 1)
         data = np.concatenate([np.asarray(r, np.uint8).reshape(-1) for r in raw])
         n = self.buffers[p.buffer].batch_blocks * c.batch
+        if p.sequence:
+            rows = sequence_rows(p.shape)[0]
+            x = unpack_activation(data, c, c.block_in, (1, p.physical, rows, 1), p.physical)
+            return np.ascontiguousarray(x[0, p.positions(), :, 0].T.reshape(p.shape))
         x = unpack_activation(data, c, c.block_in, (n, p.physical) + tuple(rest), p.physical)
         x = x[:p.shape[0], p.positions()]
         return np.ascontiguousarray(x.reshape(p.shape))
@@ -186,8 +201,9 @@ def _activation(graph: Graph, name: str) -> str | None:
         return f"{name!r} is a constant"
     if t.dtype != "int8":
         return f"{name!r} is {t.dtype}"
-    if len(t.shape) not in (2, 4):
-        return f"{name!r} has rank {len(t.shape)} (2 or 4 are placed)"
+    if len(t.shape) not in (2, 3, 4) or (len(t.shape) == 3 and t.shape[0] != 1):
+        return (f"{name!r} has shape {tuple(t.shape)} (NCHW, NC and sequences (1, S, D) "
+                "are placed)")
     return None
 
 
@@ -220,6 +236,16 @@ def flatten_view_problem(node, graph: Graph, config: HardwareConfig) -> str | No
         return f"input {problem}"
     src = graph.tensors[node.inputs[0]].shape
     dst = graph.tensors[node.outputs[0]].shape
+    if 3 in (len(src), len(dst)) or pixel_rows(graph, node.inputs[0], config):
+        # A sequence's (S, D) and (1, S, D) are one image of its rows (a single row's
+        # bytes are the same in either layout).
+        alike = pixel_rows(graph, node.inputs[0], config) == \
+            pixel_rows(graph, node.outputs[0], config)
+        if len(src) in (2, 3) and len(dst) in (2, 3) and \
+                sequence_rows(src) == sequence_rows(dst) and (alike or src[-2] == 1):
+            return None
+        return (f"{node.op} {tuple(src)} -> {tuple(dst)}: a sequence (the image of its "
+                "rows) is a view only as (S, D) <-> (1, S, D)")
     if len(dst) != 2 or dst[0] != src[0] or (len(src) == 2 and dst != src):
         return f"{node.op} {tuple(src)} -> {tuple(dst)}: only (N, ...) -> (N, rest) is a view"
     return None
@@ -253,10 +279,14 @@ def plan_buffers(graph: Graph, nodes, config: HardwareConfig,
                 mapped = src is not None and name in node.outputs and not src.identity
                 placed[name] = _new_buffer(name, graph.tensors[name].shape, config, buffers,
                                            src.channels if mapped else None,
-                                           src.physical if mapped else None)
+                                           src.physical if mapped else None,
+                                           pixel_rows(graph, name, config))
         if node.op in ("flatten", "reshape"):
-            placed[node.outputs[0]] = _flattened(placed[node.inputs[0]],
-                                                 graph.tensors[node.outputs[0]].shape, config)
+            src, shape = placed[node.inputs[0]], graph.tensors[node.outputs[0]].shape
+            sequence = src.sequence or len(shape) == 3
+            placed[node.outputs[0]] = (dataclasses.replace(src, shape=tuple(shape),
+                                                           sequence=True)
+                                       if sequence else _flattened(src, shape, config))
     return BufferPlan(config, buffers, placed, frozenset(n.name for n in views))
 
 
@@ -275,9 +305,10 @@ def concat_conflicts(graph: Graph, concats, config: HardwareConfig,
         refused.update(conflicts)
 
 
-def _new_buffer(name: str, shape, config, buffers, channels=None, physical=None) -> Placement:
-    p = _placement(shape, name, 0, config, channels, physical)
-    buffers[name] = Buffer(name, ceil_div(shape[0], config.batch), p.elems,
+def _new_buffer(name: str, shape, config, buffers, channels=None, physical=None,
+                sequence: bool = False) -> Placement:
+    p = _placement(shape, name, 0, config, channels, physical, sequence)
+    buffers[name] = Buffer(name, 1 if sequence else ceil_div(shape[0], config.batch), p.elems,
                            config.batch * activation_block(config))
     return p
 

@@ -260,9 +260,10 @@ def test_mismatched_shapes_are_refused():
     with pytest.raises(ValueError, match=r"input b 'b' has shape \(1, 16, 1, 1\) but the "
                                          r"output has \(1, 16, 4, 4\).*does not broadcast"):
         lower_elementwise("op", g, DEFAULT)
-    g = qadd_graph((1, 16, 4), a_shift=1)
-    with pytest.raises(ValueError, match=r"has shape \(1, 16, 4\); elementwise ops on vdla "
-                                         r"take \(N, C, H, W\) or \(N, C\)"):
+    g = qadd_graph((2, 16, 4), a_shift=1)       # (1, S, D) is a sequence; this is not
+    with pytest.raises(ValueError, match=r"has shape \(2, 16, 4\); elementwise ops on vdla "
+                                         r"take \(N, C, H, W\), \(N, C\) or a sequence "
+                                         r"\(1, S, D\)"):
         lower_elementwise("op", g, DEFAULT)
 
 
