@@ -91,8 +91,14 @@ def _plan_epilogue(node: Node, graph: Graph, channels: int, padded: int, has_res
     if bias is not None:
         added[:channels] += np.asarray(bias, np.int64).reshape(-1)[:channels]
     bias_row = bias_gemm = None
+    # The bias blocks stay in the weight buffer beside the smallest tiling's weights (two
+    # threads' blocks of every tap, the residual's identity blocks): a wide layer (a
+    # language model's head over its vocabulary) adds its bias on the ALU instead.
+    taps = int(np.prod(graph.tensors[node.inputs[1]].shape[2:]))
+    room = config.wgt_depth - 2 * taps - residual_ratio(has_residual, config)
     if (has_bias or fold is not None) and (has_bias <= (bias is not None)) \
-            and np.abs(wrap32(added)).max() <= gemm_bias_limit(config):
+            and np.abs(wrap32(added)).max() <= gemm_bias_limit(config) \
+            and padded // config.block_out <= room:
         bias_gemm = constant
     elif has_bias or fold is not None:
         bias_row = len(rows)

@@ -37,7 +37,8 @@ from typing import TYPE_CHECKING
 
 from vdla.compiler.targets.vdla import dw_window
 from vdla.compiler.targets.vdla.common import (INSN_CYCLES, PAD_ELEM_CYCLES, ceil_div,
-                                               dma_cycles, dma_row_cycles, store_cycles,
+                                               contiguous_rows, dma_cycles, dma_row_cycles,
+                                               store_cycles,
                                                tile_split, vector_pass_cycles, window_cols,
                                                window_rows)
 from vdla.compiler.targets.vdla.conv_schedule import Conv2dSchedule, conv_uop_count
@@ -395,6 +396,8 @@ def _chunk_costs(layer: Conv2dLayer, chunks, tco: int, window: tuple[int, int],
     grp = layer.inp_group
     plane = tile[0] * tile[1]
     rows, window = window[0], window[0] * window[1]
+    if contiguous_rows(layer.w, window // rows, rows, {"pads": pads}):
+        rows = 1                  # a sequence's rows: one DMA row (`activation_dma`)
     # A row of one activation DMA: its columns of `grp` elements (`activation_dma`).
     row_cycles = window // rows * grp * c.inp_elem_bytes / bw
     tile_load = tile_gemm = chunk_pairs = 0.0

@@ -41,6 +41,7 @@ from vdla.compiler.targets.vdla.conv_layer import (Conv2dLayer, alu_passes, choo
 from vdla.compiler.targets.vdla.conv_schedule import Conv2dSchedule
 from vdla.compiler.targets.vdla.timing import Conv2dEstimate, estimate_conv2d
 from vdla.compiler.targets.vdla.features import CONV2D, conv2d_values
+from vdla.compiler.targets.vdla.sequence import ROW_BATCHES, pixel_rows
 from vdla.compiler.tuner.cost_model import shipped
 from vdla.compiler.tuner.measure import MeasureResult, one_line
 from vdla.compiler.tuner.task import OneNodeTask, TaskData, merge_tasks, one_node_graph
@@ -234,7 +235,20 @@ def conv_tasks(graph: Graph, target) -> list[ConvTask]:
     """One `ConvTask` per distinct workload among the ``qconv2d``/``qdense`` nodes of
     quantized `graph` that `target` (a `VdlaTarget`) runs, in topological order of their
     first node; the name lists the nodes sharing it."""
-    return merge_tasks([(ConvTask(node.name, one_node_graph(node, graph), node.name,
-                                  config=target.config), node)
+    return merge_tasks([(ConvTask(node.name, _task_graph(node, graph, target.config),
+                                  node.name, config=target.config), node)
                         for node in graph.nodes()
                         if node.op in TUNABLE_OPS and target.supports(node, graph).ok])
+
+
+def _task_graph(node, graph: Graph, config) -> Graph:
+    """`one_node_graph` of `node`, naming the batches of rows among its tensors: alone,
+    a dense layer's input has no producer to tell a CNN's flattened batch from a
+    sequence (`sequence.pixel_rows`), and the task must measure the layer the model runs."""
+    g = one_node_graph(node, graph)
+    rows = frozenset(t for t in list(node.inputs) + list(node.outputs)
+                     if t and len(graph.tensors[t].shape) == 2
+                     and not pixel_rows(graph, t, config))
+    if rows:
+        g.metadata[ROW_BATCHES] = rows
+    return g
