@@ -280,6 +280,9 @@ class LoweredConv2d(ArenaProgram):
         (output blocks, input blocks, kh, kw, block_out, block_in), the spans one after
         the other; a diagonal layer's block k holds channel k's taps on its diagonal."""
         L, c = self.layer, self.config
+        if L.streamed:     # b's sequence image: its blocks lie as the GEMM core reads them
+            b = check_array(np.asarray(w).reshape(-1, L.c), (L.o, L.c), np.int8, "b")
+            return pack_activation(b.T[None, :, :, None], c, c.block_in)
         if L.dense:
             w = check_array(w, (L.o, L.c), np.int8, "weights").reshape(L.o, L.c, 1, 1)
         if L.packed is not None:
@@ -305,11 +308,16 @@ class LoweredConv2d(ArenaProgram):
                                                          "bias")
         return acc_rows(wrap32(rows).astype(np.int32), self.config)
 
-    def static_data(self, weights: np.ndarray, bias: np.ndarray | None) -> dict:
+    def static_data(self, weights: np.ndarray | None, bias: np.ndarray | None) -> dict:
         """The arena regions that stay the same from run to run: {region: array}
-        (micro-ops, constant rows with the bias, packed weights)."""
-        data = {"uop": np.frombuffer(self.uop_bytes, np.uint8),
-                "weights": self.pack_weights(weights)}
+        (micro-ops, constant rows with the bias, packed weights). A streamed layer's
+        weights (a qmatmul's b) are an activation: None, unless one run packs them here
+        (`run_conv2d`)."""
+        data = {"uop": np.frombuffer(self.uop_bytes, np.uint8)}
+        if weights is not None:
+            data["weights"] = self.pack_weights(weights)
+        elif not self.layer.streamed:
+            raise ValueError(f"conv2d node {self.node!r} needs its weights")
         if self.layer.residual_ratio:
             data["identity"] = identity_blocks(self.config, self.layer.residual_ratio)
         if self.bias_gemm is not None:
@@ -604,8 +612,14 @@ class _ConvEmitter:
             stride = self.taps if L.paired else cn * self.taps
             first = self.wgt_span[tile.span] + (tile.ob0 - ob) * stride + (
                 0 if L.paired else (cb0 - cb) * self.taps)
-            p.load(MemoryType.WGT, sram_base=u.wgt_base[t], dram_base=self.wgt0 + first,
-                   y_size=tile.tco, x_size=row, x_stride=stride)
+            if L.streamed:   # b's buffer: block (ob, ib) at ib * out_blocks + ob
+                for obi in range(tile.tco):
+                    p.load(MemoryType.WGT, sram_base=u.wgt_base[t] + obi * row,
+                           dram_base=self.wgt0 + cb0 * L.out_blocks + tile.ob0 + obi,
+                           y_size=tci, x_size=1, x_stride=L.out_blocks)
+            else:
+                p.load(MemoryType.WGT, sram_base=u.wgt_base[t], dram_base=self.wgt0 + first,
+                       y_size=tile.tco, x_size=row, x_stride=stride)
             self.wgt_in_sram[t] = (tile.ob0, cb0)
         self.tokens.loaded()
 

@@ -2,7 +2,9 @@
 family's lowering (`vdla.compiler.targets.vdla.conv`) reads both.
 
 * `Conv2dLayer` (``qconv2d``, and ``qdense`` as a 1x1 convolution over a 1x1 image: the
-  back half lowers a dense layer exactly as that convolution) with its `ConvEpilogue`;
+  back half lowers a dense layer exactly as that convolution; ``qmatmul`` of two
+  activations as a dense layer whose weights are its second operand's rows, streamed
+  from DRAM) with its `ConvEpilogue`;
   `conv2d_layer(node, graph, config)` makes both and raises ValueError, naming the node,
   for what the back half cannot run. A grouped or depthwise layer's block structure
   comes from `vdla.compiler.targets.vdla.grouped`;
@@ -39,7 +41,7 @@ from vdla.compiler.targets.vdla.common import (ITER_MAX, PAD_MAX, ceil_div, gemm
                                                tile_candidates)
 from vdla.compiler.targets.vdla.requant import (AluStep, check_alu_ops, clamp_steps,
                                                 requant_steps)
-from vdla.compiler.targets.vdla.sequence import pixel_rows
+from vdla.compiler.targets.vdla.sequence import pixel_rows, sequence_rows
 from vdla.compiler.targets.vdla import dw_window
 from vdla.compiler.targets.vdla.grouped import group_spans
 from vdla.compiler.targets.vdla.conv_schedule import Conv2dSchedule
@@ -48,6 +50,7 @@ from vdla.compiler.targets.vdla.timing import estimate_conv2d, timing_key
 from vdla.config import AluOp, HardwareConfig
 
 __all__ = ["Conv2dLayer", "ConvEpilogue", "alu_passes", "choose_conv2d", "conv2d_layer",
+           "matmul_problem",
            "conv2d_workload", "residual_passes", "residual_ratio", "schedule_space"]
 
 
@@ -151,7 +154,12 @@ class Conv2dLayer:
     `sequence`: a dense layer (`dense`) over a sequence laid out as the image of its rows
     (`vdla.compiler.targets.vdla.sequence`): its rows are the `h` pixels of one
     (1, C, rows, 1) image (`n` is 1), so its output-row tiles share the weight blocks
-    they load."""
+    they load.
+    `streamed`: the weights are an activation in DRAM, not constants written once: a
+    ``qmatmul``'s second operand b (N, K), a sequence whose rows are the output channels.
+    Its buffer, ``[K / L][N][L]``, holds weight block (output block ob, input block ib)
+    whole at element ``ib * out_blocks + ob`` where block_in = block_out = L
+    (`matmul_problem`)."""
 
     n: int
     c: int
@@ -182,6 +190,7 @@ class Conv2dLayer:
     out_group: int = 1
     window: bool = False
     sequence: bool = False
+    streamed: bool = False
 
     def __post_init__(self):
         if not self.spans:
@@ -341,12 +350,14 @@ def conv2d_layer(node: Node, graph: Graph,
     """The layer and epilogue of a ``qconv2d``/``qdense`` node; ValueError naming the
     node for what the back half cannot run (groups, dilation, packed layouts, pads, a
     multiplier without MUL, clamp bounds outside int8)."""
-    if node.op not in ("qconv2d", "qdense"):
-        raise ValueError(f"lower_conv2d lowers qconv2d and qdense nodes, not {node.name!r} "
-                         f"({node.op})")
+    if node.op not in ("qconv2d", "qdense", "qmatmul"):
+        raise ValueError(f"lower_conv2d lowers qconv2d, qdense and qmatmul nodes, not "
+                         f"{node.name!r} ({node.op})")
     a = node.attrs
     if node.op == "qdense":
         return _dense_layer_and_epilogue(node, graph, config)
+    if node.op == "qmatmul":
+        return _matmul_layer_and_epilogue(node, graph, config)
     for key, plain in (("data_layout", "NCHW"), ("kernel_layout", "OIHW"), ("out_layout", "NCHW")):
         if parse_layout(a[key]).name != plain:
             raise ValueError(f"qconv2d node {node.name!r}: {key} {a[key]!r} is not supported "
@@ -455,7 +466,7 @@ def conv2d_workload(node: Node, graph: Graph, config: HardwareConfig) -> dict:
             del fields[key]
     if not layer.has_residual:
         del fields["residual_ratio"]
-    for key in ("late_residual", "bias_gemm", "window", "sequence"):
+    for key in ("late_residual", "bias_gemm", "window", "sequence", "streamed"):
         if not fields[key]:
             del fields[key]
     # Undilated, unpacked layers keep the keys their records were written with.
@@ -505,6 +516,59 @@ def _dense_layer_and_epilogue(node: Node, graph: Graph,
                         residual_ratio=residual_ratio(has_residual, config),
                         late_residual=late_residual(epilogue, config),
                         bias_gemm=epilogue.bias_gemm is not None,
+                        inp_group=inp_group(config), out_group=out_group(config))
+    return layer, epilogue
+
+
+def matmul_problem(node: Node, graph: Graph, config: HardwareConfig) -> str | None:
+    """Why ``qmatmul`` `node` cannot run on the GEMM core of `config` (None when it can):
+    ``a @ b^T`` of two int8 sequences (``transpose_b``), b's rows loaded as weight
+    blocks where they lie, which needs block_in = block_out (a weight block's rows are
+    then L consecutive rows of one channel block of b's buffer), b's rows a whole
+    number of blocks (so every block starts at a block boundary) and whole blocks of
+    columns (a weight's pad lanes are zeros, an activation's need not be)."""
+    a, b = node.inputs[:2]
+    if config.block_in != config.block_out:
+        return (f"b's rows are weight blocks only where block_in = block_out; this config "
+                f"has {config.block_in} and {config.block_out}")
+    if not node.attrs.get("transpose_b"):
+        return ("a @ b needs b transposed; only a @ b^T (transpose_b) reads b's rows as "
+                "weight blocks where they lie")
+    for what, name in (("a", a), ("b", b)):
+        t = graph.tensors[name]
+        if t.is_constant:
+            return f"{what} {name!r} is a constant (a dense layer's weights run as qdense)"
+        if t.dtype != "int8" or not pixel_rows(graph, name, config):
+            return (f"{what} {name!r} ({t.dtype} {tuple(t.shape)}) is not an int8 sequence "
+                    "(S, D) or (1, S, D) on a batch-1 config")
+    rows, columns = sequence_rows(graph.tensors[b].shape)
+    if rows % config.block_out:
+        return (f"b {b!r} has {rows} rows, not a multiple of the block ({config.block_out}): "
+                "its weight blocks would straddle its channel blocks")
+    if columns % config.block_in:
+        return (f"a and b have {columns} columns, not a multiple of the block "
+                f"({config.block_in}): the pad lanes of two activations would meet")
+    return None
+
+
+def _matmul_layer_and_epilogue(node: Node, graph: Graph,
+                               config: HardwareConfig) -> tuple[Conv2dLayer, ConvEpilogue]:
+    """A qmatmul ``a @ b^T`` is a dense layer over a's rows whose weights are b's rows,
+    streamed from b's buffer (`Conv2dLayer.streamed`)."""
+    problem = matmul_problem(node, graph, config)
+    if problem:
+        raise ValueError(f"qmatmul node {node.name!r}: {problem}")
+    m, k = sequence_rows(graph.tensors[node.inputs[0]].shape)
+    n, kb = sequence_rows(graph.tensors[node.inputs[1]].shape)
+    if k != kb:
+        raise ValueError(f"qmatmul node {node.name!r}: a has {k} columns, b {kb}")
+    padded_o = ceil_div(n, config.block_out) * config.block_out
+    epilogue = _plan_epilogue(node, graph, n, padded_o, False, config)
+    layer = Conv2dLayer(n=1, c=k, h=m, w=1, o=n, kernel_h=1, kernel_w=1, batch_blocks=1,
+                        in_blocks=ceil_div(k, config.block_in),
+                        out_blocks=ceil_div(n, config.block_out),
+                        const_rows=len(epilogue.rows), dense=True, sequence=True,
+                        streamed=True, bias_gemm=epilogue.bias_gemm is not None,
                         inp_group=inp_group(config), out_group=out_group(config))
     return layer, epilogue
 

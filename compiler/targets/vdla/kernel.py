@@ -43,12 +43,15 @@ class VdlaKernel:
 
 def activation_regions(lowered, node: Node) -> dict[str, str]:
     """The arena regions of `lowered` (of graph node `node`) that hold activations:
-    {region: tensor name} (input, an int8 residual, elementwise operands, output)."""
+    {region: tensor name} (input, an int8 residual, a qmatmul's streamed b, elementwise
+    operands, output)."""
     if isinstance(lowered, LoweredElementwise):
         regions = {f"input{i}": node.inputs[i] for i in lowered.layer.inputs}
     else:
         regions = {"input": node.inputs[0]}
     if isinstance(lowered, LoweredConv2d) and lowered.layer.has_residual:
         regions["residual"] = node.inputs[3]
+    if isinstance(lowered, LoweredConv2d) and lowered.layer.streamed:
+        regions["weights"] = node.inputs[1]
     regions["output"] = node.outputs[0]
     return regions

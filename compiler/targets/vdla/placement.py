@@ -440,15 +440,18 @@ def region_mover(regions: dict, moved: dict[str, tuple[int, Placement, Buffer]])
 
 def _moved(insn, size: int, region, address: int, p: Placement, buf: Buffer) -> int:
     # In bytes: an access moves inp or out elements (batch x block_in or block_out
-    # channels), a buffer counts activation-block elements (batch x L).
+    # channels), a buffer counts activation-block elements (batch x L); a qmatmul's
+    # LOAD WGT moves weight blocks of L consecutive rows of a sequence's channel block
+    # (`conv_layer.matmul_problem`), which must start on a weight block's boundary.
     eb = buf.elem_bytes
-    if eb % size or address % size:
-        raise ValueError(f"{insn.memory_type.name} access of {size}-byte elements into a buffer "
-                         f"of {eb}-byte elements at {address:#x}")
     first = insn.dram_base * size - region.offset
     last = first + ((insn.y_size - 1) * insn.x_stride + insn.x_size) * size - 1
     nb, rest = divmod(first, p.elems * eb)
     if last // (p.elems * eb) != nb and (p.offset, p.elems) != (0, buf.elems):
         raise ValueError(f"a {insn.memory_type.name} access of bytes {first}..{last} crosses "
                          f"a batch block ({p.elems} elements each) of buffer {buf.name!r}")
-    return (address + (nb * buf.elems + p.offset) * eb + rest) // size
+    byte = address + (nb * buf.elems + p.offset) * eb + rest
+    if (eb % size if size <= eb else byte % size) or address % min(size, eb):
+        raise ValueError(f"{insn.memory_type.name} access of {size}-byte elements into a buffer "
+                         f"of {eb}-byte elements at {byte:#x}")
+    return byte // size

@@ -116,6 +116,12 @@ def describe(node: Node, graph: Graph, config: HardwareConfig) -> tuple[bool, st
         extras = ["bias"] * bool(node.input(2)) + ["residual add"] * bool(node.input(3))
         return True, (f"int8 {what} on the GEMM core; "
                       + ", ".join(extras + ["requantization and clamp on the ALU"]))
+    if op == "qmatmul":
+        problem = _requant_problems(node, config, ("multiplier",), ("shift",))
+        if problem:
+            return False, problem
+        return True, ("int8 product of two activations on the GEMM core, b's rows read "
+                      "as weight blocks where they lie; requantization and clamp on the ALU")
     if op in ("relu", "qadd"):
         dtype = graph.tensors[node.inputs[0]].dtype
         if op == "relu" and dtype != "int8":

@@ -63,7 +63,7 @@ from vdla.sim.verilator.build import tool_versions
 __all__ = ["GEMM_OPS", "VdlaKernel", "VdlaSession", "VdlaTarget", "activation_regions"]
 
 #: The integer GEMM ops the accelerator runs (pools: `POOL_OPS`).
-GEMM_OPS = ("qconv2d", "qdense")
+GEMM_OPS = ("qconv2d", "qdense", "qmatmul")
 
 
 def _activations(graph: Graph, nodes: Sequence[Node]) -> dict[str, list[str]]:
@@ -71,6 +71,8 @@ def _activations(graph: Graph, nodes: Sequence[Node]) -> dict[str, list[str]]:
     convolution's residual, elementwise operands, views' inputs, outputs (not weights,
     biases or other constants)."""
     def operands(n: Node) -> list[str]:
+        if n.op == "qmatmul":      # both operands are activations
+            return list(n.inputs[:2])
         return [n.inputs[0], n.input(3)] if n.op in GEMM_OPS else list(n.inputs)
     return {n.name: [t for t in operands(n) + list(n.outputs)
                      if t and not graph.tensors[t].is_constant] for n in nodes}
@@ -199,7 +201,11 @@ class VdlaTarget(VdlaCommandLine, Target):
                         f"blocks), pads up to the kernel size - 1 and 15; on the "
                         f"{c.batch}x{c.block_in}x{c.block_out} GEMM core, bias, "
                         f"requantization ({mul} MUL), residual add and clamp on the ALU"),
-            ("qdense", "as a 1x1 convolution over a 1x1 image"),
+            ("qdense", "as a 1x1 convolution over 1x1 images, or over the image of a "
+                       "sequence's rows"),
+            ("qmatmul", "a @ b^T of two int8 sequences as a dense layer whose weights are "
+                        "b's rows, read where they lie (block_in = block_out, b's rows a "
+                        "multiple of the block)"),
             ("max_pool2d", "int8: ALU MAX over the window"),
             ("qavg_pool2d", "window sums on the GEMM core, requantization on the ALU"),
             ("qglobal_avg_pool2d", "as an average pool over the whole image"),
@@ -295,8 +301,9 @@ class VdlaTarget(VdlaCommandLine, Target):
             choose_elementwise(layer, self.config)
             return
         # The arena holds the weights and bias written once: computed ones would need a
-        # host-to-DRAM copy per run, which this back half does not do.
-        if graph.constant(node.inputs[1]) is None:
+        # host-to-DRAM copy per run, which this back half does not do. (A qmatmul's b
+        # is an activation, read where it lies: `conv_layer.matmul_problem`.)
+        if node.op != "qmatmul" and graph.constant(node.inputs[1]) is None:
             raise ValueError(f"{node.op} node {node.name!r}: its weights {node.inputs[1]!r} are "
                              "computed at run time; the back half needs constant weights")
         if node.input(2) and graph.constant(node.input(2)) is None:
@@ -329,7 +336,8 @@ class VdlaTarget(VdlaCommandLine, Target):
         else:
             lowered = lower_conv2d(node, graph, self.config, schedule)
             bias = graph.constant(node.input(2)) if node.input(2) else None
-            static = lowered.static_data(graph.constant(node.inputs[1]), bias)
+            weights = None if lowered.layer.streamed else graph.constant(node.inputs[1])
+            static = lowered.static_data(weights, bias)
         estimated = estimate_node(node, graph, self, lowered.schedule).cycles
         return CompiledOp(node.name, node.op, self.name, "",
                           dataclasses.asdict(lowered.schedule),

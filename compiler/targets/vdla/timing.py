@@ -221,7 +221,8 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
     # threads over rows each load every block's (into their own region).
     once = weight_reuse * s.h_nthread * (layer.batch_blocks * layer.weight_blocks
                                          * layer.wgt_taps * c.wgt_elem_bytes / bw
-                                         + co_tiles * dma_cycles(bw, lat))
+                                         + (layer.out_blocks if layer.streamed else co_tiles)
+                                         * dma_cycles(bw, lat))
     load += once
     serial += once
     table_load, table_compute = _table_cycles(layer, s, c, bw, lat)
@@ -416,7 +417,9 @@ def _chunk_costs(layer: Conv2dLayer, chunks, tco: int, window: tuple[int, int],
         inp = max(data * c.inp_elem_bytes / bw,
                   data * max(1, c.inp_elem_bytes / (c.dram_bus_width // 8))
                   + blocks * pads * PAD_ELEM_CYCLES)
-        ld = (inp + wgt / bw + (dmas + (wgt > 0)) * dma_cycles(bw, lat)
+        # A streamed layer's weights (a qmatmul's b) take a LOAD per output block.
+        wgt_dmas = (wgt > 0) * (tco if layer.streamed else 1)
+        ld = (inp + wgt / bw + (dmas + wgt_dmas) * dma_cycles(bw, lat)
               + dmas * dma_row_cycles(rows, row_cycles, lat))
         g = (dw_window.tile_gemm_cycles(layer, *tile, tco, c) if layer.window
              else plane * tco * tci * taps + INSN_CYCLES)

@@ -64,7 +64,7 @@ THREADS = ((1, 1), (2, 1), (1, 2))
 
 #: The ops the tuner searches schedules for (pools keep the default chooser: their
 #: timing model is within 1% of Verilator).
-TUNABLE_OPS = ("qconv2d", "qdense")
+TUNABLE_OPS = ("qconv2d", "qdense", "qmatmul")
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -200,8 +200,9 @@ class ConvTask(OneNodeTask):
         node, graph = self.graph.node(self.node), self.graph
         if context.backend == "verilator":
             context.max_cycles = self.max_cycles or cycle_budget(self, schedule)
+        weights = graph.constant(node.inputs[1])       # a qmatmul's b: an input
         return run_conv2d(context, lowered, data.feed[node.inputs[0]],
-                          graph.constant(node.inputs[1]),
+                          data.feed[node.inputs[1]] if weights is None else weights,
                           graph.constant(node.input(2)) if node.input(2) else None,
                           data.feed[node.input(3)] if node.input(3) else None,
                           return_stats=True)
