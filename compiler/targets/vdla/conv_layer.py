@@ -522,7 +522,8 @@ def _dense_layer_and_epilogue(node: Node, graph: Graph,
 
 def matmul_problem(node: Node, graph: Graph, config: HardwareConfig) -> str | None:
     """Why ``qmatmul`` `node` cannot run on the GEMM core of `config` (None when it can):
-    ``a @ b^T`` of two int8 sequences (``transpose_b``), b's rows loaded as weight
+    ``a @ b^T`` of two int8 sequences (``transpose_b``; a may be a constant, written
+    once with the program: an identity a transposes b), b's rows loaded as weight
     blocks where they lie, which needs block_in = block_out (a weight block's rows are
     then L consecutive rows of one channel block of b's buffer), b's rows a whole
     number of blocks (so every block starts at a block boundary) and whole blocks of
@@ -536,7 +537,7 @@ def matmul_problem(node: Node, graph: Graph, config: HardwareConfig) -> str | No
                 "weight blocks where they lie")
     for what, name in (("a", a), ("b", b)):
         t = graph.tensors[name]
-        if t.is_constant:
+        if t.is_constant and what == "b":
             return f"{what} {name!r} is a constant (a dense layer's weights run as qdense)"
         if t.dtype != "int8" or not pixel_rows(graph, name, config):
             return (f"{what} {name!r} ({t.dtype} {tuple(t.shape)}) is not an int8 sequence "

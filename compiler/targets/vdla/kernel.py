@@ -41,10 +41,11 @@ class VdlaKernel:
         return self.macs if self.macs is not None else self.lowered.layer.macs
 
 
-def activation_regions(lowered, node: Node) -> dict[str, str]:
+def activation_regions(lowered, node: Node, static=()) -> dict[str, str]:
     """The arena regions of `lowered` (of graph node `node`) that hold activations:
     {region: tensor name} (input, an int8 residual, a qmatmul's streamed b, elementwise
-    operands, output)."""
+    operands, output), but those in `static` (a kernel's data written once: a qmatmul's
+    constant a)."""
     if isinstance(lowered, LoweredElementwise):
         regions = {f"input{i}": node.inputs[i] for i in lowered.layer.inputs}
     else:
@@ -54,4 +55,4 @@ def activation_regions(lowered, node: Node) -> dict[str, str]:
     if isinstance(lowered, LoweredConv2d) and lowered.layer.streamed:
         regions["weights"] = node.inputs[1]
     regions["output"] = node.outputs[0]
-    return regions
+    return {region: tensor for region, tensor in regions.items() if region not in static}

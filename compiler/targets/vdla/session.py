@@ -127,7 +127,7 @@ class VdlaSession(TargetSession):
         move = None
         if self.plan is not None:
             moved = {}
-            for region, tensor in activation_regions(lowered, node).items():
+            for region, tensor in activation_regions(lowered, node, kernel.static).items():
                 p = self.plan.placements[tensor]
                 moved[region] = (self._buffers[p.buffer], p, self.plan.buffers[p.buffer])
             move = region_mover(lowered.regions, moved)

@@ -338,6 +338,9 @@ class VdlaTarget(VdlaCommandLine, Target):
             bias = graph.constant(node.input(2)) if node.input(2) else None
             weights = None if lowered.layer.streamed else graph.constant(node.inputs[1])
             static = lowered.static_data(weights, bias)
+            a = graph.constant(node.inputs[0])
+            if a is not None:      # a qmatmul's constant a: written once, as weights are
+                static = {**static, "input": lowered.pack_input(a)}
         estimated = estimate_node(node, graph, self, lowered.schedule).cycles
         return CompiledOp(node.name, node.op, self.name, "",
                           dataclasses.asdict(lowered.schedule),

@@ -150,3 +150,22 @@ def _matmul(a_shape, b_shape, transpose_b=True, constant_b=False) -> Graph:
 def test_products_the_gemm_core_cannot_read_run_on_the_host(graph, config, reason):
     support = VdlaTarget(config).supports(graph.node("mm"), graph)
     assert not support.ok and reason in support.reason, support.reason
+
+
+@pytest.mark.parametrize("backend", ["functional", "verilator"])
+def test_an_identity_a_transposes_b_for_the_next_product(backend):
+    """v^T = I @ v^T (a constant identity a, written once with the program) makes v's
+    columns the rows the next product reads as weight blocks: p @ v runs as
+    p @ (v^T)^T with nothing transposed on the host."""
+    t, dv, s = 48, 32, 40
+    g = Graph("pv")
+    v = g.add_input("v", (t, dv), "int8")
+    p = g.add_input("p", (s, t), "int8")
+    vt = g.add_node("qmatmul", [g.add_constant("eye", np.eye(dv, dtype=np.int8)), v],
+                    name="vt", transpose_b=True, shift=0)
+    g.set_outputs([g.add_node("qmatmul", [p, vt], name="pv", transpose_b=True, shift=7)])
+    compiled, result = _run(g.validate(), DEFAULT, backend)
+    assert {s.target for s in result.ops} == {"vdla"}
+    assert result.host_time()["between_transfers"] == 0
+    op = next(op for op in compiled.ops if op.name == "vt")
+    assert "input" in op.kernel.static                   # the identity, written once
