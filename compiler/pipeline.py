@@ -349,8 +349,10 @@ def compile_for(quantized: Graph, target: Target, *, records: Any = None,
         lambda: compile_model(quantized, target, schedules=schedules, progress=progress),
         check=lambda value: isinstance(value, CompiledModel),
         code=(compile_model, Package("vdla.compiler")))
-    # The caller's graph and target (equal to the remembered ones), and this call's time.
-    return dataclasses.replace(compiled, graph=quantized, target=target,
+    # The caller's graph and target (equal to the remembered ones), and this call's time;
+    # the remembered graph where the target rewrote it (`Target.legalize`).
+    graph = quantized if target.legalize(quantized) is quantized else compiled.graph
+    return dataclasses.replace(compiled, graph=graph, target=target,
                                compile_seconds=time.perf_counter() - start), recorded
 
 

@@ -273,7 +273,19 @@ def _infer_qmatmul(graph, node):
 
 def _infer_qunary(graph, node):
     _int8_in(graph, node, 0)
-    if node.op == "qsoftmax" or node.op == "qlayer_norm":
+    if node.op == "qsoftmax" and node.input(1):
+        x, mask = _shape(graph, node, 0), _shape(graph, node, 1)
+        if graph.tensors[node.inputs[1]].dtype != "bool":
+            _fail(node, f"mask {node.inputs[1]!r} is {graph.tensors[node.inputs[1]].dtype}; "
+                        "it must be bool (True: excluded)")
+        try:
+            np.broadcast_shapes(mask, x)
+        except ValueError:
+            _fail(node, f"mask {node.inputs[1]!r} of shape {mask} does not broadcast to the "
+                        f"input's {x}")
+        if int(node.attrs.get("axis", -1)) % max(len(x), 1) != len(x) - 1:
+            _fail(node, "a masked qsoftmax is over the last axis")
+    elif node.op == "qsoftmax" or node.op == "qlayer_norm":
         x = _last_axis(graph, node)
         for i in (1, 2):
             s = _shape(graph, node, i)
@@ -326,7 +338,10 @@ INT_SEQUENCE_OPS = (
     OpDef("qmatmul", ("a", "b"), 2, {**_QREQUANT, "transpose_b": False, "a_scale": None,
                                      "b_scale": None, "out_scale": None, "params": None},
           _infer_qmatmul),
-    OpDef("qsoftmax", ("x",), 1, {"axis": -1, **_QCOMMON}, _infer_qunary),
+    # qsoftmax's optional bool mask (True: excluded) and causal flag leave positions out
+    # as qattention's do: what that op's softmax is, split from its products.
+    OpDef("qsoftmax", ("x", "mask"), 1, {"axis": -1, "causal": False, **_QCOMMON},
+          _infer_qunary),
     OpDef("qlayer_norm", ("x", "gamma", "beta"), 1, {"axis": -1, "epsilon": 1e-5,
                                                      **_QCOMMON}, _infer_qunary),
     OpDef("qgelu", ("x",), 1, {"approximate": "none", **_QCOMMON}, _infer_qunary),

@@ -148,10 +148,17 @@ def _qmatmul_kernel(node, args, graph):
 
 @kernel("qsoftmax")
 def _qsoftmax_kernel(node, args, graph):
-    _need_int(node, args[0], "input")
-    _last_axis(node, args[0])
-    return [_transformer_op(node, integer_transformer.qsoftmax, args[0],
-                            node.attrs["params"])]
+    x = args[0]
+    _need_int(node, x, "input")
+    _last_axis(node, x)
+    mask = args[1] if len(args) > 1 else None
+    excluded = None if mask is None else np.broadcast_to(np.asarray(mask, bool), x.shape)
+    if node.attrs.get("causal"):
+        c = np.broadcast_to(integer_transformer.causal_exclusion(x.shape[-2], x.shape[-1]),
+                            x.shape)
+        excluded = c if excluded is None else (excluded | c)
+    return [_transformer_op(node, integer_transformer.qsoftmax, x, node.attrs["params"],
+                            excluded)]
 
 
 @kernel("qlayer_norm")

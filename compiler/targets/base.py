@@ -405,6 +405,12 @@ class Target(abc.ABC):
         """Raise ValueError for a graph this target cannot take at all (before
         partitioning); by default every graph is fine."""
 
+    def legalize(self, graph: Graph) -> Graph:
+        """`graph` rewritten into the ops this target runs, computing the same outputs
+        bit for bit (the accelerator splits a fused attention into its products and
+        softmax); by default `graph` itself. `compile_model` compiles what this returns."""
+        return graph
+
     def choose_schedules(self, graph: Graph, options: Mapping[str, Sequence[tuple[Any, Any]]]
                          ) -> dict[str, tuple[Any, Any]]:
         """node name -> the (schedule, cost) to compile it with, from `options`: each

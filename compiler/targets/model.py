@@ -94,6 +94,7 @@ def compile_model(graph: Graph, target: Target, *,
                         f"{type(target).__name__}")
     start = time.perf_counter()
     target.check_graph(graph)
+    graph = target.legalize(graph)
     plan = partition(graph, target)
     nodes = graph.nodes()
     mine = [n for n in nodes if plan.target_of(n.name) == target.name]

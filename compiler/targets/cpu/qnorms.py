@@ -83,6 +83,9 @@ def qnorm_refusal(node: Node, graph: Graph) -> str | None:
                 "runs it on int8")
     if not x.shape or size(x.shape) == 0:
         return f"{node.op} node {node.name!r}: input of shape {x.shape}"
+    if node.op == "qsoftmax" and (node.input(1) or node.attrs.get("causal")):
+        return (f"qsoftmax node {node.name!r} leaves positions out (a mask or causal): the "
+                "CPU target runs that softmax inside its attention")
     try:
         if node.op == "qgelu":
             gelu_table(node)

@@ -48,6 +48,9 @@ def refusal(node: Node, graph: Graph) -> str | None:
     data = dtypes[:3] if op == "qattention" else dtypes[:1]
     if any(d != "int8" for d in data):
         return f"{op} on {'/'.join(data)}: the GPU target runs it on int8"
+    if op == "qsoftmax" and (node.input(1) or node.attrs.get("causal")):
+        return ("qsoftmax that leaves positions out (a mask or causal): the GPU target runs "
+                "that softmax inside its attention")
     x = shape_of(graph, node.inputs[0])
     n = shape_of(graph, node.inputs[1])[-2] if op == "qattention" else x[-1]
     if op in ("qsoftmax", "qattention") and n > integer_transformer.MAX_SOFTMAX_LENGTH:

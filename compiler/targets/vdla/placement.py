@@ -47,11 +47,11 @@ from vdla.isa import Program
 
 __all__ = ["Buffer", "BufferPlan", "Placement", "VIEW_OPS", "activation_block",
            "concat_conflicts",
-           "concat_view_problem",
-           "flatten_view_problem", "plan_buffers", "region_mover", "relocate_to", "resident"]
+           "concat_view_problem", "flatten_view_problem", "plan_buffers", "region_mover",
+           "relocate_to", "resident", "slice_view_problem", "view_problem"]
 
 #: Ops that are views of a buffer on the accelerator (no program; no data moves).
-VIEW_OPS = ("concat", "flatten", "reshape")
+VIEW_OPS = ("concat", "flatten", "reshape", "slice")
 
 
 def resident(config: HardwareConfig) -> bool:
@@ -214,9 +214,12 @@ def concat_view_problem(node, graph: Graph, config: HardwareConfig) -> str | Non
     if not resident(config):
         return not_resident(config)
     shape = graph.tensors[node.outputs[0]].shape
+    if len(shape) == 2 and pixel_rows(graph, node.outputs[0], config):
+        return _sequence_concat_problem(node, graph, config)
     if len(shape) != 4 or int(node.attrs.get("axis", 1)) % 4 != 1:
         return f"concat along axis {node.attrs.get('axis')} of rank {len(shape)}: only " \
-               "channels (axis 1) of NCHW tensors are a view of one buffer"
+               "channels (axis 1) of NCHW tensors or features of a sequence (S, D) are a " \
+               "view of one buffer"
     if len(set(node.inputs)) != len(node.inputs):
         return "concat of one tensor twice: a tensor has one place in DRAM"
     for name in node.inputs:
@@ -224,6 +227,71 @@ def concat_view_problem(node, graph: Graph, config: HardwareConfig) -> str | Non
         if problem:
             return f"input {problem}"
     return None
+
+
+def _sequence_concat_problem(node, graph: Graph, config: HardwareConfig) -> str | None:
+    """Why concat `node` of (S, D) sequences along their features cannot be a view: each
+    part but the last fills whole channel blocks (a sequence's buffer has no channel
+    map), every part a sequence of its own."""
+    block = activation_block(config)
+    if int(node.attrs.get("axis", 1)) % 2 != 1:
+        return "a concat of sequences is a view along their features (axis 1) only"
+    if len(set(node.inputs)) != len(node.inputs):
+        return "concat of one tensor twice: a tensor has one place in DRAM"
+    for name in node.inputs:
+        problem = _activation(graph, name)
+        if problem:
+            return f"input {problem}"
+        if not pixel_rows(graph, name, config):
+            return f"input {name!r} is not a sequence"
+    for name in node.inputs[:-1]:
+        if graph.tensors[name].shape[1] % block:
+            return (f"input {name!r} has {graph.tensors[name].shape[1]} features, not whole "
+                    f"channel blocks of {block}: the next part would not start on one")
+    return None
+
+
+def slice_view_problem(node, graph: Graph, config: HardwareConfig) -> str | None:
+    """Why slice `node` cannot be a view of its input's buffer (None when it can): whole
+    channel blocks of a sequence's features, (S, D) or (1, S, D), with step 1 (its rows
+    lie in those blocks one after another)."""
+    if not resident(config):
+        return not_resident(config)
+    src, name = graph.tensors[node.inputs[0]].shape, node.inputs[0]
+    problem = _activation(graph, name)
+    if problem:
+        return f"input {problem}"
+    if len(src) not in (2, 3) or not pixel_rows(graph, name, config):
+        return f"input {name!r} {tuple(src)} is not a sequence"
+    a = node.attrs
+    axes = [int(x) % len(src) for x in a.get("axes") or range(len(a["starts"]))]
+    steps = list(a.get("steps") or [1] * len(axes))
+    if axes != [len(src) - 1] or steps != [1]:
+        return (f"slice along axes {tuple(a.get('axes') or ())} (steps {tuple(steps)}): only "
+                "a sequence's features, step 1, are a view of its buffer")
+    block, features = activation_block(config), src[-1]
+    start, end = _slice_bounds(a["starts"][0], a["ends"][0], features)
+    if start % block or (end % block and end != features):
+        return (f"slice of features {start}..{end}: not whole channel blocks of {block} "
+                "(a view starts and ends on a block boundary, or at the end)")
+    return None
+
+
+def _slice_bounds(start: int, end: int, size: int) -> tuple[int, int]:
+    """ONNX-style [start, end) of one axis of `size`, negatives from the end, clamped."""
+    start, end = int(start), int(end)
+    start = min(max(start + size if start < 0 else start, 0), size)
+    end = min(max(end + size if end < 0 else end, 0), size)
+    return start, end
+
+
+def view_problem(node, graph: Graph, config: HardwareConfig) -> str | None:
+    """Why view op `node` (`VIEW_OPS`) cannot be a view by itself (None when it can)."""
+    if node.op == "concat":
+        return concat_view_problem(node, graph, config)
+    if node.op == "slice":
+        return slice_view_problem(node, graph, config)
+    return flatten_view_problem(node, graph, config)
 
 
 def flatten_view_problem(node, graph: Graph, config: HardwareConfig) -> str | None:
@@ -274,13 +342,16 @@ def plan_buffers(graph: Graph, nodes, config: HardwareConfig,
             if name in node.outputs and src is None and carries_map is not None \
                     and carries_map(node):
                 src = next((placed[t] for t in node.inputs if t in placed), None)
-            if name not in placed and not (node.op in ("flatten", "reshape")
+            if name not in placed and not (node.op in ("flatten", "reshape", "slice")
                                            and name == node.outputs[0]):
                 mapped = src is not None and name in node.outputs and not src.identity
                 placed[name] = _new_buffer(name, graph.tensors[name].shape, config, buffers,
                                            src.channels if mapped else None,
                                            src.physical if mapped else None,
                                            pixel_rows(graph, name, config))
+        if node.op == "slice":
+            placed[node.outputs[0]] = _sliced(placed[node.inputs[0]], node,
+                                              graph.tensors[node.outputs[0]].shape, config)
         if node.op in ("flatten", "reshape"):
             src, shape = placed[node.inputs[0]], graph.tensors[node.outputs[0]].shape
             sequence = src.sequence or len(shape) == 3
@@ -338,7 +409,9 @@ def _place_concats(graph, concats, config, carries_map=None):
                 maps[node.outputs[0]] = maps[src]
     for node in reversed(list(concats)):
         out, shape = node.outputs[0], graph.tensors[node.outputs[0]].shape
-        plane = int(np.prod(shape[2:]))
+        # A sequence's channel block holds its rows (`_sequence_concat_problem`).
+        seq = len(shape) == 2 and pixel_rows(graph, out, config)
+        plane = shape[0] if seq else int(np.prod(shape[2:]))
         parts = _concat_parts(graph, node, config, maps)
         channels = np.concatenate([start + ch for start, ch, _ in parts])
         physical = sum(phys for _, _, phys in parts)
@@ -350,14 +423,14 @@ def _place_concats(graph, concats, config, carries_map=None):
             base = Placement(first.buffer, first.offset, physical // block * plane,
                              tuple(shape), physical,
                              None if np.array_equal(channels, np.arange(shape[1]))
-                             else channels)
+                             else channels, seq)
         if base is not None and base.physical != physical:
             conflicts[node.name] = (f"its output {out!r} is placed in a buffer with "
                                     f"{base.physical} channels for its {physical}")
             continue
         wants = [] if base is None else [
             _placement(graph.tensors[name].shape, base.buffer,
-                       base.offset + start // block * plane, config, ch, phys)
+                       base.offset + start // block * plane, config, ch, phys, seq)
             for name, (start, ch, phys) in zip(node.inputs, parts)]
         if base is None and any(have):
             name = next(n for n, h in zip(node.inputs, have) if h is not None)
@@ -371,9 +444,9 @@ def _place_concats(graph, concats, config, carries_map=None):
                                     "already")
             continue
         if base is None:
-            base = _new_buffer(out, shape, config, buffers, channels, physical)
+            base = _new_buffer(out, shape, config, buffers, channels, physical, seq)
             wants = [_placement(graph.tensors[name].shape, out, start // block * plane,
-                                config, ch, phys)
+                                config, ch, phys, seq)
                      for name, (start, ch, phys) in zip(node.inputs, parts)]
         placed[out] = base
         for name, want in zip(node.inputs, wants):
@@ -394,6 +467,17 @@ def _concat_parts(graph, node, config, maps) -> list[tuple[int, np.ndarray, int]
         parts.append((start, ch, phys))
         start += phys
     return parts
+
+
+def _sliced(src: Placement, node, shape, config: HardwareConfig) -> Placement:
+    """The placement of a slice of whole channel blocks of sequence `src`
+    (`slice_view_problem`): its blocks, each of the sequence's rows."""
+    block = activation_block(config)
+    rows, features = sequence_rows(src.shape)
+    start, _ = _slice_bounds(node.attrs["starts"][0], node.attrs["ends"][0], features)
+    physical = ceil_div(shape[-1], block) * block
+    return Placement(src.buffer, src.offset + start // block * rows, physical // block * rows,
+                     tuple(shape), physical, None, True)
 
 
 def _flattened(src: Placement, shape, config: HardwareConfig) -> Placement:

@@ -29,6 +29,11 @@ _HOST_REASONS = {
     "quantize": "float -> int conversion runs on the host",
     "dequantize": "int -> float conversion runs on the host",
     "softmax": "softmax needs exp and division: no accelerator kernel",
+    "qsoftmax": "qsoftmax needs exp and division: no accelerator kernel",
+    "qattention": ("a qattention runs on the accelerator head by head, split into its "
+                   "products, where block_in = block_out, its heads' features and keys are "
+                   "whole blocks and the importer split and merges its heads "
+                   "(`attention.splittable`); not this one"),
     "lrn": "local response normalization needs powers and division: no accelerator kernel",
     "pad": "standalone padding: the host pads (the accelerator pads only inside DMA loads)",
     "flatten": "reshaping is data movement the host does",

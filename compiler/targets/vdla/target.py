@@ -35,6 +35,7 @@ import vdla.runtime
 from vdla.compiler.ir.graph import Graph
 from vdla.compiler.ir.tensor import Node
 from vdla.compiler.targets.base import CompiledOp, Progress, Support, Target
+from vdla.compiler.targets.vdla.attention import split_attention
 from vdla.compiler.targets.vdla.channel_map import carries_map, map_problem, physical_node
 from vdla.compiler.targets.vdla.command_line import VdlaCommandLine
 from vdla.compiler.targets.vdla.conv import lower_conv2d
@@ -47,7 +48,7 @@ from vdla.compiler.targets.vdla.estimate import estimate_graph, estimate_node
 from vdla.compiler.targets.vdla.export import export_model
 from vdla.compiler.targets.vdla.kernel import VdlaKernel, activation_regions
 from vdla.compiler.targets.vdla.placement import (VIEW_OPS, BufferPlan, concat_conflicts,
-                                                  concat_view_problem, flatten_view_problem,
+                                                  concat_view_problem, view_problem,
                                                   plan_buffers, resident)
 from vdla.compiler.targets.vdla.platforms import sample_configs
 from vdla.compiler.targets.vdla.pool import (POOL_OPS, Pool2dSchedule, choose_pool2d,
@@ -64,6 +65,14 @@ __all__ = ["GEMM_OPS", "VdlaKernel", "VdlaSession", "VdlaTarget", "activation_re
 
 #: The integer GEMM ops the accelerator runs (pools: `POOL_OPS`).
 GEMM_OPS = ("qconv2d", "qdense", "qmatmul")
+
+
+_VIEW_REASONS = {
+    "concat": "a view: concat parts are written into slices of one DRAM buffer by their "
+              "producers",
+    "slice": "a view: whole channel blocks of the sequence's DRAM buffer, read in place",
+    "flatten": "a view: the dense layer reads its input's DRAM buffer in place",
+}
 
 
 def _activations(graph: Graph, nodes: Sequence[Node]) -> dict[str, list[str]]:
@@ -224,6 +233,11 @@ class VdlaTarget(VdlaCommandLine, Target):
                              f"({len(packed)} packed tensor(s)): the back half packs by "
                              "itself, do not pack_graph first")
 
+    def legalize(self, graph: Graph) -> Graph:
+        """Attentions the GEMM core can run head by head split into their products and
+        softmax (`vdla.compiler.targets.vdla.attention`)."""
+        return split_attention(graph, self.config)
+
     # --- what runs here -----------------------------------------------------------------
 
     def supports(self, node: Node, graph: Graph) -> Support:
@@ -231,9 +245,7 @@ class VdlaTarget(VdlaCommandLine, Target):
             problem = self._view_problem(node, graph)
             if problem:
                 return Support(False, f"{node.op} on the host: {problem}")
-            return Support(True, "a view: concat parts are written into slices of one DRAM "
-                           "buffer by their producers" if node.op == "concat" else
-                           "a view: the dense layer reads its input's DRAM buffer in place")
+            return Support(True, _VIEW_REASONS.get(node.op, _VIEW_REASONS["flatten"]))
         ok, reason = describe(node, graph, self.config)
         if not ok:
             return Support(False, reason)
@@ -246,7 +258,7 @@ class VdlaTarget(VdlaCommandLine, Target):
     def _view_problem(self, node: Node, graph: Graph) -> str | None:
         """Why `node` (concat, flatten, reshape) cannot be a view of DRAM buffers here."""
         if node.op != "concat":
-            problem = flatten_view_problem(node, graph, self.config)
+            problem = view_problem(node, graph, self.config)
         else:
             problem = concat_view_problem(node, graph, self.config) or \
                 self._concat_refusals(graph).get(node.name)
@@ -270,8 +282,7 @@ class VdlaTarget(VdlaCommandLine, Target):
             refusals = concat_conflicts(graph, concats, self.config,
                                         lambda n: carries_map(n, graph))
             views = [n for n in graph.nodes() if n.op in VIEW_OPS and n.name not in refusals
-                     and (concat_view_problem(n, graph, self.config) if n.op == "concat" else
-                          flatten_view_problem(n, graph, self.config)) is None]
+                     and view_problem(n, graph, self.config) is None]
             # Channel maps flow through per-channel ops: plan with every node the
             # accelerator may run (by what it is; the lowering's checks are not needed).
             names = {n.name for n in views}
@@ -388,12 +399,12 @@ class VdlaTarget(VdlaCommandLine, Target):
         """The timing model's cycles of every node of `graph` this target would run,
         without lowering (`vdla.compiler.targets.vdla.estimate.estimate_graph`; a design
         sweep's figure per point): a list of `OpEstimate` in graph order."""
-        return estimate_graph(graph, self, schedules=schedules)
+        return estimate_graph(self.legalize(graph), self, schedules=schedules)
 
     # --- tuning --------------------------------------------------------------------------
 
     def tasks(self, graph: Graph) -> list:
-        return conv_tasks(graph, self)
+        return conv_tasks(self.legalize(graph), self)
 
     def compile_key(self) -> dict:
         """The whole config: every parameter can change a program. (The backend and the

@@ -258,3 +258,52 @@ def test_the_timing_model_tracks_a_sequence_dense_on_verilator(schedule):
                                residual_passes=residual_passes(workload))
     tolerance = 0.03 if schedule is None else 0.05
     assert abs(estimate.cycles / stats["cycles"] - 1) < tolerance, (estimate, stats["cycles"])
+
+
+def heads_graph(s: int = 32, d: int = 32, head: int = 16) -> Graph:
+    """A merged Q/K projection, each head's q and k a slice of its features, each head's
+    scores q @ k^T, the heads' scores concatenated along their features."""
+    rng = np.random.default_rng(6)
+    g = Graph("heads")
+    x = g.add_input("x", (1, s, d), "int8")
+    rows = g.add_node("reshape", [x], name="rows", shape=(s, d))
+    qk = g.add_node("qdense", [rows, g.add_constant("w", _w(rng, 2 * d, d))], name="qk",
+                    shift=8)
+    scores = []
+    for h in range(d // head):
+        q = g.add_node("slice", [qk], name=f"q{h}", starts=(h * head,),
+                       ends=(h * head + head,), axes=(1,), steps=(1,))
+        k = g.add_node("slice", [qk], name=f"k{h}", starts=(d + h * head,),
+                       ends=(d + h * head + head,), axes=(1,))
+        scores.append(g.add_node("qmatmul", [q, k], name=f"s{h}", transpose_b=True,
+                                 shift=7))
+    g.set_outputs([g.add_node("concat", scores, name="cat", axis=1)])
+    return g.validate()
+
+
+@pytest.mark.parametrize("backend", ["functional", "verilator"])
+def test_heads_are_slices_and_their_concat_is_a_view(backend):
+    """A head's features are whole channel blocks of the projection's buffer, and the
+    heads' outputs are written side by side into one: no op but the GEMMs moves data."""
+    compiled, result = _run(heads_graph(), DEFAULT, backend)
+    ops = {s.name: s for s in result.ops}
+    assert {s.target for s in result.ops} == {"vdla"}
+    assert all(ops[n].cycles == 0 for n in ("q0", "k0", "q1", "k1", "cat"))
+    assert result.host_time()["between_transfers"] == 0
+    plan = compiled.ops_on("vdla")[0].kernel.plan
+    qk, k1 = plan.placements["qk_out"], plan.placements["k1_out"]
+    assert k1.buffer == qk.buffer and k1.offset == 3 * 32       # block 3 of 32 rows
+    assert plan.placements["s1_out"].buffer == plan.placements["cat_out"].buffer
+
+
+@pytest.mark.parametrize("attrs, reason", [
+    (dict(starts=(8,), ends=(24,), axes=(1,)), "not whole channel blocks of 16"),
+    (dict(starts=(0,), ends=(16,), axes=(0,)), "only a sequence's features, step 1"),
+    (dict(starts=(0,), ends=(32,), axes=(1,), steps=(2,)), "only a sequence's features"),
+])
+def test_other_slices_run_on_the_host(attrs, reason):
+    g = Graph("slice")
+    x = g.add_input("x", (32, 32), "int8")
+    g.set_outputs([g.add_node("slice", [x], name="cut", **attrs)])
+    support = VdlaTarget(DEFAULT).supports(g.validate().node("cut"), g)
+    assert not support.ok and reason in support.reason, support.reason

@@ -1,0 +1,177 @@
+"""Attention on the accelerator, head by head: a fused ``qattention`` split into the
+products the GEMM core runs and the softmax between them.
+
+The integer attention is two products around a softmax (its definition,
+`vdla.compiler.reference.integer_transformer`), so for each head h::
+
+    s_h  = qmatmul(q_h, k_h, transpose_b)       # the scores, (S, T)
+    p_h  = qsoftmax(s_h, mask, causal)          # the host, for now
+    vt_h = qmatmul(I, v_h, transpose_b)         # v_h^T, (dh, T): an identity a
+    o_h  = qmatmul(p_h, vt_h, transpose_b)      # p_h @ v_h, (S, dh)
+
+and the heads' outputs concatenated along their features are the (S, D) the output
+projection reads. q_h, k_h and v_h are slices of whole channel blocks of the sequences
+the importer split into heads with reshape and transpose (the merged Q/K/V projection's
+output), so they are views of its buffer; the concat is a view too; and every product
+reads its b where the op before stored it (`conv_layer.matmul_problem`): nothing moves
+between the projection and the output projection but the softmax's operands. The
+result is bit for bit the fused op's, whose definition this is.
+
+`split_attention` rewrites the attentions of a graph that the accelerator can run so:
+the importer's head split (``(S, D)`` -> reshape ``(1, S, H, dh)`` -> transpose
+``(1, H, S, dh)``) and merge (the reverse) around it, a mask that is the same for every
+head, and sizes the products take (block_in = block_out, dh and T whole blocks). Any
+other attention is left whole, and runs on the host.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from vdla.compiler.ir.graph import Graph
+from vdla.compiler.ir.tensor import Node
+from vdla.compiler.targets.vdla.common import activation_block
+from vdla.compiler.targets.vdla.sequence import pixel_rows
+from vdla.config import HardwareConfig
+
+__all__ = ["split_attention", "splittable"]
+
+_HEADS_PERM = (0, 2, 1, 3)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Heads:
+    """A qattention the accelerator can run head by head: the (S, D) sequences q, k and
+    v are features of (`sources`), `heads` of `width` features each, its mask (bool,
+    the same for every head) or "", and what the merge writes: the tensor and shape of
+    its last node, and the nodes it removes."""
+
+    sources: tuple[str, str, str]
+    heads: int
+    width: int
+    mask: str
+    merged: str
+    merged_shape: tuple[int, ...]
+    removed: tuple[str, ...]
+
+
+def _split_source(graph: Graph, name: str) -> tuple[str, tuple[str, ...]] | None:
+    """(the (S, H * dh) sequence, the transpose and reshape nodes) when tensor `name` is
+    the importer's head split of one, else None."""
+    t = graph.producer(name)
+    if t is None or t.op != "transpose" or tuple(t.attrs.get("perm", ())) != _HEADS_PERM:
+        return None
+    r = graph.producer(t.inputs[0])
+    if r is None or r.op != "reshape":
+        return None
+    src = graph.tensors[r.inputs[0]].shape
+    split = graph.tensors[r.outputs[0]].shape
+    if len(src) != 2 or len(split) != 4 or split[0] != 1 or split[1] != src[0] \
+            or split[2] * split[3] != src[1]:
+        return None
+    return r.inputs[0], (t.name, r.name)
+
+
+def _merge(graph: Graph, node: Node) -> tuple[str, tuple[int, ...], tuple[str, ...]] | None:
+    """(the merged tensor, its shape, the nodes of the merge) when qattention `node`'s
+    output is only read by the importer's head merge, else None."""
+    readers = graph.consumers(node.outputs[0])
+    if len(readers) != 1 or node.outputs[0] in graph.outputs:
+        return None
+    t = readers[0]
+    if t.op != "transpose" or tuple(t.attrs.get("perm", ())) != _HEADS_PERM:
+        return None
+    readers = graph.consumers(t.outputs[0])
+    if len(readers) != 1 or readers[0].op != "reshape" or t.outputs[0] in graph.outputs:
+        return None
+    r = readers[0]
+    shape = tuple(graph.tensors[r.outputs[0]].shape)
+    _, h, s, dh = graph.tensors[node.outputs[0]].shape
+    if shape not in ((s, h * dh), (1, s, h * dh)):
+        return None
+    return r.outputs[0], shape, (t.name, r.name)
+
+
+def splittable(node: Node, graph: Graph, config: HardwareConfig) -> _Heads | None:
+    """How qattention `node` splits into heads on `config` (`split_attention`), or None."""
+    if node.op != "qattention" or config.block_in != config.block_out or config.batch != 1:
+        return None
+    found = [_split_source(graph, name) for name in node.inputs[:3]]
+    merge = _merge(graph, node)
+    if None in found or merge is None:
+        return None
+    _, heads, s, dh = graph.tensors[node.inputs[0]].shape
+    t = graph.tensors[node.inputs[1]].shape[2]
+    block = activation_block(config)
+    if dh % block or t % block or graph.tensors[node.inputs[2]].shape[3] != dh:
+        return None
+    sources = tuple(src for src, _ in found)
+    if any(graph.tensors[x].dtype != "int8" or not pixel_rows(graph, x, config)
+           for x in sources):
+        return None
+    mask = node.input(3)
+    if mask:
+        shape = graph.tensors[mask].shape
+        if len(shape) != 4 or shape[:2] != (1, 1) or shape[2] not in (1, s) \
+                or shape[3] != t or graph.tensors[mask].dtype != "bool":
+            return None
+    removed = tuple(n for _, nodes in found for n in nodes) + merge[2] + (node.name,)
+    # The head splits go with the attention only where nothing else reads them (the
+    # merge's last tensor is written again, by the heads' concat).
+    for name in removed:
+        for out in graph.node(name).outputs:
+            if out != merge[0] and (out in graph.outputs or any(
+                    r.name not in removed for r in graph.consumers(out))):
+                return None
+    return _Heads(sources, heads, dh, mask, merge[0], merge[1], removed)
+
+
+def split_attention(graph: Graph, config: HardwareConfig) -> Graph:
+    """`graph` with every attention the accelerator can run head by head split so (the
+    module docstring); `graph` itself when there is none."""
+    plans = [(node, plan) for node in graph.nodes()
+             for plan in [splittable(node, graph, config)] if plan is not None]
+    if not plans:
+        return graph
+    g = graph.copy()
+    for node, plan in plans:
+        _split(g, node, plan)
+    g.prune()
+    return g.validate()
+
+
+def _split(g: Graph, node: Node, p: _Heads) -> None:
+    a, name, dh = node.attrs, node.name, p.width
+    for removed in p.removed:
+        g.remove_node(removed)
+    mask = ""
+    if p.mask:          # (1, 1, S or 1, T) -> (S or 1, T): the same for every head
+        shape = g.tensors[p.mask].shape
+        mask = g.add_node("reshape", [p.mask], name=f"{name}.mask", shape=shape[2:])
+    eye = g.add_constant(g.unique_name(f"{name}.identity"), np.eye(dh, dtype=np.int8))
+    outs = []
+    for h in range(p.heads):
+        q, k, v = (g.add_node("slice", [src], name=f"{name}.{what}{h}",
+                              starts=(h * dh,), ends=((h + 1) * dh,), axes=(1,),
+                              steps=(1,))
+                   for what, src in zip("qkv", p.sources))
+        scores = g.add_node("qmatmul", [q, k], name=f"{name}.scores{h}", transpose_b=True,
+                            multiplier=a["qk_multiplier"], shift=a["qk_shift"],
+                            out_min=a["qk_out_min"], out_max=a["qk_out_max"])
+        probs = g.add_node("qsoftmax", [scores] + ([mask] if mask else []),
+                           name=f"{name}.softmax{h}", params=a["softmax_params"],
+                           causal=bool(a["causal"]))
+        vt = g.add_node("qmatmul", [eye, v], name=f"{name}.v{h}t", transpose_b=True,
+                        shift=0)
+        outs.append(g.add_node("qmatmul", [probs, vt], name=f"{name}.out{h}",
+                               transpose_b=True, multiplier=a["pv_multiplier"],
+                               shift=a["pv_shift"], out_min=a["pv_out_min"],
+                               out_max=a["pv_out_max"]))
+    if len(p.merged_shape) == 2:
+        g.add_node("concat", outs, [p.merged], name=f"{name}.heads", axis=1)
+    else:
+        merged = g.add_node("concat", outs, name=f"{name}.heads", axis=1)
+        g.add_node("reshape", [merged], [p.merged], name=f"{name}.merged",
+                   shape=p.merged_shape)

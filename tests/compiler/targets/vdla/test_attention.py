@@ -1,0 +1,83 @@
+"""Attention on the accelerator head by head (`vdla.compiler.targets.vdla.attention`):
+a fused ``qattention`` whose sizes the GEMM core takes is split into its products (on
+the accelerator, reading q, k and v where the projection stored them) and its softmax
+(on the host), bit for bit the fused op; any other stays whole on the host."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import vdla
+from vdla.compiler import run_reference
+from vdla.compiler.passes import prepare, quantize
+from vdla.compiler.targets import compile_model, get
+from vdla.compiler.targets.vdla import VdlaTarget
+from vdla.compiler.targets.vdla.attention import split_attention
+from vdla.shipped import load_config
+
+from transformer_blocks import block_graph, feed
+
+DEFAULT = vdla.HardwareConfig()
+S, D, HEADS = 32, 32, 2                       # heads of 16 features: whole blocks
+
+
+def quantized_block(masked: bool, s: int = S):
+    rng = np.random.default_rng(0)
+    prepared = prepare(block_graph(masked, S=s, D=D, HEADS=HEADS))
+    samples = [feed(rng, masked, S=s) for _ in range(4)]
+    return quantize(prepared, samples, "shift")
+
+
+def _run(graph, config, backend="functional", masked=True):
+    compiled = compile_model(graph, VdlaTarget(config, backend=backend))
+    inputs = feed(np.random.default_rng(7), masked, S=graph.tensors["input_ids"].shape[1])
+    with compiled.session() as session:
+        result = session.run(inputs)
+    want = run_reference(graph, inputs)
+    for name, value in want.items():
+        np.testing.assert_array_equal(result.outputs[name], value)
+    return compiled, result
+
+
+@pytest.mark.parametrize("masked", [False, True], ids=["causal", "attention_mask"])
+def test_attention_runs_head_by_head_bit_exactly(masked):
+    q = quantized_block(masked)
+    compiled, result = _run(q, DEFAULT, masked=masked)
+    ops = [s for s in result.ops]
+    assert "qattention" not in {s.op for s in ops}
+    products = [s for s in ops if s.op == "qmatmul"]
+    assert len(products) == 3 * HEADS and {s.target for s in products} == {"vdla"}
+    softmax = [s for s in ops if s.op == "qsoftmax"]
+    assert len(softmax) == HEADS and {s.target for s in softmax} == {"host"}
+    node = compiled.graph.node(softmax[0].name)
+    assert bool(node.attrs["causal"]) != masked and bool(node.input(1)) == masked
+    # q, k, v are views of the projection's buffer, the heads' outputs one buffer
+    assert all(s.target == "vdla" for s in ops if s.op in ("slice", "concat")
+               and s.name.startswith(node.name.rsplit(".", 1)[0]))
+    assert result.host_time()["between_transfers"] == 0
+
+
+def test_verilator_runs_attention_head_by_head():
+    _, result = _run(quantized_block(False), DEFAULT, "verilator", masked=False)
+    assert all(s.cycles > 0 for s in result.ops if s.op == "qmatmul")
+
+
+@pytest.mark.parametrize("config, s, why", [
+    (load_config("pynq-z1-plus"), S, "block_in 16 != block_out 32"),
+    (DEFAULT, 24, "24 keys: not whole blocks of 16"),
+])
+def test_other_attentions_stay_whole(config, s, why):
+    q = quantized_block(True, s=s)
+    assert split_attention(q, config) is q, why
+    compiled, result = _run(q, config, masked=True)
+    assert [st.target for st in result.ops if st.op == "qattention"] == ["host"]
+
+
+def test_other_targets_leave_a_masked_softmax_to_their_attention():
+    """The split's softmax leaves positions out; a target that runs qsoftmax only in
+    the plain form refuses it by name (the host runs it, as on the accelerator)."""
+    q = split_attention(quantized_block(True), DEFAULT)
+    node = next(n for n in q.nodes() if n.op == "qsoftmax")
+    support = get("cpu").supports(node, q)
+    assert not support.ok and "leaves positions out" in support.reason
