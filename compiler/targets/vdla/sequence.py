@@ -26,7 +26,7 @@ from __future__ import annotations
 from vdla.compiler.ir.graph import Graph
 from vdla.config import HardwareConfig
 
-__all__ = ["ROW_BATCHES", "image_shape", "pixel_rows", "sequence_rows"]
+__all__ = ["ROW_BATCHES", "contiguous_rows", "image_shape", "pixel_rows", "sequence_rows"]
 
 #: The `Graph.metadata` key of the tensors a graph declares batches of rows, where it
 #: has no producers to tell (the scratch graph of `channel_map.physical_node`).
@@ -76,3 +76,13 @@ def image_shape(shape) -> tuple[int, int, int, int]:
     """The image a sequence of plain shape `shape` is laid out as: (1, D, S, 1)."""
     rows, features = sequence_rows(shape)
     return 1, features, rows, 1
+
+
+def contiguous_rows(w: int, tw: int, rows: int, pads: dict | None = None) -> bool:
+    """Whether a DMA of `rows` rows of `tw` pixels of an image `w` pixels wide moves them
+    as one row: an image one pixel wide (a sequence) without padding, whose
+    rows lie one after another. (A wider image keeps a DMA row per image row even where
+    a tile spans it: the recorded measurements the timing model is fitted on were made
+    so.) Each DMA row is a read burst of its own, so a dense layer over a sequence whose
+    tiles load their rows in one takes 6-9% fewer cycles on Verilator than row by row."""
+    return w == 1 and tw == 1 and rows > 1 and not any((pads or {}).values())

@@ -37,11 +37,11 @@ from typing import TYPE_CHECKING
 
 from vdla.compiler.targets.vdla import dw_window
 from vdla.compiler.targets.vdla.common import (INSN_CYCLES, PAD_ELEM_CYCLES, ceil_div,
-                                               contiguous_rows, dma_cycles, dma_row_cycles,
-                                               store_cycles,
+                                               dma_cycles, dma_row_cycles, store_cycles,
                                                tile_split, vector_pass_cycles, window_cols,
                                                window_rows)
 from vdla.compiler.targets.vdla.conv_schedule import Conv2dSchedule, conv_uop_count
+from vdla.compiler.targets.vdla.sequence import contiguous_rows
 from vdla.compiler.targets.vdla.timing_pairs import (TileClass, TileCosts, first_pair,
                                                      last_pair, last_stores, lone_tile,
                                                      mixed_groups, paired_cycles,

@@ -19,9 +19,11 @@ from vdla.compiler.targets.vdla import choose_conv2d, lower_conv2d
 FOLDER = Path(vdla_target.__file__).resolve().parent
 #: Modules of the target's folder that lowering one convolution may enter: its family's
 #: (the layer and timing model, the emitter, what grouped convolutions and packed first
-#: layers add, the depthwise window) and the shared kernel.
+#: layers add, the depthwise window, the sequences a dense layer reads) and the shared
+#: kernel.
 CONV_FAMILY = {"conv_layer.py", "conv_schedule.py", "timing.py", "timing_pairs.py", "conv.py",
-               "grouped.py", "tap_pack.py", "dw_window.py", "common.py", "requant.py"}
+               "grouped.py", "tap_pack.py", "dw_window.py", "common.py", "requant.py",
+               "sequence.py"}
 
 
 def modules_entered(fn, *args) -> set[str]:
