@@ -395,11 +395,12 @@ class Outcome:
     model : the `LoadedModel`
     target : the `Target`
     quantized : the graph compiled: the quantized graph, or at float32 the prepared float
-        graph
+        graph, as the target rewrote it (`Target.legalize`; its ops are the run's)
     compiled : the `CompiledModel`
     schedules : node name -> schedule taken from the records
     result : the run's `RunResult` (every tensor in ``result.values``)
-    reference : every tensor of the reference run of that graph
+    reference : every tensor of the reference run of the graph before the target's
+        rewriting (the outputs are checked against it)
     bit_exact, mismatch : `check`'s answer (at float32: within `FLOAT_TOLERANCE`)
     quantize_seconds : wall time of prepare + quantize (at float32: prepare)
     precision : ``int8`` or ``float32``
@@ -456,7 +457,9 @@ def run_model(model: LoadedModel | str, target: Target, *, records: Any = None,
     reference = replayed = parallel = None
     start = time.perf_counter()
     if (jobs > 1 or ray) and target.parallel_ops(compiled.ops_on(target.name)):
-        reference = reference_of(graph, model.feed)
+        # The ops are fed from the reference of the graph compiled (a target may have
+        # rewritten it, `Target.legalize`: its tensors are the ops' operands).
+        reference = reference_of(compiled.graph, model.feed)
         with make_executor(op_parallel.worker_factory(compiled), jobs=jobs,
                            ray=ray) as executor:
             parallel = executor.describe()
@@ -469,12 +472,13 @@ def run_model(model: LoadedModel | str, target: Target, *, records: Any = None,
                              keep=True, replayed=replayed)
     run_seconds = time.perf_counter() - start
     if reference is None:
-        reference = reference_of(graph, model.feed)
         simulate_seconds = sum(s.wall_seconds for s in result.ops if s.target == target.name)
+    if reference is None or compiled.graph is not graph:
+        reference = reference_of(graph, model.feed)    # the outputs checked: the graph's own
     tolerance = TOLERANCES.get(precision)
     ok, mismatch = check(result.values, reference, graph, tolerance=tolerance)
     error = max((relative_error(result.values[n], reference[n]) for n in graph.outputs),
                 default=0.0)
-    return Outcome(model, target, graph, compiled, schedules, result, reference, ok,
+    return Outcome(model, target, compiled.graph, compiled, schedules, result, reference, ok,
                    mismatch, quantize_seconds, precision, error, run_seconds, parallel,
                    simulate_seconds)
