@@ -81,3 +81,16 @@ def test_other_targets_leave_a_masked_softmax_to_their_attention():
     node = next(n for n in q.nodes() if n.op == "qsoftmax")
     support = get("cpu").supports(node, q)
     assert not support.ok and "leaves positions out" in support.reason
+
+
+def test_a_zoo_bert_runs_head_by_head_through_the_pipeline():
+    """`run_model`'s outcome names the graph compiled (its ops are the run's) and checks
+    the outputs against the fused graph's own reference."""
+    from vdla.compiler import pipeline
+
+    outcome = pipeline.run_model(pipeline.load_model("bert_tiny", calibration=1, note=None),
+                                 VdlaTarget(DEFAULT, backend="functional"))
+    assert outcome.bit_exact, outcome.mismatch
+    ops = {n.op for n in outcome.quantized.nodes()}
+    assert "qattention" not in ops and "qmatmul" in ops
+    assert {s.name for s in outcome.result.ops} == {n.name for n in outcome.quantized.nodes()}
