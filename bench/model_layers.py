@@ -52,6 +52,7 @@ from vdla.compiler.targets import get as get_target  # noqa: E402
 from vdla.compiler.targets.vdla.conv_layer import (Conv2dLayer, alu_passes,  # noqa: E402
                                                    conv2d_workload, residual_passes)
 from vdla.compiler.targets.vdla.timing import estimate_conv2d  # noqa: E402
+from vdla.compiler.targets.vdla.target import GEMM_OPS  # noqa: E402
 
 #: Compute cycles per output entry no int8 result on VTA's ISA goes below: a reset, the
 #: bias (a GEMM micro-op), a per-tensor shift, MAX and MIN.
@@ -76,7 +77,7 @@ def _commit() -> str:
 def isa_bound(node, graph, target) -> int:
     """GEMM micro-ops + `MIN_EPILOGUE` per output entry + residual widening of a GEMM op
     (0 for other ops)."""
-    if node.op not in ("qconv2d", "qdense"):
+    if node.op not in GEMM_OPS:
         return 0
     layer = Conv2dLayer.from_node(node, graph, target.config)
     entries = layer.batch_blocks * layer.out_blocks * layer.out_h * layer.out_w
@@ -85,7 +86,7 @@ def isa_bound(node, graph, target) -> int:
 
 def floor_cycles(node, graph, target, schedule) -> int | None:
     """GEMM micro-ops plus epilogue passes of a GEMM op (None for other ops)."""
-    if node.op not in ("qconv2d", "qdense"):
+    if node.op not in GEMM_OPS:
         return None
     layer = Conv2dLayer.from_node(node, graph, target.config)
     workload = conv2d_workload(node, graph, target.config)

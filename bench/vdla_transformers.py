@@ -10,8 +10,10 @@ functional simulator by default: the timing model gives the cycles; ``verilator`
 cycle-accurate model's own, slower) and checked bit-exactly against the integer
 reference. Per model it prints:
 
-* the accelerator's matrix products (``qdense``, ``qconv2d``): their cycles, their MAC
-  bound (useful MACs / the core's MACs a cycle) and the share of it reached;
+* the accelerator's matrix products (``qdense``, ``qconv2d``, and ``qmatmul``: the
+  heads' products of an attention split head by head, `VdlaTarget.legalize`): their
+  cycles, their MAC bound (the MACs they run / the core's MACs a cycle; an identity
+  product that transposes v counts its own) and the share of it reached;
 * the accelerator's other ops (views take none);
 * the host's ops by kind, with the wall time they took in this run on this machine (its
   CPU named; they run vdla's reference kernels, numpy, as any session on the accelerator
@@ -48,7 +50,7 @@ from vdla.shipped import load_config  # noqa: E402
 #: The transformers of the zoo this bench runs by default (bert_base: add it by name; a
 #: functional run of it takes about a minute here).
 DEFAULT_MODELS = ("bert_tiny", "gpt_mini", "vit_tiny")
-GEMM = ("qdense", "qconv2d")
+GEMM = ("qdense", "qconv2d", "qmatmul")
 
 
 def measure(name: str, config, backend: str, calibration: int) -> dict:
@@ -63,7 +65,7 @@ def measure(name: str, config, backend: str, calibration: int) -> dict:
     cycles = {op.name: op.kernel.estimated_cycles for op in outcome.compiled.ops
               if op.target == "vdla" and op.kernel is not None}
     measured = backend == "verilator"
-    gemm = other = macs = 0
+    gemm = other = macs = products = 0
     host = collections.defaultdict(lambda: [0, 0.0])
     for s in outcome.result.ops:
         if s.target == "vdla":
@@ -71,6 +73,7 @@ def measure(name: str, config, backend: str, calibration: int) -> dict:
             if s.op in GEMM:
                 gemm += c
                 macs += s.macs or 0
+                products += c * (s.op == "qmatmul")
             else:
                 other += c
         else:
@@ -80,8 +83,9 @@ def measure(name: str, config, backend: str, calibration: int) -> dict:
     bound = macs / config.macs_per_cycle
     accel_s = (gemm + other) / (config.clock_mhz * 1e6)
     host_s = sum(seconds for _, seconds in host.values()) + moves["transfer_seconds"]
-    return {"model": name, "nodes": len(list(graph.nodes())), "cycles_from": "verilator" if measured
-            else "timing model", "gemm_cycles": gemm, "other_cycles": other,
+    return {"model": name, "nodes": len(list(graph.nodes())),
+            "cycles_from": "verilator" if measured else "timing model", "gemm_cycles": gemm,
+            "attention_cycles": products, "other_cycles": other,
             "mac_bound": round(bound), "gemm_share_of_bound": bound / gemm if gemm else None,
             "accelerator_ms": accel_s * 1e3, "host_ops": {op: {"count": n, "ms": s * 1e3}
                                                           for op, (n, s) in host.items()},
@@ -102,6 +106,8 @@ def report(r: dict) -> None:
     line("matrix products", f"{r['gemm_cycles']:,}",
          f"cycles; MAC bound {r['mac_bound']:,} ({share:.0%} of it reached)" if share
          else "cycles")
+    line("  of them attention's", f"{r['attention_cycles']:,}",
+         "cycles (its heads' products, where it runs head by head)")
     line("other accelerator ops", f"{r['other_cycles']:,}", "cycles")
     line("accelerator", f"{r['accelerator_ms']:.2f}", "ms at the config's clock")
     for op, h in sorted(r["host_ops"].items(), key=lambda kv: -kv[1]["ms"]):

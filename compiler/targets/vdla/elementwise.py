@@ -242,9 +242,9 @@ def elementwise_layer(node: Node, graph: Graph,
                              f"{out_shape}; the accelerator does not broadcast (both "
                              "inputs must have the output's shape, (N, C, H, W) or (N, C))")
         if shape[5] != sequence:
+            kind = "as the image of its rows" if shape[5] else "as a batch of rows"
             raise ValueError(f"{node.op} node {node.name!r}: {label(i)} "
-                             f"{node.inputs[i]!r} is laid out "
-                             f"{'as the image of its rows' if shape[5] else 'as a batch of rows'} but "
+                             f"{node.inputs[i]!r} is laid out {kind} but "
                              f"{node.inputs[activations[0]]!r} is not: both must be alike")
 
     blocks = ceil_div(c, config.block_out)
