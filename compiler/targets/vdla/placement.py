@@ -213,6 +213,12 @@ def concat_view_problem(node, graph: Graph, config: HardwareConfig) -> str | Non
     also be placed (a tensor in two concats) is `plan_buffers`' question."""
     if not resident(config):
         return not_resident(config)
+    if len(set(node.inputs)) != len(node.inputs):
+        return "concat of one tensor twice: a tensor has one place in DRAM"
+    for name in node.inputs:
+        problem = _activation(graph, name)
+        if problem:
+            return f"input {problem}"
     shape = graph.tensors[node.outputs[0]].shape
     if len(shape) == 2 and pixel_rows(graph, node.outputs[0], config):
         return _sequence_concat_problem(node, graph, config)
@@ -220,28 +226,17 @@ def concat_view_problem(node, graph: Graph, config: HardwareConfig) -> str | Non
         return f"concat along axis {node.attrs.get('axis')} of rank {len(shape)}: only " \
                "channels (axis 1) of NCHW tensors or features of a sequence (S, D) are a " \
                "view of one buffer"
-    if len(set(node.inputs)) != len(node.inputs):
-        return "concat of one tensor twice: a tensor has one place in DRAM"
-    for name in node.inputs:
-        problem = _activation(graph, name)
-        if problem:
-            return f"input {problem}"
     return None
 
 
 def _sequence_concat_problem(node, graph: Graph, config: HardwareConfig) -> str | None:
-    """Why concat `node` of (S, D) sequences along their features cannot be a view: each
-    part but the last fills whole channel blocks (a sequence's buffer has no channel
-    map), every part a sequence of its own."""
+    """Why concat `node` of (S, D) sequences (distinct int8 activations) along their
+    features cannot be a view: each part but the last fills whole channel blocks (a
+    sequence's buffer has no channel map), every part a sequence of its own."""
     block = activation_block(config)
     if int(node.attrs.get("axis", 1)) % 2 != 1:
         return "a concat of sequences is a view along their features (axis 1) only"
-    if len(set(node.inputs)) != len(node.inputs):
-        return "concat of one tensor twice: a tensor has one place in DRAM"
     for name in node.inputs:
-        problem = _activation(graph, name)
-        if problem:
-            return f"input {problem}"
         if not pixel_rows(graph, name, config):
             return f"input {name!r} is not a sequence"
     for name in node.inputs[:-1]:

@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 
 import vdla
-from vdla.compiler import run_reference
 from vdla.compiler.passes import prepare, quantize
-from vdla.compiler.targets import compile_model, get
+from vdla.compiler.targets import get
 from vdla.compiler.targets.vdla import VdlaTarget
 from vdla.compiler.targets.vdla.attention import split_attention
 from vdla.shipped import load_config
 
+from compiled_runs import run_bit_exact
 from transformer_blocks import block_graph, feed
 
 DEFAULT = vdla.HardwareConfig()
@@ -30,14 +30,8 @@ def quantized_block(masked: bool, s: int = S):
 
 
 def _run(graph, config, backend="functional", masked=True):
-    compiled = compile_model(graph, VdlaTarget(config, backend=backend))
     inputs = feed(np.random.default_rng(7), masked, S=graph.tensors["input_ids"].shape[1])
-    with compiled.session() as session:
-        result = session.run(inputs)
-    want = run_reference(graph, inputs)
-    for name, value in want.items():
-        np.testing.assert_array_equal(result.outputs[name], value)
-    return compiled, result
+    return run_bit_exact(graph, VdlaTarget(config, backend=backend), inputs)
 
 
 @pytest.mark.parametrize("masked", [False, True], ids=["causal", "attention_mask"])

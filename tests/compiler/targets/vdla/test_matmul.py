@@ -12,7 +12,6 @@ import pytest
 
 import vdla
 from vdla.compiler import Graph, run_reference
-from vdla.compiler.targets import compile_model
 from vdla.compiler.targets.vdla import VdlaTarget
 from vdla.compiler.targets.vdla.conv import lower_conv2d, run_conv2d
 from vdla.compiler.targets.vdla.conv_layer import (alu_passes, choose_conv2d, conv2d_layer,
@@ -21,6 +20,8 @@ from vdla.compiler.targets.vdla.conv_layer import (alu_passes, choose_conv2d, co
 from vdla.compiler.targets.vdla.timing import estimate_conv2d
 from vdla.compiler.targets.vdla.tuning import conv_tasks
 from vdla.shipped import load_config
+
+from compiled_runs import run_bit_exact
 
 DEFAULT = vdla.HardwareConfig()
 
@@ -50,14 +51,7 @@ def _feed(graph: Graph, seed: int = 1) -> dict:
 
 
 def _run(graph: Graph, config, backend: str):
-    compiled = compile_model(graph, VdlaTarget(config, backend=backend))
-    feed = _feed(graph)
-    with compiled.session() as session:
-        result = session.run(feed)
-    want = run_reference(graph, feed)
-    for name in graph.outputs:
-        np.testing.assert_array_equal(result.outputs[name], want[name])
-    return compiled, result
+    return run_bit_exact(graph, VdlaTarget(config, backend=backend), _feed(graph))
 
 
 @pytest.mark.parametrize("backend", ["functional", "verilator"])

@@ -10,13 +10,14 @@ import pytest
 import vdla
 from vdla.compiler import Graph, passes
 from vdla.compiler.passes import quantize
-from vdla.compiler.reference.executor import run_reference
 from vdla.compiler.targets.model import compile_model
 from vdla.compiler.targets.vdla import VdlaTarget
 from vdla.compiler.targets.vdla.kernel import activation_regions
 from vdla.compiler.targets.vdla.placement import plan_buffers, region_mover, relocate_to
 from vdla.isa.relocate import relocate_encoded
 from vdla.isa import EncodeError
+
+from compiled_runs import run_bit_exact
 
 CFG = vdla.HardwareConfig()
 RNG = np.random.default_rng(11)
@@ -77,14 +78,8 @@ def quantized(graph: Graph, config=CFG) -> Graph:
 
 
 def run(graph: Graph, config=CFG, backend: str = "functional"):
-    compiled = compile_model(graph, VdlaTarget(config, backend=backend))
     feed = {"x": RNG.standard_normal(graph.tensors["x"].shape).astype(np.float32)}
-    with compiled.session() as session:
-        result = session.run(feed)
-    want = run_reference(graph, feed)
-    for name in graph.outputs:
-        np.testing.assert_array_equal(result.outputs[name], want[name])
-    return compiled, result
+    return run_bit_exact(graph, VdlaTarget(config, backend=backend), feed)
 
 
 @pytest.mark.parametrize("parts", [(24, 40), (16, 32), (20, 12, 36), (3, 5)])

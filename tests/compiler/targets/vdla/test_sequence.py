@@ -12,13 +12,14 @@ import pytest
 
 import vdla
 from vdla.compiler import Graph, run_reference
-from vdla.compiler.targets import compile_model
 from vdla.compiler.targets.vdla import VdlaTarget
 from vdla.compiler.targets.vdla.conv import lower_conv2d, run_conv2d
 from vdla.compiler.targets.vdla.conv_layer import conv2d_layer, conv2d_workload
 from vdla.compiler.targets.vdla.elementwise import lower_elementwise, run_elementwise
 from vdla.compiler.targets.vdla.sequence import ROW_BATCHES, pixel_rows
 from vdla.shipped import load_config
+
+from compiled_runs import run_bit_exact
 
 DEFAULT = vdla.HardwareConfig()
 WIDE_OUT = load_config("pynq-z1-plus")        # block_out 32 = 2 x block_in
@@ -125,14 +126,8 @@ def _one(g: Graph, name: str) -> Graph:
 
 
 def _run(graph: Graph, config, backend: str, seed: int = 3):
-    compiled = compile_model(graph, VdlaTarget(config, backend=backend))
     x = _w(np.random.default_rng(seed), *graph.tensors["x"].shape)
-    with compiled.session() as session:
-        result = session.run({"x": x})
-    want = run_reference(graph, {"x": x})
-    for name in graph.outputs:
-        np.testing.assert_array_equal(result.outputs[name], want[name])
-    return compiled, result
+    return run_bit_exact(graph, VdlaTarget(config, backend=backend), {"x": x})
 
 
 @pytest.mark.parametrize("config", CONFIGS)
