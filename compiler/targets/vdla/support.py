@@ -30,6 +30,13 @@ _HOST_REASONS = {
     "dequantize": "int -> float conversion runs on the host",
     "softmax": "softmax needs exp and division: no accelerator kernel",
     "qsoftmax": "qsoftmax needs exp and division: no accelerator kernel",
+    "qlayer_norm": ("qlayer_norm needs row sums across a vector's lanes, a 64-bit variance, "
+                    "a square root and a division; the vector ALU works lane by lane in 32 "
+                    "bits: no accelerator kernel"),
+    "qgelu": ("qgelu needs an exponential and a division per value; the vector ALU has "
+              "neither: no accelerator kernel"),
+    "gather": ("an embedding gather reads the table rows the token ids name, and a LOAD's "
+               "address cannot come from data: the host gathers the rows"),
     "qattention": ("a qattention runs on the accelerator head by head, split into its "
                    "products, where block_in = block_out, its heads' features and keys are "
                    "whole blocks and the importer split and merges its heads "
