@@ -36,7 +36,10 @@ from vdla.compiler.targets.vdla.common import activation_block
 from vdla.compiler.targets.vdla.sequence import pixel_rows
 from vdla.config import HardwareConfig
 
-__all__ = ["split_attention", "splittable"]
+__all__ = ["SPLIT_FROM", "split_attention", "splittable"]
+
+#: The `Graph.metadata` key of {node added by the split: the qattention it came from}.
+SPLIT_FROM = "vdla.split_from"
 
 _HEADS_PERM = (0, 2, 1, 3)
 
@@ -130,14 +133,19 @@ def splittable(node: Node, graph: Graph, config: HardwareConfig) -> _Heads | Non
 
 def split_attention(graph: Graph, config: HardwareConfig) -> Graph:
     """`graph` with every attention the accelerator can run head by head split so (the
-    module docstring); `graph` itself when there is none."""
+    module docstring), naming in its metadata (`SPLIT_FROM`) the attention each new node
+    came from; `graph` itself when there is none."""
     plans = [(node, plan) for node in graph.nodes()
              for plan in [splittable(node, graph, config)] if plan is not None]
     if not plans:
         return graph
     g = graph.copy()
+    origins = dict(g.metadata.get(SPLIT_FROM, {}))
     for node, plan in plans:
+        before = {n.name for n in g.nodes()}
         _split(g, node, plan)
+        origins.update((n.name, node.name) for n in g.nodes() if n.name not in before)
+    g.metadata[SPLIT_FROM] = origins
     g.prune()
     return g.validate()
 

@@ -22,6 +22,7 @@ from typing import Any, Mapping
 
 from vdla.compiler.ir.graph import Graph
 from vdla.compiler.ir.tensor import Node
+from vdla.compiler.targets.vdla.attention import SPLIT_FROM
 from vdla.compiler.targets.vdla.conv_layer import (Conv2dLayer, alu_passes, choose_conv2d,
                                                    conv2d_workload, residual_passes)
 from vdla.compiler.targets.vdla.timing import estimate_conv2d
@@ -47,6 +48,9 @@ class OpEstimate:
         None on the host)
     schedule : the schedule estimated, as a dict (None on the host and for views: concat,
         flatten, which take no cycles)
+    origin : the node of the graph given that this one is part of, where the target
+        rewrote it (an attention split into its heads' products, `attention.SPLIT_FROM`),
+        else the node's own name
     """
 
     name: str
@@ -56,6 +60,11 @@ class OpEstimate:
     cycles: int | None
     macs: int | None
     schedule: dict | None
+    origin: str = ""
+
+    def __post_init__(self):
+        if not self.origin:
+            object.__setattr__(self, "origin", self.name)
 
 
 def estimate_graph(graph: Graph, target, *, schedules: Mapping[str, Any] | None = None,
@@ -70,14 +79,16 @@ def estimate_graph(graph: Graph, target, *, schedules: Mapping[str, Any] | None 
     """
     bytes_per_cycle = _bandwidth(target, bytes_per_cycle)
     schedules = dict(schedules or {})
+    origins = graph.metadata.get(SPLIT_FROM, {})
     out = []
     for node in graph.nodes():
         ok, reason = target.supports(node, graph)
         if not ok:
-            out.append(OpEstimate(node.name, node.op, "host", reason, None, None, None))
-            continue
-        out.append(estimate_node(node, graph, target, schedules.get(node.name),
-                                 bytes_per_cycle=bytes_per_cycle, reason=reason))
+            e = OpEstimate(node.name, node.op, "host", reason, None, None, None)
+        else:
+            e = estimate_node(node, graph, target, schedules.get(node.name),
+                              bytes_per_cycle=bytes_per_cycle, reason=reason)
+        out.append(dataclasses.replace(e, origin=origins.get(node.name, node.name)))
     return out
 
 

@@ -88,3 +88,13 @@ def test_a_zoo_bert_runs_head_by_head_through_the_pipeline():
     ops = {n.op for n in outcome.quantized.nodes()}
     assert "qattention" not in ops and "qmatmul" in ops
     assert {s.name for s in outcome.result.ops} == {n.name for n in outcome.quantized.nodes()}
+
+
+def test_estimates_name_the_attention_each_split_op_came_from():
+    q = quantized_block(False)
+    attention = next(n.name for n in q.nodes() if n.op == "qattention")
+    estimates = VdlaTarget(DEFAULT).estimate(q)
+    split = [e for e in estimates if e.origin != e.name]
+    assert {e.origin for e in split} == {attention}
+    assert {e.op for e in split} >= {"qmatmul", "qsoftmax", "slice", "concat"}
+    assert all(e.cycles for e in split if e.op == "qmatmul")
