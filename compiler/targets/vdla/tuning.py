@@ -200,8 +200,9 @@ class ConvTask(OneNodeTask):
         node, graph = self.graph.node(self.node), self.graph
         if context.backend == "verilator":
             context.max_cycles = self.max_cycles or cycle_budget(self, schedule)
-        weights = graph.constant(node.inputs[1])       # a qmatmul's b: an input
-        return run_conv2d(context, lowered, data.feed[node.inputs[0]],
+        # A qmatmul's b is an input, and its a may be a constant (an identity).
+        weights, x = graph.constant(node.inputs[1]), graph.constant(node.inputs[0])
+        return run_conv2d(context, lowered, data.feed[node.inputs[0]] if x is None else x,
                           data.feed[node.inputs[1]] if weights is None else weights,
                           graph.constant(node.input(2)) if node.input(2) else None,
                           data.feed[node.input(3)] if node.input(3) else None,

@@ -98,3 +98,15 @@ def test_estimates_name_the_attention_each_split_op_came_from():
     assert {e.origin for e in split} == {attention}
     assert {e.op for e in split} >= {"qmatmul", "qsoftmax", "slice", "concat"}
     assert all(e.cycles for e in split if e.op == "qmatmul")
+
+
+def test_the_tuner_measures_every_product_of_a_split_attention():
+    """Its tasks include the heads' products, v^T's with a constant identity a; each
+    measures (its output checked) with its default schedule."""
+    target = VdlaTarget(DEFAULT)
+    tasks = target.tasks(quantized_block(False))
+    assert {t.workload["op"] for t in tasks} == {"qdense", "qmatmul"}
+    for task in tasks:
+        result = task.measure(task.default_schedule(), task.open_context("functional"),
+                              data=task.measure_data(), backend="functional")
+        assert result.ok, (task.name, result)
