@@ -350,8 +350,10 @@ def compile_for(quantized: Graph, target: Target, *, records: Any = None,
         check=lambda value: isinstance(value, CompiledModel),
         code=(compile_model, Package("vdla.compiler")))
     # The caller's graph and target (equal to the remembered ones), and this call's time;
-    # the remembered graph where the target rewrote it (`Target.legalize`).
-    graph = quantized if target.legalize(quantized) is quantized else compiled.graph
+    # the remembered graph where the target rewrote it (`Target.legalize`: its ops are
+    # other nodes than the caller's graph has).
+    graph = quantized if {op.name for op in compiled.ops} == set(quantized.nx) \
+        else compiled.graph
     return dataclasses.replace(compiled, graph=graph, target=target,
                                compile_seconds=time.perf_counter() - start), recorded
 

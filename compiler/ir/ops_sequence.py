@@ -273,19 +273,21 @@ def _infer_qmatmul(graph, node):
 
 def _infer_qunary(graph, node):
     _int8_in(graph, node, 0)
-    if node.op == "qsoftmax" and node.input(1):
-        x, mask = _shape(graph, node, 0), _shape(graph, node, 1)
-        if graph.tensors[node.inputs[1]].dtype != "bool":
-            _fail(node, f"mask {node.inputs[1]!r} is {graph.tensors[node.inputs[1]].dtype}; "
-                        "it must be bool (True: excluded)")
-        try:
-            np.broadcast_shapes(mask, x)
-        except ValueError:
-            _fail(node, f"mask {node.inputs[1]!r} of shape {mask} does not broadcast to the "
-                        f"input's {x}")
-        if int(node.attrs.get("axis", -1)) % max(len(x), 1) != len(x) - 1:
-            _fail(node, "a masked qsoftmax is over the last axis")
-    elif node.op == "qsoftmax" or node.op == "qlayer_norm":
+    if node.op == "qsoftmax":
+        x = _last_axis(graph, node)
+        if node.input(1):
+            mask = _shape(graph, node, 1)
+            if graph.tensors[node.inputs[1]].dtype != "bool":
+                _fail(node, f"mask {node.inputs[1]!r} is {graph.tensors[node.inputs[1]].dtype}"
+                            "; it must be bool (True: excluded)")
+            try:
+                np.broadcast_shapes(mask, x)
+            except ValueError:
+                _fail(node, f"mask {node.inputs[1]!r} of shape {mask} does not broadcast to "
+                            f"the input's {x}")
+        if node.attrs.get("causal") and len(x) < 2:
+            _fail(node, f"causal needs rows of queries and keys: an input of rank >= 2, not {x}")
+    elif node.op == "qlayer_norm":
         x = _last_axis(graph, node)
         for i in (1, 2):
             s = _shape(graph, node, i)

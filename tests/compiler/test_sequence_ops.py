@@ -197,3 +197,39 @@ def test_every_reference_kernel_pickles():
 
     for op, fn in KERNELS.items():
         assert pickle.loads(pickle.dumps(fn)) is not None, op
+
+
+def _masked_softmax(x_shape, mask=None, mask_dtype="bool", **attrs):
+    g = Graph("sm")
+    x = g.add_input("x", x_shape, "int8")
+    inputs = [x] + ([g.add_input("m", mask, mask_dtype)] if mask is not None else [])
+    out = g.add_node("qsoftmax", inputs, params={"exp_multiplier": 4096, "prob_bits": 7},
+                     **attrs)
+    g.set_outputs([out])
+    return g.validate(), out
+
+
+@pytest.mark.parametrize("x, mask, dtype, attrs, pattern", [
+    ((3, 4), (1, 4), "int8", {}, r"mask 'm' is int8; it must be bool"),
+    ((3, 4), (2, 4), "bool", {}, r"mask 'm' of shape \(2, 4\) does not broadcast"),
+    ((4,), None, "bool", {"causal": True}, r"causal needs rows of queries and keys"),
+    ((3, 4), (1, 4), "bool", {"axis": 0}, r"only the last axis"),
+])
+def test_masked_qsoftmax_refuses_what_it_cannot_mean(x, mask, dtype, attrs, pattern):
+    with pytest.raises(GraphError, match=pattern):
+        _masked_softmax(x, mask, dtype, **attrs)
+
+
+def test_masked_qsoftmax_is_qattentions_softmax():
+    """The mask and causal flag leave out what qattention's softmax leaves out."""
+    from vdla.compiler.reference import integer_transformer as it
+
+    rng = np.random.default_rng(3)
+    x = rng.integers(-128, 128, (5, 6)).astype(np.int8)
+    mask = np.array([[False, False, False, False, True, True]])
+    g, out = _masked_softmax((5, 6), (1, 6), causal=True)
+    got = run_reference(g, {"x": x, "m": mask})[out]
+    excluded = mask | it.causal_exclusion(5, 6)
+    want = it.qsoftmax(x, {"exp_multiplier": 4096, "prob_bits": 7}, excluded)
+    np.testing.assert_array_equal(got, want)
+    assert np.all(got[excluded] == 0)

@@ -77,19 +77,31 @@ def _split_source(graph: Graph, name: str) -> tuple[str, tuple[str, ...]] | None
     return r.inputs[0], (t.name, r.name)
 
 
-def _merge(graph: Graph, node: Node) -> tuple[str, tuple[int, ...], tuple[str, ...]] | None:
+def _readers(graph: Graph) -> dict[str, list[Node]]:
+    """tensor -> the nodes that read it, in no order (`Graph.consumers` sorts the whole
+    graph each call, once per tensor asked about: seconds on BERT-base)."""
+    readers: dict[str, list[Node]] = {}
+    for n in graph.nodes_unordered():
+        for t in dict.fromkeys(n.inputs):
+            if t:
+                readers.setdefault(t, []).append(n)
+    return readers
+
+
+def _merge(graph: Graph, node: Node,
+           readers: dict[str, list[Node]]) -> tuple[str, tuple[int, ...], tuple[str, ...]] | None:
     """(the merged tensor, its shape, the nodes of the merge) when qattention `node`'s
     output is only read by the importer's head merge, else None."""
-    readers = graph.consumers(node.outputs[0])
-    if len(readers) != 1 or node.outputs[0] in graph.outputs:
+    first = readers.get(node.outputs[0], [])
+    if len(first) != 1 or node.outputs[0] in graph.outputs:
         return None
-    t = readers[0]
+    t = first[0]
     if t.op != "transpose" or tuple(t.attrs.get("perm", ())) != _HEADS_PERM:
         return None
-    readers = graph.consumers(t.outputs[0])
-    if len(readers) != 1 or readers[0].op != "reshape" or t.outputs[0] in graph.outputs:
+    second = readers.get(t.outputs[0], [])
+    if len(second) != 1 or second[0].op != "reshape" or t.outputs[0] in graph.outputs:
         return None
-    r = readers[0]
+    r = second[0]
     shape = tuple(graph.tensors[r.outputs[0]].shape)
     _, h, s, dh = graph.tensors[node.outputs[0]].shape
     if shape not in ((s, h * dh), (1, s, h * dh)):
@@ -97,12 +109,15 @@ def _merge(graph: Graph, node: Node) -> tuple[str, tuple[int, ...], tuple[str, .
     return r.outputs[0], shape, (t.name, r.name)
 
 
-def splittable(node: Node, graph: Graph, config: HardwareConfig) -> _Heads | None:
-    """How qattention `node` splits into heads on `config` (`split_attention`), or None."""
+def splittable(node: Node, graph: Graph, config: HardwareConfig,
+               readers: dict[str, list[Node]] | None = None) -> _Heads | None:
+    """How qattention `node` splits into heads on `config` (`split_attention`), or None;
+    `readers` is `graph`'s tensor -> readers, where the caller has it."""
     if node.op != "qattention" or config.block_in != config.block_out or config.batch != 1:
         return None
+    readers = _readers(graph) if readers is None else readers
     found = [_split_source(graph, name) for name in node.inputs[:3]]
-    merge = _merge(graph, node)
+    merge = _merge(graph, node, readers)
     if None in found or merge is None:
         return None
     _, heads, s, dh = graph.tensors[node.inputs[0]].shape
@@ -126,7 +141,7 @@ def splittable(node: Node, graph: Graph, config: HardwareConfig) -> _Heads | Non
     for name in removed:
         for out in graph.node(name).outputs:
             if out != merge[0] and (out in graph.outputs or any(
-                    r.name not in removed for r in graph.consumers(out))):
+                    r.name not in removed for r in readers.get(out, ()))):
                 return None
     return _Heads(sources, heads, dh, mask, merge[0], merge[1], removed)
 
@@ -135,16 +150,18 @@ def split_attention(graph: Graph, config: HardwareConfig) -> Graph:
     """`graph` with every attention the accelerator can run head by head split so (the
     module docstring), naming in its metadata (`SPLIT_FROM`) the attention each new node
     came from; `graph` itself when there is none."""
-    plans = [(node, plan) for node in graph.nodes()
-             for plan in [splittable(node, graph, config)] if plan is not None]
+    attentions = [n for n in graph.nodes() if n.op == "qattention"]
+    readers = _readers(graph) if attentions else {}
+    plans = [(node, plan) for node in attentions
+             for plan in [splittable(node, graph, config, readers)] if plan is not None]
     if not plans:
         return graph
     g = graph.copy()
     origins = dict(g.metadata.get(SPLIT_FROM, {}))
     for node, plan in plans:
-        before = {n.name for n in g.nodes()}
+        before = set(g.nx)
         _split(g, node, plan)
-        origins.update((n.name, node.name) for n in g.nodes() if n.name not in before)
+        origins.update((name, node.name) for name in g.nx if name not in before)
     g.metadata[SPLIT_FROM] = origins
     g.prune()
     return g.validate()

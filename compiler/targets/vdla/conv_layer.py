@@ -559,10 +559,8 @@ def _matmul_layer_and_epilogue(node: Node, graph: Graph,
     problem = matmul_problem(node, graph, config)
     if problem:
         raise ValueError(f"qmatmul node {node.name!r}: {problem}")
-    m, k = sequence_rows(graph.tensors[node.inputs[0]].shape)
-    n, kb = sequence_rows(graph.tensors[node.inputs[1]].shape)
-    if k != kb:
-        raise ValueError(f"qmatmul node {node.name!r}: a has {k} columns, b {kb}")
+    m, k = sequence_rows(graph.tensors[node.inputs[0]].shape)     # the IR checked k
+    n = sequence_rows(graph.tensors[node.inputs[1]].shape)[0]
     padded_o = ceil_div(n, config.block_out) * config.block_out
     epilogue = _plan_epilogue(node, graph, n, padded_o, False, config)
     layer = Conv2dLayer(n=1, c=k, h=m, w=1, o=n, kernel_h=1, kernel_w=1, batch_blocks=1,

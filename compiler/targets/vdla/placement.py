@@ -258,26 +258,19 @@ def slice_view_problem(node, graph: Graph, config: HardwareConfig) -> str | None
         return f"input {problem}"
     if len(src) not in (2, 3) or not pixel_rows(graph, name, config):
         return f"input {name!r} {tuple(src)} is not a sequence"
+    # The IR has checked the slice: axes distinct and in range, bounds within the axis.
     a = node.attrs
-    axes = [int(x) % len(src) for x in a.get("axes") or range(len(a["starts"]))]
-    steps = list(a.get("steps") or [1] * len(axes))
+    axes = list(a["axes"]) or list(range(len(a["starts"])))
+    steps = list(a["steps"]) or [1] * len(axes)
     if axes != [len(src) - 1] or steps != [1]:
-        return (f"slice along axes {tuple(a.get('axes') or ())} (steps {tuple(steps)}): only "
-                "a sequence's features, step 1, are a view of its buffer")
+        return (f"slice along axes {tuple(axes)} (steps {tuple(steps)}): only a sequence's "
+                "features, step 1, are a view of its buffer")
     block, features = activation_block(config), src[-1]
-    start, end = _slice_bounds(a["starts"][0], a["ends"][0], features)
+    start, end = int(a["starts"][0]), int(a["ends"][0])
     if start % block or (end % block and end != features):
         return (f"slice of features {start}..{end}: not whole channel blocks of {block} "
                 "(a view starts and ends on a block boundary, or at the end)")
     return None
-
-
-def _slice_bounds(start: int, end: int, size: int) -> tuple[int, int]:
-    """ONNX-style [start, end) of one axis of `size`, negatives from the end, clamped."""
-    start, end = int(start), int(end)
-    start = min(max(start + size if start < 0 else start, 0), size)
-    end = min(max(end + size if end < 0 else end, 0), size)
-    return start, end
 
 
 def view_problem(node, graph: Graph, config: HardwareConfig) -> str | None:
@@ -468,8 +461,8 @@ def _sliced(src: Placement, node, shape, config: HardwareConfig) -> Placement:
     """The placement of a slice of whole channel blocks of sequence `src`
     (`slice_view_problem`): its blocks, each of the sequence's rows."""
     block = activation_block(config)
-    rows, features = sequence_rows(src.shape)
-    start, _ = _slice_bounds(node.attrs["starts"][0], node.attrs["ends"][0], features)
+    rows = sequence_rows(src.shape)[0]
+    start = int(node.attrs["starts"][0])
     physical = ceil_div(shape[-1], block) * block
     return Placement(src.buffer, src.offset + start // block * rows, physical // block * rows,
                      tuple(shape), physical, None, True)
