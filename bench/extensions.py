@@ -33,13 +33,15 @@ from vdla.extensions import EXTENSIONS, by_key  # noqa: E402
 def _variants() -> dict[str, HardwareConfig]:
     """VTA's default sizes, then with each extension a program sees alone (at its example
     value), then with all of them."""
-    base, variants, together = HardwareConfig(), {"VTA": HardwareConfig()}, {}
+    base, variants = HardwareConfig(), {"VTA": HardwareConfig()}
+    together = base
     for ext in EXTENSIONS:
         if ext.in_programs:   # the others change no cycle
             config = base.replace(**ext.with_(base))
             variants[ext.alu_op or ext.short(config)] = config
-            together.update(ext.with_(base))
-    variants["all"] = base.replace(**together)
+            # One at a time: the ALU ops' extensions share alu_ops.
+            together = together.replace(**ext.with_(together))
+    variants["all"] = together
     return variants
 
 

@@ -147,10 +147,9 @@ TERM_EXTENSIONS = {"req_lanes": ("req", "REQ per ALU lane"), "alu_hold": ("hold"
 def without_extensions(c: HardwareConfig) -> HardwareConfig:
     """`c` without any extension past VTA (the config an extension's cost is measured
     against)."""
-    changes = {}
-    for ext in EXTENSIONS:     # each changes its own field
-        changes.update(ext.without(c))
-    return c.replace(**changes)
+    for ext in EXTENSIONS:     # one at a time: the ALU ops' extensions share alu_ops
+        c = c.replace(**ext.without(c))
+    return c
 
 
 def calibration_path(family: str) -> Path:
