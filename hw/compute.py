@@ -1,7 +1,8 @@
-"""The compute module: LOADs of UOP and ACC, GEMM, ALU and FINISH.
+"""The compute module: LOADs of UOP, ACC (and TAB), GEMM, ALU and FINISH.
 
 Instructions run one after another (`InsnSequencer`: pop, execute, push). A LOAD of UOP
-or ACC goes to one of two `LoadDma` engines; GEMM and ALU go to the *micro-op engine*,
+or ACC goes to one of two `LoadDma` engines (a LOAD of TAB to a third, on a config with
+the ALU's table, `vdla.hw.table`); GEMM and ALU go to the *micro-op engine*,
 which walks the loop nest ``for o < iter_out: for i < iter_in: for u in uop_bgn..uop_end-1``
 and issues one micro-op per cycle into a pipeline shared by the GEMM core and the ALU:
 
@@ -14,14 +15,16 @@ cyc   stage       work
 3     multiply    batch × block_out × block_in int8 products (two per multiplier);
                   a vector ALU micro-op reads acc[src] here
 4     reduce      adder trees over block_in; acc SRAM read at dst
-5     write       acc[dst] = acc[dst] + sum (GEMM) or op(acc[dst], imm | acc[src]) (ALU);
-                  out[dst] = the low 8 bits; zeros for reset_reg
+5     write       acc[dst] = acc[dst] + sum (GEMM) or op(acc[dst], imm | acc[src]) (ALU;
+                  TAB reads each lane's table here); out[dst] = the low 8 bits; zeros
+                  for reset_reg
 ====  ==========  ==================================================================
 
 A dw GEMM's micro-op (`HardwareConfig.dw_taps`) is several *beats*, one inp row read
 each; only its last goes past the multiply stage (`vdla.hw.dw_window`).
 
-The uop and acc SRAMs live here; inp, wgt (read) and out (written) live in the top.
+The uop and acc SRAMs (and the ALU's table) live here; inp, wgt (read) and out (written)
+live in the top.
 
 The acc SRAM has ONE read port. A second one would make synthesis duplicate the whole
 acc buffer (another 128 KiB, about 30 BRAM36 for the default config), and the default
@@ -41,7 +44,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
-from vdla.config import INSN_BITS, AluOp, HardwareConfig
+from vdla.config import INSN_BITS, TABLE_ENTRIES, AluOp, HardwareConfig
 from vdla.hw.axi import ReadClientSignature, connect_read_client
 from vdla.hw.dma import DRAM_ADDR_WIDTH, LoadDma, SramReadSignature, SramWriteSignature
 from vdla.hw.dw_window import DwBeats, DwWindow
@@ -52,13 +55,14 @@ from vdla.hw.layouts import MemoryType, Opcode, dma_command, insn_layout, uop_vi
 from vdla.hw.queues import TokenSignature
 from vdla.hw.sequencer import InsnSequencer
 from vdla.hw.sram import Sram
+from vdla.hw.table import LaneTables
 
 __all__ = ["ComputeModule", "GemmArithmetic", "PACK_SHIFT", "gemm_arithmetic", "lut_product",
            "native_gemm_ports", "packed_products", "unpack_products"]
 
 
 class ComputeModule(wiring.Component):
-    """Executes the compute command queue: LOAD UOP/ACC, GEMM, ALU and FINISH.
+    """Executes the compute command queue: LOAD UOP/ACC/TAB, GEMM, ALU and FINISH.
 
     Parameters
     ----------
@@ -80,7 +84,7 @@ class ComputeModule(wiring.Component):
     push_next : Out(TokenSignature())
         Tokens to the store module (compute->store: the out data is written).
     read : Out(ReadClientSignature)
-        DRAM reads of LOAD UOP and LOAD ACC.
+        DRAM reads of LOAD UOP and LOAD ACC (and LOAD TAB, with TAB in ``alu_ops``).
     inp : Out(SramReadSignature(inp_depth, inp_elem_bytes * 8))
         Read port of the inp SRAM (a batch × block_in int8 tile per element).
     wgt : Out(SramReadSignature(wgt_depth, wgt_elem_bytes * 8))
@@ -116,6 +120,8 @@ class ComputeModule(wiring.Component):
             MemoryType.UOP: LoadDma(cfg, elem_bytes=cfg.uop_bytes, depth=cfg.uop_depth),
             MemoryType.ACC: LoadDma(cfg, elem_bytes=cfg.acc_elem_bytes, depth=cfg.acc_depth),
         }
+        if AluOp.TAB in cfg.alu_ops:   # the ALU's table: 32-bit entries, one a cycle
+            self._dma[MemoryType.TAB] = LoadDma(cfg, elem_bytes=4, depth=TABLE_ENTRIES)
         members = {
             "insn": In(stream.Signature(INSN_BITS)),
             "pop_prev": In(TokenSignature()),
@@ -204,15 +210,19 @@ class ComputeModule(wiring.Component):
             acc_sram.connect_read(m, SimpleNamespace(addr=self.acc_probe_addr,
                                                      data=self.acc_probe_data))
 
-        # --- LOAD UOP / LOAD ACC -------------------------------------------------------
+        # --- LOAD UOP / LOAD ACC (/ LOAD TAB) ------------------------------------------
         is_load = opcode == Opcode.LOAD
         for mem, dma in self._dma.items():
             m.submodules[f"dma_{mem.name.lower()}"] = dma
             m.d.comb += dma.cmd.payload.eq(dma_command(load))
             m.d.comb += dma.cmd.valid.eq(seq.first & is_load & (load.memory_type == mem))
         # One DMA runs at a time: the read port follows the instruction's memory type.
+        tab_dma = self._dma.get(MemoryType.TAB)
         with m.If(load.memory_type == MemoryType.ACC):
             connect_read_client(m, self.read, acc_dma.read)
+        if tab_dma is not None:
+            with m.Elif(load.memory_type == MemoryType.TAB):
+                connect_read_client(m, self.read, tab_dma.read)
         with m.Else():
             connect_read_client(m, self.read, uop_dma.read)
 
@@ -478,17 +488,25 @@ class ComputeModule(wiring.Component):
         # then assigns each vector once, not once per lane).
         result = Signal(acc_sram.signature.elem_bits)
         results, narrowed = [], []
+        # TAB: each lane's table, read asynchronously in this stage (`vdla.hw.table`
+        # says why one copy per lane and why an asynchronous read).
+        tables = LaneTables(cfg).elaborate(m, tab_dma.sram) if tab_dma is not None else None
         for lane in range(lanes):
             a = acc_read.data.word_select(lane, acc_bits).as_signed()
             src_value = src_data.word_select(lane, acc_bits).as_signed()
             operand = Mux(use_imm, imm, src_value)
+            entry = None
+            if tables is not None:   # the index is the sum's low 8 bits: an 8-bit adder
+                m.d.comb += tables[lane].addr.eq(a[:8] + operand[:8])
+                entry = tables[lane].data
             value = Signal(signed(acc_bits), name=f"result{lane}")
             with m.If(reset):
                 m.d.comb += value.eq(0)
             with m.Elif(~is_alu):
                 m.d.comb += value.eq(a + sums[lane])
             with m.Else():
-                m.d.comb += value.eq(_alu_lane(m, cfg, alu_op, a, operand, lane, use_imm))
+                m.d.comb += value.eq(_alu_lane(m, cfg, alu_op, a, operand, lane, use_imm,
+                                               entry))
             if AluOp.REQ in cfg.alu_ops:   # REQ clears the accumulator it narrows
                 results.append(Mux(is_alu & ~reset & (alu_op == AluOp.REQ), 0, value))
             else:
@@ -517,6 +535,9 @@ class ComputeModule(wiring.Component):
                             m.d.comb += seq.done.eq(uop_dma.done)
                         with m.Case(MemoryType.ACC):
                             m.d.comb += seq.done.eq(acc_dma.done)
+                        if tab_dma is not None:
+                            with m.Case(MemoryType.TAB):
+                                m.d.comb += seq.done.eq(tab_dma.done)
                         with m.Default():  # INP/WGT are routed to the load module
                             m.d.comb += seq.done.eq(1)
                 with m.Case(Opcode.GEMM, Opcode.ALU):
@@ -526,8 +547,9 @@ class ComputeModule(wiring.Component):
         return m
 
 
-def _alu_lane(m: Module, cfg: HardwareConfig, op, a, b, lane: int, use_imm):
-    """One int32 ALU lane: ``op(a, b)`` with the functional simulator's wrap-around."""
+def _alu_lane(m: Module, cfg: HardwareConfig, op, a, b, lane: int, use_imm, entry=None):
+    """One int32 ALU lane: ``op(a, b)`` with the functional simulator's wrap-around;
+    `entry` is the lane's table entry at (a + b) mod 256 (TAB, on a config with it)."""
     bits = cfg.acc_width
     value = Signal(signed(bits), name=f"alu{lane}")
     # SHR's amount is b's low log2(bits)+1 bits as a signed number (-32..31 for int32):
@@ -560,6 +582,9 @@ def _alu_lane(m: Module, cfg: HardwareConfig, op, a, b, lane: int, use_imm):
                 m.d.comb += as_int32.eq(shifted)                    # is its low 32 bits
                 low_clamped = Mux(as_int32 < lo, lo, as_int32)
                 m.d.comb += value.eq(Mux(low_clamped > hi, hi, low_clamped))
+        if AluOp.TAB in cfg.alu_ops:
+            with m.Case(AluOp.TAB):
+                m.d.comb += value.eq(entry)   # signed: the entry sign-extended
         with m.Default():  # an op this config lacks (the encoder rejects it): unchanged
             m.d.comb += value.eq(a)
     return value

@@ -249,3 +249,39 @@ def test_small_dw_core_matches_functional_simulator(arithmetic, core):
         *gemms,
     ]
     matches_functional(cfg, dram, gen, program, arithmetic)
+
+
+@pytest.mark.parametrize("hold", [False, True], ids=["plain", "hold"])
+def test_small_core_table_matches_functional_simulator(hold):
+    """The ALU's table (TAB) in Amaranth's simulator: LOADs of TAB (2-D, strided, at odd
+    DRAM and table bases, one over entries already loaded), then TAB by immediates (one
+    negative) and by an acc operand (held, with alu_hold), against the functional
+    simulator. DRAM holds random 32-bit words: each entry keeps its low 18 bits."""
+    cfg = HardwareConfig(batch=2, block_in=2, block_out=2, uop_buff_size=256,
+                         inp_buff_size=256, wgt_buff_size=128 * 4, acc_buff_size=256 * 4,
+                         alu_ops={"MIN", "MAX", "ADD", "SHR", "TAB"}, alu_hold=hold)
+    gen = np.random.default_rng(11)
+    dram = gen.integers(0, 256, 1 << 13, dtype=np.uint8)
+    uops = [Uop(dst=d, src=(d + 3) % 8) for d in range(6)]
+    table = encode_uops(uops, cfg)
+    dram[64:64 + len(table)] = np.frombuffer(table, np.uint8)
+    acc_base = 1024 // cfg.acc_elem_bytes
+    tab = 4096 // 4
+    program = [
+        Load(memory_type="UOP", sram_base=0, dram_base=64 // cfg.uop_bytes, y_size=1,
+             x_size=len(uops), x_stride=len(uops)),
+        Load(memory_type="ACC", sram_base=0, dram_base=acc_base, y_size=1, x_size=16,
+             x_stride=16),
+        Load(memory_type="TAB", sram_base=0, dram_base=tab + 1, y_size=4, x_size=64,
+             x_stride=67),
+        Load(memory_type="TAB", sram_base=37, dram_base=tab + 300, y_size=3, x_size=5,
+             x_stride=9),
+        Alu(alu_opcode="TAB", use_imm=True, imm=-77, uop_bgn=0, uop_end=3, iter_out=1,
+            iter_in=2, dst_factor_in=3),
+        Alu(alu_opcode="TAB", uop_bgn=0, uop_end=len(uops), iter_out=1, iter_in=1),
+        Alu(alu_opcode="TAB", uop_bgn=2, uop_end=3, iter_out=2, iter_in=3,
+            dst_factor_out=3, dst_factor_in=1, src_factor_out=1),
+        Alu(alu_opcode="TAB", use_imm=True, imm=2**15 - 1, uop_bgn=0, uop_end=6, iter_out=1,
+            iter_in=1),
+    ]
+    matches_functional(cfg, dram, gen, program, "packed")
