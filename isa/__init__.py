@@ -12,7 +12,7 @@ from vdla.isa.encoding import (INSN_BYTES, DecodeError, EncodeError, decode, dec
                                decode_uop, decode_uops, encode, encode_stream, encode_uop,
                                encode_uops)
 from vdla.isa.insn import (DEP_FLAGS, Alu, AluOp, Finish, Gemm, Insn, Load, MemoryType,
-                           Module, Opcode, Store, Uop)
+                           Module, Opcode, Store, Uop, lacked_op, memory_geometry)
 from vdla.isa.layout import FieldLayout, layouts_for, uop_layout
 from vdla.isa.program import Program
 
@@ -23,5 +23,5 @@ __all__ = [
     "encode_uop", "decode_uop", "encode_uops", "decode_uops", "INSN_BYTES",
     "EncodeError", "DecodeError", "AsmError",
     "assemble", "disassemble", "format_insn", "parse_insn",
-    "FieldLayout", "layouts_for", "uop_layout",
+    "FieldLayout", "layouts_for", "uop_layout", "lacked_op", "memory_geometry",
 ]

@@ -7,7 +7,7 @@ from typing import Iterable, Sequence
 
 from vdla.config import INSN_BITS, HardwareConfig
 from vdla.extensions import insn_bits
-from vdla.isa.insn import INSN_TYPES, Alu, Insn, MemoryType, Opcode, Uop
+from vdla.isa.insn import INSN_TYPES, Alu, Insn, MemoryType, Opcode, Uop, lacked_op
 from vdla.isa.layout import layouts_for, uop_layout
 
 __all__ = ["EncodeError", "DecodeError", "INSN_BYTES", "encode", "decode", "encode_stream",
@@ -31,8 +31,9 @@ def _field_range(name: str, width: int) -> tuple[int, int]:
 
 
 def _unimplemented_alu_op(insn: Insn, config: HardwareConfig) -> str:
-    """The ALU operations `config` has, if it lacks the instruction's; else ""."""
-    if not isinstance(insn, Alu) or insn.alu_opcode in config.alu_ops:
+    """The ALU operations `config` has, if it lacks the one the instruction needs (its
+    own, or TAB for a LOAD of the table); else ""."""
+    if lacked_op(insn, config) is None:
         return ""
     return ", ".join(op.name for op in sorted(config.alu_ops))
 
@@ -47,7 +48,9 @@ def encode(insn: Insn, config: HardwareConfig) -> int:
         raise TypeError(f"encode() takes a Load, Store, Gemm, Alu or Finish, not {insn!r}")
     kind = insn.opcode.name
     if allowed := _unimplemented_alu_op(insn, config):
-        raise EncodeError(f"ALU field alu_opcode={insn.alu_opcode.name} is not implemented by "
+        what = ("ALU field alu_opcode=" if isinstance(insn, Alu)
+                else "LOAD field memory_type=")
+        raise EncodeError(f"{what}{lacked_op(insn, config).name} is not implemented by "
                           f"config {config.name} (allowed {allowed})")
     layout = layouts_for(config)[kind]
     # An extension's bit (the GEMM's dw) set on a config whose layout lacks it.
@@ -110,9 +113,10 @@ def decode(word: int, config: HardwareConfig) -> Insn:
     except ValueError as exc:
         raise DecodeError(f"instruction word {word:#034x}: {exc}") from None
     if allowed := _unimplemented_alu_op(insn, config):
-        raise DecodeError(f"ALU instruction word {word:#034x} uses alu_opcode "
-                          f"{insn.alu_opcode.name}, which config {config.name} does not "
-                          f"implement (allowed {allowed})")
+        what = "alu_opcode" if isinstance(insn, Alu) else "memory_type"
+        raise DecodeError(f"{opcode.name} instruction word {word:#034x} uses {what} "
+                          f"{lacked_op(insn, config).name}, which config {config.name} "
+                          f"does not implement (allowed {allowed})")
     return insn
 
 

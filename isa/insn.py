@@ -6,10 +6,10 @@ import dataclasses
 import enum
 import operator
 
-from vdla.config import AluOp
+from vdla.config import TABLE_ENTRIES, AluOp, HardwareConfig
 
 __all__ = ["Opcode", "MemoryType", "Module", "AluOp", "Insn", "Load", "Store", "Gemm",
-           "Alu", "Finish", "Uop", "DEP_FLAGS"]
+           "Alu", "Finish", "Uop", "DEP_FLAGS", "lacked_op", "memory_geometry"]
 
 
 class Opcode(enum.IntEnum):
@@ -30,6 +30,31 @@ class MemoryType(enum.IntEnum):
     INP = 2
     ACC = 3
     OUT = 4
+    TAB = 5    # the ALU's lookup table (a config with TAB), 32-bit entries
+
+
+def memory_geometry(config: HardwareConfig) -> dict[MemoryType, tuple[int, int]]:
+    """(element bytes, depth in elements) of every memory type on `config`: the one
+    place that says how big a LOAD's or STORE's element is and how many an SRAM holds
+    (TAB's entries are 32-bit in DRAM; the table keeps their low `TABLE_BITS`)."""
+    c = config
+    return {MemoryType.UOP: (c.uop_bytes, c.uop_depth),
+            MemoryType.WGT: (c.wgt_elem_bytes, c.wgt_depth),
+            MemoryType.INP: (c.inp_elem_bytes, c.inp_depth),
+            MemoryType.ACC: (c.acc_elem_bytes, c.acc_depth),
+            MemoryType.OUT: (c.out_elem_bytes, c.out_depth),
+            MemoryType.TAB: (4, TABLE_ENTRIES)}
+
+
+def lacked_op(insn: "Insn", config: HardwareConfig) -> AluOp | None:
+    """The optional ALU op `insn` needs and `config` lacks, else None: an ALU
+    instruction's own op, or TAB for a LOAD of TAB (the table exists only with it)."""
+    if isinstance(insn, Alu) and insn.alu_opcode not in config.alu_ops:
+        return insn.alu_opcode
+    if (isinstance(insn, Load) and insn.memory_type == MemoryType.TAB
+            and AluOp.TAB not in config.alu_ops):
+        return AluOp.TAB
+    return None
 
 
 class Module(enum.Enum):
@@ -169,11 +194,12 @@ class Load(_MemInsn):
     element `dram_base` (elements of `memory_type`'s size); writes them densely from
     `sram_base` with `y_pad_0`/`y_pad_1` zero rows above/below and `x_pad_0`/`x_pad_1`
     zero elements left/right of each row. `x_size` 0 moves no data (a dependency-only
-    no-op). INP and WGT loads run on the load module; UOP and ACC loads on compute.
+    no-op). INP and WGT loads run on the load module; UOP, ACC and TAB loads on compute.
     """
 
     opcode = Opcode.LOAD
-    _memory_types = (MemoryType.UOP, MemoryType.WGT, MemoryType.INP, MemoryType.ACC)
+    _memory_types = (MemoryType.UOP, MemoryType.WGT, MemoryType.INP, MemoryType.ACC,
+                     MemoryType.TAB)
 
     @property
     def module(self) -> Module:

@@ -16,7 +16,7 @@ import dataclasses
 
 from vdla.config import HardwareConfig
 from vdla.isa.encoding import INSN_BYTES, EncodeError
-from vdla.isa.insn import Load, MemoryType, Store
+from vdla.isa.insn import Load, MemoryType, Store, memory_geometry
 from vdla.isa.layout import layouts_for
 from vdla.isa.program import Program
 
@@ -65,9 +65,7 @@ def relocated_bases(program: Program, base: int, config: HardwareConfig,
                     move=None) -> list[tuple[int, int]]:
     """(index, new dram_base) of every LOAD/STORE of `program` that moves data, for an
     arena at byte address `base` (`relocate`)."""
-    elem = {MemoryType.UOP: config.uop_bytes, MemoryType.INP: config.inp_elem_bytes,
-            MemoryType.WGT: config.wgt_elem_bytes, MemoryType.ACC: config.acc_elem_bytes,
-            MemoryType.OUT: config.out_elem_bytes}
+    elem = {mem: size for mem, (size, _) in memory_geometry(config).items()}
     out = []
     for index, insn in enumerate(program.insns):
         if isinstance(insn, (Load, Store)) and insn.x_size:

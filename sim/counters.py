@@ -12,14 +12,14 @@ from __future__ import annotations
 from typing import Sequence
 
 from vdla.config import HardwareConfig
-from vdla.isa import INSN_BYTES, Alu, Finish, Gemm, Insn, Load, MemoryType, Store
+from vdla.isa import INSN_BYTES, Alu, Finish, Gemm, Insn, Load, MemoryType, Store, memory_geometry
 
 __all__ = ["WORK_COUNTERS", "work_counters"]
 
 #: The program's counters, as `vdla.sim.FunctionalSimulator.run` documents them.
 WORK_COUNTERS = ("instructions", "fetch_bytes", "load_insns", "compute_insns", "store_insns",
                  "load_bytes_uop", "load_bytes_wgt", "load_bytes_inp", "load_bytes_acc",
-                 "store_bytes_out", "dram_bytes_read", "dram_bytes_written", "gemm_uops",
+                 "load_bytes_tab", "store_bytes_out", "dram_bytes_read", "dram_bytes_written", "gemm_uops",
                  "gemm_macs", "alu_uops")
 
 
@@ -27,9 +27,7 @@ def work_counters(insns: Sequence[Insn], config: HardwareConfig) -> dict[str, in
     """Every `WORK_COUNTERS` counter of a program that runs to its first FINISH (each
     instruction before it runs once, whatever the order), 0 included. Instructions
     after FINISH are not counted, as the hardware never executes them."""
-    elem_bytes = {MemoryType.UOP: config.uop_bytes, MemoryType.WGT: config.wgt_elem_bytes,
-                  MemoryType.INP: config.inp_elem_bytes, MemoryType.ACC: config.acc_elem_bytes,
-                  MemoryType.OUT: config.out_elem_bytes}
+    elem_bytes = {mem: size for mem, (size, _) in memory_geometry(config).items()}
     counts = dict.fromkeys(WORK_COUNTERS, 0)
     finish = next((i for i, insn in enumerate(insns) if isinstance(insn, Finish)),
                   len(insns) - 1)

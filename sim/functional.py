@@ -43,9 +43,9 @@ from typing import Sequence
 import numpy as np
 from threadpoolctl import ThreadpoolController
 
-from vdla.config import AluOp, HardwareConfig
-from vdla.isa import INSN_BYTES, Alu, Gemm, Insn, Load, MemoryType, Store
-from vdla.sim.functional_alu import alu_apply, alu_runs, holds_operand
+from vdla.config import TABLE_ENTRIES, AluOp, HardwareConfig
+from vdla.isa import INSN_BYTES, Alu, Gemm, Insn, Load, MemoryType, Store, memory_geometry
+from vdla.sim.functional_alu import alu_apply, alu_runs, holds_operand, table_entries
 from vdla.sim.functional_plan import (AluPlan, GemmPlan, PlanCache, loop_indices, plan_alu,
                                       plan_gemm)
 from vdla.sim.protocol import fetch_program
@@ -130,12 +130,9 @@ class FunctionalSimulator:
         self.config = config
         self.dram = dram
         c = config
-        self._elem_bytes = {MemoryType.UOP: c.uop_bytes, MemoryType.WGT: c.wgt_elem_bytes,
-                            MemoryType.INP: c.inp_elem_bytes, MemoryType.ACC: c.acc_elem_bytes,
-                            MemoryType.OUT: c.out_elem_bytes}
-        depths = {MemoryType.UOP: c.uop_depth, MemoryType.WGT: c.wgt_depth,
-                  MemoryType.INP: c.inp_depth, MemoryType.ACC: c.acc_depth,
-                  MemoryType.OUT: c.out_depth}
+        geometry = memory_geometry(c)
+        self._elem_bytes = {mem: size for mem, (size, _) in geometry.items()}
+        depths = {mem: depth for mem, (_, depth) in geometry.items()}
         # Each SRAM is raw bytes (what DMA moves) with a typed view (what compute uses).
         self.sram = {m: np.zeros((depths[m], self._elem_bytes[m]), dtype=np.uint8)
                      for m in MemoryType}
@@ -147,6 +144,8 @@ class FunctionalSimulator:
         # several times faster than rows of a 3-D array (np.take does the same for gathers).
         self._acc_rows = _records(self.sram[MemoryType.ACC])
         self._out_rows = _records(self.sram[MemoryType.OUT])
+        # The ALU's lookup table as TAB reads it (`table_entries`), refreshed by a LOAD.
+        self.table = np.zeros(TABLE_ENTRIES, dtype=np.int32)
         # Micro-ops decoded once when loaded, as index arrays.
         self.uop_dst = np.zeros(c.uop_depth, dtype=np.int64)
         self.uop_src = np.zeros(c.uop_depth, dtype=np.int64)
@@ -268,6 +267,8 @@ class FunctionalSimulator:
               insn.x_pad_0:insn.x_pad_0 + insn.x_size] = data
         if mem == MemoryType.UOP:
             self._decode_uops(insn.sram_base, end)
+        elif mem == MemoryType.TAB:
+            self.table = table_entries(self.sram[MemoryType.TAB].view("<i4"))
         nbytes = insn.y_size * insn.x_size * self._elem_bytes[mem]
         self.stats[self._load_stat[mem]] += nbytes
         self.stats["dram_bytes_read"] += nbytes
@@ -493,7 +494,8 @@ class FunctionalSimulator:
                     operand = held
                 else:
                     operand = insn.imm
-                result = alu_apply(insn.alu_opcode, _take(self.acc, d), operand, insn.use_imm)
+                result = alu_apply(insn.alu_opcode, _take(self.acc, d), operand, insn.use_imm,
+                                   self.table)
             # REQ writes its result to the out buffer and clears the accumulators.
             self._write_acc(d, np.zeros_like(result) if req else result, result.astype(np.int8))
 

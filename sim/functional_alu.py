@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from vdla.config import AluOp, HardwareConfig
+from vdla.config import TABLE_BITS, TABLE_ENTRIES, AluOp, HardwareConfig
 from vdla.isa import Alu
 
 __all__ = ["alu_apply", "alu_apply_wide", "alu_runs", "as_index", "conflict_free_batches",
-           "holds_operand"]
+           "holds_operand", "table_entries", "table_lookup"]
 
 
 def holds_operand(insn: Alu, config: HardwareConfig) -> bool:
@@ -28,13 +28,32 @@ def holds_operand(insn: Alu, config: HardwareConfig) -> bool:
 _INT32 = (-2**31, 2**31 - 1)
 
 
-def alu_apply(op: AluOp, a: np.ndarray, b, use_imm: bool = True) -> np.ndarray:
+def table_entries(raw: np.ndarray) -> np.ndarray:
+    """The table as the hardware holds it: int32 entries as a LOAD of TAB moved them,
+    each cut to its low `TABLE_BITS` bits and sign-extended (int32[TABLE_ENTRIES])."""
+    unused = 32 - TABLE_BITS
+    return (np.asarray(raw, np.int32).reshape(TABLE_ENTRIES) << unused) >> unused
+
+
+def table_lookup(a: np.ndarray, b, table: np.ndarray) -> np.ndarray:
+    """TAB lane by lane: ``table[(a + b) mod TABLE_ENTRIES]`` (int32 lanes `a`, an
+    immediate or lanes `b`; `table` from `table_entries`). Only the sum's low 8 bits
+    index, so the wrap of a 32-bit add does not matter."""
+    index = (np.asarray(a, np.int64) + np.asarray(b, np.int64)) & (TABLE_ENTRIES - 1)
+    return table[index]
+
+
+def alu_apply(op: AluOp, a: np.ndarray, b, use_imm: bool = True,
+              table: np.ndarray | None = None) -> np.ndarray:
     """One ALU operation on int32 lanes with the hardware's wrap-around.
 
     a : int32 lanes; b : an immediate (int) or int32 lanes broadcasting against them.
+    table : the lookup table (`table_entries`), which TAB reads.
     The common cases stay in 32 bits (wrapping sums and products in uint32, which is
     exact modulo 2**32); the rest go through `alu_apply_wide`.
     """
+    if op == AluOp.TAB:
+        return table_lookup(a, b, table)
     scalar = isinstance(b, (int, np.integer))
     if scalar and not _INT32[0] <= b <= _INT32[1]:
         return alu_apply_wide(op, a, b, use_imm)

@@ -38,7 +38,8 @@ import numpy as np
 
 from vdla.config import HardwareConfig
 from vdla.extensions import insn_bits
-from vdla.isa import INSN_BYTES, Alu, Finish, Gemm, Insn, Load, MemoryType, Store, format_insn
+from vdla.isa import (INSN_BYTES, Alu, Finish, Gemm, Insn, Load, MemoryType, Store,
+                      format_insn, lacked_op, memory_geometry)
 from vdla.sim.errors import DeadlockError, ProgramError, Wait
 from vdla.sim.protocol import MODULES, route_program
 
@@ -141,12 +142,9 @@ class ProgramValidator:
         # One bus beat per cycle at most, however fast the DRAM.
         self.bytes_per_cycle = min(float(bytes_per_cycle), config.dram_bus_width / 8)
         c = config
-        self._elem_bytes = {MemoryType.UOP: c.uop_bytes, MemoryType.WGT: c.wgt_elem_bytes,
-                            MemoryType.INP: c.inp_elem_bytes, MemoryType.ACC: c.acc_elem_bytes,
-                            MemoryType.OUT: c.out_elem_bytes}
-        self._depths = {MemoryType.UOP: c.uop_depth, MemoryType.WGT: c.wgt_depth,
-                        MemoryType.INP: c.inp_depth, MemoryType.ACC: c.acc_depth,
-                        MemoryType.OUT: c.out_depth}
+        geometry = memory_geometry(c)
+        self._elem_bytes = {mem: size for mem, (size, _) in geometry.items()}
+        self._depths = {mem: depth for mem, (_, depth) in geometry.items()}
         # The uop buffer as the hardware holds it between programs (zero after reset).
         self.uops = tuple(np.zeros(c.uop_depth, dtype=np.int64) for _ in range(3))
 
@@ -326,8 +324,14 @@ class ProgramValidator:
         if insn.x_size == 0:
             return  # a dependency-only no-op
         mem = insn.memory_type
-        if mem == MemoryType.UOP and (insn.y_pad_0 or insn.y_pad_1 or insn.x_pad_0 or insn.x_pad_1):
+        if lacked_op(insn, self.config) is not None:
+            raise _Invalid(f"a LOAD of TAB needs the ALU's table (TAB in alu_ops), which "
+                           f"this config lacks ({', '.join(sorted(op.name for op in self.config.alu_ops))})")
+        padded = insn.y_pad_0 or insn.y_pad_1 or insn.x_pad_0 or insn.x_pad_1
+        if mem == MemoryType.UOP and padded:
             raise _Invalid("a LOAD of UOP cannot pad (a zero micro-op is not padding)")
+        if mem == MemoryType.TAB and padded:
+            raise _Invalid("a LOAD of TAB cannot pad (it moves table entries as they are)")
         width = insn.x_pad_0 + insn.x_size + insn.x_pad_1
         rows = insn.y_pad_0 + insn.y_size + insn.y_pad_1
         end = insn.sram_base + rows * width

@@ -26,7 +26,7 @@ from vdla._fileio import atomic_write
 from vdla.extensions import EXTENSIONS, insn_bits
 
 __all__ = ["AluOp", "EXTENSION_FLAGS", "HardwareConfig", "INSN_BITS", "ISA_FIXED_WIDTHS",
-           "PLATFORM_FIELDS"]
+           "PLATFORM_FIELDS", "TABLE_BITS", "TABLE_ENTRIES"]
 
 #: Every instruction is one 128-bit word, fetched as such by the hardware.
 INSN_BITS = 128
@@ -50,14 +50,16 @@ ISA_FIXED_WIDTHS = {
 class AluOp(enum.IntEnum):
     """Vector ALU operations and their ``alu_opcode`` encodings.
 
-    MIN, MAX, ADD and SHR are VTA's; MUL and REQ are vdla's optional additions (a config
-    enables each). SHR is arithmetic and shifts left by the negated amount when the amount
+    MIN, MAX, ADD and SHR are VTA's; MUL, REQ and TAB are vdla's optional additions (a
+    config enables each). SHR is arithmetic and shifts left by the negated amount when the amount
     is negative. REQ ends a requantization in one pass: SHR, then a clamp to [lo, hi],
     written to the out buffer (the clamp makes its 8-bit narrowing exact), while the
     accumulator is cleared to zero, ready for the next tile without a reset pass. Its
     operand word holds the shift in bits 5:0 (as SHR's), lo in bits 15:8 and hi in bits
     23:16 (int8 each); with an immediate, hi is 127 (the 16-bit immediate holds the
-    shift and lo).
+    shift and lo). TAB looks each lane up in the table a LOAD of TAB filled: lane by lane,
+    ``table[(acc[dst] + operand) mod TABLE_ENTRIES]``, an entry of TABLE_BITS bits
+    sign-extended (exponentials and GELU, functions of an int8 value).
     """
 
     MIN = 0
@@ -66,7 +68,15 @@ class AluOp(enum.IntEnum):
     SHR = 3
     MUL = 4
     REQ = 5
+    TAB = 6
 
+
+#: The ALU's lookup table (TAB): its entries, indexed by the low 8 bits of a lane, and
+#: each entry's width in bits, signed. 18 bits hold both an exponential in units of
+#: 2**-16 (0 to 65536) and an int8 function value; a LOAD of TAB moves int32 entries and
+#: keeps their low TABLE_BITS bits.
+TABLE_ENTRIES = 256
+TABLE_BITS = 18
 
 #: ALU operations every configuration has; the others are optional.
 REQUIRED_ALU_OPS = frozenset({AluOp.MIN, AluOp.MAX, AluOp.ADD, AluOp.SHR})
@@ -106,8 +116,8 @@ class HardwareConfig:
     dram_bus_width : int
         Width in bits of the AXI4 data bus to DRAM (32 to 1024, power of two).
     alu_ops : frozenset of AluOp
-        ALU operations the hardware implements; MIN, MAX, ADD and SHR always, MUL and REQ
-        optional (REQ is an extension past VTA, `vdla.extensions`).
+        ALU operations the hardware implements; MIN, MAX, ADD and SHR always, MUL, REQ and
+        TAB optional (REQ and TAB are extensions past VTA, `vdla.extensions`).
     gemm_dsp_limit : int
         An extension past VTA: the most hard multipliers (DSP slices) the GEMM core's
         packed form may use; its product pairs past the limit are built from LUT logic

@@ -219,6 +219,21 @@ EXTENSIONS: tuple[Extension, ...] = (
                         _TIMING,
                         _RESOURCES)),
     Extension(
+        key="tab", title="table", field="alu_ops", kind="alu_op", alu_op="TAB",
+        description="an ALU op that looks each lane up in a 256-entry table a LOAD of TAB "
+                    "fills: exponentials and GELU in one pass",
+        example=True, check=None,
+        config_doc='`"TAB"` in `alu_ops`',
+        changes="a 256-entry table of 18-bit signed entries per lane, filled by a LOAD of "
+                "TAB (memory type 5); an ALU op: each lane becomes table[(acc[dst] + "
+                "operand) mod 256]",
+        compiler="runs qgelu on the accelerator as one table pass (the 256 values of the "
+                 "int8 GELU) instead of on the host",
+        identifiers=("TAB", "TABLE_ENTRIES", "TABLE_BITS"),
+        implemented_in=(_HW, "isa/insn.py (LOAD of TAB)", "sim/functional.py",
+                        "sim/functional_alu.py", "sim/validate.py",
+                        "compiler/targets/vdla/table.py", _TIMING, _RESOURCES)),
+    Extension(
         key="hold", title="hold", field="alu_hold", kind="flag",
         description="a vector ALU instruction with one micro-op holds its operand row and "
                     "issues one micro-op a cycle",

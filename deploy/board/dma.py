@@ -23,7 +23,7 @@ import bisect
 from typing import Iterable, Mapping, Sequence
 
 from vdla.config import HardwareConfig
-from vdla.isa import INSN_BYTES, Insn, Load, MemoryType, Store
+from vdla.isa import INSN_BYTES, Insn, Load, MemoryType, Store, memory_geometry
 
 __all__ = ["Blocks", "DmaOutsideBlocks", "check_dma", "dma_spans"]
 
@@ -67,9 +67,7 @@ class Blocks:
 
 
 def _elem_bytes(config: HardwareConfig) -> dict[MemoryType, int]:
-    return {MemoryType.UOP: config.uop_bytes, MemoryType.WGT: config.wgt_elem_bytes,
-            MemoryType.INP: config.inp_elem_bytes, MemoryType.ACC: config.acc_elem_bytes,
-            MemoryType.OUT: config.out_elem_bytes}
+    return {mem: size for mem, (size, _) in memory_geometry(config).items()}
 
 
 def dma_spans(insns: Sequence[Insn], config: HardwareConfig

@@ -148,10 +148,10 @@ def test_program_from_asm_checks_config():
 ERRORS = [
     ("NOP", r"unknown mnemonic 'NOP'; known: LOAD, STORE, GEMM, FINISH, ALU"),
     ("LOADX INP", r"unknown mnemonic 'LOADX'"),
-    ("LOAD", r"LOAD needs a memory type \(UOP, WGT, INP, ACC\)"),
+    ("LOAD", r"LOAD needs a memory type \(UOP, WGT, INP, ACC, TAB\)"),
     ("LOAD sram_base=1", r"LOAD needs a memory type"),
     ("LOAD OUT x_size=1", r"LOAD needs a memory type"),
-    ("ALU", r"ALU needs an operation \(MIN, MAX, ADD, SHR, MUL, REQ\)"),
+    ("ALU", r"ALU needs an operation \(MIN, MAX, ADD, SHR, MUL, REQ, TAB\)"),
     ("ALU DIV imm=1", r"ALU needs an operation"),
     ("GEMM bogus=1", r"GEMM has no field 'bogus'"),
     ("GEMM imm=1", r"GEMM has no field 'imm'"),

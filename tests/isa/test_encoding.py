@@ -396,7 +396,7 @@ def test_flags(kind):
 
 def test_memory_types():
     with pytest.raises(ValueError, match=r"Load\.memory_type must be one of UOP \(0\), WGT "
-                                         r"\(1\), INP \(2\), ACC \(3\), not <MemoryType\.OUT"):
+                                         r"\(1\), INP \(2\), ACC \(3\), TAB \(5\), not <MemoryType\.OUT"):
         Load(memory_type=MemoryType.OUT)
     with pytest.raises(ValueError, match=r"Load\.memory_type .* not 'out'"):
         Load(memory_type="out")
@@ -414,8 +414,8 @@ def test_memory_types():
 
 
 def test_alu_opcodes():
-    with pytest.raises(ValueError, match=r"Alu\.alu_opcode .* not 6"):
-        Alu(alu_opcode=6)
+    with pytest.raises(ValueError, match=r"Alu\.alu_opcode .* not 7"):
+        Alu(alu_opcode=7)
     with pytest.raises(ValueError, match=r"Alu\.alu_opcode .* not 'DIV'"):
         Alu(alu_opcode="DIV")
     with pytest.raises(TypeError, match=r"Alu\.alu_opcode"):
@@ -496,10 +496,22 @@ def test_decode_unknown_opcode(opcode):
 
 
 @pytest.mark.parametrize("kind", ["LOAD", "STORE"])
-@pytest.mark.parametrize("code", [5, 6, 7])
+@pytest.mark.parametrize("code", [6, 7])
 def test_decode_unknown_memory_type(kind, code):
     with pytest.raises(DecodeError, match=rf"unknown memory_type {code}"):
         decode(OPCODES[kind] | code << 7, DEFAULT)
+
+
+def test_decode_table_load_needs_the_table():
+    """Memory type 5 (TAB) is a LOAD's only on a config with the ALU's table."""
+    with pytest.raises(DecodeError, match=r"uses memory_type TAB, which config \S+ does not "
+                                          r"implement \(allowed ADD, MAX, MIN, SHR|"
+                                          r"uses memory_type TAB, which config"):
+        decode(OPCODES["LOAD"] | 5 << 7, DEFAULT)
+    with pytest.raises(DecodeError, match=r"Store\.memory_type"):
+        decode(OPCODES["STORE"] | 5 << 7, DEFAULT)
+    table = HardwareConfig(alu_ops={"MIN", "MAX", "ADD", "SHR", "TAB"})
+    assert decode(OPCODES["LOAD"] | 5 << 7, table).memory_type is MemoryType.TAB
 
 
 def test_decode_memory_type_not_allowed():
@@ -509,7 +521,7 @@ def test_decode_memory_type_not_allowed():
         decode(OPCODES["STORE"] | MEMORY_TYPES["INP"] << 7, DEFAULT)
 
 
-@pytest.mark.parametrize("code", [6, 7])
+@pytest.mark.parametrize("code", [7])
 def test_decode_unknown_alu_opcode(code):
     with pytest.raises(DecodeError, match=rf"Alu\.alu_opcode .* not {code}"):
         decode(OPCODES["ALU"] | code << 108, HardwareConfig(alu_ops=MUL_OPS))
