@@ -16,7 +16,10 @@ it to FINISH and any backend must produce the same DRAM bytes. It is built like
   srcs slide by a column or jump, every window inside the tile's inp region), ALU
   instructions (every op of ``config.alu_ops``, immediate or second acc operand,
   read-after-write chains included; with ``alu_hold``, half the vector ones of the
-  shape that holds its operand row) and LOAD ACC over parts of the region;
+  shape that holds its operand row) and LOAD ACC over parts of the region; with TAB
+  in ``alu_ops``, the first tile loads the whole lookup table first (1-3 strided 2-D
+  LOADs of TAB of random 32-bit entries, so the 18 bits an entry keeps matter) and
+  later LOADs of TAB overwrite stretches of it;
 - store module: STOREs of out elements the tile computed, strided, into DRAM buffers
   pre-filled with random bytes (so a stray or missing write shows).
 
@@ -40,7 +43,7 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
-from vdla.config import AluOp, HardwareConfig
+from vdla.config import TABLE_ENTRIES, AluOp, HardwareConfig
 from vdla.isa import Alu, Gemm, Insn, Load, MemoryType, Program, Store, Uop, encode_uops
 from vdla.runtime import COMPUTE, LOAD, STORE, Device, ProgramBuilder
 
@@ -109,8 +112,9 @@ class _Generator:
                      MemoryType.ACC: c.acc_depth // threads}
         self.elem_bytes = {MemoryType.UOP: c.uop_bytes, MemoryType.INP: c.inp_elem_bytes,
                            MemoryType.WGT: c.wgt_elem_bytes, MemoryType.ACC: c.acc_elem_bytes,
-                           MemoryType.OUT: c.out_elem_bytes}
+                           MemoryType.OUT: c.out_elem_bytes, MemoryType.TAB: 4}
         self.alu_ops = sorted(c.alu_ops)
+        self.table = AluOp.TAB in c.alu_ops
         self.p = ProgramBuilder(c)
         self.outputs: list[tuple[int, int]] = []
 
@@ -148,6 +152,8 @@ class _Generator:
         acc, init = self._init_acc(thread)
         out_written = np.zeros(acc.size, bool)  # out elements of the region computed so far
         ops = [init]
+        if self.table and not reused:   # the first tile fills the whole table
+            ops[:0] = self._fill_table()
         if init.uops:  # a reset GEMM writes zeros to the out buffer too
             out_written[:] = True
         elif self.rng.random() < 0.5:  # random data under the padded LOAD ACC
@@ -206,7 +212,7 @@ class _Generator:
         stride, lead = cols + self._int(0, _MAX_GAP), self._int(0, _MAX_LEAD)
         elems = lead + rows * stride
         elem = self.elem_bytes[mem]
-        if mem == MemoryType.ACC:
+        if mem in (MemoryType.ACC, MemoryType.TAB):
             scale = int(self.rng.choice([1 << 7, 1 << 15, 1 << 31]))
             data = self.rng.integers(-scale, scale, size=(elems, elem // 4)).astype(np.int32)
         else:
@@ -246,8 +252,26 @@ class _Generator:
 
     # --- compute instructions -------------------------------------------------------------------
 
+    def _fill_table(self) -> list[_Op]:
+        """1-3 LOADs of TAB that write every table entry, in order, each a 2-D shape."""
+        cuts = sorted(self.rng.choice(np.arange(1, TABLE_ENTRIES), self._int(0, 2),
+                                      replace=False).tolist())
+        edges = [0, *cuts, TABLE_ENTRIES]
+        return [self._table_op(a, b - a) for a, b in zip(edges, edges[1:])]
+
+    def _table_op(self, first: int, count: int) -> _Op:
+        """A LOAD of TAB writing entries [first, first + count): rows of a random divisor
+        of `count` entries, strided in DRAM (a LOAD of TAB cannot pad)."""
+        cols = int(self.rng.choice([d for d in range(1, count + 1) if count % d == 0]))
+        shape = (count // cols, cols, (0, 0, 0, 0))
+        return _Op(functools.partial(self._dma_load, MemoryType.TAB, first, shape), [])
+
     def _compute_op(self, inp: _Region, wgt: _Region, acc: _Region, out_written) -> _Op:
-        kind = str(self.rng.choice(["gemm", "gemm", "reset", "alu", "alu", "alu", "load_acc"]))
+        kinds = ["gemm", "gemm", "reset", "alu", "alu", "alu", "load_acc"]
+        kind = str(self.rng.choice(kinds + ["load_tab"] if self.table else kinds))
+        if kind == "load_tab":   # overwrite a stretch of the table
+            count = self._int(1, 48)
+            return self._table_op(self._int(0, TABLE_ENTRIES - count), count)
         if kind == "load_acc":  # overwrite part of the region (acc only; out keeps its values)
             shape = self._shape(acc.size)
             base = acc.base + self._int(0, acc.size - _written(shape))

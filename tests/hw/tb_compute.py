@@ -1,4 +1,4 @@
-"""cocotb testbench of the compute module (LOAD UOP/ACC, GEMM, ALU, FINISH, tokens).
+"""cocotb testbench of the compute module (LOAD UOP/ACC/TAB, GEMM, ALU, FINISH, tokens).
 
 Every instruction also runs in the functional simulator, on the same DRAM image and the
 same inp/wgt contents (written into the hardware through back doors and into the
@@ -16,13 +16,14 @@ from cocotb.triggers import ReadOnly, RisingEdge
 from cocotbext.axi import AxiBus, AxiRam
 
 from cocotb_harness import start_clock, testbench_config
-from vdla.config import AluOp
+from vdla.config import TABLE_ENTRIES, AluOp
 from vdla.isa import Alu, Finish, Gemm, Load, Uop, encode, encode_uops
 from vdla.sim import FunctionalSimulator
 
 DRAM_BYTES = 1 << 18
 UOP_AREA = 0             # micro-op tables (byte address)
 ACC_AREA = 1 << 16       # accumulator images
+TAB_AREA = 1 << 17       # lookup tables (32-bit entries)
 ROWS = 32                # inp, wgt and acc rows the tests use (below the harness's TB_ROWS)
 INT32_EDGES = [-2**31, -2**31 + 1, -1, 0, 1, 2**31 - 1]
 
@@ -91,6 +92,18 @@ class Bench:
         self.write_dram(ACC_AREA, np.asarray(values, dtype="<i4").tobytes())
         return Load(memory_type="ACC", sram_base=0, dram_base=ACC_AREA // self.cfg.acc_elem_bytes,
                     y_size=1, x_size=len(values), x_stride=len(values))
+
+    def table_image(self, entries: np.ndarray, *, dram_base: int = 0) -> Load:
+        """Put int32 table entries in DRAM at entry `dram_base` of the table area; the
+        LOAD TAB that writes them to table entries 0.. (one row)."""
+        self.write_dram(TAB_AREA + 4 * dram_base, np.asarray(entries, dtype="<i4").tobytes())
+        return Load(memory_type="TAB", sram_base=0, dram_base=TAB_AREA // 4 + dram_base,
+                    y_size=1, x_size=len(entries), x_stride=len(entries))
+
+    def random_table(self) -> Load:
+        """A LOAD TAB of a whole table of random 32-bit entries (each keeps 18 bits)."""
+        gen = np.random.default_rng(self.rng.randrange(2**32))
+        return self.table_image(gen.integers(-2**31, 2**31, TABLE_ENTRIES))
 
     def uop_table(self, uops, *, sram_base: int = 0, dram_base: int = 0) -> Load:
         """Put micro-ops in DRAM at element `dram_base`; the LOAD UOP to `sram_base`."""
@@ -255,6 +268,8 @@ async def alu_matches_functional_simulator(dut):
     for n, (uops, fields) in enumerate(alu_cases(rng, bench.cfg)):
         if n % 4 == 0:   # fresh values: repeated shifts and MINs would flatten them
             await bench.issue([bench.acc_image(random_acc(rng, bench.cfg))])
+        if n % 8 == 0 and AluOp.TAB in bench.cfg.alu_ops:   # and a fresh table
+            await bench.issue([bench.random_table()])
         base = rng.randrange(64)
         alu = Alu(uop_bgn=base, uop_end=base + len(uops), **fields)
         await bench.issue([bench.uop_table(uops, sram_base=base, dram_base=rng.randrange(256)),
@@ -323,6 +338,8 @@ async def one_micro_op_per_cycle(dut):
     await bench.random_operands()
     await bench.issue([bench.acc_image(random_acc(rng, cfg)),
                        bench.uop_table(random_uops(rng, 1024, high=ROWS, repeat=0.2))])
+    if AluOp.TAB in cfg.alu_ops:   # the DUT's table is what earlier tests left: refill it
+        await bench.issue([bench.random_table()])
     for n in (1024, 2048):
         loops = dict(uop_bgn=0, uop_end=1024, iter_out=1, iter_in=n // 1024)
         add = Alu(alu_opcode="ADD", use_imm=True, imm=-7, **loops)
@@ -334,6 +351,9 @@ async def one_micro_op_per_cycle(dut):
             timings.append(("held vector ALU", Alu(
                 alu_opcode="ADD", uop_bgn=0, uop_end=1, iter_out=2, iter_in=n // 2,
                 src_factor_out=1, dst_factor_out=1), bench.dut.alu_active, 1))
+        if AluOp.TAB in cfg.alu_ops:   # a lookup a micro-op, like any immediate op
+            timings.append(("TAB", Alu(alu_opcode="TAB", use_imm=True, imm=3, **loops),
+                            bench.dut.alu_active, 1))
         if cfg.dw_taps:   # r cycles a micro-op, T·r for the first of each pass
             r = cfg.dw_column_rows
             timings.append(("dw GEMM", Gemm(**loops, dw=True), bench.dut.gemm_active, r))
@@ -528,3 +548,56 @@ async def dw_gemm_matches_functional_simulator(dut):
         assert cycles == dw_cycles(cfg, gemm) + DW_OVERHEAD, (
             f"dw case {n} {gemm}: {cycles} cycles retire to retire, not "
             f"{dw_cycles(cfg, gemm)} + {DW_OVERHEAD}")
+
+
+@cocotb.test()
+async def table_loads_and_lookups(dut):
+    """The ALU's table (a config with TAB): LOADs of TAB in strided 2-D pieces at odd DRAM
+    and table bases (one over entries loaded before), each checked by looking every entry
+    up (acc lanes 0..255, TAB by 0); lookups by negative immediates and acc operands, held
+    ones with alu_hold; a LOAD of TAB takes one cycle an entry once its data arrives."""
+    bench = await setup(dut, seed=7)
+    rng, cfg = bench.rng, bench.cfg
+    if AluOp.TAB not in cfg.alu_ops:
+        dut._log.info("config %s has no lookup table", cfg.name)
+        return
+    gen = np.random.default_rng(7)
+    lanes = cfg.batch * cfg.block_out
+    every = np.arange(ROWS * lanes) % TABLE_ENTRIES
+    index_rows = every.reshape(ROWS, cfg.batch, cfg.block_out)
+    bench.write_dram(TAB_AREA, gen.integers(-2**31, 2**31, 4096).astype("<i4").tobytes())
+    lookup = Alu(alu_opcode="TAB", use_imm=True, imm=0, uop_bgn=0, uop_end=1, iter_out=1,
+                 iter_in=ROWS, dst_factor_in=1)
+    await bench.issue([bench.uop_table([Uop(dst=0, src=0)])])
+    pieces = [
+        Load(memory_type="TAB", sram_base=0, dram_base=TAB_AREA // 4 + 1, y_size=4,
+             x_size=64, x_stride=67),
+        Load(memory_type="TAB", sram_base=37, dram_base=TAB_AREA // 4 + 1000, y_size=3,
+             x_size=5, x_stride=9),
+        Load(memory_type="TAB", sram_base=255, dram_base=TAB_AREA // 4 + 3, y_size=1,
+             x_size=1, x_stride=1),
+        Load(memory_type="TAB", sram_base=101, dram_base=TAB_AREA // 4 + 2000, y_size=2,
+             x_size=77, x_stride=80),
+    ]
+    for piece in pieces:
+        await bench.issue([piece, bench.acc_image(index_rows), lookup])
+        await bench.check(f"TAB after {piece}")
+        cycles = (await bench.issue([piece]))[0]   # measured: entries + 5
+        entries = piece.y_size * piece.x_size
+        dut._log.info("LOAD TAB of %d entries: %d cycles", entries, cycles)
+        assert cycles <= entries + 8, f"{piece}: {cycles} cycles for {entries} entries"
+    # Lookups of random lanes by immediates (both signs, the 16-bit edges) and by rows.
+    for imm in (-1, -200, 2**15 - 1, -2**15, 129):
+        await bench.issue([bench.acc_image(random_acc(rng, cfg)),
+                           dataclasses.replace(lookup, imm=imm)])
+        await bench.check(f"TAB by {imm}")
+    uops = random_uops(rng, 5, repeat=0.3)
+    await bench.issue([bench.acc_image(random_acc(rng, cfg)), bench.uop_table(uops),
+                       Alu(alu_opcode="TAB", uop_bgn=0, uop_end=len(uops), iter_out=2,
+                           iter_in=2, src_factor_in=1, dst_factor_out=3)])
+    await bench.check("TAB by acc rows")
+    held = Alu(alu_opcode="TAB", uop_bgn=0, uop_end=1, iter_out=2, iter_in=4,
+               dst_factor_out=4, dst_factor_in=1, src_factor_out=1)
+    await bench.issue([bench.acc_image(random_acc(rng, cfg)),
+                       bench.uop_table([Uop(dst=2, src=4)]), held])
+    await bench.check("TAB by a held row")

@@ -37,9 +37,11 @@ CONFIGS = {
 #: Each extension past VTA alone, besides `EXTENDED` (all): slow, as `EXTENDED` runs the
 #: same generator and hardware for all at once (a Verilator model to build each). The
 #: depthwise window's is `DW`, with two inp rows a window column (EXTENDED' has one).
+_VTA_OPS = EXTENDED.alu_ops - {vdla.AluOp.REQ, vdla.AluOp.TAB}
 SINGLE_EXTENSIONS = {
-    "req": EXTENDED.replace(alu_hold=False, dw_taps=0),
-    "hold": EXTENDED.replace(alu_ops=EXTENDED.alu_ops - {vdla.AluOp.REQ}, dw_taps=0),
+    "req": EXTENDED.replace(alu_ops=_VTA_OPS | {vdla.AluOp.REQ}, alu_hold=False, dw_taps=0),
+    "tab": EXTENDED.replace(alu_ops=_VTA_OPS | {vdla.AluOp.TAB}, alu_hold=False, dw_taps=0),
+    "hold": EXTENDED.replace(alu_ops=_VTA_OPS, dw_taps=0),
     "dw": DW,
 }
 ALL_CONFIGS = {**CONFIGS, **SINGLE_EXTENSIONS}
@@ -116,7 +118,7 @@ def _extensions_used(program, config) -> set:
     bus = config.dram_bus_width // 8
     elem = {MemoryType.UOP: config.uop_bytes, MemoryType.INP: config.inp_elem_bytes,
             MemoryType.WGT: config.wgt_elem_bytes, MemoryType.ACC: config.acc_elem_bytes,
-            MemoryType.OUT: config.out_elem_bytes}
+            MemoryType.OUT: config.out_elem_bytes, MemoryType.TAB: 4}
     seen = set()
     for insn in program:
         if isinstance(insn, (Load, Store)) and insn.x_size:
@@ -140,14 +142,18 @@ def _extensions_used(program, config) -> set:
                           else "one row"))
             if insn.use_imm and insn.imm < 0:
                 seen.add(("alu negative imm", insn.alu_opcode.name))
+    if any(isinstance(i, Load) and i.memory_type == MemoryType.TAB and i.x_size
+           and i.sram_base == 0 for i in program):
+        seen.add(("table", "from entry 0"))
     return seen
 
 
 def _expected_extensions(config) -> set:
     bus = config.dram_bus_width // 8
-    mems = ("UOP", "INP", "WGT", "ACC", "OUT")
+    table = vdla.AluOp.TAB in config.alu_ops
+    mems = ("UOP", "INP", "WGT", "ACC", "OUT") + (("TAB",) if table else ())
     small = {"UOP": config.uop_bytes, "INP": config.inp_elem_bytes, "WGT": config.wgt_elem_bytes,
-             "ACC": config.acc_elem_bytes, "OUT": config.out_elem_bytes}
+             "ACC": config.acc_elem_bytes, "OUT": config.out_elem_bytes, "TAB": 4}
     return ({("dma", m) for m in mems} | {("strided", m) for m in mems}
             | {("pad", m, pad) for m in ("INP", "WGT", "ACC")
                for pad in ("y_pad_0", "y_pad_1", "x_pad_0", "x_pad_1")}
@@ -159,7 +165,8 @@ def _expected_extensions(config) -> set:
             | ({("alu held", "row per outer iteration"), ("alu held", "one row")}
                if config.alu_hold else set())
             | ({(kind, k) for kind in ("gemm dw", "gemm dw nest") for k in ("reset", "accumulate")}
-               if config.dw_taps else set()))
+               if config.dw_taps else set())
+            | ({("table", "from entry 0")} if table else set()))
 
 
 def _tiles_ahead(program) -> int:
@@ -179,7 +186,8 @@ def test_generator_coverage(name):
     """Over the first seeds of each thread count the random programs use every padding,
     strides, DRAM bases inside bus words, both GEMM kinds with nested loops of several
     micro-ops (and both with the depthwise window, where the config has it), every ALU
-    op with both operands and negative immediates; their stores
+    op with both operands and negative immediates (TAB too, where the config has it,
+    after strided LOADs of TAB, the table filled from entry 0); their stores
     change the outputs; two-thread programs use both halves of the buffers and let loads
     run a tile ahead of compute."""
     config = CONFIGS[name]
