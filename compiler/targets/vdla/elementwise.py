@@ -1,8 +1,11 @@
-"""Standalone elementwise ops on the accelerator's vector ALU: an int8 ``relu`` and a
+"""Standalone elementwise ops on the accelerator's vector ALU: an int8 ``relu``, a
 ``qadd`` (two int8 activations, or one and the quantizer's all-zero constant operand: how
-`vdla.compiler.passes.quantize` writes a rescale and a standalone clip).
+`vdla.compiler.passes.quantize` writes a rescale and a standalone clip) and, on a config
+with the ALU's lookup table, a ``qgelu``.
 
 * ``relu(x)``: ``max(x, 0)``;
+* ``qgelu(x)``: the integer GELU, one TAB pass at offset 128 over the table of its 256
+  values (`vdla.compiler.targets.vdla.table`), which the program loads first;
 * ``qadd(a, b)``: ``clip(wrap32(requantize(a, a_multiplier, a_shift) + requantize(b,
   b_multiplier, b_shift)), out_min, out_max)`` (`vdla.compiler.reference.integer`), a and
   b of the same shape (no broadcasting); a zero operand drops out (``requantize(0) == 0``).
@@ -24,10 +27,10 @@ Per tile (``tile_p`` pixels x ``tile_c`` channel blocks of one batch block, see
 operand: a row of the tile's pixels per input block, H x W apart), then the compute module
 runs one of three plans, chosen from the requantizations (`ElementwiseLayer`):
 
-* **one operand** (``relu``, ``qadd`` with a zero operand): GEMM reset of the acc tile,
-  GEMM with ``E_j`` (widen), the requantization (`requant.requant_steps`: MUL, rounding
-  ADD, SHR), the clamp (MAX out_min, MIN out_max; a bound an int8 value cannot pass is
-  skipped, so a ReLU is MAX 0 alone);
+* **one operand** (``relu``, ``qgelu``, ``qadd`` with a zero operand): GEMM reset of the
+  acc tile, GEMM with ``E_j`` (widen), the requantization (`requant.requant_steps`: MUL,
+  rounding ADD, SHR; a qgelu's TAB), the clamp (MAX out_min, MIN out_max; a bound an int8
+  value cannot pass is skipped, so a ReLU is MAX 0 alone and a qgelu has none);
 * **both operands requantized** (`separate`): reset the tile and a second acc region, one
   GEMM widens ``a`` into the tile and ``b`` into that region, each one's requantization,
   ALU ADD of the region into the tile (a vector operand), the clamp;
@@ -86,7 +89,10 @@ from vdla.compiler.targets.vdla.common import (INSN_CYCLES, PerChannelBlocks, IT
                                                tile_split)
 from vdla.compiler.targets.vdla.requant import AluStep, check_alu_ops, requant_steps
 from vdla.compiler.targets.vdla.sequence import image_shape, pixel_rows
-from vdla.config import AluOp, HardwareConfig
+from vdla.compiler.targets.vdla.table import (TABLE_OFFSETS, TABLE_OPS, TAB_ENTRY_BYTES,
+                                              load_table, table_entries, table_load_cycles,
+                                              table_problem)
+from vdla.config import TABLE_ENTRIES, AluOp, HardwareConfig
 from vdla.isa import Program, Uop, encode_uops
 from vdla.runtime.builder import ProgramBuilder
 from vdla.runtime.tokens import PingPong, RegionTokens
@@ -95,15 +101,18 @@ __all__ = ["ELEMENTWISE_OPS", "ElementwiseLayer", "ElementwiseSchedule", "Lowere
            "choose_elementwise", "elementwise_layer", "estimate_elementwise",
            "lower_elementwise", "run_elementwise"]
 
-#: The standalone elementwise ops the accelerator runs.
-ELEMENTWISE_OPS = ("relu", "qadd")
+#: The standalone elementwise ops the accelerator runs (those of `TABLE_OPS` on a config
+#: with the ALU's table).
+ELEMENTWISE_OPS = ("relu", "qadd") + TABLE_OPS
+#: The ops of one int8 operand (the rest are qadd's two).
+_ONE_OPERAND = ("relu",) + TABLE_OPS
 
 
 # --- the layer ------------------------------------------------------------------------------
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ElementwiseLayer(PerChannelBlocks):
-    """A standalone elementwise workload: `op` (``"relu"``, ``"qadd"``), plain sizes `n`,
+    """A standalone elementwise workload: `op` (``"relu"``, ``"qadd"``, ``"qgelu"``), plain sizes `n`,
     `c`, `h`, `w` (h = w = 1 for an (N, C) tensor, `rank` 2; a sequence, (S, D) of rank 2
     or (1, S, D) of rank 3, is the image (1, D, S, 1) of its rows, `sequence`:
     `vdla.compiler.targets.vdla.sequence`), `batch_blocks`, output channel
@@ -140,6 +149,11 @@ class ElementwiseLayer(PerChannelBlocks):
     def operands(self) -> int:
         """Activations the program reads (1 or 2)."""
         return len(self.inputs)
+
+    @property
+    def table(self) -> bool:
+        """The program loads the ALU's lookup table (a step is a TAB)."""
+        return any(st.op == AluOp.TAB for st in self.first)
 
     @property
     def macs(self) -> int:
@@ -200,15 +214,18 @@ def _plain_shape(graph: Graph, node: Node, name: str, what: str,
 
 def elementwise_layer(node: Node, graph: Graph,
                       config: HardwareConfig) -> tuple[ElementwiseLayer, np.ndarray]:
-    """(layer, constant rows (R, padded C) int32) of a ``relu`` or ``qadd`` node; ValueError
-    naming the node, the value and what is allowed for what the back half cannot run
-    (float data, other ranks, broadcasting, a non-zero constant operand, a multiplier
-    without MUL, clamp bounds outside int8)."""
+    """(layer, constant rows (R, padded C) int32) of a ``relu``, ``qadd`` or ``qgelu``
+    node; ValueError naming the node, the value and what is allowed for what the back
+    half cannot run (float data, other ranks, broadcasting, a non-zero constant operand,
+    a multiplier without MUL, clamp bounds outside int8, a qgelu without the ALU's
+    table)."""
     if node.op not in ELEMENTWISE_OPS:
         raise ValueError(f"lower_elementwise lowers {', '.join(ELEMENTWISE_OPS)} nodes, not "
                          f"{node.name!r} ({node.op})")
     out_shape = tuple(int(d) for d in graph.tensors[node.outputs[0]].shape)
-    if node.op == "relu":
+    if node.op in TABLE_OPS and (problem := table_problem(node, config)):
+        raise ValueError(f"{node.op} node {node.name!r}: {problem}")
+    if node.op in _ONE_OPERAND:
         activations = [0]
     else:
         activations = []
@@ -229,7 +246,7 @@ def elementwise_layer(node: Node, graph: Graph,
             raise ValueError(f"qadd node {node.name!r}: both inputs are constants; constant "
                              "folding computes it, there is nothing to run")
     def label(i: int) -> str:
-        return "input" if node.op == "relu" else f"input {'ab'[i]}"
+        return "input" if node.op in _ONE_OPERAND else f"input {'ab'[i]}"
 
     shapes = [_plain_shape(graph, node, node.inputs[i], label(i), config)
               for i in activations]
@@ -263,6 +280,9 @@ def elementwise_layer(node: Node, graph: Graph,
     if node.op == "relu":
         steps = {0: []}
         lo, hi = 0, 127
+    elif node.op in TABLE_OPS:   # the entries are the int8 results: no clamp
+        steps = {0: [AluStep(AluOp.TAB, imm=TABLE_OFFSETS[node.op])]}
+        lo, hi = -128, 127
     else:
         steps = {}
         for i in activations:
@@ -286,7 +306,7 @@ def elementwise_layer(node: Node, graph: Graph,
     second = tuple(steps[order[1]]) if len(order) == 2 else ()
     # One operand that is not requantized is an int8 value already: a bound at the int8
     # limit needs no pass (and the GEMM's narrowed write is exact).
-    exact_int8 = len(order) == 1 and not first
+    exact_int8 = len(order) == 1 and (not first or node.op in TABLE_OPS)
     clamp = tuple(st for st in (AluStep(AluOp.MAX, imm=lo), AluStep(AluOp.MIN, imm=hi))
                   if not (exact_int8 and st.imm == (-128 if st.op == AluOp.MAX else 127)))
     table = (np.stack(rows) if rows else np.zeros((0, padded), np.int64)).astype(np.int32)
@@ -453,20 +473,28 @@ class LoweredElementwise(IdentityTables):
     arena_bytes: int
     uop_bytes: bytes
     const_rows: np.ndarray        # (R, padded C) int32
+    table_entries: np.ndarray | None = None   # int32[256]: the ALU's table (qgelu)
+
+    def static_data(self) -> dict:
+        """`IdentityTables.static_data`, and the table's entries where the op has one."""
+        data = super().static_data()
+        if self.table_entries is not None:
+            data["table"] = self.table_entries.astype("<i4").view(np.uint8)
+        return data
 
     def input_data(self, *args) -> dict:
-        """The arena regions one run writes, from the node's inputs in order (``relu(x)``:
-        one; ``qadd(a, b)``: two, the zero constant included, which is not written):
-        {"input0"/"input1": packed int8}."""
+        """The arena regions one run writes, from the node's inputs in order (``relu(x)``,
+        ``qgelu(x)``: one; ``qadd(a, b)``: two, the zero constant included, which is not
+        written): {"input0"/"input1": packed int8}."""
         L = self.layer
-        want = 1 if L.op == "relu" else 2
+        want = 1 if L.op in _ONE_OPERAND else 2
         if len(args) != want:
             raise ValueError(f"{L.op} node {self.node!r} takes {want} input(s), got {len(args)}")
         shape = _plain(L)
         padded = L.blocks * self.config.block_out
         data = {}
         for i in L.inputs:
-            what = "input" if L.op == "relu" else f"input {'ab'[i]}"
+            what = "input" if L.op in _ONE_OPERAND else f"input {'ab'[i]}"
             x = check_array(args[i], shape, np.int8, what, self.node)
             x = (x.reshape(L.h, L.c).T[None, :, :, None] if L.sequence
                  else x.reshape(L.n, L.c, L.h, L.w))
@@ -494,7 +522,7 @@ def _plain(L: ElementwiseLayer) -> tuple[int, ...]:
 
 def lower_elementwise(node: Node | str, graph: Graph, config: HardwareConfig,
                       schedule: ElementwiseSchedule | None = None) -> LoweredElementwise:
-    """Lower ``relu`` or ``qadd`` node `node` of `graph` to a program for `config` (see the
+    """Lower ``relu``, ``qadd`` or ``qgelu`` node `node` of `graph` to a program for `config` (see the
     module docstring); the schedule defaults to `choose_elementwise`'s. Raises ValueError
     for what the back half does not support (`elementwise_layer`) and for a schedule that
     does not fit, TypeError for a schedule of another kind."""
@@ -506,6 +534,7 @@ def lower_elementwise(node: Node | str, graph: Graph, config: HardwareConfig,
     activation = L.batch_blocks * L.in_blocks * L.pixels * c.inp_elem_bytes
     regions, arena_bytes = layout_arena({
         "uop": len(table.uops) * c.uop_bytes,
+        **({"table": TABLE_ENTRIES * TAB_ENTRY_BYTES} if L.table else {}),
         "const": L.const_rows * L.blocks * c.acc_elem_bytes,
         "weights": L.identities * c.wgt_elem_bytes,
         **{f"input{i}": activation for i in sorted(L.inputs)},
@@ -513,7 +542,8 @@ def lower_elementwise(node: Node | str, graph: Graph, config: HardwareConfig,
     }, config)
     program = _emit(layer, s, config, table, regions)
     return LoweredElementwise(node.name, config, layer, s, program, regions, arena_bytes,
-                              encode_uops(table.uops, config), rows)
+                              encode_uops(table.uops, config), rows,
+                              table_entries(node) if L.table else None)
 
 
 def _emit(L: ElementwiseLayer, s: ElementwiseSchedule, c: HardwareConfig, u: ElementwiseUops,
@@ -526,6 +556,8 @@ def _emit(L: ElementwiseLayer, s: ElementwiseSchedule, c: HardwareConfig, u: Ele
     tokens = RegionTokens(p)
     load_tables(p, regions, c, len(u.uops), u.const_base, L.const_rows * L.blocks,
                 L.identities)
+    if L.table:
+        load_table(p, regions, c)
     for k, nb, ob0, p0, tc, tp in elementwise_tiles(L, s):
         kernels = u.passes(k, tp, ob0)
         o, win = u.outputs.base(k), u.windows.base(k)
@@ -599,7 +631,8 @@ def estimate_elementwise(layer: ElementwiseLayer, schedule: ElementwiseSchedule,
     longest of its loads (the operands' bytes at `bytes_per_cycle`, default the config's
     `dram_bytes_per_cycle`), its compute
     (`ElementwiseLayer.entry_cycles` per acc entry, plus `INSN_CYCLES` per instruction)
-    and its stores; the first tile's loads and the last one's stores do not overlap.
+    and its stores; the first tile's loads and the last one's stores do not overlap, nor
+    does the table's LOAD (`table_load_cycles`), which the first tile's compute waits for.
     Each operand's LOAD pays the DRAM's `read_latency` (`common.dma_cycles`)."""
     s = schedule.clamped(layer)
     c, bw = config, float(bytes_per_cycle or config.dram_bytes_per_cycle)
@@ -615,6 +648,8 @@ def estimate_elementwise(layer: ElementwiseLayer, schedule: ElementwiseSchedule,
             store = store_cycles(entries, tc if layer.group > 1 else 1, c, bw, layer.group)
             cycles += m * max(load, compute, store)
             first, last = max(first, load), max(last, store)
+    if layer.table:
+        first += table_load_cycles(c)
     return int(math.ceil(cycles + first + last))
 
 

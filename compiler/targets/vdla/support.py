@@ -7,7 +7,8 @@ clamp on the vector ALU (MIN, MAX, ADD, SHR; MUL when the config has it); int8 m
 over the window); average pooling (window sums on the GEMM core, then requantization on
 the ALU); a standalone int8 ReLU or ``qadd`` (one `passes.fuse` could not fold into a
 convolution's epilogue, or the quantizer's rescale or clip: an add of a zero constant):
-identity-weight GEMMs widen the operands, the ALU requantizes, adds and clamps.
+identity-weight GEMMs widen the operands, the ALU requantizes, adds and clamps; on a
+config with the ALU's lookup table, a ``qgelu`` (one TAB pass).
 Requantization multipliers and shifts travel as ALU immediates, so they must fit its
 signed field. `VdlaTarget.supports` adds what only the lowering knows (pads, dilation,
 shapes, a schedule that fits the buffers).
@@ -20,6 +21,7 @@ import numpy as np
 from vdla.compiler.ir.graph import Graph
 from vdla.compiler.ir.tensor import Node
 from vdla.compiler.reference.integer import POOL_MULTIPLIER_MAX
+from vdla.compiler.targets.vdla.table import TABLE_OPS, table_problem
 from vdla.config import ISA_FIXED_WIDTHS, AluOp, HardwareConfig
 
 __all__ = ["describe", "pool_weight_scale"]
@@ -33,8 +35,6 @@ _HOST_REASONS = {
     "qlayer_norm": ("qlayer_norm needs row sums across a vector's lanes, a 64-bit variance, "
                     "a square root and a division; the vector ALU works lane by lane in 32 "
                     "bits: no accelerator kernel"),
-    "qgelu": ("qgelu needs an exponential and a division per value; the vector ALU has "
-              "neither: no accelerator kernel"),
     "gather": ("an embedding gather reads the table rows the token ids name, and a LOAD's "
                "address cannot come from data: the host gathers the rows"),
     "qattention": ("a qattention runs on the accelerator head by head, split into its "
@@ -150,6 +150,16 @@ def describe(node: Node, graph: Graph, config: HardwareConfig) -> tuple[bool, st
             return False, problem
         return True, ("int8 add: identity-weight GEMMs widen the operands; requantization, "
                       "add and clamp on the ALU")
+    if op in TABLE_OPS:
+        problem = table_problem(node, config)
+        if not problem and not _int8_input(graph, node):
+            problem = f"{op} on {graph.tensors[node.inputs[0]].dtype}: int8 data only"
+        if not problem:
+            problem = _identity_problem(f"standalone {op}", config)
+        if problem:
+            return False, problem
+        return True, (f"int8 {op}: an identity-weight GEMM widens the input, one ALU TAB "
+                      "pass looks each value up in the table of its 256 results")
     if op in ("max_pool2d", "qavg_pool2d", "qglobal_avg_pool2d"):
         if not _int8_input(graph, node):
             return False, (f"{op} on {graph.tensors[node.inputs[0]].dtype}: the accelerator "

@@ -222,7 +222,9 @@ class VdlaTarget(VdlaCommandLine, Target):
             ("qadd", f"standalone: two int8 activations of one shape (no broadcasting) or "
                      f"one and a zero constant (rescale, clip); identity-weight GEMMs widen "
                      f"them, requantization ({mul} MUL), add and clamp on the ALU"),
-        ]
+        ] + ([("qgelu", "int8: an identity-weight GEMM widens it, one ALU TAB pass looks "
+                        "each value up in the table of its 256 results")]
+             if AluOp.TAB in c.alu_ops else [])
 
     def check_graph(self, graph: Graph) -> None:
         packed = [(name, t.layout) for name, t in graph.tensors.items() if t.layout]

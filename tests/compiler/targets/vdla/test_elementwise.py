@@ -284,7 +284,7 @@ def test_other_unsupported_nodes_raise_clearly():
     g = Graph("p")
     x = g.add_input("x", (1, 16, 4, 4), "int8")
     g.set_outputs([g.add_node("max_pool2d", [x], name="op", kernel=(2, 2))])
-    with pytest.raises(ValueError, match="lower_elementwise lowers relu, qadd nodes"):
+    with pytest.raises(ValueError, match="lower_elementwise lowers relu, qadd, qgelu nodes"):
         lower_elementwise("op", g.validate(), DEFAULT)
 
 
