@@ -81,8 +81,9 @@ def cost_table() -> list[str]:
         points = json.loads(calibration_path(family).read_text())["points"]
         for name, base in extension_pairs(points):
             config = HardwareConfig.from_dict(points[name]["config"])
-            exts = " + ".join(by_key(TERM_EXTENSIONS[t][0]).title
-                              for t, v in extension_terms(config).items() if v)
+            # Once each (the table is priced by two terms).
+            exts = " + ".join(dict.fromkeys(by_key(TERM_EXTENSIONS[t][0]).title
+                                            for t, v in extension_terms(config).items() if v))
             m, b = points[name]["resources"], points[base]["resources"]
             lines.append(f"  {family:<11} {exts:<16} {config.name:<44} "
                          f"{m['lut'] - b['lut']:>+7,} {m['ff'] - b['ff']:>+5,} "

@@ -130,18 +130,30 @@ def extension_terms(c: HardwareConfig) -> dict[str, float]:
     ``dw_window``, batch · block_out · dw_taps for the depthwise window: its registers
     hold dw_taps columns of block_out channels (8 bits each), and a 2:1 multiplexer
     picks each multiplier input of the 2·dw_taps window columns, one per product pair,
-    which is the same count (batch · block_out/2 pairs · 2·dw_taps columns)."""
+    which is the same count (batch · block_out/2 pairs · 2·dw_taps columns), and the
+    ALU's lookup table (TAB) in two: ``tab_lanes``, the ALU lanes with TAB (each lane's
+    copy of the table, 256 × 18 bits of LUT RAM: 24 RAM64M on the 7-series, with the
+    multiplexer of its four 64-entry quarters; the 8-bit index adder; one more input on
+    the result multiplexer), and ``tab_dma``, 1 with TAB (the third compute DMA that fills
+    the table and its share of the read port: mostly flip-flops, the same whatever the
+    core's size)."""
+    table = AluOp.TAB in c.alu_ops
     return {"req_lanes": float(c.batch * c.block_out if AluOp.REQ in c.alu_ops else 0),
             "alu_hold": 1.0 if c.alu_hold else 0.0,
             "lut_pairs": c.gemm_lut_products / 2,
-            "dw_window": float(c.batch * c.block_out * c.dw_taps)}
+            "dw_window": float(c.batch * c.block_out * c.dw_taps),
+            "tab_lanes": float(c.batch * c.block_out if table else 0),
+            "tab_dma": 1.0 if table else 0.0}
 
 
 #: Each `extension_terms` term: the extension it prices (its `vdla.extensions` key) and
-#: what one unit of it is, for tables; a test keeps every extension priced by a term.
+#: what one unit of it is, for tables; a test keeps every extension priced by a term (the
+#: table by two: its lanes and its DMA).
 TERM_EXTENSIONS = {"req_lanes": ("req", "REQ per ALU lane"), "alu_hold": ("hold", "alu_hold"),
                    "lut_pairs": ("dsp", "LUT-built pair"),
-                   "dw_window": ("dw", "dw window per lane and tap")}
+                   "dw_window": ("dw", "dw window per lane and tap"),
+                   "tab_lanes": ("tab", "table per ALU lane"),
+                   "tab_dma": ("tab", "table DMA")}
 
 
 def without_extensions(c: HardwareConfig) -> HardwareConfig:

@@ -111,6 +111,7 @@ _SMALL = ["b1_16x8_mul", "b2_8x8", "b1_8x8_small", "b1_32x8", "b1_16x16_mul_smal
           "b1_8x16", "b1_8x32"]
 
 REQ = REQUIRED_ALU_OPS | {AluOp.REQ}
+TAB = REQUIRED_ALU_OPS | {AluOp.TAB}
 
 #: family -> configs with the extensions past VTA: name -> (the family's base
 #: config it adds them to, the fields it changes). The model prices an extension by what
@@ -142,7 +143,11 @@ EXTENSION_CONFIGS = {
                   # The 128-bit DRAM bus bridged to the 64-bit HP port (pynq-z1-plus's):
                   # the wide_bus term, per bit, on an 8-lane and a 16-lane core.
                   "b1_16x8_mul_bus128": ("b1_16x8_mul", dict(dram_bus_width=128)),
-                  "b1_16x16_default_bus128": ("b1_16x16_default", dict(dram_bus_width=128))},
+                  "b1_16x16_default_bus128": ("b1_16x16_default", dict(dram_bus_width=128)),
+                  # The ALU's lookup table (TAB): a LUT-RAM copy per lane and one DMA,
+                  # on 8 and 16 lanes (the two terms, per lane and constant).
+                  "b1_16x8_mul_tab": ("b1_16x8_mul", dict(alu_ops=MUL | {AluOp.TAB})),
+                  "b1_16x16_default_tab": ("b1_16x16_default", dict(alu_ops=TAB))},
     # The same terms on the cheapest of the family's seven bases: REQ alone and alu_hold
     # alone on 1x16x8-mul (8 lanes), both on 1x8x16 (16 lanes); the window with two inp
     # rows a column on 1x8x16 (block_out = 2 block_in, zcu104-plus's shape) and one row a

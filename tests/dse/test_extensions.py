@@ -28,7 +28,8 @@ def load(family):
 
 
 def test_the_terms_count_req_per_alu_lane_and_hold_once():
-    none = {"req_lanes": 0.0, "alu_hold": 0.0, "lut_pairs": 0.0, "dw_window": 0.0}
+    none = {"req_lanes": 0.0, "alu_hold": 0.0, "lut_pairs": 0.0, "dw_window": 0.0,
+            "tab_lanes": 0.0, "tab_dma": 0.0}
     assert extension_terms(HardwareConfig()) == none
     assert extension_terms(HardwareConfig(alu_ops=REQ)) == {**none, "req_lanes": 16.0}
     both = HardwareConfig(batch=2, block_in=8, block_out=8, alu_ops=REQ, alu_hold=True,
@@ -42,6 +43,10 @@ def test_the_terms_count_req_per_alu_lane_and_hold_once():
     limited = HardwareConfig(block_out=32, gemm_dsp_limit=220)
     assert extension_terms(limited)["lut_pairs"] == 36.0
     assert without_extensions(limited) == HardwareConfig(block_out=32)
+    # The lookup table: a copy per ALU lane, and one DMA.
+    table = HardwareConfig(batch=2, block_out=8, alu_ops=HardwareConfig().alu_ops | {AluOp.TAB})
+    assert (extension_terms(table)["tab_lanes"], extension_terms(table)["tab_dma"]) == (16.0, 1.0)
+    assert without_extensions(table) == HardwareConfig(batch=2, block_out=8)
     plain = without_extensions(both)
     assert not plain.alu_hold and AluOp.REQ not in plain.alu_ops
     assert plain == HardwareConfig(batch=2, block_in=8, block_out=8,
@@ -68,6 +73,7 @@ def test_the_features_add_logic_and_no_dsp_or_block_ram(family):
         # REQ's clamp and muxes are LUTs; alu_hold's control state is flip-flops (its
         # LUTs are within yosys's run-to-run noise on the 7-series).
         assert m["lut"] > b["lut"] or not terms["req_lanes"], name
+        assert m["lut"] > b["lut"] or not terms["tab_lanes"], name   # LUT RAM, no BRAM
         assert m["ff"] > b["ff"] or not terms["alu_hold"], name
 
 

@@ -142,7 +142,7 @@ def test_an_older_show_document_with_features_still_loads():
 
 
 def test_the_resource_model_prices_every_extension():
-    assert sorted(key for key, _ in TERM_EXTENSIONS.values()) == sorted(
+    assert sorted({key for key, _ in TERM_EXTENSIONS.values()}) == sorted(
         e.key for e in EXTENSIONS)
     assert list(TERM_EXTENSIONS) == list(extension_terms(HardwareConfig()))
     for term, (key, _) in TERM_EXTENSIONS.items():
