@@ -496,8 +496,8 @@ class ComputeModule(wiring.Component):
             src_value = src_data.word_select(lane, acc_bits).as_signed()
             operand = Mux(use_imm, imm, src_value)
             entry = None
-            if tables is not None:   # the index is the sum's low 8 bits: an 8-bit adder
-                m.d.comb += tables[lane].addr.eq(a[:8] + operand[:8])
+            if tables is not None:   # the index: the difference's low 8 bits, 8-bit wide
+                m.d.comb += tables[lane].addr.eq(operand[:8] - a[:8])
                 entry = tables[lane].data
             value = Signal(signed(acc_bits), name=f"result{lane}")
             with m.If(reset):

@@ -2,7 +2,7 @@
 
 A LOAD of TAB fills the table through its own `LoadDma` (32-bit entries in DRAM, one a
 cycle); an ALU micro-op with op TAB replaces each lane of acc[dst] with
-``table[(acc[dst] + operand) mod 256]``, the entry's `TABLE_BITS` bits sign-extended.
+``table[(operand - acc[dst]) mod 256]``, the entry's `TABLE_BITS` bits sign-extended.
 
 Why one copy per lane: a micro-op looks up every lane of its acc row in the same cycle
 (batch · block_out lookups, one micro-op a cycle like every immediate ALU op), and a
@@ -11,14 +11,14 @@ memory has as many read ports as copies of itself. So the table is `lanes` memor
 cycle, as the DMA delivers them), each read by its own lane.
 
 Why asynchronous reads (``domain="comb"``): the index is known only in the write stage
-(acc[dst], which the acc SRAM gives a cycle after its address, plus the operand), and
+(acc[dst], which the acc SRAM gives a cycle after its address, and the operand), and
 the result is written in that same stage, like every ALU op's. An asynchronous read
 keeps the lookup inside that one stage, with no extra pipeline stage and no change to
 the acc port's hazard rule (`vdla.hw.compute`). It also makes each copy LUT RAM (a
 256 × 1 bit column is four LUT6 on the 7-series), not a block RAM, so the table takes
 no BRAM and adds no pressure on the BRAM ports the buffers use.
 
-Cost per lane: 256 × 18 bits of LUT RAM, an 8-bit adder for the index and one more
+Cost per lane: 256 × 18 bits of LUT RAM, an 8-bit subtractor for the index and one more
 input on the ALU's result multiplexer.
 """
 

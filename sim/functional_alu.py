@@ -36,10 +36,10 @@ def table_entries(raw: np.ndarray) -> np.ndarray:
 
 
 def table_lookup(a: np.ndarray, b, table: np.ndarray) -> np.ndarray:
-    """TAB lane by lane: ``table[(a + b) mod TABLE_ENTRIES]`` (int32 lanes `a`, an
-    immediate or lanes `b`; `table` from `table_entries`). Only the sum's low 8 bits
-    index, so the wrap of a 32-bit add does not matter."""
-    index = (np.asarray(a, np.int64) + np.asarray(b, np.int64)) & (TABLE_ENTRIES - 1)
+    """TAB lane by lane: ``table[(b - a) mod TABLE_ENTRIES]`` (int32 lanes `a`, an
+    immediate or lanes `b`; `table` from `table_entries`). Only the difference's low 8
+    bits index, so the wrap of a 32-bit subtraction does not matter."""
+    index = (np.asarray(b, np.int64) - np.asarray(a, np.int64)) & (TABLE_ENTRIES - 1)
     return table[index]
 
 

@@ -58,7 +58,7 @@ class AluOp(enum.IntEnum):
     operand word holds the shift in bits 5:0 (as SHR's), lo in bits 15:8 and hi in bits
     23:16 (int8 each); with an immediate, hi is 127 (the 16-bit immediate holds the
     shift and lo). TAB looks each lane up in the table a LOAD of TAB filled: lane by lane,
-    ``table[(acc[dst] + operand) mod TABLE_ENTRIES]``, an entry of TABLE_BITS bits
+    ``table[(operand - acc[dst]) mod TABLE_ENTRIES]``, an entry of TABLE_BITS bits
     sign-extended (exponentials and GELU, functions of an int8 value).
     """
 

@@ -221,12 +221,12 @@ EXTENSIONS: tuple[Extension, ...] = (
     Extension(
         key="tab", title="table", field="alu_ops", kind="alu_op", alu_op="TAB",
         description="an ALU op that looks each lane up in a 256-entry table a LOAD of TAB "
-                    "fills: exponentials and GELU in one pass",
+                    "fills: functions of an int8 value (GELU, exponentials) in one pass",
         example=True, check=None,
         config_doc='`"TAB"` in `alu_ops`',
         changes="a 256-entry table of 18-bit signed entries per lane, filled by a LOAD of "
-                "TAB (memory type 5); an ALU op: each lane becomes table[(acc[dst] + "
-                "operand) mod 256]",
+                "TAB (memory type 5); an ALU op: each lane becomes table[(operand - "
+                "acc[dst]) mod 256]",
         compiler="runs qgelu on the accelerator as one table pass (the 256 values of the "
                  "int8 GELU) instead of on the host",
         identifiers=("TAB", "TABLE_ENTRIES", "TABLE_BITS"),

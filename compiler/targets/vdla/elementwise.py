@@ -4,7 +4,7 @@
 with the ALU's lookup table, a ``qgelu``.
 
 * ``relu(x)``: ``max(x, 0)``;
-* ``qgelu(x)``: the integer GELU, one TAB pass at offset 128 over the table of its 256
+* ``qgelu(x)``: the integer GELU, one TAB pass by the immediate 127 over the table of its 256
   values (`vdla.compiler.targets.vdla.table`), which the program loads first;
 * ``qadd(a, b)``: ``clip(wrap32(requantize(a, a_multiplier, a_shift) + requantize(b,
   b_multiplier, b_shift)), out_min, out_max)`` (`vdla.compiler.reference.integer`), a and

@@ -1,11 +1,11 @@
 """Functions of an int8 value on the vector ALU's lookup table (TAB, `vdla.extensions`).
 
 A config whose ``alu_ops`` list TAB has a 256-entry table in every ALU lane, filled by a
-LOAD of TAB and read by the TAB op: ``table[(acc + operand) mod 256]`` (docs: the ISA
+LOAD of TAB and read by the TAB op: ``table[(operand - acc) mod 256]`` (docs: the ISA
 page, TAB). The integer GELU of `vdla.compiler.reference.integer_transformer` is a
 function of the 256 int8 values (``gelu_table``), so on such a config a ``qgelu`` is the
 elementwise family's one-operand plan (`vdla.compiler.targets.vdla.elementwise`) with
-one TAB pass at offset 128 as its only ALU step: exact, where the definition's 64-bit
+one TAB pass by the immediate 127 (entry 127 - x holds x's result) as its only ALU step: exact, where the definition's 64-bit
 products and division could not run in the 32-bit lanes. The program loads the table
 (1 KiB of int32 entries in its arena's ``table`` region) once, at its start, on the
 compute module.
@@ -26,9 +26,10 @@ from vdla.isa import MemoryType
 __all__ = ["TABLE_OFFSETS", "TABLE_OPS", "TAB_ENTRY_BYTES", "load_table", "table_entries",
            "table_load_cycles", "table_problem"]
 
-#: The ops a table pass computes, and the TAB immediate that turns a lane's int8 value
-#: into its entry's index (x + 128: the table is indexed from -128).
-TABLE_OFFSETS = {"qgelu": 128}
+#: The ops a table pass computes, and the TAB immediate that turns a lane's int8 value x
+#: into its entry's index: 127 - x, so entry 0 holds x = 127's result and entry 255 x =
+#: -128's (TAB indexes by the operand minus the lane).
+TABLE_OFFSETS = {"qgelu": 127}
 TABLE_OPS = tuple(TABLE_OFFSETS)
 #: Bytes of one entry in DRAM (`vdla.isa.memory_geometry`'s TAB element).
 TAB_ENTRY_BYTES = 4
@@ -44,12 +45,13 @@ def table_problem(node: Node, config: HardwareConfig) -> str | None:
 
 
 def table_entries(node: Node) -> np.ndarray:
-    """The int32[256] entries of `node`'s table, index ``x + TABLE_OFFSETS[op]``; each
+    """The int32[256] entries of `node`'s table, index ``TABLE_OFFSETS[op] - x``; each
     fits the table's signed `TABLE_BITS` (checked: AssertionError otherwise)."""
     if node.op != "qgelu":
         raise ValueError(f"no table for {node.op} node {node.name!r}; tables exist for "
                          f"{', '.join(TABLE_OPS)}")
-    entries = gelu_table(node).astype(np.int32)
+    # gelu_table is indexed by x + 128 = 255 - (127 - x): the table reversed.
+    entries = gelu_table(node)[::-1].astype(np.int32)
     limit = 1 << (TABLE_BITS - 1)
     if entries.shape != (TABLE_ENTRIES,) or entries.min() < -limit or entries.max() >= limit:
         raise AssertionError(f"the table of {node.name!r} does not fit {TABLE_ENTRIES} "

@@ -55,10 +55,12 @@ def test_qgelu_is_one_table_pass_bit_for_bit(shape, config):
     assert len(tables) == 1 and tables[0].x_size == 256
     assert program.index(tables[0]) < min(i for i, insn in enumerate(program)
                                           if isinstance(insn, Alu))
-    # One ALU pass: TAB at offset 128; the entries are int8 results, so no clamp.
+    # One ALU pass: TAB by the immediate 127 (entry 127 - x); the entries are int8
+    # results, so no clamp.
     assert {(i.alu_opcode, i.imm) for i in program if isinstance(i, Alu)} == {
-        (AluOp.TAB, 128)}
-    np.testing.assert_array_equal(lowered.table_entries, gelu_table(g.node("op")))
+        (AluOp.TAB, 127)}
+    x = np.arange(-128, 128)
+    np.testing.assert_array_equal(lowered.table_entries[127 - x], gelu_table(g.node("op")))
 
 
 def test_every_int8_value_through_a_small_schedule():
