@@ -133,7 +133,7 @@ def extension_terms(c: HardwareConfig) -> dict[str, float]:
     which is the same count (batch · block_out/2 pairs · 2·dw_taps columns), and the
     ALU's lookup table (TAB) in two: ``tab_lanes``, the ALU lanes with TAB (each lane's
     copy of the table, 256 × 18 bits of LUT RAM: 24 RAM64M on the 7-series, with the
-    multiplexer of its four 64-entry quarters; the 8-bit index adder; one more input on
+    multiplexer of its four 64-entry quarters; the 8-bit index subtractor; one more input on
     the result multiplexer), and ``tab_dma``, 1 with TAB (the third compute DMA that fills
     the table and its share of the read port: mostly flip-flops, the same whatever the
     core's size)."""

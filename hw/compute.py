@@ -549,7 +549,7 @@ class ComputeModule(wiring.Component):
 
 def _alu_lane(m: Module, cfg: HardwareConfig, op, a, b, lane: int, use_imm, entry=None):
     """One int32 ALU lane: ``op(a, b)`` with the functional simulator's wrap-around;
-    `entry` is the lane's table entry at (a + b) mod 256 (TAB, on a config with it)."""
+    `entry` is the lane's table entry at (b - a) mod 256 (TAB, on a config with it)."""
     bits = cfg.acc_width
     value = Signal(signed(bits), name=f"alu{lane}")
     # SHR's amount is b's low log2(bits)+1 bits as a signed number (-32..31 for int32):
