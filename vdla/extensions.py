@@ -230,7 +230,7 @@ EXTENSIONS: tuple[Extension, ...] = (
         compiler="runs qgelu on the accelerator as one table pass (the 256 values of the "
                  "int8 GELU) instead of on the host",
         identifiers=("TAB", "TABLE_ENTRIES", "TABLE_BITS"),
-        implemented_in=(_HW, "isa/insn.py (LOAD of TAB)", "sim/functional.py",
+        implemented_in=(_HW, "hw/table.py", "isa/insn.py (LOAD of TAB)", "sim/functional.py",
                         "sim/functional_alu.py", "sim/validate.py",
                         "compiler/targets/vdla/table.py", _TIMING, _RESOURCES)),
     Extension(
