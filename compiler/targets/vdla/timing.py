@@ -205,7 +205,7 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
                 if threads == 2:
                     more, waits = pair_terms(m, run, tile_paired, first_class=not tiles)
                     paired += more
-                    load_waits += waits * (s.oc_nthread == 2)   # `pair_terms`
+                    load_waits += waits * (s.oc_nthread == 2 or not weight_reuse)  # `pair_terms`
                 tiles += m
                 # The last tile in program order is an edge tile of every axis.
                 lone = lone_tile(t)
