@@ -28,7 +28,7 @@ from vdla.runtime import Device, dram_alignment
 from vdla.sim import SimError
 
 __all__ = ["CANDIDATE", "COMPARED_STATS", "DW", "EXTENDED", "DifferentialDevice",
-           "open_differential", "pair_with"]
+           "open_differential", "pair_with", "store_and_run"]
 
 #: The backend the tests compare against the functional simulator (the one line to
 #: change): a second functional device stands in; "verilator" tests the hardware.
@@ -247,3 +247,20 @@ def pair_with(candidate: Device) -> DifferentialDevice:
     reference = vdla.runtime.open(candidate.config, backend="functional",
                                   dram_size=candidate.dram_size)
     return DifferentialDevice(reference, candidate, close_candidate=False)
+
+
+def store_and_run(dev, p, rows: int) -> tuple[np.ndarray, dict]:
+    """End the compute part of the program builder `p` with a STORE of out rows
+    0..`rows`-1 (behind a compute->store token, FINISH behind a store->compute one) and
+    run it on `dev`: (those rows' bytes as int8, flat; the run's statistics)."""
+    from vdla.runtime import COMPUTE, STORE
+    c = dev.config
+    out_addr = dev.alloc(rows * c.out_elem_bytes)
+    p.dep_push(COMPUTE, STORE)
+    p.dep_pop(COMPUTE, STORE)
+    p.store(sram_base=0, dram_base=out_addr // c.out_elem_bytes, y_size=1, x_size=rows,
+            x_stride=rows)
+    p.dep_push(STORE, COMPUTE)
+    p.dep_pop(STORE, COMPUTE)
+    stats = dev.run(*dev.load_program(p.finish()))
+    return dev.read(out_addr, rows * c.out_elem_bytes).view(np.int8), stats

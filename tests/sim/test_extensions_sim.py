@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 import vdla
-from differential import CANDIDATE, EXTENDED, pair_with
+from differential import CANDIDATE, EXTENDED, pair_with, store_and_run
 from vdla.config import AluOp
 from vdla.isa import Alu, MemoryType, Uop, encode_uops
-from vdla.runtime import COMPUTE, STORE, ProgramBuilder
+from vdla.runtime import ProgramBuilder
 
 DRAM_SIZE = 1 << 22
 
@@ -51,15 +51,7 @@ def _run_alu(dev, acc: np.ndarray, uop: Uop, stored: int | None = None,
     p.append(Alu(uop_bgn=0, uop_end=1, **alu))
     if not rows:    # nothing stored
         return np.zeros((0,) + acc.shape[1:], np.int8), dev.run(*dev.load_program(p.finish()))
-    out_addr = dev.alloc(rows * c.out_elem_bytes)
-    p.dep_push(COMPUTE, STORE)
-    p.dep_pop(COMPUTE, STORE)
-    p.store(sram_base=0, dram_base=out_addr // c.out_elem_bytes, y_size=1, x_size=rows,
-            x_stride=rows)
-    p.dep_push(STORE, COMPUTE)
-    p.dep_pop(STORE, COMPUTE)
-    stats = dev.run(*dev.load_program(p.finish()))
-    out = dev.read(out_addr, rows * c.out_elem_bytes).view(np.int8)
+    out, stats = store_and_run(dev, p, rows)
     return out.reshape((rows,) + acc.shape[1:]), stats
 
 

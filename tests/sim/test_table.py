@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 import vdla
-from differential import CANDIDATE, EXTENDED, pair_with
+from differential import CANDIDATE, EXTENDED, pair_with, store_and_run
 from vdla.config import TABLE_BITS, TABLE_ENTRIES, AluOp
 from vdla.isa import Alu, EncodeError, Load, MemoryType, Uop, encode, encode_uops
-from vdla.runtime import COMPUTE, STORE, ProgramBuilder
+from vdla.runtime import ProgramBuilder
 from vdla.sim.validate import ProgramError
 
 TABLE = EXTENDED
@@ -56,7 +56,6 @@ def _run_table(dev, table: np.ndarray, acc: np.ndarray, *, operand=None, imm: in
     dev.write(tab_addr, table.astype(np.int32).view(np.uint8))
     acc_addr = dev.alloc(both.nbytes)
     dev.write(acc_addr, both.astype(np.int32).view(np.uint8).reshape(-1))
-    out_addr = dev.alloc(rows * c.out_elem_bytes)
     p = ProgramBuilder(c)
     for first, count in table_loads:
         p.load(MemoryType.TAB, sram_base=first, dram_base=tab_addr // 4 + first, y_size=1,
@@ -67,14 +66,7 @@ def _run_table(dev, table: np.ndarray, acc: np.ndarray, *, operand=None, imm: in
            x_size=len(both), x_stride=len(both))
     p.append(Alu(alu_opcode=AluOp.TAB, uop_bgn=0, uop_end=1, iter_out=1, iter_in=rows,
                  dst_factor_in=1, src_factor_in=1, use_imm=operand is None, imm=imm))
-    p.dep_push(COMPUTE, STORE)
-    p.dep_pop(COMPUTE, STORE)
-    p.store(sram_base=0, dram_base=out_addr // c.out_elem_bytes, y_size=1, x_size=rows,
-            x_stride=rows)
-    p.dep_push(STORE, COMPUTE)
-    p.dep_pop(STORE, COMPUTE)
-    dev.run(*dev.load_program(p.finish()))
-    return dev.read(out_addr, rows * c.out_elem_bytes).view(np.int8).reshape(acc.shape)
+    return store_and_run(dev, p, rows)[0].reshape(acc.shape)
 
 
 def _acc(rng, rows: int, low: int, high: int) -> np.ndarray:
@@ -122,7 +114,7 @@ def test_the_int32_result_stays_in_the_accumulator(dev):
     acc = np.arange(16 * c.batch * c.block_out, dtype=np.int32).reshape(
         -1, c.batch, c.block_out) % 256
     tab_addr, acc_addr = dev.alloc(table.nbytes), dev.alloc(acc.nbytes)
-    out_addr, uop_addr = dev.alloc(len(acc) * c.out_elem_bytes), dev.alloc(c.uop_bytes)
+    uop_addr = dev.alloc(c.uop_bytes)
     dev.write(tab_addr, table.view(np.uint8))
     dev.write(acc_addr, acc.view(np.uint8).reshape(-1))
     dev.write(uop_addr, np.frombuffer(encode_uops([Uop(0, 0, 0)], c), np.uint8))
@@ -137,14 +129,7 @@ def test_the_int32_result_stays_in_the_accumulator(dev):
                 use_imm=True)
     p.append(Alu(alu_opcode=AluOp.TAB, imm=0, **loop))
     p.append(Alu(alu_opcode=AluOp.SHR, imm=8, **loop))
-    p.dep_push(COMPUTE, STORE)
-    p.dep_pop(COMPUTE, STORE)
-    p.store(sram_base=0, dram_base=out_addr // c.out_elem_bytes, y_size=1, x_size=len(acc),
-            x_stride=len(acc))
-    p.dep_push(STORE, COMPUTE)
-    p.dep_pop(STORE, COMPUTE)
-    dev.run(*dev.load_program(p.finish()))
-    out = dev.read(out_addr, len(acc) * c.out_elem_bytes).view(np.int8).reshape(acc.shape)
+    out = store_and_run(dev, p, len(acc))[0].reshape(acc.shape)
     np.testing.assert_array_equal(out, ((table[-acc & 255]) >> 8).astype(np.int8))
 
 
