@@ -14,8 +14,12 @@ point gets:
 * **cycles** per model from the compiler's timing model (`VdlaTarget.estimate`, the
   default schedule chooser's picks, or with the spec's ``tune = N`` the best of N tuned
   schedules per convolution; the board's DRAM bandwidth), and their weighted
-  sum; **latency_ms** at the config's clock; **gemm_utilization**, the models' useful
-  MACs over the weighted cycles times the core's peak MACs per cycle;
+  sum; **accelerator_ms**, those cycles at the config's clock; **host_ms**, the weighted
+  time of the ops the config leaves on the host (`vdla.dse.host.HostModel`: the host
+  kernels' times, fitted on the CPU the record's ``host_model`` names); **latency_ms**,
+  the two together (the host's ops and the accelerator's run one after another);
+  **gemm_utilization**, the models' useful MACs over the weighted cycles times the
+  core's peak MACs per cycle;
 * **resources** from the part's `ResourceModel`, and whether they fit the part.
 
 The record's key (`vdla.dse.store.point_key`) covers the config, the board, the models
@@ -37,6 +41,7 @@ from vdla.boards import get as get_board
 from vdla.compiler import pipeline, targets
 from vdla.compiler.tuner import InProcessRunner, Records, best_schedules, tune_task
 from vdla.config import HardwareConfig
+from vdla.dse.host import HostModel
 from vdla.dse.resources import ResourceModel, calibration_path
 from vdla.dse.spec import SweepSpec, show_value
 from vdla.dse.store import point_key
@@ -45,8 +50,9 @@ __all__ = ["Design", "Evaluator", "MODEL_VERSION", "make_evaluator"]
 
 #: Bump when what an evaluation computes changes in a way the key does not show (4: a
 #: transformer's dense layers run over the image of its rows, its attention head by head
-#: where the blocks agree, a sequence's rows load as one DMA row).
-MODEL_VERSION = 4
+#: where the blocks agree, a sequence's rows load as one DMA row; 5: latency_ms is the
+#: accelerator's time plus the host ops' time, accelerator_ms the accelerator's alone).
+MODEL_VERSION = 5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,13 +78,18 @@ class Evaluator:
     tune_records : the tuning records file the points' schedules are tuned into with
         ``spec.tune`` (shared by every worker and kept: records are per config and
         workload, so a point met again is not tuned again); default a temporary file
+    host_model : what the host's ops cost (`HostModel`, or the path of a calibration
+        file); default the committed calibration (`vdla.dse.host.HOST_CALIBRATION`)
     """
 
     def __init__(self, spec: SweepSpec | Mapping, *, calibration: int = 4,
-                 tune_records: str | Path | None = None):
+                 tune_records: str | Path | None = None,
+                 host_model: HostModel | str | Path | None = None):
         self.spec = spec if isinstance(spec, SweepSpec) else SweepSpec.from_dict(spec)
         self.board = get_board(self.spec.board)
         self.resource_model = ResourceModel.for_board(self.board)
+        self.host_model = host_model if isinstance(host_model, HostModel) \
+            else HostModel.load(host_model)
         self.capacity = self.board.part.capacity
         self.calibration = calibration
         self.tune_records = tune_records
@@ -101,7 +112,8 @@ class Evaluator:
         self._key_parts = {"board": self.board.name, "models": models,
                            "calibration_images": calibration, "tune": self.spec.tune,
                            "versions": {"vdla": vdla.__version__, "model": MODEL_VERSION,
-                                        "resource_calibration": _file_digest(calib)}}
+                                        "resource_calibration": _file_digest(calib),
+                                        "host_model": self.host_model.digest}}
 
     def _check_priced(self) -> None:
         """ValueError when a parameter value brings an extension past VTA that the board's
@@ -168,6 +180,12 @@ class Evaluator:
                                     if o.target == "vdla"}
         return self._baseline[name]
 
+    def host_provenance(self) -> dict:
+        """Whose host the records' host_ms is: the CPU its kernels were timed on, the
+        instruction set, numpy and the date of the calibration."""
+        p = self.host_model.provenance
+        return {k: p[k] for k in ("cpu", "isa", "cores", "numpy", "date") if k in p}
+
     # --- a point ----------------------------------------------------------------------
 
     def __call__(self, params: Mapping[str, Any]) -> dict:
@@ -205,10 +223,15 @@ class Evaluator:
 
     def _evaluate(self, config: HardwareConfig) -> dict:
         target = self._target(config)
-        models, total_cycles, total_macs = {}, 0.0, 0.0
+        models, total_cycles, total_macs, total_host = {}, 0.0, 0.0, 0.0
         for m in self.spec.models:
             graph = self._graph(m.name, target)
-            ops = target.estimate(graph, schedules=self._tuned(graph, target))
+            schedules = self._tuned(graph, target)
+            # The graph the estimate's ops are nodes of (an attention split into its
+            # heads' products): their shapes price the host's ops. Legalizing it again
+            # finds nothing to split.
+            graph = target.legalize(graph)
+            ops = target.estimate(graph, schedules=schedules)
             # An op is lost when nothing of it runs here (a split attention's softmax
             # stays on the host beside its products; a whole one loses them all).
             here = {o.origin for o in ops if o.target == "vdla"}
@@ -220,16 +243,23 @@ class Evaluator:
                                  f"({lost[0].op}): {lost[0].reason}")
             cycles = sum(o.cycles for o in ops if o.cycles is not None)
             macs = sum(o.macs or 0 for o in ops)
+            host = [o.name for o in ops if o.target == "host"]
+            host_ms = self.host_model.seconds(graph, host) * 1e3
+            accelerator_ms = cycles / (config.clock_mhz * 1e3)
             models[m.name] = {"weight": m.weight, "cycles": int(cycles), "macs": int(macs),
                               "ops_on_vdla": sum(o.target == "vdla" for o in ops),
-                              "ops": len(ops),
+                              "ops": len(ops), "accelerator_ms": accelerator_ms,
+                              "host_ms": host_ms, "latency_ms": accelerator_ms + host_ms,
                               "gemm_utilization": macs / (cycles * config.macs_per_cycle)
                               if cycles else None}
             total_cycles += m.weight * cycles
             total_macs += m.weight * macs
+            total_host += m.weight * host_ms
         resources = self.resource_model.predict(config)
         overflows = resources.overflows(self.capacity)
-        objectives = {"latency_ms": total_cycles / (config.clock_mhz * 1e3),
+        accelerator_ms = total_cycles / (config.clock_mhz * 1e3)
+        objectives = {"latency_ms": accelerator_ms + total_host,
+                      "accelerator_ms": accelerator_ms, "host_ms": total_host,
                       "cycles": int(round(total_cycles)),
                       **resources.to_dict(),
                       "gemm_utilization": total_macs / (total_cycles * config.macs_per_cycle)
@@ -237,6 +267,7 @@ class Evaluator:
         family = self.board.family
         return {"valid": True, "reason": None, "objectives": objectives,
                 "units": {"lut": family.lut_unit, "bram": family.bram_unit},
+                "host_model": self.host_provenance(),
                 "fits": not overflows,
                 "utilization": {k: getattr(resources, k) / getattr(self.capacity, k)
                                 for k in resources.KEYS},

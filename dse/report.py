@@ -9,7 +9,9 @@ Every function takes design-point records, one JSON-ready dict per point:
     objectives : {objective: value} (`vdla.dse.pareto.OBJECTIVES`); None values if invalid
     fits : whether the point fits the part (None if invalid)
     utilization : {lut, ff, dsp, bram} shares of the part
-    models : {model: {weight, cycles, gemm_utilization}}
+    models : {model: {weight, cycles, accelerator_ms, host_ms, latency_ms,
+        gemm_utilization}}
+    host_model : whose host the host times are ({cpu, isa, numpy, date}; valid points)
     confirmed : None, or what Verilator and yosys measured for a front point:
         {cycles, resources: {lut, ff, dsp, bram}, fmax_mhz,
          error: {cycles, lut, ff, bram: (model - measured) / measured, dsp: model - measured}}
@@ -41,6 +43,8 @@ __all__ = ["front_markdown", "front_table", "html_report", "invalid_reasons",
 PLOT_RESOURCES = ("lut", "bram", "dsp")
 #: A colour parameter with at most this many values gets a legend, more a colorbar.
 MAX_LEGEND_VALUES = 10
+#: The objectives that are times (shown to 3 significant figures).
+_TIMES = ("latency_ms", "accelerator_ms", "host_ms")
 
 
 # --- which parameter matters ---------------------------------------------------------
@@ -125,7 +129,7 @@ def _format_objective(name: str, value: Any, units: Mapping[str, str]) -> str:
         return "-"
     if units.get(name) == "fraction":
         return f"{100 * value:.1f}%"
-    if name == "latency_ms":
+    if name in _TIMES:
         return _significant(value)
     return _count(name, value)
 
@@ -171,14 +175,29 @@ def _best_first(front: Sequence[Mapping], name: str) -> list[Mapping]:
     return sorted(front, key=key)
 
 
+def _with_split(front: Sequence[Mapping], objectives: Sequence[str]) -> list[str]:
+    """The columns of `objectives`, with the latency's two parts after it (the
+    accelerator's and the host's time) where the records have them and they are not
+    objectives already."""
+    split = any("host_ms" in (r.get("objectives") or {}) for r in front)
+    out = []
+    for name in objectives:
+        out.append(name)
+        if name == "latency_ms" and split:
+            out += [n for n in ("accelerator_ms", "host_ms") if n not in objectives]
+    return out
+
+
 def _front_rows(front: Sequence[Mapping], params: Sequence[str],
                 objectives: Sequence[str]) -> tuple[list[str], list[bool], list[list[str]]]:
     """The front's table as (headers, right-aligned per column, rows of cells), best
-    first by the first objective. Confirmation columns appear when a point has them."""
+    first by the first objective. Confirmation columns appear when a point has them, and
+    the accelerator's and the host's time after the latency (`_with_split`)."""
     objectives = check_objectives(objectives)
     units = _units(front)
-    headers = ["config", *params, *(_header(n, units) for n in objectives)]
-    right = [False] + [True] * (len(params) + len(objectives))
+    shown = _with_split(front, objectives)
+    headers = ["config", *params, *(_header(n, units) for n in shown)]
+    right = [False] + [True] * (len(params) + len(shown))
     confirmed = any(r.get("confirmed") for r in front)
     fmax = any((r.get("confirmed") or {}).get("fmax_mhz") is not None for r in front)
     if confirmed:
@@ -192,7 +211,7 @@ def _front_rows(front: Sequence[Mapping], params: Sequence[str],
         values = r.get("objectives") or {}
         row = [_point_name(r),
                *(_format_param((r.get("params") or {}).get(p), common[p]) for p in params),
-               *(_format_objective(n, values.get(n), units) for n in objectives)]
+               *(_format_objective(n, values.get(n), units) for n in shown)]
         if confirmed:
             c = r.get("confirmed") or {}
             resources, error = c.get("resources") or {}, c.get("error") or {}
@@ -271,6 +290,16 @@ def _staircase(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             keep.append(i)
             best = y[i]
     return x[keep], y[keep]
+
+
+def _confirmed_latency(record: Mapping) -> float:
+    """The latency with Verilator's cycles in place of the timing model's: the
+    accelerator's time scaled by their ratio, plus the host's time (which Verilator does
+    not measure). Records without the split (before host time) are all accelerator."""
+    o = record["objectives"]
+    accelerator = o.get("accelerator_ms", o["latency_ms"])
+    return (record["confirmed"]["cycles"] / o["cycles"] * accelerator
+            + o["latency_ms"] - accelerator)
 
 
 def _spans_decades(values: np.ndarray) -> bool:
@@ -358,8 +387,7 @@ def plot(records: Sequence[Mapping], front: Sequence[Mapping], out_dir: str | Pa
             # Where Verilator and yosys put the confirmed points (the models' figures
             # are the circles they belong to).
             ax.scatter([r["confirmed"]["resources"][resource] for r in confirmed],
-                       [r["confirmed"]["cycles"] / r["objectives"]["cycles"]
-                        * r["objectives"]["latency_ms"] for r in confirmed],
+                       [_confirmed_latency(r) for r in confirmed],
                        marker="x", s=40, color="black", linewidths=1.4, zorder=5)
         if capacity.get(resource) is not None:
             ax.axvline(capacity[resource], color="firebrick", linestyle="--",
@@ -375,7 +403,7 @@ def plot(records: Sequence[Mapping], front: Sequence[Mapping], out_dir: str | Pa
         ax.grid(True, which="major", alpha=0.3)
     if _spans_decades(latency):
         axes[0].set_yscale("log")
-    axes[0].set_ylabel("latency (ms)")
+    axes[0].set_ylabel("latency (ms): accelerator + host")
 
     handles = []
     if legend_values is not None:

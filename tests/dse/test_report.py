@@ -224,3 +224,17 @@ def test_to_json(sweep):
     assert json.loads(json.dumps(document)) == document
     with pytest.raises(ValueError, match="not among the records"):
         to_json(records[:1], front, {})
+
+
+def test_front_table_splits_the_latency_into_accelerator_and_host():
+    record = {"key": "k", "params": {"block_in": 16}, "config_name": "cfg", "valid": True,
+              "objectives": {"latency_ms": 8.4988, "accelerator_ms": 4.70468,
+                             "host_ms": 3.79412, "lut": 19861.4},
+              "confirmed": None}
+    lines = front_table([record], ["block_in"], ["latency_ms", "lut"]).splitlines()
+    assert lines[0].split() == ["config", "block_in", "latency", "ms", "accelerator", "ms",
+                                "host", "ms", "LUT"]
+    assert lines[2].split() == ["cfg", "16", "8.50", "4.70", "3.79", "19,861"]
+    # Named as objectives, they are not shown twice.
+    text = front_table([record], ["block_in"], ["latency_ms", "host_ms", "lut"])
+    assert text.splitlines()[0].count("host ms") == 1
