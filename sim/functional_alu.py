@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from vdla.config import TABLE_BITS, TABLE_ENTRIES, AluOp, HardwareConfig
+from vdla.config import DIV_MAX, TABLE_BITS, TABLE_ENTRIES, AluOp, HardwareConfig
 from vdla.isa import Alu
 
 __all__ = ["alu_apply", "alu_apply_wide", "alu_runs", "as_index", "conflict_free_batches",
-           "holds_operand", "table_entries", "table_lookup"]
+           "divide", "holds_operand", "table_entries", "table_lookup"]
 
 
 def holds_operand(insn: Alu, config: HardwareConfig) -> bool:
@@ -43,6 +43,15 @@ def table_lookup(a: np.ndarray, b, table: np.ndarray) -> np.ndarray:
     return table[index]
 
 
+def divide(a: np.ndarray, b) -> np.ndarray:
+    """DIV lane by lane: ``min(max(a, 0) // b, DIV_MAX)``, and DIV_MAX where b <= 0
+    (int32 lanes `a`, an immediate or lanes `b`)."""
+    a = np.maximum(np.asarray(a, np.int64), 0)
+    b = np.asarray(b, np.int64)
+    quotient = a // np.maximum(b, 1)
+    return np.where(b > 0, np.minimum(quotient, DIV_MAX), DIV_MAX).astype(np.int32)
+
+
 def alu_apply(op: AluOp, a: np.ndarray, b, use_imm: bool = True,
               table: np.ndarray | None = None) -> np.ndarray:
     """One ALU operation on int32 lanes with the hardware's wrap-around.
@@ -54,6 +63,8 @@ def alu_apply(op: AluOp, a: np.ndarray, b, use_imm: bool = True,
     """
     if op == AluOp.TAB:
         return table_lookup(a, b, table)
+    if op == AluOp.DIV:
+        return divide(a, b)
     scalar = isinstance(b, (int, np.integer))
     if scalar and not _INT32[0] <= b <= _INT32[1]:
         return alu_apply_wide(op, a, b, use_imm)

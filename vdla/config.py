@@ -26,7 +26,7 @@ from vdla._fileio import atomic_write
 from vdla.extensions import EXTENSIONS, insn_bits
 
 __all__ = ["AluOp", "EXTENSION_FLAGS", "HardwareConfig", "INSN_BITS", "ISA_FIXED_WIDTHS",
-           "PLATFORM_FIELDS", "TABLE_BITS", "TABLE_ENTRIES"]
+           "DIV_MAX", "PLATFORM_FIELDS", "TABLE_BITS", "TABLE_ENTRIES"]
 
 #: Every instruction is one 128-bit word, fetched as such by the hardware.
 INSN_BITS = 128
@@ -50,8 +50,8 @@ ISA_FIXED_WIDTHS = {
 class AluOp(enum.IntEnum):
     """Vector ALU operations and their ``alu_opcode`` encodings.
 
-    MIN, MAX, ADD and SHR are VTA's; MUL, REQ and TAB are vdla's optional additions (a
-    config enables each). SHR is arithmetic and shifts left by the negated amount when the amount
+    MIN, MAX, ADD and SHR are VTA's; MUL, REQ, TAB and DIV are vdla's optional additions
+    (a config enables each). SHR is arithmetic and shifts left by the negated amount when the amount
     is negative. REQ ends a requantization in one pass: SHR, then a clamp to [lo, hi],
     written to the out buffer (the clamp makes its 8-bit narrowing exact), while the
     accumulator is cleared to zero, ready for the next tile without a reset pass. Its
@@ -59,7 +59,10 @@ class AluOp(enum.IntEnum):
     23:16 (int8 each); with an immediate, hi is 127 (the 16-bit immediate holds the
     shift and lo). TAB looks each lane up in the table a LOAD of TAB filled: lane by lane,
     ``table[(operand - acc[dst]) mod TABLE_ENTRIES]``, an entry of TABLE_BITS bits
-    sign-extended (exponentials and GELU, functions of an int8 value).
+    sign-extended (exponentials and GELU, functions of an int8 value). DIV divides lane
+    by lane and saturates at DIV_MAX: ``min(max(acc[dst], 0) // operand, DIV_MAX)``, and
+    DIV_MAX where the operand is not positive (a softmax's probabilities: an exponential
+    over the row's sum, int8).
     """
 
     MIN = 0
@@ -69,6 +72,12 @@ class AluOp(enum.IntEnum):
     MUL = 4
     REQ = 5
     TAB = 6
+    DIV = 7
+
+
+#: The largest quotient DIV gives (it saturates there): an int8 result, so that a
+#: divider of 7 quotient bits suffices.
+DIV_MAX = 127
 
 
 #: The ALU's lookup table (TAB): its entries, indexed by the low 8 bits of a lane, and
@@ -116,8 +125,8 @@ class HardwareConfig:
     dram_bus_width : int
         Width in bits of the AXI4 data bus to DRAM (32 to 1024, power of two).
     alu_ops : frozenset of AluOp
-        ALU operations the hardware implements; MIN, MAX, ADD and SHR always, MUL, REQ and
-        TAB optional (REQ and TAB are extensions past VTA, `vdla.extensions`).
+        ALU operations the hardware implements; MIN, MAX, ADD and SHR always, MUL, REQ, TAB
+        and DIV optional (REQ, TAB and DIV are extensions past VTA, `vdla.extensions`).
     gemm_dsp_limit : int
         An extension past VTA: the most hard multipliers (DSP slices) the GEMM core's
         packed form may use; its product pairs past the limit are built from LUT logic

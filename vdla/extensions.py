@@ -234,6 +234,19 @@ EXTENSIONS: tuple[Extension, ...] = (
                         "sim/functional_alu.py", "sim/validate.py",
                         "compiler/targets/vdla/table.py", _TIMING, _RESOURCES)),
     Extension(
+        key="div", title="divide", field="alu_ops", kind="alu_op", alu_op="DIV",
+        description="an ALU op that divides each lane by the operand's and saturates at "
+                    "127: a softmax's probabilities",
+        example=True, check=None,
+        config_doc='`"DIV"` in `alu_ops`',
+        changes="a divider per lane of 7 quotient bits, one bit a cycle; an ALU op: each "
+                "lane becomes min(max(acc[dst], 0) // operand, 127) (127 where the operand "
+                "is not positive)",
+        compiler="nothing yet: the division of the softmax's exponentials by their sum is "
+                 "what it is for",
+        identifiers=("DIV", "DIV_MAX"),
+        implemented_in=(_HW, "sim/functional_alu.py", _TIMING, _RESOURCES)),
+    Extension(
         key="hold", title="hold", field="alu_hold", kind="flag",
         description="a vector ALU instruction with one micro-op holds its operand row and "
                     "issues one micro-op a cycle",

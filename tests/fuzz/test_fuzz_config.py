@@ -46,7 +46,7 @@ VALUES = {
     "cmd_queue_depth": st.integers(0, 70000), "token_queue_depth": st.integers(0, 70000),
     "dram_bus_width": _pow2(3, 11),
     "alu_ops": st.lists(st.sampled_from(["MIN", "MAX", "ADD", "SHR", "MUL", "REQ", "min",
-                                         "Mul", "req", "DIV", ""]), max_size=7),
+                                         "Mul", "req", "XOR", "TAB", "div", ""]), max_size=7),
     "alu_hold": st.one_of(st.booleans(), st.integers(0, 1)),
     "gemm_dsp_limit": st.one_of(st.integers(-2, 1 << 10), st.booleans()),
     "dsp_pack": st.one_of(st.booleans(), st.integers(0, 1)),

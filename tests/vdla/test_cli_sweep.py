@@ -236,7 +236,7 @@ def test_a_sweep_of_one_point_or_one_parameter_reports_plots_and_writes_best(
 
 @pytest.mark.parametrize("param, message", [
     ("alu_ops=MIN", "alu_ops = \"MIN\": HardwareConfig.alu_ops must be a collection of ALU "
-                    "operation names (MIN, MAX, ADD, SHR, MUL, REQ, TAB), not 'MIN'"),
+                    "operation names (MIN, MAX, ADD, SHR, MUL, REQ, TAB, DIV), not 'MIN'"),
     ("acc_buff_size=-32K", "acc_buff_size = -32768: HardwareConfig.acc_buff_size must be a "
                            "power of two from 1 to 67108864, not -32768"),
 ])

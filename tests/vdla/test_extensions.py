@@ -46,7 +46,7 @@ def _with(ext, config=None):
 def test_every_extension_is_a_config_field_off_by_default():
     fields = {f.name: f for f in dataclasses.fields(HardwareConfig)}
     default = HardwareConfig()
-    assert [e.key for e in EXTENSIONS] == ["req", "tab", "hold", "dw", "dsp"]
+    assert [e.key for e in EXTENSIONS] == ["req", "tab", "div", "hold", "dw", "dsp"]
     for ext in EXTENSIONS:
         assert ext.field in fields, ext.key
         assert not ext.present(default) and ext.short(default) is None
@@ -67,11 +67,11 @@ def test_each_extension_is_a_name_suffix_and_listed():
         assert config.name == f"{plain.name}-{short}"
         assert config.replace(**ext.without(config)) == plain
     # All of them, in the registry's order, after MUL's suffix.
-    every = plain.replace(alu_ops={"MIN", "MAX", "ADD", "SHR", "MUL", "REQ", "TAB"},
+    every = plain.replace(alu_ops={"MIN", "MAX", "ADD", "SHR", "MUL", "REQ", "TAB", "DIV"},
                           alu_hold=True, dw_taps=3, gemm_dsp_limit=220)
-    assert every.name == plain.name + "-mul-req-tab-hold-dw3-dsp220"
-    assert every.extensions == ("req", "tab", "hold", "dw3", "dsp220")
-    assert every.program_extensions == ("req", "tab", "hold", "dw3")
+    assert every.name == plain.name + "-mul-req-tab-div-hold-dw3-dsp220"
+    assert every.extensions == ("req", "tab", "div", "hold", "dw3", "dsp220")
+    assert every.program_extensions == ("req", "tab", "div", "hold", "dw3")
 
 
 def test_the_flag_extensions():
