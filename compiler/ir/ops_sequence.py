@@ -31,7 +31,9 @@ arithmetic)::
     qmatmul(a, b)                        int8 x int8 -> int8: numpy matmul over batch axes
                                          (b swapped on its last two axes when transpose_b),
                                          then qdense's per-tensor requantization
-    qsoftmax(x); qgelu(x)                int8 -> int8 (softmax over the last axis)
+    qsoftmax(x); qgelu(x)                int8 -> int8 (softmax over the last axis; a
+                                         qsoftmax's axis may be -2, keys down the
+                                         rows of a transposed score matrix)
     qlayer_norm(x, [gamma], [beta])      int8 -> int8 over the last axis
     qattention(q, k, v, [mask])          int8 q, k, v -> int8: qmatmul(q, k^T) ->
                                          qsoftmax (mask and causal exclude keys) ->
@@ -271,10 +273,24 @@ def _infer_qmatmul(graph, node):
     return [(shape, "int8")]
 
 
+def _softmax_axis(graph, node):
+    """A qsoftmax's input shape; its axis is the last (-1) or, on rank >= 2, the one
+    before (-2: the softmax of the matrix's transpose, transposed back)."""
+    x = _shape(graph, node, 0)
+    if not x:
+        _fail(node, f"input {node.inputs[0]!r} is a scalar; it needs an axis to normalize")
+    axis = int(node.attrs.get("axis", -1))
+    allowed = {-1, len(x) - 1} | ({-2, len(x) - 2} if len(x) >= 2 else set())
+    if axis not in allowed:
+        _fail(node, f"axis {axis}: a qsoftmax normalizes its last axis (-1) or, on rank "
+                    f">= 2, the one before it (-2), of shape {x}")
+    return x
+
+
 def _infer_qunary(graph, node):
     _int8_in(graph, node, 0)
     if node.op == "qsoftmax":
-        x = _last_axis(graph, node)
+        x = _softmax_axis(graph, node)
         if node.input(1):
             mask = _shape(graph, node, 1)
             if graph.tensors[node.inputs[1]].dtype != "bool":

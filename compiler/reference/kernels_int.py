@@ -148,17 +148,27 @@ def _qmatmul_kernel(node, args, graph):
 
 @kernel("qsoftmax")
 def _qsoftmax_kernel(node, args, graph):
+    """Over the last axis; with axis -2 (keys down the rows), the softmax of the last two
+    axes' transpose, transposed back: the mask broadcasts to x as it is, and causal
+    excludes row t where t > column s + (rows - columns)."""
     x = args[0]
     _need_int(node, x, "input")
-    _last_axis(node, x)
+    axis = node.attrs.get("axis", -1)
+    down = x is not None and x.ndim >= 2 and axis in (-2, x.ndim - 2)
+    if not down:
+        _last_axis(node, x)
     mask = args[1] if len(args) > 1 else None
     excluded = None if mask is None else np.broadcast_to(np.asarray(mask, bool), x.shape)
+    if down:   # keys last: x, the exclusion and the result swap their last two axes
+        x = np.swapaxes(x, -1, -2)
+        excluded = None if excluded is None else np.swapaxes(excluded, -1, -2)
     if node.attrs.get("causal"):
         c = np.broadcast_to(integer_transformer.causal_exclusion(x.shape[-2], x.shape[-1]),
                             x.shape)
         excluded = c if excluded is None else (excluded | c)
-    return [_transformer_op(node, integer_transformer.qsoftmax, x, node.attrs["params"],
-                            excluded)]
+    y = _transformer_op(node, integer_transformer.qsoftmax, x, node.attrs["params"],
+                        excluded)
+    return [np.ascontiguousarray(np.swapaxes(y, -1, -2)) if down else y]
 
 
 @kernel("qlayer_norm")

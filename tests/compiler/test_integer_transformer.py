@@ -332,3 +332,31 @@ def test_the_error_script_measures_every_definition_within_its_stated_error(caps
         assert float(row[-2]) <= bound[row[0]], row
         seen.add(row[0])
     assert seen == set(bound)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_qsoftmax_down_the_rows_is_the_transposes_softmax(causal):
+    """axis -2: keys run down the rows (a transposed score matrix); the result is the
+    last-axis softmax of the transpose, transposed back, causal in that orientation."""
+    rng = np.random.default_rng(11)
+    x = rng.integers(-128, 128, (24, 16)).astype(np.int8)
+    mask = rng.random((24, 1)) < 0.2
+    params = it.softmax_params(0.1, 0.5)
+    down, across = Graph("down"), Graph("across")
+    down.add_input("x", (24, 16), "int8")
+    down.add_input("m", (24, 1), "bool")
+    down.set_outputs([down.add_node("qsoftmax", ["x", "m"], axis=-2, causal=causal,
+                                    params=params)])
+    across.add_input("x", (16, 24), "int8")
+    across.add_input("m", (1, 24), "bool")
+    across.set_outputs([across.add_node("qsoftmax", ["x", "m"], causal=causal,
+                                        params=params)])
+    got = run_reference(down.validate(), {"x": x, "m": mask})[down.outputs[0]]
+    want = run_reference(across.validate(), {"x": np.ascontiguousarray(x.T),
+                                             "m": np.ascontiguousarray(mask.T)})
+    np.testing.assert_array_equal(got, want[across.outputs[0]].T)
+    bad = Graph("bad")
+    bad.add_input("x", (2, 24, 16), "int8")
+    with pytest.raises(GraphError, match=r"axis 0: a qsoftmax normalizes its last axis "
+                                         r"\(-1\) or, on rank >= 2, the one before it"):
+        bad.add_node("qsoftmax", ["x"], axis=0, params=params)

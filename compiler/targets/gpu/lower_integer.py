@@ -52,6 +52,9 @@ def refusal(node: Node, graph: Graph) -> str | None:
         return ("qsoftmax that leaves positions out (a mask or causal): the GPU target runs "
                 "that softmax inside its attention")
     x = shape_of(graph, node.inputs[0])
+    if op == "qsoftmax" and int(node.attrs.get("axis", -1)) % len(x) != len(x) - 1:
+        return (f"qsoftmax over axis {node.attrs['axis']}: the GPU target normalizes over "
+                "the last axis")
     n = shape_of(graph, node.inputs[1])[-2] if op == "qattention" else x[-1]
     if op in ("qsoftmax", "qattention") and n > integer_transformer.MAX_SOFTMAX_LENGTH:
         return (f"{op} over rows of {n}: the integer softmax holds for at most "
