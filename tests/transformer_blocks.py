@@ -1,7 +1,8 @@
 """A tiny transformer block as vdla's ONNX importer writes one, for the accelerator's
 tests of transformers: `block_graph` builds it (an embedding gather, LayerNorm and GELU
 written out, linear layers as reshape -> dense -> reshape + bias, heads by
-reshape/transpose, a causal ``where`` or a BERT-style additive mask), `feed` its inputs."""
+reshape/transpose, a causal ``where`` or a BERT-style additive mask), `feed` its inputs,
+`quantized_block` it quantized."""
 
 from __future__ import annotations
 
@@ -82,3 +83,13 @@ def feed(rng, masked: bool, S: int = S, VOCAB: int = VOCAB) -> dict[str, np.ndar
         mask[0, -3:] = 0
         out["attention_mask"] = mask
     return out
+
+
+def quantized_block(masked: bool, S: int = 32, D: int = 32, HEADS: int = 2) -> Graph:
+    """`block_graph` prepared and quantized (shift mode) on four random feeds: heads of
+    D / HEADS features, whole blocks on the accelerator's 16-wide configs by default."""
+    from vdla.compiler.passes import prepare, quantize
+    rng = np.random.default_rng(0)
+    prepared = prepare(block_graph(masked, S=S, D=D, HEADS=HEADS))
+    samples = [feed(rng, masked, S=S) for _ in range(4)]
+    return quantize(prepared, samples, "shift")

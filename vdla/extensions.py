@@ -228,11 +228,13 @@ EXTENSIONS: tuple[Extension, ...] = (
                 "TAB (memory type 5); an ALU op: each lane becomes table[(operand - "
                 "acc[dst]) mod 256]",
         compiler="runs qgelu on the accelerator as one table pass (the 256 values of the "
-                 "int8 GELU) instead of on the host",
+                 "int8 GELU) instead of on the host, and with DIV the softmax's "
+                 "exponentials",
         identifiers=("TAB", "TABLE_ENTRIES", "TABLE_BITS"),
         implemented_in=(_HW, "hw/table.py", "isa/insn.py (LOAD of TAB)", "sim/functional.py",
                         "sim/functional_alu.py", "sim/validate.py",
-                        "compiler/targets/vdla/table.py", _TIMING, _RESOURCES)),
+                        "compiler/targets/vdla/table.py", "compiler/targets/vdla/softmax.py",
+                        _TIMING, _RESOURCES)),
     Extension(
         key="div", title="divide", field="alu_ops", kind="alu_op", alu_op="DIV",
         description="an ALU op that divides each lane by the operand's and saturates at "
@@ -242,10 +244,12 @@ EXTENSIONS: tuple[Extension, ...] = (
         changes="a divider per lane of 7 quotient bits, one bit a cycle; an ALU op: each "
                 "lane becomes min(max(acc[dst], 0) // operand, 127) (127 where the operand "
                 "is not positive)",
-        compiler="nothing yet: the division of the softmax's exponentials by their sum is "
-                 "what it is for",
+        compiler="with TAB, runs an attention's softmax (causal or none) on the accelerator, "
+                 "down the rows of the scores' transpose: reductions over rows, the "
+                 "exponentials by TAB, the probabilities by one DIV by the row's sum",
         identifiers=("DIV", "DIV_MAX"),
-        implemented_in=(_HW, "sim/functional_alu.py", _TIMING, _RESOURCES)),
+        implemented_in=(_HW, "sim/functional_alu.py", "compiler/targets/vdla/softmax.py",
+                        "compiler/targets/vdla/attention.py", _TIMING, _RESOURCES)),
     Extension(
         key="hold", title="hold", field="alu_hold", kind="flag",
         description="a vector ALU instruction with one micro-op holds its operand row and "

@@ -10,7 +10,15 @@ The integer attention is two products around a softmax (its definition,
     o_h  = qmatmul(p_h, vt_h, transpose_b)      # p_h @ v_h, (S, dh)
 
 and the heads' outputs concatenated along their features are the (S, D) the output
-projection reads. q_h, k_h and v_h are slices of whole channel blocks of the sequences
+projection reads. On a config with the ALU's lookup table and divide (TAB and DIV), an
+attention without a mask input (causal or none) runs its softmax on the accelerator
+too, down the rows of the scores' transpose (`vdla.compiler.targets.vdla.softmax`)::
+
+    st_h = qmatmul(k_h, q_h, transpose_b)       # the scores' transpose, (T, S)
+    pt_h = qsoftmax(st_h, causal, axis=-2)      # keys down the rows: the ALU's reductions
+    p_h  = qmatmul(I, pt_h, transpose_b)        # p_h, (S, T): an identity a
+
+and the rest as above. q_h, k_h and v_h are slices of whole channel blocks of the sequences
 the importer split into heads with reshape and transpose (the merged Q/K/V projection's
 output), so they are views of its buffer; the concat is a view too; and every product
 reads its b where the op before stored it (`conv_layer.matmul_problem`): nothing moves
@@ -34,7 +42,7 @@ from vdla.compiler.ir.graph import Graph
 from vdla.compiler.ir.tensor import Node
 from vdla.compiler.targets.vdla.common import activation_block
 from vdla.compiler.targets.vdla.sequence import pixel_rows
-from vdla.config import HardwareConfig
+from vdla.config import AluOp, HardwareConfig
 
 __all__ = ["SPLIT_FROM", "split_attention", "splittable"]
 
@@ -160,14 +168,24 @@ def split_attention(graph: Graph, config: HardwareConfig) -> Graph:
     origins = dict(g.metadata.get(SPLIT_FROM, {}))
     for node, plan in plans:
         before = set(g.nx)
-        _split(g, node, plan)
+        _split(g, node, plan, config)
         origins.update((name, node.name) for name in g.nx if name not in before)
     g.metadata[SPLIT_FROM] = origins
     g.prune()
     return g.validate()
 
 
-def _split(g: Graph, node: Node, p: _Heads) -> None:
+def _softmax_down(g: Graph, node: Node, p: _Heads, config: HardwareConfig) -> bool:
+    """Whether the heads' softmax runs on the accelerator, down the rows of the scores'
+    transpose: a config with TAB and DIV, no mask input, queries in whole blocks and
+    (causal) at least as many keys as queries."""
+    s = g.tensors[node.inputs[0]].shape[2]
+    t = g.tensors[node.inputs[1]].shape[2]
+    return ({AluOp.TAB, AluOp.DIV} <= config.alu_ops and not p.mask
+            and s % activation_block(config) == 0 and t >= s)
+
+
+def _split(g: Graph, node: Node, p: _Heads, config: HardwareConfig) -> None:
     a, name, dh = node.attrs, node.name, p.width
     for removed in p.removed:
         g.remove_node(removed)
@@ -176,18 +194,30 @@ def _split(g: Graph, node: Node, p: _Heads) -> None:
         shape = g.tensors[p.mask].shape
         mask = g.add_node("reshape", [p.mask], name=f"{name}.mask", shape=shape[2:])
     eye = g.add_constant(g.unique_name(f"{name}.identity"), np.eye(dh, dtype=np.int8))
+    down = _softmax_down(g, node, p, config)
+    if down:
+        queries = g.tensors[node.inputs[0]].shape[2]
+        eye_q = g.add_constant(g.unique_name(f"{name}.query_identity"),
+                               np.eye(queries, dtype=np.int8))
     outs = []
     for h in range(p.heads):
         q, k, v = (g.add_node("slice", [src], name=f"{name}.{what}{h}",
                               starts=(h * dh,), ends=((h + 1) * dh,), axes=(1,),
                               steps=(1,))
                    for what, src in zip("qkv", p.sources))
-        scores = g.add_node("qmatmul", [q, k], name=f"{name}.scores{h}", transpose_b=True,
-                            multiplier=a["qk_multiplier"], shift=a["qk_shift"],
-                            out_min=a["qk_out_min"], out_max=a["qk_out_max"])
-        probs = g.add_node("qsoftmax", [scores] + ([mask] if mask else []),
-                           name=f"{name}.softmax{h}", params=a["softmax_params"],
-                           causal=bool(a["causal"]))
+        qk = dict(transpose_b=True, multiplier=a["qk_multiplier"], shift=a["qk_shift"],
+                  out_min=a["qk_out_min"], out_max=a["qk_out_max"])
+        if down:
+            scores = g.add_node("qmatmul", [k, q], name=f"{name}.scores{h}t", **qk)
+            probs = g.add_node("qsoftmax", [scores], name=f"{name}.softmax{h}t", axis=-2,
+                               params=a["softmax_params"], causal=bool(a["causal"]))
+            probs = g.add_node("qmatmul", [eye_q, probs], name=f"{name}.probs{h}",
+                               transpose_b=True, shift=0)
+        else:
+            scores = g.add_node("qmatmul", [q, k], name=f"{name}.scores{h}", **qk)
+            probs = g.add_node("qsoftmax", [scores] + ([mask] if mask else []),
+                               name=f"{name}.softmax{h}", params=a["softmax_params"],
+                               causal=bool(a["causal"]))
         vt = g.add_node("qmatmul", [eye, v], name=f"{name}.v{h}t", transpose_b=True,
                         shift=0)
         outs.append(g.add_node("qmatmul", [probs, vt], name=f"{name}.out{h}",

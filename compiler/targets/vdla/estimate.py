@@ -29,6 +29,8 @@ from vdla.compiler.targets.vdla.timing import estimate_conv2d
 from vdla.compiler.targets.vdla.elementwise import (ELEMENTWISE_OPS, choose_elementwise,
                                                     elementwise_layer, estimate_elementwise)
 from vdla.compiler.targets.vdla.placement import VIEW_OPS
+from vdla.compiler.targets.vdla.softmax import (choose_softmax, estimate_softmax,
+                                                softmax_layer)
 from vdla.compiler.targets.vdla.pool import (POOL_OPS, choose_pool2d, estimate_pool2d,
                                              pool2d_layer)
 from vdla.config import HardwareConfig
@@ -112,6 +114,12 @@ def estimate_node(node: Node, graph: Graph, target, schedule: Any = None, *,
         schedule = schedule or choose_elementwise(layer, config)
         cycles = estimate_elementwise(layer, schedule, config, bytes_per_cycle=bytes_per_cycle,
                                       read_latency=latency)
+        macs = 0
+    elif node.op == "qsoftmax":
+        layer, _ = softmax_layer(node, graph, config)
+        schedule = schedule or choose_softmax(layer, config)
+        cycles = estimate_softmax(layer, schedule, config, bytes_per_cycle=bytes_per_cycle,
+                                  read_latency=latency)
         macs = 0
     else:
         workload = conv2d_workload(node, graph, config)

@@ -21,6 +21,7 @@ import numpy as np
 from vdla.compiler.ir.graph import Graph
 from vdla.compiler.ir.tensor import Node
 from vdla.compiler.reference.integer import POOL_MULTIPLIER_MAX
+from vdla.compiler.targets.vdla.softmax import softmax_problem
 from vdla.compiler.targets.vdla.table import TABLE_OPS, table_problem
 from vdla.config import ISA_FIXED_WIDTHS, AluOp, HardwareConfig
 
@@ -31,7 +32,6 @@ _HOST_REASONS = {
     "quantize": "float -> int conversion runs on the host",
     "dequantize": "int -> float conversion runs on the host",
     "softmax": "softmax needs exp and division: no accelerator kernel",
-    "qsoftmax": "qsoftmax needs exp and division: no accelerator kernel",
     "qlayer_norm": ("qlayer_norm needs row sums across a vector's lanes, a 64-bit variance, "
                     "a square root and a division; the vector ALU works lane by lane in 32 "
                     "bits: no accelerator kernel"),
@@ -150,6 +150,13 @@ def describe(node: Node, graph: Graph, config: HardwareConfig) -> tuple[bool, st
             return False, problem
         return True, ("int8 add: identity-weight GEMMs widen the operands; requantization, "
                       "add and clamp on the ALU")
+    if op == "qsoftmax":
+        problem = softmax_problem(node, graph, config)
+        if problem:
+            return False, f"qsoftmax on the host: {problem}"
+        return True, ("int8 softmax down the rows of a transposed score matrix: the ALU's "
+                      "reductions over rows (MAX, ADD), TAB for the exponentials, DIV for "
+                      "the probabilities")
     if op in TABLE_OPS:
         problem = table_problem(node, config)
         if not problem and not _int8_input(graph, node):

@@ -51,6 +51,8 @@ from vdla.compiler.targets.vdla.placement import (VIEW_OPS, BufferPlan, concat_c
                                                   concat_view_problem, view_problem,
                                                   plan_buffers, resident)
 from vdla.compiler.targets.vdla.platforms import sample_configs
+from vdla.compiler.targets.vdla.softmax import (SoftmaxSchedule, choose_softmax,
+                                                lower_softmax, softmax_layer)
 from vdla.compiler.targets.vdla.pool import (POOL_OPS, Pool2dSchedule, choose_pool2d,
                                              lower_pool2d, pool2d_layer)
 from vdla.compiler.targets.vdla.session import VdlaSession
@@ -313,6 +315,9 @@ class VdlaTarget(VdlaCommandLine, Target):
             layer, _ = elementwise_layer(node, graph, self.config)
             choose_elementwise(layer, self.config)
             return
+        if node.op == "qsoftmax":        # down the rows, its buffers
+            choose_softmax(softmax_layer(node, graph, self.config)[0], self.config)
+            return
         # The arena holds the weights and bias written once: computed ones would need a
         # host-to-DRAM copy per run, which this back half does not do. (A qmatmul's b
         # is an activation, read where it lies: `conv_layer.matmul_problem`.)
@@ -336,7 +341,8 @@ class VdlaTarget(VdlaCommandLine, Target):
                 raise ValueError(f"{node.op} node {node.name!r} cannot run on vdla: {problem}")
             return CompiledOp(node.name, node.op, self.name, "", None, VdlaKernel(None, {}))
         kind = (Pool2dSchedule if node.op in POOL_OPS else
-                ElementwiseSchedule if node.op in ELEMENTWISE_OPS else Conv2dSchedule)
+                ElementwiseSchedule if node.op in ELEMENTWISE_OPS else
+                SoftmaxSchedule if node.op == "qsoftmax" else Conv2dSchedule)
         if schedule is not None and not isinstance(schedule, kind):
             raise TypeError(f"the schedule of {node.name!r} ({node.op}) must be a "
                             f"{kind.__name__}, not {type(schedule).__name__}")
@@ -345,6 +351,9 @@ class VdlaTarget(VdlaCommandLine, Target):
             static = lowered.static_data()
         elif node.op in ELEMENTWISE_OPS:
             lowered = lower_elementwise(node, graph, self.config, schedule)
+            static = lowered.static_data()
+        elif node.op == "qsoftmax":
+            lowered = lower_softmax(node, graph, self.config, schedule)
             static = lowered.static_data()
         else:
             lowered = lower_conv2d(node, graph, self.config, schedule)

@@ -9,24 +9,21 @@ import numpy as np
 import pytest
 
 import vdla
-from vdla.compiler.passes import prepare, quantize
 from vdla.compiler.targets import get
 from vdla.compiler.targets.vdla import VdlaTarget
 from vdla.compiler.targets.vdla.attention import split_attention
 from vdla.shipped import load_config
 
 from compiled_runs import run_bit_exact
-from transformer_blocks import block_graph, feed
+import transformer_blocks
+from transformer_blocks import feed
 
 DEFAULT = vdla.HardwareConfig()
 S, D, HEADS = 32, 32, 2                       # heads of 16 features: whole blocks
 
 
 def quantized_block(masked: bool, s: int = S):
-    rng = np.random.default_rng(0)
-    prepared = prepare(block_graph(masked, S=s, D=D, HEADS=HEADS))
-    samples = [feed(rng, masked, S=s) for _ in range(4)]
-    return quantize(prepared, samples, "shift")
+    return transformer_blocks.quantized_block(masked, S=s, D=D, HEADS=HEADS)
 
 
 def _run(graph, config, backend="functional", masked=True):

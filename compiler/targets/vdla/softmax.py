@@ -1,0 +1,367 @@
+"""The integer softmax down the rows of a transposed score matrix on the vector ALU.
+
+A ``qsoftmax`` with axis -2 over an int8 (T, S) sequence (T keys down the rows, S
+queries across: ``s^T``, which ``k @ q^T`` gives) is laid out as the image of its rows,
+``[S/L][T][L]`` (`vdla.compiler.targets.vdla.sequence`): each of the S/L query blocks
+is T consecutive rows of L lanes, one query a lane. Every reduction of the softmax is
+then over the rows, lane by lane, which is what the ALU does; and the definition's steps
+(`vdla.compiler.reference.integer_transformer`, qsoftmax) map onto it exactly, on a
+config with the ALU's lookup table (TAB) and divide (DIV):
+
+    m = max over rows of x              # ADD the first row into a cleared row, MAX the rest
+    e = exp(x - m)                      # TAB by the row m: entry m - x holds exp2_neg(-(m-x) c)
+    s = sum over rows of e              # ADD every row into a cleared row
+    h = s >> 1                          # ADD s into a cleared row, SHR 1
+    p = min(((e << k) + h) // s, 127)   # SHR by -k, ADD h, DIV by s
+
+Per query block (a tile) the load module brings its T rows (one DMA: they are
+consecutive), the compute module clears the tile's acc rows (which also zeroes their out
+rows), widens the rows into the accumulators on the GEMM core with an identity weight
+block, runs the passes above and the store module writes the T out rows back. With
+``causal`` (keys t > query s + (T - S) excluded, T >= S), a query block's rows past its
+last query's diagonal are left cleared (their probabilities are 0) and are neither
+loaded nor computed; the L - 1 rows its diagonal crosses are masked lane by lane with
+two constant row sets: MIN by 127 or -128 before the maximum (an excluded score cannot
+raise it) and MIN by 2**20 or 0 after the exponential (an excluded one adds nothing),
+so the result is the definition's, where an excluded position's probability is
+``(s >> 1) // s = 0``.
+
+Tiles alternate between two inp windows and two acc/out regions (`PingPong`), so the
+next block's load and the previous one's store overlap this one's passes; tokens as in
+`vdla.compiler.targets.vdla.elementwise`. The program first loads its micro-ops, the
+mask rows, the identity block and the exponentials' table.
+
+The passes with a held operand row (TAB by m, ADD h, DIV by s) take one issue slot a
+micro-op on a config with ``alu_hold``; the reductions (MAX, ADD into one row) read a
+moving row and take two. `estimate_softmax` counts them, the DIV's own cycles
+(`div_cycles`), and the DMAs, per tile as the elementwise ops' model does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+
+import numpy as np
+
+from vdla.compiler.ir.graph import Graph
+from vdla.compiler.ir.tensor import Node
+from vdla.compiler.reference.integer_transformer import exp_table
+from vdla.compiler.targets.vdla.common import (INSN_CYCLES, KernelTable, check_array,
+                                               dense_dma, dma_cycles, layout_arena,
+                                               load_tables, pack_activation,
+                                               start_lowering, store_cycles,
+                                               vector_pass_cycles)
+from vdla.compiler.targets.vdla.elementwise import (ElementwiseLayer, LoweredElementwise,
+                                                    run_elementwise)
+from vdla.compiler.targets.vdla.sequence import pixel_rows
+from vdla.compiler.targets.vdla.table import (TAB_ENTRY_BYTES, load_table,
+                                              table_load_cycles)
+from vdla.config import DIV_MAX, TABLE_ENTRIES, AluOp, HardwareConfig
+from vdla.isa import Program, Uop, encode_uops
+from vdla.runtime.builder import ProgramBuilder
+from vdla.runtime.tokens import PingPong, RegionTokens
+
+__all__ = ["SoftmaxLayer", "SoftmaxSchedule", "choose_softmax", "div_cycles",
+           "estimate_softmax", "lower_softmax", "run_softmax", "softmax_entries",
+           "softmax_layer", "softmax_problem"]
+
+#: The scratch rows after a tile's T rows: the maximum, the sum, half the sum.
+_SCRATCH = 3
+#: What the mask after the exponential keeps (above any exponential, 2**16).
+_KEEP = 1 << 20
+
+
+def div_cycles(config: HardwareConfig) -> int:
+    """Issue cycles of one DIV micro-op (its divider finds a quotient bit a cycle)."""
+    return DIV_MAX.bit_length() + 2
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SoftmaxLayer(ElementwiseLayer):
+    """A qsoftmax down the rows as the elementwise family sees it (one int8 operand, a
+    sequence of `h` = T rows and `c` = S channels, `blocks` = S / L query blocks), with
+    `prob_bits` k and `causal`."""
+
+    prob_bits: int = 7
+    causal: bool = False
+
+    def kept_rows(self, block: int) -> int:
+        """Rows query block `block` reads: all T, or with causal up to its last query's
+        diagonal."""
+        if not self.causal:
+            return self.h
+        return min(self.h, (block + 1) * self.c_block + (self.h - self.c))
+
+    @property
+    def c_block(self) -> int:
+        """Queries per block (lanes), as the layer was built."""
+        return self.c // self.blocks
+
+
+@dataclasses.dataclass(frozen=True)
+class SoftmaxSchedule:
+    """One query block a tile: there is nothing to choose yet (a tile's rows are all the
+    keys, which the reductions need together)."""
+
+    def clamped(self, layer) -> "SoftmaxSchedule":
+        return self
+
+    def needs(self, layer: SoftmaxLayer, config: HardwareConfig, uops: bool = True) -> dict:
+        L = config.block_out
+        need = {"inp": (2 * layer.h, config.inp_depth),
+                "acc": (2 * (layer.h + _SCRATCH) + (2 * L if layer.causal else 0),
+                        config.acc_depth),
+                "out": (2 * (layer.h + _SCRATCH), config.out_depth),
+                "wgt": (1, config.wgt_depth)}
+        if uops:
+            need["uop"] = (len(SoftmaxUops(layer, config).uops), config.uop_depth)
+        return need
+
+    def check(self, layer: SoftmaxLayer, config: HardwareConfig):
+        over = {k: v for k, v in self.needs(layer, config).items() if v[0] > v[1]}
+        if over:
+            detail = ", ".join(f"{k} needs {n} of {d}" for k, (n, d) in over.items())
+            raise ValueError(f"qsoftmax of {layer.h} keys does not fit config "
+                             f"{config.name}: {detail}")
+
+    def fits(self, layer, config) -> bool:
+        try:
+            self.check(layer, config)
+        except ValueError:
+            return False
+        return True
+
+
+def softmax_problem(node: Node, graph: Graph, config: HardwareConfig) -> str | None:
+    """Why `config` cannot run qsoftmax `node` down the rows, or None."""
+    need = [op for op in (AluOp.TAB, AluOp.DIV) if op not in config.alu_ops]
+    if need:
+        return (f"the softmax runs on the accelerator with the ALU's lookup table and "
+                f"divide (TAB and DIV in alu_ops); config {config.name} lacks "
+                f"{' and '.join(op.name for op in need)}")
+    x = graph.tensors[node.inputs[0]]
+    axis = int(node.attrs.get("axis", -1))
+    if len(x.shape) != 2 or axis not in (-2, 0):
+        return (f"the accelerator's softmax runs down the rows of a 2-D score matrix "
+                f"(axis -2, keys down the rows), not axis {axis} of {tuple(x.shape)}")
+    if node.input(1):
+        return "a softmax with a mask input runs on the host (only causal is built in)"
+    if config.block_in != config.block_out:
+        return (f"the softmax widens its rows with one identity block: block_in "
+                f"({config.block_in}) must equal block_out ({config.block_out})")
+    if x.dtype != "int8" or not pixel_rows(graph, node.inputs[0], config):
+        return "its input must be an int8 sequence (the image of its rows)"
+    t, s = (int(d) for d in x.shape)
+    if s % config.block_out or (node.attrs.get("causal") and t < s):
+        return (f"{s} queries must be whole blocks of {config.block_out}"
+                + (f", and causal needs keys >= queries ({t} < {s})" if t < s else ""))
+    return None
+
+
+def softmax_layer(node: Node, graph: Graph,
+                  config: HardwareConfig) -> tuple[SoftmaxLayer, np.ndarray]:
+    """(layer, mask rows) of qsoftmax `node` down the rows; ValueError naming what the
+    back half cannot run (`softmax_problem`)."""
+    if node.op != "qsoftmax":
+        raise ValueError(f"lower_softmax lowers qsoftmax nodes, not {node.name!r} ({node.op})")
+    problem = softmax_problem(node, graph, config)
+    if problem:
+        raise ValueError(f"qsoftmax node {node.name!r}: {problem}")
+    t, s = (int(d) for d in graph.tensors[node.inputs[0]].shape)
+    L = config.block_out
+    causal = bool(node.attrs.get("causal"))
+    rows = np.zeros((0, s), np.int32)
+    if causal:   # diagonal row j keeps lane l where j <= l
+        keep = np.arange(L)[:, None] <= np.arange(L)[None, :]
+        before = np.where(keep, 127, -128)
+        after = np.where(keep, _KEEP, 0)
+        rows = np.concatenate([np.tile(before, (1, s // L)), np.tile(after, (1, s // L))])
+    layer = SoftmaxLayer(op="qsoftmax", n=1, c=s, h=t, w=1, rank=2, sequence=True,
+                         batch_blocks=1, blocks=s // L, const_rows=len(rows),
+                         prob_bits=int(node.attrs["params"]["prob_bits"]), causal=causal)
+    return layer, rows.astype(np.int32)
+
+
+def softmax_entries(node: Node) -> np.ndarray:
+    """The table of `node`'s exponentials by distance below the row's maximum: entry j
+    is the exponential of -j (`exp_table`'s entry 255 - j)."""
+    return exp_table(node)[::-1].astype(np.int32)
+
+
+class SoftmaxUops(KernelTable):
+    """The program's micro-ops: windows (inp) and regions (acc/out: T rows, then the
+    maximum, the sum and half the sum) ping-pong; the mask rows at the acc buffer's top
+    (`const_base`: row r of query block b at ``const_base + r * blocks + b``, rows 0..L-1
+    before the exponential, L..2L-1 after). Every kernel is interned at once (the table
+    is loaded first)."""
+
+    def __init__(self, L: SoftmaxLayer, config: HardwareConfig):
+        super().__init__()
+        self.L, self.lanes = L, config.block_out
+        self.windows = PingPong(L.h)
+        self.regions = PingPong(L.h + _SCRATCH)
+        self.const_base = config.acc_depth - L.const_rows * L.blocks
+        self.table = [self._kernels_of(k) for k in range(L.blocks)]
+
+    def diagonal(self, k: int) -> tuple[int, int]:
+        """(first masked row, masked rows) of query block `k`: the rows its diagonal
+        crosses after its first query's own (none without causal)."""
+        L, n = self.L, self.L.kept_rows(k)
+        if not L.causal:
+            return n, 0
+        first = k * self.lanes + (L.h - L.c) + 1
+        return first, max(0, n - first)
+
+    def _kernels_of(self, k: int) -> dict:
+        L = self.L
+        o, win, h = self.regions.base(k), self.windows.base(k), L.h
+        m, s, half = o + h, o + h + 1, o + h + 2
+        first, _ = self.diagonal(k)
+        before = self.const_base + 1 * L.blocks + k            # mask row j = 1
+        after = self.const_base + (self.lanes + 1) * L.blocks + k
+        masks = {}
+        if L.causal:
+            masks = {"mask_max": self.kernel([Uop(o + first, before)]),
+                     "mask_exp": self.kernel([Uop(o + first, after)])}
+        return masks | {
+                "reset": self.kernel([Uop(o, 0, 0)]), "widen": self.kernel([Uop(o, win, 0)]),
+                "first": self.kernel([Uop(m, o)]), "max": self.kernel([Uop(m, o + 1)]),
+                "rows_by_max": self.kernel([Uop(o, m)]), "sum": self.kernel([Uop(s, o)]),
+                "half": self.kernel([Uop(half, s)]), "half_shift": self.kernel([Uop(half, 0)]),
+                "shift": self.kernel([Uop(o, 0)]), "rows_by_half": self.kernel([Uop(o, half)]),
+                "rows_by_sum": self.kernel([Uop(o, s)])}
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class LoweredSoftmax(LoweredElementwise):
+    """A lowered softmax: an elementwise-family op of one operand (``input0``) and an
+    output, whose static data also holds the exponentials' table."""
+
+    def input_data(self, x, *unused) -> dict:
+        """{"input0": the (T, S) scores packed as the image of their rows}."""
+        L, c = self.layer, self.config
+        x = check_array(x, (L.h, L.c), np.int8, "input", self.node)
+        return {"input0": pack_activation(x.T[None, :, :, None], c, c.block_in)}
+
+
+def lower_softmax(node: Node | str, graph: Graph, config: HardwareConfig,
+                  schedule: SoftmaxSchedule | None = None) -> LoweredSoftmax:
+    """Lower qsoftmax `node` (down the rows) of `graph` for `config` (module docstring)."""
+    node, (layer, rows), s = start_lowering("lower_softmax", node, graph, config, schedule,
+                                            softmax_layer, choose_softmax, SoftmaxSchedule)
+    u, c = SoftmaxUops(layer, config), config
+    regions, arena_bytes = layout_arena({
+        "uop": len(u.uops) * c.uop_bytes,
+        "table": TABLE_ENTRIES * TAB_ENTRY_BYTES,
+        "const": layer.const_rows * layer.blocks * c.acc_elem_bytes,
+        "weights": c.wgt_elem_bytes,
+        "input0": layer.blocks * layer.h * c.inp_elem_bytes,
+        "output": layer.blocks * layer.h * c.out_elem_bytes,
+    }, config)
+    program = _emit(layer, c, u, regions)
+    return LoweredSoftmax(node.name, config, layer, s, program, regions, arena_bytes,
+                          encode_uops(u.uops, config), rows, softmax_entries(node))
+
+
+def _emit(L: SoftmaxLayer, c: HardwareConfig, u: SoftmaxUops, regions: dict) -> Program:
+    in0 = regions["input0"].offset // c.inp_elem_bytes
+    out0 = regions["output"].offset // c.out_elem_bytes
+    p = ProgramBuilder(c)
+    tokens = RegionTokens(p)
+    load_tables(p, regions, c, len(u.uops), u.const_base, L.const_rows * L.blocks, 1)
+    load_table(p, regions, c)
+    lanes = c.block_out
+    for k in range(L.blocks):
+        n, ker = L.kept_rows(k), u.table[k]
+        o, win = u.regions.base(k), u.windows.base(k)
+        tokens.load_into(("window", win))
+        dense_dma(p, False, win, in0 + k * L.h, 1, n, n, 1)
+        tokens.loaded()
+
+        def rows(name, count, op=None, dst=1, src=0, **fields):
+            bgn, end = ker[name]
+            loop = dict(uop_bgn=bgn, uop_end=end, iter_out=1, iter_in=count,
+                        dst_factor_in=dst, src_factor_in=src, **fields)
+            if op is None:
+                p.gemm(**loop)
+            else:
+                p.alu(op, **loop)
+
+        tokens.compute_into(("out", o))
+        rows("reset", L.h + _SCRATCH, reset_reg=True)
+        tokens.wait_loaded()
+        rows("widen", n, src=1)
+        tokens.read(("window", win))
+        _, partial = u.diagonal(k)
+        if partial:   # the diagonal's excluded scores cannot raise the maximum
+            rows("mask_max", partial, AluOp.MIN, src=L.blocks)
+        rows("first", 1, AluOp.ADD)
+        if n > 1:
+            rows("max", n - 1, AluOp.MAX, dst=0, src=1)
+        rows("rows_by_max", n, AluOp.TAB)
+        if partial:   # ... and add nothing to the sum
+            rows("mask_exp", partial, AluOp.MIN, src=L.blocks)
+        rows("sum", n, AluOp.ADD, dst=0, src=1)
+        rows("half", 1, AluOp.ADD)
+        rows("half_shift", 1, AluOp.SHR, use_imm=True, imm=1)
+        rows("shift", n, AluOp.SHR, use_imm=True, imm=-L.prob_bits)
+        rows("rows_by_half", n, AluOp.ADD)
+        rows("rows_by_sum", n, AluOp.DIV)
+        tokens.computed()
+        tokens.wait_computed()
+        dense_dma(p, True, o, out0 + k * L.h, 1, L.h, L.h, 1)
+        tokens.stored(("out", o))
+    return tokens.finish()
+
+
+def _tile_compute(L: SoftmaxLayer, c: HardwareConfig, n: int, partial: int) -> float:
+    """Compute-module cycles of one query block of `n` rows, `partial` of them masked."""
+    held = functools.partial(vector_pass_cycles, outer=1, config=c, held=True)
+    moving = functools.partial(vector_pass_cycles, outer=1, config=c, held=False)
+    passes = [(L.h + _SCRATCH), n,                          # reset, widen (GEMM)
+              moving(1), moving(max(n - 1, 0)),             # the maximum
+              held(n), moving(n),                           # TAB by m, the sum
+              moving(1), 1, n, held(n),                     # half, SHR 1, SHR -k, ADD h
+              n * div_cycles(c)]                            # DIV by s
+    insns = len(passes)
+    if partial:
+        passes += [moving(partial), moving(partial)]
+        insns += 2
+    return sum(passes) + insns * INSN_CYCLES
+
+
+def estimate_softmax(layer: SoftmaxLayer, schedule: SoftmaxSchedule, config: HardwareConfig,
+                     *, bytes_per_cycle: float | None = None,
+                     read_latency: int | None = None) -> int:
+    """Predicted cycles of `layer` on `config`: per query block the longest of its load,
+    its passes (`_tile_compute`) and its store, as blocks overlap in pairs; the first
+    block's load waits behind the exponentials' table (`table_load_cycles`), and the last
+    block's store runs alone."""
+    c, bw = config, float(bytes_per_cycle or config.dram_bytes_per_cycle)
+    u = SoftmaxUops(layer, config)
+    cycles = first = last = 0.0
+    for k in range(layer.blocks):
+        n, (_, partial) = layer.kept_rows(k), u.diagonal(k)
+        load = n * c.inp_elem_bytes / bw + dma_cycles(bw, read_latency)
+        store = store_cycles(layer.h, 1, c, bw)
+        cycles += max(load, _tile_compute(layer, c, n, partial), store)
+        if k == 0:
+            first = load + table_load_cycles(c)
+        last = store
+    return int(math.ceil(cycles + first + last))
+
+
+@functools.lru_cache(maxsize=256)
+def choose_softmax(layer: SoftmaxLayer, config: HardwareConfig) -> SoftmaxSchedule:
+    """The only schedule (a query block a tile), checked against the buffers."""
+    s = SoftmaxSchedule()
+    s.check(layer, config)
+    return s
+
+
+def run_softmax(dev, lowered: LoweredSoftmax, x, return_stats: bool = False):
+    """Run `lowered` on `dev` for int8 scores `x` (T, S): the (T, S) probabilities (and
+    the run's statistics with `return_stats`)."""
+    return run_elementwise(dev, lowered, x, return_stats=return_stats)

@@ -1,0 +1,118 @@
+"""The integer softmax on the accelerator (`vdla.compiler.targets.vdla.softmax`): down the
+rows of a transposed score matrix, with the ALU's reductions over rows, its lookup
+table (TAB) and divide (DIV), bit for bit the reference; and attention split so that
+its softmax runs there where the config has both and the attention no mask input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import vdla
+from vdla.compiler import Graph, run_reference
+from vdla.compiler.reference.integer_transformer import softmax_params
+from vdla.compiler.targets.vdla import VdlaTarget
+from vdla.compiler.targets.vdla.attention import split_attention
+from vdla.compiler.targets.vdla.softmax import (estimate_softmax, lower_softmax,
+                                                run_softmax, softmax_entries)
+from vdla.compiler.targets.vdla.support import describe
+from vdla.config import AluOp
+from vdla.isa import Alu, Load, MemoryType
+
+from compiled_runs import run_bit_exact
+from transformer_blocks import feed, quantized_block
+
+SOFTMAX = vdla.HardwareConfig(alu_ops={"MIN", "MAX", "ADD", "SHR", "TAB", "DIV"},
+                              alu_hold=True)
+
+
+def _run(graph, config, masked):
+    inputs = feed(np.random.default_rng(7), masked, S=graph.tensors["input_ids"].shape[1])
+    return run_bit_exact(graph, VdlaTarget(config, backend="functional"), inputs)
+
+
+def softmax_graph(t: int, s: int, causal: bool, axis: int = -2, mask: bool = False) -> Graph:
+    g = Graph("softmax")
+    g.add_input("x", (t, s), "int8")
+    inputs = ["x"]
+    if mask:
+        inputs.append(g.add_input("m", (t, 1), "bool"))
+    g.set_outputs([g.add_node("qsoftmax", inputs, name="op", axis=axis, causal=causal,
+                              params=softmax_params(0.08, 0.3))])
+    return g.validate()
+
+
+def check(g, config=SOFTMAX, backend="functional", seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.integers(-128, 128, g.tensors["x"].shape).astype(np.int8)
+    want = run_reference(g, {"x": x})[g.outputs[0]]
+    lowered = lower_softmax("op", g, config)
+    dev = vdla.runtime.open(config, backend=backend, **(
+        {"log": lambda message: None} if backend == "verilator" else {}))
+    got, stats = run_softmax(dev, lowered, x, return_stats=True)
+    np.testing.assert_array_equal(got, want)
+    return lowered, stats
+
+
+@pytest.mark.parametrize("t, s, causal", [(32, 32, False), (32, 32, True), (48, 32, True),
+                                          (128, 64, False), (16, 16, True)])
+def test_softmax_down_the_rows_is_the_reference(t, s, causal):
+    lowered, _ = check(softmax_graph(t, s, causal), seed=t + s)
+    program = list(lowered.program)
+    ops = {i.alu_opcode for i in program if isinstance(i, Alu)}
+    assert {AluOp.MAX, AluOp.TAB, AluOp.ADD, AluOp.DIV} <= ops
+    assert (AluOp.MIN in ops) == causal          # the diagonal's masks
+    tables = [i for i in program if isinstance(i, Load) and i.memory_type == MemoryType.TAB]
+    assert len(tables) == 1
+    np.testing.assert_array_equal(lowered.table_entries, softmax_entries(
+        softmax_graph(t, s, causal).node("op")))
+
+
+def test_causal_blocks_read_only_the_rows_their_queries_see():
+    """Query block k of a causal softmax with T = S loads (k + 1) L rows."""
+    lowered, _ = check(softmax_graph(64, 64, True))
+    loads = [i for i in lowered.program if isinstance(i, Load)
+             and i.memory_type == MemoryType.INP]
+    assert [i.x_size * i.y_size for i in loads] == [16, 32, 48, 64]
+
+
+def test_the_estimate_counts_the_divider():
+    g = softmax_graph(128, 64, False)
+    lowered = lower_softmax("op", g, SOFTMAX)
+    cycles = estimate_softmax(lowered.layer, lowered.schedule, SOFTMAX)
+    # four query blocks of 128 rows, each at least 8 DIV cycles a row
+    assert cycles > 4 * 128 * 8
+
+
+@pytest.mark.parametrize("config, graph, why", [
+    (vdla.HardwareConfig(alu_ops={"MIN", "MAX", "ADD", "SHR", "TAB"}),
+     softmax_graph(32, 32, False), "lacks DIV"),
+    (SOFTMAX, softmax_graph(32, 32, False, axis=-1), "axis -1"),
+    (SOFTMAX, softmax_graph(32, 32, False, mask=True), "mask input"),
+    (SOFTMAX, softmax_graph(32, 24, False), "24 queries must be whole blocks of 16"),
+    (SOFTMAX, softmax_graph(16, 32, True), "causal needs keys >= queries"),
+], ids=["no-div", "last-axis", "mask", "partial-block", "causal-short"])
+def test_what_stays_on_the_host_says_why(config, graph, why):
+    ok, reason = describe(graph.node("op"), graph, config)
+    assert not ok and why in reason
+    with pytest.raises(ValueError, match="qsoftmax node 'op'"):
+        lower_softmax("op", graph, config)
+
+
+def test_a_causal_attention_runs_its_softmax_on_the_accelerator():
+    q = quantized_block(False)
+    split = split_attention(q, SOFTMAX)
+    ops = {n.name: n for n in split.nodes()}
+    softmaxes = [n for n in ops.values() if n.op == "qsoftmax"]
+    assert softmaxes and all(n.attrs["axis"] == -2 and n.attrs["causal"] for n in softmaxes)
+    _, result = _run(q, SOFTMAX, masked=False)
+    assert {s.target for s in result.ops if s.op == "qsoftmax"} == {"vdla"}
+    assert result.host_time()["between_transfers"] == 0
+
+
+def test_a_masked_attention_keeps_its_softmax_on_the_host():
+    split = split_attention(quantized_block(True), SOFTMAX)
+    softmaxes = [n for n in split.nodes() if n.op == "qsoftmax"]
+    assert softmaxes and all(n.attrs.get("axis", -1) == -1 for n in softmaxes)
+    _, result = _run(quantized_block(True), SOFTMAX, masked=True)
+    assert {s.target for s in result.ops if s.op == "qsoftmax"} == {"host"}
