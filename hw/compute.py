@@ -46,11 +46,12 @@ from amaranth.utils import exact_log2
 
 from vdla.config import INSN_BITS, TABLE_ENTRIES, AluOp, HardwareConfig
 from vdla.hw.axi import ReadClientSignature, connect_read_client
+from vdla.hw.divider import LaneDividers
 from vdla.hw.dma import DRAM_ADDR_WIDTH, LoadDma, SramReadSignature, SramWriteSignature
 from vdla.hw.dw_window import DwBeats, DwWindow
 from vdla.hw.gemm_forms import (PACK_SHIFT, GemmArithmetic, adder_tree, gemm_arithmetic,
-                                lut_product, native_gemm_ports, packed_products,
-                                unpack_products)
+                                lut_product, native_gemm_ports, packed_products, registered,
+                                unpack_products, widened)
 from vdla.hw.layouts import MemoryType, Opcode, dma_command, insn_layout, uop_view_layout
 from vdla.hw.queues import TokenSignature
 from vdla.hw.sequencer import InsnSequencer
@@ -150,20 +151,6 @@ class ComputeModule(wiring.Component):
                             for name, width in widths.items() if not name.endswith("_addr")})
         super().__init__(members)
 
-    @staticmethod
-    def _registered(m: Module, value, name: str) -> Signal:
-        """`value` (signed) in a register of its width, with no reset (a datapath stage)."""
-        reg = Signal(signed(len(value)), name=name, reset_less=True)
-        m.d.sync += reg.eq(value)
-        return reg
-
-    @staticmethod
-    def _widened(m: Module, value, bits: int, name: str) -> Signal:
-        """`value` (signed) sign-extended to a `bits`-wide signal, computed once."""
-        wide = Signal(signed(bits), name=name)
-        m.d.comb += wide.eq(value)
-        return wide
-
     def _native_products(self, m: Module, lane_input, read, per_lane: bool):
         """The NATIVE form: the harness reads the operand stage's rows when `read` (see
         `GemmArithmetic`) and gives back every lane's sum of products. With a dw window
@@ -244,7 +231,10 @@ class ComputeModule(wiring.Component):
         vector = Signal()                       # ALU with an acc[src] operand: every 2nd cycle
         skip = Signal()                         # the vector ALU's cycle without an issue
         issue = Signal()                        # a micro-op enters the pipeline this cycle
-        m.d.comb += issue.eq(running & ~(vector & skip))
+        divide = LaneDividers(cfg) if AluOp.DIV in cfg.alu_ops else None   # DIV's dividers
+        free = ~(vector & skip)   # a DIV micro-op also waits for the division before it:
+        m.d.comb += issue.eq(running & (free if divide is None
+                                        else Mux(divide.insn, divide.ready, free)))
         u = Signal(range(cfg.uop_depth))
         u_bgn = Signal.like(u)
         u_last = Signal.like(u)
@@ -319,6 +309,10 @@ class ComputeModule(wiring.Component):
                 m.d.sync += [hold.eq((gemm.uop_end == gemm.uop_bgn + 1)
                                      & (alu.src_factor_in == 0)),
                              src_moves.eq(alu.src_factor_out != 0)]
+        if divide is not None:   # DIV reads acc[src] as `vdla.sim.functional.holds_operand` says
+            divide.engine(m, start=seq.start & (is_gemm | is_alu_insn), issue=issue,
+                          is_div=is_alu_insn & ~gemm.reset_reg & (alu.alu_opcode == AluOp.DIV),
+                          reads_src=vector & (~hold | ((i == 0) & (src_moves | (o == 0)))))
         m.d.comb += [self.gemm_active.eq(advance & ~is_alu & ~reset),
                      self.alu_active.eq(issue & is_alu & ~reset)]
 
@@ -379,9 +373,9 @@ class ComputeModule(wiring.Component):
             # then wrap at that width, which is exact (|x·w| <= 2**14, and the sums wrap
             # at the accumulator width anyway).
             bits = cfg.acc_width
-            x = [[self._widened(m, v, bits, f"x_b{b}_k{k}") for k, v in enumerate(row)]
+            x = [[widened(m, v, bits, f"x_b{b}_k{k}") for k, v in enumerate(row)]
                  for b, row in enumerate(x)]
-            w = [[self._widened(m, v, bits, f"w_n{n}_k{k}") for k, v in enumerate(row)]
+            w = [[widened(m, v, bits, f"w_n{n}_k{k}") for k, v in enumerate(row)]
                  for n, row in enumerate(w)]
         # Lane n's column-k multiplier input; dw beats' rows shift into the window here.
         lane_input = (DwWindow(cfg, self.inp.data, multiply_valid & beats.dw, registered=wide)
@@ -402,7 +396,7 @@ class ComputeModule(wiring.Component):
                         xin = lane_input(b, 2 * j, k)   # lanes 2j and 2j+1 share it
                         if dsp_left is not None and dsp_left <= 0:
                             registers[b, j, k] = tuple(
-                                self._registered(m, lut_product(xin, w[2 * j + h][k]),
+                                registered(m, lut_product(xin, w[2 * j + h][k]),
                                                  f"lutmul_b{b}_n{2 * j + h}_k{k}")
                                 for h in (0, 1))
                             continue
@@ -420,7 +414,7 @@ class ComputeModule(wiring.Component):
                             registers[b, n, k] = value[:cfg.acc_width].as_signed()
                             continue
                         if dsp_left is not None and dsp_left <= 0:
-                            registers[b, n, k] = self._registered(
+                            registers[b, n, k] = registered(
                                 m, lut_product(lane_input(b, n, k), w[n][k]),
                                 f"lutmul_b{b}_n{n}_k{k}")
                             continue
@@ -467,7 +461,8 @@ class ComputeModule(wiring.Component):
             # Captured only after a src read, so that it holds for the micro-ops that
             # follow without one (a read happens exactly when the reduce stage is empty).
             src_read = Signal()
-            m.d.sync += src_read.eq(~reduce_valid & multiply_valid)
+            m.d.sync += src_read.eq(~reduce_valid & multiply_valid if divide is None
+                                    else ~reduce_valid & multiply_valid & divide.src_read)
             with m.If(src_read):
                 m.d.sync += src_data.eq(acc_read.data)
         else:
@@ -491,10 +486,12 @@ class ComputeModule(wiring.Component):
         # TAB: each lane's table, read asynchronously in this stage (`vdla.hw.table`
         # says why one copy per lane and why an asynchronous read).
         tables = LaneTables(cfg).elaborate(m, tab_dma.sram) if tab_dma is not None else None
+        operands = []   # each lane's (acc[dst], operand), for DIV
         for lane in range(lanes):
             a = acc_read.data.word_select(lane, acc_bits).as_signed()
             src_value = src_data.word_select(lane, acc_bits).as_signed()
             operand = Mux(use_imm, imm, src_value)
+            operands.append((a, operand))
             entry = None
             if tables is not None:   # the index: the difference's low 8 bits, 8-bit wide
                 m.d.comb += tables[lane].addr.eq(operand[:8] - a[:8])
@@ -512,21 +509,27 @@ class ComputeModule(wiring.Component):
             else:
                 results.append(value)
             narrowed.append(value[:cfg.out_width])
-        m.d.comb += [result.eq(Cat(*results)), self.out.data.eq(Cat(*narrowed))]
-        with m.If(write_valid):
-            m.d.comb += [acc_write.addr.eq(write_dst), acc_write.data.eq(result),
+        writes, row, result_value, out_value = write_valid, write_dst, Cat(*results), Cat(*narrowed)
+        if divide is not None:   # a DIV writes when its division is done, not in this stage
+            writes, row, result_value, out_value = divide.elaborate(
+                m, operands, write_valid, write_dst, result_value, out_value)
+        m.d.comb += [result.eq(result_value), self.out.data.eq(out_value)]
+        with m.If(writes):
+            m.d.comb += [acc_write.addr.eq(row), acc_write.data.eq(result),
                          acc_write.en.eq(Const(-1, len(acc_write.en)))]
         with m.Else():
             m.d.comb += [acc_write.addr.eq(acc_dma.sram.addr),
                          acc_write.data.eq(acc_dma.sram.data.replicate(acc_dma.lanes)),
                          acc_write.en.eq(acc_dma.sram.en)]
-        m.d.comb += [self.out.addr.eq(write_dst), self.out.en.eq(write_valid)]
+        m.d.comb += [self.out.addr.eq(row), self.out.en.eq(writes)]
 
         # --- completion ----------------------------------------------------------------
         # A GEMM/ALU is done once nothing is left to issue and its last write has landed
         # (all stages empty), so the tokens pushed after it guard written data.
         drained = ~running & ~index_valid & ~operand_valid & ~multiply_valid \
             & ~reduce_valid & ~write_valid
+        if divide is not None:   # ... and the last division has written its result
+            drained &= divide.idle
         with m.If(seq.executing):
             with m.Switch(opcode):
                 with m.Case(Opcode.LOAD):

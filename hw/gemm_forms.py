@@ -17,7 +17,7 @@ from vdla.hw.dma import sram_lanes
 
 __all__ = ["GemmArithmetic", "MultiplierPair", "NativeMemory", "PACK_SHIFT", "adder_tree",
            "gemm_arithmetic", "lut_product", "native_gemm_memories", "native_gemm_ports",
-           "packed_products", "unpack_products"]
+           "packed_products", "registered", "unpack_products", "widened"]
 
 
 class GemmArithmetic(enum.Enum):
@@ -176,6 +176,20 @@ class MultiplierPair(Elaboratable):
             m.d.sync += [lo.eq(self.x * self.w_lo), hi.eq(self.x * self.w_hi)]
         m.d.sync += [self.lo.eq(lo), self.hi.eq(hi)]
         return m
+
+
+def registered(m: Module, value, name: str) -> Signal:
+    """`value` (signed) in a register of its width, with no reset (a datapath stage)."""
+    reg = Signal(signed(len(value)), name=name, reset_less=True)
+    m.d.sync += reg.eq(value)
+    return reg
+
+
+def widened(m: Module, value, bits: int, name: str) -> Signal:
+    """`value` (signed) sign-extended to a `bits`-wide signal, computed once."""
+    wide = Signal(signed(bits), name=name)
+    m.d.comb += wide.eq(value)
+    return wide
 
 
 def lut_product(x, w):

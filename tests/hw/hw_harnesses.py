@@ -92,8 +92,8 @@ HW_CONFIGS = {
                             cmd_queue_depth=8, token_queue_depth=4),
     "mul-bus128": HardwareConfig(alu_ops={"MIN", "MAX", "ADD", "SHR", "MUL"},
                                  dram_bus_width=128),
-    # The extensions past VTA (the ALU's REQ and lookup table TAB, alu_hold).
-    "extended": HardwareConfig(alu_ops={"MIN", "MAX", "ADD", "SHR", "REQ", "TAB"},
+    # The extensions past VTA (the ALU's REQ, lookup table TAB and DIV, alu_hold).
+    "extended": HardwareConfig(alu_ops={"MIN", "MAX", "ADD", "SHR", "REQ", "TAB", "DIV"},
                                alu_hold=True),
     # The depthwise window: two inp rows a column (r = 2) and plain columns past 2T; one
     # row a column (r = 1) with every column in the window (T = block_in / 2).

@@ -1,4 +1,5 @@
-"""cocotb testbench of the compute module (LOAD UOP/ACC/TAB, GEMM, ALU, FINISH, tokens).
+"""cocotb testbench of the compute module (LOAD UOP/ACC/TAB, GEMM, ALU with TAB and DIV,
+FINISH, tokens).
 
 Every instruction also runs in the functional simulator, on the same DRAM image and the
 same inp/wgt contents (written into the hardware through back doors and into the
@@ -239,6 +240,8 @@ def alu_cases(rng, cfg):
             imms += [-1, 0, 2**15 - 1, -2**15]
         elif op == AluOp.REQ:   # shift 5:0 and lo 15:8: edges of both
             imms += [0, 31, -1, 0x7F00 | 5, -0x8000 | 60, 0x0100 | 33]
+        elif op == AluOp.DIV:   # divisors not positive, 1, small, the largest
+            imms += [0, -1, 1, 3, 127, 2**15 - 1]
         for imm in imms:
             cases.append((random_uops(rng, rng.randint(1, 5), repeat=0.3),
                           dict(alu_opcode=op, use_imm=True, imm=imm,
@@ -601,3 +604,71 @@ async def table_loads_and_lookups(dut):
     await bench.issue([bench.acc_image(random_acc(rng, cfg)),
                        bench.uop_table([Uop(dst=2, src=4)]), held])
     await bench.check("TAB by a held row")
+
+
+def divide_cycles(insn, uops: int, hold: bool) -> int:
+    """Cycles, retire to retire, of a DIV instruction of `uops` micro-ops a pass by
+    `vdla.hw.divider`'s docstring: 10 a micro-op, one more for each acc[src] read but
+    the first, plus 8 (with `hold`, the config's alu_hold)."""
+    n = insn.iter_out * insn.iter_in * uops
+    if insn.use_imm:
+        reads = 0
+    elif uops == 1 and insn.src_factor_in == 0 and hold:
+        reads = insn.iter_out if insn.src_factor_out else 1
+    else:
+        reads = n
+    return 10 * n + max(reads - 1, 0) + 8
+
+
+@cocotb.test()
+async def divide_matches_functional_simulator_and_its_cycles(dut):
+    """DIV (a config with it): by immediates, by acc rows (a chain through rows just
+    divided), by a held row among its own destinations (with alu_hold), dividends and
+    divisors of every sign and size; each instruction's cycles, retire to retire, are
+    `divide_cycles`' and alu_active counts one cycle a micro-op."""
+    bench = await setup(dut, seed=8)
+    rng, cfg = bench.rng, bench.cfg
+    if AluOp.DIV not in cfg.alu_ops:
+        dut._log.info("config %s has no divide", cfg.name)
+        return
+    gen = np.random.default_rng(8)
+    lanes = (ROWS, cfg.batch, cfg.block_out)
+
+    def rows():
+        pools = [gen.integers(-2**31, 2**31, lanes), gen.integers(-50, 3000, lanes),
+                 gen.integers(0, 1 << 20, lanes), gen.integers(-3, 40, lanes)]
+        return np.choose(gen.integers(0, len(pools), lanes), pools).astype(np.int32)
+
+    uops = [Uop(dst=d, src=16 + d) for d in range(4)] + [Uop(dst=4, src=5), Uop(dst=5, src=4)]
+    held = [Uop(dst=6, src=7)]
+    await bench.issue([bench.uop_table(uops), bench.uop_table(held, sram_base=8,
+                                                              dram_base=300)])
+    cases = [
+        ("immediate", Alu(alu_opcode="DIV", use_imm=True, imm=7, uop_bgn=0, uop_end=1,
+                          iter_out=2, iter_in=8, dst_factor_out=8, dst_factor_in=1), 1),
+        ("immediate 0", Alu(alu_opcode="DIV", use_imm=True, imm=0, uop_bgn=0, uop_end=4,
+                            iter_out=1, iter_in=1), 4),
+        ("vector", Alu(alu_opcode="DIV", uop_bgn=0, uop_end=4, iter_out=2, iter_in=3,
+                       dst_factor_in=1, src_factor_out=2), 4),
+        ("vector chain", Alu(alu_opcode="DIV", uop_bgn=4, uop_end=6, iter_out=3, iter_in=1), 2),
+        ("held, moving", Alu(alu_opcode="DIV", uop_bgn=8, uop_end=9, iter_out=3, iter_in=4,
+                             dst_factor_out=4, dst_factor_in=1, src_factor_out=1), 1),
+        ("held once", Alu(alu_opcode="DIV", uop_bgn=8, uop_end=9, iter_out=2, iter_in=4,
+                          dst_factor_out=1, dst_factor_in=1), 1),
+        ("reset", Alu(alu_opcode="DIV", reset_reg=True, uop_bgn=0, uop_end=4, iter_out=1,
+                      iter_in=2, dst_factor_in=8), 4),
+    ]
+    for kind, insn, n_uops in cases:
+        await bench.issue([bench.acc_image(rows())])
+        cycles, active = await timed(bench, insn, dut.alu_active)
+        await bench.check(f"DIV {kind} {insn}")
+        micro_ops = insn.iter_out * insn.iter_in * n_uops
+        want = micro_ops + 8 if insn.reset_reg else divide_cycles(insn, n_uops, cfg.alu_hold)
+        dut._log.info("DIV %s, %d micro-ops: %d cycles retire to retire", kind, micro_ops,
+                      cycles)
+        assert active == (0 if insn.reset_reg else micro_ops), (kind, active)
+        assert cycles == want, f"DIV {kind}: {cycles} cycles retire to retire, not {want}"
+    # An ADD right behind a DIV reads the rows it divided.
+    add = Alu(alu_opcode="ADD", uop_bgn=0, uop_end=4, iter_out=1, iter_in=1)
+    await bench.issue([bench.acc_image(rows()), cases[2][1], add])
+    await bench.check("ADD behind DIV")

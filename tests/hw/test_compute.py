@@ -1,5 +1,6 @@
 """The compute module: cocotb tests in Verilator of LOAD UOP/ACC, GEMM, ALU, tokens and
-throughput against the functional simulator, and short Amaranth simulations of a core
+throughput against the functional simulator (the extended config's: TAB, and DIV with its
+cycles a micro-op), and short Amaranth simulations of the ALU's table and divide, and of a core
 too narrow to pack products (block_out 1), of one with one product per DSP (`dsp_pack`
 off, with and without a DSP limit), of one with LUT-built products (`gemm_dsp_limit`,
 and `lut_product` over every int8 pair) and of
@@ -283,5 +284,64 @@ def test_small_core_table_matches_functional_simulator(hold):
             dst_factor_out=3, dst_factor_in=1, src_factor_out=1),
         Alu(alu_opcode="TAB", use_imm=True, imm=2**15 - 1, uop_bgn=0, uop_end=6, iter_out=1,
             iter_in=1),
+    ]
+    matches_functional(cfg, dram, gen, program, "packed")
+
+
+def divide_acc_image(gen, rows: int, lanes: int) -> np.ndarray:
+    """int32 acc rows for DIV: dividends and divisors of every kind mixed lane by lane
+    (negative, zero, small, large, the int32 edges), so both saturations, zero quotients
+    and every quotient bit occur."""
+    pools = [gen.integers(-2**31, 2**31, (rows, lanes)), gen.integers(-50, 3000, (rows, lanes)),
+             gen.integers(0, 1 << 20, (rows, lanes)), gen.integers(-3, 40, (rows, lanes)),
+             np.resize(np.array([-2**31, -1, 0, 1, 127, 128, 2**31 - 1]), (rows, lanes))]
+    which = gen.integers(0, len(pools), (rows, lanes))
+    return np.choose(which, pools).astype(np.int64).astype(np.int32)
+
+
+@pytest.mark.parametrize("hold", [False, True], ids=["plain", "hold"])
+def test_small_core_divide_matches_functional_simulator(hold):
+    """The ALU's DIV in Amaranth's simulator: by immediates (positive, zero, negative,
+    the largest), by acc rows (several micro-ops, a chain through rows just divided),
+    by a held row among its own destinations (with alu_hold), a reset with the DIV
+    opcode, and an ADD right after a DIV that reads its rows, against the functional
+    simulator."""
+    cfg = HardwareConfig(batch=2, block_in=2, block_out=2, uop_buff_size=256,
+                         inp_buff_size=256, wgt_buff_size=128 * 4, acc_buff_size=256 * 4,
+                         alu_ops={"MIN", "MAX", "ADD", "SHR", "DIV"}, alu_hold=hold)
+    gen = np.random.default_rng(13)
+    dram = gen.integers(0, 256, 1 << 13, dtype=np.uint8)
+    uops = [Uop(dst=d, src=8 + d) for d in range(4)] + [Uop(dst=4, src=5), Uop(dst=5, src=4),
+                                                        Uop(dst=6, src=7)]
+    table = encode_uops(uops, cfg)
+    dram[64:64 + len(table)] = np.frombuffer(table, np.uint8)
+    image = divide_acc_image(gen, 32, cfg.batch * cfg.block_out)
+    dram[1024:1024 + image.nbytes] = image.view(np.uint8).reshape(-1)
+    program = [
+        Load(memory_type="UOP", sram_base=0, dram_base=64 // cfg.uop_bytes, y_size=1,
+             x_size=len(uops), x_stride=len(uops)),
+        Load(memory_type="ACC", sram_base=0, dram_base=1024 // cfg.acc_elem_bytes, y_size=1,
+             x_size=16, x_stride=16),
+        Alu(alu_opcode="DIV", use_imm=True, imm=3, uop_bgn=0, uop_end=2, iter_out=1,
+            iter_in=2, dst_factor_in=2),
+        Alu(alu_opcode="DIV", uop_bgn=0, uop_end=4, iter_out=1, iter_in=1),
+        Alu(alu_opcode="ADD", uop_bgn=0, uop_end=4, iter_out=1, iter_in=1),
+        Alu(alu_opcode="DIV", uop_bgn=4, uop_end=6, iter_out=2, iter_in=1),
+        Load(memory_type="ACC", sram_base=6, dram_base=1024 // cfg.acc_elem_bytes + 16,
+             y_size=1, x_size=8, x_stride=8),   # fresh rows 6..13 for the held operands
+        Alu(alu_opcode="DIV", uop_bgn=6, uop_end=7, iter_out=2, iter_in=3, dst_factor_out=3,
+            dst_factor_in=1, src_factor_out=1),
+        Load(memory_type="ACC", sram_base=6, dram_base=1024 // cfg.acc_elem_bytes + 24,
+             y_size=1, x_size=8, x_stride=8),
+        Alu(alu_opcode="DIV", uop_bgn=6, uop_end=7, iter_out=1, iter_in=4, dst_factor_in=1),
+        Alu(alu_opcode="DIV", use_imm=True, imm=-5, uop_bgn=0, uop_end=1, iter_out=1,
+            iter_in=1),
+        Load(memory_type="ACC", sram_base=0, dram_base=1024 // cfg.acc_elem_bytes + 3,
+             y_size=1, x_size=8, x_stride=8),
+        Alu(alu_opcode="DIV", use_imm=True, imm=2**15 - 1, uop_bgn=0, uop_end=7, iter_out=1,
+            iter_in=1),
+        Alu(alu_opcode="DIV", use_imm=True, imm=0, uop_bgn=2, uop_end=3, iter_out=1,
+            iter_in=1),
+        Alu(alu_opcode="DIV", reset_reg=True, uop_bgn=3, uop_end=5, iter_out=1, iter_in=1),
     ]
     matches_functional(cfg, dram, gen, program, "packed")

@@ -82,13 +82,14 @@ def test_extensions_are_only_elaborated_where_the_config_has_them():
     VTA's: the extension blocks of `vdla.hw.compute` are Python conditionals on the
     config), and a config with an extension has it: REQ's clamp, alu_hold's capture enable, the
     depthwise window's register, beat counter and multiplier-input muxes, the table's DMA
-    and its per-lane memories (TAB)."""
+    and its per-lane memories (TAB), the dividers and their issue gate (DIV)."""
     default = to_verilog(HardwareConfig())
-    extended = to_verilog(HardwareConfig(alu_ops={"MIN", "MAX", "ADD", "SHR", "REQ", "TAB"},
-                                         alu_hold=True, dw_taps=3))
+    extended = to_verilog(HardwareConfig(alu_ops={"MIN", "MAX", "ADD", "SHR", "REQ", "TAB",
+                                                  "DIV"}, alu_hold=True, dw_taps=3))
     for marker in ("alu0_req", "src_read", "src_moves", "dw_window", "dw_beat",
                    "dw_last_beat", "multiply_last", "dw_x_b0_n0_k0", "dw_x_b0_n14_k5",
-                   "dma_tab", "table0 ", "table15 "):
+                   "dma_tab", "table0 ", "table15 ", "div_wait", "div_count",
+                   "div0_rem", "div15_divisor"):
         assert marker not in default and marker in extended, marker
     assert "dw_x_b0_n0_k6" not in extended     # columns past 2T: no mux
     assert len(extended) > len(default)
