@@ -40,11 +40,12 @@ CANDIDATE = "verilator"
 B2X8X32 = vdla.HardwareConfig(batch=2, block_in=8, block_out=32, uop_buff_size=4096,
                               inp_buff_size=8192, wgt_buff_size=32768, acc_buff_size=65536,
                               alu_ops={"MIN", "MAX", "ADD", "SHR", "MUL"}, dram_bus_width=128)
-#: The extensions past VTA, every one on (REQ, the lookup table TAB, alu_hold, the
-#: depthwise window with 3 taps: one inp row a column on this 16x16 core), on small buffers.
-EXTENDED = vdla.HardwareConfig(alu_ops={"MIN", "MAX", "ADD", "SHR", "REQ", "TAB"}, alu_hold=True,
-                               dw_taps=3, uop_buff_size=8192, inp_buff_size=8192,
-                               wgt_buff_size=32768, acc_buff_size=32768)
+#: The extensions past VTA, every one on (REQ, the lookup table TAB, the divide DIV,
+#: alu_hold, the depthwise window with 3 taps: one inp row a column on this 16x16 core),
+#: on small buffers.
+EXTENDED = vdla.HardwareConfig(alu_ops={"MIN", "MAX", "ADD", "SHR", "REQ", "TAB", "DIV"},
+                               alu_hold=True, dw_taps=3, uop_buff_size=8192,
+                               inp_buff_size=8192, wgt_buff_size=32768, acc_buff_size=32768)
 #: The depthwise window with two inp rows a column (r = 2) and plain columns past 2T.
 DW = vdla.HardwareConfig(block_in=8, block_out=16, dw_taps=3, uop_buff_size=4096,
                          inp_buff_size=4096, wgt_buff_size=16384, acc_buff_size=32768)

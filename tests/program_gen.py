@@ -15,7 +15,8 @@ it to FINISH and any backend must produce the same DRAM bytes. It is built like
   multiply; with ``dw_taps``, half of them depthwise-window GEMMs, whose micro-ops'
   srcs slide by a column or jump, every window inside the tile's inp region), ALU
   instructions (every op of ``config.alu_ops``, immediate or second acc operand,
-  read-after-write chains included; with ``alu_hold``, half the vector ones of the
+  read-after-write chains included; DIV by small, large and non-positive divisors, acc
+  rows of both signs as dividends; with ``alu_hold``, half the vector ones of the
   shape that holds its operand row) and LOAD ACC over parts of the region; with TAB
   in ``alu_ops``, the first tile loads the whole lookup table first (1-3 strided 2-D
   LOADs of TAB of random 32-bit entries, so the 18 bits an entry keeps matter) and
@@ -308,6 +309,9 @@ class _Generator:
         signs, some past the 6-bit amount field."""
         if op == AluOp.SHR:
             return int(self.rng.choice([self._int(-8, 12), self._int(-40, 40)]))
+        if op == AluOp.DIV:   # divisors: small and large, and some not positive
+            return int(self.rng.choice([self._int(1, 12), self._int(1, 3000), 32767,
+                                        self._int(-3, 0), -32768]))
         if self.rng.random() < 0.3:
             return int(self.rng.choice([-32768, 32767, self._int(-32768, 32767)]))
         return self._int(-9, 9) if op == AluOp.MUL else self._int(-300, 300)

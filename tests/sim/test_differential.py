@@ -37,10 +37,11 @@ CONFIGS = {
 #: Each extension past VTA alone, besides `EXTENDED` (all): slow, as `EXTENDED` runs the
 #: same generator and hardware for all at once (a Verilator model to build each). The
 #: depthwise window's is `DW`, with two inp rows a window column (EXTENDED' has one).
-_VTA_OPS = EXTENDED.alu_ops - {vdla.AluOp.REQ, vdla.AluOp.TAB}
+_VTA_OPS = EXTENDED.alu_ops - {vdla.AluOp.REQ, vdla.AluOp.TAB, vdla.AluOp.DIV}
 SINGLE_EXTENSIONS = {
     "req": EXTENDED.replace(alu_ops=_VTA_OPS | {vdla.AluOp.REQ}, alu_hold=False, dw_taps=0),
     "tab": EXTENDED.replace(alu_ops=_VTA_OPS | {vdla.AluOp.TAB}, alu_hold=False, dw_taps=0),
+    "div": EXTENDED.replace(alu_ops=_VTA_OPS | {vdla.AluOp.DIV}, alu_hold=False, dw_taps=0),
     "hold": EXTENDED.replace(alu_ops=_VTA_OPS, dw_taps=0),
     "dw": DW,
 }

@@ -1,23 +1,36 @@
 """The ALU's DIV: ``min(max(acc[dst], 0) // operand, 127)``, and 127 where the operand is
-not positive. Hand-written programs checked against numpy from the ISA's definition
-(docs/isa.md, DIV) on `BACKEND`."""
+not positive.
+
+Each test writes a small program by hand, runs it on a `DifferentialDevice` (the
+functional simulator and the candidate backend, Verilator, which must agree byte for
+byte) and checks the result against numpy from the ISA's definition (docs/isa.md, DIV),
+so the two simulators cannot agree on a wrong answer. `DIVIDE` is the `EXTENDED` config
+(every extension past VTA, alu_hold among them), whose Verilator model the other
+extension tests share; the random programs of `test_differential` cover DIV's other
+shapes on it."""
 
 import numpy as np
 import pytest
 
 import vdla
-from differential import store_and_run
+from differential import CANDIDATE, EXTENDED, pair_with, store_and_run
 from vdla.config import DIV_MAX, AluOp
 from vdla.isa import Alu, EncodeError, MemoryType, Uop, encode, encode_uops
 from vdla.runtime import ProgramBuilder
 
-DIVIDE = vdla.HardwareConfig(alu_ops={"MIN", "MAX", "ADD", "SHR", "DIV"}, alu_hold=True)
-BACKEND = "functional"
+DIVIDE = EXTENDED
+assert AluOp.DIV in DIVIDE.alu_ops and DIVIDE.alu_hold
 
 
 @pytest.fixture(scope="module")
-def dev():
-    with vdla.runtime.open(DIVIDE, backend=BACKEND, dram_size=1 << 20) as d:
+def candidate():
+    with vdla.runtime.open(DIVIDE, backend=CANDIDATE, dram_size=1 << 22) as d:
+        yield d
+
+
+@pytest.fixture
+def dev(candidate):
+    with pair_with(candidate) as d:
         yield d
 
 
@@ -73,6 +86,34 @@ def test_divide_by_rows_and_a_held_row(dev):
     divisors = _rows(rng, 10, -3, 2000)
     out = _divide(dev, rows, operand=divisors)
     np.testing.assert_array_equal(out, _expected(rows, divisors).astype(np.int8))
+
+
+def test_divide_chains_through_rows_just_divided(dev):
+    """Each micro-op reads what the one before wrote: one row divided by 3 four times
+    (its dst read right behind the division before it), then each next row divided by
+    the row just divided (the src read right behind it)."""
+    c = dev.config
+    rng = np.random.default_rng(5)
+    acc = np.concatenate([_rows(rng, 1, 0, 1 << 16), _rows(rng, 3, -20, 3000)])
+    uops = [Uop(0, 0, 0), Uop(1, 0, 0), Uop(2, 1, 0), Uop(3, 2, 0)]
+    uop_addr, acc_addr = dev.alloc(len(uops) * c.uop_bytes), dev.alloc(acc.nbytes)
+    dev.write(uop_addr, np.frombuffer(encode_uops(uops, c), np.uint8))
+    dev.write(acc_addr, acc.view(np.uint8).reshape(-1))
+    p = ProgramBuilder(c)
+    p.load(MemoryType.UOP, sram_base=0, dram_base=uop_addr // c.uop_bytes, y_size=1,
+           x_size=len(uops), x_stride=len(uops))
+    p.load(MemoryType.ACC, sram_base=0, dram_base=acc_addr // c.acc_elem_bytes, y_size=1,
+           x_size=len(acc), x_stride=len(acc))
+    p.append(Alu(alu_opcode=AluOp.DIV, uop_bgn=0, uop_end=1, iter_out=1, iter_in=4,
+                 use_imm=True, imm=3))
+    p.append(Alu(alu_opcode=AluOp.DIV, uop_bgn=1, uop_end=4, iter_out=1, iter_in=1))
+    out = store_and_run(dev, p, len(acc))[0].reshape(acc.shape)
+    want = acc.astype(np.int64)
+    for _ in range(4):
+        want[0] = _expected(want[0], 3)
+    for dst in (1, 2, 3):
+        want[dst] = _expected(want[dst], want[dst - 1])
+    np.testing.assert_array_equal(out, want.astype(np.int8))
 
 
 def test_a_config_without_div_refuses_it():
