@@ -213,7 +213,7 @@ def _masked_softmax(x_shape, mask=None, mask_dtype="bool", **attrs):
     ((3, 4), (1, 4), "int8", {}, r"mask 'm' is int8; it must be bool"),
     ((3, 4), (2, 4), "bool", {}, r"mask 'm' of shape \(2, 4\) does not broadcast"),
     ((4,), None, "bool", {"causal": True}, r"causal needs rows of queries and keys"),
-    ((3, 4), (1, 4), "bool", {"axis": 0}, r"only the last axis"),
+    ((2, 3, 4), (1, 4), "bool", {"axis": 0}, r"normalizes its last axis \(-1\) or, on rank >= 2"),
 ])
 def test_masked_qsoftmax_refuses_what_it_cannot_mean(x, mask, dtype, attrs, pattern):
     with pytest.raises(GraphError, match=pattern):
