@@ -73,9 +73,12 @@ _SCRATCH = 3
 _KEEP = 1 << 20
 
 
-def div_cycles(config: HardwareConfig) -> int:
-    """Issue cycles of one DIV micro-op (its divider finds a quotient bit a cycle)."""
-    return DIV_MAX.bit_length() + 2
+def div_cycles(config: HardwareConfig, held: bool = True) -> int:
+    """Issue cycles of one DIV micro-op: its divider finds the saturation test and 7
+    quotient bits a cycle each, and the next DIV issues 10 cycles after it, 11 when it
+    reads a moving operand row (measured by the compute module's cocotb test: 10 N + 8
+    by an immediate, 11 N + 7 by rows, 10 N + 7 plus a read of a held row)."""
+    return DIV_MAX.bit_length() + 3 + (0 if held and config.alu_hold else 1)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -111,7 +114,7 @@ class SoftmaxSchedule:
     def needs(self, layer: SoftmaxLayer, config: HardwareConfig, uops: bool = True) -> dict:
         L = config.block_out
         need = {"inp": (2 * layer.h, config.inp_depth),
-                "acc": (2 * (layer.h + _SCRATCH) + (2 * L if layer.causal else 0),
+                "acc": (2 * (layer.h + _SCRATCH) + layer.const_rows,
                         config.acc_depth),
                 "out": (2 * (layer.h + _SCRATCH), config.out_depth),
                 "wgt": (1, config.wgt_depth)}
@@ -172,12 +175,10 @@ def softmax_layer(node: Node, graph: Graph,
     t, s = (int(d) for d in graph.tensors[node.inputs[0]].shape)
     L = config.block_out
     causal = bool(node.attrs.get("causal"))
-    rows = np.zeros((0, s), np.int32)
-    if causal:   # diagonal row j keeps lane l where j <= l
+    rows = np.zeros((0, L), np.int32)
+    if causal:   # diagonal row j keeps lane l where j <= l: the same for every block
         keep = np.arange(L)[:, None] <= np.arange(L)[None, :]
-        before = np.where(keep, 127, -128)
-        after = np.where(keep, _KEEP, 0)
-        rows = np.concatenate([np.tile(before, (1, s // L)), np.tile(after, (1, s // L))])
+        rows = np.concatenate([np.where(keep, 127, -128), np.where(keep, _KEEP, 0)])
     layer = SoftmaxLayer(op="qsoftmax", n=1, c=s, h=t, w=1, rank=2, sequence=True,
                          batch_blocks=1, blocks=s // L, const_rows=len(rows),
                          prob_bits=int(node.attrs["params"]["prob_bits"]), causal=causal)
@@ -193,16 +194,15 @@ def softmax_entries(node: Node) -> np.ndarray:
 class SoftmaxUops(KernelTable):
     """The program's micro-ops: windows (inp) and regions (acc/out: T rows, then the
     maximum, the sum and half the sum) ping-pong; the mask rows at the acc buffer's top
-    (`const_base`: row r of query block b at ``const_base + r * blocks + b``, rows 0..L-1
-    before the exponential, L..2L-1 after). Every kernel is interned at once (the table
-    is loaded first)."""
+    (`const_base`: rows 0..L-1 before the exponential, L..2L-1 after, one set for every
+    query block). Every kernel is interned at once (the table is loaded first)."""
 
     def __init__(self, L: SoftmaxLayer, config: HardwareConfig):
         super().__init__()
         self.L, self.lanes = L, config.block_out
         self.windows = PingPong(L.h)
         self.regions = PingPong(L.h + _SCRATCH)
-        self.const_base = config.acc_depth - L.const_rows * L.blocks
+        self.const_base = config.acc_depth - L.const_rows
         self.table = [self._kernels_of(k) for k in range(L.blocks)]
 
     def diagonal(self, k: int) -> tuple[int, int]:
@@ -219,8 +219,8 @@ class SoftmaxUops(KernelTable):
         o, win, h = self.regions.base(k), self.windows.base(k), L.h
         m, s, half = o + h, o + h + 1, o + h + 2
         first, _ = self.diagonal(k)
-        before = self.const_base + 1 * L.blocks + k            # mask row j = 1
-        after = self.const_base + (self.lanes + 1) * L.blocks + k
+        before = self.const_base + 1                           # mask row j = 1
+        after = self.const_base + self.lanes + 1
         masks = {}
         if L.causal:
             masks = {"mask_max": self.kernel([Uop(o + first, before)]),
@@ -255,7 +255,7 @@ def lower_softmax(node: Node | str, graph: Graph, config: HardwareConfig,
     regions, arena_bytes = layout_arena({
         "uop": len(u.uops) * c.uop_bytes,
         "table": TABLE_ENTRIES * TAB_ENTRY_BYTES,
-        "const": layer.const_rows * layer.blocks * c.acc_elem_bytes,
+        "const": layer.const_rows * c.acc_elem_bytes,
         "weights": c.wgt_elem_bytes,
         "input0": layer.blocks * layer.h * c.inp_elem_bytes,
         "output": layer.blocks * layer.h * c.out_elem_bytes,
@@ -270,7 +270,7 @@ def _emit(L: SoftmaxLayer, c: HardwareConfig, u: SoftmaxUops, regions: dict) -> 
     out0 = regions["output"].offset // c.out_elem_bytes
     p = ProgramBuilder(c)
     tokens = RegionTokens(p)
-    load_tables(p, regions, c, len(u.uops), u.const_base, L.const_rows * L.blocks, 1)
+    load_tables(p, regions, c, len(u.uops), u.const_base, L.const_rows, 1)
     load_table(p, regions, c)
     lanes = c.block_out
     for k in range(L.blocks):
@@ -296,13 +296,13 @@ def _emit(L: SoftmaxLayer, c: HardwareConfig, u: SoftmaxUops, regions: dict) -> 
         tokens.read(("window", win))
         _, partial = u.diagonal(k)
         if partial:   # the diagonal's excluded scores cannot raise the maximum
-            rows("mask_max", partial, AluOp.MIN, src=L.blocks)
+            rows("mask_max", partial, AluOp.MIN, src=1)
         rows("first", 1, AluOp.ADD)
         if n > 1:
             rows("max", n - 1, AluOp.MAX, dst=0, src=1)
         rows("rows_by_max", n, AluOp.TAB)
         if partial:   # ... and add nothing to the sum
-            rows("mask_exp", partial, AluOp.MIN, src=L.blocks)
+            rows("mask_exp", partial, AluOp.MIN, src=1)
         rows("sum", n, AluOp.ADD, dst=0, src=1)
         rows("half", 1, AluOp.ADD)
         rows("half_shift", 1, AluOp.SHR, use_imm=True, imm=1)
@@ -337,8 +337,9 @@ def estimate_softmax(layer: SoftmaxLayer, schedule: SoftmaxSchedule, config: Har
                      read_latency: int | None = None) -> int:
     """Predicted cycles of `layer` on `config`: per query block the longest of its load,
     its passes (`_tile_compute`) and its store, as blocks overlap in pairs; the first
-    block's load waits behind the exponentials' table (`table_load_cycles`), and the last
-    block's store runs alone."""
+    block's compute waits behind its load and the compute module's LOADs of the mask rows
+    and the exponentials' table (`table_load_cycles`), and the last block's store runs
+    alone."""
     c, bw = config, float(bytes_per_cycle or config.dram_bytes_per_cycle)
     u = SoftmaxUops(layer, config)
     cycles = first = last = 0.0
@@ -347,8 +348,10 @@ def estimate_softmax(layer: SoftmaxLayer, schedule: SoftmaxSchedule, config: Har
         load = n * c.inp_elem_bytes / bw + dma_cycles(bw, read_latency)
         store = store_cycles(layer.h, 1, c, bw)
         cycles += max(load, _tile_compute(layer, c, n, partial), store)
-        if k == 0:
-            first = load + table_load_cycles(c)
+        if k == 0:   # behind the compute module's loads: the mask rows, the table
+            first = load + table_load_cycles(c) + (
+                layer.const_rows * c.acc_elem_bytes / bw + dma_cycles(bw, read_latency)
+                if layer.const_rows else 0)
         last = store
     return int(math.ceil(cycles + first + last))
 
