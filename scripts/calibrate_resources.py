@@ -112,6 +112,7 @@ _SMALL = ["b1_16x8_mul", "b2_8x8", "b1_8x8_small", "b1_32x8", "b1_16x16_mul_smal
 
 REQ = REQUIRED_ALU_OPS | {AluOp.REQ}
 TAB = REQUIRED_ALU_OPS | {AluOp.TAB}
+DIV = REQUIRED_ALU_OPS | {AluOp.DIV}
 
 #: family -> configs with the extensions past VTA: name -> (the family's base
 #: config it adds them to, the fields it changes). The model prices an extension by what
@@ -147,7 +148,11 @@ EXTENSION_CONFIGS = {
                   # The ALU's lookup table (TAB): a LUT-RAM copy per lane and one DMA,
                   # on 8 and 16 lanes (the two terms, per lane and constant).
                   "b1_16x8_mul_tab": ("b1_16x8_mul", dict(alu_ops=MUL | {AluOp.TAB})),
-                  "b1_16x16_default_tab": ("b1_16x16_default", dict(alu_ops=TAB))},
+                  "b1_16x16_default_tab": ("b1_16x16_default", dict(alu_ops=TAB)),
+                  # The ALU's divide (DIV): a sequential divider per lane and the issue
+                  # gate, on 8 and 16 lanes (one term, per lane).
+                  "b1_16x8_mul_div": ("b1_16x8_mul", dict(alu_ops=MUL | {AluOp.DIV})),
+                  "b1_16x16_default_div": ("b1_16x16_default", dict(alu_ops=DIV))},
     # The same terms on the cheapest of the family's seven bases: REQ alone and alu_hold
     # alone on 1x16x8-mul (8 lanes), both on 1x8x16 (16 lanes); the window with two inp
     # rows a column on 1x8x16 (block_out = 2 block_in, zcu104-plus's shape) and one row a
