@@ -248,7 +248,8 @@ EXTENSIONS: tuple[Extension, ...] = (
                  "down the rows of the scores' transpose: reductions over rows, the "
                  "exponentials by TAB, the probabilities by one DIV by the row's sum",
         identifiers=("DIV", "DIV_MAX"),
-        implemented_in=(_HW, "sim/functional_alu.py", "compiler/targets/vdla/softmax.py",
+        implemented_in=(_HW, "hw/divider.py", "sim/functional_alu.py",
+                        "compiler/targets/vdla/softmax.py",
                         "compiler/targets/vdla/attention.py", _TIMING, _RESOURCES)),
     Extension(
         key="hold", title="hold", field="alu_hold", kind="flag",

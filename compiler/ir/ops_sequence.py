@@ -293,9 +293,10 @@ def _infer_qunary(graph, node):
         x = _softmax_axis(graph, node)
         if node.input(1):
             mask = _shape(graph, node, 1)
-            if graph.tensors[node.inputs[1]].dtype != "bool":
+            if graph.tensors[node.inputs[1]].dtype not in ("bool", "int8"):
                 _fail(node, f"mask {node.inputs[1]!r} is {graph.tensors[node.inputs[1]].dtype}"
-                            "; it must be bool (True: excluded)")
+                            "; it must be bool (True: excluded) or int8 (negative: "
+                            "excluded)")
             try:
                 np.broadcast_shapes(mask, x)
             except ValueError:

@@ -158,7 +158,10 @@ def _qsoftmax_kernel(node, args, graph):
     if not down:
         _last_axis(node, x)
     mask = args[1] if len(args) > 1 else None
-    excluded = None if mask is None else np.broadcast_to(np.asarray(mask, bool), x.shape)
+    if mask is not None:   # bool: True excluded; int8 (as the accelerator reads it): < 0
+        mask = np.asarray(mask)
+        mask = mask < 0 if mask.dtype == np.int8 else mask.astype(bool)
+    excluded = None if mask is None else np.broadcast_to(mask, x.shape)
     if down:   # keys last: x, the exclusion and the result swap their last two axes
         x = np.swapaxes(x, -1, -2)
         excluded = None if excluded is None else np.swapaxes(excluded, -1, -2)

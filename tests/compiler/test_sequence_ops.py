@@ -210,7 +210,8 @@ def _masked_softmax(x_shape, mask=None, mask_dtype="bool", **attrs):
 
 
 @pytest.mark.parametrize("x, mask, dtype, attrs, pattern", [
-    ((3, 4), (1, 4), "int8", {}, r"mask 'm' is int8; it must be bool"),
+    ((3, 4), (1, 4), "float32", {},
+     r"mask 'm' is float32; it must be bool \(True: excluded\) or int8"),
     ((3, 4), (2, 4), "bool", {}, r"mask 'm' of shape \(2, 4\) does not broadcast"),
     ((4,), None, "bool", {"causal": True}, r"causal needs rows of queries and keys"),
     ((2, 3, 4), (1, 4), "bool", {"axis": 0}, r"normalizes its last axis \(-1\) or, on rank >= 2"),

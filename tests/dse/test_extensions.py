@@ -29,7 +29,7 @@ def load(family):
 
 def test_the_terms_count_req_per_alu_lane_and_hold_once():
     none = {"req_lanes": 0.0, "alu_hold": 0.0, "lut_pairs": 0.0, "dw_window": 0.0,
-            "tab_lanes": 0.0, "tab_dma": 0.0}
+            "tab_lanes": 0.0, "tab_dma": 0.0, "div_lanes": 0.0}
     assert extension_terms(HardwareConfig()) == none
     assert extension_terms(HardwareConfig(alu_ops=REQ)) == {**none, "req_lanes": 16.0}
     both = HardwareConfig(batch=2, block_in=8, block_out=8, alu_ops=REQ, alu_hold=True,

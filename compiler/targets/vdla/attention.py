@@ -10,15 +10,16 @@ The integer attention is two products around a softmax (its definition,
     o_h  = qmatmul(p_h, vt_h, transpose_b)      # p_h @ v_h, (S, dh)
 
 and the heads' outputs concatenated along their features are the (S, D) the output
-projection reads. On a config with the ALU's lookup table and divide (TAB and DIV), an
-attention without a mask input (causal or none) runs its softmax on the accelerator
-too, down the rows of the scores' transpose (`vdla.compiler.targets.vdla.softmax`)::
+projection reads. On a config with the ALU's lookup table and divide (TAB and DIV) the softmax runs on
+the accelerator too, down the rows of the scores' transpose
+(`vdla.compiler.targets.vdla.softmax`)::
 
     st_h = qmatmul(k_h, q_h, transpose_b)       # the scores' transpose, (T, S)
-    pt_h = qsoftmax(st_h, causal, axis=-2)      # keys down the rows: the ALU's reductions
+    pt_h = qsoftmax(st_h, mask_t, causal, axis=-2)   # keys down the rows
     p_h  = qmatmul(I, pt_h, transpose_b)        # p_h, (S, T): an identity a
 
-and the rest as above. q_h, k_h and v_h are slices of whole channel blocks of the sequences
+and the rest as above. A mask becomes, on the host, the int8 (T, S) the ALU reads
+(``where(mask^T, -128, 127)``: one tensor for all heads). q_h, k_h and v_h are slices of whole channel blocks of the sequences
 the importer split into heads with reshape and transpose (the merged Q/K/V projection's
 output), so they are views of its buffer; the concat is a view too; and every product
 reads its b where the op before stored it (`conv_layer.matmul_problem`): nothing moves
@@ -177,12 +178,12 @@ def split_attention(graph: Graph, config: HardwareConfig) -> Graph:
 
 def _softmax_down(g: Graph, node: Node, p: _Heads, config: HardwareConfig) -> bool:
     """Whether the heads' softmax runs on the accelerator, down the rows of the scores'
-    transpose: a config with TAB and DIV, no mask input, queries in whole blocks and
-    (causal) at least as many keys as queries."""
+    transpose: a config with TAB and DIV, queries in whole blocks and (causal) at least
+    as many keys as queries."""
     s = g.tensors[node.inputs[0]].shape[2]
     t = g.tensors[node.inputs[1]].shape[2]
-    return ({AluOp.TAB, AluOp.DIV} <= config.alu_ops and not p.mask
-            and s % activation_block(config) == 0 and t >= s)
+    return ({AluOp.TAB, AluOp.DIV} <= config.alu_ops
+            and s % activation_block(config) == 0 and (t >= s or not node.attrs["causal"]))
 
 
 def _split(g: Graph, node: Node, p: _Heads, config: HardwareConfig) -> None:
@@ -199,6 +200,13 @@ def _split(g: Graph, node: Node, p: _Heads, config: HardwareConfig) -> None:
         queries = g.tensors[node.inputs[0]].shape[2]
         eye_q = g.add_constant(g.unique_name(f"{name}.query_identity"),
                                np.eye(queries, dtype=np.int8))
+        if mask:   # (S or 1, T) bool -> the int8 (T, S) the ALU reads: -128 excluded
+            fill = [g.add_constant(g.unique_name(f"{name}.mask_{what}"),
+                                   np.full((1, queries), value, np.int8))
+                    for what, value in (("excluded", -128), ("kept", 127))]
+            mask = g.add_node("where", [g.add_node("transpose", [mask],
+                                                   name=f"{name}.mask_t", perm=(1, 0))]
+                              + fill, name=f"{name}.mask_rows")
     outs = []
     for h in range(p.heads):
         q, k, v = (g.add_node("slice", [src], name=f"{name}.{what}{h}",
@@ -209,7 +217,8 @@ def _split(g: Graph, node: Node, p: _Heads, config: HardwareConfig) -> None:
                   out_min=a["qk_out_min"], out_max=a["qk_out_max"])
         if down:
             scores = g.add_node("qmatmul", [k, q], name=f"{name}.scores{h}t", **qk)
-            probs = g.add_node("qsoftmax", [scores], name=f"{name}.softmax{h}t", axis=-2,
+            probs = g.add_node("qsoftmax", [scores] + ([mask] if mask else []),
+                               name=f"{name}.softmax{h}t", axis=-2,
                                params=a["softmax_params"], causal=bool(a["causal"]))
             probs = g.add_node("qmatmul", [eye_q, probs], name=f"{name}.probs{h}",
                                transpose_b=True, shift=0)

@@ -89,6 +89,12 @@ class SoftmaxLayer(ElementwiseLayer):
 
     prob_bits: int = 7
     causal: bool = False
+    masked: bool = False
+
+    @property
+    def region_rows(self) -> int:
+        """Acc rows of a tile: its T rows, the scratch rows, the mask's T rows."""
+        return self.h + _SCRATCH + (self.h if self.masked else 0)
 
     def kept_rows(self, block: int) -> int:
         """Rows query block `block` reads: all T, or with causal up to its last query's
@@ -113,10 +119,9 @@ class SoftmaxSchedule:
 
     def needs(self, layer: SoftmaxLayer, config: HardwareConfig, uops: bool = True) -> dict:
         L = config.block_out
-        need = {"inp": (2 * layer.h, config.inp_depth),
-                "acc": (2 * (layer.h + _SCRATCH) + layer.const_rows,
-                        config.acc_depth),
-                "out": (2 * (layer.h + _SCRATCH), config.out_depth),
+        need = {"inp": (2 * layer.h * layer.operands, config.inp_depth),
+                "acc": (2 * layer.region_rows + layer.const_rows, config.acc_depth),
+                "out": (2 * layer.region_rows, config.out_depth),
                 "wgt": (1, config.wgt_depth)}
         if uops:
             need["uop"] = (len(SoftmaxUops(layer, config).uops), config.uop_depth)
@@ -150,7 +155,11 @@ def softmax_problem(node: Node, graph: Graph, config: HardwareConfig) -> str | N
         return (f"the accelerator's softmax runs down the rows of a 2-D score matrix "
                 f"(axis -2, keys down the rows), not axis {axis} of {tuple(x.shape)}")
     if node.input(1):
-        return "a softmax with a mask input runs on the host (only causal is built in)"
+        m = graph.tensors[node.inputs[1]]
+        if m.dtype != "int8" or tuple(m.shape) != tuple(x.shape):
+            return (f"its mask {node.inputs[1]!r} is {m.dtype} {tuple(m.shape)}; the "
+                    f"accelerator reads an int8 one of the scores' shape {tuple(x.shape)} "
+                    "(negative: excluded), which the attention split makes")
     if config.block_in != config.block_out:
         return (f"the softmax widens its rows with one identity block: block_in "
                 f"({config.block_in}) must equal block_out ({config.block_out})")
@@ -179,9 +188,12 @@ def softmax_layer(node: Node, graph: Graph,
     if causal:   # diagonal row j keeps lane l where j <= l: the same for every block
         keep = np.arange(L)[:, None] <= np.arange(L)[None, :]
         rows = np.concatenate([np.where(keep, 127, -128), np.where(keep, _KEEP, 0)])
+    masked = bool(node.input(1))
     layer = SoftmaxLayer(op="qsoftmax", n=1, c=s, h=t, w=1, rank=2, sequence=True,
                          batch_blocks=1, blocks=s // L, const_rows=len(rows),
-                         prob_bits=int(node.attrs["params"]["prob_bits"]), causal=causal)
+                         inputs=(0, 1) if masked else (0,),
+                         prob_bits=int(node.attrs["params"]["prob_bits"]), causal=causal,
+                         masked=masked)
     return layer, rows.astype(np.int32)
 
 
@@ -200,8 +212,8 @@ class SoftmaxUops(KernelTable):
     def __init__(self, L: SoftmaxLayer, config: HardwareConfig):
         super().__init__()
         self.L, self.lanes = L, config.block_out
-        self.windows = PingPong(L.h)
-        self.regions = PingPong(L.h + _SCRATCH)
+        self.windows = PingPong(L.h * L.operands)
+        self.regions = PingPong(L.region_rows)
         self.const_base = config.acc_depth - L.const_rows
         self.table = [self._kernels_of(k) for k in range(L.blocks)]
 
@@ -225,6 +237,11 @@ class SoftmaxUops(KernelTable):
         if L.causal:
             masks = {"mask_max": self.kernel([Uop(o + first, before)]),
                      "mask_exp": self.kernel([Uop(o + first, after)])}
+        if L.masked:   # the mask's rows after the scratch rows
+            mo = o + h + _SCRATCH
+            masks |= {"widen_mask": self.kernel([Uop(mo, win + h, 0)]),
+                      "by_mask": self.kernel([Uop(o, mo)]), "mask": self.kernel([Uop(mo, 0)]),
+                      "sum_floor": self.kernel([Uop(s, 0)])}
         return masks | {
                 "reset": self.kernel([Uop(o, 0, 0)]), "widen": self.kernel([Uop(o, win, 0)]),
                 "first": self.kernel([Uop(m, o)]), "max": self.kernel([Uop(m, o + 1)]),
@@ -239,11 +256,15 @@ class LoweredSoftmax(LoweredElementwise):
     """A lowered softmax: an elementwise-family op of one operand (``input0``) and an
     output, whose static data also holds the exponentials' table."""
 
-    def input_data(self, x, *unused) -> dict:
-        """{"input0": the (T, S) scores packed as the image of their rows}."""
+    def input_data(self, x, mask=None) -> dict:
+        """{"input0": the (T, S) scores, "input1": the int8 mask (masked only), each
+        packed as the image of its rows}."""
         L, c = self.layer, self.config
-        x = check_array(x, (L.h, L.c), np.int8, "input", self.node)
-        return {"input0": pack_activation(x.T[None, :, :, None], c, c.block_in)}
+        data = {}
+        for i, (what, a) in zip(L.inputs, (("input", x), ("mask", mask))):
+            a = check_array(a, (L.h, L.c), np.int8, what, self.node)
+            data[f"input{i}"] = pack_activation(a.T[None, :, :, None], c, c.block_in)
+        return data
 
 
 def lower_softmax(node: Node | str, graph: Graph, config: HardwareConfig,
@@ -257,7 +278,7 @@ def lower_softmax(node: Node | str, graph: Graph, config: HardwareConfig,
         "table": TABLE_ENTRIES * TAB_ENTRY_BYTES,
         "const": layer.const_rows * c.acc_elem_bytes,
         "weights": c.wgt_elem_bytes,
-        "input0": layer.blocks * layer.h * c.inp_elem_bytes,
+        **{f"input{i}": layer.blocks * layer.h * c.inp_elem_bytes for i in layer.inputs},
         "output": layer.blocks * layer.h * c.out_elem_bytes,
     }, config)
     program = _emit(layer, c, u, regions)
@@ -266,7 +287,7 @@ def lower_softmax(node: Node | str, graph: Graph, config: HardwareConfig,
 
 
 def _emit(L: SoftmaxLayer, c: HardwareConfig, u: SoftmaxUops, regions: dict) -> Program:
-    in0 = regions["input0"].offset // c.inp_elem_bytes
+    ins = [regions[f"input{i}"].offset // c.inp_elem_bytes for i in L.inputs]
     out0 = regions["output"].offset // c.out_elem_bytes
     p = ProgramBuilder(c)
     tokens = RegionTokens(p)
@@ -277,7 +298,8 @@ def _emit(L: SoftmaxLayer, c: HardwareConfig, u: SoftmaxUops, regions: dict) -> 
         n, ker = L.kept_rows(k), u.table[k]
         o, win = u.regions.base(k), u.windows.base(k)
         tokens.load_into(("window", win))
-        dense_dma(p, False, win, in0 + k * L.h, 1, n, n, 1)
+        for q, base in enumerate(ins):   # the scores' rows, the mask's after them
+            dense_dma(p, False, win + q * L.h, base + k * L.h, 1, n, n, 1)
         tokens.loaded()
 
         def rows(name, count, op=None, dst=1, src=0, **fields):
@@ -290,10 +312,17 @@ def _emit(L: SoftmaxLayer, c: HardwareConfig, u: SoftmaxUops, regions: dict) -> 
                 p.alu(op, **loop)
 
         tokens.compute_into(("out", o))
-        rows("reset", L.h + _SCRATCH, reset_reg=True)
+        rows("reset", L.region_rows, reset_reg=True)
         tokens.wait_loaded()
         rows("widen", n, src=1)
+        if L.masked:
+            rows("widen_mask", n, src=1)
         tokens.read(("window", win))
+        if L.masked:   # an excluded score (mask -128) cannot raise the maximum; then the
+            # mask becomes what keeps an exponential: (mask + 128) << 12, 0 or 1,044,480
+            rows("by_mask", n, AluOp.MIN, src=1)
+            rows("mask", n, AluOp.ADD, use_imm=True, imm=128)
+            rows("mask", n, AluOp.SHR, use_imm=True, imm=-12)
         _, partial = u.diagonal(k)
         if partial:   # the diagonal's excluded scores cannot raise the maximum
             rows("mask_max", partial, AluOp.MIN, src=1)
@@ -303,7 +332,11 @@ def _emit(L: SoftmaxLayer, c: HardwareConfig, u: SoftmaxUops, regions: dict) -> 
         rows("rows_by_max", n, AluOp.TAB)
         if partial:   # ... and add nothing to the sum
             rows("mask_exp", partial, AluOp.MIN, src=1)
+        if L.masked:
+            rows("by_mask", n, AluOp.MIN, src=1)
         rows("sum", n, AluOp.ADD, dst=0, src=1)
+        if L.masked:   # a query that sees no key: its probabilities are 0 // 1
+            rows("sum_floor", 1, AluOp.MAX, use_imm=True, imm=1)
         rows("half", 1, AluOp.ADD)
         rows("half_shift", 1, AluOp.SHR, use_imm=True, imm=1)
         rows("shift", n, AluOp.SHR, use_imm=True, imm=-L.prob_bits)
@@ -320,7 +353,7 @@ def _tile_compute(L: SoftmaxLayer, c: HardwareConfig, n: int, partial: int) -> f
     """Compute-module cycles of one query block of `n` rows, `partial` of them masked."""
     held = functools.partial(vector_pass_cycles, outer=1, config=c, held=True)
     moving = functools.partial(vector_pass_cycles, outer=1, config=c, held=False)
-    passes = [(L.h + _SCRATCH), n,                          # reset, widen (GEMM)
+    passes = [L.region_rows, n,                             # reset, widen (GEMM)
               moving(1), moving(max(n - 1, 0)),             # the maximum
               held(n), moving(n),                           # TAB by m, the sum
               moving(1), 1, n, held(n),                     # half, SHR 1, SHR -k, ADD h
@@ -329,6 +362,9 @@ def _tile_compute(L: SoftmaxLayer, c: HardwareConfig, n: int, partial: int) -> f
     if partial:
         passes += [moving(partial), moving(partial)]
         insns += 2
+    if L.masked:   # widen, MIN, ADD 128, SHR -12, MIN; the sum's floor of 1
+        passes += [n, moving(n), n, n, moving(n), 1]
+        insns += 6
     return sum(passes) + insns * INSN_CYCLES
 
 
@@ -345,7 +381,7 @@ def estimate_softmax(layer: SoftmaxLayer, schedule: SoftmaxSchedule, config: Har
     cycles = first = last = 0.0
     for k in range(layer.blocks):
         n, (_, partial) = layer.kept_rows(k), u.diagonal(k)
-        load = n * c.inp_elem_bytes / bw + dma_cycles(bw, read_latency)
+        load = layer.operands * (n * c.inp_elem_bytes / bw + dma_cycles(bw, read_latency))
         store = store_cycles(layer.h, 1, c, bw)
         cycles += max(load, _tile_compute(layer, c, n, partial), store)
         if k == 0:   # behind the compute module's loads: the mask rows, the table
@@ -364,7 +400,9 @@ def choose_softmax(layer: SoftmaxLayer, config: HardwareConfig) -> SoftmaxSchedu
     return s
 
 
-def run_softmax(dev, lowered: LoweredSoftmax, x, return_stats: bool = False):
-    """Run `lowered` on `dev` for int8 scores `x` (T, S): the (T, S) probabilities (and
-    the run's statistics with `return_stats`)."""
-    return run_elementwise(dev, lowered, x, return_stats=return_stats)
+def run_softmax(dev, lowered: LoweredSoftmax, x, mask=None, return_stats: bool = False):
+    """Run `lowered` on `dev` for int8 scores `x` (T, S) and, where it has one, its int8
+    mask (T, S): the (T, S) probabilities (and the run's statistics with
+    `return_stats`)."""
+    args = (x,) if mask is None else (x, mask)
+    return run_elementwise(dev, lowered, *args, return_stats=return_stats)

@@ -31,37 +31,47 @@ def _run(graph, config, masked):
     return run_bit_exact(graph, VdlaTarget(config, backend="functional"), inputs)
 
 
-def softmax_graph(t: int, s: int, causal: bool, axis: int = -2, mask: bool = False) -> Graph:
+def softmax_graph(t: int, s: int, causal: bool, axis: int = -2, mask: str = "") -> Graph:
+    """A qsoftmax of (t, s) scores; `mask`: "" (none), "bool" (t, 1) or "int8" (t, s)."""
     g = Graph("softmax")
     g.add_input("x", (t, s), "int8")
     inputs = ["x"]
     if mask:
-        inputs.append(g.add_input("m", (t, 1), "bool"))
+        inputs.append(g.add_input("m", (t, 1) if mask == "bool" else (t, s), mask))
     g.set_outputs([g.add_node("qsoftmax", inputs, name="op", axis=axis, causal=causal,
                               params=softmax_params(0.08, 0.3))])
     return g.validate()
 
 
 def check(g, config=SOFTMAX, backend="functional", seed=0):
+    """Lower node "op", run it on `backend` against the reference: an int8 mask keeps
+    70% of the keys and, for its first five queries, none."""
     rng = np.random.default_rng(seed)
-    x = rng.integers(-128, 128, g.tensors["x"].shape).astype(np.int8)
-    want = run_reference(g, {"x": x})[g.outputs[0]]
+    t, s = g.tensors["x"].shape
+    x = rng.integers(-128, 128, (t, s)).astype(np.int8)
+    feed_ = {"x": x}
+    if "m" in g.inputs:
+        m = np.where(np.broadcast_to(rng.random((t, 1)) < 0.7, (t, s)), 127, -128)
+        m[:, :5] = -128
+        feed_["m"] = m.astype(np.int8)
+    want = run_reference(g, feed_)[g.outputs[0]]
     lowered = lower_softmax("op", g, config)
     dev = vdla.runtime.open(config, backend=backend, **(
         {"log": lambda message: None} if backend == "verilator" else {}))
-    got, stats = run_softmax(dev, lowered, x, return_stats=True)
+    got, stats = run_softmax(dev, lowered, x, feed_.get("m"), return_stats=True)
     np.testing.assert_array_equal(got, want)
     return lowered, stats
 
 
-@pytest.mark.parametrize("t, s, causal", [(32, 32, False), (32, 32, True), (48, 32, True),
-                                          (128, 64, False), (16, 16, True)])
-def test_softmax_down_the_rows_is_the_reference(t, s, causal):
-    lowered, _ = check(softmax_graph(t, s, causal), seed=t + s)
+@pytest.mark.parametrize("t, s, causal, mask", [
+    (32, 32, False, ""), (32, 32, True, ""), (48, 32, True, ""), (128, 64, False, ""),
+    (16, 16, True, ""), (32, 32, False, "int8"), (64, 32, True, "int8")])
+def test_softmax_down_the_rows_is_the_reference(t, s, causal, mask):
+    lowered, _ = check(softmax_graph(t, s, causal, mask=mask), seed=t + s)
     program = list(lowered.program)
     ops = {i.alu_opcode for i in program if isinstance(i, Alu)}
     assert {AluOp.MAX, AluOp.TAB, AluOp.ADD, AluOp.DIV} <= ops
-    assert (AluOp.MIN in ops) == causal          # the diagonal's masks
+    assert (AluOp.MIN in ops) == (causal or bool(mask))   # the masks
     tables = [i for i in program if isinstance(i, Load) and i.memory_type == MemoryType.TAB]
     assert len(tables) == 1
     np.testing.assert_array_equal(lowered.table_entries, softmax_entries(
@@ -88,7 +98,7 @@ def test_the_estimate_counts_the_divider():
     (vdla.HardwareConfig(alu_ops={"MIN", "MAX", "ADD", "SHR", "TAB"}),
      softmax_graph(32, 32, False), "lacks DIV"),
     (SOFTMAX, softmax_graph(32, 32, False, axis=-1), "axis -1"),
-    (SOFTMAX, softmax_graph(32, 32, False, mask=True), "mask input"),
+    (SOFTMAX, softmax_graph(32, 32, False, mask="bool"), "reads an int8 one"),
     (SOFTMAX, softmax_graph(32, 24, False), "24 queries must be whole blocks of 16"),
     (SOFTMAX, softmax_graph(16, 32, True), "causal needs keys >= queries"),
 ], ids=["no-div", "last-axis", "mask", "partial-block", "causal-short"])
@@ -110,18 +120,23 @@ def test_a_causal_attention_runs_its_softmax_on_the_accelerator():
     assert result.host_time()["between_transfers"] == 0
 
 
-def test_a_masked_attention_keeps_its_softmax_on_the_host():
+def test_a_masked_attention_reads_an_int8_mask_the_host_makes_once():
+    """BERT's padding mask: the host turns it into the int8 (T, S) the ALU reads, one
+    tensor for every head; the softmax runs on the accelerator, bit for bit."""
     split = split_attention(quantized_block(True), SOFTMAX)
     softmaxes = [n for n in split.nodes() if n.op == "qsoftmax"]
-    assert softmaxes and all(n.attrs.get("axis", -1) == -1 for n in softmaxes)
+    assert softmaxes and {n.inputs[1] for n in softmaxes} == {
+        next(n.outputs[0] for n in split.nodes() if n.op == "where")}
     _, result = _run(quantized_block(True), SOFTMAX, masked=True)
-    assert {s.target for s in result.ops if s.op == "qsoftmax"} == {"host"}
+    assert {s.target for s in result.ops if s.op == "qsoftmax"} == {"vdla"}
 
 
-@pytest.mark.parametrize("t, s, causal", [(32, 32, True), (128, 64, False)])
-def test_verilator_runs_it_and_the_model_tracks_its_cycles(t, s, causal):
+@pytest.mark.parametrize("t, s, causal, mask", [(32, 32, True, ""), (128, 64, False, ""),
+                                                (64, 32, True, "int8")])
+def test_verilator_runs_it_and_the_model_tracks_its_cycles(t, s, causal, mask):
     """Bit-exact on the cycle-accurate backend, and the timing model within 3% (measured:
-    -2.6% and +0.3%)."""
-    lowered, stats = check(softmax_graph(t, s, causal), backend="verilator", seed=5)
+    -2.6%, +0.3% and +0.9%)."""
+    lowered, stats = check(softmax_graph(t, s, causal, mask=mask), backend="verilator",
+                           seed=5)
     estimate = estimate_softmax(lowered.layer, lowered.schedule, SOFTMAX)
     assert abs(estimate / stats["cycles"] - 1) < 0.03, (estimate, stats["cycles"])
