@@ -111,6 +111,10 @@ class Figure:
 RESNET18_SWEEP = ("vdla sweep --board pynq-z1 --model resnet18 --param block_in=8,16,32 "
                   "--param block_out=8,16,32 --param wgt_buff_size=64K,256K "
                   "--param acc_buff_size=32K,64K,128K --out {tmp}/sweep")
+#: BERT-base on the pynq-z1 with and without the ALU's extensions for transformers.
+TRANSFORMER_SWEEP = ("vdla sweep --board pynq-z1 --model bert_base --param alu_hold=false,true "
+                     "--param alu_ops=MIN+MAX+ADD+SHR+REQ,MIN+MAX+ADD+SHR+REQ+TAB,"
+                     "MIN+MAX+ADD+SHR+REQ+DIV,MIN+MAX+ADD+SHR+REQ+TAB+DIV --out {tmp}/sweep")
 
 FIGURES = [
     Figure("targets", "vdla targets",
@@ -145,6 +149,9 @@ FIGURES = [
     Figure("sweep_resnet18", RESNET18_SWEEP,
            "a 54-point sweep of ResNet-18 on pynq-z1's xc7z020: front, invalid reasons, plot",
            plots={"sweep/sweep.png": "sweep_resnet18_xc7z020.png"}),
+    Figure("sweep_bert_base", TRANSFORMER_SWEEP,
+           "BERT-base (128 tokens) on pynq-z1 with and without TAB, DIV and alu_hold: front "
+           "and plot", plots={"sweep/sweep.png": "sweep_bert_base_xc7z020.png"}),
     Figure("frontend", "python3 bench/frontend.py --models resnet18 resnet50",
            "time of the compiler's front half on ResNet-18 and ResNet-50"),
     Figure("coverage", "python3 bench/coverage.py --backend functional --verilator-models none",
