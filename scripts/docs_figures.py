@@ -169,6 +169,11 @@ FIGURES = [
            "resnet50",
            "the three models layer by layer on pynq-z1-plus (1x16x32, REQ, hold, the "
            "window, 220 DSPs, a 128-bit bus)"),
+    Figure("model_layers_pynq_z1_transformers",
+           "python3 bench/model_layers.py --config pynq-z1-transformers --models bert_tiny "
+           "gpt_mini",
+           "BERT-tiny and GPT-mini layer by layer on pynq-z1-transformers (TAB and DIV): "
+           "Verilator against the timing model"),
     Figure("model_layers_zcu104_plus",
            "python3 bench/model_layers.py --config zcu104-plus --board zcu104 --models resnet50 "
            "resnet18 mobilenet_v1 mobilenet_v2",
