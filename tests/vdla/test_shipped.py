@@ -63,6 +63,20 @@ def test_vta_plus_is_the_default_sizes_with_req_and_hold():
     assert all(run["backend"] == "verilator" and run["bit_exact"] for run in runs.values())
 
 
+def test_pynq_z1_transformers_is_vta_plus_with_the_table_and_the_divider():
+    entry = shipped("pynq-z1-transformers")
+    assert entry.config == shipped("vta-plus").config.replace(
+        alu_ops=EXTENSION_OPS | {AluOp.TAB, AluOp.DIV})
+    assert entry.config.extensions == ("req", "tab", "div", "hold")
+    assert entry.board == "pynq-z1" and entry.fits is True
+    # vdla estimate of this config: vta-plus's DSP and block RAM, 4,536 LUTs more.
+    assert entry.figures["resources"]["lut"] == {"used": 27038, "of": 53200}
+    assert entry.figures["resources"]["bram"] == {"used": 126.5, "of": 140}
+    runs = {run["model"]: run for run in entry.figures["runs"]}
+    assert set(runs) == {"bert_tiny", "gpt_mini"}
+    assert all(run["backend"] == "verilator" and run["bit_exact"] for run in runs.values())
+
+
 @pytest.mark.parametrize("name", shipped_names())
 def test_every_shipped_config_fits_its_board_as_recorded(name):
     """Each file's board exists, takes the config (its DRAM bus), and the recorded
@@ -248,6 +262,7 @@ def test_config_list_fits_an_80_column_terminal(capsys):
 #: documentation describes): the default config's, and each shipped config's.
 MODEL_LAYERS = {None: "model_layers.txt", "vta-plus": "model_layers_vta_plus.txt",
                 "pynq-z1-plus": "model_layers_pynq_z1_plus.txt",
+                "pynq-z1-transformers": "model_layers_pynq_z1_transformers.txt",
                 "zcu104-plus": "model_layers_zcu104_plus.txt"}
 
 
