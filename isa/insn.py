@@ -36,14 +36,15 @@ class MemoryType(enum.IntEnum):
 def memory_geometry(config: HardwareConfig) -> dict[MemoryType, tuple[int, int]]:
     """(element bytes, depth in elements) of every memory type on `config`: the one
     place that says how big a LOAD's or STORE's element is and how many an SRAM holds
-    (TAB's entries are 32-bit in DRAM; the table keeps their low `TABLE_BITS`)."""
+    (TAB's entries are 32-bit in DRAM; the table keeps their low `TABLE_BITS`; a config
+    without TAB has none, depth 0)."""
     c = config
     return {MemoryType.UOP: (c.uop_bytes, c.uop_depth),
             MemoryType.WGT: (c.wgt_elem_bytes, c.wgt_depth),
             MemoryType.INP: (c.inp_elem_bytes, c.inp_depth),
             MemoryType.ACC: (c.acc_elem_bytes, c.acc_depth),
             MemoryType.OUT: (c.out_elem_bytes, c.out_depth),
-            MemoryType.TAB: (4, TABLE_ENTRIES)}
+            MemoryType.TAB: (4, TABLE_ENTRIES if AluOp.TAB in c.alu_ops else 0)}
 
 
 def lacked_op(insn: "Insn", config: HardwareConfig) -> AluOp | None:

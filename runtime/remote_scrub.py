@@ -14,12 +14,15 @@ itself, so the same mechanism serves the functional simulator, Verilator and a b
   loaded, dst 0, stepped by the loop factors), which writes zero to the accumulator
   and to the out buffer's narrowed copy of it. (A LOAD cannot write the out buffer;
   the reset GEMM is the ISA's way to.)
+- the ALU's lookup table, on a config with TAB: one LOAD of TAB of zeros (a session's
+  table holds what its model's GELU or softmax is).
 
-Those are every SRAM the hardware has (`vdla.hw.top`: uop, inp, wgt, acc, out; the
-extensions add none). What else holds data between instructions is registers the ISA
+Those are every SRAM the hardware has (`vdla.hw.top`: uop, inp, wgt, acc, out; TAB's
+table). What else holds data between instructions is registers the ISA
 overwrites before it reads them: the depthwise convolution's window of input columns,
 which the first micro-op of every pass reloads; the ALU's held operand, read again each
-outer iteration (both extensions, `vdla.extensions`); the GEMM pipeline's operand and
+outer iteration; DIV's dividers, loaded by every DIV micro-op before they step
+(extensions, `vdla.extensions`); the GEMM pipeline's operand and
 product registers, valid only for the micro-op in flight; and the command and token
 queues, which a program must leave empty (`vdla.sim.validate`). None of them is
 readable by a later program.
@@ -35,7 +38,7 @@ import time
 
 import numpy as np
 
-from vdla.config import ISA_FIXED_WIDTHS, HardwareConfig
+from vdla.config import ISA_FIXED_WIDTHS, TABLE_ENTRIES, AluOp, HardwareConfig
 from vdla.isa import INSN_BYTES, MemoryType, Program
 from vdla.runtime.builder import COMPUTE, LOAD, ProgramBuilder
 from vdla.runtime.device import Device, dram_alignment
@@ -87,7 +90,7 @@ def zero_block_bytes(config: HardwareConfig) -> int:
     """Bytes of zeros the scrub program reads from DRAM, whole DRAM alignments: the most
     any one of its LOADs reads (the uop buffer, whole, on the default config)."""
     c = config
-    need = max(c.uop_depth * c.uop_bytes,
+    need = max(c.uop_depth * c.uop_bytes, TABLE_ENTRIES * 4 * (AluOp.TAB in c.alu_ops),
                _padded(c.inp_depth)[0] * c.inp_elem_bytes,
                _padded(c.wgt_depth)[0] * c.wgt_elem_bytes)
     align = dram_alignment(c)
@@ -113,6 +116,9 @@ def scrub_program(config: HardwareConfig, zeros_addr: int) -> Program:
     rows, width = _unpadded(c.uop_depth)
     b.load(MemoryType.UOP, sram_base=0, dram_base=zeros_addr // c.uop_bytes, y_size=rows,
            x_size=width, x_stride=width)
+    if AluOp.TAB in c.alu_ops:
+        b.load(MemoryType.TAB, sram_base=0, dram_base=zeros_addr // 4, y_size=1,
+               x_size=TABLE_ENTRIES, x_stride=TABLE_ENTRIES)
     # Every acc row once: dst = o * inner + i, over the zero micro-op 0.
     inner = min(c.acc_depth, _MAX_ITER)
     outer = c.acc_depth // inner

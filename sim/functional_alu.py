@@ -99,8 +99,15 @@ def alu_apply(op: AluOp, a: np.ndarray, b, use_imm: bool = True,
     return np.minimum(np.maximum(shifted, lo), hi)
 
 
-def alu_apply_wide(op: AluOp, a: np.ndarray, b, use_imm: bool = True) -> np.ndarray:
-    """One ALU operation on int32 lanes with the hardware's wrap-around, in int64."""
+def alu_apply_wide(op: AluOp, a: np.ndarray, b, use_imm: bool = True,
+                   table: np.ndarray | None = None) -> np.ndarray:
+    """One ALU operation on int32 lanes with the hardware's wrap-around, in int64 (TAB
+    and DIV, which `table_lookup` and `divide` compute in int64 already, as in
+    `alu_apply`)."""
+    if op == AluOp.TAB:
+        return table_lookup(a, b, table)
+    if op == AluOp.DIV:
+        return divide(a, b)
     if op == AluOp.MIN:
         return np.minimum(a, b).astype(np.int32)
     if op == AluOp.MAX:

@@ -142,9 +142,15 @@ def _int8(value: int) -> int:
     return value - 256 if value >= 128 else value
 
 
-def reference_alu_op(op: AluOp, a: int, b: int, use_imm: bool = True) -> int:
+def reference_alu_op(op: AluOp, a: int, b: int, use_imm: bool = True,
+                     table=None) -> int:
     """One ALU lane, written from the ISA description with Python integers (REQ: the
-    value it narrows into the out buffer; it clears the accumulator)."""
+    value it narrows into the out buffer; it clears the accumulator; TAB reads `table`,
+    its 256 entries as the hardware holds them)."""
+    if op == AluOp.TAB:
+        return int(table[(b - a) % 256])
+    if op == AluOp.DIV:
+        return min(max(a, 0) // b, 127) if b > 0 else 127
     if op == AluOp.MIN:
         return min(a, b)
     if op == AluOp.MAX:
@@ -164,10 +170,11 @@ def reference_alu_op(op: AluOp, a: int, b: int, use_imm: bool = True) -> int:
     return min(max(shifted, lo), hi)
 
 
-def reference_alu(insn: Alu, uops: list[Uop], acc, out):
-    """Apply one ALU instruction to numpy SRAM arrays in place, one micro-op at a time."""
+def reference_alu(insn: Alu, uops: list[Uop], acc, out, table=None):
+    """Apply one ALU instruction to numpy SRAM arrays in place, one micro-op at a time
+    (`table`: the lookup table TAB reads)."""
     op = np.vectorize(lambda a, b: reference_alu_op(insn.alu_opcode, int(a), int(b),
-                                                    insn.use_imm), otypes=[np.int64])
+                                                    insn.use_imm, table), otypes=[np.int64])
     for d, s, _ in _loop_nest(insn, uops):
         if insn.reset_reg:
             acc[d] = 0

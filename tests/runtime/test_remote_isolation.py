@@ -18,6 +18,7 @@ import pytest
 from remote_testing import (CFG, LiveServer, bit_exact_run, call, heavy_gemm, leftover_sram,
                             make_keys, session, store_at, uop_block, write_program)
 import vdla
+from vdla.config import AluOp
 from vdla.isa import MemoryType, Uop, encode_uops
 from vdla.runtime.builder import COMPUTE, LOAD, STORE, ProgramBuilder
 from vdla.cli import build_parser
@@ -138,28 +139,34 @@ def test_a_session_reads_nothing_the_last_one_left_in_the_srams(server, keys):
 
 @pytest.mark.parametrize("config", [
     CFG, vdla.HardwareConfig(dw_taps=3, alu_hold=True),
+    vdla.HardwareConfig(alu_ops={"MIN", "MAX", "ADD", "SHR", "TAB", "DIV"}),
     vdla.HardwareConfig(batch=2, block_in=8, block_out=32),
     vdla.HardwareConfig(block_in=4, block_out=4, uop_buff_size=64, inp_buff_size=32,
                         wgt_buff_size=64, acc_buff_size=64)], ids=lambda c: c.name)
 def test_the_scrub_zeroes_every_row_of_every_sram(config):
-    """Every byte of the uop, inp, wgt, acc and out SRAMs set, then `scrub`: all zero
-    (the decoded micro-ops too), its DRAM block freed and zeroed, on configs with the
-    extensions, other element sizes, and depths under the 16 rows a padded LOAD fills."""
+    """Every byte of the uop, inp, wgt, acc and out SRAMs (and the ALU's table) set, then
+    `scrub`: all zero (the decoded micro-ops and the table as TAB reads it too), its DRAM
+    block freed and zeroed, on configs with the extensions, other element sizes, and
+    depths under the 16 rows a padded LOAD fills."""
     device = vdla.runtime.open(config, "functional", dram_size=1 << 20)
     simulator = device.simulator
     for buffer in simulator.sram.values():
         buffer[...] = 0xA5
     simulator.uop_dst[:] = simulator.uop_src[:] = simulator.uop_wgt[:] = 3
+    simulator.table[:] = 3
     done = scrub(device)
     assert not any(buffer.any() for buffer in simulator.sram.values()), \
         {m.name: int(np.count_nonzero(b)) for m, b in simulator.sram.items()}
     assert not (simulator.uop_dst.any() or simulator.uop_src.any() or simulator.uop_wgt.any())
+    assert not simulator.table.any() or AluOp.TAB not in config.alu_ops
     assert device.allocator.bytes_in_use == 0 and not device.dram.any()
     assert done.stats["gemm_uops"] == config.acc_depth and done.cycles is None
     loads = {insn.memory_type for insn in scrub_program(config, 0).insns
              if insn.opcode == 0}
-    assert loads == {MemoryType.UOP, MemoryType.INP, MemoryType.WGT}
-    assert zero_block_bytes(config) <= max(config.uop_buff_size, config.wgt_buff_size)
+    assert loads == {MemoryType.UOP, MemoryType.INP, MemoryType.WGT} | (
+        {MemoryType.TAB} if AluOp.TAB in config.alu_ops else set())
+    assert zero_block_bytes(config) <= max(config.uop_buff_size, config.wgt_buff_size,
+                                           1024 * (AluOp.TAB in config.alu_ops))
 
 
 def test_a_server_whose_scrub_fails_opens_no_more_sessions(keys):

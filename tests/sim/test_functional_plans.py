@@ -226,8 +226,9 @@ def test_alu_32_bit_arithmetic_equals_the_64_bit_one(op, lanes, operand):
         use_imm = False
     else:
         b, use_imm = operand, True
-    got = alu_apply(op, a.copy(), b, use_imm)
-    want = alu_apply_wide(op, a.copy(), b if use_imm else b.copy(), use_imm)
+    table = np.random.default_rng(len(lanes)).integers(-2**17, 2**17, 256).astype(np.int32)
+    got = alu_apply(op, a.copy(), b, use_imm, table)
+    want = alu_apply_wide(op, a.copy(), b if use_imm else b.copy(), use_imm, table)
     assert got.dtype == np.int32
     np.testing.assert_array_equal(got, want)
 

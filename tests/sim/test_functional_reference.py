@@ -42,7 +42,8 @@ def _simulate(insn, uops, seed):
     sim.wgt[...] = rng.integers(-128, 128, sim.wgt.shape)
     sim.acc[...] = rng.integers(-2**31, 2**31, sim.acc.shape, dtype=np.int64)
     sim.out[...] = rng.integers(-128, 128, sim.out.shape)
-    state = {k: getattr(sim, k).copy() for k in ("inp", "wgt", "acc", "out")}
+    sim.table[...] = rng.integers(-2**17, 2**17, sim.table.shape)   # as a LOAD of TAB leaves it
+    state = {k: getattr(sim, k).copy() for k in ("inp", "wgt", "acc", "out", "table")}
     sim.dram[:len(uops) * 4] = np.frombuffer(encode_uops(uops, CFG), np.uint8)
     load = Load(memory_type=MemoryType.UOP, y_size=1, x_size=len(uops), x_stride=len(uops))
     sim.run([load, insn, Finish()])
@@ -68,7 +69,7 @@ def test_alu_matches_sequential_reference(nest, op, use_imm, imm, seed):
     factors = {k: v for k, v in factors.items() if not k.startswith("wgt")}
     insn = Alu(alu_opcode=op, use_imm=use_imm, imm=imm, **loop, **factors)
     sim, state = _simulate(insn, uops, seed)
-    reference_alu(insn, uops, state["acc"], state["out"])
+    reference_alu(insn, uops, state["acc"], state["out"], state["table"])
     np.testing.assert_array_equal(sim.acc, state["acc"])
     np.testing.assert_array_equal(sim.out, state["out"])
 

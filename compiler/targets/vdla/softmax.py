@@ -75,7 +75,7 @@ _KEEP = 1 << 20
 
 def div_cycles(config: HardwareConfig, held: bool = True) -> int:
     """Issue cycles of one DIV micro-op: its divider finds the saturation test and 7
-    quotient bits a cycle each, and the next DIV issues 10 cycles after it, 11 when it
+    quotient bits a cycle each, and the next DIV starts 10 cycles after it, 11 when it
     reads a moving operand row (measured by the compute module's cocotb test: 10 N + 8
     by an immediate, 11 N + 7 by rows, 10 N + 7 plus a read of a held row)."""
     return DIV_MAX.bit_length() + 3 + (0 if held and config.alu_hold else 1)
