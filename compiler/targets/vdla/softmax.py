@@ -50,7 +50,7 @@ from vdla.compiler.ir.tensor import Node
 from vdla.compiler.reference.integer_transformer import exp_table
 from vdla.compiler.targets.vdla.common import (INSN_CYCLES, KernelTable, check_array,
                                                dense_dma, dma_cycles, layout_arena,
-                                               load_tables, pack_activation,
+                                               load_tables, overflow_detail, pack_activation,
                                                start_lowering, store_cycles,
                                                vector_pass_cycles)
 from vdla.compiler.targets.vdla.elementwise import (ElementwiseLayer, LoweredElementwise,
@@ -108,6 +108,15 @@ class SoftmaxLayer(ElementwiseLayer):
         """Queries per block (lanes), as the layer was built."""
         return self.c // self.blocks
 
+    def diagonal(self, block: int) -> tuple[int, int]:
+        """(first masked row, masked rows) of query block `block`: the rows its
+        diagonal crosses after its first query's own (none without causal)."""
+        n = self.kept_rows(block)
+        if not self.causal:
+            return n, 0
+        first = block * self.c_block + (self.h - self.c) + 1
+        return first, max(0, n - first)
+
 
 @dataclasses.dataclass(frozen=True)
 class SoftmaxSchedule:
@@ -118,7 +127,6 @@ class SoftmaxSchedule:
         return self
 
     def needs(self, layer: SoftmaxLayer, config: HardwareConfig, uops: bool = True) -> dict:
-        L = config.block_out
         need = {"inp": (2 * layer.h * layer.operands, config.inp_depth),
                 "acc": (2 * layer.region_rows + layer.const_rows, config.acc_depth),
                 "out": (2 * layer.region_rows, config.out_depth),
@@ -130,9 +138,8 @@ class SoftmaxSchedule:
     def check(self, layer: SoftmaxLayer, config: HardwareConfig):
         over = {k: v for k, v in self.needs(layer, config).items() if v[0] > v[1]}
         if over:
-            detail = ", ".join(f"{k} needs {n} of {d}" for k, (n, d) in over.items())
             raise ValueError(f"qsoftmax of {layer.h} keys does not fit config "
-                             f"{config.name}: {detail}")
+                             f"{config.name}: {overflow_detail(over)}")
 
     def fits(self, layer, config) -> bool:
         try:
@@ -217,20 +224,11 @@ class SoftmaxUops(KernelTable):
         self.const_base = config.acc_depth - L.const_rows
         self.table = [self._kernels_of(k) for k in range(L.blocks)]
 
-    def diagonal(self, k: int) -> tuple[int, int]:
-        """(first masked row, masked rows) of query block `k`: the rows its diagonal
-        crosses after its first query's own (none without causal)."""
-        L, n = self.L, self.L.kept_rows(k)
-        if not L.causal:
-            return n, 0
-        first = k * self.lanes + (L.h - L.c) + 1
-        return first, max(0, n - first)
-
     def _kernels_of(self, k: int) -> dict:
         L = self.L
         o, win, h = self.regions.base(k), self.windows.base(k), L.h
         m, s, half = o + h, o + h + 1, o + h + 2
-        first, _ = self.diagonal(k)
+        first, _ = L.diagonal(k)
         before = self.const_base + 1                           # mask row j = 1
         after = self.const_base + self.lanes + 1
         masks = {}
@@ -293,7 +291,6 @@ def _emit(L: SoftmaxLayer, c: HardwareConfig, u: SoftmaxUops, regions: dict) -> 
     tokens = RegionTokens(p)
     load_tables(p, regions, c, len(u.uops), u.const_base, L.const_rows, 1)
     load_table(p, regions, c)
-    lanes = c.block_out
     for k in range(L.blocks):
         n, ker = L.kept_rows(k), u.table[k]
         o, win = u.regions.base(k), u.windows.base(k)
@@ -323,7 +320,7 @@ def _emit(L: SoftmaxLayer, c: HardwareConfig, u: SoftmaxUops, regions: dict) -> 
             rows("by_mask", n, AluOp.MIN, src=1)
             rows("mask", n, AluOp.ADD, use_imm=True, imm=128)
             rows("mask", n, AluOp.SHR, use_imm=True, imm=-12)
-        _, partial = u.diagonal(k)
+        _, partial = L.diagonal(k)
         if partial:   # the diagonal's excluded scores cannot raise the maximum
             rows("mask_max", partial, AluOp.MIN, src=1)
         rows("first", 1, AluOp.ADD)
@@ -377,10 +374,9 @@ def estimate_softmax(layer: SoftmaxLayer, schedule: SoftmaxSchedule, config: Har
     and the exponentials' table (`table_load_cycles`), and the last block's store runs
     alone."""
     c, bw = config, float(bytes_per_cycle or config.dram_bytes_per_cycle)
-    u = SoftmaxUops(layer, config)
     cycles = first = last = 0.0
     for k in range(layer.blocks):
-        n, (_, partial) = layer.kept_rows(k), u.diagonal(k)
+        n, (_, partial) = layer.kept_rows(k), layer.diagonal(k)
         load = layer.operands * (n * c.inp_elem_bytes / bw + dma_cycles(bw, read_latency))
         store = store_cycles(layer.h, 1, c, bw)
         cycles += max(load, _tile_compute(layer, c, n, partial), store)

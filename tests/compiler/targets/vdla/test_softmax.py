@@ -140,3 +140,11 @@ def test_verilator_runs_it_and_the_model_tracks_its_cycles(t, s, causal, mask):
                            seed=5)
     estimate = estimate_softmax(lowered.layer, lowered.schedule, SOFTMAX)
     assert abs(estimate / stats["cycles"] - 1) < 0.03, (estimate, stats["cycles"])
+
+
+def test_keys_past_the_buffers_are_refused_naming_them():
+    """Two query blocks' rows must fit the acc buffer (and their windows the inp buffer)."""
+    small = SOFTMAX.replace(acc_buff_size=16 * 1024, inp_buff_size=8 * 1024)
+    with pytest.raises(ValueError, match=r"qsoftmax of 512 keys does not fit config "
+                                         r".*acc needs 1030 elements, has 256"):
+        lower_softmax("op", softmax_graph(512, 32, False), small)
