@@ -10,8 +10,8 @@ The integer attention is two products around a softmax (its definition,
     o_h  = qmatmul(p_h, vt_h, transpose_b)      # p_h @ v_h, (S, dh)
 
 and the heads' outputs concatenated along their features are the (S, D) the output
-projection reads. On a config with the ALU's lookup table and divide (TAB and DIV) the softmax runs on
-the accelerator too, down the rows of the scores' transpose
+projection reads. On a config with the ALU's lookup table and divide (TAB and DIV)
+the softmax runs on the accelerator too, down the rows of the scores' transpose
 (`vdla.compiler.targets.vdla.softmax`)::
 
     st_h = qmatmul(k_h, q_h, transpose_b)       # the scores' transpose, (T, S)
@@ -19,9 +19,11 @@ the accelerator too, down the rows of the scores' transpose
     p_h  = qmatmul(I, pt_h, transpose_b)        # p_h, (S, T): an identity a
 
 and the rest as above. A mask becomes, on the host, the int8 (T, S) the ALU reads
-(``where(mask^T, -128, 127)``: one tensor for all heads). q_h, k_h and v_h are slices of whole channel blocks of the sequences
-the importer split into heads with reshape and transpose (the merged Q/K/V projection's
-output), so they are views of its buffer; the concat is a view too; and every product
+(``where(mask^T, -128, 127)``: one tensor for all heads).
+
+q_h, k_h and v_h are slices of whole channel blocks of the sequences the importer split
+into heads with reshape and transpose (the merged Q/K/V projection's output), so they
+are views of its buffer; the concat is a view too; and every product
 reads its b where the op before stored it (`conv_layer.matmul_problem`): nothing moves
 between the projection and the output projection but the softmax's operands. The
 result is bit for bit the fused op's, whose definition this is.

@@ -112,8 +112,8 @@ _ONE_OPERAND = ("relu",) + TABLE_OPS
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ElementwiseLayer(PerChannelBlocks):
-    """A standalone elementwise workload: `op` (``"relu"``, ``"qadd"``, ``"qgelu"``), plain sizes `n`,
-    `c`, `h`, `w` (h = w = 1 for an (N, C) tensor, `rank` 2; a sequence, (S, D) of rank 2
+    """A standalone elementwise workload: `op` (``"relu"``, ``"qadd"``, ``"qgelu"``), plain
+    sizes `n`, `c`, `h`, `w` (h = w = 1 for an (N, C) tensor, `rank` 2; a sequence, (S, D) of rank 2
     or (1, S, D) of rank 3, is the image (1, D, S, 1) of its rows, `sequence`:
     `vdla.compiler.targets.vdla.sequence`), `batch_blocks`, output channel
     `blocks`, `ratio` input blocks per output block; `inputs`: the node inputs read, first
@@ -522,7 +522,8 @@ def _plain(L: ElementwiseLayer) -> tuple[int, ...]:
 
 def lower_elementwise(node: Node | str, graph: Graph, config: HardwareConfig,
                       schedule: ElementwiseSchedule | None = None) -> LoweredElementwise:
-    """Lower ``relu``, ``qadd`` or ``qgelu`` node `node` of `graph` to a program for `config` (see the
+    """Lower ``relu``, ``qadd`` or ``qgelu`` node `node` of `graph` to a program for
+    `config` (see the
     module docstring); the schedule defaults to `choose_elementwise`'s. Raises ValueError
     for what the back half does not support (`elementwise_layer`) and for a schedule that
     does not fit, TypeError for a schedule of another kind."""

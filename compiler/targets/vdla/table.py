@@ -5,8 +5,9 @@ LOAD of TAB and read by the TAB op: ``table[(operand - acc) mod 256]`` (docs: th
 page, TAB). The integer GELU of `vdla.compiler.reference.integer_transformer` is a
 function of the 256 int8 values (``gelu_table``), so on such a config a ``qgelu`` is the
 elementwise family's one-operand plan (`vdla.compiler.targets.vdla.elementwise`) with
-one TAB pass by the immediate 127 (entry 127 - x holds x's result) as its only ALU step: exact, where the definition's 64-bit
-products and division could not run in the 32-bit lanes. The program loads the table
+one TAB pass by the immediate 127 (entry 127 - x holds x's result) as its only ALU
+step: exact, where the definition's 64-bit products and division could not run in the
+32-bit lanes. The program loads the table
 (1 KiB of int32 entries in its arena's ``table`` region) once, at its start, on the
 compute module.
 
@@ -45,8 +46,9 @@ def table_problem(node: Node, config: HardwareConfig) -> str | None:
 
 
 def table_entries(node: Node) -> np.ndarray:
-    """The int32[256] entries of `node`'s table, index ``TABLE_OFFSETS[op] - x``; each
-    fits the table's signed `TABLE_BITS` (checked: AssertionError otherwise)."""
+    """The int32[256] entries of `node`'s table, index ``TABLE_OFFSETS[op] - x``; each fits the
+table's signed `TABLE_BITS` (checked: AssertionError otherwise).
+"""
     if node.op != "qgelu":
         raise ValueError(f"no table for {node.op} node {node.name!r}; tables exist for "
                          f"{', '.join(TABLE_OPS)}")
