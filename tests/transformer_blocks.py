@@ -16,11 +16,12 @@ S, D, HEADS, VOCAB = 8, 16, 2, 40
 
 
 def block_graph(masked: bool, S: int = S, D: int = D, HEADS: int = HEADS,
-                VOCAB: int = VOCAB) -> Graph:
+                VOCAB: int = VOCAB, causal: bool = True) -> Graph:
     """A tiny transformer block as vdla's ONNX importer writes one: an embedding gather,
     LayerNorm and GELU written out, linear layers as reshape -> dense -> reshape + bias,
     heads by reshape/transpose, scores q @ k^T / sqrt(d) with a causal ``where`` or a
-    BERT-style additive mask from an ``attention_mask`` input, softmax, @ v."""
+    BERT-style additive mask from an ``attention_mask`` input (neither where not
+    `masked` nor `causal`: a ViT's), softmax, @ v."""
     rng = np.random.default_rng(5)
     g = Graph("block")
 
@@ -61,7 +62,7 @@ def block_graph(masked: bool, S: int = S, D: int = D, HEADS: int = HEADS,
                         dtype="float32")
         s = g.add_node("add", [s, g.add_node("mul", [g.add_node("sub", [c(1.0), am]),
                                                      c(-10000.0)])])
-    else:
+    elif causal:
         cond = g.add_constant("causal", np.triu(np.ones((1, 1, S, S), bool), 1))
         s = g.add_node("where", [cond, c(-np.inf), s])
     a = g.add_node("matmul", [g.add_node("softmax", [s], axis=-1), v])
@@ -85,11 +86,12 @@ def feed(rng, masked: bool, S: int = S, VOCAB: int = VOCAB) -> dict[str, np.ndar
     return out
 
 
-def quantized_block(masked: bool, S: int = 32, D: int = 32, HEADS: int = 2) -> Graph:
+def quantized_block(masked: bool, S: int = 32, D: int = 32, HEADS: int = 2,
+                    causal: bool = True) -> Graph:
     """`block_graph` prepared and quantized (shift mode) on four random feeds: heads of
     D / HEADS features, whole blocks on the accelerator's 16-wide configs by default."""
     from vdla.compiler.passes import prepare, quantize
     rng = np.random.default_rng(0)
-    prepared = prepare(block_graph(masked, S=S, D=D, HEADS=HEADS))
+    prepared = prepare(block_graph(masked, S=S, D=D, HEADS=HEADS, causal=causal))
     samples = [feed(rng, masked, S=S) for _ in range(4)]
     return quantize(prepared, samples, "shift")

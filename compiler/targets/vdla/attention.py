@@ -193,7 +193,10 @@ def _split(g: Graph, node: Node, p: _Heads, config: HardwareConfig) -> None:
     for removed in p.removed:
         g.remove_node(removed)
     mask = ""
-    if p.mask:          # (1, 1, S or 1, T) -> (S or 1, T): the same for every head
+    fixed = g.constant(p.mask) if p.mask else None
+    if fixed is not None:     # a constant mask (padded keys): its final form, made here
+        mask = g.add_constant(f"{name}.mask", fixed.reshape(fixed.shape[2:]))
+    elif p.mask:        # (1, 1, S or 1, T) -> (S or 1, T): the same for every head
         shape = g.tensors[p.mask].shape
         mask = g.add_node("reshape", [p.mask], name=f"{name}.mask", shape=shape[2:])
     eye = g.add_constant(g.unique_name(f"{name}.identity"), np.eye(dh, dtype=np.int8))
@@ -202,7 +205,11 @@ def _split(g: Graph, node: Node, p: _Heads, config: HardwareConfig) -> None:
         queries = g.tensors[node.inputs[0]].shape[2]
         eye_q = g.add_constant(g.unique_name(f"{name}.query_identity"),
                                np.eye(queries, dtype=np.int8))
-        if mask:   # (S or 1, T) bool -> the int8 (T, S) the ALU reads: -128 excluded
+        if fixed is not None:
+            rows = np.broadcast_to(g.constant(mask), (queries, fixed.shape[3])).T
+            mask = g.add_constant(f"{name}.mask_rows", np.where(rows, -128, 127)
+                                  .astype(np.int8))
+        elif mask:   # (S or 1, T) bool -> the int8 (T, S) the ALU reads: -128 excluded
             fill = [g.add_constant(g.unique_name(f"{name}.mask_{what}"),
                                    np.full((1, queries), value, np.int8))
                     for what, value in (("excluded", -128), ("kept", 127))]

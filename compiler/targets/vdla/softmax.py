@@ -257,12 +257,16 @@ class LoweredSoftmax(LoweredElementwise):
     def input_data(self, x, mask=None) -> dict:
         """{"input0": the (T, S) scores, "input1": the int8 mask (masked only), each
         packed as the image of its rows}."""
+        L = self.layer
+        return {f"input{i}": self.packed(a, what)
+                for i, (what, a) in zip(L.inputs, (("input", x), ("mask", mask)))}
+
+    def packed(self, a, what: str = "mask") -> np.ndarray:
+        """An int8 (T, S) operand (`what`: for errors) packed as the image of its rows
+        (a constant mask is the kernel's static ``input1``)."""
         L, c = self.layer, self.config
-        data = {}
-        for i, (what, a) in zip(L.inputs, (("input", x), ("mask", mask))):
-            a = check_array(a, (L.h, L.c), np.int8, what, self.node)
-            data[f"input{i}"] = pack_activation(a.T[None, :, :, None], c, c.block_in)
-        return data
+        a = check_array(a, (L.h, L.c), np.int8, what, self.node)
+        return pack_activation(a.T[None, :, :, None], c, c.block_in)
 
 
 def lower_softmax(node: Node | str, graph: Graph, config: HardwareConfig,

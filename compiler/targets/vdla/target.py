@@ -51,6 +51,7 @@ from vdla.compiler.targets.vdla.placement import (VIEW_OPS, BufferPlan, concat_c
                                                   concat_view_problem, view_problem,
                                                   plan_buffers, resident)
 from vdla.compiler.targets.vdla.platforms import sample_configs
+from vdla.compiler.targets.vdla.row_padding import pad_sequences
 from vdla.compiler.targets.vdla.softmax import (SoftmaxSchedule, choose_softmax,
                                                 lower_softmax, softmax_layer)
 from vdla.compiler.targets.vdla.pool import (POOL_OPS, Pool2dSchedule, choose_pool2d,
@@ -238,9 +239,11 @@ class VdlaTarget(VdlaCommandLine, Target):
                              "itself, do not pack_graph first")
 
     def legalize(self, graph: Graph) -> Graph:
-        """Attentions the GEMM core can run head by head split into their products and
-        softmax (`vdla.compiler.targets.vdla.attention`)."""
-        return split_attention(graph, self.config)
+        """Sequences that self-attentions read padded to whole blocks
+        (`vdla.compiler.targets.vdla.row_padding`), and the attentions the GEMM core can
+        run head by head split into their products and softmax
+        (`vdla.compiler.targets.vdla.attention`)."""
+        return split_attention(pad_sequences(graph, self.config), self.config)
 
     # --- what runs here -----------------------------------------------------------------
 
@@ -355,6 +358,9 @@ class VdlaTarget(VdlaCommandLine, Target):
         elif node.op == "qsoftmax":
             lowered = lower_softmax(node, graph, self.config, schedule)
             static = lowered.static_data()
+            mask = graph.constant(node.input(1)) if node.input(1) else None
+            if mask is not None:   # a constant mask (padded keys): written once
+                static = {**static, "input1": lowered.packed(mask)}
         else:
             lowered = lower_conv2d(node, graph, self.config, schedule)
             bias = graph.constant(node.input(2)) if node.input(2) else None
