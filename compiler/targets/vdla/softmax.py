@@ -90,6 +90,7 @@ class SoftmaxLayer(ElementwiseLayer):
     prob_bits: int = 7
     causal: bool = False
     masked: bool = False
+    keys: int | None = None
 
     @property
     def region_rows(self) -> int:
@@ -97,11 +98,12 @@ class SoftmaxLayer(ElementwiseLayer):
         return self.h + _SCRATCH + (self.h if self.masked else 0)
 
     def kept_rows(self, block: int) -> int:
-        """Rows query block `block` reads: all T, or with causal up to its last query's
-        diagonal."""
+        """Rows query block `block` reads: the first `keys` (all T when None), and with
+        causal only those up to its last query's diagonal."""
+        keys = self.h if self.keys is None else self.keys
         if not self.causal:
-            return self.h
-        return min(self.h, (block + 1) * self.c_block + (self.h - self.c))
+            return keys
+        return min(keys, (block + 1) * self.c_block + (self.h - self.c))
 
     @property
     def c_block(self) -> int:
@@ -196,12 +198,28 @@ def softmax_layer(node: Node, graph: Graph,
         keep = np.arange(L)[:, None] <= np.arange(L)[None, :]
         rows = np.concatenate([np.where(keep, 127, -128), np.where(keep, _KEEP, 0)])
     masked = bool(node.input(1))
+    keys = _kept_keys(graph.constant(node.input(1))) if masked else None
+    masked = masked and keys is None
     layer = SoftmaxLayer(op="qsoftmax", n=1, c=s, h=t, w=1, rank=2, sequence=True,
                          batch_blocks=1, blocks=s // L, const_rows=len(rows),
                          inputs=(0, 1) if masked else (0,),
                          prob_bits=int(node.attrs["params"]["prob_bits"]), causal=causal,
-                         masked=masked)
+                         masked=masked, keys=keys)
     return layer, rows.astype(np.int32)
+
+
+def _kept_keys(mask: np.ndarray | None) -> int | None:
+    """n where constant int8 `mask` keeps every query's first n keys (rows) and
+    excludes the rest, as a sequence padded to whole blocks masks its padded keys
+    (`vdla.compiler.targets.vdla.row_padding`): the program then reads only those
+    rows, as causal's blocks read theirs, with no mask passes; else None."""
+    if mask is None:
+        return None
+    kept = np.all(mask >= 0, axis=1)
+    n = int(np.argmin(kept)) if not kept.all() else len(kept)
+    if n == 0 or not np.all(mask[n:] < 0) or not kept[:n].all():
+        return None
+    return n
 
 
 def softmax_entries(node: Node) -> np.ndarray:

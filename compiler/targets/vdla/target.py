@@ -359,7 +359,7 @@ class VdlaTarget(VdlaCommandLine, Target):
             lowered = lower_softmax(node, graph, self.config, schedule)
             static = lowered.static_data()
             mask = graph.constant(node.input(1)) if node.input(1) else None
-            if mask is not None:   # a constant mask (padded keys): written once
+            if mask is not None and "input1" in lowered.regions:   # written once
                 static = {**static, "input1": lowered.packed(mask)}
         else:
             lowered = lower_conv2d(node, graph, self.config, schedule)
