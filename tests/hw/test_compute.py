@@ -354,7 +354,8 @@ def test_small_core_divide_matches_functional_simulator(hold, pipeline):
         # Hazards: fresh rows, then a row divided 3 times in a row (dst reuse), rows 2
         # apart (a dst read a micro-op after its division started), a chain whose operand
         # is the row the micro-op before divided (src = an in-flight dst), a held row
-        # that the instruction's first micro-op divides, and an ADD of them all at once.
+        # (rows 4..6 by 5, then by 6) whose second outer iteration reads the row its
+        # first one divided last and divides its rows again, and an ADD of them all.
         Load(memory_type="ACC", sram_base=0, dram_base=1024 // cfg.acc_elem_bytes + 40,
              y_size=1, x_size=16, x_stride=16),
         Alu(alu_opcode="DIV", use_imm=True, imm=2, uop_bgn=0, uop_end=1, iter_out=1,
