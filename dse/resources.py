@@ -24,7 +24,8 @@ was run for. A part is looked up through the boards that use it (`family_of`).
   ``vdla estimate`` reports them for a design that fits.
 * **Extensions past VTA** (`vdla.extensions`; `extension_terms`: the ALU's REQ, per ALU
   lane; ``alu_hold``, a constant; LUT-built multiplier pairs; the depthwise window, per
-  lane and tap; the lookup table, per lane and its DMA; the divide, per lane) add LUT and
+  lane and tap; the lookup table, per lane and its DMA; the divide, per lane, and its
+  pipeline, per lane) add LUT and
   FF terms fitted to what each adds in the calibration data:
   every calibration config with extensions is paired with the same config without them,
   and the terms are fitted by non-negative least squares to the differences, so the base
@@ -140,7 +141,11 @@ def extension_terms(c: HardwareConfig) -> dict[str, float]:
     core's size), and ``div_lanes``, the ALU lanes with DIV (`vdla.hw.divider`: each
     lane's restoring divider, a 32-bit subtractor, a 31-bit remainder and divisor and an
     8-bit shift register, and one more input on the write port's multiplexers; the issue
-    gate's few counters are in the per-lane figure)."""
+    gate's few counters are in the per-lane figure), and ``divp_lanes``, the ALU lanes
+    with the pipelined divider (`div_pipeline`, `vdla.hw.divider_pipeline`: each lane's
+    8 stages of a subtractor and the registers of a remainder, a divisor and a shift
+    register, in place of the sequential divider that ``div_lanes`` prices; the
+    scoreboard's comparators are in the per-lane figure)."""
     table = AluOp.TAB in c.alu_ops
     return {"req_lanes": float(c.batch * c.block_out if AluOp.REQ in c.alu_ops else 0),
             "alu_hold": 1.0 if c.alu_hold else 0.0,
@@ -148,7 +153,8 @@ def extension_terms(c: HardwareConfig) -> dict[str, float]:
             "dw_window": float(c.batch * c.block_out * c.dw_taps),
             "tab_lanes": float(c.batch * c.block_out if table else 0),
             "tab_dma": 1.0 if table else 0.0,
-            "div_lanes": float(c.batch * c.block_out if AluOp.DIV in c.alu_ops else 0)}
+            "div_lanes": float(c.batch * c.block_out if AluOp.DIV in c.alu_ops else 0),
+            "divp_lanes": float(c.batch * c.block_out if c.div_pipeline else 0)}
 
 
 #: Each `extension_terms` term: the extension it prices (its `vdla.extensions` key) and
@@ -159,7 +165,8 @@ TERM_EXTENSIONS = {"req_lanes": ("req", "REQ per ALU lane"), "alu_hold": ("hold"
                    "dw_window": ("dw", "dw window per lane and tap"),
                    "tab_lanes": ("tab", "table per ALU lane"),
                    "tab_dma": ("tab", "table DMA"),
-                   "div_lanes": ("div", "divider per ALU lane")}
+                   "div_lanes": ("div", "divider per ALU lane"),
+                   "divp_lanes": ("divp", "divider pipeline per ALU lane")}
 
 
 def without_extensions(c: HardwareConfig) -> HardwareConfig:

@@ -46,7 +46,7 @@ from amaranth.utils import exact_log2
 
 from vdla.config import INSN_BITS, TABLE_ENTRIES, AluOp, HardwareConfig
 from vdla.hw.axi import ReadClientSignature, connect_read_client
-from vdla.hw.divider import LaneDividers
+from vdla.hw.divider_pipeline import dividers, uop_lookahead
 from vdla.hw.dma import DRAM_ADDR_WIDTH, LoadDma, SramReadSignature, SramWriteSignature
 from vdla.hw.dw_window import DwBeats, DwWindow
 from vdla.hw.gemm_forms import (PACK_SHIFT, GemmArithmetic, adder_tree, gemm_arithmetic,
@@ -231,7 +231,7 @@ class ComputeModule(wiring.Component):
         vector = Signal()                       # ALU with an acc[src] operand: every 2nd cycle
         skip = Signal()                         # the vector ALU's cycle without an issue
         issue = Signal()                        # a micro-op enters the pipeline this cycle
-        divide = LaneDividers(cfg) if AluOp.DIV in cfg.alu_ops else None   # DIV's dividers
+        divide = dividers(cfg)                  # DIV's engine, if the config has DIV
         free = ~(vector & skip)   # a DIV micro-op also waits for the division before it:
         m.d.comb += issue.eq(running & (free if divide is None
                                         else Mux(divide.insn, divide.ready, free)))
@@ -288,7 +288,8 @@ class ComputeModule(wiring.Component):
         # The instruction is latched when its tokens are popped, so the first micro-op
         # issues in the first executing cycle. The engine is idle then: the previous
         # instruction completed (drained) before it retired.
-        with m.If(seq.start & (is_gemm | is_alu_insn)):
+        starting = seq.start & (is_gemm | is_alu_insn)
+        with m.If(starting):
             has_work = (gemm.iter_out != 0) & (gemm.iter_in != 0) & (gemm.uop_end > gemm.uop_bgn)
             m.d.sync += [
                 running.eq(has_work), is_alu.eq(is_alu_insn), reset.eq(gemm.reset_reg),
@@ -309,15 +310,20 @@ class ComputeModule(wiring.Component):
                 m.d.sync += [hold.eq((gemm.uop_end == gemm.uop_bgn + 1)
                                      & (alu.src_factor_in == 0)),
                              src_moves.eq(alu.src_factor_out != 0)]
+        uop_word, rows = uop_read.data, {}   # the pipelined divider reads micro-ops early
+        if cfg.div_pipeline:
+            uop_word, rows = uop_lookahead(m, cfg, uop_read, offset, Mux(starting, gemm.uop_bgn,
+                                           Mux(advance, Mux(u != u_last, u + 1, u_bgn), u)))
+        else:
+            m.d.comb += uop_read.addr.eq(u)
         if divide is not None:   # DIV reads acc[src] as `vdla.sim.functional.holds_operand` says
-            divide.engine(m, start=seq.start & (is_gemm | is_alu_insn), issue=issue,
+            divide.engine(m, start=starting, issue=issue, **rows,
                           is_div=is_alu_insn & ~gemm.reset_reg & (alu.alu_opcode == AluOp.DIV),
                           reads_src=vector & (~hold | ((i == 0) & (src_moves | (o == 0)))))
         m.d.comb += [self.gemm_active.eq(advance & ~is_alu & ~reset),
                      self.alu_active.eq(issue & is_alu & ~reset)]
 
         # --- stage 0, fetch: read the micro-op -------------------------------------------
-        m.d.comb += uop_read.addr.eq(u)
         index_valid = Signal()
         index_offset = {f: Signal(w, name=f"index_{f}_offset") for f, w in widths.items()}
         m.d.sync += index_valid.eq(issue)
@@ -326,7 +332,7 @@ class ComputeModule(wiring.Component):
                                         else offset[f]) for f in widths]
 
         # --- stage 1, index: micro-op field + loop offset ----------------------------------
-        uop = data.View(uop_view_layout(cfg), uop_read.data)
+        uop = data.View(uop_view_layout(cfg), uop_word)
         operand_valid = Signal()
         operand_index = {f: Signal(w, name=f"operand_{f}") for f, w in widths.items()}
         m.d.sync += operand_valid.eq(index_valid)

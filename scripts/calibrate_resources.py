@@ -152,7 +152,12 @@ EXTENSION_CONFIGS = {
                   # The ALU's divide (DIV): a sequential divider per lane and the issue
                   # gate, on 8 and 16 lanes (one term, per lane).
                   "b1_16x8_mul_div": ("b1_16x8_mul", dict(alu_ops=MUL | {AluOp.DIV})),
-                  "b1_16x16_default_div": ("b1_16x16_default", dict(alu_ops=DIV))},
+                  "b1_16x16_default_div": ("b1_16x16_default", dict(alu_ops=DIV)),
+                  # The pipelined divider (div_pipeline), per lane: pynq-z1-transformers
+                  # (REQ, TAB, DIV, alu_hold) with it, whose other terms the points
+                  # above price.
+                  "b1_16x16_transformers_divp": ("b1_16x16_default", dict(
+                      alu_ops=REQ | TAB | DIV, alu_hold=True, div_pipeline=True))},
     # The same terms on the cheapest of the family's seven bases: REQ alone and alu_hold
     # alone on 1x16x8-mul (8 lanes), both on 1x8x16 (16 lanes); the window with two inp
     # rows a column on 1x8x16 (block_out = 2 block_in, zcu104-plus's shape) and one row a

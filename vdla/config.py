@@ -152,6 +152,13 @@ class HardwareConfig:
         it, so it issues one micro-op per cycle instead of one every second cycle (the
         acc buffer has one read port). A micro-op of such an instruction that writes the
         row it reads does not change the operand the rest of its outer iteration uses.
+    div_pipeline : bool
+        An extension past VTA, with DIV in `alu_ops` only: the DIV engine is a pipelined
+        divider (`vdla.hw.divider_pipeline`), one stage per restoring step and lane,
+        instead of one divider per lane that takes a micro-op every 10 cycles. Independent
+        DIV micro-ops by an immediate or a held operand (`alu_hold`) then issue one a
+        cycle; results and the program-visible semantics are the same, only the cycles
+        (and the flip-flops) differ. The name gets ``-divp``.
     dw_taps : int
         An extension past VTA: the GEMM core's *depthwise window* of this many kernel taps
         along a row (0, the default: none; else 2 to block_in / 2). A GEMM with its `dw`
@@ -186,6 +193,7 @@ class HardwareConfig:
     dram_bus_width: int = 64
     alu_ops: frozenset = REQUIRED_ALU_OPS
     alu_hold: bool = False
+    div_pipeline: bool = False
     gemm_dsp_limit: int = 0
     dsp_pack: bool = True
     dw_taps: int = 0
@@ -449,7 +457,7 @@ class HardwareConfig:
 
         Parameters outside VTA's name that change the hardware are appended when they
         differ from the default: ``-mul``, then the extensions (`extensions`: ``-req``,
-        ``-hold``, ``-dw3``, ``-dsp220``), then ``-unpacked`` (`dsp_pack` off), ``-cq64``,
+        ``-divp``, ``-hold``, ``-dw3``, ``-dsp220``), then ``-unpacked`` (`dsp_pack` off), ``-cq64``,
         ``-tq16``, ``-bus128``; the clock is not part of the hardware and never appears.
         """
         core = (f"{self.batch}x{self.block_in}x{self.block_out}_"

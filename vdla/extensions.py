@@ -62,6 +62,16 @@ def _check_alu_hold(config: Any) -> bool:
     return _check_flag(config, "alu_hold")
 
 
+def _check_div_pipeline(config: Any) -> bool:
+    """The pipelined divider replaces the DIV engine, so it needs DIV among the ALU ops."""
+    value = _check_flag(config, "div_pipeline")
+    if value and not any(op.name == "DIV" for op in config.alu_ops):
+        raise ValueError(
+            "HardwareConfig.div_pipeline=True needs DIV in alu_ops (it pipelines the DIV "
+            f"engine); alu_ops are {', '.join(sorted(op.name for op in config.alu_ops))}")
+    return value
+
+
 def _check_dw_taps(config: Any) -> int:
     """The depthwise window's taps: each takes two of the core's block_in multiplier
     columns, and a window column is the block_out channels of one pixel, whole inp rows."""
@@ -121,6 +131,9 @@ class Extension:
         scripts/extension_footprint.py counts
     implemented_in : the modules that implement it and so name its field: the hardware,
         the simulators, the compiler's lowering, the timing and resource models
+    requires : the key of the extension it builds on (the pipelined divider: ``div``),
+        or None: turning it on (`with_`) turns that one on too, and turning that one off
+        (`without`) turns it off too, since a config cannot have it alone
     """
 
     key: str
@@ -139,6 +152,7 @@ class Extension:
     cost_input: tuple[str, str, str] | None = None
     identifiers: tuple[str, ...] = ()
     implemented_in: tuple[str, ...] = ()
+    requires: str | None = None
 
     # --- reading a config ---------------------------------------------------------------
 
@@ -184,16 +198,22 @@ class Extension:
 
     def without(self, config: Any) -> dict[str, Any]:
         """The field changes (for `HardwareConfig.replace`) that remove it from `config`."""
+        changes = {}
+        for other in EXTENSIONS:   # those built on it go first (the pipelined divider)
+            if other.requires == self.key and other.present(config):
+                changes.update(other.without(config))
         if self.kind == "alu_op":
-            return {self.field: frozenset(op for op in config.alu_ops
-                                          if op.name != self.alu_op)}
-        return {self.field: False if self.kind == "flag" else 0}
+            return changes | {self.field: frozenset(op for op in config.alu_ops
+                                                    if op.name != self.alu_op)}
+        return changes | {self.field: False if self.kind == "flag" else 0}
 
     def with_(self, config: Any, value: Any = None) -> dict[str, Any]:
-        """The field changes that give `config` it: `value`, or `example` when None."""
+        """The field changes that give `config` it: `value`, or `example` when None (and
+        the extension it `requires`)."""
         if self.kind == "alu_op":
             return {self.field: frozenset(op.name for op in config.alu_ops) | {self.alu_op}}
-        return {self.field: self.example if value is None else value}
+        changes = by_key(self.requires).with_(config) if self.requires else {}
+        return changes | {self.field: self.example if value is None else value}
 
 
 _HW = "hw/compute.py"
@@ -251,6 +271,21 @@ EXTENSIONS: tuple[Extension, ...] = (
         implemented_in=(_HW, "hw/divider.py", "sim/functional_alu.py",
                         "compiler/targets/vdla/softmax.py",
                         "compiler/targets/vdla/attention.py", _TIMING, _RESOURCES)),
+    Extension(
+        key="divp", title="pipelined divider", field="div_pipeline", kind="flag",
+        description="the DIV engine is a pipelined divider: DIV micro-ops by an immediate "
+                    "or a held operand issue one a cycle",
+        example=True, check=_check_div_pipeline, in_programs=False, requires="div",
+        config_doc='true or false (true needs `"DIV"` in `alu_ops`)',
+        changes="the DIV engine is a pipeline of the 8 restoring steps per lane, with a "
+                "scoreboard of the rows in flight: a DIV micro-op by an immediate or a "
+                "held row issues every cycle (by acc rows every second), its result "
+                "written 8 cycles after its write stage",
+        compiler="nothing to do: the results are the same; the timing model counts the "
+                 "pipelined DIV's cycles",
+        identifiers=("div_pipeline",),
+        implemented_in=(_HW, "hw/divider_pipeline.py", "compiler/targets/vdla/softmax.py "
+                        "(DIV cycles)", _RESOURCES)),
     Extension(
         key="hold", title="hold", field="alu_hold", kind="flag",
         description="a vector ALU instruction with one micro-op holds its operand row and "

@@ -29,7 +29,7 @@ def load(family):
 
 def test_the_terms_count_req_per_alu_lane_and_hold_once():
     none = {"req_lanes": 0.0, "alu_hold": 0.0, "lut_pairs": 0.0, "dw_window": 0.0,
-            "tab_lanes": 0.0, "tab_dma": 0.0, "div_lanes": 0.0}
+            "tab_lanes": 0.0, "tab_dma": 0.0, "div_lanes": 0.0, "divp_lanes": 0.0}
     assert extension_terms(HardwareConfig()) == none
     assert extension_terms(HardwareConfig(alu_ops=REQ)) == {**none, "req_lanes": 16.0}
     both = HardwareConfig(batch=2, block_in=8, block_out=8, alu_ops=REQ, alu_hold=True,
@@ -47,6 +47,12 @@ def test_the_terms_count_req_per_alu_lane_and_hold_once():
     table = HardwareConfig(batch=2, block_out=8, alu_ops=HardwareConfig().alu_ops | {AluOp.TAB})
     assert (extension_terms(table)["tab_lanes"], extension_terms(table)["tab_dma"]) == (16.0, 1.0)
     assert without_extensions(table) == HardwareConfig(batch=2, block_out=8)
+    # The pipelined divider: per ALU lane, besides the divide's own term it replaces.
+    divp = HardwareConfig(batch=2, block_out=8, alu_ops=HardwareConfig().alu_ops | {AluOp.DIV},
+                          div_pipeline=True)
+    assert (extension_terms(divp)["div_lanes"], extension_terms(divp)["divp_lanes"]) == (
+        16.0, 16.0)
+    assert without_extensions(divp) == HardwareConfig(batch=2, block_out=8)
     plain = without_extensions(both)
     assert not plain.alu_hold and AluOp.REQ not in plain.alu_ops
     assert plain == HardwareConfig(batch=2, block_in=8, block_out=8,

@@ -186,6 +186,24 @@ alu_ops = [["MIN", "MAX", "ADD", "SHR"], ["MIN", "MAX", "ADD", "SHR", "REQ"]]
     assert names == [default, f"{default}-req", f"{default}-hold", f"{default}-req-hold"]
 
 
+def test_the_pipelined_divider_is_a_dimension():
+    """``--param div_pipeline=false,true`` with DIV swept too: the pipeline without DIV is
+    an invalid point (saying why), not a refused value."""
+    name, values = parse_param("div_pipeline=false,true")
+    assert (name, values) == ("div_pipeline", [False, True])
+    spec = spec_of(div_pipeline=values, alu_ops=[BASE_OPS, BASE_OPS + ["DIV"]])
+    spec.check_values(HardwareConfig())
+    default, made, refused = HardwareConfig().name, [], []
+    for point in spec.points():
+        try:
+            made.append(HardwareConfig.from_dict({**HardwareConfig().to_dict(), **point}).name)
+        except ValueError as exc:
+            refused.append(str(exc))
+    assert made == [default, f"{default}-div", f"{default}-div-divp"]
+    assert refused == ["HardwareConfig.div_pipeline=True needs DIV in alu_ops (it pipelines "
+                       "the DIV engine); alu_ops are ADD, MAX, MIN, SHR"]
+
+
 @pytest.mark.parametrize("value", ["yes", "1", "ture", "0"])
 def test_a_value_that_is_no_boolean_is_refused_naming_it(value):
     name, values = parse_param(f"alu_hold=false,{value}")

@@ -48,6 +48,7 @@ VALUES = {
     "alu_ops": st.lists(st.sampled_from(["MIN", "MAX", "ADD", "SHR", "MUL", "REQ", "min",
                                          "Mul", "req", "XOR", "TAB", "div", ""]), max_size=7),
     "alu_hold": st.one_of(st.booleans(), st.integers(0, 1)),
+    "div_pipeline": st.one_of(st.booleans(), st.integers(0, 1)),
     "gemm_dsp_limit": st.one_of(st.integers(-2, 1 << 10), st.booleans()),
     "dsp_pack": st.one_of(st.booleans(), st.integers(0, 1)),
     "dw_taps": st.one_of(st.sampled_from([0, 0, 2, 3, 4, 8]), st.integers(-1, 20), st.booleans()),

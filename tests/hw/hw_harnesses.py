@@ -95,6 +95,9 @@ HW_CONFIGS = {
     # The extensions past VTA (the ALU's REQ, lookup table TAB and DIV, alu_hold).
     "extended": HardwareConfig(alu_ops={"MIN", "MAX", "ADD", "SHR", "REQ", "TAB", "DIV"},
                                alu_hold=True),
+    # ... with the pipelined divider.
+    "extended-divp": HardwareConfig(alu_ops={"MIN", "MAX", "ADD", "SHR", "REQ", "TAB", "DIV"},
+                                    alu_hold=True, div_pipeline=True),
     # The depthwise window: two inp rows a column (r = 2) and plain columns past 2T; one
     # row a column (r = 1) with every column in the window (T = block_in / 2).
     "dw3": HardwareConfig(block_in=8, block_out=16, dw_taps=3, inp_buff_size=8 * 1024,

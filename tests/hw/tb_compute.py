@@ -18,6 +18,7 @@ from cocotbext.axi import AxiBus, AxiRam
 
 from cocotb_harness import start_clock, testbench_config
 from vdla.config import TABLE_ENTRIES, AluOp
+from vdla.hw.divider_pipeline import DST_AGES, LATENCY, SRC_AGES
 from vdla.isa import Alu, Finish, Gemm, Load, Uop, encode, encode_uops
 from vdla.sim import FunctionalSimulator
 
@@ -620,12 +621,45 @@ def divide_cycles(insn, uops: int, hold: bool) -> int:
     return 10 * n + max(reads - 1, 0) + 8
 
 
+def pipelined_divide_cycles(insn, uops, cfg) -> int:
+    """Cycles, retire to retire, of a DIV instruction with micro-ops `uops` on a config with
+    the pipelined divider, by `vdla.hw.divider_pipeline`'s docstring: each micro-op issues
+    in the first cycle after the previous one in which its dst row is no DIV's of the last
+    DST_AGES cycles, the acc[src] row it reads (if it reads one) none of the last SRC_AGES
+    cycles', and, when it reads acc[src], the cycle before is free; the last issue, plus
+    17 (an ALU instruction's 8 past its last issue, 1 for that cycle, and LATENCY)."""
+    depth = cfg.acc_depth
+    held = (len(uops) == 1 and insn.src_factor_in == 0 and cfg.alu_hold and not insn.use_imm)
+    issued = []   # (cycle, dst row)
+    t = -1
+    for o in range(insn.iter_out):
+        for i in range(insn.iter_in):
+            for uop in uops:
+                dst = (uop.dst + o * insn.dst_factor_out + i * insn.dst_factor_in) % depth
+                src = (uop.src + o * insn.src_factor_out + i * insn.src_factor_in) % depth
+                reads = not insn.use_imm and (not held or (i == 0 and (
+                    insn.src_factor_out != 0 or o == 0)))
+                t += 1
+                if reads and issued and issued[-1][0] == t - 1:
+                    t += 1
+                for when, row in issued:
+                    if row == dst:
+                        t = max(t, when + DST_AGES)
+                    if reads and row == src:
+                        t = max(t, when + SRC_AGES)
+                issued.append((t, dst))
+    return t + 1 + 8 + LATENCY
+
+
 @cocotb.test()
 async def divide_matches_functional_simulator_and_its_cycles(dut):
     """DIV (a config with it): by immediates, by acc rows (a chain through rows just
-    divided), by a held row among its own destinations (with alu_hold), dividends and
-    divisors of every sign and size; each instruction's cycles, retire to retire, are
-    `divide_cycles`' and alu_active counts one cycle a micro-op."""
+    divided), by a held row among its own destinations (with alu_hold), one row divided
+    again and again, dividends and divisors of every sign and size; each instruction's
+    cycles, retire to retire, are `divide_cycles`' (with the pipelined divider,
+    `pipelined_divide_cycles`': N + 16 by an immediate, N + R + 15 by a held row read R
+    times, 2 N + 15 by rows, without hazards) and alu_active counts one cycle a
+    micro-op."""
     bench = await setup(dut, seed=8)
     rng, cfg = bench.rng, bench.cfg
     if AluOp.DIV not in cfg.alu_ops:
@@ -643,6 +677,7 @@ async def divide_matches_functional_simulator_and_its_cycles(dut):
     held = [Uop(dst=6, src=7)]
     await bench.issue([bench.uop_table(uops), bench.uop_table(held, sram_base=8,
                                                               dram_base=300)])
+    bench_uops = uops + [None, None] + held   # by SRAM address
     cases = [
         ("immediate", Alu(alu_opcode="DIV", use_imm=True, imm=7, uop_bgn=0, uop_end=1,
                           iter_out=2, iter_in=8, dst_factor_out=8, dst_factor_in=1), 1),
@@ -657,13 +692,30 @@ async def divide_matches_functional_simulator_and_its_cycles(dut):
                           dst_factor_out=1, dst_factor_in=1), 1),
         ("reset", Alu(alu_opcode="DIV", reset_reg=True, uop_bgn=0, uop_end=4, iter_out=1,
                       iter_in=2, dst_factor_in=8), 4),
+        # Hazards of a pipelined divider: one row again and again, rows 4 apart, and
+        # rows 2 apart by a held row that they then divide (a softmax's shape, longer).
+        ("one row", Alu(alu_opcode="DIV", use_imm=True, imm=3, uop_bgn=0, uop_end=1,
+                        iter_out=1, iter_in=4), 1),
+        ("rows 4 apart", Alu(alu_opcode="DIV", use_imm=True, imm=2, uop_bgn=0, uop_end=1,
+                             iter_out=3, iter_in=4, dst_factor_in=1), 1),
+        ("held, 16 rows", Alu(alu_opcode="DIV", uop_bgn=8, uop_end=9, iter_out=1,
+                              iter_in=16, dst_factor_in=1), 1),
+        ("vector, apart", Alu(alu_opcode="DIV", uop_bgn=0, uop_end=4, iter_out=2, iter_in=1,
+                              dst_factor_out=4, src_factor_out=4), 4),
     ]
+    # The pipelined divider's closed forms on the cases without hazards.
+    pipelined = {"immediate": 16 + 16, "vector, apart": 2 * 8 + 15,
+                 "held, 16 rows": 16 + 1 + 15}
     for kind, insn, n_uops in cases:
         await bench.issue([bench.acc_image(rows())])
         cycles, active = await timed(bench, insn, dut.alu_active)
         await bench.check(f"DIV {kind} {insn}")
         micro_ops = insn.iter_out * insn.iter_in * n_uops
-        want = micro_ops + 8 if insn.reset_reg else divide_cycles(insn, n_uops, cfg.alu_hold)
+        want = (micro_ops + 8 if insn.reset_reg
+                else pipelined_divide_cycles(insn, bench_uops[insn.uop_bgn:insn.uop_end], cfg)
+                if cfg.div_pipeline else divide_cycles(insn, n_uops, cfg.alu_hold))
+        if cfg.div_pipeline and kind in pipelined and (kind != "held, 16 rows" or cfg.alu_hold):
+            assert want == pipelined[kind], (kind, want)   # the model's closed forms
         dut._log.info("DIV %s, %d micro-ops: %d cycles retire to retire", kind, micro_ops,
                       cycles)
         assert active == (0 if insn.reset_reg else micro_ops), (kind, active)

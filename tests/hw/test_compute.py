@@ -59,7 +59,8 @@ def test_lut_products_are_exact():
 
 @pytest.mark.parametrize("name, arithmetic", [
     ("default", "packed"), ("batch2", "packed"), ("block8", "packed"),
-    ("mul-bus128", "packed"), ("extended", "packed"), ("dw3", "packed"), ("dw4-r1", "packed"),
+    ("mul-bus128", "packed"), ("extended", "packed"), ("extended-divp", "packed"),
+    ("dw3", "packed"), ("dw4-r1", "packed"),
     # The Verilator backend's form of the GEMM core (one 32-bit multiplier per product).
     # batch2-wide is slow: batch2-packed (the batch) and default-wide (the form) cover it.
     # dw3-wide is slow: the window's wide form runs in Amaranth's simulator on two dw
@@ -299,20 +300,27 @@ def divide_acc_image(gen, rows: int, lanes: int) -> np.ndarray:
     return np.choose(which, pools).astype(np.int64).astype(np.int32)
 
 
+@pytest.mark.parametrize("pipeline", [False, True], ids=["sequential", "pipelined"])
 @pytest.mark.parametrize("hold", [False, True], ids=["plain", "hold"])
-def test_small_core_divide_matches_functional_simulator(hold):
+def test_small_core_divide_matches_functional_simulator(hold, pipeline):
     """The ALU's DIV in Amaranth's simulator: by immediates (positive, zero, negative,
     the largest), by acc rows (several micro-ops, a chain through rows just divided),
     by a held row among its own destinations (with alu_hold), a reset with the DIV
     opcode, and an ADD right after a DIV that reads its rows, against the functional
-    simulator."""
+    simulator; with the pipelined divider (`div_pipeline`) also the hazards its
+    scoreboard resolves: one row divided again and again, a row read as the operand
+    right after a micro-op divided it, rows in flight read by the next instruction."""
     cfg = HardwareConfig(batch=2, block_in=2, block_out=2, uop_buff_size=256,
                          inp_buff_size=256, wgt_buff_size=128 * 4, acc_buff_size=256 * 4,
-                         alu_ops={"MIN", "MAX", "ADD", "SHR", "DIV"}, alu_hold=hold)
+                         alu_ops={"MIN", "MAX", "ADD", "SHR", "DIV"}, alu_hold=hold,
+                         div_pipeline=pipeline)
     gen = np.random.default_rng(13)
     dram = gen.integers(0, 256, 1 << 13, dtype=np.uint8)
     uops = [Uop(dst=d, src=8 + d) for d in range(4)] + [Uop(dst=4, src=5), Uop(dst=5, src=4),
                                                         Uop(dst=6, src=7)]
+    # A chain through rows in flight (7, 8, 9: each divides by the row divided last), and
+    # a held row among the destinations.
+    uops += [Uop(dst=1, src=12), Uop(dst=2, src=1), Uop(dst=3, src=2), Uop(dst=4, src=5)]
     table = encode_uops(uops, cfg)
     dram[64:64 + len(table)] = np.frombuffer(table, np.uint8)
     image = divide_acc_image(gen, 32, cfg.batch * cfg.block_out)
@@ -343,5 +351,20 @@ def test_small_core_divide_matches_functional_simulator(hold):
         Alu(alu_opcode="DIV", use_imm=True, imm=0, uop_bgn=2, uop_end=3, iter_out=1,
             iter_in=1),
         Alu(alu_opcode="DIV", reset_reg=True, uop_bgn=3, uop_end=5, iter_out=1, iter_in=1),
+        # Hazards: fresh rows, then a row divided 3 times in a row (dst reuse), rows 2
+        # apart (a dst read a micro-op after its division started), a chain whose operand
+        # is the row the micro-op before divided (src = an in-flight dst), a held row
+        # (rows 4..6 by 5, then by 6) whose second outer iteration reads the row its
+        # first one divided last and divides its rows again, and an ADD of them all.
+        Load(memory_type="ACC", sram_base=0, dram_base=1024 // cfg.acc_elem_bytes + 40,
+             y_size=1, x_size=16, x_stride=16),
+        Alu(alu_opcode="DIV", use_imm=True, imm=2, uop_bgn=0, uop_end=1, iter_out=1,
+            iter_in=3),
+        Alu(alu_opcode="DIV", use_imm=True, imm=1, uop_bgn=0, uop_end=2, iter_out=2,
+            iter_in=2, dst_factor_out=1, dst_factor_in=2),
+        Alu(alu_opcode="DIV", uop_bgn=7, uop_end=10, iter_out=1, iter_in=1),
+        Alu(alu_opcode="DIV", uop_bgn=10, uop_end=11, iter_out=2, iter_in=3,
+            dst_factor_in=1, src_factor_out=1),
+        Alu(alu_opcode="ADD", uop_bgn=7, uop_end=10, iter_out=1, iter_in=1),
     ]
     matches_functional(cfg, dram, gen, program, "packed")

@@ -93,6 +93,15 @@ def test_extensions_are_only_elaborated_where_the_config_has_them():
         assert marker not in default and marker in extended, marker
     assert "dw_x_b0_n0_k6" not in extended     # columns past 2T: no mux
     assert len(extended) > len(default)
+    # The pipelined divider replaces the sequential one: its stages and scoreboard, and
+    # the micro-op word the uop SRAM reads a cycle ahead for it.
+    pipelined = to_verilog(HardwareConfig(alu_ops={"MIN", "MAX", "ADD", "SHR", "DIV"},
+                                          div_pipeline=True))
+    for marker in ("divp_sb0_valid", "divp_sb8_row", "divp0_rem1", "divp15_shift8",
+                   "divp_valid8", "uop_word"):
+        assert marker not in extended and marker in pipelined, marker
+    for marker in ("div_wait", "div_count", "div0_rem", "divp0_rem8", "divp_sb9_valid"):
+        assert marker not in pipelined, marker
 
 
 def test_cli_writes_the_unpacked_core(tmp_path):

@@ -43,6 +43,8 @@ SINGLE_EXTENSIONS = {
     "tab": EXTENDED.replace(alu_ops=_VTA_OPS | {vdla.AluOp.TAB}, alu_hold=False, dw_taps=0),
     "div": EXTENDED.replace(alu_ops=_VTA_OPS | {vdla.AluOp.DIV}, alu_hold=False, dw_taps=0),
     "hold": EXTENDED.replace(alu_ops=_VTA_OPS, dw_taps=0),
+    # The pipelined divider with the other extensions on: alu_hold's held DIVs among them.
+    "divp": EXTENDED.replace(div_pipeline=True),
     "dw": DW,
 }
 ALL_CONFIGS = {**CONFIGS, **SINGLE_EXTENSIONS}

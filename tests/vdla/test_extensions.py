@@ -46,7 +46,7 @@ def _with(ext, config=None):
 def test_every_extension_is_a_config_field_off_by_default():
     fields = {f.name: f for f in dataclasses.fields(HardwareConfig)}
     default = HardwareConfig()
-    assert [e.key for e in EXTENSIONS] == ["req", "tab", "div", "hold", "dw", "dsp"]
+    assert [e.key for e in EXTENSIONS] == ["req", "tab", "div", "divp", "hold", "dw", "dsp"]
     for ext in EXTENSIONS:
         assert ext.field in fields, ext.key
         assert not ext.present(default) and ext.short(default) is None
@@ -63,23 +63,33 @@ def test_each_extension_is_a_name_suffix_and_listed():
     for ext in EXTENSIONS:
         config = _with(ext)
         short = ext.short(config)
-        assert config.extensions == (short,)
-        assert config.name == f"{plain.name}-{short}"
-        assert config.replace(**ext.without(config)) == plain
+        # The pipelined divider comes with the divide it pipelines (`Extension.requires`).
+        required = (by_key(ext.requires).short(config),) if ext.requires else ()
+        assert config.extensions == required + (short,)
+        assert config.name == "-".join((plain.name,) + required + (short,))
+        assert config.replace(**ext.without(config)) == plain.replace(
+            **(by_key(ext.requires).with_(plain) if ext.requires else {}))
     # All of them, in the registry's order, after MUL's suffix.
     every = plain.replace(alu_ops={"MIN", "MAX", "ADD", "SHR", "MUL", "REQ", "TAB", "DIV"},
-                          alu_hold=True, dw_taps=3, gemm_dsp_limit=220)
-    assert every.name == plain.name + "-mul-req-tab-div-hold-dw3-dsp220"
-    assert every.extensions == ("req", "tab", "div", "hold", "dw3", "dsp220")
+                          div_pipeline=True, alu_hold=True, dw_taps=3, gemm_dsp_limit=220)
+    assert every.name == plain.name + "-mul-req-tab-div-divp-hold-dw3-dsp220"
+    assert every.extensions == ("req", "tab", "div", "divp", "hold", "dw3", "dsp220")
+    # The pipelined divider changes only cycles: programs do not depend on it.
     assert every.program_extensions == ("req", "tab", "div", "hold", "dw3")
+    # Removing the divide removes its pipeline too.
+    assert every.replace(**by_key("div").without(every)).extensions == (
+        "req", "tab", "hold", "dw3", "dsp220")
 
 
 def test_the_flag_extensions():
-    assert EXTENSION_FLAGS == {"alu_hold": "hold"}
+    assert EXTENSION_FLAGS == {"div_pipeline": "divp", "alu_hold": "hold"}
 
 
 @pytest.mark.parametrize("field, value, message", [
     ("alu_hold", 1, r"HardwareConfig.alu_hold must be true or false, not 1"),
+    ("div_pipeline", 1, r"HardwareConfig.div_pipeline must be true or false, not 1"),
+    ("div_pipeline", True, r"HardwareConfig.div_pipeline=True needs DIV in alu_ops \(it "
+                           r"pipelines the DIV engine\); alu_ops are ADD, MAX, MIN, SHR"),
     ("dw_taps", -1, r"dw_taps must be a non-negative integer \(0: no depthwise window\)"),
     ("dw_taps", 9, r"dw_taps=9 is out of range for block_in=16: .* 2 to 8 taps"),
     ("gemm_dsp_limit", "220", r"gemm_dsp_limit must be a non-negative integer \(0: no "

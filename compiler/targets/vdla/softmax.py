@@ -77,8 +77,19 @@ def div_cycles(config: HardwareConfig, held: bool = True) -> int:
     """Issue cycles of one DIV micro-op: its divider finds the saturation test and 7
     quotient bits a cycle each, and the next DIV starts 10 cycles after it, 11 when it
     reads a moving operand row (measured by the compute module's cocotb test: 10 N + 8
-    by an immediate, 11 N + 7 by rows, 10 N + 7 plus a read of a held row)."""
+    by an immediate, 11 N + 7 by rows, 10 N + 7 plus a read of a held row). With the
+    pipelined divider (``div_pipeline``) DIVs on distinct rows issue as other ALU
+    micro-ops: 1 by a held row, 2 by moving rows (N + 16, 2 N + 15; `div_fill_cycles`)."""
+    if config.div_pipeline:
+        return 1 if held and config.alu_hold else 2
     return DIV_MAX.bit_length() + 3 + (0 if held and config.alu_hold else 1)
+
+
+def div_fill_cycles(config: HardwareConfig) -> int:
+    """Cycles a DIV instruction takes past its micro-ops' issue and an ALU instruction's
+    fixed cost: the pipelined divider's 8 steps after the last micro-op's write stage
+    (0 for the sequential one, whose steps `div_cycles` counts)."""
+    return DIV_MAX.bit_length() + 1 if config.div_pipeline else 0
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -376,7 +387,7 @@ def _tile_compute(L: SoftmaxLayer, c: HardwareConfig, n: int, partial: int) -> f
               moving(1), moving(max(n - 1, 0)),             # the maximum
               held(n), moving(n),                           # TAB by m, the sum
               moving(1), 1, n, held(n),                     # half, SHR 1, SHR -k, ADD h
-              n * div_cycles(c)]                            # DIV by s
+              n * div_cycles(c) + div_fill_cycles(c)]       # DIV by s
     insns = len(passes)
     if partial:
         passes += [moving(partial), moving(partial)]
