@@ -504,13 +504,10 @@ def store_activation(p: ProgramBuilder, sram: int, plane: int, w: int, y0: int, 
     element `plane`, as sub-block `j` of `group` out elements per pixel (`out_group`):
     one 2-D STORE when each pixel is one out element; else each pixel's element lands
     `group` elements after the previous one (x_size 1, x_stride `group`), one STORE for
-    the tile when its rows are whole image rows, else one per row. A sequence's rows
-    (an image one pixel wide) lie one after another, so they are stored as one DMA row,
-    as they are loaded (`sequence.contiguous_rows`): a row each is a write burst each,
-    half a cycle more a row than their bytes take (`STORE_ROW_CYCLES`)."""
+    the tile when its rows are whole image rows, else one per row."""
     if group == 1:
-        if w == 1 and tw == 1:
-            th, tw = 1, th
+        if w == 1 and tw == 1:   # a sequence's rows, one DMA row (a write burst a row
+            th, tw = 1, th       # costs half a cycle more than its bytes)
         p.store(sram_base=sram, dram_base=plane + y0 * w + x0, y_size=th, x_size=tw,
                 x_stride=w)
         return
