@@ -114,7 +114,8 @@ RESNET18_SWEEP = ("vdla sweep --board pynq-z1 --model resnet18 --param block_in=
 #: BERT-base on the pynq-z1 with and without the ALU's extensions for transformers.
 TRANSFORMER_SWEEP = ("vdla sweep --board pynq-z1 --model bert_base --param alu_hold=false,true "
                      "--param alu_ops=MIN+MAX+ADD+SHR+REQ,MIN+MAX+ADD+SHR+REQ+TAB,"
-                     "MIN+MAX+ADD+SHR+REQ+DIV,MIN+MAX+ADD+SHR+REQ+TAB+DIV --out {tmp}/sweep")
+                     "MIN+MAX+ADD+SHR+REQ+DIV,MIN+MAX+ADD+SHR+REQ+TAB+DIV "
+                     "--param div_pipeline=false,true --out {tmp}/sweep")
 
 FIGURES = [
     Figure("targets", "vdla targets",
@@ -150,8 +151,8 @@ FIGURES = [
            "a 54-point sweep of ResNet-18 on pynq-z1's xc7z020: front, invalid reasons, plot",
            plots={"sweep/sweep.png": "sweep_resnet18_xc7z020.png"}),
     Figure("sweep_bert_base", TRANSFORMER_SWEEP,
-           "BERT-base (128 tokens) on pynq-z1 with and without TAB, DIV and alu_hold: front "
-           "and plot", plots={"sweep/sweep.png": "sweep_bert_base_xc7z020.png"}),
+           "BERT-base (128 tokens) on pynq-z1 with and without TAB, DIV, the pipelined "
+           "divider and alu_hold: front and plot", plots={"sweep/sweep.png": "sweep_bert_base_xc7z020.png"}),
     Figure("frontend", "python3 bench/frontend.py --models resnet18 resnet50",
            "time of the compiler's front half on ResNet-18 and ResNet-50"),
     Figure("coverage", "python3 bench/coverage.py --backend functional --verilator-models none",
@@ -171,9 +172,9 @@ FIGURES = [
            "window, 220 DSPs, a 128-bit bus)"),
     Figure("model_layers_pynq_z1_transformers",
            "python3 bench/model_layers.py --config pynq-z1-transformers --models bert_tiny "
-           "gpt_mini",
-           "BERT-tiny and GPT-mini layer by layer on pynq-z1-transformers (TAB and DIV): "
-           "Verilator against the timing model"),
+           "gpt_mini vit_tiny",
+           "BERT-tiny, GPT-mini and ViT-tiny layer by layer on pynq-z1-transformers (TAB, "
+           "DIV and the pipelined divider): Verilator against the timing model"),
     Figure("model_layers_zcu104_plus",
            "python3 bench/model_layers.py --config zcu104-plus --board zcu104 --models resnet50 "
            "resnet18 mobilenet_v1 mobilenet_v2",

@@ -63,17 +63,17 @@ def test_vta_plus_is_the_default_sizes_with_req_and_hold():
     assert all(run["backend"] == "verilator" and run["bit_exact"] for run in runs.values())
 
 
-def test_pynq_z1_transformers_is_vta_plus_with_the_table_and_the_divider():
+def test_pynq_z1_transformers_is_vta_plus_with_the_table_and_the_pipelined_divider():
     entry = shipped("pynq-z1-transformers")
     assert entry.config == shipped("vta-plus").config.replace(
-        alu_ops=EXTENSION_OPS | {AluOp.TAB, AluOp.DIV})
-    assert entry.config.extensions == ("req", "tab", "div", "hold")
+        alu_ops=EXTENSION_OPS | {AluOp.TAB, AluOp.DIV}, div_pipeline=True)
+    assert entry.config.extensions == ("req", "tab", "div", "divp", "hold")
     assert entry.board == "pynq-z1" and entry.fits is True
-    # vdla estimate of this config: vta-plus's DSP and block RAM, 4,536 LUTs more.
-    assert entry.figures["resources"]["lut"] == {"used": 27038, "of": 53200}
+    # vdla estimate of this config: vta-plus's DSP and block RAM, 11,596 LUTs more.
+    assert entry.figures["resources"]["lut"] == {"used": 34098, "of": 53200}
     assert entry.figures["resources"]["bram"] == {"used": 126.5, "of": 140}
     runs = {run["model"]: run for run in entry.figures["runs"]}
-    assert set(runs) == {"bert_tiny", "gpt_mini"}
+    assert set(runs) == {"bert_tiny", "gpt_mini", "vit_tiny"}
     assert all(run["backend"] == "verilator" and run["bit_exact"] for run in runs.values())
 
 
