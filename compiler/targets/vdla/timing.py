@@ -254,7 +254,7 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
             (table_load, first_load, head_load, head_excess, table_compute + region),
             (last_stores(sides, last, previous), lone if tiles % 2 else 0.0, load_waits,
              last_pair(costs[last].run, costs[last].run if weight_reuse or previous is None
-                       else costs[previous].run)[1]))
+                       else costs[previous].run)[1]), layer.streamed)
     return Conv2dEstimate(int(math.ceil(cycles)), int(gemm), int(epilogue + region_resets),
                           int(load), int(store))
 

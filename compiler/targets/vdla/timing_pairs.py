@@ -148,14 +148,14 @@ def first_pair(run: tuple, counted: float | None, region: float) -> tuple[float,
 
 
 def two_thread_cycles(compute: float, load: float, store: float, head: tuple,
-                       tail: tuple) -> float:
+                       tail: tuple, streamed: bool = False) -> float:
     """Two threads: the longer of the compute module's chain (its pairs and weight
     switches, `compute`) and the load module's (`load`, the tables' included), from the
     head: (table loads, the first loads before any GEMM, the first chunk's loads, what
     the pairs count of them (`TileCosts.head_excess`), the compute module's table loads
     and first reset) and the tail: (the last tile's store, what an odd tile count's lone
     last tile adds (`lone_tile`), the load module's waits, the drain after the last
-    load, `last_pair`'s).
+    load, `last_pair`'s); `streamed`: the layer's weights are an activation.
 
     The first chunk's loads are in the head, so neither chain counts them again: not
     the pairs (where they outlast its GEMMs, their pair's share is those loads) nor the
@@ -170,14 +170,15 @@ def two_thread_cycles(compute: float, load: float, store: float, head: tuple,
     module's chain all the same, 21,989 now)."""
     table_load, first_load, head_load, excess, compute_head = head
     last_store, lone, load_waits, drain = tail
-    if compute - excess <= load - table_load and drain > 0:
-        # The pairs no longer than the loads: the loads bound the layer, back to back
-        # from the first, and it ends with the drain after the last. The chain below
-        # would put the first tile's GEMMs between its loads and the next tile's
-        # (ViT-tiny's v^T identity product on pynq-z1-transformers, 208 keys in
-        # output-channel tiles of 3, 3, 3, 3 and 1 blocks: 6,304 cycles on Verilator,
-        # 6,788 so, 6,283 now; the recorded sets' mean error 0.85%, 1.13% and 0.63%
-        # before, 0.84%, 1.11% and 0.63% now).
+    if streamed and compute - excess <= load - table_load and drain > 0:
+        # A product of two activations (`streamed`) whose pairs are no longer than its
+        # loads: the loads bound it, back to back from the first, and it ends with the
+        # drain after the last. The chain below would put the first tile's GEMMs between
+        # its loads and the next tile's (ViT-tiny's v^T identity product on
+        # pynq-z1-transformers, 208 keys in output-channel tiles of 3, 3, 3, 3 and 1
+        # blocks: 6,304 cycles on Verilator, 6,788 so, 6,283 now). Not for convolutions:
+        # on the recorded sets it moved the mean error by 0.02% either way, but on
+        # zcu104-plus it flattered schedules of ResNet-18 that then ran 2.9% slower.
         return max(load + load_waits + drain, store + last_store)
     cycles = (max(compute - excess, load - table_load - head_load, store) + last_store
               + max(table_load + first_load, compute_head))
