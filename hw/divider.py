@@ -49,13 +49,23 @@ from amaranth import Cat, Const, Module, Mux, Signal
 
 from vdla.config import DIV_MAX, HardwareConfig
 
-__all__ = ["LaneDividers", "PERIOD", "STEPS"]
+__all__ = ["LaneDividers", "PERIOD", "STEPS", "engine_signals"]
 
 #: Restoring steps: the saturation test, then 7 quotient bits.
 STEPS = 8
 #: Cycles from one DIV micro-op's issue to the next's when the next reads no acc[src]:
 #: the dividers' load cycle, `STEPS` and the write cycle after the dst read.
 PERIOD = STEPS + 2
+
+
+def engine_signals(engine, config: HardwareConfig, prefix: str) -> None:
+    """Give a DIV engine (`LaneDividers`, or the pipelined one of
+    `vdla.hw.divider_pipeline`) its config, lane count and the signals the compute
+    module reads (`LaneDividers`' list), named ``{prefix}_insn`` and so on."""
+    engine.config = config
+    engine.lanes = config.batch * config.block_out
+    for what in ("insn", "ready", "src_read", "idle"):
+        setattr(engine, what, Signal(name=f"{prefix}_{what}"))
 
 
 class LaneDividers:
@@ -81,12 +91,7 @@ class LaneDividers:
     """
 
     def __init__(self, config: HardwareConfig):
-        self.config = config
-        self.lanes = config.batch * config.block_out
-        self.insn = Signal(name="div_insn")
-        self.ready = Signal(name="div_ready")
-        self.src_read = Signal(name="div_src_read")
-        self.idle = Signal(name="div_idle")
+        engine_signals(self, config, "div")
 
     def engine(self, m: Module, *, start, is_div, issue, reads_src):
         """The issue gate: `start` latches `is_div` (the instruction being started is a DIV

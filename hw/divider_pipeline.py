@@ -55,7 +55,7 @@ from amaranth import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data
 
 from vdla.config import DIV_MAX, AluOp, HardwareConfig
-from vdla.hw.divider import STEPS, LaneDividers
+from vdla.hw.divider import STEPS, LaneDividers, engine_signals
 from vdla.hw.layouts import uop_view_layout
 
 __all__ = ["DST_AGES", "LATENCY", "PipelinedDividers", "SRC_AGES", "dividers",
@@ -98,12 +98,7 @@ class PipelinedDividers:
     """
 
     def __init__(self, config: HardwareConfig):
-        self.config = config
-        self.lanes = config.batch * config.block_out
-        self.insn = Signal(name="divp_insn")
-        self.ready = Signal(name="divp_ready")
-        self.src_read = Signal(name="divp_src_read")
-        self.idle = Signal(name="divp_idle")
+        engine_signals(self, config, "divp")
 
     def engine(self, m: Module, *, start, is_div, issue, reads_src, dst, src):
         """The issue gate. `start` latches `is_div` (the instruction being started is a
