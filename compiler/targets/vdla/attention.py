@@ -47,7 +47,7 @@ from vdla.compiler.targets.vdla.common import activation_block
 from vdla.compiler.targets.vdla.sequence import pixel_rows
 from vdla.config import AluOp, HardwareConfig
 
-__all__ = ["SPLIT_FROM", "split_attention", "splittable"]
+__all__ = ["SPLIT_FROM", "split_attention", "splittable", "tensor_readers"]
 
 #: The `Graph.metadata` key of {node added by the split: the qattention it came from}.
 SPLIT_FROM = "vdla.split_from"
@@ -88,7 +88,7 @@ def _split_source(graph: Graph, name: str) -> tuple[str, tuple[str, ...]] | None
     return r.inputs[0], (t.name, r.name)
 
 
-def _readers(graph: Graph) -> dict[str, list[Node]]:
+def tensor_readers(graph: Graph) -> dict[str, list[Node]]:
     """tensor -> the nodes that read it, in no order (`Graph.consumers` sorts the whole
     graph each call, once per tensor asked about: seconds on BERT-base)."""
     readers: dict[str, list[Node]] = {}
@@ -126,7 +126,7 @@ def splittable(node: Node, graph: Graph, config: HardwareConfig,
     `readers` is `graph`'s tensor -> readers, where the caller has it."""
     if node.op != "qattention" or config.block_in != config.block_out or config.batch != 1:
         return None
-    readers = _readers(graph) if readers is None else readers
+    readers = tensor_readers(graph) if readers is None else readers
     found = [_split_source(graph, name) for name in node.inputs[:3]]
     merge = _merge(graph, node, readers)
     if None in found or merge is None:
@@ -162,7 +162,7 @@ def split_attention(graph: Graph, config: HardwareConfig) -> Graph:
     module docstring), naming in its metadata (`SPLIT_FROM`) the attention each new node
     came from; `graph` itself when there is none."""
     attentions = [n for n in graph.nodes() if n.op == "qattention"]
-    readers = _readers(graph) if attentions else {}
+    readers = tensor_readers(graph) if attentions else {}
     plans = [(node, plan) for node in attentions
              for plan in [splittable(node, graph, config, readers)] if plan is not None]
     if not plans:

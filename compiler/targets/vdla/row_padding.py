@@ -32,6 +32,7 @@ import numpy as np
 from vdla.compiler.ir.graph import Graph
 from vdla.compiler.ir.ops import infer_node
 from vdla.compiler.ir.tensor import Node, Tensor
+from vdla.compiler.targets.vdla.attention import tensor_readers
 from vdla.compiler.targets.vdla.common import activation_block
 from vdla.config import HardwareConfig
 
@@ -73,6 +74,7 @@ def _region(g: Graph, start: Node) -> tuple[dict[str, int], set[str]] | None:
     outwards; None where a tensor of the sequence is one of those ops' constant operands
     or their row axis is ambiguous."""
     rows = g.tensors[start.inputs[0]].shape[2]
+    readers = tensor_readers(g)
     region: dict[str, int] = {}
     inside: set[str] = set()
     todo = [(t, 2) for t in start.inputs[:3]]
@@ -85,7 +87,7 @@ def _region(g: Graph, start: Node) -> tuple[dict[str, int], set[str]] | None:
         if g.tensors[tensor].shape[axis] != rows:
             return None
         region[tensor] = axis
-        nodes = [g.producer(tensor)] + [n for n in g.nodes_unordered() if tensor in n.inputs]
+        nodes = [g.producer(tensor)] + readers.get(tensor, [])
         for node in nodes:
             if node is None:
                 continue
