@@ -227,10 +227,8 @@ def _kept_keys(mask: np.ndarray | None) -> int | None:
     if mask is None:
         return None
     kept = np.all(mask >= 0, axis=1)
-    n = int(np.argmin(kept)) if not kept.all() else len(kept)
-    if n == 0 or not np.all(mask[n:] < 0) or not kept[:n].all():
-        return None
-    return n
+    n = len(kept) if kept.all() else int(np.argmin(kept))   # the first row not all kept
+    return n if n and np.all(mask[n:] < 0) else None
 
 
 def softmax_entries(node: Node) -> np.ndarray:
