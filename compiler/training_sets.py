@@ -50,7 +50,10 @@ def dataset_plan(platforms: Sequence[Target], *, held_out: Sequence[Target] = ()
     The models and the shapes run at `precision` (`graph_for`, `tasks_from_workload`).
     Every schedule is measured `rounds` times in the end, then each task's schedules
     `side_by_side` rounds in turn (`DatasetPlan`).
-    A shape a platform cannot tune is left out, and `log` says so."""
+    A shape a platform cannot tune is left out, and `log` says so (once for each reason,
+    the platforms it holds for counted)."""
+    left_out: dict[str, int] = {}
+
     def tasks_of(target) -> list:
         tasks = []
         for name in models:
@@ -59,7 +62,8 @@ def dataset_plan(platforms: Sequence[Target], *, held_out: Sequence[Target] = ()
             try:
                 tasks += tasks_from_workload(spec, target, precision=precision)
             except ValueError as exc:
-                log(f"left out {spec}: {exc}")
+                reason = f"left out {spec}: {exc}"
+                left_out[reason] = left_out.get(reason, 0) + 1
         return tasks
 
     measured = [(target, tasks_of(target)) for target in platforms]
@@ -68,6 +72,8 @@ def dataset_plan(platforms: Sequence[Target], *, held_out: Sequence[Target] = ()
                          f"the models and shapes given")
     # A held-out platform's name is its tasks' (`TuneTask.platform`), so it takes a task.
     kept_out = [(target, tasks_of(target)[:1]) for target in held_out]
+    for reason, platforms_count in left_out.items():
+        log(f"{reason} ({platforms_count} platform{'s' if platforms_count > 1 else ''})")
     return DatasetPlan(
         tasks=[task for _, tasks in measured for task in tasks],
         platforms={tasks[0].platform: target.platform_params()

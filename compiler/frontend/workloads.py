@@ -9,7 +9,9 @@ connected) workload is ``dense:IN,OUT[,BATCH]`` (`DenseWorkload`), as a classifi
 layer (``dense:512,1000``) or a transformer's linear layer over its tokens
 (``dense:768,3072,128``). A batched product of two activations is
 ``matmul:M,K,N[,BATCH]`` (`MatmulWorkload`), as attention's scores of 12 heads
-(``matmul:128,64,128,12``).
+(``matmul:128,64,128,12``); ``matmul_t:M,K,N[,BATCH]`` is the same product with b
+stored transposed, (BATCH, N, K), as ``a @ b^T`` (the form the accelerator runs:
+b's rows are its weight blocks).
 
 A *named* workload (``C1``..``C11``) is ResNet-18's own layer, epilogue included:
 `model_graph` is the zoo's ResNet-18 quantized exactly as ``vdla run resnet18`` quantizes
@@ -98,15 +100,18 @@ class DenseWorkload(NamedTuple):
 
 class MatmulWorkload(NamedTuple):
     """A batched product of two activations: `batch` products of (`m`, `k`) @ (`k`,
-    `n`)."""
+    `n`); with `transpose_b`, b is stored (`n`, `k`) and the product is ``a @ b^T``."""
 
     m: int
     k: int
     n: int
     batch: int = 1
+    transpose_b: bool = False
 
-    #: What a product workload's text starts with (`parse_workload`).
+    #: What a product workload's text starts with (`parse_workload`), and a product's
+    #: with b transposed.
     PREFIX = "matmul:"
+    PREFIX_T = "matmul_t:"
 
     @property
     def macs(self) -> int:
@@ -114,7 +119,8 @@ class MatmulWorkload(NamedTuple):
 
     def spec(self) -> str:
         """The workload as `parse_workload` reads it (the batch only when not 1)."""
-        return self.PREFIX + ",".join(map(str, self if self.batch != 1 else self[:3]))
+        sizes = self[:4] if self.batch != 1 else self[:3]
+        return (self.PREFIX_T if self.transpose_b else self.PREFIX) + ",".join(map(str, sizes))
 
 
 #: ResNet-18's conv workloads C1-C11 (H, W, Cin, Cout, k, pad, stride), batch 1.
@@ -136,10 +142,14 @@ RESNET18: dict[str, ConvWorkload] = {name: ConvWorkload(*shape) for name, shape 
 def parse_workload(spec: str) -> tuple[str, ConvWorkload | DenseWorkload | MatmulWorkload]:
     """(name, workload) from a ResNet-18 workload name (``C5``, any case),
     ``H,W,Cin,Cout,k,pad,stride[,groups]``, ``dense:IN,OUT[,BATCH]`` or
-    ``matmul:M,K,N[,BATCH]``. Raises ValueError naming what is wrong."""
+    ``matmul:M,K,N[,BATCH]`` (``matmul_t:``: b transposed). Raises ValueError naming
+    what is wrong."""
     text = str(spec).strip()
     if text.upper() in RESNET18:
         return text.upper(), RESNET18[text.upper()]
+    if text.lower().startswith(MatmulWorkload.PREFIX_T):
+        w = _parse_sizes(text, MatmulWorkload, MatmulWorkload.PREFIX_T)
+        return text.lower(), w._replace(transpose_b=True)
     for kind in (DenseWorkload, MatmulWorkload):
         if text.lower().startswith(kind.PREFIX):
             return text.lower(), _parse_sizes(text, kind)
@@ -165,18 +175,18 @@ def parse_workload(spec: str) -> tuple[str, ConvWorkload | DenseWorkload | Matmu
     return text, w
 
 
-def _parse_sizes(text: str, kind):
-    """A `DenseWorkload` or `MatmulWorkload` (`kind`) from its text: its prefix, then its
-    fields' sizes, the last (the batch) optional."""
+def _parse_sizes(text: str, kind, prefix: str | None = None):
+    """A `DenseWorkload` or `MatmulWorkload` (`kind`) from its text: its `prefix` (the
+    kind's own by default), then its fields' sizes, the last (the batch) optional."""
+    prefix = prefix or kind.PREFIX
     try:
-        values = [int(p) for p in text[len(kind.PREFIX):].split(",")]
+        values = [int(p) for p in text[len(prefix):].split(",")]
     except ValueError:
         values = []
-    fields = [f.upper() for f in kind._fields]
-    fields = ["IN", "OUT", "BATCH"] if kind is DenseWorkload else fields
+    fields = ["IN", "OUT", "BATCH"] if kind is DenseWorkload else ["M", "K", "N", "BATCH"]
     if len(values) not in (len(fields) - 1, len(fields)):
-        raise ValueError(f"workload {text!r}: a {kind.PREFIX[:-1]} workload is "
-                         f"{kind.PREFIX}{','.join(fields[:-1])}[,{fields[-1]}] "
+        raise ValueError(f"workload {text!r}: a {prefix[:-1]} workload is "
+                         f"{prefix}{','.join(fields[:-1])}[,{fields[-1]}] "
                          f"({len(fields) - 1} or {len(fields)} integers)")
     if min(values) < 1:
         raise ValueError(f"workload {text!r}: the sizes and the batch must be >= 1")
@@ -262,14 +272,17 @@ def _dense_graph(w: DenseWorkload, rng, shift: int, relu: bool
 
 def _matmul_graph(w: MatmulWorkload, rng, shift: int, relu: bool
                   ) -> tuple[Graph, dict[str, np.ndarray]]:
-    g = Graph(f"matmul_{w.m}_{w.k}_{w.n}" + (f"_b{w.batch}" if w.batch != 1 else ""))
+    g = Graph(f"matmul_{w.m}_{w.k}_{w.n}" + (f"_b{w.batch}" if w.batch != 1 else "")
+              + ("_t" if w.transpose_b else ""))
     a = g.add_input("a", (w.batch, w.m, w.k), "int8")
-    b = g.add_input("b", (w.batch, w.k, w.n), "int8")
+    b = g.add_input("b", (w.batch, w.n, w.k) if w.transpose_b else (w.batch, w.k, w.n),
+                    "int8")
+    transposed = {"transpose_b": True} if w.transpose_b else {}
     # A product of two uniform int8 spreads by about 2**12.4, a sum of k of them by
     # sqrt(k) more: shift 10 - 4 + log2(k) / 2 leaves about 2**6 to 2**7 of it.
     y = g.add_node("qmatmul", [a, b], name="matmul",
                    shift=(shift - 4 + (w.k.bit_length() - 1) // 2,),
-                   out_min=0 if relu else -128, out_max=127)
+                   out_min=0 if relu else -128, out_max=127, **transposed)
     g.set_outputs([y])
     return g, {n: rng.integers(-128, 128, g.tensors[n].shape).astype(np.int8)
                for n in ("a", "b")}
@@ -283,9 +296,13 @@ def float_workload_graph(workload: ConvWorkload | DenseWorkload | MatmulWorkload
     float model layer's epilogue; a `MatmulWorkload` is one ``matmul`` node of inputs "a"
     and "b". `seed` seeds the weights."""
     if isinstance(workload, MatmulWorkload):
-        g = Graph(f"matmul_{workload.m}_{workload.k}_{workload.n}_b{workload.batch}_f32")
-        a = g.add_input("a", (workload.batch, workload.m, workload.k), "float32")
-        b = g.add_input("b", (workload.batch, workload.k, workload.n), "float32")
+        w = workload
+        if w.transpose_b:    # the float graph's matmul has no transposed operand
+            raise ValueError(f"workload {w.spec()!r}: a float32 product is "
+                             "matmul:M,K,N[,BATCH] (b not transposed)")
+        g = Graph(f"matmul_{w.m}_{w.k}_{w.n}_b{w.batch}_f32")
+        a = g.add_input("a", (w.batch, w.m, w.k), "float32")
+        b = g.add_input("b", (w.batch, w.k, w.n), "float32")
         g.set_outputs([g.add_node("matmul", [a, b], name="matmul")])
         return g
     if isinstance(workload, DenseWorkload):

@@ -47,7 +47,7 @@ from vdla.compiler.tuner.runner import InProcessRunner, prepare_tasks
 from vdla.compiler.tuner.tune import tune_task
 from vdla.execute import EvaluationError, Executor, make_executor
 
-__all__ = ["DatasetPlan", "HEADS", "MAX_DRAWN_MACS", "Manifest", "PRODUCT_ROWS", "SIDE_BY_SIDE",
+__all__ = ["BLOCKED_TOKENS", "DatasetPlan", "HEADS", "MAX_DRAWN_MACS", "Manifest", "PRODUCT_ROWS", "SIDE_BY_SIDE",
            "TOKENS", "generate", "local_records",
            "measure_again", "measure_side_by_side", "measuring_executor", "random_shapes"]
 
@@ -65,6 +65,12 @@ CHANNELS = {False: (16, 256), True: (16, 128)}
 TOKENS = (16, 32, 50, 64, 128, 197, 256)
 PRODUCT_ROWS = (1, 4) + TOKENS
 HEADS = (1, 2, 4, 8, 12)
+#: The depths and widths of the products with b transposed that `random_shapes` draws
+#: (``matmul_t``): the accelerator reads b's rows as weight blocks, so both are whole
+#: blocks (208 is ViT's 197 tokens padded to blocks of 16; a config of 32-lane blocks
+#: leaves out what is not whole blocks of 32); one product a workload, as the
+#: accelerator runs each head's.
+BLOCKED_TOKENS = (16, 32, 64, 128, 208, 256)
 #: The most multiply-adds a drawn dense layer of many rows or product has: larger ones
 #: take seconds a schedule to measure on portable C, and the ranking is learned from
 #: the shapes' ratios (a held-out BERT-base layer has 302 million).
@@ -73,7 +79,7 @@ MAX_DRAWN_MACS = {"tokens": 160_000_000, "matmul": 40_000_000}
 
 def random_shapes(count: int, *, seed: int = 0, small: bool = False,
                   grouped: bool = False, dense: bool = False, tokens: bool = False,
-                  matmul: bool = False) -> list[str]:
+                  matmul: bool = False, matmul_t: bool = False) -> list[str]:
     """`count` convolution workloads (``H,W,Cin,Cout,k,pad,stride[,groups]``) drawn at
     random from the sizes of image models' layers: planes of 7 to 56, 16 to 256 channels
     (with `small`: planes of 2 to 14, 16 to 128 channels), 1x1 and 3x3 kernels (same
@@ -86,9 +92,14 @@ def random_shapes(count: int, *, seed: int = 0, small: bool = False,
     `tokens`, dense layers of many rows (a transformer's linear layers over its
     `TOKENS`): 64 to 3,072 features each way in steps of 64. With `matmul`, batched
     products of two activations (``matmul:M,K,N,BATCH``: attention's scores and
-    values): `HEADS` products of `PRODUCT_ROWS` rows, as deep and as wide as `TOKENS`. Each its own stream, at most `MAX_DRAWN_MACS`."""
+    values): `HEADS` products of `PRODUCT_ROWS` rows, as deep and as wide as `TOKENS`.
+    With `matmul_t`, single products with b transposed (``matmul_t:M,K,N``): `PRODUCT_ROWS`
+    rows, as deep and as wide as `BLOCKED_TOKENS`. Each its own stream, at most
+    `MAX_DRAWN_MACS`."""
     if dense:
         return _random_dense(count, seed)
+    if matmul_t:
+        return _random_products_t(count, seed)
     if tokens or matmul:
         return _random_gemm(count, seed, matmul)
     rng = np.random.default_rng([seed, 1] if grouped else seed)
@@ -134,6 +145,17 @@ def _random_gemm(count: int, seed: int, matmul: bool) -> list[str]:
                               int(rng.choice(TOKENS)))
         if w.macs <= MAX_DRAWN_MACS["matmul" if matmul else "tokens"] \
                 and w.spec() not in shapes:
+            shapes.append(w.spec())
+    return shapes
+
+
+def _random_products_t(count: int, seed: int) -> list[str]:
+    rng = np.random.default_rng([seed, 5])
+    shapes: list[str] = []
+    while len(shapes) < count:
+        w = MatmulWorkload(int(rng.choice(PRODUCT_ROWS)), int(rng.choice(BLOCKED_TOKENS)),
+                           int(rng.choice(BLOCKED_TOKENS)), transpose_b=True)
+        if w.macs <= MAX_DRAWN_MACS["matmul"] and w.spec() not in shapes:
             shapes.append(w.spec())
     return shapes
 

@@ -76,8 +76,10 @@ def tasks_from_workload(spec: str, target, *, precision: str = "int8") -> list:
             float_workload_graph(workload)
         tasks = target.tasks(graph)
         if len(tasks) != 1:
+            why = "; ".join(s.reason for s in (target.supports(n, graph) for n in graph.nodes())
+                            if not s.ok) or "it does not tune that op"
             raise ValueError(f"target {target.name!r} has no tunable task for workload "
-                             f"{spec!r} ({workload}): it does not run that convolution")
+                             f"{spec!r}: {why}")
         return [tasks[0].with_name(name)]
     graph = model_graph(target.requant_modes[0])
     found = []

@@ -146,6 +146,45 @@ def test_random_token_and_matmul_shapes_are_the_cpu_gemm_workloads(tmp_path):
         assert len(training_rows(plan.tasks, db, "wall")) == 3
 
 
+def test_random_transposed_products_are_what_the_accelerator_tunes(tmp_path):
+    """``--matmul-t-shapes``: single products a @ b^T (``matmul_t:M,K,N``), whole blocks
+    deep and wide, seeded in their own stream and parsed back. The accelerator tunes each
+    (b's rows its weight blocks); a product it cannot run (b not transposed, or not
+    whole blocks of a 32-lane config) is left out once, with the reason and the count of
+    platforms."""
+    from vdla.compiler.frontend.workloads import MatmulWorkload, workload_graph
+    from vdla.compiler.tuner.dataset import BLOCKED_TOKENS, PRODUCT_ROWS
+
+    products = random_shapes(10, seed=3, matmul_t=True)
+    assert products == random_shapes(10, seed=3, matmul_t=True) and len(set(products)) == 10
+    assert not set(products) & set(random_shapes(10, seed=3, matmul=True))
+    for spec in products:
+        w = parse_workload(spec)[1]
+        assert w.transpose_b and w.batch == 1 and w.spec() == spec
+        assert w.m in PRODUCT_ROWS and w.k in BLOCKED_TOKENS and w.n in BLOCKED_TOKENS
+    assert parse_workload("MATMUL_T:4,32,48,2") == ("matmul_t:4,32,48,2",
+                                                    MatmulWorkload(4, 32, 48, 2, True))
+    with pytest.raises(ValueError, match="matmul_t:M,K,N"):
+        parse_workload("matmul_t:4,32")
+    graph, feed = workload_graph(parse_workload("matmul_t:4,32,48")[1])
+    assert feed["b"].shape == (1, 48, 32) and graph.node("matmul").attrs["transpose_b"]
+    accel = targets.get("vdla", backend="functional")
+    [task] = tasks_from_workload("matmul_t:20,32,48", accel)
+    assert task.name == "matmul_t:20,32,48" and '"streamed":true' in task.key.replace(" ", "")
+    with pytest.raises(ValueError, match="a @ b needs b transposed"):
+        tasks_from_workload("matmul:20,32,48", accel)
+    wide = targets.get("vdla", backend="functional",
+                       config=vdla.HardwareConfig(block_in=32, block_out=32))
+    logged = []
+    plan = training_sets.dataset_plan([accel, wide, wide], shapes=["matmul_t:20,48,32",
+                                                                  "matmul_t:20,32,32"],
+                                      per_task=2, log=logged.append)
+    assert len(plan.tasks) == 4
+    assert logged == ["left out matmul_t:20,48,32: target 'vdla' has no tunable task for "
+                      "workload 'matmul_t:20,48,32': " + logged[0].split("': ", 1)[1]]
+    assert logged[0].endswith("(2 platforms)") and "48 columns" in logged[0]
+
+
 def test_a_grouped_workload_is_parsed_and_checked():
     name, w = parse_workload("14,14,64,128,3,1,2,4")
     assert w.groups == 4 and w.macs == 7 * 7 * 128 * 16 * 9 and w.spec() == name

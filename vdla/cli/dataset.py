@@ -68,6 +68,11 @@ def add_parser(sub) -> None:
                    help="random batched products of two activations (matmul:M,K,N,BATCH), "
                         "as attention's scores and values: 1 to 12 products of 1 to 256 "
                         "rows, 16 to 256 deep and wide (default 0)")
+    p.add_argument("--matmul-t-shapes", type=int, default=0, metavar="K",
+                   help="random products a @ b^T of two activations (matmul_t:M,K,N), the "
+                        "form the accelerator runs attention's scores and values in: 1 to "
+                        "256 rows, 16 to 256 deep and wide in whole blocks of 16 "
+                        "(default 0)")
     p.add_argument("--per-task", type=int, default=8, metavar="K",
                    help="schedules per (platform, workload), the default among them "
                         "(default 8)")
@@ -106,17 +111,19 @@ def add_parser(sub) -> None:
 def _check_args(args):
     for name, least in (("platforms", 1), ("held_out_platforms", 0), ("shapes", 0),
                         ("small_shapes", 0), ("grouped_shapes", 0), ("dense_shapes", 0),
-                        ("token_shapes", 0), ("matmul_shapes", 0), ("picked", 0),
+                        ("token_shapes", 0), ("matmul_shapes", 0),
+                        ("matmul_t_shapes", 0), ("picked", 0),
                         ("rounds", 1), ("side_by_side", 0),
                         ("per_task", 1), ("jobs", 1)):
         value = getattr(args, name)
         if value < least:
             raise CliError(f"--{name.replace('_', '-')} must be at least {least}, not {value}")
     if not args.models and not any((args.shapes, args.small_shapes, args.grouped_shapes,
-                                    args.dense_shapes, args.token_shapes, args.matmul_shapes)):
+                                    args.dense_shapes, args.token_shapes, args.matmul_shapes,
+                                    args.matmul_t_shapes)):
         raise CliError("nothing to measure: name a MODEL or give --shapes, --small-shapes, "
-                       "--grouped-shapes, --dense-shapes, --token-shapes or --matmul-shapes "
-                       "K > 0")
+                       "--grouped-shapes, --dense-shapes, --token-shapes, --matmul-shapes "
+                       "or --matmul-t-shapes K > 0")
 
 
 def run(args) -> int:
@@ -135,7 +142,8 @@ def run(args) -> int:
             + random_shapes(args.grouped_shapes, seed=args.seed, grouped=True)
             + random_shapes(args.dense_shapes, seed=args.seed, dense=True)
             + random_shapes(args.token_shapes, seed=args.seed, tokens=True)
-            + random_shapes(args.matmul_shapes, seed=args.seed, matmul=True),
+            + random_shapes(args.matmul_shapes, seed=args.seed, matmul=True)
+            + random_shapes(args.matmul_t_shapes, seed=args.seed, matmul_t=True),
             per_task=args.per_task, picked=args.picked,
             seed=args.seed, held_out_models=args.held_out_models,
             precision=args.precision, rounds=args.rounds, side_by_side=args.side_by_side,
