@@ -9,7 +9,7 @@ models become integer operators, whose arithmetic
   ``exp_multiplier``, the calibrated largest probability ``prob_bits`` (the output's
   scale is ``2**-prob_bits``);
 * ``layer_norm`` (constant gamma and beta, last axis) -> ``qlayer_norm``, gamma and beta
-  folded into an int32 and an int64 constant per channel;
+  folded into two int32 constants per channel;
 * ``gelu`` (either form; a ``dense`` with a fused GELU is split into the ``dense`` and a
   ``gelu`` before calibration, so the linear output gets its own range) -> ``qgelu``;
 * ``attention`` -> ``qattention`` when its mask (if any) is an exclusion: every
@@ -285,7 +285,7 @@ class TransformerPlans:
         G, B, params = self.guard(node, layer_norm_params, gamma, beta,
                                   float(node.attrs["epsilon"]), s_x, s_y, length)
         gq = self.out.add_constant(self.fresh(f"{node.input(1)}_q"), G, "int32")
-        bq = self.out.add_constant(self.fresh(f"{node.name}_beta_q"), B, "int64")
+        bq = self.out.add_constant(self.fresh(f"{node.name}_beta_q"), B, "int32")
         self.record_int(node, self.add_q(
             "qlayer_norm", [x, gq, bq], self.int_output(y), node.name, out_scale=s_y,
             axis=-1, epsilon=float(node.attrs["epsilon"]), in_scale=s_x, params=params))

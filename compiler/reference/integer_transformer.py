@@ -55,30 +55,40 @@ exponential depends only on ``x - m`` in [-255, 0], so a target may look it up i
 ``exp_table(node)``.
 
 **qlayer_norm(x, gamma, beta)**, int8 x over its last axis (D <= 65536 entries),
-int32 gamma G (D,), int64 beta B (D,), params ``eps`` in [1, 2**61], ``sqrt_bits`` P in
-[0, 20] and ``shift`` R in [1, 52]; the float layer norm is
-``(x - mean) / sqrt(var + epsilon) * gamma + beta``::
+int32 gamma G (D,), int32 beta B (D,), params ``eps`` in [1, 2**46] and ``shift`` R in
+[1, 21]; the float layer norm is ``(x - mean) / sqrt(var + epsilon) * gamma + beta``.
+A row's statistics take int64 steps, once a row; every step per entry is an int32 one,
+which a 32-bit vector unit runs::
 
     S   = sum(x); Q = sum(x * x)     # int32 (|S| <= 128 D, Q <= 16384 D)
-    v   = D * Q - S * S              # D**2 * the variance, in [0, 16257 D**2], int64
-    sd  = isqrt((v + eps) << 2 P)    # floor(sqrt()) * 2**P, argument < 2**62
-    inv = 2**(40 + P) // sd          # the row's reciprocal 2**40 / sqrt(v + eps), int64
-    xc  = D * x - S                  # D * (x - mean), |xc| <= 255 D
-    z   = (xc * inv + 2**23) >> 24   # (x - mean) / sqrt(var + eps) * 2**16, rounded
-    y   = (z * G + B + 2**(R - 1)) >> R
+    w   = D * Q - S * S + eps        # D**2 (the variance + epsilon), in [1, 2**47), int64
+    e   = (30 - bit_length(w)) // 2  # in [-9, 14]: w * 4**e is in [2**28, 2**30)
+    wn  = w << 2 e  (e >= 0)  or  w >> -2 e  (e < 0)
+    sd  = isqrt(wn)                  # sqrt(w) * 2**e, in [2**14, 2**15): 15 bits always
+    M   = min((D << (K + e)) // sd, 2**31 - 1)   # 2**K / sqrt(var + eps), int32
+    O   = 2**(Z - 1) - floor(S * M / D)          # -mean * M, and half a unit of z
+    P   = x * M + O                  # (x - mean) / sqrt(var + eps) * 2**K; |P| < 2**31
+    z   = P >> Z                     # the same in units of 2**-12: |z| < 2**(12 + c) + 2
+    y   = (z * G + B + 2**(R - 1)) >> R          # |z * G| + |B| + 2**(R - 1) < 2**31
     out = clip(y, -128, 127)
 
-``eps = max(1, round(epsilon * D**2 / s_x**2))``, P the largest in [0, 20] with
-``(16257 D**2 + eps) << 2 P < 2**62`` (extra bits for the square root of a small
-variance), ``G = round(gamma / s_y * 2**(R - 16))`` (|G| < 2**24),
-``B = round(beta / s_y * 2**R)`` (clamped to +-2**(R + 9), past which the output clips
-anyway). Bounds: ``|xc| <= sqrt((D - 1) v)`` and ``sd >= sqrt(v) 2**P / 2``, so
-``|xc * inv| < 2**(41 + log2(D) / 2) <= 2**49``, ``|z| < 2**25`` and
-``|z * G| + |B| < 2**62``. ``isqrt`` is the exact floor square root; the reference
-computes it digit by digit (``bit`` from ``4**30`` down to 1, 31 steps:
-``if n >= r + bit: n -= r + bit; r = (r >> 1) + bit; else: r >>= 1``); any method
-giving ``floor(sqrt(n))`` exactly (a double-precision square root corrected by
-comparing ``r * r`` and ``(r + 1) * (r + 1)`` with n) gives the same result.
+where c is the least integer >= 0 with 4**c >= D - 1 (so sqrt(D - 1) <= 2**c), K = 30 -
+c and Z = K - 12 = 18 - c (`layer_norm_shifts`). ``floor(S * M / D)`` is the floor of a
+signed quotient (S * M is int64). P fits int32, but x * M alone may not (up to 2**38):
+compute it in int64, or modulo 2**32, which gives P exactly because P fits.
+``eps = clamp(round(epsilon * D**2 / s_x**2), 1, 2**46)``,
+``G = round(gamma / s_y * 2**(R - 12))`` with ``|G| < 2**(17 - c)`` and R the largest in
+[1, 21] that keeps it there, ``B = round(beta / s_y * 2**R)`` (clamped to +-2**(R + 8),
+past which the output clips anyway). Bounds: ``|x - mean| D <= sqrt((D - 1) v)`` (v = w -
+eps), and sd is a floor square root of at least 2**28 with wn at most 1 below w * 4**e,
+so ``M <= (1 + 2**-13) 2**K D / sqrt(w)``, ``|P| <= (1 + 2**-13) 2**30 + 2**(Z - 1) + 1``,
+``|z G| < 2**29 (1 + 2**-12)`` and ``|B| + 2**(R - 1) <= 2**29 + 2**20``. M carries 15
+significant bits or more (sd's), z 12 fraction bits of the normalized value, G 9 or more
+(17 - c; 12 for D = 768): each well below the output's half-LSB rounding. ``isqrt`` is
+the exact floor square root; the reference computes it digit by digit (``bit`` from
+``4**30`` down to 1, 31 steps: ``if n >= r + bit: n -= r + bit; r = (r >> 1) + bit;
+else: r >>= 1``); any method giving ``floor(sqrt(n))`` exactly (a double-precision
+square root, exact below 2**52) gives the same result.
 
 **qgelu(x)**, int8 x, params ``a``, ``b``, ``q_shift`` Q, ``multiplier`` M and
 ``shift`` R. GELU(v) = v * Phi(v) with Phi(v) ~ sigmoid(2 sqrt(2/pi) (v + 0.044715 v**3))
@@ -118,7 +128,7 @@ the float function of the same int8 inputs, in output LSBs, over realistic input
 a sweep of input scales (0.5 is the error of rounding the exact result)::
 
     qsoftmax     rows of 16 to 512, logits sd 1 to 8          max 0.50-0.72  mean <= 0.26
-    qlayer_norm  D 64 and 768, with outlier channels          max 0.50       mean 0.25
+    qlayer_norm  D 64 and 768, with outlier channels          max 0.50-0.51  mean 0.25
     qgelu        erf and tanh forms, s_x 0.005 to 0.5         max <= 0.50    mean <= 0.26
     qattention   S 16, D 16 / S 128, D 64                     max 2.9 / 5.6  mean 0.6 / 1.1
 
@@ -135,12 +145,12 @@ import numpy as np
 from vdla.compiler.reference.integer import (INT8_MAX, INT8_MIN, QuantizationError,
                                              requantize)
 
-__all__ = ["EXP2_POLY", "EXP_BITS", "LN_RECIP_BITS", "LN_VARIANCE_BOUND", "LN_Z_BITS",
-           "MAX_EXP_MULTIPLIER", "MAX_LAYER_NORM_LENGTH", "MAX_LN_EPS", "MAX_LN_SHIFT",
-           "MAX_LN_SQRT_BITS", "MAX_PROB_BITS", "MAX_SOFTMAX_LENGTH", "SIGMOID_BITS",
+__all__ = ["EXP2_POLY", "EXP_BITS", "LN_NORM_BITS", "LN_PRODUCT_BITS", "LN_VARIANCE_BOUND",
+           "LN_Z_BITS", "MAX_EXP_MULTIPLIER", "MAX_LAYER_NORM_LENGTH", "MAX_LN_EPS",
+           "MAX_LN_SHIFT", "MAX_PROB_BITS", "MAX_SOFTMAX_LENGTH", "SIGMOID_BITS",
            "causal_exclusion", "exp2_neg", "exp_table", "gelu_params", "gelu_table",
-           "isqrt", "layer_norm_params", "qattention", "qgelu", "qlayer_norm", "qmatmul",
-           "qsoftmax", "softmax_params"]
+           "isqrt", "layer_norm_params", "layer_norm_row_terms", "layer_norm_shifts",
+           "qattention", "qgelu", "qlayer_norm", "qmatmul", "qsoftmax", "softmax_params"]
 
 #: 2**u on [0, 1) = 1 + u (C1 + u (C2 + u C3)), the Cs times 2**30 (module docstring).
 EXP2_POLY = (746375804, 244432717, 82749383)
@@ -152,13 +162,14 @@ MAX_EXP_MULTIPLIER = 1 << 23
 MAX_PROB_BITS = 14
 #: The longest softmax row (the sum of exponentials must fit int32).
 MAX_SOFTMAX_LENGTH = 1 << 14
-#: Layer norm: the row reciprocal 2**LN_RECIP_BITS // sd, the normalized value in units
-#: of 2**-LN_Z_BITS, the longest row, the largest epsilon term.
-LN_RECIP_BITS, LN_Z_BITS = 40, 16
+#: Layer norm: the normalized value z in units of 2**-LN_Z_BITS; the normalized spread
+#: wn below 2**LN_NORM_BITS (and at least a quarter of it); P = (x - mean) * M below
+#: 2**LN_PRODUCT_BITS (times 1 + 2**-13); the longest row, the largest epsilon term
+#: and output shift.
+LN_Z_BITS, LN_NORM_BITS, LN_PRODUCT_BITS = 12, 30, 30
 MAX_LAYER_NORM_LENGTH = 1 << 16
-MAX_LN_EPS = 1 << 61
-MAX_LN_SHIFT = 52
-MAX_LN_SQRT_BITS = 20
+MAX_LN_EPS = 1 << 46
+MAX_LN_SHIFT = 21
 #: D * sum(x * x) - sum(x)**2 <= LN_VARIANCE_BOUND * D**2 for int8 rows (255**2 / 4).
 LN_VARIANCE_BOUND = 16257
 #: qgelu's sigmoid in units of 2**-SIGMOID_BITS.
@@ -294,13 +305,26 @@ def exp_table(node) -> np.ndarray:
 
 # --- qlayer_norm -----------------------------------------------------------------------------
 
-def layer_norm_params(gamma, beta, epsilon: float, in_scale: float, out_scale: float,
-                      length: int) -> tuple[np.ndarray, np.ndarray, dict]:
-    """(G int32, B int64, params) of a qlayer_norm over rows of `length` from float
-    gamma, beta (None: 0), the float epsilon and the input and output scales."""
-    if not (1 <= length <= MAX_LAYER_NORM_LENGTH):
+def layer_norm_shifts(length: int) -> dict:
+    """The shifts a qlayer_norm over rows of `length` entries takes (module docstring):
+    ``c`` (the least with 4**c >= length - 1), ``k`` = K (P's scale, 2**K per standard
+    deviation), ``z_shift`` = Z (P >> Z is z) and ``gamma_bits`` (|G| < 2**gamma_bits)."""
+    if not 1 <= length <= MAX_LAYER_NORM_LENGTH:
         raise QuantizationError(f"qlayer_norm: rows of {length} entries; the definition "
                                 f"holds for 1 to {MAX_LAYER_NORM_LENGTH}")
+    c = 0
+    while 4 ** c < length - 1:
+        c += 1
+    k = LN_PRODUCT_BITS - c
+    return {"c": c, "k": k, "z_shift": k - LN_Z_BITS,
+            "gamma_bits": LN_PRODUCT_BITS - 1 - LN_Z_BITS - c}
+
+
+def layer_norm_params(gamma, beta, epsilon: float, in_scale: float, out_scale: float,
+                      length: int) -> tuple[np.ndarray, np.ndarray, dict]:
+    """(G int32, B int32, params) of a qlayer_norm over rows of `length` from float
+    gamma, beta (None: 0), the float epsilon and the input and output scales."""
+    shifts = layer_norm_shifts(length)
     for what, s in (("input", in_scale), ("output", out_scale)):
         if not (np.isfinite(s) and s > 0):
             raise QuantizationError(f"qlayer_norm: the {what} scale {s!r} must be positive "
@@ -311,56 +335,58 @@ def layer_norm_params(gamma, beta, epsilon: float, in_scale: float, out_scale: f
         raise QuantizationError("qlayer_norm: gamma and beta must be finite")
     eps = float(epsilon) * length * length / (in_scale * in_scale)
     eps = int(min(max(1.0, np.floor(eps + 0.5)), MAX_LN_EPS))
-    top_v = LN_VARIANCE_BOUND * length * length + eps
-    bits = 0
-    while bits < MAX_LN_SQRT_BITS and top_v << (2 * bits + 2) < (1 << 62):
-        bits += 1
     ratio = g / out_scale
     top = float(np.abs(ratio).max(initial=0.0))
+    limit = (1 << shifts["gamma_bits"]) - 0.5
     shift = MAX_LN_SHIFT
-    while shift > 1 and top * 2.0 ** (shift - LN_Z_BITS) >= (1 << 24) - 0.5:
+    while shift > 1 and top * 2.0 ** (shift - LN_Z_BITS) >= limit:
         shift -= 1
     G = np.floor(ratio * 2.0 ** (shift - LN_Z_BITS) + 0.5)
-    if np.abs(G).max(initial=0) >= (1 << 24):
-        raise QuantizationError(f"qlayer_norm: gamma / output scale {top:.6g} is too large")
-    lim = 2.0 ** (shift + 9)
+    if np.abs(G).max(initial=0) >= (1 << shifts["gamma_bits"]):
+        raise QuantizationError(f"qlayer_norm: gamma / output scale {top:.6g} is too large "
+                                f"for rows of {length}")
+    lim = 2.0 ** (shift + 8)
     B = np.clip(np.floor(b / out_scale * 2.0 ** shift + 0.5), -lim, lim)
-    return G.astype(np.int32), B.astype(np.int64), {"eps": eps, "sqrt_bits": bits,
-                                                    "shift": shift}
+    return G.astype(np.int32), B.astype(np.int32), {"eps": eps, "shift": shift}
+
+
+def layer_norm_row_terms(s, q, length: int, eps: int) -> tuple[np.ndarray, np.ndarray]:
+    """(M, O) of qlayer_norm rows from their int sums `s` = S and `q` = Q (any shape):
+    the per-row int64 steps of the module docstring, each entry's P then x * M + O."""
+    sh = layer_norm_shifts(length)
+    s, q = _int64(s), _int64(q)
+    w = length * q - s * s + eps
+    # bit_length of w < 2**47: a double holds it exactly, and frexp's exponent is it.
+    e = (LN_NORM_BITS - np.frexp(w.astype(np.float64))[1].astype(np.int64)) // 2
+    wn = np.where(e >= 0, w << np.maximum(2 * e, 0), w >> np.maximum(-2 * e, 0))
+    sd = isqrt(wn)
+    m = np.minimum((np.int64(length) << (sh["k"] + e)) // sd, (1 << 31) - 1)
+    o = (1 << (sh["z_shift"] - 1)) - (s * m) // length
+    return m, o
 
 
 def qlayer_norm(x, gamma, beta, params) -> np.ndarray:
     """The integer layer norm of int8 `x` over its last axis (module docstring), int32
-    `gamma` G and int64 `beta` B per channel (None: 0)."""
+    `gamma` G and `beta` B per channel (None: 0)."""
     x = _need_int8(x, "qlayer_norm: x")
     n = x.shape[-1] if x.ndim else 0
-    if not 1 <= n <= MAX_LAYER_NORM_LENGTH:
-        raise QuantizationError(f"qlayer_norm: rows of {n} entries; the definition holds "
-                                f"for 1 to {MAX_LAYER_NORM_LENGTH}")
+    sh = layer_norm_shifts(n)
     eps = _param(params, "eps", 1, MAX_LN_EPS, "qlayer_norm")
-    bits = _param(params, "sqrt_bits", 0, MAX_LN_SQRT_BITS, "qlayer_norm")
     r = _param(params, "shift", 1, MAX_LN_SHIFT, "qlayer_norm")
-    if (LN_VARIANCE_BOUND * n * n + eps) << (2 * bits) >= (1 << 62):
-        raise QuantizationError(f"qlayer_norm: eps {eps} and sqrt_bits {bits} for rows of "
-                                f"{n}: (16257 D**2 + eps) << 2 sqrt_bits must stay below "
-                                "2**62")
     G = np.zeros(n, np.int64) if gamma is None else _int64(gamma).reshape(-1)
     B = np.zeros(n, np.int64) if beta is None else _int64(beta).reshape(-1)
     if G.shape != (n,) or B.shape != (n,):
         raise QuantizationError(f"qlayer_norm: gamma and beta need {n} values, not "
                                 f"{G.size} and {B.size}")
-    if np.abs(G).max(initial=0) >= (1 << 24) or np.abs(B).max(initial=0) > (1 << (r + 9)):
-        raise QuantizationError("qlayer_norm: gamma must be in (-2**24, 2**24) and beta "
-                                "within +-2**(shift + 9)")
+    if np.abs(G).max(initial=0) >= (1 << sh["gamma_bits"]) \
+            or np.abs(B).max(initial=0) > (1 << (r + 8)):
+        raise QuantizationError(f"qlayer_norm: gamma must be in (-2**{sh['gamma_bits']}, "
+                                f"2**{sh['gamma_bits']}) for rows of {n} and beta within "
+                                "+-2**(shift + 8)")
     xi = x.astype(np.int64)
-    s = xi.sum(axis=-1, keepdims=True)
-    q = (xi * xi).sum(axis=-1, keepdims=True)
-    v = n * q - s * s
-    sd = isqrt((v + eps) << (2 * bits))
-    inv = (np.int64(1) << (LN_RECIP_BITS + bits)) // sd
-    xc = n * xi - s
-    shift = LN_RECIP_BITS - LN_Z_BITS
-    z = (xc * inv + (np.int64(1) << (shift - 1))) >> shift
+    m, o = layer_norm_row_terms(xi.sum(axis=-1, keepdims=True),
+                                (xi * xi).sum(axis=-1, keepdims=True), n, eps)
+    z = (xi * m + o) >> sh["z_shift"]
     y = (z * G + B + (np.int64(1) << (r - 1))) >> r
     return np.clip(y, INT8_MIN, INT8_MAX).astype(np.int8)
 

@@ -179,7 +179,7 @@ def _qlayer_norm_kernel(node, args, graph):
     x, gamma, beta = (list(args) + [None, None])[:3]
     _need_int(node, x, "input")
     _need_int(node, gamma, "gamma", (np.int32,))
-    _need_int(node, beta, "beta", (np.int64,))
+    _need_int(node, beta, "beta", (np.int32,))
     _last_axis(node, x)
     return [_transformer_op(node, integer_transformer.qlayer_norm, x, gamma, beta,
                             node.attrs["params"])]

@@ -55,22 +55,28 @@ def shadow_softmax_row(x: list[int], c: int, k: int) -> list[int]:
 
 
 def shadow_layer_norm_row(x: list[int], G: list[int], B: list[int], params: dict):
-    eps, bits, r = params["eps"], params["sqrt_bits"], params["shift"]
+    eps, r = params["eps"], params["shift"]
     n = len(x)
+    c = 0
+    while 4 ** c < n - 1:
+        c += 1
+    k, z_shift = 30 - c, 18 - c
     s = fits(sum(x), INT32, "S")
     q = fits(sum(v * v for v in x), INT32, "Q")
-    v = fits(n * q - s * s, INT64, "v")
-    assert v >= 0
-    assert v <= it.LN_VARIANCE_BOUND * n * n
-    assert (v + eps) << (2 * bits) < (1 << 62)
-    sd = math.isqrt((v + eps) << (2 * bits))
-    inv = fits((1 << (40 + bits)) // sd, INT64, "inv")
+    w = fits(n * q - s * s + eps, (1, (1 << 47) - 1), "w")
+    assert w - eps <= it.LN_VARIANCE_BOUND * n * n
+    e = (30 - w.bit_length()) // 2
+    assert -9 <= e <= 14
+    wn = w << (2 * e) if e >= 0 else w >> (-2 * e)
+    assert (1 << 28) <= wn < (1 << 30)
+    sd = math.isqrt(wn)
+    m = fits(min((n << (k + e)) // sd, (1 << 31) - 1), INT32, "M")
+    o = fits((1 << (z_shift - 1)) - fits(s * m, INT64, "S * M") // n, INT64, "O")
     out = []
     for xi, g, b in zip(x, G, B):
-        xc = fits(n * xi - s, INT32, "xc")
-        z = fits(fits(xc * inv, (-(1 << 49), 1 << 49), "xc * inv") + (1 << 23), INT64, "") >> 24
-        zg = fits(z * g, INT64, "z * G")
-        y = fits(zg + b + (1 << (r - 1)), (-(1 << 62), 1 << 62), "z * G + B") >> r
+        assert abs(g) < 1 << (17 - c)
+        z = fits(xi * m + o, INT32, "P") >> z_shift
+        y = fits(fits(z * g, INT32, "z * G") + b + (1 << (r - 1)), INT32, "z * G + B") >> r
         out.append(max(-128, min(127, y)))
     return out
 
@@ -221,15 +227,30 @@ def test_qlayer_norm_never_overflows_on_extreme_rows(row, length):
 
 def test_qlayer_norm_rejects_bad_params():
     x = np.zeros((1, 4), np.int8)
-    G, B = np.ones(4, np.int32), np.zeros(4, np.int64)
+    G, B = np.ones(4, np.int32), np.zeros(4, np.int32)
     with pytest.raises(QuantizationError, match=r"params\['eps'\] = 0 is outside"):
-        it.qlayer_norm(x, G, B, {"eps": 0, "sqrt_bits": 0, "shift": 20})
+        it.qlayer_norm(x, G, B, {"eps": 0, "shift": 20})
     with pytest.raises(QuantizationError, match="holding 'shift'"):
-        it.qlayer_norm(x, G, B, {"eps": 1, "sqrt_bits": 0})
+        it.qlayer_norm(x, G, B, {"eps": 1})
     with pytest.raises(QuantizationError, match="need 4 values"):
-        it.qlayer_norm(x, G[:3], B, {"eps": 1, "sqrt_bits": 0, "shift": 20})
-    with pytest.raises(QuantizationError, match=r"must stay below 2\*\*62"):
-        it.qlayer_norm(x, G, B, {"eps": 1 << 61, "sqrt_bits": 5, "shift": 20})
+        it.qlayer_norm(x, G[:3], B, {"eps": 1, "shift": 20})
+    with pytest.raises(QuantizationError, match=r"params\['eps'\] = 140737488355329 is"):
+        it.qlayer_norm(x, G, B, {"eps": (1 << 47) + 1, "shift": 20})
+    with pytest.raises(QuantizationError, match=r"gamma must be in \(-2\*\*16, 2\*\*16\) "
+                                                "for rows of 4"):
+        it.qlayer_norm(x, G << 16, B, {"eps": 1, "shift": 20})
+    with pytest.raises(QuantizationError, match="rows of 65537 entries"):
+        it.layer_norm_shifts(65537)
+
+
+def test_layer_norm_shifts_keep_every_product_inside_int32():
+    """c is the least with 4**c >= D - 1: sqrt(D - 1) <= 2**c, the bound of |x - mean| /
+    sd that leaves (x - mean) * M and z * G inside int32."""
+    for d, c in ((1, 0), (2, 0), (3, 1), (5, 1), (6, 2), (17, 2), (18, 3), (768, 5),
+                 (1025, 5), (1026, 6), (65536, 8)):
+        sh = it.layer_norm_shifts(d)
+        assert sh["c"] == c and math.sqrt(max(d - 1, 0)) <= 2 ** c, d
+        assert sh["k"] == 30 - c and sh["z_shift"] == 18 - c and sh["gamma_bits"] == 17 - c
 
 
 # --- qgelu -----------------------------------------------------------------------------------

@@ -16,12 +16,13 @@
   that is not an integer is at least 1 / s <= 2**-30 away from one, far more than a
   double's rounding there (2**-38), so truncating the double quotient is exact
   (`SOFTMAX_C`, shared with the fused attention).
-* ``qlayer_norm``: per row, ``S = sum(x)``, ``Q = sum(x * x)`` (int32), ``v = D Q -
-  S**2`` and the floor square root of ``(v + eps) << 2P`` (int64; from a double square
-  root corrected by comparing squares, exact), ``inv = 2**(40 + P) // sd``, then per
-  value the int64 steps of the definition: ``z = (xc * inv + 2**23) >> 24``, ``y = (z *
-  G + B + 2**(R - 1)) >> R``, clipped. ``>>`` on signed int64 is arithmetic (floor),
-  as `vdla_cpu.h` checks.
+* ``qlayer_norm``: per row, ``S = sum(x)``, ``Q = sum(x * x)`` (int32), ``w = D Q -
+  S**2 + eps`` (int64) normalized into [2**28, 2**30) by an even shift, its floor
+  square root (a double square root, exact there), the row's multiplier ``M`` and
+  offset ``O`` (int64, the floor of the signed quotient taken with care), then z of
+  each int8 value the row holds (a table of at most 256), and per entry the int32 step
+  ``y = (z G + B + 2**(R - 1)) >> R``, clipped, in int32 lanes that gcc vectorizes.
+  ``>>`` on signed integers is arithmetic (floor), as `vdla_cpu.h` checks.
 """
 
 from __future__ import annotations
@@ -31,10 +32,11 @@ import numpy as np
 from vdla.compiler.ir.graph import Graph
 from vdla.compiler.ir.tensor import Node
 from vdla.compiler.reference.integer import QuantizationError
-from vdla.compiler.reference.integer_transformer import (LN_RECIP_BITS, LN_VARIANCE_BOUND,
-                                                         LN_Z_BITS, MAX_LAYER_NORM_LENGTH,
-                                                         MAX_SOFTMAX_LENGTH, exp_table,
-                                                         gelu_table)
+from vdla.compiler.reference.integer_transformer import (LN_NORM_BITS,
+                                                         MAX_LAYER_NORM_LENGTH, MAX_LN_EPS,
+                                                         MAX_LN_SHIFT, MAX_SOFTMAX_LENGTH,
+                                                         exp_table, gelu_table,
+                                                         layer_norm_shifts)
 from vdla.compiler.targets.cpu.isa import Isa
 from vdla.compiler.targets.cpu.kernel import SIGNATURE, Kernel, Params, align
 from vdla.compiler.targets.cpu.opbase import PARALLEL_MIN, Sources, size
@@ -103,31 +105,19 @@ def qnorm_refusal(node: Node, graph: Graph) -> str | None:
                     f"holds for at most {limit}")
     if node.op == "qlayer_norm":
         p = node.attrs.get("params")
-        if not isinstance(p, dict) or not {"eps", "sqrt_bits", "shift"} <= set(p):
-            return (f"qlayer_norm node {node.name!r}: params {p!r} must hold eps, sqrt_bits "
-                    "and shift")
+        if not isinstance(p, dict) or not {"eps", "shift"} <= set(p):
+            return f"qlayer_norm node {node.name!r}: params {p!r} must hold eps and shift"
+        if not (1 <= int(p["eps"]) <= MAX_LN_EPS and 1 <= int(p["shift"]) <= MAX_LN_SHIFT):
+            return f"qlayer_norm node {node.name!r}: eps or shift out of range ({p!r})"
         d = x.shape[-1]
-        if (LN_VARIANCE_BOUND * d * d + int(p["eps"])) << (2 * int(p["sqrt_bits"])) >= 1 << 62:
-            return f"qlayer_norm node {node.name!r}: eps and sqrt_bits out of range"
-        for i, want in ((1, "int32"), (2, "int64")):
+        for i in (1, 2):
             name = node.input(i)
-            if name and (graph.tensors[name].dtype != want
+            if name and (graph.tensors[name].dtype != "int32"
                          or tuple(graph.tensors[name].shape) != (d,)):
                 return (f"qlayer_norm node {node.name!r}: {name!r} is "
                         f"{graph.tensors[name].dtype} {graph.tensors[name].shape}; the "
-                        f"definition takes {want} ({d},)")
+                        f"definition takes int32 ({d},)")
     return None
-
-
-def _exact_in_double(gamma: np.ndarray, beta: np.ndarray, shift: int) -> bool:
-    """Whether a qlayer_norm with these G, B and R computes exactly in double precision:
-    then every step's integer is below 2**53 (``|xc * inv| < 2**49`` and ``|z| < 2**25``
-    for any G and B; ``|z G| + |B| + 2**(R - 1)`` checked here), so the shifts are exact
-    floors of exact products, and a row is vectors of doubles. AVX2 has no 64-bit
-    multiply or arithmetic shift: int64 lanes ran BERT-base's layer norms 2.3x slower."""
-    g = int(np.abs(np.asarray(gamma, np.int64)).max(initial=0))
-    b = int(np.abs(np.asarray(beta, np.int64)).max(initial=0))
-    return (g << 25) + b + (1 << (shift - 1)) < 1 << 53
 
 
 def qnorm_kernel(node: Node, graph: Graph, isa: Isa) -> Kernel:
@@ -179,45 +169,19 @@ void NAME{SIGNATURE} {{
                       items=rows if pragma else 1)
     # qlayer_norm
     p = node.attrs["params"]
-    eps, bits, r = int(p["eps"]), int(p["sqrt_bits"]), int(p["shift"])
-    consts = [graph.tensors[node.input(i)].data if node.input(i) else np.zeros(d, np.int64)
-              for i in (1, 2)]
-    if all(c is not None for c in consts) and _exact_in_double(*consts, r):
-        gd, bd = (params.add(np.asarray(c, np.float64).reshape(-1)) for c in consts)
-        value = f"""const double xc = {d}.0 * (double)x[j] - (double)s;     /* |xc| < 2**18 */
-            const double z = floor((xc * invd + 8388608.0) * 0x1p-24);  /* |xc inv| < 2**49 */
-            const double t = floor((z * G[j] + B[j] + 0x1p{r - 1}) * 0x1p-{r});
-            y[j] = (int8_t)(t < -128 ? -128 : t > 127 ? 127 : t);"""
-        g, b, g_type, b_type, table = (f"(const double *)(params + {gd})",
-                                       f"(const double *)(params + {bd})", "double", "double",
-                                       "")
-    else:
-        g = (sources.pointer(node.input(1), "int32_t") if node.input(1) else
-             f"(const int32_t *)(params + {params.add(np.zeros(d, np.int32))})")
-        b = (sources.pointer(node.input(2), "int64_t") if node.input(2) else
-             f"(const int64_t *)(params + {params.add(np.zeros(d, np.int64))})")
-        g_type, b_type = "int32_t", "int64_t"
-        zs = LN_RECIP_BITS - LN_Z_BITS
-        # z depends on a row's x only through the int8 value: a table of z for the values
-        # between the row's least and greatest (at most 256), then int64 arithmetic that
-        # gcc vectorizes (the table on the stack: in ws, gcc does not vectorize its reads)
-        table = f"""
-        int32_t ztab[256];
-        int32_t *restrict zt = ztab + 128;
-        int32_t lo = 127, hi = -128;
-        for (int j = 0; j < {d}; j++) {{ lo = x[j] < lo ? x[j] : lo; hi = x[j] > hi ? x[j] : hi; }}
-        for (int a = lo; a <= hi; a++) {{     /* |z| < 2**25 */
-            const int64_t xc = (int64_t){d} * a - s;
-            zt[a] = (int32_t)((xc * inv + ((int64_t)1 << {zs - 1})) >> {zs});
-        }}"""
-        value = f"""const int64_t t = ((int64_t)zt[x[j]] * G[j] + B[j] + ((int64_t)1 << {r - 1})) >> {r};
-            y[j] = (int8_t)(t < -128 ? -128 : t > 127 ? 127 : t);"""
+    eps, r = int(p["eps"]), int(p["shift"])
+    sh = layer_norm_shifts(d)
+    g, b = (sources.pointer(node.input(i), "int32_t") if node.input(i) else
+            f"(const int32_t *)(params + {params.add(np.zeros(d, np.int32))})" for i in (1, 2))
+    # z depends on a row's x only through the int8 value: a table of z for the values
+    # between the row's least and greatest (at most 256, on the stack: in ws, gcc does not
+    # vectorize its reads), then int32 arithmetic that gcc vectorizes.
     body = f"""
-/* qlayer_norm over the last axis: {rows} rows of {d} ({"double" if g_type == "double" else "int64"} arithmetic) */
-{"VDLA_NO_TRAPPING_MATH " if g_type == "double" else ""}void NAME{SIGNATURE} {{
+/* qlayer_norm over the last axis: {rows} rows of {d} (int32 per entry) */
+void NAME{SIGNATURE} {{
     const int8_t *restrict X = {x_ptr};
-    const {g_type} *restrict G = {g};
-    const {b_type} *restrict B = {b};
+    const int32_t *restrict G = {g};
+    const int32_t *restrict B = {b};
     int8_t *restrict Y = (int8_t *)out_;
     (void)ws;
     {pragma}
@@ -226,15 +190,26 @@ void NAME{SIGNATURE} {{
         int8_t *restrict y = Y + (size_t)r * {d};
         int32_t s = 0, q = 0;
         for (int j = 0; j < {d}; j++) {{ s += x[j]; q += x[j] * x[j]; }}
-        const int64_t v = (int64_t){d} * q - (int64_t)s * s;
-        const int64_t n = (v + {eps}LL) << {2 * bits};
-        int64_t sd = (int64_t)sqrt((double)n);
-        while (sd * sd > n) sd--;
-        while ((sd + 1) * (sd + 1) <= n) sd++;
-        const int64_t inv = ((int64_t)1 << {LN_RECIP_BITS + bits}) / sd;
-        const double invd = (double)inv; (void)invd;      /* exact: inv <= 2**40 */{table}
+        const int64_t w = (int64_t){d} * q - (int64_t)s * s + {eps}LL;   /* < 2**47 */
+        const int e = ({LN_NORM_BITS} - (64 - __builtin_clzll((uint64_t)w))) >> 1;  /* floor */
+        const int64_t wn = e >= 0 ? w << (2 * e) : w >> (-2 * e);
+        int64_t sd = (int64_t)sqrt((double)wn);    /* wn < 2**30: the double root is exact */
+        while (sd * sd > wn) sd--;
+        while ((sd + 1) * (sd + 1) <= wn) sd++;
+        int64_t m = ((int64_t){d} << ({sh["k"]} + e)) / sd;
+        m = m < 2147483647LL ? m : 2147483647LL;
+        const int64_t sm = (int64_t)s * m;         /* floor(S M / D), S M signed */
+        const int64_t fl = sm >= 0 ? sm / {d} : -((-sm + {d - 1}) / {d});
+        const int64_t o = ((int64_t)1 << {sh["z_shift"] - 1}) - fl;
+        int32_t ztab[256];
+        int32_t *restrict zt = ztab + 128;
+        int32_t lo = 127, hi = -128;
+        for (int j = 0; j < {d}; j++) {{ lo = x[j] < lo ? x[j] : lo; hi = x[j] > hi ? x[j] : hi; }}
+        for (int a = lo; a <= hi; a++)             /* P = a M + O fits int32 */
+            zt[a] = (int32_t)(((int64_t)a * m + o) >> {sh["z_shift"]});
         for (int j = 0; j < {d}; j++) {{
-            {value}
+            const int32_t t = (zt[x[j]] * G[j] + B[j] + {1 << (r - 1)}) >> {r};
+            y[j] = (int8_t)(t < -128 ? -128 : t > 127 ? 127 : t);
         }}
     }}
 }}

@@ -7,7 +7,8 @@
 
 * qgelu: one `nd_map` look-up in the reference's own 256 values (`gelu_table`);
 * qsoftmax: `row_qsoftmax`, its exponentials the reference's (`exp_table`);
-* qlayer_norm: `row_qlayer_norm`, the definition's int64 steps;
+* qlayer_norm: `row_qlayer_norm`, the definition's int64 steps a row and int32 ones
+  an entry;
 * qattention: one `fused_qattention` launch, the definition's three steps: qmatmul(q,
   k^T), the integer softmax with the mask's and the causal bound's keys left out (the
   scores recomputed per pass, never stored), qmatmul(p, v).
@@ -42,7 +43,7 @@ INTEGER_OPS = ("qsoftmax", "qlayer_norm", "qgelu", "qattention")
 
 def refusal(node: Node, graph: Graph) -> str | None:
     """qsoftmax, qlayer_norm, qgelu, qattention: int8 data (a bool qattention mask, int32
-    gamma and int64 beta), rows the definition holds for, valid constants."""
+    gamma and beta), rows the definition holds for, valid constants."""
     op = node.op
     dtypes = [dtype_of(graph, t) for t in node.inputs if t]
     data = dtypes[:3] if op == "qattention" else dtypes[:1]
@@ -71,10 +72,10 @@ def refusal(node: Node, graph: Graph) -> str | None:
         if problem:
             return problem
     if op == "qlayer_norm":
-        for i, want in ((1, "int32"), (2, "int64")):
-            if node.input(i) and dtype_of(graph, node.inputs[i]) != want:
+        for i in (1, 2):
+            if node.input(i) and dtype_of(graph, node.inputs[i]) != "int32":
                 return (f"qlayer_norm with a {dtype_of(graph, node.inputs[i])} "
-                        f"{('gamma', 'beta')[i - 1]}: the GPU target takes {want}")
+                        f"{('gamma', 'beta')[i - 1]}: the GPU target takes int32")
     try:
         _integer_constants(node)
         if op == "qlayer_norm":
@@ -99,7 +100,6 @@ def _integer_constants(node: Node) -> dict:
                 "prob_bits": _param(params, "prob_bits", integer_transformer.MAX_PROB_BITS)}
     return {key: _param(node.attrs["params"], key, high, low) for key, low, high in (
         ("eps", 1, integer_transformer.MAX_LN_EPS),
-        ("sqrt_bits", 0, integer_transformer.MAX_LN_SQRT_BITS),
         ("shift", 1, integer_transformer.MAX_LN_SHIFT))}
 
 
@@ -151,16 +151,18 @@ def _lower_qlayer_norm(node, graph):
     c = _integer_constants(node)
     consts: dict = {}
     refs = [operand(graph, node, 0, consts)]
-    for i, dtype in ((1, np.int32), (2, np.int64)):
+    for i in (1, 2):
         if node.input(i):
             refs.append(operand(graph, node, i, consts))
         else:                                    # the reference's None: zeros
-            consts[f"in{i}"] = np.zeros(d, dtype)
+            consts[f"in{i}"] = np.zeros(d, np.int32)
             refs.append(Ref("const", f"in{i}"))
     rows = int(np.prod(x[:-1]))
     meta, grid = row_tile(rows, d)
+    sh = integer_transformer.layer_norm_shifts(d)
     launch = Launch("row_qlayer_norm", grid,
-                    (*refs, Ref("out"), rows, d, c["eps"], c["sqrt_bits"], c["shift"]), meta)
+                    (*refs, Ref("out"), rows, d, c["eps"], sh["k"], sh["z_shift"], c["shift"]),
+                    meta)
     return GpuKernel(node.name, (launch,), consts)
 
 

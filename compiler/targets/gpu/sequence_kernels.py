@@ -424,14 +424,15 @@ def row_qsoftmax(x, out, table, ROWS_N, N, K_BITS, ROWS: tl.constexpr, BLOCK: tl
 
 
 @triton.jit
-def row_qlayer_norm(x, gamma, beta, out, ROWS_N, D, eps, P, R, ROWS: tl.constexpr,
+def row_qlayer_norm(x, gamma, beta, out, ROWS_N, D, eps, K, Z, R, ROWS: tl.constexpr,
                     BLOCK: tl.constexpr):
     """The integer layer norm (`vdla.compiler.reference.integer_transformer.qlayer_norm`)
-    of ROWS int8 rows of D entries from row program_id(0) * ROWS, in int64: the sums,
-    D**2 x the variance (+ eps) shifted left by 2 P, its exact floor square root (digit
-    by digit, the reference's 31 steps), the row's reciprocal 2**(40 + P) // sd, then
-    per entry z = (D x - S) * inv rounded to 2**-16 and (z * G + B) rounded by R bits,
-    clipped."""
+    of ROWS int8 rows of D entries from row program_id(0) * ROWS: per row in int64, the
+    sums, w = D**2 x (the variance + eps) normalized into [2**28, 2**30) by shifts of
+    two bits (at most 14 up, 9 down), its exact floor square root (digit by digit, 15
+    steps), the multiplier M = (D << (K + e)) // sd (at most 2**31 - 1) and the offset
+    O = 2**(Z - 1) - floor(S * M / D); then per entry z = (x * M + O) >> Z and the int32
+    (z * G + B) rounded by R bits, clipped."""
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     row_ok = rows < ROWS_N
     base = rows.to(tl.int64)[:, None] * D
@@ -444,24 +445,36 @@ def row_qlayer_norm(x, gamma, beta, out, ROWS_N, D, eps, P, R, ROWS: tl.constexp
         acc_s += v
         acc_q += v * v
     s = tl.sum(acc_s, axis=1)
-    n = (tl.sum(acc_q, axis=1) * D - s * s + eps) << (2 * P)
-    root = n * 0
-    for step in tl.static_range(31):
-        bit = (n * 0 + 1) << (60 - 2 * step)
-        take = n >= root + bit
-        n = tl.where(take, n - (root + bit), n)
+    w = tl.sum(acc_q, axis=1) * D - s * s + eps
+    e = w * 0
+    for step in tl.static_range(14):
+        up = w < (1 << 28)
+        w = tl.where(up, w << 2, w)
+        e = tl.where(up, e + 1, e)
+    for step in tl.static_range(9):
+        down = w >= (1 << 30)
+        w = tl.where(down, w >> 2, w)
+        e = tl.where(down, e - 1, e)
+    root = w * 0
+    for step in tl.static_range(15):
+        bit = (w * 0 + 1) << (28 - 2 * step)
+        take = w >= root + bit
+        w = tl.where(take, w - (root + bit), w)
         root = tl.where(take, (root >> 1) + bit, root >> 1)
     root = tl.maximum(root, 1)           # rows past the end: 0, never divided by
-    inv = (((root * 0 + 1) << (40 + P)) // root)[:, None]
-    s = s[:, None]
-    half = (s * 0 + 1) << (R - 1)
+    m = tl.minimum(((root * 0 + D) << (K + e)) // root, (1 << 31) - 1)
+    sm = s * m
+    floor_q = tl.where(sm >= 0, sm // D, -((D - 1 - sm) // D))
+    o = (((m * 0 + 1) << (Z - 1)) - floor_q)[:, None]
+    m = m[:, None]
+    half = (1 << (R - 1))
     for k0 in range(0, D, BLOCK):
         c = k0 + tl.arange(0, BLOCK)
         ok = row_ok[:, None] & (c < D)[None, :]
         v = tl.load(x + base + c[None, :], mask=ok, other=0).to(tl.int64)
-        z = ((D * v - s) * inv + (1 << 23)) >> 24
-        g = tl.load(gamma + c, mask=c < D, other=0).to(tl.int64)[None, :]
-        b = tl.load(beta + c, mask=c < D, other=0).to(tl.int64)[None, :]
+        z = ((v * m + o) >> Z).to(tl.int32)
+        g = tl.load(gamma + c, mask=c < D, other=0)[None, :]
+        b = tl.load(beta + c, mask=c < D, other=0)[None, :]
         y = (z * g + b + half) >> R
         y = tl.minimum(tl.maximum(y, -128), 127)
         tl.store(out + base + c[None, :], y.to(tl.int8), mask=ok)

@@ -32,9 +32,10 @@ _HOST_REASONS = {
     "quantize": "float -> int conversion runs on the host",
     "dequantize": "int -> float conversion runs on the host",
     "softmax": "softmax needs exp and division: no accelerator kernel",
-    "qlayer_norm": ("qlayer_norm needs row sums across a vector's lanes, a 64-bit variance, "
-                    "a square root and a division; the vector ALU works lane by lane in 32 "
-                    "bits: no accelerator kernel"),
+    "qlayer_norm": ("qlayer_norm needs a row's sums across a vector's lanes and, once a "
+                    "row, a 64-bit variance, a square root and a division; its steps per "
+                    "entry are 32-bit ones, but the vector ALU has no kernel for the row's "
+                    "statistics yet"),
     "gather": ("an embedding gather reads the table rows the token ids name, and a LOAD's "
                "address cannot come from data: the host gathers the rows"),
     "qattention": ("a qattention runs on the accelerator head by head, split into its "

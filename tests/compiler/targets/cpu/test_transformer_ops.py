@@ -273,12 +273,31 @@ for shape in [(3, 5), (2, 3, 37), (2, 64, 128)]:
         "qlayer_norm", [(s, "int8"), g, b], params=p))
     case(f"qgelu{shape}", exact=True)(lambda s=shape: graph(
         "qgelu", [(s, "int8")], params=gelu_params(0.05, 0.03)))
-# A gamma 1e4 times smaller than its beta: a shift of 47, B past 2**53, so the kernel
-# takes int64 arithmetic with z tabulated, not doubles (`qnorms._exact_in_double`).
-_G64, _B64, _P64 = layer_norm_params(R.standard_normal(40) * 1e-4, R.standard_normal(40) * 1.5,
-                                     1e-5, 0.05, 0.04, 40)
-case("qlayer_norm_int64", exact=True)(lambda: graph(
-    "qlayer_norm", [((6, 40), "int8"), _G64, _B64], params=_P64))
+# A gamma 1e4 times smaller than its beta: the largest shift (21), B near its clamp; and
+# rows of 4096 (c = 6: G below 2**11, z below 2**18).
+_GS, _BS, _PS = layer_norm_params(R.standard_normal(40) * 1e-4, R.standard_normal(40) * 1.5,
+                                  1e-5, 0.05, 0.04, 40)
+case("qlayer_norm_small_gamma", exact=True)(lambda: graph(
+    "qlayer_norm", [((6, 40), "int8"), _GS, _BS], params=_PS))
+_GL, _BL, _PL = layer_norm_params(R.standard_normal(4096) * 3, R.standard_normal(4096),
+                                  1e-5, 0.05, 0.04, 4096)
+case("qlayer_norm_4096", exact=True)(lambda: graph(
+    "qlayer_norm", [((3, 4096), "int8"), _GL, _BL], params=_PL))
+def extreme_layer_norm(d=768, epsilon=1e-12):
+    """qlayer_norm's extreme rows: constant (no variance: epsilon alone, M clipped),
+    alternating -128 and 127 (the largest variance), one value off the rest (the
+    largest |x - mean| / sd), and random; a tiny epsilon and a large gamma ratio."""
+    gamma, beta, p = layer_norm_params(R.standard_normal(d) * 40, R.standard_normal(d),
+                                       epsilon, 1e-3, 0.01, d)
+    g, _ = graph("qlayer_norm", [((4, d), "int8"), gamma, beta], params=p)
+    x = np.stack([np.full(d, -128), np.tile([-128, 127], d // 2),
+                  np.r_[127, np.full(d - 1, -128)],
+                  np.random.default_rng(3).integers(-128, 128, d)]).astype(np.int8)
+    return g, {"x0": x}
+
+
+for d in (2, 768):
+    case(f"qlayer_norm_extreme_{d}", exact=True)(lambda d=d: extreme_layer_norm(d))
 case("qlayer_norm_no_beta", exact=True)(lambda: graph(
     "qlayer_norm", [((4, 33), "int8"), layer_norm_params(np.ones(33), None, 1e-5, 0.1,
                                                          0.05, 33)[0]],
