@@ -159,7 +159,12 @@ class Conv2dLayer:
     ``qmatmul``'s second operand b (N, K), a sequence whose rows are the output channels.
     Its buffer, ``[K / L][N][L]``, holds weight block (output block ob, input block ib)
     whole at element ``ib * out_blocks + ob`` where block_in = block_out = L
-    (`matmul_problem`)."""
+    (`matmul_problem`).
+    `diagonal_rows`: a streamed layer whose input (a qmatmul's constant a, square) is
+    block diagonal: rows of block i are zero outside input block i, as an identity that
+    transposes b is. A tile of rows then reads only its own rows' input blocks (one
+    chunk, `tile_h` / L blocks: a tile of L rows runs one block where the identity's
+    every block would take c / L)."""
 
     n: int
     c: int
@@ -191,6 +196,7 @@ class Conv2dLayer:
     window: bool = False
     sequence: bool = False
     streamed: bool = False
+    diagonal_rows: bool = False
 
     def __post_init__(self):
         if not self.spans:
@@ -203,6 +209,12 @@ class Conv2dLayer:
         if self.diagonal and any(ob != cb or on != cn for ob, on, cb, cn in self.spans):
             raise ValueError(f"a diagonal conv2d layer pairs output block k with input "
                              f"block k; its spans {self.spans} do not")
+        if self.diagonal_rows and not (self.streamed and self.h == self.c
+                                       and self.c % self.in_blocks == 0
+                                       and self.inp_group == 1):
+            raise ValueError(f"a diagonal_rows layer is a streamed product of a square, "
+                             f"block-diagonal a: {self.h} rows of {self.c} channels in "
+                             f"{self.in_blocks} blocks (inp_group {self.inp_group}) are not")
         top, left, bottom, right = self.pads
         if any(not 0 <= p <= PAD_MAX for p in self.pads):
             raise ValueError(f"conv2d pads {self.pads} must each be 0..{PAD_MAX}: the LOAD's "
@@ -466,7 +478,8 @@ def conv2d_workload(node: Node, graph: Graph, config: HardwareConfig) -> dict:
             del fields[key]
     if not layer.has_residual:
         del fields["residual_ratio"]
-    for key in ("late_residual", "bias_gemm", "window", "sequence", "streamed"):
+    for key in ("late_residual", "bias_gemm", "window", "sequence", "streamed",
+                "diagonal_rows"):
         if not fields[key]:
             del fields[key]
     # Undilated, unpacked layers keep the keys their records were written with.
@@ -568,8 +581,25 @@ def _matmul_layer_and_epilogue(node: Node, graph: Graph,
                         out_blocks=ceil_div(n, config.block_out),
                         const_rows=len(epilogue.rows), dense=True, sequence=True,
                         streamed=True, bias_gemm=epilogue.bias_gemm is not None,
-                        inp_group=inp_group(config), out_group=out_group(config))
+                        inp_group=inp_group(config), out_group=out_group(config),
+                        diagonal_rows=block_diagonal(graph.constant(node.inputs[0]),
+                                                     config.block_in))
     return layer, epilogue
+
+
+def block_diagonal(a: np.ndarray | None, block: int) -> bool:
+    """Whether constant `a` (None: an activation) is square, whole `block`s, and zero
+    outside its diagonal blocks (an identity that transposes a product's b is)."""
+    if a is None:
+        return False
+    a = np.asarray(a).reshape(-1, np.asarray(a).shape[-1])
+    m, k = a.shape
+    if m != k or m % block:
+        return False
+    blocks = a.reshape(m // block, block, k // block, block).copy()
+    for i in range(m // block):
+        blocks[i, :, i, :] = 0
+    return not blocks.any()
 
 
 def residual_passes(workload: dict) -> tuple[int, int] | None:

@@ -128,19 +128,27 @@ def _channel_tilings(layer: Conv2dLayer, s: Conv2dSchedule) -> tuple[list, int, 
     tilings = []
     for _, on, _, cn in layer.spans:
         chunks = [(1, 1)] if layer.paired else tile_split(cn, min(s.tile_ci, cn))
+        if layer.diagonal_rows:   # one chunk, a full row tile's blocks (`_row_chunks`)
+            chunks = [(s.tile_ci, 1)]
         tilings += [(tco, nco, chunks) for tco, nco in tile_split(on, s.tile_co)]
     n_chunks = max(sum(n for _, n in chunks) for _, _, chunks in tilings)
     co_tiles = sum(nco for _, nco, _ in tilings)
     # Weights are loaded again for every tile, except with a single input-channel chunk
     # when a thread's next tile uses the same output-channel blocks (see the emitter's
     # `load_chunk` in `vdla.compiler.targets.vdla.conv`).
-    if n_chunks > 1:
+    if n_chunks > 1 or layer.diagonal_rows:   # each row tile its own weight blocks
         weight_reuse = False
     elif s.oc_nthread > 1:
         weight_reuse = co_tiles <= 2
     else:
         weight_reuse = True
     return tilings, co_tiles, weight_reuse
+
+
+def _row_chunks(layer: Conv2dLayer, th: int, chunks: list) -> list:
+    """A tile's input chunks: a diagonal_rows tile of `th` rows reads its rows' blocks,
+    one chunk (an edge tile fewer than a full one); any other layer's are `chunks`."""
+    return [(th // (layer.c // layer.in_blocks), 1)] if layer.diagonal_rows else chunks
 
 
 def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: HardwareConfig, *,
@@ -188,6 +196,7 @@ def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: Hardwa
             cols = window_cols(layer, tw)
             pads = _window_pads(layer, s, th, tw)
             for k, (tco, nco, chunks) in enumerate(tilings):
+                chunks = _row_chunks(layer, th, chunks)
                 m = nh * nw * nco * layer.batch_blocks
                 t = _tile_class(layer, (chunks, tco), (rows, cols, pads, th, tw), weight_reuse,
                                 c, (bw, lat), (imm, vec, reset), res_passes)

@@ -163,3 +163,50 @@ def test_an_identity_a_transposes_b_for_the_next_product(backend):
     assert result.host_time()["between_transfers"] == 0
     op = next(op for op in compiled.ops if op.name == "vt")
     assert "input" in op.kernel.static                   # the identity, written once
+
+
+def _identity_product(rows: int, out: int) -> Graph:
+    """``I @ b^T``: b (out, rows) transposed by a constant identity a (rows, rows)."""
+    g = Graph("transpose")
+    b = g.add_input("b", (out, rows), "int8")
+    g.set_outputs([g.add_node("qmatmul", [g.add_constant("eye", np.eye(rows, dtype=np.int8)),
+                                          b], name="t", transpose_b=True, shift=0)])
+    return g.validate()
+
+
+def test_a_block_diagonal_a_reads_only_its_rows_blocks():
+    """An identity a (block diagonal) makes the layer `diagonal_rows`: every tiling is
+    one chunk a row tile, of its rows' blocks, and bit-exact; a full a is not."""
+    g = _identity_product(64, 48)
+    node = g.node("t")
+    layer, _ = conv2d_layer(node, g, DEFAULT)
+    assert layer.diagonal_rows and conv2d_workload(node, g, DEFAULT)["diagonal_rows"]
+    assert not conv2d_layer(scores_graph().node("scores"), scores_graph(), DEFAULT)[0] \
+        .diagonal_rows
+    b = _int8(np.random.default_rng(4), 48, 64)
+    dev = vdla.runtime.open(DEFAULT, backend="functional")
+    space = list(schedule_space(layer, DEFAULT))
+    assert {s.clamped(layer).tile_ci * 16 for s in space} == {s.clamped(layer).tile_h
+                                                              for s in space}
+    for s in space:
+        lowered = lower_conv2d(node, g, DEFAULT, s)
+        got = run_conv2d(dev, lowered, np.eye(64, dtype=np.int8), b, None)
+        np.testing.assert_array_equal(got, b.T, err_msg=str(s))
+
+
+def test_the_timing_model_tracks_a_transpose_on_verilator():
+    """A ViT head's probabilities brought back from their transpose (208 x 208 by an
+    identity): the chooser's tiling, one block a row, within 3% on Verilator."""
+    g = _identity_product(208, 208)
+    node = g.node("t")
+    layer, _ = conv2d_layer(node, g, DEFAULT)
+    s = choose_conv2d(layer, DEFAULT)
+    dev = vdla.runtime.open(DEFAULT, backend="verilator", log=lambda message: None)
+    b = _int8(np.random.default_rng(5), 208, 208)
+    got, stats = run_conv2d(dev, lower_conv2d(node, g, DEFAULT, s), np.eye(208, dtype=np.int8),
+                            b, None, return_stats=True)
+    np.testing.assert_array_equal(got, b.T)
+    workload = conv2d_workload(node, g, DEFAULT)
+    estimate = estimate_conv2d(layer, s, DEFAULT, alu_passes=alu_passes(workload),
+                               residual_passes=residual_passes(workload))
+    assert abs(estimate.cycles / stats["cycles"] - 1) < 0.03, (s, estimate, stats["cycles"])
