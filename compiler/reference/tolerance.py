@@ -45,6 +45,8 @@ def relative_error(value: np.ndarray, reference: np.ndarray) -> float:
 def mismatch(got: np.ndarray, want: np.ndarray, tolerance: float = FLOAT_TOLERANCE) -> str:
     """'' when `got` matches the reference output `want` (int: exactly; float: within
     `tolerance` relative), else what differs."""
+    if np.shape(got) != np.shape(want):
+        return f"output of shape {np.shape(got)}, the reference's {np.shape(want)}"
     if want.dtype.kind in "iu":
         if np.array_equal(got, want):
             return ""

@@ -180,6 +180,8 @@ def test_random_transposed_products_are_what_the_accelerator_tunes(tmp_path):
                                                                   "matmul_t:20,32,32"],
                                       per_task=2, log=logged.append)
     assert len(plan.tasks) == 4
+    with Records(tmp_path / "products.db") as db:     # measured as a (1, M, K) graph
+        assert generate(plan, db, backend="functional").failed == 0
     assert logged == ["left out matmul_t:20,48,32: target 'vdla' has no tunable task for "
                       "workload 'matmul_t:20,48,32': " + logged[0].split("': ", 1)[1]]
     assert logged[0].endswith("(2 platforms)") and "48 columns" in logged[0]

@@ -266,6 +266,8 @@ class LoweredConv2d(ArenaProgram):
     def pack_input(self, x: np.ndarray) -> np.ndarray:
         L = self.layer
         if L.dense:
+            if L.sequence and np.ndim(x) == 3 and np.shape(x)[0] == 1:   # (1, S, D)
+                x = np.asarray(x)[0]
             x = _dense_image(check_array(x, _dense_shape(L, L.c), np.int8, "input"), L)
         if L.packed is not None:        # kernel taps packed into channels
             tp = L.packed

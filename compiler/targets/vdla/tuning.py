@@ -202,11 +202,15 @@ class ConvTask(OneNodeTask):
             context.max_cycles = self.max_cycles or cycle_budget(self, schedule)
         # A qmatmul's b is an input, and its a may be a constant (an identity).
         weights, x = graph.constant(node.inputs[1]), graph.constant(node.inputs[0])
-        return run_conv2d(context, lowered, data.feed[node.inputs[0]] if x is None else x,
-                          data.feed[node.inputs[1]] if weights is None else weights,
-                          graph.constant(node.input(2)) if node.input(2) else None,
-                          data.feed[node.input(3)] if node.input(3) else None,
-                          return_stats=True)
+        out, stats = run_conv2d(context, lowered,
+                                data.feed[node.inputs[0]] if x is None else x,
+                                data.feed[node.inputs[1]] if weights is None else weights,
+                                graph.constant(node.input(2)) if node.input(2) else None,
+                                data.feed[node.input(3)] if node.input(3) else None,
+                                return_stats=True)
+        # A sequence's rows come back as (rows, channels); a (1, S, D) node's output has
+        # the same values under its leading 1.
+        return out.reshape(graph.tensors[node.outputs[0]].shape), stats
 
     def time(self, compiled, stats, context: Any, data: TaskData, backend: str):
         """Verilator: the counted cycles and the hardware counters; functional: the
