@@ -48,7 +48,8 @@ ROOT = Path(__file__).resolve().parents[1]
 DATASETS = ROOT / "bench" / "datasets"
 #: The training sets the shipped model learns from (bench/datasets/make_*.sh make them).
 DEFAULT_MANIFESTS = (DATASETS / "vdla_v1.db.manifest.json",
-                     DATASETS / "vdla_small_v1.db.manifest.json")
+                     DATASETS / "vdla_small_v1.db.manifest.json",
+                     DATASETS / "vdla_seq_v1.db.manifest.json")
 #: Where each target's models go (the folder its tasks' `pretrained` reads).
 OUT = {"vdla": ROOT / "compiler" / "targets" / "vdla" / "models",
        "cpu": ROOT / "compiler" / "targets" / "cpu" / "models"}
