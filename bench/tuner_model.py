@@ -53,7 +53,8 @@ Its curves go to ``--cpu-plot``.
 
 Records: one file per (platform, model, strategy) under ``--records`` (default
 ``bench-tuner-model`` in vdla's cache folder), so a rerun resumes and measures nothing
-twice.
+twice; a pretrained strategy's file is also its models' (their digest), so a model
+trained again starts from empty records.
 
     python bench/tuner_model.py [--part zeroshot model cpu] [--configs 5] [--tuned 256]
                                 [--reference 1000] [--jobs 2] [--plot PNG] [--cpu-plot PNG]
@@ -67,6 +68,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import json
 import os
 import sys
@@ -295,6 +297,12 @@ def side_by_side(results: dict) -> dict[str, int]:
     return total
 
 
+def pretrained_digest(tasks) -> str:
+    """A short digest of the pretrained models `tasks` start from (`CostModel.digest`)."""
+    digests = sorted({m.digest() for m in (task.pretrained for task in tasks) if m is not None})
+    return hashlib.sha256(" ".join(digests).encode()).hexdigest()[:12]
+
+
 def whole_model(args, runner, target, model: str, *, precision: str, folder: Path,
                 where: str, short: str, plot: Path | None, leave_out: str | None = None
                 ) -> bool:
@@ -330,8 +338,11 @@ def whole_model(args, runner, target, model: str, *, precision: str, folder: Pat
         folder.mkdir(parents=True, exist_ok=True)
         stem = model if precision == "int8" else f"{model}-{precision}"
         without = f"-without-{leave_out}" if leave_out and tuner == "pretrained" else ""
-        path = folder / (f"{stem}-{name.replace(' ', '_')}{without}.db" if budget == "few"
-                         else f"{stem}-scratch-{trials}.db")
+        # A pretrained strategy's records are its models' (a model trained again starts
+        # from empty records, not from what the previous one picked).
+        models = f"-{pretrained_digest(tasks)}" if tuner == "pretrained" else ""
+        path = folder / (f"{stem}-{name.replace(' ', '_')}{without}{models}.db"
+                         if budget == "few" else f"{stem}-scratch-{trials}.db")
         tuning, measuring, wall = tune(tasks, runner, path, trials=trials, tuner=tuner,
                                        split=split, batch=args.batch, share=share)
         overhead = (wall - measuring) / measuring if tuning.curve else None

@@ -333,6 +333,10 @@ def make(figure: Figure, where: str) -> tuple[bool, float, str]:
         if done.returncode != 0:
             last = (done.stderr or done.stdout).strip().splitlines()[-5:]
             return False, seconds, f"exit status {done.returncode}: " + " | ".join(last)
+        missing = [src for src in figure.plots if not (Path(tmp) / src).is_file()]
+        if missing:   # nothing written: a figure's text and its plots go together
+            return False, seconds, (f"the command wrote no {', '.join(missing)} (it exited "
+                                    f"0; its last line: {done.stdout.strip()[-200:]!r})")
         for src, dst in figure.plots.items():
             data = (Path(tmp) / src).read_bytes()
             atomic_write(IMG_DIR / figure.plot_name(dst), data)

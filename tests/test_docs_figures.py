@@ -127,6 +127,21 @@ def test_a_failing_command_keeps_the_old_file(tmp_path, monkeypatch):
     assert (tmp_path / "bad.txt").read_text() == "old\n"
 
 
+def test_a_command_that_writes_no_plot_keeps_the_old_files(tmp_path, monkeypatch):
+    """A command that exits 0 without its plot (a bench that had nothing to plot) fails
+    the figure, naming the plot, and writes neither the text nor any plot."""
+    monkeypatch.setattr(figures, "FIGURES_DIR", tmp_path / "figures")
+    monkeypatch.setattr(figures, "IMG_DIR", tmp_path / "img")
+    (tmp_path / "figures").mkdir()
+    (tmp_path / "figures" / "noplot.txt").write_text("old\n")
+    fake = figures.Figure("noplot", "python3 -c \"print('nothing to plot')\"", "no plot",
+                          plots={"curve.png": "noplot.png"})
+    ok, _, error = figures.make(fake, "abc1234")
+    assert not ok and "wrote no curve.png" in error and "nothing to plot" in error
+    assert (tmp_path / "figures" / "noplot.txt").read_text() == "old\n"
+    assert not (tmp_path / "img").exists()
+
+
 def test_the_readme_quotes_its_figures_as_the_files_hold_them():
     """The README's figure blocks are copies (GitHub cannot include snippets); the script
     rewrites them after every run, and a hand edit or a stale copy fails here."""
