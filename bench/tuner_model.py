@@ -299,7 +299,7 @@ def side_by_side(results: dict) -> dict[str, int]:
 
 def pretrained_digest(tasks) -> str:
     """A short digest of the pretrained models `tasks` start from (`CostModel.digest`)."""
-    digests = sorted({m.digest() for m in (task.pretrained for task in tasks) if m is not None})
+    digests = sorted({m.digest for m in (task.pretrained() for task in tasks) if m is not None})
     return hashlib.sha256(" ".join(digests).encode()).hexdigest()[:12]
 
 

@@ -183,6 +183,9 @@ def test_adaptation_bench_leaves_an_instruction_set_out(tmp_path):
     with pytest.raises(SystemExit, match="no 'amx' platform"):
         bench.left_out(tasks, "amx", tmp_path, required=True)
     assert bench.left_out(tasks, "amx", tmp_path, required=False)[1].endswith("(no amx rows)")
+    # The pretrained strategies' records are their models': another model, another file.
+    assert bench.pretrained_digest(tasks) == bench.pretrained_digest(list(tasks))
+    assert bench.pretrained_digest(remade) != bench.pretrained_digest(tasks)
 
 
 def test_adaptation_bench_runs_the_unshared_tuner_only_when_named(tmp_path, monkeypatch):
