@@ -1,10 +1,11 @@
 """The accelerator's timing model against every Verilator measurement the recorded sets
 hold: no simulation here, only `ConvTask.estimate` beside the records.
 
-The sets are the training sets and the few-shot set of ``bench/datasets`` (27,494
-schedules of ResNet-18's and MobileNet-v1's layers, random shapes and ResNet-18's
-reduced layers, on 13 configs), most of them schedules the default chooser would never
-pick, so they test the model where the whole-model benches (``model_layers.py``,
+The sets are the training sets and the few-shot set of ``bench/datasets`` (29,606
+schedules of ResNet-18's and MobileNet-v1's layers, random shapes, ResNet-18's
+reduced layers and transformer workloads: GPT-mini's, random dense layers over tokens
+and products ``a @ b^T``; on 13 configs), most of them schedules the default chooser
+would never pick, so they test the model where the whole-model benches (``model_layers.py``,
 ``front_timing.py``) do not. Per set: the mean |error|, the share of schedules within
 2% and 5%, the extremes, and how well the model alone ranks each task's schedules
 (`pairwise_accuracy`, `top1_ratio`: the default chooser's view). ``--worst N`` lists
@@ -39,7 +40,7 @@ from vdla.compiler.tuner.records import OK
 ROOT = Path(__file__).resolve().parents[1]
 DATASETS = ROOT / "bench" / "datasets"
 
-MANIFESTS = ("vdla_v1", "vdla_small_v1")
+MANIFESTS = ("vdla_v1", "vdla_small_v1", "vdla_seq_v1")
 
 
 def sets():
