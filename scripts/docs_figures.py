@@ -265,8 +265,10 @@ BY_NAME = {f.name: f for f in FIGURES}
 
 
 def _git(*args: str) -> str:
+    """git's output, its trailing newline removed (not its leading spaces: a porcelain
+    status line starts with one where the index is unchanged)."""
     return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True,
-                          check=True).stdout.strip()
+                          check=True).stdout.rstrip("\n")
 
 
 def commit() -> str:

@@ -118,6 +118,28 @@ def test_make_writes_the_figure_with_its_provenance(tmp_path, monkeypatch):
     assert lines[1:] == ["b", "c"]
 
 
+def test_only_a_change_outside_the_figures_makes_the_commit_dirty(tmp_path, monkeypatch):
+    """A changed figure (a status line that starts with a space: changed in the work tree
+    only) leaves the label clean; a changed source file marks it -dirty."""
+    import subprocess
+
+    def git(*args):
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+                       cwd=tmp_path, check=True, capture_output=True)
+
+    (tmp_path / "docs" / "figures").mkdir(parents=True)
+    (tmp_path / "docs" / "figures" / "a.txt").write_text("1\n")
+    (tmp_path / "code.py").write_text("1\n")
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-qm", "start")
+    monkeypatch.setattr(figures, "ROOT", tmp_path)
+    (tmp_path / "docs" / "figures" / "a.txt").write_text("2\n")
+    assert not figures.commit().endswith("-dirty")
+    (tmp_path / "code.py").write_text("2\n")
+    assert figures.commit().endswith("-dirty")
+
+
 def test_a_failing_command_keeps_the_old_file(tmp_path, monkeypatch):
     monkeypatch.setattr(figures, "FIGURES_DIR", tmp_path)
     (tmp_path / "bad.txt").write_text("old\n")
