@@ -5,8 +5,8 @@ The sets are the training sets and the few-shot set of ``bench/datasets`` (29,60
 schedules of ResNet-18's and MobileNet-v1's layers, random shapes, ResNet-18's
 reduced layers and transformer workloads: GPT-mini's, random dense layers over tokens
 and products ``a @ b^T``; on 13 configs), most of them schedules the default chooser
-would never pick, so they test the model where the whole-model benches (``model_layers.py``,
-``front_timing.py``) do not. Per set: the mean |error|, the share of schedules within
+would never pick, so they test the model where the whole-model benches
+(``model_layers.py``, ``front_timing.py``) do not. Per set: the mean |error|, the share of schedules within
 2% and 5%, the extremes, and how well the model alone ranks each task's schedules
 (`pairwise_accuracy`, `top1_ratio`: the default chooser's view). ``--worst N`` lists
 the N schedules it misses most.

@@ -149,7 +149,7 @@ __all__ = ["EXP2_POLY", "EXP_BITS", "LN_NORM_BITS", "LN_PRODUCT_BITS", "LN_VARIA
            "LN_Z_BITS", "MAX_EXP_MULTIPLIER", "MAX_LAYER_NORM_LENGTH", "MAX_LN_EPS",
            "MAX_LN_SHIFT", "MAX_PROB_BITS", "MAX_SOFTMAX_LENGTH", "SIGMOID_BITS",
            "causal_exclusion", "exp2_neg", "exp_table", "gelu_params", "gelu_table",
-           "isqrt", "layer_norm_params", "layer_norm_row_terms", "layer_norm_shifts",
+           "isqrt", "layer_norm_params", "layer_norm_shifts",
            "qattention", "qgelu", "qlayer_norm", "qmatmul", "qsoftmax", "softmax_params"]
 
 #: 2**u on [0, 1) = 1 + u (C1 + u (C2 + u C3)), the Cs times 2**30 (module docstring).
@@ -350,7 +350,7 @@ def layer_norm_params(gamma, beta, epsilon: float, in_scale: float, out_scale: f
     return G.astype(np.int32), B.astype(np.int32), {"eps": eps, "shift": shift}
 
 
-def layer_norm_row_terms(s, q, length: int, eps: int) -> tuple[np.ndarray, np.ndarray]:
+def _layer_norm_row_terms(s, q, length: int, eps: int) -> tuple[np.ndarray, np.ndarray]:
     """(M, O) of qlayer_norm rows from their int sums `s` = S and `q` = Q (any shape):
     the per-row int64 steps of the module docstring, each entry's P then x * M + O."""
     sh = layer_norm_shifts(length)
@@ -384,7 +384,7 @@ def qlayer_norm(x, gamma, beta, params) -> np.ndarray:
                                 f"2**{sh['gamma_bits']}) for rows of {n} and beta within "
                                 "+-2**(shift + 8)")
     xi = x.astype(np.int64)
-    m, o = layer_norm_row_terms(xi.sum(axis=-1, keepdims=True),
+    m, o = _layer_norm_row_terms(xi.sum(axis=-1, keepdims=True),
                                 (xi * xi).sum(axis=-1, keepdims=True), n, eps)
     z = (xi * m + o) >> sh["z_shift"]
     y = (z * G + B + (np.int64(1) << (r - 1))) >> r

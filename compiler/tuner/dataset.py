@@ -47,8 +47,8 @@ from vdla.compiler.tuner.runner import InProcessRunner, prepare_tasks
 from vdla.compiler.tuner.tune import tune_task
 from vdla.execute import EvaluationError, Executor, make_executor
 
-__all__ = ["BLOCKED_TOKENS", "DatasetPlan", "HEADS", "MAX_DRAWN_MACS", "Manifest", "PRODUCT_ROWS", "SIDE_BY_SIDE",
-           "TOKENS", "generate", "local_records",
+__all__ = ["BLOCKED_TOKENS", "DatasetPlan", "HEADS", "MAX_DRAWN_MACS", "Manifest",
+           "PRODUCT_ROWS", "SIDE_BY_SIDE", "TOKENS", "generate", "local_records",
            "measure_again", "measure_side_by_side", "measuring_executor", "random_shapes"]
 
 #: The planes (output side) and channels `random_shapes` draws from: image models'

@@ -166,6 +166,9 @@ def test_random_transposed_products_are_what_the_accelerator_tunes(tmp_path):
                                                     MatmulWorkload(4, 32, 48, 2, True))
     with pytest.raises(ValueError, match="matmul_t:M,K,N"):
         parse_workload("matmul_t:4,32")
+    cpu = targets.get("cpu", threads=1).platforms(1)[0]
+    with pytest.raises(ValueError, match="a float32 product is matmul:M,K,N"):
+        tasks_from_workload("matmul_t:4,32,48", cpu, precision="float32")
     graph, feed = workload_graph(parse_workload("matmul_t:4,32,48")[1])
     assert feed["b"].shape == (1, 48, 32) and graph.node("matmul").attrs["transpose_b"]
     accel = targets.get("vdla", backend="functional")
@@ -372,6 +375,8 @@ def test_vdla_dataset_writes_records_and_a_manifest(tmp_path, capsys):
                                   "--token-shapes must be at least 0, not -1"),
                                  ("--matmul-shapes", "-1",
                                   "--matmul-shapes must be at least 0, not -1"),
+                                 ("--matmul-t-shapes", "-1",
+                                  "--matmul-t-shapes must be at least 0, not -1"),
                                  ("--rounds", "0", "--rounds must be at least 1, not 0"),
                                  ("--side-by-side", "-1",
                                   "--side-by-side must be at least 0, not -1")):

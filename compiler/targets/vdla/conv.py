@@ -567,8 +567,7 @@ class _ConvEmitter:
         pads = dict(y_pad_0=y0 - r0, y_pad_1=r0 + rows - y1, x_pad_0=x0 - c0,
                     x_pad_1=c0 + cols - x1)
         if L.diagonal_rows:   # the rows' own input blocks: the rest of a is zeros
-            block = L.c // L.in_blocks
-            chunks = [(oh0 // block, th // block, th // block)]
+            chunks = [(oh0 // L.row_block, th // L.row_block, th // L.row_block)]
         else:
             chunks = self.chunks_of(ob0, tco, span)
         return _Tile(nb, ob0, oh0, ow0, tco, th, tw, cols, y0, y1, x0, x1, pads, span,

@@ -245,6 +245,12 @@ class Conv2dLayer:
             raise ValueError(f"conv2d of a {self.h}x{self.w} image with a {self.kernel_h}x"
                              f"{self.kernel_w} kernel and pads {self.pads} has no output")
 
+    @property
+    def row_block(self) -> int:
+        """A diagonal_rows layer's block: its rows (and input channels) per input block,
+        the rows a tile reads one input block for."""
+        return self.c // self.in_blocks
+
     @classmethod
     def from_node(cls, node: Node, graph: Graph, config: HardwareConfig) -> "Conv2dLayer":
         return conv2d_layer(node, graph, config)[0]

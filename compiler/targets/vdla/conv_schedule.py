@@ -138,10 +138,10 @@ def _clamped(s: Conv2dSchedule, layer: Conv2dLayer) -> Conv2dSchedule:
     # takes whole activation blocks (`Conv2dLayer.inp_group` input blocks each).
     g, og = layer.inp_group, layer.out_group if layer.has_residual else 1
     if layer.diagonal_rows:     # whole blocks of rows, each tile the blocks of its rows
-        block = layer.c // layer.in_blocks
+        block = layer.row_block
         tile_h = min(ceil_div(s.tile_h, block) * block, layer.out_h)
-        return Conv2dSchedule(tile_h, 1, ceil_div(tile_h, block), min(s.tile_co, layer.span_out),
-                              s.oc_nthread, s.h_nthread)
+        return Conv2dSchedule(tile_h, 1, ceil_div(tile_h, block),
+                              min(s.tile_co, layer.span_out), s.oc_nthread, s.h_nthread)
     return Conv2dSchedule(min(s.tile_h, layer.out_h), min(s.tile_w, layer.out_w),
                           min(ceil_div(s.tile_ci, g) * g, layer.span_in),
                           min(ceil_div(s.tile_co, og) * og, layer.span_out),
@@ -170,8 +170,8 @@ def chunk_sizes(layer: Conv2dLayer, s) -> set[int]:
     if layer.paired:
         return {1}
     if layer.diagonal_rows:     # a tile's rows' blocks: full and edge row tiles
-        block = layer.c // layer.in_blocks
-        return {s.tile_h // block, (layer.out_h % s.tile_h or s.tile_h) // block}
+        return {s.tile_h // layer.row_block,
+                (layer.out_h % s.tile_h or s.tile_h) // layer.row_block}
     sizes = set()
     for _, _, _, cn in layer.spans:
         tci = min(s.tile_ci, cn)

@@ -148,7 +148,7 @@ def _channel_tilings(layer: Conv2dLayer, s: Conv2dSchedule) -> tuple[list, int, 
 def _row_chunks(layer: Conv2dLayer, th: int, chunks: list) -> list:
     """A tile's input chunks: a diagonal_rows tile of `th` rows reads its rows' blocks,
     one chunk (an edge tile fewer than a full one); any other layer's are `chunks`."""
-    return [(th // (layer.c // layer.in_blocks), 1)] if layer.diagonal_rows else chunks
+    return [(th // layer.row_block, 1)] if layer.diagonal_rows else chunks
 
 
 def estimate_conv2d(layer: Conv2dLayer, schedule: Conv2dSchedule, config: HardwareConfig, *,
